@@ -1,0 +1,72 @@
+"""Shared CLI pieces: the common options, the summary printer and exit codes.
+
+Every command ends with ``summary(...)``: a rich table by default, the same dict as JSON with
+``--json``. Exit codes: 0 done, 1 failed, 2 bad usage or input.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+console = Console(stderr=False)
+err_console = Console(stderr=True)
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+
+LogsOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--logs",
+        help="Log store folder (hive-partitioned Parquet). Default: $DDAI_LOGS, ddai.toml `logs`, "
+        "else <workspace>/logs with the workspace $DDAI_HOME or ./ddai-work.",
+    ),
+]
+RunsOpt = Annotated[
+    list[str] | None,
+    typer.Option("--run", help="Run id to read; repeat for several. Default: every run in the store."),
+]
+JsonOpt = Annotated[
+    bool, typer.Option("--json", help="Print the summary as JSON instead of a table.")
+]
+ThresholdOpt = Annotated[
+    float,
+    typer.Option(
+        "--success-threshold",
+        help="A rollout succeeds when judge_score >= this and format_ok is not false.",
+    ),
+]
+
+
+def fail(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:
+    """Print a clear error and return the Exit to raise (``raise fail(...)``)."""
+    err_console.print(f"[bold red]error:[/] {message}")
+    return typer.Exit(code)
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:,.4g}"
+    if isinstance(v, int) and not isinstance(v, bool):
+        return f"{v:,}"
+    if isinstance(v, dict | list):
+        return json.dumps(v, ensure_ascii=False, default=str)
+    return str(v)
+
+
+def summary(title: str, data: dict[str, Any], *, as_json: bool = False) -> None:
+    """Print a command's closing summary (a two-column table, or JSON)."""
+    if as_json:
+        typer.echo(json.dumps(data, indent=2, ensure_ascii=False, default=str))
+        return
+    table = Table(title=title, show_header=False, title_justify="left")
+    table.add_column("key", style="bold cyan")
+    table.add_column("value")
+    for k, v in data.items():
+        table.add_row(k, _fmt(v))
+    console.print(table)

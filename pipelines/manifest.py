@@ -1,0 +1,153 @@
+"""Step manifests (DESIGN.md, "The funnel"): one ``<file>.manifest.json`` per output file.
+
+A manifest records the step, its parameters, its inputs with sha256, row counts in/out/dropped by
+reason, the ddai version, git revision, package versions, seed, wall time and backend calls/cost.
+``is_fresh`` tells a step whose inputs and parameters are unchanged that it may skip.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import time
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from ddai.pipelines import io
+
+MANIFEST_SUFFIX = ".manifest.json"
+_PACKAGES = ("polars", "duckdb", "pyarrow", "torch", "transformers", "trl", "openai", "google-genai")
+
+
+def manifest_path(output: str | os.PathLike[str]) -> Path:
+    return Path(f"{output}{MANIFEST_SUFFIX}")
+
+
+def ddai_version() -> str:
+    try:
+        return metadata.version("ddai")
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+@lru_cache(maxsize=1)
+def git_revision() -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            cwd=Path(__file__).resolve().parent,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+@lru_cache(maxsize=1)
+def package_versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for name in _PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def input_record(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Path and content hash of one input (a file, or every data file under a folder)."""
+    p = Path(path)
+    if p.is_dir():
+        files = sorted(
+            f
+            for f in p.rglob("*")
+            if f.is_file() and not any(part.startswith((".", "_")) for part in f.relative_to(p).parts)
+        )
+        digest = io.sha256_text(
+            "\n".join(f"{f.relative_to(p).as_posix()}:{io.sha256_file(f)}" for f in files)
+        )
+        return {"path": str(p), "sha256": digest, "kind": "dir", "files": len(files)}
+    return {"path": str(p), "sha256": io.sha256_file(p), "kind": "file"}
+
+
+@dataclass
+class StepRecord:
+    """What a step did, filled in while it runs and written as the output's manifest."""
+
+    step: str
+    params: dict[str, Any]
+    inputs: list[dict[str, Any]]
+    seed: int | None = None
+    rows_in: int = 0
+    rows_out: int = 0
+    dropped: dict[str, int] = field(default_factory=dict)
+    notes: dict[str, Any] = field(default_factory=dict)
+    backend_calls: dict[str, Any] = field(default_factory=dict)
+    started: float = field(default_factory=time.time)
+
+    def drop(self, reason: str, n: int = 1) -> None:
+        if n:
+            self.dropped[reason] = self.dropped.get(reason, 0) + n
+
+    def to_dict(self, output: str | os.PathLike[str]) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "output": str(output),
+            "params": self.params,
+            "inputs": self.inputs,
+            "rows": {"in": self.rows_in, "out": self.rows_out, "dropped": self.dropped},
+            "notes": self.notes,
+            "backend_calls": self.backend_calls,
+            "seed": self.seed,
+            "ddai_version": ddai_version(),
+            "git_revision": git_revision(),
+            "packages": package_versions(),
+            "wall_time_s": round(time.time() - self.started, 3),
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+
+
+def start(step: str, params: dict[str, Any], inputs: list[str | os.PathLike[str]], **kw: Any):
+    """Begin a step: hash its inputs now, so the manifest names what was actually read."""
+    return StepRecord(step=step, params=_jsonable(params), inputs=[input_record(p) for p in inputs], **kw)
+
+
+def write(output: str | os.PathLike[str], record: StepRecord) -> Path:
+    path = manifest_path(output)
+    io.write_json(path, record.to_dict(output))
+    return path
+
+
+def read(output: str | os.PathLike[str]) -> dict[str, Any] | None:
+    path = manifest_path(output)
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except ValueError:
+        return None
+
+
+def is_fresh(
+    output: str | os.PathLike[str], step: str, params: dict[str, Any], inputs: list[str | os.PathLike[str]]
+) -> bool:
+    """True when ``output`` exists and its manifest has the same step, parameters and input hashes."""
+    if not Path(output).exists():
+        return False
+    old = read(output)
+    if not old or old.get("step") != step or old.get("params") != _jsonable(params):
+        return False
+    want = [input_record(p) for p in inputs]
+    have = [{k: i.get(k) for k in ("path", "sha256")} for i in old.get("inputs", [])]
+    return have == [{k: i[k] for k in ("path", "sha256")} for i in want]
+
+
+def _jsonable(obj: Any) -> Any:
+    return json.loads(json.dumps(obj, default=str, sort_keys=True))

@@ -1,0 +1,269 @@
+"""The rollout log (DESIGN.md, "The rollout log"): one row per rollout, as a pyarrow schema.
+
+``normalize_rollout`` turns a loose input record (native JSONL/Parquet row or an adapter's output)
+into a row of this schema: typed, with derived fields filled and unknown keys folded into ``extra``.
+It raises ``RowError`` (with a reason) for rows that cannot be read; ingest quarantines those.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import pyarrow as pa
+
+from ddai.pipelines import metrics, tags
+
+SCHEMA_VERSION = "1"
+ACTION_NAMES = ("search", "bbox", "search_complete", "invalid")
+TERMINATIONS = ("complete", "max_turns", "invalid", "error")
+
+TURN_TYPE = pa.struct(
+    [
+        ("idx", pa.int32()),
+        ("think", pa.string()),
+        ("action", pa.string()),
+        ("arg", pa.string()),
+        ("sep", pa.string()),
+        ("forced", pa.bool_()),
+        ("retrieved", pa.list_(pa.string())),
+        ("observation", pa.string()),
+        ("error", pa.string()),
+        ("value", pa.float64()),
+    ]
+)
+
+ROLLOUT_SCHEMA = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("step", pa.int32()),
+        ("uid", pa.string()),
+        ("rollout_idx", pa.int32()),
+        ("sample_idx", pa.int32()),
+        ("data_source", pa.string()),
+        ("question", pa.string()),
+        ("reference_answer", pa.string()),
+        ("file_name", pa.string()),
+        ("reference_pages", pa.list_(pa.string())),
+        ("response", pa.string()),
+        ("turns", pa.list_(TURN_TYPE)),
+        ("retrieved_pages", pa.list_(pa.string())),
+        ("answer", pa.string()),
+        ("judge_score", pa.float64()),
+        ("ndcg", pa.float64()),
+        ("format_ok", pa.bool_()),
+        ("reward", pa.float64()),
+        ("reward_parts", pa.map_(pa.string(), pa.float64())),
+        ("advantage", pa.float64()),
+        ("num_turns", pa.int32()),
+        ("terminated", pa.string()),
+        ("extra", pa.string()),
+    ],
+    metadata={b"schema_version": SCHEMA_VERSION.encode()},
+)
+COLUMNS = tuple(ROLLOUT_SCHEMA.names)
+REQUIRED = ("uid", "rollout_idx", "run_id")
+_INT_COLS = ("step", "rollout_idx", "sample_idx", "num_turns")
+_FLOAT_COLS = ("judge_score", "ndcg", "reward", "advantage")
+_STR_COLS = (
+    "run_id",
+    "uid",
+    "data_source",
+    "question",
+    "reference_answer",
+    "file_name",
+    "response",
+    "answer",
+    "terminated",
+)
+_STRLIST_COLS = ("reference_pages", "retrieved_pages")
+INT32_MAX = 2**31 - 1
+
+
+class RowError(ValueError):
+    """A row that cannot become a rollout; ``reason`` is a short, countable key."""
+
+    def __init__(self, reason: str, detail: str = ""):
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+        self.detail = detail
+
+
+def _int(name: str, v: Any, *, required: bool = False) -> int | None:
+    if v is None:
+        if required:
+            raise RowError("missing required key", name)
+        return None
+    if isinstance(v, bool) or not isinstance(v, int | float | str):
+        raise RowError("wrong type", f"{name} must be an integer, got {type(v).__name__}")
+    try:
+        f = float(v)
+    except ValueError as e:
+        raise RowError("wrong type", f"{name} must be an integer, got {v!r}") from e
+    if not math.isfinite(f) or f != int(f) or abs(f) > INT32_MAX:
+        raise RowError("wrong type", f"{name} must be an int32, got {v!r}")
+    return int(f)
+
+
+def _float(name: str, v: Any) -> float | None:
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int | float | str):
+        raise RowError("wrong type", f"{name} must be a number, got {type(v).__name__}")
+    try:
+        f = float(v)
+    except ValueError as e:
+        raise RowError("wrong type", f"{name} must be a number, got {v!r}") from e
+    return f if math.isfinite(f) else None
+
+
+def _str(name: str, v: Any, *, required: bool = False) -> str | None:
+    if v is None:
+        if required:
+            raise RowError("missing required key", name)
+        return None
+    if isinstance(v, str):
+        if required and not v:
+            raise RowError("missing required key", f"{name} is empty")
+        return v
+    if isinstance(v, int | float) and not isinstance(v, bool):
+        return str(v)
+    raise RowError("wrong type", f"{name} must be a string, got {type(v).__name__}")
+
+
+def _strlist(name: str, v: Any) -> list[str] | None:
+    if v is None:
+        return None
+    if isinstance(v, str | bytes) or not hasattr(v, "__iter__"):
+        raise RowError("wrong type", f"{name} must be a list of strings")
+    out = []
+    for x in v:
+        if not isinstance(x, str):
+            raise RowError("wrong type", f"{name} must be a list of strings")
+        out.append(x)
+    return out
+
+
+def _turn_record(t: Any, i: int) -> dict[str, Any]:
+    if isinstance(t, tags.Turn):
+        return t.to_record()
+    if not isinstance(t, dict):
+        raise RowError("wrong type", "turns must be a list of objects")
+    action = t.get("action") or "invalid"
+    if action not in ACTION_NAMES:
+        raise RowError("wrong type", f"turn action {action!r} not in {ACTION_NAMES}")
+    return {
+        "idx": _int("turns.idx", t.get("idx", i)),
+        "think": _str("turns.think", t.get("think")),
+        "action": action,
+        "arg": _str("turns.arg", t.get("arg")),
+        "sep": _str("turns.sep", t.get("sep")),
+        "forced": bool(t.get("forced") or False),
+        "retrieved": _strlist("turns.retrieved", t.get("retrieved")),
+        "observation": _str("turns.observation", t.get("observation")),
+        "error": _str("turns.error", t.get("error")),
+        "value": _float("turns.value", t.get("value")),
+    }
+
+
+def retrieved_from_turns(turns: list[dict[str, Any]]) -> list[str]:
+    pages: list[str] = []
+    for t in turns:
+        if t.get("action") == "search":
+            pages.extend(t.get("retrieved") or [])
+    return metrics.dedupe(pages)
+
+
+def normalize_rollout(
+    rec: dict[str, Any], *, run_id: str | None = None, max_turns: int | None = None
+) -> dict[str, Any]:
+    """Type-check and complete one rollout record; unknown keys go to ``extra`` (JSON text).
+
+    ``run_id`` (from ``--run-id``) wins over the record's own; the record's differing one is kept
+    as ``extra.source_run_id``. Raises ``RowError`` for missing required keys or wrong types.
+    """
+    if not isinstance(rec, dict):
+        raise RowError("wrong type", "a row must be a JSON object")
+    extra: dict[str, Any] = {}
+    raw_extra = rec.get("extra")
+    if isinstance(raw_extra, str) and raw_extra:
+        try:
+            loaded = json.loads(raw_extra)
+        except ValueError:
+            loaded = {"extra": raw_extra}
+        extra.update(loaded if isinstance(loaded, dict) else {"extra": loaded})
+    elif isinstance(raw_extra, dict):
+        extra.update(raw_extra)
+    for k, v in rec.items():
+        if k not in COLUMNS:
+            extra[k] = v
+
+    src_run = rec.get("run_id")
+    if run_id is not None:
+        if src_run is not None and src_run != run_id:
+            extra["source_run_id"] = src_run
+        src_run = run_id
+    row: dict[str, Any] = {"run_id": _str("run_id", src_run, required=True)}
+    row["uid"] = _str("uid", rec.get("uid"), required=True)
+    row["rollout_idx"] = _int("rollout_idx", rec.get("rollout_idx"), required=True)
+    for c in ("step", "sample_idx", "num_turns"):
+        row[c] = _int(c, rec.get(c))
+    for c in _STR_COLS:
+        if c not in row:
+            row[c] = _str(c, rec.get(c))
+    for c in _FLOAT_COLS:
+        row[c] = _float(c, rec.get(c))
+    for c in _STRLIST_COLS:
+        row[c] = _strlist(c, rec.get(c))
+    fmt = rec.get("format_ok")
+    if fmt is not None and not isinstance(fmt, bool):
+        raise RowError("wrong type", "format_ok must be a boolean")
+    row["format_ok"] = fmt
+    parts = rec.get("reward_parts")
+    if parts is not None:
+        if not isinstance(parts, dict):
+            raise RowError("wrong type", "reward_parts must be an object of numbers")
+        row["reward_parts"] = {str(k): _float(f"reward_parts.{k}", v) for k, v in parts.items()}
+    else:
+        row["reward_parts"] = None
+
+    turns_in = rec.get("turns")
+    if turns_in is not None:
+        if isinstance(turns_in, str) or not hasattr(turns_in, "__iter__"):
+            raise RowError("wrong type", "turns must be a list")
+        turns = [_turn_record(t, i) for i, t in enumerate(turns_in)]
+    elif row["response"] is not None:
+        turns = [t.to_record() for t in tags.parse_turns(row["response"])]
+    else:
+        turns = None
+    row["turns"] = turns
+    if turns is not None:
+        if row["num_turns"] is None:
+            row["num_turns"] = len(turns)
+        if row["retrieved_pages"] is None and any(t.get("retrieved") for t in turns):
+            row["retrieved_pages"] = retrieved_from_turns(turns)
+        if row["terminated"] is None:
+            parsed = [
+                tags.Turn(t["idx"], t["think"], t["action"], t["arg"], t["sep"], t["forced"])
+                for t in turns
+            ]
+            row["terminated"] = tags.terminated_from(parsed, max_turns)
+        if row["format_ok"] is None and turns:
+            row["format_ok"] = all(t["action"] != "invalid" for t in turns) and (
+                turns[-1]["action"] == "search_complete"
+            )
+    if row["terminated"] is not None and row["terminated"] not in TERMINATIONS:
+        extra.setdefault("source_terminated", row["terminated"])
+        row["terminated"] = "error"
+    row["extra"] = json.dumps(extra, ensure_ascii=False, default=str, sort_keys=True)
+    return row
+
+
+def is_success(judge_score: float | None, format_ok: bool | None, threshold: float = 1.0) -> bool:
+    """DESIGN.md's success: judge ≥ threshold and the format gate not failed."""
+    return judge_score is not None and judge_score >= threshold and format_ok is not False
+
+
+def to_table(rows: list[dict[str, Any]]) -> pa.Table:
+    return pa.Table.from_pylist(rows, schema=ROLLOUT_SCHEMA)

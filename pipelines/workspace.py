@@ -1,0 +1,67 @@
+"""The workspace and configuration precedence: flag > environment > ``ddai.toml`` > default."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+DEFAULT_HOME = "ddai-work"
+CONFIG_FILE = "ddai.toml"
+
+
+def home() -> Path:
+    """``$DDAI_HOME`` if set, else ``ddai.toml``'s ``home``, else ``./ddai-work``."""
+    env = os.environ.get("DDAI_HOME")
+    if env:
+        return Path(env)
+    cfg = load_config()
+    return Path(cfg.get("home", DEFAULT_HOME))
+
+
+def logs_dir(flag: str | os.PathLike[str] | None = None) -> Path:
+    """The log store: ``--logs`` > ``$DDAI_LOGS`` > ``ddai.toml`` ``logs`` > ``<home>/logs``."""
+    if flag:
+        return Path(flag)
+    env = os.environ.get("DDAI_LOGS")
+    if env:
+        return Path(env)
+    cfg = load_config()
+    if "logs" in cfg:
+        return Path(cfg["logs"])
+    return home() / "logs"
+
+
+def cache_path() -> Path:
+    return home() / "cache" / "calls.sqlite"
+
+
+@lru_cache(maxsize=8)
+def _load(path: str, mtime: float) -> dict[str, Any]:
+    with open(path, "rb") as fh:
+        return tomllib.load(fh)
+
+
+def load_config(path: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+    """Parse ``ddai.toml`` (``$DDAI_CONFIG`` or the working directory); empty when absent."""
+    p = Path(path or os.environ.get("DDAI_CONFIG") or CONFIG_FILE)
+    if not p.is_file():
+        return {}
+    try:
+        return _load(str(p.resolve()), p.stat().st_mtime)
+    except tomllib.TOMLDecodeError as e:
+        raise ValueError(f"{p}: invalid TOML ({e}); fix or remove the file") from e
+
+
+def setting(section: str, key: str, flag: Any = None, env: str | None = None, default: Any = None):
+    """Resolve one setting by the precedence flag > env var > ddai.toml [section].key > default."""
+    if flag is not None:
+        return flag
+    if env and os.environ.get(env) is not None:
+        return os.environ[env]
+    sec = load_config().get(section, {})
+    if isinstance(sec, dict) and key in sec:
+        return sec[key]
+    return default
