@@ -29,7 +29,9 @@ LogsOpt = Annotated[
 ]
 RunsOpt = Annotated[
     list[str] | None,
-    typer.Option("--run", help="Run id to read; repeat for several. Default: every run in the store."),
+    typer.Option(
+        "--run", help="Run id to read; repeat for several. Default: every run in the store."
+    ),
 ]
 JsonOpt = Annotated[
     bool, typer.Option("--json", help="Print the summary as JSON instead of a table.")

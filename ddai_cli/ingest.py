@@ -1,7 +1,68 @@
-"""CLI: `ddai ingest` (not yet built)."""
+"""CLI: ``ddai ingest``: rollout sources into the log store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
 
 import typer
 
+from ddai.cli.common import EXIT_FAILED, JsonOpt, LogsOpt, fail, summary
+from ddai.pipelines import adapters, workspace
+from ddai.pipelines.ingest import IngestConfig, ingest
+
+
+def ingest_cmd(
+    sources: Annotated[
+        list[Path],
+        typer.Argument(help="Rollout files: JSONL or Parquet (ddai's shape or an adapter's)."),
+    ],
+    run_id: Annotated[
+        str | None,
+        typer.Option(
+            "--run-id",
+            help="Run id for every row (wins over the rows' own run_id, "
+            "which is kept as extra.source_run_id).",
+        ),
+    ] = None,
+    logs: LogsOpt = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Log store to write (same as --logs; --out wins).")
+    ] = None,
+    append: Annotated[
+        bool, typer.Option("--append", help="Add to the run's partition instead of replacing it.")
+    ] = False,
+    fmt: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            help=f"Input format, per file by content when auto. One of: "
+            f"{', '.join(adapters.formats())}.",
+        ),
+    ] = "auto",
+    progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+    as_json: JsonOpt = False,
+) -> None:
+    """Ingest rollout logs; unreadable rows go to _quarantine/<run>.jsonl with a reason."""
+    if fmt not in adapters.formats():
+        raise fail(f"--format {fmt!r} is not known; use one of {', '.join(adapters.formats())}")
+    cfg = IngestConfig(
+        sources=sources,
+        logs=out or workspace.logs_dir(logs),
+        run_id=run_id,
+        append=append,
+        fmt=fmt,
+        progress=progress and not as_json,
+    )
+    try:
+        result = ingest(cfg)
+    except (FileNotFoundError, ValueError) as e:
+        raise fail(str(e)) from e
+    data = {"log store": str(cfg.logs), **result.summary()}
+    summary("ddai ingest", data, as_json=as_json)
+    if result.rollouts_out == 0:
+        raise typer.Exit(EXIT_FAILED)
+
 
 def register(app: typer.Typer) -> None:
-    """Add this area's commands to the main app."""
+    app.command("ingest")(ingest_cmd)

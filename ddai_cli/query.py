@@ -1,7 +1,133 @@
-"""CLI: `ddai query` (not yet built)."""
+"""CLI: ``ddai query`` (SQL over the log views) and ``ddai runs``."""
 
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import duckdb
+import pyarrow as pa
 import typer
+from rich.table import Table
+
+from ddai.cli.common import JsonOpt, LogsOpt, RunsOpt, console, fail, summary
+from ddai.pipelines import io, query, workspace
+
+
+class Fmt(StrEnum):
+    table = "table"
+    csv = "csv"
+    parquet = "parquet"
+    json = "json"
+
+
+def _rich_table(tbl: pa.Table, limit: int) -> Table:
+    t = Table(show_lines=False)
+    for name in tbl.column_names:
+        t.add_column(name)
+    for row in tbl.slice(0, limit).to_pylist():
+        t.add_row(*("" if v is None else str(v) for v in row.values()))
+    return t
+
+
+def _write(tbl: pa.Table, fmt: Fmt, out: Path | None) -> None:
+    if fmt is Fmt.parquet:
+        if out is None:
+            raise fail("--format parquet needs --out FILE")
+        io.write_parquet(out, tbl)
+        return
+    if fmt is Fmt.json:
+        text = "".join(
+            json.dumps(r, default=str, ensure_ascii=False) + "\n" for r in tbl.to_pylist()
+        )
+    else:
+        import io as _io
+
+        buf = _io.StringIO()
+        w = csv.writer(buf)
+        w.writerow(tbl.column_names)
+        for r in tbl.to_pylist():
+            w.writerow(["" if v is None else v for v in r.values()])
+        text = buf.getvalue()
+    if out is None:
+        sys.stdout.write(text)
+    else:
+        io.write_text(out, text)
+
+
+def query_cmd(
+    sql: Annotated[
+        str,
+        typer.Argument(
+            help="SQL over the views rollouts, turns, prompts, "
+            "prompts_at(threshold), runs, discrepancies."
+        ),
+    ],
+    logs: LogsOpt = None,
+    runs: RunsOpt = None,
+    param: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--param",
+            "-p",
+            help="Bound parameter NAME=VALUE, used as $NAME in the SQL "
+            "(values are bound, never pasted into the text). Repeatable.",
+        ),
+    ] = None,
+    fmt: Annotated[Fmt, typer.Option("--format", help="Output format.")] = Fmt.table,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Write the result to this file.")
+    ] = None,
+    limit: Annotated[int, typer.Option(help="Rows shown by --format table.")] = 50,
+) -> None:
+    """Run SQL over the rollout-log views and print or save the result."""
+    params = {}
+    for p in param or []:
+        name, sep, value = p.partition("=")
+        if not sep or not name.isidentifier():
+            raise fail(f"--param {p!r} must look like NAME=VALUE")
+        params[name] = _coerce(value)
+    try:
+        con = query.connect(query.logs_or_fail(workspace.logs_dir(logs)), runs)
+        tbl = query.run_sql(con, sql, params or None)
+    except (FileNotFoundError, duckdb.Error) as e:
+        raise fail(str(e)) from e
+    if fmt is Fmt.table and out is None:
+        console.print(_rich_table(tbl, limit))
+        if tbl.num_rows > limit:
+            console.print(f"[dim]{tbl.num_rows:,} rows, {limit} shown (--limit)[/]")
+        return
+    _write(tbl, fmt, out)
+    if out is not None:
+        console.print(f"wrote {tbl.num_rows:,} rows to {out}", style="dim")
+
+
+def _coerce(value: str):
+    for cast in (int, float):
+        try:
+            return cast(value)
+        except ValueError:
+            continue
+    return value
+
+
+def runs_cmd(logs: LogsOpt = None, as_json: JsonOpt = False) -> None:
+    """List the runs in the log store with rollout, prompt and step counts and mean scores."""
+    try:
+        con = query.connect(query.logs_or_fail(workspace.logs_dir(logs)))
+    except FileNotFoundError as e:
+        raise fail(str(e)) from e
+    tbl = query.run_sql(con, "SELECT * FROM runs")
+    if as_json:
+        summary("runs", {"runs": tbl.to_pylist()}, as_json=True)
+        return
+    console.print(_rich_table(tbl, 10_000))
 
 
 def register(app: typer.Typer) -> None:
-    """Add this area's commands to the main app."""
+    app.command("query")(query_cmd)
+    app.command("runs")(runs_cmd)

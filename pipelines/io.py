@@ -25,6 +25,7 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     tmp_path = Path(tmp)
     try:
         yield tmp_path
+        os.chmod(tmp_path, 0o644)  # mkstemp creates 0600; outputs are ordinary shared files
         os.replace(tmp_path, final)
     finally:
         if tmp_path.exists():

@@ -21,7 +21,16 @@ from typing import Any
 from ddai.pipelines import io
 
 MANIFEST_SUFFIX = ".manifest.json"
-_PACKAGES = ("polars", "duckdb", "pyarrow", "torch", "transformers", "trl", "openai", "google-genai")
+_PACKAGES = (
+    "polars",
+    "duckdb",
+    "pyarrow",
+    "torch",
+    "transformers",
+    "trl",
+    "openai",
+    "google-genai",
+)
 
 
 def manifest_path(output: str | os.PathLike[str]) -> Path:
@@ -68,7 +77,8 @@ def input_record(path: str | os.PathLike[str]) -> dict[str, Any]:
         files = sorted(
             f
             for f in p.rglob("*")
-            if f.is_file() and not any(part.startswith((".", "_")) for part in f.relative_to(p).parts)
+            if f.is_file()
+            and not any(part.startswith((".", "_")) for part in f.relative_to(p).parts)
         )
         digest = io.sha256_text(
             "\n".join(f"{f.relative_to(p).as_posix()}:{io.sha256_file(f)}" for f in files)
@@ -116,7 +126,9 @@ class StepRecord:
 
 def start(step: str, params: dict[str, Any], inputs: list[str | os.PathLike[str]], **kw: Any):
     """Begin a step: hash its inputs now, so the manifest names what was actually read."""
-    return StepRecord(step=step, params=_jsonable(params), inputs=[input_record(p) for p in inputs], **kw)
+    return StepRecord(
+        step=step, params=_jsonable(params), inputs=[input_record(p) for p in inputs], **kw
+    )
 
 
 def write(output: str | os.PathLike[str], record: StepRecord) -> Path:
@@ -136,7 +148,10 @@ def read(output: str | os.PathLike[str]) -> dict[str, Any] | None:
 
 
 def is_fresh(
-    output: str | os.PathLike[str], step: str, params: dict[str, Any], inputs: list[str | os.PathLike[str]]
+    output: str | os.PathLike[str],
+    step: str,
+    params: dict[str, Any],
+    inputs: list[str | os.PathLike[str]],
 ) -> bool:
     """True when ``output`` exists and its manifest has the same step, parameters and input hashes."""
     if not Path(output).exists():

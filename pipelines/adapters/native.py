@@ -1,0 +1,61 @@
+"""ddai's own rollout files: JSONL (one rollout object per line) or Parquet in the log's shape."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from ddai.pipelines.adapters.base import ReaderContext, SourceRecord, iter_json_lines
+
+PARQUET_BATCH = 8192
+
+
+def sniff(path: Path) -> bool:
+    if path.suffix == ".parquet":
+        try:
+            names = set(pq.read_schema(path).names)
+        except Exception:
+            return False
+        return {"uid", "rollout_idx"} <= names
+    try:
+        with open(path, "rb") as fh:
+            first = fh.readline(1 << 22)
+        obj = json.loads(first)
+    except (OSError, ValueError):
+        return False
+    return isinstance(obj, dict) and "rollout_idx" in obj and "event_type" not in obj
+
+
+def read(path: Path, ctx: ReaderContext) -> Iterator[SourceRecord]:
+    if path.suffix == ".parquet":
+        yield from _read_parquet(path, ctx)
+        return
+    with open(path, "rb") as fh:
+        for line, text, obj, reason in iter_json_lines(fh, ctx):
+            if reason is not None:
+                key, _, detail = reason.partition("|")
+                yield SourceRecord(None, line, text, key, detail)
+            elif not isinstance(obj, dict):
+                yield SourceRecord(None, line, text, "wrong type", "a row must be a JSON object")
+            else:
+                yield SourceRecord(obj, line, text, run_id=_run(obj))
+
+
+def _run(obj: dict) -> str | None:
+    r = obj.get("run_id")
+    return r if isinstance(r, str) else None
+
+
+def _read_parquet(path: Path, ctx: ReaderContext) -> Iterator[SourceRecord]:
+    pf = pq.ParquetFile(path)
+    line = 0
+    for batch in pf.iter_batches(batch_size=PARQUET_BATCH):
+        ctx.bytes_read += batch.nbytes
+        for obj in batch.to_pylist():
+            line += 1
+            if isinstance(obj.get("reward_parts"), list):  # pyarrow maps come back as pairs
+                obj["reward_parts"] = dict(obj["reward_parts"])
+            yield SourceRecord(obj, line, None, run_id=_run(obj))

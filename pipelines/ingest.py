@@ -1,0 +1,236 @@
+"""``ddai ingest``: read rollout sources into the log store, quarantining what cannot be read.
+
+Invariant, per ingest and per run: rows in = rollouts out + quarantined. Sources stream through
+their reader and a per-run ``PartitionWriter``, so memory stays bounded by the write batch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+from ddai.pipelines import adapters, io
+from ddai.pipelines.adapters.base import ReaderContext, SourceRecord
+from ddai.pipelines.schema import RowError, normalize_rollout
+from ddai.pipelines.store import QUARANTINE_DIR, PartitionWriter, check_run_id
+
+NO_RUN = "no-run-id"
+
+
+@dataclass
+class IngestConfig:
+    sources: list[Path]
+    logs: Path
+    run_id: str | None = None
+    append: bool = False
+    fmt: str = "auto"
+    progress: bool = True
+
+
+@dataclass
+class RunCounts:
+    rows_in: int = 0
+    rollouts_out: int = 0
+    quarantined: Counter = field(default_factory=Counter)
+
+
+@dataclass
+class IngestResult:
+    runs: dict[str, RunCounts]
+    formats: dict[str, str]
+    quarantine_files: list[str]
+    side_tables: dict[str, int]
+    notes: dict[str, Any]
+
+    @property
+    def rows_in(self) -> int:
+        return sum(c.rows_in for c in self.runs.values())
+
+    @property
+    def rollouts_out(self) -> int:
+        return sum(c.rollouts_out for c in self.runs.values())
+
+    @property
+    def quarantined(self) -> Counter:
+        total: Counter = Counter()
+        for c in self.runs.values():
+            total.update(c.quarantined)
+        return total
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "rows in": self.rows_in,
+            "rollouts out": self.rollouts_out,
+            "quarantined": sum(self.quarantined.values()),
+            "quarantined by reason": dict(sorted(self.quarantined.items())),
+            "runs": {r: c.rollouts_out for r, c in sorted(self.runs.items())},
+            "formats": self.formats,
+            "quarantine files": self.quarantine_files,
+            **({"side tables": self.side_tables} if self.side_tables else {}),
+        }
+
+
+class _Quarantine:
+    """Bad rows of one ingest, per run, flushed to ``_quarantine/<run>.jsonl`` at the end."""
+
+    def __init__(self, logs: Path, append: bool):
+        self.dir = logs / QUARANTINE_DIR
+        self.append = append
+        self.rows: dict[str, list[dict[str, Any]]] = {}
+
+    def add(self, run: str, source: Path, rec: SourceRecord, reason: str, detail: str) -> None:
+        self.rows.setdefault(run, []).append(
+            {
+                "source": str(source),
+                "line": rec.line,
+                "reason": reason,
+                "detail": detail,
+                "raw": rec.raw if rec.raw is not None else json.dumps(rec.row, default=str),
+            }
+        )
+
+    def flush(self, runs: list[str]) -> list[str]:
+        written = []
+        for run in runs:
+            path = self.dir / f"{run}.jsonl"
+            rows = sorted(self.rows.get(run, []), key=lambda r: (r["source"], r["line"] or 0))
+            if not rows and not (path.exists() and not self.append):
+                continue
+            old = path.read_text(encoding="utf-8") if self.append and path.exists() else ""
+            text = old + "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+            io.write_text(path, text)
+            if rows:
+                written.append(str(path))
+        return written
+
+
+def _progress(enabled: bool) -> Progress:
+    return Progress(
+        TextColumn("[bold]ingest[/] {task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TimeRemainingColumn(),
+        disable=not enabled,
+        transient=True,
+    )
+
+
+def ingest(cfg: IngestConfig) -> IngestResult:
+    """Ingest every source; one partition per run, replaced unless ``cfg.append``."""
+    if cfg.run_id is not None:
+        check_run_id(cfg.run_id)
+    missing = [str(s) for s in cfg.sources if not Path(s).is_file()]
+    if missing:
+        raise FileNotFoundError(f"source file(s) not found: {', '.join(missing)}")
+    fmt_of: dict[str, str] = {}
+    for src in cfg.sources:
+        fmt_of[str(src)] = adapters.detect(Path(src)) if cfg.fmt == "auto" else cfg.fmt
+        adapters.reader(fmt_of[str(src)])  # fail early on an unknown --format
+    ctx = ReaderContext(run_id=cfg.run_id)
+    writers: dict[str, PartitionWriter] = {}
+    counts: dict[str, RunCounts] = {}
+    sources_of: dict[str, list[dict[str, Any]]] = {}
+    quarantine = _Quarantine(cfg.logs, cfg.append)
+    started = time.time()
+    try:
+        with _progress(cfg.progress) as bar:
+            for src in map(Path, cfg.sources):
+                fmt = fmt_of[str(src)]
+                task = bar.add_task(src.name, total=os.path.getsize(src))
+                before = ctx.bytes_read
+                src_info = {"path": str(src), "sha256": io.sha256_file(src), "format": fmt}
+                # Lines that could not even be parsed carry no run id: they are charged to the
+                # run this source feeds (its first run), once the source is read.
+                orphans: list[SourceRecord] = []
+                first_run: str | None = None
+                for rec in adapters.reader(fmt)(src, ctx):
+                    if rec.reason is not None and not (cfg.run_id or rec.run_id):
+                        orphans.append(rec)
+                    else:
+                        run = _route(
+                            rec, src, cfg, writers, counts, sources_of, src_info, quarantine
+                        )
+                        first_run = first_run or run
+                    bar.update(task, completed=min(ctx.bytes_read - before, os.path.getsize(src)))
+                for rec in orphans:
+                    rec.run_id = first_run
+                    _route(rec, src, cfg, writers, counts, sources_of, src_info, quarantine)
+        for run, w in writers.items():
+            c = counts[run]
+            w.commit(
+                {
+                    "sources": sources_of[run],
+                    "rows_in": c.rows_in,
+                    "quarantined": dict(c.quarantined),
+                    "run_config": ctx.run_config.get(run, {}),
+                    "wall_time_s": round(time.time() - started, 3),
+                }
+            )
+    except BaseException:
+        for w in writers.values():
+            w.abort()
+        raise
+    qfiles = quarantine.flush(sorted(counts))
+    side = _write_side_tables(cfg.logs, ctx)
+    return IngestResult(counts, fmt_of, qfiles, side, ctx.notes)
+
+
+def _route(
+    rec: SourceRecord,
+    src: Path,
+    cfg: IngestConfig,
+    writers: dict[str, PartitionWriter],
+    counts: dict[str, RunCounts],
+    sources_of: dict[str, list[dict[str, Any]]],
+    src_info: dict[str, Any],
+    quarantine: _Quarantine,
+) -> str:
+    """Send one record to its run's writer or quarantine; returns the run it was charged to."""
+    run = cfg.run_id or rec.run_id or NO_RUN
+    try:
+        check_run_id(run)
+    except ValueError:
+        run = NO_RUN
+    reason, detail, row = rec.reason, rec.detail, None
+    if reason is None:
+        try:
+            row = normalize_rollout(rec.row, run_id=cfg.run_id)
+            run = check_run_id(row["run_id"])
+        except RowError as e:
+            reason, detail = e.reason, e.detail
+        except ValueError as e:
+            reason, detail = "bad run id", str(e)
+    c = counts.setdefault(run, RunCounts())
+    c.rows_in += 1
+    if src_info not in sources_of.setdefault(run, []):
+        sources_of[run].append(src_info)
+    if reason is not None:
+        c.quarantined[reason] += 1
+        quarantine.add(run, src, rec, reason, detail)
+        return run
+    if run not in writers:
+        writers[run] = PartitionWriter(cfg.logs, run, append=cfg.append)
+    writers[run].add(row)
+    c.rollouts_out += 1
+    return run
+
+
+def _write_side_tables(logs: Path, ctx: ReaderContext) -> dict[str, int]:
+    """Events that do not join to rollouts are kept as their own tables under ``_side/``."""
+    out = {}
+    for name, rows in ctx.side_tables.items():
+        if not rows:
+            continue
+        path = logs / "_side" / f"{name}.jsonl"
+        io.write_text(
+            path, "".join(json.dumps(r, ensure_ascii=False, default=str) + "\n" for r in rows)
+        )
+        out[name] = len(rows)
+    return out

@@ -1,0 +1,84 @@
+"""The DuckDB query layer: views from ``ddai.sql`` over the log store, SQL loaded by name.
+
+The store is registered as the Arrow dataset ``rollouts_src`` (projection and filters push down
+into Parquet); the views in ``sql/*.sql`` are created over it in dependency order. Queries take
+bound parameters (``$name`` or ``?``), never string interpolation.
+"""
+
+from __future__ import annotations
+
+import os
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from ddai.pipelines import store
+
+# Creation order matters: later views read earlier ones.
+VIEWS = ("rollouts", "turns", "prompts_at", "prompts", "runs", "discrepancies")
+
+
+def sql_text(name: str) -> str:
+    """The text of ``sql/<name>.sql`` (package data ``ddai.sql``)."""
+    try:
+        return resources.files("ddai.sql").joinpath(f"{name}.sql").read_text(encoding="utf-8")
+    except FileNotFoundError as e:
+        known = sorted(
+            p.name[:-4] for p in resources.files("ddai.sql").iterdir() if p.name.endswith(".sql")
+        )
+        raise ValueError(f"no SQL file {name!r}; known: {', '.join(known)}") from e
+
+
+def connect(
+    logs: str | os.PathLike[str],
+    runs: list[str] | None = None,
+    *,
+    database: str = ":memory:",
+    threads: int | None = None,
+) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection with the rollout-log views over ``logs`` (or the named runs)."""
+    con = duckdb.connect(database)
+    if threads:
+        con.execute(f"SET threads = {int(threads)}")
+    if store.list_runs(logs) or runs:
+        con.register("rollouts_src", store.dataset(logs, runs))
+    else:
+        # An empty store still answers queries (with no rows).
+        con.register("rollouts_src", store.ROLLOUT_SCHEMA.empty_table())
+    for name in VIEWS:
+        con.execute(sql_text(name))
+    return con
+
+
+def connect_table(table: pa.Table) -> duckdb.DuckDBPyConnection:
+    """The same views over an in-memory table in the rollout schema (tests, trainer output)."""
+    con = duckdb.connect()
+    con.register("rollouts_src", table)
+    for name in VIEWS:
+        con.execute(sql_text(name))
+    return con
+
+
+def run_named(
+    con: duckdb.DuckDBPyConnection, name: str, params: dict[str, Any] | list[Any] | None = None
+) -> pa.Table:
+    """Run the query in ``sql/<name>.sql`` with bound parameters; returns an Arrow table."""
+    return con.execute(sql_text(name), params or []).fetch_arrow_table()
+
+
+def run_sql(
+    con: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any] | list[Any] | None = None
+) -> pa.Table:
+    return con.execute(sql, params or []).fetch_arrow_table()
+
+
+def logs_or_fail(logs: Path) -> Path:
+    if not logs.exists():
+        raise FileNotFoundError(
+            f"log store {logs} does not exist; ingest logs first (`ddai ingest FILE --logs {logs}`) "
+            "or pass --logs"
+        )
+    return logs
