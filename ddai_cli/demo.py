@@ -1,7 +1,138 @@
-"""CLI: `ddai demo` (not yet built)."""
+"""CLI: ``ddai demo``: the whole loop on the synthetic world, end to end, offline.
+
+Makes the synthetic world (if missing), ingests its runs, runs the funnel, distills rare
+successes, writes the HTML report, and prints where every result is. Each step is a small
+function returning a summary dict; the demo stops at the first failing step with exit code 1.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
+from rich.table import Table
+
+from ddai.cli.common import EXIT_FAILED, JsonOpt, console, err_console, summary
+from ddai.pipelines import workspace
+
+
+@dataclass
+class DemoConfig:
+    home: Path
+    seed: int = 0
+    size: str = "small"
+    fresh: bool = False
+
+    @property
+    def world(self) -> Path:
+        return self.home / "demo" / "world"
+
+    @property
+    def logs(self) -> Path:
+        return self.home / "demo" / "logs"
+
+    @property
+    def out(self) -> Path:
+        return self.home / "demo" / "out"
+
+
+def step_world(cfg: DemoConfig) -> dict[str, Any]:
+    from ddai.pipelines import fixtures
+
+    if cfg.fresh or not (cfg.world / "truth.json").is_file():
+        fixtures.make_world(cfg.world, seed=cfg.seed, size=cfg.size)
+    return {"world": str(cfg.world)}
+
+
+def step_ingest(cfg: DemoConfig) -> dict[str, Any]:
+    from ddai.pipelines.ingest import IngestConfig, ingest
+
+    sources = sorted((cfg.world / "logs").glob("*.jsonl"))
+    res = ingest(IngestConfig(sources, cfg.logs, progress=False))
+    return {
+        "log store": str(cfg.logs),
+        "rollouts": res.rollouts_out,
+        "runs": ", ".join(sorted(res.runs)),
+        "quarantined": sum(res.quarantined.values()),
+    }
+
+
+def step_funnel(cfg: DemoConfig) -> dict[str, Any]:
+    from ddai.pipelines.funnel import run_funnel_demo
+
+    return run_funnel_demo(cfg.world, cfg.logs, cfg.out / "funnel")
+
+
+def step_distill(cfg: DemoConfig) -> dict[str, Any]:
+    from ddai.pipelines.distill import demo_distill
+
+    return demo_distill(cfg.logs, cfg.out / "sft" / "focused_r1.train1.parquet")
+
+
+def step_report(cfg: DemoConfig) -> dict[str, Any]:
+    from ddai.reports import demo_report
+
+    return demo_report(cfg.logs, cfg.out / "report.html", datasets_dir=cfg.out / "funnel")
+
+
+STEPS: list[tuple[str, Callable[[DemoConfig], dict[str, Any]]]] = [
+    ("synthetic world", step_world),
+    ("ingest", step_ingest),
+    ("funnel", step_funnel),
+    ("distill", step_distill),
+    ("report", step_report),
+]
+
+
+def run_demo(cfg: DemoConfig, *, on_step: Callable[[str, dict[str, Any], float], None]) -> bool:
+    for name, fn in STEPS:
+        t0 = time.perf_counter()
+        try:
+            result = fn(cfg)
+        except Exception as e:  # the demo reports which step failed and why, then stops
+            on_step(name, {"error": f"{type(e).__name__}: {e}"}, time.perf_counter() - t0)
+            return False
+        on_step(name, result, time.perf_counter() - t0)
+    return True
+
+
+def demo_cmd(
+    seed: Annotated[int, typer.Option(help="Seed of the synthetic world.")] = 0,
+    size: Annotated[
+        str, typer.Option(help="Size of the synthetic world: small, medium, large or a number.")
+    ] = "small",
+    fresh: Annotated[
+        bool, typer.Option(help="Rebuild the synthetic world even if present.")
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Run the whole loop on the synthetic world: world → ingest → funnel → distill → report."""
+    cfg = DemoConfig(home=workspace.home(), seed=seed, size=size, fresh=fresh)
+    results: dict[str, Any] = {}
+    table = Table(title="ddai demo", title_justify="left")
+    table.add_column("step", style="bold cyan")
+    table.add_column("result")
+    table.add_column("s", justify="right")
+
+    def on_step(name: str, result: dict[str, Any], seconds: float) -> None:
+        results[name] = result
+        text = "; ".join(f"{k}: {v}" for k, v in result.items())
+        table.add_row(name, f"[red]{text}[/]" if "error" in result else text, f"{seconds:.1f}")
+        if not as_json:
+            err_console.print(f"[dim]done[/] {name} ({seconds:.1f}s)")
+
+    ok = run_demo(cfg, on_step=on_step)
+    if as_json:
+        summary("ddai demo", results, as_json=True)
+    else:
+        console.print(table)
+    if not ok:
+        raise typer.Exit(EXIT_FAILED)
 
 
 def register(app: typer.Typer) -> None:
-    """Add this area's commands to the main app."""
+    app.command("demo")(demo_cmd)

@@ -66,13 +66,16 @@ def run_named(
     con: duckdb.DuckDBPyConnection, name: str, params: dict[str, Any] | list[Any] | None = None
 ) -> pa.Table:
     """Run the query in ``sql/<name>.sql`` with bound parameters; returns an Arrow table."""
-    return con.execute(sql_text(name), params or []).fetch_arrow_table()
+    return run_sql(con, sql_text(name), params)
 
 
 def run_sql(
     con: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any] | list[Any] | None = None
 ) -> pa.Table:
-    return con.execute(sql, params or []).fetch_arrow_table()
+    rel = con.sql(sql, params=params or None)
+    if rel is None:  # a statement without a result (DDL)
+        return pa.table({})
+    return rel.to_arrow_table()
 
 
 def logs_or_fail(logs: Path) -> Path:

@@ -1,0 +1,114 @@
+"""``ddai ingest``, ``ddai query`` and ``ddai runs`` through the Typer app."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+from typer.testing import CliRunner
+
+from ddai.cli.app import app
+
+runner = CliRunner()
+RESP = "<think>t</think>\n<search>q</search><think>d</think><search_complete>true</search_complete>"
+
+
+def _src(tmp_path, rows):
+    p = tmp_path / "in.jsonl"
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows) + "{broken\n")
+    return p
+
+
+def _rows():
+    return [
+        {"uid": f"u{u}", "rollout_idx": i, "response": RESP, "judge_score": float(i < u)}
+        for u in range(3)
+        for i in range(4)
+    ]
+
+
+def test_ingest_then_query(tmp_path):
+    logs = tmp_path / "logs"
+    res = runner.invoke(
+        app,
+        ["ingest", str(_src(tmp_path, _rows())), "--run-id", "r1", "--logs", str(logs), "--json"],
+    )
+    assert res.exit_code == 0, res.output
+    s = json.loads(res.output)
+    assert s["rows in"] == 13 and s["rollouts out"] == 12 and s["quarantined"] == 1
+    assert s["quarantined by reason"] == {"malformed JSON": 1}
+    assert s["formats"] == {str(tmp_path / "in.jsonl"): "ddai"}
+
+    res = runner.invoke(
+        app,
+        [
+            "query",
+            "SELECT run_id, count(*) AS n FROM rollouts GROUP BY 1",
+            "--logs",
+            str(logs),
+            "--format",
+            "csv",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    assert list(csv.reader(io.StringIO(res.output))) == [["run_id", "n"], ["r1", "12"]]
+
+    res = runner.invoke(
+        app,
+        [
+            "query",
+            "SELECT uid, success_rate FROM prompts_at($t) ORDER BY uid",
+            "-p",
+            "t=1.0",
+            "--logs",
+            str(logs),
+            "--format",
+            "json",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    got = [json.loads(x) for x in res.output.splitlines()]
+    assert got == [
+        {"uid": "u0", "success_rate": 0.0},
+        {"uid": "u1", "success_rate": 0.25},
+        {"uid": "u2", "success_rate": 0.5},
+    ]
+
+    out = tmp_path / "p.parquet"
+    res = runner.invoke(
+        app,
+        [
+            "query",
+            "SELECT * FROM prompts",
+            "--logs",
+            str(logs),
+            "--format",
+            "parquet",
+            "--out",
+            str(out),
+        ],
+    )
+    assert res.exit_code == 0 and out.is_file()
+
+    res = runner.invoke(app, ["runs", "--logs", str(logs), "--json"])
+    (run,) = json.loads(res.output)["runs"]
+    assert run["run_id"] == "r1" and run["rollouts"] == 12 and run["prompts"] == 3
+
+
+def test_errors_are_clear(tmp_path):
+    res = runner.invoke(app, ["query", "SELECT 1", "--logs", str(tmp_path / "missing")])
+    assert res.exit_code == 2 and "does not exist" in res.output
+    res = runner.invoke(app, ["ingest", str(tmp_path / "nope.jsonl"), "--logs", str(tmp_path)])
+    assert res.exit_code == 2 and "not found" in res.output
+    res = runner.invoke(app, ["query", "SELECT * FROM nowhere", "--logs", str(tmp_path)])
+    assert res.exit_code == 2 and "nowhere" in res.output
+    res = runner.invoke(app, ["query", "SELECT 1", "-p", "bad", "--logs", str(tmp_path)])
+    assert res.exit_code == 2 and "NAME=VALUE" in res.output
+
+
+def test_default_log_store_is_the_workspace(tmp_path, monkeypatch):
+    monkeypatch.setenv("DDAI_HOME", str(tmp_path / "home"))
+    res = runner.invoke(app, ["ingest", str(_src(tmp_path, _rows())), "--run-id", "r1"])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "home" / "logs" / "run_id=r1" / "_manifest.json").is_file()
