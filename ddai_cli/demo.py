@@ -68,9 +68,11 @@ def step_funnel(cfg: DemoConfig) -> dict[str, Any]:
 
 
 def step_distill(cfg: DemoConfig) -> dict[str, Any]:
-    from ddai.pipelines.distill import demo_distill
+    from ddai.pipelines.distill import DistillConfig, run_distill
 
-    return demo_distill(cfg.logs, cfg.out / "sft" / "focused_r1.train1.parquet")
+    out = cfg.out / "sft" / "focused_r1.train1.parquet"
+    res = run_distill(DistillConfig(logs=cfg.logs, runs=["focused_r1"], out=out))
+    return {"sft file": str(out), **{k: v for k, v in res.items() if isinstance(v, int | str)}}
 
 
 def step_report(cfg: DemoConfig) -> dict[str, Any]:

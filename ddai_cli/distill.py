@@ -1,7 +1,266 @@
-"""CLI: `ddai distill` (not yet built)."""
+"""CLI: ``ddai distill`` (rare-success SFT from a run), ``ddai distill check`` (the safety
+post-pass over an existing SFT file) and ``ddai distill convert`` (train1 ⇄ messages)."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
+
+from ddai.cli.common import EXIT_FAILED, JsonOpt, LogsOpt, ThresholdOpt, fail, summary
+from ddai.pipelines import workspace
+from ddai.pipelines.distill import (
+    CheckConfig,
+    DistillConfig,
+    DistillError,
+    convert,
+    run_check,
+    run_distill,
+)
+
+
+class Rewrite(StrEnum):
+    think_only = "think-only"
+    none = "none"
+
+
+class Fmt(StrEnum):
+    train1 = "train1"
+    messages = "messages"
+
+
+DropForcedOpt = Annotated[
+    bool,
+    typer.Option(
+        "--drop-forced",
+        help="Drop samples holding a forced max-turn completion (DDAI's injected "
+        "'Maximum turn limit reached' turn or a paraphrase of it).",
+    ),
+]
+DropErrorsOpt = Annotated[
+    bool,
+    typer.Option(
+        "--drop-system-errors", help="Drop samples with a '[System Error: …]' observation."
+    ),
+]
+DropRepeatsOpt = Annotated[
+    bool,
+    typer.Option(
+        "--drop-repeated-queries",
+        help="Drop samples that send the same search query twice (whitespace and case ignored).",
+    ),
+]
+ClaimOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--claim-pattern",
+        help="Observation-claim regex a rewritten think may not add (repeatable; replaces the "
+        "built-in list; default: ddai.toml \\[distill] claim_patterns, else the built-in list).",
+    ),
+]
+ProgressOpt = Annotated[bool, typer.Option(help="Show progress bars.")]
+RunOpt = Annotated[
+    list[str] | None,
+    typer.Option("--run", help="Run id to distill (required; repeat to pool several runs)."),
+]
+
+distill_app = typer.Typer(
+    name="distill",
+    help="Rare-success SFT distillation: select successful rollouts of hard prompts, rewrite "
+    "their thinks (optional), run the safety post-pass, write train1 or messages Parquet.",
+)
+
+
+def _claims(flag: list[str] | None) -> list[str] | None:
+    return flag or workspace.setting("distill", "claim_patterns")
+
+
+def _run(fn, *args: Any) -> dict[str, Any]:
+    try:
+        return fn(*args)
+    except (ValueError, FileNotFoundError) as e:
+        raise fail(str(e)) from e
+    except (DistillError, OSError) as e:
+        raise fail(str(e), EXIT_FAILED) from e
+
+
+@distill_app.callback(invoke_without_command=True)
+def distill_cmd(
+    ctx: typer.Context,
+    logs: LogsOpt = None,
+    runs: RunOpt = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="The SFT Parquet file to write (required).")
+    ] = None,
+    success_rate_max: Annotated[
+        float,
+        typer.Option(
+            "--success-rate-max", help="Keep prompts whose success rate is > 0 and <= this."
+        ),
+    ] = 0.5,
+    top_k: Annotated[
+        int,
+        typer.Option(
+            "--top-k",
+            help="Successful rollouts kept per prompt, best first: reward, then NDCG, then fewer "
+            "actions, then rollout_idx.",
+        ),
+    ] = 4,
+    success_threshold: ThresholdOpt = 1.0,
+    rewrite: Annotated[
+        Rewrite,
+        typer.Option("--rewrite", help="think-only: rewrite thinks only; none: no rewriter."),
+    ] = Rewrite.think_only,
+    rewriter: Annotated[
+        str | None,
+        typer.Option(
+            "--rewriter",
+            help="Rewriter backend name (ddai.toml \\[backends.NAME]). Default: $DDAI_REWRITER, "
+            "ddai.toml \\[roles] rewriter, else identity (no model).",
+        ),
+    ] = None,
+    fmt: Annotated[
+        Fmt,
+        typer.Option(
+            "--format",
+            help="train1: DDAI's (uid, format_version, messages JSON); messages: "
+            "TRL's conversational shape for `ddai train sft`.",
+        ),
+    ] = Fmt.train1,
+    system_prompt: Annotated[
+        Path | None,
+        typer.Option(
+            "--system-prompt",
+            help="System prompt file (used as written) for logs without extra.system_prompt. "
+            "Default: the bundled DDAI Searcher prompt.",
+        ),
+    ] = None,
+    drop_forced: DropForcedOpt = False,
+    drop_system_errors: DropErrorsOpt = False,
+    drop_repeated_queries: DropRepeatsOpt = False,
+    claim_pattern: ClaimOpt = None,
+    max_thinks_per_call: Annotated[
+        int,
+        typer.Option(
+            "--max-thinks-per-call",
+            help="Split a trajectory's thinks into requests of at most this many.",
+        ),
+    ] = 8,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="Count rewrite calls and their estimated cost; write nothing, call nothing.",
+        ),
+    ] = False,
+    max_cost: Annotated[
+        float | None,
+        typer.Option(
+            "--max-cost",
+            help="Stop before the rewriter spends more than this many USD "
+            "(finished calls are cached: rerun to resume).",
+        ),
+    ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Rerun even when inputs and parameters are unchanged.")
+    ] = False,
+    progress: ProgressOpt = True,
+    as_json: JsonOpt = False,
+) -> None:
+    """Distill rare successes of a run into SFT data (see `ddai distill check` for files)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if not runs:
+        raise fail("--run is required: name the run to distill (`ddai runs` lists them)")
+    if out is None:
+        raise fail("--out is required: the SFT Parquet file to write, e.g. --out sft.parquet")
+    try:
+        cfg = DistillConfig(
+            logs=workspace.logs_dir(logs),
+            runs=runs,
+            out=out,
+            success_rate_max=success_rate_max,
+            top_k=top_k,
+            success_threshold=success_threshold,
+            rewrite=rewrite.value,
+            rewriter=rewriter,
+            fmt=fmt.value,
+            system_prompt=system_prompt,
+            drop_forced=drop_forced,
+            drop_system_errors=drop_system_errors,
+            drop_repeated_queries=drop_repeated_queries,
+            claim_patterns=_claims(claim_pattern),
+            max_thinks_per_call=max_thinks_per_call,
+            dry_run=dry_run,
+            max_cost=max_cost,
+            force=force,
+            progress=progress and not as_json,
+        )
+    except ValueError as e:
+        raise fail(str(e)) from e
+    summary("ddai distill", _run(run_distill, cfg), as_json=as_json)
+
+
+@distill_app.command("check")
+def check_cmd(
+    file: Annotated[Path, typer.Argument(help="An SFT Parquet file (train1 or messages shape).")],
+    original: Annotated[
+        Path | None,
+        typer.Option(
+            "--original",
+            help="The same samples before their rewrite: enables the rollback rules (outside-"
+            "think changes, action tags, new observation claims).",
+        ),
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", help="Write the cleaned file here (same shape as FILE)."),
+    ] = None,
+    report: Annotated[
+        Path | None,
+        typer.Option(
+            "--report",
+            help="The report JSONL. Default: <out>.report.jsonl, else <FILE>.report.jsonl.",
+        ),
+    ] = None,
+    drop_forced: DropForcedOpt = False,
+    drop_system_errors: DropErrorsOpt = False,
+    drop_repeated_queries: DropRepeatsOpt = False,
+    claim_pattern: ClaimOpt = None,
+    progress: ProgressOpt = True,
+    as_json: JsonOpt = False,
+) -> None:
+    """Run the safety post-pass over an existing SFT file and report what it finds."""
+    try:
+        cfg = CheckConfig(
+            file=file,
+            original=original,
+            out=out,
+            report=report,
+            drop_forced=drop_forced,
+            drop_system_errors=drop_system_errors,
+            drop_repeated_queries=drop_repeated_queries,
+            claim_patterns=_claims(claim_pattern),
+            progress=progress and not as_json,
+        )
+    except ValueError as e:
+        raise fail(str(e)) from e
+    summary("ddai distill check", _run(run_check, cfg), as_json=as_json)
+
+
+@distill_app.command("convert")
+def convert_cmd(
+    file: Annotated[Path, typer.Argument(help="An SFT Parquet file (train1 or messages shape).")],
+    to: Annotated[Fmt, typer.Option("--to", help="The shape to write.")],
+    out: Annotated[Path, typer.Option("--out", help="The Parquet file to write.")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Convert an SFT file between the train1 and messages shapes, byte for byte."""
+    summary("ddai distill convert", _run(convert, file, out, to.value), as_json=as_json)
 
 
 def register(app: typer.Typer) -> None:
     """Add this area's commands to the main app."""
+    app.add_typer(distill_app, name="distill")

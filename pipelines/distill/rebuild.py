@@ -1,0 +1,177 @@
+"""Rebuild a rollout of the log as a train1 message list, and name it.
+
+Messages: ``system`` (the Searcher prompt), ``user`` (the question), then per turn an ``assistant``
+message (think + the separator as written + the action: ``Turn.body()``) and, after every turn but
+the last, the observation as a ``user`` message. The observation is the turn's ``observation``:
+an image path becomes ``[{"image": path}]``, a JSON list of content blocks is kept as that list,
+any other text (page text, a crop's text, an error) stays text; with no observation, an
+environment error becomes ``[System Error: …]``, else ``[observation unavailable]`` (counted).
+
+Sample uids follow DDAI: ``{uid}__s{sample_idx}__{tag}`` (``__r{rollout_idx}`` when the source has
+no ``sample_idx``), plus ``__t{step}`` when the same key repeats across steps; ``tag`` is the
+trailing 8 hex digits of a DDAI run id (``{experiment}_{YYYYmmdd_HHMMSS}_{8 hex}``: the row's
+``run_id``, else ``extra.source_run_id``), else the first 8 hex digits of sha256(run_id).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from ddai.pipelines.distill.findings import SYSTEM_ERROR_RE
+from ddai.pipelines.distill.thinks import Message
+from ddai.pipelines.tags import Turn, parse_turns
+
+UNAVAILABLE = "[observation unavailable]"
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".gif", ".bmp")
+DDAI_RUN_ID_RE = re.compile(r"_\d{8}_\d{6}_([0-9a-f]{8})$")
+
+# Rebuild failures (counted drops).
+NO_QUESTION = "no question"
+NO_TURNS = "no turns"
+UNRENDERABLE = "invalid turn without its raw text"
+
+
+class RebuildError(ValueError):
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+def default_system_prompt() -> str:
+    """The bundled DDAI Searcher system prompt (the RL prompt of DDAI's SlideVQA set)."""
+    res = resources.files("ddai.pipelines").joinpath("prompts", "searcher_system.txt")
+    return res.read_text(encoding="utf-8")
+
+
+def load_system_prompt(path: str | os.PathLike[str] | None) -> str:
+    """``path``'s text exactly as written (no stripping), else the bundled prompt."""
+    if path is None:
+        return default_system_prompt()
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"--system-prompt {p}: no such file; pass a text file or omit it")
+    return p.read_text(encoding="utf-8")
+
+
+def extra_of(row: dict[str, Any]) -> dict[str, Any]:
+    try:
+        extra = json.loads(row.get("extra") or "{}")
+    except ValueError:
+        return {}
+    return extra if isinstance(extra, dict) else {}
+
+
+def run_tag(run_id: str, source_run_id: str | None = None) -> str:
+    for rid in (run_id, source_run_id):
+        m = DDAI_RUN_ID_RE.search(rid or "")
+        if m:
+            return m.group(1)
+    return hashlib.sha256(run_id.encode("utf-8")).hexdigest()[:8]
+
+
+def sample_key(row: dict[str, Any], tag: str) -> str:
+    if row.get("sample_idx") is not None:
+        return f"{row['uid']}__s{row['sample_idx']}__{tag}"
+    return f"{row['uid']}__r{row['rollout_idx']}__{tag}"
+
+
+class UidCollision(ValueError):
+    pass
+
+
+def assign_uids(keys: Sequence[str], steps: Sequence[int | None]) -> list[str]:
+    """Add ``__t{step}`` to keys that repeat across steps; any uid still repeated is an error."""
+    seen_steps: dict[str, set[int | None]] = defaultdict(set)
+    for k, s in zip(keys, steps, strict=True):
+        seen_steps[k].add(s)
+    uids = [
+        f"{k}__t{s}" if len(seen_steps[k]) > 1 and s is not None else k
+        for k, s in zip(keys, steps, strict=True)
+    ]
+    dup = [u for u, n in Counter(uids).items() if n > 1]
+    if dup:
+        raise UidCollision(
+            f"{len(dup)} sample uid(s) repeat, e.g. {dup[0]!r}: the log holds the same rollout "
+            "twice (re-ingested with --append?); re-ingest the run without --append"
+        )
+    return uids
+
+
+def _is_image_path(text: str) -> bool:
+    return "\n" not in text and text.strip().lower().endswith(IMAGE_SUFFIXES)
+
+
+def observation_content(turn: dict[str, Any]) -> tuple[str | list[dict[str, Any]], bool]:
+    """A turn's observation as message content, and whether the log had one."""
+    obs = turn.get("observation")
+    if obs:
+        if obs.lstrip().startswith("["):
+            try:
+                blocks = json.loads(obs)
+            except ValueError:
+                blocks = None
+            if isinstance(blocks, list) and blocks and all(isinstance(b, dict) for b in blocks):
+                return blocks, True
+        if _is_image_path(obs):
+            return [{"image": obs}], True
+        return obs, True
+    err = turn.get("error") if turn.get("action") != "invalid" else None
+    if err:
+        return (err if SYSTEM_ERROR_RE.match(err) else f"[System Error: {err}]"), True
+    return UNAVAILABLE, False
+
+
+def _bodies(row: dict[str, Any], records: list[dict[str, Any]]) -> list[str]:
+    """Each turn's text: from the raw response when it parses into the logged turns (it keeps
+    the raw text of invalid turns), else from the structured turn records."""
+    response = row.get("response")
+    if response:
+        parsed = parse_turns(response)
+        if len(parsed) == len(records):
+            return [t.body() for t in parsed]
+    out = []
+    for r in records:
+        if r.get("action") == "invalid":
+            raise RebuildError(UNRENDERABLE)
+        t = Turn(r["idx"], r.get("think"), r["action"], r.get("arg"), r.get("sep"))
+        out.append(t.body())
+    return out
+
+
+@dataclass(frozen=True)
+class Rebuilt:
+    messages: list[Message]
+    unavailable: int
+
+
+def rebuild(row: dict[str, Any], system_prompt: str) -> Rebuilt:
+    """The train1 messages of one rollout-log row (``system_prompt`` unless the log has one)."""
+    question = row.get("question")
+    if not question:
+        raise RebuildError(NO_QUESTION)
+    records = list(row.get("turns") or [])
+    if not records:
+        raise RebuildError(NO_TURNS)
+    bodies = _bodies(row, records)
+    system = extra_of(row).get("system_prompt")
+    messages: list[Message] = [
+        {"role": "system", "content": system if isinstance(system, str) else system_prompt},
+        {"role": "user", "content": question},
+    ]
+    unavailable = 0
+    for i, (body, rec) in enumerate(zip(bodies, records, strict=True)):
+        messages.append({"role": "assistant", "content": body})
+        if i < len(records) - 1:
+            content, available = observation_content(rec)
+            unavailable += not available
+            messages.append({"role": "user", "content": content})
+    return Rebuilt(messages, unavailable)

@@ -1,0 +1,268 @@
+"""``ddai distill`` as a function: a run's rare successes into an SFT file.
+
+``run_distill``: read the run(s) from the log store → select rare successes → rebuild their
+messages → think-only rewrite (optional) → safety post-pass → write the SFT file, its
+``<out>.report.jsonl`` and ``<out>.manifest.json``, all atomically. A run whose inputs and
+parameters are unchanged is skipped (``force`` reruns it).
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, TypeVar
+
+from rich.progress import track
+
+from ddai.pipelines import io, manifest, store
+from ddai.pipelines.distill import formats, rewrite
+from ddai.pipelines.distill.findings import inspect
+from ddai.pipelines.distill.rebuild import (
+    RebuildError,
+    assign_uids,
+    extra_of,
+    load_system_prompt,
+    rebuild,
+    run_tag,
+    sample_key,
+)
+from ddai.pipelines.distill.rules import ClaimRules
+from ddai.pipelines.distill.safety import (
+    Candidate,
+    Drops,
+    PostPassResult,
+    drop_reason,
+    post_pass,
+    report_lines,
+)
+from ddai.pipelines.distill.select import SelectConfig, select
+
+STEP = "distill"
+REWRITE_MODES = ("think-only", "none")
+REPORT_SUFFIX = ".report.jsonl"
+
+T = TypeVar("T")
+
+
+class DistillError(RuntimeError):
+    """The step ran but could not finish (e.g. stopped by ``--max-cost``); exit code 1."""
+
+
+def report_path(output: str | os.PathLike[str]) -> Path:
+    return Path(f"{output}{REPORT_SUFFIX}")
+
+
+@dataclass
+class DistillConfig:
+    """One ``ddai distill`` run; each field is a flag."""
+
+    logs: Path
+    """The log store."""
+    runs: list[str]
+    """Run ids to distill (at least one)."""
+    out: Path
+    """The SFT Parquet file to write."""
+    success_rate_max: float = 0.5
+    """Keep prompts with 0 < success rate <= this."""
+    top_k: int = 4
+    """Successful rollouts kept per prompt (best first, see ``select``)."""
+    success_threshold: float = 1.0
+    """A rollout succeeds when judge_score >= this and format_ok is not false."""
+    rewrite: str = "think-only"
+    """``think-only``: thinks go through the rewriter; ``none``: no rewriter at all."""
+    rewriter: str | None = None
+    """Backend name (None: $DDAI_REWRITER, ddai.toml [roles] rewriter, else identity)."""
+    fmt: str = "train1"
+    """Output shape: ``train1`` (DDAI) or ``messages`` (TRL conversational)."""
+    system_prompt: Path | None = None
+    """System prompt file, used when the log has no ``extra.system_prompt``."""
+    drop_forced: bool = False
+    drop_system_errors: bool = False
+    drop_repeated_queries: bool = False
+    claim_patterns: list[str] | None = None
+    """Observation-claim regexes (None: the built-in list)."""
+    max_thinks_per_call: int = 8
+    max_chars_per_call: int = 12_000
+    dry_run: bool = False
+    """Count the rewrite calls and their estimated cost; write nothing."""
+    max_cost: float | None = None
+    """Stop before the rewriter spends more than this many USD (resumable)."""
+    force: bool = False
+    progress: bool = True
+    select_cfg: SelectConfig = field(init=False, repr=False)
+    claims: ClaimRules = field(init=False, repr=False)
+    chunking: rewrite.Chunking = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.runs:
+            raise ValueError("name the run(s) to distill with --run (see `ddai runs`)")
+        if self.rewrite not in REWRITE_MODES:
+            raise ValueError(f"--rewrite {self.rewrite!r}: use one of {', '.join(REWRITE_MODES)}")
+        if self.fmt not in formats.FORMATS:
+            raise ValueError(f"--format {self.fmt!r}: use one of {', '.join(formats.FORMATS)}")
+        if Path(self.out).suffix != ".parquet":
+            raise ValueError(f"--out {self.out}: the SFT file is Parquet; name it *.parquet")
+        if self.max_cost is not None and self.max_cost < 0:
+            raise ValueError(f"--max-cost must be >= 0 USD, got {self.max_cost}")
+        self.select_cfg = SelectConfig(self.success_threshold, self.success_rate_max, self.top_k)
+        self.claims = ClaimRules.of(self.claim_patterns)
+        self.chunking = rewrite.Chunking(self.max_thinks_per_call, self.max_chars_per_call)
+
+    @property
+    def drops(self) -> Drops:
+        return Drops(self.drop_forced, self.drop_system_errors, self.drop_repeated_queries)
+
+    def params(self, rewriter_name: str | None) -> dict[str, Any]:
+        """What decides the output (the manifest's parameters; a change reruns the step)."""
+        # Not part of the result: where things are, how the run is watched, the spending cap.
+        skip = {"logs", "out", "dry_run", "force", "progress", "max_cost"}
+        skip |= {"select_cfg", "claims", "chunking"}
+        p = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
+        p["rewriter"] = rewriter_name
+        p["claim_patterns"] = list(self.claims.patterns)
+        return p
+
+
+def progress_iter(items: Sequence[T], on: bool, what: str) -> Iterable[T]:
+    """``items``, under a rich progress bar when ``on``."""
+    return track(items, description=what, transient=True) if on else items
+
+
+def build_rewriter(cfg: DistillConfig):
+    """The rewriter backend ``cfg`` names, built with this step's call site and cost cap."""
+    from ddai.pipelines.backends import get_backend
+
+    return get_backend(
+        "rewriter", cfg.rewriter, call_site="distill", max_cost=cfg.max_cost, progress=cfg.progress
+    )
+
+
+def _candidates(
+    cfg: DistillConfig, rows: list[dict[str, Any]]
+) -> tuple[list[Candidate], Counter, int]:
+    """Rebuilt samples with their uids, rebuild failures by reason, observations unavailable."""
+    system_prompt = load_system_prompt(cfg.system_prompt)
+    cands: list[Candidate] = []
+    keys: list[str] = []
+    steps: list[int | None] = []
+    failed: Counter[str] = Counter()
+    unavailable = 0
+    for row in progress_iter(rows, cfg.progress, "rebuilding trajectories"):
+        try:
+            rb = rebuild(row, system_prompt)
+        except RebuildError as e:
+            failed[e.reason] += 1
+            continue
+        unavailable += rb.unavailable
+        tag = run_tag(row["run_id"], extra_of(row).get("source_run_id"))
+        keys.append(sample_key(row, tag))
+        steps.append(row.get("step"))
+        cands.append(Candidate("", rb.messages))
+    for c, uid in zip(cands, assign_uids(keys, steps), strict=True):
+        c.uid = uid
+    return cands, failed, unavailable
+
+
+def run_distill(cfg: DistillConfig, *, rewriter: Any = None) -> dict[str, Any]:
+    """Distill ``cfg.runs`` into ``cfg.out``; returns the summary (also the manifest's notes).
+
+    ``rewriter``: a ``ThinkRewriter`` to use instead of the backend ``cfg.rewriter`` names.
+    Raises ``ValueError``/``FileNotFoundError`` for bad input, ``DistillError`` when the
+    rewriter's cost cap stopped the run (completed calls are cached: rerun to resume).
+    """
+    inputs: list[str | os.PathLike[str]] = [store.partition_dir(cfg.logs, r) for r in cfg.runs]
+    store.parquet_files(cfg.logs, cfg.runs)  # fails early, naming the known runs
+    if cfg.system_prompt is not None:
+        load_system_prompt(cfg.system_prompt)
+        inputs.append(cfg.system_prompt)
+    backend = None
+    if cfg.rewrite == "think-only":
+        backend = rewriter if rewriter is not None else build_rewriter(cfg)
+    params = cfg.params(getattr(backend, "name", None))
+    if not (cfg.dry_run or cfg.force) and manifest.is_fresh(cfg.out, STEP, params, inputs):
+        return {
+            "output": str(cfg.out),
+            "skipped": "inputs and parameters unchanged (--force reruns)",
+        }
+
+    record = manifest.start(STEP, params, inputs)
+    table = store.read_rollouts(cfg.logs, cfg.runs)
+    sel = select(table, cfg.select_cfg)
+    rows = table.take(sel.rows).to_pylist()
+    cands, failed, unavailable = _candidates(cfg, rows)
+    drops = cfg.drops
+    keep = [c for c in cands if not drop_reason(c.uid, inspect(c.messages), drops)]
+
+    if cfg.dry_run:
+        return {
+            "dry run": True,
+            "rollouts read": table.num_rows,
+            "prompts": sel.prompts,
+            "selected rollouts": len(rows),
+            **_plan(backend, keep, cfg.chunking),
+        }
+    applied = _rewrite(backend, keep, cfg) if backend is not None else None
+    result = post_pass(
+        progress_iter(cands, cfg.progress, "safety post-pass"), claims=cfg.claims, drops=drops
+    )
+    formats.write(cfg.out, result.samples, cfg.fmt)
+    write_report(report_path(cfg.out), result)
+
+    record.rows_in = table.num_rows
+    record.rows_out = len(result.samples)
+    for reason, n in (*sel.dropped.items(), *failed.items(), *result.dropped.items()):
+        record.drop(reason, n)
+    summary = {
+        "output": str(cfg.out),
+        "format": cfg.fmt,
+        "rollouts read": table.num_rows,
+        "prompts": sel.prompts,
+        "selected rollouts": len(rows),
+        "samples written": len(result.samples),
+        "dropped": dict(record.dropped),
+        "rewriter": getattr(backend, "name", None),
+        "trajectories rewritten": applied.rewritten if applied else 0,
+        "rewrites discarded": result.discards,
+        "rollbacks": result.rollbacks,
+        "grammar faults (rows)": result.fault_rows,
+        "findings (rows)": result.findings,
+        "observations unavailable": unavailable,
+        "report": str(report_path(cfg.out)),
+    }
+    record.notes = {k: v for k, v in summary.items() if k not in ("output", "dropped")}
+    if backend is not None and hasattr(backend, "usage"):
+        record.backend_calls = backend.usage()
+    manifest.write(cfg.out, record)
+    return summary
+
+
+def _plan(backend: Any, keep: list[Candidate], chunking: rewrite.Chunking) -> dict[str, Any]:
+    """What a rewrite would send (and, from the backend, cost); calls nothing."""
+    if backend is None:
+        return {"samples to rewrite": 0, "rewrite requests": 0, "rewriter plan": None}
+    p = rewrite.plan(keep, chunking)
+    return {
+        "samples to rewrite": len(keep),
+        "rewrite requests": len(p.requests),
+        "rewriter plan": backend.plan(p.requests) if hasattr(backend, "plan") else None,
+    }
+
+
+def _rewrite(backend: Any, keep: list[Candidate], cfg: DistillConfig) -> rewrite.Applied:
+    applied = rewrite.run(backend, keep, cfg.chunking)
+    if applied.over_budget:
+        raise DistillError(
+            f"--max-cost {cfg.max_cost:g} USD stopped the rewrite of {applied.over_budget} "
+            "trajectories; nothing was written. Finished calls are cached: rerun with a higher "
+            "--max-cost to resume without paying for them again"
+        )
+    return applied
+
+
+def write_report(path: Path, result: PostPassResult) -> None:
+    """The post-pass report (one JSON object per event), written atomically."""
+    with io.atomic_open(path, "w", encoding="utf-8") as fh:
+        fh.writelines(report_lines(result.events))

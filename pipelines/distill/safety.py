@@ -1,0 +1,255 @@
+"""The safety post-pass: it always runs, rewrite or not, on message lists of any train1 file.
+
+Per sample, in order:
+
+1. everything outside the thinks stays byte-identical to the original (``reconcile``: a message
+   whose skeleton changed is restored; a changed message count or role order restores the whole
+   sample);
+2. a rewritten think holding think- or action-tag text is rolled back to its original;
+3. a rewritten think adding an observation claim the original lacked is rolled back;
+4. a sample whose *original* think holds action-tag text is dropped;
+
+then the optional drops (forced max-turn completions, system-error observations, repeated search
+queries). A sample is dropped for the first reason that applies, so drops add up to the rows
+removed. Grammar faults are reported, never dropped. Every decision is an ``Event``: counted by
+rule in the manifest and written, with its before/after text, to the report.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ddai.pipelines.distill import findings as fnd
+from ddai.pipelines.distill import rules
+from ddai.pipelines.distill.thinks import Message, split_thinks, think_slots, with_thinks
+
+# Optional drop reasons.
+FORCED_COMPLETION = "forced-completion"
+SYSTEM_ERROR = "system-error"
+REPEATED_QUERY = "repeated-query"
+
+
+@dataclass(frozen=True)
+class Event:
+    """One decision about one sample.
+
+    ``action``: ``rollback`` (a think or message restored), ``drop`` (sample removed), ``discard``
+    (the sample's whole rewrite thrown away) or ``fault`` (reported only). ``before``/``after``:
+    the text before and after the rewrite (for a drop or fault: the offending original text).
+    """
+
+    uid: str
+    action: str
+    rule: str
+    message: int | None = None
+    think: int | None = None
+    before: str | None = None
+    after: str | None = None
+    detail: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+@dataclass(frozen=True)
+class Drops:
+    """Which optional drops apply."""
+
+    forced: bool = False
+    system_errors: bool = False
+    repeated_queries: bool = False
+
+
+@dataclass
+class Candidate:
+    """A sample entering the post-pass.
+
+    ``messages`` is the original (pre-rewrite) trajectory; ``thinks`` the proposed think bodies,
+    one per ``think_slots(messages)`` entry (None: no rewrite); ``raw`` the messages JSON as read,
+    written back unchanged when nothing changed; ``events`` decisions made before the post-pass
+    (a discarded rewrite, a restored skeleton).
+    """
+
+    uid: str
+    messages: list[Message]
+    thinks: list[str] | None = None
+    raw: str | None = None
+    events: list[Event] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Sample:
+    """A sample leaving the post-pass: its final messages (and ``raw`` when unchanged)."""
+
+    uid: str
+    messages: list[Message]
+    raw: str | None = None
+
+
+@dataclass
+class PostPassResult:
+    """``dropped``: samples removed, by their first reason; ``fault_rows``: samples with a
+    grammar fault, by kind; ``findings``: samples holding what the optional drops look for."""
+
+    samples: list[Sample]
+    events: list[Event]
+    rows_in: int
+    dropped: dict[str, int]
+    fault_rows: dict[str, int]
+    findings: dict[str, int]
+
+    def counts(self, action: str) -> dict[str, int]:
+        return dict(sorted(Counter(e.rule for e in self.events if e.action == action).items()))
+
+    @property
+    def rollbacks(self) -> dict[str, int]:
+        return self.counts("rollback")
+
+    @property
+    def discards(self) -> dict[str, int]:
+        return self.counts("discard")
+
+    @property
+    def faults(self) -> dict[str, int]:
+        return self.counts("fault")
+
+
+def drop_reason(uid: str, f: fnd.Findings, drops: Drops) -> list[Event]:
+    """The events that drop a sample (empty: keep it); the first one is the counted reason."""
+    if f.tagged_thinks:
+        return [
+            Event(uid, "drop", rules.ACTION_TAG_IN_ORIGINAL, s.message, s.index, before=s.text)
+            for s in f.tagged_thinks
+        ]
+    if drops.forced and f.forced_turns:
+        return [Event(uid, "drop", FORCED_COMPLETION, detail=f.forced_end or "mid-trajectory")]
+    if drops.system_errors and f.system_errors:
+        return [Event(uid, "drop", SYSTEM_ERROR, detail=f"{f.system_errors} observation(s)")]
+    if drops.repeated_queries and f.repeated_queries:
+        return [Event(uid, "drop", REPEATED_QUERY, detail="; ".join(f.repeated_queries))]
+    return []
+
+
+def review_thinks(
+    uid: str, messages: Sequence[Message], proposed: Sequence[str], claims: rules.ClaimRules
+) -> tuple[list[Message], list[Event]]:
+    """Apply rules 2 and 3 think by think; returns the messages with the accepted thinks."""
+    slots = think_slots(messages)
+    if len(proposed) != len(slots):
+        raise ValueError(f"{uid}: {len(proposed)} proposed thinks for {len(slots)} think bodies")
+    kept, events = [], []
+    for s, new in zip(slots, proposed, strict=True):
+        rule = rules.think_violation(s.text, new, claims)
+        if rule is None:
+            kept.append(new)
+            continue
+        kept.append(s.text)
+        detail = (
+            ", ".join(claims.added(s.text, new)) if rule == rules.NEW_OBSERVATION_CLAIM else None
+        )
+        events.append(Event(uid, "rollback", rule, s.message, s.index, s.text, new, detail))
+    return with_thinks(messages, slots, kept), events
+
+
+def reconcile(uid: str, original: Sequence[Message], rewritten: Sequence[Message]) -> Candidate:
+    """Rule 1 for a rewrite made elsewhere: a candidate whose proposed thinks come from
+    ``rewritten`` wherever its skeleton matches ``original``, the original thinks elsewhere."""
+    cand = Candidate(uid, [dict(m) for m in original])
+    if [m.get("role") for m in original] != [m.get("role") for m in rewritten]:
+        cand.events.append(
+            Event(
+                uid,
+                "discard",
+                rules.STRUCTURE_CHANGED,
+                detail=f"{len(rewritten)} messages for {len(original)}, or roles differ",
+            )
+        )
+        return cand
+    proposed: list[str] = []
+    for i, (o, w) in enumerate(zip(original, rewritten, strict=True)):
+        if not (isinstance(o.get("content"), str) and o.get("role") == "assistant"):
+            if w != o:
+                cand.events.append(
+                    Event(uid, "rollback", rules.OUTSIDE_THINK_CHANGED, i, None, _s(o), _s(w))
+                )
+            continue
+        so = split_thinks(o["content"])
+        wc = w.get("content")
+        sw = split_thinks(wc) if isinstance(wc, str) else None
+        if sw is None or sw.skeleton != so.skeleton or w.keys() != o.keys():
+            cand.events.append(
+                Event(uid, "rollback", rules.OUTSIDE_THINK_CHANGED, i, None, o["content"], _s(wc))
+            )
+            proposed.extend(so.thinks)
+        else:
+            proposed.extend(sw.thinks)
+    cand.thinks = proposed
+    return cand
+
+
+def post_pass(
+    candidates: Iterable[Candidate],
+    *,
+    claims: rules.ClaimRules | None = None,
+    drops: Drops = Drops(),
+) -> PostPassResult:
+    """Run the post-pass over candidates (see the module docstring for the order of rules)."""
+    claims = claims or rules.ClaimRules()
+    out: list[Sample] = []
+    events: list[Event] = []
+    found: Counter[str] = Counter()
+    dropped_rows: Counter[str] = Counter()
+    fault_rows: Counter[str] = Counter()
+    n = 0
+    for c in candidates:
+        n += 1
+        events.extend(c.events)
+        f = fnd.inspect(c.messages)
+        _tally(found, f)
+        events.extend(
+            Event(c.uid, "fault", x.kind, x.message, None, x.text, detail=x.detail)
+            for x in f.faults
+        )
+        fault_rows.update({x.kind for x in f.faults})
+        dropped = drop_reason(c.uid, f, drops)
+        if dropped:
+            events.extend(dropped)
+            dropped_rows[dropped[0].rule] += 1
+            continue
+        messages = c.messages
+        if c.thinks is not None:
+            messages, rolled = review_thinks(c.uid, c.messages, c.thinks, claims)
+            events.extend(rolled)
+        # Keep the text as read when it still encodes the final messages: unchanged rows keep
+        # their bytes.
+        raw = c.raw if c.raw is not None and json.loads(c.raw) == messages else None
+        out.append(Sample(c.uid, messages, raw))
+    return PostPassResult(out, events, n, _sorted(dropped_rows), _sorted(fault_rows), dict(found))
+
+
+def _tally(found: Counter[str], f: fnd.Findings) -> None:
+    found["rows ending in a forced completion"] += f.forced_end is not None
+    found["rows ending in the exact forced completion"] += f.forced_end == "exact"
+    found["rows ending in a paraphrased forced completion"] += f.forced_end == "paraphrase"
+    found["rows holding a forced completion"] += f.forced_turns > 0
+    found["rows with a system-error observation"] += f.system_errors > 0
+    found["rows repeating a search query"] += bool(f.repeated_queries)
+    found["rows with action-tag text in a think"] += bool(f.tagged_thinks)
+
+
+def report_lines(events: Iterable[Event]) -> Iterable[str]:
+    """The report: one JSON object per event."""
+    for e in events:
+        yield json.dumps(e.to_dict(), ensure_ascii=False) + "\n"
+
+
+def _sorted(c: Counter[str]) -> dict[str, int]:
+    return dict(sorted(c.items()))
+
+
+def _s(content: Any) -> str:
+    return content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
