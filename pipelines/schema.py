@@ -169,9 +169,10 @@ def _turn_record(t: Any, i: int) -> dict[str, Any]:
 
 def retrieved_from_turns(turns: list[dict[str, Any]]) -> list[str]:
     pages: list[str] = []
+    # Any turn that retrieved counts: an invalid turn whose first action still ran (DDAI executes
+    # it) shows pages too.
     for t in turns:
-        if t.get("action") == "search":
-            pages.extend(t.get("retrieved") or [])
+        pages.extend(t.get("retrieved") or [])
     return metrics.dedupe(pages)
 
 
