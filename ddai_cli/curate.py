@@ -1,7 +1,435 @@
-"""CLI: `ddai curate` (not yet built)."""
+"""CLI: ``ddai curate`` (bucket, verify-gt, focus, plan) and ``ddai lineage FILE``.
 
+Each command parses its flags into the step's config dataclass, runs the step and prints its
+summary; a step whose inputs and parameters are unchanged is skipped (``--force`` reruns).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import duckdb
 import typer
+from rich.table import Table
+
+from ddai.cli.common import JsonOpt, LogsOpt, ThresholdOpt, console, err_console, fail, summary
+from ddai.pipelines import workspace
+from ddai.pipelines.funnel import bucket, focus, lineage, plan, verify_gt
+
+T = TypeVar("T")
+
+curate_app = typer.Typer(
+    name="curate",
+    help="The curation funnel: bucket prompts by score, verify ground truth, focus the next "
+    "round, plan its rollout budget.",
+    no_args_is_help=True,
+)
+
+
+class Metric(StrEnum):
+    ndcg = "ndcg"
+    judge = "judge"
+    reward = "reward"
+
+
+class Agg(StrEnum):
+    mean = "mean"
+    max = "max"
+
+
+class Prior(StrEnum):
+    empirical = "empirical"
+    jeffreys = "jeffreys"
+    none = "none"
+
+
+DatasetOpt = Annotated[
+    Path, typer.Option("--dataset", help="The prompt set (Parquet with an `id` column).")
+]
+RunOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--run", help="Run whose rollouts score the prompts; repeat to pool several runs."
+    ),
+]
+ForceOpt = Annotated[
+    bool, typer.Option("--force", help="Rerun even when inputs and parameters are unchanged.")
+]
+DecisionsOpt = Annotated[
+    list[Path] | None,
+    typer.Option(
+        "--decisions",
+        help="A person's review CSV (uid, verdict, reason; verdict ok, wrong or uncertain). "
+        "Repeatable; a later file's decision on a uid wins.",
+    ),
+]
+
+
+def _run(label: str, fn: Callable[[], T], *, spinner: bool = True) -> T:
+    """Run one step under a spinner, turning bad input into a clear error (exit 2)."""
+    try:
+        if not spinner:
+            return fn()
+        with err_console.status(f"{label}…"):
+            return fn()
+    except (ValueError, FileNotFoundError, KeyError, duckdb.Error) as e:
+        raise fail(str(e).strip("'\"")) from e
+
+
+def _config(make: Callable[[], T]) -> T:
+    try:
+        return make()
+    except ValueError as e:
+        raise fail(str(e)) from e
+
+
+def _logs(logs: Path | None, runs: list[str] | None) -> Path | None:
+    return workspace.logs_dir(logs) if runs else None
+
+
+@curate_app.command("bucket")
+def bucket_cmd(
+    dataset: DatasetOpt,
+    out: Annotated[
+        Path, typer.Option("--out", help="Folder for curriculum_bucket_{b,a,0}.parquet.")
+    ],
+    logs: LogsOpt = None,
+    runs: RunOpt = None,
+    scores: Annotated[
+        Path | None,
+        typer.Option("--scores", help="Per-prompt score table (Parquet, CSV or JSONL with `id`)."),
+    ] = None,
+    score_col: Annotated[
+        str | None,
+        typer.Option(
+            "--score-col",
+            help="Score column of --scores; also the extra_info field the score is kept in "
+            "(default with --run: <metric>_<agg>).",
+        ),
+    ] = None,
+    metric: Annotated[
+        Metric,
+        typer.Option(help="Rollout metric aggregated per prompt (format failures count 0)."),
+    ] = Metric.ndcg,
+    agg: Annotated[Agg, typer.Option(help="Aggregate over a prompt's rollouts.")] = Agg.mean,
+    mastered: Annotated[float, typer.Option(help="Bucket B (mastered): score above this.")] = 0.7,
+    floor: Annotated[
+        float,
+        typer.Option(help="Bucket 0 (unsolvable for now): score below this; A in between."),
+    ] = 0.1,
+    force: ForceOpt = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Split a dataset into buckets B / A / 0 by a per-prompt score (DDAI's curriculum buckets)."""
+    cfg = _config(
+        lambda: bucket.BucketConfig(
+            dataset=dataset,
+            out=out,
+            logs=_logs(logs, runs),
+            runs=tuple(runs or ()),
+            scores=scores,
+            score_col=score_col,
+            metric=metric.value,
+            agg=agg.value,
+            mastered=mastered,
+            floor=floor,
+            force=force,
+        )
+    )
+    result = _run("bucketing", lambda: bucket.run_bucket(cfg))
+    summary("ddai curate bucket", result.to_dict(), as_json=as_json)
+
+
+@curate_app.command("verify-gt")
+def verify_gt_cmd(
+    dataset: DatasetOpt,
+    out: Annotated[
+        Path,
+        typer.Option(
+            "--out",
+            help="Folder for <dataset>_filtered.parquet, <dataset>_excluded.parquet, "
+            "review.csv and review.html.",
+        ),
+    ],
+    logs: LogsOpt = None,
+    runs: RunOpt = None,
+    select: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--select",
+            help="Candidate rule (repeatable; default with --run: all three): "
+            + "; ".join(f"{k}: {v}" for k, v in verify_gt.RULE_HELP.items())
+            + ". Without --run every prompt is a candidate.",
+        ),
+    ] = None,
+    ndcg_min: Annotated[float, typer.Option(help="NDCG threshold of the candidate rules.")] = 0.5,
+    low_score_max: Annotated[
+        float, typer.Option(help="Upper score bound of the low-score rule.")
+    ] = 0.3,
+    verifier: Annotated[
+        str | None,
+        typer.Option(
+            "--verifier",
+            help="GT verifier backend (ddai.toml [backends.NAME]; default: $DDAI_VERIFIER, "
+            "[roles] verifier, else local). Asked about undecided candidates unless only "
+            "--decisions is given.",
+        ),
+    ] = None,
+    corpus: Annotated[
+        Path | None,
+        typer.Option("--corpus", help="Page-text corpus (pages.parquet) the verifier reads."),
+    ] = None,
+    decisions: DecisionsOpt = None,
+    trust_verifier: Annotated[
+        bool,
+        typer.Option(
+            "--trust-verifier",
+            help="Exclude on the verifier's proposals (wrong or uncertain) without a person.",
+        ),
+    ] = False,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run", help="Count the verifier calls and their estimated cost; call nothing."
+        ),
+    ] = False,
+    max_cost: Annotated[
+        float | None,
+        typer.Option(
+            "--max-cost", help="Stop calling before spending more than this many USD (resumable)."
+        ),
+    ] = None,
+    force: ForceOpt = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Propose ground-truth errors for review; exclude only what a person (or --trust-verifier)
+    decided is wrong or uncertain."""
+    cfg = _config(
+        lambda: verify_gt.VerifyConfig(
+            dataset=dataset,
+            out=out,
+            logs=_logs(logs, runs),
+            runs=tuple(runs or ()),
+            select=tuple(select or ()),
+            ndcg_min=ndcg_min,
+            low_score_max=low_score_max,
+            verifier=verifier,
+            corpus=corpus,
+            decisions=tuple(decisions or ()),
+            trust_verifier=trust_verifier,
+            dry_run=dry_run,
+            max_cost=max_cost,
+            force=force,
+        )
+    )
+    # No spinner here: the verifier backend shows its own progress bar.
+    result = _run("verifying", lambda: verify_gt.run_verify(cfg), spinner=False)
+    summary("ddai curate verify-gt", result.to_dict(), as_json=as_json)
+
+
+@curate_app.command("focus")
+def focus_cmd(
+    out: Annotated[Path, typer.Option("--out", help="The next round's dataset (Parquet).")],
+    logs: LogsOpt = None,
+    runs: RunOpt = None,
+    bucket_a: Annotated[
+        Path | None,
+        typer.Option("--bucket-a", help="Round 1: bucket A (curriculum_bucket_a.parquet)."),
+    ] = None,
+    bucket_0: Annotated[
+        Path | None,
+        typer.Option(
+            "--bucket-0",
+            help="Round 1: the verified bucket 0 (curriculum_bucket_0_filtered.parquet).",
+        ),
+    ] = None,
+    hard_max: Annotated[
+        float,
+        typer.Option(help="Round 1: keep bucket-A prompts whose mean reward is at or under this."),
+    ] = 0.2,
+    prev: Annotated[
+        Path | None, typer.Option("--prev", help="Round N+1: the previous round's dataset.")
+    ] = None,
+    score_max: Annotated[
+        float,
+        typer.Option(
+            help="Round N+1: keep prompts whose mean reward in the run is at or under this."
+        ),
+    ] = 0.3,
+    decisions: DecisionsOpt = None,
+    force: ForceOpt = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Build the next focused round: hard A + verified bucket 0 (round 1), or the previous
+    round's low scorers minus flagged prompts (round N+1)."""
+    cfg = _config(
+        lambda: focus.FocusConfig(
+            out=out,
+            logs=workspace.logs_dir(logs),
+            runs=tuple(runs or ()),
+            bucket_a=bucket_a,
+            bucket_0=bucket_0,
+            hard_max=hard_max,
+            prev=prev,
+            score_max=score_max,
+            decisions=tuple(decisions or ()),
+            force=force,
+        )
+    )
+    result = _run("focusing", lambda: focus.run_focus(cfg))
+    summary("ddai curate focus", result.to_dict(), as_json=as_json)
+
+
+@curate_app.command("plan")
+def plan_cmd(
+    logs: LogsOpt = None,
+    runs: RunOpt = None,
+    n_agent: Annotated[
+        list[int] | None,
+        typer.Option(
+            "--n-agent", help="Proposed rollouts per prompt; repeatable (default 4 8 16 32)."
+        ),
+    ] = None,
+    max_turns: Annotated[
+        int, typer.Option(help="Turn limit per rollout (bounds the policy's turn budget).")
+    ] = 7,
+    target: Annotated[
+        float,
+        typer.Option(help="Wanted share of GRPO groups with mixed outcomes (learning signal)."),
+    ] = 0.5,
+    prior: Annotated[
+        Prior,
+        typer.Option(
+            help="Shrinkage of per-prompt success rates: empirical (Beta fitted per bucket), "
+            "jeffreys (Beta(1/2, 1/2)) or none (plug-in s/m)."
+        ),
+    ] = Prior.empirical,
+    bucket_files: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--bucket",
+            help="A dataset whose ids form one bucket (named by its file stem); repeatable. "
+            "Default: buckets B / A / 0 by the run's mean NDCG.",
+        ),
+    ] = None,
+    price_per_call: Annotated[
+        float | None,
+        typer.Option(
+            "--price-per-call",
+            help="USD per generator or judge call (default: $DDAI_PRICE_PER_CALL, ddai.toml "
+            "[plan] price_per_call, else 0).",
+        ),
+    ] = None,
+    success_threshold: ThresholdOpt = 1.0,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Also write the plan as JSON to this file.")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Estimate, per bucket and n_agent, the share of GRPO groups with mixed outcomes, the
+    expected (rare) successes and the calls and cost; recommend the smallest n_agent reaching
+    the target."""
+    cfg = _config(
+        lambda: plan.PlanConfig(
+            logs=workspace.logs_dir(logs),
+            runs=tuple(runs or ()),
+            n_agent=tuple(n_agent or plan.DEFAULT_N_AGENT),
+            max_turns=max_turns,
+            target=target,
+            prior=prior.value,
+            success_threshold=success_threshold,
+            price_per_call=plan.default_price(price_per_call),
+            buckets=tuple(bucket_files or ()),
+        )
+    )
+    result = _run("planning", lambda: plan.run_plan(cfg))
+    data = plan.plan_to_json(result, cfg)
+    if out is not None:
+        from ddai.pipelines import io
+
+        io.write_json(out, data)
+    if as_json:
+        summary("ddai curate plan", data, as_json=True)
+        return
+    shown = [
+        {
+            "bucket": r["bucket"],
+            "n_agent": r["n_agent"],
+            "prompts": r["prompts"],
+            "mixed share": f"{r['mixed_share']:.3f}",
+            "rare successes": f"{r['expected_rare_successes']:,.1f}",
+            "calls": r["calls"],
+            "cost $": f"{r['cost_usd']:,.2f}",
+        }
+        for r in result.rows
+    ]
+    console.print(_table("plan (all columns: --json or --out)", shown))
+    summary("ddai curate plan", result.summary(cfg.target))
+
+
+def lineage_cmd(
+    files: Annotated[list[Path], typer.Argument(help="Funnel output file(s) to trace.")],
+    check: Annotated[
+        bool,
+        typer.Option(
+            "--check", help="Re-hash every input and mark the ones changed since they were used."
+        ),
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Walk the manifests of FILE back to the raw logs and print the funnel."""
+    missing = [str(f) for f in files if not f.exists()]
+    if missing:
+        raise fail(f"{', '.join(missing)} not found; pass funnel outputs (with .manifest.json)")
+    graph = _run("tracing", lambda: lineage.lineage_graph(files, check_hashes=check))
+    if as_json:
+        summary("ddai lineage", graph, as_json=True)
+        return
+    rows = lineage.lineage_rows(graph)
+    shown = [
+        {
+            "step": r["step"],
+            "output": r["output"],
+            "in": r["rows in"],
+            "out": (
+                f"{r['rows out']:,} rollouts"
+                if r["unit"] == "rollouts" and r["rows out"] is not None
+                else r["rows out"]
+            ),
+            "dropped": ", ".join(f"{k} {v:,}" for k, v in r["dropped"].items()),
+            "from": ", ".join(r["inputs"]),
+        }
+        for r in rows
+    ]
+    console.print(_table("lineage", shown))
+    changed = sum(bool(e["changed"]) for e in graph["edges"])
+    summary(
+        "ddai lineage",
+        {
+            "steps": sum(n["kind"] == "step" for n in graph["nodes"]),
+            "log partitions": sum(n["kind"] == "log" for n in graph["nodes"]),
+            "raw sources": sum(n["kind"] == "source" for n in graph["nodes"]),
+            "missing": sum(n["kind"] == "missing" for n in graph["nodes"]),
+            **({"inputs changed since use": changed} if check else {}),
+        },
+    )
+
+
+def _table(title: str, rows: list[dict[str, Any]]) -> Table:
+    t = Table(title=title, title_justify="left")
+    for col in rows[0] if rows else []:
+        t.add_column(col, justify="right" if isinstance(rows[0][col], int | float) else "left")
+    for r in rows:
+        t.add_row(
+            *("" if v is None else f"{v:,}" if isinstance(v, int) else str(v) for v in r.values())
+        )
+    return t
 
 
 def register(app: typer.Typer) -> None:
-    """Add this area's commands to the main app."""
+    """Add ``ddai curate …`` and ``ddai lineage`` to the main app."""
+    app.add_typer(curate_app)
+    app.command("lineage")(lineage_cmd)

@@ -1,0 +1,169 @@
+"""``ddai curate bucket``: split a dataset into curriculum buckets by a per-prompt score.
+
+B (mastered) ``score > mastered``, A (edge of competence) ``floor <= score <= mastered``, 0
+(unsolvable for now) ``score < floor`` (seed 000, 9.1.1). The score is the aggregate of a metric
+over a run's rollouts (default: mean NDCG, format failures counting 0) or a column of a score
+table, joined to the dataset on ``id``. Each bucket is written in the dataset's own shape with the
+score added to ``extra_info``, sorted by score descending, ties in dataset order.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ddai.pipelines import manifest
+from ddai.pipelines.funnel import dataset as ds
+from ddai.pipelines.funnel import scores, step
+
+STEP = "curate.bucket"
+BUCKETS = ("b", "a", "0")
+LABELS = {"b": "bucket B", "a": "bucket A", "0": "bucket 0"}
+
+
+def file_name(bucket: str) -> str:
+    """DDAI's file names: ``curriculum_bucket_{b,a,0}.parquet``."""
+    return f"curriculum_bucket_{bucket}.parquet"
+
+
+def split(values: np.ndarray, *, mastered: float, floor: float) -> dict[str, np.ndarray]:
+    """Row indices of each bucket, each sorted by score descending with ties in row order.
+
+    ``values``: float64 ``[N]``, NaN where a row has no score (it lands in no bucket).
+    Returns ``{"b": idx, "a": idx, "0": idx}`` of int64 index arrays.
+    """
+    s = scores.snap(np.asarray(values, dtype=np.float64))
+    has = ~np.isnan(s)
+    masks = {
+        "b": has & (s > mastered),
+        "a": has & (s >= floor) & (s <= mastered),
+        "0": has & (s < floor),
+    }
+    out = {}
+    for name, mask in masks.items():
+        idx = np.flatnonzero(mask)
+        out[name] = idx[np.argsort(-s[idx], kind="stable")]  # stable: ties keep row order
+    return out
+
+
+@dataclass(frozen=True)
+class BucketConfig:
+    """Flags of ``ddai curate bucket``. Exactly one score source: ``runs`` (with ``logs``) or
+    ``scores`` (a table with ``id`` and ``score_col``)."""
+
+    dataset: Path
+    out: Path
+    logs: Path | None = None
+    runs: tuple[str, ...] = ()
+    scores: Path | None = None
+    score_col: str | None = None
+    metric: str = "ndcg"
+    agg: str = "mean"
+    mastered: float = 0.7
+    floor: float = 0.1
+    force: bool = False
+
+    def __post_init__(self) -> None:
+        if bool(self.runs) == bool(self.scores):
+            raise ValueError(
+                "give one score source: --logs DIR --run RUN (aggregate a run's rollouts) or "
+                "--scores FILE --score-col COL (a table of per-prompt scores)"
+            )
+        if self.scores is not None and not self.score_col:
+            raise ValueError("--scores needs --score-col naming the score column")
+        if self.runs and self.logs is None:
+            raise ValueError("--run needs the log store (--logs DIR)")
+        scores.check_metric(self.metric, self.agg)
+        for name in ("mastered", "floor"):
+            v = getattr(self, name)
+            if not (math.isfinite(v) and 0.0 <= v <= 1.0):
+                raise ValueError(f"--{name} must be within [0, 1], got {v}")
+        if self.floor > self.mastered:
+            raise ValueError(f"--floor ({self.floor}) must not exceed --mastered ({self.mastered})")
+
+    @property
+    def column(self) -> str:
+        """The ``extra_info`` field that carries the score."""
+        return self.score_col or f"{self.metric}_{self.agg}"
+
+    def outputs(self) -> dict[str, Path]:
+        return {b: self.out / file_name(b) for b in BUCKETS}
+
+    def inputs(self) -> list[Path]:
+        dataset = step.require(self.dataset, "dataset")
+        if self.scores is not None:
+            return [dataset, step.require(self.scores, "score table")]
+        return [dataset, *scores.partitions(self.logs, self.runs)]
+
+    def params(self) -> dict[str, Any]:
+        src = {"scores": "table"} if self.scores else {"scores": "log", "runs": list(self.runs)}
+        return {
+            **src,
+            "metric": None if self.scores else self.metric,
+            "agg": None if self.scores else self.agg,
+            "score_col": self.column,
+            "mastered": self.mastered,
+            "floor": self.floor,
+        }
+
+
+def run_bucket(cfg: BucketConfig) -> step.StepResult:
+    inputs = cfg.inputs()
+    outputs = {b: step.resolve(p) for b, p in cfg.outputs().items()}
+    if not cfg.force and step.fresh(outputs.values(), STEP, cfg.params(), inputs):
+        return step.skipped(STEP, outputs)
+    base = manifest.start(STEP, cfg.params(), inputs)
+
+    raw = ds.read_dataset(cfg.dataset)
+    table, dups = ds.first_occurrences(raw)
+    if cfg.scores is not None:
+        score_of = scores.read_score_table(cfg.scores, cfg.column)
+    else:
+        score_of = scores.log_scores(cfg.logs, cfg.runs, cfg.metric, cfg.agg)
+    values = scores.align(table[ds.ID], score_of)
+    parts = split(values, mastered=cfg.mastered, floor=cfg.floor)
+    unscored = table[ds.ID].filter(pa.array(np.isnan(values))).to_pylist()
+    unknown = len(score_of) - int(pc.sum(pc.is_in(score_of["uid"], table[ds.ID])).as_py() or 0)
+
+    summary = {
+        "dataset": str(inputs[0]),
+        "score": cfg.column,
+        **{LABELS[b]: len(parts[b]) for b in BUCKETS},
+        "no score": len(unscored),
+        "duplicate ids": len(dups),
+        "scored ids not in the dataset": unknown,
+        "rule": f"B > {cfg.mastered:g} >= A >= {cfg.floor:g} > 0",
+    }
+    for b in BUCKETS:
+        idx = parts[b]
+        out = ds.with_extra_field(
+            table.take(pa.array(idx, pa.int64())),
+            cfg.column,
+            pa.array(values[idx], pa.float64()),
+        )
+        record = step.record_for(
+            base,
+            rows_in=raw.num_rows,
+            rows_out=out.num_rows,
+            dropped={
+                **{LABELS[o]: len(parts[o]) for o in BUCKETS if o != b},
+                "no score": len(unscored),
+                "duplicate id": len(dups),
+            },
+            notes={
+                "bucket": b,
+                "score column": cfg.column,
+                "contributions": {str(inputs[0]): out.num_rows},
+                "unscored_ids": unscored,
+                "duplicate_ids": dups,
+                step.SUMMARY_KEY: summary,
+            },
+        )
+        step.write_table(outputs[b], out, record)
+    return step.StepResult(STEP, outputs, summary)

@@ -1,0 +1,168 @@
+"""Datasets in their own shape: read, de-duplicate by ``id``, select rows, add a field, write.
+
+Funnel outputs keep the input dataset's columns and types exactly (verl's RL parquet shape for
+SlideVQA: ``id``, ``file_name``, ``reference_page``, ``data_source``, ``prompt``, ``reward_model``,
+``extra_info``), so they drop into verl or ddai's trainer. The only change a step may make is one
+more field inside the ``extra_info`` struct (a score, an exclusion reason).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from ddai.pipelines import io
+
+ID = "id"
+EXTRA = "extra_info"
+_HF_KEY = b"huggingface"
+
+
+def read_dataset(path: str | os.PathLike[str]) -> pa.Table:
+    """Read a Parquet dataset; it must have a string ``id`` column (the funnel's join key)."""
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"dataset {p} not found; pass a Parquet file with an `id` column")
+    try:
+        table = pq.read_table(p)
+    except (pa.ArrowInvalid, OSError) as e:
+        raise ValueError(f"{p}: not a readable Parquet dataset ({e})") from e
+    if ID not in table.column_names:
+        raise ValueError(
+            f"{p}: no `{ID}` column (columns: {', '.join(table.column_names)}); the funnel joins "
+            "prompts to logs and score tables on the dataset id"
+        )
+    if not pa.types.is_string(table.schema.field(ID).type):
+        table = table.set_column(
+            table.schema.get_field_index(ID), ID, pc.cast(table[ID], pa.string())
+        )
+    return table
+
+
+def ids(table: pa.Table) -> list[str]:
+    return table[ID].to_pylist()
+
+
+def first_occurrences(table: pa.Table) -> tuple[pa.Table, list[str]]:
+    """Keep each id's first row; returns the table and the ids that repeated (in row order)."""
+    first = pl.from_arrow(table[ID]).is_first_distinct().to_arrow()
+    if pc.all(first).as_py() is not False:
+        return table, []
+    dups = table[ID].filter(pc.invert(first)).to_pylist()
+    return table.filter(first), dups
+
+
+def take_ids(table: pa.Table, wanted: Sequence[str]) -> pa.Table:
+    """The rows of ``wanted`` ids, in that order (``table`` has unique ids; unknown ids raise)."""
+    index = {v: i for i, v in enumerate(ids(table))}
+    try:
+        rows = [index[v] for v in wanted]
+    except KeyError as e:
+        raise KeyError(f"id {e.args[0]!r} is not in the dataset") from None
+    return table.take(pa.array(rows, pa.int64()))
+
+
+def concat(tables: Sequence[pa.Table]) -> pa.Table:
+    """Stack datasets of the same shape (struct fields unified when one side has one more)."""
+    return pa.concat_tables(tables, promote_options="permissive")
+
+
+def with_extra_field(table: pa.Table, name: str, values: pa.Array | Sequence[Any]) -> pa.Table:
+    """``table`` with ``extra_info.<name> = values`` (replaced if present), everything else intact.
+
+    A dataset without ``extra_info`` gets one holding just this field. The Hugging Face feature
+    description in the file metadata, when present, is updated to match so ``datasets`` loads it.
+    """
+    arr = values if isinstance(values, pa.Array) else pa.array(list(values))
+    if len(arr) != table.num_rows:
+        raise ValueError(f"{len(arr)} values for {table.num_rows} rows")
+    if EXTRA in table.column_names:
+        old = table[EXTRA].combine_chunks()
+        if not pa.types.is_struct(old.type):
+            raise ValueError(f"`{EXTRA}` is {old.type}, not a struct; cannot add `{name}` to it")
+        fields = [old.type.field(i) for i in range(old.type.num_fields)]
+        children = [old.field(i) for i in range(old.type.num_fields)]
+        keep = [i for i, f in enumerate(fields) if f.name != name]
+        struct = pa.StructArray.from_arrays(
+            [children[i] for i in keep] + [arr],
+            fields=[fields[i] for i in keep] + [pa.field(name, arr.type)],
+            mask=old.is_null() if old.null_count else None,
+        )
+        out = table.set_column(table.schema.get_field_index(EXTRA), EXTRA, struct)
+    else:
+        struct = pa.StructArray.from_arrays([arr], fields=[pa.field(name, arr.type)])
+        out = table.append_column(EXTRA, struct)
+    return out.replace_schema_metadata(_hf_metadata(table.schema.metadata, name, arr.type))
+
+
+def _hf_metadata(meta: dict[bytes, bytes] | None, name: str, typ: pa.DataType):
+    """Copy ``meta`` with ``extra_info.<name>`` added to the Hugging Face features, if described.
+
+    A description we cannot update is dropped rather than left wrong (``datasets`` then infers the
+    features from the Arrow schema).
+    """
+    if not meta or _HF_KEY not in meta:
+        return meta
+    out = dict(meta)
+    value = {"float64": "float64", "double": "float64", "string": "string", "int64": "int64"}
+    try:
+        info = json.loads(meta[_HF_KEY])
+        extra = info["info"]["features"].setdefault(EXTRA, {})
+        extra[name] = {"dtype": value[str(typ)], "_type": "Value"}
+        out[_HF_KEY] = json.dumps(info).encode()
+    except (ValueError, KeyError, TypeError, AttributeError):
+        del out[_HF_KEY]
+    return out
+
+
+def write_dataset(path: str | os.PathLike[str], table: pa.Table) -> None:
+    """Write atomically (zstd Parquet), schema and metadata as given."""
+    io.write_parquet(path, table)
+
+
+# ---------------------------------------------------------------- fields of one verl-shaped row
+
+
+def question_of(row: dict[str, Any]) -> str:
+    """``extra_info.question``, else the last user message of ``prompt``, else ``question``."""
+    extra = row.get(EXTRA) or {}
+    if extra.get("question"):
+        return str(extra["question"])
+    for msg in reversed(row.get("prompt") or []):
+        if isinstance(msg, dict) and msg.get("role") == "user" and msg.get("content"):
+            return str(msg["content"]).removeprefix("Question: ")
+    return str(row.get("question") or "")
+
+
+def reference_of(row: dict[str, Any]) -> str:
+    """``reward_model.ground_truth``, else ``extra_info.answer``, else ``answer``."""
+    rm = row.get("reward_model") or {}
+    extra = row.get(EXTRA) or {}
+    for v in (rm.get("ground_truth"), extra.get("answer"), row.get("answer")):
+        if v not in (None, ""):
+            return v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)
+    return ""
+
+
+def reference_page_ids(row: dict[str, Any]) -> list[str]:
+    """DDAI's golden page basenames ``{doc}_{page}`` from ``file_name`` (``N.pdf``) and
+    ``reference_page`` (top level, else in ``extra_info``)."""
+    extra = row.get(EXTRA) or {}
+    name = row.get("file_name") or extra.get("file_name")
+    pages = row.get("reference_page")
+    if pages is None:
+        pages = extra.get("reference_page")
+    if not name or pages is None:
+        return []
+    if isinstance(pages, int | str):
+        pages = [pages]
+    doc = Path(str(name)).stem
+    return [f"{doc}_{p}" for p in pages]

@@ -1,0 +1,184 @@
+"""Lineage: walk output manifests back to the raw logs (``ddai lineage FILE``).
+
+Every funnel output has ``<file>.manifest.json`` naming its inputs with their sha256; an input
+that has a manifest of its own is followed in turn, a log-store partition (``run_id=R/``) is
+followed through its ``_manifest.json`` to the raw source files it was ingested from, and anything
+else (the original dataset, a score table, a decisions CSV, a corpus) ends the walk.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from ddai.pipelines import manifest, store
+
+KINDS = ("source", "log", "file", "step", "missing")
+
+
+def lineage_graph(
+    paths: Sequence[str | os.PathLike[str]], *, check_hashes: bool = False
+) -> dict[str, Any]:
+    """The lineage of ``paths`` as data (nodes with counts, edges), inputs before outputs.
+
+    Returns ``{"targets": [id, ...], "nodes": [node, ...], "edges": [edge, ...]}`` where
+
+    - ``targets``: the ids of ``paths`` themselves;
+    - a node is ``{"id", "kind", "name", "path", "step", "rows", "rows_in", "unit", "dropped",
+      "params", "created", "run_id"}``: ``id`` and ``path`` the absolute path; ``kind`` one of
+      ``source`` (a raw log file a partition was ingested from), ``log`` (a log-store partition),
+      ``file`` (an input without a manifest: dataset, score table, decisions, corpus), ``step`` (a
+      funnel output), ``missing`` (named by a manifest but gone); ``step`` the step that wrote it
+      (``ingest`` for a partition, None otherwise); ``rows`` the rows it holds (rollouts for a
+      partition, None where unknown), ``rows_in`` the rows its step read, ``unit`` ``"rows"`` or
+      ``"rollouts"``; ``dropped`` reason → count (a partition's quarantined rows); ``params`` the
+      step's parameters; ``created`` its manifest's time; ``run_id`` a partition's run;
+    - an edge is ``{"source": id, "target": id, "rows": int | None, "changed": bool | None}``:
+      ``rows`` how many of the target's rows came from the source (None where the source is not
+      a set of prompts, e.g. a log partition that scored them); ``changed`` whether the source's
+      current sha256 differs from the one recorded (None unless ``check_hashes``).
+
+    The nodes come in a topological order (every node after all of its inputs), so a renderer can
+    draw them left to right; the counts feed a Sankey diagram directly.
+    """
+    nodes: dict[str, dict[str, Any]] = {}
+    edges: list[dict[str, Any]] = []
+    targets = [str(Path(p).resolve()) for p in paths]
+    for t in targets:
+        _visit(Path(t), nodes, edges, check_hashes)
+    return {"targets": targets, "nodes": list(nodes.values()), "edges": edges}
+
+
+def _node(path: Path, kind: str, **kw: Any) -> dict[str, Any]:
+    base = {
+        "id": str(path),
+        "kind": kind,
+        "name": path.name,
+        "path": str(path),
+        "step": None,
+        "rows": None,
+        "rows_in": None,
+        "unit": "rows",
+        "dropped": {},
+        "params": {},
+        "created": None,
+        "run_id": None,
+    }
+    base.update(kw)
+    return base
+
+
+def _visit(
+    path: Path,
+    nodes: dict[str, dict[str, Any]],
+    edges: list[dict[str, Any]],
+    check: bool,
+) -> None:
+    key = str(path)
+    if key in nodes:
+        return
+    m = manifest.read(path)
+    if m is not None:
+        # Inputs first, so each node follows its inputs (topological order); the placeholder
+        # stops a (corrupt) cyclic manifest chain from recursing forever.
+        nodes[key] = {}
+        contributions = m.get("notes", {}).get("contributions", {})
+        for inp in m.get("inputs", []):
+            src = Path(inp["path"])
+            _visit(src, nodes, edges, check)
+            edges.append(_edge(src, path, contributions.get(inp["path"]), inp, check))
+        del nodes[key]
+        rows = m.get("rows", {})
+        nodes[key] = _node(
+            path,
+            "step" if path.exists() else "missing",
+            step=m.get("step"),
+            rows=rows.get("out"),
+            rows_in=rows.get("in"),
+            dropped=dict(rows.get("dropped", {})),
+            params=m.get("params", {}),
+            created=m.get("created"),
+        )
+    elif path.is_dir() and (path / store.MANIFEST).is_file():
+        part = json.loads((path / store.MANIFEST).read_text(encoding="utf-8"))
+        sources = part.get("sources", [])
+        for src in sources:
+            sp = Path(src["path"]).resolve()
+            if str(sp) not in nodes:
+                nodes[str(sp)] = _node(sp, "source" if sp.exists() else "missing")
+            rows = part.get("rows_in") if len(sources) == 1 else None
+            edges.append(_edge(sp, path, rows, src, check))
+        nodes[key] = _node(
+            path,
+            "log",
+            step="ingest",
+            rows=part.get("rollouts_total", part.get("rollouts_out")),
+            rows_in=part.get("rows_in"),
+            unit="rollouts",
+            dropped={f"quarantined: {r}": n for r, n in (part.get("quarantined") or {}).items()},
+            created=part.get("written"),
+            run_id=part.get("run_id"),
+        )
+    else:
+        nodes[key] = _node(path, "file" if path.exists() else "missing", rows=_row_count(path))
+
+
+def _edge(
+    src: Path, dst: Path, rows: int | None, recorded: dict[str, Any], check: bool
+) -> dict[str, Any]:
+    changed = None
+    if check and recorded.get("sha256"):
+        changed = not src.exists() or manifest.input_record(src)["sha256"] != recorded["sha256"]
+    return {"source": str(src), "target": str(dst), "rows": rows, "changed": changed}
+
+
+def _row_count(path: Path) -> int | None:
+    if path.suffix == ".parquet" and path.is_file():
+        try:
+            return pq.ParquetFile(path).metadata.num_rows
+        except (OSError, ValueError):
+            return None
+    return None
+
+
+def lineage_rows(graph: dict[str, Any]) -> list[dict[str, Any]]:
+    """The graph as a funnel table, one row per node, inputs first: ``step`` (``raw log``,
+    ``input``, ``ingest (<run>)`` or the step's name), ``output``, ``rows in``, ``rows out``,
+    ``unit``, ``dropped`` (reason → count) and ``inputs`` (names, with the rows each contributed
+    where that is only part of the input)."""
+    rows_of = {n["id"]: n["rows"] for n in graph["nodes"]}
+    names = {n["id"]: n["name"] for n in graph["nodes"]}
+    into: dict[str, list[str]] = {}
+    for e in graph["edges"]:
+        label = names.get(e["source"], e["source"])
+        if e["rows"] is not None and e["rows"] != rows_of.get(e["source"]):
+            label += f" ({e['rows']:,})"
+        if e.get("changed"):
+            label += " [changed since]"
+        into.setdefault(e["target"], []).append(label)
+    step_of = {"source": "raw log", "file": "input", "missing": "missing"}
+    out = []
+    for n in graph["nodes"]:
+        if n["kind"] == "log":
+            name = f"ingest ({n['run_id']})"
+        elif n["kind"] == "step" or (n["kind"] == "missing" and n["step"]):
+            name = n["step"]
+        else:
+            name = step_of[n["kind"]]
+        out.append(
+            {
+                "step": name,
+                "output": n["name"],
+                "rows in": n["rows_in"],
+                "rows out": n["rows"],
+                "unit": n["unit"],
+                "dropped": dict(n["dropped"]),
+                "inputs": into.get(n["id"], []),
+            }
+        )
+    return out

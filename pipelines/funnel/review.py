@@ -1,0 +1,84 @@
+"""The GT review sheet: what the verifier proposed for each candidate, for a person to decide.
+
+``review.csv`` starts with the decision columns of a decisions file (``uid, verdict, reason``), so
+a reviewer fills in ``verdict`` (``ok``, ``wrong`` or ``uncertain``) and hands the sheet back with
+``--decisions review.csv``. ``review.html`` shows the same rows with the reference page text.
+"""
+
+from __future__ import annotations
+
+import csv
+import io as _io
+from dataclasses import asdict, dataclass, fields
+
+import jinja2
+
+PAGE_TEXT_CHARS = 2000
+
+
+@dataclass(frozen=True)
+class ReviewRow:
+    uid: str
+    verdict: str  # the decision in force: a person's, or the verifier's under --trust-verifier
+    reason: str
+    decided_by: str  # "person", "verifier" or "" (undecided)
+    proposed_verdict: str  # the verifier's proposal ("" when it was not asked, "error" on failure)
+    proposed_reason: str
+    rules: str  # the candidate rules the prompt matched, "; "-joined
+    score: float | None  # mean reward in the run
+    ndcg: float | None  # mean NDCG in the run
+    question: str
+    reference: str
+    pages: str  # reference page ids, "; "-joined
+    page_text: str = ""  # shown in the HTML only
+
+
+CSV_COLUMNS = [f.name for f in fields(ReviewRow) if f.name != "page_text"]
+
+
+def to_csv(rows: list[ReviewRow]) -> str:
+    buf = _io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, extrasaction="ignore", lineterminator="\n")
+    w.writeheader()
+    for r in rows:
+        rec = asdict(r)
+        for k in ("score", "ndcg"):
+            rec[k] = "" if rec[k] is None else f"{rec[k]:.6g}"
+        w.writerow(rec)
+    return buf.getvalue()
+
+
+_HTML = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined).from_string(
+    """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>{{ title }}</title>
+<style>
+body{font-family:system-ui,sans-serif;margin:2rem;color:#222}
+table{border-collapse:collapse;width:100%}th,td{border:1px solid #ccc;padding:.4rem;vertical-align:top}
+th{background:#f4f4f4;text-align:left}.wrong{background:#fde2e2}.uncertain{background:#fff4d6}
+.ok{background:#e4f6e4}pre{white-space:pre-wrap;max-height:14rem;overflow:auto;margin:0;font-size:.85em}
+.muted{color:#777}
+</style></head><body>
+<h1>{{ title }}</h1>
+<p>{{ counts }}. Fill in <code>verdict</code> (ok, wrong or uncertain) in <code>review.csv</code>
+and pass it back with <code>--decisions review.csv</code>; only <code>wrong</code> and
+<code>uncertain</code> exclude a prompt.</p>
+<table><thead><tr><th>uid</th><th>question</th><th>reference answer</th><th>proposal</th>
+<th>decision</th><th>rules</th><th>score / NDCG</th><th>reference page text</th></tr></thead><tbody>
+{% for r in rows %}<tr class="{{ r.verdict }}">
+<td>{{ r.uid }}</td><td>{{ r.question }}</td><td><b>{{ r.reference }}</b></td>
+<td>{% if r.proposed_verdict %}<b>{{ r.proposed_verdict }}</b>: {{ r.proposed_reason }}
+{% else %}<span class="muted">not asked</span>{% endif %}</td>
+<td>{% if r.verdict %}<b>{{ r.verdict }}</b> ({{ r.decided_by }}){% if r.reason %}: {{ r.reason }}{% endif %}
+{% else %}<span class="muted">undecided</span>{% endif %}</td>
+<td>{{ r.rules }}</td>
+<td>{{ "%.3f"|format(r.score) if r.score is not none else "" }} /
+{{ "%.3f"|format(r.ndcg) if r.ndcg is not none else "" }}</td>
+<td><span class="muted">{{ r.pages }}</span><pre>{{ r.page_text[:limit] }}</pre></td>
+</tr>{% endfor %}
+</tbody></table></body></html>
+"""
+)
+
+
+def to_html(rows: list[ReviewRow], *, title: str, counts: str) -> str:
+    return _HTML.render(rows=rows, title=title, counts=counts, limit=PAGE_TEXT_CHARS)

@@ -1,0 +1,153 @@
+"""Per-prompt scores: aggregated from the rollout log, or read from a score table.
+
+Scores come back as a two-column table (``uid``, ``score``); a prompt with no rollouts (or a null
+score in the table) is simply absent, and the steps count and list it. ``align`` lines a score
+table up with a dataset's ids, ``as_dict`` turns it into ``{uid: score}``. Comparisons against thresholds use ``at_most`` /
+``above`` so that a mean of values equal to a threshold, summed in floating point, still counts as
+equal to it (``mean([0.2] * 8)`` is not exactly ``0.2``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ddai.pipelines import query, store
+
+METRICS = ("ndcg", "judge", "reward")
+AGGS = ("mean", "max")
+# Decimal places kept before comparing with a threshold: far above float noise (1e-16 relative),
+# far below any meaningful difference in a mean of scores in [0, 1].
+BOUNDARY_DECIMALS = 9
+
+
+def snap(x: np.ndarray | float) -> np.ndarray | float:
+    """Round away floating-point noise before a threshold comparison (arrays or scalars)."""
+    if isinstance(x, np.ndarray):
+        return np.round(x, BOUNDARY_DECIMALS)
+    return round(float(x), BOUNDARY_DECIMALS)
+
+
+def at_most(x: np.ndarray | float, threshold: float) -> np.ndarray | bool:
+    return snap(x) <= threshold
+
+
+def log_table(
+    logs: str | os.PathLike[str], runs: Sequence[str], *, success_threshold: float = 1.0
+) -> pa.Table:
+    """``sql/funnel_prompt_scores.sql`` over ``runs``: one row per uid (see the file's header)."""
+    if not runs:
+        raise ValueError("name the run(s) to read with --run RUN")
+    con = query.connect(query.logs_or_fail(Path(logs)), list(runs))
+    try:
+        return query.run_named(con, "funnel_prompt_scores", {"threshold": success_threshold})
+    finally:
+        con.close()
+
+
+def column(table: pa.Table, name: str) -> pa.Table:
+    """One column of ``log_table``'s result as a score table (``uid``, ``score``), nulls dropped."""
+    out = pa.table(
+        {
+            "uid": pc.cast(table["uid"], pa.string()),
+            "score": pc.cast(table[name], pa.float64()),
+        }
+    )
+    return out.filter(pc.is_valid(out["score"]))
+
+
+def log_scores(
+    logs: str | os.PathLike[str], runs: Sequence[str], metric: str = "ndcg", agg: str = "mean"
+) -> pa.Table:
+    """Per-prompt ``agg`` of ``metric`` over the runs' rollouts (``sql/funnel_prompt_metric.sql``),
+    as a score table."""
+    check_metric(metric, agg)
+    if not runs:
+        raise ValueError("name the run(s) to read with --run RUN")
+    con = query.connect(query.logs_or_fail(Path(logs)), list(runs))
+    try:
+        return column(query.run_named(con, "funnel_prompt_metric", {"metric": metric}), agg)
+    finally:
+        con.close()
+
+
+def align(ids: pa.Array | pa.ChunkedArray, scores: pa.Table) -> np.ndarray:
+    """The score of each id, float64 ``[len(ids)]``, NaN where the table has none."""
+    idx = pc.index_in(pc.cast(ids, pa.string()), value_set=scores["uid"].combine_chunks())
+    vals = pc.take(scores["score"], idx)
+    return pc.fill_null(vals, np.nan).to_numpy(zero_copy_only=False).astype(np.float64)
+
+
+def as_dict(scores: pa.Table) -> dict[str, float]:
+    return dict(zip(scores["uid"].to_pylist(), scores["score"].to_pylist(), strict=True))
+
+
+def check_metric(metric: str, agg: str) -> None:
+    if metric not in METRICS:
+        raise ValueError(f"metric {metric!r} is not known; use one of {', '.join(METRICS)}")
+    if agg not in AGGS:
+        raise ValueError(f"aggregate {agg!r} is not known; use one of {', '.join(AGGS)}")
+
+
+def read_score_table(path: str | os.PathLike[str], column: str) -> pa.Table:
+    """The score table (``uid``, ``score``) of a Parquet, CSV or JSONL file with ``id`` and
+    ``column``.
+
+    An id listed twice with the same score is fine; with different scores it is an error (which
+    one would the funnel use?). Null scores count as no score.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"score table {p} not found")
+    suffix = p.suffix.lower()
+    if suffix == ".parquet":
+        df = pl.read_parquet(p)
+    elif suffix == ".csv":
+        df = pl.read_csv(p, infer_schema_length=10_000)
+    elif suffix in (".jsonl", ".ndjson"):
+        df = pl.read_ndjson(p)
+    else:
+        raise ValueError(f"{p}: score tables are .parquet, .csv or .jsonl")
+    missing = [c for c in ("id", column) if c not in df.columns]
+    if missing:
+        raise ValueError(
+            f"{p}: no column {', '.join(missing)} (columns: {', '.join(df.columns)}); "
+            "pass the score column with --score-col"
+        )
+    try:
+        df = df.select(pl.col("id").cast(pl.String), pl.col(column).cast(pl.Float64))
+    except pl.exceptions.PolarsError as e:
+        raise ValueError(f"{p}: column {column!r} is not numeric ({e})") from e
+    df = df.filter(pl.col(column).is_not_null() & pl.col(column).is_finite())
+    conflicts = df.group_by("id").agg(pl.col(column).n_unique().alias("k")).filter(pl.col("k") > 1)
+    if conflicts.height:
+        some = ", ".join(conflicts["id"].head(5).to_list())
+        raise ValueError(
+            f"{p}: {conflicts.height} id(s) have different scores ({some}); keep one row per id"
+        )
+    df = df.unique(subset="id", keep="first", maintain_order=True)
+    return pa.table(
+        {
+            "uid": pc.cast(df["id"].to_arrow(), pa.string()),
+            "score": pc.cast(df[column].to_arrow(), pa.float64()),
+        }
+    )
+
+
+def partitions(logs: str | os.PathLike[str], runs: Sequence[str]) -> list[Path]:
+    """The log-store partitions of ``runs`` (a step's inputs, for manifests and lineage)."""
+    root = Path(logs)
+    missing = [r for r in runs if not store.partition_dir(root, r).is_dir()]
+    if missing:
+        known = ", ".join(store.list_runs(root)) or "none"
+        raise FileNotFoundError(
+            f"run(s) {', '.join(missing)} not in {root} (known runs: {known}); "
+            f"ingest them with `ddai ingest FILE --run-id RUN --logs {root}`"
+        )
+    return [store.partition_dir(root, r).resolve() for r in runs]

@@ -1,0 +1,97 @@
+"""What every funnel step shares: freshness checks, writing outputs with their manifests, results.
+
+A step is a pure transform plus a ``run`` that reads its inputs, writes each output atomically
+and then the output's manifest (``<file>.manifest.json``), in that order: a manifest exists only
+for an output that was completely written. A step whose outputs all have manifests matching its
+step name, parameters and input hashes is skipped and returns the summary it recorded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from ddai.pipelines import io, manifest
+from ddai.pipelines.funnel import dataset as ds
+
+SUMMARY_KEY = "summary"
+
+
+@dataclass
+class StepResult:
+    """A step's outcome: its outputs by label, the summary it printed, whether it was skipped."""
+
+    step: str
+    outputs: dict[str, Path]
+    summary: dict[str, Any]
+    skipped: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            **self.summary,
+            "outputs": {k: str(v) for k, v in self.outputs.items()},
+            "skipped (unchanged)": self.skipped,
+        }
+
+
+def resolve(path: str | os.PathLike[str] | None) -> Path | None:
+    """Absolute paths in manifests, so lineage works from any working directory."""
+    return None if path is None else Path(path).expanduser().resolve()
+
+
+def require(path: str | os.PathLike[str], what: str) -> Path:
+    """The absolute path of an input that must exist (an error naming it otherwise)."""
+    p = resolve(path)
+    if not p.exists():
+        raise FileNotFoundError(f"{what} {p} not found")
+    return p
+
+
+def fresh(
+    outputs: Iterable[Path], step: str, params: Mapping[str, Any], inputs: list[Path]
+) -> bool:
+    return all(manifest.is_fresh(o, step, dict(params), inputs) for o in outputs)
+
+
+def skipped(step: str, outputs: dict[str, Path]) -> StepResult:
+    """The result of a step that did not need to run: the summary from its first manifest."""
+    first = manifest.read(next(iter(outputs.values()))) or {}
+    summary = dict(first.get("notes", {}).get(SUMMARY_KEY, {}))
+    return StepResult(step, outputs, summary, skipped=True)
+
+
+def record_for(
+    base: manifest.StepRecord,
+    *,
+    rows_in: int,
+    rows_out: int,
+    dropped: Mapping[str, int] | None = None,
+    notes: Mapping[str, Any] | None = None,
+) -> manifest.StepRecord:
+    """One output's manifest record, sharing ``base``'s step, parameters, inputs and start time."""
+    return dataclasses.replace(
+        base,
+        rows_in=rows_in,
+        rows_out=rows_out,
+        dropped={k: int(v) for k, v in (dropped or {}).items() if v},
+        notes=dict(notes or {}),
+        backend_calls=dict(base.backend_calls),
+    )
+
+
+def write_table(path: Path, table: pa.Table, record: manifest.StepRecord) -> None:
+    """Write a dataset output, then its manifest."""
+    ds.write_dataset(path, table)
+    manifest.write(path, record)
+
+
+def write_text(path: Path, text: str, record: manifest.StepRecord) -> None:
+    io.write_text(path, text)
+    manifest.write(path, record)

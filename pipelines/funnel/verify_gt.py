@@ -1,0 +1,443 @@
+"""``ddai curate verify-gt``: find prompts whose ground truth may be wrong, and drop the confirmed.
+
+1. Candidates: with a run, the prompts matching the selection rules over their mean ``reward``
+   ("score") and mean NDCG in it (DDAI's three: ``zero-score``: score = 0 with NDCG >= 0.5, the
+   page was found yet the answer never counted; ``low-score``: 0 < score <= 0.3 with NDCG >= 0.5;
+   ``low-ndcg``: NDCG < 0.5); without a run, every prompt.
+2. A ``GTVerifier`` reads question, reference answer and reference page text of each undecided
+   candidate and proposes ``ok``, ``wrong`` or ``uncertain`` with a reason.
+3. The review sheet (``review.csv``, ``review.html``) lists candidates, proposals and decisions.
+4. Only a person's decisions (``--decisions``), or the proposals under ``--trust-verifier``,
+   exclude: ``wrong`` and ``uncertain`` are flagged. Outputs ``<dataset>_filtered.parquet`` and
+   ``<dataset>_excluded.parquet`` (with ``extra_info.gt_verdict`` / ``gt_reason``), both in the
+   dataset's shape and order.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from ddai.pipelines import manifest
+from ddai.pipelines.funnel import dataset as ds
+from ddai.pipelines.funnel import decisions as dec
+from ddai.pipelines.funnel import review, scores, step
+
+STEP = "curate.verify-gt"
+RULES = ("zero-score", "low-score", "low-ndcg")
+RULE_HELP = {
+    "zero-score": "mean score = 0 with mean NDCG >= ndcg-min (page found, answer never counted)",
+    "low-score": "0 < mean score <= low-score-max with mean NDCG >= ndcg-min",
+    "low-ndcg": "mean NDCG < ndcg-min (the reference page is rarely found)",
+}
+ALL = "all"  # the rule every prompt matches when no run is given
+
+
+def match_rules(
+    score: float, ndcg: float, *, ndcg_min: float = 0.5, low_score_max: float = 0.3
+) -> list[str]:
+    """The candidate rules a prompt with mean ``score`` and mean ``ndcg`` matches (at most one)."""
+    s, n = scores.snap(score), scores.snap(ndcg)
+    if n < ndcg_min:
+        return ["low-ndcg"]
+    if s == 0:
+        return ["zero-score"]
+    if 0 < s <= low_score_max:
+        return ["low-score"]
+    return []
+
+
+@dataclass(frozen=True)
+class VerifyConfig:
+    """Flags of ``ddai curate verify-gt``."""
+
+    dataset: Path
+    out: Path
+    logs: Path | None = None
+    runs: tuple[str, ...] = ()
+    select: tuple[str, ...] = ()
+    ndcg_min: float = 0.5
+    low_score_max: float = 0.3
+    verifier: str | None = None
+    corpus: Path | None = None
+    decisions: tuple[Path, ...] = ()
+    trust_verifier: bool = False
+    dry_run: bool = False
+    max_cost: float | None = None
+    force: bool = False
+
+    def __post_init__(self) -> None:
+        unknown = [r for r in self.select if r not in RULES]
+        if unknown:
+            raise ValueError(
+                f"unknown --select rule(s) {', '.join(unknown)}; known: {', '.join(RULES)}"
+            )
+        if self.select and not self.runs:
+            raise ValueError("--select rules read a run's scores: add --logs DIR --run RUN")
+        if self.runs and self.logs is None:
+            raise ValueError("--run needs the log store (--logs DIR)")
+        if self.decisions and self.trust_verifier:
+            raise ValueError(
+                "choose one: --decisions CSV (a person's review) or --trust-verifier (accept "
+                "the verifier's proposals)"
+            )
+        if self.uses_verifier and self.corpus is None:
+            raise ValueError(
+                "the verifier reads the reference page text: pass --corpus pages.parquet, or "
+                "--decisions CSV to apply a person's review without asking a verifier"
+            )
+        for name in ("ndcg_min", "low_score_max"):
+            if not math.isfinite(getattr(self, name)):
+                raise ValueError(f"--{name.replace('_', '-')} must be a number")
+
+    @property
+    def uses_verifier(self) -> bool:
+        """Ask the verifier unless a person's decisions are given and no verifier is named."""
+        return self.trust_verifier or self.verifier is not None or not self.decisions
+
+    @property
+    def rules(self) -> tuple[str, ...]:
+        if not self.runs:
+            return (ALL,)
+        return self.select or RULES
+
+    def outputs(self) -> dict[str, Path]:
+        stem = Path(self.dataset).stem
+        return {
+            "filtered": self.out / f"{stem}_filtered.parquet",
+            "excluded": self.out / f"{stem}_excluded.parquet",
+            "review.csv": self.out / "review.csv",
+            "review.html": self.out / "review.html",
+        }
+
+    def inputs(self) -> list[Path]:
+        files = [(self.dataset, "dataset"), *((d, "decisions") for d in self.decisions)]
+        if self.uses_verifier:
+            files.append((self.corpus, "corpus"))
+        parts = scores.partitions(self.logs, self.runs) if self.runs else []
+        return [step.require(f, what) for f, what in files] + parts
+
+    def params(self, verifier: dict[str, Any] | None) -> dict[str, Any]:
+        return {
+            "runs": list(self.runs),
+            "rules": list(self.rules),
+            "ndcg_min": self.ndcg_min,
+            "low_score_max": self.low_score_max,
+            "verifier": verifier,
+            "trust_verifier": self.trust_verifier,
+        }
+
+
+@dataclass(frozen=True)
+class Proposal:
+    verdict: str  # ok | wrong | uncertain | error
+    reason: str
+
+
+Final = tuple[str, str, str]  # (verdict, reason, decided_by: "person" | "verifier")
+
+
+def select_candidates(
+    ids: list[str],
+    score_of: dict[str, float] | None,
+    ndcg_of: dict[str, float],
+    *,
+    rules: tuple[str, ...],
+    ndcg_min: float = 0.5,
+    low_score_max: float = 0.3,
+) -> tuple[dict[str, list[str]], list[str]]:
+    """uid → the rules it matched, for the candidates in row order; plus the ids not in the run.
+
+    ``score_of`` None means no run was given: every prompt is a candidate under rule ``all``.
+    """
+    if score_of is None:
+        return {u: [ALL] for u in ids}, []
+    cand: dict[str, list[str]] = {}
+    missing: list[str] = []
+    for uid in ids:
+        if uid not in score_of:
+            missing.append(uid)
+            continue
+        hit = match_rules(
+            score_of[uid], ndcg_of.get(uid, 0.0), ndcg_min=ndcg_min, low_score_max=low_score_max
+        )
+        hit = [r for r in hit if r in rules]
+        if hit:
+            cand[uid] = hit
+    return cand, missing
+
+
+def settle(
+    ids: list[str],
+    decided: dict[str, dec.Decision],
+    proposals: dict[str, Proposal],
+    *,
+    trust_verifier: bool,
+) -> dict[str, Final]:
+    """The decision in force per uid: a person's; else, under ``trust_verifier``, the verifier's
+    proposal (a failed call decides nothing); else none."""
+    final: dict[str, Final] = {}
+    for uid in ids:
+        if uid in decided:
+            final[uid] = (decided[uid].verdict, decided[uid].reason, "person")
+        elif trust_verifier and uid in proposals and proposals[uid].verdict != "error":
+            final[uid] = (proposals[uid].verdict, proposals[uid].reason, "verifier")
+    return final
+
+
+def run_verify(cfg: VerifyConfig, *, verifier: Any = None) -> step.StepResult:
+    """Run the step. ``verifier``: a ``GTVerifier`` to use instead of building ``cfg.verifier``."""
+    spec, ident = _verifier_identity(cfg, verifier)
+    params, inputs = cfg.params(ident), cfg.inputs()
+    outputs = {k: step.resolve(v) for k, v in cfg.outputs().items()}
+    if not cfg.dry_run and not cfg.force and step.fresh(outputs.values(), STEP, params, inputs):
+        return step.skipped(STEP, outputs)
+    base = None if cfg.dry_run else manifest.start(STEP, params, inputs)
+
+    raw = ds.read_dataset(cfg.dataset)
+    table, dups = ds.first_occurrences(raw)
+    rows = table.to_pylist()
+    ids = [r[ds.ID] for r in rows]
+    by_id = dict(zip(ids, rows, strict=True))
+    decided = dec.read_decisions(cfg.decisions)
+    score_of, ndcg_of = _run_scores(cfg)
+    cand, not_in_run = select_candidates(
+        ids,
+        score_of if cfg.runs else None,
+        ndcg_of,
+        rules=cfg.rules,
+        ndcg_min=cfg.ndcg_min,
+        low_score_max=cfg.low_score_max,
+    )
+    ask = [u for u in cand if u not in decided] if cfg.uses_verifier else []
+    shown = [u for u in ids if u in cand or u in decided]
+    texts = _page_texts(cfg.corpus, {u: by_id[u] for u in shown}) if cfg.uses_verifier else {}
+
+    if cfg.dry_run:
+        summary = {
+            "prompts": len(ids),
+            "candidates": len(cand),
+            "decided by a person": sum(u in decided for u in cand),
+            "verifier calls": len(ask),
+            "estimated cost (USD)": _estimate_cost(spec, [by_id[u] for u in ask], texts),
+            "dry run": True,
+        }
+        return step.StepResult(STEP, {}, summary)
+
+    from ddai.pipelines.backends.usage import Ledger
+
+    ledger = Ledger()
+    proposals = _propose(ask, by_id, texts, verifier, cfg, ledger)
+    final = settle(ids, decided, proposals, trust_verifier=cfg.trust_verifier)
+    base.backend_calls = ledger.snapshot()
+
+    filtered, excluded, excluded_ids = split_by_decision(table, ids, final)
+    sheet = [
+        _review_row(
+            uid,
+            by_id[uid],
+            cand.get(uid, []),
+            proposals.get(uid),
+            final.get(uid),
+            score_of.get(uid),
+            ndcg_of.get(uid),
+            texts.get(uid, ("", 0))[0],
+        )
+        for uid in shown
+    ]
+    verdicts = Counter(final[u][0] for u in excluded_ids)
+    summary = {
+        "prompts": len(ids),
+        "candidates": len(cand),
+        "rules": ", ".join(cfg.rules),
+        **({"not in run": len(not_in_run)} if cfg.runs else {}),
+        "verifier calls": len(ask),
+        "proposals": dict(sorted(Counter(p.verdict for p in proposals.values()).items())),
+        "decided by a person": sum(v[2] == "person" for v in final.values()),
+        "undecided candidates": sum(u not in final for u in cand),
+        "excluded": len(excluded_ids),
+        "excluded by verdict": dict(sorted(verdicts.items())),
+        "kept": filtered.num_rows,
+        "decisions for ids not in the dataset": len(set(decided) - set(ids)),
+        "duplicate ids": len(dups),
+    }
+    missing_pages = sum(texts[u][1] for u in ask if u in texts)
+    if missing_pages:
+        summary["reference pages not in corpus"] = missing_pages
+    notes = {
+        "excluded_ids": {u: final[u][0] for u in excluded_ids},
+        "not_in_run": not_in_run,
+        "duplicate_ids": dups,
+        step.SUMMARY_KEY: summary,
+    }
+    src, n_in = str(inputs[0]), raw.num_rows
+    dup = {"duplicate id": len(dups)}
+    step.write_table(
+        outputs["filtered"],
+        filtered,
+        step.record_for(
+            base,
+            rows_in=n_in,
+            rows_out=filtered.num_rows,
+            dropped={**{f"excluded {v}": n for v, n in verdicts.items()}, **dup},
+            notes={**notes, "contributions": {src: filtered.num_rows}},
+        ),
+    )
+    step.write_table(
+        outputs["excluded"],
+        excluded,
+        step.record_for(
+            base,
+            rows_in=n_in,
+            rows_out=excluded.num_rows,
+            dropped={"kept": filtered.num_rows, **dup},
+            notes={**notes, "contributions": {src: excluded.num_rows}},
+        ),
+    )
+    sheet_rec = step.record_for(
+        base, rows_in=n_in, rows_out=len(sheet), notes={step.SUMMARY_KEY: summary}
+    )
+    step.write_text(outputs["review.csv"], review.to_csv(sheet), sheet_rec)
+    line = f"{len(cand)} candidates, {len(ask)} sent to the verifier, {len(excluded_ids)} excluded"
+    html = review.to_html(sheet, title=f"GT review: {Path(cfg.dataset).name}", counts=line)
+    step.write_text(outputs["review.html"], html, sheet_rec)
+    return step.StepResult(STEP, outputs, summary)
+
+
+def split_by_decision(
+    table: pa.Table, ids: list[str], final: dict[str, Final]
+) -> tuple[pa.Table, pa.Table, list[str]]:
+    """(kept rows, excluded rows with ``extra_info.gt_verdict`` / ``gt_reason``, excluded ids),
+    both tables in ``table``'s order; a prompt is excluded when its decision is flagging."""
+    flagged = [i for i, u in enumerate(ids) if u in final and final[u][0] in dec.FLAGGING]
+    out_ids = [ids[i] for i in flagged]
+    mask = np.zeros(len(ids), dtype=bool)
+    mask[flagged] = True
+    kept = table.filter(pa.array(~mask))
+    excluded = table.filter(pa.array(mask))
+    for name, k in (("gt_verdict", 0), ("gt_reason", 1)):
+        values = pa.array([final[u][k] for u in out_ids], pa.string())
+        excluded = ds.with_extra_field(excluded, name, values)
+    return kept, excluded, out_ids
+
+
+def _verifier_identity(cfg: VerifyConfig, verifier: Any) -> tuple[Any, dict[str, Any] | None]:
+    """The backend spec (None for an injected verifier) and how the manifest names it."""
+    if not cfg.uses_verifier:
+        return None, None
+    if verifier is not None:
+        return None, {"name": getattr(verifier, "name", type(verifier).__name__)}
+    from ddai.pipelines import backends
+
+    spec = backends.resolve("verifier", cfg.verifier)
+    return spec, {"name": spec.name, "kind": spec.kind, "model": spec.model}
+
+
+def _run_scores(cfg: VerifyConfig) -> tuple[dict[str, float], dict[str, float]]:
+    if not cfg.runs:
+        return {}, {}
+    tbl = scores.log_table(cfg.logs, cfg.runs)
+    return (
+        scores.as_dict(scores.column(tbl, "reward_mean")),
+        scores.as_dict(scores.column(tbl, "ndcg_mean")),
+    )
+
+
+def _page_texts(
+    corpus_path: Path | None, rows: dict[str, dict[str, Any]]
+) -> dict[str, tuple[str, int]]:
+    """uid → (its reference pages' text, how many of its reference pages the corpus lacks)."""
+    from ddai.pipelines.corpus import Corpus
+
+    corpus = Corpus.load(corpus_path)
+    out = {}
+    for uid, row in rows.items():
+        pages = ds.reference_page_ids(row)
+        found = [corpus.text(p) for p in pages if p in corpus]
+        out[uid] = ("\n\n".join(found), len(pages) - len(found))
+    return out
+
+
+def _propose(
+    ask: list[str],
+    by_id: dict[str, dict[str, Any]],
+    texts: dict[str, tuple[str, int]],
+    verifier: Any,
+    cfg: VerifyConfig,
+    ledger: Any,
+) -> dict[str, Proposal]:
+    """Ask the verifier about every uid in ``ask`` in one batch; uid → its proposal."""
+    if not ask:
+        return {}
+    from ddai.pipelines import backends
+
+    if verifier is None:
+        ctx: dict[str, Any] = {"call_site": STEP, "ledger": ledger}
+        if cfg.max_cost is not None:
+            ctx["max_cost"] = cfg.max_cost
+        verifier = backends.get_backend("verifier", cfg.verifier, **ctx)
+    reqs = [
+        backends.VerifyRequest(
+            ds.question_of(by_id[u]), ds.reference_of(by_id[u]), texts.get(u, ("", 0))[0]
+        )
+        for u in ask
+    ]
+    results = backends.run_sync(verifier.verify(reqs))
+    out = {}
+    for uid, res in zip(ask, results, strict=True):
+        if res.error is not None or res.verdict is None:
+            out[uid] = Proposal("error", res.error or "no verdict")
+        else:
+            out[uid] = Proposal(res.verdict, res.reason or "")
+    return out
+
+
+def _review_row(
+    uid: str,
+    row: dict[str, Any],
+    rules: list[str],
+    prop: Proposal | None,
+    final: Final | None,
+    score: float | None,
+    ndcg: float | None,
+    page_text: str,
+) -> review.ReviewRow:
+    verdict, reason, by = final or ("", "", "")
+    return review.ReviewRow(
+        uid=uid,
+        verdict=verdict,
+        reason=reason,
+        decided_by=by,
+        proposed_verdict=prop.verdict if prop else "",
+        proposed_reason=prop.reason if prop else "",
+        rules="; ".join(rules),
+        score=score,
+        ndcg=ndcg,
+        question=ds.question_of(row),
+        reference=ds.reference_of(row),
+        pages="; ".join(ds.reference_page_ids(row)),
+        page_text=page_text,
+    )
+
+
+def _estimate_cost(
+    spec: Any, rows: list[dict[str, Any]], texts: dict[str, tuple[str, int]]
+) -> float | None:
+    """A rough price of the verifier calls: about 4 characters per input token plus the prompt
+    template, a short JSON answer out. None when no configured backend's price is known."""
+    if spec is None:
+        return None
+    from ddai.pipelines.backends.usage import Price, TokenUsage
+
+    chars = sum(
+        len(ds.question_of(r)) + len(ds.reference_of(r)) + len(texts.get(r[ds.ID], ("", 0))[0])
+        for r in rows
+    )
+    usage = TokenUsage(input_tokens=chars // 4 + 200 * len(rows), output_tokens=40 * len(rows))
+    return round(Price(spec.price_in_per_mtok, spec.price_out_per_mtok).cost(usage), 6)

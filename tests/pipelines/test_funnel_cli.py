@@ -1,0 +1,125 @@
+"""``ddai curate …`` and ``ddai lineage`` through the Typer app: summaries, JSON, exit codes."""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+from funnel_data import group, write_dataset, write_log
+from typer.testing import CliRunner
+
+from ddai.cli.app import app
+
+runner = CliRunner()
+
+
+def _inputs(tmp_path):
+    ds = write_dataset(tmp_path / "set.parquet", ["train_1", "train_2", "train_3"])
+    scores = tmp_path / "s.csv"
+    pl.DataFrame({"id": ["train_1", "train_2", "train_3"], "p1": [0.9, 0.5, 0.0]}).write_csv(scores)
+    logs = tmp_path / "logs"
+    write_log(
+        logs,
+        "cur",
+        group("train_2", "reward", [0.1, 0.2], judge_score=1.0)
+        + group("train_3", "reward", [0.0, 0.0], judge_score=0.0),
+    )
+    return ds, scores, logs
+
+
+def test_bucket_focus_lineage_plan(tmp_path):
+    ds, scores, logs = _inputs(tmp_path)
+    out = tmp_path / "out"
+    r = runner.invoke(
+        app,
+        ["curate", "bucket", "--dataset", str(ds), "--scores", str(scores), "--score-col", "p1",
+         "--out", str(out), "--json"],
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert (data["bucket B"], data["bucket A"], data["bucket 0"]) == (1, 1, 1)
+    assert data["skipped (unchanged)"] is False
+
+    r = runner.invoke(
+        app,
+        ["curate", "verify-gt", "--dataset", str(out / "curriculum_bucket_0.parquet"),
+         "--decisions", str(_review(tmp_path)), "--out", str(out), "--json"],
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["kept"] == 1
+
+    r = runner.invoke(
+        app,
+        ["curate", "focus", "--bucket-a", str(out / "curriculum_bucket_a.parquet"),
+         "--bucket-0", str(out / "curriculum_bucket_0_filtered.parquet"), "--logs", str(logs),
+         "--run", "cur", "--out", str(out / "r1.parquet"), "--json"],
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["round 1"] == 2  # train_2 (mean 0.15) + train_3
+
+    r = runner.invoke(app, ["lineage", str(out / "r1.parquet"), "--check"])
+    assert r.exit_code == 0, r.output
+    assert "lineage" in r.stdout and "inputs changed since use" in r.stdout
+
+    r = runner.invoke(app, ["lineage", str(out / "r1.parquet"), "--json"])
+    graph = json.loads(r.stdout)
+    kinds = [n["kind"] for n in graph["nodes"]]
+    assert kinds.count("step") == 4  # bucket A, bucket 0, its verified copy, round 1
+    assert {n["kind"] for n in graph["nodes"]} == {"file", "step", "log", "source"}
+
+    r = runner.invoke(
+        app,
+        ["curate", "plan", "--logs", str(logs), "--run", "cur", "--n-agent", "4",
+         "--prior", "none", "--price-per-call", "0.5", "--json"],
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    plan = json.loads(r.stdout)
+    row = next(x for x in plan["rows"] if x["bucket"] == "all")
+    # train_2 always succeeds, train_3 never: no mixed groups; 2 prompts × 4 × 2 calls × $0.5
+    assert row["mixed_share"] == 0.0 and row["cost_usd"] == 8.0
+    assert plan["recommend"]["all"] is None
+
+
+def _review(tmp_path):
+    p = tmp_path / "review.csv"
+    p.write_text("uid,verdict,reason\n", encoding="utf-8")
+    return p
+
+
+def test_rerun_reports_skip(tmp_path):
+    ds, scores, _ = _inputs(tmp_path)
+    args = ["curate", "bucket", "--dataset", str(ds), "--scores", str(scores), "--score-col",
+            "p1", "--out", str(tmp_path / "o"), "--json"]  # fmt: skip
+    assert runner.invoke(app, args).exit_code == 0
+    assert json.loads(runner.invoke(app, args).stdout)["skipped (unchanged)"] is True
+    forced = json.loads(runner.invoke(app, [*args, "--force"]).stdout)
+    assert forced["skipped (unchanged)"] is False
+
+
+def test_bad_input_exits_2_with_the_fix(tmp_path):
+    ds, scores, logs = _inputs(tmp_path)
+    cases = [
+        (["curate", "bucket", "--dataset", str(ds), "--out", str(tmp_path)], "give one score source"),
+        (["curate", "bucket", "--dataset", str(tmp_path / "none.parquet"), "--scores", str(scores),
+          "--score-col", "p1", "--out", str(tmp_path)], "not found"),
+        (["curate", "bucket", "--dataset", str(ds), "--scores", str(scores), "--score-col", "nope",
+          "--out", str(tmp_path)], "pass the score column with --score-col"),
+        (["curate", "focus", "--prev", str(ds), "--logs", str(logs), "--run", "typo", "--out",
+          str(tmp_path / "x.parquet")], "known runs: cur"),
+        (["curate", "verify-gt", "--dataset", str(ds), "--out", str(tmp_path)], "--corpus"),
+        (["curate", "verify-gt", "--dataset", str(ds), "--corpus", str(ds), "--verifier", "nope",
+          "--out", str(tmp_path)], "no backend named 'nope'"),
+        (["curate", "plan", "--logs", str(logs), "--run", "cur", "--target", "0"], "--target"),
+        (["lineage", str(tmp_path / "missing.parquet")], "not found"),
+    ]  # fmt: skip
+    for args, message in cases:
+        r = runner.invoke(app, args)
+        assert r.exit_code == 2, (args, r.output)
+        assert message in " ".join(r.output.split()), (args, r.output)
+
+
+def test_every_command_has_help():
+    for cmd in (["curate"], ["curate", "bucket"], ["curate", "verify-gt"], ["curate", "focus"],
+                ["curate", "plan"], ["lineage"]):  # fmt: skip
+        r = runner.invoke(app, [*cmd, "--help"])
+        assert r.exit_code == 0 and "Usage" in r.output

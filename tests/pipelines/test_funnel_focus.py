@@ -1,0 +1,175 @@
+"""``curate focus``: round 1 and round N+1 selection, boundaries, flags, order, missing prompts."""
+
+from __future__ import annotations
+
+import csv
+
+import pyarrow as pa
+import pytest
+from funnel_data import group, ids_of, write_dataset, write_log
+
+from ddai.pipelines import manifest
+from ddai.pipelines.funnel.focus import FocusConfig, run_focus, select_at_most
+
+
+def _csv(path, rows):
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(["uid", "verdict", "reason"])
+        w.writerows(rows)
+    return path
+
+
+def test_select_at_most_reasons_in_order():
+    ids = pa.array(["a", "b", "c", "d", "e"])
+    score = pa.table({"uid": ["d", "c", "b", "a"], "score": [0.1, 0.0, 0.31, 0.3]})
+    sel = select_at_most(ids, score, 0.3, flagged={"d": "uncertain", "b": "wrong"})
+    assert sel.keep == [0, 2]
+    # b is above the threshold before it is flagged; e has no rollouts.
+    assert sel.dropped == {
+        "above 0.3": ["b"],
+        "flagged uncertain": ["d"],
+        "missing from run": ["e"],
+    }
+
+
+def test_round1_hard_a_in_a_order_then_bucket0(tmp_path):
+    a = write_dataset(
+        tmp_path / "a.parquet", ["train_5", "train_1", "train_7", "train_3", "train_9"]
+    )
+    zero = write_dataset(tmp_path / "z.parquet", ["train_20", "train_21", "train_1"])
+    rows = (
+        # (0.2 + 0.2 + 0.2) / 3 is 0.20000000000000004 in floating point: at the bound, kept
+        group("train_5", "reward", [0.2, 0.2, 0.2])
+        + group("train_1", "reward", [0.0, 0.0])  # kept
+        + group("train_7", "reward", [0.2, 0.200002])  # mean 0.200001: above, dropped
+        + group("train_3", "reward", [1.0, 0.0])  # 0.5: dropped
+        # train_9 is not in the run: reported, left out
+    )
+    logs = tmp_path / "logs"
+    write_log(logs, "cur", rows)
+    res = run_focus(
+        FocusConfig(
+            out=tmp_path / "r1.parquet", logs=logs, runs=("cur",), bucket_a=a, bucket_0=zero
+        )
+    )
+    # train_1 is in both inputs: kept once, as hard A (first occurrence).
+    assert ids_of(res.outputs["focus"]) == ["train_5", "train_1", "train_20", "train_21"]
+    assert res.summary["hard A"] == 2
+    assert res.summary["bucket 0"] == 2
+    assert res.summary["bucket A missing from run"] == 1
+    assert res.summary["duplicate ids"] == 1
+    m = manifest.read(res.outputs["focus"])
+    assert m["notes"]["missing_ids"] == ["train_9"]
+    assert m["rows"] == {
+        "in": 8,
+        "out": 4,
+        "dropped": {
+            "bucket A above 0.2": 2,
+            "bucket A missing from run": 1,
+            "duplicate id": 1,
+        },
+    }
+    assert m["notes"]["contributions"] == {str(a.resolve()): 2, str(zero.resolve()): 2}
+
+
+def test_round_n_plus_1_low_scorers_minus_flagged_in_previous_order(tmp_path):
+    prev = write_dataset(
+        tmp_path / "r1.parquet", ["train_4", "train_2", "train_8", "train_6", "train_1", "train_3"]
+    )
+    rows = (
+        # (0.2 + 0.4) / 2 is 0.30000000000000004 in floating point: at the bound, kept
+        group("train_4", "reward", [0.2, 0.4])
+        + group("train_2", "reward", [0.0, 0.0, 0.0, 0.0])  # kept unless flagged
+        + group("train_8", "reward", [0.3, 0.31])  # 0.305: above
+        + group("train_6", "reward", [0.0, 0.0])  # flagged wrong in the first review
+        + group("train_1", "reward", [0.1, 0.1])  # flagged uncertain, overturned to ok later
+        # train_3 missing from the run
+    )
+    logs = tmp_path / "logs"
+    write_log(logs, "r1run", rows)
+    first = _csv(
+        tmp_path / "review1.csv",
+        [
+            ["train_6", "wrong", "GT disagrees"],
+            ["train_1", "uncertain", "?"],
+            ["train_99", "wrong", ""],
+        ],
+    )
+    second = _csv(
+        tmp_path / "review2.csv", [["train_1", "ok", "checked again"], ["train_2", "", ""]]
+    )
+    res = run_focus(
+        FocusConfig(
+            out=tmp_path / "r2.parquet",
+            logs=logs,
+            runs=("r1run",),
+            prev=prev,
+            decisions=(first, second),
+        )
+    )
+    assert ids_of(res.outputs["focus"]) == ["train_4", "train_2", "train_1"]
+    assert res.summary == {
+        "previous round": 6,
+        "at or under 0.3": 4,
+        "flagged": 1,
+        "next round": 3,
+        "missing from run": 1,
+        "duplicate ids": 0,
+    }
+    m = manifest.read(res.outputs["focus"])
+    assert m["rows"]["dropped"] == {"above 0.3": 1, "flagged wrong": 1, "missing from run": 1}
+    assert m["notes"]["flagged_ids"] == {"flagged wrong": ["train_6"]}
+
+
+def test_focus_rerun_skips_until_a_decision_changes(tmp_path):
+    prev = write_dataset(tmp_path / "r1.parquet", ["train_1", "train_2"])
+    logs = tmp_path / "logs"
+    write_log(logs, "r", group("train_1", "reward", [0.0]) + group("train_2", "reward", [0.0]))
+    review = _csv(tmp_path / "rev.csv", [])
+    cfg = FocusConfig(
+        out=tmp_path / "r2.parquet", logs=logs, runs=("r",), prev=prev, decisions=(review,)
+    )
+    assert not run_focus(cfg).skipped
+    assert run_focus(cfg).skipped
+    _csv(review, [["train_2", "wrong", "bad GT"]])
+    res = run_focus(cfg)
+    assert not res.skipped and ids_of(res.outputs["focus"]) == ["train_1"]
+    # New rollouts in the run change its partition's hash: the step reruns.
+    write_log(logs, "r", group("train_1", "reward", [1.0]) + group("train_2", "reward", [0.0]))
+    res = run_focus(cfg)
+    assert not res.skipped and ids_of(res.outputs["focus"]) == []
+
+
+def test_empty_selection_writes_an_empty_dataset(tmp_path):
+    prev = write_dataset(tmp_path / "r1.parquet", ["train_1"])
+    logs = tmp_path / "logs"
+    write_log(logs, "r", group("train_1", "reward", [1.0]))
+    res = run_focus(FocusConfig(out=tmp_path / "r2.parquet", logs=logs, runs=("r",), prev=prev))
+    assert ids_of(res.outputs["focus"]) == []
+    assert manifest.read(res.outputs["focus"])["rows"]["out"] == 0
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({}, "choose one"),
+        ({"bucket_a": "a", "prev": "p"}, "choose one"),
+        ({"bucket_a": "a"}, "needs both"),
+        ({"bucket_a": "a", "bucket_0": "z", "decisions": ("d.csv",)}, "applies to round N"),
+        ({"prev": "p", "runs": ()}, "--run"),
+    ],
+)
+def test_config_errors(tmp_path, kw, message):
+    kw = {"runs": ("r",), **kw}
+    with pytest.raises(ValueError, match=message):
+        FocusConfig(out=tmp_path / "o.parquet", logs=tmp_path, **kw)
+
+
+def test_unknown_run_names_the_known_ones(tmp_path):
+    prev = write_dataset(tmp_path / "r1.parquet", ["train_1"])
+    logs = tmp_path / "logs"
+    write_log(logs, "real", group("train_1", "reward", [1.0]))
+    cfg = FocusConfig(out=tmp_path / "o.parquet", logs=logs, runs=("typo",), prev=prev)
+    with pytest.raises(FileNotFoundError, match="known runs: real"):
+        run_focus(cfg)
