@@ -1,7 +1,6 @@
 """The DuckDB query layer: views from ``ddai.sql`` over the log store, SQL loaded by name.
 
-The store is registered as the Arrow dataset ``rollouts_src`` (projection and filters push down
-into Parquet); the views in ``sql/*.sql`` are created over it in dependency order. Queries take
+The store's Parquet files are read by DuckDB as the relation ``rollouts_src``; the views in ``sql/*.sql`` are created over it in dependency order. Queries take
 bound parameters (``$name`` or ``?``), never string interpolation.
 """
 
@@ -43,8 +42,13 @@ def connect(
     con = duckdb.connect(database)
     if threads:
         con.execute(f"SET threads = {int(threads)}")
-    if store.list_runs(logs) or runs:
-        con.register("rollouts_src", store.dataset(logs, runs))
+    files = store.parquet_files(logs, runs) if (store.list_runs(logs) or runs) else []
+    if files:
+        # DuckDB's own Parquet reader (about 2x faster than scanning an Arrow dataset); the file
+        # list is passed as a value, never pasted into SQL text.
+        con.read_parquet([str(f) for f in files], hive_partitioning=False).create_view(
+            "rollouts_src"
+        )
     else:
         # An empty store still answers queries (with no rows).
         con.register("rollouts_src", store.ROLLOUT_SCHEMA.empty_table())
