@@ -1,7 +1,155 @@
-"""CLI: `ddai backends` (not yet built)."""
+"""CLI: ``ddai backends check`` and ``ddai judge`` (DESIGN.md, "Backends")."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
+from rich.table import Table
+
+from ddai.cli.common import EXIT_FAILED, JsonOpt, LogsOpt, console, fail, summary
+from ddai.pipelines import workspace
+from ddai.pipelines.backends.check import check_backends
+from ddai.pipelines.backends.config import ConfigError
+from ddai.pipelines.backends.rejudge import RejudgeConfig, RejudgeError, rejudge
+
+CacheOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--cache",
+        help="Call cache file (SQLite). Default: <workspace>/cache/calls.sqlite, the workspace "
+        "being $DDAI_HOME or ./ddai-work.",
+    ),
+]
+
+
+def _backends_table(rows: list[dict[str, Any]]) -> Table:
+    """One line per backend; the full details (base URL, key variable, ping text) are in --json."""
+    table = Table(title="backends", title_justify="left")
+    for col in ("name", "kind", "model", "roles", "key", "ping"):
+        table.add_column(col)
+    for r in rows:
+        key = "-"
+        if "api_key_set" in r:
+            key = "set" if r["api_key_set"] else "[yellow]unset[/]"
+        ping = r.get("ping")
+        if ping is None:
+            shown = "-"
+        elif ping["ok"]:
+            shown = f"[green]ok[/] {ping['latency_s'] * 1000:.0f} ms"
+        else:
+            shown = f"[red]failed[/] ({escape(str(ping['detail']).split(':', 1)[0])})"
+        cells = (r["name"], r["kind"], r.get("model"), ", ".join(r.get("roles", [])))
+        table.add_row(*(escape(str(c or "-")) for c in cells), key, shown)
+    return table
+
+
+def check_cmd(
+    ping: Annotated[
+        bool, typer.Option(help="Ping every remote backend (a metadata call, no tokens).")
+    ] = True,
+    cache: CacheOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """List the configured backends and the roles using them, ping them, and show cache stats."""
+    try:
+        report = check_backends(ping=ping, cache=cache)
+    except (ConfigError, ValueError) as e:
+        raise fail(f"{e} (check the [backends] tables of ddai.toml)") from e
+    failed = [r["name"] for r in report["backends"] if r.get("ping") and not r["ping"]["ok"]]
+    stats = report["cache"]
+    data = {
+        "backends": len(report["backends"]),
+        "roles": report["roles"],
+        "unreachable": failed,
+        "cache": stats["path"],
+        "cache entries": stats["entries"],
+        "cache bytes": stats["bytes"],
+    }
+    if as_json:
+        summary(
+            "ddai backends check",
+            {**data, "details": report["backends"], "cache groups": stats["groups"]},
+            as_json=True,
+        )
+    else:
+        console.print(_backends_table(report["backends"]))
+        summary("ddai backends check", data)
+    if failed:
+        raise typer.Exit(EXIT_FAILED)
+
+
+def judge_cmd(
+    run: Annotated[str, typer.Option("--run", help="The run whose answers to (re)score.")],
+    judge: Annotated[
+        str | None,
+        typer.Option(
+            "--judge",
+            help="Judge backend name from ddai.toml \\[backends] (or `local`). Default: $DDAI_JUDGE, "
+            "then ddai.toml \\[roles] judge, then local.",
+        ),
+    ] = None,
+    logs: LogsOpt = None,
+    out_run: Annotated[
+        str | None,
+        typer.Option(
+            "--out-run", help="Run id to write the rescored run to. Default: <run>@<judge>."
+        ),
+    ] = None,
+    in_place: Annotated[
+        bool,
+        typer.Option(
+            "--in-place", help="Write the new scores into --run itself (old ones kept in extra)."
+        ),
+    ] = False,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run", help="Count the calls and their estimated cost; call and write nothing."
+        ),
+    ] = False,
+    max_cost: Annotated[
+        float | None,
+        typer.Option(
+            "--max-cost",
+            help="Stop before spending more than this many USD (rerun to resume).",
+            min=0,
+        ),
+    ] = None,
+    cache: CacheOpt = None,
+    progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+    as_json: JsonOpt = False,
+) -> None:
+    """(Re)score a run's answers with a judge backend; failures stay null with their reason."""
+    if in_place and out_run:
+        raise fail("--in-place and --out-run exclude each other; pick one")
+    cfg = RejudgeConfig(
+        logs=workspace.logs_dir(logs),
+        run=run,
+        judge=judge,
+        out_run=out_run,
+        in_place=in_place,
+        dry_run=dry_run,
+        max_cost=max_cost,
+        cache=cache,
+        progress=progress and not as_json,
+    )
+    try:
+        result = rejudge(cfg)
+    except (RejudgeError, ConfigError) as e:
+        raise fail(str(e)) from e
+    summary("ddai judge", result.summary, as_json=as_json)
+    if not result.complete:
+        raise typer.Exit(EXIT_FAILED)
 
 
 def register(app: typer.Typer) -> None:
     """Add this area's commands to the main app."""
+    backends_app = typer.Typer(
+        help="Model backends: list, ping, cache stats.", no_args_is_help=True
+    )
+    backends_app.command("check")(check_cmd)
+    app.add_typer(backends_app, name="backends")
+    app.command("judge")(judge_cmd)

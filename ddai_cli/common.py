@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 console = Console(stderr=False)
@@ -47,7 +48,7 @@ ThresholdOpt = Annotated[
 
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:
     """Print a clear error and return the Exit to raise (``raise fail(...)``)."""
-    err_console.print(f"[bold red]error:[/] {message}")
+    err_console.print(f"[bold red]error:[/] {escape(message)}")
     return typer.Exit(code)
 
 

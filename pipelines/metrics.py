@@ -58,6 +58,7 @@ def doc_of(page: str) -> str:
 
 _PUNCT = set(string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b", re.IGNORECASE)
+_EDGE_PUNCT = "".join(sorted(_PUNCT - set("+-%")))
 _NUMBER = re.compile(r"^[+-]?[\d,]*\.?\d+%?$")
 
 
@@ -81,8 +82,9 @@ def normalize_answer(s: str | None) -> str:
     s = unicodedata.normalize("NFKC", s).lower().strip()
     toks = []
     for tok in s.split():
-        if _NUMBER.match(tok.strip(".")):
-            toks.append(_canonical_number(tok.strip(".")))
+        core = tok.strip(_EDGE_PUNCT)  # "13.2!" -> "13.2": keep the decimal point of a number
+        if _NUMBER.match(core):
+            toks.append(_canonical_number(core))
         else:
             toks.append("".join(ch for ch in tok if ch not in _PUNCT))
     s = " ".join(t for t in toks if t)
@@ -142,3 +144,113 @@ def anls(pred: str, answers: list[str], tau: float = 0.5) -> float:
         nl = levenshtein(p, g) / max(len(p), len(g))
         best = max(best, 1.0 - nl if nl < tau else 0.0)
     return best
+
+
+# ---------------------------------------------------------------- VQAv2 accuracy (official)
+# The normalization of the official VQA evaluation script (GT-Vision-Lab/VQA, vqaEval.py):
+# punctuation, number words, articles and contractions, applied in that order.
+
+_VQA_CONTRACTIONS: dict[str, str] = {
+    "aint": "ain't", "arent": "aren't", "cant": "can't", "couldve": "could've",
+    "couldnt": "couldn't", "couldn'tve": "couldn't've", "couldnt've": "couldn't've",
+    "didnt": "didn't", "doesnt": "doesn't", "dont": "don't", "hadnt": "hadn't",
+    "hadnt've": "hadn't've", "hadn'tve": "hadn't've", "hasnt": "hasn't", "havent": "haven't",
+    "hed": "he'd", "hed've": "he'd've", "he'dve": "he'd've", "hes": "he's", "howd": "how'd",
+    "howll": "how'll", "hows": "how's", "Id've": "I'd've", "I'dve": "I'd've", "Im": "I'm",
+    "Ive": "I've", "isnt": "isn't", "itd": "it'd", "itd've": "it'd've", "it'dve": "it'd've",
+    "itll": "it'll", "let's": "let's", "maam": "ma'am", "mightnt": "mightn't",
+    "mightnt've": "mightn't've", "mightn'tve": "mightn't've", "mightve": "might've",
+    "mustnt": "mustn't", "mustve": "must've", "neednt": "needn't", "notve": "not've",
+    "oclock": "o'clock", "oughtnt": "oughtn't", "ow's'at": "'ow's'at", "'ows'at": "'ow's'at",
+    "'ow'sat": "'ow's'at", "shant": "shan't", "shed've": "she'd've", "she'dve": "she'd've",
+    "she's": "she's", "shouldve": "should've", "shouldnt": "shouldn't",
+    "shouldnt've": "shouldn't've", "shouldn'tve": "shouldn't've", "somebody'd": "somebodyd",
+    "somebodyd've": "somebody'd've", "somebody'dve": "somebody'd've",
+    "somebodyll": "somebody'll", "somebodys": "somebody's", "someoned": "someone'd",
+    "someoned've": "someone'd've", "someone'dve": "someone'd've", "someonell": "someone'll",
+    "someones": "someone's", "somethingd": "something'd", "somethingd've": "something'd've",
+    "something'dve": "something'd've", "somethingll": "something'll", "thats": "that's",
+    "thered": "there'd", "thered've": "there'd've", "there'dve": "there'd've",
+    "therere": "there're", "theres": "there's", "theyd": "they'd", "theyd've": "they'd've",
+    "they'dve": "they'd've", "theyll": "they'll", "theyre": "they're", "theyve": "they've",
+    "twas": "'twas", "wasnt": "wasn't", "wed've": "we'd've", "we'dve": "we'd've",
+    "weve": "we've", "werent": "weren't", "whatll": "what'll", "whatre": "what're",
+    "whats": "what's", "whatve": "what've", "whens": "when's", "whered": "where'd",
+    "wheres": "where's", "whereve": "where've", "whod": "who'd", "whod've": "who'd've",
+    "who'dve": "who'd've", "wholl": "who'll", "whos": "who's", "whove": "who've",
+    "whyll": "why'll", "whyre": "why're", "whys": "why's", "wont": "won't",
+    "wouldve": "would've", "wouldnt": "wouldn't", "wouldnt've": "wouldn't've",
+    "wouldn'tve": "wouldn't've", "yall": "y'all", "yall'll": "y'all'll", "y'allll": "y'all'll",
+    "yall'd've": "y'all'd've", "y'alld've": "y'all'd've", "y'all'dve": "y'all'd've",
+    "youd": "you'd", "youd've": "you'd've", "you'dve": "you'd've", "youll": "you'll",
+    "youre": "you're", "youve": "you've",
+}  # fmt: skip
+_VQA_NUMBER_WORDS = {
+    "none": "0", "zero": "0", "one": "1", "two": "2", "three": "3", "four": "4", "five": "5",
+    "six": "6", "seven": "7", "eight": "8", "nine": "9", "ten": "10",
+}  # fmt: skip
+_VQA_ARTICLES = frozenset({"a", "an", "the"})
+_VQA_PUNCT = (";", "/", "[", "]", '"', "{", "}", "(", ")", "=", "+", "\\", "_", "-", ">", "<", "@", "`", ",", "?", "!")  # fmt: skip
+_VQA_COMMA_BETWEEN_DIGITS = re.compile(r"(\d)(,)(\d)")
+# As written in the official script: the leading "(?!<=\d)" is a no-op (a look-ahead for the
+# literal "<="), so every period not followed by a digit goes ("3.5" keeps its point).
+_VQA_PERIOD = re.compile(r"(?!<=\d)(\.)(?!\d)")
+# The official script passes ``re.UNICODE`` (= 32) where ``re.sub`` expects ``count``.
+_VQA_PERIOD_COUNT = 32
+
+
+def vqa_process_punctuation(text: str) -> str:
+    """The official punctuation step.
+
+    A mark next to a space (or any mark, once the text has a digit-comma-digit run) is deleted;
+    otherwise it becomes a space (``t-shirt`` → ``t shirt``, ``1,000`` → ``1000``). Then periods
+    not followed by a digit are deleted. Case is left alone.
+    """
+    out = text
+    strip_all = _VQA_COMMA_BETWEEN_DIGITS.search(text) is not None
+    for p in _VQA_PUNCT:
+        if strip_all or f"{p} " in text or f" {p}" in text:
+            out = out.replace(p, "")
+        else:
+            out = out.replace(p, " ")
+    return _VQA_PERIOD.sub("", out, count=_VQA_PERIOD_COUNT)
+
+
+def vqa_process_digit_article(text: str) -> str:
+    """The official word step: lowercase, number words → digits, drop articles, restore
+    contractions (``dont`` → ``don't``), single spaces."""
+    words = [_VQA_NUMBER_WORDS.get(w, w) for w in text.lower().split()]
+    words = [w for w in words if w not in _VQA_ARTICLES]
+    return " ".join(_VQA_CONTRACTIONS.get(w, w) for w in words)
+
+
+def vqa_normalize(text: str | None) -> str:
+    """An answer as the official script compares it: whitespace, punctuation, then words."""
+    s = (text or "").replace("\n", " ").replace("\t", " ").strip()
+    return vqa_process_digit_article(vqa_process_punctuation(s))
+
+
+def vqa_accuracy(pred: str, answers: list[str], *, script_exact: bool = False) -> float:
+    """Official VQAv2 accuracy of one prediction against the human answers (10 in VQAv2).
+
+    For each human answer left out in turn, ``min(1, #matches among the others / 3)``; the mean
+    over the leave-one-out subsets. With 10 answers, 0/1/2/3/4+ matches score 0/0.3/0.6/0.9/1.0.
+
+    The prediction is normalized as the official script does (``vqa_normalize``). The human
+    answers get the same normalization by default: VQAv2's released answers are already in that
+    form, where this equals the script's output, and hand-written answers ("Two", "a dog") score
+    as intended. ``script_exact=True`` reproduces the script literally instead: the answers get
+    only the punctuation step, and only when they are not all identical. 0 with no answers.
+    """
+    if not answers:
+        return 0.0
+    res = vqa_normalize(pred)
+    gts = [(a or "").replace("\n", " ").replace("\t", " ").strip() for a in answers]
+    if not script_exact:
+        gts = [vqa_normalize(a) for a in gts]
+    elif len(set(gts)) > 1:
+        gts = [vqa_process_punctuation(a) for a in gts]
+    matches = sum(a == res for a in gts)
+    # leaving out a matching answer leaves matches - 1 among the others, else all matches
+    per_subset = [min(1.0, (matches - (a == res)) / 3.0) for a in gts]
+    return sum(per_subset) / len(per_subset)

@@ -1,0 +1,119 @@
+"""Model backends (DESIGN.md, "Backends"): one layer every model-calling role goes through.
+
+```python
+from ddai.pipelines.backends import JudgeRequest, get_backend, run_sync
+
+judge = get_backend("judge", "flash", call_site="curate.focus")  # or None: flag/env/config/local
+results = run_sync(judge.judge([JudgeRequest("q?", "42", "forty-two")]))
+judge.usage()  # calls, cache hits, failures by reason, tokens and cost per call site
+```
+
+``get_backend`` resolves the name (``config.resolve``), then builds the kind's class; the SDKs and
+model files are imported only when a backend of their kind is built.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from ddai.pipelines.backends.base import (
+    ROLES,
+    VERDICTS,
+    Embedder,
+    GenerateRequest,
+    GenerateResult,
+    Generator,
+    GTVerifier,
+    Judge,
+    JudgeRequest,
+    JudgeResult,
+    RewriteRequest,
+    RewriteResult,
+    Search,
+    ThinkRewriter,
+    VerifyRequest,
+    VerifyResult,
+    VQAModel,
+    VQARequest,
+    VQAResult,
+    run_sync,
+)
+from ddai.pipelines.backends.config import BackendSpec, ConfigError, resolve
+
+# kind -> (module, class); each class has ``from_spec(spec, role, **context)``.
+_BUILDERS: dict[str, tuple[str, str]] = {
+    "openai": ("ddai.pipelines.backends.openai_backend", "OpenAIBackend"),
+    "gemini": ("ddai.pipelines.backends.gemini_backend", "GeminiBackend"),
+    "local-judge": ("ddai.pipelines.backends.local_judge", "LocalJudge"),
+    "extractive": ("ddai.pipelines.backends.extractive", "ExtractiveGenerator"),
+    "identity": ("ddai.pipelines.backends.identity", "IdentityRewriter"),
+    "local-verifier": ("ddai.pipelines.backends.gt_check", "LocalVerifier"),
+    "simulator": ("ddai.pipelines.backends.simulator_vqa", "SimulatorVQA"),
+    "bm25": ("ddai.pipelines.backends.bm25", "BM25Search"),
+    "minilm": ("ddai.pipelines.backends.embedders", "MiniLMEmbedder"),
+    "hash": ("ddai.pipelines.backends.embedders", "HashEmbedder"),
+}
+
+CONTEXT_KEYS = ("call_site", "cache", "corpus", "progress", "ledger", "max_cost", "simulator")
+
+
+def get_backend(
+    role: str, name: str | None = None, *, config: dict[str, Any] | None = None, **context: Any
+):
+    """Build the backend ``role`` should use.
+
+    ``name``: the role flag's value (None: ``$DDAI_<ROLE>``, then ``ddai.toml`` ``[roles]``, then
+    ``local``). ``config``: a parsed ``ddai.toml`` (default: the working directory's). Context:
+
+    - ``call_site``: label under which calls, tokens and cost are accounted (default: the role);
+    - ``cache``: the call cache's path, or False for none (default: ``workspace.cache_path()``);
+    - ``corpus``: a ``ddai.pipelines.corpus.Corpus`` or the path of its ``pages.parquet``
+      (local search, extractive generator);
+    - ``progress``: show a rich progress bar (default: only on a terminal);
+    - ``ledger``: a shared ``usage.Ledger`` so several backends report together;
+    - ``max_cost``: USD; calls that would exceed it fail with reason ``max-cost`` (resumable);
+    - ``simulator``: the VQA simulator instance for the ``simulator`` kind.
+    """
+    unknown = set(context) - set(CONTEXT_KEYS)
+    if unknown:
+        raise TypeError(
+            f"unknown backend context {sorted(unknown)}; known: {', '.join(CONTEXT_KEYS)}"
+        )
+    spec = resolve(role, name, config)
+    return build(spec, role, **context)
+
+
+def build(spec: BackendSpec, role: str, **context: Any):
+    """Build a backend from an explicit spec (tests and tools that make specs in code)."""
+    module, cls = _BUILDERS[spec.kind]
+    return getattr(importlib.import_module(module), cls).from_spec(spec, role, **context)
+
+
+__all__ = [
+    "ROLES",
+    "VERDICTS",
+    "BackendSpec",
+    "ConfigError",
+    "Embedder",
+    "GTVerifier",
+    "GenerateRequest",
+    "GenerateResult",
+    "Generator",
+    "Judge",
+    "JudgeRequest",
+    "JudgeResult",
+    "RewriteRequest",
+    "RewriteResult",
+    "Search",
+    "ThinkRewriter",
+    "VQAModel",
+    "VQARequest",
+    "VQAResult",
+    "VerifyRequest",
+    "VerifyResult",
+    "build",
+    "get_backend",
+    "resolve",
+    "run_sync",
+]

@@ -1,0 +1,231 @@
+"""The model-backend contracts (DESIGN.md, "Backends"): request/result records and protocols.
+
+Every model-calling role is a small protocol. The LLM-shaped roles (judge, generator, rewriter,
+verifier, VQA) are async and take a batch: one call hands the backend a whole list so it can run
+the requests concurrently, answer repeats from its cache and account for them together. A result
+never hides a failure: when a call fails for good, ``error`` holds the reason and the value field is
+``None``; the caller decides what a failure is worth (a reward of 0, a skipped row, a retry later).
+
+Search and embedding are local, CPU-bound work, so their protocols are plain synchronous calls.
+``run_sync`` runs one of the async calls from code that has no event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Coroutine, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
+
+import numpy as np
+
+ROLES = ("judge", "generator", "rewriter", "verifier", "vqa", "search", "embedder")
+Role = Literal["judge", "generator", "rewriter", "verifier", "vqa", "search", "embedder"]
+Verdict = Literal["ok", "wrong", "uncertain"]
+VERDICTS: tuple[Verdict, ...] = ("ok", "wrong", "uncertain")
+
+T = TypeVar("T")
+
+
+# ---------------------------------------------------------------- requests and results
+
+
+@dataclass(frozen=True)
+class JudgeRequest:
+    """Grade ``answer`` against the ground truth ``reference`` for ``question``."""
+
+    question: str
+    reference: str
+    answer: str
+
+
+@dataclass(frozen=True)
+class JudgeResult:
+    """``score`` in [0, 1], or None with ``error`` set when the call failed."""
+
+    score: float | None
+    reason: str = ""
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.score is not None
+
+
+@dataclass(frozen=True)
+class GenerateRequest:
+    """Answer ``question`` from evidence pages (ids ``{doc}_{page}``), with their text if known.
+
+    ``page_texts`` is aligned with ``pages``; when None the backend looks the text up in its corpus.
+    ``images`` are page image paths or data URLs for multimodal generators (ignored by text ones).
+    """
+
+    question: str
+    pages: Sequence[str] = ()
+    page_texts: Sequence[str] | None = None
+    images: Sequence[str] = ()
+
+
+@dataclass(frozen=True)
+class GenerateResult:
+    answer: str | None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.answer is not None
+
+
+@dataclass(frozen=True)
+class RewriteRequest:
+    """Rewrite a trajectory's think texts (one per turn); ``context`` is e.g. the question."""
+
+    thinks: Sequence[str]
+    context: str | None = None
+
+
+@dataclass(frozen=True)
+class RewriteResult:
+    """The rewritten thinks, same count and order as the request's, or None with ``error``."""
+
+    thinks: list[str] | None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.thinks is not None
+
+
+@dataclass(frozen=True)
+class VerifyRequest:
+    """Check the ground truth ``reference`` of ``question`` against its reference page text."""
+
+    question: str
+    reference: str
+    page_text: str
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    """``ok``: the page supports the reference; ``wrong``: the page contradicts it; else
+    ``uncertain``. ``verdict`` is None only when the call failed (``error`` set)."""
+
+    verdict: Verdict | None
+    reason: str = ""
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.verdict is not None
+
+
+@dataclass(frozen=True)
+class VQARequest:
+    """A VQA prompt with in-context demonstrations.
+
+    ``images``: paths or data URLs of the query's images; ``examples``: the demonstrations, each a
+    dict (``question``, ``answer``, ``images``, ...); ``meta``: anything a simulator or logger needs
+    (e.g. the query id), never sent to a remote model.
+    """
+
+    prompt: str
+    images: Sequence[str] = ()
+    examples: Sequence[dict[str, Any]] = ()
+    meta: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+
+
+@dataclass(frozen=True)
+class VQAResult:
+    answer: str | None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.answer is not None
+
+
+# ---------------------------------------------------------------- protocols
+
+
+@runtime_checkable
+class Judge(Protocol):
+    name: str
+
+    async def judge(self, reqs: Sequence[JudgeRequest]) -> list[JudgeResult]: ...
+
+
+@runtime_checkable
+class Generator(Protocol):
+    name: str
+
+    async def generate(self, reqs: Sequence[GenerateRequest]) -> list[GenerateResult]: ...
+
+
+@runtime_checkable
+class ThinkRewriter(Protocol):
+    name: str
+
+    async def rewrite(self, reqs: Sequence[RewriteRequest]) -> list[RewriteResult]: ...
+
+
+@runtime_checkable
+class GTVerifier(Protocol):
+    name: str
+
+    async def verify(self, reqs: Sequence[VerifyRequest]) -> list[VerifyResult]: ...
+
+
+@runtime_checkable
+class VQAModel(Protocol):
+    name: str
+
+    async def answer(self, reqs: Sequence[VQARequest]) -> list[VQAResult]: ...
+
+
+@runtime_checkable
+class Search(Protocol):
+    """Ranked retrieval over a page corpus; ``doc`` restricts the ranking to one document."""
+
+    name: str
+
+    def search(self, query: str, k: int = 5, doc: str | None = None) -> list[tuple[str, float]]: ...
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Texts → unit-norm vectors, ``float32 [N, dim]``."""
+
+    name: str
+    dim: int
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray: ...
+
+
+# ---------------------------------------------------------------- sync helper
+
+
+def run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` to completion from synchronous code.
+
+    Outside an event loop this is ``asyncio.run``; inside one (a notebook, a running server) the
+    coroutine runs on a fresh loop in a helper thread, since a running loop cannot be re-entered.
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    box: dict[str, Any] = {}
+
+    def _target() -> None:
+        try:
+            box["value"] = asyncio.run(coro)
+        except BaseException as e:
+            box["error"] = e
+
+    t = threading.Thread(target=_target, name="ddai-run-sync")
+    t.start()
+    t.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]

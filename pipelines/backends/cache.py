@@ -1,0 +1,246 @@
+"""The persistent call cache: one SQLite file, one row per answered call.
+
+The key is a sha256 over the call's identity (backend kind, model, role, prompt-template hash,
+parameters and inputs), so any change to what would be sent misses the cache, and a rerun or a
+resumed crash pays for nothing twice. Only successful answers are stored: a failure is retried on
+the next run.
+
+Writes go through one writer thread per cache that commits whatever has queued up in one
+transaction (group commit): the event loop never waits on SQLite, and sqlite releases the GIL while
+it writes. An answer is committed within milliseconds of arriving, so a killed process loses about
+what it had in flight; ``flush`` waits until everything queued is committed, and answers still
+queued are visible to ``get_many`` meanwhile. The file is in WAL mode with a busy timeout, so
+several processes can share it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import json
+import os
+import queue
+import sqlite3
+import threading
+import time
+import weakref
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ddai.pipelines.backends.usage import TokenUsage
+
+CACHE_VERSION = 1
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS calls (
+    key TEXT PRIMARY KEY,
+    kind TEXT NOT NULL,
+    model TEXT,
+    role TEXT NOT NULL,
+    value TEXT NOT NULL,
+    input_tokens INTEGER NOT NULL DEFAULT 0,
+    output_tokens INTEGER NOT NULL DEFAULT 0,
+    created REAL NOT NULL
+)
+"""
+_INSERT = "INSERT OR REPLACE INTO calls VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+# SQLite limits bound parameters per statement; look keys up in chunks below it.
+_CHUNK = 500
+_MAX_BATCH = 1024
+# A writer with nothing to do for this long exits (and is restarted by the next put), so idle
+# caches hold no thread.
+_IDLE_S = 2.0
+_STOP = object()
+_OPEN: weakref.WeakSet[CallCache] = weakref.WeakSet()
+
+
+def cache_key(**identity: Any) -> str:
+    """sha256 of the canonical JSON of ``identity`` (sorted keys, no whitespace)."""
+    blob = json.dumps(
+        {"cache_version": CACHE_VERSION, **identity},
+        sort_keys=True,
+        ensure_ascii=False,
+        separators=(",", ":"),
+        default=str,
+    )
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class Cached:
+    value: Any
+    usage: TokenUsage
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    db = sqlite3.connect(path, timeout=30.0, check_same_thread=False)
+    db.execute("PRAGMA journal_mode=WAL")
+    # WAL + NORMAL: a commit survives a killed process; only an OS crash may lose the last ones.
+    db.execute("PRAGMA synchronous=NORMAL")
+    db.execute(_SCHEMA)
+    db.commit()
+    return db
+
+
+class CallCache:
+    """A SQLite-backed key → answer store, safe across threads and processes."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._read_lock = threading.Lock()
+        self._db = _connect(self.path)
+        self._pending: dict[str, Cached] = {}
+        self._pending_lock = threading.Lock()
+        self._queue: queue.Queue[Any] = queue.Queue()
+        self._writer: threading.Thread | None = None
+        self._writer_lock = threading.Lock()
+        self._error: BaseException | None = None
+        self._closed = False
+        _OPEN.add(self)
+
+    # ------------------------------------------------------------------ reads
+    def get_many(self, keys: Iterable[str]) -> dict[str, Cached]:
+        wanted = list(dict.fromkeys(keys))
+        out: dict[str, Cached] = {}
+        with self._pending_lock:
+            for k in wanted:
+                if k in self._pending:
+                    out[k] = self._pending[k]
+        rest = [k for k in wanted if k not in out]
+        with self._read_lock:
+            for i in range(0, len(rest), _CHUNK):
+                chunk = rest[i : i + _CHUNK]
+                marks = ",".join("?" * len(chunk))
+                rows = self._db.execute(
+                    f"SELECT key, value, input_tokens, output_tokens FROM calls WHERE key IN ({marks})",
+                    chunk,
+                )
+                for key, value, tin, tout in rows:
+                    out[key] = Cached(json.loads(value), TokenUsage(tin, tout))
+        return out
+
+    def get(self, key: str) -> Cached | None:
+        return self.get_many([key]).get(key)
+
+    # ------------------------------------------------------------------ writes
+    def put(
+        self, key: str, value: Any, usage: TokenUsage, *, kind: str, model: str | None, role: str
+    ) -> None:
+        """Queue one answer for the writer thread (returns at once)."""
+        if self._closed:
+            raise RuntimeError(f"call cache {self.path} is closed")
+        if self._error is not None:
+            raise RuntimeError(f"call cache {self.path} cannot be written: {self._error}")
+        blob = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+        with self._pending_lock:
+            self._pending[key] = Cached(value, usage)
+        row = (key, kind, model, role, blob, usage.input_tokens, usage.output_tokens, time.time())
+        with self._writer_lock:
+            self._queue.put(row)
+            if self._writer is None:
+                self._writer = threading.Thread(
+                    target=self._write_loop, name=f"ddai-cache-writer-{self.path.name}", daemon=True
+                )
+                self._writer.start()
+
+    def flush(self) -> None:
+        """Block until every queued answer is committed."""
+        self._queue.join()
+        if self._error is not None:
+            raise RuntimeError(f"call cache {self.path} cannot be written: {self._error}")
+
+    def _write_loop(self) -> None:
+        db = _connect(self.path)
+        try:
+            while True:
+                try:
+                    item = self._queue.get(timeout=_IDLE_S)
+                except queue.Empty:
+                    with self._writer_lock:  # a put enqueues under this lock: none can slip by
+                        if self._queue.empty():
+                            self._writer = None
+                            return
+                    continue
+                batch = [item]
+                while len(batch) < _MAX_BATCH:
+                    try:
+                        batch.append(self._queue.get_nowait())
+                    except queue.Empty:
+                        break
+                rows = [b for b in batch if b is not _STOP]
+                try:
+                    if rows and self._error is None:
+                        db.executemany(_INSERT, rows)
+                        db.commit()
+                except sqlite3.Error as e:  # surfaced to put/flush callers
+                    self._error = e
+                finally:
+                    with self._pending_lock:
+                        for r in rows:
+                            self._pending.pop(r[0], None)
+                    for _ in batch:
+                        self._queue.task_done()
+                if len(rows) != len(batch):
+                    return
+        finally:
+            db.close()
+
+    # ------------------------------------------------------------------ stats and lifecycle
+    def stats(self) -> dict[str, Any]:
+        """Entries, tokens and size, in total and per (kind, model, role)."""
+        self.flush()
+        with self._read_lock:
+            rows = self._db.execute(
+                "SELECT kind, model, role, COUNT(*), SUM(input_tokens), SUM(output_tokens) "
+                "FROM calls GROUP BY kind, model, role ORDER BY kind, model, role"
+            ).fetchall()
+        groups = [
+            {
+                "kind": k,
+                "model": m,
+                "role": r,
+                "entries": n,
+                "input_tokens": ti or 0,
+                "output_tokens": to or 0,
+            }
+            for k, m, r, n, ti, to in rows
+        ]
+        size = sum(
+            p.stat().st_size for p in self.path.parent.glob(self.path.name + "*") if p.is_file()
+        )
+        return {
+            "path": str(self.path),
+            "entries": sum(g["entries"] for g in groups),
+            "bytes": size,
+            "groups": groups,
+        }
+
+    def close(self) -> None:
+        """Commit what is queued, stop the writer and close the file."""
+        if self._closed:
+            return
+        self._closed = True
+        with self._writer_lock:
+            writer = self._writer
+            if writer is not None:
+                self._queue.put(_STOP)
+        if writer is not None:
+            writer.join()
+            self._writer = None
+        with self._read_lock:
+            self._db.close()
+
+    def __enter__(self) -> CallCache:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@atexit.register
+def _close_all() -> None:
+    # Daemon writer threads die with the interpreter: commit what they still hold first.
+    for cache in list(_OPEN):
+        cache.close()

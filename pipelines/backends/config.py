@@ -1,0 +1,198 @@
+"""Backend configuration: named backends in ``ddai.toml`` and which one each role uses.
+
+```toml
+[backends.flash]
+kind = "gemini"                # see KINDS
+model = "gemini-2.5-flash"
+api_key_env = "GEMINI_API_KEY" # the key is read from this variable, never stored
+concurrency = 32
+timeout_s = 30
+price_in_per_mtok = 0.30
+price_out_per_mtok = 2.50
+
+[roles]
+judge = "flash"
+```
+
+A role's backend is chosen by precedence: the role's flag (``--judge NAME``) > ``$DDAI_JUDGE`` >
+``[roles] judge`` > ``local``. ``local`` (and each local kind's own name, e.g. ``bm25``, ``hash``)
+needs no configuration.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ddai.pipelines import workspace
+from ddai.pipelines.backends.base import ROLES
+
+# kind -> the roles it can serve.
+REMOTE_KINDS: dict[str, tuple[str, ...]] = {
+    "openai": ("judge", "generator", "rewriter", "verifier", "vqa"),
+    "gemini": ("judge", "generator", "rewriter", "verifier", "vqa"),
+}
+LOCAL_KINDS: dict[str, tuple[str, ...]] = {
+    "local-judge": ("judge",),
+    "extractive": ("generator",),
+    "identity": ("rewriter",),
+    "local-verifier": ("verifier",),
+    "simulator": ("vqa",),
+    "bm25": ("search",),
+    "minilm": ("embedder",),
+    "hash": ("embedder",),
+}
+KINDS: dict[str, tuple[str, ...]] = {**REMOTE_KINDS, **LOCAL_KINDS}
+
+# What the built-in name ``local`` means for each role.
+LOCAL_DEFAULT: dict[str, str] = {
+    "judge": "local-judge",
+    "generator": "extractive",
+    "rewriter": "identity",
+    "verifier": "local-verifier",
+    "vqa": "simulator",
+    "search": "bm25",
+    "embedder": "minilm",
+}
+
+_DEFAULT_API_KEY_ENV = {"openai": "OPENAI_API_KEY", "gemini": "GEMINI_API_KEY"}
+
+
+class ConfigError(ValueError):
+    """A backend name or table that cannot be used; the message says how to fix it."""
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+    """One named backend (a ``[backends.NAME]`` table).
+
+    Fields a kind does not use are ignored. ``options`` holds the kind-specific rest of the table
+    (e.g. a local judge's ``metric``, an OpenAI backend's ``api = "responses"``).
+    """
+
+    name: str
+    kind: str
+    model: str | None = None
+    base_url: str | None = None
+    api_key_env: str | None = None
+    concurrency: int = 8
+    timeout_s: float = 60.0
+    max_retries: int = 4
+    rpm: float | None = None
+    tpm: float | None = None
+    price_in_per_mtok: float = 0.0
+    price_out_per_mtok: float = 0.0
+    prompt: str | None = None
+    temperature: float = 0.0
+    max_tokens: int | None = None
+    cache: bool = True
+    options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def remote(self) -> bool:
+        return self.kind in REMOTE_KINDS
+
+    def api_key(self) -> str | None:
+        """The key from the environment variable this backend names (None when unset)."""
+        var = self.api_key_env or _DEFAULT_API_KEY_ENV.get(self.kind)
+        return os.environ.get(var) if var else None
+
+    def describe(self) -> dict[str, Any]:
+        """A printable view: every setting but never a key (only the variable's name)."""
+        out = {k: v for k, v in dataclasses.asdict(self).items() if v not in (None, {}, "")}
+        if self.remote:
+            out["api_key_env"] = self.api_key_env or _DEFAULT_API_KEY_ENV.get(self.kind)
+            out["api_key_set"] = self.api_key() is not None
+        return out
+
+
+_FIELDS = {f.name for f in dataclasses.fields(BackendSpec)} - {"name", "options"}
+
+
+def spec_from_table(name: str, table: dict[str, Any]) -> BackendSpec:
+    """Build a spec from a ``[backends.NAME]`` table; unknown keys go to ``options``."""
+    if "kind" not in table:
+        raise ConfigError(f"[backends.{name}] has no `kind`; set one of: {', '.join(KINDS)}")
+    kind = str(table["kind"])
+    if kind not in KINDS:
+        raise ConfigError(
+            f"[backends.{name}] kind {kind!r} is unknown; use one of: {', '.join(KINDS)}"
+        )
+    if "api_key" in table:
+        raise ConfigError(
+            f"[backends.{name}] holds `api_key`; keys are never read from files: put the key in an "
+            "environment variable and name it with `api_key_env`"
+        )
+    known = {k: v for k, v in table.items() if k in _FIELDS}
+    options = {k: v for k, v in table.items() if k not in _FIELDS}
+    spec = BackendSpec(name=name, options=options, **known)
+    if spec.remote and not spec.model:
+        raise ConfigError(f"[backends.{name}] (kind {kind!r}) needs a `model`")
+    if spec.concurrency < 1:
+        raise ConfigError(f"[backends.{name}] concurrency must be >= 1, got {spec.concurrency}")
+    if spec.timeout_s <= 0:
+        raise ConfigError(f"[backends.{name}] timeout_s must be > 0, got {spec.timeout_s}")
+    return spec
+
+
+def configured(config: dict[str, Any] | None = None) -> dict[str, BackendSpec]:
+    """Every ``[backends.NAME]`` table of the config, parsed."""
+    cfg = workspace.load_config() if config is None else config
+    tables = cfg.get("backends", {}) or {}
+    if not isinstance(tables, dict):
+        raise ConfigError("`backends` in ddai.toml must be a table of [backends.NAME] tables")
+    return {name: spec_from_table(name, dict(t)) for name, t in tables.items()}
+
+
+def role_env(role: str) -> str:
+    return f"DDAI_{role.upper()}"
+
+
+def backend_name(role: str, name: str | None = None, config: dict[str, Any] | None = None) -> str:
+    """The backend name a role uses: flag > ``$DDAI_<ROLE>`` > ``[roles]`` > ``local``."""
+    _check_role(role)
+    if name:
+        return name
+    if os.environ.get(role_env(role)):
+        return os.environ[role_env(role)]
+    cfg = workspace.load_config() if config is None else config
+    roles = cfg.get("roles", {}) or {}
+    return str(roles.get(role) or "local")
+
+
+def resolve(
+    role: str, name: str | None = None, config: dict[str, Any] | None = None
+) -> BackendSpec:
+    """The spec of the backend ``role`` uses (see ``backend_name``), checked against the role."""
+    chosen = backend_name(role, name, config)
+    specs = configured(config)
+    if chosen in specs:
+        spec = specs[chosen]
+    elif chosen == "local":
+        spec = BackendSpec(name="local", kind=LOCAL_DEFAULT[role], concurrency=1)
+    elif chosen in LOCAL_KINDS:
+        spec = BackendSpec(name=chosen, kind=chosen, concurrency=1)
+    else:
+        known = sorted({*specs, "local", *(k for k, r in LOCAL_KINDS.items() if role in r)})
+        raise ConfigError(
+            f"no backend named {chosen!r} for --{role}; known: {', '.join(known)} "
+            "(add a [backends.NAME] table to ddai.toml)"
+        )
+    if role not in KINDS[spec.kind]:
+        raise ConfigError(
+            f"backend {chosen!r} is of kind {spec.kind!r}, which cannot serve --{role} "
+            f"(it serves: {', '.join(KINDS[spec.kind])})"
+        )
+    return spec
+
+
+def prompt_path(spec: BackendSpec) -> Path | None:
+    return Path(spec.prompt) if spec.prompt else None
+
+
+def _check_role(role: str) -> None:
+    if role not in ROLES:
+        raise ConfigError(f"unknown role {role!r}; roles are: {', '.join(ROLES)}")

@@ -1,0 +1,68 @@
+"""What a backend is built with besides its spec: call site, cache, ledger, corpus, limits."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ddai.pipelines import workspace
+from ddai.pipelines.backends.cache import CallCache
+from ddai.pipelines.backends.usage import Ledger
+
+if TYPE_CHECKING:
+    from ddai.pipelines.corpus import Corpus
+
+
+@dataclass
+class Context:
+    call_site: str
+    cache: CallCache | None = None
+    ledger: Ledger = field(default_factory=Ledger)
+    progress: bool | None = None
+    max_cost: float | None = None
+    corpus: Corpus | None = None
+    simulator: Any = None
+
+
+def make(
+    role: str,
+    *,
+    use_cache: bool = True,
+    call_site: str | None = None,
+    cache: CallCache | str | os.PathLike[str] | bool | None = None,
+    corpus: Corpus | str | os.PathLike[str] | None = None,
+    progress: bool | None = None,
+    ledger: Ledger | None = None,
+    max_cost: float | None = None,
+    simulator: Any = None,
+) -> Context:
+    """Resolve ``get_backend``'s context arguments (see its docstring for their meaning)."""
+    return Context(
+        call_site=call_site or role,
+        cache=open_cache(cache) if use_cache else None,
+        ledger=ledger if ledger is not None else Ledger(),
+        progress=progress,
+        max_cost=max_cost,
+        corpus=load_corpus(corpus),
+        simulator=simulator,
+    )
+
+
+def open_cache(cache: CallCache | str | os.PathLike[str] | bool | None) -> CallCache | None:
+    if cache is False:
+        return None
+    if isinstance(cache, CallCache):
+        return cache
+    if cache is None or cache is True:
+        return CallCache(workspace.cache_path())
+    return CallCache(Path(cache))
+
+
+def load_corpus(corpus: Corpus | str | os.PathLike[str] | None) -> Corpus | None:
+    if corpus is None or not isinstance(corpus, str | os.PathLike):
+        return corpus
+    from ddai.pipelines.corpus import Corpus
+
+    return Corpus.load(corpus)

@@ -1,0 +1,253 @@
+"""The call engine: every remote call goes through ``Engine.run``.
+
+For a batch of jobs it answers what it can from the cache, sends the rest with at most
+``concurrency`` in flight (shared by every batch on the same engine), under optional rpm/tpm limits
+and a spending cap, with a per-attempt timeout and retries with backoff; each answer is cached the
+moment it arrives. Failures come back as ``Failure`` values in the job's slot, never as a made-up
+score, and everything is accounted in the ledger under the caller's call site.
+
+A batch runs on ``min(concurrency, misses)`` worker coroutines pulling from one iterator, so memory
+stays proportional to the concurrency, not to the batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ddai.pipelines.backends.cache import CallCache
+from ddai.pipelines.backends.limits import Budget, TokenBucket
+from ddai.pipelines.backends.progress import Bar
+from ddai.pipelines.backends.retry import CallError, Failure, RetryPolicy
+from ddai.pipelines.backends.usage import Ledger, Price, SiteUsage, TokenUsage
+
+_DETAIL_MAX = 300
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A call's answer: the JSON-able ``value`` as cached, its token usage, and whether it came
+    from the cache (then it cost nothing this time)."""
+
+    value: Any
+    usage: TokenUsage = field(default_factory=TokenUsage)
+    cached: bool = False
+
+
+@dataclass(frozen=True)
+class Job:
+    """One request: its cache key, one attempt at the call, and its estimated tokens."""
+
+    key: str
+    call: Callable[[], Awaitable[Outcome]]
+    estimate: TokenUsage = field(default_factory=TokenUsage)
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    concurrency: int = 8
+    timeout_s: float = 60.0
+    rpm: float | None = None
+    tpm: float | None = None
+    # The engine's own timeout backs up the SDK's (set to ``timeout_s``): it fires this much later,
+    # so the SDK reports its own timeout first, and a hang the SDK misses is still cut.
+    timeout_grace_s: float = 1.0
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+
+
+@dataclass(frozen=True)
+class Identity:
+    """What the cache and the ledger know the engine by."""
+
+    name: str
+    kind: str
+    model: str | None
+    role: str
+
+
+Classifier = Callable[[BaseException], Failure | None]
+
+
+def classify_common(exc: BaseException) -> Failure | None:
+    """Failures every backend shares: our own typed errors and timeouts."""
+    if isinstance(exc, CallError):
+        return exc.failure
+    if isinstance(exc, TimeoutError):
+        return Failure("timeout", "no answer within the per-call timeout", retryable=True)
+    return None
+
+
+class Engine:
+    def __init__(
+        self,
+        identity: Identity,
+        settings: EngineSettings,
+        *,
+        classify: Classifier,
+        cache: CallCache | None = None,
+        ledger: Ledger | None = None,
+        price: Price | None = None,
+        budget: Budget | None = None,
+        progress: bool | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.identity = identity
+        self.settings = settings
+        self.cache = cache
+        self.ledger = ledger if ledger is not None else Ledger()
+        self.price = price or Price()
+        self.budget = budget
+        self.progress = progress
+        self._classify = classify
+        self._sleep = sleep
+        self._rng = rng or random.Random()
+        # Built lazily: asyncio primitives bind to the loop they are first used on.
+        self._sem: asyncio.Semaphore | None = None
+        self._rpm: TokenBucket | None = None
+        self._tpm: TokenBucket | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # ------------------------------------------------------------------ public
+    async def run(self, jobs: Sequence[Job], *, call_site: str) -> list[Outcome | Failure]:
+        """Answer every job; the result list is aligned with ``jobs``."""
+        self._bind_loop()
+        site = self.ledger.site(call_site, self.identity.name, self.identity.model)
+        results: list[Outcome | Failure | None] = [None] * len(jobs)
+        hits = self.cache.get_many(j.key for j in jobs) if self.cache is not None else {}
+        pending: dict[str, list[int]] = {}
+        for i, job in enumerate(jobs):
+            hit = hits.get(job.key)
+            if hit is not None:
+                results[i] = Outcome(hit.value, hit.usage, cached=True)
+            else:
+                pending.setdefault(job.key, []).append(i)
+        n_hits = len(jobs) - len(pending)
+        site.items += len(jobs)
+        site.cache_hits += n_hits
+        with Bar(f"{call_site} · {self.identity.name}", len(jobs), enabled=self.progress) as bar:
+            bar.advance(n_hits, hits=n_hits)
+            work = iter(pending.items())
+
+            async def worker() -> None:
+                # One shared iterator: ``next`` never awaits, so workers never take the same item.
+                for _key, idxs in work:
+                    out = await self._call(jobs[idxs[0]], site)
+                    for i in idxs:
+                        results[i] = out
+                    # Repeats of a key inside the batch ride on its one call, like cache hits.
+                    bar.advance(len(idxs), hits=len(idxs) - 1, failed=isinstance(out, Failure))
+
+            async with asyncio.TaskGroup() as tg:
+                for _ in range(min(self.settings.concurrency, len(pending))):
+                    tg.create_task(worker())
+        if self.cache is not None and pending:
+            # Durable when ``run`` returns: the writer thread has committed every answer.
+            await asyncio.to_thread(self.cache.flush)
+        return results  # type: ignore[return-value]  # every slot is filled above
+
+    # ------------------------------------------------------------------ one job
+    async def _call(self, job: Job, site: SiteUsage) -> Outcome | Failure:
+        assert self._sem is not None
+        est_cost = self.price.cost(job.estimate)
+        attempt = 0
+        while True:
+            if self.budget is not None and not self.budget.reserve(est_cost):
+                failure = Failure(
+                    "max-cost",
+                    f"the ${self.budget.max_cost:g} cap would be exceeded; rerun to resume",
+                )
+                site.failed[failure.reason] += 1
+                return failure
+            used = TokenUsage()
+            async with self._sem:
+                if self._rpm is not None:
+                    await self._rpm.acquire(1)
+                if self._tpm is not None:
+                    await self._tpm.acquire(job.estimate.input_tokens + job.estimate.output_tokens)
+                site.attempts += 1
+                site.calls += attempt == 0
+                try:
+                    async with asyncio.timeout(
+                        self.settings.timeout_s + self.settings.timeout_grace_s
+                    ):
+                        out = await job.call()
+                except asyncio.CancelledError:
+                    self._settle(est_cost, TokenUsage(), site)
+                    raise
+                except Exception as e:
+                    failure = self.failure_of(e)
+                    if isinstance(e, CallError) and e.usage is not None:
+                        used = e.usage
+                else:
+                    failure = None
+                    used = out.usage
+            self._settle(est_cost, used, site, estimate=job.estimate)
+            if failure is None:
+                if self.cache is not None:
+                    ident = self.identity
+                    self.cache.put(
+                        job.key,
+                        out.value,
+                        out.usage,
+                        kind=ident.kind,
+                        model=ident.model,
+                        role=ident.role,
+                    )
+                site.ok += 1
+                return out
+            if failure.retryable and attempt < self.settings.retry.max_retries:
+                site.retries += 1
+                await self._sleep(self.settings.retry.delay(attempt, failure, self._rng))
+                attempt += 1
+                continue
+            site.failed[failure.reason] += 1
+            return failure
+
+    def _settle(
+        self,
+        est_cost: float,
+        used: TokenUsage,
+        site: SiteUsage,
+        *,
+        estimate: TokenUsage | None = None,
+    ) -> None:
+        cost = self.price.cost(used)
+        site.input_tokens += used.input_tokens
+        site.output_tokens += used.output_tokens
+        site.cost_usd += cost
+        if self.budget is not None:
+            self.budget.settle(est_cost, cost)
+        if self._tpm is not None and estimate is not None:
+            extra = (used.input_tokens + used.output_tokens) - (
+                estimate.input_tokens + estimate.output_tokens
+            )
+            if extra > 0:
+                self._tpm.debit(extra)
+
+    def failure_of(self, exc: BaseException) -> Failure:
+        """The ``Failure`` an exception stands for (typed, timeout, the SDK's, else ``error``)."""
+        failure = classify_common(exc) or self._classify(exc)
+        if failure is None:
+            failure = Failure("error", f"{type(exc).__name__}: {exc}")
+        if len(failure.detail) > _DETAIL_MAX:
+            failure = Failure(
+                failure.reason,
+                failure.detail[:_DETAIL_MAX] + "…",
+                failure.retryable,
+                failure.retry_after,
+            )
+        return failure
+
+    def _bind_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        if loop is self._loop:
+            return
+        # A new event loop (e.g. successive ``run_sync`` calls): rebuild the loop-bound primitives.
+        self._loop = loop
+        self._sem = asyncio.Semaphore(self.settings.concurrency)
+        self._rpm = TokenBucket(self.settings.rpm, sleep=self._sleep) if self.settings.rpm else None
+        self._tpm = TokenBucket(self.settings.tpm, sleep=self._sleep) if self.settings.tpm else None

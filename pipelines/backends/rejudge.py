@@ -1,0 +1,152 @@
+"""``ddai judge``: (re)score a run's answers with a judge backend and write them back.
+
+The run is read from the log store; every rollout with an answer and a reference becomes one
+``JudgeRequest`` (identical triples are sent once: the engine and its cache dedupe them). The new
+scores go into ``judge_score`` of a new run (default ``<run>@<judge>``) or, with ``in_place``, of
+the run itself; the previous score, the judge's reason and any failure are kept in ``extra``
+(``prev_judge_score``, ``judge_reason``, ``judge_error``, ``judge_backend``). A failed call leaves
+``judge_score`` null with its reason, never 0. ``reward`` is not touched: it is what the run
+trained on.
+
+``dry_run`` counts the calls (cache hits are free) and their estimated cost and writes nothing;
+``max_cost`` stops before the cap is exceeded and writes nothing either, so a rerun resumes from
+the cache and pays only for the rest.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from ddai.pipelines import store
+from ddai.pipelines.backends import JudgeRequest, get_backend, run_sync
+
+
+class RejudgeError(ValueError):
+    """Bad input for ``rejudge`` (a missing run, a bad output name); the message says the fix."""
+
+
+@dataclass(frozen=True)
+class RejudgeConfig:
+    logs: Path
+    run: str
+    judge: str | None = None  # backend name; None: $DDAI_JUDGE, ddai.toml [roles], else local
+    out_run: str | None = None  # default: "<run>@<judge>"
+    in_place: bool = False  # replace the run's own scores instead of writing a new run
+    dry_run: bool = False
+    max_cost: float | None = None  # USD
+    cache: Path | bool | None = None  # None: the workspace's call cache; False: none
+    progress: bool | None = None
+
+
+@dataclass
+class RejudgeResult:
+    summary: dict[str, Any]
+    complete: bool  # False when the cost cap stopped the run (nothing written)
+
+
+def _extra(raw: str | None, **updates: Any) -> str:
+    try:
+        data = json.loads(raw) if raw else {}
+    except ValueError:
+        data = {"_unparsed_extra": raw}
+    if not isinstance(data, dict):
+        data = {"_extra": data}
+    data.update({k: v for k, v in updates.items() if v is not None})
+    return json.dumps(data, ensure_ascii=False, sort_keys=True)
+
+
+def rejudge(cfg: RejudgeConfig, *, config: dict[str, Any] | None = None) -> RejudgeResult:
+    """Score the run, write the result (unless dry or stopped), and say what happened."""
+    t0 = time.time()
+    try:
+        table = store.read_rollouts(cfg.logs, [cfg.run])
+    except FileNotFoundError as e:
+        raise RejudgeError(str(e)) from e
+    judge = get_backend(
+        "judge",
+        cfg.judge,
+        config=config,
+        call_site="ddai judge",
+        cache=cfg.cache,
+        progress=cfg.progress,
+        max_cost=cfg.max_cost,
+    )
+    out_run = cfg.run if cfg.in_place else (cfg.out_run or f"{cfg.run}@{judge.name}")
+    try:
+        store.check_run_id(out_run)
+    except ValueError as e:
+        raise RejudgeError(f"{e} (set --out-run)") from e
+
+    rows = table.to_pylist()
+    todo = [
+        i
+        for i, r in enumerate(rows)
+        if r.get("answer") is not None and r.get("reference_answer") is not None
+    ]
+    reqs = [
+        JudgeRequest(rows[i]["question"] or "", rows[i]["reference_answer"], rows[i]["answer"])
+        for i in todo
+    ]
+    base = {
+        "run": cfg.run,
+        "judge": judge.name,
+        "rollouts": len(rows),
+        "to_score": len(reqs),
+        "skipped (no answer or reference)": len(rows) - len(reqs),
+    }
+    if cfg.dry_run:
+        return RejudgeResult({**base, "dry run": True, **judge.plan(reqs)}, complete=True)
+
+    results = run_sync(judge.judge(reqs))
+    errors = Counter((r.error or "").split(":", 1)[0] for r in results if r.error is not None)
+    usage = judge.usage()
+    if errors.get("max-cost"):
+        done = len(results) - errors["max-cost"]
+        summary = {
+            **base,
+            "status": f"stopped: --max-cost {cfg.max_cost:g} USD reached; nothing written, rerun to resume",
+            "scored": done,
+            "left": errors["max-cost"],
+            "usage": usage,
+        }
+        return RejudgeResult(summary, complete=False)
+
+    scores: list[float | None] = [r["judge_score"] for r in rows]
+    extras: list[str] = [r["extra"] for r in rows]
+    for i, res in zip(todo, results, strict=True):
+        scores[i] = res.score if res.ok else None
+        extras[i] = _extra(
+            rows[i]["extra"],
+            prev_judge_score=rows[i]["judge_score"],
+            judge_reason=res.reason or None,
+            judge_error=res.error,
+            judge_backend=judge.name,
+        )
+    out = table.set_column(
+        table.schema.get_field_index("judge_score"), "judge_score", pa.array(scores, pa.float64())
+    ).set_column(table.schema.get_field_index("extra"), "extra", pa.array(extras, pa.string()))
+    manifest = {
+        "step": "judge",
+        "params": {"judge": judge.name, "source_run": cfg.run, "in_place": cfg.in_place},
+        "prompt_sha256": getattr(getattr(judge, "prompt", None), "sha256", None),
+        "backend_calls": usage,
+    }
+    store.write_run(cfg.logs, out_run, out, sources=[{"run": cfg.run}], manifest=manifest)
+    ok = [r.score for r in results if r.ok]
+    summary = {
+        **base,
+        "written run": out_run,
+        "scored": len(ok),
+        "failed": dict(errors),
+        "mean judge_score": round(sum(ok) / len(ok), 4) if ok else None,
+        "usage": usage,
+        "wall_s": round(time.time() - t0, 2),
+    }
+    return RejudgeResult(summary, complete=True)

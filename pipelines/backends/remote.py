@@ -1,0 +1,228 @@
+"""What the OpenAI and Gemini backends share: prompts, cache keys, the engine, the role methods.
+
+A subclass supplies three things: ``_complete`` (one attempt: send a rendered prompt and images,
+return the answer's JSON value and token usage, raise on failure), ``_classify`` (map its SDK's
+exceptions to ``Failure``) and ``_ping``. Everything else (concurrency, retries, cache, cost,
+progress, the role methods and the dry-run plan) lives here, once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import BaseModel
+
+from ddai.pipelines.backends import context as ctx_mod
+from ddai.pipelines.backends import media, prompts
+from ddai.pipelines.backends.base import (
+    GenerateRequest,
+    GenerateResult,
+    JudgeRequest,
+    JudgeResult,
+    RewriteRequest,
+    RewriteResult,
+    VerifyRequest,
+    VerifyResult,
+    VQARequest,
+    VQAResult,
+)
+from ddai.pipelines.backends.cache import cache_key
+from ddai.pipelines.backends.config import BackendSpec, ConfigError
+from ddai.pipelines.backends.engine import Engine, EngineSettings, Identity, Job, Outcome
+from ddai.pipelines.backends.limits import Budget
+from ddai.pipelines.backends.retry import CallError, Failure, RetryPolicy
+from ddai.pipelines.backends.tasks import TASKS, Task
+from ddai.pipelines.backends.usage import Price, TokenUsage
+
+# Rough prompt-size estimate for limits and dry runs: ~4 characters per token, a flat
+# allowance per image (a 512-px tile's worth).
+_CHARS_PER_TOKEN = 4
+_TOKENS_PER_IMAGE = 258
+
+
+class RemoteBackend:
+    """A backend served by a remote model; one instance serves one role."""
+
+    kind = "remote"
+
+    def __init__(self, spec: BackendSpec, role: str, context: ctx_mod.Context) -> None:
+        if role not in TASKS:
+            raise ConfigError(f"backend {spec.name!r} ({spec.kind}) cannot serve {role!r}")
+        self.spec = spec
+        self.role = role
+        self.task: Task = TASKS[role]
+        self.context = context
+        self.name = spec.name
+        prompt_file = (spec.options.get("prompts") or {}).get(role) or spec.prompt
+        self.prompt = prompts.load(role, prompt_file)
+        self.price = Price(spec.price_in_per_mtok, spec.price_out_per_mtok)
+        self.engine = Engine(
+            Identity(spec.name, spec.kind, spec.model, role),
+            EngineSettings(
+                concurrency=spec.concurrency,
+                timeout_s=spec.timeout_s,
+                rpm=spec.rpm,
+                tpm=spec.tpm,
+                retry=RetryPolicy(
+                    max_retries=spec.max_retries,
+                    base_s=float(spec.options.get("backoff_base_s", 0.5)),
+                    cap_s=float(spec.options.get("backoff_cap_s", 30.0)),
+                ),
+            ),
+            classify=self._classify,
+            cache=context.cache if spec.cache else None,
+            ledger=context.ledger,
+            price=self.price,
+            budget=Budget(context.max_cost) if context.max_cost is not None else None,
+            progress=context.progress,
+        )
+
+    @classmethod
+    def from_spec(cls, spec: BackendSpec, role: str, **context: Any) -> RemoteBackend:
+        return cls(spec, role, ctx_mod.make(role, use_cache=spec.cache, **context))
+
+    # ------------------------------------------------------------------ the role methods
+    async def judge(self, reqs: Sequence[JudgeRequest]) -> list[JudgeResult]:
+        return await self._run("judge", reqs)
+
+    async def generate(self, reqs: Sequence[GenerateRequest]) -> list[GenerateResult]:
+        return await self._run("generator", [self._with_page_texts(r) for r in reqs])
+
+    async def rewrite(self, reqs: Sequence[RewriteRequest]) -> list[RewriteResult]:
+        return await self._run("rewriter", reqs)
+
+    async def verify(self, reqs: Sequence[VerifyRequest]) -> list[VerifyResult]:
+        return await self._run("verifier", reqs)
+
+    async def answer(self, reqs: Sequence[VQARequest]) -> list[VQAResult]:
+        return await self._run("vqa", reqs)
+
+    # ------------------------------------------------------------------ accounting and planning
+    def usage(self) -> dict[str, dict[str, Any]]:
+        return self.context.ledger.snapshot()
+
+    def plan(self, reqs: Sequence[Any]) -> dict[str, Any]:
+        """A dry run: how many requests would be sent and what they would roughly cost."""
+        self._expect(self.role)
+        if self.role == "generator":
+            reqs = [self._with_page_texts(r) for r in reqs]
+        jobs = [self._job_or_failure(r) for r in reqs]
+        cache = self.engine.cache
+        hits = cache.get_many(j.key for j in jobs) if cache is not None else {}
+        todo = {j.key: j.estimate for j in jobs if j.key not in hits}
+        est = sum(todo.values(), TokenUsage())
+        return {
+            "backend": self.name,
+            "model": self.spec.model,
+            "items": len(jobs),
+            "cached": sum(1 for j in jobs if j.key in hits),
+            "to_call": len(todo),
+            "est_input_tokens": est.input_tokens,
+            "est_output_tokens": est.output_tokens,
+            "est_cost_usd": round(self.price.cost(est), 6),
+        }
+
+    async def ping(self) -> dict[str, Any]:
+        """A cheap reachability check (model metadata, no tokens): ``{ok, latency_s, detail}``."""
+        t0 = time.perf_counter()
+        try:
+            detail = await asyncio.wait_for(self._ping(), timeout=self.spec.timeout_s)
+        except Exception as e:
+            failure = self.engine.failure_of(e)
+            return {
+                "ok": False,
+                "latency_s": round(time.perf_counter() - t0, 3),
+                "detail": failure.message(),
+            }
+        return {"ok": True, "latency_s": round(time.perf_counter() - t0, 3), "detail": detail}
+
+    async def aclose(self) -> None:
+        """Release connections (optional: they are also dropped with the backend)."""
+
+    # ------------------------------------------------------------------ internals
+    def _expect(self, role: str) -> None:
+        if role != self.role:
+            raise TypeError(f"backend {self.name!r} was built for --{self.role}, not --{role}")
+
+    async def _run(self, role: str, reqs: Sequence[Any]) -> list[Any]:
+        self._expect(role)
+        jobs = [self._job_or_failure(r) for r in reqs]
+        outs = await self.engine.run(jobs, call_site=self.context.call_site)
+        return [
+            self.task.fail(o) if isinstance(o, Failure) else self.task.decode(o.value) for o in outs
+        ]
+
+    def _job_or_failure(self, req: Any) -> Job:
+        """The request's job, or one that fails at once (uncached) when the request cannot be sent
+        (a missing image file, a template variable the request lacks)."""
+        try:
+            return self._job(req)
+        except (OSError, ValueError) as e:
+            failure = Failure("bad-input", str(e)[:200])
+
+            async def fail() -> Outcome:
+                raise CallError(failure)
+
+            return Job(key=cache_key(bad_input=repr(req), detail=failure.detail), call=fail)
+
+    def _job(self, req: Any) -> Job:
+        rendered = self.prompt.render(**self.task.variables(req))
+        images = list(self.task.images(req))
+        key = cache_key(
+            kind=self.spec.kind,
+            model=self.spec.model,
+            role=self.role,
+            prompt=self.prompt.sha256,
+            params=self._params(),
+            system=rendered.system,
+            user=rendered.user,
+            images=[media.fingerprint(i) for i in images],
+        )
+        est_in = (
+            len(rendered.system) + len(rendered.user)
+        ) // _CHARS_PER_TOKEN + _TOKENS_PER_IMAGE * len(images)
+        est_out = self.spec.max_tokens or self.task.est_output_tokens(req)
+
+        async def call() -> Outcome:
+            value, usage = await self._complete(rendered, images, self.task.schema)
+            try:
+                self.task.check(value, req)
+            except CallError as e:
+                raise CallError(e.failure, usage) from None  # billed even though unusable
+            return Outcome(value, usage)
+
+        return Job(key=key, call=call, estimate=TokenUsage(est_in, est_out))
+
+    def _params(self) -> dict[str, Any]:
+        """Everything besides the prompt that changes the answer (part of the cache key)."""
+        return {
+            "temperature": self.spec.temperature,
+            "max_tokens": self.spec.max_tokens,
+            "extra": self.spec.options.get("params") or {},
+            **self._sdk_params(),
+        }
+
+    def _with_page_texts(self, req: GenerateRequest) -> GenerateRequest:
+        corpus = self.context.corpus
+        if req.page_texts is not None or corpus is None:
+            return req
+        texts = [corpus.text(p) if p in corpus else "" for p in req.pages]
+        return GenerateRequest(req.question, tuple(req.pages), tuple(texts), tuple(req.images))
+
+    # ------------------------------------------------------------------ for subclasses
+    def _sdk_params(self) -> dict[str, Any]:
+        return {}
+
+    async def _complete(
+        self, rendered: prompts.Rendered, images: list[str], schema: type[BaseModel] | None
+    ) -> tuple[dict[str, Any], TokenUsage]:
+        raise NotImplementedError
+
+    def _classify(self, exc: BaseException) -> Failure | None:
+        return None
+
+    async def _ping(self) -> str:
+        raise NotImplementedError

@@ -1,0 +1,173 @@
+"""What each model-calling role asks a remote model, independent of the SDK.
+
+A ``Task`` turns a request into prompt variables and images, says which structured output it wants
+(a pydantic model, sent as the response schema; None for free text), checks an answer before it is
+cached, and turns the cached JSON value into the role's result or a failure into one.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ValidationError
+
+from ddai.pipelines.backends.base import (
+    GenerateRequest,
+    GenerateResult,
+    JudgeRequest,
+    JudgeResult,
+    RewriteRequest,
+    RewriteResult,
+    VerifyResult,
+    VQARequest,
+    VQAResult,
+)
+from ddai.pipelines.backends.retry import CallError, Failure
+
+
+class JudgeOutput(BaseModel):
+    score: float
+    reason: str = ""
+
+
+class RewriteOutput(BaseModel):
+    thinks: list[str]
+
+
+class VerifyOutput(BaseModel):
+    verdict: Literal["ok", "wrong", "uncertain"]
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Task:
+    role: str
+    schema: type[BaseModel] | None
+    variables: Callable[[Any], dict[str, Any]]
+    images: Callable[[Any], Sequence[str]]
+    check: Callable[[dict[str, Any], Any], None]
+    decode: Callable[[dict[str, Any]], Any]
+    fail: Callable[[Failure], Any]
+    # Output tokens to assume for a dry-run estimate when the backend sets no max_tokens.
+    est_output_tokens: Callable[[Any], int]
+
+
+def _bad(reason: str, detail: str) -> CallError:
+    return CallError(Failure(reason, detail))
+
+
+def _nothing(value: dict[str, Any], req: Any) -> None:
+    return None
+
+
+def _check_score(value: dict[str, Any], req: JudgeRequest) -> None:
+    score = value["score"]
+    if not 0.0 <= score <= 1.0:
+        raise _bad("score-out-of-range", f"judge returned score {score}, outside [0, 1]")
+
+
+def _check_text(value: dict[str, Any], req: Any) -> None:
+    if not str(value.get("text", "")).strip():
+        raise _bad("empty-answer", "the model returned no text")
+
+
+def _check_thinks(value: dict[str, Any], req: RewriteRequest) -> None:
+    got, want = len(value["thinks"]), len(req.thinks)
+    if got != want:
+        raise _bad("think-count", f"rewriter returned {got} thinks for {want}")
+
+
+def _generator_vars(req: GenerateRequest) -> dict[str, Any]:
+    texts = list(req.page_texts) if req.page_texts is not None else [""] * len(req.pages)
+    return {
+        "question": req.question,
+        "pages": [{"id": p, "text": t} for p, t in zip(req.pages, texts, strict=True)],
+    }
+
+
+def _vqa_images(req: VQARequest) -> list[str]:
+    shown = [img for ex in req.examples for img in ex.get("images", ())]
+    return [*shown, *req.images]
+
+
+JUDGE = Task(
+    role="judge",
+    schema=JudgeOutput,
+    variables=lambda r: {"question": r.question, "reference": r.reference, "answer": r.answer},
+    images=lambda r: (),
+    check=_check_score,
+    decode=lambda v: JudgeResult(score=float(v["score"]), reason=v.get("reason", "")),
+    fail=lambda f: JudgeResult(score=None, reason="", error=f.message()),
+    est_output_tokens=lambda r: 40,
+)
+GENERATE = Task(
+    role="generator",
+    schema=None,
+    variables=_generator_vars,
+    images=lambda r: list(r.images),
+    check=_check_text,
+    decode=lambda v: GenerateResult(answer=v["text"].strip()),
+    fail=lambda f: GenerateResult(answer=None, error=f.message()),
+    est_output_tokens=lambda r: 32,
+)
+REWRITE = Task(
+    role="rewriter",
+    schema=RewriteOutput,
+    variables=lambda r: {"thinks": list(r.thinks), "context": r.context or ""},
+    images=lambda r: (),
+    check=_check_thinks,
+    decode=lambda v: RewriteResult(thinks=list(v["thinks"])),
+    fail=lambda f: RewriteResult(thinks=None, error=f.message()),
+    est_output_tokens=lambda r: 16 + sum(len(t) for t in r.thinks) // 3,
+)
+VERIFY = Task(
+    role="verifier",
+    schema=VerifyOutput,
+    variables=lambda r: {
+        "question": r.question,
+        "reference": r.reference,
+        "page_text": r.page_text,
+    },
+    images=lambda r: (),
+    check=_nothing,
+    decode=lambda v: VerifyResult(verdict=v["verdict"], reason=v.get("reason", "")),
+    fail=lambda f: VerifyResult(verdict=None, reason="", error=f.message()),
+    est_output_tokens=lambda r: 48,
+)
+VQA = Task(
+    role="vqa",
+    schema=None,
+    variables=lambda r: {"prompt": r.prompt, "examples": [dict(ex) for ex in r.examples]},
+    images=_vqa_images,
+    check=_check_text,
+    decode=lambda v: VQAResult(answer=v["text"].strip()),
+    fail=lambda f: VQAResult(answer=None, error=f.message()),
+    est_output_tokens=lambda r: 16,
+)
+TASKS: dict[str, Task] = {t.role: t for t in (JUDGE, GENERATE, REWRITE, VERIFY, VQA)}
+
+
+_FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
+
+
+def parse_structured(text: str | None, schema: type[BaseModel]) -> dict[str, Any]:
+    """Validate a model's JSON answer, tolerating a Markdown code fence around it.
+
+    Raises ``CallError`` (``malformed-json``) naming what was wrong and the start of the text.
+    """
+    raw = (text or "").strip()
+    m = _FENCE.match(raw)
+    if m:
+        raw = m.group(1)
+    try:
+        return schema.model_validate_json(raw).model_dump()
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(x) for x in first.get("loc", ())) or "answer"
+        raise _bad(
+            "malformed-json", f"{where}: {first.get('msg')}; got {json.dumps(raw[:80])}"
+        ) from None

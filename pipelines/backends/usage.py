@@ -1,0 +1,103 @@
+"""Token usage and cost, accumulated per call site.
+
+A *call site* is the label a caller gives its backend (``curate.verify-gt``, ``trainer.reward``):
+the ledger answers "what did this step spend, and on what" for manifests and summaries.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class TokenUsage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    def __add__(self, other: TokenUsage) -> TokenUsage:
+        return TokenUsage(
+            self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens
+        )
+
+
+@dataclass(frozen=True)
+class Price:
+    """USD per million input and output tokens."""
+
+    in_per_mtok: float = 0.0
+    out_per_mtok: float = 0.0
+
+    def cost(self, usage: TokenUsage) -> float:
+        return (
+            usage.input_tokens * self.in_per_mtok + usage.output_tokens * self.out_per_mtok
+        ) / 1e6
+
+
+@dataclass
+class SiteUsage:
+    """What one (call site, backend) pair did.
+
+    ``items``: results handed back; ``cache_hits``: of those, answered from the cache; ``calls``:
+    items the model was asked for; ``attempts``: requests sent, retries included; ``failed``:
+    items that failed for good, by reason.
+    """
+
+    backend: str
+    model: str | None
+    items: int = 0
+    cache_hits: int = 0
+    calls: int = 0
+    ok: int = 0
+    attempts: int = 0
+    retries: int = 0
+    failed: Counter[str] = field(default_factory=Counter)
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "backend": self.backend,
+            "model": self.model,
+            "items": self.items,
+            "cache_hits": self.cache_hits,
+            "calls": self.calls,
+            "ok": self.ok,
+            "failed": dict(sorted(self.failed.items())),
+            "attempts": self.attempts,
+            "retries": self.retries,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "cost_usd": round(self.cost_usd, 6),
+        }
+
+
+class Ledger:
+    """Thread-safe accumulator of ``SiteUsage`` keyed by ``(call_site, backend)``."""
+
+    def __init__(self) -> None:
+        self._sites: dict[tuple[str, str], SiteUsage] = {}
+        self._lock = threading.Lock()
+
+    def site(self, call_site: str, backend: str, model: str | None) -> SiteUsage:
+        with self._lock:
+            key = (call_site, backend)
+            if key not in self._sites:
+                self._sites[key] = SiteUsage(backend=backend, model=model)
+            return self._sites[key]
+
+    def snapshot(self) -> dict[str, dict[str, Any]]:
+        """``{call_site: usage}``; a call site used with several backends gets ``site[backend]``."""
+        with self._lock:
+            sites = Counter(site for site, _ in self._sites)
+            return {
+                (site if sites[site] == 1 else f"{site}[{backend}]"): u.to_dict()
+                for (site, backend), u in sorted(self._sites.items())
+            }
+
+    def total_cost(self) -> float:
+        with self._lock:
+            return sum(u.cost_usd for u in self._sites.values())

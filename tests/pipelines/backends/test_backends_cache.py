@@ -1,0 +1,91 @@
+"""The SQLite call cache: keys, persistence, group-committed writes, several writers."""
+
+from __future__ import annotations
+
+import threading
+
+from ddai.pipelines.backends.cache import CallCache, cache_key
+from ddai.pipelines.backends.usage import TokenUsage
+
+
+def put(c: CallCache, key: str, value: object) -> None:
+    c.put(key, value, TokenUsage(3, 4), kind="openai", model="m", role="judge")
+
+
+def test_key_is_canonical_and_sensitive_to_every_part():
+    a = cache_key(kind="openai", model="m", inputs={"q": "x", "a": "y"})
+    assert a == cache_key(inputs={"a": "y", "q": "x"}, model="m", kind="openai")
+    assert a != cache_key(kind="openai", model="m2", inputs={"q": "x", "a": "y"})
+    assert a != cache_key(kind="openai", model="m", inputs={"q": "x", "a": "y "})
+
+
+def test_roundtrip_persists_across_instances(tmp_path):
+    path = tmp_path / "c.sqlite"
+    with CallCache(path) as c:
+        put(c, "k1", {"score": 1.0, "reason": "é"})
+        # Visible before the writer commits it.
+        assert c.get("k1").value == {"score": 1.0, "reason": "é"}
+    with CallCache(path) as c:
+        hit = c.get("k1")
+        assert hit.value == {"score": 1.0, "reason": "é"} and hit.usage == TokenUsage(3, 4)
+        assert c.get("missing") is None
+        stats = c.stats()
+        assert stats["entries"] == 1
+        assert stats["groups"] == [
+            {
+                "kind": "openai",
+                "model": "m",
+                "role": "judge",
+                "entries": 1,
+                "input_tokens": 3,
+                "output_tokens": 4,
+            }
+        ]
+
+
+def test_many_keys_lookup_in_chunks(tmp_path):
+    with CallCache(tmp_path / "c.sqlite") as c:
+        for i in range(1200):
+            put(c, f"k{i}", i)
+        c.flush()
+        got = c.get_many(f"k{i}" for i in range(0, 1300, 2))
+        assert len(got) == 600 and got["k1198"].value == 1198
+
+
+def test_two_caches_on_one_file_from_threads(tmp_path):
+    path = tmp_path / "c.sqlite"
+    caches = [CallCache(path), CallCache(path)]
+
+    def write(c: CallCache, start: int) -> None:
+        for i in range(start, start + 300):
+            put(c, f"k{i}", i)
+        c.flush()
+
+    threads = [threading.Thread(target=write, args=(c, 300 * n)) for n, c in enumerate(caches)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for c in caches:
+        c.close()
+    with CallCache(path) as c:
+        assert c.stats()["entries"] == 600
+
+
+def test_idle_writer_exits_and_a_later_put_restarts_it(tmp_path, monkeypatch):
+    import time
+
+    from ddai.pipelines.backends import cache as cache_mod
+
+    monkeypatch.setattr(cache_mod, "_IDLE_S", 0.02)
+    with CallCache(tmp_path / "c.sqlite") as c:
+        put(c, "a", 1)
+        c.flush()
+        deadline = time.time() + 5
+        while c._writer is not None and time.time() < deadline:
+            time.sleep(0.01)
+        assert c._writer is None  # no thread held by an idle cache
+        put(c, "b", 2)
+        c.flush()
+    with CallCache(tmp_path / "c.sqlite") as c:
+        assert {k: v.value for k, v in c.get_many(["a", "b"]).items()} == {"a": 1, "b": 2}

@@ -1,0 +1,198 @@
+"""``ddai judge`` and ``ddai backends check`` through the Typer app, against the fake server."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow.compute as pc
+import pytest
+from typer.testing import CliRunner
+
+from ddai.cli.app import app
+from ddai.pipelines import store
+from ddai.pipelines.backends.fakes import FakeModelServer
+
+runner = CliRunner()
+KEY = "sk-cli-test-5e4d3c2b1a-never-write-me"
+
+
+def rows() -> list[dict]:
+    # 2 prompts x 3 rollouts; the third rollout of u1 has no answer (nothing to judge).
+    answers = {
+        ("u0", 0): "1,000",
+        ("u0", 1): "1000",
+        ("u0", 2): "900",
+        ("u1", 0): "Paris",
+        ("u1", 1): "paris.",
+        ("u1", 2): None,
+    }
+    refs = {"u0": "1000", "u1": "Paris"}
+    return [
+        {
+            "uid": uid,
+            "rollout_idx": i,
+            "question": f"question of {uid}",
+            "reference_answer": refs[uid],
+            "answer": answers[(uid, i)],
+            "judge_score": 0.5,
+            "extra": json.dumps({"source": "test"}),
+        }
+        for uid in ("u0", "u1")
+        for i in range(3)
+    ]
+
+
+@pytest.fixture
+def logs(tmp_path):
+    path = tmp_path / "logs"
+    store.write_run(path, "r1", rows())
+    return path
+
+
+@pytest.fixture
+def configured(tmp_path, monkeypatch):
+    """A ddai.toml naming a fake OpenAI judge, with its key in the environment."""
+    with FakeModelServer() as srv:
+        cfg = tmp_path / "ddai.toml"
+        cfg.write_text(
+            f"""
+[backends.fake]
+kind = "openai"
+model = "fake-judge"
+base_url = "{srv.openai_base_url}"
+api_key_env = "DDAI_CLI_TEST_KEY"
+concurrency = 4
+timeout_s = 5
+price_in_per_mtok = 1000.0
+price_out_per_mtok = 1000.0
+
+[backends.dead]
+kind = "gemini"
+model = "gemini-x"
+base_url = "http://127.0.0.1:9"
+timeout_s = 1
+
+[roles]
+judge = "fake"
+""",
+            encoding="utf-8",
+        )
+        monkeypatch.setenv("DDAI_CONFIG", str(cfg))
+        monkeypatch.setenv("DDAI_CLI_TEST_KEY", KEY)
+        yield srv
+
+
+def test_judge_local_writes_a_new_run_with_scores_and_reasons(logs):
+    res = runner.invoke(
+        app, ["judge", "--logs", str(logs), "--run", "r1", "--judge", "local", "--json"]
+    )
+    assert res.exit_code == 0, res.output
+    s = json.loads(res.output)
+    assert s["written run"] == "r1@local" and s["to_score"] == 5 and s["scored"] == 5
+    # Normalized exact match: 1,000 = 1000 (1), 1000 (1), 900 (0), Paris (1), paris. (1) → mean 0.8
+    assert s["mean judge_score"] == pytest.approx(0.8)
+    t = store.read_rollouts(logs, ["r1@local"]).sort_by(
+        [("uid", "ascending"), ("rollout_idx", "ascending")]
+    )
+    assert t.column("judge_score").to_pylist() == [1.0, 1.0, 0.0, 1.0, 1.0, 0.5]
+    extra = json.loads(t.column("extra")[0].as_py())
+    assert (
+        extra["prev_judge_score"] == 0.5
+        and extra["judge_backend"] == "local"
+        and extra["source"] == "test"
+    )
+    # the source run is untouched
+    assert pc.sum(store.read_rollouts(logs, ["r1"]).column("judge_score")).as_py() == pytest.approx(
+        3.0
+    )
+
+
+def test_judge_dry_run_counts_and_writes_nothing(logs, configured):
+    res = runner.invoke(app, ["judge", "--logs", str(logs), "--run", "r1", "--dry-run", "--json"])
+    assert res.exit_code == 0, res.output
+    s = json.loads(res.output)
+    assert (s["judge"], s["to_call"], s["cached"]) == ("fake", 5, 0)
+    assert s["est_cost_usd"] > 0
+    assert configured.requests == 0
+    assert store.list_runs(logs) == ["r1"]
+
+
+def test_judge_remote_then_rerun_is_free_and_key_stays_out_of_files(logs, configured, tmp_path):
+    res = runner.invoke(app, ["judge", "--logs", str(logs), "--run", "r1", "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output)["scored"] == 5
+    assert configured.requests == 5 and KEY in configured.credentials
+    res = runner.invoke(
+        app, ["judge", "--logs", str(logs), "--run", "r1", "--out-run", "again", "--json"]
+    )
+    assert res.exit_code == 0, res.output
+    assert configured.requests == 5  # all five answered by the cache
+    assert json.loads(res.output)["usage"]["ddai judge"]["cache_hits"] == 5
+    for p in tmp_path.rglob("*"):
+        if p.is_file():
+            assert KEY.encode() not in p.read_bytes(), p
+    assert KEY not in res.output
+
+
+def test_judge_max_cost_stops_then_resumes(logs, configured):
+    dry = json.loads(
+        runner.invoke(
+            app, ["judge", "--logs", str(logs), "--run", "r1", "--dry-run", "--json"]
+        ).output
+    )
+    per_call = dry["est_cost_usd"] / dry["to_call"]
+    # Room for two calls at their estimate; the rest must wait for a rerun.
+    cap = 2.5 * per_call
+    res = runner.invoke(
+        app, ["judge", "--logs", str(logs), "--run", "r1", "--max-cost", f"{cap:.6f}", "--json"]
+    )
+    assert res.exit_code == 1, res.output
+    s = json.loads(res.output)
+    assert (
+        s["status"].startswith("stopped") and 0 < s["scored"] < 5 and s["left"] == 5 - s["scored"]
+    )
+    paid = configured.requests
+    assert paid == s["scored"]
+    assert store.list_runs(logs) == ["r1"]
+    res = runner.invoke(app, ["judge", "--logs", str(logs), "--run", "r1", "--json"])
+    assert res.exit_code == 0, res.output
+    assert configured.requests == 5  # only the rest was paid for
+
+
+def test_judge_bad_input_exits_2(logs):
+    res = runner.invoke(app, ["judge", "--logs", str(logs), "--run", "nope", "--judge", "local"])
+    assert res.exit_code == 2 and "nope" in res.output
+    res = runner.invoke(app, ["judge", "--logs", str(logs), "--run", "r1", "--judge", "missing"])
+    assert res.exit_code == 2 and "no backend named 'missing'" in res.output
+
+
+def test_backends_check_pings_and_reports(configured, tmp_path):
+    res = runner.invoke(app, ["backends", "check", "--json"])
+    assert res.exit_code == 1, res.output  # the `dead` backend is unreachable
+    s = json.loads(res.output)
+    assert s["roles"]["judge"] == "fake" and s["unreachable"] == ["dead"]
+    by_name = {d["name"]: d for d in s["details"] if d["name"] != "local"}
+    assert by_name["fake"]["ping"]["ok"] and by_name["fake"]["api_key_set"] is True
+    assert not by_name["dead"]["ping"]["ok"]
+    assert KEY not in res.output
+    res = runner.invoke(app, ["backends", "check", "--no-ping"])
+    assert res.exit_code == 0, res.output
+    assert "fake" in res.output and "cache entries" in res.output
+
+
+def test_judge_in_place_keeps_the_old_score_in_extra(logs):
+    res = runner.invoke(
+        app,
+        ["judge", "--logs", str(logs), "--run", "r1", "--judge", "local", "--in-place", "--json"],
+    )
+    assert res.exit_code == 0, res.output
+    assert store.list_runs(logs) == ["r1"]
+    t = store.read_rollouts(logs, ["r1"]).sort_by(
+        [("uid", "ascending"), ("rollout_idx", "ascending")]
+    )
+    assert t.column("judge_score").to_pylist() == [1.0, 1.0, 0.0, 1.0, 1.0, 0.5]
+    assert {json.loads(e)["prev_judge_score"] for e in t.column("extra").to_pylist()[:5]} == {0.5}
+    res = runner.invoke(
+        app, ["judge", "--logs", str(logs), "--run", "r1", "--in-place", "--out-run", "x"]
+    )
+    assert res.exit_code == 2 and "exclude each other" in res.output
