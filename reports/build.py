@@ -1,0 +1,125 @@
+"""``build_report``: the rollout logs → one self-contained HTML report, written atomically."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import duckdb
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from ddai.pipelines import io, manifest, query
+from ddai.reports.blocks import Section, SectionBuilder
+from ddai.reports.config import ReportConfig
+from ddai.reports.context import ReportContext
+from ddai.reports.render import render_page
+from ddai.reports.sections import SECTIONS
+
+
+def _check_inputs(cfg: ReportConfig) -> None:
+    query.logs_or_fail(cfg.logs)
+    missing = [str(p) for p in cfg.datasets if not p.is_file()]
+    if missing:
+        raise FileNotFoundError(
+            f"--datasets file(s) not found: {', '.join(missing)}; pass curated dataset files "
+            "(outputs of ddai curate)"
+        )
+    if cfg.datasets_dir is not None and not cfg.datasets_dir.is_dir():
+        raise FileNotFoundError(f"--datasets-dir {cfg.datasets_dir} is not a folder")
+
+
+def _title(cfg: ReportConfig, runs: list[str]) -> str:
+    if cfg.title:
+        return cfg.title
+    named = ", ".join(runs[:3]) + (f" and {len(runs) - 3} more" if len(runs) > 3 else "")
+    return f"ddai report: {named}"
+
+
+def _build(
+    cfg: ReportConfig,
+    con: duckdb.DuckDBPyConnection,
+    sections: tuple[tuple[str, SectionBuilder], ...],
+) -> tuple[list[Section], list[str], dict[str, float]]:
+    """Every section, then the page; returns the sections, the runs and seconds per stage."""
+    progress = Progress(
+        TextColumn("[bold]report[/] {task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        transient=True,
+        disable=not cfg.progress,
+    )
+    built: list[Section] = []
+    timings: dict[str, float] = {}
+    with progress:
+        task = progress.add_task("reading rollouts", total=len(sections) + 2)
+        t0 = time.perf_counter()
+        ctx = ReportContext.open(cfg, con)
+        timings["facts"] = time.perf_counter() - t0
+        if not ctx.runs:
+            raise ValueError(
+                f"no rollouts in {cfg.logs}"
+                + (f" for run(s) {', '.join(cfg.runs)}" if cfg.runs else "")
+                + "; ingest logs first (ddai ingest FILE) or pick other --run"
+            )
+        if cfg.compare and not set(cfg.compare) <= set(ctx.runs):
+            missing = sorted(set(cfg.compare) - set(ctx.runs))
+            raise ValueError(
+                f"--compare run(s) {', '.join(missing)} not in the log store "
+                f"(runs: {', '.join(ctx.runs)})"
+            )
+        progress.advance(task)
+        for label, builder in sections:
+            progress.update(task, description=label)
+            t0 = time.perf_counter()
+            built.append(builder(ctx))
+            timings[built[-1].id] = time.perf_counter() - t0
+            progress.advance(task)
+        progress.update(task, description="writing")
+        t0 = time.perf_counter()
+        html = render_page(
+            title=_title(cfg, ctx.runs),
+            sections=built,
+            runs=ctx.runs,
+            logs=str(cfg.logs),
+            created=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            version=manifest.ddai_version(),
+        )
+        io.write_text(cfg.out, html)
+        timings["render"] = time.perf_counter() - t0
+        progress.advance(task)
+    return built, ctx.runs, timings
+
+
+def build_report(
+    cfg: ReportConfig, *, sections: tuple[tuple[str, SectionBuilder], ...] = SECTIONS
+) -> dict[str, Any]:
+    """Build the report ``cfg`` describes and write it to ``cfg.out``; returns a summary.
+
+    The summary holds the output path and size, the runs and counts, every section's ``stats``
+    (as embedded in the page) and ``timings``: seconds per stage (facts, each section, render).
+
+    Raises FileNotFoundError for a missing log store, run or dataset, and ValueError when the
+    selection holds no rollouts or ``--compare`` names a run outside it.
+    """
+    started = time.perf_counter()
+    _check_inputs(cfg)
+    con = query.connect(cfg.logs, cfg.runs, threads=cfg.threads)
+    try:
+        built, runs, timings = _build(cfg, con, sections)
+    finally:
+        con.close()
+    stats = {s.id: s.stats for s in built}
+    total = stats.get("overview", {}).get("total", {})
+    return {
+        "out": str(cfg.out),
+        "bytes": cfg.out.stat().st_size,
+        "runs": runs,
+        "prompts": total.get("prompts"),
+        "rollouts": total.get("rollouts"),
+        "sections": [s.id for s in built],
+        "browser rows": stats.get("browser", {}).get("shown"),
+        "seconds": round(time.perf_counter() - started, 2),
+        "stats": stats,
+        "timings": {k: round(v, 3) for k, v in timings.items()},
+    }

@@ -1,0 +1,71 @@
+"""What every section builder receives: the DuckDB connection, the config and named-query helpers.
+
+The per-rollout facts (``sql/report_facts.sql``) and the per-prompt outcomes (the query layer's
+``prompts_at``, ``sql/report_prompts.sql``) are materialized once into temp tables; sections
+aggregate those in DuckDB and pull only the small results into Python, as polars frames.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import duckdb
+import polars as pl
+
+from ddai.pipelines import query
+from ddai.reports.config import ReportConfig
+
+_PARAM_RE = re.compile(r"\$([A-Za-z_]\w*)")
+
+
+def bind(sql: str, params: dict[str, Any]) -> dict[str, Any]:
+    """The subset of ``params`` that ``sql`` names as ``$name`` (DuckDB rejects extra ones)."""
+    names = set(_PARAM_RE.findall(sql))
+    missing = names - params.keys()
+    if missing:
+        raise KeyError(f"SQL parameter(s) {', '.join(sorted(missing))} not provided")
+    return {k: params[k] for k in names}
+
+
+@dataclass
+class ReportContext:
+    """A report build in progress: the connection, the config, the selected runs and their
+    rollout count."""
+
+    cfg: ReportConfig
+    con: duckdb.DuckDBPyConnection
+    runs: list[str] = field(default_factory=list)
+    rollouts: int = 0
+    params: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def open(cls, cfg: ReportConfig, con: duckdb.DuckDBPyConnection) -> ReportContext:
+        """Materialize the report's temp tables on ``con``; note the runs they hold."""
+        ctx = cls(cfg=cfg, con=con, params=cfg.sql_params())
+        ctx.execute("report_facts")
+        ctx.execute("report_prompts")
+        runs = ctx.frame("report_runs")
+        ctx.runs = runs["run_id"].to_list()
+        ctx.rollouts = int(runs["rollouts"].sum())
+        return ctx
+
+    def execute(self, name: str, **extra: Any) -> None:
+        """Run ``sql/<name>.sql`` for its effect (e.g. a CREATE TABLE)."""
+        sql = query.sql_text(name)
+        self.con.execute(sql, bind(sql, {**self.params, **extra}))
+
+    def frame(self, name: str, **extra: Any) -> pl.DataFrame:
+        """Run ``sql/<name>.sql`` with its parameters bound; the (small) result as polars."""
+        sql = query.sql_text(name)
+        table = query.run_sql(self.con, sql, bind(sql, {**self.params, **extra}))
+        return pl.from_arrow(table)
+
+    def by_run(self, df: pl.DataFrame) -> Iterator[tuple[str, pl.DataFrame]]:
+        """``df``'s rows per run, in run order, skipping runs without rows."""
+        for run in self.runs:
+            part = df.filter(pl.col("run_id") == run)
+            if part.height:
+                yield run, part

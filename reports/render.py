@@ -1,0 +1,76 @@
+"""The page: sections rendered through jinja2 (autoescaping on) around plotly.js, CSS and JS inlined
+once, so the file opens offline and loads nothing from the network."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+import jinja2
+from markupsafe import Markup
+from plotly.offline import get_plotlyjs
+
+from ddai.reports.blocks import Section
+from ddai.reports.formatting import num
+
+
+def _cell(v: Any) -> str:
+    return num(v)
+
+
+@lru_cache(maxsize=1)
+def environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("ddai.reports", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=False,
+        lstrip_blocks=False,
+    )
+    env.filters["cell"] = _cell
+    return env
+
+
+def _asset(name: str) -> str:
+    return resources.files("ddai.reports").joinpath("templates", name).read_text(encoding="utf-8")
+
+
+def _inline_script(code: str) -> Markup:
+    """Code for an inline ``<script>``: it must not close the element early."""
+    if "</script" in code.lower():
+        raise ValueError("inline script holds '</script'; it would end the element early")
+    return Markup(code)
+
+
+@lru_cache(maxsize=1)
+def plotly_js() -> Markup:
+    return _inline_script(get_plotlyjs())
+
+
+def render_page(
+    *,
+    title: str,
+    sections: list[Section],
+    runs: list[str],
+    logs: str,
+    created: str,
+    version: str,
+) -> str:
+    """The whole HTML document; ``#report-stats`` holds every section's numbers as JSON."""
+    return (
+        environment()
+        .get_template("report.html")
+        .render(
+            title=title,
+            sections=sections,
+            runs=runs,
+            logs=logs,
+            created=created,
+            version=version,
+            css=Markup(_asset("report.css")),
+            js=_inline_script(_asset("report.js")),
+            plotlyjs=plotly_js(),
+            stats={s.id: s.stats for s in sections},
+        )
+    )

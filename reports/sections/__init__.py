@@ -1,0 +1,27 @@
+"""The report's sections, in page order. A section is a module with ``build(ctx) -> Section``;
+adding one is a new module plus one line here."""
+
+from __future__ import annotations
+
+from ddai.reports.blocks import SectionBuilder
+from ddai.reports.sections import (
+    behaviour,
+    browser,
+    compare,
+    funnel,
+    hallucination,
+    judge_ndcg,
+    outcomes,
+    overview,
+)
+
+SECTIONS: tuple[tuple[str, SectionBuilder], ...] = (
+    ("overview", overview.build),
+    ("funnel", funnel.build),
+    ("per-prompt outcomes", outcomes.build),
+    ("judge vs NDCG", judge_ndcg.build),
+    ("hallucination suspects", hallucination.build),
+    ("search behaviour", behaviour.build),
+    ("run comparison", compare.build),
+    ("trajectory browser", browser.build),
+)

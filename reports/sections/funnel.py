@@ -1,0 +1,180 @@
+"""Section 2, funnel: the lineage of curated datasets as a Sankey with counts, from their manifests.
+
+Links are the rows one dataset contributed to the next (e.g. 6,667 → B/A/0 → round 1 → round 2);
+inputs that shaped an output without contributing rows (the log partition that scored the
+prompts, a decisions sheet) are listed in the table under the diagram, with rows in, out and
+dropped per step.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import plotly.graph_objects as go
+
+from ddai.pipelines import manifest
+from ddai.pipelines.funnel.lineage import lineage_graph, lineage_rows
+from ddai.reports import figures
+from ddai.reports.blocks import Note, Section, Table
+from ddai.reports.config import ReportConfig
+from ddai.reports.context import ReportContext
+from ddai.reports.formatting import num
+
+TITLE = "Funnel"
+# Lineage node kinds that are prompt datasets; raw log files and log partitions (counted in
+# rollouts, not prompts) stay out of the diagram and appear in the table only.
+DATASET_KINDS = ("file", "step", "missing")
+
+
+def dataset_paths(cfg: ReportConfig) -> list[Path]:
+    """``--datasets`` files, then every output with a manifest in ``--datasets-dir``."""
+    paths = list(cfg.datasets)
+    if cfg.datasets_dir is not None:
+        suffix = manifest.MANIFEST_SUFFIX
+        for m in sorted(cfg.datasets_dir.rglob(f"*{suffix}")):
+            out = m.with_name(m.name[: -len(suffix)])
+            if out.is_file() and out not in paths:
+                paths.append(out)
+    return paths
+
+
+def _node_label(n: dict[str, Any]) -> str:
+    rows = f" · {n['rows']:,}" if n["rows"] is not None else ""
+    return figures.label(f"{Path(n['name']).stem}{rows}")  # the table names the files
+
+
+def columns(nodes: list[dict[str, Any]], links: list[dict[str, Any]]) -> list[tuple[float, float]]:
+    """Node positions: one column per funnel depth (a dataset one step past its deepest input),
+    nodes spread down their column. Plotly alone pushes every final dataset to the right edge, so
+    bucket B, which feeds nothing, would land beside round 2."""
+    depth: dict[str, int] = {}
+    for n in nodes:  # inputs come before outputs (the graph's topological order)
+        ins = [depth[e["source"]] for e in links if e["target"] == n["id"] and e["source"] in depth]
+        depth[n["id"]] = 1 + max(ins) if ins else 0
+    last = max(depth.values()) or 1
+    per_col: dict[int, list[str]] = {}
+    for n in nodes:
+        per_col.setdefault(depth[n["id"]], []).append(n["id"])
+    pos = {}
+    for d, ids in per_col.items():
+        for i, node_id in enumerate(ids):
+            pos[node_id] = (0.001 + 0.998 * d / last, (i + 0.5) / len(ids))
+    return [pos[n["id"]] for n in nodes]
+
+
+def dataset_links(graph: dict[str, Any]) -> list[dict[str, Any]]:
+    """Edges that carry a row count from one prompt dataset to another."""
+    kind = {n["id"]: n["kind"] for n in graph["nodes"]}
+    return [
+        e
+        for e in graph["edges"]
+        if e["rows"]
+        and kind.get(e["source"]) in DATASET_KINDS
+        and kind.get(e["target"]) in DATASET_KINDS
+    ]
+
+
+def sankey(graph: dict[str, Any]) -> go.Figure | None:
+    """The graph's dataset-to-dataset row counts as a Sankey (None when there are none)."""
+    links = dataset_links(graph)
+    if not links:
+        return None
+    used = {e["source"] for e in links} | {e["target"] for e in links}
+    nodes = [n for n in graph["nodes"] if n["id"] in used]
+    index = {n["id"]: i for i, n in enumerate(nodes)}
+    xy = columns(nodes, links)
+    fig = go.Figure(
+        go.Sankey(
+            arrangement="snap",
+            node={
+                "x": [x for x, _ in xy],
+                "y": [y for _, y in xy],
+                "label": [_node_label(n) for n in nodes],
+                "customdata": [figures.label(n["step"] or n["kind"]) for n in nodes],
+                "hovertemplate": "%{label}<br>step: %{customdata}<extra></extra>",
+                "pad": 18,
+                "color": [figures.color(i) for i in range(len(nodes))],
+            },
+            link={
+                "source": [index[e["source"]] for e in links],
+                "target": [index[e["target"]] for e in links],
+                "value": [e["rows"] for e in links],
+                "hovertemplate": "%{value:,} rows<extra></extra>",
+            },
+        )
+    )
+    fig.update_layout(title="Curated datasets: rows carried from step to step")
+    return fig
+
+
+def _table(graph: dict[str, Any]) -> Table:
+    return Table(
+        columns=["step", "output", "rows in", "rows out", "dropped", "inputs"],
+        rows=[
+            [
+                r["step"],
+                r["output"],
+                r["rows in"],
+                r["rows out"],
+                ", ".join(f"{k}: {v:,}" for k, v in r["dropped"].items()),
+                ", ".join(r["inputs"]),
+            ]
+            for r in lineage_rows(graph)
+        ],
+    )
+
+
+def build(ctx: ReportContext) -> Section:
+    paths = dataset_paths(ctx.cfg)
+    if not paths:
+        return Section(
+            id="funnel",
+            title=TITLE,
+            reading="The funnel shows how curated datasets were derived from one another.",
+            blocks=[
+                Note(
+                    "No curated datasets given: pass --datasets FILE (a curate output) or "
+                    "--datasets-dir DIR to draw their lineage."
+                )
+            ],
+            stats={"datasets": 0},
+        )
+    graph = lineage_graph(paths)
+    fig = sankey(graph)
+    blocks = [
+        figures.to_block(fig, "fig-funnel-sankey", height=460)
+        if fig is not None
+        else Note("The manifests record no row counts between these datasets."),
+        _table(graph),
+    ]
+    steps = [n for n in graph["nodes"] if n["kind"] in ("step", "log")]
+    first = next((n for n in graph["nodes"] if n["kind"] == "file" and n["rows"]), None)
+    reading = (
+        "Each box is a dataset, each band the prompts one dataset passed to the next, following the "
+        "manifests every funnel step writes. "
+        + (f"It starts from {first['name']} ({num(first['rows'])} rows) " if first else "It ")
+        + f"and goes through {len(steps)} recorded steps; the table lists what each step read, "
+        "kept and dropped, and why."
+    )
+    return Section(
+        id="funnel",
+        title=TITLE,
+        reading=reading,
+        blocks=blocks,
+        stats={
+            "datasets": len(paths),
+            "nodes": [
+                {k: n[k] for k in ("name", "kind", "step", "rows", "rows_in", "dropped")}
+                for n in graph["nodes"]
+            ],
+            "links": [
+                {
+                    "source": Path(e["source"]).name,
+                    "target": Path(e["target"]).name,
+                    "rows": e["rows"],
+                }
+                for e in dataset_links(graph)
+            ],
+        },
+    )

@@ -1,0 +1,124 @@
+"""Section 5, hallucination suspects: judged correct, yet no retrieved page is golden.
+
+Under a judge-only reward these rollouts are paid for answers the evidence may not hold (the
+frozen generator's own knowledge). DDAI found about half of such cases were not hallucinations
+(another page of the same document held the fact), so the same-document count is shown beside.
+"""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from ddai.reports import figures
+from ddai.reports.blocks import Note, Section, Table
+from ddai.reports.context import ReportContext
+from ddai.reports.formatting import num, pct
+
+
+def build(ctx: ReportContext) -> Section:
+    cfg = ctx.cfg
+    per_run = {r["run_id"]: r for r in ctx.frame("report_hallucination_runs").to_dicts()}
+    ranked = ctx.frame("report_hallucination_prompts").to_dicts()
+    fig = go.Figure(
+        [
+            go.Bar(
+                name="no page of the reference document",
+                x=[figures.label(run) for run in per_run],
+                y=[
+                    (r["suspects"] - r["suspects_same_doc"]) / r["judged"] if r["judged"] else 0
+                    for r in per_run.values()
+                ],
+                marker_color=figures.color(3),
+            ),
+            go.Bar(
+                name="another page of the reference document",
+                x=[figures.label(run) for run in per_run],
+                y=[
+                    r["suspects_same_doc"] / r["judged"] if r["judged"] else 0
+                    for r in per_run.values()
+                ],
+                marker_color=figures.color(0),
+            ),
+        ]
+    )
+    fig.update_layout(
+        barmode="stack",
+        title=f"Hallucination suspects (judge ≥ {cfg.judge_high:g}, no golden page), "
+        "share of judged rollouts",
+        yaxis={"tickformat": ".1%"},
+    )
+    runs_table = Table(
+        columns=[
+            "run",
+            "judged",
+            f"correct (judge ≥ {cfg.judge_high:g})",
+            "suspects",
+            "of which same document",
+            "share of judged",
+            "share of correct",
+        ],
+        rows=[
+            [
+                run,
+                r["judged"],
+                r["correct"],
+                r["suspects"],
+                r["suspects_same_doc"],
+                pct(r["share_of_judged"]),
+                pct(r["share_of_correct"]),
+            ]
+            for run, r in per_run.items()
+        ],
+    )
+    blocks = [figures.to_block(fig, "fig-hallucination-share"), runs_table]
+    if ranked:
+        blocks.append(
+            Table(
+                columns=[
+                    "run",
+                    "uid",
+                    "suspects",
+                    "rollouts",
+                    "share",
+                    "same document",
+                    "question",
+                    "reference answer",
+                ],
+                rows=[
+                    [
+                        r["run_id"],
+                        r["uid"],
+                        r["suspects"],
+                        r["rollouts"],
+                        pct(r["share"]),
+                        r["suspects_same_doc"],
+                        r["question"],
+                        r["reference_answer"],
+                    ]
+                    for r in ranked
+                ],
+                caption=f"Prompts ranked by suspect rollouts (top {cfg.top}); filter the "
+                "trajectory browser by class hallucination_suspect to read them.",
+            )
+        )
+    else:
+        blocks.append(Note("No hallucination suspects in these runs."))
+    n = sum(r["suspects"] for r in per_run.values())
+    same = sum(r["suspects_same_doc"] for r in per_run.values())
+    correct = sum(r["correct"] for r in per_run.values())
+    reading = (
+        f"A rollout is a suspect when the judge accepted its answer (≥ {cfg.judge_high:g}) although "
+        "none of the pages it retrieved is a golden page: the generator may have answered from its "
+        f"own knowledge, and a judge-only reward pays for it. {num(n)} of {num(correct)} correct "
+        f"rollouts with reference pages are suspects ({pct(n / correct) if correct else '—'}); "
+        f"{num(same)} of them retrieved another page of the reference document, which often holds "
+        "the same fact, so the rest are the ones to read first. The list ranks prompts by how "
+        "often this happened."
+    )
+    return Section(
+        id="hallucination",
+        title="Hallucination suspects",
+        reading=reading,
+        blocks=blocks,
+        stats={"runs": per_run, "ranked": ranked},
+    )

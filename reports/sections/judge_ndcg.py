@@ -1,0 +1,135 @@
+"""Section 4, judge vs NDCG: their joint distribution and the classes where they disagree.
+
+DDAI's discrepancy analysis: a correct answer without the golden page (judge high, NDCG low) is
+either a *same-document success* (a retrieved page shares the reference document, which often
+repeats the fact on another slide) or an answer with *no page from the reference document*; a
+wrong answer with perfect retrieval (judge low, NDCG high) means generation or ground truth failed.
+"""
+
+from __future__ import annotations
+
+import math
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from ddai.reports import figures
+from ddai.reports.blocks import Section, Table
+from ddai.reports.context import ReportContext
+from ddai.reports.formatting import num, pct
+
+BINS = 10
+CLASSES = ("same_doc_success", "no_reference_doc", "retrieval_ok_answer_wrong")
+MAX_COLS = 3
+
+
+def _heatmaps(ctx: ReportContext) -> tuple[go.Figure, int]:
+    grid = ctx.frame("report_judge_ndcg_grid", bins=BINS)
+    parts = list(ctx.by_run(grid))
+    cols = min(MAX_COLS, max(len(parts), 1))
+    rows = max(1, math.ceil(len(parts) / cols))
+    fig = make_subplots(
+        rows=rows,
+        cols=cols,
+        subplot_titles=[figures.label(run) for run, _ in parts],
+        horizontal_spacing=0.08,
+        vertical_spacing=0.18 if rows > 1 else 0.1,
+    )
+    ticks = [f"{i / BINS:.1f}" for i in range(BINS)]
+    for k, (_, part) in enumerate(parts):
+        # empty cells stay blank (None), so the populated ones stand out
+        z: list[list[int | None]] = [[None] * BINS for _ in range(BINS)]
+        for j, n, c in zip(part["judge_bin"], part["ndcg_bin"], part["rollouts"], strict=True):
+            z[j][n] = c
+        fig.add_trace(
+            go.Heatmap(
+                z=z,
+                x=ticks,
+                y=ticks,
+                coloraxis="coloraxis",
+                texttemplate="%{z}",
+                hoverongaps=False,
+                hovertemplate="NDCG ≥ %{x}, judge ≥ %{y}: %{z} rollouts<extra></extra>",
+            ),
+            row=k // cols + 1,
+            col=k % cols + 1,
+        )
+    fig.update_layout(
+        title="Rollouts by judge score (rows) and NDCG (columns), bins of 0.1",
+        coloraxis={"colorscale": "Blues", "showscale": False},
+    )
+    fig.update_xaxes(title_text="NDCG", type="category")
+    fig.update_yaxes(title_text="judge", type="category")
+    return fig, rows
+
+
+def build(ctx: ReportContext) -> Section:
+    cfg = ctx.cfg
+    heat, heat_rows = _heatmaps(ctx)
+    counts = ctx.frame("report_discrepancy_counts")
+    per_run = {r["run_id"]: r for r in counts.to_dicts()}
+    labels = {
+        "same_doc_success": f"judge ≥ {cfg.judge_high:g}, NDCG ≤ {cfg.ndcg_low:g}, same document",
+        "no_reference_doc": f"judge ≥ {cfg.judge_high:g}, NDCG ≤ {cfg.ndcg_low:g}, "
+        "no page of the reference document",
+        "retrieval_ok_answer_wrong": f"judge ≤ {cfg.judge_low:g}, NDCG ≥ {cfg.ndcg_high:g}",
+    }
+    bars = go.Figure(
+        [
+            go.Bar(
+                name=labels[c],
+                y=[figures.label(run) for run in per_run],
+                x=[r[c] / r["scored"] if r["scored"] else 0 for r in per_run.values()],
+                customdata=[r[c] for r in per_run.values()],
+                orientation="h",
+                marker_color=figures.color(i),
+                hovertemplate="%{customdata} rollouts (%{x:.1%})",
+            )
+            for i, c in enumerate(CLASSES)
+        ]
+    )
+    bars.update_layout(
+        barmode="group",
+        title="Discrepancy classes, share of rollouts with both scores",
+        xaxis={"tickformat": ".1%"},
+        yaxis={"autorange": "reversed"},
+    )
+    table = Table(
+        columns=["run", "judged with NDCG", *labels.values()],
+        rows=[
+            [run, r["scored"], *(f"{r[c]:,} ({pct(r[c] / r['scored'])})" for c in CLASSES)]
+            for run, r in per_run.items()
+        ],
+    )
+    tot = {k: sum(r[k] for r in per_run.values()) for k in ("scored", *CLASSES)}
+    high_low = tot["same_doc_success"] + tot["no_reference_doc"]
+    reading = (
+        "Each cell counts rollouts by their judge score and NDCG; most mass on the diagonal means "
+        "the two agree. Off the diagonal, NDCG's single golden page and the judge disagree. Of "
+        f"{num(tot['scored'])} rollouts with both scores, {num(high_low)} were judged correct "
+        f"(≥ {cfg.judge_high:g}) with NDCG ≤ {cfg.ndcg_low:g}: {num(tot['same_doc_success'])} "
+        "retrieved another page of the reference document (the fact is often repeated there, so "
+        f"NDCG undercounts), {num(tot['no_reference_doc'])} no page of it at all (the answer came "
+        f"from elsewhere: look at them). {num(tot['retrieval_ok_answer_wrong'])} were judged wrong "
+        f"(≤ {cfg.judge_low:g}) although retrieval was perfect (NDCG ≥ {cfg.ndcg_high:g}): the "
+        "generator or the ground truth failed, candidates for ground-truth review."
+    )
+    return Section(
+        id="judge-ndcg",
+        title="Judge vs NDCG",
+        reading=reading,
+        blocks=[
+            figures.to_block(heat, "fig-judge-ndcg-heatmap", height=160 + 300 * heat_rows),
+            figures.to_block(bars, "fig-judge-ndcg-classes", height=160 + 60 * len(per_run)),
+            table,
+        ],
+        stats={
+            "thresholds": {
+                "judge_high": cfg.judge_high,
+                "ndcg_low": cfg.ndcg_low,
+                "judge_low": cfg.judge_low,
+                "ndcg_high": cfg.ndcg_high,
+            },
+            "discrepancies": per_run,
+        },
+    )

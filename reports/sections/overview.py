@@ -1,0 +1,100 @@
+"""Section 1, overview: runs, prompts, rollouts, success, mean scores, turns, terminations, cost."""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from ddai.reports import figures
+from ddai.reports.blocks import Section, Table
+from ddai.reports.context import ReportContext
+from ddai.reports.formatting import num, pct, plural
+
+TERMINATIONS = {
+    "complete": "#2a9d5c",
+    "max_turns": "#dc6b1f",
+    "invalid": "#8e44ad",
+    "error": "#c0392b",
+    "unknown": "#7f8c8d",
+}
+
+
+def build(ctx: ReportContext) -> Section:
+    df = ctx.frame("report_overview")
+    rows = df.to_dicts()
+    per_run = [r for r in rows if r["run_id"] is not None]
+    total = next(r for r in rows if r["run_id"] is None)
+    table = Table(
+        columns=[
+            "run",
+            "prompts",
+            "rollouts",
+            "success rate",
+            "mean judge",
+            "mean NDCG",
+            "mean reward",
+            "mean turns",
+            *TERMINATIONS,
+            "API cost (USD)",
+        ],
+        rows=[
+            [
+                r["run_id"] if r["run_id"] is not None else "all runs",
+                r["prompts"],
+                r["rollouts"],
+                pct(r["success_rate"]),
+                r["mean_judge"],
+                r["mean_ndcg"],
+                r["mean_reward"],
+                r["mean_turns"],
+                *(r[t] for t in TERMINATIONS),
+                "unknown" if r["cost_usd"] is None else f"{r['cost_usd']:,.2f}",
+            ]
+            for r in [*per_run, total]
+        ],
+        caption=f"Success: judge ≥ {ctx.cfg.success_threshold:g} with the format gate passed; "
+        "the rate is over judged rollouts.",
+    )
+    fig = go.Figure(
+        [
+            go.Bar(
+                name=t,
+                y=[figures.label(r["run_id"]) for r in per_run],
+                x=[r[t] for r in per_run],
+                orientation="h",
+                marker_color=c,
+            )
+            for t, c in TERMINATIONS.items()
+            if any(r[t] for r in per_run)
+        ]
+    )
+    fig.update_layout(
+        barmode="stack",
+        title="How rollouts ended",
+        xaxis_title="rollouts",
+        yaxis={"autorange": "reversed"},
+        legend={"traceorder": "normal"},
+    )
+    height = 140 + 28 * max(len(per_run), 1)
+    cost = total["cost_usd"]
+    reading = (
+        f"{plural(len(per_run), 'run')}, {plural(total['prompts'], 'distinct prompt')} and "
+        f"{plural(total['rollouts'], 'rollout')}. {pct(total['success_rate'])} of the "
+        f"{num(total['judged'])} judged rollouts succeeded; the mean judge score is "
+        f"{num(total['mean_judge'])} and the mean NDCG {num(total['mean_ndcg'])}, with "
+        f"{num(total['mean_turns'], 1)} turns per rollout. Of all rollouts, "
+        f"{num(total['complete'])} stopped on their own, {num(total['max_turns'])} hit the turn "
+        f"limit, {num(total['invalid'])} ended on an invalid action and {num(total['error'])} in "
+        "an error. "
+        + (
+            f"The logged API cost is ${cost:,.2f}."
+            if cost is not None
+            else "No API cost was logged (extra.cost_usd)."
+        )
+    )
+    return Section(
+        id="overview",
+        title="Overview",
+        reading=reading,
+        blocks=[table, figures.to_block(fig, "fig-overview-termination", height=height)],
+        stats={"runs": per_run, "total": {k: v for k, v in total.items() if k != "run_id"}},
+    )

@@ -1,0 +1,16 @@
+-- grain: one row per run (run_id): judged rollouts, correct ones (judge >= $judge_high, with
+-- reference pages), hallucination suspects among them (no retrieved page golden) and, of those,
+-- suspects whose retrieved pages share the reference document (likely the same fact elsewhere).
+SELECT
+    run_id,
+    count(judge_score) AS judged,
+    count(*) FILTER (WHERE judge_score >= $judge_high AND has_reference) AS correct,
+    count(*) FILTER (WHERE hallucination_suspect) AS suspects,
+    count(*) FILTER (WHERE hallucination_suspect AND shares_doc) AS suspects_same_doc,
+    count(*) FILTER (WHERE hallucination_suspect) / nullif(count(judge_score), 0) AS share_of_judged,
+    count(*) FILTER (WHERE hallucination_suspect)
+        / nullif(count(*) FILTER (WHERE judge_score >= $judge_high AND has_reference), 0)
+        AS share_of_correct
+FROM report_facts
+GROUP BY run_id
+ORDER BY run_id;

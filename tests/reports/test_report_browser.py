@@ -1,0 +1,245 @@
+"""The report in a real browser: headless Chromium over the DevTools protocol.
+
+Asserts that every plotly figure rendered (``svg.main-svg`` inside each graph div), that the page
+requested nothing from the network, raised no script error and opened no dialog, that a click
+opens a transcript, and that a ``<script>`` planted in a think is shown as text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from report_world import XSS, XSS_ANSWER, planted_store
+
+from ddai.pipelines.ingest import IngestConfig, ingest
+from ddai.reports import ReportConfig, build_report
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
+
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--remote-debugging-port=0",
+)
+
+
+def _chromium() -> str:
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    if exe is None:
+        pytest.fail(
+            "chromium is not installed; run `make browser` (Debian: apt-get install chromium)"
+        )
+    return exe
+
+
+class Page:
+    """A minimal DevTools client for one page: commands, and the events it records."""
+
+    def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        self.ws = ws
+        self.ids = itertools.count(1)
+        self.pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self.requests: list[str] = []
+        self.dialogs: list[str] = []
+        self.errors: list[str] = []
+        self.loaded = asyncio.Event()
+        self.background: set[asyncio.Task[Any]] = set()
+        self.reader = asyncio.create_task(self._read())
+
+    async def _read(self) -> None:
+        async for msg in self.ws:
+            data = json.loads(msg.data)
+            if "id" in data:
+                self.pending.pop(data["id"]).set_result(data)
+                continue
+            method, params = data.get("method"), data.get("params", {})
+            if method == "Network.requestWillBeSent":
+                self.requests.append(params["request"]["url"])
+            elif method == "Page.javascriptDialogOpening":
+                self.dialogs.append(params["message"])
+                # answered from a task: the reply arrives through this very loop
+                task = asyncio.create_task(self.send("Page.handleJavaScriptDialog", accept=True))
+                self.background.add(task)
+            elif method == "Runtime.exceptionThrown":
+                self.errors.append(json.dumps(params["exceptionDetails"])[:500])
+            elif method == "Page.loadEventFired":
+                self.loaded.set()
+
+    async def send(self, method: str, **params: Any) -> dict[str, Any]:
+        i = next(self.ids)
+        fut = asyncio.get_running_loop().create_future()
+        self.pending[i] = fut
+        await self.ws.send_json({"id": i, "method": method, "params": params})
+        reply = await asyncio.wait_for(fut, 30)
+        assert "error" not in reply, reply
+        return reply["result"]
+
+    async def eval(self, expression: str) -> Any:
+        res = await self.send("Runtime.evaluate", expression=expression, returnByValue=True)
+        assert "exceptionDetails" not in res, res
+        return res["result"].get("value")
+
+
+OPEN_PLANTED = """(() => {
+  const row = Array.from(document.querySelectorAll('tr.traj')).find(
+    r => r.nextElementSibling.textContent.includes('alert(1)'));
+  row.click();
+  const tx = row.nextElementSibling;
+  return {hidden: tx.hidden, think: tx.querySelector('.think').textContent,
+          answer: tx.querySelector('.answer').textContent, html: tx.innerHTML};
+})()"""
+FILTER_CLASS = """(() => {
+  const s = document.getElementById('browser-tag');
+  s.value = 'retrieval_ok_answer_wrong';
+  s.dispatchEvent(new Event('input'));
+  const shown = Array.from(document.querySelectorAll('tr.traj')).filter(r => !r.hidden);
+  return {count: document.getElementById('browser-count').textContent,
+          uids: shown.map(r => r.children[2].textContent)};
+})()"""
+GRAPHS = "document.querySelectorAll('div.plotly-graph-div')"
+DRAWN = f"Array.from({GRAPHS}).filter(d => d.querySelector('svg.main-svg')).length"
+
+
+async def _drive(url: str, port: int, probes: dict[str, str]) -> dict[str, Any]:
+    """Load ``url``, wait until every plotly graph has drawn, then evaluate ``probes`` in order."""
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"http://127.0.0.1:{port}/json/list") as r:
+            target = next(t for t in await r.json() if t["type"] == "page")
+        async with http.ws_connect(target["webSocketDebuggerUrl"], max_msg_size=0) as ws:
+            page = Page(ws)
+            for domain in ("Network", "Page", "Runtime"):
+                await page.send(f"{domain}.enable")
+            await page.send("Page.navigate", url=url)
+            await asyncio.wait_for(page.loaded.wait(), 60)
+            for _ in range(300):  # plotly draws right after load
+                n_graphs, n_drawn = await page.eval(f"[{GRAPHS}.length, {DRAWN}]")
+                if n_drawn == n_graphs:
+                    break
+                await asyncio.sleep(0.1)
+            out: dict[str, Any] = {
+                "graphs": n_graphs,
+                "drawn": n_drawn,
+                "main_svgs": await page.eval("document.querySelectorAll('svg.main-svg').length"),
+                "scripts": await page.eval("document.scripts.length"),
+            }
+            for name, expression in probes.items():
+                out[name] = await page.eval(expression)
+            out["scripts_after"] = await page.eval("document.scripts.length")
+            await asyncio.sleep(0.2)  # let any late request or dialog event arrive
+            out.update(requests=page.requests, dialogs=page.dialogs, errors=page.errors)
+            page.reader.cancel()
+            return out
+
+
+def _open_in_chromium(html: Path, profile: Path, probes: dict[str, str]) -> dict[str, Any]:
+    proc = subprocess.Popen(
+        [_chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "about:blank"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        port = None
+        for line in proc.stderr:  # "DevTools listening on ws://127.0.0.1:PORT/devtools/browser/…"
+            m = re.search(r"DevTools listening on ws://[^:]+:(\d+)/", line)
+            if m:
+                port = int(m.group(1))
+                break
+        assert port, "chromium did not start its DevTools endpoint"
+        return asyncio.run(asyncio.wait_for(_drive(html.as_uri(), port, probes), 120))
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def test_report_renders_offline_in_chromium(tmp_path):
+    logs = planted_store(tmp_path)
+    out = tmp_path / "report.html"
+    build_report(ReportConfig(logs=logs, out=out, compare=("base", "new"), progress=False))
+    text = out.read_text(encoding="utf-8")
+    assert not re.search(r"<script[^>]*\bsrc\s*=", text, re.IGNORECASE)
+
+    got = _open_in_chromium(
+        out, tmp_path / "profile", {"opened": OPEN_PLANTED, "filtered": FILTER_CLASS}
+    )
+
+    # every figure drew its SVG: at least 11 (overview 1, outcomes 3, judge/NDCG 2,
+    # hallucination 1, behaviour 3, comparison 1; no funnel datasets given), all in the file
+    assert got["graphs"] == text.count('class="plotly-graph-div"') >= 11
+    assert got["drawn"] == got["graphs"]
+    assert got["main_svgs"] >= got["graphs"]
+    # nothing but the file itself (and inline data: URIs) was requested
+    assert [u for u in got["requests"] if not u.startswith(("file:", "data:"))] == []
+    assert got["dialogs"] == [] and got["errors"] == []
+    # the planted script is text: visible as written, escaped in the markup, never run
+    opened = got["opened"]
+    assert opened["hidden"] is False
+    assert XSS in opened["think"]
+    assert XSS_ANSWER in opened["answer"]
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in opened["html"]
+    # plotly.js, one newPlot call per figure, the stats JSON and the browser's code; no new ones
+    assert got["scripts_after"] == got["scripts"] == 1 + got["graphs"] + 2
+    assert got["filtered"]["uids"] == ["u1"]
+    assert got["filtered"]["count"] == "1 of 24 shown"
+
+
+def test_fixture_world_report_runs_no_planted_markup(tmp_path):
+    """The committed world plants ``<script>document.title='x'</script>`` and an ``<img onerror=
+    "alert(1)">`` in thinks: the title stays, no dialog opens, the text is there to read."""
+    logs = tmp_path / "logs"
+    ingest(IngestConfig(sorted((FIXTURES / "logs").glob("*.jsonl")), logs, progress=False))
+    out = tmp_path / "report.html"
+    build_report(
+        ReportConfig(
+            logs=logs, out=out, compare=("focused_r1", "focused_r2"), title="T", progress=False
+        )
+    )
+    got = _open_in_chromium(
+        out,
+        tmp_path / "profile",
+        {
+            "title": "document.title",
+            "planted": "Array.from(document.querySelectorAll('.think')).filter("
+            "t => t.textContent.includes(\"<script>document.title='x'</script>\")).length",
+            "images": "document.images.length",
+        },
+    )
+    assert got["graphs"] > 0 and got["drawn"] == got["graphs"]
+    assert got["title"] == "T"
+    assert got["planted"] >= 1 and got["images"] == 0
+    assert [u for u in got["requests"] if not u.startswith(("file:", "data:"))] == []
+    assert got["dialogs"] == [] and got["errors"] == []
+
+
+def test_harness_sees_dialogs_and_network_loads(tmp_path):
+    """The checks above can fail: a page that loads a remote script and runs one alert is caught."""
+    page = tmp_path / "bad.html"
+    page.write_text(
+        '<!DOCTYPE html><html><head><script src="http://127.0.0.1:9/x.js"></script></head>'
+        "<body><script>alert('planted')</script></body></html>",
+        encoding="utf-8",
+    )
+    got = _open_in_chromium(page, tmp_path / "profile", {})
+    assert got["dialogs"] == ["planted"]
+    assert "http://127.0.0.1:9/x.js" in got["requests"]

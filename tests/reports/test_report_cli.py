@@ -1,0 +1,70 @@
+"""``ddai report`` from the command line: flags into the config, a summary, exit codes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import typer
+from report_world import planted_store
+from typer.testing import CliRunner
+
+from ddai.cli.app import app
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def logs(tmp_path_factory):
+    return planted_store(tmp_path_factory.mktemp("planted"))
+
+
+def test_report_writes_the_file_and_summarizes(logs, tmp_path):
+    out = tmp_path / "r.html"
+    args = ["report", "--logs", str(logs), "--out", str(out), "--compare", "base", "new"]
+    res = runner.invoke(app, [*args, "--run", "base", "--run", "new", "--json", "--top", "1"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.output)
+    assert data["out"] == str(out) and out.is_file()
+    assert (data["runs"], data["prompts"], data["rollouts"]) == (["base", "new"], 5, 24)
+    assert data["browser rows"] == 24 and data["size"].endswith(" MB")
+    assert "stats" not in data
+
+
+def test_report_defaults_to_the_workspace(logs, tmp_path, monkeypatch):
+    monkeypatch.setenv("DDAI_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("DDAI_LOGS", str(logs))
+    res = runner.invoke(app, ["report", "--no-progress", "--browse-max", "3"])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "home" / "report.html").is_file()
+
+
+@pytest.mark.parametrize(
+    ("args", "msg"),
+    [
+        (["--run", "zzz"], "known runs: base, new"),
+        (["--compare", "base", "zzz"], "not in the log store"),
+        (["--success-threshold", "1.5"], "must be in [0, 1]"),
+        (["--judge-low", "0.7"], "--judge-low"),
+        (["--datasets", "missing.parquet"], "--datasets file"),
+        (["--max-turns", "0"], "--max-turns"),
+    ],
+)
+def test_bad_input_exits_2_naming_the_fix(logs, tmp_path, args, msg):
+    res = runner.invoke(
+        app, ["report", "--logs", str(logs), "--out", str(tmp_path / "r.html"), *args]
+    )
+    assert res.exit_code == 2
+    assert msg in " ".join(res.output.split())  # the console wraps long lines
+
+
+def test_missing_log_store_exits_2(tmp_path):
+    res = runner.invoke(app, ["report", "--logs", str(tmp_path / "none"), "--out", "r.html"])
+    assert res.exit_code == 2 and "ingest logs first" in " ".join(res.output.split())
+
+
+def test_every_flag_has_help():
+    cmd = typer.main.get_command(app).commands["report"]
+    options = [p for p in cmd.params if p.param_type_name == "option"]
+    assert len(options) >= 18
+    assert [p.name for p in options if not p.help] == []
