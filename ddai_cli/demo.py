@@ -72,7 +72,8 @@ def step_distill(cfg: DemoConfig) -> dict[str, Any]:
 
     out = cfg.out / "sft" / "focused_r1.train1.parquet"
     res = run_distill(DistillConfig(logs=cfg.logs, runs=["focused_r1"], out=out))
-    return {"sft file": str(out), **{k: v for k, v in res.items() if isinstance(v, int | str)}}
+    keep = ("rollouts read", "selected rollouts", "samples written", "rewriter")
+    return {"sft file": str(out), **{k: res[k] for k in keep if k in res}}
 
 
 def step_report(cfg: DemoConfig) -> dict[str, Any]:
