@@ -1,0 +1,149 @@
+"""TRL config assembly: presets, config files, flags and --set, and their errors; the CLI's exits."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from ddai.cli.app import app
+from ddai.trainer.common import TrainConfigError, parse_set, split_report_to
+from ddai.trainer.grpo import GRPORunConfig, grpo_args, reward_spec
+
+
+def _cfg(tmp_path: Path, **kw) -> GRPORunConfig:
+    return GRPORunConfig(
+        model="m", data=tmp_path / "d.parquet", corpus=tmp_path, output_dir=tmp_path / "o", **kw
+    )
+
+
+def test_gspo_ddai_preset_sets_seed_defaults(tmp_path):
+    args = grpo_args(_cfg(tmp_path, preset="gspo-ddai"))
+    assert args.importance_sampling_level == "sequence" and args.loss_type == "grpo"
+    assert (args.epsilon, args.epsilon_high, args.learning_rate) == (3e-4, 4e-4, 1e-6)
+    assert args.beta == 0.0 and args.entropy_coef == 0.0
+
+
+def test_precedence_preset_file_flag_set(tmp_path):
+    (tmp_path / "c.toml").write_text(
+        "learning_rate = 2e-6\nweight_decay = 0.1\n[trl]\nepsilon = 0.01\n"
+    )
+    cfg = _cfg(
+        tmp_path,
+        preset="gspo-ddai",
+        config_file=tmp_path / "c.toml",
+        epsilon=0.02,
+        overrides={"epsilon_high": 0.5, "weight_decay": 0.2},
+    )
+    args = grpo_args(cfg)
+    assert args.learning_rate == 2e-6  # file over preset
+    assert args.epsilon == 0.02  # flag over file
+    assert args.epsilon_high == 0.5 and args.weight_decay == 0.2  # --set over everything
+
+
+def test_yaml_config_and_unknown_keys(tmp_path):
+    (tmp_path / "c.yaml").write_text("num_generations: 2\nper_device_train_batch_size: 6\n")
+    args = grpo_args(_cfg(tmp_path, config_file=tmp_path / "c.yaml"))
+    assert args.num_generations == 2 and args.per_device_train_batch_size == 6
+    with pytest.raises(TrainConfigError, match="did you mean learning_rate"):
+        grpo_args(_cfg(tmp_path, overrides={"learning_rat": 1.0}))
+    with pytest.raises(TrainConfigError, match="multiple of --n-agent"):
+        grpo_args(_cfg(tmp_path, n_agent=3, batch_size=8))
+    with pytest.raises(TrainConfigError, match="gspo-ddai"):
+        grpo_args(_cfg(tmp_path, preset="ppo"))
+
+
+def test_reward_flags_override_preset(tmp_path):
+    spec = reward_spec(_cfg(tmp_path, reward="ddai-phase1", gate=False, w_judge=0.5))
+    assert (spec.bias, spec.w_ndcg, spec.w_judge, spec.gate) == (0.1, 0.9, 0.5, False)
+
+
+def test_parse_set_and_report_to():
+    assert parse_set(["a=1", "b=true", "c=[1, 2]", "d=text"]) == {
+        "a": 1,
+        "b": True,
+        "c": [1, 2],
+        "d": "text",
+    }
+    with pytest.raises(TrainConfigError, match="KEY=VALUE"):
+        parse_set(["novalue"])
+    assert split_report_to(None) == ([], "jsonl")
+    assert split_report_to("tensorboard,csv") == (["tensorboard"], "csv")
+    assert split_report_to("none") == ([], None)
+
+
+runner = CliRunner()
+
+
+def test_cli_help_and_bad_input(tmp_path):
+    for cmd in (
+        ["train", "sft", "--help"],
+        ["train", "grpo", "--help"],
+        ["model", "tiny", "--help"],
+    ):
+        res = runner.invoke(app, cmd)
+        assert res.exit_code == 0 and "--" in res.output
+    res = runner.invoke(
+        app,
+        [
+            "train",
+            "grpo",
+            "--model",
+            "m",
+            "--data",
+            str(tmp_path / "none.parquet"),
+            "--corpus",
+            str(tmp_path),
+            "--out",
+            str(tmp_path / "o"),
+        ],
+    )
+    assert res.exit_code == 2 and "ddai fixtures make" in res.output
+    (tmp_path / "d.parquet").write_bytes(b"")
+    res = runner.invoke(
+        app,
+        [
+            "train",
+            "grpo",
+            "--model",
+            "m",
+            "--data",
+            str(tmp_path / "d.parquet"),
+            "--corpus",
+            str(tmp_path),
+            "--out",
+            str(tmp_path / "o"),
+            "--set",
+            "bogus_knob=1",
+        ],
+    )
+    assert res.exit_code == 2 and "bogus_knob" in res.output
+    res = runner.invoke(
+        app,
+        [
+            "train",
+            "sft",
+            "--model",
+            "m",
+            "--data",
+            str(tmp_path / "x.jsonl"),
+            "--out",
+            str(tmp_path / "o"),
+            "--resume",
+        ],
+    )
+    assert res.exit_code == 2 and "checkpoint" in res.output
+
+
+def test_cli_model_tiny(tmp_path):
+    res = runner.invoke(app, ["model", "tiny", str(tmp_path / "m"), "--json"])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "m" / "config.json").is_file() and '"parameters"' in res.output
+    res = runner.invoke(app, ["model", "tiny", str(tmp_path / "m")])
+    assert res.exit_code == 2 and "--overwrite" in res.output
+    res = runner.invoke(app, ["model", "tiny", str(tmp_path / "m2"), "--heads", "3"])
+    assert res.exit_code == 2 and "--heads" in res.output

@@ -1,0 +1,104 @@
+"""Chat templates and message normalisation shared by SFT and the GRPO rollout.
+
+The policy speaks ChatML (``<|im_start|>role\\n…<|im_end|>\\n``, Qwen's format). Assistant-only SFT
+loss needs a template with ``{% generation %}`` markers around each assistant message *including*
+its ``<|im_end|>``, so the model learns to end its turn; ``ensure_training_template`` supplies one
+where a tokenizer lacks it (TRL's patched template for a known family first, else ChatML).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+IM_START, IM_END, ENDOFTEXT = "<|im_start|>", "<|im_end|>", "<|endoftext|>"
+
+# ChatML with generation markers; prefix-preserving (rendering a conversation's first k messages
+# gives a prefix of rendering all of them), which the multi-turn rollout relies on.
+CHATML_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{%- if message['role'] == 'assistant' %}"
+    "{{- '<|im_start|>assistant\\n' }}"
+    "{% generation %}{{- message['content'] + '<|im_end|>' }}{% endgeneration %}"
+    "{{- '\\n' }}"
+    "{%- else %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+
+def observation_text(content: Any) -> str:
+    """Flatten a message content (a string, or DDAI's ``[{"image": path}]`` / typed blocks) to text.
+
+    Images become ``[image: path]`` so a text policy still sees which page it was shown.
+    """
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, dict):
+        content = [content]
+    parts: list[str] = []
+    for block in content:
+        if isinstance(block, str):
+            parts.append(block)
+        elif isinstance(block, dict):
+            # Typed blocks read back from Parquet carry every key (``text: None`` on an image
+            # block), so decide by ``type`` first and by which key holds a value second.
+            kind = block.get("type") or ("image" if block.get("image") is not None else "text")
+            if kind == "image" or block.get("image") is not None:
+                parts.append(f"[image: {block.get('image') or block.get('path') or ''}]")
+            elif kind == "text" and block.get("text") is not None:
+                parts.append(str(block["text"]))
+            else:
+                parts.append(json.dumps(block, ensure_ascii=False))
+        else:
+            parts.append(str(block))
+    return "\n".join(parts)
+
+
+def normalize_messages(messages: Any) -> list[dict[str, str]]:
+    """``[{role, content}]`` with text content, from a list or its JSON text (DDAI ``train1``)."""
+    if isinstance(messages, str):
+        messages = json.loads(messages)
+    out = []
+    for m in messages:
+        out.append({"role": str(m["role"]), "content": observation_text(m.get("content"))})
+    return out
+
+
+def has_generation_markers(template: str | None) -> bool:
+    return bool(template) and "{% generation %}" in template.replace(
+        "{%- generation %}", "{% generation %}"
+    )
+
+
+def ensure_training_template(tokenizer: Any) -> str:
+    """Give ``tokenizer`` a chat template with generation markers (returns the one it now has).
+
+    Keeps a template that already has markers; else TRL's training variant of a known family;
+    else, for a ChatML tokenizer or one with no template at all, ``CHATML_TEMPLATE``.
+    """
+    current = getattr(tokenizer, "chat_template", None)
+    if has_generation_markers(current):
+        return current
+    if current:
+        try:
+            from trl.chat_template_utils import get_training_chat_template
+
+            patched = get_training_chat_template(tokenizer)
+        except (ValueError, KeyError, NotImplementedError):
+            patched = None
+        if patched:
+            tokenizer.chat_template = patched
+            return patched
+        if IM_START not in current:
+            raise ValueError(
+                "the tokenizer's chat template has no {% generation %} markers and is not a known "
+                "family; add the markers around assistant content (end-of-turn token included) or "
+                "train with --no-assistant-only-loss"
+            )
+    tokenizer.chat_template = CHATML_TEMPLATE
+    return CHATML_TEMPLATE

@@ -1,0 +1,148 @@
+"""Plumbing shared by ``ddai train sft`` and ``ddai train grpo``: TRL config assembly from presets,
+config files (TOML/YAML) and ``--set key=value`` overrides; progress and metric callbacks; resume.
+
+Precedence for any TRL knob: built-in default < preset < config file < dedicated flag < ``--set``.
+Every key is checked against the TRL config class, and an unknown one fails naming the close ones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+# report_to values understood here besides transformers' integrations.
+FILE_REPORTERS = ("jsonl", "csv")
+
+
+class TrainConfigError(ValueError):
+    """A bad training input; the message names it and the fix."""
+
+
+def load_config_file(path: str | os.PathLike[str] | None) -> dict[str, Any]:
+    """A training config file: TOML or YAML, a flat table of knobs (a ``[trl]`` table also works)."""
+    if path is None:
+        return {}
+    p = Path(path)
+    if not p.is_file():
+        raise TrainConfigError(f"config file {p} not found")
+    text = p.read_text("utf-8")
+    try:
+        if p.suffix in (".yaml", ".yml"):
+            import yaml
+
+            data = yaml.safe_load(text) or {}
+        else:
+            data = tomllib.loads(text)
+    except Exception as e:
+        raise TrainConfigError(f"{p}: cannot parse ({e}); fix the file") from e
+    if not isinstance(data, dict):
+        raise TrainConfigError(f"{p}: expected a table of settings, got {type(data).__name__}")
+    return dict(data.get("trl", {}), **{k: v for k, v in data.items() if k != "trl"})
+
+
+def parse_set(items: list[str] | None) -> dict[str, Any]:
+    """``["k=v", ...]`` → dict; values parse as JSON when they can (numbers, bools, lists), else text."""
+    out: dict[str, Any] = {}
+    for item in items or []:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise TrainConfigError(
+                f"--set {item!r}: expected KEY=VALUE, e.g. --set weight_decay=0.1"
+            )
+        try:
+            out[key.strip()] = json.loads(raw)
+        except ValueError:
+            out[key.strip()] = raw
+    return out
+
+
+def field_names(config_cls: type) -> set[str]:
+    return {f.name for f in dataclasses.fields(config_cls)}
+
+
+def check_keys(
+    config_cls: type, keys: Mapping[str, Any], where: str, extra: set[str] = frozenset()
+) -> None:
+    """Fail on keys that are neither fields of ``config_cls`` nor in ``extra``."""
+    known = field_names(config_cls) | set(extra)
+    for key in keys:
+        if key not in known:
+            close = difflib.get_close_matches(key, sorted(known), n=3)
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            raise TrainConfigError(
+                f"{where}: unknown setting {key!r} for {config_cls.__name__}{hint}"
+            )
+
+
+def merge_layers(*layers: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Later layers win; None values in a layer mean "not given"."""
+    out: dict[str, Any] = {}
+    for layer in layers:
+        for k, v in (layer or {}).items():
+            if v is not None:
+                out[k] = v
+    return out
+
+
+def device_defaults() -> dict[str, Any]:
+    """CPU runs in float32; a CUDA machine trains in bf16 when it supports it."""
+    import torch
+
+    if torch.cuda.is_available():
+        return {"use_cpu": False, "bf16": torch.cuda.is_bf16_supported()}
+    return {"use_cpu": True, "bf16": False}
+
+
+def split_report_to(report_to: str | list[str] | None) -> tuple[list[str], str | None]:
+    """Split ``report_to`` into transformers integrations and one of ddai's metric files."""
+    if report_to is None:
+        return [], "jsonl"
+    items = [report_to] if isinstance(report_to, str) else list(report_to)
+    items = [s.strip() for item in items for s in str(item).split(",") if s.strip()]
+    files = [s for s in items if s in FILE_REPORTERS]
+    integrations = [s for s in items if s not in FILE_REPORTERS and s != "none"]
+    if len(files) > 1:
+        raise TrainConfigError(f"report_to: pick one of {', '.join(FILE_REPORTERS)}, not both")
+    return integrations, (files[0] if files else None)
+
+
+def build_callbacks(output_dir: str | os.PathLike[str], metrics_file: str | None) -> list[Any]:
+    """TRL's rich progress display, plus a metrics file writer when asked for."""
+    from trl.trainer.callbacks import RichProgressCallback
+
+    from ddai.trainer.metrics_file import MetricsFileCallback
+
+    callbacks: list[Any] = [RichProgressCallback()]
+    if metrics_file:
+        callbacks.append(
+            MetricsFileCallback(Path(output_dir) / f"metrics.{metrics_file}", metrics_file)
+        )
+    return callbacks
+
+
+def resume_checkpoint(output_dir: str | os.PathLike[str], resume: bool) -> str | None:
+    """The latest ``checkpoint-N`` under ``output_dir`` when resuming (an error when none exists)."""
+    if not resume:
+        return None
+    from transformers.trainer_utils import get_last_checkpoint
+
+    last = get_last_checkpoint(str(output_dir)) if Path(output_dir).is_dir() else None
+    if last is None:
+        raise TrainConfigError(
+            f"--resume: no checkpoint-N folder in {output_dir}; run without --resume to start fresh"
+        )
+    return last
+
+
+def finish_trainer_setup(trainer: Any) -> None:
+    """Drop transformers' tqdm progress printer in favour of TRL's rich one."""
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    for cb in (ProgressCallback, PrinterCallback):
+        trainer.remove_callback(cb)

@@ -1,0 +1,179 @@
+"""The search environment: one episode per rollout (seed 000, section 9.2).
+
+Each turn the policy writes ``<think>…</think>`` + one action, parsed by the project's tag grammar
+(``ddai.pipelines.tags``):
+
+- ``<search>q</search>``: the ``Search`` backend ranks pages; the page shown is the first result not
+  yet seen in this episode, else the top one (DDAI's rule). The observation is the page id and its
+  text, truncated to a token budget.
+- ``<bbox>[x1,y1,x2,y2]</bbox>``: a crop of the last page shown: for text pages, the lines of the
+  page's layout that the box touches (``Corpus.crop``).
+- ``<search_complete>true</search_complete>`` ends the episode; so does reaching ``max_turns``,
+  optionally with DDAI's forced completion injected as a final (environment-written) turn.
+- Anything invalid gets a corrective observation, never an exception.
+
+The episode keeps the retrieved pages (de-duplicated, first-seen order: NDCG's input) and the
+evidence set (pages and crops) that the frozen generator answers from after the episode.
+
+Image observations (VLM policies) are not built here: a page image would enter the policy through
+its processor's chat template, and TRL's ``rollout_func`` path carries no pixel values into the
+loss forward pass, so ddai trains text policies; ``Corpus.image_path`` names the page image for
+logs and for multimodal generators.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ddai.pipelines import metrics, tags
+
+SEARCH_EMPTY = "[System Error: Search did not return an image. Please try a different query.]"
+BBOX_FAILED = "[System Error: BBox crop failed. Please adjust the bbox or search again.]"
+INVALID_ACTION = (
+    "[System Error: invalid action ({reason}). Write <think>...</think> and then exactly one of "
+    "<search>query</search>, <bbox>[x1, y1, x2, y2]</bbox> or "
+    "<search_complete>true</search_complete>.]"
+)
+
+
+class SearchBackend(Protocol):
+    def search(self, query: str, k: int = 5, doc: str | None = None) -> list[tuple[str, float]]: ...
+
+
+class PageSource(Protocol):
+    def text(self, page_id: str) -> str: ...
+
+    def crop(self, page_id: str, bbox: Any) -> str: ...
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    """Episode rules."""
+
+    max_turns: int = 7
+    """Turns before the episode is cut (DDAI: 7 in round 1, 15 later)."""
+    search_k: int = 5
+    """Results asked of the search backend per query."""
+    force_completion: bool = True
+    """At ``max_turns``, append DDAI's forced completion turn (written by the environment)."""
+    restrict_to_doc: bool = False
+    """Search only the question's own document (when the task names one)."""
+
+
+@dataclass
+class StepResult:
+    """What the environment answers to one policy turn."""
+
+    observation: str | None
+    """Text shown to the policy next (None once the episode is over)."""
+    done: bool
+    forced: str | None = None
+    """DDAI's forced completion text, when the environment ended the episode with it."""
+
+
+@dataclass
+class Episode:
+    """The environment's record of one rollout."""
+
+    question: str
+    doc_id: str | None = None
+    turns: list[tags.Turn] = field(default_factory=list)
+    retrieved: list[str] = field(default_factory=list)
+    evidence: list[tuple[str, str]] = field(default_factory=list)
+    """``(page_id, text)`` per search result shown and per crop, in order."""
+    last_page: str | None = None
+    done: bool = False
+    terminated: str | None = None
+
+    @property
+    def response(self) -> str:
+        """The Searcher's raw text (observations excluded), turns joined by newlines."""
+        return "\n".join(t.raw if t.raw else t.body() for t in self.turns)
+
+    @property
+    def format_ok(self) -> bool:
+        return tags.is_format_ok(self.turns)
+
+
+class SearchEnv:
+    """Runs episodes over a page corpus with a search backend.
+
+    ``truncate(text)`` cuts an observation to the policy's token budget (the rollout passes one
+    built on its tokenizer); the default keeps everything.
+    """
+
+    def __init__(
+        self,
+        search: SearchBackend,
+        pages: PageSource,
+        config: EnvConfig | None = None,
+        truncate: Callable[[str], str] | None = None,
+    ) -> None:
+        self.search = search
+        self.pages = pages
+        self.config = config or EnvConfig()
+        self.truncate = truncate or (lambda s: s)
+
+    def reset(self, question: str, doc_id: str | None = None) -> Episode:
+        return Episode(question=question, doc_id=doc_id)
+
+    def step(self, ep: Episode, text: str) -> StepResult:
+        """Apply one policy turn (its decoded text) to ``ep``."""
+        if ep.done:
+            raise RuntimeError("step() on a finished episode")
+        turn = tags.parse_turn(text)
+        turn.idx = len(ep.turns)
+        ep.turns.append(turn)
+        if turn.action == "search_complete":
+            ep.done, ep.terminated = True, "complete"
+            return StepResult(None, True)
+        if turn.action == "search":
+            obs = self._search(ep, turn)
+        elif turn.action == "bbox":
+            obs = self._bbox(ep, turn)
+        else:
+            obs = INVALID_ACTION.format(reason=turn.error or "unparseable turn")
+        turn.observation = obs
+        if len(ep.turns) >= self.config.max_turns:
+            return self._cut(ep, obs)
+        return StepResult(obs, False)
+
+    def _cut(self, ep: Episode, last_obs: str) -> StepResult:
+        ep.done, ep.terminated = True, "max_turns"
+        if not self.config.force_completion:
+            return StepResult(last_obs, True)
+        forced = tags.parse_turn(tags.FORCED_COMPLETION)
+        forced.idx = len(ep.turns)
+        ep.turns.append(forced)
+        return StepResult(last_obs, True, forced=tags.FORCED_COMPLETION)
+
+    def _search(self, ep: Episode, turn: tags.Turn) -> str:
+        doc = ep.doc_id if self.config.restrict_to_doc else None
+        results = [
+            pid for pid, _ in self.search.search(turn.arg.strip(), self.config.search_k, doc=doc)
+        ]
+        if not results:
+            turn.retrieved = []
+            return SEARCH_EMPTY
+        shown = next((p for p in results if p not in ep.retrieved), results[0])
+        turn.retrieved = [shown]
+        ep.retrieved = metrics.dedupe([*ep.retrieved, shown])
+        ep.last_page = shown
+        text = self.pages.text(shown)
+        ep.evidence.append((shown, text))
+        return self.truncate(f"[page {shown}]\n{text}")
+
+    def _bbox(self, ep: Episode, turn: tags.Turn) -> str:
+        if ep.last_page is None:
+            turn.error = "no page to crop yet"
+            return BBOX_FAILED
+        box = json.loads(turn.arg)
+        text = self.pages.crop(ep.last_page, box)
+        if not text.strip():
+            turn.error = "crop holds no text"
+            return BBOX_FAILED
+        ep.evidence.append((ep.last_page, text))
+        return self.truncate(f"[crop of {ep.last_page} {turn.arg.strip()}]\n{text}")

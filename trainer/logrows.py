@@ -1,0 +1,56 @@
+"""Rollout-log rows from training trajectories (DESIGN.md's schema plus step, advantage and reward
+parts), so ``ddai report`` and ``ddai distill`` read training output directly."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ddai.trainer.rewards import Judged, Score
+from ddai.trainer.rollout import Trajectory
+
+
+def rollout_row(
+    traj: Trajectory,
+    *,
+    run_id: str,
+    step: int | None,
+    advantage: float | None,
+    sample_idx: int | None,
+    judged: Judged | None,
+    score: Score | None,
+) -> dict[str, Any]:
+    """One rollout-log row (a dict ``ddai.pipelines.schema.normalize_rollout`` accepts)."""
+    ep, task = traj.episode, traj.task
+    extra: dict[str, Any] = {
+        "episode_key": traj.key,
+        "policy_tokens": sum(traj.env_mask),
+        "completion_tokens": len(traj.completion_ids),
+        "out_of_budget": traj.out_of_budget,
+    }
+    if judged is not None and judged.error:
+        extra["score_error"] = judged.error
+    return {
+        "run_id": run_id,
+        "step": step,
+        "uid": task.uid,
+        "rollout_idx": traj.rollout_idx,
+        "sample_idx": sample_idx,
+        "data_source": task.data_source,
+        "question": task.question,
+        "reference_answer": task.reference_answer,
+        "file_name": task.file_name,
+        "reference_pages": list(task.reference_pages),
+        "response": ep.response,
+        "turns": [t.to_record() for t in ep.turns],
+        "retrieved_pages": list(ep.retrieved),
+        "answer": judged.answer if judged else None,
+        "judge_score": judged.judge if judged else None,
+        "ndcg": score.ndcg if score else None,
+        "format_ok": ep.format_ok,
+        "reward": score.reward if score else None,
+        "reward_parts": dict(score.parts) if score else None,
+        "advantage": advantage,
+        "num_turns": len(ep.turns),
+        "terminated": ep.terminated,
+        "extra": extra,
+    }

@@ -1,0 +1,293 @@
+"""Loss functions: pure tensor math, each returning ``(loss, metrics)``, registered by name.
+
+Shapes: ``B`` rollouts, ``T`` response positions; ``mask[B,T]`` is 1 on policy tokens and 0 on
+observation tokens and padding (state masking), so masked positions never reach a gradient.
+Metric keys are namespaced (``actor/...``) and hold detached scalars.
+
+Sections: loss aggregation, KL estimators, policy losses (GSPO, PPO), reward-weighted CE, and a
+place for value-head losses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ddai.trainer.advantages import group_index
+
+__all__ = [
+    "AGG_MODES",
+    "KL_ESTIMATORS",
+    "POLICY_LOSSES",
+    "aggregate",
+    "get_policy_loss",
+    "gspo_loss",
+    "kl_k1",
+    "kl_k3",
+    "kl_penalty",
+    "masked_mean",
+    "ppo_loss",
+    "rce_loss",
+]
+
+Metrics = dict[str, float]
+
+
+def _lookup(table: dict[str, Any], name: str, what: str) -> Any:
+    try:
+        return table[name]
+    except KeyError:
+        raise ValueError(f"unknown {what} {name!r}; known: {', '.join(sorted(table))}") from None
+
+
+def masked_mean(x: Tensor, mask: Tensor) -> Tensor:
+    """Mean of ``x`` over mask-1 entries (0 when there are none)."""
+    m = mask.to(x.dtype)
+    return (x * m).sum() / m.sum().clamp(min=1)
+
+
+# ---------------------------------------------------------------------------- aggregation
+
+
+def _token_mean(loss: Tensor, mask: Tensor) -> Tensor:
+    return masked_mean(loss, mask)
+
+
+def _seq_mean_token_mean(loss: Tensor, mask: Tensor) -> Tensor:
+    m = mask.to(loss.dtype)
+    per_seq = (loss * m).sum(-1) / m.sum(-1).clamp(min=1)  # [B]
+    return per_seq.mean()
+
+
+def _seq_mean_token_sum(loss: Tensor, mask: Tensor) -> Tensor:
+    return (loss * mask.to(loss.dtype)).sum(-1).mean()
+
+
+AGG_MODES: dict[str, Callable[[Tensor, Tensor], Tensor]] = {
+    "token-mean": _token_mean,
+    "seq-mean-token-mean": _seq_mean_token_mean,
+    "seq-mean-token-sum": _seq_mean_token_sum,
+}
+
+
+def aggregate(loss: Tensor, mask: Tensor, mode: str = "token-mean") -> Tensor:
+    """Reduce a per-token loss ``[B,T]`` (or per-sequence ``[B,1]``, broadcast) to a scalar.
+
+    - ``token-mean``: Σ loss·mask / Σ mask (every policy token weighs the same).
+    - ``seq-mean-token-mean``: mean over sequences of each one's token mean; a row with no policy
+      token contributes 0 and still counts in the mean (TRL's ``loss_type="grpo"``).
+    - ``seq-mean-token-sum``: mean over sequences of each one's token sum.
+    """
+    fn = _lookup(AGG_MODES, mode, "loss aggregation mode")
+    return fn(loss.expand(mask.shape), mask)
+
+
+# ---------------------------------------------------------------------------- KL estimators
+# Schulman, "Approximating KL divergence" (2020): estimators of KL(π_θ ‖ π_ref) from samples of π_θ.
+
+
+def kl_k1(logp: Tensor, ref_logp: Tensor) -> Tensor:
+    """k1 = log π_θ − log π_ref: unbiased, high variance, can be negative. ``[B,T]``."""
+    return logp - ref_logp
+
+
+def kl_k3(logp: Tensor, ref_logp: Tensor) -> Tensor:
+    """k3 = exp(log π_ref − log π_θ) − (log π_ref − log π_θ) − 1: unbiased, low variance, ≥ 0
+    (TRL's GRPO KL term and verl's ``low_var_kl`` without its clamps). ``[B,T]``."""
+    d = ref_logp - logp
+    return torch.exp(d) - d - 1
+
+
+KL_ESTIMATORS: dict[str, Callable[[Tensor, Tensor], Tensor]] = {"k1": kl_k1, "k3": kl_k3}
+
+
+def kl_penalty(logp: Tensor, ref_logp: Tensor, kind: str = "k3") -> Tensor:
+    """Per-token KL estimate by name (``k1`` or ``k3``)."""
+    return _lookup(KL_ESTIMATORS, kind, "KL estimator")(logp, ref_logp)
+
+
+# ---------------------------------------------------------------------------- policy losses
+
+
+def _clip_metrics(
+    ratio: Tensor, adv: Tensor, eps_low: float, eps_high: float, mask: Tensor
+) -> Metrics:
+    low = ((ratio < 1 - eps_low) & (adv < 0)).to(mask.dtype)
+    high = ((ratio > 1 + eps_high) & (adv > 0)).to(mask.dtype)
+    return {
+        "actor/clip_frac_low": float(masked_mean(low.expand(mask.shape), mask)),
+        "actor/clip_frac_high": float(masked_mean(high.expand(mask.shape), mask)),
+    }
+
+
+def gspo_loss(
+    logp: Tensor,
+    old_logp: Tensor,
+    adv: Tensor,
+    mask: Tensor,
+    *,
+    eps_low: float,
+    eps_high: float,
+    loss_agg_mode: str = "seq-mean-token-mean",
+) -> tuple[Tensor, Metrics]:
+    """GSPO (Zheng et al. 2025): PPO-style clipping of a sequence-level importance ratio.
+
+    ``s_i = exp(mean_t∈policy (log π_θ − log π_old))`` (the length-normalised sequence ratio over
+    mask-1 tokens only), ``L_i = −min(s_i·A_i, clip(s_i, 1−ε_low, 1+ε_high)·A_i)``, then
+    aggregated (``seq-mean-token-mean`` by default, which is exactly TRL's
+    ``importance_sampling_level="sequence"``, ``loss_type="grpo"``, ``beta=0``). The gradient of
+    an unclipped row is ``−A_i·s_i·mean_t ∇log π_θ``, the same as verl's token-level
+    ``sg[s_i]·π/sg[π]`` form.
+
+    Args:
+        logp: ``[B,T]`` log-probs of the sampled tokens under the current policy (with grad).
+        old_logp: ``[B,T]`` log-probs under the policy that sampled them.
+        adv: ``[B]`` one advantage per rollout.
+        mask: ``[B,T]`` 1 on policy tokens.
+        eps_low, eps_high: clip range ``[1−ε_low, 1+ε_high]`` (DDAI: 3e-4, 4e-4).
+        loss_agg_mode: see ``aggregate``.
+
+    Returns:
+        ``(loss, metrics)``: scalar loss; ``actor/ratio_mean``, ``actor/ppo_kl``,
+        ``actor/clip_frac_low``, ``actor/clip_frac_high``.
+    """
+    m = mask.to(logp.dtype)
+    n_tok = m.sum(-1).clamp(min=1)  # [B]
+    log_ratio = (logp - old_logp) * m  # [B,T]
+    seq_ratio = torch.exp(log_ratio.sum(-1) / n_tok).unsqueeze(-1)  # [B,1]
+    a = adv.reshape(-1, 1).to(logp.dtype)  # [B,1]
+    clipped = seq_ratio.clamp(1 - eps_low, 1 + eps_high)
+    per_seq = -torch.min(seq_ratio * a, clipped * a)  # [B,1]
+    loss = aggregate(per_seq, mask, loss_agg_mode)
+    has = m.sum(-1) > 0
+    metrics = {
+        "actor/ratio_mean": float(seq_ratio.detach().squeeze(-1)[has].mean()) if has.any() else 1.0,
+        "actor/ppo_kl": float(masked_mean((old_logp - logp).detach(), mask)),
+        **_clip_metrics(seq_ratio.detach(), a, eps_low, eps_high, mask),
+    }
+    return loss, metrics
+
+
+def ppo_loss(
+    logp: Tensor,
+    old_logp: Tensor,
+    adv: Tensor,
+    mask: Tensor,
+    *,
+    eps_low: float,
+    eps_high: float,
+    dual_clip: float | None = None,
+    loss_agg_mode: str = "token-mean",
+) -> tuple[Tensor, Metrics]:
+    """PPO's clipped token-level surrogate (Schulman et al. 2017), with asymmetric and dual clip.
+
+    ``r_t = exp(log π_θ − log π_old)``, ``L_t = max(−A_t·r_t, −A_t·clip(r_t, 1−ε_low, 1+ε_high))``;
+    with ``dual_clip = c > 1`` (Ye et al. 2020), negative-advantage tokens are further bounded by
+    ``min(L_t, −A_t·c)`` so a huge ratio cannot blow the loss up.
+
+    Args:
+        logp, old_logp: ``[B,T]``.
+        adv: ``[B,T]`` per-token advantages, or ``[B]`` broadcast over tokens.
+        mask: ``[B,T]`` 1 on policy tokens.
+        eps_low, eps_high: asymmetric clip range (DAPO's clip-higher when ``eps_high > eps_low``).
+        dual_clip: the ratio bound ``c`` for negative advantages, or None.
+        loss_agg_mode: see ``aggregate``.
+
+    Returns:
+        ``(loss, metrics)``: ``actor/ppo_kl``, ``actor/clip_frac``, ``actor/clip_frac_dual``,
+        ``actor/clip_frac_low``, ``actor/clip_frac_high``.
+    """
+    if dual_clip is not None and dual_clip <= 1.0:
+        raise ValueError(
+            f"dual_clip must be > 1 (the ratio bound for negative advantages), got {dual_clip}"
+        )
+    a = adv if adv.dim() == 2 else adv.reshape(-1, 1)
+    a = a.to(logp.dtype).expand_as(logp)  # [B,T]
+    ratio = torch.exp(logp - old_logp)  # [B,T]
+    l1 = -a * ratio
+    l2 = -a * ratio.clamp(1 - eps_low, 1 + eps_high)
+    clipped = torch.maximum(l1, l2)  # [B,T]
+    metrics = {
+        "actor/ppo_kl": float(masked_mean((old_logp - logp).detach(), mask)),
+        "actor/clip_frac": float(masked_mean((l2 > l1).to(logp.dtype), mask)),
+        **_clip_metrics(ratio.detach(), a, eps_low, eps_high, mask),
+    }
+    if dual_clip is not None:
+        l3 = -a * dual_clip
+        bounded = torch.minimum(clipped, l3)
+        dual = ((clipped > l3) & (a < 0)).to(logp.dtype)
+        metrics["actor/clip_frac_dual"] = float(masked_mean(dual, mask))
+        clipped = torch.where(a < 0, bounded, clipped)
+    else:
+        metrics["actor/clip_frac_dual"] = 0.0
+    return aggregate(clipped, mask, loss_agg_mode), metrics
+
+
+POLICY_LOSSES: dict[str, Callable[..., tuple[Tensor, Metrics]]] = {
+    "gspo": gspo_loss,
+    "ppo": ppo_loss,
+}
+
+
+def get_policy_loss(name: str) -> Callable[..., tuple[Tensor, Metrics]]:
+    """The policy loss registered as ``name``; an unknown name fails listing the known ones."""
+    return _lookup(POLICY_LOSSES, name, "policy loss")
+
+
+# ---------------------------------------------------------------------------- reward-weighted CE
+
+
+def rce_loss(
+    logp: Tensor,
+    rewards: Tensor,
+    mask: Tensor,
+    *,
+    group_ids: Sequence[Any] | Tensor | None = None,
+    temperature: float = 1.0,
+    loss_agg_mode: str = "seq-mean-token-mean",
+) -> tuple[Tensor, Metrics]:
+    """Reward-weighted cross-entropy (seed 002's RCE warm-up; reward-weighted regression).
+
+    Each rollout's negative log-likelihood is weighted by ``w_i = n_g · softmax_g(r / τ)_i``
+    within its group ``g`` (all rollouts form one group when ``group_ids`` is None), so weights
+    average 1 per group: a high temperature is plain SFT on every rollout, a low one imitates only
+    the group's best. Weights carry no gradient.
+
+    Args:
+        logp: ``[B,T]`` log-probs of the rollout tokens under the current policy.
+        rewards: ``[B]``.
+        mask: ``[B,T]`` 1 on policy tokens.
+        group_ids: ``[B]`` prompt id per rollout, or None.
+        temperature: τ > 0 (seed 002 anneals it from 2.0 to 0.5).
+        loss_agg_mode: see ``aggregate``.
+
+    Returns:
+        ``(loss, metrics)``: ``actor/rce_weight_max``, ``actor/rce_nll``.
+    """
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    r = rewards.detach().to(logp.dtype) / temperature  # [B]
+    idx = group_index(group_ids) if group_ids is not None else torch.zeros(len(r), dtype=torch.long)
+    idx = idx.to(r.device)
+    G = int(idx.max()) + 1 if idx.numel() else 0
+    # Stable group softmax: subtract each group's max before exponentiating.
+    gmax = torch.full((G,), -torch.inf, dtype=r.dtype, device=r.device).scatter_reduce(
+        0, idx, r, reduce="amax"
+    )
+    e = torch.exp(r - gmax[idx])
+    gsum = torch.zeros(G, dtype=r.dtype, device=r.device).index_add_(0, idx, e)
+    gcount = torch.zeros(G, dtype=r.dtype, device=r.device).index_add_(0, idx, torch.ones_like(e))
+    w = (e / gsum[idx] * gcount[idx]).unsqueeze(-1)  # [B,1]
+    loss = aggregate(-w * logp, mask, loss_agg_mode)
+    metrics = {
+        "actor/rce_weight_max": float(w.max()) if w.numel() else 0.0,
+        "actor/rce_nll": float(masked_mean(-logp.detach(), mask)),
+    }
+    return loss, metrics
+
+
+# ---------------------------------------------------------------------------- value-head losses
+# MC tokenwise MSE, pairwise ranking and TD(λ) for the value head live here (trainer/value.py).

@@ -1,0 +1,56 @@
+"""A ``TrainerCallback`` that appends every logged metric dict to a JSONL or CSV file.
+
+This is the default metric sink (``report_to`` may add TensorBoard and other integrations). Keys
+stay as the trainer logs them (TRL's ``reward``, ``rewards/<func>/mean``, ``loss`` …) plus ``step``
+and ``epoch``; the CSV header is rewritten when new keys appear, so no value is ever dropped.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback
+
+
+class MetricsFileCallback(TrainerCallback):
+    def __init__(self, path: str | os.PathLike[str], kind: str = "jsonl") -> None:
+        if kind not in ("jsonl", "csv"):
+            raise ValueError(f"metrics file kind must be jsonl or csv, got {kind!r}")
+        self.path = Path(path)
+        self.kind = kind
+        self._rows: list[dict[str, Any]] = []
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not logs or not state.is_world_process_zero:
+            return
+        row = {"step": state.global_step, "epoch": state.epoch, **_scalars(logs)}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self.kind == "jsonl":
+            with self.path.open("a", encoding="utf-8") as fh:
+                fh.write(json.dumps(row, default=str) + "\n")
+            return
+        self._rows.append(row)
+        keys = list(dict.fromkeys(k for r in self._rows for k in r))
+        tmp = self.path.with_suffix(".csv.tmp")
+        with tmp.open("w", newline="", encoding="utf-8") as fh:
+            writer = csv.DictWriter(fh, fieldnames=keys)
+            writer.writeheader()
+            writer.writerows(self._rows)
+        os.replace(tmp, self.path)
+
+
+def _scalars(logs: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in logs.items() if isinstance(v, int | float | str | bool) or v is None}
+
+
+def read_metrics(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Rows of a metrics file written by ``MetricsFileCallback``."""
+    p = Path(path)
+    if p.suffix == ".csv":
+        with p.open(encoding="utf-8") as fh:
+            return list(csv.DictReader(fh))
+    return [json.loads(line) for line in p.read_text("utf-8").splitlines() if line.strip()]

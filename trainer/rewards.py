@@ -1,0 +1,168 @@
+"""The Searcher's reward (seed 000, section 9.4) and streaming scoring (section 5.2).
+
+``reward = gate(format) × (bias + w_judge·judge + w_ndcg·NDCG + w_format·format)``: ``gate`` is 1
+when the format check passes (or the gate is off), else 0. Presets:
+
+- ``ddai-phase1``: ``0.1 + 0.9·NDCG`` if the format passes, else 0 (no judge);
+- ``judge-only``: the judge score alone (DDAI's focused rounds);
+- ``curriculum`` (default): ``0.8·judge + 0.2·NDCG``, gated.
+
+NDCG is ``ddai.pipelines.metrics.ndcg`` (binary relevance, retrieval order, ideal = all golden
+pages). The judge grades the frozen generator's answer from the episode's evidence; the answer is
+kept beside the rollout, never appended to the trained completion.
+
+Streaming: ``StreamingScorer.submit`` starts the generator and judge calls for a prompt group as
+soon as its episodes finish, on a background event loop, while the rest of the batch is still
+being generated. ``DdaiReward`` (an async TRL reward function) awaits them with a timeout; a group
+not scored in time gets judge 0 and counts against the coverage metric.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ddai.pipelines import metrics
+
+
+@dataclass(frozen=True)
+class RewardSpec:
+    """Weights and the gate of the reward."""
+
+    w_judge: float = 0.8
+    w_ndcg: float = 0.2
+    w_format: float = 0.0
+    bias: float = 0.0
+    gate: bool = True
+    """A format failure scores 0 (and skips the generator and judge calls)."""
+
+    @property
+    def needs_judge(self) -> bool:
+        return self.w_judge != 0.0
+
+
+REWARD_PRESETS: dict[str, RewardSpec] = {
+    "curriculum": RewardSpec(w_judge=0.8, w_ndcg=0.2, gate=True),
+    "ddai-phase1": RewardSpec(w_judge=0.0, w_ndcg=0.9, bias=0.1, gate=True),
+    "judge-only": RewardSpec(w_judge=1.0, w_ndcg=0.0, gate=False),
+}
+
+
+def reward_preset(name: str) -> RewardSpec:
+    try:
+        return REWARD_PRESETS[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown reward preset {name!r}; known: {', '.join(sorted(REWARD_PRESETS))}"
+        ) from None
+
+
+@dataclass
+class Score:
+    """One rollout's reward and its parts (``judge`` None when not judged or failed)."""
+
+    reward: float
+    judge: float | None
+    ndcg: float
+    format_ok: bool
+    parts: dict[str, float] = field(default_factory=dict)
+
+
+def compute_reward(
+    spec: RewardSpec,
+    *,
+    format_ok: bool,
+    retrieved: Sequence[str],
+    golden: Sequence[str],
+    judge: float | None,
+) -> Score:
+    """The scalar reward from its parts; a missing judge score counts as 0."""
+    nd = metrics.ndcg(list(retrieved), list(golden))
+    fmt = 1.0 if format_ok else 0.0
+    j = 0.0 if judge is None else float(judge)
+    gate = fmt if spec.gate else 1.0
+    raw = spec.bias + spec.w_judge * j + spec.w_ndcg * nd + spec.w_format * fmt
+    parts = {"judge": j, "ndcg": nd, "format": fmt, "gate": gate}
+    return Score(reward=gate * raw, judge=judge, ndcg=nd, format_ok=format_ok, parts=parts)
+
+
+# ---------------------------------------------------------------------------- streaming
+
+
+@dataclass
+class Judged:
+    """What the background scorer learned about one rollout."""
+
+    answer: str | None = None
+    judge: float | None = None
+    error: str | None = None
+
+
+class StreamingScorer:
+    """Runs generator → judge for finished prompt groups on a background event loop.
+
+    ``submit`` takes a group's evidence and returns a ``concurrent.futures.Future`` of one
+    ``Judged`` per rollout, so callers on any thread (the rollout loop, TRL's async reward loop)
+    can wait on it. ``close`` stops the loop.
+    """
+
+    def __init__(self, generator: Any, judge: Any, *, max_concurrent_groups: int = 64) -> None:
+        self.generator = generator
+        self.judge = judge
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="ddai-scorer", daemon=True
+        )
+        self._thread.start()
+        self._limit = max_concurrent_groups
+        self._sem: asyncio.Semaphore | None = None
+
+    def submit(self, items: Sequence[dict[str, Any]]) -> concurrent.futures.Future:
+        """Score a group. Each item: ``question``, ``reference``, ``evidence`` [(page, text)],
+        ``skip`` (True: not judged, e.g. a failed format gate)."""
+        return asyncio.run_coroutine_threadsafe(self._score(list(items)), self._loop)
+
+    async def _score(self, items: list[dict[str, Any]]) -> list[Judged]:
+        from ddai.pipelines.backends import GenerateRequest, JudgeRequest
+
+        if self._sem is None:
+            self._sem = asyncio.Semaphore(self._limit)
+        out = [Judged() for _ in items]
+        todo = [i for i, it in enumerate(items) if not it.get("skip")]
+        if not todo:
+            return out
+        async with self._sem:
+            gen_reqs = [
+                GenerateRequest(
+                    question=items[i]["question"],
+                    pages=[p for p, _ in items[i]["evidence"]],
+                    page_texts=[t for _, t in items[i]["evidence"]],
+                )
+                for i in todo
+            ]
+            answers = await self.generator.generate(gen_reqs)
+            judge_idx, judge_reqs = [], []
+            for i, res in zip(todo, answers, strict=True):
+                out[i].answer = res.answer
+                if res.answer is None:
+                    out[i].error = f"generator: {res.error}"
+                    continue
+                judge_idx.append(i)
+                judge_reqs.append(
+                    JudgeRequest(items[i]["question"], items[i]["reference"] or "", res.answer)
+                )
+            if judge_reqs:
+                for i, res in zip(judge_idx, await self.judge.judge(judge_reqs), strict=True):
+                    out[i].judge = res.score
+                    if res.score is None:
+                        out[i].error = f"judge: {res.error}"
+        return out
+
+    def close(self) -> None:
+        if self._loop.is_running():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=5)

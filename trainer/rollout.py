@@ -1,0 +1,303 @@
+"""Multi-turn rollouts in lock-step batches, with token-exact state masking.
+
+Per step, every live episode of the batch advances one turn together: one batched ``generate``
+over all live contexts, then the environment answers each turn. A rollout's completion is the
+concatenation, in order, of
+
+- the policy's sampled token ids, *exactly as sampled* (``env_mask`` 1, with their log-probs), and
+- the environment's tokens: the chat-template wrapper around each observation (``<|im_end|>`` of
+  an unfinished turn, the user header, the observation, the next assistant header) and DDAI's
+  forced completion (``env_mask`` 0).
+
+Policy tokens are never decoded and re-encoded, so the mask cannot drift from what was sampled.
+The wrapper text comes from the tokenizer's own chat template (``ObservationFormat``).
+
+A group (the ``n_agent`` rollouts of one prompt) is handed to ``on_group_done`` as soon as its
+last episode ends, which is what lets reward calls stream while other groups still generate.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ddai.trainer.data import Task
+from ddai.trainer.env import Episode, SearchEnv
+
+_OBS_MARK = "\x00OBS\x00"
+_ANS_MARK = "\x00ANS\x00"
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    """Token budgets of a rollout."""
+
+    max_turn_tokens: int = 256
+    """New tokens per policy turn."""
+    max_completion_tokens: int = 2048
+    """All completion tokens of a rollout (policy + observations); the episode ends when spent."""
+    obs_max_tokens: int = 256
+    """Observation text is truncated to this many tokens."""
+
+
+@dataclass(frozen=True)
+class ObservationFormat:
+    """How an observation is wrapped between two assistant turns, from the chat template.
+
+    ``close`` ends an assistant turn that stopped without its end-of-turn token; ``before`` and
+    ``after`` surround the observation text (``after`` ends with the next assistant header).
+    """
+
+    close: str
+    before: str
+    after: str
+
+    @classmethod
+    def from_tokenizer(cls, tok: Any) -> ObservationFormat:
+        msgs = [
+            {"role": "user", "content": "q"},
+            {"role": "assistant", "content": _ANS_MARK},
+            {"role": "user", "content": _OBS_MARK},
+        ]
+        text = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+        tail = text.split(_ANS_MARK, 1)[1]
+        eos = tok.eos_token or ""
+        if not eos or not tail.startswith(eos):
+            raise ValueError(
+                "the chat template does not end an assistant turn with the eos token "
+                f"({eos!r}); set the tokenizer's eos_token to the end-of-turn token"
+            )
+        before, after = tail[len(eos) :].split(_OBS_MARK, 1)
+        return cls(close=eos, before=before, after=after)
+
+    def render(self, observation: str, *, closed: bool) -> str:
+        return ("" if closed else self.close) + self.before + observation + self.after
+
+
+@dataclass
+class Trajectory:
+    """One rollout: its task, environment record and token streams."""
+
+    task: Task
+    group: int
+    rollout_idx: int
+    episode: Episode
+    prompt_ids: list[int]
+    completion_ids: list[int] = field(default_factory=list)
+    env_mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    key: str = field(default_factory=lambda: uuid.uuid4().hex)
+    out_of_budget: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def add_policy(self, ids: Sequence[int], logprobs: Sequence[float]) -> None:
+        self.completion_ids.extend(ids)
+        self.env_mask.extend([1] * len(ids))
+        self.logprobs.extend(logprobs)
+
+    def add_env(self, ids: Sequence[int]) -> None:
+        self.completion_ids.extend(ids)
+        self.env_mask.extend([0] * len(ids))
+        self.logprobs.extend([0.0] * len(ids))
+
+    @property
+    def done(self) -> bool:
+        return self.episode.done
+
+
+class Sampler:
+    """Samples one turn for each context; returns ``(token_ids, logprobs)`` per context, each
+    cut after the first stop token (kept)."""
+
+    def sample(
+        self, contexts: list[list[int]], max_new_tokens: list[int]
+    ) -> list[tuple[list[int], list[float]]]:
+        raise NotImplementedError
+
+
+class HFSampler(Sampler):
+    """``model.generate`` over a left-padded batch; log-probs of the sampled tokens from the raw
+    logits at the sampling temperature."""
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        top_k: int = 0,
+        stop_ids: Sequence[int] | None = None,
+    ) -> None:
+        self.model = model
+        self.tok = tokenizer
+        self.temperature = temperature
+        self.top_p = top_p
+        self.top_k = top_k
+        self.stop_ids = list(stop_ids or [tokenizer.eos_token_id])
+
+    def sample(self, contexts, max_new_tokens):
+        import torch
+
+        device = next(self.model.parameters()).device
+        pad = self.tok.pad_token_id
+        width = max(len(c) for c in contexts)
+        ids = torch.full((len(contexts), width), pad, dtype=torch.long)
+        att = torch.zeros_like(ids)
+        for i, c in enumerate(contexts):
+            ids[i, width - len(c) :] = torch.tensor(c)
+            att[i, width - len(c) :] = 1
+        greedy = self.temperature <= 0
+        with torch.no_grad():
+            out = self.model.generate(
+                input_ids=ids.to(device),
+                attention_mask=att.to(device),
+                max_new_tokens=max(max_new_tokens),
+                do_sample=not greedy,
+                temperature=None if greedy else self.temperature,
+                top_p=None if greedy else self.top_p,
+                top_k=None if greedy or not self.top_k else self.top_k,
+                eos_token_id=self.stop_ids,
+                pad_token_id=pad,
+                return_dict_in_generate=True,
+                output_logits=True,
+            )
+        new = out.sequences[:, width:].cpu()  # [N, n]
+        logits = torch.stack(out.logits, dim=1).float().cpu()  # [N, n, V]
+        scale = 1.0 if greedy else self.temperature
+        lp = torch.log_softmax(logits / scale, -1).gather(-1, new.unsqueeze(-1)).squeeze(-1)
+        results = []
+        stops = set(self.stop_ids)
+        for i, cap in enumerate(max_new_tokens):
+            row = new[i].tolist()[:cap]
+            end = next((j + 1 for j, t in enumerate(row) if t in stops), len(row))
+            results.append((row[:end], lp[i, :end].tolist()))
+        return results
+
+
+class VLLMServerSampler(Sampler):
+    """Generation through TRL's vLLM server client (``trl vllm-serve``), for GPU machines.
+
+    Weights are synced by TRL before each step (``GRPOTrainer`` does it for ``rollout_func``);
+    this only turns contexts into one ``generate`` call. Not exercised on CPU.
+    """
+
+    def __init__(
+        self, client: Any, *, temperature: float, top_p: float, top_k: int, stop_ids: Sequence[int]
+    ):
+        self.client = client
+        self.params = {"temperature": temperature, "top_p": top_p, "top_k": top_k}
+        self.stop_ids = list(stop_ids)
+
+    def sample(self, contexts, max_new_tokens):
+        out = self.client.generate(
+            prompts=contexts,
+            n=1,
+            max_tokens=max(max_new_tokens),
+            logprobs=0,
+            generation_kwargs={"stop_token_ids": self.stop_ids},
+            **self.params,
+        )
+        results = []
+        for ids, lps, cap in zip(
+            out["completion_ids"], out["logprobs"], max_new_tokens, strict=True
+        ):
+            flat = [float(x[0]) if isinstance(x, list) else float(x) for x in lps]
+            results.append((list(ids)[:cap], flat[:cap]))
+        return results
+
+
+def prompt_ids(tok: Any, messages: Sequence[dict[str, str]]) -> list[int]:
+    """Token ids of the chat-templated prompt with the assistant header appended."""
+    out = tok.apply_chat_template(list(messages), tokenize=True, add_generation_prompt=True)
+    if hasattr(out, "keys"):
+        out = out["input_ids"]
+    return list(out)
+
+
+def token_truncator(tok: Any, budget: int) -> Callable[[str], str]:
+    """Cut text to ``budget`` tokens of ``tok`` (marking the cut with `` …``)."""
+
+    def truncate(text: str) -> str:
+        ids = tok.encode(text, add_special_tokens=False)
+        if len(ids) <= budget:
+            return text
+        return tok.decode(ids[:budget]) + " …"
+
+    return truncate
+
+
+def run_rollouts(
+    slots: Sequence[tuple[Task, int, int]],
+    *,
+    sampler: Sampler,
+    tokenizer: Any,
+    env: SearchEnv,
+    config: RolloutConfig,
+    on_group_done: Callable[[list[Trajectory]], None] | None = None,
+    on_turn: Callable[[int, int], None] | None = None,
+) -> list[Trajectory]:
+    """Run one episode per slot ``(task, group, rollout_idx)`` in lock-step; same order out.
+
+    ``on_group_done(trajs)`` fires once per group when its last episode ends; ``on_turn(turn,
+    live)`` after each batched turn (progress display).
+    """
+    fmt = ObservationFormat.from_tokenizer(tokenizer)
+    stop = {tokenizer.eos_token_id}
+    trajs = [
+        Trajectory(
+            task=task,
+            group=group,
+            rollout_idx=idx,
+            episode=env.reset(task.question, task.doc_id),
+            prompt_ids=prompt_ids(tokenizer, task.messages),
+        )
+        for task, group, idx in slots
+    ]
+    groups: dict[int, list[Trajectory]] = {}
+    for t in trajs:
+        groups.setdefault(t.group, []).append(t)
+    reported: set[int] = set()
+
+    def report_finished() -> None:
+        for g, members in groups.items():
+            if g not in reported and all(m.done for m in members):
+                reported.add(g)
+                if on_group_done is not None:
+                    on_group_done(members)
+
+    turn = 0
+    while True:
+        live = [t for t in trajs if not t.done]
+        if not live:
+            break
+        budgets = [
+            min(config.max_turn_tokens, config.max_completion_tokens - len(t.completion_ids))
+            for t in live
+        ]
+        outs = sampler.sample([t.prompt_ids + t.completion_ids for t in live], budgets)
+        for t, (ids, lps) in zip(live, outs, strict=True):
+            t.add_policy(ids, lps)
+            closed = bool(ids) and ids[-1] in stop
+            text = tokenizer.decode(ids, skip_special_tokens=True)
+            res = env.step(t.episode, text)
+            tail = ""
+            if res.observation is not None and (not res.done or res.forced):
+                tail = fmt.render(res.observation, closed=closed)
+                closed = True
+            if res.forced:
+                tail += res.forced + fmt.close
+            elif res.done and not closed:
+                tail += fmt.close
+            if tail:
+                t.add_env(tokenizer.encode(tail, add_special_tokens=False))
+            if not t.done and len(t.completion_ids) >= config.max_completion_tokens - 1:
+                t.out_of_budget = True
+                t.episode.done, t.episode.terminated = True, "max_turns"
+        turn += 1
+        if on_turn is not None:
+            on_turn(turn, sum(not t.done for t in trajs))
+        report_finished()
+    return trajs

@@ -1,0 +1,211 @@
+"""``ddai train sft``: TRL's ``SFTTrainer`` on Searcher conversations, assistant turns only.
+
+Input: ``ddai distill`` output or DDAI ``train1`` files (Parquet or JSONL with a ``messages``
+column: a list of ``{role, content}`` or its JSON text). Observation turns (``user`` messages after
+the question, DDAI's ``[{"image": path}]`` or error strings) become text and are masked out of the
+loss by the chat template's generation markers; only the Searcher's own turns are learned.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from ddai.pipelines import io
+from ddai.trainer import common
+from ddai.trainer.chat import ensure_training_template, normalize_messages
+
+
+@dataclass
+class SFTRunConfig:
+    """One SFT run; every field has a flag in ``ddai train sft``."""
+
+    model: str
+    """Local folder or hub id of the starting model (loaded with ``from_pretrained``)."""
+    data: list[Path]
+    """Parquet/JSONL files with a ``messages`` column."""
+    output_dir: Path
+    """Checkpoints, metrics and the final model go here."""
+    epochs: float | None = None
+    max_steps: int | None = None
+    learning_rate: float | None = None
+    batch_size: int | None = None
+    grad_accum: int | None = None
+    max_length: int | None = None
+    assistant_only_loss: bool = True
+    """Loss on assistant turns only (observations and the prompt masked)."""
+    lora: bool = False
+    """Train a LoRA adapter (peft) instead of all weights; the merged model is saved."""
+    lora_r: int = 16
+    lora_alpha: int = 32
+    lora_dropout: float = 0.05
+    lora_target: str = "all-linear"
+    seed: int = 0
+    save_steps: int | None = None
+    logging_steps: int | None = None
+    report_to: str | None = None
+    """Metric sinks: ``jsonl`` (default) or ``csv``, plus any transformers integration
+    (``tensorboard``, ``wandb`` …), comma-separated; ``none`` for nothing."""
+    resume: bool = False
+    dtype: str = "float32"
+    config_file: Path | None = None
+    overrides: dict[str, Any] = field(default_factory=dict)
+    """``--set key=value`` knobs of TRL's ``SFTConfig``."""
+
+
+@dataclass
+class SFTResult:
+    output_dir: str
+    rows: int
+    dropped: dict[str, int]
+    steps: int
+    train_loss: float | None
+    changed_parameters: int
+    lora: bool
+
+
+def load_conversations(paths: list[Path]) -> tuple[list[list[dict[str, str]]], dict[str, int]]:
+    """Conversations from Parquet/JSONL files, with drop counts by reason."""
+    import json
+
+    convs: list[list[dict[str, str]]] = []
+    dropped: dict[str, int] = {}
+    for p in paths:
+        if not p.is_file():
+            raise common.TrainConfigError(f"--data {p}: file not found")
+        if p.suffix == ".parquet":
+            rows = pq.read_table(p).to_pylist()
+        else:
+            rows = [json.loads(line) for line in p.read_text("utf-8").splitlines() if line.strip()]
+        if rows and "messages" not in rows[0]:
+            raise common.TrainConfigError(
+                f"--data {p}: no `messages` column (got {sorted(rows[0])}); pass `ddai distill` "
+                "output or a DDAI train1 file"
+            )
+        for row in rows:
+            try:
+                msgs = normalize_messages(row["messages"])
+            except (ValueError, KeyError, TypeError):
+                dropped["unreadable messages"] = dropped.get("unreadable messages", 0) + 1
+                continue
+            if not any(m["role"] == "assistant" for m in msgs):
+                dropped["no assistant turn"] = dropped.get("no assistant turn", 0) + 1
+                continue
+            convs.append(msgs)
+    if not convs:
+        raise common.TrainConfigError(
+            f"--data: no usable conversation in {[str(p) for p in paths]}"
+        )
+    return convs, dropped
+
+
+def sft_args(cfg: SFTRunConfig) -> Any:
+    """TRL ``SFTConfig`` from defaults < config file < flags < ``--set``."""
+    from trl import SFTConfig
+
+    file_layer = common.load_config_file(cfg.config_file)
+    common.check_keys(SFTConfig, file_layer, str(cfg.config_file))
+    common.check_keys(SFTConfig, cfg.overrides, "--set")
+    flags = {
+        "num_train_epochs": cfg.epochs,
+        "max_steps": cfg.max_steps,
+        "learning_rate": cfg.learning_rate,
+        "per_device_train_batch_size": cfg.batch_size,
+        "gradient_accumulation_steps": cfg.grad_accum,
+        "max_length": cfg.max_length,
+        "save_steps": cfg.save_steps,
+        "logging_steps": cfg.logging_steps,
+        "report_to": cfg.report_to,
+    }
+    defaults = {
+        "learning_rate": 1e-5,
+        "per_device_train_batch_size": 4,
+        "max_length": 2048,
+        "logging_steps": 10,
+        "save_steps": 500,
+        "save_strategy": "steps",
+        "save_total_limit": 2,
+        "disable_tqdm": True,
+        "packing": False,
+        **common.device_defaults(),
+    }
+    merged = common.merge_layers(defaults, file_layer, flags, cfg.overrides)
+    integrations, _ = common.split_report_to(merged.pop("report_to", None))
+    merged.update(
+        output_dir=str(cfg.output_dir),
+        report_to=integrations,
+        assistant_only_loss=cfg.assistant_only_loss,
+        seed=cfg.seed,
+    )
+    return SFTConfig(**merged)
+
+
+def run_sft(cfg: SFTRunConfig) -> SFTResult:
+    """Train, save the final (merged) model and tokenizer to ``output_dir``, return a summary."""
+    from datasets import Dataset
+    from trl import SFTTrainer
+
+    from ddai.trainer.modeling import changed_parameters, load_policy, parameter_snapshot
+
+    args = sft_args(cfg)
+    resume_from = common.resume_checkpoint(cfg.output_dir, cfg.resume)
+    convs, dropped = load_conversations(cfg.data)
+    model, tok = load_policy(cfg.model, dtype=cfg.dtype)
+    if cfg.assistant_only_loss:
+        ensure_training_template(tok)
+    before = parameter_snapshot(model)
+    peft_config = None
+    if cfg.lora:
+        from peft import LoraConfig
+
+        peft_config = LoraConfig(
+            r=cfg.lora_r,
+            lora_alpha=cfg.lora_alpha,
+            lora_dropout=cfg.lora_dropout,
+            target_modules=cfg.lora_target,
+            task_type="CAUSAL_LM",
+        )
+    _, metrics_file = common.split_report_to(cfg.report_to)
+    trainer = SFTTrainer(
+        model=model,
+        args=args,
+        train_dataset=Dataset.from_list([{"messages": c} for c in convs]),
+        processing_class=tok,
+        peft_config=peft_config,
+        callbacks=common.build_callbacks(cfg.output_dir, metrics_file),
+    )
+    common.finish_trainer_setup(trainer)
+    out = trainer.train(resume_from_checkpoint=resume_from)
+    final = trainer.model
+    if cfg.lora:
+        trainer.model.save_pretrained(Path(cfg.output_dir) / "adapter")
+        final = trainer.model.merge_and_unload()
+    save_model(final, tok, cfg.output_dir)
+    return SFTResult(
+        output_dir=str(cfg.output_dir),
+        rows=len(convs),
+        dropped=dropped,
+        steps=int(trainer.state.global_step),
+        train_loss=float(out.training_loss) if out.training_loss is not None else None,
+        changed_parameters=len(changed_parameters(before, final)),
+        lora=cfg.lora,
+    )
+
+
+def save_model(model: Any, tokenizer: Any, output_dir: str | os.PathLike[str]) -> None:
+    """Save weights and tokenizer into ``output_dir/`` via a temp folder and one rename per file."""
+    import tempfile
+
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".final-", dir=out) as tmp:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        for f in Path(tmp).iterdir():
+            if f.is_file():
+                with io.atomic_path(out / f.name) as dst:
+                    os.replace(f, dst)
