@@ -1,0 +1,134 @@
+"""Evaluate demonstration pairs with a ``VQAModel`` backend and score the answers.
+
+Each pair becomes one ``VQARequest``: a few-shot prompt (the two demonstrations, then the query),
+the query's images, the demonstrations as dicts, and the query row as ``meta`` (what the local
+simulator reads; never sent to a remote model). Answers are scored against the query's human
+answers with VQAv2 accuracy (default), ANLS or exact match; ``correct`` is ``score >=
+threshold``. A failed call is kept, never dropped: ``eval_failed`` with the backend's reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ddai.pipelines.backends import VQARequest, get_backend, run_sync
+from ddai.pipelines.metrics import anls, exact_match, vqa_accuracy
+from ddai.pipelines.pointer.progress import bar
+from ddai.pipelines.pointer.simulator import VQASimulator
+
+SCORERS: dict[str, Callable[[str, list[str]], float]] = {
+    "vqa": vqa_accuracy,
+    "anls": anls,
+    "em": exact_match,
+}
+# Default correctness threshold: full VQAv2 credit, i.e. at least 4 of 10 annotators gave it.
+DEFAULT_THRESHOLD = 1.0
+
+
+def scorer(metric: str) -> Callable[[str, list[str]], float]:
+    try:
+        return SCORERS[metric]
+    except KeyError:
+        raise ValueError(f"unknown answer metric {metric!r}; known: {', '.join(SCORERS)}") from None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One evaluated pair, as recorded in the generation records."""
+
+    pred_answer: str | None
+    acc_score: float | None
+    correct: int | None
+    eval_failed: bool = False
+    eval_error: str | None = None
+
+
+def score_answer(pred: str, answers: list[str], metric: str, threshold: float) -> Outcome:
+    acc = float(scorer(metric)(pred, answers))
+    return Outcome(pred, acc, int(acc >= threshold))
+
+
+def gold_answers(query: Mapping[str, Any]) -> list[str]:
+    """The human answers of a query (``answers``), else its single ``answer``."""
+    if query.get("answers"):
+        return [str(a) for a in query["answers"]]
+    return [str(query["answer"])] if query.get("answer") is not None else []
+
+
+def build_prompt(question: str, examples: Sequence[Mapping[str, Any]]) -> str:
+    """A few-shot VQA prompt: each demonstration as question and answer, then the query."""
+    parts = ["Answer the question about the image in a few words, like the examples."]
+    for i, ex in enumerate(examples, 1):
+        parts.append(
+            f"Example {i}\nQuestion: {ex.get('question', '')}\nAnswer: {ex.get('answer', '')}"
+        )
+    parts.append(f"Question: {question}\nAnswer:")
+    return "\n\n".join(parts)
+
+
+def make_request(query: Mapping[str, Any], examples: Sequence[Mapping[str, Any]]) -> VQARequest:
+    images = query.get("images") or ([query["image"]] if query.get("image") else [])
+    return VQARequest(
+        prompt=build_prompt(str(query.get("question", "")), examples),
+        images=tuple(images),
+        examples=tuple(dict(ex) for ex in examples),
+        meta=dict(query),
+    )
+
+
+def resolve_vqa(
+    name: str | None, *, simulator: VQASimulator | None = None, max_cost: float | None = None
+) -> Any:
+    """The ``VQAModel`` for ``--vqa NAME`` (None: ``$DDAI_VQA``, ``ddai.toml``, else ``local``, the
+    world's simulator); ``max_cost`` caps a paid backend's spend in USD."""
+    return get_backend(
+        "vqa",
+        name,
+        call_site="pointer.vqa",
+        simulator=simulator or VQASimulator(),
+        max_cost=max_cost,
+    )
+
+
+def plan(
+    vqa_model: Any, items: Sequence[tuple[Mapping[str, Any], Sequence[Mapping[str, Any]]]]
+) -> dict[str, Any]:
+    """A dry run: the backend's count of calls to make and their estimated cost."""
+    reqs = [make_request(q, ex) for q, ex in items]
+    if hasattr(vqa_model, "plan"):
+        return dict(vqa_model.plan(reqs))
+    return {"items": len(reqs), "to_call": len(reqs)}
+
+
+def evaluate(
+    vqa_model: Any,
+    items: Sequence[tuple[Mapping[str, Any], Sequence[Mapping[str, Any]]]],
+    *,
+    metric: str = "vqa",
+    threshold: float = DEFAULT_THRESHOLD,
+    chunk_size: int = 512,
+    progress: bool = False,
+) -> list[Outcome]:
+    """Answer and score every ``(query, examples)`` item; one ``Outcome`` per item, in order."""
+    scorer(metric)
+    out: list[Outcome] = []
+    with bar("VQA", len(items), enabled=progress) as advance:
+        for start in range(0, len(items), chunk_size):
+            chunk = items[start : start + chunk_size]
+            reqs = [make_request(q, ex) for q, ex in chunk]
+            try:
+                results = run_sync(vqa_model.answer(reqs))
+            except Exception as e:  # a whole batch failed: record the reason on each pair
+                reason = f"{type(e).__name__}: {e}"
+                out.extend(Outcome(None, None, None, True, reason) for _ in chunk)
+                advance(len(chunk))
+                continue
+            for (query, _), res in zip(chunk, results, strict=True):
+                if res.error is not None or res.answer is None:
+                    out.append(Outcome(None, None, None, True, res.error or "no answer"))
+                else:
+                    out.append(score_answer(res.answer, gold_answers(query), metric, threshold))
+            advance(len(chunk))
+    return out

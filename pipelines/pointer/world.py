@@ -1,0 +1,331 @@
+"""A synthetic VQA world where the right in-context demonstrations measurably help.
+
+Every query and demonstration has a scene ``topic`` and an ``answer_type`` (count, color, yes/no,
+object); every demonstration is also ``clean`` (its answer is right) or noisy (its answer belongs
+to another question type). The simulator (``simulator.py``) answers a query correctly more often
+when its two demonstrations share the query's answer type and are clean.
+
+The world's own embeddings make that visible: a unit vector per item is
+``w_topic·topic + w_type·answer_type (+ w_quality·±quality for demos) + noise``, so a pointer
+network can learn "same answer type, clean label" from them. The supervised labels are
+deliberately suboptimal: the annotator picks the two demonstrations most similar to the query
+(cosine of these embeddings), which favours the same scene and type but is blind to label quality,
+the direction a query has no component along. RL therefore has headroom over SFT.
+
+Everything is deterministic in ``WorldConfig.seed``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from safetensors.numpy import load_file, save_file
+
+from ddai.pipelines import io, manifest
+
+TOPICS: dict[str, tuple[str, ...]] = {
+    "kitchen": ("cup", "plate", "knife", "bowl"),
+    "street": ("car", "bus", "sign", "bike"),
+    "beach": ("umbrella", "surfboard", "towel", "kite"),
+    "office": ("laptop", "chair", "phone", "book"),
+    "park": ("dog", "bench", "frisbee", "tree"),
+    "farm": ("cow", "horse", "tractor", "sheep"),
+    "airport": ("plane", "suitcase", "truck", "flag"),
+    "stadium": ("ball", "player", "bat", "helmet"),
+}
+ANSWER_TYPES = ("count", "color", "yesno", "object")
+COLORS = ("red", "blue", "green", "white", "black", "yellow", "brown", "gray")
+NUMBER_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
+
+QUERIES_FILE = "queries.jsonl"
+DEMOS_FILE = "demos.jsonl"
+LABELS_FILE = "sft_labels.jsonl"
+EMBEDDINGS_FILE = "embeddings.safetensors"
+CONFIG_FILE = "world.json"
+
+
+@dataclass(frozen=True)
+class WorldConfig:
+    """Size and geometry of a synthetic world (all defaults are the fixtures')."""
+
+    seed: int = 0
+    n_queries: int = 400  # queries to answer; split into train/test by test_frac
+    n_demos: int = 600  # the demonstration pool every candidate set is drawn from
+    dim: int = 32  # embedding width
+    n_topics: int = 8  # scene topics used (at most len(TOPICS))
+    test_frac: float = 0.3  # share of queries held out for evaluation
+    clean_rate: float = 0.4  # share of demonstrations whose answer is right
+    topic_weight: float = 1.0  # embedding weight of the topic direction
+    type_weight: float = 0.3  # ... of the answer-type direction
+    quality_weight: float = 0.5  # ... of the ±quality direction (demonstrations only)
+    noise: float = 0.6  # norm of the isotropic noise added to every embedding
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.n_topics <= len(TOPICS):
+            raise ValueError(f"n_topics must be in 1..{len(TOPICS)}, got {self.n_topics}")
+        if self.n_queries < 2 or self.n_demos < 2:
+            raise ValueError("a world needs at least 2 queries and 2 demonstrations")
+        if not 0.0 <= self.test_frac < 1.0:
+            raise ValueError(f"test_frac must be in [0, 1), got {self.test_frac}")
+        if not 0.0 <= self.clean_rate <= 1.0:
+            raise ValueError(f"clean_rate must be in [0, 1], got {self.clean_rate}")
+        if self.dim < 2:
+            raise ValueError(f"dim must be >= 2, got {self.dim}")
+
+
+@dataclass
+class World:
+    """A world in memory: rows as written to JSONL, embeddings ``[N, dim]`` in row order."""
+
+    config: WorldConfig
+    queries: list[dict[str, Any]]
+    demos: list[dict[str, Any]]
+    query_emb: np.ndarray  # [n_queries, dim] float32, unit rows
+    demo_emb: np.ndarray  # [n_demos, dim] float32, unit rows
+    labels: dict[str, list[str]] = field(default_factory=dict)  # query_id -> 2 demo ids
+
+    def split_ids(self, split: str | None) -> list[str]:
+        return [q["query_id"] for q in self.queries if split is None or q["split"] == split]
+
+
+# ---------------------------------------------------------------- questions and answers
+
+
+def _pick(rng: np.random.Generator, seq: Sequence[Any]) -> Any:
+    return seq[int(rng.integers(len(seq)))]
+
+
+def _question(rng: np.random.Generator, topic: str, answer_type: str) -> tuple[str, str, list[str]]:
+    """(question, canonical answer, alternative answers a minority of annotators give)."""
+    obj = _pick(rng, TOPICS[topic])
+    if answer_type == "count":
+        n = int(rng.integers(1, 7))
+        return f"How many {obj}s are in the {topic}?", str(n), [str(n + 1), str(n - 1)]
+    if answer_type == "color":
+        c, alt, alt2 = rng.choice(len(COLORS), size=3, replace=False)
+        return f"What color is the {obj}?", COLORS[c], [COLORS[alt], COLORS[alt2]]
+    if answer_type == "yesno":
+        yes = bool(rng.integers(2))
+        ans, other = ("yes", "no") if yes else ("no", "yes")
+        return f"Is there a {obj} in the {topic}?", ans, [other]
+    others = [o for o in TOPICS[topic] if o != obj]
+    a, b = rng.choice(len(others), size=2, replace=False)
+    return f"What is next to the {obj}?", others[a], [others[b]]
+
+
+def _surface(rng: np.random.Generator, answer: str) -> str:
+    """How one annotator writes an answer: digits or words, an article, a capital."""
+    if answer.isdigit() and int(answer) < len(NUMBER_WORDS) and rng.random() < 0.3:
+        return NUMBER_WORDS[int(answer)]
+    if answer not in ("yes", "no") and not answer.isdigit() and rng.random() < 0.2:
+        return f"a {answer}"
+    if rng.random() < 0.1:
+        return answer.capitalize()
+    return answer
+
+
+def human_answers(rng: np.random.Generator, answer: str, alternatives: list[str]) -> list[str]:
+    """Ten annotator answers: at most 2 give each alternative, at least 6 give ``answer``."""
+    rest = 10 - int(rng.integers(6, 10))
+    minority: list[str] = []
+    for alt in alternatives:
+        minority += [alt] * min(2, rest - len(minority))
+    answers = [answer] * (10 - len(minority)) + minority
+    order = rng.permutation(10)
+    return [_surface(rng, answers[i]) for i in order]
+
+
+def _wrong_label(rng: np.random.Generator, topic: str, answer_type: str) -> str:
+    """A noisy demonstration's answer: one of another question type (a mislabeled example)."""
+    other = _pick(rng, [t for t in ANSWER_TYPES if t != answer_type])
+    return _question(rng, topic, other)[1]
+
+
+def _distractor(rng: np.random.Generator, answer: str, answer_type: str, alts: list[str]) -> str:
+    """A wrong answer of the right type that no annotator gave (yes/no: the other one)."""
+    if answer_type == "yesno":
+        return alts[0]
+    if answer_type == "count":
+        return str(int(answer) + 3)
+    if answer_type == "color":
+        pool = [c for c in COLORS if c != answer and c not in alts]
+    else:
+        pool = [o for objs in TOPICS.values() for o in objs if o != answer and o not in alts]
+    return _pick(rng, pool)
+
+
+# ---------------------------------------------------------------- geometry
+
+
+def _directions(rng: np.random.Generator, n: int, dim: int) -> np.ndarray:
+    """``n`` unit directions ``[n, dim]``, orthonormal when ``n <= dim``."""
+    m = rng.standard_normal((dim, n))
+    if n <= dim:
+        q, _ = np.linalg.qr(m)
+        return q.T[:n]
+    return (m / np.linalg.norm(m, axis=0, keepdims=True)).T
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    return (x / np.linalg.norm(x, axis=-1, keepdims=True)).astype(np.float32)
+
+
+def similarity_top2(query_emb: np.ndarray, demo_emb: np.ndarray) -> np.ndarray:
+    """Rows of the two demonstrations most cosine-similar to each query ``[N, 2]``."""
+    sims = query_emb @ demo_emb.T  # [N, M], unit rows
+    top = np.argpartition(-sims, 1, axis=1)[:, :2]
+    order = np.argsort(-np.take_along_axis(sims, top, axis=1), axis=1, kind="stable")
+    return np.take_along_axis(top, order, axis=1)
+
+
+# ---------------------------------------------------------------- the world
+
+
+def make_world(cfg: WorldConfig) -> World:
+    """Build a world: queries with 10 human answers, demonstrations, embeddings and labels."""
+    rng = np.random.default_rng(cfg.seed)
+    topics = list(TOPICS)[: cfg.n_topics]
+    dirs = _directions(rng, cfg.n_topics + len(ANSWER_TYPES) + 1, cfg.dim)
+    topic_dir, type_dir, quality_dir = (
+        dirs[: cfg.n_topics],
+        dirs[cfg.n_topics : cfg.n_topics + len(ANSWER_TYPES)],
+        dirs[-1],
+    )
+
+    def embed(t: int, a: int, quality: float) -> np.ndarray:
+        noise = rng.standard_normal(cfg.dim) * cfg.noise / np.sqrt(cfg.dim)
+        v = cfg.topic_weight * topic_dir[t] + cfg.type_weight * type_dir[a] + noise
+        return v + cfg.quality_weight * quality * quality_dir
+
+    n_test = round(cfg.n_queries * cfg.test_frac)
+    test = set(rng.permutation(cfg.n_queries)[:n_test].tolist())
+    queries, q_vecs = [], []
+    for i in range(cfg.n_queries):
+        t, a = int(rng.integers(cfg.n_topics)), int(rng.integers(len(ANSWER_TYPES)))
+        question, answer, alts = _question(rng, topics[t], ANSWER_TYPES[a])
+        queries.append(
+            {
+                "query_id": f"q{i:05d}",
+                "image_id": f"w{cfg.seed}-img-q{i:05d}",
+                "question": question,
+                "answers": human_answers(rng, answer, alts),
+                "answer": answer,
+                "distractor": _distractor(rng, answer, ANSWER_TYPES[a], alts),
+                "split": "test" if i in test else "train",
+                "topic": topics[t],
+                "answer_type": ANSWER_TYPES[a],
+                "world_seed": cfg.seed,
+            }
+        )
+        q_vecs.append(embed(t, a, 0.0))
+
+    demos, d_vecs = [], []
+    for j in range(cfg.n_demos):
+        t, a = int(rng.integers(cfg.n_topics)), int(rng.integers(len(ANSWER_TYPES)))
+        clean = bool(rng.random() < cfg.clean_rate)
+        question, answer, _ = _question(rng, topics[t], ANSWER_TYPES[a])
+        demos.append(
+            {
+                "demo_id": f"d{j:05d}",
+                "image_id": f"w{cfg.seed}-img-d{j:05d}",
+                "question": question,
+                "answer": answer if clean else _wrong_label(rng, topics[t], ANSWER_TYPES[a]),
+                "topic": topics[t],
+                "answer_type": ANSWER_TYPES[a],
+                "clean": clean,
+            }
+        )
+        d_vecs.append(embed(t, a, 1.0 if clean else -1.0))
+
+    query_emb, demo_emb = _unit(np.stack(q_vecs)), _unit(np.stack(d_vecs))
+    top2 = similarity_top2(query_emb, demo_emb)
+    labels = {
+        q["query_id"]: [demos[int(r)]["demo_id"] for r in row]
+        for q, row in zip(queries, top2, strict=True)
+    }
+    return World(cfg, queries, demos, query_emb, demo_emb, labels)
+
+
+# ---------------------------------------------------------------- files
+
+
+def _jsonl(rows: list[dict[str, Any]]) -> str:
+    return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+
+
+def write_world(world: World, out: str | Path) -> dict[str, Path]:
+    """Write the world's files into ``out`` atomically, each with its manifest."""
+    out = Path(out)
+    paths = {
+        "queries": out / QUERIES_FILE,
+        "demos": out / DEMOS_FILE,
+        "labels": out / LABELS_FILE,
+        "embeddings": out / EMBEDDINGS_FILE,
+        "config": out / CONFIG_FILE,
+    }
+    record = manifest.start("pointer.world", asdict(world.config), [], seed=world.config.seed)
+    io.write_text(paths["queries"], _jsonl(world.queries))
+    io.write_text(paths["demos"], _jsonl(world.demos))
+    io.write_text(
+        paths["labels"],
+        _jsonl([{"query_id": k, "demo_ids": v} for k, v in world.labels.items()]),
+    )
+    meta = {
+        "query_ids": json.dumps([q["query_id"] for q in world.queries]),
+        "demo_ids": json.dumps([d["demo_id"] for d in world.demos]),
+    }
+    with io.atomic_path(paths["embeddings"]) as tmp:
+        save_file(
+            {"query_emb": world.query_emb, "demo_emb": world.demo_emb}, str(tmp), metadata=meta
+        )
+    io.write_json(paths["config"], asdict(world.config))
+    counts = {
+        "queries": len(world.queries),
+        "demos": len(world.demos),
+        "labels": len(world.labels),
+        "embeddings": len(world.queries) + len(world.demos),
+        "config": 1,
+    }
+    for key, path in paths.items():
+        record.rows_out = counts[key]
+        manifest.write(path, record)
+    return paths
+
+
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    with open(path, encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+def require_world(folder: str | Path) -> Path:
+    """``folder`` if it holds a world's queries and demonstrations, else a clear error."""
+    folder = Path(folder)
+    for name in (QUERIES_FILE, DEMOS_FILE):
+        if not (folder / name).is_file():
+            raise FileNotFoundError(
+                f"{folder / name} is missing; make a world with `ddai pointer world {folder}` "
+                f"or give a folder holding {QUERIES_FILE} and {DEMOS_FILE}"
+            )
+    return folder
+
+
+def load_world(folder: str | Path, *, embeddings: bool = True) -> World:
+    """Read a world folder (any VQA data in this layout works; embeddings are optional)."""
+    folder = require_world(folder)
+    cfg_path = folder / CONFIG_FILE
+    cfg = WorldConfig(**json.loads(cfg_path.read_text())) if cfg_path.is_file() else WorldConfig()
+    queries, demos = read_jsonl(folder / QUERIES_FILE), read_jsonl(folder / DEMOS_FILE)
+    labels = {}
+    if (folder / LABELS_FILE).is_file():
+        labels = {r["query_id"]: list(r["demo_ids"]) for r in read_jsonl(folder / LABELS_FILE)}
+    q_emb = np.zeros((len(queries), 0), np.float32)
+    d_emb = np.zeros((len(demos), 0), np.float32)
+    if embeddings and (folder / EMBEDDINGS_FILE).is_file():
+        tensors = load_file(str(folder / EMBEDDINGS_FILE))
+        q_emb, d_emb = tensors["query_emb"], tensors["demo_emb"]
+    return World(cfg, queries, demos, q_emb, d_emb, labels)

@@ -1,0 +1,91 @@
+"""The embedding store: pools by cosine, safetensors/Parquet round trips, the embed step."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from safetensors.numpy import save_file
+
+from ddai.pipelines import manifest
+from ddai.pipelines.pointer.embed import EmbedConfig, run_embed
+from ddai.pipelines.pointer.store import build_store, load_store, save_store, top_k_pools
+from ddai.pipelines.pointer.world import WorldConfig, make_world, write_world
+
+
+def test_top_k_pools_by_hand():
+    q = np.array([[1.0, 0.0], [0.0, 2.0]])
+    d = np.array([[1.0, 0.0], [0.6, 0.8], [0.0, 1.0], [-1.0, 0.0]])
+    rows, sims = top_k_pools(q, d, 3)
+    # query 0: cosines 1, .6, 0, -1; query 1 (norm ignored): 0, .8, 1, 0 (tie: lower row first)
+    assert rows.tolist() == [[0, 1, 2], [2, 1, 0]]
+    assert np.allclose(sims, [[1.0, 0.6, 0.0], [1.0, 0.8, 0.0]])
+    excl = np.zeros((2, 4), dtype=bool)
+    excl[0, 0] = True
+    assert top_k_pools(q, d, 2, excl)[0].tolist() == [[1, 2], [2, 1]]
+    with pytest.raises(ValueError, match="k must be"):
+        top_k_pools(q, d, 5)
+
+
+def test_a_demonstration_never_pools_itself():
+    emb = np.eye(4)[:, :3] + 0.01
+    store = build_store(["a", "b", "c"], emb[:3], ["a", "b", "c", "x"], emb, 2)
+    assert all(qid not in pool for qid, pool in zip(store.query_ids, store.cand_ids, strict=True))
+
+
+@pytest.mark.parametrize("suffix", [".safetensors", ".parquet"])
+def test_store_round_trip(tmp_path, suffix):
+    rng = np.random.default_rng(0)
+    q, d = rng.standard_normal((5, 8)), rng.standard_normal((12, 8))
+    store = build_store(
+        [f"q{i}" for i in range(5)], q, [f"d{i}" for i in range(12)], d, 4, meta={"embedder": "t"}
+    )
+    path = tmp_path / f"store{suffix}"
+    save_store(store, path)
+    back = load_store(path)
+    assert back.query_ids == store.query_ids and back.cand_ids == store.cand_ids
+    assert np.array_equal(back.query_emb, store.query_emb)
+    assert np.array_equal(back.cand_emb, store.cand_emb)  # [N, K, d] in pool order
+    assert np.allclose(back.cand_sim, store.cand_sim)
+    assert back.meta["embedder"] == "t" and back.k == 4 and back.dim == 8
+    qe, ce = back["q3"]
+    nearest = int(store.cand_ids[3][0].removeprefix("d"))
+    assert np.array_equal(ce[0], d[nearest].astype(np.float32))
+    assert np.array_equal(qe, q[3].astype(np.float32))
+
+
+def test_loading_something_else_fails_clearly(tmp_path):
+    other = tmp_path / "x.safetensors"
+    save_file({"w": np.zeros(2, np.float32)}, str(other))
+    with pytest.raises(ValueError, match="not a ddai pointer embedding store"):
+        load_store(other)
+    with pytest.raises(FileNotFoundError, match="ddai pointer embed"):
+        load_store(tmp_path / "missing.safetensors")
+    with pytest.raises(ValueError, match=r"\.safetensors or \.parquet"):
+        EmbedConfig(world=tmp_path, out=tmp_path / "s.pt")
+
+
+@pytest.fixture(scope="module")
+def world_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("world")
+    write_world(make_world(WorldConfig(seed=1, n_queries=30, n_demos=60)), path)
+    return path
+
+
+def test_embed_with_the_world_embeddings(world_dir, tmp_path):
+    out = tmp_path / "s.safetensors"
+    info = run_embed(EmbedConfig(world=world_dir, out=out, k=8, progress=False))
+    store = load_store(out)
+    assert info["queries"] == len(store) == 30 and store.k == 8
+    # sorted by similarity, most similar first
+    assert np.all(np.diff(store.cand_sim, axis=1) <= 1e-6)
+    assert manifest.read(out)["step"] == "pointer.embed"
+    assert "skipped" in run_embed(EmbedConfig(world=world_dir, out=out, k=8, progress=False))
+    assert "skipped" not in run_embed(EmbedConfig(world=world_dir, out=out, k=6, progress=False))
+
+
+def test_embed_with_an_embedder_backend(world_dir, tmp_path):
+    out = tmp_path / "s.parquet"
+    run_embed(EmbedConfig(world=world_dir, out=out, k=4, embedder="hash", progress=False))
+    store = load_store(out)
+    assert store.k == 4 and store.meta["embedder"] == "hash"
+    assert np.allclose(np.linalg.norm(store.query_emb, axis=1), 1.0, atol=1e-4)

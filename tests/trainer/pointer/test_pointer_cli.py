@@ -1,0 +1,123 @@
+"""`ddai pointer`: the whole chain on a tiny world, and clear errors on bad input."""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from ddai.cli.app import app
+from ddai.pipelines.pointer.records import read_raw
+
+runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def ddai(*args: str) -> dict:
+    res = runner.invoke(app, ["pointer", *map(str, args), "--json"])
+    assert res.exit_code == 0, res.output
+    return json.loads(res.stdout)
+
+
+def test_world_to_eval(tmp_path):
+    w, store = tmp_path / "world", tmp_path / "store.safetensors"
+    assert ddai("world", w, "--queries", 60, "--demos", 100, "--seed", 1)["queries"] == 60
+    assert ddai("embed", w, "--out", store, "--k", 8)["k"] == 8
+    sft = ddai(
+        "train",
+        "--store",
+        store,
+        "--out",
+        tmp_path / "sft",
+        "--mode",
+        "sft",
+        "--epochs",
+        3,
+        "--world",
+        w,
+    )
+    assert sft["examples"] == 42 and sft["tensors changed"] > 0
+    gen = ddai(
+        "gen", "--store", store, "--world", w, "--model", tmp_path / "sft", "--out", tmp_path / "raw.jsonl",
+        "--num-beams", 3, "--temps", "1.0,1.3", "--n-per-temp", 1, "--num-random", 1,
+    )  # fmt: skip
+    assert gen["queries"] == 42 and gen["candidates/beam"] > 0 and gen["eval_failed"] == 0
+    assert all(
+        "vqa_correct" in c
+        for r in read_raw(tmp_path / "raw.jsonl")
+        for c in r["pointer_candidates"]
+    )
+    proc = ddai(
+        "process", tmp_path / "raw.jsonl", "--out", tmp_path / "proc.parquet", "--correctness", "01"
+    )
+    assert proc["rows"] == gen["candidates"]
+    assert set(pl.read_parquet(tmp_path / "proc.parquet")["reward"].unique().to_list()) <= {
+        0.0,
+        1.0,
+    }
+    stats = pl.read_parquet(tmp_path / "proc.stats.parquet")
+    assert (
+        set(stats["gen_method"]) <= {"beam", "sample", "random"} and "top2_share" in stats.columns
+    )
+    rl = ddai(
+        "train", "--store", store, "--out", tmp_path / "rl", "--phases", "rce:1,grpo:2",
+        "--data", tmp_path / "proc.parquet", "--init", tmp_path / "sft",
+    )  # fmt: skip
+    assert rl["phases"] == "rce:1,grpo:2" and rl["tensors changed"] > 0
+    ev = ddai(
+        "eval", "--store", store, "--world", w, "--model", f"sft={tmp_path / 'sft'}",
+        "--model", f"rl={tmp_path / 'rl'}", "--out", tmp_path / "eval",
+    )  # fmt: skip
+    assert ev["queries"] == 18
+    for selector in ("sft", "sft:beam1", "rl", "similarity", "random"):
+        assert 0.0 <= ev[f"{selector}/vqa_acc"] <= 1.0
+    assert ev["sft/tv_vs_ref"] == 0.0
+    summary = pl.read_parquet(tmp_path / "eval" / "summary.parquet")
+    assert summary.height == 5 and summary["vqa_acc"].is_between(0, 1).all()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["train", "--store", "s.safetensors", "--out", "o", "--phases", "rce:1,ppo:2"],
+            "known: sft, rce",
+        ),
+        (
+            [
+                "train",
+                "--store",
+                "s.safetensors",
+                "--out",
+                "o",
+                "--mode",
+                "sft",
+                "--phases",
+                "rce:1",
+            ],
+            "exactly one",
+        ),
+        (["eval", "--store", "s.safetensors", "--world", "w", "--model", "sft"], "NAME=CHECKPOINT"),
+        (["embed", "nowhere", "--out", "s.safetensors"], "ddai pointer world"),
+        (
+            ["gen", "--store", "s", "--world", "w", "--model", "m", "--out", "o", "--temps", "hot"],
+            "comma-separated",
+        ),
+        (["world", "w", "--topics", "12"], "n_topics"),
+    ],
+)
+def test_bad_input_exits_2_and_names_the_fix(tmp_path, monkeypatch, args, message):
+    monkeypatch.chdir(tmp_path)
+    res = runner.invoke(app, ["pointer", *args])
+    assert res.exit_code == 2
+    assert message in res.output

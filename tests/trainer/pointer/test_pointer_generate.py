@@ -1,0 +1,188 @@
+"""Candidate generation: counts per method, de-dup priority, recorded log-probabilities, and the
+VQA evaluation through the local simulator and an OpenAI-compatible server."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+
+import pytest
+import torch
+
+from ddai.pipelines import manifest
+from ddai.pipelines.backends import BackendSpec, VQAResult, build
+from ddai.pipelines.backends.fakes import FakeModelServer
+from ddai.pipelines.pointer.embed import EmbedConfig, run_embed
+from ddai.pipelines.pointer.records import read_raw
+from ddai.pipelines.pointer.store import load_store
+from ddai.pipelines.pointer.world import WorldConfig, make_world, write_world
+from ddai.trainer.pointer.generate import GenConfig, ProposalConfig, propose, run_gen
+from ddai.trainer.pointer.model import PointerConfig, PointerSelector, save_pointer
+
+
+def _model(d=8, seed=0):
+    torch.manual_seed(seed)
+    return PointerSelector(PointerConfig(d_in=d, d_model=16)).eval()
+
+
+def _inputs(n, k, d=8):
+    g = torch.Generator().manual_seed(0)
+    return torch.randn(n, d, generator=g), torch.randn(n, k, d, generator=g)
+
+
+def test_counts_per_method_without_collisions():
+    # a uniform policy (all weights 0) over 60 candidates: 1770 unordered pairs, so 13 draws per
+    # query rarely collide
+    model = _model()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+    q, c = _inputs(20, 60)
+    cfg = ProposalConfig(
+        num_beams=5, temperatures=(0.7, 1.0, 1.3), n_per_temp=2, num_random=2, seed=3
+    )
+    out = propose(model, q, c, cfg)
+    for cands in out:
+        keys = [tuple(sorted(x.pointer)) for x in cands]
+        assert len(keys) == len(set(keys))
+    counts = [[x.gen_method for x in cands] for cands in out]
+    full = [m for m in counts if len(m) == 13]
+    assert len(full) >= 15  # most queries keep all 13
+    for m in full:
+        assert (m.count("beam"), m.count("sample"), m.count("random")) == (5, 6, 2)
+        assert [x for x in m if x == "sample"] == ["sample"] * 6
+    beams = [x for x in out[0] if x.gen_method == "beam"]
+    assert [x.beam_rank for x in beams] == [0, 1, 2, 3, 4]
+    assert all(x.beam_score == pytest.approx(-math.log(60 * 59), abs=1e-4) for x in beams)
+    temps = [x.temperature for x in out[full_at(counts)] if x.gen_method == "sample"]
+    assert temps == [0.7, 0.7, 1.0, 1.0, 1.3, 1.3]
+
+
+def full_at(counts: list[list[str]]) -> int:
+    return next(i for i, m in enumerate(counts) if len(m) == 13)
+
+
+def test_samples_that_repeat_a_beam_are_recorded_as_the_beam():
+    q, c = _inputs(6, 8)
+    # τ = 0.01 samples the greedy pair, which is beam 0: every sample collapses into the beam
+    cfg = ProposalConfig(num_beams=3, temperatures=(0.01,), n_per_temp=4, num_random=0)
+    out = propose(_model(), q * 5, c * 5, cfg)
+    for cands in out:
+        assert {x.gen_method for x in cands} == {"beam"}
+        assert [x.beam_rank for x in cands] == sorted(x.beam_rank for x in cands)
+
+
+def test_recorded_logprobs_are_the_models_own():
+    model = _model()
+    q, c = _inputs(8, 10)
+    out = propose(model, q, c, ProposalConfig(num_beams=4, n_per_temp=3, num_random=3, seed=1))
+    for i, cands in enumerate(out):
+        for x in cands:
+            ptr = torch.tensor([x.pointer])
+            with torch.no_grad():
+                own = model.sequence_log_prob(q[i : i + 1], c[i : i + 1], ptr).item()
+            assert x.logprob_score == pytest.approx(own, abs=1e-5)  # log π_old at τ = 1
+            if x.gen_method == "beam":
+                assert x.beam_score == pytest.approx(own, abs=1e-5) and x.gen_logprob is None
+            elif x.gen_method == "sample":
+                with torch.no_grad():
+                    tempered = model.sequence_log_prob(
+                        q[i : i + 1], c[i : i + 1], ptr, temperature=x.temperature
+                    )
+                assert x.gen_logprob == pytest.approx(tempered.item(), abs=1e-5)
+            else:
+                assert x.gen_logprob == pytest.approx(-math.log(10 * 9))
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    root = tmp_path_factory.mktemp("gen")
+    write_world(make_world(WorldConfig(seed=2, n_queries=24, n_demos=60)), root / "world")
+    run_embed(
+        EmbedConfig(world=root / "world", out=root / "store.safetensors", k=8, progress=False)
+    )
+    save_pointer(_model(d=32), root / "sft")
+    return root
+
+
+def _gen_cfg(root, out, **kw):
+    return GenConfig(
+        store=root / "store.safetensors",
+        world=root / "world",
+        model=root / "sft",
+        out=out,
+        progress=False,
+        **kw,
+    )
+
+
+def test_run_gen_records_correctness_for_every_candidate(tiny, tmp_path):
+    out = tmp_path / "raw.jsonl"
+    info = run_gen(_gen_cfg(tiny, out))
+    raw = read_raw(out)
+    queries = {
+        json.loads(x)["query_id"]: json.loads(x)
+        for x in (tiny / "world" / "queries.jsonl").read_text().splitlines()
+    }
+    assert len(raw) == info["queries"] == sum(q["split"] == "train" for q in queries.values())
+    store = load_store(tiny / "store.safetensors")
+    for rec in raw:
+        assert rec["candidate_pool"]["candidate_ids"] == store.cand_ids[store.row(rec["query_id"])]
+        for cand in rec["pointer_candidates"]:
+            assert cand["vqa_correct"] in (0, 1) and cand["eval_failed"] is False
+            assert 0.0 <= cand["vqa_acc_score"] <= 1.0 and cand["vqa_pred_answer"]
+            assert cand["vqa_correct"] == int(cand["vqa_acc_score"] >= 1.0)
+    assert manifest.read(out)["notes"]["candidates"]["beam"] > 0
+    assert "skipped" in run_gen(_gen_cfg(tiny, out))
+    plan = run_gen(_gen_cfg(tiny, tmp_path / "dry.jsonl", dry_run=True))
+    assert plan["to_call"] == plan["candidates"] > 0 and not (tmp_path / "dry.jsonl").exists()
+
+
+def _first_example_answer(prompt: str) -> str:
+    """A stand-in VLM: copies the first demonstration's answer."""
+    return re.search(r"^Answer: (.+)$", prompt, flags=re.MULTILINE).group(1)
+
+
+def test_run_gen_through_an_openai_compatible_server(tiny, tmp_path):
+    with FakeModelServer(responder=_first_example_answer, retry_after_s=0.0) as srv:
+        spec = BackendSpec(
+            name="vlm", kind="openai", model="fake-vlm", base_url=srv.openai_base_url, timeout_s=5.0,
+            max_retries=1, concurrency=4, options={"backoff_base_s": 0.01},
+        )  # fmt: skip
+        vqa = build(spec, "vqa", cache=False)
+        out = tmp_path / "raw.jsonl"
+        run_gen(
+            _gen_cfg(tiny, out, proposal=ProposalConfig(num_beams=2, n_per_temp=1, num_random=1)),
+            vqa_model=vqa,
+        )
+        calls = srv.requests
+    raw = read_raw(out)
+    demos = {
+        json.loads(x)["demo_id"]: json.loads(x)
+        for x in (tiny / "world" / "demos.jsonl").read_text().splitlines()
+    }
+    n = 0
+    for rec in raw:
+        pool = rec["candidate_pool"]["candidate_ids"]
+        for cand in rec["pointer_candidates"]:
+            assert cand["vqa_pred_answer"] == demos[pool[cand["pointer"][0]]]["answer"]
+            n += 1
+    assert calls == n
+
+
+def test_failed_calls_are_kept_with_a_reason(tiny, tmp_path):
+    class Flaky:
+        name = "flaky"
+
+        async def answer(self, reqs):
+            return [
+                VQAResult(None, "http 503") if i % 2 else VQAResult("2") for i in range(len(reqs))
+            ]
+
+    out = tmp_path / "raw.jsonl"
+    info = run_gen(_gen_cfg(tiny, out), vqa_model=Flaky())
+    cands = [c for rec in read_raw(out) for c in rec["pointer_candidates"]]
+    failed = [c for c in cands if c["eval_failed"]]
+    assert info["eval_failed"] == len(failed) == len(cands) // 2
+    assert all(c["eval_error"] == "http 503" and c["vqa_correct"] is None for c in failed)

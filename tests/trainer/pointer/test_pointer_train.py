@@ -1,0 +1,169 @@
+"""Training: phases, SFT from labels, and RL from generated data improving held-out selections."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+import torch
+
+from ddai.pipelines.backends import get_backend
+from ddai.pipelines.pointer import vqa
+from ddai.pipelines.pointer.records import query_record
+from ddai.pipelines.pointer.simulator import VQASimulator
+from ddai.pipelines.pointer.store import build_store
+from ddai.pipelines.pointer.world import WorldConfig, make_world
+from ddai.trainer.pointer import decode
+from ddai.trainer.pointer.data import RewardConfig, grouped_rows, label_pointers, process_records
+from ddai.trainer.pointer.generate import ProposalConfig, propose
+from ddai.trainer.pointer.model import PointerConfig, PointerSelector
+from ddai.trainer.pointer.train import OptimConfig, RLConfig, fit_rl, fit_sft, parse_phases
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny models train faster on one thread than fighting over two."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def test_parse_phases():
+    assert parse_phases("rce:1,grpo:3") == [("rce", 1), ("grpo", 3)]
+    assert parse_phases(" reinforcepp ") == [("reinforcepp", 1)]
+    with pytest.raises(ValueError, match="known: sft, rce, grpo, reinforcepp"):
+        parse_phases("rce:1,ppo:2")
+    with pytest.raises(ValueError, match="integer"):
+        parse_phases("grpo:x")
+    with pytest.raises(ValueError, match="cannot share"):
+        parse_phases("sft:3,grpo:1")
+
+
+def test_labels_outside_the_pool_are_dropped():
+    rng = np.random.default_rng(0)
+    store = build_store(
+        ["q0", "q1"],
+        rng.standard_normal((2, 4)),
+        [f"d{i}" for i in range(6)],
+        rng.standard_normal((6, 4)),
+        3,
+    )
+    pool = store.cand_ids[0]
+    rows, ptrs, dropped = label_pointers(
+        {"q0": [pool[2], pool[0]], "q1": ["d-none", pool[0]]}, store, ["q0", "q1", "q9"]
+    )
+    assert rows.tolist() == [0] and ptrs.tolist() == [[2, 0]] and dropped == 2
+
+
+# ---------------------------------------------------------------- the RL pipeline, end to end
+
+
+def _expected_accuracy(model, store, rows, world_q, demos, sim) -> float:
+    """Mean simulator p(correct) of the model's greedy pairs (noise-free held-out accuracy)."""
+    q, c = torch.from_numpy(store.query_emb[rows]), torch.from_numpy(store.cand_emb[rows])
+    ps = []
+    for r, (a, b) in zip(rows, decode.greedy(model, q, c).tolist(), strict=True):
+        pool = store.cand_ids[r]
+        ps.append(sim.p_correct([demos[pool[a]], demos[pool[b]]], world_q[store.query_ids[r]]))
+    return float(np.mean(ps))
+
+
+@pytest.mark.slow
+def test_rce_then_grpo_and_rce_then_reinforcepp_beat_sft_on_held_out_queries():
+    torch.manual_seed(0)
+    world = make_world(WorldConfig(seed=5, n_queries=240, n_demos=400))
+    store = build_store(
+        [q["query_id"] for q in world.queries], world.query_emb,
+        [d["demo_id"] for d in world.demos], world.demo_emb, 16,
+    )  # fmt: skip
+    qa, ca = torch.from_numpy(store.query_emb), torch.from_numpy(store.cand_emb)
+    by_id = {q["query_id"]: q for q in world.queries}
+    demos = {d["demo_id"]: d for d in world.demos}
+    train = [q["query_id"] for q in world.queries if q["split"] == "train"]
+    test_rows = [store.row(q["query_id"]) for q in world.queries if q["split"] == "test"]
+
+    sft = PointerSelector(PointerConfig(d_in=store.dim))
+    rows, ptrs, _ = label_pointers(world.labels, store, train)
+    before = [p.detach().clone() for p in sft.parameters()]
+    hist = fit_sft(sft, qa, ca, rows, ptrs, epochs=20, optim=OptimConfig(lr=3e-3))
+    assert hist[-1]["sft/nll"] < hist[0]["sft/nll"] - 0.5
+    assert all(not torch.equal(a, b) for a, b in zip(before, sft.parameters(), strict=True))
+
+    # generation + correctness from the local simulator backend, as `ddai pointer gen` does
+    sub = store.subset(train)
+    cands = propose(
+        sft, torch.from_numpy(sub.query_emb), torch.from_numpy(sub.cand_emb), ProposalConfig()
+    )
+    items = [
+        (by_id[q], [demos[pool[x.pointer[0]]], demos[pool[x.pointer[1]]]])
+        for q, pool, cs in zip(train, sub.cand_ids, cands, strict=True)
+        for x in cs
+    ]
+    outcomes = iter(vqa.evaluate(get_backend("vqa", "local", cache=False), items))
+    for cs in cands:
+        for x in cs:
+            o = next(outcomes)
+            x.vqa_pred_answer, x.vqa_acc_score, x.vqa_correct = (
+                o.pred_answer,
+                o.acc_score,
+                o.correct,
+            )
+    raw = [
+        query_record(by_id[q], pool, cs)
+        for q, pool, cs in zip(train, sub.cand_ids, cands, strict=True)
+    ]
+    df, dropped = process_records(raw, RewardConfig())
+    assert dropped == {} and set(df["reward"].unique().to_list()) <= {-1.0, 1.0}
+    data = grouped_rows(df, store)
+
+    sim = VQASimulator()
+    base = _expected_accuracy(sft, store, test_rows, by_id, demos, sim)
+    for mode in ("grpo", "reinforcepp"):
+        model = PointerSelector(sft.cfg)
+        model.load_state_dict(sft.state_dict())
+        fit_rl(
+            model,
+            qa,
+            ca,
+            data,
+            [("rce", 3), (mode, 15)],
+            optim=OptimConfig(lr=1e-3, batch_queries=8, weight_decay=1e-2),
+            rl=RLConfig(),
+        )
+        assert _expected_accuracy(model, store, test_rows, by_id, demos, sim) > base + 0.05, mode
+
+
+def test_grouped_rows_keep_groups_contiguous():
+    rng = np.random.default_rng(0)
+    store = build_store(
+        ["a", "b"],
+        rng.standard_normal((2, 4)),
+        [f"d{i}" for i in range(5)],
+        rng.standard_normal((5, 4)),
+        4,
+    )
+    df = pl.DataFrame(
+        {
+            "query_id": ["b", "a", "b"],
+            "pointer": [[0, 1], [1, 2], [2, 3]],
+            "reward": [1.0, -1.0, 0.5],
+            "logprob_score": [-1.0, -2.0, None],
+        }
+    )
+    data = grouped_rows(df, store)
+    assert data.store_row.tolist() == [0, 1, 1] and data.group.tolist() == [0, 1, 1]
+    assert data.pointers.tolist() == [[1, 2], [0, 1], [2, 3]] and data.starts.tolist() == [0, 1, 3]
+    assert torch.isnan(data.old_logp[2])
+    with pytest.raises(ValueError, match="no logprob_score"):
+        fit_rl(
+            PointerSelector(PointerConfig(d_in=4)),
+            torch.from_numpy(store.query_emb),
+            torch.from_numpy(store.cand_emb),
+            data,
+            [("grpo", 1)],
+            optim=OptimConfig(),
+            rl=RLConfig(old_logp="stored"),
+        )
+    with pytest.raises(ValueError, match="not in the embedding store"):
+        grouped_rows(df.with_columns(pl.lit("zz").alias("query_id")), store)

@@ -1,0 +1,205 @@
+"""Pointer training data: raw records → processed rows with rewards (seed 002 §2.2), per-method
+statistics, and the tensors the trainer batches by query group (§4.2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import torch
+from torch import Tensor
+
+from ddai.pipelines import io, manifest
+from ddai.pipelines.pointer import records, stats
+from ddai.pipelines.pointer.store import EmbeddingStore
+from ddai.trainer.pointer.losses import CORRECTNESS_MODES, QUALITY_SOURCES, shape_rewards
+
+
+@dataclass(frozen=True)
+class RewardConfig:
+    """Seed 002 §3.4: reward = clip(alpha·quality + beta·correctness, ±clip)."""
+
+    alpha: float = 0.2  # weight of the quality term
+    beta: float = 1.0  # weight of the correctness term
+    correctness_mode: str = "pm1"  # "01": c; "pm1": 2c − 1
+    quality: str = "none"  # "none", "beam" (beam_score) or "logprob" (logprob_score)
+    use_acc_score: bool = False  # correctness from vqa_acc_score instead of vqa_correct
+    clip: float = 5.0
+
+    def __post_init__(self) -> None:
+        if self.correctness_mode not in CORRECTNESS_MODES:
+            raise ValueError(
+                f"unknown correctness mode {self.correctness_mode!r}; known: {', '.join(CORRECTNESS_MODES)}"
+            )
+        if self.quality not in QUALITY_SOURCES:
+            raise ValueError(
+                f"unknown quality source {self.quality!r}; known: {', '.join(QUALITY_SOURCES)}"
+            )
+        if self.clip <= 0:
+            raise ValueError(f"reward clip must be > 0, got {self.clip}")
+
+
+def _col(df: pl.DataFrame, name: str) -> Tensor:
+    return torch.from_numpy(df[name].cast(pl.Float64).fill_null(float("nan")).to_numpy().copy())
+
+
+def add_rewards(flat: pl.DataFrame, cfg: RewardConfig) -> pl.DataFrame:
+    """``flat`` (evaluated rows only) with a ``reward`` column."""
+    reward = shape_rewards(
+        _col(flat, "vqa_correct"),
+        _col(flat, "vqa_acc_score"),
+        _col(flat, "beam_score"),
+        _col(flat, "logprob_score"),
+        alpha=cfg.alpha,
+        beta=cfg.beta,
+        correctness_mode=cfg.correctness_mode,
+        quality=cfg.quality,
+        use_acc_score=cfg.use_acc_score,
+        clip=cfg.clip,
+    )
+    return flat.with_columns(pl.Series("reward", reward.numpy()))
+
+
+def process_records(
+    raw: list[dict[str, Any]], cfg: RewardConfig
+) -> tuple[pl.DataFrame, dict[str, int]]:
+    """Flatten, drop rows whose evaluation failed (counted by reason), add rewards."""
+    flat = records.flatten(raw)
+    failed = flat.filter(pl.col("eval_failed"))
+    dropped = {f"eval_failed: {r}": n for r, n in failed.group_by("eval_error").len().iter_rows()}
+    return add_rewards(flat.filter(~pl.col("eval_failed")), cfg), dropped
+
+
+@dataclass(frozen=True)
+class ProcessConfig:
+    raw: Path  # raw JSONL from `ddai pointer gen`
+    out: Path  # processed Parquet
+    reward: RewardConfig = RewardConfig()
+    force: bool = False
+
+
+def stats_path(out: Path) -> Path:
+    return out.with_name(out.stem + ".stats.parquet")
+
+
+def run_process(cfg: ProcessConfig) -> dict[str, Any]:
+    """Write the processed rows and the per-``gen_method`` statistics table, with manifests."""
+    if cfg.out.suffix != ".parquet":
+        raise ValueError(f"--out {cfg.out}: processed pointer data is written as .parquet")
+    params = asdict(cfg.reward)
+    if not cfg.force and manifest.is_fresh(cfg.out, "pointer.process", params, [cfg.raw]):
+        return {"out": str(cfg.out), "skipped": "inputs and parameters unchanged (--force reruns)"}
+    record = manifest.start("pointer.process", params, [cfg.raw])
+    raw = records.read_raw(cfg.raw)
+    k = max((r["candidate_pool"]["size"] for r in raw), default=2)
+    df, dropped = process_records(raw, cfg.reward)
+    table = stats.gen_method_stats(records.flatten(raw), k)
+    io.write_parquet(cfg.out, df.to_arrow())
+    io.write_parquet(stats_path(cfg.out), table.to_arrow())
+    record.rows_in, record.rows_out = df.height + sum(dropped.values()), df.height
+    for reason, n in dropped.items():
+        record.drop(reason, n)
+    manifest.write(cfg.out, record)
+    stats_record = manifest.start("pointer.stats", {"k": k}, [cfg.raw])
+    stats_record.rows_in, stats_record.rows_out = record.rows_in, table.height
+    manifest.write(stats_path(cfg.out), stats_record)
+    return {
+        "out": str(cfg.out),
+        "stats": str(stats_path(cfg.out)),
+        "rows": df.height,
+        "queries": df["query_id"].n_unique(),
+        "dropped": sum(dropped.values()),
+        "mean reward": round(float(df["reward"].mean()), 4) if df.height else None,
+        **{
+            f"{key}/{r['gen_method']}": _round(r[col]) if col != "n" else r["n"]
+            for r in table.iter_rows(named=True)
+            for key, col in (("n", "n"), ("correct", "mean_correct"), ("top2_share", "top2_share"))
+        },
+    }
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(float(x), 4)
+
+
+# ---------------------------------------------------------------- tensors
+
+
+@dataclass
+class GroupedRows:
+    """Rows grouped by query: ``store_row [B]`` (row into the store), ``pointers [B, 2]``,
+    ``rewards [B]``, ``old_logp [B]`` and ``group [B]`` (0..G-1, rows of a group contiguous)."""
+
+    store_row: Tensor
+    pointers: Tensor
+    rewards: Tensor
+    old_logp: Tensor
+    group: Tensor
+    starts: Tensor  # [G + 1]: rows of group g are starts[g]:starts[g+1]
+
+    @property
+    def n_groups(self) -> int:
+        return int(self.starts.numel() - 1)
+
+    def rows_of(self, groups: Tensor) -> Tensor:
+        """Row indices ``[b]`` of the given groups, group by group."""
+        return torch.cat(
+            [torch.arange(int(self.starts[g]), int(self.starts[g + 1])) for g in groups.tolist()]
+        )
+
+
+def grouped_rows(df: pl.DataFrame, store: EmbeddingStore) -> GroupedRows:
+    """Tensors of processed rows whose query the store holds (others raise: a mismatch)."""
+    missing = sorted(set(df["query_id"].unique().to_list()) - set(store.query_ids))
+    if missing:
+        raise ValueError(
+            f"{len(missing)} queries of the data are not in the embedding store (first: {missing[0]}); "
+            "use the store the data was generated from"
+        )
+    df = df.with_columns(
+        pl.col("query_id")
+        .replace_strict({q: i for i, q in enumerate(store.query_ids)}, return_dtype=pl.Int64)
+        .alias("_row")
+    )
+    df = df.with_row_index("_order").sort(["_row", "_order"])
+    row = torch.from_numpy(df["_row"].to_numpy().copy())
+    _, group = torch.unique_consecutive(row, return_inverse=True)
+    counts = torch.bincount(group)
+    starts = torch.cat([torch.zeros(1, dtype=torch.long), counts.cumsum(0)])
+    old = df["logprob_score"].cast(pl.Float64).fill_null(float("nan")).to_numpy()
+    return GroupedRows(
+        store_row=row,
+        pointers=torch.from_numpy(np.array(df["pointer"].to_list(), dtype=np.int64).reshape(-1, 2)),
+        rewards=torch.from_numpy(df["reward"].cast(pl.Float64).to_numpy().copy()).float(),
+        old_logp=torch.from_numpy(old.copy()).float(),
+        group=group,
+        starts=starts,
+    )
+
+
+def label_pointers(
+    labels: dict[str, list[str]], store: EmbeddingStore, query_ids: list[str]
+) -> tuple[Tensor, Tensor, int]:
+    """SFT targets: ``(store_row [N], pointers [N, 2], dropped)`` for labeled queries whose two
+    labeled demonstrations are both in the query's pool (others are dropped and counted)."""
+    rows, ptrs, dropped = [], [], 0
+    for qid in query_ids:
+        pair = labels.get(qid)
+        if pair is None or qid not in store:
+            dropped += 1
+            continue
+        pool = store.cand_ids[store.row(qid)]
+        if pair[0] not in pool or pair[1] not in pool or pair[0] == pair[1]:
+            dropped += 1
+            continue
+        rows.append(store.row(qid))
+        ptrs.append([pool.index(pair[0]), pool.index(pair[1])])
+    return (
+        torch.tensor(rows, dtype=torch.long),
+        torch.tensor(ptrs, dtype=torch.long).reshape(-1, 2),
+        dropped,
+    )

@@ -1,0 +1,347 @@
+"""``ddai pointer train``: supervised training from labels, then RL phases on generated data
+(seed 002 §4): RCE warm-up with a temperature schedule, then GRPO (PPO ratio against the stored
+``old_log_probs``) or REINFORCE++, e.g. ``--phases rce:1,grpo:3`` in one run.
+
+Batches are whole query groups (``batch_queries`` queries with all their candidates), so the
+group-relative quantities (RCE weights) are exact inside a batch; advantages are computed once
+per phase over all rows.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import torch
+from torch import Tensor
+
+from ddai.pipelines import io, manifest
+from ddai.pipelines.pointer.progress import bar
+from ddai.pipelines.pointer.store import load_store
+from ddai.pipelines.pointer.world import load_world
+from ddai.trainer.pointer import losses
+from ddai.trainer.pointer.data import GroupedRows, grouped_rows, label_pointers
+from ddai.trainer.pointer.model import (
+    WEIGHTS_FILE,
+    PointerConfig,
+    PointerSelector,
+    load_pointer,
+    save_pointer,
+)
+
+RL_MODES = ("rce", "grpo", "reinforcepp")
+MODES = ("sft", *RL_MODES)
+OLD_LOGP_SOURCES = ("stored", "phase", "epoch")
+
+
+def parse_phases(text: str) -> list[tuple[str, int]]:
+    """``"rce:1,grpo:3"`` → ``[("rce", 1), ("grpo", 3)]`` (a bare mode means 1 epoch)."""
+    phases = []
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        mode, _, epochs = part.partition(":")
+        if mode not in MODES:
+            raise ValueError(
+                f"unknown training mode {mode!r} in phases {text!r}; known: {', '.join(MODES)}"
+            )
+        try:
+            n = int(epochs) if epochs else 1
+        except ValueError:
+            raise ValueError(f"phase {part!r}: epochs must be an integer, e.g. {mode}:2") from None
+        if n < 1:
+            raise ValueError(f"phase {part!r}: epochs must be >= 1")
+        phases.append((mode, n))
+    if not phases:
+        raise ValueError("no phases given; e.g. --phases rce:1,grpo:3")
+    if ("sft" in {m for m, _ in phases}) and len(phases) > 1:
+        raise ValueError("sft trains from labels and cannot share a run with RL phases")
+    return phases
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    lr: float = 1e-3  # Adam learning rate (seed: RL 3-10x below SFT)
+    weight_decay: float = 0.0
+    batch_queries: int = 32  # query groups per step
+    grad_clip: float = 1.0  # max grad norm (0: off)
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class RLConfig:
+    norm: str = "zscore"  # reward normalization within a query: zscore | minmax | none
+    adv_clip: float = 5.0  # advantages clipped to ±adv_clip
+    clip_eps: float = 0.2  # PPO ratio clip
+    kl_coef: float = 0.0  # weight of the k3 KL penalty against the old policy
+    rce_t_start: float = 2.0  # RCE temperature at the first step of its phase
+    rce_t_end: float = 0.5  # ... at the last step
+    # π_old of the ratio: "stored" logprob_score (the generating model, fixed for the run, seed
+    # §4.4.2) or the policy itself at the start of each "phase" / "epoch" (iterated PPO over the
+    # fixed candidates; on the fixtures "stored" keeps the policy within one clip width of SFT)
+    old_logp: str = "epoch"
+    reinforcepp_clip: bool = True  # REINFORCE++ with the ratio clip ("light PPO"); else plain
+
+    def __post_init__(self) -> None:
+        if self.norm not in losses.NORMALIZERS:
+            raise ValueError(
+                f"unknown normalization {self.norm!r}; known: {', '.join(losses.NORMALIZERS)}"
+            )
+        if self.old_logp not in OLD_LOGP_SOURCES:
+            raise ValueError(
+                f"unknown old_logp source {self.old_logp!r}; known: {', '.join(OLD_LOGP_SOURCES)}"
+            )
+
+
+def _step(
+    model: PointerSelector, opt: torch.optim.Optimizer, loss: Tensor, grad_clip: float
+) -> None:
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    if grad_clip > 0:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    opt.step()
+
+
+def _mean_metrics(items: list[dict[str, float]]) -> dict[str, float]:
+    keys = {k for m in items for k in m}
+    return {
+        k: sum(m[k] for m in items if k in m) / sum(k in m for m in items) for k in sorted(keys)
+    }
+
+
+def _optimizer(model: PointerSelector, optim: OptimConfig) -> torch.optim.Optimizer:
+    return torch.optim.Adam(model.parameters(), lr=optim.lr, weight_decay=optim.weight_decay)
+
+
+def fit_sft(
+    model: PointerSelector,
+    query_emb: Tensor,
+    cand_emb: Tensor,
+    store_row: Tensor,
+    pointers: Tensor,
+    *,
+    epochs: int,
+    optim: OptimConfig,
+    progress: bool = False,
+) -> list[dict[str, Any]]:
+    """Cross-entropy on labeled pointers. ``query_emb [N, d]``, ``cand_emb [N, K, d]`` (the
+    store), ``store_row [L]`` and ``pointers [L, 2]`` the labeled examples."""
+    gen = torch.Generator().manual_seed(optim.seed)
+    opt = _optimizer(model, optim)
+    n, bs = store_row.numel(), optim.batch_queries
+    history = []
+    model.train()
+    with bar("sft", epochs * ((n + bs - 1) // bs), enabled=progress) as advance:
+        for epoch in range(epochs):
+            seen = []
+            for idx in torch.randperm(n, generator=gen).split(bs):
+                rows = store_row[idx]
+                logp = model.sequence_log_prob(query_emb[rows], cand_emb[rows], pointers[idx])
+                loss, metrics = losses.sft_loss(logp)
+                _step(model, opt, loss, optim.grad_clip)
+                seen.append(metrics)
+                advance(1)
+            history.append({"phase": 0, "mode": "sft", "epoch": epoch, **_mean_metrics(seen)})
+    return history
+
+
+@torch.no_grad()
+def _policy_logp(
+    model: PointerSelector, query_emb: Tensor, cand_emb: Tensor, data: GroupedRows
+) -> Tensor:
+    model.eval()
+    rows = data.store_row
+    out = model.sequence_log_prob(query_emb[rows], cand_emb[rows], data.pointers)
+    model.train()
+    return out
+
+
+def fit_rl(
+    model: PointerSelector,
+    query_emb: Tensor,
+    cand_emb: Tensor,
+    data: GroupedRows,
+    phases: list[tuple[str, int]],
+    *,
+    optim: OptimConfig,
+    rl: RLConfig,
+    progress: bool = False,
+) -> list[dict[str, Any]]:
+    """Run RL phases in order on grouped rows (one optimizer across phases)."""
+    gen = torch.Generator().manual_seed(optim.seed)
+    opt = _optimizer(model, optim)
+    g, bs = data.n_groups, optim.batch_queries
+    steps_per_epoch = (g + bs - 1) // bs
+    groups_rows = [torch.arange(int(data.starts[i]), int(data.starts[i + 1])) for i in range(g)]
+    normed = losses.group_normalize(data.rewards, data.group, rl.norm)
+    if rl.old_logp == "stored" and torch.isnan(data.old_logp).any():
+        raise ValueError("some rows have no logprob_score; pass old_logp='phase' to recompute them")
+    history: list[dict[str, Any]] = []
+    model.train()
+    total = sum(e for _, e in phases) * steps_per_epoch
+    with bar("rl", total, enabled=progress) as advance:
+        for p, (mode, epochs) in enumerate(phases):
+            if mode not in RL_MODES:
+                raise ValueError(f"fit_rl runs {', '.join(RL_MODES)}; got {mode!r}")
+            adv = None
+            if mode != "rce":
+                adv = losses.get_advantage(mode)(
+                    data.rewards, data.group, norm=rl.norm, clip=rl.adv_clip
+                )
+            old = data.old_logp
+            if rl.old_logp == "phase":
+                old = _policy_logp(model, query_emb, cand_emb, data)
+            step, phase_steps = 0, epochs * steps_per_epoch
+            for epoch in range(epochs):
+                if rl.old_logp == "epoch":
+                    old = _policy_logp(model, query_emb, cand_emb, data)
+                seen = []
+                for batch in torch.randperm(g, generator=gen).split(bs):
+                    rows = torch.cat([groups_rows[i] for i in batch.tolist()])
+                    sr = data.store_row[rows]
+                    logp = model.sequence_log_prob(query_emb[sr], cand_emb[sr], data.pointers[rows])
+                    if mode == "rce":
+                        t = losses.rce_temperature(
+                            step, phase_steps, start=rl.rce_t_start, end=rl.rce_t_end
+                        )
+                        loss, metrics = losses.rce_loss(
+                            logp, normed[rows], data.group[rows], temperature=t
+                        )
+                    elif mode == "grpo":
+                        loss, metrics = losses.grpo_loss(
+                            logp, old[rows], adv[rows], clip_eps=rl.clip_eps, kl_coef=rl.kl_coef
+                        )
+                    else:
+                        loss, metrics = losses.reinforcepp_loss(
+                            logp,
+                            adv[rows],
+                            old_logp=old[rows] if rl.reinforcepp_clip else None,
+                            clip_eps=rl.clip_eps if rl.reinforcepp_clip else None,
+                            kl_coef=rl.kl_coef,
+                        )
+                    _step(model, opt, loss, optim.grad_clip)
+                    seen.append(metrics)
+                    step += 1
+                    advance(1)
+                history.append({"phase": p, "mode": mode, "epoch": epoch, **_mean_metrics(seen)})
+    return history
+
+
+# ---------------------------------------------------------------- the command
+
+
+@dataclass(frozen=True)
+class PointerTrainConfig:
+    store: Path  # embedding store
+    out: Path  # checkpoint folder to write
+    phases: tuple[tuple[str, int], ...]  # e.g. (("sft", 30),) or (("rce", 1), ("grpo", 3))
+    world: Path | None = None  # sft: world folder with sft_labels.jsonl and the splits
+    data: Path | None = None  # rl: processed Parquet from `ddai pointer process`
+    init: Path | None = None  # start from this checkpoint (rl: required)
+    split: str = "train"  # sft: train on labeled queries of this split
+    d_model: int = 64
+    scoring: str = "bilinear"
+    optim: OptimConfig = OptimConfig()
+    rl: RLConfig = field(default_factory=RLConfig)
+    progress: bool = True
+
+    @property
+    def is_sft(self) -> bool:
+        return self.phases[0][0] == "sft"
+
+    def check(self) -> None:
+        if self.is_sft and self.world is None:
+            raise ValueError("--mode sft needs --world (the folder with sft_labels.jsonl)")
+        if not self.is_sft and (self.data is None or self.init is None):
+            raise ValueError(
+                "RL phases need --data (from `ddai pointer process`) and --init (the SFT checkpoint)"
+            )
+
+
+def run_train(cfg: PointerTrainConfig) -> dict[str, Any]:
+    """Train and write ``out/model.safetensors``, ``config.json``, ``history.jsonl`` + manifest."""
+    cfg.check()
+    torch.manual_seed(cfg.optim.seed)
+    store = load_store(cfg.store)
+    q_all, c_all = torch.from_numpy(store.query_emb), torch.from_numpy(store.cand_emb)
+    if cfg.init is not None:
+        model = load_pointer(cfg.init)
+        if model.cfg.d_in != store.dim:
+            raise ValueError(
+                f"--init {cfg.init} expects d={model.cfg.d_in}, the store has d={store.dim}"
+            )
+    else:
+        model = PointerSelector(
+            PointerConfig(d_in=store.dim, d_model=cfg.d_model, scoring=cfg.scoring)
+        )
+    before = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    inputs: list[Path] = [cfg.store]
+    inputs += [cfg.data] if cfg.data is not None else []
+    inputs += [cfg.init / WEIGHTS_FILE] if cfg.init is not None else []
+    params = {
+        "phases": [list(p) for p in cfg.phases],
+        "split": cfg.split,
+        "d_model": cfg.d_model,
+        "scoring": cfg.scoring,
+        "optim": asdict(cfg.optim),
+        "rl": asdict(cfg.rl),
+    }
+    summary: dict[str, Any] = {
+        "out": str(cfg.out),
+        "phases": ",".join(f"{m}:{e}" for m, e in cfg.phases),
+    }
+    if cfg.is_sft:
+        world = load_world(cfg.world, embeddings=False)
+        inputs.append(cfg.world / "sft_labels.jsonl")
+        record = manifest.start("pointer.train", params, inputs, seed=cfg.optim.seed)
+        rows, ptrs, dropped = label_pointers(
+            world.labels, store, _split_ids(world.queries, cfg.split)
+        )
+        if rows.numel() == 0:
+            raise ValueError(
+                f"no labeled {cfg.split!r} query has both labeled demonstrations in its pool"
+            )
+        history = fit_sft(
+            model,
+            q_all,
+            c_all,
+            rows,
+            ptrs,
+            epochs=cfg.phases[0][1],
+            optim=cfg.optim,
+            progress=cfg.progress,
+        )
+        record.rows_in, record.rows_out = rows.numel() + dropped, rows.numel()
+        record.drop("label not in pool or missing", dropped)
+        summary |= {"examples": rows.numel(), "dropped": dropped}
+    else:
+        record = manifest.start("pointer.train", params, inputs, seed=cfg.optim.seed)
+        data = grouped_rows(pl.read_parquet(cfg.data), store)
+        history = fit_rl(
+            model,
+            q_all,
+            c_all,
+            data,
+            list(cfg.phases),
+            optim=cfg.optim,
+            rl=cfg.rl,
+            progress=cfg.progress,
+        )
+        record.rows_in = record.rows_out = data.pointers.shape[0]
+        summary |= {"rows": data.pointers.shape[0], "queries": data.n_groups}
+    changed = sum(not torch.equal(before[k], v) for k, v in model.state_dict().items())
+    save_pointer(model, cfg.out, metadata={"phases": summary["phases"]})
+    io.write_text(cfg.out / "history.jsonl", "".join(json.dumps(h) + "\n" for h in history))
+    record.notes = {"final": history[-1] if history else {}, "tensors_changed": changed}
+    manifest.write(cfg.out / WEIGHTS_FILE, record)
+    last = history[-1] if history else {}
+    return summary | {
+        "tensors changed": changed,
+        **{k: round(v, 4) for k, v in last.items() if isinstance(v, float)},
+    }
+
+
+def _split_ids(queries: list[dict[str, Any]], split: str) -> list[str]:
+    return [q["query_id"] for q in queries if q.get("split") == split]
