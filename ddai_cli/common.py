@@ -48,7 +48,7 @@ ThresholdOpt = Annotated[
 
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:
     """Print a clear error and return the Exit to raise (``raise fail(...)``)."""
-    err_console.print(f"[bold red]error:[/] {escape(message)}")
+    err_console.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
     return typer.Exit(code)
 
 
