@@ -13,6 +13,9 @@ FIXTURES = ROOT / "fixtures"
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# The suite runs one pytest worker per core; tiny torch models are far slower when each worker
+# also spreads its kernels over every core.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 @pytest.fixture
