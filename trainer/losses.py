@@ -291,3 +291,25 @@ def rce_loss(
 
 # ---------------------------------------------------------------------------- value-head losses
 # MC tokenwise MSE, pairwise ranking and TD(λ) for the value head live here (trainer/value.py).
+
+
+# ----------------------------------------------------------------------------- value head and PPO
+# The value-head losses live in ``value_losses`` (which imports this module); re-exported here so
+# the trainer's math is reachable from one place.
+from ddai.trainer.value_losses import (  # noqa: E402
+    clipped_value_loss,
+    hybrid_value_loss,
+    kl_penalized_rewards,
+    mc_value_loss,
+    pairwise_ranking_loss,
+    td_lambda_targets,
+)
+
+__all__ += [
+    "clipped_value_loss",
+    "hybrid_value_loss",
+    "kl_penalized_rewards",
+    "mc_value_loss",
+    "pairwise_ranking_loss",
+    "td_lambda_targets",
+]

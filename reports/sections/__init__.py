@@ -13,6 +13,7 @@ from ddai.reports.sections import (
     judge_ndcg,
     outcomes,
     overview,
+    value_curves,
 )
 
 SECTIONS: tuple[tuple[str, SectionBuilder], ...] = (
@@ -24,4 +25,6 @@ SECTIONS: tuple[tuple[str, SectionBuilder], ...] = (
     ("search behaviour", behaviour.build),
     ("run comparison", compare.build),
     ("trajectory browser", browser.build),
+    # Value-head views (issue 10) come after the eight core sections, keeping their numbering.
+    ("value curves", value_curves.build),
 )

@@ -1,0 +1,220 @@
+"""``ddai train value`` and ``ddai value score`` on a fixture run with a tiny model: metrics and a
+loadable checkpoint, per-turn values written back as a new partition, errors that name the fix."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from ddai.cli.app import app
+from ddai.pipelines.store import read_rollouts, run_manifest, write_run
+from ddai.trainer.tiny import TinySpec, build_tiny, read_texts
+from ddai.trainer.value import load_value_model
+from ddai.trainer.value_data import PROMPT_TOO_LONG, tokenize_rollouts
+
+FIXTURES = Path(__file__).parents[2] / "fixtures"
+runner = CliRunner()
+
+
+def said(res) -> str:
+    """The command's output with rich's line wrapping undone."""
+    return " ".join(res.output.split())
+
+
+SYSTEM = "You are a search agent."
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    root = tmp_path_factory.mktemp("vcli")
+    src = FIXTURES / "logs" / "curriculum.jsonl"
+    rows = [json.loads(line) for line in src.read_text("utf-8").splitlines()]
+    write_run(root / "logs", "cur", rows, sources=[{"path": str(src)}])
+    tiny = build_tiny(
+        root / "tiny",
+        texts=read_texts([src]),
+        spec=TinySpec(vocab_size=1024, hidden_size=32, num_hidden_layers=2),
+    )
+    (root / "system.txt").write_text(SYSTEM, encoding="utf-8")
+    ckpt = root / "value"
+    res = runner.invoke(
+        app,
+        [
+            "train", "value", "--model", str(tiny), "--out", str(ckpt), "--logs", str(root / "logs"),
+            "--unfreeze", "1", "--head", "mlp", "--max-steps", "3", "--batch-size", "2", "--eval-steps", "2",
+            "--max-length", "256", "--head-lr", "1e-3", "--trunk-lr", "1e-4", "--json",
+            "--system-prompt", str(root / "system.txt"),
+        ],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    return root, tiny, ckpt, json.loads(res.stdout)
+
+
+def test_train_value_logs_metrics_and_saves_a_checkpoint(world):
+    _, _, ckpt, summary = world
+    assert summary["steps"] == 3 and summary["head"] == "mlp" and summary["unfreeze"] == 1
+    assert summary["rollouts"] == 72 and summary["train_pairs"] > 0 and summary["val_prompts"] > 0
+    metrics = [json.loads(line) for line in (ckpt / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [0, 1, 2, 3]
+    for key in ("value/pairwise_loss", "value/mc_mse", "value/loss", "value/pairwise_acc"):
+        assert all(key in m for m in metrics[1:])
+    assert {"value/eval_pairwise_acc", "value/eval_auc", "value/eval_mc_mse"} <= set(
+        metrics[2]
+    ) & set(metrics[0])
+    assert 0.0 <= summary["after value/eval_auc"] <= 1.0
+    model, _ = load_value_model(ckpt)
+    assert model.head_type == "mlp" and model.unfreeze == 1
+
+
+def test_value_score_writes_turn_values_into_a_new_run(world):
+    root, _, ckpt, _ = world
+    logs = root / "logs"
+    res = runner.invoke(
+        app,
+        [
+            "value",
+            "score",
+            "--checkpoint",
+            str(ckpt),
+            "--logs",
+            str(logs),
+            "--run",
+            "cur",
+            "--out-run",
+            "cur_v",
+            "--max-length",
+            "256",
+            "--json",
+            "--system-prompt",
+            str(root / "system.txt"),
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.stdout)
+    assert (
+        summary["runs"] == {"cur": "cur_v"}
+        and summary["rollouts"] == 72
+        and summary["turns_valued"] > 72
+    )
+    before = read_rollouts(logs, ["cur"]).to_pylist()
+    after = read_rollouts(logs, ["cur_v"]).to_pylist()
+    assert all(t["value"] is None for r in before for t in r["turns"])  # the source is untouched
+    assert len(after) == 72 and all(r["run_id"] == "cur_v" for r in after)
+    forced = [t for r in after for t in r["turns"] if t["forced"]]
+    assert forced and all(t["value"] is None for t in forced)
+    assert all(r["turns"][0]["value"] is not None for r in after)
+    manifest = run_manifest(logs, "cur_v")
+    assert manifest["value_scored"]["from_run"] == "cur" and manifest["sources"]
+    # The first turn's value is the head's value at the position before its first policy token.
+    model, tok = load_value_model(ckpt)
+    model.eval()
+    item = tokenize_rollouts([after[5]], tok, system_prompt=SYSTEM, max_length=256).rollouts[0]
+    ids = torch.tensor([item.prompt_ids + item.completion_ids])
+    with torch.no_grad():
+        want = model(ids, torch.ones_like(ids))[0, len(item.prompt_ids) - 1 + item.turn_starts[1]]
+    assert after[5]["turns"][1]["value"] == pytest.approx(float(want), abs=1e-5)
+
+
+def test_value_score_in_place_replaces_the_partition(world, tmp_path):
+    root, _, ckpt, _ = world
+    logs = tmp_path / "logs"
+    write_run(logs, "one", read_rollouts(root / "logs", ["cur"]).to_pylist()[:4])
+    base = [
+        "value",
+        "score",
+        "--checkpoint",
+        str(ckpt),
+        "--logs",
+        str(logs),
+        "--max-length",
+        "128",
+        "--json",
+    ]
+    res = runner.invoke(app, base)  # the bundled system prompt alone is longer than 128 tokens
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["dropped"] == {PROMPT_TOO_LONG: 4}
+    res = runner.invoke(app, [*base, "--system-prompt", str(root / "system.txt")])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["runs"] == {"one": "one"}
+    rows = read_rollouts(logs, ["one"]).to_pylist()
+    assert len(rows) == 4 and all(r["turns"][0]["value"] is not None for r in rows)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--target", "ndcg"], "--target"),
+        (["--bin-edges", "0.5", "--bin-weights", "1"], "one weight per bin"),
+        (["--bin-edges", "a,b"], "comma-separated"),
+        (["--pairwise-coef", "0", "--mc-coef", "0"], "not both 0"),
+        (["--success-threshold", "2"], "no pairs"),
+        (["--max-length", "8"], "raise --max-length"),
+    ],
+)
+def test_train_value_bad_input_exits_2_naming_the_flag(world, tmp_path, args, message):
+    root, tiny, _, _ = world
+    base = [
+        "train",
+        "value",
+        "--model",
+        str(tiny),
+        "--out",
+        str(tmp_path / "o"),
+        "--logs",
+        str(root / "logs"),
+    ]
+    base += ["--max-length", "128", "--system-prompt", str(root / "system.txt")]
+    res = runner.invoke(app, base + args)
+    assert res.exit_code == 2, res.output
+    assert message in said(res)
+
+
+def test_value_score_bad_input(world, tmp_path):
+    root, tiny, ckpt, _ = world
+    res = runner.invoke(app, ["value", "score", "--checkpoint", str(tmp_path / "none")])
+    assert res.exit_code == 2 and "ddai train value" in said(res)
+    res = runner.invoke(
+        app,
+        [
+            "value",
+            "score",
+            "--checkpoint",
+            str(ckpt),
+            "--logs",
+            str(root / "logs"),
+            "--out-run",
+            "x",
+        ],
+    )
+    assert res.exit_code == 2 and "exactly one --run" in said(res)
+    res = runner.invoke(
+        app, ["value", "score", "--checkpoint", str(tiny), "--logs", str(root / "logs")]
+    )
+    assert res.exit_code == 2 and "not a value checkpoint" in said(res)
+
+
+def test_train_value_continues_a_checkpoint_with_its_head(world, tmp_path):
+    root, _, ckpt, _ = world
+    base = [
+        "train",
+        "value",
+        "--model",
+        str(ckpt),
+        "--logs",
+        str(root / "logs"),
+        "--max-length",
+        "128",
+    ]
+    base += ["--system-prompt", str(root / "system.txt"), "--max-steps", "1", "--val-fraction", "0"]
+    res = runner.invoke(app, [*base, "--out", str(tmp_path / "more"), "--unfreeze", "0", "--json"])
+    assert res.exit_code == 0, res.output
+    model, _ = load_value_model(tmp_path / "more")
+    assert model.head_type == "mlp" and model.unfreeze == 0
+    # The first checkpoint trained a trunk layer, so the continuation carries the trunk along.
+    assert (tmp_path / "more" / "trunk").is_dir()
+    res = runner.invoke(app, [*base, "--out", str(tmp_path / "x"), "--head", "linear"])
+    assert res.exit_code == 2 and "holds a head of type mlp" in said(res)

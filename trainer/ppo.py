@@ -1,0 +1,476 @@
+"""``ddai train ppo``: PPO over the multi-turn search environment with a value head as critic
+(seed 003). TRL 1.16 has no PPO trainer, so this is ddai's own compact loop over the trainer's
+pieces: the same environment, lock-step rollouts, streamed judge reward and rollout log as
+``ddai train grpo``; the PPO clipped token loss of ``losses``, ``gae`` of ``advantages``.
+
+One step:
+
+1. rollouts: ``batch_size`` episodes (``batch_size / n_agent`` prompts) sampled from the policy;
+   each is scored with the GRPO reward (format gate, judge, NDCG);
+2. with no gradient: the policy's log-probs of its own tokens (the "old" policy), the frozen
+   reference's, and the critic's values, all aligned to completion tokens;
+3. per-token rewards: ``−β·KL(π_old ‖ π_ref)`` on every policy token (k1 or k3) plus the outcome on
+   the last policy token; observation tokens get nothing;
+4. GAE(γ, λ) over policy tokens only: observation spans are skipped, not episode ends, so the next
+   policy token's value bootstraps across them; advantages optionally whitened over the batch;
+5. ``ppo_epochs`` passes over shuffled mini-batches: the clipped surrogate for the policy and the
+   (optionally clipped) value loss for the critic, each with its own optimizer.
+
+Dropout is off in every forward pass (seed 003: it makes ratios and KL unreliable).
+Metrics go to ``<out>/metrics.jsonl``; the policy is saved to ``<out>``, the critic to
+``<out>/critic`` (a value checkpoint), every step's rollouts to the log store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import os
+import random
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ddai.pipelines import workspace
+from ddai.trainer import value_losses as vl
+from ddai.trainer.advantages import gae, masked_whiten
+from ddai.trainer.common import TrainConfigError
+from ddai.trainer.data import Task
+from ddai.trainer.losses import KL_ESTIMATORS, masked_mean, ppo_loss
+from ddai.trainer.value import ValueModel, position_ids
+from ddai.trainer.value_data import Batch, pad_batch
+from ddai.trainer.value_train import MetricsLog, device
+
+CRITIC_DIR = "critic"
+
+
+@dataclass
+class PPORunConfig:
+    """One PPO run; every field has a flag in ``ddai train ppo``. Reward, environment and backend
+    fields have the names and meaning of ``GRPORunConfig``'s."""
+
+    model: str
+    data: Path
+    corpus: Path
+    output_dir: Path
+    critic: str | None = None
+    """A value checkpoint (``ddai train value``); None: a fresh head on the policy's trunk."""
+    critic_head: str = "linear"
+    """Head of a fresh critic: ``linear`` or ``mlp``."""
+    critic_unfreeze: int | None = None
+    """Top critic trunk layers that train; None: the checkpoint's setting, or 2 for a fresh critic."""
+    run_id: str | None = None
+    logs: Path | None = None
+    reward: str = "curriculum"
+    w_judge: float | None = None
+    w_ndcg: float | None = None
+    w_format: float | None = None
+    bias: float | None = None
+    gate: bool | None = None
+    n_agent: int = 1
+    batch_size: int = 8
+    """Rollouts per step (a multiple of ``n_agent``)."""
+    mini_batch_size: int | None = None
+    """Rollouts per optimizer step; default: the whole batch."""
+    ppo_epochs: int = 4
+    max_steps: int = 10
+    learning_rate: float = 1e-6
+    critic_lr: float = 1e-4
+    """Learning rate of the critic's head."""
+    critic_trunk_lr: float = 1e-5
+    """Learning rate of the critic's trainable trunk layers."""
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    vf_clip: float | None = 0.2
+    """Value clip range around the rollout-time values; None: unclipped value loss."""
+    kl_coef: float = 0.05
+    kl_estimator: str = "k1"
+    gamma: float = 1.0
+    lam: float = 0.95
+    whiten_advantages: bool = True
+    temperature: float = 1.0
+    max_turns: int = 7
+    search_k: int = 5
+    force_completion: bool = True
+    restrict_to_doc: bool = False
+    max_turn_tokens: int = 256
+    max_completion_tokens: int = 1024
+    obs_max_tokens: int = 256
+    search: str | None = None
+    generator: str | None = None
+    judge: str | None = None
+    reward_timeout: float = 90.0
+    limit: int | None = None
+    grad_clip: float = 1.0
+    dtype: str = "float32"
+    seed: int = 0
+    progress: bool = True
+
+    def check(self) -> None:
+        """Fail on bad settings before any model is loaded; messages name the flag."""
+        if self.n_agent < 1 or self.batch_size < 1 or self.batch_size % self.n_agent:
+            raise TrainConfigError(
+                f"--batch-size {self.batch_size} must be a positive multiple of --n-agent "
+                f"{self.n_agent} (rollouts per step = prompts × n_agent)"
+            )
+        if self.mini_batch_size is not None and not 1 <= self.mini_batch_size <= self.batch_size:
+            raise TrainConfigError(
+                f"--mini-batch-size must be in 1..--batch-size ({self.batch_size})"
+            )
+        for name in ("ppo_epochs", "max_steps"):
+            if getattr(self, name) < 1:
+                raise TrainConfigError(f"--{name.replace('_', '-')} must be >= 1")
+        if self.kl_estimator not in KL_ESTIMATORS:
+            raise TrainConfigError(
+                f"--kl-estimator {self.kl_estimator!r}: use one of {', '.join(sorted(KL_ESTIMATORS))}"
+            )
+        if not (0 <= self.gamma <= 1 and 0 <= self.lam <= 1):
+            raise TrainConfigError(
+                f"--gamma and --lam must be in [0, 1], got {self.gamma}, {self.lam}"
+            )
+        if self.clip_low <= 0 or self.clip_high <= 0 or self.kl_coef < 0:
+            raise TrainConfigError("--clip-low and --clip-high must be > 0 and --kl >= 0")
+        if self.vf_clip is not None and self.vf_clip <= 0:
+            raise TrainConfigError(
+                "--vf-clip must be > 0 (use --no-vf-clip for an unclipped value loss)"
+            )
+
+
+@dataclass
+class PPOResult:
+    output_dir: str
+    critic_dir: str
+    run_id: str
+    logs: str
+    steps: int
+    rollouts_logged: int
+    reward_first: float | None
+    reward_last: float | None
+    value_loss_first: float | None
+    value_loss_last: float | None
+    changed_parameters: int
+
+
+# ---------------------------------------------------------------------------- forward passes
+
+
+def token_logprobs(model: Any, batch: Batch, temperature: float = 1.0) -> Tensor:
+    """Log-probs of the completion tokens under ``model``: ``[B,T]`` (logits at the position
+    before each token, divided by the sampling temperature)."""
+    from trl.trainer.utils import selective_log_softmax
+
+    P = batch.prompt_len
+    out = model(
+        input_ids=batch.input_ids,
+        attention_mask=batch.attention_mask,
+        position_ids=position_ids(batch.attention_mask),
+        use_cache=False,
+    )
+    logits = out.logits[:, P - 1 : -1].float() / temperature  # [B,T,V]
+    return selective_log_softmax(logits, batch.input_ids[:, P:])
+
+
+def critic_values(critic: ValueModel, batch: Batch) -> Tensor:
+    """``[B,T]`` values of the state before each completion token."""
+    return critic.completion_values(batch.input_ids, batch.attention_mask, batch.prompt_len)
+
+
+def select_rows(batch: Batch, idx: Tensor) -> Batch:
+    """The rows ``idx`` of a batch (padding kept)."""
+    return Batch(batch.input_ids[idx], batch.attention_mask[idx], batch.mask[idx], batch.prompt_len)
+
+
+@dataclass
+class Experience:
+    """One batch of rollouts ready for PPO epochs (all ``[B,T]`` but ``scores[B]``)."""
+
+    batch: Batch
+    old_logp: Tensor
+    old_values: Tensor
+    advantages: Tensor
+    returns: Tensor
+    scores: Tensor
+    kl: Tensor
+
+
+@torch.no_grad()
+def make_experience(
+    policy: Any,
+    ref: Any | None,
+    critic: ValueModel,
+    batch: Batch,
+    scores: Tensor,
+    cfg: PPORunConfig,
+) -> Experience:
+    """Old log-probs, reference KL, values, KL-penalized rewards and GAE for one batch."""
+    mask = batch.mask
+    old_logp = token_logprobs(policy, batch, cfg.temperature) * mask
+    ref_logp = token_logprobs(ref, batch, cfg.temperature) * mask if ref is not None else old_logp
+    values = critic_values(critic, batch).float() * mask
+    rewards, kl = vl.kl_penalized_rewards(
+        scores, old_logp, ref_logp, mask, beta=cfg.kl_coef, kind=cfg.kl_estimator
+    )
+    adv, returns = gae(rewards, values, mask, cfg.gamma, cfg.lam)
+    if cfg.whiten_advantages and int(mask.sum()) > 1:
+        adv = masked_whiten(adv, mask) * mask
+    return Experience(batch, old_logp, values, adv, returns, scores, kl)
+
+
+def ppo_update(
+    policy: Any,
+    critic: ValueModel,
+    exp: Experience,
+    policy_opt: torch.optim.Optimizer,
+    critic_opt: torch.optim.Optimizer,
+    cfg: PPORunConfig,
+    gen: torch.Generator,
+) -> dict[str, float]:
+    """``ppo_epochs`` passes of shuffled mini-batches; returns metrics averaged over them."""
+    B = exp.batch.input_ids.shape[0]
+    mb = cfg.mini_batch_size or B
+    seen: list[dict[str, float]] = []
+    for _ in range(cfg.ppo_epochs):
+        for idx in torch.randperm(B, generator=gen).split(mb):
+            idx = idx.to(exp.batch.input_ids.device)
+            part = select_rows(exp.batch, idx)
+            logp = token_logprobs(policy, part, cfg.temperature)
+            p_loss, metrics = ppo_loss(
+                logp,
+                exp.old_logp[idx],
+                exp.advantages[idx],
+                part.mask,
+                eps_low=cfg.clip_low,
+                eps_high=cfg.clip_high,
+            )
+            _step(policy_opt, p_loss, cfg.grad_clip)
+            values = critic_values(critic, part)
+            v_loss, v_metrics = vl.clipped_value_loss(
+                values, exp.old_values[idx], exp.returns[idx], part.mask, clip=cfg.vf_clip
+            )
+            _step(critic_opt, v_loss, cfg.grad_clip)
+            seen.append({"actor/pg_loss": float(p_loss.detach()), **metrics, **v_metrics})
+    return {k: sum(m[k] for m in seen) / len(seen) for k in seen[0]}
+
+
+def _step(opt: torch.optim.Optimizer, loss: Tensor, grad_clip: float) -> None:
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    if grad_clip > 0:
+        torch.nn.utils.clip_grad_norm_(
+            [p for g in opt.param_groups for p in g["params"]], grad_clip
+        )
+    opt.step()
+
+
+# ---------------------------------------------------------------------------- setup
+
+
+def _load_critic(cfg: PPORunConfig, tok: Any) -> tuple[ValueModel, str]:
+    """The critic and where its trunk came from; a checkpoint must share the policy's tokenizer."""
+    from ddai.trainer.value import load_value_model, new_value_model
+
+    if cfg.critic is not None:
+        critic, critic_tok = load_value_model(
+            cfg.critic, unfreeze=cfg.critic_unfreeze, dtype=cfg.dtype
+        )
+        if critic_tok.get_vocab() != tok.get_vocab():
+            raise TrainConfigError(
+                f"--critic {cfg.critic} uses another tokenizer than --model {cfg.model}; train the "
+                "value head on this policy's model (ddai train value --model ...)"
+            )
+        return critic, cfg.critic
+    critic, _ = new_value_model(
+        cfg.model,
+        head_type=cfg.critic_head,
+        unfreeze=2 if cfg.critic_unfreeze is None else cfg.critic_unfreeze,
+        dtype=cfg.dtype,
+        seed=cfg.seed,
+    )
+    return critic, cfg.model
+
+
+def _frozen(model: Any) -> Any:
+    model.eval()
+    model.requires_grad_(False)
+    return model
+
+
+def prompt_batches(tasks: list[Task], per_step: int, seed: int) -> Iterator[list[Task]]:
+    """Endless batches of ``per_step`` prompts: shuffled passes over ``tasks`` (seeded)."""
+    rng = random.Random(seed)
+    order: list[Task] = []
+    while True:
+        if len(order) < per_step:
+            fresh = list(tasks)
+            rng.shuffle(fresh)
+            order += fresh
+        yield order[:per_step]
+        order = order[per_step:]
+
+
+def experience_metrics(exp: Experience) -> dict[str, float]:
+    """Batch statistics of one step's experience (``ppo/...``)."""
+    m = exp.batch.mask
+    return {
+        "ppo/reward_mean": float(exp.scores.mean()),
+        "ppo/kl": float(masked_mean(exp.kl, m)),
+        "ppo/returns_mean": float(masked_mean(exp.returns, m)),
+        "ppo/values_mean": float(masked_mean(exp.old_values, m)),
+        "ppo/policy_tokens": float(m.sum()),
+    }
+
+
+class Episodes:
+    """Episodes and their rewards through ``ddai train grpo``'s own pieces: the search
+    environment's lock-step rollout and the streamed generator/judge reward."""
+
+    def __init__(self, cfg: PPORunConfig, tok: Any, corpus: Any, backends: Any) -> None:
+        from ddai.trainer.env import EnvConfig, SearchEnv
+        from ddai.trainer.grpo import DdaiReward, SearchRollout, reward_spec
+        from ddai.trainer.rewards import StreamingScorer
+        from ddai.trainer.rollout import RolloutConfig, token_truncator
+
+        spec = reward_spec(cfg)
+        if spec.needs_judge and (backends.generator is None or backends.judge is None):
+            raise TrainConfigError(
+                "the reward uses the judge: a generator and a judge backend are needed"
+            )
+        env = SearchEnv(
+            backends.search,
+            corpus,
+            EnvConfig(cfg.max_turns, cfg.search_k, cfg.force_completion, cfg.restrict_to_doc),
+            truncate=token_truncator(tok, cfg.obs_max_tokens),
+        )
+        self.scorer = (
+            StreamingScorer(backends.generator, backends.judge) if spec.needs_judge else None
+        )
+        self.rollout = SearchRollout(
+            tokenizer=tok,
+            env=env,
+            rollout=RolloutConfig(
+                cfg.max_turn_tokens, cfg.max_completion_tokens, cfg.obs_max_tokens
+            ),
+            spec=spec,
+            scorer=self.scorer,
+            temperature=cfg.temperature,
+        )
+        self.reward = DdaiReward(self.rollout, cfg.reward_timeout)
+
+    def collect(
+        self, slots: list[tuple[Task, int, int]], policy: Any
+    ) -> tuple[list[Any], list[float], dict[str, float]]:
+        """Run one episode per slot; ``(trajectories, rewards, ddai/... reward metrics)``."""
+        trajs = self.rollout.run(slots, None, policy)
+        for t in trajs:
+            self.rollout.pending[t.key] = t
+        metrics: dict[str, float] = {}
+        keys = [t.key for t in trajs]
+        rewards = asyncio.run(self.reward(None, None, keys, log_metric=metrics.__setitem__))
+        return trajs, rewards, metrics
+
+    def log_rows(
+        self, trajs: list[Any], advantages: list[float], *, run_id: str, step: int
+    ) -> list[dict[str, Any]]:
+        """Rollout-log rows of scored episodes (each logged with its mean token advantage)."""
+        from ddai.trainer.logrows import rollout_row
+
+        rows_out = []
+        for i, (t, adv) in enumerate(zip(trajs, advantages, strict=True)):
+            traj, judged, score = self.rollout.pop(t.key)
+            rows_out.append(
+                rollout_row(
+                    traj,
+                    run_id=run_id,
+                    step=step,
+                    advantage=adv,
+                    sample_idx=i,
+                    judged=judged,
+                    score=score,
+                )
+            )
+        return rows_out
+
+    def close(self) -> None:
+        if self.scorer is not None:
+            self.scorer.close()
+
+
+def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
+    """Train the policy with PPO; save it and its critic; log every rollout to the store."""
+    from ddai.pipelines.corpus import Corpus
+    from ddai.pipelines.pointer.progress import bar
+    from ddai.trainer.data import load_tasks
+    from ddai.trainer.grpo import RolloutLog, default_backends, reward_spec
+    from ddai.trainer.modeling import changed_parameters, load_policy, parameter_snapshot
+    from ddai.trainer.sft import save_model
+    from ddai.trainer.value import save_value_model
+
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    cfg.check()
+    tasks = load_tasks(cfg.data, cfg.limit)
+    if not tasks:
+        raise TrainConfigError(f"--data {cfg.data}: no prompts")
+    corpus = Corpus.load(cfg.corpus)
+    backends = backends or default_backends(cfg, corpus, reward_spec(cfg))
+    torch.manual_seed(cfg.seed)
+    dev = device()
+    policy, tok = load_policy(cfg.model, dtype=cfg.dtype)
+    policy.to(dev).eval()
+    ref = _frozen(copy.deepcopy(policy)) if cfg.kl_coef > 0 else None
+    critic, critic_source = _load_critic(cfg, tok)
+    critic.to(dev).eval()
+    policy_opt = torch.optim.AdamW(policy.parameters(), lr=cfg.learning_rate)
+    critic_opt = torch.optim.AdamW(
+        critic.param_groups(trunk_lr=cfg.critic_trunk_lr, head_lr=cfg.critic_lr)
+    )
+    episodes = Episodes(cfg, tok, corpus, backends)
+    run_id = cfg.run_id or f"ppo_{time.strftime('%Y%m%d_%H%M%S')}"
+    log = RolloutLog(workspace.logs_dir(cfg.logs), run_id)
+    metrics_log = MetricsLog(Path(cfg.output_dir) / "metrics.jsonl")
+    before = parameter_snapshot(policy)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    batches = prompt_batches(tasks, cfg.batch_size // cfg.n_agent, cfg.seed)
+    vf_losses: list[float] = []
+    try:
+        with bar("ppo", cfg.max_steps, enabled=cfg.progress) as advance:
+            for step in range(1, cfg.max_steps + 1):
+                slots = [(t, g, i) for g, t in enumerate(next(batches)) for i in range(cfg.n_agent)]
+                trajs, rewards, metrics = episodes.collect(slots, policy)
+                batch = pad_batch(
+                    [t.prompt_ids for t in trajs],
+                    [t.completion_ids for t in trajs],
+                    [t.env_mask for t in trajs],
+                    tok.pad_token_id,
+                ).to(dev)
+                scores = torch.tensor(rewards, dtype=torch.float32, device=dev)
+                exp = make_experience(policy, ref, critic, batch, scores, cfg)
+                metrics.update(ppo_update(policy, critic, exp, policy_opt, critic_opt, cfg, gen))
+                metrics.update(experience_metrics(exp))
+                vf_losses.append(metrics["critic/vf_loss"])
+                advantages = vl.sequence_mean(exp.advantages, batch.mask).tolist()
+                log.append(episodes.log_rows(trajs, advantages, run_id=run_id, step=step))
+                metrics_log.log(step, metrics)
+                advance(1)
+    finally:
+        episodes.close()
+    out = Path(cfg.output_dir)
+    save_model(policy, tok, out)
+    save_value_model(critic, tok, out / CRITIC_DIR, source=critic_source)
+    return PPOResult(
+        output_dir=str(out),
+        critic_dir=str(out / CRITIC_DIR),
+        run_id=run_id,
+        logs=str(log.logs),
+        steps=cfg.max_steps,
+        rollouts_logged=log.rows,
+        reward_first=log.rewards[0] if log.rewards else None,
+        reward_last=log.rewards[-1] if log.rewards else None,
+        value_loss_first=vf_losses[0] if vf_losses else None,
+        value_loss_last=vf_losses[-1] if vf_losses else None,
+        changed_parameters=len(changed_parameters(before, policy)),
+    )

@@ -1,0 +1,219 @@
+"""``ddai value score``: per-turn value estimates written back into the rollout log.
+
+A turn's value is the value head's estimate of the state *before* the turn: the value read at the
+position preceding its first policy token, which has seen the question and every earlier action
+and observation. So the change from one turn's value to the next is what that turn (its action
+and the environment's answer) did to the expected success; the report's value-curve section
+reads exactly that. Forced completions (written by the environment) and turns cut by
+``max_length`` get no value.
+
+The log is never edited in place: each scored run is written as a new version of its partition
+(or as a new run with ``out_run``) through ``ddai.pipelines.store.write_run``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import torch
+
+from ddai.pipelines import schema, store, workspace
+from ddai.trainer import value_losses as vl
+from ddai.trainer.value import load_value_model
+from ddai.trainer.value_data import tokenize_rollouts
+from ddai.trainer.value_train import device, prompt_messages, sequence_values
+
+
+@dataclass
+class ValueScoreConfig:
+    """One scoring pass; every field has a flag in ``ddai value score``."""
+
+    checkpoint: Path
+    """A value checkpoint (``ddai train value --out``)."""
+    logs: Path | None = None
+    runs: list[str] | None = None
+    """Runs to score (default: every run in the store)."""
+    out_run: str | None = None
+    """Write the scored rows as this new run (one ``--run`` only); default: replace each run."""
+    data: Path | None = None
+    """Prompt set (verl RL parquet) to rebuild the prompts exactly (as in training)."""
+    system_prompt: Path | None = None
+    """Text file of the Searcher system prompt (default: the bundled DDAI prompt)."""
+    success_threshold: float = 1.0
+    batch_size: int = 16
+    max_length: int = 2048
+    obs_max_tokens: int = 256
+    dtype: str = "float32"
+    progress: bool = True
+
+    def check(self) -> None:
+        if self.out_run is not None:
+            store.check_run_id(self.out_run)
+            if not self.runs or len(self.runs) != 1:
+                raise ValueError("--out-run writes one run: name exactly one --run to score")
+        if self.batch_size < 1 or self.max_length < 1:
+            raise ValueError("--batch-size and --max-length must be >= 1")
+
+
+@dataclass
+class ValueScoreResult:
+    checkpoint: str
+    logs: str
+    runs: dict[str, str]
+    """Scored run → the run its values were written to."""
+    rollouts: int
+    turns_valued: int
+    dropped: dict[str, int] = field(default_factory=dict)
+    auc: float | None = None
+    """AUC of each rollout's mean policy-token value against success."""
+
+
+def turn_values(values: torch.Tensor, starts: list[int | None]) -> list[float | None]:
+    """The value before each turn: ``values[start]`` for turns with policy tokens, else None.
+
+    ``values``: ``[T]`` completion-aligned values of one rollout.
+    """
+    return [None if s is None else float(values[s]) for s in starts]
+
+
+def with_turn_values(table: pa.Table, values: list[list[float | None] | None]) -> pa.Table:
+    """``table`` with ``turns[].value`` replaced row by row; a row without values (not scored) has
+    its turn values cleared, so a partition never mixes two checkpoints' estimates."""
+    turns = table.column("turns").to_pylist()
+    out = []
+    for row_turns, vals in zip(turns, values, strict=True):
+        if row_turns is None:
+            out.append(None)
+            continue
+        vals = vals if vals is not None else [None] * len(row_turns)
+        out.append([{**t, "value": v} for t, v in zip(row_turns, vals, strict=True)])
+    col = pa.array(out, type=pa.list_(schema.TURN_TYPE))
+    return table.set_column(table.schema.get_field_index("turns"), "turns", col)
+
+
+def score_table(
+    model: Any,
+    tok: Any,
+    table: pa.Table,
+    cfg: ValueScoreConfig,
+    *,
+    prompts: dict | None,
+    system_prompt: str,
+    advance: Any,
+) -> tuple[pa.Table, dict[str, Any]]:
+    """Score one run's rollouts; returns the table with turn values and the counts."""
+    rows = table.select(
+        [
+            "run_id",
+            "uid",
+            "rollout_idx",
+            "question",
+            "response",
+            "turns",
+            "judge_score",
+            "format_ok",
+        ]
+    ).to_pylist()
+    data = tokenize_rollouts(
+        rows,
+        tok,
+        prompts=prompts,
+        system_prompt=system_prompt,
+        success_threshold=cfg.success_threshold,
+        max_length=cfg.max_length,
+        obs_max_tokens=cfg.obs_max_tokens,
+    )
+    per_row: list[list[float | None] | None] = [None] * len(rows)
+    means: list[float] = []
+    labels: list[bool] = []
+    for start in range(0, len(data.rollouts), cfg.batch_size):
+        chunk = data.rollouts[start : start + cfg.batch_size]
+        values = sequence_values(model, chunk, tok.pad_token_id, batch_size=cfg.batch_size)
+        for item, v in zip(chunk, values, strict=True):
+            per_row[item.row] = turn_values(v, item.turn_starts)
+            means.append(float(vl.sequence_mean(v[None], torch.tensor(item.mask)[None])[0]))
+            labels.append(item.success)
+        advance(len(chunk))
+    advance(len(rows) - len(data.rollouts))
+    counts = {
+        "rollouts": len(data.rollouts),
+        "turns_valued": sum(x is not None for vals in per_row if vals for x in vals),
+        "dropped": data.dropped,
+        "means": means,
+        "labels": labels,
+    }
+    return with_turn_values(table, per_row), counts
+
+
+def score_runs(cfg: ValueScoreConfig) -> ValueScoreResult:
+    """Score every selected run and write each back as a new version of its partition."""
+    from ddai.pipelines.distill.rebuild import load_system_prompt
+    from ddai.pipelines.pointer.progress import bar
+
+    cfg.check()
+    system_prompt = load_system_prompt(cfg.system_prompt)
+    logs = workspace.logs_dir(cfg.logs)
+    runs = cfg.runs or store.list_runs(logs)
+    if not runs:
+        raise FileNotFoundError(
+            f"no runs in the log store {logs}; pass --logs or ingest a run first"
+        )
+    total = sum(store.dataset(logs, [r]).count_rows() for r in runs)
+    model, tok = load_value_model(cfg.checkpoint, dtype=cfg.dtype)
+    model.to(device())
+    prompts = prompt_messages(cfg.data)
+    written: dict[str, str] = {}
+    dropped: dict[str, int] = {}
+    n_rollouts = n_turns = 0
+    means: list[float] = []
+    labels: list[bool] = []
+    with bar("value score", total, enabled=cfg.progress) as advance:
+        for run in runs:
+            table = store.read_rollouts(logs, [run])  # one run in memory at a time
+            scored, counts = score_table(
+                model,
+                tok,
+                table,
+                cfg,
+                prompts=prompts,
+                system_prompt=system_prompt,
+                advance=advance,
+            )
+            target = cfg.out_run or run
+            old = store.run_manifest(logs, run) or {}
+            store.write_run(
+                logs,
+                target,
+                scored,
+                sources=old.get("sources", []),
+                manifest={
+                    "value_scored": {
+                        "checkpoint": str(Path(cfg.checkpoint).resolve()),
+                        "from_run": run,
+                        "rollouts_scored": counts["rollouts"],
+                        "turns_valued": counts["turns_valued"],
+                        "dropped": counts["dropped"],
+                    }
+                },
+            )
+            written[run] = target
+            n_rollouts += counts["rollouts"]
+            n_turns += counts["turns_valued"]
+            means += counts["means"]
+            labels += counts["labels"]
+            for k, v in counts["dropped"].items():
+                dropped[k] = dropped.get(k, 0) + v
+    auc = vl.roc_auc(torch.tensor(means), torch.tensor(labels)) if means else float("nan")
+    return ValueScoreResult(
+        checkpoint=str(cfg.checkpoint),
+        logs=str(logs),
+        runs=written,
+        rollouts=n_rollouts,
+        turns_valued=n_turns,
+        dropped=dropped,
+        auc=None if math.isnan(auc) else auc,
+    )

@@ -1,0 +1,421 @@
+"""``ddai train value``: fit a value head on terminal outcomes from the rollout log (seed 004).
+
+Each step draws ``batch_size`` success/failure pairs (uniformly, or by difficulty-bin weight)
+from the training prompts and minimizes ``pairwise_coef · pairwise + mc_coef · MC-MSE``; with
+``pairwise_coef = 0`` it draws single rollouts and fits the MC targets alone. Held-out prompts
+are scored before training, every ``eval_steps`` and at the end: pairwise accuracy (v⁺ > v⁻ on
+their pairs), AUC of the sequence-mean value against success, and the tokenwise MC MSE.
+
+Metrics go to ``<out>/metrics.jsonl`` (``value/pairwise_loss``, ``value/mc_mse``, ``value/loss``,
+``value/pairwise_acc``, ``value/eval_pairwise_acc``, ``value/eval_auc``, ``value/eval_mc_mse``);
+the checkpoint to ``<out>`` (``ddai.trainer.value``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ddai.pipelines import workspace
+from ddai.trainer import value_losses as vl
+from ddai.trainer.value import ValueModel, is_value_checkpoint, load_value_model, new_value_model
+from ddai.trainer.value_data import (
+    TARGETS,
+    Batch,
+    TokenRollout,
+    bin_weights,
+    collate,
+    make_pairs,
+    parse_bins,
+    split_prompts,
+    success_rates,
+    tokenize_rollouts,
+)
+
+METRICS_FILE = "metrics.jsonl"
+
+
+@dataclass
+class ValueTrainConfig:
+    """One value-head run; every field has a flag in ``ddai train value``."""
+
+    model: str
+    """A causal LM folder or hub id (a fresh head on its trunk), or a value checkpoint to continue."""
+    output_dir: Path
+    logs: Path | None = None
+    """Log store (default: the workspace's)."""
+    runs: list[str] | None = None
+    """Runs to learn from (default: every run)."""
+    data: Path | None = None
+    """Prompt set (verl RL parquet) whose chat prompts rebuild the texts exactly; default: the
+    system prompt and each row's question."""
+    system_prompt: Path | None = None
+    """Text file of the Searcher system prompt (default: the bundled DDAI prompt)."""
+    head: str | None = None
+    """``linear`` or ``mlp``; default linear for a new head, the checkpoint's when continuing."""
+    unfreeze: int = 2
+    """Top trunk layers that train (0: head only, on detached hidden states)."""
+    dropout: float = 0.1
+    """Dropout of the MLP head."""
+    trunk_lr: float = 1e-5
+    head_lr: float = 1e-4
+    weight_decay: float = 0.0
+    pairwise_coef: float = 1.0
+    mc_coef: float = 0.5
+    """Seed 004's hybrid: pairwise 1.0, MC 0.5."""
+    target: str = "success"
+    """MC target: ``success`` (1/0) or the logged ``reward``."""
+    success_threshold: float = 1.0
+    max_pairs_per_problem: int = 25
+    bin_edges: list[float] = field(default_factory=list)
+    """Success-rate bin edges for difficulty weighting (empty: uniform pairs)."""
+    bin_weights: list[float] = field(default_factory=list)
+    val_fraction: float = 0.2
+    batch_size: int = 8
+    """Pairs per step (rollouts per step when ``pairwise_coef`` is 0)."""
+    max_steps: int = 200
+    eval_steps: int = 50
+    eval_batch_size: int = 16
+    max_length: int = 2048
+    obs_max_tokens: int = 256
+    grad_clip: float = 1.0
+    dtype: str = "float32"
+    seed: int = 0
+    progress: bool = True
+
+    def check(self) -> None:
+        """Fail on bad settings before any model is loaded; messages name the flag."""
+        if self.target not in TARGETS:
+            raise ValueError(f"--target {self.target!r}: use one of {', '.join(TARGETS)}")
+        if self.pairwise_coef < 0 or self.mc_coef < 0 or not (self.pairwise_coef or self.mc_coef):
+            raise ValueError("--pairwise-coef and --mc-coef must be >= 0 and not both 0")
+        for name in ("batch_size", "max_steps", "eval_steps", "eval_batch_size", "max_length"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
+        if self.bin_edges or self.bin_weights:
+            parse_bins(self.bin_edges, self.bin_weights)
+
+
+@dataclass
+class ValueTrainResult:
+    output_dir: str
+    head: str
+    unfreeze: int
+    rollouts: int
+    dropped: dict[str, int]
+    train_prompts: int
+    val_prompts: int
+    train_pairs: int
+    val_pairs: int
+    steps: int
+    loss_first: float | None
+    loss_last: float | None
+    eval_before: dict[str, float]
+    eval_after: dict[str, float]
+
+
+class MetricsLog:
+    """Metric rows appended to a JSONL file (started afresh per run), one per logged step."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_text("", encoding="utf-8")
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        row = {
+            "step": step,
+            **{
+                k: (None if isinstance(v, float) and math.isnan(v) else v)
+                for k, v in metrics.items()
+            },
+        }
+        with self.path.open("a", encoding="utf-8") as fh:
+            fh.write(json.dumps(row) + "\n")
+
+
+def device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+# ---------------------------------------------------------------------------- scoring
+
+
+@torch.no_grad()
+def sequence_values(
+    model: ValueModel, items: Sequence[TokenRollout], pad_id: int, *, batch_size: int = 16
+) -> list[torch.Tensor]:
+    """Completion-aligned values of each rollout, ``[T_i]`` per item (eval mode, no gradient)."""
+    was_training = model.training
+    model.eval()
+    dev = next(model.head.parameters()).device
+    out: list[torch.Tensor] = []
+    for i in range(0, len(items), batch_size):
+        chunk = items[i : i + batch_size]
+        b = collate(chunk, pad_id).to(dev)
+        v = model.completion_values(b.input_ids, b.attention_mask, b.prompt_len).float().cpu()
+        out.extend(v[j, : len(r.completion_ids)] for j, r in enumerate(chunk))
+    model.train(was_training)
+    return out
+
+
+def evaluate(
+    model: ValueModel,
+    items: Sequence[TokenRollout],
+    pairs: Sequence[tuple[int, int]],
+    pad_id: int,
+    *,
+    batch_size: int = 16,
+) -> dict[str, float]:
+    """Held-out quality: ``value/eval_pairwise_acc``, ``value/eval_auc`` (sequence-mean value vs
+    success) and ``value/eval_mc_mse`` (tokenwise, against each rollout's MC target)."""
+    if not items:
+        return {}
+    values = sequence_values(model, items, pad_id, batch_size=batch_size)
+    means = torch.stack(
+        [
+            vl.sequence_mean(v[None], torch.tensor(r.mask)[None])[0]
+            for v, r in zip(values, items, strict=True)
+        ]
+    )
+    sq = sum(
+        float((((v - r.target) ** 2) * torch.tensor(r.mask)).sum())
+        for v, r in zip(values, items, strict=True)
+    )
+    n_tok = sum(sum(r.mask) for r in items)
+    pos = torch.tensor([p for p, _ in pairs], dtype=torch.long)
+    neg = torch.tensor([n for _, n in pairs], dtype=torch.long)
+    return {
+        "value/eval_pairwise_acc": vl.pairwise_accuracy(means[pos], means[neg])
+        if pairs
+        else float("nan"),
+        "value/eval_auc": vl.roc_auc(means, torch.tensor([r.success for r in items])),
+        "value/eval_mc_mse": sq / max(n_tok, 1),
+    }
+
+
+# ---------------------------------------------------------------------------- training
+
+
+def _load(cfg: ValueTrainConfig) -> tuple[ValueModel, Any]:
+    if is_value_checkpoint(cfg.model):
+        model, tok = load_value_model(cfg.model, unfreeze=cfg.unfreeze, dtype=cfg.dtype)
+        if cfg.head is not None and cfg.head != model.head_type:
+            raise ValueError(
+                f"--head {cfg.head}: {cfg.model} holds a head of type {model.head_type}; drop --head to "
+                "continue it, or start from the base model for a new head"
+            )
+        return model, tok
+    return new_value_model(
+        cfg.model,
+        head_type=cfg.head or "linear",
+        unfreeze=cfg.unfreeze,
+        dropout=cfg.dropout,
+        dtype=cfg.dtype,
+        seed=cfg.seed,
+    )
+
+
+def _read_rows(cfg: ValueTrainConfig) -> list[dict[str, Any]]:
+    from ddai.pipelines.store import read_rollouts
+
+    logs = workspace.logs_dir(cfg.logs)
+    if not logs.is_dir():
+        raise FileNotFoundError(
+            f"log store {logs} does not exist; pass --logs or ingest a run first"
+        )
+    cols = [
+        "run_id",
+        "uid",
+        "rollout_idx",
+        "question",
+        "response",
+        "turns",
+        "judge_score",
+        "format_ok",
+        "reward",
+    ]
+    return read_rollouts(logs, cfg.runs, columns=cols).to_pylist()
+
+
+def prompt_messages(data: Path | None) -> dict[str, list[dict[str, str]]] | None:
+    """uid → chat prompt from a verl-shaped prompt set, or None."""
+    if data is None:
+        return None
+    from ddai.trainer.data import load_tasks
+
+    return {t.uid: [dict(m) for m in t.messages] for t in load_tasks(data)}
+
+
+def _pair_batch(
+    items: Sequence[TokenRollout], pairs: Sequence[tuple[int, int]], pad_id: int
+) -> tuple[Batch, torch.Tensor, int]:
+    """One padded batch of the pairs' positives then negatives, and their MC targets ``[2P]``."""
+    rows = [items[p] for p, _ in pairs] + [items[n] for _, n in pairs]
+    return collate(rows, pad_id), torch.tensor([r.target for r in rows]), len(pairs)
+
+
+@dataclass
+class Split:
+    """Training and held-out rollouts, their pairs, and the training sampling weights."""
+
+    train: list[TokenRollout]
+    val: list[TokenRollout]
+    train_pairs: list[tuple[int, int]]
+    val_pairs: list[tuple[int, int]]
+    weights: torch.Tensor
+    """``[N]`` sampling weight per training pair (per training rollout in MC-only mode)."""
+
+
+def split_data(items: list[TokenRollout], cfg: ValueTrainConfig) -> Split:
+    """Hold out prompts (stratified by whether they have pairs), pair each side, weight pairs."""
+    rates = success_rates([r.uid for r in items], [r.success for r in items])
+    held = split_prompts(
+        [r.uid for r in items],
+        cfg.val_fraction,
+        seed=cfg.seed,
+        strata={u: 0 < r < 1 for u, r in rates.items()},
+    )
+    train = [r for r in items if r.uid not in held]
+    val = [r for r in items if r.uid in held]
+    if not train:
+        raise ValueError("no training rollouts left after the held-out split; lower --val-fraction")
+
+    def pairs_of(sub: list[TokenRollout]) -> list[tuple[int, int]]:
+        return make_pairs(
+            [r.uid for r in sub],
+            [r.success for r in sub],
+            max_pairs_per_problem=cfg.max_pairs_per_problem,
+            seed=cfg.seed,
+        )
+
+    train_pairs, val_pairs = pairs_of(train), pairs_of(val)
+    if cfg.pairwise_coef > 0 and not train_pairs:
+        raise ValueError(
+            "no training prompt has both a successful and a failed rollout, so there are no pairs; "
+            "add runs, change --success-threshold, or fit MC targets alone with --pairwise-coef 0"
+        )
+    if cfg.pairwise_coef > 0 and cfg.bin_edges:
+        pair_rates = [rates[train[p].uid] for p, _ in train_pairs]
+        weights = torch.tensor(
+            bin_weights(pair_rates, cfg.bin_edges, cfg.bin_weights), dtype=torch.double
+        )
+    else:
+        weights = torch.ones(
+            len(train_pairs) if cfg.pairwise_coef > 0 else len(train), dtype=torch.double
+        )
+    return Split(train, val, train_pairs, val_pairs, weights)
+
+
+def step_loss(
+    model: ValueModel, data: Split, idx: list[int], cfg: ValueTrainConfig, pad_id: int
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The loss of one step on the drawn pairs (or rollouts, in MC-only mode) ``idx``."""
+    dev = next(model.head.parameters()).device
+    if cfg.pairwise_coef > 0:
+        batch, targets, P = _pair_batch(data.train, [data.train_pairs[i] for i in idx], pad_id)
+        batch, targets = batch.to(dev), targets.to(dev)
+        v = model.completion_values(batch.input_ids, batch.attention_mask, batch.prompt_len)
+        return vl.hybrid_value_loss(
+            v[:P],
+            v[P:],
+            batch.mask[:P],
+            batch.mask[P:],
+            pos_rewards=targets[:P],
+            neg_rewards=targets[P:],
+            pairwise_coef=cfg.pairwise_coef,
+            mc_coef=cfg.mc_coef,
+        )
+    chunk = [data.train[i] for i in idx]
+    batch = collate(chunk, pad_id).to(dev)
+    v = model.completion_values(batch.input_ids, batch.attention_mask, batch.prompt_len)
+    targets = torch.tensor([r.target for r in chunk], device=dev)
+    loss, metrics = vl.mc_value_loss(v, targets, torch.ones_like(batch.mask), batch.mask)
+    return loss, {**metrics, "value/loss": metrics["value/mc_mse"]}
+
+
+def train_value(cfg: ValueTrainConfig) -> ValueTrainResult:
+    """Train (or continue) a value head on the log's outcomes and save it to ``output_dir``."""
+    from ddai.pipelines.distill.rebuild import load_system_prompt
+    from ddai.pipelines.pointer.progress import bar
+    from ddai.trainer.value import save_value_model
+
+    cfg.check()
+    rows = _read_rows(cfg)
+    if not rows:
+        raise ValueError("no rollouts in the selected runs; check --logs and --run")
+    model, tok = _load(cfg)
+    pad_id = tok.pad_token_id
+    with bar("tokenizing", len(rows), enabled=cfg.progress) as advance:
+        tokenized = tokenize_rollouts(
+            rows,
+            tok,
+            prompts=prompt_messages(cfg.data),
+            system_prompt=load_system_prompt(cfg.system_prompt),
+            target=cfg.target,
+            success_threshold=cfg.success_threshold,
+            max_length=cfg.max_length,
+            obs_max_tokens=cfg.obs_max_tokens,
+            progress=advance,
+        )
+    if not tokenized.rollouts:
+        raise ValueError(
+            f"no rollout left to learn from (dropped: {tokenized.dropped}); raise --max-length, or "
+            "pass a shorter --system-prompt"
+        )
+    data = split_data(tokenized.rollouts, cfg)
+    model.to(device())
+    opt = torch.optim.AdamW(
+        model.param_groups(trunk_lr=cfg.trunk_lr, head_lr=cfg.head_lr),
+        weight_decay=cfg.weight_decay,
+    )
+    params = [p for g in opt.param_groups for p in g["params"]]
+    log = MetricsLog(Path(cfg.output_dir) / METRICS_FILE)
+
+    def held_out() -> dict[str, float]:
+        return evaluate(model, data.val, data.val_pairs, pad_id, batch_size=cfg.eval_batch_size)
+
+    eval_before = eval_after = held_out()
+    log.log(0, eval_before)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    losses: list[float] = []
+    model.train()
+    with bar("value head", cfg.max_steps, enabled=cfg.progress) as advance:
+        for step in range(1, cfg.max_steps + 1):
+            idx = torch.multinomial(data.weights, cfg.batch_size, replacement=True, generator=gen)
+            loss, metrics = step_loss(model, data, idx.tolist(), cfg, pad_id)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            if cfg.grad_clip > 0:
+                torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+            opt.step()
+            losses.append(float(loss.detach()))
+            if step % cfg.eval_steps == 0 or step == cfg.max_steps:
+                eval_after = held_out()
+                metrics.update(eval_after)
+            log.log(step, metrics)
+            advance(1)
+    save_value_model(model, tok, cfg.output_dir, source=cfg.model)
+    return ValueTrainResult(
+        output_dir=str(cfg.output_dir),
+        head=model.head_type,
+        unfreeze=model.unfreeze,
+        rollouts=len(tokenized.rollouts),
+        dropped=tokenized.dropped,
+        train_prompts=len({r.uid for r in data.train}),
+        val_prompts=len({r.uid for r in data.val}),
+        train_pairs=len(data.train_pairs),
+        val_pairs=len(data.val_pairs),
+        steps=cfg.max_steps,
+        loss_first=losses[0] if losses else None,
+        loss_last=losses[-1] if losses else None,
+        eval_before=eval_before,
+        eval_after=eval_after,
+    )
