@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -15,7 +15,10 @@ from ddai.pipelines.ingest import IngestConfig, ingest
 def ingest_cmd(
     sources: Annotated[
         list[Path],
-        typer.Argument(help="Rollout files: JSONL or Parquet (ddai's shape or an adapter's)."),
+        typer.Argument(
+            help="Rollout files: ddai's JSONL/Parquet, DDAI's unified_trajectory.jsonl, "
+            "flash_rm_detail.jsonl or gspo_phase1.json, or verl rollout dumps ({step}.jsonl)."
+        ),
     ],
     run_id: Annotated[
         str | None,
@@ -59,9 +62,20 @@ def ingest_cmd(
     except (FileNotFoundError, ValueError) as e:
         raise fail(str(e)) from e
     data = {"log store": str(cfg.logs), **result.summary()}
-    summary("ddai ingest", data, as_json=as_json)
+    summary("ddai ingest", data if as_json else _per_file_rows(data), as_json=as_json)
     if result.rollouts_out == 0:
         raise typer.Exit(EXIT_FAILED)
+
+
+def _per_file_rows(data: dict[str, Any]) -> dict[str, Any]:
+    """For the table: one row per source file (its format, then its reader's notes)."""
+    out = {k: v for k, v in data.items() if k not in ("formats", "notes")}
+    notes = data.get("notes", {})
+    for i, (path, fmt) in enumerate(data.get("formats", {}).items(), 1):
+        out[f"file {i}"] = f"{fmt}: {path}"
+        if path in notes:
+            out[f"file {i} notes"] = notes[path]
+    return out
 
 
 def register(app: typer.Typer) -> None:

@@ -2,6 +2,10 @@
 
 Invariant, per ingest and per run: rows in = rollouts out + quarantined. Sources stream through
 their reader and a per-run ``PartitionWriter``, so memory stays bounded by the write batch.
+For event-based sources (DDAI's unified log) a row in is a unit the reader yields: an assembled
+rollout or a quarantined unit (a bad line, an incomplete rollout); the reader's event counts go to
+its notes. Side tables (source events that are not rollouts) stream to
+``_side/<table>/<run>.jsonl``; reader notes go to the summary and to each run's manifest.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeR
 
 from ddai.pipelines import adapters, io
 from ddai.pipelines.adapters.base import ReaderContext, SourceRecord
+from ddai.pipelines.adapters.side import SideTables
 from ddai.pipelines.schema import RowError, normalize_rollout
 from ddai.pipelines.store import QUARANTINE_DIR, PartitionWriter, check_run_id
 
@@ -74,6 +79,7 @@ class IngestResult:
             "formats": self.formats,
             "quarantine files": self.quarantine_files,
             **({"side tables": self.side_tables} if self.side_tables else {}),
+            **({"notes": self.notes} if self.notes else {}),
         }
 
 
@@ -133,7 +139,8 @@ def ingest(cfg: IngestConfig) -> IngestResult:
     for src in cfg.sources:
         fmt_of[str(src)] = adapters.detect(Path(src)) if cfg.fmt == "auto" else cfg.fmt
         adapters.reader(fmt_of[str(src)])  # fail early on an unknown --format
-    ctx = ReaderContext(run_id=cfg.run_id)
+    side = SideTables(cfg.logs, cfg.run_id, NO_RUN)
+    ctx = ReaderContext(run_id=cfg.run_id, side_tables=side)
     writers: dict[str, PartitionWriter] = {}
     counts: dict[str, RunCounts] = {}
     sources_of: dict[str, list[dict[str, Any]]] = {}
@@ -143,7 +150,8 @@ def ingest(cfg: IngestConfig) -> IngestResult:
         with _progress(cfg.progress) as bar:
             for src in map(Path, cfg.sources):
                 fmt = fmt_of[str(src)]
-                task = bar.add_task(src.name, total=os.path.getsize(src))
+                size = os.path.getsize(src)
+                task = bar.add_task(src.name, total=size)
                 before = ctx.bytes_read
                 src_info = {"path": str(src), "sha256": io.sha256_file(src), "format": fmt}
                 # Lines that could not even be parsed carry no run id: they are charged to the
@@ -158,7 +166,7 @@ def ingest(cfg: IngestConfig) -> IngestResult:
                             rec, src, cfg, writers, counts, sources_of, src_info, quarantine
                         )
                         first_run = first_run or run
-                    bar.update(task, completed=min(ctx.bytes_read - before, os.path.getsize(src)))
+                    bar.update(task, completed=min(ctx.bytes_read - before, size))
                 for rec in orphans:
                     rec.run_id = first_run
                     _route(rec, src, cfg, writers, counts, sources_of, src_info, quarantine)
@@ -170,16 +178,22 @@ def ingest(cfg: IngestConfig) -> IngestResult:
                     "rows_in": c.rows_in,
                     "quarantined": dict(c.quarantined),
                     "run_config": ctx.run_config.get(run, {}),
+                    "notes": {
+                        s["path"]: ctx.notes[s["path"]]
+                        for s in sources_of[run]
+                        if s["path"] in ctx.notes
+                    },
                     "wall_time_s": round(time.time() - started, 3),
                 }
             )
     except BaseException:
         for w in writers.values():
             w.abort()
+        side.abort()
         raise
     qfiles = quarantine.flush(sorted(counts))
-    side = _write_side_tables(cfg.logs, ctx)
-    return IngestResult(counts, fmt_of, qfiles, side, ctx.notes)
+    side_counts = side.commit(sorted(counts), append=cfg.append)
+    return IngestResult(counts, fmt_of, qfiles, side_counts, ctx.notes)
 
 
 def _route(
@@ -220,17 +234,3 @@ def _route(
     writers[run].add(row)
     c.rollouts_out += 1
     return run
-
-
-def _write_side_tables(logs: Path, ctx: ReaderContext) -> dict[str, int]:
-    """Events that do not join to rollouts are kept as their own tables under ``_side/``."""
-    out = {}
-    for name, rows in ctx.side_tables.items():
-        if not rows:
-            continue
-        path = logs / "_side" / f"{name}.jsonl"
-        io.write_text(
-            path, "".join(json.dumps(r, ensure_ascii=False, default=str) + "\n" for r in rows)
-        )
-        out[name] = len(rows)
-    return out

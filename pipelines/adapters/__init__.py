@@ -1,23 +1,89 @@
 """Source readers for ``ddai ingest``: each turns one input file into rollout records.
 
 A reader is ``read(path, ctx) -> Iterator[SourceRecord]``; ``detect(path)`` picks one by content.
-The native reader (ddai's own JSONL/Parquet) lives in ``native``; adapters for other formats
-register here under their ``--format`` name.
+Formats (``--format``): ``ddai`` (ddai's own JSONL/Parquet, ``native``), ``ddai-unified`` (DDAI's
+``unified_trajectory.jsonl``), ``ddai-flash`` (legacy ``flash_rm_detail.jsonl``), ``ddai-phase1``
+(legacy ``gspo_phase1.json``) and ``verl`` (``rollout_data_dir/{step}.jsonl`` dumps).
+
+A file no reader takes is refused with a reason; DDAI's other files (SFT rows, GPT-stage caches and
+reports, batch-mode summaries, debug logs) are named, so nothing is ignored silently.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
-from ddai.pipelines.adapters import native
+from ddai.pipelines.adapters import ddai_flash, ddai_phase1, ddai_unified, native, verl
 from ddai.pipelines.adapters.base import ReaderContext, SourceRecord
+from ddai.pipelines.adapters.peek import first_object, head_text
 
 Reader = Callable[[Path, ReaderContext], Iterator[SourceRecord]]
 
-READERS: dict[str, Reader] = {"ddai": native.read}
+READERS: dict[str, Reader] = {
+    "ddai": native.read,
+    ddai_unified.NAME: ddai_unified.read,
+    ddai_flash.NAME: ddai_flash.read,
+    ddai_phase1.NAME: ddai_phase1.read,
+    verl.NAME: verl.read,
+}
 # Content sniffers, tried in order; each returns True when the file is in its format.
-SNIFFERS: list[tuple[str, Callable[[Path], bool]]] = [("ddai", native.sniff)]
+SNIFFERS: list[tuple[str, Callable[[Path], bool]]] = [
+    ("ddai", native.sniff),
+    (ddai_unified.NAME, ddai_unified.sniff),
+    (ddai_flash.NAME, ddai_flash.sniff),
+    (ddai_phase1.NAME, ddai_phase1.sniff),
+    (verl.NAME, verl.sniff),
+]
+
+
+def _has(*keys: str) -> Callable[[dict[str, Any]], bool]:
+    return lambda obj: all(k in obj for k in keys)
+
+
+# DDAI files that are not rollout logs, recognised by the keys of their first record.
+NOT_ROLLOUTS: list[tuple[Callable[[dict[str, Any]], bool], str]] = [
+    (
+        _has("messages", "prompt_uid"),
+        "DDAI SFT candidates exported from a unified log (messages + scores of chosen rollouts): "
+        "ingest the unified log itself",
+    ),
+    (
+        _has("messages", "format_version"),
+        "DDAI SFT rows (uid, format_version, messages): a training set, not a rollout log",
+    ),
+    (
+        _has("uid", "avg_final_score"),
+        "a per-prompt score table (uid, avg_final_score), not rollouts",
+    ),
+    (_has("filter_uids"), "a uid filter list, not rollouts"),
+    (
+        lambda o: ("cache_key" in o or "key" in o) and "result" in o,
+        "a GPT-stage cache (key → result), not rollouts",
+    ),
+    (
+        lambda o: "uid" in o and ("changed" in o or "pass" in o or "keep" in o),
+        "a GPT-stage report (think rewrite, vetting or query filter), not rollouts",
+    ),
+    (
+        _has("format_pass", "final_score"),
+        "DDAI batch-mode reward summaries (gspo_gemini_output.jsonl): their uid is a per-prompt "
+        "uuid and they name no rollout index, so they join to no rollout",
+    ),
+    (
+        _has("gemini_prompt", "parsed_score"),
+        "DDAI judge call details (no uid or rollout index): debug output, not rollouts",
+    ),
+    (_has("event", "kind"), "DDAI NDCG debug lines, not rollouts"),
+    (_has("ndcg_context"), "DDAI NDCG debug lines, not rollouts"),
+    (_has("results_basenames", "chosen_basename"), "DDAI search debug lines, not rollouts"),
+    (
+        _has("image_paths", "status_code"),
+        "DDAI frozen-generator calls (sample_idx without uid or step), not rollouts",
+    ),
+]
 
 
 def formats() -> list[str]:
@@ -25,14 +91,31 @@ def formats() -> list[str]:
 
 
 def detect(path: Path) -> str:
-    """The format of ``path`` by content; raises ValueError naming the formats tried."""
+    """The format of ``path`` by content; raises ValueError naming why it is not taken."""
     for name, sniff in SNIFFERS:
         if sniff(path):
             return name
+    obj = first_object(path)
+    if obj is None and head_text(path, 1).startswith("{"):
+        obj = _json_head(path)
+    for test, why in NOT_ROLLOUTS:
+        if obj is not None and test(obj):
+            raise ValueError(f"{path}: {why}")
     raise ValueError(
         f"{path}: format not recognised (tried {', '.join(n for n, _ in SNIFFERS)}); "
         "pass --format to choose one"
     )
+
+
+def _json_head(path: Path) -> dict[str, Any] | None:
+    """A small whole-file JSON document (e.g. ``samples_to_filter.json``) as an object."""
+    if path.stat().st_size > (1 << 20):
+        return None
+    try:
+        obj = json.loads(path.read_bytes())
+    except ValueError:
+        return None
+    return obj if isinstance(obj, dict) else None
 
 
 def reader(name: str) -> Reader:

@@ -1,0 +1,54 @@
+"""DDAI's legacy ``flash_rm_detail.jsonl``: one line per scored rollout (``--format ddai-flash``).
+
+The line is the streaming reward manager's ``rm.flash.detail`` payload plus ``timestamp`` and
+``pid``; DESIGN.md's mapping applies (``local_idx`` → ``rollout_idx``, ``final_score`` →
+``reward``, ``query`` → ``question`` cut at ``\\nassistant``, …) and every other field goes to
+``extra``. The file names neither run nor step: without ``--run-id`` the run id is the file stem
+less ``_flash_rm_detail`` (``round0_flash_rm_detail.jsonl`` → ``round0``), ``step`` stays null, and
+the number of writer processes (``pid``) seen is noted, since DDAI appended runs to one file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+from ddai.pipelines.adapters.base import ReaderContext, SourceRecord, iter_json_lines
+from ddai.pipelines.adapters.ddai_common import flash_rollout, run_id_from_stem
+from ddai.pipelines.adapters.peek import first_object
+
+NAME = "ddai-flash"
+STEM_SUFFIX = "_flash_rm_detail"
+
+
+def sniff(path: Path) -> bool:
+    obj = first_object(path)
+    return (
+        obj is not None
+        and "event_type" not in obj
+        and "local_idx" in obj
+        and ("final_score" in obj or "judge_score" in obj)
+    )
+
+
+def read(path: Path, ctx: ReaderContext) -> Iterator[SourceRecord]:
+    run = None if ctx.run_id else run_id_from_stem(path.stem, STEM_SUFFIX)
+    pids: set = set()
+    lines = 0
+    with open(path, "rb") as fh:
+        for line, text, obj, reason in iter_json_lines(fh, ctx):
+            lines += 1
+            if reason is not None:
+                key, _, detail = reason.partition("|")
+                yield SourceRecord(None, line, text, key, detail, run_id=run)
+            elif not isinstance(obj, dict):
+                yield SourceRecord(
+                    None, line, text, "wrong type", "a line must be a JSON object", run_id=run
+                )
+            else:
+                pids.add(obj.get("pid"))
+                rec = flash_rollout(obj)
+                if run is not None:
+                    rec["run_id"] = run
+                yield SourceRecord(rec, line, text, run_id=run)
+    ctx.notes[str(path)] = {"lines": lines, "writer processes (pid)": len(pids - {None})}

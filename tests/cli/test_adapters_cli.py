@@ -1,0 +1,51 @@
+"""``ddai ingest`` over DDAI's formats: per-file format in the summary, --format overrides."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from ddai.cli.app import app
+
+runner = CliRunner()
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / ".." / "shared" / "ddai-formats" / "examples"
+UNIFIED = ROOT / "fixtures" / "unified" / "curriculum" / "unified_trajectory.jsonl"
+
+
+def test_summary_names_each_file_format(tmp_path):
+    flash = EXAMPLES / "flash_rm_detail.jsonl"
+    args = ["ingest", str(UNIFIED), str(flash), "--logs", str(tmp_path), "--no-progress"]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    out = " ".join(res.output.split())  # the table wraps long cells
+    assert "file 1 │ ddai-unified:" in out and "file 2 │ ddai-flash:" in out
+    assert "file 1 notes" in out and "events read" in out  # the unified reader's notes
+    res = runner.invoke(app, [*args, "--json"])
+    data = json.loads(res.output)
+    assert data["formats"] == {str(UNIFIED): "ddai-unified", str(flash): "ddai-flash"}
+    assert data["rows in"] == data["rollouts out"] + data["quarantined"] == 72 + 3
+    assert data["side tables"]["frozen.response"] == 72
+
+
+def test_format_flag_overrides_detection_and_refusals_exit_2(tmp_path):
+    # a verl-shaped line read as DDAI's legacy flash file: every row lacks uid → quarantined
+    src = tmp_path / "3.jsonl"
+    src.write_text(json.dumps({"input": "p", "output": "o", "score": 1.0, "step": 3}) + "\n")
+    res = runner.invoke(
+        app, ["ingest", str(src), "--logs", str(tmp_path / "a"), "--format", "ddai-flash", "--json"]
+    )
+    assert res.exit_code == 1 and json.loads(res.output)["quarantined by reason"] == {
+        "missing required key": 1
+    }
+    res = runner.invoke(app, ["ingest", str(src), "--logs", str(tmp_path / "b"), "--json"])
+    assert res.exit_code == 0 and json.loads(res.output)["formats"] == {str(src): "verl"}
+    sft = EXAMPLES / "train1_rows.jsonl"
+    res = runner.invoke(app, ["ingest", str(sft), "--logs", str(tmp_path / "c")])
+    assert res.exit_code == 2 and "a training set, not a rollout log" in " ".join(
+        res.output.split()
+    )
+    res = runner.invoke(app, ["ingest", str(src), "--format", "nope"])
+    assert res.exit_code == 2 and "ddai-unified" in res.output

@@ -1,0 +1,107 @@
+"""DDAI field conventions, format detection and every example file of ../shared/ddai-formats."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ddai.pipelines import adapters
+from ddai.pipelines.adapters.ddai_common import (
+    dataset_id_of,
+    executed_action,
+    file_name_of,
+    question_from_prompt,
+    question_from_query,
+    run_id_from_stem,
+)
+from ddai.pipelines.ingest import IngestConfig, ingest
+
+EXAMPLES = Path(__file__).resolve().parents[2] / ".." / "shared" / "ddai-formats" / "examples"
+
+
+def test_question_from_query_and_prompt():
+    assert question_from_query("How many?\nassistant\n") == "How many?"
+    assert question_from_query("How many?\n  assistant") == "How many?"
+    assert question_from_query("The assistant said so") == "The assistant said so"
+    assert question_from_query(None) is None
+    chatml = "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nQuestion: Why?<|im_end|>\n<|im_start|>assistant\n"
+    assert question_from_prompt(chatml) == "Why?"
+    assert question_from_prompt("system\nS\nuser\nWhat is it?\nassistant\n") == "What is it?"
+    assert question_from_prompt("no roles here") is None
+
+
+def test_pages_documents_and_run_ids():
+    assert file_name_of(["2747_12", "2747_15"]) == "2747.pdf"
+    assert dataset_id_of(["8_5"]) == "train_8"
+    assert file_name_of([]) is None and dataset_id_of(None) is None
+    assert run_id_from_stem("round0_flash_rm_detail", "_flash_rm_detail") == "round0"
+    assert run_id_from_stem("flash_rm_detail", "_flash_rm_detail") == "flash_rm_detail"
+    assert run_id_from_stem("my run/1") == "my_run_1"
+
+
+def test_executed_action_is_ddai_first_well_formed_tag():
+    assert executed_action("<think>t</think><search> q </search>") == ("search", "q")
+    # invalid by the grammar (two actions) but DDAI still ran the first one
+    assert executed_action("<think>t</think><bbox>[1,2,3,4]</bbox><search>q</search>")[0] == "bbox"
+    assert executed_action("<think>t</think><search>q") == (None, "")
+    assert executed_action("") == (None, "")
+    forced = "<think>Maximum turn limit reached. Trigger search_complete.</think><search_complete>true</search_complete>"
+    assert executed_action(forced) == ("search_complete", "true")
+
+
+def _example_files() -> list[Path]:
+    return sorted(p for p in EXAMPLES.iterdir() if p.name != "README.md")
+
+
+def test_every_example_file_is_read_or_refused_with_a_reason(tmp_path):
+    files = _example_files()
+    assert len(files) >= 30
+    taken: dict[str, str] = {}
+    for f in files:
+        try:
+            taken[f.name] = adapters.detect(f)
+        except ValueError as e:
+            assert "not recognised" not in str(e), f.name  # a named reason, not a shrug
+            assert str(f) in str(e)
+            continue
+        res = ingest(IngestConfig([f], tmp_path / f.name, progress=False))
+        lines = [x for x in f.read_text().splitlines() if x.strip()]
+        accounted = res.rows_in + sum(res.side_tables.values())
+        if taken[f.name] == "ddai-unified":
+            notes = res.notes[str(f)]
+            assert notes["events read"] == len(lines), f.name
+            accounted += notes.get("runs started", 0)
+        assert accounted > 0, f.name  # nothing read and nothing said: never
+    assert {n for n, fmt in taken.items() if fmt != "ddai-unified"} == {
+        "flash_rm_detail.jsonl",
+        "gspo_phase1.example.json",
+    }
+    unified = {f.name for f in files if f.name.startswith("unified.")}
+    assert {n for n, fmt in taken.items() if fmt == "ddai-unified"} == unified
+
+
+def test_examples_of_the_unified_log_ingest_together(tmp_path):
+    files = [f for f in _example_files() if f.name.startswith("unified.")]
+    res = ingest(IngestConfig(files, tmp_path, progress=False))
+    assert res.rows_in == res.rollouts_out + sum(res.quarantined.values())
+    # the three rewards, the plans and the tool calls name rollouts whose other events are not
+    # among the examples: each is reported, none joined to a stranger
+    assert res.rollouts_out == 0
+    assert set(res.quarantined) == {"missing turns", "incomplete rollout"}
+    assert res.side_tables["rm.phase1.detail"] == 3 and res.side_tables["rm.batch.summary"] == 3
+
+
+@pytest.mark.parametrize(
+    "first_line, fmt",
+    [
+        ('{"run_id": "r", "uid": "u", "rollout_idx": 0}', "ddai"),
+        ('{"event_type": "run.start", "run_id": "r"}', "ddai-unified"),
+        ('{"uid": "u", "local_idx": 0, "final_score": 1.0}', "ddai-flash"),
+        ('{"input": "p", "output": "o", "score": 1.0, "step": 1}', "verl"),
+    ],
+)
+def test_detect_by_content(tmp_path, first_line, fmt):
+    src = tmp_path / "x.jsonl"
+    src.write_text(first_line + "\n")
+    assert adapters.detect(src) == fmt
