@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 ACTIONS = ("search", "bbox", "search_complete")
@@ -80,10 +80,19 @@ class Turn:
 
     def to_record(self) -> dict[str, Any]:
         """The rollout-log struct (DESIGN.md ``turns``): no raw/prefix/suffix."""
-        d = asdict(self)
-        for k in ("raw", "prefix", "suffix"):
-            d.pop(k)
-        return d
+        # A plain field copy: ``dataclasses.asdict`` deep-copies and dominated ingest time.
+        return {
+            "idx": self.idx,
+            "think": self.think,
+            "action": self.action,
+            "arg": self.arg,
+            "sep": self.sep,
+            "forced": self.forced,
+            "retrieved": list(self.retrieved) if self.retrieved is not None else None,
+            "observation": self.observation,
+            "error": self.error,
+            "value": self.value,
+        }
 
 
 def render_turns(turns: list[Turn]) -> str:

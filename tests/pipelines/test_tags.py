@@ -174,3 +174,12 @@ def test_tag_soup_never_raises(text):
     assert render_turns(turns) == text
     for t in turns:
         assert (t.error is None) == (t.action != "invalid")
+
+
+def test_turn_record_matches_the_log_schema():
+    from ddai.pipelines.schema import TURN_TYPE
+
+    (t,) = parse_turns("<think>a</think><search>q</search>")
+    rec = t.to_record()
+    assert list(rec) == [TURN_TYPE.field(i).name for i in range(TURN_TYPE.num_fields)]
+    assert rec["action"] == "search" and rec["arg"] == "q" and rec["sep"] == ""
