@@ -17,7 +17,7 @@ import pyarrow as pa
 from ddai.pipelines import store
 
 # Creation order matters: later views read earlier ones.
-VIEWS = ("rollouts", "turns", "prompts_at", "prompts", "runs", "discrepancies")
+VIEWS = ("macros", "rollouts", "turns", "prompts_at", "prompts", "runs", "discrepancies")
 
 
 def sql_text(name: str) -> str:

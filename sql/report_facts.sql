@@ -42,10 +42,7 @@ WITH base AS (
             true
         ) AS first_golden_rank,
         len(coalesce(reference_pages, [])) > 0 AS has_reference,
-        len(list_intersect(
-            list_transform(coalesce(retrieved_pages, []), lambda p: regexp_replace(p, '_[^_]*$', '')),
-            list_transform(coalesce(reference_pages, []), lambda p: regexp_replace(p, '_[^_]*$', ''))
-        )) > 0 AS shares_doc
+        shares_doc(retrieved_pages, reference_pages) AS shares_doc
     FROM rollouts
 ),
 derived AS (
@@ -64,11 +61,8 @@ derived AS (
             WHEN judge_score >= $threshold THEN 'success'
             ELSE 'failure'
         END AS outcome,
-        CASE
-            WHEN judge_score >= $judge_high AND ndcg <= $ndcg_low AND shares_doc THEN 'same_doc_success'
-            WHEN judge_score >= $judge_high AND ndcg <= $ndcg_low THEN 'no_reference_doc'
-            WHEN judge_score <= $judge_low AND ndcg >= $ndcg_high THEN 'retrieval_ok_answer_wrong'
-        END AS discrepancy,
+        discrepancy_class(judge_score, ndcg, shares_doc, $judge_high, $ndcg_low, $judge_low, $ndcg_high)
+            AS discrepancy,
         coalesce(judge_score >= $judge_high AND has_reference AND first_golden_rank IS NULL, false)
             AS hallucination_suspect
     FROM base

@@ -152,3 +152,24 @@ def test_query_views_on_ingested(tmp_path):
         "SELECT count(*) FROM prompts_at($t) WHERE n_success = 0", {"t": 2.0}
     ).fetchone()
     assert n[0] == 2
+
+
+def test_discrepancy_classes(tmp_path):
+    base = {"reference_pages": ["7_2"]}
+    rows = [
+        _row(i=0, judge_score=1.0, ndcg=0.0, retrieved_pages=["7_5"], **base),  # same document
+        _row(i=1, judge_score=0.5, ndcg=0.0, retrieved_pages=["8_1"], **base),  # other document
+        _row(i=2, judge_score=0.0, ndcg=1.0, retrieved_pages=["7_2"], **base),  # answer wrong
+        _row(i=3, judge_score=0.4, ndcg=0.0, retrieved_pages=["8_1"], **base),  # agree: both low
+        _row(i=4, judge_score=1.0, ndcg=1.0, retrieved_pages=["7_2"], **base),  # agree: both high
+    ]
+    src = _write_jsonl(tmp_path / "a.jsonl", [json.dumps(r) + "\n" for r in rows])
+    ingest(IngestConfig([src], tmp_path / "logs", progress=False))
+    con = query.connect(tmp_path / "logs")
+    got = con.execute("SELECT rollout_idx, class FROM discrepancies ORDER BY 1").fetchall()
+    assert got == [
+        (0, "same_doc_success"),
+        (1, "no_reference_doc"),
+        (2, "retrieval_ok_answer_wrong"),
+    ]
+    assert con.execute("SELECT page_doc('12_3'), page_doc('a_b_9')").fetchone() == ("12", "a_b")
