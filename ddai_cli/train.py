@@ -242,6 +242,18 @@ def register(app: typer.Typer) -> None:
         restrict_to_doc: Annotated[
             bool, typer.Option(help="Search only the question's own document.")
         ] = False,
+        observation: Annotated[
+            str,
+            typer.Option(
+                "--observation",
+                help="`text`: pages shown as text; `image`: page images through the model's "
+                "processor (VLM policies; needs --image-root).",
+            ),
+        ] = "text",
+        image_root: Annotated[
+            Path | None,
+            typer.Option("--image-root", help="Folder of page images (`{page_id}.jpg`)."),
+        ] = None,
         max_turn_tokens: Annotated[
             int, typer.Option("--max-turn-tokens", help="New tokens per policy turn.")
         ] = 256,
@@ -330,6 +342,8 @@ def register(app: typer.Typer) -> None:
             search_k=search_k,
             force_completion=force_completion,
             restrict_to_doc=restrict_to_doc,
+            observation=observation,
+            image_root=image_root,
             max_turn_tokens=max_turn_tokens,
             max_completion_tokens=max_completion_tokens,
             obs_max_tokens=obs_max_tokens,

@@ -15,10 +15,13 @@ Each turn the policy writes ``<think>…</think>`` + one action, parsed by the p
 The episode keeps the retrieved pages (de-duplicated, first-seen order: NDCG's input) and the
 evidence set (pages and crops) that the frozen generator answers from after the episode.
 
-Image observations (VLM policies) are not built here: a page image would enter the policy through
-its processor's chat template, and TRL's ``rollout_func`` path carries no pixel values into the
-loss forward pass, so ddai trains text policies; ``Corpus.image_path`` names the page image for
-logs and for multimodal generators.
+Image observations (VLM policies): with ``EnvConfig.observation="image"`` a search shows the page
+label and the page *image* (``image_of(page_id)``, e.g. ``Corpus.image_path`` under an image root)
+and a ``<bbox>`` shows that box cropped from the last page image; the images ride on
+``StepResult.images`` for the rollout to render through the model's processor
+(``ddai.trainer.vision``), and the evidence the generator reads stays the page text. Exercised on
+CPU with a tiny Qwen2-VL and its PIL image processor; real VLM processors need torchvision (a lent
+GPU machine).
 """
 
 from __future__ import annotations
@@ -61,6 +64,12 @@ class EnvConfig:
     """At ``max_turns``, append DDAI's forced completion turn (written by the environment)."""
     restrict_to_doc: bool = False
     """Search only the question's own document (when the task names one)."""
+    observation: str = "text"
+    """``text``: pages are shown as text; ``image``: as page images (VLM policies)."""
+
+    def __post_init__(self) -> None:
+        if self.observation not in ("text", "image"):
+            raise ValueError(f"observation {self.observation!r}: use `text` or `image`")
 
 
 @dataclass
@@ -72,6 +81,8 @@ class StepResult:
     done: bool
     forced: str | None = None
     """DDAI's forced completion text, when the environment ended the episode with it."""
+    images: list[Any] = field(default_factory=list)
+    """Images shown with ``observation`` (paths or PIL images; image mode only)."""
 
 
 @dataclass
@@ -102,7 +113,8 @@ class SearchEnv:
     """Runs episodes over a page corpus with a search backend.
 
     ``truncate(text)`` cuts an observation to the policy's token budget (the rollout passes one
-    built on its tokenizer); the default keeps everything.
+    built on its tokenizer); the default keeps everything. ``image_of(page_id)`` locates a page's
+    image; image observations need it.
     """
 
     def __init__(
@@ -111,11 +123,15 @@ class SearchEnv:
         pages: PageSource,
         config: EnvConfig | None = None,
         truncate: Callable[[str], str] | None = None,
+        image_of: Callable[[str], Any] | None = None,
     ) -> None:
         self.search = search
         self.pages = pages
         self.config = config or EnvConfig()
         self.truncate = truncate or (lambda s: s)
+        if self.config.observation == "image" and image_of is None:
+            raise ValueError("image observations need image_of(page_id) to locate page images")
+        self.image_of = image_of
 
     def reset(self, question: str, doc_id: str | None = None) -> Episode:
         return Episode(question=question, doc_id=doc_id)
@@ -130,50 +146,63 @@ class SearchEnv:
         if turn.action == "search_complete":
             ep.done, ep.terminated = True, "complete"
             return StepResult(None, True)
+        images: list[Any] = []
         if turn.action == "search":
-            obs = self._search(ep, turn)
+            obs, images = self._search(ep, turn)
         elif turn.action == "bbox":
-            obs = self._bbox(ep, turn)
+            obs, images = self._bbox(ep, turn)
         else:
             obs = INVALID_ACTION.format(reason=turn.error or "unparseable turn")
         turn.observation = obs
         if len(ep.turns) >= self.config.max_turns:
-            return self._cut(ep, obs)
-        return StepResult(obs, False)
+            return self._cut(ep, obs, images)
+        return StepResult(obs, False, images=images)
 
-    def _cut(self, ep: Episode, last_obs: str) -> StepResult:
+    def _cut(self, ep: Episode, last_obs: str, images: list[Any]) -> StepResult:
         ep.done, ep.terminated = True, "max_turns"
         if not self.config.force_completion:
-            return StepResult(last_obs, True)
+            return StepResult(last_obs, True, images=images)
         forced = tags.parse_turn(tags.FORCED_COMPLETION)
         forced.idx = len(ep.turns)
         ep.turns.append(forced)
-        return StepResult(last_obs, True, forced=tags.FORCED_COMPLETION)
+        return StepResult(last_obs, True, forced=tags.FORCED_COMPLETION, images=images)
 
-    def _search(self, ep: Episode, turn: tags.Turn) -> str:
+    def _search(self, ep: Episode, turn: tags.Turn) -> tuple[str, list[Any]]:
         doc = ep.doc_id if self.config.restrict_to_doc else None
         results = [
             pid for pid, _ in self.search.search(turn.arg.strip(), self.config.search_k, doc=doc)
         ]
         if not results:
             turn.retrieved = []
-            return SEARCH_EMPTY
+            return SEARCH_EMPTY, []
         shown = next((p for p in results if p not in ep.retrieved), results[0])
         turn.retrieved = [shown]
         ep.retrieved = metrics.dedupe([*ep.retrieved, shown])
         ep.last_page = shown
         text = self.pages.text(shown)
         ep.evidence.append((shown, text))
-        return self.truncate(f"[page {shown}]\n{text}")
+        if self.config.observation == "image":
+            return f"[page {shown}]", [self.image_of(shown)]
+        return self.truncate(f"[page {shown}]\n{text}"), []
 
-    def _bbox(self, ep: Episode, turn: tags.Turn) -> str:
+    def _bbox(self, ep: Episode, turn: tags.Turn) -> tuple[str, list[Any]]:
         if ep.last_page is None:
             turn.error = "no page to crop yet"
-            return BBOX_FAILED
+            return BBOX_FAILED, []
         box = json.loads(turn.arg)
         text = self.pages.crop(ep.last_page, box)
+        label = f"[crop of {ep.last_page} {turn.arg.strip()}]"
+        if self.config.observation == "image":
+            from ddai.trainer.vision import crop_image
+
+            crop = crop_image(self.image_of(ep.last_page), box)
+            if crop is None:
+                turn.error = "crop is outside the page"
+                return BBOX_FAILED, []
+            ep.evidence.append((ep.last_page, text))
+            return label, [crop]
         if not text.strip():
             turn.error = "crop holds no text"
-            return BBOX_FAILED
+            return BBOX_FAILED, []
         ep.evidence.append((ep.last_page, text))
-        return self.truncate(f"[crop of {ep.last_page} {turn.arg.strip()}]\n{text}")
+        return self.truncate(f"{label}\n{text}"), []

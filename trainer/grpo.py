@@ -8,7 +8,9 @@ ddai supplies
   every observation token), which TRL multiplies into the loss mask (state masking);
 - ``DdaiReward``: an async reward function awaiting the streamed generator/judge calls;
 - ``DdaiGRPOTrainer``: a thin subclass that hands the rollout the batch's task columns and appends
-  every step's rollouts, with TRL's advantages, to the rollout log.
+  every step's rollouts, with TRL's advantages, to the rollout log. With image observations it
+  also feeds the images each rollout was shown (``pixel_values``, ``image_grid_thw``) into every
+  log-prob forward pass (old, reference and loss), which TRL's ``rollout_func`` path does not.
 """
 
 from __future__ import annotations
@@ -38,6 +40,12 @@ from ddai.trainer.rollout import (
     Trajectory,
     VLLMServerSampler,
     run_rollouts,
+)
+from ddai.trainer.vision import (
+    VisionObservationFormat,
+    page_image_path,
+    slice_vision,
+    vision_batch,
 )
 
 # Seed 000's focused-round optimiser: sequence-level ratio (GSPO), clip 3e-4/4e-4, lr 1e-6, no KL,
@@ -102,6 +110,10 @@ class GRPORunConfig:
     search_k: int = 5
     force_completion: bool = True
     restrict_to_doc: bool = False
+    observation: str = "text"
+    """``image``: show page images through the model's processor (VLM policies)."""
+    image_root: Path | None = None
+    """Folder of page images named as ``Corpus.image_path`` names them (image observations)."""
     max_turn_tokens: int = 256
     max_completion_tokens: int = 1024
     obs_max_tokens: int = 256
@@ -230,9 +242,13 @@ class SearchRollout:
         temperature: float = 1.0,
         top_p: float = 1.0,
         top_k: int = 0,
+        vision: VisionObservationFormat | None = None,
     ) -> None:
         self.tok = tokenizer
         self.env = env
+        self.vision = vision
+        self.vision_fields: dict[str, Any] | None = None
+        """The last batch's images in TRL's layout (``vision_batch``), rows in batch order."""
         self.rollout = rollout
         self.spec = spec
         self.scorer = scorer
@@ -263,7 +279,8 @@ class SearchRollout:
         if getattr(trainer, "use_vllm", False):
             client = trainer.vllm_generation.vllm_client
             return VLLMServerSampler(client, stop_ids=stop, **self.sampling)
-        return HFSampler(model, self.tok, stop_ids=stop, **self.sampling)
+        image_id = self.vision.image_token_id if self.vision else None
+        return HFSampler(model, self.tok, stop_ids=stop, image_token_id=image_id, **self.sampling)
 
     def run(self, tasks: list[tuple[Task, int, int]], trainer: Any, model: Any) -> list[Trajectory]:
         return run_rollouts(
@@ -273,6 +290,7 @@ class SearchRollout:
             env=self.env,
             config=self.rollout,
             on_group_done=self._submit,
+            vision=self.vision,
         )
 
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list]:
@@ -287,6 +305,10 @@ class SearchRollout:
             trajs = self.run(slots, trainer, model)
         for t in trajs:
             self.pending[t.key] = t
+        self.vision_fields = vision_batch(
+            [im[0] if (im := t.images()) else None for t in trajs],
+            [im[1] if (im := t.images()) else None for t in trajs],
+        )
         return {
             "prompt_ids": [t.prompt_ids for t in trajs],
             "completion_ids": [t.completion_ids for t in trajs],
@@ -375,7 +397,13 @@ def _trainer_class() -> type:
 
         def _generate_and_score_completions(self, inputs):
             self.ddai_inputs = inputs
+            self.ddai_rollout.vision_fields = None
             out = super()._generate_and_score_completions(inputs)
+            if self.ddai_rollout.vision_fields is not None:
+                # TRL shuffles, splits and re-joins these per rollout (``num_images``), then hands
+                # them back to ``_get_per_token_logps_and_entropies`` in the loss.
+                out.update(self.ddai_rollout.vision_fields)
+                self.ddai_rollout.vision_fields = None
             advantages = out["advantages"].detach().float().cpu().tolist()
             step = int(self.state.global_step) + 1
             rows = []
@@ -396,6 +424,48 @@ def _trainer_class() -> type:
             if self.ddai_log is not None:
                 self.ddai_log.append(rows)
             return out
+
+        def _get_per_token_logps_and_entropies(
+            self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, **kwargs
+        ):
+            """Log-probs with the rollout's images: those of the batch being scored (old and
+            reference log-probs) or those carried in ``inputs`` (the loss)."""
+            import torch
+
+            kwargs.pop("mm_token_type_ids", None)  # rebuilt per chunk from the ids
+            fields = {k: kwargs.pop(k, None) for k in ("pixel_values", "image_grid_thw")}
+            fields["num_images"] = kwargs.pop("num_images", None)
+            if fields["pixel_values"] is None:
+                fields = self.ddai_rollout.vision_fields
+            if fields is None or self.ddai_rollout.vision is None:
+                return super()._get_per_token_logps_and_entropies(
+                    model, input_ids, attention_mask, logits_to_keep, batch_size, **kwargs
+                )
+            image_id = self.ddai_rollout.vision.image_token_id
+            size = batch_size or input_ids.size(0)
+            parts = []
+            # Chunk here, not in TRL, so that chunks without an image go through text-only.
+            for start in range(0, input_ids.size(0), size):
+                end = min(start + size, input_ids.size(0))
+                ids = input_ids[start:end]
+                chunk = slice_vision(fields, start, end) or {}
+                if chunk:
+                    chunk["mm_token_type_ids"] = (ids == image_id).long()
+                parts.append(
+                    super()._get_per_token_logps_and_entropies(
+                        model,
+                        ids,
+                        attention_mask[start:end],
+                        logits_to_keep,
+                        end - start,
+                        **kwargs,
+                        **chunk,
+                    )
+                )
+            logps = torch.cat([p[0] for p in parts])
+            ent = torch.cat([p[1] for p in parts]) if parts[0][1] is not None else None
+            aux = torch.stack([p[2] for p in parts]).mean() if parts[0][2] is not None else None
+            return logps, ent, aux
 
     return DdaiGRPOTrainer
 
@@ -419,6 +489,19 @@ class RolloutLog:
         rs = [r["reward"] for r in rows if r["reward"] is not None]
         if rs:
             self.rewards.append(sum(rs) / len(rs))
+
+
+def load_vision_policy(
+    name_or_path: str, *, dtype: str = "float32"
+) -> tuple[Any, Any, VisionObservationFormat]:
+    """A VLM policy, its tokenizer and its processor's observation format (needs torchvision for
+    real checkpoints' processors)."""
+    import torch
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    processor = AutoProcessor.from_pretrained(name_or_path)
+    model = AutoModelForImageTextToText.from_pretrained(name_or_path, dtype=getattr(torch, dtype))
+    return model, processor.tokenizer, VisionObservationFormat.from_processor(processor)
 
 
 def default_backends(cfg: GRPORunConfig, corpus: Any, spec: RewardSpec) -> Backends:
@@ -454,12 +537,32 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
         raise common.TrainConfigError(
             "the reward uses the judge: a generator and a judge backend are needed"
         )
-    model, tok = load_policy(cfg.model, dtype=cfg.dtype)
+    vision = image_of = None
+    if cfg.observation == "image":
+        if cfg.image_root is None or not Path(cfg.image_root).is_dir():
+            raise common.TrainConfigError(
+                f"--image-root {cfg.image_root}: not a folder; point it at the page images "
+                "(image observations need them)"
+            )
+        model, tok, vision = load_vision_policy(cfg.model, dtype=cfg.dtype)
+        root = Path(cfg.image_root)
+        image_of = lambda pid: page_image_path(root, corpus.image_path(pid))  # noqa: E731
+    elif cfg.observation == "text":
+        model, tok = load_policy(cfg.model, dtype=cfg.dtype)
+    else:
+        raise common.TrainConfigError(f"--observation {cfg.observation!r}: use text or image")
     env = SearchEnv(
         backends.search,
         corpus,
-        EnvConfig(cfg.max_turns, cfg.search_k, cfg.force_completion, cfg.restrict_to_doc),
+        EnvConfig(
+            cfg.max_turns,
+            cfg.search_k,
+            cfg.force_completion,
+            cfg.restrict_to_doc,
+            cfg.observation,
+        ),
         truncate=token_truncator(tok, cfg.obs_max_tokens),
+        image_of=image_of,
     )
     scorer = StreamingScorer(backends.generator, backends.judge) if spec.needs_judge else None
     rollout = SearchRollout(
@@ -471,6 +574,7 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
         temperature=args.temperature,
         top_p=args.top_p,
         top_k=args.top_k or 0,
+        vision=vision,
     )
     run_id = cfg.run_id or f"grpo_{time.strftime('%Y%m%d_%H%M%S')}"
     log = RolloutLog(workspace.logs_dir(cfg.logs), run_id)
@@ -493,6 +597,8 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
         if scorer is not None:
             scorer.close()
     save_model(trainer.model, tok, cfg.output_dir)
+    if vision is not None:
+        vision.processor.save_pretrained(cfg.output_dir)  # image processor + chat template
     return GRPOResult(
         output_dir=str(cfg.output_dir),
         run_id=run_id,

@@ -10,7 +10,10 @@ concatenation, in order, of
   forced completion (``env_mask`` 0).
 
 Policy tokens are never decoded and re-encoded, so the mask cannot drift from what was sampled.
-The wrapper text comes from the tokenizer's own chat template (``ObservationFormat``).
+The wrapper text comes from the tokenizer's own chat template (``ObservationFormat``). With image
+observations (a ``VisionObservationFormat``), the processor renders and tokenizes every
+environment span instead (image placeholders included, ``env_mask`` 0), each rollout keeps the
+image tensors it was shown, and the sampler sees them.
 
 A group (the ``n_agent`` rollouts of one prompt) is handed to ``on_group_done`` as soon as its
 last episode ends, which is what lets reward calls stream while other groups still generate.
@@ -25,6 +28,7 @@ from typing import Any
 
 from ddai.trainer.data import Task
 from ddai.trainer.env import Episode, SearchEnv
+from ddai.trainer.vision import ImageObservation, VisionObservationFormat
 
 _OBS_MARK = "\x00OBS\x00"
 _ANS_MARK = "\x00ANS\x00"
@@ -91,6 +95,10 @@ class Trajectory:
     key: str = field(default_factory=lambda: uuid.uuid4().hex)
     out_of_budget: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    pixel_values: list[Any] = field(default_factory=list)
+    """Per image-bearing observation, the processor's ``[patches, D]`` pixel tensor, in order."""
+    image_grid_thw: list[Any] = field(default_factory=list)
+    """Per image-bearing observation, its ``[n_images, 3]`` grids, in order."""
 
     def add_policy(self, ids: Sequence[int], logprobs: Sequence[float]) -> None:
         self.completion_ids.extend(ids)
@@ -102,6 +110,22 @@ class Trajectory:
         self.env_mask.extend([0] * len(ids))
         self.logprobs.extend([0.0] * len(ids))
 
+    def add_env_images(self, obs: ImageObservation) -> None:
+        """An environment span tokenized by the processor, with the images it shows."""
+        self.add_env(obs.ids)
+        if obs.pixel_values is not None:
+            self.pixel_values.append(obs.pixel_values)
+            self.image_grid_thw.append(obs.image_grid_thw)
+
+    def images(self) -> tuple[Any, Any] | None:
+        """``(pixel_values [patches, D], image_grid_thw [n_images, 3])`` of all images shown so
+        far, or None."""
+        if not self.pixel_values:
+            return None
+        import torch
+
+        return torch.cat(self.pixel_values), torch.cat(self.image_grid_thw)
+
     @property
     def done(self) -> bool:
         return self.episode.done
@@ -109,10 +133,11 @@ class Trajectory:
 
 class Sampler:
     """Samples one turn for each context; returns ``(token_ids, logprobs)`` per context, each
-    cut after the first stop token (kept)."""
+    cut after the first stop token (kept). With image observations, ``images`` (passed only
+    then) holds each context's ``Trajectory.images()``."""
 
     def sample(
-        self, contexts: list[list[int]], max_new_tokens: list[int]
+        self, contexts: list[list[int]], max_new_tokens: list[int], **kwargs: Any
     ) -> list[tuple[list[int], list[float]]]:
         raise NotImplementedError
 
@@ -130,15 +155,17 @@ class HFSampler(Sampler):
         top_p: float = 1.0,
         top_k: int = 0,
         stop_ids: Sequence[int] | None = None,
+        image_token_id: int | None = None,
     ) -> None:
         self.model = model
         self.tok = tokenizer
+        self.image_token_id = image_token_id
         self.temperature = temperature
         self.top_p = top_p
         self.top_k = top_k
         self.stop_ids = list(stop_ids or [tokenizer.eos_token_id])
 
-    def sample(self, contexts, max_new_tokens):
+    def sample(self, contexts, max_new_tokens, images=None):
         import torch
 
         device = next(self.model.parameters()).device
@@ -150,10 +177,20 @@ class HFSampler(Sampler):
             ids[i, width - len(c) :] = torch.tensor(c)
             att[i, width - len(c) :] = 1
         greedy = self.temperature <= 0
+        shown = [im for im in images or [] if im is not None]
+        vision: dict[str, Any] = {}
+        if shown:
+            # Qwen2-VL-style inputs: images in context order, placeholders marked for M-RoPE.
+            vision = {
+                "pixel_values": torch.cat([p for p, _ in shown]).to(device),
+                "image_grid_thw": torch.cat([g for _, g in shown]).to(device),
+                "mm_token_type_ids": (ids == self.image_token_id).long().to(device),
+            }
         with torch.no_grad():
             out = self.model.generate(
                 input_ids=ids.to(device),
                 attention_mask=att.to(device),
+                **vision,
                 max_new_tokens=max(max_new_tokens),
                 do_sample=not greedy,
                 temperature=None if greedy else self.temperature,
@@ -191,7 +228,9 @@ class VLLMServerSampler(Sampler):
         self.params = {"temperature": temperature, "top_p": top_p, "top_k": top_k}
         self.stop_ids = list(stop_ids)
 
-    def sample(self, contexts, max_new_tokens):
+    def sample(self, contexts, max_new_tokens, images=None):
+        if images is not None and any(im is not None for im in images):
+            raise NotImplementedError("image observations are sampled with HFSampler only")
         out = self.client.generate(
             prompts=contexts,
             n=1,
@@ -238,13 +277,17 @@ def run_rollouts(
     config: RolloutConfig,
     on_group_done: Callable[[list[Trajectory]], None] | None = None,
     on_turn: Callable[[int, int], None] | None = None,
+    vision: VisionObservationFormat | None = None,
 ) -> list[Trajectory]:
     """Run one episode per slot ``(task, group, rollout_idx)`` in lock-step; same order out.
 
     ``on_group_done(trajs)`` fires once per group when its last episode ends; ``on_turn(turn,
-    live)`` after each batched turn (progress display).
+    live)`` after each batched turn (progress display). ``vision`` renders and tokenizes the
+    prompt and every environment span through the processor (required for image observations).
     """
-    fmt = ObservationFormat.from_tokenizer(tokenizer)
+    if env.config.observation == "image" and vision is None:
+        raise ValueError("image observations need a VisionObservationFormat (the processor)")
+    fmt = vision or ObservationFormat.from_tokenizer(tokenizer)
     stop = {tokenizer.eos_token_id}
     trajs = [
         Trajectory(
@@ -252,7 +295,9 @@ def run_rollouts(
             group=group,
             rollout_idx=idx,
             episode=env.reset(task.question, task.doc_id),
-            prompt_ids=prompt_ids(tokenizer, task.messages),
+            prompt_ids=vision.prompt_ids(task.messages)
+            if vision
+            else prompt_ids(tokenizer, task.messages),
         )
         for task, group, idx in slots
     ]
@@ -277,21 +322,32 @@ def run_rollouts(
             min(config.max_turn_tokens, config.max_completion_tokens - len(t.completion_ids))
             for t in live
         ]
-        outs = sampler.sample([t.prompt_ids + t.completion_ids for t in live], budgets)
+        contexts = [t.prompt_ids + t.completion_ids for t in live]
+        if vision is None:
+            outs = sampler.sample(contexts, budgets)
+        else:
+            outs = sampler.sample(contexts, budgets, images=[t.images() for t in live])
         for t, (ids, lps) in zip(live, outs, strict=True):
             t.add_policy(ids, lps)
             closed = bool(ids) and ids[-1] in stop
             text = tokenizer.decode(ids, skip_special_tokens=True)
             res = env.step(t.episode, text)
             tail = ""
+            shown: list[Any] = []
             if res.observation is not None and (not res.done or res.forced):
-                tail = fmt.render(res.observation, closed=closed)
+                if vision is None:
+                    tail = fmt.render(res.observation, closed=closed)
+                else:
+                    shown = res.images
+                    tail = vision.render(res.observation, len(shown), closed=closed)
                 closed = True
             if res.forced:
                 tail += res.forced + fmt.close
             elif res.done and not closed:
                 tail += fmt.close
-            if tail:
+            if tail and vision is not None:
+                t.add_env_images(vision.encode(tail, shown))
+            elif tail:
                 t.add_env(tokenizer.encode(tail, add_special_tokens=False))
             if not t.done and len(t.completion_ids) >= config.max_completion_tokens - 1:
                 t.out_of_budget = True

@@ -1,0 +1,166 @@
+"""Image observations for VLM policies, through the model's processor.
+
+In ``observation="image"`` mode a search shows the page *image* (``Corpus.image_path`` names it,
+resolved under ``--image-root``) and a ``<bbox>`` shows a crop of it. The observation is rendered
+by the processor's own chat template as a user message ``[{"type": "image", ...}, {"type": "text",
+...}]`` and tokenized by the processor, which expands each image into its placeholder tokens; the
+ids (placeholders included) carry ``env_mask`` 0 and the processor's image tensors travel with the
+rollout into the loss forward pass (``DdaiGRPOTrainer``).
+
+Built and tested against Qwen2-VL's processor with its PIL image processor on CPU; a real VLM
+checkpoint's processor (fast image and video processors) needs torchvision beside torch, i.e. a
+lent GPU machine. Kept small on purpose: one image family (``pixel_values`` + ``image_grid_thw``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+_OBS_MARK = "\x00OBS\x00"
+_ANS_MARK = "\x00ANS\x00"
+
+
+@dataclass(frozen=True)
+class ImageObservation:
+    """One environment span tokenized by the processor."""
+
+    ids: list[int]
+    """Token ids of the span, image placeholder tokens included."""
+    pixel_values: Any
+    """``[patches, channels * temporal_patch * patch * patch]`` float tensor (None: no image)."""
+    image_grid_thw: Any
+    """``[n_images, 3]`` long tensor of (t, h, w) patch grids (None: no image)."""
+
+
+def observation_content(text: str, images: Sequence[Any]) -> list[dict[str, Any]]:
+    """The processor chat content of an observation: its images first, then its text."""
+    return [*({"type": "image", "image": im} for im in images), {"type": "text", "text": text}]
+
+
+def page_image_path(image_root: str | Path, corpus_path: str) -> Path:
+    """Where a page image lies: ``Corpus.image_path``'s file name under ``image_root``."""
+    return Path(image_root) / Path(corpus_path).name
+
+
+def crop_image(image: Any, bbox: Sequence[float]) -> Any | None:
+    """The ``[x1, y1, x2, y2]`` pixel box of ``image`` (a path or PIL image), clamped to the page;
+    None when the clamped box is empty."""
+    from PIL import Image
+
+    page = image if isinstance(image, Image.Image) else Image.open(image)
+    x1, y1, x2, y2 = (float(v) for v in bbox)
+    box = (
+        max(0, int(x1)),
+        max(0, int(y1)),
+        min(page.width, round(x2)),
+        min(page.height, round(y2)),
+    )
+    if box[2] <= box[0] or box[3] <= box[1]:
+        return None
+    return page.convert("RGB").crop(box)
+
+
+def _load(image: Any) -> Any:
+    from PIL import Image
+
+    if isinstance(image, Image.Image):
+        return image.convert("RGB")
+    with Image.open(image) as im:
+        return im.convert("RGB")
+
+
+@dataclass(frozen=True)
+class VisionObservationFormat:
+    """How an observation (text and images) is wrapped between two assistant turns, rendered by
+    the processor's chat template, and tokenized by the processor."""
+
+    processor: Any
+    close: str
+    """Ends an assistant turn that stopped without its end-of-turn token."""
+
+    @classmethod
+    def from_processor(cls, processor: Any) -> VisionObservationFormat:
+        eos = processor.tokenizer.eos_token or ""
+        tail = cls._tail(processor, "")
+        if not eos or not tail.startswith(eos):
+            raise ValueError(
+                "the processor's chat template does not end an assistant turn with the eos token "
+                f"({eos!r}); set the tokenizer's eos_token to the end-of-turn token"
+            )
+        return cls(processor=processor, close=eos)
+
+    @property
+    def image_token_id(self) -> int:
+        return int(self.processor.image_token_id)
+
+    @staticmethod
+    def _tail(processor: Any, text: str, n_images: int = 0) -> str:
+        msgs = [
+            {"role": "user", "content": "q"},
+            {"role": "assistant", "content": _ANS_MARK},
+            {"role": "user", "content": observation_content(text, [_OBS_MARK] * n_images)},
+        ]
+        rendered = processor.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+        return rendered.split(_ANS_MARK, 1)[1]
+
+    def render(self, observation: str, n_images: int, *, closed: bool) -> str:
+        """The text of the span: ``close`` (unless ``closed``), the user turn with one image
+        placeholder per image (before expansion), and the next assistant header."""
+        tail = self._tail(self.processor, observation, n_images)
+        return tail[len(self.close) :] if closed else tail
+
+    def prompt_ids(self, messages: Sequence[dict[str, Any]]) -> list[int]:
+        """Token ids of the processor-templated prompt with the assistant header appended."""
+        text = self.processor.apply_chat_template(
+            list(messages), tokenize=False, add_generation_prompt=True
+        )
+        return self.encode(text, []).ids
+
+    def encode(self, text: str, images: Sequence[Any]) -> ImageObservation:
+        """Tokenize ``text`` (placeholders for ``images`` in order) with the processor."""
+        loaded = [_load(im) for im in images]
+        out = self.processor(text=[text], images=loaded or None, return_tensors="pt")
+        ids = out["input_ids"][0].tolist()
+        if not loaded:
+            return ImageObservation(ids, None, None)
+        return ImageObservation(ids, out["pixel_values"], out["image_grid_thw"])
+
+
+def vision_batch(
+    pixel_values: Sequence[Any], image_grid_thw: Sequence[Any]
+) -> dict[str, Any] | None:
+    """One batch's image fields in TRL's layout from per-rollout lists of tensors.
+
+    ``pixel_values[i]`` is ``[patches_i, D]`` (rollout ``i``'s images, concatenated in order) or
+    None; the result holds ``pixel_values`` ``[sum patches, D]``, ``image_grid_thw``
+    ``[n_images, 3]`` and ``num_images`` (images per rollout); None when no rollout saw an image.
+    """
+    import torch
+
+    num = [0 if g is None else int(g.shape[0]) for g in image_grid_thw]
+    if not any(num):
+        return None
+    return {
+        "pixel_values": torch.cat([p for p in pixel_values if p is not None]),
+        "image_grid_thw": torch.cat([g for g in image_grid_thw if g is not None]),
+        "num_images": num,
+    }
+
+
+def slice_vision(fields: dict[str, Any], start: int, end: int) -> dict[str, Any] | None:
+    """Rows ``start:end`` of a ``vision_batch`` (None when they hold no image)."""
+    num = fields["num_images"]
+    first, last = sum(num[:start]), sum(num[:end])
+    if first == last:
+        return None
+    grid = fields["image_grid_thw"]
+    rows = grid.prod(-1)
+    row0, row1 = int(rows[:first].sum()), int(rows[:last].sum())
+    return {
+        "pixel_values": fields["pixel_values"][row0:row1],
+        "image_grid_thw": grid[first:last],
+        "num_images": list(num[start:end]),
+    }
