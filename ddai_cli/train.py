@@ -56,6 +56,36 @@ LogStepsOpt = Annotated[
     int | None, typer.Option("--logging-steps", help="Log metrics every N steps.")
 ]
 
+# Reward and episode options shared by `ddai train grpo` and `ddai train ppo`.
+RewardOpt = Annotated[
+    str,
+    typer.Option(
+        "--reward",
+        help="Reward preset: curriculum (0.8 judge + 0.2 NDCG, gated), ddai-phase1 (0.1 + 0.9 NDCG if format passes) or judge-only.",
+    ),
+]
+WJudgeOpt = Annotated[
+    float | None, typer.Option("--w-judge", help="Judge weight (overrides the preset).")
+]
+WNdcgOpt = Annotated[float | None, typer.Option("--w-ndcg", help="NDCG weight.")]
+WFormatOpt = Annotated[float | None, typer.Option("--w-format", help="Format weight.")]
+BiasOpt = Annotated[
+    float | None, typer.Option("--reward-bias", help="Constant added before the gate.")
+]
+GateOpt = Annotated[
+    bool | None,
+    typer.Option("--gate/--no-gate", help="Zero the reward when the format check fails."),
+]
+MaxTurnsOpt = Annotated[int, typer.Option("--max-turns", help="Turns per episode.")]
+SearchKOpt = Annotated[int, typer.Option("--search-k", help="Search results fetched per query.")]
+ForceCompletionOpt = Annotated[
+    bool, typer.Option(help="Inject DDAI's forced completion at --max-turns.")
+]
+RestrictToDocOpt = Annotated[bool, typer.Option(help="Search only the question's own document.")]
+MaxTurnTokensOpt = Annotated[
+    int, typer.Option("--max-turn-tokens", help="New tokens per policy turn.")
+]
+
 
 def _run(fn, cfg):
     """Call the training function; bad input (settings, files, TRL's config checks) exits 2."""
@@ -181,25 +211,12 @@ def register(app: typer.Typer) -> None:
                 help="Optimiser preset: gspo-ddai (seed defaults: sequence ratio, clip 3e-4/4e-4, lr 1e-6, KL 0, entropy 0) or grpo.",
             ),
         ] = None,
-        reward: Annotated[
-            str,
-            typer.Option(
-                "--reward",
-                help="Reward preset: curriculum (0.8 judge + 0.2 NDCG, gated), ddai-phase1 (0.1 + 0.9 NDCG if format passes) or judge-only.",
-            ),
-        ] = "curriculum",
-        w_judge: Annotated[
-            float | None, typer.Option("--w-judge", help="Judge weight (overrides the preset).")
-        ] = None,
-        w_ndcg: Annotated[float | None, typer.Option("--w-ndcg", help="NDCG weight.")] = None,
-        w_format: Annotated[float | None, typer.Option("--w-format", help="Format weight.")] = None,
-        bias: Annotated[
-            float | None, typer.Option("--reward-bias", help="Constant added before the gate.")
-        ] = None,
-        gate: Annotated[
-            bool | None,
-            typer.Option("--gate/--no-gate", help="Zero the reward when the format check fails."),
-        ] = None,
+        reward: RewardOpt = "curriculum",
+        w_judge: WJudgeOpt = None,
+        w_ndcg: WNdcgOpt = None,
+        w_format: WFormatOpt = None,
+        bias: BiasOpt = None,
+        gate: GateOpt = None,
         n_agent: Annotated[
             int | None, typer.Option("--n-agent", help="Rollouts per prompt (the GRPO group).")
         ] = None,
@@ -232,16 +249,10 @@ def register(app: typer.Typer) -> None:
         temperature: Annotated[
             float | None, typer.Option("--temperature", help="Sampling temperature.")
         ] = None,
-        max_turns: Annotated[int, typer.Option("--max-turns", help="Turns per episode.")] = 7,
-        search_k: Annotated[
-            int, typer.Option("--search-k", help="Search results fetched per query.")
-        ] = 5,
-        force_completion: Annotated[
-            bool, typer.Option(help="Inject DDAI's forced completion at --max-turns.")
-        ] = True,
-        restrict_to_doc: Annotated[
-            bool, typer.Option(help="Search only the question's own document.")
-        ] = False,
+        max_turns: MaxTurnsOpt = 7,
+        search_k: SearchKOpt = 5,
+        force_completion: ForceCompletionOpt = True,
+        restrict_to_doc: RestrictToDocOpt = False,
         observation: Annotated[
             str,
             typer.Option(
@@ -254,9 +265,7 @@ def register(app: typer.Typer) -> None:
             Path | None,
             typer.Option("--image-root", help="Folder of page images (`{page_id}.jpg`)."),
         ] = None,
-        max_turn_tokens: Annotated[
-            int, typer.Option("--max-turn-tokens", help="New tokens per policy turn.")
-        ] = 256,
+        max_turn_tokens: MaxTurnTokensOpt = 256,
         max_completion_tokens: Annotated[
             int, typer.Option("--max-completion-tokens", help="Token budget of a whole rollout.")
         ] = 1024,

@@ -11,6 +11,19 @@ from typing import Annotated, Any
 import typer
 
 from ddai.cli.common import JsonOpt, LogsOpt, RunsOpt, ThresholdOpt, fail, summary
+from ddai.cli.train import (
+    BiasOpt,
+    ForceCompletionOpt,
+    GateOpt,
+    MaxTurnsOpt,
+    MaxTurnTokensOpt,
+    RestrictToDocOpt,
+    RewardOpt,
+    SearchKOpt,
+    WFormatOpt,
+    WJudgeOpt,
+    WNdcgOpt,
+)
 
 OutOpt = Annotated[
     Path, typer.Option("--out", help="Output folder: the checkpoint and metrics.jsonl.")
@@ -285,25 +298,12 @@ def train_ppo_command(
         str | None,
         typer.Option("--run-id", help="Run id of the rollout log. Default: ppo_<timestamp>."),
     ] = None,
-    reward: Annotated[
-        str,
-        typer.Option(
-            "--reward",
-            help="Reward preset: curriculum, ddai-phase1 or judge-only (as ddai train grpo).",
-        ),
-    ] = "curriculum",
-    w_judge: Annotated[
-        float | None, typer.Option("--w-judge", help="Judge weight (overrides the preset).")
-    ] = None,
-    w_ndcg: Annotated[float | None, typer.Option("--w-ndcg", help="NDCG weight.")] = None,
-    w_format: Annotated[float | None, typer.Option("--w-format", help="Format weight.")] = None,
-    bias: Annotated[
-        float | None, typer.Option("--reward-bias", help="Constant added before the gate.")
-    ] = None,
-    gate: Annotated[
-        bool | None,
-        typer.Option("--gate/--no-gate", help="Zero the reward when the format check fails."),
-    ] = None,
+    reward: RewardOpt = "curriculum",
+    w_judge: WJudgeOpt = None,
+    w_ndcg: WNdcgOpt = None,
+    w_format: WFormatOpt = None,
+    bias: BiasOpt = None,
+    gate: GateOpt = None,
     n_agent: Annotated[int, typer.Option("--n-agent", help="Rollouts per prompt.")] = 1,
     batch_size: Annotated[
         int, typer.Option("--batch-size", help="Rollouts per step (a multiple of --n-agent).")
@@ -364,19 +364,11 @@ def train_ppo_command(
     temperature: Annotated[
         float, typer.Option("--temperature", help="Sampling temperature.")
     ] = 1.0,
-    max_turns: Annotated[int, typer.Option("--max-turns", help="Turns per episode.")] = 7,
-    search_k: Annotated[
-        int, typer.Option("--search-k", help="Search results fetched per query.")
-    ] = 5,
-    force_completion: Annotated[
-        bool, typer.Option(help="Inject DDAI's forced completion at --max-turns.")
-    ] = True,
-    restrict_to_doc: Annotated[
-        bool, typer.Option(help="Search only the question's own document.")
-    ] = False,
-    max_turn_tokens: Annotated[
-        int, typer.Option("--max-turn-tokens", help="New tokens per policy turn.")
-    ] = 256,
+    max_turns: MaxTurnsOpt = 7,
+    search_k: SearchKOpt = 5,
+    force_completion: ForceCompletionOpt = True,
+    restrict_to_doc: RestrictToDocOpt = False,
+    max_turn_tokens: MaxTurnTokensOpt = 256,
     max_completion_tokens: Annotated[
         int, typer.Option("--max-completion-tokens", help="Token budget of a whole rollout.")
     ] = 1024,
