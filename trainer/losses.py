@@ -294,22 +294,22 @@ def rce_loss(
 
 
 # ----------------------------------------------------------------------------- value head and PPO
-# The value-head losses live in ``value_losses`` (which imports this module); re-exported here so
-# the trainer's math is reachable from one place.
-from ddai.trainer.value_losses import (  # noqa: E402
-    clipped_value_loss,
-    hybrid_value_loss,
-    kl_penalized_rewards,
-    mc_value_loss,
-    pairwise_ranking_loss,
-    td_lambda_targets,
-)
-
-__all__ += [
+# The value-head losses live in ``value_losses``, which imports this module; they are reachable
+# from here too, resolved on first access so neither module needs the other at import time.
+_VALUE_LOSSES = (
     "clipped_value_loss",
     "hybrid_value_loss",
     "kl_penalized_rewards",
     "mc_value_loss",
     "pairwise_ranking_loss",
     "td_lambda_targets",
-]
+)
+__all__ += list(_VALUE_LOSSES)
+
+
+def __getattr__(name: str):
+    if name in _VALUE_LOSSES:
+        from ddai.trainer import value_losses
+
+        return getattr(value_losses, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
