@@ -1,0 +1,59 @@
+"""``--resume``: a stopped SFT run continues from its last checkpoint instead of starting over."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from ddai.trainer import toy
+from ddai.trainer.sft import SFTRunConfig, run_sft
+from ddai.trainer.tiny import build_tiny
+
+
+def _cfg(tiny, data, out, max_steps, resume=False):
+    return SFTRunConfig(
+        model=str(tiny),
+        data=[data / "sft.parquet"],
+        output_dir=out,
+        max_steps=max_steps,
+        learning_rate=1e-3,
+        batch_size=4,
+        max_length=256,
+        logging_steps=1,
+        save_steps=2,
+        report_to="jsonl",
+        resume=resume,
+    )
+
+
+def test_sft_resume_continues_from_the_last_checkpoint(tmp_path):
+    data = toy.write_toy(tmp_path / "toy")
+    tiny = build_tiny(tmp_path / "tiny", texts=[r["messages"] for r in toy.sft_rows()])
+    out = tmp_path / "sft"
+    first = run_sft(_cfg(tiny, data, out, max_steps=2))
+    assert first.steps == 2 and (out / "checkpoint-2").is_dir()
+
+    # Mark checkpoint-2's state: a resumed run carries its history forward, a fresh one cannot.
+    state_file = out / "checkpoint-2" / "trainer_state.json"
+    state = json.loads(state_file.read_text())
+    state["log_history"].append({"step": 2, "resume_marker": 1.0})
+    state_file.write_text(json.dumps(state))
+
+    resumed = run_sft(_cfg(tiny, data, out, max_steps=4, resume=True))
+    assert resumed.steps == 4
+    state = json.loads((out / "checkpoint-4" / "trainer_state.json").read_text())
+    assert state["global_step"] == 4
+    assert {"step": 2, "resume_marker": 1.0} in state["log_history"]
+    logged = [s["step"] for s in state["log_history"] if "loss" in s]
+    assert logged == [1, 2, 3, 4]  # steps 1-2 from the first run, 3-4 after the resume
+
+
+def test_resume_without_a_checkpoint_is_a_clear_error(tmp_path):
+    data = toy.write_toy(tmp_path / "toy")
+    tiny = build_tiny(tmp_path / "tiny", texts=[r["messages"] for r in toy.sft_rows()])
+    with pytest.raises(Exception, match="no checkpoint-N folder"):
+        run_sft(_cfg(tiny, data, tmp_path / "empty", max_steps=2, resume=True))
