@@ -57,3 +57,73 @@ def test_resume_without_a_checkpoint_is_a_clear_error(tmp_path):
     tiny = build_tiny(tmp_path / "tiny", texts=[r["messages"] for r in toy.sft_rows()])
     with pytest.raises(Exception, match="no checkpoint-N folder"):
         run_sft(_cfg(tiny, data, tmp_path / "empty", max_steps=2, resume=True))
+
+
+class _Generator:
+    name = "constant"
+
+    async def generate(self, reqs):
+        from ddai.pipelines.backends import GenerateResult
+
+        return [GenerateResult(answer="2021") for _ in reqs]
+
+
+class _Judge:
+    """Seeded random scores: reward variance inside every group, so every step updates."""
+
+    name = "random"
+
+    def __init__(self):
+        import random
+
+        self.rng = random.Random(0)
+
+    async def judge(self, reqs):
+        from ddai.pipelines.backends import JudgeResult
+
+        return [JudgeResult(score=self.rng.random()) for _ in reqs]
+
+
+@pytest.mark.slow
+def test_grpo_resume_continues_steps_and_appends_to_the_rollout_log(tmp_path):
+    from ddai.pipelines.backends import get_backend
+    from ddai.pipelines.store import read_rollouts
+    from ddai.trainer.grpo import Backends, GRPORunConfig, run_grpo
+
+    data = toy.write_toy(tmp_path / "toy")
+    tiny = build_tiny(tmp_path / "tiny", texts=[r["messages"] for r in toy.sft_rows()])
+
+    def run(max_steps, resume):
+        backends = Backends(
+            search=get_backend("search", "local", corpus=toy.corpus(), cache=False),
+            generator=_Generator(),
+            judge=_Judge(),
+        )
+        cfg = GRPORunConfig(
+            model=str(tiny),
+            data=data / "dataset.parquet",
+            corpus=data / "pages.parquet",
+            output_dir=tmp_path / "grpo",
+            logs=tmp_path / "logs",
+            run_id="grpo_resume",
+            reward="judge-only",
+            n_agent=2,
+            batch_size=4,
+            max_steps=max_steps,
+            learning_rate=1e-3,
+            max_turns=2,
+            max_turn_tokens=16,
+            max_completion_tokens=96,
+            obs_max_tokens=16,
+            save_steps=1,
+            resume=resume,
+        )
+        return run_grpo(cfg, backends)
+
+    first = run(1, resume=False)
+    assert first.steps == 1 and (tmp_path / "grpo" / "checkpoint-1").is_dir()
+    second = run(2, resume=True)
+    assert second.steps == 2 and (tmp_path / "grpo" / "checkpoint-2").is_dir()
+    steps = sorted(r["step"] for r in read_rollouts(tmp_path / "logs", ["grpo_resume"]).to_pylist())
+    # step 1 from the first run, step 2 from the resumed one: nothing trained or logged twice
+    assert steps == [1] * 4 + [2] * 4
