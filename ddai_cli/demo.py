@@ -7,6 +7,8 @@ function returning a summary dict; the demo stops at the first failing step with
 
 from __future__ import annotations
 
+import contextlib
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,6 +28,7 @@ class DemoConfig:
     seed: int = 0
     size: str = "small"
     fresh: bool = False
+    train: bool = False
 
     @property
     def world(self) -> Path:
@@ -82,20 +85,68 @@ def step_report(cfg: DemoConfig) -> dict[str, Any]:
     return demo_report(cfg.logs, cfg.out / "report.html", datasets_dir=cfg.out / "funnel")
 
 
+def step_train(cfg: DemoConfig) -> dict[str, Any]:
+    """A few CPU steps of the trainer: a tiny model, SFT on the distilled file, then GRPO over
+    the world's prompts and corpus, logging its rollouts beside the other runs (opt-in: --train).
+    The tiny model is untrained, so this shows the plumbing, not learning."""
+    from ddai.trainer.grpo import GRPORunConfig, run_grpo
+    from ddai.trainer.sft import SFTRunConfig, run_sft
+    from ddai.trainer.tiny import build_tiny, read_texts
+
+    sft_data = cfg.out / "sft" / "focused_r1.train1.parquet"
+    root = cfg.out / "train"
+    tiny = build_tiny(root / "tiny", texts=read_texts([sft_data]), overwrite=True)
+    sft = run_sft(
+        SFTRunConfig(
+            model=str(tiny),
+            data=[sft_data],
+            output_dir=root / "sft",
+            max_steps=3,
+            report_to="jsonl",
+        )
+    )
+    grpo = run_grpo(
+        GRPORunConfig(
+            model=str(root / "sft"),
+            data=cfg.world / "dataset.parquet",
+            corpus=cfg.world / "pages.parquet",
+            output_dir=root / "grpo",
+            logs=cfg.logs,
+            run_id="demo_grpo",
+            n_agent=2,
+            batch_size=4,
+            max_steps=2,
+            max_turns=2,
+            max_turn_tokens=24,
+        )
+    )
+    return {
+        "model": str(root / "grpo"),
+        "sft steps": sft.steps,
+        "grpo steps": grpo.steps,
+        "rollouts logged": f"{grpo.rollouts_logged} (run demo_grpo)",
+    }
+
+
 STEPS: list[tuple[str, Callable[[DemoConfig], dict[str, Any]]]] = [
     ("synthetic world", step_world),
     ("ingest", step_ingest),
     ("funnel", step_funnel),
     ("distill", step_distill),
+    ("train", step_train),
     ("report", step_report),
 ]
 
 
 def run_demo(cfg: DemoConfig, *, on_step: Callable[[str, dict[str, Any], float], None]) -> bool:
     for name, fn in STEPS:
+        if fn is step_train and not cfg.train:
+            continue
         t0 = time.perf_counter()
         try:
-            result = fn(cfg)
+            # Steps' own progress displays go to stderr: stdout carries only the summary.
+            with contextlib.redirect_stdout(sys.stderr):
+                result = fn(cfg)
         except Exception as e:  # the demo reports which step failed and why, then stops
             on_step(name, {"error": f"{type(e).__name__}: {e}"}, time.perf_counter() - t0)
             return False
@@ -111,10 +162,17 @@ def demo_cmd(
     fresh: Annotated[
         bool, typer.Option(help="Rebuild the synthetic world even if present.")
     ] = False,
+    train: Annotated[
+        bool,
+        typer.Option(
+            help="Also run a few CPU steps of the trainer (tiny model, SFT on the distilled file, "
+            "GRPO over the world) before the report; adds about a minute."
+        ),
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Run the whole loop on the synthetic world: world → ingest → funnel → distill → report."""
-    cfg = DemoConfig(home=workspace.home(), seed=seed, size=size, fresh=fresh)
+    """Run the whole loop on the synthetic world: world → ingest → funnel → distill (→ train) → report."""
+    cfg = DemoConfig(home=workspace.home(), seed=seed, size=size, fresh=fresh, train=train)
     results: dict[str, Any] = {}
     table = Table(title="ddai demo", title_justify="left")
     table.add_column("step", style="bold cyan")

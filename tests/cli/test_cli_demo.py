@@ -1,0 +1,46 @@
+"""``ddai demo``: the whole loop on the synthetic world, as the README's first command runs it."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from ddai.cli.app import app
+from ddai.pipelines import store
+
+runner = CliRunner()
+
+
+def test_demo_runs_every_step_and_writes_its_outputs(tmp_path, monkeypatch):
+    monkeypatch.setenv("DDAI_HOME", str(tmp_path))
+    res = runner.invoke(app, ["demo", "--json"])
+    assert res.exit_code == 0, res.output
+    steps = json.loads(res.stdout)
+    assert list(steps) == ["synthetic world", "ingest", "funnel", "distill", "report"]
+    assert not any("error" in s for s in steps.values())
+    truth = json.loads((tmp_path / "demo" / "world" / "truth.json").read_text())
+    assert steps["ingest"]["rollouts"] == sum(r["n_rollouts"] for r in truth["runs"].values())
+    assert steps["funnel"]["matches truth.json"] is True
+    sft = pq.read_table(steps["distill"]["sft file"])
+    assert sft.num_rows == steps["distill"]["samples written"] > 0
+    report = tmp_path / "demo" / "out" / "report.html"
+    assert steps["report"]["report"] == str(report) and report.stat().st_size > 100_000
+    # A second run reuses the world and stays green (steps skip or replace their outputs).
+    again = runner.invoke(app, ["demo", "--json"])
+    assert again.exit_code == 0, again.output
+
+
+@pytest.mark.slow
+def test_demo_train_logs_a_training_run(tmp_path, monkeypatch):
+    monkeypatch.setenv("DDAI_HOME", str(tmp_path))
+    res = runner.invoke(app, ["demo", "--train", "--json"])
+    assert res.exit_code == 0, res.output
+    steps = json.loads(res.stdout)
+    assert steps["train"]["grpo steps"] == 2
+    logs = tmp_path / "demo" / "logs"
+    assert "demo_grpo" in store.list_runs(logs)
+    assert store.read_rollouts(logs, ["demo_grpo"]).num_rows == 8
+    assert steps["report"]["runs"] == 5  # the four world runs and demo_grpo
