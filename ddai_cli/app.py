@@ -22,6 +22,7 @@ _MODULES = (
     "query",
     "fixtures",
     "curate",
+    "analyze",
     "distill",
     "report",
     "backends",

@@ -1,0 +1,50 @@
+"""Reward latency and coverage per run and step, over ``sql/reward_latency.sql``.
+
+DDAI's streaming reward waits a bounded time for each group's judge calls (seed 000, 9.7.1); the
+logs tell how long the calls took (``latency_s``), which timed out, and what share of rollouts got
+a reward at all.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from ddai.pipelines import query
+from ddai.pipelines.analyses import carries
+
+NEEDS = (carries.SCORES,)
+
+
+def _run_totals(con: Any, ok: list[str]) -> pl.DataFrame:
+    sql = query.sql_text("analysis_latency_runs")
+    return pl.from_arrow(query.run_sql(con, sql)).filter(pl.col("run_id").is_in(ok))
+
+
+def reward_latency(
+    logs: str | os.PathLike[str], runs: list[str] | None
+) -> tuple[pl.DataFrame, dict[str, Any]]:
+    """Per-step rows of the view and a per-run summary (latency percentiles pooled over steps).
+
+    Raises MissingData when a named run, or every run, has neither rewards nor judge scores.
+    """
+    con = query.connect(query.logs_or_fail(Path(logs)), runs)
+    try:
+        ok, lacking = carries.check(con, "reward latency", NEEDS, strict=bool(runs))
+        steps = pl.from_arrow(query.run_sql(con, "SELECT * FROM reward_latency")).filter(
+            pl.col("run_id").is_in(ok)
+        )
+        totals = _run_totals(con, ok)
+    finally:
+        con.close()
+    per_run = {r.pop("run_id"): r for r in totals.to_dicts()}
+    for r in per_run.values():
+        if not r["with_latency"]:
+            r["note"] = "no reward latency logged (extra.latency_s)"
+    summary: dict[str, Any] = {"runs": per_run}
+    if lacking:
+        summary["skipped"] = {r: f"no {', no '.join(w)}" for r, w in lacking.items()}
+    return steps, summary
