@@ -15,8 +15,13 @@ import typer
 
 from ddai.cli.common import JsonOpt, LogsOpt, RunsOpt, ThresholdOpt, fail, summary
 from ddai.pipelines import workspace
-from ddai.pipelines.analyses import AttributionConfig, attribute, drop_keep, reward_latency
-from ddai.pipelines.analyses import truth_eval
+from ddai.pipelines.analyses import (
+    AttributionConfig,
+    attribute,
+    drop_keep,
+    reward_latency,
+    truth_eval,
+)
 from ddai.pipelines.analyses.export import write_rows
 
 analyze_app = typer.Typer(
