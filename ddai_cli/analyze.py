@@ -115,15 +115,24 @@ def attribution_cmd(
     if as_json:
         summary("ddai analyze attribution", result, as_json=True)
         return
-    show = _flatten(result)
-    for r in result["runs"].values():
-        r.pop("prompts_by_class")  # the lists go to --out / --json; the table keeps counts
-    if "truth" in result:
-        show["truth"] = {
-            c: {"precision": v["precision"], "recall": v["recall"]}
-            for c, v in result["truth"]["classes"].items()
-        }
-    summary("ddai analyze attribution", show)
+    show: dict[str, Any] = {}
+    for run, r in result.pop("runs").items():
+        c = r["counts"]
+        show[f"run {run}"] = (
+            f"{r['low']:,} low of {r['prompts']:,} prompts: {c['wrong_gt']:,} wrong ground truth, "
+            f"{c['generator_bottleneck']:,} generator bottleneck, {c['search_failure']:,} search "
+            "failure"
+        )
+    for cls, v in result.pop("truth", {}).get("classes", {}).items():
+        show[f"truth {cls}"] = (
+            f"precision {_ratio(v['precision'])} ({v['tp']}/{v['attributed']}), "
+            f"recall {_ratio(v['recall'])} ({v['tp']}/{v['planted']})"
+        )
+    summary("ddai analyze attribution", {**show, **result})
+
+
+def _ratio(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.3f}"
 
 
 @analyze_app.command("latency")

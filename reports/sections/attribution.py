@@ -130,9 +130,10 @@ def build(ctx: ReportContext) -> Section:
         blocks.append(
             csv_download("All low-scoring prompts with their cause", "failure_attribution.csv", low)
         )
+        present = [c for c in LABELS if totals[c]]
         for cls, label in LABELS.items():
             part = low.filter(pl.col("class") == cls)
-            if part.height:
+            if part.height and len(present) > 1:  # one class alone is the whole list above
                 blocks.append(csv_download(f"Prompts: {label}", f"attribution_{cls}.csv", part))
         top = low.sort(["class", "mean_score", "uid"]).head(ctx.cfg.top)
         blocks.append(
