@@ -49,7 +49,8 @@ rejected AS (
     GROUP BY ALL
 ),
 agreed AS (
-    SELECT run_id, uid, arg_max(ans, n) AS agreed_answer, max(n) AS agreed
+    -- ties between equally common answers resolve alphabetically, so reruns agree
+    SELECT run_id, uid, first(ans ORDER BY n DESC, ans) AS agreed_answer, max(n) AS agreed
     FROM rejected
     GROUP BY run_id, uid
 ),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from analysis_world import planted_store
 
-from ddai.pipelines import store
+from ddai.pipelines import query, store
 from ddai.pipelines.analyses import AttributionConfig, MissingData, attribute
 
 
@@ -85,3 +85,15 @@ def test_bad_thresholds_are_refused():
         AttributionConfig(agree_min=1)
     with pytest.raises(ValueError, match="--score-max"):
         AttributionConfig(score_max=1.5)
+
+
+def test_the_views_answer_plain_queries(planted):
+    """``ddai query`` sees the views with their defaults (no flags loaded: p5 is a search failure)."""
+    logs, _ = planted
+    con = query.connect(logs)
+    got = dict(
+        con.sql("SELECT class, count(*) FROM failure_attribution WHERE low GROUP BY 1").fetchall()
+    )
+    assert got == {"search_failure": 3, "generator_bottleneck": 2, "wrong_gt": 1}
+    assert con.sql("SELECT count(*) FROM zero_variance_groups").fetchall() == [(6,)]
+    assert con.sql("SELECT sum(timeouts) FROM reward_latency").fetchall() == [(1,)]
