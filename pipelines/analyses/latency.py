@@ -15,6 +15,7 @@ import polars as pl
 
 from ddai.pipelines import query
 from ddai.pipelines.analyses import carries
+from ddai.pipelines.analyses.streaming import step_log
 
 NEEDS = (carries.SCORES,)
 
@@ -44,7 +45,29 @@ def reward_latency(
     for r in per_run.values():
         if not r["with_latency"]:
             r["note"] = "no reward latency logged (extra.latency_s)"
+    steps = _with_step_log(Path(logs), steps, per_run)
     summary: dict[str, Any] = {"runs": per_run}
     if lacking:
         summary["skipped"] = {r: f"no {', no '.join(w)}" for r, w in lacking.items()}
     return steps, summary
+
+
+def _with_step_log(logs: Path, steps: pl.DataFrame, per_run: dict[str, Any]) -> pl.DataFrame:
+    """Add the trainer's own per-step record (unified logs): expected rollouts and the logged
+    streaming coverage, null where a run has none; per run, the rollouts expected in total."""
+    extra = []
+    for run in per_run:
+        log = step_log(logs, run)
+        extra += [{"run_id": run, "step": s, **v} for s, v in log.items()]
+        expected = [v["expected_rollouts"] for v in log.values() if "expected_rollouts" in v]
+        if expected:
+            per_run[run]["expected_rollouts"] = sum(expected)
+            per_run[run]["logged_share"] = per_run[run]["rollouts"] / sum(expected)
+    schema = {
+        "run_id": pl.String,
+        "step": steps.schema["step"],
+        "expected_rollouts": pl.Int64,
+        "logged_coverage": pl.Float64,
+    }
+    side = pl.DataFrame(extra, schema=schema) if extra else pl.DataFrame(schema=schema)
+    return steps.join(side, on=["run_id", "step"], how="left")

@@ -9,6 +9,7 @@ import plotly.graph_objects as go
 import polars as pl
 
 from ddai.pipelines import query
+from ddai.pipelines.analyses.streaming import step_log
 from ddai.reports import figures
 from ddai.reports.blocks import Block, Section, Table
 from ddai.reports.context import ReportContext
@@ -46,6 +47,14 @@ def build(ctx: ReportContext) -> Section:
             stats={"runs": {}},
         )
     per_run = {r["run_id"]: r for r in scored.to_dicts()}
+    for run, r in per_run.items():
+        # the trainer's own step log (unified logs): how many rollouts each step generated
+        expected = [
+            v["expected_rollouts"]
+            for v in step_log(ctx.cfg.logs, run).values()
+            if "expected_rollouts" in v
+        ]
+        r["expected_rollouts"] = sum(expected) if expected else None
     timed = [r for r in per_run.values() if r["with_latency"]]
     stepped = steps.filter(pl.col("step").is_not_null() & pl.col("run_id").is_in(list(per_run)))
     blocks: list[Block] = []
@@ -80,6 +89,7 @@ def build(ctx: ReportContext) -> Section:
             columns=[
                 "run",
                 "rollouts",
+                "of expected",
                 "rewarded",
                 "coverage",
                 "latency logged",
@@ -95,6 +105,7 @@ def build(ctx: ReportContext) -> Section:
                 [
                     run,
                     r["rollouts"],
+                    pct(r["rollouts"] / r["expected_rollouts"]) if r["expected_rollouts"] else "—",
                     r["rewarded"],
                     pct(r["coverage"]),
                     r["with_latency"],
@@ -108,7 +119,8 @@ def build(ctx: ReportContext) -> Section:
                 ]
                 for run, r in per_run.items()
             ],
-            caption="Latency percentiles pool every rollout of the run.",
+            caption='Latency percentiles pool every rollout of the run. "of expected": rollouts '
+            "in the logs / rollouts the trainer's step log says it generated (unified logs only).",
         )
     )
     worst = max(timed, key=lambda r: r["p99_latency_s"]) if timed else None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from analysis_world import planted_store
 
@@ -75,3 +77,26 @@ def test_drop_keep_needs_groups(tmp_path):
     store.write_run(logs, "single", [{"uid": "u", "rollout_idx": 0, "reward": 1.0}])
     with pytest.raises(MissingData, match="run single has no GRPO groups of two or more"):
         drop_keep(logs, ["single"])
+
+
+def test_the_trainers_step_log_gives_expected_rollouts(logs):
+    """Unified logs keep train.step.start / train.step.metrics as side tables at ingest."""
+    side = logs / "_side"
+    (side / "train.step.start").mkdir(parents=True)
+    (side / "train.step.metrics").mkdir(parents=True)
+    starts = [
+        {"global_step": 1, "n_agent": 4, "train_batch_size": 8, "ids": [f"p{i}" for i in range(8)]},
+        {"global_step": 2, "n_agent": 2, "train_batch_size": 8, "ids": ["p8"]},  # a short batch
+    ]
+    (side / "train.step.start" / "r.jsonl").write_text(
+        "".join(json.dumps(e) + "\n" for e in starts)
+    )
+    metrics = {"global_step": 1, "metrics": {"reward/streaming_sample_coverage": 0.9}}
+    (side / "train.step.metrics" / "r.jsonl").write_text(json.dumps(metrics) + "\n")
+    steps, summary = reward_latency(logs, None)
+    r = summary["runs"]["r"]
+    assert r["expected_rollouts"] == 8 * 4 + 1 * 2
+    assert r["logged_share"] == pytest.approx(30 / 34)
+    rows = {s["step"]: s for s in steps.to_dicts()}
+    assert (rows[1]["expected_rollouts"], rows[1]["logged_coverage"]) == (32, 0.9)
+    assert (rows[2]["expected_rollouts"], rows[2]["logged_coverage"]) == (2, None)
