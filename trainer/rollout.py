@@ -327,10 +327,12 @@ def run_rollouts(
             outs = sampler.sample(contexts, budgets)
         else:
             outs = sampler.sample(contexts, budgets, images=[t.images() for t in live])
-        for t, (ids, lps) in zip(live, outs, strict=True):
+        texts = [tokenizer.decode(ids, skip_special_tokens=True) for ids, _ in outs]
+        # This turn's searches, all episodes together: one batched call to the search backend.
+        env.prefetch([(t.episode, text) for t, text in zip(live, texts, strict=True)])
+        for t, (ids, lps), text in zip(live, outs, texts, strict=True):
             t.add_policy(ids, lps)
             closed = bool(ids) and ids[-1] in stop
-            text = tokenizer.decode(ids, skip_special_tokens=True)
             res = env.step(t.episode, text)
             tail = ""
             shown: list[Any] = []

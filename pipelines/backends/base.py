@@ -202,6 +202,16 @@ class Embedder(Protocol):
     def embed(self, texts: Sequence[str]) -> np.ndarray: ...
 
 
+class SearchError(RuntimeError):
+    """A search that failed for good (after the engine's retries): ``reason`` is a short code
+    (``http-500``, ``timeout``, ``connection``, ``bad-response``), ``detail`` a sentence."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+        self.detail = detail
+
+
 # ---------------------------------------------------------------- sync helper
 
 
