@@ -112,7 +112,7 @@ def test_grpo_step_shows_the_services_pages(toy_setup, protocol, monkeypatch):
             root, data, tiny, f"ok_{protocol.replace('-', '')}", url, protocol, monkeypatch
         )
         answered = dict(srv.answered)
-        assert result.steps == 1 and result.rollouts_logged == 4
+        assert result.steps == 1 and result.rollouts_logged == 4 and result.search_errors == 0
         searches = [t for r in rows for t in r["turns"] if t["action"] == "search"]
         assert len(searches) == 8  # two per episode
         # The counter matches the log: every search was one query at the service, no more.
@@ -143,7 +143,7 @@ def test_a_failing_service_gives_system_errors_and_the_step_finishes(
             root, data, tiny, f"bad_{protocol.replace('-', '')}", url, protocol, monkeypatch,
             timeout_s=0.5, max_retries=1, backoff_base_s=0.01,
         )  # fmt: skip
-        assert result.steps == 1 and result.rollouts_logged == 4
+        assert result.steps == 1 and result.rollouts_logged == 4 and result.search_errors == 8
         assert srv.requests == 4 and srv.faults == {"500": 2, "hang": 2}
         obs = [t["observation"] for r in rows for t in r["turns"] if t["action"] == "search"]
         assert len(obs) == 8
