@@ -50,7 +50,10 @@ def _backends_table(rows: list[dict[str, Any]]) -> Table:
 
 def check_cmd(
     ping: Annotated[
-        bool, typer.Option(help="Ping every remote backend (a metadata call, no tokens).")
+        bool,
+        typer.Option(
+            help="Ping every remote backend (models: a metadata call, no tokens; search services: one query)."
+        ),
     ] = True,
     cache: CacheOpt = None,
     as_json: JsonOpt = False,

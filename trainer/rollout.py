@@ -282,7 +282,8 @@ def run_rollouts(
     """Run one episode per slot ``(task, group, rollout_idx)`` in lock-step; same order out.
 
     ``on_group_done(trajs)`` fires once per group when its last episode ends; ``on_turn(turn,
-    live)`` after each batched turn (progress display). ``vision`` renders and tokenizes the
+    live)`` after each batched turn (progress display). Each turn's searches go to the search
+    backend together first (``SearchEnv.prefetch``: one batched call for all live episodes). ``vision`` renders and tokenizes the
     prompt and every environment span through the processor (required for image observations).
     """
     if env.config.observation == "image" and vision is None:

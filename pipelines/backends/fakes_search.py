@@ -11,7 +11,7 @@ Tests point the ``search-http`` backend at it. Routes:
 ``ranker(query) -> [page ids]`` makes the ranking (default: ``top_k`` pages of ``pages`` picked by
 a hash of the query, so a query always gets the same pages). Every answered query and its pages
 go to ``answered`` in arrival order; ``requests`` counts search requests, ``queries`` the queries
-they carried (failed requests included). Faults, as in ``FakeModelServer``: ``script`` holds
+they carried (failed requests included); each request waits ``latency_s`` first. Faults, as in ``FakeModelServer``: ``script`` holds
 faults for the first requests in arrival order, ``fault`` one for every request after it; names
 are HTTP statuses (``500``, ``503``, ...) and ``hang`` (no answer until ``hang_s`` passes or the
 server stops).
@@ -57,11 +57,12 @@ class FakeSearchServer(FakeModelServer):
         top_k: int = 3,
         script: Sequence[str] = (),
         fault: str | None = None,
+        latency_s: float = 0.0,
         hang_s: float = 30.0,
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
-        super().__init__(script=script, hang_s=hang_s, host=host, port=port)
+        super().__init__(script=script, latency_s=latency_s, hang_s=hang_s, host=host, port=port)
         self.ranker = ranker or hash_ranker(pages, top_k)
         self.fault = fault
         self.search_requests = 0
@@ -147,6 +148,8 @@ class FakeSearchServer(FakeModelServer):
             fault = self.script.pop(0) if self.script else self.fault
             if fault and fault != "ok":
                 self.faults[fault] += 1
+        if self.latency_s:
+            await asyncio.sleep(self.latency_s)
         if not fault or fault == "ok":
             return None
         if fault == "hang":
@@ -155,3 +158,29 @@ class FakeSearchServer(FakeModelServer):
                 await asyncio.wait_for(self._stop.wait(), timeout=self.hang_s)
             return web.Response(status=504, text="hung")
         return web.json_response({"error": f"fake error {fault}"}, status=int(fault))
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Run a fake search service in the foreground; prints ``PORT <n>`` once it listens (for
+    benchmarks, which keep the server off the client's interpreter)."""
+    import argparse
+    import sys
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--latency", type=float, default=0.0, help="seconds each request waits")
+    ap.add_argument("--pages", nargs="+", default=["1_1", "1_2", "2_1"], help="page ids served")
+    ap.add_argument("--top-k", type=int, default=3, help="pages per query")
+    ap.add_argument("--port", type=int, default=0, help="port to bind on 127.0.0.1 (0: any free)")
+    args = ap.parse_args(argv)
+    server = FakeSearchServer(
+        pages=args.pages, top_k=args.top_k, latency_s=args.latency, port=args.port
+    ).start()
+    print(f"PORT {server.port}", flush=True)
+    try:
+        sys.stdin.read()  # runs until the parent closes our stdin
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()

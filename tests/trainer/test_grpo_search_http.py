@@ -163,3 +163,19 @@ def test_a_failing_service_gives_system_errors_and_the_step_finishes(
             assert r["retrieved_pages"] == [] and r["ndcg"] == 0.0
             assert json.loads(r["extra"])["search_errors"] == 2
             assert r["terminated"] == "complete"
+
+
+def test_a_search_service_without_url_exits_2_before_training(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from ddai.cli.app import app
+
+    data = toy.write_toy(tmp_path / "toy")
+    (tmp_path / "ddai.toml").write_text('[backends.svc]\nkind = "search-http"\n', encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    args = ["train", "grpo", "--model", str(tmp_path / "no-model"), "--data"]
+    args += [str(data / "dataset.parquet"), "--corpus", str(data / "pages.parquet")]
+    args += ["--out", str(tmp_path / "out"), "--search", "svc", "--reward", "ddai-phase1"]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 2, res.output
+    assert "needs `url`" in res.output and not (tmp_path / "out").exists()
