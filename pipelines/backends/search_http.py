@@ -27,7 +27,8 @@ Every request goes through the shared call engine (``engine.Engine``): bounded c
 per-attempt timeout, retries with backoff on 408/409/429/5xx, timeouts and dropped connections. A
 query whose request failed for good comes back as a ``SearchError`` in its slot (``search_batch``)
 or is raised (``search``); the environment turns it into a ``[System Error: …]`` observation.
-Answers are cached per query (key: url, protocol, top_k, query) only when ``cache = true``.
+Answers are cached per query (key: url, protocol, top_k, query) only when ``cache = true``. In the
+usage ledger ``items`` counts queries; ``calls``, ``ok``, ``attempts`` and ``failed`` count HTTP requests.
 A search restricted to one document (``doc``) keeps the results whose page id starts with
 ``{doc}_``: neither API filters by document.
 """
@@ -185,12 +186,12 @@ class HTTPSearch:
         queries = list(dict.fromkeys(q for q, _ in requests))
         found: dict[str, Hits | SearchError] = {}
         keys = {q: self._key(q, keep) for q in queries}
+        site = self.engine.ledger.site(self.context.call_site, self.name, self.url)
         if self.cache is not None:
             hits = self.cache.get_many(keys.values())
             for q in queries:
                 if keys[q] in hits:
                     found[q] = [(str(p), float(s)) for p, s in hits[keys[q]].value]
-            site = self.engine.ledger.site(self.context.call_site, self.name, self.url)
             site.items += len(found)
             site.cache_hits += len(found)
         todo = [q for q in queries if q not in found]
@@ -203,6 +204,7 @@ class HTTPSearch:
             ) as client:
                 jobs = [self._job(client, chunk, keep) for chunk in chunks]
                 outs = await self.engine.run(jobs, call_site=self.context.call_site)
+            site.items += len(todo) - len(chunks)  # the engine counted requests; count queries
             for chunk, out in zip(chunks, outs, strict=True):
                 if isinstance(out, Failure):
                     err = SearchError(out.reason, out.detail)

@@ -77,6 +77,8 @@ def test_batch_size_splits_requests_and_top_k_cuts(server):
     out = search.search_batch([(f"q{i}", None) for i in range(5)], k=5)
     assert server.requests == 3 and server.queries == 5
     assert all(len(hits) == 2 for hits in out)
+    usage = search.usage()["search"]
+    assert usage["items"] == 5 and usage["calls"] == 3 and usage["ok"] == 3
 
 
 def test_search_r1_protocol_posts_topk_and_keeps_scores(server):
