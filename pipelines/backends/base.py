@@ -185,7 +185,12 @@ class VQAModel(Protocol):
 
 @runtime_checkable
 class Search(Protocol):
-    """Ranked retrieval over a page corpus; ``doc`` restricts the ranking to one document."""
+    """Ranked retrieval over a page corpus; ``doc`` restricts the ranking to one document.
+
+    A service-backed search (``search-http``) raises ``SearchError`` when a query failed for good,
+    and also offers ``search_batch([(query, doc), ...], k)`` → per pair its hits or its
+    ``SearchError``, which the environment uses to send one turn's searches together.
+    """
 
     name: str
 
