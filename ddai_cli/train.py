@@ -82,6 +82,24 @@ ForceCompletionOpt = Annotated[
     bool, typer.Option(help="Inject DDAI's forced completion at --max-turns.")
 ]
 RestrictToDocOpt = Annotated[bool, typer.Option(help="Search only the question's own document.")]
+SkipPreflightOpt = Annotated[
+    bool,
+    typer.Option(
+        "--skip-preflight",
+        help="Train without the preflight (golden pages in the corpus and returned by search, chat "
+        "template renders the tags, sampled episodes complete and score); recorded in the run's "
+        "run_config.json.",
+    ),
+]
+PreflightPromptsOpt = Annotated[
+    int,
+    typer.Option(
+        "--preflight-prompts",
+        min=1,
+        help="Prompts whose n_agent episodes the preflight samples (4x as many questions are "
+        "searched).",
+    ),
+]
 MaxTurnTokensOpt = Annotated[
     int, typer.Option("--max-turn-tokens", help="New tokens per policy turn.")
 ]
@@ -306,6 +324,8 @@ def register(app: typer.Typer) -> None:
         resume: ResumeOpt = False,
         dtype: DtypeOpt = "float32",
         seed: SeedOpt = 0,
+        skip_preflight: SkipPreflightOpt = False,
+        preflight_prompts: PreflightPromptsOpt = 2,
         as_json: JsonOpt = False,
     ) -> None:
         """GRPO over the multi-turn search environment; every step's rollouts go to the rollout log."""
@@ -371,6 +391,8 @@ def register(app: typer.Typer) -> None:
             dtype=dtype,
             config_file=config,
             overrides=overrides,
+            skip_preflight=skip_preflight,
+            preflight_prompts=preflight_prompts,
         )
         result = _run(run_grpo, cfg)
         summary("ddai train grpo", asdict(result), as_json=as_json)
