@@ -8,6 +8,7 @@ local cache, so nothing is downloaded behind the user's back.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -61,7 +62,7 @@ def image_only_processor_class(cls: type) -> type:
     processors need). It keeps ``cls``'s name, so a saved folder names the real class.
     """
 
-    def __init__(self, image_processor=None, tokenizer=None, chat_template=None, **kwargs):  # noqa: ANN001
+    def __init__(self, image_processor=None, tokenizer=None, chat_template=None, **kwargs):
         cls.__init__(self, image_processor, tokenizer, None, chat_template=chat_template, **kwargs)
 
     return type(cls.__name__, (cls,), {"__init__": __init__, "__module__": __name__})
@@ -94,7 +95,7 @@ def load_processor(name_or_path: str) -> Any | None:
         processor = AutoProcessor.from_pretrained(name_or_path)
     except (OSError, ImportError, AttributeError, ValueError):
         # Video processors need torchvision; pages are images, so load the processor without one.
-        name = json.loads(open(found, encoding="utf-8").read()).get("processor_class")
+        name = json.loads(Path(found).read_text("utf-8")).get("processor_class")
         cls = getattr(transformers, str(name), None)
         if cls is None:
             raise
