@@ -157,6 +157,14 @@ def register(app: typer.Typer) -> None:
         lora_target: Annotated[
             str, typer.Option("--lora-target", help="LoRA target modules (peft syntax).")
         ] = "all-linear",
+        image_root: Annotated[
+            Path | None,
+            typer.Option(
+                "--image-root",
+                help="Folder of the page images the conversations show, found by file name "
+                "(VLM models, i.e. a model folder with a processor: images stay images).",
+            ),
+        ] = None,
         config: ConfigOpt = None,
         set_: SetOpt = None,
         report_to: ReportOpt = None,
@@ -191,6 +199,7 @@ def register(app: typer.Typer) -> None:
             lora_r=lora_r,
             lora_alpha=lora_alpha,
             lora_target=lora_target,
+            image_root=image_root,
             seed=seed,
             save_steps=save_steps,
             logging_steps=logging_steps,
