@@ -97,7 +97,7 @@ def test_image_conversation_keeps_images_in_order(tmp_path):
         "image",
         "text",
     ]
-    with pytest.raises(MissingImage, match="9_9.jpg"):
+    with pytest.raises(MissingImage, match=r"9_9\.jpg"):
         image_conversation([{"role": "user", "content": [{"image": "9_9.jpg"}]}], tmp_path)
 
 
