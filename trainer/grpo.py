@@ -173,6 +173,8 @@ class GRPOResult:
     """Steps whose groups all had zero reward variance (no learning signal)."""
     preflight: str = "skipped"
     """``passed``, ``passed with warnings: …`` or ``skipped``."""
+    search_errors: int = 0
+    """Searches that failed (service errors, timeouts) and were shown as ``[System Error: …]``."""
 
 
 # ---------------------------------------------------------------------------- config
@@ -503,6 +505,7 @@ class RolloutLog:
     run_id: str
     rows: int = 0
     rewards: list[float] = field(default_factory=list)
+    search_errors: int = 0
 
     def append(self, rows: list[dict[str, Any]]) -> None:
         from ddai.pipelines.store import write_run
@@ -511,6 +514,7 @@ class RolloutLog:
             return
         write_run(self.logs, self.run_id, rows, append=True)
         self.rows += len(rows)
+        self.search_errors += sum(r["extra"].get("search_errors", 0) for r in rows)
         rs = [r["reward"] for r in rows if r["reward"] is not None]
         if rs:
             self.rewards.append(sum(rs) / len(rs))
@@ -736,4 +740,5 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
         changed_parameters=len(changed_parameters(before, trainer.model)),
         zero_variance_steps=trainer.ddai_zero_variance.count,
         preflight=preflight_status(report),
+        search_errors=log.search_errors,
     )
