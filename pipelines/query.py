@@ -50,9 +50,7 @@ def connect(
         # it as null.
         con.read_parquet(
             [str(f) for f in files], hive_partitioning=False, union_by_name=True
-        ).create_view(
-            "rollouts_src"
-        )
+        ).create_view("rollouts_src")
     else:
         # An empty store still answers queries (with no rows).
         con.register("rollouts_src", store.ROLLOUT_SCHEMA.empty_table())

@@ -196,8 +196,7 @@ def test_a_lost_plan_event_keeps_the_rollout_flagged_and_the_prompt_means(tmp_pa
         assert g[col] == r[col], col
     # per-prompt means of the intact log, from the views and from the funnel's score source
     sql = (
-        "SELECT uid, n, success_rate, mean_judge, mean_ndcg, mean_reward "
-        "FROM prompts ORDER BY uid"
+        "SELECT uid, n, success_rate, mean_judge, mean_ndcg, mean_reward FROM prompts ORDER BY uid"
     )
     want = query.connect(tmp_path / "a").execute(sql).fetchall()
     assert query.connect(tmp_path / "b").execute(sql).fetchall() == want

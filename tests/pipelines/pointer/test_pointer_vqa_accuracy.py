@@ -114,7 +114,22 @@ def _official_loop(pred: str, answers: list[str]) -> float:
 
 def test_vqa_accuracy_equals_the_official_loop_on_random_cases():
     rng = random.Random(0)
-    vocab = ["2", "two", "Two", " yes", "a dog\n", "yes", "no", "t-shirt", "t shirt", "red", "a dog", "dog", "1,000", "1000"]
+    vocab = [
+        "2",
+        "two",
+        "Two",
+        " yes",
+        "a dog\n",
+        "yes",
+        "no",
+        "t-shirt",
+        "t shirt",
+        "red",
+        "a dog",
+        "dog",
+        "1,000",
+        "1000",
+    ]
     for _ in range(300):
         answers = [rng.choice(vocab) for _ in range(10)]
         pred = rng.choice([*vocab, "Yes!", "Two.", "The dog"])
