@@ -202,8 +202,8 @@ def test_a_lost_plan_event_keeps_the_rollout_flagged_and_the_prompt_means(tmp_pa
     assert query.connect(tmp_path / "b").execute(sql).fetchall() == want
     assert any(row[0] == r["uid"] for row in want)
     for metric in ("ndcg", "judge", "reward"):
-        a = scores.log_scores(tmp_path / "a", ["curriculum"], metric).to_pylist()
-        assert scores.log_scores(tmp_path / "b", ["curriculum"], metric).to_pylist() == a
+        a = scores.as_dict(scores.log_scores(tmp_path / "a", ["curriculum"], metric))
+        assert scores.as_dict(scores.log_scores(tmp_path / "b", ["curriculum"], metric)) == a
 
 
 # ---------------------------------------------------------------- hand-written events
