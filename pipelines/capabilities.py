@@ -62,7 +62,7 @@ SUPPLY = {
 FORMAT_NOTES = {
     "ddai-flash": "DDAI's flash_rm_detail reward log, which holds scores and pages but no "
     "trajectories",
-    "ddai-phase1": "DDAI's gspo_phase1.json, which holds scores but no trajectories",
+    "ddai-phase1": "DDAI's gspo_phase1.json",
     "verl": "a verl rollout dump",
     "ddai-unified": "DDAI's unified trajectory log",
     "ddai": "ddai's own rollout log",
