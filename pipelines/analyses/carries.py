@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import duckdb
 
-from ddai.pipelines import query
+from ddai.pipelines import capabilities, query
 
 
 class MissingData(ValueError):
@@ -28,17 +28,12 @@ class Need:
     fix: str
 
 
-JUDGE = Need(
-    "judge scores",
-    lambda c: c["judged"] > 0,
-    "ingest a log with the judge's scores (DDAI's rm.flash.detail / unified log of the round), "
-    "or score the run with `ddai judge`",
-)
+# The fixes are the capability table's own words (``ddai runs`` and the report say the same).
+JUDGE = Need("judge scores", lambda c: c["judged"] > 0, capabilities.SUPPLY["judge"])
 PAGES = Need(
     "retrieved and reference pages",
     lambda c: c["with_retrieved"] > 0 and c["with_reference"] > 0,
-    "ingest a log whose rollouts list retrieved and reference page basenames "
-    "(DDAI's retrieved_basenames / reference_basenames)",
+    capabilities.SUPPLY["pages"] + ", with the reference pages (`reference_pages`)",
 )
 SCORES = Need(
     "rewards or judge scores",

@@ -61,6 +61,20 @@ def _chart(ctx: ReportContext, summary: dict) -> go.Figure:
     return fig
 
 
+def _lack(ctx: ReportContext, runs: list[str]) -> str:
+    """Why ``runs`` are left out, in the capability table's words where it has them."""
+    notes = []
+    for cap in ("judge", "pages"):
+        missing = [r for r in runs if r in ctx.caps and not ctx.caps[r].has(cap)]
+        if missing:
+            notes.append(ctx.lack_note(cap, "the failure attribution", missing))
+    return " ".join(notes) or (
+        f"Run{'s' if len(runs) > 1 else ''} {', '.join(runs)} carr{'y' if len(runs) > 1 else 'ies'}"
+        " no judge scores or no retrieved and reference pages, so the failure attribution "
+        "leaves them out."
+    )
+
+
 def _empty(reason: str) -> Section:
     return Section(
         id="attribution",
@@ -77,10 +91,7 @@ def build(ctx: ReportContext) -> Section:
     ok = [r for r, c in counts.items() if all(n.test(c) for n in attribution.NEEDS)]
     skipped = sorted(set(counts) - set(ok))
     if not ok:
-        return _empty(
-            "No failure attribution: no run here carries both judge scores and retrieved and "
-            "reference pages (ingest the round's DDAI reward log or unified log to supply them)."
-        )
+        return _empty("No failure attribution. " + _lack(ctx, skipped))
     load_flags(ctx.con, cfg.flags)
     df = attribution.rows(ctx.con, cfg).filter(pl.col("run_id").is_in(ok))
     summary = attribution.summarize(df)
@@ -104,7 +115,7 @@ def build(ctx: ReportContext) -> Section:
             if n_low
             else "No prompt scored that low."
         )
-        + (f" Runs left out (no judge scores or pages): {', '.join(skipped)}." if skipped else "")
+        + (f" {_lack(ctx, skipped)}" if skipped else "")
     )
     blocks: list[Block] = []
     if n_low:

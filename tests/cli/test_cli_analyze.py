@@ -83,7 +83,10 @@ def test_a_run_without_judge_exits_2_naming_it(tmp_path):
     out = tmp_path / "attr.csv"
     res = _run("attribution", "--logs", logs, "--run", "legacy", "--out", out)
     assert res.exit_code == 2
-    assert "run legacy has no judge scores" in res.output and "ddai judge" in res.output
+    assert (
+        "run legacy has no judge scores" in res.output
+        and "score the run with a judge" in res.output
+    )
     assert not out.exists()  # nothing written
 
 

@@ -68,7 +68,9 @@ def test_a_run_without_judge_scores_is_named_with_the_fix(tmp_path):
         "flashless",
         [{"uid": "u", "rollout_idx": i, "reward": 0.5, "ndcg": 0.5} for i in range(2)],
     )
-    with pytest.raises(MissingData, match=r"run flashless has no judge scores.*ddai judge"):
+    with pytest.raises(
+        MissingData, match=r"run flashless has no judge scores.*score the run with a judge"
+    ):
         attribute(logs, ["flashless"], AttributionConfig())
 
 
