@@ -42,6 +42,7 @@ from ddai.trainer.rollout import (
     run_rollouts,
 )
 from ddai.trainer.vision import (
+    ResizedPixels,
     VisionObservationFormat,
     page_image_path,
     slice_vision,
@@ -113,7 +114,10 @@ class GRPORunConfig:
     observation: str = "text"
     """``image``: show page images through the model's processor (VLM policies)."""
     image_root: Path | None = None
-    """Folder of page images named as ``Corpus.image_path`` names them (image observations)."""
+    """Folder of page images named as ``Corpus.image_path`` names them (image observations);
+    not needed when the corpus holds its images (``ddai corpus build``)."""
+    generator_max_images: int = 8
+    """Most images (pages and crops, the latest kept) sent to a multimodal generator."""
     max_turn_tokens: int = 256
     max_completion_tokens: int = 1024
     obs_max_tokens: int = 256
@@ -266,6 +270,7 @@ class SearchRollout:
                 "question": t.task.question,
                 "reference": t.task.reference_answer,
                 "evidence": t.episode.evidence,
+                "images": t.episode.images,
                 "skip": self.spec.gate and not t.episode.format_ok,
             }
             for t in group
@@ -497,11 +502,30 @@ def load_vision_policy(
     """A VLM policy, its tokenizer and its processor's observation format (needs torchvision for
     real checkpoints' processors)."""
     import torch
-    from transformers import AutoModelForImageTextToText, AutoProcessor
+    from transformers import AutoModelForImageTextToText
 
-    processor = AutoProcessor.from_pretrained(name_or_path)
+    from ddai.trainer.vision import load_processor
+
+    processor = load_processor(name_or_path)
     model = AutoModelForImageTextToText.from_pretrained(name_or_path, dtype=getattr(torch, dtype))
     return model, processor.tokenizer, VisionObservationFormat.from_processor(processor)
+
+
+def page_images(cfg: GRPORunConfig, corpus: Any) -> Any:
+    """``image_of(page_id)`` for the run's page images, or None when it has none: the corpus's own
+    images (an image corpus), else ``--image-root`` (files named as ``Corpus.image_path``)."""
+    if corpus.has_images:
+        missing = [p for p in corpus.pages() if corpus.image_file(p) is None]
+        if missing:
+            raise common.TrainConfigError(
+                f"--corpus {cfg.corpus}: {len(missing)} page(s) have no image (e.g. {missing[0]}); "
+                "rebuild it with `ddai corpus build`"
+            )
+        return corpus.image_file
+    if cfg.image_root is not None and Path(cfg.image_root).is_dir():
+        root = Path(cfg.image_root)
+        return lambda pid: page_image_path(root, corpus.image_path(pid))
+    return None
 
 
 def default_backends(cfg: GRPORunConfig, corpus: Any, spec: RewardSpec) -> Backends:
@@ -537,16 +561,16 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
         raise common.TrainConfigError(
             "the reward uses the judge: a generator and a judge backend are needed"
         )
-    vision = image_of = None
+    vision = box_convention = None
+    image_of = page_images(cfg, corpus)
     if cfg.observation == "image":
-        if cfg.image_root is None or not Path(cfg.image_root).is_dir():
+        if image_of is None:
             raise common.TrainConfigError(
-                f"--image-root {cfg.image_root}: not a folder; point it at the page images "
-                "(image observations need them)"
+                f"--image-root {cfg.image_root}: not a folder; point it at the page images, or "
+                "build an image corpus with `ddai corpus build` (image observations need them)"
             )
         model, tok, vision = load_vision_policy(cfg.model, dtype=cfg.dtype)
-        root = Path(cfg.image_root)
-        image_of = lambda pid: page_image_path(root, corpus.image_path(pid))  # noqa: E731
+        box_convention = ResizedPixels.from_image_processor(vision.processor.image_processor)
     elif cfg.observation == "text":
         model, tok = load_policy(cfg.model, dtype=cfg.dtype)
     else:
@@ -563,8 +587,13 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
         ),
         truncate=token_truncator(tok, cfg.obs_max_tokens),
         image_of=image_of,
+        box_convention=box_convention,
     )
-    scorer = StreamingScorer(backends.generator, backends.judge) if spec.needs_judge else None
+    scorer = (
+        StreamingScorer(backends.generator, backends.judge, max_images=cfg.generator_max_images)
+        if spec.needs_judge
+        else None
+    )
     rollout = SearchRollout(
         tokenizer=tok,
         env=env,

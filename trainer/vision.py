@@ -45,12 +45,56 @@ def page_image_path(image_root: str | Path, corpus_path: str) -> Path:
     return Path(image_root) / Path(corpus_path).name
 
 
-def crop_image(image: Any, bbox: Sequence[float]) -> Any | None:
-    """The ``[x1, y1, x2, y2]`` pixel box of ``image`` (a path or PIL image), clamped to the page;
-    None when the clamped box is empty."""
+@dataclass(frozen=True)
+class ResizedPixels:
+    """Qwen2.5-VL's box convention: absolute pixels on the smart-resized image (module doc)."""
+
+    factor: int = 28
+    """``patch_size * merge_size``: both resized sides are multiples of it."""
+    min_pixels: int = 56 * 56
+    max_pixels: int = 28 * 28 * 1280
+
+    @classmethod
+    def from_image_processor(cls, image_processor: Any) -> ResizedPixels:
+        """The convention of a Qwen2-VL-family image processor (its resize bounds)."""
+        size = image_processor.size
+        get = size.get if isinstance(size, dict) else lambda k: getattr(size, k, None)
+        lo = getattr(image_processor, "min_pixels", None) or get("shortest_edge")
+        hi = getattr(image_processor, "max_pixels", None) or get("longest_edge")
+        factor = int(image_processor.patch_size) * int(image_processor.merge_size)
+        return cls(factor=factor, min_pixels=int(lo), max_pixels=int(hi))
+
+    def resized(self, width: int, height: int) -> tuple[int, int]:
+        """``(width, height)`` of a ``width x height`` image as the model sees it."""
+        from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize
+
+        h, w = smart_resize(height, width, self.factor, self.min_pixels, self.max_pixels)
+        return w, h
+
+    def to_page(self, bbox: Sequence[float], width: int, height: int) -> list[float]:
+        """A box in resized-image pixels as a box in the ``width x height`` page's pixels."""
+        rw, rh = self.resized(width, height)
+        sx, sy = width / rw, height / rh
+        x1, y1, x2, y2 = (float(v) for v in bbox)
+        return [x1 * sx, y1 * sy, x2 * sx, y2 * sy]
+
+
+def open_image(image: Any) -> Any:
+    """A PIL image from a path or a PIL image (not copied)."""
     from PIL import Image
 
-    page = image if isinstance(image, Image.Image) else Image.open(image)
+    return image if isinstance(image, Image.Image) else Image.open(image)
+
+
+def crop_image(
+    image: Any, bbox: Sequence[float], convention: ResizedPixels | None = None
+) -> Any | None:
+    """The ``[x1, y1, x2, y2]`` box of ``image`` (a path or PIL image), clamped to the page;
+    None when the clamped box is empty. ``convention``: the box is in the model's resized-image
+    pixels (else in the page's own pixels)."""
+    page = open_image(image)
+    if convention is not None:
+        bbox = convention.to_page(bbox, page.width, page.height)
     x1, y1, x2, y2 = (float(v) for v in bbox)
     box = (
         max(0, int(x1)),
@@ -61,6 +105,43 @@ def crop_image(image: Any, bbox: Sequence[float]) -> Any | None:
     if box[2] <= box[0] or box[3] <= box[1]:
         return None
     return page.convert("RGB").crop(box)
+
+
+def load_processor(name_or_path: str) -> Any:
+    """The checkpoint's processor (``AutoProcessor``); when that cannot be built because its video
+    processor needs torchvision (CPU installs), the same processor class with images only."""
+    from transformers import AutoConfig, AutoImageProcessor, AutoProcessor, AutoTokenizer
+    from transformers.models.auto.processing_auto import PROCESSOR_MAPPING_NAMES
+
+    import transformers
+
+    try:
+        proc = AutoProcessor.from_pretrained(name_or_path)
+        if hasattr(proc, "image_processor"):
+            return proc
+    except (OSError, ImportError, ValueError):
+        pass  # built from its parts below
+    model_type = AutoConfig.from_pretrained(name_or_path).model_type
+    cls = getattr(transformers, PROCESSOR_MAPPING_NAMES.get(model_type) or "", None)
+    if cls is None:
+        raise ValueError(f"{name_or_path}: no processor for model type {model_type!r}")
+    tok = AutoTokenizer.from_pretrained(name_or_path)
+    images = AutoImageProcessor.from_pretrained(name_or_path)
+    return image_only(cls)(images, tok, chat_template=tok.chat_template)
+
+
+def image_only(cls: type) -> type:
+    """``cls`` (a processor class taking image, tokenizer and video processors) without the video
+    processor; it saves under ``cls``'s name, so a machine with torchvision loads the full one."""
+
+    class ImageOnly(cls):  # type: ignore[misc, valid-type]
+        def __init__(self, image_processor=None, tokenizer=None, chat_template=None, **kwargs):
+            super().__init__(
+                image_processor, tokenizer, None, chat_template=chat_template, **kwargs
+            )
+
+    ImageOnly.__name__ = ImageOnly.__qualname__ = cls.__name__
+    return ImageOnly
 
 
 def _load(image: Any) -> Any:
