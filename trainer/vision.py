@@ -110,10 +110,9 @@ def crop_image(
 def load_processor(name_or_path: str) -> Any:
     """The checkpoint's processor (``AutoProcessor``); when that cannot be built because its video
     processor needs torchvision (CPU installs), the same processor class with images only."""
+    import transformers
     from transformers import AutoConfig, AutoImageProcessor, AutoProcessor, AutoTokenizer
     from transformers.models.auto.processing_auto import PROCESSOR_MAPPING_NAMES
-
-    import transformers
 
     try:
         proc = AutoProcessor.from_pretrained(name_or_path)
