@@ -330,6 +330,8 @@ def register(app: typer.Typer) -> None:
             overrides = parse_set(set_)
         except TrainConfigError as e:
             raise fail(str(e)) from e
+        if generator_max_images < 0:
+            raise fail(f"--generator-max-images {generator_max_images}: use 0 or more")
         for name, path in (("--data", data), ("--corpus", corpus)):
             if not path.exists():
                 raise fail(
