@@ -158,6 +158,8 @@ class GRPOResult:
     reward_first: float | None
     reward_last: float | None
     changed_parameters: int
+    search_errors: int = 0
+    """Searches that failed (service errors, timeouts) and were shown as ``[System Error: …]``."""
 
 
 # ---------------------------------------------------------------------------- config
@@ -483,6 +485,7 @@ class RolloutLog:
     run_id: str
     rows: int = 0
     rewards: list[float] = field(default_factory=list)
+    search_errors: int = 0
 
     def append(self, rows: list[dict[str, Any]]) -> None:
         from ddai.pipelines.store import write_run
@@ -491,6 +494,7 @@ class RolloutLog:
             return
         write_run(self.logs, self.run_id, rows, append=True)
         self.rows += len(rows)
+        self.search_errors += sum(r["extra"].get("search_errors", 0) for r in rows)
         rs = [r["reward"] for r in rows if r["reward"] is not None]
         if rs:
             self.rewards.append(sum(rs) / len(rs))
@@ -513,19 +517,23 @@ def load_vision_policy(
 
 def page_images(cfg: GRPORunConfig, corpus: Any) -> Any:
     """``image_of(page_id)`` for the run's page images, or None when it has none: the corpus's own
-    images (an image corpus), else ``--image-root`` (files named as ``Corpus.image_path``)."""
-    if corpus.has_images:
-        missing = [p for p in corpus.pages() if corpus.image_file(p) is None]
-        if missing:
-            raise common.TrainConfigError(
-                f"--corpus {cfg.corpus}: {len(missing)} page(s) have no image (e.g. {missing[0]}); "
-                "rebuild it with `ddai corpus build`"
-            )
-        return corpus.image_file
-    if cfg.image_root is not None and Path(cfg.image_root).is_dir():
-        root = Path(cfg.image_root)
-        return lambda pid: page_image_path(root, corpus.image_path(pid))
-    return None
+    image (an image corpus), else ``{page_id}.jpg`` under ``--image-root`` (a search service may
+    return pages the corpus lacks)."""
+    root = Path(cfg.image_root) if cfg.image_root is not None else None
+    if root is not None and not root.is_dir():
+        root = None
+    if not corpus.has_images and root is None:
+        return None
+
+    def image_of(pid: str) -> Path:
+        own = corpus.image_file(pid) if pid in corpus else None
+        if own is not None:
+            return own
+        if root is not None:
+            return page_image_path(root, f"{pid}.jpg")
+        raise KeyError(f"page {pid!r} has no image in --corpus {cfg.corpus}; add --image-root DIR")
+
+    return image_of
 
 
 def default_backends(cfg: GRPORunConfig, corpus: Any, spec: RewardSpec) -> Backends:
@@ -637,4 +645,5 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
         reward_first=log.rewards[0] if log.rewards else None,
         reward_last=log.rewards[-1] if log.rewards else None,
         changed_parameters=len(changed_parameters(before, trainer.model)),
+        search_errors=log.search_errors,
     )
