@@ -1,12 +1,11 @@
-"""A tiny Qwen2-VL for tests and the demo: built from a config, nothing downloaded.
+"""A tiny Qwen2-VL for tests, benches and demos: built from a config, nothing downloaded.
 
-``tiny_vlm()`` returns a randomly initialised ``Qwen2VLForConditionalGeneration`` and its
-processor (a BPE tokenizer trained on fixture text with Qwen2-VL's vision tokens, Qwen2-VL's PIL
-image processor, a ChatML template whose user turns may hold typed image/text blocks);
-``build_tiny_vlm(out)`` saves both as a ``from_pretrained`` folder that ``load_processor`` and
-``ddai train grpo --observation image`` read. Pages are resized to ``image_pixels`` (default
-``4 * 28 * 28``: a 4x4 patch grid, 4 image placeholder tokens), so image rollouts stay cheap on CPU.
-The processor has no video processor: Qwen2-VL's needs torchvision, which CPU installs lack.
+``build_tiny_vlm(out)`` writes a ``from_pretrained`` folder: a randomly initialised
+``Qwen2VLForConditionalGeneration`` (two text layers, one vision block), the byte-level BPE
+tokenizer of ``ddai.trainer.tiny`` plus Qwen2-VL's vision tokens, Qwen2-VL's PIL image processor
+(no torchvision needed) and Qwen2.5-VL's chat template as TRL ships it, so TRL's training-template
+patch for assistant-only loss applies exactly as it does to a real checkpoint. Pages of
+``28·2k`` pixels per side become ``k×k`` image placeholder tokens.
 """
 
 from __future__ import annotations
@@ -14,60 +13,49 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
-
-from ddai.trainer.tiny import FIXTURE_TEXT, train_tokenizer
-from ddai.trainer.vision import image_only
 
 VISION_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>")
-# ChatML whose content may be typed blocks; an image is Qwen2-VL's placeholder triple. Assistant
-# text is wrapped in generation markers (assistant-only loss).
-VLM_TEMPLATE = (
-    "{%- for message in messages %}"
-    "{{- '<|im_start|>' + message['role'] + '\\n' }}"
-    "{%- if message['role'] == 'assistant' %}{% generation %}"
-    "{%- if message['content'] is string %}{{- message['content'] }}"
-    "{%- else %}{%- for c in message['content'] %}"
-    "{%- if c['type'] == 'text' %}{{- c['text'] }}{%- endif %}"
-    "{%- endfor %}{%- endif %}"
-    "{{- '<|im_end|>' }}{% endgeneration %}{{- '\\n' }}"
-    "{%- else %}"
-    "{%- if message['content'] is string %}{{- message['content'] }}"
-    "{%- else %}{%- for c in message['content'] %}"
-    "{%- if c['type'] == 'image' %}{{- '<|vision_start|><|image_pad|><|vision_end|>' }}"
-    "{%- elif c['type'] == 'text' %}{{- c['text'] }}{%- endif %}"
-    "{%- endfor %}{%- endif %}"
-    "{{- '<|im_end|>\\n' }}"
-    "{%- endif %}"
-    "{%- endfor %}"
-    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
-)
-TINY_IMAGE_PIXELS = 28 * 28 * 4
 
 
-def tiny_processor(*, image_pixels: int = TINY_IMAGE_PIXELS) -> Any:
-    """Qwen2-VL's processor over a fixture-trained tokenizer, without a video processor."""
-    from transformers import Qwen2VLProcessor
+def qwen2_vl_chat_template() -> str:
+    """Qwen2.5-VL's chat template (Qwen2-VL's, with the image and video counters), as in TRL."""
+    import trl
+
+    return (Path(trl.__file__).parent / "chat_templates" / "qwen2_5_vl.jinja").read_text("utf-8")
+
+
+def build_tiny_vlm(
+    out: str | os.PathLike[str],
+    *,
+    texts: Iterable[str] | None = None,
+    max_pixels: int = 28 * 28 * 16,
+    seed: int = 0,
+    overwrite: bool = False,
+) -> Path:
+    """Write a tiny Qwen2-VL, its tokenizer and its image processor to ``out``.
+
+    ``max_pixels`` caps the resized image (default: at most 16 placeholder tokens per image).
+    """
+    import torch
+    from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration, Qwen2VLProcessor
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
         Qwen2VLImageProcessorPil,
     )
 
-    tok = train_tokenizer([FIXTURE_TEXT])
+    from ddai.trainer.modeling import image_only_processor_class
+    from ddai.trainer.tiny import FIXTURE_TEXT, train_tokenizer
+
+    path = Path(out)
+    if path.exists() and any(path.iterdir()) and not overwrite:
+        raise FileExistsError(f"{path} is not empty; pick a new folder or pass overwrite")
+    tok = train_tokenizer([FIXTURE_TEXT, *(texts or [])])
     tok.add_special_tokens({"additional_special_tokens": ["<|im_start|>", *VISION_TOKENS]})
-    tok.chat_template = VLM_TEMPLATE
-    images = Qwen2VLImageProcessorPil(min_pixels=image_pixels, max_pixels=image_pixels)
-    return image_only(Qwen2VLProcessor)(images, tok, chat_template=VLM_TEMPLATE)
-
-
-def tiny_vlm(*, seed: int = 0, image_pixels: int = TINY_IMAGE_PIXELS) -> tuple[Any, Any]:
-    """``(model, processor)``: a ~60 k-parameter Qwen2-VL (2 text layers of width 32, one vision
-    block) and its processor."""
-    import torch
-    from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration
-
-    processor = tiny_processor(image_pixels=image_pixels)
-    tok = processor.tokenizer
+    template = qwen2_vl_chat_template()
+    tok.chat_template = template
+    images = Qwen2VLImageProcessorPil(min_pixels=28 * 28 * 4, max_pixels=max_pixels)
+    processor = image_only_processor_class(Qwen2VLProcessor)(images, tok, chat_template=template)
     ids = dict(zip(VISION_TOKENS, tok.convert_tokens_to_ids(list(VISION_TOKENS)), strict=True))
     config = Qwen2VLConfig(
         text_config={
@@ -102,21 +90,6 @@ def tiny_vlm(*, seed: int = 0, image_pixels: int = TINY_IMAGE_PIXELS) -> tuple[A
     model = Qwen2VLForConditionalGeneration(config)
     model.generation_config.eos_token_id = tok.eos_token_id
     model.generation_config.pad_token_id = tok.pad_token_id
-    return model, processor
-
-
-def build_tiny_vlm(
-    out: str | os.PathLike[str],
-    *,
-    seed: int = 0,
-    image_pixels: int = TINY_IMAGE_PIXELS,
-    overwrite: bool = False,
-) -> Path:
-    """Save ``tiny_vlm()`` to ``out`` (built beside it and renamed into place)."""
-    model, processor = tiny_vlm(seed=seed, image_pixels=image_pixels)
-    path = Path(out)
-    if path.exists() and any(path.iterdir()) and not overwrite:
-        raise FileExistsError(f"{path} is not empty; pick a new folder or pass overwrite")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
     try:

@@ -107,42 +107,6 @@ def crop_image(
     return page.convert("RGB").crop(box)
 
 
-def load_processor(name_or_path: str) -> Any:
-    """The checkpoint's processor (``AutoProcessor``); when that cannot be built because its video
-    processor needs torchvision (CPU installs), the same processor class with images only."""
-    import transformers
-    from transformers import AutoConfig, AutoImageProcessor, AutoProcessor, AutoTokenizer
-    from transformers.models.auto.processing_auto import PROCESSOR_MAPPING_NAMES
-
-    try:
-        proc = AutoProcessor.from_pretrained(name_or_path)
-        if hasattr(proc, "image_processor"):
-            return proc
-    except (OSError, ImportError, ValueError):
-        pass  # built from its parts below
-    model_type = AutoConfig.from_pretrained(name_or_path).model_type
-    cls = getattr(transformers, PROCESSOR_MAPPING_NAMES.get(model_type) or "", None)
-    if cls is None:
-        raise ValueError(f"{name_or_path}: no processor for model type {model_type!r}")
-    tok = AutoTokenizer.from_pretrained(name_or_path)
-    images = AutoImageProcessor.from_pretrained(name_or_path)
-    return image_only(cls)(images, tok, chat_template=tok.chat_template)
-
-
-def image_only(cls: type) -> type:
-    """``cls`` (a processor class taking image, tokenizer and video processors) without the video
-    processor; it saves under ``cls``'s name, so a machine with torchvision loads the full one."""
-
-    class ImageOnly(cls):  # type: ignore[misc, valid-type]
-        def __init__(self, image_processor=None, tokenizer=None, chat_template=None, **kwargs):
-            super().__init__(
-                image_processor, tokenizer, None, chat_template=chat_template, **kwargs
-            )
-
-    ImageOnly.__name__ = ImageOnly.__qualname__ = cls.__name__
-    return ImageOnly
-
-
 def _load(image: Any) -> Any:
     from PIL import Image
 

@@ -12,7 +12,6 @@ from PIL import Image
 from ddai.pipelines.corpus import Corpus
 from ddai.trainer.env import EnvConfig, SearchEnv
 from ddai.trainer.rewards import StreamingScorer, cap_images
-from ddai.trainer.tiny_vlm import tiny_processor
 from ddai.trainer.vision import ResizedPixels, crop_image
 
 RED, BLUE, WHITE = (255, 0, 0), (0, 0, 255), (255, 255, 255)
@@ -50,8 +49,13 @@ def test_crop_in_model_pixels_is_the_pages_quarter(tmp_path):
     assert raw.size == (140, 70) and raw.getcolors() == [(140 * 70, WHITE)]
 
 
-def test_convention_from_the_tiny_processor():
-    conv = ResizedPixels.from_image_processor(tiny_processor().image_processor)
+def test_convention_from_the_image_processor():
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
+        Qwen2VLImageProcessorPil,
+    )
+
+    processor = Qwen2VLImageProcessorPil(min_pixels=3136, max_pixels=3136)
+    conv = ResizedPixels.from_image_processor(processor)
     assert conv == ResizedPixels(factor=28, min_pixels=3136, max_pixels=3136)
     # An 800x600 page is seen as 56x28.
     assert conv.resized(800, 600) == (56, 28)
