@@ -285,13 +285,26 @@ def register(app: typer.Typer) -> None:
             typer.Option(
                 "--observation",
                 help="`text`: pages shown as text; `image`: page images through the model's "
-                "processor (VLM policies; needs --image-root).",
+                "processor (VLM policies; needs an image corpus or --image-root; <bbox> is in "
+                "Qwen2.5-VL's pixels of the resized image).",
             ),
         ] = "text",
         image_root: Annotated[
             Path | None,
-            typer.Option("--image-root", help="Folder of page images (`{page_id}.jpg`)."),
+            typer.Option(
+                "--image-root",
+                help="Folder of page images (`{page_id}.jpg`); not needed with an image corpus "
+                "(`ddai corpus build`).",
+            ),
         ] = None,
+        generator_max_images: Annotated[
+            int,
+            typer.Option(
+                "--generator-max-images",
+                help="Most images (pages and crops the episode gathered, latest kept) sent to a "
+                "multimodal generator; 0 sends text only. Text generators ignore images.",
+            ),
+        ] = 8,
         max_turn_tokens: MaxTurnTokensOpt = 256,
         max_completion_tokens: Annotated[
             int, typer.Option("--max-completion-tokens", help="Token budget of a whole rollout.")
@@ -351,6 +364,8 @@ def register(app: typer.Typer) -> None:
             overrides = parse_set(set_)
         except TrainConfigError as e:
             raise fail(str(e)) from e
+        if generator_max_images < 0:
+            raise fail(f"--generator-max-images {generator_max_images}: use 0 or more")
         for name, path in (("--data", data), ("--corpus", corpus)):
             if not path.exists():
                 raise fail(
@@ -387,6 +402,7 @@ def register(app: typer.Typer) -> None:
             restrict_to_doc=restrict_to_doc,
             observation=observation,
             image_root=image_root,
+            generator_max_images=generator_max_images,
             max_turn_tokens=max_turn_tokens,
             max_completion_tokens=max_completion_tokens,
             obs_max_tokens=obs_max_tokens,

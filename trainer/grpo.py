@@ -53,6 +53,7 @@ from ddai.trainer.rollout import (
     run_rollouts,
 )
 from ddai.trainer.vision import (
+    ResizedPixels,
     VisionObservationFormat,
     page_image_path,
     slice_vision,
@@ -124,7 +125,10 @@ class GRPORunConfig:
     observation: str = "text"
     """``image``: show page images through the model's processor (VLM policies)."""
     image_root: Path | None = None
-    """Folder of page images named as ``Corpus.image_path`` names them (image observations)."""
+    """Folder of page images named as ``Corpus.image_path`` names them (image observations);
+    not needed when the corpus holds its images (``ddai corpus build``)."""
+    generator_max_images: int = 8
+    """Most images (pages and crops, the latest kept) sent to a multimodal generator."""
     max_turn_tokens: int = 256
     max_completion_tokens: int = 1024
     obs_max_tokens: int = 256
@@ -287,6 +291,7 @@ class SearchRollout:
                 "question": t.task.question,
                 "reference": t.task.reference_answer,
                 "evidence": t.episode.evidence,
+                "images": t.episode.images,
                 "skip": self.spec.gate and not t.episode.format_ok,
             }
             for t in group
@@ -525,12 +530,31 @@ def load_vision_policy(
 ) -> tuple[Any, Any, VisionObservationFormat]:
     """A VLM policy, its tokenizer and its processor's observation format (needs torchvision for
     real checkpoints' processors)."""
-    import torch
-    from transformers import AutoModelForImageTextToText, AutoProcessor
+    from ddai.trainer.modeling import load_vision_model
 
-    processor = AutoProcessor.from_pretrained(name_or_path)
-    model = AutoModelForImageTextToText.from_pretrained(name_or_path, dtype=getattr(torch, dtype))
+    model, processor = load_vision_model(name_or_path, dtype=dtype)
     return model, processor.tokenizer, VisionObservationFormat.from_processor(processor)
+
+
+def page_images(cfg: GRPORunConfig, corpus: Any) -> Any:
+    """``image_of(page_id)`` for the run's page images, or None when it has none: the corpus's own
+    image (an image corpus), else ``{page_id}.jpg`` under ``--image-root`` (a search service may
+    return pages the corpus lacks)."""
+    root = Path(cfg.image_root) if cfg.image_root is not None else None
+    if root is not None and not root.is_dir():
+        root = None
+    if not corpus.has_images and root is None:
+        return None
+
+    def image_of(pid: str) -> Path:
+        own = corpus.image_file(pid) if pid in corpus else None
+        if own is not None:
+            return own
+        if root is not None:
+            return page_image_path(root, f"{pid}.jpg")
+        raise KeyError(f"page {pid!r} has no image in --corpus {cfg.corpus}; add --image-root DIR")
+
+    return image_of
 
 
 def static_preflight(
@@ -629,6 +653,9 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
         raise common.TrainConfigError(
             "the reward uses the judge: a generator and a judge backend are needed"
         )
+    vision = box_convention = None
+    image_of = page_images(cfg, corpus)
+
     report = PreflightReport(skipped=cfg.skip_preflight)
     if not cfg.skip_preflight:
         static_preflight(
@@ -643,16 +670,14 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
             seed=cfg.seed,
         )
         report.raise_errors()
-    vision = image_of = None
     if cfg.observation == "image":
-        if cfg.image_root is None or not Path(cfg.image_root).is_dir():
+        if image_of is None:
             raise common.TrainConfigError(
-                f"--image-root {cfg.image_root}: not a folder; point it at the page images "
-                "(image observations need them)"
+                f"--image-root {cfg.image_root}: not a folder; point it at the page images, or "
+                "build an image corpus with `ddai corpus build` (image observations need them)"
             )
         model, tok, vision = load_vision_policy(cfg.model, dtype=cfg.dtype)
-        root = Path(cfg.image_root)
-        image_of = lambda pid: page_image_path(root, corpus.image_path(pid))  # noqa: E731
+        box_convention = ResizedPixels.from_image_processor(vision.processor.image_processor)
     elif cfg.observation == "text":
         model, tok = load_policy(cfg.model, dtype=cfg.dtype)
     else:
@@ -678,8 +703,13 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
         ),
         truncate=token_truncator(tok, cfg.obs_max_tokens),
         image_of=image_of,
+        box_convention=box_convention,
     )
-    scorer = StreamingScorer(backends.generator, backends.judge) if spec.needs_judge else None
+    scorer = (
+        StreamingScorer(backends.generator, backends.judge, max_images=cfg.generator_max_images)
+        if spec.needs_judge
+        else None
+    )
     rollout = SearchRollout(
         tokenizer=tok,
         env=env,
