@@ -182,9 +182,14 @@ def run_sft(cfg: SFTRunConfig) -> SFTResult:
     out = trainer.train(resume_from_checkpoint=resume_from)
     final = trainer.model
     if cfg.lora:
-        trainer.model.save_pretrained(Path(cfg.output_dir) / "adapter")
-        final = trainer.model.merge_and_unload()
-    save_model(final, tok, cfg.output_dir)
+        # The trainer's save gathers the adapter from FSDP / ZeRO-3 shards.
+        save_final(trainer, Path(cfg.output_dir) / "adapter")
+        if trainer.accelerator.is_main_process:
+            final = merged_lora(trainer, cfg, Path(cfg.output_dir) / "adapter")
+            save_model(final, tok, cfg.output_dir)
+        trainer.accelerator.wait_for_everyone()
+    else:
+        save_final(trainer, cfg.output_dir)
     return SFTResult(
         output_dir=str(cfg.output_dir),
         rows=len(convs),
@@ -194,6 +199,50 @@ def run_sft(cfg: SFTRunConfig) -> SFTResult:
         changed_parameters=len(changed_parameters(before, final)),
         lora=cfg.lora,
     )
+
+
+def sharded(trainer: Any) -> bool:
+    """True when the trained weights are split across ranks (FSDP or DeepSpeed ZeRO-3)."""
+    from transformers.integrations import is_deepspeed_zero3_enabled
+
+    return bool(trainer.is_fsdp_enabled or is_deepspeed_zero3_enabled())
+
+
+def merged_lora(trainer: Any, cfg: SFTRunConfig, adapter: Path) -> Any:
+    """The base model with the trained LoRA adapter merged in (main process only). Sharded runs
+    hold no full copy in memory, so the base is reloaded and the saved adapter applied to it."""
+    if not sharded(trainer):
+        return trainer.accelerator.unwrap_model(trainer.model).merge_and_unload()
+    from peft import PeftModel
+
+    from ddai.trainer.modeling import load_policy
+
+    base, _ = load_policy(cfg.model, dtype=cfg.dtype)
+    return PeftModel.from_pretrained(base, str(adapter)).merge_and_unload()
+
+
+def save_final(trainer: Any, output_dir: str | os.PathLike[str]) -> None:
+    """The final model and tokenizer through ``trainer.save_model`` (which gathers FSDP / ZeRO-3
+    shards and writes on the main process only), staged in a temp folder and moved into
+    ``output_dir/`` one rename per file. Collective: every rank calls it."""
+    import shutil
+
+    out = Path(output_dir)
+    stage = out / ".final-stage"
+    main = trainer.accelerator.is_main_process
+    if main:
+        shutil.rmtree(stage, ignore_errors=True)
+        stage.mkdir(parents=True)
+    trainer.accelerator.wait_for_everyone()
+    trainer.save_model(str(stage))
+    trainer.accelerator.wait_for_everyone()
+    if main:
+        for f in stage.iterdir():
+            if f.is_file() and f.name != "training_args.bin":
+                with io.atomic_path(out / f.name) as dst:
+                    os.replace(f, dst)
+        shutil.rmtree(stage, ignore_errors=True)
+    trainer.accelerator.wait_for_everyone()
 
 
 def save_model(model: Any, tokenizer: Any, output_dir: str | os.PathLike[str]) -> None:
