@@ -30,7 +30,7 @@ class CompleteAt(Sampler):
         text = "<think>done</think><search_complete>true</search_complete>"
         if self.calls < self.n:
             text = "no tags"
-        ids = self.tok.encode(text, add_special_tokens=False) + [self.tok.eos_token_id]
+        ids = [*self.tok.encode(text, add_special_tokens=False), self.tok.eos_token_id]
         return [(ids, [0.0] * len(ids)) for _ in contexts]
 
     def idle(self, context):
