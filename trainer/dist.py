@@ -96,3 +96,32 @@ def launched() -> bool:
     import os
 
     return "LOCAL_RANK" in os.environ and int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
+def allow_fsdp_on_cpu(args: Any) -> bool:
+    """Let an FSDP launch config take effect on a CPU-only machine; True when it did.
+
+    accelerate builds its FSDP plugin only for accelerator process groups and quietly runs a gloo
+    group as plain data parallel, though torch's FSDP2 shards over gloo on CPU. Under ``accelerate
+    launch`` with an FSDP config (``ACCELERATE_USE_FSDP``) and no CUDA, this marks the group so the
+    trainer's ``Accelerator`` takes the FSDP path (the device stays the CPU). Call it after the
+    TRL config exists (``args``: its ``PartialState`` is made then) and before the trainer.
+    """
+    import os
+
+    import torch
+
+    if os.environ.get("ACCELERATE_USE_FSDP", "false").lower() != "true":
+        return False
+    if torch.cuda.is_available() or not getattr(args, "use_cpu", False):
+        return False
+    from accelerate.state import AcceleratorState, PartialState
+    from accelerate.utils import DistributedType
+
+    _ = args.device  # makes the process group and PartialState
+    state = PartialState()
+    if state.distributed_type != DistributedType.MULTI_CPU or AcceleratorState._shared_state:
+        return False
+    # AcceleratorState turns a multi-device group with ACCELERATE_USE_FSDP into FSDP.
+    state.distributed_type = DistributedType.MULTI_GPU
+    return True

@@ -5,7 +5,8 @@ The command line is kept as typed, minus ``--launch`` / ``--accelerate-config``,
 FILE`` (one of ``configs/accelerate/*.yaml`` or your own) accelerate reads the distributed setup
 from the file; without one it is plain multi-process data parallel (``--multi_gpu``). On a machine
 without CUDA the trainers train on CPU (``use_cpu``), so the processes form a gloo group: that is
-how ``--launch 2`` runs on a laptop. (``accelerate launch --cpu`` starts one process only.)
+how ``--launch 2`` runs on a laptop. (``accelerate launch --cpu`` starts one process only.) An
+FSDP config works on CPU too (``dist.allow_fsdp_on_cpu``); DeepSpeed needs CUDA.
 """
 
 from __future__ import annotations
@@ -42,6 +43,12 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
 def launch_command(
     args: Sequence[str],
     num_processes: int,
@@ -61,6 +68,9 @@ def launch_command(
         cmd += ["--config_file", str(config_file)]
     else:
         cmd += ["--multi_gpu"]
+    if not _has_cuda():
+        # CPU training is float32 (as ``common.device_defaults``), whatever a GPU config says.
+        cmd += ["--mixed_precision", "no"]
     cmd += [
         "--num_processes",
         str(num_processes),

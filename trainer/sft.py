@@ -16,7 +16,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from ddai.pipelines import io
-from ddai.trainer import common
+from ddai.trainer import common, dist
 from ddai.trainer.chat import ensure_training_template, normalize_messages
 
 
@@ -152,6 +152,7 @@ def run_sft(cfg: SFTRunConfig) -> SFTResult:
     from ddai.trainer.modeling import changed_parameters, load_policy, parameter_snapshot
 
     args = sft_args(cfg)
+    dist.allow_fsdp_on_cpu(args)
     resume_from = common.resume_checkpoint(cfg.output_dir, cfg.resume)
     convs, dropped = load_conversations(cfg.data)
     model, tok = load_policy(cfg.model, dtype=cfg.dtype)
@@ -180,23 +181,26 @@ def run_sft(cfg: SFTRunConfig) -> SFTResult:
     )
     common.finish_trainer_setup(trainer)
     out = trainer.train(resume_from_checkpoint=resume_from)
-    final = trainer.model
     if cfg.lora:
-        # The trainer's save gathers the adapter from FSDP / ZeRO-3 shards.
+        # The trainer's save gathers the adapter from FSDP / ZeRO-3 shards; the main process
+        # merges it and writes the merged model (its summary is the one printed).
         save_final(trainer, Path(cfg.output_dir) / "adapter")
+        changed = 0
         if trainer.accelerator.is_main_process:
             final = merged_lora(trainer, cfg, Path(cfg.output_dir) / "adapter")
             save_model(final, tok, cfg.output_dir)
+            changed = len(changed_parameters(before, final))
         trainer.accelerator.wait_for_everyone()
     else:
         save_final(trainer, cfg.output_dir)
+        changed = len(changed_parameters(before, trainer.model))  # collective under FSDP
     return SFTResult(
         output_dir=str(cfg.output_dir),
         rows=len(convs),
         dropped=dropped,
         steps=int(trainer.state.global_step),
         train_loss=float(out.training_loss) if out.training_loss is not None else None,
-        changed_parameters=len(changed_parameters(before, final)),
+        changed_parameters=changed,
         lora=cfg.lora,
     )
 

@@ -1,6 +1,8 @@
 """A GRPO run for ``accelerate launch`` in the multi-process tests, where rank 1's episodes end
 on their first turn while rank 0's go on: each rank writes ``rank<R>.json`` with how many turns
-every generation call ran and how many of them it idled through.
+every generation call ran, how many of them it idled through and whether the model was sharded
+(FSDP); the main process also writes the trained weights, gathered before the final save, to
+``trained.safetensors``.
 
     accelerate launch --multi_gpu --num_processes 2 tests/trainer/dist_worker.py TINY TOY OUT LOGS
 """
@@ -15,8 +17,23 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
-from ddai.trainer import dist, grpo, rollout, toy
+import random
+
+from ddai.pipelines.backends import JudgeResult
+from ddai.trainer import dist, grpo, rollout, sft, toy
 from ddai.trainer.env import SearchEnv
+
+
+class RandomJudge:
+    """Seeded random scores: reward variance in every group, so training changes the weights."""
+
+    name = "random"
+
+    def __init__(self, seed: int) -> None:
+        self.rng = random.Random(seed)
+
+    async def judge(self, reqs):
+        return [JudgeResult(score=self.rng.random()) for _ in reqs]
 
 
 def main() -> None:
@@ -54,6 +71,22 @@ def main() -> None:
 
     grpo.run_rollouts = counted
 
+    sharded = [False]
+    real_save = sft.save_final
+
+    def save_final(trainer, output_dir):
+        from safetensors.torch import save_file
+
+        sharded[0] = bool(trainer.is_fsdp_enabled)
+        state = trainer.accelerator.get_state_dict(trainer.model)  # collective under FSDP
+        if trainer.accelerator.is_main_process:
+            save_file({k: v.contiguous() for k, v in state.items()}, out / "trained.safetensors")
+        return real_save(trainer, output_dir)
+
+    sft.save_final = save_final
+    backends = toy.local_backends(toy.corpus())
+    backends.judge = RandomJudge(dist.rank())
+
     result = grpo.run_grpo(
         grpo.GRPORunConfig(
             model=str(tiny),
@@ -62,7 +95,8 @@ def main() -> None:
             output_dir=out,
             logs=logs,
             run_id="lockstep",
-            reward="ddai-phase1",
+            reward="judge-only",
+            learning_rate=1e-2,
             n_agent=2,
             batch_size=4,
             max_steps=2,
@@ -73,13 +107,14 @@ def main() -> None:
             force_completion=False,
             save_steps=2,
         ),
-        toy.local_backends(toy.corpus()),
+        backends,
     )
     record = {
         "rank": dist.rank(),
         "turns": calls,
         "idle": idled[0],
         "logged": result.rollouts_logged,
+        "fsdp": sharded[0],
     }
     (out / f"rank{dist.rank()}.json").write_text(json.dumps(record))
 

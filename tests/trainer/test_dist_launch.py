@@ -1,7 +1,7 @@
 """Two training processes on CPU (``--launch 2``: accelerate, gloo): each episode logged once with
-globally unique ``sample_idx``, one checkpoint, one metrics file, one summary; lock-step turns
-when one rank's episodes end early; the same first-step loss as one process with the same
-global batch."""
+globally unique ``sample_idx``, one checkpoint, one metrics file, one summary; under FSDP,
+lock-step turns when one rank's episodes end early and one full checkpoint of the trained
+weights; the same first-step loss as one process with the same global batch."""
 
 from __future__ import annotations
 
@@ -98,33 +98,70 @@ def test_grpo_on_two_processes_logs_every_episode_once(world):
     assert [m["step"] for m in metrics if "loss" in m] == [1, 2]  # one writer, one line per step
 
 
-def test_lockstep_turns_when_one_rank_finishes_early(world):
+def test_fsdp_lockstep_turns_and_one_full_checkpoint(world):
+    """2 CPU processes under the shipped FSDP config (FSDP2 over gloo); rank 1's episodes end on
+    their first turn while rank 0's go on."""
     root, data, tiny = world
-    out = root / "lock"
+    out = root / "fsdp"
     out.mkdir()
     cmd = [
-        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu",
-        "--num_processes", "2", "--num_machines", "1", "--main_process_port", str(_port()),
+        sys.executable, "-m", "accelerate.commands.launch",
+        "--config_file", str(ROOT / "configs" / "accelerate" / "fsdp.yaml"),
+        "--num_processes", "2", "--mixed_precision", "no", "--main_process_port", str(_port()),
         str(Path(__file__).with_name("dist_worker.py")),
-        str(tiny), str(data), str(out), str(root / "lock-logs"),
+        str(tiny), str(data), str(out), str(root / "fsdp-logs"),
     ]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=900)
     assert proc.returncode == 0, proc.stderr[-4000:]
     r0 = json.loads((out / "rank0.json").read_text())
     r1 = json.loads((out / "rank1.json").read_text())
+    assert r0["fsdp"] and r1["fsdp"]  # the weights really were sharded
     # Both ranks run as many turns as rank 0's longest episode in every generation call; rank 1's
     # episodes end on turn 1 and it idles through the rest.
     assert len(r0["turns"]) == len(r1["turns"]) == 2, (r0, r1)
     assert r0["turns"] == r1["turns"] and min(r0["turns"]) > 1
     assert r0["idle"] == 0 and r1["idle"] == sum(n - 1 for n in r1["turns"])
-    rows = read_rollouts(root / "lock-logs", runs=["lockstep"]).to_pylist()
+    rows = read_rollouts(root / "fsdp-logs", runs=["lockstep"]).to_pylist()
     assert r0["logged"] == len(rows) == 2 * 4 * 2 and r1["logged"] == 0
-    turns_by_rank: dict[int, dict[int, int]] = {0: {}, 1: {}}
+    longest: dict[int, dict[int, int]] = {0: {}, 1: {}}
     for r in rows:
-        longest = turns_by_rank[json.loads(r["extra"])["rank"]]
-        longest[r["step"]] = max(longest.get(r["step"], 0), r["num_turns"])
-    assert turns_by_rank[1] == {1: 1, 2: 1}
-    assert [turns_by_rank[0][s] for s in (1, 2)] == r0["turns"]
+        by_step = longest[json.loads(r["extra"])["rank"]]
+        by_step[r["step"]] = max(by_step.get(r["step"], 0), r["num_turns"])
+    assert longest[1] == {1: 1, 2: 1}
+    assert [longest[0][s] for s in (1, 2)] == r0["turns"]
+
+    # One full checkpoint: it loads with from_pretrained and holds exactly the trained weights
+    # (gathered from the shards before the save), which differ from the starting ones.
+    import torch
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-2"]
+    saved = AutoModelForCausalLM.from_pretrained(out).state_dict()
+    start = AutoModelForCausalLM.from_pretrained(tiny).state_dict()
+    trained = load_file(out / "trained.safetensors")
+    assert set(trained) == set(saved)
+    assert all(torch.equal(saved[k], trained[k]) for k in trained)
+    assert all(not torch.equal(start[k], trained[k]) for k in start)
+
+
+def test_sft_lora_under_fsdp_saves_the_adapter_and_one_merged_model(world):
+    root, data, tiny = world
+    out = root / "lora"
+    proc = _ddai(
+        "train", "sft", "--model", str(tiny), "--data", str(data / "sft.parquet"),
+        "--out", str(out), "--max-steps", "2", "--lr", "1e-2", "--batch-size", "2",
+        "--max-length", "256", "--logging-steps", "1", "--lora", "--json",
+        "--launch", "2", "--accelerate-config", str(ROOT / "configs" / "accelerate" / "fsdp.yaml"),
+    )  # fmt: skip
+    summary = _one_json(proc.stdout)
+    assert summary["lora"] and summary["steps"] == 2 and summary["changed_parameters"] > 0
+    assert (out / "adapter" / "adapter_model.safetensors").is_file()
+    from transformers import AutoModelForCausalLM
+
+    merged = AutoModelForCausalLM.from_pretrained(out)  # a plain model: the adapter merged in
+    assert not any("lora" in n for n, _ in merged.named_parameters())
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-2"]
 
 
 def _port() -> int:

@@ -34,6 +34,10 @@ def test_launch_command_runs_the_module_on_n_processes():
     cmd = launch_command(["train", "sft", "--model", "m"], 2, port=1234)
     assert cmd[:3] == [sys.executable, "-m", "accelerate.commands.launch"]
     assert "--multi_gpu" in cmd  # not --cpu: that starts one process only
+    import torch
+
+    if not torch.cuda.is_available():  # CPU training is float32 whatever a config says
+        assert cmd[cmd.index("--mixed_precision") + 1] == "no"
     i = cmd.index("--num_processes")
     assert cmd[i + 1] == "2" and cmd[cmd.index("--main_process_port") + 1] == "1234"
     assert cmd[-6:] == ["--module", "ddai.cli.app", "train", "sft", "--model", "m"]
