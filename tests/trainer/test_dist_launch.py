@@ -191,3 +191,22 @@ def test_sft_first_step_loss_matches_one_process_with_the_same_global_batch(worl
     assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-2"]
     assert [m["step"] for m in read_metrics(out / "metrics.jsonl") if "loss" in m] == [1, 2]
     assert (out / "model.safetensors").is_file() and (out / "tokenizer.json").is_file()
+
+
+def test_grpo_first_step_loss_matches_one_process_with_the_same_global_batch(world):
+    """8 rollouts on one process vs 4 on each of two. Decoding is greedy (top_k 1) so both runs
+    see the same rollouts whatever each rank's seed; the entropy bonus makes the first-step loss
+    non-zero though every group's advantages are 0."""
+    root, _, tiny = world
+    logs = root / "loss-logs"
+    flags = ("--max-steps", "1", "--set", "top_k=1", "--entropy", "0.1")
+    _grpo(tiny, root / "l1", logs, "l1", "--batch-size", "8", *flags)
+    _grpo(tiny, root / "l2", logs, "l2", "--batch-size", "4", "--launch", "2", *flags)
+    first = [read_metrics(root / d / "metrics.jsonl")[0] for d in ("l1", "l2")]
+    assert first[0]["step"] == first[1]["step"] == 1
+    assert abs(first[0]["loss"]) > 1e-3
+    assert first[1]["loss"] == pytest.approx(first[0]["loss"], rel=1e-4)
+    rows = [read_rollouts(logs, runs=[r]).to_pylist() for r in ("l1", "l2")]
+    assert [len(r) for r in rows] == [8, 8]
+    by_idx = [{r["sample_idx"]: (r["uid"], r["response"]) for r in rs} for rs in rows]
+    assert by_idx[0] == by_idx[1]  # the same global batch, row for row
