@@ -63,39 +63,14 @@ def any_across_ranks(flag: bool) -> bool:
     return bool(t.item())
 
 
-def broadcast_value(value: Any) -> Any:
-    """Rank 0's ``value`` on every rank (collective)."""
-    if world_size() == 1:
-        return value
-    import torch.distributed as td
-
-    box = [value]
-    td.broadcast_object_list(box, src=0)
-    return box[0]
-
-
-def barrier() -> None:
-    if world_size() > 1:
-        import torch.distributed as td
-
-        td.barrier()
-
-
 def _collective_device() -> Any:
     """The device collectives of this process group run on (CUDA under NCCL, else CPU)."""
     import torch
     import torch.distributed as td
 
-    if td.get_backend() == "nccl" and torch.cuda.is_available():
+    if "nccl" in str(td.get_backend()) and torch.cuda.is_available():
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
-
-
-def launched() -> bool:
-    """True inside a process started by ``accelerate launch`` / ``torchrun`` (even before init)."""
-    import os
-
-    return "LOCAL_RANK" in os.environ and int(os.environ.get("WORLD_SIZE", "1")) > 1
 
 
 def allow_fsdp_on_cpu(args: Any) -> bool:
