@@ -116,9 +116,10 @@ def test_fsdp_lockstep_turns_and_one_full_checkpoint(world):
     r0 = json.loads((out / "rank0.json").read_text())
     r1 = json.loads((out / "rank1.json").read_text())
     assert r0["fsdp"] and r1["fsdp"]  # the weights really were sharded
-    # Both ranks run as many turns as rank 0's longest episode in every generation call; rank 1's
-    # episodes end on turn 1 and it idles through the rest.
-    assert len(r0["turns"]) == len(r1["turns"]) == 2, (r0, r1)
+    # Both ranks run as many turns as rank 0's longest episode in every generation call (the
+    # preflight's sample, then 2 steps); rank 1's episodes end on turn 1 and it idles through
+    # the rest.
+    assert len(r0["turns"]) == len(r1["turns"]) == 1 + 2, (r0, r1)
     assert r0["turns"] == r1["turns"] and min(r0["turns"]) > 1
     assert r0["idle"] == 0 and r1["idle"] == sum(n - 1 for n in r1["turns"])
     rows = read_rollouts(root / "fsdp-logs", runs=["lockstep"]).to_pylist()
@@ -128,7 +129,7 @@ def test_fsdp_lockstep_turns_and_one_full_checkpoint(world):
         by_step = longest[json.loads(r["extra"])["rank"]]
         by_step[r["step"]] = max(by_step.get(r["step"], 0), r["num_turns"])
     assert longest[1] == {1: 1, 2: 1}
-    assert [longest[0][s] for s in (1, 2)] == r0["turns"]
+    assert [longest[0][s] for s in (1, 2)] == r0["turns"][1:]
 
     # One full checkpoint: it loads with from_pretrained and holds exactly the trained weights
     # (gathered from the shards before the save), which differ from the starting ones.
