@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ddai.pipelines import workspace
-from ddai.trainer import common
+from ddai.trainer import common, dist
 from ddai.trainer.data import Task, load_tasks
 from ddai.trainer.env import EnvConfig, SearchEnv
 from ddai.trainer.logrows import rollout_row
@@ -317,6 +317,9 @@ class SearchRollout:
             config=self.rollout,
             on_group_done=self._submit,
             vision=self.vision,
+            # Lock-step across ranks: the same number of turns everywhere, so sharded
+            # generation's collectives line up.
+            any_active=dist.any_across_ranks if dist.world_size() > 1 else None,
         )
 
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list]:
@@ -327,7 +330,15 @@ class SearchRollout:
         if not trainer.model.training:
             G = trainer.num_generations_eval or G
         slots = [(Task.from_row(inp), i // G, i % G) for i, inp in enumerate(inputs)]
-        with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as model:
+        # As TRL's own generation: ZeRO-3 parameters gathered, FSDP v1 root parameters summoned.
+        with (
+            unwrap_model_for_generation(
+                trainer.model_wrapped,
+                trainer.accelerator,
+                gather_deepspeed3_params=trainer.args.ds3_gather_for_generation,
+            ) as model,
+            trainer._dist.summon_full_params(trainer.model_wrapped, recurse=False),
+        ):
             trajs = self.run(slots, trainer, model)
         for t in trajs:
             self.pending[t.key] = t
@@ -410,6 +421,10 @@ class DdaiReward:
 def _trainer_class() -> type:
     from trl import GRPOTrainer
 
+    from ddai.trainer.trl_compat import check_trl_internals
+
+    check_trl_internals(GRPOTrainer)
+
     class DdaiGRPOTrainer(GRPOTrainer):
         """GRPOTrainer that shows the rollout its batch and logs the scored rollouts."""
 
@@ -433,6 +448,10 @@ def _trainer_class() -> type:
                 self.ddai_rollout.vision_fields = None
             advantages = out["advantages"].detach().float().cpu().tolist()
             step = int(self.state.global_step) + 1
+            # TRL gives each rank a contiguous slice of the global batch (``process_slice``), so
+            # rank r's i-th rollout is row r·len(inputs) + i of the step's generation batch.
+            rank = self.accelerator.process_index
+            offset = rank * len(inputs)
             rows = []
             groups: dict[int, list[float]] = {}
             for i, (inp, adv) in enumerate(zip(inputs, advantages, strict=True)):
@@ -440,21 +459,27 @@ def _trainer_class() -> type:
                 if score is not None:
                     groups.setdefault(traj.group, []).append(score.reward)
                 if self.ddai_log is not None:
-                    rows.append(
-                        rollout_row(
-                            traj,
-                            run_id=self.ddai_log.run_id,
-                            step=step,
-                            advantage=adv,
-                            sample_idx=i,
-                            judged=judged,
-                            score=score,
-                        )
+                    row = rollout_row(
+                        traj,
+                        run_id=self.ddai_log.run_id,
+                        step=step,
+                        advantage=adv,
+                        sample_idx=offset + i,
+                        judged=judged,
+                        score=score,
                     )
+                    row["extra"].update(rank=rank, rank_seed=dist.rank_seed(self.args.seed, rank))
+                    rows.append(row)
             if self.ddai_log is not None:
-                self.ddai_log.append(rows)
+                # Every rank's episodes to the main process, written once (collective).
+                rows = dist.gather_objects(rows)
+                if self.accelerator.is_main_process:
+                    self.ddai_log.append(rows)
             if self.model.training:
-                self.ddai_zero_variance.observe(step, list(groups.values()))
+                # A step is flat when every group on every rank is (collective).
+                all_groups = dist.gather_objects(list(groups.values()))
+                if self.accelerator.is_main_process:
+                    self.ddai_zero_variance.observe(step, all_groups)
             return out
 
         def _get_per_token_logps_and_entropies(
@@ -638,10 +663,11 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
     from ddai.pipelines.corpus import Corpus
     from ddai.trainer.modeling import changed_parameters, load_policy, parameter_snapshot
     from ddai.trainer.rollout import token_truncator
-    from ddai.trainer.sft import save_model
+    from ddai.trainer.sft import save_final
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     args = grpo_args(cfg)
+    dist.allow_fsdp_on_cpu(args)
     resume_from = common.resume_checkpoint(cfg.output_dir, cfg.resume)
     spec = reward_spec(cfg)
     tasks = load_tasks(cfg.data, cfg.limit)
@@ -745,7 +771,8 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
                     report, sampled_episodes(rollout, slots, trainer, m, cfg.reward_timeout)
                 )
             report.raise_errors()
-        write_run_config(cfg.output_dir, "train grpo", cfg, report)
+        if trainer.accelerator.is_main_process:
+            write_run_config(cfg.output_dir, "train grpo", cfg, report)
     except BaseException:
         if scorer is not None:
             scorer.close()
@@ -756,8 +783,8 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
     finally:
         if scorer is not None:
             scorer.close()
-    save_model(trainer.model, tok, cfg.output_dir)
-    if vision is not None:
+    save_final(trainer, cfg.output_dir)
+    if vision is not None and trainer.accelerator.is_main_process:
         vision.processor.save_pretrained(cfg.output_dir)  # image processor + chat template
     return GRPOResult(
         output_dir=str(cfg.output_dir),
