@@ -14,14 +14,16 @@ import time
 import uuid
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from ddai.pipelines import capability_count, io
 from ddai.pipelines.schema import ROLLOUT_SCHEMA, SCHEMA_VERSION, normalize_rollout
+
+if TYPE_CHECKING:  # pyarrow.dataset pulls pandas in: imported where a dataset is built
+    import pyarrow.dataset as ds
 
 MANIFEST = "_manifest.json"
 QUARANTINE_DIR = "_quarantine"
@@ -219,6 +221,8 @@ def parquet_files(logs: str | os.PathLike[str], runs: list[str] | None = None) -
 
 
 def dataset(logs: str | os.PathLike[str], runs: list[str] | None = None) -> ds.Dataset:
+    import pyarrow.dataset as ds
+
     files = parquet_files(logs, runs)
     return ds.dataset(
         [str(f) for f in files],

@@ -16,7 +16,13 @@ WITH valued AS (
         t.turn.action AS action,
         t.turn.value AS value,
         coalesce(r.judge_score >= $threshold AND r.format_ok IS DISTINCT FROM false, false) AS success
-    FROM rollouts AS r, unnest(r.turns) AS t(turn)
+    -- a projected subquery: unnest copies only these columns per turn, and a log without turns
+    -- costs one scan of the few columns, not a copy of every column
+    FROM (
+        SELECT run_id, step, uid, rollout_idx, sample_idx, judge_score, format_ok, turns
+        FROM rollouts
+        WHERE len(turns) > 0
+    ) AS r, unnest(r.turns) AS t(turn)
     WHERE t.turn.value IS NOT NULL
 ),
 changes AS (
