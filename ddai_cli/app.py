@@ -11,10 +11,14 @@ from __future__ import annotations
 import importlib
 from typing import Any, NamedTuple
 
-import click
 import typer
 import typer.main
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup
+
+try:  # typer >= 0.22 carries its own click; importing the separate package would cost ~50 ms
+    from typer import _click as click
+except ImportError:  # pragma: no cover - older typer runs on the click package
+    import click
 
 
 class Entry(NamedTuple):
@@ -63,7 +67,7 @@ def load_command(name: str) -> click.Command:
     return command
 
 
-class _Stub(click.Command):
+class _Stub(TyperCommand):
     """A registry line shown by ``ddai --help`` (name and short help) until the command runs."""
 
     def __init__(self, name: str, entry: Entry) -> None:
@@ -109,6 +113,40 @@ class LazyGroup(TyperGroup):
         if name is not None:
             command = self.commands[name]
         return name, command, rest
+
+    def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """Typer's look (usage, help, option and command panels) drawn with rich directly:
+        Typer's own rich help module imports markdown and traceback rendering, which cost more
+        than the rest of ``ddai --help``."""
+        from rich import box
+        from rich.console import Console
+        from rich.padding import Padding
+        from rich.panel import Panel
+        from rich.table import Table
+        from rich.text import Text
+
+        console = Console(highlight=False)
+
+        def panel(title: str, rows: list[tuple[str, str]]) -> Panel:
+            table = Table(show_header=False, box=None, padding=(0, 1), pad_edge=False)
+            table.add_column(style="bold cyan", no_wrap=True)
+            table.add_column()
+            for name, text in rows:
+                table.add_row(name, text)
+            return Panel(
+                table, title=title, title_align="left", border_style="dim", box=box.ROUNDED
+            )
+
+        pieces = " ".join(self.collect_usage_pieces(ctx))
+        console.print(
+            Padding(Text.assemble("Usage: ", (ctx.command_path, "bold"), f" {pieces}"), 1)
+        )
+        console.print(Padding(Text(" ".join((self.help or "").split())), (0, 1, 1, 1)))
+        options = [r for p in self.get_params(ctx) if (r := p.get_help_record(ctx))]
+        console.print(panel("Options", options))
+        commands = [(n, c.get_short_help_str(limit=200)) for n in self.list_commands(ctx)
+                    if (c := self.get_command(ctx, n)) is not None and not c.hidden]  # fmt: skip
+        console.print(panel("Commands", commands))
 
 
 app = typer.Typer(
