@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 from rich.progress import track
 
 from ddai.pipelines import capabilities, io, manifest, store
-from ddai.pipelines.distill import formats, rewrite
+from ddai.pipelines.distill import fetch, formats, rewrite
 from ddai.pipelines.distill.findings import inspect
 from ddai.pipelines.distill.rebuild import (
     RebuildError,
@@ -192,9 +192,11 @@ def run_distill(cfg: DistillConfig, *, rewriter: Any = None) -> dict[str, Any]:
         }
 
     record = manifest.start(STEP, params, inputs)
-    table = store.read_rollouts(cfg.logs, cfg.runs)
+    # Rank on the selection columns only; read full rows for the selected rollouts alone.
+    files = store.parquet_files(cfg.logs, cfg.runs)
+    table = fetch.selection_columns(files)
     sel = select(table, cfg.select_cfg)
-    rows = table.take(sel.rows).to_pylist()
+    rows = fetch.fetch_rows(files, table, sel.rows)
     cands, failed, unavailable = _candidates(cfg, rows)
     drops = cfg.drops
     keep = [c for c in cands if not drop_reason(c.uid, inspect(c.messages), drops)]
