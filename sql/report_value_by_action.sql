@@ -16,14 +16,16 @@ WITH valued AS (
         t.turn.action AS action,
         t.turn.value AS value,
         coalesce(r.judge_score >= $threshold AND r.format_ok IS DISTINCT FROM false, false) AS success
-    -- a projected subquery: unnest copies only these columns per turn, and a log without turns
-    -- costs one scan of the few columns, not a copy of every column
+    -- a projected subquery that keeps only the valued turns: unnest then copies a few columns
+    -- for those alone (over a log whose turns carry no value it yields nothing), instead of every
+    -- column of the log for every turn
     FROM (
-        SELECT run_id, step, uid, rollout_idx, sample_idx, judge_score, format_ok, turns
+        SELECT
+            run_id, step, uid, rollout_idx, sample_idx, judge_score, format_ok,
+            list_filter(turns, lambda t: t.value IS NOT NULL) AS valued
         FROM rollouts
         WHERE len(turns) > 0
-    ) AS r, unnest(r.turns) AS t(turn)
-    WHERE t.turn.value IS NOT NULL
+    ) AS r, unnest(r.valued) AS t(turn)
 ),
 changes AS (
     SELECT
