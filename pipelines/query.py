@@ -94,6 +94,9 @@ def connect(
 
     ``views``: create only these view files (``views_for(sql)``); default: all of ``VIEWS``."""
     con = duckdb.connect(database)
+    # DuckDB draws its progress bar on stdout for queries over ~2 s: that would corrupt
+    # `ddai query --format csv|json` written to stdout (and the report's own progress display).
+    con.execute("SET enable_progress_bar = false")
     if threads:
         con.execute(f"SET threads = {int(threads)}")
     files = store.parquet_files(logs, runs) if (store.list_runs(logs) or runs) else []
@@ -116,6 +119,7 @@ def connect(
 def connect_table(table: pa.Table) -> duckdb.DuckDBPyConnection:
     """The same views over an in-memory table in the rollout schema (tests, trainer output)."""
     con = duckdb.connect()
+    con.execute("SET enable_progress_bar = false")
     con.register("rollouts_src", table)
     for name in VIEWS:
         con.execute(sql_text(name))

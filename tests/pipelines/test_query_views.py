@@ -76,3 +76,9 @@ def test_turns_view_has_every_parsed_turn(logs):
     for row, ts in zip(table.to_pylist(), turns, strict=True):
         key = (row["run_id"], row["step"], row["uid"], row["rollout_idx"])
         assert got.get(key) == ([t["idx"] for t in ts] if ts else None)
+
+
+def test_no_progress_bar_on_stdout(logs):
+    # DuckDB prints its progress bar to stdout on long queries; `ddai query` writes CSV there.
+    for con in (query.connect(logs), query.connect_table(store.read_rollouts(logs))):
+        assert con.sql("SELECT current_setting('enable_progress_bar')").fetchall() == [(False,)]
