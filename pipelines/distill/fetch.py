@@ -4,20 +4,18 @@ Selection needs nine scalar columns of every rollout, the full rows (turns, resp
 text) only of the rollouts it keeps; reading the whole run first held every column of every
 rollout in memory. ``selection_columns`` scans the run's Parquet files for those columns (DuckDB,
 projection pushed into the scan) with each rollout's file and row number; ``fetch_rows`` then
-reads, file by file and row group by row group, only the row groups that hold a selected rollout
-and keeps only those rows, so memory is one row group plus the selection, not the run.
+joins the scan to the selected (file, row number) pairs, so DuckDB materializes only those rows
+and hands them back in batches: memory follows the selection, not the run.
 """
 
 from __future__ import annotations
 
 import os
-from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
 import duckdb
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from ddai.pipelines.schema import ROLLOUT_SCHEMA
 
@@ -82,33 +80,46 @@ def _duck_type(column: str) -> str:
 
 
 def fetch_rows(
-    files: Sequence[str | os.PathLike[str]], keys: pa.Table, rows: Sequence[int]
+    files: Sequence[str | os.PathLike[str]],
+    keys: pa.Table,
+    rows: Sequence[int],
+    *,
+    batch_rows: int = 10_000,
+    threads: int | None = None,
 ) -> list[dict[str, Any]]:
     """Full rollout rows (``ROLLOUT_SCHEMA``) of ``keys.take(rows)``, in the order of ``rows``.
 
-    ``keys`` is ``selection_columns``'s table; only row groups holding a selected row are read,
-    one at a time."""
-    file_idx = keys[FILE].to_pylist()
-    file_row = keys[FILE_ROW].to_pylist()
-    wanted: dict[int, list[tuple[int, int]]] = defaultdict(list)  # file -> (row in file, slot)
-    for slot, r in enumerate(rows):
-        wanted[file_idx[r]].append((file_row[r], slot))
+    ``keys`` is ``selection_columns``'s table. One DuckDB scan joins the files' rows to the
+    wanted (file, row number) pairs, so only the selected rows are materialized; they stream
+    back in Arrow batches of ``batch_rows`` that become dicts one batch at a time."""
+    if not rows:
+        return []
+    paths = [str(f) for f in files]
+    take = pa.array(rows, pa.int64())
+    wanted = pa.table(
+        {
+            "_path": pa.array(paths, pa.string()).take(keys[FILE].take(take)),
+            "_row": keys[FILE_ROW].take(take),
+            "_slot": pa.array(range(len(rows)), pa.int64()),
+        }
+    )
+    con = duckdb.connect()
+    con.execute("SET enable_progress_bar = false")
+    if threads:
+        con.execute(f"SET threads = {int(threads)}")
+    con.register("wanted", wanted)
+    sql = (
+        f"SELECT s.* EXCLUDE (filename, file_row_number), w._slot FROM {SCAN} AS s "
+        "JOIN wanted AS w ON s.filename = w._path AND s.file_row_number = w._row"
+    )
     out: list[dict[str, Any] | None] = [None] * len(rows)
-    for f, hits in sorted(wanted.items()):
-        pf = pq.ParquetFile(str(files[f]))
-        starts = [0]
-        for i in range(pf.num_row_groups):
-            starts.append(starts[-1] + pf.metadata.row_group(i).num_rows)
-        by_group: dict[int, list[tuple[int, int]]] = defaultdict(list)
-        g = 0
-        for row, slot in sorted(hits):
-            while row >= starts[g + 1]:
-                g += 1
-            by_group[g].append((row - starts[g], slot))
-        for g, local in sorted(by_group.items()):
-            part = _conform(pf.read_row_group(g).take([r for r, _ in local]))
-            for (_, slot), row_dict in zip(local, part.to_pylist(), strict=True):
-                out[slot] = row_dict
+    reader = con.sql(sql, params={"files": paths}).to_arrow_reader(batch_rows)
+    for batch in reader:
+        part = pa.Table.from_batches([batch])
+        slots = part["_slot"].to_pylist()
+        for slot, row in zip(slots, _conform(part).to_pylist(), strict=True):
+            out[slot] = row
+    con.close()
     missing = sum(r is None for r in out)
     if missing:
         raise RuntimeError(f"{missing} selected rollouts were not found in their files")

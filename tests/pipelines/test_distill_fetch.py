@@ -1,5 +1,5 @@
 """Distill's projected read and row fetch: the same selection and the same rows as reading the
-whole run, across parts, row groups, runs and a part that predates a column."""
+whole run, across parts, row groups, runs, batches and a part that predates a column."""
 
 from __future__ import annotations
 
@@ -82,6 +82,8 @@ def test_fetch_keeps_the_asked_order_across_files_and_row_groups(tmp_path):
         for i in rows
     ]
     assert got == full.take(rows).to_pylist()
+    # streamed back in batches smaller than the selection: the same rows in the same order
+    assert fetch.fetch_rows(files, keys, rows, batch_rows=2) == got
     assert fetch.fetch_rows(files, keys, []) == []
 
 
