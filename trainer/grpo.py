@@ -277,8 +277,11 @@ class SearchRollout:
     def _sampler(self, trainer: Any, model: Any) -> Any:
         stop = [self.tok.eos_token_id]
         if getattr(trainer, "use_vllm", False):
-            client = trainer.vllm_generation.vllm_client
-            return VLLMServerSampler(client, stop_ids=stop, **self.sampling)
+            # TRL creates the client on the main process only; the sampler gathers to it.
+            acc = trainer.accelerator
+            gen = trainer.vllm_generation
+            client = getattr(gen, "vllm_client", None) if acc.is_main_process else None
+            return VLLMServerSampler(client, stop_ids=stop, accelerator=acc, **self.sampling)
         image_id = self.vision.image_token_id if self.vision else None
         return HFSampler(model, self.tok, stop_ids=stop, image_token_id=image_id, **self.sampling)
 

@@ -317,12 +317,17 @@ def split_data(items: list[TokenRollout], cfg: ValueTrainConfig) -> Split:
 def step_loss(
     model: ValueModel, data: Split, idx: list[int], cfg: ValueTrainConfig, pad_id: int
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """The loss of one step on the drawn pairs (or rollouts, in MC-only mode) ``idx``."""
-    dev = next(model.head.parameters()).device
+    """The loss of one step on the drawn pairs (or rollouts, in MC-only mode) ``idx``. ``model``
+    may be DDP-wrapped: values go through its ``forward`` so the wrapper syncs the gradients."""
+    dev = next(model.parameters()).device
+
+    def values(b: Batch) -> torch.Tensor:  # [B, T - prompt_len]
+        return model(b.input_ids, b.attention_mask)[:, b.prompt_len - 1 : -1]
+
     if cfg.pairwise_coef > 0:
         batch, targets, P = _pair_batch(data.train, [data.train_pairs[i] for i in idx], pad_id)
         batch, targets = batch.to(dev), targets.to(dev)
-        v = model.completion_values(batch.input_ids, batch.attention_mask, batch.prompt_len)
+        v = values(batch)
         return vl.hybrid_value_loss(
             v[:P],
             v[P:],
@@ -335,25 +340,33 @@ def step_loss(
         )
     chunk = [data.train[i] for i in idx]
     batch = collate(chunk, pad_id).to(dev)
-    v = model.completion_values(batch.input_ids, batch.attention_mask, batch.prompt_len)
+    v = values(batch)
     targets = torch.tensor([r.target for r in chunk], device=dev)
     loss, metrics = vl.mc_value_loss(v, targets, torch.ones_like(batch.mask), batch.mask)
     return loss, {**metrics, "value/loss": metrics["value/mc_mse"]}
 
 
 def train_value(cfg: ValueTrainConfig) -> ValueTrainResult:
-    """Train (or continue) a value head on the log's outcomes and save it to ``output_dir``."""
+    """Train (or continue) a value head on the log's outcomes and save it to ``output_dir``.
+
+    Under ``accelerate launch`` each process draws its own ``batch_size`` pairs per step (seed
+    ``seed + rank``) and the DDP-wrapped model averages the gradients; the main process alone
+    evaluates the held-out prompts, writes the metrics (losses averaged over the ranks) and saves."""
     from ddai.pipelines.distill.rebuild import load_system_prompt
     from ddai.pipelines.pointer.progress import bar
+    from ddai.trainer import accel
     from ddai.trainer.value import save_value_model
 
     cfg.check()
     rows = _read_rows(cfg)
     if not rows:
         raise ValueError("no rollouts in the selected runs; check --logs and --run")
+    acc = accel.make_accelerator()
+    main = acc.is_main_process
+    torch.manual_seed(cfg.seed)  # the same fresh head on every rank
     model, tok = _load(cfg)
     pad_id = tok.pad_token_id
-    with bar("tokenizing", len(rows), enabled=cfg.progress) as advance:
+    with bar("tokenizing", len(rows), enabled=cfg.progress and main) as advance:
         tokenized = tokenize_rollouts(
             rows,
             tok,
@@ -371,38 +384,51 @@ def train_value(cfg: ValueTrainConfig) -> ValueTrainResult:
             "pass a shorter --system-prompt"
         )
     data = split_data(tokenized.rollouts, cfg)
-    model.to(device())
     opt = torch.optim.AdamW(
         model.param_groups(trunk_lr=cfg.trunk_lr, head_lr=cfg.head_lr),
         weight_decay=cfg.weight_decay,
     )
     params = [p for g in opt.param_groups for p in g["params"]]
-    log = MetricsLog(Path(cfg.output_dir) / METRICS_FILE)
+    model, opt = acc.prepare(model, opt)
+    bare = acc.unwrap_model(model)
+    log = MetricsLog(Path(cfg.output_dir) / METRICS_FILE) if main else None
+    accel.write_run_config(cfg.output_dir, cfg, acc)
 
     def held_out() -> dict[str, float]:
-        return evaluate(model, data.val, data.val_pairs, pad_id, batch_size=cfg.eval_batch_size)
+        # Main process only, on the bare module: no collective, the other ranks go on.
+        if not main:
+            return {}
+        return evaluate(bare, data.val, data.val_pairs, pad_id, batch_size=cfg.eval_batch_size)
 
     eval_before = eval_after = held_out()
-    log.log(0, eval_before)
-    gen = torch.Generator().manual_seed(cfg.seed)
+    if main:
+        log.log(0, eval_before)
+    gen = torch.Generator().manual_seed(accel.rank_seed(cfg.seed, acc))
     losses: list[float] = []
     model.train()
-    with bar("value head", cfg.max_steps, enabled=cfg.progress) as advance:
+    with bar("value head", cfg.max_steps, enabled=cfg.progress and main) as advance:
         for step in range(1, cfg.max_steps + 1):
             idx = torch.multinomial(data.weights, cfg.batch_size, replacement=True, generator=gen)
-            loss, metrics = step_loss(model, data, idx.tolist(), cfg, pad_id)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            if cfg.grad_clip > 0:
-                torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
-            opt.step()
-            losses.append(float(loss.detach()))
+            with acc.accumulate(model):
+                loss, metrics = step_loss(model, data, idx.tolist(), cfg, pad_id)
+                acc.backward(loss)
+                if cfg.grad_clip > 0 and acc.sync_gradients:
+                    acc.clip_grad_norm_(params, cfg.grad_clip)
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+            metrics = accel.mean_metrics(metrics, acc)
+            losses.append(metrics["value/loss"])
             if step % cfg.eval_steps == 0 or step == cfg.max_steps:
                 eval_after = held_out()
                 metrics.update(eval_after)
-            log.log(step, metrics)
+            if main:
+                log.log(step, metrics)
             advance(1)
-    save_value_model(model, tok, cfg.output_dir, source=cfg.model)
+    acc.wait_for_everyone()
+    if main:
+        save_value_model(bare, tok, cfg.output_dir, source=cfg.model)
+    acc.wait_for_everyone()
+    model = bare
     return ValueTrainResult(
         output_dir=str(cfg.output_dir),
         head=model.head_type,
