@@ -276,9 +276,7 @@ def ppo_update(
 def _step(accelerator: Any, opt: torch.optim.Optimizer, loss: Tensor, grad_clip: float) -> None:
     accelerator.backward(loss)
     if grad_clip > 0 and accelerator.sync_gradients:
-        accelerator.clip_grad_norm_(
-            [p for g in opt.param_groups for p in g["params"]], grad_clip
-        )
+        accelerator.clip_grad_norm_([p for g in opt.param_groups for p in g["params"]], grad_clip)
     opt.step()
     opt.zero_grad(set_to_none=True)
 

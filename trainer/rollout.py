@@ -239,11 +239,15 @@ class VLLMServerSampler(Sampler):
         self.client = client
         self.params = {"temperature": temperature, "top_p": top_p, "top_k": top_k}
         self.stop_ids = list(stop_ids)
-        self.acc = accelerator if accelerator is not None and accelerator.num_processes > 1 else None
+        self.acc = (
+            accelerator if accelerator is not None and accelerator.num_processes > 1 else None
+        )
         if client is None and (self.acc is None or self.acc.is_main_process):
             raise ValueError("the vLLM server sampler needs TRL's client on the main process")
 
-    def _generate(self, contexts: list[list[int]], caps: list[int]) -> list[tuple[list[int], list[float]]]:
+    def _generate(
+        self, contexts: list[list[int]], caps: list[int]
+    ) -> list[tuple[list[int], list[float]]]:
         if not contexts:
             return []
         out = self.client.generate(
@@ -268,7 +272,9 @@ class VLLMServerSampler(Sampler):
         parts = gather_object([(contexts, caps, done)])
         payload: list[Any] = [None]
         if self.acc.is_main_process:
-            flat = self._generate([c for p in parts for c in p[0]], [m for p in parts for m in p[1]])
+            flat = self._generate(
+                [c for p in parts for c in p[0]], [m for p in parts for m in p[1]]
+            )
             payload = [(flat, [len(p[0]) for p in parts], all(p[2] for p in parts))]
         broadcast_object_list(payload, from_process=0)
         flat, sizes, all_done = payload[0]

@@ -46,7 +46,9 @@ class FakeVLLMServer:
                 elif path == "/get_world_size":
                     self._send({"world_size": 1})
                 elif path == "/server_info":
-                    self._send({"vllm_config": {"model_config": {"logprobs_mode": "processed_logprobs"}}})
+                    self._send(
+                        {"vllm_config": {"model_config": {"logprobs_mode": "processed_logprobs"}}}
+                    )
                 else:
                     self._send({"error": path}, 404)
 

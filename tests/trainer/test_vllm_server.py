@@ -89,7 +89,9 @@ def test_multi_turn_episodes_sampling_and_stop_tokens_go_through_the_server(worl
         assert req["n"] == 1 and req["return_token_ids"] and req["model"] == "tiny"
         assert len(req["prompt"]) == 4
     # Turn 2's contexts are turn 1's plus its completion and the environment's observation.
-    for p1, p2, t in zip(server.requests[0]["prompt"], server.requests[1]["prompt"], trajs, strict=True):
+    for p1, p2, t in zip(
+        server.requests[0]["prompt"], server.requests[1]["prompt"], trajs, strict=True
+    ):
         assert p1 == t.prompt_ids and p2[: len(p1)] == p1 and len(p2) > len(p1)
     for t in trajs:
         assert t.episode.terminated == "complete" and [x.action for x in t.episode.turns] == [
@@ -101,11 +103,15 @@ def test_multi_turn_episodes_sampling_and_stop_tokens_go_through_the_server(worl
         first = tok.encode(SEARCH, add_special_tokens=False) + [tok.eos_token_id]
         second = tok.encode(DONE, add_special_tokens=False) + [tok.eos_token_id]
         assert policy == first + second
-        assert [lp for lp, m in zip(t.logprobs, t.env_mask, strict=True) if m] == [-0.25] * len(policy)
+        assert [lp for lp, m in zip(t.logprobs, t.env_mask, strict=True) if m] == [-0.25] * len(
+            policy
+        )
 
 
 @pytest.mark.slow
-def test_grpo_run_generates_through_the_server_and_logs_its_completions(world, real_client, monkeypatch):
+def test_grpo_run_generates_through_the_server_and_logs_its_completions(
+    world, real_client, monkeypatch
+):
     import trl.generation.vllm_generation as vg
 
     from ddai.pipelines.store import read_rollouts
@@ -156,3 +162,79 @@ def test_grpo_run_generates_through_the_server_and_logs_its_completions(world, r
     for r in rows:
         assert r["response"].startswith(SEARCH) and DONE in r["response"]
         assert r["terminated"] == "complete" and r["num_turns"] == 2
+
+
+RANKS_SCRIPT = """
+import json, sys
+from pathlib import Path
+
+import trl.generation.vllm_client as vc
+from accelerate import Accelerator
+
+from ddai.trainer import toy
+from ddai.trainer.data import load_tasks
+from ddai.trainer.env import EnvConfig, SearchEnv
+from ddai.trainer.modeling import load_tokenizer
+from ddai.trainer.rollout import RolloutConfig, VLLMServerSampler, run_rollouts, token_truncator
+
+url, data, tiny, out = sys.argv[1:5]
+vc.is_vllm_available = lambda *a, **k: True
+acc = Accelerator(cpu=True)
+tok = load_tokenizer(tiny)
+# Rank 0 gets one turn (then the forced completion), rank 1 needs two: they run unequal turns.
+max_turns = 1 if acc.process_index == 0 else 3
+env = SearchEnv(toy.local_backends(toy.corpus()).search, toy.corpus(), EnvConfig(max_turns=max_turns),
+                truncate=token_truncator(tok, 12))
+client = vc.VLLMClient(base_url=url) if acc.is_main_process else None
+sampler = VLLMServerSampler(client, temperature=1.0, top_p=1.0, top_k=0,
+                            stop_ids=[tok.eos_token_id], accelerator=acc)
+task = load_tasks(Path(data) / "dataset.parquet")[acc.process_index]
+trajs = run_rollouts([(task, 0, 0), (task, 0, 1)], sampler=sampler, tokenizer=tok, env=env,
+                     config=RolloutConfig(max_turn_tokens=40, max_completion_tokens=400))
+rows = [{"prompt": t.prompt_ids, "policy": [i for i, m in zip(t.completion_ids, t.env_mask) if m],
+         "turns": len(t.episode.turns), "terminated": t.episode.terminated} for t in trajs]
+Path(out, f"rank{acc.process_index}.json").write_text(json.dumps(rows))
+"""
+
+
+@pytest.mark.slow
+def test_two_ranks_generate_through_the_main_process_client(world, tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    _, data, tiny, tok = world
+    script = tmp_path / "ranks.py"
+    script.write_text(RANKS_SCRIPT, encoding="utf-8")
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu"]
+    cmd += ["--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no"]
+    cmd += ["--dynamo_backend", "no", "--main_process_port", str(29700 + os.getpid() % 200)]
+    env = dict(os.environ, OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")
+    with FakeVLLMServer(responder(tok)) as server:
+        res = subprocess.run(
+            [*cmd, str(script), server.url, str(data), str(tiny), str(tmp_path)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+    assert res.returncode == 0, res.stderr[-3000:]
+    r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
+    # Turn 1: one request holding both ranks' contexts (rank 0's first); turn 2: rank 1's alone,
+    # while rank 0, done, waits it out without a request of its own.
+    assert len(server.requests) == 2
+    assert server.requests[0]["prompt"] == [
+        r0[0]["prompt"],
+        r0[1]["prompt"],
+        r1[0]["prompt"],
+        r1[1]["prompt"],
+    ]
+    assert len(server.requests[1]["prompt"]) == 2
+    assert all(p[: len(r1[0]["prompt"])] == r1[0]["prompt"] for p in server.requests[1]["prompt"])
+    first = tok.encode(SEARCH, add_special_tokens=False) + [tok.eos_token_id]
+    second = tok.encode(DONE, add_special_tokens=False) + [tok.eos_token_id]
+    assert [r["policy"] for r in r0] == [first, first] and {r["terminated"] for r in r0} == {
+        "max_turns"
+    }
+    assert [r["policy"] for r in r1] == [first + second] * 2
+    assert {r["terminated"] for r in r1} == {"complete"}
