@@ -13,14 +13,14 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
+from fake_vllm import FakeVLLMServer
+
 from ddai.trainer import toy
 from ddai.trainer.data import load_tasks
 from ddai.trainer.env import EnvConfig, SearchEnv
 from ddai.trainer.modeling import load_tokenizer
 from ddai.trainer.rollout import RolloutConfig, VLLMServerSampler, run_rollouts, token_truncator
 from ddai.trainer.tiny import TinySpec, build_tiny
-
-from fake_vllm import FakeVLLMServer
 
 SEARCH = "<think>look it up</think>\n<search>revenue</search>"
 DONE = "<think>found it</think>\n<search_complete>true</search_complete>"
@@ -100,8 +100,8 @@ def test_multi_turn_episodes_sampling_and_stop_tokens_go_through_the_server(worl
         ]
         # The policy tokens are the server's completions, cut at the stop token.
         policy = [i for i, m in zip(t.completion_ids, t.env_mask, strict=True) if m]
-        first = tok.encode(SEARCH, add_special_tokens=False) + [tok.eos_token_id]
-        second = tok.encode(DONE, add_special_tokens=False) + [tok.eos_token_id]
+        first = [*tok.encode(SEARCH, add_special_tokens=False), tok.eos_token_id]
+        second = [*tok.encode(DONE, add_special_tokens=False), tok.eos_token_id]
         assert policy == first + second
         assert [lp for lp, m in zip(t.logprobs, t.env_mask, strict=True) if m] == [-0.25] * len(
             policy
@@ -231,8 +231,8 @@ def test_two_ranks_generate_through_the_main_process_client(world, tmp_path):
     ]
     assert len(server.requests[1]["prompt"]) == 2
     assert all(p[: len(r1[0]["prompt"])] == r1[0]["prompt"] for p in server.requests[1]["prompt"])
-    first = tok.encode(SEARCH, add_special_tokens=False) + [tok.eos_token_id]
-    second = tok.encode(DONE, add_special_tokens=False) + [tok.eos_token_id]
+    first = [*tok.encode(SEARCH, add_special_tokens=False), tok.eos_token_id]
+    second = [*tok.encode(DONE, add_special_tokens=False), tok.eos_token_id]
     assert [r["policy"] for r in r0] == [first, first] and {r["terminated"] for r in r0} == {
         "max_turns"
     }
