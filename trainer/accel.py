@@ -30,12 +30,13 @@ import torch
 RUN_CONFIG_FILE = "run_config.json"
 
 
-def make_accelerator(*, gradient_accumulation_steps: int = 1) -> Any:
-    """The run's ``Accelerator``; ``cpu=True`` when no GPU is visible (gloo process group)."""
+def make_accelerator(*, gradient_accumulation_steps: int = 1, cpu: bool | None = None) -> Any:
+    """The run's ``Accelerator``; ``cpu=True`` when no GPU is visible (gloo process group) or
+    when asked (models too small to gain from a GPU)."""
     from accelerate import Accelerator
 
     return Accelerator(
-        cpu=not torch.cuda.is_available(),
+        cpu=(not torch.cuda.is_available()) if cpu is None else cpu,
         gradient_accumulation_steps=gradient_accumulation_steps,
     )
 
