@@ -257,6 +257,8 @@ class SearchRollout:
         self.futures: dict[str, tuple[Any, int]] = {}
         self.judged: dict[str, Judged] = {}
         self.scores: dict[str, Any] = {}
+        self.sampler: Any = None
+        """A fixed sampler (e.g. an OpenAI-compatible server's) instead of the policy's."""
 
     def _submit(self, group: list[Trajectory]) -> None:
         if self.scorer is None or not self.spec.needs_judge:
@@ -275,6 +277,8 @@ class SearchRollout:
             self.futures[t.key] = (fut, i)
 
     def _sampler(self, trainer: Any, model: Any) -> Any:
+        if self.sampler is not None:
+            return self.sampler
         stop = [self.tok.eos_token_id]
         if getattr(trainer, "use_vllm", False):
             # TRL creates the client on the main process only; the sampler gathers to it.

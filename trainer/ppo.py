@@ -343,7 +343,11 @@ class Episodes:
     """Episodes and their rewards through ``ddai train grpo``'s own pieces: the search
     environment's lock-step rollout and the streamed generator/judge reward."""
 
-    def __init__(self, cfg: PPORunConfig, tok: Any, corpus: Any, backends: Any) -> None:
+    def __init__(
+        self, cfg: Any, tok: Any, corpus: Any, backends: Any, *, sampler: Any = None
+    ) -> None:
+        """``cfg``: any config with ``PPORunConfig``'s reward and episode fields; ``sampler``:
+        generate through it instead of the policy passed to ``collect``."""
         from ddai.trainer.env import EnvConfig, SearchEnv
         from ddai.trainer.grpo import DdaiReward, SearchRollout, reward_spec
         from ddai.trainer.rewards import StreamingScorer
@@ -373,6 +377,7 @@ class Episodes:
             scorer=self.scorer,
             temperature=cfg.temperature,
         )
+        self.rollout.sampler = sampler
         self.reward = DdaiReward(self.rollout, cfg.reward_timeout)
 
     def collect(
@@ -390,10 +395,10 @@ class Episodes:
     def log_rows(
         self,
         trajs: list[Any],
-        advantages: list[float],
+        advantages: list[float | None],
         *,
         run_id: str,
-        step: int,
+        step: int | None,
         first_sample: int = 0,
     ) -> list[dict[str, Any]]:
         """Rollout-log rows of scored episodes (each logged with its mean token advantage);

@@ -16,8 +16,14 @@ from typing import Any
 
 
 class FakeVLLMServer:
-    def __init__(self, respond: Callable[[list[int]], list[int]], model: str = "tiny") -> None:
+    def __init__(
+        self,
+        respond: Callable[[list[int]], list[int]],
+        model: str = "tiny",
+        decode: Callable[[list[int]], str] | None = None,
+    ) -> None:
         self.respond = respond
+        self.decode = decode or (lambda ids: " ".join(map(str, ids)))
         self.model = model
         self.requests: list[dict[str, Any]] = []
         self.completions: list[list[int]] = []
@@ -78,12 +84,14 @@ class FakeVLLMServer:
         for p in prompts:
             for _ in range(int(body.get("n", 1))):
                 ids = list(self.respond(list(p)))[: int(body.get("max_tokens", 16))]
-                cut = next((i + 1 for i, t in enumerate(ids) if t in stops), len(ids))
-                ids = ids[:cut]
+                cut = next((i + 1 for i, t in enumerate(ids) if t in stops), None)
+                ids = ids[:cut] if cut else ids
                 self.completions.append(ids)
                 choices.append(
                     {
                         "index": len(choices),
+                        "text": self.decode(ids),
+                        "finish_reason": "stop" if cut else "length",
                         "prompt_token_ids": list(p),
                         "token_ids": ids,
                         "logprobs": {
@@ -93,7 +101,13 @@ class FakeVLLMServer:
                         },
                     }
                 )
-        return {"choices": choices}
+        return {
+            "id": f"cmpl-{len(self.requests)}",
+            "object": "text_completion",
+            "created": 0,
+            "model": self.model,
+            "choices": choices,
+        }
 
     def __enter__(self) -> FakeVLLMServer:
         self.thread.start()
