@@ -79,7 +79,7 @@ class ValueTrainConfig:
     bin_weights: list[float] = field(default_factory=list)
     val_fraction: float = 0.2
     batch_size: int = 8
-    """Pairs per step (rollouts per step when ``pairwise_coef`` is 0)."""
+    """Pairs per step and process (rollouts when ``pairwise_coef`` is 0)."""
     max_steps: int = 200
     eval_steps: int = 50
     eval_batch_size: int = 16
@@ -349,8 +349,8 @@ def step_loss(
 def train_value(cfg: ValueTrainConfig) -> ValueTrainResult:
     """Train (or continue) a value head on the log's outcomes and save it to ``output_dir``.
 
-    Under ``accelerate launch`` each process draws its own ``batch_size`` pairs per step (seed
-    ``seed + rank``) and the DDP-wrapped model averages the gradients; the main process alone
+    Under ``accelerate launch`` each process trains on its ``batch_size`` pairs of every step's
+    global draw and the DDP-wrapped model averages the gradients; the main process alone
     evaluates the held-out prompts, writes the metrics (losses averaged over the ranks) and saves."""
     from ddai.pipelines.distill.rebuild import load_system_prompt
     from ddai.pipelines.pointer.progress import bar
@@ -403,12 +403,20 @@ def train_value(cfg: ValueTrainConfig) -> ValueTrainResult:
     eval_before = eval_after = held_out()
     if main:
         log.log(0, eval_before)
-    gen = torch.Generator().manual_seed(accel.rank_seed(cfg.seed, acc))
+    # One draw of the global batch (batch_size × processes) from the shared seed, each rank
+    # taking its slice: the data a step sees does not depend on how many processes share it.
+    # Dropout, the only randomness inside a rank, gets the rank's own seed.
+    gen = torch.Generator().manual_seed(cfg.seed)
+    accel.rank_seed(cfg.seed, acc)
+    B, rank = cfg.batch_size, acc.process_index
     losses: list[float] = []
     model.train()
     with bar("value head", cfg.max_steps, enabled=cfg.progress and main) as advance:
         for step in range(1, cfg.max_steps + 1):
-            idx = torch.multinomial(data.weights, cfg.batch_size, replacement=True, generator=gen)
+            draw = torch.multinomial(
+                data.weights, B * acc.num_processes, replacement=True, generator=gen
+            )
+            idx = draw[rank * B : (rank + 1) * B]
             with acc.accumulate(model):
                 loss, metrics = step_loss(model, data, idx.tolist(), cfg, pad_id)
                 acc.backward(loss)

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from ddai.pipelines.store import read_rollouts, write_run
 from ddai.trainer import toy
@@ -120,3 +121,34 @@ def test_value_two_processes_write_one_checkpoint_and_one_metrics_file(value_wor
     assert model.unfreeze == 1
     run_cfg = json.loads((out / "run_config.json").read_text())
     assert run_cfg["world_size"] == 2 and run_cfg["seeds"] == [0, 1]
+
+
+@pytest.mark.slow
+def test_value_one_and_two_processes_with_the_same_global_batch_train_alike(value_world):
+    """Every step draws one global batch; 2 processes × 2 pairs see the pairs 1 process × 4 sees,
+    and DDP's averaged gradient equals the gradient of the mean (pairwise loss: a mean over
+    pairs; the token-weighted MC term is off so that the halves weigh the same)."""
+    root, tiny = value_world
+    common = [
+        "train", "value", "--model", str(tiny), "--logs", str(root / "logs"), "--unfreeze", "1",
+        "--max-steps", "3", "--eval-steps", "3", "--max-length", "256", "--head-lr", "1e-3",
+        "--mc-coef", "0", "--system-prompt", str(root / "system.txt"), "--json",
+    ]  # fmt: skip
+    one = launch([*common, "--out", str(root / "g1"), "--batch-size", "4"], 1, root)
+    assert one.returncode == 0, one.stderr[-3000:]
+    two = launch([*common, "--out", str(root / "g2"), "--batch-size", "2"], 2, root)
+    assert two.returncode == 0, two.stderr[-3000:]
+    m1, m2 = (
+        [json.loads(x) for x in (root / d / "metrics.jsonl").read_text().splitlines()]
+        for d in ("g1", "g2")
+    )
+    for a, b in zip(m1[1:], m2[1:], strict=True):
+        assert b["value/loss"] == pytest.approx(a["value/loss"], rel=1e-4)
+    v1, _ = load_value_model(root / "g1")
+    v2, _ = load_value_model(root / "g2")
+    # The head's bias cancels in the pairwise loss (v⁺ − v⁻): its gradient is float noise that
+    # Adam scales to full steps. The weights, which the loss does see, must agree.
+    h1, h2 = dict(v1.head.named_parameters()), dict(v2.head.named_parameters())
+    assert h1.keys() == h2.keys() and "proj.weight" in h1
+    for n in sorted(set(h1) - {"proj.bias"}):
+        assert torch.allclose(h1[n], h2[n], atol=1e-5), n
