@@ -238,3 +238,59 @@ def test_two_ranks_generate_through_the_main_process_client(world, tmp_path):
     }
     assert [r["policy"] for r in r1] == [first + second] * 2
     assert {r["terminated"] for r in r1} == {"complete"}
+
+
+GRPO_SCRIPT = """
+import json, sys
+from pathlib import Path
+
+import trl.generation.vllm_client as vc
+import trl.generation.vllm_generation as vg
+
+from ddai.trainer import toy
+from ddai.trainer.grpo import GRPORunConfig, run_grpo
+
+url, data, tiny, out = sys.argv[1:5]
+vc.is_vllm_available = vg.is_vllm_available = lambda *a, **k: True
+# NCCL weight transfer: GPU-only transport, stubbed.
+vc.VLLMClient.init_communicator = lambda self, device=0: None
+vc.VLLMClient.update_named_params = lambda self, meta, params: [None for _ in params]
+data = Path(data)
+result = run_grpo(
+    GRPORunConfig(
+        model=tiny, data=data / "dataset.parquet", corpus=data / "pages.parquet",
+        output_dir=Path(out) / "grpo", logs=Path(out) / "logs", run_id="vllm2",
+        reward="ddai-phase1", n_agent=2, batch_size=4, max_steps=1, max_turns=3,
+        max_turn_tokens=40, max_completion_tokens=400, obs_max_tokens=12,
+        vllm="server", vllm_server_base_url=url, save_steps=10,
+    ),
+    toy.local_backends(toy.corpus()),
+)
+"""
+
+
+@pytest.mark.slow
+def test_grpo_vllm_server_on_two_processes_uses_the_main_process_client(world, tmp_path):
+    """The issue's bug: ranks >= 1 have no client (TRL makes it on the main process only) and
+    raised AttributeError at the first rollout. Both ranks' episodes now go through rank 0."""
+    import subprocess
+    import sys
+
+    _, data, tiny, tok = world
+    script = tmp_path / "grpo2.py"
+    script.write_text(GRPO_SCRIPT, encoding="utf-8")
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu"]
+    cmd += ["--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no"]
+    cmd += ["--dynamo_backend", "no", "--main_process_port", str(29600 + os.getpid() % 90)]
+    env = dict(os.environ, OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")
+    with FakeVLLMServer(responder(tok)) as server:
+        res = subprocess.run(
+            [*cmd, str(script), server.url, str(data), str(tiny), str(tmp_path)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+    assert res.returncode == 0, res.stderr[-3000:]
+    # One step, two turns; each turn one request carrying both ranks' 4 episodes.
+    assert [len(r["prompt"]) for r in server.requests] == [8, 8]
