@@ -41,14 +41,19 @@ def _backends_table(rows: list[dict[str, Any]]) -> Table:
             shown = f"[green]ok[/] {ping['latency_s'] * 1000:.0f} ms"
         else:
             shown = f"[red]failed[/] ({escape(str(ping['detail']).split(':', 1)[0])})"
-        cells = (r["name"], r["kind"], r.get("model"), ", ".join(r.get("roles", [])))
+        # A service (search-http) has no model: show where it is instead.
+        model = r.get("model") or (r.get("options") or {}).get("url")
+        cells = (r["name"], r["kind"], model, ", ".join(r.get("roles", [])))
         table.add_row(*(escape(str(c or "-")) for c in cells), key, shown)
     return table
 
 
 def check_cmd(
     ping: Annotated[
-        bool, typer.Option(help="Ping every remote backend (a metadata call, no tokens).")
+        bool,
+        typer.Option(
+            help="Ping every remote backend (models: a metadata call, no tokens; search services: one query)."
+        ),
     ] = True,
     cache: CacheOpt = None,
     as_json: JsonOpt = False,

@@ -273,7 +273,12 @@ def register(app: typer.Typer) -> None:
             int, typer.Option("--obs-max-tokens", help="Observation text budget in tokens.")
         ] = 256,
         search: Annotated[
-            str | None, typer.Option("--search", help="Search backend name (default: local BM25).")
+            str | None,
+            typer.Option(
+                "--search",
+                help="Search backend name from ddai.toml (default: local BM25 over --corpus); a "
+                "`search-http` backend queries a retrieval service, one batched request per turn.",
+            ),
         ] = None,
         generator: Annotated[
             str | None, typer.Option("--generator", help="Frozen generator backend name.")

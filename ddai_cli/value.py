@@ -374,7 +374,12 @@ def train_ppo_command(
     ] = 1024,
     obs_max_tokens: ObsOpt = 256,
     search: Annotated[
-        str | None, typer.Option("--search", help="Search backend name (default: local BM25).")
+        str | None,
+        typer.Option(
+            "--search",
+            help="Search backend name from ddai.toml (default: local BM25 over --corpus); a "
+            "`search-http` backend queries a retrieval service.",
+        ),
     ] = None,
     generator: Annotated[
         str | None, typer.Option("--generator", help="Frozen generator backend name.")

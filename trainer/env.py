@@ -10,7 +10,13 @@ Each turn the policy writes ``<think>…</think>`` + one action, parsed by the p
   page's layout that the box touches (``Corpus.crop``).
 - ``<search_complete>true</search_complete>`` ends the episode; so does reaching ``max_turns``,
   optionally with DDAI's forced completion injected as a final (environment-written) turn.
-- Anything invalid gets a corrective observation, never an exception.
+- Anything invalid gets a corrective observation, never an exception. So does a search that
+  failed (a service's 5xx or timeout after the engine's retries, raised as ``SearchError``):
+  ``[System Error: Search failed (…)]``, counted in ``Episode.search_errors``.
+
+``prefetch(batch)`` lets the rollout hand the environment one turn's texts of every live episode
+first: their searches go to the backend as one ``search_batch`` call (HTTP backends send them in
+few requests, concurrently), and ``step`` then answers from those results.
 
 The episode keeps the retrieved pages (de-duplicated, first-seen order: NDCG's input) and the
 evidence set (pages and crops) that the frozen generator answers from after the episode.
@@ -32,8 +38,12 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ddai.pipelines import metrics, tags
+from ddai.pipelines.backends.base import SearchError
 
 SEARCH_EMPTY = "[System Error: Search did not return an image. Please try a different query.]"
+SEARCH_FAILED = (
+    "[System Error: Search failed ({reason}). Please try again or use a different query.]"
+)
 BBOX_FAILED = "[System Error: BBox crop failed. Please adjust the bbox or search again.]"
 INVALID_ACTION = (
     "[System Error: invalid action ({reason}). Write <think>...</think> and then exactly one of "
@@ -98,6 +108,8 @@ class Episode:
     last_page: str | None = None
     done: bool = False
     terminated: str | None = None
+    search_errors: int = 0
+    """Searches that failed (service errors, timeouts): shown as ``[System Error: …]``."""
 
     @property
     def response(self) -> str:
@@ -132,6 +144,29 @@ class SearchEnv:
         if self.config.observation == "image" and image_of is None:
             raise ValueError("image observations need image_of(page_id) to locate page images")
         self.image_of = image_of
+        self._prefetched: dict[tuple[str, str | None], Any] = {}
+
+    def prefetch(self, batch: list[tuple[Episode, str]]) -> int:
+        """Send the searches of one turn's texts (``(episode, text)`` per live episode) to the
+        backend in one ``search_batch`` call, for ``step`` to answer from; returns the number
+        of searches sent (0 when the backend has no batch call: ``step`` then asks it itself)."""
+        self._prefetched = {}
+        batch_call = getattr(self.search, "search_batch", None)
+        if batch_call is None:
+            return 0
+        wanted: list[tuple[str, str | None]] = []
+        for ep, text in batch:
+            turn = tags.parse_turn(text)
+            if not ep.done and turn.action == "search":
+                wanted.append((turn.arg.strip(), self._doc(ep)))
+        wanted = list(dict.fromkeys(wanted))
+        if wanted:
+            results = batch_call(wanted, self.config.search_k)
+            self._prefetched = dict(zip(wanted, results, strict=True))
+        return len(wanted)
+
+    def _doc(self, ep: Episode) -> str | None:
+        return ep.doc_id if self.config.restrict_to_doc else None
 
     def reset(self, question: str, doc_id: str | None = None) -> Episode:
         return Episode(question=question, doc_id=doc_id)
@@ -168,10 +203,20 @@ class SearchEnv:
         return StepResult(last_obs, True, forced=tags.FORCED_COMPLETION, images=images)
 
     def _search(self, ep: Episode, turn: tags.Turn) -> tuple[str, list[Any]]:
-        doc = ep.doc_id if self.config.restrict_to_doc else None
-        results = [
-            pid for pid, _ in self.search.search(turn.arg.strip(), self.config.search_k, doc=doc)
-        ]
+        doc = self._doc(ep)
+        query = turn.arg.strip()
+        found = self._prefetched.get((query, doc))
+        try:
+            if found is None:
+                found = self.search.search(query, self.config.search_k, doc=doc)
+            if isinstance(found, SearchError):
+                raise found
+        except SearchError as e:
+            turn.retrieved = []
+            turn.error = f"search failed: {e}"
+            ep.search_errors += 1
+            return SEARCH_FAILED.format(reason=e.reason), []
+        results = [pid for pid, _ in found]
         if not results:
             turn.retrieved = []
             return SEARCH_EMPTY, []
@@ -179,7 +224,10 @@ class SearchEnv:
         turn.retrieved = [shown]
         ep.retrieved = metrics.dedupe([*ep.retrieved, shown])
         ep.last_page = shown
-        text = self.pages.text(shown)
+        try:
+            text = self.pages.text(shown)
+        except KeyError:  # a search service may know pages a text corpus lacks (image corpora)
+            text = ""
         ep.evidence.append((shown, text))
         if self.config.observation == "image":
             return f"[page {shown}]", [self.image_of(shown)]

@@ -154,6 +154,8 @@ class GRPOResult:
     reward_first: float | None
     reward_last: float | None
     changed_parameters: int
+    search_errors: int = 0
+    """Searches that failed (service errors, timeouts) and were shown as ``[System Error: …]``."""
 
 
 # ---------------------------------------------------------------------------- config
@@ -485,6 +487,7 @@ class RolloutLog:
     run_id: str
     rows: int = 0
     rewards: list[float] = field(default_factory=list)
+    search_errors: int = 0
 
     def append(self, rows: list[dict[str, Any]]) -> None:
         from ddai.pipelines.store import write_run
@@ -493,6 +496,7 @@ class RolloutLog:
             return
         write_run(self.logs, self.run_id, rows, append=True)
         self.rows += len(rows)
+        self.search_errors += sum(r["extra"].get("search_errors", 0) for r in rows)
         rs = [r["reward"] for r in rows if r["reward"] is not None]
         if rs:
             self.rewards.append(sum(rs) / len(rs))
@@ -615,4 +619,5 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
         reward_first=log.rewards[0] if log.rewards else None,
         reward_last=log.rewards[-1] if log.rewards else None,
         changed_parameters=len(changed_parameters(before, trainer.model)),
+        search_errors=log.search_errors,
     )

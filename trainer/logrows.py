@@ -26,6 +26,7 @@ def rollout_row(
         "policy_tokens": sum(traj.env_mask),
         "completion_tokens": len(traj.completion_ids),
         "out_of_budget": traj.out_of_budget,
+        "search_errors": ep.search_errors,
     }
     if judged is not None and judged.error:
         extra["score_error"] = judged.error

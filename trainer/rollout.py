@@ -331,7 +331,8 @@ def run_rollouts(
     """Run one episode per slot ``(task, group, rollout_idx)`` in lock-step; same order out.
 
     ``on_group_done(trajs)`` fires once per group when its last episode ends; ``on_turn(turn,
-    live)`` after each batched turn (progress display). ``vision`` renders and tokenizes the
+    live)`` after each batched turn (progress display). Each turn's searches go to the search
+    backend together first (``SearchEnv.prefetch``: one batched call for all live episodes). ``vision`` renders and tokenizes the
     prompt and every environment span through the processor (required for image observations).
     """
     if env.config.observation == "image" and vision is None:
@@ -376,10 +377,12 @@ def run_rollouts(
             outs = sampler.sample(contexts, budgets)
         else:
             outs = sampler.sample(contexts, budgets, images=[t.images() for t in live])
-        for t, (ids, lps) in zip(live, outs, strict=True):
+        texts = [tokenizer.decode(ids, skip_special_tokens=True) for ids, _ in outs]
+        # This turn's searches, all episodes together: one batched call to the search backend.
+        env.prefetch([(t.episode, text) for t, text in zip(live, texts, strict=True)])
+        for t, (ids, lps), text in zip(live, outs, texts, strict=True):
             t.add_policy(ids, lps)
             closed = bool(ids) and ids[-1] in stop
-            text = tokenizer.decode(ids, skip_special_tokens=True)
             res = env.step(t.episode, text)
             tail = ""
             shown: list[Any] = []

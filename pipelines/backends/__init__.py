@@ -31,6 +31,7 @@ from ddai.pipelines.backends.base import (
     RewriteRequest,
     RewriteResult,
     Search,
+    SearchError,
     ThinkRewriter,
     VerifyRequest,
     VerifyResult,
@@ -51,6 +52,7 @@ _BUILDERS: dict[str, tuple[str, str]] = {
     "local-verifier": ("ddai.pipelines.backends.gt_check", "LocalVerifier"),
     "simulator": ("ddai.pipelines.backends.simulator_vqa", "SimulatorVQA"),
     "bm25": ("ddai.pipelines.backends.bm25", "BM25Search"),
+    "search-http": ("ddai.pipelines.backends.search_http", "HTTPSearch"),
     "minilm": ("ddai.pipelines.backends.embedders", "MiniLMEmbedder"),
     "hash": ("ddai.pipelines.backends.embedders", "HashEmbedder"),
 }
@@ -106,6 +108,7 @@ __all__ = [
     "RewriteRequest",
     "RewriteResult",
     "Search",
+    "SearchError",
     "ThinkRewriter",
     "VQAModel",
     "VQARequest",

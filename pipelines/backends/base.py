@@ -185,7 +185,12 @@ class VQAModel(Protocol):
 
 @runtime_checkable
 class Search(Protocol):
-    """Ranked retrieval over a page corpus; ``doc`` restricts the ranking to one document."""
+    """Ranked retrieval over a page corpus; ``doc`` restricts the ranking to one document.
+
+    A service-backed search (``search-http``) raises ``SearchError`` when a query failed for good,
+    and also offers ``search_batch([(query, doc), ...], k)`` → per pair its hits or its
+    ``SearchError``, which the environment uses to send one turn's searches together.
+    """
 
     name: str
 
@@ -200,6 +205,16 @@ class Embedder(Protocol):
     dim: int
 
     def embed(self, texts: Sequence[str]) -> np.ndarray: ...
+
+
+class SearchError(RuntimeError):
+    """A search that failed for good (after the engine's retries): ``reason`` is a short code
+    (``http-500``, ``timeout``, ``connection``, ``bad-response``), ``detail`` a sentence."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+        self.detail = detail
 
 
 # ---------------------------------------------------------------- sync helper

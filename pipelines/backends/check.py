@@ -1,4 +1,4 @@
-"""``ddai backends check``: list the configured backends, ping the remote ones, show cache stats."""
+"""``ddai backends check``: list the configured backends, ping the remote ones (models and\nservices such as ``search-http``), show cache stats."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def check_backends(
     for name, spec in specs.items():
         row = {"name": name, "roles": _roles_using(name, cfg), **spec.describe()}
         rows.append(row)
-        if ping and spec.remote:
+        if ping and (spec.remote or spec.service):
             role = row["roles"][0] if row["roles"] else KINDS[spec.kind][0]
             to_ping.append((row, build(spec, role, cache=False, call_site="backends check")))
     for role, kind in LOCAL_DEFAULT.items():

@@ -35,6 +35,10 @@ REMOTE_KINDS: dict[str, tuple[str, ...]] = {
     "openai": ("judge", "generator", "rewriter", "verifier", "vqa"),
     "gemini": ("judge", "generator", "rewriter", "verifier", "vqa"),
 }
+# Services that are not models: no `model`, no key by default, no token cost.
+SERVICE_KINDS: dict[str, tuple[str, ...]] = {
+    "search-http": ("search",),
+}
 LOCAL_KINDS: dict[str, tuple[str, ...]] = {
     "local-judge": ("judge",),
     "extractive": ("generator",),
@@ -45,7 +49,10 @@ LOCAL_KINDS: dict[str, tuple[str, ...]] = {
     "minilm": ("embedder",),
     "hash": ("embedder",),
 }
-KINDS: dict[str, tuple[str, ...]] = {**REMOTE_KINDS, **LOCAL_KINDS}
+KINDS: dict[str, tuple[str, ...]] = {**REMOTE_KINDS, **SERVICE_KINDS, **LOCAL_KINDS}
+# Kinds whose answers are not cached unless the table says `cache = true` (a search index may
+# change under a run; a model at temperature 0 does not).
+UNCACHED_BY_DEFAULT = frozenset({"search-http"})
 
 # What the built-in name ``local`` means for each role.
 LOCAL_DEFAULT: dict[str, str] = {
@@ -95,6 +102,11 @@ class BackendSpec:
     def remote(self) -> bool:
         return self.kind in REMOTE_KINDS
 
+    @property
+    def service(self) -> bool:
+        """A non-model service over the network (e.g. ``search-http``): pinged, never priced."""
+        return self.kind in SERVICE_KINDS
+
     def api_key(self) -> str | None:
         """The key from the environment variable this backend names (None when unset)."""
         var = self.api_key_env or _DEFAULT_API_KEY_ENV.get(self.kind)
@@ -127,6 +139,8 @@ def spec_from_table(name: str, table: dict[str, Any]) -> BackendSpec:
             "environment variable and name it with `api_key_env`"
         )
     known = {k: v for k, v in table.items() if k in _FIELDS}
+    if kind in UNCACHED_BY_DEFAULT:
+        known.setdefault("cache", False)
     options = {k: v for k, v in table.items() if k not in _FIELDS}
     spec = BackendSpec(name=name, options=options, **known)
     if spec.remote and not spec.model:

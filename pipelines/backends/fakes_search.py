@@ -1,0 +1,186 @@
+"""A fake search service on 127.0.0.1 that speaks DDAI's and Search-R1's wire protocols.
+
+Tests point the ``search-http`` backend at it. Routes:
+
+- ``GET /search?queries=q1&queries=q2`` (DDAI): ``[[{"idx": 0, "image_file":
+  "./search_engine/corpus/img/<page>.jpg"}, …], …]``, one list per query;
+- ``POST /retrieve`` (Search-R1): ``{"queries": [...], "topk": k, "return_scores": true}`` →
+  ``{"result": [[{"document": {"id": page, "contents": …}, "score": …}, …], …]}``;
+- ``GET /_fake/stats``: the counters.
+
+``ranker(query) -> [page ids]`` makes the ranking (default: ``top_k`` pages of ``pages`` picked by
+a hash of the query, so a query always gets the same pages). Every answered query and its pages
+go to ``answered`` in arrival order; ``requests`` counts search requests, ``queries`` the queries
+they carried (failed requests included); each request waits ``latency_s`` first. Faults, as in ``FakeModelServer``: ``script`` holds
+faults for the first requests in arrival order, ``fault`` one for every request after it; names
+are HTTP statuses (``500``, ``503``, ...) and ``hang`` (no answer until ``hang_s`` passes or the
+server stops).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from aiohttp import web
+
+from ddai.pipelines.backends.fakes import FakeModelServer
+
+Ranker = Callable[[str], list[str]]
+
+
+def hash_ranker(pages: Sequence[str], top_k: int = 3) -> Ranker:
+    """``top_k`` distinct pages chosen by the query's sha1 (deterministic, order matters)."""
+    pool = list(pages)
+    if not pool:
+        raise ValueError("a fake search service needs at least one page id")
+
+    def rank(query: str) -> list[str]:
+        h = int(hashlib.sha1(query.encode("utf-8")).hexdigest(), 16)
+        start = h % len(pool)
+        return [pool[(start + i) % len(pool)] for i in range(min(top_k, len(pool)))]
+
+    return rank
+
+
+class FakeSearchServer(FakeModelServer):
+    """An aiohttp search service on a background thread; use as a context manager."""
+
+    def __init__(
+        self,
+        *,
+        pages: Sequence[str] = (),
+        ranker: Ranker | None = None,
+        top_k: int = 3,
+        script: Sequence[str] = (),
+        fault: str | None = None,
+        latency_s: float = 0.0,
+        hang_s: float = 30.0,
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ) -> None:
+        super().__init__(script=script, latency_s=latency_s, hang_s=hang_s, host=host, port=port)
+        self.ranker = ranker or hash_ranker(pages, top_k)
+        self.fault = fault
+        self.search_requests = 0
+        self.queries = 0
+        self.answered: list[tuple[str, list[str]]] = []
+
+    @property
+    def ddai_url(self) -> str:
+        return f"{self.url}/search"
+
+    @property
+    def search_r1_url(self) -> str:
+        return f"{self.url}/retrieve"
+
+    @property
+    def requests(self) -> int:
+        with self._lock:
+            return self.search_requests
+
+    def stats(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "requests": self.search_requests,
+                "queries": self.queries,
+                "answered": len(self.answered),
+                "faults": dict(self.faults),
+            }
+
+    def reset(self) -> None:
+        super().reset()
+        with self._lock:
+            self.search_requests = self.queries = 0
+            self.answered.clear()
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get("/_fake/stats", self._stats)
+        app.router.add_get("/search", self._ddai)
+        app.router.add_post("/retrieve", self._search_r1)
+        return app
+
+    # ------------------------------------------------------------------ handlers
+    async def _ddai(self, request: web.Request) -> web.StreamResponse:
+        queries = request.query.getall("queries", [])
+        failed = await self._fault(len(queries))
+        if failed is not None:
+            return failed
+        body = [
+            [
+                {"idx": i, "image_file": f"./search_engine/corpus/img/{p}.jpg"}
+                for i, p in enumerate(self._rank(q))
+            ]
+            for q in queries
+        ]
+        return web.json_response(body)
+
+    async def _search_r1(self, request: web.Request) -> web.StreamResponse:
+        payload = await request.json()
+        queries = list(payload.get("queries") or [])
+        topk = int(payload.get("topk") or 3)
+        failed = await self._fault(len(queries))
+        if failed is not None:
+            return failed
+        result = [
+            [
+                {"document": {"id": p, "contents": f"page {p}"}, "score": 1.0 / (i + 1)}
+                for i, p in enumerate(self._rank(q)[:topk])
+            ]
+            for q in queries
+        ]
+        return web.json_response({"result": result})
+
+    def _rank(self, query: str) -> list[str]:
+        pages = self.ranker(query)
+        with self._lock:
+            self.answered.append((query, list(pages)))
+        return pages
+
+    async def _fault(self, n_queries: int) -> web.Response | None:
+        with self._lock:
+            self.search_requests += 1
+            self.queries += n_queries
+            fault = self.script.pop(0) if self.script else self.fault
+            if fault and fault != "ok":
+                self.faults[fault] += 1
+        if self.latency_s:
+            await asyncio.sleep(self.latency_s)
+        if not fault or fault == "ok":
+            return None
+        if fault == "hang":
+            assert self._stop is not None
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), timeout=self.hang_s)
+            return web.Response(status=504, text="hung")
+        return web.json_response({"error": f"fake error {fault}"}, status=int(fault))
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Run a fake search service in the foreground; prints ``PORT <n>`` once it listens (for
+    benchmarks, which keep the server off the client's interpreter)."""
+    import argparse
+    import sys
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--latency", type=float, default=0.0, help="seconds each request waits")
+    ap.add_argument("--pages", nargs="+", default=["1_1", "1_2", "2_1"], help="page ids served")
+    ap.add_argument("--top-k", type=int, default=3, help="pages per query")
+    ap.add_argument("--port", type=int, default=0, help="port to bind on 127.0.0.1 (0: any free)")
+    args = ap.parse_args(argv)
+    server = FakeSearchServer(
+        pages=args.pages, top_k=args.top_k, latency_s=args.latency, port=args.port
+    ).start()
+    print(f"PORT {server.port}", flush=True)
+    try:
+        sys.stdin.read()  # runs until the parent closes our stdin
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()
