@@ -106,6 +106,8 @@ class PPORunConfig:
     judge: str | None = None
     reward_timeout: float = 90.0
     limit: int | None = None
+    grad_accum: int = 1
+    """Micro-batches each mini-batch is split into, accumulated into one optimizer step."""
     grad_clip: float = 1.0
     dtype: str = "float32"
     seed: int = 0
@@ -121,6 +123,17 @@ class PPORunConfig:
         if self.mini_batch_size is not None and not 1 <= self.mini_batch_size <= self.batch_size:
             raise TrainConfigError(
                 f"--mini-batch-size must be in 1..--batch-size ({self.batch_size})"
+            )
+        mb = self.mini_batch_size or self.batch_size
+        if (
+            self.grad_accum < 1
+            or mb % self.grad_accum
+            or (self.grad_accum > 1 and self.batch_size % mb)
+        ):
+            raise TrainConfigError(
+                f"--grad-accum {self.grad_accum} must be >= 1 and divide the mini-batch ({mb} "
+                "rollouts: --mini-batch-size, or --batch-size), which must then divide "
+                "--batch-size"
             )
         for name in ("ppo_epochs", "max_steps"):
             if getattr(self, name) < 1:
@@ -240,36 +253,40 @@ def ppo_update(
     """``ppo_epochs`` passes of shuffled mini-batches; returns this rank's metrics averaged over
     them. ``policy``/``critic``/optimizers may be ``Accelerator.prepare``d: the backward pass, the
     gradient clip and the step then go through ``accelerator`` (DDP all-reduces the gradients), one
-    optimizer step per mini-batch inside ``accumulate``. Every rank runs the same number of
-    mini-batches (equal per-device batches), so the collectives line up."""
+    optimizer step per mini-batch, accumulated over ``grad_accum`` micro-batches (the accelerator
+    must have been built with that many accumulation steps). Every rank runs the same number of
+    micro-batches (equal per-device batches), so the collectives line up."""
     if accelerator is None:
         from accelerate import Accelerator
 
-        accelerator = Accelerator(cpu=not torch.cuda.is_available())
+        accelerator = Accelerator(
+            cpu=not torch.cuda.is_available(), gradient_accumulation_steps=cfg.grad_accum
+        )
     B = exp.batch.input_ids.shape[0]
     mb = cfg.mini_batch_size or B
     seen: list[dict[str, float]] = []
     for _ in range(cfg.ppo_epochs):
-        for idx in torch.randperm(B, generator=gen).split(mb):
-            idx = idx.to(exp.batch.input_ids.device)
-            part = select_rows(exp.batch, idx)
-            with accelerator.accumulate(policy, critic):
-                logp = token_logprobs(policy, part, cfg.temperature)
-                p_loss, metrics = ppo_loss(
-                    logp,
-                    exp.old_logp[idx],
-                    exp.advantages[idx],
-                    part.mask,
-                    eps_low=cfg.clip_low,
-                    eps_high=cfg.clip_high,
-                )
-                _step(accelerator, policy_opt, p_loss, cfg.grad_clip)
-                values = train_values(critic, part)
-                v_loss, v_metrics = vl.clipped_value_loss(
-                    values, exp.old_values[idx], exp.returns[idx], part.mask, clip=cfg.vf_clip
-                )
-                _step(accelerator, critic_opt, v_loss, cfg.grad_clip)
-            seen.append({"actor/pg_loss": float(p_loss.detach()), **metrics, **v_metrics})
+        for batch_idx in torch.randperm(B, generator=gen).split(mb):
+            for idx in batch_idx.chunk(cfg.grad_accum):
+                idx = idx.to(exp.batch.input_ids.device)
+                part = select_rows(exp.batch, idx)
+                with accelerator.accumulate(policy, critic):
+                    logp = token_logprobs(policy, part, cfg.temperature)
+                    p_loss, metrics = ppo_loss(
+                        logp,
+                        exp.old_logp[idx],
+                        exp.advantages[idx],
+                        part.mask,
+                        eps_low=cfg.clip_low,
+                        eps_high=cfg.clip_high,
+                    )
+                    _step(accelerator, policy_opt, p_loss, cfg.grad_clip)
+                    values = train_values(critic, part)
+                    v_loss, v_metrics = vl.clipped_value_loss(
+                        values, exp.old_values[idx], exp.returns[idx], part.mask, clip=cfg.vf_clip
+                    )
+                    _step(accelerator, critic_opt, v_loss, cfg.grad_clip)
+                seen.append({"actor/pg_loss": float(p_loss.detach()), **metrics, **v_metrics})
     return {k: sum(m[k] for m in seen) / len(seen) for k in seen[0]}
 
 
@@ -450,7 +467,7 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
         raise TrainConfigError(f"--data {cfg.data}: no prompts")
     corpus = Corpus.load(cfg.corpus)
     backends = backends or default_backends(cfg, corpus, reward_spec(cfg))
-    acc = accel.make_accelerator()
+    acc = accel.make_accelerator(gradient_accumulation_steps=cfg.grad_accum)
     main = acc.is_main_process
     torch.manual_seed(cfg.seed)  # the same initial weights on every rank
     policy, tok = load_policy(cfg.model, dtype=cfg.dtype)

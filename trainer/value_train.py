@@ -85,6 +85,8 @@ class ValueTrainConfig:
     eval_batch_size: int = 16
     max_length: int = 2048
     obs_max_tokens: int = 256
+    grad_accum: int = 1
+    """Micro-batches of ``batch_size`` per optimizer step (``Accelerator.accumulate``)."""
     grad_clip: float = 1.0
     dtype: str = "float32"
     seed: int = 0
@@ -96,7 +98,14 @@ class ValueTrainConfig:
             raise ValueError(f"--target {self.target!r}: use one of {', '.join(TARGETS)}")
         if self.pairwise_coef < 0 or self.mc_coef < 0 or not (self.pairwise_coef or self.mc_coef):
             raise ValueError("--pairwise-coef and --mc-coef must be >= 0 and not both 0")
-        for name in ("batch_size", "max_steps", "eval_steps", "eval_batch_size", "max_length"):
+        for name in (
+            "batch_size",
+            "max_steps",
+            "eval_steps",
+            "eval_batch_size",
+            "max_length",
+            "grad_accum",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
         if self.bin_edges or self.bin_weights:
@@ -361,7 +370,7 @@ def train_value(cfg: ValueTrainConfig) -> ValueTrainResult:
     rows = _read_rows(cfg)
     if not rows:
         raise ValueError("no rollouts in the selected runs; check --logs and --run")
-    acc = accel.make_accelerator()
+    acc = accel.make_accelerator(gradient_accumulation_steps=cfg.grad_accum)
     main = acc.is_main_process
     torch.manual_seed(cfg.seed)  # the same fresh head on every rank
     model, tok = _load(cfg)
@@ -403,27 +412,33 @@ def train_value(cfg: ValueTrainConfig) -> ValueTrainResult:
     eval_before = eval_after = held_out()
     if main:
         log.log(0, eval_before)
-    # One draw of the global batch (batch_size × processes) from the shared seed, each rank
-    # taking its slice: the data a step sees does not depend on how many processes share it.
-    # Dropout, the only randomness inside a rank, gets the rank's own seed.
+    # One draw per optimizer step of the global batch (batch_size × processes × grad_accum) from
+    # the shared seed, each micro-batch of each rank a slice of it: the data a step sees does not
+    # depend on how it is split. Dropout, the only randomness inside a rank, gets the rank's seed.
     gen = torch.Generator().manual_seed(cfg.seed)
     accel.rank_seed(cfg.seed, acc)
-    B, rank = cfg.batch_size, acc.process_index
+    B, world, rank = cfg.batch_size, acc.num_processes, acc.process_index
     losses: list[float] = []
     model.train()
     with bar("value head", cfg.max_steps, enabled=cfg.progress and main) as advance:
         for step in range(1, cfg.max_steps + 1):
             draw = torch.multinomial(
-                data.weights, B * acc.num_processes, replacement=True, generator=gen
+                data.weights, B * world * cfg.grad_accum, replacement=True, generator=gen
             )
-            idx = draw[rank * B : (rank + 1) * B]
-            with acc.accumulate(model):
-                loss, metrics = step_loss(model, data, idx.tolist(), cfg, pad_id)
-                acc.backward(loss)
-                if cfg.grad_clip > 0 and acc.sync_gradients:
-                    acc.clip_grad_norm_(params, cfg.grad_clip)
-                opt.step()
-                opt.zero_grad(set_to_none=True)
+            seen = []
+            for micro in range(cfg.grad_accum):
+                start = (micro * world + rank) * B
+                with acc.accumulate(model):
+                    loss, micro_metrics = step_loss(
+                        model, data, draw[start : start + B].tolist(), cfg, pad_id
+                    )
+                    acc.backward(loss)  # divided by grad_accum
+                    if cfg.grad_clip > 0 and acc.sync_gradients:
+                        acc.clip_grad_norm_(params, cfg.grad_clip)
+                    opt.step()  # a no-op until the last micro-batch
+                    opt.zero_grad(set_to_none=True)
+                seen.append(micro_metrics)
+            metrics = {k: sum(m[k] for m in seen) / len(seen) for k in seen[0]}
             metrics = accel.mean_metrics(metrics, acc)
             losses.append(metrics["value/loss"])
             if step % cfg.eval_steps == 0 or step == cfg.max_steps:

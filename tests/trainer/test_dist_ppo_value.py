@@ -152,3 +152,47 @@ def test_value_one_and_two_processes_with_the_same_global_batch_train_alike(valu
     assert h1.keys() == h2.keys() and "proj.weight" in h1
     for n in sorted(set(h1) - {"proj.bias"}):
         assert torch.allclose(h1[n], h2[n], atol=1e-5), n
+
+
+def test_value_grad_accum_splits_the_same_pairs_into_micro_batches(value_world):
+    """2 micro-batches of 2 pairs accumulate into the step 1 batch of 4 pairs takes: the same
+    draw, the same mean gradient (pairwise loss only: a mean over pairs)."""
+    from typer.testing import CliRunner
+
+    from ddai.cli.app import app
+
+    root, tiny = value_world
+    common = [
+        "train", "value", "--model", str(tiny), "--logs", str(root / "logs"), "--unfreeze", "1",
+        "--max-steps", "2", "--eval-steps", "2", "--max-length", "256", "--head-lr", "1e-3",
+        "--mc-coef", "0", "--system-prompt", str(root / "system.txt"), "--json",
+    ]  # fmt: skip
+    runner = CliRunner()
+    a = runner.invoke(app, [*common, "--out", str(root / "a1"), "--batch-size", "4"])
+    b = runner.invoke(
+        app, [*common, "--out", str(root / "a2"), "--batch-size", "2", "--grad-accum", "2"]
+    )
+    assert a.exit_code == 0 and b.exit_code == 0, a.output + b.output
+    m1, m2 = (
+        [json.loads(x) for x in (root / d / "metrics.jsonl").read_text().splitlines()]
+        for d in ("a1", "a2")
+    )
+    assert len(m1) == len(m2) == 3
+    for x, y in zip(m1[1:], m2[1:], strict=True):
+        assert y["value/loss"] == pytest.approx(x["value/loss"], rel=1e-5)
+    v1, _ = load_value_model(root / "a1")
+    v2, _ = load_value_model(root / "a2")
+    assert torch.allclose(v1.head.proj.weight, v2.head.proj.weight, atol=1e-6)
+    res = runner.invoke(app, [*common, "--out", str(root / "a3"), "--grad-accum", "0"])
+    assert res.exit_code == 2 and "--grad-accum" in res.output
+
+
+def test_ppo_grad_accum_must_divide_the_mini_batch():
+    from ddai.trainer.common import TrainConfigError
+    from ddai.trainer.ppo import PPORunConfig
+
+    cfg = dict(model="m", data="d", corpus="c", output_dir="o", batch_size=8)
+    PPORunConfig(**cfg, mini_batch_size=4, grad_accum=2).check()
+    for bad in ({"mini_batch_size": 4, "grad_accum": 3}, {"mini_batch_size": 3, "grad_accum": 3}):
+        with pytest.raises(TrainConfigError, match="--grad-accum"):
+            PPORunConfig(**cfg, **bad).check()
