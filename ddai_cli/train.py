@@ -82,6 +82,24 @@ ForceCompletionOpt = Annotated[
     bool, typer.Option(help="Inject DDAI's forced completion at --max-turns.")
 ]
 RestrictToDocOpt = Annotated[bool, typer.Option(help="Search only the question's own document.")]
+SkipPreflightOpt = Annotated[
+    bool,
+    typer.Option(
+        "--skip-preflight",
+        help="Train without the preflight (golden pages in the corpus and returned by search, chat "
+        "template renders the tags, sampled episodes complete and score); recorded in the run's "
+        "run_config.json.",
+    ),
+]
+PreflightPromptsOpt = Annotated[
+    int,
+    typer.Option(
+        "--preflight-prompts",
+        min=1,
+        help="Prompts whose n_agent episodes the preflight samples (4x as many questions are "
+        "searched).",
+    ),
+]
 MaxTurnTokensOpt = Annotated[
     int, typer.Option("--max-turn-tokens", help="New tokens per policy turn.")
 ]
@@ -139,6 +157,14 @@ def register(app: typer.Typer) -> None:
         lora_target: Annotated[
             str, typer.Option("--lora-target", help="LoRA target modules (peft syntax).")
         ] = "all-linear",
+        image_root: Annotated[
+            Path | None,
+            typer.Option(
+                "--image-root",
+                help="Folder of the page images the conversations show, found by file name "
+                "(VLM models, i.e. a model folder with a processor: images stay images).",
+            ),
+        ] = None,
         config: ConfigOpt = None,
         set_: SetOpt = None,
         report_to: ReportOpt = None,
@@ -173,6 +199,7 @@ def register(app: typer.Typer) -> None:
             lora_r=lora_r,
             lora_alpha=lora_alpha,
             lora_target=lora_target,
+            image_root=image_root,
             seed=seed,
             save_steps=save_steps,
             logging_steps=logging_steps,
@@ -311,6 +338,8 @@ def register(app: typer.Typer) -> None:
         resume: ResumeOpt = False,
         dtype: DtypeOpt = "float32",
         seed: SeedOpt = 0,
+        skip_preflight: SkipPreflightOpt = False,
+        preflight_prompts: PreflightPromptsOpt = 2,
         as_json: JsonOpt = False,
     ) -> None:
         """GRPO over the multi-turn search environment; every step's rollouts go to the rollout log."""
@@ -376,6 +405,8 @@ def register(app: typer.Typer) -> None:
             dtype=dtype,
             config_file=config,
             overrides=overrides,
+            skip_preflight=skip_preflight,
+            preflight_prompts=preflight_prompts,
         )
         result = _run(run_grpo, cfg)
         summary("ddai train grpo", asdict(result), as_json=as_json)

@@ -4,7 +4,8 @@ Invariant, per ingest and per run: rows in = rollouts out + quarantined. Sources
 their reader and a per-run ``PartitionWriter``, so memory stays bounded by the write batch.
 For event-based sources (DDAI's unified log) a row in is a unit the reader yields: an assembled
 rollout or a quarantined unit (a bad line, an incomplete rollout); the reader's event counts go to
-its notes. Side tables (source events that are not rollouts) stream to
+its notes. Rollouts kept with a known defect carry ``flags`` (e.g. ``turns_incomplete``),
+counted by flag in the summary and the manifest. Side tables (source events that are not rollouts) stream to
 ``_side/<table>/<run>.jsonl``; reader notes go to the summary and to each run's manifest.
 """
 
@@ -23,6 +24,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeR
 from ddai.pipelines import adapters, io
 from ddai.pipelines.adapters.base import ReaderContext, SourceRecord
 from ddai.pipelines.adapters.side import SideTables
+from ddai.pipelines.adapters.verl_ids import UidMapper
 from ddai.pipelines.schema import RowError, normalize_rollout
 from ddai.pipelines.store import QUARANTINE_DIR, PartitionWriter, check_run_id
 
@@ -37,6 +39,8 @@ class IngestConfig:
     append: bool = False
     fmt: str = "auto"
     progress: bool = True
+    uid_field: str | None = None  # verl: the dump field holding the dataset id
+    dataset: Path | None = None  # verl: dataset whose prompts give the ids
 
 
 @dataclass
@@ -44,6 +48,7 @@ class RunCounts:
     rows_in: int = 0
     rollouts_out: int = 0
     quarantined: Counter = field(default_factory=Counter)
+    flagged: Counter = field(default_factory=Counter)  # rollouts kept with a flag, by flag
 
 
 @dataclass
@@ -69,12 +74,20 @@ class IngestResult:
             total.update(c.quarantined)
         return total
 
+    @property
+    def flagged(self) -> Counter:
+        total: Counter = Counter()
+        for c in self.runs.values():
+            total.update(c.flagged)
+        return total
+
     def summary(self) -> dict[str, Any]:
         return {
             "rows in": self.rows_in,
             "rollouts out": self.rollouts_out,
             "quarantined": sum(self.quarantined.values()),
             "quarantined by reason": dict(sorted(self.quarantined.items())),
+            **({"flagged by reason": dict(sorted(self.flagged.items()))} if self.flagged else {}),
             "runs": {r: c.rollouts_out for r, c in sorted(self.runs.items())},
             "formats": self.formats,
             "quarantine files": self.quarantine_files,
@@ -140,7 +153,7 @@ def ingest(cfg: IngestConfig) -> IngestResult:
         fmt_of[str(src)] = adapters.detect(Path(src)) if cfg.fmt == "auto" else cfg.fmt
         adapters.reader(fmt_of[str(src)])  # fail early on an unknown --format
     side = SideTables(cfg.logs, cfg.run_id, NO_RUN)
-    ctx = ReaderContext(run_id=cfg.run_id, side_tables=side)
+    ctx = ReaderContext(run_id=cfg.run_id, side_tables=side, uid_mapper=_uid_mapper(cfg, fmt_of))
     writers: dict[str, PartitionWriter] = {}
     counts: dict[str, RunCounts] = {}
     sources_of: dict[str, list[dict[str, Any]]] = {}
@@ -177,6 +190,7 @@ def ingest(cfg: IngestConfig) -> IngestResult:
                     "sources": sources_of[run],
                     "rows_in": c.rows_in,
                     "quarantined": dict(c.quarantined),
+                    "flagged": dict(sorted(c.flagged.items())),
                     "run_config": ctx.run_config.get(run, {}),
                     "notes": {
                         s["path"]: ctx.notes[s["path"]]
@@ -194,6 +208,18 @@ def ingest(cfg: IngestConfig) -> IngestResult:
     qfiles = quarantine.flush(sorted(counts))
     side_counts = side.commit(sorted(counts), append=cfg.append)
     return IngestResult(counts, fmt_of, qfiles, side_counts, ctx.notes)
+
+
+def _uid_mapper(cfg: IngestConfig, fmt_of: dict[str, str]) -> UidMapper | None:
+    """The verl id mapping ``--uid-field`` / ``--dataset`` ask for (only verl dumps use it)."""
+    if not (cfg.uid_field or cfg.dataset):
+        return None
+    if "verl" not in fmt_of.values():
+        raise ValueError(
+            "--uid-field and --dataset map verl dumps to dataset ids; none of the sources is a "
+            f"verl dump (formats: {', '.join(sorted(set(fmt_of.values())))})"
+        )
+    return UidMapper.build(cfg.uid_field, cfg.dataset)
 
 
 def _route(
@@ -233,4 +259,5 @@ def _route(
         writers[run] = PartitionWriter(cfg.logs, run, append=cfg.append)
     writers[run].add(row)
     c.rollouts_out += 1
+    c.flagged.update(row["flags"] or ())
     return run

@@ -9,8 +9,8 @@ otherwise.
 - ``gather_rows``: python objects (rollout-log rows) from every rank, in rank order, on the main
   process, where they are written once;
 - ``mean_metrics``: per-rank metric dicts averaged over the ranks;
-- ``write_run_config``: ``run_config.json`` (the settings, world size, per-rank seeds), written
-  atomically by the main process only.
+- ``run_info`` / ``write_run_config``: ``run_config.json`` (the settings, world size, per-rank
+  seeds), written atomically by the main process only.
 
 Writes of logs, metrics and checkpoints happen on ``accelerator.is_main_process`` only; callers
 check it (``main_only`` reads better at call sites that do several).
@@ -89,20 +89,27 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def write_run_config(out_dir: str | os.PathLike[str], config: Any, accelerator: Any) -> Path:
-    """``<out_dir>/run_config.json``: ``config`` (a dataclass or dict), ``world_size`` and
-    ``seeds`` (per rank), written atomically by the main process; returns the path."""
+def run_info(seed: int | None, accelerator: Any) -> dict[str, Any]:
+    """What a run config records about the launch: world size, backend, each rank's seed."""
+    return {
+        "world_size": int(accelerator.num_processes),
+        "distributed_type": str(accelerator.distributed_type),
+        "seeds": rank_seeds(seed, accelerator) if seed is not None else None,
+    }
+
+
+def write_run_config(
+    out_dir: str | os.PathLike[str], config: Any, accelerator: Any, *, command: str | None = None
+) -> Path:
+    """``<out_dir>/run_config.json``: ``command``, ``config`` (a dataclass or dict) and
+    ``run_info``, written atomically by the main process; returns the path. (Commands with a
+    preflight write theirs with ``preflight.write_run_config(..., extra=run_info(...))``.)"""
     path = Path(out_dir) / RUN_CONFIG_FILE
     if accelerator.is_main_process:
         seed = getattr(config, "seed", None)
         if seed is None and isinstance(config, dict):
             seed = config.get("seed")
-        doc = {
-            "config": _jsonable(config),
-            "world_size": int(accelerator.num_processes),
-            "distributed_type": str(accelerator.distributed_type),
-            "seeds": rank_seeds(seed, accelerator) if seed is not None else None,
-        }
+        doc = {"command": command, "config": _jsonable(config), **run_info(seed, accelerator)}
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text(json.dumps(doc, indent=2, default=str) + "\n", encoding="utf-8")

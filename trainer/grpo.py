@@ -27,6 +27,17 @@ from ddai.trainer import common
 from ddai.trainer.data import Task, load_tasks
 from ddai.trainer.env import EnvConfig, SearchEnv
 from ddai.trainer.logrows import rollout_row
+from ddai.trainer.preflight import (
+    PreflightReport,
+    SampledEpisode,
+    ZeroVarianceSteps,
+    check_chat_template,
+    check_episodes,
+    check_golden_pages,
+    check_search,
+    sample,
+    write_run_config,
+)
 from ddai.trainer.rewards import (
     Judged,
     RewardSpec,
@@ -133,6 +144,10 @@ class GRPORunConfig:
     dtype: str = "float32"
     config_file: Path | None = None
     overrides: dict[str, Any] = field(default_factory=dict)
+    skip_preflight: bool = False
+    """Train without the preflight checks (``ddai.trainer.preflight``); recorded in the run config."""
+    preflight_prompts: int = 2
+    """Prompts whose ``n_agent`` episodes the preflight samples (and 4× as many for search)."""
 
 
 @dataclass
@@ -154,6 +169,10 @@ class GRPOResult:
     reward_first: float | None
     reward_last: float | None
     changed_parameters: int
+    zero_variance_steps: int = 0
+    """Steps whose groups all had zero reward variance (no learning signal)."""
+    preflight: str = "skipped"
+    """``passed``, ``passed with warnings: …`` or ``skipped``."""
     search_errors: int = 0
     """Searches that failed (service errors, timeouts) and were shown as ``[System Error: …]``."""
 
@@ -403,6 +422,7 @@ def _trainer_class() -> type:
             self.ddai_rollout = ddai_rollout
             self.ddai_log = ddai_log
             self.ddai_inputs: list[dict[str, Any]] = []
+            self.ddai_zero_variance = ZeroVarianceSteps()
 
         def _generate_and_score_completions(self, inputs):
             self.ddai_inputs = inputs
@@ -416,8 +436,11 @@ def _trainer_class() -> type:
             advantages = out["advantages"].detach().float().cpu().tolist()
             step = int(self.state.global_step) + 1
             rows = []
+            groups: dict[int, list[float]] = {}
             for i, (inp, adv) in enumerate(zip(inputs, advantages, strict=True)):
                 traj, judged, score = self.ddai_rollout.pop(inp["episode_key"])
+                if score is not None:
+                    groups.setdefault(traj.group, []).append(score.reward)
                 if self.ddai_log is not None:
                     rows.append(
                         rollout_row(
@@ -432,6 +455,8 @@ def _trainer_class() -> type:
                     )
             if self.ddai_log is not None:
                 self.ddai_log.append(rows)
+            if self.model.training:
+                self.ddai_zero_variance.observe(step, list(groups.values()))
             return out
 
         def _get_per_token_logps_and_entropies(
@@ -515,6 +540,69 @@ def load_vision_policy(
     return model, processor.tokenizer, VisionObservationFormat.from_processor(processor)
 
 
+def static_preflight(
+    report: PreflightReport,
+    tasks: list[Task],
+    corpus: Any,
+    corpus_name: str,
+    search: Any,
+    *,
+    k: int,
+    restrict_to_doc: bool,
+    prompts: int,
+    seed: int,
+) -> None:
+    """The checks that need no model: golden pages in the corpus, then search over a sample of
+    questions (skipped when the pages are missing: the search could not find them anyway)."""
+    cov = check_golden_pages(report, tasks, corpus, corpus_name)
+    if cov.ok:
+        picked = sample(tasks, 4 * prompts, seed, need_golden=True)
+        check_search(report, picked, search, k=k, restrict_to_doc=restrict_to_doc)
+
+
+def sampled_episodes(
+    rollout: SearchRollout,
+    slots: list[tuple[Task, int, int]],
+    trainer: Any,
+    model: Any,
+    timeout: float,
+) -> list[SampledEpisode]:
+    """Run and score ``slots`` the way a training step does, without logging or training."""
+    trajs = rollout.run(slots, trainer, model)
+    for t in trajs:
+        rollout.pending[t.key] = t
+    asyncio.run(DdaiReward(rollout, timeout)(None, None, [t.key for t in trajs]))
+    out = []
+    for t in trajs:
+        _, judged, score = rollout.pop(t.key)
+        fmt = t.episode.format_ok
+        out.append(
+            SampledEpisode(
+                group=t.group,
+                reward=score.reward,
+                format_ok=fmt,
+                needs_judge=rollout.spec.needs_judge and not (rollout.spec.gate and not fmt),
+                error=judged.error if judged else None,
+            )
+        )
+    return out
+
+
+def preflight_slots(
+    tasks: list[Task], prompts: int, n_agent: int, seed: int
+) -> list[tuple[Task, int, int]]:
+    """``n_agent`` episodes for each of a seeded sample of ``prompts`` prompts."""
+    return [(t, g, i) for g, t in enumerate(sample(tasks, prompts, seed)) for i in range(n_agent)]
+
+
+def preflight_status(report: PreflightReport) -> str:
+    if report.skipped:
+        return "skipped"
+    if report.warnings:
+        return "passed with warnings: " + "; ".join(w.line() for w in report.warnings)
+    return "passed"
+
+
 def default_backends(cfg: GRPORunConfig, corpus: Any, spec: RewardSpec) -> Backends:
     from ddai.pipelines.backends import get_backend
 
@@ -548,6 +636,20 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
         raise common.TrainConfigError(
             "the reward uses the judge: a generator and a judge backend are needed"
         )
+    report = PreflightReport(skipped=cfg.skip_preflight)
+    if not cfg.skip_preflight:
+        static_preflight(
+            report,
+            tasks,
+            corpus,
+            str(cfg.corpus),
+            backends.search,
+            k=cfg.search_k,
+            restrict_to_doc=cfg.restrict_to_doc,
+            prompts=cfg.preflight_prompts,
+            seed=cfg.seed,
+        )
+        report.raise_errors()
     vision = image_of = None
     if cfg.observation == "image":
         if cfg.image_root is None or not Path(cfg.image_root).is_dir():
@@ -562,6 +664,15 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
         model, tok = load_policy(cfg.model, dtype=cfg.dtype)
     else:
         raise common.TrainConfigError(f"--observation {cfg.observation!r}: use text or image")
+    if not cfg.skip_preflight:
+        templater = vision.processor if vision is not None else tok
+        check_chat_template(
+            report,
+            lambda msgs: templater.apply_chat_template(msgs, tokenize=False),
+            tok,
+            tasks[0].messages,
+        )
+        report.raise_errors()
     env = SearchEnv(
         backends.search,
         corpus,
@@ -601,6 +712,21 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
         ddai_log=log,
     )
     common.finish_trainer_setup(trainer)
+    try:
+        if not cfg.skip_preflight:
+            from trl.models import unwrap_model_for_generation
+
+            slots = preflight_slots(tasks, cfg.preflight_prompts, args.num_generations, cfg.seed)
+            with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as m:
+                check_episodes(
+                    report, sampled_episodes(rollout, slots, trainer, m, cfg.reward_timeout)
+                )
+            report.raise_errors()
+        write_run_config(cfg.output_dir, "train grpo", cfg, report)
+    except BaseException:
+        if scorer is not None:
+            scorer.close()
+        raise
     before = parameter_snapshot(trainer.model)
     try:
         trainer.train(resume_from_checkpoint=resume_from)
@@ -619,5 +745,7 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
         reward_first=log.rewards[0] if log.rewards else None,
         reward_last=log.rewards[-1] if log.rewards else None,
         changed_parameters=len(changed_parameters(before, trainer.model)),
+        zero_variance_steps=trainer.ddai_zero_variance.count,
+        preflight=preflight_status(report),
         search_errors=log.search_errors,
     )

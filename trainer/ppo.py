@@ -112,6 +112,10 @@ class PPORunConfig:
     dtype: str = "float32"
     seed: int = 0
     progress: bool = True
+    skip_preflight: bool = False
+    """Train without the preflight checks (``ddai.trainer.preflight``); recorded in the run config."""
+    preflight_prompts: int = 2
+    """Prompts whose ``n_agent`` episodes the preflight samples (and 4× as many for search)."""
 
     def check(self) -> None:
         """Fail on bad settings before any model is loaded; messages name the flag."""
@@ -167,6 +171,9 @@ class PPOResult:
     value_loss_first: float | None
     value_loss_last: float | None
     changed_parameters: int
+    zero_variance_steps: int = 0
+    """Steps whose groups all had zero reward variance."""
+    preflight: str = "skipped"
 
 
 # ---------------------------------------------------------------------------- forward passes
@@ -450,12 +457,22 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
     is per device, as in TRL) from its share of each global prompt batch, samples with its own seed
     (``seed + rank``), and trains DDP-wrapped policy and critic; the main process alone writes the
     rollout log (every rank's rows, ``sample_idx`` unique over the global batch), the metrics
-    (averaged over the ranks) and the checkpoints."""
+    (averaged over the ranks), the run config and the checkpoints. Every rank runs the preflight,
+    so a failing check stops them all with the same message."""
     from ddai.pipelines.corpus import Corpus
     from ddai.pipelines.pointer.progress import bar
     from ddai.trainer import accel
+    from ddai.trainer import preflight as pf
     from ddai.trainer.data import load_tasks
-    from ddai.trainer.grpo import RolloutLog, default_backends, reward_spec
+    from ddai.trainer.grpo import (
+        RolloutLog,
+        default_backends,
+        preflight_slots,
+        preflight_status,
+        reward_spec,
+        sampled_episodes,
+        static_preflight,
+    )
     from ddai.trainer.modeling import changed_parameters, load_policy, parameter_snapshot
     from ddai.trainer.sft import save_model
     from ddai.trainer.value import save_value_model
@@ -467,10 +484,32 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
         raise TrainConfigError(f"--data {cfg.data}: no prompts")
     corpus = Corpus.load(cfg.corpus)
     backends = backends or default_backends(cfg, corpus, reward_spec(cfg))
+    report = pf.PreflightReport(skipped=cfg.skip_preflight)
+    if not cfg.skip_preflight:
+        static_preflight(
+            report,
+            tasks,
+            corpus,
+            str(cfg.corpus),
+            backends.search,
+            k=cfg.search_k,
+            restrict_to_doc=cfg.restrict_to_doc,
+            prompts=cfg.preflight_prompts,
+            seed=cfg.seed,
+        )
+        report.raise_errors()
     acc = accel.make_accelerator(gradient_accumulation_steps=cfg.grad_accum)
     main = acc.is_main_process
     torch.manual_seed(cfg.seed)  # the same initial weights on every rank
     policy, tok = load_policy(cfg.model, dtype=cfg.dtype)
+    if not cfg.skip_preflight:
+        pf.check_chat_template(
+            report,
+            lambda msgs: tok.apply_chat_template(msgs, tokenize=False),
+            tok,
+            tasks[0].messages,
+        )
+        report.raise_errors()
     policy.eval()
     ref = _frozen(copy.deepcopy(policy)).to(acc.device) if cfg.kl_coef > 0 else None
     critic, critic_source = _load_critic(cfg, tok)
@@ -486,12 +525,25 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
     bare_policy, bare_critic = acc.unwrap_model(policy), acc.unwrap_model(critic)
     accel.rank_seed(cfg.seed, acc)
     episodes = Episodes(cfg, tok, corpus, backends)
+    out = Path(cfg.output_dir)
+    try:
+        if not cfg.skip_preflight:
+            slots = preflight_slots(tasks, cfg.preflight_prompts, cfg.n_agent, cfg.seed)
+            pf.check_episodes(
+                report,
+                sampled_episodes(episodes.rollout, slots, None, bare_policy, cfg.reward_timeout),
+            )
+            report.raise_errors()
+        if main:
+            pf.write_run_config(out, "train ppo", cfg, report, extra=accel.run_info(cfg.seed, acc))
+    except BaseException:
+        episodes.close()
+        raise
+    zero_variance = pf.ZeroVarianceSteps()
     run_id = cfg.run_id or f"ppo_{time.strftime('%Y%m%d_%H%M%S')}"
     run_id = accel.gather_rows([run_id], acc)[0]  # rank 0's timestamp names the run
     log = RolloutLog(workspace.logs_dir(cfg.logs), run_id)
-    out = Path(cfg.output_dir)
     metrics_log = MetricsLog(out / "metrics.jsonl") if main else None
-    accel.write_run_config(out, cfg, acc)
     gen = torch.Generator().manual_seed(cfg.seed + acc.process_index)
     per_rank = cfg.batch_size // cfg.n_agent
     batches = prompt_batches(tasks, per_rank * acc.num_processes, cfg.seed)
@@ -503,6 +555,12 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
                 mine = accel.local_slice(next(batches), acc)
                 slots = [(t, g, i) for g, t in enumerate(mine) for i in range(cfg.n_agent)]
                 trajs, rewards, metrics = episodes.collect(slots, bare_policy)
+                groups: dict[int, list[float]] = {}
+                for t, r in zip(trajs, rewards, strict=True):
+                    groups.setdefault(t.group, []).append(r)
+                every_group = accel.gather_rows(list(groups.values()), acc)
+                if cfg.n_agent > 1 and main:  # a one-rollout group has no variance to lose
+                    zero_variance.observe(step, every_group)
                 batch = pad_batch(
                     [t.prompt_ids for t in trajs],
                     [t.completion_ids for t in trajs],
@@ -545,4 +603,6 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
         value_loss_first=vf_losses[0] if vf_losses else None,
         value_loss_last=vf_losses[-1] if vf_losses else None,
         changed_parameters=len(changed_parameters(before, bare_policy)),
+        zero_variance_steps=zero_variance.count,
+        preflight=preflight_status(report),
     )

@@ -401,7 +401,7 @@ def train_value(cfg: ValueTrainConfig) -> ValueTrainResult:
     model, opt = acc.prepare(model, opt)
     bare = acc.unwrap_model(model)
     log = MetricsLog(Path(cfg.output_dir) / METRICS_FILE) if main else None
-    accel.write_run_config(cfg.output_dir, cfg, acc)
+    accel.write_run_config(cfg.output_dir, cfg, acc, command="train value")
 
     def held_out() -> dict[str, float]:
         # Main process only, on the bare module: no collective, the other ranks go on.
