@@ -154,8 +154,9 @@ def test_grpo_run_generates_through_the_server_and_logs_its_completions(
     assert result.steps == 2 and result.rollouts_logged == 8
     assert len(synced) == 2 and synced[0] > 0  # weights pushed before each step's generation
     assert "/reset_prefix_cache" in server.paths
-    # 2 steps × 2 turns, all at the run's sampling settings.
-    assert len(server.requests) == 4
+    # The preflight's sampled episodes (2 prompts × 2 rollouts, 2 turns), then 2 steps × 2 turns of
+    # 4 rollouts: all through the server, at the run's sampling settings.
+    assert [len(r["prompt"]) for r in server.requests] == [4] * 6
     assert {r["temperature"] for r in server.requests} == {0.8}
     rows = read_rollouts(root / "logs", ["vllm_run"]).to_pylist()
     assert len(rows) == 8
@@ -292,5 +293,6 @@ def test_grpo_vllm_server_on_two_processes_uses_the_main_process_client(world, t
             timeout=600,
         )
     assert res.returncode == 0, res.stderr[-3000:]
-    # One step, two turns; each turn one request carrying both ranks' 4 episodes.
-    assert [len(r["prompt"]) for r in server.requests] == [8, 8]
+    # The preflight (2 prompts × 2 rollouts per rank), then one step (4 rollouts per rank), two
+    # turns each: every request carries both ranks' episodes.
+    assert [len(r["prompt"]) for r in server.requests] == [8, 8, 8, 8]
