@@ -52,7 +52,9 @@ DatasetOpt = Annotated[
 RunOpt = Annotated[
     list[str] | None,
     typer.Option(
-        "--run", help="Run whose rollouts score the prompts; repeat to pool several runs."
+        "--run",
+        help="Run whose rollouts score the prompts; repeat to pool several runs. Each run must "
+        "carry the score read (bucket: --metric; focus: reward; verify-gt: reward and NDCG).",
     ),
 ]
 ForceOpt = Annotated[

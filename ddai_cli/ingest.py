@@ -66,7 +66,9 @@ def ingest_cmd(
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
     as_json: JsonOpt = False,
 ) -> None:
-    """Ingest rollout logs; unreadable rows go to _quarantine/<run>.jsonl with a reason."""
+    """Ingest rollout logs; unreadable rows go to _quarantine/<run>.jsonl with a reason. The
+    summary says what each run's rollouts carry and lack (turns, pages, judge, ndcg, reward, step,
+    advantages, images): e.g. DDAI's flash_rm_detail logs carry no turns, so distill refuses them."""
     if fmt not in adapters.formats():
         raise fail(f"--format {fmt!r} is not known; use one of {', '.join(adapters.formats())}")
     cfg = IngestConfig(

@@ -25,6 +25,7 @@ from ddai.pipelines import adapters, io
 from ddai.pipelines.adapters.base import ReaderContext, SourceRecord
 from ddai.pipelines.adapters.side import SideTables
 from ddai.pipelines.adapters.verl_ids import UidMapper
+from ddai.pipelines.capabilities import Capabilities
 from ddai.pipelines.schema import RowError, normalize_rollout
 from ddai.pipelines.store import QUARANTINE_DIR, PartitionWriter, check_run_id
 
@@ -58,6 +59,8 @@ class IngestResult:
     quarantine_files: list[str]
     side_tables: dict[str, int]
     notes: dict[str, Any]
+    capabilities: dict[str, Capabilities] = field(default_factory=dict)
+    """Per run: what its rollouts carry (the partition manifest's counts)."""
 
     @property
     def rows_in(self) -> int:
@@ -93,6 +96,9 @@ class IngestResult:
             "quarantine files": self.quarantine_files,
             **({"side tables": self.side_tables} if self.side_tables else {}),
             **({"notes": self.notes} if self.notes else {}),
+            # What each run can feed (distill needs turns, bucket NDCG, focus reward, ...).
+            "carries": {r: c.compact() for r, c in sorted(self.capabilities.items())},
+            "lacks": {r: c.lacks() for r, c in sorted(self.capabilities.items()) if c.lacks()},
         }
 
 
@@ -159,6 +165,7 @@ def ingest(cfg: IngestConfig) -> IngestResult:
     sources_of: dict[str, list[dict[str, Any]]] = {}
     quarantine = _Quarantine(cfg.logs, cfg.append)
     started = time.time()
+    caps: dict[str, Capabilities] = {}
     try:
         with _progress(cfg.progress) as bar:
             for src in map(Path, cfg.sources):
@@ -185,7 +192,7 @@ def ingest(cfg: IngestConfig) -> IngestResult:
                     _route(rec, src, cfg, writers, counts, sources_of, src_info, quarantine)
         for run, w in writers.items():
             c = counts[run]
-            w.commit(
+            record = w.commit(
                 {
                     "sources": sources_of[run],
                     "rows_in": c.rows_in,
@@ -200,6 +207,8 @@ def ingest(cfg: IngestConfig) -> IngestResult:
                     "wall_time_s": round(time.time() - started, 3),
                 }
             )
+            if "capabilities" in record:
+                caps[run] = Capabilities.of(run, record["capabilities"])
     except BaseException:
         for w in writers.values():
             w.abort()
@@ -207,7 +216,7 @@ def ingest(cfg: IngestConfig) -> IngestResult:
         raise
     qfiles = quarantine.flush(sorted(counts))
     side_counts = side.commit(sorted(counts), append=cfg.append)
-    return IngestResult(counts, fmt_of, qfiles, side_counts, ctx.notes)
+    return IngestResult(counts, fmt_of, qfiles, side_counts, ctx.notes, caps)
 
 
 def _uid_mapper(cfg: IngestConfig, fmt_of: dict[str, str]) -> UidMapper | None:

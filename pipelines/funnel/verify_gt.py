@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ddai.pipelines import manifest
+from ddai.pipelines import capabilities, manifest
 from ddai.pipelines.funnel import dataset as ds
 from ddai.pipelines.funnel import decisions as dec
 from ddai.pipelines.funnel import review, scores, step
@@ -342,6 +342,14 @@ def _verifier_identity(cfg: VerifyConfig, verifier: Any) -> tuple[Any, dict[str,
 def _run_scores(cfg: VerifyConfig) -> tuple[dict[str, float], dict[str, float]]:
     if not cfg.runs:
         return {}, {}
+    capabilities.require_runs(
+        cfg.logs,
+        cfg.runs,
+        "reward",
+        "ndcg",
+        needed_by="`ddai curate verify-gt --run`",
+        why="for its candidate rules",
+    )
     tbl = scores.log_table(cfg.logs, cfg.runs)
     return (
         scores.as_dict(scores.column(tbl, "reward_mean")),
