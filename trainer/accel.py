@@ -58,9 +58,9 @@ def gather_rows(rows: list[Any], accelerator: Any) -> list[Any]:
     """Every rank's ``rows`` concatenated in rank order (on every rank; one process: ``rows``)."""
     if accelerator.num_processes == 1:
         return list(rows)
-    from accelerate.utils import gather_object
+    from ddai.trainer.dist import gather_objects
 
-    return list(gather_object(list(rows)))
+    return gather_objects(list(rows))
 
 
 def mean_metrics(metrics: dict[str, float], accelerator: Any) -> dict[str, float]:

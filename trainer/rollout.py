@@ -231,9 +231,10 @@ class VLLMServerSampler(Sampler):
     this turns contexts into one ``generate`` call per turn. TRL creates the client on the main
     process only, so with several processes (``accelerator``) every rank's contexts are gathered
     to the main process, generated there in one call, and the results broadcast back, as TRL's own
-    server path does. Ranks run different numbers of turns: a rank whose episodes have all ended
-    calls ``drain()``, which keeps answering the collective rounds (with nothing to generate)
-    until every rank is done, so no rank waits on a gather the others never enter.
+    server path does. A rank whose episodes have all ended takes part in the rounds with nothing to
+    generate: through ``idle`` under lock-step turns, else through ``drain()`` (which
+    ``run_rollouts`` calls last) until every rank is done, so no rank waits on a gather the others
+    never enter.
     """
 
     def __init__(
@@ -299,8 +300,14 @@ class VLLMServerSampler(Sampler):
         results, _ = self._round(list(contexts), list(max_new_tokens), False)
         return results
 
+    def idle(self, context: list[int]) -> None:
+        """A lock-step turn with no live episode here: take part in the round, ask for nothing."""
+        if self.acc is not None:
+            self._round([], [], False)
+
     def drain(self) -> None:
-        """Take part in the other ranks' rounds until every rank has finished its episodes."""
+        """Take part in the other ranks' rounds until every rank has finished its episodes
+        (after lock-step turns, one last round in which all ranks say they are done)."""
         if self.acc is None:
             return
         while not self._round([], [], True)[1]:

@@ -15,6 +15,7 @@ import torch
 
 from ddai.pipelines.store import read_rollouts, write_run
 from ddai.trainer import toy
+from ddai.trainer.launch import free_port
 from ddai.trainer.tiny import TinySpec, build_tiny, read_texts
 from ddai.trainer.value import load_value_model
 
@@ -27,7 +28,7 @@ def launch(args: list[str], procs: int, cwd: Path) -> subprocess.CompletedProces
     dist = ["--multi_gpu", "--num_processes", str(procs)] if procs > 1 else ["--num_processes", "1"]
     cmd = [sys.executable, "-m", "accelerate.commands.launch", *dist]
     cmd += ["--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
-    cmd += ["--main_process_port", str(29500 + os.getpid() % 1000 + procs)]
+    cmd += ["--main_process_port", str(free_port())]
     cmd += ["-m", "ddai.cli.app", *args]
     env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", CUDA_VISIBLE_DEVICES="")
     return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)

@@ -18,6 +18,7 @@ from fake_vllm import FakeVLLMServer
 from ddai.trainer import toy
 from ddai.trainer.data import load_tasks
 from ddai.trainer.env import EnvConfig, SearchEnv
+from ddai.trainer.launch import free_port
 from ddai.trainer.modeling import load_tokenizer
 from ddai.trainer.rollout import RolloutConfig, VLLMServerSampler, run_rollouts, token_truncator
 from ddai.trainer.tiny import TinySpec, build_tiny
@@ -209,7 +210,7 @@ def test_two_ranks_generate_through_the_main_process_client(world, tmp_path):
     script.write_text(RANKS_SCRIPT, encoding="utf-8")
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu"]
     cmd += ["--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no"]
-    cmd += ["--dynamo_backend", "no", "--main_process_port", str(29700 + os.getpid() % 200)]
+    cmd += ["--dynamo_backend", "no", "--main_process_port", str(free_port())]
     env = dict(os.environ, OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")
     with FakeVLLMServer(responder(tok)) as server:
         res = subprocess.run(
@@ -282,7 +283,7 @@ def test_grpo_vllm_server_on_two_processes_uses_the_main_process_client(world, t
     script.write_text(GRPO_SCRIPT, encoding="utf-8")
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu"]
     cmd += ["--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no"]
-    cmd += ["--dynamo_backend", "no", "--main_process_port", str(29600 + os.getpid() % 90)]
+    cmd += ["--dynamo_backend", "no", "--main_process_port", str(free_port())]
     env = dict(os.environ, OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")
     with FakeVLLMServer(responder(tok)) as server:
         res = subprocess.run(

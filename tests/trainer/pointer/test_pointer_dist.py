@@ -15,6 +15,7 @@ from safetensors.torch import load_file
 from typer.testing import CliRunner
 
 from ddai.cli.app import app
+from ddai.trainer.launch import free_port
 
 runner = CliRunner()
 
@@ -35,7 +36,7 @@ def test_two_processes_train_the_same_selector_as_one(tmp_path):
     one = ddai(*train, "--out", tmp_path / "one")
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu"]
     cmd += ["--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no"]
-    cmd += ["--dynamo_backend", "no", "--main_process_port", str(29900 + os.getpid() % 90)]
+    cmd += ["--dynamo_backend", "no", "--main_process_port", str(free_port())]
     cmd += ["-m", "ddai.cli.app", "pointer", *map(str, train), "--out", str(tmp_path / "two")]
     env = dict(os.environ, OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")
     res = subprocess.run([*cmd, "--json"], env=env, capture_output=True, text=True, timeout=600)
