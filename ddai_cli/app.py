@@ -23,6 +23,7 @@ _MODULES = (
     "fixtures",
     "corpus",
     "curate",
+    "analyze",
     "distill",
     "report",
     "backends",
