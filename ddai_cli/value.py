@@ -12,9 +12,11 @@ import typer
 
 from ddai.cli.common import JsonOpt, LogsOpt, RunsOpt, ThresholdOpt, fail, summary
 from ddai.cli.train import (
+    AccelerateConfigOpt,
     BiasOpt,
     ForceCompletionOpt,
     GateOpt,
+    LaunchOpt,
     MaxTurnsOpt,
     MaxTurnTokensOpt,
     PreflightPromptsOpt,
@@ -25,6 +27,7 @@ from ddai.cli.train import (
     WFormatOpt,
     WJudgeOpt,
     WNdcgOpt,
+    maybe_relaunch,
 )
 
 OutOpt = Annotated[
@@ -182,9 +185,12 @@ def train_value_command(
     ] = 1.0,
     dtype: DtypeOpt = "float32",
     seed: SeedOpt = 0,
+    launch: LaunchOpt = None,
+    accelerate_config: AccelerateConfigOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Train a value head on terminal outcomes from the rollout log: pairwise ranking + MC MSE."""
+    maybe_relaunch(launch, accelerate_config)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from ddai.trainer.value_train import ValueTrainConfig, train_value
 
@@ -419,9 +425,12 @@ def train_ppo_command(
     seed: SeedOpt = 0,
     skip_preflight: SkipPreflightOpt = False,
     preflight_prompts: PreflightPromptsOpt = 2,
+    launch: LaunchOpt = None,
+    accelerate_config: AccelerateConfigOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """PPO over the multi-turn search environment, with a value head as critic and GAE."""
+    maybe_relaunch(launch, accelerate_config)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from ddai.trainer.ppo import PPORunConfig, run_ppo
 

@@ -34,6 +34,13 @@ def launch(args: list[str], procs: int, cwd: Path) -> subprocess.CompletedProces
     return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
 
 
+def via_launch_flag(args: list[str], procs: int, cwd: Path) -> subprocess.CompletedProcess:
+    """The same through the command's own ``--launch N`` (it re-runs itself under accelerate)."""
+    cmd = [sys.executable, "-m", "ddai.cli.app", *args, "--launch", str(procs)]
+    env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", CUDA_VISIBLE_DEVICES="")
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+
+
 @pytest.fixture(scope="module")
 def toy_world(tmp_path_factory):
     root = tmp_path_factory.mktemp("dist")
@@ -111,7 +118,7 @@ def test_value_two_processes_write_one_checkpoint_and_one_metrics_file(value_wor
         "--max-length", "256", "--head-lr", "1e-3", "--json",
         "--system-prompt", str(root / "system.txt"),
     ]  # fmt: skip
-    res = launch(args, 2, root)
+    res = via_launch_flag(args, 2, root)
     assert res.returncode == 0, res.stderr[-3000:]
     summary = json.loads(res.stdout)  # one summary: the output is a single JSON document
     assert summary["steps"] == 3 and "after value/eval_auc" in summary
