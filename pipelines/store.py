@@ -275,6 +275,24 @@ def collect_garbage(logs: str | os.PathLike[str], run_id: str) -> list[str]:
         fh.close()
 
 
+def verify_partition(part: str | os.PathLike[str]) -> str | None:
+    """Re-hash a partition's committed files against its manifest: why they differ, or None."""
+    p = Path(part)
+    man = _read_manifest(p)
+    if man is None:
+        return f"no {MANIFEST} (an interrupted write)"
+    if "files" not in man:
+        return None  # written before manifests listed files: nothing to compare
+    bad = []
+    for f in man["files"]:
+        fp = p / f["name"]
+        if not fp.is_file():
+            bad.append(f"{f['name']} missing")
+        elif io.sha256_file(fp) != f["sha256"]:
+            bad.append(f"{f['name']} changed")
+    return "; ".join(bad) or None
+
+
 def _strip_history(m: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in m.items() if k != "history"}
 
