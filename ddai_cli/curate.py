@@ -391,7 +391,10 @@ def lineage_cmd(
     check: Annotated[
         bool,
         typer.Option(
-            "--check", help="Re-hash every input and mark the ones changed since they were used."
+            "--check",
+            help="Re-hash every input and mark the ones changed since they were used; re-hash "
+            "every output and log partition against its manifest and exit 1 when one differs "
+            "(an interrupted write or an edit).",
         ),
     ] = False,
     as_json: JsonOpt = False,
@@ -401,8 +404,10 @@ def lineage_cmd(
     if missing:
         raise fail(f"{', '.join(missing)} not found; pass funnel outputs (with .manifest.json)")
     graph = _run("tracing", lambda: lineage.lineage_graph(files, check_hashes=check))
+    bad = [n for n in graph["nodes"] if n.get("mismatch")]
     if as_json:
         summary("ddai lineage", graph, as_json=True)
+        _fail_mismatch(bad)
         return
     rows = lineage.lineage_rows(graph)
     shown = [
@@ -417,6 +422,7 @@ def lineage_cmd(
             ),
             "dropped": ", ".join(f"{k} {v:,}" for k, v in r["dropped"].items()),
             "from": ", ".join(r["inputs"]),
+            **({"check": r["mismatch"] or "ok"} if check else {}),
         }
         for r in rows
     ]
@@ -430,8 +436,20 @@ def lineage_cmd(
             "raw sources": sum(n["kind"] == "source" for n in graph["nodes"]),
             "missing": sum(n["kind"] == "missing" for n in graph["nodes"]),
             **({"inputs changed since use": changed} if check else {}),
+            **({"outputs not matching their manifest": len(bad)} if check else {}),
         },
     )
+    _fail_mismatch(bad)
+
+
+def _fail_mismatch(bad: list[dict[str, Any]]) -> None:
+    """Exit 1 naming the outputs (or partitions) whose bytes are not what their manifest holds."""
+    if bad:
+        raise fail(
+            "; ".join(f"{n['path']}: {n['mismatch']}" for n in bad)
+            + ". Rerun the step that wrote each (it will not be skipped) or re-ingest the run",
+            code=1,
+        )
 
 
 def _table(title: str, rows: list[dict[str, Any]]) -> Table:
