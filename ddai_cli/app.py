@@ -24,6 +24,7 @@ _MODULES = (
     "curate",
     "distill",
     "report",
+    "serve",
     "backends",
     "train",
     "model",
