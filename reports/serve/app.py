@@ -52,6 +52,9 @@ CSP = (
     "img-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'none'; "
     "form-action 'self'; frame-ancestors 'none'"
 )
+# plotly.js builds functions at load time (new Function); pages drawing charts allow that, never
+# inline scripts
+CSP_PLOTLY = CSP.replace("script-src 'self'", "script-src 'self' 'unsafe-eval'")
 TOKEN_COOKIE = "ddai_token"
 STATIC_TYPES = {".js": "text/javascript", ".css": "text/css"}
 
@@ -68,9 +71,9 @@ def _env() -> jinja2.Environment:
     return env
 
 
-def _html(name: str, status: int = 200, **ctx: Any) -> HTMLResponse:
+def _html(name: str, status: int = 200, *, csp: str = CSP, **ctx: Any) -> HTMLResponse:
     page = _env().get_template(name).render(**ctx)
-    return HTMLResponse(page, status_code=status, headers={"Content-Security-Policy": CSP})
+    return HTMLResponse(page, status_code=status, headers={"Content-Security-Policy": csp})
 
 
 def _error(status: int, message: str, request: Request) -> Response:
@@ -216,6 +219,7 @@ def create_app(cfg: ServeConfig, *, explorer: Explorer | None = None) -> Starlet
         chart = {t["run_id"]: data["outcomes"].get(t["run_id"], {}) for t in data["totals"]}
         return _html(
             "sections.html",
+            csp=CSP_PLOTLY,
             title="sections",
             nav="sections",
             tags=tags,
@@ -334,6 +338,7 @@ def create_app(cfg: ServeConfig, *, explorer: Explorer | None = None) -> Starlet
         Route("/img/{page_id:str}", image),
         Route("/static/{name:str}", static),
         Route("/report", report),
+        Route("/favicon.ico", lambda request: Response(status_code=204)),
     ]
     middleware = [Middleware(TokenMiddleware, token=cfg.token)] if cfg.token else []
     app = Starlette(routes=routes, middleware=middleware)

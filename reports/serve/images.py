@@ -44,7 +44,7 @@ def crop_png(path: Path, bbox: tuple[float, float, float, float]) -> bytes:
     with Image.open(path) as im:
         w, h = im.size
         x1, y1 = max(0, int(bbox[0])), max(0, int(bbox[1]))
-        x2, y2 = min(w, int(round(bbox[2]))), min(h, int(round(bbox[3])))
+        x2, y2 = min(w, round(bbox[2])), min(h, round(bbox[3]))
         if x2 <= x1 or y2 <= y1:
             raise ValueError(f"bbox {list(bbox)} lies outside the {w}x{h} image")
         buf = io.BytesIO()

@@ -47,9 +47,8 @@ async function runSql(event) {
 
 function drawOutcomes() {
   const el = document.getElementById("outcome-chart");
-  const src = document.getElementById("outcome-data");
-  if (!el || !src || !window.Plotly) return;
-  const byRun = JSON.parse(src.textContent);
+  if (!el || !window.Plotly) return;
+  const byRun = JSON.parse(el.dataset.outcomes);
   const runs = Object.keys(byRun);
   const outcomes = ["success", "failure", "format_fail", "unjudged"];
   const colours = {success: "#2a9d4a", failure: "#d1495b", format_fail: "#edae49", unjudged: "#999"};
