@@ -38,7 +38,9 @@ WHERE run_id = 'focused_r1' AND list_bool_or(list_transform(turns, lambda t: t.a
 ORDER BY uid, rollout_idx LIMIT 1
 """
 ROWS = "Array.from(document.querySelectorAll('#rollouts tbody tr'))"
-SQL = "SELECT outcome, count(*) AS n FROM explorer WHERE run_id = 'phase1' GROUP BY ALL ORDER BY ALL"
+SQL = (
+    "SELECT outcome, count(*) AS n FROM explorer WHERE run_id = 'phase1' GROUP BY ALL ORDER BY ALL"
+)
 
 
 def _post_sql(sql: str) -> str:
@@ -212,4 +214,6 @@ def test_explorer_walk_in_chromium(world, tmp_path):
     # only the server itself was asked for anything, and it answered every page
     assert {u.split("/")[2] for u in got["requests"]} == {base.split("/")[2]}
     # (the planted run's pages have no images: their 404s are expected)
-    assert all(s < 400 for u, s in got["responses"].items() if not ("/api/sql" in u or "/img/" in u))
+    assert all(
+        s < 400 for u, s in got["responses"].items() if not ("/api/sql" in u or "/img/" in u)
+    )
