@@ -15,7 +15,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-import duckdb
 import pytest
 from chromium import Page, chromium, open_page
 from report_world import XSS, XSS_ANSWER
