@@ -144,12 +144,12 @@ class RolloutFilter:
         """The SQL condition over ``explorer`` (alias ``e``) and its bound parameters."""
         conds: list[str] = []
         params: dict[str, Any] = {}
-        if self.runs:
-            conds.append("list_contains($runs, e.run_id)")
-            params["runs"] = list(self.runs)
-        if self.outcomes:
-            conds.append("list_contains($outcomes, e.outcome)")
-            params["outcomes"] = list(self.outcomes)
+        # IN lists of bound values (not list_contains), so DuckDB pushes them into the scan
+        for col, name, values in (("run_id", "run", self.runs), ("outcome", "outcome", self.outcomes)):
+            if values:
+                names = [f"{name}{i}" for i in range(len(values))]
+                conds.append(f"e.{col} IN ({', '.join('$' + n for n in names)})")
+                params.update(zip(names, values, strict=True))
         if self.tag:
             conds.append("list_contains(e.tags, $tag)")
             params["tag"] = self.tag

@@ -236,9 +236,12 @@ def sections(con: duckdb.DuckDBPyConnection, *, top: int = 25) -> dict[str, Any]
 
 
 def open_explorer(con: duckdb.DuckDBPyConnection, params: dict[str, Any]) -> None:
-    """Build ``report_facts``, ``report_prompts`` and ``explorer`` on ``con`` (the report's SQL)."""
+    """Build ``explorer`` (the report's per-rollout facts plus table columns) and
+    ``report_prompts`` on ``con``, from the report's own SQL."""
     from ddai.reports.context import bind
 
     for name in ("report_facts", "report_prompts", "serve_explorer"):
         sql = query.sql_text(name)
         con.execute(sql, bind(sql, params))
+    # explorer holds every column of report_facts; one copy in memory is enough
+    con.execute("DROP TABLE report_facts")

@@ -49,12 +49,12 @@ def test_where_binds_every_value_and_names_no_request_text():
     sql, params = v.where()
     assert "DROP" not in sql and "50%" not in sql
     assert params == {
-        "runs": ["x'; DROP TABLE t;--"],
+        "run0": "x'; DROP TABLE t;--",
         "tag": "a",
         "judge_min": 1.0,
         "q": "50%_off",
     }
-    assert "$runs" in sql and "$judge_min" in sql and "$q" in sql
+    assert "e.run_id IN ($run0)" in sql and "$judge_min" in sql and "$q" in sql
 
 
 def test_order_by_ends_with_the_rollout_key():
