@@ -131,8 +131,7 @@ def create_app(cfg: ServeConfig, *, explorer: Explorer | None = None) -> Starlet
         with ex.connection() as con:
             rows = queries.page(con, view)
             total = queries.count(con, view)
-            runs = queries.runs(con)
-            tags = queries.tags(con)
+            runs, tags = ex.meta["runs"], ex.meta["tags"]
         pages = max(1, -(-total // view.size))
         return _html(
             "rollouts.html",
@@ -215,7 +214,7 @@ def create_app(cfg: ServeConfig, *, explorer: Explorer | None = None) -> Starlet
     def sections_page(request: Request) -> Response:
         with ex.connection() as con:
             data = queries.sections(con)
-            tags = queries.tags(con)
+            tags = ex.meta["tags"]
         chart = {t["run_id"]: data["outcomes"].get(t["run_id"], {}) for t in data["totals"]}
         return _html(
             "sections.html",

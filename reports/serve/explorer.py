@@ -46,6 +46,7 @@ class Explorer:
         self.print: tuple[tuple[str, int, int], ...] = ()
         self.checked = 0.0
         self.builds = 0
+        self.meta: dict[str, list[str]] = {"runs": [], "tags": []}
         self.refresh(force=True)
 
     def params(self) -> dict[str, object]:
@@ -81,6 +82,8 @@ class Explorer:
             if not force and current == self.print and self.con is not None:
                 return False
             con = self._build()
+            # the filter form's choices, read once per build rather than on every page
+            self.meta = {"runs": queries.runs(con), "tags": queries.tags(con)}
             old, self.con, self.print = self.con, con, current
             self.builds += 1
             if old is not None:

@@ -145,7 +145,10 @@ class RolloutFilter:
         conds: list[str] = []
         params: dict[str, Any] = {}
         # IN lists of bound values (not list_contains), so DuckDB pushes them into the scan
-        for col, name, values in (("run_id", "run", self.runs), ("outcome", "outcome", self.outcomes)):
+        for col, name, values in (
+            ("run_id", "run", self.runs),
+            ("outcome", "outcome", self.outcomes),
+        ):
             if values:
                 names = [f"{name}{i}" for i in range(len(values))]
                 conds.append(f"e.{col} IN ({', '.join('$' + n for n in names)})")
@@ -183,10 +186,12 @@ class RolloutFilter:
         return (" AND ".join(conds) or "true"), params
 
     def order_by(self) -> str:
-        """``ORDER BY`` text: the sort column, then the rollout key so pages never overlap."""
+        """``ORDER BY`` text: the sort column, then the rollout key so pages never overlap.
+
+        ``rid`` numbers the explorer's rows in (run_id, uid, step, rollout_idx) order, so it
+        breaks ties exactly as those four columns would, at the cost of one integer compare."""
         direction = "DESC" if self.desc else "ASC"
-        keys = [k for k in ("run_id", "uid", "step", "rollout_idx") if k != self.sort]
-        return f"e.{self.sort} {direction} NULLS LAST, " + ", ".join(f"e.{k}" for k in keys)
+        return f"e.{self.sort} {direction} NULLS LAST, e.rid"
 
     def to_params(self, **changes: Any) -> dict[str, Any]:
         """The URL parameters of this view (with ``changes`` applied), defaults left out."""

@@ -57,11 +57,9 @@ def test_where_binds_every_value_and_names_no_request_text():
     assert "e.run_id IN ($run0)" in sql and "$judge_min" in sql and "$q" in sql
 
 
-def test_order_by_ends_with_the_rollout_key():
-    assert _parse("sort=reward&dir=desc").order_by() == (
-        "e.reward DESC NULLS LAST, e.run_id, e.uid, e.step, e.rollout_idx"
-    )
-    assert _parse("sort=uid").order_by() == "e.uid ASC NULLS LAST, e.run_id, e.step, e.rollout_idx"
+def test_order_by_ends_with_the_rollout_key_number():
+    assert _parse("sort=reward&dir=desc").order_by() == "e.reward DESC NULLS LAST, e.rid"
+    assert _parse("sort=uid").order_by() == "e.uid ASC NULLS LAST, e.rid"
 
 
 def test_query_string_round_trips_and_drops_defaults():

@@ -79,7 +79,11 @@ def test_pages_follow_the_sort_and_never_overlap(con):
     assert rewards[:10] == [1.0] * 10 and rewards[10] == pytest.approx(0.8) and rewards[11] == 0.5
     assert rewards[-2:] == [None, None]
     assert rewards[:-2] == sorted(rewards[:-2], reverse=True)
-    # ties are broken by the rollout key
+    # ties are broken by the rollout key (rid numbers the rows in key order)
+    (n_rid,) = con.execute(
+        "SELECT count(*) FROM (SELECT rid, row_number() OVER (ORDER BY run_id, uid, step, rollout_idx) AS k FROM explorer) WHERE rid <> k"
+    ).fetchall()[0]
+    assert n_rid == 0
     assert keys[:4] == [
         ("base", "u1", 1, 0),
         ("base", "u1", 1, 1),
