@@ -212,9 +212,17 @@ def create_app(cfg: ServeConfig, *, explorer: Explorer | None = None) -> Starlet
         )
 
     def sections_page(request: Request) -> Response:
+        runs = ex.meta["runs"]
+        a = request.query_params.get("a") or (runs[0] if len(runs) > 1 else None)
+        b = request.query_params.get("b") or (runs[1] if len(runs) > 1 else None)
+        if (a or b) and (a not in runs or b not in runs or a == b):
+            return _error(
+                400, f"compare two different runs of {', '.join(runs)} (a=RUN&b=RUN)", request
+            )
         with ex.connection() as con:
             data = queries.sections(con)
             tags = ex.meta["tags"]
+            deltas = queries.compare(con, a, b) if a and b else None
         chart = {t["run_id"]: data["outcomes"].get(t["run_id"], {}) for t in data["totals"]}
         return _html(
             "sections.html",
@@ -230,6 +238,10 @@ def create_app(cfg: ServeConfig, *, explorer: Explorer | None = None) -> Starlet
             terminated=data["terminated"],
             groups=data["groups"],
             suspects=data["suspects"],
+            runs=runs,
+            a=a,
+            b=b,
+            deltas=deltas,
         )
 
     def sql_page(request: Request) -> Response:

@@ -235,6 +235,24 @@ def sections(con: duckdb.DuckDBPyConnection, *, top: int = 25) -> dict[str, Any]
     }
 
 
+def compare(
+    con: duckdb.DuckDBPyConnection, run_a: str, run_b: str, *, top: int = 25
+) -> dict[str, list[dict[str, Any]]]:
+    """Prompts of both runs whose success rate rose (``better``) or fell (``worse``) from A to B,
+    largest change first (the report's ``report_compare_prompts``), ``top`` of each."""
+    sql = query.sql_text("report_compare_prompts")
+    rows = _dicts(con, sql, {"run_a": run_a, "run_b": run_b})
+    better = sorted(
+        (r for r in rows if (r["success_delta"] or 0) > 0),
+        key=lambda r: (-r["success_delta"], r["uid"]),
+    )
+    worse = sorted(
+        (r for r in rows if (r["success_delta"] or 0) < 0),
+        key=lambda r: (r["success_delta"], r["uid"]),
+    )
+    return {"better": better[:top], "worse": worse[:top], "shared": len(rows)}
+
+
 def open_explorer(con: duckdb.DuckDBPyConnection, params: dict[str, Any]) -> None:
     """Build ``explorer`` (the report's per-rollout facts plus table columns) and
     ``report_prompts`` on ``con``, from the report's own SQL."""

@@ -201,3 +201,17 @@ def test_the_explorer_follows_the_store(tmp_path):
     assert c.get("/api/rollouts?run=third").json()["total"] == 8
     assert c.get("/api/rollouts").json()["total"] == 32
     assert ex.builds == 2
+
+
+def test_sections_compare_links_prompts_to_both_runs(client):
+    html = client.get("/sections?a=base&b=new").text
+    better = html.split('class="grid better"')[1].split("</table>")[0]
+    assert 'href="/group?uid=u1&run=base&run=new"' in better
+    assert "+50.0 pts" in better
+    worse = html.split('class="grid worse"')[1].split("</table>")[0]
+    assert 'href="/?uid=u2&run=base&run=new"' in worse and "-50.0 pts" in worse
+    assert client.get("/sections?a=base&b=base").status_code == 400
+    assert client.get("/sections?a=base&b=nope").status_code == 400
+    # the group of a compared prompt shows both runs' groups
+    group = client.get("/group?uid=u1&run=base&run=new").text
+    assert group.count('<section class="group"') == 2

@@ -159,3 +159,12 @@ def test_sections_count_what_their_links_filter(con):
         {"run_id": "base", "uid": "u1", "n": 1},
     ]
     assert queries.tags(con)[0] in s["tags"]["base"]
+
+
+def test_compare_lists_prompts_that_got_better_and_worse(con):
+    # base → new: u1 success 0.5 → 1 (better), u2 0.5 → 0 (worse), u3 0 → 0.5 (better)
+    d = queries.compare(con, "base", "new")
+    assert d["shared"] == 3
+    assert [(r["uid"], r["success_delta"]) for r in d["better"]] == [("u1", 0.5), ("u3", 0.5)]
+    assert [(r["uid"], r["success_delta"]) for r in d["worse"]] == [("u2", -0.5)]
+    assert queries.compare(con, "base", "new", top=1)["better"] == d["better"][:1]
