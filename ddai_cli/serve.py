@@ -30,6 +30,14 @@ def serve_cmd(
             "and <bbox> crops inline. Without it pages show as their ids.",
         ),
     ] = None,
+    corpus: Annotated[
+        Path | None,
+        typer.Option(
+            "--corpus",
+            help="Page-text corpus (pages.parquet or its folder): pages with no image under "
+            "--image-root are drawn from their text, so the synthetic world shows pages too.",
+        ),
+    ] = None,
     host: Annotated[
         str,
         typer.Option(
@@ -74,6 +82,7 @@ def serve_cmd(
             runs=runs or None,
             datasets_dir=datasets_dir,
             image_root=image_root,
+            corpus=corpus,
             host=host,
             port=port,
             token=token,

@@ -12,6 +12,7 @@ import hmac
 import io
 import json
 import tempfile
+from collections.abc import Callable
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -208,7 +209,7 @@ def create_app(cfg: ServeConfig, *, explorer: Explorer | None = None) -> Starlet
             r=row,
             turns=turns,
             retrieved=mark_pages(row.get("retrieved_pages"), golden),
-            images=cfg.image_root is not None,
+            images=cfg.shows_images,
         )
 
     def sections_page(request: Request) -> Response:
@@ -288,18 +289,27 @@ def create_app(cfg: ServeConfig, *, explorer: Explorer | None = None) -> Starlet
             headers={"Content-Disposition": f'attachment; filename="rollouts.{fmt}"'},
         )
 
+    drawn = _page_drawer(cfg.corpus) if cfg.corpus is not None else None
+
     def image(request: Request) -> Response:
-        if cfg.image_root is None:
-            return _error(404, "no --image-root given: page images are not served", request)
+        if not cfg.shows_images:
+            return _error(
+                404, "no --image-root or --corpus given: page images are not served", request
+            )
         page_id = request.path_params["page_id"]
-        path = images.find_image(cfg.image_root, page_id)
-        if path is None:
-            return _error(404, f"no image for page {page_id!r} under --image-root", request)
+        path = images.find_image(cfg.image_root, page_id) if cfg.image_root else None
+        src: Path | bytes | None = path
+        if src is None and drawn is not None:
+            src = drawn(page_id)
+        if src is None:
+            return _error(404, f"no image for page {page_id!r} (--image-root / --corpus)", request)
         bbox = request.query_params.get("bbox")
         if not bbox:
-            return FileResponse(path, media_type=images.MEDIA[path.suffix.lower()])
+            if isinstance(src, bytes):
+                return Response(src, media_type="image/png")
+            return FileResponse(src, media_type=images.MEDIA[src.suffix.lower()])
         try:
-            return Response(images.crop_png(path, images.parse_bbox(bbox)), media_type="image/png")
+            return Response(images.crop_png(src, images.parse_bbox(bbox)), media_type="image/png")
         except ValueError as e:
             return _error(400, str(e), request)
 
@@ -361,6 +371,24 @@ async def _in_thread(fn: Any, *args: Any) -> Any:
     from starlette.concurrency import run_in_threadpool
 
     return await run_in_threadpool(fn, *args)
+
+
+def _page_drawer(corpus_path: Path) -> Callable[[str], bytes | None]:
+    """``page_id`` → that page drawn from the corpus as PNG (None if not in it); the corpus loads
+    on first use and the last 256 drawings are kept."""
+    from ddai.pipelines.corpus import Corpus
+    from ddai.pipelines.page_images import draw_page
+
+    @lru_cache(maxsize=1)
+    def corpus() -> Corpus:
+        return Corpus.load(corpus_path)
+
+    @lru_cache(maxsize=256)
+    def draw(page_id: str) -> bytes | None:
+        c = corpus()
+        return draw_page(c.page(page_id)) if page_id in c else None
+
+    return draw
 
 
 @lru_cache(maxsize=1)

@@ -27,6 +27,8 @@ class ServeConfig:
     Attributes:
         logs: the log store folder.
         runs: run ids to serve; None serves every run in the store.
+        corpus: a page-text corpus (``pages.parquet`` or its folder); pages without an image
+            under ``image_root`` are drawn from their text (``ddai.pipelines.page_images``).
         datasets_dir: curated datasets (files with a manifest) for the live report's funnel.
         image_root: folder of page images named ``{page_id}.png|jpg|jpeg|webp``; None shows pages
             as their ids.
@@ -43,6 +45,7 @@ class ServeConfig:
     runs: list[str] | None = None
     datasets_dir: Path | None = None
     image_root: Path | None = None
+    corpus: Path | None = None
     host: str = "127.0.0.1"
     port: int = 8765
     token: str | None = None
@@ -65,6 +68,13 @@ class ServeConfig:
                     f"--image-root {self.image_root} is not a folder; point it at the page images "
                     "({page_id}.png or .jpg)"
                 )
+        if self.corpus is not None:
+            self.corpus = Path(self.corpus)
+            if not (self.corpus.is_file() or (self.corpus / "pages.parquet").is_file()):
+                raise FileNotFoundError(
+                    f"--corpus {self.corpus}: no pages.parquet there; give the corpus file "
+                    "(ddai fixtures make writes one) or its folder"
+                )
         if self.datasets_dir is not None and not Path(self.datasets_dir).is_dir():
             raise FileNotFoundError(f"--datasets-dir {self.datasets_dir} is not a folder")
         if not 0 < self.port < 65536:
@@ -73,6 +83,11 @@ class ServeConfig:
             raise ValueError(f"--page-size must be in 1..500, got {self.page_size}")
         if self.token is not None and len(self.token) < 16:
             raise ValueError("--token must be at least 16 characters (or leave it out to get one)")
+
+    @property
+    def shows_images(self) -> bool:
+        """Whether transcripts show page images (from files or drawn from the corpus)."""
+        return self.image_root is not None or self.corpus is not None
 
     def require_token(self) -> str | None:
         """The token in force: a new random one when the host is not loopback and none was given."""

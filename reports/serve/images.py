@@ -39,9 +39,10 @@ def parse_bbox(text: str) -> tuple[float, float, float, float]:
     return x1, y1, x2, y2
 
 
-def crop_png(path: Path, bbox: tuple[float, float, float, float]) -> bytes:
-    """The box of the image at ``path`` (pixels, clamped to the image) as PNG bytes."""
-    with Image.open(path) as im:
+def crop_png(src: Path | bytes, bbox: tuple[float, float, float, float]) -> bytes:
+    """The box of the image at ``src`` (a path or image bytes; pixels, clamped to the image) as
+    PNG bytes."""
+    with Image.open(io.BytesIO(src) if isinstance(src, bytes) else src) as im:
         w, h = im.size
         x1, y1 = max(0, int(bbox[0])), max(0, int(bbox[1]))
         x2, y2 = min(w, round(bbox[2])), min(h, round(bbox[3]))

@@ -42,6 +42,7 @@ def test_help_explains_every_flag():
         "--run",
         "--datasets-dir",
         "--image-root",
+        "--corpus",
         "--host",
         "--port",
         "--token",
@@ -76,6 +77,7 @@ def test_another_host_gets_a_token(logs, started):
     [
         (["--logs", "/nonexistent/logs"], "does not exist"),
         (["--image-root", "/nonexistent/img"], "--image-root"),
+        (["--corpus", "/nonexistent/pages.parquet"], "--corpus"),
         (["--port", "0"], "--port"),
         (["--page-size", "0"], "--page-size"),
         (["--token", "short"], "at least 16"),

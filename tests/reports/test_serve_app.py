@@ -13,6 +13,7 @@ from report_world import XSS, XSS_ANSWER, planted_rows, planted_store
 from starlette.testclient import TestClient
 
 from ddai.pipelines import store
+from ddai.pipelines.corpus import Corpus
 from ddai.reports.serve import ServeConfig
 from ddai.reports.serve.app import create_app
 from ddai.reports.serve.explorer import Explorer
@@ -215,3 +216,28 @@ def test_sections_compare_links_prompts_to_both_runs(client):
     # the group of a compared prompt shows both runs' groups
     group = client.get("/group?uid=u1&run=base&run=new").text
     assert group.count('<section class="group"') == 2
+
+
+def test_pages_are_drawn_from_the_corpus_without_image_files(logs, tmp_path):
+    corpus = Corpus.from_records(
+        [
+            {
+                "page_id": "4_2",
+                "doc_id": "4",
+                "page": 2,
+                "text": "Revenue\nEast 12",
+                "width": 400,
+                "height": 300,
+            }
+        ]
+    )
+    corpus.save(tmp_path / "pages.parquet")
+    c = TestClient(create_app(ServeConfig(logs=logs, corpus=tmp_path)))
+    page = c.get("/img/4_2")
+    assert page.headers["content-type"] == "image/png"
+    with Image.open(io.BytesIO(page.content)) as im:
+        assert im.size == (400, 300)
+    with Image.open(io.BytesIO(c.get("/img/4_2?bbox=0,0,100,50").content)) as im:
+        assert im.size == (100, 50)
+    assert c.get("/img/4_9").status_code == 404
+    assert 'class="crop-img"' in c.get("/rollout?run=pages&uid=u4&step=1&idx=0").text
