@@ -21,6 +21,7 @@ _MODULES = (
     "ingest",
     "query",
     "fixtures",
+    "corpus",
     "curate",
     "distill",
     "report",

@@ -52,7 +52,9 @@ DatasetOpt = Annotated[
 RunOpt = Annotated[
     list[str] | None,
     typer.Option(
-        "--run", help="Run whose rollouts score the prompts; repeat to pool several runs."
+        "--run",
+        help="Run whose rollouts score the prompts; repeat to pool several runs. Each run must "
+        "carry the score read (bucket: --metric; focus: reward; verify-gt: reward and NDCG).",
     ),
 ]
 ForceOpt = Annotated[
@@ -180,7 +182,11 @@ def verify_gt_cmd(
     ] = None,
     corpus: Annotated[
         Path | None,
-        typer.Option("--corpus", help="Page-text corpus (pages.parquet) the verifier reads."),
+        typer.Option(
+            "--corpus",
+            help="Page corpus (pages.parquet) the verifier reads: page text, and page images "
+            "from an image corpus (`ddai corpus build`).",
+        ),
     ] = None,
     decisions: DecisionsOpt = None,
     trust_verifier: Annotated[

@@ -63,13 +63,19 @@ ClaimOpt = Annotated[
 ProgressOpt = Annotated[bool, typer.Option(help="Show progress bars.")]
 RunOpt = Annotated[
     list[str] | None,
-    typer.Option("--run", help="Run id to distill (required; repeat to pool several runs)."),
+    typer.Option(
+        "--run",
+        help="Run id to distill (required; repeat to pool several runs). Each run needs parsed "
+        "turns.",
+    ),
 ]
 
 distill_app = typer.Typer(
     name="distill",
     help="Rare-success SFT distillation: select successful rollouts of hard prompts, rewrite "
-    "their thinks (optional), run the safety post-pass, write train1 or messages Parquet.",
+    "their thinks (optional), run the safety post-pass, write train1 or messages Parquet. "
+    "Needs runs with parsed turns (`ddai runs` shows them): DDAI's flash_rm_detail logs carry "
+    "none, so distill refuses them (exit 2); ingest the unified log of the same round instead.",
 )
 
 

@@ -43,10 +43,32 @@ def ingest_cmd(
             f"{', '.join(adapters.formats())}.",
         ),
     ] = "auto",
+    uid_field: Annotated[
+        str | None,
+        typer.Option(
+            "--uid-field",
+            help="verl dumps: the field of each dump line that holds the dataset id (e.g. a "
+            "reward extra 'index'; dotted paths reach nested objects), so the run joins the "
+            "dataset in curate/distill. Rows without it fall back to --dataset, else keep the "
+            "sha1 uid, flagged uid_unmatched.",
+        ),
+    ] = None,
+    dataset: Annotated[
+        Path | None,
+        typer.Option(
+            "--dataset",
+            help="verl dumps: the dataset (verl RL parquet: id, prompt) whose prompts give the "
+            "ids: a dump row's last user message must equal one dataset row's after whitespace "
+            "normalization; unmatched or ambiguous rows keep the sha1 uid, flagged uid_unmatched "
+            "and counted, never guessed.",
+        ),
+    ] = None,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
     as_json: JsonOpt = False,
 ) -> None:
-    """Ingest rollout logs; unreadable rows go to _quarantine/<run>.jsonl with a reason."""
+    """Ingest rollout logs; unreadable rows go to _quarantine/<run>.jsonl with a reason. The
+    summary says what each run's rollouts carry and lack (turns, pages, judge, ndcg, reward, step,
+    advantages, images): e.g. DDAI's flash_rm_detail logs carry no turns, so distill refuses them."""
     if fmt not in adapters.formats():
         raise fail(f"--format {fmt!r} is not known; use one of {', '.join(adapters.formats())}")
     cfg = IngestConfig(
@@ -56,6 +78,8 @@ def ingest_cmd(
         append=append,
         fmt=fmt,
         progress=progress and not as_json,
+        uid_field=uid_field,
+        dataset=dataset,
     )
     try:
         result = ingest(cfg)

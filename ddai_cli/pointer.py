@@ -30,7 +30,9 @@ VqaOpt = Annotated[
 MetricOpt = Annotated[
     str,
     typer.Option(
-        "--metric", help=f"Answer score: {', '.join(SCORERS)} (VQAv2 accuracy, ANLS, exact match)."
+        "--metric",
+        help=f"Answer score: {', '.join(SCORERS)} (official VQAv2 accuracy; VQAv2 with the human "
+        "answers normalized like the prediction, not comparable with papers; ANLS; exact match).",
     ),
 ]
 ThresholdOpt = Annotated[

@@ -15,7 +15,7 @@ import typer
 from rich.table import Table
 
 from ddai.cli.common import JsonOpt, LogsOpt, RunsOpt, console, fail, summary
-from ddai.pipelines import io, query, workspace
+from ddai.pipelines import capabilities, io, query, workspace
 
 
 class Fmt(StrEnum):
@@ -116,16 +116,27 @@ def _coerce(value: str):
 
 
 def runs_cmd(logs: LogsOpt = None, as_json: JsonOpt = False) -> None:
-    """List the runs in the log store with rollout, prompt and step counts and mean scores."""
+    """List the runs in the log store with rollout, prompt and step counts, mean scores and what
+    their rollouts carry (turns, pages, judge, ndcg, reward, step, advantages, images: the
+    commands that need one refuse a run without it)."""
     try:
-        con = query.connect(query.logs_or_fail(workspace.logs_dir(logs)))
+        root = query.logs_or_fail(workspace.logs_dir(logs))
+        con = query.connect(root)
     except FileNotFoundError as e:
         raise fail(str(e)) from e
     tbl = query.run_sql(con, "SELECT * FROM runs")
+    caps = capabilities.for_runs(root, tbl["run_id"].to_pylist())
     if as_json:
-        summary("runs", {"runs": tbl.to_pylist()}, as_json=True)
+        rows = [{**r, "capabilities": caps[r["run_id"]].to_dict()} for r in tbl.to_pylist()]
+        summary("runs", {"runs": rows}, as_json=True)
         return
     console.print(_rich_table(tbl, 10_000))
+    carried = Table(title="what the runs carry (rollouts counted at ingest)", title_justify="left")
+    for name in ("run", "carries", "lacks"):
+        carried.add_column(name, overflow="fold")
+    for run, c in caps.items():
+        carried.add_row(run, c.compact(), ", ".join(c.lacks()) or "nothing")
+    console.print(carried)
 
 
 def register(app: typer.Typer) -> None:

@@ -17,9 +17,11 @@ from ddai.cli.train import (
     GateOpt,
     MaxTurnsOpt,
     MaxTurnTokensOpt,
+    PreflightPromptsOpt,
     RestrictToDocOpt,
     RewardOpt,
     SearchKOpt,
+    SkipPreflightOpt,
     WFormatOpt,
     WJudgeOpt,
     WNdcgOpt,
@@ -400,6 +402,8 @@ def train_ppo_command(
     ] = 1.0,
     dtype: DtypeOpt = "float32",
     seed: SeedOpt = 0,
+    skip_preflight: SkipPreflightOpt = False,
+    preflight_prompts: PreflightPromptsOpt = 2,
     as_json: JsonOpt = False,
 ) -> None:
     """PPO over the multi-turn search environment, with a value head as critic and GAE."""
@@ -459,6 +463,8 @@ def train_ppo_command(
         grad_clip=grad_clip,
         dtype=dtype,
         seed=seed,
+        skip_preflight=skip_preflight,
+        preflight_prompts=preflight_prompts,
     )
     summary("ddai train ppo", asdict(_run(run_ppo, cfg)), as_json=as_json)
 

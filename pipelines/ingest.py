@@ -4,7 +4,8 @@ Invariant, per ingest and per run: rows in = rollouts out + quarantined. Sources
 their reader and a per-run ``PartitionWriter``, so memory stays bounded by the write batch.
 For event-based sources (DDAI's unified log) a row in is a unit the reader yields: an assembled
 rollout or a quarantined unit (a bad line, an incomplete rollout); the reader's event counts go to
-its notes. Side tables (source events that are not rollouts) stream to
+its notes. Rollouts kept with a known defect carry ``flags`` (e.g. ``turns_incomplete``),
+counted by flag in the summary and the manifest. Side tables (source events that are not rollouts) stream to
 ``_side/<table>/<run>.jsonl``; reader notes go to the summary and to each run's manifest.
 """
 
@@ -23,6 +24,8 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeR
 from ddai.pipelines import adapters, io
 from ddai.pipelines.adapters.base import ReaderContext, SourceRecord
 from ddai.pipelines.adapters.side import SideTables
+from ddai.pipelines.adapters.verl_ids import UidMapper
+from ddai.pipelines.capabilities import Capabilities
 from ddai.pipelines.schema import RowError, normalize_rollout
 from ddai.pipelines.store import QUARANTINE_DIR, PartitionWriter, check_run_id
 
@@ -37,6 +40,8 @@ class IngestConfig:
     append: bool = False
     fmt: str = "auto"
     progress: bool = True
+    uid_field: str | None = None  # verl: the dump field holding the dataset id
+    dataset: Path | None = None  # verl: dataset whose prompts give the ids
 
 
 @dataclass
@@ -44,6 +49,7 @@ class RunCounts:
     rows_in: int = 0
     rollouts_out: int = 0
     quarantined: Counter = field(default_factory=Counter)
+    flagged: Counter = field(default_factory=Counter)  # rollouts kept with a flag, by flag
 
 
 @dataclass
@@ -53,6 +59,8 @@ class IngestResult:
     quarantine_files: list[str]
     side_tables: dict[str, int]
     notes: dict[str, Any]
+    capabilities: dict[str, Capabilities] = field(default_factory=dict)
+    """Per run: what its rollouts carry (the partition manifest's counts)."""
 
     @property
     def rows_in(self) -> int:
@@ -69,17 +77,28 @@ class IngestResult:
             total.update(c.quarantined)
         return total
 
+    @property
+    def flagged(self) -> Counter:
+        total: Counter = Counter()
+        for c in self.runs.values():
+            total.update(c.flagged)
+        return total
+
     def summary(self) -> dict[str, Any]:
         return {
             "rows in": self.rows_in,
             "rollouts out": self.rollouts_out,
             "quarantined": sum(self.quarantined.values()),
             "quarantined by reason": dict(sorted(self.quarantined.items())),
+            **({"flagged by reason": dict(sorted(self.flagged.items()))} if self.flagged else {}),
             "runs": {r: c.rollouts_out for r, c in sorted(self.runs.items())},
             "formats": self.formats,
             "quarantine files": self.quarantine_files,
             **({"side tables": self.side_tables} if self.side_tables else {}),
             **({"notes": self.notes} if self.notes else {}),
+            # What each run can feed (distill needs turns, bucket NDCG, focus reward, ...).
+            "carries": {r: c.compact() for r, c in sorted(self.capabilities.items())},
+            "lacks": {r: c.lacks() for r, c in sorted(self.capabilities.items()) if c.lacks()},
         }
 
 
@@ -140,12 +159,13 @@ def ingest(cfg: IngestConfig) -> IngestResult:
         fmt_of[str(src)] = adapters.detect(Path(src)) if cfg.fmt == "auto" else cfg.fmt
         adapters.reader(fmt_of[str(src)])  # fail early on an unknown --format
     side = SideTables(cfg.logs, cfg.run_id, NO_RUN)
-    ctx = ReaderContext(run_id=cfg.run_id, side_tables=side)
+    ctx = ReaderContext(run_id=cfg.run_id, side_tables=side, uid_mapper=_uid_mapper(cfg, fmt_of))
     writers: dict[str, PartitionWriter] = {}
     counts: dict[str, RunCounts] = {}
     sources_of: dict[str, list[dict[str, Any]]] = {}
     quarantine = _Quarantine(cfg.logs, cfg.append)
     started = time.time()
+    caps: dict[str, Capabilities] = {}
     try:
         with _progress(cfg.progress) as bar:
             for src in map(Path, cfg.sources):
@@ -172,11 +192,12 @@ def ingest(cfg: IngestConfig) -> IngestResult:
                     _route(rec, src, cfg, writers, counts, sources_of, src_info, quarantine)
         for run, w in writers.items():
             c = counts[run]
-            w.commit(
+            record = w.commit(
                 {
                     "sources": sources_of[run],
                     "rows_in": c.rows_in,
                     "quarantined": dict(c.quarantined),
+                    "flagged": dict(sorted(c.flagged.items())),
                     "run_config": ctx.run_config.get(run, {}),
                     "notes": {
                         s["path"]: ctx.notes[s["path"]]
@@ -186,6 +207,8 @@ def ingest(cfg: IngestConfig) -> IngestResult:
                     "wall_time_s": round(time.time() - started, 3),
                 }
             )
+            if "capabilities" in record:
+                caps[run] = Capabilities.of(run, record["capabilities"])
     except BaseException:
         for w in writers.values():
             w.abort()
@@ -193,7 +216,19 @@ def ingest(cfg: IngestConfig) -> IngestResult:
         raise
     qfiles = quarantine.flush(sorted(counts))
     side_counts = side.commit(sorted(counts), append=cfg.append)
-    return IngestResult(counts, fmt_of, qfiles, side_counts, ctx.notes)
+    return IngestResult(counts, fmt_of, qfiles, side_counts, ctx.notes, caps)
+
+
+def _uid_mapper(cfg: IngestConfig, fmt_of: dict[str, str]) -> UidMapper | None:
+    """The verl id mapping ``--uid-field`` / ``--dataset`` ask for (only verl dumps use it)."""
+    if not (cfg.uid_field or cfg.dataset):
+        return None
+    if "verl" not in fmt_of.values():
+        raise ValueError(
+            "--uid-field and --dataset map verl dumps to dataset ids; none of the sources is a "
+            f"verl dump (formats: {', '.join(sorted(set(fmt_of.values())))})"
+        )
+    return UidMapper.build(cfg.uid_field, cfg.dataset)
 
 
 def _route(
@@ -233,4 +268,5 @@ def _route(
         writers[run] = PartitionWriter(cfg.logs, run, append=cfg.append)
     writers[run].add(row)
     c.rollouts_out += 1
+    c.flagged.update(row["flags"] or ())
     return run

@@ -230,27 +230,35 @@ def vqa_normalize(text: str | None) -> str:
     return vqa_process_digit_article(vqa_process_punctuation(s))
 
 
-def vqa_accuracy(pred: str, answers: list[str], *, script_exact: bool = False) -> float:
+def vqa_accuracy(pred: str, answers: list[str], *, normalize_answers: bool = False) -> float:
     """Official VQAv2 accuracy of one prediction against the human answers (10 in VQAv2).
 
     For each human answer left out in turn, ``min(1, #matches among the others / 3)``; the mean
     over the leave-one-out subsets. With 10 answers, 0/1/2/3/4+ matches score 0/0.3/0.6/0.9/1.0.
 
-    The prediction is normalized as the official script does (``vqa_normalize``). The human
-    answers get the same normalization by default: VQAv2's released answers are already in that
-    form, where this equals the script's output, and hand-written answers ("Two", "a dog") score
-    as intended. ``script_exact=True`` reproduces the script literally instead: the answers get
-    only the punctuation step, and only when they are not all identical. 0 with no answers.
+    By default this is the official script (GT-Vision-Lab/VQA ``vqaEval.py``) to the letter, so
+    numbers compare with published ones: the prediction gets whitespace, punctuation and
+    digit/article processing (``vqa_normalize``); the human answers get only the punctuation step,
+    and only when they are not all identical. So ``"2"`` against 2×"two" + 2×"2" + 6×"three" is
+    0.6: "two" is not a match. ``normalize_answers=True`` is a symmetric variant (not comparable
+    with papers): the answers get ``vqa_normalize`` too, so hand-written answers ("Two", "a dog")
+    count as their normalized form. 0 with no answers.
     """
     if not answers:
         return 0.0
     res = vqa_normalize(pred)
-    gts = [(a or "").replace("\n", " ").replace("\t", " ").strip() for a in answers]
-    if not script_exact:
-        gts = [vqa_normalize(a) for a in gts]
-    elif len(set(gts)) > 1:
-        gts = [vqa_process_punctuation(a) for a in gts]
+    if normalize_answers:
+        gts = [vqa_normalize(a) for a in answers]
+    elif len(set(answers)) > 1:
+        gts = [vqa_process_punctuation(a or "") for a in answers]
+    else:
+        gts = [a or "" for a in answers]
     matches = sum(a == res for a in gts)
     # leaving out a matching answer leaves matches - 1 among the others, else all matches
     per_subset = [min(1.0, (matches - (a == res)) / 3.0) for a in gts]
     return sum(per_subset) / len(per_subset)
+
+
+def vqa_accuracy_symmetric(pred: str, answers: list[str]) -> float:
+    """``vqa_accuracy`` with the human answers normalized like the prediction (not official)."""
+    return vqa_accuracy(pred, answers, normalize_answers=True)

@@ -46,9 +46,11 @@ def connect(
     if files:
         # DuckDB's own Parquet reader (about 2x faster than scanning an Arrow dataset); the file
         # list is passed as a value, never pasted into SQL text.
-        con.read_parquet([str(f) for f in files], hive_partitioning=False).create_view(
-            "rollouts_src"
-        )
+        # union_by_name: partitions written before a column existed (``flags``, schema 1) read
+        # it as null.
+        con.read_parquet(
+            [str(f) for f in files], hive_partitioning=False, union_by_name=True
+        ).create_view("rollouts_src")
     else:
         # An empty store still answers queries (with no rows).
         con.register("rollouts_src", store.ROLLOUT_SCHEMA.empty_table())

@@ -15,9 +15,14 @@ import pyarrow as pa
 
 from ddai.pipelines import metrics, tags
 
-SCHEMA_VERSION = "1"
+# 2: the ``flags`` column (rollouts kept with a known defect, e.g. ``turns_incomplete``).
+# Partitions of version 1 read with ``flags`` null.
+SCHEMA_VERSION = "2"
 ACTION_NAMES = ("search", "bbox", "search_complete", "invalid")
 TERMINATIONS = ("complete", "max_turns", "invalid", "error")
+# A kept rollout some of whose turns are missing from the source (``extra.turns_missing`` lists
+# their indexes): its scores count, its text is not whole (distillation leaves it out).
+TURNS_INCOMPLETE = "turns_incomplete"
 
 TURN_TYPE = pa.struct(
     [
@@ -59,6 +64,7 @@ ROLLOUT_SCHEMA = pa.schema(
         ("num_turns", pa.int32()),
         ("terminated", pa.string()),
         ("extra", pa.string()),
+        ("flags", pa.list_(pa.string())),
     ],
     metadata={b"schema_version": SCHEMA_VERSION.encode()},
 )
@@ -77,7 +83,7 @@ _STR_COLS = (
     "answer",
     "terminated",
 )
-_STRLIST_COLS = ("reference_pages", "retrieved_pages")
+_STRLIST_COLS = ("reference_pages", "retrieved_pages", "flags")
 INT32_MAX = 2**31 - 1
 
 
@@ -217,6 +223,7 @@ def normalize_rollout(
         row[c] = _float(c, rec.get(c))
     for c in _STRLIST_COLS:
         row[c] = _strlist(c, rec.get(c))
+    row["flags"] = sorted(set(row["flags"])) if row["flags"] else None
     fmt = rec.get("format_ok")
     if fmt is not None and not isinstance(fmt, bool):
         raise RowError("wrong type", "format_ok must be a boolean")
@@ -254,6 +261,8 @@ def normalize_rollout(
             row["format_ok"] = all(t["action"] != "invalid" for t in turns) and (
                 turns[-1]["action"] == "search_complete"
             )
+            if row["format_ok"] and TURNS_INCOMPLETE in (row["flags"] or ()):
+                row["format_ok"] = None  # a missing turn may have failed the gate: unknown
     if row["terminated"] is not None and row["terminated"] not in TERMINATIONS:
         extra.setdefault("source_terminated", row["terminated"])
         row["terminated"] = "error"

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from ddai.pipelines import io
+from ddai.pipelines import capability_count, io
 from ddai.pipelines.schema import ROLLOUT_SCHEMA, SCHEMA_VERSION, normalize_rollout
 
 MANIFEST = "_manifest.json"
@@ -70,6 +70,8 @@ class PartitionWriter:
         self._writer: pq.ParquetWriter | None = None
         self._buf: list[dict[str, Any]] = []
         self.rows = 0
+        # What the written rollouts carry, counted batch by batch (DESIGN: a run's manifest says so)
+        self.capabilities = capability_count.empty()
 
     def add(self, row: dict[str, Any]) -> None:
         self._buf.append(row)
@@ -87,6 +89,9 @@ class PartitionWriter:
             )
         self._writer.write_table(table)
         self.rows += table.num_rows
+        self.capabilities = capability_count.add(
+            self.capabilities, capability_count.count_table(table)
+        )
 
     def _flush(self) -> None:
         if self._buf:
@@ -124,6 +129,12 @@ class PartitionWriter:
             )
         else:
             record["rollouts_total"] = self.rows
+        # Counts over the whole partition; an appended-to partition from before the counts existed
+        # gets none (readers then count it, see ddai.pipelines.capabilities).
+        if not old:
+            record["capabilities"] = self.capabilities
+        elif "capabilities" in old:
+            record["capabilities"] = capability_count.add(old["capabilities"], self.capabilities)
         io.write_json(self.final / MANIFEST, record)
         return record
 

@@ -15,7 +15,7 @@ from typing import Any
 import duckdb
 import polars as pl
 
-from ddai.pipelines import query
+from ddai.pipelines import capabilities, query
 from ddai.reports.config import ReportConfig
 
 _PARAM_RE = re.compile(r"\$([A-Za-z_]\w*)")
@@ -40,6 +40,8 @@ class ReportContext:
     runs: list[str] = field(default_factory=list)
     rollouts: int = 0
     params: dict[str, Any] = field(default_factory=dict)
+    caps: dict[str, capabilities.Capabilities] = field(default_factory=dict)
+    """Per selected run: what its rollouts carry (sections that need a field check it)."""
 
     @classmethod
     def open(cls, cfg: ReportConfig, con: duckdb.DuckDBPyConnection) -> ReportContext:
@@ -50,7 +52,25 @@ class ReportContext:
         runs = ctx.frame("report_runs")
         ctx.runs = runs["run_id"].to_list()
         ctx.rollouts = int(runs["rollouts"].sum())
+        ctx.caps = capabilities.for_runs(cfg.logs, ctx.runs)
         return ctx
+
+    def lacking(self, name: str) -> list[str]:
+        """The selected runs none of whose rollouts carries ``name`` (a capability)."""
+        return [r for r in self.runs if r in self.caps and not self.caps[r].has(name)]
+
+    def lack_note(self, name: str, what: str, runs: list[str] | None = None) -> str:
+        """One sentence: which runs (default: every selected run lacking it) lack ``name``, so
+        ``what`` is not shown for them, and what would supply it."""
+        runs = runs if runs is not None else self.lacking(name)
+        formats = sorted({f for r in runs for f in self.caps[r].formats})
+        source = f" (ingested from {', '.join(formats)})" if formats else ""
+        return (
+            f"Run{'s' if len(runs) > 1 else ''} {', '.join(runs)}{source} carr"
+            f"{'y' if len(runs) > 1 else 'ies'} no {capabilities.MEANING[name]}, so {what} "
+            f"cannot be shown for {'them' if len(runs) > 1 else 'it'}. To fill it: "
+            f"{capabilities.SUPPLY[name].replace('RUN', runs[0] if runs else 'RUN')}."
+        )
 
     def execute(self, name: str, **extra: Any) -> None:
         """Run ``sql/<name>.sql`` for its effect (e.g. a CREATE TABLE)."""

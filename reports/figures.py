@@ -14,7 +14,7 @@ from typing import Any
 import plotly.graph_objects as go
 from markupsafe import Markup
 
-from ddai.reports.blocks import Figure
+from ddai.reports.blocks import Figure, Note
 
 COLORS = ("#3366cc", "#dc6b1f", "#2a9d5c", "#c0392b", "#8e44ad", "#7f8c8d", "#b8860b", "#17a2b8")
 OUTCOME_COLORS = {
@@ -68,3 +68,33 @@ def to_block(fig: go.Figure, div_id: str, *, height: int = 360) -> Figure:
     fig.update_layout(template=HOUSE, height=height)
     fragment = fig.to_html(full_html=False, include_plotlyjs=False, div_id=div_id, config=_CONFIG)
     return Figure(Markup(fragment))
+
+
+def _values(trace: Any) -> list[Any]:
+    """The values a trace shows (a bar's lengths, a heatmap's cells, a Sankey's link sizes)."""
+    kind = trace.type
+    if kind == "bar":
+        vals = trace.x if trace.orientation == "h" else trace.y
+        return [v for v in (vals or ()) if v]  # a bar of 0 shows nothing
+    if kind == "heatmap":
+        return [v for row in (trace.z or ()) for v in (row or ()) if v is not None]
+    if kind == "sankey":
+        return [v for v in (trace.link.value or ()) if v]
+    if kind == "histogram":
+        return [v for v in (trace.x if trace.x is not None else trace.y or ()) if v is not None]
+    vals = getattr(trace, "y", None)
+    return [v for v in (vals if vals is not None else ()) if v is not None]
+
+
+def has_data(fig: go.Figure) -> bool:
+    """True when some trace of ``fig`` shows a value (a non-zero bar, a cell, a point).
+
+    A figure without one draws empty axes (plotly spans them -1..4 around nothing), which reads
+    as a broken chart; sections show a sentence instead (``chart_or_note``).
+    """
+    return any(_values(t) for t in fig.data)
+
+
+def chart_or_note(fig: go.Figure, div_id: str, *, empty: str, height: int = 360) -> Figure | Note:
+    """The figure as a block, or ``Note(empty)`` (why there is nothing to draw) without data."""
+    return to_block(fig, div_id, height=height) if has_data(fig) else Note(empty)

@@ -110,6 +110,10 @@ class PPORunConfig:
     dtype: str = "float32"
     seed: int = 0
     progress: bool = True
+    skip_preflight: bool = False
+    """Train without the preflight checks (``ddai.trainer.preflight``); recorded in the run config."""
+    preflight_prompts: int = 2
+    """Prompts whose ``n_agent`` episodes the preflight samples (and 4× as many for search)."""
 
     def check(self) -> None:
         """Fail on bad settings before any model is loaded; messages name the flag."""
@@ -154,6 +158,9 @@ class PPOResult:
     value_loss_first: float | None
     value_loss_last: float | None
     changed_parameters: int
+    zero_variance_steps: int = 0
+    """Steps whose groups all had zero reward variance."""
+    preflight: str = "skipped"
 
 
 # ---------------------------------------------------------------------------- forward passes
@@ -404,8 +411,17 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
     """Train the policy with PPO; save it and its critic; log every rollout to the store."""
     from ddai.pipelines.corpus import Corpus
     from ddai.pipelines.pointer.progress import bar
+    from ddai.trainer import preflight as pf
     from ddai.trainer.data import load_tasks
-    from ddai.trainer.grpo import RolloutLog, default_backends, reward_spec
+    from ddai.trainer.grpo import (
+        RolloutLog,
+        default_backends,
+        preflight_slots,
+        preflight_status,
+        reward_spec,
+        sampled_episodes,
+        static_preflight,
+    )
     from ddai.trainer.modeling import changed_parameters, load_policy, parameter_snapshot
     from ddai.trainer.sft import save_model
     from ddai.trainer.value import save_value_model
@@ -417,9 +433,31 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
         raise TrainConfigError(f"--data {cfg.data}: no prompts")
     corpus = Corpus.load(cfg.corpus)
     backends = backends or default_backends(cfg, corpus, reward_spec(cfg))
+    report = pf.PreflightReport(skipped=cfg.skip_preflight)
+    if not cfg.skip_preflight:
+        static_preflight(
+            report,
+            tasks,
+            corpus,
+            str(cfg.corpus),
+            backends.search,
+            k=cfg.search_k,
+            restrict_to_doc=cfg.restrict_to_doc,
+            prompts=cfg.preflight_prompts,
+            seed=cfg.seed,
+        )
+        report.raise_errors()
     torch.manual_seed(cfg.seed)
     dev = device()
     policy, tok = load_policy(cfg.model, dtype=cfg.dtype)
+    if not cfg.skip_preflight:
+        pf.check_chat_template(
+            report,
+            lambda msgs: tok.apply_chat_template(msgs, tokenize=False),
+            tok,
+            tasks[0].messages,
+        )
+        report.raise_errors()
     policy.to(dev).eval()
     ref = _frozen(copy.deepcopy(policy)) if cfg.kl_coef > 0 else None
     critic, critic_source = _load_critic(cfg, tok)
@@ -429,6 +467,19 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
         critic.param_groups(trunk_lr=cfg.critic_trunk_lr, head_lr=cfg.critic_lr)
     )
     episodes = Episodes(cfg, tok, corpus, backends)
+    try:
+        if not cfg.skip_preflight:
+            slots = preflight_slots(tasks, cfg.preflight_prompts, cfg.n_agent, cfg.seed)
+            pf.check_episodes(
+                report,
+                sampled_episodes(episodes.rollout, slots, None, policy, cfg.reward_timeout),
+            )
+            report.raise_errors()
+        pf.write_run_config(cfg.output_dir, "train ppo", cfg, report)
+    except BaseException:
+        episodes.close()
+        raise
+    zero_variance = pf.ZeroVarianceSteps()
     run_id = cfg.run_id or f"ppo_{time.strftime('%Y%m%d_%H%M%S')}"
     log = RolloutLog(workspace.logs_dir(cfg.logs), run_id)
     metrics_log = MetricsLog(Path(cfg.output_dir) / "metrics.jsonl")
@@ -441,6 +492,11 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
             for step in range(1, cfg.max_steps + 1):
                 slots = [(t, g, i) for g, t in enumerate(next(batches)) for i in range(cfg.n_agent)]
                 trajs, rewards, metrics = episodes.collect(slots, policy)
+                groups: dict[int, list[float]] = {}
+                for t, r in zip(trajs, rewards, strict=True):
+                    groups.setdefault(t.group, []).append(r)
+                if cfg.n_agent > 1:  # a one-rollout group has no variance to lose
+                    zero_variance.observe(step, list(groups.values()))
                 batch = pad_batch(
                     [t.prompt_ids for t in trajs],
                     [t.completion_ids for t in trajs],
@@ -473,4 +529,6 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
         value_loss_first=vf_losses[0] if vf_losses else None,
         value_loss_last=vf_losses[-1] if vf_losses else None,
         changed_parameters=len(changed_parameters(before, policy)),
+        zero_variance_steps=zero_variance.count,
+        preflight=preflight_status(report),
     )

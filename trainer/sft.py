@@ -2,8 +2,12 @@
 
 Input: ``ddai distill`` output or DDAI ``train1`` files (Parquet or JSONL with a ``messages``
 column: a list of ``{role, content}`` or its JSON text). Observation turns (``user`` messages after
-the question, DDAI's ``[{"image": path}]`` or error strings) become text and are masked out of the
-loss by the chat template's generation markers; only the Searcher's own turns are learned.
+the question, DDAI's ``[{"image": path}]`` or error strings) are masked out of the loss by the chat
+template's generation markers; only the Searcher's own turns are learned.
+
+A text model reads image observations as ``[image: path]`` text. A model with a processor (a VLM
+such as Qwen2-VL) sees them as images: the files, found by name under ``--image-root``, go through
+TRL's vision-language SFT path (``ddai.trainer.sft_images``); their image tokens carry no loss.
 """
 
 from __future__ import annotations
@@ -16,8 +20,14 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from ddai.pipelines import io
-from ddai.trainer import common
+from ddai.trainer import common, dist
 from ddai.trainer.chat import ensure_training_template, normalize_messages
+from ddai.trainer.sft_images import (
+    ImageConversation,
+    MissingImage,
+    image_conversation,
+    vision_dataset,
+)
 
 
 @dataclass
@@ -55,6 +65,8 @@ class SFTRunConfig:
     config_file: Path | None = None
     overrides: dict[str, Any] = field(default_factory=dict)
     """``--set key=value`` knobs of TRL's ``SFTConfig``."""
+    image_root: Path | None = None
+    """Folder of the page images the conversations show (VLM models; found by file name)."""
 
 
 @dataclass
@@ -66,14 +78,15 @@ class SFTResult:
     train_loss: float | None
     changed_parameters: int
     lora: bool
+    images: int = 0
+    """Images the training rows show (0 for a text model)."""
 
 
-def load_conversations(paths: list[Path]) -> tuple[list[list[dict[str, str]]], dict[str, int]]:
-    """Conversations from Parquet/JSONL files, with drop counts by reason."""
+def read_rows(paths: list[Path]) -> list[dict[str, Any]]:
+    """Rows with a ``messages`` column from Parquet/JSONL files."""
     import json
 
-    convs: list[list[dict[str, str]]] = []
-    dropped: dict[str, int] = {}
+    out: list[dict[str, Any]] = []
     for p in paths:
         if not p.is_file():
             raise common.TrainConfigError(f"--data {p}: file not found")
@@ -86,19 +99,62 @@ def load_conversations(paths: list[Path]) -> tuple[list[list[dict[str, str]]], d
                 f"--data {p}: no `messages` column (got {sorted(rows[0])}); pass `ddai distill` "
                 "output or a DDAI train1 file"
             )
-        for row in rows:
-            try:
-                msgs = normalize_messages(row["messages"])
-            except (ValueError, KeyError, TypeError):
-                dropped["unreadable messages"] = dropped.get("unreadable messages", 0) + 1
-                continue
-            if not any(m["role"] == "assistant" for m in msgs):
-                dropped["no assistant turn"] = dropped.get("no assistant turn", 0) + 1
-                continue
-            convs.append(msgs)
+        out.extend(rows)
+    return out
+
+
+def load_conversations(paths: list[Path]) -> tuple[list[list[dict[str, str]]], dict[str, int]]:
+    """Conversations from Parquet/JSONL files, with drop counts by reason."""
+    convs: list[list[dict[str, str]]] = []
+    dropped: dict[str, int] = {}
+    for row in read_rows(paths):
+        try:
+            msgs = normalize_messages(row["messages"])
+        except (ValueError, KeyError, TypeError):
+            dropped["unreadable messages"] = dropped.get("unreadable messages", 0) + 1
+            continue
+        if not any(m["role"] == "assistant" for m in msgs):
+            dropped["no assistant turn"] = dropped.get("no assistant turn", 0) + 1
+            continue
+        convs.append(msgs)
     if not convs:
         raise common.TrainConfigError(
             f"--data: no usable conversation in {[str(p) for p in paths]}"
+        )
+    return convs, dropped
+
+
+def load_image_conversations(
+    paths: list[Path], image_root: Path | None
+) -> tuple[list[ImageConversation], dict[str, int]]:
+    """Conversations that keep their images (VLM SFT), with drop counts by reason.
+
+    A row whose image is not under ``image_root`` is dropped and counted; when no row is left the
+    error names ``--image-root`` and the first missing image.
+    """
+    convs: list[ImageConversation] = []
+    dropped: dict[str, int] = {}
+    first_missing = None
+    for row in read_rows(paths):
+        try:
+            conv = image_conversation(row["messages"], image_root)
+        except MissingImage as e:
+            first_missing = first_missing or str(e)
+            dropped["image not under --image-root"] = (
+                dropped.get("image not under --image-root", 0) + 1
+            )
+            continue
+        except (ValueError, KeyError, TypeError, AttributeError):
+            dropped["unreadable messages"] = dropped.get("unreadable messages", 0) + 1
+            continue
+        if not any(m["role"] == "assistant" for m in conv.messages):
+            dropped["no assistant turn"] = dropped.get("no assistant turn", 0) + 1
+            continue
+        convs.append(conv)
+    if not convs:
+        hint = f" ({first_missing}); point --image-root at the page images" if first_missing else ""
+        raise common.TrainConfigError(
+            f"--data: no usable conversation in {[str(p) for p in paths]}{hint}"
         )
     return convs, dropped
 
@@ -144,19 +200,49 @@ def sft_args(cfg: SFTRunConfig) -> Any:
     return SFTConfig(**merged)
 
 
-def run_sft(cfg: SFTRunConfig) -> SFTResult:
-    """Train, save the final (merged) model and tokenizer to ``output_dir``, return a summary."""
+@dataclass
+class SFTSetup:
+    """A ready ``SFTTrainer`` and what ``run_sft`` reports about its data."""
+
+    trainer: Any
+    processing_class: Any
+    """The tokenizer, or the processor of a VLM."""
+    rows: int
+    dropped: dict[str, int]
+    images: int
+    before: dict[str, Any]
+    """The starting weights (``parameter_snapshot``), taken before any LoRA wrapping."""
+
+
+def build_sft(cfg: SFTRunConfig) -> SFTSetup:
+    """Load the data and the model and build TRL's ``SFTTrainer`` (a VLM's processor when the
+    model has one: images stay images)."""
     from datasets import Dataset
     from trl import SFTTrainer
 
-    from ddai.trainer.modeling import changed_parameters, load_policy, parameter_snapshot
+    from ddai.trainer.modeling import (
+        load_policy,
+        load_processor,
+        load_vision_model,
+        parameter_snapshot,
+    )
 
     args = sft_args(cfg)
-    resume_from = common.resume_checkpoint(cfg.output_dir, cfg.resume)
-    convs, dropped = load_conversations(cfg.data)
-    model, tok = load_policy(cfg.model, dtype=cfg.dtype)
-    if cfg.assistant_only_loss:
-        ensure_training_template(tok)
+    dist.allow_fsdp_on_cpu(args)
+    n_images = 0
+    if load_processor(cfg.model) is not None:
+        # A VLM: TRL's vision path; TRL patches the processor's template for assistant-only loss.
+        image_convs, dropped = load_image_conversations(cfg.data, cfg.image_root)
+        model, tok = load_vision_model(cfg.model, dtype=cfg.dtype)
+        train_dataset = vision_dataset(image_convs)
+        n_rows, n_images = len(image_convs), sum(len(c.images) for c in image_convs)
+    else:
+        convs, dropped = load_conversations(cfg.data)
+        model, tok = load_policy(cfg.model, dtype=cfg.dtype)
+        if cfg.assistant_only_loss:
+            ensure_training_template(tok)
+        train_dataset = Dataset.from_list([{"messages": c} for c in convs])
+        n_rows = len(convs)
     before = parameter_snapshot(model)
     peft_config = None
     if cfg.lora:
@@ -173,27 +259,93 @@ def run_sft(cfg: SFTRunConfig) -> SFTResult:
     trainer = SFTTrainer(
         model=model,
         args=args,
-        train_dataset=Dataset.from_list([{"messages": c} for c in convs]),
+        train_dataset=train_dataset,
         processing_class=tok,
         peft_config=peft_config,
         callbacks=common.build_callbacks(cfg.output_dir, metrics_file),
     )
     common.finish_trainer_setup(trainer)
+    return SFTSetup(trainer, tok, n_rows, dropped, n_images, before)
+
+
+def run_sft(cfg: SFTRunConfig) -> SFTResult:
+    """Train, save the final (merged) model and tokenizer to ``output_dir``, return a summary."""
+    from ddai.trainer.modeling import changed_parameters
+
+    resume_from = common.resume_checkpoint(cfg.output_dir, cfg.resume)
+    setup = build_sft(cfg)
+    trainer = setup.trainer
     out = trainer.train(resume_from_checkpoint=resume_from)
-    final = trainer.model
     if cfg.lora:
-        trainer.model.save_pretrained(Path(cfg.output_dir) / "adapter")
-        final = trainer.model.merge_and_unload()
-    save_model(final, tok, cfg.output_dir)
+        # The trainer's save gathers the adapter from FSDP / ZeRO-3 shards; the main process
+        # merges it and writes the merged model (its summary is the one printed).
+        save_final(trainer, Path(cfg.output_dir) / "adapter")
+        changed = 0
+        if trainer.accelerator.is_main_process:
+            final = merged_lora(trainer, cfg, Path(cfg.output_dir) / "adapter")
+            save_model(final, setup.processing_class, cfg.output_dir)
+            changed = len(changed_parameters(setup.before, final))
+        trainer.accelerator.wait_for_everyone()
+    else:
+        save_final(trainer, cfg.output_dir)
+        changed = len(changed_parameters(setup.before, trainer.model))  # collective under FSDP
     return SFTResult(
         output_dir=str(cfg.output_dir),
-        rows=len(convs),
-        dropped=dropped,
+        rows=setup.rows,
+        dropped=setup.dropped,
         steps=int(trainer.state.global_step),
         train_loss=float(out.training_loss) if out.training_loss is not None else None,
-        changed_parameters=len(changed_parameters(before, final)),
+        changed_parameters=changed,
         lora=cfg.lora,
+        images=setup.images,
     )
+
+
+def sharded(trainer: Any) -> bool:
+    """True when the trained weights are split across ranks (FSDP or DeepSpeed ZeRO-3)."""
+    from transformers.integrations import is_deepspeed_zero3_enabled
+
+    return bool(trainer.is_fsdp_enabled or is_deepspeed_zero3_enabled())
+
+
+def merged_lora(trainer: Any, cfg: SFTRunConfig, adapter: Path) -> Any:
+    """The base model with the trained LoRA adapter merged in (main process only). Sharded runs
+    hold no full copy in memory, so the base is reloaded and the saved adapter applied to it."""
+    if not sharded(trainer):
+        return trainer.accelerator.unwrap_model(trainer.model).merge_and_unload()
+    from peft import PeftModel
+
+    from ddai.trainer.modeling import load_policy, load_processor, load_vision_model
+
+    if load_processor(cfg.model) is not None:
+        base, _ = load_vision_model(cfg.model, dtype=cfg.dtype)
+    else:
+        base, _ = load_policy(cfg.model, dtype=cfg.dtype)
+    return PeftModel.from_pretrained(base, str(adapter)).merge_and_unload()
+
+
+def save_final(trainer: Any, output_dir: str | os.PathLike[str]) -> None:
+    """The final model and tokenizer through ``trainer.save_model`` (which gathers FSDP / ZeRO-3
+    shards and writes on the main process only), staged in a temp folder and moved into
+    ``output_dir/`` one rename per file. Collective: every rank calls it."""
+    import shutil
+
+    out = Path(output_dir)
+    stage = out / ".final-stage"
+    main = trainer.accelerator.is_main_process
+    if main:
+        shutil.rmtree(stage, ignore_errors=True)
+        stage.mkdir(parents=True)
+    trainer.accelerator.wait_for_everyone()
+    trainer.save_model(str(stage))
+    trainer.accelerator.wait_for_everyone()
+    if main:
+        for f in stage.iterdir():
+            if f.is_file() and f.name != "training_args.bin":
+                with io.atomic_path(out / f.name) as dst:
+                    os.replace(f, dst)
+        shutil.rmtree(stage, ignore_errors=True)
+    trainer.accelerator.wait_for_everyone()
 
 
 def save_model(model: Any, tokenizer: Any, output_dir: str | os.PathLike[str]) -> None:

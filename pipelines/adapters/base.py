@@ -29,6 +29,8 @@ class ReaderContext:
     run_config: dict[str, dict[str, Any]] = field(default_factory=dict)
     notes: dict[str, Any] = field(default_factory=dict)
     bytes_read: int = 0
+    # verl dumps: maps a line to its dataset id (``verl_ids.UidMapper``); None keeps the sha1 uid
+    uid_mapper: Any = None
 
 
 def iter_json_lines(

@@ -93,14 +93,21 @@ def question_from_query(query: Any) -> Any:
     return query[: m.start()] if m else query
 
 
-def question_from_prompt(prompt: str | None) -> str | None:
-    """The last user message of a chat-templated prompt, without DDAI's ``Question:`` prefix."""
+def last_user_message(prompt: str | None) -> str | None:
+    """The last user message of a chat-templated prompt, special tokens removed, stripped."""
     if not prompt:
         return None
     found = _USER_MSG_RE.findall(prompt)
     if not found:
         return None
-    text = re.sub(r"<\|[^|>]*\|>", "", found[-1]).strip()
+    return re.sub(r"<\|[^|>]*\|>", "", found[-1]).strip()
+
+
+def question_from_prompt(prompt: str | None) -> str | None:
+    """The last user message of a chat-templated prompt, without DDAI's ``Question:`` prefix."""
+    text = last_user_message(prompt)
+    if text is None:
+        return None
     if text.startswith(_QUESTION_PREFIX):
         text = text[len(_QUESTION_PREFIX) :].strip()
     return text or None

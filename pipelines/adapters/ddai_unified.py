@@ -20,8 +20,12 @@ Assembly streams with memory bounded by the rollouts in flight:
   reward is in and its last turn ends it (``search_complete`` or DDAI's last-turn flag), in
   whichever order those arrive; otherwise when its step is ``HORIZON`` steps behind the newest of
   its run, or at the end of the file.
-- Left incomplete: a rollout with a reward but no turns or a gap in ``turn_idx`` is quarantined as
-  ``missing turns``; one with turns that end it but no reward is kept with null scores (counted in
+- Left incomplete: a rollout with a reward and a gap in ``turn_idx`` (DDAI's logger is
+  best-effort: a lost ``model.plan``) is kept with its scores and the flag ``turns_incomplete``;
+  ``extra.turns_missing`` lists the missing turn indexes, ``turns[].idx`` keeps the logged ones,
+  ``num_turns`` counts up to the last logged turn and ``format_ok`` is null unless a logged turn
+  fails the gate. A reward with no turns at all (it may be a late reward of a rollout already
+  written) is quarantined as ``missing turns``; one with turns that end it but no reward is kept with null scores (counted in
   the notes: DDAI scores late or unsubmitted groups 0 without logging them); one with neither is
   quarantined as ``incomplete rollout``. A bad line or an event without ``sample_idx`` is
   quarantined on its own.
@@ -58,6 +62,7 @@ from ddai.pipelines.adapters.ddai_common import (
     turn_record,
 )
 from ddai.pipelines.adapters.peek import first_object
+from ddai.pipelines.schema import TURNS_INCOMPLETE
 
 NAME = "ddai-unified"
 HORIZON = 2
@@ -123,6 +128,12 @@ class _Pending:
         last = max(self.plans)
         seq = sorted(set(self.plans) | {i for i in self.empty if i < last})
         return seq if seq == list(range(len(seq))) else None
+
+    def missing(self) -> list[int]:
+        """Turn indexes below the last logged plan that have neither a plan nor padding."""
+        if not self.plans:
+            return []
+        return [i for i in range(max(self.plans)) if i not in self.plans and i not in self.empty]
 
     def ends(self) -> bool:
         """Whether the last turn read ends the rollout (search_complete or the last-turn flag)."""
@@ -270,6 +281,10 @@ class _Assembler:
         reason = None
         if p.conflict:
             reason, detail = "conflicting events", p.conflict
+        elif seq is None and p.reward is not None and p.plans:
+            # a lost plan event: the scores are whole, the text is not
+            last = max(p.plans)
+            seq = sorted(set(p.plans) | {i for i in p.empty if i < last})
         elif seq is None and p.reward is not None:
             got = sorted(p.plans)
             reason, detail = "missing turns", f"rm.flash.detail with model.plan turns {got}"
@@ -286,6 +301,10 @@ class _Assembler:
             yield SourceRecord(None, p.first_line, raw, reason, detail, run_id=run)
             return
         row, leftovers = self._assemble(p, seq)
+        missing = p.missing()
+        if missing:
+            row.update(flags=[TURNS_INCOMPLETE], turns_missing=missing, num_turns=max(p.plans) + 1)
+            self.n["rollouts kept with missing turns"] += 1
         self.n["rollouts assembled"] += 1
         if p.reward is None:
             self.n["rollouts without a reward event"] += 1
@@ -302,13 +321,14 @@ class _Assembler:
         run, step, sample_idx = p.key
         texts = [p.plans[i][0].get("text") if i in p.plans else "" for i in seq]
         parsed = []
-        for pos, text in enumerate(texts):
+        for idx, text in zip(seq, texts, strict=True):
             t = tags.parse_turn(text if isinstance(text, str) else "")
-            t.idx = pos
+            t.idx = idx  # the logged turn index (== position unless turns are missing)
             parsed.append(t)
         turns = [turn_record(t) for t in parsed]
         actions = [executed_action(t if isinstance(t, str) else "") for t in texts]
-        found, leftovers = _place_tools(p, seq, actions)
+        gappy = bool(p.missing())
+        found, leftovers = _place_tools(p, seq, actions, fallback=not gappy)
         seen: set[str] = set()
         search_results: list[list[str]] = []
         for pos, (rec, (act, _)) in enumerate(zip(turns, actions, strict=True)):
@@ -361,6 +381,13 @@ class _Assembler:
         if max_turns is not None:
             rec["max_turns"] = max_turns
         rec["search_results"] = search_results
+        if gappy and leftovers:
+            # tool events of the lost turns: kept with the rollout, never moved to another turn
+            rec["unplaced_tool_events"] = [
+                {k: v for k, v in ev.items() if k not in CONTEXT_FIELDS or k == "event_type"}
+                for ev, _ in leftovers
+            ]
+            leftovers = []
         rec.update(
             run_id=run,
             step=step,
@@ -389,12 +416,14 @@ class _Assembler:
 
 
 def _place_tools(
-    p: _Pending, seq: list[int], actions: list[tuple[str | None, str]]
+    p: _Pending, seq: list[int], actions: list[tuple[str | None, str]], *, fallback: bool = True
 ) -> tuple[dict[int, dict[str, dict]], list[tuple[dict, int]]]:
-    """Tool events per turn position: where the log put them, else the first free turn of a kind.
+    """Tool events per turn position: where the log put them, else (``fallback``) the first free
+    turn of a kind.
 
     Requests carry only the turn's own query, so any number are accepted; a response or crop per
-    executing turn at most.
+    executing turn at most. Without ``fallback`` (a rollout with lost turns, whose tool events may
+    belong to them) an event that does not fit where the log put it is left over.
     """
     kind = {SEARCH_RESPONSE: "search", SEARCH_REQUEST: "search", BBOX: "bbox"}
     pos_of = {idx: pos for pos, idx in enumerate(seq)}
@@ -409,6 +438,8 @@ def _place_tools(
             found.setdefault(pos, {})[et] = ev
         else:
             later.append((ev, line))
+    if not fallback:
+        return found, later
     leftovers = []
     for ev, line in sorted(later, key=lambda x: (_ts(x[0]), x[1])):
         et = ev["event_type"]

@@ -6,7 +6,9 @@ all there is to go by, so an observation is recognised by the markers environmen
 action's closing tag (and the end-of-turn token the policy emitted), a chat *user* turn
 (``<|im_start|>user`` or, decoded without special tokens, a bare ``user`` line) or a Search-R1
 ``<information>`` block, up to the next ``<think>``. Anything else after an action stays the
-policy's text, where the tag grammar reports it (two actions, text after the action).
+policy's text, where the tag grammar reports it (two actions, text after the action); an
+observation that follows such text (the environment still ran the turn's first action) is cut
+all the same, the policy's text ending at its last end-of-turn token.
 """
 
 from __future__ import annotations
@@ -19,8 +21,10 @@ from ddai.pipelines import tags
 from ddai.pipelines.adapters.ddai_common import basename, turn_record
 
 _CLOSE_RE = re.compile(r"</(search|bbox)>")
-_EOS_RE = re.compile(r"(?:<\|im_end\|>|<\|endoftext\|>|</s>|<\|eot_id\|>)?")
-_OBS_START_RE = re.compile(r"\s*(?:<\|im_start\|>user\b|user\n|<information>)")
+# Where an observation starts: a chat user turn (with its special token, or a bare "user" line
+# as decoded without special tokens) or a Search-R1 information block.
+_OBS_FIND_RE = re.compile(r"<\|im_start\|>user\b|(?:^|(?<=\n)|(?<=>))user\n|<information>")
+_EOS_TOKEN_RE = re.compile(r"<\|im_end\|>|<\|endoftext\|>|</s>|<\|eot_id\|>")
 _SPECIAL_RE = re.compile(r"<\|[^|>]*\|>")
 _ROLE_HEAD_RE = re.compile(r"^\s*user\s*\n")
 _ROLE_TAIL_RE = re.compile(r"\n\s*assistant\s*$")
@@ -62,10 +66,16 @@ def split_transcript(text: str | None) -> Transcript:
     for m in _CLOSE_RE.finditer(text):
         if m.start() < pos:
             continue
-        eos = _EOS_RE.match(text, m.end()).end()
-        nxt = text.find("<think>", eos)
+        close = m.end()
+        nxt = text.find("<think>", close)
         stop = len(text) if nxt < 0 else nxt
-        if not _OBS_START_RE.match(text, eos) or not text[eos:stop].strip():
+        found = _OBS_FIND_RE.search(text, close, stop)
+        if found is None:
+            continue
+        head = text[close : found.start()]
+        tokens = list(_EOS_TOKEN_RE.finditer(head))
+        eos = close + (tokens[-1].end() if tokens else len(head.rstrip()))
+        if not text[eos:stop].strip():
             continue
         policy.append(text[pos:eos])
         plen += eos - pos

@@ -11,6 +11,10 @@ when observations were cut, the raw ``output`` stays in ``extra``. ``score`` →
 extras ``judge_score``, ``ndcg`` and ``data_source`` map to their columns, every other field goes
 to ``extra``. Without ``--run-id`` the run id is the dump folder's name (the file stem when it is
 not a step number).
+
+With ``ctx.uid_mapper`` (``ddai ingest --uid-field`` / ``--dataset``, ``verl_ids``) ``uid`` is the
+dataset id instead, so the run joins the dataset in the funnel; a row it cannot map keeps the sha1
+uid and the flag ``uid_unmatched``. ``rollout_idx`` is the order within (``step``, final ``uid``).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from ddai.pipelines.adapters.base import ReaderContext, SourceRecord, iter_json_
 from ddai.pipelines.adapters.ddai_common import question_from_prompt, run_id_from_stem
 from ddai.pipelines.adapters.peek import first_object
 from ddai.pipelines.adapters.transcript import split_transcript
+from ddai.pipelines.adapters.verl_ids import UID_UNMATCHED
 from ddai.pipelines.schema import COLUMNS
 
 NAME = "verl"
@@ -96,13 +101,23 @@ def read(path: Path, ctx: ReaderContext) -> Iterator[SourceRecord]:
                 yield SourceRecord(None, line, text, "wrong type", detail, run_id=run)
             else:
                 step = obj.get("step")
-                group = (
-                    step if isinstance(step, int | str | None) else repr(step),
-                    uid_of(obj["input"]),
-                )
+                uid, flags = uid_of(obj["input"]), None
+                if ctx.uid_mapper is not None:
+                    mapped = ctx.uid_mapper.uid(obj)
+                    uid, flags = (mapped, None) if mapped is not None else (uid, [UID_UNMATCHED])
+                group = (step if isinstance(step, int | str | None) else repr(step), uid)
                 rec = verl_rollout(obj, order[group])
+                rec["uid"] = uid
+                if flags:
+                    rec["flags"] = flags
                 order[group] += 1
                 if run is not None:
                     rec["run_id"] = run
                 yield SourceRecord(rec, line, text, run_id=run)
-    ctx.notes[str(path)] = {"groups (step, uid)": len(order), "rows": sum(order.values())}
+    ctx.notes[str(path)] = {
+        "groups (step, uid)": len(order),
+        "rows": sum(order.values()),
+        **(dict(sorted(ctx.uid_mapper.counts.items())) if ctx.uid_mapper is not None else {}),
+    }
+    if ctx.uid_mapper is not None:
+        ctx.uid_mapper.counts.clear()  # per file

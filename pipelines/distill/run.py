@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from rich.progress import track
 
-from ddai.pipelines import io, manifest, store
+from ddai.pipelines import capabilities, io, manifest, store
 from ddai.pipelines.distill import formats, rewrite
 from ddai.pipelines.distill.findings import inspect
 from ddai.pipelines.distill.rebuild import (
@@ -175,6 +175,9 @@ def run_distill(cfg: DistillConfig, *, rewriter: Any = None) -> dict[str, Any]:
     """
     inputs: list[str | os.PathLike[str]] = [store.partition_dir(cfg.logs, r) for r in cfg.runs]
     store.parquet_files(cfg.logs, cfg.runs)  # fails early, naming the known runs
+    capabilities.require_runs(
+        cfg.logs, cfg.runs, "turns", needed_by="`ddai distill`", why="to rebuild SFT messages"
+    )
     if cfg.system_prompt is not None:
         load_system_prompt(cfg.system_prompt)
         inputs.append(cfg.system_prompt)

@@ -12,7 +12,9 @@ rollouts, the best ``top_k`` of each prompt by this stable key:
    never depends on the sort algorithm).
 
 Nulls sort last at every level. Prompts come out in the order they first appear in the log.
-Every rollout not kept is counted under one reason.
+Every rollout not kept is counted under one reason. A rollout kept at ingest with a flag (e.g.
+``turns_incomplete``: a turn lost from the log) counts for its prompt's success rate but is never
+distilled, since its text is not whole (reason ``flagged <flag>``).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ NO_SUCCESS = "prompt has no success"
 RATE_ABOVE_MAX = "prompt success rate above max"
 NOT_SUCCESS = "not a success"
 BEYOND_TOP_K = "beyond top-k"
+FLAGGED = "flagged "  # + the rollout's first flag
 
 _SCALARS = ("run_id", "step", "uid", "rollout_idx", "sample_idx", "judge_score", "format_ok")
 _KEY = ("reward", "ndcg", "n_actions", "rollout_idx", "step", "sample_idx", "_row")
@@ -61,7 +64,9 @@ def _frame(table: pa.Table) -> pl.DataFrame:
     cols = {c: table[c] for c in (*_SCALARS, "reward", "ndcg")}
     n_turns = pc.list_value_length(table["turns"]).cast(pa.int32())
     cols["n_actions"] = pc.coalesce(table["num_turns"], n_turns)
-    return pl.from_arrow(pa.table(cols)).with_row_index("_row")
+    cols["flags"] = table["flags"]
+    df = pl.from_arrow(pa.table(cols)).with_row_index("_row")
+    return df.with_columns(flag=pl.col("flags").list.first()).drop("flags")
 
 
 def select(table: pa.Table, cfg: SelectConfig) -> Selection:
@@ -86,7 +91,9 @@ def select(table: pa.Table, cfg: SelectConfig) -> Selection:
     )
     df = df.with_columns(prompt_reason=prompt_reason).with_columns(
         reason=pl.coalesce(
-            pl.col("prompt_reason"), pl.when(~pl.col("success")).then(pl.lit(NOT_SUCCESS))
+            pl.col("prompt_reason"),
+            pl.when(~pl.col("success")).then(pl.lit(NOT_SUCCESS)),
+            pl.when(pl.col("flag").is_not_null()).then(pl.lit(FLAGGED) + pl.col("flag")),
         )
     )
     ranked = (

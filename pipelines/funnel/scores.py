@@ -18,7 +18,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ddai.pipelines import query, store
+from ddai.pipelines import capabilities, query, store
 
 METRICS = ("ndcg", "judge", "reward")
 AGGS = ("mean", "max")
@@ -70,6 +70,14 @@ def log_scores(
     check_metric(metric, agg)
     if not runs:
         raise ValueError("name the run(s) to read with --run RUN")
+    # A missing value counts 0 in the SQL, so a run without the metric would score every prompt 0.
+    capabilities.require_runs(
+        logs,
+        runs,
+        metric,
+        needed_by="`ddai curate`",
+        why=f"to score prompts by their {agg} {metric}",
+    )
     con = query.connect(query.logs_or_fail(Path(logs)), list(runs))
     try:
         return column(query.run_named(con, "funnel_prompt_metric", {"metric": metric}), agg)

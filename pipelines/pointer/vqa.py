@@ -14,12 +14,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from ddai.pipelines.backends import VQARequest, get_backend, run_sync
-from ddai.pipelines.metrics import anls, exact_match, vqa_accuracy
+from ddai.pipelines.metrics import anls, exact_match, vqa_accuracy, vqa_accuracy_symmetric
 from ddai.pipelines.pointer.progress import bar
 from ddai.pipelines.pointer.simulator import VQASimulator
 
 SCORERS: dict[str, Callable[[str, list[str]], float]] = {
     "vqa": vqa_accuracy,
+    "vqa-sym": vqa_accuracy_symmetric,
     "anls": anls,
     "em": exact_match,
 }

@@ -10,7 +10,7 @@ import polars as pl
 from plotly.subplots import make_subplots
 
 from ddai.reports import figures
-from ddai.reports.blocks import Section, Table
+from ddai.reports.blocks import Block, Note, Section, Table
 from ddai.reports.context import ReportContext
 from ddai.reports.formatting import num, pct
 
@@ -116,9 +116,12 @@ def build(ctx: ReportContext) -> Section:
     actions = ctx.frame("report_action_hist")
     ranks = ctx.frame("report_golden_rank_hist")
     turns = ctx.frame("report_turns_hist")
-    n = sum(r["rollouts"] for r in per_run.values())
-    zero = sum(r["zero_search"] for r in per_run.values())
-    dup = sum(r["duplicate_query"] for r in per_run.values())
+    no_turns = ctx.lacking("turns")
+    # Runs without parsed turns have no behaviour to measure: their table cells would be dashes.
+    measured = {r: v for r, v in per_run.items() if r not in no_turns}
+    n = sum(r["rollouts"] for r in measured.values())
+    zero = sum(r["zero_search"] for r in measured.values())
+    dup = sum(r["duplicate_query"] for r in measured.values())
     reading = (
         "How the Searcher spends its turns. The table shows, per run, how many searches and crops "
         "a rollout takes, how often it never searches (answers without evidence), repeats a query "
@@ -127,18 +130,40 @@ def build(ctx: ReportContext) -> Section:
         f"changes in reward. Over {num(n)} rollouts with parsed turns, {num(zero)} never searched "
         f"and {num(dup)} repeated a query."
     )
+    blocks: list[Block] = []
+    if no_turns:
+        blocks.append(Note(ctx.lack_note("turns", "search behaviour (actions, repeats, turns)")))
+    if measured:
+        blocks.append(behaviour_table(measured))
+    golden = figures.chart_or_note(
+        _golden_rank(ctx, ranks),
+        "fig-behaviour-golden-rank",
+        empty="No rollout of these runs has reference pages: there is no golden rank.",
+    )
+    if not measured:  # the sentence above says why; no empty action or turn charts
+        blocks.append(golden)
+    else:
+        blocks += [
+            figures.chart_or_note(
+                _actions(ctx, actions),
+                "fig-behaviour-actions",
+                empty="No rollout with parsed turns took an action.",
+            ),
+            golden,
+            figures.chart_or_note(
+                _turns(ctx, turns),
+                "fig-behaviour-turns",
+                empty="No rollout of these runs records its number of turns.",
+            ),
+        ]
     return Section(
         id="behaviour",
         title="Search behaviour",
         reading=reading,
-        blocks=[
-            behaviour_table(per_run),
-            figures.to_block(_actions(ctx, actions), "fig-behaviour-actions"),
-            figures.to_block(_golden_rank(ctx, ranks), "fig-behaviour-golden-rank"),
-            figures.to_block(_turns(ctx, turns), "fig-behaviour-turns"),
-        ],
+        blocks=blocks,
         stats={
             "runs": per_run,
+            "without_turns": no_turns,
             "golden_rank": {
                 run: {
                     str(k) if k is not None else "none": v

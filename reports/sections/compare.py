@@ -40,22 +40,25 @@ def _delta(a: Any, b: Any, fmt: Any) -> str:
 
 def _shift_table(a: str, b: str, rows: dict[str, dict[str, Any]]) -> tuple[Table, dict[str, Any]]:
     out, stats = [], {}
+    outcome_keys = {k for k, _, _ in OUTCOME_METRICS}
     for key, label, fmt in (*OUTCOME_METRICS, *METRICS):
         va, vb = rows[a].get(key), rows[b].get(key)
-        out.append([label, fmt(va), fmt(vb), _delta(va, vb, fmt)])
         stats[key] = {"a": va, "b": vb}
+        if va is None and vb is None and key not in outcome_keys:
+            continue  # neither run measures it (e.g. no parsed turns): a row of dashes says nothing
+        out.append([label, fmt(va), fmt(vb), _delta(va, vb, fmt)])
     return Table(columns=["", a, b, "B − A"], rows=out), stats
 
 
-def _distributions(ctx: ReportContext, a: str, b: str, deltas: pl.DataFrame) -> go.Figure:
+def _distributions(
+    ctx: ReportContext, a: str, b: str, deltas: pl.DataFrame, *, searches: bool
+) -> go.Figure:
+    """Success rates per prompt, their change and (``searches``: a run has turns) searches."""
+    titles = ["success rate per prompt", "change in success rate (B − A)"]
     fig = make_subplots(
         rows=1,
-        cols=3,
-        subplot_titles=[
-            "success rate per prompt",
-            "change in success rate (B − A)",
-            "searches per rollout",
-        ],
+        cols=3 if searches else 2,
+        subplot_titles=[*titles, "searches per rollout"][: 3 if searches else 2],
     )
     for i, (run, col) in enumerate(((a, "success_a"), (b, "success_b"))):
         counts = deltas.filter(pl.col(col).is_not_null()).group_by(col).len().sort(col)
@@ -82,7 +85,7 @@ def _distributions(ctx: ReportContext, a: str, b: str, deltas: pl.DataFrame) -> 
         col=2,
     )
     actions = ctx.frame("report_action_hist").filter(pl.col("action") == "search")
-    for i, run in enumerate((a, b)):
+    for i, run in enumerate((a, b) if searches else ()):
         part = actions.filter(pl.col("run_id") == run)
         total = part["rollouts"].sum() or 1
         fig.add_trace(
@@ -102,7 +105,8 @@ def _distributions(ctx: ReportContext, a: str, b: str, deltas: pl.DataFrame) -> 
     fig.update_layout(barmode="group", title=f"{figures.label(a)} (A) vs {figures.label(b)} (B)")
     fig.update_yaxes(title_text="prompts", row=1, col=1)
     fig.update_yaxes(title_text="prompts", row=1, col=2)
-    fig.update_yaxes(title_text="share of rollouts", tickformat=".0%", row=1, col=3)
+    if searches:
+        fig.update_yaxes(title_text="share of rollouts", tickformat=".0%", row=1, col=3)
     return fig
 
 
@@ -138,7 +142,13 @@ def build(ctx: ReportContext) -> Section:
     a, b = ctx.cfg.compare
     outcome = {r["run_id"]: r for r in ctx.frame("report_overview").to_dicts() if r["run_id"]}
     behaviour = {r["run_id"]: r for r in ctx.frame("report_behaviour_runs").to_dicts()}
-    merged = {run: {**outcome.get(run, {}), **behaviour.get(run, {})} for run in (a, b)}
+    # Outcome keys from the overview (all rollouts), behaviour keys from the behaviour query
+    # (rollouts with parsed turns): both name a `rollouts` count and a `max_turns`.
+    keep = [k for k, _, _ in OUTCOME_METRICS]
+    merged = {
+        run: {**behaviour.get(run, {}), **{k: outcome.get(run, {}).get(k) for k in keep}}
+        for run in (a, b)
+    }
     shift, shift_stats = _shift_table(a, b, merged)
     deltas = ctx.frame("report_compare_prompts", run_a=a, run_b=b)
     scored = deltas.filter(pl.col("success_delta").is_not_null())
@@ -148,12 +158,22 @@ def build(ctx: ReportContext) -> Section:
     worse = scored.filter(pl.col("success_delta") < 0).sort(["success_delta", "uid"])
     n_same = scored.height - better.height - worse.height
     top = ctx.cfg.top
+    no_turns = [r for r in (a, b) if r in ctx.lacking("turns")]
+    searches = len(no_turns) < 2
     blocks = [
         shift,
-        figures.to_block(_distributions(ctx, a, b, deltas), "fig-compare-distributions"),
+        figures.chart_or_note(
+            _distributions(ctx, a, b, deltas, searches=searches),
+            "fig-compare-distributions",
+            empty="Neither run has a prompt judged in both: no distributions to compare.",
+        ),
         _prompt_table(better.head(top).to_dicts(), f"Prompts that got better (top {top})"),
         _prompt_table(worse.head(top).to_dicts(), f"Prompts that got worse (top {top})"),
     ]
+    if no_turns:
+        blocks.insert(
+            1, Note(ctx.lack_note("turns", "behaviour rows and searches per rollout", no_turns))
+        )
     sa, sb = merged[a].get("success_rate"), merged[b].get("success_rate")
     reading = (
         f"Run {a} (A) against run {b} (B). The table lists each outcome and behaviour measure in "

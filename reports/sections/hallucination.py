@@ -10,7 +10,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from ddai.reports import figures
-from ddai.reports.blocks import Note, Section, Table
+from ddai.reports.blocks import Figure, Note, Section, Table
 from ddai.reports.context import ReportContext
 from ddai.reports.formatting import num, pct
 
@@ -70,7 +70,11 @@ def build(ctx: ReportContext) -> Section:
             for run, r in per_run.items()
         ],
     )
-    blocks = [figures.to_block(fig, "fig-hallucination-share"), runs_table]
+    none = (
+        "No hallucination suspect in these runs (every answer judged correct retrieved a golden "
+        "page, or no rollout has reference pages): nothing to chart."
+    )
+    blocks = [figures.chart_or_note(fig, "fig-hallucination-share", empty=none), runs_table]
     if ranked:
         blocks.append(
             Table(
@@ -101,7 +105,7 @@ def build(ctx: ReportContext) -> Section:
                 "trajectory browser by class hallucination_suspect to read them.",
             )
         )
-    else:
+    elif isinstance(blocks[0], Figure):
         blocks.append(Note("No hallucination suspects in these runs."))
     n = sum(r["suspects"] for r in per_run.values())
     same = sum(r["suspects_same_doc"] for r in per_run.values())

@@ -119,8 +119,19 @@ def build(ctx: ReportContext) -> Section:
         title="Judge vs NDCG",
         reading=reading,
         blocks=[
-            figures.to_block(heat, "fig-judge-ndcg-heatmap", height=160 + 300 * heat_rows),
-            figures.to_block(bars, "fig-judge-ndcg-classes", height=160 + 60 * len(per_run)),
+            figures.chart_or_note(
+                heat,
+                "fig-judge-ndcg-heatmap",
+                height=160 + 300 * heat_rows,
+                empty="No rollout of these runs has both a judge score and NDCG: nothing to chart.",
+            ),
+            figures.chart_or_note(
+                bars,
+                "fig-judge-ndcg-classes",
+                height=160 + 60 * len(per_run),
+                empty=f"None of the {num(tot['scored'])} rollouts with both scores falls in a "
+                "discrepancy class: judge and NDCG agree on all of them, nothing to chart.",
+            ),
             table,
         ],
         stats={

@@ -131,9 +131,19 @@ def build(ctx: ReportContext) -> Section:
         title="Per-prompt outcomes",
         reading=reading,
         blocks=[
-            figures.to_block(_success_hist(ctx, hist), "fig-outcomes-success-hist"),
-            figures.to_block(bands_fig, "fig-outcomes-bands"),
-            figures.to_block(_zero_variance(ctx, zv), "fig-outcomes-zero-variance"),
+            figures.chart_or_note(
+                _success_hist(ctx, hist),
+                "fig-outcomes-success-hist",
+                empty="No prompt of these runs has a judged rollout: no success rates to chart.",
+            ),
+            figures.chart_or_note(
+                bands_fig, "fig-outcomes-bands", empty="No prompt has a score: no bands to chart."
+            ),
+            figures.chart_or_note(
+                _zero_variance(ctx, zv),
+                "fig-outcomes-zero-variance",
+                empty="No group of these runs has scored rollouts: no variance to chart.",
+            ),
             table,
         ],
         stats={

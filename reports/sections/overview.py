@@ -95,6 +95,14 @@ def build(ctx: ReportContext) -> Section:
         id="overview",
         title="Overview",
         reading=reading,
-        blocks=[table, figures.to_block(fig, "fig-overview-termination", height=height)],
+        blocks=[
+            table,
+            figures.chart_or_note(
+                fig,
+                "fig-overview-termination",
+                height=height,
+                empty="No rollout in the selection: nothing to chart.",
+            ),
+        ],
         stats={"runs": per_run, "total": {k: v for k, v in total.items() if k != "run_id"}},
     )

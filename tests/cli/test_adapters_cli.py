@@ -49,3 +49,18 @@ def test_format_flag_overrides_detection_and_refusals_exit_2(tmp_path):
     )
     res = runner.invoke(app, ["ingest", str(src), "--format", "nope"])
     assert res.exit_code == 2 and "ddai-unified" in res.output
+
+
+def test_ingest_verl_ids_flags_need_a_verl_dump(tmp_path):
+    from typer.testing import CliRunner
+
+    from ddai.cli.app import app
+
+    src = tmp_path / "rows.jsonl"
+    src.write_text('{"run_id": "r", "uid": "u", "rollout_idx": 0}\n')
+    res = CliRunner().invoke(
+        app, ["ingest", str(src), "--logs", str(tmp_path / "logs"), "--uid-field", "index"]
+    )
+    assert res.exit_code == 2
+    assert "verl" in res.output and "--uid-field" in res.output
+    assert not (tmp_path / "logs").exists()

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from ddai.pipelines import store
+from ddai.pipelines import query, store
 from ddai.pipelines.adapters import ddai_unified
+from ddai.pipelines.funnel import scores
 from ddai.pipelines.ingest import IngestConfig, ingest
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
@@ -111,7 +112,7 @@ def test_damaged_log_keeps_what_is_complete(tmp_path):
     multi = [r for r in full if r["num_turns"] >= 3]
     gap, cut, unscored = multi[0], multi[1], next(r for r in full if r["terminated"] == "complete")
     assert len({(r["step"], r["sample_idx"]) for r in (gap, cut, unscored)}) == 3
-    drop = set(where("model.plan", gap, turn_idx=1))  # a hole in the turns → missing turns
+    drop = set(where("model.plan", gap, turn_idx=1))  # a hole in the turns → kept, flagged
     drop |= set(where("rm.flash.detail", cut))  # no reward and no last turn → incomplete
     drop |= set(where("model.plan", cut, turn_idx=cut["num_turns"] - 1))
     drop |= set(where("rm.flash.detail", unscored))  # turns that end it, no reward → kept
@@ -124,31 +125,85 @@ def test_damaged_log_keeps_what_is_complete(tmp_path):
     res, got = _ingest(tmp_path / "d", src, run_id="curriculum")
 
     assert dict(res.quarantined) == {
-        "missing turns": 1,
         "incomplete rollout": 1,
         "malformed JSON": 1,
         "unjoinable event": 1,
         "truncated last line": 1,
     }
-    assert res.rollouts_out == len(full) - 2
+    assert dict(res.flagged) == {"turns_incomplete": 1}
+    assert res.summary()["flagged by reason"] == {"turns_incomplete": 1}
+    assert res.rollouts_out == len(full) - 1
     assert res.rows_in == res.rollouts_out + sum(res.quarantined.values())
     ids = {(r["step"], r["sample_idx"]) for r in got}
-    assert not ids & {(r["step"], r["sample_idx"]) for r in (gap, cut)}
+    assert (cut["step"], cut["sample_idx"]) not in ids
     by_id = {(r["step"], r["sample_idx"]): r for r in got}
     u = by_id[(unscored["step"], unscored["sample_idx"])]
     assert u["turns"] == unscored["turns"] and u["terminated"] == "complete"
     assert (u["reward"], u["judge_score"], u["question"]) == (None, None, None)
-    rest = [r for r in got if r is not u]
+    g = by_id[(gap["step"], gap["sample_idx"])]
+    assert g["flags"] == ["turns_incomplete"] and json.loads(g["extra"])["turns_missing"] == [1]
+    rest = [r for r in got if r is not u and r is not g]
+    assert all(r["flags"] is None for r in rest)
     _assert_same_rollouts(
-        [r for r in full if (r["step"], r["sample_idx"]) in ids and r != unscored], rest
+        [r for r in full if (r["step"], r["sample_idx"]) in ids and r not in (unscored, gap)],
+        rest,
     )
     notes = res.notes[str(src)]
     assert notes["rollouts without a reward event"] == 1
+    assert notes["rollouts kept with missing turns"] == 1
     assert notes["events read"] == len(kept) - 1  # the malformed line is not an event
-    q = [json.loads(x) for x in (tmp_path / "d" / "_quarantine" / "curriculum.jsonl").open()]
-    missing = next(x for x in q if x["reason"] == "missing turns")
-    assert json.loads(missing["raw"])["key"]["sample_idx"] == gap["sample_idx"]
-    assert store.run_manifest(tmp_path / "d", "curriculum")["notes"][str(src)] == notes
+    man = store.run_manifest(tmp_path / "d", "curriculum")
+    assert man["notes"][str(src)] == notes
+    assert man["flagged"] == {"turns_incomplete": 1}
+
+
+def _drop_plan(lines: list[str], step: int, sample_idx: int, turn_idx: int) -> list[str]:
+    out = []
+    for x in lines:
+        e = json.loads(x)
+        hit = (e["event_type"], e.get("global_step"), e.get("sample_idx"), e.get("turn_idx"))
+        if hit != ("model.plan", step, sample_idx, turn_idx):
+            out.append(x)
+    assert len(out) == len(lines) - 1
+    return out
+
+
+def test_a_lost_plan_event_keeps_the_rollout_flagged_and_the_prompt_means(tmp_path):
+    lines = _events()
+    _, full = _ingest(tmp_path / "a", _write(tmp_path / "a.jsonl", lines), run_id="curriculum")
+    # a rewarded rollout of 3+ turns whose middle turn was a search: its pages and score are known
+    r = next(
+        r
+        for r in full
+        if r["num_turns"] >= 3 and r["reward"] is not None and r["turns"][1]["action"] == "search"
+    )
+    src = _write(tmp_path / "b.jsonl", _drop_plan(lines, r["step"], r["sample_idx"], 1))
+    res, got = _ingest(tmp_path / "b", src, run_id="curriculum")
+
+    assert res.rollouts_out == len(full) and sum(res.quarantined.values()) == 0
+    assert dict(res.flagged) == {"turns_incomplete": 1}
+    by_id = {(x["step"], x["sample_idx"]): x for x in got}
+    g = by_id[(r["step"], r["sample_idx"])]
+    assert g["flags"] == ["turns_incomplete"]
+    extra = json.loads(g["extra"])
+    assert extra["turns_missing"] == [1]
+    # the lost turn's search result is kept with the rollout, not moved onto another turn
+    assert [e["event_type"] for e in extra["unplaced_tool_events"]] == ["tool.search.response"]
+    assert [t["idx"] for t in g["turns"]] == [i for i in range(r["num_turns"]) if i != 1]
+    assert [t["think"] for t in g["turns"]] == [t["think"] for t in r["turns"] if t["idx"] != 1]
+    assert g["num_turns"] == r["num_turns"]
+    for col in ("reward", "judge_score", "ndcg", "retrieved_pages", "answer", "uid"):
+        assert g[col] == r[col], col
+    # per-prompt means of the intact log, from the views and from the funnel's score source
+    sql = (
+        "SELECT uid, n, success_rate, mean_judge, mean_ndcg, mean_reward FROM prompts ORDER BY uid"
+    )
+    want = query.connect(tmp_path / "a").execute(sql).fetchall()
+    assert query.connect(tmp_path / "b").execute(sql).fetchall() == want
+    assert any(row[0] == r["uid"] for row in want)
+    for metric in ("ndcg", "judge", "reward"):
+        a = scores.as_dict(scores.log_scores(tmp_path / "a", ["curriculum"], metric))
+        assert scores.as_dict(scores.log_scores(tmp_path / "b", ["curriculum"], metric)) == a
 
 
 # ---------------------------------------------------------------- hand-written events

@@ -94,3 +94,23 @@ def test_clean_observation():
     assert (
         clean_observation("\n<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n") == "hello"
     )
+
+
+def test_an_observation_after_text_after_the_action_is_still_cut():
+    # the policy wrote text after its search (a grammar fault) but the search ran: the
+    # observation goes, the policy's text keeps its fault and ends at its end-of-turn token
+    text = (
+        "<think>a</think>\n<search>q</search>\nWaiting.<|im_end|>\n<|im_start|>user\n"
+        "[Image Paths: ./img/3_1.jpg]<|im_end|>\n<|im_start|>assistant\n"
+        "<think>b</think>\n<search_complete>true</search_complete>"
+    )
+    tr = split_transcript(text)
+    assert tr.observations == 1
+    assert tr.response == (
+        "<think>a</think>\n<search>q</search>\nWaiting.<|im_end|>"
+        "<think>b</think>\n<search_complete>true</search_complete>"
+    )
+    assert tr.turns[0]["observation"] == "[Image Paths: ./img/3_1.jpg]"
+    # a bare "user" inside the policy's own sentence is no observation
+    plain = "<think>a</think>\n<search>q</search> for the user\n<think>b</think>"
+    assert split_transcript(plain).observations == 0

@@ -139,3 +139,34 @@ def test_rates_agree_with_the_prompts_at_view():
 def test_config_errors_name_the_flag(kw, msg):
     with pytest.raises(ValueError, match=msg):
         SelectConfig(**kw)
+
+
+def test_flagged_rollouts_count_for_the_rate_but_are_never_distilled():
+    # 2/4 successes, one of them kept at ingest with a lost turn: the rate stays 0.5, so the
+    # prompt is kept, and only the whole success is distilled; the flagged one is counted.
+    rows = [roll("p", i, j) for i, j in enumerate([1.0, 0.0, 1.0, 0.0])]
+    rows[2] = normalize_rollout(
+        {**rows[2], "flags": ["turns_incomplete"], "extra": None, "turns": None, "num_turns": 3}
+    )
+    assert rows[2]["flags"] == ["turns_incomplete"]
+    got = select(to_table(rows), SelectConfig(rate_max=0.5, top_k=4))
+    assert got.rows == [0]
+    assert got.dropped == {"flagged turns_incomplete": 1, "not a success": 2}
+    assert got.prompts["kept"] == 1
+    # unflagged, both successes are distilled
+    rows[2] = roll("p", 2, 1.0)
+    assert select(to_table(rows), SelectConfig(rate_max=0.5, top_k=4)).rows == [0, 2]
+
+
+def test_normalize_keeps_flags_sorted_and_the_gate_unknown_when_turns_are_missing():
+    whole = roll("p", 0, 1.0)
+    assert whole["flags"] is None and whole["format_ok"] is True
+    rec = {"run_id": "r", "uid": "p", "rollout_idx": 0, "response": DONE}
+    flagged = normalize_rollout({**rec, "flags": ["turns_incomplete", "b", "b"]})
+    assert flagged["flags"] == ["b", "turns_incomplete"]
+    # the logged turns pass the gate, but a lost one might not have: unknown, not true
+    assert flagged["format_ok"] is None
+    # a logged turn that fails the gate fails the rollout, lost turns or not
+    bad = normalize_rollout({**rec, "response": SEARCH, "flags": ["turns_incomplete"]})
+    assert bad["format_ok"] is False
+    assert normalize_rollout({**rec, "flags": []})["flags"] is None

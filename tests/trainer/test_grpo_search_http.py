@@ -72,7 +72,7 @@ def scripted(monkeypatch):
     )
 
 
-def run(root, data, tiny, name, url, protocol, monkeypatch, **table):
+def run(root, data, tiny, name, url, protocol, monkeypatch, skip_preflight=True, **table):
     lines = [f'[backends.svc]\nkind = "search-http"\nurl = "{url}"\nprotocol = "{protocol}"']
     lines += [f"{k} = {json.dumps(v)}" for k, v in table.items()]
     (root / name).mkdir()
@@ -97,6 +97,9 @@ def run(root, data, tiny, name, url, protocol, monkeypatch, **table):
             max_completion_tokens=256,
             obs_max_tokens=16,
             save_steps=10,
+            # The preflight's own searches would add to the service's counters, which these tests
+            # match against the rollout log; it is tested on its own below.
+            skip_preflight=skip_preflight,
         )
     )
     return result, read_rollouts(root / name / "logs", runs=[name]).to_pylist()
@@ -163,6 +166,24 @@ def test_a_failing_service_gives_system_errors_and_the_step_finishes(
             assert r["retrieved_pages"] == [] and r["ndcg"] == 0.0
             assert json.loads(r["extra"])["search_errors"] == 2
             assert r["terminated"] == "complete"
+
+
+@pytest.mark.parametrize("protocol", ["ddai", "search-r1"])
+def test_preflight_refuses_a_failing_service_before_loading_the_model(
+    toy_setup, protocol, monkeypatch
+):
+    from ddai.trainer.preflight import PreflightError
+
+    root, data, tiny = toy_setup
+    with FakeSearchServer(pages=PAGES, script=["500"] * 4) as srv:
+        url = srv.ddai_url if protocol == "ddai" else srv.search_r1_url
+        with pytest.raises(PreflightError, match=r"\[search\].*http-500"):
+            run(
+                root, data, tiny, f"pf_{protocol.replace('-', '')}", url, protocol, monkeypatch,
+                skip_preflight=False, max_retries=1, backoff_base_s=0.01,
+            )  # fmt: skip
+        assert srv.requests == 2  # one question, one retry; then the run stops
+    assert not (root / f"pf_{protocol.replace('-', '')}" / "out").exists()
 
 
 def test_a_search_service_without_url_exits_2_before_training(tmp_path, monkeypatch):

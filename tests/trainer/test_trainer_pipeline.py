@@ -132,7 +132,16 @@ def test_sft_then_grpo_changes_weights_and_logs_rollouts(setup):
         backends,
     )
     assert result.steps == 2 and result.changed_parameters > 0
-    assert result.rollouts_logged == 8 and judge.calls == 8  # no gate: every rollout judged
+    # No gate: every rollout is judged: 8 trained on, plus the preflight's sample of 2 prompts
+    # x n_agent 2, which is scored but neither trained on nor logged.
+    assert result.rollouts_logged == 8 and judge.calls == 8 + 4
+    assert result.preflight == "passed"
+    import json
+
+    run_config = json.loads((root / "grpo" / "run_config.json").read_text("utf-8"))
+    assert run_config["skip_preflight"] is False and run_config["config"]["n_agent"] == 2
+    assert run_config["preflight"]["checks"]["episodes"]["episodes"] == 4
+    assert run_config["preflight"]["checks"]["golden pages"]["missing_pages"] == 0
     assert (root / "grpo" / "checkpoint-2").is_dir()
 
     from ddai.pipelines.query import connect

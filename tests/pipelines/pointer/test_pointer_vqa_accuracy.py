@@ -9,10 +9,12 @@ import pytest
 from ddai.pipelines.metrics import (
     anls,
     vqa_accuracy,
+    vqa_accuracy_symmetric,
     vqa_normalize,
     vqa_process_digit_article,
     vqa_process_punctuation,
 )
+from ddai.pipelines.pointer.vqa import scorer
 
 
 @pytest.mark.parametrize(
@@ -62,18 +64,37 @@ def test_vqa_normalization_steps_are_the_official_ones():
     assert vqa_process_digit_article("Two Dogs ") == "2 dogs"
 
 
-def test_vqa_accuracy_normalizes_prediction_and_answers():
+def test_vqa_accuracy_is_the_official_script_by_default():
+    # the case: "two" is not processed on the answer side, so only the 2 × "2" match:
+    # 10 answers with 2 matches -> (2·1/3 + 8·2/3)/10 = 0.6
+    assert vqa_accuracy("2", ["two"] * 2 + ["2"] * 2 + ["three"] * 6) == pytest.approx(0.6)
+    # the prediction is processed: "Two." -> "2", matching 10 × "2"
     assert vqa_accuracy("Two.", ["2"] * 10) == 1.0
-    assert vqa_accuracy("2", ["two"] * 4 + ["3"] * 6) == 1.0
-    assert vqa_accuracy("A T-shirt", ["t shirt"] * 3 + ["shirt"] * 7) == pytest.approx(0.9)
-
-
-def test_script_exact_reproduces_the_official_answer_handling():
     # identical answers are compared untouched: "one way" never equals the prediction "1 way"
-    assert vqa_accuracy("one way", ["one way"] * 10, script_exact=True) == 0.0
-    assert vqa_accuracy("one way", ["one way"] * 10) == 1.0
-    # differing answers get the punctuation step only, so a hyphen becomes a space
-    assert vqa_accuracy("t shirt", ["t-shirt"] * 4 + ["shirt"] * 6, script_exact=True) == 1.0
+    assert vqa_accuracy("one way", ["one way"] * 10) == 0.0
+    # differing answers get the punctuation step only, so a hyphen becomes a space: 4 matches
+    assert vqa_accuracy("t shirt", ["t-shirt"] * 4 + ["shirt"] * 6) == 1.0
+    # ... but not the article step: "a dog" stays, the prediction "the dog" -> "dog"; 3 "dog"
+    assert vqa_accuracy("the dog", ["a dog"] * 7 + ["dog"] * 3) == pytest.approx(0.9)
+    # a capital is no punctuation: "Yes" never equals the lowercased prediction
+    assert vqa_accuracy("yes", ["Yes"] * 9 + ["no"]) == 0.0
+
+
+def test_symmetric_normalization_is_a_named_option():
+    answers = ["two"] * 2 + ["2"] * 2 + ["three"] * 6
+    # all four "two"/"2" answers normalize to "2": 4 matches -> 1.0
+    assert vqa_accuracy("2", answers, normalize_answers=True) == 1.0
+    assert vqa_accuracy_symmetric("2", answers) == 1.0
+    assert vqa_accuracy("2", ["two"] * 4 + ["3"] * 6, normalize_answers=True) == 1.0
+    assert vqa_accuracy("one way", ["one way"] * 10, normalize_answers=True) == 1.0
+    # "A T-shirt" -> "t shirt"; 3 answers match -> 0.9
+    answers = ["t shirt"] * 3 + ["shirt"] * 7
+    assert vqa_accuracy("A T-shirt", answers, normalize_answers=True) == pytest.approx(0.9)
+
+
+def test_pointer_scorers_name_both_variants():
+    assert scorer("vqa")("2", ["two"] * 2 + ["2"] * 2 + ["three"] * 6) == pytest.approx(0.6)
+    assert scorer("vqa-sym")("2", ["two"] * 2 + ["2"] * 2 + ["three"] * 6) == 1.0
 
 
 def _official_loop(pred: str, answers: list[str]) -> float:
@@ -93,11 +114,26 @@ def _official_loop(pred: str, answers: list[str]) -> float:
 
 def test_vqa_accuracy_equals_the_official_loop_on_random_cases():
     rng = random.Random(0)
-    vocab = ["2", "two", "yes", "no", "t-shirt", "t shirt", "red", "a dog", "dog", "1,000", "1000"]
+    vocab = [
+        "2",
+        "two",
+        "Two",
+        " yes",
+        "a dog\n",
+        "yes",
+        "no",
+        "t-shirt",
+        "t shirt",
+        "red",
+        "a dog",
+        "dog",
+        "1,000",
+        "1000",
+    ]
     for _ in range(300):
         answers = [rng.choice(vocab) for _ in range(10)]
         pred = rng.choice([*vocab, "Yes!", "Two.", "The dog"])
-        assert vqa_accuracy(pred, answers, script_exact=True) == pytest.approx(
+        assert vqa_accuracy(pred, answers) == pytest.approx(
             _official_loop(pred, answers), abs=1e-12
         )
 

@@ -1,0 +1,47 @@
+"""Counting what rollouts carry (turns, pages, judge, NDCG, reward, step, advantages, images).
+
+One definition, ``sql/capabilities.sql``, run by DuckDB over an Arrow table: the store counts every
+batch it writes with it (so a partition's manifest says what its rollouts carry), and
+``ddai.pipelines.capabilities`` runs it over a partition whose manifest predates the counts.
+This module imports nothing of the store, so the store can use it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from importlib import resources
+
+import duckdb
+import pyarrow as pa
+
+NAMES = ("turns", "pages", "judge", "ndcg", "reward", "step", "advantages", "images")
+"""The capabilities, in display order; each is a count of rollouts."""
+
+
+def sql() -> str:
+    return resources.files("ddai.sql").joinpath("capabilities.sql").read_text(encoding="utf-8")
+
+
+def count_relation(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
+    """The counts over ``rollouts_src`` on ``con``: ``rollouts`` and one per name in ``NAMES``."""
+    rows = con.sql(sql()).to_arrow_table().to_pylist()
+    return {c: int(v or 0) for c, v in rows[0].items()}
+
+
+def count_table(table: pa.Table) -> dict[str, int]:
+    """The counts over ``table`` (rollout-log schema)."""
+    con = duckdb.connect()
+    try:
+        con.register("rollouts_src", table)
+        return count_relation(con)
+    finally:
+        con.close()
+
+
+def empty() -> dict[str, int]:
+    return {"rollouts": 0, **dict.fromkeys(NAMES, 0)}
+
+
+def add(a: Mapping[str, int], b: Mapping[str, int]) -> dict[str, int]:
+    """Counts of two sets of rollouts together (appends, batches)."""
+    return {k: int(a.get(k, 0)) + int(b.get(k, 0)) for k in ("rollouts", *NAMES)}

@@ -1,0 +1,104 @@
+"""Capabilities per run: counted at ingest into the manifest, counted again for old manifests,
+and the up-front check commands run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ddai.pipelines import capabilities, store
+from ddai.pipelines.capability_count import count_table
+from ddai.pipelines.funnel import scores
+from ddai.pipelines.schema import ROLLOUT_SCHEMA
+
+SEARCH = "<think>look</think>\n<search>revenue 2019</search>"
+
+
+def _rows() -> list[dict]:
+    # 1: a trajectory whose search showed a page image; 2: judged and scored only;
+    # 3: a trained rollout with reward, step and advantage but no turns.
+    turn = {"idx": 0, "think": "look", "action": "search", "arg": "q", "retrieved": ["d_1"]}
+    return [
+        {"uid": "p", "rollout_idx": 0, "turns": [turn], "retrieved_pages": ["d_1"]},
+        {"uid": "p", "rollout_idx": 1, "judge_score": 1.0, "ndcg": 0.5},
+        {"uid": "q", "rollout_idx": 0, "reward": 0.2, "step": 3, "advantage": -1.0},
+    ]
+
+
+EXPECTED = {
+    "rollouts": 3,
+    "turns": 1,
+    "pages": 1,
+    "judge": 1,
+    "ndcg": 1,
+    "reward": 1,
+    "step": 1,
+    "advantages": 1,
+    "images": 1,
+}
+
+
+def test_counts_each_field_over_a_table():
+    import pyarrow as pa
+
+    rows = [{c: r.get(c) for c in ROLLOUT_SCHEMA.names} | {"run_id": "r"} for r in _rows()]
+    assert count_table(pa.Table.from_pylist(rows, schema=ROLLOUT_SCHEMA)) == EXPECTED
+
+
+def test_manifest_holds_the_counts_and_append_adds(tmp_path):
+    man = store.write_run(tmp_path, "r", [dict(r, run_id="r") for r in _rows()])
+    assert man["capabilities"]["judge"] == 1
+    assert man["capabilities"]["rollouts"] == 3
+    again = store.write_run(tmp_path, "r", [dict(_rows()[1], run_id="r")], append=True)
+    assert again["capabilities"]["rollouts"] == 4
+    assert again["capabilities"]["judge"] == 2
+    caps = capabilities.run_capabilities(tmp_path, "r")
+    assert (caps.rollouts, caps.count("judge"), caps.counted) == (4, 2, False)
+
+
+def test_a_manifest_without_counts_is_counted_by_query(tmp_path):
+    store.write_run(tmp_path, "r", [dict(r, run_id="r") for r in _rows()])
+    written = capabilities.run_capabilities(tmp_path, "r")
+    path = store.partition_dir(tmp_path, "r") / store.MANIFEST
+    man = json.loads(path.read_text())
+    del man["capabilities"]  # a run ingested before the counts existed
+    path.write_text(json.dumps(man))
+    counted = capabilities.run_capabilities(tmp_path, "r")
+    assert counted.counted
+    assert counted.counts == written.counts
+    assert counted.rollouts == 3
+
+
+def test_require_names_run_need_and_fix(tmp_path):
+    rows = [{"run_id": "flash", "uid": "p", "rollout_idx": i, "judge_score": 1.0} for i in range(2)]
+    store.write_run(tmp_path, "flash", rows)
+    caps = capabilities.run_capabilities(tmp_path, "flash")
+    assert caps.lacks() == ["turns", "pages", "ndcg", "reward", "step", "advantages", "images"]
+    assert caps.compact() == "judge"
+    capabilities.require(caps, "judge", needed_by="x")  # present: no error
+    with pytest.raises(capabilities.MissingCapability) as e:
+        capabilities.require(caps, "turns", needed_by="`ddai distill`", why="to rebuild SFT")
+    msg = str(e.value)
+    assert "run flash has no turns" in msg
+    assert "none of its 2 rollouts" in msg
+    assert "`ddai distill` needs turns to rebuild SFT" in msg
+    assert "--run-id flash" in msg  # the fix names the run
+    assert isinstance(e.value, ValueError)  # CLI: exit 2
+
+
+def test_partial_counts_show_as_a_fraction(tmp_path):
+    rows = [{"run_id": "r", "uid": "p", "rollout_idx": 0, "judge_score": 1.0}]
+    rows.append({"run_id": "r", "uid": "p", "rollout_idx": 1, "response": SEARCH})
+    store.write_run(tmp_path, "r", rows)
+    caps = capabilities.run_capabilities(tmp_path, "r")
+    assert caps.compact().startswith("turns 1/2")
+    assert "judge 1/2" in caps.compact()
+
+
+def test_curate_scores_refuse_a_run_without_the_metric(tmp_path):
+    rows = [{"run_id": "r", "uid": "p", "rollout_idx": 0, "reward": 1.0}]
+    store.write_run(tmp_path, "r", rows)
+    assert scores.as_dict(scores.log_scores(tmp_path, ["r"], "reward")) == {"p": 1.0}
+    with pytest.raises(capabilities.MissingCapability, match="run r has no ndcg"):
+        scores.log_scores(tmp_path, ["r"], "ndcg")
