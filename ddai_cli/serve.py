@@ -34,8 +34,9 @@ def serve_cmd(
         Path | None,
         typer.Option(
             "--corpus",
-            help="Page-text corpus (pages.parquet or its folder): pages with no image under "
-            "--image-root are drawn from their text, so the synthetic world shows pages too.",
+            help="Page corpus (pages.parquet or its folder): a page with no image under "
+            "--image-root shows the corpus's image (ddai corpus build) or is drawn from its "
+            "text, so the synthetic world shows pages too.",
         ),
     ] = None,
     host: Annotated[

@@ -307,7 +307,8 @@ def create_app(cfg: ServeConfig, *, explorer: Explorer | None = None) -> Starlet
         if not bbox:
             if isinstance(src, bytes):
                 return Response(src, media_type="image/png")
-            return FileResponse(src, media_type=images.MEDIA[src.suffix.lower()])
+            media = images.MEDIA.get(src.suffix.lower(), "application/octet-stream")
+            return FileResponse(src, media_type=media)
         try:
             return Response(images.crop_png(src, images.parse_bbox(bbox)), media_type="image/png")
         except ValueError as e:
@@ -373,9 +374,10 @@ async def _in_thread(fn: Any, *args: Any) -> Any:
     return await run_in_threadpool(fn, *args)
 
 
-def _page_drawer(corpus_path: Path) -> Callable[[str], bytes | None]:
-    """``page_id`` → that page drawn from the corpus as PNG (None if not in it); the corpus loads
-    on first use and the last 256 drawings are kept."""
+def _page_drawer(corpus_path: Path) -> Callable[[str], Path | bytes | None]:
+    """``page_id`` → the page's image file when the corpus holds one (``ddai corpus build``),
+    else the page drawn from its text as PNG bytes; None if the corpus lacks the page. The corpus
+    loads on first use and the last 256 drawings are kept."""
     from ddai.pipelines.corpus import Corpus
     from ddai.pipelines.page_images import draw_page
 
@@ -384,9 +386,14 @@ def _page_drawer(corpus_path: Path) -> Callable[[str], bytes | None]:
         return Corpus.load(corpus_path)
 
     @lru_cache(maxsize=256)
-    def draw(page_id: str) -> bytes | None:
+    def draw(page_id: str) -> Path | bytes | None:
         c = corpus()
-        return draw_page(c.page(page_id)) if page_id in c else None
+        if page_id not in c:
+            return None
+        image = c.image_file(page_id)
+        if image is not None and image.is_file():
+            return image
+        return draw_page(c.page(page_id))
 
     return draw
 

@@ -27,8 +27,9 @@ class ServeConfig:
     Attributes:
         logs: the log store folder.
         runs: run ids to serve; None serves every run in the store.
-        corpus: a page-text corpus (``pages.parquet`` or its folder); pages without an image
-            under ``image_root`` are drawn from their text (``ddai.pipelines.page_images``).
+        corpus: a page corpus (``pages.parquet`` or its folder); a page without an image under
+            ``image_root`` shows the corpus's image file (``ddai corpus build``), else is drawn
+            from its text (``ddai.pipelines.page_images``).
         datasets_dir: curated datasets (files with a manifest) for the live report's funnel.
         image_root: folder of page images named ``{page_id}.png|jpg|jpeg|webp``; None shows pages
             as their ids.

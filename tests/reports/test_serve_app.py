@@ -241,3 +241,23 @@ def test_pages_are_drawn_from_the_corpus_without_image_files(logs, tmp_path):
         assert im.size == (100, 50)
     assert c.get("/img/4_9").status_code == 404
     assert 'class="crop-img"' in c.get("/rollout?run=pages&uid=u4&step=1&idx=0").text
+
+
+def test_an_image_corpus_serves_its_own_files(logs, tmp_path):
+    Image.new("RGB", (64, 48), "red").save(tmp_path / "4_2.png")
+    Corpus.from_records(
+        [
+            {
+                "page_id": "4_2",
+                "doc_id": "4",
+                "page": 2,
+                "text": "",
+                "width": 64,
+                "height": 48,
+                "image": "4_2.png",
+            }
+        ]
+    ).save(tmp_path / "pages.parquet")
+    c = TestClient(create_app(ServeConfig(logs=logs, corpus=tmp_path / "pages.parquet")))
+    with Image.open(io.BytesIO(c.get("/img/4_2").content)) as im:
+        assert im.size == (64, 48) and im.convert("RGB").getpixel((5, 5)) == (255, 0, 0)
