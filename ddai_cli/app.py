@@ -23,6 +23,7 @@ _MODULES = (
     "fixtures",
     "corpus",
     "curate",
+    "analyze",
     "distill",
     "report",
     "serve",
@@ -30,6 +31,7 @@ _MODULES = (
     "train",
     "model",
     "value",
+    "collect",
     "pointer",
 )
 for _name in _MODULES:

@@ -208,6 +208,15 @@ def verify_gt_cmd(
             "--max-cost", help="Stop calling before spending more than this many USD (resumable)."
         ),
     ] = None,
+    skip_preflight: Annotated[
+        bool,
+        typer.Option(
+            "--skip-preflight",
+            help="Ask the verifier even about candidates whose reference pages the corpus lacks "
+            "(by default that exits 2 before any call, naming the pages). Recorded in the "
+            "summary and the output's manifest.",
+        ),
+    ] = False,
     force: ForceOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -229,6 +238,7 @@ def verify_gt_cmd(
             dry_run=dry_run,
             max_cost=max_cost,
             force=force,
+            skip_preflight=skip_preflight,
         )
     )
     # No spinner here: the verifier backend shows its own progress bar.

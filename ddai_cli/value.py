@@ -170,6 +170,13 @@ def train_value_command(
     ] = 50,
     max_length: MaxLenOpt = 2048,
     obs_max_tokens: ObsOpt = 256,
+    grad_accum: Annotated[
+        int,
+        typer.Option(
+            "--grad-accum",
+            help="Micro-batches of --batch-size pairs accumulated per optimizer step.",
+        ),
+    ] = 1,
     grad_clip: Annotated[
         float, typer.Option("--grad-clip", help="Max gradient norm (0: off).")
     ] = 1.0,
@@ -208,6 +215,7 @@ def train_value_command(
         max_length=max_length,
         obs_max_tokens=obs_max_tokens,
         grad_clip=grad_clip,
+        grad_accum=grad_accum,
         dtype=dtype,
         seed=seed,
     )
@@ -397,6 +405,13 @@ def train_ppo_command(
     limit: Annotated[
         int | None, typer.Option("--limit", help="Use only the first N prompts.")
     ] = None,
+    grad_accum: Annotated[
+        int,
+        typer.Option(
+            "--grad-accum",
+            help="Micro-batches each mini-batch is split into and accumulated (less memory).",
+        ),
+    ] = 1,
     grad_clip: Annotated[
         float, typer.Option("--grad-clip", help="Max gradient norm of each model (0: off).")
     ] = 1.0,
@@ -461,6 +476,7 @@ def train_ppo_command(
         reward_timeout=reward_timeout,
         limit=limit,
         grad_clip=grad_clip,
+        grad_accum=grad_accum,
         dtype=dtype,
         seed=seed,
         skip_preflight=skip_preflight,
