@@ -92,14 +92,24 @@ def connect(
 ) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection with the rollout-log views over ``logs`` (or the named runs).
 
-    ``views``: create only these view files (``views_for(sql)``); default: all of ``VIEWS``."""
-    con = duckdb.connect(database)
+    ``views``: create only these view files (``views_for(sql)``); default: all of ``VIEWS``.
+
+    The views read one snapshot of each run (the files its manifest listed when connecting),
+    held while the connection lives, so a concurrent re-ingest or append never changes or
+    removes what the connection's queries read."""
+    snap = store.snapshot(logs, runs)
+    try:
+        con = duckdb.connect(database)
+    except BaseException:
+        snap.release()
+        raise
+    snap.keep_while(con)
     # DuckDB draws its progress bar on stdout for queries over ~2 s: that would corrupt
     # `ddai query --format csv|json` written to stdout (and the report's own progress display).
     con.execute("SET enable_progress_bar = false")
     if threads:
         con.execute(f"SET threads = {int(threads)}")
-    files = store.parquet_files(logs, runs) if (store.list_runs(logs) or runs) else []
+    files = snap.all_files()
     if files:
         # DuckDB's own Parquet reader (about 2x faster than scanning an Arrow dataset); the file
         # list is passed as a value, never pasted into SQL text.

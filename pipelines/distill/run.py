@@ -178,6 +178,13 @@ def run_distill(cfg: DistillConfig, *, rewriter: Any = None) -> dict[str, Any]:
     capabilities.require_runs(
         cfg.logs, cfg.runs, "turns", needed_by="`ddai distill`", why="to rebuild SFT messages"
     )
+    capabilities.require_runs(
+        cfg.logs,
+        cfg.runs,
+        "judge",
+        needed_by="`ddai distill`",
+        why="to select successes (judge_score >= --success-threshold)",
+    )
     if cfg.system_prompt is not None:
         load_system_prompt(cfg.system_prompt)
         inputs.append(cfg.system_prompt)
@@ -192,11 +199,15 @@ def run_distill(cfg: DistillConfig, *, rewriter: Any = None) -> dict[str, Any]:
         }
 
     record = manifest.start(STEP, params, inputs)
-    # Rank on the selection columns only; read full rows for the selected rollouts alone.
-    files = store.parquet_files(cfg.logs, cfg.runs)
-    table = fetch.selection_columns(files)
-    sel = select(table, cfg.select_cfg)
-    rows = fetch.fetch_rows(files, table, sel.rows)
+    # Rank on the selection columns only; read full rows for the selected rollouts alone, both
+    # from one snapshot of the runs (a concurrent re-ingest cannot remove the files between).
+    with store.snapshot(cfg.logs, cfg.runs) as snap:
+        files = snap.all_files()
+        table = fetch.selection_columns(files)
+        sel = select(table, cfg.select_cfg)
+        if not sel.rows and not cfg.dry_run:
+            raise ValueError(_nothing_selected(cfg, table.num_rows, sel))
+        rows = fetch.fetch_rows(files, table, sel.rows)
     cands, failed, unavailable = _candidates(cfg, rows)
     drops = cfg.drops
     keep = [c for c in cands if not drop_reason(c.uid, inspect(c.messages), drops)]
@@ -271,3 +282,14 @@ def write_report(path: Path, result: PostPassResult) -> None:
     """The post-pass report (one JSON object per event), written atomically."""
     with io.atomic_open(path, "w", encoding="utf-8") as fh:
         fh.writelines(report_lines(result.events))
+
+
+def _nothing_selected(cfg: DistillConfig, n_rollouts: int, sel: Any) -> str:
+    """Why no rollout was selected, and which flags would select some (an empty SFT file that
+    exits 0 would hide it)."""
+    why = ", ".join(f"{k}: {v}" for k, v in sorted(sel.dropped.items())) or "none"
+    return (
+        f"no rollout of {', '.join(cfg.runs)} was selected ({n_rollouts} rollouts read; dropped by "
+        f"reason: {why}); nothing was written. Loosen the selection (--success-rate-max, "
+        "--success-threshold, --top-k) or distill a run with rarer successes."
+    )
