@@ -467,6 +467,8 @@ def read_rollouts(
     columns: list[str] | None = None,
 ) -> pa.Table:
     """All rollouts of the store (or of ``runs``) as one table in ``ROLLOUT_SCHEMA``."""
+    import pyarrow.dataset as ds
+
     with snapshot(logs, runs) as snap:
         return ds.dataset(
             [str(f) for f in snap.all_files()],

@@ -47,7 +47,15 @@ def selection_columns(
     Adds ``n_turns`` (the parsed turn count, read only when some ``num_turns`` is null), ``_file``
     (index into ``files``) and ``_file_row`` (the row's number in its file)."""
     paths = [str(f) for f in files]
+    if not paths:  # a run with no rollouts
+        empty = ROLLOUT_SCHEMA.empty_table().select(list(COLUMNS))
+        return (
+            empty.append_column("n_turns", pa.array([], pa.int32()))
+            .append_column(FILE, pa.array([], pa.int32()))
+            .append_column(FILE_ROW, pa.array([], pa.int64()))
+        )
     con = duckdb.connect()
+    con.execute("SET enable_progress_bar = false")
     if threads:
         con.execute(f"SET threads = {int(threads)}")
     params = {"files": paths}

@@ -21,22 +21,27 @@ def roll(uid, i, judge, *, ndcg=0.0, turns=1, run="a"):
     return normalize_rollout({**rec, "judge_score": judge, "ndcg": ndcg, "reward": judge})
 
 
-def _write_part(logs, run, rows, name, *, row_group_size=3, drop=()):
-    """One Parquet part of ``rows`` in small row groups (so fetches cross row groups)."""
-    table = to_table(rows)
-    table = table.drop_columns([c for c in drop if c in table.column_names])
-    part = store.partition_dir(logs, run)
-    part.mkdir(parents=True, exist_ok=True)
-    pq.write_table(table, part / name, row_group_size=row_group_size)
+def _write_part(logs, run, rows, *, row_group_size=3, drop=()):
+    """Commit ``rows`` as one more Parquet part of ``run`` in small row groups (so fetches cross
+    row groups); ``drop``: rewrite the part without those columns (a part written before them)."""
+    before = set(store.parquet_files(logs, [run])) if run in store.list_runs(logs) else set()
+    w = store.PartitionWriter(logs, run, append=bool(before), batch_rows=row_group_size)
+    for r in rows:
+        w.add(r)
+    w.commit({"sources": []})
+    (part,) = set(store.parquet_files(logs, [run])) - before
+    if drop:
+        old = pq.read_table(part)
+        pq.write_table(old.drop_columns(list(drop)), part, row_group_size=row_group_size)
 
 
 def _store(tmp_path):
     logs = tmp_path / "logs"
     a = [roll(f"p{i // 4}", i % 4, float(i % 3 == 0), ndcg=i / 20, turns=1 + i % 3) for i in range(16)]  # fmt: skip
     b = [roll(f"p{i // 4}", i % 4, float(i % 2 == 0), turns=2, run="b") for i in range(8)]
-    _write_part(logs, "a", a[:10], "part-1.parquet")
-    _write_part(logs, "a", a[10:], "part-2.parquet", drop=("flags",))  # an older part
-    _write_part(logs, "b", b, "part-1.parquet", row_group_size=5)
+    _write_part(logs, "a", a[:10])
+    _write_part(logs, "a", a[10:], drop=("flags",))  # an older part
+    _write_part(logs, "b", b, row_group_size=5)
     return logs
 
 
@@ -94,9 +99,7 @@ def test_turn_count_is_read_where_num_turns_is_null(tmp_path):
     table = table.set_column(
         table.schema.get_field_index("num_turns"), "num_turns", pa.nulls(3, pa.int32())
     )
-    part = store.partition_dir(logs, "r")
-    part.mkdir(parents=True)
-    pq.write_table(table, part / "part-1.parquet")
+    store.write_run(logs, "r", table)
     keys = fetch.selection_columns(store.parquet_files(logs))
     assert keys["n_turns"].to_pylist() == [1, 2, 3]
     # fewer actions first: the one-turn rollout ranks first among equal rewards
