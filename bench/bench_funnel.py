@@ -76,6 +76,13 @@ SELECT r.* FROM r SEMI JOIN ranked USING (run_id, file_row_number)
 """
 
 
+def _duck() -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection without its progress bar (DuckDB draws it on stdout)."""
+    con = duckdb.connect()
+    con.execute("SET enable_progress_bar = false")
+    return con
+
+
 def make_dataset(path: Path, n_prompts: int) -> None:
     """A verl-shaped prompt set (the shape the funnel carries through)."""
     ids = [f"train_{i}" for i in range(n_prompts)]
@@ -134,7 +141,7 @@ def distill_selection_whole_run(logs: Path) -> int:
 
 def floor_distill(logs: Path) -> int:
     files = [str(f) for f in store.parquet_files(logs, [RUN])]
-    return duckdb.connect().sql(FLOOR_DISTILL, params={"files": files}).to_arrow_table().num_rows
+    return _duck().sql(FLOOR_DISTILL, params={"files": files}).to_arrow_table().num_rows
 
 
 def _child(name: str, logs: str, q: mp.Queue) -> None:
@@ -174,7 +181,7 @@ def main() -> None:
         print(f"setup: {n:,} rollouts, {n_prompts:,} prompts ({time.perf_counter() - t0:.1f}s)")
 
         files = [str(f) for f in store.parquet_files(logs, [RUN])]
-        con = duckdb.connect()
+        con = _duck()
 
         def floor(sql: str) -> Callable[[], object]:
             return lambda: con.sql(sql, params={"files": files}).to_arrow_table()

@@ -50,6 +50,13 @@ QUERIES = (
 )
 
 
+def _duck() -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection without its progress bar (DuckDB draws it on stdout)."""
+    con = duckdb.connect()
+    con.execute("SET enable_progress_bar = false")
+    return con
+
+
 def _best(repeat: int, fn) -> float:
     best = float("inf")
     for _ in range(repeat):
@@ -86,9 +93,7 @@ def main() -> None:
             )
             t_bare = _best(
                 args.repeat,
-                lambda bare=bare: (
-                    duckdb.connect().sql(bare, params={"files": files}).to_arrow_table()
-                ),
+                lambda bare=bare: _duck().sql(bare, params={"files": files}).to_arrow_table(),
             )
             out = root / "out.parquet"
             ddai_cmd = [sys.executable, "-m", "ddai.cli.app", "query", sql, "--logs", str(logs),
