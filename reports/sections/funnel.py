@@ -39,15 +39,28 @@ def dataset_paths(cfg: ReportConfig) -> list[Path]:
     return paths
 
 
+NODE_COLOR = "#5b7fa6"
+LINK_COLOR = "rgba(120, 134, 150, 0.35)"
+LABEL_MAX = 22
+"""Longest file stem a node label shows (the table under the diagram names every file in full)."""
+ROW_PX = 90
+"""Vertical room per node of the fullest column: a two-line label and the gap to the next node."""
+
+
 def _node_label(n: dict[str, Any]) -> str:
-    rows = f" · {n['rows']:,}" if n["rows"] is not None else ""
-    return figures.label(f"{Path(n['name']).stem}{rows}")  # the table names the files
+    """Two short lines, the file stem and its rows, so labels of stacked nodes do not collide."""
+    stem = Path(n["name"]).stem
+    if len(stem) > LABEL_MAX:
+        stem = stem[: LABEL_MAX - 1] + "…"
+    rows = f"<br>{n['rows']:,} rows" if n["rows"] is not None else ""
+    return figures.label(stem) + rows  # the label is escaped; only the line break is markup
 
 
 def columns(nodes: list[dict[str, Any]], links: list[dict[str, Any]]) -> list[tuple[float, float]]:
     """Node positions: one column per funnel depth (a dataset one step past its deepest input),
-    nodes spread down their column. Plotly alone pushes every final dataset to the right edge, so
-    bucket B, which feeds nothing, would land beside round 2."""
+    nodes spread evenly down their column (the figure is ``ROW_PX`` tall per node of its fullest
+    column, so stacked labels keep apart). Plotly alone pushes every final dataset to the right
+    edge, so bucket B, which feeds nothing, would land beside round 2."""
     depth: dict[str, int] = {}
     for n in nodes:  # inputs come before outputs (the graph's topological order)
         ins = [depth[e["source"]] for e in links if e["target"] == n["id"] and e["source"] in depth]
@@ -75,8 +88,19 @@ def dataset_links(graph: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
+def fullest_column(xy: list[tuple[float, float]]) -> int:
+    """How many nodes share the most crowded column."""
+    per: dict[float, int] = {}
+    for x, _ in xy:
+        per[x] = per.get(x, 0) + 1
+    return max(per.values(), default=1)
+
+
 def sankey(graph: dict[str, Any]) -> go.Figure | None:
-    """The graph's dataset-to-dataset row counts as a Sankey (None when there are none)."""
+    """The graph's dataset-to-dataset row counts as a Sankey (None when there are none).
+
+    Nodes share one colour (their labels name them; colour would need a legend Sankeys lack),
+    bands are grey; the figure's height follows its fullest column."""
     links = dataset_links(graph)
     if not links:
         return None
@@ -93,18 +117,24 @@ def sankey(graph: dict[str, Any]) -> go.Figure | None:
                 "label": [_node_label(n) for n in nodes],
                 "customdata": [figures.label(n["step"] or n["kind"]) for n in nodes],
                 "hovertemplate": "%{label}<br>step: %{customdata}<extra></extra>",
-                "pad": 18,
-                "color": [figures.color(i) for i in range(len(nodes))],
+                "pad": 40,
+                "thickness": 14,
+                "color": NODE_COLOR,
             },
             link={
                 "source": [index[e["source"]] for e in links],
                 "target": [index[e["target"]] for e in links],
                 "value": [e["rows"] for e in links],
+                "color": LINK_COLOR,
                 "hovertemplate": "%{value:,} rows<extra></extra>",
             },
         )
     )
-    fig.update_layout(title="Curated datasets: rows carried from step to step")
+    fig.update_layout(
+        title="Curated datasets: rows carried from step to step",
+        margin={"l": 16, "r": 120},  # the last column's labels sit right of its nodes
+        height=160 + ROW_PX * fullest_column(xy),
+    )
     return fig
 
 
@@ -143,7 +173,7 @@ def build(ctx: ReportContext) -> Section:
     graph = lineage_graph(paths)
     fig = sankey(graph)
     blocks = [
-        figures.to_block(fig, "fig-funnel-sankey", height=460)
+        figures.to_block(fig, "fig-funnel-sankey", height=fig.layout.height)
         if fig is not None
         else Note("The manifests record no row counts between these datasets."),
         _table(graph),

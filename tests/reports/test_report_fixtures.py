@@ -9,6 +9,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from report_world import browser_rows
 
 from ddai.pipelines import query
 from ddai.pipelines.ingest import IngestConfig, ingest
@@ -22,10 +23,6 @@ CLASSES = {
     "invalid_action": "invalid_action",
     "forced_completion": "forced_completion",
 }
-ROW = re.compile(
-    r'<tr class="traj"[^>]*data-run="([^"]*)" data-outcome="[^"]*" data-tags="([^"]*)">\n'
-    r"<td>[^<]*</td><td>[^<]*</td><td>([^<]*)</td><td>(\d+)</td>"
-)
 
 
 @pytest.fixture(scope="module")
@@ -39,9 +36,9 @@ def world(tmp_path_factory):
     )
     res = build_report(cfg)
     tagged: dict[tuple[str, str], set[tuple[str, int]]] = defaultdict(set)
-    for run, tags, uid, idx in ROW.findall(out.read_text(encoding="utf-8")):
-        for tag in tags.split():
-            tagged[run, tag].add((uid, int(idx)))
+    for r in browser_rows(out.read_text(encoding="utf-8")):
+        for tag in r["tags"]:
+            tagged[r["run_id"], tag].add((r["uid"], r["rollout_idx"]))
     truth = json.loads((FIXTURES / "truth.json").read_text(encoding="utf-8"))
     return logs, res, tagged, truth
 
