@@ -10,12 +10,13 @@ a report with many small charts.
 from __future__ import annotations
 
 import html
+import itertools
 import json
 from typing import Any
 
 import plotly.graph_objects as go
-from plotly.utils import PlotlyJSONEncoder
 from markupsafe import Markup
+from plotly.utils import PlotlyJSONEncoder
 
 from ddai.reports.blocks import Figure, Note
 
@@ -67,14 +68,16 @@ def fraction_label(v: float) -> str:
     return f"{v:.3g}"
 
 
-def bar_slots(values: list[float], n_traces: int, *, fill: float = 0.8) -> tuple[float, list[float]]:
+def bar_slots(
+    values: list[float], n_traces: int, *, fill: float = 0.8
+) -> tuple[float, list[float]]:
     """Bar width and per-trace offsets for ``n_traces`` bar traces side by side on a numeric axis.
 
     The slot is the smallest gap between distinct ``values`` (0.1 with fewer than two); plotly's own
     grouping would widen a run whose rates are only 0 and 1 to span the whole axis.
     """
     xs = sorted(set(values))
-    gaps = [b - a for a, b in zip(xs, xs[1:], strict=False) if b - a > 1e-9]
+    gaps = [b - a for a, b in itertools.pairwise(xs) if b - a > 1e-9]
     slot = min([0.1, *gaps]) * fill
     width = slot / max(n_traces, 1)
     return width, [-slot / 2 + i * width for i in range(n_traces)]
@@ -122,7 +125,9 @@ def legend_gaps(fig: go.Figure) -> list[str]:
     shown_groups = {
         t.legendgroup
         for t in fig.data
-        if getattr(t, "showlegend", None) is not False and t.name and getattr(t, "legendgroup", None)
+        if getattr(t, "showlegend", None) is not False
+        and t.name
+        and getattr(t, "legendgroup", None)
     }
     for i, t in enumerate(fig.data):
         what = f"trace {i} ({t.type}{': ' + t.name if t.name else ''})"

@@ -94,7 +94,9 @@ def _zero_variance(ctx: ReportContext, df: pl.DataFrame) -> tuple[go.Figure, int
                 x=[part["zero_variance_share"][0] for _, part in parts],
                 orientation="h",
                 marker_color=figures.color(3),
-                text=[f"{part['zero_variance'][0]:,} of {part['groups'][0]:,}" for _, part in parts],
+                text=[
+                    f"{part['zero_variance'][0]:,} of {part['groups'][0]:,}" for _, part in parts
+                ],
                 textposition="auto",
                 hovertemplate="%{y}: %{x:.1%} of groups<extra></extra>",
             )

@@ -40,8 +40,8 @@ from typing import Any
 import numpy as np
 
 from ddai.pipelines import metrics, store
-from ddai.reports import render
 from ddai.pipelines.tags import FORCED_COMPLETION
+from ddai.reports import render
 
 XSS = "<script>alert(1)</script>"
 XSS_ANSWER = '<img src=x onerror="alert(2)">'

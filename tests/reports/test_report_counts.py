@@ -3,7 +3,6 @@ SQL over the stored rows, or Python over them with the project's metric function
 
 from __future__ import annotations
 
-import re
 from collections import Counter, defaultdict
 from itertools import pairwise
 

@@ -4,7 +4,6 @@ section counts agree with the truth table and with SQL run here over the ingeste
 from __future__ import annotations
 
 import json
-import re
 from collections import defaultdict
 from pathlib import Path
 

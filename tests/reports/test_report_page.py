@@ -104,9 +104,11 @@ def test_self_contained_plotly_embedded_once(built):
     assert all("src" not in s for s in p.scripts)
     assert not re.search(r"<script[^>]*\bsrc\s*=", html, re.IGNORECASE)
     # plotly.js once, packed: it unpacks to plotly.js exactly, and no figure carries code
-    packed = re.findall(r'<script type="application/octet-stream" id="plotly-packed"[^>]*>([^<]*)<', html)
+    packed = re.findall(
+        r'<script type="application/octet-stream" id="plotly-packed"[^>]*>([^<]*)<', html
+    )
     assert len(packed) == 1 and render.unpacked(packed[0]) == get_plotlyjs()
-    assert get_plotlyjs()[:2000] not in html and "Plotly.newPlot(\"" not in html
+    assert get_plotlyjs()[:2000] not in html and 'Plotly.newPlot("' not in html
     # figures are an empty div and their JSON, each with a stable id
     assert all(html.count(f'id="{f}"') == 1 for f in FIGURES)
     assert html.count('class="plotly-graph-div"') == len(page_figures(html)) >= len(FIGURES)
