@@ -73,12 +73,12 @@ def bar_slots(
 ) -> tuple[float, list[float]]:
     """Bar width and per-trace offsets for ``n_traces`` bar traces side by side on a numeric axis.
 
-    The slot is the smallest gap between distinct ``values`` (0.1 with fewer than two); plotly's own
-    grouping would widen a run whose rates are only 0 and 1 to span the whole axis.
+    The slot is the smallest gap between distinct ``values`` (0.1 with fewer than two), at most
+    0.25; plotly's own grouping would widen a run whose rates are only 0 and 1 to span the axis.
     """
     xs = sorted(set(values))
     gaps = [b - a for a, b in itertools.pairwise(xs) if b - a > 1e-9]
-    slot = min([0.1, *gaps]) * fill
+    slot = min(min(gaps) if gaps else 0.1, 0.25) * fill
     width = slot / max(n_traces, 1)
     return width, [-slot / 2 + i * width for i in range(n_traces)]
 
