@@ -60,8 +60,9 @@ def label_max(columns: int) -> int:
 def _node_label(n: dict[str, Any], limit: int) -> str:
     """Two short lines, the file stem and its rows, so labels of stacked nodes do not collide."""
     stem = Path(n["name"]).stem
-    if len(stem) > limit:
-        stem = stem[: limit - 1] + "…"
+    if len(stem) > limit:  # names of one funnel share their start: keep more of the end
+        head = limit // 3
+        stem = stem[:head] + "…" + stem[len(stem) - (limit - head - 1) :]
     rows = f"<br>{n['rows']:,} rows" if n["rows"] is not None else ""
     return figures.label(stem) + rows  # the label is escaped; only the line break is markup
 

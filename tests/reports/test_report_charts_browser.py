@@ -68,6 +68,9 @@ def test_sankey_labels_do_not_overlap(tmp_path):
     svg, labels = got["sankey"]["svg"], got["sankey"]["labels"]
     assert len(labels) == 7 and all(x["r"] > x["l"] for x in labels)
     assert any("6,667 rows" in x["text"] for x in labels)
+    # 5 columns 240 px apart fit 15 characters a label: 5 of the start, 9 of the end (where the
+    # files of one funnel differ)
+    assert "bucke…ompetence4,767 rows" in [x["text"] for x in labels]
     clashes = [
         (p["text"], q["text"])
         for i, p in enumerate(labels)
