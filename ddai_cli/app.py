@@ -21,13 +21,16 @@ _MODULES = (
     "ingest",
     "query",
     "fixtures",
+    "corpus",
     "curate",
+    "analyze",
     "distill",
     "report",
     "backends",
     "train",
     "model",
     "value",
+    "collect",
     "pointer",
 )
 for _name in _MODULES:

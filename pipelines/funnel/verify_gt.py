@@ -5,7 +5,8 @@
    page was found yet the answer never counted; ``low-score``: 0 < score <= 0.3 with NDCG >= 0.5;
    ``low-ndcg``: NDCG < 0.5); without a run, every prompt.
 2. A ``GTVerifier`` reads question, reference answer and reference page text of each undecided
-   candidate and proposes ``ok``, ``wrong`` or ``uncertain`` with a reason.
+   candidate (and, from an image corpus, the reference page images: remote verifiers see them)
+   and proposes ``ok``, ``wrong`` or ``uncertain`` with a reason.
 3. The review sheet (``review.csv``, ``review.html``) lists candidates, proposals and decisions.
 4. Only a person's decisions (``--decisions``), or the proposals under ``--trust-verifier``,
    exclude: ``wrong`` and ``uncertain`` are flagged. Outputs ``<dataset>_filtered.parquet`` and
@@ -71,6 +72,8 @@ class VerifyConfig:
     dry_run: bool = False
     max_cost: float | None = None
     force: bool = False
+    skip_preflight: bool = False
+    """Ask the verifier even when candidates' reference pages are missing from the corpus."""
 
     def __post_init__(self) -> None:
         unknown = [r for r in self.select if r not in RULES]
@@ -216,6 +219,7 @@ def run_verify(cfg: VerifyConfig, *, verifier: Any = None) -> step.StepResult:
         low_score_max=cfg.low_score_max,
     )
     ask = [u for u in cand if u not in decided] if cfg.uses_verifier else []
+    preflight = _preflight(cfg, ask, by_id)
     shown = [u for u in ids if u in cand or u in decided]
     texts = _page_texts(cfg.corpus, {u: by_id[u] for u in shown}) if cfg.uses_verifier else {}
 
@@ -226,6 +230,7 @@ def run_verify(cfg: VerifyConfig, *, verifier: Any = None) -> step.StepResult:
             "decided by a person": sum(u in decided for u in cand),
             "verifier calls": len(ask),
             "estimated cost (USD)": _estimate_cost(spec, [by_id[u] for u in ask], texts),
+            "preflight": preflight,
             "dry run": True,
         }
         return step.StepResult(STEP, {}, summary)
@@ -266,6 +271,7 @@ def run_verify(cfg: VerifyConfig, *, verifier: Any = None) -> step.StepResult:
         "kept": filtered.num_rows,
         "decisions for ids not in the dataset": len(set(decided) - set(ids)),
         "duplicate ids": len(dups),
+        "preflight": preflight,
     }
     missing_pages = sum(texts[u][1] for u in ask if u in texts)
     if missing_pages:
@@ -357,25 +363,53 @@ def _run_scores(cfg: VerifyConfig) -> tuple[dict[str, float], dict[str, float]]:
     )
 
 
+def _preflight(cfg: VerifyConfig, ask: list[str], by_id: dict[str, dict[str, Any]]) -> str:
+    """Refuse to pay for verifier calls on prompts whose reference pages the corpus lacks.
+
+    A verifier shown no page can only guess, so such calls are spent blind. Returns what the
+    summary records (``"passed"``, ``"skipped"`` or ``"nothing to ask"``); raises ``ValueError``
+    (exit 2) naming the missing pages and the fix.
+    """
+    if not ask:
+        return "nothing to ask"
+    if cfg.skip_preflight:
+        return "skipped"
+    from ddai.pipelines import golden
+    from ddai.pipelines.corpus import Corpus
+
+    corpus = Corpus.load(cfg.corpus)
+    cov = golden.coverage(((u, ds.reference_page_ids(by_id[u])) for u in ask), corpus.__contains__)
+    if not cov.ok:
+        raise ValueError(
+            f"preflight: {cov.describe(str(cfg.corpus))}; the verifier would judge those "
+            "prompts without their page. Pass the corpus that holds the dataset's pages "
+            "(`ddai corpus build`), or --skip-preflight to ask anyway."
+        )
+    return "passed"
+
+
 def _page_texts(
     corpus_path: Path | None, rows: dict[str, dict[str, Any]]
-) -> dict[str, tuple[str, int]]:
-    """uid → (its reference pages' text, how many of its reference pages the corpus lacks)."""
+) -> dict[str, tuple[str, int, list[str]]]:
+    """uid → (its reference pages' text, how many of its reference pages the corpus lacks, their
+    image files when the corpus is an image corpus)."""
     from ddai.pipelines.corpus import Corpus
 
     corpus = Corpus.load(corpus_path)
     out = {}
     for uid, row in rows.items():
-        pages = ds.reference_page_ids(row)
-        found = [corpus.text(p) for p in pages if p in corpus]
-        out[uid] = ("\n\n".join(found), len(pages) - len(found))
+        pages = [p for p in ds.reference_page_ids(row) if p in corpus]
+        found = [corpus.text(p) for p in pages]
+        images = [str(f) for p in pages if (f := corpus.image_file(p)) is not None]
+        missing = len(ds.reference_page_ids(row)) - len(found)
+        out[uid] = ("\n\n".join(found), missing, images)
     return out
 
 
 def _propose(
     ask: list[str],
     by_id: dict[str, dict[str, Any]],
-    texts: dict[str, tuple[str, int]],
+    texts: dict[str, tuple[str, int, list[str]]],
     verifier: Any,
     cfg: VerifyConfig,
     ledger: Any,
@@ -392,7 +426,10 @@ def _propose(
         verifier = backends.get_backend("verifier", cfg.verifier, **ctx)
     reqs = [
         backends.VerifyRequest(
-            ds.question_of(by_id[u]), ds.reference_of(by_id[u]), texts.get(u, ("", 0))[0]
+            ds.question_of(by_id[u]),
+            ds.reference_of(by_id[u]),
+            texts.get(u, ("", 0, []))[0],
+            images=tuple(texts.get(u, ("", 0, []))[2]),
         )
         for u in ask
     ]
@@ -435,7 +472,7 @@ def _review_row(
 
 
 def _estimate_cost(
-    spec: Any, rows: list[dict[str, Any]], texts: dict[str, tuple[str, int]]
+    spec: Any, rows: list[dict[str, Any]], texts: dict[str, tuple[str, int, list[str]]]
 ) -> float | None:
     """A rough price of the verifier calls: about 4 characters per input token plus the prompt
     template, a short JSON answer out. None when no configured backend's price is known."""
