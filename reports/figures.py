@@ -64,10 +64,6 @@ def fraction_axis(title: str) -> dict[str, Any]:
     return {"title": title, "type": "linear", "range": [-0.04, 1.04], "dtick": 0.1}
 
 
-def fraction_label(v: float) -> str:
-    return f"{v:.3g}"
-
-
 def bar_slots(
     values: list[float], n_traces: int, *, fill: float = 0.8
 ) -> tuple[float, list[float]]:
