@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines.adapters.base import ReaderContext, SourceRecord
+from ddai.pipelines.adapters.base import ReaderContext, SourceRecord, contained
 from ddai.pipelines.adapters.ddai_common import (
     dataset_id_of,
     file_name_of,
@@ -103,6 +103,11 @@ def read(path: Path, ctx: ReaderContext) -> Iterator[SourceRecord]:
     ctx.notes[str(path)] = notes
     try:
         doc = json.loads(raw)
+    except RecursionError:
+        text = raw.decode("utf-8", errors="replace")
+        detail = "whole document: nesting deeper than the JSON parser allows"
+        yield SourceRecord(None, 1, text, "too deeply nested", detail, run_id=run)
+        return
     except ValueError as e:
         text = raw.decode("utf-8", errors="replace")
         yield SourceRecord(None, 1, text, "malformed JSON", f"whole document: {e}", run_id=run)
@@ -137,18 +142,38 @@ def read(path: Path, ctx: ReaderContext) -> Iterator[SourceRecord]:
                 if not isinstance(agent, dict):
                     yield _bad(unit, agent, "wrong type", "an agent must be an object", run)
                     continue
-                rec = agent_rollout(
+                yield contained(
+                    unit,
+                    None,
+                    run,
+                    _record,
                     agent,
-                    step=step,
-                    uid=uid or uuid,
-                    prompt_uuid=uuid,
-                    prompt=entry.get("prompt"),
+                    step,
+                    uid or uuid,
+                    uuid,
+                    entry,
+                    step_key,
+                    unit,
+                    run,
                 )
-                rec["step_key"] = step_key
-                if run is not None:
-                    rec["run_id"] = run
-                yield SourceRecord(rec, unit, None, run_id=run)
     notes["units"] = unit
+
+
+def _record(
+    agent: dict[str, Any],
+    step: int | None,
+    uid: str,
+    uuid: str,
+    entry: dict[str, Any],
+    step_key: str,
+    unit: int,
+    run: str | None,
+) -> SourceRecord:
+    rec = agent_rollout(agent, step=step, uid=uid, prompt_uuid=uuid, prompt=entry.get("prompt"))
+    rec["step_key"] = step_key
+    if run is not None:
+        rec["run_id"] = run
+    return SourceRecord(rec, unit, None, run_id=run)
 
 
 def _prompt_uid(agents: list[Any]) -> str | None:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow.parquet as pq
 
 from ddai.pipelines.adapters.base import ReaderContext, SourceRecord, iter_json_lines
+from ddai.pipelines.adapters.peek import first_object
 
 PARQUET_BATCH = 8192
 
@@ -20,13 +20,8 @@ def sniff(path: Path) -> bool:
         except Exception:
             return False
         return {"uid", "rollout_idx"} <= names
-    try:
-        with open(path, "rb") as fh:
-            first = fh.readline(1 << 22)
-        obj = json.loads(first)
-    except (OSError, ValueError):
-        return False
-    return isinstance(obj, dict) and "rollout_idx" in obj and "event_type" not in obj
+    obj = first_object(path)
+    return obj is not None and "rollout_idx" in obj and "event_type" not in obj
 
 
 def read(path: Path, ctx: ReaderContext) -> Iterator[SourceRecord]:
