@@ -124,10 +124,20 @@ def judge_cmd(
         ),
     ] = None,
     cache: CacheOpt = None,
+    retry_failed: Annotated[
+        bool,
+        typer.Option(
+            "--retry-failed",
+            help="Call again the requests that failed in an earlier run (their failures are "
+            "cached with the reason; without this flag they are reported again, not re-paid).",
+        ),
+    ] = False,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
     as_json: JsonOpt = False,
 ) -> None:
-    """(Re)score a run's answers with a judge backend; failures stay null with their reason."""
+    """(Re)score a run's answers with a judge backend. A failed call never replaces a score
+    (null in a new run, the old score kept with --in-place); any failure exits 1 with the
+    failures by reason."""
     if in_place and out_run:
         raise fail("--in-place and --out-run exclude each other; pick one")
     cfg = RejudgeConfig(
@@ -140,6 +150,7 @@ def judge_cmd(
         max_cost=max_cost,
         cache=cache,
         progress=progress and not as_json,
+        retry_failed=retry_failed,
     )
     try:
         result = rejudge(cfg)

@@ -54,6 +54,7 @@ class SiteUsage:
     attempts: int = 0
     retries: int = 0
     failed: Counter[str] = field(default_factory=Counter)
+    cached_failures: int = 0  # of ``failed``: failures handed back from the cache, not called
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float = 0.0
@@ -67,6 +68,7 @@ class SiteUsage:
             "calls": self.calls,
             "ok": self.ok,
             "failed": dict(sorted(self.failed.items())),
+            "cached_failures": self.cached_failures,
             "attempts": self.attempts,
             "retries": self.retries,
             "input_tokens": self.input_tokens,
