@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from ddai.cli.common import EXIT_FAILED, JsonOpt, LogsOpt, console, fail, summary
+from ddai.cli.common import EXIT_FAILED, JsonOpt, LogsOpt, check_run_ids, console, fail, summary
 from ddai.pipelines import workspace
 from ddai.pipelines.backends.check import check_backends
 from ddai.pipelines.backends.config import ConfigError
@@ -87,7 +87,10 @@ def check_cmd(
 
 
 def judge_cmd(
-    run: Annotated[str, typer.Option("--run", help="The run whose answers to (re)score.")],
+    run: Annotated[
+        str,
+        typer.Option("--run", callback=check_run_ids, help="The run whose answers to (re)score."),
+    ],
     judge: Annotated[
         str | None,
         typer.Option(
@@ -100,7 +103,9 @@ def judge_cmd(
     out_run: Annotated[
         str | None,
         typer.Option(
-            "--out-run", help="Run id to write the rescored run to. Default: <run>@<judge>."
+            "--out-run",
+            callback=check_run_ids,
+            help="Run id to write the rescored run to. Default: <run>@<judge>.",
         ),
     ] = None,
     in_place: Annotated[

@@ -15,6 +15,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from ddai.pipelines.store import check_run_id
+
 console = Console(stderr=False)
 err_console = Console(stderr=True)
 
@@ -28,10 +30,27 @@ LogsOpt = Annotated[
         "else <workspace>/logs with the workspace $DDAI_HOME or ./ddai-work.",
     ),
 ]
+
+
+def check_run_ids(value: Any) -> Any:
+    """Typer callback for run-id options: a run id that is not a safe folder name is a usage
+    error (exit 2) naming the id and the characters allowed, before anything is read."""
+    for v in value if isinstance(value, list | tuple) else [value]:
+        if v is None:
+            continue
+        try:
+            check_run_id(v)
+        except ValueError as e:
+            raise typer.BadParameter(str(e)) from None
+    return value
+
+
 RunsOpt = Annotated[
     list[str] | None,
     typer.Option(
-        "--run", help="Run id to read; repeat for several. Default: every run in the store."
+        "--run",
+        callback=check_run_ids,
+        help="Run id to read; repeat for several. Default: every run in the store.",
     ),
 ]
 JsonOpt = Annotated[

@@ -15,7 +15,16 @@ import duckdb
 import typer
 from rich.table import Table
 
-from ddai.cli.common import JsonOpt, LogsOpt, ThresholdOpt, console, err_console, fail, summary
+from ddai.cli.common import (
+    JsonOpt,
+    LogsOpt,
+    ThresholdOpt,
+    check_run_ids,
+    console,
+    err_console,
+    fail,
+    summary,
+)
 from ddai.pipelines import workspace
 from ddai.pipelines.funnel import bucket, focus, lineage, plan, verify_gt
 
@@ -53,6 +62,7 @@ RunOpt = Annotated[
     list[str] | None,
     typer.Option(
         "--run",
+        callback=check_run_ids,
         help="Run whose rollouts score the prompts; repeat to pool several runs. Each run must "
         "carry the score read (bucket: --metric; focus: reward; verify-gt: reward and NDCG).",
     ),

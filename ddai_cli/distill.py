@@ -9,7 +9,15 @@ from typing import Annotated, Any
 
 import typer
 
-from ddai.cli.common import EXIT_FAILED, JsonOpt, LogsOpt, ThresholdOpt, fail, summary
+from ddai.cli.common import (
+    EXIT_FAILED,
+    JsonOpt,
+    LogsOpt,
+    ThresholdOpt,
+    check_run_ids,
+    fail,
+    summary,
+)
 from ddai.pipelines import workspace
 from ddai.pipelines.distill import (
     CheckConfig,
@@ -65,6 +73,7 @@ RunOpt = Annotated[
     list[str] | None,
     typer.Option(
         "--run",
+        callback=check_run_ids,
         help="Run id to distill (required; repeat to pool several runs). Each run needs parsed "
         "turns.",
     ),
