@@ -18,10 +18,12 @@ from rich.table import Table
 from ddai.cli.common import (
     JsonOpt,
     LogsOpt,
+    RetryFailedOpt,
     ThresholdOpt,
     check_run_ids,
     console,
     err_console,
+    exit_if_calls_failed,
     fail,
     summary,
 )
@@ -215,6 +217,7 @@ def verify_gt_cmd(
         ),
     ] = None,
     force: ForceOpt = False,
+    retry_failed: RetryFailedOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Propose ground-truth errors for review; exclude only what a person (or --trust-verifier)
@@ -235,11 +238,13 @@ def verify_gt_cmd(
             dry_run=dry_run,
             max_cost=max_cost,
             force=force,
+            retry_failed=retry_failed,
         )
     )
     # No spinner here: the verifier backend shows its own progress bar.
     result = _run("verifying", lambda: verify_gt.run_verify(cfg), spinner=False)
     summary("ddai curate verify-gt", result.to_dict(), as_json=as_json)
+    exit_if_calls_failed(result.summary)
 
 
 @curate_app.command("focus")

@@ -103,3 +103,15 @@ class Ledger:
     def total_cost(self) -> float:
         with self._lock:
             return sum(u.cost_usd for u in self._sites.values())
+
+
+FAILED_CALLS = "failed calls"
+"""The summary key under which a command lists its failed model calls by reason (exit 1)."""
+
+
+def failed_calls(snapshot: dict[str, dict[str, Any]]) -> dict[str, int]:
+    """Failed items by reason over every site of a ledger snapshot (cached failures included)."""
+    total: Counter[str] = Counter()
+    for site in snapshot.values():
+        total.update(site.get("failed") or {})
+    return dict(sorted(total.items()))
