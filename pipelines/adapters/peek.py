@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +18,19 @@ _CHUNK = 1 << 20
 def first_object(path: Path) -> dict[str, Any] | None:
     """The first JSONL line (of the first ``PEEK_LINES``) that parses, as an object, else None.
 
-    Never raises; memory stays bounded by ``PEEK_LINE_BYTES``.
+    Never raises; memory stays bounded by ``PEEK_LINE_BYTES``. Several sniffers ask about the
+    same file in turn: the answer is remembered per (path, size, mtime), so a 50 MB first line is
+    read once. Callers must not modify the object.
     """
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return _first_object(str(path), st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=16)
+def _first_object(path: str, size: int, mtime_ns: int) -> dict[str, Any] | None:
     try:
         with open(path, "rb") as fh:
             for _ in range(PEEK_LINES):
