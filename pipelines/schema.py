@@ -285,34 +285,7 @@ def normalize_rollout(
         extra["nonfinite"] = nonfinite
         row["flags"] = sorted({*(row["flags"] or ()), NONFINITE})
     row["extra"] = json.dumps(extra, ensure_ascii=False, default=str, sort_keys=True)
-    _check_text(row)
     return row
-
-
-def _check_text(row: dict[str, Any]) -> None:
-    """Raise ``lone surrogate`` when a string of ``row`` cannot be written as UTF-8.
-
-    JSON's ``\\ud83d`` escape (half an emoji) decodes to a lone surrogate, which Parquet refuses;
-    caught here, the row is quarantined instead of failing the whole write.
-    """
-    for name, v in row.items():
-        if _has_surrogate(v):
-            detail = f"{name} holds an unpaired UTF-16 surrogate (e.g. half an emoji): not UTF-8"
-            raise RowError("lone surrogate", detail)
-
-
-def _has_surrogate(v: Any) -> bool:
-    if isinstance(v, str):
-        try:
-            v.encode("utf-8")
-        except UnicodeEncodeError:
-            return True
-        return False
-    if isinstance(v, dict):
-        return any(_has_surrogate(k) or _has_surrogate(x) for k, x in v.items())
-    if isinstance(v, list | tuple):
-        return any(_has_surrogate(x) for x in v)
-    return False
 
 
 def is_success(judge_score: float | None, format_ok: bool | None, threshold: float = 1.0) -> bool:

@@ -42,6 +42,8 @@ _CHUNK = 1 << 20
 # A ``\uD800``-``\uDFFF`` escape: only then can a parsed line hold a lone surrogate (valid UTF-8
 # bytes never decode to one), so only those lines pay for the full check.
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")  # the same, over raw bytes
+SURROGATE_DETAIL = "an unpaired \\uD800-\\uDFFF escape (e.g. half an emoji); not valid UTF-8 text"
 
 
 def contained(
@@ -71,7 +73,7 @@ def error_detail(e: BaseException) -> str:
 def lone_surrogate(obj: Any) -> bool:
     """True when a string in ``obj`` holds an unpaired UTF-16 surrogate (not writable as UTF-8)."""
     try:
-        json.dumps(obj, ensure_ascii=False).encode("utf-8")
+        json.dumps(obj, ensure_ascii=False, default=str).encode("utf-8")
     except UnicodeEncodeError:
         return True
     return False
@@ -142,7 +144,6 @@ def iter_json_lines(
             yield line_no, text, None, f"{reason}|{e}"
             continue
         if _SURROGATE_ESCAPE.search(text) and lone_surrogate(obj):
-            detail = "an unpaired \\uD800-\\uDFFF escape (e.g. half an emoji); not valid UTF-8 text"
-            yield line_no, text, None, f"lone surrogate|{detail}"
+            yield line_no, text, None, f"lone surrogate|{SURROGATE_DETAIL}"
             continue
         yield line_no, text, obj, None

@@ -7,7 +7,12 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from ddai.pipelines.adapters.base import ReaderContext, SourceRecord, iter_json_lines
+from ddai.pipelines.adapters.base import (
+    ReaderContext,
+    SourceRecord,
+    contained,
+    iter_json_lines,
+)
 from ddai.pipelines.adapters.peek import first_object
 
 PARQUET_BATCH = 8192
@@ -49,8 +54,17 @@ def _read_parquet(path: Path, ctx: ReaderContext) -> Iterator[SourceRecord]:
     line = 0
     for batch in pf.iter_batches(batch_size=PARQUET_BATCH):
         ctx.bytes_read += batch.nbytes
-        for obj in batch.to_pylist():
+        try:
+            objs = batch.to_pylist()
+        except Exception:  # e.g. invalid UTF-8 in a string column: find the row, keep the rest
+            objs = None
+        for i in range(batch.num_rows):
             line += 1
-            if isinstance(obj.get("reward_parts"), list):  # pyarrow maps come back as pairs
-                obj["reward_parts"] = dict(obj["reward_parts"])
-            yield SourceRecord(obj, line, None, run_id=_run(obj))
+            yield contained(line, None, None, _parquet_row, batch, i, objs, line)
+
+
+def _parquet_row(batch, i: int, objs: list[dict] | None, line: int) -> SourceRecord:
+    obj = objs[i] if objs is not None else batch.slice(i, 1).to_pylist()[0]
+    if isinstance(obj.get("reward_parts"), list):  # pyarrow maps come back as pairs
+        obj["reward_parts"] = dict(obj["reward_parts"])
+    return SourceRecord(obj, line, None, run_id=_run(obj))

@@ -83,6 +83,32 @@ def test_lone_surrogate_in_a_flash_log_quarantines_that_row_only(tmp_path):
     assert (q["line"], q["reason"]) == (2, "lone surrogate")
 
 
+def test_lone_surrogate_in_a_phase1_document_quarantines_that_agent_only(tmp_path):
+    agents = [{"agent_id": i + 1, "response": "<think>t</think>", "answer": "ok"} for i in range(3)]
+    doc = {"step_1": {"p-1": {"prompt": "q", "agents": agents}}}
+    src = tmp_path / "gspo_phase1.json"
+    src.write_text(json.dumps(doc).replace('"ok"', LONE, 1))  # the first agent's answer
+    code, s = _ingest(tmp_path / "logs", src)
+    assert code == 0, s
+    assert (s["rollouts out"], s["quarantined by reason"]) == (2, {"lone surrogate": 1})
+    (q,) = _quarantine(tmp_path / "logs", "gspo_phase1")
+    assert q["line"] == 1 and "\\ud83d" in q["raw"]  # unit 1, kept \u-escaped
+
+
+def test_invalid_utf8_in_a_parquet_source_quarantines_that_row_only(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    uids = pa.array([b"u0", b"\xff\xfe", b"u2"], pa.binary()).view(pa.string())  # unvalidated
+    src = tmp_path / "bad.parquet"
+    pq.write_table(pa.table({"uid": uids, "rollout_idx": [0, 0, 0], "run_id": ["p"] * 3}), src)
+    code, s = _ingest(tmp_path / "logs", src)
+    assert code == 0, s
+    assert (s["rollouts out"], s["quarantined by reason"]) == (2, {"unreadable row": 1})
+    (q,) = _quarantine(tmp_path / "logs", "p")
+    assert q["line"] == 2 and "UnicodeDecodeError" in q["detail"]
+
+
 def test_a_line_nested_100000_deep_is_quarantined_not_a_traceback(tmp_path):
     src = tmp_path / "deep.jsonl"
     deep = "[" * 100_000 + "]" * 100_000
