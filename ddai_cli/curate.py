@@ -194,7 +194,11 @@ def verify_gt_cmd(
     ] = None,
     corpus: Annotated[
         Path | None,
-        typer.Option("--corpus", help="Page-text corpus (pages.parquet) the verifier reads."),
+        typer.Option(
+            "--corpus",
+            help="Page corpus (pages.parquet) the verifier reads: page text, and page images "
+            "from an image corpus (`ddai corpus build`).",
+        ),
     ] = None,
     decisions: DecisionsOpt = None,
     trust_verifier: Annotated[

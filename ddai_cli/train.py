@@ -103,6 +103,47 @@ PreflightPromptsOpt = Annotated[
 MaxTurnTokensOpt = Annotated[
     int, typer.Option("--max-turn-tokens", help="New tokens per policy turn.")
 ]
+LaunchOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--launch",
+        help="Run this command on N processes under `accelerate launch` (GPUs, or gloo on CPU); "
+        "--batch-size stays per process, so the global batch is N × --batch-size.",
+    ),
+]
+AccelerateConfigOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--accelerate-config",
+        help="accelerate config file for --launch (configs/accelerate/{ddp,zero2,zero3,fsdp}.yaml "
+        "or your own). Default: plain data parallel.",
+    ),
+]
+
+
+def _maybe_relaunch(launch: int | None, accelerate_config: Path | None) -> None:
+    """With --launch N, run the same command line under accelerate and exit with its code."""
+    if launch is None:
+        if accelerate_config is not None:
+            raise fail("--accelerate-config needs --launch N")
+        return
+    import sys
+
+    from ddai.trainer.launch import relaunch
+
+    try:
+        code = relaunch(sys.argv[1:], launch, accelerate_config)
+    except (ValueError, FileNotFoundError) as e:
+        raise fail(str(e)) from e
+    raise typer.Exit(code)
+
+
+def _summary(title: str, data: dict, *, as_json: bool) -> None:
+    """The closing summary, printed by the main process only (one per run under a launcher)."""
+    from ddai.trainer import dist
+
+    if dist.is_main():
+        summary(title, data, as_json=as_json)
 
 
 def _run(fn, cfg):
@@ -173,9 +214,12 @@ def register(app: typer.Typer) -> None:
         resume: ResumeOpt = False,
         dtype: DtypeOpt = "float32",
         seed: SeedOpt = 0,
+        launch: LaunchOpt = None,
+        accelerate_config: AccelerateConfigOpt = None,
         as_json: JsonOpt = False,
     ) -> None:
         """Supervised fine-tuning with TRL's SFTTrainer on Searcher conversations."""
+        _maybe_relaunch(launch, accelerate_config)
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         from ddai.trainer.common import TrainConfigError, parse_set
         from ddai.trainer.sft import SFTRunConfig, run_sft
@@ -210,7 +254,7 @@ def register(app: typer.Typer) -> None:
             overrides=overrides,
         )
         result = _run(run_sft, cfg)
-        summary("ddai train sft", asdict(result), as_json=as_json)
+        _summary("ddai train sft", asdict(result), as_json=as_json)
 
     @train_app.command("grpo")
     def grpo(
@@ -253,7 +297,11 @@ def register(app: typer.Typer) -> None:
         ] = None,
         batch_size: Annotated[
             int | None,
-            typer.Option("--batch-size", help="Rollouts per device step (prompts × n_agent)."),
+            typer.Option(
+                "--batch-size",
+                help="Rollouts per device step (prompts × n_agent); under --launch N the step's "
+                "global batch is N × this.",
+            ),
         ] = None,
         max_steps: StepsOpt = None,
         lr: LrOpt = None,
@@ -289,13 +337,26 @@ def register(app: typer.Typer) -> None:
             typer.Option(
                 "--observation",
                 help="`text`: pages shown as text; `image`: page images through the model's "
-                "processor (VLM policies; needs --image-root).",
+                "processor (VLM policies; needs an image corpus or --image-root; <bbox> is in "
+                "Qwen2.5-VL's pixels of the resized image).",
             ),
         ] = "text",
         image_root: Annotated[
             Path | None,
-            typer.Option("--image-root", help="Folder of page images (`{page_id}.jpg`)."),
+            typer.Option(
+                "--image-root",
+                help="Folder of page images (`{page_id}.jpg`); not needed with an image corpus "
+                "(`ddai corpus build`).",
+            ),
         ] = None,
+        generator_max_images: Annotated[
+            int,
+            typer.Option(
+                "--generator-max-images",
+                help="Most images (pages and crops the episode gathered, latest kept) sent to a "
+                "multimodal generator; 0 sends text only. Text generators ignore images.",
+            ),
+        ] = 8,
         max_turn_tokens: MaxTurnTokensOpt = 256,
         max_completion_tokens: Annotated[
             int, typer.Option("--max-completion-tokens", help="Token budget of a whole rollout.")
@@ -342,11 +403,14 @@ def register(app: typer.Typer) -> None:
         resume: ResumeOpt = False,
         dtype: DtypeOpt = "float32",
         seed: SeedOpt = 0,
+        launch: LaunchOpt = None,
+        accelerate_config: AccelerateConfigOpt = None,
         skip_preflight: SkipPreflightOpt = False,
         preflight_prompts: PreflightPromptsOpt = 2,
         as_json: JsonOpt = False,
     ) -> None:
         """GRPO over the multi-turn search environment; every step's rollouts go to the rollout log."""
+        _maybe_relaunch(launch, accelerate_config)
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         from ddai.trainer.common import TrainConfigError, parse_set
         from ddai.trainer.grpo import GRPORunConfig, run_grpo
@@ -355,6 +419,8 @@ def register(app: typer.Typer) -> None:
             overrides = parse_set(set_)
         except TrainConfigError as e:
             raise fail(str(e)) from e
+        if generator_max_images < 0:
+            raise fail(f"--generator-max-images {generator_max_images}: use 0 or more")
         for name, path in (("--data", data), ("--corpus", corpus)):
             if not path.exists():
                 raise fail(
@@ -391,6 +457,7 @@ def register(app: typer.Typer) -> None:
             restrict_to_doc=restrict_to_doc,
             observation=observation,
             image_root=image_root,
+            generator_max_images=generator_max_images,
             max_turn_tokens=max_turn_tokens,
             max_completion_tokens=max_completion_tokens,
             obs_max_tokens=obs_max_tokens,
@@ -413,6 +480,6 @@ def register(app: typer.Typer) -> None:
             preflight_prompts=preflight_prompts,
         )
         result = _run(run_grpo, cfg)
-        summary("ddai train grpo", asdict(result), as_json=as_json)
+        _summary("ddai train grpo", asdict(result), as_json=as_json)
 
     app.add_typer(train_app, name="train")

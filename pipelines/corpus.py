@@ -10,9 +10,11 @@ Stored as ``pages.parquet`` (one row per page):
 | ``text`` | string | the lines' texts joined by ``\\n`` |
 | ``lines`` | list<struct<text, bbox: list<double>>> | each line with its box ``[x1, y1, x2, y2]`` in page pixels |
 | ``width``, ``height`` | int32 | page size in pixels |
+| ``image`` | string, optional | the page image's file, relative to the parquet's folder (image corpora, ``ddai corpus build``) |
 
 ``Corpus.crop`` answers a ``<bbox>`` action with the text of the lines the box touches, which is
-what a search environment or a simulator shows in place of an image crop.
+what a search environment or a simulator shows in place of an image crop. ``Corpus.image_file``
+is the page's real image when the corpus holds one (a text-only corpus has none and keeps working).
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ PAGES_SCHEMA = pa.schema(
         ("height", pa.int32()),
     ]
 )
+# Written only when some page has an image, so text corpora keep their exact shape.
+IMAGE_FIELD = pa.field("image", pa.string())
 IMAGE_DIR = "corpus/img"
 # Page size assumed for text-only records (a 4:3 slide).
 DEFAULT_SIZE = (1024, 768)
@@ -72,6 +76,8 @@ class Page:
     lines: tuple[Line, ...]
     width: int
     height: int
+    image: str | None = None
+    """The page image's file as stored (relative paths are relative to the corpus file)."""
 
     @property
     def text(self) -> str:
@@ -86,6 +92,7 @@ class Page:
             "lines": [{"text": ln.text, "bbox": [float(v) for v in ln.bbox]} for ln in self.lines],
             "width": self.width,
             "height": self.height,
+            "image": self.image,
         }
 
 
@@ -111,13 +118,16 @@ def _page_from_record(rec: Mapping[str, Any]) -> Page:
             raise ValueError(f"page {pid}: a line's bbox must be [x1, y1, x2, y2], got {box!r}")
         x1, y1, x2, y2 = (float(v) for v in box)
         lines.append(Line(str(ln["text"]), (x1, y1, x2, y2)))
-    return Page(pid, doc, num, tuple(lines), width, height)
+    image = rec.get("image")
+    return Page(pid, doc, num, tuple(lines), width, height, str(image) if image else None)
 
 
 class Corpus:
     """Pages by ``page_id``, in the order given (documents, then page number, when generated)."""
 
-    def __init__(self, pages: Iterable[Page]):
+    def __init__(self, pages: Iterable[Page], *, root: str | os.PathLike[str] | None = None):
+        self.root = Path(root) if root is not None else None
+        """The folder relative image paths are resolved against (the corpus file's)."""
         self._pages: dict[str, Page] = {}
         self._by_doc: dict[str, list[str]] = {}
         for p in pages:
@@ -128,9 +138,11 @@ class Corpus:
 
     # ------------------------------------------------------------------ construction and IO
     @classmethod
-    def from_records(cls, records: Iterable[Mapping[str, Any]]) -> Corpus:
+    def from_records(
+        cls, records: Iterable[Mapping[str, Any]], *, root: str | os.PathLike[str] | None = None
+    ) -> Corpus:
         """Build from dicts with the ``pages.parquet`` columns (``text`` alone also works)."""
-        return cls(_page_from_record(r) for r in records)
+        return cls((_page_from_record(r) for r in records), root=root)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Corpus:
@@ -140,12 +152,12 @@ class Corpus:
             p = p / "pages.parquet"
         if not p.is_file():
             raise FileNotFoundError(f"{p}: no corpus here; make one with `ddai fixtures make OUT`")
-        return cls.from_records(pq.read_table(p).to_pylist())
+        return cls.from_records(pq.read_table(p).to_pylist(), root=p.parent)
 
     def to_table(self) -> pa.Table:
-        return pa.Table.from_pylist(
-            [p.to_record() for p in self._pages.values()], schema=PAGES_SCHEMA
-        )
+        schema = PAGES_SCHEMA.append(IMAGE_FIELD) if self.has_images else PAGES_SCHEMA
+        rows = [p.to_record() for p in self._pages.values()]
+        return pa.Table.from_pylist(rows, schema=schema)
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write ``pages.parquet`` atomically."""
@@ -197,6 +209,19 @@ class Corpus:
         """A stable pseudo image path for DDAI-shaped observations (``corpus/img/{page_id}.jpg``)."""
         self.page(page_id)
         return f"{IMAGE_DIR}/{page_id}.jpg"
+
+    @property
+    def has_images(self) -> bool:
+        """Whether any page has a real image file (an image corpus)."""
+        return any(p.image for p in self._pages.values())
+
+    def image_file(self, page_id: str) -> Path | None:
+        """The page's image file (relative paths resolved against ``root``), or None."""
+        stored = self.page(page_id).image
+        if not stored:
+            return None
+        path = Path(stored)
+        return path if path.is_absolute() or self.root is None else self.root / path
 
     def __contains__(self, page_id: object) -> bool:
         return page_id in self._pages

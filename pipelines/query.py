@@ -17,7 +17,19 @@ import pyarrow as pa
 from ddai.pipelines import store
 
 # Creation order matters: later views read earlier ones.
-VIEWS = ("macros", "rollouts", "turns", "prompts_at", "prompts", "runs", "discrepancies")
+VIEWS = (
+    "macros",
+    "rollouts",
+    "turns",
+    "prompts_at",
+    "prompts",
+    "runs",
+    "discrepancies",
+    # DDAI's round analyses (issue 13): why low prompts fail, reward latency, zero variance.
+    "failure_attribution",
+    "reward_latency",
+    "zero_variance",
+)
 
 
 def sql_text(name: str) -> str:

@@ -27,7 +27,12 @@ and a ``<bbox>`` shows that box cropped from the last page image; the images rid
 ``StepResult.images`` for the rollout to render through the model's processor
 (``ddai.trainer.vision``), and the evidence the generator reads stays the page text. Exercised on
 CPU with a tiny Qwen2-VL and its PIL image processor; real VLM processors need torchvision (a lent
-GPU machine).
+GPU machine). ``box_convention`` says what a ``<bbox>``'s numbers mean (``ResizedPixels``:
+Qwen2.5-VL's absolute pixels on the smart-resized image; None: the page's own pixels).
+
+Whenever ``image_of`` is given (image observations, or a text policy over an image corpus), the
+episode also records the images it gathered (``Episode.images``: each page the first time it is
+shown, and every crop, in order) as file paths or ``data:`` URLs, for a generator that sees them.
 """
 
 from __future__ import annotations
@@ -105,6 +110,8 @@ class Episode:
     retrieved: list[str] = field(default_factory=list)
     evidence: list[tuple[str, str]] = field(default_factory=list)
     """``(page_id, text)`` per search result shown and per crop, in order."""
+    images: list[str] = field(default_factory=list)
+    """The page images (first showing) and crops gathered, in order: paths or ``data:`` URLs."""
     last_page: str | None = None
     done: bool = False
     terminated: str | None = None
@@ -136,6 +143,7 @@ class SearchEnv:
         config: EnvConfig | None = None,
         truncate: Callable[[str], str] | None = None,
         image_of: Callable[[str], Any] | None = None,
+        box_convention: Any = None,
     ) -> None:
         self.search = search
         self.pages = pages
@@ -144,6 +152,7 @@ class SearchEnv:
         if self.config.observation == "image" and image_of is None:
             raise ValueError("image observations need image_of(page_id) to locate page images")
         self.image_of = image_of
+        self.box_convention = box_convention
         self._prefetched: dict[tuple[str, str | None], Any] = {}
 
     def prefetch(self, batch: list[tuple[Episode, str]]) -> int:
@@ -229,6 +238,10 @@ class SearchEnv:
         except KeyError:  # a search service may know pages a text corpus lacks (image corpora)
             text = ""
         ep.evidence.append((shown, text))
+        if self.image_of is not None:
+            ref = str(self.image_of(shown))
+            if ref not in ep.images:
+                ep.images.append(ref)
         if self.config.observation == "image":
             return f"[page {shown}]", [self.image_of(shown)]
         return self.truncate(f"[page {shown}]\n{text}"), []
@@ -238,19 +251,36 @@ class SearchEnv:
             turn.error = "no page to crop yet"
             return BBOX_FAILED, []
         box = json.loads(turn.arg)
-        text = self.pages.crop(ep.last_page, box)
         label = f"[crop of {ep.last_page} {turn.arg.strip()}]"
-        if self.config.observation == "image":
-            from ddai.trainer.vision import crop_image
+        crop = None
+        if self.image_of is not None:
+            from ddai.trainer.vision import crop_image, open_image
 
-            crop = crop_image(self.image_of(ep.last_page), box)
+            page = open_image(self.image_of(ep.last_page))
+            if self.box_convention is not None:  # the model's pixels -> the page's
+                box = self.box_convention.to_page(box, page.width, page.height)
+            crop = crop_image(page, box)
+        try:
+            text = self.pages.crop(ep.last_page, box)
+        except KeyError:  # a page the search service knows and the text corpus lacks
+            text = ""
+        if self.config.observation == "image":
             if crop is None:
                 turn.error = "crop is outside the page"
                 return BBOX_FAILED, []
             ep.evidence.append((ep.last_page, text))
+            ep.images.append(_data_url(crop))
             return label, [crop]
         if not text.strip():
             turn.error = "crop holds no text"
             return BBOX_FAILED, []
         ep.evidence.append((ep.last_page, text))
+        if crop is not None:
+            ep.images.append(_data_url(crop))
         return self.truncate(f"{label}\n{text}"), []
+
+
+def _data_url(image: Any) -> str:
+    from ddai.pipelines.backends.media import pil_data_url
+
+    return pil_data_url(image)

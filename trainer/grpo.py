@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ddai.pipelines import workspace
-from ddai.trainer import common
+from ddai.trainer import common, dist
 from ddai.trainer.data import Task, load_tasks
 from ddai.trainer.env import EnvConfig, SearchEnv
 from ddai.trainer.logrows import rollout_row
@@ -53,6 +53,7 @@ from ddai.trainer.rollout import (
     run_rollouts,
 )
 from ddai.trainer.vision import (
+    ResizedPixels,
     VisionObservationFormat,
     page_image_path,
     slice_vision,
@@ -124,7 +125,10 @@ class GRPORunConfig:
     observation: str = "text"
     """``image``: show page images through the model's processor (VLM policies)."""
     image_root: Path | None = None
-    """Folder of page images named as ``Corpus.image_path`` names them (image observations)."""
+    """Folder of page images named as ``Corpus.image_path`` names them (image observations);
+    not needed when the corpus holds its images (``ddai corpus build``)."""
+    generator_max_images: int = 8
+    """Most images (pages and crops, the latest kept) sent to a multimodal generator."""
     max_turn_tokens: int = 256
     max_completion_tokens: int = 1024
     obs_max_tokens: int = 256
@@ -287,6 +291,7 @@ class SearchRollout:
                 "question": t.task.question,
                 "reference": t.task.reference_answer,
                 "evidence": t.episode.evidence,
+                "images": t.episode.images,
                 "skip": self.spec.gate and not t.episode.format_ok,
             }
             for t in group
@@ -312,6 +317,9 @@ class SearchRollout:
             config=self.rollout,
             on_group_done=self._submit,
             vision=self.vision,
+            # Lock-step across ranks: the same number of turns everywhere, so sharded
+            # generation's collectives line up.
+            any_active=dist.any_across_ranks if dist.world_size() > 1 else None,
         )
 
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list]:
@@ -322,7 +330,15 @@ class SearchRollout:
         if not trainer.model.training:
             G = trainer.num_generations_eval or G
         slots = [(Task.from_row(inp), i // G, i % G) for i, inp in enumerate(inputs)]
-        with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as model:
+        # As TRL's own generation: ZeRO-3 parameters gathered, FSDP v1 root parameters summoned.
+        with (
+            unwrap_model_for_generation(
+                trainer.model_wrapped,
+                trainer.accelerator,
+                gather_deepspeed3_params=trainer.args.ds3_gather_for_generation,
+            ) as model,
+            trainer._dist.summon_full_params(trainer.model_wrapped, recurse=False),
+        ):
             trajs = self.run(slots, trainer, model)
         for t in trajs:
             self.pending[t.key] = t
@@ -405,6 +421,10 @@ class DdaiReward:
 def _trainer_class() -> type:
     from trl import GRPOTrainer
 
+    from ddai.trainer.trl_compat import check_trl_internals
+
+    check_trl_internals(GRPOTrainer)
+
     class DdaiGRPOTrainer(GRPOTrainer):
         """GRPOTrainer that shows the rollout its batch and logs the scored rollouts."""
 
@@ -428,6 +448,10 @@ def _trainer_class() -> type:
                 self.ddai_rollout.vision_fields = None
             advantages = out["advantages"].detach().float().cpu().tolist()
             step = int(self.state.global_step) + 1
+            # TRL gives each rank a contiguous slice of the global batch (``process_slice``), so
+            # rank r's i-th rollout is row r·len(inputs) + i of the step's generation batch.
+            rank = self.accelerator.process_index
+            offset = rank * len(inputs)
             rows = []
             groups: dict[int, list[float]] = {}
             for i, (inp, adv) in enumerate(zip(inputs, advantages, strict=True)):
@@ -435,21 +459,27 @@ def _trainer_class() -> type:
                 if score is not None:
                     groups.setdefault(traj.group, []).append(score.reward)
                 if self.ddai_log is not None:
-                    rows.append(
-                        rollout_row(
-                            traj,
-                            run_id=self.ddai_log.run_id,
-                            step=step,
-                            advantage=adv,
-                            sample_idx=i,
-                            judged=judged,
-                            score=score,
-                        )
+                    row = rollout_row(
+                        traj,
+                        run_id=self.ddai_log.run_id,
+                        step=step,
+                        advantage=adv,
+                        sample_idx=offset + i,
+                        judged=judged,
+                        score=score,
                     )
+                    row["extra"].update(rank=rank, rank_seed=dist.rank_seed(self.args.seed, rank))
+                    rows.append(row)
             if self.ddai_log is not None:
-                self.ddai_log.append(rows)
+                # Every rank's episodes to the main process, written once (collective).
+                rows = dist.gather_objects(rows)
+                if self.accelerator.is_main_process:
+                    self.ddai_log.append(rows)
             if self.model.training:
-                self.ddai_zero_variance.observe(step, list(groups.values()))
+                # A step is flat when every group on every rank is (collective).
+                all_groups = dist.gather_objects(list(groups.values()))
+                if self.accelerator.is_main_process:
+                    self.ddai_zero_variance.observe(step, all_groups)
             return out
 
         def _get_per_token_logps_and_entropies(
@@ -525,12 +555,31 @@ def load_vision_policy(
 ) -> tuple[Any, Any, VisionObservationFormat]:
     """A VLM policy, its tokenizer and its processor's observation format (needs torchvision for
     real checkpoints' processors)."""
-    import torch
-    from transformers import AutoModelForImageTextToText, AutoProcessor
+    from ddai.trainer.modeling import load_vision_model
 
-    processor = AutoProcessor.from_pretrained(name_or_path)
-    model = AutoModelForImageTextToText.from_pretrained(name_or_path, dtype=getattr(torch, dtype))
+    model, processor = load_vision_model(name_or_path, dtype=dtype)
     return model, processor.tokenizer, VisionObservationFormat.from_processor(processor)
+
+
+def page_images(cfg: GRPORunConfig, corpus: Any) -> Any:
+    """``image_of(page_id)`` for the run's page images, or None when it has none: the corpus's own
+    image (an image corpus), else ``{page_id}.jpg`` under ``--image-root`` (a search service may
+    return pages the corpus lacks)."""
+    root = Path(cfg.image_root) if cfg.image_root is not None else None
+    if root is not None and not root.is_dir():
+        root = None
+    if not corpus.has_images and root is None:
+        return None
+
+    def image_of(pid: str) -> Path:
+        own = corpus.image_file(pid) if pid in corpus else None
+        if own is not None:
+            return own
+        if root is not None:
+            return page_image_path(root, f"{pid}.jpg")
+        raise KeyError(f"page {pid!r} has no image in --corpus {cfg.corpus}; add --image-root DIR")
+
+    return image_of
 
 
 def static_preflight(
@@ -618,10 +667,11 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
     from ddai.pipelines.corpus import Corpus
     from ddai.trainer.modeling import changed_parameters, load_policy, parameter_snapshot
     from ddai.trainer.rollout import token_truncator
-    from ddai.trainer.sft import save_model
+    from ddai.trainer.sft import save_final
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     args = grpo_args(cfg)
+    dist.allow_fsdp_on_cpu(args)
     resume_from = common.resume_checkpoint(cfg.output_dir, cfg.resume)
     spec = reward_spec(cfg)
     tasks = load_tasks(cfg.data, cfg.limit)
@@ -633,6 +683,9 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
         raise common.TrainConfigError(
             "the reward uses the judge: a generator and a judge backend are needed"
         )
+    vision = box_convention = None
+    image_of = page_images(cfg, corpus)
+
     report = PreflightReport(skipped=cfg.skip_preflight)
     if not cfg.skip_preflight:
         static_preflight(
@@ -647,16 +700,14 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
             seed=cfg.seed,
         )
         report.raise_errors()
-    vision = image_of = None
     if cfg.observation == "image":
-        if cfg.image_root is None or not Path(cfg.image_root).is_dir():
+        if image_of is None:
             raise common.TrainConfigError(
-                f"--image-root {cfg.image_root}: not a folder; point it at the page images "
-                "(image observations need them)"
+                f"--image-root {cfg.image_root}: not a folder; point it at the page images, or "
+                "build an image corpus with `ddai corpus build` (image observations need them)"
             )
         model, tok, vision = load_vision_policy(cfg.model, dtype=cfg.dtype)
-        root = Path(cfg.image_root)
-        image_of = lambda pid: page_image_path(root, corpus.image_path(pid))  # noqa: E731
+        box_convention = ResizedPixels.from_image_processor(vision.processor.image_processor)
     elif cfg.observation == "text":
         model, tok = load_policy(cfg.model, dtype=cfg.dtype)
     else:
@@ -682,8 +733,13 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
         ),
         truncate=token_truncator(tok, cfg.obs_max_tokens),
         image_of=image_of,
+        box_convention=box_convention,
     )
-    scorer = StreamingScorer(backends.generator, backends.judge) if spec.needs_judge else None
+    scorer = (
+        StreamingScorer(backends.generator, backends.judge, max_images=cfg.generator_max_images)
+        if spec.needs_judge
+        else None
+    )
     rollout = SearchRollout(
         tokenizer=tok,
         env=env,
@@ -719,7 +775,8 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
                     report, sampled_episodes(rollout, slots, trainer, m, cfg.reward_timeout)
                 )
             report.raise_errors()
-        write_run_config(cfg.output_dir, "train grpo", cfg, report)
+        if trainer.accelerator.is_main_process:
+            write_run_config(cfg.output_dir, "train grpo", cfg, report)
     except BaseException:
         if scorer is not None:
             scorer.close()
@@ -730,8 +787,8 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
     finally:
         if scorer is not None:
             scorer.close()
-    save_model(trainer.model, tok, cfg.output_dir)
-    if vision is not None:
+    save_final(trainer, cfg.output_dir)
+    if vision is not None and trainer.accelerator.is_main_process:
         vision.processor.save_pretrained(cfg.output_dir)  # image processor + chat template
     return GRPOResult(
         output_dir=str(cfg.output_dir),

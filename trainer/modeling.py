@@ -51,7 +51,9 @@ def changed_parameters(before: dict[str, Any], model: Any) -> list[str]:
     import torch
 
     now = dict(model.named_parameters())
-    return [n for n, p in before.items() if n in now and not torch.equal(p, now[n].detach())]
+    # FSDP2 parameters are DTensor shards: compare their full values (collective on every rank).
+    full = {n: t.full_tensor() if hasattr(t, "full_tensor") else t for n, t in now.items()}
+    return [n for n, p in before.items() if n in full and not torch.equal(p, full[n].detach())]
 
 
 def image_only_processor_class(cls: type) -> type:

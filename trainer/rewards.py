@@ -15,6 +15,10 @@ Streaming: ``StreamingScorer.submit`` starts the generator and judge calls for a
 soon as its episodes finish, on a background event loop, while the rest of the batch is still
 being generated. ``DdaiReward`` (an async TRL reward function) awaits them with a timeout; a group
 not scored in time gets judge 0 and counts against the coverage metric.
+
+The generator is sent the images an episode gathered (``Episode.images``: pages and crops in
+order), at most ``max_images`` of them, the most recent kept (the crops and pages the Searcher
+ended on); text generators ignore them.
 """
 
 from __future__ import annotations
@@ -102,6 +106,13 @@ class Judged:
     error: str | None = None
 
 
+def cap_images(images: Sequence[str], limit: int | None) -> list[str]:
+    """The last ``limit`` of ``images`` (all when ``limit`` is None; none when it is 0)."""
+    if limit is None:
+        return list(images)
+    return list(images)[-limit:] if limit > 0 else []
+
+
 class StreamingScorer:
     """Runs generator → judge for finished prompt groups on a background event loop.
 
@@ -110,9 +121,17 @@ class StreamingScorer:
     can wait on it. ``close`` stops the loop.
     """
 
-    def __init__(self, generator: Any, judge: Any, *, max_concurrent_groups: int = 64) -> None:
+    def __init__(
+        self,
+        generator: Any,
+        judge: Any,
+        *,
+        max_concurrent_groups: int = 64,
+        max_images: int | None = None,
+    ) -> None:
         self.generator = generator
         self.judge = judge
+        self.max_images = max_images
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="ddai-scorer", daemon=True
@@ -123,7 +142,8 @@ class StreamingScorer:
 
     def submit(self, items: Sequence[dict[str, Any]]) -> concurrent.futures.Future:
         """Score a group. Each item: ``question``, ``reference``, ``evidence`` [(page, text)],
-        ``skip`` (True: not judged, e.g. a failed format gate)."""
+        ``images`` (optional: paths or data URLs, in order), ``skip`` (True: not judged, e.g. a
+        failed format gate)."""
         return asyncio.run_coroutine_threadsafe(self._score(list(items)), self._loop)
 
     async def _score(self, items: list[dict[str, Any]]) -> list[Judged]:
@@ -141,6 +161,7 @@ class StreamingScorer:
                     question=items[i]["question"],
                     pages=[p for p, _ in items[i]["evidence"]],
                     page_texts=[t for _, t in items[i]["evidence"]],
+                    images=tuple(cap_images(items[i].get("images", ()), self.max_images)),
                 )
                 for i in todo
             ]

@@ -141,6 +141,11 @@ class Sampler:
     ) -> list[tuple[list[int], list[float]]]:
         raise NotImplementedError
 
+    def idle(self, context: list[int]) -> None:
+        """A turn on a rank whose episodes have all ended while another rank's still run: do the
+        same collectives as a real turn (sharded models all-gather in every forward), keep
+        nothing. Samplers without per-forward collectives do nothing."""
+
 
 class HFSampler(Sampler):
     """``model.generate`` over a left-padded batch; log-probs of the sampled tokens from the raw
@@ -213,6 +218,11 @@ class HFSampler(Sampler):
             results.append((row[:end], lp[i, :end].tolist()))
         return results
 
+    def idle(self, context: list[int]) -> None:
+        # Under FSDP / ZeRO-3, ``generate`` syncs forward passes across ranks (``synced_gpus``),
+        # so one short call keeps this rank in step with those still generating.
+        self.sample([context], [1])
+
 
 class VLLMServerSampler(Sampler):
     """Generation through TRL's vLLM server client (``trl vllm-serve``), for GPU machines.
@@ -278,6 +288,7 @@ def run_rollouts(
     on_group_done: Callable[[list[Trajectory]], None] | None = None,
     on_turn: Callable[[int, int], None] | None = None,
     vision: VisionObservationFormat | None = None,
+    any_active: Callable[[bool], bool] | None = None,
 ) -> list[Trajectory]:
     """Run one episode per slot ``(task, group, rollout_idx)`` in lock-step; same order out.
 
@@ -285,6 +296,11 @@ def run_rollouts(
     live)`` after each batched turn (progress display). Each turn's searches go to the search
     backend together first (``SearchEnv.prefetch``: one batched call for all live episodes). ``vision`` renders and tokenizes the
     prompt and every environment span through the processor (required for image observations).
+
+    ``any_active(local_active) -> global_active`` makes turns lock-step across ranks (an all-reduce,
+    ``ddai.trainer.dist.any_across_ranks``): every rank runs the same number of turns; a rank whose
+    episodes have all ended idles (``Sampler.idle``) until no rank has a live episode, so the
+    collectives of sharded generation (FSDP, ZeRO-3) line up.
     """
     if env.config.observation == "image" and vision is None:
         raise ValueError("image observations need a VisionObservationFormat (the processor)")
@@ -317,8 +333,15 @@ def run_rollouts(
     turn = 0
     while True:
         live = [t for t in trajs if not t.done]
-        if not live:
+        active = bool(live) if any_active is None else any_active(bool(live))
+        if not active:
             break
+        if not live:
+            sampler.idle(trajs[0].prompt_ids if trajs else [tokenizer.eos_token_id])
+            turn += 1
+            if on_turn is not None:
+                on_turn(turn, 0)
+            continue
         budgets = [
             min(config.max_turn_tokens, config.max_completion_tokens - len(t.completion_ids))
             for t in live

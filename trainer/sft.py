@@ -20,7 +20,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from ddai.pipelines import io
-from ddai.trainer import common
+from ddai.trainer import common, dist
 from ddai.trainer.chat import ensure_training_template, normalize_messages
 from ddai.trainer.sft_images import (
     ImageConversation,
@@ -228,6 +228,7 @@ def build_sft(cfg: SFTRunConfig) -> SFTSetup:
     )
 
     args = sft_args(cfg)
+    dist.allow_fsdp_on_cpu(args)
     n_images = 0
     if load_processor(cfg.model) is not None:
         # A VLM: TRL's vision path; TRL patches the processor's template for assistant-only loss.
@@ -275,21 +276,76 @@ def run_sft(cfg: SFTRunConfig) -> SFTResult:
     setup = build_sft(cfg)
     trainer = setup.trainer
     out = trainer.train(resume_from_checkpoint=resume_from)
-    final = trainer.model
     if cfg.lora:
-        trainer.model.save_pretrained(Path(cfg.output_dir) / "adapter")
-        final = trainer.model.merge_and_unload()
-    save_model(final, setup.processing_class, cfg.output_dir)
+        # The trainer's save gathers the adapter from FSDP / ZeRO-3 shards; the main process
+        # merges it and writes the merged model (its summary is the one printed).
+        save_final(trainer, Path(cfg.output_dir) / "adapter")
+        changed = 0
+        if trainer.accelerator.is_main_process:
+            final = merged_lora(trainer, cfg, Path(cfg.output_dir) / "adapter")
+            save_model(final, setup.processing_class, cfg.output_dir)
+            changed = len(changed_parameters(setup.before, final))
+        trainer.accelerator.wait_for_everyone()
+    else:
+        save_final(trainer, cfg.output_dir)
+        changed = len(changed_parameters(setup.before, trainer.model))  # collective under FSDP
     return SFTResult(
         output_dir=str(cfg.output_dir),
         rows=setup.rows,
         dropped=setup.dropped,
         steps=int(trainer.state.global_step),
         train_loss=float(out.training_loss) if out.training_loss is not None else None,
-        changed_parameters=len(changed_parameters(setup.before, final)),
+        changed_parameters=changed,
         lora=cfg.lora,
         images=setup.images,
     )
+
+
+def sharded(trainer: Any) -> bool:
+    """True when the trained weights are split across ranks (FSDP or DeepSpeed ZeRO-3)."""
+    from transformers.integrations import is_deepspeed_zero3_enabled
+
+    return bool(trainer.is_fsdp_enabled or is_deepspeed_zero3_enabled())
+
+
+def merged_lora(trainer: Any, cfg: SFTRunConfig, adapter: Path) -> Any:
+    """The base model with the trained LoRA adapter merged in (main process only). Sharded runs
+    hold no full copy in memory, so the base is reloaded and the saved adapter applied to it."""
+    if not sharded(trainer):
+        return trainer.accelerator.unwrap_model(trainer.model).merge_and_unload()
+    from peft import PeftModel
+
+    from ddai.trainer.modeling import load_policy, load_processor, load_vision_model
+
+    if load_processor(cfg.model) is not None:
+        base, _ = load_vision_model(cfg.model, dtype=cfg.dtype)
+    else:
+        base, _ = load_policy(cfg.model, dtype=cfg.dtype)
+    return PeftModel.from_pretrained(base, str(adapter)).merge_and_unload()
+
+
+def save_final(trainer: Any, output_dir: str | os.PathLike[str]) -> None:
+    """The final model and tokenizer through ``trainer.save_model`` (which gathers FSDP / ZeRO-3
+    shards and writes on the main process only), staged in a temp folder and moved into
+    ``output_dir/`` one rename per file. Collective: every rank calls it."""
+    import shutil
+
+    out = Path(output_dir)
+    stage = out / ".final-stage"
+    main = trainer.accelerator.is_main_process
+    if main:
+        shutil.rmtree(stage, ignore_errors=True)
+        stage.mkdir(parents=True)
+    trainer.accelerator.wait_for_everyone()
+    trainer.save_model(str(stage))
+    trainer.accelerator.wait_for_everyone()
+    if main:
+        for f in stage.iterdir():
+            if f.is_file() and f.name != "training_args.bin":
+                with io.atomic_path(out / f.name) as dst:
+                    os.replace(f, dst)
+        shutil.rmtree(stage, ignore_errors=True)
+    trainer.accelerator.wait_for_everyone()
 
 
 def save_model(model: Any, tokenizer: Any, output_dir: str | os.PathLike[str]) -> None:

@@ -45,12 +45,56 @@ def page_image_path(image_root: str | Path, corpus_path: str) -> Path:
     return Path(image_root) / Path(corpus_path).name
 
 
-def crop_image(image: Any, bbox: Sequence[float]) -> Any | None:
-    """The ``[x1, y1, x2, y2]`` pixel box of ``image`` (a path or PIL image), clamped to the page;
-    None when the clamped box is empty."""
+@dataclass(frozen=True)
+class ResizedPixels:
+    """Qwen2.5-VL's box convention: absolute pixels on the smart-resized image (module doc)."""
+
+    factor: int = 28
+    """``patch_size * merge_size``: both resized sides are multiples of it."""
+    min_pixels: int = 56 * 56
+    max_pixels: int = 28 * 28 * 1280
+
+    @classmethod
+    def from_image_processor(cls, image_processor: Any) -> ResizedPixels:
+        """The convention of a Qwen2-VL-family image processor (its resize bounds)."""
+        size = image_processor.size
+        get = size.get if isinstance(size, dict) else lambda k: getattr(size, k, None)
+        lo = getattr(image_processor, "min_pixels", None) or get("shortest_edge")
+        hi = getattr(image_processor, "max_pixels", None) or get("longest_edge")
+        factor = int(image_processor.patch_size) * int(image_processor.merge_size)
+        return cls(factor=factor, min_pixels=int(lo), max_pixels=int(hi))
+
+    def resized(self, width: int, height: int) -> tuple[int, int]:
+        """``(width, height)`` of a ``width x height`` image as the model sees it."""
+        from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize
+
+        h, w = smart_resize(height, width, self.factor, self.min_pixels, self.max_pixels)
+        return w, h
+
+    def to_page(self, bbox: Sequence[float], width: int, height: int) -> list[float]:
+        """A box in resized-image pixels as a box in the ``width x height`` page's pixels."""
+        rw, rh = self.resized(width, height)
+        sx, sy = width / rw, height / rh
+        x1, y1, x2, y2 = (float(v) for v in bbox)
+        return [x1 * sx, y1 * sy, x2 * sx, y2 * sy]
+
+
+def open_image(image: Any) -> Any:
+    """A PIL image from a path or a PIL image (not copied)."""
     from PIL import Image
 
-    page = image if isinstance(image, Image.Image) else Image.open(image)
+    return image if isinstance(image, Image.Image) else Image.open(image)
+
+
+def crop_image(
+    image: Any, bbox: Sequence[float], convention: ResizedPixels | None = None
+) -> Any | None:
+    """The ``[x1, y1, x2, y2]`` box of ``image`` (a path or PIL image), clamped to the page;
+    None when the clamped box is empty. ``convention``: the box is in the model's resized-image
+    pixels (else in the page's own pixels)."""
+    page = open_image(image)
+    if convention is not None:
+        bbox = convention.to_page(bbox, page.width, page.height)
     x1, y1, x2, y2 = (float(v) for v in bbox)
     box = (
         max(0, int(x1)),

@@ -99,11 +99,15 @@ class RewriteResult:
 
 @dataclass(frozen=True)
 class VerifyRequest:
-    """Check the ground truth ``reference`` of ``question`` against its reference page text."""
+    """Check the ground truth ``reference`` of ``question`` against its reference page text.
+
+    ``images``: the reference pages' image paths or data URLs for multimodal verifiers (ignored by
+    text ones)."""
 
     question: str
     reference: str
     page_text: str
+    images: Sequence[str] = ()
 
 
 @dataclass(frozen=True)

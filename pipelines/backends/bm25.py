@@ -79,6 +79,11 @@ class BM25Search(LocalBackend):
             )
         stop = self.spec.options.get("stopwords", "en")
         pages = list(corpus)
+        if pages and not any(p.text.strip() for p in pages):
+            raise ConfigError(
+                f"search backend {self.name!r} (BM25) has no page text to index: build the image "
+                "corpus with `ddai corpus build --text-from FILE`, or name a search service"
+            )
         self.index = BM25Index(
             [p.page_id for p in pages],
             [p.doc_id for p in pages],

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import io
 import mimetypes
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,13 @@ def load(ref: str) -> Image:
         raise FileNotFoundError(f"image {ref!r} does not exist; pass a readable file or a data URL")
     mime = mimetypes.guess_type(p.name)[0] or "application/octet-stream"
     return Image(mime, p.read_bytes())
+
+
+def pil_data_url(image: Any, fmt: str = "PNG") -> str:
+    """A PIL image (e.g. a page crop that exists only in memory) as a ``data:`` URL."""
+    buf = io.BytesIO()
+    image.save(buf, format=fmt)
+    return Image(f"image/{fmt.lower()}", buf.getvalue()).data_url()
 
 
 def fingerprint(ref: str) -> str:

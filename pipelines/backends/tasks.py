@@ -132,7 +132,7 @@ VERIFY = Task(
         "reference": r.reference,
         "page_text": r.page_text,
     },
-    images=lambda r: (),
+    images=lambda r: list(r.images),
     check=_nothing,
     decode=lambda v: VerifyResult(verdict=v["verdict"], reason=v.get("reason", "")),
     fail=lambda f: VerifyResult(verdict=None, reason="", error=f.message()),

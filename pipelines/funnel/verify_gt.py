@@ -5,7 +5,8 @@
    page was found yet the answer never counted; ``low-score``: 0 < score <= 0.3 with NDCG >= 0.5;
    ``low-ndcg``: NDCG < 0.5); without a run, every prompt.
 2. A ``GTVerifier`` reads question, reference answer and reference page text of each undecided
-   candidate and proposes ``ok``, ``wrong`` or ``uncertain`` with a reason.
+   candidate (and, from an image corpus, the reference page images: remote verifiers see them)
+   and proposes ``ok``, ``wrong`` or ``uncertain`` with a reason.
 3. The review sheet (``review.csv``, ``review.html``) lists candidates, proposals and decisions.
 4. Only a person's decisions (``--decisions``), or the proposals under ``--trust-verifier``,
    exclude: ``wrong`` and ``uncertain`` are flagged. Outputs ``<dataset>_filtered.parquet`` and
@@ -364,23 +365,26 @@ def _run_scores(cfg: VerifyConfig) -> tuple[dict[str, float], dict[str, float]]:
 
 def _page_texts(
     corpus_path: Path | None, rows: dict[str, dict[str, Any]]
-) -> dict[str, tuple[str, int]]:
-    """uid → (its reference pages' text, how many of its reference pages the corpus lacks)."""
+) -> dict[str, tuple[str, int, list[str]]]:
+    """uid → (its reference pages' text, how many of its reference pages the corpus lacks, their
+    image files when the corpus is an image corpus)."""
     from ddai.pipelines.corpus import Corpus
 
     corpus = Corpus.load(corpus_path)
     out = {}
     for uid, row in rows.items():
-        pages = ds.reference_page_ids(row)
-        found = [corpus.text(p) for p in pages if p in corpus]
-        out[uid] = ("\n\n".join(found), len(pages) - len(found))
+        pages = [p for p in ds.reference_page_ids(row) if p in corpus]
+        found = [corpus.text(p) for p in pages]
+        images = [str(f) for p in pages if (f := corpus.image_file(p)) is not None]
+        missing = len(ds.reference_page_ids(row)) - len(found)
+        out[uid] = ("\n\n".join(found), missing, images)
     return out
 
 
 def _propose(
     ask: list[str],
     by_id: dict[str, dict[str, Any]],
-    texts: dict[str, tuple[str, int]],
+    texts: dict[str, tuple[str, int, list[str]]],
     verifier: Any,
     cfg: VerifyConfig,
     ledger: Any,
@@ -399,7 +403,10 @@ def _propose(
         verifier = backends.get_backend("verifier", cfg.verifier, **ctx)
     reqs = [
         backends.VerifyRequest(
-            ds.question_of(by_id[u]), ds.reference_of(by_id[u]), texts.get(u, ("", 0))[0]
+            ds.question_of(by_id[u]),
+            ds.reference_of(by_id[u]),
+            texts.get(u, ("", 0, []))[0],
+            images=tuple(texts.get(u, ("", 0, []))[2]),
         )
         for u in ask
     ]
@@ -442,7 +449,7 @@ def _review_row(
 
 
 def _estimate_cost(
-    spec: Any, rows: list[dict[str, Any]], texts: dict[str, tuple[str, int]]
+    spec: Any, rows: list[dict[str, Any]], texts: dict[str, tuple[str, int, list[str]]]
 ) -> float | None:
     """A rough price of the verifier calls: about 4 characters per input token plus the prompt
     template, a short JSON answer out. None when no configured backend's price is known."""

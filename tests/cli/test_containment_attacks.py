@@ -402,6 +402,7 @@ RUN_ID_COMMANDS = [
     ["distill", "--run", "x'; DROP", "--out", "o.parquet"],
     ["value", "score", "--checkpoint", "c", "--run", "x'; DROP"],
     ["ingest", "f.jsonl", "--run-id", "x'; DROP"],
+    ["analyze", "latency", "--run", "x'; DROP"],
 ]
 
 

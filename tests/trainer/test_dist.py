@@ -1,0 +1,82 @@
+"""Rank helpers in one process, and lock-step turns: a rank whose episodes ended idles (with the
+sampler's collectives) until no rank has a live episode."""
+
+from __future__ import annotations
+
+from ddai.trainer import dist, toy
+from ddai.trainer.data import load_tasks
+from ddai.trainer.env import EnvConfig, SearchEnv
+from ddai.trainer.rollout import RolloutConfig, Sampler, run_rollouts
+from ddai.trainer.tiny import build_tiny
+
+
+def test_single_process_is_rank_zero_of_one():
+    assert (dist.rank(), dist.world_size(), dist.is_main()) == (0, 1, True)
+    assert dist.gather_objects([1, 2]) == [1, 2]
+    assert dist.any_across_ranks(False) is False and dist.any_across_ranks(True) is True
+    # accelerate's set_seed(seed, device_specific=True): seed + process index.
+    assert [dist.rank_seed(7, r) for r in range(3)] == [7, 8, 9]
+
+
+class CompleteAt(Sampler):
+    """Invalid text until turn ``n``, then a completion; counts calls and idle turns."""
+
+    def __init__(self, tok, n: int):
+        self.tok, self.n, self.calls, self.idles = tok, n, 0, []
+
+    def sample(self, contexts, max_new_tokens, **kw):
+        self.calls += 1
+        text = "<think>done</think><search_complete>true</search_complete>"
+        if self.calls < self.n:
+            text = "no tags"
+        ids = [*self.tok.encode(text, add_special_tokens=False), self.tok.eos_token_id]
+        return [(ids, [0.0] * len(ids)) for _ in contexts]
+
+    def idle(self, context):
+        self.idles.append(list(context))
+
+
+def _setup(tmp_path):
+    data = toy.write_toy(tmp_path / "toy")
+    tiny = build_tiny(tmp_path / "tiny", texts=[r["messages"] for r in toy.sft_rows()])
+    from ddai.trainer.modeling import load_tokenizer
+
+    tok = load_tokenizer(str(tiny))
+    env = SearchEnv(toy.local_backends(toy.corpus()).search, toy.corpus(), EnvConfig(max_turns=5))
+    tasks = load_tasks(data / "dataset.parquet", 2)
+    return tok, env, [(t, i, 0) for i, t in enumerate(tasks)]
+
+
+def test_finished_rank_idles_until_every_rank_is_done(tmp_path):
+    tok, env, slots = _setup(tmp_path)
+    sampler = CompleteAt(tok, n=1)  # this rank's episodes end on turn 1
+    others = iter([True, True, True, False])  # another rank's episodes need 4 turns
+    seen: list[bool] = []
+
+    def any_active(local: bool) -> bool:
+        seen.append(local)
+        return local or next(others)
+
+    turns: list[tuple[int, int]] = []
+    trajs = run_rollouts(
+        slots,
+        sampler=sampler,
+        tokenizer=tok,
+        env=env,
+        config=RolloutConfig(16, 256, 16),
+        on_turn=lambda turn, live: turns.append((turn, live)),
+        any_active=any_active,
+    )
+    assert [t.episode.terminated for t in trajs] == ["complete", "complete"]
+    assert sampler.calls == 1 and len(sampler.idles) == 3
+    assert sampler.idles[0] == trajs[0].prompt_ids  # a real context keeps the forward shapes sane
+    assert turns == [(1, 0), (2, 0), (3, 0), (4, 0)]
+    assert seen == [True, False, False, False, False]
+
+
+def test_without_a_group_the_loop_ends_with_the_last_local_episode(tmp_path):
+    tok, env, slots = _setup(tmp_path)
+    sampler = CompleteAt(tok, n=2)
+    trajs = run_rollouts(slots, sampler=sampler, tokenizer=tok, env=env, config=RolloutConfig())
+    assert sampler.calls == 2 and sampler.idles == []
+    assert [len(t.episode.turns) for t in trajs] == [2, 2]

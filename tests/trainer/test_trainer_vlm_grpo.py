@@ -1,0 +1,261 @@
+"""The image path end to end: ``ddai corpus build`` over generated page images, then ``ddai train
+grpo --observation image`` on a tiny Qwen2-VL for 2 steps, with an OpenAI-compatible generator (a
+fake server on 127.0.0.1) that receives the page and crop the episode gathered as image parts.
+
+The policy's turns are scripted (search, crop, complete): a randomly initialised tiny model rarely
+writes a valid tag, and the point here is what the environment, the trainer and the generator do
+with a search and a crop. Everything else (CLI, corpus, processor, TRL's step, the SDK) is real.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+
+import pytest
+from PIL import Image
+from typer.testing import CliRunner
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+from ddai.cli.app import app
+from ddai.pipelines.backends.fakes import FakeModelServer
+from ddai.pipelines.corpus import Corpus
+from ddai.pipelines.fixtures.page_images import render_page_images
+from ddai.trainer import grpo, toy
+from ddai.trainer.rollout import Sampler
+from ddai.trainer.tiny_vlm import build_tiny_vlm
+
+runner = CliRunner()
+TURNS = [
+    "<think>find the revenue page</think>\n<search>revenue year</search>",
+    # In the model's pixels: an 800x600 page is seen as 56x28 (4 * 28 * 28 pixels at most), so
+    # this box is the page's left half, [0, 0, 400, 600].
+    "<think>crop the left half</think>\n<bbox>[0, 0, 28, 28]</bbox>",
+    "<think>done</think>\n<search_complete>true</search_complete>",
+]
+
+
+class RecordingServer(FakeModelServer):
+    """The fake OpenAI-compatible server, keeping every request body."""
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.bodies: list[dict] = []
+
+    def _note_request(self, request, body):
+        super()._note_request(request, body)
+        self.bodies.append(body)
+
+
+class Scripted(Sampler):
+    """Plays ``TURNS`` in order for every live context (one episode = three turns)."""
+
+    def __init__(self, tok):
+        self.tok = tok
+        self.turn = 0
+
+    def sample(self, contexts, caps, images=None):
+        text = TURNS[self.turn % len(TURNS)]
+        self.turn += 1
+        ids = [*self.tok.encode(text, add_special_tokens=False), self.tok.eos_token_id]
+        return [(ids, [-1.0] * len(ids)) for _ in contexts]
+
+
+def _decode(url: str) -> bytes:
+    head, _, payload = url.partition(",")
+    assert head.startswith("data:image/") and head.endswith(";base64")
+    return base64.b64decode(payload)
+
+
+@pytest.mark.slow
+def test_image_corpus_then_vlm_grpo_sends_the_gathered_images(tmp_path, monkeypatch):
+    data = toy.write_toy(tmp_path / "toy")
+    render_page_images(Corpus.load(data / "pages.parquet"), tmp_path / "img", ext="jpg")
+    corpus = tmp_path / "corpus" / "pages.parquet"
+    res = runner.invoke(
+        app,
+        [
+            "corpus",
+            "build",
+            str(tmp_path / "img"),
+            "--out",
+            str(corpus),
+            "--text-from",
+            str(data / "pages.parquet"),
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    model = build_tiny_vlm(tmp_path / "vlm", max_pixels=28 * 28 * 4)
+    monkeypatch.setattr(
+        grpo.SearchRollout, "_sampler", lambda self, trainer, model: Scripted(self.tok)
+    )
+    with RecordingServer() as server:
+        monkeypatch.chdir(tmp_path)
+        (tmp_path / "ddai.toml").write_text(
+            "[backends.vlmgen]\n"
+            'kind = "openai"\n'
+            'model = "fake-vlm"\n'
+            f'base_url = "{server.openai_base_url}"\n'
+            "cache = false\n"
+        )
+        res = runner.invoke(
+            app,
+            [
+                "train",
+                "grpo",
+                "--model",
+                str(model),
+                "--data",
+                str(data / "dataset.parquet"),
+                "--corpus",
+                str(corpus),
+                "--out",
+                str(tmp_path / "out"),
+                "--logs",
+                str(tmp_path / "logs"),
+                "--run-id",
+                "vlm",
+                "--observation",
+                "image",
+                "--reward",
+                "judge-only",
+                "--generator",
+                "vlmgen",
+                "--judge",
+                "local",
+                "--generator-max-images",
+                "2",
+                "--n-agent",
+                "2",
+                "--batch-size",
+                "2",
+                "--max-steps",
+                "2",
+                "--max-turns",
+                "3",
+                "--max-turn-tokens",
+                "24",
+                "--max-completion-tokens",
+                "256",
+                "--save-steps",
+                "10",
+                "--report-to",
+                "none",
+                "--json",
+            ],
+        )
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout[res.stdout.rindex("{\n") :])  # after TRL's live progress
+    assert out["steps"] == 2 and out["rollouts_logged"] == 4
+    # At least one generator request per step (a group's two identical episodes share one; the
+    # preflight's sampled episodes add theirs), each carrying the page, then the crop.
+    assert len(server.bodies) >= 2
+    page_bytes = (tmp_path / "img" / "1_1.jpg").read_bytes()
+    for body in server.bodies:
+        parts = body["messages"][-1]["content"]
+        urls = [p["image_url"]["url"] for p in parts if p["type"] == "image_url"]
+        assert len(urls) == 2
+        assert _decode(urls[0]) == page_bytes  # the revenue page, as a file
+        crop = Image.open(io.BytesIO(_decode(urls[1])))
+        assert crop.size == (400, 600)  # the page's left half
+        assert "Revenue by year" in parts[0]["text"]  # the evidence text is still sent
+
+
+@pytest.mark.slow
+def test_generator_max_images_zero_sends_text_only(tmp_path, monkeypatch):
+    data = toy.write_toy(tmp_path / "toy")
+    img = tmp_path / "img"
+    render_page_images(Corpus.load(data / "pages.parquet"), img, ext="png")
+    corpus = tmp_path / "pages.parquet"
+    text = ["--text-from", str(data / "pages.parquet")]
+    assert (
+        runner.invoke(app, ["corpus", "build", str(img), "--out", str(corpus), *text]).exit_code
+        == 0
+    )
+    model = build_tiny_vlm(tmp_path / "vlm", max_pixels=28 * 28 * 4)
+    monkeypatch.setattr(
+        grpo.SearchRollout, "_sampler", lambda self, trainer, model: Scripted(self.tok)
+    )
+    with RecordingServer() as server:
+        monkeypatch.chdir(tmp_path)
+        (tmp_path / "ddai.toml").write_text(
+            f'[backends.g]\nkind = "openai"\nmodel = "m"\nbase_url = "{server.openai_base_url}"\n'
+        )
+        res = runner.invoke(
+            app,
+            [
+                "train",
+                "grpo",
+                "--model",
+                str(model),
+                "--data",
+                str(data / "dataset.parquet"),
+                "--corpus",
+                str(corpus),
+                "--out",
+                str(tmp_path / "out"),
+                "--logs",
+                str(tmp_path / "logs"),
+                "--observation",
+                "image",
+                "--reward",
+                "judge-only",
+                "--generator",
+                "g",
+                "--generator-max-images",
+                "0",
+                "--n-agent",
+                "2",
+                "--batch-size",
+                "2",
+                "--max-steps",
+                "1",
+                "--max-turns",
+                "3",
+                "--max-turn-tokens",
+                "24",
+                "--report-to",
+                "none",
+            ],
+        )
+    assert res.exit_code == 0, res.output
+    assert server.bodies and server.images == 0
+    assert all(isinstance(b["messages"][-1]["content"], str) for b in server.bodies)
+
+
+def test_local_search_over_an_image_corpus_without_text_exits_2(tmp_path):
+    data = toy.write_toy(tmp_path / "toy")
+    render_page_images(Corpus.load(data / "pages.parquet"), tmp_path / "img", ext="png")
+    corpus = tmp_path / "pages.parquet"
+    assert (
+        runner.invoke(
+            app, ["corpus", "build", str(tmp_path / "img"), "--out", str(corpus)]
+        ).exit_code
+        == 0
+    )
+    res = runner.invoke(
+        app,
+        [
+            "train",
+            "grpo",
+            "--model",
+            str(tmp_path / "no-model"),
+            "--data",
+            str(data / "dataset.parquet"),
+            "--corpus",
+            str(corpus),
+            "--out",
+            str(tmp_path / "out"),
+            "--observation",
+            "image",
+            "--reward",
+            "ddai-phase1",
+        ],
+        env={"COLUMNS": "300"},
+    )
+    assert res.exit_code == 2
+    assert "no page text to index" in res.output and "--text-from" in res.output
