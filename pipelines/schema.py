@@ -200,7 +200,9 @@ def normalize_rollout(
     """Type-check and complete one rollout record; unknown keys go to ``extra`` (JSON text).
 
     ``run_id`` (from ``--run-id``) wins over the record's own; the record's differing one is kept
-    as ``extra.source_run_id``. Raises ``RowError`` for missing required keys or wrong types.
+    as ``extra.source_run_id``. Raises ``RowError`` for missing required keys, wrong types and
+    negative indexes (``negative index``). A NaN/inf score is stored null, its source value in
+    ``extra.nonfinite``, and the row flagged ``nonfinite_score``.
     """
     if not isinstance(rec, dict):
         raise RowError("wrong type", "a row must be a JSON object")
