@@ -30,6 +30,7 @@ _MODULES = (
     "train",
     "model",
     "value",
+    "collect",
     "pointer",
 )
 for _name in _MODULES:

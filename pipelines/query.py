@@ -50,11 +50,21 @@ def connect(
     database: str = ":memory:",
     threads: int | None = None,
 ) -> duckdb.DuckDBPyConnection:
-    """A DuckDB connection with the rollout-log views over ``logs`` (or the named runs)."""
-    con = duckdb.connect(database)
+    """A DuckDB connection with the rollout-log views over ``logs`` (or the named runs).
+
+    The views read one snapshot of each run (the files its manifest listed when connecting),
+    held while the connection lives, so a concurrent re-ingest or append never changes or
+    removes what the connection's queries read."""
+    snap = store.snapshot(logs, runs)
+    try:
+        con = duckdb.connect(database)
+    except BaseException:
+        snap.release()
+        raise
+    snap.keep_while(con)
     if threads:
         con.execute(f"SET threads = {int(threads)}")
-    files = store.parquet_files(logs, runs) if (store.list_runs(logs) or runs) else []
+    files = snap.all_files()
     if files:
         # DuckDB's own Parquet reader (about 2x faster than scanning an Arrow dataset); the file
         # list is passed as a value, never pasted into SQL text.
