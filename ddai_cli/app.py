@@ -26,6 +26,7 @@ _MODULES = (
     "analyze",
     "distill",
     "report",
+    "serve",
     "backends",
     "train",
     "model",
