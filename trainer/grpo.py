@@ -245,8 +245,9 @@ def grpo_args(cfg: GRPORunConfig) -> Any:
         "disable_tqdm": True,
         "max_completion_length": cfg.max_completion_tokens,
         # Activations recomputed in the backward pass: a training forward keeps one layer's
-        # activations instead of all of them (``--set gradient_checkpointing=false`` to trade back).
-        "gradient_checkpointing": True,
+        # activations instead of all of them (``--set activation_checkpointing=false`` to trade
+        # back; transformers' new name for gradient checkpointing).
+        "activation_checkpointing": True,
         **common.device_defaults(),
     }
     merged = common.merge_layers(

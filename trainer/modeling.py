@@ -101,11 +101,13 @@ def lost_update_share(model: Any, lr: float, *, sample: int = 1 << 20) -> float:
 
 
 def check_update_precision(model: Any, lr: float, *, flag: str = "--lr") -> float:
-    """Raise ``ValueError`` when most trainable weights are in half precision and too large for
+    """Raise ``TrainConfigError`` when most trainable weights are in half precision and too large for
     a step of ``lr`` to change (pure bf16 at DDAI's lr 1e-6); return the lost share otherwise."""
+    from ddai.trainer.common import TrainConfigError
+
     share = lost_update_share(model, lr)
     if share > LOST_UPDATE_LIMIT:
-        raise ValueError(
+        raise TrainConfigError(
             f"{flag} {lr:g}: {share:.0%} of the trainable half-precision weights are too large for "
             "a step this small to change (bfloat16 keeps 8 significant bits; the update rounds "
             "away). Train a LoRA adapter (--lora: float32 adapter on half-precision weights), or "
@@ -190,3 +192,15 @@ def load_vision_model(name_or_path: str, *, dtype: str = "float32") -> tuple[Any
     torch_dtype = "auto" if dtype == "auto" else getattr(torch, dtype)
     model = AutoModelForImageTextToText.from_pretrained(name_or_path, dtype=torch_dtype)
     return model, processor
+
+
+class AdapterDisabled:
+    """A peft model called with its adapters disabled: the frozen base as a reference policy
+    without a second copy of the weights. Callable like the model (forward only)."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        with self.model.disable_adapter():
+            return self.model(*args, **kwargs)

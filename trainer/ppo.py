@@ -108,6 +108,12 @@ class PPORunConfig:
     limit: int | None = None
     grad_clip: float = 1.0
     dtype: str = "float32"
+    lora: bool = False
+    """Train a LoRA adapter (peft, float32) on the frozen policy; the reference is the policy with
+    the adapter disabled (no second copy); the merged model is saved."""
+    lora_r: int = 16
+    lora_alpha: int = 32
+    lora_target: str = "all-linear"
     seed: int = 0
     progress: bool = True
     skip_preflight: bool = False
@@ -307,6 +313,34 @@ def _frozen(model: Any) -> Any:
     return model
 
 
+def prepare_policy(policy: Any, cfg: PPORunConfig) -> tuple[Any, Any | None]:
+    """``(policy, reference)`` ready to train: half-precision weights refused where ``lr`` cannot
+    move them, LoRA applied (``--lora``), dropout off (seed 003) but train mode, so gradient
+    checkpointing recomputes activations in the backward pass. The reference is a frozen copy, or
+    the LoRA policy with its adapter disabled; None without a KL term."""
+    from trl.trainer.utils import disable_dropout_in_model
+
+    from ddai.trainer.modeling import AdapterDisabled, check_update_precision, lora_config
+
+    disable_dropout_in_model(policy)
+    ref = None
+    if cfg.lora:
+        from peft import get_peft_model
+
+        policy = get_peft_model(
+            policy,
+            lora_config(r=cfg.lora_r, alpha=cfg.lora_alpha, dropout=0.0, target=cfg.lora_target),
+        )
+        policy.enable_input_require_grads()  # checkpointed layers need a grad-carrying input
+        ref = AdapterDisabled(policy) if cfg.kl_coef > 0 else None
+    else:
+        check_update_precision(policy, cfg.learning_rate)
+        ref = _frozen(copy.deepcopy(policy)) if cfg.kl_coef > 0 else None
+    policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    policy.train()
+    return policy, ref
+
+
 def prompt_batches(tasks: list[Task], per_step: int, seed: int) -> Iterator[list[Task]]:
     """Endless batches of ``per_step`` prompts: shuffled passes over ``tasks`` (seeded)."""
     rng = random.Random(seed)
@@ -458,11 +492,13 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
             tasks[0].messages,
         )
         report.raise_errors()
-    policy.to(dev).eval()
-    ref = _frozen(copy.deepcopy(policy)) if cfg.kl_coef > 0 else None
+    policy, ref = prepare_policy(policy, cfg)
+    policy.to(dev)
     critic, critic_source = _load_critic(cfg, tok)
     critic.to(dev).eval()
-    policy_opt = torch.optim.AdamW(policy.parameters(), lr=cfg.learning_rate)
+    policy_opt = torch.optim.AdamW(
+        [p for p in policy.parameters() if p.requires_grad], lr=cfg.learning_rate
+    )
     critic_opt = torch.optim.AdamW(
         critic.param_groups(trunk_lr=cfg.critic_trunk_lr, head_lr=cfg.critic_lr)
     )
@@ -514,7 +550,11 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
                 advance(1)
     finally:
         episodes.close()
+    changed = len(changed_parameters(before, policy))
     out = Path(cfg.output_dir)
+    if cfg.lora:
+        save_model(policy, tok, out / "adapter")
+        policy = policy.merge_and_unload()
     save_model(policy, tok, out)
     save_value_model(critic, tok, out / CRITIC_DIR, source=critic_source)
     return PPOResult(
@@ -528,7 +568,7 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
         reward_last=log.rewards[-1] if log.rewards else None,
         value_loss_first=vf_losses[0] if vf_losses else None,
         value_loss_last=vf_losses[-1] if vf_losses else None,
-        changed_parameters=len(changed_parameters(before, policy)),
+        changed_parameters=changed,
         zero_variance_steps=zero_variance.count,
         preflight=preflight_status(report),
     )

@@ -204,7 +204,12 @@ class HFSampler(Sampler):
         recorder = LogprobRecorder()
         processors = self.config.processors([width - len(c) for c in contexts])
         processors.append(recorder)
-        bare = bare_generation_config(greedy=self.config.greedy, eos_ids=self.stop_ids, pad_id=pad)
+        bare = bare_generation_config(
+            greedy=self.config.greedy,
+            eos_ids=self.stop_ids,
+            pad_id=pad,
+            max_new_tokens=max(max_new_tokens),
+        )
         # The checkpoint's generation_config fills every knob left unset; a bare one leaves no
         # processor but ours. Eval mode: no dropout, and a KV cache even when checkpointing.
         model_config, was_training = self.model.generation_config, self.model.training
@@ -218,7 +223,6 @@ class HFSampler(Sampler):
                     **vision,
                     generation_config=bare,
                     logits_processor=processors,
-                    max_new_tokens=max(max_new_tokens),
                 )
         finally:
             self.model.generation_config = model_config

@@ -106,22 +106,24 @@ class LogprobRecorder:
         return torch.stack(self.columns, dim=1)
 
 
-def bare_generation_config(*, greedy: bool, eos_ids: Sequence[int], pad_id: int) -> Any:
-    """A ``GenerationConfig`` that adds no logits processor: every knob neutral and explicit, so
-    nothing falls back to the checkpoint's ``generation_config``."""
+def bare_generation_config(
+    *, greedy: bool, eos_ids: Sequence[int], pad_id: int, max_new_tokens: int
+) -> Any:
+    """A ``GenerationConfig`` that adds no logits processor: every sampling knob neutral and
+    explicit (``generate`` fills unset ones from the model's config, so set them all)."""
     from transformers import GenerationConfig
 
+    knobs: dict[str, Any] = {}
+    if not greedy:
+        knobs = {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "typical_p": 1.0, "min_p": None}
     return GenerationConfig(
         do_sample=not greedy,
-        temperature=1.0,
-        top_k=0,
-        top_p=1.0,
-        min_p=None,
-        typical_p=1.0,
         repetition_penalty=1.0,
         no_repeat_ngram_size=0,
         eos_token_id=list(eos_ids),
         pad_token_id=pad_id,
+        max_new_tokens=max_new_tokens,
+        **knobs,
     )
 
 
