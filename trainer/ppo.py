@@ -318,11 +318,14 @@ def prepare_policy(policy: Any, cfg: PPORunConfig) -> tuple[Any, Any | None]:
     move them, LoRA applied (``--lora``), dropout off (seed 003) but train mode, so gradient
     checkpointing recomputes activations in the backward pass. The reference is a frozen copy, or
     the LoRA policy with its adapter disabled; None without a KL term."""
-    from trl.trainer.utils import disable_dropout_in_model
+    from ddai.trainer.modeling import (
+        AdapterDisabled,
+        check_update_precision,
+        disable_dropout,
+        lora_config,
+    )
 
-    from ddai.trainer.modeling import AdapterDisabled, check_update_precision, lora_config
-
-    disable_dropout_in_model(policy)
+    disable_dropout(policy)
     ref = None
     if cfg.lora:
         from peft import get_peft_model
@@ -336,7 +339,7 @@ def prepare_policy(policy: Any, cfg: PPORunConfig) -> tuple[Any, Any | None]:
     else:
         check_update_precision(policy, cfg.learning_rate)
         ref = _frozen(copy.deepcopy(policy)) if cfg.kl_coef > 0 else None
-    policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    policy.activation_checkpointing_enable({"use_reentrant": False})
     policy.train()
     return policy, ref
 

@@ -206,3 +206,22 @@ def test_lora_ppo_changes_only_adapter_weights(world, monkeypatch):
     assert result.changed_parameters == len(seen["names"]) > 0
     assert all("lora_" in n for n in seen["names"])
     assert (root / "ppo" / "adapter" / "adapter_config.json").is_file()
+
+
+def test_ppo_policy_trains_with_checkpointing_and_without_dropout(world):
+    from ddai.trainer.modeling import load_policy
+    from ddai.trainer.ppo import PPORunConfig, prepare_policy
+
+    root, data, tiny = world
+    model, _ = load_policy(str(tiny))
+    for m in model.modules():
+        if hasattr(m, "attention_dropout"):
+            m.attention_dropout = 0.3
+    cfg = PPORunConfig(model=str(tiny), data=data, corpus=data, output_dir=root, kl_coef=0.1)
+    policy, ref = prepare_policy(model, cfg)
+    assert policy.training and policy.is_activation_checkpointing
+    # Seed 003: no dropout in any pass, though the policy is in train mode.
+    assert all(m.attention_dropout == 0.0 for m in policy.modules() if hasattr(m, "attention_dropout"))
+    assert ref is not None and not any(p.requires_grad for p in ref.parameters())
+    with pytest.raises(TrainConfigError, match="--lora"):
+        prepare_policy(load_policy(str(tiny), dtype="bfloat16")[0], cfg)  # lr 1e-6 in bf16
