@@ -47,20 +47,20 @@ class ModelShape:
     def from_config(cls, config) -> ModelShape:
         """From a transformers config (``params`` counted from the shapes, embeddings tied or not
         as the config says)."""
-        H, I, L, V = (
+        H, F, L, V = (
             config.hidden_size,
             config.intermediate_size,
             config.num_hidden_layers,
             config.vocab_size,
         )
         kv = config.num_key_value_heads * (H // config.num_attention_heads)
-        per_layer = H * (H + 2 * kv) + (H + 2 * kv) + H * H + 3 * H * I + 2 * H
+        per_layer = H * (H + 2 * kv) + (H + 2 * kv) + H * H + 3 * H * F + 2 * H
         emb = V * H * (1 if getattr(config, "tie_word_embeddings", False) else 2)
         return cls(
             params=L * per_layer + emb + H,
             layers=L,
             hidden=H,
-            intermediate=I,
+            intermediate=F,
             heads=config.num_attention_heads,
             kv_heads=config.num_key_value_heads,
             vocab=V,
@@ -68,8 +68,8 @@ class ModelShape:
 
     def lora_params(self, r: int) -> int:
         """Adapter parameters of rank ``r`` on every linear layer (peft's ``all-linear``)."""
-        H, I, kv = self.hidden, self.intermediate, self.kv_heads * self.head_dim
-        shapes = [(H, H), (H, kv), (H, kv), (H, H), (H, I), (H, I), (I, H)]
+        H, F, kv = self.hidden, self.intermediate, self.kv_heads * self.head_dim
+        shapes = [(H, H), (H, kv), (H, kv), (H, H), (H, F), (H, F), (F, H)]
         return self.layers * sum(r * (a + b) for a, b in shapes)
 
 

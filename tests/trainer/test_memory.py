@@ -103,7 +103,9 @@ def test_sampler_memory_grows_with_tokens_not_tokens_times_vocab():
 def test_memory_model_weights_grads_optimizer_are_exact(tied):
     model = _model(96, hidden=32, layers=2, heads=4, kv=2)
     if tied:
-        model = Qwen2ForCausalLM(Qwen2Config(**{**model.config.to_dict(), "tie_word_embeddings": True}))
+        model = Qwen2ForCausalLM(
+            Qwen2Config(**{**model.config.to_dict(), "tie_word_embeddings": True})
+        )
     shape = ModelShape.from_config(model.config)
     assert shape.params == sum(p.numel() for p in model.parameters())
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)

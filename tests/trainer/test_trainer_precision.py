@@ -221,7 +221,9 @@ def test_ppo_policy_trains_with_checkpointing_and_without_dropout(world):
     policy, ref = prepare_policy(model, cfg)
     assert policy.training and policy.is_activation_checkpointing
     # Seed 003: no dropout in any pass, though the policy is in train mode.
-    assert all(m.attention_dropout == 0.0 for m in policy.modules() if hasattr(m, "attention_dropout"))
+    assert all(
+        m.attention_dropout == 0.0 for m in policy.modules() if hasattr(m, "attention_dropout")
+    )
     assert ref is not None and not any(p.requires_grad for p in ref.parameters())
     with pytest.raises(TrainConfigError, match="--lora"):
         prepare_policy(load_policy(str(tiny), dtype="bfloat16")[0], cfg)  # lr 1e-6 in bf16
