@@ -48,7 +48,13 @@ StepsOpt = Annotated[
 ]
 LrOpt = Annotated[float | None, typer.Option("--lr", help="Learning rate.")]
 DtypeOpt = Annotated[
-    str, typer.Option("--dtype", help="Model dtype: float32 (CPU), bfloat16, float16 or auto.")
+    str,
+    typer.Option(
+        "--dtype",
+        help="Weight dtype: float32 (default; a GPU still computes in bf16 autocast), bfloat16, "
+        "float16 or auto. `train grpo` / `train ppo` refuse half-precision weights that --lr is "
+        "too small to change (pure bf16 at lr 1e-6); add --lora to train a float32 adapter.",
+    ),
 ]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Random seed.")]
 SaveOpt = Annotated[int | None, typer.Option("--save-steps", help="Checkpoint every N steps.")]

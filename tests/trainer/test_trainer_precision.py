@@ -157,11 +157,36 @@ def test_lora_bf16_grpo_at_ddai_lr_changes_only_adapter_weights(world, monkeypat
     assert (root / "lora" / "model.safetensors").is_file()  # merged model
 
 
-@pytest.mark.slow
-def test_pure_bf16_grpo_at_ddai_lr_refuses_before_training(world):
-    with pytest.raises(TrainConfigError, match="--lora"):
-        _grpo(world, "bf16", dtype="bfloat16", learning_rate=1e-6)
-    assert not (world[0] / "bf16" / "checkpoint-1").exists()
+def test_cli_pure_bf16_grpo_at_ddai_lr_exits_2_with_the_reason(world):
+    from typer.testing import CliRunner
+
+    from ddai.cli.app import app
+
+    root, data, tiny = world
+    res = CliRunner().invoke(
+        app,
+        [
+            "train",
+            "grpo",
+            "--model",
+            str(tiny),
+            "--data",
+            str(data / "dataset.parquet"),
+            "--corpus",
+            str(data / "pages.parquet"),
+            "--out",
+            str(root / "bf16"),
+            "--preset",
+            "gspo-ddai",
+            "--dtype",
+            "bfloat16",
+            "--skip-preflight",
+        ],
+    )
+    assert res.exit_code == 2, res.output
+    text = " ".join(res.output.split())
+    assert "--lr 1e-06" in text and "bfloat16 keeps 8 significant bits" in text and "--lora" in text
+    assert not (root / "bf16" / "checkpoint-1").exists()
 
 
 @pytest.mark.slow
