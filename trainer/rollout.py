@@ -391,10 +391,22 @@ def run_rollouts(
                 tail += res.forced + fmt.close
             elif res.done and not closed:
                 tail += fmt.close
+            room = config.max_completion_tokens - len(t.completion_ids)
             if tail and vision is not None:
-                t.add_env_images(vision.encode(tail, shown))
+                span = vision.encode(tail, shown)
+                if len(span.ids) <= room:
+                    t.add_env_images(span)
+                else:  # a cut image would lose its features: the span goes whole or not at all
+                    t.out_of_budget = True
             elif tail:
-                t.add_env(tokenizer.encode(tail, add_special_tokens=False))
+                ids = tokenizer.encode(tail, add_special_tokens=False)
+                # The rollout never outgrows its budget (TRL's max_completion_length): an
+                # observation that does not fit is cut and the episode ends (its tokens carry no
+                # gradient, and no policy turn follows).
+                t.add_env(ids[:room])
+                t.out_of_budget = t.out_of_budget or len(ids) > room
+            if t.out_of_budget and not t.done:
+                t.episode.done, t.episode.terminated = True, "max_turns"
             if not t.done and len(t.completion_ids) >= config.max_completion_tokens - 1:
                 t.out_of_budget = True
                 t.episode.done, t.episode.terminated = True, "max_turns"
