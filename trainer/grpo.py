@@ -253,6 +253,10 @@ def grpo_args(cfg: GRPORunConfig) -> Any:
     merged = common.merge_layers(
         defaults, train_preset(cfg.preset), file_layer, flags, cfg.overrides
     )
+    user = {**file_layer, **cfg.overrides}
+    if "gradient_checkpointing" in user and "activation_checkpointing" not in user:
+        # transformers' old name would lose to the new one set by default above.
+        merged["activation_checkpointing"] = merged.pop("gradient_checkpointing")
     integrations, _ = common.split_report_to(merged.pop("report_to", None))
     merged.update(output_dir=str(cfg.output_dir), report_to=integrations, seed=cfg.seed)
     batch, group = merged["per_device_train_batch_size"], merged["num_generations"]

@@ -89,11 +89,11 @@ def lost_update_share(model: Any, lr: float, *, sample: int = 1 << 20) -> float:
     for p in model.parameters():
         if not p.requires_grad or p.numel() == 0:
             continue
-        w = p.detach().reshape(-1)
-        w = w[:: max(1, w.numel() // sample)]
-        total += w.numel()
+        step = max(1, p.numel() // sample)
+        total += -(-p.numel() // step)  # the strided sample's size
         if p.dtype not in (torch.bfloat16, torch.float16):
             continue
+        w = p.detach().reshape(-1)[::step]
         mant, exp = torch.frexp(w.float().abs())  # |w| = mant * 2**exp, mant in [0.5, 1)
         ulp = torch.ldexp(torch.ones_like(mant), exp - 1) * torch.finfo(p.dtype).eps
         lost += int(((ulp / 2 > lr) & (w != 0)).sum())

@@ -72,6 +72,11 @@ def test_digest_snapshot_sees_a_one_ulp_change_and_clones_nothing():
 def test_training_passes_checkpoint_activations_by_default(tmp_path):
     args = grpo_args(GRPORunConfig(model="m", data=tmp_path, corpus=tmp_path, output_dir=tmp_path))
     assert args.activation_checkpointing is True
+    for key in ("gradient_checkpointing", "activation_checkpointing"):  # old and new name
+        off = GRPORunConfig(
+            model="m", data=tmp_path, corpus=tmp_path, output_dir=tmp_path, overrides={key: False}
+        )
+        assert grpo_args(off).activation_checkpointing is False
 
 
 class ConstantGenerator:
