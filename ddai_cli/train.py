@@ -48,12 +48,42 @@ StepsOpt = Annotated[
 ]
 LrOpt = Annotated[float | None, typer.Option("--lr", help="Learning rate.")]
 DtypeOpt = Annotated[
-    str, typer.Option("--dtype", help="Model dtype: float32 (CPU), bfloat16, float16 or auto.")
+    str,
+    typer.Option(
+        "--dtype",
+        help="Weight dtype: float32 (default; a GPU still computes in bf16 autocast), bfloat16, "
+        "float16 or auto. `train grpo` / `train ppo` refuse half-precision weights that --lr is "
+        "too small to change (pure bf16 at lr 1e-6); add --lora to train a float32 adapter.",
+    ),
 ]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Random seed.")]
 SaveOpt = Annotated[int | None, typer.Option("--save-steps", help="Checkpoint every N steps.")]
 LogStepsOpt = Annotated[
     int | None, typer.Option("--logging-steps", help="Log metrics every N steps.")
+]
+
+# LoRA options shared by `ddai train grpo` and `ddai train ppo`.
+LoraOpt = Annotated[
+    bool,
+    typer.Option(
+        "--lora",
+        help="Train a LoRA adapter (peft, float32) on frozen weights, e.g. a 7B policy in bfloat16 "
+        "on one 80 GB GPU; the adapter goes to <out>/adapter, the merged model to <out>.",
+    ),
+]
+LoraROpt = Annotated[int, typer.Option("--lora-r", help="LoRA rank.")]
+LoraAlphaOpt = Annotated[int, typer.Option("--lora-alpha", help="LoRA alpha.")]
+LoraTargetOpt = Annotated[
+    str, typer.Option("--lora-target", help="LoRA target modules (peft syntax).")
+]
+RepetitionPenaltyOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--repetition-penalty",
+        help="Sampling repetition penalty (default 1: none). Applied explicitly, and the returned "
+        "log-probs are of the penalized distribution; the checkpoint's own generation_config "
+        "never applies.",
+    ),
 ]
 
 # Reward and episode options shared by `ddai train grpo` and `ddai train ppo`.
@@ -328,6 +358,7 @@ def register(app: typer.Typer) -> None:
         temperature: Annotated[
             float | None, typer.Option("--temperature", help="Sampling temperature.")
         ] = None,
+        repetition_penalty: RepetitionPenaltyOpt = None,
         max_turns: MaxTurnsOpt = 7,
         search_k: SearchKOpt = 5,
         force_completion: ForceCompletionOpt = True,
@@ -402,6 +433,10 @@ def register(app: typer.Typer) -> None:
         logging_steps: LogStepsOpt = None,
         resume: ResumeOpt = False,
         dtype: DtypeOpt = "float32",
+        lora: LoraOpt = False,
+        lora_r: LoraROpt = 16,
+        lora_alpha: LoraAlphaOpt = 32,
+        lora_target: LoraTargetOpt = "all-linear",
         seed: SeedOpt = 0,
         launch: LaunchOpt = None,
         accelerate_config: AccelerateConfigOpt = None,
@@ -451,6 +486,7 @@ def register(app: typer.Typer) -> None:
             importance_sampling_level=ratio_level,
             loss_type=loss_type,
             temperature=temperature,
+            repetition_penalty=repetition_penalty,
             max_turns=max_turns,
             search_k=search_k,
             force_completion=force_completion,
@@ -474,6 +510,10 @@ def register(app: typer.Typer) -> None:
             report_to=report_to,
             resume=resume,
             dtype=dtype,
+            lora=lora,
+            lora_r=lora_r,
+            lora_alpha=lora_alpha,
+            lora_target=lora_target,
             config_file=config,
             overrides=overrides,
             skip_preflight=skip_preflight,

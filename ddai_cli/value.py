@@ -17,6 +17,10 @@ from ddai.cli.train import (
     ForceCompletionOpt,
     GateOpt,
     LaunchOpt,
+    LoraAlphaOpt,
+    LoraOpt,
+    LoraROpt,
+    LoraTargetOpt,
     MaxTurnsOpt,
     MaxTurnTokensOpt,
     PreflightPromptsOpt,
@@ -34,7 +38,13 @@ OutOpt = Annotated[
     Path, typer.Option("--out", help="Output folder: the checkpoint and metrics.jsonl.")
 ]
 DtypeOpt = Annotated[
-    str, typer.Option("--dtype", help="Model dtype: float32 (CPU), bfloat16, float16 or auto.")
+    str,
+    typer.Option(
+        "--dtype",
+        help="Weight dtype: float32 (default; a GPU still computes in bf16 autocast), bfloat16, "
+        "float16 or auto. `train grpo` / `train ppo` refuse half-precision weights that --lr is "
+        "too small to change (pure bf16 at lr 1e-6); add --lora to train a float32 adapter.",
+    ),
 ]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Random seed (sampling, split, head init).")]
 PromptsOpt = Annotated[
@@ -427,6 +437,10 @@ def train_ppo_command(
         float, typer.Option("--grad-clip", help="Max gradient norm of each model (0: off).")
     ] = 1.0,
     dtype: DtypeOpt = "float32",
+    lora: LoraOpt = False,
+    lora_r: LoraROpt = 16,
+    lora_alpha: LoraAlphaOpt = 32,
+    lora_target: LoraTargetOpt = "all-linear",
     seed: SeedOpt = 0,
     skip_preflight: SkipPreflightOpt = False,
     preflight_prompts: PreflightPromptsOpt = 2,
@@ -492,6 +506,10 @@ def train_ppo_command(
         grad_clip=grad_clip,
         grad_accum=grad_accum,
         dtype=dtype,
+        lora=lora,
+        lora_r=lora_r,
+        lora_alpha=lora_alpha,
+        lora_target=lora_target,
         seed=seed,
         skip_preflight=skip_preflight,
         preflight_prompts=preflight_prompts,

@@ -110,6 +110,12 @@ class PPORunConfig:
     """Micro-batches each mini-batch is split into, accumulated into one optimizer step."""
     grad_clip: float = 1.0
     dtype: str = "float32"
+    lora: bool = False
+    """Train a LoRA adapter (peft, float32) on the frozen policy; the reference is the policy with
+    the adapter disabled (no second copy); the merged model is saved."""
+    lora_r: int = 16
+    lora_alpha: int = 32
+    lora_target: str = "all-linear"
     seed: int = 0
     progress: bool = True
     skip_preflight: bool = False
@@ -338,6 +344,37 @@ def _frozen(model: Any) -> Any:
     return model
 
 
+def prepare_policy(policy: Any, cfg: PPORunConfig) -> tuple[Any, Any | None]:
+    """``(policy, reference)`` ready to train: half-precision weights refused where ``lr`` cannot
+    move them, LoRA applied (``--lora``), dropout off (seed 003) but train mode, so gradient
+    checkpointing recomputes activations in the backward pass. The reference is a frozen copy, or
+    the LoRA policy with its adapter disabled; None without a KL term."""
+    from ddai.trainer.modeling import (
+        AdapterDisabled,
+        check_update_precision,
+        disable_dropout,
+        lora_config,
+    )
+
+    disable_dropout(policy)
+    ref = None
+    if cfg.lora:
+        from peft import get_peft_model
+
+        policy = get_peft_model(
+            policy,
+            lora_config(r=cfg.lora_r, alpha=cfg.lora_alpha, dropout=0.0, target=cfg.lora_target),
+        )
+        policy.enable_input_require_grads()  # checkpointed layers need a grad-carrying input
+        ref = AdapterDisabled(policy) if cfg.kl_coef > 0 else None
+    else:
+        check_update_precision(policy, cfg.learning_rate)
+        ref = _frozen(copy.deepcopy(policy)) if cfg.kl_coef > 0 else None
+    policy.activation_checkpointing_enable({"use_reentrant": False})
+    policy.train()
+    return policy, ref
+
+
 def prompt_batches(tasks: list[Task], per_step: int, seed: int) -> Iterator[list[Task]]:
     """Endless batches of ``per_step`` prompts: shuffled passes over ``tasks`` (seeded)."""
     rng = random.Random(seed)
@@ -510,12 +547,16 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
             tasks[0].messages,
         )
         report.raise_errors()
-    policy.eval()
-    ref = _frozen(copy.deepcopy(policy)).to(acc.device) if cfg.kl_coef > 0 else None
+    policy, ref = prepare_policy(policy, cfg)
+    if isinstance(ref, torch.nn.Module):
+        ref.to(acc.device)
     critic, critic_source = _load_critic(cfg, tok)
     critic.eval()
+    # Digests, not copies, of the trainable weights (with LoRA: the adapter's only).
     before = parameter_snapshot(policy)
-    policy_opt = torch.optim.AdamW(policy.parameters(), lr=cfg.learning_rate)
+    policy_opt = torch.optim.AdamW(
+        [p for p in policy.parameters() if p.requires_grad], lr=cfg.learning_rate
+    )
     critic_opt = torch.optim.AdamW(
         critic.param_groups(trunk_lr=cfg.critic_trunk_lr, head_lr=cfg.critic_lr)
     )
@@ -586,9 +627,14 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
                 advance(1)
     finally:
         episodes.close()
+    changed = len(changed_parameters(before, bare_policy))
     acc.wait_for_everyone()
     if main:
-        save_model(bare_policy, tok, out)
+        final = bare_policy
+        if cfg.lora:
+            save_model(bare_policy, tok, out / "adapter")
+            final = bare_policy.merge_and_unload()
+        save_model(final, tok, out)
         save_value_model(bare_critic, tok, out / CRITIC_DIR, source=critic_source)
     acc.wait_for_everyone()
     return PPOResult(
@@ -602,7 +648,7 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
         reward_last=log.rewards[-1] if log.rewards else None,
         value_loss_first=vf_losses[0] if vf_losses else None,
         value_loss_last=vf_losses[-1] if vf_losses else None,
-        changed_parameters=len(changed_parameters(before, bare_policy)),
+        changed_parameters=changed,
         zero_variance_steps=zero_variance.count,
         preflight=preflight_status(report),
     )
