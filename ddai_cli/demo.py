@@ -123,8 +123,8 @@ def step_train(cfg: DemoConfig) -> dict[str, Any]:
     }
 
 
-DEMO_SFT_STEPS = 60
-"""SFT steps of the demo's start: enough for the tags and both queries (a few CPU minutes)."""
+DEMO_SFT_STEPS = 300
+"""SFT steps of the demo's start: enough for the valid format and both queries (1–2 CPU minutes)."""
 
 
 STEPS: list[tuple[str, Callable[[DemoConfig], dict[str, Any]]]] = [

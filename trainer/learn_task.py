@@ -71,7 +71,7 @@ def write_task(out: str | os.PathLike[str]) -> Path:
     return root
 
 
-def start(root: str | os.PathLike[str], *, seed: int = 0, sft_steps: int = 60) -> Path:
+def start(root: str | os.PathLike[str], *, seed: int = 0, sft_steps: int = 300) -> Path:
     """Write the task under ``root/task``, build a tiny model and SFT it; returns the SFT model."""
     from ddai.trainer.sft import SFTRunConfig, run_sft
     from ddai.trainer.tiny import TinySpec, build_tiny
@@ -148,4 +148,6 @@ def grpo_config(
         logging_steps=1,
         report_to="none",
         seed=seed,
+        # The task's pages and format are known good; the preflight would cost a rollout batch.
+        skip_preflight=True,
     )

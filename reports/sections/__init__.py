@@ -13,6 +13,7 @@ from ddai.reports.sections import (
     judge_ndcg,
     outcomes,
     overview,
+    training,
     value_curves,
 )
 
@@ -27,4 +28,5 @@ SECTIONS: tuple[tuple[str, SectionBuilder], ...] = (
     ("trajectory browser", browser.build),
     # Value-head views (issue 10) come after the eight core sections, keeping their numbering.
     ("value curves", value_curves.build),
+    ("training dynamics", training.build),
 )
