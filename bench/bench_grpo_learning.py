@@ -137,13 +137,17 @@ def _mean_curve(curves: list[list[float]]) -> list[float]:
 def show(res: dict[str, Any]) -> str:
     """The figures as the plain text the README records."""
     s = res["settings"]
+    width = max(
+        len(" ".join(f"{v:.2f}" for v in e["reward_per_batch"])) for e in res["arms"].values()
+    )
+    width = max(width, len("reward per batch (mean over seeds)"))
     lines = [
         f"{s['seeds']} seeds × {s['generations']} rollout batches of {s['prompts']}×{s['n_agent']} "
         f"rollouts, one SFT start ({s['sft_steps']} steps), lr {s['lr']} (control: 0); "
         f"gain over the last {float(s['tail']):.0%} of batches",
         "",
-        f"{'arm':<10} {'reward per batch (mean over seeds)':<48} {'gain ± se':>16} {'learns':>6} "
-        f"{'clip':>6} {'mixed':>6} {'format':>6}",
+        f"{'arm':<10} {'reward per batch (mean over seeds)':<{width}} {'gain ± se':>16} "
+        f"{'learns':>6} {'clip':>6} {'mixed':>6} {'format':>6}",
     ]
     for arm, e in res["arms"].items():
         curve_txt = " ".join(f"{v:.2f}" for v in e["reward_per_batch"])
@@ -161,9 +165,18 @@ def show(res: dict[str, Any]) -> str:
         )
         fmt = e["format_ok_per_batch"]
         lines.append(
-            f"{arm:<10} {curve_txt:<48} {gain:>16} {learns:>6} {clip:>6} {mixed:>6} "
+            f"{arm:<10} {curve_txt:<{width}} {gain:>16} {learns:>6} {clip:>6} {mixed:>6} "
             f"{sum(fmt) / len(fmt):>6.2f}"
         )
+    lines.append("")
+    for arm, e in res["arms"].items():
+        if "gain_per_seed" in e:
+            seeds = " ".join(f"{g:+.3f}" for g in e["gain_per_seed"])
+            lines.append(f"{arm} gain per seed: {seeds}")
+    lines.append(
+        "clip: mean share clipped per optimizer step; mixed: share of groups with mixed outcomes; "
+        "format: valid-format share"
+    )
     return "\n".join(lines)
 
 
