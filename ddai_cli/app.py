@@ -23,12 +23,15 @@ _MODULES = (
     "fixtures",
     "corpus",
     "curate",
+    "analyze",
     "distill",
     "report",
+    "serve",
     "backends",
     "train",
     "model",
     "value",
+    "collect",
     "pointer",
 )
 for _name in _MODULES:

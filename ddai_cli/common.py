@@ -7,6 +7,7 @@ Every command ends with ``summary(...)``: a rich table by default, the same dict
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -62,8 +63,16 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
+def is_main_process() -> bool:
+    """False on the ranks ≥ 1 of a distributed launch (``accelerate launch``, ``torchrun`` set
+    ``RANK``), which print no summary: the run's result is the main process's."""
+    return int(os.environ.get("RANK", "0") or 0) == 0
+
+
 def summary(title: str, data: dict[str, Any], *, as_json: bool = False) -> None:
-    """Print a command's closing summary (a two-column table, or JSON)."""
+    """Print a command's closing summary (a two-column table, or JSON); main process only."""
+    if not is_main_process():
+        return
     if as_json:
         typer.echo(json.dumps(data, indent=2, ensure_ascii=False, default=str))
         return

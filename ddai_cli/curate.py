@@ -208,6 +208,15 @@ def verify_gt_cmd(
             "--max-cost", help="Stop calling before spending more than this many USD (resumable)."
         ),
     ] = None,
+    skip_preflight: Annotated[
+        bool,
+        typer.Option(
+            "--skip-preflight",
+            help="Ask the verifier even about candidates whose reference pages the corpus lacks "
+            "(by default that exits 2 before any call, naming the pages). Recorded in the "
+            "summary and the output's manifest.",
+        ),
+    ] = False,
     force: ForceOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -229,6 +238,7 @@ def verify_gt_cmd(
             dry_run=dry_run,
             max_cost=max_cost,
             force=force,
+            skip_preflight=skip_preflight,
         )
     )
     # No spinner here: the verifier backend shows its own progress bar.
@@ -381,7 +391,10 @@ def lineage_cmd(
     check: Annotated[
         bool,
         typer.Option(
-            "--check", help="Re-hash every input and mark the ones changed since they were used."
+            "--check",
+            help="Re-hash every input and mark the ones changed since they were used; re-hash "
+            "every output and log partition against its manifest and exit 1 when one differs "
+            "(an interrupted write or an edit).",
         ),
     ] = False,
     as_json: JsonOpt = False,
@@ -391,8 +404,10 @@ def lineage_cmd(
     if missing:
         raise fail(f"{', '.join(missing)} not found; pass funnel outputs (with .manifest.json)")
     graph = _run("tracing", lambda: lineage.lineage_graph(files, check_hashes=check))
+    bad = [n for n in graph["nodes"] if n.get("mismatch")]
     if as_json:
         summary("ddai lineage", graph, as_json=True)
+        _fail_mismatch(bad)
         return
     rows = lineage.lineage_rows(graph)
     shown = [
@@ -407,6 +422,7 @@ def lineage_cmd(
             ),
             "dropped": ", ".join(f"{k} {v:,}" for k, v in r["dropped"].items()),
             "from": ", ".join(r["inputs"]),
+            **({"check": r["mismatch"] or "ok"} if check else {}),
         }
         for r in rows
     ]
@@ -420,8 +436,20 @@ def lineage_cmd(
             "raw sources": sum(n["kind"] == "source" for n in graph["nodes"]),
             "missing": sum(n["kind"] == "missing" for n in graph["nodes"]),
             **({"inputs changed since use": changed} if check else {}),
+            **({"outputs not matching their manifest": len(bad)} if check else {}),
         },
     )
+    _fail_mismatch(bad)
+
+
+def _fail_mismatch(bad: list[dict[str, Any]]) -> None:
+    """Exit 1 naming the outputs (or partitions) whose bytes are not what their manifest holds."""
+    if bad:
+        raise fail(
+            "; ".join(f"{n['path']}: {n['mismatch']}" for n in bad)
+            + ". Rerun the step that wrote each (it will not be skipped) or re-ingest the run",
+            code=1,
+        )
 
 
 def _table(title: str, rows: list[dict[str, Any]]) -> Table:

@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 
 from ddai.cli.common import JsonOpt, fail, summary
+from ddai.cli.train import AccelerateConfigOpt, LaunchOpt, maybe_relaunch
 from ddai.pipelines.pointer.vqa import DEFAULT_THRESHOLD, SCORERS
 
 pointer_app = typer.Typer(
@@ -347,6 +348,8 @@ def train_cmd(
         bool, typer.Option(help="REINFORCE++ with the clipped ratio (else plain -A·log π).")
     ] = True,
     progress: ProgressOpt = True,
+    launch: LaunchOpt = None,
+    accelerate_config: AccelerateConfigOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Train the pointer selector: SFT from labels, or RL phases on generated data.
@@ -354,6 +357,7 @@ def train_cmd(
     --mode sft learns the labels; --phases rce:3,grpo:30 runs an RCE warm-up, then GRPO (or
     REINFORCE++) from the SFT checkpoint given with --init.
     """
+    maybe_relaunch(launch, accelerate_config)
     from ddai.trainer.pointer.train import (
         OptimConfig,
         PointerTrainConfig,

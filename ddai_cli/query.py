@@ -64,7 +64,9 @@ def query_cmd(
         str,
         typer.Argument(
             help="SQL over the views rollouts, turns, prompts, "
-            "prompts_at(threshold), runs, discrepancies."
+            "prompts_at(threshold), runs, discrepancies, failure_attribution "
+            "(failure_attribution_at(score_max, agree_min, threshold)), reward_latency, "
+            "zero_variance_groups, drop_keep."
         ),
     ],
     logs: LogsOpt = None,

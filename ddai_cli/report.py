@@ -42,6 +42,14 @@ def report_cmd(
             "--datasets-dir", help="Folder scanned for curated datasets (files with a manifest)."
         ),
     ] = None,
+    flags: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--flags",
+            help="Review CSV (uid, verdict, reason) whose wrong/uncertain rows flag a prompt's "
+            "ground truth in the failure attribution; repeat for several.",
+        ),
+    ] = None,
     threshold: ThresholdOpt = 1.0,
     judge_high: Annotated[
         float,
@@ -94,7 +102,8 @@ def report_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Write one self-contained HTML report (opens offline): overview, funnel, per-prompt outcomes,
-    judge vs NDCG, hallucination suspects, search behaviour, run comparison, trajectory browser."""
+    judge vs NDCG, hallucination suspects, search behaviour, run comparison, trajectory browser,
+    then failure attribution, reward latency and coverage, and the drop/keep lists."""
     try:
         cfg = ReportConfig(
             logs=workspace.logs_dir(logs),
@@ -108,6 +117,7 @@ def report_cmd(
             compare=compare,
             datasets=datasets or [],
             datasets_dir=datasets_dir,
+            flags=flags or [],
             max_turns=max_turns,
             browse_max=browse_max,
             text_max=text_max,

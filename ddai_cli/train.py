@@ -121,7 +121,7 @@ AccelerateConfigOpt = Annotated[
 ]
 
 
-def _maybe_relaunch(launch: int | None, accelerate_config: Path | None) -> None:
+def maybe_relaunch(launch: int | None, accelerate_config: Path | None) -> None:
     """With --launch N, run the same command line under accelerate and exit with its code."""
     if launch is None:
         if accelerate_config is not None:
@@ -219,7 +219,7 @@ def register(app: typer.Typer) -> None:
         as_json: JsonOpt = False,
     ) -> None:
         """Supervised fine-tuning with TRL's SFTTrainer on Searcher conversations."""
-        _maybe_relaunch(launch, accelerate_config)
+        maybe_relaunch(launch, accelerate_config)
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         from ddai.trainer.common import TrainConfigError, parse_set
         from ddai.trainer.sft import SFTRunConfig, run_sft
@@ -407,7 +407,7 @@ def register(app: typer.Typer) -> None:
         as_json: JsonOpt = False,
     ) -> None:
         """GRPO over the multi-turn search environment; every step's rollouts go to the rollout log."""
-        _maybe_relaunch(launch, accelerate_config)
+        maybe_relaunch(launch, accelerate_config)
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         from ddai.trainer.common import TrainConfigError, parse_set
         from ddai.trainer.grpo import GRPORunConfig, run_grpo

@@ -12,9 +12,11 @@ import typer
 
 from ddai.cli.common import JsonOpt, LogsOpt, RunsOpt, ThresholdOpt, fail, summary
 from ddai.cli.train import (
+    AccelerateConfigOpt,
     BiasOpt,
     ForceCompletionOpt,
     GateOpt,
+    LaunchOpt,
     MaxTurnsOpt,
     MaxTurnTokensOpt,
     PreflightPromptsOpt,
@@ -25,6 +27,7 @@ from ddai.cli.train import (
     WFormatOpt,
     WJudgeOpt,
     WNdcgOpt,
+    maybe_relaunch,
 )
 
 OutOpt = Annotated[
@@ -170,14 +173,24 @@ def train_value_command(
     ] = 50,
     max_length: MaxLenOpt = 2048,
     obs_max_tokens: ObsOpt = 256,
+    grad_accum: Annotated[
+        int,
+        typer.Option(
+            "--grad-accum",
+            help="Micro-batches of --batch-size pairs accumulated per optimizer step.",
+        ),
+    ] = 1,
     grad_clip: Annotated[
         float, typer.Option("--grad-clip", help="Max gradient norm (0: off).")
     ] = 1.0,
     dtype: DtypeOpt = "float32",
     seed: SeedOpt = 0,
+    launch: LaunchOpt = None,
+    accelerate_config: AccelerateConfigOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Train a value head on terminal outcomes from the rollout log: pairwise ranking + MC MSE."""
+    maybe_relaunch(launch, accelerate_config)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from ddai.trainer.value_train import ValueTrainConfig, train_value
 
@@ -208,6 +221,7 @@ def train_value_command(
         max_length=max_length,
         obs_max_tokens=obs_max_tokens,
         grad_clip=grad_clip,
+        grad_accum=grad_accum,
         dtype=dtype,
         seed=seed,
     )
@@ -397,6 +411,13 @@ def train_ppo_command(
     limit: Annotated[
         int | None, typer.Option("--limit", help="Use only the first N prompts.")
     ] = None,
+    grad_accum: Annotated[
+        int,
+        typer.Option(
+            "--grad-accum",
+            help="Micro-batches each mini-batch is split into and accumulated (less memory).",
+        ),
+    ] = 1,
     grad_clip: Annotated[
         float, typer.Option("--grad-clip", help="Max gradient norm of each model (0: off).")
     ] = 1.0,
@@ -404,9 +425,12 @@ def train_ppo_command(
     seed: SeedOpt = 0,
     skip_preflight: SkipPreflightOpt = False,
     preflight_prompts: PreflightPromptsOpt = 2,
+    launch: LaunchOpt = None,
+    accelerate_config: AccelerateConfigOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """PPO over the multi-turn search environment, with a value head as critic and GAE."""
+    maybe_relaunch(launch, accelerate_config)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from ddai.trainer.ppo import PPORunConfig, run_ppo
 
@@ -461,6 +485,7 @@ def train_ppo_command(
         reward_timeout=reward_timeout,
         limit=limit,
         grad_clip=grad_clip,
+        grad_accum=grad_accum,
         dtype=dtype,
         seed=seed,
         skip_preflight=skip_preflight,

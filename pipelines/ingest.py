@@ -11,17 +11,24 @@ counted by flag in the summary and the manifest. Side tables (source events that
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import heapq
 import json
 import os
+import shutil
+import tempfile
 import time
+import uuid
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
-from ddai.pipelines import adapters, io
+from ddai.pipelines import adapters, io, store
 from ddai.pipelines.adapters.base import ReaderContext, SourceRecord
 from ddai.pipelines.adapters.side import SideTables
 from ddai.pipelines.adapters.verl_ids import UidMapper
@@ -103,37 +110,100 @@ class IngestResult:
 
 
 class _Quarantine:
-    """Bad rows of one ingest, per run, flushed to ``_quarantine/<run>.jsonl`` at the end."""
+    """Bad rows of one ingest, streamed to claimed spool files per run as they come (memory stays
+    bounded) and committed onto ``_quarantine/<run>.jsonl``: entries accumulate across ingests,
+    each tagged with its ingest id, and are never overwritten.
 
-    def __init__(self, logs: Path, append: bool):
+    Lines that named no run reach their run only after their source is read (``late``): they go
+    to a second spool, merged back in source-and-line order at commit."""
+
+    def __init__(self, logs: Path, ingest_id: str, sources: list[Path]):
         self.dir = logs / QUARANTINE_DIR
-        self.append = append
-        self.rows: dict[str, list[dict[str, Any]]] = {}
+        self.ingest_id = ingest_id
+        self.order = {str(s): i for i, s in enumerate(sources)}
+        self.spools: dict[tuple[str, bool], tuple[Path, IO[str]]] = {}
+        self.late = False
 
     def add(self, run: str, source: Path, rec: SourceRecord, reason: str, detail: str) -> None:
-        self.rows.setdefault(run, []).append(
-            {
-                "source": str(source),
-                "line": rec.line,
-                "reason": reason,
-                "detail": detail,
-                "raw": rec.raw if rec.raw is not None else json.dumps(rec.row, default=str),
-            }
+        key = (run, self.late)
+        if key not in self.spools:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            kind = "late" if self.late else "rows"
+            path = self.dir / f".tmp-{run}-{self.ingest_id}-{kind}.jsonl"
+            fh = open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed in commit/abort
+            fcntl.flock(fh, fcntl.LOCK_EX)  # claimed: the next write cleans it only if we die
+            self.spools[key] = (path, fh)
+        entry = {
+            "source": str(source),
+            "line": rec.line,
+            "reason": reason,
+            "detail": detail,
+            "raw": rec.raw if rec.raw is not None else json.dumps(rec.row, default=str),
+            "ingest": self.ingest_id,
+        }
+        # surrogates in raw text are written escaped, never as invalid UTF-8
+        self.spools[key][1].write(
+            json.dumps(entry, ensure_ascii=False)
+            .encode("utf-8", "backslashreplace")
+            .decode("utf-8")
+            + "\n"
         )
 
-    def flush(self, runs: list[str]) -> list[str]:
-        written = []
-        for run in runs:
-            path = self.dir / f"{run}.jsonl"
-            rows = sorted(self.rows.get(run, []), key=lambda r: (r["source"], r["line"] or 0))
-            if not rows and not (path.exists() and not self.append):
-                continue
-            old = path.read_text(encoding="utf-8") if self.append and path.exists() else ""
-            text = old + "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
-            io.write_text(path, text)
-            if rows:
-                written.append(str(path))
-        return written
+    def _key(self, text: str) -> tuple[int, int]:
+        e = json.loads(text)
+        return self.order.get(e["source"], len(self.order)), e["line"] or 0
+
+    def commit(self, run: str) -> str | None:
+        """Add this ingest's entries of ``run`` to its quarantine file, atomically (call with the
+        run's write lock held); returns the file's path when entries were added."""
+        mine = [self.spools.pop(k) for k in ((run, False), (run, True)) if k in self.spools]
+        if not mine:
+            return None
+        for _, fh in mine:
+            fh.flush()
+        path = store.quarantine_path(self.dir.parent, run)
+        with io.atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as out:
+            if path.exists():  # earlier ingests' entries first, streamed (never loaded whole)
+                with open(path, encoding="utf-8") as old:
+                    shutil.copyfileobj(old, out)
+            with contextlib.ExitStack() as stack:
+                streams = [stack.enter_context(open(p, encoding="utf-8")) for p, _ in mine]
+                out.writelines(heapq.merge(*streams, key=self._key))
+        io.crash_point(f"quarantine:{run}")
+        for spool, fh in mine:
+            fh.close()
+            spool.unlink(missing_ok=True)
+        return str(path)
+
+    def abort(self) -> None:
+        for spool, fh in self.spools.values():
+            fh.close()
+            spool.unlink(missing_ok=True)
+        self.spools.clear()
+
+
+class _Orphans:
+    """Bad lines that name no run, spooled to an anonymous temp file until the source's run is
+    known (a file of bad lines must not fill memory)."""
+
+    def __init__(self) -> None:
+        self.fh: IO[str] | None = None
+
+    def add(self, rec: SourceRecord) -> None:
+        if self.fh is None:
+            self.fh = tempfile.TemporaryFile("w+", encoding="utf-8")  # noqa: SIM115
+        raw = rec.raw if rec.raw is not None else json.dumps(rec.row, default=str)
+        self.fh.write(json.dumps([rec.line, raw, rec.reason, rec.detail]) + "\n")
+
+    def drain(self, run_id: str | None) -> Iterator[SourceRecord]:
+        if self.fh is None:
+            return
+        self.fh.seek(0)
+        for text in self.fh:
+            line, raw, reason, detail = json.loads(text)
+            yield SourceRecord(None, line, raw, reason, detail, run_id=run_id)
+        self.fh.close()
+        self.fh = None
 
 
 def _progress(enabled: bool) -> Progress:
@@ -163,8 +233,10 @@ def ingest(cfg: IngestConfig) -> IngestResult:
     writers: dict[str, PartitionWriter] = {}
     counts: dict[str, RunCounts] = {}
     sources_of: dict[str, list[dict[str, Any]]] = {}
-    quarantine = _Quarantine(cfg.logs, cfg.append)
+    ingest_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
+    quarantine = _Quarantine(cfg.logs, ingest_id, list(map(Path, cfg.sources)))
     started = time.time()
+    qfiles: list[str] = []
     caps: dict[str, Capabilities] = {}
     try:
         with _progress(cfg.progress) as bar:
@@ -176,45 +248,57 @@ def ingest(cfg: IngestConfig) -> IngestResult:
                 src_info = {"path": str(src), "sha256": io.sha256_file(src), "format": fmt}
                 # Lines that could not even be parsed carry no run id: they are charged to the
                 # run this source feeds (its first run), once the source is read.
-                orphans: list[SourceRecord] = []
+                orphans = _Orphans()
                 first_run: str | None = None
                 for rec in adapters.reader(fmt)(src, ctx):
                     if rec.reason is not None and not (cfg.run_id or rec.run_id):
-                        orphans.append(rec)
+                        orphans.add(rec)
                     else:
                         run = _route(
                             rec, src, cfg, writers, counts, sources_of, src_info, quarantine
                         )
                         first_run = first_run or run
                     bar.update(task, completed=min(ctx.bytes_read - before, size))
-                for rec in orphans:
-                    rec.run_id = first_run
+                quarantine.late = True
+                for rec in orphans.drain(first_run):
                     _route(rec, src, cfg, writers, counts, sources_of, src_info, quarantine)
-        for run, w in writers.items():
-            c = counts[run]
-            record = w.commit(
-                {
-                    "sources": sources_of[run],
-                    "rows_in": c.rows_in,
-                    "quarantined": dict(c.quarantined),
-                    "flagged": dict(sorted(c.flagged.items())),
-                    "run_config": ctx.run_config.get(run, {}),
-                    "notes": {
-                        s["path"]: ctx.notes[s["path"]]
-                        for s in sources_of[run]
-                        if s["path"] in ctx.notes
+                quarantine.late = False
+        for run in sorted(counts):
+            # One lock hold per run: its quarantine entries, then its partition (whose manifest,
+            # naming this ingest, is the commit point).
+            with store.run_lock(cfg.logs, run):
+                q = quarantine.commit(run)
+                if q:
+                    qfiles.append(q)
+                w = writers.get(run)
+                if w is None:
+                    continue
+                c = counts[run]
+                record = w.commit(
+                    {
+                        "ingest": ingest_id,
+                        "sources": sources_of[run],
+                        "rows_in": c.rows_in,
+                        "quarantined": dict(c.quarantined),
+                        "flagged": dict(sorted(c.flagged.items())),
+                        "run_config": ctx.run_config.get(run, {}),
+                        "notes": {
+                            s["path"]: ctx.notes[s["path"]]
+                            for s in sources_of[run]
+                            if s["path"] in ctx.notes
+                        },
+                        "wall_time_s": round(time.time() - started, 3),
                     },
-                    "wall_time_s": round(time.time() - started, 3),
-                }
-            )
+                    locked=True,
+                )
             if "capabilities" in record:
                 caps[run] = Capabilities.of(run, record["capabilities"])
     except BaseException:
         for w in writers.values():
             w.abort()
+        quarantine.abort()
         side.abort()
         raise
-    qfiles = quarantine.flush(sorted(counts))
     side_counts = side.commit(sorted(counts), append=cfg.append)
     return IngestResult(counts, fmt_of, qfiles, side_counts, ctx.notes, caps)
 

@@ -1,11 +1,19 @@
-"""Atomic file writes and hashing: every output is written to a temp file, then renamed."""
+"""Atomic file writes and hashing: every output is written to a temp file, then renamed.
+
+The temp file (``.<name>.<random>.tmp`` beside the output) is claimed by its writer while it is
+written (a file lock, see ``ddai.pipelines.locks``); the next write of the same output removes
+temp files whose writer is gone (a kill -9 mid-write), never one still being written.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import glob
 import hashlib
 import json
 import os
+import signal
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,16 +28,52 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a temp path beside ``path``; on success rename it over ``path``, else remove it."""
     final = Path(path)
     final.parent.mkdir(parents=True, exist_ok=True)
+    clean_temps(final)
     fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent)
-    os.close(fd)
+    claim = os.fdopen(fd, "rb")
+    fcntl.flock(claim, fcntl.LOCK_EX)  # ours until closed; a crash frees it
     tmp_path = Path(tmp)
     try:
         yield tmp_path
         os.chmod(tmp_path, 0o644)  # mkstemp creates 0600; outputs are ordinary shared files
+        crash_point(f"rename:{final.name}")
         os.replace(tmp_path, final)
     finally:
         if tmp_path.exists():
             tmp_path.unlink()
+        claim.close()
+
+
+def crash_point(point: str) -> None:
+    """Test hook for crash-consistency tests: with ``DDAI_TEST_CRASH_AT=<point>`` in the
+    environment, the process kills itself (SIGKILL: no cleanup runs) on reaching ``point``.
+    Points: ``rename:<file name>`` (before an atomic rename), ``manifest:<output name>`` (an
+    output in place, its manifest not yet), ``partition-data:<run>`` (parts moved, manifest
+    not yet written), ``quarantine:<run>``."""
+    if os.environ.get("DDAI_TEST_CRASH_AT") == point:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def clean_temps(path: str | os.PathLike[str]) -> list[Path]:
+    """Remove the abandoned temp files of earlier writes of ``path`` (their writer died)."""
+    final = Path(path)
+    if not final.parent.is_dir():
+        return []
+    removed = []
+    for t in final.parent.glob(f".{glob.escape(final.name)}.*.tmp"):
+        try:
+            fh = open(t, "rb")  # noqa: SIM115
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            continue  # still being written by a live process
+        finally:
+            fh.close()
+        t.unlink(missing_ok=True)
+        removed.append(t)
+    return removed
 
 
 @contextlib.contextmanager

@@ -3,6 +3,11 @@
 A manifest records the step, its parameters, its inputs with sha256, row counts in/out/dropped by
 reason, the ddai version, git revision, package versions, seed, wall time and backend calls/cost.
 ``is_fresh`` tells a step whose inputs and parameters are unchanged that it may skip.
+
+Commit protocol for a file output: the output is renamed into place, then its manifest, which
+records the output's sha256 (``output_sha256``), is renamed into place: the manifest is the
+commit record. A crash between the two leaves an output whose hash no manifest vouches for, so
+``is_fresh`` (which re-hashes the output) reruns the step and ``verify`` reports it.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines import io
+from ddai.pipelines import io, store
 
 MANIFEST_SUFFIX = ".manifest.json"
 _PACKAGES = (
@@ -71,8 +76,15 @@ def package_versions() -> dict[str, str]:
 
 
 def input_record(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Path and content hash of one input (a file, or every data file under a folder)."""
+    """Path and content hash of one input (a file, or every data file under a folder).
+
+    A log-store partition is hashed over the files its manifest lists (its committed version),
+    so a write in progress or a crashed write's leftovers never change it."""
     p = Path(path)
+    if p.is_dir() and (p / store.MANIFEST).is_file():
+        parts = store.committed_files(p)
+        digest = store.files_digest([{"name": f.name, "sha256": io.sha256_file(f)} for f in parts])
+        return {"path": str(p), "sha256": digest, "kind": "dir", "files": len(parts)}
     if p.is_dir():
         files = sorted(
             f
@@ -131,10 +143,36 @@ def start(step: str, params: dict[str, Any], inputs: list[str | os.PathLike[str]
     )
 
 
+def output_hash(output: str | os.PathLike[str]) -> str | None:
+    """The sha256 of an output (a file, or a folder's data files); None when it is missing."""
+    p = Path(output)
+    return input_record(p)["sha256"] if p.exists() else None
+
+
 def write(output: str | os.PathLike[str], record: StepRecord) -> Path:
+    """Commit ``output`` (already written in place): its manifest, with the output's hash."""
     path = manifest_path(output)
-    io.write_json(path, record.to_dict(output))
+    body = record.to_dict(output)
+    body["output_sha256"] = output_hash(output)
+    io.crash_point(f"manifest:{Path(output).name}")
+    io.write_json(path, body)
     return path
+
+
+def verify(output: str | os.PathLike[str]) -> str | None:
+    """Why ``output`` is not the committed output its manifest describes, or None if it is."""
+    m = read(output)
+    if m is None:
+        return "no manifest"
+    want = m.get("output_sha256")
+    if want is None:
+        return "its manifest records no output hash (written by an older ddai)"
+    have = output_hash(output)
+    if have is None:
+        return "missing"
+    if have != want:
+        return "changed since its manifest was written (an interrupted write or an edit)"
+    return None
 
 
 def read(output: str | os.PathLike[str]) -> dict[str, Any] | None:
@@ -153,12 +191,15 @@ def is_fresh(
     params: dict[str, Any],
     inputs: list[str | os.PathLike[str]],
 ) -> bool:
-    """True when ``output`` exists and its manifest has the same step, parameters and input hashes."""
+    """True when ``output`` exists, hashes to what its manifest recorded, and the manifest has
+    the same step, parameters and input hashes."""
     if not Path(output).exists():
         return False
     old = read(output)
     if not old or old.get("step") != step or old.get("params") != _jsonable(params):
         return False
+    if verify(output) is not None:
+        return False  # the output is not the one this manifest committed
     want = [input_record(p) for p in inputs]
     have = [{k: i.get(k) for k in ("path", "sha256")} for i in old.get("inputs", [])]
     return have == [{k: i[k] for k in ("path", "sha256")} for i in want]

@@ -17,7 +17,19 @@ import pyarrow as pa
 from ddai.pipelines import store
 
 # Creation order matters: later views read earlier ones.
-VIEWS = ("macros", "rollouts", "turns", "prompts_at", "prompts", "runs", "discrepancies")
+VIEWS = (
+    "macros",
+    "rollouts",
+    "turns",
+    "prompts_at",
+    "prompts",
+    "runs",
+    "discrepancies",
+    # DDAI's round analyses (issue 13): why low prompts fail, reward latency, zero variance.
+    "failure_attribution",
+    "reward_latency",
+    "zero_variance",
+)
 
 
 def sql_text(name: str) -> str:
@@ -38,11 +50,21 @@ def connect(
     database: str = ":memory:",
     threads: int | None = None,
 ) -> duckdb.DuckDBPyConnection:
-    """A DuckDB connection with the rollout-log views over ``logs`` (or the named runs)."""
-    con = duckdb.connect(database)
+    """A DuckDB connection with the rollout-log views over ``logs`` (or the named runs).
+
+    The views read one snapshot of each run (the files its manifest listed when connecting),
+    held while the connection lives, so a concurrent re-ingest or append never changes or
+    removes what the connection's queries read."""
+    snap = store.snapshot(logs, runs)
+    try:
+        con = duckdb.connect(database)
+    except BaseException:
+        snap.release()
+        raise
+    snap.keep_while(con)
     if threads:
         con.execute(f"SET threads = {int(threads)}")
-    files = store.parquet_files(logs, runs) if (store.list_runs(logs) or runs) else []
+    files = snap.all_files()
     if files:
         # DuckDB's own Parquet reader (about 2x faster than scanning an Arrow dataset); the file
         # list is passed as a value, never pasted into SQL text.

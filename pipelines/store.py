@@ -1,30 +1,47 @@
 """The log store: hive-partitioned Parquet (``run_id=R/part-*.parquet``), one manifest per partition.
 
-Writes are atomic per partition: new parts go to a temp folder that replaces the partition in one
-rename (or, with ``append``, are renamed in next to the existing parts). Readers ignore every path
-whose name starts with ``_`` or ``.`` (manifests, quarantine, temp folders).
+Commit protocol (one per run, under the run's write lock ``_locks/<run>.lock``):
+
+1. rows stream into a claimed temp folder ``.tmp-<run>-<id>/`` beside the partitions;
+2. the finished part is renamed into ``run_id=R/`` (invisible: readers read only the files the
+   manifest lists);
+3. ``run_id=R/_manifest.json`` is replaced atomically: it lists the partition's files with their
+   sha256 (and ``sha256``, the digest over them). That rename is the commit: data and manifest
+   become visible together, or (after a crash before it) not at all;
+4. files the manifest no longer lists (a replaced version, a crashed write's part) are removed
+   when no reader holds the run (``_locks/<run>.readers``), else by the next write.
+
+Readers take a shared lock on each run, then read its manifest's file list (a ``Snapshot``): one
+consistent version of every run, even while it is replaced or appended. Leftovers of a crashed
+write (abandoned ``.tmp-*`` folders, ``.old-*`` folders of older versions, a partition without
+``_manifest.json``) are never read and are cleaned by the next write. Readers ignore every path
+whose name starts with ``_`` or ``.``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import time
 import uuid
-from collections.abc import Iterable
+import weakref
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from ddai.pipelines import capability_count, io
+from ddai.pipelines import capability_count, io, locks
 from ddai.pipelines.schema import ROLLOUT_SCHEMA, SCHEMA_VERSION, normalize_rollout
 
 MANIFEST = "_manifest.json"
 QUARANTINE_DIR = "_quarantine"
+LOCK_DIR = "_locks"
 DEFAULT_BATCH_ROWS = 50_000
 _SAFE_RUN_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-:+@")
 
@@ -43,11 +60,53 @@ def partition_dir(logs: str | os.PathLike[str], run_id: str) -> Path:
     return Path(logs) / f"run_id={check_run_id(run_id)}"
 
 
+def _lock_file(logs: str | os.PathLike[str], run_id: str, kind: str) -> Path:
+    return Path(logs) / LOCK_DIR / f"{check_run_id(run_id)}.{kind}"
+
+
+@contextlib.contextmanager
+def run_lock(
+    logs: str | os.PathLike[str],
+    run_id: str,
+    on_wait: Callable[[str], None] | None = locks._say,
+) -> Iterator[None]:
+    """Hold the write lock of one run (writers to a run serialize; a waiting writer says so)."""
+    with locks.exclusive(
+        _lock_file(logs, run_id, "lock"), f"the write lock of run {run_id!r}", on_wait
+    ):
+        yield
+
+
+def files_digest(files: list[dict[str, Any]]) -> str:
+    """The digest of a partition's files (``name:sha256`` lines; an input's recorded hash)."""
+    return io.sha256_text("\n".join(f"{f['name']}:{f['sha256']}" for f in files))
+
+
+def _file_record(path: Path, rows: int | None = None) -> dict[str, Any]:
+    if rows is None:
+        rows = pq.ParquetFile(path).metadata.num_rows
+    return {"name": path.name, "sha256": io.sha256_file(path), "rows": rows}
+
+
+def committed_files(part: str | os.PathLike[str], man: dict[str, Any] | None = None) -> list[Path]:
+    """The data files of the committed version of partition ``part`` (none without a manifest).
+
+    A manifest from before file lists existed covers every ``*.parquet`` of the partition."""
+    p = Path(part)
+    man = man if man is not None else _read_manifest(p)
+    if man is None:
+        return []
+    if "files" in man:
+        return [p / f["name"] for f in man["files"]]
+    return sorted(f for f in p.glob("*.parquet") if not f.name.startswith(("_", ".")))
+
+
 class PartitionWriter:
     """Stream rollout rows of one run into Parquet parts with bounded memory.
 
-    Rows are buffered up to ``batch_rows`` and flushed as row groups; ``commit`` swaps the partition
-    in atomically and writes its ``_manifest.json``. ``abort`` leaves the store as it was.
+    Rows are buffered up to ``batch_rows`` and flushed as row groups into a claimed temp folder;
+    ``commit`` (under the run's write lock) moves the part in and writes ``_manifest.json`` last.
+    ``abort`` leaves the store as it was.
     """
 
     def __init__(
@@ -66,6 +125,7 @@ class PartitionWriter:
         self.logs.mkdir(parents=True, exist_ok=True)
         self.tmp = self.logs / f".tmp-{check_run_id(run_id)}-{uuid.uuid4().hex[:8]}"
         self.tmp.mkdir()
+        self._claim: IO[str] | None = locks.claim(self.tmp)
         self.part = f"part-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}.parquet"
         self._writer: pq.ParquetWriter | None = None
         self._buf: list[dict[str, Any]] = []
@@ -98,23 +158,34 @@ class PartitionWriter:
             self._write(pa.Table.from_pylist(self._buf, schema=ROLLOUT_SCHEMA))
             self._buf = []
 
-    def commit(self, manifest: dict[str, Any]) -> dict[str, Any]:
+    def commit(self, manifest: dict[str, Any], *, locked: bool = False) -> dict[str, Any]:
+        """Commit the written rows with ``manifest``; ``locked``: the caller holds ``run_lock``."""
         self._flush()
         if self._writer is not None:
             self._writer.close()
-        old = _read_manifest(self.final) if self.append else None
-        if self.append and self.final.exists():
-            if (self.tmp / self.part).exists():
-                os.replace(self.tmp / self.part, self.final / self.part)
-            shutil.rmtree(self.tmp)
+            self._writer = None
+        if locked:
+            return self._commit(manifest)
+        with run_lock(self.logs, self.run_id):
+            return self._commit(manifest)
+
+    def _commit(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        clean_leftovers(self.logs)
+        old = _read_manifest(self.final)
+        files: list[dict[str, Any]] = []
+        if self.append and old is not None:
+            files = (
+                old["files"]
+                if "files" in old
+                else [_file_record(f) for f in committed_files(self.final, old)]
+            )
         else:
-            backup = None
-            if self.final.exists():
-                backup = self.logs / f".old-{self.final.name}-{uuid.uuid4().hex[:8]}"
-                os.replace(self.final, backup)
-            os.replace(self.tmp, self.final)
-            if backup is not None:
-                shutil.rmtree(backup)
+            old = None  # a replaced partition (or one without a manifest) keeps no history
+        self.final.mkdir(exist_ok=True)
+        if (self.tmp / self.part).exists():
+            new = _file_record(self.tmp / self.part, self.rows)
+            os.replace(self.tmp / self.part, self.final / self.part)
+            files = [*files, new]
         record = {
             "run_id": self.run_id,
             "schema_version": SCHEMA_VERSION,
@@ -135,13 +206,91 @@ class PartitionWriter:
             record["capabilities"] = self.capabilities
         elif "capabilities" in old:
             record["capabilities"] = capability_count.add(old["capabilities"], self.capabilities)
-        io.write_json(self.final / MANIFEST, record)
+        record["files"] = files
+        record["sha256"] = files_digest(files)
+        io.crash_point(f"partition-data:{self.run_id}")
+        io.write_json(self.final / MANIFEST, record)  # the commit point
+        self._drop_tmp()
+        collect_garbage(self.logs, self.run_id)
         return record
+
+    def _drop_tmp(self) -> None:
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        if self._claim is not None:
+            self._claim.close()
+            self._claim = None
 
     def abort(self) -> None:
         if self._writer is not None:
             self._writer.close()
-        shutil.rmtree(self.tmp, ignore_errors=True)
+            self._writer = None
+        self._drop_tmp()
+
+
+def clean_leftovers(logs: str | os.PathLike[str]) -> list[str]:
+    """Remove what crashed writes left in the store: abandoned ``.tmp-*`` folders and spool
+    files (their claim is free), ``.old-*`` folders. Returns the names removed."""
+    root = Path(logs)
+    removed: list[str] = []
+    for base in (root, root / QUARANTINE_DIR):
+        if not base.is_dir():
+            continue
+        for entry in base.iterdir():
+            name = entry.name
+            stale = name.startswith(".old-") or (
+                name.startswith(".tmp-") and locks.is_abandoned(entry)
+            )
+            if stale:
+                if entry.is_dir():
+                    shutil.rmtree(entry, ignore_errors=True)
+                else:
+                    entry.unlink(missing_ok=True)
+                removed.append(name)
+    return removed
+
+
+def collect_garbage(logs: str | os.PathLike[str], run_id: str) -> list[str]:
+    """Remove the files of ``run_id``'s partition its manifest does not list (a superseded
+    version, a crashed write's part or temp), unless a reader holds the run: then the next write
+    does. Call with the run's write lock held. Returns the names removed."""
+    part = partition_dir(logs, run_id)
+    if not part.is_dir():
+        return []
+    fh = locks.try_exclusive(_lock_file(logs, run_id, "readers"))
+    if fh is None:
+        return []
+    try:
+        man = _read_manifest(part)
+        keep = {f.name for f in committed_files(part, man)} | ({MANIFEST} if man else set())
+        removed = []
+        for entry in part.iterdir():
+            if entry.name not in keep:
+                if entry.is_dir():
+                    shutil.rmtree(entry, ignore_errors=True)
+                else:
+                    entry.unlink(missing_ok=True)
+                removed.append(entry.name)
+        return removed
+    finally:
+        fh.close()
+
+
+def verify_partition(part: str | os.PathLike[str]) -> str | None:
+    """Re-hash a partition's committed files against its manifest: why they differ, or None."""
+    p = Path(part)
+    man = _read_manifest(p)
+    if man is None:
+        return f"no {MANIFEST} (an interrupted write)"
+    if "files" not in man:
+        return None  # written before manifests listed files: nothing to compare
+    bad = []
+    for f in man["files"]:
+        fp = p / f["name"]
+        if not fp.is_file():
+            bad.append(f"{f['name']} missing")
+        elif io.sha256_file(fp) != f["sha256"]:
+            bad.append(f"{f['name']} changed")
+    return "; ".join(bad) or None
 
 
 def _strip_history(m: dict[str, Any]) -> dict[str, Any]:
@@ -188,11 +337,14 @@ def write_run(
 
 
 def list_runs(logs: str | os.PathLike[str]) -> list[str]:
+    """The committed runs of the store (a partition without ``_manifest.json`` is not one)."""
     p = Path(logs)
     if not p.is_dir():
         return []
     return sorted(
-        d.name.split("=", 1)[1] for d in p.iterdir() if d.is_dir() and d.name.startswith("run_id=")
+        d.name.split("=", 1)[1]
+        for d in p.iterdir()
+        if d.is_dir() and d.name.startswith("run_id=") and (d / MANIFEST).is_file()
     )
 
 
@@ -200,32 +352,109 @@ def run_manifest(logs: str | os.PathLike[str], run_id: str) -> dict[str, Any] | 
     return _read_manifest(partition_dir(logs, run_id))
 
 
-def parquet_files(logs: str | os.PathLike[str], runs: list[str] | None = None) -> list[Path]:
-    """Data files of the store (or of the named runs), skipping ``_``/``.``-prefixed paths."""
+@dataclass
+class Snapshot:
+    """One consistent version of each of ``runs``: their manifests and the files they list.
+
+    Holds a shared lock per run until ``release`` (or until it is garbage-collected), so no
+    writer removes the listed files meanwhile; writers never wait for readers."""
+
+    logs: Path
+    manifests: dict[str, dict[str, Any]]
+    files: dict[str, list[Path]]
+    _held: list[locks.Shared] = field(default_factory=list, repr=False)
+
+    def all_files(self) -> list[Path]:
+        return [f for r in self.manifests for f in self.files[r]]
+
+    def release(self) -> None:
+        for lk in self._held:
+            lk.release()
+        self._held.clear()
+
+    def keep_while(self, owner: object) -> None:
+        """Hold the locks as long as ``owner`` lives (a lazy dataset, a DuckDB connection)."""
+        held = list(self._held)
+        self._held.clear()
+        weakref.finalize(owner, _release_all, held)
+
+    def __enter__(self) -> Snapshot:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def _release_all(held: list[locks.Shared]) -> None:
+    for lk in held:
+        lk.release()
+
+
+def snapshot(logs: str | os.PathLike[str], runs: list[str] | None = None) -> Snapshot:
+    """Lock and read one version of ``runs`` (default: every committed run).
+
+    Raises FileNotFoundError naming runs that are not committed in the store."""
     root = Path(logs)
-    wanted = runs if runs else list_runs(root)
-    missing = [r for r in wanted if not partition_dir(root, r).is_dir()]
-    if missing:
-        known = ", ".join(list_runs(root)) or "none"
-        raise FileNotFoundError(f"run(s) {', '.join(missing)} not in {root} (known runs: {known})")
-    files: list[Path] = []
+    wanted = list(dict.fromkeys(runs)) if runs else list_runs(root)
     for r in wanted:
-        files.extend(
-            f
-            for f in sorted(partition_dir(root, r).glob("*.parquet"))
-            if not f.name.startswith(("_", "."))
+        check_run_id(r)
+    snap = Snapshot(root, {}, {})
+    missing = []
+    try:
+        for r in wanted:
+            # a read-only store: nobody writes it, nothing to lock against
+            with contextlib.suppress(OSError):
+                snap._held.append(locks.Shared(_lock_file(root, r, "readers")))
+            part = partition_dir(root, r)
+            man = _read_manifest(part)
+            if man is None:
+                missing.append(r)
+                continue
+            snap.manifests[r] = man
+            snap.files[r] = committed_files(part, man)
+    except BaseException:
+        snap.release()
+        raise
+    if missing:
+        snap.release()
+        known = ", ".join(list_runs(root)) or "none"
+        half = [r for r in missing if partition_dir(root, r).is_dir()]
+        hint = (
+            f" ({', '.join(half)}: a partition without {MANIFEST}, left by an interrupted write; "
+            "ingest it again)"
+            if half
+            else ""
         )
-    return files
+        raise FileNotFoundError(
+            f"run(s) {', '.join(missing)} not in {root} (known runs: {known}){hint}"
+        )
+    return snap
+
+
+def parquet_files(logs: str | os.PathLike[str], runs: list[str] | None = None) -> list[Path]:
+    """Committed data files of the store (or of the named runs), as their manifests list them.
+
+    Takes no lock beyond the listing: read through ``snapshot`` where a concurrent replace of
+    the run could remove the files before they are read."""
+    with snapshot(logs, runs) as snap:
+        return snap.all_files()
 
 
 def dataset(logs: str | os.PathLike[str], runs: list[str] | None = None) -> ds.Dataset:
-    files = parquet_files(logs, runs)
-    return ds.dataset(
-        [str(f) for f in files],
-        schema=ROLLOUT_SCHEMA,
-        format="parquet",
-        partitioning=None,
-    )
+    """A lazy dataset over one snapshot of ``runs``; the snapshot is held while it lives."""
+    snap = snapshot(logs, runs)
+    try:
+        d = ds.dataset(
+            [str(f) for f in snap.all_files()],
+            schema=ROLLOUT_SCHEMA,
+            format="parquet",
+            partitioning=None,
+        )
+    except BaseException:
+        snap.release()
+        raise
+    snap.keep_while(d)
+    return d
 
 
 def read_rollouts(
@@ -234,7 +463,13 @@ def read_rollouts(
     columns: list[str] | None = None,
 ) -> pa.Table:
     """All rollouts of the store (or of ``runs``) as one table in ``ROLLOUT_SCHEMA``."""
-    return dataset(logs, runs).to_table(columns=columns)
+    with snapshot(logs, runs) as snap:
+        return ds.dataset(
+            [str(f) for f in snap.all_files()],
+            schema=ROLLOUT_SCHEMA,
+            format="parquet",
+            partitioning=None,
+        ).to_table(columns=columns)
 
 
 def quarantine_path(logs: str | os.PathLike[str], run_id: str) -> Path:

@@ -52,7 +52,18 @@ class Partial:
     kind: str = "partial"
 
 
-Block = Figure | Table | Note | Partial
+@dataclass(frozen=True)
+class Download:
+    """A file the reader saves from the offline page: its bytes inlined as a data URL."""
+
+    label: str
+    filename: str
+    href: str  # data:text/csv;charset=utf-8;base64,…
+    rows: int
+    kind: str = "download"
+
+
+Block = Figure | Table | Note | Partial | Download
 
 
 @dataclass

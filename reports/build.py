@@ -24,6 +24,12 @@ def _check_inputs(cfg: ReportConfig) -> None:
             f"--datasets file(s) not found: {', '.join(missing)}; pass curated dataset files "
             "(outputs of ddai curate)"
         )
+    missing_flags = [str(p) for p in cfg.flags if not p.is_file()]
+    if missing_flags:
+        raise FileNotFoundError(
+            f"--flags file(s) not found: {', '.join(missing_flags)}; pass review CSVs "
+            "(uid, verdict, reason)"
+        )
     if cfg.datasets_dir is not None and not cfg.datasets_dir.is_dir():
         raise FileNotFoundError(f"--datasets-dir {cfg.datasets_dir} is not a folder")
 

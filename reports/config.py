@@ -32,6 +32,8 @@ class ReportConfig:
         title: page title; default names the runs.
         progress: show a progress bar while building.
         threads: DuckDB threads (None: DuckDB's default).
+        flags: review CSVs (``uid, verdict, reason``) whose wrong/uncertain rows flag a prompt's
+            ground truth in the failure attribution.
     """
 
     logs: Path
@@ -53,11 +55,13 @@ class ReportConfig:
     title: str | None = None
     progress: bool = True
     threads: int | None = None
+    flags: list[Path] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.logs = Path(self.logs)
         self.out = Path(self.out)
         self.datasets = [Path(p) for p in self.datasets]
+        self.flags = [Path(p) for p in self.flags]
         for name in ("success_threshold", "judge_high", "ndcg_low", "judge_low", "ndcg_high"):
             v = getattr(self, name)
             if not 0.0 <= v <= 1.0:

@@ -30,6 +30,11 @@ def bind(sql: str, params: dict[str, Any]) -> dict[str, Any]:
     return {k: params[k] for k in names}
 
 
+def _bare(meaning: str) -> str:
+    """ "a judge score" → "judge score": the note reads "carries no judge score"."""
+    return re.sub(r"^an? ", "", meaning)
+
+
 @dataclass
 class ReportContext:
     """A report build in progress: the connection, the config, the selected runs and their
@@ -67,7 +72,7 @@ class ReportContext:
         source = f" (ingested from {', '.join(formats)})" if formats else ""
         return (
             f"Run{'s' if len(runs) > 1 else ''} {', '.join(runs)}{source} carr"
-            f"{'y' if len(runs) > 1 else 'ies'} no {capabilities.MEANING[name]}, so {what} "
+            f"{'y' if len(runs) > 1 else 'ies'} no {_bare(capabilities.MEANING[name])}, so {what} "
             f"cannot be shown for {'them' if len(runs) > 1 else 'it'}. To fill it: "
             f"{capabilities.SUPPLY[name].replace('RUN', runs[0] if runs else 'RUN')}."
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import math
 from typing import Any
 
@@ -34,3 +35,8 @@ def share(part: int, whole: int) -> float | None:
 
 def plural(n: int, word: str, many: str | None = None) -> str:
     return f"{n:,} {word if n == 1 else (many or word + 's')}"
+
+
+def csv_data_url(csv_text: str) -> str:
+    """CSV text as a ``data:`` URL (a download link that works in the offline page)."""
+    return "data:text/csv;charset=utf-8;base64," + base64.b64encode(csv_text.encode()).decode()

@@ -298,6 +298,8 @@ class SearchRollout:
         self.futures: dict[str, tuple[Any, int]] = {}
         self.judged: dict[str, Judged] = {}
         self.scores: dict[str, Any] = {}
+        self.sampler: Any = None
+        """A fixed sampler (e.g. an OpenAI-compatible server's) instead of the policy's."""
 
     def _submit(self, group: list[Trajectory]) -> None:
         if self.scorer is None or not self.spec.needs_judge:
@@ -317,10 +319,15 @@ class SearchRollout:
             self.futures[t.key] = (fut, i)
 
     def _sampler(self, trainer: Any, model: Any) -> Any:
+        if self.sampler is not None:
+            return self.sampler
         stop = [self.tok.eos_token_id]
         if getattr(trainer, "use_vllm", False):
-            client = trainer.vllm_generation.vllm_client
-            return VLLMServerSampler(client, stop_ids=stop, **self.sampling)
+            # TRL creates the client on the main process only; the sampler gathers to it.
+            acc = trainer.accelerator
+            gen = trainer.vllm_generation
+            client = getattr(gen, "vllm_client", None) if acc.is_main_process else None
+            return VLLMServerSampler(client, stop_ids=stop, accelerator=acc, **self.sampling)
         image_id = self.vision.image_token_id if self.vision else None
         return HFSampler(model, self.tok, stop_ids=stop, image_token_id=image_id, **self.sampling)
 

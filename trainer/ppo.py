@@ -44,7 +44,7 @@ from ddai.trainer.data import Task
 from ddai.trainer.losses import KL_ESTIMATORS, masked_mean, ppo_loss
 from ddai.trainer.value import ValueModel, position_ids
 from ddai.trainer.value_data import Batch, pad_batch
-from ddai.trainer.value_train import MetricsLog, device
+from ddai.trainer.value_train import MetricsLog
 
 CRITIC_DIR = "critic"
 
@@ -106,6 +106,8 @@ class PPORunConfig:
     judge: str | None = None
     reward_timeout: float = 90.0
     limit: int | None = None
+    grad_accum: int = 1
+    """Micro-batches each mini-batch is split into, accumulated into one optimizer step."""
     grad_clip: float = 1.0
     dtype: str = "float32"
     seed: int = 0
@@ -125,6 +127,17 @@ class PPORunConfig:
         if self.mini_batch_size is not None and not 1 <= self.mini_batch_size <= self.batch_size:
             raise TrainConfigError(
                 f"--mini-batch-size must be in 1..--batch-size ({self.batch_size})"
+            )
+        mb = self.mini_batch_size or self.batch_size
+        if (
+            self.grad_accum < 1
+            or mb % self.grad_accum
+            or (self.grad_accum > 1 and self.batch_size % mb)
+        ):
+            raise TrainConfigError(
+                f"--grad-accum {self.grad_accum} must be >= 1 and divide the mini-batch ({mb} "
+                "rollouts: --mini-batch-size, or --batch-size), which must then divide "
+                "--batch-size"
             )
         for name in ("ppo_epochs", "max_steps"):
             if getattr(self, name) < 1:
@@ -228,50 +241,68 @@ def make_experience(
     return Experience(batch, old_logp, values, adv, returns, scores, kl)
 
 
+def train_values(critic: Any, batch: Batch) -> Tensor:
+    """``[B,T]`` values through the critic's ``forward`` (so a DDP wrapper syncs its gradients)."""
+    P = batch.prompt_len
+    return critic(batch.input_ids, batch.attention_mask)[:, P - 1 : -1]
+
+
 def ppo_update(
     policy: Any,
-    critic: ValueModel,
+    critic: Any,
     exp: Experience,
     policy_opt: torch.optim.Optimizer,
     critic_opt: torch.optim.Optimizer,
     cfg: PPORunConfig,
     gen: torch.Generator,
+    accelerator: Any = None,
 ) -> dict[str, float]:
-    """``ppo_epochs`` passes of shuffled mini-batches; returns metrics averaged over them."""
+    """``ppo_epochs`` passes of shuffled mini-batches; returns this rank's metrics averaged over
+    them. ``policy``/``critic``/optimizers may be ``Accelerator.prepare``d: the backward pass, the
+    gradient clip and the step then go through ``accelerator`` (DDP all-reduces the gradients), one
+    optimizer step per mini-batch, accumulated over ``grad_accum`` micro-batches (the accelerator
+    must have been built with that many accumulation steps). Every rank runs the same number of
+    micro-batches (equal per-device batches), so the collectives line up."""
+    if accelerator is None:
+        from accelerate import Accelerator
+
+        accelerator = Accelerator(
+            cpu=not torch.cuda.is_available(), gradient_accumulation_steps=cfg.grad_accum
+        )
     B = exp.batch.input_ids.shape[0]
     mb = cfg.mini_batch_size or B
     seen: list[dict[str, float]] = []
     for _ in range(cfg.ppo_epochs):
-        for idx in torch.randperm(B, generator=gen).split(mb):
-            idx = idx.to(exp.batch.input_ids.device)
-            part = select_rows(exp.batch, idx)
-            logp = token_logprobs(policy, part, cfg.temperature)
-            p_loss, metrics = ppo_loss(
-                logp,
-                exp.old_logp[idx],
-                exp.advantages[idx],
-                part.mask,
-                eps_low=cfg.clip_low,
-                eps_high=cfg.clip_high,
-            )
-            _step(policy_opt, p_loss, cfg.grad_clip)
-            values = critic_values(critic, part)
-            v_loss, v_metrics = vl.clipped_value_loss(
-                values, exp.old_values[idx], exp.returns[idx], part.mask, clip=cfg.vf_clip
-            )
-            _step(critic_opt, v_loss, cfg.grad_clip)
-            seen.append({"actor/pg_loss": float(p_loss.detach()), **metrics, **v_metrics})
+        for batch_idx in torch.randperm(B, generator=gen).split(mb):
+            for idx in batch_idx.chunk(cfg.grad_accum):
+                idx = idx.to(exp.batch.input_ids.device)
+                part = select_rows(exp.batch, idx)
+                with accelerator.accumulate(policy, critic):
+                    logp = token_logprobs(policy, part, cfg.temperature)
+                    p_loss, metrics = ppo_loss(
+                        logp,
+                        exp.old_logp[idx],
+                        exp.advantages[idx],
+                        part.mask,
+                        eps_low=cfg.clip_low,
+                        eps_high=cfg.clip_high,
+                    )
+                    _step(accelerator, policy_opt, p_loss, cfg.grad_clip)
+                    values = train_values(critic, part)
+                    v_loss, v_metrics = vl.clipped_value_loss(
+                        values, exp.old_values[idx], exp.returns[idx], part.mask, clip=cfg.vf_clip
+                    )
+                    _step(accelerator, critic_opt, v_loss, cfg.grad_clip)
+                seen.append({"actor/pg_loss": float(p_loss.detach()), **metrics, **v_metrics})
     return {k: sum(m[k] for m in seen) / len(seen) for k in seen[0]}
 
 
-def _step(opt: torch.optim.Optimizer, loss: Tensor, grad_clip: float) -> None:
-    opt.zero_grad(set_to_none=True)
-    loss.backward()
-    if grad_clip > 0:
-        torch.nn.utils.clip_grad_norm_(
-            [p for g in opt.param_groups for p in g["params"]], grad_clip
-        )
+def _step(accelerator: Any, opt: torch.optim.Optimizer, loss: Tensor, grad_clip: float) -> None:
+    accelerator.backward(loss)
+    if grad_clip > 0 and accelerator.sync_gradients:
+        accelerator.clip_grad_norm_([p for g in opt.param_groups for p in g["params"]], grad_clip)
     opt.step()
+    opt.zero_grad(set_to_none=True)
 
 
 # ---------------------------------------------------------------------------- setup
@@ -336,7 +367,11 @@ class Episodes:
     """Episodes and their rewards through ``ddai train grpo``'s own pieces: the search
     environment's lock-step rollout and the streamed generator/judge reward."""
 
-    def __init__(self, cfg: PPORunConfig, tok: Any, corpus: Any, backends: Any) -> None:
+    def __init__(
+        self, cfg: Any, tok: Any, corpus: Any, backends: Any, *, sampler: Any = None
+    ) -> None:
+        """``cfg``: any config with ``PPORunConfig``'s reward and episode fields; ``sampler``:
+        generate through it instead of the policy passed to ``collect``."""
         from ddai.trainer.env import EnvConfig, SearchEnv
         from ddai.trainer.grpo import DdaiReward, SearchRollout, reward_spec
         from ddai.trainer.rewards import StreamingScorer
@@ -366,6 +401,7 @@ class Episodes:
             scorer=self.scorer,
             temperature=cfg.temperature,
         )
+        self.rollout.sampler = sampler
         self.reward = DdaiReward(self.rollout, cfg.reward_timeout)
 
     def collect(
@@ -381,9 +417,16 @@ class Episodes:
         return trajs, rewards, metrics
 
     def log_rows(
-        self, trajs: list[Any], advantages: list[float], *, run_id: str, step: int
+        self,
+        trajs: list[Any],
+        advantages: list[float | None],
+        *,
+        run_id: str,
+        step: int | None,
+        first_sample: int = 0,
     ) -> list[dict[str, Any]]:
-        """Rollout-log rows of scored episodes (each logged with its mean token advantage)."""
+        """Rollout-log rows of scored episodes (each logged with its mean token advantage);
+        ``sample_idx`` counts from ``first_sample`` (this rank's offset in the global batch)."""
         from ddai.trainer.logrows import rollout_row
 
         rows_out = []
@@ -395,7 +438,7 @@ class Episodes:
                     run_id=run_id,
                     step=step,
                     advantage=adv,
-                    sample_idx=i,
+                    sample_idx=first_sample + i,
                     judged=judged,
                     score=score,
                 )
@@ -408,9 +451,17 @@ class Episodes:
 
 
 def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
-    """Train the policy with PPO; save it and its critic; log every rollout to the store."""
+    """Train the policy with PPO; save it and its critic; log every rollout to the store.
+
+    Under ``accelerate launch`` every process collects its own ``batch_size`` rollouts (the batch
+    is per device, as in TRL) from its share of each global prompt batch, samples with its own seed
+    (``seed + rank``), and trains DDP-wrapped policy and critic; the main process alone writes the
+    rollout log (every rank's rows, ``sample_idx`` unique over the global batch), the metrics
+    (averaged over the ranks), the run config and the checkpoints. Every rank runs the preflight,
+    so a failing check stops them all with the same message."""
     from ddai.pipelines.corpus import Corpus
     from ddai.pipelines.pointer.progress import bar
+    from ddai.trainer import accel
     from ddai.trainer import preflight as pf
     from ddai.trainer.data import load_tasks
     from ddai.trainer.grpo import (
@@ -447,8 +498,9 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
             seed=cfg.seed,
         )
         report.raise_errors()
-    torch.manual_seed(cfg.seed)
-    dev = device()
+    acc = accel.make_accelerator(gradient_accumulation_steps=cfg.grad_accum)
+    main = acc.is_main_process
+    torch.manual_seed(cfg.seed)  # the same initial weights on every rank
     policy, tok = load_policy(cfg.model, dtype=cfg.dtype)
     if not cfg.skip_preflight:
         pf.check_chat_template(
@@ -458,77 +510,99 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
             tasks[0].messages,
         )
         report.raise_errors()
-    policy.to(dev).eval()
-    ref = _frozen(copy.deepcopy(policy)) if cfg.kl_coef > 0 else None
+    policy.eval()
+    ref = _frozen(copy.deepcopy(policy)).to(acc.device) if cfg.kl_coef > 0 else None
     critic, critic_source = _load_critic(cfg, tok)
-    critic.to(dev).eval()
+    critic.eval()
+    before = parameter_snapshot(policy)
     policy_opt = torch.optim.AdamW(policy.parameters(), lr=cfg.learning_rate)
     critic_opt = torch.optim.AdamW(
         critic.param_groups(trunk_lr=cfg.critic_trunk_lr, head_lr=cfg.critic_lr)
     )
+    policy, critic, policy_opt, critic_opt = acc.prepare(policy, critic, policy_opt, critic_opt)
+    # Rollouts and experience use the bare modules: generation and no-grad passes need no
+    # collective, and each rank runs a different number of turns.
+    bare_policy, bare_critic = acc.unwrap_model(policy), acc.unwrap_model(critic)
+    accel.rank_seed(cfg.seed, acc)
     episodes = Episodes(cfg, tok, corpus, backends)
+    out = Path(cfg.output_dir)
     try:
         if not cfg.skip_preflight:
             slots = preflight_slots(tasks, cfg.preflight_prompts, cfg.n_agent, cfg.seed)
             pf.check_episodes(
                 report,
-                sampled_episodes(episodes.rollout, slots, None, policy, cfg.reward_timeout),
+                sampled_episodes(episodes.rollout, slots, None, bare_policy, cfg.reward_timeout),
             )
             report.raise_errors()
-        pf.write_run_config(cfg.output_dir, "train ppo", cfg, report)
+        if main:
+            pf.write_run_config(out, "train ppo", cfg, report, extra=accel.run_info(cfg.seed, acc))
     except BaseException:
         episodes.close()
         raise
     zero_variance = pf.ZeroVarianceSteps()
     run_id = cfg.run_id or f"ppo_{time.strftime('%Y%m%d_%H%M%S')}"
+    run_id = accel.gather_rows([run_id], acc)[0]  # rank 0's timestamp names the run
     log = RolloutLog(workspace.logs_dir(cfg.logs), run_id)
-    metrics_log = MetricsLog(Path(cfg.output_dir) / "metrics.jsonl")
-    before = parameter_snapshot(policy)
-    gen = torch.Generator().manual_seed(cfg.seed)
-    batches = prompt_batches(tasks, cfg.batch_size // cfg.n_agent, cfg.seed)
+    metrics_log = MetricsLog(out / "metrics.jsonl") if main else None
+    gen = torch.Generator().manual_seed(cfg.seed + acc.process_index)
+    per_rank = cfg.batch_size // cfg.n_agent
+    batches = prompt_batches(tasks, per_rank * acc.num_processes, cfg.seed)
+    first_sample = acc.process_index * cfg.batch_size
     vf_losses: list[float] = []
     try:
-        with bar("ppo", cfg.max_steps, enabled=cfg.progress) as advance:
+        with bar("ppo", cfg.max_steps, enabled=cfg.progress and main) as advance:
             for step in range(1, cfg.max_steps + 1):
-                slots = [(t, g, i) for g, t in enumerate(next(batches)) for i in range(cfg.n_agent)]
-                trajs, rewards, metrics = episodes.collect(slots, policy)
+                mine = accel.local_slice(next(batches), acc)
+                slots = [(t, g, i) for g, t in enumerate(mine) for i in range(cfg.n_agent)]
+                trajs, rewards, metrics = episodes.collect(slots, bare_policy)
                 groups: dict[int, list[float]] = {}
                 for t, r in zip(trajs, rewards, strict=True):
                     groups.setdefault(t.group, []).append(r)
-                if cfg.n_agent > 1:  # a one-rollout group has no variance to lose
-                    zero_variance.observe(step, list(groups.values()))
+                every_group = accel.gather_rows(list(groups.values()), acc)
+                if cfg.n_agent > 1 and main:  # a one-rollout group has no variance to lose
+                    zero_variance.observe(step, every_group)
                 batch = pad_batch(
                     [t.prompt_ids for t in trajs],
                     [t.completion_ids for t in trajs],
                     [t.env_mask for t in trajs],
                     tok.pad_token_id,
-                ).to(dev)
-                scores = torch.tensor(rewards, dtype=torch.float32, device=dev)
-                exp = make_experience(policy, ref, critic, batch, scores, cfg)
-                metrics.update(ppo_update(policy, critic, exp, policy_opt, critic_opt, cfg, gen))
+                ).to(acc.device)
+                scores = torch.tensor(rewards, dtype=torch.float32, device=acc.device)
+                exp = make_experience(bare_policy, ref, bare_critic, batch, scores, cfg)
+                metrics.update(
+                    ppo_update(policy, critic, exp, policy_opt, critic_opt, cfg, gen, acc)
+                )
                 metrics.update(experience_metrics(exp))
+                metrics = accel.mean_metrics(metrics, acc)
                 vf_losses.append(metrics["critic/vf_loss"])
                 advantages = vl.sequence_mean(exp.advantages, batch.mask).tolist()
-                log.append(episodes.log_rows(trajs, advantages, run_id=run_id, step=step))
-                metrics_log.log(step, metrics)
+                rows = episodes.log_rows(
+                    trajs, advantages, run_id=run_id, step=step, first_sample=first_sample
+                )
+                rows = accel.gather_rows(rows, acc)
+                if main:
+                    log.append(rows)
+                    metrics_log.log(step, metrics)
                 advance(1)
     finally:
         episodes.close()
-    out = Path(cfg.output_dir)
-    save_model(policy, tok, out)
-    save_value_model(critic, tok, out / CRITIC_DIR, source=critic_source)
+    acc.wait_for_everyone()
+    if main:
+        save_model(bare_policy, tok, out)
+        save_value_model(bare_critic, tok, out / CRITIC_DIR, source=critic_source)
+    acc.wait_for_everyone()
     return PPOResult(
         output_dir=str(out),
         critic_dir=str(out / CRITIC_DIR),
         run_id=run_id,
         logs=str(log.logs),
         steps=cfg.max_steps,
-        rollouts_logged=log.rows,
+        rollouts_logged=log.rows,  # the main process's count (it alone writes)
         reward_first=log.rewards[0] if log.rewards else None,
         reward_last=log.rewards[-1] if log.rewards else None,
         value_loss_first=vf_losses[0] if vf_losses else None,
         value_loss_last=vf_losses[-1] if vf_losses else None,
-        changed_parameters=len(changed_parameters(before, policy)),
+        changed_parameters=len(changed_parameters(before, bare_policy)),
         zero_variance_steps=zero_variance.count,
         preflight=preflight_status(report),
     )

@@ -321,9 +321,15 @@ def _plain(value: Any) -> Any:
 
 
 def write_run_config(
-    output_dir: str | Path, command: str, config: Any, report: PreflightReport
+    output_dir: str | Path,
+    command: str,
+    config: Any,
+    report: PreflightReport,
+    *,
+    extra: dict[str, Any] | None = None,
 ) -> Path:
-    """Write ``output_dir/run_config.json``: the command, its config, and the preflight."""
+    """Write ``output_dir/run_config.json``: the command, its config, the preflight, and
+    ``extra`` (e.g. the world size and per-rank seeds of a distributed run)."""
     path = Path(output_dir) / "run_config.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     body = {
@@ -331,6 +337,7 @@ def write_run_config(
         "config": _plain(config),
         "skip_preflight": report.skipped,
         "preflight": report.to_dict(),
+        **(extra or {}),
     }
     io.write_text(path, json.dumps(body, indent=2, ensure_ascii=False) + "\n")
     return path

@@ -225,37 +225,93 @@ class HFSampler(Sampler):
 
 
 class VLLMServerSampler(Sampler):
-    """Generation through TRL's vLLM server client (``trl vllm-serve``), for GPU machines.
+    """Generation through TRL's vLLM server client (``trl vllm-serve``).
 
     Weights are synced by TRL before each step (``GRPOTrainer`` does it for ``rollout_func``);
-    this only turns contexts into one ``generate`` call. Not exercised on CPU.
+    this turns contexts into one ``generate`` call per turn. TRL creates the client on the main
+    process only, so with several processes (``accelerator``) every rank's contexts are gathered
+    to the main process, generated there in one call, and the results broadcast back, as TRL's own
+    server path does. A rank whose episodes have all ended takes part in the rounds with nothing to
+    generate: through ``idle`` under lock-step turns, else through ``drain()`` (which
+    ``run_rollouts`` calls last) until every rank is done, so no rank waits on a gather the others
+    never enter.
     """
 
     def __init__(
-        self, client: Any, *, temperature: float, top_p: float, top_k: int, stop_ids: Sequence[int]
+        self,
+        client: Any,
+        *,
+        temperature: float,
+        top_p: float,
+        top_k: int,
+        stop_ids: Sequence[int],
+        accelerator: Any = None,
     ):
         self.client = client
         self.params = {"temperature": temperature, "top_p": top_p, "top_k": top_k}
         self.stop_ids = list(stop_ids)
+        self.acc = (
+            accelerator if accelerator is not None and accelerator.num_processes > 1 else None
+        )
+        if client is None and (self.acc is None or self.acc.is_main_process):
+            raise ValueError("the vLLM server sampler needs TRL's client on the main process")
 
-    def sample(self, contexts, max_new_tokens, images=None):
-        if images is not None and any(im is not None for im in images):
-            raise NotImplementedError("image observations are sampled with HFSampler only")
+    def _generate(
+        self, contexts: list[list[int]], caps: list[int]
+    ) -> list[tuple[list[int], list[float]]]:
+        if not contexts:
+            return []
         out = self.client.generate(
             prompts=contexts,
             n=1,
-            max_tokens=max(max_new_tokens),
+            max_tokens=max(caps),
             logprobs=0,
             generation_kwargs={"stop_token_ids": self.stop_ids},
             **self.params,
         )
         results = []
-        for ids, lps, cap in zip(
-            out["completion_ids"], out["logprobs"], max_new_tokens, strict=True
-        ):
+        for ids, lps, cap in zip(out["completion_ids"], out["logprobs"], caps, strict=True):
             flat = [float(x[0]) if isinstance(x, list) else float(x) for x in lps]
             results.append((list(ids)[:cap], flat[:cap]))
         return results
+
+    def _round(self, contexts: list[list[int]], caps: list[int], done: bool) -> tuple[list, bool]:
+        """One collective round: gather ``(contexts, caps, done)`` of every rank, generate all on
+        the main process, broadcast; returns this rank's results and whether every rank is done."""
+        from accelerate.utils import broadcast_object_list, gather_object
+
+        parts = gather_object([(contexts, caps, done)])
+        payload: list[Any] = [None]
+        if self.acc.is_main_process:
+            flat = self._generate(
+                [c for p in parts for c in p[0]], [m for p in parts for m in p[1]]
+            )
+            payload = [(flat, [len(p[0]) for p in parts], all(p[2] for p in parts))]
+        broadcast_object_list(payload, from_process=0)
+        flat, sizes, all_done = payload[0]
+        start = sum(sizes[: self.acc.process_index])
+        return flat[start : start + len(contexts)], all_done
+
+    def sample(self, contexts, max_new_tokens, images=None):
+        if images is not None and any(im is not None for im in images):
+            raise NotImplementedError("image observations are sampled with HFSampler only")
+        if self.acc is None:
+            return self._generate(list(contexts), list(max_new_tokens))
+        results, _ = self._round(list(contexts), list(max_new_tokens), False)
+        return results
+
+    def idle(self, context: list[int]) -> None:
+        """A lock-step turn with no live episode here: take part in the round, ask for nothing."""
+        if self.acc is not None:
+            self._round([], [], False)
+
+    def drain(self) -> None:
+        """Take part in the other ranks' rounds until every rank has finished its episodes
+        (after lock-step turns, one last round in which all ranks say they are done)."""
+        if self.acc is None:
+            return
+        while not self._round([], [], True)[1]:
+            pass
 
 
 def prompt_ids(tok: Any, messages: Sequence[dict[str, str]]) -> list[int]:
@@ -382,4 +438,7 @@ def run_rollouts(
         if on_turn is not None:
             on_turn(turn, sum(not t.done for t in trajs))
         report_finished()
+    drain = getattr(sampler, "drain", None)
+    if drain is not None:
+        drain()  # a collective sampler: wait out the other ranks' turns
     return trajs

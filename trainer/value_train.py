@@ -79,12 +79,14 @@ class ValueTrainConfig:
     bin_weights: list[float] = field(default_factory=list)
     val_fraction: float = 0.2
     batch_size: int = 8
-    """Pairs per step (rollouts per step when ``pairwise_coef`` is 0)."""
+    """Pairs per step and process (rollouts when ``pairwise_coef`` is 0)."""
     max_steps: int = 200
     eval_steps: int = 50
     eval_batch_size: int = 16
     max_length: int = 2048
     obs_max_tokens: int = 256
+    grad_accum: int = 1
+    """Micro-batches of ``batch_size`` per optimizer step (``Accelerator.accumulate``)."""
     grad_clip: float = 1.0
     dtype: str = "float32"
     seed: int = 0
@@ -96,7 +98,14 @@ class ValueTrainConfig:
             raise ValueError(f"--target {self.target!r}: use one of {', '.join(TARGETS)}")
         if self.pairwise_coef < 0 or self.mc_coef < 0 or not (self.pairwise_coef or self.mc_coef):
             raise ValueError("--pairwise-coef and --mc-coef must be >= 0 and not both 0")
-        for name in ("batch_size", "max_steps", "eval_steps", "eval_batch_size", "max_length"):
+        for name in (
+            "batch_size",
+            "max_steps",
+            "eval_steps",
+            "eval_batch_size",
+            "max_length",
+            "grad_accum",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
         if self.bin_edges or self.bin_weights:
@@ -317,12 +326,17 @@ def split_data(items: list[TokenRollout], cfg: ValueTrainConfig) -> Split:
 def step_loss(
     model: ValueModel, data: Split, idx: list[int], cfg: ValueTrainConfig, pad_id: int
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """The loss of one step on the drawn pairs (or rollouts, in MC-only mode) ``idx``."""
-    dev = next(model.head.parameters()).device
+    """The loss of one step on the drawn pairs (or rollouts, in MC-only mode) ``idx``. ``model``
+    may be DDP-wrapped: values go through its ``forward`` so the wrapper syncs the gradients."""
+    dev = next(model.parameters()).device
+
+    def values(b: Batch) -> torch.Tensor:  # [B, T - prompt_len]
+        return model(b.input_ids, b.attention_mask)[:, b.prompt_len - 1 : -1]
+
     if cfg.pairwise_coef > 0:
         batch, targets, P = _pair_batch(data.train, [data.train_pairs[i] for i in idx], pad_id)
         batch, targets = batch.to(dev), targets.to(dev)
-        v = model.completion_values(batch.input_ids, batch.attention_mask, batch.prompt_len)
+        v = values(batch)
         return vl.hybrid_value_loss(
             v[:P],
             v[P:],
@@ -335,25 +349,33 @@ def step_loss(
         )
     chunk = [data.train[i] for i in idx]
     batch = collate(chunk, pad_id).to(dev)
-    v = model.completion_values(batch.input_ids, batch.attention_mask, batch.prompt_len)
+    v = values(batch)
     targets = torch.tensor([r.target for r in chunk], device=dev)
     loss, metrics = vl.mc_value_loss(v, targets, torch.ones_like(batch.mask), batch.mask)
     return loss, {**metrics, "value/loss": metrics["value/mc_mse"]}
 
 
 def train_value(cfg: ValueTrainConfig) -> ValueTrainResult:
-    """Train (or continue) a value head on the log's outcomes and save it to ``output_dir``."""
+    """Train (or continue) a value head on the log's outcomes and save it to ``output_dir``.
+
+    Under ``accelerate launch`` each process trains on its ``batch_size`` pairs of every step's
+    global draw and the DDP-wrapped model averages the gradients; the main process alone
+    evaluates the held-out prompts, writes the metrics (losses averaged over the ranks) and saves."""
     from ddai.pipelines.distill.rebuild import load_system_prompt
     from ddai.pipelines.pointer.progress import bar
+    from ddai.trainer import accel
     from ddai.trainer.value import save_value_model
 
     cfg.check()
     rows = _read_rows(cfg)
     if not rows:
         raise ValueError("no rollouts in the selected runs; check --logs and --run")
+    acc = accel.make_accelerator(gradient_accumulation_steps=cfg.grad_accum)
+    main = acc.is_main_process
+    torch.manual_seed(cfg.seed)  # the same fresh head on every rank
     model, tok = _load(cfg)
     pad_id = tok.pad_token_id
-    with bar("tokenizing", len(rows), enabled=cfg.progress) as advance:
+    with bar("tokenizing", len(rows), enabled=cfg.progress and main) as advance:
         tokenized = tokenize_rollouts(
             rows,
             tok,
@@ -371,38 +393,65 @@ def train_value(cfg: ValueTrainConfig) -> ValueTrainResult:
             "pass a shorter --system-prompt"
         )
     data = split_data(tokenized.rollouts, cfg)
-    model.to(device())
     opt = torch.optim.AdamW(
         model.param_groups(trunk_lr=cfg.trunk_lr, head_lr=cfg.head_lr),
         weight_decay=cfg.weight_decay,
     )
     params = [p for g in opt.param_groups for p in g["params"]]
-    log = MetricsLog(Path(cfg.output_dir) / METRICS_FILE)
+    model, opt = acc.prepare(model, opt)
+    bare = acc.unwrap_model(model)
+    log = MetricsLog(Path(cfg.output_dir) / METRICS_FILE) if main else None
+    accel.write_run_config(cfg.output_dir, cfg, acc, command="train value")
 
     def held_out() -> dict[str, float]:
-        return evaluate(model, data.val, data.val_pairs, pad_id, batch_size=cfg.eval_batch_size)
+        # Main process only, on the bare module: no collective, the other ranks go on.
+        if not main:
+            return {}
+        return evaluate(bare, data.val, data.val_pairs, pad_id, batch_size=cfg.eval_batch_size)
 
     eval_before = eval_after = held_out()
-    log.log(0, eval_before)
+    if main:
+        log.log(0, eval_before)
+    # One draw per optimizer step of the global batch (batch_size × processes × grad_accum) from
+    # the shared seed, each micro-batch of each rank a slice of it: the data a step sees does not
+    # depend on how it is split. Dropout, the only randomness inside a rank, gets the rank's seed.
     gen = torch.Generator().manual_seed(cfg.seed)
+    accel.rank_seed(cfg.seed, acc)
+    B, world, rank = cfg.batch_size, acc.num_processes, acc.process_index
     losses: list[float] = []
     model.train()
-    with bar("value head", cfg.max_steps, enabled=cfg.progress) as advance:
+    with bar("value head", cfg.max_steps, enabled=cfg.progress and main) as advance:
         for step in range(1, cfg.max_steps + 1):
-            idx = torch.multinomial(data.weights, cfg.batch_size, replacement=True, generator=gen)
-            loss, metrics = step_loss(model, data, idx.tolist(), cfg, pad_id)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            if cfg.grad_clip > 0:
-                torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
-            opt.step()
-            losses.append(float(loss.detach()))
+            draw = torch.multinomial(
+                data.weights, B * world * cfg.grad_accum, replacement=True, generator=gen
+            )
+            seen = []
+            for micro in range(cfg.grad_accum):
+                start = (micro * world + rank) * B
+                with acc.accumulate(model):
+                    loss, micro_metrics = step_loss(
+                        model, data, draw[start : start + B].tolist(), cfg, pad_id
+                    )
+                    acc.backward(loss)  # divided by grad_accum
+                    if cfg.grad_clip > 0 and acc.sync_gradients:
+                        acc.clip_grad_norm_(params, cfg.grad_clip)
+                    opt.step()  # a no-op until the last micro-batch
+                    opt.zero_grad(set_to_none=True)
+                seen.append(micro_metrics)
+            metrics = {k: sum(m[k] for m in seen) / len(seen) for k in seen[0]}
+            metrics = accel.mean_metrics(metrics, acc)
+            losses.append(metrics["value/loss"])
             if step % cfg.eval_steps == 0 or step == cfg.max_steps:
                 eval_after = held_out()
                 metrics.update(eval_after)
-            log.log(step, metrics)
+            if main:
+                log.log(step, metrics)
             advance(1)
-    save_value_model(model, tok, cfg.output_dir, source=cfg.model)
+    acc.wait_for_everyone()
+    if main:
+        save_value_model(bare, tok, cfg.output_dir, source=cfg.model)
+    acc.wait_for_everyone()
+    model = bare
     return ValueTrainResult(
         output_dir=str(cfg.output_dir),
         head=model.head_type,

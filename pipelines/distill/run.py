@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
+import pyarrow as pa
 from rich.progress import track
 
 from ddai.pipelines import capabilities, io, manifest, store
@@ -178,6 +179,13 @@ def run_distill(cfg: DistillConfig, *, rewriter: Any = None) -> dict[str, Any]:
     capabilities.require_runs(
         cfg.logs, cfg.runs, "turns", needed_by="`ddai distill`", why="to rebuild SFT messages"
     )
+    capabilities.require_runs(
+        cfg.logs,
+        cfg.runs,
+        "judge",
+        needed_by="`ddai distill`",
+        why="to select successes (judge_score >= --success-threshold)",
+    )
     if cfg.system_prompt is not None:
         load_system_prompt(cfg.system_prompt)
         inputs.append(cfg.system_prompt)
@@ -194,7 +202,9 @@ def run_distill(cfg: DistillConfig, *, rewriter: Any = None) -> dict[str, Any]:
     record = manifest.start(STEP, params, inputs)
     table = store.read_rollouts(cfg.logs, cfg.runs)
     sel = select(table, cfg.select_cfg)
-    rows = table.take(sel.rows).to_pylist()
+    if not sel.rows and not cfg.dry_run:
+        raise ValueError(_nothing_selected(cfg, table.num_rows, sel))
+    rows = table.take(pa.array(sel.rows, type=pa.int64())).to_pylist()
     cands, failed, unavailable = _candidates(cfg, rows)
     drops = cfg.drops
     keep = [c for c in cands if not drop_reason(c.uid, inspect(c.messages), drops)]
@@ -269,3 +279,14 @@ def write_report(path: Path, result: PostPassResult) -> None:
     """The post-pass report (one JSON object per event), written atomically."""
     with io.atomic_open(path, "w", encoding="utf-8") as fh:
         fh.writelines(report_lines(result.events))
+
+
+def _nothing_selected(cfg: DistillConfig, n_rollouts: int, sel: Any) -> str:
+    """Why no rollout was selected, and which flags would select some (an empty SFT file that
+    exits 0 would hide it)."""
+    why = ", ".join(f"{k}: {v}" for k, v in sorted(sel.dropped.items())) or "none"
+    return (
+        f"no rollout of {', '.join(cfg.runs)} was selected ({n_rollouts} rollouts read; dropped by "
+        f"reason: {why}); nothing was written. Loosen the selection (--success-rate-max, "
+        "--success-threshold, --top-k) or distill a run with rarer successes."
+    )

@@ -38,6 +38,8 @@ def lineage_graph(
       partition, None where unknown), ``rows_in`` the rows its step read, ``unit`` ``"rows"`` or
       ``"rollouts"``; ``dropped`` reason → count (a partition's quarantined rows); ``params`` the
       step's parameters; ``created`` its manifest's time; ``run_id`` a partition's run;
+      ``mismatch`` (only with ``check_hashes``) why the output is not what its manifest committed
+      (re-hashed: a crash between writing it and its manifest, or an edit), else None;
     - an edge is ``{"source": id, "target": id, "rows": int | None, "changed": bool | None}``:
       ``rows`` how many of the target's rows came from the source (None where the source is not
       a set of prompts, e.g. a log partition that scored them); ``changed`` whether the source's
@@ -68,6 +70,7 @@ def _node(path: Path, kind: str, **kw: Any) -> dict[str, Any]:
         "params": {},
         "created": None,
         "run_id": None,
+        "mismatch": None,
     }
     base.update(kw)
     return base
@@ -103,6 +106,7 @@ def _visit(
             dropped=dict(rows.get("dropped", {})),
             params=m.get("params", {}),
             created=m.get("created"),
+            mismatch=_step_mismatch(path, m) if check else None,
         )
     elif path.is_dir() and (path / store.MANIFEST).is_file():
         part = json.loads((path / store.MANIFEST).read_text(encoding="utf-8"))
@@ -123,9 +127,18 @@ def _visit(
             dropped={f"quarantined: {r}": n for r, n in (part.get("quarantined") or {}).items()},
             created=part.get("written"),
             run_id=part.get("run_id"),
+            mismatch=store.verify_partition(path) if check else None,
         )
     else:
         nodes[key] = _node(path, "file" if path.exists() else "missing", rows=_row_count(path))
+
+
+def _step_mismatch(path: Path, m: dict[str, Any]) -> str | None:
+    """Why a step output differs from what its manifest committed (None: it matches, or its
+    manifest predates output hashes and cannot tell)."""
+    if m.get("output_sha256") is None and path.exists():
+        return None
+    return manifest.verify(path)
 
 
 def _edge(
@@ -149,8 +162,8 @@ def _row_count(path: Path) -> int | None:
 def lineage_rows(graph: dict[str, Any]) -> list[dict[str, Any]]:
     """The graph as a funnel table, one row per node, inputs first: ``step`` (``raw log``,
     ``input``, ``ingest (<run>)`` or the step's name), ``output``, ``rows in``, ``rows out``,
-    ``unit``, ``dropped`` (reason → count) and ``inputs`` (names, with the rows each contributed
-    where that is only part of the input)."""
+    ``unit``, ``dropped`` (reason → count), ``inputs`` (names, with the rows each contributed
+    where that is only part of the input) and ``mismatch`` (see ``lineage_graph``)."""
     rows_of = {n["id"]: n["rows"] for n in graph["nodes"]}
     names = {n["id"]: n["name"] for n in graph["nodes"]}
     into: dict[str, list[str]] = {}
@@ -179,6 +192,7 @@ def lineage_rows(graph: dict[str, Any]) -> list[dict[str, Any]]:
                 "unit": n["unit"],
                 "dropped": dict(n["dropped"]),
                 "inputs": into.get(n["id"], []),
+                "mismatch": n.get("mismatch"),
             }
         )
     return out

@@ -72,6 +72,8 @@ class VerifyConfig:
     dry_run: bool = False
     max_cost: float | None = None
     force: bool = False
+    skip_preflight: bool = False
+    """Ask the verifier even when candidates' reference pages are missing from the corpus."""
 
     def __post_init__(self) -> None:
         unknown = [r for r in self.select if r not in RULES]
@@ -217,6 +219,7 @@ def run_verify(cfg: VerifyConfig, *, verifier: Any = None) -> step.StepResult:
         low_score_max=cfg.low_score_max,
     )
     ask = [u for u in cand if u not in decided] if cfg.uses_verifier else []
+    preflight = _preflight(cfg, ask, by_id)
     shown = [u for u in ids if u in cand or u in decided]
     texts = _page_texts(cfg.corpus, {u: by_id[u] for u in shown}) if cfg.uses_verifier else {}
 
@@ -227,6 +230,7 @@ def run_verify(cfg: VerifyConfig, *, verifier: Any = None) -> step.StepResult:
             "decided by a person": sum(u in decided for u in cand),
             "verifier calls": len(ask),
             "estimated cost (USD)": _estimate_cost(spec, [by_id[u] for u in ask], texts),
+            "preflight": preflight,
             "dry run": True,
         }
         return step.StepResult(STEP, {}, summary)
@@ -267,6 +271,7 @@ def run_verify(cfg: VerifyConfig, *, verifier: Any = None) -> step.StepResult:
         "kept": filtered.num_rows,
         "decisions for ids not in the dataset": len(set(decided) - set(ids)),
         "duplicate ids": len(dups),
+        "preflight": preflight,
     }
     missing_pages = sum(texts[u][1] for u in ask if u in texts)
     if missing_pages:
@@ -356,6 +361,31 @@ def _run_scores(cfg: VerifyConfig) -> tuple[dict[str, float], dict[str, float]]:
         scores.as_dict(scores.column(tbl, "reward_mean")),
         scores.as_dict(scores.column(tbl, "ndcg_mean")),
     )
+
+
+def _preflight(cfg: VerifyConfig, ask: list[str], by_id: dict[str, dict[str, Any]]) -> str:
+    """Refuse to pay for verifier calls on prompts whose reference pages the corpus lacks.
+
+    A verifier shown no page can only guess, so such calls are spent blind. Returns what the
+    summary records (``"passed"``, ``"skipped"`` or ``"nothing to ask"``); raises ``ValueError``
+    (exit 2) naming the missing pages and the fix.
+    """
+    if not ask:
+        return "nothing to ask"
+    if cfg.skip_preflight:
+        return "skipped"
+    from ddai.pipelines import golden
+    from ddai.pipelines.corpus import Corpus
+
+    corpus = Corpus.load(cfg.corpus)
+    cov = golden.coverage(((u, ds.reference_page_ids(by_id[u])) for u in ask), corpus.__contains__)
+    if not cov.ok:
+        raise ValueError(
+            f"preflight: {cov.describe(str(cfg.corpus))}; the verifier would judge those "
+            "prompts without their page. Pass the corpus that holds the dataset's pages "
+            "(`ddai corpus build`), or --skip-preflight to ask anyway."
+        )
+    return "passed"
 
 
 def _page_texts(

@@ -5,14 +5,17 @@ from __future__ import annotations
 
 from ddai.reports.blocks import SectionBuilder
 from ddai.reports.sections import (
+    attribution,
     behaviour,
     browser,
     compare,
+    drop_keep,
     funnel,
     hallucination,
     judge_ndcg,
     outcomes,
     overview,
+    reward_latency,
     training,
     value_curves,
 )
@@ -28,5 +31,10 @@ SECTIONS: tuple[tuple[str, SectionBuilder], ...] = (
     ("trajectory browser", browser.build),
     # Value-head views (issue 10) come after the eight core sections, keeping their numbering.
     ("value curves", value_curves.build),
+    # DDAI's round analyses (issue 13), after the numbered core sections as well.
+    ("failure attribution", attribution.build),
+    ("reward latency", reward_latency.build),
+    ("drop or keep", drop_keep.build),
+    # What the optimizer did (issue 22): reward and clip ratio per step of runs trained here.
     ("training dynamics", training.build),
 )

@@ -543,3 +543,22 @@ def test_distill_on_the_synthetic_world(tmp_path):
         for m in msgs[2::2]:
             turns = parse_turns(m["content"])
             assert len(turns) == 1 and turns[0].body() == m["content"]
+
+
+def test_an_empty_selection_is_an_error_that_writes_nothing(logs, tmp_path):
+    out = tmp_path / "o.parquet"
+    # A threshold no judge score reaches: no prompt has a success, so nothing can be selected.
+    with pytest.raises(ValueError, match=r"no rollout of .* was selected") as err:
+        run_distill(cfg(logs, out, rewrite="none", success_threshold=2.0))
+    assert "--success-rate-max" in str(err.value) and "dropped by reason" in str(err.value)
+    assert not out.exists()
+
+
+def test_a_run_without_judge_scores_is_refused(tmp_path):
+    logs = tmp_path / "logs"
+    rows = [{**r, "judge_score": None} for r in world_rows()[:8]]
+    store.write_run(logs, RUN, rows)
+    with pytest.raises(ValueError, match="has no judge") as err:
+        run_distill(cfg(logs, tmp_path / "o.parquet", rewrite="none"))
+    assert "select successes" in str(err.value)
+    assert not (tmp_path / "o.parquet").exists()

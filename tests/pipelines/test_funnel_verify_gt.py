@@ -97,9 +97,11 @@ def test_proposals_alone_exclude_nothing(tmp_path, bucket0):
     v = ScriptedVerifier(
         {"2": ("wrong", "page says 7"), "3": ("uncertain", "unclear"), "4": (None, "")}
     )
-    res = run_verify(VerifyConfig(dataset=ds, out=tmp_path / "o", corpus=corpus), verifier=v)
+    cfg = VerifyConfig(dataset=ds, out=tmp_path / "o", corpus=corpus, skip_preflight=True)
+    res = run_verify(cfg, verifier=v)
     assert ids_of(res.outputs["filtered"]) == ids
     assert ids_of(res.outputs["excluded"]) == []
+    assert res.summary["preflight"] == "skipped"
     assert res.summary["proposals"] == {"error": 1, "ok": 2, "uncertain": 1, "wrong": 1}
     assert res.summary["undecided candidates"] == 5
     assert res.summary["reference pages not in corpus"] == 2  # train_4 and train_5, page 2 each
@@ -221,7 +223,7 @@ def test_candidates_from_a_run(tmp_path):
 
 def test_dry_run_counts_calls_and_writes_nothing(tmp_path, bucket0, monkeypatch):
     ds, _ = bucket0
-    corpus = _corpus(tmp_path / "pages.parquet", ["1"])
+    corpus = _corpus(tmp_path / "pages.parquet", ["1", "2", "3", "4", "5"])
     toml = tmp_path / "ddai.toml"
     toml.write_text(
         '[backends.pricey]\nkind = "openai"\nmodel = "m"\nprice_in_per_mtok = 1.0\n'
@@ -271,3 +273,30 @@ def test_manifest_records_backend_usage_and_skips_rerun(tmp_path, bucket0):
     assert m["rows"] == {"in": 5, "out": 1, "dropped": {"kept": 4}}
     assert json.loads(json.dumps(m["backend_calls"])) == {}
     assert run_verify(cfg).skipped
+
+
+def test_preflight_refuses_candidates_whose_pages_the_corpus_lacks(tmp_path, bucket0):
+    ds, _ = bucket0
+    corpus = _corpus(tmp_path / "pages.parquet", ["1", "2", "3"])  # 4 and 5 missing
+    v = ScriptedVerifier({})
+    with pytest.raises(ValueError) as err:
+        run_verify(VerifyConfig(dataset=ds, out=tmp_path / "o", corpus=corpus), verifier=v)
+    msg = str(err.value)
+    assert "2 of 5 prompts have golden pages missing" in msg
+    assert "4_2" in msg and "5_2" in msg and "--skip-preflight" in msg
+    assert v.seen == []  # nothing was asked, nothing written
+    assert not (tmp_path / "o").exists() or not any((tmp_path / "o").iterdir())
+
+
+def test_preflight_passes_and_is_recorded(tmp_path, bucket0):
+    ds, _ = bucket0
+    corpus = _corpus(tmp_path / "pages.parquet", ["1", "2", "3", "4", "5"])
+    res = run_verify(
+        VerifyConfig(dataset=ds, out=tmp_path / "o", corpus=corpus), verifier=ScriptedVerifier({})
+    )
+    assert res.summary["preflight"] == "passed"
+    dry = run_verify(
+        VerifyConfig(dataset=ds, out=tmp_path / "d", corpus=corpus, dry_run=True),
+        verifier=ScriptedVerifier({}),
+    )
+    assert dry.summary["preflight"] == "passed"

@@ -8,16 +8,12 @@ opens a transcript, and that a ``<script>`` planted in a think is shown as text.
 from __future__ import annotations
 
 import asyncio
-import itertools
-import json
 import re
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
+from chromium import chromium, open_page
 from report_world import XSS, XSS_ANSWER, planted_store
 
 from ddai.pipelines.ingest import IngestConfig, ingest
@@ -26,77 +22,6 @@ from ddai.reports import ReportConfig, build_report
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
-
-CHROMIUM_FLAGS = (
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-dev-shm-usage",
-    "--remote-debugging-port=0",
-)
-
-
-def _chromium() -> str:
-    exe = shutil.which("chromium") or shutil.which("chromium-browser")
-    if exe is None:
-        pytest.fail(
-            "chromium is not installed; run `make browser` (Debian: apt-get install chromium)"
-        )
-    return exe
-
-
-class Page:
-    """A minimal DevTools client for one page: commands, and the events it records."""
-
-    def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
-        self.ws = ws
-        self.ids = itertools.count(1)
-        self.pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
-        self.requests: list[str] = []
-        self.dialogs: list[str] = []
-        self.errors: list[str] = []
-        self.loaded = asyncio.Event()
-        self.background: set[asyncio.Task[Any]] = set()
-        self.reader = asyncio.create_task(self._read())
-
-    async def _read(self) -> None:
-        async for msg in self.ws:
-            data = json.loads(msg.data)
-            if "id" in data:
-                self.pending.pop(data["id"]).set_result(data)
-                continue
-            method, params = data.get("method"), data.get("params", {})
-            if method == "Network.requestWillBeSent":
-                self.requests.append(params["request"]["url"])
-            elif method == "Page.javascriptDialogOpening":
-                self.dialogs.append(params["message"])
-                # answered from a task: the reply arrives through this very loop
-                task = asyncio.create_task(self.send("Page.handleJavaScriptDialog", accept=True))
-                self.background.add(task)
-            elif method == "Runtime.exceptionThrown":
-                self.errors.append(json.dumps(params["exceptionDetails"])[:500])
-            elif method == "Page.loadEventFired":
-                self.loaded.set()
-
-    async def send(self, method: str, **params: Any) -> dict[str, Any]:
-        i = next(self.ids)
-        fut = asyncio.get_running_loop().create_future()
-        self.pending[i] = fut
-        await self.ws.send_json({"id": i, "method": method, "params": params})
-        reply = await asyncio.wait_for(fut, 30)
-        assert "error" not in reply, reply
-        return reply["result"]
-
-    async def eval(self, expression: str) -> Any:
-        res = await self.send("Runtime.evaluate", expression=expression, returnByValue=True)
-        assert "exceptionDetails" not in res, res
-        return res["result"].get("value")
-
 
 OPEN_PLANTED = """(() => {
   const row = Array.from(document.querySelectorAll('tr.traj')).find(
@@ -120,57 +45,30 @@ DRAWN = f"Array.from({GRAPHS}).filter(d => d.querySelector('svg.main-svg')).leng
 
 async def _drive(url: str, port: int, probes: dict[str, str]) -> dict[str, Any]:
     """Load ``url``, wait until every plotly graph has drawn, then evaluate ``probes`` in order."""
-    async with aiohttp.ClientSession() as http:
-        async with http.get(f"http://127.0.0.1:{port}/json/list") as r:
-            target = next(t for t in await r.json() if t["type"] == "page")
-        async with http.ws_connect(target["webSocketDebuggerUrl"], max_msg_size=0) as ws:
-            page = Page(ws)
-            for domain in ("Network", "Page", "Runtime"):
-                await page.send(f"{domain}.enable")
-            await page.send("Page.navigate", url=url)
-            await asyncio.wait_for(page.loaded.wait(), 60)
-            for _ in range(300):  # plotly draws right after load
-                n_graphs, n_drawn = await page.eval(f"[{GRAPHS}.length, {DRAWN}]")
-                if n_drawn == n_graphs:
-                    break
-                await asyncio.sleep(0.1)
-            out: dict[str, Any] = {
-                "graphs": n_graphs,
-                "drawn": n_drawn,
-                "main_svgs": await page.eval("document.querySelectorAll('svg.main-svg').length"),
-                "scripts": await page.eval("document.scripts.length"),
-            }
-            for name, expression in probes.items():
-                out[name] = await page.eval(expression)
-            out["scripts_after"] = await page.eval("document.scripts.length")
-            await asyncio.sleep(0.2)  # let any late request or dialog event arrive
-            out.update(requests=page.requests, dialogs=page.dialogs, errors=page.errors)
-            page.reader.cancel()
-            return out
+    async with open_page(port) as page:
+        await page.goto(url)
+        for _ in range(300):  # plotly draws right after load
+            n_graphs, n_drawn = await page.eval(f"[{GRAPHS}.length, {DRAWN}]")
+            if n_drawn == n_graphs:
+                break
+            await asyncio.sleep(0.1)
+        out: dict[str, Any] = {
+            "graphs": n_graphs,
+            "drawn": n_drawn,
+            "main_svgs": await page.eval("document.querySelectorAll('svg.main-svg').length"),
+            "scripts": await page.eval("document.scripts.length"),
+        }
+        for name, expression in probes.items():
+            out[name] = await page.eval(expression)
+        out["scripts_after"] = await page.eval("document.scripts.length")
+        await asyncio.sleep(0.2)  # let any late request or dialog event arrive
+        out.update(requests=page.requests, dialogs=page.dialogs, errors=page.errors)
+        return out
 
 
 def _open_in_chromium(html: Path, profile: Path, probes: dict[str, str]) -> dict[str, Any]:
-    proc = subprocess.Popen(
-        [_chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "about:blank"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        port = None
-        for line in proc.stderr:  # "DevTools listening on ws://127.0.0.1:PORT/devtools/browser/…"
-            m = re.search(r"DevTools listening on ws://[^:]+:(\d+)/", line)
-            if m:
-                port = int(m.group(1))
-                break
-        assert port, "chromium did not start its DevTools endpoint"
+    with chromium(profile) as port:
         return asyncio.run(asyncio.wait_for(_drive(html.as_uri(), port, probes), 120))
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 def test_report_renders_offline_in_chromium(tmp_path):

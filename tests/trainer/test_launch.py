@@ -135,3 +135,16 @@ def test_fsdp_config_builds_a_full_state_dict_fsdp2_plugin(monkeypatch):
     assert plugin.fsdp_version == 2
     assert plugin.state_dict_type.name == "FULL_STATE_DICT"
     assert plugin.auto_wrap_policy.__name__ == "transformer_auto_wrap_policy"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["train", "value", "--model", "m", "--out", "o"],
+        ["train", "ppo", "--model", "m", "--data", "d", "--corpus", "c", "--out", "o"],
+        ["pointer", "train", "--store", "s", "--out", "o"],
+    ],
+)
+def test_every_trainer_takes_launch_flags(command):
+    res = CliRunner().invoke(app, [*command, "--accelerate-config", str(CONFIGS / "ddp.yaml")])
+    assert res.exit_code == 2 and "needs --launch" in res.output

@@ -124,6 +124,11 @@ class PointerSelector(nn.Module):
         """log π(pointer) ``[B]``: the sum of both steps' log-probabilities."""
         return self.step_log_probs(query_emb, cand_emb, pointers, temperature=temperature).sum(-1)
 
+    def forward(self, query_emb: Tensor, cand_emb: Tensor, pointers: Tensor) -> Tensor:
+        """``sequence_log_prob`` ``[B]``: training goes through ``forward`` so that a DDP wrapper
+        all-reduces the gradients."""
+        return self.sequence_log_prob(query_emb, cand_emb, pointers)
+
 
 def save_pointer(
     model: PointerSelector, folder: str | Path, *, metadata: dict[str, str] | None = None

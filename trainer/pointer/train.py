@@ -95,13 +95,46 @@ class RLConfig:
 
 
 def _step(
-    model: PointerSelector, opt: torch.optim.Optimizer, loss: Tensor, grad_clip: float
+    model: Any, opt: torch.optim.Optimizer, loss: Tensor, grad_clip: float, acc: Any = None
 ) -> None:
     opt.zero_grad(set_to_none=True)
-    loss.backward()
-    if grad_clip > 0:
-        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    if acc is None:
+        loss.backward()
+        if grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    else:
+        acc.backward(loss)
+        if grad_clip > 0:
+            acc.clip_grad_norm_(model.parameters(), grad_clip)
     opt.step()
+
+
+def _shard(items: Tensor, acc: Any) -> tuple[Tensor, float]:
+    """This rank's share of a global batch (every world-th item) and its loss weight
+    ``n_rank · world / n``, so that DDP's mean of the ranks' gradients is the gradient of the
+    global batch's mean loss. A rank left with nothing reuses one item at weight 0: it still
+    takes part in the gradient all-reduce."""
+    if acc is None or acc.num_processes == 1:
+        return items, 1.0
+    world = acc.num_processes
+    mine = items[acc.process_index :: world]
+    if mine.numel() == 0:
+        return items[:1], 0.0
+    return mine, mine.numel() * world / items.numel()
+
+
+def _prepare(model: PointerSelector, opt: torch.optim.Optimizer, acc: Any) -> tuple[Any, Any]:
+    """DDP-wrap the model and optimizer across processes; unchanged on one process."""
+    if acc is None or acc.num_processes == 1:
+        return model, opt
+    return acc.prepare(model, opt)
+
+
+def _epoch_metrics(seen: list[dict[str, float]], acc: Any) -> dict[str, float]:
+    from ddai.trainer import accel
+
+    mean = _mean_metrics(seen)
+    return mean if acc is None else accel.mean_metrics(mean, acc)
 
 
 def _mean_metrics(items: list[dict[str, float]]) -> dict[str, float]:
@@ -125,25 +158,30 @@ def fit_sft(
     epochs: int,
     optim: OptimConfig,
     progress: bool = False,
+    accelerator: Any = None,
 ) -> list[dict[str, Any]]:
     """Cross-entropy on labeled pointers. ``query_emb [N, d]``, ``cand_emb [N, K, d]`` (the
-    store), ``store_row [L]`` and ``pointers [L, 2]`` the labeled examples."""
+    store), ``store_row [L]`` and ``pointers [L, 2]`` the labeled examples. With an
+    ``accelerator`` over several processes, every rank draws the same shuffled batches and
+    trains on its share of each (DDP averages the gradients)."""
     gen = torch.Generator().manual_seed(optim.seed)
-    opt = _optimizer(model, optim)
+    acc = accelerator
+    train, opt = _prepare(model, _optimizer(model, optim), acc)
     n, bs = store_row.numel(), optim.batch_queries
     history = []
     model.train()
     with bar("sft", epochs * ((n + bs - 1) // bs), enabled=progress) as advance:
         for epoch in range(epochs):
             seen = []
-            for idx in torch.randperm(n, generator=gen).split(bs):
+            for batch in torch.randperm(n, generator=gen).split(bs):
+                idx, weight = _shard(batch, acc)
                 rows = store_row[idx]
-                logp = model.sequence_log_prob(query_emb[rows], cand_emb[rows], pointers[idx])
+                logp = train(query_emb[rows], cand_emb[rows], pointers[idx])
                 loss, metrics = losses.sft_loss(logp)
-                _step(model, opt, loss, optim.grad_clip)
+                _step(train, opt, loss * weight, optim.grad_clip, acc)
                 seen.append(metrics)
                 advance(1)
-            history.append({"phase": 0, "mode": "sft", "epoch": epoch, **_mean_metrics(seen)})
+            history.append({"phase": 0, "mode": "sft", "epoch": epoch, **_epoch_metrics(seen, acc)})
     return history
 
 
@@ -168,10 +206,14 @@ def fit_rl(
     optim: OptimConfig,
     rl: RLConfig,
     progress: bool = False,
+    accelerator: Any = None,
 ) -> list[dict[str, Any]]:
-    """Run RL phases in order on grouped rows (one optimizer across phases)."""
+    """Run RL phases in order on grouped rows (one optimizer across phases). With an
+    ``accelerator`` over several processes, each rank trains on its share of every batch's query
+    groups (whole groups, so group-relative quantities stay exact)."""
     gen = torch.Generator().manual_seed(optim.seed)
-    opt = _optimizer(model, optim)
+    acc = accelerator
+    train, opt = _prepare(model, _optimizer(model, optim), acc)
     g, bs = data.n_groups, optim.batch_queries
     steps_per_epoch = (g + bs - 1) // bs
     groups_rows = [torch.arange(int(data.starts[i]), int(data.starts[i + 1])) for i in range(g)]
@@ -199,9 +241,11 @@ def fit_rl(
                     old = _policy_logp(model, query_emb, cand_emb, data)
                 seen = []
                 for batch in torch.randperm(g, generator=gen).split(bs):
-                    rows = torch.cat([groups_rows[i] for i in batch.tolist()])
+                    # Weighted by groups: exact for the global mean when groups are equal-sized.
+                    mine, weight = _shard(batch, acc)
+                    rows = torch.cat([groups_rows[i] for i in mine.tolist()])
                     sr = data.store_row[rows]
-                    logp = model.sequence_log_prob(query_emb[sr], cand_emb[sr], data.pointers[rows])
+                    logp = train(query_emb[sr], cand_emb[sr], data.pointers[rows])
                     if mode == "rce":
                         t = losses.rce_temperature(
                             step, phase_steps, start=rl.rce_t_start, end=rl.rce_t_end
@@ -221,11 +265,13 @@ def fit_rl(
                             clip_eps=rl.clip_eps if rl.reinforcepp_clip else None,
                             kl_coef=rl.kl_coef,
                         )
-                    _step(model, opt, loss, optim.grad_clip)
+                    _step(train, opt, loss * weight, optim.grad_clip, acc)
                     seen.append(metrics)
                     step += 1
                     advance(1)
-                history.append({"phase": p, "mode": mode, "epoch": epoch, **_mean_metrics(seen)})
+                history.append(
+                    {"phase": p, "mode": mode, "epoch": epoch, **_epoch_metrics(seen, acc)}
+                )
     return history
 
 
@@ -261,8 +307,16 @@ class PointerTrainConfig:
 
 
 def run_train(cfg: PointerTrainConfig) -> dict[str, Any]:
-    """Train and write ``out/model.safetensors``, ``config.json``, ``history.jsonl`` + manifest."""
+    """Train and write ``out/model.safetensors``, ``config.json``, ``history.jsonl`` + manifest.
+
+    Under ``accelerate launch`` (CPU processes: the selector is small) every rank starts from the
+    same weights, trains DDP-wrapped on its share of each batch, and the main process alone shows
+    progress and writes the outputs."""
+    from ddai.trainer import accel
+
     cfg.check()
+    acc = accel.make_accelerator(cpu=True)
+    main = acc.is_main_process
     torch.manual_seed(cfg.optim.seed)
     store = load_store(cfg.store)
     q_all, c_all = torch.from_numpy(store.query_emb), torch.from_numpy(store.cand_emb)
@@ -311,7 +365,8 @@ def run_train(cfg: PointerTrainConfig) -> dict[str, Any]:
             ptrs,
             epochs=cfg.phases[0][1],
             optim=cfg.optim,
-            progress=cfg.progress,
+            progress=cfg.progress and main,
+            accelerator=acc,
         )
         record.rows_in, record.rows_out = rows.numel() + dropped, rows.numel()
         record.drop("label not in pool or missing", dropped)
@@ -327,15 +382,23 @@ def run_train(cfg: PointerTrainConfig) -> dict[str, Any]:
             list(cfg.phases),
             optim=cfg.optim,
             rl=cfg.rl,
-            progress=cfg.progress,
+            progress=cfg.progress and main,
+            accelerator=acc,
         )
         record.rows_in = record.rows_out = data.pointers.shape[0]
         summary |= {"rows": data.pointers.shape[0], "queries": data.n_groups}
     changed = sum(not torch.equal(before[k], v) for k, v in model.state_dict().items())
-    save_pointer(model, cfg.out, metadata={"phases": summary["phases"]})
-    io.write_text(cfg.out / "history.jsonl", "".join(json.dumps(h) + "\n" for h in history))
-    record.notes = {"final": history[-1] if history else {}, "tensors_changed": changed}
-    manifest.write(cfg.out / WEIGHTS_FILE, record)
+    record.notes = {
+        "final": history[-1] if history else {},
+        "tensors_changed": changed,
+        "processes": acc.num_processes,
+    }
+    acc.wait_for_everyone()
+    if main:
+        save_pointer(model, cfg.out, metadata={"phases": summary["phases"]})
+        io.write_text(cfg.out / "history.jsonl", "".join(json.dumps(h) + "\n" for h in history))
+        manifest.write(cfg.out / WEIGHTS_FILE, record)
+    acc.wait_for_everyone()
     last = history[-1] if history else {}
     return summary | {
         "tensors changed": changed,

@@ -1,0 +1,187 @@
+"""CLI: ``ddai analyze attribution|latency|drop-keep``: DDAI's round analyses over the logs.
+
+Each command checks that its runs carry what it needs (exit 2 naming the run, what is missing and
+what would supply it), prints a summary (``--json`` for JSON) and with ``--out`` writes the prompt
+rows (CSV, Parquet or JSONL by the file's suffix).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from ddai.cli.common import JsonOpt, LogsOpt, RunsOpt, ThresholdOpt, fail, summary
+from ddai.pipelines import workspace
+from ddai.pipelines.analyses import (
+    AttributionConfig,
+    attribute,
+    drop_keep,
+    reward_latency,
+    truth_eval,
+)
+from ddai.pipelines.analyses.export import write_rows
+
+analyze_app = typer.Typer(
+    name="analyze",
+    help="DDAI's round analyses: why low-scoring prompts fail, reward latency and coverage, "
+    "zero-variance groups and the prompts to drop or keep.",
+    no_args_is_help=True,
+)
+
+OutOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--out",
+        "-o",
+        help="Write the per-prompt rows here (.csv, .parquet or .jsonl), atomically.",
+    ),
+]
+
+
+def _runs(runs: list[str] | None) -> list[str] | None:
+    return list(runs) if runs else None
+
+
+def _flatten(result: dict[str, Any]) -> dict[str, Any]:
+    """The summary for the rich table: one row per key, per-run dicts on their own rows."""
+    flat: dict[str, Any] = {}
+    for k, v in result.items():
+        if k == "runs":
+            flat.update({f"run {run}": r for run, r in v.items()})
+        else:
+            flat[k] = v
+    return flat
+
+
+@analyze_app.command("attribution")
+def attribution_cmd(
+    logs: LogsOpt = None,
+    runs: RunsOpt = None,
+    score_max: Annotated[
+        float,
+        typer.Option(
+            "--score-max",
+            help="A prompt is low-scoring when its mean score (reward, else judge) is at or under "
+            "this (DDAI's round-2 rule: 0.3).",
+        ),
+    ] = 0.3,
+    agree_min: Annotated[
+        int,
+        typer.Option(
+            "--agree-min",
+            help="Rollouts that retrieved a golden page and agree on one answer the judge "
+            "rejected, at least this many (and half of those rejected), flag the ground truth.",
+        ),
+    ] = 3,
+    threshold: ThresholdOpt = 1.0,
+    flags: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--flags",
+            help="Review CSV (uid, verdict, reason: a person's decisions or a verifier's "
+            "review.csv); wrong/uncertain rows flag the ground truth. Repeat for several.",
+        ),
+    ] = None,
+    truth: Annotated[
+        Path | None,
+        typer.Option(
+            "--truth",
+            help="A synthetic world's truth.json: also print precision and recall per class "
+            "against its planted failure causes.",
+        ),
+    ] = None,
+    out: OutOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Attribute each low-scoring prompt to a search failure (no golden page retrieved), a
+    generator bottleneck (golden page retrieved, answer judged wrong) or a likely wrong ground
+    truth (review flag, or golden retrieved and rollouts agree on an answer the judge rejects)."""
+    try:
+        cfg = AttributionConfig(
+            score_max=score_max, agree_min=agree_min, threshold=threshold, flags=flags or []
+        )
+        df, result = attribute(workspace.logs_dir(logs), _runs(runs), cfg)
+        if truth is not None:
+            if not truth.is_file():
+                raise FileNotFoundError(f"--truth {truth} not found")
+            result["truth"] = truth_eval.score(df, json.loads(truth.read_text(encoding="utf-8")))
+        if out is not None:
+            result["out"] = str(write_rows(out, df))
+    except (FileNotFoundError, ValueError) as e:
+        raise fail(str(e)) from e
+    if as_json:
+        summary("ddai analyze attribution", result, as_json=True)
+        return
+    show: dict[str, Any] = {}
+    for run, r in result.pop("runs").items():
+        c = r["counts"]
+        show[f"run {run}"] = (
+            f"{r['low']:,} low of {r['prompts']:,} prompts: {c['wrong_gt']:,} wrong ground truth, "
+            f"{c['generator_bottleneck']:,} generator bottleneck, {c['search_failure']:,} search "
+            "failure"
+        )
+    for cls, v in result.pop("truth", {}).get("classes", {}).items():
+        show[f"truth {cls}"] = (
+            f"precision {_ratio(v['precision'])} ({v['tp']}/{v['attributed']}), "
+            f"recall {_ratio(v['recall'])} ({v['tp']}/{v['planted']})"
+        )
+    summary("ddai analyze attribution", {**show, **result})
+
+
+def _ratio(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.3f}"
+
+
+@analyze_app.command("latency")
+def latency_cmd(
+    logs: LogsOpt = None,
+    runs: RunsOpt = None,
+    out: OutOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Reward latency (extra.latency_s percentiles), judge timeouts and errors, and reward
+    coverage (rollouts with a reward / rollouts) per run; --out writes the per-step rows."""
+    try:
+        steps, result = reward_latency(workspace.logs_dir(logs), _runs(runs))
+        if out is not None:
+            result["out"] = str(write_rows(out, steps))
+    except (FileNotFoundError, ValueError) as e:
+        raise fail(str(e)) from e
+    summary("ddai analyze latency", result if as_json else _flatten(result), as_json=as_json)
+
+
+@analyze_app.command("drop-keep")
+def drop_keep_cmd(
+    logs: LogsOpt = None,
+    runs: RunsOpt = None,
+    out: OutOpt = None,
+    groups_out: Annotated[
+        Path | None,
+        typer.Option(
+            "--groups-out",
+            help="Write the zero-variance GRPO groups (run, step, uid, score) here "
+            "(.csv, .parquet or .jsonl).",
+        ),
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Zero-variance GRPO groups (every rollout scored the same: no learning signal) and per
+    prompt the decision: keep (some reward variance) or drop (always zero, always full, constant);
+    --out writes the decisions."""
+    try:
+        decisions, groups, result = drop_keep(workspace.logs_dir(logs), _runs(runs))
+        if out is not None:
+            result["out"] = str(write_rows(out, decisions))
+        if groups_out is not None:
+            result["groups out"] = str(write_rows(groups_out, groups))
+    except (FileNotFoundError, ValueError) as e:
+        raise fail(str(e)) from e
+    summary("ddai analyze drop-keep", result if as_json else _flatten(result), as_json=as_json)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``ddai analyze …`` to the main app."""
+    app.add_typer(analyze_app)

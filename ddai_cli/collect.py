@@ -1,0 +1,159 @@
+"""CLI: ``ddai train collect``: rollouts without training (off-policy collection, evaluation),
+from a local policy or an OpenAI-compatible server (``--generate-via NAME``)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ddai.cli.common import JsonOpt, LogsOpt, fail, summary
+from ddai.cli.train import (
+    BiasOpt,
+    ForceCompletionOpt,
+    GateOpt,
+    MaxTurnsOpt,
+    MaxTurnTokensOpt,
+    RestrictToDocOpt,
+    RewardOpt,
+    SearchKOpt,
+    WFormatOpt,
+    WJudgeOpt,
+    WNdcgOpt,
+    _run,
+)
+from ddai.cli.value import _group
+
+
+def train_collect_command(
+    model: Annotated[
+        str,
+        typer.Option(
+            "--model",
+            help="The policy (a local folder or hub id); with --generate-via, only its tokenizer "
+            "and chat template (those of the server's model).",
+        ),
+    ],
+    data: Annotated[Path, typer.Option("--data", help="Prompts in verl's RL parquet shape.")],
+    corpus: Annotated[
+        Path, typer.Option("--corpus", help="pages.parquet (or its folder) to search and crop.")
+    ],
+    generate_via: Annotated[
+        str | None,
+        typer.Option(
+            "--generate-via",
+            help="Generate the policy's turns through this OpenAI-compatible server: a "
+            "[backends.NAME] table of kind openai in ddai.toml (base_url, model). Default: the "
+            "local --model.",
+        ),
+    ] = None,
+    logs: LogsOpt = None,
+    run_id: Annotated[
+        str | None,
+        typer.Option("--run-id", help="Run id of the rollout log. Default: collect_<timestamp>."),
+    ] = None,
+    reward: RewardOpt = "curriculum",
+    w_judge: WJudgeOpt = None,
+    w_ndcg: WNdcgOpt = None,
+    w_format: WFormatOpt = None,
+    bias: BiasOpt = None,
+    gate: GateOpt = None,
+    n_agent: Annotated[int, typer.Option("--n-agent", help="Rollouts per prompt.")] = 1,
+    batch_size: Annotated[
+        int,
+        typer.Option(
+            "--batch-size", help="Rollouts per batch and process (a multiple of --n-agent)."
+        ),
+    ] = 8,
+    temperature: Annotated[
+        float, typer.Option("--temperature", help="Sampling temperature (0: greedy).")
+    ] = 1.0,
+    top_p: Annotated[float, typer.Option("--top-p", help="Nucleus sampling p.")] = 1.0,
+    top_k: Annotated[int, typer.Option("--top-k", help="Top-k sampling (0: off).")] = 0,
+    max_turns: MaxTurnsOpt = 7,
+    search_k: SearchKOpt = 5,
+    force_completion: ForceCompletionOpt = True,
+    restrict_to_doc: RestrictToDocOpt = False,
+    max_turn_tokens: MaxTurnTokensOpt = 256,
+    max_completion_tokens: Annotated[
+        int, typer.Option("--max-completion-tokens", help="Token budget of a whole rollout.")
+    ] = 1024,
+    obs_max_tokens: Annotated[
+        int, typer.Option("--obs-max-tokens", help="Observation text budget in tokens.")
+    ] = 256,
+    search: Annotated[
+        str | None, typer.Option("--search", help="Search backend name (default: local BM25).")
+    ] = None,
+    generator: Annotated[
+        str | None, typer.Option("--generator", help="Frozen generator backend name.")
+    ] = None,
+    judge: Annotated[str | None, typer.Option("--judge", help="Judge backend name.")] = None,
+    reward_timeout: Annotated[
+        float,
+        typer.Option(
+            "--reward-timeout",
+            help="Seconds to wait for streamed judge results; late groups score 0.",
+        ),
+    ] = 90.0,
+    limit: Annotated[
+        int | None, typer.Option("--limit", help="Use only the first N prompts.")
+    ] = None,
+    dtype: Annotated[
+        str, typer.Option("--dtype", help="Local policy dtype: float32 (CPU), bfloat16, ...")
+    ] = "float32",
+    seed: Annotated[int, typer.Option("--seed", help="Sampling seed (plus the rank).")] = 0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Roll out a policy over a prompt set and log the scored episodes, without training."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from ddai.trainer.collect import CollectConfig, run_collect
+
+    for name, path in (("--data", data), ("--corpus", corpus)):
+        if not path.exists():
+            raise fail(f"{name} {path} not found; make fixture data with `ddai fixtures make OUT`")
+    cfg = CollectConfig(
+        model=model,
+        data=data,
+        corpus=corpus,
+        generate_via=generate_via,
+        run_id=run_id,
+        logs=logs,
+        reward=reward,
+        w_judge=w_judge,
+        w_ndcg=w_ndcg,
+        w_format=w_format,
+        bias=bias,
+        gate=gate,
+        n_agent=n_agent,
+        batch_size=batch_size,
+        temperature=temperature,
+        top_p=top_p,
+        top_k=top_k,
+        max_turns=max_turns,
+        search_k=search_k,
+        force_completion=force_completion,
+        restrict_to_doc=restrict_to_doc,
+        max_turn_tokens=max_turn_tokens,
+        max_completion_tokens=max_completion_tokens,
+        obs_max_tokens=obs_max_tokens,
+        search=search,
+        generator=generator,
+        judge=judge,
+        reward_timeout=reward_timeout,
+        limit=limit,
+        dtype=dtype,
+        seed=seed,
+        progress=not as_json,
+    )
+    summary("ddai train collect", asdict(_run(run_collect, cfg)), as_json=as_json)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``train collect`` to the ``train`` group."""
+    train_app = _group(
+        app, "train", "Train the Searcher: SFT, then GRPO over the search environment."
+    )
+    train_app.command("collect")(train_collect_command)

@@ -1,0 +1,109 @@
+"""CLI: ``ddai serve``: the local trajectory explorer over the log store (read-only)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ddai.cli.common import LogsOpt, RunsOpt, ThresholdOpt, console, fail
+from ddai.pipelines import workspace
+
+
+def serve_cmd(
+    logs: LogsOpt = None,
+    runs: RunsOpt = None,
+    datasets_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--datasets-dir",
+            help="Folder of curated datasets (files with a manifest) for the live report's funnel.",
+        ),
+    ] = None,
+    image_root: Annotated[
+        Path | None,
+        typer.Option(
+            "--image-root",
+            help="Folder of page images named {page_id}.png or .jpg; transcripts show the pages "
+            "and <bbox> crops inline. Without it pages show as their ids.",
+        ),
+    ] = None,
+    corpus: Annotated[
+        Path | None,
+        typer.Option(
+            "--corpus",
+            help="Page corpus (pages.parquet or its folder): a page with no image under "
+            "--image-root shows the corpus's image (ddai corpus build) or is drawn from its "
+            "text, so the synthetic world shows pages too.",
+        ),
+    ] = None,
+    host: Annotated[
+        str,
+        typer.Option(
+            "--host",
+            help="Address to listen on. Anything but loopback (127.0.0.1, ::1, localhost) needs "
+            "a token.",
+        ),
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = 8765,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            "--token",
+            envvar="DDAI_SERVE_TOKEN",
+            help="Access token (16+ characters; also $DDAI_SERVE_TOKEN). On a non-loopback "
+            "host a random one is made when none is given; the printed URL carries it.",
+        ),
+    ] = None,
+    page_size: Annotated[
+        int, typer.Option("--page-size", help="Rows per page of the rollout table (1-500).")
+    ] = 50,
+    threshold: ThresholdOpt = 1.0,
+    threads: Annotated[
+        int | None, typer.Option("--threads", help="DuckDB threads. Default: one per core.")
+    ] = None,
+) -> None:
+    """Serve a local, read-only web explorer over every rollout: a sortable, filterable table
+    (shareable URLs), GRPO group views, transcripts with page images, live report sections whose
+    counts link to their rollouts, a read-only SQL box, and export of a filter's ids."""
+    try:
+        import uvicorn
+
+        from ddai.reports.serve import ServeConfig
+        from ddai.reports.serve.app import create_app
+    except ImportError as e:
+        raise fail(
+            f"ddai serve needs the serve extra ({e.name} missing): pip install 'ddai[serve]'"
+        ) from e
+    try:
+        cfg = ServeConfig(
+            logs=workspace.logs_dir(logs),
+            runs=runs or None,
+            datasets_dir=datasets_dir,
+            image_root=image_root,
+            corpus=corpus,
+            host=host,
+            port=port,
+            token=token,
+            page_size=page_size,
+            success_threshold=threshold,
+            threads=threads,
+        )
+        cfg.require_token()
+        app = create_app(cfg)
+    except (FileNotFoundError, ValueError) as e:
+        raise fail(str(e)) from e
+    shown = f"[{host}]" if ":" in host else host
+    url = f"http://{shown}:{port}/" + (f"?token={cfg.token}" if cfg.token else "")
+    ex = app.state.explorer
+    with ex.connection() as con:
+        n = con.execute("SELECT count(*) FROM explorer").fetchall()[0][0]
+    console.print(f"ddai serve: {n:,} rollouts from {cfg.logs} at {url}  (Ctrl-C stops)")
+    uvicorn.run(app, host=host, port=port, log_level=os.environ.get("DDAI_SERVE_LOG", "warning"))
+
+
+def register(app: typer.Typer) -> None:
+    """Add this area's commands to the main app."""
+    app.command("serve")(serve_cmd)

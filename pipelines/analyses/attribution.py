@@ -1,0 +1,105 @@
+"""Failure attribution of low-scoring prompts (seed 000, 9.8: "search failure vs generator
+bottleneck vs wrong ground truth"), over ``sql/failure_attribution.sql``.
+
+``attribute`` returns every prompt row of the view (the class is set on low prompts only) and a
+summary per run: low prompts, how many fall in each class, and the prompt lists.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import polars as pl
+
+from ddai.pipelines import query
+from ddai.pipelines.analyses import carries
+from ddai.pipelines.analyses.flags import load_flags
+
+CLASSES = ("wrong_gt", "generator_bottleneck", "search_failure")
+
+
+@dataclass
+class AttributionConfig:
+    """Thresholds of the attribution (DDAI's round-2 analysis by default).
+
+    Attributes:
+        score_max: a prompt is low when its mean score (reward, else judge) is at or under this.
+        agree_min: golden-retrieved rollouts that must give the same rejected answer before the
+            ground truth is suspected.
+        threshold: success = judge_score >= this and the format gate not failed.
+        flags: review CSVs (``uid, verdict, reason``) whose ``wrong`` / ``uncertain`` rows flag a
+            prompt's ground truth.
+    """
+
+    score_max: float = 0.3
+    agree_min: int = 3
+    threshold: float = 1.0
+    flags: list[Path] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.score_max <= 1.0:
+            raise ValueError(f"--score-max must be in [0, 1], got {self.score_max}")
+        if self.agree_min < 2:
+            raise ValueError(f"--agree-min must be >= 2 (an agreement), got {self.agree_min}")
+        if not 0.0 <= self.threshold <= 1.0:
+            raise ValueError(f"--success-threshold must be in [0, 1], got {self.threshold}")
+        self.flags = [Path(p) for p in self.flags]
+
+
+NEEDS = (carries.JUDGE, carries.PAGES)
+
+
+def rows(con: duckdb.DuckDBPyConnection, cfg: AttributionConfig) -> pl.DataFrame:
+    """The view's rows at ``cfg``'s thresholds (``review_flags`` must already be loaded)."""
+    sql = "SELECT * FROM failure_attribution_at($score_max, $agree_min, $threshold)"
+    params = {"score_max": cfg.score_max, "agree_min": cfg.agree_min, "threshold": cfg.threshold}
+    return pl.from_arrow(query.run_sql(con, sql, params))
+
+
+def summarize(df: pl.DataFrame) -> dict[str, dict[str, Any]]:
+    """run → prompts, low prompts, per-class counts and uid lists (low prompts only)."""
+    out: dict[str, dict[str, Any]] = {}
+    for run in df["run_id"].unique(maintain_order=True).to_list():
+        part = df.filter(pl.col("run_id") == run)
+        low = part.filter(pl.col("low"))
+        lists = {c: low.filter(pl.col("class") == c)["uid"].to_list() for c in CLASSES}
+        out[run] = {
+            "prompts": part.height,
+            "low": low.height,
+            "counts": {c: len(v) for c, v in lists.items()},
+            "prompts_by_class": lists,
+        }
+    return out
+
+
+def attribute(
+    logs: str | os.PathLike[str], runs: list[str] | None, cfg: AttributionConfig
+) -> tuple[pl.DataFrame, dict[str, Any]]:
+    """Attribute the low prompts of ``runs`` (None: every run that carries judge and pages).
+
+    Returns the per-prompt rows and the summary (per run, plus runs skipped for what they lack).
+    Raises MissingData (a ValueError) when a named run, or every run, lacks judge scores or pages.
+    """
+    con = query.connect(query.logs_or_fail(Path(logs)), runs)
+    try:
+        ok, lacking = carries.check(con, "failure attribution", NEEDS, strict=bool(runs))
+        n_flags = load_flags(con, cfg.flags)
+        df = rows(con, cfg).filter(pl.col("run_id").is_in(ok))
+    finally:
+        con.close()
+    summary: dict[str, Any] = {
+        "runs": summarize(df),
+        "flags loaded": n_flags,
+        "thresholds": {
+            "score_max": cfg.score_max,
+            "agree_min": cfg.agree_min,
+            "success_threshold": cfg.threshold,
+        },
+    }
+    if lacking:
+        summary["skipped"] = {r: f"no {', no '.join(w)}" for r, w in lacking.items()}
+    return df, summary

@@ -1,0 +1,54 @@
+"""Zero-variance GRPO groups and the prompts to drop or keep, over ``sql/zero_variance.sql``.
+
+A group whose rollouts all scored the same has zero advantage: it costs rollouts and judge calls
+and teaches nothing. A prompt all of whose groups were constant is a drop candidate (with why);
+one with any reward variance is kept.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from ddai.pipelines import query
+from ddai.pipelines.analyses import carries
+
+NEEDS = (carries.SCORES, carries.GROUPS)
+
+
+def drop_keep(
+    logs: str | os.PathLike[str], runs: list[str] | None
+) -> tuple[pl.DataFrame, pl.DataFrame, dict[str, Any]]:
+    """(per-prompt decisions, zero-variance groups, summary per run).
+
+    Raises MissingData when a named run, or every run, has no group of two scored rollouts.
+    """
+    con = query.connect(query.logs_or_fail(Path(logs)), runs)
+    try:
+        ok, lacking = carries.check(con, "drop/keep", NEEDS, strict=bool(runs))
+        decisions = pl.from_arrow(query.run_sql(con, "SELECT * FROM drop_keep"))
+        groups = pl.from_arrow(query.run_sql(con, "SELECT * FROM zero_variance_groups"))
+    finally:
+        con.close()
+    decisions = decisions.filter(pl.col("run_id").is_in(ok))
+    groups = groups.filter(pl.col("run_id").is_in(ok))
+    per_run: dict[str, Any] = {}
+    for run in ok:
+        d = decisions.filter(pl.col("run_id") == run)
+        per_run[run] = {
+            "prompts": d.height,
+            "groups": int(d["groups"].sum()),
+            "zero_variance_groups": int(d["zero_variance_groups"].sum()),
+            "keep": d.filter(pl.col("decision") == "keep").height,
+            "drop": {
+                reason: d.filter(pl.col("reason") == reason).height
+                for reason in ("always_zero", "always_full", "constant")
+            },
+        }
+    summary: dict[str, Any] = {"runs": per_run}
+    if lacking:
+        summary["skipped"] = {r: f"no {', no '.join(w)}" for r, w in lacking.items()}
+    return decisions, groups, summary

@@ -1,0 +1,33 @@
+"""Prompt lists written atomically in the format the file name asks for (CSV, Parquet, JSONL)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import polars as pl
+
+from ddai.pipelines import io
+
+FORMATS = (".csv", ".parquet", ".jsonl")
+
+
+def write_rows(path: str | os.PathLike[str], df: pl.DataFrame) -> Path:
+    """Write ``df`` to ``path`` by its suffix (.csv, .parquet, .jsonl); returns the path."""
+    out = Path(path)
+    suffix = out.suffix.lower()
+    if suffix not in FORMATS:
+        raise ValueError(f"--out {out}: use a file ending in {', '.join(FORMATS)}")
+    with io.atomic_path(out) as tmp:
+        if suffix == ".csv":
+            df.write_csv(tmp)
+        elif suffix == ".parquet":
+            df.write_parquet(tmp, compression="zstd")
+        else:
+            df.write_ndjson(tmp)
+    return out
+
+
+def to_csv(df: pl.DataFrame) -> str:
+    """``df`` as CSV text (the report's downloadable lists)."""
+    return df.write_csv()

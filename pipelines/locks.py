@@ -1,0 +1,114 @@
+"""File locks for the log store and atomic writes (``flock``: released when the process dies).
+
+- ``exclusive(path)``: a writer lock. When another process holds it, ``on_wait`` is told once
+  (who holds it, since when) and the call blocks until the lock is free.
+- ``shared(path)`` / ``try_exclusive(path)``: readers hold a shared lock on a run while they read
+  one version of it; a writer removes superseded files only when ``try_exclusive`` gets the lock
+  (no reader left), else leaves them for the next write.
+- ``claim(path)`` / ``is_abandoned(path)``: a temp file or folder being written is claimed by its
+  process; a claim nobody holds any more is the leftover of a crashed write, safe to remove.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import IO
+
+CLAIM = ".claim"
+
+
+def _say(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _open(path: Path) -> IO[str]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return open(path, "a+", encoding="utf-8")
+
+
+@contextlib.contextmanager
+def exclusive(
+    path: str | os.PathLike[str], what: str, on_wait: Callable[[str], None] | None = _say
+) -> Iterator[None]:
+    """Hold the exclusive lock ``path`` (created if missing); ``what`` names it in the message."""
+    fh = _open(Path(path))
+    try:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            holder = fh.read().strip() or "another process"
+            if on_wait is not None:
+                on_wait(f"waiting for {what}: held by {holder} (lock file {path})")
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"pid {os.getpid()} since {time.strftime('%Y-%m-%d %H:%M:%S')}")
+        fh.flush()
+        yield
+    finally:
+        fh.close()  # closing releases the lock
+
+
+class Shared:
+    """A shared lock held until ``release`` (or garbage collection of the holder)."""
+
+    def __init__(self, path: str | os.PathLike[str]):
+        self._fh: IO[str] | None = _open(Path(path))
+        fcntl.flock(self._fh, fcntl.LOCK_SH)
+
+    def release(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+    def __enter__(self) -> Shared:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def try_exclusive(path: str | os.PathLike[str]) -> IO[str] | None:
+    """The lock ``path`` held exclusively if nobody holds it now (close the handle to release),
+    else None."""
+    fh = _open(Path(path))
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        fh.close()
+        return None
+    return fh
+
+
+def claim(path: str | os.PathLike[str]) -> IO[str]:
+    """Claim ``path`` (a file being written, or a folder via its ``.claim`` file) for this
+    process; close the handle when the write is done or abandoned."""
+    p = Path(path)
+    target = p / CLAIM if p.is_dir() else p
+    fh = open(target, "a", encoding="utf-8")  # noqa: SIM115 - closed by the caller
+    fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return fh
+
+
+def is_abandoned(path: str | os.PathLike[str]) -> bool:
+    """True when nobody holds the claim on ``path`` (its writer finished or died)."""
+    p = Path(path)
+    target = p / CLAIM if p.is_dir() else p
+    try:
+        fh = open(target, "a", encoding="utf-8")  # noqa: SIM115
+    except OSError:
+        return True  # a folder without a claim file is left from before claims existed
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        fh.close()
+    return True

@@ -1,0 +1,13 @@
+"""Downloadable prompt lists: a polars frame as a CSV link inlined in the offline page."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from ddai.reports.blocks import Download
+from ddai.reports.formatting import csv_data_url
+
+
+def csv_download(label: str, filename: str, df: pl.DataFrame) -> Download:
+    """A link that saves ``df`` as ``filename`` (CSV, UTF-8), with no network and no server."""
+    return Download(label, filename, csv_data_url(df.write_csv()), df.height)

@@ -1,0 +1,149 @@
+"""Section: reward latency and coverage per run and step, from the logs (seed 000, 9.7.1):
+how long reward calls took (``extra.latency_s``), how many timed out or failed, and what share
+of rollouts got a reward. Charts only where the logs carry the numbers; else one sentence.
+"""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+import polars as pl
+
+from ddai.pipelines import query
+from ddai.pipelines.analyses.streaming import step_log
+from ddai.reports import figures
+from ddai.reports.blocks import Block, Section, Table
+from ddai.reports.context import ReportContext
+from ddai.reports.formatting import num, pct
+
+
+def _by_step(
+    ctx: ReportContext, steps: pl.DataFrame, col: str, title: str, axis: dict
+) -> go.Figure:
+    fig = go.Figure(
+        [
+            go.Scatter(
+                name=figures.label(run),
+                x=part["step"].to_list(),
+                y=part[col].to_list(),
+                mode="lines+markers",
+                marker_color=figures.color(i),
+            )
+            for i, (run, part) in enumerate(ctx.by_run(steps))
+        ]
+    )
+    fig.update_layout(title=title, xaxis_title="step", yaxis=axis)
+    return fig
+
+
+def build(ctx: ReportContext) -> Section:
+    runs = pl.from_arrow(query.run_named(ctx.con, "analysis_latency_runs"))
+    steps = pl.from_arrow(query.run_sql(ctx.con, "SELECT * FROM reward_latency"))
+    scored = runs.filter((pl.col("rewarded") > 0) | (pl.col("judged") > 0))
+    if scored.height == 0:
+        return Section(
+            id="latency",
+            title="Reward latency and coverage",
+            reading="No reward latency or coverage: no run here logs rewards or judge scores.",
+            stats={"runs": {}},
+        )
+    per_run = {r["run_id"]: r for r in scored.to_dicts()}
+    for run, r in per_run.items():
+        # the trainer's own step log (unified logs): how many rollouts each step generated
+        expected = [
+            v["expected_rollouts"]
+            for v in step_log(ctx.cfg.logs, run).values()
+            if "expected_rollouts" in v
+        ]
+        r["expected_rollouts"] = sum(expected) if expected else None
+    timed = [r for r in per_run.values() if r["with_latency"]]
+    stepped = steps.filter(pl.col("step").is_not_null() & pl.col("run_id").is_in(list(per_run)))
+    blocks: list[Block] = []
+    if timed and stepped.filter(pl.col("with_latency") > 0).height:
+        blocks.append(
+            figures.to_block(
+                _by_step(
+                    ctx,
+                    stepped.filter(pl.col("with_latency") > 0),
+                    "p90_latency_s",
+                    "Reward latency per step (90th percentile)",
+                    {"title": "seconds"},
+                ),
+                "fig-latency-p90",
+            )
+        )
+    if stepped.height:
+        blocks.append(
+            figures.to_block(
+                _by_step(
+                    ctx,
+                    stepped,
+                    "coverage",
+                    "Reward coverage per step (rollouts with a reward)",
+                    {"title": "share of rollouts", "tickformat": ".0%", "range": [0, 1.05]},
+                ),
+                "fig-latency-coverage",
+            )
+        )
+    blocks.append(
+        Table(
+            columns=[
+                "run",
+                "rollouts",
+                "of expected",
+                "rewarded",
+                "coverage",
+                "latency logged",
+                "mean s",
+                "p50 s",
+                "p90 s",
+                "p99 s",
+                "max s",
+                "errors",
+                "timeouts",
+            ],
+            rows=[
+                [
+                    run,
+                    r["rollouts"],
+                    pct(r["rollouts"] / r["expected_rollouts"]) if r["expected_rollouts"] else "—",
+                    r["rewarded"],
+                    pct(r["coverage"]),
+                    r["with_latency"],
+                    r["mean_latency_s"],
+                    r["p50_latency_s"],
+                    r["p90_latency_s"],
+                    r["p99_latency_s"],
+                    r["max_latency_s"],
+                    r["errors"],
+                    r["timeouts"],
+                ]
+                for run, r in per_run.items()
+            ],
+            caption='Latency percentiles pool every rollout of the run. "of expected": rollouts '
+            "in the logs / rollouts the trainer's step log says it generated (unified logs only).",
+        )
+    )
+    worst = max(timed, key=lambda r: r["p99_latency_s"]) if timed else None
+    rollouts = sum(r["rollouts"] for r in per_run.values())
+    rewarded = sum(r["rewarded"] for r in per_run.values())
+    timeouts = sum(r["timeouts"] for r in per_run.values())
+    reading = (
+        "DDAI's streaming reward waits a bounded time for each group's generator and judge calls; "
+        "a call that runs late scores 0 or not at all. "
+        f"{rewarded:,} of {rollouts:,} rollouts got a reward ({pct(rewarded / rollouts)}), "
+        f"{timeouts:,} reward calls logged a timeout. "
+        + (
+            f"The slowest run's 99th percentile is {num(worst['p99_latency_s'], 2)} s "
+            f"({worst['run_id']}); size the reward timeout above it."
+            if worst
+            else "No run logs the reward calls' latency (extra.latency_s), so no latency chart."
+        )
+        + ("" if stepped.height else " The logs carry no steps, so no per-step chart.")
+    )
+    return Section(
+        id="latency",
+        title="Reward latency and coverage",
+        reading=reading,
+        blocks=blocks,
+        stats={"runs": per_run, "steps": stepped.to_dicts()},
+    )

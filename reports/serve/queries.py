@@ -1,0 +1,265 @@
+"""The explorer's questions as pure functions over a DuckDB connection holding ``explorer``.
+
+Each takes the connection and plain values and returns plain Python (lists of dicts), so the
+app only routes and renders. Values are always bound; identifiers come from fixed lists.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import duckdb
+
+from ddai.pipelines import query
+from ddai.reports.serve.filters import RolloutFilter
+
+# The columns of one row of the rollout table (all from ``explorer``).
+TABLE_COLUMNS = (
+    "run_id",
+    "step",
+    "uid",
+    "rollout_idx",
+    "outcome",
+    "tags",
+    "judge_score",
+    "ndcg",
+    "reward",
+    "advantage",
+    "num_turns",
+    "n_search",
+    "n_bbox",
+    "n_invalid",
+    "first_golden_rank",
+    "terminated",
+    "cost_usd",
+    "question",
+)
+KEY = ("run_id", "uid", "step", "rollout_idx")
+
+
+def _dicts(
+    con: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any]
+) -> list[dict[str, Any]]:
+    rel = con.sql(sql, params=params or None)
+    return rel.to_arrow_table().to_pylist()
+
+
+def page_sql(view: RolloutFilter) -> tuple[str, dict[str, Any]]:
+    """The SQL of one page of the rollout table and its parameters (the benchmark reruns it)."""
+    where, params = view.where()
+    cols = ", ".join(f"e.{c}" for c in TABLE_COLUMNS)
+    sql = (
+        f"SELECT {cols} FROM explorer AS e WHERE {where} ORDER BY {view.order_by()} "
+        "LIMIT $limit OFFSET $offset"
+    )
+    return sql, {**params, "limit": view.size, "offset": (view.page - 1) * view.size}
+
+
+def page(con: duckdb.DuckDBPyConnection, view: RolloutFilter) -> list[dict[str, Any]]:
+    """The rows of ``view``'s page, in its order."""
+    sql, params = page_sql(view)
+    return _dicts(con, sql, params)
+
+
+def count(con: duckdb.DuckDBPyConnection, view: RolloutFilter) -> int:
+    """How many rollouts ``view`` matches (all pages)."""
+    where, params = view.where()
+    sql = f"SELECT count(*) FROM explorer AS e WHERE {where}"
+    return int(con.execute(sql, params or None).fetchall()[0][0])
+
+
+def keys(con: duckdb.DuckDBPyConnection, view: RolloutFilter) -> duckdb.DuckDBPyRelation:
+    """Every rollout ``view`` matches as (run_id, uid, step, rollout_idx), in its order (export)."""
+    where, params = view.where()
+    cols = ", ".join(f"e.{c}" for c in KEY)
+    return con.sql(
+        f"SELECT {cols} FROM explorer AS e WHERE {where} ORDER BY {view.order_by()}",
+        params=params or None,
+    )
+
+
+def runs(con: duckdb.DuckDBPyConnection) -> list[str]:
+    return [r[0] for r in con.sql("SELECT DISTINCT run_id FROM explorer ORDER BY 1").fetchall()]
+
+
+def tags(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """Every class tag present, most frequent first."""
+    return [
+        r[0]
+        for r in con.sql(
+            "SELECT t FROM (SELECT unnest(tags) AS t FROM explorer) GROUP BY t ORDER BY count(*) DESC, t"
+        ).fetchall()
+    ]
+
+
+GROUP_SQL = """
+SELECT
+    r.run_id, r.step, r.uid, r.rollout_idx, e.outcome, e.tags, r.judge_score, r.ndcg, r.reward,
+    r.advantage, r.num_turns, r.terminated, r.answer, r.retrieved_pages, r.reference_pages,
+    list_transform(r.turns, lambda t: struct_pack(action := t.action, arg := t.arg)) AS actions
+FROM rollouts AS r
+JOIN explorer AS e
+    ON e.run_id = r.run_id AND e.uid = r.uid AND e.rollout_idx = r.rollout_idx
+    AND e.step IS NOT DISTINCT FROM r.step
+WHERE r.uid = $uid AND (len($runs) = 0 OR list_contains($runs, r.run_id))
+ORDER BY r.run_id, r.step NULLS FIRST, r.rollout_idx
+"""
+
+PROMPT_SQL = """
+SELECT question, reference_answer, reference_pages, file_name
+FROM rollouts WHERE uid = $uid AND question IS NOT NULL LIMIT 1
+"""
+
+
+def _z(reward: float | None, rewards: list[float], eps: float = 1e-6) -> float | None:
+    """GRPO's advantage of ``reward`` in its group: (r - mean) / (unbiased std + eps), as
+    ``ddai.trainer.advantages.grpo_advantages`` computes it; a one-rollout group keeps its reward."""
+    if reward is None or not rewards:
+        return None
+    if len(rewards) == 1:
+        return reward
+    mean = sum(rewards) / len(rewards)
+    std = (sum((x - mean) ** 2 for x in rewards) / (len(rewards) - 1)) ** 0.5
+    return (reward - mean) / (std + eps)
+
+
+def group(
+    con: duckdb.DuckDBPyConnection, uid: str, runs: list[str] | None = None
+) -> dict[str, Any]:
+    """All rollouts of prompt ``uid`` (in ``runs``, or every run), split into GRPO groups.
+
+    Returns ``{"prompt": {question, reference_answer, reference_pages, file_name} or None,
+    "groups": [{run_id, step, n, mean_reward, std_reward, zero_variance, rollouts: [...]}]}``,
+    groups in (run, step) order and rollouts by ``rollout_idx``; each rollout also carries
+    ``advantage_z``, its GRPO advantage recomputed from the group's rewards (logs often lack one).
+    """
+    rows = _dicts(con, GROUP_SQL, {"uid": uid, "runs": list(runs or [])})
+    prompt = _dicts(con, PROMPT_SQL, {"uid": uid})
+    groups: list[dict[str, Any]] = []
+    for row in rows:
+        if not groups or (groups[-1]["run_id"], groups[-1]["step"]) != (row["run_id"], row["step"]):
+            groups.append({"run_id": row["run_id"], "step": row["step"], "rollouts": []})
+        groups[-1]["rollouts"].append(row)
+    for g in groups:
+        rewards = [r["reward"] for r in g["rollouts"] if r["reward"] is not None]
+        g["n"] = len(g["rollouts"])
+        g["mean_reward"] = sum(rewards) / len(rewards) if rewards else None
+        g["std_reward"] = (
+            (sum((x - g["mean_reward"]) ** 2 for x in rewards) / len(rewards)) ** 0.5
+            if rewards
+            else None
+        )
+        g["zero_variance"] = len(rewards) > 1 and min(rewards) == max(rewards)
+        for r in g["rollouts"]:
+            r["advantage_z"] = _z(r["reward"], rewards)
+    return {"prompt": prompt[0] if prompt else None, "groups": groups}
+
+
+ROLLOUT_SQL = """
+SELECT r.*, e.outcome, e.tags
+FROM rollouts AS r
+JOIN explorer AS e
+    ON e.run_id = r.run_id AND e.uid = r.uid AND e.rollout_idx = r.rollout_idx
+    AND e.step IS NOT DISTINCT FROM r.step
+WHERE r.run_id = $run AND r.uid = $uid AND r.rollout_idx = $idx
+    AND r.step IS NOT DISTINCT FROM $step
+"""
+
+
+def rollout(
+    con: duckdb.DuckDBPyConnection, run: str, uid: str, step: int | None, idx: int
+) -> dict[str, Any] | None:
+    """One rollout with every stored column plus its outcome and class tags; None if absent."""
+    rows = _dicts(con, ROLLOUT_SQL, {"run": run, "uid": uid, "step": step, "idx": idx})
+    return rows[0] if rows else None
+
+
+def sections(con: duckdb.DuckDBPyConnection, *, top: int = 25) -> dict[str, Any]:
+    """The report's counts per run, live: each a number of rollouts that a filter reproduces.
+
+    ``outcomes`` / ``tags`` / ``terminated``: ``{run: {value: n}}``; ``groups``: per run the
+    GRPO groups, zero-variance and mixed ones, and the rollouts in each; ``suspects``: the
+    prompts with most hallucination suspects (run, uid, n); ``totals``: per run rollouts,
+    prompts, success rate and judge / NDCG / reward means.
+    """
+
+    def nested(sql: str) -> dict[str, dict[str, int]]:
+        out: dict[str, dict[str, int]] = {}
+        for run, value, n in con.sql(sql).fetchall():
+            out.setdefault(run, {})[value] = int(n)
+        return out
+
+    totals = _dicts(
+        con,
+        """SELECT run_id, count(*) AS rollouts, count(DISTINCT uid) AS prompts,
+               avg(success::INT) AS success_rate, avg(judge_score) AS judge, avg(ndcg) AS ndcg,
+               avg(reward) AS reward
+           FROM explorer GROUP BY run_id ORDER BY run_id""",
+        {},
+    )
+    groups = _dicts(
+        con,
+        """SELECT run_id, count(*) AS groups,
+               count(*) FILTER (WHERE zero_var) AS zero_variance,
+               coalesce(sum(n) FILTER (WHERE zero_var), 0) AS zero_variance_rollouts,
+               count(*) FILTER (WHERE mixed) AS mixed,
+               coalesce(sum(n) FILTER (WHERE mixed), 0) AS mixed_rollouts
+           FROM (SELECT run_id, step, uid, count(*) AS n,
+                        count(*) > 1 AND min(reward) = max(reward) AS zero_var,
+                        min(reward) < max(reward) AS mixed
+                 FROM explorer GROUP BY ALL)
+           GROUP BY run_id ORDER BY run_id""",
+        {},
+    )
+    suspects = _dicts(
+        con,
+        """SELECT run_id, uid, count(*) AS n FROM explorer WHERE hallucination_suspect
+           GROUP BY ALL ORDER BY n DESC, run_id, uid LIMIT $top""",
+        {"top": top},
+    )
+    return {
+        "totals": totals,
+        "outcomes": nested(
+            "SELECT run_id, outcome, count(*) FROM explorer GROUP BY ALL ORDER BY ALL"
+        ),
+        "tags": nested(
+            "SELECT run_id, t, count(*) FROM (SELECT run_id, unnest(tags) AS t FROM explorer) "
+            "GROUP BY ALL ORDER BY ALL"
+        ),
+        "terminated": nested(
+            "SELECT run_id, coalesce(terminated, 'unknown'), count(*) FROM explorer "
+            "GROUP BY ALL ORDER BY ALL"
+        ),
+        "groups": groups,
+        "suspects": suspects,
+    }
+
+
+def compare(
+    con: duckdb.DuckDBPyConnection, run_a: str, run_b: str, *, top: int = 25
+) -> dict[str, list[dict[str, Any]]]:
+    """Prompts of both runs whose success rate rose (``better``) or fell (``worse``) from A to B,
+    largest change first (the report's ``report_compare_prompts``), ``top`` of each."""
+    sql = query.sql_text("report_compare_prompts")
+    rows = _dicts(con, sql, {"run_a": run_a, "run_b": run_b})
+    better = sorted(
+        (r for r in rows if (r["success_delta"] or 0) > 0),
+        key=lambda r: (-r["success_delta"], r["uid"]),
+    )
+    worse = sorted(
+        (r for r in rows if (r["success_delta"] or 0) < 0),
+        key=lambda r: (r["success_delta"], r["uid"]),
+    )
+    return {"better": better[:top], "worse": worse[:top], "shared": len(rows)}
+
+
+def open_explorer(con: duckdb.DuckDBPyConnection, params: dict[str, Any]) -> None:
+    """Build ``explorer`` (the report's per-rollout facts plus table columns) and
+    ``report_prompts`` on ``con``, from the report's own SQL."""
+    from ddai.reports.context import bind
+
+    for name in ("report_facts", "report_prompts", "serve_explorer"):
+        sql = query.sql_text(name)
+        con.execute(sql, bind(sql, params))
+    # explorer holds every column of report_facts; one copy in memory is enough
+    con.execute("DROP TABLE report_facts")

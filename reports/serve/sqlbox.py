@@ -1,0 +1,65 @@
+"""The read-only SQL box: one SELECT over the explorer's views, no writes, no files outside the store.
+
+Two locks: ``lock_down`` turns DuckDB's external access off (only the store's folder stays
+readable, which the views need) and locks the configuration so no statement turns it back on;
+``check_select`` accepts exactly one SELECT statement, so DDL, ``COPY``, ``ATTACH``, ``SET``,
+``INSTALL`` / ``LOAD`` and ``PRAGMA`` never reach the engine.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+
+class SqlRejected(ValueError):
+    """A statement the SQL box does not run; the message says why and what it accepts."""
+
+
+def lock_down(con: duckdb.DuckDBPyConnection, store: Path) -> None:
+    """From now on ``con`` reads files under ``store`` only and writes none; not reversible."""
+    con.execute("SET allowed_directories = $dirs", {"dirs": [str(Path(store).resolve())]})
+    con.execute("SET enable_external_access = false")
+    con.execute("SET lock_configuration = true")
+
+
+def check_select(sql: str) -> None:
+    """Raise SqlRejected unless ``sql`` is exactly one SELECT (``WITH …``/``FROM …`` included)."""
+    try:
+        statements = duckdb.extract_statements(sql)
+    except duckdb.Error as e:
+        raise SqlRejected(f"SQL does not parse: {e}") from None
+    if len(statements) != 1:
+        raise SqlRejected(f"one statement at a time, got {len(statements)}")
+    kind = statements[0].type
+    if kind != duckdb.StatementType.SELECT:
+        raise SqlRejected(f"only SELECT runs here (got {kind.name}); the SQL box is read-only")
+
+
+def run_select(
+    con: duckdb.DuckDBPyConnection, sql: str, *, max_rows: int, timeout_s: float = 30.0
+) -> dict[str, Any]:
+    """Run one checked SELECT; ``{"columns", "rows" (lists), "truncated"}``.
+
+    Raises SqlRejected for a statement that is not one SELECT, an engine error (a file read
+    outside the store included) or a query running past ``timeout_s`` (interrupted).
+    """
+    check_select(sql)
+    timer = threading.Timer(timeout_s, con.interrupt)
+    timer.start()
+    try:
+        rel = con.sql(sql)
+        if rel is None:  # pragma: no cover - a SELECT always has a result
+            raise SqlRejected("the statement returned no result")
+        table = rel.limit(max_rows + 1).to_arrow_table()
+    except duckdb.InterruptException:
+        raise SqlRejected(f"the query ran longer than {timeout_s:g} s and was stopped") from None
+    except duckdb.Error as e:
+        raise SqlRejected(str(e)) from None
+    finally:
+        timer.cancel()
+    rows = [list(r.values()) for r in table.slice(0, max_rows).to_pylist()]
+    return {"columns": table.column_names, "rows": rows, "truncated": table.num_rows > max_rows}

@@ -1,0 +1,96 @@
+"""``ddai serve`` from the command line: flags into the config, exit 2 on bad input, token rules.
+
+uvicorn.run is replaced by a recorder, so no test binds a port here (the browser test serves).
+"""
+
+from __future__ import annotations
+
+import pytest
+import uvicorn
+from typer.testing import CliRunner
+
+from ddai.cli.app import app
+from ddai.pipelines import store
+from ddai.reports.serve import is_loopback
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def started(monkeypatch):
+    calls: list[dict] = []
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: calls.append({"app": app, **kw}))
+    return calls
+
+
+@pytest.fixture(scope="module")
+def logs(tmp_path_factory):
+    logs = tmp_path_factory.mktemp("store") / "logs"
+    rows = [
+        {"uid": f"u{i // 4}", "rollout_idx": i % 4, "response": "", "reward": i % 2}
+        for i in range(24)
+    ]
+    store.write_run(logs, "r1", rows)
+    return logs
+
+
+def test_help_explains_every_flag():
+    res = runner.invoke(app, ["serve", "--help"])
+    assert res.exit_code == 0
+    for flag in (
+        "--logs",
+        "--run",
+        "--datasets-dir",
+        "--image-root",
+        "--corpus",
+        "--host",
+        "--port",
+        "--token",
+        "--page-size",
+        "--success-threshold",
+        "--threads",
+    ):
+        assert flag in res.output
+
+
+def test_loopback_serves_without_a_token(logs, started):
+    res = runner.invoke(app, ["serve", "--logs", str(logs), "--port", "8799"])
+    assert res.exit_code == 0, res.output
+    assert "24 rollouts" in res.output and "http://127.0.0.1:8799/ " in res.output
+    assert "token=" not in res.output
+    (call,) = started
+    assert (call["host"], call["port"]) == ("127.0.0.1", 8799)
+
+
+def test_another_host_gets_a_token(logs, started):
+    res = runner.invoke(app, ["serve", "--logs", str(logs), "--host", "0.0.0.0"])
+    assert res.exit_code == 0, res.output
+    token = res.output.split("?token=")[1].split()[0]
+    assert len(token) >= 24
+    given = "g" * 20
+    res = runner.invoke(app, ["serve", "--logs", str(logs), "--host", "0.0.0.0", "--token", given])
+    assert f"?token={given}" in res.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--logs", "/nonexistent/logs"], "does not exist"),
+        (["--image-root", "/nonexistent/img"], "--image-root"),
+        (["--corpus", "/nonexistent/pages.parquet"], "--corpus"),
+        (["--port", "0"], "--port"),
+        (["--page-size", "0"], "--page-size"),
+        (["--token", "short"], "at least 16"),
+        (["--run", "nope"], "nope"),
+    ],
+)
+def test_bad_input_exits_2_naming_it(logs, started, args, message):
+    res = runner.invoke(app, ["serve", "--logs", str(logs), *args])
+    assert res.exit_code == 2, res.output
+    assert message in res.output
+    assert started == []
+
+
+def test_is_loopback():
+    assert all(map(is_loopback, ["127.0.0.1", "127.1.2.3", "::1", "localhost"]))
+    assert not any(map(is_loopback, ["0.0.0.0", "192.168.1.4", "::", "example.org"]))

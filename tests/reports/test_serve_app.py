@@ -1,0 +1,263 @@
+"""The explorer's routes through Starlette's test client over the planted store."""
+
+from __future__ import annotations
+
+import io
+from urllib.parse import parse_qs, urlparse
+
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+import pytest
+from PIL import Image
+from report_world import XSS, XSS_ANSWER, planted_rows, planted_store
+from starlette.testclient import TestClient
+
+from ddai.pipelines import store
+from ddai.pipelines.corpus import Corpus
+from ddai.reports.serve import ServeConfig
+from ddai.reports.serve.app import create_app
+from ddai.reports.serve.explorer import Explorer
+
+TOKEN = "t" * 24
+
+
+def _turn(idx: int, action: str, arg: str, retrieved: list[str] | None) -> dict:
+    return {
+        "idx": idx,
+        "think": "t",
+        "action": action,
+        "arg": arg,
+        "sep": "\n",
+        "forced": False,
+        "retrieved": retrieved,
+        "observation": None,
+        "error": None,
+        "value": None,
+    }
+
+
+@pytest.fixture(scope="module")
+def logs(tmp_path_factory):
+    logs = planted_store(tmp_path_factory.mktemp("planted"))
+    # a rollout whose turns say which page each search showed: 4_1, then 4_2, then a crop
+    row = dict(planted_rows()["base"][12], uid="u4", answer="a")
+    row["turns"] = [
+        _turn(0, "search", "q a", ["4_1"]),
+        _turn(1, "search", "q b", ["4_2"]),
+        _turn(2, "bbox", "[1, 2, 30, 40]", None),
+        _turn(3, "search_complete", "true", None),
+    ]
+    row["retrieved_pages"] = ["4_1", "4_2"]
+    store.write_run(logs, "pages", [row])
+    return logs
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory):
+    root = tmp_path_factory.mktemp("img")
+    Image.new("RGB", (200, 100), "white").save(root / "4_2.png")
+    return root
+
+
+@pytest.fixture(scope="module")
+def client(logs, images):
+    return TestClient(create_app(ServeConfig(logs=logs, image_root=images)))
+
+
+def test_rollout_table_pages_sorts_and_links(client):
+    res = client.get("/?tag=same_doc_success&sort=reward&dir=desc")
+    assert res.status_code == 200
+    assert "Content-Security-Policy" in res.headers
+    assert "script-src 'self'" in res.headers["Content-Security-Policy"]
+    html = res.text
+    assert '<span id="total">2</span>' in html
+    assert 'href="/rollout?run=base&uid=u1&step=1&idx=1"' in html
+    assert 'href="/group?uid=u3&run=new"' in html
+    # export links keep the filter and the sort
+    link = html.split('id="export-csv" href="')[1].split('"')[0].replace("&amp;", "&")
+    assert parse_qs(urlparse(link).query) == {
+        "tag": ["same_doc_success"],
+        "sort": ["reward"],
+        "dir": ["desc"],
+    }
+
+
+def test_api_pages_are_json(client):
+    res = client.get("/api/rollouts?run=base&sort=reward&dir=desc&size=3&page=2")
+    data = res.json()
+    assert (data["total"], data["page"], data["size"]) == (16, 2, 3)
+    assert [(r["uid"], r["rollout_idx"]) for r in data["rows"]] == [("u2", 1), ("u4", 0), ("u4", 1)]
+    assert client.get("/api/rollouts?total=0").json()["total"] is None
+
+
+def test_bad_parameters_are_400_with_the_reason(client):
+    res = client.get("/api/rollouts?judge_min=high")
+    assert res.status_code == 400 and "judge_min='high' is not a number" in res.json()["error"]
+    res = client.get("/?sort=nope")
+    assert res.status_code == 400 and "sort=&#39;nope&#39;" in res.text
+    assert client.get("/rollout?run=base").status_code == 400
+    assert client.get("/rollout?run=base&uid=u1&step=1&idx=9").status_code == 404
+    assert client.get("/group").status_code == 400
+    assert client.get("/group?uid=zzz").status_code == 404
+    assert client.get("/export.xlsx").status_code == 404
+
+
+def test_planted_markup_stays_text_everywhere(client):
+    page = client.get("/rollout?run=base&uid=u4&step=1&idx=0").text
+    assert XSS not in page and XSS_ANSWER not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "&lt;img src=x onerror=&#34;alert(2)&#34;&gt;" in page
+    group = client.get("/group?uid=u4").text
+    assert XSS_ANSWER not in group and "&lt;img src=x onerror=" in group
+    # the SQL box returns the text as data; the page renders it with textContent
+    res = client.post(
+        "/api/sql",
+        json={
+            "sql": "SELECT answer FROM rollouts WHERE uid = 'u4' AND rollout_idx = 0 AND run_id = 'base'"
+        },
+    )
+    assert res.json()["rows"] == [[XSS_ANSWER]]
+
+
+def test_transcript_shows_pages_and_the_crop_of_the_last_page(client):
+    page = client.get("/rollout?run=pages&uid=u4&step=1&idx=0").text
+    # 4_1 is the same document as the golden 4_2; the crop is of the page shown last (4_2)
+    assert page.count('<figure class="page same_doc">') == 2  # in its turn and in the list
+    assert page.count('<figure class="page golden">') == 2
+    assert page.count('class="crop-img"') == 1
+    assert 'src="/img/4_2?bbox=%5B1%2C%202%2C%2030%2C%2040%5D"' in page
+    crop = client.get("/img/4_2?bbox=%5B1%2C%202%2C%2030%2C%2040%5D")
+    assert crop.headers["content-type"] == "image/png"
+    with Image.open(io.BytesIO(crop.content)) as im:
+        assert im.size == (29, 38)
+    assert client.get("/img/4_2").headers["content-type"] == "image/png"
+    assert client.get("/img/9_9").status_code == 404
+    assert client.get("/img/4_2?bbox=1,2").status_code == 400
+
+
+def test_no_image_root_serves_no_images(logs):
+    c = TestClient(create_app(ServeConfig(logs=logs)))
+    assert c.get("/img/4_2").status_code == 404
+    assert "<img" not in c.get("/rollout?run=base&uid=u4&step=1&idx=0").text
+
+
+def test_export_writes_the_filters_ids(client):
+    res = client.get("/export.csv?run=new&outcome=failure")
+    table = pacsv.read_csv(io.BytesIO(res.content))
+    assert table.column_names == ["run_id", "uid", "step", "rollout_idx"]
+    assert table.to_pylist() == [
+        {"run_id": "new", "uid": "u2", "step": 1, "rollout_idx": 1},
+        {"run_id": "new", "uid": "u3", "step": 2, "rollout_idx": 1},
+    ]
+    pq_table = pq.read_table(io.BytesIO(client.get("/export.parquet?tag=zero_search").content))
+    assert sorted(
+        zip(pq_table["uid"].to_pylist(), pq_table["rollout_idx"].to_pylist(), strict=True)
+    ) == [
+        ("u1", 3),
+        ("u2", 1),
+    ]
+
+
+def test_sql_api_answers_selects_and_refuses_the_rest(client):
+    ok = client.post("/api/sql", json={"sql": "SELECT count(*) AS n FROM explorer"})
+    assert ok.status_code == 200 and ok.json()["rows"] == [[25]]  # 24 planted + 1 with pages
+    for sql in (
+        "DROP TABLE explorer",
+        "COPY explorer TO 'x.csv'",
+        "SELECT * FROM read_csv('/etc/passwd')",
+    ):
+        assert client.post("/api/sql", json={"sql": sql}).status_code == 400
+    assert client.post("/api/sql", json={"query": "SELECT 1"}).status_code == 400
+    assert client.post("/api/sql", content=b"not json").status_code == 400
+
+
+def test_sections_and_static_assets(client):
+    html = client.get("/sections").text
+    assert 'href="/?run=base&amp;outcome=success">8<' in html
+    assert 'href="/?run=base&amp;group=zero_variance">8<' in html
+    js = client.get("/static/plotly.min.js")
+    assert js.status_code == 200 and len(js.content) > 1_000_000
+    assert client.get("/static/explorer.js").headers["content-type"].startswith("text/javascript")
+    assert client.get("/static/../app.py").status_code == 404
+
+
+def test_token_is_required_when_set(logs):
+    c = TestClient(create_app(ServeConfig(logs=logs, host="0.0.0.0", token=TOKEN)))
+    assert c.get("/").status_code == 401
+    assert c.get("/?token=wrong-token-wrong-token").status_code == 401
+    assert c.get("/api/rollouts", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
+    first = c.get(f"/?token={TOKEN}")
+    assert first.status_code == 200 and "ddai_token" in first.headers["set-cookie"]
+    assert "httponly" in first.headers["set-cookie"].lower()
+    assert c.get("/sections").status_code == 200  # the cookie carries it now
+
+
+def test_the_explorer_follows_the_store(tmp_path):
+    logs = planted_store(tmp_path)
+    ex = Explorer(ServeConfig(logs=logs), recheck_s=0)
+    c = TestClient(create_app(ServeConfig(logs=logs), explorer=ex))
+    assert c.get("/api/rollouts").json()["total"] == 24
+    assert ex.builds == 1
+    store.write_run(logs, "third", planted_rows()["new"])
+    assert c.get("/api/rollouts?run=third").json()["total"] == 8
+    assert c.get("/api/rollouts").json()["total"] == 32
+    assert ex.builds == 2
+
+
+def test_sections_compare_links_prompts_to_both_runs(client):
+    html = client.get("/sections?a=base&b=new").text
+    better = html.split('class="grid better"')[1].split("</table>")[0]
+    assert 'href="/group?uid=u1&run=base&run=new"' in better
+    assert "+50.0 pts" in better
+    worse = html.split('class="grid worse"')[1].split("</table>")[0]
+    assert 'href="/?uid=u2&run=base&run=new"' in worse and "-50.0 pts" in worse
+    assert client.get("/sections?a=base&b=base").status_code == 400
+    assert client.get("/sections?a=base&b=nope").status_code == 400
+    # the group of a compared prompt shows both runs' groups
+    group = client.get("/group?uid=u1&run=base&run=new").text
+    assert group.count('<section class="group"') == 2
+
+
+def test_pages_are_drawn_from_the_corpus_without_image_files(logs, tmp_path):
+    corpus = Corpus.from_records(
+        [
+            {
+                "page_id": "4_2",
+                "doc_id": "4",
+                "page": 2,
+                "text": "Revenue\nEast 12",
+                "width": 400,
+                "height": 300,
+            }
+        ]
+    )
+    corpus.save(tmp_path / "pages.parquet")
+    c = TestClient(create_app(ServeConfig(logs=logs, corpus=tmp_path)))
+    page = c.get("/img/4_2")
+    assert page.headers["content-type"] == "image/png"
+    with Image.open(io.BytesIO(page.content)) as im:
+        assert im.size == (400, 300)
+    with Image.open(io.BytesIO(c.get("/img/4_2?bbox=0,0,100,50").content)) as im:
+        assert im.size == (100, 50)
+    assert c.get("/img/4_9").status_code == 404
+    assert 'class="crop-img"' in c.get("/rollout?run=pages&uid=u4&step=1&idx=0").text
+
+
+def test_an_image_corpus_serves_its_own_files(logs, tmp_path):
+    Image.new("RGB", (64, 48), "red").save(tmp_path / "4_2.png")
+    Corpus.from_records(
+        [
+            {
+                "page_id": "4_2",
+                "doc_id": "4",
+                "page": 2,
+                "text": "",
+                "width": 64,
+                "height": 48,
+                "image": "4_2.png",
+            }
+        ]
+    ).save(tmp_path / "pages.parquet")
+    c = TestClient(create_app(ServeConfig(logs=logs, corpus=tmp_path / "pages.parquet")))
+    with Image.open(io.BytesIO(c.get("/img/4_2").content)) as im:
+        assert im.size == (64, 48) and im.convert("RGB").getpixel((5, 5)) == (255, 0, 0)

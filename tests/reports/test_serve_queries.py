@@ -1,0 +1,170 @@
+"""The explorer's queries over the planted store, against counts worked out by hand.
+
+Planted world (tests/reports/report_world.py). Rewards: ``base`` = judge; ``new`` = 0.8·judge +
+0.2·NDCG. GRPO groups (run, step, uid) with one reward for all: base u3 (0 ×4), u4 (1 ×4), new
+step 1 u1 (1.0 ×2) and u2 (0 ×2): 12 rollouts; mixed: base u1, u2 and new u3: 10 rollouts.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from report_world import XSS, planted_store
+
+from ddai.pipelines import query
+from ddai.reports.serve import queries
+from ddai.reports.serve.filters import RolloutFilter
+from ddai.trainer.advantages import grpo_advantages
+
+PARAMS = {
+    "threshold": 1.0,
+    "judge_high": 0.5,
+    "ndcg_low": 0.0,
+    "judge_low": 0.0,
+    "ndcg_high": 1.0,
+    "max_turns": None,
+}
+
+
+@pytest.fixture(scope="module")
+def con(tmp_path_factory):
+    logs = planted_store(tmp_path_factory.mktemp("planted"))
+    con = query.connect(logs)
+    queries.open_explorer(con, PARAMS)
+    yield con
+    con.close()
+
+
+def view(**kw) -> RolloutFilter:
+    return RolloutFilter(**kw)
+
+
+@pytest.mark.parametrize(
+    ("kw", "n"),
+    [
+        ({}, 24),
+        ({"runs": ("base",)}, 16),
+        ({"runs": ("base",), "outcomes": ("success",)}, 8),
+        ({"outcomes": ("format_fail",)}, 2),  # base u2/3 (invalid turn), new u2/0 (unfinished)
+        ({"outcomes": ("unjudged",)}, 2),  # new u5
+        ({"tag": "same_doc_success"}, 2),  # base u1/1, new u3/0
+        ({"tag": "zero_search"}, 2),  # base u1/3, u2/1
+        ({"terminated": "max_turns"}, 4),  # base u3 (forced)
+        ({"group": "zero_variance"}, 12),
+        ({"group": "mixed"}, 10),
+        ({"ranges": (("judge", 0.5, 0.5),)}, 1),  # base u2/2
+        ({"ranges": (("ndcg", 0.5, None), ("judge", None, 0.0))}, 1),  # base u1/2 (retrieval ok)
+        ({"ranges": (("step", 2, 2),)}, 4),
+        ({"q": "Q C"}, 5),  # "q c" is searched by INVALID (u2/3) and FORCED (u3 ×4)
+        ({"q": "alert(1)"}, 1),  # the planted think
+        ({"q": "ANSWER U4"}, 3),  # u4/1-3's answer (u4/0's answer is the planted markup)
+        ({"uid": "u1", "runs": ("new",)}, 2),
+    ],
+)
+def test_count_matches_the_planted_world(con, kw, n):
+    assert queries.count(con, view(**kw)) == n
+    assert len(queries.keys(con, view(**kw)).fetchall()) == n
+
+
+def test_pages_follow_the_sort_and_never_overlap(con):
+    first = queries.page(con, view(sort="reward", desc=True, size=10))
+    second = queries.page(con, view(sort="reward", desc=True, size=10, page=2))
+    third = queries.page(con, view(sort="reward", desc=True, size=10, page=3))
+    rows = first + second + third
+    assert (len(first), len(second), len(third)) == (10, 10, 4)
+    keys = [(r["run_id"], r["uid"], r["step"], r["rollout_idx"]) for r in rows]
+    assert len(set(keys)) == 24
+    rewards = [r["reward"] for r in rows]
+    # 10 rewards of 1.0 (base u1/0-1, u2/0-1, u4 ×4; new u1 ×2), then 0.8, 0.5, …, nulls last
+    assert rewards[:10] == [1.0] * 10 and rewards[10] == pytest.approx(0.8) and rewards[11] == 0.5
+    assert rewards[-2:] == [None, None]
+    assert rewards[:-2] == sorted(rewards[:-2], reverse=True)
+    # ties are broken by the rollout key (rid numbers the rows in key order)
+    (n_rid,) = con.execute(
+        "SELECT count(*) FROM (SELECT rid, row_number() OVER (ORDER BY run_id, uid, step, rollout_idx) AS k FROM explorer) WHERE rid <> k"
+    ).fetchall()[0]
+    assert n_rid == 0
+    assert keys[:4] == [
+        ("base", "u1", 1, 0),
+        ("base", "u1", 1, 1),
+        ("base", "u2", 1, 0),
+        ("base", "u2", 1, 1),
+    ]
+
+
+def test_page_rows_carry_the_table_columns(con):
+    (row,) = queries.page(con, view(tag="same_doc_success", runs=("base",)))
+    assert tuple(row) == queries.TABLE_COLUMNS
+    assert (row["uid"], row["rollout_idx"], row["outcome"]) == ("u1", 1, "success")
+    assert row["tags"][0] == "same_doc_success" and "hallucination_suspect" in row["tags"]
+    assert row["question"] == "What does deck u1 say?" and row["n_search"] == 2
+
+
+def test_group_puts_a_prompts_rollouts_together_per_run_and_step(con):
+    data = queries.group(con, "u1")
+    assert data["prompt"]["reference_pages"] == ["1_3"]
+    g_base, g_new = data["groups"]
+    assert (g_base["run_id"], g_base["step"], g_base["n"]) == ("base", 1, 4)
+    assert [r["rollout_idx"] for r in g_base["rollouts"]] == [0, 1, 2, 3]
+    # base u1 rewards 1, 1, 0, 0: mean 0.5, population std 0.5; GRPO z-scores ±0.866 (unbiased)
+    assert g_base["mean_reward"] == 0.5 and g_base["std_reward"] == 0.5
+    assert not g_base["zero_variance"]
+    assert [r["advantage_z"] for r in g_base["rollouts"]] == pytest.approx(
+        [0.866, 0.866, -0.866, -0.866], abs=1e-3
+    )
+    expected = grpo_advantages(torch.tensor([1.0, 1.0, 0.0, 0.0]), torch.zeros(4, dtype=torch.long))
+    assert [r["advantage_z"] for r in g_base["rollouts"]] == pytest.approx(expected.tolist())
+    assert (g_new["run_id"], g_new["n"], g_new["zero_variance"]) == ("new", 2, True)
+    assert [r["advantage_z"] for r in g_new["rollouts"]] == [0.0, 0.0]
+    assert [a["action"] for a in g_base["rollouts"][2]["actions"]] == ["search"] * 3 + [
+        "search_complete"
+    ]
+    only_new = queries.group(con, "u1", ["new"])
+    assert [g["run_id"] for g in only_new["groups"]] == ["new"]
+    assert queries.group(con, "nope")["groups"] == []
+
+
+def test_rollout_is_the_stored_row_with_its_class(con):
+    r = queries.rollout(con, "base", "u4", 1, 0)
+    assert r is not None and XSS in r["turns"][0]["think"]
+    assert r["outcome"] == "success" and r["reference_pages"] == ["4_2"]
+    assert queries.rollout(con, "base", "u4", 2, 0) is None
+    assert queries.rollout(con, "base", "u4", None, 0) is None
+
+
+def test_sections_count_what_their_links_filter(con):
+    s = queries.sections(con)
+    assert [t["run_id"] for t in s["totals"]] == ["base", "new"]
+    assert s["totals"][0]["rollouts"] == 16 and s["totals"][0]["prompts"] == 4
+    assert s["outcomes"]["base"] == {"success": 8, "failure": 7, "format_fail": 1}
+    assert s["groups"][0] == {
+        "run_id": "base",
+        "groups": 4,
+        "zero_variance": 2,
+        "zero_variance_rollouts": 8,
+        "mixed": 2,
+        "mixed_rollouts": 8,
+    }
+    # every count equals the count of the filter its link carries
+    for run, by_tag in s["tags"].items():
+        for tag, n in by_tag.items():
+            assert queries.count(con, view(runs=(run,), tag=tag)) == n
+    for run, by in s["terminated"].items():
+        for how, n in by.items():
+            if how != "unknown":
+                assert queries.count(con, view(runs=(run,), terminated=how)) == n
+    # base: u1/1 (same doc), u2/0-1 (no reference doc) are judged right without a golden page
+    assert s["suspects"][:2] == [
+        {"run_id": "base", "uid": "u2", "n": 2},
+        {"run_id": "base", "uid": "u1", "n": 1},
+    ]
+    assert queries.tags(con)[0] in s["tags"]["base"]
+
+
+def test_compare_lists_prompts_that_got_better_and_worse(con):
+    # base → new: u1 success 0.5 → 1 (better), u2 0.5 → 0 (worse), u3 0 → 0.5 (better)
+    d = queries.compare(con, "base", "new")
+    assert d["shared"] == 3
+    assert [(r["uid"], r["success_delta"]) for r in d["better"]] == [("u1", 0.5), ("u3", 0.5)]
+    assert [(r["uid"], r["success_delta"]) for r in d["worse"]] == [("u2", -0.5)]
+    assert queries.compare(con, "base", "new", top=1)["better"] == d["better"][:1]
