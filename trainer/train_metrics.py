@@ -43,6 +43,11 @@ class TrainMetricsLog(TrainerCallback):
         self.path = side_table_path(logs, run_id) if logs is not None and run_id else None
         self.run_id = run_id
         self.rows: list[dict[str, Any]] = []
+        self._mine: list[dict[str, Any]] = []
+        if self.path is not None and self.path.is_file():
+            # A resumed run keeps the steps before its checkpoint (later ones are replaced).
+            text = self.path.read_text("utf-8")
+            self.rows = [json.loads(line) for line in text.splitlines() if line.strip()]
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not logs or not state.is_world_process_zero:
@@ -50,7 +55,13 @@ class TrainMetricsLog(TrainerCallback):
         row = {new: float(logs[old]) for old, new in KEPT.items() if _number(logs.get(old))}
         if not row:
             return
-        self.rows.append({"run_id": self.run_id, "step": int(state.global_step), **row})
+        step = int(state.global_step)
+        # Rows from an earlier attempt at this step or later (a resume, a rerun) give way.
+        mine = {id(r) for r in self._mine}
+        self.rows = [r for r in self.rows if r["step"] < step or id(r) in mine]
+        new = {"run_id": self.run_id, "step": step, **row}
+        self.rows.append(new)
+        self._mine.append(new)
         if self.path is not None:
             self._write()
 

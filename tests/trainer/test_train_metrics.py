@@ -45,3 +45,14 @@ def test_without_a_log_store_it_only_keeps_rows():
     cb = TrainMetricsLog()
     cb.on_log(None, _state(1), None, logs={"clip_ratio/high_mean": 0.5})
     assert cb.rows == [{"run_id": None, "step": 1, "clip_ratio_high": 0.5}]
+
+
+def test_a_resumed_run_keeps_earlier_steps_and_replaces_later_ones(tmp_path):
+    first = TrainMetricsLog(tmp_path, "r")
+    for step in (1, 2, 3):
+        first.on_log(None, _state(step), None, logs={"reward": float(step)})
+    resumed = TrainMetricsLog(tmp_path, "r")  # resumed from the step-2 checkpoint
+    resumed.on_log(None, _state(3), None, logs={"reward": 30.0})
+    resumed.on_log(None, _state(4), None, logs={"reward": 40.0})
+    rows = [json.loads(x) for x in side_table_path(tmp_path, "r").read_text().splitlines()]
+    assert [(r["step"], r["reward"]) for r in rows] == [(1, 1.0), (2, 2.0), (3, 30.0), (4, 40.0)]
