@@ -91,8 +91,8 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                 run_id=f"{arm}_s{seed}",
                 prompts=args.prompts,
                 n_agent=args.n_agent,
+                output_dir=work / f"grpo-{arm}-s{seed}",
             )
-            cfg.output_dir = work / f"grpo-{arm}-s{seed}"
             res = run_grpo(cfg, toy.local_backends(toy.corpus()))
             reward, fmt = curve(work / "logs", cfg.run_id)
             runs[arm][seed] = {

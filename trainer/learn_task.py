@@ -110,6 +110,7 @@ def grpo_config(
     run_id: str | None = None,
     n_agent: int = 4,
     prompts: int = 8,
+    output_dir: str | os.PathLike[str] | None = None,
 ) -> Any:
     """The GRPO run of one arm over ``generations`` rollout batches of ``prompts × n_agent``.
 
@@ -129,7 +130,7 @@ def grpo_config(
         model=str(model),
         data=root / "task" / "dataset.parquet",
         corpus=root / "task" / "pages.parquet",
-        output_dir=root / f"grpo-{arm}",
+        output_dir=Path(output_dir) if output_dir is not None else root / f"grpo-{arm}",
         logs=Path(logs) if logs is not None else root / "logs",
         run_id=run_id or arm,
         preset="gspo-ddai" if arm == "gspo-ddai" else "grpo",
