@@ -313,7 +313,7 @@ def register(app: typer.Typer) -> None:
             str | None,
             typer.Option(
                 "--preset",
-                help="Optimiser preset: gspo-ddai (seed defaults: sequence ratio, clip 3e-4/4e-4, lr 1e-6, KL 0, entropy 0) or grpo.",
+                help="Optimiser preset: gspo-ddai (seed defaults: sequence ratio, clip 3e-4/4e-4, lr 1e-6, KL 0, entropy 0, two optimizer steps of --batch-size rollouts per rollout batch) or grpo.",
             ),
         ] = None,
         reward: RewardOpt = "curriculum",
@@ -329,8 +329,9 @@ def register(app: typer.Typer) -> None:
             int | None,
             typer.Option(
                 "--batch-size",
-                help="Rollouts per device step (prompts × n_agent); under --launch N the step's "
-                "global batch is N × this.",
+                help="Rollouts per device optimizer step (prompts × n_agent); under --launch N the "
+                "step's global batch is N × this. A rollout batch is this × steps_per_generation "
+                "(1, or 2 under --preset gspo-ddai).",
             ),
         ] = None,
         max_steps: StepsOpt = None,

@@ -44,6 +44,7 @@ from ddai.trainer.rewards import (
     StreamingScorer,
     compute_reward,
     reward_preset,
+    unscorable_reason,
 )
 from ddai.trainer.rollout import (
     HFSampler,
@@ -62,9 +63,15 @@ from ddai.trainer.vision import (
 )
 
 # Seed 000's focused-round optimiser: sequence-level ratio (GSPO), clip 3e-4/4e-4, lr 1e-6, no KL,
-# no entropy bonus.
+# no entropy bonus, and its mini-batch structure: verl's ``ppo_mini_batch_size=8`` prompts out of a
+# 16-prompt rollout batch (focused round 1) is two optimizer steps per rollout batch. Without it the
+# old log-probs equal the current ones at every step and the tiny clip never acts. TRL's
+# ``steps_per_generation``: one generation of ``batch_size × steps_per_generation`` rollouts, then
+# that many optimizer steps of ``batch_size`` rollouts each (round 3's 32/8 is ``--set
+# steps_per_generation=4``).
 TRAIN_PRESETS: dict[str, dict[str, Any]] = {
     "gspo-ddai": {
+        "steps_per_generation": 2,
         "importance_sampling_level": "sequence",
         "loss_type": "grpo",
         "epsilon": 3e-4,
@@ -188,6 +195,13 @@ class GRPOResult:
     """``passed``, ``passed with warnings: …`` or ``skipped``."""
     search_errors: int = 0
     """Searches that failed (service errors, timeouts) and were shown as ``[System Error: …]``."""
+    unscorable: int = 0
+    """Rollouts that needed a judge score and got none (timeout, failure): no reward, left out of
+    group normalization."""
+    informative_group_share: float | None = None
+    """Share of prompt groups with reward variance (the only ones GRPO learns from)."""
+    clip_ratio: float | None = None
+    """Mean over logged steps of TRL's ``clip_ratio/region_mean`` (share clipped)."""
 
 
 # ---------------------------------------------------------------------------- config
@@ -250,9 +264,11 @@ def grpo_args(cfg: GRPORunConfig) -> Any:
         "activation_checkpointing": True,
         **common.device_defaults(),
     }
-    merged = common.merge_layers(
-        defaults, train_preset(cfg.preset), file_layer, flags, cfg.overrides
-    )
+    preset = train_preset(cfg.preset)
+    if any(layer.get("generation_batch_size") is not None for layer in (file_layer, cfg.overrides)):
+        # TRL takes one of the two; the user's generation batch wins over the preset's structure.
+        preset.pop("steps_per_generation", None)
+    merged = common.merge_layers(defaults, preset, file_layer, flags, cfg.overrides)
     user = {**file_layer, **cfg.overrides}
     if "gradient_checkpointing" in user and "activation_checkpointing" not in user:
         # transformers' old name would lose to the new one set by default above.
@@ -395,8 +411,10 @@ class SearchRollout:
 
 class DdaiReward:
     """Async TRL reward function: awaits each group's streamed judge result (with a timeout),
-    then computes ``compute_reward``. Logs ``ddai/judge``, ``ddai/ndcg``, ``ddai/format_ok`` and
-    ``ddai/judge_coverage`` (share of rollouts needing a judge score that got one in time)."""
+    then computes ``compute_reward``. A rollout that needed a judge score and got none (timeout,
+    failure) is unscorable: None, which TRL leaves out of group normalization (advantage 0).
+    Logs ``ddai/judge``, ``ddai/ndcg``, ``ddai/format_ok``, ``ddai/judge_coverage`` (share of
+    rollouts needing a judge score that got one in time) and ``ddai/unscorable`` (their count)."""
 
     __name__ = "ddai_reward"
 
@@ -437,10 +455,13 @@ class DdaiReward:
                 golden=t.task.reference_pages,
                 judge=judged.judge if judged else None,
             )
+            score.unscorable = unscorable_reason(
+                ro.spec, format_ok=t.episode.format_ok, judged=judged
+            )
             if judged is not None:
                 ro.judged[t.key] = judged
             ro.scores[t.key] = score
-            rewards.append(score.reward)
+            rewards.append(None if score.unscorable else score.reward)
         if log_metric is not None and trajs:
             n = len(trajs)
             log_metric("ddai/ndcg", sum(ro.scores[t.key].ndcg for t in trajs) / n)
@@ -448,6 +469,7 @@ class DdaiReward:
             log_metric("ddai/num_turns", sum(len(t.episode.turns) for t in trajs) / n)
             if needed:
                 log_metric("ddai/judge_coverage", scored / needed)
+                log_metric("ddai/unscorable", float(needed - scored))
                 log_metric("ddai/judge", sum(ro.scores[t.key].parts["judge"] for t in trajs) / n)
         return rewards
 
@@ -490,7 +512,7 @@ def _trainer_class() -> type:
             groups: dict[int, list[float]] = {}
             for i, (inp, adv) in enumerate(zip(inputs, advantages, strict=True)):
                 traj, judged, score = self.ddai_rollout.pop(inp["episode_key"])
-                if score is not None:
+                if score is not None and not score.unscorable:
                     groups.setdefault(traj.group, []).append(score.reward)
                 if self.ddai_log is not None:
                     row = rollout_row(
@@ -577,6 +599,7 @@ class RolloutLog:
     rows: int = 0
     rewards: list[float] = field(default_factory=list)
     search_errors: int = 0
+    unscorable: int = 0
 
     def append(self, rows: list[dict[str, Any]]) -> None:
         from ddai.pipelines.store import write_run
@@ -586,6 +609,7 @@ class RolloutLog:
         write_run(self.logs, self.run_id, rows, append=True)
         self.rows += len(rows)
         self.search_errors += sum(r["extra"].get("search_errors", 0) for r in rows)
+        self.unscorable += sum("unscorable" in r["extra"] for r in rows)
         rs = [r["reward"] for r in rows if r["reward"] is not None]
         if rs:
             self.rewards.append(sum(rs) / len(rs))
@@ -715,6 +739,7 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
     )
     from ddai.trainer.rollout import token_truncator
     from ddai.trainer.sft import merged_lora, save_final, save_model
+    from ddai.trainer.train_metrics import TrainMetricsLog
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     args = grpo_args(cfg)
@@ -809,6 +834,7 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
     run_id = cfg.run_id or f"grpo_{time.strftime('%Y%m%d_%H%M%S')}"
     log = RolloutLog(workspace.logs_dir(cfg.logs), run_id)
     _, metrics_file = common.split_report_to(cfg.report_to)
+    step_metrics = TrainMetricsLog(log.logs, run_id)
     trainer = _trainer_class()(
         model=model,
         reward_funcs=[DdaiReward(rollout, cfg.reward_timeout)],
@@ -816,7 +842,7 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
         train_dataset=Dataset.from_list([t.to_row() for t in tasks]),
         processing_class=tok,
         peft_config=peft_config,
-        callbacks=common.build_callbacks(cfg.output_dir, metrics_file),
+        callbacks=[*common.build_callbacks(cfg.output_dir, metrics_file), step_metrics],
         ddai_rollout=rollout,
         ddai_log=log,
     )
@@ -867,4 +893,7 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
         zero_variance_steps=trainer.ddai_zero_variance.count,
         preflight=preflight_status(report),
         search_errors=log.search_errors,
+        unscorable=log.unscorable,
+        informative_group_share=trainer.ddai_zero_variance.informative_share,
+        clip_ratio=step_metrics.mean("clip_ratio"),
     )
