@@ -638,6 +638,8 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
     run_id = cfg.run_id or (state.run_id if state else f"ppo_{time.strftime('%Y%m%d_%H%M%S')}")
     run_id = accel.gather_rows([run_id], acc)[0]  # rank 0's timestamp names the run
     log = RolloutLog(workspace.logs_dir(cfg.logs), run_id)
+    if start and main:
+        ck.drop_rollouts_after(log.logs, run_id, start)
     kept = ck.keep_metrics_until(out / "metrics.jsonl", start) if main and start else []
     metrics_log = MetricsLog(out / "metrics.jsonl") if main else None
     if kept:

@@ -12,7 +12,7 @@ from safetensors.torch import load_file
 from typer.testing import CliRunner
 
 from ddai.cli.app import app
-from ddai.pipelines.store import read_rollouts
+from ddai.pipelines.store import read_rollouts, write_run
 from ddai.trainer import ppo_checkpoint as ck
 from ddai.trainer import toy
 from ddai.trainer.common import TrainConfigError
@@ -70,6 +70,14 @@ def test_resume_continues_steps(toy_world):
     adam = torch.load(ckpt / ck.OPTIM_FILE, weights_only=True)["policy"]["state"]
     assert adam and all(int(s["step"]) == 2 for s in adam.values())  # one step per PPO step
 
+    # A crash after step 3 was logged but before its checkpoint: its rows and metrics are redone.
+    step2 = [r for r in read_rollouts(root / "logs", ["ppo_resume"]).to_pylist() if r["step"] == 2]
+    write_run(
+        root / "logs", "ppo_resume", [{**r, "step": 3} for r in step2], append=True, normalize=False
+    )
+    with (root / "out" / "metrics.jsonl").open("a") as fh:
+        fh.write(json.dumps({"step": 3, "stale": True}) + "\n")
+
     # No run id given: the checkpoint's is kept.
     second = run_ppo(_cfg(root, data, tiny, max_steps=3, resume=True), backends)
     assert second.resumed_from == 2 and second.run_id == "ppo_resume"
@@ -82,7 +90,7 @@ def test_resume_continues_steps(toy_world):
     metrics = [
         json.loads(line) for line in (root / "out" / "metrics.jsonl").read_text().splitlines()
     ]
-    assert [m["step"] for m in metrics] == [1, 2, 3]
+    assert [m["step"] for m in metrics] == [1, 2, 3] and "stale" not in metrics[-1]
     assert all("actor/kl_loss" in m and "actor/entropy" in m for m in metrics)
     rows = read_rollouts(root / "logs", ["ppo_resume"]).to_pylist()
     assert sorted(r["step"] for r in rows) == [1] * 4 + [2] * 4 + [3] * 4

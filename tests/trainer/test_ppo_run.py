@@ -163,6 +163,9 @@ def test_ppo_bad_flags_exit_2(toy_world, tmp_path):
         (["--lam", "1.5"], "--gamma and --lam"),
         (["--vf-clip", "-1"], "--vf-clip"),
         (["--mini-batch-size", "99"], "--mini-batch-size"),
+        (["--kl-mode", "both"], "--kl-mode"),
+        (["--reward-norm", "minmax"], "none, center, scale, whiten"),
+        (["--entropy-coef", "-1"], "--entropy-coef"),
     ):
         res = runner.invoke(app, base + extra)
         assert res.exit_code == 2, res.output
