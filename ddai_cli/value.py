@@ -371,7 +371,9 @@ def train_ppo_command(
     vf_clip: Annotated[
         float,
         typer.Option(
-            "--vf-clip", help="Value clip range around the rollout-time values; 0: unclipped."
+            "--vf-clip",
+            help="Value clip range around the rollout-time values; 0: unclipped ½·(V − R)², "
+            "which is seed 003's critic loss (critic weight 0.5).",
         ),
     ] = 0.2,
     kl: Annotated[
@@ -382,8 +384,34 @@ def train_ppo_command(
         ),
     ] = 0.05,
     kl_estimator: Annotated[
-        str, typer.Option("--kl-estimator", help="KL estimator folded into the rewards: k1 or k3.")
+        str,
+        typer.Option(
+            "--kl-estimator",
+            help="KL estimator: k1 (log-ratio), k2 (½·log-ratio²) or k3 (GRPO's low-variance one).",
+        ),
     ] = "k1",
+    kl_mode: Annotated[
+        str,
+        typer.Option(
+            "--kl-mode",
+            help="Where the KL goes: reward (−β·KL on each token's reward) or loss (+β·KL added to "
+            "the policy loss; use k2 or k3 there, k1's gradient is 0 in expectation).",
+        ),
+    ] = "reward",
+    reward_norm: Annotated[
+        str,
+        typer.Option(
+            "--reward-norm",
+            help="Normalize each batch's outcome rewards: none, center (minus the mean), scale "
+            "(divide by the std, sign kept) or whiten (mean 0, std 1).",
+        ),
+    ] = "none",
+    entropy_coef: Annotated[
+        float,
+        typer.Option(
+            "--entropy-coef", help="Entropy bonus c_H: the policy loss subtracts c_H·mean entropy."
+        ),
+    ] = 0.0,
     gamma: Annotated[float, typer.Option("--gamma", help="GAE discount γ per policy token.")] = 1.0,
     lam: Annotated[float, typer.Option("--lam", help="GAE λ.")] = 0.95,
     whiten: Annotated[
@@ -444,6 +472,20 @@ def train_ppo_command(
     seed: SeedOpt = 0,
     skip_preflight: SkipPreflightOpt = False,
     preflight_prompts: PreflightPromptsOpt = 2,
+    resume: Annotated[
+        bool,
+        typer.Option(
+            "--resume",
+            help="Continue from the last checkpoint-N in --out: steps N+1..--max-steps, same run id.",
+        ),
+    ] = False,
+    save_steps: Annotated[
+        int,
+        typer.Option(
+            "--save-steps",
+            help="Write a resumable checkpoint-N every this many steps (0: after the last step only).",
+        ),
+    ] = 0,
     launch: LaunchOpt = None,
     accelerate_config: AccelerateConfigOpt = None,
     as_json: JsonOpt = False,
@@ -487,6 +529,11 @@ def train_ppo_command(
         vf_clip=vf_clip or None,
         kl_coef=kl,
         kl_estimator=kl_estimator,
+        kl_mode=kl_mode,
+        reward_norm=reward_norm,
+        entropy_coef=entropy_coef,
+        resume=resume,
+        save_steps=save_steps,
         gamma=gamma,
         lam=lam,
         whiten_advantages=whiten,
