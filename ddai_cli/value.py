@@ -501,6 +501,9 @@ def register(app: typer.Typer) -> None:
     )
     train_app.command("value")(train_value_command)
     train_app.command("ppo")(train_ppo_command)
+    from ddai.cli.value_sft import train_value_sft_command  # imports this module's options
+
+    train_app.command("value-sft")(train_value_sft_command)
     value_app = typer.Typer(
         help="Value heads over the rollout log: per-turn value estimates.", no_args_is_help=True
     )
