@@ -181,3 +181,35 @@ def test_a_plain_model_as_critic_is_refused(world, tmp_path):
     root, tiny, _ = world
     res = runner.invoke(app, base_args(root, tiny, tiny, tmp_path / "o"))
     assert res.exit_code == 2 and "not a value checkpoint" in said(res)
+
+
+def test_mc_only_value_loss_is_the_scaled_mse(world, tmp_path):
+    root, tiny, critic = world
+    cfg = vs.ValueSFTConfig(
+        model=str(tiny),
+        critic=str(critic),
+        output_dir=tmp_path,
+        logs=root / "logs",
+        val_fraction=0,
+        pairwise_coef=0.0,
+        mc_coef=0.5,
+    )
+    model, tok, data = _fixed_batch(world, cfg)
+    model.eval()
+    idx = [i for i, r in enumerate(data.train) if r.success][:1] + [
+        i for i, r in enumerate(data.train) if not r.success
+    ][:1]
+    _, m = vs.step_loss(model, data, idx, cfg, tok.pad_token_id)
+    assert m["value/loss"] == pytest.approx(0.5 * m["value/mc_mse"])
+    # One correct rollout of two: its policy tokens alone carry CE weights.
+    assert m["joint/loss"] == pytest.approx(m["joint/weighted_ce"] + 0.05 * m["value/loss"])
+
+
+def test_help_names_every_seed_constant():
+    res = runner.invoke(app, ["train", "value-sft", "--help"], terminal_width=200)
+    assert res.exit_code == 0
+    for flag in (
+        "--beta", "--weight-clip-min", "--weight-clip-max", "--gamma", "--lam",
+        "--value-loss-coef", "--trunk-lr", "--head-lr", "--max-grad-norm", "--critic",
+    ):  # fmt: skip
+        assert flag in res.output, flag
