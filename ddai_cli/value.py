@@ -495,7 +495,8 @@ def train_ppo_command(
 
 
 def register(app: typer.Typer) -> None:
-    """Add ``train value`` and ``train ppo`` to the ``train`` group and the ``value`` group."""
+    """Add ``train value``, ``train value-sft`` and ``train ppo`` to the ``train`` group and the
+    ``value`` group."""
     train_app = _group(
         app, "train", "Train the Searcher: SFT, then GRPO over the search environment."
     )
