@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ddai.cli.common import EXIT_FAILED, JsonOpt, LogsOpt, fail, summary
+from ddai.cli.common import EXIT_FAILED, JsonOpt, LogsOpt, check_run_ids, fail, summary
 from ddai.pipelines import adapters, workspace
 from ddai.pipelines.ingest import IngestConfig, ingest
 
@@ -24,6 +24,7 @@ def ingest_cmd(
         str | None,
         typer.Option(
             "--run-id",
+            callback=check_run_ids,
             help="Run id for every row (wins over the rows' own run_id, "
             "which is kept as extra.source_run_id).",
         ),

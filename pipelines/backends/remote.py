@@ -78,6 +78,7 @@ class RemoteBackend:
             price=self.price,
             budget=Budget(context.max_cost) if context.max_cost is not None else None,
             progress=context.progress,
+            retry_failed=context.retry_failed,
         )
 
     @classmethod
