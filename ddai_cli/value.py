@@ -565,12 +565,16 @@ def train_ppo_command(
 
 
 def register(app: typer.Typer) -> None:
-    """Add ``train value`` and ``train ppo`` to the ``train`` group and the ``value`` group."""
+    """Add ``train value``, ``train value-sft`` and ``train ppo`` to the ``train`` group and the
+    ``value`` group."""
     train_app = _group(
         app, "train", "Train the Searcher: SFT, then GRPO over the search environment."
     )
     train_app.command("value")(train_value_command)
     train_app.command("ppo")(train_ppo_command)
+    from ddai.cli.value_sft import train_value_sft_command  # imports this module's options
+
+    train_app.command("value-sft")(train_value_sft_command)
     value_app = typer.Typer(
         help="Value heads over the rollout log: per-turn value estimates.", no_args_is_help=True
     )
