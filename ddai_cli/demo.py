@@ -86,46 +86,45 @@ def step_report(cfg: DemoConfig) -> dict[str, Any]:
 
 
 def step_train(cfg: DemoConfig) -> dict[str, Any]:
-    """A few CPU steps of the trainer: a tiny model, SFT on the distilled file, then GRPO over
-    the world's prompts and corpus, logging its rollouts beside the other runs (opt-in: --train).
-    The tiny model is untrained, so this shows the plumbing, not learning."""
-    from ddai.trainer.grpo import GRPORunConfig, run_grpo
-    from ddai.trainer.sft import SFTRunConfig, run_sft
-    from ddai.trainer.tiny import build_tiny, read_texts
+    """A few CPU steps of the trainer on a task a tiny model can learn (``ddai.trainer.learn_task``):
+    a tiny model, an SFT start that writes the valid format and picks the right first query about
+    half the time, then GRPO, its rollouts logged as run ``demo_grpo`` beside the world's runs
+    (opt-in: --train). Groups with mixed outcomes are what GRPO learns from; the summary counts
+    them (``informative_group_share``) and the weights that changed."""
+    from ddai.trainer import learn_task, toy
+    from ddai.trainer.grpo import run_grpo
 
-    sft_data = cfg.out / "sft" / "focused_r1.train1.parquet"
     root = cfg.out / "train"
-    tiny = build_tiny(root / "tiny", texts=read_texts([sft_data]), overwrite=True)
-    sft = run_sft(
-        SFTRunConfig(
-            model=str(tiny),
-            data=[sft_data],
-            output_dir=root / "sft",
-            max_steps=3,
-            report_to="jsonl",
-        )
-    )
+    sft = learn_task.start(root, seed=cfg.seed, sft_steps=DEMO_SFT_STEPS)
     grpo = run_grpo(
-        GRPORunConfig(
-            model=str(root / "sft"),
-            data=cfg.world / "dataset.parquet",
-            corpus=cfg.world / "pages.parquet",
-            output_dir=root / "grpo",
+        learn_task.grpo_config(
+            sft,
+            root,
+            arm="grpo",
+            generations=2,
+            seed=cfg.seed,
             logs=cfg.logs,
             run_id="demo_grpo",
-            n_agent=2,
-            batch_size=4,
-            max_steps=2,
-            max_turns=2,
-            max_turn_tokens=24,
-        )
+            prompts=4,
+            n_agent=4,
+        ),
+        toy.local_backends(toy.corpus()),
     )
     return {
-        "model": str(root / "grpo"),
-        "sft steps": sft.steps,
+        "model": grpo.output_dir,
+        "sft steps": DEMO_SFT_STEPS,
         "grpo steps": grpo.steps,
         "rollouts logged": f"{grpo.rollouts_logged} (run demo_grpo)",
+        "changed_parameters": grpo.changed_parameters,
+        "informative_group_share": grpo.informative_group_share,
+        "reward first/last step": f"{grpo.reward_first:.3f} / {grpo.reward_last:.3f}"
+        if grpo.reward_first is not None and grpo.reward_last is not None
+        else None,
     }
+
+
+DEMO_SFT_STEPS = 300
+"""SFT steps of the demo's start: enough for the valid format and both queries (1–2 CPU minutes)."""
 
 
 STEPS: list[tuple[str, Callable[[DemoConfig], dict[str, Any]]]] = [
@@ -165,8 +164,9 @@ def demo_cmd(
     train: Annotated[
         bool,
         typer.Option(
-            help="Also run a few CPU steps of the trainer (tiny model, SFT on the distilled file, "
-            "GRPO over the world) before the report; adds about a minute."
+            help="Also train before the report: a tiny model, an SFT start and 2 GRPO steps on a "
+            "small task it can learn (ddai.trainer.learn_task), logged as run demo_grpo; adds a "
+            "few CPU minutes."
         ),
     ] = False,
     as_json: JsonOpt = False,

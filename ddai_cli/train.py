@@ -48,12 +48,42 @@ StepsOpt = Annotated[
 ]
 LrOpt = Annotated[float | None, typer.Option("--lr", help="Learning rate.")]
 DtypeOpt = Annotated[
-    str, typer.Option("--dtype", help="Model dtype: float32 (CPU), bfloat16, float16 or auto.")
+    str,
+    typer.Option(
+        "--dtype",
+        help="Weight dtype: float32 (default; a GPU still computes in bf16 autocast), bfloat16, "
+        "float16 or auto. `train grpo` / `train ppo` refuse half-precision weights that --lr is "
+        "too small to change (pure bf16 at lr 1e-6); add --lora to train a float32 adapter.",
+    ),
 ]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Random seed.")]
 SaveOpt = Annotated[int | None, typer.Option("--save-steps", help="Checkpoint every N steps.")]
 LogStepsOpt = Annotated[
     int | None, typer.Option("--logging-steps", help="Log metrics every N steps.")
+]
+
+# LoRA options shared by `ddai train grpo` and `ddai train ppo`.
+LoraOpt = Annotated[
+    bool,
+    typer.Option(
+        "--lora",
+        help="Train a LoRA adapter (peft, float32) on frozen weights, e.g. a 7B policy in bfloat16 "
+        "on one 80 GB GPU; the adapter goes to <out>/adapter, the merged model to <out>.",
+    ),
+]
+LoraROpt = Annotated[int, typer.Option("--lora-r", help="LoRA rank.")]
+LoraAlphaOpt = Annotated[int, typer.Option("--lora-alpha", help="LoRA alpha.")]
+LoraTargetOpt = Annotated[
+    str, typer.Option("--lora-target", help="LoRA target modules (peft syntax).")
+]
+RepetitionPenaltyOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--repetition-penalty",
+        help="Sampling repetition penalty (default 1: none). Applied explicitly, and the returned "
+        "log-probs are of the penalized distribution; the checkpoint's own generation_config "
+        "never applies.",
+    ),
 ]
 
 # Reward and episode options shared by `ddai train grpo` and `ddai train ppo`.
@@ -283,7 +313,7 @@ def register(app: typer.Typer) -> None:
             str | None,
             typer.Option(
                 "--preset",
-                help="Optimiser preset: gspo-ddai (seed defaults: sequence ratio, clip 3e-4/4e-4, lr 1e-6, KL 0, entropy 0) or grpo.",
+                help="Optimiser preset: gspo-ddai (seed defaults: sequence ratio, clip 3e-4/4e-4, lr 1e-6, KL 0, entropy 0, two optimizer steps of --batch-size rollouts per rollout batch) or grpo.",
             ),
         ] = None,
         reward: RewardOpt = "curriculum",
@@ -299,8 +329,9 @@ def register(app: typer.Typer) -> None:
             int | None,
             typer.Option(
                 "--batch-size",
-                help="Rollouts per device step (prompts × n_agent); under --launch N the step's "
-                "global batch is N × this.",
+                help="Rollouts per device optimizer step (prompts × n_agent); under --launch N the "
+                "step's global batch is N × this. A rollout batch is this × steps_per_generation "
+                "(1, or 2 under --preset gspo-ddai).",
             ),
         ] = None,
         max_steps: StepsOpt = None,
@@ -328,6 +359,7 @@ def register(app: typer.Typer) -> None:
         temperature: Annotated[
             float | None, typer.Option("--temperature", help="Sampling temperature.")
         ] = None,
+        repetition_penalty: RepetitionPenaltyOpt = None,
         max_turns: MaxTurnsOpt = 7,
         search_k: SearchKOpt = 5,
         force_completion: ForceCompletionOpt = True,
@@ -402,6 +434,10 @@ def register(app: typer.Typer) -> None:
         logging_steps: LogStepsOpt = None,
         resume: ResumeOpt = False,
         dtype: DtypeOpt = "float32",
+        lora: LoraOpt = False,
+        lora_r: LoraROpt = 16,
+        lora_alpha: LoraAlphaOpt = 32,
+        lora_target: LoraTargetOpt = "all-linear",
         seed: SeedOpt = 0,
         launch: LaunchOpt = None,
         accelerate_config: AccelerateConfigOpt = None,
@@ -451,6 +487,7 @@ def register(app: typer.Typer) -> None:
             importance_sampling_level=ratio_level,
             loss_type=loss_type,
             temperature=temperature,
+            repetition_penalty=repetition_penalty,
             max_turns=max_turns,
             search_k=search_k,
             force_completion=force_completion,
@@ -474,6 +511,10 @@ def register(app: typer.Typer) -> None:
             report_to=report_to,
             resume=resume,
             dtype=dtype,
+            lora=lora,
+            lora_r=lora_r,
+            lora_alpha=lora_alpha,
+            lora_target=lora_target,
             config_file=config,
             overrides=overrides,
             skip_preflight=skip_preflight,

@@ -17,6 +17,10 @@ from ddai.cli.train import (
     ForceCompletionOpt,
     GateOpt,
     LaunchOpt,
+    LoraAlphaOpt,
+    LoraOpt,
+    LoraROpt,
+    LoraTargetOpt,
     MaxTurnsOpt,
     MaxTurnTokensOpt,
     PreflightPromptsOpt,
@@ -34,7 +38,13 @@ OutOpt = Annotated[
     Path, typer.Option("--out", help="Output folder: the checkpoint and metrics.jsonl.")
 ]
 DtypeOpt = Annotated[
-    str, typer.Option("--dtype", help="Model dtype: float32 (CPU), bfloat16, float16 or auto.")
+    str,
+    typer.Option(
+        "--dtype",
+        help="Weight dtype: float32 (default; a GPU still computes in bf16 autocast), bfloat16, "
+        "float16 or auto. `train grpo` / `train ppo` refuse half-precision weights that --lr is "
+        "too small to change (pure bf16 at lr 1e-6); add --lora to train a float32 adapter.",
+    ),
 ]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Random seed (sampling, split, head init).")]
 PromptsOpt = Annotated[
@@ -361,7 +371,9 @@ def train_ppo_command(
     vf_clip: Annotated[
         float,
         typer.Option(
-            "--vf-clip", help="Value clip range around the rollout-time values; 0: unclipped."
+            "--vf-clip",
+            help="Value clip range around the rollout-time values; 0: unclipped ½·(V − R)², "
+            "which is seed 003's critic loss (critic weight 0.5).",
         ),
     ] = 0.2,
     kl: Annotated[
@@ -372,8 +384,34 @@ def train_ppo_command(
         ),
     ] = 0.05,
     kl_estimator: Annotated[
-        str, typer.Option("--kl-estimator", help="KL estimator folded into the rewards: k1 or k3.")
+        str,
+        typer.Option(
+            "--kl-estimator",
+            help="KL estimator: k1 (log-ratio), k2 (½·log-ratio²) or k3 (GRPO's low-variance one).",
+        ),
     ] = "k1",
+    kl_mode: Annotated[
+        str,
+        typer.Option(
+            "--kl-mode",
+            help="Where the KL goes: reward (−β·KL on each token's reward) or loss (+β·KL added to "
+            "the policy loss; use k2 or k3 there, k1's gradient is 0 in expectation).",
+        ),
+    ] = "reward",
+    reward_norm: Annotated[
+        str,
+        typer.Option(
+            "--reward-norm",
+            help="Normalize each batch's outcome rewards: none, center (minus the mean), scale "
+            "(divide by the std, sign kept) or whiten (mean 0, std 1).",
+        ),
+    ] = "none",
+    entropy_coef: Annotated[
+        float,
+        typer.Option(
+            "--entropy-coef", help="Entropy bonus c_H: the policy loss subtracts c_H·mean entropy."
+        ),
+    ] = 0.0,
     gamma: Annotated[float, typer.Option("--gamma", help="GAE discount γ per policy token.")] = 1.0,
     lam: Annotated[float, typer.Option("--lam", help="GAE λ.")] = 0.95,
     whiten: Annotated[
@@ -427,9 +465,27 @@ def train_ppo_command(
         float, typer.Option("--grad-clip", help="Max gradient norm of each model (0: off).")
     ] = 1.0,
     dtype: DtypeOpt = "float32",
+    lora: LoraOpt = False,
+    lora_r: LoraROpt = 16,
+    lora_alpha: LoraAlphaOpt = 32,
+    lora_target: LoraTargetOpt = "all-linear",
     seed: SeedOpt = 0,
     skip_preflight: SkipPreflightOpt = False,
     preflight_prompts: PreflightPromptsOpt = 2,
+    resume: Annotated[
+        bool,
+        typer.Option(
+            "--resume",
+            help="Continue from the last checkpoint-N in --out: steps N+1..--max-steps, same run id.",
+        ),
+    ] = False,
+    save_steps: Annotated[
+        int,
+        typer.Option(
+            "--save-steps",
+            help="Write a resumable checkpoint-N every this many steps (0: after the last step only).",
+        ),
+    ] = 0,
     launch: LaunchOpt = None,
     accelerate_config: AccelerateConfigOpt = None,
     as_json: JsonOpt = False,
@@ -473,6 +529,11 @@ def train_ppo_command(
         vf_clip=vf_clip or None,
         kl_coef=kl,
         kl_estimator=kl_estimator,
+        kl_mode=kl_mode,
+        reward_norm=reward_norm,
+        entropy_coef=entropy_coef,
+        resume=resume,
+        save_steps=save_steps,
         gamma=gamma,
         lam=lam,
         whiten_advantages=whiten,
@@ -492,6 +553,10 @@ def train_ppo_command(
         grad_clip=grad_clip,
         grad_accum=grad_accum,
         dtype=dtype,
+        lora=lora,
+        lora_r=lora_r,
+        lora_alpha=lora_alpha,
+        lora_target=lora_target,
         seed=seed,
         skip_preflight=skip_preflight,
         preflight_prompts=preflight_prompts,
@@ -500,12 +565,16 @@ def train_ppo_command(
 
 
 def register(app: typer.Typer) -> None:
-    """Add ``train value`` and ``train ppo`` to the ``train`` group and the ``value`` group."""
+    """Add ``train value``, ``train value-sft`` and ``train ppo`` to the ``train`` group and the
+    ``value`` group."""
     train_app = _group(
         app, "train", "Train the Searcher: SFT, then GRPO over the search environment."
     )
     train_app.command("value")(train_value_command)
     train_app.command("ppo")(train_ppo_command)
+    from ddai.cli.value_sft import train_value_sft_command  # imports this module's options
+
+    train_app.command("value-sft")(train_value_sft_command)
     value_app = typer.Typer(
         help="Value heads over the rollout log: per-turn value estimates.", no_args_is_help=True
     )

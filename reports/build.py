@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
 import duckdb
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ddai.pipelines import io, manifest, query
+from ddai.pipelines import io, manifest, query, store
 from ddai.reports.blocks import Section, SectionBuilder
 from ddai.reports.config import ReportConfig
 from ddai.reports.context import ReportContext
@@ -32,6 +33,24 @@ def _check_inputs(cfg: ReportConfig) -> None:
         )
     if cfg.datasets_dir is not None and not cfg.datasets_dir.is_dir():
         raise FileNotFoundError(f"--datasets-dir {cfg.datasets_dir} is not a folder")
+
+
+STEP = "report"
+_NOT_PARAMS = ("out", "progress", "threads")
+
+
+def _params(cfg: ReportConfig) -> dict[str, Any]:
+    """What shapes the page: every setting but where it goes and how it is shown while built."""
+    return {k: v for k, v in dataclasses.asdict(cfg).items() if k not in _NOT_PARAMS}
+
+
+def _inputs(cfg: ReportConfig, runs: list[str]) -> list[Any]:
+    """The run partitions read, and the dataset and flag files given."""
+    return [
+        *(store.partition_dir(cfg.logs, r) for r in runs),
+        *cfg.datasets,
+        *cfg.flags,
+    ]
 
 
 def _title(cfg: ReportConfig, runs: list[str]) -> str:
@@ -74,6 +93,7 @@ def _build(
                 f"--compare run(s) {', '.join(missing)} not in the log store "
                 f"(runs: {', '.join(ctx.runs)})"
             )
+        record = manifest.start(STEP, _params(cfg), _inputs(cfg, ctx.runs))
         progress.advance(task)
         for label, builder in sections:
             progress.update(task, description=label)
@@ -92,6 +112,8 @@ def _build(
             version=manifest.ddai_version(),
         )
         io.write_text(cfg.out, html)
+        # The page's manifest (inputs, parameters, the page's hash) is written last: the commit.
+        manifest.write(cfg.out, record)
         timings["render"] = time.perf_counter() - t0
         progress.advance(task)
     return built, ctx.runs, timings

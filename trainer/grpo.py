@@ -44,6 +44,7 @@ from ddai.trainer.rewards import (
     StreamingScorer,
     compute_reward,
     reward_preset,
+    unscorable_reason,
 )
 from ddai.trainer.rollout import (
     HFSampler,
@@ -55,15 +56,22 @@ from ddai.trainer.rollout import (
 from ddai.trainer.vision import (
     ResizedPixels,
     VisionObservationFormat,
+    on_device,
     page_image_path,
     slice_vision,
     vision_batch,
 )
 
 # Seed 000's focused-round optimiser: sequence-level ratio (GSPO), clip 3e-4/4e-4, lr 1e-6, no KL,
-# no entropy bonus.
+# no entropy bonus, and its mini-batch structure: verl's ``ppo_mini_batch_size=8`` prompts out of a
+# 16-prompt rollout batch (focused round 1) is two optimizer steps per rollout batch. Without it the
+# old log-probs equal the current ones at every step and the tiny clip never acts. TRL's
+# ``steps_per_generation``: one generation of ``batch_size × steps_per_generation`` rollouts, then
+# that many optimizer steps of ``batch_size`` rollouts each (round 3's 32/8 is ``--set
+# steps_per_generation=4``).
 TRAIN_PRESETS: dict[str, dict[str, Any]] = {
     "gspo-ddai": {
+        "steps_per_generation": 2,
         "importance_sampling_level": "sequence",
         "loss_type": "grpo",
         "epsilon": 3e-4,
@@ -146,6 +154,14 @@ class GRPORunConfig:
     report_to: str | None = None
     resume: bool = False
     dtype: str = "float32"
+    lora: bool = False
+    """Train a LoRA adapter (peft, float32) on frozen weights; the merged model is saved."""
+    lora_r: int = 16
+    lora_alpha: int = 32
+    lora_dropout: float = 0.0
+    lora_target: str = "all-linear"
+    repetition_penalty: float | None = None
+    """Sampling repetition penalty (explicit; the checkpoint's own is never applied)."""
     config_file: Path | None = None
     overrides: dict[str, Any] = field(default_factory=dict)
     skip_preflight: bool = False
@@ -179,6 +195,13 @@ class GRPOResult:
     """``passed``, ``passed with warnings: …`` or ``skipped``."""
     search_errors: int = 0
     """Searches that failed (service errors, timeouts) and were shown as ``[System Error: …]``."""
+    unscorable: int = 0
+    """Rollouts that needed a judge score and got none (timeout, failure): no reward, left out of
+    group normalization."""
+    informative_group_share: float | None = None
+    """Share of prompt groups with reward variance (the only ones GRPO learns from)."""
+    clip_ratio: float | None = None
+    """Mean over logged steps of TRL's ``clip_ratio/region_mean`` (share clipped)."""
 
 
 # ---------------------------------------------------------------------------- config
@@ -214,6 +237,7 @@ def grpo_args(cfg: GRPORunConfig) -> Any:
         "importance_sampling_level": cfg.importance_sampling_level,
         "loss_type": cfg.loss_type,
         "temperature": cfg.temperature,
+        "repetition_penalty": cfg.repetition_penalty,
         "save_steps": cfg.save_steps,
         "logging_steps": cfg.logging_steps,
         "report_to": cfg.report_to,
@@ -234,11 +258,21 @@ def grpo_args(cfg: GRPORunConfig) -> Any:
         "save_total_limit": 2,
         "disable_tqdm": True,
         "max_completion_length": cfg.max_completion_tokens,
+        # Activations recomputed in the backward pass: a training forward keeps one layer's
+        # activations instead of all of them (``--set activation_checkpointing=false`` to trade
+        # back; transformers' new name for gradient checkpointing).
+        "activation_checkpointing": True,
         **common.device_defaults(),
     }
-    merged = common.merge_layers(
-        defaults, train_preset(cfg.preset), file_layer, flags, cfg.overrides
-    )
+    preset = train_preset(cfg.preset)
+    if any(layer.get("generation_batch_size") is not None for layer in (file_layer, cfg.overrides)):
+        # TRL takes one of the two; the user's generation batch wins over the preset's structure.
+        preset.pop("steps_per_generation", None)
+    merged = common.merge_layers(defaults, preset, file_layer, flags, cfg.overrides)
+    user = {**file_layer, **cfg.overrides}
+    if "gradient_checkpointing" in user and "activation_checkpointing" not in user:
+        # transformers' old name would lose to the new one set by default above.
+        merged["activation_checkpointing"] = merged.pop("gradient_checkpointing")
     integrations, _ = common.split_report_to(merged.pop("report_to", None))
     merged.update(output_dir=str(cfg.output_dir), report_to=integrations, seed=cfg.seed)
     batch, group = merged["per_device_train_batch_size"], merged["num_generations"]
@@ -267,6 +301,7 @@ class SearchRollout:
         temperature: float = 1.0,
         top_p: float = 1.0,
         top_k: int = 0,
+        repetition_penalty: float = 1.0,
         vision: VisionObservationFormat | None = None,
     ) -> None:
         self.tok = tokenizer
@@ -278,6 +313,7 @@ class SearchRollout:
         self.spec = spec
         self.scorer = scorer
         self.sampling = {"temperature": temperature, "top_p": top_p, "top_k": top_k}
+        self.repetition_penalty = repetition_penalty
         self.pending: dict[str, Trajectory] = {}
         self.futures: dict[str, tuple[Any, int]] = {}
         self.judged: dict[str, Judged] = {}
@@ -313,7 +349,14 @@ class SearchRollout:
             client = getattr(gen, "vllm_client", None) if acc.is_main_process else None
             return VLLMServerSampler(client, stop_ids=stop, accelerator=acc, **self.sampling)
         image_id = self.vision.image_token_id if self.vision else None
-        return HFSampler(model, self.tok, stop_ids=stop, image_token_id=image_id, **self.sampling)
+        return HFSampler(
+            model,
+            self.tok,
+            stop_ids=stop,
+            image_token_id=image_id,
+            repetition_penalty=self.repetition_penalty,
+            **self.sampling,
+        )
 
     def run(self, tasks: list[tuple[Task, int, int]], trainer: Any, model: Any) -> list[Trajectory]:
         return run_rollouts(
@@ -368,8 +411,10 @@ class SearchRollout:
 
 class DdaiReward:
     """Async TRL reward function: awaits each group's streamed judge result (with a timeout),
-    then computes ``compute_reward``. Logs ``ddai/judge``, ``ddai/ndcg``, ``ddai/format_ok`` and
-    ``ddai/judge_coverage`` (share of rollouts needing a judge score that got one in time)."""
+    then computes ``compute_reward``. A rollout that needed a judge score and got none (timeout,
+    failure) is unscorable: None, which TRL leaves out of group normalization (advantage 0).
+    Logs ``ddai/judge``, ``ddai/ndcg``, ``ddai/format_ok``, ``ddai/judge_coverage`` (share of
+    rollouts needing a judge score that got one in time) and ``ddai/unscorable`` (their count)."""
 
     __name__ = "ddai_reward"
 
@@ -410,10 +455,13 @@ class DdaiReward:
                 golden=t.task.reference_pages,
                 judge=judged.judge if judged else None,
             )
+            score.unscorable = unscorable_reason(
+                ro.spec, format_ok=t.episode.format_ok, judged=judged
+            )
             if judged is not None:
                 ro.judged[t.key] = judged
             ro.scores[t.key] = score
-            rewards.append(score.reward)
+            rewards.append(None if score.unscorable else score.reward)
         if log_metric is not None and trajs:
             n = len(trajs)
             log_metric("ddai/ndcg", sum(ro.scores[t.key].ndcg for t in trajs) / n)
@@ -421,6 +469,7 @@ class DdaiReward:
             log_metric("ddai/num_turns", sum(len(t.episode.turns) for t in trajs) / n)
             if needed:
                 log_metric("ddai/judge_coverage", scored / needed)
+                log_metric("ddai/unscorable", float(needed - scored))
                 log_metric("ddai/judge", sum(ro.scores[t.key].parts["judge"] for t in trajs) / n)
         return rewards
 
@@ -463,7 +512,7 @@ def _trainer_class() -> type:
             groups: dict[int, list[float]] = {}
             for i, (inp, adv) in enumerate(zip(inputs, advantages, strict=True)):
                 traj, judged, score = self.ddai_rollout.pop(inp["episode_key"])
-                if score is not None:
+                if score is not None and not score.unscorable:
                     groups.setdefault(traj.group, []).append(score.reward)
                 if self.ddai_log is not None:
                     row = rollout_row(
@@ -496,12 +545,17 @@ def _trainer_class() -> type:
             reference log-probs) or those carried in ``inputs`` (the loss)."""
             import torch
 
+            if self.ddai_rollout.vision is None:
+                # Not an image-observation run: TRL's own path, with whatever images it was given.
+                return super()._get_per_token_logps_and_entropies(
+                    model, input_ids, attention_mask, logits_to_keep, batch_size, **kwargs
+                )
             kwargs.pop("mm_token_type_ids", None)  # rebuilt per chunk from the ids
             fields = {k: kwargs.pop(k, None) for k in ("pixel_values", "image_grid_thw")}
             fields["num_images"] = kwargs.pop("num_images", None)
             if fields["pixel_values"] is None:
                 fields = self.ddai_rollout.vision_fields
-            if fields is None or self.ddai_rollout.vision is None:
+            if fields is None:
                 return super()._get_per_token_logps_and_entropies(
                     model, input_ids, attention_mask, logits_to_keep, batch_size, **kwargs
                 )
@@ -512,7 +566,9 @@ def _trainer_class() -> type:
             for start in range(0, input_ids.size(0), size):
                 end = min(start + size, input_ids.size(0))
                 ids = input_ids[start:end]
-                chunk = slice_vision(fields, start, end) or {}
+                # Sliced where the fields lie (the CPU), then moved to the ids' device: the
+                # processor's tensors never reach the model on another device.
+                chunk = on_device(slice_vision(fields, start, end) or {}, ids.device)
                 if chunk:
                     chunk["mm_token_type_ids"] = (ids == image_id).long()
                 parts.append(
@@ -543,6 +599,7 @@ class RolloutLog:
     rows: int = 0
     rewards: list[float] = field(default_factory=list)
     search_errors: int = 0
+    unscorable: int = 0
 
     def append(self, rows: list[dict[str, Any]]) -> None:
         from ddai.pipelines.store import write_run
@@ -552,6 +609,7 @@ class RolloutLog:
         write_run(self.logs, self.run_id, rows, append=True)
         self.rows += len(rows)
         self.search_errors += sum(r["extra"].get("search_errors", 0) for r in rows)
+        self.unscorable += sum("unscorable" in r["extra"] for r in rows)
         rs = [r["reward"] for r in rows if r["reward"] is not None]
         if rs:
             self.rewards.append(sum(rs) / len(rs))
@@ -672,9 +730,16 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
     from datasets import Dataset
 
     from ddai.pipelines.corpus import Corpus
-    from ddai.trainer.modeling import changed_parameters, load_policy, parameter_snapshot
+    from ddai.trainer.modeling import (
+        changed_parameters,
+        check_update_precision,
+        load_policy,
+        lora_config,
+        parameter_snapshot,
+    )
     from ddai.trainer.rollout import token_truncator
-    from ddai.trainer.sft import save_final
+    from ddai.trainer.sft import merged_lora, save_final, save_model
+    from ddai.trainer.train_metrics import TrainMetricsLog
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     args = grpo_args(cfg)
@@ -719,6 +784,13 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
         model, tok = load_policy(cfg.model, dtype=cfg.dtype)
     else:
         raise common.TrainConfigError(f"--observation {cfg.observation!r}: use text or image")
+    peft_config = None
+    if cfg.lora:
+        peft_config = lora_config(
+            r=cfg.lora_r, alpha=cfg.lora_alpha, dropout=cfg.lora_dropout, target=cfg.lora_target
+        )
+    else:
+        check_update_precision(model, args.learning_rate)
     if not cfg.skip_preflight:
         templater = vision.processor if vision is not None else tok
         check_chat_template(
@@ -756,18 +828,21 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
         temperature=args.temperature,
         top_p=args.top_p,
         top_k=args.top_k or 0,
+        repetition_penalty=args.repetition_penalty,
         vision=vision,
     )
     run_id = cfg.run_id or f"grpo_{time.strftime('%Y%m%d_%H%M%S')}"
     log = RolloutLog(workspace.logs_dir(cfg.logs), run_id)
     _, metrics_file = common.split_report_to(cfg.report_to)
+    step_metrics = TrainMetricsLog(log.logs, run_id)
     trainer = _trainer_class()(
         model=model,
         reward_funcs=[DdaiReward(rollout, cfg.reward_timeout)],
         args=args,
         train_dataset=Dataset.from_list([t.to_row() for t in tasks]),
         processing_class=tok,
-        callbacks=common.build_callbacks(cfg.output_dir, metrics_file),
+        peft_config=peft_config,
+        callbacks=[*common.build_callbacks(cfg.output_dir, metrics_file), step_metrics],
         ddai_rollout=rollout,
         ddai_log=log,
     )
@@ -788,13 +863,22 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
         if scorer is not None:
             scorer.close()
         raise
+    # Digests, not copies, of the trainable weights (with LoRA: the adapter's only).
     before = parameter_snapshot(trainer.model)
     try:
         trainer.train(resume_from_checkpoint=resume_from)
     finally:
         if scorer is not None:
             scorer.close()
-    save_final(trainer, cfg.output_dir)
+    changed = len(changed_parameters(before, trainer.model))  # collective under FSDP
+    if cfg.lora:
+        save_final(trainer, Path(cfg.output_dir) / "adapter")
+        if trainer.accelerator.is_main_process:
+            final = merged_lora(trainer, cfg, Path(cfg.output_dir) / "adapter")
+            save_model(final, tok, cfg.output_dir)
+        trainer.accelerator.wait_for_everyone()
+    else:
+        save_final(trainer, cfg.output_dir)
     if vision is not None and trainer.accelerator.is_main_process:
         vision.processor.save_pretrained(cfg.output_dir)  # image processor + chat template
     return GRPOResult(
@@ -805,8 +889,11 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
         rollouts_logged=log.rows,
         reward_first=log.rewards[0] if log.rewards else None,
         reward_last=log.rewards[-1] if log.rewards else None,
-        changed_parameters=len(changed_parameters(before, trainer.model)),
+        changed_parameters=changed,
         zero_variance_steps=trainer.ddai_zero_variance.count,
         preflight=preflight_status(report),
         search_errors=log.search_errors,
+        unscorable=log.unscorable,
+        informative_group_share=trainer.ddai_zero_variance.informative_share,
+        clip_ratio=step_metrics.mean("clip_ratio"),
     )

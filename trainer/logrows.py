@@ -30,6 +30,8 @@ def rollout_row(
     }
     if judged is not None and judged.error:
         extra["score_error"] = judged.error
+    if score is not None and score.unscorable:
+        extra["unscorable"] = score.unscorable
     return {
         "run_id": run_id,
         "step": step,
@@ -48,7 +50,8 @@ def rollout_row(
         "judge_score": judged.judge if judged else None,
         "ndcg": score.ndcg if score else None,
         "format_ok": ep.format_ok,
-        "reward": score.reward if score else None,
+        # An unscorable rollout was not trained on: no reward, rather than a 0 that never was.
+        "reward": score.reward if score and not score.unscorable else None,
         "reward_parts": dict(score.parts) if score else None,
         "advantage": advantage,
         "num_turns": len(ep.turns),

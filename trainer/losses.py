@@ -26,6 +26,7 @@ __all__ = [
     "get_policy_loss",
     "gspo_loss",
     "kl_k1",
+    "kl_k2",
     "kl_k3",
     "kl_penalty",
     "masked_mean",
@@ -94,6 +95,12 @@ def kl_k1(logp: Tensor, ref_logp: Tensor) -> Tensor:
     return logp - ref_logp
 
 
+def kl_k2(logp: Tensor, ref_logp: Tensor) -> Tensor:
+    """k2 = ½·(log π_θ − log π_ref)²: biased, low variance, ≥ 0; as a loss its gradient is that of
+    KL(π_θ ‖ π_ref). ``[B,T]``."""
+    return 0.5 * (logp - ref_logp) ** 2
+
+
 def kl_k3(logp: Tensor, ref_logp: Tensor) -> Tensor:
     """k3 = exp(log π_ref − log π_θ) − (log π_ref − log π_θ) − 1: unbiased, low variance, ≥ 0
     (TRL's GRPO KL term and verl's ``low_var_kl`` without its clamps). ``[B,T]``."""
@@ -101,11 +108,15 @@ def kl_k3(logp: Tensor, ref_logp: Tensor) -> Tensor:
     return torch.exp(d) - d - 1
 
 
-KL_ESTIMATORS: dict[str, Callable[[Tensor, Tensor], Tensor]] = {"k1": kl_k1, "k3": kl_k3}
+KL_ESTIMATORS: dict[str, Callable[[Tensor, Tensor], Tensor]] = {
+    "k1": kl_k1,
+    "k2": kl_k2,
+    "k3": kl_k3,
+}
 
 
 def kl_penalty(logp: Tensor, ref_logp: Tensor, kind: str = "k3") -> Tensor:
-    """Per-token KL estimate by name (``k1`` or ``k3``)."""
+    """Per-token KL estimate by name (``k1``, ``k2`` or ``k3``)."""
     return _lookup(KL_ESTIMATORS, kind, "KL estimator")(logp, ref_logp)
 
 

@@ -41,19 +41,89 @@ def load_policy(name_or_path: str, *, dtype: str = "float32") -> tuple[Any, Any]
     return model, load_tokenizer(name_or_path)
 
 
-def parameter_snapshot(model: Any) -> dict[str, Any]:
-    """Detached copies of every trainable parameter (to check that training changed them)."""
-    return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+def tensor_digest(t: Any) -> str:
+    """A blake2b digest of a tensor's bytes (a DTensor's full value, collective under FSDP2).
+    Copies one tensor at a time to the CPU, never the model."""
+    import hashlib
 
-
-def changed_parameters(before: dict[str, Any], model: Any) -> list[str]:
-    """Names of the parameters whose values differ from ``before``."""
     import torch
 
+    full = t.full_tensor() if hasattr(t, "full_tensor") else t
+    data = full.detach().contiguous().cpu().reshape(-1)
+    if data.dtype == torch.bool:
+        data = data.to(torch.uint8)
+    return hashlib.blake2b(data.view(torch.uint8).numpy().tobytes(), digest_size=16).hexdigest()
+
+
+def parameter_snapshot(model: Any, *, trainable_only: bool = True) -> dict[str, str]:
+    """A digest per parameter (``tensor_digest``): enough to tell which ones training changed
+    without cloning the model (a 7B policy's copy would need another 15-30 GB). With LoRA only the
+    adapter's weights are trainable, so only they are hashed by default."""
+    return {
+        n: tensor_digest(p)
+        for n, p in model.named_parameters()
+        if p.requires_grad or not trainable_only
+    }
+
+
+def changed_parameters(before: dict[str, str], model: Any) -> list[str]:
+    """Names of the parameters whose digest differs from ``before`` (collective under FSDP2: every
+    rank calls it)."""
     now = dict(model.named_parameters())
-    # FSDP2 parameters are DTensor shards: compare their full values (collective on every rank).
-    full = {n: t.full_tensor() if hasattr(t, "full_tensor") else t for n, t in now.items()}
-    return [n for n, p in before.items() if n in full and not torch.equal(p, full[n].detach())]
+    return [n for n, d in before.items() if n in now and tensor_digest(now[n]) != d]
+
+
+# Half-precision weights are updated in place: an AdamW step moves each weight by about ``lr``, and
+# when ``lr`` is under half the spacing of representable values around the weight, the update
+# rounds away. Refuse a run that would lose most of its updates.
+LOST_UPDATE_LIMIT = 0.5
+
+
+def lost_update_share(model: Any, lr: float, *, sample: int = 1 << 20) -> float:
+    """Share of the trainable half-precision weights that a step of size ``lr`` cannot change:
+    ``lr < ulp(w) / 2`` with ``ulp(w) = 2**floor(log2|w|) * eps(dtype)``. Float32 weights count as
+    movable. Up to ``sample`` evenly strided values per tensor are inspected."""
+    import torch
+
+    lost = total = 0
+    for p in model.parameters():
+        if not p.requires_grad or p.numel() == 0:
+            continue
+        step = max(1, p.numel() // sample)
+        total += -(-p.numel() // step)  # the strided sample's size
+        if p.dtype not in (torch.bfloat16, torch.float16):
+            continue
+        w = p.detach().reshape(-1)[::step]
+        mant, exp = torch.frexp(w.float().abs())  # |w| = mant * 2**exp, mant in [0.5, 1)
+        ulp = torch.ldexp(torch.ones_like(mant), exp - 1) * torch.finfo(p.dtype).eps
+        lost += int(((ulp / 2 > lr) & (w != 0)).sum())
+    return lost / total if total else 0.0
+
+
+def check_update_precision(model: Any, lr: float, *, flag: str = "--lr") -> float:
+    """Raise ``TrainConfigError`` when most trainable weights are in half precision and too large for
+    a step of ``lr`` to change (pure bf16 at DDAI's lr 1e-6); return the lost share otherwise."""
+    from ddai.trainer.common import TrainConfigError
+
+    share = lost_update_share(model, lr)
+    if share > LOST_UPDATE_LIMIT:
+        raise TrainConfigError(
+            f"{flag} {lr:g}: {share:.0%} of the trainable half-precision weights are too large for "
+            "a step this small to change (bfloat16 keeps 8 significant bits; the update rounds "
+            "away). Train a LoRA adapter (--lora: float32 adapter on half-precision weights), or "
+            "keep float32 weights (--dtype float32; a GPU still computes in bf16 autocast), or "
+            "raise the learning rate"
+        )
+    return share
+
+
+def lora_config(*, r: int, alpha: int, dropout: float, target: str) -> Any:
+    """peft's ``LoraConfig`` for a causal LM (``target``: peft's module syntax, e.g. all-linear)."""
+    from peft import LoraConfig
+
+    return LoraConfig(
+        r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=target, task_type="CAUSAL_LM"
+    )
 
 
 def image_only_processor_class(cls: type) -> type:
@@ -122,3 +192,26 @@ def load_vision_model(name_or_path: str, *, dtype: str = "float32") -> tuple[Any
     torch_dtype = "auto" if dtype == "auto" else getattr(torch, dtype)
     model = AutoModelForImageTextToText.from_pretrained(name_or_path, dtype=torch_dtype)
     return model, processor
+
+
+def disable_dropout(model: Any) -> None:
+    """Dropout off in train mode: ``nn.Dropout`` layers (TRL's helper) and the attention dropout
+    that Qwen2-style attention applies from a float attribute while training."""
+    from trl.trainer.utils import disable_dropout_in_model
+
+    disable_dropout_in_model(model)
+    for module in model.modules():
+        if isinstance(getattr(module, "attention_dropout", None), float):
+            module.attention_dropout = 0.0
+
+
+class AdapterDisabled:
+    """A peft model called with its adapters disabled: the frozen base as a reference policy
+    without a second copy of the weights. Callable like the model (forward only)."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        with self.model.disable_adapter():
+            return self.model(*args, **kwargs)

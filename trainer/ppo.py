@@ -9,12 +9,18 @@ One step:
    each is scored with the GRPO reward (format gate, judge, NDCG);
 2. with no gradient: the policy's log-probs of its own tokens (the "old" policy), the frozen
    reference's, and the critic's values, all aligned to completion tokens;
-3. per-token rewards: ``−β·KL(π_old ‖ π_ref)`` on every policy token (k1 or k3) plus the outcome on
-   the last policy token; observation tokens get nothing;
+3. per-token rewards: ``−β·KL(π_old ‖ π_ref)`` on every policy token (k1, k2 or k3) plus the
+   outcome (optionally normalized over the batch, ``--reward-norm``) on the last policy token;
+   observation tokens get nothing. With ``--kl-mode loss`` the KL leaves the rewards and becomes a
+   policy-loss term instead (``ppo_terms``);
 4. GAE(γ, λ) over policy tokens only: observation spans are skipped, not episode ends, so the next
    policy token's value bootstraps across them; advantages optionally whitened over the batch;
 5. ``ppo_epochs`` passes over shuffled mini-batches: the clipped surrogate for the policy and the
-   (optionally clipped) value loss for the critic, each with its own optimizer.
+   (optionally clipped) value loss for the critic, each with its own optimizer;
+   the policy loss adds the KL term (``--kl-mode loss``) and the entropy bonus (``--entropy-coef``).
+
+``--resume`` continues from ``<out>/checkpoint-N`` (``ppo_checkpoint``): steps N+1..``max_steps``
+with the saved policy, critic and optimizer states, the same run id and the original reference.
 
 Dropout is off in every forward pass (seed 003: it makes ratios and KL unreliable).
 Metrics go to ``<out>/metrics.jsonl``; the policy is saved to ``<out>``, the critic to
@@ -25,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import os
 import random
 import time
@@ -41,7 +48,14 @@ from ddai.trainer import value_losses as vl
 from ddai.trainer.advantages import gae, masked_whiten
 from ddai.trainer.common import TrainConfigError
 from ddai.trainer.data import Task
-from ddai.trainer.losses import KL_ESTIMATORS, masked_mean, ppo_loss
+from ddai.trainer.losses import KL_ESTIMATORS, masked_mean
+from ddai.trainer.ppo_terms import (
+    KL_MODES,
+    REWARD_NORMS,
+    actor_loss,
+    normalize_scores,
+    token_entropy,
+)
 from ddai.trainer.value import ValueModel, position_ids
 from ddai.trainer.value_data import Batch, pad_batch
 from ddai.trainer.value_train import MetricsLog
@@ -90,6 +104,17 @@ class PPORunConfig:
     """Value clip range around the rollout-time values; None: unclipped value loss."""
     kl_coef: float = 0.05
     kl_estimator: str = "k1"
+    kl_mode: str = "reward"
+    """Where the reference KL goes: ``reward`` (a per-token penalty) or ``loss`` (a policy-loss
+    term, ``ppo_terms.kl_loss``); seed 003 describes both."""
+    reward_norm: str = "none"
+    """Normalization of each batch's outcome scores: ``ppo_terms.REWARD_NORMS``."""
+    entropy_coef: float = 0.0
+    """Entropy bonus coefficient c_H (0: off)."""
+    resume: bool = False
+    """Continue from the last ``checkpoint-N`` in ``output_dir`` (steps N+1..max_steps)."""
+    save_steps: int = 0
+    """Write a resumable ``checkpoint-N`` every this many steps (0: only after the last step)."""
     gamma: float = 1.0
     lam: float = 0.95
     whiten_advantages: bool = True
@@ -110,6 +135,12 @@ class PPORunConfig:
     """Micro-batches each mini-batch is split into, accumulated into one optimizer step."""
     grad_clip: float = 1.0
     dtype: str = "float32"
+    lora: bool = False
+    """Train a LoRA adapter (peft, float32) on the frozen policy; the reference is the policy with
+    the adapter disabled (no second copy); the merged model is saved."""
+    lora_r: int = 16
+    lora_alpha: int = 32
+    lora_target: str = "all-linear"
     seed: int = 0
     progress: bool = True
     skip_preflight: bool = False
@@ -152,6 +183,14 @@ class PPORunConfig:
             )
         if self.clip_low <= 0 or self.clip_high <= 0 or self.kl_coef < 0:
             raise TrainConfigError("--clip-low and --clip-high must be > 0 and --kl >= 0")
+        if self.kl_mode not in KL_MODES:
+            raise TrainConfigError(f"--kl-mode {self.kl_mode!r}: use one of {', '.join(KL_MODES)}")
+        if self.reward_norm not in REWARD_NORMS:
+            raise TrainConfigError(
+                f"--reward-norm {self.reward_norm!r}: use one of {', '.join(REWARD_NORMS)}"
+            )
+        if self.entropy_coef < 0 or self.save_steps < 0:
+            raise TrainConfigError("--entropy-coef and --save-steps must be >= 0")
         if self.vf_clip is not None and self.vf_clip <= 0:
             raise TrainConfigError(
                 "--vf-clip must be > 0 (use --no-vf-clip for an unclipped value loss)"
@@ -174,6 +213,8 @@ class PPOResult:
     zero_variance_steps: int = 0
     """Steps whose groups all had zero reward variance."""
     preflight: str = "skipped"
+    resumed_from: int = 0
+    """The checkpoint step this run continued from (0: a fresh run)."""
 
 
 # ---------------------------------------------------------------------------- forward passes
@@ -193,6 +234,24 @@ def token_logprobs(model: Any, batch: Batch, temperature: float = 1.0) -> Tensor
     )
     logits = out.logits[:, P - 1 : -1].float() / temperature  # [B,T,V]
     return selective_log_softmax(logits, batch.input_ids[:, P:])
+
+
+def token_logprobs_entropy(
+    model: Any, batch: Batch, temperature: float = 1.0
+) -> tuple[Tensor, Tensor]:
+    """``token_logprobs`` plus the entropy of each completion position's next-token distribution
+    (at the sampling temperature): ``([B,T], [B,T])``, both from one forward pass."""
+    from trl.trainer.utils import selective_log_softmax
+
+    P = batch.prompt_len
+    out = model(
+        input_ids=batch.input_ids,
+        attention_mask=batch.attention_mask,
+        position_ids=position_ids(batch.attention_mask),
+        use_cache=False,
+    )
+    logits = out.logits[:, P - 1 : -1].float() / temperature  # [B,T,V]
+    return selective_log_softmax(logits, batch.input_ids[:, P:]), token_entropy(logits)
 
 
 def critic_values(critic: ValueModel, batch: Batch) -> Tensor:
@@ -216,6 +275,8 @@ class Experience:
     returns: Tensor
     scores: Tensor
     kl: Tensor
+    ref_logp: Tensor | None = None
+    """``[B,T]`` reference log-probs, kept for ``--kl-mode loss``."""
 
 
 @torch.no_grad()
@@ -227,18 +288,30 @@ def make_experience(
     scores: Tensor,
     cfg: PPORunConfig,
 ) -> Experience:
-    """Old log-probs, reference KL, values, KL-penalized rewards and GAE for one batch."""
+    """Old log-probs, reference KL, values, (normalized, KL-penalized) rewards and GAE for one
+    batch. With ``kl_mode == "loss"`` the rewards carry no KL (it is measured, and the reference
+    log-probs are kept for the loss)."""
     mask = batch.mask
+    scores = normalize_scores(scores, cfg.reward_norm)
     old_logp = token_logprobs(policy, batch, cfg.temperature) * mask
     ref_logp = token_logprobs(ref, batch, cfg.temperature) * mask if ref is not None else old_logp
     values = critic_values(critic, batch).float() * mask
+    in_reward = cfg.kl_mode == "reward"
     rewards, kl = vl.kl_penalized_rewards(
-        scores, old_logp, ref_logp, mask, beta=cfg.kl_coef, kind=cfg.kl_estimator
+        scores,
+        old_logp,
+        ref_logp,
+        mask,
+        beta=cfg.kl_coef if in_reward else 0.0,
+        kind=cfg.kl_estimator,
     )
     adv, returns = gae(rewards, values, mask, cfg.gamma, cfg.lam)
     if cfg.whiten_advantages and int(mask.sum()) > 1:
         adv = masked_whiten(adv, mask) * mask
-    return Experience(batch, old_logp, values, adv, returns, scores, kl)
+    keep_ref = ref is not None and not in_reward
+    return Experience(
+        batch, old_logp, values, adv, returns, scores, kl, ref_logp if keep_ref else None
+    )
 
 
 def train_values(critic: Any, batch: Batch) -> Tensor:
@@ -278,14 +351,23 @@ def ppo_update(
                 idx = idx.to(exp.batch.input_ids.device)
                 part = select_rows(exp.batch, idx)
                 with accelerator.accumulate(policy, critic):
-                    logp = token_logprobs(policy, part, cfg.temperature)
-                    p_loss, metrics = ppo_loss(
+                    entropy = None
+                    if cfg.entropy_coef > 0:
+                        logp, entropy = token_logprobs_entropy(policy, part, cfg.temperature)
+                    else:
+                        logp = token_logprobs(policy, part, cfg.temperature)
+                    p_loss, metrics = actor_loss(
                         logp,
                         exp.old_logp[idx],
                         exp.advantages[idx],
                         part.mask,
                         eps_low=cfg.clip_low,
                         eps_high=cfg.clip_high,
+                        ref_logp=None if exp.ref_logp is None else exp.ref_logp[idx],
+                        kl_coef=cfg.kl_coef,
+                        kl_kind=cfg.kl_estimator,
+                        entropy=entropy,
+                        entropy_coef=cfg.entropy_coef,
                     )
                     _step(accelerator, policy_opt, p_loss, cfg.grad_clip)
                     values = train_values(critic, part)
@@ -293,7 +375,7 @@ def ppo_update(
                         values, exp.old_values[idx], exp.returns[idx], part.mask, clip=cfg.vf_clip
                     )
                     _step(accelerator, critic_opt, v_loss, cfg.grad_clip)
-                seen.append({"actor/pg_loss": float(p_loss.detach()), **metrics, **v_metrics})
+                seen.append({"actor/loss": float(p_loss.detach()), **metrics, **v_metrics})
     return {k: sum(m[k] for m in seen) / len(seen) for k in seen[0]}
 
 
@@ -336,6 +418,37 @@ def _frozen(model: Any) -> Any:
     model.eval()
     model.requires_grad_(False)
     return model
+
+
+def prepare_policy(policy: Any, cfg: PPORunConfig) -> tuple[Any, Any | None]:
+    """``(policy, reference)`` ready to train: half-precision weights refused where ``lr`` cannot
+    move them, LoRA applied (``--lora``), dropout off (seed 003) but train mode, so gradient
+    checkpointing recomputes activations in the backward pass. The reference is a frozen copy, or
+    the LoRA policy with its adapter disabled; None without a KL term."""
+    from ddai.trainer.modeling import (
+        AdapterDisabled,
+        check_update_precision,
+        disable_dropout,
+        lora_config,
+    )
+
+    disable_dropout(policy)
+    ref = None
+    if cfg.lora:
+        from peft import get_peft_model
+
+        policy = get_peft_model(
+            policy,
+            lora_config(r=cfg.lora_r, alpha=cfg.lora_alpha, dropout=0.0, target=cfg.lora_target),
+        )
+        policy.enable_input_require_grads()  # checkpointed layers need a grad-carrying input
+        ref = AdapterDisabled(policy) if cfg.kl_coef > 0 else None
+    else:
+        check_update_precision(policy, cfg.learning_rate)
+        ref = _frozen(copy.deepcopy(policy)) if cfg.kl_coef > 0 else None
+    policy.activation_checkpointing_enable({"use_reentrant": False})
+    policy.train()
+    return policy, ref
 
 
 def prompt_batches(tasks: list[Task], per_step: int, seed: int) -> Iterator[list[Task]]:
@@ -462,7 +575,9 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
     from ddai.pipelines.corpus import Corpus
     from ddai.pipelines.pointer.progress import bar
     from ddai.trainer import accel
+    from ddai.trainer import ppo_checkpoint as ck
     from ddai.trainer import preflight as pf
+    from ddai.trainer.common import resume_checkpoint
     from ddai.trainer.data import load_tasks
     from ddai.trainer.grpo import (
         RolloutLog,
@@ -482,6 +597,14 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
     tasks = load_tasks(cfg.data, cfg.limit)
     if not tasks:
         raise TrainConfigError(f"--data {cfg.data}: no prompts")
+    resume_from = resume_checkpoint(cfg.output_dir, cfg.resume)
+    state = ck.read_state(resume_from) if resume_from else None
+    start = state.step if state else 0
+    if start >= cfg.max_steps:
+        raise TrainConfigError(
+            f"--resume: {resume_from} already finished step {start}; raise --max-steps above it "
+            "to train more steps"
+        )
     corpus = Corpus.load(cfg.corpus)
     backends = backends or default_backends(cfg, corpus, reward_spec(cfg))
     report = pf.PreflightReport(skipped=cfg.skip_preflight)
@@ -501,7 +624,7 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
     acc = accel.make_accelerator(gradient_accumulation_steps=cfg.grad_accum)
     main = acc.is_main_process
     torch.manual_seed(cfg.seed)  # the same initial weights on every rank
-    policy, tok = load_policy(cfg.model, dtype=cfg.dtype)
+    policy, tok = load_policy(resume_from or cfg.model, dtype=cfg.dtype)
     if not cfg.skip_preflight:
         pf.check_chat_template(
             report,
@@ -510,20 +633,34 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
             tasks[0].messages,
         )
         report.raise_errors()
-    policy.eval()
-    ref = _frozen(copy.deepcopy(policy)).to(acc.device) if cfg.kl_coef > 0 else None
-    critic, critic_source = _load_critic(cfg, tok)
+    policy, ref = prepare_policy(policy, cfg)
+    if resume_from and isinstance(ref, torch.nn.Module):
+        # the reference stays the run's starting policy, not the checkpoint's
+        ref = _frozen(load_policy(cfg.model, dtype=cfg.dtype)[0])
+    if isinstance(ref, torch.nn.Module):
+        ref.to(acc.device)
+    if resume_from:
+        critic_cfg = dataclasses.replace(cfg, critic=str(Path(resume_from) / ck.CRITIC_DIR))
+        critic = _load_critic(critic_cfg, tok)[0]
+        critic_source = state.critic_source
+    else:
+        critic, critic_source = _load_critic(cfg, tok)
     critic.eval()
+    # Digests, not copies, of the trainable weights (with LoRA: the adapter's only).
     before = parameter_snapshot(policy)
-    policy_opt = torch.optim.AdamW(policy.parameters(), lr=cfg.learning_rate)
+    policy_opt = torch.optim.AdamW(
+        [p for p in policy.parameters() if p.requires_grad], lr=cfg.learning_rate
+    )
     critic_opt = torch.optim.AdamW(
         critic.param_groups(trunk_lr=cfg.critic_trunk_lr, head_lr=cfg.critic_lr)
     )
+    if resume_from:
+        ck.load_optimizers(resume_from, policy_opt, critic_opt)
     policy, critic, policy_opt, critic_opt = acc.prepare(policy, critic, policy_opt, critic_opt)
     # Rollouts and experience use the bare modules: generation and no-grad passes need no
     # collective, and each rank runs a different number of turns.
     bare_policy, bare_critic = acc.unwrap_model(policy), acc.unwrap_model(critic)
-    accel.rank_seed(cfg.seed, acc)
+    accel.rank_seed(cfg.seed + start, acc)  # a resumed run samples afresh, not step 1's draws
     episodes = Episodes(cfg, tok, corpus, backends)
     out = Path(cfg.output_dir)
     try:
@@ -540,18 +677,25 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
         episodes.close()
         raise
     zero_variance = pf.ZeroVarianceSteps()
-    run_id = cfg.run_id or f"ppo_{time.strftime('%Y%m%d_%H%M%S')}"
+    run_id = cfg.run_id or (state.run_id if state else f"ppo_{time.strftime('%Y%m%d_%H%M%S')}")
     run_id = accel.gather_rows([run_id], acc)[0]  # rank 0's timestamp names the run
     log = RolloutLog(workspace.logs_dir(cfg.logs), run_id)
+    if start and main:
+        ck.drop_rollouts_after(log.logs, run_id, start)
+    kept = ck.keep_metrics_until(out / "metrics.jsonl", start) if main and start else []
     metrics_log = MetricsLog(out / "metrics.jsonl") if main else None
-    gen = torch.Generator().manual_seed(cfg.seed + acc.process_index)
+    if kept:
+        metrics_log.path.write_text("\n".join(kept) + "\n", encoding="utf-8")
+    gen = torch.Generator().manual_seed(cfg.seed + acc.process_index + start)
     per_rank = cfg.batch_size // cfg.n_agent
     batches = prompt_batches(tasks, per_rank * acc.num_processes, cfg.seed)
+    for _ in range(start):  # the prompts of the finished steps: the data order continues
+        next(batches)
     first_sample = acc.process_index * cfg.batch_size
     vf_losses: list[float] = []
     try:
-        with bar("ppo", cfg.max_steps, enabled=cfg.progress and main) as advance:
-            for step in range(1, cfg.max_steps + 1):
+        with bar("ppo", cfg.max_steps - start, enabled=cfg.progress and main) as advance:
+            for step in range(start + 1, cfg.max_steps + 1):
                 mine = accel.local_slice(next(batches), acc)
                 slots = [(t, g, i) for g, t in enumerate(mine) for i in range(cfg.n_agent)]
                 trajs, rewards, metrics = episodes.collect(slots, bare_policy)
@@ -583,12 +727,27 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
                 if main:
                     log.append(rows)
                     metrics_log.log(step, metrics)
+                    if step == cfg.max_steps or (cfg.save_steps and step % cfg.save_steps == 0):
+                        ck.save_checkpoint(
+                            out,
+                            ck.PPOState(step, run_id, str(critic_source)),
+                            policy=bare_policy,
+                            tok=tok,
+                            critic=bare_critic,
+                            policy_opt=policy_opt,
+                            critic_opt=critic_opt,
+                        )
                 advance(1)
     finally:
         episodes.close()
+    changed = len(changed_parameters(before, bare_policy))
     acc.wait_for_everyone()
     if main:
-        save_model(bare_policy, tok, out)
+        final = bare_policy
+        if cfg.lora:
+            save_model(bare_policy, tok, out / "adapter")
+            final = bare_policy.merge_and_unload()
+        save_model(final, tok, out)
         save_value_model(bare_critic, tok, out / CRITIC_DIR, source=critic_source)
     acc.wait_for_everyone()
     return PPOResult(
@@ -602,7 +761,8 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
         reward_last=log.rewards[-1] if log.rewards else None,
         value_loss_first=vf_losses[0] if vf_losses else None,
         value_loss_last=vf_losses[-1] if vf_losses else None,
-        changed_parameters=len(changed_parameters(before, bare_policy)),
+        changed_parameters=changed,
         zero_variance_steps=zero_variance.count,
         preflight=preflight_status(report),
+        resumed_from=start,
     )

@@ -272,10 +272,16 @@ class ZeroVarianceSteps:
 
     steps: dict[int, bool] = field(default_factory=dict)
     """step → whether every group seen in it so far was flat."""
+    groups: int = 0
+    """Groups seen, all steps."""
+    informative: int = 0
+    """Groups with reward variance (mixed outcomes: the only ones with a learning signal)."""
 
     def observe(self, step: int, groups: Sequence[Sequence[float]]) -> bool:
         """Record one batch of ``step``; True when all its groups are flat."""
         flat = bool(groups) and all(zero_variance(g) for g in groups)
+        self.groups += len(groups)
+        self.informative += sum(not zero_variance(g) for g in groups)
         first = step not in self.steps
         self.steps[step] = flat and self.steps.get(step, True)
         if flat and first:
@@ -290,6 +296,11 @@ class ZeroVarianceSteps:
     @property
     def count(self) -> int:
         return sum(self.steps.values())
+
+    @property
+    def informative_share(self) -> float | None:
+        """Share of all groups seen that had reward variance (None before any)."""
+        return self.informative / self.groups if self.groups else None
 
 
 # ---------------------------------------------------------------------------- run config

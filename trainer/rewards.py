@@ -13,8 +13,13 @@ kept beside the rollout, never appended to the trained completion.
 
 Streaming: ``StreamingScorer.submit`` starts the generator and judge calls for a prompt group as
 soon as its episodes finish, on a background event loop, while the rest of the batch is still
-being generated. ``DdaiReward`` (an async TRL reward function) awaits them with a timeout; a group
-not scored in time gets judge 0 and counts against the coverage metric.
+being generated. ``DdaiReward`` (an async TRL reward function) awaits them with a timeout.
+
+Unscorable is not zero: a rollout whose reward needs a judge score (the judge weighs in and the
+format gate let it through) but whose generator or judge call failed or timed out has no reward
+(``unscorable_reason``). TRL gets None for it, which it turns into NaN and leaves out of the group
+mean and standard deviation, with advantage 0; the rollout log keeps its reward null with the
+reason, and the run counts them.
 
 The generator is sent the images an episode gathered (``Episode.images``: pages and crops in
 order), at most ``max_images`` of them, the most recent kept (the crops and pages the Searcher
@@ -74,6 +79,8 @@ class Score:
     ndcg: float
     format_ok: bool
     parts: dict[str, float] = field(default_factory=dict)
+    unscorable: str | None = None
+    """Why the reward could not be computed (then ``reward`` is not trained on); None if scored."""
 
 
 def compute_reward(
@@ -92,6 +99,18 @@ def compute_reward(
     raw = spec.bias + spec.w_judge * j + spec.w_ndcg * nd + spec.w_format * fmt
     parts = {"judge": j, "ndcg": nd, "format": fmt, "gate": gate}
     return Score(reward=gate * raw, judge=judge, ndcg=nd, format_ok=format_ok, parts=parts)
+
+
+def unscorable_reason(spec: RewardSpec, *, format_ok: bool, judged: Judged | None) -> str | None:
+    """Why a rollout cannot be scored, or None: the reward needs a judge score (``w_judge`` ≠ 0
+    and the format gate, if on, passed) and none came (timeout, generator or judge failure)."""
+    if not spec.needs_judge or (spec.gate and not format_ok):
+        return None
+    if judged is None:
+        return "not judged"
+    if judged.judge is None:
+        return judged.error or "no judge score"
+    return None
 
 
 # ---------------------------------------------------------------------------- streaming

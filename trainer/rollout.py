@@ -21,6 +21,7 @@ last episode ends, which is what lets reward calls stream while other groups sti
 
 from __future__ import annotations
 
+import copy
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from typing import Any
 
 from ddai.trainer.data import Task
 from ddai.trainer.env import Episode, SearchEnv
+from ddai.trainer.sampling import LogprobRecorder, SamplingConfig, bare_generation_config
 from ddai.trainer.vision import ImageObservation, VisionObservationFormat
 
 _OBS_MARK = "\x00OBS\x00"
@@ -148,8 +150,12 @@ class Sampler:
 
 
 class HFSampler(Sampler):
-    """``model.generate`` over a left-padded batch; log-probs of the sampled tokens from the raw
-    logits at the sampling temperature."""
+    """``model.generate`` over a left-padded batch, sampling from exactly the distribution whose
+    log-probs it returns (``ddai.trainer.sampling``): the explicit processors of ``sampling``
+    and none of the checkpoint's ``generation_config``; only the drawn tokens' log-probs are kept.
+
+    A VLM's image placeholder token (``image_token_id``) is never sampled: a sampled placeholder
+    would have no image features behind it."""
 
     def __init__(
         self,
@@ -159,15 +165,20 @@ class HFSampler(Sampler):
         temperature: float = 1.0,
         top_p: float = 1.0,
         top_k: int = 0,
+        repetition_penalty: float = 1.0,
         stop_ids: Sequence[int] | None = None,
         image_token_id: int | None = None,
     ) -> None:
         self.model = model
         self.tok = tokenizer
         self.image_token_id = image_token_id
-        self.temperature = temperature
-        self.top_p = top_p
-        self.top_k = top_k
+        self.config = SamplingConfig(
+            temperature=temperature,
+            top_p=top_p,
+            top_k=top_k or 0,
+            repetition_penalty=repetition_penalty,
+            suppress_ids=() if image_token_id is None else (int(image_token_id),),
+        )
         self.stop_ids = list(stop_ids or [tokenizer.eos_token_id])
 
     def sample(self, contexts, max_new_tokens, images=None):
@@ -181,7 +192,6 @@ class HFSampler(Sampler):
         for i, c in enumerate(contexts):
             ids[i, width - len(c) :] = torch.tensor(c)
             att[i, width - len(c) :] = 1
-        greedy = self.temperature <= 0
         shown = [im for im in images or [] if im is not None]
         vision: dict[str, Any] = {}
         if shown:
@@ -191,25 +201,35 @@ class HFSampler(Sampler):
                 "image_grid_thw": torch.cat([g for _, g in shown]).to(device),
                 "mm_token_type_ids": (ids == self.image_token_id).long().to(device),
             }
-        with torch.no_grad():
-            out = self.model.generate(
-                input_ids=ids.to(device),
-                attention_mask=att.to(device),
-                **vision,
-                max_new_tokens=max(max_new_tokens),
-                do_sample=not greedy,
-                temperature=None if greedy else self.temperature,
-                top_p=None if greedy else self.top_p,
-                top_k=None if greedy or not self.top_k else self.top_k,
-                eos_token_id=self.stop_ids,
-                pad_token_id=pad,
-                return_dict_in_generate=True,
-                output_logits=True,
-            )
-        new = out.sequences[:, width:].cpu()  # [N, n]
-        logits = torch.stack(out.logits, dim=1).float().cpu()  # [N, n, V]
-        scale = 1.0 if greedy else self.temperature
-        lp = torch.log_softmax(logits / scale, -1).gather(-1, new.unsqueeze(-1)).squeeze(-1)
+        recorder = LogprobRecorder()
+        processors = self.config.processors([width - len(c) for c in contexts])
+        processors.append(recorder)
+        bare = bare_generation_config(
+            greedy=self.config.greedy,
+            eos_ids=self.stop_ids,
+            pad_id=pad,
+            max_new_tokens=max(max_new_tokens),
+        )
+        # The checkpoint's generation_config fills every knob left unset; a bare one leaves no
+        # processor but ours. Eval mode: no dropout, and a KV cache even when checkpointing.
+        model_config, was_training = self.model.generation_config, self.model.training
+        self.model.generation_config = copy.deepcopy(bare)
+        self.model.eval()
+        try:
+            with torch.no_grad():
+                out = self.model.generate(
+                    input_ids=ids.to(device),
+                    attention_mask=att.to(device),
+                    **vision,
+                    generation_config=bare,
+                    logits_processor=processors,
+                )
+        finally:
+            self.model.generation_config = model_config
+            self.model.train(was_training)
+        new = out[:, width:]  # [N, n]
+        lp = recorder.finish(new).cpu()  # [N, n]
+        new = new.cpu()
         results = []
         stops = set(self.stop_ids)
         for i, cap in enumerate(max_new_tokens):
@@ -427,10 +447,22 @@ def run_rollouts(
                 tail += res.forced + fmt.close
             elif res.done and not closed:
                 tail += fmt.close
+            room = config.max_completion_tokens - len(t.completion_ids)
             if tail and vision is not None:
-                t.add_env_images(vision.encode(tail, shown))
+                span = vision.encode(tail, shown)
+                if len(span.ids) <= room:
+                    t.add_env_images(span)
+                else:  # a cut image would lose its features: the span goes whole or not at all
+                    t.out_of_budget = True
             elif tail:
-                t.add_env(tokenizer.encode(tail, add_special_tokens=False))
+                ids = tokenizer.encode(tail, add_special_tokens=False)
+                # The rollout never outgrows its budget (TRL's max_completion_length): an
+                # observation that does not fit is cut and the episode ends (its tokens carry no
+                # gradient, and no policy turn follows).
+                t.add_env(ids[:room])
+                t.out_of_budget = t.out_of_budget or len(ids) > room
+            if t.out_of_budget and not t.done:
+                t.episode.done, t.episode.terminated = True, "max_turns"
             if not t.done and len(t.completion_ids) >= config.max_completion_tokens - 1:
                 t.out_of_budget = True
                 t.episode.done, t.episode.terminated = True, "max_turns"

@@ -208,3 +208,8 @@ def slice_vision(fields: dict[str, Any], start: int, end: int) -> dict[str, Any]
         "image_grid_thw": grid[first:last],
         "num_images": list(num[start:end]),
     }
+
+
+def on_device(fields: dict[str, Any], device: Any) -> dict[str, Any]:
+    """``fields`` with every tensor moved to ``device`` (counts and other values kept)."""
+    return {k: v.to(device) if hasattr(v, "to") else v for k, v in fields.items()}

@@ -16,6 +16,7 @@ from ddai.reports.sections import (
     outcomes,
     overview,
     reward_latency,
+    training,
     value_curves,
 )
 
@@ -34,4 +35,6 @@ SECTIONS: tuple[tuple[str, SectionBuilder], ...] = (
     ("failure attribution", attribution.build),
     ("reward latency and coverage", reward_latency.build),
     ("zero-variance groups: drop or keep", drop_keep.build),
+    # What the optimizer did (issue 22): reward and clip ratio per step of runs trained here.
+    ("training dynamics", training.build),
 )

@@ -39,8 +39,14 @@ def test_demo_train_logs_a_training_run(tmp_path, monkeypatch):
     res = runner.invoke(app, ["demo", "--train", "--json"])
     assert res.exit_code == 0, res.output
     steps = json.loads(res.stdout)
-    assert steps["train"]["grpo steps"] == 2
+    train = steps["train"]
+    assert train["grpo steps"] == 2
+    # The learnable task: the SFT start's groups have mixed outcomes, so GRPO moves the weights.
+    assert train["changed_parameters"] > 0
+    assert 0 < train["informative_group_share"] <= 1
     logs = tmp_path / "demo" / "logs"
     assert "demo_grpo" in store.list_runs(logs)
-    assert store.read_rollouts(logs, ["demo_grpo"]).num_rows == 8
+    rows = store.read_rollouts(logs, ["demo_grpo"]).to_pylist()
+    assert len(rows) == 32  # 2 rollout batches of 4 prompts × 4
+    assert sum(bool(r["format_ok"]) for r in rows) >= 16  # the start writes the valid format
     assert steps["report"]["runs"] == 5  # the four world runs and demo_grpo

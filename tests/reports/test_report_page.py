@@ -10,7 +10,7 @@ import pytest
 from plotly.offline import get_plotlyjs
 from report_world import XSS, XSS_ANSWER, browser_rows, page_figures, planted_store
 
-from ddai.pipelines import store
+from ddai.pipelines import manifest, store
 from ddai.reports import ReportConfig, build_report, render
 
 
@@ -182,7 +182,11 @@ def test_written_atomically_and_reproducibly(logs, tmp_path):
     first = out.read_text(encoding="utf-8")
     build_report(ReportConfig(logs=logs, out=out, progress=False))
     second = out.read_text(encoding="utf-8")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.html"]  # no temp file left
+    # no temp file left; the manifest commits the page and records its hash
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.html", "r.html.manifest.json"]
+    assert manifest.verify(out) is None
+    out.write_text(second + " ", encoding="utf-8")
+    assert manifest.verify(out) is not None  # a changed page no longer matches its manifest
     stamp = re.compile(r"generated [0-9-]+ [0-9:]+ UTC")
     assert stamp.sub("", first) == stamp.sub("", second)
 

@@ -86,7 +86,9 @@ def test_ppo_two_processes_log_every_episode_once(toy_world):
     metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == [1, 2]  # one file, one row per step
     assert list(out.glob("*.safetensors")) == [out / "model.safetensors"]
-    assert not list(out.glob("checkpoint-*")) and not list(out.glob(".final-*"))
+    # one resumable checkpoint (written by the main process after the last step), no leftovers
+    assert [p.name for p in out.glob("checkpoint-*")] == ["checkpoint-2"]
+    assert not list(out.glob(".final-*")) and not list(out.glob(".checkpoint-*"))
     load_value_model(out / "critic")
     run_cfg = json.loads((out / "run_config.json").read_text())
     assert run_cfg["world_size"] == 2 and run_cfg["seeds"] == [0, 1]

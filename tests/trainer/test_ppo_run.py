@@ -159,10 +159,13 @@ def test_ppo_bad_flags_exit_2(toy_world, tmp_path):
     base += ["--corpus", str(data / "pages.parquet"), "--out", str(tmp_path / "o")]
     for extra, message in (
         (["--batch-size", "5", "--n-agent", "2"], "multiple of --n-agent"),
-        (["--kl-estimator", "k9"], "k1, k3"),
+        (["--kl-estimator", "k9"], "k1, k2, k3"),
         (["--lam", "1.5"], "--gamma and --lam"),
         (["--vf-clip", "-1"], "--vf-clip"),
         (["--mini-batch-size", "99"], "--mini-batch-size"),
+        (["--kl-mode", "both"], "--kl-mode"),
+        (["--reward-norm", "minmax"], "none, center, scale, whiten"),
+        (["--entropy-coef", "-1"], "--entropy-coef"),
     ):
         res = runner.invoke(app, base + extra)
         assert res.exit_code == 2, res.output

@@ -26,6 +26,19 @@ def test_gspo_ddai_preset_sets_seed_defaults(tmp_path):
     assert args.importance_sampling_level == "sequence" and args.loss_type == "grpo"
     assert (args.epsilon, args.epsilon_high, args.learning_rate) == (3e-4, 4e-4, 1e-6)
     assert args.beta == 0.0 and args.entropy_coef == 0.0
+    # Seed 000's mini-batch structure: two optimizer steps per rollout batch, so old log-probs
+    # differ from the current ones on the second and the 3e-4/4e-4 clip can act.
+    assert args.steps_per_generation == 2
+    assert args.generation_batch_size == 2 * args.per_device_train_batch_size
+
+
+def test_gspo_ddai_structure_yields_to_a_given_generation_batch(tmp_path):
+    args = grpo_args(
+        _cfg(tmp_path, preset="gspo-ddai", batch_size=8, overrides={"generation_batch_size": 32})
+    )
+    assert args.generation_batch_size == 32 and args.steps_per_generation == 4
+    four = grpo_args(_cfg(tmp_path, preset="gspo-ddai", overrides={"steps_per_generation": 4}))
+    assert four.steps_per_generation == 4
 
 
 def test_precedence_preset_file_flag_set(tmp_path):

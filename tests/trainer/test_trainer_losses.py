@@ -71,8 +71,11 @@ def test_kl_estimators_hand_computed():
     # k3: d = ref - logp = -1; e^-1 - (-1) - 1 = 0.367879
     assert L.kl_k3(logp, ref).item() == pytest.approx(math.exp(-1), abs=1e-7)
     assert L.kl_penalty(logp, logp, "k3").item() == 0.0
-    with pytest.raises(ValueError, match="k1, k3"):
-        L.kl_penalty(logp, ref, "k2")
+    # k2 = ½·(−1 − (−2))² = 0.5
+    assert L.kl_k2(logp, ref).item() == pytest.approx(0.5)
+    assert L.kl_penalty(logp, ref, "k2").item() == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="k1, k2, k3"):
+        L.kl_penalty(logp, ref, "k9")
 
 
 # ---------------------------------------------------------------------------- GSPO

@@ -123,6 +123,9 @@ def test_zero_variance_steps_count_steps_whose_groups_are_all_flat():
     assert z.observe(3, [[0.2, 0.2]]) is True
     assert z.observe(3, [[0.2, 0.7]]) is False  # a second batch of step 3 has signal
     assert z.count == 1
+    # 6 groups seen, of which [0, 0.5] and [0.2, 0.7] are mixed.
+    assert z.groups == 6 and z.informative_share == pytest.approx(2 / 6)
+    assert ZeroVarianceSteps().informative_share is None
 
 
 def test_cli_grpo_on_slidevqa_with_the_world_corpus_exits_2_naming_missing_pages(shared, tmp_path):

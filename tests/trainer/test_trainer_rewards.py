@@ -10,10 +10,12 @@ import pytest
 from ddai.pipelines.backends import GenerateResult, JudgeResult
 from ddai.trainer.rewards import (
     REWARD_PRESETS,
+    Judged,
     RewardSpec,
     StreamingScorer,
     compute_reward,
     reward_preset,
+    unscorable_reason,
 )
 
 # DDAI's NDCG of one correct page out of two golden ones: 1 / (1 + 1/log2 3) = 0.613147
@@ -103,3 +105,53 @@ def test_scorer_overlaps_with_caller():
         assert fut.result(timeout=10)[0].judge == 1.0
     finally:
         scorer.close()
+
+
+def test_unscorable_reason_needs_a_judge_the_gate_let_through():
+    cur = REWARD_PRESETS["curriculum"]
+    assert unscorable_reason(cur, format_ok=True, judged=Judged(judge=0.0)) is None  # a real 0
+    assert unscorable_reason(cur, format_ok=True, judged=Judged(error="timeout")) == "timeout"
+    assert unscorable_reason(cur, format_ok=True, judged=None) == "not judged"
+    assert unscorable_reason(cur, format_ok=False, judged=None) is None  # gated: scores 0
+    phase1 = REWARD_PRESETS["ddai-phase1"]  # no judge in the reward
+    assert unscorable_reason(phase1, format_ok=True, judged=None) is None
+
+
+def test_ddai_reward_gives_none_for_timeouts_and_failures_and_counts_them():
+    """TRL turns None into NaN and leaves it out of the group's mean and std (advantage 0)."""
+    import concurrent.futures
+    from types import SimpleNamespace
+
+    from ddai.trainer.grpo import DdaiReward
+
+    def traj(key, fmt=True):
+        return SimpleNamespace(
+            key=key,
+            episode=SimpleNamespace(format_ok=fmt, retrieved=["p1"], turns=[1]),
+            task=SimpleNamespace(reference_pages=["p1"]),
+        )
+
+    done = concurrent.futures.Future()
+    done.set_result([Judged(judge=1.0), Judged(error="judge: HTTP 500")])
+    hung = concurrent.futures.Future()  # never finishes: a judge timeout
+    trajs = {k: traj(k) for k in ("a0", "a1", "b0")} | {"b1": traj("b1", fmt=False)}
+    ro = SimpleNamespace(
+        pending=trajs,
+        futures={"a0": (done, 0), "a1": (done, 1), "b0": (hung, 0), "b1": (hung, 1)},
+        spec=REWARD_PRESETS["curriculum"],
+        judged={},
+        scores={},
+    )
+    logged = {}
+    rewards = asyncio.run(
+        DdaiReward(ro, timeout=0.05)(
+            None, None, ["a0", "a1", "b0", "b1"], log_metric=lambda k, v: logged.update({k: v})
+        )
+    )
+    # a0: 0.8·1 + 0.2·NDCG 1; a1 judge failed, b0 timed out: unscorable; b1 gated: a real 0.
+    assert rewards == [pytest.approx(1.0), None, None, 0.0]
+    assert ro.scores["a1"].unscorable == "judge: HTTP 500"
+    assert ro.scores["b0"].unscorable == "timeout"
+    assert logged["ddai/unscorable"] == 2.0 and logged["ddai/judge_coverage"] == pytest.approx(
+        1 / 3
+    )

@@ -261,3 +261,21 @@ def test_observation_logprobs_carry_no_gradient_in_trl_loss(policy, world, tmp_p
         torch.testing.assert_close(on_obs[name], base[name], atol=0, rtol=0, msg=name)
     # The same perturbation on policy tokens does change the gradient: the check can fail.
     assert any(not torch.equal(on_policy[n], base[n]) for n in base)
+
+
+def test_a_rollout_never_outgrows_its_completion_budget(policy, world):
+    _, tok = policy
+    corpus, task = world
+    env = SearchEnv(TopSearch(), corpus, EnvConfig(max_turns=5), truncate=token_truncator(tok, 64))
+    turn = len(tok.encode(TURNS[0], add_special_tokens=False)) + 1
+    budget = turn + 6  # the first observation (tens of tokens) cannot fit
+    (traj,) = run_rollouts(
+        [(task, 0, 0)],
+        sampler=Scripted(tok, TURNS[:1]),
+        tokenizer=tok,
+        env=env,
+        config=RolloutConfig(max_turn_tokens=64, max_completion_tokens=budget, obs_max_tokens=64),
+    )
+    assert len(traj.completion_ids) == len(traj.env_mask) == len(traj.logprobs) == budget
+    assert traj.env_mask == [1] * turn + [0] * 6  # the policy turn whole, the observation cut
+    assert traj.out_of_budget and traj.episode.terminated == "max_turns"

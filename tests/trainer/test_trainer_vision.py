@@ -257,8 +257,10 @@ def test_hf_sampler_conditions_on_the_images(vlm, world):
             image_grid_thw=shown[1],
             mm_token_type_ids=(full == vision.image_token_id).long(),
         ).logits[0, len(ctx) - 1 : -1]
+    # The image placeholder is never sampled (it would have no image behind it): suppressed.
+    logits[:, vision.image_token_id] = float("-inf")
     logp = torch.log_softmax(logits.float(), -1)
-    assert ids == logp.argmax(-1).tolist()
+    assert ids == logp.argmax(-1).tolist() and vision.image_token_id not in ids
     torch.testing.assert_close(torch.tensor(lps), logp.max(-1).values, atol=1e-4, rtol=1e-4)
 
 

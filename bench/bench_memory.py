@@ -1,0 +1,164 @@
+"""Benchmark: memory of the sampler and of a training pass, measured against the memory model.
+
+Sampler: peak bytes of one ``HFSampler`` turn at two vocabulary sizes and two token counts, next
+to plain ``generate(output_logits=True)`` (what the sampler did before: every step's logits
+kept); the ratio ``growth(V_large) / growth(V_small)`` of the extra memory of the longer turn is
+about 1 for the sampler (O(tokens)) and about ``V_large / V_small`` for the baseline
+(O(tokens × vocab)). Then the memory model (``ddai.trainer.memory_model``) against measured
+peaks of a sampler turn and of a checkpointed forward+backward: measured / predicted.
+
+On the CPU peaks come from ``TensorMemoryMeter``; on a GPU from ``torch.cuda`` (there the model
+is Qwen2.5-0.5B-shaped, random, bf16). Last, the model's table for Qwen2.5-3B and 7B on one
+80 GB GPU (README).
+
+    python bench/bench_memory.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+
+import torch
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+from ddai.trainer.memory_meter import TensorMemoryMeter
+from ddai.trainer.memory_model import (
+    QWEN25_3B,
+    QWEN25_7B,
+    ModelShape,
+    RunShape,
+    estimate,
+    sampler_bytes,
+    training_activations,
+)
+from ddai.trainer.rollout import HFSampler
+
+CUDA = torch.cuda.is_available()
+DEV = "cuda" if CUDA else "cpu"
+
+
+class Tok:
+    pad_token_id, eos_token_id = 0, 1
+
+
+@contextlib.contextmanager
+def peak():
+    """Yields a dict whose ``bytes`` is the block's peak added memory."""
+    out = {"bytes": 0}
+    if CUDA:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        yield out
+        torch.cuda.synchronize()
+        out["bytes"] = torch.cuda.max_memory_allocated() - base
+    else:
+        with TensorMemoryMeter() as m:
+            yield out
+        out["bytes"] = m.peak
+
+
+def model(vocab: int, hidden: int, layers: int, heads: int, kv: int, inter: int):
+    torch.manual_seed(0)
+    cfg = Qwen2Config(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=inter,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv,
+    )
+    dtype = torch.bfloat16 if CUDA else torch.float32
+    return Qwen2ForCausalLM(cfg).to(DEV, dtype).eval()
+
+
+def sampler_peak(m, N: int, prompt: int, new: int, baseline: bool) -> int:
+    ctx = [[5] * prompt] * N
+    with peak() as p:
+        if baseline:
+            with torch.no_grad():
+                m.generate(
+                    input_ids=torch.tensor(ctx, device=DEV),
+                    attention_mask=torch.ones(N, prompt, dtype=torch.long, device=DEV),
+                    do_sample=True,
+                    max_new_tokens=new,
+                    min_new_tokens=new,
+                    output_logits=True,
+                    return_dict_in_generate=True,
+                    pad_token_id=0,
+                )
+        else:
+            HFSampler(m, Tok(), stop_ids=[-1]).sample(ctx, [new] * N)
+    return p["bytes"]
+
+
+def growth_table(sizes, vocabs, N, prompt, short, long):
+    print(f"sampler: {N} rollouts, extra peak of {long} vs {short} new tokens")
+    rows = {}
+    for V in vocabs:
+        m = model(V, *sizes)
+        for base in (False, True):
+            g = sampler_peak(m, N, prompt, long, base) - sampler_peak(m, N, prompt, short, base)
+            rows[(V, base)] = g
+            name = "generate(output_logits)" if base else "HFSampler"
+            print(f"  V={V:>6}  {name:<24} {g / 2**20:10.2f} MiB")
+        del m
+    for base in (False, True):
+        name = "generate(output_logits)" if base else "HFSampler"
+        ratio = rows[(vocabs[1], base)] / max(rows[(vocabs[0], base)], 1)
+        print(f"  growth ratio V={vocabs[1]} / V={vocabs[0]}, {name}: {ratio:.2f}")
+
+
+def model_check(sizes, vocab, N, prompt, new, b, T):
+    m = model(vocab, *sizes)
+    shape = ModelShape.from_config(m.config)
+    act = 2 if CUDA else 4
+    s_meas = sampler_peak(m, N, prompt, new, False)
+    s_pred = sampler_bytes(shape, N, prompt + new, new, act)
+    m.activation_checkpointing_enable({"use_reentrant": False})
+    m.train()
+    ids = torch.randint(0, vocab, (b, T), device=DEV)
+    with peak() as p:
+        logits = m(input_ids=ids, use_cache=False).logits[:, :-1].float()
+        logp = torch.log_softmax(logits, -1).gather(-1, ids[:, 1:, None])
+        logp.mean().backward()
+        del logits, logp
+    grads = sum(q.grad.numel() * q.grad.element_size() for q in m.parameters())
+    t_meas = p["bytes"] - grads
+    t_pred = training_activations(shape, b, T, act, checkpointing=True)
+    print(f"memory model vs measured ({'cuda bf16' if CUDA else 'cpu fp32'}):")
+    print(
+        f"  sampler  {N}x{prompt + new}: measured {s_meas / 2**20:9.1f} MiB, "
+        f"predicted {s_pred / 2**20:9.1f} MiB, ratio {s_meas / s_pred:.2f}"
+    )
+    print(
+        f"  training {b}x{T}: measured {t_meas / 2**20:9.1f} MiB, "
+        f"predicted {t_pred / 2**20:9.1f} MiB, ratio {t_meas / t_pred:.2f}"
+    )
+
+
+def main() -> None:
+    argparse.ArgumentParser(description=__doc__).parse_known_args()
+    if CUDA:  # Qwen2.5-0.5B's shape
+        sizes = (896, 24, 14, 2, 4864)
+        growth_table(sizes, (16384, 151936), N=64, prompt=256, short=32, long=256)
+        model_check(sizes, 151936, N=64, prompt=512, new=256, b=2, T=2048)
+    else:
+        sizes = (32, 1, 2, 1, 64)
+        growth_table(sizes, (1024, 16384), N=4, prompt=4, short=8, long=64)
+        model_check((48, 3, 4, 2, 96), 4096, N=6, prompt=10, new=24, b=3, T=96)
+    print("memory model, one 80 GB GPU (GiB; 128 rollouts x 2048 context, micro-batch 1 x 2048):")
+    for name, shape in (("Qwen2.5-3B", QWEN25_3B), ("Qwen2.5-7B", QWEN25_7B)):
+        for label, run in (
+            ("fp32 weights, AdamW", RunShape(weight_bytes=4)),
+            ("bf16 weights, AdamW", RunShape(weight_bytes=2)),
+            ("bf16 + LoRA r16", RunShape(weight_bytes=2, lora_r=16)),
+        ):
+            g = estimate(shape, run).gib()
+            fits = "fits" if g["peak"] <= 80 else "does not fit"
+            print(f"  {name} {label:<20} {g}  -> {fits}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,215 @@
+"""``ddai train value-sft`` on a fixture run with a tiny policy and critic: both losses fall, the
+value-loss coefficient scales the value gradient exactly, outputs load, bad input exits 2."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from ddai.cli.app import app
+from ddai.pipelines.store import write_run
+from ddai.trainer import value_sft as vs
+from ddai.trainer.tiny import TinySpec, build_tiny, read_texts
+from ddai.trainer.value import load_value_model
+from ddai.trainer.value_data import tokenize_rollouts
+from ddai.trainer.value_train import _read_rows, split_data
+
+FIXTURES = Path(__file__).parents[2] / "fixtures"
+runner = CliRunner()
+SYSTEM = "You are a search agent."
+
+
+def said(res) -> str:
+    return " ".join(res.output.split())
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    root = tmp_path_factory.mktemp("vsft")
+    src = FIXTURES / "logs" / "curriculum.jsonl"
+    rows = [json.loads(line) for line in src.read_text("utf-8").splitlines()]
+    write_run(root / "logs", "cur", rows, sources=[{"path": str(src)}])
+    tiny = build_tiny(
+        root / "tiny",
+        texts=read_texts([src]),
+        spec=TinySpec(vocab_size=1024, hidden_size=32, num_hidden_layers=2),
+    )
+    (root / "system.txt").write_text(SYSTEM, encoding="utf-8")
+    critic = root / "critic"
+    res = runner.invoke(
+        app,
+        [
+            "train", "value", "--model", str(tiny), "--out", str(critic), "--logs", str(root / "logs"),
+            "--unfreeze", "1", "--max-steps", "2", "--batch-size", "2", "--max-length", "256",
+            "--system-prompt", str(root / "system.txt"), "--json",
+        ],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    return root, tiny, critic
+
+
+def base_args(root: Path, tiny: Path, critic: Path, out: Path) -> list[str]:
+    return [
+        "train", "value-sft", "--model", str(tiny), "--critic", str(critic), "--out", str(out),
+        "--logs", str(root / "logs"), "--max-length", "256", "--system-prompt", str(root / "system.txt"),
+    ]  # fmt: skip
+
+
+def test_joint_stage_lowers_value_loss_and_weighted_ce(world, tmp_path):
+    root, tiny, critic = world
+    out = tmp_path / "joint"
+    res = runner.invoke(
+        app,
+        [
+            *base_args(root, tiny, critic, out),
+            "--max-steps", "24", "--batch-size", "4", "--eval-steps", "12",
+            "--trunk-lr", "3e-3", "--head-lr", "3e-2", "--value-loss-coef", "1", "--json",
+        ],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.stdout)
+    assert summary["steps"] == 24 and summary["head"] == "linear"
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == list(range(25))
+    steps = rows[1:]
+    for key in ("joint/weight_mean", "joint/clip_low", "joint/clip_high", "joint/weighted_ce"):
+        assert all(r[key] is not None for r in steps), key
+    assert all(0.1 <= r["joint/weight_mean"] <= 2.0 for r in steps)
+    assert all(0.0 <= r["joint/clip_low"] + r["joint/clip_high"] <= 1.0 for r in steps)
+
+    def mean(key: str, part: list[dict]) -> float:
+        return sum(r[key] for r in part) / len(part)
+
+    first, last = steps[:4], steps[-4:]
+    assert mean("joint/weighted_ce", last) < 0.8 * mean("joint/weighted_ce", first)
+    assert mean("value/loss", last) < mean("value/loss", first)
+    # The outputs load: the policy as a causal LM, the critic as a value checkpoint on it.
+    from transformers import AutoModelForCausalLM
+
+    AutoModelForCausalLM.from_pretrained(out)
+    crit, _ = load_value_model(out / vs.CRITIC_DIR)
+    assert crit.head_type == "linear"
+
+
+def _fixed_batch(world, cfg: vs.ValueSFTConfig):
+    model, tok = vs.load_joint(cfg)
+    items = tokenize_rollouts(_read_rows(cfg), tok, system_prompt=SYSTEM, max_length=256).rollouts
+    data = split_data(items, cfg)
+    return model, tok, data
+
+
+def test_value_loss_coef_scales_the_value_gradient(world, tmp_path):
+    root, tiny, critic = world
+    cfg = vs.ValueSFTConfig(
+        model=str(tiny), critic=str(critic), output_dir=tmp_path, logs=root / "logs", val_fraction=0
+    )
+    model, tok, data = _fixed_batch(world, cfg)
+    model.eval()  # no dropout: the three passes see the same function
+
+    def grads(coef: float) -> tuple[torch.Tensor, torch.Tensor]:
+        cfg.value_loss_coef = coef
+        model.zero_grad(set_to_none=True)
+        loss, _ = vs.step_loss(model, data, [0, 1, 2], cfg, tok.pad_token_id)
+        loss.backward()
+        head = torch.cat([p.grad.flatten() for p in model.head.parameters()])
+        top = model.lm.base_model.layers[-1].mlp.down_proj.weight.grad.flatten().clone()
+        return head.clone(), top
+
+    h0, t0 = grads(0.0)
+    h1, t1 = grads(0.05)
+    h2, t2 = grads(0.1)
+    assert torch.count_nonzero(h0) == 0  # the CE never reaches the value head (weights detached)
+    assert torch.count_nonzero(h1) > 0
+    assert torch.allclose(h2, 2 * h1, rtol=1e-4, atol=1e-10)
+    # Trunk: g(c) = g_CE + c·g_V, so g(0.1) − g(0) = 2·(g(0.05) − g(0)).
+    assert torch.count_nonzero(t1 - t0) > 0
+    assert torch.allclose(t2 - t0, 2 * (t1 - t0), rtol=1e-3, atol=1e-8)
+
+
+def test_value_head_only_keeps_the_value_loss_off_the_trunk(world, tmp_path):
+    root, tiny, critic = world
+    cfg = vs.ValueSFTConfig(
+        model=str(tiny),
+        critic=str(critic),
+        output_dir=tmp_path,
+        logs=root / "logs",
+        val_fraction=0,
+        value_trunk_grad=False,
+    )
+    model, tok, data = _fixed_batch(world, cfg)
+    model.eval()
+    top = model.lm.base_model.layers[-1].mlp.down_proj.weight
+    got = []
+    for coef in (0.0, 1.0):
+        cfg.value_loss_coef = coef
+        model.zero_grad(set_to_none=True)
+        vs.step_loss(model, data, [0, 1], cfg, tok.pad_token_id)[0].backward()
+        got.append(top.grad.clone())
+    assert torch.allclose(got[0], got[1])
+
+
+def test_critic_trunk_replaces_the_policy_trunk(world, tmp_path):
+    _root, tiny, critic = world
+    cfg = vs.ValueSFTConfig(model=str(tiny), critic=str(critic), output_dir=tmp_path)
+    model, _ = vs.load_joint(cfg)
+    crit, _ = load_value_model(critic)
+    want = crit.trunk.layers[-1].mlp.down_proj.weight
+    assert torch.equal(model.lm.base_model.layers[-1].mlp.down_proj.weight, want)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--beta", "0"], "--beta"),
+        (["--weight-clip-min", "3"], "--weight-clip-min"),
+        (["--lam", "1.5"], "--lam"),
+        (["--success-threshold", "2"], "no pairs"),
+    ],
+)
+def test_bad_input_exits_2_naming_the_flag(world, tmp_path, args, message):
+    root, tiny, critic = world
+    res = runner.invoke(app, [*base_args(root, tiny, critic, tmp_path / "o"), *args])
+    assert res.exit_code == 2, res.output
+    assert message in said(res)
+
+
+def test_a_plain_model_as_critic_is_refused(world, tmp_path):
+    root, tiny, _ = world
+    res = runner.invoke(app, base_args(root, tiny, tiny, tmp_path / "o"))
+    assert res.exit_code == 2 and "not a value checkpoint" in said(res)
+
+
+def test_mc_only_value_loss_is_the_scaled_mse(world, tmp_path):
+    root, tiny, critic = world
+    cfg = vs.ValueSFTConfig(
+        model=str(tiny),
+        critic=str(critic),
+        output_dir=tmp_path,
+        logs=root / "logs",
+        val_fraction=0,
+        pairwise_coef=0.0,
+        mc_coef=0.5,
+    )
+    model, tok, data = _fixed_batch(world, cfg)
+    model.eval()
+    idx = [i for i, r in enumerate(data.train) if r.success][:1] + [
+        i for i, r in enumerate(data.train) if not r.success
+    ][:1]
+    _, m = vs.step_loss(model, data, idx, cfg, tok.pad_token_id)
+    assert m["value/loss"] == pytest.approx(0.5 * m["value/mc_mse"])
+    # One correct rollout of two: its policy tokens alone carry CE weights.
+    assert m["joint/loss"] == pytest.approx(m["joint/weighted_ce"] + 0.05 * m["value/loss"])
+
+
+def test_help_names_every_seed_constant():
+    res = runner.invoke(app, ["train", "value-sft", "--help"], terminal_width=200)
+    assert res.exit_code == 0
+    for flag in (
+        "--beta", "--weight-clip-min", "--weight-clip-max", "--gamma", "--lam",
+        "--value-loss-coef", "--trunk-lr", "--head-lr", "--max-grad-norm", "--critic",
+    ):  # fmt: skip
+        assert flag in res.output, flag

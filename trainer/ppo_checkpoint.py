@@ -1,0 +1,116 @@
+"""Resumable PPO checkpoints: ``<out>/checkpoint-N/`` holds the policy (a model folder), the
+critic (``critic/``, a value checkpoint), both optimizers' states (``optimizers.pt``) and
+``ppo_state.json`` (the step and run id), so ``ddai train ppo --resume`` continues at step N+1
+with the same run id, Adam moments and rollout log. The folder name is the one
+``common.resume_checkpoint`` finds (transformers' ``checkpoint-N``).
+
+A checkpoint is written to a temporary sibling and renamed into place, so a crash mid-write leaves
+the previous checkpoint intact; older checkpoints are then removed (one is enough to resume).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ddai.trainer.common import TrainConfigError
+
+STATE_FILE = "ppo_state.json"
+OPTIM_FILE = "optimizers.pt"
+CRITIC_DIR = "critic"
+
+
+@dataclass
+class PPOState:
+    step: int
+    """Steps finished when the checkpoint was written."""
+    run_id: str
+    critic_source: str
+    """Where the critic's trunk first came from (kept in the critic's checkpoint on resume)."""
+
+
+def save_checkpoint(
+    out: Path,
+    state: PPOState,
+    *,
+    policy: Any,
+    tok: Any,
+    critic: Any,
+    policy_opt: torch.optim.Optimizer,
+    critic_opt: torch.optim.Optimizer,
+) -> Path:
+    """Write ``<out>/checkpoint-<step>`` atomically and drop older ``checkpoint-*`` folders."""
+    from ddai.trainer.sft import save_model
+    from ddai.trainer.value import save_value_model
+
+    out = Path(out)
+    final = out / f"checkpoint-{state.step}"
+    tmp = out / f".checkpoint-{state.step}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    save_model(policy, tok, tmp)
+    save_value_model(critic, tok, tmp / CRITIC_DIR, source=state.critic_source)
+    torch.save(
+        {"policy": policy_opt.state_dict(), "critic": critic_opt.state_dict()}, tmp / OPTIM_FILE
+    )
+    (tmp / STATE_FILE).write_text(json.dumps(state.__dict__), encoding="utf-8")
+    shutil.rmtree(final, ignore_errors=True)
+    tmp.rename(final)
+    for old in out.glob("checkpoint-*"):
+        if old != final and old.is_dir():
+            shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def read_state(ckpt: str | Path) -> PPOState:
+    """The ``ppo_state.json`` of a checkpoint; a folder without one is not a PPO checkpoint."""
+    path = Path(ckpt) / STATE_FILE
+    if not path.is_file():
+        raise TrainConfigError(
+            f"--resume: {ckpt} has no {STATE_FILE} (not a `ddai train ppo` checkpoint); "
+            "point --out at the PPO run's folder or run without --resume"
+        )
+    return PPOState(**json.loads(path.read_text(encoding="utf-8")))
+
+
+def load_optimizers(
+    ckpt: str | Path, policy_opt: torch.optim.Optimizer, critic_opt: torch.optim.Optimizer
+) -> None:
+    """Restore both optimizers' states (Adam moments, step counts) in place."""
+    states = torch.load(Path(ckpt) / OPTIM_FILE, map_location="cpu", weights_only=True)
+    policy_opt.load_state_dict(states["policy"])
+    critic_opt.load_state_dict(states["critic"])
+
+
+def keep_metrics_until(path: Path, step: int) -> list[str]:
+    """The lines of a ``metrics.jsonl`` for steps ``<= step`` (what a resumed run keeps; rows a
+    crashed run logged after its checkpoint are dropped, as the steps are redone)."""
+    if not path.is_file():
+        return []
+    return [
+        line
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if line.strip() and json.loads(line).get("step", 0) <= step
+    ]
+
+
+def drop_rollouts_after(logs: Path, run_id: str, step: int) -> int:
+    """Remove a run's logged rollouts of steps ``> step`` (those a crashed run logged after its
+    last checkpoint; the resumed run logs them anew); returns how many were dropped. The
+    partition is rewritten only when there is something to drop."""
+    import pyarrow.compute as pc
+
+    from ddai.pipelines.store import list_runs, read_rollouts, write_run
+
+    if run_id not in list_runs(logs):
+        return 0
+    table = read_rollouts(logs, [run_id])
+    later = pc.fill_null(pc.greater(table["step"], step), False)
+    dropped = int(pc.sum(later).as_py() or 0)
+    if dropped:
+        write_run(logs, run_id, table.filter(pc.invert(later)), normalize=False)
+    return dropped

@@ -1,0 +1,375 @@
+"""``ddai train value-sft``: seed 004's joint stage (``verifiable_mc_hybrid``).
+
+The policy (a causal LM) and a trained critic (a ``ddai train value`` checkpoint, head type read
+from it) share one trunk. Each step draws success/failure pairs of the same prompt (by
+difficulty-bin weight when bins are given) and minimizes
+
+    weighted_ce + value_loss_coef · (pairwise_coef · pairwise + mc_coef · MC-MSE)
+
+where ``weighted_ce`` is the policy's CE on the *correct* rollouts' policy tokens, each token
+weighted by ``w_t = clip(exp(δ_t/β), min, max)`` from the critic's TD error (``trainer.
+value_sft_math``). Trunk and head have their own learning rates; gradients are clipped to
+``max_grad_norm``. With ``value_trunk_grad`` off the value loss trains the head alone (detached
+hidden states), as the seed's ``num_unfrozen_layers: 0``.
+
+The critic's trunk, when it was trained (``trunk/`` inside the checkpoint), replaces the policy's
+transformer body before training: the seed starts the joint stage from the critic checkpoint.
+
+Outputs in ``<out>``: the policy (a causal LM folder other commands load), ``critic/`` (a value
+checkpoint whose trunk is that policy), ``metrics.jsonl`` (``joint/weighted_ce``,
+``joint/weight_mean``, ``joint/clip_low``, ``joint/clip_high``, ``joint/loss``, ``value/*``).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ddai.trainer import value_losses as vl
+from ddai.trainer import value_sft_math as vsm
+from ddai.trainer.value import (
+    HEAD_FILE,
+    TRUNK_DIR,
+    ValueModel,
+    build_head,
+    position_ids,
+    read_config,
+    save_value_model,
+)
+from ddai.trainer.value_data import TARGETS, Batch, collate, parse_bins
+from ddai.trainer.value_train import METRICS_FILE, MetricsLog, Split
+
+CRITIC_DIR = "critic"
+
+
+@dataclass
+class ValueSFTConfig:
+    """One joint-stage run; every field has a flag in ``ddai train value-sft``. Defaults are
+    seed 004's ``verifiable_mc_hybrid.yaml``."""
+
+    model: str
+    """The policy: a causal LM folder or hub id."""
+    critic: str
+    """A value checkpoint (``ddai train value``); its head type is read from it."""
+    output_dir: Path
+    logs: Path | None = None
+    runs: list[str] | None = None
+    data: Path | None = None
+    system_prompt: Path | None = None
+    trunk_lr: float = 1e-5
+    head_lr: float = 1e-4
+    weight_decay: float = 0.0
+    max_grad_norm: float = 0.5
+    value_loss_coef: float = 0.05
+    pairwise_coef: float = 1.0
+    mc_coef: float = 0.5
+    beta: float = 1.0
+    weight_clip_min: float = 0.1
+    weight_clip_max: float = 2.0
+    gamma: float = 1.0
+    lam: float = 1.0
+    value_trunk_grad: bool = True
+    """Seed: ``num_unfrozen_layers: 2`` > 0, so the value loss reaches the trunk."""
+    target: str = "success"
+    success_threshold: float = 1.0
+    max_pairs_per_problem: int = 25
+    bin_edges: list[float] = field(default_factory=list)
+    bin_weights: list[float] = field(default_factory=list)
+    val_fraction: float = 0.2
+    batch_size: int = 8
+    max_steps: int = 200
+    eval_steps: int = 50
+    eval_batch_size: int = 16
+    max_length: int = 2048
+    obs_max_tokens: int = 256
+    grad_accum: int = 1
+    dtype: str = "float32"
+    seed: int = 42
+    progress: bool = True
+
+    @property
+    def weights_cfg(self) -> vsm.TDWeightConfig:
+        return vsm.TDWeightConfig(
+            self.beta, self.weight_clip_min, self.weight_clip_max, self.gamma, self.lam
+        )
+
+    def check(self) -> None:
+        """Fail on bad settings before any model is loaded; messages name the flag."""
+        self.weights_cfg.check()
+        if self.target not in TARGETS:
+            raise ValueError(f"--target {self.target!r}: use one of {', '.join(TARGETS)}")
+        if self.value_loss_coef < 0 or self.pairwise_coef < 0 or self.mc_coef < 0:
+            raise ValueError("--value-loss-coef, --pairwise-coef and --mc-coef must be >= 0")
+        if not (self.pairwise_coef or self.mc_coef):
+            raise ValueError("--pairwise-coef and --mc-coef must not both be 0")
+        for name in ("batch_size", "max_steps", "eval_steps", "eval_batch_size", "max_length"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
+        if self.grad_accum < 1:
+            raise ValueError("--grad-accum must be >= 1")
+        if self.bin_edges or self.bin_weights:
+            parse_bins(self.bin_edges, self.bin_weights)
+
+
+class JointModel(nn.Module):
+    """A causal LM and a value head on its last hidden states (one trunk, two heads)."""
+
+    def __init__(self, lm: nn.Module, head: nn.Module, *, head_type: str, dropout: float,
+                 value_trunk_grad: bool = True) -> None:  # fmt: skip
+        super().__init__()
+        self.lm = lm
+        self.head = head
+        self.head_type = head_type
+        self.dropout = dropout
+        self.value_trunk_grad = value_trunk_grad
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor) -> tuple[Tensor, Tensor]:
+        """``(logits[B,L,V], values[B,L])``; position ``i`` predicts/values what follows it."""
+        hidden = self.lm.base_model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids(attention_mask),
+            use_cache=False,
+        ).last_hidden_state
+        logits = self.lm.get_output_embeddings()(hidden)
+        h = hidden if self.value_trunk_grad else hidden.detach()
+        return logits, self.head(h.float())
+
+    def completion_values(
+        self, input_ids: Tensor, attention_mask: Tensor, prompt_len: int
+    ) -> Tensor:
+        """``[B, T − prompt_len]`` values aligned to completion tokens (as ``ValueModel``)."""
+        return self(input_ids, attention_mask)[1][:, prompt_len - 1 : -1]
+
+    def param_groups(self, *, trunk_lr: float, head_lr: float) -> list[dict[str, Any]]:
+        return [
+            {"params": list(self.head.parameters()), "lr": head_lr, "name": "head"},
+            {"params": list(self.lm.parameters()), "lr": trunk_lr, "name": "trunk"},
+        ]
+
+
+def load_joint(cfg: ValueSFTConfig) -> tuple[JointModel, Any]:
+    """``(JointModel, tokenizer)``: the policy ``cfg.model`` with the critic's head (type from the
+    checkpoint) and, when the critic trained its trunk, the critic's trunk weights."""
+    from safetensors.torch import load_file
+    from transformers import AutoModel, AutoModelForCausalLM
+
+    from ddai.trainer.modeling import DTYPES, load_tokenizer
+
+    if cfg.dtype not in DTYPES:
+        raise ValueError(f"--dtype {cfg.dtype!r}: use one of {', '.join(DTYPES)}")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    crit = read_config(cfg.critic)
+    torch_dtype = "auto" if cfg.dtype == "auto" else getattr(torch, cfg.dtype)
+    lm = AutoModelForCausalLM.from_pretrained(cfg.model, dtype=torch_dtype)
+    hidden = int(lm.config.hidden_size)
+    if hidden != crit.hidden_size:
+        raise ValueError(
+            f"--critic {cfg.critic} has hidden size {crit.hidden_size} but --model {cfg.model} has "
+            f"{hidden}; train the critic on this policy's trunk (`ddai train value --model ...`)"
+        )
+    if crit.trunk == TRUNK_DIR:
+        trunk = AutoModel.from_pretrained(str(Path(cfg.critic) / TRUNK_DIR), dtype=torch_dtype)
+        lm.base_model.load_state_dict(trunk.state_dict())
+    head = build_head(crit.head_type, hidden, dropout=crit.dropout)
+    head.load_state_dict(load_file(str(Path(cfg.critic) / HEAD_FILE)))
+    model = JointModel(
+        lm,
+        head,
+        head_type=crit.head_type,
+        dropout=crit.dropout,
+        value_trunk_grad=cfg.value_trunk_grad,
+    )
+    return model, load_tokenizer(cfg.model)
+
+
+def step_loss(
+    model: nn.Module, data: Split, idx: list[int], cfg: ValueSFTConfig, pad_id: int
+) -> tuple[Tensor, dict[str, float]]:
+    """The joint loss on the drawn pairs (or rollouts when ``pairwise_coef`` is 0) ``idx``;
+    ``model`` may be DDP-wrapped (the forward goes through it)."""
+    dev = next(model.parameters()).device
+    if cfg.pairwise_coef > 0:
+        pairs = [data.train_pairs[i] for i in idx]
+        rows = [data.train[p] for p, _ in pairs] + [data.train[n] for _, n in pairs]
+    else:
+        rows = [data.train[i] for i in idx]
+    batch: Batch = collate(rows, pad_id).to(dev)
+    P = batch.prompt_len
+    logits, values = model(batch.input_ids, batch.attention_mask)
+    logits, values = logits[:, P - 1 : -1], values[:, P - 1 : -1]
+    targets = torch.tensor([r.target for r in rows], device=dev, dtype=values.dtype)
+    correct = torch.tensor([r.success for r in rows], device=dev)
+    if cfg.pairwise_coef > 0:
+        n = len(pairs)
+        value_loss, metrics = vl.hybrid_value_loss(
+            values[:n],
+            values[n:],
+            batch.mask[:n],
+            batch.mask[n:],
+            pos_rewards=targets[:n],
+            neg_rewards=targets[n:],
+            pairwise_coef=cfg.pairwise_coef,
+            mc_coef=cfg.mc_coef,
+        )
+    else:
+        value_loss, metrics = vl.mc_value_loss(
+            values, targets, torch.ones_like(batch.mask), batch.mask
+        )
+        value_loss = cfg.mc_coef * value_loss
+        metrics["value/loss"] = float(value_loss.detach())
+    w, ce_mask = vsm.td_weights(values, targets, batch.mask, correct, cfg.weights_cfg)
+    ce = vsm.token_ce(logits, batch.input_ids[:, P:])
+    wce = vsm.weighted_ce(ce, w, ce_mask)
+    loss = vsm.joint_loss(wce, value_loss, cfg.value_loss_coef)
+    metrics.update(vsm.weight_stats(w, ce_mask, cfg.weights_cfg))
+    metrics["joint/weighted_ce"] = float(wce.detach())
+    metrics["joint/ce"] = float((ce.detach() * ce_mask).sum() / ce_mask.sum().clamp(min=1.0))
+    metrics["joint/loss"] = float(loss.detach())
+    return loss, metrics
+
+
+@dataclass
+class ValueSFTResult:
+    output_dir: str
+    critic_dir: str
+    head: str
+    rollouts: int
+    train_pairs: int
+    steps: int
+    weighted_ce_first: float | None
+    weighted_ce_last: float | None
+    value_loss_first: float | None
+    value_loss_last: float | None
+    weight_mean_last: float | None
+    eval_before: dict[str, float]
+    eval_after: dict[str, float]
+
+
+def train_value_sft(cfg: ValueSFTConfig) -> ValueSFTResult:
+    """Run the joint stage and save the policy to ``output_dir`` and the critic to ``critic/``."""
+    from ddai.pipelines.distill.rebuild import load_system_prompt
+    from ddai.pipelines.pointer.progress import bar
+    from ddai.trainer import accel
+    from ddai.trainer.value_data import tokenize_rollouts
+    from ddai.trainer.value_train import _read_rows, evaluate, prompt_messages, split_data
+
+    cfg.check()
+    rows = _read_rows(cfg)  # type: ignore[arg-type]  # reads logs/runs only
+    if not rows:
+        raise ValueError("no rollouts in the selected runs; check --logs and --run")
+    acc = accel.make_accelerator(gradient_accumulation_steps=cfg.grad_accum)
+    main = acc.is_main_process
+    torch.manual_seed(cfg.seed)
+    model, tok = load_joint(cfg)
+    pad_id = tok.pad_token_id
+    tokenized = tokenize_rollouts(
+        rows,
+        tok,
+        prompts=prompt_messages(cfg.data),
+        system_prompt=load_system_prompt(cfg.system_prompt),
+        target=cfg.target,
+        success_threshold=cfg.success_threshold,
+        max_length=cfg.max_length,
+        obs_max_tokens=cfg.obs_max_tokens,
+    )
+    if not tokenized.rollouts:
+        raise ValueError(
+            f"no rollout left to learn from (dropped: {tokenized.dropped}); raise --max-length"
+        )
+    data = split_data(tokenized.rollouts, cfg)  # type: ignore[arg-type]
+    if not any(r.success for r in data.train):
+        raise ValueError(
+            "no correct rollout among the training prompts, so the weighted CE has nothing to "
+            "learn; add runs or lower --success-threshold"
+        )
+    opt = torch.optim.AdamW(
+        model.param_groups(trunk_lr=cfg.trunk_lr, head_lr=cfg.head_lr),
+        weight_decay=cfg.weight_decay,
+    )
+    params = [p for g in opt.param_groups for p in g["params"]]
+    model, opt = acc.prepare(model, opt)
+    bare: JointModel = acc.unwrap_model(model)
+    out = Path(cfg.output_dir)
+    log = MetricsLog(out / METRICS_FILE) if main else None
+    accel.write_run_config(out, cfg, acc, command="train value-sft")
+
+    def held_out() -> dict[str, float]:
+        if not main:
+            return {}
+        return evaluate(bare, data.val, data.val_pairs, pad_id, batch_size=cfg.eval_batch_size)  # type: ignore[arg-type]
+
+    eval_before = eval_after = held_out()
+    if main:
+        log.log(0, eval_before)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    accel.rank_seed(cfg.seed, acc)
+    B, world, rank = cfg.batch_size, acc.num_processes, acc.process_index
+    history: list[dict[str, float]] = []
+    model.train()
+    with bar("value-sft", cfg.max_steps, enabled=cfg.progress and main) as advance:
+        for step in range(1, cfg.max_steps + 1):
+            draw = torch.multinomial(
+                data.weights, B * world * cfg.grad_accum, replacement=True, generator=gen
+            )
+            seen = []
+            for micro in range(cfg.grad_accum):
+                start = (micro * world + rank) * B
+                with acc.accumulate(model):
+                    loss, m = step_loss(model, data, draw[start : start + B].tolist(), cfg, pad_id)
+                    acc.backward(loss)
+                    if cfg.max_grad_norm > 0 and acc.sync_gradients:
+                        acc.clip_grad_norm_(params, cfg.max_grad_norm)
+                    opt.step()
+                    opt.zero_grad(set_to_none=True)
+                seen.append(m)
+            metrics = accel.mean_metrics(
+                {k: sum(s[k] for s in seen) / len(seen) for k in seen[0]}, acc
+            )
+            history.append(metrics)
+            if step % cfg.eval_steps == 0 or step == cfg.max_steps:
+                eval_after = held_out()
+                metrics.update(eval_after)
+            if main:
+                log.log(step, metrics)
+            advance(1)
+    acc.wait_for_everyone()
+    critic_dir = out / CRITIC_DIR
+    if main:
+        _save(bare, tok, out, critic_dir)
+    acc.wait_for_everyone()
+
+    def at(i: int, key: str) -> float | None:
+        return history[i].get(key) if history else None
+
+    return ValueSFTResult(
+        output_dir=str(out),
+        critic_dir=str(critic_dir),
+        head=bare.head_type,
+        rollouts=len(tokenized.rollouts),
+        train_pairs=len(data.train_pairs),
+        steps=cfg.max_steps,
+        weighted_ce_first=at(0, "joint/weighted_ce"),
+        weighted_ce_last=at(-1, "joint/weighted_ce"),
+        value_loss_first=at(0, "value/loss"),
+        value_loss_last=at(-1, "value/loss"),
+        weight_mean_last=at(-1, "joint/weight_mean"),
+        eval_before=eval_before,
+        eval_after=eval_after,
+    )
+
+
+def _save(model: JointModel, tok: Any, out: Path, critic_dir: Path) -> None:
+    """The policy as a causal LM folder, then the critic as a value checkpoint whose trunk is it."""
+    model.lm.save_pretrained(out)  # safetensors files, each written whole by transformers
+    tok.save_pretrained(out)
+    critic = ValueModel(
+        model.lm.base_model, model.head, head_type=model.head_type, unfreeze=0,
+        dropout=model.dropout,
+    )  # fmt: skip
+    save_value_model(critic, tok, critic_dir, source=str(out))

@@ -1,0 +1,120 @@
+"""Seed 004's joint stage (``verifiable_mc_hybrid``) as pure tensor math.
+
+The policy's token loss is weighted by the critic's TD error, on correct rollouts only:
+
+- ``δ_t``: the GAE advantage of the critic over policy tokens, with the outcome (1 correct,
+  0 wrong) as the reward on the last policy token. With the seed's ``γ = λ = 1`` this is the
+  Monte-Carlo error ``δ_t = R − V(s_t)``.
+- ``w_t = clip(exp(δ_t / β), weight_clip_min, weight_clip_max)`` on policy tokens of correct
+  rollouts; 0 on prompt/observation tokens, padding and every token of a wrong rollout.
+  The weights carry no gradient (the critic is trained by its own loss, not through the CE).
+- weighted CE: ``Σ w_t · ce_t / Σ m_t`` over the policy tokens ``m`` of the correct rollouts (a
+  token mean in which each token counts ``w_t`` times; ``w ≡ 1`` is plain SFT on them).
+- total: ``weighted_ce + value_loss_coef · value_loss``.
+
+Shapes: ``B`` rollouts, ``T`` completion positions; ``values[:, t]`` is the critic's estimate of
+the state before completion token ``t``, aligned with the policy's logits for that token.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from ddai.trainer.advantages import gae, outcome_rewards
+
+Metrics = dict[str, float]
+
+
+@dataclass(frozen=True)
+class TDWeightConfig:
+    """Seed 004's constants (``training.beta``, ``weight_clip_*``, ``gamma``, ``lam``)."""
+
+    beta: float = 1.0
+    weight_clip_min: float = 0.1
+    weight_clip_max: float = 2.0
+    gamma: float = 1.0
+    lam: float = 1.0
+
+    def check(self) -> None:
+        """Fail on settings the formula cannot use; messages name the flag."""
+        if self.beta <= 0:
+            raise ValueError(f"--beta {self.beta}: the temperature must be > 0")
+        if not 0 <= self.weight_clip_min <= self.weight_clip_max:
+            raise ValueError(
+                f"--weight-clip-min {self.weight_clip_min} / --weight-clip-max "
+                f"{self.weight_clip_max}: need 0 <= min <= max"
+            )
+        for name in ("gamma", "lam"):
+            v = getattr(self, name)
+            if not 0 <= v <= 1:
+                raise ValueError(f"--{name} {v}: must lie in [0, 1]")
+
+
+def td_errors(
+    values: Tensor, rewards: Tensor, mask: Tensor, *, gamma: float = 1.0, lam: float = 1.0
+) -> Tensor:
+    """``[B,T]`` TD(λ) errors of the critic: GAE of the outcome reward over policy tokens.
+
+    Args:
+        values: ``[B,T]`` critic values (used detached).
+        rewards: ``[B]`` outcome per rollout (1 correct, 0 wrong).
+        mask: ``[B,T]`` 1 on policy tokens.
+
+    Returns:
+        ``[B,T]``; ``R − V_t`` when ``γ = λ = 1``; 0 where ``mask`` is 0.
+    """
+    m = mask.to(values.dtype)
+    per_token = outcome_rewards(rewards.to(values.dtype), m)
+    adv, _ = gae(per_token, values.detach(), m, gamma, lam)
+    return adv * m
+
+
+def td_weights(
+    values: Tensor, rewards: Tensor, mask: Tensor, correct: Tensor, cfg: TDWeightConfig
+) -> tuple[Tensor, Tensor]:
+    """Per-token weights ``w[B,T]`` and the CE mask ``[B,T]`` (policy tokens of correct rollouts).
+
+    ``w_t = clip(exp(δ_t/β), min, max)`` where the CE mask is 1, else 0; no gradient.
+    ``correct``: ``[B]`` bool.
+    """
+    delta = td_errors(values, rewards, mask, gamma=cfg.gamma, lam=cfg.lam)
+    ce_mask = mask.to(values.dtype) * correct.to(values.dtype)[:, None]
+    w = torch.exp(delta / cfg.beta).clamp(cfg.weight_clip_min, cfg.weight_clip_max)
+    return (w * ce_mask).detach(), ce_mask
+
+
+def weight_stats(weights: Tensor, ce_mask: Tensor, cfg: TDWeightConfig) -> Metrics:
+    """Mean weight and the shares of CE tokens clipped at each bound (``joint/weight_*``).
+
+    A token counts as clipped when its weight sits on the bound (``exp`` reached or passed it)."""
+    n = float(ce_mask.sum())
+    if n == 0:
+        nan = float("nan")
+        return {"joint/weight_mean": nan, "joint/clip_low": nan, "joint/clip_high": nan}
+    on = ce_mask > 0
+    w = weights[on]
+    return {
+        "joint/weight_mean": float(w.mean()),
+        "joint/clip_low": float((w <= cfg.weight_clip_min).sum()) / n,
+        "joint/clip_high": float((w >= cfg.weight_clip_max).sum()) / n,
+    }
+
+
+def token_ce(logits: Tensor, targets: Tensor) -> Tensor:
+    """``[B,T]`` cross-entropy of ``targets[B,T]`` under ``logits[B,T,V]`` (float32)."""
+    return torch.nn.functional.cross_entropy(
+        logits.float().flatten(0, 1), targets.flatten(), reduction="none"
+    ).view(targets.shape)
+
+
+def weighted_ce(ce: Tensor, weights: Tensor, ce_mask: Tensor) -> Tensor:
+    """``Σ w·ce / Σ ce_mask``: scalar; 0 (with a graph) when the batch has no correct rollout."""
+    return (ce * weights).sum() / ce_mask.sum().clamp(min=1.0)
+
+
+def joint_loss(weighted: Tensor, value_loss: Tensor, value_loss_coef: float) -> Tensor:
+    """Seed 004's total: ``weighted_ce + value_loss_coef · value_loss``."""
+    return weighted + value_loss_coef * value_loss
