@@ -1,19 +1,23 @@
-"""Benchmark: ``curate bucket`` + ``curate focus`` over a 1M-rollout log vs a plain DuckDB scan.
+"""Benchmark: the funnel (``curate bucket``, ``curate focus``, ``distill``'s selection) over a
+1M-rollout log, each step against one bare DuckDB query computing the same groups.
 
 Builds, in a temp folder, a log store with one run of ``--rollouts`` rollouts (``--n-agent`` per
-prompt, seeded NDCG / judge / reward / format values) and a verl-shaped dataset of its prompts.
-Then times, best of ``--repeat``:
+prompt, 1–6 parsed turns each, seeded NDCG / judge / reward / format values: ``bench_report``'s
+generator) and a verl-shaped dataset of its prompts. Then times, best of ``--repeat``, each step
+and its floor in the same command:
 
-- the baseline: one DuckDB scan over the run's Parquet files reading the columns the steps read
-  (``uid``, ``ndcg``, ``judge_score``, ``format_ok``, ``reward``, ``num_turns``) and reducing them
-  to a row (nothing to group, join, sort or write);
-- ``bucket``: mean NDCG per prompt from the log, joined to the dataset, three bucket files and
-  their manifests (input hashing included);
+- ``bucket``: mean NDCG per prompt (format failures count 0) from the log, joined to the dataset,
+  three bucket files and their manifests (input hashing included); floor: the same per-prompt
+  mean as one DuckDB group-by over the run's Parquet files;
 - ``focus`` round 1: mean reward per prompt, hard A in bucket-A order + bucket 0, one file and its
-  manifest.
+  manifest; floor: the per-prompt mean reward group-by;
+- ``distill selection``: the rare-success selection (success rate per prompt, the ranked top-k)
+  on its few columns, then the full rows of the selected rollouts as Python dicts (what distill
+  rebuilds its SFT samples from); floor: one DuckDB query computing the same selection and
+  returning the selected rollouts' full rows as Arrow. Peak RSS of each is measured in its own
+  fresh process, next to the old path (the whole run read, then selected) for comparison.
 
-Printed: seconds and rollouts/s of each, and each step's time as a ratio to the baseline measured
-in the same command (``--force`` semantics: every repeat does the full work).
+Printed: seconds and rollouts/s of each, and each step's time as a ratio to its floor.
 
     python bench/bench_funnel.py                      # 1,000,000 rollouts
     python bench/bench_funnel.py --rollouts 100000    # a quick look
@@ -22,52 +26,61 @@ in the same command (``--force`` semantics: every repeat does the full work).
 from __future__ import annotations
 
 import argparse
+import multiprocessing as mp
+import resource
+import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_report import make_logs
+
 from ddai.pipelines import store
+from ddai.pipelines.distill import fetch
+from ddai.pipelines.distill.select import SelectConfig, select
 from ddai.pipelines.funnel.bucket import BucketConfig, run_bucket
 from ddai.pipelines.funnel.focus import FocusConfig, run_focus
-from ddai.pipelines.schema import ROLLOUT_SCHEMA
 
-RUN = "bench"
-SCAN = """
-SELECT count(uid), sum(ndcg), sum(judge_score), count(format_ok), sum(reward), sum(num_turns)
-FROM read_parquet($files)
+RUN = "run0"
+FLOOR_BUCKET = """
+SELECT uid, avg(CASE WHEN format_ok IS NOT DISTINCT FROM false THEN 0.0 ELSE ndcg END) AS score
+FROM read_parquet($files) GROUP BY uid
+"""
+FLOOR_FOCUS = "SELECT uid, avg(reward) AS score FROM read_parquet($files) GROUP BY uid"
+# distill's selection (success rate in (0, 0.5], successes ranked, top 4 per prompt) and the
+# selected rollouts' full rows, in one query
+FLOOR_DISTILL = """
+WITH r AS (
+    SELECT *, coalesce(judge_score >= 1.0 AND format_ok IS DISTINCT FROM false, false) AS success
+    FROM read_parquet($files, file_row_number = true)
+),
+p AS (
+    SELECT run_id, uid, sum(success::INT) / count(judge_score) AS rate
+    FROM r GROUP BY run_id, uid
+),
+ranked AS (
+    SELECT r.run_id, r.file_row_number FROM r JOIN p USING (run_id, uid)
+    WHERE success AND rate > 0 AND rate <= 0.5
+    QUALIFY row_number() OVER (
+        PARTITION BY r.run_id, r.uid
+        ORDER BY reward DESC NULLS LAST, ndcg DESC NULLS LAST, num_turns, rollout_idx
+    ) <= 4
+)
+SELECT r.* FROM r SEMI JOIN ranked USING (run_id, file_row_number)
 """
 
 
-def make_log(logs: Path, n_prompts: int, n_agent: int, seed: int) -> int:
-    """One run: ``n_agent`` rollouts for each of ``n_prompts`` prompts, written in the store."""
-    rng = np.random.default_rng(seed)
-    n = n_prompts * n_agent
-    skill = rng.beta(0.8, 0.8, n_prompts)  # per-prompt difficulty, so buckets are all populated
-    p = np.repeat(skill, n_agent)
-    ndcg = np.clip(p + rng.normal(0, 0.15, n), 0, 1).round(4)
-    judge = (rng.random(n) < p).astype(np.float64)
-    fmt = rng.random(n) > 0.03
-    cols = {
-        "run_id": pa.array(np.full(n, RUN)),
-        "uid": pa.array(np.repeat([f"train_{i}" for i in range(n_prompts)], n_agent)),
-        "rollout_idx": pa.array(np.tile(np.arange(n_agent, dtype=np.int32), n_prompts)),
-        "ndcg": pa.array(ndcg),
-        "judge_score": pa.array(judge),
-        "format_ok": pa.array(fmt),
-        "reward": pa.array(np.where(fmt, 0.8 * judge + 0.2 * ndcg, 0.0)),
-        "num_turns": pa.array(rng.integers(1, 8, n).astype(np.int32)),
-    }
-    table = pa.table(
-        [cols.get(f.name, pa.nulls(n, f.type)) for f in ROLLOUT_SCHEMA], schema=ROLLOUT_SCHEMA
-    )
-    store.write_run(logs, RUN, table)
-    return n
+def _duck() -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection without its progress bar (DuckDB draws it on stdout)."""
+    con = duckdb.connect()
+    con.execute("SET enable_progress_bar = false")
+    return con
 
 
 def make_dataset(path: Path, n_prompts: int) -> None:
@@ -111,6 +124,45 @@ def best_of(repeat: int, fn: Callable[[], object]) -> float:
     return min(times)
 
 
+def distill_selection(logs: Path) -> int:
+    """What ``ddai distill`` reads: selection columns, the selection, the selected full rows."""
+    files = store.parquet_files(logs, [RUN])
+    keys = fetch.selection_columns(files)
+    sel = select(keys, SelectConfig())
+    return len(fetch.fetch_rows(files, keys, sel.rows))
+
+
+def distill_selection_whole_run(logs: Path) -> int:
+    """The old path: the whole run in memory, then the selection (for comparison)."""
+    table = store.read_rollouts(logs, [RUN])
+    sel = select(table, SelectConfig())
+    return len(table.take(sel.rows).to_pylist())
+
+
+def floor_distill(logs: Path) -> int:
+    files = [str(f) for f in store.parquet_files(logs, [RUN])]
+    return _duck().sql(FLOOR_DISTILL, params={"files": files}).to_arrow_table().num_rows
+
+
+def _child(name: str, logs: str, q: mp.Queue) -> None:
+    fn = {"ddai": distill_selection, "whole": distill_selection_whole_run, "floor": floor_distill}
+    t0 = time.perf_counter()
+    n = fn[name](Path(logs))
+    dt = time.perf_counter() - t0
+    q.put((n, dt, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024))
+
+
+def in_fresh_process(name: str, logs: Path) -> tuple[int, float, float]:
+    """(rows, seconds, peak MiB) of one distill reader in a fresh interpreter."""
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    proc = ctx.Process(target=_child, args=(name, str(logs), q))
+    proc.start()
+    out = q.get()
+    proc.join()
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--rollouts", type=int, default=1_000_000, help="rollouts in the log")
@@ -124,19 +176,19 @@ def main() -> None:
         root = Path(tmp)
         logs, out = root / "logs", root / "out"
         t0 = time.perf_counter()
-        n = make_log(logs, n_prompts, args.n_agent, args.seed)
+        n = make_logs(logs, args.rollouts, 1, args.n_agent, args.seed)
         make_dataset(root / "dataset.parquet", n_prompts)
         print(f"setup: {n:,} rollouts, {n_prompts:,} prompts ({time.perf_counter() - t0:.1f}s)")
 
         files = [str(f) for f in store.parquet_files(logs, [RUN])]
-        con = duckdb.connect()
-        base = best_of(args.repeat, lambda: con.execute(SCAN, {"files": files}).fetchall())
+        con = _duck()
+
+        def floor(sql: str) -> Callable[[], object]:
+            return lambda: con.sql(sql, params={"files": files}).to_arrow_table()
 
         bucket_cfg = BucketConfig(
             dataset=root / "dataset.parquet", out=out, logs=logs, runs=(RUN,), force=True
         )
-        t_bucket = best_of(args.repeat, lambda: run_bucket(bucket_cfg))
-        sizes = run_bucket(bucket_cfg).summary
         focus_cfg = FocusConfig(
             out=out / "focused_round1.parquet",
             logs=logs,
@@ -145,21 +197,32 @@ def main() -> None:
             bucket_0=out / "curriculum_bucket_0.parquet",
             force=True,
         )
-        t_focus = best_of(args.repeat, lambda: run_focus(focus_cfg))
+        rows = [
+            ("curate bucket", best_of(args.repeat, lambda: run_bucket(bucket_cfg)),
+             best_of(args.repeat, floor(FLOOR_BUCKET)), None, None),
+        ]  # fmt: skip
+        sizes = run_bucket(bucket_cfg).summary
+        rows.append(
+            ("curate focus (round 1)", best_of(args.repeat, lambda: run_focus(focus_cfg)),
+             best_of(args.repeat, floor(FLOOR_FOCUS)), None, None)
+        )  # fmt: skip
         r1 = run_focus(focus_cfg).summary
+        picked, t_d, rss_d = in_fresh_process("ddai", logs)
+        picked_f, t_f, rss_f = in_fresh_process("floor", logs)
+        picked_w, t_w, rss_w = in_fresh_process("whole", logs)
+        assert picked == picked_f == picked_w, (picked, picked_f, picked_w)
+        rows.append(("distill selection", t_d, t_f, rss_d, rss_f))
+        rows.append(("  old: whole run read", t_w, t_f, rss_w, rss_f))
 
     print(
         f"buckets B/A/0: {sizes['bucket B']:,} / {sizes['bucket A']:,} / {sizes['bucket 0']:,};"
-        f" round 1: {r1['round 1']:,}"
+        f" round 1: {r1['round 1']:,}; distill selected {picked:,} rollouts"
     )
-    print(f"{'':24}{'seconds':>10}{'rollouts/s':>14}{'x scan':>9}")
-    for name, t in (
-        ("duckdb scan (baseline)", base),
-        ("curate bucket", t_bucket),
-        ("curate focus (round 1)", t_focus),
-        ("bucket + focus", t_bucket + t_focus),
-    ):
-        print(f"{name:24}{t:10.3f}{n / t:14,.0f}{t / base:9.2f}")
+    print(f"{'step':24}{'ddai s':>9}{'floor s':>9}{'x floor':>9}{'ddai MiB':>10}{'floor MiB':>11}")
+    for name, t, base, rss, rss_base in rows:
+        mem = f"{rss:10.0f}{rss_base:11.0f}" if rss is not None else ""
+        print(f"{name:24}{t:9.3f}{base:9.3f}{t / base:9.2f}{mem}")
+    print(f"({n:,} rollouts; distill rows: one run each in a fresh process, peak RSS)")
 
 
 if __name__ == "__main__":

@@ -44,6 +44,13 @@ FROM read_parquet($files)
 """
 
 
+def _duck() -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection without its progress bar (DuckDB draws it on stdout)."""
+    con = duckdb.connect()
+    con.execute("SET enable_progress_bar = false")
+    return con
+
+
 def _strings(a: np.ndarray) -> pa.Array:
     """A numpy string array as one Arrow array (large ones convert to chunks)."""
     arr = pa.array(a, pa.string())
@@ -177,7 +184,7 @@ def main() -> None:
 
         files = [str(f) for f in store.parquet_files(logs)]
         t0 = time.perf_counter()
-        duckdb.connect().execute(SCAN, {"files": files}).fetchall()
+        _duck().execute(SCAN, {"files": files}).fetchall()
         base = time.perf_counter() - t0
 
         cfg = ReportConfig(

@@ -1,41 +1,168 @@
-"""The ``ddai`` command: one Typer app; each area registers its commands from its own module."""
+"""The ``ddai`` command: one Typer app whose sub-commands load only when they run.
+
+``COMMANDS`` names every top-level command, the module under ``ddai.cli`` that registers it
+(``register(app)``) and its one-line help. ``ddai --help`` lists them from this table alone, so it
+imports no command module (nor DuckDB, pyarrow, polars, torch); ``ddai X …`` imports X's module(s)
+and nothing else. A new command is one line here plus its module's ``register``.
+"""
 
 from __future__ import annotations
 
 import importlib
+from typing import Any, NamedTuple
 
 import typer
+import typer.main
+from typer.core import TyperCommand, TyperGroup
+
+try:  # typer >= 0.22 carries its own click; importing the separate package would cost ~50 ms
+    from typer import _click as click
+except ImportError:  # pragma: no cover - older typer runs on the click package
+    import click
+
+
+class Entry(NamedTuple):
+    """Where a top-level command comes from: its modules (in registration order) and short help."""
+
+    modules: tuple[str, ...]
+    help: str
+
+
+def _e(modules: str, help_text: str) -> Entry:
+    return Entry(tuple(modules.split()), help_text)
+
+
+# One line per command; the order is the order of ``ddai --help``. ``train`` is filled by three
+# modules (``value`` adds ``train value`` and ``train ppo``, ``collect`` adds ``train collect``).
+COMMANDS: dict[str, Entry] = {
+    "demo": _e("demo", "Run the whole loop on the synthetic world: world → ingest → funnel → distill (→ train) → report."),
+    "ingest": _e("ingest", "Ingest rollout logs; unreadable rows go to _quarantine/<run>.jsonl with a reason."),
+    "query": _e("query", "Run SQL over the rollout-log views and print or save the result."),
+    "runs": _e("query", "List the runs in the log store with counts, mean scores and what their rollouts carry."),
+    "fixtures": _e("fixtures", "The synthetic world: a page corpus, a prompt set and simulated runs with a truth table."),
+    "corpus": _e("corpus", "Page corpora: build one from page images for search, crops and the generator."),
+    "curate": _e("curate", "The curation funnel: bucket prompts by score, verify ground truth, focus the next round, plan its rollout budget."),
+    "lineage": _e("curate", "Walk the manifests of FILE back to the raw logs and print the funnel."),
+    "analyze": _e("analyze", "DDAI's round analyses: why low-scoring prompts fail, reward latency and coverage, zero-variance groups and the prompts to drop or keep."),
+    "distill": _e("distill", "Rare-success SFT distillation: select successful rollouts of hard prompts, rewrite their thinks (optional), run the safety post-pass."),
+    "report": _e("report", "Write one self-contained HTML report of the rollout logs (opens offline)."),
+    "serve": _e("serve", "Serve a local, read-only web explorer over every rollout of the log store."),
+    "backends": _e("backends", "Model backends: list, ping, cache stats."),
+    "judge": _e("backends", "(Re)score a run's answers with a judge backend; failures stay null with their reason."),
+    "train": _e("train value collect", "Train the Searcher: SFT, then GRPO over the search environment."),
+    "model": _e("model", "Build tiny local models (nothing is downloaded)."),
+    "value": _e("value", "Value heads over the rollout log: per-turn value estimates."),
+    "pointer": _e("pointer", "Pointer selector (seed 002): pick 2 in-context demonstrations out of K with a pointer network."),
+}  # fmt: skip
+
+
+def load_command(name: str) -> click.Command:
+    """The real click command ``name``: imports its modules and registers them on a scratch app."""
+    scratch = typer.Typer()
+    for module in COMMANDS[name].modules:
+        importlib.import_module(f"ddai.cli.{module}").register(scratch)
+    group = typer.main.get_group(scratch)
+    command = group.commands.get(name)
+    if command is None:  # a registry line whose module does not register that name
+        raise RuntimeError(f"ddai.cli: {COMMANDS[name].modules} register no command {name!r}")
+    return command
+
+
+class _Stub(TyperCommand):
+    """A registry line shown by ``ddai --help`` (name and short help) until the command runs."""
+
+    def __init__(self, name: str, entry: Entry) -> None:
+        super().__init__(name, help=entry.help, short_help=entry.help)
+
+
+class _Commands(dict[str, click.Command]):
+    """The group's commands: stubs until looked up by name, then the real, loaded command.
+
+    ``peek`` gives what is there without loading (the help listing); ``[name]`` and ``get`` load,
+    so code that reads ``group.commands[name]`` (its params, its help) sees the real command."""
+
+    def peek(self, name: str) -> click.Command | None:
+        return dict.get(self, name)
+
+    def __getitem__(self, name: str) -> click.Command:
+        command = dict.__getitem__(self, name)
+        if isinstance(command, _Stub):
+            command = load_command(name)
+            self[name] = command
+        return command
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self[name] if name in self else default  # noqa: SIM401 (loads)
+
+
+class LazyGroup(TyperGroup):
+    """The top-level group: lists ``COMMANDS`` from the table, loads one when it is invoked."""
+
+    def __init__(self, **attrs: Any) -> None:
+        super().__init__(**attrs)
+        commands = _Commands({name: _Stub(name, entry) for name, entry in COMMANDS.items()})
+        commands.update(self.commands)  # commands registered on ``app`` itself, if any
+        self.commands = commands
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        return self.commands.peek(cmd_name)
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        name, command, rest = super().resolve_command(ctx, args)
+        if name is not None:
+            command = self.commands[name]
+        return name, command, rest
+
+    def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """Typer's look (usage, help, option and command panels) drawn with rich directly:
+        Typer's own rich help module imports markdown and traceback rendering, which cost more
+        than the rest of ``ddai --help``."""
+        from rich import box
+        from rich.console import Console
+        from rich.padding import Padding
+        from rich.panel import Panel
+        from rich.table import Table
+        from rich.text import Text
+
+        console = Console(highlight=False)
+
+        def panel(title: str, rows: list[tuple[str, str]]) -> Panel:
+            table = Table(show_header=False, box=None, padding=(0, 1), pad_edge=False)
+            table.add_column(style="bold cyan", no_wrap=True)
+            table.add_column()
+            for name, text in rows:
+                table.add_row(name, text)
+            return Panel(
+                table, title=title, title_align="left", border_style="dim", box=box.ROUNDED
+            )
+
+        pieces = " ".join(self.collect_usage_pieces(ctx))
+        console.print(
+            Padding(Text.assemble("Usage: ", (ctx.command_path, "bold"), f" {pieces}"), 1)
+        )
+        console.print(Padding(Text(" ".join((self.help or "").split())), (0, 1, 1, 1)))
+        options = [r for p in self.get_params(ctx) if (r := p.get_help_record(ctx))]
+        console.print(panel("Options", options))
+        commands = [(n, c.get_short_help_str(limit=200)) for n in self.list_commands(ctx)
+                    if (c := self.get_command(ctx, n)) is not None and not c.hidden]  # fmt: skip
+        console.print(panel("Commands", commands))
+
 
 app = typer.Typer(
     name="ddai",
-    help="Data-centric RL for agentic search policies: ingest rollout logs, query them, curate the "
-    "next round, distill rare successes, report, and train.",
+    cls=LazyGroup,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
 )
 
-# Each module defines ``register(app)``; the order is the order of ``ddai --help``.
-_MODULES = (
-    "demo",
-    "ingest",
-    "query",
-    "fixtures",
-    "corpus",
-    "curate",
-    "analyze",
-    "distill",
-    "report",
-    "serve",
-    "backends",
-    "train",
-    "model",
-    "value",
-    "collect",
-    "pointer",
-)
-for _name in _MODULES:
-    importlib.import_module(f"ddai.cli.{_name}").register(app)
+
+@app.callback()
+def _root() -> None:
+    """Data-centric RL for agentic search policies: ingest rollout logs, query them, curate the
+    next round, distill rare successes, report, and train."""
 
 
 def main() -> None:

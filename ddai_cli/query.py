@@ -95,7 +95,9 @@ def query_cmd(
     except ValueError as e:
         raise fail(str(e)) from e
     try:
-        con = query.connect(query.logs_or_fail(workspace.logs_dir(logs)), runs)
+        # only the views the SQL names: binding all of them costs more than a small query
+        root = query.logs_or_fail(workspace.logs_dir(logs))
+        con = query.connect(root, runs, views=query.views_for(sql))
         tbl = query.run_sql(con, sql, params or None)
     except (FileNotFoundError, duckdb.Error) as e:
         raise fail(str(e)) from e

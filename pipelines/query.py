@@ -7,6 +7,8 @@ bound parameters (``$name`` or ``?``), never string interpolation.
 from __future__ import annotations
 
 import os
+import re
+from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -43,14 +45,54 @@ def sql_text(name: str) -> str:
         raise ValueError(f"no SQL file {name!r}; known: {', '.join(known)}") from e
 
 
+_CREATES = re.compile(
+    r"CREATE\s+(?:OR\s+REPLACE\s+)?(?:TEMP\s+|TEMPORARY\s+)?(?:VIEW|MACRO|TABLE)\s+(\w+)", re.I
+)
+_WORDS = re.compile(r"\w+")
+
+
+@lru_cache(maxsize=1)
+def _view_words() -> dict[str, tuple[frozenset[str], frozenset[str]]]:
+    """Per view file: the names it creates and every word of its text (lower-cased)."""
+    return {
+        name: (
+            frozenset(n.lower() for n in _CREATES.findall(sql_text(name))),
+            frozenset(_WORDS.findall(sql_text(name).lower())),
+        )
+        for name in VIEWS
+    }
+
+
+def views_for(sql: str) -> list[str]:
+    """The view files ``sql`` needs (those creating a name it mentions, and theirs in turn), in
+    creation order. Creating all of them binds a dozen views (~0.1 s); a query needs few.
+    A word match may include a view too many (never one too few: a name not mentioned is not
+    used)."""
+    index = _view_words()
+    words = set(_WORDS.findall(sql.lower()))
+    need: set[str] = set()
+    grew = True
+    while grew:
+        grew = False
+        for name, (creates, text) in index.items():
+            if name not in need and creates & words:
+                need.add(name)
+                words |= text
+                grew = True
+    return [name for name in VIEWS if name in need]
+
+
 def connect(
     logs: str | os.PathLike[str],
     runs: list[str] | None = None,
     *,
     database: str = ":memory:",
     threads: int | None = None,
+    views: list[str] | None = None,
 ) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection with the rollout-log views over ``logs`` (or the named runs).
+
+    ``views``: create only these view files (``views_for(sql)``); default: all of ``VIEWS``.
 
     The views read one snapshot of each run (the files its manifest listed when connecting),
     held while the connection lives, so a concurrent re-ingest or append never changes or
@@ -62,6 +104,9 @@ def connect(
         snap.release()
         raise
     snap.keep_while(con)
+    # DuckDB draws its progress bar on stdout for queries over ~2 s: that would corrupt
+    # `ddai query --format csv|json` written to stdout (and the report's own progress display).
+    con.execute("SET enable_progress_bar = false")
     if threads:
         con.execute(f"SET threads = {int(threads)}")
     files = snap.all_files()
@@ -76,7 +121,7 @@ def connect(
     else:
         # An empty store still answers queries (with no rows).
         con.register("rollouts_src", store.ROLLOUT_SCHEMA.empty_table())
-    for name in VIEWS:
+    for name in VIEWS if views is None else views:
         con.execute(sql_text(name))
     return con
 
@@ -84,6 +129,7 @@ def connect(
 def connect_table(table: pa.Table) -> duckdb.DuckDBPyConnection:
     """The same views over an in-memory table in the rollout schema (tests, trainer output)."""
     con = duckdb.connect()
+    con.execute("SET enable_progress_bar = false")
     con.register("rollouts_src", table)
     for name in VIEWS:
         con.execute(sql_text(name))

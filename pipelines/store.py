@@ -30,14 +30,16 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import pyarrow as pa
-import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from ddai.pipelines import capability_count, io, locks
 from ddai.pipelines.schema import ROLLOUT_SCHEMA, SCHEMA_VERSION, normalize_rollout
+
+if TYPE_CHECKING:  # pyarrow.dataset pulls pandas in: imported where a dataset is built
+    import pyarrow.dataset as ds
 
 MANIFEST = "_manifest.json"
 QUARANTINE_DIR = "_quarantine"
@@ -441,6 +443,8 @@ def parquet_files(logs: str | os.PathLike[str], runs: list[str] | None = None) -
 
 
 def dataset(logs: str | os.PathLike[str], runs: list[str] | None = None) -> ds.Dataset:
+    import pyarrow.dataset as ds
+
     """A lazy dataset over one snapshot of ``runs``; the snapshot is held while it lives."""
     snap = snapshot(logs, runs)
     try:
@@ -463,6 +467,8 @@ def read_rollouts(
     columns: list[str] | None = None,
 ) -> pa.Table:
     """All rollouts of the store (or of ``runs``) as one table in ``ROLLOUT_SCHEMA``."""
+    import pyarrow.dataset as ds
+
     with snapshot(logs, runs) as snap:
         return ds.dataset(
             [str(f) for f in snap.all_files()],

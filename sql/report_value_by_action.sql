@@ -16,8 +16,16 @@ WITH valued AS (
         t.turn.action AS action,
         t.turn.value AS value,
         coalesce(r.judge_score >= $threshold AND r.format_ok IS DISTINCT FROM false, false) AS success
-    FROM rollouts AS r, unnest(r.turns) AS t(turn)
-    WHERE t.turn.value IS NOT NULL
+    -- a projected subquery that keeps only the valued turns: unnest then copies a few columns
+    -- for those alone (over a log whose turns carry no value it yields nothing), instead of every
+    -- column of the log for every turn
+    FROM (
+        SELECT
+            run_id, step, uid, rollout_idx, sample_idx, judge_score, format_ok,
+            list_filter(turns, lambda t: t.value IS NOT NULL) AS valued
+        FROM rollouts
+        WHERE len(turns) > 0
+    ) AS r, unnest(r.valued) AS t(turn)
 ),
 changes AS (
     SELECT

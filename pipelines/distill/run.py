@@ -15,12 +15,11 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
-import pyarrow as pa
 from rich.progress import track
 
 from ddai.pipelines import capabilities, io, manifest, store
 from ddai.pipelines.backends.usage import FAILED_CALLS, failed_calls
-from ddai.pipelines.distill import formats, rewrite
+from ddai.pipelines.distill import fetch, formats, rewrite
 from ddai.pipelines.distill.findings import inspect
 from ddai.pipelines.distill.rebuild import (
     RebuildError,
@@ -212,11 +211,15 @@ def run_distill(cfg: DistillConfig, *, rewriter: Any = None) -> dict[str, Any]:
         }
 
     record = manifest.start(STEP, params, inputs)
-    table = store.read_rollouts(cfg.logs, cfg.runs)
-    sel = select(table, cfg.select_cfg)
-    if not sel.rows and not cfg.dry_run:
-        raise ValueError(_nothing_selected(cfg, table.num_rows, sel))
-    rows = table.take(pa.array(sel.rows, type=pa.int64())).to_pylist()
+    # Rank on the selection columns only; read full rows for the selected rollouts alone, both
+    # from one snapshot of the runs (a concurrent re-ingest cannot remove the files between).
+    with store.snapshot(cfg.logs, cfg.runs) as snap:
+        files = snap.all_files()
+        table = fetch.selection_columns(files)
+        sel = select(table, cfg.select_cfg)
+        if not sel.rows and not cfg.dry_run:
+            raise ValueError(_nothing_selected(cfg, table.num_rows, sel))
+        rows = fetch.fetch_rows(files, table, sel.rows)
     cands, failed, unavailable = _candidates(cfg, rows)
     drops = cfg.drops
     keep = [c for c in cands if not drop_reason(c.uid, inspect(c.messages), drops)]

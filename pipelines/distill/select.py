@@ -62,7 +62,11 @@ class Selection:
 
 def _frame(table: pa.Table) -> pl.DataFrame:
     cols = {c: table[c] for c in (*_SCALARS, "reward", "ndcg")}
-    n_turns = pc.list_value_length(table["turns"]).cast(pa.int32())
+    # A full rollout table has ``turns``; distill's projected read brings only their count.
+    if "turns" in table.column_names:
+        n_turns = pc.list_value_length(table["turns"]).cast(pa.int32())
+    else:
+        n_turns = table["n_turns"]
     cols["n_actions"] = pc.coalesce(table["num_turns"], n_turns)
     cols["flags"] = table["flags"]
     df = pl.from_arrow(pa.table(cols)).with_row_index("_row")
@@ -70,7 +74,8 @@ def _frame(table: pa.Table) -> pl.DataFrame:
 
 
 def select(table: pa.Table, cfg: SelectConfig) -> Selection:
-    """Pick the rollouts to distill from a table in the rollout-log schema."""
+    """Pick the rollouts to distill from a table in the rollout-log schema, or from its selection
+    columns (``fetch.COLUMNS`` with ``n_turns`` for ``turns``)."""
     df = _frame(table)
     success = (pl.col("judge_score") >= cfg.success_threshold).fill_null(False) & pl.col(
         "format_ok"

@@ -102,8 +102,10 @@ def _table(ctx: ReportContext, df: pl.DataFrame) -> Table:
 
 
 def build(ctx: ReportContext) -> Section:
-    by_turn = ctx.frame("report_value_by_turn")
     by_action = ctx.frame("report_value_by_action", likely=LIKELY)
+    # No valued turn (the common case before `ddai value score`): the per-turn curve would scan
+    # the turns again to find nothing.
+    by_turn = ctx.frame("report_value_by_turn") if by_action.height else by_action.clear()
     valued_runs = [run for run, _ in ctx.by_run(by_action)]
     missing = [r for r in ctx.runs if r not in valued_runs]
     n_turns = int(by_action["turns"].sum()) if by_action.height else 0

@@ -1,0 +1,108 @@
+"""The lazy command registry: ``ddai --help`` and ``ddai runs`` import no heavy module, and every
+command still loads, runs and explains itself with ``--help``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import typer.main
+from typer.testing import CliRunner
+
+from ddai.cli import app as app_module
+from ddai.cli.app import COMMANDS, app, load_command
+
+ROOT = Path(__file__).resolve().parents[2]
+HEAVY = ("torch", "transformers", "pandas", "pyarrow.dataset")
+runner = CliRunner()
+
+
+def _modules_after(*argv: str) -> tuple[int, set[str]]:
+    """Run ``ddai ARGV`` in a fresh interpreter; its exit code and the modules it imported."""
+    code = (
+        "import json, sys\n"
+        f"sys.argv = ['ddai', *{list(argv)!r}]\n"
+        "from ddai.cli.app import main\n"
+        "try:\n    main()\nexcept SystemExit as e:\n    rc = e.code or 0\nelse:\n    rc = 0\n"
+        "print('\\nMODULES ' + json.dumps([rc, sorted(sys.modules)]))\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    line = next(x for x in p.stdout.splitlines() if x.startswith("MODULES "))
+    rc, mods = json.loads(line[len("MODULES ") :])
+    return rc, set(mods)
+
+
+def test_help_imports_no_heavy_module():
+    rc, mods = _modules_after("--help")
+    assert rc == 0
+    assert [
+        m for m in (*HEAVY, "pyarrow", "duckdb", "polars", "typer.rich_utils") if m in mods
+    ] == []
+    # no command module either: the listing comes from the registry alone
+    assert [m for m in mods if m.startswith("ddai.cli.") and m != "ddai.cli.app"] == []
+
+
+def test_runs_imports_no_heavy_module(tmp_path):
+    logs = tmp_path / "logs"
+    res = runner.invoke(app, ["ingest", str(ROOT / "fixtures/logs/phase1.jsonl"), "--logs", str(logs), "--no-progress"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    rc, mods = _modules_after("runs", "--logs", str(logs))
+    assert rc == 0
+    assert [m for m in HEAVY if m in mods] == []
+    assert "ddai.cli.query" in mods and "ddai.cli.train" not in mods
+
+
+def test_help_lists_every_registry_command_with_its_short_help():
+    res = runner.invoke(app, ["--help"], terminal_width=200)
+    assert res.exit_code == 0
+    listed = [line.split()[1] for line in res.output.splitlines() if line.startswith("│ ")]
+    assert [n for n in COMMANDS if n not in listed] == []
+    assert "Run SQL over the rollout-log views" in res.output
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_every_command_loads_and_has_help(name):
+    command = load_command(name)
+    assert command.name == name
+    res = runner.invoke(app, [name, "--help"], terminal_width=200)
+    assert res.exit_code == 0, res.output
+    assert f"ddai {name}" in res.output  # the real command's usage line, not the stub's
+    # a group lists its sub-commands; a command explains its flags
+    if isinstance(command, typer.core.TyperGroup):
+        assert command.commands and all(c in res.output for c in command.commands)
+    else:
+        assert [
+            p.name for p in command.params if p.param_type_name == "option" and not p.help
+        ] == []
+
+
+def test_every_module_with_register_is_in_the_registry():
+    defined = {
+        p.stem
+        for p in (ROOT / "ddai_cli").glob("*.py")
+        if "\ndef register(" in p.read_text(encoding="utf-8")
+    }
+    used = {m for e in COMMANDS.values() for m in e.modules}
+    assert defined == used
+
+
+def test_group_commands_are_the_real_ones_when_looked_up():
+    group = typer.main.get_command(app)
+    assert isinstance(group.commands.peek("report"), app_module._Stub)
+    report = group.commands["report"]  # looked up by name: loaded
+    assert not isinstance(report, app_module._Stub)
+    assert any(p.name == "browse_max" for p in report.params)
+
+
+def test_unknown_command_exits_2_with_a_suggestion():
+    res = runner.invoke(app, ["curat"])
+    assert res.exit_code == 2
+    assert "Did you mean 'curate'" in res.output
+
+
+def test_two_modules_fill_the_train_group():
+    train = load_command("train")
+    assert {"sft", "grpo", "value", "ppo"} <= set(train.commands)

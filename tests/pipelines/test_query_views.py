@@ -1,0 +1,84 @@
+"""``views_for``: a query over only the views it names answers exactly as over all of them; the
+``turns`` view (an unnest over a projected subquery) keeps every turn and no turn-less rollout."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from ddai.cli.app import app
+from ddai.pipelines import query, store
+
+ROOT = Path(__file__).resolve().parents[2]
+
+QUERIES = [
+    "SELECT * FROM rollouts",
+    "SELECT * FROM turns",
+    "SELECT * FROM prompts",
+    "SELECT * FROM prompts_at(0.5)",
+    "SELECT * FROM runs",
+    "SELECT * FROM discrepancies",
+    "SELECT * FROM failure_attribution",
+    "SELECT * FROM failure_attribution_at(0.5, 2, 1.0)",
+    "SELECT * FROM reward_latency",
+    "SELECT * FROM zero_variance_groups",
+    "SELECT * FROM drop_keep",
+    "SELECT r.uid, count(t.turn_idx) FROM rollouts r LEFT JOIN turns t USING (run_id, step, uid, rollout_idx) GROUP BY ALL",
+]
+
+
+@pytest.fixture(scope="module")
+def logs(tmp_path_factory) -> Path:
+    logs = tmp_path_factory.mktemp("store") / "logs"
+    srcs = [str(p) for p in sorted((ROOT / "fixtures/logs").glob("*.jsonl"))]
+    res = CliRunner().invoke(app, ["ingest", *srcs, "--logs", str(logs), "--no-progress"])
+    assert res.exit_code == 0, res.output
+    return logs
+
+
+def _rows(con, sql):
+    return sorted(map(repr, con.sql(sql).fetchall()))
+
+
+@pytest.mark.parametrize("sql", QUERIES)
+def test_only_the_named_views_answer_the_same(logs, sql):
+    full = _rows(query.connect(logs), sql)
+    lazy_views = query.views_for(sql)
+    assert len(lazy_views) < len(query.VIEWS)
+    assert _rows(query.connect(logs, views=lazy_views), sql) == full
+    assert full  # the fixtures fill every view
+
+
+def test_views_for_takes_the_dependencies():
+    assert query.views_for("SELECT uid FROM rollouts") == ["rollouts"]
+    assert query.views_for("select * from TURNS") == ["rollouts", "turns"]
+    assert query.views_for("SELECT 1") == []
+    need = query.views_for("SELECT * FROM drop_keep")
+    assert need.index("rollouts") < need.index("zero_variance")
+
+
+def test_turns_view_has_every_parsed_turn(logs):
+    con = query.connect(logs)
+    table = store.read_rollouts(logs)
+    turns = table["turns"].to_pylist()
+    want = sum(len(t) for t in turns if t)
+    assert con.sql("SELECT count(*) FROM turns").fetchall()[0][0] == want > 0
+    # per rollout, the turn indices in order, as stored
+    got = dict(
+        ((r, s, u, i), idx)
+        for r, s, u, i, idx in con.sql(
+            "SELECT run_id, step, uid, rollout_idx, list(turn_idx ORDER BY turn_idx) "
+            "FROM turns GROUP BY ALL"
+        ).fetchall()
+    )
+    for row, ts in zip(table.to_pylist(), turns, strict=True):
+        key = (row["run_id"], row["step"], row["uid"], row["rollout_idx"])
+        assert got.get(key) == ([t["idx"] for t in ts] if ts else None)
+
+
+def test_no_progress_bar_on_stdout(logs):
+    # DuckDB prints its progress bar to stdout on long queries; `ddai query` writes CSV there.
+    for con in (query.connect(logs), query.connect_table(store.read_rollouts(logs))):
+        assert con.sql("SELECT current_setting('enable_progress_bar')").fetchall() == [(False,)]
