@@ -12,8 +12,29 @@ app = typer.Typer(
     "next round, distill rare successes, report, and train.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
+    # Plain help: rich markup would eat bracketed text such as ``[roles]`` and cut flag names at
+    # 80 columns; click's formatter prints every character, wraps, and marks [required].
+    rich_markup_mode=None,
+    add_completion=True,
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        typer.echo(f"ddai {version('ddai')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    _show_version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print ddai's version and exit."
+    ),
+) -> None:
+    """Options that apply before any command (the app's help text above is what --help shows)."""
+
 
 # Each module defines ``register(app)``; the order is the order of ``ddai --help``.
 _MODULES = (

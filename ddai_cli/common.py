@@ -25,6 +25,7 @@ LogsOpt = Annotated[
     Path | None,
     typer.Option(
         "--logs",
+        metavar="DIR",
         help="Log store folder (hive-partitioned Parquet). Default: $DDAI_LOGS, ddai.toml `logs`, "
         "else <workspace>/logs with the workspace $DDAI_HOME or ./ddai-work.",
     ),
@@ -32,7 +33,9 @@ LogsOpt = Annotated[
 RunsOpt = Annotated[
     list[str] | None,
     typer.Option(
-        "--run", help="Run id to read; repeat for several. Default: every run in the store."
+        "--run",
+        metavar="RUN",
+        help="Run id to read; repeat for several. Default: every run in the store.",
     ),
 ]
 JsonOpt = Annotated[

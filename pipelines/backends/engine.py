@@ -125,9 +125,10 @@ class Engine:
                 results[i] = Outcome(hit.value, hit.usage, cached=True)
             else:
                 pending.setdefault(job.key, []).append(i)
-        n_hits = len(jobs) - len(pending)
+        n_hits = sum(1 for r in results if r is not None)
         site.items += len(jobs)
         site.cache_hits += n_hits
+        site.deduplicated += sum(len(idxs) - 1 for idxs in pending.values())
         with Bar(f"{call_site} · {self.identity.name}", len(jobs), enabled=self.progress) as bar:
             bar.advance(n_hits, hits=n_hits)
             work = iter(pending.items())

@@ -105,7 +105,12 @@ class RemoteBackend:
         return self.context.ledger.snapshot()
 
     def plan(self, reqs: Sequence[Any]) -> dict[str, Any]:
-        """A dry run: how many requests would be sent and what they would roughly cost."""
+        """A dry run: exactly what the run would pay for, counted the way the engine counts.
+
+        ``items == cached + duplicates + to_call``: ``cached`` items the cache answers now,
+        ``duplicates`` repeats of an uncached request in the same batch (they ride on its one
+        call), ``to_call`` the distinct requests the model is asked (first attempts; retries come
+        on top), and the estimated tokens and cost of those alone."""
         self._expect(self.role)
         if self.role == "generator":
             reqs = [self._with_page_texts(r) for r in reqs]
@@ -114,11 +119,13 @@ class RemoteBackend:
         hits = cache.get_many(j.key for j in jobs) if cache is not None else {}
         todo = {j.key: j.estimate for j in jobs if j.key not in hits}
         est = sum(todo.values(), TokenUsage())
+        cached = sum(1 for j in jobs if j.key in hits)
         return {
             "backend": self.name,
             "model": self.spec.model,
             "items": len(jobs),
-            "cached": sum(1 for j in jobs if j.key in hits),
+            "cached": cached,
+            "duplicates": len(jobs) - cached - len(todo),
             "to_call": len(todo),
             "est_input_tokens": est.input_tokens,
             "est_output_tokens": est.output_tokens,
