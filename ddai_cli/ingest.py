@@ -102,7 +102,8 @@ def ingest_cmd(
 
 def _per_file_rows(data: dict[str, Any]) -> dict[str, Any]:
     """For the table: one row per source file (its format, then its reader's notes)."""
-    out = {k: v for k, v in data.items() if k not in ("formats", "notes")}
+    # The hint goes to stderr on its own line (a table cell would cut its path).
+    out = {k: v for k, v in data.items() if k not in ("formats", "notes", "hint")}
     notes = data.get("notes", {})
     for i, (path, fmt) in enumerate(data.get("formats", {}).items(), 1):
         out[f"file {i}"] = f"{fmt}: {path}"

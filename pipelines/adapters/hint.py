@@ -29,9 +29,6 @@ def wrong_format_hint(sources: Iterable[Path | str], chosen: str) -> str | None:
     if not found:
         return None
     detected = sorted(set(found.values()))
-    files = ", ".join(found)
-    return (
-        f"wrong --format? detected: {', '.join(detected)} ({files}); rerun with "
-        f"--format {detected[0] if len(detected) == 1 else 'auto'}"
-        + (" or --format auto" if len(detected) == 1 else "")
-    )
+    # One detected format: suggest it; several: auto picks each file's own.
+    fix = f"--format {detected[0]} or --format auto" if len(detected) == 1 else "--format auto"
+    return f"wrong --format? detected: {', '.join(detected)} ({', '.join(found)}); rerun with {fix}"
