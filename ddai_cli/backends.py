@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from ddai.cli.common import EXIT_FAILED, JsonOpt, LogsOpt, console, fail, summary
+from ddai.cli.common import EXIT_FAILED, JsonOpt, LogsOpt, check_run_ids, console, fail, summary
 from ddai.pipelines import workspace
 from ddai.pipelines.backends.check import check_backends
 from ddai.pipelines.backends.config import ConfigError
@@ -87,7 +87,10 @@ def check_cmd(
 
 
 def judge_cmd(
-    run: Annotated[str, typer.Option("--run", help="The run whose answers to (re)score.")],
+    run: Annotated[
+        str,
+        typer.Option("--run", callback=check_run_ids, help="The run whose answers to (re)score."),
+    ],
     judge: Annotated[
         str | None,
         typer.Option(
@@ -100,7 +103,9 @@ def judge_cmd(
     out_run: Annotated[
         str | None,
         typer.Option(
-            "--out-run", help="Run id to write the rescored run to. Default: <run>@<judge>."
+            "--out-run",
+            callback=check_run_ids,
+            help="Run id to write the rescored run to. Default: <run>@<judge>.",
         ),
     ] = None,
     in_place: Annotated[
@@ -124,10 +129,20 @@ def judge_cmd(
         ),
     ] = None,
     cache: CacheOpt = None,
+    retry_failed: Annotated[
+        bool,
+        typer.Option(
+            "--retry-failed",
+            help="Call again the requests that failed in an earlier run (their failures are "
+            "cached with the reason; without this flag they are reported again, not re-paid).",
+        ),
+    ] = False,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
     as_json: JsonOpt = False,
 ) -> None:
-    """(Re)score a run's answers with a judge backend; failures stay null with their reason."""
+    """(Re)score a run's answers with a judge backend. A failed call never replaces a score
+    (null in a new run, the old score kept with --in-place); any failure exits 1 with the
+    failures by reason."""
     if in_place and out_run:
         raise fail("--in-place and --out-run exclude each other; pick one")
     cfg = RejudgeConfig(
@@ -140,6 +155,7 @@ def judge_cmd(
         max_cost=max_cost,
         cache=cache,
         progress=progress and not as_json,
+        retry_failed=retry_failed,
     )
     try:
         result = rejudge(cfg)

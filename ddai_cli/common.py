@@ -16,6 +16,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from ddai.pipelines.backends.usage import FAILED_CALLS
+from ddai.pipelines.store import check_run_id
+
 console = Console(stderr=False)
 err_console = Console(stderr=True)
 
@@ -30,16 +33,41 @@ LogsOpt = Annotated[
         "else <workspace>/logs with the workspace $DDAI_HOME or ./ddai-work.",
     ),
 ]
+
+
+def check_run_ids(value: Any) -> Any:
+    """Typer callback for run-id options: a run id that is not a safe folder name is a usage
+    error (exit 2) naming the id and the characters allowed, before anything is read."""
+    for v in value if isinstance(value, list | tuple) else [value]:
+        if v is None:
+            continue
+        try:
+            check_run_id(v)
+        except ValueError as e:
+            raise typer.BadParameter(str(e)) from None
+    return value
+
+
 RunsOpt = Annotated[
     list[str] | None,
     typer.Option(
         "--run",
         metavar="RUN",
+        callback=check_run_ids,
         help="Run id to read; repeat for several. Default: every run in the store.",
     ),
 ]
 JsonOpt = Annotated[
     bool, typer.Option("--json", help="Print the summary as JSON instead of a table.")
+]
+RetryFailedOpt = Annotated[
+    bool,
+    typer.Option(
+        "--retry-failed",
+        help="Call again the model requests that failed in an earlier run. Failed calls are "
+        "cached with their reason; without this flag they are reported again (exit 1), not "
+        "re-sent or re-paid.",
+    ),
 ]
 ThresholdOpt = Annotated[
     float,
@@ -54,6 +82,20 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:
     """Print a clear error and return the Exit to raise (``raise fail(...)``)."""
     err_console.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
     return typer.Exit(code)
+
+
+def exit_if_calls_failed(data: dict[str, Any]) -> None:
+    """Exit 1 after the summary when model calls failed (``failed calls``: count by reason)."""
+    failed = data.get(FAILED_CALLS) or {}
+    if not failed:
+        return
+    reasons = ", ".join(f"{r}: {n}" for r, n in failed.items())
+    err_console.print(
+        f"[bold red]error:[/] {sum(failed.values())} model call(s) failed ({escape(reasons)}); "
+        "their items carry no model result. Fix the cause, then rerun with --retry-failed.",
+        soft_wrap=True,
+    )
+    raise typer.Exit(EXIT_FAILED)
 
 
 def _fmt(v: Any) -> str:

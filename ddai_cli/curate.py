@@ -15,7 +15,18 @@ import duckdb
 import typer
 from rich.table import Table
 
-from ddai.cli.common import JsonOpt, LogsOpt, ThresholdOpt, console, err_console, fail, summary
+from ddai.cli.common import (
+    JsonOpt,
+    LogsOpt,
+    RetryFailedOpt,
+    ThresholdOpt,
+    check_run_ids,
+    console,
+    err_console,
+    exit_if_calls_failed,
+    fail,
+    summary,
+)
 from ddai.pipelines import workspace
 from ddai.pipelines.funnel import bucket, focus, lineage, plan, verify_gt
 
@@ -55,6 +66,7 @@ RunOpt = Annotated[
     typer.Option(
         "--run",
         metavar="RUN",
+        callback=check_run_ids,
         help="Run whose rollouts score the prompts; repeat to pool several runs. Each run must "
         "carry the score read (bucket: --metric; focus: reward; verify-gt: reward and NDCG).",
     ),
@@ -222,6 +234,7 @@ def verify_gt_cmd(
         ),
     ] = False,
     force: ForceOpt = False,
+    retry_failed: RetryFailedOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Propose ground-truth errors for review; exclude only what a person (or --trust-verifier)
@@ -242,12 +255,14 @@ def verify_gt_cmd(
             dry_run=dry_run,
             max_cost=max_cost,
             force=force,
+            retry_failed=retry_failed,
             skip_preflight=skip_preflight,
         )
     )
     # No spinner here: the verifier backend shows its own progress bar.
     result = _run("verifying", lambda: verify_gt.run_verify(cfg), spinner=False)
     summary("ddai curate verify-gt", result.to_dict(), as_json=as_json)
+    exit_if_calls_failed(result.summary)
 
 
 @curate_app.command("focus")

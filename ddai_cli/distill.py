@@ -9,7 +9,17 @@ from typing import Annotated, Any
 
 import typer
 
-from ddai.cli.common import EXIT_FAILED, JsonOpt, LogsOpt, ThresholdOpt, fail, summary
+from ddai.cli.common import (
+    EXIT_FAILED,
+    JsonOpt,
+    LogsOpt,
+    RetryFailedOpt,
+    ThresholdOpt,
+    check_run_ids,
+    exit_if_calls_failed,
+    fail,
+    summary,
+)
 from ddai.pipelines import workspace
 from ddai.pipelines.distill import (
     CheckConfig,
@@ -67,6 +77,7 @@ RunOpt = Annotated[
     typer.Option(
         "--run",
         metavar="RUN",
+        callback=check_run_ids,
         help="Run id to distill (required; repeat to pool several runs). Each run needs parsed "
         "turns.",
     ),
@@ -175,6 +186,7 @@ def distill_cmd(
     force: Annotated[
         bool, typer.Option("--force", help="Rerun even when inputs and parameters are unchanged.")
     ] = False,
+    retry_failed: RetryFailedOpt = False,
     progress: ProgressOpt = True,
     as_json: JsonOpt = False,
 ) -> None:
@@ -206,10 +218,13 @@ def distill_cmd(
             max_cost=max_cost,
             force=force,
             progress=progress and not as_json,
+            retry_failed=retry_failed,
         )
     except ValueError as e:
         raise fail(str(e)) from e
-    summary("ddai distill", _run(run_distill, cfg), as_json=as_json)
+    data = _run(run_distill, cfg)
+    summary("ddai distill", data, as_json=as_json)
+    exit_if_calls_failed(data)
 
 
 @distill_app.command("check")

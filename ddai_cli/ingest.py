@@ -7,7 +7,15 @@ from typing import Annotated, Any
 
 import typer
 
-from ddai.cli.common import EXIT_FAILED, JsonOpt, LogsOpt, err_console, fail, summary
+from ddai.cli.common import (
+    EXIT_FAILED,
+    JsonOpt,
+    LogsOpt,
+    check_run_ids,
+    err_console,
+    fail,
+    summary,
+)
 from ddai.pipelines import adapters, workspace
 from ddai.pipelines.adapters.hint import wrong_format_hint
 from ddai.pipelines.ingest import IngestConfig, ingest
@@ -26,6 +34,7 @@ def ingest_cmd(
         str | None,
         typer.Option(
             "--run-id",
+            callback=check_run_ids,
             help="Run id for every row (wins over the rows' own run_id, "
             "which is kept as extra.source_run_id).",
         ),

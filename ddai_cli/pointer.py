@@ -6,12 +6,13 @@ world → embed → train --mode sft → gen → process → train --phases rce:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from ddai.cli.common import JsonOpt, fail, summary
+from ddai.cli.common import JsonOpt, RetryFailedOpt, exit_if_calls_failed, fail, summary
 from ddai.cli.train import AccelerateConfigOpt, LaunchOpt, maybe_relaunch
+from ddai.pipelines.backends.usage import FAILED_CALLS, failed_calls
 from ddai.pipelines.pointer.vqa import DEFAULT_THRESHOLD, SCORERS
 
 pointer_app = typer.Typer(
@@ -79,10 +80,16 @@ def _floats(text: str, flag: str) -> tuple[float, ...]:
         raise fail(f"{flag} {text!r}: give comma-separated numbers, e.g. 0.7,1.0,1.3") from None
 
 
-def _vqa_backend(name: str | None, max_cost: float | None):
+def _vqa_backend(name: str | None, max_cost: float | None, retry_failed: bool):
     from ddai.pipelines.pointer.vqa import resolve_vqa
 
-    return resolve_vqa(name, max_cost=max_cost)
+    return resolve_vqa(name, max_cost=max_cost, retry_failed=retry_failed)
+
+
+def _with_failures(data: dict[str, Any], model: Any) -> dict[str, Any]:
+    """``data`` plus the VQA calls that failed, by reason (the command then exits 1)."""
+    failed = failed_calls(model.usage()) if hasattr(model, "usage") else {}
+    return {**data, FAILED_CALLS: failed} if failed else data
 
 
 @pointer_app.command("world")
@@ -200,6 +207,7 @@ def gen_cmd(
     metric: MetricOpt = "vqa",
     correct_threshold: ThresholdOpt = DEFAULT_THRESHOLD,
     max_cost: MaxCostOpt = None,
+    retry_failed: RetryFailedOpt = False,
     dry_run: DryRunOpt = False,
     force: ForceOpt = False,
     progress: ProgressOpt = True,
@@ -233,10 +241,12 @@ def gen_cmd(
             progress=progress and not as_json,
             dry_run=dry_run,
         )
-        data = run_gen(cfg, vqa_model=_vqa_backend(vqa, max_cost))
+        model = _vqa_backend(vqa, max_cost, retry_failed)
+        data = _with_failures(run_gen(cfg, vqa_model=model), model)
     except (FileNotFoundError, ValueError) as e:
         raise fail(str(e)) from e
     summary("ddai pointer gen" + (" (dry run)" if dry_run else ""), data, as_json=as_json)
+    exit_if_calls_failed(data)
 
 
 @pointer_app.command("process")
@@ -441,6 +451,7 @@ def eval_cmd(
     metric: MetricOpt = "vqa",
     correct_threshold: ThresholdOpt = DEFAULT_THRESHOLD,
     max_cost: MaxCostOpt = None,
+    retry_failed: RetryFailedOpt = False,
     dry_run: DryRunOpt = False,
     progress: ProgressOpt = True,
     as_json: JsonOpt = False,
@@ -473,10 +484,13 @@ def eval_cmd(
             progress=progress and not as_json,
             dry_run=dry_run,
         )
-        _, data = run_eval(cfg, vqa_model=_vqa_backend(vqa, max_cost))
+        model = _vqa_backend(vqa, max_cost, retry_failed)
+        _, data = run_eval(cfg, vqa_model=model)
+        data = _with_failures(data, model)
     except (FileNotFoundError, ValueError) as e:
         raise fail(str(e)) from e
     summary("ddai pointer eval" + (" (dry run)" if dry_run else ""), data, as_json=as_json)
+    exit_if_calls_failed(data)
 
 
 def register(app: typer.Typer) -> None:

@@ -15,7 +15,7 @@ import typer
 from rich.table import Table
 
 from ddai.cli.common import JsonOpt, LogsOpt, RunsOpt, console, fail, summary
-from ddai.pipelines import capabilities, io, query, workspace
+from ddai.pipelines import capabilities, csv_cells, io, query, workspace
 
 
 class Fmt(StrEnum):
@@ -51,7 +51,8 @@ def _write(tbl: pa.Table, fmt: Fmt, out: Path | None) -> None:
         w = csv.writer(buf)
         w.writerow(tbl.column_names)
         for r in tbl.to_pylist():
-            w.writerow(["" if v is None else v for v in r.values()])
+            # Log text is untrusted: a cell a spreadsheet would run as a formula is escaped.
+            w.writerow(["" if v is None else csv_cells.escape(v) for v in r.values()])
         text = buf.getvalue()
     if out is None:
         sys.stdout.write(text)
@@ -77,9 +78,11 @@ def query_cmd(
         typer.Option(
             "--param",
             "-p",
-            metavar="NAME=VALUE",
-            help="Bound parameter NAME=VALUE, used as $NAME in the SQL "
-            "(values are bound, never pasted into the text). Repeatable.",
+            metavar="NAME[:TYPE]=VALUE",
+            help="Bound parameter, used as $NAME in the SQL (bound, never pasted into the text). "
+            "NAME=VALUE binds a string (`-p u=528` is the string '528'); NAME:TYPE=VALUE binds a "
+            "typed value, TYPE one of int, float, bool (true/false/1/0/yes/no), str: "
+            "`-p n:int=5 -p t:float=0.8 -p ok:bool=true`. Repeatable.",
         ),
     ] = None,
     fmt: Annotated[Fmt, typer.Option("--format", help="Output format.")] = Fmt.table,
@@ -89,12 +92,10 @@ def query_cmd(
     limit: Annotated[int, typer.Option(help="Rows shown by --format table.")] = 50,
 ) -> None:
     """Run SQL over the rollout-log views and print or save the result."""
-    params = {}
-    for p in param or []:
-        name, sep, value = p.partition("=")
-        if not sep or not name.isidentifier():
-            raise fail(f"--param {p!r} must look like NAME=VALUE")
-        params[name] = _coerce(value)
+    try:
+        params = dict(parse_param(p) for p in param or [])
+    except ValueError as e:
+        raise fail(str(e)) from e
     try:
         con = query.connect(query.logs_or_fail(workspace.logs_dir(logs)), runs)
         tbl = query.run_sql(con, sql, params or None)
@@ -117,13 +118,47 @@ def query_cmd(
         console.print(f"wrote {tbl.num_rows:,} rows to {out}", style="dim")
 
 
-def _coerce(value: str):
-    for cast in (int, float):
-        try:
-            return cast(value)
-        except ValueError:
-            continue
-    return value
+_BOOLS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
+
+
+def _bool(value: str) -> bool:
+    try:
+        return _BOOLS[value.strip().lower()]
+    except KeyError:
+        raise ValueError(f"not a boolean: {value!r}") from None
+
+
+_TYPES = {"str": str, "int": int, "float": float, "bool": _bool}
+
+
+def parse_param(text: str) -> tuple[str, str | int | float | bool]:
+    """``NAME=VALUE`` → (NAME, the string VALUE); ``NAME:TYPE=VALUE`` → (NAME, VALUE as TYPE).
+
+    A value is never guessed from its look: ``u=528`` stays the string ``'528'`` (a numeric uid
+    must match as a string, and ``1e3`` must not equal ``1_000``). Raises ValueError naming the
+    fix.
+    """
+    head, sep, value = text.partition("=")
+    name, colon, type_name = head.partition(":")
+    if not sep or not name.isidentifier():
+        raise ValueError(
+            f"--param {text!r} must look like NAME=VALUE or NAME:TYPE=VALUE (TYPE: int, float, "
+            "bool, str)"
+        )
+    if not colon:
+        return name, value
+    cast = _TYPES.get(type_name)
+    if cast is None:
+        raise ValueError(
+            f"--param {text!r}: unknown type {type_name!r}; use one of {', '.join(_TYPES)}"
+        )
+    try:
+        out = cast(value)
+    except ValueError:
+        raise ValueError(f"--param {text!r}: {value!r} is not a {type_name}") from None
+    if isinstance(out, float) and out != out:  # NaN compares equal to nothing: refuse it
+        raise ValueError(f"--param {text!r}: NaN matches nothing; pass a number")
+    return name, out
 
 
 def runs_cmd(logs: LogsOpt = None, as_json: JsonOpt = False) -> None:

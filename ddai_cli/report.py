@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from ddai.cli.common import JsonOpt, LogsOpt, RunsOpt, ThresholdOpt, fail, summary
+from ddai.cli.common import JsonOpt, LogsOpt, RunsOpt, ThresholdOpt, check_run_ids, fail, summary
 from ddai.pipelines import workspace
 from ddai.reports import ReportConfig, build_report
 
@@ -23,6 +23,7 @@ def report_cmd(
         tuple[str, str] | None,
         typer.Option(
             "--compare",
+            callback=check_run_ids,
             metavar="RUN_A RUN_B",
             help="Compare two runs (A the baseline, B the new one): behaviour shift, per-prompt "
             "deltas, distributions side by side.",
@@ -86,7 +87,7 @@ def report_cmd(
         typer.Option(
             "--browse-max",
             help="Most rollouts in the trajectory browser (a sample covering every run, outcome "
-            "and class); bounds the file size.",
+            "and class), shipped compressed: bounds the file size (5,000 add about 1 MB).",
         ),
     ] = 500,
     text_max: Annotated[

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from ddai.cli.common import JsonOpt, LogsOpt, fail, summary
+from ddai.cli.common import JsonOpt, LogsOpt, check_run_ids, fail, summary
 
 ModelOpt = Annotated[
     str,
@@ -278,7 +278,11 @@ def register(app: typer.Typer) -> None:
         logs: LogsOpt = None,
         run_id: Annotated[
             str | None,
-            typer.Option("--run-id", help="Run id of the rollout log. Default: grpo_<timestamp>."),
+            typer.Option(
+                "--run-id",
+                callback=check_run_ids,
+                help="Run id of the rollout log. Default: grpo_<timestamp>.",
+            ),
         ] = None,
         preset: Annotated[
             str | None,

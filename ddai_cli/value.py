@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ddai.cli.common import JsonOpt, LogsOpt, RunsOpt, ThresholdOpt, fail, summary
+from ddai.cli.common import JsonOpt, LogsOpt, RunsOpt, ThresholdOpt, check_run_ids, fail, summary
 from ddai.cli.train import (
     AccelerateConfigOpt,
     BiasOpt,
@@ -243,6 +243,7 @@ def value_score_command(
         str | None,
         typer.Option(
             "--out-run",
+            callback=check_run_ids,
             help="Write the scored rollouts as this new run (one --run only). Default: a new version of each run's partition.",
         ),
     ] = None,
@@ -312,7 +313,11 @@ def train_ppo_command(
     logs: LogsOpt = None,
     run_id: Annotated[
         str | None,
-        typer.Option("--run-id", help="Run id of the rollout log. Default: ppo_<timestamp>."),
+        typer.Option(
+            "--run-id",
+            callback=check_run_ids,
+            help="Run id of the rollout log. Default: ppo_<timestamp>.",
+        ),
     ] = None,
     reward: RewardOpt = "curriculum",
     w_judge: WJudgeOpt = None,

@@ -29,10 +29,11 @@ from typing import IO, Any
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
 from ddai.pipelines import adapters, io, store
-from ddai.pipelines.adapters.base import ReaderContext, SourceRecord
+from ddai.pipelines.adapters.base import ReaderContext, SourceRecord, error_detail
 from ddai.pipelines.adapters.side import SideTables
 from ddai.pipelines.adapters.verl_ids import UidMapper
 from ddai.pipelines.capabilities import Capabilities
+from ddai.pipelines.row_checks import DUPLICATE, DuplicateKeys
 from ddai.pipelines.schema import RowError, normalize_rollout
 from ddai.pipelines.store import QUARANTINE_DIR, PartitionWriter, check_run_id
 
@@ -235,6 +236,7 @@ def ingest(cfg: IngestConfig) -> IngestResult:
     sources_of: dict[str, list[dict[str, Any]]] = {}
     ingest_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
     quarantine = _Quarantine(cfg.logs, ingest_id, list(map(Path, cfg.sources)))
+    dups = DuplicateKeys()
     started = time.time()
     qfiles: list[str] = []
     caps: dict[str, Capabilities] = {}
@@ -255,13 +257,13 @@ def ingest(cfg: IngestConfig) -> IngestResult:
                         orphans.add(rec)
                     else:
                         run = _route(
-                            rec, src, cfg, writers, counts, sources_of, src_info, quarantine
+                            rec, src, cfg, writers, counts, sources_of, src_info, quarantine, dups
                         )
                         first_run = first_run or run
                     bar.update(task, completed=min(ctx.bytes_read - before, size))
                 quarantine.late = True
                 for rec in orphans.drain(first_run):
-                    _route(rec, src, cfg, writers, counts, sources_of, src_info, quarantine)
+                    _route(rec, src, cfg, writers, counts, sources_of, src_info, quarantine, dups)
                 quarantine.late = False
         for run in sorted(counts):
             # One lock hold per run: its quarantine entries, then its partition (whose manifest,
@@ -324,6 +326,7 @@ def _route(
     sources_of: dict[str, list[dict[str, Any]]],
     src_info: dict[str, Any],
     quarantine: _Quarantine,
+    dups: DuplicateKeys,
 ) -> str:
     """Send one record to its run's writer or quarantine; returns the run it was charged to."""
     run = cfg.run_id or rec.run_id or NO_RUN
@@ -340,6 +343,12 @@ def _route(
             reason, detail = e.reason, e.detail
         except ValueError as e:
             reason, detail = "bad run id", str(e)
+        except Exception as e:  # any other fault of this one row stays with it
+            reason, detail = "unreadable row", error_detail(e)
+        if reason is None:
+            content = rec.raw if rec.raw is not None else json.dumps(rec.row, default=str)
+            if (dup := dups.check(run, row, content)) is not None:
+                reason, detail = DUPLICATE, dup
     c = counts.setdefault(run, RunCounts())
     c.rows_in += 1
     if src_info not in sources_of.setdefault(run, []):

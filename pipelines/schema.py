@@ -23,6 +23,11 @@ TERMINATIONS = ("complete", "max_turns", "invalid", "error")
 # A kept rollout some of whose turns are missing from the source (``extra.turns_missing`` lists
 # their indexes): its scores count, its text is not whole (distillation leaves it out).
 TURNS_INCOMPLETE = "turns_incomplete"
+# A kept rollout one of whose scores was NaN or ±inf in the source: stored null, the source value
+# in ``extra.nonfinite`` (``{"reward": "nan"}``), counted by this flag; distillation leaves it out.
+NONFINITE = "nonfinite_score"
+# Indexes that count from 0: a negative one is a broken row, quarantined as ``negative index``.
+_NONNEG_COLS = ("step", "rollout_idx", "sample_idx", "num_turns")
 
 TURN_TYPE = pa.struct(
     [
@@ -96,7 +101,7 @@ class RowError(ValueError):
         self.detail = detail
 
 
-def _int(name: str, v: Any, *, required: bool = False) -> int | None:
+def _int(name: str, v: Any, *, required: bool = False, nonneg: bool = False) -> int | None:
     if v is None:
         if required:
             raise RowError("missing required key", name)
@@ -109,10 +114,13 @@ def _int(name: str, v: Any, *, required: bool = False) -> int | None:
         raise RowError("wrong type", f"{name} must be an integer, got {v!r}") from e
     if not math.isfinite(f) or f != int(f) or abs(f) > INT32_MAX:
         raise RowError("wrong type", f"{name} must be an int32, got {v!r}")
+    if nonneg and f < 0:
+        raise RowError("negative index", f"{name} = {int(f)}")
     return int(f)
 
 
-def _float(name: str, v: Any) -> float | None:
+def _float(name: str, v: Any, nonfinite: dict[str, str] | None = None) -> float | None:
+    """A finite float, or None; a NaN/inf is recorded under ``name`` in ``nonfinite``."""
     if v is None:
         return None
     if isinstance(v, bool) or not isinstance(v, int | float | str):
@@ -121,7 +129,11 @@ def _float(name: str, v: Any) -> float | None:
         f = float(v)
     except ValueError as e:
         raise RowError("wrong type", f"{name} must be a number, got {v!r}") from e
-    return f if math.isfinite(f) else None
+    if math.isfinite(f):
+        return f
+    if nonfinite is not None:
+        nonfinite[name] = str(f)
+    return None
 
 
 def _str(name: str, v: Any, *, required: bool = False) -> str | None:
@@ -151,7 +163,7 @@ def _strlist(name: str, v: Any) -> list[str] | None:
     return out
 
 
-def _turn_record(t: Any, i: int) -> dict[str, Any]:
+def _turn_record(t: Any, i: int, nonfinite: dict[str, str] | None = None) -> dict[str, Any]:
     if isinstance(t, tags.Turn):
         return t.to_record()
     if not isinstance(t, dict):
@@ -169,7 +181,7 @@ def _turn_record(t: Any, i: int) -> dict[str, Any]:
         "retrieved": _strlist("turns.retrieved", t.get("retrieved")),
         "observation": _str("turns.observation", t.get("observation")),
         "error": _str("turns.error", t.get("error")),
-        "value": _float("turns.value", t.get("value")),
+        "value": _float(f"turns[{i}].value", t.get("value"), nonfinite),
     }
 
 
@@ -188,7 +200,9 @@ def normalize_rollout(
     """Type-check and complete one rollout record; unknown keys go to ``extra`` (JSON text).
 
     ``run_id`` (from ``--run-id``) wins over the record's own; the record's differing one is kept
-    as ``extra.source_run_id``. Raises ``RowError`` for missing required keys or wrong types.
+    as ``extra.source_run_id``. Raises ``RowError`` for missing required keys, wrong types and
+    negative indexes (``negative index``). A NaN/inf score is stored null, its source value in
+    ``extra.nonfinite``, and the row flagged ``nonfinite_score``.
     """
     if not isinstance(rec, dict):
         raise RowError("wrong type", "a row must be a JSON object")
@@ -213,14 +227,15 @@ def normalize_rollout(
         src_run = run_id
     row: dict[str, Any] = {"run_id": _str("run_id", src_run, required=True)}
     row["uid"] = _str("uid", rec.get("uid"), required=True)
-    row["rollout_idx"] = _int("rollout_idx", rec.get("rollout_idx"), required=True)
+    row["rollout_idx"] = _int("rollout_idx", rec.get("rollout_idx"), required=True, nonneg=True)
     for c in ("step", "sample_idx", "num_turns"):
-        row[c] = _int(c, rec.get(c))
+        row[c] = _int(c, rec.get(c), nonneg=True)
+    nonfinite: dict[str, str] = {}
     for c in _STR_COLS:
         if c not in row:
             row[c] = _str(c, rec.get(c))
     for c in _FLOAT_COLS:
-        row[c] = _float(c, rec.get(c))
+        row[c] = _float(c, rec.get(c), nonfinite)
     for c in _STRLIST_COLS:
         row[c] = _strlist(c, rec.get(c))
     row["flags"] = sorted(set(row["flags"])) if row["flags"] else None
@@ -232,7 +247,9 @@ def normalize_rollout(
     if parts is not None:
         if not isinstance(parts, dict):
             raise RowError("wrong type", "reward_parts must be an object of numbers")
-        row["reward_parts"] = {str(k): _float(f"reward_parts.{k}", v) for k, v in parts.items()}
+        row["reward_parts"] = {
+            str(k): _float(f"reward_parts.{k}", v, nonfinite) for k, v in parts.items()
+        }
     else:
         row["reward_parts"] = None
 
@@ -240,7 +257,7 @@ def normalize_rollout(
     if turns_in is not None:
         if isinstance(turns_in, str) or not hasattr(turns_in, "__iter__"):
             raise RowError("wrong type", "turns must be a list")
-        turns = [_turn_record(t, i) for i, t in enumerate(turns_in)]
+        turns = [_turn_record(t, i, nonfinite) for i, t in enumerate(turns_in)]
     elif row["response"] is not None:
         turns = [t.to_record() for t in tags.parse_turns(row["response"])]
     else:
@@ -266,6 +283,9 @@ def normalize_rollout(
     if row["terminated"] is not None and row["terminated"] not in TERMINATIONS:
         extra.setdefault("source_terminated", row["terminated"])
         row["terminated"] = "error"
+    if nonfinite:
+        extra["nonfinite"] = nonfinite
+        row["flags"] = sorted({*(row["flags"] or ()), NONFINITE})
     row["extra"] = json.dumps(extra, ensure_ascii=False, default=str, sort_keys=True)
     return row
 

@@ -1,7 +1,8 @@
-"""Plotly helpers: one lean house style, figures as page fragments, safe labels.
+"""Plotly helpers: one lean house style, figures as page data, safe labels, a legend per colour.
 
-Figures are rendered with ``include_plotlyjs=False`` (the page embeds plotly.js once in its head)
-and a fixed ``div_id`` so the same logs give the same page. The house template is deliberately
+A figure is a ``div`` with a fixed id plus its plotly JSON in a ``<script type="application/json">``
+(no code): the page embeds plotly.js once, compressed, and draws every figure after unpacking it
+(``templates/report.js``), so the same logs give the same page. The house template is deliberately
 small: plotly's default template is serialized into every figure and would dominate the size of
 a report with many small charts.
 """
@@ -9,10 +10,13 @@ a report with many small charts.
 from __future__ import annotations
 
 import html
+import itertools
+import json
 from typing import Any
 
 import plotly.graph_objects as go
 from markupsafe import Markup
+from plotly.utils import PlotlyJSONEncoder
 
 from ddai.reports.blocks import Figure, Note
 
@@ -34,10 +38,11 @@ HOUSE = go.layout.Template(
         "xaxis": _AXIS,
         "yaxis": _AXIS,
         "legend": {"orientation": "h", "y": -0.2},
+        # plotly hides the legend of a one-trace figure; every colour here names what it is
+        "showlegend": True,
         "hoverlabel": {"namelength": -1},
     }
 )
-_CONFIG = {"displaylogo": False, "responsive": True}
 
 
 def label(text: object) -> str:
@@ -49,25 +54,94 @@ def color(i: int) -> str:
     return COLORS[i % len(COLORS)]
 
 
-def fraction_axis(values: list[float], title: str) -> dict[str, Any]:
-    """A categorical axis of fractions in numeric order, labelled by ``fraction_label``.
+def fraction_axis(title: str) -> dict[str, Any]:
+    """A numeric axis for fractions in [0, 1] (success rates), ticks every 0.1.
 
-    Success rates are fractions k/n of the group size: one bar per value that occurs reads
-    better than numeric bars, whose widths follow the (uneven) spacing of the values.
+    Success rates are fractions k/n of the group size; on a numeric axis 1/16 and 1/8 sit where
+    they are, so runs with different group sizes line up (a categorical axis would space 0.0625
+    like 0.5).
     """
-    order = [fraction_label(v) for v in sorted(set(values))]
-    return {"title": title, "type": "category", "categoryorder": "array", "categoryarray": order}
+    return {"title": title, "type": "linear", "range": [-0.04, 1.04], "dtick": 0.1}
 
 
-def fraction_label(v: float) -> str:
-    return f"{v:.3g}"
+def bar_slots(
+    values: list[float], n_traces: int, *, fill: float = 0.8
+) -> tuple[float, list[float]]:
+    """Bar width and per-trace offsets for ``n_traces`` bar traces side by side on a numeric axis.
+
+    The slot is the smallest gap between distinct ``values`` (0.1 with fewer than two), at most
+    0.25; plotly's own grouping would widen a run whose rates are only 0 and 1 to span the axis.
+    """
+    xs = sorted(set(values))
+    gaps = [b - a for a, b in itertools.pairwise(xs) if b - a > 1e-9]
+    slot = min(min(gaps) if gaps else 0.1, 0.25) * fill
+    width = slot / max(n_traces, 1)
+    return width, [-slot / 2 + i * width for i in range(n_traces)]
+
+
+def figure_json(fig: go.Figure) -> str:
+    """The figure as compact JSON that is safe inside ``<script>`` (no ``<`` can end it early)."""
+    text = json.dumps(fig.to_plotly_json(), cls=PlotlyJSONEncoder, separators=(",", ":"))
+    return text.replace("<", "\\u003c")  # only inside JSON strings, where the escape is valid
 
 
 def to_block(fig: go.Figure, div_id: str, *, height: int = 360) -> Figure:
-    """The figure as an HTML fragment in the house style, with a stable element id."""
+    """The figure as an HTML fragment in the house style, with a stable element id.
+
+    The fragment is an empty ``div.plotly-graph-div`` and the figure's JSON; the page's script
+    draws it once plotly.js is unpacked.
+    """
     fig.update_layout(template=HOUSE, height=height)
-    fragment = fig.to_html(full_html=False, include_plotlyjs=False, div_id=div_id, config=_CONFIG)
+    ident = html.escape(div_id)
+    fragment = (
+        f'<div id="{ident}" class="plotly-graph-div" style="height:{int(height)}px;width:100%">'
+        f'</div><script type="application/json" class="figure-data" data-for="{ident}">'
+        f"{figure_json(fig)}</script>"
+    )
     return Figure(Markup(fragment))
+
+
+def _trace_color(trace: Any) -> Any:
+    marker = getattr(trace, "marker", None)
+    c = getattr(marker, "color", None) if marker is not None else None
+    if c is None and getattr(trace, "line", None) is not None:
+        c = trace.line.color
+    return c
+
+
+def legend_gaps(fig: go.Figure) -> list[str]:
+    """Colours ``fig`` shows that no legend entry or colour bar explains (empty when all are).
+
+    A bar, line or histogram needs a named legend entry (its own, or one of its legend group); a
+    heatmap needs its colour bar; a Sankey's nodes share one colour (their labels name them).
+    """
+    gaps: list[str] = []
+    layout = fig.layout
+    legend_on = layout.showlegend is not False
+    shown_groups = {
+        t.legendgroup
+        for t in fig.data
+        if getattr(t, "showlegend", None) is not False
+        and t.name
+        and getattr(t, "legendgroup", None)
+    }
+    for i, t in enumerate(fig.data):
+        what = f"trace {i} ({t.type}{': ' + t.name if t.name else ''})"
+        if t.type == "heatmap":
+            axis = getattr(layout, t.coloraxis) if t.coloraxis else None
+            if (axis.showscale if axis is not None else t.showscale) is False:
+                gaps.append(f"{what} has no colour bar")
+        elif t.type == "sankey":
+            colors = t.node.color
+            if isinstance(colors, (list, tuple)) and len(set(colors)) > 1:
+                gaps.append(f"{what} colours its nodes without a legend")
+        elif t.type in ("bar", "scatter", "histogram"):
+            if _trace_color(t) is not None and not isinstance(_trace_color(t), str):
+                gaps.append(f"{what} varies its colour per point")
+            named = legend_on and bool(t.name)
+            if not named or (t.showlegend is False and t.legendgroup not in shown_groups):
+                gaps.append(f"{what} has no legend entry")
+    return gaps
 
 
 def _values(trace: Any) -> list[Any]:

@@ -658,8 +658,12 @@ def default_backends(cfg: GRPORunConfig, corpus: Any, spec: RewardSpec) -> Backe
     search = get_backend("search", cfg.search, corpus=corpus)
     if not spec.needs_judge:
         return Backends(search=search)
-    generator = get_backend("generator", cfg.generator, corpus=corpus, call_site="train.grpo")
-    judge = get_backend("judge", cfg.judge, call_site="train.grpo")
+    # Training always calls again what failed before: an outage in an earlier run must not
+    # turn into cached failures (null rewards) for this one.
+    generator = get_backend(
+        "generator", cfg.generator, corpus=corpus, call_site="train.grpo", retry_failed=True
+    )
+    judge = get_backend("judge", cfg.judge, call_site="train.grpo", retry_failed=True)
     return Backends(search=search, generator=generator, judge=judge)
 
 

@@ -15,6 +15,8 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+from ddai.pipelines import csv_cells
+
 
 class MetricsFileCallback(TrainerCallback):
     def __init__(self, path: str | os.PathLike[str], kind: str = "jsonl") -> None:
@@ -39,7 +41,7 @@ class MetricsFileCallback(TrainerCallback):
         with tmp.open("w", newline="", encoding="utf-8") as fh:
             writer = csv.DictWriter(fh, fieldnames=keys)
             writer.writeheader()
-            writer.writerows(self._rows)
+            writer.writerows(csv_cells.escape_row(r) for r in self._rows)
         os.replace(tmp, self.path)
 
 
@@ -52,5 +54,8 @@ def read_metrics(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     p = Path(path)
     if p.suffix == ".csv":
         with p.open(encoding="utf-8") as fh:
-            return list(csv.DictReader(fh))
+            return [
+                {k: csv_cells.unescape(v) if isinstance(v, str) else v for k, v in r.items()}
+                for r in csv.DictReader(fh)
+            ]
     return [json.loads(line) for line in p.read_text("utf-8").splitlines() if line.strip()]

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
@@ -33,18 +34,93 @@ class ReaderContext:
     uid_mapper: Any = None
 
 
+# A line longer than this is not parsed (a runaway writer, an inlined image): it is quarantined as
+# ``line too long`` with its first bytes, its byte offset and length, and reading goes on.
+MAX_LINE_BYTES = 256 << 20
+RAW_PREFIX_BYTES = 4096
+_CHUNK = 1 << 20
+# A ``\uD800``-``\uDFFF`` escape: only then can a parsed line hold a lone surrogate (valid UTF-8
+# bytes never decode to one), so only those lines pay for the full check.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")  # the same, over raw bytes
+SURROGATE_DETAIL = "an unpaired \\uD800-\\uDFFF escape (e.g. half an emoji); not valid UTF-8 text"
+
+
+def contained(
+    line: int | None,
+    text: str | None,
+    run_id: str | None,
+    build: Callable[..., SourceRecord],
+    *args: Any,
+) -> SourceRecord:
+    """``build(*args)``, or the row quarantined as ``unreadable row`` when building it raises.
+
+    Readers wrap their per-row conversion in this, so one odd row never ends an ingest.
+    """
+    try:
+        return build(*args)
+    except Exception as e:  # any fault of one row stays with that row
+        return SourceRecord(None, line, text, "unreadable row", error_detail(e), run_id=run_id)
+
+
+def error_detail(e: BaseException) -> str:
+    """``Type: message``, cut short and ASCII-safe (a message may quote the bad text itself)."""
+    msg = f"{type(e).__name__}: {e}"
+    msg = msg if len(msg) <= 300 else msg[:300] + "…"
+    return msg.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def lone_surrogate(obj: Any) -> bool:
+    """True when a string in ``obj`` holds an unpaired UTF-16 surrogate (not writable as UTF-8)."""
+    try:
+        json.dumps(obj, ensure_ascii=False, default=str).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _read_line(fh: BinaryIO) -> tuple[bytes, int]:
+    """The next line (up to ``MAX_LINE_BYTES``) and its full length in bytes.
+
+    A longer line is consumed in chunks (memory stays bounded) and only its prefix returned.
+    """
+    raw = fh.readline(MAX_LINE_BYTES + 1)
+    if len(raw) <= MAX_LINE_BYTES or raw.endswith(b"\n"):
+        return raw, len(raw)
+    size = len(raw)
+    head = raw[:RAW_PREFIX_BYTES]
+    while True:
+        chunk = fh.readline(_CHUNK)
+        size += len(chunk)
+        if not chunk or chunk.endswith(b"\n"):
+            return head, size
+
+
 def iter_json_lines(
     fh: BinaryIO, ctx: ReaderContext
 ) -> Iterator[tuple[int, str | None, Any, str | None]]:
     """Stream a JSONL file: yields ``(line_no, text, obj, reason)``; ``reason`` set for bad lines.
 
     Reasons: ``non-UTF-8 bytes``, ``malformed JSON``, ``truncated last line`` (the final line
-    has no newline and does not parse: a writer killed mid-line). Blank lines are skipped.
+    has no newline and does not parse: a writer killed mid-line), ``too deeply nested`` (nesting
+    past the JSON parser's recursion limit), ``lone surrogate`` (a ``\\ud83d`` escape with no
+    pair, e.g. a truncated emoji: not storable as UTF-8), ``line too long`` (over
+    ``MAX_LINE_BYTES``; the raw text kept is the line's first bytes). Blank lines are skipped.
     """
     line_no = 0
-    for raw in fh:
+    offset = 0
+    while True:
+        raw, size = _read_line(fh)
+        if not size:
+            return
         line_no += 1
-        ctx.bytes_read += len(raw)
+        ctx.bytes_read += size
+        start, offset = offset, offset + size
+        if size != len(raw):
+            text = raw.decode("utf-8", errors="replace")
+            detail = f"{size:,} bytes at byte offset {start} (limit {MAX_LINE_BYTES:,}); raw = first {len(raw):,} bytes"
+            yield line_no, text, None, f"line too long|{detail}"
+            continue
         if not raw.strip():
             continue
         last_unterminated = not raw.endswith(b"\n")
@@ -55,8 +131,19 @@ def iter_json_lines(
             continue
         try:
             obj = json.loads(text)
+        except RecursionError:
+            yield (
+                line_no,
+                text,
+                None,
+                "too deeply nested|nesting deeper than the JSON parser allows",
+            )
+            continue
         except ValueError as e:
             reason = "truncated last line" if last_unterminated else "malformed JSON"
             yield line_no, text, None, f"{reason}|{e}"
+            continue
+        if _SURROGATE_ESCAPE.search(text) and lone_surrogate(obj):
+            yield line_no, text, None, f"lone surrogate|{SURROGATE_DETAIL}"
             continue
         yield line_no, text, obj, None

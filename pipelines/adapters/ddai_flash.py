@@ -13,7 +13,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-from ddai.pipelines.adapters.base import ReaderContext, SourceRecord, iter_json_lines
+from ddai.pipelines.adapters.base import (
+    ReaderContext,
+    SourceRecord,
+    contained,
+    iter_json_lines,
+)
 from ddai.pipelines.adapters.ddai_common import flash_rollout, run_id_from_stem
 from ddai.pipelines.adapters.peek import first_object
 
@@ -46,9 +51,14 @@ def read(path: Path, ctx: ReaderContext) -> Iterator[SourceRecord]:
                     None, line, text, "wrong type", "a line must be a JSON object", run_id=run
                 )
             else:
-                pids.add(obj.get("pid"))
-                rec = flash_rollout(obj)
-                if run is not None:
-                    rec["run_id"] = run
-                yield SourceRecord(rec, line, text, run_id=run)
+                pid = obj.get("pid")
+                pids.add(pid if isinstance(pid, int | str) else repr(pid))
+                yield contained(line, text, run, _record, obj, line, text, run)
     ctx.notes[str(path)] = {"lines": lines, "writer processes (pid)": len(pids - {None})}
+
+
+def _record(obj: dict, line: int, text: str | None, run: str | None) -> SourceRecord:
+    rec = flash_rollout(obj)
+    if run is not None:
+        rec["run_id"] = run
+    return SourceRecord(rec, line, text, run_id=run)

@@ -24,7 +24,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines.adapters.base import ReaderContext, SourceRecord
+from ddai.pipelines.adapters.base import (
+    SURROGATE_DETAIL,
+    SURROGATE_ESCAPE,
+    ReaderContext,
+    SourceRecord,
+    contained,
+    lone_surrogate,
+)
 from ddai.pipelines.adapters.ddai_common import (
     dataset_id_of,
     file_name_of,
@@ -103,6 +110,11 @@ def read(path: Path, ctx: ReaderContext) -> Iterator[SourceRecord]:
     ctx.notes[str(path)] = notes
     try:
         doc = json.loads(raw)
+    except RecursionError:
+        text = raw.decode("utf-8", errors="replace")
+        detail = "whole document: nesting deeper than the JSON parser allows"
+        yield SourceRecord(None, 1, text, "too deeply nested", detail, run_id=run)
+        return
     except ValueError as e:
         text = raw.decode("utf-8", errors="replace")
         yield SourceRecord(None, 1, text, "malformed JSON", f"whole document: {e}", run_id=run)
@@ -112,6 +124,9 @@ def read(path: Path, ctx: ReaderContext) -> Iterator[SourceRecord]:
             None, 1, None, "wrong type", "the document must be an object", run_id=run
         )
         return
+    # Only a document holding a \uD800-\uDFFF escape can hold a lone surrogate (half an emoji):
+    # then every agent is checked, and one that holds one is quarantined.
+    surrogates = SURROGATE_ESCAPE.search(raw) is not None
     unit = 0
     for step_key, prompts in doc.items():
         step = step_of(step_key)
@@ -137,18 +152,41 @@ def read(path: Path, ctx: ReaderContext) -> Iterator[SourceRecord]:
                 if not isinstance(agent, dict):
                     yield _bad(unit, agent, "wrong type", "an agent must be an object", run)
                     continue
-                rec = agent_rollout(
+                if surrogates and lone_surrogate([step_key, uuid, entry.get("prompt"), agent]):
+                    yield _bad(unit, agent, "lone surrogate", SURROGATE_DETAIL, run)
+                    continue
+                yield contained(
+                    unit,
+                    None,
+                    run,
+                    _record,
                     agent,
-                    step=step,
-                    uid=uid or uuid,
-                    prompt_uuid=uuid,
-                    prompt=entry.get("prompt"),
+                    step,
+                    uid or uuid,
+                    uuid,
+                    entry,
+                    step_key,
+                    unit,
+                    run,
                 )
-                rec["step_key"] = step_key
-                if run is not None:
-                    rec["run_id"] = run
-                yield SourceRecord(rec, unit, None, run_id=run)
     notes["units"] = unit
+
+
+def _record(
+    agent: dict[str, Any],
+    step: int | None,
+    uid: str,
+    uuid: str,
+    entry: dict[str, Any],
+    step_key: str,
+    unit: int,
+    run: str | None,
+) -> SourceRecord:
+    rec = agent_rollout(agent, step=step, uid=uid, prompt_uuid=uuid, prompt=entry.get("prompt"))
+    rec["step_key"] = step_key
+    if run is not None:
+        rec["run_id"] = run
+    return SourceRecord(rec, unit, None, run_id=run)
 
 
 def _prompt_uid(agents: list[Any]) -> str | None:
@@ -164,6 +202,7 @@ def _prompt_uid(agents: list[Any]) -> str | None:
 
 
 def _bad(unit: int, obj: Any, reason: str, detail: str, run: str | None) -> SourceRecord:
-    return SourceRecord(
-        None, unit, json.dumps(obj, ensure_ascii=False, default=str), reason, detail, run_id=run
-    )
+    text = json.dumps(obj, ensure_ascii=False, default=str)
+    if lone_surrogate(obj):  # not writable as UTF-8 text: keep it \u-escaped
+        text = json.dumps(obj, default=str)
+    return SourceRecord(None, unit, text, reason, detail, run_id=run)

@@ -54,7 +54,12 @@ from pathlib import Path
 from typing import Any
 
 from ddai.pipelines import tags
-from ddai.pipelines.adapters.base import ReaderContext, SourceRecord, iter_json_lines
+from ddai.pipelines.adapters.base import (
+    ReaderContext,
+    SourceRecord,
+    error_detail,
+    iter_json_lines,
+)
 from ddai.pipelines.adapters.ddai_common import (
     basename,
     executed_action,
@@ -516,6 +521,12 @@ def read(path: Path, ctx: ReaderContext) -> Iterator[SourceRecord]:
             elif not isinstance(obj, dict):
                 yield asm._bad(line, text, None, "not an event", "a line must be a JSON object")
             else:
-                yield from asm.feed(obj, line, text)
+                try:  # a fault in one event stays with that event's line
+                    out = list(asm.feed(obj, line, text))
+                except Exception as e:
+                    out = [
+                        asm._bad(line, text, obj.get("run_id"), "unreadable row", error_detail(e))
+                    ]
+                yield from out
     yield from asm.drain()
     ctx.notes[str(path)] = asm.notes()

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from ddai.pipelines.adapters.base import ReaderContext, SourceRecord, iter_json_lines
+from ddai.pipelines.adapters.base import (
+    ReaderContext,
+    SourceRecord,
+    contained,
+    iter_json_lines,
+)
+from ddai.pipelines.adapters.peek import first_object
 
 PARQUET_BATCH = 8192
 
@@ -20,13 +25,8 @@ def sniff(path: Path) -> bool:
         except Exception:
             return False
         return {"uid", "rollout_idx"} <= names
-    try:
-        with open(path, "rb") as fh:
-            first = fh.readline(1 << 22)
-        obj = json.loads(first)
-    except (OSError, ValueError):
-        return False
-    return isinstance(obj, dict) and "rollout_idx" in obj and "event_type" not in obj
+    obj = first_object(path)
+    return obj is not None and "rollout_idx" in obj and "event_type" not in obj
 
 
 def read(path: Path, ctx: ReaderContext) -> Iterator[SourceRecord]:
@@ -54,8 +54,17 @@ def _read_parquet(path: Path, ctx: ReaderContext) -> Iterator[SourceRecord]:
     line = 0
     for batch in pf.iter_batches(batch_size=PARQUET_BATCH):
         ctx.bytes_read += batch.nbytes
-        for obj in batch.to_pylist():
+        try:
+            objs = batch.to_pylist()
+        except Exception:  # e.g. invalid UTF-8 in a string column: find the row, keep the rest
+            objs = None
+        for i in range(batch.num_rows):
             line += 1
-            if isinstance(obj.get("reward_parts"), list):  # pyarrow maps come back as pairs
-                obj["reward_parts"] = dict(obj["reward_parts"])
-            yield SourceRecord(obj, line, None, run_id=_run(obj))
+            yield contained(line, None, None, _parquet_row, batch, i, objs, line)
+
+
+def _parquet_row(batch, i: int, objs: list[dict] | None, line: int) -> SourceRecord:
+    obj = objs[i] if objs is not None else batch.slice(i, 1).to_pylist()[0]
+    if isinstance(obj.get("reward_parts"), list):  # pyarrow maps come back as pairs
+        obj["reward_parts"] = dict(obj["reward_parts"])
+    return SourceRecord(obj, line, None, run_id=_run(obj))

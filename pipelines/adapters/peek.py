@@ -2,25 +2,53 @@
 
 from __future__ import annotations
 
+import functools
 import json
+import os
 from pathlib import Path
 from typing import Any
 
-PEEK_BYTES = 1 << 22
+# A first line up to this size is parsed whole (a rollout with a huge response is still a rollout);
+# a longer one, a blank one or one that does not parse is passed over for the next.
+PEEK_LINE_BYTES = 64 << 20
+PEEK_LINES = 64
+_CHUNK = 1 << 20
 
 
 def first_object(path: Path) -> dict[str, Any] | None:
-    """The first non-blank line of a JSONL file as an object, else None (never raises)."""
+    """The first JSONL line (of the first ``PEEK_LINES``) that parses, as an object, else None.
+
+    Never raises; memory stays bounded by ``PEEK_LINE_BYTES``. Several sniffers ask about the
+    same file in turn: the answer is remembered per (path, size, mtime), so a 50 MB first line is
+    read once. Callers must not modify the object.
+    """
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return _first_object(str(path), st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=16)
+def _first_object(path: str, size: int, mtime_ns: int) -> dict[str, Any] | None:
     try:
         with open(path, "rb") as fh:
-            for _ in range(64):
-                line = fh.readline(PEEK_BYTES)
+            for _ in range(PEEK_LINES):
+                line = fh.readline(PEEK_LINE_BYTES + 1)
                 if not line:
                     return None
-                if line.strip():
+                if len(line) > PEEK_LINE_BYTES and not line.endswith(b"\n"):
+                    while (chunk := fh.readline(_CHUNK)) and not chunk.endswith(b"\n"):
+                        pass
+                    continue
+                if not line.strip():
+                    continue
+                try:
                     obj = json.loads(line)
-                    return obj if isinstance(obj, dict) else None
-    except (OSError, ValueError):
+                except (ValueError, RecursionError):
+                    continue
+                return obj if isinstance(obj, dict) else None
+    except OSError:
         return None
     return None
 

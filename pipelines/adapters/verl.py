@@ -26,7 +26,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines.adapters.base import ReaderContext, SourceRecord, iter_json_lines
+from ddai.pipelines.adapters.base import (
+    ReaderContext,
+    SourceRecord,
+    contained,
+    iter_json_lines,
+)
 from ddai.pipelines.adapters.ddai_common import question_from_prompt, run_id_from_stem
 from ddai.pipelines.adapters.peek import first_object
 from ddai.pipelines.adapters.transcript import split_transcript
@@ -88,6 +93,30 @@ def verl_rollout(obj: dict[str, Any], rollout_idx: int) -> dict[str, Any]:
     return rec
 
 
+def _record(
+    obj: dict[str, Any],
+    line: int,
+    text: str | None,
+    run: str | None,
+    ctx: ReaderContext,
+    order: Counter,
+) -> SourceRecord:
+    step = obj.get("step")
+    uid, flags = uid_of(obj["input"]), None
+    if ctx.uid_mapper is not None:
+        mapped = ctx.uid_mapper.uid(obj)
+        uid, flags = (mapped, None) if mapped is not None else (uid, [UID_UNMATCHED])
+    group = (step if isinstance(step, int | str | None) else repr(step), uid)
+    rec = verl_rollout(obj, order[group])
+    rec["uid"] = uid
+    if flags:
+        rec["flags"] = flags
+    order[group] += 1
+    if run is not None:
+        rec["run_id"] = run
+    return SourceRecord(rec, line, text, run_id=run)
+
+
 def read(path: Path, ctx: ReaderContext) -> Iterator[SourceRecord]:
     run = None if ctx.run_id else run_id_for(path)
     order: Counter = Counter()
@@ -100,20 +129,7 @@ def read(path: Path, ctx: ReaderContext) -> Iterator[SourceRecord]:
                 detail = "a line must be an object with a string input"
                 yield SourceRecord(None, line, text, "wrong type", detail, run_id=run)
             else:
-                step = obj.get("step")
-                uid, flags = uid_of(obj["input"]), None
-                if ctx.uid_mapper is not None:
-                    mapped = ctx.uid_mapper.uid(obj)
-                    uid, flags = (mapped, None) if mapped is not None else (uid, [UID_UNMATCHED])
-                group = (step if isinstance(step, int | str | None) else repr(step), uid)
-                rec = verl_rollout(obj, order[group])
-                rec["uid"] = uid
-                if flags:
-                    rec["flags"] = flags
-                order[group] += 1
-                if run is not None:
-                    rec["run_id"] = run
-                yield SourceRecord(rec, line, text, run_id=run)
+                yield contained(line, text, run, _record, obj, line, text, run, ctx, order)
     ctx.notes[str(path)] = {
         "groups (step, uid)": len(order),
         "rows": sum(order.values()),

@@ -57,7 +57,16 @@ _BUILDERS: dict[str, tuple[str, str]] = {
     "hash": ("ddai.pipelines.backends.embedders", "HashEmbedder"),
 }
 
-CONTEXT_KEYS = ("call_site", "cache", "corpus", "progress", "ledger", "max_cost", "simulator")
+CONTEXT_KEYS = (
+    "call_site",
+    "cache",
+    "corpus",
+    "progress",
+    "ledger",
+    "max_cost",
+    "simulator",
+    "retry_failed",
+)
 
 
 def get_backend(
@@ -75,7 +84,8 @@ def get_backend(
     - ``progress``: show a rich progress bar (default: only on a terminal);
     - ``ledger``: a shared ``usage.Ledger`` so several backends report together;
     - ``max_cost``: USD; calls that would exceed it fail with reason ``max-cost`` (resumable);
-    - ``simulator``: the VQA simulator instance for the ``simulator`` kind.
+    - ``simulator``: the VQA simulator instance for the ``simulator`` kind;
+    - ``retry_failed``: call again what failed before (default: hand back the cached failure).
     """
     unknown = set(context) - set(CONTEXT_KEYS)
     if unknown:

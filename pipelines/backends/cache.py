@@ -2,8 +2,10 @@
 
 The key is a sha256 over the call's identity (backend kind, model, role, prompt-template hash,
 parameters and inputs), so any change to what would be sent misses the cache, and a rerun or a
-resumed crash pays for nothing twice. Only successful answers are stored: a failure is retried on
-the next run.
+resumed crash pays for nothing twice. A call that failed for good is stored too, in its own table
+with its reason, so a rerun neither pays for it again (a malformed answer costs tokens) nor hides
+it: the engine hands the cached failure back unless asked to retry failures. An answer that
+arrives later replaces the failure.
 
 Writes go through one writer thread per cache that commits whatever has queued up in one
 transaction (group commit): the event loop never waits on SQLite, and sqlite releases the GIL while
@@ -44,7 +46,20 @@ CREATE TABLE IF NOT EXISTS calls (
     created REAL NOT NULL
 )
 """
+_FAILURES = """
+CREATE TABLE IF NOT EXISTS failures (
+    key TEXT PRIMARY KEY,
+    kind TEXT NOT NULL,
+    model TEXT,
+    role TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    detail TEXT NOT NULL,
+    created REAL NOT NULL
+)
+"""
 _INSERT = "INSERT OR REPLACE INTO calls VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+_INSERT_FAILURE = "INSERT OR REPLACE INTO failures VALUES (?, ?, ?, ?, ?, ?, ?)"
+_FORGET_FAILURE = "DELETE FROM failures WHERE key = ?"
 # SQLite limits bound parameters per statement; look keys up in chunks below it.
 _CHUNK = 500
 _MAX_BATCH = 1024
@@ -79,6 +94,7 @@ def _connect(path: Path) -> sqlite3.Connection:
     # WAL + NORMAL: a commit survives a killed process; only an OS crash may lose the last ones.
     db.execute("PRAGMA synchronous=NORMAL")
     db.execute(_SCHEMA)
+    db.execute(_FAILURES)
     db.commit()
     return db
 
@@ -92,6 +108,7 @@ class CallCache:
         self._read_lock = threading.Lock()
         self._db = _connect(self.path)
         self._pending: dict[str, Cached] = {}
+        self._pending_failures: dict[str, tuple[str, str]] = {}
         self._pending_lock = threading.Lock()
         self._queue: queue.Queue[Any] = queue.Queue()
         self._writer: threading.Thread | None = None
@@ -124,6 +141,26 @@ class CallCache:
     def get(self, key: str) -> Cached | None:
         return self.get_many([key]).get(key)
 
+    def get_failures(self, keys: Iterable[str]) -> dict[str, tuple[str, str]]:
+        """Cached failures among ``keys``: key → (reason, detail)."""
+        wanted = list(dict.fromkeys(keys))
+        out: dict[str, tuple[str, str]] = {}
+        with self._pending_lock:
+            for k in wanted:
+                if k in self._pending_failures:
+                    out[k] = self._pending_failures[k]
+        rest = [k for k in wanted if k not in out]
+        with self._read_lock:
+            for i in range(0, len(rest), _CHUNK):
+                chunk = rest[i : i + _CHUNK]
+                marks = ",".join("?" * len(chunk))
+                rows = self._db.execute(
+                    f"SELECT key, reason, detail FROM failures WHERE key IN ({marks})", chunk
+                )
+                for key, reason, detail in rows:
+                    out[key] = (reason, detail)
+        return out
+
     # ------------------------------------------------------------------ writes
     def put(
         self, key: str, value: Any, usage: TokenUsage, *, kind: str, model: str | None, role: str
@@ -136,9 +173,26 @@ class CallCache:
         blob = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
         with self._pending_lock:
             self._pending[key] = Cached(value, usage)
+            self._pending_failures.pop(key, None)
         row = (key, kind, model, role, blob, usage.input_tokens, usage.output_tokens, time.time())
+        self._enqueue(_INSERT, row)
+        self._enqueue(_FORGET_FAILURE, (key,))
+
+    def put_failure(
+        self, key: str, reason: str, detail: str, *, kind: str, model: str | None, role: str
+    ) -> None:
+        """Queue one failed call (its reason and detail) for the writer thread."""
+        if self._closed:
+            raise RuntimeError(f"call cache {self.path} is closed")
+        with self._pending_lock:
+            self._pending_failures[key] = (reason, detail)
+        self._enqueue(_INSERT_FAILURE, (key, kind, model, role, reason, detail, time.time()))
+
+    def _enqueue(self, sql: str, row: tuple[Any, ...]) -> None:
+        if self._error is not None:
+            raise RuntimeError(f"call cache {self.path} cannot be written: {self._error}")
         with self._writer_lock:
-            self._queue.put(row)
+            self._queue.put((sql, row))
             if self._writer is None:
                 self._writer = threading.Thread(
                     target=self._write_loop, name=f"ddai-cache-writer-{self.path.name}", daemon=True
@@ -172,14 +226,18 @@ class CallCache:
                 rows = [b for b in batch if b is not _STOP]
                 try:
                     if rows and self._error is None:
-                        db.executemany(_INSERT, rows)
+                        for sql, row in rows:  # in order: a later answer forgets a failure
+                            db.execute(sql, row)
                         db.commit()
                 except sqlite3.Error as e:  # surfaced to put/flush callers
                     self._error = e
                 finally:
                     with self._pending_lock:
-                        for r in rows:
-                            self._pending.pop(r[0], None)
+                        for sql, row in rows:
+                            if sql == _INSERT:
+                                self._pending.pop(row[0], None)
+                            elif sql == _INSERT_FAILURE:
+                                self._pending_failures.pop(row[0], None)
                     for _ in batch:
                         self._queue.task_done()
                 if len(rows) != len(batch):
@@ -196,6 +254,7 @@ class CallCache:
                 "SELECT kind, model, role, COUNT(*), SUM(input_tokens), SUM(output_tokens) "
                 "FROM calls GROUP BY kind, model, role ORDER BY kind, model, role"
             ).fetchall()
+            failures = self._db.execute("SELECT COUNT(*) FROM failures").fetchone()[0]
         groups = [
             {
                 "kind": k,
@@ -215,6 +274,7 @@ class CallCache:
             "entries": sum(g["entries"] for g in groups),
             "bytes": size,
             "groups": groups,
+            "failures": failures,
         }
 
     def close(self) -> None:

@@ -24,6 +24,7 @@ class Context:
     max_cost: float | None = None
     corpus: Corpus | None = None
     simulator: Any = None
+    retry_failed: bool = False  # call again what failed before instead of the cached failure
 
 
 def make(
@@ -37,6 +38,7 @@ def make(
     ledger: Ledger | None = None,
     max_cost: float | None = None,
     simulator: Any = None,
+    retry_failed: bool = False,
 ) -> Context:
     """Resolve ``get_backend``'s context arguments (see its docstring for their meaning)."""
     return Context(
@@ -47,6 +49,7 @@ def make(
         max_cost=max_cost,
         corpus=load_corpus(corpus),
         simulator=simulator,
+        retry_failed=retry_failed,
     )
 
 

@@ -6,6 +6,10 @@ and a spending cap, with a per-attempt timeout and retries with backoff; each an
 moment it arrives. Failures come back as ``Failure`` values in the job's slot, never as a made-up
 score, and everything is accounted in the ledger under the caller's call site.
 
+A call that fails for good is cached with its reason (never a spending-cap stop, which is no call):
+a rerun hands the same failure back without paying again, marked ``cached``, unless the engine was
+built with ``retry_failed`` (``--retry-failed``), which sends those calls once more.
+
 A batch runs on ``min(concurrency, misses)`` worker coroutines pulling from one iterator, so memory
 stays proportional to the concurrency, not to the batch.
 """
@@ -94,6 +98,7 @@ class Engine:
         progress: bool | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         rng: random.Random | None = None,
+        retry_failed: bool = False,
     ) -> None:
         self.identity = identity
         self.settings = settings
@@ -103,6 +108,7 @@ class Engine:
         self.budget = budget
         self.progress = progress
         self._classify = classify
+        self.retry_failed = retry_failed
         self._sleep = sleep
         self._rng = rng or random.Random()
         # Built lazily: asyncio primitives bind to the loop they are first used on.
@@ -125,12 +131,22 @@ class Engine:
                 results[i] = Outcome(hit.value, hit.usage, cached=True)
             else:
                 pending.setdefault(job.key, []).append(i)
-        n_hits = sum(1 for r in results if r is not None)
+        n_hits = sum(1 for r in results if r is not None)  # true cache hits, repeats included
+        if self.cache is not None and pending and not self.retry_failed:
+            for key, (reason, detail) in self.cache.get_failures(pending).items():
+                failure = Failure(reason, detail, cached=True)
+                for i in pending.pop(key):
+                    results[i] = failure
+                    site.failed[reason] += 1
+                    site.cached_failures += 1
+        n_old = sum(1 for r in results if r is not None) - n_hits  # answered by a cached failure
         site.items += len(jobs)
         site.cache_hits += n_hits
         site.deduplicated += sum(len(idxs) - 1 for idxs in pending.values())
         with Bar(f"{call_site} · {self.identity.name}", len(jobs), enabled=self.progress) as bar:
             bar.advance(n_hits, hits=n_hits)
+            if n_old:
+                bar.advance(n_old, failed=n_old)
             work = iter(pending.items())
 
             async def worker() -> None:
@@ -206,6 +222,16 @@ class Engine:
                 attempt += 1
                 continue
             site.failed[failure.reason] += 1
+            if self.cache is not None:
+                ident = self.identity
+                self.cache.put_failure(
+                    job.key,
+                    failure.reason,
+                    failure.detail,
+                    kind=ident.kind,
+                    model=ident.model,
+                    role=ident.role,
+                )
             return failure
 
     def _settle(

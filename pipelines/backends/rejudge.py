@@ -4,9 +4,12 @@ The run is read from the log store; every rollout with an answer and a reference
 ``JudgeRequest`` (identical triples are sent once: the engine and its cache dedupe them). The new
 scores go into ``judge_score`` of a new run (default ``<run>@<judge>``) or, with ``in_place``, of
 the run itself; the previous score, the judge's reason and any failure are kept in ``extra``
-(``prev_judge_score``, ``judge_reason``, ``judge_error``, ``judge_backend``). A failed call leaves
-``judge_score`` null with its reason, never 0. ``reward`` is not touched: it is what the run
-trained on.
+(``prev_judge_score``, ``judge_reason``, ``judge_error``, ``judge_backend``). A failed call is
+never a score: in a new run its ``judge_score`` is null with its reason (never 0); in place the
+row keeps the score it had, with the failure in ``extra.judge_error``. When no call succeeded
+nothing is written. Failures are counted by reason and make the result ``complete = False``
+(the CLI exits 1); failed calls are cached with their reason and sent again only with
+``retry_failed``. ``reward`` is not touched: it is what the run trained on.
 
 ``dry_run`` counts the calls (cache hits are free) and their estimated cost and writes nothing;
 ``max_cost`` stops before the cap is exceeded and writes nothing either, so a rerun resumes from
@@ -43,12 +46,13 @@ class RejudgeConfig:
     max_cost: float | None = None  # USD
     cache: Path | bool | None = None  # None: the workspace's call cache; False: none
     progress: bool | None = None
+    retry_failed: bool = False  # call again what failed before (else: the cached failure)
 
 
 @dataclass
 class RejudgeResult:
     summary: dict[str, Any]
-    complete: bool  # False when the cost cap stopped the run (nothing written)
+    complete: bool  # False when calls failed or the cost cap stopped the run
 
 
 def _extra(raw: str | None, **updates: Any) -> str:
@@ -77,6 +81,7 @@ def rejudge(cfg: RejudgeConfig, *, config: dict[str, Any] | None = None) -> Reju
         cache=cfg.cache,
         progress=cfg.progress,
         max_cost=cfg.max_cost,
+        retry_failed=cfg.retry_failed,
     )
     out_run = cfg.run if cfg.in_place else (cfg.out_run or f"{cfg.run}@{judge.name}")
     try:
@@ -118,14 +123,41 @@ def rejudge(cfg: RejudgeConfig, *, config: dict[str, Any] | None = None) -> Reju
         }
         return RejudgeResult(summary, complete=False)
 
+    ok = [r.score for r in results if r.ok]
+    n_failed = len(results) - len(ok)
+    failed = {
+        "failed": n_failed,
+        "failed by reason": dict(sorted(errors.items())),
+        **_cached_failures(usage),
+    }
+    if n_failed and not ok:
+        summary = {
+            **base,
+            "status": "failed: every call failed; nothing written",
+            "scored": 0,
+            **failed,
+            "usage": usage,
+        }
+        return RejudgeResult(summary, complete=False)
+
     scores: list[float | None] = [r["judge_score"] for r in rows]
     extras: list[str] = [r["extra"] for r in rows]
     for i, res in zip(todo, results, strict=True):
-        scores[i] = res.score if res.ok else None
+        if res.ok:
+            scores[i] = res.score
+            extras[i] = _extra(
+                rows[i]["extra"],
+                prev_judge_score=rows[i]["judge_score"],
+                judge_reason=res.reason or None,
+                judge_backend=judge.name,
+            )
+            continue
+        # A failure is never a score: in place the old one stays; a new run gets null.
+        if not cfg.in_place:
+            scores[i] = None
         extras[i] = _extra(
             rows[i]["extra"],
-            prev_judge_score=rows[i]["judge_score"],
-            judge_reason=res.reason or None,
+            prev_judge_score=None if cfg.in_place else rows[i]["judge_score"],
             judge_error=res.error,
             judge_backend=judge.name,
         )
@@ -139,14 +171,22 @@ def rejudge(cfg: RejudgeConfig, *, config: dict[str, Any] | None = None) -> Reju
         "backend_calls": usage,
     }
     store.write_run(cfg.logs, out_run, out, sources=[{"run": cfg.run}], manifest=manifest)
-    ok = [r.score for r in results if r.ok]
     summary = {
         **base,
+        **({"status": f"failed: {n_failed} call(s) failed"} if n_failed else {}),
         "written run": out_run,
         "scored": len(ok),
-        "failed": dict(errors),
+        **failed,
         "mean judge_score": round(sum(ok) / len(ok), 4) if ok else None,
         "usage": usage,
         "wall_s": round(time.time() - t0, 2),
     }
-    return RejudgeResult(summary, complete=True)
+    return RejudgeResult(summary, complete=not n_failed)
+
+
+def _cached_failures(usage: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """How many failures came from the cache (earlier runs), with the way to retry them."""
+    n = sum(site.get("cached_failures", 0) for site in usage.values())
+    if not n:
+        return {}
+    return {"failed earlier (cached, not called again)": n, "retry": "rerun with --retry-failed"}

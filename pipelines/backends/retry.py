@@ -29,9 +29,11 @@ class Failure:
     detail: str = ""
     retryable: bool = False
     retry_after: float | None = None
+    cached: bool = False  # handed back from the call cache: no call was made this time
 
     def message(self) -> str:
-        return f"{self.reason}: {self.detail}" if self.detail else self.reason
+        text = f"{self.reason}: {self.detail}" if self.detail else self.reason
+        return f"{text} (cached failure; --retry-failed calls again)" if self.cached else text
 
 
 class CallError(Exception):

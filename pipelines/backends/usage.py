@@ -57,6 +57,7 @@ class SiteUsage:
     attempts: int = 0
     retries: int = 0
     failed: Counter[str] = field(default_factory=Counter)
+    cached_failures: int = 0  # of ``failed``: failures handed back from the cache, not called
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float = 0.0
@@ -71,6 +72,7 @@ class SiteUsage:
             "calls": self.calls,
             "ok": self.ok,
             "failed": dict(sorted(self.failed.items())),
+            "cached_failures": self.cached_failures,
             "attempts": self.attempts,
             "retries": self.retries,
             "input_tokens": self.input_tokens,
@@ -105,3 +107,15 @@ class Ledger:
     def total_cost(self) -> float:
         with self._lock:
             return sum(u.cost_usd for u in self._sites.values())
+
+
+FAILED_CALLS = "failed calls"
+"""The summary key under which a command lists its failed model calls by reason (exit 1)."""
+
+
+def failed_calls(snapshot: dict[str, dict[str, Any]]) -> dict[str, int]:
+    """Failed items by reason over every site of a ledger snapshot (cached failures included)."""
+    total: Counter[str] = Counter()
+    for site in snapshot.values():
+        total.update(site.get("failed") or {})
+    return dict(sorted(total.items()))

@@ -19,6 +19,7 @@ import pyarrow as pa
 from rich.progress import track
 
 from ddai.pipelines import capabilities, io, manifest, store
+from ddai.pipelines.backends.usage import FAILED_CALLS, failed_calls
 from ddai.pipelines.distill import formats, rewrite
 from ddai.pipelines.distill.findings import inspect
 from ddai.pipelines.distill.rebuild import (
@@ -91,6 +92,8 @@ class DistillConfig:
     """Count the rewrite calls and their estimated cost; write nothing."""
     max_cost: float | None = None
     """Stop before the rewriter spends more than this many USD (resumable)."""
+    retry_failed: bool = False
+    """Call again the rewrites that failed before (else their cached failures are reported)."""
     force: bool = False
     progress: bool = True
     select_cfg: SelectConfig = field(init=False, repr=False)
@@ -119,7 +122,7 @@ class DistillConfig:
     def params(self, rewriter_name: str | None) -> dict[str, Any]:
         """What decides the output (the manifest's parameters; a change reruns the step)."""
         # Not part of the result: where things are, how the run is watched, the spending cap.
-        skip = {"logs", "out", "dry_run", "force", "progress", "max_cost"}
+        skip = {"logs", "out", "dry_run", "force", "progress", "max_cost", "retry_failed"}
         skip |= {"select_cfg", "claims", "chunking"}
         p = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
         p["rewriter"] = rewriter_name
@@ -137,7 +140,12 @@ def build_rewriter(cfg: DistillConfig):
     from ddai.pipelines.backends import get_backend
 
     return get_backend(
-        "rewriter", cfg.rewriter, call_site="distill", max_cost=cfg.max_cost, progress=cfg.progress
+        "rewriter",
+        cfg.rewriter,
+        call_site="distill",
+        max_cost=cfg.max_cost,
+        progress=cfg.progress,
+        retry_failed=cfg.retry_failed,
     )
 
 
@@ -193,10 +201,14 @@ def run_distill(cfg: DistillConfig, *, rewriter: Any = None) -> dict[str, Any]:
     if cfg.rewrite == "think-only":
         backend = rewriter if rewriter is not None else build_rewriter(cfg)
     params = cfg.params(getattr(backend, "name", None))
-    if not (cfg.dry_run or cfg.force) and manifest.is_fresh(cfg.out, STEP, params, inputs):
+    # --retry-failed reruns: the output was written without the calls that failed.
+    rerun = cfg.dry_run or cfg.force or cfg.retry_failed
+    if not rerun and manifest.is_fresh(cfg.out, STEP, params, inputs):
+        notes = (manifest.read(cfg.out) or {}).get("notes") or {}
         return {
             "output": str(cfg.out),
             "skipped": "inputs and parameters unchanged (--force reruns)",
+            **({FAILED_CALLS: notes[FAILED_CALLS]} if notes.get(FAILED_CALLS) else {}),
         }
 
     record = manifest.start(STEP, params, inputs)
@@ -245,9 +257,11 @@ def run_distill(cfg: DistillConfig, *, rewriter: Any = None) -> dict[str, Any]:
         "observations unavailable": unavailable,
         "report": str(report_path(cfg.out)),
     }
-    record.notes = {k: v for k, v in summary.items() if k not in ("output", "dropped")}
     if backend is not None and hasattr(backend, "usage"):
         record.backend_calls = backend.usage()
+        if failed := failed_calls(record.backend_calls):
+            summary[FAILED_CALLS] = failed  # those samples keep their original thinks
+    record.notes = {k: v for k, v in summary.items() if k not in ("output", "dropped")}
     manifest.write(cfg.out, record)
     return summary
 

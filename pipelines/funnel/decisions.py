@@ -12,6 +12,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from ddai.pipelines import csv_cells
+
 VERDICTS = ("ok", "wrong", "uncertain")
 FLAGGING = ("wrong", "uncertain")
 
@@ -45,6 +47,9 @@ def read_decisions(paths: list[str | os.PathLike[str]] | tuple) -> dict[str, Dec
                 )
             reader.fieldnames = cols
             for line, row in enumerate(reader, start=2):
+                row = {
+                    k: csv_cells.unescape(v) if isinstance(v, str) else v for k, v in row.items()
+                }
                 uid = (row.get("uid") or "").strip()
                 verdict = (row.get("verdict") or "").strip().lower()
                 if not uid or not verdict:

@@ -2,7 +2,8 @@
 
 ``review.csv`` starts with the decision columns of a decisions file (``uid, verdict, reason``), so
 a reviewer fills in ``verdict`` (``ok``, ``wrong`` or ``uncertain``) and hands the sheet back with
-``--decisions review.csv``. ``review.html`` shows the same rows with the reference page text.
+``--decisions review.csv``. Cells a spreadsheet would run as formulas are escaped
+(``ddai.pipelines.csv_cells``) and unescaped when read back. ``review.html`` shows the same rows with the reference page text.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import io as _io
 from dataclasses import asdict, dataclass, fields
 
 import jinja2
+
+from ddai.pipelines import csv_cells
 
 PAGE_TEXT_CHARS = 2000
 
@@ -44,7 +47,7 @@ def to_csv(rows: list[ReviewRow]) -> str:
         rec = asdict(r)
         for k in ("score", "ndcg"):
             rec[k] = "" if rec[k] is None else f"{rec[k]:.6g}"
-        w.writerow(rec)
+        w.writerow(csv_cells.escape_row(rec))  # answers and reasons are untrusted text
     return buf.getvalue()
 
 

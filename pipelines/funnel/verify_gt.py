@@ -26,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 
 from ddai.pipelines import capabilities, manifest
+from ddai.pipelines.backends.usage import FAILED_CALLS, failed_calls
 from ddai.pipelines.funnel import dataset as ds
 from ddai.pipelines.funnel import decisions as dec
 from ddai.pipelines.funnel import review, scores, step
@@ -74,6 +75,7 @@ class VerifyConfig:
     force: bool = False
     skip_preflight: bool = False
     """Ask the verifier even when candidates' reference pages are missing from the corpus."""
+    retry_failed: bool = False  # call again what failed before; reruns the step
 
     def __post_init__(self) -> None:
         unknown = [r for r in self.select if r not in RULES]
@@ -199,7 +201,8 @@ def run_verify(cfg: VerifyConfig, *, verifier: Any = None) -> step.StepResult:
     spec, ident = _verifier_identity(cfg, verifier)
     params, inputs = cfg.params(ident), cfg.inputs()
     outputs = {k: step.resolve(v) for k, v in cfg.outputs().items()}
-    if not cfg.dry_run and not cfg.force and step.fresh(outputs.values(), STEP, params, inputs):
+    rerun = cfg.dry_run or cfg.force or cfg.retry_failed
+    if not rerun and step.fresh(outputs.values(), STEP, params, inputs):
         return step.skipped(STEP, outputs)
     base = None if cfg.dry_run else manifest.start(STEP, params, inputs)
 
@@ -273,6 +276,8 @@ def run_verify(cfg: VerifyConfig, *, verifier: Any = None) -> step.StepResult:
         "duplicate ids": len(dups),
         "preflight": preflight,
     }
+    if failed := failed_calls(base.backend_calls):
+        summary[FAILED_CALLS] = failed  # their candidates are proposed as "error", undecided
     missing_pages = sum(texts[u][1] for u in ask if u in texts)
     if missing_pages:
         summary["reference pages not in corpus"] = missing_pages
@@ -423,6 +428,8 @@ def _propose(
         ctx: dict[str, Any] = {"call_site": STEP, "ledger": ledger}
         if cfg.max_cost is not None:
             ctx["max_cost"] = cfg.max_cost
+        if cfg.retry_failed:
+            ctx["retry_failed"] = True
         verifier = backends.get_backend("verifier", cfg.verifier, **ctx)
     reqs = [
         backends.VerifyRequest(

@@ -80,16 +80,22 @@ def make_request(query: Mapping[str, Any], examples: Sequence[Mapping[str, Any]]
 
 
 def resolve_vqa(
-    name: str | None, *, simulator: VQASimulator | None = None, max_cost: float | None = None
+    name: str | None,
+    *,
+    simulator: VQASimulator | None = None,
+    max_cost: float | None = None,
+    retry_failed: bool = False,
 ) -> Any:
     """The ``VQAModel`` for ``--vqa NAME`` (None: ``$DDAI_VQA``, ``ddai.toml``, else ``local``, the
-    world's simulator); ``max_cost`` caps a paid backend's spend in USD."""
+    world's simulator); ``max_cost`` caps a paid backend's spend in USD; ``retry_failed`` calls
+    again what failed before instead of reporting the cached failure."""
     return get_backend(
         "vqa",
         name,
         call_site="pointer.vqa",
         simulator=simulator or VQASimulator(),
         max_cost=max_cost,
+        retry_failed=retry_failed,
     )
 
 

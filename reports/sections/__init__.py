@@ -32,6 +32,6 @@ SECTIONS: tuple[tuple[str, SectionBuilder], ...] = (
     ("value curves", value_curves.build),
     # DDAI's round analyses (issue 13), after the numbered core sections as well.
     ("failure attribution", attribution.build),
-    ("reward latency", reward_latency.build),
-    ("drop or keep", drop_keep.build),
+    ("reward latency and coverage", reward_latency.build),
+    ("zero-variance groups: drop or keep", drop_keep.build),
 )

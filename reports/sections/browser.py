@@ -3,7 +3,8 @@ transcript (thinks, actions, retrieved pages marked golden or not, answer, judge
 
 Only a stratified sample of at most ``--browse-max`` rollouts is shipped (round-robin over run,
 outcome and class: see ``sql/report_browser_sample.sql``), with each text cut at ``--text-max``
-characters, so the page stays small for any log size.
+characters, as gzip-compressed JSON the page script unpacks and shows 50 rows at a time: 5,000
+rollouts add about 1 MB and no page height.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections import Counter
 from ddai.reports.blocks import Partial, Section
 from ddai.reports.context import ReportContext
 from ddai.reports.formatting import num
+from ddai.reports.render import packed_json
 from ddai.reports.transcript import transcript
 
 OUTCOMES = ("success", "failure", "format_fail", "unjudged")
@@ -55,7 +57,8 @@ def build(ctx: ReportContext) -> Section:
             Partial(
                 "browser.html",
                 {
-                    "rows": rows,
+                    "data": packed_json(rows),
+                    "shown": len(rows),
                     "runs": ctx.runs,
                     "outcomes": [o for o in OUTCOMES if outcomes[o]],
                     "tags": [t for t in TAGS if tags[t]],

@@ -60,15 +60,20 @@ def _distributions(
         cols=3 if searches else 2,
         subplot_titles=[*titles, "searches per rollout"][: 3 if searches else 2],
     )
+    rates = deltas["success_a"].drop_nulls().to_list() + deltas["success_b"].drop_nulls().to_list()
+    width, offsets = figures.bar_slots(rates, 2)
     for i, (run, col) in enumerate(((a, "success_a"), (b, "success_b"))):
         counts = deltas.filter(pl.col(col).is_not_null()).group_by(col).len().sort(col)
         fig.add_trace(
             go.Bar(
                 name=figures.label(run),
-                x=[figures.fraction_label(v) for v in counts[col]],
+                x=counts[col].to_list(),
                 y=counts["len"].to_list(),
+                width=width,
+                offset=offsets[i],
                 marker_color=figures.color(i),
                 legendgroup=run,
+                hovertemplate="success rate %{x:.3g}: %{y:,} prompts",
             ),
             row=1,
             col=1,
@@ -78,8 +83,8 @@ def _distributions(
         go.Histogram(
             x=d["success_delta"].to_list(),
             xbins={"start": -1.05, "end": 1.05, "size": 0.1},
-            marker_color=figures.color(2),
-            showlegend=False,
+            name="change per prompt (B − A)",
+            marker_color=figures.color(5),
         ),
         row=1,
         col=2,
@@ -93,6 +98,8 @@ def _distributions(
                 name=figures.label(run),
                 x=part["per_rollout"].to_list(),
                 y=[n / total for n in part["rollouts"]],
+                width=0.4,  # side by side (the figure overlays bars: their offsets are explicit)
+                offset=-0.4 + 0.4 * i,
                 marker_color=figures.color(i),
                 legendgroup=run,
                 showlegend=False,
@@ -100,9 +107,8 @@ def _distributions(
             row=1,
             col=3,
         )
-    rates = deltas["success_a"].drop_nulls().to_list() + deltas["success_b"].drop_nulls().to_list()
-    fig.update_xaxes(figures.fraction_axis(rates, "success rate"), row=1, col=1)
-    fig.update_layout(barmode="group", title=f"{figures.label(a)} (A) vs {figures.label(b)} (B)")
+    fig.update_xaxes(figures.fraction_axis("success rate"), row=1, col=1)
+    fig.update_layout(barmode="overlay", title=f"{figures.label(a)} (A) vs {figures.label(b)} (B)")
     fig.update_yaxes(title_text="prompts", row=1, col=1)
     fig.update_yaxes(title_text="prompts", row=1, col=2)
     if searches:

@@ -39,27 +39,66 @@ def dataset_paths(cfg: ReportConfig) -> list[Path]:
     return paths
 
 
-def _node_label(n: dict[str, Any]) -> str:
-    rows = f" · {n['rows']:,}" if n["rows"] is not None else ""
-    return figures.label(f"{Path(n['name']).stem}{rows}")  # the table names the files
+NODE_COLOR = "#5b7fa6"
+LINK_COLOR = "rgba(120, 134, 150, 0.35)"
+PLOT_PX = 960
+"""Width of the Sankey's plot area: fixed (a narrow window scrolls it) so labels keep their room."""
+CHAR_PX = 7
+"""Width of one label character at the house font size."""
+ROW_PX = 90
+"""Vertical room per node of the fullest column: a two-line label and the gap to the next node."""
+
+
+def label_max(columns: int) -> int:
+    """Longest file stem a label shows: plotly writes labels right of their node, but left of the
+    last column's, so two labels may face each other across one column gap and must fit in it.
+    The table under the diagram and the hover name every file in full."""
+    gap = PLOT_PX / max(columns - 1, 1)
+    return max(8, int(gap / 2 / CHAR_PX) - 2)
+
+
+def _node_label(n: dict[str, Any], limit: int) -> str:
+    """Two short lines, the file stem and its rows, so labels of stacked nodes do not collide."""
+    stem = Path(n["name"]).stem
+    if len(stem) > limit:  # names of one funnel share their start: keep more of the end
+        head = limit // 3
+        stem = stem[:head] + "…" + stem[len(stem) - (limit - head - 1) :]
+    rows = f"<br>{n['rows']:,} rows" if n["rows"] is not None else ""
+    return figures.label(stem) + rows  # the label is escaped; only the line break is markup
 
 
 def columns(nodes: list[dict[str, Any]], links: list[dict[str, Any]]) -> list[tuple[float, float]]:
     """Node positions: one column per funnel depth (a dataset one step past its deepest input),
-    nodes spread down their column. Plotly alone pushes every final dataset to the right edge, so
-    bucket B, which feeds nothing, would land beside round 2."""
+    nodes stacked down their column by their size with a gap between each (the figure is
+    ``ROW_PX`` tall per node of its fullest column, so stacked labels keep apart). Plotly alone
+    pushes every final dataset to the right edge, so bucket B, which feeds nothing, would land
+    beside round 2; centring nodes evenly would let a big bucket cover its small neighbours."""
     depth: dict[str, int] = {}
     for n in nodes:  # inputs come before outputs (the graph's topological order)
         ins = [depth[e["source"]] for e in links if e["target"] == n["id"] and e["source"] in depth]
         depth[n["id"]] = 1 + max(ins) if ins else 0
     last = max(depth.values()) or 1
+    size = {
+        n["id"]: max(
+            sum(e.get("rows") or 0 for e in links if e["target"] == n["id"]),
+            sum(e.get("rows") or 0 for e in links if e["source"] == n["id"]),
+            1,
+        )
+        for n in nodes
+    }
     per_col: dict[int, list[str]] = {}
     for n in nodes:
         per_col.setdefault(depth[n["id"]], []).append(n["id"])
     pos = {}
     for d, ids in per_col.items():
-        for i, node_id in enumerate(ids):
-            pos[node_id] = (0.001 + 0.998 * d / last, (i + 0.5) / len(ids))
+        gap = 0.12 if len(ids) > 1 else 0.0
+        avail = 1 - gap * (len(ids) - 1)
+        total = sum(size[i] for i in ids)
+        top = 0.0
+        for node_id in ids:
+            h = avail * size[node_id] / total
+            pos[node_id] = (0.001 + 0.998 * d / last, min(max(top + h / 2, 0.001), 0.999))
+            top += h + gap
     return [pos[n["id"]] for n in nodes]
 
 
@@ -75,8 +114,19 @@ def dataset_links(graph: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
+def fullest_column(xy: list[tuple[float, float]]) -> int:
+    """How many nodes share the most crowded column."""
+    per: dict[float, int] = {}
+    for x, _ in xy:
+        per[x] = per.get(x, 0) + 1
+    return max(per.values(), default=1)
+
+
 def sankey(graph: dict[str, Any]) -> go.Figure | None:
-    """The graph's dataset-to-dataset row counts as a Sankey (None when there are none)."""
+    """The graph's dataset-to-dataset row counts as a Sankey (None when there are none).
+
+    Nodes share one colour (their labels name them; colour would need a legend Sankeys lack),
+    bands are grey; the figure's height follows its fullest column."""
     links = dataset_links(graph)
     if not links:
         return None
@@ -84,27 +134,38 @@ def sankey(graph: dict[str, Any]) -> go.Figure | None:
     nodes = [n for n in graph["nodes"] if n["id"] in used]
     index = {n["id"]: i for i, n in enumerate(nodes)}
     xy = columns(nodes, links)
+    limit = label_max(len({x for x, _ in xy}))
     fig = go.Figure(
         go.Sankey(
-            arrangement="snap",
+            arrangement="fixed",  # the positions above already keep nodes apart
             node={
                 "x": [x for x, _ in xy],
                 "y": [y for _, y in xy],
-                "label": [_node_label(n) for n in nodes],
-                "customdata": [figures.label(n["step"] or n["kind"]) for n in nodes],
-                "hovertemplate": "%{label}<br>step: %{customdata}<extra></extra>",
-                "pad": 18,
-                "color": [figures.color(i) for i in range(len(nodes))],
+                "label": [_node_label(n, limit) for n in nodes],
+                "customdata": [
+                    [figures.label(Path(n["name"]).name), figures.label(n["step"] or n["kind"])]
+                    for n in nodes
+                ],
+                "hovertemplate": "%{customdata[0]}<br>step: %{customdata[1]}<extra></extra>",
+                "pad": 40,
+                "thickness": 14,
+                "color": NODE_COLOR,
             },
             link={
                 "source": [index[e["source"]] for e in links],
                 "target": [index[e["target"]] for e in links],
                 "value": [e["rows"] for e in links],
+                "color": LINK_COLOR,
                 "hovertemplate": "%{value:,} rows<extra></extra>",
             },
         )
     )
-    fig.update_layout(title="Curated datasets: rows carried from step to step")
+    fig.update_layout(
+        title="Curated datasets: rows carried from step to step",
+        margin={"l": 16, "r": 16},
+        width=PLOT_PX + 32,
+        height=160 + ROW_PX * fullest_column(xy),
+    )
     return fig
 
 
@@ -143,7 +204,7 @@ def build(ctx: ReportContext) -> Section:
     graph = lineage_graph(paths)
     fig = sankey(graph)
     blocks = [
-        figures.to_block(fig, "fig-funnel-sankey", height=460)
+        figures.to_block(fig, "fig-funnel-sankey", height=fig.layout.height)
         if fig is not None
         else Note("The manifests record no row counts between these datasets."),
         _table(graph),

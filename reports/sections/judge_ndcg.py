@@ -18,13 +18,34 @@ from ddai.reports.blocks import Section, Table
 from ddai.reports.context import ReportContext
 from ddai.reports.formatting import num, pct
 
+MAX_LEVELS = 11
+"""A judge with at most this many distinct scores is charted by its own levels, else in bins."""
 BINS = 10
+NDCG_BANDS = ("0", "(0, 0.2]", "(0.2, 0.4]", "(0.4, 0.6]", "(0.6, 0.8]", "(0.8, 1)", "1")
 CLASSES = ("same_doc_success", "no_reference_doc", "retrieval_ok_answer_wrong")
 MAX_COLS = 3
 
 
-def _heatmaps(ctx: ReportContext) -> tuple[go.Figure, int]:
-    grid = ctx.frame("report_judge_ndcg_grid", bins=BINS)
+def _judge_labels(levels: list[float], bins: int) -> list[str]:
+    if not bins:
+        return [f"{v:g}" for v in levels]
+    return [f"[{v:g}, {v + 1 / bins:.2g}{']' if v + 1 / bins >= 1 - 1e-9 else ')'}" for v in levels]
+
+
+def _heatmaps(ctx: ReportContext) -> tuple[go.Figure, int, dict[str, object]]:
+    """One heatmap per run: judge levels (rows, the judge's own scores when it grades in a few
+    levels) × NDCG bands (columns, 0 and 1 apart: the discrepancy classes sit there). Colour is the
+    share of the run's rollouts, one colour bar for all runs; cells print counts.
+
+    Returns the figure, its number of subplot rows and the grid (for the section's stats)."""
+    n_levels = int(ctx.frame("report_judge_levels")["levels"][0])
+    bins = 0 if n_levels <= MAX_LEVELS else BINS
+    grid = ctx.frame("report_judge_ndcg_grid", judge_bins=bins)
+    levels = sorted(set(grid["judge_level"].to_list()))
+    if bins:  # every bin, so the axis reads as a scale
+        levels = [i / bins for i in range(bins)]
+    labels = _judge_labels(levels, bins)
+    row_of = {round(v, 6): k for k, v in enumerate(levels)}
     parts = list(ctx.by_run(grid))
     cols = min(MAX_COLS, max(len(parts), 1))
     rows = max(1, math.ceil(len(parts) / cols))
@@ -32,40 +53,55 @@ def _heatmaps(ctx: ReportContext) -> tuple[go.Figure, int]:
         rows=rows,
         cols=cols,
         subplot_titles=[figures.label(run) for run, _ in parts],
-        horizontal_spacing=0.08,
-        vertical_spacing=0.18 if rows > 1 else 0.1,
+        horizontal_spacing=0.1,
+        vertical_spacing=0.22 if rows > 1 else 0.1,
     )
-    ticks = [f"{i / BINS:.1f}" for i in range(BINS)]
+    top = 0.0
     for k, (_, part) in enumerate(parts):
+        total = int(part["rollouts"].sum())
         # empty cells stay blank (None), so the populated ones stand out
-        z: list[list[int | None]] = [[None] * BINS for _ in range(BINS)]
-        for j, n, c in zip(part["judge_bin"], part["ndcg_bin"], part["rollouts"], strict=True):
-            z[j][n] = c
+        counts: list[list[int | None]] = [[None] * len(NDCG_BANDS) for _ in levels]
+        for j, n, c in zip(part["judge_level"], part["ndcg_band"], part["rollouts"], strict=True):
+            counts[row_of[round(j, 6)]][n] = c
+        z = [[None if c is None else c / total for c in row] for row in counts]
+        top = max([top, *(v for row in z for v in row if v is not None)])
         fig.add_trace(
             go.Heatmap(
                 z=z,
-                x=ticks,
-                y=ticks,
+                x=list(NDCG_BANDS),
+                y=labels,
+                text=[["" if c is None else f"{c:,}" for c in row] for row in counts],
+                texttemplate="%{text}",
                 coloraxis="coloraxis",
-                texttemplate="%{z}",
                 hoverongaps=False,
-                hovertemplate="NDCG ≥ %{x}, judge ≥ %{y}: %{z} rollouts<extra></extra>",
+                xgap=2,
+                ygap=2,
+                hovertemplate="judge %{y}, NDCG %{x}: %{text} rollouts (%{z:.1%} of the run)"
+                "<extra></extra>",
             ),
             row=k // cols + 1,
             col=k % cols + 1,
         )
+    what = "its levels" if not bins else f"bins of {1 / BINS:g}"
     fig.update_layout(
-        title="Rollouts by judge score (rows) and NDCG (columns), bins of 0.1",
-        coloraxis={"colorscale": "Blues", "showscale": False},
+        title=f"Rollouts by judge score (rows, {what}) and NDCG (columns)",
+        coloraxis={
+            "colorscale": "Blues",
+            "cmin": 0,
+            "cmax": top or 1,
+            "colorbar": {"title": {"text": "share of<br>the run"}, "tickformat": ".0%"},
+        },
     )
-    fig.update_xaxes(title_text="NDCG", type="category")
-    fig.update_yaxes(title_text="judge", type="category")
-    return fig, rows
+    fig.update_layout(margin={"t": 90})  # room for the run titles under the figure's title
+    fig.update_xaxes(title_text="NDCG", type="category", showgrid=False)
+    fig.update_yaxes(title_text="judge", type="category", showgrid=False)
+    stats = {"judge_levels": labels, "ndcg_bands": list(NDCG_BANDS), "judge_binned": bool(bins)}
+    return fig, rows, stats
 
 
 def build(ctx: ReportContext) -> Section:
     cfg = ctx.cfg
-    heat, heat_rows = _heatmaps(ctx)
+    heat, heat_rows, grid_stats = _heatmaps(ctx)
     counts = ctx.frame("report_discrepancy_counts")
     per_run = {r["run_id"]: r for r in counts.to_dicts()}
     labels = {
@@ -104,8 +140,8 @@ def build(ctx: ReportContext) -> Section:
     tot = {k: sum(r[k] for r in per_run.values()) for k in ("scored", *CLASSES)}
     high_low = tot["same_doc_success"] + tot["no_reference_doc"]
     reading = (
-        "Each cell counts rollouts by their judge score and NDCG; most mass on the diagonal means "
-        "the two agree. Off the diagonal, NDCG's single golden page and the judge disagree. Of "
+        "Each cell counts rollouts by their judge score and NDCG (colour: share of the run's "
+        "rollouts); most mass in the bottom-left and top-right corners means the two agree. Off the diagonal, NDCG's single golden page and the judge disagree. Of "
         f"{num(tot['scored'])} rollouts with both scores, {num(high_low)} were judged correct "
         f"(≥ {cfg.judge_high:g}) with NDCG ≤ {cfg.ndcg_low:g}: {num(tot['same_doc_success'])} "
         "retrieved another page of the reference document (the fact is often repeated there, so "
@@ -142,5 +178,6 @@ def build(ctx: ReportContext) -> Section:
                 "ndcg_high": cfg.ndcg_high,
             },
             "discrepancies": per_run,
+            "grid": grid_stats,
         },
     )

@@ -13,28 +13,39 @@ from ddai.reports.formatting import pct
 BANDS = ("=0", "(0, 0.3]", "(0.3, 0.5]", "(0.5, 0.7]", "(0.7, 1)", "=1")
 
 
-def _success_hist(ctx: ReportContext, df: pl.DataFrame) -> go.Figure:
-    fig = go.Figure(
-        [
+def _success_hist(ctx: ReportContext, df: pl.DataFrame) -> tuple[go.Figure, bool]:
+    """Prompts per success rate on a numeric axis; shares of each run's prompts when the runs hold
+    different numbers of prompts (else a 36-prompt round would look flat beside a 1,000-prompt
+    one). Returns the figure and whether it shows shares."""
+    parts = list(ctx.by_run(df))
+    sizes = {run: int(part["prompts"].sum()) for run, part in parts}
+    shares = len(set(sizes.values())) > 1
+    width, offsets = figures.bar_slots(df["success_rate"].to_list(), len(parts))
+    fig = go.Figure()
+    for i, (run, part) in enumerate(parts):
+        counts = part["prompts"].to_list()
+        fig.add_trace(
             go.Bar(
-                name=figures.label(run),
-                x=[figures.fraction_label(v) for v in part["success_rate"]],
-                y=part["prompts"].to_list(),
+                name=figures.label(f"{run} ({sizes[run]:,} prompts)"),
+                x=part["success_rate"].to_list(),
+                y=[n / sizes[run] for n in counts] if shares else counts,
+                width=width,
+                offset=offsets[i],
                 marker_color=figures.color(i),
-                hovertemplate="success rate %{x}: %{y} prompts",
+                customdata=[[n, sizes[run]] for n in counts],
+                hovertemplate="success rate %{x:.3g}: %{customdata[0]:,} of %{customdata[1]:,} "
+                "prompts<extra>%{fullData.name}</extra>",
             )
-            for i, (run, part) in enumerate(ctx.by_run(df))
-        ]
-    )
+        )
     fig.update_layout(
-        barmode="group",
-        title="Prompts by success rate",
-        xaxis=figures.fraction_axis(
-            df["success_rate"].to_list(), "success rate of the prompt's rollouts"
-        ),
-        yaxis_title="prompts",
+        barmode="overlay",
+        title="Prompts by success rate" + (" (share of each run's prompts)" if shares else ""),
+        xaxis=figures.fraction_axis("success rate of the prompt's rollouts"),
+        yaxis={"title": "share of the run's prompts", "tickformat": ".0%"}
+        if shares
+        else {"title": "prompts"},
     )
-    return fig
+    return fig, shares
 
 
 def _bands(ctx: ReportContext, df: pl.DataFrame) -> tuple[go.Figure, dict[str, dict[str, int]]]:
@@ -42,47 +53,99 @@ def _bands(ctx: ReportContext, df: pl.DataFrame) -> tuple[go.Figure, dict[str, d
         run: {BANDS[b]: n for b, n in zip(part["band_idx"], part["prompts"], strict=True)}
         for run, part in ctx.by_run(df)
     }
+    sizes = {run: sum(c.values()) for run, c in counts.items()}
+    shares = len(set(sizes.values())) > 1  # as in the histogram: runs of unequal size as shares
     fig = go.Figure(
         [
             go.Bar(
-                name=figures.label(run),
+                name=figures.label(f"{run} ({sizes[run]:,} prompts)"),
                 x=list(BANDS),
-                y=[c.get(b, 0) for b in BANDS],
+                y=[c.get(b, 0) / sizes[run] if shares else c.get(b, 0) for b in BANDS],
+                customdata=[c.get(b, 0) for b in BANDS],
                 marker_color=figures.color(i),
+                hovertemplate="%{x}: %{customdata:,} prompts<extra>%{fullData.name}</extra>",
             )
             for i, (run, c) in enumerate(counts.items())
         ]
     )
     fig.update_layout(
         barmode="group",
-        title="Prompts by mean score band",
+        title="Prompts by mean score band" + (" (share of each run's prompts)" if shares else ""),
         xaxis_title="mean score (reward; judge where no reward)",
-        yaxis_title="prompts",
+        yaxis={"title": "share of the run's prompts", "tickformat": ".0%"}
+        if shares
+        else {"title": "prompts"},
     )
     return fig, {run: {b: c.get(b, 0) for b in BANDS} for run, c in counts.items()}
 
 
-def _zero_variance(ctx: ReportContext, df: pl.DataFrame) -> go.Figure:
-    categorical = df["step"].null_count() > 0  # logs without steps: one point per run
-    fig = go.Figure()
-    for i, (run, part) in enumerate(ctx.by_run(df)):
-        fig.add_trace(
-            go.Scatter(
-                name=figures.label(run),
-                x=[s if s is not None else "no step" for s in part["step"]],
-                y=part["zero_variance_share"].to_list(),
-                mode="lines+markers",
-                marker_color=figures.color(i),
-                customdata=list(zip(part["zero_variance"], part["groups"], strict=True)),
-                hovertemplate="step %{x}: %{customdata[0]} of %{customdata[1]} groups",
+def _zero_variance(ctx: ReportContext, df: pl.DataFrame) -> tuple[go.Figure, int]:
+    """Share of GRPO groups with zero reward variance: one bar per run when every run has a single
+    step (or none), else a heat strip of runs × steps (one row per run, one cell per step), which
+    stays readable for hundreds of steps where lines would tangle. Returns the figure and its
+    height."""
+    parts = list(ctx.by_run(df))
+    if all(part.height <= 1 for _, part in parts):
+        runs = [run for run, _ in parts]
+        fig = go.Figure(
+            go.Bar(
+                name="groups whose rollouts all scored the same",
+                y=[figures.label(r) for r in runs],
+                x=[part["zero_variance_share"][0] for _, part in parts],
+                orientation="h",
+                marker_color=figures.color(3),
+                text=[
+                    f"{part['zero_variance'][0]:,} of {part['groups'][0]:,}" for _, part in parts
+                ],
+                textposition="auto",
+                hovertemplate="%{y}: %{x:.1%} of groups<extra></extra>",
             )
         )
-    fig.update_layout(
-        title="GRPO groups with zero reward variance",
-        xaxis={"title": "step", "type": "category" if categorical else "-"},
-        yaxis={"title": "share of groups", "tickformat": ".0%", "range": [0, 1.05]},
+        fig.update_layout(
+            title="GRPO groups with zero reward variance (no learning signal)",
+            xaxis={"title": "share of groups", "tickformat": ".0%", "range": [0, 1]},
+            yaxis={"autorange": "reversed"},
+        )
+        return fig, 150 + 36 * len(runs)
+    steps = sorted({s for s in df["step"] if s is not None})
+    has_null = df["step"].null_count() > 0
+    xs: list[int | str] = (["no step"] if has_null else []) + list(steps)
+    col = {x: j for j, x in enumerate(xs)}
+    z: list[list[float | None]] = []
+    custom: list[list[list[int] | None]] = []
+    for _, part in parts:
+        zr: list[float | None] = [None] * len(xs)
+        cr: list[list[int] | None] = [None] * len(xs)
+        for r in part.iter_rows(named=True):
+            j = col["no step" if r["step"] is None else r["step"]]
+            zr[j] = r["zero_variance_share"]
+            cr[j] = [r["zero_variance"], r["groups"]]
+        z.append(zr)
+        custom.append(cr)
+    fig = go.Figure(
+        go.Heatmap(
+            z=z,
+            x=[str(x) for x in xs] if has_null else xs,
+            y=[figures.label(run) for run, _ in parts],
+            customdata=custom,
+            zmin=0,
+            zmax=1,
+            colorscale="OrRd",
+            xgap=1 if len(xs) <= 100 else 0,
+            ygap=2,
+            hoverongaps=False,
+            colorbar={"title": {"text": "share of groups"}, "tickformat": ".0%"},
+            hovertemplate="%{y}, step %{x}: %{customdata[0]} of %{customdata[1]} groups "
+            "(%{z:.0%})<extra></extra>",
+        )
     )
-    return fig
+    fig.update_layout(
+        title="GRPO groups with zero reward variance, per run and step (grey: no scored group)",
+        plot_bgcolor="#e9ecef",  # a step without a scored group must not read as 0%
+        xaxis={"title": "step", "type": "category" if has_null else "linear", "showgrid": False},
+        yaxis={"autorange": "reversed", "showgrid": False},
+    )
+    return fig, 170 + 40 * len(parts)
 
 
 def build(ctx: ReportContext) -> Section:
@@ -90,6 +153,8 @@ def build(ctx: ReportContext) -> Section:
     bands = ctx.frame("report_score_bands")
     zv = ctx.frame("report_zero_variance")
     bands_fig, band_counts = _bands(ctx, bands)
+    hist_fig, hist_shares = _success_hist(ctx, hist)
+    zv_fig, zv_height = _zero_variance(ctx, zv)
     zv_runs = (
         zv.group_by("run_id", maintain_order=True)
         .agg(pl.col("groups").sum(), pl.col("zero_variance").sum(), pl.col("all_zero").sum())
@@ -110,7 +175,8 @@ def build(ctx: ReportContext) -> Section:
     n_prompts = sum(all_bands.values())
     reading = (
         "Each prompt is scored by the share of its rollouts that succeeded; the histogram shows how "
-        "those rates spread per run. Prompts at 0 are out of reach for now, prompts at 1 are "
+        "those rates spread per run (as shares of each run's prompts when the runs differ in "
+        "size). Prompts at 0 are out of reach for now, prompts at 1 are "
         "mastered, and the ones in between are where GRPO learns. The bands group prompts by mean "
         f"score: of {n_prompts:,} prompt-runs, {all_bands['=0']:,} scored exactly 0 and "
         f"{all_bands['=1']:,} exactly 1. A GRPO group whose rollouts all scored the same has zero "
@@ -132,7 +198,7 @@ def build(ctx: ReportContext) -> Section:
         reading=reading,
         blocks=[
             figures.chart_or_note(
-                _success_hist(ctx, hist),
+                hist_fig,
                 "fig-outcomes-success-hist",
                 empty="No prompt of these runs has a judged rollout: no success rates to chart.",
             ),
@@ -140,14 +206,16 @@ def build(ctx: ReportContext) -> Section:
                 bands_fig, "fig-outcomes-bands", empty="No prompt has a score: no bands to chart."
             ),
             figures.chart_or_note(
-                _zero_variance(ctx, zv),
+                zv_fig,
                 "fig-outcomes-zero-variance",
+                height=zv_height,
                 empty="No group of these runs has scored rollouts: no variance to chart.",
             ),
             table,
         ],
         stats={
             "success_hist": {run: {str(k): v for k, v in c.items()} for run, c in rates.items()},
+            "success_hist_shares": hist_shares,
             "bands": band_counts,
             "zero_variance": zv_stats,
             "zero_variance_by_step": zv.to_dicts(),

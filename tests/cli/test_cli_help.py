@@ -9,8 +9,8 @@ required option and argument must be marked ``[required]``.
 from __future__ import annotations
 
 import re
-
 from typing import Any
+
 import pytest
 import typer
 from typer.testing import CliRunner

@@ -275,6 +275,37 @@ def test_manifest_records_backend_usage_and_skips_rerun(tmp_path, bucket0):
     assert run_verify(cfg).skipped
 
 
+def test_failed_verifier_calls_exit_1_are_cached_and_retried_only_when_asked(
+    tmp_path, bucket0, monkeypatch
+):
+    from typer.testing import CliRunner
+
+    from ddai.cli.app import app
+
+    ds, _ = bucket0
+    corpus = _corpus(tmp_path / "pages.parquet", ["1", "2", "3", "4", "5"])
+    toml = tmp_path / "ddai.toml"
+    toml.write_text(  # nothing listens on port 9: every call fails with a connection error
+        '[backends.down]\nkind = "openai"\nmodel = "m"\nbase_url = "http://127.0.0.1:9/v1"\n'
+        'api_key_env = "DDAI_VGT_KEY"\nmax_retries = 0\ntimeout_s = 2\n',
+        encoding="utf-8",
+    )
+    monkeypatch.setenv("DDAI_CONFIG", str(toml))
+    monkeypatch.setenv("DDAI_VGT_KEY", "k")
+    args = ["curate", "verify-gt", "--dataset", str(ds), "--corpus", str(corpus)]
+    args += ["--out", str(tmp_path / "o"), "--verifier", "down", "--json"]
+    runner = CliRunner()
+    for extra, skipped in (([], False), ([], True), (["--retry-failed"], False)):
+        res = runner.invoke(app, [*args, *extra])
+        assert res.exit_code == 1, res.output
+        s = json.loads(res.output[: res.output.rindex("}") + 1])
+        assert s["failed calls"] == {"connection": 5} and s["skipped (unchanged)"] is skipped
+        assert s["proposals"] == {"error": 5} and s["excluded"] == 0
+    m = manifest.read(tmp_path / "o" / "curriculum_bucket_0_filtered.parquet")
+    site = next(iter(m["backend_calls"].values()))
+    assert site["calls"] == 5 and site["cached_failures"] == 0  # the --retry-failed run called
+
+
 def test_preflight_refuses_candidates_whose_pages_the_corpus_lacks(tmp_path, bucket0):
     ds, _ = bucket0
     corpus = _corpus(tmp_path / "pages.parquet", ["1", "2", "3"])  # 4 and 5 missing

@@ -32,6 +32,8 @@ Run ``new`` (reward 0.8·judge + 0.2·ndcg, no max_turns, no cost):
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +41,7 @@ import numpy as np
 
 from ddai.pipelines import metrics, store
 from ddai.pipelines.tags import FORCED_COMPLETION
+from ddai.reports import render
 
 XSS = "<script>alert(1)</script>"
 XSS_ANSWER = '<img src=x onerror="alert(2)">'
@@ -183,3 +186,18 @@ def random_store(
                 )
         store.write_run(logs, f"run{r}", rows)
     return logs
+
+
+def browser_rows(html: str) -> list[dict[str, Any]]:
+    """The trajectory browser's rows as the page ships them (packed JSON), in page order."""
+    m = re.search(r'<script type="application/octet-stream" id="browser-data"[^>]*>([^<]*)<', html)
+    return json.loads(render.unpacked(m.group(1))) if m else []
+
+
+def page_figures(html: str) -> dict[str, dict[str, Any]]:
+    """Every figure of the page: its element id → plotly JSON (``data``, ``layout``)."""
+    found = re.findall(
+        r'<script type="application/json" class="figure-data" data-for="([^"]+)">([^<]*)</script>',
+        html,
+    )
+    return {fid: json.loads(text) for fid, text in found}

@@ -8,6 +8,7 @@ opens a transcript, and that a ``<script>`` planted in a think is shown as text.
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -23,19 +24,32 @@ FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
-OPEN_PLANTED = """(() => {
-  const row = Array.from(document.querySelectorAll('tr.traj')).find(
-    r => r.nextElementSibling.textContent.includes('alert(1)'));
-  row.click();
-  const tx = row.nextElementSibling;
-  return {hidden: tx.hidden, think: tx.querySelector('.think').textContent,
-          answer: tx.querySelector('.answer').textContent, html: tx.innerHTML};
-})()"""
+
+def open_matching(needle: str) -> str:
+    """A probe: search the browser for ``needle``, open every shown row's transcript, and report
+    the transcripts (the browser builds them only when opened)."""
+    return f"""(() => {{
+  const q = document.getElementById('browser-q');
+  q.value = {json.dumps(needle)};
+  q.dispatchEvent(new Event('input'));
+  const rows = Array.from(document.querySelectorAll('tr.traj'));
+  rows.forEach(r => r.click());
+  const txs = rows.map(r => r.nextElementSibling);
+  return {{ready: document.getElementById('browser-table').dataset.ready, rows: rows.length,
+          thinks: txs.flatMap(t => Array.from(t.querySelectorAll('.think'), x => x.textContent)),
+          answers: txs.map(t => t.querySelector('.answer').textContent),
+          html: txs.map(t => t.innerHTML).join('')}};
+}})()"""
+
+
+OPEN_PLANTED = open_matching("alert(1)")
 FILTER_CLASS = """(() => {
+  const q = document.getElementById('browser-q');
+  q.value = '';
   const s = document.getElementById('browser-tag');
   s.value = 'retrieval_ok_answer_wrong';
   s.dispatchEvent(new Event('input'));
-  const shown = Array.from(document.querySelectorAll('tr.traj')).filter(r => !r.hidden);
+  const shown = Array.from(document.querySelectorAll('tr.traj'));
   return {count: document.getElementById('browser-count').textContent,
           uids: shown.map(r => r.children[2].textContent)};
 })()"""
@@ -92,12 +106,13 @@ def test_report_renders_offline_in_chromium(tmp_path):
     assert got["dialogs"] == [] and got["errors"] == []
     # the planted script is text: visible as written, escaped in the markup, never run
     opened = got["opened"]
-    assert opened["hidden"] is False
-    assert XSS in opened["think"]
-    assert XSS_ANSWER in opened["answer"]
+    assert opened["ready"] == "true" and opened["rows"] == 1
+    assert any(XSS in t for t in opened["thinks"])
+    assert XSS_ANSWER in opened["answers"]
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in opened["html"]
-    # plotly.js, one newPlot call per figure, the stats JSON and the browser's code; no new ones
-    assert got["scripts_after"] == got["scripts"] == 1 + got["graphs"] + 2
+    # packed plotly.js and the plotly.js it unpacked, one JSON per figure, the stats JSON, the
+    # page's code and the browser's packed rows; opening transcripts adds none
+    assert got["scripts_after"] == got["scripts"] == 2 + got["graphs"] + 3
     assert got["filtered"]["uids"] == ["u1"]
     assert got["filtered"]["count"] == "1 of 24 shown"
 
@@ -118,14 +133,15 @@ def test_fixture_world_report_runs_no_planted_markup(tmp_path):
         tmp_path / "profile",
         {
             "title": "document.title",
-            "planted": "Array.from(document.querySelectorAll('.think')).filter("
-            "t => t.textContent.includes(\"<script>document.title='x'</script>\")).length",
+            "planted": open_matching("<script>document.title='x'</script>"),
             "images": "document.images.length",
         },
     )
     assert got["graphs"] > 0 and got["drawn"] == got["graphs"]
     assert got["title"] == "T"
-    assert got["planted"] >= 1 and got["images"] == 0
+    planted = got["planted"]
+    assert planted["rows"] >= 1 and got["images"] == 0
+    assert sum("<script>document.title='x'</script>" in t for t in planted["thinks"]) >= 1
     assert [u for u in got["requests"] if not u.startswith(("file:", "data:"))] == []
     assert got["dialogs"] == [] and got["errors"] == []
 

@@ -3,13 +3,12 @@ SQL over the stored rows, or Python over them with the project's metric function
 
 from __future__ import annotations
 
-import re
 from collections import Counter, defaultdict
 from itertools import pairwise
 
 import duckdb
 import pytest
-from report_world import random_store
+from report_world import browser_rows, random_store
 
 from ddai.pipelines import metrics, store
 from ddai.reports import ReportConfig, build_report
@@ -174,7 +173,7 @@ def test_run_comparison(world):
 def test_browser_sample_covers_every_run_and_outcome(world):
     rows, _, stats = world
     html = stats["__html__"]
-    shown = set(re.findall(r'data-run="([^"]*)" data-outcome="([^"]*)"', html))
+    shown = {(r["run_id"], r["outcome"]) for r in browser_rows(html)}
     present = set()
     for x in rows:
         if x["format_ok"] is False:

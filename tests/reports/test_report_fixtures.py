@@ -4,15 +4,16 @@ section counts agree with the truth table and with SQL run here over the ingeste
 from __future__ import annotations
 
 import json
-import re
 from collections import defaultdict
 from pathlib import Path
 
+import plotly.graph_objects as go
 import pytest
+from report_world import browser_rows, page_figures
 
 from ddai.pipelines import query
 from ddai.pipelines.ingest import IngestConfig, ingest
-from ddai.reports import ReportConfig, build_report, demo_report
+from ddai.reports import ReportConfig, build_report, demo_report, figures
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 # truth.json's planted kinds → the report's classes
@@ -22,10 +23,6 @@ CLASSES = {
     "invalid_action": "invalid_action",
     "forced_completion": "forced_completion",
 }
-ROW = re.compile(
-    r'<tr class="traj"[^>]*data-run="([^"]*)" data-outcome="[^"]*" data-tags="([^"]*)">\n'
-    r"<td>[^<]*</td><td>[^<]*</td><td>([^<]*)</td><td>(\d+)</td>"
-)
 
 
 @pytest.fixture(scope="module")
@@ -39,9 +36,9 @@ def world(tmp_path_factory):
     )
     res = build_report(cfg)
     tagged: dict[tuple[str, str], set[tuple[str, int]]] = defaultdict(set)
-    for run, tags, uid, idx in ROW.findall(out.read_text(encoding="utf-8")):
-        for tag in tags.split():
-            tagged[run, tag].add((uid, int(idx)))
+    for r in browser_rows(out.read_text(encoding="utf-8")):
+        for tag in r["tags"]:
+            tagged[r["run_id"], tag].add((r["uid"], r["rollout_idx"]))
     truth = json.loads((FIXTURES / "truth.json").read_text(encoding="utf-8"))
     return logs, res, tagged, truth
 
@@ -123,3 +120,11 @@ def test_demo_report_compares_the_last_two_rounds(world, tmp_path):
     got = demo_report(logs, tmp_path / "demo.html", datasets_dir=tmp_path / "absent")
     assert got["report"] == str(tmp_path / "demo.html") and (tmp_path / "demo.html").is_file()
     assert (got["runs"], got["compared"]) == (4, "focused_r1 vs focused_r2")
+
+
+def test_every_figure_explains_its_colours(world):
+    # four runs of different sizes, steps, a compared pair: every chart of the page in use
+    _, res, _, _ = world
+    figs = page_figures(Path(res["out"]).read_text(encoding="utf-8"))
+    assert len(figs) >= 10
+    assert {k: figures.legend_gaps(go.Figure(f)) for k, f in figs.items()} == {k: [] for k in figs}

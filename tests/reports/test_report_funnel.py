@@ -112,4 +112,18 @@ def test_columns_follow_funnel_depth():
     ]
     xy = dict(zip("tABxy", columns(nodes, links), strict=True))
     assert [round(xy[k][0], 4) for k in "tABxy"] == [0.001, 0.3337, 0.3337, 0.6663, 0.999]
-    assert (xy["A"][1], xy["B"][1]) == (0.25, 0.75)  # two nodes share the column
+    # two nodes share the column: equal sizes (no counts), 0.12 apart, each 0.44 tall
+    assert (xy["A"][1], xy["B"][1]) == pytest.approx((0.22, 0.78))
+
+
+def test_columns_stack_nodes_by_size():
+    # 10 rows → 7 and 1: the column's 0.88 is shared 7:1, so the big node cannot cover the small
+    nodes = [{"id": k} for k in ("s", "big", "small")]
+    links = [
+        {"source": "s", "target": "big", "rows": 7},
+        {"source": "s", "target": "small", "rows": 1},
+    ]
+    (_, ys), (_, yb), (_, yl) = columns(nodes, links)
+    assert ys == pytest.approx(0.5)
+    assert yb == pytest.approx(0.88 * 7 / 8 / 2)  # 0.385: top half of its 0.77
+    assert yl == pytest.approx(0.77 + 0.12 + 0.11 / 2)  # after the gap, 0.11 tall

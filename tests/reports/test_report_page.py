@@ -8,10 +8,10 @@ from html.parser import HTMLParser
 
 import pytest
 from plotly.offline import get_plotlyjs
-from report_world import XSS, XSS_ANSWER, planted_store
+from report_world import XSS, XSS_ANSWER, browser_rows, page_figures, planted_store
 
 from ddai.pipelines import store
-from ddai.reports import ReportConfig, build_report
+from ddai.reports import ReportConfig, build_report, render
 
 
 @pytest.fixture(scope="module")
@@ -103,10 +103,15 @@ def test_self_contained_plotly_embedded_once(built):
     p.feed(html)
     assert all("src" not in s for s in p.scripts)
     assert not re.search(r"<script[^>]*\bsrc\s*=", html, re.IGNORECASE)
-    assert html.count(get_plotlyjs()[:2000]) == 1
-    # figures are fragments without their own copy of plotly.js, each with a stable id
+    # plotly.js once, packed: it unpacks to plotly.js exactly, and no figure carries code
+    packed = re.findall(
+        r'<script type="application/octet-stream" id="plotly-packed"[^>]*>([^<]*)<', html
+    )
+    assert len(packed) == 1 and render.unpacked(packed[0]) == get_plotlyjs()
+    assert get_plotlyjs()[:2000] not in html and 'Plotly.newPlot("' not in html
+    # figures are an empty div and their JSON, each with a stable id
     assert all(html.count(f'id="{f}"') == 1 for f in FIGURES)
-    assert html.count('class="plotly-graph-div"') >= len(FIGURES)
+    assert html.count('class="plotly-graph-div"') == len(page_figures(html)) >= len(FIGURES)
     # the CSP forbids every network load
     assert "default-src 'none'" in html
 
@@ -121,8 +126,11 @@ def test_stats_json_matches_the_build(built):
 def test_model_text_is_escaped(built):
     _, html = built
     assert XSS not in html and XSS_ANSWER not in html
-    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
-    assert "&lt;img src=x onerror=&#34;alert(2)&#34;&gt;" in html
+    # the browser's rows carry it as plain data, which the page script only sets as text (the
+    # Chromium test shows it rendered as text, never run)
+    rows = browser_rows(html)
+    planted = next(r for r in rows if r["answer"] == XSS_ANSWER)
+    assert any(XSS in t["think"] for t in planted["turns"])
 
 
 def test_visible_numbers(built):
@@ -130,15 +138,15 @@ def test_visible_numbers(built):
     # the overview's total row and the browser's count, as the reader sees them
     assert re.search(r"<td>all runs</td><td>5</td><td>24</td><td>50\.0%</td>", html)
     assert '<span id="browser-count" class="count">24 shown</span>' in html
-    assert html.count('<tr class="traj"') == 24
+    assert len(browser_rows(html)) == 24
 
 
 def test_browse_max_samples_every_stratum_first(logs, tmp_path):
     cfg = dict(logs=logs, out=tmp_path / "r.html", progress=False, browse_max=8)
     res = build_report(ReportConfig(**cfg))
     html = (tmp_path / "r.html").read_text(encoding="utf-8")
-    assert res["browser rows"] == 8 and html.count('<tr class="traj"') == 8
-    rows = re.findall(r'data-run="([^"]*)" data-outcome="([^"]*)" data-tags="([^"]*)"', html)
+    assert res["browser rows"] == 8 and len(browser_rows(html)) == 8
+    rows = [(r["run_id"], r["outcome"], " ".join(r["tags"])) for r in browser_rows(html)]
     # 8 rows from 8 different (run, outcome, first class) strata: no stratum repeats before all
     # have one (the planted world has 13)
     strata = {(run, outcome, tags.split(" ")[0]) for run, outcome, tags in rows}
@@ -148,14 +156,15 @@ def test_browse_max_samples_every_stratum_first(logs, tmp_path):
     assert len({(run, outcome) for run, outcome, _ in rows}) == 7
     again = build_report(ReportConfig(**cfg))
     assert again["stats"]["browser"] == res["stats"]["browser"]
-    assert (tmp_path / "r.html").read_text(encoding="utf-8").count('<tr class="traj"') == 8
+    assert len(browser_rows((tmp_path / "r.html").read_text(encoding="utf-8"))) == 8
 
 
 def test_text_max_cuts_long_text(logs, tmp_path):
     build_report(ReportConfig(logs=logs, out=tmp_path / "r.html", progress=False, text_max=5))
     html = (tmp_path / "r.html").read_text(encoding="utf-8")
+    thinks = {t["think"] for r in browser_rows(html) for t in r["turns"]}
     # the think "s <script>alert(1)</script> s" (2 + 25 + 2 = 29 characters) keeps 5
-    assert "s &lt;sc… [24 more characters]" in html
+    assert "s <sc… [24 more characters]" in thinks
 
 
 def test_size_is_bounded_without_the_browser(logs, tmp_path):

@@ -160,10 +160,20 @@ def test_cache_answers_a_rerun_without_calls(tmp_path):
     keys = ["a", "b", "bad"]
     first = asyncio.run(eng.run([script.job(k) for k in keys], call_site="t"))
     again = asyncio.run(eng.run([script.job(k) for k in keys], call_site="t"))
-    # Only successes are cached: the failure is asked again (and now succeeds).
-    assert script.calls == {"a": 1, "b": 1, "bad": 2}
-    assert [o.cached for o in again] == [True, True, False]
+    # The failure is cached with its reason too: handed back, not paid for again.
+    assert script.calls == {"a": 1, "b": 1, "bad": 1}
+    assert [o.cached for o in again] == [True, True, True]
+    assert isinstance(again[2], Failure) and again[2].reason == "malformed-json"
+    assert "--retry-failed" in again[2].message()
     assert again[0].value == first[0].value and again[0].usage == TokenUsage(100, 10)
+    site = eng.ledger.snapshot()["t"]
+    assert site["cached_failures"] == 1 and site["failed"] == {"malformed-json": 2}
+    # Asked to retry failures, the engine calls it once more; the answer replaces the failure.
+    retry, _ = engine(cache=cache, retry_failed=True)
+    third = asyncio.run(retry.run([script.job(k) for k in keys], call_site="t"))
+    assert script.calls == {"a": 1, "b": 1, "bad": 2}
+    assert not isinstance(third[2], Failure) and not third[2].cached
+    assert cache.get_failures(keys) == {} and cache.get("bad") is not None
     cache.close()
 
 
