@@ -29,6 +29,7 @@ analyze_app = typer.Typer(
     help="DDAI's round analyses: why low-scoring prompts fail, reward latency and coverage, "
     "zero-variance groups and the prompts to drop or keep.",
     no_args_is_help=True,
+    rich_markup_mode=None,
 )
 
 OutOpt = Annotated[
@@ -81,6 +82,7 @@ def attribution_cmd(
         list[Path] | None,
         typer.Option(
             "--flags",
+            metavar="CSV",
             help="Review CSV (uid, verdict, reason: a person's decisions or a verifier's "
             "review.csv); wrong/uncertain rows flag the ground truth. Repeat for several.",
         ),

@@ -9,6 +9,7 @@ and nothing else. A new command is one line here plus its module's ``register``.
 from __future__ import annotations
 
 import importlib
+import sys
 from typing import Any, NamedTuple
 
 import typer
@@ -58,7 +59,7 @@ COMMANDS: dict[str, Entry] = {
 
 def load_command(name: str) -> click.Command:
     """The real click command ``name``: imports its modules and registers them on a scratch app."""
-    scratch = typer.Typer()
+    scratch = typer.Typer(rich_markup_mode=None)
     for module in COMMANDS[name].modules:
         importlib.import_module(f"ddai.cli.{module}").register(scratch)
     group = typer.main.get_group(scratch)
@@ -115,58 +116,47 @@ class LazyGroup(TyperGroup):
             command = self.commands[name]
         return name, command, rest
 
-    def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        """Typer's look (usage, help, option and command panels) drawn with rich directly:
-        Typer's own rich help module imports markdown and traceback rendering, which cost more
-        than the rest of ``ddai --help``."""
-        from rich import box
-        from rich.console import Console
-        from rich.padding import Padding
-        from rich.panel import Panel
-        from rich.table import Table
-        from rich.text import Text
-
-        console = Console(highlight=False)
-
-        def panel(title: str, rows: list[tuple[str, str]]) -> Panel:
-            table = Table(show_header=False, box=None, padding=(0, 1), pad_edge=False)
-            table.add_column(style="bold cyan", no_wrap=True)
-            table.add_column()
-            for name, text in rows:
-                table.add_row(name, text)
-            return Panel(
-                table, title=title, title_align="left", border_style="dim", box=box.ROUNDED
-            )
-
-        pieces = " ".join(self.collect_usage_pieces(ctx))
-        console.print(
-            Padding(Text.assemble("Usage: ", (ctx.command_path, "bold"), f" {pieces}"), 1)
-        )
-        console.print(Padding(Text(" ".join((self.help or "").split())), (0, 1, 1, 1)))
-        options = [r for p in self.get_params(ctx) if (r := p.get_help_record(ctx))]
-        console.print(panel("Options", options))
-        commands = [(n, c.get_short_help_str(limit=200)) for n in self.list_commands(ctx)
-                    if (c := self.get_command(ctx, n)) is not None and not c.hidden]  # fmt: skip
-        console.print(panel("Commands", commands))
-
 
 app = typer.Typer(
     name="ddai",
     cls=LazyGroup,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
+    # Plain help: rich markup would eat bracketed text such as ``[roles]`` and cut flag names at
+    # 80 columns; click's formatter prints every character, wraps, and marks [required].
+    rich_markup_mode=None,
+    add_completion=True,
 )
 
 
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        typer.echo(f"ddai {version('ddai')}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    _show_version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print ddai's version and exit."
+    ),
+) -> None:
     """Data-centric RL for agentic search policies: ingest rollout logs, query them, curate the
     next round, distill rare successes, report, and train."""
 
 
 def main() -> None:
-    app()
+    try:
+        app()
+    finally:
+        # A training command under ``accelerate launch``/``torchrun`` ends its process group here
+        # (only when torch.distributed was imported: other commands stay free of torch).
+        if "torch.distributed" in sys.modules:
+            from ddai.trainer.dist import shutdown
+
+            shutdown()
 
 
 if __name__ == "__main__":

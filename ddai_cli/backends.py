@@ -95,8 +95,8 @@ def judge_cmd(
         str | None,
         typer.Option(
             "--judge",
-            help="Judge backend name from ddai.toml \\[backends] (or `local`). Default: $DDAI_JUDGE, "
-            "then ddai.toml \\[roles] judge, then local.",
+            help="Judge backend name from ddai.toml [backends] (or `local`). Default: $DDAI_JUDGE, "
+            "then ddai.toml [roles] judge, then local.",
         ),
     ] = None,
     logs: LogsOpt = None,
@@ -169,7 +169,7 @@ def judge_cmd(
 def register(app: typer.Typer) -> None:
     """Add this area's commands to the main app."""
     backends_app = typer.Typer(
-        help="Model backends: list, ping, cache stats.", no_args_is_help=True
+        help="Model backends: list, ping, cache stats.", no_args_is_help=True, rich_markup_mode=None
     )
     backends_app.command("check")(check_cmd)
     app.add_typer(backends_app, name="backends")

@@ -28,6 +28,7 @@ LogsOpt = Annotated[
     Path | None,
     typer.Option(
         "--logs",
+        metavar="DIR",
         help="Log store folder (hive-partitioned Parquet). Default: $DDAI_LOGS, ddai.toml `logs`, "
         "else <workspace>/logs with the workspace $DDAI_HOME or ./ddai-work.",
     ),
@@ -51,6 +52,7 @@ RunsOpt = Annotated[
     list[str] | None,
     typer.Option(
         "--run",
+        metavar="RUN",
         callback=check_run_ids,
         help="Run id to read; repeat for several. Default: every run in the store.",
     ),

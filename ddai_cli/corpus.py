@@ -15,6 +15,7 @@ def register(app: typer.Typer) -> None:
     corpus_app = typer.Typer(
         help="Page corpora: build one from page images for search, crops and the generator.",
         no_args_is_help=True,
+        rich_markup_mode=None,
     )
 
     @corpus_app.command("build")
@@ -22,8 +23,9 @@ def register(app: typer.Typer) -> None:
         images_dir: Annotated[
             Path,
             typer.Argument(
+                metavar="DIR",
                 help="Folder of page images named `<doc>_<page>.jpg|png|webp` (DDAI's corpus "
-                "images); the file name without extension is the page id."
+                "images); the file name without extension is the page id.",
             ),
         ],
         out: Annotated[

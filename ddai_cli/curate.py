@@ -37,6 +37,7 @@ curate_app = typer.Typer(
     help="The curation funnel: bucket prompts by score, verify ground truth, focus the next "
     "round, plan its rollout budget.",
     no_args_is_help=True,
+    rich_markup_mode=None,
 )
 
 
@@ -64,6 +65,7 @@ RunOpt = Annotated[
     list[str] | None,
     typer.Option(
         "--run",
+        metavar="RUN",
         callback=check_run_ids,
         help="Run whose rollouts score the prompts; repeat to pool several runs. Each run must "
         "carry the score read (bucket: --metric; focus: reward; verify-gt: reward and NDCG).",
@@ -76,6 +78,7 @@ DecisionsOpt = Annotated[
     list[Path] | None,
     typer.Option(
         "--decisions",
+        metavar="CSV",
         help="A person's review CSV (uid, verdict, reason; verdict ok, wrong or uncertain). "
         "Repeatable; a later file's decision on a uid wins.",
     ),
@@ -174,6 +177,7 @@ def verify_gt_cmd(
         list[str] | None,
         typer.Option(
             "--select",
+            metavar="RULE",
             help="Candidate rule (repeatable; default with --run: all three): "
             + "; ".join(f"{k}: {v}" for k, v in verify_gt.RULE_HELP.items())
             + ". Without --run every prompt is a candidate.",
@@ -321,7 +325,9 @@ def plan_cmd(
     n_agent: Annotated[
         list[int] | None,
         typer.Option(
-            "--n-agent", help="Proposed rollouts per prompt; repeatable (default 4 8 16 32)."
+            "--n-agent",
+            metavar="N",
+            help="Proposed rollouts per prompt; repeatable (default 4 8 16 32).",
         ),
     ] = None,
     max_turns: Annotated[
@@ -342,6 +348,7 @@ def plan_cmd(
         list[Path] | None,
         typer.Option(
             "--bucket",
+            metavar="FILE",
             help="A dataset whose ids form one bucket (named by its file stem); repeatable. "
             "Default: buckets B / A / 0 by the run's mean NDCG.",
         ),
@@ -402,7 +409,9 @@ def plan_cmd(
 
 
 def lineage_cmd(
-    files: Annotated[list[Path], typer.Argument(help="Funnel output file(s) to trace.")],
+    files: Annotated[
+        list[Path], typer.Argument(metavar="FILE", help="Funnel output file(s) to trace.")
+    ],
     check: Annotated[
         bool,
         typer.Option(

@@ -66,8 +66,9 @@ ClaimOpt = Annotated[
     list[str] | None,
     typer.Option(
         "--claim-pattern",
+        metavar="REGEX",
         help="Observation-claim regex a rewritten think may not add (repeatable; replaces the "
-        "built-in list; default: ddai.toml \\[distill] claim_patterns, else the built-in list).",
+        "built-in list; default: ddai.toml [distill] claim_patterns, else the built-in list).",
     ),
 ]
 ProgressOpt = Annotated[bool, typer.Option(help="Show progress bars.")]
@@ -75,6 +76,7 @@ RunOpt = Annotated[
     list[str] | None,
     typer.Option(
         "--run",
+        metavar="RUN",
         callback=check_run_ids,
         help="Run id to distill (required; repeat to pool several runs). Each run needs parsed "
         "turns.",
@@ -87,6 +89,7 @@ distill_app = typer.Typer(
     "their thinks (optional), run the safety post-pass, write train1 or messages Parquet. "
     "Needs runs with parsed turns (`ddai runs` shows them): DDAI's flash_rm_detail logs carry "
     "none, so distill refuses them (exit 2); ingest the unified log of the same round instead.",
+    rich_markup_mode=None,
 )
 
 
@@ -134,8 +137,8 @@ def distill_cmd(
         str | None,
         typer.Option(
             "--rewriter",
-            help="Rewriter backend name (ddai.toml \\[backends.NAME]). Default: $DDAI_REWRITER, "
-            "ddai.toml \\[roles] rewriter, else identity (no model).",
+            help="Rewriter backend name (ddai.toml [backends.NAME]). Default: $DDAI_REWRITER, "
+            "ddai.toml [roles] rewriter, else identity (no model).",
         ),
     ] = None,
     fmt: Annotated[
@@ -226,7 +229,9 @@ def distill_cmd(
 
 @distill_app.command("check")
 def check_cmd(
-    file: Annotated[Path, typer.Argument(help="An SFT Parquet file (train1 or messages shape).")],
+    file: Annotated[
+        Path, typer.Argument(metavar="FILE", help="An SFT Parquet file (train1 or messages shape).")
+    ],
     original: Annotated[
         Path | None,
         typer.Option(
@@ -273,7 +278,9 @@ def check_cmd(
 
 @distill_app.command("convert")
 def convert_cmd(
-    file: Annotated[Path, typer.Argument(help="An SFT Parquet file (train1 or messages shape).")],
+    file: Annotated[
+        Path, typer.Argument(metavar="FILE", help="An SFT Parquet file (train1 or messages shape).")
+    ],
     to: Annotated[Fmt, typer.Option("--to", help="The shape to write.")],
     out: Annotated[Path, typer.Option("--out", help="The Parquet file to write.")],
     as_json: JsonOpt = False,

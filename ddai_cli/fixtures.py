@@ -16,6 +16,7 @@ from ddai.pipelines.fixtures.world import parse_size
 fixtures_app = typer.Typer(
     help="The synthetic world: a page corpus, a prompt set and simulated runs with a truth table.",
     no_args_is_help=True,
+    rich_markup_mode=None,
 )
 
 
@@ -50,7 +51,8 @@ def _make(cfg: MakeConfig) -> dict:
 @fixtures_app.command("make")
 def make_cmd(
     out: Annotated[
-        Path, typer.Argument(help="Folder to write the world into (created if missing).")
+        Path,
+        typer.Argument(metavar="DIR", help="Folder to write the world into (created if missing)."),
     ],
     seed: Annotated[
         int, typer.Option("--seed", help="Random seed; the world is a function of it.")

@@ -7,8 +7,17 @@ from typing import Annotated, Any
 
 import typer
 
-from ddai.cli.common import EXIT_FAILED, JsonOpt, LogsOpt, check_run_ids, fail, summary
+from ddai.cli.common import (
+    EXIT_FAILED,
+    JsonOpt,
+    LogsOpt,
+    check_run_ids,
+    err_console,
+    fail,
+    summary,
+)
 from ddai.pipelines import adapters, workspace
+from ddai.pipelines.adapters.hint import wrong_format_hint
 from ddai.pipelines.ingest import IngestConfig, ingest
 
 
@@ -16,8 +25,9 @@ def ingest_cmd(
     sources: Annotated[
         list[Path],
         typer.Argument(
+            metavar="FILE",
             help="Rollout files: ddai's JSONL/Parquet, DDAI's unified_trajectory.jsonl, "
-            "flash_rm_detail.jsonl or gspo_phase1.json, or verl rollout dumps ({step}.jsonl)."
+            "flash_rm_detail.jsonl or gspo_phase1.json, or verl rollout dumps ({step}.jsonl).",
         ),
     ],
     run_id: Annotated[
@@ -87,14 +97,22 @@ def ingest_cmd(
     except (FileNotFoundError, ValueError) as e:
         raise fail(str(e)) from e
     data = {"log store": str(cfg.logs), **result.summary()}
+    hint = None
+    if result.rollouts_out == 0 and fmt != "auto":
+        hint = wrong_format_hint(sources, fmt)
+        if hint:
+            data["hint"] = hint
     summary("ddai ingest", data if as_json else _per_file_rows(data), as_json=as_json)
+    if hint and not as_json:
+        err_console.print(f"hint: {hint}", markup=False, soft_wrap=True)
     if result.rollouts_out == 0:
         raise typer.Exit(EXIT_FAILED)
 
 
 def _per_file_rows(data: dict[str, Any]) -> dict[str, Any]:
     """For the table: one row per source file (its format, then its reader's notes)."""
-    out = {k: v for k, v in data.items() if k not in ("formats", "notes")}
+    # The hint goes to stderr on its own line (a table cell would cut its path).
+    out = {k: v for k, v in data.items() if k not in ("formats", "notes", "hint")}
     notes = data.get("notes", {})
     for i, (path, fmt) in enumerate(data.get("formats", {}).items(), 1):
         out[f"file {i}"] = f"{fmt}: {path}"

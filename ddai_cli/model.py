@@ -13,16 +13,21 @@ from ddai.cli.common import JsonOpt, fail, summary
 def register(app: typer.Typer) -> None:
     """Add this area's commands to the main app."""
     model_app = typer.Typer(
-        help="Build tiny local models (nothing is downloaded).", no_args_is_help=True
+        help="Build tiny local models (nothing is downloaded).",
+        no_args_is_help=True,
+        rich_markup_mode=None,
     )
 
     @model_app.command("tiny")
     def tiny(
-        out: Annotated[Path, typer.Argument(help="Folder to write the model and tokenizer to.")],
+        out: Annotated[
+            Path, typer.Argument(metavar="DIR", help="Folder to write the model and tokenizer to.")
+        ],
         text: Annotated[
             list[Path] | None,
             typer.Option(
                 "--text",
+                metavar="FILE",
                 help="Extra text, JSONL or Parquet file(s) to train the tokenizer on (repeatable); "
                 "Parquet/JSONL string columns are used. Default: built-in fixture text only.",
             ),

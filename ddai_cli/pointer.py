@@ -19,6 +19,7 @@ pointer_app = typer.Typer(
     help="Pointer selector (seed 002): pick 2 in-context demonstrations out of K with a pointer "
     "network; RL from beam + temperature + random pointers whose VQA correctness is recorded.",
     no_args_is_help=True,
+    rich_markup_mode=None,
 )
 
 VqaOpt = Annotated[
@@ -93,7 +94,7 @@ def _with_failures(data: dict[str, Any], model: Any) -> dict[str, Any]:
 
 @pointer_app.command("world")
 def world_cmd(
-    out: Annotated[Path, typer.Argument(help="Folder to write the world into.")],
+    out: Annotated[Path, typer.Argument(metavar="DIR", help="Folder to write the world into.")],
     seed: Annotated[
         int, typer.Option(help="Random seed; the world is a pure function of its settings.")
     ] = 0,
@@ -145,7 +146,9 @@ def world_cmd(
 
 @pointer_app.command("embed")
 def embed_cmd(
-    world: Annotated[Path, typer.Argument(help="World folder (queries.jsonl, demos.jsonl).")],
+    world: Annotated[
+        Path, typer.Argument(metavar="DIR", help="World folder (queries.jsonl, demos.jsonl).")
+    ],
     out: Annotated[Path, typer.Option("--out", help="Store to write: .safetensors or .parquet.")],
     k: Annotated[
         int, typer.Option("--k", help="Candidate pool size: each query's K most similar demos.")
@@ -248,7 +251,9 @@ def gen_cmd(
 
 @pointer_app.command("process")
 def process_cmd(
-    raw: Annotated[Path, typer.Argument(help="Raw records from `ddai pointer gen`.")],
+    raw: Annotated[
+        Path, typer.Argument(metavar="FILE", help="Raw records from `ddai pointer gen`.")
+    ],
     out: Annotated[
         Path,
         typer.Option("--out", help="Processed rows to write (.parquet); statistics go beside it."),
@@ -429,6 +434,7 @@ def eval_cmd(
         list[str],
         typer.Option(
             "--model",
+            metavar="NAME=CHECKPOINT",
             help="NAME=CHECKPOINT, repeatable; the first is the reference (usually sft=...).",
         ),
     ],

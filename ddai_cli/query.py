@@ -64,10 +64,11 @@ def query_cmd(
     sql: Annotated[
         str,
         typer.Argument(
+            metavar="SQL",
             help="SQL over the views rollouts, turns, prompts, "
             "prompts_at(threshold), runs, discrepancies, failure_attribution "
             "(failure_attribution_at(score_max, agree_min, threshold)), reward_latency, "
-            "zero_variance_groups, drop_keep."
+            "zero_variance_groups, drop_keep.",
         ),
     ],
     logs: LogsOpt = None,
@@ -77,6 +78,7 @@ def query_cmd(
         typer.Option(
             "--param",
             "-p",
+            metavar="NAME[:TYPE]=VALUE",
             help="Bound parameter, used as $NAME in the SQL (bound, never pasted into the text). "
             "NAME=VALUE binds a string (`-p u=528` is the string '528'); NAME:TYPE=VALUE binds a "
             "typed value, TYPE one of int, float, bool (true/false/1/0/yes/no), str: "
@@ -102,6 +104,13 @@ def query_cmd(
     except (FileNotFoundError, duckdb.Error) as e:
         raise fail(str(e)) from e
     if fmt is Fmt.table and out is None:
+        if tbl.num_rows == 0:
+            # An empty table prints only its header, which reads like a display fault.
+            console.print(
+                f"no rows: the query matched nothing (columns: {', '.join(tbl.column_names)})",
+                markup=False,
+            )
+            return
         console.print(_rich_table(tbl, limit))
         if tbl.num_rows > limit:
             console.print(f"[dim]{tbl.num_rows:,} rows, {limit} shown (--limit)[/]")
@@ -164,6 +173,16 @@ def runs_cmd(logs: LogsOpt = None, as_json: JsonOpt = False) -> None:
     except FileNotFoundError as e:
         raise fail(str(e)) from e
     tbl = query.run_sql(con, "SELECT * FROM runs")
+    if tbl.num_rows == 0:
+        if as_json:
+            summary("runs", {"runs": []}, as_json=True)
+        else:
+            console.print(
+                f"no runs in the log store {root}: add one with `ddai ingest FILE --logs {root}`",
+                markup=False,
+                soft_wrap=True,
+            )
+        return
     caps = capabilities.for_runs(root, tbl["run_id"].to_pylist())
     if as_json:
         rows = [{**r, "capabilities": caps[r["run_id"]].to_dict()} for r in tbl.to_pylist()]

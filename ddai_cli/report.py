@@ -33,6 +33,7 @@ def report_cmd(
         list[Path] | None,
         typer.Option(
             "--datasets",
+            metavar="FILE",
             help="Curated dataset file (a ddai curate output) whose manifests draw the funnel "
             "Sankey; repeat for several.",
         ),
@@ -47,6 +48,7 @@ def report_cmd(
         list[Path] | None,
         typer.Option(
             "--flags",
+            metavar="CSV",
             help="Review CSV (uid, verdict, reason) whose wrong/uncertain rows flag a prompt's "
             "ground truth in the failure attribution; repeat for several.",
         ),

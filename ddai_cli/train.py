@@ -29,7 +29,9 @@ ConfigOpt = Annotated[
 SetOpt = Annotated[
     list[str] | None,
     typer.Option(
-        "--set", help="Any TRL config knob as KEY=VALUE (JSON values); repeatable; wins over all."
+        "--set",
+        metavar="KEY=VALUE",
+        help="Any TRL config knob as KEY=VALUE (JSON values); repeatable; wins over all.",
     ),
 ]
 ReportOpt = Annotated[
@@ -189,7 +191,9 @@ def _run(fn, cfg):
 def register(app: typer.Typer) -> None:
     """Add this area's commands to the main app."""
     train_app = typer.Typer(
-        help="Train the Searcher: SFT, then GRPO over the search environment.", no_args_is_help=True
+        help="Train the Searcher: SFT, then GRPO over the search environment.",
+        no_args_is_help=True,
+        rich_markup_mode=None,
     )
 
     @train_app.command("sft")
@@ -199,6 +203,7 @@ def register(app: typer.Typer) -> None:
             list[Path],
             typer.Option(
                 "--data",
+                metavar="FILE",
                 help="`ddai distill` output or DDAI train1 file(s) (Parquet/JSONL, a `messages` column); repeatable.",
             ),
         ],

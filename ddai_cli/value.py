@@ -99,7 +99,7 @@ def _group(app: typer.Typer, name: str, help_text: str) -> typer.Typer:
     for info in app.registered_groups:
         if info.name == name and info.typer_instance is not None:
             return info.typer_instance
-    group = typer.Typer(help=help_text, no_args_is_help=True)
+    group = typer.Typer(help=help_text, no_args_is_help=True, rich_markup_mode=None)
     app.add_typer(group, name=name)
     return group
 
@@ -576,7 +576,9 @@ def register(app: typer.Typer) -> None:
 
     train_app.command("value-sft")(train_value_sft_command)
     value_app = typer.Typer(
-        help="Value heads over the rollout log: per-turn value estimates.", no_args_is_help=True
+        help="Value heads over the rollout log: per-turn value estimates.",
+        no_args_is_help=True,
+        rich_markup_mode=None,
     )
     value_app.command("score")(value_score_command)
     app.add_typer(value_app, name="value")

@@ -100,3 +100,15 @@ def allow_fsdp_on_cpu(args: Any) -> bool:
     # AcceleratorState turns a multi-device group with ACCELERATE_USE_FSDP into FSDP.
     state.distributed_type = DistributedType.MULTI_GPU
     return True
+
+
+def shutdown() -> None:
+    """End this process's group, if one is up (nothing otherwise; safe to call twice).
+
+    A gloo group left to interpreter teardown can abort a finished process with "terminate called
+    without an active exception" (SIGABRT), so a launcher would report a run that completed as
+    failed. No barrier first: a rank leaving on an error must not wait for the others."""
+    if _initialized():
+        import torch.distributed as td
+
+        td.destroy_process_group()

@@ -131,7 +131,7 @@ class Engine:
                 results[i] = Outcome(hit.value, hit.usage, cached=True)
             else:
                 pending.setdefault(job.key, []).append(i)
-        n_hits = len(jobs) - len(pending)
+        n_hits = sum(1 for r in results if r is not None)  # true cache hits, repeats included
         if self.cache is not None and pending and not self.retry_failed:
             for key, (reason, detail) in self.cache.get_failures(pending).items():
                 failure = Failure(reason, detail, cached=True)
@@ -139,9 +139,10 @@ class Engine:
                     results[i] = failure
                     site.failed[reason] += 1
                     site.cached_failures += 1
-        n_old = len(jobs) - len(pending) - n_hits
+        n_old = sum(1 for r in results if r is not None) - n_hits  # answered by a cached failure
         site.items += len(jobs)
         site.cache_hits += n_hits
+        site.deduplicated += sum(len(idxs) - 1 for idxs in pending.values())
         with Bar(f"{call_site} · {self.identity.name}", len(jobs), enabled=self.progress) as bar:
             bar.advance(n_hits, hits=n_hits)
             if n_old:

@@ -40,6 +40,8 @@ class LocalBackend:
             "model": self.spec.kind,
             "items": len(reqs),
             "cached": 0,
+            "cached_failures": 0,
+            "duplicates": 0,
             "to_call": len(reqs),
             "est_input_tokens": 0,
             "est_output_tokens": 0,

@@ -40,15 +40,18 @@ class Price:
 class SiteUsage:
     """What one (call site, backend) pair did.
 
-    ``items``: results handed back; ``cache_hits``: of those, answered from the cache; ``calls``:
-    items the model was asked for; ``attempts``: requests sent, retries included; ``failed``:
-    items that failed for good, by reason.
+    ``items``: results handed back; ``cache_hits``: of those, answered from the cache;
+    ``deduplicated``: repeats of a request already in the same batch, answered by its one call
+    (free, but not a cache hit: a dry run counts them apart); ``calls``: items the model was asked
+    for; ``attempts``: requests sent, retries included; ``failed``: items that failed for good, by
+    reason. ``items == cache_hits + deduplicated + calls`` for the model-backed engine.
     """
 
     backend: str
     model: str | None
     items: int = 0
     cache_hits: int = 0
+    deduplicated: int = 0
     calls: int = 0
     ok: int = 0
     attempts: int = 0
@@ -65,6 +68,7 @@ class SiteUsage:
             "model": self.model,
             "items": self.items,
             "cache_hits": self.cache_hits,
+            "deduplicated": self.deduplicated,
             "calls": self.calls,
             "ok": self.ok,
             "failed": dict(sorted(self.failed.items())),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from pathlib import Path
 
 from typer.testing import CliRunner
 
@@ -112,3 +113,45 @@ def test_default_log_store_is_the_workspace(tmp_path, monkeypatch):
     res = runner.invoke(app, ["ingest", str(_src(tmp_path, _rows())), "--run-id", "r1"])
     assert res.exit_code == 0, res.output
     assert (tmp_path / "home" / "logs" / "run_id=r1" / "_manifest.json").is_file()
+
+
+UNIFIED = Path(__file__).resolve().parents[2] / "fixtures" / "unified" / "curriculum"
+
+
+def test_wrong_format_that_reads_nothing_names_the_detected_one(tmp_path):
+    src = str(UNIFIED / "unified_trajectory.jsonl")
+    args = ["ingest", src, "--format", "verl", "--logs", str(tmp_path / "logs"), "--no-progress"]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 1
+    assert (
+        f"hint: wrong --format? detected: ddai-unified ({src}); rerun with --format ddai-unified "
+        "or --format auto" in " ".join(res.stderr.split())
+    )
+    s = json.loads(runner.invoke(app, [*args, "--json"]).stdout)
+    assert s["rollouts out"] == 0 and s["quarantined"] == s["rows in"] > 0
+    assert s["hint"].startswith("wrong --format? detected: ddai-unified")
+    # The right format reads the file; auto agrees, so no hint is given.
+    ok = runner.invoke(app, ["ingest", src, "--logs", str(tmp_path / "ok"), "--json"])
+    assert ok.exit_code == 0 and "hint" not in json.loads(ok.stdout)
+
+
+def test_empty_store_and_empty_results_say_so(tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    res = runner.invoke(app, ["runs", "--logs", str(empty)])
+    assert res.exit_code == 0
+    assert " ".join(res.output.split()) == (
+        f"no runs in the log store {empty}: add one with `ddai ingest FILE --logs {empty}`"
+    )
+    assert json.loads(runner.invoke(app, ["runs", "--logs", str(empty), "--json"]).output) == {
+        "runs": []
+    }
+    logs = tmp_path / "logs"
+    runner.invoke(
+        app, ["ingest", str(_src(tmp_path, _rows())), "--run-id", "r1", "--logs", str(logs)]
+    )
+    res = runner.invoke(
+        app, ["query", "SELECT uid, reward FROM rollouts WHERE uid = 'none'", "--logs", str(logs)]
+    )
+    assert res.exit_code == 0
+    assert res.output.strip() == "no rows: the query matched nothing (columns: uid, reward)"

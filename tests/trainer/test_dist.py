@@ -18,6 +18,21 @@ def test_single_process_is_rank_zero_of_one():
     assert [dist.rank_seed(7, r) for r in range(3)] == [7, 8, 9]
 
 
+def test_shutdown_ends_the_group_and_is_a_no_op_without_one(tmp_path):
+    import torch.distributed as td
+
+    dist.shutdown()  # no group: nothing to do
+    td.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        assert td.is_initialized() and dist.world_size() == 1
+        dist.shutdown()
+        assert not td.is_initialized()
+        dist.shutdown()
+    finally:
+        if td.is_initialized():
+            td.destroy_process_group()
+
+
 class CompleteAt(Sampler):
     """Invalid text until turn ``n``, then a completion; counts calls and idle turns."""
 

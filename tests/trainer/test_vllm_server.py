@@ -196,6 +196,9 @@ trajs = run_rollouts([(task, 0, 0), (task, 0, 1)], sampler=sampler, tokenizer=to
 rows = [{"prompt": t.prompt_ids, "policy": [i for i, m in zip(t.completion_ids, t.env_mask) if m],
          "turns": len(t.episode.turns), "terminated": t.episode.terminated} for t in trajs]
 Path(out, f"rank{acc.process_index}.json").write_text(json.dumps(rows))
+# A gloo group left to interpreter teardown can abort the process ("terminate called without an
+# active exception"): end it explicitly, as ddai's CLI does after every command.
+acc.end_training()
 """
 
 

@@ -159,6 +159,39 @@ def test_judge_max_cost_stops_then_resumes(logs, configured):
     assert configured.requests == 5  # only the rest was paid for
 
 
+def test_judge_dry_run_counts_exactly_the_calls_the_run_pays_for(logs, configured):
+    """Cache hits, in-batch repeats and paid calls are counted apart, the same way in the dry run
+    and in the run; the dry run's to_call equals the requests the fake server then receives."""
+    assert runner.invoke(app, ["judge", "--logs", str(logs), "--run", "r1"]).exit_code == 0
+    assert configured.requests == 5  # r1's five distinct triples are now cached
+    answers = {"u0": ["1,000", "1,000", "1000", "42", "42", "42"], "u1": ["Paris", "Rome", "Rome"]}
+    refs = {"u0": "1000", "u1": "Paris"}
+    big = [
+        {
+            "uid": uid,
+            "rollout_idx": i,
+            "question": f"question of {uid}",
+            "reference_answer": refs[uid],
+            "answer": a,
+            "judge_score": None,
+            "extra": "{}",
+        }
+        for uid, alist in answers.items()
+        for i, a in enumerate(alist)
+    ]
+    store.write_run(logs, "big", big)
+    args = ["judge", "--logs", str(logs), "--run", "big", "--json"]
+    dry = json.loads(runner.invoke(app, [*args, "--dry-run"]).output)
+    # 9 items: 1,000 x2, 1000, Paris cached (4); 42 x3 and Rome x2 make 2 calls and 3 repeats.
+    assert (dry["items"], dry["cached"], dry["duplicates"], dry["to_call"]) == (9, 4, 3, 2)
+    assert dry["est_cost_usd"] > 0 and configured.requests == 5
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert configured.requests - 5 == dry["to_call"]  # the server's own counter
+    used = json.loads(res.output)["usage"]["ddai judge"]
+    assert (used["items"], used["cache_hits"], used["deduplicated"], used["calls"]) == (9, 4, 3, 2)
+
+
 def test_judge_bad_input_exits_2(logs):
     res = runner.invoke(app, ["judge", "--logs", str(logs), "--run", "nope", "--judge", "local"])
     assert res.exit_code == 2 and "nope" in res.output
