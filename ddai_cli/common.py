@@ -1,20 +1,22 @@
 """Shared CLI pieces: the common options, the summary printer and exit codes.
 
-Every command ends with ``summary(...)``: a rich table by default, the same dict as JSON with
-``--json``. Exit codes: 0 done, 1 failed, 2 bad usage or input.
+Every command ends with ``summary(...)``: aligned key/value lines for people, the same dict as
+JSON with ``--json`` (snake_case keys, numbers as numbers, lists as lists, paths as strings;
+``docs/schemas/`` holds each command's shape). Exit codes: 0 done, 1 failed, 2 bad usage or input.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from ddai.pipelines.backends.usage import FAILED_CALLS
 from ddai.pipelines.store import check_run_id
@@ -98,14 +100,68 @@ def exit_if_calls_failed(data: dict[str, Any]) -> None:
     raise typer.Exit(EXIT_FAILED)
 
 
-def _fmt(v: Any) -> str:
+def json_key(key: Any) -> str:
+    """A summary key as JSON spells it: labels (``"skipped (unchanged)"``, ``"bucket 0 verified"``)
+    become snake_case (``skipped_unchanged``, ``bucket_0_verified``); identifiers used as keys (run
+    ids, field names such as ``frozen.response``, file paths) are kept as they are."""
+    k = str(key)
+    if _IDENT.fullmatch(k) or ("/" in k and " " not in k):
+        return k
+    return re.sub(r"[^0-9a-z]+", "_", k.lower()).strip("_") or "_"
+
+
+_IDENT = re.compile(r"[A-Za-z0-9_.\-]+")
+
+
+def json_shape(v: Any) -> Any:
+    """``v`` in the one JSON shape of every ``--json``: snake_case keys (``json_key``), numbers
+    as numbers (NaN and infinities as null), lists as lists, paths and other objects as strings."""
+    if isinstance(v, dict):
+        return {json_key(k): json_shape(x) for k, x in v.items()}
+    if isinstance(v, list | tuple | set | frozenset):
+        return [json_shape(x) for x in (sorted(v, key=str) if isinstance(v, set | frozenset) else v)]
+    if isinstance(v, bool | int | str) or v is None:
+        return v
     if isinstance(v, float):
-        return f"{v:,.4g}"
-    if isinstance(v, int) and not isinstance(v, bool):
-        return f"{v:,}"
-    if isinstance(v, dict | list):
-        return json.dumps(v, ensure_ascii=False, default=str)
+        return v if math.isfinite(v) else None
+    if hasattr(v, "item") and callable(v.item):  # numpy / torch scalars
+        return json_shape(v.item())
     return str(v)
+
+
+def human(v: Any) -> str:
+    """One value for people: floats to 4 significant digits, integers with thousands separators,
+    lists comma-separated; paths and strings in full (never cut)."""
+    if isinstance(v, bool) or v is None:
+        return {True: "yes", False: "no", None: "-"}[v]
+    if isinstance(v, float):
+        return f"{v:,.4g}" if math.isfinite(v) else str(v)
+    if isinstance(v, int):
+        return f"{v:,}"
+    if isinstance(v, list | tuple | set | frozenset):
+        return ", ".join(human(x) for x in v) if v else "none"
+    return str(v)
+
+
+def _label(key: Any) -> str:
+    """A key for people: ``rollouts_out`` reads ``rollouts out``."""
+    return str(key).replace("_", " ") if _IDENT.fullmatch(str(key)) else str(key)
+
+
+def kv_lines(data: dict[str, Any], indent: int = 2) -> list[str]:
+    """``data`` as aligned ``key  value`` lines; nested dicts become indented sub-lines."""
+    width = max((len(_label(k)) for k in data), default=0)
+    lines: list[str] = []
+    for k, v in data.items():
+        if isinstance(v, dict) and v:
+            lines.append(" " * indent + _label(k))
+            lines += kv_lines(v, indent + 2)
+        else:
+            shown = human(v) if v != {} else "none"
+            if str(k).endswith("bytes") and isinstance(v, int) and not isinstance(v, bool):
+                shown = f"{v / 1e6:,.1f} MB"  # a size for people; --json keeps the byte count
+            lines.append(" " * indent + f"{_label(k):<{width}}  {shown}")
+    return lines
 
 
 def is_main_process() -> bool:
@@ -115,15 +171,16 @@ def is_main_process() -> bool:
 
 
 def summary(title: str, data: dict[str, Any], *, as_json: bool = False) -> None:
-    """Print a command's closing summary (a two-column table, or JSON); main process only."""
+    """Print a command's closing summary; main process only.
+
+    People get the title, then one ``key  value`` line per entry (nested dicts indented, numbers
+    rounded, paths in full: a long line wraps in the terminal, it is never cut). ``--json`` gets
+    the same entries in the one JSON shape (``json_shape``) with full precision."""
     if not is_main_process():
         return
     if as_json:
-        typer.echo(json.dumps(data, indent=2, ensure_ascii=False, default=str))
+        typer.echo(json.dumps(json_shape(data), indent=2, ensure_ascii=False))
         return
-    table = Table(title=title, show_header=False, title_justify="left")
-    table.add_column("key", style="bold cyan")
-    table.add_column("value")
-    for k, v in data.items():
-        table.add_row(k, _fmt(v))
-    console.print(table)
+    console.print(title, style="bold", markup=False, highlight=False)
+    for line in kv_lines(data):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)

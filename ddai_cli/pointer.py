@@ -135,7 +135,8 @@ def world_cmd(
     data = {
         "out": str(out),
         "queries": len(w.queries),
-        "train / test": f"{len(w.queries) - n_test} / {n_test}",
+        "train queries": len(w.queries) - n_test,
+        "test queries": n_test,
         "demos": len(w.demos),
         "clean demos": sum(d["clean"] for d in w.demos),
         "dim": cfg.dim,

@@ -1,4 +1,4 @@
-"""``ddai ingest`` over DDAI's formats: per-file format in the summary, --format overrides."""
+"""``ddai ingest`` over DDAI's formats: per-file format in the summary, --input-format overrides."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def test_format_flag_overrides_detection_and_refusals_exit_2(tmp_path):
     src = tmp_path / "3.jsonl"
     src.write_text(json.dumps({"input": "p", "output": "o", "score": 1.0, "step": 3}) + "\n")
     res = runner.invoke(
-        app, ["ingest", str(src), "--logs", str(tmp_path / "a"), "--format", "ddai-flash", "--json"]
+        app, ["ingest", str(src), "--logs", str(tmp_path / "a"), "--input-format", "ddai-flash", "--json"]
     )
     assert res.exit_code == 1 and json.loads(res.output)["quarantined by reason"] == {
         "missing required key": 1
@@ -47,7 +47,7 @@ def test_format_flag_overrides_detection_and_refusals_exit_2(tmp_path):
     assert res.exit_code == 2 and "a training set, not a rollout log" in " ".join(
         res.output.split()
     )
-    res = runner.invoke(app, ["ingest", str(src), "--format", "nope"])
+    res = runner.invoke(app, ["ingest", str(src), "--input-format", "nope"])
     assert res.exit_code == 2 and "ddai-unified" in res.output
 
 

@@ -128,7 +128,7 @@ def test_a_line_over_the_size_limit_is_quarantined_with_its_size_and_reading_goe
     big = json.dumps(_row(1, answer="y" * 50_000))
     src = tmp_path / "big.jsonl"
     src.write_text(json.dumps(_row(0)) + "\n" + big + "\n" + json.dumps(_row(2)) + "\n")
-    code, s = _ingest(tmp_path / "logs", src, extra=["--format", "ddai"])
+    code, s = _ingest(tmp_path / "logs", src, extra=["--input-format", "ddai"])
     assert code == 0, s
     assert (s["rollouts out"], s["quarantined by reason"]) == (2, {"line too long": 1})
     (q,) = _quarantine(tmp_path / "logs", "r")  # charged to the run its file feeds
