@@ -15,8 +15,10 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.markup import escape
+from rich.table import Table
 
 from ddai.pipelines.backends.usage import FAILED_CALLS
 from ddai.pipelines.store import check_run_id
@@ -119,7 +121,9 @@ def json_shape(v: Any) -> Any:
     if isinstance(v, dict):
         return {json_key(k): json_shape(x) for k, x in v.items()}
     if isinstance(v, list | tuple | set | frozenset):
-        return [json_shape(x) for x in (sorted(v, key=str) if isinstance(v, set | frozenset) else v)]
+        return [
+            json_shape(x) for x in (sorted(v, key=str) if isinstance(v, set | frozenset) else v)
+        ]
     if isinstance(v, bool | int | str) or v is None:
         return v
     if isinstance(v, float):
@@ -162,6 +166,47 @@ def kv_lines(data: dict[str, Any], indent: int = 2) -> list[str]:
                 shown = f"{v / 1e6:,.1f} MB"  # a size for people; --json keeps the byte count
             lines.append(" " * indent + f"{_label(k):<{width}}  {shown}")
     return lines
+
+
+def rows_table(title: str, rows: list[dict[str, Any]]) -> Table:
+    """``rows`` as a table whose cells never wrap or cut (numbers rounded by ``human``)."""
+    table = Table(
+        title=title,
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        collapse_padding=True,
+    )
+    first = rows[0] if rows else {}
+    for col, v in first.items():
+        numeric = isinstance(v, int | float) and not isinstance(v, bool)
+        table.add_column(col, justify="right" if numeric else "left", no_wrap=True)
+    for r in rows:
+        table.add_row(*("" if v is None else human(v) for v in r.values()))
+    return table
+
+
+def fits(table: Table) -> bool:
+    """Whether ``table`` prints at the console's width with no cell wrapped or cut."""
+    natural = console.measure(table, options=console.options.update_width(1_000_000)).maximum
+    return natural <= console.width
+
+
+def print_rows(title: str, rows: list[dict[str, Any]]) -> None:
+    """Rows for people at any terminal width: a table when every cell fits uncut, else one block
+    per row (its first value as the heading, the rest as ``key  value`` lines), so no value is
+    ever shortened to ``…``."""
+    table = rows_table(title, rows)
+    if fits(table):
+        console.print(table)
+        return
+    console.print(title, style="bold", markup=False, highlight=False)
+    for r in rows:
+        (_, head), *rest = r.items()
+        console.print(human(head), style="bold cyan", markup=False, highlight=False, soft_wrap=True)
+        for line in kv_lines({k: v for k, v in rest if v not in (None, "", [], {})}):
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 def is_main_process() -> bool:

@@ -74,7 +74,12 @@ def step_world(cfg: DemoConfig) -> dict[str, Any]:
         if cfg.world.exists():  # a smaller world's run files must not linger beside the new ones
             shutil.rmtree(cfg.world)
         fixtures.make_world(cfg.world, seed=cfg.seed, size=cfg.size)
-    return {"world": str(cfg.world), "seed": cfg.seed, "size": str(cfg.size), "world_action": action}
+    return {
+        "world": str(cfg.world),
+        "seed": cfg.seed,
+        "size": str(cfg.size),
+        "world_action": action,
+    }
 
 
 def step_ingest(cfg: DemoConfig) -> dict[str, Any]:

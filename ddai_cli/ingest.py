@@ -79,7 +79,9 @@ def ingest_cmd(
     summary says what each run's rollouts carry and lack (turns, pages, judge, ndcg, reward, step,
     advantages, images): e.g. DDAI's flash_rm_detail logs carry no turns, so distill refuses them."""
     if fmt not in adapters.formats():
-        raise fail(f"--input-format {fmt!r} is not known; use one of {', '.join(adapters.formats())}")
+        raise fail(
+            f"--input-format {fmt!r} is not known; use one of {', '.join(adapters.formats())}"
+        )
     cfg = IngestConfig(
         sources=sources,
         logs=workspace.logs_dir(logs),

@@ -299,7 +299,9 @@ def process_cmd(
 @pointer_app.command("train")
 def train_cmd(
     store: StoreOpt,
-    out: Annotated[Path, typer.Option("--out", help="Checkpoint folder to write.")],
+    out: Annotated[
+        Path, typer.Option("--out-dir", metavar="DIR", help="Checkpoint folder to write.")
+    ],
     mode: Annotated[
         str | None,
         typer.Option("--mode", help="One phase: sft, rce, grpo or reinforcepp (with --epochs)."),
@@ -446,7 +448,9 @@ def eval_cmd(
     seed: Annotated[int, typer.Option(help="Seed of the random-pair baseline.")] = 0,
     out: Annotated[
         Path | None,
-        typer.Option("--out", help="Folder for selections.parquet and summary.parquet."),
+        typer.Option(
+            "--out-dir", metavar="DIR", help="Folder for selections.parquet and summary.parquet."
+        ),
     ] = None,
     vqa: VqaOpt = None,
     metric: MetricOpt = "vqa",

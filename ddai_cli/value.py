@@ -35,7 +35,7 @@ from ddai.cli.train import (
 )
 
 OutOpt = Annotated[
-    Path, typer.Option("--out", help="Output folder: the checkpoint and metrics.jsonl.")
+    Path, typer.Option("--out-dir", help="Output folder: the checkpoint and metrics.jsonl.")
 ]
 DtypeOpt = Annotated[
     str,
@@ -245,7 +245,9 @@ def train_value_command(
 def value_score_command(
     checkpoint: Annotated[
         Path,
-        typer.Option("--checkpoint", help="A value checkpoint (the --out of ddai train value)."),
+        typer.Option(
+            "--checkpoint", help="A value checkpoint (the --out-dir of ddai train value)."
+        ),
     ],
     logs: LogsOpt = None,
     run: RunsOpt = None,
@@ -274,7 +276,7 @@ def value_score_command(
 
     if not checkpoint.is_dir():
         raise fail(
-            f"--checkpoint {checkpoint} not found; train one with `ddai train value --out DIR`"
+            f"--checkpoint {checkpoint} not found; train one with `ddai train value --out-dir DIR`"
         )
     cfg = ValueScoreConfig(
         checkpoint=checkpoint,
@@ -301,7 +303,8 @@ def train_ppo_command(
         Path, typer.Option("--corpus", help="pages.parquet (or its folder) to search and crop.")
     ],
     out: Annotated[
-        Path, typer.Option("--out", help="Output folder: the policy, critic/ and metrics.jsonl.")
+        Path,
+        typer.Option("--out-dir", help="Output folder: the policy, critic/ and metrics.jsonl."),
     ],
     critic: Annotated[
         str | None,
@@ -476,7 +479,7 @@ def train_ppo_command(
         bool,
         typer.Option(
             "--resume",
-            help="Continue from the last checkpoint-N in --out: steps N+1..--max-steps, same run id.",
+            help="Continue from the last checkpoint-N in --out-dir: steps N+1..--max-steps, same run id.",
         ),
     ] = False,
     save_steps: Annotated[

@@ -30,5 +30,9 @@ def wrong_format_hint(sources: Iterable[Path | str], chosen: str) -> str | None:
         return None
     detected = sorted(set(found.values()))
     # One detected format: suggest it; several: auto picks each file's own.
-    fix = f"--input-format {detected[0]} or --input-format auto" if len(detected) == 1 else "--input-format auto"
+    fix = (
+        f"--input-format {detected[0]} or --input-format auto"
+        if len(detected) == 1
+        else "--input-format auto"
+    )
     return f"wrong --input-format? detected: {', '.join(detected)} ({', '.join(found)}); rerun with {fix}"
