@@ -78,13 +78,13 @@ DEPRECATED_FLAGS: dict[tuple[str, ...], dict[str, str]] = {
 
 
 def _command_path(args: list[str]) -> tuple[str, ...]:
-    """The leading command words of ``args`` (``curate bucket`` of ``curate bucket x --out d``)."""
-    path: list[str] = []
-    for a in args:
-        if a.startswith("-") or len(path) == 2:
-            break
-        path.append(a)
-    return tuple(path)
+    """The command words of ``args``: ``("curate", "bucket")`` of ``curate bucket --out d``,
+    ``("ingest",)`` of ``ingest FILE --format verl``."""
+    if not args or args[0].startswith("-"):
+        return ()
+    if len(args) > 1 and (args[0], args[1]) in DEPRECATED_FLAGS:
+        return (args[0], args[1])
+    return (args[0],)
 
 
 def _two_value_compare(args: list[str]) -> list[str]:
@@ -113,9 +113,7 @@ def rewrite_args(args: list[str], notice: Any = None) -> list[str]:
     path = _command_path(args)
     if path[:1] == ("report",):
         args = _two_value_compare(args)
-    table: dict[str, str] = {}
-    for n in (1, 2):
-        table.update(DEPRECATED_FLAGS.get(path[:n], {}) if len(path) >= n else {})
+    table = DEPRECATED_FLAGS.get(path, {})
     if not table:
         return args
     out: list[str] = []

@@ -112,14 +112,29 @@ def json_key(key: Any) -> str:
     return re.sub(r"[^0-9a-z]+", "_", k.lower()).strip("_") or "_"
 
 
-_IDENT = re.compile(r"[A-Za-z0-9_.\-]+")
+_IDENT = re.compile(r"[A-Za-z0-9_.:+@=\-]+")  # run ids (letters, digits, . _ - : + @), hive names
 
 
-def json_shape(v: Any) -> Any:
-    """``v`` in the one JSON shape of every ``--json``: snake_case keys (``json_key``), numbers
-    as numbers (NaN and infinities as null), lists as lists, paths and other objects as strings."""
+# Maps whose keys are values from the data (reasons, verdicts, command names, file paths), not
+# field names: their keys are kept exactly as written (a quarantine reason reads the same in the
+# summary and in _quarantine/<run>.jsonl). Named by the map's own (snake_case) key.
+DATA_MAPS = frozenset(
+    {"failed_calls", "dropped", "formats", "notes", "usage", "proposals", "gt_proposals"}
+)
+DATA_MAP_SUFFIXES = ("by_reason", "by_verdict")
+
+
+def json_shape(v: Any, *, data_keys: bool = False) -> Any:
+    """``v`` in the one JSON shape of every ``--json``: snake_case keys (``json_key``; the keys of
+    ``DATA_MAPS`` as written), numbers as numbers (NaN and infinities as null), lists as lists,
+    paths and other objects as strings."""
     if isinstance(v, dict):
-        return {json_key(k): json_shape(x) for k, x in v.items()}
+        out: dict[str, Any] = {}
+        for k, x in v.items():
+            key = str(k) if data_keys else json_key(k)
+            inner = key in DATA_MAPS or key.endswith(DATA_MAP_SUFFIXES)
+            out[key] = json_shape(x, data_keys=inner)
+        return out
     if isinstance(v, list | tuple | set | frozenset):
         return [
             json_shape(x) for x in (sorted(v, key=str) if isinstance(v, set | frozenset) else v)
@@ -147,24 +162,24 @@ def human(v: Any) -> str:
     return str(v)
 
 
-def _label(key: Any) -> str:
-    """A key for people: ``rollouts_out`` reads ``rollouts out``."""
-    return str(key).replace("_", " ") if _IDENT.fullmatch(str(key)) else str(key)
-
-
 def kv_lines(data: dict[str, Any], indent: int = 2) -> list[str]:
     """``data`` as aligned ``key  value`` lines; nested dicts become indented sub-lines."""
-    width = max((len(_label(k)) for k in data), default=0)
+    width = max((len(str(k)) for k in data), default=0)
     lines: list[str] = []
     for k, v in data.items():
         if isinstance(v, dict) and v:
-            lines.append(" " * indent + _label(k))
+            lines.append(" " * indent + str(k))
             lines += kv_lines(v, indent + 2)
+        elif isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
+            lines.append(" " * indent + str(k))  # one line per item: "- key value, key value"
+            for x in v:
+                items = ", ".join(f"{a} {human(b)}" for a, b in x.items())
+                lines.append(" " * (indent + 2) + f"- {items}")
         else:
             shown = human(v) if v != {} else "none"
             if str(k).endswith("bytes") and isinstance(v, int) and not isinstance(v, bool):
                 shown = f"{v / 1e6:,.1f} MB"  # a size for people; --json keeps the byte count
-            lines.append(" " * indent + f"{_label(k):<{width}}  {shown}")
+            lines.append(" " * indent + f"{str(k):<{width}}  {shown}")
     return lines
 
 

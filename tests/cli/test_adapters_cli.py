@@ -47,7 +47,7 @@ def test_format_flag_overrides_detection_and_refusals_exit_2(tmp_path):
         ],
     )
     assert res.exit_code == 1 and json.loads(res.output)["quarantined_by_reason"] == {
-        "missing_required_key": 1
+        "missing required key": 1
     }
     res = runner.invoke(app, ["ingest", str(src), "--logs", str(tmp_path / "b"), "--json"])
     assert res.exit_code == 0 and json.loads(res.output)["formats"] == {str(src): "verl"}

@@ -70,7 +70,7 @@ def test_query_cli_group_by_run(world_logs):
             "SELECT run_id, count(*) AS n FROM rollouts GROUP BY 1 ORDER BY 1",
             "--logs",
             str(logs),
-            "--input-format",
+            "--format",
             "json",
         ],
     )
