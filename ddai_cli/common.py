@@ -61,6 +61,9 @@ RunsOpt = Annotated[
         help="Run id to read; repeat for several. Default: every run in the store.",
     ),
 ]
+ProgressOpt = Annotated[
+    bool, typer.Option("--progress/--no-progress", help="Show progress bars (on stderr).")
+]
 JsonOpt = Annotated[
     bool, typer.Option("--json", help="Print the summary as JSON instead of a table.")
 ]
@@ -179,7 +182,7 @@ def kv_lines(data: dict[str, Any], indent: int = 2) -> list[str]:
             shown = human(v) if v != {} else "none"
             if str(k).endswith("bytes") and isinstance(v, int) and not isinstance(v, bool):
                 shown = f"{v / 1e6:,.1f} MB"  # a size for people; --json keeps the byte count
-            lines.append(" " * indent + f"{str(k):<{width}}  {shown}")
+            lines.append(" " * indent + f"{k!s:<{width}}  {shown}")
     return lines
 
 

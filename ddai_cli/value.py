@@ -10,7 +10,16 @@ from typing import Annotated, Any
 
 import typer
 
-from ddai.cli.common import JsonOpt, LogsOpt, RunsOpt, ThresholdOpt, check_run_ids, fail, summary
+from ddai.cli.common import (
+    JsonOpt,
+    LogsOpt,
+    ProgressOpt,
+    RunsOpt,
+    ThresholdOpt,
+    check_run_ids,
+    fail,
+    summary,
+)
 from ddai.cli.train import (
     AccelerateConfigOpt,
     BiasOpt,
@@ -197,6 +206,7 @@ def train_value_command(
     seed: SeedOpt = 0,
     launch: LaunchOpt = None,
     accelerate_config: AccelerateConfigOpt = None,
+    progress: ProgressOpt = True,
     as_json: JsonOpt = False,
 ) -> None:
     """Train a value head on terminal outcomes from the rollout log: pairwise ranking + MC MSE."""
@@ -234,6 +244,7 @@ def train_value_command(
         grad_accum=grad_accum,
         dtype=dtype,
         seed=seed,
+        progress=progress and not as_json,
     )
     result = asdict(_run(train_value, cfg))
     flat = {k: v for k, v in result.items() if k not in ("eval_before", "eval_after")}
@@ -491,6 +502,7 @@ def train_ppo_command(
     ] = 0,
     launch: LaunchOpt = None,
     accelerate_config: AccelerateConfigOpt = None,
+    progress: ProgressOpt = True,
     as_json: JsonOpt = False,
 ) -> None:
     """PPO over the multi-turn search environment, with a value head as critic and GAE."""
@@ -563,6 +575,7 @@ def train_ppo_command(
         seed=seed,
         skip_preflight=skip_preflight,
         preflight_prompts=preflight_prompts,
+        progress=progress and not as_json,
     )
     summary("ddai train ppo", asdict(_run(run_ppo, cfg)), as_json=as_json)
 

@@ -143,7 +143,10 @@ def test_old_format_spelling_still_works_with_a_notice(tmp_path):
     res = runner.invoke(app, args)
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["formats"] == {src: "ddai-unified"}
-    assert res.stderr == "note: `ddai ingest --format` is now --input-format; the old spelling will go.\n"
+    assert (
+        res.stderr
+        == "note: `ddai ingest --format` is now --input-format; the old spelling will go.\n"
+    )
     # `ingest --out DIR` was the log store: now --logs.
     res = runner.invoke(app, ["ingest", src, "--out", str(tmp_path / "o"), "--json"])
     assert res.exit_code == 0 and list((tmp_path / "o").glob("run_id=*"))
