@@ -134,16 +134,37 @@ def rewrite_args(args: list[str], notice: Any = None) -> list[str]:
     return out
 
 
-def _hint_for_missing_value(e: BadOptionUsage) -> None:
+def _find_command(group: click.Command, args: list[str]) -> click.Command:
+    """The (sub)command ``args`` name under ``group``: ``curate bucket …`` → bucket."""
+    command = group
+    for word in args:
+        sub = getattr(command, "commands", None)
+        if word.startswith("-") or sub is None or word not in sub:
+            break
+        command = sub[word]
+    return command
+
+
+def _choices(param: Any) -> list[str]:
+    """An option's allowed values (an Enum annotation or a click Choice), else none."""
+    import enum
+
+    annotation = getattr(getattr(param, "type_descriptor", None), "annotation", None)
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        return [str(m.value) for m in annotation]
+    return [str(c) for c in getattr(getattr(param, "type", None), "choices", None) or []]
+
+
+def _hint_for_missing_value(e: BadOptionUsage, command: click.Command) -> None:
     """Add "did you mean" to click's "Option '--x' requires an argument.": the choices of the
     option, the runs in the default log store for ``--run``, else the option's placeholder."""
-    ctx, name = e.ctx, e.option_name
-    if ctx is None or not name or "requires" not in e.message:
+    name = e.option_name
+    if not name or "requires" not in e.message:
         return
-    param = next((p for p in ctx.command.params if name in getattr(p, "opts", ())), None)
+    param = next((p for p in command.params if name in getattr(p, "opts", ())), None)
     if param is None:
         return
-    choices = getattr(param.type, "choices", None)
+    choices = _choices(param)
     if choices:
         e.message += f" Did you mean {name} " + " or ".join(map(str, choices)) + "?"
         return
@@ -158,7 +179,7 @@ def _hint_for_missing_value(e: BadOptionUsage) -> None:
             shown = ", ".join(runs[:8]) + (", …" if len(runs) > 8 else "")
             e.message += f" Did you mean {name} RUN, one of: {shown}?"
             return
-    e.message += f" Give it a value: {name} {param.metavar or param.name.upper()}."
+    e.message += f" Give it a value: {name} {param.metavar or (param.name or 'value').upper()}."
 
 
 def load_command(name: str) -> click.Command:
@@ -214,13 +235,14 @@ class LazyGroup(TyperGroup):
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         args = rewrite_args(list(args), notice=lambda line: click.echo(line, err=True))
+        ctx.meta["ddai.args"] = args
         return super().parse_args(ctx, args)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except BadOptionUsage as e:
-            _hint_for_missing_value(e)
+            _hint_for_missing_value(e, _find_command(self, ctx.meta.get("ddai.args", [])))
             raise
 
     def resolve_command(
