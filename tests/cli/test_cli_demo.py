@@ -6,6 +6,7 @@ import json
 
 import pyarrow.parquet as pq
 import pytest
+from cli_schemas import check
 from typer.testing import CliRunner
 
 from ddai.cli.app import app
@@ -19,6 +20,7 @@ def test_demo_runs_every_step_and_writes_its_outputs(tmp_path, monkeypatch):
     res = runner.invoke(app, ["demo", "--json"])
     assert res.exit_code == 0, res.output
     steps = json.loads(res.stdout)
+    check("demo", steps)  # docs/schemas/demo.json
     assert list(steps) == ["synthetic_world", "ingest", "funnel", "distill", "report"]
     assert steps["synthetic_world"]["world_action"] == "built"
     assert not any("error" in s for s in steps.values())
