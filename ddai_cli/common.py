@@ -178,6 +178,16 @@ def kv_lines(data: dict[str, Any], indent: int = 2) -> list[str]:
             for x in v:
                 items = ", ".join(f"{a} {human(b)}" for a, b in x.items())
                 lines.append(" " * (indent + 2) + f"- {items}")
+        elif isinstance(v, list) and len(v) > 1:
+            # A list that does not fit on the line goes one item per line, aligned.
+            pad = " " * indent + " " * width + "  "
+            if len(pad) + len(human(v)) <= console.width:
+                lines.append(" " * indent + f"{k!s:<{width}}  {human(v)}")
+            else:
+                lines.append(" " * indent + f"{k!s:<{width}}  {human(v[0])},")
+                lines += [
+                    pad + human(x) + ("," if i < len(v) - 2 else "") for i, x in enumerate(v[1:])
+                ]
         else:
             shown = human(v) if v != {} else "none"
             if str(k).endswith("bytes") and isinstance(v, int) and not isinstance(v, bool):

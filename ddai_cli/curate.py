@@ -447,8 +447,8 @@ def lineage_cmd(
                 if r["unit"] == "rollouts" and r["rows out"] is not None
                 else r["rows out"]
             ),
-            "dropped": ", ".join(f"{k} {v:,}" for k, v in r["dropped"].items()),
-            "from": ", ".join(r["inputs"]),
+            "dropped": [f"{k} {v:,}" for k, v in r["dropped"].items()],
+            "from": list(r["inputs"]),
             **({"check": r["mismatch"] or "ok"} if check else {}),
         }
         for r in rows

@@ -189,7 +189,7 @@ def runs_cmd(logs: LogsOpt = None, as_json: JsonOpt = False) -> None:
         for r in rows
     ]
     print_rows("runs (all digits: --json)", rows)
-    print_rows("what the runs lack (commands that need it refuse the run)", lacks)
+    print_rows("what each run lacks", lacks)
 
 
 def _partly(c: capabilities.Capabilities) -> str:
