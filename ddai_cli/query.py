@@ -107,7 +107,9 @@ def query_cmd(
         return
     _write(tbl, fmt, out)
     if out is not None:
-        console.print(f"wrote {tbl.num_rows:,} rows to {out}", style="dim")
+        console.print(
+            f"wrote {tbl.num_rows:,} rows to {out}", style="dim", markup=False, soft_wrap=True
+        )
 
 
 _BOOLS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
