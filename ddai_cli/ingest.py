@@ -97,6 +97,10 @@ def ingest_cmd(
     except (FileNotFoundError, ValueError) as e:
         raise fail(str(e)) from e
     data = {"log store": str(cfg.logs), **result.summary()}
+    if as_json:  # what each run carries as counts of rollouts, not one line of text
+        data["carries"] = {
+            r: {n: c.count(n) for n in c.carries()} for r, c in sorted(result.capabilities.items())
+        }
     hint = None
     if result.rollouts_out == 0 and fmt != "auto":
         hint = wrong_format_hint(sources, fmt)

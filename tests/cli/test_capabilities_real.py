@@ -26,7 +26,9 @@ def logs(tmp_path_factory):
         )
         assert res.exit_code == 0, res.output
         summary = json.loads(res.stdout)
-        assert summary["carries"] == {run: "pages, judge, ndcg, reward"}
+        carried = summary["carries"][run]
+        assert list(carried) == ["pages", "judge", "ndcg", "reward"]
+        assert set(carried.values()) == {sum(summary["runs"].values())}  # every rollout
         assert summary["lacks"][run] == ["turns", "step", "advantages", "images"]
     return logs
 
