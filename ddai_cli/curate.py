@@ -270,7 +270,10 @@ def verify_gt_cmd(
 
 @curate_app.command("focus")
 def focus_cmd(
-    out: Annotated[Path, typer.Option("--out", help="The next round's dataset (Parquet).")],
+    out: Annotated[
+        Path,
+        typer.Option("--out", "-o", metavar="FILE", help="The next round's dataset (Parquet)."),
+    ],
     logs: LogsOpt = None,
     runs: RunOpt = None,
     bucket_a: Annotated[
@@ -366,7 +369,10 @@ def plan_cmd(
     ] = None,
     success_threshold: ThresholdOpt = 1.0,
     out: Annotated[
-        Path | None, typer.Option("--out", help="Also write the plan as JSON to this file.")
+        Path | None,
+        typer.Option(
+            "--out", "-o", metavar="FILE", help="Also write the plan as JSON to this file."
+        ),
     ] = None,
     as_json: JsonOpt = False,
 ) -> None:

@@ -150,7 +150,12 @@ def embed_cmd(
     world: Annotated[
         Path, typer.Argument(metavar="DIR", help="World folder (queries.jsonl, demos.jsonl).")
     ],
-    out: Annotated[Path, typer.Option("--out", help="Store to write: .safetensors or .parquet.")],
+    out: Annotated[
+        Path,
+        typer.Option(
+            "--out", "-o", metavar="FILE", help="Store to write: .safetensors or .parquet."
+        ),
+    ],
     k: Annotated[
         int, typer.Option("--k", help="Candidate pool size: each query's K most similar demos.")
     ] = 16,
@@ -192,7 +197,10 @@ def gen_cmd(
         Path, typer.Option("--model", help="Pointer checkpoint (usually the SFT one).")
     ],
     out: Annotated[
-        Path, typer.Option("--out", help="Raw records to write (JSONL, one line per query).")
+        Path,
+        typer.Option(
+            "--out", "-o", metavar="FILE", help="Raw records to write (JSONL, one line per query)."
+        ),
     ],
     split: Annotated[
         str, typer.Option(help="Queries of this split ('all' for every query).")
@@ -257,7 +265,12 @@ def process_cmd(
     ],
     out: Annotated[
         Path,
-        typer.Option("--out", help="Processed rows to write (.parquet); statistics go beside it."),
+        typer.Option(
+            "--out",
+            "-o",
+            metavar="FILE",
+            help="Processed rows to write (.parquet); statistics go beside it.",
+        ),
     ],
     alpha: Annotated[float, typer.Option(help="Weight of the quality term.")] = 0.2,
     beta: Annotated[float, typer.Option(help="Weight of the correctness term.")] = 1.0,

@@ -77,7 +77,8 @@ def query_cmd(
     ] = None,
     fmt: Annotated[Fmt, typer.Option("--format", help="Output format.")] = Fmt.table,
     out: Annotated[
-        Path | None, typer.Option("--out", help="Write the result to this file.")
+        Path | None,
+        typer.Option("--out", "-o", metavar="FILE", help="Write the result to this file."),
     ] = None,
     limit: Annotated[int, typer.Option(help="Rows shown by --format table.")] = 50,
 ) -> None:
