@@ -98,8 +98,25 @@ def world_cmd(
     seed: Annotated[
         int, typer.Option(help="Random seed; the world is a pure function of its settings.")
     ] = 0,
+    from_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--from",
+            metavar="FILE",
+            help="Build the world from your VQA set instead: .parquet or .jsonl with image (a "
+            "path, relative to the file), question, answers (the 10 human answers), optional "
+            "question_id and split (train, test, demo = the demonstration pool).",
+        ),
+    ] = None,
     queries: Annotated[int, typer.Option("--queries", help="Number of queries.")] = 400,
-    demos: Annotated[int, typer.Option("--demos", help="Demonstration pool size.")] = 600,
+    demos: Annotated[
+        int | None,
+        typer.Option(
+            "--demos",
+            help="Demonstration pool size (default 600; with --from and no split column: half "
+            "the rows).",
+        ),
+    ] = None,
     dim: Annotated[int, typer.Option(help="Embedding width.")] = 32,
     topics: Annotated[int, typer.Option(help="Scene topics (1-8).")] = 8,
     test_frac: Annotated[
@@ -110,18 +127,33 @@ def world_cmd(
     ] = 0.4,
     as_json: JsonOpt = False,
 ) -> None:
-    """Make a synthetic VQA world with deliberately suboptimal SFT labels.
+    """Make a synthetic VQA world with deliberately suboptimal SFT labels, or load yours (--from).
 
     Queries with 10 human answers, a demonstration pool, embeddings, and labels that pick the two
-    most similar demonstrations (blind to whether their answers are right).
+    most similar demonstrations (blind to whether their answers are right). With --from, your
+    rows become queries and demonstrations (--seed, --demos, --test-frac split them when the file
+    has no split column); embed them with --embedder local.
     """
+    if from_file is not None:
+        from ddai.pipelines.pointer.user_set import UserSetConfig, build_world
+
+        try:
+            data = build_world(
+                UserSetConfig(
+                    path=from_file, out=out, seed=seed, n_demos=demos, test_frac=test_frac
+                )
+            )
+        except (FileNotFoundError, ValueError) as e:
+            raise fail(str(e)) from e
+        summary("ddai pointer world", data, as_json=as_json)
+        return
     from ddai.pipelines.pointer.world import WorldConfig, make_world, write_world
 
     try:
         cfg = WorldConfig(
             seed=seed,
             n_queries=queries,
-            n_demos=demos,
+            n_demos=600 if demos is None else demos,
             dim=dim,
             n_topics=topics,
             test_frac=test_frac,

@@ -9,6 +9,9 @@ network. Routes:
 - ``GET /v1/models`` and ``GET /{version}/models/{model}`` (cheap pings);
 - ``GET /_fake/stats`` (the counters, for a server in another process).
 
+``parts`` keeps each model request's text and image parts in order (images as sha256 of their
+bytes), so a test can check which images a prompt showed, and where.
+
 Misbehaviour on demand:
 
 - ``latency_s``: every model request waits this long before answering;
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import contextlib
 import hashlib
 import json
@@ -130,6 +134,41 @@ def _count_images(node: Any) -> int:
     if isinstance(node, list):
         return sum(_count_images(v) for v in node)
     return 0
+
+
+def _image_bytes(node: dict[str, Any]) -> bytes | None:
+    """The bytes of an image part (OpenAI data URL or Gemini inline data), else None."""
+    if node.get("type") == "image_url":
+        url = str((node.get("image_url") or {}).get("url", ""))
+    elif node.get("type") == "input_image":
+        url = str(node.get("image_url", ""))
+    elif isinstance(node.get("inlineData") or node.get("inline_data"), dict):
+        url = "," + str((node.get("inlineData") or node.get("inline_data"))["data"])
+    else:
+        return None
+    payload = url.partition(",")[2]
+    # Standard or URL-safe base64 (the SDKs differ), padding optional.
+    return base64.b64decode(payload + "=" * (-len(payload) % 4), altchars=b"-_")
+
+
+def request_parts(node: Any) -> list[tuple[str, str]]:
+    """A request body's text and image parts in the order it carries them: ``("text", text)`` or
+    ``("image", sha256 of the image bytes)``, for OpenAI chat and Responses and Gemini bodies."""
+    out: list[tuple[str, str]] = []
+    if isinstance(node, dict):
+        data = _image_bytes(node)
+        if data is not None:
+            return [("image", hashlib.sha256(data).hexdigest())]
+        if node.get("type") in (None, "text", "input_text") and isinstance(node.get("text"), str):
+            return [("text", node["text"])]
+        if isinstance(node.get("content"), str):
+            return [("text", node["content"])]
+        for v in node.values():
+            out += request_parts(v)
+    elif isinstance(node, list):
+        for v in node:
+            out += request_parts(v)
+    return out
 
 
 def _tokens(text: str) -> int:
@@ -240,6 +279,7 @@ class FakeModelServer:
         self.in_flight = 0
         self.max_in_flight = 0
         self.images = 0  # image parts received
+        self.parts: list[list[tuple[str, str]]] = []  # each model request's parts, in arrival order
         self.credentials: set[str] = set()  # what clients sent as keys (memory only, for tests)
         self._seen: Counter[str] = Counter()
         self._lock = threading.Lock()
@@ -283,6 +323,7 @@ class FakeModelServer:
             self._seen.clear()
             self.max_in_flight = 0
             self.images = 0
+            self.parts.clear()
             self.credentials.clear()
 
     # ------------------------------------------------------------------ lifecycle
@@ -376,9 +417,11 @@ class FakeModelServer:
         auth = request.headers.get("Authorization", "").removeprefix("Bearer ")
         key = request.headers.get("x-goog-api-key", "")
         n_images = _count_images(body)
+        parts = request_parts(body)
         with self._lock:
             self.credentials.update(k for k in (auth, key) if k)
             self.images += n_images
+            self.parts.append(parts)
 
     def _admit(self, kind: str, prompt: str) -> str | None:
         """Count the request and pick its fault (script first, then the prompt's marker)."""
