@@ -6,10 +6,10 @@ import json
 
 import polars as pl
 import pytest
+from user_set_data import make_user_set
 
 from ddai.pipelines.pointer.user_set import UserSetConfig, UserSetError, build_world, majority
 from ddai.pipelines.pointer.world import load_world
-from user_set_data import make_user_set
 
 
 def test_jsonl_rows_split_into_pool_and_queries(tmp_path):
