@@ -189,7 +189,9 @@ def embed_cmd(
         str,
         typer.Option(
             "--embedder",
-            help="'world' (the world's own embeddings) or an Embedder backend name (e.g. local).",
+            help="'world' (the world's own embeddings) or an Embedder backend name: local (no "
+            "key), hash, or a [backends.NAME] table (kind openai: an OpenAI-compatible embedding "
+            "server). Rows with images are embedded as image + question when the backend can.",
         ),
     ] = "world",
     force: ForceOpt = False,
@@ -197,6 +199,7 @@ def embed_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Export each query's embedding and its K candidates' embeddings to a store."""
+    from ddai.pipelines.backends.base import EmbedError
     from ddai.pipelines.pointer.embed import EmbedConfig, run_embed
 
     try:
@@ -212,6 +215,8 @@ def embed_cmd(
         )
     except (FileNotFoundError, ValueError) as e:
         raise fail(str(e)) from e
+    except EmbedError as e:  # remote calls failed: exit 1 with the reasons, write nothing
+        raise fail(str(e), code=1) from e
     summary("ddai pointer embed", data, as_json=as_json)
 
 

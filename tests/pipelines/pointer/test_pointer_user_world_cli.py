@@ -111,3 +111,47 @@ def test_bad_user_file_exits_2_naming_the_row(tmp_path):
     out = ddai("world", tmp_path / "w", "--from", src, code=2)["output"]
     assert "row 3: answers is not a non-empty list" in out
     assert not (tmp_path / "w").exists()
+
+
+def test_embed_through_a_configured_embedding_server(tmp_path, monkeypatch):
+    src = make_user_set(tmp_path / "src", 9, split=True)
+    w, store = tmp_path / "w", tmp_path / "store.safetensors"
+    ddai("world", w, "--from", src)
+    with FakeModelServer() as srv:
+        monkeypatch.chdir(tmp_path)
+        Path("ddai.toml").write_text(
+            f'[backends.vlm2vec]\nkind = "openai"\nmodel = "fake-embed"\n'
+            f'base_url = "{srv.openai_base_url}"\nmax_retries = 0\n'
+        )
+        out = ddai("embed", w, "--out", store, "--k", 2, "--embedder", "vlm2vec")
+        parts = list(srv.parts)
+        srv.script = ["500"] * 20
+        monkeypatch.setenv("DDAI_HOME", str(tmp_path / "fresh"))  # no cached vectors
+        failed = ddai("embed", w, "--out", tmp_path / "s2.safetensors", "--k", 2,
+                      "--embedder", "vlm2vec", "--force", code=1)  # fmt: skip
+    assert out["images embedded"] == 9 and out["dim"] == 16
+    # Each row went out as its image, then its question (a demonstration: question and answer).
+    world = load_world(w)
+    by_text = {r["question"]: r for r in world.queries}
+    by_text |= {f"{d['question']} {d['answer']}": d for d in world.demos}
+    assert len(parts) == 9
+    for p in parts:
+        (k1, sha), (k2, text) = p
+        row = by_text[text]
+        assert (k1, k2) == ("image", "text")
+        assert sha == hashlib.sha256(Path(row["image"]).read_bytes()).hexdigest()
+    assert "calls failed (http-500" in failed["output"]
+    assert not (tmp_path / "s2.safetensors").exists()
+
+
+def test_local_embedder_embeds_images_by_default(tmp_path):
+    src = make_user_set(tmp_path / "src", 9, split=True)
+    w, store = tmp_path / "w", tmp_path / "store.safetensors"
+    ddai("world", w, "--from", src)
+    out = ddai("embed", w, "--out", store, "--k", 2, "--embedder", "local")
+    assert out["images embedded"] == 9 and out["dim"] == 384 + 192
+    # A text-only world keeps text-only vectors.
+    ddai("world", tmp_path / "syn", "--queries", 6, "--demos", 6)
+    plain = ddai("embed", tmp_path / "syn", "--out", tmp_path / "s.safetensors", "--k", 2,
+                 "--embedder", "hash")  # fmt: skip
+    assert plain["dim"] == 384 and "images embedded" not in plain
