@@ -4,6 +4,7 @@ thumbnail, no key) and an OpenAI-compatible embedding server through the SDK (a 
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -82,7 +83,7 @@ def remote(srv: FakeModelServer, tmp_path, **options):
 
 def test_remote_embedder_sends_image_then_question(srv, tmp_path):
     ref = png(tmp_path / "a.png", (10, 200, 30))
-    sha = hashlib.sha256(open(ref, "rb").read()).hexdigest()
+    sha = hashlib.sha256(Path(ref).read_bytes()).hexdigest()
     emb = remote(srv, tmp_path)
     v = emb.embed_items([EmbedItem("What color is it?", (ref,)), EmbedItem("plain text")])
     assert srv.parts == [[("image", sha), ("text", "What color is it?")], [("text", "plain text")]]
