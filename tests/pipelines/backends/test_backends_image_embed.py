@@ -10,7 +10,14 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from ddai.pipelines.backends import BackendSpec, EmbedError, EmbedItem, build, get_backend
+from ddai.pipelines.backends import (
+    BackendSpec,
+    EmbedError,
+    EmbedItem,
+    build,
+    get_backend,
+    run_sync,
+)
 from ddai.pipelines.backends.embedders import hash_embed
 from ddai.pipelines.backends.fakes import FakeModelServer, fake_embedding
 from ddai.pipelines.backends.image_features import IMAGE_DIM, image_vector, join
@@ -94,6 +101,9 @@ def test_remote_embedder_sends_image_then_question(srv, tmp_path):
         [EmbedItem("What color is it?", (ref,)), EmbedItem("plain text")]
     )
     assert srv.requests == 2 and np.allclose(again, v)
+    # `ddai backends check` pings it like any OpenAI backend: the models list, no tokens.
+    ping = run_sync(emb.ping())
+    assert ping["ok"] and "fake-embed not listed" in ping["detail"]
 
 
 def test_remote_embedder_failure_names_reasons(srv, tmp_path):

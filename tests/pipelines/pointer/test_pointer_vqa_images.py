@@ -75,9 +75,11 @@ def test_demonstration_images_arrive_in_order_before_their_text(srv, rows, kind,
     assert [o.eval_failed for o in out] == [False, False]
     assert srv.images == 6 and len(srv.parts) == 2
     by_sha = {r["sha"]: r for r in rows.values()}
-    for parts, order in zip(srv.parts, ([a, b, q], [b, a, q]), strict=True):
+    # Requests run concurrently: match each to its pair by its first image.
+    by_first = {order[0]["sha"]: order for order in ([a, b, q], [b, a, q])}
+    for parts in srv.parts:
         pics = shown(parts)
-        assert [sha for sha, _ in pics] == [r["sha"] for r in order]
+        assert [sha for sha, _ in pics] == [r["sha"] for r in by_first.pop(pics[0][0])]
         for sha, after in pics:  # each image is followed by its own row's question
             assert after.startswith(f"Question: {by_sha[sha]['question']}")
         assert not any(IMAGE_SLOT in v for kind_, v in parts if kind_ == "text")
