@@ -108,7 +108,9 @@ def world_cmd(
             "question_id and split (train, test, demo = the demonstration pool).",
         ),
     ] = None,
-    queries: Annotated[int, typer.Option("--queries", help="Number of queries.")] = 400,
+    queries: Annotated[
+        int, typer.Option("--queries", help="Number of queries (synthetic world).")
+    ] = 400,
     demos: Annotated[
         int | None,
         typer.Option(
@@ -117,13 +119,14 @@ def world_cmd(
             "the rows).",
         ),
     ] = None,
-    dim: Annotated[int, typer.Option(help="Embedding width.")] = 32,
-    topics: Annotated[int, typer.Option(help="Scene topics (1-8).")] = 8,
+    dim: Annotated[int, typer.Option(help="Embedding width (synthetic world).")] = 32,
+    topics: Annotated[int, typer.Option(help="Scene topics, 1-8 (synthetic world).")] = 8,
     test_frac: Annotated[
         float, typer.Option(help="Share of queries held out (split 'test').")
     ] = 0.3,
     clean_rate: Annotated[
-        float, typer.Option(help="Share of demonstrations with a right answer.")
+        float,
+        typer.Option(help="Share of demonstrations with a right answer (synthetic world)."),
     ] = 0.4,
     as_json: JsonOpt = False,
 ) -> None:

@@ -3,9 +3,9 @@
 A picture is decoded with Pillow, converted to RGB, shrunk to ``SIDE × SIDE`` with box averaging,
 flattened (``IMAGE_DIM`` numbers), centred on its own mean and L2-normalized: pictures of similar
 colour and layout get similar vectors. ``join`` puts an item's text vector and the mean of its
-images' vectors side by side, weighted so the result is unit-norm: ``[√(1−w)·text, √w·image]`` (an item without images gets
-zeros in the image half). It is the local stand-in for a
-multimodal encoder; a remote one (``kind = "openai"`` on a vLLM embedding server) sees the pixels.
+images' vectors side by side, weighted so the result is unit-norm: ``[√(1−w)·text, √w·image]``
+(an item without images gets zeros in the image half). It is the local stand-in for a multimodal
+encoder; a remote one (``kind = "openai"`` on a vLLM embedding server) sees the pixels.
 """
 
 from __future__ import annotations
@@ -31,9 +31,15 @@ def image_vector(ref: str) -> np.ndarray:
         raise ImportError(
             "image embeddings need pillow: pip install 'ddai[embed]' (or pip install pillow)"
         ) from e
-    with Image.open(io.BytesIO(media.load(ref).data)) as img:
-        small = img.convert("RGB").resize((SIDE, SIDE), Image.Resampling.BOX)
-        v = np.asarray(small, dtype=np.float32).reshape(-1) / 255.0
+    data = media.load(ref).data  # a missing file: FileNotFoundError naming it
+    try:
+        with Image.open(io.BytesIO(data)) as img:
+            small = img.convert("RGB").resize((SIDE, SIDE), Image.Resampling.BOX)
+            v = np.asarray(small, dtype=np.float32).reshape(-1) / 255.0
+    except (OSError, ValueError) as e:
+        raise ValueError(
+            f"image {ref!r} is not a picture Pillow can read ({e}); fix or drop its row"
+        ) from e
     v -= v.mean()
     n = float(np.linalg.norm(v))
     # A uniform picture centres to rounding noise: call it zero rather than blow the noise up.

@@ -43,6 +43,15 @@ def test_image_vector_of_half_black_half_white_is_hand_computed(tmp_path):
     assert np.allclose(image_vector(png(tmp_path / "grey.png", (90, 90, 90))), 0.0)
 
 
+def test_unreadable_picture_is_a_clear_error(tmp_path):
+    bad = tmp_path / "broken.png"
+    bad.write_bytes(b"not a png")
+    with pytest.raises(ValueError, match=r"broken\.png' is not a picture Pillow can read"):
+        image_vector(str(bad))
+    with pytest.raises(FileNotFoundError, match=r"missing\.png"):
+        image_vector(str(tmp_path / "missing.png"))
+
+
 def test_join_weights_text_and_images(tmp_path):
     ref = png(tmp_path / "bw.png", [(0, 0, 0)] * 4 + [(255, 255, 255)] * 4)
     text = hash_embed(["what color", "what color"], 8)
@@ -93,8 +102,9 @@ def test_remote_embedder_sends_image_then_question(srv, tmp_path):
     sha = hashlib.sha256(Path(ref).read_bytes()).hexdigest()
     emb = remote(srv, tmp_path)
     v = emb.embed_items([EmbedItem("What color is it?", (ref,)), EmbedItem("plain text")])
-    assert srv.parts == [[("image", sha), ("text", "What color is it?")], [("text", "plain text")]]
-    want = [fake_embedding(p, srv.embed_dim) for p in srv.parts]
+    sent = [[("image", sha), ("text", "What color is it?")], [("text", "plain text")]]
+    assert sorted(srv.parts) == sorted(sent)  # concurrent requests: any arrival order
+    want = [fake_embedding(p, srv.embed_dim) for p in sent]
     assert v.shape == (2, 16) and np.allclose(v, np.array(want), atol=1e-6)
     # The cache answers a rerun: no request, the same vectors.
     again = remote(srv, tmp_path).embed_items(
