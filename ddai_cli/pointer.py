@@ -197,6 +197,18 @@ def embed_cmd(
             "server). Rows with images are embedded as image + question when the backend can.",
         ),
     ] = "world",
+    max_cost: Annotated[
+        float | None,
+        typer.Option(
+            "--max-cost",
+            help="USD cap on a paid embedder's calls; past it calls fail with reason max-cost and "
+            "nothing is written (rerun to resume: embedded rows are cached).",
+        ),
+    ] = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option("--dry-run", help="Count the embedder's calls and their cost; call nothing."),
+    ] = False,
     force: ForceOpt = False,
     progress: ProgressOpt = True,
     as_json: JsonOpt = False,
@@ -214,13 +226,15 @@ def embed_cmd(
                 embedder=embedder,
                 force=force,
                 progress=progress and not as_json,
+                dry_run=dry_run,
+                max_cost=max_cost,
             )
         )
     except (FileNotFoundError, ValueError) as e:
         raise fail(str(e)) from e
     except EmbedError as e:  # remote calls failed: exit 1 with the reasons, write nothing
         raise fail(str(e), code=1) from e
-    summary("ddai pointer embed", data, as_json=as_json)
+    summary("ddai pointer embed" + (" (dry run)" if dry_run else ""), data, as_json=as_json)
 
 
 @pointer_app.command("gen")

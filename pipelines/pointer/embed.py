@@ -35,6 +35,8 @@ class EmbedConfig:
     batch_size: int = 256  # texts per embedder call
     force: bool = False
     progress: bool = True
+    dry_run: bool = False  # count the embedder's calls and their cost; embed nothing
+    max_cost: float | None = None  # USD cap on a paid embedder's calls (resumable: cached)
 
     def __post_init__(self) -> None:
         if Path(self.out).suffix not in SUFFIXES:
@@ -91,8 +93,13 @@ def run_embed(cfg: EmbedConfig, *, embedder: Any = None) -> dict[str, Any]:
                 f"{cfg.world} has no {world_mod.EMBEDDINGS_FILE}; pass --embedder NAME "
                 "(e.g. local) to embed the texts with an Embedder backend"
             )
-    params = {k: str(v) for k, v in asdict(cfg).items() if k not in ("force", "progress", "out")}
-    if not cfg.force and manifest.is_fresh(cfg.out, "pointer.embed", params, inputs):
+    skip = ("force", "progress", "out", "dry_run", "max_cost")  # none changes the vectors
+    params = {k: str(v) for k, v in asdict(cfg).items() if k not in skip}
+    if (
+        not cfg.dry_run
+        and not cfg.force
+        and manifest.is_fresh(cfg.out, "pointer.embed", params, inputs)
+    ):
         return {
             "store": str(cfg.out),
             "skipped": "inputs and parameters unchanged (--force reruns)",
@@ -100,17 +107,28 @@ def run_embed(cfg: EmbedConfig, *, embedder: Any = None) -> dict[str, Any]:
     w = world_mod.load_world(cfg.world, embeddings=cfg.embedder == WORLD_EMBEDDER)
     n_images = embedded_images = 0
     if cfg.embedder == WORLD_EMBEDDER:
+        if cfg.dry_run:
+            return {"world": str(cfg.world), "embedder": cfg.embedder, "to_call": 0}
         q_emb, d_emb = w.query_emb, w.demo_emb
     else:
         if embedder is None:
             from ddai.pipelines.backends import get_backend
 
-            embedder = get_backend("embedder", cfg.embedder, call_site="pointer.embed")
+            embedder = get_backend(
+                "embedder", cfg.embedder, call_site="pointer.embed", max_cost=cfg.max_cost
+            )
         texts = [query_text(q) for q in w.queries] + [demo_text(d) for d in w.demos]
         images = [row_images(r) for r in (*w.queries, *w.demos)]
         n_images = sum(map(len, images))
-        if n_images and hasattr(embedder, "embed_items"):
-            items = [EmbedItem(t, tuple(i)) for t, i in zip(texts, images, strict=True)]
+        with_images = bool(n_images and hasattr(embedder, "embed_items"))
+        items = [
+            EmbedItem(t, tuple(i) if with_images else ())
+            for t, i in zip(texts, images, strict=True)
+        ]
+        if cfg.dry_run:
+            plan = embedder.plan(items) if hasattr(embedder, "plan") else {"to_call": len(items)}
+            return {"world": str(cfg.world), "embedder": cfg.embedder, **plan}
+        if with_images:
             vecs = embed_items(embedder, items, cfg.batch_size, cfg.progress)
             embedded_images = n_images
         else:

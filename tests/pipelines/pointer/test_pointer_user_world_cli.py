@@ -155,3 +155,23 @@ def test_local_embedder_embeds_images_by_default(tmp_path):
     plain = ddai("embed", tmp_path / "syn", "--out", tmp_path / "s.safetensors", "--k", 2,
                  "--embedder", "hash")  # fmt: skip
     assert plain["dim"] == 384 and "images embedded" not in plain
+
+
+def test_embed_dry_run_counts_calls_and_max_cost_stops_them(tmp_path, monkeypatch):
+    src = make_user_set(tmp_path / "src", 6, split=True)
+    w = tmp_path / "w"
+    ddai("world", w, "--from", src)
+    with FakeModelServer() as srv:
+        monkeypatch.chdir(tmp_path)
+        Path("ddai.toml").write_text(
+            f'[backends.vlm2vec]\nkind = "openai"\nmodel = "fake-embed"\n'
+            f'base_url = "{srv.openai_base_url}"\nmax_retries = 0\nprice_in_per_mtok = 1000000\n'
+        )
+        plan = ddai("embed", w, "--out", tmp_path / "s.safetensors", "--k", 2,
+                    "--embedder", "vlm2vec", "--dry-run")  # fmt: skip
+        assert srv.requests == 0 and not (tmp_path / "s.safetensors").exists()
+        # 6 rows, each one image (258 tokens) and its text: a dollar per token.
+        assert plan["items"] == plan["to_call"] == 6 and plan["est_cost_usd"] >= 6 * 258
+        capped = ddai("embed", w, "--out", tmp_path / "s.safetensors", "--k", 2,
+                      "--embedder", "vlm2vec", "--max-cost", 300, code=1)  # fmt: skip
+    assert "max-cost" in capped["output"] and not (tmp_path / "s.safetensors").exists()
