@@ -27,7 +27,13 @@ import polars as pl
 
 from ddai.pipelines import io, manifest
 from ddai.pipelines.metrics import vqa_normalize
-from ddai.pipelines.pointer.world import DEMOS_FILE, QUERIES_FILE
+from ddai.pipelines.pointer.world import (
+    CONFIG_FILE,
+    DEMOS_FILE,
+    EMBEDDINGS_FILE,
+    LABELS_FILE,
+    QUERIES_FILE,
+)
 
 SOURCE_FILE = "source.json"
 IMAGE_COLUMNS = ("image", "image_path", "image_file")
@@ -173,6 +179,13 @@ def build_world(cfg: UserSetConfig) -> dict[str, Any]:
     ``cfg.out`` atomically, each with its manifest; returns the summary."""
     if not 0.0 <= cfg.test_frac < 1.0:
         raise UserSetError(f"--test-frac must be in [0, 1), got {cfg.test_frac}")
+    # A synthetic world's labels and embeddings would outlive our rows and be read with them.
+    stale = [n for n in (LABELS_FILE, EMBEDDINGS_FILE, CONFIG_FILE) if (Path(cfg.out) / n).exists()]
+    if stale:
+        raise UserSetError(
+            f"{cfg.out} holds a synthetic world ({', '.join(stale)}); write your VQA set into "
+            "an empty folder"
+        )
     rows = check_rows(_read(cfg.path), cfg.path)
     _assign(rows, cfg)
     queries, demos = [], []

@@ -107,3 +107,12 @@ def test_pool_size_must_leave_queries(tmp_path):
     src = make_user_set(tmp_path / "src", 6)
     with pytest.raises(UserSetError, match="at least 2 demonstrations and 1 query out of 6"):
         build_world(UserSetConfig(src, tmp_path / "w", n_demos=6))
+
+
+def test_a_synthetic_world_folder_is_not_overwritten(tmp_path):
+    from ddai.pipelines.pointer.world import WorldConfig, make_world, write_world
+
+    write_world(make_world(WorldConfig(n_queries=4, n_demos=4)), tmp_path / "w")
+    src = make_user_set(tmp_path / "src", 6)
+    with pytest.raises(UserSetError, match=r"holds a synthetic world \(sft_labels\.jsonl, "):
+        build_world(UserSetConfig(src, tmp_path / "w"))
