@@ -37,16 +37,30 @@ class DuplicateKeys:
         """None when the row may be kept (flagged ``duplicate_key`` in place when its key was seen
         with other content); the quarantine detail when it repeats an earlier row exactly."""
         key = (row.get("step"), row["uid"], row["rollout_idx"])
-        kd, cd = _digest(repr(key)), _digest(content.rstrip("\r\n"))
+        verdict = self.check_key(run, key, _digest(content.rstrip("\r\n")))
+        if verdict == DUPLICATE_KEY:
+            row["flags"] = sorted({*(row["flags"] or ()), DUPLICATE_KEY})
+            return None
+        return verdict
+
+    def check_key(self, run: str, key: tuple[Any, str, int], content: bytes) -> str | None:
+        """``check`` on a key ``(step, uid, rollout_idx)`` and the digest of the row's source
+        text (``digest_bytes``): None, ``DUPLICATE_KEY`` (keep, flagged) or the detail of an exact
+        repeat (quarantine)."""
+        kd = _digest(repr(key))
         seen = self._seen.setdefault(run, {})
-        first = seen.setdefault(kd, cd)
-        if first is cd:
+        first = seen.setdefault(kd, content)
+        if first is content:
             return None
         step, uid, idx = key
-        if first == cd:
+        if first == content:
             return (
                 f"(step, uid, rollout_idx) = ({step}, {uid!r}, {idx}) read before in this ingest "
                 "with the same content; the first is kept"
             )
-        row["flags"] = sorted({*(row["flags"] or ()), DUPLICATE_KEY})
-        return None
+        return DUPLICATE_KEY
+
+
+def digest_bytes(raw: bytes) -> bytes:
+    """The content digest of a source line given as UTF-8 bytes without its line end."""
+    return hashlib.blake2b(raw, digest_size=16).digest()
