@@ -51,6 +51,9 @@ class IngestConfig:
     progress: bool = True
     uid_field: str | None = None  # verl: the dump field holding the dataset id
     dataset: Path | None = None  # verl: dataset whose prompts give the ids
+    # Formats that can read in columns do, batch by batch (False: every row through the per-row
+    # path; the same rollouts and quarantine, slower).
+    columnar: bool = True
 
 
 @dataclass
@@ -232,7 +235,10 @@ def ingest(cfg: IngestConfig) -> IngestResult:
         adapters.reader(fmt_of[str(src)])  # fail early on an unknown --format
     side = SideTables(cfg.logs, cfg.run_id, NO_RUN)
     ctx = ReaderContext(
-        run_id=cfg.run_id, side_tables=side, uid_mapper=_uid_mapper(cfg, fmt_of), columnar=True
+        run_id=cfg.run_id,
+        side_tables=side,
+        uid_mapper=_uid_mapper(cfg, fmt_of),
+        columnar=cfg.columnar,
     )
     writers: dict[str, PartitionWriter] = {}
     counts: dict[str, RunCounts] = {}
@@ -400,7 +406,7 @@ def _route_batch(
             flagged.append(i)
         elif verdict is not None:
             drop.append(i)
-            text = raw.decode("utf-8")
+            text = (raw + b"\n").decode("utf-8")  # as the per-row path keeps it
             rec = SourceRecord(None, b.lines[i], text, DUPLICATE, verdict, run_id=run)
             quarantine.add(run, src, rec, DUPLICATE, verdict)
     c = counts.setdefault(run, RunCounts())

@@ -24,10 +24,12 @@ import re
 
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pj
 
 from ddai.pipelines.adapters.base import RowBatch
 from ddai.pipelines.adapters.ddai_common import _RESERVED, FLASH_FIELDS
-from ddai.pipelines.adapters.line_batches import LineBatch, too_deep
+from ddai.pipelines.adapters.line_batches import LineBatch
 from ddai.pipelines.schema import COLUMNS, INT32_MAX, ROLLOUT_SCHEMA
 
 _STRING = ("uid", "query", "generated_answer", "reference_answer")
@@ -35,56 +37,53 @@ _INT = ("local_idx", "sample_idx")
 _FLOAT = ("judge_score", "ndcg", "final_score")
 _PAGES = ("retrieved_basenames", "reference_basenames")
 KNOWN = frozenset((*_STRING, *_INT, *_FLOAT, *_PAGES))
+# The known fields' types: Arrow's JSON reader refuses a batch where a value is of another type
+# (a string index, a numeric uid, a number in a page list), and that batch goes by rows.
+KNOWN_SCHEMA = pa.schema(
+    [(c, pa.string()) for c in _STRING]
+    + [(c, pa.int64()) for c in _INT]
+    + [(c, pa.float64()) for c in _FLOAT]
+    + [(c, pa.list_(pa.string())) for c in _PAGES]
+)
 # Fields the per-row mapping renames or drops, and column names it would read as columns.
 _DECLINE = (_RESERVED | set(COLUMNS) | {"event_type"}) - KNOWN - set(FLASH_FIELDS.values())
 # The question is the query cut at its first "\n<space>*assistant" (ddai_common._ASSISTANT_TAIL_RE;
 # Python's \s also takes \x1c-\x1f, Rust's does not).
 _ASSISTANT_TAIL = r"\n[\s\x1c-\x1f]*assistant\b(?s:.*)"
-_SCALARS = (pl.Boolean, pl.Int64, pl.Float64, pl.String, pl.Null)
+_PARSE = pj.ParseOptions(explicit_schema=KNOWN_SCHEMA, unexpected_field_behavior="infer")
+_READ = pj.ReadOptions(block_size=2 << 20)
 
 
-def _scalar_or_list(dt: pl.DataType) -> bool:
-    while isinstance(dt, pl.List):
-        dt = dt.inner
-    return dt in _SCALARS or isinstance(dt, pl.Int128)
-
-
-def _schema_ok(schema: pl.Schema) -> bool:
-    def is_(name: str, *types: type) -> bool:
-        return name not in schema or any(schema[name] == t for t in types)
-
+def _plain(t: pa.DataType) -> bool:
+    """A type whose values polars writes back as the JSON they were read from."""
+    while pa.types.is_list(t):
+        t = t.value_type
     return (
-        schema.get("uid") == pl.String
-        and schema.get("local_idx") == pl.Int64
-        and is_("sample_idx", pl.Int64, pl.Null)
-        and all(is_(c, pl.String, pl.Null) for c in _STRING)
-        and all(is_(c, pl.Float64, pl.Int64, pl.Null) for c in _FLOAT)
-        and all(is_(c, pl.List(pl.String), pl.List(pl.Null), pl.Null) for c in _PAGES)
-        and not (_DECLINE & set(schema))
-        and not any(c.startswith("source_") for c in schema)
-        and all(_scalar_or_list(dt) for c, dt in schema.items() if c not in KNOWN)
+        pa.types.is_null(t)
+        or pa.types.is_boolean(t)
+        or pa.types.is_int64(t)
+        or pa.types.is_float64(t)
+        or pa.types.is_string(t)
+    )
+
+
+def _schema_ok(schema: pa.Schema) -> bool:
+    names = set(schema.names)
+    return (
+        not (_DECLINE & names)
+        and not any(c.startswith("source_") for c in names)
+        # objects (keys differ row by row) and strings Arrow read as timestamps are not kept as is
+        and all(_plain(f.type) for f in schema if f.name not in KNOWN)
     )
 
 
 def _rows_ok(df: pl.DataFrame) -> bool:
     checks = [
-        pl.col("uid").is_not_null().all() & (pl.col("uid").str.len_bytes() > 0).all(),
-        pl.col("local_idx").is_between(0, INT32_MAX).all(),  # null is not between: refused
+        (pl.col("uid").str.len_bytes() > 0).fill_null(False).all(),
+        pl.col("local_idx").is_between(0, INT32_MAX).fill_null(False).all(),
+        (pl.col("sample_idx").is_null() | pl.col("sample_idx").is_between(0, INT32_MAX)).all(),
+        *[(pl.col(c).is_null() | pl.col(c).is_finite()).all() for c in _FLOAT],
     ]
-    if "sample_idx" in df.columns:
-        checks.append(
-            (pl.col("sample_idx").is_null() | pl.col("sample_idx").is_between(0, INT32_MAX)).all()
-        )
-    for c in _FLOAT:
-        if c in df.columns:
-            x = pl.col(c).cast(pl.Float64)
-            checks.append((x.is_null() | x.is_finite()).all())
-    for c in _PAGES:
-        if c in df.columns and df.schema[c] != pl.Null:
-            lst = pl.col(c)
-            checks.append(
-                (lst.list.len() == lst.list.drop_nulls().list.len()).fill_null(True).all()
-            )
     return bool(df.select(pl.all_horizontal(checks)).item())
 
 
@@ -105,46 +104,43 @@ def _extra(df: pl.DataFrame, lines: pl.Series) -> pl.Expr:
     )
 
 
-def _col(df: pl.DataFrame, name: str, dtype: pl.DataType) -> pl.Expr:
-    return pl.col(name).cast(dtype) if name in df.columns else pl.lit(None, dtype)
-
-
 def to_rows(batch: LineBatch, run_id: str) -> tuple[RowBatch, list] | None:
     """The batch's rollouts (and the distinct ``pid``s it names), or None to read it per row."""
     try:
-        df = pl.read_ndjson(batch.data, infer_schema_length=None)
-    except Exception:  # noqa: BLE001 - any refusal: the per-row path says why, row by row
+        parsed = pj.read_json(pa.py_buffer(batch.data), read_options=_READ, parse_options=_PARSE)
+    except (pa.ArrowException, ValueError):  # any refusal: the per-row path says why, row by row
         return None
     lines = batch.lines()
-    if df.height != len(lines) or too_deep(df.schema) or not _schema_ok(df.schema):
+    if parsed.num_rows != len(lines) or not _schema_ok(parsed.schema):
         return None
+    if any(pc.list_flatten(parsed[c]).null_count for c in _PAGES):  # a null page name
+        return None
+    df = pl.from_arrow(parsed)
     if not _rows_ok(df):
         return None
-    pages = pl.List(pl.String)
-    ref = _col(df, "reference_basenames", pages)
-    first = ref.list.first()
+    first = pl.col("reference_basenames").list.first()
     out = df.select(
         uid=pl.col("uid"),
         rollout_idx=pl.col("local_idx").cast(pl.Int32),
-        sample_idx=_col(df, "sample_idx", pl.Int32),
-        question=_col(df, "query", pl.String).str.replace(_ASSISTANT_TAIL, ""),
-        reference_answer=_col(df, "reference_answer", pl.String),
+        sample_idx=pl.col("sample_idx").cast(pl.Int32),
+        question=pl.col("query").str.replace(_ASSISTANT_TAIL, ""),
+        reference_answer=pl.col("reference_answer"),
         file_name=pl.when(first.str.contains("_", literal=True)).then(
             first.str.replace(r"_[^_]*$", "") + ".pdf"
         ),
-        reference_pages=ref,
-        retrieved_pages=_col(df, "retrieved_basenames", pages),
-        answer=_col(df, "generated_answer", pl.String),
-        judge_score=_col(df, "judge_score", pl.Float64),
-        ndcg=_col(df, "ndcg", pl.Float64),
-        reward=_col(df, "final_score", pl.Float64),
+        reference_pages=pl.col("reference_basenames"),
+        retrieved_pages=pl.col("retrieved_basenames"),
+        answer=pl.col("generated_answer"),
+        judge_score=pl.col("judge_score"),
+        ndcg=pl.col("ndcg"),
+        reward=pl.col("final_score"),
         extra=_extra(df, pl.Series(lines)),
     ).to_arrow()
     n = df.height
     cols = {}
     for f in ROLLOUT_SCHEMA:
         if f.name == "run_id":
-            cols[f.name] = pa.array([run_id] * n, f.type) if n else pa.array([], f.type)
+            cols[f.name] = pa.array([run_id] * n, f.type)
         elif f.name in out.column_names:
             cols[f.name] = out[f.name].cast(f.type)
         else:

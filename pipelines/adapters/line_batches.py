@@ -4,9 +4,9 @@
 when a columnar JSON reader (polars) reads it exactly as the per-line parser would: every line
 ends in a newline, none is blank, none holds a control byte (a raw tab or CR inside a string is
 malformed JSON to Python), a ``\\uD800``-``\\uDFFF`` escape (maybe a lone surrogate) or invalid
-UTF-8. Whatever the columnar reader then still refuses (a line that is not an object, a NaN, a
-number past float range, nesting too deep: see ``too_deep``) sends the batch, and only that batch,
-through ``LineBatch.records``: the per-line parser, with the same reasons and line numbers as
+UTF-8, nor a line with ``MAX_OPENERS`` brackets (nesting that could be too deep). Whatever the
+columnar reader then still refuses (a line that is not an object, a key given twice, a value of
+another type) sends the batch, and only that batch, through ``LineBatch.records``: the per-line parser, with the same reasons and line numbers as
 ``iter_json_lines``. A line longer than a batch is read alone, line by line.
 """
 
@@ -27,9 +27,10 @@ from ddai.pipelines.adapters.base import (
 )
 
 BATCH_BYTES = 8 << 20
-# Nesting the columnar reader may pass on: Python's JSON parser gives up near the interpreter's
-# recursion limit (1,000, less the caller's frames); anything deeper is read line by line.
-MAX_DEPTH = 200
+# A line with this many ``[`` / ``{`` bytes may nest deeper than a columnar reader survives (Arrow's
+# recurses: 100,000 levels overflow its stack) or Python's parser allows (about 1,000 levels): its
+# batch is read line by line. Counting bytes over-counts (brackets inside strings), never under.
+MAX_OPENERS = 200
 
 
 @dataclass
@@ -89,6 +90,8 @@ def _is_clean(data: bytes) -> bool:
         return False
     if SURROGATE_ESCAPE.search(data):
         return False
+    if data.count(b"[") + data.count(b"{") >= MAX_OPENERS and _most_openers(arr) >= MAX_OPENERS:
+        return False
     try:
         data.decode("utf-8")
     except UnicodeDecodeError:
@@ -96,10 +99,19 @@ def _is_clean(data: bytes) -> bool:
     return True
 
 
+def _most_openers(arr: np.ndarray) -> int:
+    """The most ``[`` / ``{`` bytes on one line of ``arr`` (whole lines)."""
+    openers = np.flatnonzero((arr == 91) | (arr == 123))
+    line_of = np.searchsorted(np.flatnonzero(arr == 10), openers)
+    return int(np.bincount(line_of).max()) if len(line_of) else 0
+
+
 def iter_batches(
-    fh: BinaryIO, ctx: ReaderContext, batch_bytes: int = BATCH_BYTES
+    fh: BinaryIO, ctx: ReaderContext, batch_bytes: int | None = None
 ) -> Iterator[LineBatch]:
-    """Cut ``fh`` into batches of whole lines; ``ctx.bytes_read`` follows the bytes handed out."""
+    """Cut ``fh`` into batches of whole lines (about ``batch_bytes``, default ``BATCH_BYTES``);
+    ``ctx.bytes_read`` follows the bytes handed out."""
+    batch_bytes = batch_bytes or BATCH_BYTES
     line_no = 1
     pos = fh.tell()
     while True:
@@ -122,22 +134,3 @@ def iter_batches(
         yield LineBatch(chunk, line_no, pos, _is_clean(chunk))
         line_no += chunk.count(b"\n")
         pos += len(chunk)
-
-
-def dtype_depth(dtype: Any) -> int:
-    """How deeply a polars dtype nests (a scalar is 0), walked without recursion."""
-    depth, todo = 0, [(dtype, 0)]
-    while todo:
-        dt, d = todo.pop()
-        depth = max(depth, d)
-        inner = getattr(dt, "inner", None)
-        if inner is not None:
-            todo.append((inner, d + 1))
-        for f in getattr(dt, "fields", None) or ():
-            todo.append((f.dtype, d + 1))
-    return depth
-
-
-def too_deep(schema: Any) -> bool:
-    """Whether a parsed batch nests past ``MAX_DEPTH`` (its lines go through the line parser)."""
-    return any(dtype_depth(dt) >= MAX_DEPTH for dt in schema.values())
