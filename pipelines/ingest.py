@@ -34,7 +34,7 @@ from ddai.pipelines.adapters.base import ReaderContext, RowBatch, SourceRecord, 
 from ddai.pipelines.adapters.side import SideTables
 from ddai.pipelines.adapters.verl_ids import UidMapper
 from ddai.pipelines.capabilities import Capabilities
-from ddai.pipelines.row_checks import DUPLICATE, DUPLICATE_KEY, DuplicateKeys, digest_bytes
+from ddai.pipelines.row_checks import DUPLICATE, DUPLICATE_KEY, DuplicateKeys
 from ddai.pipelines.schema import RowError, normalize_rollout
 from ddai.pipelines.store import QUARANTINE_DIR, PartitionWriter, check_run_id
 
@@ -359,7 +359,7 @@ def _route(
             reason, detail = "unreadable row", error_detail(e)
         if reason is None:
             content = rec.raw if rec.raw is not None else json.dumps(rec.row, default=str)
-            if (dup := dups.check(run, row, content)) is not None:
+            if (dup := dups.check(run, row, content, rec.digest)) is not None:
                 reason, detail = DUPLICATE, dup
     c = counts.setdefault(run, RunCounts())
     c.rows_in += 1
@@ -400,14 +400,13 @@ def _route_batch(
     )
     drop: list[int] = []
     flagged: list[int] = []
-    for i, (key, raw) in enumerate(zip(keys, b.raws, strict=True)):
-        verdict = dups.check_key(run, key, digest_bytes(raw))
+    for i, (key, digest) in enumerate(zip(keys, b.digests, strict=True)):
+        verdict = dups.check_key(run, key, digest)
         if verdict == DUPLICATE_KEY:
             flagged.append(i)
         elif verdict is not None:
             drop.append(i)
-            text = (raw + b"\n").decode("utf-8")  # as the per-row path keeps it
-            rec = SourceRecord(None, b.lines[i], text, DUPLICATE, verdict, run_id=run)
+            rec = SourceRecord(None, b.lines[i], b.raw(i), DUPLICATE, verdict, run_id=run)
             quarantine.add(run, src, rec, DUPLICATE, verdict)
     c = counts.setdefault(run, RunCounts())
     c.rows_in += table.num_rows

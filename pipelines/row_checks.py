@@ -33,11 +33,14 @@ class DuplicateKeys:
     def __init__(self) -> None:
         self._seen: dict[str, dict[bytes, bytes]] = {}
 
-    def check(self, run: str, row: dict[str, Any], content: str) -> str | None:
+    def check(
+        self, run: str, row: dict[str, Any], content: str, digest: bytes | None = None
+    ) -> str | None:
         """None when the row may be kept (flagged ``duplicate_key`` in place when its key was seen
-        with other content); the quarantine detail when it repeats an earlier row exactly."""
+        with other content); the quarantine detail when it repeats an earlier row exactly.
+        ``digest``: the content's digest when the reader computed it (else one of ``content``)."""
         key = (row.get("step"), row["uid"], row["rollout_idx"])
-        verdict = self.check_key(run, key, _digest(content.rstrip("\r\n")))
+        verdict = self.check_key(run, key, digest or _digest(content.rstrip("\r\n")))
         if verdict == DUPLICATE_KEY:
             row["flags"] = sorted({*(row["flags"] or ()), DUPLICATE_KEY})
             return None

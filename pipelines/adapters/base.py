@@ -19,6 +19,7 @@ class SourceRecord:
     reason: str | None = None
     detail: str = ""
     run_id: str | None = None  # the record's run, for routing a bad line to its quarantine file
+    digest: bytes | None = None  # its content digest when the reader computed one (duplicates)
 
 
 @dataclass
@@ -41,14 +42,16 @@ class ReaderContext:
 class RowBatch:
     """A batch of rollout rows of one run, read in columns and already normalized.
 
-    ``table`` is in ``ROLLOUT_SCHEMA``; ``lines`` and ``raws`` are each row's source line number
-    and text (without its newline): ingest checks duplicates on them and quarantines with them.
+    ``table`` is in ``ROLLOUT_SCHEMA``; per row, ``lines`` holds its source line (or row) number,
+    ``digests`` the digest of its source content (``row_checks.digest_bytes``; ingest checks
+    duplicates on it) and ``raw(i)`` its source text (for the quarantine entry of a repeat).
     """
 
     table: Any  # pyarrow.Table
     run_id: str
     lines: list[int]
-    raws: list[bytes]
+    digests: list[bytes]
+    raw: Callable[[int], str]
 
 
 # A line longer than this is not parsed (a runaway writer, an inlined image): it is quarantined as

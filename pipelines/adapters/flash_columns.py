@@ -30,6 +30,7 @@ import pyarrow.json as pj
 from ddai.pipelines.adapters.base import RowBatch
 from ddai.pipelines.adapters.ddai_common import _RESERVED, FLASH_FIELDS
 from ddai.pipelines.adapters.line_batches import LineBatch
+from ddai.pipelines.row_checks import digest_bytes
 from ddai.pipelines.schema import COLUMNS, INT32_MAX, ROLLOUT_SCHEMA
 
 _STRING = ("uid", "query", "generated_answer", "reference_answer")
@@ -148,4 +149,12 @@ def to_rows(batch: LineBatch, run_id: str) -> tuple[RowBatch, list] | None:
     table = pa.table(cols, schema=ROLLOUT_SCHEMA)
     pids = df["pid"].unique().to_list() if "pid" in df.columns else [None]
     first_line = batch.first_line
-    return RowBatch(table, run_id, list(range(first_line, first_line + n)), batch.raws()), pids
+    raws = batch.raws()
+    rows = RowBatch(
+        table,
+        run_id,
+        list(range(first_line, first_line + n)),
+        [digest_bytes(r) for r in raws],
+        lambda i: (raws[i] + b"\n").decode("utf-8"),  # as the per-row path keeps it
+    )
+    return rows, pids
