@@ -63,11 +63,11 @@ def _extra(table: pa.Table, run_id: str | None) -> pa.ChunkedArray | None:
     con = duckdb.connect()
     try:
         con.register("b", pa.table({"e": table["extra"], "r": table["run_id"]}))
-        bad = con.execute(
+        bad = con.sql(
             "SELECT count(*) FROM b WHERE e IS NOT NULL AND e <> '' "
             "AND coalesce(json_type(try_cast(e AS JSON)) <> 'OBJECT', true)"
-        ).fetchone()
-        if bad is None or bad[0]:
+        ).fetchall()
+        if bad[0][0]:
             return None
         own = "coalesce(nullif(e, ''), '{}')"
         # a run id is a folder name (check_run_id): letters, digits and . _ - : + @, no quotes
