@@ -47,7 +47,7 @@ LOCK_DIR = "_locks"
 DEFAULT_BATCH_ROWS = 50_000
 # A row group is written when this many rows (or bytes, for wide rows) are staged.
 ROW_GROUP_ROWS = 131_072
-ROW_GROUP_BYTES = 96 << 20
+ROW_GROUP_BYTES = 64 << 20
 _SAFE_RUN_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-:+@")
 
 

@@ -17,7 +17,7 @@ from ddai.pipelines.adapters.base import (
 )
 from ddai.pipelines.adapters.peek import first_object
 
-PARQUET_BATCH = 65_536
+PARQUET_BATCH = 16_384
 
 
 def sniff(path: Path) -> bool:
