@@ -19,6 +19,7 @@ rollouts/s, events/s (unified), peak RSS and ddai's time as a multiple of each f
     python bench/bench_ingest.py --rollouts 100000       # one size
     python bench/bench_ingest.py --big                   # adds 10M (about 10 GB of temp files)
     python bench/bench_ingest.py --inputs flash,parquet  # a subset
+    python bench/bench_ingest.py --per-row               # also the per-row path (before/after)
 """
 
 from __future__ import annotations
@@ -174,11 +175,12 @@ def job_duckdb(path: Path, out: Path) -> dict:
     return {"seconds": time.perf_counter() - t}
 
 
-def job_ingest(path: Path, fmt: str, logs: Path) -> dict:
+def job_ingest(path: Path, fmt: str, logs: Path, columnar: bool = True) -> dict:
     from ddai.pipelines.ingest import IngestConfig, ingest
 
     t = time.perf_counter()
-    res = ingest(IngestConfig([path], logs, fmt=fmt, run_id="bench", progress=False))
+    cfg = IngestConfig([path], logs, fmt=fmt, run_id="bench", progress=False, columnar=columnar)
+    res = ingest(cfg)
     out = {"seconds": time.perf_counter() - t, "rollouts": res.rollouts_out}
     out["quarantined"] = sum(res.quarantined.values())
     notes = res.notes.get(str(path), {})
@@ -200,14 +202,19 @@ def run_job(*args: str) -> dict:
 FORMATS = {"flash": "ddai-flash", "unified": "ddai-unified", "parquet": "ddai"}
 
 
-def measure(name: str, path: Path, work: Path, rollouts: int, events: int | None) -> list[dict]:
+def measure(
+    name: str, path: Path, work: Path, rollouts: int, events: int | None, per_row: bool
+) -> list[dict]:
     rows = []
     floor_out = work / "floor.parquet"
-    for label, args in (
+    jobs = [
         ("polars floor", ("polars", str(path), str(floor_out))),
         ("DuckDB floor", ("duckdb", str(path), str(floor_out))),
         ("ddai ingest", (FORMATS[name], str(path), str(work / "logs"))),
-    ):
+    ]
+    if per_row and name != "unified":  # the unified log is read row by row anyway
+        jobs.append(("ddai per row", (FORMATS[name], str(path), str(work / "logs"), "rows")))
+    for label, args in jobs:
         r = run_job(*args)
         floor_out.unlink(missing_ok=True)
         rows.append({"input": name, "reader": label, "rollouts": rollouts, "events": events, **r})
@@ -226,7 +233,7 @@ def print_rows(rows: list[dict]) -> None:
             print(f"{r['input']:<8} {r['rollouts']:>10,} {r['reader']:<13} failed: {r['error']}")
             continue
         s = r["seconds"]
-        if r["reader"] != "ddai ingest":
+        if r["reader"].endswith("floor"):
             floors[(*key, r["reader"])] = s
         pol, duck = floors.get((*key, "polars floor")), floors.get((*key, "DuckDB floor"))
         ev = f"{r['events'] / s:,.0f}" if r.get("events") else "-"
@@ -249,6 +256,11 @@ def main() -> None:
         default="flash,unified,parquet",
         help="Comma-separated: flash, unified, parquet.",
     )
+    ap.add_argument(
+        "--per-row",
+        action="store_true",
+        help="Also time ddai's per-row path (columnar reading off) on flash and Parquet.",
+    )
     ap.add_argument("--dir", type=Path, default=None, help="Work folder (default: a temp dir).")
     ap.add_argument("--job", nargs="+", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -259,7 +271,7 @@ def main() -> None:
         elif kind == "duckdb":
             out = job_duckdb(path, Path(args.job[2]))
         else:
-            out = job_ingest(path, kind, Path(args.job[2]))
+            out = job_ingest(path, kind, Path(args.job[2]), columnar=args.job[3:] != ["rows"])
         print(json.dumps({**out, "peak_mib": _peak_mib()}))
         return
 
@@ -292,7 +304,7 @@ def main() -> None:
                     f"{mib:,.0f} MiB, made in {time.perf_counter() - t:.0f} s",
                     flush=True,
                 )
-                rows += measure(name, path, work, got, events)
+                rows += measure(name, path, work, got, events, args.per_row)
             finally:
                 shutil.rmtree(work, ignore_errors=True)
     print_rows(rows)

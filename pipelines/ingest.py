@@ -271,7 +271,8 @@ def ingest(cfg: IngestConfig) -> IngestResult:
                     else:
                         run = _route(rec, src, *route)
                         first_run = first_run or run
-                    if cfg.progress and not n % 256:  # a redraw per row costs more than the row
+                    # a redraw per row costs more than the row: per batch, or every 256 rows
+                    if cfg.progress and (isinstance(rec, RowBatch) or not n % 256):
                         bar.update(task, completed=min(ctx.bytes_read - before, size))
                 quarantine.late = True
                 for rec in orphans.drain(first_run):
