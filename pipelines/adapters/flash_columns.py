@@ -1,14 +1,17 @@
 """DDAI's ``flash_rm_detail.jsonl`` read in columns: one clean ``LineBatch`` → one ``RowBatch``.
 
-The same mapping as ``ddai_common.flash_rollout`` + ``schema.normalize_rollout``, as polars
-expressions over the whole batch. It takes a batch only when every row is one the per-row path
-would keep as is; otherwise it returns None and the reader sends that batch through the per-row
-path, which quarantines or converts each row exactly as before. It declines:
+The batch is parsed by Arrow's JSON reader (the known fields typed, so a value of another type
+or a key given twice makes it refuse the batch), then mapped as ``ddai_common.flash_rollout`` +
+``schema.normalize_rollout`` do, as polars expressions over the whole batch. It takes a batch only
+when every row is one the per-row path would keep as is; otherwise it returns None and the reader
+sends that batch through the per-row path, which quarantines or converts each row exactly as
+before. It declines:
 
 - a batch the parser refuses or whose schema is not the expected one: a known field of another
   type (a string ``local_idx``, a numeric ``uid``, a list holding a non-string), a field that
   ``flash_rollout`` renames (``run_id``, ``turns``, ... → ``source_*``) or drops (``event_type``),
-  or an unknown field holding objects (their keys differ row by row, which a column cannot keep);
+  or an unknown field holding objects (their keys differ row by row, which a column cannot keep)
+  or strings Arrow reads as timestamps;
 - a row the schema would refuse or flag: no ``uid`` or an empty one, no ``local_idx``, a
   negative or past-int32 index, a null inside a page list, a non-finite score.
 

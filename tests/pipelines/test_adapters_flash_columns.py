@@ -59,6 +59,8 @@ ODD = [
     '{"uid": "obj", "local_idx": 0, "meta": {"a": 1}}',
     '{"uid": "run", "local_idx": 0, "run_id": "other"}',
     '{"uid": "huge", "local_idx": 0, "final_score": 1e400}',
+    '{"uid": "date", "local_idx": 0, "when": "2026-01-01"}',  # Arrow would read a timestamp
+    '{"uid": "twice", "local_idx": 0, "local_idx": 1}',  # Python keeps the last
 ]
 
 
