@@ -63,24 +63,20 @@ def _extra(table: pa.Table, run_id: str | None) -> pa.ChunkedArray | None:
     con = duckdb.connect()
     try:
         con.register("b", pa.table({"e": table["extra"], "r": table["run_id"]}))
-        bad = con.sql(
-            "SELECT count(*) FROM b WHERE e IS NOT NULL AND e <> '' "
-            "AND coalesce(json_type(try_cast(e AS JSON)) <> 'OBJECT', true)"
-        ).fetchall()
-        if bad[0][0]:
-            return None
         own = "coalesce(nullif(e, ''), '{}')"
         # a run id is a folder name (check_run_id): letters, digits and . _ - : + @, no quotes
         run = "NULL" if run_id is None else "'" + run_id.replace("'", "''") + "'"
-        return con.sql(
+        out = con.sql(
             f"SELECT CASE WHEN r IS NOT NULL AND r <> {run} THEN "
             f"json_merge_patch({own}, json_object('source_run_id', r))::VARCHAR ELSE {own} END "
-            "AS e FROM b"
-        ).to_arrow_table()["e"]
+            "AS e, e IS NOT NULL AND e <> '' "
+            "AND coalesce(json_type(try_cast(e AS JSON)) <> 'OBJECT', true) AS bad FROM b"
+        ).to_arrow_table()
     except duckdb.Error:
         return None
     finally:
         con.close()
+    return None if pc.any(out["bad"]).as_py() else out["e"]
 
 
 def _rows_ok(df: pl.DataFrame, run_given: bool) -> bool:
