@@ -133,7 +133,9 @@ class TurnCache:
         then the ``kept[j]`` tokens it sampled, of which the cache holds the first ``steps - 1``
         (the last sampled token is never forwarded)."""
         if not _plain(cache):
-            self._off(f"the model's cache is {_kind(cache)}, not plain full attention", for_good=True)
+            self._off(
+                f"the model's cache is {_kind(cache)}, not plain full attention", for_good=True
+            )
             return
         self.cache = cache
         self.rows = [
@@ -201,7 +203,9 @@ def cache_key() -> str:
     in recent transformers, ``past_key_values`` before."""
     from transformers.generation.utils import GenerateDecoderOnlyOutput
 
-    return "cache" if "cache" in GenerateDecoderOnlyOutput.__dataclass_fields__ else "past_key_values"
+    return (
+        "cache" if "cache" in GenerateDecoderOnlyOutput.__dataclass_fields__ else "past_key_values"
+    )
 
 
 def _plain(cache: Any) -> bool:

@@ -77,7 +77,7 @@ def test_turns_with_cache_reuse_equal_re_encoding(policy, mode):
     # Stop tokens the policy draws early in some rows: rows end at different steps, leaving
     # junk columns in the cache that the next turn must skip.
     first, _, _ = _turns(model, tok, reuse=False, mode=mode, stops=[-1])
-    stops = sorted({ids[2] for ids, _ in first[0]})[:2] + [tok.eos_token_id]
+    stops = [*sorted({ids[2] for ids, _ in first[0]})[:2], tok.eos_token_id]
     plain, plain_tokens, _ = _turns(model, tok, reuse=False, mode=mode, stops=stops)
     reused, reused_tokens, turns = _turns(model, tok, reuse=True, mode=mode, stops=stops)
     lengths = {len(ids) for turn in plain for ids, _ in turn}
