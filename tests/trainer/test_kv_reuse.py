@@ -186,3 +186,27 @@ def test_fallbacks_are_said_once(caplog):
     said = [r.getMessage() for r in caplog.records]
     assert len(said) == 2
     assert "image observations" in said[0] and "DynamicSlidingWindowLayer" in said[1]
+
+
+def test_a_context_with_nothing_new_reuses_all_but_its_last_token(policy):
+    model, tok = policy
+    contexts = [tok.encode(t, add_special_tokens=False) for t in ("Revenue 2021", "The fox")]
+    free = HFSampler(model, tok, temperature=0, stop_ids=[-1]).sample(contexts, [5, 5])
+    stop = free[0][0][0]  # row 0 stops at its first token, row 1 runs its budget
+    assert stop not in free[1][0]
+    outs = {}
+    for reuse in (False, True):
+        sampler = HFSampler(model, tok, temperature=0, stop_ids=[stop], kv_reuse=reuse)
+        first = sampler.sample(contexts, [5, 5])
+        assert [len(ids) for ids, _ in first] == [1, 5]
+        # Next turn: the contexts with their sampled tokens and no observation. Row 0's context
+        # is all in the cache (its one token was forwarded while row 1 decoded on): all but its
+        # last token are reused. Row 1's last sampled token was never forwarded.
+        nxt = [c + ids for c, (ids, _) in zip(contexts, first, strict=True)]
+        outs[reuse] = sampler.sample(nxt, [4, 4])
+        if reuse:
+            assert sampler.turns.reused_tokens == (len(nxt[0]) - 1) + (len(nxt[1]) - 1)
+            assert sampler.turns.encoded_tokens == sum(len(c) for c in contexts) + 2
+    assert [ids for ids, _ in outs[True]] == [ids for ids, _ in outs[False]]
+    for (_, a), (_, b) in zip(outs[True], outs[False], strict=True):
+        torch.testing.assert_close(torch.tensor(a), torch.tensor(b), atol=1e-5, rtol=0)
