@@ -54,7 +54,7 @@ def _turns(model, tok, *, reuse, mode, stops):
     texts = ["<think>revenue chart</think>", "The quick brown fox", "2019 2020 2021 2021", "a"]
     contexts = [tok.encode(t, add_special_tokens=False) for t in texts]
     live, outs = [0, 1, 2, 3], []
-    counter = Counter(model)
+    counter = Counter(model.get_base_model() if hasattr(model, "get_base_model") else model)
     torch.manual_seed(0)
     try:
         for turn in range(4):
@@ -210,3 +210,25 @@ def test_a_context_with_nothing_new_reuses_all_but_its_last_token(policy):
     assert [ids for ids, _ in outs[True]] == [ids for ids, _ in outs[False]]
     for (_, a), (_, b) in zip(outs[True], outs[False], strict=True):
         torch.testing.assert_close(torch.tensor(a), torch.tensor(b), atol=1e-5, rtol=0)
+
+
+def test_a_lora_policy_reuses_the_cache_too(tmp_path):
+    from peft import get_peft_model
+
+    from ddai.trainer.modeling import lora_config
+
+    model, tok = load_policy(str(build_tiny(tmp_path / "m")))
+    torch.manual_seed(0)
+    lora = get_peft_model(model, lora_config(r=4, alpha=8, dropout=0.0, target="all-linear"))
+    for p in lora.parameters():  # a trained adapter: B is no longer zero
+        if p.requires_grad:
+            p.data.normal_(0, 0.05)
+    lora.eval()
+    stops = [tok.eos_token_id]
+    plain, plain_tokens, _ = _turns(lora, tok, reuse=False, mode="sampled", stops=stops)
+    reused, reused_tokens, turns = _turns(lora, tok, reuse=True, mode="sampled", stops=stops)
+    assert turns.enabled and turns.reused_tokens > 0 and reused_tokens < plain_tokens
+    for a, b in zip(plain, reused, strict=True):
+        for (ids_a, lps_a), (ids_b, lps_b) in zip(a, b, strict=True):
+            assert ids_a == ids_b
+            torch.testing.assert_close(torch.tensor(lps_b), torch.tensor(lps_a), atol=1e-5, rtol=0)
