@@ -24,8 +24,8 @@ Masked columns are zeroed, so no stale value (NaN included) can leak through a z
 weight. The result equals re-encoding up to float rounding (the cached keys were computed
 incrementally); the tests check tokens and log-probs against the re-encoding path.
 
-Where the model does not allow it, each turn re-encodes (said once): image observations (M-RoPE
-positions depend on the images in the whole context), caches other than plain ``DynamicCache``
+Where the model does not allow it, each turn re-encodes (said once): vision-language policies
+(M-RoPE positions depend on the images in the whole context), caches other than plain ``DynamicCache``
 layers (sliding windows, linear attention, quantized, static), and several processes (a sharded
 model's extra forward pass would need every rank to take part).
 """
@@ -38,6 +38,8 @@ from dataclasses import dataclass
 from typing import Any
 
 log = logging.getLogger("ddai.trainer")
+_SAID: set[str] = set()
+"""Fallback reasons already logged: once per process (GRPO builds a sampler per rollout batch)."""
 
 
 @dataclass
@@ -64,11 +66,10 @@ class TurnCache:
         self.rows: list[_Row] = []
         self.reused_tokens = 0
         self.encoded_tokens = 0
-        self._said: set[str] = set()
 
     def _off(self, reason: str, *, for_good: bool) -> None:
-        if reason not in self._said:
-            self._said.add(reason)
+        if reason not in _SAID:
+            _SAID.add(reason)
             log.warning("KV cache reuse across turns is off (%s): each turn re-encodes", reason)
         if for_good:
             self.enabled = False
@@ -77,8 +78,8 @@ class TurnCache:
     def release(self) -> None:
         self.cache, self.rows = None, []
 
-    def usable(self, *, images: bool) -> bool:
-        """Whether this turn may reuse or store a cache."""
+    def usable(self, *, vision: bool) -> bool:
+        """Whether this turn may reuse or store a cache (``vision``: the policy is a VLM)."""
         if not self.enabled:
             return False
         import torch.distributed as dist
@@ -86,8 +87,10 @@ class TurnCache:
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
             self._off("several processes: a sharded forward needs every rank", for_good=True)
             return False
-        if images:
-            self._off("image observations: positions depend on the whole context", for_good=False)
+        if vision:
+            self._off(
+                "a vision-language policy: M-RoPE positions depend on the images", for_good=True
+            )
             return False
         return True
 

@@ -233,7 +233,7 @@ class HFSampler(Sampler):
         model_config, was_training = self.model.generation_config, self.model.training
         self.model.generation_config = copy.deepcopy(bare)
         self.model.eval()
-        reuse = keep and self.turns.usable(images=bool(shown))
+        reuse = keep and self.turns.usable(vision=self.image_token_id is not None)
         try:
             with torch.no_grad():
                 # Earlier turns' keys and values, the new observation tokens appended (or None).

@@ -14,6 +14,7 @@ import torch
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from ddai.pipelines.corpus import Corpus
+from ddai.trainer import kv_reuse
 from ddai.trainer.data import Task
 from ddai.trainer.env import EnvConfig, SearchEnv
 from ddai.trainer.kv_reuse import TurnCache, _gather, _Row
@@ -171,21 +172,24 @@ def test_a_context_is_matched_only_by_a_cached_prefix():
     assert turns._match([[5, 6, 7], [5, 6, 9]]) is None  # no row is a prefix of the second
 
 
-def test_fallbacks_are_said_once(caplog):
+def test_fallbacks_are_said_once(caplog, monkeypatch):
     from transformers import DynamicCache
 
+    monkeypatch.setattr(kv_reuse, "_SAID", set())
     turns = TurnCache()
+    kv = torch.zeros(1, 1, 2, 1)
+    sliding = DynamicCache([(kv, kv, torch.tensor(4))])  # a sliding-window layer
     with caplog.at_level(logging.WARNING, logger="ddai.trainer"):
-        assert not turns.usable(images=True) and not turns.usable(images=True)
-        assert turns.usable(images=False)  # images on one turn do not turn it off for good
-        kv = torch.zeros(1, 1, 2, 1)
-        sliding = DynamicCache([(kv, kv, torch.tensor(4))])  # a sliding-window layer
+        assert turns.usable(vision=False)
         for _ in range(2):
             turns.store(sliding, [[1, 2]], [[3]], width=2, steps=1)
-    assert not turns.enabled and turns.cache is None and not turns.usable(images=False)
+        assert not turns.enabled and turns.cache is None and not turns.usable(vision=False)
+    with caplog.at_level(logging.WARNING, logger="ddai.trainer"):
+        for _ in range(2):  # one sampler per rollout batch: still said once
+            assert not TurnCache().usable(vision=True)
     said = [r.getMessage() for r in caplog.records]
     assert len(said) == 2
-    assert "image observations" in said[0] and "DynamicSlidingWindowLayer" in said[1]
+    assert "DynamicSlidingWindowLayer" in said[0] and "vision-language" in said[1]
 
 
 def test_a_context_with_nothing_new_reuses_all_but_its_last_token(policy):
