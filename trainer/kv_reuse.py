@@ -187,13 +187,15 @@ class TurnCache:
             mask[j, prefix_w - r : prefix_w + len(s)] = 1
         # Positions continue each row's own count; padding columns get later ones (masked).
         pos = torch.tensor(reuse)[:, None] + torch.arange(block)[None, :]
+        # Only the cache is wanted: skip the [N, block, V] logits where the model allows.
+        extra = {"logits_to_keep": 1} if _keeps_logits(model) else {}
         with torch.no_grad():
             model(
                 input_ids=ids.to(device),
                 attention_mask=mask.to(device),
                 position_ids=pos.to(device),
                 use_cache=True,
-                logits_to_keep=1,  # only the cache is wanted: skip the [N, block, V] logits
+                **extra,
                 **{cache_key(): kv},
             )
         return kv
@@ -211,6 +213,14 @@ def cache_key() -> str:
     return (
         "cache" if "cache" in GenerateDecoderOnlyOutput.__dataclass_fields__ else "past_key_values"
     )
+
+
+def _keeps_logits(model: Any) -> bool:
+    """Whether the (peft-unwrapped) model's ``forward`` takes ``logits_to_keep``."""
+    import inspect
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "logits_to_keep" in inspect.signature(base.forward).parameters
 
 
 def _plain(cache: Any) -> bool:
@@ -254,7 +264,7 @@ def _gather(
         x = x.index_select(0, rows)  # [N, H, T, D]
         idx = src[:, None, :, None].expand(x.shape[0], x.shape[1], width, x.shape[3])
         # ``where``, not a product: 0 × NaN would be NaN.
-        return torch.where(keep, torch.gather(x, 2, idx), torch.zeros((), dtype=x.dtype))
+        return torch.where(keep, torch.gather(x, 2, idx), 0.0)
 
     out = []
     for layer in cache.layers:
