@@ -265,13 +265,15 @@ def ingest(cfg: IngestConfig) -> IngestResult:
                 for rec in orphans.drain(first_run):
                     _route(rec, src, cfg, writers, counts, sources_of, src_info, quarantine, dups)
                 quarantine.late = False
-        for run in sorted(counts):
-            # One lock hold per run: its quarantine entries, then its partition (whose manifest,
-            # naming this ingest, is the commit point).
+        for run in sorted(set(counts) | side.runs()):
+            # One lock hold per run: its quarantine entries and side tables, then its partition
+            # (whose manifest, naming this ingest and the side tables' hashes, is the commit
+            # point).
             with store.run_lock(cfg.logs, run):
                 q = quarantine.commit(run)
                 if q:
                     qfiles.append(q)
+                tables = side.commit_run(run, append=cfg.append)
                 w = writers.get(run)
                 if w is None:
                     continue
@@ -289,6 +291,7 @@ def ingest(cfg: IngestConfig) -> IngestResult:
                             for s in sources_of[run]
                             if s["path"] in ctx.notes
                         },
+                        "side_tables": _side_record(cfg, run, tables),
                         "wall_time_s": round(time.time() - started, 3),
                     },
                     locked=True,
@@ -301,8 +304,19 @@ def ingest(cfg: IngestConfig) -> IngestResult:
         quarantine.abort()
         side.abort()
         raise
-    side_counts = side.commit(sorted(counts), append=cfg.append)
+    side_counts = side.counts()
     return IngestResult(counts, fmt_of, qfiles, side_counts, ctx.notes, caps)
+
+
+def _side_record(
+    cfg: IngestConfig, run: str, tables: dict[str, dict[str, Any]]
+) -> dict[str, dict[str, Any]]:
+    """The side tables the run's manifest lists (rows, sha256): those this ingest wrote, plus on
+    ``--append`` those an earlier ingest listed that this one left as they were."""
+    if not cfg.append:
+        return tables
+    old = (store.run_manifest(cfg.logs, run) or {}).get("side_tables") or {}
+    return {**old, **tables}
 
 
 def _uid_mapper(cfg: IngestConfig, fmt_of: dict[str, str]) -> UidMapper | None:
