@@ -23,6 +23,7 @@ from typing import IO, Any
 
 from ddai.pipelines import io
 from ddai.pipelines.store import SIDE_DIR, check_run_id
+
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 

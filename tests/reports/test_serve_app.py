@@ -192,7 +192,10 @@ def test_grid_cells_and_score_bands_link_to_their_rollouts(client):
     assert 'name="judge_level" value="1.0"' in page  # the form keeps the cell when re-applied
     bands = html.split('class="grid score-bands"')[1].split("</table>")[0]
     # base's (0.5, 0.7] band: u2 (mean 0.625), 1 prompt / 4 rollouts
-    assert 'href="/?run=base&amp;score_band=3">1</a> / <a class="count" href="/?run=base&amp;score_band=3">4<' in bands
+    assert (
+        'href="/?run=base&amp;score_band=3">1</a> / <a class="count" href="/?run=base&amp;score_band=3">4<'
+        in bands
+    )
     api = client.get("/api/rollouts?run=base&score_band=3").json()
     assert api["total"] == 4 and {r["uid"] for r in api["rows"]} == {"u2"}
     assert client.get("/?ndcg_band=9").status_code == 400

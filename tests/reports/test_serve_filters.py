@@ -77,9 +77,7 @@ def test_cell_filters_parse_round_trip_and_refuse_bad_values():
     assert (v.judge_level, v.ndcg_band, v.score_band) == (0.5, 4, 0)
     where, params = v.where()
     assert "e.judge_level = $judge_level" in where and params["ndcg_band"] == 4
-    assert RolloutFilter.from_params(
-        {k: [str(x)] for k, x in v.to_params().items()}
-    ) == v
+    assert RolloutFilter.from_params({k: [str(x)] for k, x in v.to_params().items()}) == v
     for bad in ({"ndcg_band": ["7"]}, {"score_band": ["6"]}, {"judge_level": ["x"]}):
         with pytest.raises(FilterError):
             RolloutFilter.from_params(bad)
