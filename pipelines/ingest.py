@@ -33,7 +33,7 @@ from ddai.pipelines.adapters.base import ReaderContext, SourceRecord, error_deta
 from ddai.pipelines.adapters.side import SideTables
 from ddai.pipelines.adapters.verl_ids import UidMapper
 from ddai.pipelines.capabilities import Capabilities
-from ddai.pipelines.row_checks import DUPLICATE, DuplicateKeys
+from ddai.pipelines.row_checks import DuplicateKeys
 from ddai.pipelines.schema import RowError, normalize_rollout
 from ddai.pipelines.store import QUARANTINE_DIR, PartitionWriter, check_run_id
 
@@ -236,7 +236,8 @@ def ingest(cfg: IngestConfig) -> IngestResult:
     sources_of: dict[str, list[dict[str, Any]]] = {}
     ingest_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
     quarantine = _Quarantine(cfg.logs, ingest_id, list(map(Path, cfg.sources)))
-    dups = DuplicateKeys()
+    # on --append, keys already committed in a run are duplicates too (read once per run)
+    dups = DuplicateKeys(_stored_keys(cfg.logs) if cfg.append else None)
     started = time.time()
     qfiles: list[str] = []
     caps: dict[str, Capabilities] = {}
@@ -308,6 +309,20 @@ def ingest(cfg: IngestConfig) -> IngestResult:
     return IngestResult(counts, fmt_of, qfiles, side_counts, ctx.notes, caps)
 
 
+def _stored_keys(logs: Path) -> Any:
+    """run → its committed (step, uid, rollout_idx) keys, read as three columns (none when the
+    run is not in the store yet)."""
+
+    def keys(run: str) -> Iterator[tuple[Any, ...]]:
+        if store.run_manifest(logs, run) is None:
+            return
+        cols = ["step", "uid", "rollout_idx"]
+        for batch in store.dataset(logs, [run]).to_batches(columns=cols):
+            yield from zip(*(batch.column(c).to_pylist() for c in cols), strict=True)
+
+    return keys
+
+
 def _side_record(
     cfg: IngestConfig, run: str, tables: dict[str, dict[str, Any]]
 ) -> dict[str, dict[str, Any]]:
@@ -362,7 +377,7 @@ def _route(
         if reason is None:
             content = rec.raw if rec.raw is not None else json.dumps(rec.row, default=str)
             if (dup := dups.check(run, row, content)) is not None:
-                reason, detail = DUPLICATE, dup
+                reason, detail = dup
     c = counts.setdefault(run, RunCounts())
     c.rows_in += 1
     if src_info not in sources_of.setdefault(run, []):
