@@ -141,6 +141,9 @@ async def _walk(base: str, port: int, w: dict[str, Any]) -> dict[str, Any]:
         # ... and so do a judge-vs-NDCG cell and a score band (the last cell of each table)
         for name, sel in (("cell", "#judge-ndcg a.count"), ("band", "#bands a.count")):
             await page.goto(base + "/sections")
+            if name == "cell":
+                await page.eval("document.getElementById('judge-ndcg').scrollIntoView()")
+                await _shot(page, "serve-grid")
             got[f"{name}_count"], got[f"{name}_href"] = await page.eval(
                 f"(() => {{ const a = Array.from(document.querySelectorAll({json.dumps(sel)}))"
                 ".pop(); return [a.textContent, a.getAttribute('href')]; })()"
