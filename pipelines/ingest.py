@@ -69,6 +69,8 @@ class IngestResult:
     notes: dict[str, Any]
     capabilities: dict[str, Capabilities] = field(default_factory=dict)
     """Per run: what its rollouts carry (the partition manifest's counts)."""
+    side_not_written: dict[str, int] = field(default_factory=dict)
+    """Per run: side rows left out because the ingest replaced none of the run's rollouts."""
 
     @property
     def rows_in(self) -> int:
@@ -103,6 +105,11 @@ class IngestResult:
             "formats": self.formats,
             "quarantine files": self.quarantine_files,
             **({"side tables": self.side_tables} if self.side_tables else {}),
+            **(
+                {"side rows not written (no rollout of their run replaced)": self.side_not_written}
+                if self.side_not_written
+                else {}
+            ),
             **({"notes": self.notes} if self.notes else {}),
             # What each run can feed (distill needs turns, bucket NDCG, focus reward, ...).
             "carries": {r: c.compact() for r, c in sorted(self.capabilities.items())},
@@ -241,6 +248,7 @@ def ingest(cfg: IngestConfig) -> IngestResult:
     started = time.time()
     qfiles: list[str] = []
     caps: dict[str, Capabilities] = {}
+    side_dropped: dict[str, int] = {}
     try:
         with _progress(cfg.progress) as bar:
             for src in map(Path, cfg.sources):
@@ -274,22 +282,31 @@ def ingest(cfg: IngestConfig) -> IngestResult:
                 q = quarantine.commit(run)
                 if q:
                     qfiles.append(q)
-                tables = side.commit_run(run, append=cfg.append)
                 w = writers.get(run)
+                if w is None and not cfg.append and store.run_manifest(cfg.logs, run):
+                    # nothing of the run replaced: its side tables stay as they are too
+                    if run in side.runs():
+                        side_dropped[run] = side.discard_run(run)
+                    continue
+                if w is None and run in side.runs() and store.run_manifest(cfg.logs, run):
+                    # side rows appended to a committed run that gets no rollouts now: a
+                    # manifest with no new rows records them (the history keeps the ingest)
+                    w = writers[run] = PartitionWriter(cfg.logs, run, append=True)
+                tables = side.commit_run(run, append=cfg.append)
                 if w is None:
                     continue
-                c = counts[run]
+                c = counts.get(run) or RunCounts()
                 record = w.commit(
                     {
                         "ingest": ingest_id,
-                        "sources": sources_of[run],
+                        "sources": sources_of.get(run, []),
                         "rows_in": c.rows_in,
                         "quarantined": dict(c.quarantined),
                         "flagged": dict(sorted(c.flagged.items())),
                         "run_config": ctx.run_config.get(run, {}),
                         "notes": {
                             s["path"]: ctx.notes[s["path"]]
-                            for s in sources_of[run]
+                            for s in sources_of.get(run, [])
                             if s["path"] in ctx.notes
                         },
                         "side_tables": _side_record(cfg, run, tables),
@@ -306,7 +323,7 @@ def ingest(cfg: IngestConfig) -> IngestResult:
         side.abort()
         raise
     side_counts = side.counts()
-    return IngestResult(counts, fmt_of, qfiles, side_counts, ctx.notes, caps)
+    return IngestResult(counts, fmt_of, qfiles, side_counts, ctx.notes, caps, side_dropped)
 
 
 def _stored_keys(logs: Path) -> Any:

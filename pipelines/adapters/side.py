@@ -117,6 +117,17 @@ class SideTables(dict):
                     stale.unlink()
         return written
 
+    def discard_run(self, run: str) -> int:
+        """Drop ``run``'s spooled rows (not written); returns how many there were."""
+        n = 0
+        for spool in self.values():
+            if run in spool.files:
+                tmp, fh = spool.files.pop(run)
+                fh.close()
+                tmp.unlink(missing_ok=True)
+                n += spool.counts.pop(run, 0)
+        return n
+
     def abort(self) -> None:
         for spool in self.values():
             spool.close()

@@ -190,3 +190,27 @@ def test_resumed_ppo_drops_later_steps_only_over_the_version_it_read(tmp_path, m
     with pytest.raises(store.StoreConflict):
         drop_rollouts_after(logs, "r", 1)
     assert store.read_rollouts(logs, ["r"]).num_rows == 7
+
+
+def test_side_rows_of_an_ingest_that_adds_no_rollout_stay_consistent(tmp_path):
+    logs = tmp_path / "logs"
+    src = _unified(tmp_path / "a.jsonl", 2)
+    ingest(IngestConfig([src], logs, progress=False))
+    part = store.partition_dir(logs, RUN)
+    # the same log appended again: its rollout is already stored, its side rows are new; a
+    # manifest with no new rows commits them (the append is in the history)
+    res = ingest(IngestConfig([src], logs, append=True, progress=False))
+    assert res.rollouts_out == 0 and dict(res.quarantined) == {"duplicate of a stored rollout": 1}
+    man = store.run_manifest(logs, RUN)
+    assert man["rollouts_total"] == 1 and len(man["history"]) == 1
+    assert man["side_tables"][TABLE]["rows"] == 4 == len(_side(logs).read_text().splitlines())
+    assert store.verify_partition(part) is None
+    # a replace whose rollouts are all bad replaces nothing: the run and its side table stay
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps(_event(TABLE, 1, metrics={"m": 9})) + "\n" + '{"event_type": 3}\n')
+    res = ingest(IngestConfig([bad], logs, run_id=RUN, progress=False))
+    assert res.rollouts_out == 0
+    assert res.summary()["side rows not written (no rollout of their run replaced)"] == {RUN: 1}
+    assert store.run_manifest(logs, RUN) == man
+    assert len(_side(logs).read_text().splitlines()) == 4
+    assert store.verify_partition(part) is None
