@@ -36,14 +36,14 @@ def _event(et: str, step: int, sample: int | None = None, **payload) -> dict:
     return e | payload
 
 
-def _unified(path: Path, metrics: int) -> Path:
-    """A unified log: one rollout (plan + reward) and ``metrics`` side events."""
+def _unified(path: Path, metrics: int, step: int = 1) -> Path:
+    """A unified log: one rollout of ``step`` (plan + reward) and ``metrics`` side events."""
     done = "<think>done</think>\n<search_complete>true</search_complete><|im_end|>"
-    events = [_event(TABLE, 1, metrics={"m": k}) for k in range(metrics)]
+    events = [_event(TABLE, step, metrics={"m": k}) for k in range(metrics)]
     events += [
-        _event("model.plan", 1, 0, uid="train_5", turn_idx=0, is_last_turn=True, text=done),
+        _event("model.plan", step, 0, uid="train_5", turn_idx=0, is_last_turn=True, text=done),
         _event(
-            "rm.flash.detail", 1, 0, uid="train_5", local_idx=0, query="Q?",
+            "rm.flash.detail", step, 0, uid="train_5", local_idx=0, query="Q?",
             generated_answer="A", reference_answer="A", retrieved_basenames=["5_1"],
             reference_basenames=["5_1"], judge_score=1.0, ndcg=1.0, final_score=1.0,
         ),
@@ -63,8 +63,10 @@ def test_manifest_lists_side_tables_with_hashes_and_verify_sees_a_change(tmp_pat
     assert man["side_tables"][TABLE]["rows"] == 2
     part = store.partition_dir(logs, RUN)
     assert store.verify_partition(part) is None
-    ingest(IngestConfig([_unified(tmp_path / "b.jsonl", 3)], logs, append=True, progress=False))
+    b = _unified(tmp_path / "b.jsonl", 3, step=2)
+    ingest(IngestConfig([b], logs, append=True, progress=False))
     man = store.run_manifest(logs, RUN)
+    assert man["rollouts_total"] == 2
     assert man["side_tables"][TABLE]["rows"] == 5  # the appended file holds both ingests' rows
     assert len(_side(logs).read_text().splitlines()) == 5
     assert store.verify_partition(part) is None
