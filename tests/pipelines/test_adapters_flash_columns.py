@@ -189,3 +189,15 @@ def test_row_groups_are_large(tmp_path, monkeypatch):
     meta = pq.ParquetFile(part).metadata
     sizes = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
     assert sum(sizes) == 250 and len(sizes) == 3 and min(sizes[:2]) >= 100
+
+
+def test_append_of_stored_rollouts_in_columns(tmp_path):
+    src = tmp_path / "r_flash_rm_detail.jsonl"
+    src.write_text("\n".join(_line(i) for i in range(8)) + "\n")
+    for columnar in (True, False):
+        logs = tmp_path / f"logs-{columnar}"
+        ingest(IngestConfig([src], logs, progress=False))
+        res = ingest(IngestConfig([src], logs, progress=False, append=True, columnar=columnar))
+        assert (res.rows_in, res.rollouts_out) == (8, 0)
+        assert res.quarantined == {"duplicate of a stored rollout": 8}
+        assert store.run_manifest(logs, "r")["rollouts_total"] == 8
