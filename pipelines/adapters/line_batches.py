@@ -1,13 +1,14 @@
 """JSONL in byte batches of whole lines, for readers that parse in columns.
 
 ``iter_batches`` cuts a file into ``LineBatch``es of about ``BATCH_BYTES``. A batch is *clean*
-when a columnar JSON reader (polars) reads it exactly as the per-line parser would: every line
-ends in a newline, none is blank, none holds a control byte (a raw tab or CR inside a string is
+when a columnar JSON reader (Arrow's) may read it as the per-line parser would: every line ends
+in a newline, none is blank, none holds a control byte (a raw tab or CR inside a string is
 malformed JSON to Python), a ``\\uD800``-``\\uDFFF`` escape (maybe a lone surrogate) or invalid
 UTF-8, nor a line with ``MAX_OPENERS`` brackets (nesting that could be too deep). Whatever the
 columnar reader then still refuses (a line that is not an object, a key given twice, a value of
-another type) sends the batch, and only that batch, through ``LineBatch.records``: the per-line parser, with the same reasons and line numbers as
-``iter_json_lines``. A line longer than a batch is read alone, line by line.
+another type) sends the batch, and only that batch, through ``LineBatch.records``: the per-line
+parser, with the same reasons and line numbers as ``iter_json_lines``. A line longer than a batch
+is read alone.
 """
 
 from __future__ import annotations
