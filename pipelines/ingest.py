@@ -26,14 +26,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+import pyarrow as pa
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
 from ddai.pipelines import adapters, io, store
-from ddai.pipelines.adapters.base import ReaderContext, SourceRecord, error_detail
+from ddai.pipelines.adapters.base import ReaderContext, RowBatch, SourceRecord, error_detail
 from ddai.pipelines.adapters.side import SideTables
 from ddai.pipelines.adapters.verl_ids import UidMapper
 from ddai.pipelines.capabilities import Capabilities
-from ddai.pipelines.row_checks import DUPLICATE, DuplicateKeys
+from ddai.pipelines.row_checks import DUPLICATE_KEY, DuplicateKeys
 from ddai.pipelines.schema import RowError, normalize_rollout
 from ddai.pipelines.store import QUARANTINE_DIR, PartitionWriter, check_run_id
 
@@ -50,6 +51,9 @@ class IngestConfig:
     progress: bool = True
     uid_field: str | None = None  # verl: the dump field holding the dataset id
     dataset: Path | None = None  # verl: dataset whose prompts give the ids
+    # Formats that can read in columns do, batch by batch (False: every row through the per-row
+    # path; the same rollouts and quarantine, slower).
+    columnar: bool = True
 
 
 @dataclass
@@ -69,6 +73,8 @@ class IngestResult:
     notes: dict[str, Any]
     capabilities: dict[str, Capabilities] = field(default_factory=dict)
     """Per run: what its rollouts carry (the partition manifest's counts)."""
+    side_not_written: dict[str, int] = field(default_factory=dict)
+    """Per run: side rows left out because the ingest replaced none of the run's rollouts."""
 
     @property
     def rows_in(self) -> int:
@@ -103,6 +109,11 @@ class IngestResult:
             "formats": self.formats,
             "quarantine files": self.quarantine_files,
             **({"side tables": self.side_tables} if self.side_tables else {}),
+            **(
+                {"side rows not written (no rollout of their run replaced)": self.side_not_written}
+                if self.side_not_written
+                else {}
+            ),
             **({"notes": self.notes} if self.notes else {}),
             # What each run can feed (distill needs turns, bucket NDCG, focus reward, ...).
             "carries": {r: c.compact() for r, c in sorted(self.capabilities.items())},
@@ -230,16 +241,23 @@ def ingest(cfg: IngestConfig) -> IngestResult:
         fmt_of[str(src)] = adapters.detect(Path(src)) if cfg.fmt == "auto" else cfg.fmt
         adapters.reader(fmt_of[str(src)])  # fail early on an unknown --input-format
     side = SideTables(cfg.logs, cfg.run_id, NO_RUN)
-    ctx = ReaderContext(run_id=cfg.run_id, side_tables=side, uid_mapper=_uid_mapper(cfg, fmt_of))
+    ctx = ReaderContext(
+        run_id=cfg.run_id,
+        side_tables=side,
+        uid_mapper=_uid_mapper(cfg, fmt_of),
+        columnar=cfg.columnar,
+    )
     writers: dict[str, PartitionWriter] = {}
     counts: dict[str, RunCounts] = {}
     sources_of: dict[str, list[dict[str, Any]]] = {}
     ingest_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
     quarantine = _Quarantine(cfg.logs, ingest_id, list(map(Path, cfg.sources)))
-    dups = DuplicateKeys()
+    # on --append, keys already committed in a run are duplicates too (read once per run)
+    dups = DuplicateKeys(_stored_keys(cfg.logs) if cfg.append else None)
     started = time.time()
     qfiles: list[str] = []
     caps: dict[str, Capabilities] = {}
+    side_dropped: dict[str, int] = {}
     try:
         with _progress(cfg.progress) as bar:
             for src in map(Path, cfg.sources):
@@ -252,43 +270,59 @@ def ingest(cfg: IngestConfig) -> IngestResult:
                 # run this source feeds (its first run), once the source is read.
                 orphans = _Orphans()
                 first_run: str | None = None
-                for rec in adapters.reader(fmt)(src, ctx):
-                    if rec.reason is not None and not (cfg.run_id or rec.run_id):
+                route = (cfg, writers, counts, sources_of, src_info, quarantine, dups)
+                for n, rec in enumerate(adapters.reader(fmt)(src, ctx)):
+                    if isinstance(rec, RowBatch):
+                        run = _route_batch(rec, src, *route)
+                        first_run = first_run or run
+                    elif rec.reason is not None and not (cfg.run_id or rec.run_id):
                         orphans.add(rec)
                     else:
-                        run = _route(
-                            rec, src, cfg, writers, counts, sources_of, src_info, quarantine, dups
-                        )
+                        run = _route(rec, src, *route)
                         first_run = first_run or run
-                    bar.update(task, completed=min(ctx.bytes_read - before, size))
+                    # a redraw per row costs more than the row: per batch, or every 256 rows
+                    if cfg.progress and (isinstance(rec, RowBatch) or not n % 256):
+                        bar.update(task, completed=min(ctx.bytes_read - before, size))
                 quarantine.late = True
                 for rec in orphans.drain(first_run):
-                    _route(rec, src, cfg, writers, counts, sources_of, src_info, quarantine, dups)
+                    _route(rec, src, *route)
                 quarantine.late = False
-        for run in sorted(counts):
-            # One lock hold per run: its quarantine entries, then its partition (whose manifest,
-            # naming this ingest, is the commit point).
+        for run in sorted(set(counts) | side.runs()):
+            # One lock hold per run: its quarantine entries and side tables, then its partition
+            # (whose manifest, naming this ingest and the side tables' hashes, is the commit
+            # point).
             with store.run_lock(cfg.logs, run):
                 q = quarantine.commit(run)
                 if q:
                     qfiles.append(q)
                 w = writers.get(run)
+                if w is None and not cfg.append and store.run_manifest(cfg.logs, run):
+                    # nothing of the run replaced: its side tables stay as they are too
+                    if run in side.runs():
+                        side_dropped[run] = side.discard_run(run)
+                    continue
+                if w is None and run in side.runs() and store.run_manifest(cfg.logs, run):
+                    # side rows appended to a committed run that gets no rollouts now: a
+                    # manifest with no new rows records them (the history keeps the ingest)
+                    w = writers[run] = PartitionWriter(cfg.logs, run, append=True)
+                tables = side.commit_run(run, append=cfg.append)
                 if w is None:
                     continue
-                c = counts[run]
+                c = counts.get(run) or RunCounts()
                 record = w.commit(
                     {
                         "ingest": ingest_id,
-                        "sources": sources_of[run],
+                        "sources": sources_of.get(run, []),
                         "rows_in": c.rows_in,
                         "quarantined": dict(c.quarantined),
                         "flagged": dict(sorted(c.flagged.items())),
                         "run_config": ctx.run_config.get(run, {}),
                         "notes": {
                             s["path"]: ctx.notes[s["path"]]
-                            for s in sources_of[run]
+                            for s in sources_of.get(run, [])
                             if s["path"] in ctx.notes
                         },
+                        "side_tables": _side_record(cfg, run, tables),
                         "wall_time_s": round(time.time() - started, 3),
                     },
                     locked=True,
@@ -301,8 +335,33 @@ def ingest(cfg: IngestConfig) -> IngestResult:
         quarantine.abort()
         side.abort()
         raise
-    side_counts = side.commit(sorted(counts), append=cfg.append)
-    return IngestResult(counts, fmt_of, qfiles, side_counts, ctx.notes, caps)
+    side_counts = side.counts()
+    return IngestResult(counts, fmt_of, qfiles, side_counts, ctx.notes, caps, side_dropped)
+
+
+def _stored_keys(logs: Path) -> Any:
+    """run → its committed (step, uid, rollout_idx) keys, read as three columns (none when the
+    run is not in the store yet)."""
+
+    def keys(run: str) -> Iterator[tuple[Any, ...]]:
+        if store.run_manifest(logs, run) is None:
+            return
+        cols = ["step", "uid", "rollout_idx"]
+        for batch in store.dataset(logs, [run]).to_batches(columns=cols):
+            yield from zip(*(batch.column(c).to_pylist() for c in cols), strict=True)
+
+    return keys
+
+
+def _side_record(
+    cfg: IngestConfig, run: str, tables: dict[str, dict[str, Any]]
+) -> dict[str, dict[str, Any]]:
+    """The side tables the run's manifest lists (rows, sha256): those this ingest wrote, plus on
+    ``--append`` those an earlier ingest listed that this one left as they were."""
+    if not cfg.append:
+        return tables
+    old = (store.run_manifest(cfg.logs, run) or {}).get("side_tables") or {}
+    return {**old, **tables}
 
 
 def _uid_mapper(cfg: IngestConfig, fmt_of: dict[str, str]) -> UidMapper | None:
@@ -347,8 +406,8 @@ def _route(
             reason, detail = "unreadable row", error_detail(e)
         if reason is None:
             content = rec.raw if rec.raw is not None else json.dumps(rec.row, default=str)
-            if (dup := dups.check(run, row, content)) is not None:
-                reason, detail = DUPLICATE, dup
+            if (dup := dups.check(run, row, content, rec.digest)) is not None:
+                reason, detail = dup
     c = counts.setdefault(run, RunCounts())
     c.rows_in += 1
     if src_info not in sources_of.setdefault(run, []):
@@ -362,4 +421,63 @@ def _route(
     writers[run].add(row)
     c.rollouts_out += 1
     c.flagged.update(row["flags"] or ())
+    return run
+
+
+def _route_batch(
+    b: RowBatch,
+    src: Path,
+    cfg: IngestConfig,
+    writers: dict[str, PartitionWriter],
+    counts: dict[str, RunCounts],
+    sources_of: dict[str, list[dict[str, Any]]],
+    src_info: dict[str, Any],
+    quarantine: _Quarantine,
+    dups: DuplicateKeys,
+) -> str:
+    """``_route`` for a batch read in columns: its rows are valid, so only the duplicate check
+    runs per row (exact repeats quarantined, repeated keys flagged, as for single rows)."""
+    run = check_run_id(b.run_id)
+    table = b.table
+    keys = zip(
+        table["step"].to_pylist(),
+        table["uid"].to_pylist(),
+        table["rollout_idx"].to_pylist(),
+        strict=True,
+    )
+    drop: list[int] = []
+    flagged: list[int] = []
+    c = counts.setdefault(run, RunCounts())
+    for i, (key, digest) in enumerate(zip(keys, b.digests, strict=True)):
+        verdict = dups.check_key(run, key, digest)
+        if verdict is None:
+            continue
+        reason, detail = verdict
+        if reason == DUPLICATE_KEY:
+            flagged.append(i)
+            continue
+        drop.append(i)
+        c.quarantined[reason] += 1
+        rec = SourceRecord(None, b.lines[i], b.raw(i), reason, detail, run_id=run)
+        quarantine.add(run, src, rec, reason, detail)
+    c.rows_in += table.num_rows
+    if src_info not in sources_of.setdefault(run, []):
+        sources_of[run].append(src_info)
+    if flagged:
+        flags = table["flags"].to_pylist()
+        for i in flagged:
+            flags[i] = sorted({*(flags[i] or ()), DUPLICATE_KEY})
+        table = table.set_column(
+            table.schema.get_field_index("flags"), "flags", pa.array(flags, table["flags"].type)
+        )
+        c.flagged[DUPLICATE_KEY] += len(flagged)
+    if drop:
+        gone = set(drop)
+        table = table.filter(pa.array([i not in gone for i in range(table.num_rows)]))
+    if not table.num_rows:  # as for single rows: no writer for a run that keeps nothing
+        return run
+    if run not in writers:
+        writers[run] = PartitionWriter(cfg.logs, run, append=cfg.append)
+    writers[run].add_table(table)
+    c.rollouts_out += table.num_rows
     return run
