@@ -230,13 +230,13 @@ def test_append_quarantines_rollouts_already_in_the_store(tmp_path):
     logs = tmp_path / "logs"
     first = tmp_path / "first.jsonl"
     first.write_text("".join(json.dumps(_row(i)) + "\n" for i in range(3)))
-    assert _ingest(logs, first)[1]["rollouts out"] == 3
+    assert _ingest(logs, first)[1]["rollouts_out"] == 3
     # the same file appended again: every row is already stored, none is added twice (and an
     # ingest that adds nothing exits 1, its summary saying why)
     res = runner.invoke(app, ["ingest", str(first), "--logs", str(logs), "--json", "--append"])
     s = json.loads(res.output)
-    assert res.exit_code == 1 and s["rows in"] == 3 and s["rollouts out"] == 0
-    assert s["quarantined by reason"] == {"duplicate of a stored rollout": 3}
+    assert res.exit_code == 1 and s["rows_in"] == 3 and s["rollouts_out"] == 0
+    assert s["quarantined_by_reason"] == {"duplicate of a stored rollout": 3}
     assert store.read_rollouts(logs, ["r"]).num_rows == 3
     # an overlapping file: u2 again (other content: the stored one stays), u3 new twice (the
     # in-ingest rule), u4 new
@@ -244,8 +244,8 @@ def test_append_quarantines_rollouts_already_in_the_store(tmp_path):
     lines = [_row(2, answer="changed"), _row(3), _row(3), _row(4)]
     more.write_text("".join(json.dumps(r) + "\n" for r in lines))
     code, s = _ingest(logs, more, extra=["--append"])
-    assert code == 0 and s["rollouts out"] == 2
-    assert s["quarantined by reason"] == {
+    assert code == 0 and s["rollouts_out"] == 2
+    assert s["quarantined_by_reason"] == {
         "duplicate of a stored rollout": 1,
         "duplicate rollout": 1,
     }
@@ -259,7 +259,7 @@ def test_append_quarantines_rollouts_already_in_the_store(tmp_path):
     assert "already in run 'r'" in q[-2]["detail"] and '"changed"' in q[-2]["raw"]
     # without --append the run is replaced: nothing counts as stored
     code, s = _ingest(logs, more)
-    assert s["rollouts out"] == 3 and s["quarantined by reason"] == {"duplicate rollout": 1}
+    assert s["rollouts_out"] == 3 and s["quarantined_by_reason"] == {"duplicate rollout": 1}
 
 
 def test_a_50_mb_first_line_does_not_defeat_format_detection(tmp_path):
