@@ -239,7 +239,7 @@ def ingest(cfg: IngestConfig) -> IngestResult:
     fmt_of: dict[str, str] = {}
     for src in cfg.sources:
         fmt_of[str(src)] = adapters.detect(Path(src)) if cfg.fmt == "auto" else cfg.fmt
-        adapters.reader(fmt_of[str(src)])  # fail early on an unknown --format
+        adapters.reader(fmt_of[str(src)])  # fail early on an unknown --input-format
     side = SideTables(cfg.logs, cfg.run_id, NO_RUN)
     ctx = ReaderContext(
         run_id=cfg.run_id,
