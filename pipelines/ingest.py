@@ -28,7 +28,7 @@ from typing import IO, Any
 
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
-from ddai.pipelines import adapters, io, store
+from ddai.pipelines import adapters, io, objstore, store
 from ddai.pipelines.adapters.base import ReaderContext, SourceRecord, error_detail
 from ddai.pipelines.adapters.side import SideTables
 from ddai.pipelines.adapters.verl_ids import UidMapper
@@ -222,6 +222,15 @@ def ingest(cfg: IngestConfig) -> IngestResult:
     """Ingest every source; one partition per run, replaced unless ``cfg.append``."""
     if cfg.run_id is not None:
         check_run_id(cfg.run_id)
+    if objstore.is_url(cfg.logs):  # staged here, published with a conditional manifest put
+        from ddai.pipelines import remote_store
+
+        return remote_store.ingest(cfg)
+    if any(objstore.is_url(s) for s in cfg.sources):
+        raise ValueError(
+            "source URLs are read when the log store is on object storage too (--logs s3://…); "
+            "download them first for a local store"
+        )
     missing = [str(s) for s in cfg.sources if not Path(s).is_file()]
     if missing:
         raise FileNotFoundError(f"source file(s) not found: {', '.join(missing)}")

@@ -17,6 +17,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
+from ddai.pipelines import objstore
 from ddai.pipelines.schema import ROLLOUT_SCHEMA
 
 # What selection reads (``select.py``), besides the turn count it needs where num_turns is null.
@@ -56,6 +57,7 @@ def selection_columns(
         )
     con = duckdb.connect()
     con.execute("SET enable_progress_bar = false")
+    objstore.register(con, paths)  # object-storage URLs read through fsspec
     if threads:
         con.execute(f"SET threads = {int(threads)}")
     params = {"files": paths}
@@ -113,6 +115,7 @@ def fetch_rows(
     )
     con = duckdb.connect()
     con.execute("SET enable_progress_bar = false")
+    objstore.register(con, paths)
     if threads:
         con.execute(f"SET threads = {int(threads)}")
     con.register("wanted", wanted)

@@ -18,7 +18,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ddai.pipelines import capabilities, query, store
+from ddai.pipelines import capabilities, objstore, query, store
 
 METRICS = ("ndcg", "judge", "reward")
 AGGS = ("mean", "max")
@@ -157,11 +157,14 @@ def read_score_table(path: str | os.PathLike[str], column: str) -> pa.Table:
 def partitions(logs: str | os.PathLike[str], runs: Sequence[str]) -> list[Path]:
     """The log-store partitions of ``runs`` (a step's inputs, for manifests and lineage)."""
     root = Path(logs)
-    missing = [r for r in runs if not store.partition_dir(root, r).is_dir()]
+    missing = [r for r in runs if not objstore.any_isdir(store.partition_dir(root, r))]
     if missing:
         known = ", ".join(store.list_runs(root)) or "none"
+        where = objstore.display(root)
         raise FileNotFoundError(
-            f"run(s) {', '.join(missing)} not in {root} (known runs: {known}); "
-            f"ingest them with `ddai ingest FILE --run-id RUN --logs {root}`"
+            f"run(s) {', '.join(missing)} not in {where} (known runs: {known}); "
+            f"ingest them with `ddai ingest FILE --run-id RUN --logs {where}`"
         )
+    if objstore.is_url(root):
+        return [store.partition_dir(root, r) for r in runs]
     return [store.partition_dir(root, r).resolve() for r in runs]
