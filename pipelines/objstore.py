@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 SCHEMES = ("s3", "gs", "gcs")
 # What the fsspec implementations are called (an ``s3fs``/``gcsfs`` import error names them).
-_PACKAGES = {"s3": "s3fs", "gs": "gcsfs", "gcs": "gcsfs"}
+_PACKAGES = {"s3": ("s3fs", "cloud"), "gs": ("gcsfs", "gcs"), "gcs": ("gcsfs", "gcs")}
 
 
 class ConflictError(RuntimeError):
@@ -101,9 +101,9 @@ def _fsspec_fs(sch: str, ep: str | None) -> fsspec.AbstractFileSystem:
     try:
         return fsspec.filesystem(sch, **kw)
     except ImportError as e:
-        pkg = _PACKAGES.get(sch, sch)
+        pkg, extra = _PACKAGES.get(sch, (sch, "cloud"))
         raise RuntimeError(
-            f"{sch}:// locations need the {pkg} package: pip install 'ddai[cloud]'"
+            f"{sch}:// locations need the {pkg} package: pip install 'ddai[{extra}]'"
         ) from e
 
 
