@@ -71,6 +71,17 @@ def test_the_loop_on_s3_matches_the_loop_on_local_files(s3_env, tmp_path):
         assert man["inputs"][1]["path"] == f"{logs}/run_id=phase1"
     assert _ddai(*bucket_args)["skipped (unchanged)"] is True
 
+    focus_args = ["curate", "focus", "--bucket-a", f"{s3}/curated/curriculum_bucket_a.parquet"]
+    focus_args += ["--bucket-0", f"{s3}/curated/curriculum_bucket_0.parquet", "--logs", logs]
+    focus_args += ["--run", "focused_r1", "--out", f"{s3}/focused_round1.parquet"]
+    f, f_local = _both(s3, local, *focus_args)
+    assert f["round 1"] == f_local["round 1"] > 0
+    ids = _table(f"{s3}/focused_round1.parquet")["id"].to_pylist()
+    assert ids == pq.read_table(local / "focused_round1.parquet")["id"].to_pylist()
+
+    runs = _ddai("runs", "--logs", logs)["runs"]
+    assert [(r["run_id"], r["rollouts"]) for r in runs] == [("focused_r1", 144), ("phase1", 144)]
+
     d, d_local = _both(
         s3,
         local,
