@@ -82,6 +82,15 @@ def test_the_loop_on_s3_matches_the_loop_on_local_files(s3_env, tmp_path):
     runs = _ddai("runs", "--logs", logs)["runs"]
     assert [(r["run_id"], r["rollouts"]) for r in runs] == [("focused_r1", 144), ("phase1", 144)]
 
+    res = runner.invoke(app, ["lineage", f"{s3}/focused_round1.parquet", "--check", "--json"])
+    assert res.exit_code == 0, res.output
+    graph = json.loads(res.output)
+    ids = {n["id"]: n for n in graph["nodes"]}
+    assert ids[f"{logs}/run_id=focused_r1"]["kind"] == "log"
+    assert ids[f"{s3}/curated/curriculum_bucket_a.parquet"]["kind"] == "step"
+    assert ids[f"{s3}/data/dataset.parquet"]["kind"] == "file"
+    assert not [n for n in graph["nodes"] if n.get("mismatch")]
+
     d, d_local = _both(
         s3,
         local,
