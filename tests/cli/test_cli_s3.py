@@ -118,3 +118,19 @@ def test_a_missing_store_on_s3_is_a_usage_error(s3_env):
     res = runner.invoke(app, ["query", "SELECT 1 FROM rollouts", "--logs", f"{s3_env}/nothing"])
     assert res.exit_code == 2
     assert f"{s3_env}/nothing does not exist" in res.output
+
+
+def test_bucket_from_a_score_table_on_s3(s3_env, tmp_path):
+    ids = pq.read_table(FIX / "dataset.parquet")["id"].to_pylist()
+    scores = {i: [0.9, 0.5, 0.05][n % 3] for n, i in enumerate(ids)}
+    csv_text = "id,phase1_ndcg\n" + "".join(f"{i},{s}\n" for i, s in scores.items())
+    objstore.put_bytes(f"{s3_env}/scores.csv", csv_text.encode())
+    objstore.put_file(FIX / "dataset.parquet", f"{s3_env}/dataset.parquet")
+    out = _ddai(
+        "curate", "bucket", "--dataset", f"{s3_env}/dataset.parquet",
+        "--scores", f"{s3_env}/scores.csv", "--score-col", "phase1_ndcg", "--out", f"{s3_env}/b",
+    )  # fmt: skip
+    want = [sum(1 for s in scores.values() if s == v) for v in (0.9, 0.5, 0.05)]
+    assert [out["bucket B"], out["bucket A"], out["bucket 0"]] == want
+    b = _table(f"{s3_env}/b/curriculum_bucket_b.parquet")
+    assert sorted(b["id"].to_pylist()) == sorted(i for i, s in scores.items() if s == 0.9)
