@@ -133,7 +133,7 @@ def main() -> None:
                 ("query group-by", lambda lg: q(lg, GROUP_BY), True),
                 ("query full scan", lambda lg: q(lg, FULL_SCAN), True),
                 ("curate bucket", bucket_step, True),
-                ("distill selection", selection, False),  # DuckDB names files: fsspec only
+                ("distill selection", selection, True),
             ]
             rows = []
             for name, make, both in cases:

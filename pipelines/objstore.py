@@ -38,6 +38,18 @@ SCHEMES = ("s3", "gs", "gcs")
 _PACKAGES = {"s3": ("s3fs", "cloud"), "gs": ("gcsfs", "gcs"), "gcs": ("gcsfs", "gcs")}
 
 
+# How DuckDB scans object storage: pyarrow's C++ S3 filesystem handed over as Arrow (``arrow``,
+# the default) or s3fs registered with DuckDB (``fsspec``).
+SCAN_ENV = "DDAI_OBJSTORE_SCAN"
+
+
+def scan() -> str:
+    how = os.environ.get(SCAN_ENV, "arrow")
+    if how not in ("arrow", "fsspec"):
+        raise ValueError(f"{SCAN_ENV}={how!r}: use arrow or fsspec")
+    return how
+
+
 class ConflictError(RuntimeError):
     """A conditional put lost: another writer changed the object since it was read."""
 

@@ -21,7 +21,7 @@ from ddai.pipelines import objstore, store
 # How a store on object storage is scanned: pyarrow's C++ S3 filesystem handed to DuckDB as an
 # Arrow dataset (``arrow``, the default: see bench/bench_objstore.py), or s3fs registered with
 # DuckDB so its own Parquet reader pulls the bytes through Python (``fsspec``).
-SCAN_ENV = "DDAI_OBJSTORE_SCAN"
+SCAN_ENV = objstore.SCAN_ENV
 
 # Creation order matters: later views read earlier ones.
 VIEWS = (
@@ -135,17 +135,15 @@ def connect(
 
 def _remote_source(con: duckdb.DuckDBPyConnection, files: list[Any]) -> None:
     """``rollouts_src`` over object-storage files, by the scan ``DDAI_OBJSTORE_SCAN`` names."""
-    how = os.environ.get(SCAN_ENV, "arrow")
+    how = objstore.scan()
     if how == "fsspec":
         objstore.register(con, files)
         con.read_parquet(
             [str(f) for f in files], hive_partitioning=False, union_by_name=True
         ).create_view("rollouts_src")
-    elif how == "arrow":
+    else:
         # DuckDB pushes projections and filters into the Arrow dataset's scan.
         con.register("rollouts_src", store.arrow_dataset(files))
-    else:
-        raise ValueError(f"{SCAN_ENV}={how!r}: use arrow or fsspec")
 
 
 def connect_table(table: pa.Table) -> duckdb.DuckDBPyConnection:

@@ -128,3 +128,19 @@ def test_a_missing_run_is_named_with_the_known_ones(s3_env, tmp_path):
     _ingest(_source(tmp_path, "a.jsonl", 1, bad=False), Path(f"{s3_env}/logs"))
     with pytest.raises(FileNotFoundError, match=r"nope not in s3://.*known runs: r1"):
         store.snapshot(f"{s3_env}/logs", ["nope"])
+
+
+def test_distill_selection_columns_on_s3_equal_the_local_scan(s3_env, tmp_path):
+    from ddai.pipelines.distill import fetch
+
+    src = _source(tmp_path, "a.jsonl", 4, bad=False)
+    for logs in (Path(f"{s3_env}/logs"), tmp_path / "local"):
+        _ingest(src, logs)
+        _ingest(_source(tmp_path, "b.jsonl", 2, bad=False), logs, append=True)
+    remote = fetch.selection_columns(store.parquet_files(f"{s3_env}/logs", ["r1"]))
+    local = fetch.selection_columns(store.parquet_files(tmp_path / "local", ["r1"]))
+    assert remote.column_names == local.column_names
+    assert remote.to_pylist() == local.to_pylist()
+    assert remote[fetch.FILE].to_pylist() == [0] * 16 + [1] * 8  # two parts, in log order
+    rows = fetch.fetch_rows(store.parquet_files(f"{s3_env}/logs", ["r1"]), remote, [3, 17])
+    assert [(r["uid"], r["rollout_idx"]) for r in rows] == [("u0", 3), ("u0", 1)]
