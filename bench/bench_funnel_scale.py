@@ -24,6 +24,7 @@ and the table says so rather than swapping the machine.
 from __future__ import annotations
 
 import argparse
+import multiprocessing as mp
 import sys
 import tempfile
 import time
@@ -37,7 +38,8 @@ from bench_funnel import (
     RUN,
     _duck,
     best_of,
-    in_fresh_process,
+    distill_selection,
+    floor_distill,
     make_dataset,
 )
 from bench_report import make_logs
@@ -47,6 +49,34 @@ from ddai.pipelines.funnel.bucket import BucketConfig, run_bucket
 from ddai.pipelines.funnel.focus import FocusConfig, run_focus
 
 SIZES = {"100k": 100_000, "1m": 1_000_000, "10m": 10_000_000}
+
+
+def _peak_mib() -> float:
+    """This process's peak RSS since its exec (``VmHWM``; ``ru_maxrss`` would carry the forking
+    parent's peak over into a spawned child)."""
+    with open("/proc/self/status", encoding="ascii") as fh:
+        for line in fh:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _child(name: str, logs: str, q: mp.Queue) -> None:
+    fn = {"ddai": distill_selection, "floor": floor_distill}[name]
+    t0 = time.perf_counter()
+    n = fn(Path(logs))
+    q.put((n, time.perf_counter() - t0, _peak_mib()))
+
+
+def in_fresh_process(name: str, logs: Path) -> tuple[int, float, float]:
+    """(rows, seconds, peak MiB) of one distill reader in a fresh interpreter."""
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    proc = ctx.Process(target=_child, args=(name, str(logs), q))
+    proc.start()
+    out = q.get()
+    proc.join()
+    return out
 
 
 def size_arg(text: str) -> int:
