@@ -28,6 +28,7 @@ VIEWS = (
     "macros",
     "rollouts",
     "turns",
+    "valued_turns",
     "prompts_at",
     "prompts",
     "runs",
