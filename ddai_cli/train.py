@@ -180,12 +180,15 @@ def _summary(title: str, data: dict, *, as_json: bool) -> None:
 
 def _run(fn, cfg):
     """Call the training function; bad input (settings, files, TRL's config checks) exits 2."""
+    from ddai.pipelines.store import StoreConflict
     from ddai.trainer.common import TrainConfigError
 
     try:
         return fn(cfg)
     except (TrainConfigError, FileNotFoundError, FileExistsError, ValueError) as e:
         raise fail(str(e)) from e
+    except StoreConflict as e:  # the rollout log changed under a resume: nothing written
+        raise fail(str(e), 1) from e
 
 
 def register(app: typer.Typer) -> None:

@@ -88,10 +88,14 @@ def _floats(text: str | None, flag: str) -> list[float]:
 
 def _run(fn: Any, cfg: Any) -> Any:
     """Call the work function; bad input (settings, files) exits 2 with its message."""
+    from ddai.pipelines.store import StoreConflict
+
     try:
         return fn(cfg)
     except (ValueError, FileNotFoundError, FileExistsError) as e:
         raise fail(str(e)) from e
+    except StoreConflict as e:  # the run changed while it was scored: nothing written
+        raise fail(str(e), 1) from e
 
 
 def _group(app: typer.Typer, name: str, help_text: str) -> typer.Typer:

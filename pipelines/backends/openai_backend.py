@@ -97,6 +97,14 @@ class OpenAIBackend(RemoteBackend):
         self._client: openai.AsyncOpenAI | None = None
         self._client_loop: asyncio.AbstractEventLoop | None = None
 
+    @classmethod
+    def from_spec(cls, spec: Any, role: str, **context: Any) -> Any:
+        if role == "embedder":  # the embeddings endpoint, not a prompt: its own class
+            from ddai.pipelines.backends.openai_embedder import OpenAIEmbedder
+
+            return OpenAIEmbedder.from_spec(spec, role, **context)
+        return super().from_spec(spec, role, **context)
+
     # ------------------------------------------------------------------ client
     def client(self) -> openai.AsyncOpenAI:
         """The SDK client for the running event loop (its connection pool is bound to one loop)."""
@@ -143,13 +151,12 @@ class OpenAIBackend(RemoteBackend):
         self, rendered: Rendered, images: list[str], schema: type[BaseModel] | None
     ) -> tuple[dict[str, Any], TokenUsage]:
         user: str | list[dict[str, Any]] = rendered.user
-        if images:
+        if images:  # text and images in the prompt's order (``media.IMAGE_SLOT``)
             user = [
-                {"type": "text", "text": rendered.user},
-                *(
-                    {"type": "image_url", "image_url": {"url": media.load(i).data_url()}}
-                    for i in images
-                ),
+                {"type": "text", "text": v}
+                if kind == "text"
+                else {"type": "image_url", "image_url": {"url": media.load(v).data_url()}}
+                for kind, v in media.interleave(rendered.user, images)
             ]
         messages: list[dict[str, Any]] = (
             [{"role": "system", "content": rendered.system}] if rendered.system else []
@@ -173,8 +180,12 @@ class OpenAIBackend(RemoteBackend):
     async def _responses(
         self, rendered: Rendered, images: list[str], schema: type[BaseModel] | None
     ) -> tuple[dict[str, Any], TokenUsage]:
-        content: list[dict[str, Any]] = [{"type": "input_text", "text": rendered.user}]
-        content += [{"type": "input_image", "image_url": media.load(i).data_url()} for i in images]
+        content: list[dict[str, Any]] = [
+            {"type": "input_text", "text": v}
+            if kind == "text"
+            else {"type": "input_image", "image_url": media.load(v).data_url()}
+            for kind, v in media.interleave(rendered.user, images)
+        ]
         kwargs = self._common_kwargs(max_key="max_output_tokens")
         if rendered.system:
             kwargs["instructions"] = rendered.system
