@@ -50,6 +50,9 @@ class IngestConfig:
     progress: bool = True
     uid_field: str | None = None  # verl: the dump field holding the dataset id
     dataset: Path | None = None  # verl: dataset whose prompts give the ids
+    # the store an --append checks for duplicate keys, when not ``logs`` (a staged object-storage
+    # ingest checks the remote store)
+    stored_keys_from: Path | str | None = None
 
 
 @dataclass
@@ -253,7 +256,7 @@ def ingest(cfg: IngestConfig) -> IngestResult:
     ingest_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
     quarantine = _Quarantine(cfg.logs, ingest_id, list(map(Path, cfg.sources)))
     # on --append, keys already committed in a run are duplicates too (read once per run)
-    dups = DuplicateKeys(_stored_keys(cfg.logs) if cfg.append else None)
+    dups = DuplicateKeys(_stored_keys(cfg.stored_keys_from or cfg.logs) if cfg.append else None)
     started = time.time()
     qfiles: list[str] = []
     caps: dict[str, Capabilities] = {}

@@ -22,6 +22,7 @@ over the version read).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import tempfile
@@ -47,7 +48,8 @@ def ingest(cfg: Any) -> Any:
     with tempfile.TemporaryDirectory(prefix="ddai-stage-") as d:
         stage = Path(d) / "logs"
         sources, names = _local_sources(cfg.sources, Path(d) / "sources")
-        result = ingest_mod.ingest(dataclasses.replace(cfg, logs=stage, sources=sources))
+        staged = dataclasses.replace(cfg, logs=stage, sources=sources, stored_keys_from=url)
+        result = ingest_mod.ingest(staged)
         published = []
         for run in sorted(result.runs):
             publish(stage, url, run, append=cfg.append, names=names)
@@ -81,11 +83,18 @@ def publish(
 ) -> dict[str, Any] | None:
     """Publish staged run ``run`` of local store ``stage`` into the store at ``url``: side
     tables, quarantine, parts, then the manifest (the commit). Returns the committed manifest."""
-    for table_dir in sorted((stage / "_side").glob("*")) if (stage / "_side").is_dir() else []:
+    side: dict[str, dict[str, Any]] = {}  # per table written: rows and sha256, for the manifest
+    staged = stage / store.SIDE_DIR
+    for table_dir in sorted(staged.glob("*")) if staged.is_dir() else []:
         local = table_dir / f"{run}.jsonl"
-        remote = objstore.join(url, "_side", table_dir.name, f"{run}.jsonl")
+        remote = objstore.join(url, store.SIDE_DIR, table_dir.name, f"{run}.jsonl")
         if local.is_file():
-            _accumulate(local, remote, keep_old=append)
+            body = _accumulate(local, remote, keep_old=append)
+            side[table_dir.name] = {"rows": body.count(b"\n"), "sha256": _sha256(body)}
+    if not append:  # a replaced run keeps no side rows of tables this write did not have
+        for table in objstore.listdir(objstore.join(url, store.SIDE_DIR)):
+            if table not in side:
+                objstore.remove(objstore.join(url, store.SIDE_DIR, table, f"{run}.jsonl"))
     q = store.quarantine_path(stage, run)
     if q.is_file():  # entries accumulate across ingests, never overwritten
         _accumulate(q, objstore.join(url, store.QUARANTINE_DIR, q.name), keep_old=True)
@@ -100,7 +109,10 @@ def publish(
     for _ in range(_RETRIES):
         tag = objstore.etag(man_url)
         old = json.loads(objstore.read_text(man_url)) if tag else None
-        record = new
+        record = dict(new)
+        if side or "side_tables" in new:
+            kept = (old or {}).get("side_tables") or {} if append else {}
+            record["side_tables"] = {**kept, **side}
         if append and old is not None:
             old_files = old.get("files")
             if old_files is None:  # written before manifests listed files: list them now
@@ -108,7 +120,7 @@ def publish(
                     {"name": u.rsplit("/", 1)[-1], "sha256": objstore.sha256(u)}
                     for u in store.committed_files(part_url, old)
                 ]
-            base = {k: v for k, v in new.items() if k not in _OWN}
+            base = {k: v for k, v in record.items() if k not in _OWN}
             record = store.merge_record(
                 old, base, new.get("capabilities", {}), [*old_files, *new["files"]]
             )
@@ -134,16 +146,22 @@ def _rename_sources(man: dict[str, Any], names: dict[str, str]) -> dict[str, Any
     return json.loads(text)
 
 
-def _accumulate(local: Path, remote: str, *, keep_old: bool) -> None:
-    """Put ``local``'s lines at ``remote``, after the lines already there when ``keep_old``."""
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _accumulate(local: Path, remote: str, *, keep_old: bool) -> bytes:
+    """Put ``local``'s lines at ``remote``, after the lines already there when ``keep_old``;
+    returns what was put."""
     for _ in range(_RETRIES):
         tag = objstore.etag(remote)
         old = objstore.read_bytes(remote) if tag and keep_old else b""
         if old and not old.endswith(b"\n"):
             old += b"\n"
+        body = old + local.read_bytes()
         try:
-            objstore.put_bytes(remote, old + local.read_bytes(), if_match=tag, create=tag is None)
-            return
+            objstore.put_bytes(remote, body, if_match=tag, create=tag is None)
+            return body
         except objstore.ConflictError:
             continue
     raise objstore.ConflictError(f"{remote}: too many concurrent writers; retry")

@@ -152,6 +152,11 @@ class PartitionWriter:
         append: bool = False,
         batch_rows: int = DEFAULT_BATCH_ROWS,
     ) -> None:
+        if objstore.is_url(logs):
+            raise ValueError(
+                f"{objstore.display(logs)}: only `ddai ingest` writes runs to a store on object "
+                "storage; run this command on a local store and ingest its output there"
+            )
         self.logs = Path(logs)
         self.run_id = run_id
         self.final = partition_dir(logs, run_id)
@@ -361,7 +366,9 @@ def verify_partition(part: str | os.PathLike[str]) -> str | None:
     run = man.get("run_id") or p.name.split("=", 1)[-1]
     for table, rec in sorted((man.get("side_tables") or {}).items()):
         fp = p.parent / SIDE_DIR / table / f"{run}.jsonl"
-        if not fp.is_file():
+        if url:
+            fp = objstore.join(url.rsplit("/", 1)[0], SIDE_DIR, table, f"{run}.jsonl")
+        if not objstore.any_isfile(fp):
             bad.append(f"side table {table} missing")
         elif io.sha256_file(fp) != rec["sha256"]:
             bad.append(f"side table {table} changed")
