@@ -57,6 +57,9 @@ QUARANTINE_DIR = "_quarantine"
 SIDE_DIR = "_side"
 LOCK_DIR = "_locks"
 DEFAULT_BATCH_ROWS = 50_000
+# A row group is written when this many rows (or bytes, for wide rows) are staged.
+ROW_GROUP_ROWS = 131_072
+ROW_GROUP_BYTES = 64 << 20
 _SAFE_RUN_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-:+@")
 
 
@@ -169,6 +172,9 @@ class PartitionWriter:
         self.part = f"part-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}.parquet"
         self._writer: pq.ParquetWriter | None = None
         self._buf: list[dict[str, Any]] = []
+        self._tables: list[pa.Table] = []
+        self._staged_rows = 0
+        self._staged_bytes = 0
         self.rows = 0
         # What the written rollouts carry, counted batch by batch (DESIGN: a run's manifest says so)
         self.capabilities = capability_count.empty()
@@ -176,27 +182,45 @@ class PartitionWriter:
     def add(self, row: dict[str, Any]) -> None:
         self._buf.append(row)
         if len(self._buf) >= self.batch_rows:
-            self._flush()
+            self._rows_to_table()
 
     def add_table(self, table: pa.Table) -> None:
-        self._flush()
-        self._write(table.select(ROLLOUT_SCHEMA.names).cast(ROLLOUT_SCHEMA))
+        """Add rows already in (or castable to) ``ROLLOUT_SCHEMA``, after the rows added before."""
+        self._rows_to_table()
+        self._stage(table.select(ROLLOUT_SCHEMA.names).cast(ROLLOUT_SCHEMA))
 
-    def _write(self, table: pa.Table) -> None:
+    def _stage(self, table: pa.Table) -> None:
+        # Tables wait until a large row group is full: readers scan a few big groups faster than
+        # one small group per reader batch.
+        self._tables.append(table)
+        self._staged_rows += table.num_rows
+        self._staged_bytes += table.nbytes
+        if self._staged_rows >= ROW_GROUP_ROWS or self._staged_bytes >= ROW_GROUP_BYTES:
+            self._write_staged()
+
+    def _write_staged(self) -> None:
+        if not self._tables:
+            return
+        table = pa.concat_tables(self._tables)
+        self._tables, self._staged_rows, self._staged_bytes = [], 0, 0
         if self._writer is None:
             self._writer = pq.ParquetWriter(
                 self.tmp / self.part, ROLLOUT_SCHEMA, compression="zstd"
             )
-        self._writer.write_table(table)
+        self._writer.write_table(table, row_group_size=max(table.num_rows, 1))
         self.rows += table.num_rows
         self.capabilities = capability_count.add(
             self.capabilities, capability_count.count_table(table)
         )
 
-    def _flush(self) -> None:
+    def _rows_to_table(self) -> None:
         if self._buf:
-            self._write(pa.Table.from_pylist(self._buf, schema=ROLLOUT_SCHEMA))
+            self._stage(pa.Table.from_pylist(self._buf, schema=ROLLOUT_SCHEMA))
             self._buf = []
+
+    def _flush(self) -> None:
+        self._rows_to_table()
+        self._write_staged()
 
     def commit(
         self,
