@@ -33,7 +33,8 @@ LogsOpt = Annotated[
     typer.Option(
         "--logs",
         metavar="DIR",
-        help="Log store folder (hive-partitioned Parquet). Default: $DDAI_LOGS, ddai.toml `logs`, "
+        help="Log store folder (hive-partitioned Parquet), or an s3:// / gs:// URL (credentials "
+        "from the environment). Default: $DDAI_LOGS, ddai.toml `logs`, "
         "else <workspace>/logs with the workspace $DDAI_HOME or ./ddai-work.",
     ),
 ]

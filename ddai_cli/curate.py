@@ -433,7 +433,9 @@ def lineage_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Walk the manifests of FILE back to the raw logs and print the funnel."""
-    missing = [str(f) for f in files if not f.exists()]
+    from ddai.pipelines import objstore
+
+    missing = [objstore.display(f) for f in files if not objstore.any_exists(f)]
     if missing:
         raise fail(f"{', '.join(missing)} not found; pass funnel outputs (with .manifest.json)")
     graph = _run("tracing", lambda: lineage.lineage_graph(files, check_hashes=check))

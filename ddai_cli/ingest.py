@@ -19,6 +19,7 @@ from ddai.cli.common import (
 from ddai.pipelines import adapters, workspace
 from ddai.pipelines.adapters.hint import wrong_format_hint
 from ddai.pipelines.ingest import IngestConfig, ingest
+from ddai.pipelines.objstore import display
 
 
 def ingest_cmd(
@@ -96,7 +97,7 @@ def ingest_cmd(
         result = ingest(cfg)
     except (FileNotFoundError, ValueError) as e:
         raise fail(str(e)) from e
-    data = {"log store": str(cfg.logs), **result.summary()}
+    data = {"log store": display(cfg.logs), **result.summary()}
     if as_json:  # what each run carries as counts of rollouts, not one line of text
         data["carries"] = {
             r: {n: c.count(n) for n in c.carries()} for r, c in sorted(result.capabilities.items())
