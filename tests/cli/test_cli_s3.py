@@ -22,7 +22,7 @@ runner = CliRunner()
 def _ddai(*args: str) -> dict:
     res = runner.invoke(app, [*args, "--json"])
     assert res.exit_code == 0, res.output
-    return json.loads(res.output)
+    return json.loads(res.stdout)
 
 
 def _table(url: str):
@@ -57,9 +57,9 @@ def test_the_loop_on_s3_matches_the_loop_on_local_files(s3_env, tmp_path):
     assert [(r["run_id"], r["n"]) for r in rows] == [("focused_r1", "144"), ("phase1", "144")]
 
     bucket_args = ["curate", "bucket", "--dataset", f"{s3}/data/dataset.parquet", "--logs", logs]
-    bucket_args += ["--run", "phase1", "--out", f"{s3}/curated"]
+    bucket_args += ["--run", "phase1", "--out-dir", f"{s3}/curated"]
     b, b_local = _both(s3, local, *bucket_args)
-    assert b["bucket A"] == b_local["bucket A"] and b["bucket 0"] == b_local["bucket 0"]
+    assert b["bucket_a"] == b_local["bucket_a"] and b["bucket_0"] == b_local["bucket_0"]
     for name in ("a", "b", "0"):
         url = f"{s3}/curated/curriculum_bucket_{name}.parquet"
         mine = _table(url)
@@ -69,13 +69,13 @@ def test_the_loop_on_s3_matches_the_loop_on_local_files(s3_env, tmp_path):
         assert man["output_sha256"] == objstore.sha256(url)
         assert man["inputs"][0]["path"] == f"{s3}/data/dataset.parquet"
         assert man["inputs"][1]["path"] == f"{logs}/run_id=phase1"
-    assert _ddai(*bucket_args)["skipped (unchanged)"] is True
+    assert _ddai(*bucket_args)["skipped_unchanged"] is True
 
     focus_args = ["curate", "focus", "--bucket-a", f"{s3}/curated/curriculum_bucket_a.parquet"]
     focus_args += ["--bucket-0", f"{s3}/curated/curriculum_bucket_0.parquet", "--logs", logs]
     focus_args += ["--run", "focused_r1", "--out", f"{s3}/focused_round1.parquet"]
     f, f_local = _both(s3, local, *focus_args)
-    assert f["round 1"] == f_local["round 1"] > 0
+    assert f["round_1"] == f_local["round_1"] > 0
     ids = _table(f"{s3}/focused_round1.parquet")["id"].to_pylist()
     assert ids == pq.read_table(local / "focused_round1.parquet")["id"].to_pylist()
 
@@ -102,7 +102,7 @@ def test_the_loop_on_s3_matches_the_loop_on_local_files(s3_env, tmp_path):
         "--out",
         f"{s3}/sft/sft.parquet",
     )
-    assert d["samples written"] == d_local["samples written"] > 0
+    assert d["samples_written"] == d_local["samples_written"] > 0
     sft = _table(f"{s3}/sft/sft.parquet")
     assert sft["uid"].to_pylist() == pq.read_table(local / "sft" / "sft.parquet")["uid"].to_pylist()
 
@@ -128,9 +128,9 @@ def test_bucket_from_a_score_table_on_s3(s3_env, tmp_path):
     objstore.put_file(FIX / "dataset.parquet", f"{s3_env}/dataset.parquet")
     out = _ddai(
         "curate", "bucket", "--dataset", f"{s3_env}/dataset.parquet",
-        "--scores", f"{s3_env}/scores.csv", "--score-col", "phase1_ndcg", "--out", f"{s3_env}/b",
+        "--scores", f"{s3_env}/scores.csv", "--score-col", "phase1_ndcg", "--out-dir", f"{s3_env}/b",
     )  # fmt: skip
     want = [sum(1 for s in scores.values() if s == v) for v in (0.9, 0.5, 0.05)]
-    assert [out["bucket B"], out["bucket A"], out["bucket 0"]] == want
+    assert [out["bucket_b"], out["bucket_a"], out["bucket_0"]] == want
     b = _table(f"{s3_env}/b/curriculum_bucket_b.parquet")
     assert sorted(b["id"].to_pylist()) == sorted(i for i, s in scores.items() if s == 0.9)
