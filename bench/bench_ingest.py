@@ -1,5 +1,6 @@
 """Benchmark: ``ddai ingest`` against the columnar floor, on DDAI's flash log, DDAI's unified log
-and ddai's own Parquet, at 100k and 1M rollouts (``--big``: 10M too).
+and ddai's own Parquet, at 100k and 1M rollouts (the unified log: 100k; ``--big``: 10M too for
+flash and Parquet).
 
 Inputs are written into a temp folder from the committed synthetic world (``fixtures/``):
 
@@ -249,7 +250,7 @@ def _plan(rollouts: str | None, big: bool, inputs: list[str]) -> list[tuple[int,
     """(size, input) pairs to measure, smallest size first.
 
     Without ``--rollouts`` the unified log stops at 100k: it is assembled event by event (about
-    5k events/s, 12 events per rollout), so 1M would take about an hour of ``make bench``."""
+    5-14k events/s, 12 events per rollout), so 1M took about an hour of ``make bench``."""
     if rollouts is not None:
         sizes = {name: [int(x) for x in rollouts.split(",") if x] for name in inputs}
     else:
@@ -269,7 +270,7 @@ def main() -> None:
         "--rollouts",
         default=None,
         help="Comma-separated sizes (rollouts per input); default 100000,1000000 for flash and "
-        "Parquet and 100000 for the unified log (read event by event: about 4 min per 100k here).",
+        "Parquet and 100000 for the unified log (read event by event: 1.5 to 4 min per 100k on a busy 2-core VM).",
     )
     ap.add_argument(
         "--big", action="store_true", help="Also 10,000,000 rollouts (flash and Parquet only)."
