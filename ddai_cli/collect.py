@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from ddai.cli.common import JsonOpt, LogsOpt, fail, summary
+from ddai.cli.common import JsonOpt, LogsOpt, ProgressOpt, fail, summary
 from ddai.cli.train import (
     BiasOpt,
     ForceCompletionOpt,
@@ -105,6 +105,7 @@ def train_collect_command(
         str, typer.Option("--dtype", help="Local policy dtype: float32 (CPU), bfloat16, ...")
     ] = "float32",
     seed: Annotated[int, typer.Option("--seed", help="Sampling seed (plus the rank).")] = 0,
+    progress: ProgressOpt = True,
     as_json: JsonOpt = False,
 ) -> None:
     """Roll out a policy over a prompt set and log the scored episodes, without training."""
@@ -146,7 +147,7 @@ def train_collect_command(
         limit=limit,
         dtype=dtype,
         seed=seed,
-        progress=not as_json,
+        progress=progress and not as_json,
     )
     summary("ddai train collect", asdict(_run(run_collect, cfg)), as_json=as_json)
 

@@ -18,7 +18,7 @@ ModelOpt = Annotated[
     ),
 ]
 OutOpt = Annotated[
-    Path, typer.Option("--out", help="Output folder: checkpoints, metrics and the final model.")
+    Path, typer.Option("--out-dir", help="Output folder: checkpoints, metrics and the final model.")
 ]
 ConfigOpt = Annotated[
     Path | None,
@@ -43,7 +43,7 @@ ReportOpt = Annotated[
     ),
 ]
 ResumeOpt = Annotated[
-    bool, typer.Option("--resume", help="Continue from the last checkpoint in --out.")
+    bool, typer.Option("--resume", help="Continue from the last checkpoint in --out-dir.")
 ]
 StepsOpt = Annotated[
     int | None, typer.Option("--max-steps", help="Stop after this many optimizer steps.")

@@ -10,7 +10,16 @@ from typing import Annotated, Any
 
 import typer
 
-from ddai.cli.common import JsonOpt, LogsOpt, RunsOpt, ThresholdOpt, check_run_ids, fail, summary
+from ddai.cli.common import (
+    JsonOpt,
+    LogsOpt,
+    ProgressOpt,
+    RunsOpt,
+    ThresholdOpt,
+    check_run_ids,
+    fail,
+    summary,
+)
 from ddai.cli.train import (
     AccelerateConfigOpt,
     BiasOpt,
@@ -35,7 +44,7 @@ from ddai.cli.train import (
 )
 
 OutOpt = Annotated[
-    Path, typer.Option("--out", help="Output folder: the checkpoint and metrics.jsonl.")
+    Path, typer.Option("--out-dir", help="Output folder: the checkpoint and metrics.jsonl.")
 ]
 DtypeOpt = Annotated[
     str,
@@ -201,6 +210,7 @@ def train_value_command(
     seed: SeedOpt = 0,
     launch: LaunchOpt = None,
     accelerate_config: AccelerateConfigOpt = None,
+    progress: ProgressOpt = True,
     as_json: JsonOpt = False,
 ) -> None:
     """Train a value head on terminal outcomes from the rollout log: pairwise ranking + MC MSE."""
@@ -238,6 +248,7 @@ def train_value_command(
         grad_accum=grad_accum,
         dtype=dtype,
         seed=seed,
+        progress=progress and not as_json,
     )
     result = asdict(_run(train_value, cfg))
     flat = {k: v for k, v in result.items() if k not in ("eval_before", "eval_after")}
@@ -249,7 +260,9 @@ def train_value_command(
 def value_score_command(
     checkpoint: Annotated[
         Path,
-        typer.Option("--checkpoint", help="A value checkpoint (the --out of ddai train value)."),
+        typer.Option(
+            "--checkpoint", help="A value checkpoint (the --out-dir of ddai train value)."
+        ),
     ],
     logs: LogsOpt = None,
     run: RunsOpt = None,
@@ -278,7 +291,7 @@ def value_score_command(
 
     if not checkpoint.is_dir():
         raise fail(
-            f"--checkpoint {checkpoint} not found; train one with `ddai train value --out DIR`"
+            f"--checkpoint {checkpoint} not found; train one with `ddai train value --out-dir DIR`"
         )
     cfg = ValueScoreConfig(
         checkpoint=checkpoint,
@@ -305,7 +318,8 @@ def train_ppo_command(
         Path, typer.Option("--corpus", help="pages.parquet (or its folder) to search and crop.")
     ],
     out: Annotated[
-        Path, typer.Option("--out", help="Output folder: the policy, critic/ and metrics.jsonl.")
+        Path,
+        typer.Option("--out-dir", help="Output folder: the policy, critic/ and metrics.jsonl."),
     ],
     critic: Annotated[
         str | None,
@@ -480,7 +494,7 @@ def train_ppo_command(
         bool,
         typer.Option(
             "--resume",
-            help="Continue from the last checkpoint-N in --out: steps N+1..--max-steps, same run id.",
+            help="Continue from the last checkpoint-N in --out-dir: steps N+1..--max-steps, same run id.",
         ),
     ] = False,
     save_steps: Annotated[
@@ -492,6 +506,7 @@ def train_ppo_command(
     ] = 0,
     launch: LaunchOpt = None,
     accelerate_config: AccelerateConfigOpt = None,
+    progress: ProgressOpt = True,
     as_json: JsonOpt = False,
 ) -> None:
     """PPO over the multi-turn search environment, with a value head as critic and GAE."""
@@ -564,6 +579,7 @@ def train_ppo_command(
         seed=seed,
         skip_preflight=skip_preflight,
         preflight_prompts=preflight_prompts,
+        progress=progress and not as_json,
     )
     summary("ddai train ppo", asdict(_run(run_ppo, cfg)), as_json=as_json)
 

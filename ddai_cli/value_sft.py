@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from ddai.cli.common import JsonOpt, LogsOpt, RunsOpt, ThresholdOpt, summary
+from ddai.cli.common import JsonOpt, LogsOpt, ProgressOpt, RunsOpt, ThresholdOpt, summary
 from ddai.cli.train import AccelerateConfigOpt, LaunchOpt, maybe_relaunch
 from ddai.cli.value import (
     DtypeOpt,
@@ -101,6 +101,7 @@ def train_value_sft_command(
     seed: Annotated[int, _opt("--seed", "Random seed (pair draws, split).")] = 42,
     launch: LaunchOpt = None,
     accelerate_config: AccelerateConfigOpt = None,
+    progress: ProgressOpt = True,
     as_json: JsonOpt = False,
 ) -> None:
     """Seed 004's joint stage: SFT on correct rollouts, each token weighted by
@@ -110,6 +111,7 @@ def train_value_sft_command(
     from ddai.trainer.value_sft import ValueSFTConfig, train_value_sft
 
     cfg = ValueSFTConfig(
+        progress=progress and not as_json,
         model=model,
         critic=critic,
         output_dir=out,

@@ -29,7 +29,7 @@ from typing import IO, Any
 import pyarrow as pa
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
-from ddai.pipelines import adapters, io, store
+from ddai.pipelines import adapters, io, objstore, store
 from ddai.pipelines.adapters.base import ReaderContext, RowBatch, SourceRecord, error_detail
 from ddai.pipelines.adapters.side import SideTables
 from ddai.pipelines.adapters.verl_ids import UidMapper
@@ -54,6 +54,9 @@ class IngestConfig:
     # Formats that can read in columns do, batch by batch (False: every row through the per-row
     # path; the same rollouts and quarantine, slower).
     columnar: bool = True
+    # the store an --append checks for duplicate keys, when not ``logs`` (a staged object-storage
+    # ingest checks the remote store)
+    stored_keys_from: Path | str | None = None
 
 
 @dataclass
@@ -233,13 +236,22 @@ def ingest(cfg: IngestConfig) -> IngestResult:
     """Ingest every source; one partition per run, replaced unless ``cfg.append``."""
     if cfg.run_id is not None:
         check_run_id(cfg.run_id)
+    if objstore.is_url(cfg.logs):  # staged here, published with a conditional manifest put
+        from ddai.pipelines import remote_store
+
+        return remote_store.ingest(cfg)
+    if any(objstore.is_url(s) for s in cfg.sources):
+        raise ValueError(
+            "source URLs are read when the log store is on object storage too (--logs s3://…); "
+            "download them first for a local store"
+        )
     missing = [str(s) for s in cfg.sources if not Path(s).is_file()]
     if missing:
         raise FileNotFoundError(f"source file(s) not found: {', '.join(missing)}")
     fmt_of: dict[str, str] = {}
     for src in cfg.sources:
         fmt_of[str(src)] = adapters.detect(Path(src)) if cfg.fmt == "auto" else cfg.fmt
-        adapters.reader(fmt_of[str(src)])  # fail early on an unknown --format
+        adapters.reader(fmt_of[str(src)])  # fail early on an unknown --input-format
     side = SideTables(cfg.logs, cfg.run_id, NO_RUN)
     ctx = ReaderContext(
         run_id=cfg.run_id,
@@ -253,7 +265,7 @@ def ingest(cfg: IngestConfig) -> IngestResult:
     ingest_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
     quarantine = _Quarantine(cfg.logs, ingest_id, list(map(Path, cfg.sources)))
     # on --append, keys already committed in a run are duplicates too (read once per run)
-    dups = DuplicateKeys(_stored_keys(cfg.logs) if cfg.append else None)
+    dups = DuplicateKeys(_stored_keys(cfg.stored_keys_from or cfg.logs) if cfg.append else None)
     started = time.time()
     qfiles: list[str] = []
     caps: dict[str, Capabilities] = {}

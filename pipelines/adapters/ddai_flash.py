@@ -1,4 +1,4 @@
-"""DDAI's legacy ``flash_rm_detail.jsonl``: one line per scored rollout (``--format ddai-flash``).
+"""DDAI's legacy ``flash_rm_detail.jsonl``: one line per scored rollout (``--input-format ddai-flash``).
 
 The line is the streaming reward manager's ``rm.flash.detail`` payload plus ``timestamp`` and
 ``pid``; DESIGN.md's mapping applies (``local_idx`` → ``rollout_idx``, ``final_score`` →
