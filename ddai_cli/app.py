@@ -154,7 +154,7 @@ def main() -> None:
         # A training command under ``accelerate launch``/``torchrun`` ends its process group here
         # (only when torch.distributed was imported: other commands stay free of torch).
         if "torch.distributed" in sys.modules:
-            from ddai.trainer.dist import shutdown
+            from ddai.trainer.runtime.dist import shutdown
 
             shutdown()
 

@@ -109,7 +109,7 @@ def train_collect_command(
 ) -> None:
     """Roll out a policy over a prompt set and log the scored episodes, without training."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from ddai.trainer.collect import CollectConfig, run_collect
+    from ddai.trainer.search.collect import CollectConfig, run_collect
 
     for name, path in (("--data", data), ("--corpus", corpus)):
         if not path.exists():

@@ -161,7 +161,7 @@ def maybe_relaunch(launch: int | None, accelerate_config: Path | None) -> None:
         return
     import sys
 
-    from ddai.trainer.launch import relaunch
+    from ddai.trainer.runtime.launch import relaunch
 
     try:
         code = relaunch(sys.argv[1:], launch, accelerate_config)
@@ -172,7 +172,7 @@ def maybe_relaunch(launch: int | None, accelerate_config: Path | None) -> None:
 
 def _summary(title: str, data: dict, *, as_json: bool) -> None:
     """The closing summary, printed by the main process only (one per run under a launcher)."""
-    from ddai.trainer import dist
+    from ddai.trainer.runtime import dist
 
     if dist.is_main():
         summary(title, data, as_json=as_json)
@@ -257,7 +257,7 @@ def register(app: typer.Typer) -> None:
         maybe_relaunch(launch, accelerate_config)
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         from ddai.trainer.common import TrainConfigError, parse_set
-        from ddai.trainer.sft import SFTRunConfig, run_sft
+        from ddai.trainer.sft.train import SFTRunConfig, run_sft
 
         try:
             overrides = parse_set(set_)
@@ -454,7 +454,7 @@ def register(app: typer.Typer) -> None:
         maybe_relaunch(launch, accelerate_config)
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         from ddai.trainer.common import TrainConfigError, parse_set
-        from ddai.trainer.grpo import GRPORunConfig, run_grpo
+        from ddai.trainer.grpo.train import GRPORunConfig, run_grpo
 
         try:
             overrides = parse_set(set_)

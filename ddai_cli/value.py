@@ -202,7 +202,7 @@ def train_value_command(
     """Train a value head on terminal outcomes from the rollout log: pairwise ranking + MC MSE."""
     maybe_relaunch(launch, accelerate_config)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from ddai.trainer.value_train import ValueTrainConfig, train_value
+    from ddai.trainer.value.train import ValueTrainConfig, train_value
 
     cfg = ValueTrainConfig(
         model=model,
@@ -270,7 +270,7 @@ def value_score_command(
 ) -> None:
     """Write per-turn value estimates into the rollout log (turns[].value)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from ddai.trainer.value_score import ValueScoreConfig, score_runs
+    from ddai.trainer.value.score import ValueScoreConfig, score_runs
 
     if not checkpoint.is_dir():
         raise fail(
@@ -493,7 +493,7 @@ def train_ppo_command(
     """PPO over the multi-turn search environment, with a value head as critic and GAE."""
     maybe_relaunch(launch, accelerate_config)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from ddai.trainer.ppo import PPORunConfig, run_ppo
+    from ddai.trainer.ppo.train import PPORunConfig, run_ppo
 
     for name, path in (("--data", data), ("--corpus", corpus)):
         if not path.exists():

@@ -107,7 +107,7 @@ def train_value_sft_command(
     clip(exp(δ/β)) from the critic's TD error, trained with the critic's value loss."""
     maybe_relaunch(launch, accelerate_config)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from ddai.trainer.value_sft import ValueSFTConfig, train_value_sft
+    from ddai.trainer.value.sft import ValueSFTConfig, train_value_sft
 
     cfg = ValueSFTConfig(
         model=model,

@@ -301,7 +301,7 @@ def rce_loss(
 
 
 # ---------------------------------------------------------------------------- value-head losses
-# MC tokenwise MSE, pairwise ranking and TD(λ) for the value head live here (trainer/value.py).
+# MC tokenwise MSE, pairwise ranking and TD(λ) for the value head live here (trainer/value/model.py).
 
 
 # ----------------------------------------------------------------------------- value head and PPO
@@ -320,7 +320,7 @@ __all__ += list(_VALUE_LOSSES)
 
 def __getattr__(name: str):
     if name in _VALUE_LOSSES:
-        from ddai.trainer import value_losses
+        from ddai.trainer.value import losses as value_losses
 
         return getattr(value_losses, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -79,5 +79,5 @@ def check_trl_internals(grpo_cls: Any | None = None) -> None:
         raise TRLInternalsChanged(
             f"trl {trl.__version__} changed internals ddai's GRPO trainer overrides "
             f"(tested with trl{TESTED_TRL}): " + "; ".join(problems) + ". Install a tested "
-            f"version (pip install 'trl{TESTED_TRL}') or update ddai/trainer/grpo.py."
+            f"version (pip install 'trl{TESTED_TRL}') or update ddai/trainer/grpo/train.py."
         )

@@ -20,8 +20,12 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 import random
 
 from ddai.pipelines.backends import JudgeResult
-from ddai.trainer import dist, grpo, rollout, sft, toy
-from ddai.trainer.env import SearchEnv
+from ddai.trainer import toy
+from ddai.trainer.grpo import train as grpo
+from ddai.trainer.runtime import dist
+from ddai.trainer.search import rollout
+from ddai.trainer.search.env import SearchEnv
+from ddai.trainer.sft import train as sft
 
 
 class RandomJudge:

@@ -12,7 +12,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from ddai.cli.app import app
 from ddai.trainer.common import TrainConfigError, parse_set, split_report_to
-from ddai.trainer.grpo import GRPORunConfig, grpo_args, reward_spec
+from ddai.trainer.grpo.train import GRPORunConfig, grpo_args, reward_spec
 
 
 def _cfg(tmp_path: Path, **kw) -> GRPORunConfig:

@@ -12,8 +12,8 @@ import torch
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
-from ddai.trainer import grpo
-from ddai.trainer.vision import vision_batch
+from ddai.trainer.grpo import train as grpo
+from ddai.trainer.search.vision import vision_batch
 
 IMAGE_ID = 7
 

@@ -14,16 +14,16 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 from ddai.pipelines import tags
 from ddai.pipelines.corpus import Corpus
-from ddai.trainer.data import Task
-from ddai.trainer.env import EnvConfig, SearchEnv
 from ddai.trainer.modeling import load_policy
-from ddai.trainer.rollout import (
+from ddai.trainer.search.env import EnvConfig, SearchEnv
+from ddai.trainer.search.rollout import (
     HFSampler,
     RolloutConfig,
     Sampler,
     run_rollouts,
     token_truncator,
 )
+from ddai.trainer.search.tasks import Task
 from ddai.trainer.tiny import build_tiny
 
 TURNS = [

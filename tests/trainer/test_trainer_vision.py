@@ -16,17 +16,17 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 from PIL import Image
 
 from ddai.pipelines.corpus import Corpus
-from ddai.trainer.data import Task
-from ddai.trainer.env import EnvConfig, SearchEnv
-from ddai.trainer.rollout import HFSampler, RolloutConfig, Sampler, run_rollouts
-from ddai.trainer.tiny import FIXTURE_TEXT, train_tokenizer
-from ddai.trainer.vision import (
+from ddai.trainer.search.env import EnvConfig, SearchEnv
+from ddai.trainer.search.rollout import HFSampler, RolloutConfig, Sampler, run_rollouts
+from ddai.trainer.search.tasks import Task
+from ddai.trainer.search.vision import (
     VisionObservationFormat,
     crop_image,
     page_image_path,
     slice_vision,
     vision_batch,
 )
+from ddai.trainer.tiny import FIXTURE_TEXT, train_tokenizer
 
 VISION_TOKENS = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
 # ChatML whose user content may be typed blocks; an image is Qwen2-VL's placeholder triple.
@@ -284,8 +284,8 @@ def test_loss_forward_uses_the_rollout_pixels(vlm, world, tmp_path):
     from trl import GRPOConfig
     from trl.trainer.utils import pad
 
-    from ddai.trainer.grpo import SearchRollout, _trainer_class
-    from ddai.trainer.rewards import reward_preset
+    from ddai.trainer.grpo.train import SearchRollout, _trainer_class
+    from ddai.trainer.search.rewards import reward_preset
 
     model, tok, vision = vlm
     env, _, _ = world

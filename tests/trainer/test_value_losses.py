@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from ddai.trainer.value_losses import (
+from ddai.trainer.value.losses import (
     hybrid_value_loss,
     mc_value_loss,
     pairwise_accuracy,
@@ -161,7 +161,7 @@ def test_value_losses_import_in_either_order():
     import subprocess
     import sys
 
-    for first in ("ddai.trainer.value_losses", "ddai.trainer.losses"):
+    for first in ("ddai.trainer.value.losses", "ddai.trainer.losses"):
         code = (
             f"import {first}\n"
             "from ddai.trainer.losses import mc_value_loss\n"

@@ -131,7 +131,7 @@ def _prepare(model: PointerSelector, opt: torch.optim.Optimizer, acc: Any) -> tu
 
 
 def _epoch_metrics(seen: list[dict[str, float]], acc: Any) -> dict[str, float]:
-    from ddai.trainer import accel
+    from ddai.trainer.runtime import accel
 
     mean = _mean_metrics(seen)
     return mean if acc is None else accel.mean_metrics(mean, acc)
@@ -312,7 +312,7 @@ def run_train(cfg: PointerTrainConfig) -> dict[str, Any]:
     Under ``accelerate launch`` (CPU processes: the selector is small) every rank starts from the
     same weights, trains DDP-wrapped on its share of each batch, and the main process alone shows
     progress and writes the outputs."""
-    from ddai.trainer import accel
+    from ddai.trainer.runtime import accel
 
     cfg.check()
     acc = accel.make_accelerator(cpu=True)

@@ -27,10 +27,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ddai.trainer.data import Task
-from ddai.trainer.env import Episode, SearchEnv
-from ddai.trainer.sampling import LogprobRecorder, SamplingConfig, bare_generation_config
-from ddai.trainer.vision import ImageObservation, VisionObservationFormat
+from ddai.trainer.search.env import Episode, SearchEnv
+from ddai.trainer.search.sampling import LogprobRecorder, SamplingConfig, bare_generation_config
+from ddai.trainer.search.tasks import Task
+from ddai.trainer.search.vision import ImageObservation, VisionObservationFormat
 
 _OBS_MARK = "\x00OBS\x00"
 _ANS_MARK = "\x00ANS\x00"
@@ -151,7 +151,7 @@ class Sampler:
 
 class HFSampler(Sampler):
     """``model.generate`` over a left-padded batch, sampling from exactly the distribution whose
-    log-probs it returns (``ddai.trainer.sampling``): the explicit processors of ``sampling``
+    log-probs it returns (``ddai.trainer.search.sampling``): the explicit processors of ``sampling``
     and none of the checkpoint's ``generation_config``; only the drawn tokens' log-probs are kept.
 
     A VLM's image placeholder token (``image_token_id``) is never sampled: a sampled placeholder
@@ -374,7 +374,7 @@ def run_rollouts(
     prompt and every environment span through the processor (required for image observations).
 
     ``any_active(local_active) -> global_active`` makes turns lock-step across ranks (an all-reduce,
-    ``ddai.trainer.dist.any_across_ranks``): every rank runs the same number of turns; a rank whose
+    ``ddai.trainer.runtime.dist.any_across_ranks``): every rank runs the same number of turns; a rank whose
     episodes have all ended idles (``Sampler.idle``) until no rank has a live episode, so the
     collectives of sharded generation (FSDP, ZeRO-3) line up.
     """

@@ -30,9 +30,10 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ddai.trainer import value_losses as vl
-from ddai.trainer import value_sft_math as vsm
-from ddai.trainer.value import (
+from ddai.trainer.value import losses as vl
+from ddai.trainer.value import sft_math as vsm
+from ddai.trainer.value.data import TARGETS, Batch, collate, parse_bins
+from ddai.trainer.value.model import (
     HEAD_FILE,
     TRUNK_DIR,
     ValueModel,
@@ -41,8 +42,7 @@ from ddai.trainer.value import (
     read_config,
     save_value_model,
 )
-from ddai.trainer.value_data import TARGETS, Batch, collate, parse_bins
-from ddai.trainer.value_train import METRICS_FILE, MetricsLog, Split
+from ddai.trainer.value.train import METRICS_FILE, MetricsLog, Split
 
 CRITIC_DIR = "critic"
 
@@ -255,9 +255,9 @@ def train_value_sft(cfg: ValueSFTConfig) -> ValueSFTResult:
     """Run the joint stage and save the policy to ``output_dir`` and the critic to ``critic/``."""
     from ddai.pipelines.distill.rebuild import load_system_prompt
     from ddai.pipelines.pointer.progress import bar
-    from ddai.trainer import accel
-    from ddai.trainer.value_data import tokenize_rollouts
-    from ddai.trainer.value_train import _read_rows, evaluate, prompt_messages, split_data
+    from ddai.trainer.runtime import accel
+    from ddai.trainer.value.data import tokenize_rollouts
+    from ddai.trainer.value.train import _read_rows, evaluate, prompt_messages, split_data
 
     cfg.check()
     rows = _read_rows(cfg)  # type: ignore[arg-type]  # reads logs/runs only

@@ -16,7 +16,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from ddai.trainer.chat import normalize_messages
+from ddai.trainer.search.chat import normalize_messages
 
 
 @dataclass(frozen=True)

@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from ddai.pipelines import workspace
-from ddai.trainer import common, dist
-from ddai.trainer.data import Task, load_tasks
-from ddai.trainer.env import EnvConfig, SearchEnv
-from ddai.trainer.logrows import rollout_row
-from ddai.trainer.preflight import (
+from ddai.trainer import common
+from ddai.trainer.runtime import dist
+from ddai.trainer.search.env import EnvConfig, SearchEnv
+from ddai.trainer.search.logrows import rollout_row
+from ddai.trainer.search.preflight import (
     PreflightReport,
     SampledEpisode,
     ZeroVarianceSteps,
@@ -38,7 +38,7 @@ from ddai.trainer.preflight import (
     sample,
     write_run_config,
 )
-from ddai.trainer.rewards import (
+from ddai.trainer.search.rewards import (
     Judged,
     RewardSpec,
     StreamingScorer,
@@ -46,14 +46,15 @@ from ddai.trainer.rewards import (
     reward_preset,
     unscorable_reason,
 )
-from ddai.trainer.rollout import (
+from ddai.trainer.search.rollout import (
     HFSampler,
     RolloutConfig,
     Trajectory,
     VLLMServerSampler,
     run_rollouts,
 )
-from ddai.trainer.vision import (
+from ddai.trainer.search.tasks import Task, load_tasks
+from ddai.trainer.search.vision import (
     ResizedPixels,
     VisionObservationFormat,
     on_device,
@@ -165,7 +166,7 @@ class GRPORunConfig:
     config_file: Path | None = None
     overrides: dict[str, Any] = field(default_factory=dict)
     skip_preflight: bool = False
-    """Train without the preflight checks (``ddai.trainer.preflight``); recorded in the run config."""
+    """Train without the preflight checks (``ddai.trainer.search.preflight``); recorded in the run config."""
     preflight_prompts: int = 2
     """Prompts whose ``n_agent`` episodes the preflight samples (and 4× as many for search)."""
 
@@ -737,9 +738,9 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
         lora_config,
         parameter_snapshot,
     )
-    from ddai.trainer.rollout import token_truncator
-    from ddai.trainer.sft import merged_lora, save_final, save_model
-    from ddai.trainer.train_metrics import TrainMetricsLog
+    from ddai.trainer.runtime.train_metrics import TrainMetricsLog
+    from ddai.trainer.search.rollout import token_truncator
+    from ddai.trainer.sft.train import merged_lora, save_final, save_model
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     args = grpo_args(cfg)

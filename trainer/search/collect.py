@@ -3,7 +3,7 @@ training: off-policy data collection and evaluation, through the episode code of
 grpo``/``ppo`` (the same environment, lock-step turns, streamed reward and rollout-log rows).
 
 The policy is a local model (``--model``), or any OpenAI-compatible server (``--generate-via
-NAME``, ``ddai.trainer.openai_sampler``), with ``--model`` then naming only the tokenizer and chat
+NAME``, ``ddai.trainer.search.openai_sampler``), with ``--model`` then naming only the tokenizer and chat
 template the server's model uses. Each prompt gets ``n_agent`` rollouts, in batches of
 ``batch_size`` rollouts per process; under ``accelerate launch`` the processes split every batch's
 prompts and the main process writes all rows once (``sample_idx`` counts over the whole run;
@@ -85,7 +85,7 @@ class CollectResult:
 def _policy(cfg: CollectConfig) -> tuple[Any, Any, Any]:
     """``(model or None, tokenizer, sampler or None)``."""
     from ddai.trainer.modeling import load_policy, load_tokenizer
-    from ddai.trainer.openai_sampler import sampler_from_backend
+    from ddai.trainer.search.openai_sampler import sampler_from_backend
 
     if cfg.generate_via is None:
         model, tok = load_policy(cfg.model, dtype=cfg.dtype)
@@ -103,10 +103,10 @@ def run_collect(cfg: CollectConfig, backends: Any | None = None) -> CollectResul
 
     from ddai.pipelines.corpus import Corpus
     from ddai.pipelines.pointer.progress import bar
-    from ddai.trainer import accel
-    from ddai.trainer.data import load_tasks
-    from ddai.trainer.grpo import RolloutLog, default_backends, reward_spec
-    from ddai.trainer.ppo import Episodes
+    from ddai.trainer.grpo.train import RolloutLog, default_backends, reward_spec
+    from ddai.trainer.ppo.train import Episodes
+    from ddai.trainer.runtime import accel
+    from ddai.trainer.search.tasks import load_tasks
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     cfg.check()

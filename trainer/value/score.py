@@ -22,10 +22,10 @@ import pyarrow as pa
 import torch
 
 from ddai.pipelines import schema, store, workspace
-from ddai.trainer import value_losses as vl
-from ddai.trainer.value import load_value_model
-from ddai.trainer.value_data import tokenize_rollouts
-from ddai.trainer.value_train import device, prompt_messages, sequence_values
+from ddai.trainer.value import losses as vl
+from ddai.trainer.value.data import tokenize_rollouts
+from ddai.trainer.value.model import load_value_model
+from ddai.trainer.value.train import device, prompt_messages, sequence_values
 
 
 @dataclass

@@ -58,7 +58,7 @@ def gather_rows(rows: list[Any], accelerator: Any) -> list[Any]:
     """Every rank's ``rows`` concatenated in rank order (on every rank; one process: ``rows``)."""
     if accelerator.num_processes == 1:
         return list(rows)
-    from ddai.trainer.dist import gather_objects
+    from ddai.trainer.runtime.dist import gather_objects
 
     return gather_objects(list(rows))
 

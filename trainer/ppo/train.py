@@ -44,21 +44,21 @@ import torch
 from torch import Tensor
 
 from ddai.pipelines import workspace
-from ddai.trainer import value_losses as vl
 from ddai.trainer.advantages import gae, masked_whiten
 from ddai.trainer.common import TrainConfigError
-from ddai.trainer.data import Task
 from ddai.trainer.losses import KL_ESTIMATORS, masked_mean
-from ddai.trainer.ppo_terms import (
+from ddai.trainer.ppo.terms import (
     KL_MODES,
     REWARD_NORMS,
     actor_loss,
     normalize_scores,
     token_entropy,
 )
-from ddai.trainer.value import ValueModel, position_ids
-from ddai.trainer.value_data import Batch, pad_batch
-from ddai.trainer.value_train import MetricsLog
+from ddai.trainer.search.tasks import Task
+from ddai.trainer.value import losses as vl
+from ddai.trainer.value.data import Batch, pad_batch
+from ddai.trainer.value.model import ValueModel, position_ids
+from ddai.trainer.value.train import MetricsLog
 
 CRITIC_DIR = "critic"
 
@@ -144,7 +144,7 @@ class PPORunConfig:
     seed: int = 0
     progress: bool = True
     skip_preflight: bool = False
-    """Train without the preflight checks (``ddai.trainer.preflight``); recorded in the run config."""
+    """Train without the preflight checks (``ddai.trainer.search.preflight``); recorded in the run config."""
     preflight_prompts: int = 2
     """Prompts whose ``n_agent`` episodes the preflight samples (and 4× as many for search)."""
 
@@ -392,7 +392,7 @@ def _step(accelerator: Any, opt: torch.optim.Optimizer, loss: Tensor, grad_clip:
 
 def _load_critic(cfg: PPORunConfig, tok: Any) -> tuple[ValueModel, str]:
     """The critic and where its trunk came from; a checkpoint must share the policy's tokenizer."""
-    from ddai.trainer.value import load_value_model, new_value_model
+    from ddai.trainer.value.model import load_value_model, new_value_model
 
     if cfg.critic is not None:
         critic, critic_tok = load_value_model(
@@ -485,10 +485,10 @@ class Episodes:
     ) -> None:
         """``cfg``: any config with ``PPORunConfig``'s reward and episode fields; ``sampler``:
         generate through it instead of the policy passed to ``collect``."""
-        from ddai.trainer.env import EnvConfig, SearchEnv
-        from ddai.trainer.grpo import DdaiReward, SearchRollout, reward_spec
-        from ddai.trainer.rewards import StreamingScorer
-        from ddai.trainer.rollout import RolloutConfig, token_truncator
+        from ddai.trainer.grpo.train import DdaiReward, SearchRollout, reward_spec
+        from ddai.trainer.search.env import EnvConfig, SearchEnv
+        from ddai.trainer.search.rewards import StreamingScorer
+        from ddai.trainer.search.rollout import RolloutConfig, token_truncator
 
         spec = reward_spec(cfg)
         if spec.needs_judge and (backends.generator is None or backends.judge is None):
@@ -540,7 +540,7 @@ class Episodes:
     ) -> list[dict[str, Any]]:
         """Rollout-log rows of scored episodes (each logged with its mean token advantage);
         ``sample_idx`` counts from ``first_sample`` (this rank's offset in the global batch)."""
-        from ddai.trainer.logrows import rollout_row
+        from ddai.trainer.search.logrows import rollout_row
 
         rows_out = []
         for i, (t, adv) in enumerate(zip(trajs, advantages, strict=True)):
@@ -574,12 +574,8 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
     so a failing check stops them all with the same message."""
     from ddai.pipelines.corpus import Corpus
     from ddai.pipelines.pointer.progress import bar
-    from ddai.trainer import accel
-    from ddai.trainer import ppo_checkpoint as ck
-    from ddai.trainer import preflight as pf
     from ddai.trainer.common import resume_checkpoint
-    from ddai.trainer.data import load_tasks
-    from ddai.trainer.grpo import (
+    from ddai.trainer.grpo.train import (
         RolloutLog,
         default_backends,
         preflight_slots,
@@ -589,8 +585,12 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
         static_preflight,
     )
     from ddai.trainer.modeling import changed_parameters, load_policy, parameter_snapshot
-    from ddai.trainer.sft import save_model
-    from ddai.trainer.value import save_value_model
+    from ddai.trainer.ppo import checkpoint as ck
+    from ddai.trainer.runtime import accel
+    from ddai.trainer.search import preflight as pf
+    from ddai.trainer.search.tasks import load_tasks
+    from ddai.trainer.sft.train import save_model
+    from ddai.trainer.value.model import save_value_model
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     cfg.check()

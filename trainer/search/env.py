@@ -25,7 +25,7 @@ Image observations (VLM policies): with ``EnvConfig.observation="image"`` a sear
 label and the page *image* (``image_of(page_id)``, e.g. ``Corpus.image_path`` under an image root)
 and a ``<bbox>`` shows that box cropped from the last page image; the images ride on
 ``StepResult.images`` for the rollout to render through the model's processor
-(``ddai.trainer.vision``), and the evidence the generator reads stays the page text. Exercised on
+(``ddai.trainer.search.vision``), and the evidence the generator reads stays the page text. Exercised on
 CPU with a tiny Qwen2-VL and its PIL image processor; real VLM processors need torchvision (a lent
 GPU machine). ``box_convention`` says what a ``<bbox>``'s numbers mean (``ResizedPixels``:
 Qwen2.5-VL's absolute pixels on the smart-resized image; None: the page's own pixels).
@@ -254,7 +254,7 @@ class SearchEnv:
         label = f"[crop of {ep.last_page} {turn.arg.strip()}]"
         crop = None
         if self.image_of is not None:
-            from ddai.trainer.vision import crop_image, open_image
+            from ddai.trainer.search.vision import crop_image, open_image
 
             page = open_image(self.image_of(ep.last_page))
             if self.box_convention is not None:  # the model's pixels -> the page's

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ddai.trainer.rewards import Judged, Score
-from ddai.trainer.rollout import Trajectory
+from ddai.trainer.search.rewards import Judged, Score
+from ddai.trainer.search.rollout import Trajectory
 
 
 def rollout_row(

@@ -8,7 +8,7 @@ their pairs), AUC of the sequence-mean value against success, and the tokenwise 
 
 Metrics go to ``<out>/metrics.jsonl`` (``value/pairwise_loss``, ``value/mc_mse``, ``value/loss``,
 ``value/pairwise_acc``, ``value/eval_pairwise_acc``, ``value/eval_auc``, ``value/eval_mc_mse``);
-the checkpoint to ``<out>`` (``ddai.trainer.value``).
+the checkpoint to ``<out>`` (``ddai.trainer.value.model``).
 """
 
 from __future__ import annotations
@@ -24,9 +24,8 @@ from typing import Any
 import torch
 
 from ddai.pipelines import workspace
-from ddai.trainer import value_losses as vl
-from ddai.trainer.value import ValueModel, is_value_checkpoint, load_value_model, new_value_model
-from ddai.trainer.value_data import (
+from ddai.trainer.value import losses as vl
+from ddai.trainer.value.data import (
     TARGETS,
     Batch,
     TokenRollout,
@@ -37,6 +36,12 @@ from ddai.trainer.value_data import (
     split_prompts,
     success_rates,
     tokenize_rollouts,
+)
+from ddai.trainer.value.model import (
+    ValueModel,
+    is_value_checkpoint,
+    load_value_model,
+    new_value_model,
 )
 
 METRICS_FILE = "metrics.jsonl"
@@ -258,7 +263,7 @@ def prompt_messages(data: Path | None) -> dict[str, list[dict[str, str]]] | None
     """uid → chat prompt from a verl-shaped prompt set, or None."""
     if data is None:
         return None
-    from ddai.trainer.data import load_tasks
+    from ddai.trainer.search.tasks import load_tasks
 
     return {t.uid: [dict(m) for m in t.messages] for t in load_tasks(data)}
 
@@ -363,8 +368,8 @@ def train_value(cfg: ValueTrainConfig) -> ValueTrainResult:
     evaluates the held-out prompts, writes the metrics (losses averaged over the ranks) and saves."""
     from ddai.pipelines.distill.rebuild import load_system_prompt
     from ddai.pipelines.pointer.progress import bar
-    from ddai.trainer import accel
-    from ddai.trainer.value import save_value_model
+    from ddai.trainer.runtime import accel
+    from ddai.trainer.value.model import save_value_model
 
     cfg.check()
     rows = _read_rows(cfg)
