@@ -18,7 +18,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ddai.trainer.losses import aggregate, kl_penalty, masked_mean, ppo_loss
+from ddai.trainer.losses import ppo_loss
+from ddai.trainer.rlmath import aggregate, kl_penalty, masked_mean
 
 __all__ = [
     "KL_MODES",

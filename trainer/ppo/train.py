@@ -44,9 +44,8 @@ import torch
 from torch import Tensor
 
 from ddai.pipelines import workspace
-from ddai.trainer.advantages import gae, masked_whiten
+from ddai.trainer.advantages import gae
 from ddai.trainer.common import TrainConfigError
-from ddai.trainer.losses import KL_ESTIMATORS, masked_mean
 from ddai.trainer.ppo.terms import (
     KL_MODES,
     REWARD_NORMS,
@@ -54,6 +53,7 @@ from ddai.trainer.ppo.terms import (
     normalize_scores,
     token_entropy,
 )
+from ddai.trainer.rlmath import KL_ESTIMATORS, masked_mean, masked_whiten
 from ddai.trainer.search.tasks import Task
 from ddai.trainer.value import losses as vl
 from ddai.trainer.value.data import Batch, pad_batch
