@@ -284,8 +284,9 @@ def test_loss_forward_uses_the_rollout_pixels(vlm, world, tmp_path):
     from trl import GRPOConfig
     from trl.trainer.utils import pad
 
-    from ddai.trainer.grpo.train import SearchRollout, _trainer_class
+    from ddai.trainer.search.episodes import SearchRollout
     from ddai.trainer.search.rewards import reward_preset
+    from ddai.trainer.trl_compat import grpo_trainer_class as _trainer_class
 
     model, tok, vision = vlm
     env, _, _ = world

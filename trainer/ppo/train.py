@@ -29,7 +29,6 @@ Metrics go to ``<out>/metrics.jsonl``; the policy is saved to ``<out>``, the cri
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import dataclasses
 import os
@@ -54,6 +53,7 @@ from ddai.trainer.ppo.terms import (
     token_entropy,
 )
 from ddai.trainer.rlmath import KL_ESTIMATORS, masked_mean, masked_whiten
+from ddai.trainer.search.config import EpisodeBackends, EpisodeConfig, RewardOverrides
 from ddai.trainer.search.tasks import Task
 from ddai.trainer.value import losses as vl
 from ddai.trainer.value.data import Batch, pad_batch
@@ -64,9 +64,10 @@ CRITIC_DIR = "critic"
 
 
 @dataclass
-class PPORunConfig:
-    """One PPO run; every field has a flag in ``ddai train ppo``. Reward, environment and backend
-    fields have the names and meaning of ``GRPORunConfig``'s."""
+class PPORunConfig(EpisodeConfig, RewardOverrides, EpisodeBackends):
+    """One PPO run; every field has a flag in ``ddai train ppo``. Episode, reward and backend
+    fields are the shared bases' (``ddai.trainer.search.config``), keyword-only, as in
+    ``GRPORunConfig``."""
 
     model: str
     data: Path
@@ -80,12 +81,6 @@ class PPORunConfig:
     """Top critic trunk layers that train; None: the checkpoint's setting, or 2 for a fresh critic."""
     run_id: str | None = None
     logs: Path | None = None
-    reward: str = "curriculum"
-    w_judge: float | None = None
-    w_ndcg: float | None = None
-    w_format: float | None = None
-    bias: float | None = None
-    gate: bool | None = None
     n_agent: int = 1
     batch_size: int = 8
     """Rollouts per step (a multiple of ``n_agent``)."""
@@ -119,17 +114,6 @@ class PPORunConfig:
     lam: float = 0.95
     whiten_advantages: bool = True
     temperature: float = 1.0
-    max_turns: int = 7
-    search_k: int = 5
-    force_completion: bool = True
-    restrict_to_doc: bool = False
-    max_turn_tokens: int = 256
-    max_completion_tokens: int = 1024
-    obs_max_tokens: int = 256
-    search: str | None = None
-    generator: str | None = None
-    judge: str | None = None
-    reward_timeout: float = 90.0
     limit: int | None = None
     grad_accum: int = 1
     """Micro-batches each mini-batch is split into, accumulated into one optimizer step."""
@@ -476,93 +460,6 @@ def experience_metrics(exp: Experience) -> dict[str, float]:
     }
 
 
-class Episodes:
-    """Episodes and their rewards through ``ddai train grpo``'s own pieces: the search
-    environment's lock-step rollout and the streamed generator/judge reward."""
-
-    def __init__(
-        self, cfg: Any, tok: Any, corpus: Any, backends: Any, *, sampler: Any = None
-    ) -> None:
-        """``cfg``: any config with ``PPORunConfig``'s reward and episode fields; ``sampler``:
-        generate through it instead of the policy passed to ``collect``."""
-        from ddai.trainer.grpo.train import DdaiReward, SearchRollout, reward_spec
-        from ddai.trainer.search.env import EnvConfig, SearchEnv
-        from ddai.trainer.search.rewards import StreamingScorer
-        from ddai.trainer.search.rollout import RolloutConfig, token_truncator
-
-        spec = reward_spec(cfg)
-        if spec.needs_judge and (backends.generator is None or backends.judge is None):
-            raise TrainConfigError(
-                "the reward uses the judge: a generator and a judge backend are needed"
-            )
-        env = SearchEnv(
-            backends.search,
-            corpus,
-            EnvConfig(cfg.max_turns, cfg.search_k, cfg.force_completion, cfg.restrict_to_doc),
-            truncate=token_truncator(tok, cfg.obs_max_tokens),
-        )
-        self.scorer = (
-            StreamingScorer(backends.generator, backends.judge) if spec.needs_judge else None
-        )
-        self.rollout = SearchRollout(
-            tokenizer=tok,
-            env=env,
-            rollout=RolloutConfig(
-                cfg.max_turn_tokens, cfg.max_completion_tokens, cfg.obs_max_tokens
-            ),
-            spec=spec,
-            scorer=self.scorer,
-            temperature=cfg.temperature,
-        )
-        self.rollout.sampler = sampler
-        self.reward = DdaiReward(self.rollout, cfg.reward_timeout)
-
-    def collect(
-        self, slots: list[tuple[Task, int, int]], policy: Any
-    ) -> tuple[list[Any], list[float], dict[str, float]]:
-        """Run one episode per slot; ``(trajectories, rewards, ddai/... reward metrics)``."""
-        trajs = self.rollout.run(slots, None, policy)
-        for t in trajs:
-            self.rollout.pending[t.key] = t
-        metrics: dict[str, float] = {}
-        keys = [t.key for t in trajs]
-        rewards = asyncio.run(self.reward(None, None, keys, log_metric=metrics.__setitem__))
-        return trajs, rewards, metrics
-
-    def log_rows(
-        self,
-        trajs: list[Any],
-        advantages: list[float | None],
-        *,
-        run_id: str,
-        step: int | None,
-        first_sample: int = 0,
-    ) -> list[dict[str, Any]]:
-        """Rollout-log rows of scored episodes (each logged with its mean token advantage);
-        ``sample_idx`` counts from ``first_sample`` (this rank's offset in the global batch)."""
-        from ddai.trainer.search.logrows import rollout_row
-
-        rows_out = []
-        for i, (t, adv) in enumerate(zip(trajs, advantages, strict=True)):
-            traj, judged, score = self.rollout.pop(t.key)
-            rows_out.append(
-                rollout_row(
-                    traj,
-                    run_id=run_id,
-                    step=step,
-                    advantage=adv,
-                    sample_idx=first_sample + i,
-                    judged=judged,
-                    score=score,
-                )
-            )
-        return rows_out
-
-    def close(self) -> None:
-        if self.scorer is not None:
-            self.scorer.close()
-
-
 def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
     """Train the policy with PPO; save it and its critic; log every rollout to the store.
 
@@ -575,19 +472,18 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
     from ddai.pipelines.corpus import Corpus
     from ddai.pipelines.pointer.progress import bar
     from ddai.trainer.common import resume_checkpoint
-    from ddai.trainer.grpo.train import (
-        RolloutLog,
-        default_backends,
-        preflight_slots,
-        preflight_status,
-        reward_spec,
-        sampled_episodes,
-        static_preflight,
-    )
     from ddai.trainer.modeling import changed_parameters, load_policy, parameter_snapshot
     from ddai.trainer.ppo import checkpoint as ck
     from ddai.trainer.runtime import accel
     from ddai.trainer.search import preflight as pf
+    from ddai.trainer.search.episodes import Episodes, default_backends
+    from ddai.trainer.search.logrows import RolloutLog
+    from ddai.trainer.search.preflight_steps import (
+        preflight_slots,
+        preflight_status,
+        sampled_episodes,
+        static_preflight,
+    )
     from ddai.trainer.search.tasks import load_tasks
     from ddai.trainer.sft.train import save_model
     from ddai.trainer.value.model import save_value_model
@@ -606,7 +502,7 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
             "to train more steps"
         )
     corpus = Corpus.load(cfg.corpus)
-    backends = backends or default_backends(cfg, corpus, reward_spec(cfg))
+    backends = backends or default_backends(cfg, corpus, cfg.reward_spec())
     report = pf.PreflightReport(skipped=cfg.skip_preflight)
     if not cfg.skip_preflight:
         static_preflight(

@@ -44,6 +44,7 @@ from typing import Any, Protocol
 
 from ddai.pipelines import metrics, tags
 from ddai.pipelines.backends.base import SearchError
+from ddai.trainer.search.config import EpisodeConfig
 
 SEARCH_EMPTY = "[System Error: Search did not return an image. Please try a different query.]"
 SEARCH_FAILED = (
@@ -71,13 +72,13 @@ class PageSource(Protocol):
 class EnvConfig:
     """Episode rules."""
 
-    max_turns: int = 7
+    max_turns: int = EpisodeConfig.max_turns
     """Turns before the episode is cut (DDAI: 7 in round 1, 15 later)."""
-    search_k: int = 5
+    search_k: int = EpisodeConfig.search_k
     """Results asked of the search backend per query."""
-    force_completion: bool = True
+    force_completion: bool = EpisodeConfig.force_completion
     """At ``max_turns``, append DDAI's forced completion turn (written by the environment)."""
-    restrict_to_doc: bool = False
+    restrict_to_doc: bool = EpisodeConfig.restrict_to_doc
     """Search only the question's own document (when the task names one)."""
     observation: str = "text"
     """``text``: pages are shown as text; ``image``: as page images (VLM policies)."""

@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ddai.trainer.search.config import EpisodeConfig
 from ddai.trainer.search.env import Episode, SearchEnv
 from ddai.trainer.search.sampling import LogprobRecorder, SamplingConfig, bare_generation_config
 from ddai.trainer.search.tasks import Task
@@ -40,11 +41,11 @@ _ANS_MARK = "\x00ANS\x00"
 class RolloutConfig:
     """Token budgets of a rollout."""
 
-    max_turn_tokens: int = 256
+    max_turn_tokens: int = EpisodeConfig.max_turn_tokens
     """New tokens per policy turn."""
-    max_completion_tokens: int = 2048
+    max_completion_tokens: int = EpisodeConfig.max_completion_tokens
     """All completion tokens of a rollout (policy + observations); the episode ends when spent."""
-    obs_max_tokens: int = 256
+    obs_max_tokens: int = EpisodeConfig.obs_max_tokens
     """Observation text is truncated to this many tokens."""
 
 
