@@ -11,7 +11,11 @@ from typing import Annotated, Any
 import typer
 
 from ddai.cli.common import JsonOpt, RetryFailedOpt, exit_if_calls_failed, fail, summary
-from ddai.cli.train import AccelerateConfigOpt, LaunchOpt, maybe_relaunch
+from ddai.cli.options import (
+    AccelerateConfigOpt,
+    LaunchOpt,
+)
+from ddai.cli.running import maybe_relaunch
 from ddai.pipelines.backends.usage import FAILED_CALLS, failed_calls
 from ddai.pipelines.pointer.vqa import DEFAULT_THRESHOLD, SCORERS
 

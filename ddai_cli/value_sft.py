@@ -9,17 +9,18 @@ from typing import Annotated
 import typer
 
 from ddai.cli.common import JsonOpt, LogsOpt, RunsOpt, ThresholdOpt, summary
-from ddai.cli.train import AccelerateConfigOpt, LaunchOpt, maybe_relaunch
-from ddai.cli.value import (
+from ddai.cli.options import (
+    AccelerateConfigOpt,
     DtypeOpt,
+    LaunchOpt,
     MaxLenOpt,
     ObsOpt,
-    OutOpt,
     PromptsOpt,
     SystemOpt,
-    _floats,
-    _run,
+    ValueOutOpt,
+    parse_floats,
 )
+from ddai.cli.running import maybe_relaunch, run_or_fail
 
 
 def _opt(flag: str, text: str):
@@ -36,7 +37,7 @@ def train_value_sft_command(
             "(linear/mlp) is read from it, and a trunk it trained replaces the policy's.",
         ),
     ],
-    out: OutOpt,
+    out: ValueOutOpt,
     logs: LogsOpt = None,
     run: RunsOpt = None,
     data: PromptsOpt = None,
@@ -133,8 +134,8 @@ def train_value_sft_command(
         target=target,
         success_threshold=success_threshold,
         max_pairs_per_problem=max_pairs,
-        bin_edges=_floats(bin_edges, "--bin-edges"),
-        bin_weights=_floats(bin_weights, "--bin-weights"),
+        bin_edges=parse_floats(bin_edges, "--bin-edges"),
+        bin_weights=parse_floats(bin_weights, "--bin-weights"),
         val_fraction=val_fraction,
         batch_size=batch_size,
         max_steps=max_steps,
@@ -145,7 +146,7 @@ def train_value_sft_command(
         dtype=dtype,
         seed=seed,
     )
-    result = asdict(_run(train_value_sft, cfg))
+    result = asdict(run_or_fail(train_value_sft, cfg))
     flat = {k: v for k, v in result.items() if k not in ("eval_before", "eval_after")}
     flat.update({f"before {k}": v for k, v in result["eval_before"].items()})
     flat.update({f"after {k}": v for k, v in result["eval_after"].items()})

@@ -1,9 +1,8 @@
 -- grain: none (scalar macros shared by the views and the report's queries)
 -- page_doc: the document of a page basename `{doc}_{page}`; shares_doc: any retrieved page from a
 -- reference page's document; discrepancy_class: DDAI's judge-vs-NDCG disagreement classes with
--- thresholds as arguments (NULL when the two agree); is_success: DESIGN.md's success rule, the one
--- spelling every view and query uses (judge_score >= threshold and the format gate not failed;
--- false, never NULL, when the judge score is missing; ddai.pipelines.schema.is_success in Python).
+-- thresholds as arguments (NULL when the two agree). The success rule, is_success, is defined with
+-- the rollouts view (rollouts.sql), which every other view reads.
 CREATE OR REPLACE MACRO page_doc(p) AS regexp_replace(p, '_[^_]*$', '');
 
 CREATE OR REPLACE MACRO shares_doc(retrieved, reference) AS
@@ -18,6 +17,3 @@ CREATE OR REPLACE MACRO discrepancy_class(judge, ndcg, same_doc, judge_high, ndc
         WHEN judge >= judge_high AND ndcg <= ndcg_low THEN 'no_reference_doc'
         WHEN judge <= judge_low AND ndcg >= ndcg_high THEN 'retrieval_ok_answer_wrong'
     END;
-
-CREATE OR REPLACE MACRO is_success(judge, format_ok, threshold) AS
-    coalesce(judge >= threshold AND format_ok IS DISTINCT FROM false, false);

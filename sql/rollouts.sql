@@ -1,5 +1,11 @@
 -- grain: one row per rollout (run_id, step, uid, rollout_idx)
--- The rollout log as stored, plus `success` at the default threshold 1.0 (the is_success macro).
+-- The rollout log as stored, plus `success` at the default threshold 1.0.
+-- is_success: DESIGN.md's success rule, the one spelling every view and query uses (judge_score >=
+-- threshold and the format gate not failed; false, never NULL, when the judge score is missing;
+-- ddai.pipelines.schema.is_success in Python).
+CREATE OR REPLACE MACRO is_success(judge, format_ok, threshold) AS
+    coalesce(judge >= threshold AND format_ok IS DISTINCT FROM false, false);
+
 CREATE OR REPLACE VIEW rollouts AS
 SELECT
     r.*,

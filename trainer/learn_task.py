@@ -119,7 +119,7 @@ def grpo_config(
     rollout batch) at this learning rate, since 1e-6 moves a tiny model nowhere in a few steps;
     ``control``: ``grpo`` at learning rate 0.
     """
-    from ddai.trainer.grpo.train import TRAIN_PRESETS, GRPORunConfig
+    from ddai.trainer.grpo.config import TRAIN_PRESETS, GRPORunConfig
 
     if arm not in ARMS:
         raise ValueError(f"unknown arm {arm!r}; use one of {', '.join(ARMS)}")
