@@ -19,9 +19,9 @@ import torch
 from torch import Tensor
 
 from ddai.pipelines import io, manifest
-from ddai.pipelines.pointer.progress import bar
 from ddai.pipelines.pointer.store import load_store
 from ddai.pipelines.pointer.world import load_world
+from ddai.pipelines.progress import bar
 from ddai.trainer.pointer import losses
 from ddai.trainer.pointer.data import GroupedRows, grouped_rows, label_pointers
 from ddai.trainer.pointer.model import (

@@ -52,11 +52,11 @@ from ddai.trainer.ppo.terms import (
     token_entropy,
 )
 from ddai.trainer.rlmath import masked_mean, masked_whiten
+from ddai.trainer.runtime.metrics_log import MetricsLog
 from ddai.trainer.search.tasks import Task
 from ddai.trainer.value import losses as vl
 from ddai.trainer.value.data import Batch, pad_batch
 from ddai.trainer.value.model import ValueModel, position_ids
-from ddai.trainer.value.train import MetricsLog
 
 # ---------------------------------------------------------------------------- forward passes
 
@@ -331,7 +331,7 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
     (averaged over the ranks), the run config and the checkpoints. Every rank runs the preflight,
     so a failing check stops them all with the same message."""
     from ddai.pipelines.corpus import Corpus
-    from ddai.pipelines.pointer.progress import bar
+    from ddai.pipelines.progress import bar
     from ddai.trainer.common import resume_checkpoint
     from ddai.trainer.modeling import changed_parameters, load_policy, parameter_snapshot
     from ddai.trainer.ppo import checkpoint as ck

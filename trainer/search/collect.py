@@ -86,7 +86,7 @@ def run_collect(cfg: CollectConfig, backends: Any | None = None) -> CollectResul
     import torch
 
     from ddai.pipelines.corpus import Corpus
-    from ddai.pipelines.pointer.progress import bar
+    from ddai.pipelines.progress import bar
     from ddai.trainer.runtime import accel
     from ddai.trainer.search.episodes import Episodes, default_backends
     from ddai.trainer.search.logrows import RolloutLog

@@ -22,10 +22,11 @@ import pyarrow as pa
 import torch
 
 from ddai.pipelines import schema, store, workspace
+from ddai.trainer.runtime.metrics_log import device
 from ddai.trainer.value import losses as vl
 from ddai.trainer.value.data import tokenize_rollouts
 from ddai.trainer.value.model import load_value_model
-from ddai.trainer.value.train import device, prompt_messages, sequence_values
+from ddai.trainer.value.train import prompt_messages, sequence_values
 
 
 @dataclass
@@ -152,7 +153,7 @@ def score_table(
 def score_runs(cfg: ValueScoreConfig) -> ValueScoreResult:
     """Score every selected run and write each back as a new version of its partition."""
     from ddai.pipelines.distill.rebuild import load_system_prompt
-    from ddai.pipelines.pointer.progress import bar
+    from ddai.pipelines.progress import bar
 
     cfg.check()
     system_prompt = load_system_prompt(cfg.system_prompt)

@@ -30,6 +30,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from ddai.trainer.runtime.metrics_log import METRICS_FILE, MetricsLog
 from ddai.trainer.value import losses as vl
 from ddai.trainer.value import sft_math as vsm
 from ddai.trainer.value.data import TARGETS, Batch, collate, parse_bins
@@ -42,7 +43,7 @@ from ddai.trainer.value.model import (
     read_config,
     save_value_model,
 )
-from ddai.trainer.value.train import METRICS_FILE, MetricsLog, Split
+from ddai.trainer.value.train import Split
 
 CRITIC_DIR = "critic"
 
@@ -254,7 +255,7 @@ class ValueSFTResult:
 def train_value_sft(cfg: ValueSFTConfig) -> ValueSFTResult:
     """Run the joint stage and save the policy to ``output_dir`` and the critic to ``critic/``."""
     from ddai.pipelines.distill.rebuild import load_system_prompt
-    from ddai.pipelines.pointer.progress import bar
+    from ddai.pipelines.progress import bar
     from ddai.trainer.runtime import accel
     from ddai.trainer.value.data import tokenize_rollouts
     from ddai.trainer.value.train import _read_rows, evaluate, prompt_messages, split_data

@@ -13,9 +13,6 @@ the checkpoint to ``<out>`` (``ddai.trainer.value.model``).
 
 from __future__ import annotations
 
-import json
-import math
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +21,7 @@ from typing import Any
 import torch
 
 from ddai.pipelines import workspace
+from ddai.trainer.runtime.metrics_log import METRICS_FILE, MetricsLog
 from ddai.trainer.value import losses as vl
 from ddai.trainer.value.data import (
     TARGETS,
@@ -43,8 +41,6 @@ from ddai.trainer.value.model import (
     load_value_model,
     new_value_model,
 )
-
-METRICS_FILE = "metrics.jsonl"
 
 
 @dataclass
@@ -133,30 +129,6 @@ class ValueTrainResult:
     loss_last: float | None
     eval_before: dict[str, float]
     eval_after: dict[str, float]
-
-
-class MetricsLog:
-    """Metric rows appended to a JSONL file (started afresh per run), one per logged step."""
-
-    def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.path.write_text("", encoding="utf-8")
-
-    def log(self, step: int, metrics: dict[str, float]) -> None:
-        row = {
-            "step": step,
-            **{
-                k: (None if isinstance(v, float) and math.isnan(v) else v)
-                for k, v in metrics.items()
-            },
-        }
-        with self.path.open("a", encoding="utf-8") as fh:
-            fh.write(json.dumps(row) + "\n")
-
-
-def device() -> torch.device:
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
 # ---------------------------------------------------------------------------- scoring
@@ -367,7 +339,7 @@ def train_value(cfg: ValueTrainConfig) -> ValueTrainResult:
     global draw and the DDP-wrapped model averages the gradients; the main process alone
     evaluates the held-out prompts, writes the metrics (losses averaged over the ranks) and saves."""
     from ddai.pipelines.distill.rebuild import load_system_prompt
-    from ddai.pipelines.pointer.progress import bar
+    from ddai.pipelines.progress import bar
     from ddai.trainer.runtime import accel
     from ddai.trainer.value.model import save_value_model
 
