@@ -1,6 +1,10 @@
 """CLI: ``ddai pointer``: the pointer selector (seed 002), from a synthetic world to evaluation.
 
 world → embed → train --mode sft → gen → process → train --phases rce:3,grpo:30 → eval
+
+Longer than 400 lines because it declares the flags of the six ``ddai pointer`` commands, each a
+seed-002 setting with its help; the logic is ``ddai.pipelines.pointer``'s and
+``ddai.trainer.pointer``'s.
 """
 
 from __future__ import annotations

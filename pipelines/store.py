@@ -16,6 +16,9 @@ consistent version of every run, even while it is replaced or appended. Leftover
 write (abandoned ``.tmp-*`` folders, ``.old-*`` folders of older versions, a partition without
 ``_manifest.json``) are never read and are cleaned by the next write. Readers ignore every path
 whose name starts with ``_`` or ``.``.
+
+Longer than 400 lines because the commit protocol (temp folder, rename, manifest, locks) and the
+readers that rely on it are kept in one place.
 """
 
 from __future__ import annotations

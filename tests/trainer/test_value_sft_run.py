@@ -16,7 +16,8 @@ from ddai.trainer.tiny import TinySpec, build_tiny, read_texts
 from ddai.trainer.value import sft as vs
 from ddai.trainer.value.data import tokenize_rollouts
 from ddai.trainer.value.model import load_value_model
-from ddai.trainer.value.train import _read_rows, split_data
+from ddai.trainer.value.rows import read_rows as _read_rows
+from ddai.trainer.value.rows import split_data
 
 FIXTURES = Path(__file__).parents[2] / "fixtures"
 runner = CliRunner()

@@ -25,6 +25,11 @@ with the saved policy, critic and optimizer states, the same run id and the orig
 Dropout is off in every forward pass (seed 003: it makes ratios and KL unreliable).
 Metrics go to ``<out>/metrics.jsonl``; the policy is saved to ``<out>``, the critic to
 ``<out>/critic`` (a value checkpoint), every step's rollouts to the log store.
+
+Longer than 400 lines because the PPO step's pieces (log-prob and value passes, experience, the
+update) and the loop that calls them share one namespace, which the tests patch
+(``token_logprobs``) to check the update against hand-computed ratios; the settings are
+``ppo.config``'s, the objective terms ``ppo.terms``'s.
 """
 
 from __future__ import annotations

@@ -17,6 +17,9 @@ image tensors it was shown, and the sampler sees them.
 
 A group (the ``n_agent`` rollouts of one prompt) is handed to ``on_group_done`` as soon as its
 last episode ends, which is what lets reward calls stream while other groups still generate.
+
+Longer than 400 lines because the samplers (local, vLLM server) and the lock-step loop share the
+token-budget and state-masking rules every trainer's loss depends on; they are read together.
 """
 
 from __future__ import annotations

@@ -26,7 +26,8 @@ from ddai.trainer.runtime.metrics_log import device
 from ddai.trainer.value import losses as vl
 from ddai.trainer.value.data import tokenize_rollouts
 from ddai.trainer.value.model import load_value_model
-from ddai.trainer.value.train import prompt_messages, sequence_values
+from ddai.trainer.value.rows import prompt_messages
+from ddai.trainer.value.train import sequence_values
 
 
 @dataclass

@@ -43,7 +43,7 @@ from ddai.trainer.value.model import (
     read_config,
     save_value_model,
 )
-from ddai.trainer.value.train import Split
+from ddai.trainer.value.rows import Split
 
 CRITIC_DIR = "critic"
 
@@ -258,10 +258,11 @@ def train_value_sft(cfg: ValueSFTConfig) -> ValueSFTResult:
     from ddai.pipelines.progress import bar
     from ddai.trainer.runtime import accel
     from ddai.trainer.value.data import tokenize_rollouts
-    from ddai.trainer.value.train import _read_rows, evaluate, prompt_messages, split_data
+    from ddai.trainer.value.rows import prompt_messages, read_rows, split_data
+    from ddai.trainer.value.train import evaluate
 
     cfg.check()
-    rows = _read_rows(cfg)  # type: ignore[arg-type]  # reads logs/runs only
+    rows = read_rows(cfg)  # type: ignore[arg-type]  # reads logs/runs only
     if not rows:
         raise ValueError("no rollouts in the selected runs; check --logs and --run")
     acc = accel.make_accelerator(gradient_accumulation_steps=cfg.grad_accum)
