@@ -298,8 +298,14 @@ def verify_partition(part: str | os.PathLike[str]) -> str | None:
     return "; ".join(bad) or None
 
 
+# Partition-wide fields the new manifest carries up to date: a history entry keeps only what its own
+# commit added, so a run appended to every training step grows its manifest linearly, not with
+# every earlier file list (quadratic bytes).
+_CURRENT_ONLY = ("history", "files", "sha256", "capabilities")
+
+
 def _strip_history(m: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in m.items() if k != "history"}
+    return {k: v for k, v in m.items() if k not in _CURRENT_ONLY}
 
 
 def _read_manifest(part: Path) -> dict[str, Any] | None:
