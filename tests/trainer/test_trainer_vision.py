@@ -26,9 +26,8 @@ from ddai.trainer.search.vision import (
     slice_vision,
     vision_batch,
 )
-from ddai.trainer.tiny import FIXTURE_TEXT, train_tokenizer
+from ddai.trainer.tiny_vlm import tiny_vlm
 
-VISION_TOKENS = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
 # ChatML whose user content may be typed blocks; an image is Qwen2-VL's placeholder triple.
 TEMPLATE = (
     "{%- for message in messages %}"
@@ -51,57 +50,8 @@ TURNS = [
 
 @pytest.fixture(scope="module")
 def vlm():
-    from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration, Qwen2VLProcessor
-    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
-        Qwen2VLImageProcessorPil,
-    )
-
-    class ImageOnlyProcessor(Qwen2VLProcessor):
-        """Qwen2-VL's processor without its video processor (which needs torchvision)."""
-
-        def __init__(self, image_processor=None, tokenizer=None, chat_template=None, **kw):
-            super().__init__(image_processor, tokenizer, None, chat_template=chat_template, **kw)
-
-    tok = train_tokenizer([FIXTURE_TEXT])
-    tok.add_special_tokens({"additional_special_tokens": ["<|im_start|>", *VISION_TOKENS]})
-    tok.chat_template = TEMPLATE
     # 28 px per merged token; pages of 56x56 px give a 4x4 patch grid (4 placeholder tokens).
-    images = Qwen2VLImageProcessorPil(min_pixels=28 * 28 * 4, max_pixels=28 * 28 * 4)
-    processor = ImageOnlyProcessor(images, tok, chat_template=TEMPLATE)
-    ids = dict(zip(VISION_TOKENS, tok.convert_tokens_to_ids(VISION_TOKENS), strict=True))
-    config = Qwen2VLConfig(
-        text_config={
-            "vocab_size": len(tok),
-            "hidden_size": 32,
-            "intermediate_size": 64,
-            "num_hidden_layers": 2,
-            "num_attention_heads": 4,
-            "num_key_value_heads": 2,
-            "rope_parameters": {
-                "rope_type": "default",
-                "rope_theta": 1e4,
-                "mrope_section": [2, 1, 1],
-            },
-            "pad_token_id": tok.pad_token_id,
-            "eos_token_id": tok.eos_token_id,
-            "bos_token_id": None,
-        },
-        vision_config={
-            "depth": 1,
-            "embed_dim": 32,
-            "hidden_size": 32,
-            "num_heads": 2,
-            "mlp_ratio": 2,
-        },
-        image_token_id=ids["<|image_pad|>"],
-        video_token_id=ids["<|video_pad|>"],
-        vision_start_token_id=ids["<|vision_start|>"],
-        vision_end_token_id=ids["<|vision_end|>"],
-    )
-    torch.manual_seed(0)
-    model = Qwen2VLForConditionalGeneration(config)
-    model.generation_config.eos_token_id = tok.eos_token_id
-    model.generation_config.pad_token_id = tok.pad_token_id
+    model, tok, processor = tiny_vlm(max_pixels=28 * 28 * 4, chat_template=TEMPLATE)
     return model, tok, VisionObservationFormat.from_processor(processor)
 
 
