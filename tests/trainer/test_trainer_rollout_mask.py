@@ -1,6 +1,9 @@
 """State masking, proven: ``env_mask`` is 0 exactly on observation tokens (token-exact against the
 chat template's own assistant mask), policy tokens are the sampled ids with their log-probs, and in
-TRL's real loss a perturbation of the observation tokens' log-probs changes no gradient."""
+TRL's real loss a perturbation of the observation tokens' log-probs changes no gradient.
+
+A TRL contract test (with ``test_trl_compat.py`` and ``test_trainer_vision.py``): it runs TRL's own
+loss through ``ddai.trainer.trl_compat``'s fence, so a TRL upgrade that breaks masking fails here."""
 
 from __future__ import annotations
 

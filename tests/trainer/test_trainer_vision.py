@@ -1,7 +1,10 @@
 """Image observations for VLM policies: a tiny Qwen2-VL (built from a config, nothing downloaded)
 with Qwen2-VL's PIL image processor. The rollout's ids, ``env_mask`` and image tensors are
 token-exact against the processor's own rendering of the same conversation, and the loss forward
-of ``DdaiGRPOTrainer`` sees the pixels each rollout was shown."""
+of ``DdaiGRPOTrainer`` sees the pixels each rollout was shown.
+
+A TRL contract test (with ``test_trl_compat.py`` and ``test_trainer_rollout_mask.py``): the image
+fields reach TRL's private log-prob pass only through ``ddai.trainer.trl_compat``."""
 
 from __future__ import annotations
 
