@@ -323,8 +323,6 @@ def register(app: typer.Typer) -> None:
         from ddai.trainer.grpo.train import run_grpo
 
         overrides = run_or_fail(parse_set, set_)
-        if generator_max_images < 0:
-            raise fail(f"--generator-max-images {generator_max_images}: use 0 or more")
         for name, path in (("--data", data), ("--corpus", corpus)):
             if not path.exists():
                 raise fail(
@@ -388,5 +386,6 @@ def register(app: typer.Typer) -> None:
             skip_preflight=skip_preflight,
             preflight_prompts=preflight_prompts,
         )
+        run_or_fail(cfg.check)
         result = run_or_fail(run_grpo, cfg)
         main_summary("ddai train grpo", asdict(result), as_json=as_json)

@@ -103,6 +103,13 @@ class GRPORunConfig(EpisodeConfig, RewardOverrides, EpisodeBackends):
     preflight_prompts: int = 2
     """Prompts whose ``n_agent`` episodes the preflight samples (and 4× as many for search)."""
 
+    def check(self) -> None:
+        """Fail on bad settings before any model is loaded; messages name the flag."""
+        if self.generator_max_images < 0:
+            raise common.TrainConfigError(
+                f"--generator-max-images {self.generator_max_images}: use 0 or more"
+            )
+
 
 @dataclass
 class GRPOResult:

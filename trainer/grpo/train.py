@@ -106,6 +106,7 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
     from ddai.trainer.sft.train import merged_lora, save_final, save_model
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    cfg.check()
     args = grpo_args(cfg)
     dist.allow_fsdp_on_cpu(args)
     resume_from = common.resume_checkpoint(cfg.output_dir, cfg.resume)
