@@ -23,6 +23,7 @@ VIEWS = (
     "macros",
     "rollouts",
     "turns",
+    "valued_turns",
     "prompts_at",
     "prompts",
     "runs",

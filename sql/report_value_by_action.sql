@@ -1,43 +1,8 @@
--- grain: one row per (run_id, action): turns valued by `ddai value score`, by the action taken.
--- A turn's value is the value head's expected success before the turn; value_after is the next
--- valued turn's value or, for the last valued turn, the outcome (1 on success, else 0), so
--- value_after - value is what the action and the environment's answer did to the expected
--- success. flips_down: turns that start at or above $likely and end below it (a likely success
+-- grain: one row per (run_id, action): turns valued by `ddai value score`, by the action taken
+-- (valued_turns: value before the turn, value_after the next valued turn's value or the
+-- outcome). flips_down: turns that start at or above $likely and end below it (a likely success
 -- turned into a likely failure); flips_up: the reverse.
 -- Parameters: $threshold (success: judge_score >= it and the format gate not failed), $likely.
-WITH valued AS (
-    SELECT
-        r.run_id,
-        r.step,
-        r.uid,
-        r.rollout_idx,
-        r.sample_idx,
-        t.turn.idx AS turn_idx,
-        t.turn.action AS action,
-        t.turn.value AS value,
-        is_success(r.judge_score, r.format_ok, $threshold) AS success
-    -- a projected subquery that keeps only the valued turns: unnest then copies a few columns
-    -- for those alone (over a log whose turns carry no value it yields nothing), instead of every
-    -- column of the log for every turn
-    FROM (
-        SELECT
-            run_id, step, uid, rollout_idx, sample_idx, judge_score, format_ok,
-            list_filter(turns, lambda t: t.value IS NOT NULL) AS valued
-        FROM rollouts
-        WHERE len(turns) > 0
-    ) AS r, unnest(r.valued) AS t(turn)
-),
-changes AS (
-    SELECT
-        *,
-        coalesce(
-            lead(value) OVER (
-                PARTITION BY run_id, step, uid, rollout_idx, sample_idx ORDER BY turn_idx
-            ),
-            CASE WHEN success THEN 1.0 ELSE 0.0 END
-        ) AS value_after
-    FROM valued
-)
 SELECT
     run_id,
     action,
@@ -46,6 +11,6 @@ SELECT
     avg(value_after - value) AS mean_change,
     count(*) FILTER (WHERE value >= $likely AND value_after < $likely) AS flips_down,
     count(*) FILTER (WHERE value < $likely AND value_after >= $likely) AS flips_up
-FROM changes
+FROM valued_turns($threshold)
 GROUP BY run_id, action
 ORDER BY run_id, action;

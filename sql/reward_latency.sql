@@ -4,7 +4,10 @@
 -- says so (time out / timed out / deadline); coverage = rollouts with a reward / rollouts, and
 -- judge coverage the same for the judge score (DDAI's streaming reward scores late prompts 0 or
 -- not at all, so a coverage below 1 is the streaming reward missing its window).
-CREATE OR REPLACE VIEW reward_latency AS
+-- reward_latency_sets holds both grains in one pass (GROUPING SETS): per step, and per run with
+-- the percentiles pooled over every rollout of the run (run_total = 1, step NULL), so the
+-- measures are written once.
+CREATE OR REPLACE VIEW reward_latency_sets AS
 WITH r AS (
     SELECT
         run_id,
@@ -18,6 +21,7 @@ WITH r AS (
 SELECT
     run_id,
     step,
+    grouping(step) AS run_total,
     count(*) AS rollouts,
     count(reward) AS rewarded,
     count(judge_score) AS judged,
@@ -33,5 +37,10 @@ SELECT
     count(*) FILTER (WHERE regexp_matches(lower(error), 'time\s*-?\s*out|timed out|deadline'))
         AS timeouts
 FROM r
-GROUP BY run_id, step
+GROUP BY GROUPING SETS ((run_id, step), (run_id));
+
+CREATE OR REPLACE VIEW reward_latency AS
+SELECT * EXCLUDE (run_total)
+FROM reward_latency_sets
+WHERE run_total = 0
 ORDER BY run_id, step NULLS FIRST;

@@ -25,8 +25,9 @@ def _walk(cmd: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], A
     """``(command path, click command)`` for the group and every command below it."""
     found = [(path, cmd)]
     if hasattr(cmd, "commands"):  # a group (Typer ships its own click, so no isinstance)
-        for name, sub in sorted(cmd.commands.items()):
-            found += _walk(sub, (*path, name))
+        for name in sorted(cmd.commands):
+            # ``commands[name]``, not ``.items()``: the top-level group loads a command on lookup.
+            found += _walk(cmd.commands[name], (*path, name))
     return found
 
 
