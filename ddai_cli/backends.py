@@ -14,6 +14,7 @@ from ddai.pipelines import workspace
 from ddai.pipelines.backends.check import check_backends
 from ddai.pipelines.backends.config import ConfigError
 from ddai.pipelines.backends.rejudge import RejudgeConfig, RejudgeError, rejudge
+from ddai.pipelines.store import StoreConflict
 
 CacheOpt = Annotated[
     Path | None,
@@ -161,6 +162,8 @@ def judge_cmd(
         result = rejudge(cfg)
     except (RejudgeError, ConfigError) as e:
         raise fail(str(e)) from e
+    except StoreConflict as e:  # the run changed under an in-place judge: a failure, not bad input
+        raise fail(str(e), EXIT_FAILED) from e
     summary("ddai judge", result.summary, as_json=as_json)
     if not result.complete:
         raise typer.Exit(EXIT_FAILED)

@@ -106,30 +106,65 @@ def world_cmd(
     seed: Annotated[
         int, typer.Option(help="Random seed; the world is a pure function of its settings.")
     ] = 0,
-    queries: Annotated[int, typer.Option("--queries", help="Number of queries.")] = 400,
-    demos: Annotated[int, typer.Option("--demos", help="Demonstration pool size.")] = 600,
-    dim: Annotated[int, typer.Option(help="Embedding width.")] = 32,
-    topics: Annotated[int, typer.Option(help="Scene topics (1-8).")] = 8,
+    from_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--from",
+            metavar="FILE",
+            help="Build the world from your VQA set instead: .parquet or .jsonl with image (a "
+            "path, relative to the file), question, answers (the 10 human answers), optional "
+            "question_id and split (train, test, demo = the demonstration pool).",
+        ),
+    ] = None,
+    queries: Annotated[
+        int, typer.Option("--queries", help="Number of queries (synthetic world).")
+    ] = 400,
+    demos: Annotated[
+        int | None,
+        typer.Option(
+            "--demos",
+            help="Demonstration pool size (default 600; with --from and no split column: half "
+            "the rows).",
+        ),
+    ] = None,
+    dim: Annotated[int, typer.Option(help="Embedding width (synthetic world).")] = 32,
+    topics: Annotated[int, typer.Option(help="Scene topics, 1-8 (synthetic world).")] = 8,
     test_frac: Annotated[
         float, typer.Option(help="Share of queries held out (split 'test').")
     ] = 0.3,
     clean_rate: Annotated[
-        float, typer.Option(help="Share of demonstrations with a right answer.")
+        float,
+        typer.Option(help="Share of demonstrations with a right answer (synthetic world)."),
     ] = 0.4,
     as_json: JsonOpt = False,
 ) -> None:
-    """Make a synthetic VQA world with deliberately suboptimal SFT labels.
+    """Make a synthetic VQA world with deliberately suboptimal SFT labels, or load yours (--from).
 
     Queries with 10 human answers, a demonstration pool, embeddings, and labels that pick the two
-    most similar demonstrations (blind to whether their answers are right).
+    most similar demonstrations (blind to whether their answers are right). With --from, your
+    rows become queries and demonstrations (--seed, --demos, --test-frac split them when the file
+    has no split column); embed them with --embedder local.
     """
+    if from_file is not None:
+        from ddai.pipelines.pointer.user_set import UserSetConfig, build_world
+
+        try:
+            data = build_world(
+                UserSetConfig(
+                    path=from_file, out=out, seed=seed, n_demos=demos, test_frac=test_frac
+                )
+            )
+        except (FileNotFoundError, ValueError) as e:
+            raise fail(str(e)) from e
+        summary("ddai pointer world", data, as_json=as_json)
+        return
     from ddai.pipelines.pointer.world import WorldConfig, make_world, write_world
 
     try:
         cfg = WorldConfig(
             seed=seed,
             n_queries=queries,
-            n_demos=demos,
+            n_demos=600 if demos is None else demos,
             dim=dim,
             n_topics=topics,
             test_frac=test_frac,
@@ -165,14 +200,29 @@ def embed_cmd(
         str,
         typer.Option(
             "--embedder",
-            help="'world' (the world's own embeddings) or an Embedder backend name (e.g. local).",
+            help="'world' (the world's own embeddings) or an Embedder backend name: local (no "
+            "key), hash, or a [backends.NAME] table (kind openai: an OpenAI-compatible embedding "
+            "server). Rows with images are embedded as image + question when the backend can.",
         ),
     ] = "world",
+    max_cost: Annotated[
+        float | None,
+        typer.Option(
+            "--max-cost",
+            help="USD cap on a paid embedder's calls; past it calls fail with reason max-cost and "
+            "nothing is written (rerun to resume: embedded rows are cached).",
+        ),
+    ] = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option("--dry-run", help="Count the embedder's calls and their cost; call nothing."),
+    ] = False,
     force: ForceOpt = False,
     progress: ProgressOpt = True,
     as_json: JsonOpt = False,
 ) -> None:
     """Export each query's embedding and its K candidates' embeddings to a store."""
+    from ddai.pipelines.backends.base import EmbedError
     from ddai.pipelines.pointer.embed import EmbedConfig, run_embed
 
     try:
@@ -184,11 +234,15 @@ def embed_cmd(
                 embedder=embedder,
                 force=force,
                 progress=progress and not as_json,
+                dry_run=dry_run,
+                max_cost=max_cost,
             )
         )
     except (FileNotFoundError, ValueError) as e:
         raise fail(str(e)) from e
-    summary("ddai pointer embed", data, as_json=as_json)
+    except EmbedError as e:  # remote calls failed: exit 1 with the reasons, write nothing
+        raise fail(str(e), code=1) from e
+    summary("ddai pointer embed" + (" (dry run)" if dry_run else ""), data, as_json=as_json)
 
 
 @pointer_app.command("gen")

@@ -99,6 +99,15 @@ def report_cmd(
     top: Annotated[
         int, typer.Option("--top", help="Rows in ranked lists (suspects, better/worse prompts).")
     ] = 25,
+    value_sft: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--value-sft",
+            metavar="DIR",
+            help="Output folder of `ddai train value-sft` (repeatable): the value section shows "
+            "its per-token TD weights (mean, shares at the clip bounds) per step.",
+        ),
+    ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the browser's sample.")] = 0,
     title: Annotated[str | None, typer.Option("--title", help="Page title.")] = None,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
@@ -121,6 +130,7 @@ def report_cmd(
             datasets=datasets or [],
             datasets_dir=datasets_dir,
             flags=flags or [],
+            value_sft=value_sft or [],
             max_turns=max_turns,
             browse_max=browse_max,
             text_max=text_max,

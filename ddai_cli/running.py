@@ -17,11 +17,17 @@ T = TypeVar("T")
 
 def run_or_fail(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """``fn(*args, **kwargs)``; bad input (a config's ``check``, a missing or existing file, a
-    ``ValueError`` of the libraries' own config checks) exits 2 with its message."""
+    ``ValueError`` of the libraries' own config checks) exits 2 with its message; a run that
+    changed in the log store while this one read it (``StoreConflict``: nothing was written)
+    exits 1."""
+    from ddai.pipelines.store import StoreConflict
+
     try:
         return fn(*args, **kwargs)
     except (ValueError, FileNotFoundError, FileExistsError) as e:
         raise fail(str(e)) from e
+    except StoreConflict as e:
+        raise fail(str(e), 1) from e
 
 
 def maybe_relaunch(launch: int | None, accelerate_config: Path | None) -> None:

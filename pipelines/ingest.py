@@ -7,6 +7,9 @@ rollout or a quarantined unit (a bad line, an incomplete rollout); the reader's 
 its notes. Rollouts kept with a known defect carry ``flags`` (e.g. ``turns_incomplete``),
 counted by flag in the summary and the manifest. Side tables (source events that are not rollouts) stream to
 ``_side/<table>/<run>.jsonl``; reader notes go to the summary and to each run's manifest.
+
+Longer than 400 lines because reading, adapting, quarantining and committing a source are one
+streaming pass with one invariant (rows in = rollouts out + quarantined).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from ddai.pipelines.adapters.base import ReaderContext, SourceRecord, error_deta
 from ddai.pipelines.adapters.side import SideTables
 from ddai.pipelines.adapters.verl_ids import UidMapper
 from ddai.pipelines.capabilities import Capabilities
-from ddai.pipelines.row_checks import DUPLICATE, DuplicateKeys
+from ddai.pipelines.row_checks import DuplicateKeys
 from ddai.pipelines.schema import RowError, normalize_rollout
 from ddai.pipelines.store import QUARANTINE_DIR, PartitionWriter, check_run_id
 
@@ -69,6 +72,8 @@ class IngestResult:
     notes: dict[str, Any]
     capabilities: dict[str, Capabilities] = field(default_factory=dict)
     """Per run: what its rollouts carry (the partition manifest's counts)."""
+    side_not_written: dict[str, int] = field(default_factory=dict)
+    """Per run: side rows left out because the ingest replaced none of the run's rollouts."""
 
     @property
     def rows_in(self) -> int:
@@ -103,6 +108,11 @@ class IngestResult:
             "formats": self.formats,
             "quarantine files": self.quarantine_files,
             **({"side tables": self.side_tables} if self.side_tables else {}),
+            **(
+                {"side rows not written (no rollout of their run replaced)": self.side_not_written}
+                if self.side_not_written
+                else {}
+            ),
             **({"notes": self.notes} if self.notes else {}),
             # What each run can feed (distill needs turns, bucket NDCG, focus reward, ...).
             "carries": {r: c.compact() for r, c in sorted(self.capabilities.items())},
@@ -236,10 +246,12 @@ def ingest(cfg: IngestConfig) -> IngestResult:
     sources_of: dict[str, list[dict[str, Any]]] = {}
     ingest_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
     quarantine = _Quarantine(cfg.logs, ingest_id, list(map(Path, cfg.sources)))
-    dups = DuplicateKeys()
+    # on --append, keys already committed in a run are duplicates too (read once per run)
+    dups = DuplicateKeys(_stored_keys(cfg.logs) if cfg.append else None)
     started = time.time()
     qfiles: list[str] = []
     caps: dict[str, Capabilities] = {}
+    side_dropped: dict[str, int] = {}
     try:
         with _progress(cfg.progress) as bar:
             for src in map(Path, cfg.sources):
@@ -265,30 +277,42 @@ def ingest(cfg: IngestConfig) -> IngestResult:
                 for rec in orphans.drain(first_run):
                     _route(rec, src, cfg, writers, counts, sources_of, src_info, quarantine, dups)
                 quarantine.late = False
-        for run in sorted(counts):
-            # One lock hold per run: its quarantine entries, then its partition (whose manifest,
-            # naming this ingest, is the commit point).
+        for run in sorted(set(counts) | side.runs()):
+            # One lock hold per run: its quarantine entries and side tables, then its partition
+            # (whose manifest, naming this ingest and the side tables' hashes, is the commit
+            # point).
             with store.run_lock(cfg.logs, run):
                 q = quarantine.commit(run)
                 if q:
                     qfiles.append(q)
                 w = writers.get(run)
+                if w is None and not cfg.append and store.run_manifest(cfg.logs, run):
+                    # nothing of the run replaced: its side tables stay as they are too
+                    if run in side.runs():
+                        side_dropped[run] = side.discard_run(run)
+                    continue
+                if w is None and run in side.runs() and store.run_manifest(cfg.logs, run):
+                    # side rows appended to a committed run that gets no rollouts now: a
+                    # manifest with no new rows records them (the history keeps the ingest)
+                    w = writers[run] = PartitionWriter(cfg.logs, run, append=True)
+                tables = side.commit_run(run, append=cfg.append)
                 if w is None:
                     continue
-                c = counts[run]
+                c = counts.get(run) or RunCounts()
                 record = w.commit(
                     {
                         "ingest": ingest_id,
-                        "sources": sources_of[run],
+                        "sources": sources_of.get(run, []),
                         "rows_in": c.rows_in,
                         "quarantined": dict(c.quarantined),
                         "flagged": dict(sorted(c.flagged.items())),
                         "run_config": ctx.run_config.get(run, {}),
                         "notes": {
                             s["path"]: ctx.notes[s["path"]]
-                            for s in sources_of[run]
+                            for s in sources_of.get(run, [])
                             if s["path"] in ctx.notes
                         },
+                        "side_tables": _side_record(cfg, run, tables),
                         "wall_time_s": round(time.time() - started, 3),
                     },
                     locked=True,
@@ -301,8 +325,33 @@ def ingest(cfg: IngestConfig) -> IngestResult:
         quarantine.abort()
         side.abort()
         raise
-    side_counts = side.commit(sorted(counts), append=cfg.append)
-    return IngestResult(counts, fmt_of, qfiles, side_counts, ctx.notes, caps)
+    side_counts = side.counts()
+    return IngestResult(counts, fmt_of, qfiles, side_counts, ctx.notes, caps, side_dropped)
+
+
+def _stored_keys(logs: Path) -> Any:
+    """run → its committed (step, uid, rollout_idx) keys, read as three columns (none when the
+    run is not in the store yet)."""
+
+    def keys(run: str) -> Iterator[tuple[Any, ...]]:
+        if store.run_manifest(logs, run) is None:
+            return
+        cols = ["step", "uid", "rollout_idx"]
+        for batch in store.dataset(logs, [run]).to_batches(columns=cols):
+            yield from zip(*(batch.column(c).to_pylist() for c in cols), strict=True)
+
+    return keys
+
+
+def _side_record(
+    cfg: IngestConfig, run: str, tables: dict[str, dict[str, Any]]
+) -> dict[str, dict[str, Any]]:
+    """The side tables the run's manifest lists (rows, sha256): those this ingest wrote, plus on
+    ``--append`` those an earlier ingest listed that this one left as they were."""
+    if not cfg.append:
+        return tables
+    old = (store.run_manifest(cfg.logs, run) or {}).get("side_tables") or {}
+    return {**old, **tables}
 
 
 def _uid_mapper(cfg: IngestConfig, fmt_of: dict[str, str]) -> UidMapper | None:
@@ -348,7 +397,7 @@ def _route(
         if reason is None:
             content = rec.raw if rec.raw is not None else json.dumps(rec.row, default=str)
             if (dup := dups.check(run, row, content)) is not None:
-                reason, detail = DUPLICATE, dup
+                reason, detail = dup
     c = counts.setdefault(run, RunCounts())
     c.rows_in += 1
     if src_info not in sources_of.setdefault(run, []):

@@ -1,4 +1,4 @@
-"""Checks across rows of one ingest: rollouts that share a key.
+"""Checks across rows: rollouts of one ingest that share a key, or that repeat one already stored.
 
 A rollout is keyed by (``step``, ``uid``, ``rollout_idx``) within its run: the same prompt's
 rollout ``k`` may recur in another training step, never in the same one. When a key comes back:
@@ -10,16 +10,24 @@ rollout ``k`` may recur in another training step, never in the same one. When a 
   index), both are kept and the later one is flagged ``duplicate_key``: ddai cannot tell which one
   is right, so it drops neither; the flag is counted and ``ddai distill`` leaves flagged rows out.
 
-Keys and contents are held as 16-byte digests, so memory grows by about 150 bytes per rollout.
-Rows already in the store are not compared (``--append`` of a file read before is not caught).
+On ``--append``, a row whose key is already committed in the run (when the ingest first routes a
+row to it) is quarantined as ``duplicate of a stored rollout``, whatever its content: an append
+adds rollouts and never changes committed ones (the store keeps no source text to compare
+with), so ``--append`` of a file read before adds nothing twice. Its raw line stays in the
+quarantine; re-ingest without ``--append`` to replace the run instead.
+
+Keys and contents are held as 16-byte digests, so memory grows by about 150 bytes per rollout
+(the stored keys of an appended-to run by about 100 bytes each).
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable, Iterable
 from typing import Any
 
 DUPLICATE = "duplicate rollout"
+STORED = "duplicate of a stored rollout"
 DUPLICATE_KEY = "duplicate_key"
 
 
@@ -30,21 +38,35 @@ def _digest(text: str) -> bytes:
 class DuplicateKeys:
     """The rollout keys (and their contents) seen so far in one ingest, per run."""
 
-    def __init__(self) -> None:
+    def __init__(self, stored: Callable[[str], Iterable[tuple[Any, ...]]] | None = None) -> None:
+        """``stored``: run → the (step, uid, rollout_idx) keys committed in it (``--append``)."""
         self._seen: dict[str, dict[bytes, bytes]] = {}
+        self._stored_of = stored
+        self._stored: dict[str, set[bytes]] = {}
 
-    def check(self, run: str, row: dict[str, Any], content: str) -> str | None:
+    def check(self, run: str, row: dict[str, Any], content: str) -> tuple[str, str] | None:
         """None when the row may be kept (flagged ``duplicate_key`` in place when its key was seen
-        with other content); the quarantine detail when it repeats an earlier row exactly."""
+        with other content); (reason, detail) when it is to be quarantined: it repeats an earlier
+        row of this ingest exactly, or a rollout stored in the run."""
         key = (row.get("step"), row["uid"], row["rollout_idx"])
         kd, cd = _digest(repr(key)), _digest(content.rstrip("\r\n"))
+        if self._stored_of is not None:
+            if run not in self._stored:
+                self._stored[run] = {_digest(repr(k)) for k in self._stored_of(run)}
+            if kd in self._stored[run]:
+                step, uid, idx = key
+                return STORED, (
+                    f"(step, uid, rollout_idx) = ({step}, {uid!r}, {idx}) is already in run "
+                    f"{run!r}; --append adds rollouts and keeps the stored one (re-ingest without "
+                    "--append to replace the run)"
+                )
         seen = self._seen.setdefault(run, {})
         first = seen.setdefault(kd, cd)
         if first is cd:
             return None
         step, uid, idx = key
         if first == cd:
-            return (
+            return DUPLICATE, (
                 f"(step, uid, rollout_idx) = ({step}, {uid!r}, {idx}) read before in this ingest "
                 "with the same content; the first is kept"
             )

@@ -11,6 +11,12 @@ Commit protocol (one per run, under the run's write lock ``_locks/<run>.lock``):
 4. files the manifest no longer lists (a replaced version, a crashed write's part) are removed
    when no reader holds the run (``_locks/<run>.readers``), else by the next write.
 
+Side tables (``_side/<table>/<run>.jsonl``) and quarantine entries of an ingest are committed under
+the same lock just before the manifest, which lists each side table with its sha256 (so
+``verify_partition`` sees one that does not belong to the committed version). Every other writer
+of a run's data (a judge or value re-score in place, a resumed trainer) holds the lock and, when
+it read the run first, commits only if the run is still the version it read (``if_unchanged``).
+
 Readers take a shared lock on each run, then read its manifest's file list (a ``Snapshot``): one
 consistent version of every run, even while it is replaced or appended. Leftovers of a crashed
 write (abandoned ``.tmp-*`` folders, ``.old-*`` folders of older versions, a partition without
@@ -46,6 +52,7 @@ if TYPE_CHECKING:  # pyarrow.dataset pulls pandas in: imported where a dataset i
 
 MANIFEST = "_manifest.json"
 QUARANTINE_DIR = "_quarantine"
+SIDE_DIR = "_side"
 LOCK_DIR = "_locks"
 DEFAULT_BATCH_ROWS = 50_000
 _SAFE_RUN_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-:+@")
@@ -80,6 +87,15 @@ def run_lock(
         _lock_file(logs, run_id, "lock"), f"the write lock of run {run_id!r}", on_wait
     ):
         yield
+
+
+class StoreConflict(RuntimeError):
+    """A write that read the run first found another write committed meanwhile (nothing written)."""
+
+
+def manifest_version(man: dict[str, Any]) -> str:
+    """The version of a committed run: the digest of its manifest (every commit changes it)."""
+    return io.sha256_text(json.dumps(man, sort_keys=True, ensure_ascii=False, default=str))
 
 
 def files_digest(files: list[dict[str, Any]]) -> str:
@@ -163,20 +179,35 @@ class PartitionWriter:
             self._write(pa.Table.from_pylist(self._buf, schema=ROLLOUT_SCHEMA))
             self._buf = []
 
-    def commit(self, manifest: dict[str, Any], *, locked: bool = False) -> dict[str, Any]:
-        """Commit the written rows with ``manifest``; ``locked``: the caller holds ``run_lock``."""
+    def commit(
+        self,
+        manifest: dict[str, Any],
+        *,
+        locked: bool = False,
+        if_unchanged: str | None = None,
+    ) -> dict[str, Any]:
+        """Commit the written rows with ``manifest``; ``locked``: the caller holds ``run_lock``.
+
+        ``if_unchanged``: the ``manifest_version`` of the run as the caller read it; another
+        commit since then raises ``StoreConflict`` and writes nothing (a read-modify-write never
+        drops rows appended meanwhile)."""
         self._flush()
         if self._writer is not None:
             self._writer.close()
             self._writer = None
         if locked:
-            return self._commit(manifest)
+            return self._commit(manifest, if_unchanged)
         with run_lock(self.logs, self.run_id):
-            return self._commit(manifest)
+            return self._commit(manifest, if_unchanged)
 
-    def _commit(self, manifest: dict[str, Any]) -> dict[str, Any]:
-        clean_leftovers(self.logs)
+    def _commit(self, manifest: dict[str, Any], if_unchanged: str | None = None) -> dict[str, Any]:
         old = _read_manifest(self.final)
+        if if_unchanged is not None and (old is None or manifest_version(old) != if_unchanged):
+            raise StoreConflict(
+                f"run {self.run_id!r} changed in {self.logs} while this command worked on it "
+                "(another write committed); nothing was written: run the command again"
+            )
+        clean_leftovers(self.logs)
         files: list[dict[str, Any]] = []
         if self.append and old is not None:
             files = (
@@ -234,10 +265,13 @@ class PartitionWriter:
 
 def clean_leftovers(logs: str | os.PathLike[str]) -> list[str]:
     """Remove what crashed writes left in the store: abandoned ``.tmp-*`` folders and spool
-    files (their claim is free), ``.old-*`` folders. Returns the names removed."""
+    files (their claim is free: quarantine and side-table spools included), ``.old-*`` folders.
+    Returns the names removed."""
     root = Path(logs)
     removed: list[str] = []
-    for base in (root, root / QUARANTINE_DIR):
+    side = root / SIDE_DIR
+    tables = sorted(d for d in side.iterdir() if d.is_dir()) if side.is_dir() else []
+    for base in (root, root / QUARANTINE_DIR, *tables):
         if not base.is_dir():
             continue
         for entry in base.iterdir():
@@ -295,6 +329,14 @@ def verify_partition(part: str | os.PathLike[str]) -> str | None:
             bad.append(f"{f['name']} missing")
         elif io.sha256_file(fp) != f["sha256"]:
             bad.append(f"{f['name']} changed")
+    # side tables the committed ingest wrote (a kill between them and the manifest, or an edit)
+    run = man.get("run_id") or p.name.split("=", 1)[-1]
+    for table, rec in sorted((man.get("side_tables") or {}).items()):
+        fp = p.parent / SIDE_DIR / table / f"{run}.jsonl"
+        if not fp.is_file():
+            bad.append(f"side table {table} missing")
+        elif io.sha256_file(fp) != rec["sha256"]:
+            bad.append(f"side table {table} changed")
     return "; ".join(bad) or None
 
 
@@ -322,11 +364,14 @@ def write_run(
     sources: list[dict[str, Any]] | None = None,
     normalize: bool = True,
     manifest: dict[str, Any] | None = None,
+    if_unchanged: str | None = None,
 ) -> dict[str, Any]:
     """Write one run's rollouts (dicts or a table) into the store; returns the partition manifest.
 
     Dict rows pass through ``normalize_rollout`` (so derived fields are filled and ``run_id`` is
     forced to ``run_id``) unless ``normalize=False``. Replaces the partition unless ``append``.
+    ``if_unchanged``: see ``PartitionWriter.commit`` (pass ``read_version``'s version when the
+    rows were computed from the run itself).
     """
     w = PartitionWriter(logs, run_id, append=append)
     try:
@@ -341,7 +386,7 @@ def write_run(
             for r in rows:
                 w.add(normalize_rollout(r, run_id=run_id) if normalize else r)
         info = {"sources": sources or [], **(manifest or {})}
-        return w.commit(info)
+        return w.commit(info, if_unchanged=if_unchanged)
     except BaseException:
         w.abort()
         raise
@@ -485,6 +530,22 @@ def read_rollouts(
             format="parquet",
             partitioning=None,
         ).to_table(columns=columns)
+
+
+def read_version(
+    logs: str | os.PathLike[str], run: str, columns: list[str] | None = None
+) -> tuple[pa.Table, str]:
+    """One run's rollouts and the ``manifest_version`` they were read at (for ``if_unchanged``)."""
+    import pyarrow.dataset as ds
+
+    with snapshot(logs, [run]) as snap:
+        table = ds.dataset(
+            [str(f) for f in snap.all_files()],
+            schema=ROLLOUT_SCHEMA,
+            format="parquet",
+            partitioning=None,
+        ).to_table(columns=columns)
+        return table, manifest_version(snap.manifests[run])
 
 
 def quarantine_path(logs: str | os.PathLike[str], run_id: str) -> Path:

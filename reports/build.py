@@ -14,7 +14,7 @@ from ddai.reports.blocks import Section, SectionBuilder
 from ddai.reports.config import ReportConfig
 from ddai.reports.context import ReportContext
 from ddai.reports.render import render_page
-from ddai.reports.sections import SECTIONS
+from ddai.reports.sections import SECTIONS, value_joint
 
 
 def _check_inputs(cfg: ReportConfig) -> None:
@@ -33,6 +33,7 @@ def _check_inputs(cfg: ReportConfig) -> None:
         )
     if cfg.datasets_dir is not None and not cfg.datasets_dir.is_dir():
         raise FileNotFoundError(f"--datasets-dir {cfg.datasets_dir} is not a folder")
+    value_joint.check(cfg.value_sft)
 
 
 STEP = "report"
@@ -50,6 +51,7 @@ def _inputs(cfg: ReportConfig, runs: list[str]) -> list[Any]:
         *(store.partition_dir(cfg.logs, r) for r in runs),
         *cfg.datasets,
         *cfg.flags,
+        *value_joint.inputs(cfg.value_sft),
     ]
 
 

@@ -34,6 +34,8 @@ class ReportConfig:
         threads: DuckDB threads (None: DuckDB's default).
         flags: review CSVs (``uid, verdict, reason``) whose wrong/uncertain rows flag a prompt's
             ground truth in the failure attribution.
+        value_sft: ``ddai train value-sft`` output folders whose per-token TD weights (mean, clip
+            shares) the value section shows.
     """
 
     logs: Path
@@ -56,12 +58,14 @@ class ReportConfig:
     progress: bool = True
     threads: int | None = None
     flags: list[Path] = field(default_factory=list)
+    value_sft: list[Path] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.logs = Path(self.logs)
         self.out = Path(self.out)
         self.datasets = [Path(p) for p in self.datasets]
         self.flags = [Path(p) for p in self.flags]
+        self.value_sft = [Path(p) for p in self.value_sft]
         for name in ("success_threshold", "judge_high", "ndcg_low", "judge_low", "ndcg_high"):
             v = getattr(self, name)
             if not 0.0 <= v <= 1.0:

@@ -2,12 +2,17 @@
 
 Readers add rows with ``ctx.side_tables.setdefault(name, []).append(row)``; during an ingest that
 mapping is a ``SideTables`` spool, so a log with millions of side events never holds them in
-memory. Rows go to a temp file per (table, run); ``commit`` moves them in atomically, replacing
-the run's earlier rows of the ingested runs (or adding to them with ``append``), like partitions.
+memory. Rows go to a claimed temp file per (table, run) (a killed ingest's spools are cleaned by
+the next write to the store); ``commit_run`` moves one run's tables in atomically, replacing the
+run's earlier rows (or adding to them with ``append``), like partitions. The ingest calls it under
+the run's write lock, before the partition manifest (the commit point), and records each table's
+rows and sha256 there, so ``ddai lineage --check`` sees a side table that does not belong to the
+committed ingest.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -16,9 +21,9 @@ import uuid
 from pathlib import Path
 from typing import IO, Any
 
-from ddai.pipelines.store import check_run_id
+from ddai.pipelines import io
+from ddai.pipelines.store import SIDE_DIR, check_run_id
 
-SIDE_DIR = "_side"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -35,7 +40,9 @@ class _Spool:
         if run not in self.files:
             tmp = self.owner.root / self.name / f".tmp-{run}-{uuid.uuid4().hex[:8]}.jsonl"
             tmp.parent.mkdir(parents=True, exist_ok=True)
-            self.files[run] = (tmp, open(tmp, "w", encoding="utf-8"))  # noqa: SIM115
+            fh = open(tmp, "w", encoding="utf-8")  # noqa: SIM115 - closed in commit/abort
+            fcntl.flock(fh, fcntl.LOCK_EX)  # claimed: the next write removes it only if we die
+            self.files[run] = (tmp, fh)
         self.files[run][1].write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
         self.counts[run] = self.counts.get(run, 0) + 1
 
@@ -75,40 +82,76 @@ class SideTables(dict):
     def counts(self) -> dict[str, int]:
         return {name: len(s) for name, s in sorted(self.items()) if len(s)}
 
-    def commit(self, runs: list[str], *, append: bool) -> dict[str, int]:
-        """Move the spooled rows in; without ``append``, stale rows of ``runs`` are removed."""
-        written: set[tuple[str, str]] = set()
+    def runs(self) -> set[str]:
+        """The runs some table has rows for (a run may have side rows and no rollouts)."""
+        return {run for spool in self.values() for run in spool.files}
+
+    def commit_run(self, run: str, *, append: bool) -> dict[str, dict[str, Any]]:
+        """Move ``run``'s spooled rows in (call with the run's write lock held); without
+        ``append`` the run's earlier rows in tables this ingest did not write are removed too.
+        Returns, per table written, ``{"rows": rows in the file, "sha256": the file's hash}``."""
+        written: dict[str, dict[str, Any]] = {}
         for name, spool in self.items():
-            spool.close()
-            for run, (tmp, _) in spool.files.items():
-                final = self.root / name / f"{run}.jsonl"
-                if append and final.exists():
-                    _prepend(tmp, final)
-                os.replace(tmp, final)
-                written.add((name, run))
+            if run not in spool.files:
+                continue
+            tmp, fh = spool.files.pop(run)
+            fh.flush()
+            final = self.root / name / f"{run}.jsonl"
+            rows = spool.counts.get(run, 0)
+            join = None
+            if append and final.exists():
+                earlier, join = _prepend(tmp, final)
+                rows += earlier
+            io.crash_point(f"side:{name}:{run}")
+            os.replace(tmp, final)
+            # the claims are released only once the file is in place (the next write's cleaning
+            # never takes a spool being committed for an abandoned one)
+            fh.close()
+            if join is not None:
+                join.close()
+            written[name] = {"rows": rows, "sha256": io.sha256_file(final)}
         if not append and self.root.is_dir():
             for table in self.root.iterdir():
-                for run in runs:
-                    stale = table / f"{run}.jsonl"
-                    if (table.name, run) not in written and stale.exists():
-                        stale.unlink()
-        return self.counts()
+                stale = table / f"{run}.jsonl"
+                if table.name not in written and stale.exists():
+                    stale.unlink()
+        return written
+
+    def discard_run(self, run: str) -> int:
+        """Drop ``run``'s spooled rows (not written); returns how many there were."""
+        n = 0
+        for spool in self.values():
+            if run in spool.files:
+                tmp, fh = spool.files.pop(run)
+                fh.close()
+                tmp.unlink(missing_ok=True)
+                n += spool.counts.pop(run, 0)
+        return n
 
     def abort(self) -> None:
         for spool in self.values():
             spool.close()
             for tmp, _ in spool.files.values():
                 tmp.unlink(missing_ok=True)
+            spool.files.clear()
 
 
-def _prepend(tmp: Path, final: Path) -> None:
-    """Rewrite ``tmp`` as the contents of ``final`` followed by its own."""
+def _prepend(tmp: Path, final: Path) -> tuple[int, IO[bytes]]:
+    """Rewrite ``tmp`` as the contents of ``final`` followed by its own; returns the lines of
+    ``final`` and the claim on the rewritten file (close it once the file is in place)."""
     joined = tmp.with_name(tmp.name + ".join")
-    with open(joined, "wb") as out:
-        for part in (final, tmp):
-            with open(part, "rb") as fh:
-                shutil.copyfileobj(fh, out)
+    out = open(joined, "wb")  # noqa: SIM115 - the claim, closed by the caller
+    fcntl.flock(out, fcntl.LOCK_EX)
+    lines = 0
+    with open(final, "rb") as fh:
+        for line in fh:
+            out.write(line)
+            lines += 1
+    with open(tmp, "rb") as fh:
+        shutil.copyfileobj(fh, out)
+    out.flush()
     os.replace(joined, tmp)
+    return lines, out
 
 
 def _usable(run: str) -> bool:

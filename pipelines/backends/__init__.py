@@ -21,6 +21,8 @@ from ddai.pipelines.backends.base import (
     ROLES,
     VERDICTS,
     Embedder,
+    EmbedError,
+    EmbedItem,
     GenerateRequest,
     GenerateResult,
     Generator,
@@ -28,6 +30,7 @@ from ddai.pipelines.backends.base import (
     Judge,
     JudgeRequest,
     JudgeResult,
+    MultimodalEmbedder,
     RewriteRequest,
     RewriteResult,
     Search,
@@ -96,9 +99,16 @@ def get_backend(
     return build(spec, role, **context)
 
 
+# (kind, role) -> (module, class) where one kind serves a role through another class: an openai
+# embedder talks to the embeddings endpoint, not a prompt.
+_ROLE_BUILDERS: dict[tuple[str, str], tuple[str, str]] = {
+    ("openai", "embedder"): ("ddai.pipelines.backends.openai_embedder", "OpenAIEmbedder"),
+}
+
+
 def build(spec: BackendSpec, role: str, **context: Any):
     """Build a backend from an explicit spec (tests and tools that make specs in code)."""
-    module, cls = _BUILDERS[spec.kind]
+    module, cls = _ROLE_BUILDERS.get((spec.kind, role)) or _BUILDERS[spec.kind]
     return getattr(importlib.import_module(module), cls).from_spec(spec, role, **context)
 
 
@@ -107,6 +117,8 @@ __all__ = [
     "VERDICTS",
     "BackendSpec",
     "ConfigError",
+    "EmbedError",
+    "EmbedItem",
     "Embedder",
     "GTVerifier",
     "GenerateRequest",
@@ -115,6 +127,7 @@ __all__ = [
     "Judge",
     "JudgeRequest",
     "JudgeResult",
+    "MultimodalEmbedder",
     "RewriteRequest",
     "RewriteResult",
     "Search",

@@ -211,6 +211,37 @@ class Embedder(Protocol):
     def embed(self, texts: Sequence[str]) -> np.ndarray: ...
 
 
+@dataclass(frozen=True)
+class EmbedItem:
+    """What to embed together: a text and its images (paths or data URLs), e.g. a VQA question
+    with the picture it asks about."""
+
+    text: str
+    images: Sequence[str] = ()
+
+
+@runtime_checkable
+class MultimodalEmbedder(Protocol):
+    """Texts with images → unit-norm vectors, ``float32 [N, dim']`` (``dim'`` may differ from the
+    text-only ``dim``); a failed call raises ``EmbedError``, never returns a made-up vector."""
+
+    name: str
+
+    def embed_items(self, items: Sequence[EmbedItem]) -> np.ndarray: ...
+
+
+class EmbedError(RuntimeError):
+    """Embedding calls that failed for good; ``failed`` counts them by reason."""
+
+    def __init__(self, backend: str, failed: dict[str, int], example: str = "") -> None:
+        reasons = ", ".join(f"{k} × {n}" for k, n in sorted(failed.items()))
+        super().__init__(
+            f"embedder {backend!r}: {sum(failed.values())} calls failed ({reasons})"
+            + (f"; e.g. {example}" if example else "")
+        )
+        self.failed = dict(failed)
+
+
 class SearchError(RuntimeError):
     """A search that failed for good (after the engine's retries): ``reason`` is a short code
     (``http-500``, ``timeout``, ``connection``, ``bad-response``), ``detail`` a sentence."""

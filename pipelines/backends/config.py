@@ -31,7 +31,7 @@ from ddai.pipelines.backends.base import ROLES
 
 # kind -> the roles it can serve.
 REMOTE_KINDS: dict[str, tuple[str, ...]] = {
-    "openai": ("judge", "generator", "rewriter", "verifier", "vqa"),
+    "openai": ("judge", "generator", "rewriter", "verifier", "vqa", "embedder"),
     "gemini": ("judge", "generator", "rewriter", "verifier", "vqa"),
 }
 # Services that are not models: no `model`, no key by default, no token cost.

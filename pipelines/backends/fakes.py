@@ -4,10 +4,14 @@ Tests and benchmarks point the real ``openai`` and ``google-genai`` SDKs at them
 network. Routes:
 
 - ``POST /v1/chat/completions`` and ``POST /v1/responses`` (OpenAI; also under any prefix);
+- ``POST /v1/embeddings`` (OpenAI texts, or vLLM's chat form with images: ``fake_embedding``);
 - ``POST /{version}/models/{model}:generateContent`` (Gemini; routed on the ``:generateContent``
   suffix, since the SDK's default API version differs between releases);
 - ``GET /v1/models`` and ``GET /{version}/models/{model}`` (cheap pings);
 - ``GET /_fake/stats`` (the counters, for a server in another process).
+
+``parts`` keeps each model request's text and image parts in order (images as sha256 of their
+bytes), so a test can check which images a prompt showed, and where.
 
 Misbehaviour on demand:
 
@@ -31,9 +35,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import contextlib
 import hashlib
 import json
+import random
 import re
 import sys
 import threading
@@ -133,6 +139,51 @@ def _count_images(node: Any) -> int:
     if isinstance(node, list):
         return sum(_count_images(v) for v in node)
     return 0
+
+
+def _image_bytes(node: dict[str, Any]) -> bytes | None:
+    """The bytes of an image part (OpenAI data URL or Gemini inline data), else None."""
+    if node.get("type") == "image_url":
+        url = str((node.get("image_url") or {}).get("url", ""))
+    elif node.get("type") == "input_image":
+        url = str(node.get("image_url", ""))
+    elif isinstance(node.get("inlineData") or node.get("inline_data"), dict):
+        url = "," + str((node.get("inlineData") or node.get("inline_data"))["data"])
+    else:
+        return None
+    payload = url.partition(",")[2]
+    # Standard or URL-safe base64 (the SDKs differ), padding optional.
+    return base64.b64decode(payload + "=" * (-len(payload) % 4), altchars=b"-_")
+
+
+def request_parts(node: Any) -> list[tuple[str, str]]:
+    """A request body's text and image parts in the order it carries them: ``("text", text)`` or
+    ``("image", sha256 of the image bytes)``, for OpenAI chat and Responses and Gemini bodies."""
+    out: list[tuple[str, str]] = []
+    if isinstance(node, dict):
+        data = _image_bytes(node)
+        if data is not None:
+            return [("image", hashlib.sha256(data).hexdigest())]
+        if node.get("type") in (None, "text", "input_text") and isinstance(node.get("text"), str):
+            return [("text", node["text"])]
+        if isinstance(node.get("content"), str):
+            return [("text", node["content"])]
+        for v in node.values():
+            out += request_parts(v)
+    elif isinstance(node, list):
+        for v in node:
+            out += request_parts(v)
+    return out
+
+
+def fake_embedding(parts: list[tuple[str, str]], dim: int) -> list[float]:
+    """A deterministic unit vector for what one embedding input carried (text and image parts in
+    order): the same input always maps to the same vector, another image to another one."""
+    seed = int.from_bytes(hashlib.sha256(json.dumps(parts).encode()).digest()[:8], "little")
+    rng = random.Random(seed)
+    vec = [rng.gauss(0.0, 1.0) for _ in range(dim)]
+    norm = sum(x * x for x in vec) ** 0.5
+    return [x / norm for x in vec]
 
 
 def _tokens(text: str) -> int:
@@ -243,6 +294,8 @@ class FakeModelServer:
         self.in_flight = 0
         self.max_in_flight = 0
         self.images = 0  # image parts received
+        self.embed_dim = 16  # width of the fake embeddings
+        self.parts: list[list[tuple[str, str]]] = []  # each model request's parts, in arrival order
         self.credentials: set[str] = set()  # what clients sent as keys (memory only, for tests)
         self._seen: Counter[str] = Counter()
         self._lock = threading.Lock()
@@ -266,13 +319,19 @@ class FakeModelServer:
     def requests(self) -> int:
         """Model requests received (pings and stats excluded)."""
         with self._lock:
-            return sum(n for k, n in self.counts.items() if k in ("chat", "responses", "gemini"))
+            return sum(
+                n
+                for k, n in self.counts.items()
+                if k in ("chat", "responses", "gemini", "embeddings")
+            )
 
     def stats(self) -> dict[str, Any]:
         with self._lock:
             return {
                 "requests": sum(
-                    n for k, n in self.counts.items() if k in ("chat", "responses", "gemini")
+                    n
+                    for k, n in self.counts.items()
+                    if k in ("chat", "responses", "gemini", "embeddings")
                 ),
                 "counts": dict(self.counts),
                 "faults": dict(self.faults),
@@ -286,6 +345,7 @@ class FakeModelServer:
             self._seen.clear()
             self.max_in_flight = 0
             self.images = 0
+            self.parts.clear()
             self.credentials.clear()
 
     # ------------------------------------------------------------------ lifecycle
@@ -353,6 +413,8 @@ class FakeModelServer:
                 name = path.rsplit("/models/", 1)[1]
                 return web.json_response({"name": f"models/{name}", "displayName": name})
             return self._not_found(path)
+        if path.endswith("/embeddings"):
+            return await self._embeddings(request)
         if path.endswith("/chat/completions"):
             kind, extract, build = "chat", _openai_chat_text, _chat_body
         elif path.endswith("/responses"):
@@ -375,13 +437,44 @@ class FakeModelServer:
         finally:
             self.in_flight -= 1
 
-    def _note_request(self, request: web.Request, body: dict[str, Any]) -> None:
+    async def _embeddings(self, request: web.Request) -> web.StreamResponse:
+        """``POST /v1/embeddings``: ``input`` texts, or vLLM's chat form (``messages`` with
+        images and text): one vector per input, a pure function of what was sent."""
+        body = await request.json()
+        if "messages" in body:
+            inputs = [request_parts(body["messages"])]
+        else:
+            raw = body.get("input")
+            inputs = [[("text", str(t))] for t in (raw if isinstance(raw, list) else [raw])]
+        self._note_request(request, body, parts=[p for one in inputs for p in one])
+        fault = self._admit("embeddings", json.dumps(body.get("input", "")) + str(inputs))
+        if fault and fault.isdigit():
+            return self._error("embeddings", int(fault))
+        data = [
+            {"object": "embedding", "index": i, "embedding": fake_embedding(parts, self.embed_dim)}
+            for i, parts in enumerate(inputs)
+        ]
+        n = sum(_tokens(v) if k == "text" else 258 for one in inputs for k, v in one)
+        return web.json_response(
+            {
+                "object": "list",
+                "model": body.get("model", "fake"),
+                "data": data,
+                "usage": {"prompt_tokens": n, "total_tokens": n},
+            }
+        )
+
+    def _note_request(
+        self, request: web.Request, body: dict[str, Any], parts: list | None = None
+    ) -> None:
         auth = request.headers.get("Authorization", "").removeprefix("Bearer ")
         key = request.headers.get("x-goog-api-key", "")
         n_images = _count_images(body)
+        parts = request_parts(body) if parts is None else parts
         with self._lock:
             self.credentials.update(k for k in (auth, key) if k)
             self.images += n_images
+            self.parts.append(parts)
 
     def _admit(self, kind: str, prompt: str) -> str | None:
         """Count the request and pick its fault (script first, then the prompt's marker)."""

@@ -67,10 +67,13 @@ class GeminiBackend(RemoteBackend):
     async def _complete(
         self, rendered: Rendered, images: list[str], schema: type[BaseModel] | None
     ) -> tuple[dict[str, Any], TokenUsage]:
-        parts = [types.Part.from_text(text=rendered.user)]
-        for ref in images:
-            img = media.load(ref)
-            parts.append(types.Part.from_bytes(data=img.data, mime_type=img.mime))
+        parts = []
+        for kind, v in media.interleave(rendered.user, images):  # the prompt's order
+            if kind == "text":
+                parts.append(types.Part.from_text(text=v))
+            else:
+                img = media.load(v)
+                parts.append(types.Part.from_bytes(data=img.data, mime_type=img.mime))
         config = types.GenerateContentConfig(
             system_instruction=rendered.system or None,
             temperature=self.spec.temperature,

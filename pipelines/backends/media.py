@@ -1,4 +1,9 @@
-"""Images for multimodal calls: file paths or ``data:`` URLs, as bytes, data URLs or fingerprints."""
+"""Images for multimodal calls: file paths or ``data:`` URLs, as bytes, data URLs or fingerprints.
+
+A prompt places its images with ``IMAGE_SLOT`` markers: ``interleave`` splits the text at them and
+puts the request's images there in order (an in-context prompt shows each demonstration's image
+before its text, seed 002); images beyond the slots follow the text, as for a prompt without any.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,12 @@ import io
 import mimetypes
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+IMAGE_SLOT = "<|image|>"
+"""Where a prompt shows one of its images; never sent as text."""
+
+Part = tuple[Literal["text", "image"], str]
 
 
 @dataclass(frozen=True)
@@ -48,3 +58,25 @@ def pil_data_url(image: Any, fmt: str = "PNG") -> str:
 def fingerprint(ref: str) -> str:
     """sha256 of the image's bytes: the same picture under another path hits the same cache row."""
     return hashlib.sha256(load(ref).data).hexdigest()
+
+
+def interleave(text: str, images: list[str]) -> list[Part]:
+    """``text`` split at ``IMAGE_SLOT`` with the images in order: ``[("text", t), ("image", ref),
+    ...]``; empty text pieces are left out, images beyond the slots come after the text.
+
+    More slots than images is a bad request (``ValueError``), never a silent text-only prompt."""
+    pieces = text.split(IMAGE_SLOT)
+    n_slots = len(pieces) - 1
+    if n_slots > len(images):
+        raise ValueError(
+            f"the prompt has {n_slots} image slots but the request carries {len(images)} images; "
+            "give every demonstration and the query their image paths"
+        )
+    parts: list[Part] = []
+    for i, piece in enumerate(pieces):
+        if i:
+            parts.append(("image", images[i - 1]))
+        if piece.strip():
+            parts.append(("text", piece.strip("\n") if n_slots else piece))
+    parts += [("image", ref) for ref in images[n_slots:]]
+    return parts

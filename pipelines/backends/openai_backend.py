@@ -143,13 +143,12 @@ class OpenAIBackend(RemoteBackend):
         self, rendered: Rendered, images: list[str], schema: type[BaseModel] | None
     ) -> tuple[dict[str, Any], TokenUsage]:
         user: str | list[dict[str, Any]] = rendered.user
-        if images:
+        if images:  # text and images in the prompt's order (``media.IMAGE_SLOT``)
             user = [
-                {"type": "text", "text": rendered.user},
-                *(
-                    {"type": "image_url", "image_url": {"url": media.load(i).data_url()}}
-                    for i in images
-                ),
+                {"type": "text", "text": v}
+                if kind == "text"
+                else {"type": "image_url", "image_url": {"url": media.load(v).data_url()}}
+                for kind, v in media.interleave(rendered.user, images)
             ]
         messages: list[dict[str, Any]] = (
             [{"role": "system", "content": rendered.system}] if rendered.system else []
@@ -173,8 +172,12 @@ class OpenAIBackend(RemoteBackend):
     async def _responses(
         self, rendered: Rendered, images: list[str], schema: type[BaseModel] | None
     ) -> tuple[dict[str, Any], TokenUsage]:
-        content: list[dict[str, Any]] = [{"type": "input_text", "text": rendered.user}]
-        content += [{"type": "input_image", "image_url": media.load(i).data_url()} for i in images]
+        content: list[dict[str, Any]] = [
+            {"type": "input_text", "text": v}
+            if kind == "text"
+            else {"type": "input_image", "image_url": media.load(v).data_url()}
+            for kind, v in media.interleave(rendered.user, images)
+        ]
         kwargs = self._common_kwargs(max_key="max_output_tokens")
         if rendered.system:
             kwargs["instructions"] = rendered.system

@@ -70,7 +70,9 @@ def rejudge(cfg: RejudgeConfig, *, config: dict[str, Any] | None = None) -> Reju
     """Score the run, write the result (unless dry or stopped), and say what happened."""
     t0 = time.time()
     try:
-        table = store.read_rollouts(cfg.logs, [cfg.run])
+        # the version read: an in-place write commits only over it (a run appended to or
+        # replaced meanwhile is left as it is, see store.StoreConflict)
+        table, version = store.read_version(cfg.logs, cfg.run)
     except FileNotFoundError as e:
         raise RejudgeError(str(e)) from e
     judge = get_backend(
@@ -170,7 +172,14 @@ def rejudge(cfg: RejudgeConfig, *, config: dict[str, Any] | None = None) -> Reju
         "prompt_sha256": getattr(getattr(judge, "prompt", None), "sha256", None),
         "backend_calls": usage,
     }
-    store.write_run(cfg.logs, out_run, out, sources=[{"run": cfg.run}], manifest=manifest)
+    store.write_run(
+        cfg.logs,
+        out_run,
+        out,
+        sources=[{"run": cfg.run}],
+        manifest=manifest,
+        if_unchanged=version if cfg.in_place else None,
+    )
     summary = {
         **base,
         **({"status": f"failed: {n_failed} call(s) failed"} if n_failed else {}),

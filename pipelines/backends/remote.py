@@ -186,6 +186,7 @@ class RemoteBackend:
     def _job(self, req: Any) -> Job:
         rendered = self.prompt.render(**self.task.variables(req))
         images = list(self.task.images(req))
+        media.interleave(rendered.user, images)  # more image slots than images: bad input, now
         key = cache_key(
             kind=self.spec.kind,
             model=self.spec.model,

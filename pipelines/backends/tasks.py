@@ -90,8 +90,16 @@ def _generator_vars(req: GenerateRequest) -> dict[str, Any]:
 
 
 def _vqa_images(req: VQARequest) -> list[str]:
-    shown = [img for ex in req.examples for img in ex.get("images", ())]
+    """The demonstrations' images in their order, then the query's (the prompt's slot order)."""
+    shown = [img for ex in req.examples for img in example_images(ex)]
     return [*shown, *req.images]
+
+
+def example_images(example: dict[str, Any]) -> list[str]:
+    """A demonstration's image paths: its ``images`` list, else its single ``image``."""
+    if example.get("images"):
+        return [str(i) for i in example["images"]]
+    return [str(example["image"])] if example.get("image") else []
 
 
 JUDGE = Task(

@@ -2,7 +2,11 @@
 
 The ``world`` embedder reads the world's own latent embeddings (``embeddings.safetensors``);
 any other name is an ``Embedder`` backend (``--embedder``), applied to the query's question and
-to each demonstration's question and answer.
+to each demonstration's question and answer. When the rows carry images (a user's VQA set from
+``pointer world --from``) and the backend embeds images too (``embed_items``: the local default
+and ``kind = "openai"`` servers do), each row is embedded as its image with that text, as seed
+002's query embedding ("image + question") asks; a text-only backend embeds the text and the
+summary says the images were left out.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ddai.pipelines import manifest
+from ddai.pipelines.backends.base import EmbedItem
 from ddai.pipelines.pointer import world as world_mod
 from ddai.pipelines.pointer.store import SUFFIXES, build_store, save_store
 from ddai.pipelines.progress import bar
@@ -30,6 +35,8 @@ class EmbedConfig:
     batch_size: int = 256  # texts per embedder call
     force: bool = False
     progress: bool = True
+    dry_run: bool = False  # count the embedder's calls and their cost; embed nothing
+    max_cost: float | None = None  # USD cap on a paid embedder's calls (resumable: cached)
 
     def __post_init__(self) -> None:
         if Path(self.out).suffix not in SUFFIXES:
@@ -48,13 +55,31 @@ def demo_text(demo: dict[str, Any]) -> str:
 
 def embed_texts(embedder: Any, texts: list[str], batch_size: int, progress: bool) -> np.ndarray:
     """``[len(texts), dim]`` float32 from an ``Embedder`` backend, in batches."""
+    return _batched(embedder.embed, texts, batch_size, progress)
+
+
+def embed_items(
+    embedder: Any, items: list[EmbedItem], batch_size: int, progress: bool
+) -> np.ndarray:
+    """``[len(items), dim']`` float32 from a ``MultimodalEmbedder`` (text with images)."""
+    return _batched(embedder.embed_items, items, batch_size, progress)
+
+
+def _batched(fn: Any, xs: list[Any], batch_size: int, progress: bool) -> np.ndarray:
     out = []
-    with bar("embedding", len(texts), enabled=progress) as advance:
-        for i in range(0, len(texts), batch_size):
-            chunk = texts[i : i + batch_size]
-            out.append(np.asarray(embedder.embed(chunk), dtype=np.float32))
+    with bar("embedding", len(xs), enabled=progress) as advance:
+        for i in range(0, len(xs), batch_size):
+            chunk = xs[i : i + batch_size]
+            out.append(np.asarray(fn(chunk), dtype=np.float32))
             advance(len(chunk))
     return np.concatenate(out) if out else np.zeros((0, 0), np.float32)
+
+
+def row_images(row: dict[str, Any]) -> list[str]:
+    """A query's or demonstration's image paths (``images``, else ``image``)."""
+    if row.get("images"):
+        return [str(i) for i in row["images"]]
+    return [str(row["image"])] if row.get("image") else []
 
 
 def run_embed(cfg: EmbedConfig, *, embedder: Any = None) -> dict[str, Any]:
@@ -68,22 +93,46 @@ def run_embed(cfg: EmbedConfig, *, embedder: Any = None) -> dict[str, Any]:
                 f"{cfg.world} has no {world_mod.EMBEDDINGS_FILE}; pass --embedder NAME "
                 "(e.g. local) to embed the texts with an Embedder backend"
             )
-    params = {k: str(v) for k, v in asdict(cfg).items() if k not in ("force", "progress", "out")}
-    if not cfg.force and manifest.is_fresh(cfg.out, "pointer.embed", params, inputs):
+    skip = ("force", "progress", "out", "dry_run", "max_cost")  # none changes the vectors
+    params = {k: str(v) for k, v in asdict(cfg).items() if k not in skip}
+    if (
+        not cfg.dry_run
+        and not cfg.force
+        and manifest.is_fresh(cfg.out, "pointer.embed", params, inputs)
+    ):
         return {
             "store": str(cfg.out),
             "skipped": "inputs and parameters unchanged (--force reruns)",
         }
     w = world_mod.load_world(cfg.world, embeddings=cfg.embedder == WORLD_EMBEDDER)
+    n_images = embedded_images = 0
     if cfg.embedder == WORLD_EMBEDDER:
+        if cfg.dry_run:
+            return {"world": str(cfg.world), "embedder": cfg.embedder, "to_call": 0}
         q_emb, d_emb = w.query_emb, w.demo_emb
     else:
         if embedder is None:
             from ddai.pipelines.backends import get_backend
 
-            embedder = get_backend("embedder", cfg.embedder, call_site="pointer.embed")
+            embedder = get_backend(
+                "embedder", cfg.embedder, call_site="pointer.embed", max_cost=cfg.max_cost
+            )
         texts = [query_text(q) for q in w.queries] + [demo_text(d) for d in w.demos]
-        vecs = embed_texts(embedder, texts, cfg.batch_size, cfg.progress)
+        images = [row_images(r) for r in (*w.queries, *w.demos)]
+        n_images = sum(map(len, images))
+        with_images = bool(n_images and hasattr(embedder, "embed_items"))
+        items = [
+            EmbedItem(t, tuple(i) if with_images else ())
+            for t, i in zip(texts, images, strict=True)
+        ]
+        if cfg.dry_run:
+            plan = embedder.plan(items) if hasattr(embedder, "plan") else {"to_call": len(items)}
+            return {"world": str(cfg.world), "embedder": cfg.embedder, **plan}
+        if with_images:
+            vecs = embed_items(embedder, items, cfg.batch_size, cfg.progress)
+            embedded_images = n_images
+        else:
+            vecs = embed_texts(embedder, texts, cfg.batch_size, cfg.progress)
         q_emb, d_emb = vecs[: len(w.queries)], vecs[len(w.queries) :]
     record = manifest.start("pointer.embed", params, inputs)
     store = build_store(
@@ -105,4 +154,10 @@ def run_embed(cfg: EmbedConfig, *, embedder: Any = None) -> dict[str, Any]:
         "dim": store.dim,
         "embedder": cfg.embedder,
         "mean cosine of pool": round(float(store.cand_sim.mean()), 4),
-    }
+    } | (
+        {"images embedded": embedded_images}
+        if embedded_images
+        else {"images left out": f"{n_images} (embedder {cfg.embedder!r} embeds text only)"}
+        if n_images
+        else {}
+    )

@@ -2,7 +2,10 @@
 
 Each pair becomes one ``VQARequest``: a few-shot prompt (the two demonstrations, then the query),
 the query's images, the demonstrations as dicts, and the query row as ``meta`` (what the local
-simulator reads; never sent to a remote model). Answers are scored against the query's human
+simulator reads; never sent to a remote model). As in seed 002's in-context prompt, a remote model
+sees each demonstration's image before its question and answer, then the query's image before its
+question: the prompt marks those places with ``IMAGE_SLOT`` and the OpenAI and Gemini clients put
+the images there, in that order. Rows without images (the synthetic world) get a text-only prompt. Answers are scored against the query's human
 answers with VQAv2 accuracy (default), ANLS or exact match; ``correct`` is ``score >=
 threshold``. A failed call is kept, never dropped: ``eval_failed`` with the backend's reason.
 """
@@ -14,6 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ddai.pipelines.backends import VQARequest, get_backend, run_sync
+from ddai.pipelines.backends.media import IMAGE_SLOT
+from ddai.pipelines.backends.tasks import example_images
 from ddai.pipelines.metrics import anls, exact_match, vqa_accuracy, vqa_accuracy_symmetric
 from ddai.pipelines.pointer.simulator import VQASimulator
 from ddai.pipelines.progress import bar
@@ -58,21 +63,31 @@ def gold_answers(query: Mapping[str, Any]) -> list[str]:
     return [str(query["answer"])] if query.get("answer") is not None else []
 
 
-def build_prompt(question: str, examples: Sequence[Mapping[str, Any]]) -> str:
-    """A few-shot VQA prompt: each demonstration as question and answer, then the query."""
+def _slots(n: int) -> str:
+    return IMAGE_SLOT * n + "\n" if n else ""
+
+
+def build_prompt(
+    question: str, examples: Sequence[Mapping[str, Any]], *, query_images: int = 0
+) -> str:
+    """A few-shot VQA prompt: each demonstration as (its images,) question and answer, then the
+    query as (its ``query_images`` images and) question; an image's place is ``IMAGE_SLOT``."""
     parts = ["Answer the question about the image in a few words, like the examples."]
     for i, ex in enumerate(examples, 1):
+        shown = _slots(len(example_images(dict(ex))))
         parts.append(
-            f"Example {i}\nQuestion: {ex.get('question', '')}\nAnswer: {ex.get('answer', '')}"
+            f"Example {i}\n{shown}Question: {ex.get('question', '')}\n"
+            f"Answer: {ex.get('answer', '')}"
         )
-    parts.append(f"Question: {question}\nAnswer:")
+    parts.append(f"{_slots(query_images)}Question: {question}\nAnswer:")
     return "\n\n".join(parts)
 
 
 def make_request(query: Mapping[str, Any], examples: Sequence[Mapping[str, Any]]) -> VQARequest:
-    images = query.get("images") or ([query["image"]] if query.get("image") else [])
+    """The request for one pair: demonstrations' images, in order, before the query's."""
+    images = example_images(dict(query))
     return VQARequest(
-        prompt=build_prompt(str(query.get("question", "")), examples),
+        prompt=build_prompt(str(query.get("question", "")), examples, query_images=len(images)),
         images=tuple(images),
         examples=tuple(dict(ex) for ex in examples),
         meta=dict(query),

@@ -1,6 +1,7 @@
 """Value curves: where expected success drops within trajectories, by turn and by action type.
 
-Reads ``turns[].value`` as ``ddai value score`` writes it: the value head's expected success
+Reads ``turns[].value`` as ``ddai value score`` writes it (and, for ``--value-sft DIR``, the joint
+stage's per-token weights: ``value_joint``): the value head's expected success
 before each turn. A turn's *change* is the next valued turn's value (or, after the last one, the
 outcome) minus its own: what the turn's action and the environment's answer did to the expected
 success. Runs without values are named, with the command that fills them.
@@ -17,6 +18,7 @@ from ddai.reports import figures
 from ddai.reports.blocks import Note, Section, Table
 from ddai.reports.context import ReportContext
 from ddai.reports.formatting import num, pct, share
+from ddai.reports.sections import value_joint
 
 LIKELY = 0.5
 """A value at or above this counts as a likely success (values estimate P(success))."""
@@ -102,6 +104,18 @@ def _table(ctx: ReportContext, df: pl.DataFrame) -> Table:
 
 
 def build(ctx: ReportContext) -> Section:
+    # The joint stage's TD weights (`--value-sft DIR`) stand with or without valued turns.
+    joint_blocks, joint_stats = value_joint.blocks(list(ctx.cfg.value_sft))
+    if not ctx.cfg.value_sft:
+        joint_blocks = []
+    section = _curves(ctx)
+    section.blocks.extend(joint_blocks)
+    if ctx.cfg.value_sft:
+        section.stats["joint"] = joint_stats
+    return section
+
+
+def _curves(ctx: ReportContext) -> Section:
     by_action = ctx.frame("report_value_by_action", likely=LIKELY)
     # No valued turn (the common case before `ddai value score`): the per-turn curve would scan
     # the turns again to find nothing.
@@ -115,7 +129,9 @@ def build(ctx: ReportContext) -> Section:
         "rollouts that ended in success and in failure: where they part is where trajectories are "
         "won or lost. The bars and table attribute each turn's change (the next turn's value, or "
         "the outcome after the last one, minus its own) to the action it took: a search or crop "
-        "with a negative mean change tends to turn likely successes into failures."
+        "with a negative mean change tends to turn likely successes into failures. With "
+        "`--value-sft DIR`, the joint stage's per-token TD weights follow: their mean and the "
+        "share of tokens the clip bounds cut, per training step."
     )
     stats: dict[str, Any] = {"turns_valued": n_turns, "runs_without_values": missing}
     if not n_turns:

@@ -74,6 +74,9 @@ class RolloutFilter:
     as ``same_doc_success``); ``group`` keeps rollouts of zero-variance or mixed-reward GRPO
     groups; ``ranges`` maps a RANGES name to an inclusive (min, max), either side None; ``q`` is a
     case-insensitive substring of the question, the answer or the response (thinks and queries).
+    ``judge_level`` / ``ndcg_band`` pick one cell of the report's judge-vs-NDCG grid and
+    ``score_band`` one of its score bands (the band of the rollout's prompt), so a count of the
+    sections page opens exactly its rollouts.
     """
 
     runs: tuple[str, ...] = ()
@@ -84,6 +87,9 @@ class RolloutFilter:
     group: str | None = None
     ranges: tuple[tuple[str, float | None, float | None], ...] = ()
     q: str | None = None
+    judge_level: float | None = None
+    ndcg_band: int | None = None
+    score_band: int | None = None
     sort: str = "run_id"
     desc: bool = False
     page: int = 1
@@ -122,6 +128,14 @@ class RolloutFilter:
                     None if hi is None else _float(f"{name}_max", hi),
                 )
             )
+        cell: dict[str, Any] = {}
+        if (v := one("judge_level")) is not None:
+            cell["judge_level"] = _float("judge_level", v)
+        for name, top in (("ndcg_band", 6), ("score_band", 5)):
+            if (v := one(name)) is not None:
+                cell[name] = _int(name, v)
+                if cell[name] > top:
+                    raise FilterError(f"{name} must be <= {top}, got {cell[name]}")
         page_size = _int("size", one("size") or str(size), 1)
         if page_size > MAX_PAGE_SIZE:
             raise FilterError(f"size must be <= {MAX_PAGE_SIZE}, got {page_size}")
@@ -134,6 +148,7 @@ class RolloutFilter:
             group=group,
             ranges=tuple(ranges),
             q=one("q"),
+            **cell,
             sort=sort,
             desc=direction == "desc",
             page=_int("page", one("page") or "1", 1),
@@ -174,6 +189,10 @@ class RolloutFilter:
             if hi is not None:
                 conds.append(f"e.{col} <= ${name}_max")
                 params[f"{name}_max"] = hi
+        for name in ("judge_level", "ndcg_band", "score_band"):
+            if getattr(self, name) is not None:
+                conds.append(f"e.{name} = ${name}")
+                params[name] = getattr(self, name)
         if self.q:
             # the text columns live in the rollouts view; a semi-join reads them only here
             conds.append(
@@ -204,6 +223,9 @@ class RolloutFilter:
         for name in ("tag", "terminated", "uid", "group", "q"):
             if getattr(view, name):
                 out[name] = getattr(view, name)
+        for name in ("judge_level", "ndcg_band", "score_band"):
+            if getattr(view, name) is not None:
+                out[name] = _num(getattr(view, name))
         for name, lo, hi in view.ranges:
             if lo is not None:
                 out[f"{name}_min"] = _num(lo)

@@ -180,7 +180,8 @@ def sections(con: duckdb.DuckDBPyConnection, *, top: int = 25) -> dict[str, Any]
     ``outcomes`` / ``tags`` / ``terminated``: ``{run: {value: n}}``; ``groups``: per run the
     GRPO groups, zero-variance and mixed ones, and the rollouts in each; ``suspects``: the
     prompts with most hallucination suspects (run, uid, n); ``totals``: per run rollouts,
-    prompts, success rate and judge / NDCG / reward means.
+    prompts, success rate and judge / NDCG / reward means; ``grid`` and ``bands``: the report's
+    judge-vs-NDCG cells and score bands (``judge_ndcg_grid``, ``score_bands``).
     """
 
     def nested(sql: str) -> dict[str, dict[str, int]]:
@@ -219,6 +220,8 @@ def sections(con: duckdb.DuckDBPyConnection, *, top: int = 25) -> dict[str, Any]
     )
     return {
         "totals": totals,
+        "grid": judge_ndcg_grid(con),
+        "bands": score_bands(con),
         "outcomes": nested(
             "SELECT run_id, outcome, count(*) FROM explorer GROUP BY ALL ORDER BY ALL"
         ),
@@ -233,6 +236,60 @@ def sections(con: duckdb.DuckDBPyConnection, *, top: int = 25) -> dict[str, Any]
         "groups": groups,
         "suspects": suspects,
     }
+
+
+def _judge_bins(levels: int) -> int:
+    """The report's choice (section judge vs NDCG): a judge with at most ``MAX_LEVELS`` distinct
+    scores is shown by its levels (0 bins), else in ``BINS`` equal bins."""
+    from ddai.reports.sections.judge_ndcg import BINS, MAX_LEVELS
+
+    return 0 if levels <= MAX_LEVELS else BINS
+
+
+def judge_ndcg_grid(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
+    """The report's judge-vs-NDCG heatmap as counts that link to their rollouts.
+
+    Returns ``{"levels": [judge_level], "labels": [row label], "bands": [NDCG band label],
+    "cells": {run: {(judge_level, ndcg_band): n}}}``: rows are the judge's own levels, or every
+    bin when binned; a cell's rollouts are the filter ``judge_level=…&ndcg_band=…``."""
+    from ddai.reports.sections.judge_ndcg import NDCG_BANDS, _judge_labels
+
+    n_levels = con.sql(
+        "SELECT count(DISTINCT round(judge_score, 6)) FROM explorer WHERE judge_level IS NOT NULL"
+    ).fetchall()[0][0]
+    bins = _judge_bins(int(n_levels))
+    cells: dict[str, dict[tuple[float, int], int]] = {}
+    for run, level, band, n in con.sql(
+        "SELECT run_id, judge_level, ndcg_band, count(*) FROM explorer "
+        "WHERE judge_level IS NOT NULL GROUP BY ALL ORDER BY ALL"
+    ).fetchall():
+        cells.setdefault(run, {})[(float(level), int(band))] = int(n)
+    if bins:
+        levels = [i / bins for i in range(bins)]
+    else:
+        levels = sorted({lv for by in cells.values() for lv, _ in by})
+    return {
+        "levels": levels,
+        "labels": _judge_labels(levels, bins),
+        "bands": list(NDCG_BANDS),
+        "cells": cells,
+    }
+
+
+def score_bands(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
+    """The report's score bands (prompts by mean score) with the rollouts of their prompts.
+
+    Returns ``{"bands": [label], "cells": {run: {band_idx: {"prompts": n, "rollouts": n}}}}``;
+    a band's rollouts are the filter ``score_band=…``."""
+    from ddai.reports.sections.outcomes import BANDS
+
+    cells: dict[str, dict[int, dict[str, int]]] = {}
+    for run, band, prompts, rollouts in con.sql(
+        "SELECT run_id, score_band, count(DISTINCT uid), count(*) FROM explorer "
+        "WHERE score_band IS NOT NULL GROUP BY ALL ORDER BY ALL"
+    ).fetchall():
+        cells.setdefault(run, {})[int(band)] = {"prompts": int(prompts), "rollouts": int(rollouts)}
+    return {"bands": list(BANDS), "cells": cells}
 
 
 def compare(
@@ -260,6 +317,9 @@ def open_explorer(con: duckdb.DuckDBPyConnection, params: dict[str, Any]) -> Non
 
     for name in ("report_facts", "report_prompts", "serve_explorer"):
         sql = query.sql_text(name)
+        if name == "serve_explorer":
+            levels = con.sql(query.sql_text("report_judge_levels")).fetchall()[0][0]
+            params = {**params, "judge_bins": _judge_bins(int(levels))}
         con.execute(sql, bind(sql, params))
     # explorer holds every column of report_facts; one copy in memory is enough
     con.execute("DROP TABLE report_facts")

@@ -226,6 +226,42 @@ def test_duplicate_rows_and_negative_indices_are_counted_by_reason(tmp_path):
     assert q[1]["detail"] == "rollout_idx = -1"
 
 
+def test_append_quarantines_rollouts_already_in_the_store(tmp_path):
+    logs = tmp_path / "logs"
+    first = tmp_path / "first.jsonl"
+    first.write_text("".join(json.dumps(_row(i)) + "\n" for i in range(3)))
+    assert _ingest(logs, first)[1]["rollouts out"] == 3
+    # the same file appended again: every row is already stored, none is added twice (and an
+    # ingest that adds nothing exits 1, its summary saying why)
+    res = runner.invoke(app, ["ingest", str(first), "--logs", str(logs), "--json", "--append"])
+    s = json.loads(res.output)
+    assert res.exit_code == 1 and s["rows in"] == 3 and s["rollouts out"] == 0
+    assert s["quarantined by reason"] == {"duplicate of a stored rollout": 3}
+    assert store.read_rollouts(logs, ["r"]).num_rows == 3
+    # an overlapping file: u2 again (other content: the stored one stays), u3 new twice (the
+    # in-ingest rule), u4 new
+    more = tmp_path / "more.jsonl"
+    lines = [_row(2, answer="changed"), _row(3), _row(3), _row(4)]
+    more.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    code, s = _ingest(logs, more, extra=["--append"])
+    assert code == 0 and s["rollouts out"] == 2
+    assert s["quarantined by reason"] == {
+        "duplicate of a stored rollout": 1,
+        "duplicate rollout": 1,
+    }
+    t = store.read_rollouts(logs, ["r"]).sort_by("uid").to_pylist()
+    assert [(r["uid"], r["answer"]) for r in t] == [(f"u{i}", "a") for i in range(5)]
+    q = _quarantine(logs, "r")
+    assert [(e["line"], e["reason"]) for e in q[-2:]] == [
+        (1, "duplicate of a stored rollout"),
+        (3, "duplicate rollout"),
+    ]
+    assert "already in run 'r'" in q[-2]["detail"] and '"changed"' in q[-2]["raw"]
+    # without --append the run is replaced: nothing counts as stored
+    code, s = _ingest(logs, more)
+    assert s["rollouts out"] == 3 and s["quarantined by reason"] == {"duplicate rollout": 1}
+
+
 def test_a_50_mb_first_line_does_not_defeat_format_detection(tmp_path):
     native = tmp_path / "native.jsonl"
     flash = tmp_path / "x_flash_rm_detail.jsonl"

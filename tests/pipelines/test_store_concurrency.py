@@ -72,6 +72,30 @@ def test_appends_from_separate_processes(tmp_path):
     assert man["rollouts_total"] == 100 and len(man["history"]) == 3
 
 
+def test_four_concurrent_replace_ingests_leave_one_whole_version(tmp_path):
+    """The issue's ENOENT: 4 processes replace run r at once, 3 trials; every ingest succeeds
+    and the run is exactly the last committer's version, its manifest listing its files."""
+    code = (
+        "import sys; from pathlib import Path; from ddai.pipelines.ingest import IngestConfig, "
+        "ingest; ingest(IngestConfig([Path(sys.argv[1])], Path(sys.argv[2]), progress=False))"
+    )
+    sizes = {f"p{k}_": 10 * (k + 1) for k in range(4)}
+    for trial in range(3):
+        logs = tmp_path / f"t{trial}"
+        srcs = [_source(tmp_path / f"r{trial}{p}.jsonl", n, uid=p) for p, n in sizes.items()]
+        procs = [subprocess.Popen([sys.executable, "-c", code, str(s), str(logs)]) for s in srcs]
+        assert [p.wait(timeout=300) for p in procs] == [0, 0, 0, 0]
+        man = store.run_manifest(logs, "r")
+        uids = store.read_rollouts(logs, ["r"], columns=["uid"]).column("uid").to_pylist()
+        (prefix,) = {u.rsplit("_", 1)[0] + "_" for u in uids}  # one writer's rows, no mix
+        assert len(uids) == man["rollouts_total"] == sizes[prefix] and "history" not in man
+        assert store.verify_partition(store.partition_dir(logs, "r")) is None
+        part = store.partition_dir(logs, "r")
+        assert sorted(p.name for p in part.iterdir()) == sorted(
+            [store.MANIFEST, *(f["name"] for f in man["files"])]
+        )
+
+
 def test_a_waiting_writer_says_so(tmp_path):
     said: list[str] = []
     done = threading.Event()

@@ -181,6 +181,26 @@ def test_sections_and_static_assets(client):
     assert client.get("/static/../app.py").status_code == 404
 
 
+def test_grid_cells_and_score_bands_link_to_their_rollouts(client):
+    html = client.get("/sections").text
+    grid = html.split('<table class="grid judge-ndcg" data-run="base">')[1].split("</table>")[0]
+    # judge 1 × NDCG 1 in base: u1/0 and u4 ×4
+    link = "/?run=base&amp;judge_level=1.0&amp;ndcg_band=6"
+    assert f'href="{link}">5<' in grid
+    page = client.get(link.replace("&amp;", "&")).text
+    assert '<span id="total">5</span>' in page
+    assert 'name="judge_level" value="1.0"' in page  # the form keeps the cell when re-applied
+    bands = html.split('class="grid score-bands"')[1].split("</table>")[0]
+    # base's (0.5, 0.7] band: u2 (mean 0.625), 1 prompt / 4 rollouts
+    assert (
+        'href="/?run=base&amp;score_band=3">1</a> / <a class="count" href="/?run=base&amp;score_band=3">4<'
+        in bands
+    )
+    api = client.get("/api/rollouts?run=base&score_band=3").json()
+    assert api["total"] == 4 and {r["uid"] for r in api["rows"]} == {"u2"}
+    assert client.get("/?ndcg_band=9").status_code == 400
+
+
 def test_token_is_required_when_set(logs):
     c = TestClient(create_app(ServeConfig(logs=logs, host="0.0.0.0", token=TOKEN)))
     assert c.get("/").status_code == 401

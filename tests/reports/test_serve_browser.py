@@ -138,6 +138,18 @@ async def _walk(base: str, port: int, w: dict[str, Any]) -> dict[str, Any]:
         await _shot(page, "serve-sections")
         await page.click("#classes a.count")
         got["section_total"] = await page.eval("document.getElementById('total').textContent")
+        # ... and so do a judge-vs-NDCG cell and a score band (the last cell of each table)
+        for name, sel in (("cell", "#judge-ndcg a.count"), ("band", "#bands a.count")):
+            await page.goto(base + "/sections")
+            if name == "cell":
+                await page.eval("document.getElementById('judge-ndcg').scrollIntoView()")
+                await _shot(page, "serve-grid")
+            got[f"{name}_count"], got[f"{name}_href"] = await page.eval(
+                f"(() => {{ const a = Array.from(document.querySelectorAll({json.dumps(sel)}))"
+                ".pop(); return [a.textContent, a.getAttribute('href')]; })()"
+            )
+            await page.click(f"a.count[href={json.dumps(got[f'{name}_href'])}]")
+            got[f"{name}_total"] = await page.eval("document.getElementById('total').textContent")
         # 6. the SQL box: a query through the form, then statements that write or read files
         await page.goto(base + "/sql")
         await page.eval(f"document.getElementById('sql').value = {json.dumps(SQL)}")
@@ -197,6 +209,10 @@ def test_explorer_walk_in_chromium(world, tmp_path):
     # 5. the section's count is the number of rollouts its link opens
     assert got["section_total"] == got["section_count"]
     assert "tag=" in got["section_href"]
+    assert got["cell_total"] == got["cell_count"] and "ndcg_band=" in got["cell_href"]
+    assert "judge_level=" in got["cell_href"]
+    # a band's last link is its rollouts count (the prompts count links the same rollouts)
+    assert got["band_total"] == got["band_count"] and "score_band=" in got["band_href"]
     # 6. SQL: the form's result equals the store's counts; writes and file reads get a 400
     assert [(o, int(n)) for o, n in got["sql_rows"]] == world["sql"]
     assert {s: status for s, (status, _) in got["sql_denied"].items()} == dict.fromkeys(

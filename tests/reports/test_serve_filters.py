@@ -70,3 +70,14 @@ def test_query_string_round_trips_and_drops_defaults():
     assert RolloutFilter().query_string() == ""
     # a page size from the server's default is kept in links only when it differs from 50
     assert _parse("", size=20).query_string() == "size=20"
+
+
+def test_cell_filters_parse_round_trip_and_refuse_bad_values():
+    v = RolloutFilter.from_params({"judge_level": ["0.5"], "ndcg_band": ["4"], "score_band": ["0"]})
+    assert (v.judge_level, v.ndcg_band, v.score_band) == (0.5, 4, 0)
+    where, params = v.where()
+    assert "e.judge_level = $judge_level" in where and params["ndcg_band"] == 4
+    assert RolloutFilter.from_params({k: [str(x)] for k, x in v.to_params().items()}) == v
+    for bad in ({"ndcg_band": ["7"]}, {"score_band": ["6"]}, {"judge_level": ["x"]}):
+        with pytest.raises(FilterError):
+            RolloutFilter.from_params(bad)

@@ -168,3 +168,56 @@ def test_compare_lists_prompts_that_got_better_and_worse(con):
     assert [(r["uid"], r["success_delta"]) for r in d["better"]] == [("u1", 0.5), ("u3", 0.5)]
     assert [(r["uid"], r["success_delta"]) for r in d["worse"]] == [("u2", -0.5)]
     assert queries.compare(con, "base", "new", top=1)["better"] == d["better"][:1]
+
+
+def test_judge_ndcg_grid_cells_are_the_reports_and_filter_their_rollouts(con, tmp_path):
+    grid = queries.sections(con)["grid"]
+    # the judge grades 0 / 0.5 / 1: charted by its levels; NDCG bands 0, (0, 0.2], …, 1
+    assert grid["levels"] == [0.0, 0.5, 1.0] and grid["labels"] == ["0", "0.5", "1"]
+    assert grid["bands"][0] == "0" and grid["bands"][6] == "1"
+    # base by hand: judge 1 with NDCG 1 (u1/0, u4 ×4), judge 1 with NDCG 0 (u1/1, u2/0-1),
+    # judge 0 with NDCG 1 (u1/2) and 0 (u1/3, u3 ×4), u2/2 (0.5, 0.613 → (0.6, 0.8]),
+    # u2/3 (0, 0.387 → (0.2, 0.4])
+    assert grid["cells"]["base"] == {
+        (1.0, 6): 5,
+        (1.0, 0): 3,
+        (0.0, 6): 1,
+        (0.0, 0): 5,
+        (0.5, 4): 1,
+        (0.0, 2): 1,
+    }
+    # the same cells as the report's own grid SQL, and each cell's link filters exactly its rows
+    report = query.connect(planted_store(tmp_path))
+    sql = query.sql_text("report_facts")
+    report.execute(sql, {k: v for k, v in PARAMS.items() if f"${k}" in sql})
+    rows = report.execute(query.sql_text("report_judge_ndcg_grid"), {"judge_bins": 0}).fetchall()
+    assert {(r, j, b): n for r, j, b, n in rows} == {
+        (run, j, b): n for run, by in grid["cells"].items() for (j, b), n in by.items()
+    }
+    for run, by in grid["cells"].items():
+        for (level, band), n in by.items():
+            v = RolloutFilter.from_params(
+                {"run": [run], "judge_level": [str(level)], "ndcg_band": [str(band)]}
+            )
+            assert queries.count(con, v) == n
+
+
+def test_score_bands_count_prompts_and_link_their_rollouts(con):
+    bands = queries.sections(con)["bands"]
+    assert bands["bands"] == ["=0", "(0, 0.3]", "(0.3, 0.5]", "(0.5, 0.7]", "(0.7, 1)", "=1"]
+    # base (reward = judge): u1 mean 0.5, u2 0.625, u3 0, u4 1; new: u1 1, u2 0, u3 0.4, u5 none
+    assert bands["cells"]["base"] == {
+        0: {"prompts": 1, "rollouts": 4},
+        2: {"prompts": 1, "rollouts": 4},
+        3: {"prompts": 1, "rollouts": 4},
+        5: {"prompts": 1, "rollouts": 4},
+    }
+    assert bands["cells"]["new"] == {
+        0: {"prompts": 1, "rollouts": 2},
+        2: {"prompts": 1, "rollouts": 2},
+        5: {"prompts": 1, "rollouts": 2},
+    }
+    rows = queries.page(con, view(runs=("base",), score_band=3))
+    assert {r["uid"] for r in rows} == {"u2"} and len(rows) == 4
+    assert queries.count(con, view(runs=("new",), score_band=2)) == 2
+    assert queries.count(con, view(score_band=1)) == 0

@@ -181,6 +181,12 @@ def grouped_rows(df: pl.DataFrame, store: EmbeddingStore) -> GroupedRows:
     )
 
 
+def nearest_labels(store: EmbeddingStore) -> dict[str, list[str]]:
+    """Each query's two most similar candidates (a pool is stored most similar first): the
+    similarity annotator's labels, for a world that brings none."""
+    return {qid: list(store.cand_ids[store.row(qid)][:2]) for qid in store.query_ids}
+
+
 def label_pointers(
     labels: dict[str, list[str]], store: EmbeddingStore, query_ids: list[str]
 ) -> tuple[Tensor, Tensor, int]:

@@ -26,7 +26,7 @@ from ddai.pipelines.pointer.store import load_store
 from ddai.pipelines.pointer.world import load_world
 from ddai.pipelines.progress import bar
 from ddai.trainer.pointer import losses
-from ddai.trainer.pointer.data import GroupedRows, grouped_rows, label_pointers
+from ddai.trainer.pointer.data import GroupedRows, grouped_rows, label_pointers, nearest_labels
 from ddai.trainer.pointer.model import (
     WEIGHTS_FILE,
     PointerConfig,
@@ -351,11 +351,14 @@ def run_train(cfg: PointerTrainConfig) -> dict[str, Any]:
     }
     if cfg.is_sft:
         world = load_world(cfg.world, embeddings=False)
-        inputs.append(cfg.world / "sft_labels.jsonl")
+        labels = world.labels
+        if (cfg.world / "sft_labels.jsonl").is_file():
+            inputs.append(cfg.world / "sft_labels.jsonl")
+        else:  # a user's VQA set (`pointer world --from`) has no labels: learn the nearest two
+            labels = nearest_labels(store)
+            summary["labels"] = "each query's two nearest candidates (the world has none)"
         record = manifest.start("pointer.train", params, inputs, seed=cfg.optim.seed)
-        rows, ptrs, dropped = label_pointers(
-            world.labels, store, _split_ids(world.queries, cfg.split)
-        )
+        rows, ptrs, dropped = label_pointers(labels, store, _split_ids(world.queries, cfg.split))
         if rows.numel() == 0:
             raise ValueError(
                 f"no labeled {cfg.split!r} query has both labeled demonstrations in its pool"

@@ -104,13 +104,15 @@ def drop_rollouts_after(logs: Path, run_id: str, step: int) -> int:
     partition is rewritten only when there is something to drop."""
     import pyarrow.compute as pc
 
-    from ddai.pipelines.store import list_runs, read_rollouts, write_run
+    from ddai.pipelines.store import list_runs, read_version, write_run
 
     if run_id not in list_runs(logs):
         return 0
-    table = read_rollouts(logs, [run_id])
+    table, version = read_version(logs, run_id)
     later = pc.fill_null(pc.greater(table["step"], step), False)
     dropped = int(pc.sum(later).as_py() or 0)
     if dropped:
-        write_run(logs, run_id, table.filter(pc.invert(later)), normalize=False)
+        write_run(
+            logs, run_id, table.filter(pc.invert(later)), normalize=False, if_unchanged=version
+        )
     return dropped

@@ -3,7 +3,8 @@
 ``TrainMetricsLog`` is a ``TrainerCallback``: every time the trainer logs (each ``logging_steps``
 optimizer steps) it keeps the step's reward, loss and clip ratios (TRL's ``clip_ratio/*``: the
 share of policy tokens, or of sequences under GSPO, whose ratio left the clip range) and rewrites
-``<logs>/_side/train_metrics/<run>.jsonl`` atomically. ``ddai report`` reads that side table for
+``<logs>/_side/train_metrics/<run>.jsonl`` atomically, holding the run's write lock like every
+writer of the store (a temp file left by a killed run is removed by the next write). ``ddai report`` reads that side table for
 its training section; the run's summary reports the mean clip ratio.
 """
 
@@ -12,11 +13,12 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from transformers import TrainerCallback
+
+from ddai.pipelines import io, store
 
 TABLE = "train_metrics"
 # Keys kept from the trainer's logs: name in the log → column in the side table.
@@ -40,6 +42,7 @@ class TrainMetricsLog(TrainerCallback):
     """Keeps the logged training metrics per step; writes them to the log store when given one."""
 
     def __init__(self, logs: str | os.PathLike[str] | None = None, run_id: str | None = None):
+        self.logs = logs
         self.path = side_table_path(logs, run_id) if logs is not None and run_id else None
         self.run_id = run_id
         self.rows: list[dict[str, Any]] = []
@@ -66,12 +69,9 @@ class TrainMetricsLog(TrainerCallback):
             self._write()
 
     def _write(self) -> None:
-        assert self.path is not None
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".tmp-", suffix=".jsonl")
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.writelines(json.dumps(r) + "\n" for r in self.rows)
-        os.replace(tmp, self.path)
+        assert self.path is not None and self.logs is not None and self.run_id is not None
+        with store.run_lock(self.logs, self.run_id):
+            io.write_text(self.path, "".join(json.dumps(r) + "\n" for r in self.rows))
 
     def mean(self, column: str) -> float | None:
         """Mean of ``column`` over the logged steps that have it (None when none does)."""

@@ -32,6 +32,7 @@ from typing import Any
 
 from ddai.trainer.search.config import EpisodeConfig
 from ddai.trainer.search.env import Episode, SearchEnv
+from ddai.trainer.search.kv_reuse import TurnCache, cache_key
 from ddai.trainer.search.sampling import LogprobRecorder, SamplingConfig, bare_generation_config
 from ddai.trainer.search.tasks import Task
 from ddai.trainer.search.vision import ImageObservation, VisionObservationFormat
@@ -152,6 +153,10 @@ class Sampler:
         same collectives as a real turn (sharded models all-gather in every forward), keep
         nothing. Samplers without per-forward collectives do nothing."""
 
+    def release(self) -> None:
+        """Drop state kept across the turns of one rollout batch (a KV cache): the batch is
+        done, or the weights are about to change. Stateless samplers do nothing."""
+
 
 class HFSampler(Sampler):
     """``model.generate`` over a left-padded batch, sampling from exactly the distribution whose
@@ -159,7 +164,11 @@ class HFSampler(Sampler):
     and none of the checkpoint's ``generation_config``; only the drawn tokens' log-probs are kept.
 
     A VLM's image placeholder token (``image_token_id``) is never sampled: a sampled placeholder
-    would have no image features behind it."""
+    would have no image features behind it.
+
+    ``kv_reuse``: keep each turn's KV cache and run only the new tokens (the environment's
+    observation) next turn, where the model allows (``ddai.trainer.search.kv_reuse``); same tokens and
+    log-probs as re-encoding, up to float rounding."""
 
     def __init__(
         self,
@@ -172,8 +181,10 @@ class HFSampler(Sampler):
         repetition_penalty: float = 1.0,
         stop_ids: Sequence[int] | None = None,
         image_token_id: int | None = None,
+        kv_reuse: bool = True,
     ) -> None:
         self.model = model
+        self.turns = TurnCache(enabled=kv_reuse)
         self.tok = tokenizer
         self.image_token_id = image_token_id
         self.config = SamplingConfig(
@@ -186,6 +197,12 @@ class HFSampler(Sampler):
         self.stop_ids = list(stop_ids or [tokenizer.eos_token_id])
 
     def sample(self, contexts, max_new_tokens, images=None):
+        return self._sample(contexts, max_new_tokens, images, keep=True)
+
+    def release(self) -> None:
+        self.turns.release()
+
+    def _sample(self, contexts, max_new_tokens, images, *, keep: bool):
         import torch
 
         device = next(self.model.parameters()).device
@@ -214,24 +231,29 @@ class HFSampler(Sampler):
             pad_id=pad,
             max_new_tokens=max(max_new_tokens),
         )
+        bare.return_dict_in_generate = True  # the sequences and the cache they leave
         # The checkpoint's generation_config fills every knob left unset; a bare one leaves no
         # processor but ours. Eval mode: no dropout, and a KV cache even when checkpointing.
         model_config, was_training = self.model.generation_config, self.model.training
         self.model.generation_config = copy.deepcopy(bare)
         self.model.eval()
+        reuse = keep and self.turns.usable(vision=self.image_token_id is not None)
         try:
             with torch.no_grad():
+                # Earlier turns' keys and values, the new observation tokens appended (or None).
+                past = self.turns.prepare(self.model, contexts, width) if reuse else None
                 out = self.model.generate(
                     input_ids=ids.to(device),
                     attention_mask=att.to(device),
                     **vision,
+                    **({cache_key(): past} if past is not None else {}),
                     generation_config=bare,
                     logits_processor=processors,
                 )
         finally:
             self.model.generation_config = model_config
             self.model.train(was_training)
-        new = out[:, width:]  # [N, n]
+        new = out.sequences[:, width:]  # [N, n]
         lp = recorder.finish(new).cpu()  # [N, n]
         new = new.cpu()
         results = []
@@ -240,12 +262,15 @@ class HFSampler(Sampler):
             row = new[i].tolist()[:cap]
             end = next((j + 1 for j, t in enumerate(row) if t in stops), len(row))
             results.append((row[:end], lp[i, :end].tolist()))
+        if reuse:
+            kept = [ids for ids, _ in results]
+            self.turns.store(getattr(out, cache_key()), contexts, kept, width, new.shape[1])
         return results
 
     def idle(self, context: list[int]) -> None:
         # Under FSDP / ZeRO-3, ``generate`` syncs forward passes across ranks (``synced_gpus``),
         # so one short call keeps this rank in step with those still generating.
-        self.sample([context], [1])
+        self._sample([context], [1], None, keep=False)
 
 
 class VLLMServerSampler(Sampler):
@@ -402,6 +427,8 @@ def run_rollouts(
     for t in trajs:
         groups.setdefault(t.group, []).append(t)
     reported: set[int] = set()
+    release = getattr(sampler, "release", lambda: None)
+    release()  # nothing cached under other weights is reused
 
     def report_finished() -> None:
         for g, members in groups.items():
@@ -477,4 +504,5 @@ def run_rollouts(
     drain = getattr(sampler, "drain", None)
     if drain is not None:
         drain()  # a collective sampler: wait out the other ranks' turns
+    release()  # the last turn's KV cache is not kept through the training pass
     return trajs

@@ -175,7 +175,7 @@ def score_runs(cfg: ValueScoreConfig) -> ValueScoreResult:
     labels: list[bool] = []
     with bar("value score", total, enabled=cfg.progress) as advance:
         for run in runs:
-            table = store.read_rollouts(logs, [run])  # one run in memory at a time
+            table, version = store.read_version(logs, run)  # one run in memory at a time
             scored, counts = score_table(
                 model,
                 tok,
@@ -201,6 +201,8 @@ def score_runs(cfg: ValueScoreConfig) -> ValueScoreResult:
                         "dropped": counts["dropped"],
                     }
                 },
+                # in place: only over the version scored (rows appended meanwhile stay)
+                if_unchanged=version if target == run else None,
             )
             written[run] = target
             n_rollouts += counts["rollouts"]

@@ -186,3 +186,35 @@ def test_failed_calls_are_kept_with_a_reason(tiny, tmp_path):
     failed = [c for c in cands if c["eval_failed"]]
     assert info["eval_failed"] == len(failed) == len(cands) // 2
     assert all(c["eval_error"] == "http 503" and c["vqa_correct"] is None for c in failed)
+
+
+def test_pointer_gen_exits_1_when_vqa_calls_failed(tiny, tmp_path, monkeypatch):
+    """Every command that calls models exits 1 when calls failed: ``pointer gen`` against a VQA
+    server that is down names the failures by reason."""
+    from typer.testing import CliRunner
+
+    from ddai.cli.app import app
+
+    cfg = tmp_path / "ddai.toml"
+    cfg.write_text(
+        '[backends.down]\nkind = "openai"\nmodel = "nobody"\nbase_url = "http://127.0.0.1:9/v1"\n'
+        'api_key_env = "DDAI_PTR_KEY"\nmax_retries = 0\ntimeout_s = 2\n',
+        encoding="utf-8",
+    )
+    monkeypatch.setenv("DDAI_CONFIG", str(cfg))
+    monkeypatch.setenv("DDAI_PTR_KEY", "k")
+    monkeypatch.setenv("DDAI_HOME", str(tmp_path / "home"))  # a fresh call cache
+    out = tmp_path / "raw.jsonl"
+    res = CliRunner().invoke(
+        app,
+        ["pointer", "gen", "--store", str(tiny / "store.safetensors"), "--world",
+         str(tiny / "world"), "--model", str(tiny / "sft"), "--out", str(out), "--split", "test",
+         "--num-beams", "1", "--temps", "1.0", "--n-per-temp", "1", "--num-random", "1",
+         "--vqa", "down", "--no-progress", "--json"],
+    )  # fmt: skip
+    assert res.exit_code == 1, res.output
+    data = json.loads(res.stdout)
+    failed = data["failed calls"]
+    assert failed and sum(failed.values()) == data["eval_failed"] > 0
+    cands = [c for rec in read_raw(out) for c in rec["pointer_candidates"]]
+    assert all(c["eval_failed"] and c["vqa_correct"] is None for c in cands)

@@ -1,0 +1,207 @@
+"""The ``--embedder`` role on an OpenAI-compatible server, through the official ``openai`` SDK.
+
+A ``[backends.NAME]`` table of kind ``openai`` serves ``--embedder`` with this class. A text alone
+goes to the standard embeddings endpoint (``embeddings.create``); a text with images goes to the
+same endpoint in its chat form (``POST /embeddings`` with ``messages``: the images, then the text),
+the shape vLLM serves for multimodal embedding models (VLM2Vec, DSE, CLIP-like pooling models),
+sent with the SDK's own ``post``. One request per item, so every vector is cached on its own
+(key: model, text, the images' bytes) and a rerun pays for nothing twice. Options: ``dim``
+(expected width; a server answering another width is a failure, not a silent mix), ``params``
+(extra request fields, e.g. vLLM's ``add_special_tokens``).
+
+Retries, concurrency, rate limits, the spending cap and accounting are the engine's, as for every
+remote role; the SDK client and error mapping are the OpenAI backend's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import openai
+from openai.types import CreateEmbeddingResponse
+
+from ddai.pipelines.backends import context as ctx_mod
+from ddai.pipelines.backends import media
+from ddai.pipelines.backends.base import EmbedError, EmbedItem, run_sync
+from ddai.pipelines.backends.cache import cache_key
+from ddai.pipelines.backends.config import BackendSpec
+from ddai.pipelines.backends.engine import Engine, EngineSettings, Identity, Job, Outcome
+from ddai.pipelines.backends.limits import Budget
+from ddai.pipelines.backends.openai_backend import OpenAIBackend
+from ddai.pipelines.backends.retry import CallError, Failure, RetryPolicy
+from ddai.pipelines.backends.usage import Price, TokenUsage
+
+_CHARS_PER_TOKEN = 4
+_TOKENS_PER_IMAGE = 258
+
+
+class OpenAIEmbedder:
+    """Texts, or texts with images, → unit vectors ``float32 [N, dim]`` from a remote model."""
+
+    kind = "openai"
+    # The SDK client (bound to the running loop) and the error mapping are the chat backend's.
+    client = OpenAIBackend.client
+    aclose = OpenAIBackend.aclose
+    _classify = OpenAIBackend._classify
+
+    def __init__(self, spec: BackendSpec, role: str, context: ctx_mod.Context) -> None:
+        self.spec = spec
+        self.role = role
+        self.name = spec.name
+        self.context = context
+        self.dim = int(spec.options.get("dim", 0))  # 0: learned from the first answer
+        self.price = Price(spec.price_in_per_mtok, spec.price_out_per_mtok)
+        self._client: openai.AsyncOpenAI | None = None
+        self._client_loop: asyncio.AbstractEventLoop | None = None
+        self.engine = Engine(
+            Identity(spec.name, spec.kind, spec.model, role),
+            EngineSettings(
+                concurrency=spec.concurrency,
+                timeout_s=spec.timeout_s,
+                rpm=spec.rpm,
+                tpm=spec.tpm,
+                retry=RetryPolicy(
+                    max_retries=spec.max_retries,
+                    base_s=float(spec.options.get("backoff_base_s", 0.5)),
+                    cap_s=float(spec.options.get("backoff_cap_s", 30.0)),
+                ),
+            ),
+            classify=self._classify,
+            cache=context.cache if spec.cache else None,
+            ledger=context.ledger,
+            price=self.price,
+            budget=Budget(context.max_cost) if context.max_cost is not None else None,
+            progress=context.progress,
+            retry_failed=context.retry_failed,
+        )
+
+    @classmethod
+    def from_spec(cls, spec: BackendSpec, role: str, **context: Any) -> OpenAIEmbedder:
+        return cls(spec, role, ctx_mod.make(role, use_cache=spec.cache, **context))
+
+    # ------------------------------------------------------------------ the role
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        return self.embed_items([EmbedItem(t) for t in texts])
+
+    def embed_items(self, items: Sequence[EmbedItem]) -> np.ndarray:
+        """One unit vector per item, in order; ``EmbedError`` when any call failed for good."""
+        outs = run_sync(self._run(list(items)))
+        failed = Counter(o.reason for o in outs if isinstance(o, Failure))
+        if failed:
+            first = next(o for o in outs if isinstance(o, Failure))
+            raise EmbedError(self.name, dict(failed), first.message())
+        vecs = np.asarray([o.value["embedding"] for o in outs], dtype=np.float32)  # type: ignore[union-attr]
+        vecs = vecs.reshape(len(items), -1)
+        norms = np.linalg.norm(vecs, axis=1, keepdims=True)
+        np.divide(vecs, norms, out=vecs, where=norms > 0)
+        return vecs
+
+    def usage(self) -> dict[str, dict[str, Any]]:
+        return self.context.ledger.snapshot()
+
+    def plan(self, items: Sequence[EmbedItem | str]) -> dict[str, Any]:
+        """A dry run, counted as ``RemoteBackend.plan`` counts: cached, cached failures, repeats
+        in the batch, and the distinct calls to make with their estimated tokens and cost."""
+        jobs = [self._job_or_failure(EmbedItem(i) if isinstance(i, str) else i) for i in items]
+        cache = self.engine.cache
+        hits = cache.get_many(j.key for j in jobs) if cache is not None else {}
+        todo = {j.key: j.estimate for j in jobs if j.key not in hits}
+        failed: set[str] = set()
+        if cache is not None and todo and not self.engine.retry_failed:
+            failed = set(cache.get_failures(todo))
+            todo = {k: v for k, v in todo.items() if k not in failed}
+        est = sum(todo.values(), TokenUsage())
+        cached = sum(1 for j in jobs if j.key in hits)
+        n_failed = sum(1 for j in jobs if j.key in failed)
+        return {
+            "backend": self.name,
+            "model": self.spec.model,
+            "items": len(jobs),
+            "cached": cached,
+            "cached_failures": n_failed,
+            "duplicates": len(jobs) - cached - n_failed - len(todo),
+            "to_call": len(todo),
+            "est_input_tokens": est.input_tokens,
+            "est_output_tokens": 0,
+            "est_cost_usd": round(self.price.cost(est), 6),
+        }
+
+    async def ping(self) -> dict[str, Any]:
+        return await OpenAIBackend.ping(self)  # type: ignore[arg-type]
+
+    async def _ping(self) -> str:
+        return await OpenAIBackend._ping(self)  # type: ignore[arg-type]
+
+    # ------------------------------------------------------------------ internals
+    async def _run(self, items: list[EmbedItem]) -> list[Outcome | Failure]:
+        jobs = [self._job_or_failure(it) for it in items]
+        try:
+            return await self.engine.run(jobs, call_site=self.context.call_site)
+        finally:
+            await self.aclose()
+
+    def _job_or_failure(self, item: EmbedItem) -> Job:
+        try:
+            return self._job(item)
+        except (OSError, ValueError) as e:  # an unreadable image: this item fails, uncached
+            failure = Failure("bad-input", str(e)[:200])
+
+            async def fail() -> Outcome:
+                raise CallError(failure)
+
+            return Job(key=cache_key(bad_input=repr(item), detail=failure.detail), call=fail)
+
+    def _job(self, item: EmbedItem) -> Job:
+        images = list(item.images)
+        extra = dict(self.spec.options.get("params") or {})
+        key = cache_key(
+            kind=self.spec.kind,
+            model=self.spec.model,
+            role=self.role,
+            text=item.text,
+            images=[media.fingerprint(i) for i in images],
+            params=extra,
+        )
+        est = TokenUsage(len(item.text) // _CHARS_PER_TOKEN + _TOKENS_PER_IMAGE * len(images), 0)
+
+        async def call() -> Outcome:
+            client = self.client()
+            if images:  # the chat form of the endpoint: images first, then the text
+                content = [
+                    {"type": "image_url", "image_url": {"url": media.load(i).data_url()}}
+                    for i in images
+                ] + [{"type": "text", "text": item.text}]
+                resp = await client.post(
+                    "/embeddings",
+                    cast_to=CreateEmbeddingResponse,
+                    body={
+                        "model": self.spec.model,
+                        "messages": [{"role": "user", "content": content}],
+                        "encoding_format": "float",
+                        **extra,
+                    },
+                )
+            else:
+                resp = await client.embeddings.create(
+                    model=str(self.spec.model),
+                    input=[item.text],
+                    encoding_format="float",
+                    extra_body=extra or None,
+                )
+            u = resp.usage
+            usage = TokenUsage(u.prompt_tokens or 0, 0) if u else TokenUsage()
+            if not resp.data:
+                raise CallError(Failure("empty-answer", "the server returned no embedding"), usage)
+            vec = [float(x) for x in resp.data[0].embedding]
+            if self.dim and len(vec) != self.dim:
+                raise CallError(
+                    Failure("wrong-dim", f"got {len(vec)} numbers, expected dim = {self.dim}"),
+                    usage,
+                )
+            return Outcome({"embedding": vec}, usage)
+
+        return Job(key=key, call=call, estimate=est)
