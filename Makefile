@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # The CPU build on disk; installed before anything that depends on torch so pip never pulls CUDA wheels.
 # On a GPU machine: make setup TORCH_SPEC='torch==2.13.0 --index-url <your CUDA wheel index>'
 TORCH_SPEC ?= torch==2.13.0
-EXTRAS ?= train,llm,embed,serve,dev
+EXTRAS ?= train,llm,embed,serve,cloud,dev
 STAMP := $(VENV)/.ddai-setup-$(shell cat pyproject.toml setup.py | cksum | cut -d' ' -f1)
 
 .PHONY: setup demo test lint format bench browser clean

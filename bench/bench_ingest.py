@@ -1,18 +1,26 @@
-"""Benchmark: ``ddai ingest`` on a 1M-rollout log, native JSONL and DDAI's unified JSONL.
+"""Benchmark: ``ddai ingest`` against the columnar floor, on DDAI's flash log, DDAI's unified log
+and ddai's own Parquet, at 100k and 1M rollouts (the unified log: 100k; ``--big``: 10M too for
+flash and Parquet).
 
-The inputs are streamed into a temp folder from the committed synthetic world (``fixtures/``):
-the native rows of every run, and the events of one run's unified log, repeated with the step
-renumbered so every copy is a distinct set of rollouts (same shape, same event mix as DDAI's:
-plans, search request/response with ten results, crops, frozen responses, rewards, metrics).
+Inputs are written into a temp folder from the committed synthetic world (``fixtures/``):
 
-Each measurement runs in a fresh process, so its peak RSS is its own. Baselines, in the same
-command: pyarrow's JSON reader over the native file (``pyarrow.json.read_json``: multi-threaded
-C++, whole file into memory, no validation), and for the unified log a plain Python loop of
-``json.loads`` over its lines. Printed: rollouts/s, events/s and peak memory of each, and ddai's
-ratio to its baseline.
+- flash: DDAI's ``flash_rm_detail.jsonl`` (the ``rm.flash.detail`` payloads of every fixture run
+  plus ``timestamp`` and ``pid``, as DDAI's writer logs them), copy ``c`` with ``-c`` on the uid;
+- unified: one run's ``unified_trajectory.jsonl`` events, step blocks renumbered per copy
+  (12 events per rollout: plans, search request/response, crops, frozen responses, rewards);
+- native Parquet: ddai's own rows (every fixture run, ingested once) with steps renumbered per copy.
 
-    python bench/bench_ingest.py                     # 1,000,000 rollouts
-    python bench/bench_ingest.py --rollouts 50000    # a quick look
+Each measurement runs in a fresh process, so its peak RSS is its own. Floors, in the same command
+on the same file: polars ``scan_ndjson → sink_parquet`` (``scan_parquet`` for Parquet) and DuckDB
+``COPY (SELECT * FROM read_json(…)) TO … (FORMAT parquet)``: parse and write Parquet, nothing more
+(no validation, no quarantine, no manifest, no tag parsing). Printed per input: seconds,
+rollouts/s, events/s (unified), peak RSS and ddai's time as a multiple of each floor.
+
+    python bench/bench_ingest.py                         # 100k and 1M rollouts
+    python bench/bench_ingest.py --rollouts 100000       # one size
+    python bench/bench_ingest.py --big                   # adds 10M (about 10 GB of temp files)
+    python bench/bench_ingest.py --inputs flash,parquet  # a subset
+    python bench/bench_ingest.py --per-row               # also the per-row path (before/after)
 """
 
 from __future__ import annotations
@@ -30,6 +38,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures"
 UNIFIED_RUN = "focused_r1"
+CONTEXT = (
+    "ts",
+    "host",
+    "pid",
+    "run_id",
+    "project_name",
+    "experiment_name",
+    "n_agent",
+    "epoch",
+    "global_step",
+    "event_type",
+)
 
 
 # ---------------------------------------------------------------- inputs
@@ -45,25 +65,55 @@ def _split_at(line: str, key: str) -> tuple[str, str] | None:
     return line[:j], line[k:]
 
 
-def make_native(path: Path, n: int) -> int:
-    """``n`` native rows: the world's rows, copy ``c`` with its steps moved to ``c·1000 + step``."""
-    rows = []
-    for f in sorted((FIXTURES / "logs").glob("*.jsonl")):
+def make_flash(path: Path, n: int) -> int:
+    """``n`` flash lines: every fixture run's ``rm.flash.detail`` payloads, ``-c`` on copy ``c``'s
+    uids (so every copy's rollouts are new keys)."""
+    templates = []
+    for f in sorted((FIXTURES / "unified").glob("*/unified_trajectory.jsonl")):
         for line in f.read_text(encoding="utf-8").splitlines():
-            obj = json.loads(line)
-            obj["run_id"] = "bench_native"
-            cut = _split_at(json.dumps(obj, ensure_ascii=False, separators=(",", ":")), '"step":')
-            assert cut is not None
-            rows.append((cut, obj["step"]))
+            ev = json.loads(line)
+            if ev["event_type"] != "rm.flash.detail":
+                continue
+            payload = {k: v for k, v in ev.items() if k not in CONTEXT}
+            uid = payload.pop("uid")
+            row = {"timestamp": ev["ts"], "pid": ev["pid"], "uid": "@UID@", **payload}
+            templates.append((json.dumps(row, ensure_ascii=False), uid))
     written = 0
     with open(path, "w", encoding="utf-8") as fh:
         copy = 0
         while written < n:
-            for (head, tail), step in rows:
+            for text, uid in templates:
                 if written == n:
                     break
-                fh.write(f"{head}{copy * 1000 + step}{tail}\n")
+                fh.write(text.replace("@UID@", f"{uid}-{copy}", 1) + "\n")
                 written += 1
+            copy += 1
+    return written
+
+
+def make_parquet(path: Path, n: int, work: Path) -> int:
+    """``n`` rows of ddai's own Parquet: the fixture runs ingested once, steps renumbered per copy."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from ddai.pipelines import store
+    from ddai.pipelines.ingest import IngestConfig, ingest
+    from ddai.pipelines.schema import ROLLOUT_SCHEMA
+
+    logs = work / "seed-logs"
+    ingest(IngestConfig(sorted((FIXTURES / "logs").glob("*.jsonl")), logs, progress=False))
+    base = store.read_rollouts(logs)
+    base = base.set_column(0, "run_id", pa.array(["bench_parquet"] * base.num_rows, pa.string()))
+    shutil.rmtree(logs)
+    written = copy = 0
+    step_at = base.schema.get_field_index("step")
+    with pq.ParquetWriter(path, ROLLOUT_SCHEMA, compression="zstd") as w:
+        while written < n:
+            part = base.slice(0, n - written)
+            steps = pc.add(pc.fill_null(part["step"], 0), pa.scalar(copy * 1000, pa.int32()))
+            w.write_table(part.set_column(step_at, "step", steps))
+            written += part.num_rows
             copy += 1
     return written
 
@@ -106,31 +156,34 @@ def _peak_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
 
 
-def job_native_baseline(path: Path) -> dict:
-    import pyarrow.json as pj
+def job_polars(path: Path, out: Path) -> dict:
+    import polars as pl
 
     t = time.perf_counter()
-    table = pj.read_json(path)
-    return {"seconds": time.perf_counter() - t, "rollouts": table.num_rows}
+    if path.suffix == ".parquet":
+        pl.scan_parquet(path).sink_parquet(out)
+    else:
+        pl.scan_ndjson(path, infer_schema_length=None).sink_parquet(out)
+    return {"seconds": time.perf_counter() - t}
 
 
-def job_unified_baseline(path: Path) -> dict:
+def job_duckdb(path: Path, out: Path) -> dict:
+    import duckdb
+
+    fn = "read_parquet" if path.suffix == ".parquet" else "read_json"
     t = time.perf_counter()
-    events = rollouts = 0
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            ev = json.loads(line)
-            events += 1
-            rollouts += ev.get("event_type") == "rm.flash.detail"
-    return {"seconds": time.perf_counter() - t, "rollouts": rollouts, "events": events}
+    duckdb.sql(f"COPY (SELECT * FROM {fn}('{path}')) TO '{out}' (FORMAT parquet)")
+    return {"seconds": time.perf_counter() - t}
 
 
-def job_ingest(path: Path, fmt: str, logs: Path) -> dict:
+def job_ingest(path: Path, fmt: str, logs: Path, columnar: bool = True) -> dict:
     from ddai.pipelines.ingest import IngestConfig, ingest
 
     t = time.perf_counter()
-    res = ingest(IngestConfig([path], logs, fmt=fmt, run_id="bench", progress=False))
+    cfg = IngestConfig([path], logs, fmt=fmt, run_id="bench", progress=False, columnar=columnar)
+    res = ingest(cfg)
     out = {"seconds": time.perf_counter() - t, "rollouts": res.rollouts_out}
+    out["quarantined"] = sum(res.quarantined.values())
     notes = res.notes.get(str(path), {})
     if "events read" in notes:
         out["events"] = notes["events read"]
@@ -140,80 +193,141 @@ def job_ingest(path: Path, fmt: str, logs: Path) -> dict:
 
 def run_job(*args: str) -> dict:
     """Run one measurement in a fresh interpreter; its result and peak RSS come back as JSON."""
-    out = subprocess.run(
-        [sys.executable, __file__, "--job", *args], check=True, capture_output=True, text=True
-    )
+    out = subprocess.run([sys.executable, __file__, "--job", *args], capture_output=True, text=True)
+    if out.returncode != 0:
+        return {"error": (out.stderr.strip().splitlines() or ["failed"])[-1][:120]}
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 # ---------------------------------------------------------------- report
-def _rate(r: dict, key: str) -> float | None:
-    return r[key] / r["seconds"] if key in r and r["seconds"] > 0 else None
+FORMATS = {"flash": "ddai-flash", "unified": "ddai-unified", "parquet": "ddai"}
 
 
-def _fmt(x: float | None, spec: str) -> str:
-    return "-" if x is None else format(x, spec)
+def measure(
+    name: str, path: Path, work: Path, rollouts: int, events: int | None, per_row: bool
+) -> list[dict]:
+    rows = []
+    floor_out = work / "floor.parquet"
+    jobs = [
+        ("polars floor", ("polars", str(path), str(floor_out))),
+        ("DuckDB floor", ("duckdb", str(path), str(floor_out))),
+        ("ddai ingest", (FORMATS[name], str(path), str(work / "logs"))),
+    ]
+    if per_row and name != "unified":  # the unified log is read row by row anyway
+        jobs.append(("ddai per row", (FORMATS[name], str(path), str(work / "logs"), "rows")))
+    for label, args in jobs:
+        r = run_job(*args)
+        floor_out.unlink(missing_ok=True)
+        rows.append({"input": name, "reader": label, "rollouts": rollouts, "events": events, **r})
+    return rows
 
 
-def report(rows: list[tuple[str, dict, dict]]) -> None:
+def print_rows(rows: list[dict]) -> None:
     print(
-        f"{'input':<10} {'reader':<24} {'rollouts/s':>12} {'events/s':>12} {'peak MiB':>9}"
-        f"   ratio to baseline: rollouts/s  events/s  peak"
+        f"{'input':<8} {'rollouts':>10} {'reader':<13} {'seconds':>8} {'rollouts/s':>11} "
+        f"{'events/s':>10} {'peak MiB':>9} {'× polars':>9} {'× DuckDB':>9}"
     )
-    for name, base, ddai in rows:
-        for label, r in (("baseline", base), ("ddai ingest", ddai)):
-            who = r["label"] if label == "baseline" else label
-            line = (
-                f"{name:<10} {who:<24} {_fmt(_rate(r, 'rollouts'), ',.0f'):>12} "
-                f"{_fmt(_rate(r, 'events'), ',.0f'):>12} {r['peak_mib']:>9,.0f}"
-            )
-            if label == "ddai ingest":
-                ratios = [
-                    _ratio(_rate(ddai, k), _rate(base, k)) for k in ("rollouts", "events")
-                ] + [_ratio(ddai["peak_mib"], base["peak_mib"])]
-                line += "   " + "  ".join(f"{_fmt(x, '.3f'):>10}" for x in ratios)
-            print(line)
+    floors: dict[tuple[str, int, str], float] = {}
+    for r in rows:
+        key = (r["input"], r["rollouts"])
+        if "error" in r:
+            print(f"{r['input']:<8} {r['rollouts']:>10,} {r['reader']:<13} failed: {r['error']}")
+            continue
+        s = r["seconds"]
+        if r["reader"].endswith("floor"):
+            floors[(*key, r["reader"])] = s
+        pol, duck = floors.get((*key, "polars floor")), floors.get((*key, "DuckDB floor"))
+        ev = f"{r['events'] / s:,.0f}" if r.get("events") else "-"
+        x_pol = f"{s / pol:.2f}" if pol else "-"
+        x_duck = f"{s / duck:.2f}" if duck else "-"
+        print(
+            f"{r['input']:<8} {r['rollouts']:>10,} {r['reader']:<13} {s:>8.2f} "
+            f"{r['rollouts'] / s:>11,.0f} {ev:>10} {r['peak_mib']:>9,.0f} {x_pol:>9} {x_duck:>9}"
+        )
 
 
-def _ratio(a: float | None, b: float | None) -> float | None:
-    return a / b if a is not None and b else None
+def _plan(rollouts: str | None, big: bool, inputs: list[str]) -> list[tuple[int, str]]:
+    """(size, input) pairs to measure, smallest size first.
+
+    Without ``--rollouts`` the unified log stops at 100k: it is assembled event by event (about
+    5-14k events/s, 12 events per rollout), so 1M took about an hour of ``make bench``."""
+    if rollouts is not None:
+        sizes = {name: [int(x) for x in rollouts.split(",") if x] for name in inputs}
+    else:
+        sizes = {n: [100_000] if n == "unified" else [100_000, 1_000_000] for n in inputs}
+    if big:
+        for name in inputs:
+            if name != "unified":
+                sizes[name].append(10_000_000)
+    pairs = [(n, name) for name in inputs for n in sizes[name]]
+    order = {name: i for i, name in enumerate(inputs)}
+    return sorted(pairs, key=lambda p: (p[0], order[p[1]]))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rollouts", type=int, default=1_000_000, help="Rollouts per input log.")
+    ap.add_argument(
+        "--rollouts",
+        default=None,
+        help="Comma-separated sizes (rollouts per input); default 100000,1000000 for flash and "
+        "Parquet and 100000 for the unified log (read event by event: 1.5 to 4 min per 100k on a busy 2-core VM).",
+    )
+    ap.add_argument(
+        "--big", action="store_true", help="Also 10,000,000 rollouts (flash and Parquet only)."
+    )
+    ap.add_argument(
+        "--inputs",
+        default="flash,unified,parquet",
+        help="Comma-separated: flash, unified, parquet.",
+    )
+    ap.add_argument(
+        "--per-row",
+        action="store_true",
+        help="Also time ddai's per-row path (columnar reading off) on flash and Parquet.",
+    )
     ap.add_argument("--dir", type=Path, default=None, help="Work folder (default: a temp dir).")
     ap.add_argument("--job", nargs="+", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.job:
         kind, path = args.job[0], Path(args.job[1])
-        if kind == "native-baseline":
-            out = job_native_baseline(path)
-        elif kind == "unified-baseline":
-            out = job_unified_baseline(path)
+        if kind == "polars":
+            out = job_polars(path, Path(args.job[2]))
+        elif kind == "duckdb":
+            out = job_duckdb(path, Path(args.job[2]))
         else:
-            out = job_ingest(path, kind, Path(args.job[2]))
+            out = job_ingest(path, kind, Path(args.job[2]), columnar=args.job[3:] != ["rows"])
         print(json.dumps({**out, "peak_mib": _peak_mib()}))
         return
 
-    work = Path(tempfile.mkdtemp(prefix="ddai-bench-ingest-", dir=args.dir))
-    try:
-        native, unified = work / "native.jsonl", work / "unified_trajectory.jsonl"
-        t = time.perf_counter()
-        n_native = make_native(native, args.rollouts)
-        n_unified, n_events = make_unified(unified, args.rollouts)
-        print(
-            f"inputs: native {n_native:,} rollouts ({native.stat().st_size / 2**20:,.0f} MiB), "
-            f"unified {n_unified:,} rollouts / {n_events:,} events "
-            f"({unified.stat().st_size / 2**20:,.0f} MiB), made in {time.perf_counter() - t:.0f} s"
-        )
-        base_n = {**run_job("native-baseline", str(native)), "label": "pyarrow.json.read_json"}
-        ddai_n = run_job("ddai", str(native), str(work / "logs-native"))
-        base_u = {**run_job("unified-baseline", str(unified)), "label": "json.loads line loop"}
-        ddai_u = run_job("ddai-unified", str(unified), str(work / "logs-unified"))
-        report([("native", base_n, ddai_n), ("unified", base_u, ddai_u)])
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    inputs = [x for x in args.inputs.split(",") if x]
+    unknown = set(inputs) - set(FORMATS)
+    if unknown:
+        ap.error(f"unknown --inputs {', '.join(sorted(unknown))}; known: {', '.join(FORMATS)}")
+    rows: list[dict] = []
+    for n, name in _plan(args.rollouts, args.big, inputs):
+        work = Path(tempfile.mkdtemp(prefix="ddai-bench-ingest-", dir=args.dir))
+        try:
+            t = time.perf_counter()
+            events = None
+            if name == "flash":
+                path = work / "flash_rm_detail.jsonl"
+                got = make_flash(path, n)
+            elif name == "unified":
+                path = work / "unified_trajectory.jsonl"
+                got, events = make_unified(path, n)
+            else:
+                path = work / "rollouts.parquet"
+                got = make_parquet(path, n, work)
+            mib = path.stat().st_size / 2**20
+            print(
+                f"# {name}: {got:,} rollouts{f' / {events:,} events' if events else ''}, "
+                f"{mib:,.0f} MiB, made in {time.perf_counter() - t:.0f} s",
+                flush=True,
+            )
+            rows += measure(name, path, work, got, events, args.per_row)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    print_rows(rows)
 
 
 if __name__ == "__main__":

@@ -18,8 +18,10 @@ from typer.core import TyperCommand, TyperGroup
 
 try:  # typer >= 0.22 carries its own click; importing the separate package would cost ~50 ms
     from typer import _click as click
+    from typer._click.exceptions import BadOptionUsage
 except ImportError:  # pragma: no cover - older typer runs on the click package
     import click
+    from click.exceptions import BadOptionUsage
 
 
 class Entry(NamedTuple):
@@ -56,6 +58,129 @@ COMMANDS: dict[str, Entry] = {
     "value": _e("value", "Value heads over the rollout log: per-turn value estimates."),
     "pointer": _e("pointer", "Pointer selector (seed 002): pick 2 in-context demonstrations out of K with a pointer network."),
 }  # fmt: skip
+
+
+# Old flag spellings that still work: (command path) → {old: new}. One vocabulary across commands:
+# ``--out`` is a file, ``--out-dir`` a folder, ``--input-format`` what is read, ``--format`` what is
+# written. A command line using an old spelling is rewritten before parsing, with a one-line notice
+# on stderr; ``--help`` shows only the new names.
+DEPRECATED_FLAGS: dict[tuple[str, ...], dict[str, str]] = {
+    ("ingest",): {"--format": "--input-format", "--out": "--logs"},
+    ("curate", "bucket"): {"--out": "--out-dir"},
+    ("curate", "verify-gt"): {"--out": "--out-dir"},
+    ("pointer", "train"): {"--out": "--out-dir"},
+    ("pointer", "eval"): {"--out": "--out-dir"},
+    ("train", "sft"): {"--out": "--out-dir"},
+    ("train", "grpo"): {"--out": "--out-dir"},
+    ("train", "value"): {"--out": "--out-dir"},
+    ("train", "ppo"): {"--out": "--out-dir"},
+    ("train", "value-sft"): {"--out": "--out-dir"},
+}
+
+
+def _command_path(args: list[str]) -> tuple[str, ...]:
+    """The command words of ``args``: ``("curate", "bucket")`` of ``curate bucket --out d``,
+    ``("ingest",)`` of ``ingest FILE --format verl``."""
+    if not args or args[0].startswith("-"):
+        return ()
+    if len(args) > 1 and (args[0], args[1]) in DEPRECATED_FLAGS:
+        return (args[0], args[1])
+    return (args[0],)
+
+
+def _two_value_compare(args: list[str]) -> list[str]:
+    """``--compare A B`` (the old two-value form) as ``--compare A --compare B``."""
+    out: list[str] = []
+    i = 0
+    while i < len(args):
+        a = args[i]
+        out.append(a)
+        if (
+            a == "--compare"
+            and i + 2 < len(args)
+            and not args[i + 1].startswith("-")
+            and not args[i + 2].startswith("-")
+        ):
+            out += [args[i + 1], "--compare", args[i + 2]]
+            i += 3
+            continue
+        i += 1
+    return out
+
+
+def rewrite_args(args: list[str], notice: Any = None) -> list[str]:
+    """``args`` with deprecated flag spellings replaced by the current ones (``notice(line)`` is
+    called once per replaced flag). Only words before a ``--`` are flags."""
+    path = _command_path(args)
+    if path[:1] == ("report",):
+        args = _two_value_compare(args)
+    table = DEPRECATED_FLAGS.get(path, {})
+    if not table:
+        return args
+    out: list[str] = []
+    told: set[str] = set()
+    for i, a in enumerate(args):
+        if a == "--":
+            out += args[i:]
+            break
+        flag, eq, value = a.partition("=")
+        new = table.get(flag)
+        if new is None:
+            out.append(a)
+            continue
+        out.append(new + eq + value)
+        if notice is not None and flag not in told:
+            told.add(flag)
+            notice(f"note: `ddai {' '.join(path)} {flag}` is now {new}; the old spelling will go.")
+    return out
+
+
+def _find_command(group: click.Command, args: list[str]) -> click.Command:
+    """The (sub)command ``args`` name under ``group``: ``curate bucket …`` → bucket."""
+    command = group
+    for word in args:
+        sub = getattr(command, "commands", None)
+        if word.startswith("-") or sub is None or word not in sub:
+            break
+        command = sub[word]
+    return command
+
+
+def _choices(param: Any) -> list[str]:
+    """An option's allowed values (an Enum annotation or a click Choice), else none."""
+    import enum
+
+    annotation = getattr(getattr(param, "type_descriptor", None), "annotation", None)
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        return [str(m.value) for m in annotation]
+    return [str(c) for c in getattr(getattr(param, "type", None), "choices", None) or []]
+
+
+def _hint_for_missing_value(e: BadOptionUsage, command: click.Command) -> None:
+    """Add "did you mean" to click's "Option '--x' requires an argument.": the choices of the
+    option, the runs in the default log store for ``--run``, else the option's placeholder."""
+    name = e.option_name
+    if not name or "requires" not in e.message:
+        return
+    param = next((p for p in command.params if name in getattr(p, "opts", ())), None)
+    if param is None:
+        return
+    choices = _choices(param)
+    if choices:
+        e.message += f" Did you mean {name} " + " or ".join(map(str, choices)) + "?"
+        return
+    if name == "--run":
+        from ddai.pipelines import store, workspace
+
+        try:
+            runs = store.list_runs(workspace.logs_dir(None))
+        except Exception:  # no store yet: fall back to the placeholder
+            runs = []
+        if runs:
+            shown = ", ".join(runs[:8]) + (", …" if len(runs) > 8 else "")
+            e.message += f" Did you mean {name} RUN, one of: {shown}?"
+            return
+    e.message += f" Give it a value: {name} {param.metavar or (param.name or 'value').upper()}."
 
 
 def load_command(name: str) -> click.Command:
@@ -108,6 +233,18 @@ class LazyGroup(TyperGroup):
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         return self.commands.peek(cmd_name)
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        args = rewrite_args(list(args), notice=lambda line: click.echo(line, err=True))
+        ctx.meta["ddai.args"] = args
+        return super().parse_args(ctx, args)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except BadOptionUsage as e:
+            _hint_for_missing_value(e, _find_command(self, ctx.meta.get("ddai.args", [])))
+            raise
 
     def resolve_command(
         self, ctx: click.Context, args: list[str]

@@ -6,10 +6,8 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
-from rich.table import Table
 
-from ddai.cli.common import EXIT_FAILED, JsonOpt, LogsOpt, check_run_ids, console, fail, summary
+from ddai.cli.common import EXIT_FAILED, JsonOpt, LogsOpt, check_run_ids, fail, print_rows, summary
 from ddai.pipelines import workspace
 from ddai.pipelines.backends.check import check_backends
 from ddai.pipelines.backends.config import ConfigError
@@ -26,27 +24,33 @@ CacheOpt = Annotated[
 ]
 
 
-def _backends_table(rows: list[dict[str, Any]]) -> Table:
-    """One line per backend; the full details (base URL, key variable, ping text) are in --json."""
-    table = Table(title="backends", title_justify="left")
-    for col in ("name", "kind", "model", "roles", "key", "ping"):
-        table.add_column(col)
+def _backend_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per backend; the full details (base URL, key variable, ping text) are in --json."""
+    out = []
     for r in rows:
         key = "-"
         if "api_key_set" in r:
-            key = "set" if r["api_key_set"] else "[yellow]unset[/]"
+            key = "set" if r["api_key_set"] else "unset"
         ping = r.get("ping")
         if ping is None:
             shown = "-"
         elif ping["ok"]:
-            shown = f"[green]ok[/] {ping['latency_s'] * 1000:.0f} ms"
+            shown = f"ok {ping['latency_s'] * 1000:.0f} ms"
         else:
-            shown = f"[red]failed[/] ({escape(str(ping['detail']).split(':', 1)[0])})"
+            shown = f"failed ({str(ping['detail']).split(':', 1)[0]})"
         # A service (search-http) has no model: show where it is instead.
         model = r.get("model") or (r.get("options") or {}).get("url")
-        cells = (r["name"], r["kind"], model, ", ".join(r.get("roles", [])))
-        table.add_row(*(escape(str(c or "-")) for c in cells), key, shown)
-    return table
+        out.append(
+            {
+                "name": r["name"],
+                "kind": r["kind"],
+                "model": model or "-",
+                "roles": ", ".join(r.get("roles", [])) or "-",
+                "key": key,
+                "ping": shown,
+            }
+        )
+    return out
 
 
 def check_cmd(
@@ -81,7 +85,7 @@ def check_cmd(
             as_json=True,
         )
     else:
-        console.print(_backends_table(report["backends"]))
+        print_rows("backends", _backend_rows(report["backends"]))
         summary("ddai backends check", data)
     if failed:
         raise typer.Exit(EXIT_FAILED)

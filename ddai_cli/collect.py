@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from ddai.cli.common import JsonOpt, LogsOpt, fail, summary
+from ddai.cli.common import JsonOpt, LogsOpt, ProgressOpt, fail, summary
 from ddai.cli.options import (
     BACKENDS,
     EPISODE,
@@ -119,6 +119,7 @@ def train_collect_command(
     seed: Annotated[
         int, typer.Option("--seed", help="Sampling seed (plus the rank).")
     ] = default_of(CollectConfig, "seed"),
+    progress: ProgressOpt = True,
     as_json: JsonOpt = False,
 ) -> None:
     """Roll out a policy over a prompt set and log the scored episodes, without training."""
@@ -160,7 +161,7 @@ def train_collect_command(
         limit=limit,
         dtype=dtype,
         seed=seed,
-        progress=not as_json,
+        progress=progress and not as_json,
     )
     summary("ddai train collect", asdict(run_or_fail(run_collect, cfg)), as_json=as_json)
 

@@ -1,17 +1,21 @@
 """Shared CLI pieces: the common options, the summary printer and exit codes.
 
-Every command ends with ``summary(...)``: a rich table by default, the same dict as JSON with
-``--json``. Exit codes: 0 done, 1 failed, 2 bad usage or input.
+Every command ends with ``summary(...)``: aligned key/value lines for people, the same dict as
+JSON with ``--json`` (snake_case keys, numbers as numbers, lists as lists, paths as strings;
+``docs/schemas/`` holds each command's shape). Exit codes: 0 done, 1 failed, 2 bad usage or input.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -29,7 +33,8 @@ LogsOpt = Annotated[
     typer.Option(
         "--logs",
         metavar="DIR",
-        help="Log store folder (hive-partitioned Parquet). Default: $DDAI_LOGS, ddai.toml `logs`, "
+        help="Log store folder (hive-partitioned Parquet), or an s3:// / gs:// URL (credentials "
+        "from the environment). Default: $DDAI_LOGS, ddai.toml `logs`, "
         "else <workspace>/logs with the workspace $DDAI_HOME or ./ddai-work.",
     ),
 ]
@@ -56,6 +61,9 @@ RunsOpt = Annotated[
         callback=check_run_ids,
         help="Run id to read; repeat for several. Default: every run in the store.",
     ),
+]
+ProgressOpt = Annotated[
+    bool, typer.Option("--progress/--no-progress", help="Show progress bars (on stderr).")
 ]
 JsonOpt = Annotated[
     bool, typer.Option("--json", help="Print the summary as JSON instead of a table.")
@@ -98,14 +106,136 @@ def exit_if_calls_failed(data: dict[str, Any]) -> None:
     raise typer.Exit(EXIT_FAILED)
 
 
-def _fmt(v: Any) -> str:
+def json_key(key: Any) -> str:
+    """A summary key as JSON spells it: labels (``"skipped (unchanged)"``, ``"bucket 0 verified"``)
+    become snake_case (``skipped_unchanged``, ``bucket_0_verified``); identifiers used as keys (run
+    ids, field names such as ``frozen.response``, file paths) are kept as they are."""
+    k = str(key)
+    if _IDENT.fullmatch(k) or ("/" in k and " " not in k):
+        return k
+    return re.sub(r"[^0-9a-z]+", "_", k.lower()).strip("_") or "_"
+
+
+_IDENT = re.compile(r"[A-Za-z0-9_.:+@=\-]+")  # run ids (letters, digits, . _ - : + @), hive names
+
+
+# Maps whose keys are values from the data (reasons, verdicts, command names, file paths), not
+# field names: their keys are kept exactly as written (a quarantine reason reads the same in the
+# summary and in _quarantine/<run>.jsonl). Named by the map's own (snake_case) key.
+DATA_MAPS = frozenset(
+    {"failed_calls", "dropped", "formats", "notes", "usage", "proposals", "gt_proposals"}
+)
+DATA_MAP_SUFFIXES = ("by_reason", "by_verdict")
+
+
+def json_shape(v: Any, *, data_keys: bool = False) -> Any:
+    """``v`` in the one JSON shape of every ``--json``: snake_case keys (``json_key``; the keys of
+    ``DATA_MAPS`` as written), numbers as numbers (NaN and infinities as null), lists as lists,
+    paths and other objects as strings."""
+    if isinstance(v, dict):
+        out: dict[str, Any] = {}
+        for k, x in v.items():
+            key = str(k) if data_keys else json_key(k)
+            inner = key in DATA_MAPS or key.endswith(DATA_MAP_SUFFIXES)
+            out[key] = json_shape(x, data_keys=inner)
+        return out
+    if isinstance(v, list | tuple | set | frozenset):
+        return [
+            json_shape(x) for x in (sorted(v, key=str) if isinstance(v, set | frozenset) else v)
+        ]
+    if isinstance(v, bool | int | str) or v is None:
+        return v
     if isinstance(v, float):
-        return f"{v:,.4g}"
-    if isinstance(v, int) and not isinstance(v, bool):
-        return f"{v:,}"
-    if isinstance(v, dict | list):
-        return json.dumps(v, ensure_ascii=False, default=str)
+        return v if math.isfinite(v) else None
+    if hasattr(v, "item") and callable(v.item):  # numpy / torch scalars
+        return json_shape(v.item())
     return str(v)
+
+
+def human(v: Any) -> str:
+    """One value for people: floats to 4 significant digits, integers with thousands separators,
+    lists comma-separated; paths and strings in full (never cut)."""
+    if isinstance(v, bool) or v is None:
+        return {True: "yes", False: "no", None: "-"}[v]
+    if isinstance(v, float):
+        return f"{v:,.4g}" if math.isfinite(v) else str(v)
+    if isinstance(v, int):
+        return f"{v:,}"
+    if isinstance(v, list | tuple | set | frozenset):
+        return ", ".join(human(x) for x in v) if v else "none"
+    return str(v)
+
+
+def kv_lines(data: dict[str, Any], indent: int = 2) -> list[str]:
+    """``data`` as aligned ``key  value`` lines; nested dicts become indented sub-lines."""
+    width = max((len(str(k)) for k in data), default=0)
+    lines: list[str] = []
+    for k, v in data.items():
+        if isinstance(v, dict) and v:
+            lines.append(" " * indent + str(k))
+            lines += kv_lines(v, indent + 2)
+        elif isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
+            lines.append(" " * indent + str(k))  # one line per item: "- key value, key value"
+            for x in v:
+                items = ", ".join(f"{a} {human(b)}" for a, b in x.items())
+                lines.append(" " * (indent + 2) + f"- {items}")
+        elif isinstance(v, list) and len(v) > 1:
+            # A list that does not fit on the line goes one item per line, aligned.
+            pad = " " * indent + " " * width + "  "
+            if len(pad) + len(human(v)) <= console.width:
+                lines.append(" " * indent + f"{k!s:<{width}}  {human(v)}")
+            else:
+                lines.append(" " * indent + f"{k!s:<{width}}  {human(v[0])},")
+                lines += [
+                    pad + human(x) + ("," if i < len(v) - 2 else "") for i, x in enumerate(v[1:])
+                ]
+        else:
+            shown = human(v) if v != {} else "none"
+            if str(k).endswith("bytes") and isinstance(v, int) and not isinstance(v, bool):
+                shown = f"{v / 1e6:,.1f} MB"  # a size for people; --json keeps the byte count
+            lines.append(" " * indent + f"{k!s:<{width}}  {shown}")
+    return lines
+
+
+def rows_table(title: str, rows: list[dict[str, Any]]) -> Table:
+    """``rows`` as a table whose cells never wrap or cut (numbers rounded by ``human``)."""
+    table = Table(
+        title=title,
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        collapse_padding=True,
+    )
+    first = rows[0] if rows else {}
+    for col, v in first.items():
+        numeric = isinstance(v, int | float) and not isinstance(v, bool)
+        table.add_column(col, justify="right" if numeric else "left", no_wrap=True)
+    for r in rows:
+        table.add_row(*("" if v is None else human(v) for v in r.values()))
+    return table
+
+
+def fits(table: Table) -> bool:
+    """Whether ``table`` prints at the console's width with no cell wrapped or cut."""
+    natural = console.measure(table, options=console.options.update_width(1_000_000)).maximum
+    return natural <= console.width
+
+
+def print_rows(title: str, rows: list[dict[str, Any]]) -> None:
+    """Rows for people at any terminal width: a table when every cell fits uncut, else one block
+    per row (its first value as the heading, the rest as ``key  value`` lines), so no value is
+    ever shortened to ``…``."""
+    table = rows_table(title, rows)
+    if fits(table):
+        console.print(table)
+        return
+    console.print(title, style="bold", markup=False, highlight=False)
+    for r in rows:
+        (_, head), *rest = r.items()
+        console.print(human(head), style="bold cyan", markup=False, highlight=False, soft_wrap=True)
+        for line in kv_lines({k: v for k, v in rest if v not in (None, "", [], {})}):
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 def is_main_process() -> bool:
@@ -115,15 +245,16 @@ def is_main_process() -> bool:
 
 
 def summary(title: str, data: dict[str, Any], *, as_json: bool = False) -> None:
-    """Print a command's closing summary (a two-column table, or JSON); main process only."""
+    """Print a command's closing summary; main process only.
+
+    People get the title, then one ``key  value`` line per entry (nested dicts indented, numbers
+    rounded, paths in full: a long line wraps in the terminal, it is never cut). ``--json`` gets
+    the same entries in the one JSON shape (``json_shape``) with full precision."""
     if not is_main_process():
         return
     if as_json:
-        typer.echo(json.dumps(data, indent=2, ensure_ascii=False, default=str))
+        typer.echo(json.dumps(json_shape(data), indent=2, ensure_ascii=False))
         return
-    table = Table(title=title, show_header=False, title_justify="left")
-    table.add_column("key", style="bold cyan")
-    table.add_column("value")
-    for k, v in data.items():
-        table.add_row(k, _fmt(v))
-    console.print(table)
+    console.print(title, style="bold", markup=False, highlight=False)
+    for line in kv_lines(data):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)

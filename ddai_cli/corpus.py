@@ -29,7 +29,10 @@ def register(app: typer.Typer) -> None:
             ),
         ],
         out: Annotated[
-            Path, typer.Option("--out", help="The pages.parquet to write (atomically).")
+            Path,
+            typer.Option(
+                "--out", "-o", metavar="FILE", help="The pages.parquet to write (atomically)."
+            ),
         ],
         text_from: Annotated[
             Path | None,

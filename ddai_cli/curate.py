@@ -16,7 +16,6 @@ from typing import Annotated, Any, TypeVar
 
 import duckdb
 import typer
-from rich.table import Table
 
 from ddai.cli.common import (
     JsonOpt,
@@ -24,10 +23,10 @@ from ddai.cli.common import (
     RetryFailedOpt,
     ThresholdOpt,
     check_run_ids,
-    console,
     err_console,
     exit_if_calls_failed,
     fail,
+    print_rows,
     summary,
 )
 from ddai.pipelines import workspace
@@ -114,7 +113,10 @@ def _logs(logs: Path | None, runs: list[str] | None) -> Path | None:
 def bucket_cmd(
     dataset: DatasetOpt,
     out: Annotated[
-        Path, typer.Option("--out", help="Folder for curriculum_bucket_{b,a,0}.parquet.")
+        Path,
+        typer.Option(
+            "--out-dir", metavar="DIR", help="Folder for curriculum_bucket_{b,a,0}.parquet."
+        ),
     ],
     logs: LogsOpt = None,
     runs: RunOpt = None,
@@ -169,7 +171,8 @@ def verify_gt_cmd(
     out: Annotated[
         Path,
         typer.Option(
-            "--out",
+            "--out-dir",
+            metavar="DIR",
             help="Folder for <dataset>_filtered.parquet, <dataset>_excluded.parquet, "
             "review.csv and review.html.",
         ),
@@ -270,7 +273,10 @@ def verify_gt_cmd(
 
 @curate_app.command("focus")
 def focus_cmd(
-    out: Annotated[Path, typer.Option("--out", help="The next round's dataset (Parquet).")],
+    out: Annotated[
+        Path,
+        typer.Option("--out", "-o", metavar="FILE", help="The next round's dataset (Parquet)."),
+    ],
     logs: LogsOpt = None,
     runs: RunOpt = None,
     bucket_a: Annotated[
@@ -366,7 +372,10 @@ def plan_cmd(
     ] = None,
     success_threshold: ThresholdOpt = 1.0,
     out: Annotated[
-        Path | None, typer.Option("--out", help="Also write the plan as JSON to this file.")
+        Path | None,
+        typer.Option(
+            "--out", "-o", metavar="FILE", help="Also write the plan as JSON to this file."
+        ),
     ] = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -407,7 +416,7 @@ def plan_cmd(
         }
         for r in result.rows
     ]
-    console.print(_table("plan (all columns: --json or --out)", shown))
+    print_rows("plan (all columns: --json or --out)", shown)
     summary("ddai curate plan", result.summary(cfg.target))
 
 
@@ -427,7 +436,9 @@ def lineage_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Walk the manifests of FILE back to the raw logs and print the funnel."""
-    missing = [str(f) for f in files if not f.exists()]
+    from ddai.pipelines import objstore
+
+    missing = [objstore.display(f) for f in files if not objstore.any_exists(f)]
     if missing:
         raise fail(f"{', '.join(missing)} not found; pass funnel outputs (with .manifest.json)")
     graph = _run("tracing", lambda: lineage.lineage_graph(files, check_hashes=check))
@@ -447,13 +458,13 @@ def lineage_cmd(
                 if r["unit"] == "rollouts" and r["rows out"] is not None
                 else r["rows out"]
             ),
-            "dropped": ", ".join(f"{k} {v:,}" for k, v in r["dropped"].items()),
-            "from": ", ".join(r["inputs"]),
+            "dropped": [f"{k} {v:,}" for k, v in r["dropped"].items()],
+            "from": list(r["inputs"]),
             **({"check": r["mismatch"] or "ok"} if check else {}),
         }
         for r in rows
     ]
-    console.print(_table("lineage", shown))
+    print_rows("lineage", shown)
     changed = sum(bool(e["changed"]) for e in graph["edges"])
     summary(
         "ddai lineage",
@@ -477,17 +488,6 @@ def _fail_mismatch(bad: list[dict[str, Any]]) -> None:
             + ". Rerun the step that wrote each (it will not be skipped) or re-ingest the run",
             code=1,
         )
-
-
-def _table(title: str, rows: list[dict[str, Any]]) -> Table:
-    t = Table(title=title, title_justify="left")
-    for col in rows[0] if rows else []:
-        t.add_column(col, justify="right" if isinstance(rows[0][col], int | float) else "left")
-    for r in rows:
-        t.add_row(
-            *("" if v is None else f"{v:,}" if isinstance(v, int) else str(v) for v in r.values())
-        )
-    return t
 
 
 def register(app: typer.Typer) -> None:

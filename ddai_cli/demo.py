@@ -16,9 +16,8 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
-from ddai.cli.common import EXIT_FAILED, JsonOpt, console, err_console, summary
+from ddai.cli.common import EXIT_FAILED, JsonOpt, err_console, summary
 from ddai.pipelines import workspace
 
 
@@ -43,12 +42,44 @@ class DemoConfig:
         return self.home / "demo" / "out"
 
 
+def existing_world(world: Path) -> tuple[int, str] | None:
+    """The (seed, size) the world in ``world`` was made with (its ``truth.json``), or None."""
+    import json
+
+    try:
+        gen = json.loads((world / "truth.json").read_text())["generator"]
+        return int(gen["seed"]), str(gen["size"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def step_world(cfg: DemoConfig) -> dict[str, Any]:
+    """Make the world unless one with the same seed and size is there (``--fresh`` always makes
+    it): asking for ``--size medium`` over a small world rebuilds it, and the summary says which."""
+    import shutil
+
     from ddai.pipelines import fixtures
 
-    if cfg.fresh or not (cfg.world / "truth.json").is_file():
+    have = existing_world(cfg.world)
+    want = (cfg.seed, str(cfg.size))
+    if have == want and not cfg.fresh:
+        action = "reused (same seed and size; --fresh rebuilds it)"
+    else:
+        if have is None:
+            action = "built"
+        elif have != want:
+            action = f"rebuilt (it had seed {have[0]}, size {have[1]})"
+        else:
+            action = "rebuilt (--fresh)"
+        if cfg.world.exists():  # a smaller world's run files must not linger beside the new ones
+            shutil.rmtree(cfg.world)
         fixtures.make_world(cfg.world, seed=cfg.seed, size=cfg.size)
-    return {"world": str(cfg.world)}
+    return {
+        "world": str(cfg.world),
+        "seed": cfg.seed,
+        "size": str(cfg.size),
+        "world_action": action,
+    }
 
 
 def step_ingest(cfg: DemoConfig) -> dict[str, Any]:
@@ -59,7 +90,7 @@ def step_ingest(cfg: DemoConfig) -> dict[str, Any]:
     return {
         "log store": str(cfg.logs),
         "rollouts": res.rollouts_out,
-        "runs": ", ".join(sorted(res.runs)),
+        "runs": sorted(res.runs),
         "quarantined": sum(res.quarantined.values()),
     }
 
@@ -114,12 +145,12 @@ def step_train(cfg: DemoConfig) -> dict[str, Any]:
         "model": grpo.output_dir,
         "sft steps": DEMO_SFT_STEPS,
         "grpo steps": grpo.steps,
-        "rollouts logged": f"{grpo.rollouts_logged} (run demo_grpo)",
+        "rollouts logged": grpo.rollouts_logged,
+        "run": "demo_grpo",
         "changed_parameters": grpo.changed_parameters,
         "informative_group_share": grpo.informative_group_share,
-        "reward first/last step": f"{grpo.reward_first:.3f} / {grpo.reward_last:.3f}"
-        if grpo.reward_first is not None and grpo.reward_last is not None
-        else None,
+        "reward first step": grpo.reward_first,
+        "reward last step": grpo.reward_last,
     }
 
 
@@ -174,23 +205,14 @@ def demo_cmd(
     """Run the whole loop on the synthetic world: world → ingest → funnel → distill (→ train) → report."""
     cfg = DemoConfig(home=workspace.home(), seed=seed, size=size, fresh=fresh, train=train)
     results: dict[str, Any] = {}
-    table = Table(title="ddai demo", title_justify="left")
-    table.add_column("step", style="bold cyan")
-    table.add_column("result")
-    table.add_column("s", justify="right")
 
     def on_step(name: str, result: dict[str, Any], seconds: float) -> None:
-        results[name] = result
-        text = "; ".join(f"{k}: {v}" for k, v in result.items())
-        table.add_row(name, f"[red]{text}[/]" if "error" in result else text, f"{seconds:.1f}")
+        results[name] = {**result, "seconds": round(seconds, 1)}
         if not as_json:
             err_console.print(f"[dim]done[/] {name} ({seconds:.1f}s)")
 
     ok = run_demo(cfg, on_step=on_step)
-    if as_json:
-        summary("ddai demo", results, as_json=True)
-    else:
-        console.print(table)
+    summary("ddai demo", results, as_json=as_json)
     if not ok:
         raise typer.Exit(EXIT_FAILED)
 

@@ -112,7 +112,10 @@ def distill_cmd(
     logs: LogsOpt = None,
     runs: RunOpt = None,
     out: Annotated[
-        Path | None, typer.Option("--out", help="The SFT Parquet file to write (required).")
+        Path | None,
+        typer.Option(
+            "--out", "-o", metavar="FILE", help="The SFT Parquet file to write (required)."
+        ),
     ] = None,
     success_rate_max: Annotated[
         float,
@@ -242,7 +245,9 @@ def check_cmd(
     ] = None,
     out: Annotated[
         Path | None,
-        typer.Option("--out", help="Write the cleaned file here (same shape as FILE)."),
+        typer.Option(
+            "--out", "-o", metavar="FILE", help="Write the cleaned file here (same shape as FILE)."
+        ),
     ] = None,
     report: Annotated[
         Path | None,
@@ -282,7 +287,9 @@ def convert_cmd(
         Path, typer.Argument(metavar="FILE", help="An SFT Parquet file (train1 or messages shape).")
     ],
     to: Annotated[Fmt, typer.Option("--to", help="The shape to write.")],
-    out: Annotated[Path, typer.Option("--out", help="The Parquet file to write.")],
+    out: Annotated[
+        Path, typer.Option("--out", "-o", metavar="FILE", help="The Parquet file to write.")
+    ],
     as_json: JsonOpt = False,
 ) -> None:
     """Convert an SFT file between the train1 and messages shapes, byte for byte."""

@@ -19,6 +19,7 @@ from ddai.cli.common import (
 from ddai.pipelines import adapters, workspace
 from ddai.pipelines.adapters.hint import wrong_format_hint
 from ddai.pipelines.ingest import IngestConfig, ingest
+from ddai.pipelines.objstore import display
 
 
 def ingest_cmd(
@@ -40,16 +41,14 @@ def ingest_cmd(
         ),
     ] = None,
     logs: LogsOpt = None,
-    out: Annotated[
-        Path | None, typer.Option("--out", help="Log store to write (same as --logs; --out wins).")
-    ] = None,
     append: Annotated[
         bool, typer.Option("--append", help="Add to the run's partition instead of replacing it.")
     ] = False,
     fmt: Annotated[
         str,
         typer.Option(
-            "--format",
+            "--input-format",
+            metavar="FORMAT",
             help=f"Input format, per file by content when auto. One of: "
             f"{', '.join(adapters.formats())}.",
         ),
@@ -81,10 +80,12 @@ def ingest_cmd(
     summary says what each run's rollouts carry and lack (turns, pages, judge, ndcg, reward, step,
     advantages, images): e.g. DDAI's flash_rm_detail logs carry no turns, so distill refuses them."""
     if fmt not in adapters.formats():
-        raise fail(f"--format {fmt!r} is not known; use one of {', '.join(adapters.formats())}")
+        raise fail(
+            f"--input-format {fmt!r} is not known; use one of {', '.join(adapters.formats())}"
+        )
     cfg = IngestConfig(
         sources=sources,
-        logs=out or workspace.logs_dir(logs),
+        logs=workspace.logs_dir(logs),
         run_id=run_id,
         append=append,
         fmt=fmt,
@@ -96,7 +97,11 @@ def ingest_cmd(
         result = ingest(cfg)
     except (FileNotFoundError, ValueError) as e:
         raise fail(str(e)) from e
-    data = {"log store": str(cfg.logs), **result.summary()}
+    data = {"log store": display(cfg.logs), **result.summary()}
+    if as_json:  # what each run carries as counts of rollouts, not one line of text
+        data["carries"] = {
+            r: {n: c.count(n) for n in c.carries()} for r, c in sorted(result.capabilities.items())
+        }
     hint = None
     if result.rollouts_out == 0 and fmt != "auto":
         hint = wrong_format_hint(sources, fmt)

@@ -43,7 +43,7 @@ ModelOpt = Annotated[
     ),
 ]
 OutOpt = Annotated[
-    Path, typer.Option("--out", help="Output folder: checkpoints, metrics and the final model.")
+    Path, typer.Option("--out-dir", help="Output folder: checkpoints, metrics and the final model.")
 ]
 ConfigOpt = Annotated[
     Path | None,
@@ -68,7 +68,7 @@ ReportOpt = Annotated[
     ),
 ]
 ResumeOpt = Annotated[
-    bool, typer.Option("--resume", help="Continue from the last checkpoint in --out.")
+    bool, typer.Option("--resume", help="Continue from the last checkpoint in --out-dir.")
 ]
 StepsOpt = Annotated[
     int | None, typer.Option("--max-steps", help="Stop after this many optimizer steps.")
@@ -191,7 +191,7 @@ JudgeOpt = Annotated[str | None, typer.Option("--judge", help="Judge backend nam
 
 # Value-head commands (`ddai train value`, `train value-sft`, `value score`).
 ValueOutOpt = Annotated[
-    Path, typer.Option("--out", help="Output folder: the checkpoint and metrics.jsonl.")
+    Path, typer.Option("--out-dir", help="Output folder: the checkpoint and metrics.jsonl.")
 ]
 ValueSeedOpt = Annotated[
     int, typer.Option("--seed", help="Random seed (sampling, split, head init).")

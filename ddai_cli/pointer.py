@@ -178,7 +178,8 @@ def world_cmd(
     data = {
         "out": str(out),
         "queries": len(w.queries),
-        "train / test": f"{len(w.queries) - n_test} / {n_test}",
+        "train queries": len(w.queries) - n_test,
+        "test queries": n_test,
         "demos": len(w.demos),
         "clean demos": sum(d["clean"] for d in w.demos),
         "dim": cfg.dim,
@@ -192,7 +193,12 @@ def embed_cmd(
     world: Annotated[
         Path, typer.Argument(metavar="DIR", help="World folder (queries.jsonl, demos.jsonl).")
     ],
-    out: Annotated[Path, typer.Option("--out", help="Store to write: .safetensors or .parquet.")],
+    out: Annotated[
+        Path,
+        typer.Option(
+            "--out", "-o", metavar="FILE", help="Store to write: .safetensors or .parquet."
+        ),
+    ],
     k: Annotated[
         int, typer.Option("--k", help="Candidate pool size: each query's K most similar demos.")
     ] = 16,
@@ -253,7 +259,10 @@ def gen_cmd(
         Path, typer.Option("--model", help="Pointer checkpoint (usually the SFT one).")
     ],
     out: Annotated[
-        Path, typer.Option("--out", help="Raw records to write (JSONL, one line per query).")
+        Path,
+        typer.Option(
+            "--out", "-o", metavar="FILE", help="Raw records to write (JSONL, one line per query)."
+        ),
     ],
     split: Annotated[
         str, typer.Option(help="Queries of this split ('all' for every query).")
@@ -318,7 +327,12 @@ def process_cmd(
     ],
     out: Annotated[
         Path,
-        typer.Option("--out", help="Processed rows to write (.parquet); statistics go beside it."),
+        typer.Option(
+            "--out",
+            "-o",
+            metavar="FILE",
+            help="Processed rows to write (.parquet); statistics go beside it.",
+        ),
     ],
     alpha: Annotated[float, typer.Option(help="Weight of the quality term.")] = 0.2,
     beta: Annotated[float, typer.Option(help="Weight of the correctness term.")] = 1.0,
@@ -360,7 +374,9 @@ def process_cmd(
 @pointer_app.command("train")
 def train_cmd(
     store: StoreOpt,
-    out: Annotated[Path, typer.Option("--out", help="Checkpoint folder to write.")],
+    out: Annotated[
+        Path, typer.Option("--out-dir", metavar="DIR", help="Checkpoint folder to write.")
+    ],
     mode: Annotated[
         str | None,
         typer.Option("--mode", help="One phase: sft, rce, grpo or reinforcepp (with --epochs)."),
@@ -507,7 +523,9 @@ def eval_cmd(
     seed: Annotated[int, typer.Option(help="Seed of the random-pair baseline.")] = 0,
     out: Annotated[
         Path | None,
-        typer.Option("--out", help="Folder for selections.parquet and summary.parquet."),
+        typer.Option(
+            "--out-dir", metavar="DIR", help="Folder for selections.parquet and summary.parquet."
+        ),
     ] = None,
     vqa: VqaOpt = None,
     metric: MetricOpt = "vqa",

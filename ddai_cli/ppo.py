@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from ddai.cli.common import JsonOpt, LogsOpt, check_run_ids, fail, summary
+from ddai.cli.common import JsonOpt, LogsOpt, ProgressOpt, check_run_ids, fail, summary
 from ddai.cli.options import (
     BACKENDS,
     EPISODE,
@@ -52,7 +52,8 @@ def train_ppo_command(
         Path, typer.Option("--corpus", help="pages.parquet (or its folder) to search and crop.")
     ],
     out: Annotated[
-        Path, typer.Option("--out", help="Output folder: the policy, critic/ and metrics.jsonl.")
+        Path,
+        typer.Option("--out-dir", help="Output folder: the policy, critic/ and metrics.jsonl."),
     ],
     critic: Annotated[
         str | None,
@@ -235,7 +236,7 @@ def train_ppo_command(
         bool,
         typer.Option(
             "--resume",
-            help="Continue from the last checkpoint-N in --out: steps N+1..--max-steps, same run id.",
+            help="Continue from the last checkpoint-N in --out-dir: steps N+1..--max-steps, same run id.",
         ),
     ] = default_of(PPORunConfig, "resume"),
     save_steps: Annotated[
@@ -247,6 +248,7 @@ def train_ppo_command(
     ] = default_of(PPORunConfig, "save_steps"),
     launch: LaunchOpt = None,
     accelerate_config: AccelerateConfigOpt = None,
+    progress: ProgressOpt = True,
     as_json: JsonOpt = False,
 ) -> None:
     """PPO over the multi-turn search environment, with a value head as critic and GAE."""
@@ -315,6 +317,7 @@ def train_ppo_command(
         lora_alpha=lora_alpha,
         lora_target=lora_target,
         seed=seed,
+        progress=progress and not as_json,
         skip_preflight=skip_preflight,
         preflight_prompts=preflight_prompts,
     )

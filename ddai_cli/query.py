@@ -7,14 +7,13 @@ import json
 import sys
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import duckdb
 import pyarrow as pa
 import typer
-from rich.table import Table
 
-from ddai.cli.common import JsonOpt, LogsOpt, RunsOpt, console, fail, summary
+from ddai.cli.common import JsonOpt, LogsOpt, RunsOpt, console, fail, print_rows, summary
 from ddai.pipelines import capabilities, csv_cells, io, query, workspace
 
 
@@ -23,15 +22,6 @@ class Fmt(StrEnum):
     csv = "csv"
     parquet = "parquet"
     json = "json"
-
-
-def _rich_table(tbl: pa.Table, limit: int) -> Table:
-    t = Table(show_lines=False)
-    for name in tbl.column_names:
-        t.add_column(name)
-    for row in tbl.slice(0, limit).to_pylist():
-        t.add_row(*("" if v is None else str(v) for v in row.values()))
-    return t
 
 
 def _write(tbl: pa.Table, fmt: Fmt, out: Path | None) -> None:
@@ -87,7 +77,8 @@ def query_cmd(
     ] = None,
     fmt: Annotated[Fmt, typer.Option("--format", help="Output format.")] = Fmt.table,
     out: Annotated[
-        Path | None, typer.Option("--out", help="Write the result to this file.")
+        Path | None,
+        typer.Option("--out", "-o", metavar="FILE", help="Write the result to this file."),
     ] = None,
     limit: Annotated[int, typer.Option(help="Rows shown by --format table.")] = 50,
 ) -> None:
@@ -111,13 +102,15 @@ def query_cmd(
                 markup=False,
             )
             return
-        console.print(_rich_table(tbl, limit))
+        print_rows(f"{tbl.num_rows:,} rows", tbl.slice(0, limit).to_pylist())
         if tbl.num_rows > limit:
             console.print(f"[dim]{tbl.num_rows:,} rows, {limit} shown (--limit)[/]")
         return
     _write(tbl, fmt, out)
     if out is not None:
-        console.print(f"wrote {tbl.num_rows:,} rows to {out}", style="dim")
+        console.print(
+            f"wrote {tbl.num_rows:,} rows to {out}", style="dim", markup=False, soft_wrap=True
+        )
 
 
 _BOOLS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
@@ -188,13 +181,46 @@ def runs_cmd(logs: LogsOpt = None, as_json: JsonOpt = False) -> None:
         rows = [{**r, "capabilities": caps[r["run_id"]].to_dict()} for r in tbl.to_pylist()]
         summary("runs", {"runs": rows}, as_json=True)
         return
-    console.print(_rich_table(tbl, 10_000))
-    carried = Table(title="what the runs carry (rollouts counted at ingest)", title_justify="left")
-    for name in ("run", "carries", "lacks"):
-        carried.add_column(name, overflow="fold")
-    for run, c in caps.items():
-        carried.add_row(run, c.compact(), ", ".join(c.lacks()) or "nothing")
-    console.print(carried)
+    rows = [_run_row(r) for r in tbl.to_pylist()]
+    lacks = [
+        {
+            "run": r["run"],
+            "steps": r.pop("steps"),
+            "lacks": ", ".join(caps[r["run"]].lacks()) or "nothing",
+            "partly": _partly(caps[r["run"]]),
+        }
+        for r in rows
+    ]
+    print_rows("runs (all digits: --json)", rows)
+    print_rows("what each run lacks", lacks)
+
+
+def _partly(c: capabilities.Capabilities) -> str:
+    """What only some of a run's rollouts carry, as ``name k/n``."""
+    return ", ".join(
+        f"{n} {c.count(n):,}/{c.rollouts:,}" for n in c.carries() if c.count(n) < c.rollouts
+    )
+
+
+def _run_row(r: dict[str, Any]) -> dict[str, Any]:
+    """One run for people: short column names, rates to 3 decimals (--json has all digits)."""
+    first, last = r.get("first_step"), r.get("last_step")
+
+    def rate(k: str) -> float | None:
+        return None if r.get(k) is None else round(r[k], 3)
+
+    return {
+        "run": r["run_id"],
+        "rollouts": r.get("rollouts"),
+        "prompts": r.get("prompts"),
+        "steps": "" if first is None else f"{first}-{last}",
+        "success": rate("success_rate"),
+        "judge": rate("mean_judge"),
+        "ndcg": rate("mean_ndcg"),
+        "reward": rate("mean_reward"),
+        "turns": None if r.get("mean_turns") is None else round(r["mean_turns"], 2),
+        "fmt fail": rate("format_fail_rate"),
+    }
 
 
 def register(app: typer.Typer) -> None:

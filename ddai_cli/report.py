@@ -20,13 +20,14 @@ def report_cmd(
     logs: LogsOpt = None,
     runs: RunsOpt = None,
     compare: Annotated[
-        tuple[str, str] | None,
+        list[str] | None,
         typer.Option(
             "--compare",
             callback=check_run_ids,
-            metavar="RUN_A RUN_B",
-            help="Compare two runs (A the baseline, B the new one): behaviour shift, per-prompt "
-            "deltas, distributions side by side.",
+            metavar="RUN",
+            help="Compare two runs, given as --compare A --compare B (A the baseline, B the new "
+            "one; --compare A B also works): behaviour shift, per-prompt deltas, distributions "
+            "side by side.",
         ),
     ] = None,
     datasets: Annotated[
@@ -126,7 +127,7 @@ def report_cmd(
             ndcg_low=ndcg_low,
             judge_low=judge_low,
             ndcg_high=ndcg_high,
-            compare=compare,
+            compare=tuple(compare) if compare else None,
             datasets=datasets or [],
             datasets_dir=datasets_dir,
             flags=flags or [],
@@ -144,7 +145,6 @@ def report_cmd(
         raise fail(str(e)) from e
     result.pop("stats")
     result.pop("timings")
-    result["size"] = f"{result.pop('bytes') / 1e6:.1f} MB"
     summary("ddai report", result, as_json=as_json)
 
 

@@ -100,7 +100,11 @@ def serve_cmd(
     ex = app.state.explorer
     with ex.connection() as con:
         n = con.execute("SELECT count(*) FROM explorer").fetchall()[0][0]
-    console.print(f"ddai serve: {n:,} rollouts from {cfg.logs} at {url}  (Ctrl-C stops)")
+    console.print(
+        f"ddai serve: {n:,} rollouts from {cfg.logs} at {url}  (Ctrl-C stops)",
+        markup=False,
+        soft_wrap=True,
+    )
     uvicorn.run(app, host=host, port=port, log_level=os.environ.get("DDAI_SERVE_LOG", "warning"))
 
 

@@ -10,7 +10,16 @@ from typing import Annotated
 
 import typer
 
-from ddai.cli.common import JsonOpt, LogsOpt, RunsOpt, ThresholdOpt, check_run_ids, fail, summary
+from ddai.cli.common import (
+    JsonOpt,
+    LogsOpt,
+    ProgressOpt,
+    RunsOpt,
+    ThresholdOpt,
+    check_run_ids,
+    fail,
+    summary,
+)
 from ddai.cli.options import (
     AccelerateConfigOpt,
     DtypeOpt,
@@ -119,6 +128,7 @@ def train_value_command(
     seed: ValueSeedOpt = 0,
     launch: LaunchOpt = None,
     accelerate_config: AccelerateConfigOpt = None,
+    progress: ProgressOpt = True,
     as_json: JsonOpt = False,
 ) -> None:
     """Train a value head on terminal outcomes from the rollout log: pairwise ranking + MC MSE."""
@@ -156,6 +166,7 @@ def train_value_command(
         grad_accum=grad_accum,
         dtype=dtype,
         seed=seed,
+        progress=progress and not as_json,
     )
     result = asdict(run_or_fail(train_value, cfg))
     flat = {k: v for k, v in result.items() if k not in ("eval_before", "eval_after")}
@@ -167,7 +178,9 @@ def train_value_command(
 def value_score_command(
     checkpoint: Annotated[
         Path,
-        typer.Option("--checkpoint", help="A value checkpoint (the --out of ddai train value)."),
+        typer.Option(
+            "--checkpoint", help="A value checkpoint (the --out-dir of ddai train value)."
+        ),
     ],
     logs: LogsOpt = None,
     run: RunsOpt = None,
@@ -196,7 +209,7 @@ def value_score_command(
 
     if not checkpoint.is_dir():
         raise fail(
-            f"--checkpoint {checkpoint} not found; train one with `ddai train value --out DIR`"
+            f"--checkpoint {checkpoint} not found; train one with `ddai train value --out-dir DIR`"
         )
     cfg = ValueScoreConfig(
         checkpoint=checkpoint,

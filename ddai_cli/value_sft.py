@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from ddai.cli.common import JsonOpt, LogsOpt, RunsOpt, ThresholdOpt, summary
+from ddai.cli.common import JsonOpt, LogsOpt, ProgressOpt, RunsOpt, ThresholdOpt, summary
 from ddai.cli.options import (
     AccelerateConfigOpt,
     DtypeOpt,
@@ -102,6 +102,7 @@ def train_value_sft_command(
     seed: Annotated[int, _opt("--seed", "Random seed (pair draws, split).")] = 42,
     launch: LaunchOpt = None,
     accelerate_config: AccelerateConfigOpt = None,
+    progress: ProgressOpt = True,
     as_json: JsonOpt = False,
 ) -> None:
     """Seed 004's joint stage: SFT on correct rollouts, each token weighted by
@@ -145,6 +146,7 @@ def train_value_sft_command(
         grad_accum=grad_accum,
         dtype=dtype,
         seed=seed,
+        progress=progress and not as_json,
     )
     result = asdict(run_or_fail(train_value_sft, cfg))
     flat = {k: v for k, v in result.items() if k not in ("eval_before", "eval_after")}

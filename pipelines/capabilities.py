@@ -18,7 +18,7 @@ from typing import Any
 
 import duckdb
 
-from ddai.pipelines import store
+from ddai.pipelines import objstore, store
 from ddai.pipelines.capability_count import NAMES, count_relation, empty
 
 __all__ = [
@@ -146,6 +146,7 @@ def run_capabilities(logs: str | os.PathLike[str], run: str) -> Capabilities:
         return Capabilities.of(run, empty(), formats=_formats(man), counted=True)
     con = duckdb.connect()
     try:
+        objstore.register(con, files)  # a store on object storage: read through fsspec
         con.read_parquet([str(f) for f in files], hive_partitioning=False).create_view(
             "rollouts_src"
         )

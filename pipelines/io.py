@@ -3,6 +3,10 @@
 The temp file (``.<name>.<random>.tmp`` beside the output) is claimed by its writer while it is
 written (a file lock, see ``ddai.pipelines.locks``); the next write of the same output removes
 temp files whose writer is gone (a kill -9 mid-write), never one still being written.
+
+An object-storage output (``s3://…``, see ``ddai.pipelines.objstore``) has no rename: it is written
+to a local temp file and put as one object, which is just as atomic (readers see the whole new
+object or the old one).
 """
 
 from __future__ import annotations
@@ -22,10 +26,19 @@ from typing import IO, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ddai.pipelines import objstore
+
 
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
-    """Yield a temp path beside ``path``; on success rename it over ``path``, else remove it."""
+    """Yield a temp path beside ``path``; on success rename it over ``path``, else remove it.
+
+    An object-storage URL gets a local temp path, put as one object on success."""
+    url = objstore.url_of(path)
+    if url is not None:
+        with _remote_path(url) as tmp:
+            yield tmp
+        return
     final = Path(path)
     final.parent.mkdir(parents=True, exist_ok=True)
     clean_temps(final)
@@ -44,6 +57,15 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
         claim.close()
 
 
+@contextlib.contextmanager
+def _remote_path(url: str) -> Iterator[Path]:
+    with tempfile.TemporaryDirectory(prefix="ddai-put-") as d:
+        tmp = Path(d) / url.rsplit("/", 1)[-1]
+        yield tmp
+        crash_point(f"rename:{tmp.name}")
+        objstore.put_file(tmp, url)
+
+
 def crash_point(point: str) -> None:
     """Test hook for crash-consistency tests: with ``DDAI_TEST_CRASH_AT=<point>`` in the
     environment, the process kills itself (SIGKILL: no cleanup runs) on reaching ``point``.
@@ -56,6 +78,8 @@ def crash_point(point: str) -> None:
 
 def clean_temps(path: str | os.PathLike[str]) -> list[Path]:
     """Remove the abandoned temp files of earlier writes of ``path`` (their writer died)."""
+    if objstore.is_url(path):
+        return []  # nothing is written beside an object
     final = Path(path)
     if not final.parent.is_dir():
         return []
@@ -104,6 +128,9 @@ def write_parquet(
 
 
 def sha256_file(path: str | os.PathLike[str], chunk: int = 1 << 20) -> str:
+    url = objstore.url_of(path)
+    if url is not None:
+        return objstore.sha256(url)
     h = hashlib.sha256()
     with open(path, "rb") as fh:
         while block := fh.read(chunk):

@@ -23,7 +23,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines import io, store
+from ddai.pipelines import io, objstore, store
 
 MANIFEST_SUFFIX = ".manifest.json"
 _PACKAGES = (
@@ -79,7 +79,12 @@ def input_record(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Path and content hash of one input (a file, or every data file under a folder).
 
     A log-store partition is hashed over the files its manifest lists (its committed version),
-    so a write in progress or a crashed write's leftovers never change it."""
+    so a write in progress or a crashed write's leftovers never change it. On object storage a
+    partition's hash is the digest its manifest records (its parts are immutable objects under
+    unique names; re-hashing would download the run: ``ddai lineage --check`` does that)."""
+    url = objstore.url_of(path)
+    if url is not None:
+        return _remote_record(url)
     p = Path(path)
     if p.is_dir() and (p / store.MANIFEST).is_file():
         parts = store.committed_files(p)
@@ -97,6 +102,18 @@ def input_record(path: str | os.PathLike[str]) -> dict[str, Any]:
         )
         return {"path": str(p), "sha256": digest, "kind": "dir", "files": len(files)}
     return {"path": str(p), "sha256": io.sha256_file(p), "kind": "file"}
+
+
+def _remote_record(url: str) -> dict[str, Any]:
+    man_url = objstore.join(url, store.MANIFEST)
+    if objstore.exists(man_url):
+        man = json.loads(objstore.read_text(man_url))
+        files = man.get("files", [])
+        digest = man.get("sha256") or store.files_digest(files)
+        return {"path": url, "sha256": digest, "kind": "dir", "files": len(files)}
+    if not objstore.isfile(url):
+        raise FileNotFoundError(f"{url} not found (no object, and no run partition)")
+    return {"path": url, "sha256": objstore.sha256(url), "kind": "file"}
 
 
 @dataclass
@@ -121,7 +138,7 @@ class StepRecord:
     def to_dict(self, output: str | os.PathLike[str]) -> dict[str, Any]:
         return {
             "step": self.step,
-            "output": str(output),
+            "output": objstore.display(output),
             "params": self.params,
             "inputs": self.inputs,
             "rows": {"in": self.rows_in, "out": self.rows_out, "dropped": self.dropped},
@@ -145,8 +162,7 @@ def start(step: str, params: dict[str, Any], inputs: list[str | os.PathLike[str]
 
 def output_hash(output: str | os.PathLike[str]) -> str | None:
     """The sha256 of an output (a file, or a folder's data files); None when it is missing."""
-    p = Path(output)
-    return input_record(p)["sha256"] if p.exists() else None
+    return input_record(output)["sha256"] if objstore.any_exists(output) else None
 
 
 def write(output: str | os.PathLike[str], record: StepRecord) -> Path:
@@ -177,10 +193,10 @@ def verify(output: str | os.PathLike[str]) -> str | None:
 
 def read(output: str | os.PathLike[str]) -> dict[str, Any] | None:
     path = manifest_path(output)
-    if not path.is_file():
+    if not objstore.any_isfile(path):
         return None
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(objstore.any_read_text(path))
     except ValueError:
         return None
 
@@ -193,7 +209,7 @@ def is_fresh(
 ) -> bool:
     """True when ``output`` exists, hashes to what its manifest recorded, and the manifest has
     the same step, parameters and input hashes."""
-    if not Path(output).exists():
+    if not objstore.any_exists(output):
         return False
     old = read(output)
     if not old or old.get("step") != step or old.get("params") != _jsonable(params):

@@ -16,7 +16,12 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from ddai.pipelines import store
+from ddai.pipelines import objstore, store
+
+# How a store on object storage is scanned: pyarrow's C++ S3 filesystem handed to DuckDB as an
+# Arrow dataset (``arrow``, the default: see bench/bench_objstore.py), or s3fs registered with
+# DuckDB so its own Parquet reader pulls the bytes through Python (``fsspec``).
+SCAN_ENV = objstore.SCAN_ENV
 
 # Creation order matters: later views read earlier ones.
 VIEWS = (
@@ -111,7 +116,9 @@ def connect(
     if threads:
         con.execute(f"SET threads = {int(threads)}")
     files = snap.all_files()
-    if files:
+    if files and objstore.is_url(files[0]):
+        _remote_source(con, files)
+    elif files:
         # DuckDB's own Parquet reader (about 2x faster than scanning an Arrow dataset); the file
         # list is passed as a value, never pasted into SQL text.
         # union_by_name: partitions written before a column existed (``flags``, schema 1) read
@@ -125,6 +132,19 @@ def connect(
     for name in VIEWS if views is None else views:
         con.execute(sql_text(name))
     return con
+
+
+def _remote_source(con: duckdb.DuckDBPyConnection, files: list[Any]) -> None:
+    """``rollouts_src`` over object-storage files, by the scan ``DDAI_OBJSTORE_SCAN`` names."""
+    how = objstore.scan()
+    if how == "fsspec":
+        objstore.register(con, files)
+        con.read_parquet(
+            [str(f) for f in files], hive_partitioning=False, union_by_name=True
+        ).create_view("rollouts_src")
+    else:
+        # DuckDB pushes projections and filters into the Arrow dataset's scan.
+        con.register("rollouts_src", store.arrow_dataset(files))
 
 
 def connect_table(table: pa.Table) -> duckdb.DuckDBPyConnection:
@@ -154,9 +174,10 @@ def run_sql(
 
 
 def logs_or_fail(logs: Path) -> Path:
-    if not logs.exists():
+    if not objstore.any_exists(logs):
+        where = objstore.display(logs)
         raise FileNotFoundError(
-            f"log store {logs} does not exist; ingest logs first (`ddai ingest FILE --logs {logs}`) "
+            f"log store {where} does not exist; ingest logs first (`ddai ingest FILE --logs {where}`) "
             "or pass --logs"
         )
     return logs

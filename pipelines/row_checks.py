@@ -44,12 +44,25 @@ class DuplicateKeys:
         self._stored_of = stored
         self._stored: dict[str, set[bytes]] = {}
 
-    def check(self, run: str, row: dict[str, Any], content: str) -> tuple[str, str] | None:
+    def check(
+        self, run: str, row: dict[str, Any], content: str, digest: bytes | None = None
+    ) -> tuple[str, str] | None:
         """None when the row may be kept (flagged ``duplicate_key`` in place when its key was seen
         with other content); (reason, detail) when it is to be quarantined: it repeats an earlier
-        row of this ingest exactly, or a rollout stored in the run."""
+        row of this ingest exactly, or a rollout stored in the run. ``digest``: the content's
+        digest when the reader computed one (else ``content``'s)."""
         key = (row.get("step"), row["uid"], row["rollout_idx"])
-        kd, cd = _digest(repr(key)), _digest(content.rstrip("\r\n"))
+        verdict = self.check_key(run, key, digest or _digest(content.rstrip("\r\n")))
+        if verdict is not None and verdict[0] == DUPLICATE_KEY:
+            row["flags"] = sorted({*(row["flags"] or ()), DUPLICATE_KEY})
+            return None
+        return verdict
+
+    def check_key(self, run: str, key: tuple[Any, ...], content: bytes) -> tuple[str, str] | None:
+        """``check`` on a key (step, uid, rollout_idx) and its row's content digest
+        (``digest_bytes``): None (keep), ``(DUPLICATE_KEY, "")`` (keep, flagged) or the
+        (reason, detail) to quarantine it with."""
+        kd = _digest(repr(key))
         if self._stored_of is not None:
             if run not in self._stored:
                 self._stored[run] = {_digest(repr(k)) for k in self._stored_of(run)}
@@ -61,14 +74,18 @@ class DuplicateKeys:
                     "--append to replace the run)"
                 )
         seen = self._seen.setdefault(run, {})
-        first = seen.setdefault(kd, cd)
-        if first is cd:
+        first = seen.setdefault(kd, content)
+        if first is content:
             return None
         step, uid, idx = key
-        if first == cd:
+        if first == content:
             return DUPLICATE, (
                 f"(step, uid, rollout_idx) = ({step}, {uid!r}, {idx}) read before in this ingest "
                 "with the same content; the first is kept"
             )
-        row["flags"] = sorted({*(row["flags"] or ()), DUPLICATE_KEY})
-        return None
+        return DUPLICATE_KEY, ""
+
+
+def digest_bytes(raw: bytes) -> bytes:
+    """The content digest of a source line given as UTF-8 bytes without its line end."""
+    return hashlib.blake2b(raw, digest_size=16).digest()

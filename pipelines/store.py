@@ -23,6 +23,11 @@ write (abandoned ``.tmp-*`` folders, ``.old-*`` folders of older versions, a par
 ``_manifest.json``) are never read and are cleaned by the next write. Readers ignore every path
 whose name starts with ``_`` or ``.``.
 
+On object storage (``logs`` an ``s3://`` / ``gs://`` URL) the same layout holds; writes are staged
+locally and published by ``ddai.pipelines.remote_store`` (parts first, then one conditional PUT
+of ``_manifest.json``: the commit), readers read the files the manifest lists through the
+object store (no locks there: superseded parts are removed only after a grace period).
+
 Longer than 400 lines because the commit protocol (temp folder, rename, manifest, locks) and the
 readers that rely on it are kept in one place.
 """
@@ -44,7 +49,7 @@ from typing import IO, TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ddai.pipelines import capability_count, io, locks
+from ddai.pipelines import capability_count, io, locks, objstore
 from ddai.pipelines.schema import ROLLOUT_SCHEMA, SCHEMA_VERSION, normalize_rollout
 
 if TYPE_CHECKING:  # pyarrow.dataset pulls pandas in: imported where a dataset is built
@@ -55,6 +60,9 @@ QUARANTINE_DIR = "_quarantine"
 SIDE_DIR = "_side"
 LOCK_DIR = "_locks"
 DEFAULT_BATCH_ROWS = 50_000
+# A row group is written when this many rows (or bytes, for wide rows) are staged.
+ROW_GROUP_ROWS = 131_072
+ROW_GROUP_BYTES = 64 << 20
 _SAFE_RUN_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-:+@")
 
 
@@ -82,7 +90,12 @@ def run_lock(
     run_id: str,
     on_wait: Callable[[str], None] | None = locks._say,
 ) -> Iterator[None]:
-    """Hold the write lock of one run (writers to a run serialize; a waiting writer says so)."""
+    """Hold the write lock of one run (writers to a run serialize; a waiting writer says so).
+
+    Object storage has no file locks: its commits are conditional puts (``remote_store``)."""
+    if objstore.is_url(logs):
+        yield
+        return
     with locks.exclusive(
         _lock_file(logs, run_id, "lock"), f"the write lock of run {run_id!r}", on_wait
     ):
@@ -109,14 +122,21 @@ def _file_record(path: Path, rows: int | None = None) -> dict[str, Any]:
     return {"name": path.name, "sha256": io.sha256_file(path), "rows": rows}
 
 
-def committed_files(part: str | os.PathLike[str], man: dict[str, Any] | None = None) -> list[Path]:
-    """The data files of the committed version of partition ``part`` (none without a manifest).
+def committed_files(part: str | os.PathLike[str], man: dict[str, Any] | None = None) -> list[Any]:
+    """The data files of the committed version of partition ``part`` (none without a manifest):
+    paths, or URLs (``str``) for a partition on object storage.
 
     A manifest from before file lists existed covers every ``*.parquet`` of the partition."""
     p = Path(part)
     man = man if man is not None else _read_manifest(p)
     if man is None:
         return []
+    url = objstore.url_of(part)
+    if url is not None:
+        if "files" in man:
+            return [objstore.join(url, f["name"]) for f in man["files"]]
+        names = objstore.listdir(url)
+        return [objstore.join(url, n) for n in names if n.endswith(".parquet") and n[0] not in "_."]
     if "files" in man:
         return [p / f["name"] for f in man["files"]]
     return sorted(f for f in p.glob("*.parquet") if not f.name.startswith(("_", ".")))
@@ -138,6 +158,11 @@ class PartitionWriter:
         append: bool = False,
         batch_rows: int = DEFAULT_BATCH_ROWS,
     ) -> None:
+        if objstore.is_url(logs):
+            raise ValueError(
+                f"{objstore.display(logs)}: only `ddai ingest` writes runs to a store on object "
+                "storage; run this command on a local store and ingest its output there"
+            )
         self.logs = Path(logs)
         self.run_id = run_id
         self.final = partition_dir(logs, run_id)
@@ -150,6 +175,9 @@ class PartitionWriter:
         self.part = f"part-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}.parquet"
         self._writer: pq.ParquetWriter | None = None
         self._buf: list[dict[str, Any]] = []
+        self._tables: list[pa.Table] = []
+        self._staged_rows = 0
+        self._staged_bytes = 0
         self.rows = 0
         # What the written rollouts carry, counted batch by batch (DESIGN: a run's manifest says so)
         self.capabilities = capability_count.empty()
@@ -157,27 +185,45 @@ class PartitionWriter:
     def add(self, row: dict[str, Any]) -> None:
         self._buf.append(row)
         if len(self._buf) >= self.batch_rows:
-            self._flush()
+            self._rows_to_table()
 
     def add_table(self, table: pa.Table) -> None:
-        self._flush()
-        self._write(table.select(ROLLOUT_SCHEMA.names).cast(ROLLOUT_SCHEMA))
+        """Add rows already in (or castable to) ``ROLLOUT_SCHEMA``, after the rows added before."""
+        self._rows_to_table()
+        self._stage(table.select(ROLLOUT_SCHEMA.names).cast(ROLLOUT_SCHEMA))
 
-    def _write(self, table: pa.Table) -> None:
+    def _stage(self, table: pa.Table) -> None:
+        # Tables wait until a large row group is full: readers scan a few big groups faster than
+        # one small group per reader batch.
+        self._tables.append(table)
+        self._staged_rows += table.num_rows
+        self._staged_bytes += table.nbytes
+        if self._staged_rows >= ROW_GROUP_ROWS or self._staged_bytes >= ROW_GROUP_BYTES:
+            self._write_staged()
+
+    def _write_staged(self) -> None:
+        if not self._tables:
+            return
+        table = pa.concat_tables(self._tables)
+        self._tables, self._staged_rows, self._staged_bytes = [], 0, 0
         if self._writer is None:
             self._writer = pq.ParquetWriter(
                 self.tmp / self.part, ROLLOUT_SCHEMA, compression="zstd"
             )
-        self._writer.write_table(table)
+        self._writer.write_table(table, row_group_size=max(table.num_rows, 1))
         self.rows += table.num_rows
         self.capabilities = capability_count.add(
             self.capabilities, capability_count.count_table(table)
         )
 
-    def _flush(self) -> None:
+    def _rows_to_table(self) -> None:
         if self._buf:
-            self._write(pa.Table.from_pylist(self._buf, schema=ROLLOUT_SCHEMA))
+            self._stage(pa.Table.from_pylist(self._buf, schema=ROLLOUT_SCHEMA))
             self._buf = []
+
+    def _flush(self) -> None:
+        self._rows_to_table()
+        self._write_staged()
 
     def commit(
         self,
@@ -229,21 +275,7 @@ class PartitionWriter:
             **manifest,
             "rollouts_out": self.rows,
         }
-        if old:
-            record["history"] = [*old.get("history", []), _strip_history(old)]
-            record["rollouts_total"] = (
-                old.get("rollouts_total", old.get("rollouts_out", 0)) + self.rows
-            )
-        else:
-            record["rollouts_total"] = self.rows
-        # Counts over the whole partition; an appended-to partition from before the counts existed
-        # gets none (readers then count it, see ddai.pipelines.capabilities).
-        if not old:
-            record["capabilities"] = self.capabilities
-        elif "capabilities" in old:
-            record["capabilities"] = capability_count.add(old["capabilities"], self.capabilities)
-        record["files"] = files
-        record["sha256"] = files_digest(files)
+        record = merge_record(old, record, self.capabilities, files)
         io.crash_point(f"partition-data:{self.run_id}")
         io.write_json(self.final / MANIFEST, record)  # the commit point
         self._drop_tmp()
@@ -261,6 +293,33 @@ class PartitionWriter:
             self._writer.close()
             self._writer = None
         self._drop_tmp()
+
+
+def merge_record(
+    old: dict[str, Any] | None,
+    record: dict[str, Any],
+    capabilities: dict[str, Any],
+    files: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """A partition's new manifest: ``record`` (this write, ``rollouts_out`` rows carrying
+    ``capabilities``) over ``old`` (the manifest appended to, None for a replace), listing
+    ``files`` (the old version's, then this write's)."""
+    record = dict(record)
+    rows = record["rollouts_out"]
+    if old:
+        record["history"] = [*old.get("history", []), _strip_history(old)]
+        record["rollouts_total"] = old.get("rollouts_total", old.get("rollouts_out", 0)) + rows
+    else:
+        record["rollouts_total"] = rows
+    # Counts over the whole partition; an appended-to partition from before the counts existed
+    # gets none (readers then count it, see ddai.pipelines.capabilities).
+    if not old:
+        record["capabilities"] = capabilities
+    elif "capabilities" in old:
+        record["capabilities"] = capability_count.add(old["capabilities"], capabilities)
+    record["files"] = files
+    record["sha256"] = files_digest(files)
+    return record
 
 
 def clean_leftovers(logs: str | os.PathLike[str]) -> list[str]:
@@ -323,9 +382,10 @@ def verify_partition(part: str | os.PathLike[str]) -> str | None:
     if "files" not in man:
         return None  # written before manifests listed files: nothing to compare
     bad = []
+    url = objstore.url_of(part)
     for f in man["files"]:
-        fp = p / f["name"]
-        if not fp.is_file():
+        fp: Any = objstore.join(url, f["name"]) if url else p / f["name"]
+        if not objstore.any_isfile(fp):
             bad.append(f"{f['name']} missing")
         elif io.sha256_file(fp) != f["sha256"]:
             bad.append(f"{f['name']} changed")
@@ -333,7 +393,9 @@ def verify_partition(part: str | os.PathLike[str]) -> str | None:
     run = man.get("run_id") or p.name.split("=", 1)[-1]
     for table, rec in sorted((man.get("side_tables") or {}).items()):
         fp = p.parent / SIDE_DIR / table / f"{run}.jsonl"
-        if not fp.is_file():
+        if url:
+            fp = objstore.join(url.rsplit("/", 1)[0], SIDE_DIR, table, f"{run}.jsonl")
+        if not objstore.any_isfile(fp):
             bad.append(f"side table {table} missing")
         elif io.sha256_file(fp) != rec["sha256"]:
             bad.append(f"side table {table} changed")
@@ -351,6 +413,12 @@ def _strip_history(m: dict[str, Any]) -> dict[str, Any]:
 
 
 def _read_manifest(part: Path) -> dict[str, Any] | None:
+    url = objstore.url_of(part)
+    if url is not None:
+        try:
+            return json.loads(objstore.read_text(objstore.join(url, MANIFEST)))
+        except FileNotFoundError:
+            return None
     p = part / MANIFEST
     return json.loads(p.read_text(encoding="utf-8")) if p.is_file() else None
 
@@ -394,6 +462,12 @@ def write_run(
 
 def list_runs(logs: str | os.PathLike[str]) -> list[str]:
     """The committed runs of the store (a partition without ``_manifest.json`` is not one)."""
+    url = objstore.url_of(logs)
+    if url is not None:
+        parts = [n for n in objstore.listdir(url) if n.startswith("run_id=")]
+        return sorted(
+            n.split("=", 1)[1] for n in parts if objstore.isfile(objstore.join(url, n, MANIFEST))
+        )
     p = Path(logs)
     if not p.is_dir():
         return []
@@ -456,11 +530,14 @@ def snapshot(logs: str | os.PathLike[str], runs: list[str] | None = None) -> Sna
         check_run_id(r)
     snap = Snapshot(root, {}, {})
     missing = []
+    remote = objstore.is_url(logs)
     try:
         for r in wanted:
-            # a read-only store: nobody writes it, nothing to lock against
+            # a read-only store: nobody writes it, nothing to lock against (object storage has
+            # no locks: its superseded parts outlive readers by a grace period instead)
             with contextlib.suppress(OSError):
-                snap._held.append(locks.Shared(_lock_file(root, r, "readers")))
+                if not remote:
+                    snap._held.append(locks.Shared(_lock_file(root, r, "readers")))
             part = partition_dir(root, r)
             man = _read_manifest(part)
             if man is None:
@@ -473,8 +550,8 @@ def snapshot(logs: str | os.PathLike[str], runs: list[str] | None = None) -> Sna
         raise
     if missing:
         snap.release()
-        known = ", ".join(list_runs(root)) or "none"
-        half = [r for r in missing if partition_dir(root, r).is_dir()]
+        known = ", ".join(list_runs(logs)) or "none"
+        half = [r for r in missing if objstore.any_isdir(partition_dir(root, r))]
         hint = (
             f" ({', '.join(half)}: a partition without {MANIFEST}, left by an interrupted write; "
             "ingest it again)"
@@ -482,7 +559,7 @@ def snapshot(logs: str | os.PathLike[str], runs: list[str] | None = None) -> Sna
             else ""
         )
         raise FileNotFoundError(
-            f"run(s) {', '.join(missing)} not in {root} (known runs: {known}){hint}"
+            f"run(s) {', '.join(missing)} not in {objstore.display(root)} (known runs: {known}){hint}"
         )
     return snap
 
@@ -497,17 +574,10 @@ def parquet_files(logs: str | os.PathLike[str], runs: list[str] | None = None) -
 
 
 def dataset(logs: str | os.PathLike[str], runs: list[str] | None = None) -> ds.Dataset:
-    import pyarrow.dataset as ds
-
     """A lazy dataset over one snapshot of ``runs``; the snapshot is held while it lives."""
     snap = snapshot(logs, runs)
     try:
-        d = ds.dataset(
-            [str(f) for f in snap.all_files()],
-            schema=ROLLOUT_SCHEMA,
-            format="parquet",
-            partitioning=None,
-        )
+        d = arrow_dataset(snap.all_files())
     except BaseException:
         snap.release()
         raise
@@ -521,15 +591,24 @@ def read_rollouts(
     columns: list[str] | None = None,
 ) -> pa.Table:
     """All rollouts of the store (or of ``runs``) as one table in ``ROLLOUT_SCHEMA``."""
+    with snapshot(logs, runs) as snap:
+        return arrow_dataset(snap.all_files()).to_table(columns=columns)
+
+
+def arrow_dataset(files: list[Any]) -> ds.Dataset:
+    """A pyarrow dataset over store files in ``ROLLOUT_SCHEMA`` (local paths, or URLs read
+    through pyarrow's own object-store filesystem)."""
     import pyarrow.dataset as ds
 
-    with snapshot(logs, runs) as snap:
-        return ds.dataset(
-            [str(f) for f in snap.all_files()],
-            schema=ROLLOUT_SCHEMA,
-            format="parquet",
-            partitioning=None,
-        ).to_table(columns=columns)
+    urls = [objstore.url_of(f) for f in files]
+    fs = objstore.arrow_fs(urls[0]) if urls and urls[0] else None
+    return ds.dataset(
+        [objstore.key_of(u) if u else str(f) for u, f in zip(urls, files, strict=True)],
+        schema=ROLLOUT_SCHEMA,
+        format="parquet",
+        partitioning=None,
+        filesystem=fs,
+    )
 
 
 def read_version(

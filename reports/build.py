@@ -9,7 +9,7 @@ from typing import Any
 import duckdb
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ddai.pipelines import io, manifest, query, store
+from ddai.pipelines import io, manifest, objstore, query, store
 from ddai.reports.blocks import Section, SectionBuilder
 from ddai.reports.config import ReportConfig
 from ddai.reports.context import ReportContext
@@ -109,7 +109,7 @@ def _build(
             title=_title(cfg, ctx.runs),
             sections=built,
             runs=ctx.runs,
-            logs=str(cfg.logs),
+            logs=objstore.display(cfg.logs),
             created=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             version=manifest.ddai_version(),
         )
@@ -142,8 +142,8 @@ def build_report(
     stats = {s.id: s.stats for s in built}
     total = stats.get("overview", {}).get("total", {})
     return {
-        "out": str(cfg.out),
-        "bytes": cfg.out.stat().st_size,
+        "out": objstore.display(cfg.out),
+        "bytes": objstore.any_size(cfg.out),
         "runs": runs,
         "prompts": total.get("prompts"),
         "rollouts": total.get("rollouts"),

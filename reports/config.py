@@ -78,7 +78,9 @@ class ReportConfig:
         if self.compare is not None:
             self.compare = tuple(self.compare)  # type: ignore[assignment]
             if len(self.compare) != 2 or self.compare[0] == self.compare[1]:
-                raise ValueError("--compare takes two different run ids: --compare RUN_A RUN_B")
+                raise ValueError(
+                    "--compare takes two different run ids: --compare RUN_A --compare RUN_B"
+                )
             if self.runs and not set(self.compare) <= set(self.runs):
                 missing = sorted(set(self.compare) - set(self.runs))
                 raise ValueError(

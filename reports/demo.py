@@ -38,8 +38,8 @@ def demo_report(
     )
     return {
         "report": res["out"],
-        "size": f"{res['bytes'] / 1e6:.1f} MB",
+        "bytes": res["bytes"],
         "runs": len(res["runs"]),
         "rollouts": res["rollouts"],
-        "compared": " vs ".join(compare) if compare else "none",
+        "compared": list(compare) if compare else [],
     }

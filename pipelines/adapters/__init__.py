@@ -1,7 +1,7 @@
 """Source readers for ``ddai ingest``: each turns one input file into rollout records.
 
 A reader is ``read(path, ctx) -> Iterator[SourceRecord]``; ``detect(path)`` picks one by content.
-Formats (``--format``): ``ddai`` (ddai's own JSONL/Parquet, ``native``), ``ddai-unified`` (DDAI's
+Formats (``--input-format``): ``ddai`` (ddai's own JSONL/Parquet, ``native``), ``ddai-unified`` (DDAI's
 ``unified_trajectory.jsonl``), ``ddai-flash`` (legacy ``flash_rm_detail.jsonl``), ``ddai-phase1``
 (legacy ``gspo_phase1.json``) and ``verl`` (``rollout_data_dir/{step}.jsonl`` dumps).
 
@@ -103,7 +103,7 @@ def detect(path: Path) -> str:
             raise ValueError(f"{path}: {why}")
     raise ValueError(
         f"{path}: format not recognised (tried {', '.join(n for n, _ in SNIFFERS)}); "
-        "pass --format to choose one"
+        "pass --input-format to choose one"
     )
 
 

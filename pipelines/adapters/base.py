@@ -19,6 +19,7 @@ class SourceRecord:
     reason: str | None = None
     detail: str = ""
     run_id: str | None = None  # the record's run, for routing a bad line to its quarantine file
+    digest: bytes | None = None  # its content digest when the reader computed one (duplicates)
 
 
 @dataclass
@@ -32,6 +33,25 @@ class ReaderContext:
     bytes_read: int = 0
     # verl dumps: maps a line to its dataset id (``verl_ids.UidMapper``); None keeps the sha1 uid
     uid_mapper: Any = None
+    # Readers that can may yield ``RowBatch``es (whole batches of rows, already in the log's
+    # schema) besides records; only ``ddai ingest`` asks for them.
+    columnar: bool = False
+
+
+@dataclass
+class RowBatch:
+    """A batch of rollout rows of one run, read in columns and already normalized.
+
+    ``table`` is in ``ROLLOUT_SCHEMA``; per row, ``lines`` holds its source line (or row) number,
+    ``digests`` the digest of its source content (``row_checks.digest_bytes``; ingest checks
+    duplicates on it) and ``raw(i)`` its source text (for the quarantine entry of a repeat).
+    """
+
+    table: Any  # pyarrow.Table
+    run_id: str
+    lines: list[int]
+    digests: list[bytes]
+    raw: Callable[[int], str]
 
 
 # A line longer than this is not parsed (a runaway writer, an inlined image): it is quarantined as
@@ -116,34 +136,38 @@ def iter_json_lines(
         line_no += 1
         ctx.bytes_read += size
         start, offset = offset, offset + size
-        if size != len(raw):
-            text = raw.decode("utf-8", errors="replace")
-            detail = f"{size:,} bytes at byte offset {start} (limit {MAX_LINE_BYTES:,}); raw = first {len(raw):,} bytes"
-            yield line_no, text, None, f"line too long|{detail}"
-            continue
-        if not raw.strip():
-            continue
-        last_unterminated = not raw.endswith(b"\n")
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as e:
-            yield line_no, raw.decode("utf-8", errors="replace"), None, f"non-UTF-8 bytes|{e}"
-            continue
-        try:
-            obj = json.loads(text)
-        except RecursionError:
-            yield (
-                line_no,
-                text,
-                None,
-                "too deeply nested|nesting deeper than the JSON parser allows",
-            )
-            continue
-        except ValueError as e:
-            reason = "truncated last line" if last_unterminated else "malformed JSON"
-            yield line_no, text, None, f"{reason}|{e}"
-            continue
-        if _SURROGATE_ESCAPE.search(text) and lone_surrogate(obj):
-            yield line_no, text, None, f"lone surrogate|{SURROGATE_DETAIL}"
-            continue
-        yield line_no, text, obj, None
+        out = parse_line(line_no, raw, size, start)
+        if out is not None:
+            yield out
+
+
+def parse_line(
+    line_no: int, raw: bytes, size: int | None = None, start: int = 0
+) -> tuple[int, str | None, Any, str | None] | None:
+    """One JSONL line as ``iter_json_lines`` yields it, or None for a blank line.
+
+    ``raw`` holds the line with its newline (a last line may lack it); ``size`` is its full length
+    when ``raw`` is only the prefix of an overlong line, ``start`` its byte offset in the file.
+    """
+    size = len(raw) if size is None else size
+    if size != len(raw):
+        text = raw.decode("utf-8", errors="replace")
+        detail = f"{size:,} bytes at byte offset {start} (limit {MAX_LINE_BYTES:,}); raw = first {len(raw):,} bytes"
+        return line_no, text, None, f"line too long|{detail}"
+    if not raw.strip():
+        return None
+    last_unterminated = not raw.endswith(b"\n")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return line_no, raw.decode("utf-8", errors="replace"), None, f"non-UTF-8 bytes|{e}"
+    try:
+        obj = json.loads(text)
+    except RecursionError:
+        return line_no, text, None, "too deeply nested|nesting deeper than the JSON parser allows"
+    except ValueError as e:
+        reason = "truncated last line" if last_unterminated else "malformed JSON"
+        return line_no, text, None, f"{reason}|{e}"
+    if _SURROGATE_ESCAPE.search(text) and lone_surrogate(obj):
+        return line_no, text, None, f"lone surrogate|{SURROGATE_DETAIL}"
+    return line_no, text, obj, None

@@ -1,4 +1,4 @@
-"""DDAI's legacy ``flash_rm_detail.jsonl``: one line per scored rollout (``--format ddai-flash``).
+"""DDAI's legacy ``flash_rm_detail.jsonl``: one line per scored rollout (``--input-format ddai-flash``).
 
 The line is the streaming reward manager's ``rm.flash.detail`` payload plus ``timestamp`` and
 ``pid``; DESIGN.md's mapping applies (``local_idx`` → ``rollout_idx``, ``final_score`` →
@@ -10,16 +10,20 @@ the number of writer processes (``pid``) seen is noted, since DDAI appended runs
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
+from ddai.pipelines.adapters import flash_columns
 from ddai.pipelines.adapters.base import (
     ReaderContext,
+    RowBatch,
     SourceRecord,
     contained,
     iter_json_lines,
 )
 from ddai.pipelines.adapters.ddai_common import flash_rollout, run_id_from_stem
+from ddai.pipelines.adapters.line_batches import iter_batches
 from ddai.pipelines.adapters.peek import first_object
 
 NAME = "ddai-flash"
@@ -36,25 +40,49 @@ def sniff(path: Path) -> bool:
     )
 
 
-def read(path: Path, ctx: ReaderContext) -> Iterator[SourceRecord]:
+def read(path: Path, ctx: ReaderContext) -> Iterator[SourceRecord | RowBatch]:
     run = None if ctx.run_id else run_id_from_stem(path.stem, STEM_SUFFIX)
     pids: set = set()
     lines = 0
     with open(path, "rb") as fh:
-        for line, text, obj, reason in iter_json_lines(fh, ctx):
-            lines += 1
-            if reason is not None:
-                key, _, detail = reason.partition("|")
-                yield SourceRecord(None, line, text, key, detail, run_id=run)
-            elif not isinstance(obj, dict):
-                yield SourceRecord(
-                    None, line, text, "wrong type", "a line must be a JSON object", run_id=run
-                )
-            else:
-                pid = obj.get("pid")
-                pids.add(pid if isinstance(pid, int | str) else repr(pid))
-                yield contained(line, text, run, _record, obj, line, text, run)
+        if ctx.columnar:
+            # Whole batches in columns where the batch is clean; any other batch row by row.
+            for batch in iter_batches(fh, ctx):
+                got = flash_columns.to_rows(batch, ctx.run_id or run) if batch.clean else None
+                if got is not None:
+                    rows, batch_pids = got
+                    lines += len(rows.lines)
+                    pids.update(_pid(p) for p in batch_pids)
+                    yield rows
+                    continue
+                for rec in _records(batch.records(), run, pids):
+                    lines += 1
+                    yield rec
+        else:
+            for rec in _records(iter_json_lines(fh, ctx), run, pids):
+                lines += 1
+                yield rec
     ctx.notes[str(path)] = {"lines": lines, "writer processes (pid)": len(pids - {None})}
+
+
+def _pid(pid: Any) -> Any:
+    return pid if isinstance(pid, int | str) else repr(pid)
+
+
+def _records(
+    parsed: Iterable[tuple[int, str | None, Any, str | None]], run: str | None, pids: set
+) -> Iterator[SourceRecord]:
+    for line, text, obj, reason in parsed:
+        if reason is not None:
+            key, _, detail = reason.partition("|")
+            yield SourceRecord(None, line, text, key, detail, run_id=run)
+        elif not isinstance(obj, dict):
+            yield SourceRecord(
+                None, line, text, "wrong type", "a line must be a JSON object", run_id=run
+            )
+        else:
+            pids.add(_pid(obj.get("pid")))
+            yield contained(line, text, run, _record, obj, line, text, run)
 
 
 def _record(obj: dict, line: int, text: str | None, run: str | None) -> SourceRecord:

@@ -1,4 +1,4 @@
-"""DDAI's legacy ``gspo_phase1.json`` (``--format ddai-phase1``).
+"""DDAI's legacy ``gspo_phase1.json`` (``--input-format ddai-phase1``).
 
 One JSON document, rewritten whole on every call: step key → prompt uuid → ``{prompt, agents}``.
 The step key is ``"step_"`` + the printed step tensor (``step_tensor([57, 57, 57, 57])`` → 57).

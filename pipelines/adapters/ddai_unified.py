@@ -1,4 +1,4 @@
-"""DDAI's unified trajectory log (``unified_trajectory.jsonl``, ``--format ddai-unified``).
+"""DDAI's unified trajectory log (``unified_trajectory.jsonl``, ``--input-format ddai-unified``).
 
 One event per line (``../shared/ddai-formats/README.md``). A rollout is the events sharing
 (``run_id``, ``global_step``, ``sample_idx``): within one training step ``sample_idx`` is the

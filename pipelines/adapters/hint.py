@@ -1,4 +1,4 @@
-"""The "wrong --format?" hint: when an explicit input format read nothing, say what the files'
+"""The "wrong --input-format?" hint: when an explicit input format read nothing, say what the files'
 content looks like, so the fix is one flag away instead of a trip through the quarantine file."""
 
 from __future__ import annotations
@@ -30,5 +30,9 @@ def wrong_format_hint(sources: Iterable[Path | str], chosen: str) -> str | None:
         return None
     detected = sorted(set(found.values()))
     # One detected format: suggest it; several: auto picks each file's own.
-    fix = f"--format {detected[0]} or --format auto" if len(detected) == 1 else "--format auto"
-    return f"wrong --format? detected: {', '.join(detected)} ({', '.join(found)}); rerun with {fix}"
+    fix = (
+        f"--input-format {detected[0]} or --input-format auto"
+        if len(detected) == 1
+        else "--input-format auto"
+    )
+    return f"wrong --input-format? detected: {', '.join(detected)} ({', '.join(found)}); rerun with {fix}"

@@ -7,15 +7,17 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from ddai.pipelines.adapters import native_columns
 from ddai.pipelines.adapters.base import (
     ReaderContext,
+    RowBatch,
     SourceRecord,
     contained,
     iter_json_lines,
 )
 from ddai.pipelines.adapters.peek import first_object
 
-PARQUET_BATCH = 8192
+PARQUET_BATCH = 16_384
 
 
 def sniff(path: Path) -> bool:
@@ -29,7 +31,7 @@ def sniff(path: Path) -> bool:
     return obj is not None and "rollout_idx" in obj and "event_type" not in obj
 
 
-def read(path: Path, ctx: ReaderContext) -> Iterator[SourceRecord]:
+def read(path: Path, ctx: ReaderContext) -> Iterator[SourceRecord | RowBatch]:
     if path.suffix == ".parquet":
         yield from _read_parquet(path, ctx)
         return
@@ -49,18 +51,27 @@ def _run(obj: dict) -> str | None:
     return r if isinstance(r, str) else None
 
 
-def _read_parquet(path: Path, ctx: ReaderContext) -> Iterator[SourceRecord]:
+def _read_parquet(path: Path, ctx: ReaderContext) -> Iterator[SourceRecord | RowBatch]:
     pf = pq.ParquetFile(path)
     line = 0
     for batch in pf.iter_batches(batch_size=PARQUET_BATCH):
         ctx.bytes_read += batch.nbytes
+        digests = native_columns.digests(batch)
+        if ctx.columnar and digests is not None:
+            got = native_columns.to_rows(batch, ctx.run_id, line + 1, digests)
+            if got is not None:
+                line += batch.num_rows
+                yield from got
+                continue
         try:
             objs = batch.to_pylist()
         except Exception:  # e.g. invalid UTF-8 in a string column: find the row, keep the rest
             objs = None
         for i in range(batch.num_rows):
             line += 1
-            yield contained(line, None, None, _parquet_row, batch, i, objs, line)
+            rec = contained(line, None, None, _parquet_row, batch, i, objs, line)
+            rec.digest = digests[i] if digests is not None else None
+            yield rec
 
 
 def _parquet_row(batch, i: int, objs: list[dict] | None, line: int) -> SourceRecord:

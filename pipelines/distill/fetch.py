@@ -17,6 +17,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
+from ddai.pipelines import objstore
 from ddai.pipelines.schema import ROLLOUT_SCHEMA
 
 # What selection reads (``select.py``), besides the turn count it needs where num_turns is null.
@@ -54,8 +55,11 @@ def selection_columns(
             .append_column(FILE, pa.array([], pa.int32()))
             .append_column(FILE_ROW, pa.array([], pa.int64()))
         )
+    if objstore.is_url(paths[0]) and objstore.scan() == "arrow":
+        return _remote_selection_columns(paths)
     con = duckdb.connect()
     con.execute("SET enable_progress_bar = false")
+    objstore.register(con, paths)  # object-storage URLs read through fsspec
     if threads:
         con.execute(f"SET threads = {int(threads)}")
     params = {"files": paths}
@@ -75,6 +79,33 @@ def selection_columns(
         n_turns = con.sql(sql, params=params).to_arrow_table()["n"]
     con.close()
     return table.append_column("n_turns", n_turns)
+
+
+def _remote_selection_columns(urls: list[str]) -> pa.Table:
+    """``selection_columns`` over object-storage files, read by pyarrow's C++ filesystem (DuckDB
+    could only pull them through fsspec, several times slower: bench/bench_objstore.py), one
+    file at a time with its row numbers."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    fs = objstore.arrow_fs(urls[0])
+    parts = []
+    for i, url in enumerate(urls):
+        pf = pq.ParquetFile(fs.open_input_file(objstore.key_of(url)))
+        have = set(pf.schema_arrow.names)
+        t = pf.read(columns=[c for c in COLUMNS if c in have])
+        n = t.num_rows
+        cols = [t[c] if c in have else pa.nulls(n, ROLLOUT_SCHEMA.field(c).type) for c in COLUMNS]
+        n_turns: pa.Array | pa.ChunkedArray = pa.nulls(n, pa.int32())
+        if "turns" in have and t["num_turns"].null_count:
+            n_turns = pc.cast(pc.list_value_length(pf.read(columns=["turns"])["turns"]), pa.int32())
+        parts.append(
+            pa.table(
+                [*cols, pa.array([i] * n, pa.int32()), pa.array(range(n), pa.int64()), n_turns],
+                names=[*COLUMNS, FILE, FILE_ROW, "n_turns"],
+            )
+        )
+    return pa.concat_tables(parts, promote_options="permissive")
 
 
 def _duck_type(column: str) -> str:
@@ -113,6 +144,7 @@ def fetch_rows(
     )
     con = duckdb.connect()
     con.execute("SET enable_progress_bar = false")
+    objstore.register(con, paths)
     if threads:
         con.execute(f"SET threads = {int(threads)}")
     con.register("wanted", wanted)

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from rich.progress import track
 
-from ddai.pipelines import capabilities, io, manifest, store
+from ddai.pipelines import capabilities, io, manifest, objstore, store
 from ddai.pipelines.backends.usage import FAILED_CALLS, failed_calls
 from ddai.pipelines.distill import fetch, formats, rewrite
 from ddai.pipelines.distill.findings import inspect
@@ -205,7 +205,7 @@ def run_distill(cfg: DistillConfig, *, rewriter: Any = None) -> dict[str, Any]:
     if not rerun and manifest.is_fresh(cfg.out, STEP, params, inputs):
         notes = (manifest.read(cfg.out) or {}).get("notes") or {}
         return {
-            "output": str(cfg.out),
+            "output": objstore.display(cfg.out),
             "skipped": "inputs and parameters unchanged (--force reruns)",
             **({FAILED_CALLS: notes[FAILED_CALLS]} if notes.get(FAILED_CALLS) else {}),
         }
@@ -244,7 +244,7 @@ def run_distill(cfg: DistillConfig, *, rewriter: Any = None) -> dict[str, Any]:
     for reason, n in (*sel.dropped.items(), *failed.items(), *result.dropped.items()):
         record.drop(reason, n)
     summary = {
-        "output": str(cfg.out),
+        "output": objstore.display(cfg.out),
         "format": cfg.fmt,
         "rollouts read": table.num_rows,
         "prompts": sel.prompts,
@@ -258,7 +258,7 @@ def run_distill(cfg: DistillConfig, *, rewriter: Any = None) -> dict[str, Any]:
         "grammar faults (rows)": result.fault_rows,
         "findings (rows)": result.findings,
         "observations unavailable": unavailable,
-        "report": str(report_path(cfg.out)),
+        "report": objstore.display(report_path(cfg.out)),
     }
     if backend is not None and hasattr(backend, "usage"):
         record.backend_calls = backend.usage()

@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ddai.pipelines import manifest
+from ddai.pipelines import manifest, objstore
 from ddai.pipelines.funnel import dataset as ds
 from ddai.pipelines.funnel import scores, step
 
@@ -132,7 +132,7 @@ def run_bucket(cfg: BucketConfig) -> step.StepResult:
     unknown = len(score_of) - int(pc.sum(pc.is_in(score_of["uid"], table[ds.ID])).as_py() or 0)
 
     summary = {
-        "dataset": str(inputs[0]),
+        "dataset": objstore.display(inputs[0]),
         "score": cfg.column,
         **{LABELS[b]: len(parts[b]) for b in BUCKETS},
         "no score": len(unscored),
@@ -159,7 +159,7 @@ def run_bucket(cfg: BucketConfig) -> step.StepResult:
             notes={
                 "bucket": b,
                 "score column": cfg.column,
-                "contributions": {str(inputs[0]): out.num_rows},
+                "contributions": {objstore.display(inputs[0]): out.num_rows},
                 "unscored_ids": unscored,
                 "duplicate_ids": dups,
                 step.SUMMARY_KEY: summary,

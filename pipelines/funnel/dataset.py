@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ddai.pipelines import io
+from ddai.pipelines import io, objstore
 
 # The fields of one verl-shaped row: one reader for the funnel and the trainer.
 from ddai.pipelines.prompt_row import question_of, reference_of, reference_page_ids
@@ -34,10 +34,17 @@ _HF_KEY = b"huggingface"
 def read_dataset(path: str | os.PathLike[str]) -> pa.Table:
     """Read a Parquet dataset; it must have a string ``id`` column (the funnel's join key)."""
     p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"dataset {p} not found; pass a Parquet file with an `id` column")
+    url = objstore.url_of(p)
+    if not objstore.any_isfile(p):
+        raise FileNotFoundError(
+            f"dataset {objstore.display(p)} not found; pass a Parquet file with an `id` column"
+        )
     try:
-        table = pq.read_table(p)
+        table = (
+            pq.read_table(objstore.key_of(url), filesystem=objstore.arrow_fs(url))
+            if url
+            else pq.read_table(p)
+        )
     except (pa.ArrowInvalid, OSError) as e:
         raise ValueError(f"{p}: not a readable Parquet dataset ({e})") from e
     if ID not in table.column_names:

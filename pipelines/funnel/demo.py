@@ -73,10 +73,13 @@ def run_funnel_demo(
         "round2": r2.summary["next round"],
     }
     out_summary: dict[str, Any] = {
-        "buckets B/A/0": f"{counts['bucket_B']} / {counts['bucket_A']} / {counts['bucket_0']}",
+        "bucket B": counts["bucket_B"],
+        "bucket A": counts["bucket_A"],
+        "bucket 0": counts["bucket_0"],
         "bucket 0 verified": counts["bucket0_verified"],
         "GT proposals": v.summary["proposals"],
-        "round 1": f"{counts['round1']} ({counts['hard_a']} hard A + {counts['bucket0_verified']})",
+        "round 1": counts["round1"],
+        "round 1 hard A": counts["hard_a"],
         "round 2": counts["round2"],
         "lineage steps": sum(n["kind"] == "step" for n in graph["nodes"]),
         "n_agent for round 2": p.recommend.get(Path(r2.outputs["focus"]).stem),

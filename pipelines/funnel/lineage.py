@@ -16,7 +16,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from ddai.pipelines import manifest, store
+from ddai.pipelines import manifest, objstore, store
 
 KINDS = ("source", "log", "file", "step", "missing")
 
@@ -50,7 +50,7 @@ def lineage_graph(
     """
     nodes: dict[str, dict[str, Any]] = {}
     edges: list[dict[str, Any]] = []
-    targets = [str(Path(p).resolve()) for p in paths]
+    targets = [_where(p) for p in paths]
     for t in targets:
         _visit(Path(t), nodes, edges, check_hashes)
     return {"targets": targets, "nodes": list(nodes.values()), "edges": edges}
@@ -58,10 +58,10 @@ def lineage_graph(
 
 def _node(path: Path, kind: str, **kw: Any) -> dict[str, Any]:
     base = {
-        "id": str(path),
+        "id": _where(path),
         "kind": kind,
         "name": path.name,
-        "path": str(path),
+        "path": _where(path),
         "step": None,
         "rows": None,
         "rows_in": None,
@@ -82,7 +82,7 @@ def _visit(
     edges: list[dict[str, Any]],
     check: bool,
 ) -> None:
-    key = str(path)
+    key = _where(path)
     if key in nodes:
         return
     m = manifest.read(path)
@@ -99,7 +99,7 @@ def _visit(
         rows = m.get("rows", {})
         nodes[key] = _node(
             path,
-            "step" if path.exists() else "missing",
+            "step" if objstore.any_exists(path) else "missing",
             step=m.get("step"),
             rows=rows.get("out"),
             rows_in=rows.get("in"),
@@ -108,13 +108,13 @@ def _visit(
             created=m.get("created"),
             mismatch=_step_mismatch(path, m) if check else None,
         )
-    elif path.is_dir() and (path / store.MANIFEST).is_file():
-        part = json.loads((path / store.MANIFEST).read_text(encoding="utf-8"))
+    elif objstore.any_isfile(path / store.MANIFEST):
+        part = json.loads(objstore.any_read_text(path / store.MANIFEST))
         sources = part.get("sources", [])
         for src in sources:
-            sp = Path(src["path"]).resolve()
-            if str(sp) not in nodes:
-                nodes[str(sp)] = _node(sp, "source" if sp.exists() else "missing")
+            sp = Path(_where(src["path"]))
+            if _where(sp) not in nodes:
+                nodes[_where(sp)] = _node(sp, "source" if objstore.any_exists(sp) else "missing")
             rows = part.get("rows_in") if len(sources) == 1 else None
             edges.append(_edge(sp, path, rows, src, check))
         nodes[key] = _node(
@@ -130,13 +130,14 @@ def _visit(
             mismatch=store.verify_partition(path) if check else None,
         )
     else:
-        nodes[key] = _node(path, "file" if path.exists() else "missing", rows=_row_count(path))
+        there = objstore.any_exists(path)
+        nodes[key] = _node(path, "file" if there else "missing", rows=_row_count(path))
 
 
 def _step_mismatch(path: Path, m: dict[str, Any]) -> str | None:
     """Why a step output differs from what its manifest committed (None: it matches, or its
     manifest predates output hashes and cannot tell)."""
-    if m.get("output_sha256") is None and path.exists():
+    if m.get("output_sha256") is None and objstore.any_exists(path):
         return None
     return manifest.verify(path)
 
@@ -146,13 +147,20 @@ def _edge(
 ) -> dict[str, Any]:
     changed = None
     if check and recorded.get("sha256"):
-        changed = not src.exists() or manifest.input_record(src)["sha256"] != recorded["sha256"]
-    return {"source": str(src), "target": str(dst), "rows": rows, "changed": changed}
+        changed = (
+            not objstore.any_exists(src)
+            or manifest.input_record(src)["sha256"] != recorded["sha256"]
+        )
+    return {"source": _where(src), "target": _where(dst), "rows": rows, "changed": changed}
 
 
 def _row_count(path: Path) -> int | None:
-    if path.suffix == ".parquet" and path.is_file():
+    url = objstore.url_of(path)
+    if path.suffix == ".parquet" and objstore.any_isfile(path):
         try:
+            if url:
+                with objstore.arrow_fs(url).open_input_file(objstore.key_of(url)) as fh:
+                    return pq.ParquetFile(fh).metadata.num_rows
             return pq.ParquetFile(path).metadata.num_rows
         except (OSError, ValueError):
             return None
@@ -196,3 +204,8 @@ def lineage_rows(graph: dict[str, Any]) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+def _where(path: str | os.PathLike[str]) -> str:
+    """A node's id: an object-storage URL as it is, a local path made absolute."""
+    return objstore.url_of(path) or str(Path(path).resolve())

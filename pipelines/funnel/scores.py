@@ -9,16 +9,18 @@ equal to it (``mean([0.2] * 8)`` is not exactly ``0.2``).
 
 from __future__ import annotations
 
+import io
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ddai.pipelines import capabilities, query, store
+from ddai.pipelines import capabilities, objstore, query, store
 
 METRICS = ("ndcg", "judge", "reward")
 AGGS = ("mean", "max")
@@ -117,15 +119,18 @@ def read_score_table(path: str | os.PathLike[str], column: str) -> pa.Table:
     one would the funnel use?). Null scores count as no score.
     """
     p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"score table {p} not found")
+    url = objstore.url_of(p)
+    if not objstore.any_isfile(p):
+        raise FileNotFoundError(f"score table {objstore.display(p)} not found")
     suffix = p.suffix.lower()
+    # a score table is one value per prompt: small enough to fetch whole from object storage
+    src: Any = io.BytesIO(objstore.read_bytes(url)) if url else p
     if suffix == ".parquet":
-        df = pl.read_parquet(p)
+        df = pl.read_parquet(src)
     elif suffix == ".csv":
-        df = pl.read_csv(p, infer_schema_length=10_000)
+        df = pl.read_csv(src, infer_schema_length=10_000)
     elif suffix in (".jsonl", ".ndjson"):
-        df = pl.read_ndjson(p)
+        df = pl.read_ndjson(src)
     else:
         raise ValueError(f"{p}: score tables are .parquet, .csv or .jsonl")
     missing = [c for c in ("id", column) if c not in df.columns]
@@ -157,11 +162,14 @@ def read_score_table(path: str | os.PathLike[str], column: str) -> pa.Table:
 def partitions(logs: str | os.PathLike[str], runs: Sequence[str]) -> list[Path]:
     """The log-store partitions of ``runs`` (a step's inputs, for manifests and lineage)."""
     root = Path(logs)
-    missing = [r for r in runs if not store.partition_dir(root, r).is_dir()]
+    missing = [r for r in runs if not objstore.any_isdir(store.partition_dir(root, r))]
     if missing:
         known = ", ".join(store.list_runs(root)) or "none"
+        where = objstore.display(root)
         raise FileNotFoundError(
-            f"run(s) {', '.join(missing)} not in {root} (known runs: {known}); "
-            f"ingest them with `ddai ingest FILE --run-id RUN --logs {root}`"
+            f"run(s) {', '.join(missing)} not in {where} (known runs: {known}); "
+            f"ingest them with `ddai ingest FILE --run-id RUN --logs {where}`"
         )
+    if objstore.is_url(root):
+        return [store.partition_dir(root, r) for r in runs]
     return [store.partition_dir(root, r).resolve() for r in runs]

@@ -17,7 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from ddai.pipelines import io, manifest
+from ddai.pipelines import io, manifest, objstore
 from ddai.pipelines.funnel import dataset as ds
 
 SUMMARY_KEY = "summary"
@@ -36,21 +36,26 @@ class StepResult:
     def to_dict(self) -> dict[str, Any]:
         return {
             **self.summary,
-            "outputs": {k: str(v) for k, v in self.outputs.items()},
+            "outputs": {k: objstore.display(v) for k, v in self.outputs.items()},
             "skipped (unchanged)": self.skipped,
         }
 
 
 def resolve(path: str | os.PathLike[str] | None) -> Path | None:
-    """Absolute paths in manifests, so lineage works from any working directory."""
-    return None if path is None else Path(path).expanduser().resolve()
+    """Absolute paths in manifests, so lineage works from any working directory (an
+    object-storage URL is already absolute: kept as it is)."""
+    if path is None:
+        return None
+    if objstore.is_url(path):
+        return Path(path)
+    return Path(path).expanduser().resolve()
 
 
 def require(path: str | os.PathLike[str], what: str) -> Path:
     """The absolute path of an input that must exist (an error naming it otherwise)."""
     p = resolve(path)
-    if not p.exists():
-        raise FileNotFoundError(f"{what} {p} not found")
+    if not objstore.any_exists(p):
+        raise FileNotFoundError(f"{what} {objstore.display(p)} not found")
     return p
 
 

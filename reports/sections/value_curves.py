@@ -141,7 +141,7 @@ def _curves(ctx: ReportContext) -> Section:
             reading=reading,
             blocks=[
                 Note(
-                    "No turn has a value yet. Train a value head (`ddai train value --out DIR`), "
+                    "No turn has a value yet. Train a value head (`ddai train value --out-dir DIR`), "
                     "then write its estimates into these runs with `ddai value score --checkpoint DIR`."
                 )
             ],

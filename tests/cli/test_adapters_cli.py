@@ -1,4 +1,4 @@
-"""``ddai ingest`` over DDAI's formats: per-file format in the summary, --format overrides."""
+"""``ddai ingest`` over DDAI's formats: per-file format in the summary, --input-format overrides."""
 
 from __future__ import annotations
 
@@ -20,14 +20,14 @@ def test_summary_names_each_file_format(tmp_path):
     args = ["ingest", str(UNIFIED), str(flash), "--logs", str(tmp_path), "--no-progress"]
     res = runner.invoke(app, args)
     assert res.exit_code == 0, res.output
-    out = " ".join(res.output.split())  # the table wraps long cells
-    assert "file 1 │ ddai-unified:" in out and "file 2 │ ddai-flash:" in out
+    out = " ".join(res.output.split())
+    assert f"file 1 ddai-unified: {UNIFIED}" in out and f"file 2 ddai-flash: {flash}" in out
     assert "file 1 notes" in out and "events read" in out  # the unified reader's notes
     res = runner.invoke(app, [*args, "--json"])
     data = json.loads(res.output)
     assert data["formats"] == {str(UNIFIED): "ddai-unified", str(flash): "ddai-flash"}
-    assert data["rows in"] == data["rollouts out"] + data["quarantined"] == 72 + 3
-    assert data["side tables"]["frozen.response"] == 72
+    assert data["rows_in"] == data["rollouts_out"] + data["quarantined"] == 72 + 3
+    assert data["side_tables"]["frozen.response"] == 72
 
 
 def test_format_flag_overrides_detection_and_refusals_exit_2(tmp_path):
@@ -35,9 +35,18 @@ def test_format_flag_overrides_detection_and_refusals_exit_2(tmp_path):
     src = tmp_path / "3.jsonl"
     src.write_text(json.dumps({"input": "p", "output": "o", "score": 1.0, "step": 3}) + "\n")
     res = runner.invoke(
-        app, ["ingest", str(src), "--logs", str(tmp_path / "a"), "--format", "ddai-flash", "--json"]
+        app,
+        [
+            "ingest",
+            str(src),
+            "--logs",
+            str(tmp_path / "a"),
+            "--input-format",
+            "ddai-flash",
+            "--json",
+        ],
     )
-    assert res.exit_code == 1 and json.loads(res.output)["quarantined by reason"] == {
+    assert res.exit_code == 1 and json.loads(res.output)["quarantined_by_reason"] == {
         "missing required key": 1
     }
     res = runner.invoke(app, ["ingest", str(src), "--logs", str(tmp_path / "b"), "--json"])
@@ -47,7 +56,7 @@ def test_format_flag_overrides_detection_and_refusals_exit_2(tmp_path):
     assert res.exit_code == 2 and "a training set, not a rollout log" in " ".join(
         res.output.split()
     )
-    res = runner.invoke(app, ["ingest", str(src), "--format", "nope"])
+    res = runner.invoke(app, ["ingest", str(src), "--input-format", "nope"])
     assert res.exit_code == 2 and "ddai-unified" in res.output
 
 

@@ -37,8 +37,8 @@ def test_ingest_then_query(tmp_path):
     )
     assert res.exit_code == 0, res.output
     s = json.loads(res.output)
-    assert s["rows in"] == 13 and s["rollouts out"] == 12 and s["quarantined"] == 1
-    assert s["quarantined by reason"] == {"malformed JSON": 1}
+    assert s["rows_in"] == 13 and s["rollouts_out"] == 12 and s["quarantined"] == 1
+    assert s["quarantined_by_reason"] == {"malformed JSON": 1}
     assert s["formats"] == {str(tmp_path / "in.jsonl"): "ddai"}
 
     res = runner.invoke(
@@ -120,19 +120,37 @@ UNIFIED = Path(__file__).resolve().parents[2] / "fixtures" / "unified" / "curric
 
 def test_wrong_format_that_reads_nothing_names_the_detected_one(tmp_path):
     src = str(UNIFIED / "unified_trajectory.jsonl")
-    args = ["ingest", src, "--format", "verl", "--logs", str(tmp_path / "logs"), "--no-progress"]
-    res = runner.invoke(app, args)
+    args = ["ingest", src, "--input-format", "verl", "--logs", str(tmp_path / "logs")]
+    res = runner.invoke(app, [*args, "--no-progress"])
     assert res.exit_code == 1
     assert (
-        f"hint: wrong --format? detected: ddai-unified ({src}); rerun with --format ddai-unified "
-        "or --format auto" in " ".join(res.stderr.split())
+        f"hint: wrong --input-format? detected: ddai-unified ({src}); rerun with --input-format "
+        "ddai-unified or --input-format auto" in " ".join(res.stderr.split())
     )
     s = json.loads(runner.invoke(app, [*args, "--json"]).stdout)
-    assert s["rollouts out"] == 0 and s["quarantined"] == s["rows in"] > 0
-    assert s["hint"].startswith("wrong --format? detected: ddai-unified")
+    assert s["rollouts_out"] == 0 and s["quarantined"] == s["rows_in"] > 0
+    assert s["hint"].startswith("wrong --input-format? detected: ddai-unified")
     # The right format reads the file; auto agrees, so no hint is given.
     ok = runner.invoke(app, ["ingest", src, "--logs", str(tmp_path / "ok"), "--json"])
     assert ok.exit_code == 0 and "hint" not in json.loads(ok.stdout)
+
+
+def test_old_format_spelling_still_works_with_a_notice(tmp_path):
+    # `ingest --format` (the input format) is now --input-format; the old spelling is rewritten
+    # with one line on stderr, and stdout stays the JSON summary.
+    src = str(UNIFIED / "unified_trajectory.jsonl")
+    args = ["ingest", src, "--format", "ddai-unified", "--logs", str(tmp_path / "l"), "--json"]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["formats"] == {src: "ddai-unified"}
+    assert (
+        res.stderr
+        == "note: `ddai ingest --format` is now --input-format; the old spelling will go.\n"
+    )
+    # `ingest --out DIR` was the log store: now --logs.
+    res = runner.invoke(app, ["ingest", src, "--out", str(tmp_path / "o"), "--json"])
+    assert res.exit_code == 0 and list((tmp_path / "o").glob("run_id=*"))
+    assert "is now --logs" in res.stderr
 
 
 def test_empty_store_and_empty_results_say_so(tmp_path):

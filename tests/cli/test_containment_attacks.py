@@ -51,7 +51,7 @@ def test_lone_surrogate_in_a_native_log_quarantines_that_row_only(tmp_path):
     src.write_text(json.dumps(_row(0)) + "\n" + bad + "\n" + json.dumps(_row(2)) + "\n")
     code, s = _ingest(tmp_path / "logs", src)
     assert code == 0, s
-    assert (s["rows in"], s["rollouts out"], s["quarantined by reason"]) == (
+    assert (s["rows_in"], s["rollouts_out"], s["quarantined_by_reason"]) == (
         3,
         2,
         {"lone surrogate": 1},
@@ -78,7 +78,7 @@ def test_lone_surrogate_in_a_flash_log_quarantines_that_row_only(tmp_path):
     code, s = _ingest(tmp_path / "logs", src)
     assert code == 0, s
     assert s["formats"] == {str(src): "ddai-flash"}
-    assert (s["rollouts out"], s["quarantined by reason"]) == (2, {"lone surrogate": 1})
+    assert (s["rollouts_out"], s["quarantined_by_reason"]) == (2, {"lone surrogate": 1})
     (q,) = _quarantine(tmp_path / "logs", "round9")
     assert (q["line"], q["reason"]) == (2, "lone surrogate")
 
@@ -90,7 +90,7 @@ def test_lone_surrogate_in_a_phase1_document_quarantines_that_agent_only(tmp_pat
     src.write_text(json.dumps(doc).replace('"ok"', LONE, 1))  # the first agent's answer
     code, s = _ingest(tmp_path / "logs", src)
     assert code == 0, s
-    assert (s["rollouts out"], s["quarantined by reason"]) == (2, {"lone surrogate": 1})
+    assert (s["rollouts_out"], s["quarantined_by_reason"]) == (2, {"lone surrogate": 1})
     (q,) = _quarantine(tmp_path / "logs", "gspo_phase1")
     assert q["line"] == 1 and "\\ud83d" in q["raw"]  # unit 1, kept \u-escaped
 
@@ -104,7 +104,7 @@ def test_invalid_utf8_in_a_parquet_source_quarantines_that_row_only(tmp_path):
     pq.write_table(pa.table({"uid": uids, "rollout_idx": [0, 0, 0], "run_id": ["p"] * 3}), src)
     code, s = _ingest(tmp_path / "logs", src)
     assert code == 0, s
-    assert (s["rollouts out"], s["quarantined by reason"]) == (2, {"unreadable row": 1})
+    assert (s["rollouts_out"], s["quarantined_by_reason"]) == (2, {"unreadable row": 1})
     (q,) = _quarantine(tmp_path / "logs", "p")
     assert q["line"] == 2 and "UnicodeDecodeError" in q["detail"]
 
@@ -115,7 +115,7 @@ def test_a_line_nested_100000_deep_is_quarantined_not_a_traceback(tmp_path):
     src.write_text(json.dumps(_row(0)) + "\n" + deep + "\n" + json.dumps(_row(1)) + "\n")
     code, s = _ingest(tmp_path / "logs", src)
     assert code == 0, s
-    assert (s["rollouts out"], s["quarantined by reason"]) == (2, {"too deeply nested": 1})
+    assert (s["rollouts_out"], s["quarantined_by_reason"]) == (2, {"too deeply nested": 1})
     (q,) = _quarantine(tmp_path / "logs", "r")
     assert (q["line"], q["reason"], len(q["raw"])) == (2, "too deeply nested", 200_001)
 
@@ -128,9 +128,9 @@ def test_a_line_over_the_size_limit_is_quarantined_with_its_size_and_reading_goe
     big = json.dumps(_row(1, answer="y" * 50_000))
     src = tmp_path / "big.jsonl"
     src.write_text(json.dumps(_row(0)) + "\n" + big + "\n" + json.dumps(_row(2)) + "\n")
-    code, s = _ingest(tmp_path / "logs", src, extra=["--format", "ddai"])
+    code, s = _ingest(tmp_path / "logs", src, extra=["--input-format", "ddai"])
     assert code == 0, s
-    assert (s["rollouts out"], s["quarantined by reason"]) == (2, {"line too long": 1})
+    assert (s["rollouts_out"], s["quarantined_by_reason"]) == (2, {"line too long": 1})
     (q,) = _quarantine(tmp_path / "logs", "r")  # charged to the run its file feeds
     assert q["line"] == 2 and f"{len(big) + 1:,} bytes" in q["detail"] and len(q["raw"]) == 100
     uids = store.read_rollouts(tmp_path / "logs", ["r"]).column("uid").to_pylist()
@@ -149,7 +149,7 @@ def test_wrong_types_and_any_fault_of_one_row_are_quarantined(tmp_path, monkeypa
     src.write_text("".join(json.dumps(r) + "\n" for r in rows))
     code, s = _ingest(tmp_path / "logs", src)
     assert code == 0, s
-    assert (s["rollouts out"], s["quarantined by reason"]) == (2, {"wrong type": 2})
+    assert (s["rollouts_out"], s["quarantined_by_reason"]) == (2, {"wrong type": 2})
 
     # Any exception while building one row (not just the ones foreseen) stays with that row.
     from ddai.pipelines import ingest as ingest_mod
@@ -166,7 +166,7 @@ def test_wrong_types_and_any_fault_of_one_row_are_quarantined(tmp_path, monkeypa
     native.write_text("".join(json.dumps(_row(i)) + "\n" for i in range(3)))
     code, s = _ingest(tmp_path / "logs2", native)
     assert code == 0, s
-    assert s["quarantined by reason"] == {"unreadable row": 1}
+    assert s["quarantined_by_reason"] == {"unreadable row": 1}
     (q,) = _quarantine(tmp_path / "logs2", "r")
     assert q["line"] == 2 and q["detail"] == "KeyError: 'surprise'"
 
@@ -190,7 +190,7 @@ def test_nonfinite_scores_are_kept_null_flagged_and_counted(tmp_path):
     src.write_text("".join(json.dumps(r) + "\n" for r in rows))  # json writes NaN / Infinity
     code, s = _ingest(tmp_path / "logs", src)
     assert code == 0, s
-    assert (s["rollouts out"], s["flagged by reason"]) == (3, {"nonfinite_score": 2})
+    assert (s["rollouts_out"], s["flagged_by_reason"]) == (3, {"nonfinite_score": 2})
     t = store.read_rollouts(tmp_path / "logs", ["r"]).sort_by("uid").to_pylist()
     assert [r["reward"] for r in t] == [1.0, None, None]
     assert [r["flags"] for r in t] == [None, ["nonfinite_score"], ["nonfinite_score"]]
@@ -214,9 +214,9 @@ def test_duplicate_rows_and_negative_indices_are_counted_by_reason(tmp_path):
     src.write_text("\n".join(lines) + "\n")
     code, s = _ingest(tmp_path / "logs", src)
     assert code == 0, s
-    assert s["rows in"] == 8 and s["rollouts out"] == 5
-    assert s["quarantined by reason"] == {"duplicate rollout": 1, "negative index": 2}
-    assert s["flagged by reason"] == {"duplicate_key": 1}
+    assert s["rows_in"] == 8 and s["rollouts_out"] == 5
+    assert s["quarantined_by_reason"] == {"duplicate rollout": 1, "negative index": 2}
+    assert s["flagged_by_reason"] == {"duplicate_key": 1}
     q = _quarantine(tmp_path / "logs", "r")
     assert [(r["line"], r["reason"]) for r in q] == [
         (2, "duplicate rollout"),
@@ -230,13 +230,13 @@ def test_append_quarantines_rollouts_already_in_the_store(tmp_path):
     logs = tmp_path / "logs"
     first = tmp_path / "first.jsonl"
     first.write_text("".join(json.dumps(_row(i)) + "\n" for i in range(3)))
-    assert _ingest(logs, first)[1]["rollouts out"] == 3
+    assert _ingest(logs, first)[1]["rollouts_out"] == 3
     # the same file appended again: every row is already stored, none is added twice (and an
     # ingest that adds nothing exits 1, its summary saying why)
     res = runner.invoke(app, ["ingest", str(first), "--logs", str(logs), "--json", "--append"])
     s = json.loads(res.output)
-    assert res.exit_code == 1 and s["rows in"] == 3 and s["rollouts out"] == 0
-    assert s["quarantined by reason"] == {"duplicate of a stored rollout": 3}
+    assert res.exit_code == 1 and s["rows_in"] == 3 and s["rollouts_out"] == 0
+    assert s["quarantined_by_reason"] == {"duplicate of a stored rollout": 3}
     assert store.read_rollouts(logs, ["r"]).num_rows == 3
     # an overlapping file: u2 again (other content: the stored one stays), u3 new twice (the
     # in-ingest rule), u4 new
@@ -244,8 +244,8 @@ def test_append_quarantines_rollouts_already_in_the_store(tmp_path):
     lines = [_row(2, answer="changed"), _row(3), _row(3), _row(4)]
     more.write_text("".join(json.dumps(r) + "\n" for r in lines))
     code, s = _ingest(logs, more, extra=["--append"])
-    assert code == 0 and s["rollouts out"] == 2
-    assert s["quarantined by reason"] == {
+    assert code == 0 and s["rollouts_out"] == 2
+    assert s["quarantined_by_reason"] == {
         "duplicate of a stored rollout": 1,
         "duplicate rollout": 1,
     }
@@ -259,7 +259,7 @@ def test_append_quarantines_rollouts_already_in_the_store(tmp_path):
     assert "already in run 'r'" in q[-2]["detail"] and '"changed"' in q[-2]["raw"]
     # without --append the run is replaced: nothing counts as stored
     code, s = _ingest(logs, more)
-    assert s["rollouts out"] == 3 and s["quarantined by reason"] == {"duplicate rollout": 1}
+    assert s["rollouts_out"] == 3 and s["quarantined_by_reason"] == {"duplicate rollout": 1}
 
 
 def test_a_50_mb_first_line_does_not_defeat_format_detection(tmp_path):
@@ -342,7 +342,7 @@ def test_judge_with_a_permanent_429_exits_1_writes_nothing_and_caches_the_failur
     store.write_run(logs, "r1", _rows_for_judge("[[fault:429]]"))
     code, s = _judge(logs, "--judge", "fake")
     assert code == 1
-    assert s["failed"] == 2 and s["failed by reason"] == {"http-429": 2} and s["scored"] == 0
+    assert s["failed"] == 2 and s["failed_by_reason"] == {"http-429": 2} and s["scored"] == 0
     assert store.list_runs(logs) == ["r1"]  # no run of null scores
     assert fake_judge.requests == 4  # each call tried twice (max_retries = 1)
 
@@ -350,7 +350,7 @@ def test_judge_with_a_permanent_429_exits_1_writes_nothing_and_caches_the_failur
     code, s = _judge(logs, "--judge", "fake", "--in-place")
     assert code == 1 and _scores(logs) == [0.5, 0.5]
     assert fake_judge.requests == 4  # the failures came from the cache: nothing paid twice
-    assert s["failed earlier (cached, not called again)"] == 2
+    assert s["failed_earlier_cached_not_called_again"] == 2
 
     # --retry-failed sends them again (still 429 here).
     code, s = _judge(logs, "--judge", "fake", "--in-place", "--retry-failed")
@@ -361,7 +361,7 @@ def test_judge_in_place_never_replaces_a_score_by_a_failure(tmp_path, fake_judge
     logs = tmp_path / "logs"
     store.write_run(logs, "r1", _rows_for_judge("[[fault:429]]", marked={"u1"}))
     code, s = _judge(logs, "--judge", "fake", "--in-place")
-    assert code == 1 and s["scored"] == 1 and s["failed by reason"] == {"http-429": 1}
+    assert code == 1 and s["scored"] == 1 and s["failed_by_reason"] == {"http-429": 1}
     t = store.read_rollouts(logs, ["r1"]).sort_by("uid").to_pylist()
     assert [r["judge_score"] for r in t] == [1.0, 0.5]  # u0 rescored, u1 keeps its score
     extra = json.loads(t[1]["extra"])
@@ -373,7 +373,7 @@ def test_judge_with_the_server_down_exits_1(tmp_path, fake_judge):
     store.write_run(logs, "r1", _rows_for_judge())
     code, s = _judge(logs, "--judge", "down", "--in-place")
     assert code == 1 and s["scored"] == 0 and s["failed"] == 2
-    assert set(s["failed by reason"]) == {"connection"}
+    assert set(s["failed_by_reason"]) == {"connection"}
     assert _scores(logs) == [0.5, 0.5]
 
 
@@ -385,7 +385,7 @@ def test_a_malformed_answer_is_paid_once(tmp_path, fake_judge):
     paid = fake_judge.requests
     code, s = _judge(logs, "--judge", "fake", "--out-run", "again")
     assert code == 1 and fake_judge.requests == paid  # neither the answer nor the failure re-paid
-    assert s["failed earlier (cached, not called again)"] == 1
+    assert s["failed_earlier_cached_not_called_again"] == 1
 
 
 # ---------------------------------------------------------------- typed parameters, run ids, CSV
@@ -434,7 +434,7 @@ RUN_ID_COMMANDS = [
     ["report", "--compare", "a", "x'; DROP"],
     ["judge", "--run", "x'; DROP"],
     ["judge", "--run", "r1", "--out-run", "x'; DROP"],
-    ["curate", "bucket", "--dataset", "d.parquet", "--out", "o", "--run", "x'; DROP"],
+    ["curate", "bucket", "--dataset", "d.parquet", "--out-dir", "o", "--run", "x'; DROP"],
     ["distill", "--run", "x'; DROP", "--out", "o.parquet"],
     ["value", "score", "--checkpoint", "c", "--run", "x'; DROP"],
     ["ingest", "f.jsonl", "--run-id", "x'; DROP"],

@@ -66,14 +66,14 @@ def world(tmp_path_factory):
 def _bucket(logs: Path, out: Path, *extra: str) -> dict:
     return cli(
         "curate", "bucket", "--dataset", str(FIXTURES / "dataset.parquet"), "--logs", str(logs),
-        "--run", "phase1", "--out", str(out), *extra,
+        "--run", "phase1", "--out-dir", str(out), *extra,
     )  # fmt: skip
 
 
 def _bucket_args(logs: Path, out: Path, *extra: str) -> list[str]:
     return [
         "curate", "bucket", "--dataset", str(FIXTURES / "dataset.parquet"), "--logs", str(logs),
-        "--run", "phase1", "--out", str(out), *extra,
+        "--run", "phase1", "--out-dir", str(out), *extra,
     ]  # fmt: skip
 
 
@@ -107,20 +107,20 @@ def test_bucket_killed_then_rerun_with_defaults_is_right(world, tmp_path, point)
         assert manifest.verify(out / BUCKETS[0]) is not None
         assert _lineage_check(out / BUCKETS[0]) == 1  # --check names the uncommitted output
     res = _bucket(world["logs"], out)
-    assert res["skipped (unchanged)"] is False
+    assert res["skipped_unchanged"] is False
     for name in BUCKETS:
         assert rows(out / name) == rows(world["ref"] / name)
         assert manifest.verify(out / name) is None
         assert _lineage_check(out / name) == 0
     assert not [p.name for p in out.iterdir() if p.name.endswith(".tmp")]  # leftovers cleaned
-    assert _bucket(world["logs"], out)["skipped (unchanged)"] is True
+    assert _bucket(world["logs"], out)["skipped_unchanged"] is True
 
 
 def test_bucket_first_run_killed_leaves_nothing_that_looks_finished(world, tmp_path):
     out = tmp_path / "out"
     killed_at(f"manifest:{BUCKETS[1]}", *_bucket_args(world["logs"], out, "--mastered", "0.5"))
     assert (out / BUCKETS[1]).exists() and manifest.read(out / BUCKETS[1]) is None
-    assert _bucket(world["logs"], out)["skipped (unchanged)"] is False
+    assert _bucket(world["logs"], out)["skipped_unchanged"] is False
     assert all(rows(out / n) == rows(world["ref"] / n) for n in BUCKETS)
 
 
@@ -130,7 +130,7 @@ def test_focus_killed_then_rerun_is_right(world, tmp_path, point):
     _focus(world["logs"], world["ref"], out)
     killed_at(point, *_focus_args(world["logs"], world["ref"], out, "--hard-max", "0.05"))
     res = _focus(world["logs"], world["ref"], out)
-    assert res["skipped (unchanged)"] is (point.startswith("rename:"))  # nothing new was written
+    assert res["skipped_unchanged"] is (point.startswith("rename:"))  # nothing new was written
     assert rows(out) == rows(world["ref"] / "round1.parquet")
     assert manifest.verify(out) is None and _lineage_check(out) == 0
 

@@ -411,7 +411,7 @@ def test_cli_distill_check_convert(logs, tmp_path):
     ]
     res = runner.invoke(app, args)
     assert res.exit_code == 0, res.output
-    assert json.loads(res.output)["samples written"] == 6
+    assert json.loads(res.output)["samples_written"] == 6
     res = runner.invoke(
         app,
         [

@@ -20,7 +20,7 @@ def test_make_writes_the_world_and_prints_its_summary(tmp_path):
     summary = json.loads(res.output)
     assert (summary["seed"], summary["size"], summary["prompts"]) == (2, "10", 10)
     # 10 prompts × DDAI's 8 phase-1 rollouts.
-    assert summary["rollouts.phase1"] == 80
+    assert summary["rollouts"]["phase1"] == 80
     for name in (
         "pages.parquet",
         "dataset.parquet",

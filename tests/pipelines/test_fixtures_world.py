@@ -42,7 +42,7 @@ def test_committed_fixtures_are_a_fresh_make_at_the_default_size(fresh):
     assert_same_world(FIXTURES, out)
     assert summary["size"] == "small" and summary["seed"] == 0
     lines = (out / "logs" / "phase1.jsonl").read_text(encoding="utf-8").splitlines()
-    assert summary["rollouts.phase1"] == len(lines)
+    assert summary["rollouts"]["phase1"] == len(lines)
 
 
 def test_same_seed_same_bytes_other_seed_other_world(tmp_path):

@@ -33,17 +33,17 @@ def test_bucket_focus_lineage_plan(tmp_path):
     r = runner.invoke(
         app,
         ["curate", "bucket", "--dataset", str(ds), "--scores", str(scores), "--score-col", "p1",
-         "--out", str(out), "--json"],
+         "--out-dir", str(out), "--json"],
     )  # fmt: skip
     assert r.exit_code == 0, r.output
     data = json.loads(r.stdout)
-    assert (data["bucket B"], data["bucket A"], data["bucket 0"]) == (1, 1, 1)
-    assert data["skipped (unchanged)"] is False
+    assert (data["bucket_b"], data["bucket_a"], data["bucket_0"]) == (1, 1, 1)
+    assert data["skipped_unchanged"] is False
 
     r = runner.invoke(
         app,
         ["curate", "verify-gt", "--dataset", str(out / "curriculum_bucket_0.parquet"),
-         "--decisions", str(_review(tmp_path)), "--out", str(out), "--json"],
+         "--decisions", str(_review(tmp_path)), "--out-dir", str(out), "--json"],
     )  # fmt: skip
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["kept"] == 1
@@ -55,7 +55,7 @@ def test_bucket_focus_lineage_plan(tmp_path):
          "--run", "cur", "--out", str(out / "r1.parquet"), "--json"],
     )  # fmt: skip
     assert r.exit_code == 0, r.output
-    assert json.loads(r.stdout)["round 1"] == 2  # train_2 (mean 0.15) + train_3
+    assert json.loads(r.stdout)["round_1"] == 2  # train_2 (mean 0.15) + train_3
 
     r = runner.invoke(app, ["lineage", str(out / "r1.parquet"), "--check"])
     assert r.exit_code == 0, r.output
@@ -89,26 +89,26 @@ def _review(tmp_path):
 def test_rerun_reports_skip(tmp_path):
     ds, scores, _ = _inputs(tmp_path)
     args = ["curate", "bucket", "--dataset", str(ds), "--scores", str(scores), "--score-col",
-            "p1", "--out", str(tmp_path / "o"), "--json"]  # fmt: skip
+            "p1", "--out-dir", str(tmp_path / "o"), "--json"]  # fmt: skip
     assert runner.invoke(app, args).exit_code == 0
-    assert json.loads(runner.invoke(app, args).stdout)["skipped (unchanged)"] is True
+    assert json.loads(runner.invoke(app, args).stdout)["skipped_unchanged"] is True
     forced = json.loads(runner.invoke(app, [*args, "--force"]).stdout)
-    assert forced["skipped (unchanged)"] is False
+    assert forced["skipped_unchanged"] is False
 
 
 def test_bad_input_exits_2_with_the_fix(tmp_path):
     ds, scores, logs = _inputs(tmp_path)
     cases = [
-        (["curate", "bucket", "--dataset", str(ds), "--out", str(tmp_path)], "give one score source"),
+        (["curate", "bucket", "--dataset", str(ds), "--out-dir", str(tmp_path)], "give one score source"),
         (["curate", "bucket", "--dataset", str(tmp_path / "none.parquet"), "--scores", str(scores),
-          "--score-col", "p1", "--out", str(tmp_path)], "not found"),
+          "--score-col", "p1", "--out-dir", str(tmp_path)], "not found"),
         (["curate", "bucket", "--dataset", str(ds), "--scores", str(scores), "--score-col", "nope",
-          "--out", str(tmp_path)], "pass the score column with --score-col"),
+          "--out-dir", str(tmp_path)], "pass the score column with --score-col"),
         (["curate", "focus", "--prev", str(ds), "--logs", str(logs), "--run", "typo", "--out",
           str(tmp_path / "x.parquet")], "known runs: cur"),
-        (["curate", "verify-gt", "--dataset", str(ds), "--out", str(tmp_path)], "--corpus"),
+        (["curate", "verify-gt", "--dataset", str(ds), "--out-dir", str(tmp_path)], "--corpus"),
         (["curate", "verify-gt", "--dataset", str(ds), "--corpus", str(ds), "--verifier", "nope",
-          "--out", str(tmp_path)], "no backend named 'nope'"),
+          "--out-dir", str(tmp_path)], "no backend named 'nope'"),
         (["curate", "plan", "--logs", str(logs), "--run", "cur", "--target", "0"], "--target"),
         (["lineage", str(tmp_path / "missing.parquet")], "not found"),
     ]  # fmt: skip

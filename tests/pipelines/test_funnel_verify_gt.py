@@ -293,13 +293,13 @@ def test_failed_verifier_calls_exit_1_are_cached_and_retried_only_when_asked(
     monkeypatch.setenv("DDAI_CONFIG", str(toml))
     monkeypatch.setenv("DDAI_VGT_KEY", "k")
     args = ["curate", "verify-gt", "--dataset", str(ds), "--corpus", str(corpus)]
-    args += ["--out", str(tmp_path / "o"), "--verifier", "down", "--json"]
+    args += ["--out-dir", str(tmp_path / "o"), "--verifier", "down", "--json"]
     runner = CliRunner()
     for extra, skipped in (([], False), ([], True), (["--retry-failed"], False)):
         res = runner.invoke(app, [*args, *extra])
         assert res.exit_code == 1, res.output
         s = json.loads(res.output[: res.output.rindex("}") + 1])
-        assert s["failed calls"] == {"connection": 5} and s["skipped (unchanged)"] is skipped
+        assert s["failed_calls"] == {"connection": 5} and s["skipped_unchanged"] is skipped
         assert s["proposals"] == {"error": 5} and s["excluded"] == 0
     m = manifest.read(tmp_path / "o" / "curriculum_bucket_0_filtered.parquet")
     site = next(iter(m["backend_calls"].values()))

@@ -131,7 +131,7 @@ def test_unknown_run_and_unknown_format(tmp_path):
         store.read_rollouts(tmp_path / "logs", ["nope"])
     weird = tmp_path / "w.jsonl"
     weird.write_text('{"event": 1}\n')
-    with pytest.raises(ValueError, match="--format"):
+    with pytest.raises(ValueError, match="--input-format"):
         ingest(IngestConfig([weird], tmp_path / "logs", progress=False))
 
 

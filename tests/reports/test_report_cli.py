@@ -27,8 +27,33 @@ def test_report_writes_the_file_and_summarizes(logs, tmp_path):
     data = json.loads(res.output)
     assert data["out"] == str(out) and out.is_file()
     assert (data["runs"], data["prompts"], data["rollouts"]) == (["base", "new"], 5, 24)
-    assert data["browser rows"] == 24 and data["size"].endswith(" MB")
+    assert data["browser_rows"] == 24 and data["bytes"] == out.stat().st_size
     assert "stats" not in data
+
+
+@pytest.mark.parametrize(
+    "compare",
+    [
+        ["--compare", "base", "--compare", "new"],  # the repeatable form
+        ["--compare", "base", "new"],  # the older two-value form
+    ],
+)
+def test_compare_then_out_parses(logs, tmp_path, compare):
+    # `--compare A --compare B --out x.html` once failed with "unexpected extra argument".
+    out = tmp_path / "x.html"
+    res = runner.invoke(
+        app, ["report", "--logs", str(logs), *compare, "--out", str(out), "--json", "--top", "1"]
+    )
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["out"] == str(out) and out.is_file()
+
+
+def test_one_compare_names_the_two_value_form(logs, tmp_path):
+    res = runner.invoke(
+        app, ["report", "--logs", str(logs), "--compare", "base", "--out", str(tmp_path / "x.html")]
+    )
+    assert res.exit_code == 2
+    assert "--compare RUN_A --compare RUN_B" in " ".join(res.output.split())
 
 
 def test_report_defaults_to_the_workspace(logs, tmp_path, monkeypatch):

@@ -119,7 +119,7 @@ def test_demo_report_compares_the_last_two_rounds(world, tmp_path):
     logs, *_ = world
     got = demo_report(logs, tmp_path / "demo.html", datasets_dir=tmp_path / "absent")
     assert got["report"] == str(tmp_path / "demo.html") and (tmp_path / "demo.html").is_file()
-    assert (got["runs"], got["compared"]) == (4, "focused_r1 vs focused_r2")
+    assert (got["runs"], got["compared"]) == (4, ["focused_r1", "focused_r2"])
 
 
 def test_every_figure_explains_its_colours(world):

@@ -65,7 +65,7 @@ def test_train_value_logs_metrics_and_saves_a_checkpoint(world):
     assert {"value/eval_pairwise_acc", "value/eval_auc", "value/eval_mc_mse"} <= set(
         metrics[2]
     ) & set(metrics[0])
-    assert 0.0 <= summary["after value/eval_auc"] <= 1.0
+    assert 0.0 <= summary["after_value_eval_auc"] <= 1.0
     model, _ = load_value_model(ckpt)
     assert model.head_type == "mlp" and model.unfreeze == 1
 

@@ -72,7 +72,7 @@ def read_state(ckpt: str | Path) -> PPOState:
     if not path.is_file():
         raise TrainConfigError(
             f"--resume: {ckpt} has no {STATE_FILE} (not a `ddai train ppo` checkpoint); "
-            "point --out at the PPO run's folder or run without --resume"
+            "point --out-dir at the PPO run's folder or run without --resume"
         )
     return PPOState(**json.loads(path.read_text(encoding="utf-8")))
 

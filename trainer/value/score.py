@@ -35,7 +35,7 @@ class ValueScoreConfig:
     """One scoring pass; every field has a flag in ``ddai value score``."""
 
     checkpoint: Path
-    """A value checkpoint (``ddai train value --out``)."""
+    """A value checkpoint (``ddai train value --out-dir``)."""
     logs: Path | None = None
     runs: list[str] | None = None
     """Runs to score (default: every run in the store)."""

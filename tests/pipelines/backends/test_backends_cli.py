@@ -88,9 +88,9 @@ def test_judge_local_writes_a_new_run_with_scores_and_reasons(logs):
     )
     assert res.exit_code == 0, res.output
     s = json.loads(res.output)
-    assert s["written run"] == "r1@local" and s["to_score"] == 5 and s["scored"] == 5
+    assert s["written_run"] == "r1@local" and s["to_score"] == 5 and s["scored"] == 5
     # Normalized exact match: 1,000 = 1000 (1), 1000 (1), 900 (0), Paris (1), paris. (1) → mean 0.8
-    assert s["mean judge_score"] == pytest.approx(0.8)
+    assert s["mean_judge_score"] == pytest.approx(0.8)
     t = store.read_rollouts(logs, ["r1@local"]).sort_by(
         [("uid", "ascending"), ("rollout_idx", "ascending")]
     )

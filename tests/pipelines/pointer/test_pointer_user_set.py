@@ -15,7 +15,12 @@ from ddai.pipelines.pointer.world import load_world
 def test_jsonl_rows_split_into_pool_and_queries(tmp_path):
     src = make_user_set(tmp_path / "src", 20)
     out = build_world(UserSetConfig(src, tmp_path / "w", seed=3, n_demos=8, test_frac=0.25))
-    assert (out["queries"], out["demos"], out["train / test"]) == (12, 8, "9 / 3")
+    assert (out["queries"], out["demos"], out["train queries"], out["test queries"]) == (
+        12,
+        8,
+        9,
+        3,
+    )
     w = load_world(tmp_path / "w")
     assert not w.labels and w.query_emb.shape == (12, 0)
     q = w.queries[0]
@@ -30,7 +35,7 @@ def test_jsonl_rows_split_into_pool_and_queries(tmp_path):
 def test_split_column_and_parquet(tmp_path):
     src = make_user_set(tmp_path / "src", 12, fmt="parquet", split=True)
     out = build_world(UserSetConfig(src, tmp_path / "w"))
-    assert (out["demos"], out["train / test"]) == (4, "4 / 4")
+    assert (out["demos"], out["train queries"], out["test queries"]) == (4, 4, 4)
     w = load_world(tmp_path / "w")
     assert {d["image_id"] for d in w.demos} == {str(1000 + i) for i in range(0, 12, 3)}
 

@@ -39,7 +39,12 @@ def test_user_file_runs_gen_train_eval(tmp_path):
     src = make_user_set(tmp_path / "src", 30, fmt="parquet")
     w, store = tmp_path / "w", tmp_path / "store.safetensors"
     made = ddai("world", w, "--from", src, "--demos", 12, "--test-frac", 0.3, "--seed", 0)
-    assert (made["queries"], made["demos"], made["train / test"]) == (18, 12, "13 / 5")
+    assert (made["queries"], made["demos"], made["train_queries"], made["test_queries"]) == (
+        18,
+        12,
+        13,
+        5,
+    )
     assert ddai("embed", w, "--out", store, "--k", 6, "--embedder", "hash")["k"] == 6
     sft = ddai(
         "train", "--store", store, "--out", tmp_path / "sft", "--mode", "sft", "--epochs", 2,
@@ -56,7 +61,7 @@ def test_user_file_runs_gen_train_eval(tmp_path):
         "train", "--store", store, "--out", tmp_path / "rl", "--phases", "rce:1,grpo:1",
         "--data", tmp_path / "rl.parquet", "--init", tmp_path / "sft",
     )  # fmt: skip
-    assert rl["tensors changed"] > 0
+    assert rl["tensors_changed"] > 0
     ev = ddai(
         "eval", "--store", store, "--world", w, "--model", f"sft={tmp_path / 'sft'}",
         "--model", f"rl={tmp_path / 'rl'}", "--out", tmp_path / "eval",
@@ -129,7 +134,7 @@ def test_embed_through_a_configured_embedding_server(tmp_path, monkeypatch):
         monkeypatch.setenv("DDAI_HOME", str(tmp_path / "fresh"))  # no cached vectors
         failed = ddai("embed", w, "--out", tmp_path / "s2.safetensors", "--k", 2,
                       "--embedder", "vlm2vec", "--force", code=1)  # fmt: skip
-    assert out["images embedded"] == 9 and out["dim"] == 16
+    assert out["images_embedded"] == 9 and out["dim"] == 16
     # Each row went out as its image, then its question (a demonstration: question and answer).
     world = load_world(w)
     by_text = {r["question"]: r for r in world.queries}
@@ -149,7 +154,7 @@ def test_local_embedder_embeds_images_by_default(tmp_path):
     w, store = tmp_path / "w", tmp_path / "store.safetensors"
     ddai("world", w, "--from", src)
     out = ddai("embed", w, "--out", store, "--k", 2, "--embedder", "local")
-    assert out["images embedded"] == 9 and out["dim"] == 384 + 192
+    assert out["images_embedded"] == 9 and out["dim"] == 384 + 192
     # A text-only world keeps text-only vectors.
     ddai("world", tmp_path / "syn", "--queries", 6, "--demos", 6)
     plain = ddai("embed", tmp_path / "syn", "--out", tmp_path / "s.safetensors", "--k", 2,

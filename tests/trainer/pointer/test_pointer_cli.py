@@ -46,7 +46,7 @@ def test_world_to_eval(tmp_path):
         "--world",
         w,
     )
-    assert sft["examples"] == 42 and sft["tensors changed"] > 0
+    assert sft["examples"] == 42 and sft["tensors_changed"] > 0
     gen = ddai(
         "gen", "--store", store, "--world", w, "--model", tmp_path / "sft", "--out", tmp_path / "raw.jsonl",
         "--num-beams", 3, "--temps", "1.0,1.3", "--n-per-temp", 1, "--num-random", 1,
@@ -73,7 +73,7 @@ def test_world_to_eval(tmp_path):
         "train", "--store", store, "--out", tmp_path / "rl", "--phases", "rce:1,grpo:2",
         "--data", tmp_path / "proc.parquet", "--init", tmp_path / "sft",
     )  # fmt: skip
-    assert rl["phases"] == "rce:1,grpo:2" and rl["tensors changed"] > 0
+    assert rl["phases"] == "rce:1,grpo:2" and rl["tensors_changed"] > 0
     ev = ddai(
         "eval", "--store", store, "--world", w, "--model", f"sft={tmp_path / 'sft'}",
         "--model", f"rl={tmp_path / 'rl'}", "--out", tmp_path / "eval",

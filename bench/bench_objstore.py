@@ -1,0 +1,163 @@
+"""Benchmark: a log store on S3 against the same store on local disk, and the two ways DuckDB can
+read S3 here (its httpfs extension is downloaded at run time, which this setup cannot do).
+
+Builds a local store of ``--rollouts`` rollouts (``bench_report``'s generator), publishes it to an
+S3-compatible server (moto in server mode on 127.0.0.1, or the server ``AWS_ENDPOINT_URL`` names
+with ``--bucket``), then times, best of ``--repeat``:
+
+- ``query group-by``: ``ddai query``'s connection and a per-prompt group-by over 3 columns;
+- ``query full scan``: a query touching the big text column (``response``) of every rollout;
+- ``curate bucket``: the whole step (scores from the log, three outputs and manifests);
+- ``distill selection``: the selection columns scan distill runs first.
+
+each on the local store, on S3 through pyarrow's C++ ``S3FileSystem`` handed to DuckDB as an
+Arrow dataset (``arrow``), and on S3 through ``s3fs`` registered with DuckDB (``fsspec``).
+Printed: seconds and the ratio of each S3 path to local disk, and arrow's speed-up over fsspec.
+
+    python bench/bench_objstore.py                      # 200,000 rollouts
+    python bench/bench_objstore.py --rollouts 1000000
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_funnel import RUN, make_dataset
+from bench_report import make_logs
+
+from ddai.pipelines import objstore, query, remote_store, store
+from ddai.pipelines.distill import fetch
+from ddai.pipelines.funnel.bucket import BucketConfig, run_bucket
+
+GROUP_BY = "SELECT uid, avg(ndcg), count(*), max(judge_score) FROM rollouts GROUP BY uid"
+FULL_SCAN = "SELECT count(*), sum(length(response)) FROM rollouts"
+
+
+def start_moto() -> tuple[subprocess.Popen, str]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    time.sleep(2.0)
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def best_of(repeat: int, fn: Callable[[], object]) -> float:
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def with_scan(how: str, fn: Callable[[], object]) -> Callable[[], object]:
+    def run() -> object:
+        os.environ[query.SCAN_ENV] = how
+        return fn()
+
+    return run
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--rollouts", type=int, default=200_000, help="rollouts in the log")
+    ap.add_argument("--n-agent", type=int, default=8, help="rollouts per prompt")
+    ap.add_argument("--repeat", type=int, default=3, help="timed repeats (best is kept)")
+    ap.add_argument("--bucket", help="an existing bucket at $AWS_ENDPOINT_URL (default: moto)")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+
+    proc = None
+    if args.bucket is None:
+        proc, endpoint = start_moto()
+        os.environ.update(
+            AWS_ACCESS_KEY_ID="bench",
+            AWS_SECRET_ACCESS_KEY="bench",
+            AWS_DEFAULT_REGION="us-east-1",
+            AWS_ENDPOINT_URL=endpoint,
+        )
+        bucket = f"ddai-bench-{uuid.uuid4().hex[:8]}"
+        objstore.fsspec_fs("s3://x").mkdir(bucket)
+    else:
+        bucket = args.bucket
+    try:
+        with tempfile.TemporaryDirectory(prefix="ddai-bench-objstore-") as tmp:
+            root = Path(tmp)
+            local = root / "logs"
+            remote = f"s3://{bucket}/bench-{uuid.uuid4().hex[:8]}/logs"
+            t0 = time.perf_counter()
+            n = make_logs(local, args.rollouts, 1, args.n_agent, args.seed)
+            make_dataset(root / "dataset.parquet", max(1, args.rollouts // args.n_agent))
+            t_make = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            remote_store.publish(local, remote, RUN, append=False)
+            t_pub = time.perf_counter() - t0
+            size = sum(f.stat().st_size for f in store.parquet_files(local, [RUN]))
+            print(
+                f"setup: {n:,} rollouts, {size / 2**20:.0f} MiB of Parquet; local write "
+                f"{t_make:.1f}s, publish to S3 {t_pub:.1f}s ({size / 2**20 / t_pub:.0f} MiB/s)"
+            )
+
+            def q(logs: object, sql: str) -> Callable[[], object]:
+                return lambda: query.connect(logs, [RUN]).execute(sql).fetchall()
+
+            def bucket_step(logs: object) -> Callable[[], object]:
+                cfg = BucketConfig(
+                    dataset=root / "dataset.parquet",
+                    out=root / f"out-{uuid.uuid4().hex[:6]}",
+                    logs=logs,
+                    runs=(RUN,),
+                    force=True,
+                )
+                return lambda: run_bucket(cfg)
+
+            def selection(logs: object) -> Callable[[], object]:
+                return lambda: fetch.selection_columns(store.parquet_files(logs, [RUN]))
+
+            cases = [
+                ("query group-by", lambda lg: q(lg, GROUP_BY), True),
+                ("query full scan", lambda lg: q(lg, FULL_SCAN), True),
+                ("curate bucket", bucket_step, True),
+                ("distill selection", selection, True),
+            ]
+            rows = []
+            for name, make, both in cases:
+                t_local = best_of(args.repeat, with_scan("arrow", make(local)))
+                t_arrow = best_of(args.repeat, with_scan("arrow", make(remote))) if both else None
+                t_fs = best_of(args.repeat, with_scan("fsspec", make(remote)))
+                rows.append((name, t_local, t_arrow, t_fs))
+    finally:
+        if proc is not None:
+            proc.terminate()
+
+    def cell(v: float | None) -> str:
+        return f"{v:10.3f}" if v is not None else f"{'-':>10}"
+
+    print(
+        f"{'work':20}{'local s':>10}{'s3 arrow':>10}{'s3 fsspec':>10}"
+        f"{'arrow/local':>12}{'fsspec/local':>13}{'fsspec/arrow':>13}"
+    )
+    for name, t_local, t_arrow, t_fs in rows:
+        ra = f"{t_arrow / t_local:12.2f}" if t_arrow else f"{'-':>12}"
+        rf = f"{t_fs / t_arrow:13.2f}" if t_arrow else f"{'-':>13}"
+        print(f"{name:20}{cell(t_local)}{cell(t_arrow)}{cell(t_fs)}{ra}{t_fs / t_local:13.2f}{rf}")
+    print(f"({n:,} rollouts, one run; S3 = {'moto on 127.0.0.1' if proc else bucket})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,188 @@
+"""DDAI's own funnel scripts, re-expressed (not copied) in pandas the way they work, for benches.
+
+The public DDAI repository runs its funnel with three scripts; each loads its whole log into
+Python objects, then groups in Python or pandas:
+
+- ``bucket``: like ``scripts/generate_curriculum_data.py``: the phase-1 log (per step, per
+  request: the agents with ``scores.ndcg_value`` and the reference documents) loaded whole; per
+  request, the uid recovered from the first reference document (``N_page`` → ``train_N``) and the
+  mean NDCG of its agents; B/A/0 by ``> 0.7`` / ``0.1..0.7``; per bucket a ``pd.merge`` with the
+  dataset, sorted by score, ``extra_info`` rebuilt row by row (``DataFrame.apply``), Parquet out.
+- ``focus``: like ``scripts/prepare_focused_input.py``: the flash reward log read line by line
+  with ``json.loads`` into a list, a DataFrame, ``groupby('uid').final_score.mean()``, uids at or
+  under the threshold taken from bucket A (``isin``), bucket 0 appended, ``drop_duplicates``.
+- ``distill``: like ``scripts/extract_trajectories.py`` (its selection: success rate per prompt,
+  successes ranked by score then NDCG, top-k): every event of the unified log loaded into a list,
+  grouped by uid, each rollout's reward event and its plan turns (sorted by ``turn_idx``) collected
+  per sample, prompts filtered by success rate, top-k rollouts kept with their turns.
+
+Inputs are written from a ddai log store in DDAI's shapes by ``write_inputs`` (DuckDB ``COPY``):
+``phase1.jsonl`` (one line per step and request, its agents nested, the whole file loaded as the
+script loads its one JSON object), ``flash_rm_detail.jsonl`` (one line per rollout) and
+``unified_trajectory.jsonl`` (an ``rm.flash.detail`` event per rollout, a ``model.plan`` event per
+turn).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pandas as pd
+
+_DOC = re.compile(r"(\d+)_\d+")
+
+
+def write_inputs(files: list[str], out: Path, *, what: tuple[str, ...]) -> dict[str, Path]:
+    """DDAI-shaped logs of the rollouts in ``files`` (ddai store Parquet) under ``out``."""
+    con = duckdb.connect()
+    con.execute("SET enable_progress_bar = false")
+    src = "read_parquet($files)"
+    paths = {w: out / f"{w}.jsonl" for w in what}
+    jobs = {
+        "phase1": f"""
+            SELECT coalesce(step, 0) AS step, 'req-' || uid AS uuid,
+                   list({{'agent_id': rollout_idx + 1,
+                          'scores': {{'ndcg_value': coalesce(ndcg, 0.0),
+                                      'ndcg_details': {{'reference_documents': reference_pages}}}}}}
+                        ORDER BY rollout_idx) AS agents
+            FROM {src} GROUP BY ALL""",
+        "flash_rm_detail": f"""
+            SELECT uid, sample_idx, rollout_idx AS local_idx, coalesce(step, 0) AS step,
+                   reward AS final_score, ndcg, judge_score
+            FROM {src}""",
+        "unified_trajectory": f"""
+            SELECT * FROM (
+                SELECT uid, coalesce(sample_idx, rollout_idx) AS sample_idx,
+                       'rm.flash.detail' AS event_type, NULL::INT AS turn_idx, NULL AS text,
+                       question AS query, reward AS final_score, ndcg, judge_score
+                FROM {src}
+                UNION ALL
+                SELECT uid, coalesce(sample_idx, rollout_idx), 'model.plan', t.idx,
+                       '<think>' || t.think || '</think>' || t.sep || '<' || t.action || '>'
+                           || coalesce(t.arg, '') || '</' || t.action || '>',
+                       NULL, NULL, NULL, NULL
+                FROM (SELECT uid, sample_idx, rollout_idx, unnest(turns) AS t FROM {src})
+            )""",
+    }
+    for w in what:
+        con.execute(f"COPY ({jobs[w]}) TO '{paths[w]}' (FORMAT json)", {"files": files})
+    return paths
+
+
+def _load_lines(path: Path) -> list[dict[str, Any]]:
+    with open(path, encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh]
+
+
+def _uid_of(ref_docs: list[str] | None) -> str | None:
+    if not ref_docs:
+        return None
+    m = _DOC.match(ref_docs[0])
+    return f"train_{m.group(1)}" if m else None
+
+
+def bucket(phase1: Path, dataset: Path, out: Path) -> dict[str, int]:
+    """``generate_curriculum_data``: bucket files from the phase-1 log; returns rows per bucket."""
+    log: dict[Any, dict[str, Any]] = defaultdict(dict)
+    for rec in _load_lines(phase1):  # the script's json.load of one {step: {uuid: …}} object
+        log[rec["step"]][rec["uuid"]] = {"agents": rec["agents"]}
+    train = pd.read_parquet(dataset)
+    scores: dict[str, float] = {}
+    for step_data in log.values():
+        for query_data in step_data.values():
+            agents = query_data.get("agents") or []
+            if not agents:
+                continue
+            details = agents[0].get("scores", {}).get("ndcg_details", {})
+            uid = _uid_of(details.get("reference_documents"))
+            if not uid:
+                continue
+            vals = [a.get("scores", {}).get("ndcg_value", 0.0) for a in agents]
+            scores[uid] = sum(vals) / len(vals)
+    groups: dict[str, list[tuple[str, float]]] = {"A": [], "B": [], "0": []}
+    for uid, s in scores.items():
+        groups["B" if s > 0.7 else "A" if s >= 0.1 else "0"].append((uid, s))
+
+    def with_score(row: pd.Series) -> dict[str, Any]:
+        extra = row["extra_info"]
+        new = dict(extra) if isinstance(extra, dict) else {}
+        new["phase1_ndcg"] = float(row["ndcg_score"])
+        return new
+
+    sizes = {}
+    for name, pairs in groups.items():
+        if not pairs:
+            continue
+        merged = pd.merge(train, pd.DataFrame(pairs, columns=["id", "ndcg_score"]), on="id")
+        merged = merged.sort_values(by="ndcg_score", ascending=False)
+        merged["extra_info"] = merged.apply(with_score, axis=1)
+        merged.drop(columns=["ndcg_score"]).to_parquet(out / f"ddai_bucket_{name}.parquet")
+        sizes[name] = len(merged)
+    return sizes
+
+
+def focus(flash: Path, bucket_a: Path, bucket_0: Path, out: Path, threshold: float) -> int:
+    """``prepare_focused_input``: round 1 from the flash reward log; returns its rows."""
+    rows = []
+    with open(flash, encoding="utf-8") as fh:
+        for line in fh:
+            try:
+                rows.append(json.loads(line))
+            except ValueError:
+                continue
+    log = pd.DataFrame(rows)
+    means = log.groupby("uid")["final_score"].mean().reset_index()
+    hard = set(means[means["final_score"] <= threshold]["uid"].tolist())
+    a = pd.read_parquet(bucket_a)
+    hard_a = a[a["id"].isin(hard)].copy()
+    merged = pd.concat([hard_a, pd.read_parquet(bucket_0)], ignore_index=True)
+    merged = merged.drop_duplicates(subset=["id"])
+    merged.to_parquet(out)
+    return len(merged)
+
+
+def distill(unified: Path, *, min_score: float = 1.0, max_rate: float = 0.5, top_k: int = 4) -> int:
+    """``extract_trajectories``' selection: rare-success prompts' top-k rollouts with their turns;
+    returns the rollouts selected."""
+    lines = _load_lines(unified)
+    by_uid: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for e in lines:
+        if e.get("uid"):
+            by_uid[e["uid"]].append(e)
+    picked = 0
+    for events in by_uid.values():
+        per_sample: dict[int, dict[str, Any]] = defaultdict(lambda: {"rm": None, "plans": []})
+        for e in events:
+            slot = per_sample[e["sample_idx"]]
+            if e["event_type"] == "rm.flash.detail":
+                slot["rm"] = e
+            elif e["event_type"] == "model.plan":
+                slot["plans"].append(e)
+        rollouts = []
+        for sample_idx in sorted(per_sample):
+            slot = per_sample[sample_idx]
+            if slot["rm"] is None:
+                continue
+            rm = slot["rm"]
+            rollouts.append(
+                {
+                    "sample_idx": sample_idx,
+                    "score": rm.get("final_score") or 0,
+                    "ndcg": rm.get("ndcg") or 0,
+                    "judge": rm.get("judge_score") or 0,
+                    "trajectory": sorted(slot["plans"], key=lambda p: p.get("turn_idx") or 0),
+                }
+            )
+        if not rollouts:
+            continue
+        wins = [r for r in rollouts if r["judge"] >= min_score]
+        rate = len(wins) / len(rollouts)
+        if not wins or rate > max_rate:
+            continue
+        picked += len(sorted(wins, key=lambda r: (r["score"], r["ndcg"]), reverse=True)[:top_k])
+    return picked

@@ -1,0 +1,191 @@
+"""ddai's own Parquet read in columns: one record batch → ``RowBatch``es (one per run).
+
+``normalize_rollout`` as polars expressions over a whole batch, for files in the log's own shape
+(every column one of ``ROLLOUT_SCHEMA``'s, of its type: a store's export, another ddai's
+partition). It takes a batch only when every row is one the per-row path would keep as is, and
+returns None otherwise, so that batch goes through the per-row path. It declines a batch with:
+
+- a column the log does not have (it would go to ``extra``) or of another type;
+- a row the schema refuses or rewrites: no run, ``uid`` or ``rollout_idx``, a negative index, a
+  non-finite score (flagged per row), a null inside a string list, ``flags`` set, a turn with no
+  ``idx``, ``forced`` or known ``action``, an unknown ``terminated``, an ``extra`` that is not a
+  JSON object (``normalize_rollout`` wraps it), turns to parse from ``response`` (the tag parser
+  runs per row) or ``retrieved_pages`` to derive from the turns.
+
+Derived where missing: ``num_turns`` (the turn count), ``terminated`` and ``format_ok`` from the
+turns, as ``normalize_rollout`` does. ``--run-id`` over a row's own differing run id adds
+``extra.source_run_id``. Row content digests (duplicate checks) are hashes of the source row,
+computed for every batch whichever path reads it.
+"""
+
+from __future__ import annotations
+
+import json
+
+import duckdb
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ddai.pipelines.adapters.base import RowBatch
+from ddai.pipelines.schema import ACTION_NAMES, INT32_MAX, ROLLOUT_SCHEMA, TERMINATIONS
+from ddai.pipelines.store import check_run_id
+
+_FLOATS = ("judge_score", "ndcg", "reward", "advantage")
+_INTS = ("step", "sample_idx", "num_turns")
+
+
+def digests(batch: pa.RecordBatch) -> list[bytes] | None:
+    """A 16-byte digest per row of the source batch (two seeded row hashes), or None when the
+    batch's types cannot be hashed (the per-row path then digests each row's JSON)."""
+    try:
+        df = pl.from_arrow(pa.Table.from_batches([batch]))
+        h = np.stack([df.hash_rows(seed=s).to_numpy() for s in (11, 23)], axis=1)
+    except Exception:  # an Arrow type polars does not take
+        return None
+    buf = np.ascontiguousarray(h, dtype="<u8").tobytes()
+    return [buf[i : i + 16] for i in range(0, len(buf), 16)]
+
+
+def _schema_ok(schema: pa.Schema) -> bool:
+    want = {f.name: f.type for f in ROLLOUT_SCHEMA}
+    return all(f.name in want and f.type == want[f.name] for f in schema) and {
+        "uid",
+        "rollout_idx",
+    } <= set(schema.names)
+
+
+def _extra(table: pa.Table, run_id: str | None) -> pa.ChunkedArray | None:
+    """``extra`` as ``normalize_rollout`` leaves it: ``{}`` for none, a JSON object as written,
+    ``source_run_id`` set where ``--run-id`` overrides the row's own; None when some ``extra`` is
+    not a JSON object (the per-row path wraps it)."""
+    con = duckdb.connect()
+    try:
+        con.register("b", pa.table({"e": table["extra"], "r": table["run_id"]}))
+        own = "coalesce(nullif(e, ''), '{}')"
+        # a run id is a folder name (check_run_id): letters, digits and . _ - : + @, no quotes
+        run = "NULL" if run_id is None else "'" + run_id.replace("'", "''") + "'"
+        out = con.sql(
+            f"SELECT CASE WHEN r IS NOT NULL AND r <> {run} THEN "
+            f"json_merge_patch({own}, json_object('source_run_id', r))::VARCHAR ELSE {own} END "
+            "AS e, e IS NOT NULL AND e <> '' "
+            "AND coalesce(json_type(try_cast(e AS JSON)) <> 'OBJECT', true) AS bad FROM b"
+        ).to_arrow_table()
+    except duckdb.Error:
+        return None
+    finally:
+        con.close()
+    return None if pc.any(out["bad"]).as_py() else out["e"]
+
+
+def _rows_ok(df: pl.DataFrame, run_given: bool) -> bool:
+    checks = [
+        (pl.col("uid").str.len_bytes() > 0).fill_null(False).all(),
+        pl.col("rollout_idx").is_between(0, INT32_MAX).fill_null(False).all(),
+        *[(pl.col(c).is_null() | (pl.col(c) >= 0)).all() for c in _INTS],
+        *[(pl.col(c).is_null() | pl.col(c).is_finite()).all() for c in _FLOATS],
+        pl.col("flags").is_null().all(),
+        (pl.col("terminated").is_null() | pl.col("terminated").is_in(TERMINATIONS)).all(),
+        # turns to parse, or pages to derive from turns: the per-row path
+        (pl.col("turns").is_not_null() | pl.col("response").is_null()).all(),
+    ]
+    if not run_given:
+        checks.append((pl.col("run_id").str.len_bytes() > 0).fill_null(False).all())
+    turn = pl.col("turns").list
+    checks.append(
+        (
+            pl.col("turns").is_null()
+            | pl.col("retrieved_pages").is_not_null()
+            | ~turn.eval(pl.element().struct.field("retrieved").list.len() > 0).list.any()
+        ).all()
+    )
+    ok = bool(df.select(pl.all_horizontal(checks)).item())
+    if not ok:
+        return False
+    t = df.select(pl.col("turns").explode().struct.unnest()).drop_nulls("action")
+    turns_ok = t.select(
+        pl.col("action").is_in(ACTION_NAMES).all()
+        & pl.col("idx").is_not_null().all()
+        & pl.col("forced").is_not_null().all()
+        & (pl.col("value").is_null() | pl.col("value").is_finite()).all()
+    ).item()
+    n_turns = df.select(pl.col("turns").list.len().sum()).item() or 0
+    return bool(turns_ok) and t.height == n_turns
+
+
+def to_rows(
+    batch: pa.RecordBatch, run_id: str | None, first_row: int, row_digests: list[bytes]
+) -> list[RowBatch] | None:
+    """The batch's rollouts, one ``RowBatch`` per run, or None to read it per row."""
+    if not _schema_ok(batch.schema):
+        return None
+    table = pa.Table.from_batches([batch])
+    for f in ROLLOUT_SCHEMA:
+        if f.name not in table.column_names:
+            table = table.append_column(f, pa.nulls(table.num_rows, f.type))
+    table = table.select(ROLLOUT_SCHEMA.names)
+    for c in ("reference_pages", "retrieved_pages"):
+        if pc.list_flatten(table[c]).null_count:
+            return None
+    turns_retrieved = pc.list_flatten(pc.struct_field(pc.list_flatten(table["turns"]), "retrieved"))
+    extra = _extra(table, run_id) if not turns_retrieved.null_count else None
+    if extra is None:
+        return None
+    table = table.set_column(table.schema.get_field_index("extra"), "extra", extra)
+    df = pl.from_arrow(table)
+    if not _rows_ok(df, run_id is not None):
+        return None
+    turns = pl.col("turns")
+    last = turns.list.last()
+    has = turns.is_not_null()
+    derived = {
+        "num_turns": pl.coalesce("num_turns", pl.when(has).then(turns.list.len().cast(pl.Int32))),
+        "terminated": pl.coalesce(
+            "terminated",
+            pl.when(has & (last.struct.field("action") == "search_complete"))
+            .then(
+                pl.when(last.struct.field("forced"))
+                .then(pl.lit("max_turns"))
+                .otherwise(pl.lit("complete"))
+            )
+            .when(has)
+            .then(pl.lit("invalid")),
+        ),
+        "format_ok": pl.coalesce(
+            "format_ok",
+            pl.when(has & (turns.list.len() > 0)).then(
+                turns.list.eval(pl.element().struct.field("action") != "invalid").list.all()
+                & (last.struct.field("action") == "search_complete")
+            ),
+        ),
+    }
+    if run_id is not None:
+        derived["run_id"] = pl.lit(run_id)
+    out = df.with_columns(**derived).to_arrow().cast(ROLLOUT_SCHEMA)
+    runs = out["run_id"].unique().to_pylist()
+    try:
+        for r in runs:
+            check_run_id(r)
+    except (ValueError, TypeError):
+        return None
+    lines = np.arange(first_row, first_row + out.num_rows)
+    batches = []
+    for r in runs:
+        mask = pc.equal(out["run_id"], r) if len(runs) > 1 else None
+        sel = out if mask is None else out.filter(mask)
+        idx = (
+            np.arange(out.num_rows)
+            if mask is None
+            else np.flatnonzero(mask.to_numpy(zero_copy_only=False))
+        )
+        src_rows = table.take(pa.array(idx)) if mask is not None else table
+
+        def raw(i: int, src_rows: pa.Table = src_rows) -> str:
+            row = src_rows.slice(i, 1).to_pylist()[0]
+            if isinstance(row.get("reward_parts"), list):  # as the per-row path reads it
+                row["reward_parts"] = dict(row["reward_parts"])
+            return json.dumps(row, default=str)
+
+        batches.append(RowBatch(sel, r, lines[idx].tolist(), [row_digests[i] for i in idx], raw))
+    return batches

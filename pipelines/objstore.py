@@ -1,0 +1,294 @@
+"""Object storage (``s3://``, ``gs://``) at the filesystem boundary: URLs, filesystems, reads, puts.
+
+The log store and every funnel input and output may be a URL; credentials come from the
+environment only (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``,
+``AWS_DEFAULT_REGION``, and ``AWS_ENDPOINT_URL`` / ``AWS_ENDPOINT_URL_S3`` for an S3-compatible
+server such as MinIO; Google's application-default credentials for ``gs://``).
+
+Two clients, each where it is faster (``bench/bench_objstore.py``): fsspec's ``s3fs`` for
+metadata, small objects and conditional puts (and registered with DuckDB where DuckDB must name
+files itself), pyarrow's C++ ``S3FileSystem`` for scanning Parquet into DuckDB (parallel ranged
+reads, no Python in the read path).
+
+pathlib collapses ``s3://bucket/key`` to ``s3:/bucket/key``: code that carries locations as
+``Path`` (CLI flags, ``out / "file.parquet"``) keeps working, since ``url_of`` reads both spellings
+back as the URL. A local folder literally named ``s3:`` cannot be used as a store for that reason.
+
+Object stores have no rename: a single PUT is atomic (readers see the whole object or the old
+one), so an output is written to a local temp file and put once; a conditional PUT
+(``If-None-Match: *`` / ``If-Match: <etag>``) commits a manifest only over the version the writer
+read, so two writers never lose each other's commit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import duckdb
+    import fsspec
+    import pyarrow.fs as pafs
+
+SCHEMES = ("s3", "gs", "gcs")
+# What the fsspec implementations are called (an ``s3fs``/``gcsfs`` import error names them).
+_PACKAGES = {"s3": ("s3fs", "cloud"), "gs": ("gcsfs", "gcs"), "gcs": ("gcsfs", "gcs")}
+
+
+# How DuckDB scans object storage: pyarrow's C++ S3 filesystem handed over as Arrow (``arrow``,
+# the default) or s3fs registered with DuckDB (``fsspec``).
+SCAN_ENV = "DDAI_OBJSTORE_SCAN"
+
+
+def scan() -> str:
+    how = os.environ.get(SCAN_ENV, "arrow")
+    if how not in ("arrow", "fsspec"):
+        raise ValueError(f"{SCAN_ENV}={how!r}: use arrow or fsspec")
+    return how
+
+
+class ConflictError(RuntimeError):
+    """A conditional put lost: another writer changed the object since it was read."""
+
+
+def url_of(location: str | os.PathLike[str] | None) -> str | None:
+    """The URL ``location`` names (``s3://b/k`` or pathlib's ``s3:/b/k``), or None when local."""
+    if location is None:
+        return None
+    s = os.fspath(location)
+    for scheme in SCHEMES:
+        if s.startswith(f"{scheme}://"):
+            return s
+        if s.startswith(f"{scheme}:/"):
+            return f"{scheme}://{s[len(scheme) + 2 :]}"
+    return None
+
+
+def is_url(location: str | os.PathLike[str] | None) -> bool:
+    return url_of(location) is not None
+
+
+def join(base: str | os.PathLike[str], *names: str) -> str:
+    """``base/name/…`` as a URL."""
+    url = url_of(base)
+    if url is None:
+        raise ValueError(f"{base} is not an object-storage URL")
+    return "/".join([url.rstrip("/"), *names])
+
+
+def scheme(url: str) -> str:
+    return url.split("://", 1)[0]
+
+
+def key_of(url: str) -> str:
+    """``bucket/key`` (what fsspec and pyarrow filesystems take)."""
+    return url.split("://", 1)[1]
+
+
+def endpoint() -> str | None:
+    """The S3 endpoint override from the environment (an S3-compatible server), if any."""
+    return os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or None
+
+
+def fsspec_fs(url: str) -> fsspec.AbstractFileSystem:
+    """The fsspec filesystem for ``url``'s scheme (credentials and endpoint from the environment)."""
+    return _fsspec_fs(scheme(url), endpoint())
+
+
+@lru_cache(maxsize=8)
+def _fsspec_fs(sch: str, ep: str | None) -> fsspec.AbstractFileSystem:
+    try:
+        import fsspec
+    except ImportError as e:  # pragma: no cover - fsspec comes with the dependencies
+        raise RuntimeError("object storage needs fsspec: pip install 'ddai[cloud]'") from e
+    kw: dict[str, Any] = {}
+    if sch == "s3":
+        # No listing cache: another machine may commit a run between two calls of this process.
+        kw = {"use_listings_cache": False, "skip_instance_cache": True}
+        if ep:
+            kw["endpoint_url"] = ep
+    try:
+        return fsspec.filesystem(sch, **kw)
+    except ImportError as e:
+        pkg, extra = _PACKAGES.get(sch, (sch, "cloud"))
+        raise RuntimeError(
+            f"{sch}:// locations need the {pkg} package: pip install 'ddai[{extra}]'"
+        ) from e
+
+
+def arrow_fs(url: str) -> pafs.FileSystem:
+    """pyarrow's C++ filesystem for ``url`` (S3 or GCS), configured from the environment."""
+    return _arrow_fs(scheme(url), endpoint(), os.environ.get("AWS_DEFAULT_REGION"))
+
+
+@lru_cache(maxsize=8)
+def _arrow_fs(sch: str, ep: str | None, region: str | None) -> pafs.FileSystem:
+    import pyarrow.fs as pafs
+
+    if sch == "s3":
+        kw: dict[str, Any] = {"region": region or "us-east-1"}
+        if ep:
+            kind, _, host = ep.partition("://")
+            kw |= {"endpoint_override": host or kind, "scheme": kind if host else "https"}
+        return pafs.S3FileSystem(**kw)
+    return pafs.GcsFileSystem()
+
+
+def register(con: duckdb.DuckDBPyConnection, locations: list[Any]) -> None:
+    """Let DuckDB read the object-storage URLs among ``locations`` through fsspec (DuckDB's own
+    httpfs extension would be downloaded at run time)."""
+    schemes = {scheme(u) for u in map(url_of, locations) if u}
+    for sch in sorted(schemes):
+        fs = _fsspec_fs(sch, endpoint())
+        if not con.filesystem_is_registered(_fs_name(fs)):
+            con.register_filesystem(fs)
+
+
+def _fs_name(fs: fsspec.AbstractFileSystem) -> str:
+    proto = fs.protocol
+    return proto if isinstance(proto, str) else proto[0]
+
+
+# ------------------------------------------------------------------------------ object access
+
+
+def exists(url: str) -> bool:
+    return fsspec_fs(url).exists(key_of(url))
+
+
+def isfile(url: str) -> bool:
+    return fsspec_fs(url).isfile(key_of(url))
+
+
+def isdir(url: str) -> bool:
+    """True when objects exist under ``url/`` (object stores have no empty folders)."""
+    return fsspec_fs(url).isdir(key_of(url))
+
+
+def listdir(url: str) -> list[str]:
+    """Names (not URLs) of the objects and prefixes right under ``url/``."""
+    fs = fsspec_fs(url)
+    try:
+        entries = fs.ls(key_of(url), detail=False)
+    except FileNotFoundError:
+        return []
+    return sorted(e.rstrip("/").rsplit("/", 1)[-1] for e in entries)
+
+
+def read_bytes(url: str) -> bytes:
+    return fsspec_fs(url).cat_file(key_of(url))
+
+
+def read_text(url: str) -> str:
+    return read_bytes(url).decode("utf-8")
+
+
+def etag(url: str) -> str | None:
+    """The object's ETag (its version for a conditional put), None when it does not exist."""
+    try:
+        info = fsspec_fs(url).info(key_of(url))
+    except FileNotFoundError:
+        return None
+    tag = info.get("ETag") or info.get("etag")
+    return str(tag) if tag else None
+
+
+def put_file(local: str | os.PathLike[str], url: str) -> None:
+    """Upload one local file as one object (a single PUT, or a multipart upload completed at
+    once: never visible half written)."""
+    fsspec_fs(url).put_file(os.fspath(local), key_of(url))
+
+
+def put_bytes(url: str, data: bytes, *, if_match: str | None = None, create: bool = False) -> None:
+    """Put ``data`` at ``url``; ``create``: only if no object is there yet (``If-None-Match``),
+    ``if_match``: only over the version with that ETag. A lost race raises ``ConflictError``."""
+    if not (create or if_match) or scheme(url) != "s3":
+        fsspec_fs(url).pipe_file(key_of(url), data)
+        return
+    fs = fsspec_fs(url)
+    bucket, _, key = key_of(url).partition("/")
+    cond = {"IfNoneMatch": "*"} if create else {"IfMatch": if_match}
+    try:
+        fs.call_s3("put_object", Bucket=bucket, Key=key, Body=data, **cond)
+    except FileExistsError as e:  # s3fs's translation of a failed If-None-Match
+        raise ConflictError(f"{url} was created by another writer") from e
+    except OSError as e:  # botocore's ClientError, translated by s3fs
+        if _is_conflict(e):
+            raise ConflictError(f"{url} was changed by another writer") from e
+        raise
+    fs.invalidate_cache(key_of(url))
+
+
+def _is_conflict(e: BaseException) -> bool:
+    text = f"{e!r} {getattr(e, '__cause__', '')!r}"
+    signs = ("PreconditionFailed", "pre-conditions", "ConditionalRequestConflict")
+    return any(s in text for s in signs)
+
+
+def remove(url: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        fsspec_fs(url).rm_file(key_of(url))
+
+
+def modified(url: str) -> float | None:
+    """The object's last-modified time (epoch seconds), None when unknown."""
+    try:
+        info = fsspec_fs(url).info(key_of(url))
+    except FileNotFoundError:
+        return None
+    lm = info.get("LastModified") or info.get("mtime") or info.get("updated")
+    if lm is None:
+        return None
+    return lm.timestamp() if hasattr(lm, "timestamp") else float(lm)
+
+
+def sha256(url: str, chunk: int = 8 << 20) -> str:
+    """sha256 of an object, streamed (never held whole)."""
+    h = hashlib.sha256()
+    with fsspec_fs(url).open(key_of(url), "rb", block_size=chunk) as fh:
+        while block := fh.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def download(url: str, local: str | os.PathLike[str]) -> None:
+    fsspec_fs(url).get_file(key_of(url), os.fspath(local))
+
+
+# ------------------------------------------------- local paths and URLs alike (for callers)
+
+
+def any_exists(location: str | os.PathLike[str]) -> bool:
+    url = url_of(location)
+    return exists(url) if url else os.path.exists(location)
+
+
+def any_isfile(location: str | os.PathLike[str]) -> bool:
+    url = url_of(location)
+    return isfile(url) if url else os.path.isfile(location)
+
+
+def any_isdir(location: str | os.PathLike[str]) -> bool:
+    url = url_of(location)
+    return isdir(url) if url else os.path.isdir(location)
+
+
+def any_read_text(location: str | os.PathLike[str]) -> str:
+    url = url_of(location)
+    if url:
+        return read_text(url)
+    with open(location, encoding="utf-8") as fh:
+        return fh.read()
+
+
+def display(location: str | os.PathLike[str]) -> str:
+    """How to print a location: the URL for object storage, the path otherwise."""
+    return url_of(location) or os.fspath(location)
+
+
+def any_size(location: str | os.PathLike[str]) -> int:
+    url = url_of(location)
+    return int(fsspec_fs(url).size(key_of(url))) if url else os.path.getsize(location)

@@ -1,0 +1,185 @@
+"""Writing runs to a log store on object storage: stage locally, publish, commit with one put.
+
+Object stores have no rename and no file locks, so ``ddai.pipelines.store``'s local commit
+protocol (rename the parts in, replace ``_manifest.json`` last, under ``flock``) becomes:
+
+1. the write runs unchanged into a local staging store (a temp folder): same ingest, same
+   quarantine, same manifest;
+2. the staged parts are uploaded under their unique names (``part-<time>-<id>.parquet``):
+   invisible, since readers read only the files a manifest lists;
+3. ``_manifest.json`` is put last with a conditional PUT: ``If-None-Match: *`` for a new run,
+   ``If-Match: <etag read>`` over the version it replaces or appends to. That put is the commit;
+   when another writer committed in between, the put fails, the manifest is merged again over
+   the new version (an append keeps both appends) and put again;
+4. parts no manifest lists any more are removed once older than a grace period
+   (``DDAI_OBJSTORE_GC_GRACE_S``, default an hour), so a reader that listed them a moment ago
+   still finds them (object storage has no reader locks).
+
+Quarantine and side-table files accumulate the same way (old object + this write's lines, put
+over the version read).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from ddai.pipelines import objstore, store
+
+GRACE_ENV = "DDAI_OBJSTORE_GC_GRACE_S"
+_RETRIES = 8
+_OWN = ("history", "rollouts_total", "capabilities", "files", "sha256")
+
+
+def ingest(cfg: Any) -> Any:
+    """``ddai.pipelines.ingest.ingest`` into the object-storage store ``cfg.logs``.
+
+    Source files given as URLs are downloaded first (their manifest entries keep the URL)."""
+    from ddai.pipelines import ingest as ingest_mod
+
+    url = objstore.url_of(cfg.logs)
+    assert url is not None
+    with tempfile.TemporaryDirectory(prefix="ddai-stage-") as d:
+        stage = Path(d) / "logs"
+        sources, names = _local_sources(cfg.sources, Path(d) / "sources")
+        staged = dataclasses.replace(cfg, logs=stage, sources=sources, stored_keys_from=url)
+        result = ingest_mod.ingest(staged)
+        published = []
+        for run in sorted(result.runs):
+            publish(stage, url, run, append=cfg.append, names=names)
+            published.append(run)
+        result.quarantine_files = [
+            objstore.join(url, store.QUARANTINE_DIR, Path(q).name) for q in result.quarantine_files
+        ]
+        return result
+
+
+def _local_sources(sources: list[Any], into: Path) -> tuple[list[Path], dict[str, str]]:
+    """Sources with every URL downloaded into ``into``; and local name → URL for manifests."""
+    out, names = [], {}
+    for i, src in enumerate(sources):
+        url = objstore.url_of(src)
+        if url is None:
+            out.append(Path(src))
+            continue
+        if not objstore.isfile(url):
+            raise FileNotFoundError(f"source file(s) not found: {url}")
+        local = into / str(i) / url.rsplit("/", 1)[-1]
+        local.parent.mkdir(parents=True, exist_ok=True)
+        objstore.download(url, local)
+        out.append(local)
+        names[str(local)] = url
+    return out, names
+
+
+def publish(
+    stage: Path, url: str, run: str, *, append: bool, names: dict[str, str] | None = None
+) -> dict[str, Any] | None:
+    """Publish staged run ``run`` of local store ``stage`` into the store at ``url``: side
+    tables, quarantine, parts, then the manifest (the commit). Returns the committed manifest."""
+    side: dict[str, dict[str, Any]] = {}  # per table written: rows and sha256, for the manifest
+    staged = stage / store.SIDE_DIR
+    for table_dir in sorted(staged.glob("*")) if staged.is_dir() else []:
+        local = table_dir / f"{run}.jsonl"
+        remote = objstore.join(url, store.SIDE_DIR, table_dir.name, f"{run}.jsonl")
+        if local.is_file():
+            body = _accumulate(local, remote, keep_old=append)
+            side[table_dir.name] = {"rows": body.count(b"\n"), "sha256": _sha256(body)}
+    if not append:  # a replaced run keeps no side rows of tables this write did not have
+        for table in objstore.listdir(objstore.join(url, store.SIDE_DIR)):
+            if table not in side:
+                objstore.remove(objstore.join(url, store.SIDE_DIR, table, f"{run}.jsonl"))
+    q = store.quarantine_path(stage, run)
+    if q.is_file():  # entries accumulate across ingests, never overwritten
+        _accumulate(q, objstore.join(url, store.QUARANTINE_DIR, q.name), keep_old=True)
+    new = store.run_manifest(stage, run)
+    if new is None:
+        return None
+    new = _rename_sources(new, names or {})
+    part_url = objstore.join(url, f"run_id={store.check_run_id(run)}")
+    for f in new["files"]:
+        objstore.put_file(stage / f"run_id={run}" / f["name"], objstore.join(part_url, f["name"]))
+    man_url = objstore.join(part_url, store.MANIFEST)
+    for _ in range(_RETRIES):
+        tag = objstore.etag(man_url)
+        old = json.loads(objstore.read_text(man_url)) if tag else None
+        record = dict(new)
+        if side or "side_tables" in new:
+            kept = (old or {}).get("side_tables") or {} if append else {}
+            record["side_tables"] = {**kept, **side}
+        if append and old is not None:
+            old_files = old.get("files")
+            if old_files is None:  # written before manifests listed files: list them now
+                old_files = [
+                    {"name": u.rsplit("/", 1)[-1], "sha256": objstore.sha256(u)}
+                    for u in store.committed_files(part_url, old)
+                ]
+            base = {k: v for k, v in record.items() if k not in _OWN}
+            record = store.merge_record(
+                old, base, new.get("capabilities", {}), [*old_files, *new["files"]]
+            )
+        body = (json.dumps(record, indent=2, ensure_ascii=False, default=str) + "\n").encode()
+        try:
+            objstore.put_bytes(man_url, body, if_match=tag, create=tag is None)
+        except objstore.ConflictError:
+            continue  # another writer committed first: merge over its version
+        collect_garbage(part_url, record)
+        return record
+    raise objstore.ConflictError(
+        f"run {run!r} at {url}: {_RETRIES} concurrent commits in a row beat this one; retry"
+    )
+
+
+def _rename_sources(man: dict[str, Any], names: dict[str, str]) -> dict[str, Any]:
+    """Manifest entries naming a downloaded source name its URL instead."""
+    if not names:
+        return man
+    text = json.dumps(man, ensure_ascii=False)
+    for local, url in names.items():
+        text = text.replace(json.dumps(local)[1:-1], json.dumps(url)[1:-1])
+    return json.loads(text)
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _accumulate(local: Path, remote: str, *, keep_old: bool) -> bytes:
+    """Put ``local``'s lines at ``remote``, after the lines already there when ``keep_old``;
+    returns what was put."""
+    for _ in range(_RETRIES):
+        tag = objstore.etag(remote)
+        old = objstore.read_bytes(remote) if tag and keep_old else b""
+        if old and not old.endswith(b"\n"):
+            old += b"\n"
+        body = old + local.read_bytes()
+        try:
+            objstore.put_bytes(remote, body, if_match=tag, create=tag is None)
+            return body
+        except objstore.ConflictError:
+            continue
+    raise objstore.ConflictError(f"{remote}: too many concurrent writers; retry")
+
+
+def collect_garbage(part_url: str, man: dict[str, Any], *, now: float | None = None) -> list[str]:
+    """Remove objects of a partition its manifest ``man`` does not list and older than the grace
+    period (a reader that listed them before this commit may still be reading them)."""
+    grace = float(os.environ.get(GRACE_ENV, "3600"))
+    keep = {f["name"] for f in man.get("files", [])} | {store.MANIFEST}
+    now = time.time() if now is None else now
+    removed = []
+    for name in objstore.listdir(part_url):
+        if name in keep:
+            continue
+        obj = objstore.join(part_url, name)
+        born = objstore.modified(obj)
+        if born is not None and now - born >= grace:
+            objstore.remove(obj)
+            removed.append(name)
+    return removed

@@ -1,0 +1,203 @@
+"""Flash logs read in columns: the same rollouts and the same quarantine as the per-row path."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from ddai.pipelines import store
+from ddai.pipelines.adapters import ddai_flash, line_batches
+from ddai.pipelines.adapters.base import ReaderContext, RowBatch
+from ddai.pipelines.ingest import IngestConfig, ingest
+
+SHARED = Path(__file__).resolve().parents[2] / ".." / "shared"
+REAL = SHARED / "ddai-data" / "reconstructed" / "round0_flash_rm_detail.jsonl"
+EXAMPLE = SHARED / "ddai-formats" / "examples" / "flash_rm_detail.jsonl"
+
+
+def _line(i: int, **over) -> str:
+    row = {
+        "timestamp": 1767571056.5 + i,
+        "pid": 4000 + i % 3,
+        "uid": f"train_{i // 4}",
+        "local_idx": i % 4,
+        "sample_idx": i,
+        "query": f"What is shown on page {i}?\nassistant\n",
+        "generated_answer": str(i),
+        "reference_answer": "7",
+        "retrieved_basenames": [f"{i}_3", f"{i}_1"],
+        "reference_basenames": [f"{i}_3"],
+        "judge_score": 1.0 if i % 2 else 0,
+        "ndcg": 0.5,
+        "final_score": 0.25,
+        "latency_s": 1e-05,
+        "gemini_raw": '{"score": 1.0}',
+        "error": None,
+    }
+    row.update(over)
+    return json.dumps({k: v for k, v in row.items() if v is not ...}, ensure_ascii=False)
+
+
+# Lines the per-row path quarantines or converts; each must fall back (its batch only).
+ODD = [
+    '{"uid": "train_x", "local_idx": 1, "query": "half an emoji \\ud83d", "final_score": 1}',
+    '{"uid": "deep", "local_idx": 0, "x": ' + "[" * 3000 + "]" * 3000 + "}",
+    '{"uid": "nan", "local_idx": 0, "final_score": NaN}',
+    '{"uid": "typed", "local_idx": "3", "final_score": "0.5"}',  # per-row: 3 and 0.5, kept
+    '{"uid": "bad", "local_idx": "x"}',
+    '{"uid": "neg", "local_idx": -1}',
+    '{"local_idx": 2}',
+    '{"uid": "", "local_idx": 2}',
+    '{"uid": "tab", "local_idx": 0, "query": "a\tb"}',
+    "[1, 2]",
+    "{not json",
+    "",
+    '{"uid": "pages", "local_idx": 0, "reference_basenames": ["1_2", 3]}',
+    '{"uid": "obj", "local_idx": 0, "meta": {"a": 1}}',
+    '{"uid": "run", "local_idx": 0, "run_id": "other"}',
+    '{"uid": "huge", "local_idx": 0, "final_score": 1e400}',
+    '{"uid": "date", "local_idx": 0, "when": "2026-01-01"}',  # Arrow would read a timestamp
+    '{"uid": "twice", "local_idx": 0, "local_idx": 1}',  # Python keeps the last
+]
+
+
+def _ingest(src: Path, logs: Path, columnar: bool, **kw):
+    res = ingest(IngestConfig([src], logs, progress=False, columnar=columnar, **kw))
+    rows = store.read_rollouts(logs).to_pylist()
+    for r in rows:
+        r["extra"] = json.loads(r["extra"])
+    q = [
+        {k: e[k] for k in ("line", "reason", "detail", "raw")}
+        for f in sorted((logs / store.QUARANTINE_DIR).glob("*.jsonl"))
+        for e in map(json.loads, f.open())
+    ]
+    return res, rows, q
+
+
+def _same(tmp_path: Path, src: Path, **kw):
+    a = _ingest(src, tmp_path / "columns", True, **kw)
+    b = _ingest(src, tmp_path / "rows", False, **kw)
+    assert a[1] == b[1]  # every column of every rollout, extra as parsed JSON
+    assert a[2] == b[2]  # the same quarantine entries, line for line
+    summary = [{k: v for k, v in x[0].summary().items() if k != "quarantine files"} for x in (a, b)]
+    assert summary[0] == summary[1]
+    return a
+
+
+def _batches(src: Path, run_id: str | None = None) -> list[type]:
+    ctx = ReaderContext(run_id=run_id, columnar=True)
+    return [type(r) for r in ddai_flash.read(src, ctx)]
+
+
+def test_real_round_reads_in_columns_as_per_row(tmp_path):
+    src = tmp_path / "round0_flash_rm_detail.jsonl"
+    src.write_bytes(REAL.read_bytes() + EXAMPLE.read_bytes())
+    res, rows, q = _same(tmp_path, src)
+    assert len(rows) == 12_483 and q == [] and res.rows_in == 12_483
+    assert set(_batches(src)) == {RowBatch}  # nothing fell back to rows
+    ex = rows[-3]  # the example's first line
+    assert (ex["uid"], ex["rollout_idx"], ex["flags"]) == ("train_2747", 1, ["duplicate_key"])
+    assert ex["extra"] == {
+        "error": None,
+        "gemini_raw": '{"score": 1.0}',
+        "latency_s": 1.84,
+        "pid": 41233,
+        "timestamp": 1767578452.1,
+    }
+    assert res.notes[str(src)] == {"lines": 12_483, "writer processes (pid)": 3}
+
+
+def test_mapping_in_columns(tmp_path):
+    src = tmp_path / "r_flash_rm_detail.jsonl"
+    lines = [_line(i) for i in range(6)]
+    lines[1] = _line(1, error=..., pid=...)  # keys absent: not in extra (null present: kept)
+    lines[2] = _line(2, query="no tail", reference_basenames=[], sample_idx=None)
+    src.write_text("\n".join(lines) + "\n")
+    assert set(_batches(src)) == {RowBatch}
+    _, rows, _ = _same(tmp_path, src)
+    r0, r1, r2 = rows[0], rows[1], rows[2]
+    assert (r0["run_id"], r0["uid"], r0["rollout_idx"], r0["sample_idx"]) == ("r", "train_0", 0, 0)
+    assert r0["question"] == "What is shown on page 0?"
+    assert r0["file_name"] == "0.pdf" and r0["reference_pages"] == ["0_3"]
+    assert r0["retrieved_pages"] == ["0_3", "0_1"] and r0["answer"] == "0"
+    assert (r0["judge_score"], r0["ndcg"], r0["reward"]) == (0.0, 0.5, 0.25)
+    assert r0["extra"]["error"] is None and "error" in r0["extra"]
+    assert "error" not in r1["extra"] and "pid" not in r1["extra"]
+    assert r2["question"] == "no tail" and r2["file_name"] is None and r2["sample_idx"] is None
+    assert r0["turns"] is None and r0["step"] is None and r0["flags"] is None
+
+
+@pytest.mark.parametrize("odd", range(len(ODD)))
+def test_an_odd_line_falls_back_with_its_batch_only(tmp_path, monkeypatch, odd):
+    monkeypatch.setattr(line_batches, "BATCH_BYTES", 4096)
+    good = [_line(i) for i in range(60)]
+    src = tmp_path / "flash_rm_detail.jsonl"
+    src.write_text("\n".join([*good[:30], ODD[odd], *good[30:]]) + "\n")
+    with open(src, "rb") as fh:
+        cut = list(line_batches.iter_batches(fh, ReaderContext()))
+    marker = ODD[odd].encode() or b"\n\n"  # the blank line: two newlines in a row
+    odd_batch = next(b for b in cut if marker in b.data)
+    kinds = _batches(src)
+    assert kinds.count(RowBatch) == len(cut) - 1  # the batches without the odd line: in columns
+    assert len(kinds) - len(cut) + 1 == len(list(odd_batch.records()))  # its lines: by rows
+    res, rows, q = _same(tmp_path, src)
+    assert res.rows_in == len(rows) + len(q) == 60 + (ODD[odd] != "")
+
+
+def test_duplicates_in_columns(tmp_path):
+    src = tmp_path / "flash_rm_detail.jsonl"
+    a, b = _line(1), _line(1, timestamp=5.0)  # the same key: once repeated, once different
+    src.write_text("\n".join([_line(0), a, _line(2), a, b]) + "\n")
+    res, rows, q = _same(tmp_path, src)
+    assert [e["reason"] for e in q] == ["duplicate rollout"] and q[0]["line"] == 4
+    assert [r["flags"] for r in rows] == [None, None, None, ["duplicate_key"]]
+    assert res.flagged == {"duplicate_key": 1}
+
+
+def test_unterminated_last_line_and_run_id(tmp_path):
+    src = tmp_path / "x_flash_rm_detail.jsonl"
+    src.write_text(_line(0) + "\n" + _line(1) + "\n" + _line(2)[:-5])
+    _, rows, q = _same(tmp_path, src, run_id="given")
+    assert [r["run_id"] for r in rows] == ["given", "given"]
+    assert [(e["line"], e["reason"]) for e in q] == [(3, "truncated last line")]
+
+
+def test_line_batches_number_lines_across_batches(tmp_path, monkeypatch):
+    monkeypatch.setattr(line_batches, "BATCH_BYTES", 64)
+    src = tmp_path / "x.jsonl"
+    lines = [f'{{"a": {i}}}' for i in range(20)] + ['{"long": "' + "x" * 500 + '"}', '{"a": 9}']
+    src.write_text("\n".join(lines) + "\n")
+    ctx = ReaderContext()
+    with open(src, "rb") as fh:
+        got = [rec for b in line_batches.iter_batches(fh, ctx, 64) for rec in b.records()]
+    assert [(n, obj) for n, _, obj, _ in got] == [
+        (i + 1, json.loads(x)) for i, x in enumerate(lines)
+    ]
+    assert ctx.bytes_read == src.stat().st_size
+
+
+def test_row_groups_are_large(tmp_path, monkeypatch):
+    monkeypatch.setattr(store, "ROW_GROUP_ROWS", 100)
+    monkeypatch.setattr(line_batches, "BATCH_BYTES", 8192)  # batches of about 17 rows
+    src = tmp_path / "flash_rm_detail.jsonl"
+    src.write_text("\n".join(_line(i) for i in range(250)) + "\n")
+    ingest(IngestConfig([src], tmp_path / "logs", progress=False))
+    (part,) = store.parquet_files(tmp_path / "logs")
+    meta = pq.ParquetFile(part).metadata
+    sizes = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+    assert sum(sizes) == 250 and len(sizes) == 3 and min(sizes[:2]) >= 100
+
+
+def test_append_of_stored_rollouts_in_columns(tmp_path):
+    src = tmp_path / "r_flash_rm_detail.jsonl"
+    src.write_text("\n".join(_line(i) for i in range(8)) + "\n")
+    for columnar in (True, False):
+        logs = tmp_path / f"logs-{columnar}"
+        ingest(IngestConfig([src], logs, progress=False))
+        res = ingest(IngestConfig([src], logs, progress=False, append=True, columnar=columnar))
+        assert (res.rows_in, res.rollouts_out) == (8, 0)
+        assert res.quarantined == {"duplicate of a stored rollout": 8}
+        assert store.run_manifest(logs, "r")["rollouts_total"] == 8

@@ -1,0 +1,123 @@
+"""ddai's own Parquet read in columns: the same rollouts and quarantine as the per-row path."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from ddai.pipelines import store
+from ddai.pipelines.adapters import native
+from ddai.pipelines.adapters.base import ReaderContext, RowBatch
+from ddai.pipelines.ingest import IngestConfig, ingest
+from ddai.pipelines.schema import ROLLOUT_SCHEMA
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+
+
+@pytest.fixture(scope="module")
+def rows(tmp_path_factory) -> list[dict]:
+    """The fixture runs as ddai wrote them (turns parsed, fields derived), as dicts."""
+    logs = tmp_path_factory.mktemp("seed")
+    ingest(IngestConfig(sorted((FIXTURES / "logs").glob("*.jsonl")), logs, progress=False))
+    return store.read_rollouts(logs).to_pylist()
+
+
+def _write(path: Path, rows: list[dict], schema: pa.Schema = ROLLOUT_SCHEMA) -> Path:
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), path)
+    return path
+
+
+def _ingest(src: Path, logs: Path, columnar: bool, **kw):
+    res = ingest(IngestConfig([src], logs, progress=False, columnar=columnar, **kw))
+    out = store.read_rollouts(logs).to_pylist()
+    for r in out:
+        r["extra"] = json.loads(r["extra"])
+    q = [
+        {k: e[k] for k in ("line", "reason", "detail")}
+        for f in sorted((logs / store.QUARANTINE_DIR).glob("*.jsonl"))
+        for e in map(json.loads, f.open())
+    ]
+    return (
+        res,
+        sorted(out, key=lambda r: (r["run_id"], r["uid"], r["step"] or 0, r["rollout_idx"])),
+        q,
+    )
+
+
+def _same(tmp_path: Path, src: Path, **kw):
+    a = _ingest(src, tmp_path / "columns", True, **kw)
+    b = _ingest(src, tmp_path / "rows", False, **kw)
+    assert a[1] == b[1] and a[2] == b[2]
+    assert a[0].rows_in == b[0].rows_in and a[0].flagged == b[0].flagged
+    return a
+
+
+def _kinds(src: Path, run_id: str | None = None) -> list[type]:
+    return [type(r) for r in native.read(src, ReaderContext(run_id=run_id, columnar=True))]
+
+
+def test_store_rows_read_in_columns_as_per_row(tmp_path, rows):
+    src = _write(tmp_path / "rollouts.parquet", rows)
+    assert set(_kinds(src)) == {RowBatch}
+    res, out, q = _same(tmp_path, src)
+    assert len(out) == len(rows) and q == [] and res.rows_in == len(rows)
+
+
+def test_run_id_over_the_rows_own(tmp_path, rows):
+    src = _write(tmp_path / "rollouts.parquet", rows)
+    assert set(_kinds(src, "mine")) == {RowBatch}
+    _, out, _ = _same(tmp_path, src, run_id="mine")
+    assert {r["run_id"] for r in out} == {"mine"}
+    assert {r["extra"]["source_run_id"] for r in out} == {r["run_id"] for r in rows}
+
+
+def test_derived_fields_and_repeats(tmp_path, rows):
+    some = [dict(r) for r in rows[:20]]
+    for r in some[:5]:
+        r.update(num_turns=None, terminated=None, format_ok=None)
+    some.append(dict(some[7]))  # an exact repeat: quarantined
+    some.append({**some[8], "reward": 0.123})  # same key, other content: flagged
+    src = _write(tmp_path / "rollouts.parquet", some)
+    assert set(_kinds(src)) == {RowBatch}
+    res, out, q = _same(tmp_path, src)
+    assert [e["reason"] for e in q] == ["duplicate rollout"] and q[0]["line"] == 21
+    assert res.flagged == {"duplicate_key": 1}
+    assert all(r["num_turns"] is not None and r["terminated"] for r in out)
+
+
+ODD = {
+    "nonfinite": {"reward": float("nan")},
+    "negative": {"rollout_idx": -1},
+    "no uid": {"uid": None},
+    "empty run": {"run_id": ""},
+    "bad run": {"run_id": "a/b"},
+    "parse": {"turns": None, "response": "<think>t</think><search>q</search>"},
+    "extra list": {"extra": "[1, 2]"},
+    "extra text": {"extra": "not json"},
+    "flags": {"flags": ["b", "a", "b"]},
+    "terminated": {"terminated": "stopped"},
+    "null page": {"reference_pages": ["a", None]},
+}
+
+
+@pytest.mark.parametrize("name", sorted(ODD))
+def test_an_odd_row_sends_its_batch_by_rows(tmp_path, rows, name):
+    some = [dict(r) for r in rows[:10]]
+    some[4].update(ODD[name])
+    src = _write(tmp_path / "rollouts.parquet", some)
+    assert RowBatch not in _kinds(src)
+    res, out, q = _same(tmp_path, src)
+    assert res.rows_in == len(out) + len(q) == 10
+
+
+def test_a_column_the_log_lacks_goes_by_rows(tmp_path, rows):
+    some = [{**r, "note": "x"} for r in rows[:5]]
+    schema = ROLLOUT_SCHEMA.append(pa.field("note", pa.string()))
+    src = _write(tmp_path / "rollouts.parquet", some, schema)
+    assert RowBatch not in _kinds(src)
+    _, out, _ = _same(tmp_path, src)
+    assert {r["extra"]["note"] for r in out} == {"x"}
