@@ -242,7 +242,7 @@ def ingest(cfg: IngestConfig) -> IngestResult:
     if objstore.is_url(cfg.logs):  # staged here, published with a conditional manifest put
         from ddai.pipelines import remote_store
 
-        return remote_store.ingest(cfg)
+        return remote_store.ingest(cfg, ingest)
     if any(objstore.is_url(s) for s in cfg.sources):
         raise ValueError(
             "source URLs are read when the log store is on object storage too (--logs s3://…); "
