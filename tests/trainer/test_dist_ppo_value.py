@@ -123,7 +123,7 @@ def test_value_two_processes_write_one_checkpoint_and_one_metrics_file(value_wor
     res = via_launch_flag(args, 2, root)
     assert res.returncode == 0, res.stderr[-3000:]
     summary = json.loads(res.stdout)  # one summary: the output is a single JSON document
-    assert summary["steps"] == 3 and "after value/eval_auc" in summary
+    assert summary["steps"] == 3 and "after_value_eval_auc" in summary
     metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == [0, 1, 2, 3]
     assert "value/eval_auc" in metrics[2] and "value/loss" in metrics[1]

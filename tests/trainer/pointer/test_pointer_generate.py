@@ -214,7 +214,7 @@ def test_pointer_gen_exits_1_when_vqa_calls_failed(tiny, tmp_path, monkeypatch):
     )  # fmt: skip
     assert res.exit_code == 1, res.output
     data = json.loads(res.stdout)
-    failed = data["failed calls"]
+    failed = data["failed_calls"]
     assert failed and sum(failed.values()) == data["eval_failed"] > 0
     cands = [c for rec in read_raw(out) for c in rec["pointer_candidates"]]
     assert all(c["eval_failed"] and c["vqa_correct"] is None for c in cands)
