@@ -74,7 +74,7 @@ def curve(logs: Path, run: str) -> tuple[list[float], list[float]]:
 def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     """Train the start and every (seed, arm); return the figures."""
     from ddai.trainer import learn_task, toy
-    from ddai.trainer.grpo import run_grpo
+    from ddai.trainer.grpo.train import run_grpo
     from ddai.trainer.learning_gain import gain_over_control
 
     sft = learn_task.start(work, seed=0, sft_steps=args.sft_steps)

@@ -75,7 +75,8 @@ def plain_trl(model_dir: Path, data_rows: list[dict], out: Path, args) -> list[f
 
 
 def ddai_multiturn(model_dir: Path, data: Path, out: Path, args) -> list[float]:
-    from ddai.trainer import grpo, toy
+    from ddai.trainer import toy
+    from ddai.trainer.grpo import train as grpo
 
     timer = StepTimer()
     original = grpo.common.build_callbacks

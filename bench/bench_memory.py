@@ -4,7 +4,7 @@ Sampler: peak bytes of one ``HFSampler`` turn at two vocabulary sizes and two to
 to plain ``generate(output_logits=True)`` (what the sampler did before: every step's logits
 kept); the ratio ``growth(V_large) / growth(V_small)`` of the extra memory of the longer turn is
 about 1 for the sampler (O(tokens)) and about ``V_large / V_small`` for the baseline
-(O(tokens × vocab)). Then the memory model (``ddai.trainer.memory_model``) against measured
+(O(tokens × vocab)). Then the memory model (``ddai.trainer.runtime.memory_model``) against measured
 peaks of a sampler turn and of a checkpointed forward+backward: measured / predicted.
 
 On the CPU peaks come from ``TensorMemoryMeter``; on a GPU from ``torch.cuda`` (there the model
@@ -22,8 +22,8 @@ import contextlib
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from ddai.trainer.memory_meter import TensorMemoryMeter
-from ddai.trainer.memory_model import (
+from ddai.trainer.runtime.memory_meter import TensorMemoryMeter
+from ddai.trainer.runtime.memory_model import (
     QWEN25_3B,
     QWEN25_7B,
     ModelShape,
@@ -32,7 +32,7 @@ from ddai.trainer.memory_model import (
     sampler_bytes,
     training_activations,
 )
-from ddai.trainer.rollout import HFSampler
+from ddai.trainer.search.rollout import HFSampler
 
 CUDA = torch.cuda.is_available()
 DEV = "cuda" if CUDA else "cpu"

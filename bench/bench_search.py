@@ -28,7 +28,7 @@ import urllib.request
 
 from ddai.pipelines.backends import get_backend
 from ddai.trainer import toy
-from ddai.trainer.env import EnvConfig, SearchEnv
+from ddai.trainer.search.env import EnvConfig, SearchEnv
 
 
 def run_way(url: str, way: str, episodes: int, turns: int, concurrency: int) -> tuple[float, list]:

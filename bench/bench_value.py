@@ -28,7 +28,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from ddai.pipelines.fixtures import make_world
 from ddai.pipelines.store import write_run
 from ddai.trainer.tiny import TinySpec, build_tiny, read_texts
-from ddai.trainer.value_train import ValueTrainConfig, train_value
+from ddai.trainer.value.train import ValueTrainConfig, train_value
 
 JUDGED_RUNS = ("curriculum", "focused_r1", "focused_r2")
 

@@ -36,7 +36,8 @@ def _e(modules: str, help_text: str) -> Entry:
 
 
 # One line per command; the order is the order of ``ddai --help``. ``train`` is filled by three
-# modules (``value`` adds ``train value`` and ``train ppo``, ``collect`` adds ``train collect``).
+# modules (``value`` adds ``train value`` and ``train value-sft``, ``ppo`` adds ``train ppo``,
+# ``collect`` adds ``train collect``).
 COMMANDS: dict[str, Entry] = {
     "demo": _e("demo", "Run the whole loop on the synthetic world: world → ingest → funnel → distill (→ train) → report."),
     "ingest": _e("ingest", "Ingest rollout logs; unreadable rows go to _quarantine/<run>.jsonl with a reason."),
@@ -52,7 +53,7 @@ COMMANDS: dict[str, Entry] = {
     "serve": _e("serve", "Serve a local, read-only web explorer over every rollout of the log store."),
     "backends": _e("backends", "Model backends: list, ping, cache stats."),
     "judge": _e("backends", "(Re)score a run's answers with a judge backend; failures stay null with their reason."),
-    "train": _e("train value collect", "Train the Searcher: SFT, then GRPO over the search environment."),
+    "train": _e("train value ppo collect", "Train the Searcher: SFT, then GRPO over the search environment."),
     "model": _e("model", "Build tiny local models (nothing is downloaded)."),
     "value": _e("value", "Value heads over the rollout log: per-turn value estimates."),
     "pointer": _e("pointer", "Pointer selector (seed 002): pick 2 in-context demonstrations out of K with a pointer network."),
@@ -291,7 +292,7 @@ def main() -> None:
         # A training command under ``accelerate launch``/``torchrun`` ends its process group here
         # (only when torch.distributed was imported: other commands stay free of torch).
         if "torch.distributed" in sys.modules:
-            from ddai.trainer.dist import shutdown
+            from ddai.trainer.runtime.dist import shutdown
 
             shutdown()
 

@@ -11,7 +11,10 @@ from typing import Annotated
 import typer
 
 from ddai.cli.common import JsonOpt, LogsOpt, ProgressOpt, fail, summary
-from ddai.cli.train import (
+from ddai.cli.options import (
+    BACKENDS,
+    EPISODE,
+    REWARD,
     BiasOpt,
     ForceCompletionOpt,
     GateOpt,
@@ -23,9 +26,10 @@ from ddai.cli.train import (
     WFormatOpt,
     WJudgeOpt,
     WNdcgOpt,
-    _run,
+    default_of,
 )
-from ddai.cli.value import _group
+from ddai.cli.running import TRAIN_HELP, run_or_fail, sub_app
+from ddai.trainer.search.collect import CollectConfig
 
 
 def train_collect_command(
@@ -49,68 +53,78 @@ def train_collect_command(
             "[backends.NAME] table of kind openai in ddai.toml (base_url, model). Default: the "
             "local --model.",
         ),
-    ] = None,
-    logs: LogsOpt = None,
+    ] = default_of(CollectConfig, "generate_via"),
+    logs: LogsOpt = default_of(CollectConfig, "logs"),
     run_id: Annotated[
         str | None,
         typer.Option("--run-id", help="Run id of the rollout log. Default: collect_<timestamp>."),
-    ] = None,
-    reward: RewardOpt = "curriculum",
-    w_judge: WJudgeOpt = None,
-    w_ndcg: WNdcgOpt = None,
-    w_format: WFormatOpt = None,
-    bias: BiasOpt = None,
-    gate: GateOpt = None,
-    n_agent: Annotated[int, typer.Option("--n-agent", help="Rollouts per prompt.")] = 1,
+    ] = default_of(CollectConfig, "run_id"),
+    reward: RewardOpt = REWARD.reward,
+    w_judge: WJudgeOpt = REWARD.w_judge,
+    w_ndcg: WNdcgOpt = REWARD.w_ndcg,
+    w_format: WFormatOpt = REWARD.w_format,
+    bias: BiasOpt = REWARD.bias,
+    gate: GateOpt = REWARD.gate,
+    n_agent: Annotated[int, typer.Option("--n-agent", help="Rollouts per prompt.")] = default_of(
+        CollectConfig, "n_agent"
+    ),
     batch_size: Annotated[
         int,
         typer.Option(
             "--batch-size", help="Rollouts per batch and process (a multiple of --n-agent)."
         ),
-    ] = 8,
+    ] = default_of(CollectConfig, "batch_size"),
     temperature: Annotated[
         float, typer.Option("--temperature", help="Sampling temperature (0: greedy).")
-    ] = 1.0,
-    top_p: Annotated[float, typer.Option("--top-p", help="Nucleus sampling p.")] = 1.0,
-    top_k: Annotated[int, typer.Option("--top-k", help="Top-k sampling (0: off).")] = 0,
-    max_turns: MaxTurnsOpt = 7,
-    search_k: SearchKOpt = 5,
-    force_completion: ForceCompletionOpt = True,
-    restrict_to_doc: RestrictToDocOpt = False,
-    max_turn_tokens: MaxTurnTokensOpt = 256,
+    ] = default_of(CollectConfig, "temperature"),
+    top_p: Annotated[float, typer.Option("--top-p", help="Nucleus sampling p.")] = default_of(
+        CollectConfig, "top_p"
+    ),
+    top_k: Annotated[int, typer.Option("--top-k", help="Top-k sampling (0: off).")] = default_of(
+        CollectConfig, "top_k"
+    ),
+    max_turns: MaxTurnsOpt = EPISODE.max_turns,
+    search_k: SearchKOpt = EPISODE.search_k,
+    force_completion: ForceCompletionOpt = EPISODE.force_completion,
+    restrict_to_doc: RestrictToDocOpt = EPISODE.restrict_to_doc,
+    max_turn_tokens: MaxTurnTokensOpt = EPISODE.max_turn_tokens,
     max_completion_tokens: Annotated[
         int, typer.Option("--max-completion-tokens", help="Token budget of a whole rollout.")
-    ] = 1024,
+    ] = EPISODE.max_completion_tokens,
     obs_max_tokens: Annotated[
         int, typer.Option("--obs-max-tokens", help="Observation text budget in tokens.")
-    ] = 256,
+    ] = EPISODE.obs_max_tokens,
     search: Annotated[
         str | None, typer.Option("--search", help="Search backend name (default: local BM25).")
-    ] = None,
+    ] = BACKENDS.search,
     generator: Annotated[
         str | None, typer.Option("--generator", help="Frozen generator backend name.")
-    ] = None,
-    judge: Annotated[str | None, typer.Option("--judge", help="Judge backend name.")] = None,
+    ] = BACKENDS.generator,
+    judge: Annotated[
+        str | None, typer.Option("--judge", help="Judge backend name.")
+    ] = BACKENDS.judge,
     reward_timeout: Annotated[
         float,
         typer.Option(
             "--reward-timeout",
             help="Seconds to wait for streamed judge results; late groups score 0.",
         ),
-    ] = 90.0,
+    ] = BACKENDS.reward_timeout,
     limit: Annotated[
         int | None, typer.Option("--limit", help="Use only the first N prompts.")
-    ] = None,
+    ] = default_of(CollectConfig, "limit"),
     dtype: Annotated[
         str, typer.Option("--dtype", help="Local policy dtype: float32 (CPU), bfloat16, ...")
-    ] = "float32",
-    seed: Annotated[int, typer.Option("--seed", help="Sampling seed (plus the rank).")] = 0,
+    ] = default_of(CollectConfig, "dtype"),
+    seed: Annotated[
+        int, typer.Option("--seed", help="Sampling seed (plus the rank).")
+    ] = default_of(CollectConfig, "seed"),
     progress: ProgressOpt = True,
     as_json: JsonOpt = False,
 ) -> None:
     """Roll out a policy over a prompt set and log the scored episodes, without training."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from ddai.trainer.collect import CollectConfig, run_collect
+    from ddai.trainer.search.collect import run_collect
 
     for name, path in (("--data", data), ("--corpus", corpus)):
         if not path.exists():
@@ -149,12 +163,10 @@ def train_collect_command(
         seed=seed,
         progress=progress and not as_json,
     )
-    summary("ddai train collect", asdict(_run(run_collect, cfg)), as_json=as_json)
+    summary("ddai train collect", asdict(run_or_fail(run_collect, cfg)), as_json=as_json)
 
 
 def register(app: typer.Typer) -> None:
     """Add ``train collect`` to the ``train`` group."""
-    train_app = _group(
-        app, "train", "Train the Searcher: SFT, then GRPO over the search environment."
-    )
+    train_app = sub_app(app, "train", TRAIN_HELP)
     train_app.command("collect")(train_collect_command)

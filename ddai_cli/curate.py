@@ -2,6 +2,9 @@
 
 Each command parses its flags into the step's config dataclass, runs the step and prints its
 summary; a step whose inputs and parameters are unchanged is skipped (``--force`` reruns).
+
+Longer than 400 lines because it declares the flags of the funnel's four steps and ``lineage``,
+each with its help; the logic is ``ddai.pipelines.funnel``'s.
 """
 
 from __future__ import annotations

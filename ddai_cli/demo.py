@@ -123,7 +123,7 @@ def step_train(cfg: DemoConfig) -> dict[str, Any]:
     (opt-in: --train). Groups with mixed outcomes are what GRPO learns from; the summary counts
     them (``informative_group_share``) and the weights that changed."""
     from ddai.trainer import learn_task, toy
-    from ddai.trainer.grpo import run_grpo
+    from ddai.trainer.grpo.train import run_grpo
 
     root = cfg.out / "train"
     sft = learn_task.start(root, seed=cfg.seed, sft_steps=DEMO_SFT_STEPS)

@@ -1,6 +1,10 @@
 """CLI: ``ddai pointer``: the pointer selector (seed 002), from a synthetic world to evaluation.
 
 world → embed → train --mode sft → gen → process → train --phases rce:3,grpo:30 → eval
+
+Longer than 400 lines because it declares the flags of the six ``ddai pointer`` commands, each a
+seed-002 setting with its help; the logic is ``ddai.pipelines.pointer``'s and
+``ddai.trainer.pointer``'s.
 """
 
 from __future__ import annotations
@@ -11,7 +15,11 @@ from typing import Annotated, Any
 import typer
 
 from ddai.cli.common import JsonOpt, RetryFailedOpt, exit_if_calls_failed, fail, summary
-from ddai.cli.train import AccelerateConfigOpt, LaunchOpt, maybe_relaunch
+from ddai.cli.options import (
+    AccelerateConfigOpt,
+    LaunchOpt,
+)
+from ddai.cli.running import maybe_relaunch
 from ddai.pipelines.backends.usage import FAILED_CALLS, failed_calls
 from ddai.pipelines.pointer.vqa import DEFAULT_THRESHOLD, SCORERS
 

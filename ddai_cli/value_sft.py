@@ -9,17 +9,18 @@ from typing import Annotated
 import typer
 
 from ddai.cli.common import JsonOpt, LogsOpt, ProgressOpt, RunsOpt, ThresholdOpt, summary
-from ddai.cli.train import AccelerateConfigOpt, LaunchOpt, maybe_relaunch
-from ddai.cli.value import (
+from ddai.cli.options import (
+    AccelerateConfigOpt,
     DtypeOpt,
+    LaunchOpt,
     MaxLenOpt,
     ObsOpt,
-    OutOpt,
     PromptsOpt,
     SystemOpt,
-    _floats,
-    _run,
+    ValueOutOpt,
+    parse_floats,
 )
+from ddai.cli.running import maybe_relaunch, run_or_fail
 
 
 def _opt(flag: str, text: str):
@@ -36,7 +37,7 @@ def train_value_sft_command(
             "(linear/mlp) is read from it, and a trunk it trained replaces the policy's.",
         ),
     ],
-    out: OutOpt,
+    out: ValueOutOpt,
     logs: LogsOpt = None,
     run: RunsOpt = None,
     data: PromptsOpt = None,
@@ -108,10 +109,9 @@ def train_value_sft_command(
     clip(exp(δ/β)) from the critic's TD error, trained with the critic's value loss."""
     maybe_relaunch(launch, accelerate_config)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from ddai.trainer.value_sft import ValueSFTConfig, train_value_sft
+    from ddai.trainer.value.sft import ValueSFTConfig, train_value_sft
 
     cfg = ValueSFTConfig(
-        progress=progress and not as_json,
         model=model,
         critic=critic,
         output_dir=out,
@@ -135,8 +135,8 @@ def train_value_sft_command(
         target=target,
         success_threshold=success_threshold,
         max_pairs_per_problem=max_pairs,
-        bin_edges=_floats(bin_edges, "--bin-edges"),
-        bin_weights=_floats(bin_weights, "--bin-weights"),
+        bin_edges=parse_floats(bin_edges, "--bin-edges"),
+        bin_weights=parse_floats(bin_weights, "--bin-weights"),
         val_fraction=val_fraction,
         batch_size=batch_size,
         max_steps=max_steps,
@@ -146,8 +146,9 @@ def train_value_sft_command(
         grad_accum=grad_accum,
         dtype=dtype,
         seed=seed,
+        progress=progress and not as_json,
     )
-    result = asdict(_run(train_value_sft, cfg))
+    result = asdict(run_or_fail(train_value_sft, cfg))
     flat = {k: v for k, v in result.items() if k not in ("eval_before", "eval_after")}
     flat.update({f"before {k}": v for k, v in result["eval_before"].items()})
     flat.update({f"after {k}": v for k, v in result["eval_after"].items()})

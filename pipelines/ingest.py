@@ -7,6 +7,9 @@ rollout or a quarantined unit (a bad line, an incomplete rollout); the reader's 
 its notes. Rollouts kept with a known defect carry ``flags`` (e.g. ``turns_incomplete``),
 counted by flag in the summary and the manifest. Side tables (source events that are not rollouts) stream to
 ``_side/<table>/<run>.jsonl``; reader notes go to the summary and to each run's manifest.
+
+Longer than 400 lines because reading, adapting, quarantining and committing a source are one
+streaming pass with one invariant (rows in = rollouts out + quarantined).
 """
 
 from __future__ import annotations
@@ -239,7 +242,7 @@ def ingest(cfg: IngestConfig) -> IngestResult:
     if objstore.is_url(cfg.logs):  # staged here, published with a conditional manifest put
         from ddai.pipelines import remote_store
 
-        return remote_store.ingest(cfg)
+        return remote_store.ingest(cfg, ingest)
     if any(objstore.is_url(s) for s in cfg.sources):
         raise ValueError(
             "source URLs are read when the log store is on object storage too (--logs s3://…); "

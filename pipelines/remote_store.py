@@ -27,6 +27,7 @@ import json
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,19 +38,18 @@ _RETRIES = 8
 _OWN = ("history", "rollouts_total", "capabilities", "files", "sha256")
 
 
-def ingest(cfg: Any) -> Any:
-    """``ddai.pipelines.ingest.ingest`` into the object-storage store ``cfg.logs``.
+def ingest(cfg: Any, local_ingest: Callable[[Any], Any]) -> Any:
+    """``local_ingest`` (``ddai.pipelines.ingest.ingest``, which dispatches here: passed in, so
+    neither module imports the other) into the object-storage store ``cfg.logs``.
 
     Source files given as URLs are downloaded first (their manifest entries keep the URL)."""
-    from ddai.pipelines import ingest as ingest_mod
-
     url = objstore.url_of(cfg.logs)
     assert url is not None
     with tempfile.TemporaryDirectory(prefix="ddai-stage-") as d:
         stage = Path(d) / "logs"
         sources, names = _local_sources(cfg.sources, Path(d) / "sources")
         staged = dataclasses.replace(cfg, logs=stage, sources=sources, stored_keys_from=url)
-        result = ingest_mod.ingest(staged)
+        result = local_ingest(staged)
         published = []
         for run in sorted(result.runs):
             publish(stage, url, run, append=cfg.append, names=names)

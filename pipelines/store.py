@@ -27,6 +27,9 @@ On object storage (``logs`` an ``s3://`` / ``gs://`` URL) the same layout holds;
 locally and published by ``ddai.pipelines.remote_store`` (parts first, then one conditional PUT
 of ``_manifest.json``: the commit), readers read the files the manifest lists through the
 object store (no locks there: superseded parts are removed only after a grace period).
+
+Longer than 400 lines because the commit protocol (temp folder, rename, manifest, locks) and the
+readers that rely on it are kept in one place.
 """
 
 from __future__ import annotations
@@ -399,8 +402,14 @@ def verify_partition(part: str | os.PathLike[str]) -> str | None:
     return "; ".join(bad) or None
 
 
+# Partition-wide fields the new manifest carries up to date: a history entry keeps only what its own
+# commit added, so a run appended to every training step grows its manifest linearly, not with
+# every earlier file list (quadratic bytes).
+_CURRENT_ONLY = ("history", "files", "sha256", "capabilities")
+
+
 def _strip_history(m: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in m.items() if k != "history"}
+    return {k: v for k, v in m.items() if k not in _CURRENT_ONLY}
 
 
 def _read_manifest(part: Path) -> dict[str, Any] | None:

@@ -36,7 +36,7 @@ WITH r AS (
         coalesce(reward, judge_score) AS score,
         len(list_intersect(coalesce(retrieved_pages, []), coalesce(reference_pages, []))) > 0
             AS golden,
-        coalesce(judge_score >= threshold AND format_ok IS DISTINCT FROM false, false) AS success,
+        is_success(judge_score, format_ok, threshold) AS success,
         answer,
         question,
         reference_answer

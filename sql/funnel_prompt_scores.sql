@@ -12,7 +12,7 @@ WITH r AS (
             AS judge_g,
         coalesce(reward, 0.0) AS reward_g,
         judge_score,
-        judge_score >= $threshold AND format_ok IS DISTINCT FROM false AS success,
+        is_success(judge_score, format_ok, $threshold) AS success,
         num_turns
     FROM rollouts
 )

@@ -1,7 +1,8 @@
 -- grain: none (scalar macros shared by the views and the report's queries)
 -- page_doc: the document of a page basename `{doc}_{page}`; shares_doc: any retrieved page from a
 -- reference page's document; discrepancy_class: DDAI's judge-vs-NDCG disagreement classes with
--- thresholds as arguments (NULL when the two agree).
+-- thresholds as arguments (NULL when the two agree). The success rule, is_success, is defined with
+-- the rollouts view (rollouts.sql), which every other view reads.
 CREATE OR REPLACE MACRO page_doc(p) AS regexp_replace(p, '_[^_]*$', '');
 
 CREATE OR REPLACE MACRO shares_doc(retrieved, reference) AS

@@ -9,8 +9,8 @@ SELECT
     uid,
     count(*) AS n,
     count(judge_score) AS n_judged,
-    count(*) FILTER (WHERE judge_score >= threshold AND format_ok IS DISTINCT FROM false) AS n_success,
-    count(*) FILTER (WHERE judge_score >= threshold AND format_ok IS DISTINCT FROM false)
+    count(*) FILTER (WHERE is_success(judge_score, format_ok, threshold)) AS n_success,
+    count(*) FILTER (WHERE is_success(judge_score, format_ok, threshold))
         / nullif(count(judge_score), 0) AS success_rate,
     avg(judge_score) AS mean_judge,
     max(judge_score) AS max_judge,
@@ -18,8 +18,8 @@ SELECT
     avg(CASE WHEN format_ok IS NOT DISTINCT FROM false THEN 0.0 ELSE coalesce(ndcg, 0.0) END)
         AS mean_ndcg_gated,
     avg(reward) AS mean_reward,
-    count(*) FILTER (WHERE judge_score >= threshold AND format_ok IS DISTINCT FROM false) > 0
-        AND count(*) FILTER (WHERE judge_score >= threshold AND format_ok IS DISTINCT FROM false)
+    count(*) FILTER (WHERE is_success(judge_score, format_ok, threshold)) > 0
+        AND count(*) FILTER (WHERE is_success(judge_score, format_ok, threshold))
             < count(judge_score) AS mixed,
     avg(num_turns) AS mean_turns,
     avg(CASE WHEN terminated = 'max_turns' THEN 1.0 ELSE 0.0 END) AS max_turns_share,

@@ -54,7 +54,7 @@ derived AS (
             list_bool_or(list_transform(range(1, len(queries)), lambda i: queries[i] = queries[i + 1])),
             false
         ) END AS consecutive_repeat,
-        coalesce(judge_score >= $threshold AND format_ok IS DISTINCT FROM false, false) AS success,
+        is_success(judge_score, format_ok, $threshold) AS success,
         CASE
             WHEN format_ok IS NOT DISTINCT FROM false THEN 'format_fail'
             WHEN judge_score IS NULL THEN 'unjudged'

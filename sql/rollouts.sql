@@ -1,8 +1,13 @@
 -- grain: one row per rollout (run_id, step, uid, rollout_idx)
--- The rollout log as stored, plus `success` at the default threshold (judge_score >= 1.0 and the
--- format gate not failed) and `doc_ids`/`reference_docs` for same-document checks.
+-- The rollout log as stored, plus `success` at the default threshold 1.0.
+-- is_success: DESIGN.md's success rule, the one spelling every view and query uses (judge_score >=
+-- threshold and the format gate not failed; false, never NULL, when the judge score is missing;
+-- ddai.pipelines.schema.is_success in Python).
+CREATE OR REPLACE MACRO is_success(judge, format_ok, threshold) AS
+    coalesce(judge >= threshold AND format_ok IS DISTINCT FROM false, false);
+
 CREATE OR REPLACE VIEW rollouts AS
 SELECT
     r.*,
-    coalesce(r.judge_score >= 1.0 AND r.format_ok IS DISTINCT FROM false, false) AS success
+    is_success(r.judge_score, r.format_ok, 1.0) AS success
 FROM rollouts_src AS r;

@@ -15,7 +15,7 @@ WITH valued AS (
         t.turn.idx AS turn_idx,
         t.turn.action AS action,
         t.turn.value AS value,
-        coalesce(r.judge_score >= threshold AND r.format_ok IS DISTINCT FROM false, false) AS success
+        is_success(r.judge_score, r.format_ok, threshold) AS success
     -- a projected subquery that keeps only the valued turns: unnest then copies a few columns
     -- for those alone (over a log whose turns carry no value it yields nothing), instead of every
     -- column of the log for every turn

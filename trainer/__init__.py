@@ -1,7 +1,11 @@
-"""The TRL-based trainer: SFT and multi-turn GRPO for the Searcher, plus pure loss math.
+"""The trainer: SFT, multi-turn GRPO and PPO for the Searcher, the value head and the pointer
+selector, each a room of the same shape (a config dataclass, a ``run_*`` entry, its math beside it).
 
-Modules: ``advantages`` and ``losses`` (pure tensor functions, registered by name), ``env`` (the
-search environment), ``rollout`` (lock-step multi-turn rollouts with state masking), ``rewards``
-(reward formula, presets, streaming scorer), ``grpo`` and ``sft`` (``ddai train``), ``tiny``
-(local tiny models), ``toy`` (a tiny search task), ``pointer`` (the pointer selector).
+Rooms: ``search`` (the episode layer every trainer shares: environment, rollouts, rewards, tasks,
+log rows), ``grpo``, ``ppo``, ``value``, ``sft``, ``pointer``; ``runtime`` (processes, launch,
+memory, metrics). Shared modules: ``rlmath`` (the RL math leaf), ``advantages`` and ``losses``
+(pure tensor functions, registered by name), ``trl_compat`` (the one fence around TRL's private
+API), ``common`` and ``modeling`` (configs and model loading), ``tiny``/``tiny_vlm`` (local tiny
+models), ``toy`` and ``learn_task`` (a tiny search task for tests and benches). ARCHITECTURE.md at
+the repository root maps them.
 """

@@ -24,6 +24,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ddai.trainer.rlmath import group_index, masked_whiten
+
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
     "gae",
@@ -38,25 +40,6 @@ __all__ = [
 
 
 # ---------------------------------------------------------------------------- helpers
-
-
-def group_index(group_ids: Sequence[Any] | Tensor) -> Tensor:
-    """Dense group index ``[N]`` (0…G-1, first-seen order) for any hashable group ids."""
-    if isinstance(group_ids, Tensor):
-        _, inverse = torch.unique(group_ids, return_inverse=True)
-        return inverse
-    seen: dict[Any, int] = {}
-    return torch.tensor([seen.setdefault(g, len(seen)) for g in group_ids], dtype=torch.long)
-
-
-def masked_whiten(x: Tensor, mask: Tensor, *, eps: float = 1e-8) -> Tensor:
-    """Whiten ``x[B,T]`` with the mean and unbiased variance of its mask-1 entries (verl's
-    ``masked_whiten``); mask-0 entries are whitened too but did not enter the statistics."""
-    m = mask.to(x.dtype)
-    n = m.sum()
-    mean = (x * m).sum() / n
-    var = ((x - mean) ** 2 * m).sum() / (n - 1).clamp(min=1)
-    return (x - mean) * torch.rsqrt(var + eps)
 
 
 def outcome_rewards(scores: Tensor, mask: Tensor) -> Tensor:

@@ -116,7 +116,7 @@ def build_callbacks(output_dir: str | os.PathLike[str], metrics_file: str | None
     """TRL's rich progress display, plus a metrics file writer when asked for."""
     from trl.trainer.callbacks import RichProgressCallback
 
-    from ddai.trainer.metrics_file import MetricsFileCallback
+    from ddai.trainer.runtime.metrics_file import MetricsFileCallback
 
     callbacks: list[Any] = [RichProgressCallback()]
     if metrics_file:

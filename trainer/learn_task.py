@@ -73,7 +73,7 @@ def write_task(out: str | os.PathLike[str]) -> Path:
 
 def start(root: str | os.PathLike[str], *, seed: int = 0, sft_steps: int = 300) -> Path:
     """Write the task under ``root/task``, build a tiny model and SFT it; returns the SFT model."""
-    from ddai.trainer.sft import SFTRunConfig, run_sft
+    from ddai.trainer.sft.train import SFTRunConfig, run_sft
     from ddai.trainer.tiny import TinySpec, build_tiny
 
     root = Path(root)
@@ -119,7 +119,7 @@ def grpo_config(
     rollout batch) at this learning rate, since 1e-6 moves a tiny model nowhere in a few steps;
     ``control``: ``grpo`` at learning rate 0.
     """
-    from ddai.trainer.grpo import TRAIN_PRESETS, GRPORunConfig
+    from ddai.trainer.grpo.config import TRAIN_PRESETS, GRPORunConfig
 
     if arm not in ARMS:
         raise ValueError(f"unknown arm {arm!r}; use one of {', '.join(ARMS)}")

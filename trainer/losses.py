@@ -4,8 +4,9 @@ Shapes: ``B`` rollouts, ``T`` response positions; ``mask[B,T]`` is 1 on policy t
 observation tokens and padding (state masking), so masked positions never reach a gradient.
 Metric keys are namespaced (``actor/...``) and hold detached scalars.
 
-Sections: loss aggregation, KL estimators, policy losses (GSPO, PPO), reward-weighted CE, and a
-place for value-head losses.
+Sections: policy losses (GSPO, PPO) and reward-weighted CE. Masked means, loss aggregation and the
+KL estimators are ``ddai.trainer.rlmath``'s (re-exported here); value-head losses are
+``ddai.trainer.value.losses``'s.
 """
 
 from __future__ import annotations
@@ -16,7 +17,18 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ddai.trainer.advantages import group_index
+from ddai.trainer.rlmath import (
+    AGG_MODES,
+    KL_ESTIMATORS,
+    aggregate,
+    group_index,
+    kl_k1,
+    kl_k2,
+    kl_k3,
+    kl_penalty,
+    lookup,
+    masked_mean,
+)
 
 __all__ = [
     "AGG_MODES",
@@ -35,89 +47,6 @@ __all__ = [
 ]
 
 Metrics = dict[str, float]
-
-
-def _lookup(table: dict[str, Any], name: str, what: str) -> Any:
-    try:
-        return table[name]
-    except KeyError:
-        raise ValueError(f"unknown {what} {name!r}; known: {', '.join(sorted(table))}") from None
-
-
-def masked_mean(x: Tensor, mask: Tensor) -> Tensor:
-    """Mean of ``x`` over mask-1 entries (0 when there are none)."""
-    m = mask.to(x.dtype)
-    return (x * m).sum() / m.sum().clamp(min=1)
-
-
-# ---------------------------------------------------------------------------- aggregation
-
-
-def _token_mean(loss: Tensor, mask: Tensor) -> Tensor:
-    return masked_mean(loss, mask)
-
-
-def _seq_mean_token_mean(loss: Tensor, mask: Tensor) -> Tensor:
-    m = mask.to(loss.dtype)
-    per_seq = (loss * m).sum(-1) / m.sum(-1).clamp(min=1)  # [B]
-    return per_seq.mean()
-
-
-def _seq_mean_token_sum(loss: Tensor, mask: Tensor) -> Tensor:
-    return (loss * mask.to(loss.dtype)).sum(-1).mean()
-
-
-AGG_MODES: dict[str, Callable[[Tensor, Tensor], Tensor]] = {
-    "token-mean": _token_mean,
-    "seq-mean-token-mean": _seq_mean_token_mean,
-    "seq-mean-token-sum": _seq_mean_token_sum,
-}
-
-
-def aggregate(loss: Tensor, mask: Tensor, mode: str = "token-mean") -> Tensor:
-    """Reduce a per-token loss ``[B,T]`` (or per-sequence ``[B,1]``, broadcast) to a scalar.
-
-    - ``token-mean``: Σ loss·mask / Σ mask (every policy token weighs the same).
-    - ``seq-mean-token-mean``: mean over sequences of each one's token mean; a row with no policy
-      token contributes 0 and still counts in the mean (TRL's ``loss_type="grpo"``).
-    - ``seq-mean-token-sum``: mean over sequences of each one's token sum.
-    """
-    fn = _lookup(AGG_MODES, mode, "loss aggregation mode")
-    return fn(loss.expand(mask.shape), mask)
-
-
-# ---------------------------------------------------------------------------- KL estimators
-# Schulman, "Approximating KL divergence" (2020): estimators of KL(π_θ ‖ π_ref) from samples of π_θ.
-
-
-def kl_k1(logp: Tensor, ref_logp: Tensor) -> Tensor:
-    """k1 = log π_θ − log π_ref: unbiased, high variance, can be negative. ``[B,T]``."""
-    return logp - ref_logp
-
-
-def kl_k2(logp: Tensor, ref_logp: Tensor) -> Tensor:
-    """k2 = ½·(log π_θ − log π_ref)²: biased, low variance, ≥ 0; as a loss its gradient is that of
-    KL(π_θ ‖ π_ref). ``[B,T]``."""
-    return 0.5 * (logp - ref_logp) ** 2
-
-
-def kl_k3(logp: Tensor, ref_logp: Tensor) -> Tensor:
-    """k3 = exp(log π_ref − log π_θ) − (log π_ref − log π_θ) − 1: unbiased, low variance, ≥ 0
-    (TRL's GRPO KL term and verl's ``low_var_kl`` without its clamps). ``[B,T]``."""
-    d = ref_logp - logp
-    return torch.exp(d) - d - 1
-
-
-KL_ESTIMATORS: dict[str, Callable[[Tensor, Tensor], Tensor]] = {
-    "k1": kl_k1,
-    "k2": kl_k2,
-    "k3": kl_k3,
-}
-
-
-def kl_penalty(logp: Tensor, ref_logp: Tensor, kind: str = "k3") -> Tensor:
-    """Per-token KL estimate by name (``k1``, ``k2`` or ``k3``)."""
-    return _lookup(KL_ESTIMATORS, kind, "KL estimator")(logp, ref_logp)
 
 
 # ---------------------------------------------------------------------------- policy losses
@@ -245,7 +174,7 @@ POLICY_LOSSES: dict[str, Callable[..., tuple[Tensor, Metrics]]] = {
 
 def get_policy_loss(name: str) -> Callable[..., tuple[Tensor, Metrics]]:
     """The policy loss registered as ``name``; an unknown name fails listing the known ones."""
-    return _lookup(POLICY_LOSSES, name, "policy loss")
+    return lookup(POLICY_LOSSES, name, "policy loss")
 
 
 # ---------------------------------------------------------------------------- reward-weighted CE
@@ -298,29 +227,3 @@ def rce_loss(
         "actor/rce_nll": float(masked_mean(-logp.detach(), mask)),
     }
     return loss, metrics
-
-
-# ---------------------------------------------------------------------------- value-head losses
-# MC tokenwise MSE, pairwise ranking and TD(λ) for the value head live here (trainer/value.py).
-
-
-# ----------------------------------------------------------------------------- value head and PPO
-# The value-head losses live in ``value_losses``, which imports this module; they are reachable
-# from here too, resolved on first access so neither module needs the other at import time.
-_VALUE_LOSSES = (
-    "clipped_value_loss",
-    "hybrid_value_loss",
-    "kl_penalized_rewards",
-    "mc_value_loss",
-    "pairwise_ranking_loss",
-    "td_lambda_targets",
-)
-__all__ += list(_VALUE_LOSSES)
-
-
-def __getattr__(name: str):
-    if name in _VALUE_LOSSES:
-        from ddai.trainer import value_losses
-
-        return getattr(value_losses, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ddai.trainer.chat import CHATML_TEMPLATE, ENDOFTEXT, IM_END, IM_START
+from ddai.trainer.search.chat import CHATML_TEMPLATE, ENDOFTEXT, IM_END, IM_START
 
 # The Searcher's tags become single tokens, so even a tiny model can learn the format quickly.
 TAG_TOKENS = (

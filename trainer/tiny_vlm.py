@@ -1,6 +1,6 @@
 """A tiny Qwen2-VL for tests, benches and demos: built from a config, nothing downloaded.
 
-``build_tiny_vlm(out)`` writes a ``from_pretrained`` folder: a randomly initialised
+``tiny_vlm()`` builds it in memory; ``build_tiny_vlm(out)`` writes a ``from_pretrained`` folder: a randomly initialised
 ``Qwen2VLForConditionalGeneration`` (two text layers, one vision block), the byte-level BPE
 tokenizer of ``ddai.trainer.tiny`` plus Qwen2-VL's vision tokens, Qwen2-VL's PIL image processor
 (no torchvision needed) and Qwen2.5-VL's chat template as TRL ships it, so TRL's training-template
@@ -15,6 +15,7 @@ import shutil
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 VISION_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>")
 
@@ -26,17 +27,17 @@ def qwen2_vl_chat_template() -> str:
     return (Path(trl.__file__).parent / "chat_templates" / "qwen2_5_vl.jinja").read_text("utf-8")
 
 
-def build_tiny_vlm(
-    out: str | os.PathLike[str],
+def tiny_vlm(
     *,
     texts: Iterable[str] | None = None,
     max_pixels: int = 28 * 28 * 16,
     seed: int = 0,
-    overwrite: bool = False,
-) -> Path:
-    """Write a tiny Qwen2-VL, its tokenizer and its image processor to ``out``.
+    chat_template: str | None = None,
+) -> tuple[Any, Any, Any]:
+    """A tiny Qwen2-VL in memory: ``(model, tokenizer, processor)``.
 
-    ``max_pixels`` caps the resized image (default: at most 16 placeholder tokens per image).
+    ``max_pixels`` caps the resized image (default: at most 16 placeholder tokens per image);
+    ``chat_template``: the tokenizer's and processor's (default: Qwen2.5-VL's, as TRL ships it).
     """
     import torch
     from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration, Qwen2VLProcessor
@@ -47,12 +48,9 @@ def build_tiny_vlm(
     from ddai.trainer.modeling import image_only_processor_class
     from ddai.trainer.tiny import FIXTURE_TEXT, train_tokenizer
 
-    path = Path(out)
-    if path.exists() and any(path.iterdir()) and not overwrite:
-        raise FileExistsError(f"{path} is not empty; pick a new folder or pass overwrite")
     tok = train_tokenizer([FIXTURE_TEXT, *(texts or [])])
     tok.add_special_tokens({"additional_special_tokens": ["<|im_start|>", *VISION_TOKENS]})
-    template = qwen2_vl_chat_template()
+    template = chat_template if chat_template is not None else qwen2_vl_chat_template()
     tok.chat_template = template
     images = Qwen2VLImageProcessorPil(min_pixels=28 * 28 * 4, max_pixels=max_pixels)
     processor = image_only_processor_class(Qwen2VLProcessor)(images, tok, chat_template=template)
@@ -90,6 +88,22 @@ def build_tiny_vlm(
     model = Qwen2VLForConditionalGeneration(config)
     model.generation_config.eos_token_id = tok.eos_token_id
     model.generation_config.pad_token_id = tok.pad_token_id
+    return model, tok, processor
+
+
+def build_tiny_vlm(
+    out: str | os.PathLike[str],
+    *,
+    texts: Iterable[str] | None = None,
+    max_pixels: int = 28 * 28 * 16,
+    seed: int = 0,
+    overwrite: bool = False,
+) -> Path:
+    """Write ``tiny_vlm``'s model, tokenizer and image processor to ``out``."""
+    path = Path(out)
+    if path.exists() and any(path.iterdir()) and not overwrite:
+        raise FileExistsError(f"{path} is not empty; pick a new folder or pass overwrite")
+    model, _, processor = tiny_vlm(texts=texts, max_pixels=max_pixels, seed=seed)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
     try:

@@ -1,15 +1,30 @@
-"""The TRL internals ``DdaiGRPOTrainer`` relies on, checked against the installed TRL.
+"""The one fence around TRL's private API: everything ddai touches in ``GRPOTrainer`` that is not
+public lives here, and ``check_trl_internals`` checks it against the installed TRL.
 
-``DdaiGRPOTrainer`` overrides two private ``GRPOTrainer`` methods and calls TRL helpers that are
-not public API; ``pyproject.toml`` pins ``trl`` to the minor range they were tested with. When TRL
-changes any of them, ``check_trl_internals`` names what changed instead of letting a run fail
-deep inside a training step (the test suite runs it; so does every GRPO run).
+- ``grpo_trainer_class``: ``DdaiGRPOTrainer``, overriding two private ``GRPOTrainer`` methods
+  (``_generate_and_score_completions``: hands the rollout its batch through the ``ddai_inputs``
+  side channel and logs the scored rollouts; ``_get_per_token_logps_and_entropies``: feeds the
+  rollouts' images into every log-prob pass). The class is built, and TRL checked, on first use.
+- ``rollout_inputs`` and ``generation_model``: what the rollout function reads from the trainer
+  (the side channel, the group size, TRL's generation context with its private ``_dist``).
+
+``pyproject.toml`` pins ``trl`` to the minor range these were tested with. When TRL changes any
+of them, ``check_trl_internals`` names what changed instead of letting a run fail deep inside a
+training step (the contract tests ``tests/trainer/test_trl_compat.py``,
+``test_trainer_rollout_mask.py`` and ``test_trainer_vision.py`` run them).
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+from collections.abc import Iterator
 from typing import Any
+
+from ddai.trainer.runtime import dist
+from ddai.trainer.search.logrows import rollout_row
+from ddai.trainer.search.preflight import ZeroVarianceSteps
+from ddai.trainer.search.vision import on_device, slice_vision
 
 TESTED_TRL = ">=1.16,<1.17"
 """The ``trl`` range in ``pyproject.toml``."""
@@ -79,5 +94,145 @@ def check_trl_internals(grpo_cls: Any | None = None) -> None:
         raise TRLInternalsChanged(
             f"trl {trl.__version__} changed internals ddai's GRPO trainer overrides "
             f"(tested with trl{TESTED_TRL}): " + "; ".join(problems) + ". Install a tested "
-            f"version (pip install 'trl{TESTED_TRL}') or update ddai/trainer/grpo.py."
+            f"version (pip install 'trl{TESTED_TRL}') or update ddai/trainer/trl_compat.py."
         )
+
+
+def rollout_inputs(trainer: Any) -> tuple[list[dict[str, Any]], int]:
+    """The batch's task rows (the ``ddai_inputs`` side channel ``DdaiGRPOTrainer`` fills) and its
+    group size (rollouts per prompt; evaluation may use its own)."""
+    group = trainer.num_generations
+    if not trainer.model.training:
+        group = trainer.num_generations_eval or group
+    return trainer.ddai_inputs, group
+
+
+@contextlib.contextmanager
+def generation_model(trainer: Any) -> Iterator[Any]:
+    """The policy ready to generate, as TRL's own generation has it: ZeRO-3 parameters gathered,
+    FSDP v1 root parameters summoned."""
+    from trl.models import unwrap_model_for_generation
+
+    with (
+        unwrap_model_for_generation(
+            trainer.model_wrapped,
+            trainer.accelerator,
+            gather_deepspeed3_params=trainer.args.ds3_gather_for_generation,
+        ) as model,
+        trainer._dist.summon_full_params(trainer.model_wrapped, recurse=False),
+    ):
+        yield model
+
+
+def grpo_trainer_class() -> type:
+    """``DdaiGRPOTrainer``, built on first use (importing TRL is slow) after
+    ``check_trl_internals`` has checked every private method it overrides."""
+    from trl import GRPOTrainer
+
+    check_trl_internals(GRPOTrainer)
+
+    class DdaiGRPOTrainer(GRPOTrainer):
+        """GRPOTrainer that shows the rollout its batch and logs the scored rollouts."""
+
+        def __init__(self, *args, ddai_rollout: Any, ddai_log: Any, **kwargs):
+            super().__init__(*args, rollout_func=ddai_rollout, **kwargs)
+            self.ddai_rollout = ddai_rollout
+            self.ddai_log = ddai_log
+            self.ddai_inputs: list[dict[str, Any]] = []
+            self.ddai_zero_variance = ZeroVarianceSteps()
+
+        def _generate_and_score_completions(self, inputs):
+            self.ddai_inputs = inputs
+            self.ddai_rollout.vision_fields = None
+            out = super()._generate_and_score_completions(inputs)
+            if self.ddai_rollout.vision_fields is not None:
+                # TRL shuffles, splits and re-joins these per rollout (``num_images``), then hands
+                # them back to ``_get_per_token_logps_and_entropies`` in the loss.
+                out.update(self.ddai_rollout.vision_fields)
+                self.ddai_rollout.vision_fields = None
+            advantages = out["advantages"].detach().float().cpu().tolist()
+            step = int(self.state.global_step) + 1
+            # TRL gives each rank a contiguous slice of the global batch (``process_slice``), so
+            # rank r's i-th rollout is row r·len(inputs) + i of the step's generation batch.
+            rank = self.accelerator.process_index
+            offset = rank * len(inputs)
+            rows = []
+            groups: dict[int, list[float]] = {}
+            for i, (inp, adv) in enumerate(zip(inputs, advantages, strict=True)):
+                traj, judged, score = self.ddai_rollout.pop(inp["episode_key"])
+                if score is not None and not score.unscorable:
+                    groups.setdefault(traj.group, []).append(score.reward)
+                if self.ddai_log is not None:
+                    row = rollout_row(
+                        traj,
+                        run_id=self.ddai_log.run_id,
+                        step=step,
+                        advantage=adv,
+                        sample_idx=offset + i,
+                        judged=judged,
+                        score=score,
+                    )
+                    row["extra"].update(rank=rank, rank_seed=dist.rank_seed(self.args.seed, rank))
+                    rows.append(row)
+            if self.ddai_log is not None:
+                # Every rank's episodes to the main process, written once (collective).
+                rows = dist.gather_objects(rows)
+                if self.accelerator.is_main_process:
+                    self.ddai_log.append(rows)
+            if self.model.training:
+                # A step is flat when every group on every rank is (collective).
+                all_groups = dist.gather_objects(list(groups.values()))
+                if self.accelerator.is_main_process:
+                    self.ddai_zero_variance.observe(step, all_groups)
+            return out
+
+        def _get_per_token_logps_and_entropies(
+            self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, **kwargs
+        ):
+            """Log-probs with the rollout's images: those of the batch being scored (old and
+            reference log-probs) or those carried in ``inputs`` (the loss)."""
+            import torch
+
+            if self.ddai_rollout.vision is None:
+                # Not an image-observation run: TRL's own path, with whatever images it was given.
+                return super()._get_per_token_logps_and_entropies(
+                    model, input_ids, attention_mask, logits_to_keep, batch_size, **kwargs
+                )
+            kwargs.pop("mm_token_type_ids", None)  # rebuilt per chunk from the ids
+            fields = {k: kwargs.pop(k, None) for k in ("pixel_values", "image_grid_thw")}
+            fields["num_images"] = kwargs.pop("num_images", None)
+            if fields["pixel_values"] is None:
+                fields = self.ddai_rollout.vision_fields
+            if fields is None:
+                return super()._get_per_token_logps_and_entropies(
+                    model, input_ids, attention_mask, logits_to_keep, batch_size, **kwargs
+                )
+            image_id = self.ddai_rollout.vision.image_token_id
+            size = batch_size or input_ids.size(0)
+            parts = []
+            # Chunk here, not in TRL, so that chunks without an image go through text-only.
+            for start in range(0, input_ids.size(0), size):
+                end = min(start + size, input_ids.size(0))
+                ids = input_ids[start:end]
+                # Sliced where the fields lie (the CPU), then moved to the ids' device: the
+                # processor's tensors never reach the model on another device.
+                chunk = on_device(slice_vision(fields, start, end) or {}, ids.device)
+                if chunk:
+                    chunk["mm_token_type_ids"] = (ids == image_id).long()
+                parts.append(
+                    super()._get_per_token_logps_and_entropies(
+                        model,
+                        ids,
+                        attention_mask[start:end],
+                        logits_to_keep,
+                        end - start,
+                        **kwargs,
+                        **chunk,
+                    )
+                )
+            logps = torch.cat([p[0] for p in parts])
+            ent = torch.cat([p[1] for p in parts]) if parts[0][1] is not None else None
+            aux = torch.stack([p[2] for p in parts]).mean() if parts[0][2] is not None else None
+            return logps, ent, aux
+
+    return DdaiGRPOTrainer

@@ -42,6 +42,9 @@ Mapped fields: ``global_step`` → ``step``; ``rollout_idx`` = ``sample_idx mod 
 
 "Rows in" for this format are the units yielded: rollouts assembled plus units quarantined. Event
 counts are in ``ctx.notes[<path>]``.
+
+Longer than 400 lines because the event grammar, the rollout key and the per-event repairs of
+DDAI's unified log are one reader; split, each half would need the other's state.
 """
 
 from __future__ import annotations

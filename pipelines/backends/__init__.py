@@ -99,9 +99,16 @@ def get_backend(
     return build(spec, role, **context)
 
 
+# (kind, role) -> (module, class) where one kind serves a role through another class: an openai
+# embedder talks to the embeddings endpoint, not a prompt.
+_ROLE_BUILDERS: dict[tuple[str, str], tuple[str, str]] = {
+    ("openai", "embedder"): ("ddai.pipelines.backends.openai_embedder", "OpenAIEmbedder"),
+}
+
+
 def build(spec: BackendSpec, role: str, **context: Any):
     """Build a backend from an explicit spec (tests and tools that make specs in code)."""
-    module, cls = _BUILDERS[spec.kind]
+    module, cls = _ROLE_BUILDERS.get((spec.kind, role)) or _BUILDERS[spec.kind]
     return getattr(importlib.import_module(module), cls).from_spec(spec, role, **context)
 
 

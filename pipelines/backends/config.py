@@ -24,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from ddai.pipelines import workspace
@@ -201,10 +200,6 @@ def resolve(
             f"(it serves: {', '.join(KINDS[spec.kind])})"
         )
     return spec
-
-
-def prompt_path(spec: BackendSpec) -> Path | None:
-    return Path(spec.prompt) if spec.prompt else None
 
 
 def _check_role(role: str) -> None:

@@ -26,6 +26,9 @@ not JSON), ``hang`` (no answer until ``hang_s`` passes or the server stops).
 
 ``responder(prompt_text) -> answer_text`` makes the model's answer; the default one plays each
 role from its default prompt (``default_responder``).
+
+Longer than 400 lines because it serves both wire protocols (OpenAI chat and responses, Gemini)
+with their streaming and error modes, for tests and benchmarks.
 """
 
 from __future__ import annotations

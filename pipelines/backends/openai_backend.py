@@ -97,14 +97,6 @@ class OpenAIBackend(RemoteBackend):
         self._client: openai.AsyncOpenAI | None = None
         self._client_loop: asyncio.AbstractEventLoop | None = None
 
-    @classmethod
-    def from_spec(cls, spec: Any, role: str, **context: Any) -> Any:
-        if role == "embedder":  # the embeddings endpoint, not a prompt: its own class
-            from ddai.pipelines.backends.openai_embedder import OpenAIEmbedder
-
-            return OpenAIEmbedder.from_spec(spec, role, **context)
-        return super().from_spec(spec, role, **context)
-
     # ------------------------------------------------------------------ client
     def client(self) -> openai.AsyncOpenAI:
         """The SDK client for the running event loop (its connection pool is bound to one loop)."""

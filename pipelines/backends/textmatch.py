@@ -91,16 +91,6 @@ def rank_lines(question: str, lines: list[str], *, numeric: bool) -> list[Ranked
     return ranked
 
 
-def best_line(question: str, lines: list[str], *, numeric: bool) -> Ranked | None:
-    """The one most relevant value line, or None when no line overlaps the question or two tie."""
-    ranked = rank_lines(question, lines, numeric=numeric)
-    if not ranked or ranked[0].score <= 0:
-        return None
-    if len(ranked) > 1 and math.isclose(ranked[0].score, ranked[1].score):
-        return None
-    return ranked[0]
-
-
 def line_values(line: str, question: str) -> list[float]:
     """The numbers on ``line`` that the question does not itself print (e.g. not its year).
 

@@ -21,6 +21,11 @@ import pyarrow.parquet as pq
 
 from ddai.pipelines import io, objstore
 
+# The fields of one verl-shaped row: one reader for the funnel and the trainer.
+from ddai.pipelines.prompt_row import question_of, reference_of, reference_page_ids
+
+__all__ = ["question_of", "reference_of", "reference_page_ids"]
+
 ID = "id"
 EXTRA = "extra_info"
 _HF_KEY = b"huggingface"
@@ -133,43 +138,3 @@ def _hf_metadata(meta: dict[bytes, bytes] | None, name: str, typ: pa.DataType):
 def write_dataset(path: str | os.PathLike[str], table: pa.Table) -> None:
     """Write atomically (zstd Parquet), schema and metadata as given."""
     io.write_parquet(path, table)
-
-
-# ---------------------------------------------------------------- fields of one verl-shaped row
-
-
-def question_of(row: dict[str, Any]) -> str:
-    """``extra_info.question``, else the last user message of ``prompt``, else ``question``."""
-    extra = row.get(EXTRA) or {}
-    if extra.get("question"):
-        return str(extra["question"])
-    for msg in reversed(row.get("prompt") or []):
-        if isinstance(msg, dict) and msg.get("role") == "user" and msg.get("content"):
-            return str(msg["content"]).removeprefix("Question: ")
-    return str(row.get("question") or "")
-
-
-def reference_of(row: dict[str, Any]) -> str:
-    """``reward_model.ground_truth``, else ``extra_info.answer``, else ``answer``."""
-    rm = row.get("reward_model") or {}
-    extra = row.get(EXTRA) or {}
-    for v in (rm.get("ground_truth"), extra.get("answer"), row.get("answer")):
-        if v not in (None, ""):
-            return v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)
-    return ""
-
-
-def reference_page_ids(row: dict[str, Any]) -> list[str]:
-    """DDAI's golden page basenames ``{doc}_{page}`` from ``file_name`` (``N.pdf``) and
-    ``reference_page`` (top level, else in ``extra_info``)."""
-    extra = row.get(EXTRA) or {}
-    name = row.get("file_name") or extra.get("file_name")
-    pages = row.get("reference_page")
-    if pages is None:
-        pages = extra.get("reference_page")
-    if not name or pages is None:
-        return []
-    if isinstance(pages, int | str):
-        pages = [pages]
-    doc = Path(str(name)).stem
-    return [f"{doc}_{p}" for p in pages]

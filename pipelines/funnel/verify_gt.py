@@ -12,6 +12,9 @@
    exclude: ``wrong`` and ``uncertain`` are flagged. Outputs ``<dataset>_filtered.parquet`` and
    ``<dataset>_excluded.parquet`` (with ``extra_info.gt_verdict`` / ``gt_reason``), both in the
    dataset's shape and order.
+
+Longer than 400 lines because candidate selection, the judge call, the re-judging of disagreements
+and the decision file are one step with one manifest.
 """
 
 from __future__ import annotations

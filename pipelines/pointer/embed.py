@@ -20,8 +20,8 @@ import numpy as np
 from ddai.pipelines import manifest
 from ddai.pipelines.backends.base import EmbedItem
 from ddai.pipelines.pointer import world as world_mod
-from ddai.pipelines.pointer.progress import bar
 from ddai.pipelines.pointer.store import SUFFIXES, build_store, save_store
+from ddai.pipelines.progress import bar
 
 WORLD_EMBEDDER = "world"
 

@@ -2,7 +2,7 @@
 cut off, for runs trained by ``ddai train grpo``.
 
 Reads the side table ``_side/train_metrics/<run>.jsonl`` that training writes beside the rollout
-log (``ddai.trainer.train_metrics``). A clip ratio of 0 at every step means the clip never acted:
+log (``ddai.trainer.runtime.train_metrics``). A clip ratio of 0 at every step means the clip never acted:
 with one optimizer step per rollout batch the ratio is exactly 1, whatever the clip range.
 """
 

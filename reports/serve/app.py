@@ -4,6 +4,9 @@ Every page is server-rendered through jinja2 with autoescaping, so model text is
 pages also carry a Content-Security-Policy that runs scripts from this server only, so even a
 mistake in escaping could not run a planted ``<script>``. The live report (``/report``) is the
 static report built over the current store.
+
+Longer than 400 lines because every route of the explorer is declared here next to the security
+headers they share.
 """
 
 from __future__ import annotations

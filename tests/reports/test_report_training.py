@@ -13,7 +13,7 @@ from ddai.reports.blocks import Note, Table
 from ddai.reports.config import ReportConfig
 from ddai.reports.context import ReportContext
 from ddai.reports.sections import training
-from ddai.trainer.train_metrics import TrainMetricsLog
+from ddai.trainer.runtime.train_metrics import TrainMetricsLog
 
 
 def _ctx(tmp_path, logs):

@@ -20,8 +20,12 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 import random
 
 from ddai.pipelines.backends import JudgeResult
-from ddai.trainer import dist, grpo, rollout, sft, toy
-from ddai.trainer.env import SearchEnv
+from ddai.trainer import toy
+from ddai.trainer.grpo import train as grpo
+from ddai.trainer.runtime import dist
+from ddai.trainer.search import episodes, rollout
+from ddai.trainer.search.env import SearchEnv
+from ddai.trainer.sft import train as sft
 
 
 class RandomJudge:
@@ -60,7 +64,7 @@ def main() -> None:
 
     rollout.HFSampler.idle = idle
 
-    real_run = grpo.run_rollouts
+    real_run = episodes.run_rollouts
 
     def counted(*args, **kwargs):
         turns = [0]
@@ -69,7 +73,7 @@ def main() -> None:
         calls.append(turns[0])
         return trajs
 
-    grpo.run_rollouts = counted
+    episodes.run_rollouts = counted
 
     sharded = [False]
     real_save = sft.save_final

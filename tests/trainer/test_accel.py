@@ -1,4 +1,4 @@
-"""``ddai.trainer.accel`` on stand-in accelerators: per-rank seeds, shares of a global batch,
+"""``ddai.trainer.runtime.accel`` on stand-in accelerators: per-rank seeds, shares of a global batch,
 metrics averaged over the ranks that report them, and the run config written by the main
 process only (the 2-process runs in ``test_dist_ppo_value`` exercise the real collectives)."""
 
@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from ddai.trainer import accel
+from ddai.trainer.runtime import accel
 
 
 def rank(i: int, world: int = 2) -> SimpleNamespace:
@@ -48,7 +48,7 @@ def test_mean_metrics_average_over_the_ranks_that_report_each_key(monkeypatch):
 
 
 def test_run_config_is_written_by_the_main_process_only(tmp_path):
-    from ddai.trainer.value_train import ValueTrainConfig
+    from ddai.trainer.value.train import ValueTrainConfig
 
     cfg = ValueTrainConfig(model="m", output_dir=tmp_path / "out", seed=3)
     path = accel.write_run_config(tmp_path / "other", cfg, rank(1))

@@ -20,7 +20,7 @@ from ddai.cli.app import app
 from ddai.pipelines.store import read_rollouts
 from ddai.trainer import toy
 from ddai.trainer.modeling import load_tokenizer
-from ddai.trainer.openai_sampler import OpenAICompletionsSampler
+from ddai.trainer.search.openai_sampler import OpenAICompletionsSampler
 from ddai.trainer.tiny import TinySpec, build_tiny
 
 runner = CliRunner()

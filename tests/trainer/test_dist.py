@@ -3,10 +3,11 @@ sampler's collectives) until no rank has a live episode."""
 
 from __future__ import annotations
 
-from ddai.trainer import dist, toy
-from ddai.trainer.data import load_tasks
-from ddai.trainer.env import EnvConfig, SearchEnv
-from ddai.trainer.rollout import RolloutConfig, Sampler, run_rollouts
+from ddai.trainer import toy
+from ddai.trainer.runtime import dist
+from ddai.trainer.search.env import EnvConfig, SearchEnv
+from ddai.trainer.search.rollout import RolloutConfig, Sampler, run_rollouts
+from ddai.trainer.search.tasks import load_tasks
 from ddai.trainer.tiny import build_tiny
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from ddai.pipelines.store import read_rollouts
 from ddai.trainer import toy
-from ddai.trainer.metrics_file import read_metrics
+from ddai.trainer.runtime.metrics_file import read_metrics
 from ddai.trainer.tiny import build_tiny
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -166,7 +166,7 @@ def test_sft_lora_under_fsdp_saves_the_adapter_and_one_merged_model(world):
 
 
 def _port() -> int:
-    from ddai.trainer.launch import free_port
+    from ddai.trainer.runtime.launch import free_port
 
     return free_port()
 

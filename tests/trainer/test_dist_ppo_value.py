@@ -15,9 +15,9 @@ import torch
 
 from ddai.pipelines.store import read_rollouts, write_run
 from ddai.trainer import toy
-from ddai.trainer.launch import free_port
+from ddai.trainer.runtime.launch import free_port
 from ddai.trainer.tiny import TinySpec, build_tiny, read_texts
-from ddai.trainer.value import load_value_model
+from ddai.trainer.value.model import load_value_model
 
 FIXTURES = Path(__file__).parents[2] / "fixtures"
 
@@ -199,7 +199,7 @@ def test_value_grad_accum_splits_the_same_pairs_into_micro_batches(value_world):
 
 def test_ppo_grad_accum_must_divide_the_mini_batch():
     from ddai.trainer.common import TrainConfigError
-    from ddai.trainer.ppo import PPORunConfig
+    from ddai.trainer.ppo.train import PPORunConfig
 
     cfg = dict(model="m", data="d", corpus="c", output_dir="o", batch_size=8)
     PPORunConfig(**cfg, mini_batch_size=4, grad_accum=2).check()

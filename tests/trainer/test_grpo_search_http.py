@@ -20,9 +20,10 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 from ddai.pipelines import metrics
 from ddai.pipelines.backends.fakes_search import FakeSearchServer
 from ddai.pipelines.store import read_rollouts
-from ddai.trainer import grpo, toy
-from ddai.trainer.grpo import GRPORunConfig, run_grpo
-from ddai.trainer.rollout import Sampler
+from ddai.trainer import toy
+from ddai.trainer.grpo import train as grpo
+from ddai.trainer.grpo.train import GRPORunConfig, run_grpo
+from ddai.trainer.search.rollout import Sampler
 from ddai.trainer.tiny import build_tiny
 
 PAGES = toy.corpus().pages()
@@ -172,7 +173,7 @@ def test_a_failing_service_gives_system_errors_and_the_step_finishes(
 def test_preflight_refuses_a_failing_service_before_loading_the_model(
     toy_setup, protocol, monkeypatch
 ):
-    from ddai.trainer.preflight import PreflightError
+    from ddai.trainer.search.preflight import PreflightError
 
     root, data, tiny = toy_setup
     with FakeSearchServer(pages=PAGES, script=["500"] * 4) as srv:

@@ -14,12 +14,12 @@ import torch
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from ddai.pipelines.corpus import Corpus
-from ddai.trainer import kv_reuse
-from ddai.trainer.data import Task
-from ddai.trainer.env import EnvConfig, SearchEnv
-from ddai.trainer.kv_reuse import TurnCache, _gather, _Row
 from ddai.trainer.modeling import load_policy
-from ddai.trainer.rollout import HFSampler, RolloutConfig, run_rollouts, token_truncator
+from ddai.trainer.search import kv_reuse
+from ddai.trainer.search.env import EnvConfig, SearchEnv
+from ddai.trainer.search.kv_reuse import TurnCache, _gather, _Row
+from ddai.trainer.search.rollout import HFSampler, RolloutConfig, run_rollouts, token_truncator
+from ddai.trainer.search.tasks import Task
 from ddai.trainer.tiny import build_tiny
 
 SAMPLED = {"temperature": 0.7, "top_k": 20, "top_p": 0.9, "repetition_penalty": 1.3}

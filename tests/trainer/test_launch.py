@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from ddai.cli.app import app
-from ddai.trainer.launch import launch_command, strip_flags
+from ddai.trainer.runtime.launch import launch_command, strip_flags
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "accelerate"
 

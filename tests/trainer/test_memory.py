@@ -10,15 +10,15 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from ddai.trainer.memory_meter import TensorMemoryMeter
-from ddai.trainer.memory_model import (
+from ddai.trainer.runtime.memory_meter import TensorMemoryMeter
+from ddai.trainer.runtime.memory_model import (
     ModelShape,
     RunShape,
     estimate,
     sampler_bytes,
     training_activations,
 )
-from ddai.trainer.rollout import HFSampler
+from ddai.trainer.search.rollout import HFSampler
 
 N, SHORT, LONG = 4, 8, 64
 

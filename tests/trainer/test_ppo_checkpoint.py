@@ -13,10 +13,10 @@ from typer.testing import CliRunner
 
 from ddai.cli.app import app
 from ddai.pipelines.store import read_rollouts, write_run
-from ddai.trainer import ppo_checkpoint as ck
 from ddai.trainer import toy
 from ddai.trainer.common import TrainConfigError
-from ddai.trainer.ppo import PPORunConfig, run_ppo
+from ddai.trainer.ppo import checkpoint as ck
+from ddai.trainer.ppo.train import PPORunConfig, run_ppo
 from ddai.trainer.tiny import TinySpec, build_tiny
 
 runner = CliRunner()
@@ -117,8 +117,8 @@ def test_checkpoint_write_is_atomic_and_keeps_one(tmp_path, monkeypatch):
         def state_dict(self):
             return {"state": {}, "param_groups": []}
 
-    import ddai.trainer.sft as sft
-    import ddai.trainer.value as value
+    from ddai.trainer.sft import train as sft
+    from ddai.trainer.value import model as value
 
     # Stand-in savers (the real ones are exercised by the slow test): record where they write.
     calls = []

@@ -11,7 +11,7 @@ import torch
 
 from ddai.trainer.advantages import gae
 from ddai.trainer.losses import ppo_loss
-from ddai.trainer.value_losses import clipped_value_loss, kl_penalized_rewards
+from ddai.trainer.value.losses import clipped_value_loss, kl_penalized_rewards
 
 D = torch.float64
 

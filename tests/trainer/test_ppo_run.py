@@ -13,11 +13,12 @@ from typer.testing import CliRunner
 
 from ddai.cli.app import app
 from ddai.pipelines.store import read_rollouts
-from ddai.trainer import ppo, toy
-from ddai.trainer.ppo import PPORunConfig, make_experience, run_ppo
+from ddai.trainer import toy
+from ddai.trainer.ppo import train as ppo
+from ddai.trainer.ppo.train import PPORunConfig, make_experience, run_ppo
 from ddai.trainer.tiny import TinySpec, build_tiny
-from ddai.trainer.value import load_value_model
-from ddai.trainer.value_data import pad_batch
+from ddai.trainer.value.data import pad_batch
+from ddai.trainer.value.model import load_value_model
 
 runner = CliRunner()
 
@@ -191,7 +192,7 @@ def test_ppo_bad_flags_exit_2(toy_world, tmp_path):
 def test_critic_from_a_value_checkpoint_must_share_the_policy_tokenizer(toy_world, tmp_path):
     from ddai.trainer.common import TrainConfigError
     from ddai.trainer.modeling import load_tokenizer
-    from ddai.trainer.value import new_value_model, save_value_model
+    from ddai.trainer.value.model import new_value_model, save_value_model
 
     _, _, tiny = toy_world
     model, tok = new_value_model(str(tiny), head_type="mlp", unfreeze=0)

@@ -9,11 +9,11 @@ import math
 import pytest
 import torch
 
-from ddai.trainer import ppo
-from ddai.trainer import value_losses as vl
-from ddai.trainer.ppo import PPORunConfig, make_experience
-from ddai.trainer.ppo_terms import actor_loss, kl_loss, normalize_scores, token_entropy, whiten
-from ddai.trainer.value_data import pad_batch
+from ddai.trainer.ppo import train as ppo
+from ddai.trainer.ppo.terms import actor_loss, kl_loss, normalize_scores, token_entropy, whiten
+from ddai.trainer.ppo.train import PPORunConfig, make_experience
+from ddai.trainer.value import losses as vl
+from ddai.trainer.value.data import pad_batch
 
 # One rollout, two policy tokens: policy log-probs [-1, -0.5], reference [-1.5, -1], so
 # log π − log π_ref = 0.5 on both; k1 = 0.5, k2 = ½·0.25 = 0.125, k3 = e^-0.5 + 0.5 − 1.

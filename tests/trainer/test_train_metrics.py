@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from ddai.trainer.train_metrics import TrainMetricsLog, side_table_path
+from ddai.trainer.runtime.train_metrics import TrainMetricsLog, side_table_path
 
 
 def _state(step, main=True):

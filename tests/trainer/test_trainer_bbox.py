@@ -10,9 +10,9 @@ import pytest
 from PIL import Image
 
 from ddai.pipelines.corpus import Corpus
-from ddai.trainer.env import EnvConfig, SearchEnv
-from ddai.trainer.rewards import StreamingScorer, cap_images
-from ddai.trainer.vision import ResizedPixels, crop_image
+from ddai.trainer.search.env import EnvConfig, SearchEnv
+from ddai.trainer.search.rewards import StreamingScorer, cap_images
+from ddai.trainer.search.vision import ResizedPixels, crop_image
 
 RED, BLUE, WHITE = (255, 0, 0), (0, 0, 255), (255, 255, 255)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ddai.trainer.chat import observation_text
+from ddai.trainer.search.chat import observation_text
 
 
 def test_image_block_read_back_from_parquet_keeps_its_path():

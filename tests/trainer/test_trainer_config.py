@@ -12,7 +12,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from ddai.cli.app import app
 from ddai.trainer.common import TrainConfigError, parse_set, split_report_to
-from ddai.trainer.grpo import GRPORunConfig, grpo_args, reward_spec
+from ddai.trainer.grpo.config import GRPORunConfig, grpo_args
+from ddai.trainer.search.config import RewardOverrides
+
+reward_spec = RewardOverrides.reward_spec
 
 
 def _cfg(tmp_path: Path, **kw) -> GRPORunConfig:

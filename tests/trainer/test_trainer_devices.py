@@ -12,8 +12,8 @@ import torch
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
-from ddai.trainer import grpo
-from ddai.trainer.vision import vision_batch
+from ddai.trainer import trl_compat
+from ddai.trainer.search.vision import vision_batch
 
 IMAGE_ID = 7
 
@@ -56,7 +56,7 @@ class Rollout:
 def _trainer(monkeypatch, rollout):
     from trl import GRPOTrainer
 
-    cls = grpo._trainer_class()  # checks TRL's signatures before the guard replaces one
+    cls = trl_compat.grpo_trainer_class()  # checks TRL's signatures before the guard replaces one
     guard = DeviceGuard()
     monkeypatch.setattr(GRPOTrainer, "_get_per_token_logps_and_entropies", guard.method())
     trainer = object.__new__(cls)  # the method under test needs no trainer state but the rollout
@@ -86,7 +86,7 @@ def test_vision_fields_reach_the_model_on_the_ids_device(monkeypatch):
 
 def test_the_guard_catches_a_tensor_left_on_the_cpu(monkeypatch):
     trainer, _ = _trainer(monkeypatch, Rollout(_fields()))
-    monkeypatch.setattr(grpo, "on_device", lambda fields, device: fields)  # the bug, put back
+    monkeypatch.setattr(trl_compat, "on_device", lambda fields, device: fields)  # the bug, put back
     ids = torch.tensor([[1, IMAGE_ID, 2]] * 3).to("meta")
     with pytest.raises(RuntimeError, match="pixel_values on cpu"):
         trainer._get_per_token_logps_and_entropies(

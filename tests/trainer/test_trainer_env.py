@@ -6,8 +6,8 @@ import pytest
 
 from ddai.pipelines import tags
 from ddai.pipelines.corpus import Corpus
-from ddai.trainer.data import golden_pages, task_from_row
-from ddai.trainer.env import BBOX_FAILED, SEARCH_EMPTY, EnvConfig, SearchEnv
+from ddai.trainer.search.env import BBOX_FAILED, SEARCH_EMPTY, EnvConfig, SearchEnv
+from ddai.trainer.search.tasks import golden_pages, task_from_row
 
 
 class ListSearch:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from ddai.pipelines.backends import get_backend
 from ddai.pipelines.backends.fakes_search import FakeSearchServer, hash_ranker
 from ddai.trainer import toy
-from ddai.trainer.env import SEARCH_FAILED, EnvConfig, SearchEnv
+from ddai.trainer.search.env import SEARCH_FAILED, EnvConfig, SearchEnv
 
 PAGES = toy.corpus().pages()
 

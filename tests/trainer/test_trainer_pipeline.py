@@ -14,10 +14,10 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 from ddai.pipelines.backends import GenerateResult, JudgeResult
 from ddai.trainer import toy
-from ddai.trainer.chat import normalize_messages
-from ddai.trainer.grpo import Backends, GRPORunConfig, run_grpo
+from ddai.trainer.grpo.train import Backends, GRPORunConfig, run_grpo
 from ddai.trainer.modeling import load_tokenizer
-from ddai.trainer.sft import SFTRunConfig, load_conversations, run_sft
+from ddai.trainer.search.chat import normalize_messages
+from ddai.trainer.sft.train import SFTRunConfig, load_conversations, run_sft
 from ddai.trainer.tiny import build_tiny
 
 SHARED = Path(__file__).parents[2] / ".." / "shared"

@@ -16,7 +16,7 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 from ddai.pipelines.backends import GenerateResult, JudgeResult
 from ddai.trainer import modeling, toy
 from ddai.trainer.common import TrainConfigError
-from ddai.trainer.grpo import Backends, GRPORunConfig, grpo_args, run_grpo
+from ddai.trainer.grpo.train import Backends, GRPORunConfig, grpo_args, run_grpo
 from ddai.trainer.modeling import (
     changed_parameters,
     check_update_precision,
@@ -196,7 +196,7 @@ def test_cli_pure_bf16_grpo_at_ddai_lr_exits_2_with_the_reason(world):
 
 @pytest.mark.slow
 def test_lora_ppo_changes_only_adapter_weights(world, monkeypatch):
-    from ddai.trainer.ppo import PPORunConfig, run_ppo
+    from ddai.trainer.ppo.train import PPORunConfig, run_ppo
 
     root, data, tiny = world
     seen: dict[str, list[str]] = {}
@@ -240,7 +240,7 @@ def test_lora_ppo_changes_only_adapter_weights(world, monkeypatch):
 
 def test_ppo_policy_trains_with_checkpointing_and_without_dropout(world):
     from ddai.trainer.modeling import load_policy
-    from ddai.trainer.ppo import PPORunConfig, prepare_policy
+    from ddai.trainer.ppo.train import PPORunConfig, prepare_policy
 
     root, data, tiny = world
     model, _ = load_policy(str(tiny))

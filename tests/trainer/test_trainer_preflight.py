@@ -17,9 +17,8 @@ from typer.testing import CliRunner
 from ddai.cli.app import app
 from ddai.pipelines.backends import GenerateResult, JudgeResult
 from ddai.trainer import toy
-from ddai.trainer.chat import CHATML_TEMPLATE
-from ddai.trainer.data import Task
-from ddai.trainer.preflight import (
+from ddai.trainer.search.chat import CHATML_TEMPLATE
+from ddai.trainer.search.preflight import (
     PreflightError,
     PreflightReport,
     SampledEpisode,
@@ -29,6 +28,7 @@ from ddai.trainer.preflight import (
     check_golden_pages,
     check_search,
 )
+from ddai.trainer.search.tasks import Task
 from ddai.trainer.tiny import FIXTURE_TEXT, build_tiny, train_tokenizer
 
 PROMPT = ({"role": "user", "content": "Which year?"},)
@@ -178,7 +178,7 @@ class CountingJudge:
 
 def _grpo(tmp_path, judge, **kw):
     from ddai.pipelines.backends import get_backend
-    from ddai.trainer.grpo import Backends, GRPORunConfig, run_grpo
+    from ddai.trainer.grpo.train import Backends, GRPORunConfig, run_grpo
 
     data = toy.write_toy(tmp_path / "toy")
     tiny = build_tiny(tmp_path / "tiny", texts=[r["messages"] for r in toy.sft_rows()])

@@ -10,7 +10,7 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from ddai.trainer import toy
-from ddai.trainer.sft import SFTRunConfig, run_sft
+from ddai.trainer.sft.train import SFTRunConfig, run_sft
 from ddai.trainer.tiny import build_tiny
 
 
@@ -88,7 +88,7 @@ class _Judge:
 def test_grpo_resume_continues_steps_and_appends_to_the_rollout_log(tmp_path):
     from ddai.pipelines.backends import get_backend
     from ddai.pipelines.store import read_rollouts
-    from ddai.trainer.grpo import Backends, GRPORunConfig, run_grpo
+    from ddai.trainer.grpo.train import Backends, GRPORunConfig, run_grpo
 
     data = toy.write_toy(tmp_path / "toy")
     tiny = build_tiny(tmp_path / "tiny", texts=[r["messages"] for r in toy.sft_rows()])

@@ -8,7 +8,7 @@ import math
 import pytest
 
 from ddai.pipelines.backends import GenerateResult, JudgeResult
-from ddai.trainer.rewards import (
+from ddai.trainer.search.rewards import (
     REWARD_PRESETS,
     Judged,
     RewardSpec,
@@ -122,7 +122,7 @@ def test_ddai_reward_gives_none_for_timeouts_and_failures_and_counts_them():
     import concurrent.futures
     from types import SimpleNamespace
 
-    from ddai.trainer.grpo import DdaiReward
+    from ddai.trainer.search.scoring import DdaiReward
 
     def traj(key, fmt=True):
         return SimpleNamespace(

@@ -1,6 +1,9 @@
 """State masking, proven: ``env_mask`` is 0 exactly on observation tokens (token-exact against the
 chat template's own assistant mask), policy tokens are the sampled ids with their log-probs, and in
-TRL's real loss a perturbation of the observation tokens' log-probs changes no gradient."""
+TRL's real loss a perturbation of the observation tokens' log-probs changes no gradient.
+
+A TRL contract test (with ``test_trl_compat.py`` and ``test_trainer_vision.py``): it runs TRL's own
+loss through ``ddai.trainer.trl_compat``'s fence, so a TRL upgrade that breaks masking fails here."""
 
 from __future__ import annotations
 
@@ -14,16 +17,16 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 from ddai.pipelines import tags
 from ddai.pipelines.corpus import Corpus
-from ddai.trainer.data import Task
-from ddai.trainer.env import EnvConfig, SearchEnv
 from ddai.trainer.modeling import load_policy
-from ddai.trainer.rollout import (
+from ddai.trainer.search.env import EnvConfig, SearchEnv
+from ddai.trainer.search.rollout import (
     HFSampler,
     RolloutConfig,
     Sampler,
     run_rollouts,
     token_truncator,
 )
+from ddai.trainer.search.tasks import Task
 from ddai.trainer.tiny import build_tiny
 
 TURNS = [

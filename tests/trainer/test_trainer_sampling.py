@@ -13,8 +13,8 @@ import torch
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from ddai.trainer.modeling import load_policy
-from ddai.trainer.rollout import HFSampler
-from ddai.trainer.sampling import LogprobRecorder, SamplingConfig, recompute_logprobs
+from ddai.trainer.search.rollout import HFSampler
+from ddai.trainer.search.sampling import LogprobRecorder, SamplingConfig, recompute_logprobs
 from ddai.trainer.tiny import build_tiny
 
 

@@ -1,7 +1,10 @@
 """Image observations for VLM policies: a tiny Qwen2-VL (built from a config, nothing downloaded)
 with Qwen2-VL's PIL image processor. The rollout's ids, ``env_mask`` and image tensors are
 token-exact against the processor's own rendering of the same conversation, and the loss forward
-of ``DdaiGRPOTrainer`` sees the pixels each rollout was shown."""
+of ``DdaiGRPOTrainer`` sees the pixels each rollout was shown.
+
+A TRL contract test (with ``test_trl_compat.py`` and ``test_trainer_rollout_mask.py``): the image
+fields reach TRL's private log-prob pass only through ``ddai.trainer.trl_compat``."""
 
 from __future__ import annotations
 
@@ -16,19 +19,18 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 from PIL import Image
 
 from ddai.pipelines.corpus import Corpus
-from ddai.trainer.data import Task
-from ddai.trainer.env import EnvConfig, SearchEnv
-from ddai.trainer.rollout import HFSampler, RolloutConfig, Sampler, run_rollouts
-from ddai.trainer.tiny import FIXTURE_TEXT, train_tokenizer
-from ddai.trainer.vision import (
+from ddai.trainer.search.env import EnvConfig, SearchEnv
+from ddai.trainer.search.rollout import HFSampler, RolloutConfig, Sampler, run_rollouts
+from ddai.trainer.search.tasks import Task
+from ddai.trainer.search.vision import (
     VisionObservationFormat,
     crop_image,
     page_image_path,
     slice_vision,
     vision_batch,
 )
+from ddai.trainer.tiny_vlm import tiny_vlm
 
-VISION_TOKENS = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
 # ChatML whose user content may be typed blocks; an image is Qwen2-VL's placeholder triple.
 TEMPLATE = (
     "{%- for message in messages %}"
@@ -51,57 +53,8 @@ TURNS = [
 
 @pytest.fixture(scope="module")
 def vlm():
-    from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration, Qwen2VLProcessor
-    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
-        Qwen2VLImageProcessorPil,
-    )
-
-    class ImageOnlyProcessor(Qwen2VLProcessor):
-        """Qwen2-VL's processor without its video processor (which needs torchvision)."""
-
-        def __init__(self, image_processor=None, tokenizer=None, chat_template=None, **kw):
-            super().__init__(image_processor, tokenizer, None, chat_template=chat_template, **kw)
-
-    tok = train_tokenizer([FIXTURE_TEXT])
-    tok.add_special_tokens({"additional_special_tokens": ["<|im_start|>", *VISION_TOKENS]})
-    tok.chat_template = TEMPLATE
     # 28 px per merged token; pages of 56x56 px give a 4x4 patch grid (4 placeholder tokens).
-    images = Qwen2VLImageProcessorPil(min_pixels=28 * 28 * 4, max_pixels=28 * 28 * 4)
-    processor = ImageOnlyProcessor(images, tok, chat_template=TEMPLATE)
-    ids = dict(zip(VISION_TOKENS, tok.convert_tokens_to_ids(VISION_TOKENS), strict=True))
-    config = Qwen2VLConfig(
-        text_config={
-            "vocab_size": len(tok),
-            "hidden_size": 32,
-            "intermediate_size": 64,
-            "num_hidden_layers": 2,
-            "num_attention_heads": 4,
-            "num_key_value_heads": 2,
-            "rope_parameters": {
-                "rope_type": "default",
-                "rope_theta": 1e4,
-                "mrope_section": [2, 1, 1],
-            },
-            "pad_token_id": tok.pad_token_id,
-            "eos_token_id": tok.eos_token_id,
-            "bos_token_id": None,
-        },
-        vision_config={
-            "depth": 1,
-            "embed_dim": 32,
-            "hidden_size": 32,
-            "num_heads": 2,
-            "mlp_ratio": 2,
-        },
-        image_token_id=ids["<|image_pad|>"],
-        video_token_id=ids["<|video_pad|>"],
-        vision_start_token_id=ids["<|vision_start|>"],
-        vision_end_token_id=ids["<|vision_end|>"],
-    )
-    torch.manual_seed(0)
-    model = Qwen2VLForConditionalGeneration(config)
-    model.generation_config.eos_token_id = tok.eos_token_id
-    model.generation_config.pad_token_id = tok.pad_token_id
+    model, tok, processor = tiny_vlm(max_pixels=28 * 28 * 4, chat_template=TEMPLATE)
     return model, tok, VisionObservationFormat.from_processor(processor)
 
 
@@ -284,8 +237,9 @@ def test_loss_forward_uses_the_rollout_pixels(vlm, world, tmp_path):
     from trl import GRPOConfig
     from trl.trainer.utils import pad
 
-    from ddai.trainer.grpo import SearchRollout, _trainer_class
-    from ddai.trainer.rewards import reward_preset
+    from ddai.trainer.search.episodes import SearchRollout
+    from ddai.trainer.search.rewards import reward_preset
+    from ddai.trainer.trl_compat import grpo_trainer_class as _trainer_class
 
     model, tok, vision = vlm
     env, _, _ = world

@@ -25,8 +25,9 @@ from ddai.cli.app import app
 from ddai.pipelines.backends.fakes import FakeModelServer
 from ddai.pipelines.corpus import Corpus
 from ddai.pipelines.fixtures.page_images import render_page_images
-from ddai.trainer import grpo, toy
-from ddai.trainer.rollout import Sampler
+from ddai.trainer import toy
+from ddai.trainer.grpo import train as grpo
+from ddai.trainer.search.rollout import Sampler
 from ddai.trainer.tiny_vlm import build_tiny_vlm
 
 runner = CliRunner()

@@ -1,4 +1,7 @@
-"""The TRL internals ``DdaiGRPOTrainer`` overrides match the installed TRL, and a change is named."""
+"""The TRL internals ``DdaiGRPOTrainer`` overrides match the installed TRL, and a change is named.
+
+The TRL contract tests: this file (signatures), ``test_trainer_rollout_mask.py`` (state masking in
+TRL's loss) and ``test_trainer_vision.py`` (images in TRL's log-prob passes)."""
 
 from __future__ import annotations
 

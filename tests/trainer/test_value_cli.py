@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 from ddai.cli.app import app
 from ddai.pipelines.store import read_rollouts, run_manifest, write_run
 from ddai.trainer.tiny import TinySpec, build_tiny, read_texts
-from ddai.trainer.value import load_value_model
-from ddai.trainer.value_data import PROMPT_TOO_LONG, tokenize_rollouts
+from ddai.trainer.value.data import PROMPT_TOO_LONG, tokenize_rollouts
+from ddai.trainer.value.model import load_value_model
 
 FIXTURES = Path(__file__).parents[2] / "fixtures"
 runner = CliRunner()

@@ -10,7 +10,7 @@ import pytest
 from ddai.pipelines import tags
 from ddai.trainer.modeling import load_tokenizer
 from ddai.trainer.tiny import TinySpec, build_tiny
-from ddai.trainer.value_data import (
+from ddai.trainer.value.data import (
     NO_TURNS,
     PROMPT_TOO_LONG,
     bin_weights,

@@ -10,7 +10,7 @@ import torch
 from transformers import Qwen2Config, Qwen2Model
 
 from ddai.trainer.tiny import TinySpec, build_tiny
-from ddai.trainer.value import (
+from ddai.trainer.value.model import (
     CONFIG_FILE,
     TRUNK_DIR,
     LinearValueHead,

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from ddai.trainer.value_losses import (
+from ddai.trainer.value.losses import (
     hybrid_value_loss,
     mc_value_loss,
     pairwise_accuracy,
@@ -153,19 +153,3 @@ def test_roc_auc_equals_the_pair_count_definition(seed):
     assert pairwise_accuracy(pos[:10], neg[:10]) == pytest.approx(
         float(((pos[:10] > neg[:10]).double() + 0.5 * (pos[:10] == neg[:10]).double()).mean())
     )
-
-
-def test_value_losses_import_in_either_order():
-    # value_losses imports losses, and losses re-exports value_losses lazily: a fresh interpreter
-    # must be able to import either first.
-    import subprocess
-    import sys
-
-    for first in ("ddai.trainer.value_losses", "ddai.trainer.losses"):
-        code = (
-            f"import {first}\n"
-            "from ddai.trainer.losses import mc_value_loss\n"
-            "from ddai.trainer import value_losses\n"
-            "assert mc_value_loss is value_losses.mc_value_loss\n"
-        )
-        subprocess.run([sys.executable, "-c", code], check=True)

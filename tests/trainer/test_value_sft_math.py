@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from ddai.trainer import value_sft_math as vsm
+from ddai.trainer.value import sft_math as vsm
 
 SEED = vsm.TDWeightConfig()  # β 1, clip [0.1, 2], γ 1, λ 1
 

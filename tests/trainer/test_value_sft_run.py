@@ -12,11 +12,12 @@ from typer.testing import CliRunner
 
 from ddai.cli.app import app
 from ddai.pipelines.store import write_run
-from ddai.trainer import value_sft as vs
 from ddai.trainer.tiny import TinySpec, build_tiny, read_texts
-from ddai.trainer.value import load_value_model
-from ddai.trainer.value_data import tokenize_rollouts
-from ddai.trainer.value_train import _read_rows, split_data
+from ddai.trainer.value import sft as vs
+from ddai.trainer.value.data import tokenize_rollouts
+from ddai.trainer.value.model import load_value_model
+from ddai.trainer.value.rows import read_rows as _read_rows
+from ddai.trainer.value.rows import split_data
 
 FIXTURES = Path(__file__).parents[2] / "fixtures"
 runner = CliRunner()

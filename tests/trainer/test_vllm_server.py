@@ -16,11 +16,16 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 from fake_vllm import FakeVLLMServer
 
 from ddai.trainer import toy
-from ddai.trainer.data import load_tasks
-from ddai.trainer.env import EnvConfig, SearchEnv
-from ddai.trainer.launch import free_port
 from ddai.trainer.modeling import load_tokenizer
-from ddai.trainer.rollout import RolloutConfig, VLLMServerSampler, run_rollouts, token_truncator
+from ddai.trainer.runtime.launch import free_port
+from ddai.trainer.search.env import EnvConfig, SearchEnv
+from ddai.trainer.search.rollout import (
+    RolloutConfig,
+    VLLMServerSampler,
+    run_rollouts,
+    token_truncator,
+)
+from ddai.trainer.search.tasks import load_tasks
 from ddai.trainer.tiny import TinySpec, build_tiny
 
 SEARCH = "<think>look it up</think>\n<search>revenue</search>"
@@ -116,7 +121,7 @@ def test_grpo_run_generates_through_the_server_and_logs_its_completions(
     import trl.generation.vllm_generation as vg
 
     from ddai.pipelines.store import read_rollouts
-    from ddai.trainer.grpo import GRPORunConfig, run_grpo
+    from ddai.trainer.grpo.train import GRPORunConfig, run_grpo
 
     root, data, tiny, tok = world
     monkeypatch.setattr(vg, "is_vllm_available", lambda *a, **k: True)
@@ -174,10 +179,10 @@ import trl.generation.vllm_client as vc
 from accelerate import Accelerator
 
 from ddai.trainer import toy
-from ddai.trainer.data import load_tasks
-from ddai.trainer.env import EnvConfig, SearchEnv
+from ddai.trainer.search.tasks import load_tasks
+from ddai.trainer.search.env import EnvConfig, SearchEnv
 from ddai.trainer.modeling import load_tokenizer
-from ddai.trainer.rollout import RolloutConfig, VLLMServerSampler, run_rollouts, token_truncator
+from ddai.trainer.search.rollout import RolloutConfig, VLLMServerSampler, run_rollouts, token_truncator
 
 url, data, tiny, out = sys.argv[1:5]
 vc.is_vllm_available = lambda *a, **k: True
@@ -253,7 +258,7 @@ import trl.generation.vllm_client as vc
 import trl.generation.vllm_generation as vg
 
 from ddai.trainer import toy
-from ddai.trainer.grpo import GRPORunConfig, run_grpo
+from ddai.trainer.grpo.train import GRPORunConfig, run_grpo
 
 url, data, tiny, out = sys.argv[1:5]
 vc.is_vllm_available = vg.is_vllm_available = lambda *a, **k: True

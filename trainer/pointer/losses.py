@@ -15,6 +15,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ddai.trainer import rlmath
+
 Metrics = dict[str, float]
 
 CORRECTNESS_MODES = ("01", "pm1")
@@ -32,9 +34,9 @@ def _lookup(table: dict[str, Any], name: str, what: str) -> Any:
 
 
 def group_index(group_ids: Tensor) -> tuple[Tensor, int]:
-    """Contiguous group numbers ``[B]`` (0..G-1) and G, for any integer ids."""
-    uniq, inv = torch.unique(group_ids, return_inverse=True)
-    return inv, int(uniq.numel())
+    """Contiguous group numbers ``[B]`` (0..G-1, ``rlmath.group_index``) and G."""
+    inv = rlmath.group_index(group_ids)
+    return inv, int(inv.max()) + 1 if inv.numel() else 0
 
 
 def _group_reduce(x: Tensor, inv: Tensor, g: int, op: str) -> Tensor:
@@ -122,11 +124,13 @@ def shape_rewards(
 # ---------------------------------------------------------------- advantages
 
 
-def grpo_advantages(
+def clipped_group_advantages(
     rewards: Tensor, group_ids: Tensor, *, norm: str = "zscore", clip: float = 5.0
 ) -> Tensor:
-    """Group-relative advantage ``[B]`` (seed 002 §4.4.1): normalize within the query, subtract
-    the group mean of the normalized rewards (the baseline), clip to ``[−clip, clip]``."""
+    """The pointer's group-relative advantage ``[B]`` (seed 002 §4.4.1, registered as ``grpo``;
+    not the Searcher's z-score ``ddai.trainer.advantages.grpo_advantages``): normalize within
+    the query, subtract the group mean of the normalized rewards (the baseline), clip to
+    ``[−clip, clip]``."""
     n = group_normalize(rewards, group_ids, norm)
     return (n - group_mean(n, group_ids)).clamp(-clip, clip)
 
@@ -143,7 +147,7 @@ def reinforcepp_advantages(
 
 
 ADVANTAGES: dict[str, Callable[..., Tensor]] = {
-    "grpo": grpo_advantages,
+    "grpo": clipped_group_advantages,
     "reinforcepp": reinforcepp_advantages,
 }
 

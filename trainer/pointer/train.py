@@ -5,6 +5,9 @@
 Batches are whole query groups (``batch_queries`` queries with all their candidates), so the
 group-relative quantities (RCE weights) are exact inside a batch; advantages are computed once
 per phase over all rows.
+
+Longer than 400 lines because the pointer's phases (supervised warm-up, RCE, GRPO, REINFORCE++)
+share one loop, its batching, evaluation and checkpoints.
 """
 
 from __future__ import annotations
@@ -19,9 +22,9 @@ import torch
 from torch import Tensor
 
 from ddai.pipelines import io, manifest
-from ddai.pipelines.pointer.progress import bar
 from ddai.pipelines.pointer.store import load_store
 from ddai.pipelines.pointer.world import load_world
+from ddai.pipelines.progress import bar
 from ddai.trainer.pointer import losses
 from ddai.trainer.pointer.data import GroupedRows, grouped_rows, label_pointers, nearest_labels
 from ddai.trainer.pointer.model import (
@@ -131,7 +134,7 @@ def _prepare(model: PointerSelector, opt: torch.optim.Optimizer, acc: Any) -> tu
 
 
 def _epoch_metrics(seen: list[dict[str, float]], acc: Any) -> dict[str, float]:
-    from ddai.trainer import accel
+    from ddai.trainer.runtime import accel
 
     mean = _mean_metrics(seen)
     return mean if acc is None else accel.mean_metrics(mean, acc)
@@ -312,7 +315,7 @@ def run_train(cfg: PointerTrainConfig) -> dict[str, Any]:
     Under ``accelerate launch`` (CPU processes: the selector is small) every rank starts from the
     same weights, trains DDP-wrapped on its share of each batch, and the main process alone shows
     progress and writes the outputs."""
-    from ddai.trainer import accel
+    from ddai.trainer.runtime import accel
 
     cfg.check()
     acc = accel.make_accelerator(cpu=True)

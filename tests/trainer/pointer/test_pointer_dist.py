@@ -15,7 +15,7 @@ from safetensors.torch import load_file
 from typer.testing import CliRunner
 
 from ddai.cli.app import app
-from ddai.trainer.launch import free_port
+from ddai.trainer.runtime.launch import free_port
 
 runner = CliRunner()
 

@@ -49,11 +49,11 @@ def test_group_normalization_by_hand():
 
 def test_grpo_advantages_are_group_relative_and_clipped():
     r, g = T([0.0, 0.0, 0.0, 10.0, 1.0, 1.0]), T([0, 0, 0, 0, 1, 1])
-    adv = losses.grpo_advantages(r, g, norm="zscore", clip=1.0)
+    adv = losses.clipped_group_advantages(r, g, norm="zscore", clip=1.0)
     # group 0: mean 2.5, std 5 -> -0.5, -0.5, -0.5, 1.5 -> clipped 1.0; constant group 1 -> 0
     assert adv.tolist() == pytest.approx([-0.5, -0.5, -0.5, 1.0, 0.0, 0.0], abs=1e-5)
     # min-max then minus the group mean: [0, 0, 0, 1] - 0.25
-    adv = losses.grpo_advantages(r, g, norm="minmax")
+    adv = losses.clipped_group_advantages(r, g, norm="minmax")
     assert adv[:4].tolist() == pytest.approx([-0.25, -0.25, -0.25, 0.75], abs=1e-5)
 
 

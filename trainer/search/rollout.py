@@ -17,6 +17,9 @@ image tensors it was shown, and the sampler sees them.
 
 A group (the ``n_agent`` rollouts of one prompt) is handed to ``on_group_done`` as soon as its
 last episode ends, which is what lets reward calls stream while other groups still generate.
+
+Longer than 400 lines because the samplers (local, vLLM server) and the lock-step loop share the
+token-budget and state-masking rules every trainer's loss depends on; they are read together.
 """
 
 from __future__ import annotations
@@ -27,11 +30,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ddai.trainer.data import Task
-from ddai.trainer.env import Episode, SearchEnv
-from ddai.trainer.kv_reuse import TurnCache, cache_key
-from ddai.trainer.sampling import LogprobRecorder, SamplingConfig, bare_generation_config
-from ddai.trainer.vision import ImageObservation, VisionObservationFormat
+from ddai.trainer.search.config import EpisodeConfig
+from ddai.trainer.search.env import Episode, SearchEnv
+from ddai.trainer.search.kv_reuse import TurnCache, cache_key
+from ddai.trainer.search.sampling import LogprobRecorder, SamplingConfig, bare_generation_config
+from ddai.trainer.search.tasks import Task
+from ddai.trainer.search.vision import ImageObservation, VisionObservationFormat
 
 _OBS_MARK = "\x00OBS\x00"
 _ANS_MARK = "\x00ANS\x00"
@@ -41,11 +45,11 @@ _ANS_MARK = "\x00ANS\x00"
 class RolloutConfig:
     """Token budgets of a rollout."""
 
-    max_turn_tokens: int = 256
+    max_turn_tokens: int = EpisodeConfig.max_turn_tokens
     """New tokens per policy turn."""
-    max_completion_tokens: int = 2048
+    max_completion_tokens: int = EpisodeConfig.max_completion_tokens
     """All completion tokens of a rollout (policy + observations); the episode ends when spent."""
-    obs_max_tokens: int = 256
+    obs_max_tokens: int = EpisodeConfig.obs_max_tokens
     """Observation text is truncated to this many tokens."""
 
 
@@ -156,14 +160,14 @@ class Sampler:
 
 class HFSampler(Sampler):
     """``model.generate`` over a left-padded batch, sampling from exactly the distribution whose
-    log-probs it returns (``ddai.trainer.sampling``): the explicit processors of ``sampling``
+    log-probs it returns (``ddai.trainer.search.sampling``): the explicit processors of ``sampling``
     and none of the checkpoint's ``generation_config``; only the drawn tokens' log-probs are kept.
 
     A VLM's image placeholder token (``image_token_id``) is never sampled: a sampled placeholder
     would have no image features behind it.
 
     ``kv_reuse``: keep each turn's KV cache and run only the new tokens (the environment's
-    observation) next turn, where the model allows (``ddai.trainer.kv_reuse``); same tokens and
+    observation) next turn, where the model allows (``ddai.trainer.search.kv_reuse``); same tokens and
     log-probs as re-encoding, up to float rounding."""
 
     def __init__(
@@ -399,7 +403,7 @@ def run_rollouts(
     prompt and every environment span through the processor (required for image observations).
 
     ``any_active(local_active) -> global_active`` makes turns lock-step across ranks (an all-reduce,
-    ``ddai.trainer.dist.any_across_ranks``): every rank runs the same number of turns; a rank whose
+    ``ddai.trainer.runtime.dist.any_across_ranks``): every rank runs the same number of turns; a rank whose
     episodes have all ended idles (``Sampler.idle``) until no rank has a live episode, so the
     collectives of sharded generation (FSDP, ZeRO-3) line up.
     """

@@ -7,7 +7,7 @@ template's generation markers; only the Searcher's own turns are learned.
 
 A text model reads image observations as ``[image: path]`` text. A model with a processor (a VLM
 such as Qwen2-VL) sees them as images: the files, found by name under ``--image-root``, go through
-TRL's vision-language SFT path (``ddai.trainer.sft_images``); their image tokens carry no loss.
+TRL's vision-language SFT path (``ddai.trainer.sft.images``); their image tokens carry no loss.
 """
 
 from __future__ import annotations
@@ -20,9 +20,10 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from ddai.pipelines import io
-from ddai.trainer import common, dist
-from ddai.trainer.chat import ensure_training_template, normalize_messages
-from ddai.trainer.sft_images import (
+from ddai.trainer import common
+from ddai.trainer.runtime import dist
+from ddai.trainer.search.chat import ensure_training_template, normalize_messages
+from ddai.trainer.sft.images import (
     ImageConversation,
     MissingImage,
     image_conversation,

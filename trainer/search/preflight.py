@@ -31,7 +31,7 @@ from typing import Any
 
 from ddai.pipelines import golden, io, tags
 from ddai.trainer.common import TrainConfigError
-from ddai.trainer.data import Task
+from ddai.trainer.search.tasks import Task
 
 log = logging.getLogger("ddai.trainer")
 

@@ -3,7 +3,7 @@ training: off-policy data collection and evaluation, through the episode code of
 grpo``/``ppo`` (the same environment, lock-step turns, streamed reward and rollout-log rows).
 
 The policy is a local model (``--model``), or any OpenAI-compatible server (``--generate-via
-NAME``, ``ddai.trainer.openai_sampler``), with ``--model`` then naming only the tokenizer and chat
+NAME``, ``ddai.trainer.search.openai_sampler``), with ``--model`` then naming only the tokenizer and chat
 template the server's model uses. Each prompt gets ``n_agent`` rollouts, in batches of
 ``batch_size`` rollouts per process; under ``accelerate launch`` the processes split every batch's
 prompts and the main process writes all rows once (``sample_idx`` counts over the whole run;
@@ -20,12 +20,13 @@ from typing import Any
 
 from ddai.pipelines import workspace
 from ddai.trainer.common import TrainConfigError
+from ddai.trainer.search.config import EpisodeBackends, EpisodeConfig, RewardOverrides
 
 
 @dataclass
-class CollectConfig:
-    """One collection run; every field has a flag in ``ddai train collect``. Reward, environment
-    and backend fields have the names and meaning of ``PPORunConfig``'s."""
+class CollectConfig(EpisodeConfig, RewardOverrides, EpisodeBackends):
+    """One collection run; every field has a flag in ``ddai train collect``. Episode, reward and
+    backend fields are the shared bases' (``ddai.trainer.search.config``), keyword-only."""
 
     model: str
     """The local policy, or with ``generate_via`` the tokenizer of the server's model."""
@@ -35,29 +36,12 @@ class CollectConfig:
     """A ``[backends.NAME]`` of kind ``openai`` that generates the policy's turns."""
     run_id: str | None = None
     logs: Path | None = None
-    reward: str = "curriculum"
-    w_judge: float | None = None
-    w_ndcg: float | None = None
-    w_format: float | None = None
-    bias: float | None = None
-    gate: bool | None = None
     n_agent: int = 1
     batch_size: int = 8
     """Rollouts per batch and process (a multiple of ``n_agent``)."""
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0
-    max_turns: int = 7
-    search_k: int = 5
-    force_completion: bool = True
-    restrict_to_doc: bool = False
-    max_turn_tokens: int = 256
-    max_completion_tokens: int = 1024
-    obs_max_tokens: int = 256
-    search: str | None = None
-    generator: str | None = None
-    judge: str | None = None
-    reward_timeout: float = 90.0
     limit: int | None = None
     dtype: str = "float32"
     seed: int = 0
@@ -85,7 +69,7 @@ class CollectResult:
 def _policy(cfg: CollectConfig) -> tuple[Any, Any, Any]:
     """``(model or None, tokenizer, sampler or None)``."""
     from ddai.trainer.modeling import load_policy, load_tokenizer
-    from ddai.trainer.openai_sampler import sampler_from_backend
+    from ddai.trainer.search.openai_sampler import sampler_from_backend
 
     if cfg.generate_via is None:
         model, tok = load_policy(cfg.model, dtype=cfg.dtype)
@@ -102,11 +86,11 @@ def run_collect(cfg: CollectConfig, backends: Any | None = None) -> CollectResul
     import torch
 
     from ddai.pipelines.corpus import Corpus
-    from ddai.pipelines.pointer.progress import bar
-    from ddai.trainer import accel
-    from ddai.trainer.data import load_tasks
-    from ddai.trainer.grpo import RolloutLog, default_backends, reward_spec
-    from ddai.trainer.ppo import Episodes
+    from ddai.pipelines.progress import bar
+    from ddai.trainer.runtime import accel
+    from ddai.trainer.search.episodes import Episodes, default_backends
+    from ddai.trainer.search.logrows import RolloutLog
+    from ddai.trainer.search.tasks import load_tasks
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     cfg.check()
@@ -114,7 +98,7 @@ def run_collect(cfg: CollectConfig, backends: Any | None = None) -> CollectResul
     if not tasks:
         raise TrainConfigError(f"--data {cfg.data}: no prompts")
     corpus = Corpus.load(cfg.corpus)
-    backends = backends or default_backends(cfg, corpus, reward_spec(cfg))
+    backends = backends or default_backends(cfg, corpus, cfg.reward_spec())
     acc = accel.make_accelerator()
     main = acc.is_main_process
     model, tok, sampler = _policy(cfg)

@@ -27,6 +27,8 @@ from typing import Any
 
 import torch
 
+from ddai.trainer.runtime import dist
+
 RUN_CONFIG_FILE = "run_config.json"
 
 
@@ -42,8 +44,9 @@ def make_accelerator(*, gradient_accumulation_steps: int = 1, cpu: bool | None =
 
 
 def rank_seed(seed: int, accelerator: Any) -> int:
-    """``seed + process_index``, applied to python's, torch's (and CUDA's) generators."""
-    s = int(seed) + int(accelerator.process_index)
+    """This rank's sampling seed (``dist.rank_seed``: ``seed + process_index``), applied to
+    python's, torch's (and CUDA's) generators."""
+    s = dist.rank_seed(int(seed), int(accelerator.process_index))
     random.seed(s)
     torch.manual_seed(s)
     return s
@@ -51,16 +54,15 @@ def rank_seed(seed: int, accelerator: Any) -> int:
 
 def rank_seeds(seed: int, accelerator: Any) -> list[int]:
     """The sampling seed of every rank, in rank order (what ``rank_seed`` gives each)."""
-    return [int(seed) + r for r in range(int(accelerator.num_processes))]
+    return [dist.rank_seed(int(seed), r) for r in range(int(accelerator.num_processes))]
 
 
 def gather_rows(rows: list[Any], accelerator: Any) -> list[Any]:
-    """Every rank's ``rows`` concatenated in rank order (on every rank; one process: ``rows``)."""
+    """Every rank's ``rows`` concatenated in rank order (on every rank; one process: ``rows``):
+    ``dist.gather_objects`` with the accelerator's own process count."""
     if accelerator.num_processes == 1:
         return list(rows)
-    from ddai.trainer.dist import gather_objects
-
-    return gather_objects(list(rows))
+    return dist.gather_objects(list(rows))
 
 
 def mean_metrics(metrics: dict[str, float], accelerator: Any) -> dict[str, float]:

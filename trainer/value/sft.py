@@ -30,9 +30,11 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ddai.trainer import value_losses as vl
-from ddai.trainer import value_sft_math as vsm
-from ddai.trainer.value import (
+from ddai.trainer.runtime.metrics_log import METRICS_FILE, MetricsLog
+from ddai.trainer.value import losses as vl
+from ddai.trainer.value import sft_math as vsm
+from ddai.trainer.value.data import TARGETS, Batch, collate, parse_bins
+from ddai.trainer.value.model import (
     HEAD_FILE,
     TRUNK_DIR,
     ValueModel,
@@ -41,8 +43,7 @@ from ddai.trainer.value import (
     read_config,
     save_value_model,
 )
-from ddai.trainer.value_data import TARGETS, Batch, collate, parse_bins
-from ddai.trainer.value_train import METRICS_FILE, MetricsLog, Split
+from ddai.trainer.value.rows import Split
 
 CRITIC_DIR = "critic"
 
@@ -254,13 +255,14 @@ class ValueSFTResult:
 def train_value_sft(cfg: ValueSFTConfig) -> ValueSFTResult:
     """Run the joint stage and save the policy to ``output_dir`` and the critic to ``critic/``."""
     from ddai.pipelines.distill.rebuild import load_system_prompt
-    from ddai.pipelines.pointer.progress import bar
-    from ddai.trainer import accel
-    from ddai.trainer.value_data import tokenize_rollouts
-    from ddai.trainer.value_train import _read_rows, evaluate, prompt_messages, split_data
+    from ddai.pipelines.progress import bar
+    from ddai.trainer.runtime import accel
+    from ddai.trainer.value.data import tokenize_rollouts
+    from ddai.trainer.value.rows import prompt_messages, read_rows, split_data
+    from ddai.trainer.value.train import evaluate
 
     cfg.check()
-    rows = _read_rows(cfg)  # type: ignore[arg-type]  # reads logs/runs only
+    rows = read_rows(cfg)  # type: ignore[arg-type]  # reads logs/runs only
     if not rows:
         raise ValueError("no rollouts in the selected runs; check --logs and --run")
     acc = accel.make_accelerator(gradient_accumulation_steps=cfg.grad_accum)

@@ -3,10 +3,12 @@ parts), so ``ddai report`` and ``ddai distill`` read training output directly.""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from ddai.trainer.rewards import Judged, Score
-from ddai.trainer.rollout import Trajectory
+from ddai.trainer.search.rewards import Judged, Score
+from ddai.trainer.search.rollout import Trajectory
 
 
 def rollout_row(
@@ -58,3 +60,28 @@ def rollout_row(
         "terminated": ep.terminated,
         "extra": extra,
     }
+
+
+@dataclass
+class RolloutLog:
+    """Appends each step's rollouts to the log store as one run."""
+
+    logs: Path
+    run_id: str
+    rows: int = 0
+    rewards: list[float] = field(default_factory=list)
+    search_errors: int = 0
+    unscorable: int = 0
+
+    def append(self, rows: list[dict[str, Any]]) -> None:
+        from ddai.pipelines.store import write_run
+
+        if not rows:
+            return
+        write_run(self.logs, self.run_id, rows, append=True)
+        self.rows += len(rows)
+        self.search_errors += sum(r["extra"].get("search_errors", 0) for r in rows)
+        self.unscorable += sum("unscorable" in r["extra"] for r in rows)
+        rs = [r["reward"] for r in rows if r["reward"] is not None]
+        if rs:
+            self.rewards.append(sum(rs) / len(rs))

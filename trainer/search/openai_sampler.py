@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ddai.trainer.common import TrainConfigError
-from ddai.trainer.rollout import Sampler
+from ddai.trainer.search.rollout import Sampler
 
 
 class OpenAICompletionsSampler(Sampler):

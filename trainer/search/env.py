@@ -25,7 +25,7 @@ Image observations (VLM policies): with ``EnvConfig.observation="image"`` a sear
 label and the page *image* (``image_of(page_id)``, e.g. ``Corpus.image_path`` under an image root)
 and a ``<bbox>`` shows that box cropped from the last page image; the images ride on
 ``StepResult.images`` for the rollout to render through the model's processor
-(``ddai.trainer.vision``), and the evidence the generator reads stays the page text. Exercised on
+(``ddai.trainer.search.vision``), and the evidence the generator reads stays the page text. Exercised on
 CPU with a tiny Qwen2-VL and its PIL image processor; real VLM processors need torchvision (a lent
 GPU machine). ``box_convention`` says what a ``<bbox>``'s numbers mean (``ResizedPixels``:
 Qwen2.5-VL's absolute pixels on the smart-resized image; None: the page's own pixels).
@@ -44,6 +44,7 @@ from typing import Any, Protocol
 
 from ddai.pipelines import metrics, tags
 from ddai.pipelines.backends.base import SearchError
+from ddai.trainer.search.config import EpisodeConfig
 
 SEARCH_EMPTY = "[System Error: Search did not return an image. Please try a different query.]"
 SEARCH_FAILED = (
@@ -71,13 +72,13 @@ class PageSource(Protocol):
 class EnvConfig:
     """Episode rules."""
 
-    max_turns: int = 7
+    max_turns: int = EpisodeConfig.max_turns
     """Turns before the episode is cut (DDAI: 7 in round 1, 15 later)."""
-    search_k: int = 5
+    search_k: int = EpisodeConfig.search_k
     """Results asked of the search backend per query."""
-    force_completion: bool = True
+    force_completion: bool = EpisodeConfig.force_completion
     """At ``max_turns``, append DDAI's forced completion turn (written by the environment)."""
-    restrict_to_doc: bool = False
+    restrict_to_doc: bool = EpisodeConfig.restrict_to_doc
     """Search only the question's own document (when the task names one)."""
     observation: str = "text"
     """``text``: pages are shown as text; ``image``: as page images (VLM policies)."""
@@ -254,7 +255,7 @@ class SearchEnv:
         label = f"[crop of {ep.last_page} {turn.arg.strip()}]"
         crop = None
         if self.image_of is not None:
-            from ddai.trainer.vision import crop_image, open_image
+            from ddai.trainer.search.vision import crop_image, open_image
 
             page = open_image(self.image_of(ep.last_page))
             if self.box_convention is not None:  # the model's pixels -> the page's

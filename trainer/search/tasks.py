@@ -1,9 +1,8 @@
 """GRPO prompts: verl's RL parquet shape (DDAI's SlideVQA set, ``ddai curate`` output, fixtures)
 read into ``Task`` records.
 
-Columns used: ``id``, ``prompt`` (system + user chat messages: the Searcher prompt), ``file_name``,
-``reference_page`` (page numbers), ``data_source``, ``reward_model.ground_truth`` and
-``extra_info.question`` / ``extra_info.answer``. Golden pages are ``{file_name without .pdf}_{page}``.
+Each row's fields are read by ``ddai.pipelines.prompt_row``, the reader the funnel uses too;
+``prompt`` (system + user chat messages: the Searcher prompt) is kept as the policy's prompt.
 """
 
 from __future__ import annotations
@@ -16,7 +15,8 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from ddai.trainer.chat import normalize_messages
+from ddai.pipelines import prompt_row
+from ddai.trainer.search.chat import normalize_messages
 
 
 @dataclass(frozen=True)
@@ -62,50 +62,26 @@ class Task:
 
 def golden_pages(file_name: str | None, pages: list[Any] | None) -> list[str]:
     """DDAI's golden page basenames: ``{file_name without extension}_{page}``."""
-    if not file_name or not pages:
-        return []
-    doc = Path(str(file_name)).stem
-    return [f"{doc}_{int(p)}" for p in pages]
-
-
-def _question(row: dict[str, Any], messages: list[dict[str, str]]) -> str:
-    extra = row.get("extra_info") or {}
-    if isinstance(extra, str):
-        extra = json.loads(extra)
-    q = extra.get("question")
-    if q:
-        return str(q)
-    users = [m["content"] for m in messages if m["role"] == "user"]
-    return users[-1] if users else ""
+    return prompt_row.golden_page_ids(file_name, pages)
 
 
 def task_from_row(row: dict[str, Any], index: int = 0) -> Task:
-    """A ``Task`` from one verl-shaped row."""
+    """A ``Task`` from one verl-shaped row (fields read by ``ddai.pipelines.prompt_row``, as the
+    funnel reads them)."""
     if "prompt" not in row:
         raise ValueError(
             f"row {index}: no `prompt` column (verl RL shape expected), got {sorted(row)}"
         )
-    messages = normalize_messages(row["prompt"])
-    extra = row.get("extra_info") or {}
-    if isinstance(extra, str):
-        extra = json.loads(extra)
-    rm = row.get("reward_model") or {}
-    if isinstance(rm, str):
-        rm = json.loads(rm)
-    file_name = row.get("file_name") or extra.get("file_name")
-    ref_pages = row.get("reference_page")
-    if ref_pages is None:
-        ref_pages = extra.get("reference_page")
-    answer = rm.get("ground_truth") or extra.get("answer")
+    answer = prompt_row.reference_of(row)
     return Task(
-        uid=str(row.get("id") or row.get("uid") or f"row_{index}"),
-        messages=tuple(messages),
-        question=_question(row, messages),
-        reference_answer=None if answer is None else str(answer),
-        reference_pages=tuple(golden_pages(file_name, list(ref_pages or []))),
-        file_name=file_name,
+        uid=prompt_row.uid_of(row, index),
+        messages=tuple(normalize_messages(row["prompt"])),
+        question=prompt_row.question_of(row),
+        reference_answer=answer or None,
+        reference_pages=tuple(prompt_row.reference_page_ids(row)),
+        file_name=prompt_row.file_name_of(row),
         data_source=row.get("data_source"),
-        doc_id=Path(str(file_name)).stem if file_name else None,
+        doc_id=prompt_row.doc_id_of(row),
     )
 
 

@@ -8,14 +8,11 @@ their pairs), AUC of the sequence-mean value against success, and the tokenwise 
 
 Metrics go to ``<out>/metrics.jsonl`` (``value/pairwise_loss``, ``value/mc_mse``, ``value/loss``,
 ``value/pairwise_acc``, ``value/eval_pairwise_acc``, ``value/eval_auc``, ``value/eval_mc_mse``);
-the checkpoint to ``<out>`` (``ddai.trainer.value``).
+the checkpoint to ``<out>`` (``ddai.trainer.value.model``).
 """
 
 from __future__ import annotations
 
-import json
-import math
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,23 +20,23 @@ from typing import Any
 
 import torch
 
-from ddai.pipelines import workspace
-from ddai.trainer import value_losses as vl
-from ddai.trainer.value import ValueModel, is_value_checkpoint, load_value_model, new_value_model
-from ddai.trainer.value_data import (
+from ddai.trainer.runtime.metrics_log import METRICS_FILE, MetricsLog
+from ddai.trainer.value import losses as vl
+from ddai.trainer.value.data import (
     TARGETS,
     Batch,
     TokenRollout,
-    bin_weights,
     collate,
-    make_pairs,
     parse_bins,
-    split_prompts,
-    success_rates,
     tokenize_rollouts,
 )
-
-METRICS_FILE = "metrics.jsonl"
+from ddai.trainer.value.model import (
+    ValueModel,
+    is_value_checkpoint,
+    load_value_model,
+    new_value_model,
+)
+from ddai.trainer.value.rows import Split, prompt_messages, read_rows, split_data
 
 
 @dataclass
@@ -130,30 +127,6 @@ class ValueTrainResult:
     eval_after: dict[str, float]
 
 
-class MetricsLog:
-    """Metric rows appended to a JSONL file (started afresh per run), one per logged step."""
-
-    def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.path.write_text("", encoding="utf-8")
-
-    def log(self, step: int, metrics: dict[str, float]) -> None:
-        row = {
-            "step": step,
-            **{
-                k: (None if isinstance(v, float) and math.isnan(v) else v)
-                for k, v in metrics.items()
-            },
-        }
-        with self.path.open("a", encoding="utf-8") as fh:
-            fh.write(json.dumps(row) + "\n")
-
-
-def device() -> torch.device:
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
 # ---------------------------------------------------------------------------- scoring
 
 
@@ -232,95 +205,12 @@ def _load(cfg: ValueTrainConfig) -> tuple[ValueModel, Any]:
     )
 
 
-def _read_rows(cfg: ValueTrainConfig) -> list[dict[str, Any]]:
-    from ddai.pipelines.store import read_rollouts
-
-    logs = workspace.logs_dir(cfg.logs)
-    if not logs.is_dir():
-        raise FileNotFoundError(
-            f"log store {logs} does not exist; pass --logs or ingest a run first"
-        )
-    cols = [
-        "run_id",
-        "uid",
-        "rollout_idx",
-        "question",
-        "response",
-        "turns",
-        "judge_score",
-        "format_ok",
-        "reward",
-    ]
-    return read_rollouts(logs, cfg.runs, columns=cols).to_pylist()
-
-
-def prompt_messages(data: Path | None) -> dict[str, list[dict[str, str]]] | None:
-    """uid → chat prompt from a verl-shaped prompt set, or None."""
-    if data is None:
-        return None
-    from ddai.trainer.data import load_tasks
-
-    return {t.uid: [dict(m) for m in t.messages] for t in load_tasks(data)}
-
-
 def _pair_batch(
     items: Sequence[TokenRollout], pairs: Sequence[tuple[int, int]], pad_id: int
 ) -> tuple[Batch, torch.Tensor, int]:
     """One padded batch of the pairs' positives then negatives, and their MC targets ``[2P]``."""
     rows = [items[p] for p, _ in pairs] + [items[n] for _, n in pairs]
     return collate(rows, pad_id), torch.tensor([r.target for r in rows]), len(pairs)
-
-
-@dataclass
-class Split:
-    """Training and held-out rollouts, their pairs, and the training sampling weights."""
-
-    train: list[TokenRollout]
-    val: list[TokenRollout]
-    train_pairs: list[tuple[int, int]]
-    val_pairs: list[tuple[int, int]]
-    weights: torch.Tensor
-    """``[N]`` sampling weight per training pair (per training rollout in MC-only mode)."""
-
-
-def split_data(items: list[TokenRollout], cfg: ValueTrainConfig) -> Split:
-    """Hold out prompts (stratified by whether they have pairs), pair each side, weight pairs."""
-    rates = success_rates([r.uid for r in items], [r.success for r in items])
-    held = split_prompts(
-        [r.uid for r in items],
-        cfg.val_fraction,
-        seed=cfg.seed,
-        strata={u: 0 < r < 1 for u, r in rates.items()},
-    )
-    train = [r for r in items if r.uid not in held]
-    val = [r for r in items if r.uid in held]
-    if not train:
-        raise ValueError("no training rollouts left after the held-out split; lower --val-fraction")
-
-    def pairs_of(sub: list[TokenRollout]) -> list[tuple[int, int]]:
-        return make_pairs(
-            [r.uid for r in sub],
-            [r.success for r in sub],
-            max_pairs_per_problem=cfg.max_pairs_per_problem,
-            seed=cfg.seed,
-        )
-
-    train_pairs, val_pairs = pairs_of(train), pairs_of(val)
-    if cfg.pairwise_coef > 0 and not train_pairs:
-        raise ValueError(
-            "no training prompt has both a successful and a failed rollout, so there are no pairs; "
-            "add runs, change --success-threshold, or fit MC targets alone with --pairwise-coef 0"
-        )
-    if cfg.pairwise_coef > 0 and cfg.bin_edges:
-        pair_rates = [rates[train[p].uid] for p, _ in train_pairs]
-        weights = torch.tensor(
-            bin_weights(pair_rates, cfg.bin_edges, cfg.bin_weights), dtype=torch.double
-        )
-    else:
-        weights = torch.ones(
-            len(train_pairs) if cfg.pairwise_coef > 0 else len(train), dtype=torch.double
-        )
-    return Split(train, val, train_pairs, val_pairs, weights)
 
 
 def step_loss(
@@ -362,12 +252,12 @@ def train_value(cfg: ValueTrainConfig) -> ValueTrainResult:
     global draw and the DDP-wrapped model averages the gradients; the main process alone
     evaluates the held-out prompts, writes the metrics (losses averaged over the ranks) and saves."""
     from ddai.pipelines.distill.rebuild import load_system_prompt
-    from ddai.pipelines.pointer.progress import bar
-    from ddai.trainer import accel
-    from ddai.trainer.value import save_value_model
+    from ddai.pipelines.progress import bar
+    from ddai.trainer.runtime import accel
+    from ddai.trainer.value.model import save_value_model
 
     cfg.check()
-    rows = _read_rows(cfg)
+    rows = read_rows(cfg)
     if not rows:
         raise ValueError("no rollouts in the selected runs; check --logs and --run")
     acc = accel.make_accelerator(gradient_accumulation_steps=cfg.grad_accum)

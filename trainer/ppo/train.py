@@ -25,11 +25,15 @@ with the saved policy, critic and optimizer states, the same run id and the orig
 Dropout is off in every forward pass (seed 003: it makes ratios and KL unreliable).
 Metrics go to ``<out>/metrics.jsonl``; the policy is saved to ``<out>``, the critic to
 ``<out>/critic`` (a value checkpoint), every step's rollouts to the log store.
+
+Longer than 400 lines because the PPO step's pieces (log-prob and value passes, experience, the
+update) and the loop that calls them share one namespace, which the tests patch
+(``token_logprobs``) to check the update against hand-computed ratios; the settings are
+``ppo.config``'s, the objective terms ``ppo.terms``'s.
 """
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import dataclasses
 import os
@@ -44,178 +48,20 @@ import torch
 from torch import Tensor
 
 from ddai.pipelines import workspace
-from ddai.trainer import value_losses as vl
-from ddai.trainer.advantages import gae, masked_whiten
+from ddai.trainer.advantages import gae
 from ddai.trainer.common import TrainConfigError
-from ddai.trainer.data import Task
-from ddai.trainer.losses import KL_ESTIMATORS, masked_mean
-from ddai.trainer.ppo_terms import (
-    KL_MODES,
-    REWARD_NORMS,
+from ddai.trainer.ppo.config import CRITIC_DIR, PPOResult, PPORunConfig
+from ddai.trainer.ppo.terms import (
     actor_loss,
     normalize_scores,
     token_entropy,
 )
-from ddai.trainer.value import ValueModel, position_ids
-from ddai.trainer.value_data import Batch, pad_batch
-from ddai.trainer.value_train import MetricsLog
-
-CRITIC_DIR = "critic"
-
-
-@dataclass
-class PPORunConfig:
-    """One PPO run; every field has a flag in ``ddai train ppo``. Reward, environment and backend
-    fields have the names and meaning of ``GRPORunConfig``'s."""
-
-    model: str
-    data: Path
-    corpus: Path
-    output_dir: Path
-    critic: str | None = None
-    """A value checkpoint (``ddai train value``); None: a fresh head on the policy's trunk."""
-    critic_head: str = "linear"
-    """Head of a fresh critic: ``linear`` or ``mlp``."""
-    critic_unfreeze: int | None = None
-    """Top critic trunk layers that train; None: the checkpoint's setting, or 2 for a fresh critic."""
-    run_id: str | None = None
-    logs: Path | None = None
-    reward: str = "curriculum"
-    w_judge: float | None = None
-    w_ndcg: float | None = None
-    w_format: float | None = None
-    bias: float | None = None
-    gate: bool | None = None
-    n_agent: int = 1
-    batch_size: int = 8
-    """Rollouts per step (a multiple of ``n_agent``)."""
-    mini_batch_size: int | None = None
-    """Rollouts per optimizer step; default: the whole batch."""
-    ppo_epochs: int = 4
-    max_steps: int = 10
-    learning_rate: float = 1e-6
-    critic_lr: float = 1e-4
-    """Learning rate of the critic's head."""
-    critic_trunk_lr: float = 1e-5
-    """Learning rate of the critic's trainable trunk layers."""
-    clip_low: float = 0.2
-    clip_high: float = 0.2
-    vf_clip: float | None = 0.2
-    """Value clip range around the rollout-time values; None: unclipped value loss."""
-    kl_coef: float = 0.05
-    kl_estimator: str = "k1"
-    kl_mode: str = "reward"
-    """Where the reference KL goes: ``reward`` (a per-token penalty) or ``loss`` (a policy-loss
-    term, ``ppo_terms.kl_loss``); seed 003 describes both."""
-    reward_norm: str = "none"
-    """Normalization of each batch's outcome scores: ``ppo_terms.REWARD_NORMS``."""
-    entropy_coef: float = 0.0
-    """Entropy bonus coefficient c_H (0: off)."""
-    resume: bool = False
-    """Continue from the last ``checkpoint-N`` in ``output_dir`` (steps N+1..max_steps)."""
-    save_steps: int = 0
-    """Write a resumable ``checkpoint-N`` every this many steps (0: only after the last step)."""
-    gamma: float = 1.0
-    lam: float = 0.95
-    whiten_advantages: bool = True
-    temperature: float = 1.0
-    max_turns: int = 7
-    search_k: int = 5
-    force_completion: bool = True
-    restrict_to_doc: bool = False
-    max_turn_tokens: int = 256
-    max_completion_tokens: int = 1024
-    obs_max_tokens: int = 256
-    search: str | None = None
-    generator: str | None = None
-    judge: str | None = None
-    reward_timeout: float = 90.0
-    limit: int | None = None
-    grad_accum: int = 1
-    """Micro-batches each mini-batch is split into, accumulated into one optimizer step."""
-    grad_clip: float = 1.0
-    dtype: str = "float32"
-    lora: bool = False
-    """Train a LoRA adapter (peft, float32) on the frozen policy; the reference is the policy with
-    the adapter disabled (no second copy); the merged model is saved."""
-    lora_r: int = 16
-    lora_alpha: int = 32
-    lora_target: str = "all-linear"
-    seed: int = 0
-    progress: bool = True
-    skip_preflight: bool = False
-    """Train without the preflight checks (``ddai.trainer.preflight``); recorded in the run config."""
-    preflight_prompts: int = 2
-    """Prompts whose ``n_agent`` episodes the preflight samples (and 4× as many for search)."""
-
-    def check(self) -> None:
-        """Fail on bad settings before any model is loaded; messages name the flag."""
-        if self.n_agent < 1 or self.batch_size < 1 or self.batch_size % self.n_agent:
-            raise TrainConfigError(
-                f"--batch-size {self.batch_size} must be a positive multiple of --n-agent "
-                f"{self.n_agent} (rollouts per step = prompts × n_agent)"
-            )
-        if self.mini_batch_size is not None and not 1 <= self.mini_batch_size <= self.batch_size:
-            raise TrainConfigError(
-                f"--mini-batch-size must be in 1..--batch-size ({self.batch_size})"
-            )
-        mb = self.mini_batch_size or self.batch_size
-        if (
-            self.grad_accum < 1
-            or mb % self.grad_accum
-            or (self.grad_accum > 1 and self.batch_size % mb)
-        ):
-            raise TrainConfigError(
-                f"--grad-accum {self.grad_accum} must be >= 1 and divide the mini-batch ({mb} "
-                "rollouts: --mini-batch-size, or --batch-size), which must then divide "
-                "--batch-size"
-            )
-        for name in ("ppo_epochs", "max_steps"):
-            if getattr(self, name) < 1:
-                raise TrainConfigError(f"--{name.replace('_', '-')} must be >= 1")
-        if self.kl_estimator not in KL_ESTIMATORS:
-            raise TrainConfigError(
-                f"--kl-estimator {self.kl_estimator!r}: use one of {', '.join(sorted(KL_ESTIMATORS))}"
-            )
-        if not (0 <= self.gamma <= 1 and 0 <= self.lam <= 1):
-            raise TrainConfigError(
-                f"--gamma and --lam must be in [0, 1], got {self.gamma}, {self.lam}"
-            )
-        if self.clip_low <= 0 or self.clip_high <= 0 or self.kl_coef < 0:
-            raise TrainConfigError("--clip-low and --clip-high must be > 0 and --kl >= 0")
-        if self.kl_mode not in KL_MODES:
-            raise TrainConfigError(f"--kl-mode {self.kl_mode!r}: use one of {', '.join(KL_MODES)}")
-        if self.reward_norm not in REWARD_NORMS:
-            raise TrainConfigError(
-                f"--reward-norm {self.reward_norm!r}: use one of {', '.join(REWARD_NORMS)}"
-            )
-        if self.entropy_coef < 0 or self.save_steps < 0:
-            raise TrainConfigError("--entropy-coef and --save-steps must be >= 0")
-        if self.vf_clip is not None and self.vf_clip <= 0:
-            raise TrainConfigError(
-                "--vf-clip must be > 0 (use --no-vf-clip for an unclipped value loss)"
-            )
-
-
-@dataclass
-class PPOResult:
-    output_dir: str
-    critic_dir: str
-    run_id: str
-    logs: str
-    steps: int
-    rollouts_logged: int
-    reward_first: float | None
-    reward_last: float | None
-    value_loss_first: float | None
-    value_loss_last: float | None
-    changed_parameters: int
-    zero_variance_steps: int = 0
-    """Steps whose groups all had zero reward variance."""
-    preflight: str = "skipped"
-    resumed_from: int = 0
-    """The checkpoint step this run continued from (0: a fresh run)."""
-
+from ddai.trainer.rlmath import masked_mean, masked_whiten
+from ddai.trainer.runtime.metrics_log import MetricsLog
+from ddai.trainer.search.tasks import Task
+from ddai.trainer.value import losses as vl
+from ddai.trainer.value.data import Batch, pad_batch
+from ddai.trainer.value.model import ValueModel, position_ids
 
 # ---------------------------------------------------------------------------- forward passes
 
@@ -372,7 +218,11 @@ def ppo_update(
                     _step(accelerator, policy_opt, p_loss, cfg.grad_clip)
                     values = train_values(critic, part)
                     v_loss, v_metrics = vl.clipped_value_loss(
-                        values, exp.old_values[idx], exp.returns[idx], part.mask, clip=cfg.vf_clip
+                        values,
+                        exp.old_values[idx],
+                        exp.returns[idx],
+                        part.mask,
+                        clip=cfg.vf_clip or None,
                     )
                     _step(accelerator, critic_opt, v_loss, cfg.grad_clip)
                 seen.append({"actor/loss": float(p_loss.detach()), **metrics, **v_metrics})
@@ -392,7 +242,7 @@ def _step(accelerator: Any, opt: torch.optim.Optimizer, loss: Tensor, grad_clip:
 
 def _load_critic(cfg: PPORunConfig, tok: Any) -> tuple[ValueModel, str]:
     """The critic and where its trunk came from; a checkpoint must share the policy's tokenizer."""
-    from ddai.trainer.value import load_value_model, new_value_model
+    from ddai.trainer.value.model import load_value_model, new_value_model
 
     if cfg.critic is not None:
         critic, critic_tok = load_value_model(
@@ -476,93 +326,6 @@ def experience_metrics(exp: Experience) -> dict[str, float]:
     }
 
 
-class Episodes:
-    """Episodes and their rewards through ``ddai train grpo``'s own pieces: the search
-    environment's lock-step rollout and the streamed generator/judge reward."""
-
-    def __init__(
-        self, cfg: Any, tok: Any, corpus: Any, backends: Any, *, sampler: Any = None
-    ) -> None:
-        """``cfg``: any config with ``PPORunConfig``'s reward and episode fields; ``sampler``:
-        generate through it instead of the policy passed to ``collect``."""
-        from ddai.trainer.env import EnvConfig, SearchEnv
-        from ddai.trainer.grpo import DdaiReward, SearchRollout, reward_spec
-        from ddai.trainer.rewards import StreamingScorer
-        from ddai.trainer.rollout import RolloutConfig, token_truncator
-
-        spec = reward_spec(cfg)
-        if spec.needs_judge and (backends.generator is None or backends.judge is None):
-            raise TrainConfigError(
-                "the reward uses the judge: a generator and a judge backend are needed"
-            )
-        env = SearchEnv(
-            backends.search,
-            corpus,
-            EnvConfig(cfg.max_turns, cfg.search_k, cfg.force_completion, cfg.restrict_to_doc),
-            truncate=token_truncator(tok, cfg.obs_max_tokens),
-        )
-        self.scorer = (
-            StreamingScorer(backends.generator, backends.judge) if spec.needs_judge else None
-        )
-        self.rollout = SearchRollout(
-            tokenizer=tok,
-            env=env,
-            rollout=RolloutConfig(
-                cfg.max_turn_tokens, cfg.max_completion_tokens, cfg.obs_max_tokens
-            ),
-            spec=spec,
-            scorer=self.scorer,
-            temperature=cfg.temperature,
-        )
-        self.rollout.sampler = sampler
-        self.reward = DdaiReward(self.rollout, cfg.reward_timeout)
-
-    def collect(
-        self, slots: list[tuple[Task, int, int]], policy: Any
-    ) -> tuple[list[Any], list[float], dict[str, float]]:
-        """Run one episode per slot; ``(trajectories, rewards, ddai/... reward metrics)``."""
-        trajs = self.rollout.run(slots, None, policy)
-        for t in trajs:
-            self.rollout.pending[t.key] = t
-        metrics: dict[str, float] = {}
-        keys = [t.key for t in trajs]
-        rewards = asyncio.run(self.reward(None, None, keys, log_metric=metrics.__setitem__))
-        return trajs, rewards, metrics
-
-    def log_rows(
-        self,
-        trajs: list[Any],
-        advantages: list[float | None],
-        *,
-        run_id: str,
-        step: int | None,
-        first_sample: int = 0,
-    ) -> list[dict[str, Any]]:
-        """Rollout-log rows of scored episodes (each logged with its mean token advantage);
-        ``sample_idx`` counts from ``first_sample`` (this rank's offset in the global batch)."""
-        from ddai.trainer.logrows import rollout_row
-
-        rows_out = []
-        for i, (t, adv) in enumerate(zip(trajs, advantages, strict=True)):
-            traj, judged, score = self.rollout.pop(t.key)
-            rows_out.append(
-                rollout_row(
-                    traj,
-                    run_id=run_id,
-                    step=step,
-                    advantage=adv,
-                    sample_idx=first_sample + i,
-                    judged=judged,
-                    score=score,
-                )
-            )
-        return rows_out
-
-    def close(self) -> None:
-        if self.scorer is not None:
-            self.scorer.close()
-
-
 def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
     """Train the policy with PPO; save it and its critic; log every rollout to the store.
 
@@ -573,24 +336,23 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
     (averaged over the ranks), the run config and the checkpoints. Every rank runs the preflight,
     so a failing check stops them all with the same message."""
     from ddai.pipelines.corpus import Corpus
-    from ddai.pipelines.pointer.progress import bar
-    from ddai.trainer import accel
-    from ddai.trainer import ppo_checkpoint as ck
-    from ddai.trainer import preflight as pf
+    from ddai.pipelines.progress import bar
     from ddai.trainer.common import resume_checkpoint
-    from ddai.trainer.data import load_tasks
-    from ddai.trainer.grpo import (
-        RolloutLog,
-        default_backends,
+    from ddai.trainer.modeling import changed_parameters, load_policy, parameter_snapshot
+    from ddai.trainer.ppo import checkpoint as ck
+    from ddai.trainer.runtime import accel
+    from ddai.trainer.search import preflight as pf
+    from ddai.trainer.search.episodes import Episodes, default_backends
+    from ddai.trainer.search.logrows import RolloutLog
+    from ddai.trainer.search.preflight_steps import (
         preflight_slots,
         preflight_status,
-        reward_spec,
         sampled_episodes,
         static_preflight,
     )
-    from ddai.trainer.modeling import changed_parameters, load_policy, parameter_snapshot
-    from ddai.trainer.sft import save_model
-    from ddai.trainer.value import save_value_model
+    from ddai.trainer.search.tasks import load_tasks
+    from ddai.trainer.sft.train import save_model
+    from ddai.trainer.value.model import save_value_model
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     cfg.check()
@@ -606,7 +368,7 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
             "to train more steps"
         )
     corpus = Corpus.load(cfg.corpus)
-    backends = backends or default_backends(cfg, corpus, reward_spec(cfg))
+    backends = backends or default_backends(cfg, corpus, cfg.reward_spec())
     report = pf.PreflightReport(skipped=cfg.skip_preflight)
     if not cfg.skip_preflight:
         static_preflight(

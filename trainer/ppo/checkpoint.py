@@ -45,8 +45,8 @@ def save_checkpoint(
     critic_opt: torch.optim.Optimizer,
 ) -> Path:
     """Write ``<out>/checkpoint-<step>`` atomically and drop older ``checkpoint-*`` folders."""
-    from ddai.trainer.sft import save_model
-    from ddai.trainer.value import save_value_model
+    from ddai.trainer.sft.train import save_model
+    from ddai.trainer.value.model import save_value_model
 
     out = Path(out)
     final = out / f"checkpoint-{state.step}"

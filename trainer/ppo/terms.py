@@ -18,7 +18,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ddai.trainer.losses import aggregate, kl_penalty, masked_mean, ppo_loss
+from ddai.trainer.losses import ppo_loss
+from ddai.trainer.ppo.config import KL_MODES, REWARD_NORMS
+from ddai.trainer.rlmath import aggregate, kl_penalty, masked_mean
 
 __all__ = [
     "KL_MODES",
@@ -29,14 +31,6 @@ __all__ = [
     "token_entropy",
     "whiten",
 ]
-
-KL_MODES = ("reward", "loss")
-"""Where the reference KL goes: ``reward`` folds ``−β·KL_t`` into the per-token rewards (seed
-003's pseudocode, Stiennon et al. 2020, InstructGPT); ``loss`` adds ``β·KL`` to the policy loss
-(the seed: "perhaps more common, and a little simpler")."""
-
-REWARD_NORMS = ("none", "center", "scale", "whiten")
-"""How a batch's outcome scores are normalized before GAE (``normalize_scores``)."""
 
 
 def whiten(values: Tensor, shift_mean: bool = True, eps: float = 1e-8) -> Tensor:

@@ -22,10 +22,12 @@ import pyarrow as pa
 import torch
 
 from ddai.pipelines import schema, store, workspace
-from ddai.trainer import value_losses as vl
-from ddai.trainer.value import load_value_model
-from ddai.trainer.value_data import tokenize_rollouts
-from ddai.trainer.value_train import device, prompt_messages, sequence_values
+from ddai.trainer.runtime.metrics_log import device
+from ddai.trainer.value import losses as vl
+from ddai.trainer.value.data import tokenize_rollouts
+from ddai.trainer.value.model import load_value_model
+from ddai.trainer.value.rows import prompt_messages
+from ddai.trainer.value.train import sequence_values
 
 
 @dataclass
@@ -152,7 +154,7 @@ def score_table(
 def score_runs(cfg: ValueScoreConfig) -> ValueScoreResult:
     """Score every selected run and write each back as a new version of its partition."""
     from ddai.pipelines.distill.rebuild import load_system_prompt
-    from ddai.pipelines.pointer.progress import bar
+    from ddai.pipelines.progress import bar
 
     cfg.check()
     system_prompt = load_system_prompt(cfg.system_prompt)

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ddai.trainer.advantages import gae, outcome_rewards
-from ddai.trainer.losses import aggregate, kl_penalty, masked_mean
+from ddai.trainer.rlmath import aggregate, kl_penalty, masked_mean
 
 __all__ = [
     "clipped_value_loss",

@@ -1,0 +1,65 @@
+"""Running a training command: relaunch under ``accelerate launch`` (``--launch N``), call the
+trainer's one function with bad input turned into exit code 2 (``run_or_fail``), print the summary
+once per run, and find the ``train`` group that several modules add commands to."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import typer
+
+from ddai.cli.common import fail, summary
+
+T = TypeVar("T")
+
+
+def run_or_fail(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``fn(*args, **kwargs)``; bad input (a config's ``check``, a missing or existing file, a
+    ``ValueError`` of the libraries' own config checks) exits 2 with its message; a run that
+    changed in the log store while this one read it (``StoreConflict``: nothing was written)
+    exits 1."""
+    from ddai.pipelines.store import StoreConflict
+
+    try:
+        return fn(*args, **kwargs)
+    except (ValueError, FileNotFoundError, FileExistsError) as e:
+        raise fail(str(e)) from e
+    except StoreConflict as e:
+        raise fail(str(e), 1) from e
+
+
+def maybe_relaunch(launch: int | None, accelerate_config: Path | None) -> None:
+    """With --launch N, run the same command line under accelerate and exit with its code."""
+    if launch is None:
+        if accelerate_config is not None:
+            raise fail("--accelerate-config needs --launch N")
+        return
+    import sys
+
+    from ddai.trainer.runtime.launch import relaunch
+
+    code = run_or_fail(relaunch, sys.argv[1:], launch, accelerate_config)
+    raise typer.Exit(code)
+
+
+def main_summary(title: str, data: dict, *, as_json: bool) -> None:
+    """The closing summary, printed by the main process only (one per run under a launcher)."""
+    from ddai.trainer.runtime import dist
+
+    if dist.is_main():
+        summary(title, data, as_json=as_json)
+
+
+TRAIN_HELP = "Train the Searcher: SFT, then GRPO over the search environment."
+
+
+def sub_app(app: typer.Typer, name: str, help_text: str) -> typer.Typer:
+    """The sub-app ``name`` of ``app`` (registered by its own area), else a new one."""
+    for info in app.registered_groups:
+        if info.name == name and info.typer_instance is not None:
+            return info.typer_instance
+    sub = typer.Typer(help=help_text, no_args_is_help=True, rich_markup_mode=None)
+    app.add_typer(sub, name=name)
+    return sub

@@ -1,0 +1,100 @@
+"""One definition of every training default: each flag of a training command that fills a config
+field has that field's default (read from the config dataclass, not restated)."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import importlib
+import inspect
+import textwrap
+
+import pytest
+
+from ddai.cli.app import load_command
+
+# (command path, config class): the command builds one of these from its flags.
+COMMANDS = [
+    (("train", "sft"), "ddai.trainer.sft.train:SFTRunConfig"),
+    (("train", "grpo"), "ddai.trainer.grpo.config:GRPORunConfig"),
+    (("train", "ppo"), "ddai.trainer.ppo.config:PPORunConfig"),
+    (("train", "collect"), "ddai.trainer.search.collect:CollectConfig"),
+    (("train", "value"), "ddai.trainer.value.train:ValueTrainConfig"),
+    (("train", "value-sft"), "ddai.trainer.value.sft:ValueSFTConfig"),
+    (("value", "score"), "ddai.trainer.value.score:ValueScoreConfig"),
+]
+
+
+def _cls(spec: str) -> type:
+    module, name = spec.split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def _command(path: tuple[str, ...]):
+    cmd = load_command(path[0])
+    for part in path[1:]:
+        cmd = cmd.commands[part]
+    return cmd
+
+
+def field_of_param(callback, cls_name: str) -> dict[str, str]:
+    """``param -> field`` from the command's ``Cls(field=param, …)`` call (its source)."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(callback)))
+    out = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == cls_name:
+            for kw in node.keywords:
+                if isinstance(kw.value, ast.Name):
+                    out[kw.value.id] = kw.arg
+    return out
+
+
+def _defaults(cls: type) -> dict[str, object]:
+    out = {}
+    for f in dataclasses.fields(cls):
+        if f.default is not dataclasses.MISSING:
+            out[f.name] = f.default
+    return out
+
+
+@pytest.mark.parametrize(("path", "spec"), COMMANDS, ids=["-".join(p) for p, _ in COMMANDS])
+def test_flag_defaults_are_the_config_defaults(path, spec):
+    cls = _cls(spec)
+    cmd = _command(path)
+    mapping = field_of_param(cmd.callback, cls.__name__)
+    defaults = _defaults(cls)
+    compared, differ = 0, []
+    for p in cmd.params:
+        field = mapping.get(p.name)
+        if field is None or field not in defaults or p.required:
+            continue
+        compared += 1
+        if p.default != defaults[field]:
+            differ.append(
+                f"--{p.name.replace('_', '-')}: {p.default!r} != {field}={defaults[field]!r}"
+            )
+    assert compared >= 3  # the mapping found the command's flags
+    assert differ == []
+
+
+def test_the_check_sees_a_restated_default():
+    # the control: a command whose flag restates a default, differently
+    import typer
+
+    @dataclasses.dataclass
+    class Cfg:
+        max_turns: int = 7
+        search_k: int = 5
+        seed: int = 0
+
+    app = typer.Typer(add_completion=False)
+
+    @app.command()
+    def run(max_turns: int = 9, search_k: int = 5, seed: int = 0) -> None:
+        Cfg(max_turns=max_turns, search_k=search_k, seed=seed)
+
+    cmd = typer.main.get_command(app)
+    mapping = field_of_param(cmd.callback, "Cfg")
+    assert mapping == {"max_turns": "max_turns", "search_k": "search_k", "seed": "seed"}
+    bad = [p.name for p in cmd.params if p.default != _defaults(Cfg)[mapping[p.name]]]
+    assert bad == ["max_turns"]

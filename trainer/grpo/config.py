@@ -1,0 +1,202 @@
+"""``ddai train grpo``'s settings: the run config (episode, reward and backend fields from the
+shared bases of ``ddai.trainer.search.config``), the optimiser presets, and the TRL ``GRPOConfig``
+built from defaults < preset < config file < flags < ``--set``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ddai.trainer import common
+from ddai.trainer.search.config import EpisodeBackends, EpisodeConfig, RewardOverrides
+
+# Seed 000's focused-round optimiser: sequence-level ratio (GSPO), clip 3e-4/4e-4, lr 1e-6, no KL,
+# no entropy bonus, and its mini-batch structure: verl's ``ppo_mini_batch_size=8`` prompts out of a
+# 16-prompt rollout batch (focused round 1) is two optimizer steps per rollout batch. Without it the
+# old log-probs equal the current ones at every step and the tiny clip never acts. TRL's
+# ``steps_per_generation``: one generation of ``batch_size × steps_per_generation`` rollouts, then
+# that many optimizer steps of ``batch_size`` rollouts each (round 3's 32/8 is ``--set
+# steps_per_generation=4``).
+TRAIN_PRESETS: dict[str, dict[str, Any]] = {
+    "gspo-ddai": {
+        "steps_per_generation": 2,
+        "importance_sampling_level": "sequence",
+        "loss_type": "grpo",
+        "epsilon": 3e-4,
+        "epsilon_high": 4e-4,
+        "learning_rate": 1e-6,
+        "beta": 0.0,
+        "entropy_coef": 0.0,
+    },
+    "grpo": {"importance_sampling_level": "token", "loss_type": "grpo", "beta": 0.0},
+}
+
+
+def train_preset(name: str | None) -> dict[str, Any]:
+    if name is None:
+        return {}
+    try:
+        return dict(TRAIN_PRESETS[name])
+    except KeyError:
+        raise common.TrainConfigError(
+            f"unknown --preset {name!r}; known: {', '.join(sorted(TRAIN_PRESETS))}"
+        ) from None
+
+
+@dataclass
+class GRPORunConfig(EpisodeConfig, RewardOverrides, EpisodeBackends):
+    """One GRPO run; every field has a flag in ``ddai train grpo``. Episode, reward and backend
+    fields are the shared bases' (``ddai.trainer.search.config``), keyword-only."""
+
+    model: str
+    data: Path
+    """Prompts in verl's RL parquet shape."""
+    corpus: Path
+    """``pages.parquet`` (or its folder) the search backend and crops read."""
+    output_dir: Path
+    run_id: str | None = None
+    logs: Path | None = None
+    preset: str | None = None
+    n_agent: int | None = None
+    batch_size: int | None = None
+    """Rollouts per device step (prompts × n_agent)."""
+    max_steps: int | None = None
+    learning_rate: float | None = None
+    epsilon: float | None = None
+    epsilon_high: float | None = None
+    beta: float | None = None
+    entropy_coef: float | None = None
+    importance_sampling_level: str | None = None
+    loss_type: str | None = None
+    temperature: float | None = None
+    observation: str = "text"
+    """``image``: show page images through the model's processor (VLM policies)."""
+    image_root: Path | None = None
+    """Folder of page images named as ``Corpus.image_path`` names them (image observations);
+    not needed when the corpus holds its images (``ddai corpus build``)."""
+    generator_max_images: int = 8
+    """Most images (pages and crops, the latest kept) sent to a multimodal generator."""
+    vllm: str | None = None
+    """``server``: generate through a running ``trl vllm-serve`` (GPU machines)."""
+    vllm_server_base_url: str | None = None
+    limit: int | None = None
+    seed: int = 0
+    save_steps: int | None = None
+    logging_steps: int | None = None
+    report_to: str | None = None
+    resume: bool = False
+    dtype: str = "float32"
+    lora: bool = False
+    """Train a LoRA adapter (peft, float32) on frozen weights; the merged model is saved."""
+    lora_r: int = 16
+    lora_alpha: int = 32
+    lora_dropout: float = 0.0
+    lora_target: str = "all-linear"
+    repetition_penalty: float | None = None
+    """Sampling repetition penalty (explicit; the checkpoint's own is never applied)."""
+    config_file: Path | None = None
+    overrides: dict[str, Any] = field(default_factory=dict)
+    skip_preflight: bool = False
+    """Train without the preflight checks (``ddai.trainer.search.preflight``); recorded in the run config."""
+    preflight_prompts: int = 2
+    """Prompts whose ``n_agent`` episodes the preflight samples (and 4× as many for search)."""
+
+    def check(self) -> None:
+        """Fail on bad settings before any model is loaded; messages name the flag."""
+        if self.generator_max_images < 0:
+            raise common.TrainConfigError(
+                f"--generator-max-images {self.generator_max_images}: use 0 or more"
+            )
+
+
+@dataclass
+class GRPOResult:
+    output_dir: str
+    run_id: str
+    logs: str
+    steps: int
+    rollouts_logged: int
+    reward_first: float | None
+    reward_last: float | None
+    changed_parameters: int
+    zero_variance_steps: int = 0
+    """Steps whose groups all had zero reward variance (no learning signal)."""
+    preflight: str = "skipped"
+    """``passed``, ``passed with warnings: …`` or ``skipped``."""
+    search_errors: int = 0
+    """Searches that failed (service errors, timeouts) and were shown as ``[System Error: …]``."""
+    unscorable: int = 0
+    """Rollouts that needed a judge score and got none (timeout, failure): no reward, left out of
+    group normalization."""
+    informative_group_share: float | None = None
+    """Share of prompt groups with reward variance (the only ones GRPO learns from)."""
+    clip_ratio: float | None = None
+    """Mean over logged steps of TRL's ``clip_ratio/region_mean`` (share clipped)."""
+
+
+def grpo_args(cfg: GRPORunConfig) -> Any:
+    """TRL ``GRPOConfig`` from defaults < preset < config file < flags < ``--set``."""
+    from trl import GRPOConfig
+
+    file_layer = common.load_config_file(cfg.config_file)
+    common.check_keys(GRPOConfig, file_layer, str(cfg.config_file))
+    common.check_keys(GRPOConfig, cfg.overrides, "--set")
+    flags = {
+        "num_generations": cfg.n_agent,
+        "per_device_train_batch_size": cfg.batch_size,
+        "max_steps": cfg.max_steps,
+        "learning_rate": cfg.learning_rate,
+        "epsilon": cfg.epsilon,
+        "epsilon_high": cfg.epsilon_high,
+        "beta": cfg.beta,
+        "entropy_coef": cfg.entropy_coef,
+        "importance_sampling_level": cfg.importance_sampling_level,
+        "loss_type": cfg.loss_type,
+        "temperature": cfg.temperature,
+        "repetition_penalty": cfg.repetition_penalty,
+        "save_steps": cfg.save_steps,
+        "logging_steps": cfg.logging_steps,
+        "report_to": cfg.report_to,
+    }
+    if cfg.vllm is not None:
+        if cfg.vllm != "server":
+            raise common.TrainConfigError(f"--vllm {cfg.vllm!r}: only `server` is supported")
+        flags.update(
+            use_vllm=True, vllm_mode="server", vllm_server_base_url=cfg.vllm_server_base_url
+        )
+    defaults = {
+        "num_generations": 4,
+        "per_device_train_batch_size": 8,
+        "loss_type": "grpo",
+        "logging_steps": 1,
+        "save_steps": 30,
+        "save_strategy": "steps",
+        "save_total_limit": 2,
+        "disable_tqdm": True,
+        "max_completion_length": cfg.max_completion_tokens,
+        # Activations recomputed in the backward pass: a training forward keeps one layer's
+        # activations instead of all of them (``--set activation_checkpointing=false`` to trade
+        # back; transformers' new name for gradient checkpointing).
+        "activation_checkpointing": True,
+        **common.device_defaults(),
+    }
+    preset = train_preset(cfg.preset)
+    if any(layer.get("generation_batch_size") is not None for layer in (file_layer, cfg.overrides)):
+        # TRL takes one of the two; the user's generation batch wins over the preset's structure.
+        preset.pop("steps_per_generation", None)
+    merged = common.merge_layers(defaults, preset, file_layer, flags, cfg.overrides)
+    user = {**file_layer, **cfg.overrides}
+    if "gradient_checkpointing" in user and "activation_checkpointing" not in user:
+        # transformers' old name would lose to the new one set by default above.
+        merged["activation_checkpointing"] = merged.pop("gradient_checkpointing")
+    integrations, _ = common.split_report_to(merged.pop("report_to", None))
+    merged.update(output_dir=str(cfg.output_dir), report_to=integrations, seed=cfg.seed)
+    batch, group = merged["per_device_train_batch_size"], merged["num_generations"]
+    if batch % group:
+        raise common.TrainConfigError(
+            f"--batch-size {batch} must be a multiple of --n-agent {group} "
+            "(rollouts per step = prompts × n_agent)"
+        )
+    return GRPOConfig(**merged)

@@ -1,0 +1,258 @@
+"""``ddai train grpo``: TRL's ``GRPOTrainer`` over the multi-turn search environment.
+
+TRL runs the optimisation (group advantages, the GRPO/GSPO loss, KL, entropy, checkpoints);
+ddai supplies
+
+- ``SearchRollout`` (``ddai.trainer.search.episodes``): the ``rollout_func``: ``n_agent``
+  episodes per prompt in lock-step batches, returning prompt/completion ids, sampling log-probs
+  and ``env_mask`` (1 on policy tokens, 0 on every observation token), which TRL multiplies into
+  the loss mask (state masking);
+- ``DdaiReward`` (``ddai.trainer.search.scoring``): an async reward function awaiting the
+  streamed generator/judge calls;
+- ``DdaiGRPOTrainer`` (``ddai.trainer.trl_compat``): a thin subclass that hands the rollout the
+  batch's task columns and appends every step's rollouts, with TRL's advantages, to the rollout
+  log. With image observations it also feeds the images each rollout was shown
+  (``pixel_values``, ``image_grid_thw``) into every log-prob forward pass (old, reference and
+  loss), which TRL's ``rollout_func`` path does not.
+
+This module wires them together (``run_grpo``); the settings are ``grpo.config``'s.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from ddai.pipelines import workspace
+from ddai.trainer import common
+from ddai.trainer.grpo.config import GRPOResult, GRPORunConfig, grpo_args
+from ddai.trainer.runtime import dist
+from ddai.trainer.search.env import SearchEnv
+from ddai.trainer.search.episodes import (
+    Backends,
+    SearchRollout,
+    default_backends,
+    env_config,
+    rollout_config,
+)
+from ddai.trainer.search.logrows import RolloutLog
+from ddai.trainer.search.preflight import (
+    PreflightReport,
+    check_chat_template,
+    check_episodes,
+    write_run_config,
+)
+from ddai.trainer.search.preflight_steps import (
+    preflight_slots,
+    preflight_status,
+    sampled_episodes,
+    static_preflight,
+)
+from ddai.trainer.search.rewards import StreamingScorer
+from ddai.trainer.search.rollout import token_truncator
+from ddai.trainer.search.scoring import DdaiReward
+from ddai.trainer.search.tasks import load_tasks
+from ddai.trainer.search.vision import ResizedPixels, VisionObservationFormat, page_image_path
+from ddai.trainer.trl_compat import grpo_trainer_class
+
+
+def load_vision_policy(
+    name_or_path: str, *, dtype: str = "float32"
+) -> tuple[Any, Any, VisionObservationFormat]:
+    """A VLM policy, its tokenizer and its processor's observation format (needs torchvision for
+    real checkpoints' processors)."""
+    from ddai.trainer.modeling import load_vision_model
+
+    model, processor = load_vision_model(name_or_path, dtype=dtype)
+    return model, processor.tokenizer, VisionObservationFormat.from_processor(processor)
+
+
+def page_images(cfg: GRPORunConfig, corpus: Any) -> Any:
+    """``image_of(page_id)`` for the run's page images, or None when it has none: the corpus's own
+    image (an image corpus), else ``{page_id}.jpg`` under ``--image-root`` (a search service may
+    return pages the corpus lacks)."""
+    root = Path(cfg.image_root) if cfg.image_root is not None else None
+    if root is not None and not root.is_dir():
+        root = None
+    if not corpus.has_images and root is None:
+        return None
+
+    def image_of(pid: str) -> Path:
+        own = corpus.image_file(pid) if pid in corpus else None
+        if own is not None:
+            return own
+        if root is not None:
+            return page_image_path(root, f"{pid}.jpg")
+        raise KeyError(f"page {pid!r} has no image in --corpus {cfg.corpus}; add --image-root DIR")
+
+    return image_of
+
+
+def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult:
+    """Train with GRPO; save the final model to ``output_dir``; log rollouts to the store."""
+    from datasets import Dataset
+
+    from ddai.pipelines.corpus import Corpus
+    from ddai.trainer.modeling import (
+        changed_parameters,
+        check_update_precision,
+        load_policy,
+        lora_config,
+        parameter_snapshot,
+    )
+    from ddai.trainer.runtime.train_metrics import TrainMetricsLog
+    from ddai.trainer.sft.train import merged_lora, save_final, save_model
+
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    cfg.check()
+    args = grpo_args(cfg)
+    dist.allow_fsdp_on_cpu(args)
+    resume_from = common.resume_checkpoint(cfg.output_dir, cfg.resume)
+    spec = cfg.reward_spec()
+    tasks = load_tasks(cfg.data, cfg.limit)
+    if not tasks:
+        raise common.TrainConfigError(f"--data {cfg.data}: no prompts")
+    corpus = Corpus.load(cfg.corpus)
+    backends = backends or default_backends(cfg, corpus, spec)
+    if spec.needs_judge and (backends.generator is None or backends.judge is None):
+        raise common.TrainConfigError(
+            "the reward uses the judge: a generator and a judge backend are needed"
+        )
+    vision = box_convention = None
+    image_of = page_images(cfg, corpus)
+
+    report = PreflightReport(skipped=cfg.skip_preflight)
+    if not cfg.skip_preflight:
+        static_preflight(
+            report,
+            tasks,
+            corpus,
+            str(cfg.corpus),
+            backends.search,
+            k=cfg.search_k,
+            restrict_to_doc=cfg.restrict_to_doc,
+            prompts=cfg.preflight_prompts,
+            seed=cfg.seed,
+        )
+        report.raise_errors()
+    if cfg.observation == "image":
+        if image_of is None:
+            raise common.TrainConfigError(
+                f"--image-root {cfg.image_root}: not a folder; point it at the page images, or "
+                "build an image corpus with `ddai corpus build` (image observations need them)"
+            )
+        model, tok, vision = load_vision_policy(cfg.model, dtype=cfg.dtype)
+        box_convention = ResizedPixels.from_image_processor(vision.processor.image_processor)
+    elif cfg.observation == "text":
+        model, tok = load_policy(cfg.model, dtype=cfg.dtype)
+    else:
+        raise common.TrainConfigError(f"--observation {cfg.observation!r}: use text or image")
+    peft_config = None
+    if cfg.lora:
+        peft_config = lora_config(
+            r=cfg.lora_r, alpha=cfg.lora_alpha, dropout=cfg.lora_dropout, target=cfg.lora_target
+        )
+    else:
+        check_update_precision(model, args.learning_rate)
+    if not cfg.skip_preflight:
+        templater = vision.processor if vision is not None else tok
+        check_chat_template(
+            report,
+            lambda msgs: templater.apply_chat_template(msgs, tokenize=False),
+            tok,
+            tasks[0].messages,
+        )
+        report.raise_errors()
+    env = SearchEnv(
+        backends.search,
+        corpus,
+        env_config(cfg, cfg.observation),
+        truncate=token_truncator(tok, cfg.obs_max_tokens),
+        image_of=image_of,
+        box_convention=box_convention,
+    )
+    scorer = (
+        StreamingScorer(backends.generator, backends.judge, max_images=cfg.generator_max_images)
+        if spec.needs_judge
+        else None
+    )
+    rollout = SearchRollout(
+        tokenizer=tok,
+        env=env,
+        rollout=rollout_config(cfg),
+        spec=spec,
+        scorer=scorer,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        top_k=args.top_k or 0,
+        repetition_penalty=args.repetition_penalty,
+        vision=vision,
+    )
+    run_id = cfg.run_id or f"grpo_{time.strftime('%Y%m%d_%H%M%S')}"
+    log = RolloutLog(workspace.logs_dir(cfg.logs), run_id)
+    _, metrics_file = common.split_report_to(cfg.report_to)
+    step_metrics = TrainMetricsLog(log.logs, run_id)
+    trainer = grpo_trainer_class()(
+        model=model,
+        reward_funcs=[DdaiReward(rollout, cfg.reward_timeout)],
+        args=args,
+        train_dataset=Dataset.from_list([t.to_row() for t in tasks]),
+        processing_class=tok,
+        peft_config=peft_config,
+        callbacks=[*common.build_callbacks(cfg.output_dir, metrics_file), step_metrics],
+        ddai_rollout=rollout,
+        ddai_log=log,
+    )
+    common.finish_trainer_setup(trainer)
+    try:
+        if not cfg.skip_preflight:
+            from trl.models import unwrap_model_for_generation
+
+            slots = preflight_slots(tasks, cfg.preflight_prompts, args.num_generations, cfg.seed)
+            with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as m:
+                check_episodes(
+                    report, sampled_episodes(rollout, slots, trainer, m, cfg.reward_timeout)
+                )
+            report.raise_errors()
+        if trainer.accelerator.is_main_process:
+            write_run_config(cfg.output_dir, "train grpo", cfg, report)
+    except BaseException:
+        if scorer is not None:
+            scorer.close()
+        raise
+    # Digests, not copies, of the trainable weights (with LoRA: the adapter's only).
+    before = parameter_snapshot(trainer.model)
+    try:
+        trainer.train(resume_from_checkpoint=resume_from)
+    finally:
+        if scorer is not None:
+            scorer.close()
+    changed = len(changed_parameters(before, trainer.model))  # collective under FSDP
+    if cfg.lora:
+        save_final(trainer, Path(cfg.output_dir) / "adapter")
+        if trainer.accelerator.is_main_process:
+            final = merged_lora(trainer, cfg, Path(cfg.output_dir) / "adapter")
+            save_model(final, tok, cfg.output_dir)
+        trainer.accelerator.wait_for_everyone()
+    else:
+        save_final(trainer, cfg.output_dir)
+    if vision is not None and trainer.accelerator.is_main_process:
+        vision.processor.save_pretrained(cfg.output_dir)  # image processor + chat template
+    return GRPOResult(
+        output_dir=str(cfg.output_dir),
+        run_id=run_id,
+        logs=str(log.logs),
+        steps=int(trainer.state.global_step),
+        rollouts_logged=log.rows,
+        reward_first=log.rewards[0] if log.rewards else None,
+        reward_last=log.rewards[-1] if log.rewards else None,
+        changed_parameters=changed,
+        zero_variance_steps=trainer.ddai_zero_variance.count,
+        preflight=preflight_status(report),
+        search_errors=log.search_errors,
+        unscorable=log.unscorable,
+        informative_group_share=trainer.ddai_zero_variance.informative_share,
+        clip_ratio=step_metrics.mean("clip_ratio"),
+    )

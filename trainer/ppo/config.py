@@ -1,0 +1,161 @@
+"""``ddai train ppo``'s settings: the run config (episode, reward and backend fields from the
+shared bases of ``ddai.trainer.search.config``) with its checks, and the result. Imports no torch,
+so the CLI reads its defaults from here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ddai.trainer.common import TrainConfigError
+from ddai.trainer.search.config import EpisodeBackends, EpisodeConfig, RewardOverrides
+
+KL_MODES = ("reward", "loss")
+"""Where the reference KL goes: ``reward`` folds ``−β·KL_t`` into the per-token rewards (seed
+003's pseudocode, Stiennon et al. 2020, InstructGPT); ``loss`` adds ``β·KL`` to the policy loss
+(the seed: "perhaps more common, and a little simpler")."""
+
+REWARD_NORMS = ("none", "center", "scale", "whiten")
+"""How a batch's outcome scores are normalized before GAE (``normalize_scores``)."""
+
+
+CRITIC_DIR = "critic"
+
+
+@dataclass
+class PPORunConfig(EpisodeConfig, RewardOverrides, EpisodeBackends):
+    """One PPO run; every field has a flag in ``ddai train ppo``. Episode, reward and backend
+    fields are the shared bases' (``ddai.trainer.search.config``), keyword-only, as in
+    ``GRPORunConfig``."""
+
+    model: str
+    data: Path
+    corpus: Path
+    output_dir: Path
+    critic: str | None = None
+    """A value checkpoint (``ddai train value``); None: a fresh head on the policy's trunk."""
+    critic_head: str = "linear"
+    """Head of a fresh critic: ``linear`` or ``mlp``."""
+    critic_unfreeze: int | None = None
+    """Top critic trunk layers that train; None: the checkpoint's setting, or 2 for a fresh critic."""
+    run_id: str | None = None
+    logs: Path | None = None
+    n_agent: int = 1
+    batch_size: int = 8
+    """Rollouts per step (a multiple of ``n_agent``)."""
+    mini_batch_size: int | None = None
+    """Rollouts per optimizer step; default: the whole batch."""
+    ppo_epochs: int = 4
+    max_steps: int = 10
+    learning_rate: float = 1e-6
+    critic_lr: float = 1e-4
+    """Learning rate of the critic's head."""
+    critic_trunk_lr: float = 1e-5
+    """Learning rate of the critic's trainable trunk layers."""
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    vf_clip: float | None = 0.2
+    """Value clip range around the rollout-time values; 0 or None: unclipped value loss."""
+    kl_coef: float = 0.05
+    kl_estimator: str = "k1"
+    kl_mode: str = "reward"
+    """Where the reference KL goes: ``reward`` (a per-token penalty) or ``loss`` (a policy-loss
+    term, ``ppo_terms.kl_loss``); seed 003 describes both."""
+    reward_norm: str = "none"
+    """Normalization of each batch's outcome scores: ``ppo_terms.REWARD_NORMS``."""
+    entropy_coef: float = 0.0
+    """Entropy bonus coefficient c_H (0: off)."""
+    resume: bool = False
+    """Continue from the last ``checkpoint-N`` in ``output_dir`` (steps N+1..max_steps)."""
+    save_steps: int = 0
+    """Write a resumable ``checkpoint-N`` every this many steps (0: only after the last step)."""
+    gamma: float = 1.0
+    lam: float = 0.95
+    whiten_advantages: bool = True
+    temperature: float = 1.0
+    limit: int | None = None
+    grad_accum: int = 1
+    """Micro-batches each mini-batch is split into, accumulated into one optimizer step."""
+    grad_clip: float = 1.0
+    dtype: str = "float32"
+    lora: bool = False
+    """Train a LoRA adapter (peft, float32) on the frozen policy; the reference is the policy with
+    the adapter disabled (no second copy); the merged model is saved."""
+    lora_r: int = 16
+    lora_alpha: int = 32
+    lora_target: str = "all-linear"
+    seed: int = 0
+    progress: bool = True
+    skip_preflight: bool = False
+    """Train without the preflight checks (``ddai.trainer.search.preflight``); recorded in the run config."""
+    preflight_prompts: int = 2
+    """Prompts whose ``n_agent`` episodes the preflight samples (and 4× as many for search)."""
+
+    def check(self) -> None:
+        """Fail on bad settings before any model is loaded; messages name the flag."""
+        if self.n_agent < 1 or self.batch_size < 1 or self.batch_size % self.n_agent:
+            raise TrainConfigError(
+                f"--batch-size {self.batch_size} must be a positive multiple of --n-agent "
+                f"{self.n_agent} (rollouts per step = prompts × n_agent)"
+            )
+        if self.mini_batch_size is not None and not 1 <= self.mini_batch_size <= self.batch_size:
+            raise TrainConfigError(
+                f"--mini-batch-size must be in 1..--batch-size ({self.batch_size})"
+            )
+        mb = self.mini_batch_size or self.batch_size
+        if (
+            self.grad_accum < 1
+            or mb % self.grad_accum
+            or (self.grad_accum > 1 and self.batch_size % mb)
+        ):
+            raise TrainConfigError(
+                f"--grad-accum {self.grad_accum} must be >= 1 and divide the mini-batch ({mb} "
+                "rollouts: --mini-batch-size, or --batch-size), which must then divide "
+                "--batch-size"
+            )
+        for name in ("ppo_epochs", "max_steps"):
+            if getattr(self, name) < 1:
+                raise TrainConfigError(f"--{name.replace('_', '-')} must be >= 1")
+        from ddai.trainer.rlmath import KL_ESTIMATORS
+
+        if self.kl_estimator not in KL_ESTIMATORS:
+            raise TrainConfigError(
+                f"--kl-estimator {self.kl_estimator!r}: use one of {', '.join(sorted(KL_ESTIMATORS))}"
+            )
+        if not (0 <= self.gamma <= 1 and 0 <= self.lam <= 1):
+            raise TrainConfigError(
+                f"--gamma and --lam must be in [0, 1], got {self.gamma}, {self.lam}"
+            )
+        if self.clip_low <= 0 or self.clip_high <= 0 or self.kl_coef < 0:
+            raise TrainConfigError("--clip-low and --clip-high must be > 0 and --kl >= 0")
+        if self.kl_mode not in KL_MODES:
+            raise TrainConfigError(f"--kl-mode {self.kl_mode!r}: use one of {', '.join(KL_MODES)}")
+        if self.reward_norm not in REWARD_NORMS:
+            raise TrainConfigError(
+                f"--reward-norm {self.reward_norm!r}: use one of {', '.join(REWARD_NORMS)}"
+            )
+        if self.entropy_coef < 0 or self.save_steps < 0:
+            raise TrainConfigError("--entropy-coef and --save-steps must be >= 0")
+        if self.vf_clip is not None and self.vf_clip < 0:
+            raise TrainConfigError(f"--vf-clip must be >= 0 (0: unclipped), got {self.vf_clip}")
+
+
+@dataclass
+class PPOResult:
+    output_dir: str
+    critic_dir: str
+    run_id: str
+    logs: str
+    steps: int
+    rollouts_logged: int
+    reward_first: float | None
+    reward_last: float | None
+    value_loss_first: float | None
+    value_loss_last: float | None
+    changed_parameters: int
+    zero_variance_steps: int = 0
+    """Steps whose groups all had zero reward variance."""
+    preflight: str = "skipped"
+    resumed_from: int = 0
+    """The checkpoint step this run continued from (0: a fresh run)."""

@@ -1,0 +1,1 @@
+"""Training runtime shared by every room: processes and ranks, accelerate, launch, memory, metrics files."""

@@ -1,0 +1,80 @@
+"""The one definition of a Searcher episode's settings, shared by every room that runs episodes.
+
+``EpisodeConfig`` (turns, search, token budgets), ``RewardOverrides`` (the reward preset and its
+per-field overrides) and ``EpisodeBackends`` (which search/generator/judge backends, and how long to
+wait for a score) are keyword-only bases: ``GRPORunConfig``, ``PPORunConfig`` and ``CollectConfig``
+inherit them instead of restating the fields, and ``ddai train`` reads every flag's default from
+them. ``EnvConfig`` and ``RolloutConfig`` take their defaults from here too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ddai.trainer.search.rewards import RewardSpec, reward_preset
+
+
+@dataclass(kw_only=True)
+class EpisodeConfig:
+    """How one episode runs (seed 000: at most 7 turns, top-5 search, a forced final turn)."""
+
+    max_turns: int = 7
+    """Turns before the episode ends (with ``force_completion``, DDAI's forced completion turn)."""
+    search_k: int = 5
+    """Pages each ``<search>`` returns."""
+    force_completion: bool = True
+    """At ``max_turns``, append DDAI's forced completion turn (written by the environment)."""
+    restrict_to_doc: bool = False
+    """Search only the pages of the prompt's own document."""
+    max_turn_tokens: int = 256
+    """Most tokens the policy generates in one turn."""
+    max_completion_tokens: int = 1024
+    """Most completion tokens in one episode, observations included (TRL's
+    ``max_completion_length``)."""
+    obs_max_tokens: int = 256
+    """Most tokens of one observation (search results are truncated to it)."""
+
+
+@dataclass(kw_only=True)
+class RewardOverrides:
+    """The reward: a preset (``ddai.trainer.search.rewards.REWARD_PRESETS``) and the fields set
+    over it (None: the preset's value)."""
+
+    reward: str = "curriculum"
+    """Reward preset."""
+    w_judge: float | None = None
+    """Weight of the judge score (overrides the preset's)."""
+    w_ndcg: float | None = None
+    """Weight of NDCG over the golden pages (overrides the preset's)."""
+    w_format: float | None = None
+    """Weight of the format check (overrides the preset's)."""
+    bias: float | None = None
+    """Constant added to the reward (overrides the preset's)."""
+    gate: bool | None = None
+    """A format failure scores 0 (overrides the preset's)."""
+
+    def reward_spec(self) -> RewardSpec:
+        """The preset with this config's overrides applied."""
+        base = reward_preset(self.reward)
+        return RewardSpec(
+            w_judge=base.w_judge if self.w_judge is None else self.w_judge,
+            w_ndcg=base.w_ndcg if self.w_ndcg is None else self.w_ndcg,
+            w_format=base.w_format if self.w_format is None else self.w_format,
+            bias=base.bias if self.bias is None else self.bias,
+            gate=base.gate if self.gate is None else self.gate,
+        )
+
+
+@dataclass(kw_only=True)
+class EpisodeBackends:
+    """The backends an episode calls, by ``ddai.toml`` name (None: the configured default)."""
+
+    search: str | None = None
+    """Search backend."""
+    generator: str | None = None
+    """Generator backend (answers from the gathered evidence)."""
+    judge: str | None = None
+    """Judge backend (scores the answer)."""
+    reward_timeout: float = 90.0
+    """Seconds a training step waits for a group's judge scores before it counts them
+    unscorable."""

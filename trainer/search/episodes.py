@@ -1,0 +1,256 @@
+"""Searcher episodes for every trainer: ``SearchRollout`` runs lock-step multi-turn rollouts and
+keeps each episode until its row is logged, ``Episodes`` drives it outside TRL (PPO, collect), and
+the builders turn an ``EpisodeConfig`` into the environment's and the rollout's settings.
+
+``SearchRollout`` is also TRL's ``rollout_func`` for GRPO (its ``__call__``); what it reads from the
+TRL trainer goes through ``ddai.trainer.trl_compat``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+from ddai.trainer import trl_compat
+from ddai.trainer.common import TrainConfigError
+from ddai.trainer.runtime import dist
+from ddai.trainer.search.config import EpisodeBackends, EpisodeConfig
+from ddai.trainer.search.env import EnvConfig, SearchEnv
+from ddai.trainer.search.logrows import rollout_row
+from ddai.trainer.search.rewards import Judged, RewardSpec, StreamingScorer
+from ddai.trainer.search.rollout import (
+    HFSampler,
+    RolloutConfig,
+    Trajectory,
+    VLLMServerSampler,
+    run_rollouts,
+    token_truncator,
+)
+from ddai.trainer.search.scoring import DdaiReward
+from ddai.trainer.search.tasks import Task
+from ddai.trainer.search.vision import VisionObservationFormat, vision_batch
+
+
+def env_config(cfg: EpisodeConfig, observation: str = "text") -> EnvConfig:
+    """The environment's rules for ``cfg``'s episodes."""
+    return EnvConfig(
+        cfg.max_turns, cfg.search_k, cfg.force_completion, cfg.restrict_to_doc, observation
+    )
+
+
+def rollout_config(cfg: EpisodeConfig) -> RolloutConfig:
+    """The rollout's token budgets for ``cfg``'s episodes."""
+    return RolloutConfig(cfg.max_turn_tokens, cfg.max_completion_tokens, cfg.obs_max_tokens)
+
+
+@dataclass
+class Backends:
+    """The search, generator and judge backends a run uses (``ddai.pipelines.backends``)."""
+
+    search: Any
+    generator: Any = None
+    judge: Any = None
+
+
+def default_backends(cfg: EpisodeBackends, corpus: Any, spec: RewardSpec) -> Backends:
+    from ddai.pipelines.backends import get_backend
+
+    search = get_backend("search", cfg.search, corpus=corpus)
+    if not spec.needs_judge:
+        return Backends(search=search)
+    # Training always calls again what failed before: an outage in an earlier run must not
+    # turn into cached failures (null rewards) for this one.
+    generator = get_backend(
+        "generator", cfg.generator, corpus=corpus, call_site="train.grpo", retry_failed=True
+    )
+    judge = get_backend("judge", cfg.judge, call_site="train.grpo", retry_failed=True)
+    return Backends(search=search, generator=generator, judge=judge)
+
+
+class SearchRollout:
+    """TRL ``rollout_func``: runs the batch's episodes and keeps them until their rows are logged."""
+
+    def __init__(
+        self,
+        *,
+        tokenizer: Any,
+        env: SearchEnv,
+        rollout: RolloutConfig,
+        spec: RewardSpec,
+        scorer: StreamingScorer | None,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        top_k: int = 0,
+        repetition_penalty: float = 1.0,
+        vision: VisionObservationFormat | None = None,
+    ) -> None:
+        self.tok = tokenizer
+        self.env = env
+        self.vision = vision
+        self.vision_fields: dict[str, Any] | None = None
+        """The last batch's images in TRL's layout (``vision_batch``), rows in batch order."""
+        self.rollout = rollout
+        self.spec = spec
+        self.scorer = scorer
+        self.sampling = {"temperature": temperature, "top_p": top_p, "top_k": top_k}
+        self.repetition_penalty = repetition_penalty
+        self.pending: dict[str, Trajectory] = {}
+        self.futures: dict[str, tuple[Any, int]] = {}
+        self.judged: dict[str, Judged] = {}
+        self.scores: dict[str, Any] = {}
+        self.sampler: Any = None
+        """A fixed sampler (e.g. an OpenAI-compatible server's) instead of the policy's."""
+
+    def _submit(self, group: list[Trajectory]) -> None:
+        if self.scorer is None or not self.spec.needs_judge:
+            return
+        items = [
+            {
+                "question": t.task.question,
+                "reference": t.task.reference_answer,
+                "evidence": t.episode.evidence,
+                "images": t.episode.images,
+                "skip": self.spec.gate and not t.episode.format_ok,
+            }
+            for t in group
+        ]
+        fut = self.scorer.submit(items)
+        for i, t in enumerate(group):
+            self.futures[t.key] = (fut, i)
+
+    def _sampler(self, trainer: Any, model: Any) -> Any:
+        if self.sampler is not None:
+            return self.sampler
+        stop = [self.tok.eos_token_id]
+        if getattr(trainer, "use_vllm", False):
+            # TRL creates the client on the main process only; the sampler gathers to it.
+            acc = trainer.accelerator
+            gen = trainer.vllm_generation
+            client = getattr(gen, "vllm_client", None) if acc.is_main_process else None
+            return VLLMServerSampler(client, stop_ids=stop, accelerator=acc, **self.sampling)
+        image_id = self.vision.image_token_id if self.vision else None
+        return HFSampler(
+            model,
+            self.tok,
+            stop_ids=stop,
+            image_token_id=image_id,
+            repetition_penalty=self.repetition_penalty,
+            **self.sampling,
+        )
+
+    def run(self, tasks: list[tuple[Task, int, int]], trainer: Any, model: Any) -> list[Trajectory]:
+        return run_rollouts(
+            tasks,
+            sampler=self._sampler(trainer, model),
+            tokenizer=self.tok,
+            env=self.env,
+            config=self.rollout,
+            on_group_done=self._submit,
+            vision=self.vision,
+            # Lock-step across ranks: the same number of turns everywhere, so sharded
+            # generation's collectives line up.
+            any_active=dist.any_across_ranks if dist.world_size() > 1 else None,
+        )
+
+    def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list]:
+        inputs, G = trl_compat.rollout_inputs(trainer)
+        slots = [(Task.from_row(inp), i // G, i % G) for i, inp in enumerate(inputs)]
+        with trl_compat.generation_model(trainer) as model:
+            trajs = self.run(slots, trainer, model)
+        for t in trajs:
+            self.pending[t.key] = t
+        self.vision_fields = vision_batch(
+            [im[0] if (im := t.images()) else None for t in trajs],
+            [im[1] if (im := t.images()) else None for t in trajs],
+        )
+        return {
+            "prompt_ids": [t.prompt_ids for t in trajs],
+            "completion_ids": [t.completion_ids for t in trajs],
+            "logprobs": [t.logprobs for t in trajs],
+            "env_mask": [t.env_mask for t in trajs],
+            "episode_key": [t.key for t in trajs],
+        }
+
+    def pop(self, key: str) -> tuple[Trajectory, Judged | None, Any]:
+        self.futures.pop(key, None)
+        return self.pending.pop(key), self.judged.pop(key, None), self.scores.pop(key, None)
+
+
+class Episodes:
+    """Episodes and their rewards outside TRL (``ddai train ppo``, ``ddai train collect``): the
+    search environment's lock-step rollout and the streamed generator/judge reward, as in GRPO."""
+
+    def __init__(
+        self, cfg: Any, tok: Any, corpus: Any, backends: Any, *, sampler: Any = None
+    ) -> None:
+        """``cfg``: an ``EpisodeConfig`` + ``RewardOverrides`` + ``EpisodeBackends`` with a
+        ``temperature``; ``sampler``:
+        generate through it instead of the policy passed to ``collect``."""
+        spec = cfg.reward_spec()
+        if spec.needs_judge and (backends.generator is None or backends.judge is None):
+            raise TrainConfigError(
+                "the reward uses the judge: a generator and a judge backend are needed"
+            )
+        env = SearchEnv(
+            backends.search,
+            corpus,
+            env_config(cfg),
+            truncate=token_truncator(tok, cfg.obs_max_tokens),
+        )
+        self.scorer = (
+            StreamingScorer(backends.generator, backends.judge) if spec.needs_judge else None
+        )
+        self.rollout = SearchRollout(
+            tokenizer=tok,
+            env=env,
+            rollout=rollout_config(cfg),
+            spec=spec,
+            scorer=self.scorer,
+            temperature=cfg.temperature,
+        )
+        self.rollout.sampler = sampler
+        self.reward = DdaiReward(self.rollout, cfg.reward_timeout)
+
+    def collect(
+        self, slots: list[tuple[Task, int, int]], policy: Any
+    ) -> tuple[list[Any], list[float], dict[str, float]]:
+        """Run one episode per slot; ``(trajectories, rewards, ddai/... reward metrics)``."""
+        trajs = self.rollout.run(slots, None, policy)
+        for t in trajs:
+            self.rollout.pending[t.key] = t
+        metrics: dict[str, float] = {}
+        keys = [t.key for t in trajs]
+        rewards = asyncio.run(self.reward(None, None, keys, log_metric=metrics.__setitem__))
+        return trajs, rewards, metrics
+
+    def log_rows(
+        self,
+        trajs: list[Any],
+        advantages: list[float | None],
+        *,
+        run_id: str,
+        step: int | None,
+        first_sample: int = 0,
+    ) -> list[dict[str, Any]]:
+        """Rollout-log rows of scored episodes (each logged with its mean token advantage);
+        ``sample_idx`` counts from ``first_sample`` (this rank's offset in the global batch)."""
+        rows_out = []
+        for i, (t, adv) in enumerate(zip(trajs, advantages, strict=True)):
+            traj, judged, score = self.rollout.pop(t.key)
+            rows_out.append(
+                rollout_row(
+                    traj,
+                    run_id=run_id,
+                    step=step,
+                    advantage=adv,
+                    sample_idx=first_sample + i,
+                    judged=judged,
+                    score=score,
+                )
+            )
+        return rows_out
+
+    def close(self) -> None:
+        if self.scorer is not None:
+            self.scorer.close()

@@ -1,0 +1,1 @@
+"""Supervised fine-tuning of the Searcher, text and vision-language (``ddai train sft``)."""
