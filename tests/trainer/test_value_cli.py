@@ -10,6 +10,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from cli_schemas import check
 from ddai.cli.app import app
 from ddai.pipelines.store import read_rollouts, run_manifest, write_run
 from ddai.trainer.tiny import TinySpec, build_tiny, read_texts
@@ -51,6 +52,7 @@ def world(tmp_path_factory):
         ],
     )  # fmt: skip
     assert res.exit_code == 0, res.output
+    check("train-value", json.loads(res.stdout))  # docs/schemas/train-value.json
     return root, tiny, ckpt, json.loads(res.stdout)
 
 
@@ -95,6 +97,7 @@ def test_value_score_writes_turn_values_into_a_new_run(world):
     )
     assert res.exit_code == 0, res.output
     summary = json.loads(res.stdout)
+    check("value-score", summary)  # docs/schemas/value-score.json
     assert (
         summary["runs"] == {"cur": "cur_v"}
         and summary["rollouts"] == 72

@@ -68,6 +68,8 @@ class SFTRunConfig:
     """``--set key=value`` knobs of TRL's ``SFTConfig``."""
     image_root: Path | None = None
     """Folder of the page images the conversations show (VLM models; found by file name)."""
+    progress: bool = True
+    """TRL's tqdm bars on stderr (``--no-progress`` sets its ``disable_tqdm``)."""
 
 
 @dataclass
@@ -186,7 +188,7 @@ def sft_args(cfg: SFTRunConfig) -> Any:
         "save_steps": 500,
         "save_strategy": "steps",
         "save_total_limit": 2,
-        "disable_tqdm": True,
+        "disable_tqdm": not cfg.progress,
         "packing": False,
         **common.device_defaults(),
     }
