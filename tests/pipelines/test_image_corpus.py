@@ -6,10 +6,10 @@ import json
 
 import pyarrow.parquet as pq
 import pytest
+from cli_schemas import check
 from PIL import Image
 from typer.testing import CliRunner
 
-from cli_schemas import check
 from ddai.cli.app import app
 from ddai.pipelines import manifest
 from ddai.pipelines.corpus import Corpus

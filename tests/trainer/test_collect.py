@@ -13,10 +13,10 @@ from typer.testing import CliRunner
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from cli_schemas import check
 from fake_vllm import FakeVLLMServer
 from test_vllm_server import DONE, SEARCH, responder
 
-from cli_schemas import check
 from ddai.cli.app import app
 from ddai.pipelines.store import read_rollouts
 from ddai.trainer import toy

@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from cli_schemas import check
+
 from ddai.pipelines.store import read_rollouts
 from ddai.trainer import toy
 from ddai.trainer.runtime.metrics_file import read_metrics

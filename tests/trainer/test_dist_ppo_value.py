@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from cli_schemas import check
+
 from ddai.pipelines.store import read_rollouts, write_run
 from ddai.trainer import toy
 from ddai.trainer.runtime.launch import free_port

@@ -87,7 +87,9 @@ def test_progress_flag_sets_trl_disable_tqdm(tmp_path):
     assert grpo_args(_cfg(tmp_path, progress=False)).disable_tqdm is True
     sft = SFTRunConfig(model="m", data=[], output_dir=tmp_path / "s", progress=False)
     assert sft_args(sft).disable_tqdm is True
-    assert sft_args(SFTRunConfig(model="m", data=[], output_dir=tmp_path / "s")).disable_tqdm is False
+    assert (
+        sft_args(SFTRunConfig(model="m", data=[], output_dir=tmp_path / "s")).disable_tqdm is False
+    )
     for cmd in ("sft", "grpo"):
         help_text = runner.invoke(app, ["train", cmd, "--help"], terminal_width=200).output
         assert "--no-progress" in help_text, cmd

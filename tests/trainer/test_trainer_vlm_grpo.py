@@ -22,6 +22,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 from cli_schemas import check
+
 from ddai.cli.app import app
 from ddai.pipelines.backends.fakes import FakeModelServer
 from ddai.pipelines.corpus import Corpus

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from cli_schemas import check
 from typer.testing import CliRunner
 
-from cli_schemas import check
 from ddai.cli.app import app
 from ddai.pipelines.store import read_rollouts, run_manifest, write_run
 from ddai.trainer.tiny import TinySpec, build_tiny, read_texts

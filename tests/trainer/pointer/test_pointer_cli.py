@@ -7,9 +7,9 @@ import json
 import polars as pl
 import pytest
 import torch
+from cli_schemas import check
 from typer.testing import CliRunner
 
-from cli_schemas import check
 from ddai.cli.app import app
 from ddai.pipelines.pointer.records import read_raw
 
