@@ -96,7 +96,7 @@ def test_each_summary_matches_its_schema(validated):
 # tests/cli/test_cli_demo.py, the rest in the tests named beside each.
 CHECKED_ELSEWHERE = {
     "demo",
-    "train-sft",  # tests/trainer/test_dist_launch.py (and the result shape below)
+    "train-sft",  # tests/trainer/test_trainer_config.py, test_dist_launch.py
     "train-grpo",  # tests/trainer/test_trainer_vlm_grpo.py, test_dist_launch.py
     "train-ppo",  # tests/trainer/test_dist_ppo_value.py (and the result shape below)
     "train-value",  # tests/trainer/test_value_cli.py

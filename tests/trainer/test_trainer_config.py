@@ -181,3 +181,22 @@ def test_cli_model_tiny(tmp_path):
     assert res.exit_code == 2 and "--overwrite" in res.output
     res = runner.invoke(app, ["model", "tiny", str(tmp_path / "m2"), "--heads", "3"])
     assert res.exit_code == 2 and "--heads" in res.output
+
+
+def test_train_sft_json_is_one_document_that_matches_its_schema(tmp_path):
+    # With --json TRL's rich display stays off: it draws on stdout, where the summary goes.
+    from ddai.trainer import toy
+    from ddai.trainer.tiny import build_tiny
+
+    data = toy.write_toy(tmp_path / "toy")
+    tiny = build_tiny(tmp_path / "tiny", texts=[r["messages"] for r in toy.sft_rows()])
+    res = runner.invoke(
+        app,
+        ["train", "sft", "--model", str(tiny), "--data", str(data / "sft.parquet"),
+         "--out", str(tmp_path / "s"), "--max-steps", "2", "--max-length", "256",
+         "--batch-size", "2", "--json"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.stdout)  # the whole of stdout
+    check("train-sft", summary)  # docs/schemas/train-sft.json
+    assert summary["steps"] == 2 and summary["lora"] is False

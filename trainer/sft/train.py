@@ -265,7 +265,7 @@ def build_sft(cfg: SFTRunConfig) -> SFTSetup:
         train_dataset=train_dataset,
         processing_class=tok,
         peft_config=peft_config,
-        callbacks=common.build_callbacks(cfg.output_dir, metrics_file),
+        callbacks=common.build_callbacks(cfg.output_dir, metrics_file, progress=cfg.progress),
     )
     common.finish_trainer_setup(trainer)
     return SFTSetup(trainer, tok, n_rows, dropped, n_images, before)
