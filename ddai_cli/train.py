@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from ddai.cli.common import JsonOpt, LogsOpt, check_run_ids, fail
+from ddai.cli.common import JsonOpt, LogsOpt, ProgressOpt, check_run_ids, fail
 from ddai.cli.options import (
     BACKENDS,
     EPISODE,
@@ -118,6 +118,7 @@ def register(app: typer.Typer) -> None:
         seed: SeedOpt = default_of(SFTRunConfig, "seed"),
         launch: LaunchOpt = None,
         accelerate_config: AccelerateConfigOpt = None,
+        progress: ProgressOpt = default_of(SFTRunConfig, "progress"),
         as_json: JsonOpt = False,
     ) -> None:
         """Supervised fine-tuning with TRL's SFTTrainer on Searcher conversations."""
@@ -151,6 +152,7 @@ def register(app: typer.Typer) -> None:
             dtype=dtype,
             config_file=config,
             overrides=overrides,
+            progress=progress and not as_json,
         )
         result = run_or_fail(run_sft, cfg)
         main_summary("ddai train sft", asdict(result), as_json=as_json)
@@ -314,6 +316,7 @@ def register(app: typer.Typer) -> None:
         accelerate_config: AccelerateConfigOpt = None,
         skip_preflight: SkipPreflightOpt = default_of(GRPORunConfig, "skip_preflight"),
         preflight_prompts: PreflightPromptsOpt = default_of(GRPORunConfig, "preflight_prompts"),
+        progress: ProgressOpt = default_of(GRPORunConfig, "progress"),
         as_json: JsonOpt = False,
     ) -> None:
         """GRPO over the multi-turn search environment; every step's rollouts go to the rollout log."""
@@ -383,6 +386,7 @@ def register(app: typer.Typer) -> None:
             lora_target=lora_target,
             config_file=config,
             overrides=overrides,
+            progress=progress and not as_json,
             skip_preflight=skip_preflight,
             preflight_prompts=preflight_prompts,
         )

@@ -17,6 +17,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = (ROOT / ".." / "shared").resolve()
 FIXTURES = ROOT / "fixtures"
+# ``from cli_schemas import check`` (the --json schema check) works from every test folder.
+sys.path.insert(0, str(Path(__file__).parent / "cli"))
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

@@ -6,6 +6,7 @@ import json
 
 import pyarrow.parquet as pq
 import pytest
+from cli_schemas import check
 from PIL import Image
 from typer.testing import CliRunner
 
@@ -54,6 +55,7 @@ def test_build_over_generated_page_images(images):
     res = runner.invoke(app, ["corpus", "build", str(images / "img"), "--out", str(out), "--json"])
     assert res.exit_code == 0, res.output
     summary = json.loads(res.output)
+    check("corpus-build", summary)  # docs/schemas/corpus-build.json
     assert summary["pages"] == 4 and summary["documents"] == 3 and summary["with_text"] == 0
     corpus = Corpus.load(out)
     # Numeric documents numerically (9 before 10), then pages; named documents after.

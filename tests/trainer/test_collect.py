@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from cli_schemas import check
 from fake_vllm import FakeVLLMServer
 from test_vllm_server import DONE, SEARCH, responder
 
@@ -56,6 +57,7 @@ def test_generate_via_an_openai_compatible_server(world, tmp_path, monkeypatch):
         res = runner.invoke(app, [*collect_args(root, data, tiny, "via"), "--generate-via", "pol"])
     assert res.exit_code == 0, res.output
     summary = json.loads(res.stdout)
+    check("train-collect", summary)  # docs/schemas/train-collect.json
     # 3 prompts × 2 rollouts, in batches of 2 prompts: 2 batches × 2 turns = 4 requests.
     assert summary["rollouts_logged"] == 6 and summary["generated_by"] == "pol"
     assert len(server.requests) == 4

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_schemas import check
 
 from ddai.pipelines.store import read_rollouts
 from ddai.trainer import toy
@@ -49,10 +50,13 @@ def _ddai(*args: str) -> subprocess.CompletedProcess:
     return proc
 
 
-def _one_json(stdout: str) -> dict:
-    """The run's JSON summary; fails when more than one process printed one."""
+def _one_json(stdout: str, schema: str) -> dict:
+    """The run's JSON summary, checked against ``docs/schemas/<schema>.json``; fails when more
+    than one process printed one."""
     assert stdout.count('"output_dir"') == 1, stdout
-    return json.loads(stdout[stdout.index("{") :])
+    data = json.loads(stdout[stdout.index("{") :])
+    check(schema, data)
+    return data
 
 
 def _grpo(tiny: Path, out: Path, logs: Path, run_id: str, *extra: str) -> dict:
@@ -64,7 +68,7 @@ def _grpo(tiny: Path, out: Path, logs: Path, run_id: str, *extra: str) -> dict:
         "--max-turns", "2", "--max-turn-tokens", "8", "--max-completion-tokens", "64",
         "--obs-max-tokens", "8", "--save-steps", "2", "--logging-steps", "1", "--json", *extra,
     )  # fmt: skip
-    return _one_json(proc.stdout)
+    return _one_json(proc.stdout, "train-grpo")
 
 
 def test_grpo_on_two_processes_logs_every_episode_once(world):
@@ -155,7 +159,7 @@ def test_sft_lora_under_fsdp_saves_the_adapter_and_one_merged_model(world):
         "--max-length", "256", "--logging-steps", "1", "--lora", "--json",
         "--launch", "2", "--accelerate-config", str(ROOT / "configs" / "accelerate" / "fsdp.yaml"),
     )  # fmt: skip
-    summary = _one_json(proc.stdout)
+    summary = _one_json(proc.stdout, "train-sft")
     assert summary["lora"] and summary["steps"] == 2 and summary["changed_parameters"] > 0
     assert (out / "adapter" / "adapter_model.safetensors").is_file()
     from transformers import AutoModelForCausalLM
@@ -180,7 +184,7 @@ def test_sft_first_step_loss_matches_one_process_with_the_same_global_batch(worl
             "--out", str(out), "--max-steps", "2", "--lr", "1e-3", "--max-length", "256",
             "--logging-steps", "1", "--save-steps", "2", "--json", *extra,
         )  # fmt: skip
-        return _one_json(proc.stdout)
+        return _one_json(proc.stdout, "train-sft")
 
     one = sft(root / "s1", "--batch-size", "4")
     two = sft(root / "s2", "--batch-size", "2", "--launch", "2")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from cli_schemas import check
 
 from ddai.pipelines.store import read_rollouts, write_run
 from ddai.trainer import toy
@@ -72,6 +73,7 @@ def test_ppo_two_processes_log_every_episode_once(toy_world):
     # One summary (rank 0's), not one per process.
     assert two.stdout.count('"run_id"') == 1
     summary = json.loads(two.stdout)
+    check("train-ppo", summary)  # docs/schemas/train-ppo.json
     rows1 = read_rollouts(root / "logs", ["p1"]).to_pylist()
     rows2 = read_rollouts(root / "logs", ["p2"]).to_pylist()
     # --batch-size is per device: 4 rollouts × 2 steps on one process, twice that on two.

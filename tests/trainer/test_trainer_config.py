@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 import pytest
+from cli_schemas import check
 from typer.testing import CliRunner
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -14,6 +16,7 @@ from ddai.cli.app import app
 from ddai.trainer.common import TrainConfigError, parse_set, split_report_to
 from ddai.trainer.grpo.config import GRPORunConfig, grpo_args
 from ddai.trainer.search.config import RewardOverrides
+from ddai.trainer.sft.train import SFTRunConfig, sft_args
 
 reward_spec = RewardOverrides.reward_spec
 
@@ -76,6 +79,20 @@ def test_yaml_config_and_unknown_keys(tmp_path):
 def test_reward_flags_override_preset(tmp_path):
     spec = reward_spec(_cfg(tmp_path, reward="ddai-phase1", gate=False, w_judge=0.5))
     assert (spec.bias, spec.w_ndcg, spec.w_judge, spec.gate) == (0.1, 0.9, 0.5, False)
+
+
+def test_progress_flag_sets_trl_disable_tqdm(tmp_path):
+    # --progress (the default) shows TRL's tqdm bars; --no-progress (and --json) hide them.
+    assert grpo_args(_cfg(tmp_path)).disable_tqdm is False
+    assert grpo_args(_cfg(tmp_path, progress=False)).disable_tqdm is True
+    sft = SFTRunConfig(model="m", data=[], output_dir=tmp_path / "s", progress=False)
+    assert sft_args(sft).disable_tqdm is True
+    assert (
+        sft_args(SFTRunConfig(model="m", data=[], output_dir=tmp_path / "s")).disable_tqdm is False
+    )
+    for cmd in ("sft", "grpo"):
+        help_text = runner.invoke(app, ["train", cmd, "--help"], terminal_width=200).output
+        assert "--no-progress" in help_text, cmd
 
 
 def test_parse_set_and_report_to():
@@ -159,7 +176,27 @@ def test_cli_model_tiny(tmp_path):
     res = runner.invoke(app, ["model", "tiny", str(tmp_path / "m"), "--json"])
     assert res.exit_code == 0, res.output
     assert (tmp_path / "m" / "config.json").is_file() and '"parameters"' in res.output
+    check("model-tiny", json.loads(res.stdout))  # docs/schemas/model-tiny.json
     res = runner.invoke(app, ["model", "tiny", str(tmp_path / "m")])
     assert res.exit_code == 2 and "--overwrite" in res.output
     res = runner.invoke(app, ["model", "tiny", str(tmp_path / "m2"), "--heads", "3"])
     assert res.exit_code == 2 and "--heads" in res.output
+
+
+def test_train_sft_json_is_one_document_that_matches_its_schema(tmp_path):
+    # With --json TRL's rich display stays off: it draws on stdout, where the summary goes.
+    from ddai.trainer import toy
+    from ddai.trainer.tiny import build_tiny
+
+    data = toy.write_toy(tmp_path / "toy")
+    tiny = build_tiny(tmp_path / "tiny", texts=[r["messages"] for r in toy.sft_rows()])
+    res = runner.invoke(
+        app,
+        ["train", "sft", "--model", str(tiny), "--data", str(data / "sft.parquet"),
+         "--out", str(tmp_path / "s"), "--max-steps", "2", "--max-length", "256",
+         "--batch-size", "2", "--json"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.stdout)  # the whole of stdout
+    check("train-sft", summary)  # docs/schemas/train-sft.json
+    assert summary["steps"] == 2 and summary["lora"] is False

@@ -21,6 +21,8 @@ from typer.testing import CliRunner
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
+from cli_schemas import check
+
 from ddai.cli.app import app
 from ddai.pipelines.backends.fakes import FakeModelServer
 from ddai.pipelines.corpus import Corpus
@@ -151,6 +153,7 @@ def test_image_corpus_then_vlm_grpo_sends_the_gathered_images(tmp_path, monkeypa
         )
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout[res.stdout.rindex("{\n") :])  # after TRL's live progress
+    check("train-grpo", out)  # docs/schemas/train-grpo.json
     assert out["steps"] == 2 and out["rollouts_logged"] == 4
     # At least one generator request per step (a group's two identical episodes share one; the
     # preflight's sampled episodes add theirs), each carrying the page, then the crop.

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from cli_schemas import check
 from typer.testing import CliRunner
 
 from ddai.cli.app import app
@@ -51,6 +52,7 @@ def world(tmp_path_factory):
         ],
     )  # fmt: skip
     assert res.exit_code == 0, res.output
+    check("train-value", json.loads(res.stdout))  # docs/schemas/train-value.json
     return root, tiny, ckpt, json.loads(res.stdout)
 
 
@@ -95,6 +97,7 @@ def test_value_score_writes_turn_values_into_a_new_run(world):
     )
     assert res.exit_code == 0, res.output
     summary = json.loads(res.stdout)
+    check("value-score", summary)  # docs/schemas/value-score.json
     assert (
         summary["runs"] == {"cur": "cur_v"}
         and summary["rollouts"] == 72

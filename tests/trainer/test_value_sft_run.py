@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from cli_schemas import check
 from typer.testing import CliRunner
 
 from ddai.cli.app import app
@@ -73,6 +74,7 @@ def test_joint_stage_lowers_value_loss_and_weighted_ce(world, tmp_path):
     )  # fmt: skip
     assert res.exit_code == 0, res.output
     summary = json.loads(res.stdout)
+    check("train-value-sft", summary)  # docs/schemas/train-value-sft.json
     assert summary["steps"] == 24 and summary["head"] == "linear"
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == list(range(25))

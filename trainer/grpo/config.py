@@ -88,6 +88,8 @@ class GRPORunConfig(EpisodeConfig, RewardOverrides, EpisodeBackends):
     report_to: str | None = None
     resume: bool = False
     dtype: str = "float32"
+    progress: bool = True
+    """TRL's tqdm bars on stderr (``--no-progress`` sets its ``disable_tqdm``)."""
     lora: bool = False
     """Train a LoRA adapter (peft, float32) on frozen weights; the merged model is saved."""
     lora_r: int = 16
@@ -174,7 +176,7 @@ def grpo_args(cfg: GRPORunConfig) -> Any:
         "save_steps": 30,
         "save_strategy": "steps",
         "save_total_limit": 2,
-        "disable_tqdm": True,
+        "disable_tqdm": not cfg.progress,
         "max_completion_length": cfg.max_completion_tokens,
         # Activations recomputed in the backward pass: a training forward keeps one layer's
         # activations instead of all of them (``--set activation_checkpointing=false`` to trade

@@ -201,7 +201,10 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
         train_dataset=Dataset.from_list([t.to_row() for t in tasks]),
         processing_class=tok,
         peft_config=peft_config,
-        callbacks=[*common.build_callbacks(cfg.output_dir, metrics_file), step_metrics],
+        callbacks=[
+            *common.build_callbacks(cfg.output_dir, metrics_file, progress=cfg.progress),
+            step_metrics,
+        ],
         ddai_rollout=rollout,
         ddai_log=log,
     )

@@ -68,6 +68,8 @@ class SFTRunConfig:
     """``--set key=value`` knobs of TRL's ``SFTConfig``."""
     image_root: Path | None = None
     """Folder of the page images the conversations show (VLM models; found by file name)."""
+    progress: bool = True
+    """TRL's tqdm bars on stderr (``--no-progress`` sets its ``disable_tqdm``)."""
 
 
 @dataclass
@@ -186,7 +188,7 @@ def sft_args(cfg: SFTRunConfig) -> Any:
         "save_steps": 500,
         "save_strategy": "steps",
         "save_total_limit": 2,
-        "disable_tqdm": True,
+        "disable_tqdm": not cfg.progress,
         "packing": False,
         **common.device_defaults(),
     }
@@ -263,7 +265,7 @@ def build_sft(cfg: SFTRunConfig) -> SFTSetup:
         train_dataset=train_dataset,
         processing_class=tok,
         peft_config=peft_config,
-        callbacks=common.build_callbacks(cfg.output_dir, metrics_file),
+        callbacks=common.build_callbacks(cfg.output_dir, metrics_file, progress=cfg.progress),
     )
     common.finish_trainer_setup(trainer)
     return SFTSetup(trainer, tok, n_rows, dropped, n_images, before)

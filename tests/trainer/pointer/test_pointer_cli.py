@@ -7,6 +7,7 @@ import json
 import polars as pl
 import pytest
 import torch
+from cli_schemas import check
 from typer.testing import CliRunner
 
 from ddai.cli.app import app
@@ -26,7 +27,9 @@ def _one_thread():
 def ddai(*args: str) -> dict:
     res = runner.invoke(app, ["pointer", *map(str, args), "--json"])
     assert res.exit_code == 0, res.output
-    return json.loads(res.stdout)
+    data = json.loads(res.stdout)
+    check(f"pointer-{args[0]}", data)  # docs/schemas/pointer-<sub-command>.json
+    return data
 
 
 def test_world_to_eval(tmp_path):
