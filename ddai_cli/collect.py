@@ -18,11 +18,18 @@ from ddai.cli.options import (
     BiasOpt,
     ForceCompletionOpt,
     GateOpt,
+    GeneratorOpt,
+    JudgeOpt,
+    LimitOpt,
+    MaxCompletionTokensOpt,
     MaxTurnsOpt,
     MaxTurnTokensOpt,
+    ObsMaxTokensOpt,
     RestrictToDocOpt,
     RewardOpt,
+    RewardTimeoutOpt,
     SearchKOpt,
+    SearchOpt,
     WFormatOpt,
     WJudgeOpt,
     WNdcgOpt,
@@ -88,31 +95,13 @@ def train_collect_command(
     force_completion: ForceCompletionOpt = EPISODE.force_completion,
     restrict_to_doc: RestrictToDocOpt = EPISODE.restrict_to_doc,
     max_turn_tokens: MaxTurnTokensOpt = EPISODE.max_turn_tokens,
-    max_completion_tokens: Annotated[
-        int, typer.Option("--max-completion-tokens", help="Token budget of a whole rollout.")
-    ] = EPISODE.max_completion_tokens,
-    obs_max_tokens: Annotated[
-        int, typer.Option("--obs-max-tokens", help="Observation text budget in tokens.")
-    ] = EPISODE.obs_max_tokens,
-    search: Annotated[
-        str | None, typer.Option("--search", help="Search backend name (default: local BM25).")
-    ] = BACKENDS.search,
-    generator: Annotated[
-        str | None, typer.Option("--generator", help="Frozen generator backend name.")
-    ] = BACKENDS.generator,
-    judge: Annotated[
-        str | None, typer.Option("--judge", help="Judge backend name.")
-    ] = BACKENDS.judge,
-    reward_timeout: Annotated[
-        float,
-        typer.Option(
-            "--reward-timeout",
-            help="Seconds to wait for streamed judge results; late groups score 0.",
-        ),
-    ] = BACKENDS.reward_timeout,
-    limit: Annotated[
-        int | None, typer.Option("--limit", help="Use only the first N prompts.")
-    ] = default_of(CollectConfig, "limit"),
+    max_completion_tokens: MaxCompletionTokensOpt = EPISODE.max_completion_tokens,
+    obs_max_tokens: ObsMaxTokensOpt = EPISODE.obs_max_tokens,
+    search: SearchOpt = BACKENDS.search,
+    generator: GeneratorOpt = BACKENDS.generator,
+    judge: JudgeOpt = BACKENDS.judge,
+    reward_timeout: RewardTimeoutOpt = BACKENDS.reward_timeout,
+    limit: LimitOpt = default_of(CollectConfig, "limit"),
     dtype: Annotated[
         str, typer.Option("--dtype", help="Local policy dtype: float32 (CPU), bfloat16, ...")
     ] = default_of(CollectConfig, "dtype"),

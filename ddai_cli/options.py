@@ -188,6 +188,21 @@ GeneratorOpt = Annotated[
     str | None, typer.Option("--generator", help="Frozen generator backend name.")
 ]
 JudgeOpt = Annotated[str | None, typer.Option("--judge", help="Judge backend name.")]
+SearchOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--search",
+        help="Search backend name from ddai.toml (default: local BM25 over --corpus); a "
+        "`search-http` backend queries a retrieval service, one batched request per turn.",
+    ),
+]
+RewardTimeoutOpt = Annotated[
+    float,
+    typer.Option(
+        "--reward-timeout", help="Seconds to wait for streamed judge results; late groups score 0."
+    ),
+]
+LimitOpt = Annotated[int | None, typer.Option("--limit", help="Use only the first N prompts.")]
 
 # Value-head commands (`ddai train value`, `train value-sft`, `value score`).
 ValueOutOpt = Annotated[

@@ -20,18 +20,24 @@ from ddai.cli.options import (
     DtypeOpt,
     ForceCompletionOpt,
     GateOpt,
+    GeneratorOpt,
+    JudgeOpt,
     LaunchOpt,
+    LimitOpt,
     LoraAlphaOpt,
     LoraOpt,
     LoraROpt,
     LoraTargetOpt,
+    MaxCompletionTokensOpt,
     MaxTurnsOpt,
     MaxTurnTokensOpt,
     ObsOpt,
     PreflightPromptsOpt,
     RestrictToDocOpt,
     RewardOpt,
+    RewardTimeoutOpt,
     SearchKOpt,
+    SearchOpt,
     SkipPreflightOpt,
     ValueSeedOpt,
     WFormatOpt,
@@ -186,34 +192,13 @@ def train_ppo_command(
     force_completion: ForceCompletionOpt = EPISODE.force_completion,
     restrict_to_doc: RestrictToDocOpt = EPISODE.restrict_to_doc,
     max_turn_tokens: MaxTurnTokensOpt = EPISODE.max_turn_tokens,
-    max_completion_tokens: Annotated[
-        int, typer.Option("--max-completion-tokens", help="Token budget of a whole rollout.")
-    ] = EPISODE.max_completion_tokens,
+    max_completion_tokens: MaxCompletionTokensOpt = EPISODE.max_completion_tokens,
     obs_max_tokens: ObsOpt = EPISODE.obs_max_tokens,
-    search: Annotated[
-        str | None,
-        typer.Option(
-            "--search",
-            help="Search backend name from ddai.toml (default: local BM25 over --corpus); a "
-            "`search-http` backend queries a retrieval service.",
-        ),
-    ] = BACKENDS.search,
-    generator: Annotated[
-        str | None, typer.Option("--generator", help="Frozen generator backend name.")
-    ] = BACKENDS.generator,
-    judge: Annotated[
-        str | None, typer.Option("--judge", help="Judge backend name.")
-    ] = BACKENDS.judge,
-    reward_timeout: Annotated[
-        float,
-        typer.Option(
-            "--reward-timeout",
-            help="Seconds to wait for streamed judge results; late groups score 0.",
-        ),
-    ] = BACKENDS.reward_timeout,
-    limit: Annotated[
-        int | None, typer.Option("--limit", help="Use only the first N prompts.")
-    ] = default_of(PPORunConfig, "limit"),
+    search: SearchOpt = BACKENDS.search,
+    generator: GeneratorOpt = BACKENDS.generator,
+    judge: JudgeOpt = BACKENDS.judge,
+    reward_timeout: RewardTimeoutOpt = BACKENDS.reward_timeout,
+    limit: LimitOpt = default_of(PPORunConfig, "limit"),
     grad_accum: Annotated[
         int,
         typer.Option(

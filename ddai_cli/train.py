@@ -20,16 +20,21 @@ from ddai.cli.options import (
     DtypeOpt,
     ForceCompletionOpt,
     GateOpt,
+    GeneratorOpt,
+    JudgeOpt,
     LaunchOpt,
+    LimitOpt,
     LogStepsOpt,
     LoraAlphaOpt,
     LoraOpt,
     LoraROpt,
     LoraTargetOpt,
     LrOpt,
+    MaxCompletionTokensOpt,
     MaxTurnsOpt,
     MaxTurnTokensOpt,
     ModelOpt,
+    ObsMaxTokensOpt,
     OutOpt,
     PreflightPromptsOpt,
     RepetitionPenaltyOpt,
@@ -37,8 +42,10 @@ from ddai.cli.options import (
     RestrictToDocOpt,
     ResumeOpt,
     RewardOpt,
+    RewardTimeoutOpt,
     SaveOpt,
     SearchKOpt,
+    SearchOpt,
     SeedOpt,
     SetOpt,
     SkipPreflightOpt,
@@ -261,33 +268,12 @@ def register(app: typer.Typer) -> None:
             ),
         ] = default_of(GRPORunConfig, "generator_max_images"),
         max_turn_tokens: MaxTurnTokensOpt = EPISODE.max_turn_tokens,
-        max_completion_tokens: Annotated[
-            int, typer.Option("--max-completion-tokens", help="Token budget of a whole rollout.")
-        ] = EPISODE.max_completion_tokens,
-        obs_max_tokens: Annotated[
-            int, typer.Option("--obs-max-tokens", help="Observation text budget in tokens.")
-        ] = EPISODE.obs_max_tokens,
-        search: Annotated[
-            str | None,
-            typer.Option(
-                "--search",
-                help="Search backend name from ddai.toml (default: local BM25 over --corpus); a "
-                "`search-http` backend queries a retrieval service, one batched request per turn.",
-            ),
-        ] = BACKENDS.search,
-        generator: Annotated[
-            str | None, typer.Option("--generator", help="Frozen generator backend name.")
-        ] = BACKENDS.generator,
-        judge: Annotated[
-            str | None, typer.Option("--judge", help="Judge backend name.")
-        ] = BACKENDS.judge,
-        reward_timeout: Annotated[
-            float,
-            typer.Option(
-                "--reward-timeout",
-                help="Seconds to wait for streamed judge results; late groups score 0.",
-            ),
-        ] = BACKENDS.reward_timeout,
+        max_completion_tokens: MaxCompletionTokensOpt = EPISODE.max_completion_tokens,
+        obs_max_tokens: ObsMaxTokensOpt = EPISODE.obs_max_tokens,
+        search: SearchOpt = BACKENDS.search,
+        generator: GeneratorOpt = BACKENDS.generator,
+        judge: JudgeOpt = BACKENDS.judge,
+        reward_timeout: RewardTimeoutOpt = BACKENDS.reward_timeout,
         vllm: Annotated[
             str | None,
             typer.Option(
@@ -297,9 +283,7 @@ def register(app: typer.Typer) -> None:
         vllm_url: Annotated[
             str | None, typer.Option("--vllm-url", help="Base URL of the vLLM server.")
         ] = default_of(GRPORunConfig, "vllm_server_base_url"),
-        limit: Annotated[
-            int | None, typer.Option("--limit", help="Use only the first N prompts.")
-        ] = default_of(GRPORunConfig, "limit"),
+        limit: LimitOpt = default_of(GRPORunConfig, "limit"),
         config: ConfigOpt = default_of(GRPORunConfig, "config_file"),
         set_: SetOpt = None,
         report_to: ReportOpt = default_of(GRPORunConfig, "report_to"),
