@@ -29,10 +29,10 @@ from ddai.pipelines.backends import media
 from ddai.pipelines.backends.base import EmbedError, EmbedItem, run_sync
 from ddai.pipelines.backends.cache import cache_key
 from ddai.pipelines.backends.config import BackendSpec
-from ddai.pipelines.backends.engine import Engine, EngineSettings, Identity, Job, Outcome
-from ddai.pipelines.backends.limits import Budget
+from ddai.pipelines.backends.engine import Job, Outcome
 from ddai.pipelines.backends.openai_backend import OpenAIBackend
-from ddai.pipelines.backends.retry import CallError, Failure, RetryPolicy
+from ddai.pipelines.backends.remote import model_engine
+from ddai.pipelines.backends.retry import CallError, Failure
 from ddai.pipelines.backends.usage import Price, TokenUsage
 
 _CHARS_PER_TOKEN = 4
@@ -57,27 +57,7 @@ class OpenAIEmbedder:
         self.price = Price(spec.price_in_per_mtok, spec.price_out_per_mtok)
         self._client: openai.AsyncOpenAI | None = None
         self._client_loop: asyncio.AbstractEventLoop | None = None
-        self.engine = Engine(
-            Identity(spec.name, spec.kind, spec.model, role),
-            EngineSettings(
-                concurrency=spec.concurrency,
-                timeout_s=spec.timeout_s,
-                rpm=spec.rpm,
-                tpm=spec.tpm,
-                retry=RetryPolicy(
-                    max_retries=spec.max_retries,
-                    base_s=float(spec.options.get("backoff_base_s", 0.5)),
-                    cap_s=float(spec.options.get("backoff_cap_s", 30.0)),
-                ),
-            ),
-            classify=self._classify,
-            cache=context.cache if spec.cache else None,
-            ledger=context.ledger,
-            price=self.price,
-            budget=Budget(context.max_cost) if context.max_cost is not None else None,
-            progress=context.progress,
-            retry_failed=context.retry_failed,
-        )
+        self.engine = model_engine(spec, role, context, self._classify, self.price)
 
     @classmethod
     def from_spec(cls, spec: BackendSpec, role: str, **context: Any) -> OpenAIEmbedder:

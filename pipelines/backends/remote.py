@@ -31,7 +31,14 @@ from ddai.pipelines.backends.base import (
 )
 from ddai.pipelines.backends.cache import cache_key
 from ddai.pipelines.backends.config import BackendSpec, ConfigError
-from ddai.pipelines.backends.engine import Engine, EngineSettings, Identity, Job, Outcome
+from ddai.pipelines.backends.engine import (
+    Classifier,
+    Engine,
+    EngineSettings,
+    Identity,
+    Job,
+    Outcome,
+)
 from ddai.pipelines.backends.limits import Budget
 from ddai.pipelines.backends.retry import CallError, Failure, RetryPolicy
 from ddai.pipelines.backends.tasks import TASKS, Task
@@ -41,6 +48,38 @@ from ddai.pipelines.backends.usage import Price, TokenUsage
 # allowance per image (a 512-px tile's worth).
 _CHARS_PER_TOKEN = 4
 _TOKENS_PER_IMAGE = 258
+
+
+def model_engine(
+    spec: BackendSpec,
+    role: str,
+    context: ctx_mod.Context,
+    classify: Classifier,
+    price: Price,
+) -> Engine:
+    """The call engine of a model backend (SDK-served roles and embedders): the spec's
+    concurrency, timeouts, rate limits and retries, the run's cache, ledger, budget and progress."""
+    return Engine(
+        Identity(spec.name, spec.kind, spec.model, role),
+        EngineSettings(
+            concurrency=spec.concurrency,
+            timeout_s=spec.timeout_s,
+            rpm=spec.rpm,
+            tpm=spec.tpm,
+            retry=RetryPolicy(
+                max_retries=spec.max_retries,
+                base_s=float(spec.options.get("backoff_base_s", 0.5)),
+                cap_s=float(spec.options.get("backoff_cap_s", 30.0)),
+            ),
+        ),
+        classify=classify,
+        cache=context.cache if spec.cache else None,
+        ledger=context.ledger,
+        price=price,
+        budget=Budget(context.max_cost) if context.max_cost is not None else None,
+        progress=context.progress,
+        retry_failed=context.retry_failed,
+    )
 
 
 class RemoteBackend:
@@ -59,27 +98,7 @@ class RemoteBackend:
         prompt_file = (spec.options.get("prompts") or {}).get(role) or spec.prompt
         self.prompt = prompts.load(role, prompt_file)
         self.price = Price(spec.price_in_per_mtok, spec.price_out_per_mtok)
-        self.engine = Engine(
-            Identity(spec.name, spec.kind, spec.model, role),
-            EngineSettings(
-                concurrency=spec.concurrency,
-                timeout_s=spec.timeout_s,
-                rpm=spec.rpm,
-                tpm=spec.tpm,
-                retry=RetryPolicy(
-                    max_retries=spec.max_retries,
-                    base_s=float(spec.options.get("backoff_base_s", 0.5)),
-                    cap_s=float(spec.options.get("backoff_cap_s", 30.0)),
-                ),
-            ),
-            classify=self._classify,
-            cache=context.cache if spec.cache else None,
-            ledger=context.ledger,
-            price=self.price,
-            budget=Budget(context.max_cost) if context.max_cost is not None else None,
-            progress=context.progress,
-            retry_failed=context.retry_failed,
-        )
+        self.engine = model_engine(spec, role, context, self._classify, self.price)
 
     @classmethod
     def from_spec(cls, spec: BackendSpec, role: str, **context: Any) -> RemoteBackend:
