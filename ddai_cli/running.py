@@ -55,6 +55,16 @@ def main_summary(title: str, data: dict, *, as_json: bool) -> None:
 TRAIN_HELP = "Train the Searcher: SFT, then GRPO over the search environment."
 
 
+def with_evals(result: dict[str, Any]) -> dict[str, Any]:
+    """A value-head training summary with its ``eval_before``/``eval_after`` maps spread into
+    ``before KEY``/``after KEY`` entries (one flat summary, as ``train value`` and ``value-sft``
+    print it)."""
+    flat = {k: v for k, v in result.items() if k not in ("eval_before", "eval_after")}
+    flat.update({f"before {k}": v for k, v in result["eval_before"].items()})
+    flat.update({f"after {k}": v for k, v in result["eval_after"].items()})
+    return flat
+
+
 def sub_app(app: typer.Typer, name: str, help_text: str) -> typer.Typer:
     """The sub-app ``name`` of ``app`` (registered by its own area), else a new one."""
     for info in app.registered_groups:

@@ -32,7 +32,7 @@ from ddai.cli.options import (
     ValueSeedOpt,
     parse_floats,
 )
-from ddai.cli.running import TRAIN_HELP, maybe_relaunch, run_or_fail, sub_app
+from ddai.cli.running import TRAIN_HELP, maybe_relaunch, run_or_fail, sub_app, with_evals
 
 
 def train_value_command(
@@ -168,10 +168,7 @@ def train_value_command(
         seed=seed,
         progress=progress and not as_json,
     )
-    result = asdict(run_or_fail(train_value, cfg))
-    flat = {k: v for k, v in result.items() if k not in ("eval_before", "eval_after")}
-    flat.update({f"before {k}": v for k, v in result["eval_before"].items()})
-    flat.update({f"after {k}": v for k, v in result["eval_after"].items()})
+    flat = with_evals(asdict(run_or_fail(train_value, cfg)))
     summary("ddai train value", flat, as_json=as_json)
 
 

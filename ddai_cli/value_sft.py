@@ -20,7 +20,7 @@ from ddai.cli.options import (
     ValueOutOpt,
     parse_floats,
 )
-from ddai.cli.running import maybe_relaunch, run_or_fail
+from ddai.cli.running import maybe_relaunch, run_or_fail, with_evals
 
 
 def _opt(flag: str, text: str):
@@ -148,8 +148,5 @@ def train_value_sft_command(
         seed=seed,
         progress=progress and not as_json,
     )
-    result = asdict(run_or_fail(train_value_sft, cfg))
-    flat = {k: v for k, v in result.items() if k not in ("eval_before", "eval_after")}
-    flat.update({f"before {k}": v for k, v in result["eval_before"].items()})
-    flat.update({f"after {k}": v for k, v in result["eval_after"].items()})
+    flat = with_evals(asdict(run_or_fail(train_value_sft, cfg)))
     summary("ddai train value-sft", flat, as_json=as_json)
