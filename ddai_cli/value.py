@@ -198,6 +198,7 @@ def value_score_command(
     max_length: MaxLenOpt = 2048,
     obs_max_tokens: ObsOpt = 256,
     dtype: DtypeOpt = "float32",
+    progress: ProgressOpt = True,
     as_json: JsonOpt = False,
 ) -> None:
     """Write per-turn value estimates into the rollout log (turns[].value)."""
@@ -220,6 +221,7 @@ def value_score_command(
         max_length=max_length,
         obs_max_tokens=obs_max_tokens,
         dtype=dtype,
+        progress=progress and not as_json,
     )
     summary("ddai value score", asdict(run_or_fail(score_runs, cfg)), as_json=as_json)
 

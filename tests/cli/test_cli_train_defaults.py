@@ -98,3 +98,25 @@ def test_the_check_sees_a_restated_default():
     assert mapping == {"max_turns": "max_turns", "search_k": "search_k", "seed": "seed"}
     bad = [p.name for p in cmd.params if p.default != _defaults(Cfg)[mapping[p.name]]]
     assert bad == ["max_turns"]
+
+
+@pytest.mark.parametrize(
+    ("flags", "shown"), [([], True), (["--no-progress"], False), (["--json"], False)]
+)
+def test_value_score_progress_flag_reaches_its_config(flags, shown, tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    import ddai.trainer.value.score as score
+    from ddai.cli.app import app
+
+    seen = []
+
+    def fake(cfg):
+        seen.append(cfg)
+        raise ValueError("stopped after reading the config")
+
+    monkeypatch.setattr(score, "score_runs", fake)
+    args = ["value", "score", "--checkpoint", str(tmp_path), "--logs", str(tmp_path), "--run", "r"]
+    res = CliRunner().invoke(app, [*args, *flags])
+    assert res.exit_code == 2 and "stopped after reading the config" in res.output
+    assert [c.progress for c in seen] == [shown]
