@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = (ROOT / ".." / "shared").resolve()
+# DDAI's real data and log formats: ../shared beside the repository, or DDAI_SHARED.
+SHARED = Path(os.environ.get("DDAI_SHARED") or ROOT / ".." / "shared").resolve()
 FIXTURES = ROOT / "fixtures"
 # ``from cli_schemas import check`` (the --json schema check) works from every test folder.
 sys.path.insert(0, str(Path(__file__).parent / "cli"))
@@ -31,7 +32,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 def shared() -> Path:
     if not SHARED.is_dir():
         pytest.fail(
-            f"shared data folder {SHARED} is missing; tests expect ../shared beside the repo"
+            f"shared data folder {SHARED} is missing; tests expect ../shared beside the repo "
+            "(or DDAI_SHARED set to it)"
         )
     return SHARED
 

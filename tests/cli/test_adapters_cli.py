@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from conftest import SHARED
 from typer.testing import CliRunner
 
 from ddai.cli.app import app
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[2]
-EXAMPLES = ROOT / ".." / "shared" / "ddai-formats" / "examples"
+EXAMPLES = SHARED / "ddai-formats" / "examples"
 UNIFIED = ROOT / "fixtures" / "unified" / "curriculum" / "unified_trajectory.jsonl"
 
 

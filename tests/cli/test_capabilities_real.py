@@ -7,6 +7,7 @@ import json
 import re
 
 import pytest
+from conftest import SHARED
 from typer.testing import CliRunner
 
 from ddai.cli.app import app
@@ -16,7 +17,7 @@ runner = CliRunner()
 
 @pytest.fixture(scope="module")
 def logs(tmp_path_factory):
-    shared = (__import__("pathlib").Path(__file__).parents[2] / ".." / "shared").resolve()
+    shared = SHARED
     rec = shared / "ddai-data" / "reconstructed"
     logs = tmp_path_factory.mktemp("flash") / "logs"
     for run in ("round0", "round1"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import SHARED
 
 from ddai.pipelines import adapters
 from ddai.pipelines.adapters.ddai_common import (
@@ -17,7 +18,7 @@ from ddai.pipelines.adapters.ddai_common import (
 )
 from ddai.pipelines.ingest import IngestConfig, ingest
 
-EXAMPLES = Path(__file__).resolve().parents[2] / ".." / "shared" / "ddai-formats" / "examples"
+EXAMPLES = SHARED / "ddai-formats" / "examples"
 
 
 def test_question_from_query_and_prompt():

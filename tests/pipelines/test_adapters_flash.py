@@ -6,17 +6,18 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import SHARED
 
 from ddai.pipelines import adapters, query, store
 from ddai.pipelines.ingest import IngestConfig, ingest
 
-EXAMPLE = Path(__file__).resolve().parents[2] / ".." / "shared" / "ddai-formats" / "examples"
+EXAMPLE = SHARED / "ddai-formats" / "examples"
 
 
 @pytest.fixture(scope="module")
 def rounds(tmp_path_factory) -> tuple[Path, Path]:
     """Both reconstructed rounds ingested once into one store (run ids from the file stems)."""
-    shared = Path(__file__).resolve().parents[2] / ".." / "shared"
+    shared = SHARED
     src = shared / "ddai-data" / "reconstructed"
     logs = tmp_path_factory.mktemp("flash-logs")
     files = [src / "round0_flash_rm_detail.jsonl", src / "round1_flash_rm_detail.jsonl"]

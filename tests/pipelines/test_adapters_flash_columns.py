@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from conftest import SHARED
 
 from ddai.pipelines import store
 from ddai.pipelines.adapters import ddai_flash, line_batches
 from ddai.pipelines.adapters.base import ReaderContext, RowBatch
 from ddai.pipelines.ingest import IngestConfig, ingest
 
-SHARED = Path(__file__).resolve().parents[2] / ".." / "shared"
 REAL = SHARED / "ddai-data" / "reconstructed" / "round0_flash_rm_detail.jsonl"
 EXAMPLE = SHARED / "ddai-formats" / "examples" / "flash_rm_detail.jsonl"
 

@@ -13,13 +13,13 @@ from pathlib import Path
 import polars as pl
 import pyarrow.parquet as pq
 import pytest
+from conftest import SHARED
 
 from ddai.pipelines.corpus import Corpus
 from ddai.pipelines.fixtures import SEARCHER_SYSTEM_PROMPT
 
 ROOT = Path(__file__).parents[2]
 FIXTURES = ROOT / "fixtures"
-SHARED = ROOT / ".." / "shared"
 RUNS = ("phase1", "curriculum", "focused_r1", "focused_r2")
 
 

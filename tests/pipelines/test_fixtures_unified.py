@@ -8,12 +8,13 @@ import re
 from pathlib import Path
 
 import pytest
+from conftest import SHARED
 
 from ddai.pipelines import metrics, tags
 
 ROOT = Path(__file__).parents[2]
 FIXTURES = ROOT / "fixtures"
-EXAMPLES = ROOT / ".." / "shared" / "ddai-formats" / "examples"
+EXAMPLES = SHARED / "ddai-formats" / "examples"
 RUNS = ("phase1", "curriculum", "focused_r1", "focused_r2")
 # DDAI writes a search response's ``error`` only when the search failed; no simulated search fails.
 OPTIONAL = {"tool.search.response": {"error"}}

@@ -6,9 +6,8 @@ Bucket 2,791 / 1,560 / 637 with 1,679 unscored; bucket 0 582 after the review; r
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from conftest import SHARED
 from funnel_data import ids_of
 
 from ddai.pipelines import manifest
@@ -17,8 +16,6 @@ from ddai.pipelines.funnel.bucket import BucketConfig, run_bucket
 from ddai.pipelines.funnel.focus import FocusConfig, run_focus
 from ddai.pipelines.funnel.verify_gt import VerifyConfig, run_verify
 from ddai.pipelines.ingest import IngestConfig, ingest
-
-SHARED = (Path(__file__).parents[2] / ".." / "shared").resolve()
 
 
 @pytest.fixture(scope="module")

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import os
 import random
-from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+from conftest import SHARED
 
 from ddai.pipelines.backends import GenerateResult, JudgeResult
 from ddai.trainer import toy
@@ -19,8 +20,6 @@ from ddai.trainer.modeling import load_tokenizer
 from ddai.trainer.search.chat import normalize_messages
 from ddai.trainer.sft.train import SFTRunConfig, load_conversations, run_sft
 from ddai.trainer.tiny import build_tiny
-
-SHARED = Path(__file__).parents[2] / ".." / "shared"
 
 
 @pytest.fixture(scope="module")

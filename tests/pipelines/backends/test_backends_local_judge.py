@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from conftest import SHARED
 
 from ddai.pipelines import metrics
 from ddai.pipelines.backends import BackendSpec, JudgeRequest, build, get_backend, run_sync
 from ddai.pipelines.backends.config import ConfigError
 from ddai.pipelines.backends.local_judge import contains, score
-
-SHARED = (Path(__file__).resolve().parents[3] / ".." / "shared").resolve()
 
 
 @pytest.fixture(scope="module")
