@@ -3,20 +3,14 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
+
+from conftest import SHARED
 
 from ddai.pipelines import adapters, store
 from ddai.pipelines.adapters.ddai_phase1 import step_of
 from ddai.pipelines.ingest import IngestConfig, ingest
 
-EXAMPLE = (
-    Path(__file__).resolve().parents[2]
-    / ".."
-    / "shared"
-    / "ddai-formats"
-    / "examples"
-    / "gspo_phase1.example.json"
-)
+EXAMPLE = SHARED / "ddai-formats" / "examples" / "gspo_phase1.example.json"
 
 
 def test_step_keys():
