@@ -3,15 +3,17 @@
 Selection needs nine scalar columns of every rollout, the full rows (turns, response, observation
 text) only of the rollouts it keeps; reading the whole run first held every column of every
 rollout in memory. ``selection_columns`` scans the run's Parquet files for those columns (DuckDB,
-projection pushed into the scan) with each rollout's file and row number; ``fetch_rows`` then
+projection pushed into the scan) with each rollout's file and row number; ``fetch_batches`` then
 joins the scan to the selected (file, row number) pairs, so DuckDB materializes only those rows
-and hands them back in batches: memory follows the selection, not the run.
+and streams them back in bounded Arrow batches (the columns asked for, in scan order, each row
+tagged with its place in the selection): a caller that turns one batch at a time into what it
+needs holds a batch of rows, not the selection, and never the run.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import duckdb
@@ -35,6 +37,22 @@ COLUMNS = (
     "flags",
 )
 FILE, FILE_ROW = "_file", "_file_row"
+# What rebuilding SFT messages reads of a selected rollout (``rebuild.py``, ``run._candidates``):
+# the rest (pages, reward parts, flags) would only be turned into Python objects and dropped.
+REBUILD_COLUMNS = (
+    "run_id",
+    "step",
+    "uid",
+    "rollout_idx",
+    "sample_idx",
+    "question",
+    "response",
+    "turns",
+    "extra",
+)
+# DuckDB's cap for the fetch: the join's build side is the selection's locators (three small
+# columns), the scan streams, and DuckDB spills rather than grow past this.
+FETCH_MEMORY = "1GB"
 
 
 SCAN = "read_parquet($files, union_by_name = true, filename = true, file_row_number = true)"
@@ -118,6 +136,76 @@ def _duck_type(column: str) -> str:
         con.close()
 
 
+def locate(
+    files: Sequence[str | os.PathLike[str]], keys: pa.Table, rows: Sequence[int]
+) -> pa.Table:
+    """Where ``keys.take(rows)`` lie: ``_path``, ``_row`` (row number in that file) and
+    ``_slot`` (position in ``rows``), one row per selected rollout.
+
+    Small (three columns of the selection), so the caller may drop ``keys`` (every rollout of
+    the run) before fetching."""
+    paths = [str(f) for f in files]
+    take = pa.array(rows, pa.int64())
+    return pa.table(
+        {
+            "_path": pa.array(paths, pa.string()).take(keys[FILE].take(take)),
+            "_row": keys[FILE_ROW].take(take),
+            "_slot": pa.array(range(len(rows)), pa.int64()),
+        }
+    )
+
+
+def fetch_batches(
+    files: Sequence[str | os.PathLike[str]],
+    wanted: pa.Table,
+    *,
+    columns: Sequence[str] | None = None,
+    batch_rows: int = 10_000,
+    threads: int | None = None,
+    memory_limit: str | None = FETCH_MEMORY,
+) -> Iterator[pa.Table]:
+    """The rows ``wanted`` (``locate``'s table) locates, as Arrow tables of at most
+    ``batch_rows`` rows in ``ROLLOUT_SCHEMA`` (only ``columns`` when given) plus ``_slot``.
+
+    Batches come in scan order, not ``_slot`` order: one DuckDB scan hash-joins the files' rows
+    to the wanted (file, row number) pairs and streams the matches back without ordering them
+    (``preserve_insertion_order = false``), so neither DuckDB nor the caller ever holds the
+    whole selection; the caller places each row by its ``_slot``. Raises when some wanted row
+    is not in its file."""
+    if not wanted.num_rows:
+        return
+    paths = [str(f) for f in files]
+    names = [f.name for f in ROLLOUT_SCHEMA if columns is None or f.name in columns]
+    con = duckdb.connect()
+    try:
+        con.execute("SET enable_progress_bar = false")
+        con.execute("SET preserve_insertion_order = false")
+        if memory_limit:
+            con.execute(f"SET memory_limit = '{memory_limit}'")
+        if threads:
+            con.execute(f"SET threads = {int(threads)}")
+        objstore.register(con, paths)
+        con.register("wanted", wanted)
+        params = {"files": paths}
+        have = {r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {SCAN}", params).fetchall()}
+        cols = ", ".join(f"s.{c}" for c in names if c in have)
+        sql = (
+            f"SELECT {cols}, w._slot FROM {SCAN} AS s "
+            "JOIN wanted AS w ON s.filename = w._path AND s.file_row_number = w._row"
+        )
+        seen = 0
+        for batch in con.sql(sql, params=params).to_arrow_reader(batch_rows):
+            part = pa.Table.from_batches([batch])
+            seen += part.num_rows
+            yield _conform(part, names).append_column("_slot", part["_slot"])
+    finally:
+        con.close()
+    if seen != wanted.num_rows:
+        raise RuntimeError(
+            f"{wanted.num_rows - seen} selected rollouts were not found in their files"
+        )
+
+
 def fetch_rows(
     files: Sequence[str | os.PathLike[str]],
     keys: pa.Table,
@@ -128,49 +216,26 @@ def fetch_rows(
 ) -> list[dict[str, Any]]:
     """Full rollout rows (``ROLLOUT_SCHEMA``) of ``keys.take(rows)``, in the order of ``rows``.
 
-    ``keys`` is ``selection_columns``'s table. One DuckDB scan joins the files' rows to the
-    wanted (file, row number) pairs, so only the selected rows are materialized; they stream
-    back in Arrow batches of ``batch_rows`` that become dicts one batch at a time."""
+    ``keys`` is ``selection_columns``'s table. ``fetch_batches`` materializes only the selected
+    rows, in Arrow batches of ``batch_rows`` that become dicts one batch at a time."""
     if not rows:
         return []
-    paths = [str(f) for f in files]
-    take = pa.array(rows, pa.int64())
-    wanted = pa.table(
-        {
-            "_path": pa.array(paths, pa.string()).take(keys[FILE].take(take)),
-            "_row": keys[FILE_ROW].take(take),
-            "_slot": pa.array(range(len(rows)), pa.int64()),
-        }
-    )
-    con = duckdb.connect()
-    con.execute("SET enable_progress_bar = false")
-    objstore.register(con, paths)
-    if threads:
-        con.execute(f"SET threads = {int(threads)}")
-    con.register("wanted", wanted)
-    sql = (
-        f"SELECT s.* EXCLUDE (filename, file_row_number), w._slot FROM {SCAN} AS s "
-        "JOIN wanted AS w ON s.filename = w._path AND s.file_row_number = w._row"
-    )
     out: list[dict[str, Any] | None] = [None] * len(rows)
-    reader = con.sql(sql, params={"files": paths}).to_arrow_reader(batch_rows)
-    for batch in reader:
-        part = pa.Table.from_batches([batch])
+    wanted = locate(files, keys, rows)
+    for part in fetch_batches(files, wanted, batch_rows=batch_rows, threads=threads):
         slots = part["_slot"].to_pylist()
-        for slot, row in zip(slots, _conform(part).to_pylist(), strict=True):
+        for slot, row in zip(slots, part.drop_columns(["_slot"]).to_pylist(), strict=True):
             out[slot] = row
-    con.close()
-    missing = sum(r is None for r in out)
-    if missing:
-        raise RuntimeError(f"{missing} selected rollouts were not found in their files")
     return out  # type: ignore[return-value]
 
 
-def _conform(table: pa.Table) -> pa.Table:
-    """A part in ``ROLLOUT_SCHEMA``: columns it predates read as nulls (as the dataset reader)."""
+def _conform(table: pa.Table, names: Sequence[str] | None = None) -> pa.Table:
+    """A part in ``ROLLOUT_SCHEMA`` (its ``names`` columns, all by default): columns it
+    predates read as nulls (as the dataset reader)."""
     n = table.num_rows
+    fields = [f for f in ROLLOUT_SCHEMA if names is None or f.name in names]
     cols = [
         table[f.name].cast(f.type) if f.name in table.column_names else pa.nulls(n, f.type)
-        for f in ROLLOUT_SCHEMA
+        for f in fields
     ]
-    return pa.table(cols, schema=ROLLOUT_SCHEMA)
+    return pa.table(cols, schema=pa.schema(fields, metadata=ROLLOUT_SCHEMA.metadata))
