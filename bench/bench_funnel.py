@@ -195,10 +195,7 @@ def distill_selection(logs: Path) -> int:
     """What ``ddai distill`` reads: selection columns, the selection, then the selected rows'
     rebuild columns as bounded Arrow batches (``run_distill`` turns each into SFT rows)."""
     files = store.parquet_files(logs, [RUN])
-    keys = fetch.selection_columns(files)
-    sel = select(keys, SelectConfig())
-    wanted = fetch.locate(files, keys, sel.rows)
-    del keys
+    _, wanted, _ = fetch.scan_select(files, SelectConfig())
     batches = fetch.fetch_batches(files, wanted, columns=fetch.REBUILD_COLUMNS)
     return sum(b.num_rows for b in batches)
 
@@ -207,10 +204,7 @@ def distill_selection_rows(logs: Path) -> int:
     """``distill_selection`` with each batch also turned into Python rows (the rebuild's input)
     and dropped: the selection's Python rows are never all alive at once."""
     files = store.parquet_files(logs, [RUN])
-    keys = fetch.selection_columns(files)
-    sel = select(keys, SelectConfig())
-    wanted = fetch.locate(files, keys, sel.rows)
-    del keys
+    _, wanted, _ = fetch.scan_select(files, SelectConfig())
     n = 0
     for b in fetch.fetch_batches(files, wanted, columns=fetch.REBUILD_COLUMNS):
         n += len(b.to_pylist())

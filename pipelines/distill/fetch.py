@@ -17,9 +17,12 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import duckdb
+import numpy as np
+import polars as pl
 import pyarrow as pa
 
 from ddai.pipelines import objstore
+from ddai.pipelines.distill.select import SelectConfig, Selection, choose, prompt_reasons, select
 from ddai.pipelines.schema import ROLLOUT_SCHEMA
 
 # What selection reads (``select.py``), besides the turn count it needs where num_turns is null.
@@ -97,6 +100,97 @@ def selection_columns(
         n_turns = con.sql(sql, params=params).to_arrow_table()["n"]
     con.close()
     return table.append_column("n_turns", n_turns)
+
+
+def scan_select(
+    files: Sequence[str | os.PathLike[str]], cfg: SelectConfig, *, threads: int | None = None
+) -> tuple[Selection, pa.Table, int]:
+    """Distill's selection over ``files``, its ``locate`` table and the number of rollouts read.
+
+    The same selection as ``select(selection_columns(files), cfg)`` (``Selection.rows`` are
+    log positions), with the per-rollout work left in DuckDB: one group-by over the scan gives
+    every prompt's counts, a second scan brings back only the successes of the prompts the rate
+    rule keeps, and ``select.choose`` ranks those. Nothing the size of the run reaches Python.
+    Object-storage files read by pyarrow (``objstore.scan() == "arrow"``) take the columnar
+    path instead."""
+    paths = [str(f) for f in files]
+    if not paths or (objstore.is_url(paths[0]) and objstore.scan() == "arrow"):
+        keys = selection_columns(paths, threads=threads)
+        sel = select(keys, cfg)
+        return sel, locate(paths, keys, sel.rows), keys.num_rows
+    con = _connect(paths, threads)
+    try:
+        params: dict[str, Any] = {"files": paths}
+        have = {r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {SCAN}", params).fetchall()}
+        # each file's first log position (files in the order given, rows in file order)
+        sizes = dict(
+            con.execute(f"SELECT filename, count(*) FROM {SCAN} GROUP BY ALL", params).fetchall()
+        )
+        starts = np.cumsum([0] + [sizes.get(p, 0) for p in paths])
+        con.register(
+            "starts", pa.table({"f": pa.array(paths, pa.string()), "o": pa.array(starts[:-1])})
+        )
+        cols = {c: f"s.{c}" if c in have else f"CAST(NULL AS {_duck_type(c)})" for c in COLUMNS}
+        turns = ", s.turns" if "turns" in have else ""
+        src = f"""
+            SELECT {", ".join(f"{cols[c]} AS {c}" for c in COLUMNS if c != "flags")},
+                   {cols["flags"]}[1] AS flag,
+                   coalesce({cols["judge_score"]} >= $threshold, false)
+                       AND coalesce({cols["format_ok"]}, true) AS success,
+                   st.o + s.file_row_number AS _row{turns}
+            FROM {SCAN} AS s JOIN starts AS st ON s.filename = st.f"""
+        params["threshold"] = float(cfg.success_threshold)
+        groups = pl.from_arrow(
+            con.sql(
+                f"""SELECT run_id, uid, count(*) AS n, count(judge_score) AS n_judged,
+                           CAST(sum(success::INTEGER) AS BIGINT) AS n_success,
+                           min(_row) AS first_row,
+                           count(*) - count(num_turns) AS null_turns
+                    FROM ({src}) GROUP BY run_id, uid""",
+                params=params,
+            ).to_arrow_table()
+        )
+        n_read = int(groups["n"].sum())
+        open_ = prompt_reasons(groups, cfg).filter(pl.col("prompt_reason").is_null())
+        con.register("open_prompts", open_.select("run_id", "uid").to_arrow())
+        # the turn count, only where the log lacks num_turns (else turns is never read)
+        n_actions = "num_turns"
+        if int(groups["null_turns"].sum()) and "turns" in have:
+            n_actions = "coalesce(num_turns, CAST(len(turns) AS INTEGER))"
+        successes = pl.from_arrow(
+            con.sql(
+                f"""SELECT r.run_id, r.uid, r.reward, r.ndcg, {n_actions} AS n_actions,
+                           r.rollout_idx, r.step, r.sample_idx, r._row, r.flag
+                    FROM ({src}) AS r
+                    SEMI JOIN open_prompts AS o
+                        ON r.run_id IS NOT DISTINCT FROM o.run_id
+                        AND r.uid IS NOT DISTINCT FROM o.uid
+                    WHERE r.success""",
+                params=params,
+            ).to_arrow_table()
+        )
+    finally:
+        con.close()
+    sel = choose(groups.drop("null_turns"), successes, cfg)
+    rows = np.asarray(sel.rows, dtype=np.int64)
+    file_of = np.searchsorted(starts, rows, side="right") - 1
+    wanted = pa.table(
+        {
+            "_path": pa.array(paths, pa.string()).take(pa.array(file_of)),
+            "_row": pa.array(rows - starts[file_of]),
+            "_slot": pa.array(np.arange(len(rows), dtype=np.int64)),
+        }
+    )
+    return sel, wanted, n_read
+
+
+def _connect(paths: list[str], threads: int | None) -> duckdb.DuckDBPyConnection:
+    con = duckdb.connect()
+    con.execute("SET enable_progress_bar = false")
+    objstore.register(con, paths)  # object-storage URLs read through fsspec
+    if threads:
+        con.execute(f"SET threads = {int(threads)}")
+    return con
 
 
 def _remote_selection_columns(urls: list[str]) -> pa.Table:

@@ -41,7 +41,7 @@ from ddai.pipelines.distill.safety import (
     post_pass,
     report_lines,
 )
-from ddai.pipelines.distill.select import SelectConfig, select
+from ddai.pipelines.distill.select import SelectConfig
 
 STEP = "distill"
 REWRITE_MODES = ("think-only", "none")
@@ -234,17 +234,15 @@ def run_distill(cfg: DistillConfig, *, rewriter: Any = None) -> dict[str, Any]:
         }
 
     record = manifest.start(STEP, params, inputs)
-    # Rank on the selection columns only; read full rows for the selected rollouts alone, both
-    # from one snapshot of the runs (a concurrent re-ingest cannot remove the files between).
+    # Select in DuckDB over the selection columns; read the selected rollouts' rebuild columns
+    # alone, in batches, both from one snapshot of the runs (a concurrent re-ingest cannot
+    # remove the files between).
     with store.snapshot(cfg.logs, cfg.runs) as snap:
         files = snap.all_files()
-        table = fetch.selection_columns(files)
-        sel = select(table, cfg.select_cfg)
-        n_read, n_selected = table.num_rows, len(sel.rows)
+        sel, wanted, n_read = fetch.scan_select(files, cfg.select_cfg)
+        n_selected = len(sel.rows)
         if not sel.rows and not cfg.dry_run:
             raise ValueError(_nothing_selected(cfg, n_read, sel))
-        wanted = fetch.locate(files, table, sel.rows)
-        del table  # every rollout's selection columns: not needed past here
         batches = fetch.fetch_batches(files, wanted, columns=fetch.REBUILD_COLUMNS)
         cands, failed, unavailable = _candidates(cfg, batches, n_selected)
     drops = cfg.drops
