@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ddai.pipelines import manifest, objstore
+from ddai.pipelines import objstore
 from ddai.pipelines.funnel import dataset as ds
 from ddai.pipelines.funnel import scores, step
 
@@ -116,10 +116,17 @@ class BucketConfig:
 def run_bucket(cfg: BucketConfig) -> step.StepResult:
     inputs = cfg.inputs()
     outputs = {b: step.resolve(p) for b, p in cfg.outputs().items()}
-    if not cfg.force and step.fresh(outputs.values(), STEP, cfg.params(), inputs):
-        return step.skipped(STEP, outputs)
-    base = manifest.start(STEP, cfg.params(), inputs)
+    with step.started(
+        STEP, cfg.params(), inputs, force=cfg.force, outputs=list(outputs.values())
+    ) as begun:
+        if begun.skip:
+            return step.skipped(STEP, outputs)
+        return _bucket(cfg, inputs, outputs, begun)
 
+
+def _bucket(
+    cfg: BucketConfig, inputs: list[Path], outputs: dict[str, Path], begun: step.Begun
+) -> step.StepResult:
     raw = ds.read_dataset(cfg.dataset)
     table, dups = ds.first_occurrences(raw)
     if cfg.scores is not None:
@@ -140,6 +147,7 @@ def run_bucket(cfg: BucketConfig) -> step.StepResult:
         "scored ids not in the dataset": unknown,
         "rule": f"B > {cfg.mastered:g} >= A >= {cfg.floor:g} > 0",
     }
+    base = begun.record()
     for b in BUCKETS:
         idx = parts[b]
         out = ds.with_extra_field(

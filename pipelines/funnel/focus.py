@@ -10,6 +10,7 @@ flagged (``wrong`` or ``uncertain``), in round N's order. Either way the result 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -133,14 +134,14 @@ class FocusConfig:
 def run_focus(cfg: FocusConfig) -> step.StepResult:
     inputs = cfg.inputs()
     out = step.resolve(cfg.out)
-    if not cfg.force and step.fresh([out], cfg.step, cfg.params(), inputs):
-        return step.skipped(cfg.step, {"focus": out})
-    base = manifest.start(cfg.step, cfg.params(), inputs)
-    score_of = scores.log_scores(cfg.logs, cfg.runs, "reward", "mean")
-    if cfg.round1:
-        table, record, summary = _round1(cfg, inputs, score_of, base)
-    else:
-        table, record, summary = _next_round(cfg, inputs, score_of, base)
+    with step.started(cfg.step, cfg.params(), inputs, force=cfg.force, outputs=[out]) as begun:
+        if begun.skip:
+            return step.skipped(cfg.step, {"focus": out})
+        score_of = scores.log_scores(cfg.logs, cfg.runs, "reward", "mean")
+        if cfg.round1:
+            table, record, summary = _round1(cfg, inputs, score_of, begun.record)
+        else:
+            table, record, summary = _next_round(cfg, inputs, score_of, begun.record)
     step.write_table(out, table, record)
     return step.StepResult(cfg.step, {"focus": out}, summary)
 
@@ -149,7 +150,7 @@ def _round1(
     cfg: FocusConfig,
     inputs: list[Path],
     score_of: pa.Table,
-    base: manifest.StepRecord,
+    base_of: Callable[[], manifest.StepRecord],
 ) -> tuple[pa.Table, manifest.StepRecord, dict[str, Any]]:
     raw_a, raw_0 = ds.read_dataset(cfg.bucket_a), ds.read_dataset(cfg.bucket_0)
     a, dups_a = ds.first_occurrences(raw_a)
@@ -169,7 +170,7 @@ def _round1(
         "duplicate ids": len(dups),
     }
     record = step.record_for(
-        base,
+        base_of(),
         rows_in=raw_a.num_rows + raw_0.num_rows,
         rows_out=merged.num_rows,
         dropped={
@@ -190,7 +191,7 @@ def _next_round(
     cfg: FocusConfig,
     inputs: list[Path],
     score_of: pa.Table,
-    base: manifest.StepRecord,
+    base_of: Callable[[], manifest.StepRecord],
 ) -> tuple[pa.Table, manifest.StepRecord, dict[str, Any]]:
     raw = ds.read_dataset(cfg.prev)
     prev, dups = ds.first_occurrences(raw)
@@ -209,7 +210,7 @@ def _next_round(
         "duplicate ids": len(dups),
     }
     record = step.record_for(
-        base,
+        base_of(),
         rows_in=raw.num_rows,
         rows_out=table.num_rows,
         dropped={**dropped, "duplicate id": len(dups)},
