@@ -126,6 +126,8 @@ def scan_select(
         sizes = dict(
             con.execute(f"SELECT filename, count(*) FROM {SCAN} GROUP BY ALL", params).fetchall()
         )
+        if set(sizes) - set(paths):  # a name DuckDB spells otherwise would shift every row
+            raise RuntimeError(f"the scan named files it was not given: {set(sizes) - set(paths)}")
         starts = np.cumsum([0] + [sizes.get(p, 0) for p in paths])
         con.register(
             "starts", pa.table({"f": pa.array(paths, pa.string()), "o": pa.array(starts[:-1])})
