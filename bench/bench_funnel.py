@@ -206,7 +206,10 @@ def distill_selection_rows(logs: Path) -> int:
     files = store.parquet_files(logs, [RUN])
     _, wanted, _ = fetch.scan_select(files, SelectConfig())
     n = 0
-    for b in fetch.fetch_batches(files, wanted, columns=fetch.REBUILD_COLUMNS):
+    batches = fetch.fetch_batches(
+        files, wanted, columns=fetch.REBUILD_COLUMNS, turn_fields=fetch.REBUILD_TURN_FIELDS
+    )
+    for b in batches:
         n += len(b.to_pylist())
     return n
 

@@ -53,6 +53,8 @@ REBUILD_COLUMNS = (
     "turns",
     "extra",
 )
+# What the rebuild reads of a turn (not ``forced``, ``retrieved`` or ``value``).
+REBUILD_TURN_FIELDS = ("idx", "think", "action", "arg", "sep", "observation", "error")
 # DuckDB's cap for the fetch: the join's build side is the selection's locators (three small
 # columns), the scan streams, and DuckDB spills rather than grow past this.
 FETCH_MEMORY = "1GB"
@@ -256,12 +258,15 @@ def fetch_batches(
     wanted: pa.Table,
     *,
     columns: Sequence[str] | None = None,
+    turn_fields: Sequence[str] | None = None,
     batch_rows: int = 10_000,
     threads: int | None = None,
     memory_limit: str | None = FETCH_MEMORY,
 ) -> Iterator[pa.Table]:
     """The rows ``wanted`` (``locate``'s table) locates, as Arrow tables of at most
-    ``batch_rows`` rows in ``ROLLOUT_SCHEMA`` (only ``columns`` when given) plus ``_slot``.
+    ``batch_rows`` rows in ``ROLLOUT_SCHEMA`` (only ``columns`` when given, and of each turn
+    only ``turn_fields`` when given: zero-copy, so Python rows made of a batch skip the rest)
+    plus ``_slot``.
 
     Batches come in scan order, not ``_slot`` order: one DuckDB scan hash-joins the files' rows
     to the wanted (file, row number) pairs and streams the matches back without ordering them
@@ -293,7 +298,11 @@ def fetch_batches(
         for batch in con.sql(sql, params=params).to_arrow_reader(batch_rows):
             part = pa.Table.from_batches([batch])
             seen += part.num_rows
-            yield _conform(part, names).append_column("_slot", part["_slot"])
+            part = _conform(part, names).append_column("_slot", part["_slot"])
+            if turn_fields is not None and "turns" in part.column_names:
+                i = part.schema.get_field_index("turns")
+                part = part.set_column(i, "turns", _turn_fields(part["turns"], turn_fields))
+            yield part
     finally:
         con.close()
     if seen != wanted.num_rows:
@@ -323,6 +332,23 @@ def fetch_rows(
         for slot, row in zip(slots, part.drop_columns(["_slot"]).to_pylist(), strict=True):
             out[slot] = row
     return out  # type: ignore[return-value]
+
+
+def _turn_fields(turns: pa.ChunkedArray, keep: Sequence[str]) -> pa.ChunkedArray:
+    """``turns`` (list of turn structs) with only the ``keep`` fields of each turn, sharing the
+    buffers (offsets, validity and the kept children are reused, nothing is copied)."""
+    out = []
+    for chunk in turns.chunks:
+        structs = chunk.values
+        fields = [f for f in structs.type if f.name in keep]
+        kept = pa.StructArray.from_arrays(
+            [structs.field(f.name) for f in fields],
+            fields=fields,
+            mask=structs.is_null() if structs.null_count else None,
+        )
+        mask = chunk.is_null() if chunk.null_count else None
+        out.append(pa.ListArray.from_arrays(chunk.offsets, kept, mask=mask))
+    return pa.chunked_array(out, pa.list_(pa.struct(fields))) if out else turns
 
 
 def _conform(table: pa.Table, names: Sequence[str] | None = None) -> pa.Table:

@@ -243,7 +243,9 @@ def run_distill(cfg: DistillConfig, *, rewriter: Any = None) -> dict[str, Any]:
         n_selected = len(sel.rows)
         if not sel.rows and not cfg.dry_run:
             raise ValueError(_nothing_selected(cfg, n_read, sel))
-        batches = fetch.fetch_batches(files, wanted, columns=fetch.REBUILD_COLUMNS)
+        batches = fetch.fetch_batches(
+            files, wanted, columns=fetch.REBUILD_COLUMNS, turn_fields=fetch.REBUILD_TURN_FIELDS
+        )
         cands, failed, unavailable = _candidates(cfg, batches, n_selected)
     drops = cfg.drops
     keep = [c for c in cands if not drop_reason(c.uid, inspect(c.messages), drops)]

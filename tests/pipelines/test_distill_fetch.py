@@ -244,3 +244,18 @@ def test_a_selected_row_missing_from_its_file_is_an_error(tmp_path):
     wanted = wanted.set_column(1, "_row", pa.array([0, 999], pa.int64()))
     with pytest.raises(RuntimeError, match="1 selected rollouts were not found"):
         list(fetch.fetch_batches(files, wanted))
+
+
+def test_turn_fields_keep_only_what_the_rebuild_reads(tmp_path):
+    logs = _store(tmp_path)
+    files = store.parquet_files(logs)
+    keys = fetch.selection_columns(files)
+    rows = [5, 17, 2]
+    wanted = fetch.locate(files, keys, rows)
+    keep = ("idx", "action", "observation")
+    parts = list(fetch.fetch_batches(files, wanted, columns=("turns",), turn_fields=keep,
+                                     batch_rows=2))  # fmt: skip
+    got = pa.concat_tables(parts).sort_by("_slot")["turns"].to_pylist()
+    full = store.read_rollouts(logs)["turns"].take(rows).to_pylist()
+    assert got == [[{k: t[k] for k in keep} for t in turns] for turns in full]
+    assert any(len(turns) > 1 for turns in got)
