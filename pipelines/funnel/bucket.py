@@ -10,6 +10,7 @@ score added to ``extra_info``, sorted by score descending, ties in dataset order
 from __future__ import annotations
 
 import math
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -126,12 +127,15 @@ def run_bucket(cfg: BucketConfig) -> step.StepResult:
 def _bucket(
     cfg: BucketConfig, inputs: list[Path], outputs: dict[str, Path], begun: step.Begun
 ) -> step.StepResult:
-    raw = ds.read_dataset(cfg.dataset)
+    # The dataset is read in a thread while DuckDB scores the log (both release the GIL).
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        reading = pool.submit(ds.read_dataset, cfg.dataset)
+        if cfg.scores is not None:
+            score_of = scores.read_score_table(cfg.scores, cfg.column)
+        else:
+            score_of = scores.log_scores(cfg.logs, cfg.runs, cfg.metric, cfg.agg)
+        raw = reading.result()
     table, dups = ds.first_occurrences(raw)
-    if cfg.scores is not None:
-        score_of = scores.read_score_table(cfg.scores, cfg.column)
-    else:
-        score_of = scores.log_scores(cfg.logs, cfg.runs, cfg.metric, cfg.agg)
     # ids are unique (first occurrences) and so are the score table's uids
     values, matched = scores.match(table[ds.ID], score_of)
     parts = split(values, mastered=cfg.mastered, floor=cfg.floor)

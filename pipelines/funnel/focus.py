@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -137,11 +138,16 @@ def run_focus(cfg: FocusConfig) -> step.StepResult:
     with step.started(cfg.step, cfg.params(), inputs, force=cfg.force, outputs=[out]) as begun:
         if begun.skip:
             return step.skipped(cfg.step, {"focus": out})
-        score_of = scores.log_scores(cfg.logs, cfg.runs, "reward", "mean")
+        # The datasets are read in a thread while DuckDB scores the run (both release the GIL).
+        files = [cfg.bucket_a, cfg.bucket_0] if cfg.round1 else [cfg.prev]
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            reading = pool.submit(lambda: [ds.read_dataset(f) for f in files])
+            score_of = scores.log_scores(cfg.logs, cfg.runs, "reward", "mean")
+            raws = reading.result()
         if cfg.round1:
-            table, record, summary = _round1(cfg, inputs, score_of, begun.record)
+            table, record, summary = _round1(cfg, inputs, score_of, raws, begun.record)
         else:
-            table, record, summary = _next_round(cfg, inputs, score_of, begun.record)
+            table, record, summary = _next_round(cfg, inputs, score_of, raws[0], begun.record)
     step.write_table(out, table, record)
     return step.StepResult(cfg.step, {"focus": out}, summary)
 
@@ -150,9 +156,10 @@ def _round1(
     cfg: FocusConfig,
     inputs: list[Path],
     score_of: pa.Table,
+    raws: list[pa.Table],
     base_of: Callable[[], manifest.StepRecord],
 ) -> tuple[pa.Table, manifest.StepRecord, dict[str, Any]]:
-    raw_a, raw_0 = ds.read_dataset(cfg.bucket_a), ds.read_dataset(cfg.bucket_0)
+    raw_a, raw_0 = raws
     a, dups_a = ds.first_occurrences(raw_a)
     zero, dups_0 = ds.first_occurrences(raw_0)
     sel = select_at_most(a[ds.ID], score_of, cfg.hard_max)
@@ -191,9 +198,9 @@ def _next_round(
     cfg: FocusConfig,
     inputs: list[Path],
     score_of: pa.Table,
+    raw: pa.Table,
     base_of: Callable[[], manifest.StepRecord],
 ) -> tuple[pa.Table, manifest.StepRecord, dict[str, Any]]:
-    raw = ds.read_dataset(cfg.prev)
     prev, dups = ds.first_occurrences(raw)
     flags = {u: d.verdict for u, d in dec.flagged(dec.read_decisions(cfg.decisions)).items()}
     sel = select_at_most(prev[ds.ID], score_of, cfg.score_max, flagged=flags)
