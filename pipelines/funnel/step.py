@@ -9,6 +9,7 @@ step name, parameters and input hashes is skipped and returns the summary it rec
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -71,9 +72,17 @@ def fresh(
 ) -> bool:
     """Every output committed with these parameters and inputs (``records``: the inputs'
     hashes, computed once for all the outputs rather than once per output)."""
-    if records is None:
-        records = [manifest.input_record(p) for p in inputs]
     return all(manifest.is_fresh(o, step, dict(params), inputs, records=records) for o in outputs)
+
+
+def _committed_with(outputs: Iterable[Path], step: str, params: Mapping[str, Any]) -> bool:
+    """Every output has a manifest of this step and these parameters (cheap: no hashing)."""
+    want = json.loads(json.dumps(dict(params), default=str, sort_keys=True))
+    for o in outputs:
+        old = manifest.read(o)
+        if not old or old.get("step") != step or old.get("params") != want:
+            return False
+    return True
 
 
 @dataclass
@@ -95,10 +104,14 @@ def started(
     reading and computing (sha256 and file reads release the GIL): on a large log it is
     otherwise a second full read of the log on the critical path."""
     if not force:
-        records = [manifest.input_record(p) for p in inputs]
-        if fresh(outputs, step, params, inputs, records=records):
-            yield Begun(True, lambda: manifest.start(step, dict(params), inputs, records=records))
-            return
+        records = None
+        if _committed_with(outputs, step, params):  # else nothing to compare: hash once below
+            records = [manifest.input_record(p) for p in inputs]
+            if fresh(outputs, step, params, inputs, records=records):
+                yield Begun(
+                    True, lambda: manifest.start(step, dict(params), inputs, records=records)
+                )
+                return
         record = manifest.start(step, dict(params), inputs, records=records)
         yield Begun(False, lambda: record)
         return

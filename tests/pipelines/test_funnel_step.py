@@ -56,3 +56,14 @@ def test_a_changed_input_or_parameter_is_not_fresh(tmp_path):
     with step.started("demo", {"k": 1}, inputs, force=False, outputs=outputs) as begun:
         assert begun.skip is False
         assert begun.record().inputs[0]["sha256"] == manifest.input_record(inputs[0])["sha256"]
+
+
+def test_a_first_run_hashes_its_inputs_once(tmp_path, monkeypatch):
+    inputs, outputs = _world(tmp_path)
+    calls = []
+    real = manifest.input_record
+    monkeypatch.setattr(manifest, "input_record", lambda p: calls.append(p) or real(p))
+    with step.started("demo", {"k": 1}, inputs, force=False, outputs=outputs) as begun:
+        assert begun.skip is False
+        assert begun.record().inputs == [real(p) for p in inputs]
+    assert sorted(calls) == sorted(inputs)  # no outputs yet: nothing compared, hashed once
