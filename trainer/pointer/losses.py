@@ -16,11 +16,10 @@ import torch
 from torch import Tensor
 
 from ddai.trainer import rlmath
+from ddai.trainer.pointer.config import CORRECTNESS_MODES
 
 Metrics = dict[str, float]
 
-CORRECTNESS_MODES = ("01", "pm1")
-QUALITY_SOURCES = ("none", "beam", "logprob")
 
 
 def _lookup(table: dict[str, Any], name: str, what: str) -> Any:

@@ -28,8 +28,8 @@ import torch
 from torch import Tensor
 
 from ddai.pipelines import schema, tags
+from ddai.trainer.value.config import TARGETS
 
-TARGETS = ("success", "reward")
 # Drop reasons (counted).
 NO_TURNS = "no turns"
 PROMPT_TOO_LONG = "prompt longer than max_length"
