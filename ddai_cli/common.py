@@ -11,6 +11,8 @@ import json
 import math
 import os
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -90,6 +92,18 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:
     """Print a clear error and return the Exit to raise (``raise fail(...)``)."""
     err_console.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
     return typer.Exit(code)
+
+
+@contextmanager
+def bad_input_exits(code: int = EXIT_BAD_INPUT) -> Iterator[None]:
+    """Bad input inside the block (a config's check, a missing or existing file: ``ValueError``,
+    ``FileNotFoundError``, ``FileExistsError``) exits ``code`` (2) with its message; for
+    commands that build a config and run it in one step (``running.run_or_fail`` calls one
+    function the same way)."""
+    try:
+        yield
+    except (ValueError, FileNotFoundError, FileExistsError) as e:
+        raise fail(str(e), code) from e
 
 
 def exit_if_calls_failed(data: dict[str, Any]) -> None:

@@ -4,10 +4,9 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -22,30 +21,18 @@ from ddai.cli.common import (
 )
 from ddai.cli.fields import field_opt
 from ddai.cli.options import AccelerateConfigOpt, LaunchOpt, default_of, parse_floats
-from ddai.cli.running import TRAIN_HELP, maybe_relaunch, run_or_fail, sub_app, with_evals
-from ddai.trainer.value.config import (
-    ValueFitConfig,
-    ValueRowsConfig,
-    ValueScoreConfig,
-    ValueTrainConfig,
+from ddai.cli.running import TRAIN_HELP, maybe_relaunch, run_or_fail, sub_app
+from ddai.cli.value_opts import (
+    BinEdgesOpt,
+    BinWeightsOpt,
+    DtypeOpt,
+    MaxLenOpt,
+    ObsOpt,
+    PromptsOpt,
+    SystemOpt,
+    value_summary,
 )
-
-# Flags every value command reads the same way (help and default from ValueRowsConfig /
-# ValueFitConfig, the fields all value configs share).
-R, F = ValueRowsConfig, ValueFitConfig
-PromptsOpt = Annotated[Path | None, field_opt(R, "data")]
-SystemOpt = Annotated[Path | None, field_opt(R, "system_prompt")]
-MaxLenOpt = Annotated[int, field_opt(R, "max_length")]
-ObsOpt = Annotated[int, field_opt(R, "obs_max_tokens")]
-DtypeOpt = Annotated[str, field_opt(R, "dtype")]
-BinEdgesOpt = Annotated[str | None, field_opt(F, "bin_edges")]
-BinWeightsOpt = Annotated[str | None, field_opt(F, "bin_weights")]
-
-
-def value_summary(title: str, train: Callable[[Any], Any], cfg: Any, *, as_json: bool) -> None:
-    """Run a value-head training (bad input exits 2) and print its flat summary."""
-    summary(title, with_evals(asdict(run_or_fail(train, cfg))), as_json=as_json)
-
+from ddai.trainer.value.config import ValueScoreConfig, ValueTrainConfig
 
 T = ValueTrainConfig
 S = ValueScoreConfig
@@ -64,9 +51,7 @@ def train_value_command(
     trunk_lr: Annotated[float, field_opt(T, "trunk_lr")] = default_of(T, "trunk_lr"),
     head_lr: Annotated[float, field_opt(T, "head_lr")] = default_of(T, "head_lr"),
     weight_decay: Annotated[float, field_opt(T, "weight_decay")] = default_of(T, "weight_decay"),
-    pairwise_coef: Annotated[float, field_opt(T, "pairwise_coef")] = default_of(
-        T, "pairwise_coef"
-    ),
+    pairwise_coef: Annotated[float, field_opt(T, "pairwise_coef")] = default_of(T, "pairwise_coef"),
     mc_coef: Annotated[float, field_opt(T, "mc_coef")] = default_of(T, "mc_coef"),
     target: Annotated[str, field_opt(T, "target")] = default_of(T, "target"),
     success_threshold: ThresholdOpt = default_of(T, "success_threshold"),

@@ -10,7 +10,7 @@ from ddai.cli.common import JsonOpt, LogsOpt, ProgressOpt, RunsOpt, ThresholdOpt
 from ddai.cli.fields import field_opt
 from ddai.cli.options import AccelerateConfigOpt, LaunchOpt, default_of, parse_floats
 from ddai.cli.running import maybe_relaunch
-from ddai.cli.value import (
+from ddai.cli.value_opts import (
     BinEdgesOpt,
     BinWeightsOpt,
     DtypeOpt,
@@ -36,15 +36,11 @@ def train_value_sft_command(
     trunk_lr: Annotated[float, field_opt(C, "trunk_lr")] = default_of(C, "trunk_lr"),
     head_lr: Annotated[float, field_opt(C, "head_lr")] = default_of(C, "head_lr"),
     weight_decay: Annotated[float, field_opt(C, "weight_decay")] = default_of(C, "weight_decay"),
-    max_grad_norm: Annotated[float, field_opt(C, "max_grad_norm")] = default_of(
-        C, "max_grad_norm"
-    ),
+    max_grad_norm: Annotated[float, field_opt(C, "max_grad_norm")] = default_of(C, "max_grad_norm"),
     value_loss_coef: Annotated[float, field_opt(C, "value_loss_coef")] = default_of(
         C, "value_loss_coef"
     ),
-    pairwise_coef: Annotated[float, field_opt(C, "pairwise_coef")] = default_of(
-        C, "pairwise_coef"
-    ),
+    pairwise_coef: Annotated[float, field_opt(C, "pairwise_coef")] = default_of(C, "pairwise_coef"),
     mc_coef: Annotated[float, field_opt(C, "mc_coef")] = default_of(C, "mc_coef"),
     beta: Annotated[float, field_opt(C, "beta")] = default_of(C, "beta"),
     weight_clip_min: Annotated[float, field_opt(C, "weight_clip_min")] = default_of(

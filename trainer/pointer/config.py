@@ -17,6 +17,8 @@ from ddai.pipelines.pointer.vqa import DEFAULT_THRESHOLD
 
 CORRECTNESS_MODES = ("01", "pm1")
 QUALITY_SOURCES = ("none", "beam", "logprob")
+NORMALIZERS = ("zscore", "minmax", "none")
+"""Reward normalizations within a query (``losses.NORMALIZERS`` implements each one)."""
 RL_MODES = ("rce", "grpo", "reinforcepp")
 MODES = ("sft", *RL_MODES)
 OLD_LOGP_SOURCES = ("stored", "phase", "epoch")
@@ -206,10 +208,10 @@ class RLConfig:
     """REINFORCE++ with the clipped ratio (else plain -A·log π)."""
 
     def __post_init__(self) -> None:
-        from ddai.trainer.pointer.losses import NORMALIZERS  # torch: only when a run is built
-
         if self.norm not in NORMALIZERS:
-            raise ValueError(f"unknown normalization {self.norm!r}; known: {', '.join(NORMALIZERS)}")
+            raise ValueError(
+                f"unknown normalization {self.norm!r}; known: {', '.join(NORMALIZERS)}"
+            )
         if self.old_logp not in OLD_LOGP_SOURCES:
             raise ValueError(
                 f"unknown old_logp source {self.old_logp!r}; known: {', '.join(OLD_LOGP_SOURCES)}"

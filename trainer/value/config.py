@@ -10,11 +10,26 @@ read both). Torch-free, so that the CLI can read these without loading a model l
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 TARGETS = ("success", "reward")
 """Monte-Carlo targets of a rollout: success (1/0) or the logged reward."""
+
+
+def parse_bins(edges: Sequence[float], weights: Sequence[float]) -> None:
+    """Check difficulty bins: edges strictly increasing inside (0, 1), one weight per bin, ≥ 0."""
+    if len(weights) != len(edges) + 1:
+        raise ValueError(
+            f"--bin-weights needs one weight per bin: {len(edges)} edge(s) make {len(edges) + 1} "
+            f"bins, got {len(weights)} weight(s)"
+        )
+    if any(not 0 < e < 1 for e in edges) or any(b <= a for a, b in itertools.pairwise(edges)):
+        raise ValueError(f"--bin-edges must increase strictly inside (0, 1), got {list(edges)}")
+    if any(w < 0 for w in weights) or not any(w > 0 for w in weights):
+        raise ValueError(f"--bin-weights must be >= 0 with one > 0, got {list(weights)}")
 
 
 def _at_least_one(cfg: object, names: tuple[str, ...]) -> None:
@@ -108,8 +123,6 @@ class ValueFitConfig(ValueRowsConfig):
             ("batch_size", "max_steps", "eval_steps", "eval_batch_size", "grad_accum"),
         )
         if self.bin_edges or self.bin_weights:
-            from ddai.trainer.value.data import parse_bins
-
             parse_bins(self.bin_edges, self.bin_weights)
 
 
