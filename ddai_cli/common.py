@@ -11,8 +11,9 @@ import json
 import math
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -86,6 +87,13 @@ ThresholdOpt = Annotated[
         help="A rollout succeeds when judge_score >= this and format_ok is not false.",
     ),
 ]
+
+
+def choices(name: str, values: Iterable[str]) -> type[StrEnum]:
+    """A flag's choices as the ``StrEnum`` typer lists in ``--help`` and checks (exit 2 on
+    another value), from the library's own tuple of values; members are named like the values
+    with ``-`` as ``_`` (``choices("Rewrite", ("think-only", "none")).think_only``)."""
+    return StrEnum(name, {v.replace("-", "_"): v for v in values})
 
 
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:
@@ -180,6 +188,11 @@ def human(v: Any) -> str:
     return str(v)
 
 
+def megabytes(n: int) -> str:
+    """A byte count for people: ``2,150,000`` → ``"2.1 MB"``."""
+    return f"{n / 1e6:,.1f} MB"
+
+
 def kv_lines(data: dict[str, Any], indent: int = 2) -> list[str]:
     """``data`` as aligned ``key  value`` lines; nested dicts become indented sub-lines."""
     width = max((len(str(k)) for k in data), default=0)
@@ -206,7 +219,7 @@ def kv_lines(data: dict[str, Any], indent: int = 2) -> list[str]:
         else:
             shown = human(v) if v != {} else "none"
             if str(k).endswith("bytes") and isinstance(v, int) and not isinstance(v, bool):
-                shown = f"{v / 1e6:,.1f} MB"  # a size for people; --json keeps the byte count
+                shown = megabytes(v)  # a size for people; --json keeps the byte count
             lines.append(" " * indent + f"{k!s:<{width}}  {shown}")
     return lines
 

@@ -10,9 +10,11 @@ import functools
 import inspect
 import itertools
 import textwrap
-from typing import Any
+from typing import Any, TypeVar
 
 import typer
+
+T = TypeVar("T")
 
 
 @functools.cache
@@ -51,3 +53,16 @@ def field_opt(config_cls: type, name: str, *decls: str, **kwargs: Any) -> Any:
     return typer.Option(
         *(decls or (f"--{name.replace('_', '-')}",)), help=field_help(config_cls, name), **kwargs
     )
+
+
+def flags_config(config_cls: type[T], flags: dict[str, Any], **given: Any) -> T:
+    """``config_cls`` built from a command's flags: each parameter named like a field fills it
+    (``flags`` is the command's ``locals()``), ``given`` fills fields whose flag needs parsing
+    first; fields without a flag keep their default. The command stays one call long, and a
+    parameter cannot be passed to the wrong field."""
+    names = {f.name for f in dataclasses.fields(config_cls) if f.init}
+    unknown = set(given) - names
+    if unknown:
+        raise TypeError(f"{config_cls.__name__} has no field(s) {sorted(unknown)}")
+    kwargs = {k: v for k, v in flags.items() if k in names}
+    return config_cls(**{**kwargs, **given})

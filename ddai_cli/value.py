@@ -19,7 +19,7 @@ from ddai.cli.common import (
     check_run_ids,
     summary,
 )
-from ddai.cli.fields import field_opt
+from ddai.cli.fields import field_opt, flags_config
 from ddai.cli.options import AccelerateConfigOpt, LaunchOpt, default_of, parse_floats
 from ddai.cli.running import TRAIN_HELP, maybe_relaunch, run_or_fail, sub_app
 from ddai.cli.value_opts import (
@@ -40,9 +40,9 @@ S = ValueScoreConfig
 
 def train_value_command(
     model: Annotated[str, field_opt(T, "model")],
-    out: Annotated[Path, field_opt(T, "output_dir", "--out-dir")],
+    output_dir: Annotated[Path, field_opt(T, "output_dir", "--out-dir")],
     logs: LogsOpt = default_of(T, "logs"),
-    run: RunsOpt = default_of(T, "runs"),
+    runs: RunsOpt = default_of(T, "runs"),
     data: PromptsOpt = default_of(T, "data"),
     system_prompt: SystemOpt = default_of(T, "system_prompt"),
     head: Annotated[str | None, field_opt(T, "head")] = default_of(T, "head"),
@@ -55,7 +55,7 @@ def train_value_command(
     mc_coef: Annotated[float, field_opt(T, "mc_coef")] = default_of(T, "mc_coef"),
     target: Annotated[str, field_opt(T, "target")] = default_of(T, "target"),
     success_threshold: ThresholdOpt = default_of(T, "success_threshold"),
-    max_pairs: Annotated[int, field_opt(T, "max_pairs_per_problem")] = default_of(
+    max_pairs_per_problem: Annotated[int, field_opt(T, "max_pairs_per_problem")] = default_of(
         T, "max_pairs_per_problem"
     ),
     bin_edges: BinEdgesOpt = None,
@@ -80,36 +80,11 @@ def train_value_command(
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from ddai.trainer.value.train import train_value
 
-    cfg = ValueTrainConfig(
-        model=model,
-        output_dir=out,
-        logs=logs,
-        runs=run,
-        data=data,
-        system_prompt=system_prompt,
-        head=head,
-        unfreeze=unfreeze,
-        dropout=dropout,
-        trunk_lr=trunk_lr,
-        head_lr=head_lr,
-        weight_decay=weight_decay,
-        pairwise_coef=pairwise_coef,
-        mc_coef=mc_coef,
-        target=target,
-        success_threshold=success_threshold,
-        max_pairs_per_problem=max_pairs,
+    cfg = flags_config(
+        ValueTrainConfig,
+        locals(),
         bin_edges=parse_floats(bin_edges, "--bin-edges"),
         bin_weights=parse_floats(bin_weights, "--bin-weights"),
-        val_fraction=val_fraction,
-        batch_size=batch_size,
-        max_steps=max_steps,
-        eval_steps=eval_steps,
-        max_length=max_length,
-        obs_max_tokens=obs_max_tokens,
-        grad_clip=grad_clip,
-        grad_accum=grad_accum,
-        dtype=dtype,
-        seed=seed,
         progress=progress and not as_json,
     )
     value_summary("ddai train value", train_value, cfg, as_json=as_json)
@@ -118,7 +93,7 @@ def train_value_command(
 def value_score_command(
     checkpoint: Annotated[Path, field_opt(S, "checkpoint")],
     logs: LogsOpt = default_of(S, "logs"),
-    run: RunsOpt = default_of(S, "runs"),
+    runs: RunsOpt = default_of(S, "runs"),
     out_run: Annotated[str | None, field_opt(S, "out_run", callback=check_run_ids)] = default_of(
         S, "out_run"
     ),
@@ -136,20 +111,7 @@ def value_score_command(
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from ddai.trainer.value.score import score_runs
 
-    cfg = ValueScoreConfig(
-        checkpoint=checkpoint,
-        logs=logs,
-        runs=run,
-        out_run=out_run,
-        data=data,
-        system_prompt=system_prompt,
-        success_threshold=success_threshold,
-        batch_size=batch_size,
-        max_length=max_length,
-        obs_max_tokens=obs_max_tokens,
-        dtype=dtype,
-        progress=progress and not as_json,
-    )
+    cfg = flags_config(ValueScoreConfig, locals(), progress=progress and not as_json)
     summary("ddai value score", asdict(run_or_fail(score_runs, cfg)), as_json=as_json)
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Annotated
 
 from ddai.cli.common import JsonOpt, LogsOpt, ProgressOpt, RunsOpt, ThresholdOpt
-from ddai.cli.fields import field_opt
+from ddai.cli.fields import field_opt, flags_config
 from ddai.cli.options import AccelerateConfigOpt, LaunchOpt, default_of, parse_floats
 from ddai.cli.running import maybe_relaunch
 from ddai.cli.value_opts import (
@@ -28,9 +28,9 @@ C = ValueSFTConfig
 def train_value_sft_command(
     model: Annotated[str, field_opt(C, "model")],
     critic: Annotated[str, field_opt(C, "critic")],
-    out: Annotated[Path, field_opt(C, "output_dir", "--out-dir")],
+    output_dir: Annotated[Path, field_opt(C, "output_dir", "--out-dir")],
     logs: LogsOpt = default_of(C, "logs"),
-    run: RunsOpt = default_of(C, "runs"),
+    runs: RunsOpt = default_of(C, "runs"),
     data: PromptsOpt = default_of(C, "data"),
     system_prompt: SystemOpt = default_of(C, "system_prompt"),
     trunk_lr: Annotated[float, field_opt(C, "trunk_lr")] = default_of(C, "trunk_lr"),
@@ -56,7 +56,7 @@ def train_value_sft_command(
     ] = default_of(C, "value_trunk_grad"),
     target: Annotated[str, field_opt(C, "target")] = default_of(C, "target"),
     success_threshold: ThresholdOpt = default_of(C, "success_threshold"),
-    max_pairs: Annotated[int, field_opt(C, "max_pairs_per_problem")] = default_of(
+    max_pairs_per_problem: Annotated[int, field_opt(C, "max_pairs_per_problem")] = default_of(
         C, "max_pairs_per_problem"
     ),
     bin_edges: BinEdgesOpt = None,
@@ -81,41 +81,11 @@ def train_value_sft_command(
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from ddai.trainer.value.sft import train_value_sft
 
-    cfg = ValueSFTConfig(
-        model=model,
-        critic=critic,
-        output_dir=out,
-        logs=logs,
-        runs=run,
-        data=data,
-        system_prompt=system_prompt,
-        trunk_lr=trunk_lr,
-        head_lr=head_lr,
-        weight_decay=weight_decay,
-        max_grad_norm=max_grad_norm,
-        value_loss_coef=value_loss_coef,
-        pairwise_coef=pairwise_coef,
-        mc_coef=mc_coef,
-        beta=beta,
-        weight_clip_min=weight_clip_min,
-        weight_clip_max=weight_clip_max,
-        gamma=gamma,
-        lam=lam,
-        value_trunk_grad=value_trunk_grad,
-        target=target,
-        success_threshold=success_threshold,
-        max_pairs_per_problem=max_pairs,
+    cfg = flags_config(
+        ValueSFTConfig,
+        locals(),
         bin_edges=parse_floats(bin_edges, "--bin-edges"),
         bin_weights=parse_floats(bin_weights, "--bin-weights"),
-        val_fraction=val_fraction,
-        batch_size=batch_size,
-        max_steps=max_steps,
-        eval_steps=eval_steps,
-        max_length=max_length,
-        obs_max_tokens=obs_max_tokens,
-        grad_accum=grad_accum,
-        dtype=dtype,
-        seed=seed,
         progress=progress and not as_json,
     )
     value_summary("ddai train value-sft", train_value_sft, cfg, as_json=as_json)
