@@ -48,7 +48,8 @@ def field_help(config_cls: type, name: str) -> str:
 
 
 def field_opt(config_cls: type, name: str, *decls: str, **kwargs: Any) -> Any:
-    """``typer.Option(*decls, help=<the field's docstring>, **kwargs)``; ``decls`` default to
+    """``typer.Option(*decls, help=<the field's docstring>, **kwargs)`` for an ``Annotated``
+    parameter (its default is the parameter's: ``default_of``); ``decls`` default to
     ``--<name with dashes>``."""
     return typer.Option(
         *(decls or (f"--{name.replace('_', '-')}",)), help=field_help(config_cls, name), **kwargs
