@@ -27,7 +27,7 @@ from ddai.trainer.value import losses as vl
 from ddai.trainer.value.config import ValueScoreConfig
 from ddai.trainer.value.data import tokenize_rollouts
 from ddai.trainer.value.model import load_value_model
-from ddai.trainer.value.rows import prompt_messages
+from ddai.trainer.value.rows import ROLLOUT_COLUMNS, prompt_messages
 from ddai.trainer.value.train import sequence_values
 
 
@@ -78,18 +78,7 @@ def score_table(
     advance: Any,
 ) -> tuple[pa.Table, dict[str, Any]]:
     """Score one run's rollouts; returns the table with turn values and the counts."""
-    rows = table.select(
-        [
-            "run_id",
-            "uid",
-            "rollout_idx",
-            "question",
-            "response",
-            "turns",
-            "judge_score",
-            "format_ok",
-        ]
-    ).to_pylist()
+    rows = table.select(list(ROLLOUT_COLUMNS)).to_pylist()
     data = tokenize_rollouts(
         rows,
         tok,

@@ -35,6 +35,7 @@ from ddai.trainer.value import losses as vl
 from ddai.trainer.value import sft_math as vsm
 from ddai.trainer.value.config import ValueSFTConfig
 from ddai.trainer.value.data import Batch, collate
+from ddai.trainer.value.loop import fit_steps
 from ddai.trainer.value.model import (
     HEAD_FILE,
     TRUNK_DIR,
@@ -187,7 +188,6 @@ class ValueSFTResult:
 def train_value_sft(cfg: ValueSFTConfig) -> ValueSFTResult:
     """Run the joint stage and save the policy to ``output_dir`` and the critic to ``critic/``."""
     from ddai.pipelines.distill.rebuild import load_system_prompt
-    from ddai.pipelines.progress import bar
     from ddai.trainer.runtime import accel
     from ddai.trainer.value.data import tokenize_rollouts
     from ddai.trainer.value.rows import prompt_messages, read_rows, split_data
@@ -226,7 +226,6 @@ def train_value_sft(cfg: ValueSFTConfig) -> ValueSFTResult:
         model.param_groups(trunk_lr=cfg.trunk_lr, head_lr=cfg.head_lr),
         weight_decay=cfg.weight_decay,
     )
-    params = [p for g in opt.param_groups for p in g["params"]]
     model, opt = acc.prepare(model, opt)
     bare: JointModel = acc.unwrap_model(model)
     out = Path(cfg.output_dir)
@@ -238,40 +237,22 @@ def train_value_sft(cfg: ValueSFTConfig) -> ValueSFTResult:
             return {}
         return evaluate(bare, data.val, data.val_pairs, pad_id, batch_size=cfg.eval_batch_size)  # type: ignore[arg-type]
 
-    eval_before = eval_after = held_out()
+    eval_before = held_out()
     if main:
         log.log(0, eval_before)
-    gen = torch.Generator().manual_seed(cfg.seed)
-    accel.rank_seed(cfg.seed, acc)
-    B, world, rank = cfg.batch_size, acc.num_processes, acc.process_index
-    history: list[dict[str, float]] = []
-    model.train()
-    with bar("value-sft", cfg.max_steps, enabled=cfg.progress and main) as advance:
-        for step in range(1, cfg.max_steps + 1):
-            draw = torch.multinomial(
-                data.weights, B * world * cfg.grad_accum, replacement=True, generator=gen
-            )
-            seen = []
-            for micro in range(cfg.grad_accum):
-                start = (micro * world + rank) * B
-                with acc.accumulate(model):
-                    loss, m = step_loss(model, data, draw[start : start + B].tolist(), cfg, pad_id)
-                    acc.backward(loss)
-                    if cfg.max_grad_norm > 0 and acc.sync_gradients:
-                        acc.clip_grad_norm_(params, cfg.max_grad_norm)
-                    opt.step()
-                    opt.zero_grad(set_to_none=True)
-                seen.append(m)
-            metrics = accel.mean_metrics(
-                {k: sum(s[k] for s in seen) / len(seen) for k in seen[0]}, acc
-            )
-            history.append(metrics)
-            if step % cfg.eval_steps == 0 or step == cfg.max_steps:
-                eval_after = held_out()
-                metrics.update(eval_after)
-            if main:
-                log.log(step, metrics)
-            advance(1)
+    history, eval_after = fit_steps(
+        model=model,
+        opt=opt,
+        acc=acc,
+        data=data,
+        cfg=cfg,
+        step_loss=step_loss,
+        pad_id=pad_id,
+        grad_clip=cfg.max_grad_norm,
+        held_out=held_out,
+        log=log,
+        label="value-sft",
+    )
     acc.wait_for_everyone()
     critic_dir = out / CRITIC_DIR
     if main:

@@ -29,6 +29,7 @@ from ddai.trainer.value.data import (
     collate,
     tokenize_rollouts,
 )
+from ddai.trainer.value.loop import fit_steps
 from ddai.trainer.value.model import (
     ValueModel,
     is_value_checkpoint,
@@ -216,7 +217,6 @@ def train_value(cfg: ValueTrainConfig) -> ValueTrainResult:
         model.param_groups(trunk_lr=cfg.trunk_lr, head_lr=cfg.head_lr),
         weight_decay=cfg.weight_decay,
     )
-    params = [p for g in opt.param_groups for p in g["params"]]
     model, opt = acc.prepare(model, opt)
     bare = acc.unwrap_model(model)
     log = MetricsLog(Path(cfg.output_dir) / METRICS_FILE) if main else None
@@ -228,44 +228,23 @@ def train_value(cfg: ValueTrainConfig) -> ValueTrainResult:
             return {}
         return evaluate(bare, data.val, data.val_pairs, pad_id, batch_size=cfg.eval_batch_size)
 
-    eval_before = eval_after = held_out()
+    eval_before = held_out()
     if main:
         log.log(0, eval_before)
-    # One draw per optimizer step of the global batch (batch_size × processes × grad_accum) from
-    # the shared seed, each micro-batch of each rank a slice of it: the data a step sees does not
-    # depend on how it is split. Dropout, the only randomness inside a rank, gets the rank's seed.
-    gen = torch.Generator().manual_seed(cfg.seed)
-    accel.rank_seed(cfg.seed, acc)
-    B, world, rank = cfg.batch_size, acc.num_processes, acc.process_index
-    losses: list[float] = []
-    model.train()
-    with bar("value head", cfg.max_steps, enabled=cfg.progress and main) as advance:
-        for step in range(1, cfg.max_steps + 1):
-            draw = torch.multinomial(
-                data.weights, B * world * cfg.grad_accum, replacement=True, generator=gen
-            )
-            seen = []
-            for micro in range(cfg.grad_accum):
-                start = (micro * world + rank) * B
-                with acc.accumulate(model):
-                    loss, micro_metrics = step_loss(
-                        model, data, draw[start : start + B].tolist(), cfg, pad_id
-                    )
-                    acc.backward(loss)  # divided by grad_accum
-                    if cfg.grad_clip > 0 and acc.sync_gradients:
-                        acc.clip_grad_norm_(params, cfg.grad_clip)
-                    opt.step()  # a no-op until the last micro-batch
-                    opt.zero_grad(set_to_none=True)
-                seen.append(micro_metrics)
-            metrics = {k: sum(m[k] for m in seen) / len(seen) for k in seen[0]}
-            metrics = accel.mean_metrics(metrics, acc)
-            losses.append(metrics["value/loss"])
-            if step % cfg.eval_steps == 0 or step == cfg.max_steps:
-                eval_after = held_out()
-                metrics.update(eval_after)
-            if main:
-                log.log(step, metrics)
-            advance(1)
+    history, eval_after = fit_steps(
+        model=model,
+        opt=opt,
+        acc=acc,
+        data=data,
+        cfg=cfg,
+        step_loss=step_loss,
+        pad_id=pad_id,
+        grad_clip=cfg.grad_clip,
+        held_out=held_out,
+        log=log,
+        label="value head",
+    )
+    losses = [m["value/loss"] for m in history]
     acc.wait_for_everyone()
     if main:
         save_value_model(bare, tok, cfg.output_dir, source=cfg.model)
