@@ -25,14 +25,16 @@ from ddai.cli.common import (
     summary,
 )
 from ddai.cli.fields import field_help, field_opt
-from ddai.cli.options import AccelerateConfigOpt, LaunchOpt, default_of
+from ddai.cli.options import AccelerateConfigOpt, LaunchOpt, default_of, parse_floats
 from ddai.cli.running import maybe_relaunch
 from ddai.pipelines.backends.usage import FAILED_CALLS, failed_calls
 from ddai.pipelines.pointer.embed import EmbedConfig
 from ddai.pipelines.pointer.vqa import SCORERS
 from ddai.pipelines.pointer.world import WorldConfig
 from ddai.trainer.pointer.config import (
+    RL_EPOCHS,
     RL_OPTIM,
+    SFT_EPOCHS,
     SFT_OPTIM,
     EvalConfig,
     GenConfig,
@@ -98,13 +100,6 @@ WorldOpt = Annotated[
         "--world", help="World folder (queries.jsonl, demos.jsonl) from `ddai pointer world`."
     ),
 ]
-
-
-def _floats(text: str, flag: str) -> tuple[float, ...]:
-    try:
-        return tuple(float(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise fail(f"{flag} {text!r}: give comma-separated numbers, e.g. 0.7,1.0,1.3") from None
 
 
 def _with_vqa(
@@ -326,7 +321,7 @@ def gen_cmd(
     with bad_input_exits():
         proposal = ProposalConfig(
             num_beams=num_beams,
-            temperatures=_floats(temps, "--temps"),
+            temperatures=tuple(parse_floats(temps, "--temps")),
             n_per_temp=n_per_temp,
             num_random=num_random,
             seed=seed,
@@ -407,7 +402,8 @@ def train_cmd(
         typer.Option("--mode", help="One phase: sft, rce, grpo or reinforcepp (with --epochs)."),
     ] = None,
     epochs: Annotated[
-        int | None, typer.Option(help="Epochs of --mode (default: sft 20, RL 30).")
+        int | None,
+        typer.Option(help=f"Epochs of --mode (default: sft {SFT_EPOCHS}, RL {RL_EPOCHS})."),
     ] = None,
     phases: Annotated[
         str | None,

@@ -155,11 +155,11 @@ def plan_phases(
 @dataclass(frozen=True)
 class OptimConfig:
     lr: float = 1e-3
-    """Adam learning rate (default: sft 3e-3, RL 1e-3; seed: RL 3-10x below SFT)."""
+    """Adam learning rate (seed 002: RL 3-10x below SFT)."""
     weight_decay: float = 0.0
-    """L2 weight decay (default: sft 0, RL 1e-2)."""
+    """L2 weight decay."""
     batch_queries: int = 32
-    """Query groups per step (default: sft 32, RL 8)."""
+    """Query groups per step."""
     grad_clip: float = 1.0  # max grad norm (0: off)
     seed: int = 0
     """Seed of initialization and batch order."""
