@@ -6,8 +6,8 @@ Batches are whole query groups (``batch_queries`` queries with all their candida
 group-relative quantities (RCE weights) are exact inside a batch; advantages are computed once
 per phase over all rows.
 
-Longer than 400 lines because the pointer's phases (supervised warm-up, RCE, GRPO, REINFORCE++)
-share one loop, its batching, evaluation and checkpoints.
+The settings (``PointerTrainConfig``, ``OptimConfig``, ``RLConfig``, the phase grammar) live in
+``ddai.trainer.pointer.config``.
 """
 
 from __future__ import annotations
