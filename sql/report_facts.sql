@@ -8,30 +8,7 @@
 -- and no retrieved page is golden (rollouts with reference pages only). Queries are compared
 -- lower-cased and trimmed; first_golden_rank is 1-based among the distinct retrieved pages.
 CREATE OR REPLACE TEMP TABLE report_facts AS
-WITH fields AS (
-    -- each turn field the facts use, as its own flat list: the lambdas below then work on
-    -- lists of strings and booleans instead of copying whole turn structs
-    SELECT
-        run_id,
-        step,
-        uid,
-        rollout_idx,
-        judge_score,
-        ndcg,
-        reward,
-        format_ok,
-        num_turns,
-        terminated,
-        extra,
-        retrieved_pages,
-        reference_pages,
-        list_transform(turns, lambda t: t.action) AS actions,
-        list_transform(turns, lambda t: t.arg) AS args,
-        list_transform(turns, lambda t: coalesce(t.forced, false)) AS forced_turns,
-        list_transform(turns, lambda t: t.value IS NOT NULL) AS valued_turns
-    FROM rollouts
-),
-base AS (
+WITH base AS (
     SELECT
         run_id,
         step,
@@ -50,15 +27,15 @@ base AS (
         ) AS max_turns,
         TRY_CAST(json_extract_string(extra, '$.cost_usd') AS DOUBLE) AS cost_usd,
         list_transform(
-            list_where(args, list_transform(actions, lambda a: coalesce(a = 'search', false))),
-            lambda q: lower(trim(q))
+            list_filter(turns, lambda t: t.action = 'search'), lambda t: lower(trim(t.arg))
         ) AS queries,
-        len(list_filter(actions, lambda a: a = 'bbox')) AS n_bbox,
-        len(list_filter(actions, lambda a: a = 'invalid')) AS n_invalid,
-        len(actions) AS n_turns_parsed,
-        coalesce(list_bool_or(forced_turns), false) AS forced,
-        -- turns valued by `ddai value score`: the value sections skip their queries when none is
-        len(list_filter(valued_turns, lambda v: v)) AS n_valued,
+        len(list_filter(turns, lambda t: t.action = 'bbox')) AS n_bbox,
+        len(list_filter(turns, lambda t: t.action = 'invalid')) AS n_invalid,
+        len(turns) AS n_turns_parsed,
+        coalesce(list_bool_or(list_transform(turns, lambda t: coalesce(t.forced, false))), false)
+            AS forced,
+        -- turns valued by `ddai value score` (the value section skips its queries when none is)
+        len(list_filter(turns, lambda t: t.value IS NOT NULL)) AS n_valued,
         list_position(
             list_transform(
                 list_filter(coalesce(retrieved_pages, []), lambda p, i: list_position(retrieved_pages, p) = i),
@@ -68,7 +45,7 @@ base AS (
         ) AS first_golden_rank,
         len(coalesce(reference_pages, [])) > 0 AS has_reference,
         shares_doc(retrieved_pages, reference_pages) AS shares_doc
-    FROM fields
+    FROM rollouts
 ),
 derived AS (
     SELECT
