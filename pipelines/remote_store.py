@@ -52,7 +52,8 @@ def ingest(cfg: Any, local_ingest: Callable[[Any], Any]) -> Any:
         result = local_ingest(staged)
         published = []
         for run in sorted(result.runs):
-            publish(stage, url, run, append=cfg.append, names=names)
+            checked = result.keys_checked.get(run) if cfg.append else None
+            publish(stage, url, run, append=cfg.append, names=names, keys_checked=checked)
             published.append(run)
         result.quarantine_files = [
             objstore.join(url, store.QUARANTINE_DIR, Path(q).name) for q in result.quarantine_files
@@ -79,19 +80,41 @@ def _local_sources(sources: list[Any], into: Path) -> tuple[list[Path], dict[str
 
 
 def publish(
-    stage: Path, url: str, run: str, *, append: bool, names: dict[str, str] | None = None
+    stage: Path,
+    url: str,
+    run: str,
+    *,
+    append: bool,
+    names: dict[str, str] | None = None,
+    side_tables: bool = True,
+    if_unchanged: str | None = None,
+    keys_checked: set[str] | None = None,
 ) -> dict[str, Any] | None:
     """Publish staged run ``run`` of local store ``stage`` into the store at ``url``: side
-    tables, quarantine, parts, then the manifest (the commit). Returns the committed manifest."""
+    tables, quarantine, parts, then the manifest (the commit). Returns the committed manifest.
+
+    ``side_tables``: the write owns the run's side tables (an ingest: a replace removes those it
+    did not write); a rewrite of the rollouts alone (judge, value score, a resumed trainer)
+    leaves them as they are. ``if_unchanged``: the ``store.manifest_version`` the rows were
+    computed from; a commit by another writer since raises ``store.StoreConflict`` (nothing
+    committed). ``keys_checked``: the files ``--append``'s duplicate check read; rows another
+    append committed meanwhile are checked against this write's (``store.check_new_keys``)."""
+    part_url = objstore.join(url, f"run_id={store.check_run_id(run)}")
+    man_url = objstore.join(part_url, store.MANIFEST)
+    staged_files = (store.run_manifest(stage, run) or {}).get("files", [])
+    mine = [stage / f"run_id={run}" / f["name"] for f in staged_files]
+    # Checked once before anything is published; again in the commit loop below (a write that
+    # committed in between).
+    _check(run, url, part_url, _read(man_url)[1], if_unchanged, keys_checked, mine)
     side: dict[str, dict[str, Any]] = {}  # per table written: rows and sha256, for the manifest
     staged = stage / store.SIDE_DIR
-    for table_dir in sorted(staged.glob("*")) if staged.is_dir() else []:
+    for table_dir in sorted(staged.glob("*")) if staged.is_dir() and side_tables else []:
         local = table_dir / f"{run}.jsonl"
         remote = objstore.join(url, store.SIDE_DIR, table_dir.name, f"{run}.jsonl")
         if local.is_file():
             body = _accumulate(local, remote, keep_old=append)
             side[table_dir.name] = {"rows": body.count(b"\n"), "sha256": _sha256(body)}
-    if not append:  # a replaced run keeps no side rows of tables this write did not have
+    if not append and side_tables:  # a replaced run keeps no side rows of tables not written
         for table in objstore.listdir(objstore.join(url, store.SIDE_DIR)):
             if table not in side:
                 objstore.remove(objstore.join(url, store.SIDE_DIR, table, f"{run}.jsonl"))
@@ -102,15 +125,15 @@ def publish(
     if new is None:
         return None
     new = _rename_sources(new, names or {})
-    part_url = objstore.join(url, f"run_id={store.check_run_id(run)}")
     for f in new["files"]:
         objstore.put_file(stage / f"run_id={run}" / f["name"], objstore.join(part_url, f["name"]))
-    man_url = objstore.join(part_url, store.MANIFEST)
     for _ in range(_RETRIES):
-        tag = objstore.etag(man_url)
-        old = json.loads(objstore.read_text(man_url)) if tag else None
+        tag, old = _read(man_url)
+        _check(run, url, part_url, old, if_unchanged, keys_checked, mine)
         record = dict(new)
-        if side or "side_tables" in new:
+        if not side_tables and old and "side_tables" in old:
+            record["side_tables"] = old["side_tables"]  # not this write's: left as they are
+        elif side or "side_tables" in new:
             kept = (old or {}).get("side_tables") or {} if append else {}
             record["side_tables"] = {**kept, **side}
         if append and old is not None:
@@ -134,6 +157,30 @@ def publish(
     raise objstore.ConflictError(
         f"run {run!r} at {url}: {_RETRIES} concurrent commits in a row beat this one; retry"
     )
+
+
+def _read(man_url: str) -> tuple[str | None, dict[str, Any] | None]:
+    """The manifest's version token and body (None, None when the run is not there)."""
+    tag = objstore.etag(man_url)
+    return tag, json.loads(objstore.read_text(man_url)) if tag else None
+
+
+def _check(
+    run: str,
+    url: str,
+    part_url: str,
+    old: dict[str, Any] | None,
+    if_unchanged: str | None,
+    keys_checked: set[str] | None,
+    mine: list[Path],
+) -> None:
+    """Refuse (``store.StoreConflict``) a commit over a version the write did not read."""
+    if if_unchanged is not None and (old is None or store.manifest_version(old) != if_unchanged):
+        raise store.StoreConflict(
+            f"run {run!r} changed in {url} while this command worked on it (another write "
+            "committed); nothing was written: run the command again"
+        )
+    store.check_new_keys(part_url, old, keys_checked, mine)
 
 
 def _rename_sources(man: dict[str, Any], names: dict[str, str]) -> dict[str, Any]:

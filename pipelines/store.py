@@ -38,6 +38,7 @@ import contextlib
 import json
 import os
 import shutil
+import tempfile
 import time
 import uuid
 import weakref
@@ -148,6 +149,10 @@ class PartitionWriter:
     Rows are buffered up to ``batch_rows`` and flushed as row groups into a claimed temp folder;
     ``commit`` (under the run's write lock) moves the part in and writes ``_manifest.json`` last.
     ``abort`` leaves the store as it was.
+
+    On object storage (``logs`` a URL) the part is written into a local staging store and
+    ``commit`` publishes it (``remote_store.publish``: parts, then a conditional put of the
+    manifest), so every writer of runs works on a URL store the way ingest does.
     """
 
     def __init__(
@@ -158,11 +163,11 @@ class PartitionWriter:
         append: bool = False,
         batch_rows: int = DEFAULT_BATCH_ROWS,
     ) -> None:
-        if objstore.is_url(logs):
-            raise ValueError(
-                f"{objstore.display(logs)}: only `ddai ingest` writes runs to a store on object "
-                "storage; run this command on a local store and ingest its output there"
-            )
+        self.remote = objstore.url_of(logs)
+        self._staging: tempfile.TemporaryDirectory[str] | None = None
+        if self.remote is not None:  # no rename there: stage locally, publish at commit
+            self._staging = tempfile.TemporaryDirectory(prefix="ddai-stage-")
+            logs = Path(self._staging.name) / "logs"
         self.logs = Path(logs)
         self.run_id = run_id
         self.final = partition_dir(logs, run_id)
@@ -181,6 +186,8 @@ class PartitionWriter:
         self.rows = 0
         # What the written rollouts carry, counted batch by batch (DESIGN: a run's manifest says so)
         self.capabilities = capability_count.empty()
+        # ``--append``'s duplicate check: the committed files whose keys it read (None: no check)
+        self.keys_checked: set[str] | None = None
 
     def add(self, row: dict[str, Any]) -> None:
         self._buf.append(row)
@@ -237,14 +244,52 @@ class PartitionWriter:
         ``if_unchanged``: the ``manifest_version`` of the run as the caller read it; another
         commit since then raises ``StoreConflict`` and writes nothing (a read-modify-write never
         drops rows appended meanwhile)."""
-        self._flush()
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
+        self._close()
+        if self.remote is not None:
+            return self._publish(manifest, if_unchanged)
         if locked:
             return self._commit(manifest, if_unchanged)
         with run_lock(self.logs, self.run_id):
             return self._commit(manifest, if_unchanged)
+
+    def _close(self) -> None:
+        self._flush()
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+    def _publish(self, manifest: dict[str, Any], if_unchanged: str | None) -> dict[str, Any]:
+        from ddai.pipelines import remote_store  # it imports this module
+
+        assert self.remote is not None
+        try:
+            self._commit(manifest)  # into the staging store, which nobody else sees
+            record = remote_store.publish(
+                self.logs,
+                self.remote,
+                self.run_id,
+                append=self.append,
+                side_tables=False,
+                if_unchanged=if_unchanged,
+                keys_checked=self.keys_checked,
+            )
+        finally:
+            self._drop_stage()
+        assert record is not None
+        return record
+
+    def check_keys(self) -> None:
+        """``--append``'s duplicate check, finished at commit: keys read from the run before
+        other writes committed are checked against the rows those writes added. Raises
+        ``StoreConflict`` naming the run when this write repeats one of them (nothing written).
+        Local stores: call under the run's write lock, after the last row is added."""
+        if self.keys_checked is None or self.remote is not None:
+            return  # object storage: checked in the conditional commit (remote_store.publish)
+        self._close()
+        check_new_keys(self.final, _read_manifest(self.final), self.keys_checked, self._own_parts())
+
+    def _own_parts(self) -> list[Path]:
+        return [self.tmp / self.part] if (self.tmp / self.part).exists() else []
 
     def _commit(self, manifest: dict[str, Any], if_unchanged: str | None = None) -> dict[str, Any]:
         old = _read_manifest(self.final)
@@ -253,6 +298,8 @@ class PartitionWriter:
                 f"run {self.run_id!r} changed in {self.logs} while this command worked on it "
                 "(another write committed); nothing was written: run the command again"
             )
+        if self.remote is None:
+            check_new_keys(self.final, old, self.keys_checked, self._own_parts())
         clean_leftovers(self.logs)
         files: list[dict[str, Any]] = []
         if self.append and old is not None:
@@ -293,6 +340,67 @@ class PartitionWriter:
             self._writer.close()
             self._writer = None
         self._drop_tmp()
+        self._drop_stage()
+
+    def _drop_stage(self) -> None:
+        if self._staging is not None:
+            self._staging.cleanup()
+            self._staging = None
+
+
+KEY_COLUMNS = ["step", "uid", "rollout_idx"]
+
+
+def stored_keys(
+    logs: str | os.PathLike[str], run: str, checked: dict[str, set[str]]
+) -> Iterator[tuple[Any, ...]]:
+    """The (step, uid, rollout_idx) keys committed in ``run`` (none when it is not in the store
+    yet), read from one snapshot; records in ``checked[run]`` the names of the files they came
+    from, so the commit can check what other writes added since (``check_new_keys``)."""
+    if run_manifest(logs, run) is None:
+        checked[run] = set()
+        return
+    with snapshot(logs, [run]) as snap:
+        files = snap.all_files()
+        checked[run] = {_name(f) for f in files}
+        for batch in arrow_dataset(files).to_batches(columns=KEY_COLUMNS):
+            yield from zip(*(batch.column(c).to_pylist() for c in KEY_COLUMNS), strict=True)
+
+
+def check_new_keys(
+    part: str | os.PathLike[str],
+    man: dict[str, Any] | None,
+    checked: set[str] | None,
+    mine: list[Any],
+) -> None:
+    """Raise ``StoreConflict`` when a file of partition ``part``'s committed version ``man`` that
+    the duplicate check did not read (``checked``: the names it read; None: no check) holds a key
+    of this write's ``mine`` files: another append committed the same rollouts meanwhile."""
+    if checked is None or man is None or not mine:
+        return
+    new = [f for f in committed_files(part, man) if _name(f) not in checked]
+    if not new:
+        return
+    theirs = _keys(new)
+    both = _keys(mine) & theirs
+    if both:
+        run = man.get("run_id") or Path(part).name.split("=", 1)[-1]
+        step, uid, idx = min(both, key=repr)
+        raise StoreConflict(
+            f"run {run!r}: another append committed {len(both)} of this write's rollouts while "
+            f"it ran (e.g. (step, uid, rollout_idx) = ({step}, {uid!r}, {idx})); nothing was "
+            "written: run the command again (the repeated rollouts are then quarantined as "
+            "already stored)"
+        )
+
+
+def _keys(files: list[Any]) -> set[tuple[Any, ...]]:
+    t = arrow_dataset(files).to_table(columns=KEY_COLUMNS)
+    return set(zip(*(t.column(c).to_pylist() for c in KEY_COLUMNS), strict=True))
+
+
+def _name(f: Any) -> str:
+    return os.fspath(f).rstrip("/").rsplit("/", 1)[-1]
 
 
 def merge_record(
@@ -615,15 +723,8 @@ def read_version(
     logs: str | os.PathLike[str], run: str, columns: list[str] | None = None
 ) -> tuple[pa.Table, str]:
     """One run's rollouts and the ``manifest_version`` they were read at (for ``if_unchanged``)."""
-    import pyarrow.dataset as ds
-
     with snapshot(logs, [run]) as snap:
-        table = ds.dataset(
-            [str(f) for f in snap.all_files()],
-            schema=ROLLOUT_SCHEMA,
-            format="parquet",
-            partitioning=None,
-        ).to_table(columns=columns)
+        table = arrow_dataset(snap.all_files()).to_table(columns=columns)
         return table, manifest_version(snap.manifests[run])
 
 

@@ -170,6 +170,105 @@ def test_side_tables_are_published_and_vouched_for_by_the_manifest(s3_env, tmp_p
     assert f"side table {table} changed" in store.verify_partition(store.partition_dir(logs, "u"))
 
 
-def test_other_writers_refuse_a_store_on_object_storage(s3_env):
-    with pytest.raises(ValueError, match="only `ddai ingest` writes runs"):
-        store.write_run(f"{s3_env}/logs", "r", [{"uid": "u", "rollout_idx": 0}])
+def _rows(uids: list[str], score: float = 1.0) -> list[dict]:
+    return [
+        {"uid": u, "rollout_idx": i, "response": RESP, "judge_score": score}
+        for u in uids
+        for i in range(2)
+    ]
+
+
+def test_write_run_replaces_and_appends_a_run_on_object_storage(s3_env, tmp_path):
+    logs = f"{s3_env}/logs"
+    store.write_run(logs, "r", _rows(["a", "b"]))
+    store.write_run(logs, "r", _rows(["c"], 0.0), append=True)
+    man = store.run_manifest(logs, "r")
+    assert len(man["files"]) == 2 and man["rollouts_total"] == 6
+    assert _count(logs, "r") == (6, 4.0)
+    assert store.verify_partition(store.partition_dir(logs, "r")) is None
+    store.write_run(logs, "r", _rows(["d"], 0.5))  # a replace: one version, one part
+    assert _count(logs, "r") == (2, 1.0)
+    assert len(store.run_manifest(logs, "r")["files"]) == 1
+    assert not list(tmp_path.glob("s3*"))  # nothing landed in a local folder named s3:
+
+
+def test_a_rewrite_of_a_run_on_object_storage_commits_only_over_the_version_it_read(s3_env):
+    logs = f"{s3_env}/logs"
+    store.write_run(logs, "r", _rows(["a", "b"]))
+    table, version = store.read_version(logs, "r")
+    assert table.num_rows == 4
+    # rescored in place, over the version read: committed
+    store.write_run(logs, "r", table, normalize=False, if_unchanged=version)
+    table, version = store.read_version(logs, "r")
+    store.write_run(logs, "r", _rows(["x"], 0.0), append=True)  # another writer appends
+    with pytest.raises(store.StoreConflict, match=r"run 'r' changed in s3://.*run the command"):
+        store.write_run(logs, "r", table, normalize=False, if_unchanged=version)
+    assert _count(logs, "r") == (6, 4.0)  # the append is kept, nothing of the rewrite written
+
+
+def test_a_rewrite_loses_a_race_at_the_conditional_put_and_writes_nothing(s3_env, monkeypatch):
+    logs = f"{s3_env}/logs"
+    store.write_run(logs, "r", _rows(["a"]))
+    table, version = store.read_version(logs, "r")
+    real_put = objstore.put_bytes
+
+    def put_after_a_rival(url, data, **kw):
+        if url.endswith(store.MANIFEST):
+            monkeypatch.setattr(objstore, "put_bytes", real_put)
+            store.write_run(logs, "r", _rows(["rival"]), append=True)
+        return real_put(url, data, **kw)
+
+    monkeypatch.setattr(objstore, "put_bytes", put_after_a_rival)
+    with pytest.raises(store.StoreConflict, match="run 'r' changed"):
+        store.write_run(logs, "r", table, normalize=False, if_unchanged=version)
+    assert _count(logs, "r") == (4, 4.0)
+
+
+def test_overlapping_appends_racing_on_object_storage_are_caught(s3_env, tmp_path, monkeypatch):
+    _overlapping_appends_are_caught(Path(f"{s3_env}/logs"), tmp_path, monkeypatch)
+
+
+def test_overlapping_appends_racing_on_a_local_store_are_caught(tmp_path, monkeypatch):
+    _overlapping_appends_are_caught(tmp_path / "logs", tmp_path, monkeypatch)
+
+
+def _overlapping_appends_are_caught(logs: Path, tmp_path: Path, monkeypatch) -> None:
+    """Append B reads the stored keys, then append A (same rollouts) commits, then B commits:
+    B's duplicate check must see A's rollouts, as it would had A committed first."""
+    _ingest(_source(tmp_path, "a.jsonl", 1, bad=False), logs)
+    real = store.stored_keys
+    raced = []
+
+    def keys_then_a_rival(where, run, checked):
+        yield from real(where, run, checked)
+        if not raced:
+            raced.append(run)  # the rival reads the keys too, then commits first
+            _ingest(_source(tmp_path, "rival.jsonl", 3, bad=False), logs, append=True)
+
+    monkeypatch.setattr(store, "stored_keys", keys_then_a_rival)
+    with pytest.raises(store.StoreConflict, match=r"run 'r1': another append committed 8"):
+        _ingest(_source(tmp_path, "mine.jsonl", 3, bad=False), logs, append=True)
+    assert raced
+    assert _count(logs) == (12, 3.0)  # u0 once, u1 and u2 from the rival only
+    # run again: the repeated rollouts are quarantined as stored, nothing is added twice
+    monkeypatch.setattr(store, "stored_keys", real)
+    res = _ingest(_source(tmp_path, "mine.jsonl", 3, bad=False), logs, append=True)
+    assert res.runs["r1"].rollouts_out == 0 and sum(res.runs["r1"].quarantined.values()) == 12
+    assert _count(logs) == (12, 3.0)
+
+
+def test_non_overlapping_appends_racing_on_a_local_store_both_land(tmp_path, monkeypatch):
+    logs = tmp_path / "logs"
+    _ingest(_source(tmp_path, "a.jsonl", 1, bad=False), logs)
+    real = store.stored_keys
+    raced = []
+
+    def keys_then_a_rival(where, run, checked):
+        yield from real(where, run, checked)
+        if not raced:
+            raced.append(run)
+            _ingest(_source(tmp_path, "w.jsonl", 2, bad=False, uid="w"), logs, append=True)
+
+    monkeypatch.setattr(store, "stored_keys", keys_then_a_rival)
+    _ingest(_source(tmp_path, "v.jsonl", 2, bad=False, uid="v"), logs, append=True)
+    assert raced and _count(logs) == (4 + 8 + 8, 0.0 + 1.0 + 1.0)
