@@ -4,13 +4,17 @@ Object stores have no rename and no file locks, so ``ddai.pipelines.store``'s lo
 protocol (rename the parts in, replace ``_manifest.json`` last, under ``flock``) becomes:
 
 1. the write runs unchanged into a local staging store (a temp folder): same ingest, same
-   quarantine, same manifest;
+   quarantine, same manifest (``ingest`` here; every other writer through
+   ``store.PartitionWriter``, which stages itself);
 2. the staged parts are uploaded under their unique names (``part-<time>-<id>.parquet``):
    invisible, since readers read only the files a manifest lists;
 3. ``_manifest.json`` is put last with a conditional PUT: ``If-None-Match: *`` for a new run,
-   ``If-Match: <etag read>`` over the version it replaces or appends to. That put is the commit;
+   ``If-Match: <etag read>`` over the version it replaces or appends to (GCS:
+   ``ifGenerationMatch`` 0 / the generation read). That put is the commit;
    when another writer committed in between, the put fails, the manifest is merged again over
-   the new version (an append keeps both appends) and put again;
+   the new version (an append keeps both appends) and put again, unless the write read the run
+   first (``if_unchanged``) or its duplicate check missed rollouts committed meanwhile: then
+   ``store.StoreConflict`` and nothing is committed;
 4. parts no manifest lists any more are removed once older than a grace period
    (``DDAI_OBJSTORE_GC_GRACE_S``, default an hour), so a reader that listed them a moment ago
    still finds them (object storage has no reader locks).
@@ -154,8 +158,9 @@ def publish(
             continue  # another writer committed first: merge over its version
         collect_garbage(part_url, record)
         return record
-    raise objstore.ConflictError(
-        f"run {run!r} at {url}: {_RETRIES} concurrent commits in a row beat this one; retry"
+    raise store.StoreConflict(
+        f"run {run!r} at {url}: {_RETRIES} concurrent commits in a row beat this one; nothing "
+        "was committed: run the command again"
     )
 
 

@@ -23,10 +23,17 @@ write (abandoned ``.tmp-*`` folders, ``.old-*`` folders of older versions, a par
 ``_manifest.json``) are never read and are cleaned by the next write. Readers ignore every path
 whose name starts with ``_`` or ``.``.
 
-On object storage (``logs`` an ``s3://`` / ``gs://`` URL) the same layout holds; writes are staged
-locally and published by ``ddai.pipelines.remote_store`` (parts first, then one conditional PUT
-of ``_manifest.json``: the commit), readers read the files the manifest lists through the
-object store (no locks there: superseded parts are removed only after a grace period).
+On object storage (``logs`` an ``s3://`` / ``gs://`` URL) the same layout holds; every write
+(``PartitionWriter``, ingest's included) is staged locally and published by
+``ddai.pipelines.remote_store`` (parts first, then one conditional PUT of ``_manifest.json``:
+the commit, also where ``if_unchanged`` and the duplicate check are decided), readers read the
+files the manifest lists through the object store (no locks there: superseded parts are removed
+only after a grace period).
+
+``--append``'s duplicate check reads a run's stored keys while the ingest streams (outside the
+lock, which a long ingest must not hold); the commit then checks this write's keys against the
+files committed since (``check_new_keys``), so two racing appends of the same rollouts never
+both land.
 
 Longer than 400 lines because the commit protocol (temp folder, rename, manifest, locks) and the
 readers that rely on it are kept in one place.
