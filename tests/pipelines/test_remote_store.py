@@ -275,3 +275,26 @@ def test_non_overlapping_appends_racing_on_a_local_store_both_land(tmp_path, mon
     monkeypatch.setattr(store, "stored_keys", keys_then_a_rival)
     _ingest(_source(tmp_path, "v.jsonl", 2, bad=False, uid="v"), logs, append=True)
     assert raced and _count(logs) == (4 + 8 + 8, 0.0 + 1.0 + 1.0)
+
+
+def test_ingest_append_that_lost_a_race_exits_1_naming_the_run(store_env, tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from ddai.cli.app import app
+
+    logs = f"{store_env}/logs"
+    real = store.stored_keys
+
+    def keys_then_a_rival(where, run, checked):
+        yield from real(where, run, checked)
+        monkeypatch.setattr(store, "stored_keys", real)
+        _ingest(_source(tmp_path, "rival.jsonl", 2, bad=False), Path(logs), append=True)
+
+    monkeypatch.setattr(store, "stored_keys", keys_then_a_rival)
+    src = _source(tmp_path, "mine.jsonl", 2, bad=False)
+    args = ["ingest", str(src), "--logs", logs, "--run-id", "r1", "--append", "--no-progress"]
+    res = CliRunner().invoke(app, args)
+    said = " ".join(res.output.split())
+    assert res.exit_code == 1, res.output
+    assert "run 'r1': another append committed 8 of this write's rollouts" in said
+    assert _count(logs) == (8, 1.0)  # the rival's rollouts, once
