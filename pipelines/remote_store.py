@@ -28,18 +28,17 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ddai.pipelines import objstore, store
 
-GRACE_ENV = "DDAI_OBJSTORE_GC_GRACE_S"
+GRACE_ENV = store.GRACE_ENV
 _RETRIES = 8
-_OWN = ("history", "rollouts_total", "capabilities", "files", "sha256")
+# the commit and its garbage collection live in ``store`` (every writer of runs commits there)
+collect_garbage = store.collect_remote_garbage
 
 
 def ingest(cfg: Any, local_ingest: Callable[[Any], Any]) -> Any:
@@ -90,102 +89,38 @@ def publish(
     *,
     append: bool,
     names: dict[str, str] | None = None,
-    side_tables: bool = True,
-    if_unchanged: str | None = None,
     keys_checked: set[str] | None = None,
 ) -> dict[str, Any] | None:
-    """Publish staged run ``run`` of local store ``stage`` into the store at ``url``: side
-    tables, quarantine, parts, then the manifest (the commit). Returns the committed manifest.
-
-    ``side_tables``: the write owns the run's side tables (an ingest: a replace removes those it
-    did not write); a rewrite of the rollouts alone (judge, value score, a resumed trainer)
-    leaves them as they are. ``if_unchanged``: the ``store.manifest_version`` the rows were
-    computed from; a commit by another writer since raises ``store.StoreConflict`` (nothing
-    committed). ``keys_checked``: the files ``--append``'s duplicate check read; rows another
-    append committed meanwhile are checked against this write's (``store.check_new_keys``)."""
-    part_url = objstore.join(url, f"run_id={store.check_run_id(run)}")
-    man_url = objstore.join(part_url, store.MANIFEST)
-    staged_files = (store.run_manifest(stage, run) or {}).get("files", [])
-    mine = [stage / f"run_id={run}" / f["name"] for f in staged_files]
-    # Checked once before anything is published; again in the commit loop below (a write that
-    # committed in between).
-    _check(run, url, part_url, _read(man_url)[1], if_unchanged, keys_checked, mine)
+    """Publish staged ingest run ``run`` of local store ``stage`` into the store at ``url``: side
+    tables, quarantine, then parts and the manifest (the commit, ``store.commit_remote``).
+    Returns the committed manifest. ``keys_checked``: see ``store.commit_remote``."""
+    # Refused before anything is published when the check already fails (the commit checks
+    # again over the version it commits on).
+    store.check_remote(stage, url, run, keys_checked=keys_checked)
     side: dict[str, dict[str, Any]] = {}  # per table written: rows and sha256, for the manifest
     staged = stage / store.SIDE_DIR
-    for table_dir in sorted(staged.glob("*")) if staged.is_dir() and side_tables else []:
+    for table_dir in sorted(staged.glob("*")) if staged.is_dir() else []:
         local = table_dir / f"{run}.jsonl"
         remote = objstore.join(url, store.SIDE_DIR, table_dir.name, f"{run}.jsonl")
         if local.is_file():
             body = _accumulate(local, remote, keep_old=append)
             side[table_dir.name] = {"rows": body.count(b"\n"), "sha256": _sha256(body)}
-    if not append and side_tables:  # a replaced run keeps no side rows of tables not written
+    if not append:  # a replaced run keeps no side rows of tables this write did not have
         for table in objstore.listdir(objstore.join(url, store.SIDE_DIR)):
             if table not in side:
                 objstore.remove(objstore.join(url, store.SIDE_DIR, table, f"{run}.jsonl"))
     q = store.quarantine_path(stage, run)
     if q.is_file():  # entries accumulate across ingests, never overwritten
         _accumulate(q, objstore.join(url, store.QUARANTINE_DIR, q.name), keep_old=True)
-    new = store.run_manifest(stage, run)
-    if new is None:
-        return None
-    new = _rename_sources(new, names or {})
-    for f in new["files"]:
-        objstore.put_file(stage / f"run_id={run}" / f["name"], objstore.join(part_url, f["name"]))
-    for _ in range(_RETRIES):
-        tag, old = _read(man_url)
-        _check(run, url, part_url, old, if_unchanged, keys_checked, mine)
-        record = dict(new)
-        if not side_tables and old and "side_tables" in old:
-            record["side_tables"] = old["side_tables"]  # not this write's: left as they are
-        elif side or "side_tables" in new:
-            kept = (old or {}).get("side_tables") or {} if append else {}
-            record["side_tables"] = {**kept, **side}
-        if append and old is not None:
-            old_files = old.get("files")
-            if old_files is None:  # written before manifests listed files: list them now
-                old_files = [
-                    {"name": u.rsplit("/", 1)[-1], "sha256": objstore.sha256(u)}
-                    for u in store.committed_files(part_url, old)
-                ]
-            base = {k: v for k, v in record.items() if k not in _OWN}
-            record = store.merge_record(
-                old, base, new.get("capabilities", {}), [*old_files, *new["files"]]
-            )
-        body = (json.dumps(record, indent=2, ensure_ascii=False, default=str) + "\n").encode()
-        try:
-            objstore.put_bytes(man_url, body, if_match=tag, create=tag is None)
-        except objstore.ConflictError:
-            continue  # another writer committed first: merge over its version
-        collect_garbage(part_url, record)
-        return record
-    raise store.StoreConflict(
-        f"run {run!r} at {url}: {_RETRIES} concurrent commits in a row beat this one; nothing "
-        "was committed: run the command again"
+    return store.commit_remote(
+        stage,
+        url,
+        run,
+        append=append,
+        side=side,
+        keys_checked=keys_checked,
+        rename=lambda man: _rename_sources(man, names or {}),
     )
-
-
-def _read(man_url: str) -> tuple[str | None, dict[str, Any] | None]:
-    """The manifest's version token and body (None, None when the run is not there)."""
-    tag = objstore.etag(man_url)
-    return tag, json.loads(objstore.read_text(man_url)) if tag else None
-
-
-def _check(
-    run: str,
-    url: str,
-    part_url: str,
-    old: dict[str, Any] | None,
-    if_unchanged: str | None,
-    keys_checked: set[str] | None,
-    mine: list[Path],
-) -> None:
-    """Refuse (``store.StoreConflict``) a commit over a version the write did not read."""
-    if if_unchanged is not None and (old is None or store.manifest_version(old) != if_unchanged):
-        raise store.StoreConflict(
-            f"run {run!r} changed in {url} while this command worked on it (another write "
-            "committed); nothing was written: run the command again"
-        )
-    store.check_new_keys(part_url, old, keys_checked, mine)
 
 
 def _rename_sources(man: dict[str, Any], names: dict[str, str]) -> dict[str, Any]:
@@ -217,21 +152,3 @@ def _accumulate(local: Path, remote: str, *, keep_old: bool) -> bytes:
         except objstore.ConflictError:
             continue
     raise objstore.ConflictError(f"{remote}: too many concurrent writers; retry")
-
-
-def collect_garbage(part_url: str, man: dict[str, Any], *, now: float | None = None) -> list[str]:
-    """Remove objects of a partition its manifest ``man`` does not list and older than the grace
-    period (a reader that listed them before this commit may still be reading them)."""
-    grace = float(os.environ.get(GRACE_ENV, "3600"))
-    keep = {f["name"] for f in man.get("files", [])} | {store.MANIFEST}
-    now = time.time() if now is None else now
-    removed = []
-    for name in objstore.listdir(part_url):
-        if name in keep:
-            continue
-        obj = objstore.join(part_url, name)
-        born = objstore.modified(obj)
-        if born is not None and now - born >= grace:
-            objstore.remove(obj)
-            removed.append(name)
-    return removed

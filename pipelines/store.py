@@ -25,8 +25,9 @@ whose name starts with ``_`` or ``.``.
 
 On object storage (``logs`` an ``s3://`` / ``gs://`` URL) the same layout holds; every write
 (``PartitionWriter``, ingest's included) is staged locally and published by
-``ddai.pipelines.remote_store`` (parts first, then one conditional PUT of ``_manifest.json``:
-the commit, also where ``if_unchanged`` and the duplicate check are decided), readers read the
+``commit_remote`` (parts first, then one conditional PUT of ``_manifest.json``: the commit, also
+where ``if_unchanged`` and the duplicate check are decided; an ingest's side tables and
+quarantine go first, ``ddai.pipelines.remote_store``), readers read the
 files the manifest lists through the object store (no locks there: superseded parts are removed
 only after a grace period).
 
@@ -158,8 +159,8 @@ class PartitionWriter:
     ``abort`` leaves the store as it was.
 
     On object storage (``logs`` a URL) the part is written into a local staging store and
-    ``commit`` publishes it (``remote_store.publish``: parts, then a conditional put of the
-    manifest), so every writer of runs works on a URL store the way ingest does.
+    ``commit`` publishes it (``commit_remote``: parts, then a conditional put of the manifest),
+    so every writer of runs works on a URL store the way ingest does.
     """
 
     def __init__(
@@ -266,17 +267,14 @@ class PartitionWriter:
             self._writer = None
 
     def _publish(self, manifest: dict[str, Any], if_unchanged: str | None) -> dict[str, Any]:
-        from ddai.pipelines import remote_store  # it imports this module
-
         assert self.remote is not None
         try:
             self._commit(manifest)  # into the staging store, which nobody else sees
-            record = remote_store.publish(
+            record = commit_remote(
                 self.logs,
                 self.remote,
                 self.run_id,
                 append=self.append,
-                side_tables=False,
                 if_unchanged=if_unchanged,
                 keys_checked=self.keys_checked,
             )
@@ -291,7 +289,7 @@ class PartitionWriter:
         ``StoreConflict`` naming the run when this write repeats one of them (nothing written).
         Local stores: call under the run's write lock, after the last row is added."""
         if self.keys_checked is None or self.remote is not None:
-            return  # object storage: checked in the conditional commit (remote_store.publish)
+            return  # object storage: checked in the conditional commit (commit_remote)
         self._close()
         check_new_keys(self.final, _read_manifest(self.final), self.keys_checked, self._own_parts())
 
@@ -737,3 +735,132 @@ def read_version(
 
 def quarantine_path(logs: str | os.PathLike[str], run_id: str) -> Path:
     return Path(logs) / QUARANTINE_DIR / f"{check_run_id(run_id)}.jsonl"
+
+
+# ------------------------------------------------------------------ committing to object storage
+# Object stores have no rename and no locks: the staged run's parts go up under unique names
+# (invisible until a manifest lists them), then ``_manifest.json`` is put with a conditional put
+# over the version read (S3 ``If-Match``/``If-None-Match``, GCS ``ifGenerationMatch``): the commit.
+
+GRACE_ENV = "DDAI_OBJSTORE_GC_GRACE_S"
+_REMOTE_RETRIES = 8
+_OWN = ("history", "rollouts_total", "capabilities", "files", "sha256")
+
+
+def commit_remote(
+    stage: Path,
+    url: str,
+    run: str,
+    *,
+    append: bool,
+    side: dict[str, dict[str, Any]] | None = None,
+    if_unchanged: str | None = None,
+    keys_checked: set[str] | None = None,
+    rename: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+) -> dict[str, Any] | None:
+    """Commit run ``run`` committed in local staging store ``stage`` to the store at ``url``:
+    its parts, then the manifest with a conditional put. Returns the committed manifest (None
+    when the stage has no such run).
+
+    A lost put is merged again over the new version (an append keeps both appends) and retried.
+    ``side``: the side tables this write published (an ingest; None: a rewrite of the rollouts
+    alone, which keeps the run's side tables as they are). ``if_unchanged``: the
+    ``manifest_version`` the rows were computed from; ``keys_checked``: the files ``--append``'s
+    duplicate check read (``check_new_keys``). Either failing raises ``StoreConflict`` with
+    nothing committed. ``rename``: applied to the staged manifest first."""
+    new = run_manifest(stage, run)
+    if new is None:
+        return None
+    new = rename(new) if rename else new
+    part_url = objstore.join(url, f"run_id={check_run_id(run)}")
+    man_url = objstore.join(part_url, MANIFEST)
+    check_remote(stage, url, run, if_unchanged=if_unchanged, keys_checked=keys_checked)
+    for f in new["files"]:
+        objstore.put_file(stage / f"run_id={run}" / f["name"], objstore.join(part_url, f["name"]))
+    for _ in range(_REMOTE_RETRIES):
+        tag, old = _remote_manifest(man_url)
+        check_remote(stage, url, run, old, if_unchanged=if_unchanged, keys_checked=keys_checked)
+        record = dict(new)
+        if side is None and old and "side_tables" in old:
+            record["side_tables"] = old["side_tables"]  # not this write's: left as they are
+        elif side or "side_tables" in new:
+            kept = (old or {}).get("side_tables") or {} if append else {}
+            record["side_tables"] = {**kept, **(side or {})}
+        if append and old is not None:
+            old_files = old.get("files")
+            if old_files is None:  # written before manifests listed files: list them now
+                old_files = [
+                    {"name": _name(u), "sha256": objstore.sha256(u)}
+                    for u in committed_files(part_url, old)
+                ]
+            base = {k: v for k, v in record.items() if k not in _OWN}
+            record = merge_record(
+                old, base, new.get("capabilities", {}), [*old_files, *new["files"]]
+            )
+        body = (json.dumps(record, indent=2, ensure_ascii=False, default=str) + "\n").encode()
+        try:
+            objstore.put_bytes(man_url, body, if_match=tag, create=tag is None)
+        except objstore.ConflictError:
+            continue  # another writer committed first: merge over its version
+        collect_remote_garbage(part_url, record)
+        return record
+    raise StoreConflict(
+        f"run {run!r} at {url}: {_REMOTE_RETRIES} concurrent commits in a row beat this one; "
+        "nothing was committed: run the command again"
+    )
+
+
+_UNREAD: Any = object()
+
+
+def check_remote(
+    stage: Path,
+    url: str,
+    run: str,
+    old: dict[str, Any] | None = _UNREAD,
+    *,
+    if_unchanged: str | None = None,
+    keys_checked: set[str] | None = None,
+) -> None:
+    """Raise ``StoreConflict`` when committing staged ``run`` over ``old`` (the remote manifest;
+    read when not given) would break ``if_unchanged`` or repeat rollouts another append
+    committed since the duplicate check read the run (see ``commit_remote``)."""
+    if if_unchanged is None and keys_checked is None:
+        return
+    part_url = objstore.join(url, f"run_id={check_run_id(run)}")
+    if old is _UNREAD:
+        old = _remote_manifest(objstore.join(part_url, MANIFEST))[1]
+    if if_unchanged is not None and (old is None or manifest_version(old) != if_unchanged):
+        raise StoreConflict(
+            f"run {run!r} changed in {url} while this command worked on it (another write "
+            "committed); nothing was written: run the command again"
+        )
+    staged = (run_manifest(stage, run) or {}).get("files", [])
+    mine = [partition_dir(stage, run) / f["name"] for f in staged]
+    check_new_keys(part_url, old, keys_checked, mine)
+
+
+def _remote_manifest(man_url: str) -> tuple[str | None, dict[str, Any] | None]:
+    """The manifest's version token and body (None, None when the run is not there)."""
+    tag = objstore.etag(man_url)
+    return tag, json.loads(objstore.read_text(man_url)) if tag else None
+
+
+def collect_remote_garbage(
+    part_url: str, man: dict[str, Any], *, now: float | None = None
+) -> list[str]:
+    """Remove objects of a partition its manifest ``man`` does not list and older than the grace
+    period (a reader that listed them before this commit may still be reading them)."""
+    grace = float(os.environ.get(GRACE_ENV, "3600"))
+    keep = {f["name"] for f in man.get("files", [])} | {MANIFEST}
+    now = time.time() if now is None else now
+    removed = []
+    for name in objstore.listdir(part_url):
+        if name in keep:
+            continue
+        obj = objstore.join(part_url, name)
+        born = objstore.modified(obj)
+        if born is not None and now - born >= grace:
+            objstore.remove(obj)
+            removed.append(name)
+    return removed

@@ -193,7 +193,7 @@ def test_grpo_logs_its_rollouts_and_metrics_to_object_storage(setup, s3_env):
         ),
         backends,
     )  # fmt: skip
-    assert result.steps == 2 and result.rollouts_logged == 8
+    assert result.steps == 2 and result.rollouts_logged == 8 and result.logs == logs
     assert {r["step"] for r in read_rollouts(logs, ["g"]).to_pylist()} == {1, 2}
     assert len(run_manifest(logs, "g")["files"]) == 2  # one append per step
     metrics = objstore.read_text(f"{logs}/_side/train_metrics/g.jsonl").splitlines()
