@@ -36,8 +36,8 @@ lock, which a long ingest must not hold); the commit then checks this write's ke
 files committed since (``check_new_keys``), so two racing appends of the same rollouts never
 both land.
 
-Longer than 400 lines because the commit protocol (temp folder, rename, manifest, locks) and the
-readers that rely on it are kept in one place.
+Longer than 400 lines because the commit protocol (temp folder, rename, manifest, locks; the
+conditional put on object storage) and the readers that rely on it are kept in one place.
 """
 
 from __future__ import annotations
