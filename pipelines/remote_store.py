@@ -19,8 +19,9 @@ protocol (rename the parts in, replace ``_manifest.json`` last, under ``flock``)
    (``DDAI_OBJSTORE_GC_GRACE_S``, default an hour), so a reader that listed them a moment ago
    still finds them (object storage has no reader locks).
 
-Quarantine and side-table files accumulate the same way (old object + this write's lines, put
-over the version read).
+Steps 2 to 4 are ``store.commit_remote`` (shared with every other writer); this module stages
+an ingest and publishes its quarantine and side-table files first, which accumulate the same way
+(old object + this write's lines, put over the version read).
 """
 
 from __future__ import annotations
