@@ -5,40 +5,25 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from ddai.cli.common import JsonOpt, LogsOpt, ProgressOpt, fail, summary
+from ddai.cli.common import JsonOpt, LogsOpt, ProgressOpt, summary
 from ddai.cli.options import (
-    BACKENDS,
-    EPISODE,
-    REWARD,
-    BiasOpt,
-    ForceCompletionOpt,
-    GateOpt,
-    GeneratorOpt,
-    JudgeOpt,
+    CorpusOpt,
     LimitOpt,
-    MaxCompletionTokensOpt,
-    MaxTurnsOpt,
-    MaxTurnTokensOpt,
-    ObsMaxTokensOpt,
-    RestrictToDocOpt,
-    RewardOpt,
-    RewardTimeoutOpt,
-    SearchKOpt,
-    SearchOpt,
-    WFormatOpt,
-    WJudgeOpt,
-    WNdcgOpt,
+    PromptDataOpt,
     default_of,
+    require_inputs,
+    with_groups,
 )
 from ddai.cli.running import TRAIN_HELP, run_or_fail, sub_app
 from ddai.trainer.search.collect import CollectConfig
+from ddai.trainer.search.config import EpisodeBackends, EpisodeConfig, RewardOverrides
 
 
+@with_groups()
 def train_collect_command(
     model: Annotated[
         str,
@@ -48,10 +33,8 @@ def train_collect_command(
             "and chat template (those of the server's model).",
         ),
     ],
-    data: Annotated[Path, typer.Option("--data", help="Prompts in verl's RL parquet shape.")],
-    corpus: Annotated[
-        Path, typer.Option("--corpus", help="pages.parquet (or its folder) to search and crop.")
-    ],
+    data: PromptDataOpt,
+    corpus: CorpusOpt,
     generate_via: Annotated[
         str | None,
         typer.Option(
@@ -66,12 +49,6 @@ def train_collect_command(
         str | None,
         typer.Option("--run-id", help="Run id of the rollout log. Default: collect_<timestamp>."),
     ] = default_of(CollectConfig, "run_id"),
-    reward: RewardOpt = REWARD.reward,
-    w_judge: WJudgeOpt = REWARD.w_judge,
-    w_ndcg: WNdcgOpt = REWARD.w_ndcg,
-    w_format: WFormatOpt = REWARD.w_format,
-    bias: BiasOpt = REWARD.bias,
-    gate: GateOpt = REWARD.gate,
     n_agent: Annotated[int, typer.Option("--n-agent", help="Rollouts per prompt.")] = default_of(
         CollectConfig, "n_agent"
     ),
@@ -90,17 +67,6 @@ def train_collect_command(
     top_k: Annotated[int, typer.Option("--top-k", help="Top-k sampling (0: off).")] = default_of(
         CollectConfig, "top_k"
     ),
-    max_turns: MaxTurnsOpt = EPISODE.max_turns,
-    search_k: SearchKOpt = EPISODE.search_k,
-    force_completion: ForceCompletionOpt = EPISODE.force_completion,
-    restrict_to_doc: RestrictToDocOpt = EPISODE.restrict_to_doc,
-    max_turn_tokens: MaxTurnTokensOpt = EPISODE.max_turn_tokens,
-    max_completion_tokens: MaxCompletionTokensOpt = EPISODE.max_completion_tokens,
-    obs_max_tokens: ObsMaxTokensOpt = EPISODE.obs_max_tokens,
-    search: SearchOpt = BACKENDS.search,
-    generator: GeneratorOpt = BACKENDS.generator,
-    judge: JudgeOpt = BACKENDS.judge,
-    reward_timeout: RewardTimeoutOpt = BACKENDS.reward_timeout,
     limit: LimitOpt = default_of(CollectConfig, "limit"),
     dtype: Annotated[
         str, typer.Option("--dtype", help="Local policy dtype: float32 (CPU), bfloat16, ...")
@@ -108,45 +74,33 @@ def train_collect_command(
     seed: Annotated[
         int, typer.Option("--seed", help="Sampling seed (plus the rank).")
     ] = default_of(CollectConfig, "seed"),
-    progress: ProgressOpt = True,
+    progress: ProgressOpt = default_of(CollectConfig, "progress"),
     as_json: JsonOpt = False,
+    *,
+    rewards: RewardOverrides,
+    episode: EpisodeConfig,
+    backends: EpisodeBackends,
 ) -> None:
     """Roll out a policy over a prompt set and log the scored episodes, without training."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from ddai.trainer.search.collect import run_collect
 
-    for name, path in (("--data", data), ("--corpus", corpus)):
-        if not path.exists():
-            raise fail(f"{name} {path} not found; make fixture data with `ddai fixtures make OUT`")
+    require_inputs(data, corpus)
     cfg = CollectConfig(
         model=model,
         data=data,
         corpus=corpus,
+        episode=episode,
+        rewards=rewards,
+        backends=backends,
         generate_via=generate_via,
         run_id=run_id,
         logs=logs,
-        reward=reward,
-        w_judge=w_judge,
-        w_ndcg=w_ndcg,
-        w_format=w_format,
-        bias=bias,
-        gate=gate,
         n_agent=n_agent,
         batch_size=batch_size,
         temperature=temperature,
         top_p=top_p,
         top_k=top_k,
-        max_turns=max_turns,
-        search_k=search_k,
-        force_completion=force_completion,
-        restrict_to_doc=restrict_to_doc,
-        max_turn_tokens=max_turn_tokens,
-        max_completion_tokens=max_completion_tokens,
-        obs_max_tokens=obs_max_tokens,
-        search=search,
-        generator=generator,
-        judge=judge,
-        reward_timeout=reward_timeout,
         limit=limit,
         dtype=dtype,
         seed=seed,

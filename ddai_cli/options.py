@@ -1,27 +1,29 @@
 """Option groups of the training commands, declared once: ``ddai train sft``/``grpo``/``ppo``/
 ``collect``/``value``/``value-sft`` and ``ddai pointer train`` build their signatures from these.
 
-Episode, reward and backend defaults are read from the trainer's shared bases
-(``ddai.trainer.search.config``: ``EPISODE``, ``REWARD``, ``BACKENDS`` below) and every other
-default from its command's config dataclass (``default_of``), so a flag's default has one
+Every default is read from a config dataclass (``default_of``), so a flag's default has one
 definition; ``tests/cli/test_cli_train_defaults.py`` checks that every training command's defaults
-equal its dataclass's.
+equal its dataclass's. The episode, reward and backend flags of ``train grpo``/``ppo``/``collect``
+are three groups (``episode_options``, ``reward_options``, ``backend_options``) that build the
+nested configs of ``ddai.trainer.search.config``; ``with_groups`` puts a group's flags into a
+command's signature and hands the command the built config.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import inspect
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import typer
 
 from ddai.cli.common import fail
 from ddai.trainer.search.config import EpisodeBackends, EpisodeConfig, RewardOverrides
 
-EPISODE = EpisodeConfig()
-REWARD = RewardOverrides()
-BACKENDS = EpisodeBackends()
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def default_of(config_cls: type, name: str) -> Any:
@@ -249,3 +251,115 @@ def parse_floats(text: str | None, flag: str) -> list[float]:
         raise fail(
             f"{flag} {text!r}: expected comma-separated numbers, e.g. {flag} 0.25,0.75"
         ) from None
+
+
+# The inputs of the episode commands (`ddai train grpo`, `ppo`, `collect`).
+PromptDataOpt = Annotated[
+    Path,
+    typer.Option(
+        "--data",
+        help="Prompts in verl's RL parquet shape (id, prompt, file_name, reference_page, "
+        "reward_model, extra_info).",
+    ),
+]
+CorpusOpt = Annotated[
+    Path, typer.Option("--corpus", help="pages.parquet (or its folder) to search and crop.")
+]
+
+
+def require_inputs(data: Path, corpus: Path) -> None:
+    """Exit 2 naming ``--data`` or ``--corpus`` when it does not exist."""
+    for name, path in (("--data", data), ("--corpus", corpus)):
+        if not path.exists():
+            raise fail(f"{name} {path} not found; make fixture data with `ddai fixtures make OUT`")
+
+
+# ---------------------------------------------------------------- the nested configs' groups
+
+
+def episode_options(
+    max_turns: MaxTurnsOpt = default_of(EpisodeConfig, "max_turns"),
+    search_k: SearchKOpt = default_of(EpisodeConfig, "search_k"),
+    force_completion: ForceCompletionOpt = default_of(EpisodeConfig, "force_completion"),
+    restrict_to_doc: RestrictToDocOpt = default_of(EpisodeConfig, "restrict_to_doc"),
+    max_turn_tokens: MaxTurnTokensOpt = default_of(EpisodeConfig, "max_turn_tokens"),
+    max_completion_tokens: MaxCompletionTokensOpt = default_of(
+        EpisodeConfig, "max_completion_tokens"
+    ),
+    obs_max_tokens: ObsMaxTokensOpt = default_of(EpisodeConfig, "obs_max_tokens"),
+) -> EpisodeConfig:
+    """The episode flags, as a command's ``episode`` (``EpisodeConfig``)."""
+    return EpisodeConfig(
+        max_turns=max_turns,
+        search_k=search_k,
+        force_completion=force_completion,
+        restrict_to_doc=restrict_to_doc,
+        max_turn_tokens=max_turn_tokens,
+        max_completion_tokens=max_completion_tokens,
+        obs_max_tokens=obs_max_tokens,
+    )
+
+
+def reward_options(
+    reward: RewardOpt = default_of(RewardOverrides, "reward"),
+    w_judge: WJudgeOpt = default_of(RewardOverrides, "w_judge"),
+    w_ndcg: WNdcgOpt = default_of(RewardOverrides, "w_ndcg"),
+    w_format: WFormatOpt = default_of(RewardOverrides, "w_format"),
+    bias: BiasOpt = default_of(RewardOverrides, "bias"),
+    gate: GateOpt = default_of(RewardOverrides, "gate"),
+) -> RewardOverrides:
+    """The reward flags, as a command's ``rewards`` (``RewardOverrides``)."""
+    return RewardOverrides(
+        reward=reward, w_judge=w_judge, w_ndcg=w_ndcg, w_format=w_format, bias=bias, gate=gate
+    )
+
+
+def backend_options(
+    search: SearchOpt = default_of(EpisodeBackends, "search"),
+    generator: GeneratorOpt = default_of(EpisodeBackends, "generator"),
+    judge: JudgeOpt = default_of(EpisodeBackends, "judge"),
+    reward_timeout: RewardTimeoutOpt = default_of(EpisodeBackends, "reward_timeout"),
+) -> EpisodeBackends:
+    """The backend flags, as a command's ``backends`` (``EpisodeBackends``)."""
+    return EpisodeBackends(
+        search=search, generator=generator, judge=judge, reward_timeout=reward_timeout
+    )
+
+
+EPISODE_GROUPS: dict[str, Callable[..., Any]] = {
+    "rewards": reward_options,
+    "episode": episode_options,
+    "backends": backend_options,
+}
+"""The groups of the episode commands, by the parameter (and run-config field) they fill."""
+
+
+def with_groups(groups: dict[str, Callable[..., Any]] = EPISODE_GROUPS) -> Callable[[F], F]:
+    """Decorate a command whose parameters named as ``groups``' keys take built group objects:
+    Typer sees each group's flags in that parameter's place, and the command gets
+    ``group(**its flags)``. The command's own source keeps its ``Config(field=param)`` call (the
+    defaults test reads it through ``__wrapped__``)."""
+
+    def decorate(command: F) -> F:
+        sig = inspect.signature(command, eval_str=True)
+        params: list[inspect.Parameter] = []
+        owned: dict[str, list[str]] = {}
+        for p in sig.parameters.values():
+            if p.name not in groups:
+                params.append(p)
+                continue
+            flags = inspect.signature(groups[p.name], eval_str=True).parameters.values()
+            owned[p.name] = [f.name for f in flags]
+            params += flags
+
+        @functools.wraps(command)
+        def wrapper(**kwargs: Any) -> Any:
+            for name, names in owned.items():
+                kwargs[name] = groups[name](**{n: kwargs.pop(n) for n in names})
+            return command(**kwargs)
+
+        wrapper.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+        wrapper.__annotations__ = {p.name: p.annotation for p in params}
+        return wrapper  # type: ignore[return-value]
+
+    return decorate

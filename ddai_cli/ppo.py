@@ -10,53 +10,37 @@ from typing import Annotated
 
 import typer
 
-from ddai.cli.common import JsonOpt, LogsOpt, ProgressOpt, check_run_ids, fail, summary
+from ddai.cli.common import JsonOpt, LogsOpt, ProgressOpt, check_run_ids, summary
 from ddai.cli.options import (
-    BACKENDS,
-    EPISODE,
-    REWARD,
     AccelerateConfigOpt,
-    BiasOpt,
+    CorpusOpt,
     DtypeOpt,
-    ForceCompletionOpt,
-    GateOpt,
-    GeneratorOpt,
-    JudgeOpt,
     LaunchOpt,
     LimitOpt,
     LoraAlphaOpt,
     LoraOpt,
     LoraROpt,
     LoraTargetOpt,
-    MaxCompletionTokensOpt,
-    MaxTurnsOpt,
-    MaxTurnTokensOpt,
-    ObsOpt,
     PreflightPromptsOpt,
-    RestrictToDocOpt,
-    RewardOpt,
-    RewardTimeoutOpt,
-    SearchKOpt,
-    SearchOpt,
+    PromptDataOpt,
     SkipPreflightOpt,
     ValueSeedOpt,
-    WFormatOpt,
-    WJudgeOpt,
-    WNdcgOpt,
     default_of,
+    require_inputs,
+    with_groups,
 )
 from ddai.cli.running import TRAIN_HELP, maybe_relaunch, run_or_fail, sub_app
 from ddai.trainer.ppo.config import PPORunConfig
+from ddai.trainer.search.config import EpisodeBackends, EpisodeConfig, RewardOverrides
 
 
+@with_groups()
 def train_ppo_command(
     model: Annotated[
         str, typer.Option("--model", help="Starting policy: a local folder or a hub id.")
     ],
-    data: Annotated[Path, typer.Option("--data", help="Prompts in verl's RL parquet shape.")],
-    corpus: Annotated[
-        Path, typer.Option("--corpus", help="pages.parquet (or its folder) to search and crop.")
-    ],
+    data: PromptDataOpt,
+    corpus: CorpusOpt,
     out: Annotated[
         Path,
         typer.Option("--out-dir", help="Output folder: the policy, critic/ and metrics.jsonl."),
@@ -87,12 +71,6 @@ def train_ppo_command(
             help="Run id of the rollout log. Default: ppo_<timestamp>.",
         ),
     ] = default_of(PPORunConfig, "run_id"),
-    reward: RewardOpt = REWARD.reward,
-    w_judge: WJudgeOpt = REWARD.w_judge,
-    w_ndcg: WNdcgOpt = REWARD.w_ndcg,
-    w_format: WFormatOpt = REWARD.w_format,
-    bias: BiasOpt = REWARD.bias,
-    gate: GateOpt = REWARD.gate,
     n_agent: Annotated[int, typer.Option("--n-agent", help="Rollouts per prompt.")] = default_of(
         PPORunConfig, "n_agent"
     ),
@@ -187,17 +165,6 @@ def train_ppo_command(
     temperature: Annotated[
         float, typer.Option("--temperature", help="Sampling temperature.")
     ] = default_of(PPORunConfig, "temperature"),
-    max_turns: MaxTurnsOpt = EPISODE.max_turns,
-    search_k: SearchKOpt = EPISODE.search_k,
-    force_completion: ForceCompletionOpt = EPISODE.force_completion,
-    restrict_to_doc: RestrictToDocOpt = EPISODE.restrict_to_doc,
-    max_turn_tokens: MaxTurnTokensOpt = EPISODE.max_turn_tokens,
-    max_completion_tokens: MaxCompletionTokensOpt = EPISODE.max_completion_tokens,
-    obs_max_tokens: ObsOpt = EPISODE.obs_max_tokens,
-    search: SearchOpt = BACKENDS.search,
-    generator: GeneratorOpt = BACKENDS.generator,
-    judge: JudgeOpt = BACKENDS.judge,
-    reward_timeout: RewardTimeoutOpt = BACKENDS.reward_timeout,
     limit: LimitOpt = default_of(PPORunConfig, "limit"),
     grad_accum: Annotated[
         int,
@@ -233,33 +200,32 @@ def train_ppo_command(
     ] = default_of(PPORunConfig, "save_steps"),
     launch: LaunchOpt = None,
     accelerate_config: AccelerateConfigOpt = None,
-    progress: ProgressOpt = True,
+    progress: ProgressOpt = default_of(PPORunConfig, "progress"),
     as_json: JsonOpt = False,
+    *,
+    rewards: RewardOverrides,
+    episode: EpisodeConfig,
+    backends: EpisodeBackends,
 ) -> None:
     """PPO over the multi-turn search environment, with a value head as critic and GAE."""
     maybe_relaunch(launch, accelerate_config)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from ddai.trainer.ppo.train import run_ppo
 
-    for name, path in (("--data", data), ("--corpus", corpus)):
-        if not path.exists():
-            raise fail(f"{name} {path} not found; make fixture data with `ddai fixtures make OUT`")
+    require_inputs(data, corpus)
     cfg = PPORunConfig(
         model=model,
         data=data,
         corpus=corpus,
+        episode=episode,
+        rewards=rewards,
+        backends=backends,
         output_dir=out,
         critic=critic,
         critic_head=critic_head,
         critic_unfreeze=critic_unfreeze,
         run_id=run_id,
         logs=logs,
-        reward=reward,
-        w_judge=w_judge,
-        w_ndcg=w_ndcg,
-        w_format=w_format,
-        bias=bias,
-        gate=gate,
         n_agent=n_agent,
         batch_size=batch_size,
         mini_batch_size=mini_batch_size,
@@ -282,17 +248,6 @@ def train_ppo_command(
         lam=lam,
         whiten_advantages=whiten,
         temperature=temperature,
-        max_turns=max_turns,
-        search_k=search_k,
-        force_completion=force_completion,
-        restrict_to_doc=restrict_to_doc,
-        max_turn_tokens=max_turn_tokens,
-        max_completion_tokens=max_completion_tokens,
-        obs_max_tokens=obs_max_tokens,
-        search=search,
-        generator=generator,
-        judge=judge,
-        reward_timeout=reward_timeout,
         limit=limit,
         grad_clip=grad_clip,
         grad_accum=grad_accum,

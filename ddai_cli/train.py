@@ -9,19 +9,12 @@ from typing import Annotated
 
 import typer
 
-from ddai.cli.common import JsonOpt, LogsOpt, ProgressOpt, check_run_ids, fail
+from ddai.cli.common import JsonOpt, LogsOpt, ProgressOpt, check_run_ids
 from ddai.cli.options import (
-    BACKENDS,
-    EPISODE,
-    REWARD,
     AccelerateConfigOpt,
-    BiasOpt,
     ConfigOpt,
+    CorpusOpt,
     DtypeOpt,
-    ForceCompletionOpt,
-    GateOpt,
-    GeneratorOpt,
-    JudgeOpt,
     LaunchOpt,
     LimitOpt,
     LogStepsOpt,
@@ -30,33 +23,25 @@ from ddai.cli.options import (
     LoraROpt,
     LoraTargetOpt,
     LrOpt,
-    MaxCompletionTokensOpt,
-    MaxTurnsOpt,
-    MaxTurnTokensOpt,
     ModelOpt,
-    ObsMaxTokensOpt,
     OutOpt,
     PreflightPromptsOpt,
+    PromptDataOpt,
     RepetitionPenaltyOpt,
     ReportOpt,
-    RestrictToDocOpt,
     ResumeOpt,
-    RewardOpt,
-    RewardTimeoutOpt,
     SaveOpt,
-    SearchKOpt,
-    SearchOpt,
     SeedOpt,
     SetOpt,
     SkipPreflightOpt,
     StepsOpt,
-    WFormatOpt,
-    WJudgeOpt,
-    WNdcgOpt,
     default_of,
+    require_inputs,
+    with_groups,
 )
 from ddai.cli.running import TRAIN_HELP, main_summary, maybe_relaunch, run_or_fail, sub_app
 from ddai.trainer.grpo.config import GRPORunConfig
+from ddai.trainer.search.config import EpisodeBackends, EpisodeConfig, RewardOverrides
 from ddai.trainer.sft.train import SFTRunConfig
 
 
@@ -94,19 +79,10 @@ def register(app: typer.Typer) -> None:
         assistant_only_loss: Annotated[
             bool, typer.Option(help="Loss on the Searcher's turns only (observations masked).")
         ] = default_of(SFTRunConfig, "assistant_only_loss"),
-        lora: Annotated[
-            bool,
-            typer.Option("--lora", help="Train a LoRA adapter (peft); the merged model is saved."),
-        ] = default_of(SFTRunConfig, "lora"),
-        lora_r: Annotated[int, typer.Option("--lora-r", help="LoRA rank.")] = default_of(
-            SFTRunConfig, "lora_r"
-        ),
-        lora_alpha: Annotated[int, typer.Option("--lora-alpha", help="LoRA alpha.")] = default_of(
-            SFTRunConfig, "lora_alpha"
-        ),
-        lora_target: Annotated[
-            str, typer.Option("--lora-target", help="LoRA target modules (peft syntax).")
-        ] = default_of(SFTRunConfig, "lora_target"),
+        lora: LoraOpt = default_of(SFTRunConfig, "lora"),
+        lora_r: LoraROpt = default_of(SFTRunConfig, "lora_r"),
+        lora_alpha: LoraAlphaOpt = default_of(SFTRunConfig, "lora_alpha"),
+        lora_target: LoraTargetOpt = default_of(SFTRunConfig, "lora_target"),
         image_root: Annotated[
             Path | None,
             typer.Option(
@@ -165,18 +141,11 @@ def register(app: typer.Typer) -> None:
         main_summary("ddai train sft", asdict(result), as_json=as_json)
 
     @train_app.command("grpo")
+    @with_groups()
     def grpo(
         model: ModelOpt,
-        data: Annotated[
-            Path,
-            typer.Option(
-                "--data",
-                help="Prompts in verl's RL parquet shape (id, prompt, file_name, reference_page, reward_model, extra_info).",
-            ),
-        ],
-        corpus: Annotated[
-            Path, typer.Option("--corpus", help="pages.parquet (or its folder) to search and crop.")
-        ],
+        data: PromptDataOpt,
+        corpus: CorpusOpt,
         out: OutOpt,
         logs: LogsOpt = default_of(GRPORunConfig, "logs"),
         run_id: Annotated[
@@ -194,12 +163,6 @@ def register(app: typer.Typer) -> None:
                 help="Optimiser preset: gspo-ddai (seed defaults: sequence ratio, clip 3e-4/4e-4, lr 1e-6, KL 0, entropy 0, two optimizer steps of --batch-size rollouts per rollout batch) or grpo.",
             ),
         ] = default_of(GRPORunConfig, "preset"),
-        reward: RewardOpt = REWARD.reward,
-        w_judge: WJudgeOpt = REWARD.w_judge,
-        w_ndcg: WNdcgOpt = REWARD.w_ndcg,
-        w_format: WFormatOpt = REWARD.w_format,
-        bias: BiasOpt = REWARD.bias,
-        gate: GateOpt = REWARD.gate,
         n_agent: Annotated[
             int | None, typer.Option("--n-agent", help="Rollouts per prompt (the GRPO group).")
         ] = default_of(GRPORunConfig, "n_agent"),
@@ -238,10 +201,6 @@ def register(app: typer.Typer) -> None:
             float | None, typer.Option("--temperature", help="Sampling temperature.")
         ] = default_of(GRPORunConfig, "temperature"),
         repetition_penalty: RepetitionPenaltyOpt = default_of(GRPORunConfig, "repetition_penalty"),
-        max_turns: MaxTurnsOpt = EPISODE.max_turns,
-        search_k: SearchKOpt = EPISODE.search_k,
-        force_completion: ForceCompletionOpt = EPISODE.force_completion,
-        restrict_to_doc: RestrictToDocOpt = EPISODE.restrict_to_doc,
         observation: Annotated[
             str,
             typer.Option(
@@ -267,13 +226,6 @@ def register(app: typer.Typer) -> None:
                 "multimodal generator; 0 sends text only. Text generators ignore images.",
             ),
         ] = default_of(GRPORunConfig, "generator_max_images"),
-        max_turn_tokens: MaxTurnTokensOpt = EPISODE.max_turn_tokens,
-        max_completion_tokens: MaxCompletionTokensOpt = EPISODE.max_completion_tokens,
-        obs_max_tokens: ObsMaxTokensOpt = EPISODE.obs_max_tokens,
-        search: SearchOpt = BACKENDS.search,
-        generator: GeneratorOpt = BACKENDS.generator,
-        judge: JudgeOpt = BACKENDS.judge,
-        reward_timeout: RewardTimeoutOpt = BACKENDS.reward_timeout,
         vllm: Annotated[
             str | None,
             typer.Option(
@@ -302,6 +254,10 @@ def register(app: typer.Typer) -> None:
         preflight_prompts: PreflightPromptsOpt = default_of(GRPORunConfig, "preflight_prompts"),
         progress: ProgressOpt = default_of(GRPORunConfig, "progress"),
         as_json: JsonOpt = False,
+        *,
+        rewards: RewardOverrides,
+        episode: EpisodeConfig,
+        backends: EpisodeBackends,
     ) -> None:
         """GRPO over the multi-turn search environment; every step's rollouts go to the rollout log."""
         maybe_relaunch(launch, accelerate_config)
@@ -310,11 +266,7 @@ def register(app: typer.Typer) -> None:
         from ddai.trainer.grpo.train import run_grpo
 
         overrides = run_or_fail(parse_set, set_)
-        for name, path in (("--data", data), ("--corpus", corpus)):
-            if not path.exists():
-                raise fail(
-                    f"{name} {path} not found; make fixture data with `ddai fixtures make OUT`"
-                )
+        require_inputs(data, corpus)
         cfg = GRPORunConfig(
             model=model,
             data=data,
@@ -323,12 +275,9 @@ def register(app: typer.Typer) -> None:
             run_id=run_id,
             logs=logs,
             preset=preset,
-            reward=reward,
-            w_judge=w_judge,
-            w_ndcg=w_ndcg,
-            w_format=w_format,
-            bias=bias,
-            gate=gate,
+            episode=episode,
+            rewards=rewards,
+            backends=backends,
             n_agent=n_agent,
             batch_size=batch_size,
             max_steps=max_steps,
@@ -341,20 +290,9 @@ def register(app: typer.Typer) -> None:
             loss_type=loss_type,
             temperature=temperature,
             repetition_penalty=repetition_penalty,
-            max_turns=max_turns,
-            search_k=search_k,
-            force_completion=force_completion,
-            restrict_to_doc=restrict_to_doc,
             observation=observation,
             image_root=image_root,
             generator_max_images=generator_max_images,
-            max_turn_tokens=max_turn_tokens,
-            max_completion_tokens=max_completion_tokens,
-            obs_max_tokens=obs_max_tokens,
-            search=search,
-            generator=generator,
-            judge=judge,
-            reward_timeout=reward_timeout,
             vllm=vllm,
             vllm_server_base_url=vllm_url,
             limit=limit,

@@ -120,3 +120,46 @@ def test_value_score_progress_flag_reaches_its_config(flags, shown, tmp_path, mo
     res = CliRunner().invoke(app, [*args, *flags])
     assert res.exit_code == 2 and "stopped after reading the config" in res.output
     assert [c.progress for c in seen] == [shown]
+
+
+EPISODE_COMMANDS = [("train", "grpo"), ("train", "ppo"), ("train", "collect")]
+
+
+@pytest.mark.parametrize("path", EPISODE_COMMANDS, ids=["-".join(p) for p in EPISODE_COMMANDS])
+def test_nested_config_flags_default_to_their_nested_fields(path):
+    """The episode, reward and backend flags build ``cfg.episode``/``rewards``/``backends``: each
+    such flag of the command has its nested field's default, and every nested field has a flag."""
+    from ddai.cli.options import EPISODE_GROUPS
+    from ddai.trainer.search.config import EpisodeBackends, EpisodeConfig, RewardOverrides
+
+    classes = {"episode": EpisodeConfig, "rewards": RewardOverrides, "backends": EpisodeBackends}
+    params = {p.name: p for p in _command(path).params}
+    for group, cls in classes.items():
+        mapping = field_of_param(EPISODE_GROUPS[group], cls.__name__)
+        defaults = _defaults(cls)
+        assert sorted(mapping.values()) == sorted(defaults), group  # every field has its flag
+        differ = [
+            f"{param}: {params[param].default!r} != {group}.{field}={defaults[field]!r}"
+            for param, field in mapping.items()
+            if params[param].default != defaults[field]
+        ]
+        assert differ == []
+
+
+def test_the_run_configs_hold_the_nested_configs():
+    # One episode config per run, nested: no episode field is copied into a run config, and each
+    # run gets its own (a default_factory, not one shared instance).
+    from ddai.trainer.grpo.config import GRPORunConfig
+    from ddai.trainer.ppo.config import PPORunConfig
+    from ddai.trainer.search.collect import CollectConfig
+    from ddai.trainer.search.config import EpisodeConfig
+
+    for cls in (GRPORunConfig, PPORunConfig, CollectConfig):
+        names = {f.name for f in dataclasses.fields(cls)}
+        assert {"episode", "rewards", "backends"} <= names, cls
+        assert not names & {f.name for f in dataclasses.fields(EpisodeConfig)}, cls
+        required = {"model": "m", "data": "d", "corpus": "c"}
+        if "output_dir" in names:
+            required["output_dir"] = "o"
+        a, b = cls(**required), cls(**required)
+        assert a.episode == EpisodeConfig() and a.episode is not b.episode

@@ -77,7 +77,8 @@ def test_yaml_config_and_unknown_keys(tmp_path):
 
 
 def test_reward_flags_override_preset(tmp_path):
-    spec = reward_spec(_cfg(tmp_path, reward="ddai-phase1", gate=False, w_judge=0.5))
+    rewards = RewardOverrides(reward="ddai-phase1", gate=False, w_judge=0.5)
+    spec = reward_spec(_cfg(tmp_path, rewards=rewards).rewards)
     assert (spec.bias, spec.w_ndcg, spec.w_judge, spec.gate) == (0.1, 0.9, 0.5, False)
 
 

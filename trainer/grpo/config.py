@@ -1,5 +1,5 @@
-"""``ddai train grpo``'s settings: the run config (episode, reward and backend fields from the
-shared bases of ``ddai.trainer.search.config``), the optimiser presets, and the TRL ``GRPOConfig``
+"""``ddai train grpo``'s settings: the run config (its episode, reward and backend settings nested
+from ``ddai.trainer.search.config``), the optimiser presets, and the TRL ``GRPOConfig``
 built from defaults < preset < config file < flags < ``--set``.
 """
 
@@ -46,9 +46,9 @@ def train_preset(name: str | None) -> dict[str, Any]:
 
 
 @dataclass
-class GRPORunConfig(EpisodeConfig, RewardOverrides, EpisodeBackends):
-    """One GRPO run; every field has a flag in ``ddai train grpo``. Episode, reward and backend
-    fields are the shared bases' (``ddai.trainer.search.config``), keyword-only."""
+class GRPORunConfig:
+    """One GRPO run; every field has a flag in ``ddai train grpo`` (the nested configs' fields
+    too)."""
 
     model: str
     data: Path
@@ -56,6 +56,12 @@ class GRPORunConfig(EpisodeConfig, RewardOverrides, EpisodeBackends):
     corpus: Path
     """``pages.parquet`` (or its folder) the search backend and crops read."""
     output_dir: Path
+    episode: EpisodeConfig = field(default_factory=EpisodeConfig)
+    """Turns, search and token budgets of each episode."""
+    rewards: RewardOverrides = field(default_factory=RewardOverrides)
+    """The reward preset and its overrides."""
+    backends: EpisodeBackends = field(default_factory=EpisodeBackends)
+    """The search, generator and judge backends, and the score timeout."""
     run_id: str | None = None
     logs: Path | None = None
     preset: str | None = None
@@ -177,7 +183,7 @@ def grpo_args(cfg: GRPORunConfig) -> Any:
         "save_strategy": "steps",
         "save_total_limit": 2,
         "disable_tqdm": not cfg.progress,
-        "max_completion_length": cfg.max_completion_tokens,
+        "max_completion_length": cfg.episode.max_completion_tokens,
         # Activations recomputed in the backward pass: a training forward keeps one layer's
         # activations instead of all of them (``--set activation_checkpointing=false`` to trade
         # back; transformers' new name for gradient checkpointing).

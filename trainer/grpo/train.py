@@ -110,12 +110,12 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
     args = grpo_args(cfg)
     dist.allow_fsdp_on_cpu(args)
     resume_from = common.resume_checkpoint(cfg.output_dir, cfg.resume)
-    spec = cfg.reward_spec()
+    spec = cfg.rewards.reward_spec()
     tasks = load_tasks(cfg.data, cfg.limit)
     if not tasks:
         raise common.TrainConfigError(f"--data {cfg.data}: no prompts")
     corpus = Corpus.load(cfg.corpus)
-    backends = backends or default_backends(cfg, corpus, spec)
+    backends = backends or default_backends(cfg.backends, corpus, spec)
     if spec.needs_judge and (backends.generator is None or backends.judge is None):
         raise common.TrainConfigError(
             "the reward uses the judge: a generator and a judge backend are needed"
@@ -131,8 +131,8 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
             corpus,
             str(cfg.corpus),
             backends.search,
-            k=cfg.search_k,
-            restrict_to_doc=cfg.restrict_to_doc,
+            k=cfg.episode.search_k,
+            restrict_to_doc=cfg.episode.restrict_to_doc,
             prompts=cfg.preflight_prompts,
             seed=cfg.seed,
         )
@@ -168,8 +168,8 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
     env = SearchEnv(
         backends.search,
         corpus,
-        env_config(cfg, cfg.observation),
-        truncate=token_truncator(tok, cfg.obs_max_tokens),
+        env_config(cfg.episode, cfg.observation),
+        truncate=token_truncator(tok, cfg.episode.obs_max_tokens),
         image_of=image_of,
         box_convention=box_convention,
     )
@@ -181,7 +181,7 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
     rollout = SearchRollout(
         tokenizer=tok,
         env=env,
-        rollout=rollout_config(cfg),
+        rollout=rollout_config(cfg.episode),
         spec=spec,
         scorer=scorer,
         temperature=args.temperature,
@@ -196,7 +196,7 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
     step_metrics = TrainMetricsLog(log.logs, run_id)
     trainer = grpo_trainer_class()(
         model=model,
-        reward_funcs=[DdaiReward(rollout, cfg.reward_timeout)],
+        reward_funcs=[DdaiReward(rollout, cfg.backends.reward_timeout)],
         args=args,
         train_dataset=Dataset.from_list([t.to_row() for t in tasks]),
         processing_class=tok,
@@ -216,7 +216,8 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
             slots = preflight_slots(tasks, cfg.preflight_prompts, args.num_generations, cfg.seed)
             with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as m:
                 check_episodes(
-                    report, sampled_episodes(rollout, slots, trainer, m, cfg.reward_timeout)
+                    report,
+                    sampled_episodes(rollout, slots, trainer, m, cfg.backends.reward_timeout),
                 )
             report.raise_errors()
         if trainer.accelerator.is_main_process:

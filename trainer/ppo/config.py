@@ -1,11 +1,11 @@
-"""``ddai train ppo``'s settings: the run config (episode, reward and backend fields from the
-shared bases of ``ddai.trainer.search.config``) with its checks, and the result. Imports no torch,
+"""``ddai train ppo``'s settings: the run config (its episode, reward and backend settings nested
+from ``ddai.trainer.search.config``, as in ``GRPORunConfig``) with its checks, and the result. Imports no torch,
 so the CLI reads its defaults from here.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ddai.trainer.common import TrainConfigError
@@ -24,15 +24,20 @@ CRITIC_DIR = "critic"
 
 
 @dataclass
-class PPORunConfig(EpisodeConfig, RewardOverrides, EpisodeBackends):
-    """One PPO run; every field has a flag in ``ddai train ppo``. Episode, reward and backend
-    fields are the shared bases' (``ddai.trainer.search.config``), keyword-only, as in
-    ``GRPORunConfig``."""
+class PPORunConfig:
+    """One PPO run; every field has a flag in ``ddai train ppo`` (the nested configs' fields
+    too)."""
 
     model: str
     data: Path
     corpus: Path
     output_dir: Path
+    episode: EpisodeConfig = field(default_factory=EpisodeConfig)
+    """Turns, search and token budgets of each episode (the same object GRPO holds)."""
+    rewards: RewardOverrides = field(default_factory=RewardOverrides)
+    """The reward preset and its overrides."""
+    backends: EpisodeBackends = field(default_factory=EpisodeBackends)
+    """The search, generator and judge backends, and the score timeout."""
     critic: str | None = None
     """A value checkpoint (``ddai train value``); None: a fresh head on the policy's trunk."""
     critic_head: str = "linear"

@@ -368,7 +368,7 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
             "to train more steps"
         )
     corpus = Corpus.load(cfg.corpus)
-    backends = backends or default_backends(cfg, corpus, cfg.reward_spec())
+    backends = backends or default_backends(cfg.backends, corpus, cfg.rewards.reward_spec())
     report = pf.PreflightReport(skipped=cfg.skip_preflight)
     if not cfg.skip_preflight:
         static_preflight(
@@ -377,8 +377,8 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
             corpus,
             str(cfg.corpus),
             backends.search,
-            k=cfg.search_k,
-            restrict_to_doc=cfg.restrict_to_doc,
+            k=cfg.episode.search_k,
+            restrict_to_doc=cfg.episode.restrict_to_doc,
             prompts=cfg.preflight_prompts,
             seed=cfg.seed,
         )
@@ -430,7 +430,9 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
             slots = preflight_slots(tasks, cfg.preflight_prompts, cfg.n_agent, cfg.seed)
             pf.check_episodes(
                 report,
-                sampled_episodes(episodes.rollout, slots, None, bare_policy, cfg.reward_timeout),
+                sampled_episodes(
+                    episodes.rollout, slots, None, bare_policy, cfg.backends.reward_timeout
+                ),
             )
             report.raise_errors()
         if main:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,14 +24,20 @@ from ddai.trainer.search.config import EpisodeBackends, EpisodeConfig, RewardOve
 
 
 @dataclass
-class CollectConfig(EpisodeConfig, RewardOverrides, EpisodeBackends):
-    """One collection run; every field has a flag in ``ddai train collect``. Episode, reward and
-    backend fields are the shared bases' (``ddai.trainer.search.config``), keyword-only."""
+class CollectConfig:
+    """One collection run; every field has a flag in ``ddai train collect`` (the nested configs'
+    fields too)."""
 
     model: str
     """The local policy, or with ``generate_via`` the tokenizer of the server's model."""
     data: Path
     corpus: Path
+    episode: EpisodeConfig = field(default_factory=EpisodeConfig)
+    """Turns, search and token budgets of each episode."""
+    rewards: RewardOverrides = field(default_factory=RewardOverrides)
+    """The reward preset and its overrides."""
+    backends: EpisodeBackends = field(default_factory=EpisodeBackends)
+    """The search, generator and judge backends, and the score timeout."""
     generate_via: str | None = None
     """A ``[backends.NAME]`` of kind ``openai`` that generates the policy's turns."""
     run_id: str | None = None
@@ -98,7 +104,7 @@ def run_collect(cfg: CollectConfig, backends: Any | None = None) -> CollectResul
     if not tasks:
         raise TrainConfigError(f"--data {cfg.data}: no prompts")
     corpus = Corpus.load(cfg.corpus)
-    backends = backends or default_backends(cfg, corpus, cfg.reward_spec())
+    backends = backends or default_backends(cfg.backends, corpus, cfg.rewards.reward_spec())
     acc = accel.make_accelerator()
     main = acc.is_main_process
     model, tok, sampler = _policy(cfg)

@@ -184,10 +184,10 @@ class Episodes:
     def __init__(
         self, cfg: Any, tok: Any, corpus: Any, backends: Any, *, sampler: Any = None
     ) -> None:
-        """``cfg``: an ``EpisodeConfig`` + ``RewardOverrides`` + ``EpisodeBackends`` with a
-        ``temperature``; ``sampler``:
-        generate through it instead of the policy passed to ``collect``."""
-        spec = cfg.reward_spec()
+        """``cfg``: a run config holding ``episode``, ``rewards`` and ``backends`` (the nested
+        configs of ``search.config``) and a ``temperature``; ``sampler``: generate through it
+        instead of the policy passed to ``collect``."""
+        spec = cfg.rewards.reward_spec()
         if spec.needs_judge and (backends.generator is None or backends.judge is None):
             raise TrainConfigError(
                 "the reward uses the judge: a generator and a judge backend are needed"
@@ -195,8 +195,8 @@ class Episodes:
         env = SearchEnv(
             backends.search,
             corpus,
-            env_config(cfg),
-            truncate=token_truncator(tok, cfg.obs_max_tokens),
+            env_config(cfg.episode),
+            truncate=token_truncator(tok, cfg.episode.obs_max_tokens),
         )
         self.scorer = (
             StreamingScorer(backends.generator, backends.judge) if spec.needs_judge else None
@@ -204,13 +204,13 @@ class Episodes:
         self.rollout = SearchRollout(
             tokenizer=tok,
             env=env,
-            rollout=rollout_config(cfg),
+            rollout=rollout_config(cfg.episode),
             spec=spec,
             scorer=self.scorer,
             temperature=cfg.temperature,
         )
         self.rollout.sampler = sampler
-        self.reward = DdaiReward(self.rollout, cfg.reward_timeout)
+        self.reward = DdaiReward(self.rollout, cfg.backends.reward_timeout)
 
     def collect(
         self, slots: list[tuple[Task, int, int]], policy: Any
