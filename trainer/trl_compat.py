@@ -159,7 +159,7 @@ def grpo_trainer_class() -> type:
             rows = []
             groups: dict[int, list[float]] = {}
             for i, (inp, adv) in enumerate(zip(inputs, advantages, strict=True)):
-                traj, judged, score = self.ddai_rollout.pop(inp["episode_key"])
+                traj, judged, score = self.ddai_rollout.store.pop(inp["episode_key"])
                 if score is not None and not score.unscorable:
                     groups.setdefault(traj.group, []).append(score.reward)
                 if self.ddai_log is not None:
