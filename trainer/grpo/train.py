@@ -90,6 +90,18 @@ def page_images(cfg: GRPORunConfig, corpus: Any) -> Any:
     return image_of
 
 
+def commit_each_step(log: RolloutLog) -> Any:
+    """A ``TrainerCallback`` that commits each optimizer step's rollouts when the step ends (the
+    trainer queues them in ``log`` as they are scored, possibly over several generations)."""
+    from transformers import TrainerCallback
+
+    class CommitEachStep(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            log.flush()
+
+    return CommitEachStep()
+
+
 def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult:
     """Train with GRPO; save the final model to ``output_dir``; log rollouts to the store."""
     from datasets import Dataset
@@ -204,6 +216,7 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
         callbacks=[
             *common.build_callbacks(cfg.output_dir, metrics_file, progress=cfg.progress),
             step_metrics,
+            commit_each_step(log),
         ],
         ddai_rollout=rollout,
         ddai_log=log,
@@ -231,6 +244,7 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
     try:
         trainer.train(resume_from_checkpoint=resume_from)
     finally:
+        log.flush()
         if scorer is not None:
             scorer.close()
     changed = len(changed_parameters(before, trainer.model))  # collective under FSDP

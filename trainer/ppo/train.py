@@ -343,7 +343,7 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
     from ddai.trainer.runtime import accel
     from ddai.trainer.search import preflight as pf
     from ddai.trainer.search.episodes import Episodes, default_backends
-    from ddai.trainer.search.logrows import RolloutLog
+    from ddai.trainer.search.logrows import RolloutLog, take_rows
     from ddai.trainer.search.preflight_steps import (
         preflight_slots,
         preflight_status,
@@ -445,7 +445,7 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
     run_id = accel.gather_rows([run_id], acc)[0]  # rank 0's timestamp names the run
     log = RolloutLog(workspace.logs_dir(cfg.logs), run_id)
     if start and main:
-        ck.drop_rollouts_after(log.logs, run_id, start)
+        log.drop_after(start)
     kept = ck.keep_metrics_until(out / "metrics.jsonl", start) if main and start else []
     metrics_log = MetricsLog(out / "metrics.jsonl") if main else None
     if kept:
@@ -484,12 +484,18 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
                 metrics = accel.mean_metrics(metrics, acc)
                 vf_losses.append(metrics["critic/vf_loss"])
                 advantages = vl.sequence_mean(exp.advantages, batch.mask).tolist()
-                rows = episodes.log_rows(
-                    trajs, advantages, run_id=run_id, step=step, first_sample=first_sample
+                rows = take_rows(
+                    episodes.store,
+                    [t.key for t in trajs],
+                    advantages,
+                    run_id=run_id,
+                    step=step,
+                    first_sample=first_sample,
                 )
                 rows = accel.gather_rows(rows, acc)
                 if main:
-                    log.append(rows)
+                    log.append(rows, step)
+                    log.flush()  # a checkpoint of this step has its rows committed
                     metrics_log.log(step, metrics)
                     if step == cfg.max_steps or (cfg.save_steps and step % cfg.save_steps == 0):
                         ck.save_checkpoint(

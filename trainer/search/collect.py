@@ -95,7 +95,7 @@ def run_collect(cfg: CollectConfig, backends: Any | None = None) -> CollectResul
     from ddai.pipelines.progress import bar
     from ddai.trainer.runtime import accel
     from ddai.trainer.search.episodes import Episodes, default_backends
-    from ddai.trainer.search.logrows import RolloutLog
+    from ddai.trainer.search.logrows import RolloutLog, take_rows
     from ddai.trainer.search.tasks import load_tasks
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -129,7 +129,10 @@ def run_collect(cfg: CollectConfig, backends: Any | None = None) -> CollectResul
                 if slots:
                     with torch.no_grad():
                         trajs, _, _ = episodes.collect(slots, model)
-                    rows = episodes.log_rows(trajs, [None] * len(trajs), run_id=run_id, step=None)
+                    keys = [t.key for t in trajs]
+                    rows = take_rows(
+                        episodes.store, keys, [None] * len(keys), run_id=run_id, step=None
+                    )
                 rows = accel.gather_rows(rows, acc)
                 for i, row in enumerate(rows):
                     row["sample_idx"] = logged + i

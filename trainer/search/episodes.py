@@ -18,7 +18,6 @@ from ddai.trainer.common import TrainConfigError
 from ddai.trainer.runtime import dist
 from ddai.trainer.search.config import EpisodeBackends, EpisodeConfig
 from ddai.trainer.search.env import EnvConfig, SearchEnv
-from ddai.trainer.search.logrows import rollout_row
 from ddai.trainer.search.rewards import RewardSpec, StreamingScorer
 from ddai.trainer.search.rollout import (
     HFSampler,
@@ -198,33 +197,6 @@ class Episodes:
         trajs = self.rollout.run(slots, None, policy)
         rewards, metrics = asyncio.run(self.store.score([t.key for t in trajs], self.timeout))
         return trajs, rewards, metrics
-
-    def log_rows(
-        self,
-        trajs: list[Any],
-        advantages: list[float | None],
-        *,
-        run_id: str,
-        step: int | None,
-        first_sample: int = 0,
-    ) -> list[dict[str, Any]]:
-        """Rollout-log rows of scored episodes (each logged with its mean token advantage);
-        ``sample_idx`` counts from ``first_sample`` (this rank's offset in the global batch)."""
-        rows_out = []
-        for i, (t, adv) in enumerate(zip(trajs, advantages, strict=True)):
-            traj, judged, score = self.store.pop(t.key)
-            rows_out.append(
-                rollout_row(
-                    traj,
-                    run_id=run_id,
-                    step=step,
-                    advantage=adv,
-                    sample_idx=first_sample + i,
-                    judged=judged,
-                    score=score,
-                )
-            )
-        return rows_out
 
     def close(self) -> None:
         if self.scorer is not None:

@@ -131,6 +131,16 @@ class ScoreStore:
         """The score of a kept episode (None before ``score``)."""
         return self._scores.get(key)
 
+    def group_rewards(self, keys: list[str]) -> dict[int, list[float]]:
+        """The scored rewards of ``keys`` by group (unscorable and unscored ones left out), for
+        the zero-variance count."""
+        groups: dict[int, list[float]] = {}
+        for k in keys:
+            score = self._scores.get(k)
+            if score is not None and not score.unscorable:
+                groups.setdefault(self._episodes[k].group, []).append(score.reward)
+        return groups
+
     def pop(self, key: str) -> tuple[Any, Judged | None, Score | None]:
         """Take an episode out: ``(trajectory, judge result or None, score or None)``."""
         self._judging.pop(key, None)
