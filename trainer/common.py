@@ -90,6 +90,23 @@ def merge_layers(*layers: Mapping[str, Any] | None) -> dict[str, Any]:
     return out
 
 
+def user_layers(config_cls: type, cfg: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The TRL knobs a run's user set: its config file's (``cfg.config_file``) and ``--set``'s
+    (``cfg.overrides``), each checked against ``config_cls``'s fields."""
+    file_layer = load_config_file(cfg.config_file)
+    check_keys(config_cls, file_layer, str(cfg.config_file))
+    check_keys(config_cls, cfg.overrides, "--set")
+    return file_layer, cfg.overrides
+
+
+def trl_config(config_cls: type, merged: dict[str, Any], cfg: Any, **fixed: Any) -> Any:
+    """``config_cls(**merged)`` with ``report_to``'s integrations (the metrics file is ddai's own
+    callback), ``cfg``'s ``output_dir`` and ``seed``, and ``fixed`` set over the layers."""
+    integrations, _ = split_report_to(merged.pop("report_to", None))
+    merged.update(output_dir=str(cfg.output_dir), report_to=integrations, seed=cfg.seed, **fixed)
+    return config_cls(**merged)
+
+
 def device_defaults() -> dict[str, Any]:
     """CPU runs in float32; a CUDA machine trains in bf16 when it supports it."""
     import torch

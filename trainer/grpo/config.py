@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ddai.trainer import common
-from ddai.trainer.search.config import EpisodeBackends, EpisodeConfig, RewardOverrides
+from ddai.trainer.search.config import EpisodeSettings
 
 # Seed 000's focused-round optimiser: sequence-level ratio (GSPO), clip 3e-4/4e-4, lr 1e-6, no KL,
 # no entropy bonus, and its mini-batch structure: verl's ``ppo_mini_batch_size=8`` prompts out of a
@@ -46,9 +46,9 @@ def train_preset(name: str | None) -> dict[str, Any]:
 
 
 @dataclass
-class GRPORunConfig:
-    """One GRPO run; every field has a flag in ``ddai train grpo`` (the nested configs' fields
-    too)."""
+class GRPORunConfig(EpisodeSettings):
+    """One GRPO run; every field has a flag in ``ddai train grpo``, the nested ``episode``,
+    ``rewards`` and ``backends`` (``EpisodeSettings``) field by field."""
 
     model: str
     data: Path
@@ -56,12 +56,6 @@ class GRPORunConfig:
     corpus: Path
     """``pages.parquet`` (or its folder) the search backend and crops read."""
     output_dir: Path
-    episode: EpisodeConfig = field(default_factory=EpisodeConfig)
-    """Turns, search and token budgets of each episode."""
-    rewards: RewardOverrides = field(default_factory=RewardOverrides)
-    """The reward preset and its overrides."""
-    backends: EpisodeBackends = field(default_factory=EpisodeBackends)
-    """The search, generator and judge backends, and the score timeout."""
     run_id: str | None = None
     logs: Path | None = None
     preset: str | None = None
@@ -148,9 +142,7 @@ def grpo_args(cfg: GRPORunConfig) -> Any:
     """TRL ``GRPOConfig`` from defaults < preset < config file < flags < ``--set``."""
     from trl import GRPOConfig
 
-    file_layer = common.load_config_file(cfg.config_file)
-    common.check_keys(GRPOConfig, file_layer, str(cfg.config_file))
-    common.check_keys(GRPOConfig, cfg.overrides, "--set")
+    file_layer, overrides = common.user_layers(GRPOConfig, cfg)
     flags = {
         "num_generations": cfg.n_agent,
         "per_device_train_batch_size": cfg.batch_size,
@@ -191,20 +183,18 @@ def grpo_args(cfg: GRPORunConfig) -> Any:
         **common.device_defaults(),
     }
     preset = train_preset(cfg.preset)
-    if any(layer.get("generation_batch_size") is not None for layer in (file_layer, cfg.overrides)):
+    if any(layer.get("generation_batch_size") is not None for layer in (file_layer, overrides)):
         # TRL takes one of the two; the user's generation batch wins over the preset's structure.
         preset.pop("steps_per_generation", None)
-    merged = common.merge_layers(defaults, preset, file_layer, flags, cfg.overrides)
-    user = {**file_layer, **cfg.overrides}
+    merged = common.merge_layers(defaults, preset, file_layer, flags, overrides)
+    user = {**file_layer, **overrides}
     if "gradient_checkpointing" in user and "activation_checkpointing" not in user:
         # transformers' old name would lose to the new one set by default above.
         merged["activation_checkpointing"] = merged.pop("gradient_checkpointing")
-    integrations, _ = common.split_report_to(merged.pop("report_to", None))
-    merged.update(output_dir=str(cfg.output_dir), report_to=integrations, seed=cfg.seed)
     batch, group = merged["per_device_train_batch_size"], merged["num_generations"]
     if batch % group:
         raise common.TrainConfigError(
             f"--batch-size {batch} must be a multiple of --n-agent {group} "
             "(rollouts per step = prompts × n_agent)"
         )
-    return GRPOConfig(**merged)
+    return common.trl_config(GRPOConfig, merged, cfg)

@@ -39,7 +39,6 @@ from ddai.trainer.search.episodes import (
 )
 from ddai.trainer.search.logrows import RolloutLog
 from ddai.trainer.search.preflight import (
-    PreflightReport,
     check_chat_template,
     check_episodes,
     write_run_config,
@@ -47,8 +46,8 @@ from ddai.trainer.search.preflight import (
 from ddai.trainer.search.preflight_steps import (
     preflight_slots,
     preflight_status,
+    run_static_preflight,
     sampled_episodes,
-    static_preflight,
 )
 from ddai.trainer.search.rewards import StreamingScorer
 from ddai.trainer.search.rollout import token_truncator
@@ -135,20 +134,7 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
     vision = box_convention = None
     image_of = page_images(cfg, corpus)
 
-    report = PreflightReport(skipped=cfg.skip_preflight)
-    if not cfg.skip_preflight:
-        static_preflight(
-            report,
-            tasks,
-            corpus,
-            str(cfg.corpus),
-            backends.search,
-            k=cfg.episode.search_k,
-            restrict_to_doc=cfg.episode.restrict_to_doc,
-            prompts=cfg.preflight_prompts,
-            seed=cfg.seed,
-        )
-        report.raise_errors()
+    report = run_static_preflight(cfg, tasks, corpus, backends.search)
     if cfg.observation == "image":
         if image_of is None:
             raise common.TrainConfigError(

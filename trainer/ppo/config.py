@@ -5,11 +5,11 @@ so the CLI reads its defaults from here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from ddai.trainer.common import TrainConfigError
-from ddai.trainer.search.config import EpisodeBackends, EpisodeConfig, RewardOverrides
+from ddai.trainer.search.config import EpisodeSettings
 
 KL_MODES = ("reward", "loss")
 """Where the reference KL goes: ``reward`` folds ``−β·KL_t`` into the per-token rewards (seed
@@ -24,20 +24,14 @@ CRITIC_DIR = "critic"
 
 
 @dataclass
-class PPORunConfig:
-    """One PPO run; every field has a flag in ``ddai train ppo`` (the nested configs' fields
-    too)."""
+class PPORunConfig(EpisodeSettings):
+    """One PPO run; every field has a flag in ``ddai train ppo``, the nested ``episode``,
+    ``rewards`` and ``backends`` (``EpisodeSettings``) field by field."""
 
     model: str
     data: Path
     corpus: Path
     output_dir: Path
-    episode: EpisodeConfig = field(default_factory=EpisodeConfig)
-    """Turns, search and token budgets of each episode (the same object GRPO holds)."""
-    rewards: RewardOverrides = field(default_factory=RewardOverrides)
-    """The reward preset and its overrides."""
-    backends: EpisodeBackends = field(default_factory=EpisodeBackends)
-    """The search, generator and judge backends, and the score timeout."""
     critic: str | None = None
     """A value checkpoint (``ddai train value``); None: a fresh head on the policy's trunk."""
     critic_head: str = "linear"

@@ -347,8 +347,8 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
     from ddai.trainer.search.preflight_steps import (
         preflight_slots,
         preflight_status,
+        run_static_preflight,
         sampled_episodes,
-        static_preflight,
     )
     from ddai.trainer.search.tasks import load_tasks
     from ddai.trainer.sft.train import save_model
@@ -369,20 +369,7 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
         )
     corpus = Corpus.load(cfg.corpus)
     backends = backends or default_backends(cfg.backends, corpus, cfg.rewards.reward_spec())
-    report = pf.PreflightReport(skipped=cfg.skip_preflight)
-    if not cfg.skip_preflight:
-        static_preflight(
-            report,
-            tasks,
-            corpus,
-            str(cfg.corpus),
-            backends.search,
-            k=cfg.episode.search_k,
-            restrict_to_doc=cfg.episode.restrict_to_doc,
-            prompts=cfg.preflight_prompts,
-            seed=cfg.seed,
-        )
-        report.raise_errors()
+    report = run_static_preflight(cfg, tasks, corpus, backends.search)
     acc = accel.make_accelerator(gradient_accumulation_steps=cfg.grad_accum)
     main = acc.is_main_process
     torch.manual_seed(cfg.seed)  # the same initial weights on every rank

@@ -14,30 +14,24 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ddai.pipelines import workspace
 from ddai.trainer.common import TrainConfigError
-from ddai.trainer.search.config import EpisodeBackends, EpisodeConfig, RewardOverrides
+from ddai.trainer.search.config import EpisodeSettings
 
 
 @dataclass
-class CollectConfig:
-    """One collection run; every field has a flag in ``ddai train collect`` (the nested configs'
-    fields too)."""
+class CollectConfig(EpisodeSettings):
+    """One collection run; every field has a flag in ``ddai train collect``, the nested
+    ``episode``, ``rewards`` and ``backends`` (``EpisodeSettings``) field by field."""
 
     model: str
     """The local policy, or with ``generate_via`` the tokenizer of the server's model."""
     data: Path
     corpus: Path
-    episode: EpisodeConfig = field(default_factory=EpisodeConfig)
-    """Turns, search and token budgets of each episode."""
-    rewards: RewardOverrides = field(default_factory=RewardOverrides)
-    """The reward preset and its overrides."""
-    backends: EpisodeBackends = field(default_factory=EpisodeBackends)
-    """The search, generator and judge backends, and the score timeout."""
     generate_via: str | None = None
     """A ``[backends.NAME]`` of kind ``openai`` that generates the policy's turns."""
     run_id: str | None = None

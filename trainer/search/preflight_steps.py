@@ -39,6 +39,27 @@ def static_preflight(
         check_search(report, picked, search, k=k, restrict_to_doc=restrict_to_doc)
 
 
+def run_static_preflight(cfg: Any, tasks: list[Task], corpus: Any, search: Any) -> PreflightReport:
+    """The run's preflight report after ``static_preflight`` (raising on its errors), or a
+    skipped one; ``cfg``: a GRPO or PPO run config (``skip_preflight``, ``corpus``, ``episode``,
+    ``preflight_prompts``, ``seed``)."""
+    report = PreflightReport(skipped=cfg.skip_preflight)
+    if not cfg.skip_preflight:
+        static_preflight(
+            report,
+            tasks,
+            corpus,
+            str(cfg.corpus),
+            search,
+            k=cfg.episode.search_k,
+            restrict_to_doc=cfg.episode.restrict_to_doc,
+            prompts=cfg.preflight_prompts,
+            seed=cfg.seed,
+        )
+        report.raise_errors()
+    return report
+
+
 def sampled_episodes(
     rollout: SearchRollout,
     slots: list[tuple[Task, int, int]],

@@ -166,9 +166,7 @@ def sft_args(cfg: SFTRunConfig) -> Any:
     """TRL ``SFTConfig`` from defaults < config file < flags < ``--set``."""
     from trl import SFTConfig
 
-    file_layer = common.load_config_file(cfg.config_file)
-    common.check_keys(SFTConfig, file_layer, str(cfg.config_file))
-    common.check_keys(SFTConfig, cfg.overrides, "--set")
+    file_layer, overrides = common.user_layers(SFTConfig, cfg)
     flags = {
         "num_train_epochs": cfg.epochs,
         "max_steps": cfg.max_steps,
@@ -192,15 +190,8 @@ def sft_args(cfg: SFTRunConfig) -> Any:
         "packing": False,
         **common.device_defaults(),
     }
-    merged = common.merge_layers(defaults, file_layer, flags, cfg.overrides)
-    integrations, _ = common.split_report_to(merged.pop("report_to", None))
-    merged.update(
-        output_dir=str(cfg.output_dir),
-        report_to=integrations,
-        assistant_only_loss=cfg.assistant_only_loss,
-        seed=cfg.seed,
-    )
-    return SFTConfig(**merged)
+    merged = common.merge_layers(defaults, file_layer, flags, overrides)
+    return common.trl_config(SFTConfig, merged, cfg, assistant_only_loss=cfg.assistant_only_loss)
 
 
 @dataclass
