@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from ddai.cli.common import JsonOpt, LogsOpt, ProgressOpt, summary
 from ddai.cli.options import (
+    EPISODE_GROUPS,
     CorpusOpt,
-    LimitOpt,
     PromptDataOpt,
+    config_flags,
     default_of,
     require_inputs,
     with_groups,
@@ -22,8 +23,14 @@ from ddai.cli.running import TRAIN_HELP, run_or_fail, sub_app
 from ddai.trainer.search.collect import CollectConfig
 from ddai.trainer.search.config import EpisodeBackends, EpisodeConfig, RewardOverrides
 
+COLLECT_FLAGS = config_flags(
+    CollectConfig,
+    {name: None for name in ("n_agent", "batch_size", "temperature", "top_p", "top_k", "limit")},
+)
+"""The collect flags whose type, default and help are ``CollectConfig``'s own."""
 
-@with_groups()
+
+@with_groups({**EPISODE_GROUPS, "settings": COLLECT_FLAGS})
 def train_collect_command(
     model: Annotated[
         str,
@@ -49,25 +56,6 @@ def train_collect_command(
         str | None,
         typer.Option("--run-id", help="Run id of the rollout log. Default: collect_<timestamp>."),
     ] = default_of(CollectConfig, "run_id"),
-    n_agent: Annotated[int, typer.Option("--n-agent", help="Rollouts per prompt.")] = default_of(
-        CollectConfig, "n_agent"
-    ),
-    batch_size: Annotated[
-        int,
-        typer.Option(
-            "--batch-size", help="Rollouts per batch and process (a multiple of --n-agent)."
-        ),
-    ] = default_of(CollectConfig, "batch_size"),
-    temperature: Annotated[
-        float, typer.Option("--temperature", help="Sampling temperature (0: greedy).")
-    ] = default_of(CollectConfig, "temperature"),
-    top_p: Annotated[float, typer.Option("--top-p", help="Nucleus sampling p.")] = default_of(
-        CollectConfig, "top_p"
-    ),
-    top_k: Annotated[int, typer.Option("--top-k", help="Top-k sampling (0: off).")] = default_of(
-        CollectConfig, "top_k"
-    ),
-    limit: LimitOpt = default_of(CollectConfig, "limit"),
     dtype: Annotated[
         str, typer.Option("--dtype", help="Local policy dtype: float32 (CPU), bfloat16, ...")
     ] = default_of(CollectConfig, "dtype"),
@@ -77,6 +65,7 @@ def train_collect_command(
     progress: ProgressOpt = default_of(CollectConfig, "progress"),
     as_json: JsonOpt = False,
     *,
+    settings: dict[str, Any],
     rewards: RewardOverrides,
     episode: EpisodeConfig,
     backends: EpisodeBackends,
@@ -93,15 +82,10 @@ def train_collect_command(
         episode=episode,
         rewards=rewards,
         backends=backends,
+        **settings,
         generate_via=generate_via,
         run_id=run_id,
         logs=logs,
-        n_agent=n_agent,
-        batch_size=batch_size,
-        temperature=temperature,
-        top_p=top_p,
-        top_k=top_k,
-        limit=limit,
         dtype=dtype,
         seed=seed,
         progress=progress and not as_json,

@@ -37,12 +37,17 @@ class CollectConfig(EpisodeSettings):
     run_id: str | None = None
     logs: Path | None = None
     n_agent: int = 1
+    """Rollouts per prompt."""
     batch_size: int = 8
-    """Rollouts per batch and process (a multiple of ``n_agent``)."""
+    """Rollouts per batch and process (a multiple of --n-agent)."""
     temperature: float = 1.0
+    """Sampling temperature (0: greedy)."""
     top_p: float = 1.0
+    """Nucleus sampling p."""
     top_k: int = 0
+    """Top-k sampling (0: off)."""
     limit: int | None = None
+    """Use only the first N prompts."""
     dtype: str = "float32"
     seed: int = 0
     progress: bool = True
