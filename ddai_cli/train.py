@@ -5,12 +5,13 @@ from __future__ import annotations
 import os
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from ddai.cli.common import JsonOpt, LogsOpt, ProgressOpt, check_run_ids
 from ddai.cli.options import (
+    EPISODE_GROUPS,
     AccelerateConfigOpt,
     ConfigOpt,
     CorpusOpt,
@@ -35,6 +36,7 @@ from ddai.cli.options import (
     SetOpt,
     SkipPreflightOpt,
     StepsOpt,
+    config_flags,
     default_of,
     require_inputs,
     with_groups,
@@ -44,12 +46,48 @@ from ddai.trainer.grpo.config import GRPORunConfig
 from ddai.trainer.search.config import EpisodeBackends, EpisodeConfig, RewardOverrides
 from ddai.trainer.sft.train import SFTRunConfig
 
+SFT_FLAGS = config_flags(
+    SFTRunConfig,
+    {
+        "epochs": None,
+        "batch_size": None,
+        "grad_accum": None,
+        "max_length": None,
+        "assistant_only_loss": "--assistant-only-loss/--no-assistant-only-loss",
+        "image_root": None,
+    },
+)
+"""The SFT flags whose type, default and help are ``SFTRunConfig``'s own."""
+
+GRPO_FLAGS = config_flags(
+    GRPORunConfig,
+    {
+        "preset": None,
+        "n_agent": None,
+        "batch_size": None,
+        "epsilon": "--clip-low",
+        "epsilon_high": "--clip-high",
+        "beta": "--kl",
+        "entropy_coef": "--entropy",
+        "importance_sampling_level": "--ratio-level",
+        "loss_type": None,
+        "temperature": None,
+        "observation": None,
+        "image_root": None,
+        "generator_max_images": None,
+        "vllm": None,
+        "vllm_server_base_url": "--vllm-url",
+    },
+)
+"""The GRPO flags whose type, default and help are ``GRPORunConfig``'s own."""
+
 
 def register(app: typer.Typer) -> None:
     """Add this area's commands to the main app."""
     train_app = sub_app(app, "train", TRAIN_HELP)
 
     @train_app.command("sft")
+    @with_groups({"settings": SFT_FLAGS})
     def sft(
         model: ModelOpt,
         data: Annotated[
@@ -61,36 +99,12 @@ def register(app: typer.Typer) -> None:
             ),
         ],
         out: OutOpt,
-        epochs: Annotated[
-            float | None, typer.Option("--epochs", help="Training epochs.")
-        ] = default_of(SFTRunConfig, "epochs"),
         max_steps: StepsOpt = default_of(SFTRunConfig, "max_steps"),
         lr: LrOpt = default_of(SFTRunConfig, "learning_rate"),
-        batch_size: Annotated[
-            int | None, typer.Option("--batch-size", help="Conversations per device step.")
-        ] = default_of(SFTRunConfig, "batch_size"),
-        grad_accum: Annotated[
-            int | None, typer.Option("--grad-accum", help="Gradient accumulation steps.")
-        ] = default_of(SFTRunConfig, "grad_accum"),
-        max_length: Annotated[
-            int | None,
-            typer.Option("--max-length", help="Truncate conversations to this many tokens."),
-        ] = default_of(SFTRunConfig, "max_length"),
-        assistant_only_loss: Annotated[
-            bool, typer.Option(help="Loss on the Searcher's turns only (observations masked).")
-        ] = default_of(SFTRunConfig, "assistant_only_loss"),
         lora: LoraOpt = default_of(SFTRunConfig, "lora"),
         lora_r: LoraROpt = default_of(SFTRunConfig, "lora_r"),
         lora_alpha: LoraAlphaOpt = default_of(SFTRunConfig, "lora_alpha"),
         lora_target: LoraTargetOpt = default_of(SFTRunConfig, "lora_target"),
-        image_root: Annotated[
-            Path | None,
-            typer.Option(
-                "--image-root",
-                help="Folder of the page images the conversations show, found by file name "
-                "(VLM models, i.e. a model folder with a processor: images stay images).",
-            ),
-        ] = default_of(SFTRunConfig, "image_root"),
         config: ConfigOpt = default_of(SFTRunConfig, "config_file"),
         set_: SetOpt = None,
         report_to: ReportOpt = default_of(SFTRunConfig, "report_to"),
@@ -103,6 +117,8 @@ def register(app: typer.Typer) -> None:
         accelerate_config: AccelerateConfigOpt = None,
         progress: ProgressOpt = default_of(SFTRunConfig, "progress"),
         as_json: JsonOpt = False,
+        *,
+        settings: dict[str, Any],
     ) -> None:
         """Supervised fine-tuning with TRL's SFTTrainer on Searcher conversations."""
         maybe_relaunch(launch, accelerate_config)
@@ -112,21 +128,16 @@ def register(app: typer.Typer) -> None:
 
         overrides = run_or_fail(parse_set, set_)
         cfg = SFTRunConfig(
+            **settings,
             model=model,
             data=data,
             output_dir=out,
-            epochs=epochs,
             max_steps=max_steps,
             learning_rate=lr,
-            batch_size=batch_size,
-            grad_accum=grad_accum,
-            max_length=max_length,
-            assistant_only_loss=assistant_only_loss,
             lora=lora,
             lora_r=lora_r,
             lora_alpha=lora_alpha,
             lora_target=lora_target,
-            image_root=image_root,
             seed=seed,
             save_steps=save_steps,
             logging_steps=logging_steps,
@@ -141,7 +152,7 @@ def register(app: typer.Typer) -> None:
         main_summary("ddai train sft", asdict(result), as_json=as_json)
 
     @train_app.command("grpo")
-    @with_groups()
+    @with_groups({**EPISODE_GROUPS, "settings": GRPO_FLAGS})
     def grpo(
         model: ModelOpt,
         data: PromptDataOpt,
@@ -156,85 +167,9 @@ def register(app: typer.Typer) -> None:
                 help="Run id of the rollout log. Default: grpo_<timestamp>.",
             ),
         ] = default_of(GRPORunConfig, "run_id"),
-        preset: Annotated[
-            str | None,
-            typer.Option(
-                "--preset",
-                help="Optimiser preset: gspo-ddai (seed defaults: sequence ratio, clip 3e-4/4e-4, lr 1e-6, KL 0, entropy 0, two optimizer steps of --batch-size rollouts per rollout batch) or grpo.",
-            ),
-        ] = default_of(GRPORunConfig, "preset"),
-        n_agent: Annotated[
-            int | None, typer.Option("--n-agent", help="Rollouts per prompt (the GRPO group).")
-        ] = default_of(GRPORunConfig, "n_agent"),
-        batch_size: Annotated[
-            int | None,
-            typer.Option(
-                "--batch-size",
-                help="Rollouts per device optimizer step (prompts × n_agent); under --launch N the "
-                "step's global batch is N × this. A rollout batch is this × steps_per_generation "
-                "(1, or 2 under --preset gspo-ddai).",
-            ),
-        ] = default_of(GRPORunConfig, "batch_size"),
         max_steps: StepsOpt = default_of(GRPORunConfig, "max_steps"),
         lr: LrOpt = default_of(GRPORunConfig, "learning_rate"),
-        epsilon: Annotated[
-            float | None, typer.Option("--clip-low", help="Lower clip ε (ratio ≥ 1 − ε).")
-        ] = default_of(GRPORunConfig, "epsilon"),
-        epsilon_high: Annotated[
-            float | None, typer.Option("--clip-high", help="Upper clip ε (ratio ≤ 1 + ε).")
-        ] = default_of(GRPORunConfig, "epsilon_high"),
-        beta: Annotated[
-            float | None, typer.Option("--kl", help="KL coefficient to the reference model.")
-        ] = default_of(GRPORunConfig, "beta"),
-        entropy: Annotated[
-            float | None, typer.Option("--entropy", help="Entropy bonus coefficient.")
-        ] = default_of(GRPORunConfig, "entropy_coef"),
-        ratio_level: Annotated[
-            str | None,
-            typer.Option("--ratio-level", help="Importance ratio: sequence (GSPO) or token."),
-        ] = default_of(GRPORunConfig, "importance_sampling_level"),
-        loss_type: Annotated[
-            str | None,
-            typer.Option("--loss-type", help="TRL loss_type (grpo, dapo, bnpo, dr_grpo, …)."),
-        ] = default_of(GRPORunConfig, "loss_type"),
-        temperature: Annotated[
-            float | None, typer.Option("--temperature", help="Sampling temperature.")
-        ] = default_of(GRPORunConfig, "temperature"),
         repetition_penalty: RepetitionPenaltyOpt = default_of(GRPORunConfig, "repetition_penalty"),
-        observation: Annotated[
-            str,
-            typer.Option(
-                "--observation",
-                help="`text`: pages shown as text; `image`: page images through the model's "
-                "processor (VLM policies; needs an image corpus or --image-root; <bbox> is in "
-                "Qwen2.5-VL's pixels of the resized image).",
-            ),
-        ] = default_of(GRPORunConfig, "observation"),
-        image_root: Annotated[
-            Path | None,
-            typer.Option(
-                "--image-root",
-                help="Folder of page images (`{page_id}.jpg`); not needed with an image corpus "
-                "(`ddai corpus build`).",
-            ),
-        ] = default_of(GRPORunConfig, "image_root"),
-        generator_max_images: Annotated[
-            int,
-            typer.Option(
-                "--generator-max-images",
-                help="Most images (pages and crops the episode gathered, latest kept) sent to a "
-                "multimodal generator; 0 sends text only. Text generators ignore images.",
-            ),
-        ] = default_of(GRPORunConfig, "generator_max_images"),
-        vllm: Annotated[
-            str | None,
-            typer.Option(
-                "--vllm", help="`server`: generate through a running `trl vllm-serve` (GPU)."
-            ),
-        ] = default_of(GRPORunConfig, "vllm"),
-        vllm_url: Annotated[
-            str | None, typer.Option("--vllm-url", help="Base URL of the vLLM server.")
-        ] = default_of(GRPORunConfig, "vllm_server_base_url"),
         limit: LimitOpt = default_of(GRPORunConfig, "limit"),
         config: ConfigOpt = default_of(GRPORunConfig, "config_file"),
         set_: SetOpt = None,
@@ -255,6 +190,7 @@ def register(app: typer.Typer) -> None:
         progress: ProgressOpt = default_of(GRPORunConfig, "progress"),
         as_json: JsonOpt = False,
         *,
+        settings: dict[str, Any],
         rewards: RewardOverrides,
         episode: EpisodeConfig,
         backends: EpisodeBackends,
@@ -274,27 +210,13 @@ def register(app: typer.Typer) -> None:
             output_dir=out,
             run_id=run_id,
             logs=logs,
-            preset=preset,
             episode=episode,
             rewards=rewards,
             backends=backends,
-            n_agent=n_agent,
-            batch_size=batch_size,
+            **settings,
             max_steps=max_steps,
             learning_rate=lr,
-            epsilon=epsilon,
-            epsilon_high=epsilon_high,
-            beta=beta,
-            entropy_coef=entropy,
-            importance_sampling_level=ratio_level,
-            loss_type=loss_type,
-            temperature=temperature,
             repetition_penalty=repetition_penalty,
-            observation=observation,
-            image_root=image_root,
-            generator_max_images=generator_max_images,
-            vllm=vllm,
-            vllm_server_base_url=vllm_url,
             limit=limit,
             seed=seed,
             save_steps=save_steps,

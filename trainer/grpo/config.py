@@ -59,28 +59,44 @@ class GRPORunConfig(EpisodeSettings):
     run_id: str | None = None
     logs: Path | None = None
     preset: str | None = None
+    """Optimiser preset: gspo-ddai (seed defaults: sequence ratio, clip 3e-4/4e-4, lr 1e-6, KL 0,
+    entropy 0, two optimizer steps of --batch-size rollouts per rollout batch) or grpo."""
     n_agent: int | None = None
+    """Rollouts per prompt (the GRPO group)."""
     batch_size: int | None = None
-    """Rollouts per device step (prompts × n_agent)."""
+    """Rollouts per device optimizer step (prompts × n_agent); under --launch N the step's global
+    batch is N × this. A rollout batch is this × steps_per_generation (1, or 2 under --preset
+    gspo-ddai)."""
     max_steps: int | None = None
     learning_rate: float | None = None
     epsilon: float | None = None
+    """Lower clip ε (ratio ≥ 1 − ε)."""
     epsilon_high: float | None = None
+    """Upper clip ε (ratio ≤ 1 + ε)."""
     beta: float | None = None
+    """KL coefficient to the reference model."""
     entropy_coef: float | None = None
+    """Entropy bonus coefficient."""
     importance_sampling_level: str | None = None
+    """Importance ratio: sequence (GSPO) or token."""
     loss_type: str | None = None
+    """TRL loss_type (grpo, dapo, bnpo, dr_grpo, …)."""
     temperature: float | None = None
+    """Sampling temperature."""
     observation: str = "text"
-    """``image``: show page images through the model's processor (VLM policies)."""
+    """``text``: pages shown as text; ``image``: page images through the model's processor (VLM
+    policies; needs an image corpus or --image-root; <bbox> is in Qwen2.5-VL's pixels of the
+    resized image)."""
     image_root: Path | None = None
-    """Folder of page images named as ``Corpus.image_path`` names them (image observations);
-    not needed when the corpus holds its images (``ddai corpus build``)."""
+    """Folder of page images (``{page_id}.jpg``, as ``Corpus.image_path`` names them); not needed
+    with an image corpus (``ddai corpus build``)."""
     generator_max_images: int = 8
-    """Most images (pages and crops, the latest kept) sent to a multimodal generator."""
+    """Most images (pages and crops the episode gathered, latest kept) sent to a multimodal
+    generator; 0 sends text only. Text generators ignore images."""
     vllm: str | None = None
-    """``server``: generate through a running ``trl vllm-serve`` (GPU machines)."""
+    """``server``: generate through a running ``trl vllm-serve`` (GPU)."""
     vllm_server_base_url: str | None = None
+    """Base URL of the vLLM server."""
     limit: int | None = None
     seed: int = 0
     save_steps: int | None = None
