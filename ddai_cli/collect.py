@@ -10,14 +10,13 @@ from typing import Annotated, Any
 import typer
 
 from ddai.cli.common import JsonOpt, LogsOpt, ProgressOpt, summary
+from ddai.cli.flags import config_flags, with_groups
 from ddai.cli.options import (
     EPISODE_GROUPS,
     CorpusOpt,
     PromptDataOpt,
-    config_flags,
     default_of,
     require_inputs,
-    with_groups,
 )
 from ddai.cli.running import TRAIN_HELP, run_or_fail, sub_app
 from ddai.trainer.search.collect import CollectConfig

@@ -10,29 +10,28 @@ from typing import Annotated, Any
 
 import typer
 
-from ddai.cli.common import JsonOpt, LogsOpt, ProgressOpt, check_run_ids, summary
+from ddai.cli.common import JsonOpt, LogsOpt, ProgressOpt, summary
+from ddai.cli.flags import config_flags, with_groups
 from ddai.cli.options import (
     EPISODE_GROUPS,
     AccelerateConfigOpt,
     CorpusOpt,
     DtypeOpt,
     LaunchOpt,
-    LoraAlphaOpt,
-    LoraOpt,
-    LoraROpt,
-    LoraTargetOpt,
     PreflightPromptsOpt,
     PromptDataOpt,
     SkipPreflightOpt,
     ValueSeedOpt,
-    config_flags,
     default_of,
+    lora_flags,
     require_inputs,
-    with_groups,
+    run_id_option,
 )
 from ddai.cli.running import TRAIN_HELP, maybe_relaunch, run_or_fail, sub_app
 from ddai.trainer.ppo.config import PPORunConfig
 from ddai.trainer.search.config import EpisodeBackends, EpisodeConfig, RewardOverrides
+
+PPO_RUN_ID = run_id_option("ppo")
 
 PPO_FLAGS = config_flags(
     PPORunConfig,
@@ -67,7 +66,7 @@ PPO_FLAGS = config_flags(
 """The PPO flags whose type, default and help are ``PPORunConfig``'s own."""
 
 
-@with_groups({**EPISODE_GROUPS, "settings": PPO_FLAGS})
+@with_groups({**EPISODE_GROUPS, "settings": PPO_FLAGS, "adapter": lora_flags(PPORunConfig)})
 def train_ppo_command(
     model: Annotated[
         str, typer.Option("--model", help="Starting policy: a local folder or a hub id.")
@@ -96,19 +95,8 @@ def train_ppo_command(
         ),
     ] = default_of(PPORunConfig, "critic_unfreeze"),
     logs: LogsOpt = default_of(PPORunConfig, "logs"),
-    run_id: Annotated[
-        str | None,
-        typer.Option(
-            "--run-id",
-            callback=check_run_ids,
-            help="Run id of the rollout log. Default: ppo_<timestamp>.",
-        ),
-    ] = default_of(PPORunConfig, "run_id"),
+    run_id: PPO_RUN_ID = default_of(PPORunConfig, "run_id"),
     dtype: DtypeOpt = default_of(PPORunConfig, "dtype"),
-    lora: LoraOpt = default_of(PPORunConfig, "lora"),
-    lora_r: LoraROpt = default_of(PPORunConfig, "lora_r"),
-    lora_alpha: LoraAlphaOpt = default_of(PPORunConfig, "lora_alpha"),
-    lora_target: LoraTargetOpt = default_of(PPORunConfig, "lora_target"),
     seed: ValueSeedOpt = default_of(PPORunConfig, "seed"),
     skip_preflight: SkipPreflightOpt = default_of(PPORunConfig, "skip_preflight"),
     preflight_prompts: PreflightPromptsOpt = default_of(PPORunConfig, "preflight_prompts"),
@@ -118,6 +106,7 @@ def train_ppo_command(
     as_json: JsonOpt = False,
     *,
     settings: dict[str, Any],
+    adapter: dict[str, Any],
     rewards: RewardOverrides,
     episode: EpisodeConfig,
     backends: EpisodeBackends,
@@ -136,6 +125,7 @@ def train_ppo_command(
         rewards=rewards,
         backends=backends,
         **settings,
+        **adapter,
         output_dir=out,
         critic=critic,
         critic_head=critic_head,
@@ -143,10 +133,6 @@ def train_ppo_command(
         run_id=run_id,
         logs=logs,
         dtype=dtype,
-        lora=lora,
-        lora_r=lora_r,
-        lora_alpha=lora_alpha,
-        lora_target=lora_target,
         seed=seed,
         progress=progress and not as_json,
         skip_preflight=skip_preflight,

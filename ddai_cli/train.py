@@ -9,7 +9,8 @@ from typing import Annotated, Any
 
 import typer
 
-from ddai.cli.common import JsonOpt, LogsOpt, ProgressOpt, check_run_ids
+from ddai.cli.common import JsonOpt, LogsOpt, ProgressOpt
+from ddai.cli.flags import config_flags, with_groups
 from ddai.cli.options import (
     EPISODE_GROUPS,
     AccelerateConfigOpt,
@@ -19,10 +20,6 @@ from ddai.cli.options import (
     LaunchOpt,
     LimitOpt,
     LogStepsOpt,
-    LoraAlphaOpt,
-    LoraOpt,
-    LoraROpt,
-    LoraTargetOpt,
     LrOpt,
     ModelOpt,
     OutOpt,
@@ -36,15 +33,17 @@ from ddai.cli.options import (
     SetOpt,
     SkipPreflightOpt,
     StepsOpt,
-    config_flags,
     default_of,
+    lora_flags,
     require_inputs,
-    with_groups,
+    run_id_option,
 )
 from ddai.cli.running import TRAIN_HELP, main_summary, maybe_relaunch, run_or_fail, sub_app
 from ddai.trainer.grpo.config import GRPORunConfig
 from ddai.trainer.search.config import EpisodeBackends, EpisodeConfig, RewardOverrides
 from ddai.trainer.sft.train import SFTRunConfig
+
+GRPO_RUN_ID = run_id_option("grpo")
 
 SFT_FLAGS = config_flags(
     SFTRunConfig,
@@ -87,7 +86,7 @@ def register(app: typer.Typer) -> None:
     train_app = sub_app(app, "train", TRAIN_HELP)
 
     @train_app.command("sft")
-    @with_groups({"settings": SFT_FLAGS})
+    @with_groups({"settings": SFT_FLAGS, "adapter": lora_flags(SFTRunConfig)})
     def sft(
         model: ModelOpt,
         data: Annotated[
@@ -101,10 +100,6 @@ def register(app: typer.Typer) -> None:
         out: OutOpt,
         max_steps: StepsOpt = default_of(SFTRunConfig, "max_steps"),
         lr: LrOpt = default_of(SFTRunConfig, "learning_rate"),
-        lora: LoraOpt = default_of(SFTRunConfig, "lora"),
-        lora_r: LoraROpt = default_of(SFTRunConfig, "lora_r"),
-        lora_alpha: LoraAlphaOpt = default_of(SFTRunConfig, "lora_alpha"),
-        lora_target: LoraTargetOpt = default_of(SFTRunConfig, "lora_target"),
         config: ConfigOpt = default_of(SFTRunConfig, "config_file"),
         set_: SetOpt = None,
         report_to: ReportOpt = default_of(SFTRunConfig, "report_to"),
@@ -119,6 +114,7 @@ def register(app: typer.Typer) -> None:
         as_json: JsonOpt = False,
         *,
         settings: dict[str, Any],
+        adapter: dict[str, Any],
     ) -> None:
         """Supervised fine-tuning with TRL's SFTTrainer on Searcher conversations."""
         maybe_relaunch(launch, accelerate_config)
@@ -129,15 +125,12 @@ def register(app: typer.Typer) -> None:
         overrides = run_or_fail(parse_set, set_)
         cfg = SFTRunConfig(
             **settings,
+            **adapter,
             model=model,
             data=data,
             output_dir=out,
             max_steps=max_steps,
             learning_rate=lr,
-            lora=lora,
-            lora_r=lora_r,
-            lora_alpha=lora_alpha,
-            lora_target=lora_target,
             seed=seed,
             save_steps=save_steps,
             logging_steps=logging_steps,
@@ -152,21 +145,14 @@ def register(app: typer.Typer) -> None:
         main_summary("ddai train sft", asdict(result), as_json=as_json)
 
     @train_app.command("grpo")
-    @with_groups({**EPISODE_GROUPS, "settings": GRPO_FLAGS})
+    @with_groups({**EPISODE_GROUPS, "settings": GRPO_FLAGS, "adapter": lora_flags(GRPORunConfig)})
     def grpo(
         model: ModelOpt,
         data: PromptDataOpt,
         corpus: CorpusOpt,
         out: OutOpt,
         logs: LogsOpt = default_of(GRPORunConfig, "logs"),
-        run_id: Annotated[
-            str | None,
-            typer.Option(
-                "--run-id",
-                callback=check_run_ids,
-                help="Run id of the rollout log. Default: grpo_<timestamp>.",
-            ),
-        ] = default_of(GRPORunConfig, "run_id"),
+        run_id: GRPO_RUN_ID = default_of(GRPORunConfig, "run_id"),
         max_steps: StepsOpt = default_of(GRPORunConfig, "max_steps"),
         lr: LrOpt = default_of(GRPORunConfig, "learning_rate"),
         repetition_penalty: RepetitionPenaltyOpt = default_of(GRPORunConfig, "repetition_penalty"),
@@ -178,10 +164,6 @@ def register(app: typer.Typer) -> None:
         logging_steps: LogStepsOpt = default_of(GRPORunConfig, "logging_steps"),
         resume: ResumeOpt = default_of(GRPORunConfig, "resume"),
         dtype: DtypeOpt = default_of(GRPORunConfig, "dtype"),
-        lora: LoraOpt = default_of(GRPORunConfig, "lora"),
-        lora_r: LoraROpt = default_of(GRPORunConfig, "lora_r"),
-        lora_alpha: LoraAlphaOpt = default_of(GRPORunConfig, "lora_alpha"),
-        lora_target: LoraTargetOpt = default_of(GRPORunConfig, "lora_target"),
         seed: SeedOpt = default_of(GRPORunConfig, "seed"),
         launch: LaunchOpt = None,
         accelerate_config: AccelerateConfigOpt = None,
@@ -191,6 +173,7 @@ def register(app: typer.Typer) -> None:
         as_json: JsonOpt = False,
         *,
         settings: dict[str, Any],
+        adapter: dict[str, Any],
         rewards: RewardOverrides,
         episode: EpisodeConfig,
         backends: EpisodeBackends,
@@ -214,6 +197,7 @@ def register(app: typer.Typer) -> None:
             rewards=rewards,
             backends=backends,
             **settings,
+            **adapter,
             max_steps=max_steps,
             learning_rate=lr,
             repetition_penalty=repetition_penalty,
@@ -224,10 +208,6 @@ def register(app: typer.Typer) -> None:
             report_to=report_to,
             resume=resume,
             dtype=dtype,
-            lora=lora,
-            lora_r=lora_r,
-            lora_alpha=lora_alpha,
-            lora_target=lora_target,
             config_file=config,
             overrides=overrides,
             progress=progress and not as_json,

@@ -184,7 +184,7 @@ def test_config_flags_take_type_default_and_help_from_the_field():
     import typer
     from typer.testing import CliRunner
 
-    from ddai.cli.options import config_flags, with_groups
+    from ddai.cli.flags import config_flags, with_groups
 
     @dataclasses.dataclass
     class Cfg:
