@@ -5,12 +5,18 @@ built from defaults < preset < config file < flags < ``--set``.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ddai.trainer import common
-from ddai.trainer.search.config import EpisodeSettings
+from ddai.trainer.search.config import (
+    EpisodeBackends,
+    EpisodeConfig,
+    EpisodeSettings,
+    RewardOverrides,
+)
 
 # Seed 000's focused-round optimiser: sequence-level ratio (GSPO), clip 3e-4/4e-4, lr 1e-6, no KL,
 # no entropy bonus, and its mini-batch structure: verl's ``ppo_mini_batch_size=8`` prompts out of a
@@ -154,11 +160,22 @@ class GRPOResult:
     """Mean over logged steps of TRL's ``clip_ratio/region_mean`` (share clipped)."""
 
 
+def episode_flags() -> dict[str, str]:
+    """``field -> --flag`` of the nested episode, reward and backend settings (for the message
+    when one is given as a TRL knob in ``--config`` or ``--set``)."""
+    renamed = {"bias": "--reward-bias"}
+    return {
+        f.name: renamed.get(f.name, "--" + f.name.replace("_", "-"))
+        for part in (EpisodeConfig, RewardOverrides, EpisodeBackends)
+        for f in dataclasses.fields(part)
+    }
+
+
 def grpo_args(cfg: GRPORunConfig) -> Any:
     """TRL ``GRPOConfig`` from defaults < preset < config file < flags < ``--set``."""
     from trl import GRPOConfig
 
-    file_layer, overrides = common.user_layers(GRPOConfig, cfg)
+    file_layer, overrides = common.user_layers(GRPOConfig, cfg, episode_flags())
     flags = {
         "num_generations": cfg.n_agent,
         "per_device_train_batch_size": cfg.batch_size,
