@@ -12,15 +12,14 @@ import typer
 from ddai.cli.common import JsonOpt, LogsOpt, ProgressOpt, summary
 from ddai.cli.flags import config_flags, with_groups
 from ddai.cli.options import (
-    EPISODE_GROUPS,
     CorpusOpt,
     PromptDataOpt,
     default_of,
+    episode_settings,
     require_inputs,
 )
 from ddai.cli.running import TRAIN_HELP, run_or_fail, sub_app
 from ddai.trainer.search.collect import CollectConfig
-from ddai.trainer.search.config import EpisodeBackends, EpisodeConfig, RewardOverrides
 
 COLLECT_FLAGS = config_flags(
     CollectConfig,
@@ -29,7 +28,7 @@ COLLECT_FLAGS = config_flags(
 """The collect flags whose type, default and help are ``CollectConfig``'s own."""
 
 
-@with_groups({**EPISODE_GROUPS, "settings": COLLECT_FLAGS})
+@with_groups({"nested": episode_settings, "settings": COLLECT_FLAGS})
 def train_collect_command(
     model: Annotated[
         str,
@@ -65,9 +64,7 @@ def train_collect_command(
     as_json: JsonOpt = False,
     *,
     settings: dict[str, Any],
-    rewards: RewardOverrides,
-    episode: EpisodeConfig,
-    backends: EpisodeBackends,
+    nested: dict[str, Any],
 ) -> None:
     """Roll out a policy over a prompt set and log the scored episodes, without training."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -78,9 +75,7 @@ def train_collect_command(
         model=model,
         data=data,
         corpus=corpus,
-        episode=episode,
-        rewards=rewards,
-        backends=backends,
+        **nested,
         **settings,
         generate_via=generate_via,
         run_id=run_id,

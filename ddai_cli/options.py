@@ -20,7 +20,7 @@ from typing import Annotated, Any
 import typer
 
 from ddai.cli.common import check_run_ids, fail
-from ddai.cli.flags import config_flags, default_of
+from ddai.cli.flags import config_flags, default_of, with_groups
 from ddai.trainer.search.config import EpisodeBackends, EpisodeConfig, RewardOverrides
 
 ModelOpt = Annotated[
@@ -303,6 +303,14 @@ EPISODE_GROUPS: dict[str, Callable[..., Any]] = {
     "backends": backend_options,
 }
 """The groups of the episode commands, by the parameter (and run-config field) they fill."""
+
+
+@with_groups(EPISODE_GROUPS)
+def episode_settings(
+    *, rewards: RewardOverrides, episode: EpisodeConfig, backends: EpisodeBackends
+) -> dict[str, Any]:
+    """The three groups as one: a run config's nested settings, as keywords (``**nested``)."""
+    return {"episode": episode, "rewards": rewards, "backends": backends}
 
 
 def lora_flags(config_cls: type) -> Callable[..., dict[str, Any]]:

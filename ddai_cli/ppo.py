@@ -13,7 +13,6 @@ import typer
 from ddai.cli.common import JsonOpt, LogsOpt, ProgressOpt, summary
 from ddai.cli.flags import config_flags, with_groups
 from ddai.cli.options import (
-    EPISODE_GROUPS,
     AccelerateConfigOpt,
     CorpusOpt,
     DtypeOpt,
@@ -23,13 +22,13 @@ from ddai.cli.options import (
     SkipPreflightOpt,
     ValueSeedOpt,
     default_of,
+    episode_settings,
     lora_flags,
     require_inputs,
     run_id_option,
 )
 from ddai.cli.running import TRAIN_HELP, maybe_relaunch, run_or_fail, sub_app
 from ddai.trainer.ppo.config import PPORunConfig
-from ddai.trainer.search.config import EpisodeBackends, EpisodeConfig, RewardOverrides
 
 PPO_RUN_ID = run_id_option("ppo")
 
@@ -66,7 +65,9 @@ PPO_FLAGS = config_flags(
 """The PPO flags whose type, default and help are ``PPORunConfig``'s own."""
 
 
-@with_groups({**EPISODE_GROUPS, "settings": PPO_FLAGS, "adapter": lora_flags(PPORunConfig)})
+@with_groups(
+    {"nested": episode_settings, "settings": PPO_FLAGS, "adapter": lora_flags(PPORunConfig)}
+)
 def train_ppo_command(
     model: Annotated[
         str, typer.Option("--model", help="Starting policy: a local folder or a hub id.")
@@ -107,9 +108,7 @@ def train_ppo_command(
     *,
     settings: dict[str, Any],
     adapter: dict[str, Any],
-    rewards: RewardOverrides,
-    episode: EpisodeConfig,
-    backends: EpisodeBackends,
+    nested: dict[str, Any],
 ) -> None:
     """PPO over the multi-turn search environment, with a value head as critic and GAE."""
     maybe_relaunch(launch, accelerate_config)
@@ -121,9 +120,7 @@ def train_ppo_command(
         model=model,
         data=data,
         corpus=corpus,
-        episode=episode,
-        rewards=rewards,
-        backends=backends,
+        **nested,
         **settings,
         **adapter,
         output_dir=out,

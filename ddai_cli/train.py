@@ -12,7 +12,6 @@ import typer
 from ddai.cli.common import JsonOpt, LogsOpt, ProgressOpt
 from ddai.cli.flags import config_flags, with_groups
 from ddai.cli.options import (
-    EPISODE_GROUPS,
     AccelerateConfigOpt,
     ConfigOpt,
     CorpusOpt,
@@ -34,13 +33,13 @@ from ddai.cli.options import (
     SkipPreflightOpt,
     StepsOpt,
     default_of,
+    episode_settings,
     lora_flags,
     require_inputs,
     run_id_option,
 )
 from ddai.cli.running import TRAIN_HELP, main_summary, maybe_relaunch, run_or_fail, sub_app
 from ddai.trainer.grpo.config import GRPORunConfig
-from ddai.trainer.search.config import EpisodeBackends, EpisodeConfig, RewardOverrides
 from ddai.trainer.sft.train import SFTRunConfig
 
 GRPO_RUN_ID = run_id_option("grpo")
@@ -145,7 +144,9 @@ def register(app: typer.Typer) -> None:
         main_summary("ddai train sft", asdict(result), as_json=as_json)
 
     @train_app.command("grpo")
-    @with_groups({**EPISODE_GROUPS, "settings": GRPO_FLAGS, "adapter": lora_flags(GRPORunConfig)})
+    @with_groups(
+        {"nested": episode_settings, "settings": GRPO_FLAGS, "adapter": lora_flags(GRPORunConfig)}
+    )
     def grpo(
         model: ModelOpt,
         data: PromptDataOpt,
@@ -174,9 +175,7 @@ def register(app: typer.Typer) -> None:
         *,
         settings: dict[str, Any],
         adapter: dict[str, Any],
-        rewards: RewardOverrides,
-        episode: EpisodeConfig,
-        backends: EpisodeBackends,
+        nested: dict[str, Any],
     ) -> None:
         """GRPO over the multi-turn search environment; every step's rollouts go to the rollout log."""
         maybe_relaunch(launch, accelerate_config)
@@ -193,9 +192,7 @@ def register(app: typer.Typer) -> None:
             output_dir=out,
             run_id=run_id,
             logs=logs,
-            episode=episode,
-            rewards=rewards,
-            backends=backends,
+            **nested,
             **settings,
             **adapter,
             max_steps=max_steps,
