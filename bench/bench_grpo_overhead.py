@@ -83,8 +83,8 @@ def ddai_multiturn(model_dir: Path, data: Path, out: Path, args) -> list[float]:
     timer = StepTimer()
     original = grpo.common.build_callbacks
 
-    def with_timer(output_dir, metrics_file):
-        return [*original(output_dir, metrics_file), timer]
+    def with_timer(output_dir, metrics_file, **kwargs):
+        return [*original(output_dir, metrics_file, **kwargs), timer]
 
     grpo.common.build_callbacks = with_timer
     try:
