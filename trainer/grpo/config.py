@@ -94,8 +94,8 @@ class GRPORunConfig(EpisodeSettings):
     policies; needs an image corpus or --image-root; <bbox> is in Qwen2.5-VL's pixels of the
     resized image)."""
     image_root: Path | None = None
-    """Folder of page images (``{page_id}.jpg``, as ``Corpus.image_path`` names them); not needed
-    with an image corpus (``ddai corpus build``)."""
+    """Folder of page images (``{page_id}.jpg``); not needed with an image corpus (``ddai corpus
+    build``)."""
     generator_max_images: int = 8
     """Most images (pages and crops the episode gathered, latest kept) sent to a multimodal
     generator; 0 sends text only. Text generators ignore images."""
