@@ -59,12 +59,14 @@ def config_flags(config_cls: type, flags: dict[str, str | dict[str, Any] | None]
     ``flags``: each flag's type and default are the field's, its help the field's docstring.
     ``flags[field]``: None (``--field-name``), the flag's declaration (``"--lr"``,
     ``"--whiten/--no-whiten"``), or ``typer.Option`` keywords (``{"min": 1}``, with ``"decl"``
-    for the declaration and ``"help"`` for a help shared by several configs). The builder returns ``{field: value}`` to pass on to ``config_cls``."""
+    for the declaration and ``"help"`` for a help shared by several configs). The builder returns
+    ``{field: value}`` to pass on to ``config_cls``."""
     hints = typing.get_type_hints(config_cls)
     docs = field_docs(config_cls)
-    fields = {f.name: f for f in dataclasses.fields(config_cls)}
     params = []
     for name, spec in flags.items():
+        if name not in hints:
+            raise KeyError(f"{config_cls.__name__} has no field {name!r}")
         opts = dict(spec) if isinstance(spec, dict) else {"decl": spec}
         decl = opts.pop("decl", None) or f"--{name.replace('_', '-')}"
         help_text = opts.pop("help", None) or docs.get(name)
@@ -75,7 +77,7 @@ def config_flags(config_cls: type, flags: dict[str, str | dict[str, Any] | None]
             inspect.Parameter(
                 name,
                 inspect.Parameter.KEYWORD_ONLY,
-                default=default_of(config_cls, name) if name in fields else None,
+                default=default_of(config_cls, name),
                 annotation=Annotated[hints[name], option],
             )
         )
@@ -91,8 +93,9 @@ def config_flags(config_cls: type, flags: dict[str, str | dict[str, Any] | None]
 def with_groups(groups: dict[str, Callable[..., Any]]) -> Callable[[F], F]:
     """Decorate a command whose parameters named as ``groups``' keys take built group objects:
     Typer sees each group's flags in that parameter's place (and of its kind: the groups are the
-    command's keyword-only parameters, last), and the command gets ``group(**its flags)``. The command's own source keeps its ``Config(field=param)`` call (the
-    defaults test reads it through ``__wrapped__``)."""
+    command's keyword-only parameters, last), and the command gets ``group(**its flags)``. The
+    command's own source keeps its ``Config(field=param)`` call (the defaults test reads it
+    through ``__wrapped__``)."""
 
     def decorate(command: F) -> F:
         sig = inspect.signature(command, eval_str=True)

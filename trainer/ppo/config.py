@@ -1,6 +1,6 @@
 """``ddai train ppo``'s settings: the run config (its episode, reward and backend settings nested
-from ``ddai.trainer.search.config``, as in ``GRPORunConfig``) with its checks, and the result. Imports no torch,
-so the CLI reads its defaults from here.
+from ``ddai.trainer.search.config``, as in ``GRPORunConfig``) with its checks, and the result.
+Imports no torch, so the CLI reads its defaults (and the help of most flags) from here.
 """
 
 from __future__ import annotations

@@ -3,9 +3,9 @@
 ``EpisodeConfig`` (turns, search, token budgets), ``RewardOverrides`` (the reward preset and its
 per-field overrides) and ``EpisodeBackends`` (which search/generator/judge backends, and how long to
 wait for a score) are nested in ``GRPORunConfig``, ``PPORunConfig`` and ``CollectConfig`` as
-``cfg.episode``, ``cfg.rewards`` and ``cfg.backends`` (``EpisodeSettings``): every room that runs episodes holds the same
-objects instead of copying their fields, and ``ddai train`` reads every flag's default from them
-(``ddai_cli/options.py``'s option groups). ``EnvConfig`` and ``RolloutConfig`` take their defaults
+``cfg.episode``, ``cfg.rewards`` and ``cfg.backends`` (``EpisodeSettings``): every room that runs
+episodes holds the same objects instead of copying their fields, and ``ddai train`` reads every
+flag's default from them (``ddai_cli/options.py``'s option groups). ``EnvConfig`` and ``RolloutConfig`` take their defaults
 from here too.
 """
 
