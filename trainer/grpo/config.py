@@ -17,6 +17,7 @@ from ddai.trainer.search.config import (
     EpisodeSettings,
     RewardOverrides,
 )
+from ddai.trainer.search.logrows import LoggedRunResult
 
 # Seed 000's focused-round optimiser: sequence-level ratio (GSPO), clip 3e-4/4e-4, lr 1e-6, no KL,
 # no entropy bonus, and its mini-batch structure: verl's ``ppo_mini_batch_size=8`` prompts out of a
@@ -136,14 +137,9 @@ class GRPORunConfig(EpisodeSettings):
 
 
 @dataclass
-class GRPOResult:
+class GRPOResult(LoggedRunResult):
     output_dir: str
-    run_id: str
-    logs: str
     steps: int
-    rollouts_logged: int
-    reward_first: float | None
-    reward_last: float | None
     changed_parameters: int
     zero_variance_steps: int = 0
     """Steps whose groups all had zero reward variance (no learning signal)."""

@@ -246,12 +246,8 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
         vision.processor.save_pretrained(cfg.output_dir)  # image processor + chat template
     return GRPOResult(
         output_dir=str(cfg.output_dir),
-        run_id=run_id,
-        logs=str(log.logs),
         steps=int(trainer.state.global_step),
-        rollouts_logged=log.rows,
-        reward_first=log.rewards[0] if log.rewards else None,
-        reward_last=log.rewards[-1] if log.rewards else None,
+        **log.result_fields(),
         changed_parameters=changed,
         zero_variance_steps=trainer.ddai_zero_variance.count,
         preflight=preflight_status(report),

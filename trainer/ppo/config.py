@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ddai.trainer.common import TrainConfigError
 from ddai.trainer.search.config import EpisodeSettings
+from ddai.trainer.search.logrows import LoggedRunResult
 
 KL_MODES = ("reward", "loss")
 """Where the reference KL goes: ``reward`` folds ``−β·KL_t`` into the per-token rewards (seed
@@ -159,15 +160,10 @@ class PPORunConfig(EpisodeSettings):
 
 
 @dataclass
-class PPOResult:
+class PPOResult(LoggedRunResult):
     output_dir: str
     critic_dir: str
-    run_id: str
-    logs: str
     steps: int
-    rollouts_logged: int
-    reward_first: float | None
-    reward_last: float | None
     value_loss_first: float | None
     value_loss_last: float | None
     changed_parameters: int

@@ -510,12 +510,8 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
     return PPOResult(
         output_dir=str(out),
         critic_dir=str(out / CRITIC_DIR),
-        run_id=run_id,
-        logs=str(log.logs),
         steps=cfg.max_steps,
-        rollouts_logged=log.rows,  # the main process's count (it alone writes)
-        reward_first=log.rewards[0] if log.rewards else None,
-        reward_last=log.rewards[-1] if log.rewards else None,
+        **log.result_fields(),
         value_loss_first=vf_losses[0] if vf_losses else None,
         value_loss_last=vf_losses[-1] if vf_losses else None,
         changed_parameters=changed,

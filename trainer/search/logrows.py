@@ -152,6 +152,16 @@ class RolloutLog:
         if rs:
             self.rewards.append(sum(rs) / len(rs))
 
+    def result_fields(self) -> dict[str, Any]:
+        """``LoggedRunResult``'s fields of this log (call after the last ``flush``)."""
+        return {
+            "run_id": self.run_id,
+            "logs": str(self.logs),
+            "rollouts_logged": self.rows,
+            "reward_first": self.rewards[0] if self.rewards else None,
+            "reward_last": self.rewards[-1] if self.rewards else None,
+        }
+
     def steps(self) -> list[int]:
         """The steps the run's manifest lists (``logged_steps``)."""
         from ddai.pipelines.store import run_manifest
@@ -185,6 +195,21 @@ class RolloutLog:
                 manifest={"steps": steps},
             )
         return dropped
+
+
+@dataclass(kw_only=True)
+class LoggedRunResult:
+    """What a training run's result reports of its rollout log (``RolloutLog.result_fields``);
+    ``GRPOResult`` and ``PPOResult`` add their own fields."""
+
+    run_id: str
+    logs: str
+    rollouts_logged: int
+    """Rows the run committed (the main process's count: it alone writes)."""
+    reward_first: float | None
+    """Mean reward of the first logged step."""
+    reward_last: float | None
+    """Mean reward of the last logged step."""
 
 
 def drop_rollouts_after(logs: Path, run_id: str, step: int) -> int:
