@@ -1,22 +1,22 @@
 """Typer signatures built from config dataclasses: ``config_flags`` turns a config's fields into
-a group of flags (type and default from the field, help from its docstring), ``with_groups``
-puts groups of flags into a command's signature and hands the command what each group builds.
-The training commands' groups are declared in ``ddai_cli/options.py``.
+a group of flags (type and default from the field, help from its docstring: ``fields.field_docs``),
+``with_groups`` puts groups of flags into a command's signature and hands the command what each
+group builds. The training commands' groups are declared in ``ddai_cli/options.py``, which
+re-exports ``default_of``.
 """
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import functools
 import inspect
-import itertools
-import textwrap
 import typing
 from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
 import typer
+
+from ddai.cli.fields import field_docs
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -31,27 +31,6 @@ def default_of(config_cls: type, name: str) -> Any:
                 return f.default_factory()
             break
     raise KeyError(f"{config_cls.__name__} has no field {name!r} with a default")
-
-
-def field_docs(config_cls: type) -> dict[str, str]:
-    """The docstring under each field of a dataclass and its bases (read from their source), with
-    whitespace collapsed and reST literals shown as `code`: the help of the field's flag."""
-    docs: dict[str, str] = {}
-    for klass in reversed(config_cls.__mro__):
-        if not dataclasses.is_dataclass(klass):
-            continue
-        body = ast.parse(textwrap.dedent(inspect.getsource(klass))).body[0].body
-        for node, nxt in itertools.pairwise(body):
-            if (
-                isinstance(node, ast.AnnAssign)
-                and isinstance(node.target, ast.Name)
-                and isinstance(nxt, ast.Expr)
-                and isinstance(nxt.value, ast.Constant)
-                and isinstance(nxt.value.value, str)
-            ):
-                text = " ".join(nxt.value.value.split()).replace("``", "`")
-                docs[node.target.id] = text
-    return docs
 
 
 def config_flags(config_cls: type, flags: dict[str, str | dict[str, Any] | None]) -> Callable:
@@ -72,6 +51,7 @@ def config_flags(config_cls: type, flags: dict[str, str | dict[str, Any] | None]
         help_text = opts.pop("help", None) or docs.get(name)
         if help_text is None:
             raise KeyError(f"{config_cls.__name__}.{name} has no docstring (its flag's help)")
+        help_text = help_text.replace("``", "`")  # reST literals shown as `code`
         option = typer.Option(decl, help=help_text, **opts)
         params.append(
             inspect.Parameter(
