@@ -20,6 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from ddai.trainer.search.config import EpisodeConfig, RewardOverrides
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
@@ -81,8 +83,8 @@ def ddai_multiturn(model_dir: Path, data: Path, out: Path, args) -> list[float]:
     timer = StepTimer()
     original = grpo.common.build_callbacks
 
-    def with_timer(output_dir, metrics_file):
-        return [*original(output_dir, metrics_file), timer]
+    def with_timer(output_dir, metrics_file, **kwargs):
+        return [*original(output_dir, metrics_file, **kwargs), timer]
 
     grpo.common.build_callbacks = with_timer
     try:
@@ -94,16 +96,18 @@ def ddai_multiturn(model_dir: Path, data: Path, out: Path, args) -> list[float]:
                 output_dir=out,
                 logs=out / "logs",
                 run_id="overhead",
-                reward="ddai-phase1",
                 n_agent=args.n_agent,
                 batch_size=args.batch_size,
                 max_steps=args.steps + 1,
-                max_turns=args.max_turns,
-                max_turn_tokens=max(8, args.budget // args.max_turns),
-                max_completion_tokens=args.budget,
-                obs_max_tokens=24,
                 save_steps=10_000,
                 report_to="none",
+                episode=EpisodeConfig(
+                    max_turns=args.max_turns,
+                    max_turn_tokens=max(8, args.budget // args.max_turns),
+                    max_completion_tokens=args.budget,
+                    obs_max_tokens=24,
+                ),
+                rewards=RewardOverrides(reward="ddai-phase1"),
             ),
             toy.local_backends(toy.corpus()),
         )

@@ -5,40 +5,30 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict
-from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from ddai.cli.common import JsonOpt, LogsOpt, ProgressOpt, fail, summary
+from ddai.cli.common import JsonOpt, LogsOpt, ProgressOpt, summary
+from ddai.cli.flags import config_flags, with_groups
 from ddai.cli.options import (
-    BACKENDS,
-    EPISODE,
-    REWARD,
-    BiasOpt,
-    ForceCompletionOpt,
-    GateOpt,
-    GeneratorOpt,
-    JudgeOpt,
-    LimitOpt,
-    MaxCompletionTokensOpt,
-    MaxTurnsOpt,
-    MaxTurnTokensOpt,
-    ObsMaxTokensOpt,
-    RestrictToDocOpt,
-    RewardOpt,
-    RewardTimeoutOpt,
-    SearchKOpt,
-    SearchOpt,
-    WFormatOpt,
-    WJudgeOpt,
-    WNdcgOpt,
+    CorpusOpt,
+    PromptDataOpt,
     default_of,
+    episode_settings,
+    require_inputs,
 )
 from ddai.cli.running import TRAIN_HELP, run_or_fail, sub_app
 from ddai.trainer.search.collect import CollectConfig
 
+COLLECT_FLAGS = config_flags(
+    CollectConfig,
+    {name: None for name in ("n_agent", "batch_size", "temperature", "top_p", "top_k", "limit")},
+)
+"""The collect flags whose type, default and help are ``CollectConfig``'s own."""
 
+
+@with_groups({"nested": episode_settings, "settings": COLLECT_FLAGS})
 def train_collect_command(
     model: Annotated[
         str,
@@ -48,10 +38,8 @@ def train_collect_command(
             "and chat template (those of the server's model).",
         ),
     ],
-    data: Annotated[Path, typer.Option("--data", help="Prompts in verl's RL parquet shape.")],
-    corpus: Annotated[
-        Path, typer.Option("--corpus", help="pages.parquet (or its folder) to search and crop.")
-    ],
+    data: PromptDataOpt,
+    corpus: CorpusOpt,
     generate_via: Annotated[
         str | None,
         typer.Option(
@@ -66,88 +54,32 @@ def train_collect_command(
         str | None,
         typer.Option("--run-id", help="Run id of the rollout log. Default: collect_<timestamp>."),
     ] = default_of(CollectConfig, "run_id"),
-    reward: RewardOpt = REWARD.reward,
-    w_judge: WJudgeOpt = REWARD.w_judge,
-    w_ndcg: WNdcgOpt = REWARD.w_ndcg,
-    w_format: WFormatOpt = REWARD.w_format,
-    bias: BiasOpt = REWARD.bias,
-    gate: GateOpt = REWARD.gate,
-    n_agent: Annotated[int, typer.Option("--n-agent", help="Rollouts per prompt.")] = default_of(
-        CollectConfig, "n_agent"
-    ),
-    batch_size: Annotated[
-        int,
-        typer.Option(
-            "--batch-size", help="Rollouts per batch and process (a multiple of --n-agent)."
-        ),
-    ] = default_of(CollectConfig, "batch_size"),
-    temperature: Annotated[
-        float, typer.Option("--temperature", help="Sampling temperature (0: greedy).")
-    ] = default_of(CollectConfig, "temperature"),
-    top_p: Annotated[float, typer.Option("--top-p", help="Nucleus sampling p.")] = default_of(
-        CollectConfig, "top_p"
-    ),
-    top_k: Annotated[int, typer.Option("--top-k", help="Top-k sampling (0: off).")] = default_of(
-        CollectConfig, "top_k"
-    ),
-    max_turns: MaxTurnsOpt = EPISODE.max_turns,
-    search_k: SearchKOpt = EPISODE.search_k,
-    force_completion: ForceCompletionOpt = EPISODE.force_completion,
-    restrict_to_doc: RestrictToDocOpt = EPISODE.restrict_to_doc,
-    max_turn_tokens: MaxTurnTokensOpt = EPISODE.max_turn_tokens,
-    max_completion_tokens: MaxCompletionTokensOpt = EPISODE.max_completion_tokens,
-    obs_max_tokens: ObsMaxTokensOpt = EPISODE.obs_max_tokens,
-    search: SearchOpt = BACKENDS.search,
-    generator: GeneratorOpt = BACKENDS.generator,
-    judge: JudgeOpt = BACKENDS.judge,
-    reward_timeout: RewardTimeoutOpt = BACKENDS.reward_timeout,
-    limit: LimitOpt = default_of(CollectConfig, "limit"),
     dtype: Annotated[
         str, typer.Option("--dtype", help="Local policy dtype: float32 (CPU), bfloat16, ...")
     ] = default_of(CollectConfig, "dtype"),
     seed: Annotated[
         int, typer.Option("--seed", help="Sampling seed (plus the rank).")
     ] = default_of(CollectConfig, "seed"),
-    progress: ProgressOpt = True,
+    progress: ProgressOpt = default_of(CollectConfig, "progress"),
     as_json: JsonOpt = False,
+    *,
+    settings: dict[str, Any],
+    nested: dict[str, Any],
 ) -> None:
     """Roll out a policy over a prompt set and log the scored episodes, without training."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from ddai.trainer.search.collect import run_collect
 
-    for name, path in (("--data", data), ("--corpus", corpus)):
-        if not path.exists():
-            raise fail(f"{name} {path} not found; make fixture data with `ddai fixtures make OUT`")
+    require_inputs(data, corpus)
     cfg = CollectConfig(
         model=model,
         data=data,
         corpus=corpus,
+        **nested,
+        **settings,
         generate_via=generate_via,
         run_id=run_id,
         logs=logs,
-        reward=reward,
-        w_judge=w_judge,
-        w_ndcg=w_ndcg,
-        w_format=w_format,
-        bias=bias,
-        gate=gate,
-        n_agent=n_agent,
-        batch_size=batch_size,
-        temperature=temperature,
-        top_p=top_p,
-        top_k=top_k,
-        max_turns=max_turns,
-        search_k=search_k,
-        force_completion=force_completion,
-        restrict_to_doc=restrict_to_doc,
-        max_turn_tokens=max_turn_tokens,
-        max_completion_tokens=max_completion_tokens,
-        obs_max_tokens=obs_max_tokens,
-        search=search,
-        generator=generator,
-        judge=judge,
-        reward_timeout=reward_timeout,
-        limit=limit,
         dtype=dtype,
         seed=seed,
         progress=progress and not as_json,

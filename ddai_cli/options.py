@@ -1,40 +1,27 @@
 """Option groups of the training commands, declared once: ``ddai train sft``/``grpo``/``ppo``/
 ``collect``/``value``/``value-sft`` and ``ddai pointer train`` build their signatures from these.
 
-Episode, reward and backend defaults are read from the trainer's shared bases
-(``ddai.trainer.search.config``: ``EPISODE``, ``REWARD``, ``BACKENDS`` below) and every other
-default from its command's config dataclass (``default_of``), so a flag's default has one
+Every default is read from a config dataclass (``default_of``), so a flag's default has one
 definition; ``tests/cli/test_cli_train_defaults.py`` checks that every training command's defaults
-equal its dataclass's.
+equal its dataclass's. The episode, reward and backend flags of ``train grpo``/``ppo``/``collect``
+are three groups (``episode_options``, ``reward_options``, ``backend_options``) that build the
+nested configs of ``ddai.trainer.search.config``, and ``lora_flags`` the LoRA fields of a run
+config; ``ddai_cli/flags.py``'s ``with_groups`` puts a group's flags into a command's signature
+and hands the command what it builds, and its ``config_flags`` makes the flags a command reads
+straight from its config (type, default, and help from the field's docstring).
 """
 
 from __future__ import annotations
 
-import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from ddai.cli.common import fail
+from ddai.cli.common import check_run_ids, fail
+from ddai.cli.flags import config_flags, default_of, with_groups
 from ddai.trainer.search.config import EpisodeBackends, EpisodeConfig, RewardOverrides
-
-EPISODE = EpisodeConfig()
-REWARD = RewardOverrides()
-BACKENDS = EpisodeBackends()
-
-
-def default_of(config_cls: type, name: str) -> Any:
-    """The default of ``config_cls``'s field ``name`` (a dataclass), for a flag's default."""
-    for f in dataclasses.fields(config_cls):
-        if f.name == name:
-            if f.default is not dataclasses.MISSING:
-                return f.default
-            if f.default_factory is not dataclasses.MISSING:
-                return f.default_factory()
-            break
-    raise KeyError(f"{config_cls.__name__} has no field {name!r} with a default")
-
 
 ModelOpt = Annotated[
     str,
@@ -89,20 +76,6 @@ LogStepsOpt = Annotated[
     int | None, typer.Option("--logging-steps", help="Log metrics every N steps.")
 ]
 
-# LoRA options shared by `ddai train grpo` and `ddai train ppo`.
-LoraOpt = Annotated[
-    bool,
-    typer.Option(
-        "--lora",
-        help="Train a LoRA adapter (peft, float32) on frozen weights, e.g. a 7B policy in bfloat16 "
-        "on one 80 GB GPU; the adapter goes to <out>/adapter, the merged model to <out>.",
-    ),
-]
-LoraROpt = Annotated[int, typer.Option("--lora-r", help="LoRA rank.")]
-LoraAlphaOpt = Annotated[int, typer.Option("--lora-alpha", help="LoRA alpha.")]
-LoraTargetOpt = Annotated[
-    str, typer.Option("--lora-target", help="LoRA target modules (peft syntax).")
-]
 RepetitionPenaltyOpt = Annotated[
     float | None,
     typer.Option(
@@ -225,3 +198,122 @@ def parse_floats(text: str | None, flag: str) -> list[float]:
         raise fail(
             f"{flag} {text!r}: expected comma-separated numbers, e.g. {flag} 0.25,0.75"
         ) from None
+
+
+# The inputs of the episode commands (`ddai train grpo`, `ppo`, `collect`).
+PromptDataOpt = Annotated[
+    Path,
+    typer.Option(
+        "--data",
+        help="Prompts in verl's RL parquet shape (id, prompt, file_name, reference_page, "
+        "reward_model, extra_info).",
+    ),
+]
+CorpusOpt = Annotated[
+    Path, typer.Option("--corpus", help="pages.parquet (or its folder) to search and crop.")
+]
+
+
+def require_inputs(data: Path, corpus: Path) -> None:
+    """Exit 2 naming ``--data`` or ``--corpus`` when it does not exist."""
+    for name, path in (("--data", data), ("--corpus", corpus)):
+        if not path.exists():
+            raise fail(f"{name} {path} not found; make fixture data with `ddai fixtures make OUT`")
+
+
+# ---------------------------------------------------------------- the nested configs' groups
+
+
+def episode_options(
+    max_turns: MaxTurnsOpt = default_of(EpisodeConfig, "max_turns"),
+    search_k: SearchKOpt = default_of(EpisodeConfig, "search_k"),
+    force_completion: ForceCompletionOpt = default_of(EpisodeConfig, "force_completion"),
+    restrict_to_doc: RestrictToDocOpt = default_of(EpisodeConfig, "restrict_to_doc"),
+    max_turn_tokens: MaxTurnTokensOpt = default_of(EpisodeConfig, "max_turn_tokens"),
+    max_completion_tokens: MaxCompletionTokensOpt = default_of(
+        EpisodeConfig, "max_completion_tokens"
+    ),
+    obs_max_tokens: ObsMaxTokensOpt = default_of(EpisodeConfig, "obs_max_tokens"),
+) -> EpisodeConfig:
+    """The episode flags, as a command's ``episode`` (``EpisodeConfig``)."""
+    return EpisodeConfig(
+        max_turns=max_turns,
+        search_k=search_k,
+        force_completion=force_completion,
+        restrict_to_doc=restrict_to_doc,
+        max_turn_tokens=max_turn_tokens,
+        max_completion_tokens=max_completion_tokens,
+        obs_max_tokens=obs_max_tokens,
+    )
+
+
+def reward_options(
+    reward: RewardOpt = default_of(RewardOverrides, "reward"),
+    w_judge: WJudgeOpt = default_of(RewardOverrides, "w_judge"),
+    w_ndcg: WNdcgOpt = default_of(RewardOverrides, "w_ndcg"),
+    w_format: WFormatOpt = default_of(RewardOverrides, "w_format"),
+    bias: BiasOpt = default_of(RewardOverrides, "bias"),
+    gate: GateOpt = default_of(RewardOverrides, "gate"),
+) -> RewardOverrides:
+    """The reward flags, as a command's ``rewards`` (``RewardOverrides``)."""
+    return RewardOverrides(
+        reward=reward, w_judge=w_judge, w_ndcg=w_ndcg, w_format=w_format, bias=bias, gate=gate
+    )
+
+
+def backend_options(
+    search: SearchOpt = default_of(EpisodeBackends, "search"),
+    generator: GeneratorOpt = default_of(EpisodeBackends, "generator"),
+    judge: JudgeOpt = default_of(EpisodeBackends, "judge"),
+    reward_timeout: RewardTimeoutOpt = default_of(EpisodeBackends, "reward_timeout"),
+) -> EpisodeBackends:
+    """The backend flags, as a command's ``backends`` (``EpisodeBackends``)."""
+    return EpisodeBackends(
+        search=search, generator=generator, judge=judge, reward_timeout=reward_timeout
+    )
+
+
+EPISODE_GROUPS: dict[str, Callable[..., Any]] = {
+    "rewards": reward_options,
+    "episode": episode_options,
+    "backends": backend_options,
+}
+"""The groups of the episode commands, by the parameter (and run-config field) they fill."""
+
+
+@with_groups(EPISODE_GROUPS)
+def episode_settings(
+    *, rewards: RewardOverrides, episode: EpisodeConfig, backends: EpisodeBackends
+) -> dict[str, Any]:
+    """The three groups as one: a run config's nested settings, as keywords (``**nested``)."""
+    return {"episode": episode, "rewards": rewards, "backends": backends}
+
+
+def lora_flags(config_cls: type) -> Callable[..., dict[str, Any]]:
+    """The LoRA flags of ``ddai train sft``/``grpo``/``ppo`` as a group over ``config_cls``'s
+    ``lora``, ``lora_r``, ``lora_alpha`` and ``lora_target`` (defaults from that config)."""
+    return config_flags(
+        config_cls,
+        {
+            "lora": {
+                "help": "Train a LoRA adapter (peft, float32) on frozen weights, e.g. a 7B policy "
+                "in bfloat16 on one 80 GB GPU; the adapter goes to <out>/adapter, the merged "
+                "model to <out>."
+            },
+            "lora_r": {"help": "LoRA rank."},
+            "lora_alpha": {"help": "LoRA alpha."},
+            "lora_target": {"help": "LoRA target modules (peft syntax)."},
+        },
+    )
+
+
+def run_id_option(prefix: str) -> Any:
+    """``--run-id`` of a training command whose default run id is ``<prefix>_<timestamp>``."""
+    return Annotated[
+        str | None,
+        typer.Option(
+            "--run-id",
+            callback=check_run_ids,
+            help=f"Run id of the rollout log. Default: {prefix}_<timestamp>.",
+        ),
+    ]

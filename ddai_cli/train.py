@@ -5,59 +5,79 @@ from __future__ import annotations
 import os
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from ddai.cli.common import JsonOpt, LogsOpt, ProgressOpt, check_run_ids, fail
+from ddai.cli.common import JsonOpt, LogsOpt, ProgressOpt
+from ddai.cli.flags import config_flags, with_groups
 from ddai.cli.options import (
-    BACKENDS,
-    EPISODE,
-    REWARD,
     AccelerateConfigOpt,
-    BiasOpt,
     ConfigOpt,
+    CorpusOpt,
     DtypeOpt,
-    ForceCompletionOpt,
-    GateOpt,
-    GeneratorOpt,
-    JudgeOpt,
     LaunchOpt,
     LimitOpt,
     LogStepsOpt,
-    LoraAlphaOpt,
-    LoraOpt,
-    LoraROpt,
-    LoraTargetOpt,
     LrOpt,
-    MaxCompletionTokensOpt,
-    MaxTurnsOpt,
-    MaxTurnTokensOpt,
     ModelOpt,
-    ObsMaxTokensOpt,
     OutOpt,
     PreflightPromptsOpt,
+    PromptDataOpt,
     RepetitionPenaltyOpt,
     ReportOpt,
-    RestrictToDocOpt,
     ResumeOpt,
-    RewardOpt,
-    RewardTimeoutOpt,
     SaveOpt,
-    SearchKOpt,
-    SearchOpt,
     SeedOpt,
     SetOpt,
     SkipPreflightOpt,
     StepsOpt,
-    WFormatOpt,
-    WJudgeOpt,
-    WNdcgOpt,
     default_of,
+    episode_settings,
+    lora_flags,
+    require_inputs,
+    run_id_option,
 )
 from ddai.cli.running import TRAIN_HELP, main_summary, maybe_relaunch, run_or_fail, sub_app
 from ddai.trainer.grpo.config import GRPORunConfig
 from ddai.trainer.sft.train import SFTRunConfig
+
+GRPO_RUN_ID = run_id_option("grpo")
+
+SFT_FLAGS = config_flags(
+    SFTRunConfig,
+    {
+        "epochs": None,
+        "batch_size": None,
+        "grad_accum": None,
+        "max_length": None,
+        "assistant_only_loss": "--assistant-only-loss/--no-assistant-only-loss",
+        "image_root": None,
+    },
+)
+"""The SFT flags whose type, default and help are ``SFTRunConfig``'s own."""
+
+GRPO_FLAGS = config_flags(
+    GRPORunConfig,
+    {
+        "preset": None,
+        "n_agent": None,
+        "batch_size": None,
+        "epsilon": "--clip-low",
+        "epsilon_high": "--clip-high",
+        "beta": "--kl",
+        "entropy_coef": "--entropy",
+        "importance_sampling_level": "--ratio-level",
+        "loss_type": None,
+        "temperature": None,
+        "observation": None,
+        "image_root": None,
+        "generator_max_images": None,
+        "vllm": None,
+        "vllm_server_base_url": "--vllm-url",
+    },
+)
+"""The GRPO flags whose type, default and help are ``GRPORunConfig``'s own."""
 
 
 def register(app: typer.Typer) -> None:
@@ -65,6 +85,7 @@ def register(app: typer.Typer) -> None:
     train_app = sub_app(app, "train", TRAIN_HELP)
 
     @train_app.command("sft")
+    @with_groups({"settings": SFT_FLAGS, "adapter": lora_flags(SFTRunConfig)})
     def sft(
         model: ModelOpt,
         data: Annotated[
@@ -76,45 +97,8 @@ def register(app: typer.Typer) -> None:
             ),
         ],
         out: OutOpt,
-        epochs: Annotated[
-            float | None, typer.Option("--epochs", help="Training epochs.")
-        ] = default_of(SFTRunConfig, "epochs"),
         max_steps: StepsOpt = default_of(SFTRunConfig, "max_steps"),
         lr: LrOpt = default_of(SFTRunConfig, "learning_rate"),
-        batch_size: Annotated[
-            int | None, typer.Option("--batch-size", help="Conversations per device step.")
-        ] = default_of(SFTRunConfig, "batch_size"),
-        grad_accum: Annotated[
-            int | None, typer.Option("--grad-accum", help="Gradient accumulation steps.")
-        ] = default_of(SFTRunConfig, "grad_accum"),
-        max_length: Annotated[
-            int | None,
-            typer.Option("--max-length", help="Truncate conversations to this many tokens."),
-        ] = default_of(SFTRunConfig, "max_length"),
-        assistant_only_loss: Annotated[
-            bool, typer.Option(help="Loss on the Searcher's turns only (observations masked).")
-        ] = default_of(SFTRunConfig, "assistant_only_loss"),
-        lora: Annotated[
-            bool,
-            typer.Option("--lora", help="Train a LoRA adapter (peft); the merged model is saved."),
-        ] = default_of(SFTRunConfig, "lora"),
-        lora_r: Annotated[int, typer.Option("--lora-r", help="LoRA rank.")] = default_of(
-            SFTRunConfig, "lora_r"
-        ),
-        lora_alpha: Annotated[int, typer.Option("--lora-alpha", help="LoRA alpha.")] = default_of(
-            SFTRunConfig, "lora_alpha"
-        ),
-        lora_target: Annotated[
-            str, typer.Option("--lora-target", help="LoRA target modules (peft syntax).")
-        ] = default_of(SFTRunConfig, "lora_target"),
-        image_root: Annotated[
-            Path | None,
-            typer.Option(
-                "--image-root",
-                help="Folder of the page images the conversations show, found by file name "
-                "(VLM models, i.e. a model folder with a processor: images stay images).",
-            ),
-        ] = default_of(SFTRunConfig, "image_root"),
         config: ConfigOpt = default_of(SFTRunConfig, "config_file"),
         set_: SetOpt = None,
         report_to: ReportOpt = default_of(SFTRunConfig, "report_to"),
@@ -127,6 +111,9 @@ def register(app: typer.Typer) -> None:
         accelerate_config: AccelerateConfigOpt = None,
         progress: ProgressOpt = default_of(SFTRunConfig, "progress"),
         as_json: JsonOpt = False,
+        *,
+        settings: dict[str, Any],
+        adapter: dict[str, Any],
     ) -> None:
         """Supervised fine-tuning with TRL's SFTTrainer on Searcher conversations."""
         maybe_relaunch(launch, accelerate_config)
@@ -136,21 +123,13 @@ def register(app: typer.Typer) -> None:
 
         overrides = run_or_fail(parse_set, set_)
         cfg = SFTRunConfig(
+            **settings,
+            **adapter,
             model=model,
             data=data,
             output_dir=out,
-            epochs=epochs,
             max_steps=max_steps,
             learning_rate=lr,
-            batch_size=batch_size,
-            grad_accum=grad_accum,
-            max_length=max_length,
-            assistant_only_loss=assistant_only_loss,
-            lora=lora,
-            lora_r=lora_r,
-            lora_alpha=lora_alpha,
-            lora_target=lora_target,
-            image_root=image_root,
             seed=seed,
             save_steps=save_steps,
             logging_steps=logging_steps,
@@ -165,124 +144,19 @@ def register(app: typer.Typer) -> None:
         main_summary("ddai train sft", asdict(result), as_json=as_json)
 
     @train_app.command("grpo")
+    @with_groups(
+        {"nested": episode_settings, "settings": GRPO_FLAGS, "adapter": lora_flags(GRPORunConfig)}
+    )
     def grpo(
         model: ModelOpt,
-        data: Annotated[
-            Path,
-            typer.Option(
-                "--data",
-                help="Prompts in verl's RL parquet shape (id, prompt, file_name, reference_page, reward_model, extra_info).",
-            ),
-        ],
-        corpus: Annotated[
-            Path, typer.Option("--corpus", help="pages.parquet (or its folder) to search and crop.")
-        ],
+        data: PromptDataOpt,
+        corpus: CorpusOpt,
         out: OutOpt,
         logs: LogsOpt = default_of(GRPORunConfig, "logs"),
-        run_id: Annotated[
-            str | None,
-            typer.Option(
-                "--run-id",
-                callback=check_run_ids,
-                help="Run id of the rollout log. Default: grpo_<timestamp>.",
-            ),
-        ] = default_of(GRPORunConfig, "run_id"),
-        preset: Annotated[
-            str | None,
-            typer.Option(
-                "--preset",
-                help="Optimiser preset: gspo-ddai (seed defaults: sequence ratio, clip 3e-4/4e-4, lr 1e-6, KL 0, entropy 0, two optimizer steps of --batch-size rollouts per rollout batch) or grpo.",
-            ),
-        ] = default_of(GRPORunConfig, "preset"),
-        reward: RewardOpt = REWARD.reward,
-        w_judge: WJudgeOpt = REWARD.w_judge,
-        w_ndcg: WNdcgOpt = REWARD.w_ndcg,
-        w_format: WFormatOpt = REWARD.w_format,
-        bias: BiasOpt = REWARD.bias,
-        gate: GateOpt = REWARD.gate,
-        n_agent: Annotated[
-            int | None, typer.Option("--n-agent", help="Rollouts per prompt (the GRPO group).")
-        ] = default_of(GRPORunConfig, "n_agent"),
-        batch_size: Annotated[
-            int | None,
-            typer.Option(
-                "--batch-size",
-                help="Rollouts per device optimizer step (prompts × n_agent); under --launch N the "
-                "step's global batch is N × this. A rollout batch is this × steps_per_generation "
-                "(1, or 2 under --preset gspo-ddai).",
-            ),
-        ] = default_of(GRPORunConfig, "batch_size"),
+        run_id: GRPO_RUN_ID = default_of(GRPORunConfig, "run_id"),
         max_steps: StepsOpt = default_of(GRPORunConfig, "max_steps"),
         lr: LrOpt = default_of(GRPORunConfig, "learning_rate"),
-        epsilon: Annotated[
-            float | None, typer.Option("--clip-low", help="Lower clip ε (ratio ≥ 1 − ε).")
-        ] = default_of(GRPORunConfig, "epsilon"),
-        epsilon_high: Annotated[
-            float | None, typer.Option("--clip-high", help="Upper clip ε (ratio ≤ 1 + ε).")
-        ] = default_of(GRPORunConfig, "epsilon_high"),
-        beta: Annotated[
-            float | None, typer.Option("--kl", help="KL coefficient to the reference model.")
-        ] = default_of(GRPORunConfig, "beta"),
-        entropy: Annotated[
-            float | None, typer.Option("--entropy", help="Entropy bonus coefficient.")
-        ] = default_of(GRPORunConfig, "entropy_coef"),
-        ratio_level: Annotated[
-            str | None,
-            typer.Option("--ratio-level", help="Importance ratio: sequence (GSPO) or token."),
-        ] = default_of(GRPORunConfig, "importance_sampling_level"),
-        loss_type: Annotated[
-            str | None,
-            typer.Option("--loss-type", help="TRL loss_type (grpo, dapo, bnpo, dr_grpo, …)."),
-        ] = default_of(GRPORunConfig, "loss_type"),
-        temperature: Annotated[
-            float | None, typer.Option("--temperature", help="Sampling temperature.")
-        ] = default_of(GRPORunConfig, "temperature"),
         repetition_penalty: RepetitionPenaltyOpt = default_of(GRPORunConfig, "repetition_penalty"),
-        max_turns: MaxTurnsOpt = EPISODE.max_turns,
-        search_k: SearchKOpt = EPISODE.search_k,
-        force_completion: ForceCompletionOpt = EPISODE.force_completion,
-        restrict_to_doc: RestrictToDocOpt = EPISODE.restrict_to_doc,
-        observation: Annotated[
-            str,
-            typer.Option(
-                "--observation",
-                help="`text`: pages shown as text; `image`: page images through the model's "
-                "processor (VLM policies; needs an image corpus or --image-root; <bbox> is in "
-                "Qwen2.5-VL's pixels of the resized image).",
-            ),
-        ] = default_of(GRPORunConfig, "observation"),
-        image_root: Annotated[
-            Path | None,
-            typer.Option(
-                "--image-root",
-                help="Folder of page images (`{page_id}.jpg`); not needed with an image corpus "
-                "(`ddai corpus build`).",
-            ),
-        ] = default_of(GRPORunConfig, "image_root"),
-        generator_max_images: Annotated[
-            int,
-            typer.Option(
-                "--generator-max-images",
-                help="Most images (pages and crops the episode gathered, latest kept) sent to a "
-                "multimodal generator; 0 sends text only. Text generators ignore images.",
-            ),
-        ] = default_of(GRPORunConfig, "generator_max_images"),
-        max_turn_tokens: MaxTurnTokensOpt = EPISODE.max_turn_tokens,
-        max_completion_tokens: MaxCompletionTokensOpt = EPISODE.max_completion_tokens,
-        obs_max_tokens: ObsMaxTokensOpt = EPISODE.obs_max_tokens,
-        search: SearchOpt = BACKENDS.search,
-        generator: GeneratorOpt = BACKENDS.generator,
-        judge: JudgeOpt = BACKENDS.judge,
-        reward_timeout: RewardTimeoutOpt = BACKENDS.reward_timeout,
-        vllm: Annotated[
-            str | None,
-            typer.Option(
-                "--vllm", help="`server`: generate through a running `trl vllm-serve` (GPU)."
-            ),
-        ] = default_of(GRPORunConfig, "vllm"),
-        vllm_url: Annotated[
-            str | None, typer.Option("--vllm-url", help="Base URL of the vLLM server.")
-        ] = default_of(GRPORunConfig, "vllm_server_base_url"),
         limit: LimitOpt = default_of(GRPORunConfig, "limit"),
         config: ConfigOpt = default_of(GRPORunConfig, "config_file"),
         set_: SetOpt = None,
@@ -291,10 +165,6 @@ def register(app: typer.Typer) -> None:
         logging_steps: LogStepsOpt = default_of(GRPORunConfig, "logging_steps"),
         resume: ResumeOpt = default_of(GRPORunConfig, "resume"),
         dtype: DtypeOpt = default_of(GRPORunConfig, "dtype"),
-        lora: LoraOpt = default_of(GRPORunConfig, "lora"),
-        lora_r: LoraROpt = default_of(GRPORunConfig, "lora_r"),
-        lora_alpha: LoraAlphaOpt = default_of(GRPORunConfig, "lora_alpha"),
-        lora_target: LoraTargetOpt = default_of(GRPORunConfig, "lora_target"),
         seed: SeedOpt = default_of(GRPORunConfig, "seed"),
         launch: LaunchOpt = None,
         accelerate_config: AccelerateConfigOpt = None,
@@ -302,6 +172,10 @@ def register(app: typer.Typer) -> None:
         preflight_prompts: PreflightPromptsOpt = default_of(GRPORunConfig, "preflight_prompts"),
         progress: ProgressOpt = default_of(GRPORunConfig, "progress"),
         as_json: JsonOpt = False,
+        *,
+        settings: dict[str, Any],
+        adapter: dict[str, Any],
+        nested: dict[str, Any],
     ) -> None:
         """GRPO over the multi-turn search environment; every step's rollouts go to the rollout log."""
         maybe_relaunch(launch, accelerate_config)
@@ -310,11 +184,7 @@ def register(app: typer.Typer) -> None:
         from ddai.trainer.grpo.train import run_grpo
 
         overrides = run_or_fail(parse_set, set_)
-        for name, path in (("--data", data), ("--corpus", corpus)):
-            if not path.exists():
-                raise fail(
-                    f"{name} {path} not found; make fixture data with `ddai fixtures make OUT`"
-                )
+        require_inputs(data, corpus)
         cfg = GRPORunConfig(
             model=model,
             data=data,
@@ -322,41 +192,12 @@ def register(app: typer.Typer) -> None:
             output_dir=out,
             run_id=run_id,
             logs=logs,
-            preset=preset,
-            reward=reward,
-            w_judge=w_judge,
-            w_ndcg=w_ndcg,
-            w_format=w_format,
-            bias=bias,
-            gate=gate,
-            n_agent=n_agent,
-            batch_size=batch_size,
+            **nested,
+            **settings,
+            **adapter,
             max_steps=max_steps,
             learning_rate=lr,
-            epsilon=epsilon,
-            epsilon_high=epsilon_high,
-            beta=beta,
-            entropy_coef=entropy,
-            importance_sampling_level=ratio_level,
-            loss_type=loss_type,
-            temperature=temperature,
             repetition_penalty=repetition_penalty,
-            max_turns=max_turns,
-            search_k=search_k,
-            force_completion=force_completion,
-            restrict_to_doc=restrict_to_doc,
-            observation=observation,
-            image_root=image_root,
-            generator_max_images=generator_max_images,
-            max_turn_tokens=max_turn_tokens,
-            max_completion_tokens=max_completion_tokens,
-            obs_max_tokens=obs_max_tokens,
-            search=search,
-            generator=generator,
-            judge=judge,
-            reward_timeout=reward_timeout,
-            vllm=vllm,
-            vllm_server_base_url=vllm_url,
             limit=limit,
             seed=seed,
             save_steps=save_steps,
@@ -364,10 +205,6 @@ def register(app: typer.Typer) -> None:
             report_to=report_to,
             resume=resume,
             dtype=dtype,
-            lora=lora,
-            lora_r=lora_r,
-            lora_alpha=lora_alpha,
-            lora_target=lora_target,
             config_file=config,
             overrides=overrides,
             progress=progress and not as_json,

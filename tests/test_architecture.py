@@ -160,3 +160,18 @@ def test_architecture_md_paths_exist():
     assert len(paths) > 30  # the document names the rooms' files, not just a few folders
     missing = sorted(p for p in paths if not (ROOT / p.rstrip("/")).exists())
     assert missing == []
+
+
+def test_ppo_and_collect_reach_no_grpo_module_through_any_import():
+    # transitively, function-level imports included: the shared scoring store lives in search/
+    def reach(start: str) -> set[str]:
+        seen, todo = set(), [start]
+        while todo:
+            for d in GRAPH[todo.pop()] - seen:
+                seen.add(d)
+                todo.append(d)
+        return seen
+
+    for name in ("ddai.trainer.ppo.train", "ddai.trainer.search.collect"):
+        assert not any(d.startswith("ddai.trainer.grpo") for d in reach(name)), name
+    assert "ddai.trainer.search.scoring" in reach("ddai.trainer.ppo.train")

@@ -90,6 +90,32 @@ def merge_layers(*layers: Mapping[str, Any] | None) -> dict[str, Any]:
     return out
 
 
+def user_layers(
+    config_cls: type, cfg: Any, flags: Mapping[str, str] | None = None
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The TRL knobs a run's user set: its config file's (``cfg.config_file``) and ``--set``'s
+    (``cfg.overrides``), each checked against ``config_cls``'s fields. ``flags``: ddai settings
+    a user may put there by mistake (``max_turns``), each named with the flag that sets it."""
+    file_layer = load_config_file(cfg.config_file)
+    for layer, where in ((file_layer, str(cfg.config_file)), (cfg.overrides, "--set")):
+        for key in layer:
+            if key in (flags or {}) and key not in field_names(config_cls):
+                raise TrainConfigError(
+                    f"{where}: {key!r} is a ddai setting, not a TRL knob; use {flags[key]}"
+                )
+    check_keys(config_cls, file_layer, str(cfg.config_file))
+    check_keys(config_cls, cfg.overrides, "--set")
+    return file_layer, cfg.overrides
+
+
+def trl_config(config_cls: type, merged: dict[str, Any], cfg: Any, **fixed: Any) -> Any:
+    """``config_cls(**merged)`` with ``report_to``'s integrations (the metrics file is ddai's own
+    callback), ``cfg``'s ``output_dir`` and ``seed``, and ``fixed`` set over the layers."""
+    integrations, _ = split_report_to(merged.pop("report_to", None))
+    merged.update(output_dir=str(cfg.output_dir), report_to=integrations, seed=cfg.seed, **fixed)
+    return config_cls(**merged)
+
+
 def device_defaults() -> dict[str, Any]:
     """CPU runs in float32; a CUDA machine trains in bf16 when it supports it."""
     import torch

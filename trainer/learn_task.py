@@ -22,6 +22,7 @@ import pyarrow as pa
 
 from ddai.pipelines import io
 from ddai.trainer import toy
+from ddai.trainer.search.config import EpisodeConfig, RewardOverrides
 
 SEARCH_K = 1
 # Per deck (toy order): words of its question whose first search result is the golden page.
@@ -134,21 +135,23 @@ def grpo_config(
         logs=Path(logs) if logs is not None else root / "logs",
         run_id=run_id or arm,
         preset="gspo-ddai" if arm == "gspo-ddai" else "grpo",
-        reward="ddai-phase1",
         n_agent=n_agent,
         batch_size=batch // per_gen,
         max_steps=generations * per_gen,
         learning_rate=0.0 if arm == "control" else learning_rate,
         temperature=1.0,
-        max_turns=3,
-        search_k=SEARCH_K,
-        max_turn_tokens=24,
-        max_completion_tokens=120,
-        obs_max_tokens=24,
         save_steps=10_000,
         logging_steps=1,
         report_to="none",
         seed=seed,
         # The task's pages and format are known good; the preflight would cost a rollout batch.
         skip_preflight=True,
+        episode=EpisodeConfig(
+            max_turns=3,
+            search_k=SEARCH_K,
+            max_turn_tokens=24,
+            max_completion_tokens=120,
+            obs_max_tokens=24,
+        ),
+        rewards=RewardOverrides(reward="ddai-phase1"),
     )

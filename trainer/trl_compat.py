@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ddai.trainer.runtime import dist
-from ddai.trainer.search.logrows import rollout_row
+from ddai.trainer.search.logrows import take_rows
 from ddai.trainer.search.preflight import ZeroVarianceSteps
 from ddai.trainer.search.vision import on_device, slice_vision
 
@@ -155,30 +155,27 @@ def grpo_trainer_class() -> type:
             # TRL gives each rank a contiguous slice of the global batch (``process_slice``), so
             # rank r's i-th rollout is row r·len(inputs) + i of the step's generation batch.
             rank = self.accelerator.process_index
-            offset = rank * len(inputs)
-            rows = []
-            groups: dict[int, list[float]] = {}
-            for i, (inp, adv) in enumerate(zip(inputs, advantages, strict=True)):
-                traj, judged, score = self.ddai_rollout.pop(inp["episode_key"])
-                if score is not None and not score.unscorable:
-                    groups.setdefault(traj.group, []).append(score.reward)
-                if self.ddai_log is not None:
-                    row = rollout_row(
-                        traj,
-                        run_id=self.ddai_log.run_id,
-                        step=step,
-                        advantage=adv,
-                        sample_idx=offset + i,
-                        judged=judged,
-                        score=score,
-                    )
-                    row["extra"].update(rank=rank, rank_seed=dist.rank_seed(self.args.seed, rank))
-                    rows.append(row)
-            if self.ddai_log is not None:
-                # Every rank's episodes to the main process, written once (collective).
+            store = self.ddai_rollout.store
+            keys = [inp["episode_key"] for inp in inputs]
+            groups = store.group_rewards(keys)
+            if self.ddai_log is None:
+                for key in keys:
+                    store.pop(key)
+            else:
+                rows = take_rows(
+                    store,
+                    keys,
+                    advantages,
+                    run_id=self.ddai_log.run_id,
+                    step=step,
+                    first_sample=rank * len(inputs),
+                    extra={"rank": rank, "rank_seed": dist.rank_seed(self.args.seed, rank)},
+                )
+                # Every rank's episodes to the main process, written once (collective); the
+                # log commits a step's rows together when the next step's come (or at flush).
                 rows = dist.gather_objects(rows)
                 if self.accelerator.is_main_process:
-                    self.ddai_log.append(rows)
+                    self.ddai_log.append(rows, step)
             if self.model.training:
                 # A step is flat when every group on every rank is (collective).
                 all_groups = dist.gather_objects(list(groups.values()))

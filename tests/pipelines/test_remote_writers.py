@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from ddai.cli.app import app
 from ddai.pipelines import objstore, store
 from ddai.pipelines.backends import rejudge as rejudge_mod
-from ddai.trainer.ppo.checkpoint import drop_rollouts_after
+from ddai.trainer.search.logrows import drop_rollouts_after
 from ddai.trainer.runtime.train_metrics import TrainMetricsLog, side_table_path
 from ddai.trainer.search.logrows import RolloutLog
 

@@ -19,8 +19,8 @@ from ddai.cli.app import app
 from ddai.pipelines import store
 from ddai.pipelines.backends import rejudge as rejudge_mod
 from ddai.pipelines.ingest import IngestConfig, ingest
-from ddai.trainer.ppo.checkpoint import drop_rollouts_after
 from ddai.trainer.runtime.train_metrics import TrainMetricsLog, side_table_path
+from ddai.trainer.search.logrows import drop_rollouts_after
 
 runner = CliRunner()
 RUN = "exp1"

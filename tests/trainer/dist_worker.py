@@ -14,6 +14,8 @@ import os
 import sys
 from pathlib import Path
 
+from ddai.trainer.search.config import EpisodeConfig, RewardOverrides
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
@@ -99,17 +101,19 @@ def main() -> None:
             output_dir=out,
             logs=logs,
             run_id="lockstep",
-            reward="judge-only",
             learning_rate=1e-2,
             n_agent=2,
             batch_size=4,
             max_steps=2,
-            max_turns=3,
-            max_turn_tokens=8,
-            max_completion_tokens=96,
-            obs_max_tokens=8,
-            force_completion=False,
             save_steps=2,
+            episode=EpisodeConfig(
+                max_turns=3,
+                max_turn_tokens=8,
+                max_completion_tokens=96,
+                obs_max_tokens=8,
+                force_completion=False,
+            ),
+            rewards=RewardOverrides(reward="judge-only"),
         ),
         backends,
     )

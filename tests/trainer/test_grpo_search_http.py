@@ -14,6 +14,8 @@ import os
 
 import pytest
 
+from ddai.trainer.search.config import EpisodeBackends, EpisodeConfig, RewardOverrides
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
@@ -87,20 +89,19 @@ def run(root, data, tiny, name, url, protocol, monkeypatch, skip_preflight=True,
             output_dir=root / name / "out",
             logs=root / name / "logs",
             run_id=name,
-            reward="ddai-phase1",  # NDCG: no generator or judge needed
-            search="svc",
             n_agent=2,
             batch_size=4,
             max_steps=1,
             learning_rate=1e-3,
-            max_turns=4,
-            max_turn_tokens=24,
-            max_completion_tokens=256,
-            obs_max_tokens=16,
             save_steps=10,
             # The preflight's own searches would add to the service's counters, which these tests
             # match against the rollout log; it is tested on its own below.
             skip_preflight=skip_preflight,
+            episode=EpisodeConfig(
+                max_turns=4, max_turn_tokens=24, max_completion_tokens=256, obs_max_tokens=16
+            ),
+            rewards=RewardOverrides(reward="ddai-phase1"),  # NDCG: no generator or judge needed
+            backends=EpisodeBackends(search="svc"),
         )
     )
     return result, read_rollouts(root / name / "logs", runs=[name]).to_pylist()

@@ -17,6 +17,7 @@ from ddai.trainer import toy
 from ddai.trainer.common import TrainConfigError
 from ddai.trainer.ppo import checkpoint as ck
 from ddai.trainer.ppo.train import PPORunConfig, run_ppo
+from ddai.trainer.search.config import EpisodeConfig, RewardOverrides
 from ddai.trainer.tiny import TinySpec, build_tiny
 
 runner = CliRunner()
@@ -39,15 +40,14 @@ def _cfg(root, data, tiny, **kw) -> PPORunConfig:
         corpus=data / "pages.parquet",
         output_dir=root / "out",
         logs=root / "logs",
-        reward="ddai-phase1",
+        rewards=RewardOverrides(reward="ddai-phase1"),
         n_agent=2,
         batch_size=4,
         ppo_epochs=1,
         learning_rate=1e-3,
-        max_turns=2,
-        max_turn_tokens=12,
-        max_completion_tokens=64,
-        obs_max_tokens=12,
+        episode=EpisodeConfig(
+            max_turns=2, max_turn_tokens=12, max_completion_tokens=64, obs_max_tokens=12
+        ),
         progress=False,
         skip_preflight=True,
         kl_mode="loss",

@@ -16,6 +16,7 @@ from ddai.pipelines.store import read_rollouts
 from ddai.trainer import toy
 from ddai.trainer.ppo import train as ppo
 from ddai.trainer.ppo.train import PPORunConfig, make_experience, run_ppo
+from ddai.trainer.search.config import EpisodeConfig, RewardOverrides
 from ddai.trainer.tiny import TinySpec, build_tiny
 from ddai.trainer.value.data import pad_batch
 from ddai.trainer.value.model import load_value_model
@@ -118,7 +119,6 @@ def test_ppo_steps_change_weights_lower_value_loss_and_log_rollouts(toy_world):
         output_dir=root / "out",
         logs=root / "logs",
         run_id="ppo_test",
-        reward="ddai-phase1",
         n_agent=2,
         batch_size=4,
         ppo_epochs=2,
@@ -126,11 +126,11 @@ def test_ppo_steps_change_weights_lower_value_loss_and_log_rollouts(toy_world):
         learning_rate=1e-3,
         critic_lr=1e-2,
         critic_trunk_lr=1e-3,
-        max_turns=2,
-        max_turn_tokens=12,
-        max_completion_tokens=64,
-        obs_max_tokens=12,
         progress=False,
+        episode=EpisodeConfig(
+            max_turns=2, max_turn_tokens=12, max_completion_tokens=64, obs_max_tokens=12
+        ),
+        rewards=RewardOverrides(reward="ddai-phase1"),
     )
     result = run_ppo(cfg, toy.local_backends(toy.corpus()))
     assert result.steps == 3 and result.rollouts_logged == 12

@@ -77,7 +77,8 @@ def test_yaml_config_and_unknown_keys(tmp_path):
 
 
 def test_reward_flags_override_preset(tmp_path):
-    spec = reward_spec(_cfg(tmp_path, reward="ddai-phase1", gate=False, w_judge=0.5))
+    rewards = RewardOverrides(reward="ddai-phase1", gate=False, w_judge=0.5)
+    spec = reward_spec(_cfg(tmp_path, rewards=rewards).rewards)
     assert (spec.bias, spec.w_ndcg, spec.w_judge, spec.gate) == (0.1, 0.9, 0.5, False)
 
 
@@ -200,3 +201,19 @@ def test_train_sft_json_is_one_document_that_matches_its_schema(tmp_path):
     summary = json.loads(res.stdout)  # the whole of stdout
     check("train-sft", summary)  # docs/schemas/train-sft.json
     assert summary["steps"] == 2 and summary["lora"] is False
+
+
+def test_an_episode_setting_given_as_a_trl_knob_names_its_flag(tmp_path):
+    # the nested episode/reward/backend settings are flags, never TRL knobs: the message says which
+    from ddai.cli.app import load_command
+    from ddai.trainer.grpo.config import episode_flags
+
+    (tmp_path / "c.yaml").write_text("max_turns: 3\n")
+    with pytest.raises(
+        TrainConfigError, match=r"c\.yaml: 'max_turns' is a ddai setting.*--max-turns"
+    ):
+        grpo_args(_cfg(tmp_path, config_file=tmp_path / "c.yaml"))
+    with pytest.raises(TrainConfigError, match=r"--set: 'bias' is a ddai setting.*--reward-bias"):
+        grpo_args(_cfg(tmp_path, overrides={"bias": 0.1}))
+    grpo_flags = {o for p in load_command("train").commands["grpo"].params for o in p.opts}
+    assert set(episode_flags().values()) <= grpo_flags

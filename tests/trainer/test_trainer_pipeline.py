@@ -9,6 +9,8 @@ import random
 
 import pytest
 
+from ddai.trainer.search.config import EpisodeConfig, RewardOverrides
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
@@ -118,16 +120,15 @@ def test_sft_then_grpo_changes_weights_and_logs_rollouts(setup):
             output_dir=root / "grpo",
             logs=root / "logs",
             run_id="grpo_test",
-            reward="judge-only",
             n_agent=2,
             batch_size=4,
             max_steps=2,
             learning_rate=1e-3,
-            max_turns=2,
-            max_turn_tokens=16,
-            max_completion_tokens=96,
-            obs_max_tokens=16,
             save_steps=2,
+            episode=EpisodeConfig(
+                max_turns=2, max_turn_tokens=16, max_completion_tokens=96, obs_max_tokens=16
+            ),
+            rewards=RewardOverrides(reward="judge-only"),
         ),
         backends,
     )
@@ -187,9 +188,12 @@ def test_grpo_logs_its_rollouts_and_metrics_to_object_storage(setup, s3_env):
     result = run_grpo(
         GRPORunConfig(
             model=str(tiny), data=data / "dataset.parquet", corpus=data / "pages.parquet",
-            output_dir=root / "grpo_s3", logs=logs, run_id="g", reward="judge-only", n_agent=2,
-            batch_size=4, max_steps=2, learning_rate=1e-3, max_turns=2, max_turn_tokens=16,
-            max_completion_tokens=96, obs_max_tokens=16, skip_preflight=True, logging_steps=1,
+            output_dir=root / "grpo_s3", logs=logs, run_id="g", n_agent=2,
+            batch_size=4, max_steps=2, learning_rate=1e-3, skip_preflight=True, logging_steps=1,
+            episode=EpisodeConfig(
+                max_turns=2, max_turn_tokens=16, max_completion_tokens=96, obs_max_tokens=16
+            ),
+            rewards=RewardOverrides(reward="judge-only"),
         ),
         backends,
     )  # fmt: skip

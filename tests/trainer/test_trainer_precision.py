@@ -10,6 +10,8 @@ import random
 import pytest
 import torch
 
+from ddai.trainer.search.config import EpisodeConfig, RewardOverrides
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
@@ -124,16 +126,15 @@ def _grpo(world, name, **kw):
         output_dir=root / name,
         logs=root / "logs",
         run_id=name,
-        reward="judge-only",
         n_agent=2,
         batch_size=4,
         max_steps=2,
-        max_turns=2,
-        max_turn_tokens=12,
-        max_completion_tokens=64,
-        obs_max_tokens=12,
         skip_preflight=True,
         **kw,
+        episode=EpisodeConfig(
+            max_turns=2, max_turn_tokens=12, max_completion_tokens=64, obs_max_tokens=12
+        ),
+        rewards=RewardOverrides(reward="judge-only"),
     )
     return run_grpo(cfg, backends)
 
@@ -216,21 +217,20 @@ def test_lora_ppo_changes_only_adapter_weights(world, monkeypatch):
         output_dir=root / "ppo",
         logs=root / "logs",
         run_id="ppo_lora",
-        reward="ddai-phase1",
         n_agent=2,
         batch_size=4,
         ppo_epochs=1,
         max_steps=2,
         learning_rate=1e-3,
         kl_coef=0.05,
-        max_turns=2,
-        max_turn_tokens=12,
-        max_completion_tokens=64,
-        obs_max_tokens=12,
         lora=True,
         lora_r=4,
         progress=False,
         skip_preflight=True,
+        episode=EpisodeConfig(
+            max_turns=2, max_turn_tokens=12, max_completion_tokens=64, obs_max_tokens=12
+        ),
+        rewards=RewardOverrides(reward="ddai-phase1"),
     )
     result = run_ppo(cfg, toy.local_backends(toy.corpus()))
     assert result.changed_parameters == len(seen["names"]) > 0

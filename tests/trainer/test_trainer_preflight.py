@@ -9,6 +9,8 @@ import os
 
 import pytest
 
+from ddai.trainer.search.config import EpisodeConfig, RewardOverrides
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
@@ -194,15 +196,14 @@ def _grpo(tmp_path, judge, **kw):
         output_dir=tmp_path / "grpo",
         logs=tmp_path / "logs",
         run_id="pf",
-        reward="judge-only",
         n_agent=2,
         batch_size=4,
         max_steps=1,
-        max_turns=2,
-        max_turn_tokens=8,
-        max_completion_tokens=48,
-        obs_max_tokens=8,
         **kw,
+        episode=EpisodeConfig(
+            max_turns=2, max_turn_tokens=8, max_completion_tokens=48, obs_max_tokens=8
+        ),
+        rewards=RewardOverrides(reward="judge-only"),
     )
     return run_grpo(cfg, backends)
 

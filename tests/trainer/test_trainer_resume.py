@@ -7,6 +7,8 @@ import os
 
 import pytest
 
+from ddai.trainer.search.config import EpisodeConfig, RewardOverrides
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from ddai.trainer import toy
@@ -106,17 +108,16 @@ def test_grpo_resume_continues_steps_and_appends_to_the_rollout_log(tmp_path):
             output_dir=tmp_path / "grpo",
             logs=tmp_path / "logs",
             run_id="grpo_resume",
-            reward="judge-only",
             n_agent=2,
             batch_size=4,
             max_steps=max_steps,
             learning_rate=1e-3,
-            max_turns=2,
-            max_turn_tokens=16,
-            max_completion_tokens=96,
-            obs_max_tokens=16,
             save_steps=1,
             resume=resume,
+            episode=EpisodeConfig(
+                max_turns=2, max_turn_tokens=16, max_completion_tokens=96, obs_max_tokens=16
+            ),
+            rewards=RewardOverrides(reward="judge-only"),
         )
         return run_grpo(cfg, backends)
 

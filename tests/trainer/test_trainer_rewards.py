@@ -122,26 +122,27 @@ def test_ddai_reward_gives_none_for_timeouts_and_failures_and_counts_them():
     import concurrent.futures
     from types import SimpleNamespace
 
-    from ddai.trainer.search.scoring import DdaiReward
+    from ddai.trainer.search.scoring import DdaiReward, ScoreStore
 
     def traj(key, fmt=True):
         return SimpleNamespace(
             key=key,
-            episode=SimpleNamespace(format_ok=fmt, retrieved=["p1"], turns=[1]),
-            task=SimpleNamespace(reference_pages=["p1"]),
+            episode=SimpleNamespace(
+                format_ok=fmt, retrieved=["p1"], turns=[1], evidence="", images=[]
+            ),
+            task=SimpleNamespace(reference_pages=["p1"], question="q", reference_answer="a"),
         )
 
     done = concurrent.futures.Future()
     done.set_result([Judged(judge=1.0), Judged(error="judge: HTTP 500")])
     hung = concurrent.futures.Future()  # never finishes: a judge timeout
+    futures = iter([done, hung])  # the judge's answer to each submitted group, in order
+    scorer = SimpleNamespace(submit=lambda items: next(futures))
     trajs = {k: traj(k) for k in ("a0", "a1", "b0")} | {"b1": traj("b1", fmt=False)}
-    ro = SimpleNamespace(
-        pending=trajs,
-        futures={"a0": (done, 0), "a1": (done, 1), "b0": (hung, 0), "b1": (hung, 1)},
-        spec=REWARD_PRESETS["curriculum"],
-        judged={},
-        scores={},
-    )
+    ro = ScoreStore(REWARD_PRESETS["curriculum"], scorer)
+    ro.keep(list(trajs.values()))
+    ro.submit([trajs["a0"], trajs["a1"]])
+    ro.submit([trajs["b0"], trajs["b1"]])
     logged = {}
     rewards = asyncio.run(
         DdaiReward(ro, timeout=0.05)(
@@ -150,8 +151,8 @@ def test_ddai_reward_gives_none_for_timeouts_and_failures_and_counts_them():
     )
     # a0: 0.8·1 + 0.2·NDCG 1; a1 judge failed, b0 timed out: unscorable; b1 gated: a real 0.
     assert rewards == [pytest.approx(1.0), None, None, 0.0]
-    assert ro.scores["a1"].unscorable == "judge: HTTP 500"
-    assert ro.scores["b0"].unscorable == "timeout"
+    assert ro.score_of("a1").unscorable == "judge: HTTP 500"
+    assert ro.score_of("b0").unscorable == "timeout"
     assert logged["ddai/unscorable"] == 2.0 and logged["ddai/judge_coverage"] == pytest.approx(
         1 / 3
     )

@@ -10,6 +10,8 @@ import os
 
 import pytest
 
+from ddai.trainer.search.config import EpisodeConfig, RewardOverrides
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
@@ -142,18 +144,17 @@ def test_grpo_run_generates_through_the_server_and_logs_its_completions(
                 output_dir=root / "grpo",
                 logs=root / "logs",
                 run_id="vllm_run",
-                reward="ddai-phase1",
                 n_agent=2,
                 batch_size=4,
                 max_steps=2,
                 temperature=0.8,
-                max_turns=3,
-                max_turn_tokens=40,
-                max_completion_tokens=400,
-                obs_max_tokens=12,
                 vllm="server",
                 vllm_server_base_url=server.url,
                 save_steps=10,
+                episode=EpisodeConfig(
+                    max_turns=3, max_turn_tokens=40, max_completion_tokens=400, obs_max_tokens=12
+                ),
+                rewards=RewardOverrides(reward="ddai-phase1"),
             ),
             toy.local_backends(toy.corpus()),
         )
@@ -259,6 +260,7 @@ import trl.generation.vllm_generation as vg
 
 from ddai.trainer import toy
 from ddai.trainer.grpo.train import GRPORunConfig, run_grpo
+from ddai.trainer.search.config import EpisodeConfig, RewardOverrides
 
 url, data, tiny, out = sys.argv[1:5]
 vc.is_vllm_available = vg.is_vllm_available = lambda *a, **k: True
@@ -270,8 +272,10 @@ result = run_grpo(
     GRPORunConfig(
         model=tiny, data=data / "dataset.parquet", corpus=data / "pages.parquet",
         output_dir=Path(out) / "grpo", logs=Path(out) / "logs", run_id="vllm2",
-        reward="ddai-phase1", n_agent=2, batch_size=4, max_steps=1, max_turns=3,
-        max_turn_tokens=40, max_completion_tokens=400, obs_max_tokens=12,
+        rewards=RewardOverrides(reward="ddai-phase1"), n_agent=2, batch_size=4, max_steps=1,
+        episode=EpisodeConfig(
+            max_turns=3, max_turn_tokens=40, max_completion_tokens=400, obs_max_tokens=12
+        ),
         vllm="server", vllm_server_base_url=url, save_steps=10,
     ),
     toy.local_backends(toy.corpus()),

@@ -1,16 +1,23 @@
-"""``ddai train grpo``'s settings: the run config (episode, reward and backend fields from the
-shared bases of ``ddai.trainer.search.config``), the optimiser presets, and the TRL ``GRPOConfig``
+"""``ddai train grpo``'s settings: the run config (its episode, reward and backend settings nested
+from ``ddai.trainer.search.config``), the optimiser presets, and the TRL ``GRPOConfig``
 built from defaults < preset < config file < flags < ``--set``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ddai.trainer import common
-from ddai.trainer.search.config import EpisodeBackends, EpisodeConfig, RewardOverrides
+from ddai.trainer.search.config import (
+    EpisodeBackends,
+    EpisodeConfig,
+    EpisodeSettings,
+    RewardOverrides,
+)
+from ddai.trainer.search.logrows import LoggedRunResult
 
 # Seed 000's focused-round optimiser: sequence-level ratio (GSPO), clip 3e-4/4e-4, lr 1e-6, no KL,
 # no entropy bonus, and its mini-batch structure: verl's ``ppo_mini_batch_size=8`` prompts out of a
@@ -46,9 +53,9 @@ def train_preset(name: str | None) -> dict[str, Any]:
 
 
 @dataclass
-class GRPORunConfig(EpisodeConfig, RewardOverrides, EpisodeBackends):
-    """One GRPO run; every field has a flag in ``ddai train grpo``. Episode, reward and backend
-    fields are the shared bases' (``ddai.trainer.search.config``), keyword-only."""
+class GRPORunConfig(EpisodeSettings):
+    """One GRPO run; every field has a flag in ``ddai train grpo``, the nested ``episode``,
+    ``rewards`` and ``backends`` (``EpisodeSettings``) field by field."""
 
     model: str
     data: Path
@@ -59,28 +66,44 @@ class GRPORunConfig(EpisodeConfig, RewardOverrides, EpisodeBackends):
     run_id: str | None = None
     logs: Path | None = None
     preset: str | None = None
+    """Optimiser preset: gspo-ddai (seed defaults: sequence ratio, clip 3e-4/4e-4, lr 1e-6, KL 0,
+    entropy 0, two optimizer steps of --batch-size rollouts per rollout batch) or grpo."""
     n_agent: int | None = None
+    """Rollouts per prompt (the GRPO group)."""
     batch_size: int | None = None
-    """Rollouts per device step (prompts × n_agent)."""
+    """Rollouts per device optimizer step (prompts × n_agent); under --launch N the step's global
+    batch is N × this. A rollout batch is this × steps_per_generation (1, or 2 under --preset
+    gspo-ddai)."""
     max_steps: int | None = None
     learning_rate: float | None = None
     epsilon: float | None = None
+    """Lower clip ε (ratio ≥ 1 − ε)."""
     epsilon_high: float | None = None
+    """Upper clip ε (ratio ≤ 1 + ε)."""
     beta: float | None = None
+    """KL coefficient to the reference model."""
     entropy_coef: float | None = None
+    """Entropy bonus coefficient."""
     importance_sampling_level: str | None = None
+    """Importance ratio: sequence (GSPO) or token."""
     loss_type: str | None = None
+    """TRL loss_type (grpo, dapo, bnpo, dr_grpo, …)."""
     temperature: float | None = None
+    """Sampling temperature."""
     observation: str = "text"
-    """``image``: show page images through the model's processor (VLM policies)."""
+    """``text``: pages shown as text; ``image``: page images through the model's processor (VLM
+    policies; needs an image corpus or --image-root; <bbox> is in Qwen2.5-VL's pixels of the
+    resized image)."""
     image_root: Path | None = None
-    """Folder of page images named as ``Corpus.image_path`` names them (image observations);
-    not needed when the corpus holds its images (``ddai corpus build``)."""
+    """Folder of page images (``{page_id}.jpg``); not needed with an image corpus (``ddai corpus
+    build``)."""
     generator_max_images: int = 8
-    """Most images (pages and crops, the latest kept) sent to a multimodal generator."""
+    """Most images (pages and crops the episode gathered, latest kept) sent to a multimodal
+    generator; 0 sends text only. Text generators ignore images."""
     vllm: str | None = None
-    """``server``: generate through a running ``trl vllm-serve`` (GPU machines)."""
+    """``server``: generate through a running ``trl vllm-serve`` (GPU)."""
     vllm_server_base_url: str | None = None
+    """Base URL of the vLLM server."""
     limit: int | None = None
     seed: int = 0
     save_steps: int | None = None
@@ -114,14 +137,9 @@ class GRPORunConfig(EpisodeConfig, RewardOverrides, EpisodeBackends):
 
 
 @dataclass
-class GRPOResult:
+class GRPOResult(LoggedRunResult):
     output_dir: str
-    run_id: str
-    logs: str
     steps: int
-    rollouts_logged: int
-    reward_first: float | None
-    reward_last: float | None
     changed_parameters: int
     zero_variance_steps: int = 0
     """Steps whose groups all had zero reward variance (no learning signal)."""
@@ -138,13 +156,22 @@ class GRPOResult:
     """Mean over logged steps of TRL's ``clip_ratio/region_mean`` (share clipped)."""
 
 
+def episode_flags() -> dict[str, str]:
+    """``field -> --flag`` of the nested episode, reward and backend settings (for the message
+    when one is given as a TRL knob in ``--config`` or ``--set``)."""
+    renamed = {"bias": "--reward-bias"}
+    return {
+        f.name: renamed.get(f.name, "--" + f.name.replace("_", "-"))
+        for part in (EpisodeConfig, RewardOverrides, EpisodeBackends)
+        for f in dataclasses.fields(part)
+    }
+
+
 def grpo_args(cfg: GRPORunConfig) -> Any:
     """TRL ``GRPOConfig`` from defaults < preset < config file < flags < ``--set``."""
     from trl import GRPOConfig
 
-    file_layer = common.load_config_file(cfg.config_file)
-    common.check_keys(GRPOConfig, file_layer, str(cfg.config_file))
-    common.check_keys(GRPOConfig, cfg.overrides, "--set")
+    file_layer, overrides = common.user_layers(GRPOConfig, cfg, episode_flags())
     flags = {
         "num_generations": cfg.n_agent,
         "per_device_train_batch_size": cfg.batch_size,
@@ -177,7 +204,7 @@ def grpo_args(cfg: GRPORunConfig) -> Any:
         "save_strategy": "steps",
         "save_total_limit": 2,
         "disable_tqdm": not cfg.progress,
-        "max_completion_length": cfg.max_completion_tokens,
+        "max_completion_length": cfg.episode.max_completion_tokens,
         # Activations recomputed in the backward pass: a training forward keeps one layer's
         # activations instead of all of them (``--set activation_checkpointing=false`` to trade
         # back; transformers' new name for gradient checkpointing).
@@ -185,20 +212,18 @@ def grpo_args(cfg: GRPORunConfig) -> Any:
         **common.device_defaults(),
     }
     preset = train_preset(cfg.preset)
-    if any(layer.get("generation_batch_size") is not None for layer in (file_layer, cfg.overrides)):
+    if any(layer.get("generation_batch_size") is not None for layer in (file_layer, overrides)):
         # TRL takes one of the two; the user's generation batch wins over the preset's structure.
         preset.pop("steps_per_generation", None)
-    merged = common.merge_layers(defaults, preset, file_layer, flags, cfg.overrides)
-    user = {**file_layer, **cfg.overrides}
+    merged = common.merge_layers(defaults, preset, file_layer, flags, overrides)
+    user = {**file_layer, **overrides}
     if "gradient_checkpointing" in user and "activation_checkpointing" not in user:
         # transformers' old name would lose to the new one set by default above.
         merged["activation_checkpointing"] = merged.pop("gradient_checkpointing")
-    integrations, _ = common.split_report_to(merged.pop("report_to", None))
-    merged.update(output_dir=str(cfg.output_dir), report_to=integrations, seed=cfg.seed)
     batch, group = merged["per_device_train_batch_size"], merged["num_generations"]
     if batch % group:
         raise common.TrainConfigError(
             f"--batch-size {batch} must be a multiple of --n-agent {group} "
             "(rollouts per step = prompts × n_agent)"
         )
-    return GRPOConfig(**merged)
+    return common.trl_config(GRPOConfig, merged, cfg)

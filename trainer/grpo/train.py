@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines import objstore, workspace
+from ddai.pipelines import workspace
 from ddai.trainer import common
 from ddai.trainer.grpo.config import GRPOResult, GRPORunConfig, grpo_args
 from ddai.trainer.runtime import dist
@@ -39,7 +39,6 @@ from ddai.trainer.search.episodes import (
 )
 from ddai.trainer.search.logrows import RolloutLog
 from ddai.trainer.search.preflight import (
-    PreflightReport,
     check_chat_template,
     check_episodes,
     write_run_config,
@@ -47,8 +46,8 @@ from ddai.trainer.search.preflight import (
 from ddai.trainer.search.preflight_steps import (
     preflight_slots,
     preflight_status,
+    run_static_preflight,
     sampled_episodes,
-    static_preflight,
 )
 from ddai.trainer.search.rewards import StreamingScorer
 from ddai.trainer.search.rollout import token_truncator
@@ -90,6 +89,18 @@ def page_images(cfg: GRPORunConfig, corpus: Any) -> Any:
     return image_of
 
 
+def commit_each_step(log: RolloutLog) -> Any:
+    """A ``TrainerCallback`` that commits each optimizer step's rollouts when the step ends (the
+    trainer queues them in ``log`` as they are scored, possibly over several generations)."""
+    from transformers import TrainerCallback
+
+    class CommitEachStep(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            log.flush()
+
+    return CommitEachStep()
+
+
 def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult:
     """Train with GRPO; save the final model to ``output_dir``; log rollouts to the store."""
     from datasets import Dataset
@@ -110,12 +121,12 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
     args = grpo_args(cfg)
     dist.allow_fsdp_on_cpu(args)
     resume_from = common.resume_checkpoint(cfg.output_dir, cfg.resume)
-    spec = cfg.reward_spec()
+    spec = cfg.rewards.reward_spec()
     tasks = load_tasks(cfg.data, cfg.limit)
     if not tasks:
         raise common.TrainConfigError(f"--data {cfg.data}: no prompts")
     corpus = Corpus.load(cfg.corpus)
-    backends = backends or default_backends(cfg, corpus, spec)
+    backends = backends or default_backends(cfg.backends, corpus, spec)
     if spec.needs_judge and (backends.generator is None or backends.judge is None):
         raise common.TrainConfigError(
             "the reward uses the judge: a generator and a judge backend are needed"
@@ -123,20 +134,7 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
     vision = box_convention = None
     image_of = page_images(cfg, corpus)
 
-    report = PreflightReport(skipped=cfg.skip_preflight)
-    if not cfg.skip_preflight:
-        static_preflight(
-            report,
-            tasks,
-            corpus,
-            str(cfg.corpus),
-            backends.search,
-            k=cfg.search_k,
-            restrict_to_doc=cfg.restrict_to_doc,
-            prompts=cfg.preflight_prompts,
-            seed=cfg.seed,
-        )
-        report.raise_errors()
+    report = run_static_preflight(cfg, tasks, corpus, backends.search)
     if cfg.observation == "image":
         if image_of is None:
             raise common.TrainConfigError(
@@ -168,8 +166,8 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
     env = SearchEnv(
         backends.search,
         corpus,
-        env_config(cfg, cfg.observation),
-        truncate=token_truncator(tok, cfg.obs_max_tokens),
+        env_config(cfg.episode, cfg.observation),
+        truncate=token_truncator(tok, cfg.episode.obs_max_tokens),
         image_of=image_of,
         box_convention=box_convention,
     )
@@ -181,7 +179,7 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
     rollout = SearchRollout(
         tokenizer=tok,
         env=env,
-        rollout=rollout_config(cfg),
+        rollout=rollout_config(cfg.episode),
         spec=spec,
         scorer=scorer,
         temperature=args.temperature,
@@ -196,7 +194,7 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
     step_metrics = TrainMetricsLog(log.logs, run_id)
     trainer = grpo_trainer_class()(
         model=model,
-        reward_funcs=[DdaiReward(rollout, cfg.reward_timeout)],
+        reward_funcs=[DdaiReward(rollout.store, cfg.backends.reward_timeout)],
         args=args,
         train_dataset=Dataset.from_list([t.to_row() for t in tasks]),
         processing_class=tok,
@@ -204,6 +202,7 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
         callbacks=[
             *common.build_callbacks(cfg.output_dir, metrics_file, progress=cfg.progress),
             step_metrics,
+            commit_each_step(log),
         ],
         ddai_rollout=rollout,
         ddai_log=log,
@@ -216,7 +215,8 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
             slots = preflight_slots(tasks, cfg.preflight_prompts, args.num_generations, cfg.seed)
             with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as m:
                 check_episodes(
-                    report, sampled_episodes(rollout, slots, trainer, m, cfg.reward_timeout)
+                    report,
+                    sampled_episodes(rollout, slots, trainer, m, cfg.backends.reward_timeout),
                 )
             report.raise_errors()
         if trainer.accelerator.is_main_process:
@@ -230,6 +230,7 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
     try:
         trainer.train(resume_from_checkpoint=resume_from)
     finally:
+        log.flush()
         if scorer is not None:
             scorer.close()
     changed = len(changed_parameters(before, trainer.model))  # collective under FSDP
@@ -245,12 +246,8 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
         vision.processor.save_pretrained(cfg.output_dir)  # image processor + chat template
     return GRPOResult(
         output_dir=str(cfg.output_dir),
-        run_id=run_id,
-        logs=objstore.display(log.logs),  # a URL store as its URL, not pathlib's s3:/b/…
         steps=int(trainer.state.global_step),
-        rollouts_logged=log.rows,
-        reward_first=log.rewards[0] if log.rewards else None,
-        reward_last=log.rewards[-1] if log.rewards else None,
+        **log.result_fields(),
         changed_parameters=changed,
         zero_variance_steps=trainer.ddai_zero_variance.count,
         preflight=preflight_status(report),

@@ -96,23 +96,3 @@ def keep_metrics_until(path: Path, step: int) -> list[str]:
         for line in path.read_text(encoding="utf-8").splitlines()
         if line.strip() and json.loads(line).get("step", 0) <= step
     ]
-
-
-def drop_rollouts_after(logs: Path, run_id: str, step: int) -> int:
-    """Remove a run's logged rollouts of steps ``> step`` (those a crashed run logged after its
-    last checkpoint; the resumed run logs them anew); returns how many were dropped. The
-    partition is rewritten only when there is something to drop."""
-    import pyarrow.compute as pc
-
-    from ddai.pipelines.store import list_runs, read_version, write_run
-
-    if run_id not in list_runs(logs):
-        return 0
-    table, version = read_version(logs, run_id)
-    later = pc.fill_null(pc.greater(table["step"], step), False)
-    dropped = int(pc.sum(later).as_py() or 0)
-    if dropped:
-        write_run(
-            logs, run_id, table.filter(pc.invert(later)), normalize=False, if_unchanged=version
-        )
-    return dropped

@@ -1,6 +1,6 @@
-"""``ddai train ppo``'s settings: the run config (episode, reward and backend fields from the
-shared bases of ``ddai.trainer.search.config``) with its checks, and the result. Imports no torch,
-so the CLI reads its defaults from here.
+"""``ddai train ppo``'s settings: the run config (its episode, reward and backend settings nested
+from ``ddai.trainer.search.config``, as in ``GRPORunConfig``) with its checks, and the result.
+Imports no torch, so the CLI reads its defaults (and the help of most flags) from here.
 """
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ddai.trainer.common import TrainConfigError
-from ddai.trainer.search.config import EpisodeBackends, EpisodeConfig, RewardOverrides
+from ddai.trainer.search.config import EpisodeSettings
+from ddai.trainer.search.logrows import LoggedRunResult
 
 KL_MODES = ("reward", "loss")
 """Where the reference KL goes: ``reward`` folds ``−β·KL_t`` into the per-token rewards (seed
@@ -24,10 +25,9 @@ CRITIC_DIR = "critic"
 
 
 @dataclass
-class PPORunConfig(EpisodeConfig, RewardOverrides, EpisodeBackends):
-    """One PPO run; every field has a flag in ``ddai train ppo``. Episode, reward and backend
-    fields are the shared bases' (``ddai.trainer.search.config``), keyword-only, as in
-    ``GRPORunConfig``."""
+class PPORunConfig(EpisodeSettings):
+    """One PPO run; every field has a flag in ``ddai train ppo``, the nested ``episode``,
+    ``rewards`` and ``backends`` (``EpisodeSettings``) field by field."""
 
     model: str
     data: Path
@@ -42,42 +42,60 @@ class PPORunConfig(EpisodeConfig, RewardOverrides, EpisodeBackends):
     run_id: str | None = None
     logs: Path | None = None
     n_agent: int = 1
+    """Rollouts per prompt."""
     batch_size: int = 8
-    """Rollouts per step (a multiple of ``n_agent``)."""
+    """Rollouts per step (a multiple of --n-agent)."""
     mini_batch_size: int | None = None
-    """Rollouts per optimizer step; default: the whole batch."""
+    """Rollouts per optimizer step. Default: the whole batch."""
     ppo_epochs: int = 4
+    """Passes over each batch on its stored old log-probs."""
     max_steps: int = 10
+    """PPO steps (rollout batches)."""
     learning_rate: float = 1e-6
+    """Policy learning rate."""
     critic_lr: float = 1e-4
-    """Learning rate of the critic's head."""
+    """Critic head learning rate."""
     critic_trunk_lr: float = 1e-5
-    """Learning rate of the critic's trainable trunk layers."""
+    """Learning rate of the critic's unfrozen trunk layers."""
     clip_low: float = 0.2
+    """Lower clip ε (ratio ≥ 1 − ε)."""
     clip_high: float = 0.2
+    """Upper clip ε (ratio ≤ 1 + ε)."""
     vf_clip: float | None = 0.2
-    """Value clip range around the rollout-time values; 0 or None: unclipped value loss."""
+    """Value clip range around the rollout-time values; 0: unclipped ½·(V − R)², which is seed
+    003's critic loss (critic weight 0.5)."""
     kl_coef: float = 0.05
+    """KL coefficient β of the per-token penalty against the frozen reference (0: off)."""
     kl_estimator: str = "k1"
+    """KL estimator: k1 (log-ratio), k2 (½·log-ratio²) or k3 (GRPO's low-variance one)."""
     kl_mode: str = "reward"
-    """Where the reference KL goes: ``reward`` (a per-token penalty) or ``loss`` (a policy-loss
-    term, ``ppo_terms.kl_loss``); seed 003 describes both."""
+    """Where the KL goes: reward (−β·KL on each token's reward) or loss (+β·KL added to the
+    policy loss; use k2 or k3 there, k1's gradient is 0 in expectation); seed 003 describes
+    both."""
     reward_norm: str = "none"
-    """Normalization of each batch's outcome scores: ``ppo_terms.REWARD_NORMS``."""
+    """Normalize each batch's outcome rewards: none, center (minus the mean), scale (divide by the
+    std, sign kept) or whiten (mean 0, std 1)."""
     entropy_coef: float = 0.0
-    """Entropy bonus coefficient c_H (0: off)."""
+    """Entropy bonus c_H: the policy loss subtracts c_H·mean entropy (0: off)."""
     resume: bool = False
-    """Continue from the last ``checkpoint-N`` in ``output_dir`` (steps N+1..max_steps)."""
+    """Continue from the last checkpoint-N in --out-dir: steps N+1..--max-steps, same run id."""
     save_steps: int = 0
-    """Write a resumable ``checkpoint-N`` every this many steps (0: only after the last step)."""
+    """Write a resumable checkpoint-N every this many steps (0: after the last step only)."""
     gamma: float = 1.0
+    """GAE discount γ per policy token."""
     lam: float = 0.95
+    """GAE λ."""
     whiten_advantages: bool = True
+    """Whiten advantages over the batch's policy tokens."""
     temperature: float = 1.0
+    """Sampling temperature."""
     limit: int | None = None
+    """Use only the first N prompts."""
     grad_accum: int = 1
-    """Micro-batches each mini-batch is split into, accumulated into one optimizer step."""
+    """Micro-batches each mini-batch is split into and accumulated into one optimizer step (less
+    memory)."""
     grad_clip: float = 1.0
+    """Max gradient norm of each model (0: off)."""
     dtype: str = "float32"
     lora: bool = False
     """Train a LoRA adapter (peft, float32) on the frozen policy; the reference is the policy with
@@ -142,15 +160,10 @@ class PPORunConfig(EpisodeConfig, RewardOverrides, EpisodeBackends):
 
 
 @dataclass
-class PPOResult:
+class PPOResult(LoggedRunResult):
     output_dir: str
     critic_dir: str
-    run_id: str
-    logs: str
     steps: int
-    rollouts_logged: int
-    reward_first: float | None
-    reward_last: float | None
     value_loss_first: float | None
     value_loss_last: float | None
     changed_parameters: int

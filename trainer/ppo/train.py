@@ -47,7 +47,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ddai.pipelines import objstore, workspace
+from ddai.pipelines import workspace
 from ddai.trainer.advantages import gae
 from ddai.trainer.common import TrainConfigError
 from ddai.trainer.ppo.config import CRITIC_DIR, PPOResult, PPORunConfig
@@ -343,12 +343,12 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
     from ddai.trainer.runtime import accel
     from ddai.trainer.search import preflight as pf
     from ddai.trainer.search.episodes import Episodes, default_backends
-    from ddai.trainer.search.logrows import RolloutLog
+    from ddai.trainer.search.logrows import RolloutLog, take_rows
     from ddai.trainer.search.preflight_steps import (
         preflight_slots,
         preflight_status,
+        run_static_preflight,
         sampled_episodes,
-        static_preflight,
     )
     from ddai.trainer.search.tasks import load_tasks
     from ddai.trainer.sft.train import save_model
@@ -368,21 +368,8 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
             "to train more steps"
         )
     corpus = Corpus.load(cfg.corpus)
-    backends = backends or default_backends(cfg, corpus, cfg.reward_spec())
-    report = pf.PreflightReport(skipped=cfg.skip_preflight)
-    if not cfg.skip_preflight:
-        static_preflight(
-            report,
-            tasks,
-            corpus,
-            str(cfg.corpus),
-            backends.search,
-            k=cfg.search_k,
-            restrict_to_doc=cfg.restrict_to_doc,
-            prompts=cfg.preflight_prompts,
-            seed=cfg.seed,
-        )
-        report.raise_errors()
+    backends = backends or default_backends(cfg.backends, corpus, cfg.rewards.reward_spec())
+    report = run_static_preflight(cfg, tasks, corpus, backends.search)
     acc = accel.make_accelerator(gradient_accumulation_steps=cfg.grad_accum)
     main = acc.is_main_process
     torch.manual_seed(cfg.seed)  # the same initial weights on every rank
@@ -430,7 +417,9 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
             slots = preflight_slots(tasks, cfg.preflight_prompts, cfg.n_agent, cfg.seed)
             pf.check_episodes(
                 report,
-                sampled_episodes(episodes.rollout, slots, None, bare_policy, cfg.reward_timeout),
+                sampled_episodes(
+                    episodes.rollout, slots, None, bare_policy, cfg.backends.reward_timeout
+                ),
             )
             report.raise_errors()
         if main:
@@ -443,7 +432,7 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
     run_id = accel.gather_rows([run_id], acc)[0]  # rank 0's timestamp names the run
     log = RolloutLog(workspace.logs_dir(cfg.logs), run_id)
     if start and main:
-        ck.drop_rollouts_after(log.logs, run_id, start)
+        log.drop_after(start)
     kept = ck.keep_metrics_until(out / "metrics.jsonl", start) if main and start else []
     metrics_log = MetricsLog(out / "metrics.jsonl") if main else None
     if kept:
@@ -482,12 +471,18 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
                 metrics = accel.mean_metrics(metrics, acc)
                 vf_losses.append(metrics["critic/vf_loss"])
                 advantages = vl.sequence_mean(exp.advantages, batch.mask).tolist()
-                rows = episodes.log_rows(
-                    trajs, advantages, run_id=run_id, step=step, first_sample=first_sample
+                rows = take_rows(
+                    episodes.store,
+                    [t.key for t in trajs],
+                    advantages,
+                    run_id=run_id,
+                    step=step,
+                    first_sample=first_sample,
                 )
                 rows = accel.gather_rows(rows, acc)
                 if main:
-                    log.append(rows)
+                    log.append(rows, step)
+                    log.flush()  # a checkpoint of this step has its rows committed
                     metrics_log.log(step, metrics)
                     if step == cfg.max_steps or (cfg.save_steps and step % cfg.save_steps == 0):
                         ck.save_checkpoint(
@@ -515,12 +510,8 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
     return PPOResult(
         output_dir=str(out),
         critic_dir=str(out / CRITIC_DIR),
-        run_id=run_id,
-        logs=objstore.display(log.logs),  # a URL store as its URL, not pathlib's s3:/b/…
         steps=cfg.max_steps,
-        rollouts_logged=log.rows,  # the main process's count (it alone writes)
-        reward_first=log.rewards[0] if log.rewards else None,
-        reward_last=log.rewards[-1] if log.rewards else None,
+        **log.result_fields(),
         value_loss_first=vf_losses[0] if vf_losses else None,
         value_loss_last=vf_losses[-1] if vf_losses else None,
         changed_parameters=changed,

@@ -20,13 +20,13 @@ from typing import Any
 
 from ddai.pipelines import workspace
 from ddai.trainer.common import TrainConfigError
-from ddai.trainer.search.config import EpisodeBackends, EpisodeConfig, RewardOverrides
+from ddai.trainer.search.config import EpisodeSettings
 
 
 @dataclass
-class CollectConfig(EpisodeConfig, RewardOverrides, EpisodeBackends):
-    """One collection run; every field has a flag in ``ddai train collect``. Episode, reward and
-    backend fields are the shared bases' (``ddai.trainer.search.config``), keyword-only."""
+class CollectConfig(EpisodeSettings):
+    """One collection run; every field has a flag in ``ddai train collect``, the nested
+    ``episode``, ``rewards`` and ``backends`` (``EpisodeSettings``) field by field."""
 
     model: str
     """The local policy, or with ``generate_via`` the tokenizer of the server's model."""
@@ -37,12 +37,17 @@ class CollectConfig(EpisodeConfig, RewardOverrides, EpisodeBackends):
     run_id: str | None = None
     logs: Path | None = None
     n_agent: int = 1
+    """Rollouts per prompt."""
     batch_size: int = 8
-    """Rollouts per batch and process (a multiple of ``n_agent``)."""
+    """Rollouts per batch and process (a multiple of --n-agent)."""
     temperature: float = 1.0
+    """Sampling temperature (0: greedy)."""
     top_p: float = 1.0
+    """Nucleus sampling p."""
     top_k: int = 0
+    """Top-k sampling (0: off)."""
     limit: int | None = None
+    """Use only the first N prompts."""
     dtype: str = "float32"
     seed: int = 0
     progress: bool = True
@@ -89,7 +94,7 @@ def run_collect(cfg: CollectConfig, backends: Any | None = None) -> CollectResul
     from ddai.pipelines.progress import bar
     from ddai.trainer.runtime import accel
     from ddai.trainer.search.episodes import Episodes, default_backends
-    from ddai.trainer.search.logrows import RolloutLog
+    from ddai.trainer.search.logrows import RolloutLog, take_rows
     from ddai.trainer.search.tasks import load_tasks
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -98,7 +103,7 @@ def run_collect(cfg: CollectConfig, backends: Any | None = None) -> CollectResul
     if not tasks:
         raise TrainConfigError(f"--data {cfg.data}: no prompts")
     corpus = Corpus.load(cfg.corpus)
-    backends = backends or default_backends(cfg, corpus, cfg.reward_spec())
+    backends = backends or default_backends(cfg.backends, corpus, cfg.rewards.reward_spec())
     acc = accel.make_accelerator()
     main = acc.is_main_process
     model, tok, sampler = _policy(cfg)
@@ -123,7 +128,10 @@ def run_collect(cfg: CollectConfig, backends: Any | None = None) -> CollectResul
                 if slots:
                     with torch.no_grad():
                         trajs, _, _ = episodes.collect(slots, model)
-                    rows = episodes.log_rows(trajs, [None] * len(trajs), run_id=run_id, step=None)
+                    keys = [t.key for t in trajs]
+                    rows = take_rows(
+                        episodes.store, keys, [None] * len(keys), run_id=run_id, step=None
+                    )
                 rows = accel.gather_rows(rows, acc)
                 for i, row in enumerate(rows):
                     row["sample_idx"] = logged + i

@@ -2,14 +2,16 @@
 
 ``EpisodeConfig`` (turns, search, token budgets), ``RewardOverrides`` (the reward preset and its
 per-field overrides) and ``EpisodeBackends`` (which search/generator/judge backends, and how long to
-wait for a score) are keyword-only bases: ``GRPORunConfig``, ``PPORunConfig`` and ``CollectConfig``
-inherit them instead of restating the fields, and ``ddai train`` reads every flag's default from
-them. ``EnvConfig`` and ``RolloutConfig`` take their defaults from here too.
+wait for a score) are nested in ``GRPORunConfig``, ``PPORunConfig`` and ``CollectConfig`` as
+``cfg.episode``, ``cfg.rewards`` and ``cfg.backends`` (``EpisodeSettings``): every room that runs
+episodes holds the same objects instead of copying their fields, and ``ddai train`` reads every
+flag's default from them (``ddai_cli/options.py``'s option groups). ``EnvConfig`` and ``RolloutConfig`` take their defaults
+from here too.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ddai.trainer.search.rewards import RewardSpec, reward_preset
 
@@ -78,3 +80,18 @@ class EpisodeBackends:
     reward_timeout: float = 90.0
     """Seconds a training step waits for a group's judge scores before it counts them
     unscorable."""
+
+
+@dataclass(kw_only=True)
+class EpisodeSettings:
+    """What a run that plays episodes holds, nested (``cfg.episode.max_turns``,
+    ``cfg.rewards.reward_spec()``, ``cfg.backends.judge``): ``GRPORunConfig``, ``PPORunConfig``
+    and ``CollectConfig`` derive from it, so each holds one object of each instead of copies of
+    their fields. Keyword-only, so it comes after a run's required fields."""
+
+    episode: EpisodeConfig = field(default_factory=EpisodeConfig)
+    """Turns, search and token budgets of each episode."""
+    rewards: RewardOverrides = field(default_factory=RewardOverrides)
+    """The reward preset and its overrides."""
+    backends: EpisodeBackends = field(default_factory=EpisodeBackends)
+    """The search, generator and judge backends, and the score timeout."""

@@ -1,6 +1,7 @@
-"""Searcher episodes for every trainer: ``SearchRollout`` runs lock-step multi-turn rollouts and
-keeps each episode until its row is logged, ``Episodes`` drives it outside TRL (PPO, collect), and
-the builders turn an ``EpisodeConfig`` into the environment's and the rollout's settings.
+"""Searcher episodes for every trainer: ``SearchRollout`` runs lock-step multi-turn rollouts into
+its ``ScoreStore`` (``search.scoring``: the one owner of each episode until its row is logged),
+``Episodes`` drives it outside TRL (PPO, collect), and the builders turn an ``EpisodeConfig`` into
+the environment's and the rollout's settings.
 
 ``SearchRollout`` is also TRL's ``rollout_func`` for GRPO (its ``__call__``); what it reads from the
 TRL trainer goes through ``ddai.trainer.trl_compat``.
@@ -17,8 +18,7 @@ from ddai.trainer.common import TrainConfigError
 from ddai.trainer.runtime import dist
 from ddai.trainer.search.config import EpisodeBackends, EpisodeConfig
 from ddai.trainer.search.env import EnvConfig, SearchEnv
-from ddai.trainer.search.logrows import rollout_row
-from ddai.trainer.search.rewards import Judged, RewardSpec, StreamingScorer
+from ddai.trainer.search.rewards import RewardSpec, StreamingScorer
 from ddai.trainer.search.rollout import (
     HFSampler,
     RolloutConfig,
@@ -27,7 +27,7 @@ from ddai.trainer.search.rollout import (
     run_rollouts,
     token_truncator,
 )
-from ddai.trainer.search.scoring import DdaiReward
+from ddai.trainer.search.scoring import ScoreStore
 from ddai.trainer.search.tasks import Task
 from ddai.trainer.search.vision import VisionObservationFormat, vision_batch
 
@@ -69,7 +69,8 @@ def default_backends(cfg: EpisodeBackends, corpus: Any, spec: RewardSpec) -> Bac
 
 
 class SearchRollout:
-    """TRL ``rollout_func``: runs the batch's episodes and keeps them until their rows are logged."""
+    """TRL ``rollout_func``: runs the batch's episodes into ``store`` (a ``ScoreStore`` over
+    ``spec`` and ``scorer``), which keeps them until their rows are logged."""
 
     def __init__(
         self,
@@ -91,33 +92,11 @@ class SearchRollout:
         self.vision_fields: dict[str, Any] | None = None
         """The last batch's images in TRL's layout (``vision_batch``), rows in batch order."""
         self.rollout = rollout
-        self.spec = spec
-        self.scorer = scorer
+        self.store = ScoreStore(spec, scorer)
         self.sampling = {"temperature": temperature, "top_p": top_p, "top_k": top_k}
         self.repetition_penalty = repetition_penalty
-        self.pending: dict[str, Trajectory] = {}
-        self.futures: dict[str, tuple[Any, int]] = {}
-        self.judged: dict[str, Judged] = {}
-        self.scores: dict[str, Any] = {}
         self.sampler: Any = None
         """A fixed sampler (e.g. an OpenAI-compatible server's) instead of the policy's."""
-
-    def _submit(self, group: list[Trajectory]) -> None:
-        if self.scorer is None or not self.spec.needs_judge:
-            return
-        items = [
-            {
-                "question": t.task.question,
-                "reference": t.task.reference_answer,
-                "evidence": t.episode.evidence,
-                "images": t.episode.images,
-                "skip": self.spec.gate and not t.episode.format_ok,
-            }
-            for t in group
-        ]
-        fut = self.scorer.submit(items)
-        for i, t in enumerate(group):
-            self.futures[t.key] = (fut, i)
 
     def _sampler(self, trainer: Any, model: Any) -> Any:
         if self.sampler is not None:
@@ -140,26 +119,28 @@ class SearchRollout:
         )
 
     def run(self, tasks: list[tuple[Task, int, int]], trainer: Any, model: Any) -> list[Trajectory]:
-        return run_rollouts(
+        """Run one episode per ``(task, group, index)`` slot; the store keeps them, each group
+        sent to the judge as it finishes."""
+        trajs = run_rollouts(
             tasks,
             sampler=self._sampler(trainer, model),
             tokenizer=self.tok,
             env=self.env,
             config=self.rollout,
-            on_group_done=self._submit,
+            on_group_done=self.store.submit,
             vision=self.vision,
             # Lock-step across ranks: the same number of turns everywhere, so sharded
             # generation's collectives line up.
             any_active=dist.any_across_ranks if dist.world_size() > 1 else None,
         )
+        self.store.keep(trajs)
+        return trajs
 
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list]:
         inputs, G = trl_compat.rollout_inputs(trainer)
         slots = [(Task.from_row(inp), i // G, i % G) for i, inp in enumerate(inputs)]
         with trl_compat.generation_model(trainer) as model:
             trajs = self.run(slots, trainer, model)
-        for t in trajs:
-            self.pending[t.key] = t
         self.vision_fields = vision_batch(
             [im[0] if (im := t.images()) else None for t in trajs],
             [im[1] if (im := t.images()) else None for t in trajs],
@@ -172,10 +153,6 @@ class SearchRollout:
             "episode_key": [t.key for t in trajs],
         }
 
-    def pop(self, key: str) -> tuple[Trajectory, Judged | None, Any]:
-        self.futures.pop(key, None)
-        return self.pending.pop(key), self.judged.pop(key, None), self.scores.pop(key, None)
-
 
 class Episodes:
     """Episodes and their rewards outside TRL (``ddai train ppo``, ``ddai train collect``): the
@@ -184,10 +161,10 @@ class Episodes:
     def __init__(
         self, cfg: Any, tok: Any, corpus: Any, backends: Any, *, sampler: Any = None
     ) -> None:
-        """``cfg``: an ``EpisodeConfig`` + ``RewardOverrides`` + ``EpisodeBackends`` with a
-        ``temperature``; ``sampler``:
-        generate through it instead of the policy passed to ``collect``."""
-        spec = cfg.reward_spec()
+        """``cfg``: a run config holding ``episode``, ``rewards`` and ``backends`` (the nested
+        configs of ``search.config``) and a ``temperature``; ``sampler``: generate through it
+        instead of the policy passed to ``collect``."""
+        spec = cfg.rewards.reward_spec()
         if spec.needs_judge and (backends.generator is None or backends.judge is None):
             raise TrainConfigError(
                 "the reward uses the judge: a generator and a judge backend are needed"
@@ -195,8 +172,8 @@ class Episodes:
         env = SearchEnv(
             backends.search,
             corpus,
-            env_config(cfg),
-            truncate=token_truncator(tok, cfg.obs_max_tokens),
+            env_config(cfg.episode),
+            truncate=token_truncator(tok, cfg.episode.obs_max_tokens),
         )
         self.scorer = (
             StreamingScorer(backends.generator, backends.judge) if spec.needs_judge else None
@@ -204,52 +181,22 @@ class Episodes:
         self.rollout = SearchRollout(
             tokenizer=tok,
             env=env,
-            rollout=rollout_config(cfg),
+            rollout=rollout_config(cfg.episode),
             spec=spec,
             scorer=self.scorer,
             temperature=cfg.temperature,
         )
         self.rollout.sampler = sampler
-        self.reward = DdaiReward(self.rollout, cfg.reward_timeout)
+        self.store = self.rollout.store
+        self.timeout = cfg.backends.reward_timeout
 
     def collect(
         self, slots: list[tuple[Task, int, int]], policy: Any
     ) -> tuple[list[Any], list[float], dict[str, float]]:
         """Run one episode per slot; ``(trajectories, rewards, ddai/... reward metrics)``."""
         trajs = self.rollout.run(slots, None, policy)
-        for t in trajs:
-            self.rollout.pending[t.key] = t
-        metrics: dict[str, float] = {}
-        keys = [t.key for t in trajs]
-        rewards = asyncio.run(self.reward(None, None, keys, log_metric=metrics.__setitem__))
+        rewards, metrics = asyncio.run(self.store.score([t.key for t in trajs], self.timeout))
         return trajs, rewards, metrics
-
-    def log_rows(
-        self,
-        trajs: list[Any],
-        advantages: list[float | None],
-        *,
-        run_id: str,
-        step: int | None,
-        first_sample: int = 0,
-    ) -> list[dict[str, Any]]:
-        """Rollout-log rows of scored episodes (each logged with its mean token advantage);
-        ``sample_idx`` counts from ``first_sample`` (this rank's offset in the global batch)."""
-        rows_out = []
-        for i, (t, adv) in enumerate(zip(trajs, advantages, strict=True)):
-            traj, judged, score = self.rollout.pop(t.key)
-            rows_out.append(
-                rollout_row(
-                    traj,
-                    run_id=run_id,
-                    step=step,
-                    advantage=adv,
-                    sample_idx=first_sample + i,
-                    judged=judged,
-                    score=score,
-                )
-            )
-        return rows_out
 
     def close(self) -> None:
         if self.scorer is not None:

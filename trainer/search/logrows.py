@@ -1,5 +1,7 @@
 """Rollout-log rows from training trajectories (DESIGN.md's schema plus step, advantage and reward
-parts), so ``ddai report`` and ``ddai distill`` read training output directly."""
+parts), so ``ddai report`` and ``ddai distill`` read training output directly; ``take_rows`` takes
+scored episodes out of the ``ScoreStore`` as rows, and ``RolloutLog`` is the one writer of a
+training run's rows (one manifest record per step)."""
 
 from __future__ import annotations
 
@@ -7,8 +9,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ddai.pipelines import objstore
 from ddai.trainer.search.rewards import Judged, Score
 from ddai.trainer.search.rollout import Trajectory
+from ddai.trainer.search.scoring import ScoreStore
 
 
 def rollout_row(
@@ -62,26 +66,153 @@ def rollout_row(
     }
 
 
+def take_rows(
+    store: ScoreStore,
+    keys: list[str],
+    advantages: list[float | None],
+    *,
+    run_id: str,
+    step: int | None,
+    first_sample: int = 0,
+    extra: dict[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """Take the episodes ``keys`` out of ``store`` as rollout-log rows, each with its advantage;
+    ``sample_idx`` counts from ``first_sample`` (this rank's offset in the global batch);
+    ``extra`` is added to every row's ``extra``."""
+    rows = []
+    for i, (key, adv) in enumerate(zip(keys, advantages, strict=True)):
+        traj, judged, score = store.pop(key)
+        row = rollout_row(
+            traj,
+            run_id=run_id,
+            step=step,
+            advantage=adv,
+            sample_idx=first_sample + i,
+            judged=judged,
+            score=score,
+        )
+        row["extra"].update(extra or {})
+        rows.append(row)
+    return rows
+
+
+def logged_steps(manifest: dict[str, Any] | None) -> list[int]:
+    """The training steps a run's manifest lists, in commit order: each ``RolloutLog`` commit
+    records its ``step``, a rewrite (``drop_after``) the ``steps`` it kept."""
+    if manifest is None:
+        return []
+    out: list[int] = []
+    for record in [*manifest.get("history", []), manifest]:
+        if "steps" in record:
+            out += record["steps"]
+        elif record.get("step") is not None:
+            out.append(record["step"])
+    return out
+
+
 @dataclass
 class RolloutLog:
-    """Appends each step's rollouts to the log store as one run."""
+    """The one writer of a training run's rollouts in the log store: rows come in per step
+    (``append``) and each step's rows are committed together, when the next step's rows come or
+    at ``flush``, with the step in the commit's manifest record; so the manifest lists every step
+    once (``logged_steps``) and grows by one record per step. Rows outside training (``step``
+    None: ``ddai train collect``) are committed at once."""
 
     logs: Path
     run_id: str
     rows: int = 0
     rewards: list[float] = field(default_factory=list)
+    """Mean reward of each committed step."""
     search_errors: int = 0
     unscorable: int = 0
+    _pending: list[dict[str, Any]] = field(default_factory=list, repr=False)
+    _step: int | None = None
 
-    def append(self, rows: list[dict[str, Any]]) -> None:
+    def append(self, rows: list[dict[str, Any]], step: int | None = None) -> None:
+        """Queue ``rows`` of training step ``step`` (None: no step; committed at once)."""
+        if self._pending and step != self._step:
+            self.flush()
+        self._step = step
+        self._pending += rows
+        if step is None:
+            self.flush()
+
+    def flush(self) -> None:
+        """Commit the queued step's rows (nothing when none are queued)."""
         from ddai.pipelines.store import write_run
 
+        rows, self._pending = self._pending, []
         if not rows:
             return
-        write_run(self.logs, self.run_id, rows, append=True)
+        info = None if self._step is None else {"step": self._step}
+        write_run(self.logs, self.run_id, rows, append=True, manifest=info)
         self.rows += len(rows)
         self.search_errors += sum(r["extra"].get("search_errors", 0) for r in rows)
         self.unscorable += sum("unscorable" in r["extra"] for r in rows)
         rs = [r["reward"] for r in rows if r["reward"] is not None]
         if rs:
             self.rewards.append(sum(rs) / len(rs))
+
+    def result_fields(self) -> dict[str, Any]:
+        """``LoggedRunResult``'s fields of this log (call after the last ``flush``)."""
+        return {
+            "run_id": self.run_id,
+            "logs": objstore.display(self.logs),  # a URL store as its URL, not pathlib's s3:/b/…
+            "rollouts_logged": self.rows,
+            "reward_first": self.rewards[0] if self.rewards else None,
+            "reward_last": self.rewards[-1] if self.rewards else None,
+        }
+
+    def steps(self) -> list[int]:
+        """The steps the run's manifest lists (``logged_steps``)."""
+        from ddai.pipelines.store import run_manifest
+
+        return logged_steps(run_manifest(self.logs, self.run_id))
+
+    def drop_after(self, step: int) -> int:
+        """Remove the run's logged rollouts of steps ``> step`` (those a crashed run logged after
+        its last checkpoint; the resumed run logs them anew); returns how many were dropped. The
+        partition is rewritten only when there is something to drop, over the version read
+        (``StoreConflict`` if another writer committed in between)."""
+        import pyarrow.compute as pc
+
+        from ddai.pipelines.store import list_runs, read_version, write_run
+
+        self.flush()
+        if self.run_id not in list_runs(self.logs):
+            return 0
+        table, version = read_version(self.logs, self.run_id)
+        later = pc.fill_null(pc.greater(table["step"], step), False)
+        dropped = int(pc.sum(later).as_py() or 0)
+        if dropped:
+            kept = table.filter(pc.invert(later))
+            steps = sorted({s for s in kept["step"].to_pylist() if s is not None})
+            write_run(
+                self.logs,
+                self.run_id,
+                kept,
+                normalize=False,
+                if_unchanged=version,
+                manifest={"steps": steps},
+            )
+        return dropped
+
+
+@dataclass(kw_only=True)
+class LoggedRunResult:
+    """What a training run's result reports of its rollout log (``RolloutLog.result_fields``);
+    ``GRPOResult`` and ``PPOResult`` add their own fields."""
+
+    run_id: str
+    logs: str
+    rollouts_logged: int
+    """Rows the run committed (the main process's count: it alone writes)."""
+    reward_first: float | None
+    """Mean reward of the first logged step."""
+    reward_last: float | None
+    """Mean reward of the last logged step."""
+
+
+def drop_rollouts_after(logs: Path, run_id: str, step: int) -> int:
+    """``RolloutLog(logs, run_id).drop_after(step)``."""
+    return RolloutLog(Path(logs), run_id).drop_after(step)

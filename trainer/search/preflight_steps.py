@@ -16,7 +16,6 @@ from ddai.trainer.search.preflight import (
     check_search,
     sample,
 )
-from ddai.trainer.search.scoring import DdaiReward
 from ddai.trainer.search.tasks import Task
 
 
@@ -40,6 +39,27 @@ def static_preflight(
         check_search(report, picked, search, k=k, restrict_to_doc=restrict_to_doc)
 
 
+def run_static_preflight(cfg: Any, tasks: list[Task], corpus: Any, search: Any) -> PreflightReport:
+    """The run's preflight report after ``static_preflight`` (raising on its errors), or a
+    skipped one; ``cfg``: a GRPO or PPO run config (``skip_preflight``, ``corpus``, ``episode``,
+    ``preflight_prompts``, ``seed``)."""
+    report = PreflightReport(skipped=cfg.skip_preflight)
+    if not cfg.skip_preflight:
+        static_preflight(
+            report,
+            tasks,
+            corpus,
+            str(cfg.corpus),
+            search,
+            k=cfg.episode.search_k,
+            restrict_to_doc=cfg.episode.restrict_to_doc,
+            prompts=cfg.preflight_prompts,
+            seed=cfg.seed,
+        )
+        report.raise_errors()
+    return report
+
+
 def sampled_episodes(
     rollout: SearchRollout,
     slots: list[tuple[Task, int, int]],
@@ -48,20 +68,19 @@ def sampled_episodes(
     timeout: float,
 ) -> list[SampledEpisode]:
     """Run and score ``slots`` the way a training step does, without logging or training."""
+    store = rollout.store
     trajs = rollout.run(slots, trainer, model)
-    for t in trajs:
-        rollout.pending[t.key] = t
-    asyncio.run(DdaiReward(rollout, timeout)(None, None, [t.key for t in trajs]))
+    asyncio.run(store.score([t.key for t in trajs], timeout))
     out = []
     for t in trajs:
-        _, judged, score = rollout.pop(t.key)
+        _, judged, score = store.pop(t.key)
         fmt = t.episode.format_ok
         out.append(
             SampledEpisode(
                 group=t.group,
                 reward=score.reward,
                 format_ok=fmt,
-                needs_judge=rollout.spec.needs_judge and not (rollout.spec.gate and not fmt),
+                needs_judge=store.spec.needs_judge and not (store.spec.gate and not fmt),
                 error=judged.error if judged else None,
             )
         )

@@ -42,13 +42,17 @@ class SFTRunConfig:
     output_dir: Path
     """Checkpoints, metrics and the final model go here."""
     epochs: float | None = None
+    """Training epochs."""
     max_steps: int | None = None
     learning_rate: float | None = None
     batch_size: int | None = None
+    """Conversations per device step."""
     grad_accum: int | None = None
+    """Gradient accumulation steps."""
     max_length: int | None = None
+    """Truncate conversations to this many tokens."""
     assistant_only_loss: bool = True
-    """Loss on assistant turns only (observations and the prompt masked)."""
+    """Loss on the Searcher's turns only (observations and the prompt masked)."""
     lora: bool = False
     """Train a LoRA adapter (peft) instead of all weights; the merged model is saved."""
     lora_r: int = 16
@@ -67,7 +71,8 @@ class SFTRunConfig:
     overrides: dict[str, Any] = field(default_factory=dict)
     """``--set key=value`` knobs of TRL's ``SFTConfig``."""
     image_root: Path | None = None
-    """Folder of the page images the conversations show (VLM models; found by file name)."""
+    """Folder of the page images the conversations show, found by file name (VLM models, i.e. a
+    model folder with a processor: images stay images)."""
     progress: bool = True
     """TRL's tqdm bars on stderr (``--no-progress`` sets its ``disable_tqdm``)."""
 
@@ -166,9 +171,7 @@ def sft_args(cfg: SFTRunConfig) -> Any:
     """TRL ``SFTConfig`` from defaults < config file < flags < ``--set``."""
     from trl import SFTConfig
 
-    file_layer = common.load_config_file(cfg.config_file)
-    common.check_keys(SFTConfig, file_layer, str(cfg.config_file))
-    common.check_keys(SFTConfig, cfg.overrides, "--set")
+    file_layer, overrides = common.user_layers(SFTConfig, cfg)
     flags = {
         "num_train_epochs": cfg.epochs,
         "max_steps": cfg.max_steps,
@@ -192,15 +195,8 @@ def sft_args(cfg: SFTRunConfig) -> Any:
         "packing": False,
         **common.device_defaults(),
     }
-    merged = common.merge_layers(defaults, file_layer, flags, cfg.overrides)
-    integrations, _ = common.split_report_to(merged.pop("report_to", None))
-    merged.update(
-        output_dir=str(cfg.output_dir),
-        report_to=integrations,
-        assistant_only_loss=cfg.assistant_only_loss,
-        seed=cfg.seed,
-    )
-    return SFTConfig(**merged)
+    merged = common.merge_layers(defaults, file_layer, flags, overrides)
+    return common.trl_config(SFTConfig, merged, cfg, assistant_only_loss=cfg.assistant_only_loss)
 
 
 @dataclass

@@ -1,0 +1,102 @@
+"""Typer signatures built from config dataclasses: ``config_flags`` turns a config's fields into
+a group of flags (type and default from the field, help from its docstring: ``fields.field_docs``),
+``with_groups`` puts groups of flags into a command's signature and hands the command what each
+group builds. The training commands' groups are declared in ``ddai_cli/options.py``, which
+re-exports ``default_of``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+import typing
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
+
+import typer
+
+from ddai.cli.fields import field_docs
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def default_of(config_cls: type, name: str) -> Any:
+    """The default of ``config_cls``'s field ``name`` (a dataclass), for a flag's default."""
+    for f in dataclasses.fields(config_cls):
+        if f.name == name:
+            if f.default is not dataclasses.MISSING:
+                return f.default
+            if f.default_factory is not dataclasses.MISSING:
+                return f.default_factory()
+            break
+    raise KeyError(f"{config_cls.__name__} has no field {name!r} with a default")
+
+
+def config_flags(config_cls: type, flags: dict[str, str | dict[str, Any] | None]) -> Callable:
+    """A group builder (for ``with_groups``) whose parameters are ``config_cls``'s fields named in
+    ``flags``: each flag's type and default are the field's, its help the field's docstring.
+    ``flags[field]``: None (``--field-name``), the flag's declaration (``"--lr"``,
+    ``"--whiten/--no-whiten"``), or ``typer.Option`` keywords (``{"min": 1}``, with ``"decl"``
+    for the declaration and ``"help"`` for a help shared by several configs). The builder returns
+    ``{field: value}`` to pass on to ``config_cls``."""
+    hints = typing.get_type_hints(config_cls)
+    docs = field_docs(config_cls)
+    params = []
+    for name, spec in flags.items():
+        if name not in hints:
+            raise KeyError(f"{config_cls.__name__} has no field {name!r}")
+        opts = dict(spec) if isinstance(spec, dict) else {"decl": spec}
+        decl = opts.pop("decl", None) or f"--{name.replace('_', '-')}"
+        help_text = opts.pop("help", None) or docs.get(name)
+        if help_text is None:
+            raise KeyError(f"{config_cls.__name__}.{name} has no docstring (its flag's help)")
+        help_text = help_text.replace("``", "`")  # reST literals shown as `code`
+        option = typer.Option(decl, help=help_text, **opts)
+        params.append(
+            inspect.Parameter(
+                name,
+                inspect.Parameter.KEYWORD_ONLY,
+                default=default_of(config_cls, name),
+                annotation=Annotated[hints[name], option],
+            )
+        )
+
+    def build(**values: Any) -> dict[str, Any]:
+        return values
+
+    build.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    build.__annotations__ = {p.name: p.annotation for p in params}
+    return build
+
+
+def with_groups(groups: dict[str, Callable[..., Any]]) -> Callable[[F], F]:
+    """Decorate a command whose parameters named as ``groups``' keys take built group objects:
+    Typer sees each group's flags in that parameter's place (and of its kind: the groups are the
+    command's keyword-only parameters, last), and the command gets ``group(**its flags)``. The
+    command's own source keeps its ``Config(field=param)`` call (the defaults test reads it
+    through ``__wrapped__``)."""
+
+    def decorate(command: F) -> F:
+        sig = inspect.signature(command, eval_str=True)
+        params: list[inspect.Parameter] = []
+        owned: dict[str, list[str]] = {}
+        for p in sig.parameters.values():
+            if p.name not in groups:
+                params.append(p)
+                continue
+            flags = inspect.signature(groups[p.name], eval_str=True).parameters.values()
+            owned[p.name] = [f.name for f in flags]
+            params += [f.replace(kind=p.kind) for f in flags]
+
+        @functools.wraps(command)
+        def wrapper(**kwargs: Any) -> Any:
+            for name, names in owned.items():
+                kwargs[name] = groups[name](**{n: kwargs.pop(n) for n in names})
+            return command(**kwargs)
+
+        wrapper.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+        wrapper.__annotations__ = {p.name: p.annotation for p in params}
+        return wrapper  # type: ignore[return-value]
+
+    return decorate

@@ -1,0 +1,54 @@
+"""A GRPO run writes its rollout log through one ``RolloutLog``: each optimizer step's rollouts in
+one commit, so the run's manifest lists every step once, also when a step's rollouts come from
+several generations (gradient accumulation)."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from ddai.trainer import toy
+from ddai.trainer.search.config import EpisodeConfig, RewardOverrides
+from ddai.trainer.tiny import build_tiny
+
+
+def test_grpo_manifest_lists_each_step_once(tmp_path):
+    from ddai.pipelines.backends import get_backend
+    from ddai.pipelines.store import read_rollouts, run_manifest
+    from ddai.trainer.grpo.train import Backends, GRPORunConfig, run_grpo
+    from ddai.trainer.search.logrows import logged_steps
+
+    data = toy.write_toy(tmp_path / "toy")
+    tiny = build_tiny(tmp_path / "tiny", texts=[r["messages"] for r in toy.sft_rows()])
+    cfg = GRPORunConfig(
+        model=str(tiny),
+        data=data / "dataset.parquet",
+        corpus=data / "pages.parquet",
+        output_dir=tmp_path / "grpo",
+        logs=tmp_path / "logs",
+        run_id="grpo_steps",
+        n_agent=2,
+        batch_size=2,
+        max_steps=3,
+        learning_rate=1e-3,
+        save_steps=10,
+        report_to="none",
+        skip_preflight=True,
+        progress=False,
+        # two micro-batches per optimizer step: two rollout calls that log the same step
+        overrides={"gradient_accumulation_steps": 2, "steps_per_generation": 1},
+        episode=EpisodeConfig(
+            max_turns=2, max_turn_tokens=8, max_completion_tokens=48, obs_max_tokens=8
+        ),
+        rewards=RewardOverrides(reward="ddai-phase1"),  # NDCG only: no generator or judge
+    )
+    backends = Backends(search=get_backend("search", "local", corpus=toy.corpus(), cache=False))
+    result = run_grpo(cfg, backends)
+    man = run_manifest(tmp_path / "logs", "grpo_steps")
+    assert logged_steps(man) == [1, 2, 3]
+    assert len(man["history"]) == 2  # one commit per step (six before: one per rollout call)
+    rows = read_rollouts(tmp_path / "logs", ["grpo_steps"]).to_pylist()
+    assert sorted(r["step"] for r in rows) == [1] * 4 + [2] * 4 + [3] * 4
+    # two rollout calls of 2 rollouts each per step, logged as that step's 4 rows
+    assert result.rollouts_logged == 12 and result.reward_first is not None
