@@ -1,0 +1,154 @@
+"""DDAI's unified log read in columns: the same rollouts, quarantine and notes as event by event."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from conftest import SHARED
+
+from ddai.pipelines import store
+from ddai.pipelines.adapters import ddai_unified, line_batches
+from ddai.pipelines.adapters.base import ReaderContext, RowBatch, SourceRecord
+from ddai.pipelines.ingest import IngestConfig, ingest
+
+ROOT = Path(__file__).parents[2]
+FIXTURES = ROOT / "fixtures" / "unified"
+EXAMPLES = SHARED / "ddai-formats" / "examples"
+
+
+def _ingest(src: Path, logs: Path, columnar: bool, **kw):
+    res = ingest(IngestConfig([src], logs, progress=False, columnar=columnar, **kw))
+    rows = store.read_rollouts(logs).to_pylist()
+    for r in rows:
+        r["extra"] = json.loads(r["extra"])
+    q = [
+        {k: e[k] for k in ("line", "reason", "detail", "raw")}
+        for f in sorted((logs / store.QUARANTINE_DIR).glob("*.jsonl"))
+        for e in map(json.loads, f.open())
+    ]
+    return res, rows, q
+
+
+def _same(tmp_path: Path, src: Path, **kw):
+    a = _ingest(src, tmp_path / "columns", True, **kw)
+    b = _ingest(src, tmp_path / "rows", False, **kw)
+    assert a[1] == b[1]  # every column of every rollout, in the same order
+    assert a[2] == b[2]  # the same quarantine entries with their reasons
+    summary = [{k: v for k, v in x[0].summary().items() if k != "quarantine files"} for x in (a, b)]
+    assert summary[0] == summary[1]  # counts, flags, notes (events by type, ...)
+    return a
+
+
+def _kinds(src: Path) -> list[type]:
+    return [type(r) for r in ddai_unified.read(src, ReaderContext(columnar=True))]
+
+
+@pytest.fixture
+def small_batches(monkeypatch):
+    """Batches of about 6 KB: a rollout's dozen events span several of them."""
+    monkeypatch.setattr(line_batches, "BATCH_BYTES", 6_000)
+
+
+@pytest.mark.parametrize("run", ["phase1", "curriculum", "focused_r1", "focused_r2"])
+def test_fixture_runs_read_in_columns_as_event_by_event(tmp_path, small_batches, run):
+    src = FIXTURES / run / "unified_trajectory.jsonl"
+    res, rows, q = _same(tmp_path, src)
+    assert q == [] and len(rows) == res.rows_in == {"focused_r2": 72, "curriculum": 72}.get(run, 144)
+    kinds = _kinds(src)
+    assert kinds.count(RowBatch) > 10  # most batches in columns, rollouts carried across them
+
+
+def _tricky(tmp_path: Path) -> Path:
+    """focused_r1's log with every kind of event the assembler treats specially, spread out."""
+    lines = (FIXTURES / "focused_r1" / "unified_trajectory.jsonl").read_text().splitlines()
+    evs = [json.loads(x) for x in lines]
+
+    def find(et: str, n: int, **match) -> int:
+        hits = [
+            i
+            for i, e in enumerate(evs)
+            if e["event_type"] == et and all(e.get(k) == v for k, v in match.items())
+        ]
+        return hits[n]
+
+    out = list(lines)
+    # a reward logged before its rollout's plans (out of order)
+    r = find("rm.flash.detail", 3)
+    key = {k: evs[r][k] for k in ("global_step", "sample_idx")}
+    p0 = find("model.plan", 0, **key)
+    out[p0], out[r] = out[r], out[p0]
+    # a lost plan (kept, flagged turns_incomplete), a lost reward, a repeated reward
+    out[find("model.plan", 1, global_step=1, sample_idx=20)] = None
+    out[find("rm.flash.detail", 30)] = None
+    rep = find("rm.flash.detail", 40)
+    out[rep] = out[rep] + "\n" + out[rep]
+    # a different second reward (conflict), a repeated plan
+    conf = find("rm.flash.detail", 50)
+    other = dict(evs[conf], judge_score=0.5)
+    out[conf] = out[conf] + "\n" + json.dumps(other)
+    dup = find("model.plan", 200)
+    out[dup] = out[dup] + "\n" + out[dup]
+    # malformed lines, an event without sample_idx, a plan without turn_idx, a non-object
+    out[find("model.plan", 300)] += "\n{not json\n[1, 2]"
+    bad = dict(evs[find("tool.search.response", 100)])
+    bad.pop("sample_idx")
+    out[find("tool.search.response", 100)] += "\n" + json.dumps(bad)
+    noturn = dict(evs[find("model.plan", 400)])
+    noturn.pop("turn_idx")
+    out[find("model.plan", 400)] += "\n" + json.dumps(noturn)
+    # a tool event out of place, a plan swapped with the next one of its rollout
+    t = find("tool.search.response", 150)
+    out[t - 1], out[t] = out[t], out[t - 1]
+    s = find("model.plan", 2, global_step=2, sample_idx=5)
+    s2 = find("model.plan", 3, global_step=2, sample_idx=5)
+    out[s], out[s2] = out[s2], out[s]
+    src = tmp_path / "unified_trajectory.jsonl"
+    src.write_text("\n".join(x for x in out if x is not None) + "\n")
+    return src
+
+
+def test_tricky_log_same_rows_quarantine_and_counts(tmp_path, small_batches):
+    src = _tricky(tmp_path)
+    res, rows, q = _same(tmp_path, src)
+    reasons = {e["reason"] for e in q}
+    assert {"malformed JSON", "not an event", "unjoinable event", "missing turns"} <= reasons
+    assert "duplicate rollout" not in reasons  # a repeated event is ignored, not a rollout
+    assert any(r["flags"] == ["turns_incomplete"] for r in rows)
+    assert res.rows_in == len(rows) + len(q)
+    kinds = _kinds(src)
+    # the clean stretches still go in columns; the odd batches event by event
+    assert kinds.count(RowBatch) >= 3 and kinds.count(SourceRecord) > 10
+
+
+def test_log_concatenated_twice_repeats_quarantined_alike(tmp_path, small_batches):
+    """A log read twice: the second copy's rollouts repeat the first exactly (same digest in both
+    paths), whichever path read them."""
+    one = (FIXTURES / "focused_r2" / "unified_trajectory.jsonl").read_text()
+    src = tmp_path / "unified_trajectory.jsonl"
+    src.write_text(one + one)
+    _, rows, q = _same(tmp_path, src)
+    assert len(rows) == 72
+    assert {e["reason"] for e in q} >= {"duplicate rollout"}
+
+
+def test_with_run_id_and_large_batches(tmp_path):
+    src = FIXTURES / "focused_r1" / "unified_trajectory.jsonl"
+    _, rows, _ = _same(tmp_path, src, run_id="mine")
+    assert {r["run_id"] for r in rows} == {"mine"}
+    assert rows[0]["extra"]["source_run_id"].startswith("gspo_phase2")
+    assert _kinds(src) == [RowBatch]  # one batch, one table
+    first = pq.read_table(next((tmp_path / "columns").rglob("*.parquet")))
+    assert first.num_rows == 144
+
+
+def test_real_ddai_examples_read_alike(tmp_path, small_batches):
+    """DDAI's own event examples (every event type its logger writes), as one log."""
+    files = sorted(EXAMPLES.glob("unified.*.jsonl"))
+    assert len(files) >= 15
+    src = tmp_path / "unified_trajectory.jsonl"
+    src.write_text("".join(f.read_text() for f in files))
+    res, rows, q = _same(tmp_path, src)
+    assert res.rows_in == len(rows) + len(q) and res.rows_in > 0
