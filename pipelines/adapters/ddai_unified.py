@@ -597,7 +597,5 @@ def _read_rows(
             try:  # a fault in one event stays with that event's line
                 out = list(asm.feed(obj, line, text))
             except Exception as e:
-                out = [
-                    asm._bad(line, text, obj.get("run_id"), "unreadable row", error_detail(e))
-                ]
+                out = [asm._bad(line, text, obj.get("run_id"), "unreadable row", error_detail(e))]
             yield from out

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -40,7 +39,7 @@ import pyarrow.json as pj
 from ddai.pipelines import metrics, tags
 from ddai.pipelines.adapters import ddai_unified as du
 from ddai.pipelines.adapters.base import RowBatch
-from ddai.pipelines.adapters.ddai_common import basename, executed_action, flash_rollout
+from ddai.pipelines.adapters.ddai_common import executed_action, flash_rollout
 from ddai.pipelines.adapters.line_batches import LineBatch
 from ddai.pipelines.schema import ROLLOUT_SCHEMA, TURN_TYPE, RowError, normalize_rollout
 from ddai.pipelines.store import check_run_id
@@ -118,7 +117,7 @@ def _read(
     starts = [json.loads(texts[p]) for p in rest.filter(pl.col("event_type") == "run.start")["pos"]]
     max_turns, data_source = dict(asm.max_turns), dict(asm.data_source)
     first_of_run = dict(roll.group_by("run_id").agg(pl.col("line").min()).iter_rows())
-    for (line, ev_start) in zip(
+    for line, ev_start in zip(
         rest.filter(pl.col("event_type") == "run.start")["line"], starts, strict=True
     ):
         run = ev_start.get("run_id")
@@ -134,12 +133,7 @@ def _read(
     full = roll.filter(~empty)
     pads = roll.filter(empty)
     plans = full.filter(plan).sort("line")
-    # the parser and the executed action, once per logged plan
-    acts: list[str | None] = []
-    parsed_turns: list[tags.Turn] = []
-    for text in plans["text"]:
-        acts.append(executed_action(text)[0])
-        parsed_turns.append(tags.parse_turn(text))
+    acts, parsed_turns = _parse_plans(plans["text"])
     plans = plans.with_columns(
         act=pl.Series(acts, dtype=pl.String),
         ends=(
@@ -162,8 +156,9 @@ def _read(
 
     rewards = full.filter(pl.col("event_type") == du.REWARD)
     keys = full.group_by(KEY).agg(first=pl.col("line").min())
-    rk = rewards.group_by(KEY).agg(n_reward=pl.len(), reward_line=pl.col("line").first(),
-                                   reward_pos=pl.col("pos").first())
+    rk = rewards.group_by(KEY).agg(
+        n_reward=pl.len(), reward_line=pl.col("line").first(), reward_pos=pl.col("pos").first()
+    )
     if len(rk) and rk["n_reward"].max() > 1:
         raise _Decline
     pk = plans.group_by(KEY).agg(
@@ -224,16 +219,18 @@ def _read(
 
     # padding: part of a rollout while it is in flight, else ignored
     pads = pads.join(keys.select(*KEY, "first", "close"), on=KEY, how="left")
-    taken = pl.col("first").is_not_null() & (pl.col("line") > pl.col("first")) & (
-        pl.col("line") < pl.col("close")
+    taken = (
+        pl.col("first").is_not_null()
+        & (pl.col("line") > pl.col("first"))
+        & (pl.col("line") < pl.col("close"))
     )
     ignored_new = pads.filter(~taken & (pl.col("pos") >= len(carry))).height
     pads = pads.filter(taken)
 
     # every event line of each rollout, in file order
-    members = pl.concat(
-        [full.select(*KEY, "line", "pos"), pads.select(*KEY, "line", "pos")]
-    ).sort("line")
+    members = pl.concat([full.select(*KEY, "line", "pos"), pads.select(*KEY, "line", "pos")]).sort(
+        "line"
+    )
     # in the order the assembler writes them: at each event, those a newer step closes (in the
     # order they were opened), then the one the event completes
     done = (
@@ -246,17 +243,20 @@ def _read(
         (int(ln), texts[p])
         for ln, p in members.join(pending, on=KEY).sort("line").select("line", "pos").iter_rows()
     ]
-    rows, counts = _rows(done, members, plans, parsed_turns, tools, texts, asm, max_turns,
-                         data_source)
+    rows, counts = _rows(
+        done, members, plans, parsed_turns, tools, texts, asm, max_turns, data_source
+    )
 
     # accepted: the assembler's state follows
     new = ev.filter(pl.col("pos") >= len(carry))
     asm.by_type.update(dict(new["event_type"].value_counts().iter_rows()))
     for st in starts:
         asm._run_start(st)
-    for p, et in rest.filter(
-        (pl.col("event_type") != "run.start") & (pl.col("pos") >= len(carry))
-    ).select("pos", "event_type").iter_rows():
+    for p, et in (
+        rest.filter((pl.col("event_type") != "run.start") & (pl.col("pos") >= len(carry)))
+        .select("pos", "event_type")
+        .iter_rows()
+    ):
         asm.ctx.side_tables.setdefault(et, []).append(json.loads(texts[p]))
         asm.side[et] += 1
     for run, top_step in final.iter_rows():
@@ -265,6 +265,60 @@ def _read(
         asm.n["empty plans ignored"] += ignored_new
     asm.n.update(counts)
     return rows, carry_out
+
+
+# A turn in the canonical shape (ASCII whitespace, one think, one action, chat residue around):
+# cut by one regex over the column; the tag parser would read it the same. Anything else (and
+# a bbox, whose box is checked, and arguments the parser refuses) goes through the parser.
+_WS = r"[ \t\n\r\f\v]"
+_RESIDUE = (
+    rf"(?:{_WS}|<\|im_end\|>|<\|endoftext\|>|<\|im_start\|>(?:assistant)?|</s>|<\|eot_id\|>)*"
+)
+_CANON = (
+    rf"(?s)^{_RESIDUE}<think>(.*?)</think>({_WS}*)<(search|bbox|search_complete)>(.*?)"
+    rf"</(search|bbox|search_complete)>{_RESIDUE}$"
+)
+_ANY_TAG = r"</?(?:think|search_complete|search|bbox|answer)>"
+
+
+def _parse_plans(texts: pl.Series) -> tuple[list[str | None], list[tags.Turn]]:
+    """Per plan text: the action DDAI executed and the parsed turn (``tags.parse_turn``)."""
+    g = (
+        pl.DataFrame({"t": texts})
+        .select(
+            m=pl.col("t").str.extract_groups(_CANON),
+        )
+        .unnest("m")
+    )
+    g.columns = ["think", "sep", "name", "arg", "close"]
+    ok = g.select(
+        (
+            (pl.col("name") == pl.col("close"))
+            & ~pl.col("think").str.contains(_ANY_TAG)
+            & ~pl.col("arg").str.contains(_ANY_TAG)
+            & (pl.col("name") != "bbox")
+        ).fill_null(False)
+    ).to_series()
+    acts: list[str | None] = []
+    turns: list[tags.Turn] = []
+    cols = zip(
+        texts.to_list(),
+        ok.to_list(),
+        *(g[c].to_list() for c in ("think", "sep", "name", "arg")),
+        strict=True,
+    )
+    for text, fast, think, sep, name, arg in cols:
+        if fast and (
+            (name == "search" and arg.strip())
+            or (name == "search_complete" and arg.strip().lower() == "true")
+        ):
+            forced = name == "search_complete" and bool(tags.FORCED_THINK_RE.search(think))
+            acts.append(name)
+            turns.append(tags.Turn(0, think, name, arg, sep, forced=forced))
+        else:
+            acts.append(executed_action(text)[0])
+            turns.append(tags.parse_turn(text))
+    return acts, turns
 
 
 def _horizon(
@@ -321,43 +375,57 @@ def _rows(
     n = len(done)
     # turns of the completed rollouts, by rollout then turn
     t = plans.join(done.select(*KEY, "o"), on=KEY).sort("o", "turn_idx")
-    tp = t["tpos"].to_list()
     act = t["act"].to_list()
-    turn_of = {}  # (o, turn_idx) → row in t
-    for i, (o, idx) in enumerate(zip(t["o"], t["turn_idx"], strict=True)):
-        turn_of[(o, idx)] = i
-    recs = [parsed_turns[j] for j in tp]
+    recs = [parsed_turns[j] for j in t["tpos"].to_list()]
     retrieved: list[list[str] | None] = [None] * len(t)
     observation: list[str | None] = [None] * len(t)
     errors = [r.error for r in recs]
     found: dict[tuple[int, int], dict[str, tuple[Any, int]]] = {}
     if len(tools):
-        tt = tools.join(done.select(*KEY, "o"), on=KEY)
-        for o, turn, et, results, crop, pos in tt.select(
-            "o", "turn", "event_type", "results", "crop_path", "pos"
-        ).iter_rows():
-            found.setdefault((o, turn), {})[et] = (results if et == du.SEARCH_RESPONSE else crop, pos)
+        # a response's result files (non-empty names) and their page basenames
+        files = (
+            pl.col("results")
+            .list.eval(pl.element().struct.field("image_file"))
+            .list.eval(pl.element().filter(pl.element().str.len_bytes() > 0))
+        )
+        tt = tools.join(done.select(*KEY, "o"), on=KEY).select(
+            "o",
+            "turn",
+            "event_type",
+            "pos",
+            "crop_path",
+            files=files.fill_null([]),
+            pages=files.list.eval(
+                pl.element().str.replace(r"(?s)^.*/", "").str.replace(r"(?s)\.[^.]*$", "")
+            ).fill_null([]),
+        )
+        for o, turn, et, pos, crop, fs, pages in tt.iter_rows():
+            found.setdefault((o, turn), {})[et] = (
+                (fs, pages) if et == du.SEARCH_RESPONSE else crop,
+                pos,
+            )
     # per rollout in order: search turns show the first result not shown yet, else the top one
     search_results: list[list[list[str]]] = [[] for _ in range(n)]
     shown_pages: list[list[str]] = [[] for _ in range(n)]
     seen: dict[int, set[str]] = {}
-    for i, (o, idx, a) in enumerate(zip(t["o"], t["turn_idx"], act, strict=True)):
+    for i, (o, idx, a) in enumerate(
+        zip(t["o"].to_list(), t["turn_idx"].to_list(), act, strict=True)
+    ):
         got = found.get((o, idx), {})
         if a == "search":
             resp = got.get(du.SEARCH_RESPONSE)
             if resp is None:
                 counts["search turns without a response"] += 1
                 continue
-            results, pos = resp
-            files = [r["image_file"] for r in results or () if r and r["image_file"]]
-            search_results[o].append([basename(f) for f in files])
+            (files, pages), pos = resp
+            search_results[o].append(pages)
             s = seen.setdefault(o, set())
-            shown = next((f for f in files if f not in s), files[0] if files else None)
-            if shown is not None:
-                s.add(shown)
-                retrieved[i] = [basename(shown)]
-                observation[i] = shown
-                shown_pages[o].append(basename(shown))
+            at = next((j for j, f in enumerate(files) if f not in s), 0 if files else None)
+            if at is not None:
+                s.add(files[at])
+                retrieved[i] = [pages[at]]
+                observation[i] = files[at]
+                shown_pages[o].append(pages[at])
             if '"error"' in texts[pos]:  # rare: read the whole response for it
                 err = json.loads(texts[pos]).get("error")
                 if err and errors[i] is None:
@@ -367,8 +435,8 @@ def _rows(
 
     rows = []
     run_id = asm.ctx.run_id
-    for o, (run, step, sidx, rpos, uid, uids, n_turns) in enumerate(
-        done.select(*KEY, "reward_pos", "uid", "uids", "n_turns").iter_rows()
+    for o, (run, step, sidx, rpos, uid, uids) in enumerate(
+        done.select(*KEY, "reward_pos", "uid", "uids").iter_rows()
     ):
         reward = json.loads(texts[rpos])
         payload = {k: v for k, v in reward.items() if k not in du.CONTEXT_FIELDS}
@@ -403,8 +471,7 @@ def _rows(
     # turn-derived columns, then the rest through the schema's own normalization
     first = 0
     derived = []
-    for o in range(n):
-        nt = done["n_turns"][o]
+    for o, nt in enumerate(done["n_turns"].to_list()):
         last = recs[first + nt - 1]
         valid = all(r.action != "invalid" for r in recs[first : first + nt])
         mt = max_turns.get(rows[o]["run_id"])
@@ -430,7 +497,9 @@ def _rows(
     turns = _turns_array(t, recs, retrieved, observation, errors)
     table = table.set_column(table.schema.get_field_index("turns"), "turns", turns)
     table = table.set_column(
-        table.schema.get_field_index("response"), "response", done["response"].to_arrow().cast(pa.string())
+        table.schema.get_field_index("response"),
+        "response",
+        done["response"].to_arrow().cast(pa.string()),
     )
     # content digests and source text, as the event-by-event reader makes them
     lines_of = (

@@ -56,7 +56,9 @@ def small_batches(monkeypatch):
 def test_fixture_runs_read_in_columns_as_event_by_event(tmp_path, small_batches, run):
     src = FIXTURES / run / "unified_trajectory.jsonl"
     res, rows, q = _same(tmp_path, src)
-    assert q == [] and len(rows) == res.rows_in == {"focused_r2": 72, "curriculum": 72}.get(run, 144)
+    assert q == [] and len(rows) == res.rows_in == {"focused_r2": 72, "curriculum": 72}.get(
+        run, 144
+    )
     kinds = _kinds(src)
     assert kinds.count(RowBatch) > 10  # most batches in columns, rollouts carried across them
 
@@ -132,6 +134,35 @@ def test_log_concatenated_twice_repeats_quarantined_alike(tmp_path, small_batche
     _, rows, q = _same(tmp_path, src)
     assert len(rows) == 72
     assert {e["reason"] for e in q} >= {"duplicate rollout"}
+
+
+def test_odd_but_valid_events_stay_in_columns(tmp_path):
+    """Search results with empty or missing names, a failed search, no results, a bbox crop
+    without a path, a turn the parser rejects: all read in columns, as event by event."""
+    evs = [
+        json.loads(x)
+        for x in (FIXTURES / "focused_r1" / "unified_trajectory.jsonl").read_text().splitlines()
+    ]
+    responses = [e for e in evs if e["event_type"] == "tool.search.response"]
+    responses[0]["results"] = [{"image_file": ""}, {"idx": 1}, None, {"image_file": "a/b.c.jpg"}]
+    responses[1]["error"] = "search backend timed out"
+    del responses[2]["results"]
+    responses[3]["results"] = []
+    next(e for e in evs if e["event_type"] == "tool.bbox.result")["crop_path"] = None
+    plans = [e for e in evs if e["event_type"] == "model.plan" and e["text"]]
+    plans[5]["text"] = "I will search.<think>x</think><search>q</search>"  # text before think
+    plans[6]["text"] = plans[6]["text"].replace("<think>", "<think>\u3000", 1)
+    src = tmp_path / "unified_trajectory.jsonl"
+    src.write_text("".join(json.dumps(e, ensure_ascii=False) + "\n" for e in evs))
+    assert _kinds(src) == [RowBatch]
+    _, rows, q = _same(tmp_path, src)
+    assert q == [] and len(rows) == 144
+    turns = [t for r in rows for t in r["turns"]]
+    assert any(t["error"] == "search backend timed out" for t in turns)
+    assert any(t["error"] == "text before think" for t in turns)
+    assert any(
+        r["extra"]["search_results"] and ["b.c"] in r["extra"]["search_results"] for r in rows
+    )
 
 
 def test_with_run_id_and_large_batches(tmp_path):
