@@ -545,8 +545,13 @@ def _key_dict(key: Key) -> dict[str, Any]:
 
 
 def rollout_digest(texts: Iterable[str]) -> bytes:
-    """A rollout's content digest: its event lines (without newlines), in file order."""
-    return digest_bytes("\n".join(texts).encode("utf-8", "surrogatepass"))
+    """A rollout's content digest: its event lines (each without its newline), in file order."""
+    return rollout_digest_of("".join(t + "\n" for t in texts))
+
+
+def rollout_digest_of(lines: str) -> bytes:
+    """``rollout_digest`` of the event lines joined, each ending in a newline."""
+    return digest_bytes(lines.encode("utf-8", "surrogatepass"))
 
 
 def rollout_raw(key: Key, events: list[Any]) -> str:

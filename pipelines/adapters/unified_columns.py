@@ -92,7 +92,13 @@ def _read(
         )
     except (pa.ArrowException, ValueError) as e:
         raise _Decline from e
-    texts = [t for _, t in carry] + batch.data.decode("utf-8").split("\n")[:-1]
+    # each line's text with its newline (the batch's over its bytes)
+    texts = pl.concat(
+        [
+            pl.Series([t + "\n" for _, t in carry], dtype=pl.String),
+            pl.from_arrow(batch.lines()).cast(pl.String),
+        ]
+    )
     n_new = len(texts) - len(carry)
     if parsed.num_rows != len(texts):
         raise _Decline
@@ -114,7 +120,10 @@ def _read(
         raise _Decline
 
     # run.start: before any event of its run here (the rows read its max_turns / data_source)
-    starts = [json.loads(texts[p]) for p in rest.filter(pl.col("event_type") == "run.start")["pos"]]
+    starts = [
+        json.loads(x)
+        for x in _texts(texts, rest.filter(pl.col("event_type") == "run.start")["pos"])
+    ]
     max_turns, data_source = dict(asm.max_turns), dict(asm.data_source)
     first_of_run = dict(roll.group_by("run_id").agg(pl.col("line").min()).iter_rows())
     for line, ev_start in zip(
@@ -194,28 +203,27 @@ def _read(
 
     # tool events: on the turn logged just before them, of their kind, one each
     tools = full.filter(pl.col("event_type").is_in(list(_KIND)))
-    if len(tools):
-        seq = (
-            pl.concat(
-                [
-                    plans.select(*KEY, "line", is_plan=pl.lit(True)),
-                    tools.select(*KEY, "line", is_plan=pl.lit(False)),
-                ]
-            )
-            .sort("line")
-            .with_columns(turn=pl.col("is_plan").cast(pl.Int64).cum_sum().over(KEY) - 1)
-            .filter(~pl.col("is_plan"))
-            .select("line", "turn")
+    seq = (
+        pl.concat(
+            [
+                plans.select(*KEY, "line", is_plan=pl.lit(True)),
+                tools.select(*KEY, "line", is_plan=pl.lit(False)),
+            ]
         )
-        tools = tools.join(seq, on="line").join(
-            plans.select(*KEY, turn=pl.col("turn_idx"), act="act"), on=(*KEY, "turn"), how="left"
-        )
-        kind = pl.col("event_type").replace_strict(_KIND, default=None)
-        if not tools.select(
-            ((pl.col("turn") >= 0) & (pl.col("act") == kind)).fill_null(False).all()
-            & ~pl.struct(*KEY, "turn", "event_type").is_duplicated().any()
-        ).item():
-            raise _Decline
+        .sort("line")
+        .with_columns(turn=pl.col("is_plan").cast(pl.Int64).cum_sum().over(KEY) - 1)
+        .filter(~pl.col("is_plan"))
+        .select("line", "turn")
+    )
+    tools = tools.join(seq, on="line").join(
+        plans.select(*KEY, turn=pl.col("turn_idx"), act="act"), on=(*KEY, "turn"), how="left"
+    )
+    kind = pl.col("event_type").replace_strict(_KIND, default=None)
+    if not tools.select(
+        ((pl.col("turn") >= 0) & (pl.col("act") == kind)).fill_null(False).all()
+        & ~pl.struct(*KEY, "turn", "event_type").is_duplicated().any()
+    ).item():
+        raise _Decline
 
     # padding: part of a rollout while it is in flight, else ignored
     pads = pads.join(keys.select(*KEY, "first", "close"), on=KEY, how="left")
@@ -239,10 +247,8 @@ def _read(
         .with_columns(o=pl.int_range(pl.len()))
     )
     pending = keys.filter(~pl.col("done")).select(KEY)
-    carry_out = [
-        (int(ln), texts[p])
-        for ln, p in members.join(pending, on=KEY).sort("line").select("line", "pos").iter_rows()
-    ]
+    held = members.join(pending, on=KEY).sort("line")
+    carry_out = list(zip(held["line"].to_list(), _texts(texts, held["pos"]), strict=True))
     rows, counts = _rows(
         done, members, plans, parsed_turns, tools, texts, asm, max_turns, data_source
     )
@@ -252,12 +258,9 @@ def _read(
     asm.by_type.update(dict(new["event_type"].value_counts().iter_rows()))
     for st in starts:
         asm._run_start(st)
-    for p, et in (
-        rest.filter((pl.col("event_type") != "run.start") & (pl.col("pos") >= len(carry)))
-        .select("pos", "event_type")
-        .iter_rows()
-    ):
-        asm.ctx.side_tables.setdefault(et, []).append(json.loads(texts[p]))
+    side = rest.filter((pl.col("event_type") != "run.start") & (pl.col("pos") >= len(carry)))
+    for et, text in zip(side["event_type"].to_list(), _texts(texts, side["pos"]), strict=True):
+        asm.ctx.side_tables.setdefault(et, []).append(json.loads(text))
         asm.side[et] += 1
     for run, top_step in final.iter_rows():
         asm.newest_step[run] = top_step
@@ -279,6 +282,11 @@ _CANON = (
     rf"</(search|bbox|search_complete)>{_RESIDUE}$"
 )
 _ANY_TAG = r"</?(?:think|search_complete|search|bbox|answer)>"
+
+
+def _texts(texts: pl.Series, pos: pl.Series | list[int]) -> list[str]:
+    """The lines at ``pos``, without their newlines."""
+    return texts.gather(pos).str.strip_suffix("\n").to_list()
 
 
 def _parse_plans(texts: pl.Series) -> tuple[list[str | None], list[tags.Turn]]:
@@ -363,7 +371,7 @@ def _rows(
     plans: pl.DataFrame,
     parsed_turns: list[tags.Turn],
     tools: pl.DataFrame,
-    texts: list[str],
+    texts: pl.Series,
     asm: du._Assembler,
     max_turns: dict[Any, int | None],
     data_source: dict[Any, str | None],
@@ -373,72 +381,72 @@ def _rows(
     if not len(done):
         return [], counts
     n = len(done)
-    # turns of the completed rollouts, by rollout then turn
-    t = plans.join(done.select(*KEY, "o"), on=KEY).sort("o", "turn_idx")
-    act = t["act"].to_list()
+    # turns of the completed rollouts, by rollout then turn, with the tool events placed on them
+    t = plans.join(done.select(*KEY, "o"), on=KEY)
+    files = (
+        pl.col("results")
+        .list.eval(pl.element().struct.field("image_file"))
+        .list.eval(pl.element().filter(pl.element().str.len_bytes() > 0))
+    )
+    resp = tools.filter(pl.col("event_type") == du.SEARCH_RESPONSE)
+    failed = texts.gather(resp["pos"]).str.contains('"error"', literal=True)  # rare: read it
+    resp = resp.select(
+        *KEY,
+        turn_idx="turn",
+        files=files.fill_null([]),
+        pages=files.list.eval(  # ddai_common.basename
+            pl.element().str.replace(r"(?s)^.*/", "").str.replace(r"(?s)\.[^.]*$", "")
+        ).fill_null([]),
+        err_pos=pl.when(pl.lit(failed)).then(pl.col("pos")),
+    )
+    crops = tools.filter(pl.col("event_type") == du.BBOX).select(
+        *KEY, turn_idx="turn", crop="crop_path", has_crop=pl.lit(True)
+    )
+    t = (
+        t.join(resp, on=(*KEY, "turn_idx"), how="left")
+        .join(crops, on=(*KEY, "turn_idx"), how="left")
+        .sort("o", "turn_idx")
+    )
     recs = [parsed_turns[j] for j in t["tpos"].to_list()]
     retrieved: list[list[str] | None] = [None] * len(t)
     observation: list[str | None] = [None] * len(t)
     errors = [r.error for r in recs]
-    found: dict[tuple[int, int], dict[str, tuple[Any, int]]] = {}
-    if len(tools):
-        # a response's result files (non-empty names) and their page basenames
-        files = (
-            pl.col("results")
-            .list.eval(pl.element().struct.field("image_file"))
-            .list.eval(pl.element().filter(pl.element().str.len_bytes() > 0))
-        )
-        tt = tools.join(done.select(*KEY, "o"), on=KEY).select(
-            "o",
-            "turn",
-            "event_type",
-            "pos",
-            "crop_path",
-            files=files.fill_null([]),
-            pages=files.list.eval(
-                pl.element().str.replace(r"(?s)^.*/", "").str.replace(r"(?s)\.[^.]*$", "")
-            ).fill_null([]),
-        )
-        for o, turn, et, pos, crop, fs, pages in tt.iter_rows():
-            found.setdefault((o, turn), {})[et] = (
-                (fs, pages) if et == du.SEARCH_RESPONSE else crop,
-                pos,
-            )
-    # per rollout in order: search turns show the first result not shown yet, else the top one
     search_results: list[list[list[str]]] = [[] for _ in range(n)]
     shown_pages: list[list[str]] = [[] for _ in range(n)]
-    seen: dict[int, set[str]] = {}
-    for i, (o, idx, a) in enumerate(
-        zip(t["o"].to_list(), t["turn_idx"].to_list(), act, strict=True)
-    ):
-        got = found.get((o, idx), {})
+    err_at = [p for p in t["err_pos"].to_list() if p is not None]
+    err_of = {
+        p: json.loads(x).get("error") for p, x in zip(err_at, _texts(texts, err_at), strict=True)
+    }
+    # per rollout in order: search turns show the first result not shown yet, else the top one
+    seen: set[str] = set()
+    prev = -1
+    cols = (t[c].to_list() for c in ("o", "act", "files", "pages", "err_pos", "crop", "has_crop"))
+    for i, (o, a, fs, pages, err_pos, crop, has_crop) in enumerate(zip(*cols, strict=True)):
+        if o != prev:
+            seen, prev = set(), o
         if a == "search":
-            resp = got.get(du.SEARCH_RESPONSE)
-            if resp is None:
+            if fs is None:
                 counts["search turns without a response"] += 1
                 continue
-            (files, pages), pos = resp
             search_results[o].append(pages)
-            s = seen.setdefault(o, set())
-            at = next((j for j, f in enumerate(files) if f not in s), 0 if files else None)
+            at = next((j for j, f in enumerate(fs) if f not in seen), 0 if fs else None)
             if at is not None:
-                s.add(files[at])
+                seen.add(fs[at])
                 retrieved[i] = [pages[at]]
-                observation[i] = files[at]
+                observation[i] = fs[at]
                 shown_pages[o].append(pages[at])
-            if '"error"' in texts[pos]:  # rare: read the whole response for it
-                err = json.loads(texts[pos]).get("error")
-                if err and errors[i] is None:
-                    errors[i] = str(err)
-        elif a == "bbox" and du.BBOX in got:
-            observation[i] = got[du.BBOX][0]
+            if err_pos is not None and err_of[err_pos] and errors[i] is None:
+                errors[i] = str(err_of[err_pos])
+        elif a == "bbox" and has_crop:
+            observation[i] = crop
 
     rows = []
     run_id = asm.ctx.run_id
-    for o, (run, step, sidx, rpos, uid, uids) in enumerate(
-        done.select(*KEY, "reward_pos", "uid", "uids").iter_rows()
-    ):
-        reward = json.loads(texts[rpos])
+    cols = (done[c].to_list() for c in (*KEY, "uid", "uids", "n_turns"))
+    rewards = _texts(texts, done["reward_pos"])
+    first = 0
+    for o, (run, step, sidx, uid, uids, nt) in enumerate(zip(*cols, strict=True)):
+        reward = json.loads(rewards[o])
         payload = {k: v for k, v in reward.items() if k not in du.CONTEXT_FIELDS}
         rec = flash_rollout(payload)
         n_agent = du._int(reward.get("n_agent"))
@@ -466,24 +474,24 @@ def _rows(
         rec["search_results"] = search_results[o]
         if rec.get("retrieved_pages") is None and shown_pages[o]:
             rec["retrieved_pages"] = metrics.dedupe(shown_pages[o])
-        rec.update(run_id=run, step=step, sample_idx=sidx, data_source=data_source.get(run))
-        rows.append(rec)
-    # turn-derived columns, then the rest through the schema's own normalization
-    first = 0
-    derived = []
-    for o, nt in enumerate(done["n_turns"].to_list()):
+        # the turn-derived columns (tags.terminated_from, the format gate)
         last = recs[first + nt - 1]
         valid = all(r.action != "invalid" for r in recs[first : first + nt])
-        mt = max_turns.get(rows[o]["run_id"])
         if last.action == "search_complete":
             term = "max_turns" if last.forced else "complete"
         else:
             term = "max_turns" if mt is not None and nt >= mt else "invalid"
-        derived.append((nt, term, valid and last.action == "search_complete"))
         first += nt
-    out = []
-    for rec, (nt, term, fmt) in zip(rows, derived, strict=True):
-        rec.update(num_turns=nt, terminated=term, format_ok=fmt)
+        rec.update(
+            run_id=run,
+            step=step,
+            sample_idx=sidx,
+            data_source=data_source.get(run),
+            num_turns=nt,
+            terminated=term,
+            format_ok=valid and last.action == "search_complete",
+        )
+        # the rest through the schema's own normalization (turns and response come in columns)
         try:
             row = normalize_rollout(rec, run_id=run_id)
             check_run_id(row["run_id"])
@@ -491,34 +499,37 @@ def _rows(
             raise _Decline from e
         if row["flags"]:  # flagged rows are counted per row: the per-row path does that
             raise _Decline
-        out.append(row)
+        rows.append(row)
     counts["rollouts assembled"] += n
-    table = pa.Table.from_pylist(out, schema=ROLLOUT_SCHEMA)
-    turns = _turns_array(t, recs, retrieved, observation, errors)
-    table = table.set_column(table.schema.get_field_index("turns"), "turns", turns)
-    table = table.set_column(
-        table.schema.get_field_index("response"),
-        "response",
-        done["response"].to_arrow().cast(pa.string()),
+    built = {"turns": _turns_array(t, recs, retrieved, observation, errors)}
+    built["response"] = done["response"].to_arrow().cast(pa.string())
+    table = pa.table(
+        {
+            f.name: built.get(f.name) or pa.array([r[f.name] for r in rows], f.type)
+            for f in ROLLOUT_SCHEMA
+        },
+        schema=ROLLOUT_SCHEMA,
     )
     # content digests and source text, as the event-by-event reader makes them
-    lines_of = (
+    events = (
         members.join(done.select(*KEY, "o", "close"), on=KEY)
         .filter(pl.col("line") <= pl.col("close"))
         .sort("o", "line")
-        .group_by("o", maintain_order=True)
-        .agg("pos")
-        .sort("o")
     )
-    pos_of = lines_of["pos"].to_list()
-    digests = [du.rollout_digest(texts[p] for p in ps) for ps in pos_of]
+    joined = (
+        events.with_columns(text=texts.gather(events["pos"]))
+        .group_by("o", maintain_order=True)
+        .agg(pl.col("text").str.join(""))
+    )
+    digests = [du.rollout_digest_of(s) for s in joined["text"].to_list()]
     keys = list(done.select(KEY).iter_rows())
 
     def raw(i: int) -> str:
-        return du.rollout_raw(keys[i], [json.loads(texts[p]) for p in pos_of[i]])
+        lines = _texts(texts, events.filter(pl.col("o") == i)["pos"])
+        return du.rollout_raw(keys[i], [json.loads(x) for x in lines])
 
     line_nos = done["reward_line"].to_list()
-    runs = table["run_id"].to_pylist()
+    runs = [r["run_id"] for r in rows]
     batches = []
     for run in dict.fromkeys(runs):
         idx = [i for i, r in enumerate(runs) if r == run]
