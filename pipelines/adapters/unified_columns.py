@@ -272,7 +272,7 @@ def _read(
 
 # A turn in the canonical shape (ASCII whitespace, one think, one action, chat residue around):
 # cut by one regex over the column; the tag parser would read it the same. Anything else (and
-# a bbox, whose box is checked, and arguments the parser refuses) goes through the parser.
+# an argument the parser refuses: an empty search, a bad box) goes through the parser.
 _WS = r"[ \t\n\r\f\v]"
 _RESIDUE = (
     rf"(?:{_WS}|<\|im_end\|>|<\|endoftext\|>|<\|im_start\|>(?:assistant)?|</s>|<\|eot_id\|>)*"
@@ -304,7 +304,6 @@ def _parse_plans(texts: pl.Series) -> tuple[list[str | None], list[tags.Turn]]:
             (pl.col("name") == pl.col("close"))
             & ~pl.col("think").str.contains(_ANY_TAG)
             & ~pl.col("arg").str.contains(_ANY_TAG)
-            & (pl.col("name") != "bbox")
         ).fill_null(False)
     ).to_series()
     acts: list[str | None] = []
@@ -319,6 +318,7 @@ def _parse_plans(texts: pl.Series) -> tuple[list[str | None], list[tags.Turn]]:
         if fast and (
             (name == "search" and arg.strip())
             or (name == "search_complete" and arg.strip().lower() == "true")
+            or (name == "bbox" and tags._bbox_ok(arg))
         ):
             forced = name == "search_complete" and bool(tags.FORCED_THINK_RE.search(think))
             acts.append(name)

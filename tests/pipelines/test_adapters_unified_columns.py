@@ -183,3 +183,46 @@ def test_real_ddai_examples_read_alike(tmp_path, small_batches):
     src.write_text("".join(f.read_text() for f in files))
     res, rows, q = _same(tmp_path, src)
     assert res.rows_in == len(rows) + len(q) and res.rows_in > 0
+
+
+TURN_TEXTS = [
+    "<think>a</think> <search>q</search>",
+    " <think>a</think>\n<search>  </search>",
+    "<think>a<search>x</search></think><search>q</search>",
+    "<think>Max turn limit</think><search_complete>TRUE</search_complete><|im_end|>",
+    "<think>Maximum turn limit reached. Trigger search_complete.</think>"
+    "<search_complete>true</search_complete>",
+    "<think>a</think><search>q</bbox>",
+    "<think>a</think>\u3000<search>q</search>",
+    "<|im_start|>assistant<think>a</think><search>q</search></s>",
+    "<think>a</think><search>q</search>x",
+    "<think>a</think><bbox>[1, 2, 3, 4]</bbox><|im_end|>",
+    "<think>a</think><bbox>[3, 2, 1, 0]</bbox>",
+    "<think>a</think><bbox>[1, 2, 3]</bbox>",
+    "<think>a</think><search>q</search><search>r</search>",
+    "<think>a</think><search>\u3000</search>",
+    "<think>a</think><answer>x</answer>",
+    "<think>a</think>\n\n<search_complete> true </search_complete>\n<|im_end|>",
+    "no tags at all",
+]
+
+
+def test_plan_texts_cut_in_columns_as_the_tag_parser():
+    """The regex over the column and the tag parser give the same turn and executed action."""
+    import polars as pl
+
+    from ddai.pipelines import tags
+    from ddai.pipelines.adapters.ddai_common import executed_action, turn_record
+    from ddai.pipelines.adapters.unified_columns import _parse_plans
+
+    texts = TURN_TEXTS + [
+        e["text"]
+        for f in sorted(FIXTURES.glob("*/unified_trajectory.jsonl"))
+        for e in map(json.loads, f.open())
+        if e["event_type"] == "model.plan" and e.get("text")
+    ]
+    acts, turns = _parse_plans(pl.Series(texts, dtype=pl.String))
+    for text, act, turn in zip(texts, acts, turns, strict=True):
+        assert act == executed_action(text)[0], text
+        assert turn_record(turn) == turn_record(tags.parse_turn(text)), text
+    assert {t.error for t in turns[: len(TURN_TEXTS)]} >= {"bad bbox", "empty search", None}
