@@ -57,6 +57,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from ddai.pipelines import tags
+from ddai.pipelines.adapters import unified_columns
 from ddai.pipelines.adapters.base import (
     ReaderContext,
     RowBatch,
@@ -72,44 +73,34 @@ from ddai.pipelines.adapters.ddai_common import (
 )
 from ddai.pipelines.adapters.line_batches import iter_batches
 from ddai.pipelines.adapters.peek import first_object
-from ddai.pipelines.row_checks import digest_bytes
+from ddai.pipelines.adapters.unified_events import (
+    BBOX,
+    CONTEXT_FIELDS,
+    EXTRA_CONTEXT,
+    HORIZON,
+    NO_STEP,
+    PLAN,
+    REWARD,
+    ROLLOUT_EVENTS,
+    SEARCH_REQUEST,
+    SEARCH_RESPONSE,
+    Key,
+    int_or_none,
+    key_dict,
+    rollout_digest,
+    rollout_raw,
+    same_prompt,
+)
 from ddai.pipelines.schema import TURNS_INCOMPLETE
 
 NAME = "ddai-unified"
-HORIZON = 2
-PLAN = "model.plan"
-REWARD = "rm.flash.detail"
-SEARCH_REQUEST = "tool.search.request"
-SEARCH_RESPONSE = "tool.search.response"
-BBOX = "tool.bbox.result"
-TOOL_EVENTS = (SEARCH_REQUEST, SEARCH_RESPONSE, BBOX)
-ROLLOUT_EVENTS = (PLAN, REWARD, *TOOL_EVENTS)
-# Fields every event carries (the writer's static context); not part of a reward payload.
-CONTEXT_FIELDS = (
-    "ts",
-    "host",
-    "pid",
-    "project_name",
-    "experiment_name",
-    "n_agent",
-    "run_id",
-    "epoch",
-    "global_step",
-    "event_type",
-)
-_EXTRA_CONTEXT = ("experiment_name", "n_agent", "epoch", "ts", "host", "pid", "project_name")
-
-Key = tuple[Any, Any, int]  # (run_id, global_step, sample_idx)
-_NO_STEP = -(2**63)
+_int, _same_prompt, _key_dict = int_or_none, same_prompt, key_dict
+_EXTRA_CONTEXT, _NO_STEP = EXTRA_CONTEXT, NO_STEP
 
 
 def sniff(path: Path) -> bool:
     obj = first_object(path)
     return obj is not None and isinstance(obj.get("event_type"), str)
-
-
-def _int(v: Any) -> int | None:
-    return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
 @dataclass
@@ -525,12 +516,6 @@ def _result_files(resp: dict[str, Any]) -> list[str]:
     return out
 
 
-def _same_prompt(uid: Any, reward_uid: Any, sample_idx: int, n_agent: int | None) -> bool:
-    if reward_uid is None or reward_uid == uid:
-        return True
-    return bool(n_agent) and reward_uid == f"{uid}-{sample_idx // n_agent}"
-
-
 def _payload(ev: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in ev.items() if k not in ("ts", "latency_s")}
 
@@ -538,25 +523,6 @@ def _payload(ev: dict[str, Any]) -> dict[str, Any]:
 def _ts(ev: dict[str, Any]) -> float:
     ts = ev.get("ts")
     return float(ts) if isinstance(ts, int | float) and not isinstance(ts, bool) else 0.0
-
-
-def _key_dict(key: Key) -> dict[str, Any]:
-    return {"run_id": key[0], "global_step": key[1], "sample_idx": key[2]}
-
-
-def rollout_digest(texts: Iterable[str]) -> bytes:
-    """A rollout's content digest: its event lines (each without its newline), in file order."""
-    return rollout_digest_of("".join(t + "\n" for t in texts))
-
-
-def rollout_digest_of(lines: str) -> bytes:
-    """``rollout_digest`` of the event lines joined, each ending in a newline."""
-    return digest_bytes(lines.encode("utf-8", "surrogatepass"))
-
-
-def rollout_raw(key: Key, events: list[Any]) -> str:
-    """A rollout's source text in the quarantine (a repeat of an earlier one): key and events."""
-    return json.dumps({"key": _key_dict(key), "events": events}, ensure_ascii=False, default=str)
 
 
 def read(path: Path, ctx: ReaderContext) -> Iterator[SourceRecord | RowBatch]:
@@ -573,8 +539,6 @@ def read(path: Path, ctx: ReaderContext) -> Iterator[SourceRecord | RowBatch]:
 def _read_columns(fh: BinaryIO, asm: _Assembler) -> Iterator[SourceRecord | RowBatch]:
     """Clean batches in columns (``unified_columns``), rollouts in flight carried between them as
     their event lines; a batch the columnar reader declines goes event by event."""
-    from ddai.pipelines.adapters import unified_columns  # it imports this module
-
     carry: list[tuple[int, str]] = []
     for batch in iter_batches(fh, asm.ctx):
         got = unified_columns.read_batch(batch, carry, asm) if batch.clean else None

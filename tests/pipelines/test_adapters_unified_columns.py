@@ -213,7 +213,7 @@ def test_plan_texts_cut_in_columns_as_the_tag_parser():
 
     from ddai.pipelines import tags
     from ddai.pipelines.adapters.ddai_common import executed_action, turn_record
-    from ddai.pipelines.adapters.unified_columns import _parse_plans
+    from ddai.pipelines.adapters.turn_columns import parse_plans
 
     texts = TURN_TEXTS + [
         e["text"]
@@ -221,7 +221,7 @@ def test_plan_texts_cut_in_columns_as_the_tag_parser():
         for e in map(json.loads, f.open())
         if e["event_type"] == "model.plan" and e.get("text")
     ]
-    acts, turns = _parse_plans(pl.Series(texts, dtype=pl.String))
+    acts, turns = parse_plans(pl.Series(texts, dtype=pl.String))
     for text, act, turn in zip(texts, acts, turns, strict=True):
         assert act == executed_action(text)[0], text
         assert turn_record(turn) == turn_record(tags.parse_turn(text)), text
