@@ -295,4 +295,6 @@ def _horizon(keys: pl.DataFrame, roll: pl.DataFrame, asm: Any) -> tuple[pl.DataF
         i = np.maximum(after, far)
         at = np.append(lines, _BIG)[np.minimum(i, len(lines))]
         out.append(g.with_columns(horizon=pl.Series(at, dtype=pl.Int64)))
+    if not out:  # no rollout event in the batch
+        return keys.with_columns(horizon=pl.lit(_BIG, pl.Int64)), final
     return pl.concat(out), final

@@ -226,3 +226,25 @@ def test_plan_texts_cut_in_columns_as_the_tag_parser():
         assert act == executed_action(text)[0], text
         assert turn_record(turn) == turn_record(tags.parse_turn(text)), text
     assert {t.error for t in turns[: len(TURN_TEXTS)]} >= {"bad bbox", "empty search", None}
+
+
+@pytest.mark.parametrize(
+    "keep",
+    [
+        lambda e: e.startswith(("train.step", "run.start")),  # no rollout event at all
+        lambda e: e == "rm.flash.detail",  # rewards without turns
+        lambda e: e == "model.plan",  # turns without rewards
+        lambda e: False,  # an empty file
+    ],
+    ids=["side-only", "rewards-only", "plans-only", "empty"],
+)
+def test_batches_that_complete_nothing(tmp_path, keep):
+    lines = (FIXTURES / "focused_r1" / "unified_trajectory.jsonl").read_text().splitlines()
+    src = tmp_path / "unified_trajectory.jsonl"
+    src.write_text("".join(x + "\n" for x in lines if keep(json.loads(x)["event_type"])))
+    out = []
+    for columnar in (True, False):
+        ctx = ReaderContext(columnar=columnar)
+        recs = [(r.line, r.reason, r.detail, r.raw) for r in ddai_unified.read(src, ctx)]
+        out.append((recs, ctx.notes[str(src)], {k: len(v) for k, v in ctx.side_tables.items()}))
+    assert out[0] == out[1]
