@@ -185,9 +185,10 @@ def _read(
         closed_by_step=pl.col("horizon") < pl.col("flush"),
         close=pl.min_horizontal("flush", "horizon"),
     ).with_columns(done=pl.col("close") < _BIG)
-    # a rollout closed by a newer step is kept as is only with its reward (the rest is the
-    # assembler's: without a reward it is quarantined or kept with null scores)
-    if keys.select((pl.col("closed_by_step") & pl.col("n_reward").is_null()).any()).item():
+    # a rollout closed by a newer step is kept as is only with its reward and its turns (the rest
+    # is the assembler's: quarantined, or kept with null scores)
+    lacking = pl.col("n_reward").is_null() | pl.col("n_turns").is_null()
+    if keys.select((pl.col("closed_by_step") & lacking).any()).item():
         raise Decline
 
     # nothing but padding after the event that completed the rollout
