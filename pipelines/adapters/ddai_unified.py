@@ -292,6 +292,10 @@ class _Assembler:
             assert not out, "a carried rollout cannot complete on its own events"
         self.n, self.by_type, self.side, self.quarantined = saved
 
+    def in_flight_chars(self) -> int:
+        """The text of the rollouts in flight, in characters (what a columnar batch would carry)."""
+        return sum(len(t) for p in self.pending.values() for _, t in p.raws)
+
     def release(self) -> list[tuple[int, str]]:
         """Hand the rollouts in flight to the next columnar batch as their event lines."""
         carry = sorted(x for p in self.pending.values() for x in p.raws)
@@ -538,18 +542,29 @@ def read(path: Path, ctx: ReaderContext) -> Iterator[SourceRecord | RowBatch]:
 
 def _read_columns(fh: BinaryIO, asm: _Assembler) -> Iterator[SourceRecord | RowBatch]:
     """Clean batches in columns (``unified_columns``), rollouts in flight carried between them as
-    their event lines; a batch the columnar reader declines goes event by event."""
-    carry: list[tuple[int, str]] = []
+    their event lines; a batch the columnar reader declines goes event by event.
+
+    The carried lines are parsed again with each batch, so while the rollouts in flight hold more
+    text than the batch itself (a training step of thousands of rollouts logged turn by turn), the
+    batches go event by event, their rollouts kept in the assembler, until fewer are in flight:
+    never slower than event by event."""
+    carry: list[tuple[int, str]] | None = []  # None: the rollouts in flight are in ``asm``
     for batch in iter_batches(fh, asm.ctx):
-        got = unified_columns.read_batch(batch, carry, asm) if batch.clean else None
+        if carry is None and batch.clean and asm.in_flight_chars() <= len(batch.data):
+            carry = asm.release()
+        got = None
+        if carry is not None and batch.clean and sum(len(t) for _, t in carry) <= len(batch.data):
+            got = unified_columns.read_batch(batch, carry, asm)
         if got is not None:
             rows, carry = got
             yield from rows
             continue
-        asm.restore(carry)
+        if carry is not None:
+            asm.restore(carry)
+            carry = None
         yield from _read_rows(batch.records(), asm)
-        carry = asm.release()
-    asm.restore(carry)
+    if carry is not None:
+        asm.restore(carry)
 
 
 def _read_rows(

@@ -48,19 +48,49 @@ def _kinds(src: Path) -> list[type]:
 
 @pytest.fixture
 def small_batches(monkeypatch):
-    """Batches of about 6 KB: a rollout's dozen events span several of them."""
+    """Batches of about 6 KB: a rollout's dozen events span several of them, and the rollouts in
+    flight hold more text than a batch (those batches go event by event)."""
     monkeypatch.setattr(line_batches, "BATCH_BYTES", 6_000)
 
 
+@pytest.fixture
+def step_batches(monkeypatch):
+    """Batches of about 400 KB: a fixture run's training step (about 300 KB, its rollouts logged
+    turn by turn across it) spans two, so rollouts are carried from batch to batch."""
+    monkeypatch.setattr(line_batches, "BATCH_BYTES", 400_000)
+
+
 @pytest.mark.parametrize("run", ["phase1", "curriculum", "focused_r1", "focused_r2"])
-def test_fixture_runs_read_in_columns_as_event_by_event(tmp_path, small_batches, run):
-    src = FIXTURES / run / "unified_trajectory.jsonl"
+def test_fixture_runs_read_in_columns_as_event_by_event(tmp_path, step_batches, run):
+    src = _copies(tmp_path, (FIXTURES / run / "unified_trajectory.jsonl").read_text(), 3)
     res, rows, q = _same(tmp_path, src)
-    assert q == [] and len(rows) == res.rows_in == {"focused_r2": 72, "curriculum": 72}.get(
-        run, 144
-    )
-    kinds = _kinds(src)
-    assert kinds.count(RowBatch) > 10  # most batches in columns, rollouts carried across them
+    n = {"focused_r2": 72, "curriculum": 72}.get(run, 144) * 3
+    assert q == [] and len(rows) == res.rows_in == n
+    out = list(ddai_unified.read(src, ReaderContext(columnar=True)))
+    # in columns batch after batch, rollouts carried across (a step spans two batches); at most
+    # the last batch's few by events (those the end of the file completes)
+    in_columns = sum(r.table.num_rows for r in out if isinstance(r, RowBatch))
+    assert sum(isinstance(r, RowBatch) for r in out) >= 4 and in_columns >= 0.8 * n
+
+
+def _copies(tmp_path: Path, log: str, n: int, odd: str | None = None) -> Path:
+    """``n`` copies of a run's log, steps renumbered per copy (``odd`` replaces the second)."""
+    out = []
+    for c in range(n):
+        for line in (odd if c == 1 and odd is not None else log).splitlines():
+            try:
+                e = json.loads(line)
+            except ValueError:
+                out.append(line)
+                continue
+            if isinstance(e, dict) and isinstance(e.get("global_step"), int):
+                e["global_step"] += 10 * c
+            if c and isinstance(e, dict) and e.get("event_type") == "run.start":
+                continue
+            out.append(json.dumps(e, ensure_ascii=False))
+    src = tmp_path / "unified_trajectory.jsonl"
+    src.write_text("\n".join(out) + "\n")
+    return src
 
 
 def _tricky(tmp_path: Path) -> Path:
@@ -107,12 +137,11 @@ def _tricky(tmp_path: Path) -> Path:
     s = find("model.plan", 2, global_step=2, sample_idx=5)
     s2 = find("model.plan", 3, global_step=2, sample_idx=5)
     out[s], out[s2] = out[s2], out[s]
-    src = tmp_path / "unified_trajectory.jsonl"
-    src.write_text("\n".join(x for x in out if x is not None) + "\n")
-    return src
+    odd = "\n".join(x for x in out if x is not None) + "\n"
+    return _copies(tmp_path, "\n".join(lines) + "\n", 4, odd=odd)
 
 
-def test_tricky_log_same_rows_quarantine_and_counts(tmp_path, small_batches):
+def test_tricky_log_same_rows_quarantine_and_counts(tmp_path, step_batches):
     src = _tricky(tmp_path)
     res, rows, q = _same(tmp_path, src)
     reasons = {e["reason"] for e in q}
@@ -121,8 +150,8 @@ def test_tricky_log_same_rows_quarantine_and_counts(tmp_path, small_batches):
     assert any(r["flags"] == ["turns_incomplete"] for r in rows)
     assert res.rows_in == len(rows) + len(q)
     kinds = _kinds(src)
-    # the clean stretches still go in columns; the odd batches event by event
-    assert kinds.count(RowBatch) >= 3 and kinds.count(SourceRecord) > 10
+    # the clean copies still go in columns; the odd one's batches event by event
+    assert kinds.count(RowBatch) >= 3 and kinds.count(SourceRecord) > 100
 
 
 def test_log_concatenated_twice_repeats_quarantined_alike(tmp_path, small_batches):
