@@ -57,7 +57,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from ddai.pipelines import tags
-from ddai.pipelines.adapters import unified_columns
+from ddai.pipelines.adapters import line_batches, unified_columns
 from ddai.pipelines.adapters.base import (
     ReaderContext,
     RowBatch,
@@ -544,25 +544,32 @@ def _read_columns(fh: BinaryIO, asm: _Assembler) -> Iterator[SourceRecord | RowB
     """Clean batches in columns (``unified_columns``), rollouts in flight carried between them as
     their event lines; a batch the columnar reader declines goes event by event.
 
-    The carried lines are parsed again with each batch, so while the rollouts in flight hold more
-    text than the batch itself (a training step of thousands of rollouts logged turn by turn), the
-    batches go event by event, their rollouts kept in the assembler, until fewer are in flight:
-    never slower than event by event."""
+    The carried lines are parsed again with each batch, so a batch is read at twice the text in
+    flight at least (a training step of thousands of rollouts logged turn by turn holds tens of
+    MB); a batch still smaller than that (the file's last) goes event by event, its rollouts kept
+    in the assembler until fewer are in flight."""
     carry: list[tuple[int, str]] | None = []  # None: the rollouts in flight are in ``asm``
-    for batch in iter_batches(fh, asm.ctx):
-        if carry is None and batch.clean and asm.in_flight_chars() <= len(batch.data):
+    held = 0  # characters in flight
+
+    def size() -> int:
+        return max(line_batches.BATCH_BYTES, 2 * held)
+
+    for batch in iter_batches(fh, asm.ctx, size):
+        if carry is None and batch.clean and held <= len(batch.data):
             carry = asm.release()
         got = None
-        if carry is not None and batch.clean and sum(len(t) for _, t in carry) <= len(batch.data):
+        if carry is not None and batch.clean and held <= len(batch.data):
             got = unified_columns.read_batch(batch, carry, asm)
         if got is not None:
             rows, carry = got
+            held = sum(len(t) for _, t in carry)
             yield from rows
             continue
         if carry is not None:
             asm.restore(carry)
             carry = None
         yield from _read_rows(batch.records(), asm)
+        held = asm.in_flight_chars()
     if carry is not None:
         asm.restore(carry)
 
