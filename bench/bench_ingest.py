@@ -14,7 +14,9 @@ Each measurement runs in a fresh process, so its peak RSS is its own. Floors, in
 on the same file: polars ``scan_ndjson → sink_parquet`` (``scan_parquet`` for Parquet) and DuckDB
 ``COPY (SELECT * FROM read_json(…)) TO … (FORMAT parquet)``: parse and write Parquet, nothing more
 (no validation, no quarantine, no manifest, no tag parsing). Printed per input: seconds,
-rollouts/s, events/s (unified), peak RSS and ddai's time as a multiple of each floor.
+rollouts/s, events/s (unified), peak RSS, ddai's time as a multiple of each floor, and CPU
+seconds (all threads, imports included) with ddai's as a multiple of DuckDB's: on a shared VM
+wall time moves with the other jobs' load, CPU time much less.
 
     python bench/bench_ingest.py                         # 100k and 1M rollouts
     python bench/bench_ingest.py --rollouts 100000       # one size
@@ -152,6 +154,12 @@ def make_unified(path: Path, n: int) -> tuple[int, int]:
 
 
 # ---------------------------------------------------------------- measurements (child processes)
+def _cpu_s() -> float:
+    """CPU seconds of this process, all threads (steadier than wall time on a shared VM)."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
 def _peak_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
 
@@ -213,7 +221,7 @@ def measure(
         ("DuckDB floor", ("duckdb", str(path), str(floor_out))),
         ("ddai ingest", (FORMATS[name], str(path), str(work / "logs"))),
     ]
-    if per_row and name != "unified":  # the unified log is read row by row anyway
+    if per_row:
         jobs.append(("ddai per row", (FORMATS[name], str(path), str(work / "logs"), "rows")))
     for label, args in jobs:
         r = run_job(*args)
@@ -225,9 +233,11 @@ def measure(
 def print_rows(rows: list[dict]) -> None:
     print(
         f"{'input':<8} {'rollouts':>10} {'reader':<13} {'seconds':>8} {'rollouts/s':>11} "
-        f"{'events/s':>10} {'peak MiB':>9} {'× polars':>9} {'× DuckDB':>9}"
+        f"{'events/s':>10} {'peak MiB':>9} {'× polars':>9} {'× DuckDB':>9} {'CPU s':>7} "
+        f"{'CPU × DuckDB':>12}"
     )
     floors: dict[tuple[str, int, str], float] = {}
+    cpu_floor: dict[tuple[str, int], float] = {}
     for r in rows:
         key = (r["input"], r["rollouts"])
         if "error" in r:
@@ -236,21 +246,24 @@ def print_rows(rows: list[dict]) -> None:
         s = r["seconds"]
         if r["reader"].endswith("floor"):
             floors[(*key, r["reader"])] = s
+        if r["reader"] == "DuckDB floor":
+            cpu_floor[key] = r["cpu_s"]
         pol, duck = floors.get((*key, "polars floor")), floors.get((*key, "DuckDB floor"))
         ev = f"{r['events'] / s:,.0f}" if r.get("events") else "-"
         x_pol = f"{s / pol:.2f}" if pol else "-"
         x_duck = f"{s / duck:.2f}" if duck else "-"
         print(
             f"{r['input']:<8} {r['rollouts']:>10,} {r['reader']:<13} {s:>8.2f} "
-            f"{r['rollouts'] / s:>11,.0f} {ev:>10} {r['peak_mib']:>9,.0f} {x_pol:>9} {x_duck:>9}"
+            f"{r['rollouts'] / s:>11,.0f} {ev:>10} {r['peak_mib']:>9,.0f} {x_pol:>9} {x_duck:>9} "
+            f"{r['cpu_s']:>7.2f} {r['cpu_s'] / cpu_floor[key] if key in cpu_floor else 0:>12.2f}"
         )
 
 
 def _plan(rollouts: str | None, big: bool, inputs: list[str]) -> list[tuple[int, str]]:
     """(size, input) pairs to measure, smallest size first.
 
-    Without ``--rollouts`` the unified log stops at 100k: it is assembled event by event (about
-    5-14k events/s, 12 events per rollout), so 1M took about an hour of ``make bench``."""
+    Without ``--rollouts`` the unified log stops at 100k (12 events per rollout: 1.2M events, a
+    few minutes with its floors on a busy 2-core VM); ``--rollouts 100000,1000000`` asks for 1M."""
     if rollouts is not None:
         sizes = {name: [int(x) for x in rollouts.split(",") if x] for name in inputs}
     else:
@@ -270,7 +283,7 @@ def main() -> None:
         "--rollouts",
         default=None,
         help="Comma-separated sizes (rollouts per input); default 100000,1000000 for flash and "
-        "Parquet and 100000 for the unified log (read event by event: 1.5 to 4 min per 100k on a busy 2-core VM).",
+        "Parquet and 100000 for the unified log (1.2M events).",
     )
     ap.add_argument(
         "--big", action="store_true", help="Also 10,000,000 rollouts (flash and Parquet only)."
@@ -283,7 +296,7 @@ def main() -> None:
     ap.add_argument(
         "--per-row",
         action="store_true",
-        help="Also time ddai's per-row path (columnar reading off) on flash and Parquet.",
+        help="Also time ddai's per-row path (columnar reading off; the unified log event by event).",
     )
     ap.add_argument("--dir", type=Path, default=None, help="Work folder (default: a temp dir).")
     ap.add_argument("--job", nargs="+", help=argparse.SUPPRESS)
@@ -296,7 +309,7 @@ def main() -> None:
             out = job_duckdb(path, Path(args.job[2]))
         else:
             out = job_ingest(path, kind, Path(args.job[2]), columnar=args.job[3:] != ["rows"])
-        print(json.dumps({**out, "peak_mib": _peak_mib()}))
+        print(json.dumps({**out, "peak_mib": _peak_mib(), "cpu_s": _cpu_s()}))
         return
 
     inputs = [x for x in args.inputs.split(",") if x]

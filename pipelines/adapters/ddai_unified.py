@@ -51,14 +51,16 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from ddai.pipelines import tags
+from ddai.pipelines.adapters import line_batches, unified_columns
 from ddai.pipelines.adapters.base import (
     ReaderContext,
+    RowBatch,
     SourceRecord,
     error_detail,
     iter_json_lines,
@@ -69,44 +71,36 @@ from ddai.pipelines.adapters.ddai_common import (
     flash_rollout,
     turn_record,
 )
+from ddai.pipelines.adapters.line_batches import iter_batches
 from ddai.pipelines.adapters.peek import first_object
+from ddai.pipelines.adapters.unified_events import (
+    BBOX,
+    CONTEXT_FIELDS,
+    EXTRA_CONTEXT,
+    HORIZON,
+    NO_STEP,
+    PLAN,
+    REWARD,
+    ROLLOUT_EVENTS,
+    SEARCH_REQUEST,
+    SEARCH_RESPONSE,
+    Key,
+    int_or_none,
+    key_dict,
+    rollout_digest,
+    rollout_raw,
+    same_prompt,
+)
 from ddai.pipelines.schema import TURNS_INCOMPLETE
 
 NAME = "ddai-unified"
-HORIZON = 2
-PLAN = "model.plan"
-REWARD = "rm.flash.detail"
-SEARCH_REQUEST = "tool.search.request"
-SEARCH_RESPONSE = "tool.search.response"
-BBOX = "tool.bbox.result"
-TOOL_EVENTS = (SEARCH_REQUEST, SEARCH_RESPONSE, BBOX)
-ROLLOUT_EVENTS = (PLAN, REWARD, *TOOL_EVENTS)
-# Fields every event carries (the writer's static context); not part of a reward payload.
-CONTEXT_FIELDS = (
-    "ts",
-    "host",
-    "pid",
-    "project_name",
-    "experiment_name",
-    "n_agent",
-    "run_id",
-    "epoch",
-    "global_step",
-    "event_type",
-)
-_EXTRA_CONTEXT = ("experiment_name", "n_agent", "epoch", "ts", "host", "pid", "project_name")
-
-Key = tuple[Any, Any, int]  # (run_id, global_step, sample_idx)
-_NO_STEP = -(2**63)
+_int, _same_prompt, _key_dict = int_or_none, same_prompt, key_dict
+_EXTRA_CONTEXT, _NO_STEP = EXTRA_CONTEXT, NO_STEP
 
 
 def sniff(path: Path) -> bool:
     obj = first_object(path)
     return obj is not None and isinstance(obj.get("event_type"), str)
-
-
-def _int(v: Any) -> int | None:
-    return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
 @dataclass
@@ -121,6 +115,9 @@ class _Pending:
     reward: tuple[dict[str, Any], int] | None = None
     latest_turn: int | None = None
     conflict: str | None = None
+    # every event line taken into the rollout (padding included), as (line, text without its
+    # newline): the rollout's content digest, and what is carried to the next columnar batch
+    raws: list[tuple[int, str]] = field(default_factory=list)
 
     def events(self) -> list[dict[str, Any]]:
         evs = [(ln, ev) for ev, ln in self.plans.values()]
@@ -195,6 +192,7 @@ class _Assembler:
             yield from self._plan(ev, line, text, (run, step, sample_idx))
             return
         p = self._get((run, step, sample_idx), line)
+        p.raws.append((line, text.rstrip("\r\n")))
         if et == REWARD:
             if p.reward is not None and _payload(p.reward[0]) != _payload(ev):
                 p.conflict = "two different rm.flash.detail events"
@@ -220,8 +218,10 @@ class _Assembler:
                 self.n["empty plans ignored"] += 1
             else:
                 p.empty.add(turn)
+                p.raws.append((line, text.rstrip("\r\n")))
             return
         p = self._get(key, line)
+        p.raws.append((line, text.rstrip("\r\n")))
         if turn in p.plans:
             if p.plans[turn][0].get("text") != ev.get("text"):
                 p.conflict = f"two different model.plan events for turn {turn}"
@@ -282,6 +282,26 @@ class _Assembler:
         for k in list(self.pending):
             yield from self._finish(self.pending.pop(k))
 
+    # ------------------------------------------------------------------ columnar hand-over
+    def restore(self, carry: list[tuple[int, str]]) -> None:
+        """Take back the rollouts in flight from a columnar batch: their event lines, re-read in
+        order without counting them again (they were counted when first read)."""
+        saved = (self.n.copy(), self.by_type.copy(), self.side.copy(), self.quarantined.copy())
+        for line, text in carry:
+            out = list(self.feed(json.loads(text), line, text))
+            assert not out, "a carried rollout cannot complete on its own events"
+        self.n, self.by_type, self.side, self.quarantined = saved
+
+    def in_flight_chars(self) -> int:
+        """The text of the rollouts in flight, in characters (what a columnar batch would carry)."""
+        return sum(len(t) for p in self.pending.values() for _, t in p.raws)
+
+    def release(self) -> list[tuple[int, str]]:
+        """Hand the rollouts in flight to the next columnar batch as their event lines."""
+        carry = sorted(x for p in self.pending.values() for x in p.raws)
+        self.pending.clear()
+        return carry
+
     # ------------------------------------------------------------------ rollouts out
     def _finish(self, p: _Pending) -> Iterator[SourceRecord]:
         run = p.key[0] if isinstance(p.key[0], str) else None
@@ -316,7 +336,13 @@ class _Assembler:
         self.n["rollouts assembled"] += 1
         if p.reward is None:
             self.n["rollouts without a reward event"] += 1
-        yield SourceRecord(row, p.reward[1] if p.reward else p.first_line, None, run_id=run)
+        yield SourceRecord(
+            row,
+            p.reward[1] if p.reward else p.first_line,
+            rollout_raw(p.key, [json.loads(t) for _, t in p.raws]),
+            run_id=run,
+            digest=rollout_digest(t for _, t in p.raws),
+        )
         for ev, line in leftovers:
             self.quarantined["unmatched tool event"] += 1
             raw = json.dumps(ev, ensure_ascii=False, default=str)
@@ -494,12 +520,6 @@ def _result_files(resp: dict[str, Any]) -> list[str]:
     return out
 
 
-def _same_prompt(uid: Any, reward_uid: Any, sample_idx: int, n_agent: int | None) -> bool:
-    if reward_uid is None or reward_uid == uid:
-        return True
-    return bool(n_agent) and reward_uid == f"{uid}-{sample_idx // n_agent}"
-
-
 def _payload(ev: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in ev.items() if k not in ("ts", "latency_s")}
 
@@ -509,27 +529,64 @@ def _ts(ev: dict[str, Any]) -> float:
     return float(ts) if isinstance(ts, int | float) and not isinstance(ts, bool) else 0.0
 
 
-def _key_dict(key: Key) -> dict[str, Any]:
-    return {"run_id": key[0], "global_step": key[1], "sample_idx": key[2]}
-
-
-def read(path: Path, ctx: ReaderContext) -> Iterator[SourceRecord]:
+def read(path: Path, ctx: ReaderContext) -> Iterator[SourceRecord | RowBatch]:
     asm = _Assembler(path, ctx)
     with open(path, "rb") as fh:
-        for line, text, obj, reason in iter_json_lines(fh, ctx):
-            if reason is not None:
-                key, _, detail = reason.partition("|")
-                asm.quarantined[key] += 1
-                yield SourceRecord(None, line, text, key, detail)
-            elif not isinstance(obj, dict):
-                yield asm._bad(line, text, None, "not an event", "a line must be a JSON object")
-            else:
-                try:  # a fault in one event stays with that event's line
-                    out = list(asm.feed(obj, line, text))
-                except Exception as e:
-                    out = [
-                        asm._bad(line, text, obj.get("run_id"), "unreadable row", error_detail(e))
-                    ]
-                yield from out
+        if ctx.columnar:
+            yield from _read_columns(fh, asm)
+        else:
+            yield from _read_rows(iter_json_lines(fh, ctx), asm)
     yield from asm.drain()
     ctx.notes[str(path)] = asm.notes()
+
+
+def _read_columns(fh: BinaryIO, asm: _Assembler) -> Iterator[SourceRecord | RowBatch]:
+    """Clean batches in columns (``unified_columns``), rollouts in flight carried between them as
+    their event lines; a batch the columnar reader declines goes event by event.
+
+    The carried lines are parsed again with each batch, so a batch is read at twice the text in
+    flight at least (a training step of thousands of rollouts logged turn by turn holds tens of
+    MB); a batch still smaller than that (the file's last) goes event by event, its rollouts kept
+    in the assembler until fewer are in flight."""
+    carry: list[tuple[int, str]] | None = []  # None: the rollouts in flight are in ``asm``
+    held = 0  # characters in flight
+
+    def size() -> int:
+        return max(line_batches.BATCH_BYTES, 2 * held)
+
+    for batch in iter_batches(fh, asm.ctx, size):
+        if carry is None and batch.clean and held <= len(batch.data):
+            carry = asm.release()
+        got = None
+        if carry is not None and batch.clean and held <= len(batch.data):
+            got = unified_columns.read_batch(batch, carry, asm)
+        if got is not None:
+            rows, carry = got
+            held = sum(len(t) for _, t in carry)
+            yield from rows
+            continue
+        if carry is not None:
+            asm.restore(carry)
+            carry = None
+        yield from _read_rows(batch.records(), asm)
+        held = asm.in_flight_chars()
+    if carry is not None:
+        asm.restore(carry)
+
+
+def _read_rows(
+    records: Iterable[tuple[int, str | None, Any, str | None]], asm: _Assembler
+) -> Iterator[SourceRecord]:
+    for line, text, obj, reason in records:
+        if reason is not None:
+            key, _, detail = reason.partition("|")
+            asm.quarantined[key] += 1
+            yield SourceRecord(None, line, text, key, detail)
+        elif not isinstance(obj, dict):
+            yield asm._bad(line, text, None, "not an event", "a line must be a JSON object")
+        else:
+            try:  # a fault in one event stays with that event's line
+                out = list(asm.feed(obj, line, text))
+            except Exception as e:
+                out = [asm._bad(line, text, obj.get("run_id"), "unreadable row", error_detail(e))]
+            yield from out

@@ -13,7 +13,7 @@ is read alone.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
@@ -108,15 +108,16 @@ def _most_openers(arr: np.ndarray) -> int:
 
 
 def iter_batches(
-    fh: BinaryIO, ctx: ReaderContext, batch_bytes: int | None = None
+    fh: BinaryIO, ctx: ReaderContext, batch_bytes: int | Callable[[], int] | None = None
 ) -> Iterator[LineBatch]:
-    """Cut ``fh`` into batches of whole lines (about ``batch_bytes``, default ``BATCH_BYTES``);
+    """Cut ``fh`` into batches of whole lines (about ``batch_bytes``, default ``BATCH_BYTES``; a
+    callable is asked before each batch, for a reader whose batches grow with its state);
     ``ctx.bytes_read`` follows the bytes handed out."""
-    batch_bytes = batch_bytes or BATCH_BYTES
+    want = batch_bytes if callable(batch_bytes) else (lambda: batch_bytes or BATCH_BYTES)
     line_no = 1
     pos = fh.tell()
     while True:
-        chunk = fh.read(batch_bytes)
+        chunk = fh.read(want())
         if not chunk:
             return
         cut = chunk.rfind(b"\n")

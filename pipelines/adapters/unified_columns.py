@@ -1,0 +1,301 @@
+"""DDAI's unified log read in columns: one clean ``LineBatch`` (plus the event lines of rollouts
+still in flight from the batch before) → rollout rows as Arrow.
+
+The batch is parsed by Arrow's JSON reader (the fields the join reads typed, so a value of
+another type or a key given twice makes it refuse the batch); the event join is a polars
+group-by over (``run_id``, ``global_step``, ``sample_idx``). A rollout whose events are not all
+in yet is carried to the next batch as its event lines, so memory stays bounded by the rollouts
+in flight. Plan texts are cut in columns (``turn_columns``); the completed rollouts become rows
+in ``unified_rows``.
+
+It takes a batch only when every rollout it completes is one the event-by-event reader
+(``ddai_unified._Assembler``) completes the same way, at the same event (its own last turn with
+the reward in, or a newer step of its run, ``HORIZON``); otherwise it returns None and that batch
+goes event by event, with the same rollouts, quarantine and notes. It declines a batch holding:
+
+- a line Arrow refuses, one without a string ``event_type``, a rollout event without
+  ``run_id`` / ``global_step`` / ``sample_idx``, a plan without ``turn_idx``;
+- a rollout whose plans are not logged in turn order from 0 (a gap, a repeat, out of order),
+  whose turn before the last ends it, with two rewards, or with an event after the one that
+  completed it (padding aside);
+- a tool event that does not fit the turn logged just before it (the event-by-event reader's
+  fallback placement);
+- a rollout a newer step closes without its reward (quarantined or kept with null scores);
+- a ``run.start`` after an event of its run; a row the schema refuses or flags.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pyarrow.json as pj
+
+from ddai.pipelines.adapters import turn_columns
+from ddai.pipelines.adapters import unified_events as du
+from ddai.pipelines.adapters.base import RowBatch
+from ddai.pipelines.adapters.line_batches import LineBatch
+from ddai.pipelines.adapters.unified_rows import KEY, Decline, texts_at
+from ddai.pipelines.adapters.unified_rows import rows as completed_rows
+
+# The fields the join reads; the reward's other fields are read from its line.
+EVENT_SCHEMA = pa.schema(
+    [
+        ("event_type", pa.string()),
+        ("run_id", pa.string()),
+        ("global_step", pa.int64()),
+        ("sample_idx", pa.int64()),
+        ("turn_idx", pa.int64()),
+        ("uid", pa.string()),
+        ("text", pa.string()),
+        ("is_last_turn", pa.bool_()),
+        ("final_rollout", pa.bool_()),
+        ("results", pa.list_(pa.struct([("image_file", pa.string())]))),
+        ("crop_path", pa.string()),
+    ]
+)
+_PARSE = pj.ParseOptions(explicit_schema=EVENT_SCHEMA, unexpected_field_behavior="ignore")
+_READ = pj.ReadOptions(block_size=2 << 20)
+_KIND = {du.SEARCH_RESPONSE: "search", du.BBOX: "bbox"}
+_BIG = 2**62
+
+
+def read_batch(
+    batch: LineBatch, carry: list[tuple[int, str]], asm: Any
+) -> tuple[list[RowBatch], list[tuple[int, str]]] | None:
+    """The batch's completed rollouts (one ``RowBatch`` per run) and the event lines of those
+    still in flight, or None to read the batch event by event. ``asm`` is the event-by-event
+    assembler (``ddai_unified._Assembler``): its state (newest steps, run configs, counts, side
+    tables) follows an accepted batch and is left untouched by a declined one."""
+    try:
+        return _read(batch, carry, asm)
+    except Decline:
+        return None
+
+
+def _read(
+    batch: LineBatch, carry: list[tuple[int, str]], asm: Any
+) -> tuple[list[RowBatch], list[tuple[int, str]]]:
+    head = "".join(t + "\n" for _, t in carry).encode("utf-8")
+    try:
+        parsed = pj.read_json(
+            pa.py_buffer(head + batch.data), read_options=_READ, parse_options=_PARSE
+        )
+    except (pa.ArrowException, ValueError) as e:
+        raise Decline from e
+    # each line's text with its newline (the batch's over its bytes)
+    texts = pl.concat(
+        [
+            pl.Series([t + "\n" for _, t in carry], dtype=pl.String),
+            pl.from_arrow(batch.lines()).cast(pl.String),
+        ]
+    )
+    n_new = len(texts) - len(carry)
+    if parsed.num_rows != len(texts):
+        raise Decline
+    lines = np.concatenate(
+        [np.array([ln for ln, _ in carry], np.int64), np.arange(n_new) + batch.first_line]
+    )
+    ev = pl.from_arrow(parsed).with_columns(
+        line=pl.Series(lines), pos=pl.int_range(pl.len(), dtype=pl.Int64)
+    )
+    if ev["event_type"].null_count():
+        raise Decline
+    is_roll = pl.col("event_type").is_in(du.ROLLOUT_EVENTS)
+    rest = ev.filter(~is_roll).select("pos", "event_type", "run_id", "line")
+    roll = ev.filter(is_roll)
+    if roll.select(pl.any_horizontal(pl.col(*KEY).is_null().any())).item():
+        raise Decline
+    plan = pl.col("event_type") == du.PLAN
+    if roll.filter(plan)["turn_idx"].null_count():
+        raise Decline
+
+    # run.start: before any event of its run here (the rows read its max_turns / data_source)
+    starts = [
+        json.loads(x)
+        for x in texts_at(texts, rest.filter(pl.col("event_type") == "run.start")["pos"])
+    ]
+    max_turns, data_source = dict(asm.max_turns), dict(asm.data_source)
+    first_of_run = dict(roll.group_by("run_id").agg(pl.col("line").min()).iter_rows())
+    for line, ev_start in zip(
+        rest.filter(pl.col("event_type") == "run.start")["line"], starts, strict=True
+    ):
+        run = ev_start.get("run_id")
+        if run in first_of_run and first_of_run[run] < line:
+            raise Decline
+        cfg = ev_start.get("config") if isinstance(ev_start.get("config"), dict) else {}
+        data = cfg.get("data") if isinstance(cfg.get("data"), dict) else {}
+        max_turns[run] = du.int_or_none(cfg.get("max_turns"))
+        ds = data.get("data_source")
+        data_source[run] = ds if isinstance(ds, str) else None
+
+    empty = plan & (pl.col("text").is_null() | (pl.col("text") == ""))
+    full = roll.filter(~empty)
+    pads = roll.filter(empty)
+    plans = full.filter(plan).sort("line")
+    acts, parsed_turns = turn_columns.parse_plans(plans["text"])
+    plans = plans.with_columns(
+        act=pl.Series(acts, dtype=pl.String),
+        ends=(
+            (pl.col("is_last_turn") == True)  # noqa: E712 - null is not True
+            | (pl.col("final_rollout") == True)  # noqa: E712
+            | (pl.Series(acts, dtype=pl.String) == "search_complete")
+        ).fill_null(False),
+        tpos=pl.int_range(pl.len(), dtype=pl.Int64),
+    )
+    # plans logged in turn order from 0, each once; only the last may end the rollout
+    plans = plans.with_columns(
+        rank=pl.int_range(pl.len(), dtype=pl.Int64).over(KEY),
+        last=pl.col("turn_idx").max().over(KEY),
+    )
+    if not plans.select(
+        (pl.col("turn_idx") == pl.col("rank")).all()
+        & (~pl.col("ends") | (pl.col("turn_idx") == pl.col("last"))).all()
+    ).item():
+        raise Decline
+
+    rewards = full.filter(pl.col("event_type") == du.REWARD)
+    keys = full.group_by(KEY).agg(first=pl.col("line").min())
+    rk = rewards.group_by(KEY).agg(
+        n_reward=pl.len(), reward_line=pl.col("line").first(), reward_pos=pl.col("pos").first()
+    )
+    if len(rk) and rk["n_reward"].max() > 1:
+        raise Decline
+    pk = plans.group_by(KEY).agg(
+        n_turns=pl.len(),
+        last_line=pl.col("line").max(),
+        ends=pl.col("ends").last(),
+        uid=pl.col("uid").first(),
+        uids=pl.col("uid").n_unique(),
+        response=pl.col("text").str.join(""),
+    )
+    keys = keys.join(rk, on=KEY, how="left").join(pk, on=KEY, how="left")
+    # completed by its own events: the reward in and the last turn ending it
+    keys = keys.with_columns(
+        flush=pl.when(pl.col("n_reward").is_not_null() & pl.col("ends").fill_null(False))
+        .then(pl.max_horizontal("last_line", "reward_line"))
+        .otherwise(_BIG)
+    )
+    # or closed by its run's newer steps first (the assembler's HORIZON), at that event
+    keys, final = _horizon(keys, roll, asm)
+    keys = keys.with_columns(
+        closed_by_step=pl.col("horizon") < pl.col("flush"),
+        close=pl.min_horizontal("flush", "horizon"),
+    ).with_columns(done=pl.col("close") < _BIG)
+    # a rollout closed by a newer step is kept as is only with its reward and its turns (the rest
+    # is the assembler's: quarantined, or kept with null scores)
+    lacking = pl.col("n_reward").is_null() | pl.col("n_turns").is_null()
+    if keys.select((pl.col("closed_by_step") & lacking).any()).item():
+        raise Decline
+
+    # nothing but padding after the event that completed the rollout
+    full = full.join(keys.select(*KEY, "first", "close"), on=KEY)
+    if full.select((pl.col("line") > pl.col("close")).any()).item():
+        raise Decline
+
+    # tool events: on the turn logged just before them, of their kind, one each
+    tools = full.filter(pl.col("event_type").is_in(list(_KIND)))
+    seq = (
+        pl.concat(
+            [
+                plans.select(*KEY, "line", is_plan=pl.lit(True)),
+                tools.select(*KEY, "line", is_plan=pl.lit(False)),
+            ]
+        )
+        .sort("line")
+        .with_columns(turn=pl.col("is_plan").cast(pl.Int64).cum_sum().over(KEY) - 1)
+        .filter(~pl.col("is_plan"))
+        .select("line", "turn")
+    )
+    tools = tools.join(seq, on="line").join(
+        plans.select(*KEY, turn=pl.col("turn_idx"), act="act"), on=(*KEY, "turn"), how="left"
+    )
+    kind = pl.col("event_type").replace_strict(_KIND, default=None)
+    if not tools.select(
+        ((pl.col("turn") >= 0) & (pl.col("act") == kind)).fill_null(False).all()
+        & ~pl.struct(*KEY, "turn", "event_type").is_duplicated().any()
+    ).item():
+        raise Decline
+
+    # padding: part of a rollout while it is in flight, else ignored
+    pads = pads.join(keys.select(*KEY, "first", "close"), on=KEY, how="left")
+    taken = (
+        pl.col("first").is_not_null()
+        & (pl.col("line") > pl.col("first"))
+        & (pl.col("line") < pl.col("close"))
+    )
+    ignored_new = pads.filter(~taken & (pl.col("pos") >= len(carry))).height
+    pads = pads.filter(taken)
+
+    # every event line of each rollout, in file order
+    members = pl.concat([full.select(*KEY, "line", "pos"), pads.select(*KEY, "line", "pos")]).sort(
+        "line"
+    )
+    # in the order the assembler writes them: at each event, those a newer step closes (in the
+    # order they were opened), then the one the event completes
+    done = (
+        keys.filter("done")
+        .sort("close", pl.col("closed_by_step").not_(), "first")
+        .with_columns(o=pl.int_range(pl.len()))
+    )
+    pending = keys.filter(~pl.col("done")).select(KEY)
+    held = members.join(pending, on=KEY).sort("line")
+    carry_out = list(zip(held["line"].to_list(), texts_at(texts, held["pos"]), strict=True))
+    rows, counts = completed_rows(
+        done, members, plans, parsed_turns, tools, texts, asm, max_turns, data_source
+    )
+
+    # accepted: the assembler's state follows
+    new = ev.filter(pl.col("pos") >= len(carry))
+    asm.by_type.update(dict(new["event_type"].value_counts().iter_rows()))
+    for st in starts:
+        asm._run_start(st)
+    side = rest.filter((pl.col("event_type") != "run.start") & (pl.col("pos") >= len(carry)))
+    for et, text in zip(side["event_type"].to_list(), texts_at(texts, side["pos"]), strict=True):
+        asm.ctx.side_tables.setdefault(et, []).append(json.loads(text))
+        asm.side[et] += 1
+    for run, top_step in final.iter_rows():
+        asm.newest_step[run] = top_step
+    if ignored_new:
+        asm.n["empty plans ignored"] += ignored_new
+    asm.n.update(counts)
+    return rows, carry_out
+
+
+def _horizon(keys: pl.DataFrame, roll: pl.DataFrame, asm: Any) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """``keys`` with ``horizon``: the line of the first event after the rollout opened that moves
+    its run's newest step ``HORIZON`` past the rollout's (``_BIG``: none here); and each run's
+    newest step after the batch."""
+    newest = {r: s for r, s in asm.newest_step.items() if isinstance(s, int)}
+    steps = roll.sort("line").select(
+        "run_id", "line", "global_step", top=pl.col("global_step").cum_max().over("run_id")
+    )
+    prior = (
+        pl.col("run_id").replace_strict(newest, default=du.NO_STEP, return_dtype=pl.Int64)
+        if newest
+        else pl.lit(du.NO_STEP, pl.Int64)
+    )
+    steps = steps.with_columns(top=pl.max_horizontal("top", prior), prior=prior)
+    final = steps.group_by("run_id").agg(pl.col("top").last())
+    # the events where the newest step moves (the assembler's ``_advance``)
+    adv = steps.filter(
+        pl.col("global_step") > pl.col("top").shift(1).over("run_id").fill_null(pl.col("prior"))
+    )
+    advances = {
+        run: (g["line"].to_numpy(), g["top"].to_numpy())
+        for (run,), g in adv.partition_by("run_id", as_dict=True).items()
+    }
+    out = []
+    for (run,), g in keys.partition_by("run_id", as_dict=True).items():
+        lines, tops = advances.get(run, (np.empty(0, np.int64), np.empty(0, np.int64)))
+        after = np.searchsorted(lines, g["first"].to_numpy(), side="right")
+        far = np.searchsorted(tops, g["global_step"].to_numpy() + du.HORIZON, side="left")
+        i = np.maximum(after, far)
+        at = np.append(lines, _BIG)[np.minimum(i, len(lines))]
+        out.append(g.with_columns(horizon=pl.Series(at, dtype=pl.Int64)))
+    if not out:  # no rollout event in the batch
+        return keys.with_columns(horizon=pl.lit(_BIG, pl.Int64)), final
+    return pl.concat(out), final

@@ -1,0 +1,65 @@
+"""DDAI's unified log: the event names, the rollout key and the helpers both of its readers use
+(``ddai_unified``, event by event; ``unified_columns``, in batches)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from ddai.pipelines.row_checks import digest_bytes
+
+HORIZON = 2
+PLAN = "model.plan"
+REWARD = "rm.flash.detail"
+SEARCH_REQUEST = "tool.search.request"
+SEARCH_RESPONSE = "tool.search.response"
+BBOX = "tool.bbox.result"
+TOOL_EVENTS = (SEARCH_REQUEST, SEARCH_RESPONSE, BBOX)
+ROLLOUT_EVENTS = (PLAN, REWARD, *TOOL_EVENTS)
+# Fields every event carries (the writer's static context); not part of a reward payload.
+CONTEXT_FIELDS = (
+    "ts",
+    "host",
+    "pid",
+    "project_name",
+    "experiment_name",
+    "n_agent",
+    "run_id",
+    "epoch",
+    "global_step",
+    "event_type",
+)
+EXTRA_CONTEXT = ("experiment_name", "n_agent", "epoch", "ts", "host", "pid", "project_name")
+
+Key = tuple[Any, Any, int]  # (run_id, global_step, sample_idx)
+NO_STEP = -(2**63)
+
+
+def int_or_none(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def same_prompt(uid: Any, reward_uid: Any, sample_idx: int, n_agent: int | None) -> bool:
+    if reward_uid is None or reward_uid == uid:
+        return True
+    return bool(n_agent) and reward_uid == f"{uid}-{sample_idx // n_agent}"
+
+
+def key_dict(key: Key) -> dict[str, Any]:
+    return {"run_id": key[0], "global_step": key[1], "sample_idx": key[2]}
+
+
+def rollout_digest(texts: Iterable[str]) -> bytes:
+    """A rollout's content digest: its event lines (each without its newline), in file order."""
+    return rollout_digest_of("".join(t + "\n" for t in texts))
+
+
+def rollout_digest_of(lines: str) -> bytes:
+    """``rollout_digest`` of the event lines joined, each ending in a newline."""
+    return digest_bytes(lines.encode("utf-8", "surrogatepass"))
+
+
+def rollout_raw(key: Key, events: list[Any]) -> str:
+    """A rollout's source text in the quarantine (a repeat of an earlier one): key and events."""
+    return json.dumps({"key": key_dict(key), "events": events}, ensure_ascii=False, default=str)

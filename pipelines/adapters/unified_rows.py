@@ -1,0 +1,244 @@
+"""The rollouts one columnar batch of DDAI's unified log completed, as rows of the log.
+
+``unified_columns`` joins and checks the events; here each completed rollout becomes its row as
+``ddai_unified._Assembler`` builds it: tool results placed on their turns (a search shows its first
+result not shown yet in the rollout, else the top one), the reward mapped by ``flash_rollout`` and
+``normalize_rollout`` (the scalar columns and ``extra``, without the turns), then ``turns``,
+``response`` and the turn-derived columns set from columns. Content digests are over the
+rollout's event lines, as the event-by-event reader computes them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+
+from ddai.pipelines import metrics, tags
+from ddai.pipelines.adapters import unified_events as du
+from ddai.pipelines.adapters.base import RowBatch
+from ddai.pipelines.adapters.ddai_common import flash_rollout
+from ddai.pipelines.schema import ROLLOUT_SCHEMA, TURN_TYPE, RowError, normalize_rollout
+from ddai.pipelines.store import check_run_id
+
+KEY = ("run_id", "global_step", "sample_idx")
+
+
+class Decline(Exception):
+    """The batch goes event by event."""
+
+
+def texts_at(texts: pl.Series, pos: pl.Series | list[int]) -> list[str]:
+    """The lines at ``pos``, without their newlines."""
+    return texts.gather(pos).str.strip_suffix("\n").to_list()
+
+
+def rows(
+    done: pl.DataFrame,
+    members: pl.DataFrame,
+    plans: pl.DataFrame,
+    parsed_turns: list[tags.Turn],
+    tools: pl.DataFrame,
+    texts: pl.Series,
+    asm: Any,
+    max_turns: dict[Any, int | None],
+    data_source: dict[Any, str | None],
+) -> tuple[list[RowBatch], Counter]:
+    """The completed rollouts as rows, in the order they completed."""
+    counts: Counter = Counter()
+    if not len(done):
+        return [], counts
+    n = len(done)
+    # turns of the completed rollouts, by rollout then turn, with the tool events placed on them
+    t = plans.join(done.select(*KEY, "o"), on=KEY)
+    files = (
+        pl.col("results")
+        .list.eval(pl.element().struct.field("image_file"))
+        .list.eval(pl.element().filter(pl.element().str.len_bytes() > 0))
+    )
+    resp = tools.filter(pl.col("event_type") == du.SEARCH_RESPONSE)
+    failed = texts.gather(resp["pos"]).str.contains('"error"', literal=True)  # rare: read it
+    resp = resp.select(
+        *KEY,
+        turn_idx="turn",
+        files=files.fill_null([]),
+        pages=files.list.eval(  # ddai_common.basename
+            pl.element().str.replace(r"(?s)^.*/", "").str.replace(r"(?s)\.[^.]*$", "")
+        ).fill_null([]),
+        err_pos=pl.when(pl.lit(failed)).then(pl.col("pos")),
+    )
+    crops = tools.filter(pl.col("event_type") == du.BBOX).select(
+        *KEY, turn_idx="turn", crop="crop_path", has_crop=pl.lit(True)
+    )
+    t = (
+        t.join(resp, on=(*KEY, "turn_idx"), how="left")
+        .join(crops, on=(*KEY, "turn_idx"), how="left")
+        .sort("o", "turn_idx")
+    )
+    recs = [parsed_turns[j] for j in t["tpos"].to_list()]
+    retrieved: list[list[str] | None] = [None] * len(t)
+    observation: list[str | None] = [None] * len(t)
+    errors = [r.error for r in recs]
+    search_results: list[list[list[str]]] = [[] for _ in range(n)]
+    shown_pages: list[list[str]] = [[] for _ in range(n)]
+    err_at = [p for p in t["err_pos"].to_list() if p is not None]
+    err_of = {
+        p: json.loads(x).get("error") for p, x in zip(err_at, texts_at(texts, err_at), strict=True)
+    }
+    # per rollout in order: search turns show the first result not shown yet, else the top one
+    seen: set[str] = set()
+    prev = -1
+    cols = (t[c].to_list() for c in ("o", "act", "files", "pages", "err_pos", "crop", "has_crop"))
+    for i, (o, a, fs, pages, err_pos, crop, has_crop) in enumerate(zip(*cols, strict=True)):
+        if o != prev:
+            seen, prev = set(), o
+        if a == "search":
+            if fs is None:
+                counts["search turns without a response"] += 1
+                continue
+            search_results[o].append(pages)
+            at = next((j for j, f in enumerate(fs) if f not in seen), 0 if fs else None)
+            if at is not None:
+                seen.add(fs[at])
+                retrieved[i] = [pages[at]]
+                observation[i] = fs[at]
+                shown_pages[o].append(pages[at])
+            if err_pos is not None and err_of[err_pos] and errors[i] is None:
+                errors[i] = str(err_of[err_pos])
+        elif a == "bbox" and has_crop:
+            observation[i] = crop
+
+    rows = []
+    run_id = asm.ctx.run_id
+    cols = (done[c].to_list() for c in (*KEY, "uid", "uids", "n_turns"))
+    rewards = texts_at(texts, done["reward_pos"])
+    first = 0
+    for o, (run, step, sidx, uid, uids, nt) in enumerate(zip(*cols, strict=True)):
+        reward = json.loads(rewards[o])
+        payload = {k: v for k, v in reward.items() if k not in du.CONTEXT_FIELDS}
+        rec = flash_rollout(payload)
+        n_agent = du.int_or_none(reward.get("n_agent"))
+        reward_uid = rec.get("uid")
+        if uid is not None and not du.same_prompt(uid, reward_uid, sidx, n_agent):
+            rec["reward_uid"] = reward_uid
+            counts["reward uid differs from plan uid"] += 1
+        if uids > 1:
+            counts["plan uids differ within a rollout"] += 1
+        rec["uid"] = uid if uid is not None else rec.get("uid")
+        local_idx = rec.pop("rollout_idx", None)
+        if n_agent:
+            rec["rollout_idx"] = sidx % n_agent
+            if local_idx is not None and local_idx != rec["rollout_idx"]:
+                rec["local_idx"] = local_idx
+                counts["local_idx differs from sample_idx mod n_agent"] += 1
+        else:
+            rec["rollout_idx"] = local_idx
+        for k in du.EXTRA_CONTEXT:
+            if k in reward:
+                rec[k] = reward[k]
+        mt = max_turns.get(run)
+        if mt is not None:
+            rec["max_turns"] = mt
+        rec["search_results"] = search_results[o]
+        if rec.get("retrieved_pages") is None and shown_pages[o]:
+            rec["retrieved_pages"] = metrics.dedupe(shown_pages[o])
+        # the turn-derived columns (tags.terminated_from, the format gate)
+        last = recs[first + nt - 1]
+        valid = all(r.action != "invalid" for r in recs[first : first + nt])
+        if last.action == "search_complete":
+            term = "max_turns" if last.forced else "complete"
+        else:
+            term = "max_turns" if mt is not None and nt >= mt else "invalid"
+        first += nt
+        rec.update(
+            run_id=run,
+            step=step,
+            sample_idx=sidx,
+            data_source=data_source.get(run),
+            num_turns=nt,
+            terminated=term,
+            format_ok=valid and last.action == "search_complete",
+        )
+        # the rest through the schema's own normalization (turns and response come in columns)
+        try:
+            row = normalize_rollout(rec, run_id=run_id)
+            check_run_id(row["run_id"])
+        except (RowError, ValueError) as e:
+            raise Decline from e
+        if row["flags"]:  # flagged rows are counted per row: the per-row path does that
+            raise Decline
+        rows.append(row)
+    counts["rollouts assembled"] += n
+    built = {"turns": _turns_array(t, recs, retrieved, observation, errors)}
+    built["response"] = done["response"].to_arrow().cast(pa.string())
+    table = pa.table(
+        {
+            f.name: built.get(f.name) or pa.array([r[f.name] for r in rows], f.type)
+            for f in ROLLOUT_SCHEMA
+        },
+        schema=ROLLOUT_SCHEMA,
+    )
+    # content digests and source text, as the event-by-event reader makes them
+    events = (
+        members.join(done.select(*KEY, "o", "close"), on=KEY)
+        .filter(pl.col("line") <= pl.col("close"))
+        .sort("o", "line")
+    )
+    joined = (
+        events.with_columns(text=texts.gather(events["pos"]))
+        .group_by("o", maintain_order=True)
+        .agg(pl.col("text").str.join(""))
+    )
+    digests = [du.rollout_digest_of(s) for s in joined["text"].to_list()]
+    keys = list(done.select(KEY).iter_rows())
+
+    def raw(i: int) -> str:
+        lines = texts_at(texts, events.filter(pl.col("o") == i)["pos"])
+        return du.rollout_raw(keys[i], [json.loads(x) for x in lines])
+
+    line_nos = done["reward_line"].to_list()
+    runs = [r["run_id"] for r in rows]
+    batches = []
+    for run in dict.fromkeys(runs):
+        idx = [i for i, r in enumerate(runs) if r == run]
+        sub = table.take(idx) if len(idx) < n else table
+        batches.append(
+            RowBatch(
+                sub,
+                run,
+                [line_nos[i] for i in idx],
+                [digests[i] for i in idx],
+                (lambda ix: lambda j: raw(ix[j]))(idx),
+            )
+        )
+    return batches, counts
+
+
+def _turns_array(
+    t: pl.DataFrame,
+    recs: list[tags.Turn],
+    retrieved: list,
+    observation: list,
+    errors: list,
+) -> pa.Array:
+    """The ``turns`` column: one list of turn structs per completed rollout."""
+    fields = {
+        "idx": pa.array(t["turn_idx"].to_list(), pa.int32()),
+        "think": pa.array([r.think for r in recs], pa.string()),
+        "action": pa.array([r.action for r in recs], pa.string()),
+        "arg": pa.array([r.arg for r in recs], pa.string()),
+        "sep": pa.array([r.sep for r in recs], pa.string()),
+        "forced": pa.array([r.forced for r in recs], pa.bool_()),
+        "retrieved": pa.array(retrieved, pa.list_(pa.string())),
+        "observation": pa.array(observation, pa.string()),
+        "error": pa.array(errors, pa.string()),
+        "value": pa.nulls(len(recs), pa.float64()),
+    }
+    structs = pa.StructArray.from_arrays(list(fields.values()), fields=list(TURN_TYPE))
+    sizes = t.group_by("o", maintain_order=True).len().sort("o")["len"].to_numpy()
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int32)
+    return pa.ListArray.from_arrays(pa.array(offsets), structs, type=pa.list_(TURN_TYPE))

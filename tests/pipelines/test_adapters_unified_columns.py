@@ -1,0 +1,279 @@
+"""DDAI's unified log read in columns: the same rollouts, quarantine and notes as event by event."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from conftest import SHARED
+
+from ddai.pipelines import store
+from ddai.pipelines.adapters import ddai_unified, line_batches
+from ddai.pipelines.adapters.base import ReaderContext, RowBatch, SourceRecord
+from ddai.pipelines.ingest import IngestConfig, ingest
+
+ROOT = Path(__file__).parents[2]
+FIXTURES = ROOT / "fixtures" / "unified"
+EXAMPLES = SHARED / "ddai-formats" / "examples"
+
+
+def _ingest(src: Path, logs: Path, columnar: bool, **kw):
+    res = ingest(IngestConfig([src], logs, progress=False, columnar=columnar, **kw))
+    rows = store.read_rollouts(logs).to_pylist()
+    for r in rows:
+        r["extra"] = json.loads(r["extra"])
+    q = [
+        {k: e[k] for k in ("line", "reason", "detail", "raw")}
+        for f in sorted((logs / store.QUARANTINE_DIR).glob("*.jsonl"))
+        for e in map(json.loads, f.open())
+    ]
+    return res, rows, q
+
+
+def _same(tmp_path: Path, src: Path, **kw):
+    a = _ingest(src, tmp_path / "columns", True, **kw)
+    b = _ingest(src, tmp_path / "rows", False, **kw)
+    assert a[1] == b[1]  # every column of every rollout, in the same order
+    assert a[2] == b[2]  # the same quarantine entries with their reasons
+    summary = [{k: v for k, v in x[0].summary().items() if k != "quarantine files"} for x in (a, b)]
+    assert summary[0] == summary[1]  # counts, flags, notes (events by type, ...)
+    return a
+
+
+def _kinds(src: Path) -> list[type]:
+    return [type(r) for r in ddai_unified.read(src, ReaderContext(columnar=True))]
+
+
+@pytest.fixture
+def small_batches(monkeypatch):
+    """Batches of about 6 KB: a rollout's dozen events span several of them, and the rollouts in
+    flight hold more text than a batch (those batches go event by event)."""
+    monkeypatch.setattr(line_batches, "BATCH_BYTES", 6_000)
+
+
+@pytest.fixture
+def step_batches(monkeypatch):
+    """Batches of about 400 KB: a fixture run's training step (about 300 KB, its rollouts logged
+    turn by turn across it) spans two, so rollouts are carried from batch to batch."""
+    monkeypatch.setattr(line_batches, "BATCH_BYTES", 400_000)
+
+
+@pytest.mark.parametrize("run", ["phase1", "curriculum", "focused_r1", "focused_r2"])
+def test_fixture_runs_read_in_columns_as_event_by_event(tmp_path, step_batches, run):
+    src = _copies(tmp_path, (FIXTURES / run / "unified_trajectory.jsonl").read_text(), 3)
+    res, rows, q = _same(tmp_path, src)
+    n = {"focused_r2": 72, "curriculum": 72}.get(run, 144) * 3
+    assert q == [] and len(rows) == res.rows_in == n
+    out = list(ddai_unified.read(src, ReaderContext(columnar=True)))
+    # in columns batch after batch, rollouts carried across (a step spans two batches); at most
+    # the last batch's few by events (those the end of the file completes)
+    in_columns = sum(r.table.num_rows for r in out if isinstance(r, RowBatch))
+    assert sum(isinstance(r, RowBatch) for r in out) >= 3 and in_columns >= 0.8 * n
+
+
+def _copies(tmp_path: Path, log: str, n: int, odd: str | None = None) -> Path:
+    """``n`` copies of a run's log, steps renumbered per copy (``odd`` replaces the second)."""
+    out = []
+    for c in range(n):
+        for line in (odd if c == 1 and odd is not None else log).splitlines():
+            try:
+                e = json.loads(line)
+            except ValueError:
+                out.append(line)
+                continue
+            if isinstance(e, dict) and isinstance(e.get("global_step"), int):
+                e["global_step"] += 10 * c
+            if c and isinstance(e, dict) and e.get("event_type") == "run.start":
+                continue
+            out.append(json.dumps(e, ensure_ascii=False))
+    src = tmp_path / "unified_trajectory.jsonl"
+    src.write_text("\n".join(out) + "\n")
+    return src
+
+
+def _tricky(tmp_path: Path) -> Path:
+    """focused_r1's log with every kind of event the assembler treats specially, spread out."""
+    lines = (FIXTURES / "focused_r1" / "unified_trajectory.jsonl").read_text().splitlines()
+    evs = [json.loads(x) for x in lines]
+
+    def find(et: str, n: int, **match) -> int:
+        hits = [
+            i
+            for i, e in enumerate(evs)
+            if e["event_type"] == et and all(e.get(k) == v for k, v in match.items())
+        ]
+        return hits[n]
+
+    out = list(lines)
+    # a reward logged before its rollout's plans (out of order)
+    r = find("rm.flash.detail", 3)
+    key = {k: evs[r][k] for k in ("global_step", "sample_idx")}
+    p0 = find("model.plan", 0, **key)
+    out[p0], out[r] = out[r], out[p0]
+    # a lost plan (kept, flagged turns_incomplete), a lost reward, a repeated reward
+    out[find("model.plan", 1, global_step=1, sample_idx=20)] = None
+    out[find("rm.flash.detail", 30)] = None
+    rep = find("rm.flash.detail", 40)
+    out[rep] = out[rep] + "\n" + out[rep]
+    # a different second reward (conflict), a repeated plan
+    conf = find("rm.flash.detail", 50)
+    other = dict(evs[conf], judge_score=0.5)
+    out[conf] = out[conf] + "\n" + json.dumps(other)
+    dup = find("model.plan", 200)
+    out[dup] = out[dup] + "\n" + out[dup]
+    # malformed lines, an event without sample_idx, a plan without turn_idx, a non-object
+    out[find("model.plan", 300)] += "\n{not json\n[1, 2]"
+    bad = dict(evs[find("tool.search.response", 100)])
+    bad.pop("sample_idx")
+    out[find("tool.search.response", 100)] += "\n" + json.dumps(bad)
+    noturn = dict(evs[find("model.plan", 400)])
+    noturn.pop("turn_idx")
+    out[find("model.plan", 400)] += "\n" + json.dumps(noturn)
+    # a tool event out of place, a plan swapped with the next one of its rollout
+    t = find("tool.search.response", 150)
+    out[t - 1], out[t] = out[t], out[t - 1]
+    s = find("model.plan", 2, global_step=2, sample_idx=5)
+    s2 = find("model.plan", 3, global_step=2, sample_idx=5)
+    out[s], out[s2] = out[s2], out[s]
+    odd = "\n".join(x for x in out if x is not None) + "\n"
+    return _copies(tmp_path, "\n".join(lines) + "\n", 4, odd=odd)
+
+
+def test_tricky_log_same_rows_quarantine_and_counts(tmp_path, step_batches):
+    src = _tricky(tmp_path)
+    res, rows, q = _same(tmp_path, src)
+    reasons = {e["reason"] for e in q}
+    assert {"malformed JSON", "not an event", "unjoinable event", "missing turns"} <= reasons
+    assert "duplicate rollout" not in reasons  # a repeated event is ignored, not a rollout
+    assert any(r["flags"] == ["turns_incomplete"] for r in rows)
+    assert res.rows_in == len(rows) + len(q)
+    kinds = _kinds(src)
+    # the clean copies still go in columns; the odd one's batches event by event
+    assert kinds.count(RowBatch) >= 3 and kinds.count(SourceRecord) > 100
+
+
+def test_log_concatenated_twice_repeats_quarantined_alike(tmp_path, small_batches):
+    """A log read twice: the second copy's rollouts repeat the first exactly (same digest in both
+    paths), whichever path read them."""
+    one = (FIXTURES / "focused_r2" / "unified_trajectory.jsonl").read_text()
+    src = tmp_path / "unified_trajectory.jsonl"
+    src.write_text(one + one)
+    _, rows, q = _same(tmp_path, src)
+    assert len(rows) == 72
+    assert {e["reason"] for e in q} >= {"duplicate rollout"}
+
+
+def test_odd_but_valid_events_stay_in_columns(tmp_path):
+    """Search results with empty or missing names, a failed search, no results, a bbox crop
+    without a path, a turn the parser rejects: all read in columns, as event by event."""
+    evs = [
+        json.loads(x)
+        for x in (FIXTURES / "focused_r1" / "unified_trajectory.jsonl").read_text().splitlines()
+    ]
+    responses = [e for e in evs if e["event_type"] == "tool.search.response"]
+    responses[0]["results"] = [{"image_file": ""}, {"idx": 1}, None, {"image_file": "a/b.c.jpg"}]
+    responses[1]["error"] = "search backend timed out"
+    del responses[2]["results"]
+    responses[3]["results"] = []
+    next(e for e in evs if e["event_type"] == "tool.bbox.result")["crop_path"] = None
+    plans = [e for e in evs if e["event_type"] == "model.plan" and e["text"]]
+    plans[5]["text"] = "I will search.<think>x</think><search>q</search>"  # text before think
+    plans[6]["text"] = plans[6]["text"].replace("<think>", "<think>\u3000", 1)
+    src = tmp_path / "unified_trajectory.jsonl"
+    src.write_text("".join(json.dumps(e, ensure_ascii=False) + "\n" for e in evs))
+    assert _kinds(src) == [RowBatch]
+    _, rows, q = _same(tmp_path, src)
+    assert q == [] and len(rows) == 144
+    turns = [t for r in rows for t in r["turns"]]
+    assert any(t["error"] == "search backend timed out" for t in turns)
+    assert any(t["error"] == "text before think" for t in turns)
+    assert any(
+        r["extra"]["search_results"] and ["b.c"] in r["extra"]["search_results"] for r in rows
+    )
+
+
+def test_with_run_id_and_large_batches(tmp_path):
+    src = FIXTURES / "focused_r1" / "unified_trajectory.jsonl"
+    _, rows, _ = _same(tmp_path, src, run_id="mine")
+    assert {r["run_id"] for r in rows} == {"mine"}
+    assert rows[0]["extra"]["source_run_id"].startswith("gspo_phase2")
+    assert _kinds(src) == [RowBatch]  # one batch, one table
+    first = pq.read_table(next((tmp_path / "columns").rglob("*.parquet")))
+    assert first.num_rows == 144
+
+
+def test_real_ddai_examples_read_alike(tmp_path, small_batches):
+    """DDAI's own event examples (every event type its logger writes), as one log."""
+    files = sorted(EXAMPLES.glob("unified.*.jsonl"))
+    assert len(files) >= 15
+    src = tmp_path / "unified_trajectory.jsonl"
+    src.write_text("".join(f.read_text() for f in files))
+    res, rows, q = _same(tmp_path, src)
+    assert res.rows_in == len(rows) + len(q) and res.rows_in > 0
+
+
+TURN_TEXTS = [
+    "<think>a</think> <search>q</search>",
+    " <think>a</think>\n<search>  </search>",
+    "<think>a<search>x</search></think><search>q</search>",
+    "<think>Max turn limit</think><search_complete>TRUE</search_complete><|im_end|>",
+    "<think>Maximum turn limit reached. Trigger search_complete.</think>"
+    "<search_complete>true</search_complete>",
+    "<think>a</think><search>q</bbox>",
+    "<think>a</think>\u3000<search>q</search>",
+    "<|im_start|>assistant<think>a</think><search>q</search></s>",
+    "<think>a</think><search>q</search>x",
+    "<think>a</think><bbox>[1, 2, 3, 4]</bbox><|im_end|>",
+    "<think>a</think><bbox>[3, 2, 1, 0]</bbox>",
+    "<think>a</think><bbox>[1, 2, 3]</bbox>",
+    "<think>a</think><search>q</search><search>r</search>",
+    "<think>a</think><search>\u3000</search>",
+    "<think>a</think><answer>x</answer>",
+    "<think>a</think>\n\n<search_complete> true </search_complete>\n<|im_end|>",
+    "no tags at all",
+]
+
+
+def test_plan_texts_cut_in_columns_as_the_tag_parser():
+    """The regex over the column and the tag parser give the same turn and executed action."""
+    import polars as pl
+
+    from ddai.pipelines import tags
+    from ddai.pipelines.adapters.ddai_common import executed_action, turn_record
+    from ddai.pipelines.adapters.turn_columns import parse_plans
+
+    texts = TURN_TEXTS + [
+        e["text"]
+        for f in sorted(FIXTURES.glob("*/unified_trajectory.jsonl"))
+        for e in map(json.loads, f.open())
+        if e["event_type"] == "model.plan" and e.get("text")
+    ]
+    acts, turns = parse_plans(pl.Series(texts, dtype=pl.String))
+    for text, act, turn in zip(texts, acts, turns, strict=True):
+        assert act == executed_action(text)[0], text
+        assert turn_record(turn) == turn_record(tags.parse_turn(text)), text
+    assert {t.error for t in turns[: len(TURN_TEXTS)]} >= {"bad bbox", "empty search", None}
+
+
+@pytest.mark.parametrize(
+    "keep",
+    [
+        lambda e: e.startswith(("train.step", "run.start")),  # no rollout event at all
+        lambda e: e == "rm.flash.detail",  # rewards without turns
+        lambda e: e == "model.plan",  # turns without rewards
+        lambda e: False,  # an empty file
+    ],
+    ids=["side-only", "rewards-only", "plans-only", "empty"],
+)
+def test_batches_that_complete_nothing(tmp_path, keep):
+    lines = (FIXTURES / "focused_r1" / "unified_trajectory.jsonl").read_text().splitlines()
+    src = tmp_path / "unified_trajectory.jsonl"
+    src.write_text("".join(x + "\n" for x in lines if keep(json.loads(x)["event_type"])))
+    out = []
+    for columnar in (True, False):
+        ctx = ReaderContext(columnar=columnar)
+        recs = [(r.line, r.reason, r.detail, r.raw) for r in ddai_unified.read(src, ctx)]
+        out.append((recs, ctx.notes[str(src)], {k: len(v) for k, v in ctx.side_tables.items()}))
+    assert out[0] == out[1]
