@@ -1,0 +1,7 @@
+"""Test and benchmark scaffolding that is no part of the ``ddai`` package.
+
+``support.fakes`` (fake OpenAI/Gemini servers) and ``support.fakes_search`` (a fake search
+service) serve over aiohttp, a dev extra, so they live here rather than in the library. Tests
+import them as ``support.*`` (pytest puts ``tests/`` on the path through ``tests/conftest.py``);
+benchmarks insert ``tests/`` themselves and start servers with ``python -m support.fakes``.
+"""
