@@ -334,22 +334,7 @@ def create_app(cfg: ServeConfig, *, explorer: Explorer | None = None) -> Starlet
 
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / "report.html"
-            build_report(
-                ReportConfig(
-                    logs=cfg.logs,
-                    out=out,
-                    runs=cfg.runs,
-                    datasets_dir=cfg.datasets_dir,
-                    success_threshold=cfg.success_threshold,
-                    judge_high=cfg.judge_high,
-                    ndcg_low=cfg.ndcg_low,
-                    judge_low=cfg.judge_low,
-                    ndcg_high=cfg.ndcg_high,
-                    max_turns=cfg.max_turns,
-                    progress=False,
-                    threads=cfg.threads,
-                )
-            )
+            build_report(ReportConfig(out=out, progress=False, **cfg.report_fields()))
             # the report inlines its own scripts; it gets no CSP of the explorer's kind
             return HTMLResponse(out.read_text(encoding="utf-8"))
 
