@@ -281,3 +281,11 @@ def test_an_image_corpus_serves_its_own_files(logs, tmp_path):
     c = TestClient(create_app(ServeConfig(logs=logs, corpus=tmp_path / "pages.parquet")))
     with Image.open(io.BytesIO(c.get("/img/4_2").content)) as im:
         assert im.size == (64, 48) and im.convert("RGB").getpixel((5, 5)) == (255, 0, 0)
+
+
+def test_report_route_builds_the_report_of_the_served_runs(logs):
+    client = TestClient(create_app(ServeConfig(logs=logs, runs=["pages"])))
+    res = client.get("/report")
+    assert res.status_code == 200 and res.headers["content-type"].startswith("text/html")
+    title = res.text.split("<title>", 1)[1].split("</title>", 1)[0]
+    assert "pages" in title and "base" not in title  # the explorer's --run reaches the report
