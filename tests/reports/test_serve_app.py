@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import io
 from urllib.parse import parse_qs, urlparse
 
@@ -289,3 +290,13 @@ def test_report_route_builds_the_report_of_the_served_runs(logs):
     assert res.status_code == 200 and res.headers["content-type"].startswith("text/html")
     title = res.text.split("<title>", 1)[1].split("</title>", 1)[0]
     assert "pages" in title and "base" not in title  # the explorer's --run reaches the report
+
+
+def test_a_bad_view_parameter_is_400_on_every_route_that_reads_a_view(logs):
+    client = TestClient(create_app(ServeConfig(logs=logs, token=TOKEN)))
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    for path in ("/?judge_min=x", "/api/rollouts?judge_min=x", "/export.csv?judge_min=x"):
+        res = client.get(path, headers=auth)
+        text = html.unescape(res.text)  # the page escapes the message
+        assert res.status_code == 400 and "judge_min='x' is not a number" in text, path
+    assert client.get("/export.csv?judge_min=x").status_code == 401  # the token comes first
