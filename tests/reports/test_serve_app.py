@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import html
 import io
+from html import unescape
 from urllib.parse import parse_qs, urlparse
 
 import pyarrow.csv as pacsv
@@ -297,6 +297,6 @@ def test_a_bad_view_parameter_is_400_on_every_route_that_reads_a_view(logs):
     auth = {"Authorization": f"Bearer {TOKEN}"}
     for path in ("/?judge_min=x", "/api/rollouts?judge_min=x", "/export.csv?judge_min=x"):
         res = client.get(path, headers=auth)
-        text = html.unescape(res.text)  # the page escapes the message
+        text = unescape(res.text)  # the page escapes the message
         assert res.status_code == 400 and "judge_min='x' is not a number" in text, path
     assert client.get("/export.csv?judge_min=x").status_code == 401  # the token comes first
