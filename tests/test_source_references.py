@@ -3,7 +3,7 @@
 every dotted ``ddai.x.y`` a module (and attribute) of the package. Files move (the trainer was split
 into rooms); a comment that still names the old place sends the reader nowhere.
 
-A path resolves from the repository root, from the commenting file's folder, or from its top
+SQL files count with their ``--`` comments. A path resolves from the repository root, from the commenting file's folder, or from its top
 folder (``trainer/`` for ``search/env.py`` in a trainer module). Files of other projects that
 comments cite on purpose are listed in ``EXTERNAL``.
 """
@@ -38,11 +38,18 @@ _NOT_MODULES = {"ddai.toml", "ddai.sql"}  # the config file; the SQL package nam
 def _sources() -> Iterator[Path]:
     for folder in FOLDERS:
         yield from sorted((ROOT / folder).rglob("*.py"))
+        yield from sorted((ROOT / folder).rglob("*.sql"))
 
 
 def _prose(path: Path) -> Iterator[tuple[int, str]]:
-    """(line, text) of every comment and docstring (module, class, function, attribute) of ``path``."""
+    """(line, text) of every comment and docstring (module, class, function, attribute) of ``path``;
+    of a SQL file, its ``--`` comments."""
     src = path.read_text(encoding="utf-8")
+    if path.suffix == ".sql":
+        for n, line in enumerate(src.splitlines(), start=1):
+            if "--" in line:
+                yield n, line.split("--", 1)[1]
+        return
     for tok in tokenize.generate_tokens(io.StringIO(src).readline):
         if tok.type == tokenize.COMMENT:
             yield tok.start[0], tok.string
@@ -164,3 +171,6 @@ def test_the_checks_catch_a_moved_file_and_a_moved_module():
     # the scan reads comments and docstrings: it finds the package's many references
     found = [r for src in _sources() for _, text in _prose(src) for r in _DOTTED.findall(text)]
     assert len(found) > 50
+    # SQL comments included (rollouts.sql names the Python spelling of the success rule)
+    rollouts = dict(_prose(ROOT / "sql" / "rollouts.sql"))
+    assert any("ddai.pipelines.schema.is_success" in t for t in rollouts.values())
