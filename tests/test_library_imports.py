@@ -18,15 +18,8 @@ import subprocess
 import sys
 import tomllib
 from importlib.metadata import packages_distributions
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-FOLDERS = {
-    "ddai_cli": "ddai.cli",
-    "pipelines": "ddai.pipelines",
-    "trainer": "ddai.trainer",
-    "reports": "ddai.reports",
-}
+from support.package import ROOT, modules
 
 # Runs in the subprocess: argv[1] is JSON {"blocked": [...], "modules": [...], "path": [...]};
 # prints JSON {module: error} for every module that failed to import.
@@ -68,18 +61,6 @@ def dev_only_modules() -> set[str]:
     return out
 
 
-def library_modules() -> list[str]:
-    """Every module of the package by dotted name (a package by its ``__init__``)."""
-    out = []
-    for folder, dotted in FOLDERS.items():
-        for path in sorted((ROOT / folder).rglob("*.py")):
-            parts = list(path.relative_to(ROOT / folder).with_suffix("").parts)
-            if parts[-1] == "__init__":
-                parts = parts[:-1]
-            out.append(".".join([dotted, *parts]))
-    return out
-
-
 def _import_without(blocked: set[str], modules: list[str], path: list[str] = ()) -> dict[str, str]:
     args = json.dumps({"blocked": sorted(blocked), "modules": modules, "path": list(path)})
     proc = subprocess.run(
@@ -101,9 +82,9 @@ def test_dev_only_set_is_read_from_pyproject():
 
 
 def test_every_library_module_imports_without_dev_extras():
-    modules = library_modules()
-    assert len(modules) > 100  # the walk found the package, not an empty folder
-    failed = _import_without(dev_only_modules(), modules)
+    names = list(modules())
+    assert len(names) > 100  # the walk found the package, not an empty folder
+    failed = _import_without(dev_only_modules(), names)
     assert failed == {}, "library modules that need a dev-only package:\n" + "\n".join(
         f"  {m}: {e}" for m, e in failed.items()
     )

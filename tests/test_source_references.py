@@ -17,14 +17,8 @@ import tokenize
 from collections.abc import Iterator
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-FOLDERS = {
-    "ddai_cli": "ddai.cli",
-    "pipelines": "ddai.pipelines",
-    "trainer": "ddai.trainer",
-    "reports": "ddai.reports",
-    "sql": "ddai.sql",
-}
+from support.package import FOLDERS, ROOT, modules
+
 # Files of other projects, cited as the source of a rule.
 EXTERNAL = {
     "vrag_agent/generation.py",  # DDAI's agent loop (the executed-action regex)
@@ -89,18 +83,7 @@ def _path_exists(source: Path, ref: str) -> bool:
     return any((base / ref).exists() for base in (ROOT, source.parent, top))
 
 
-def _modules() -> dict[str, Path]:
-    out = {}
-    for folder, dotted in FOLDERS.items():
-        for path in (ROOT / folder).rglob("*.py"):
-            parts = list(path.relative_to(ROOT / folder).with_suffix("").parts)
-            if parts[-1] == "__init__":
-                parts = parts[:-1]
-            out[".".join([dotted, *parts])] = path
-    return out
-
-
-MODULES = _modules()
+MODULES = modules()
 
 
 def _top_names(path: Path) -> set[str]:
