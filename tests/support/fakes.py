@@ -97,15 +97,19 @@ def default_responder(text: str) -> str:
 # ---------------------------------------------------------------- wire formats
 
 
+def _content_texts(content: Any) -> list[str]:
+    """The text of an OpenAI message's ``content``: a string, or the text of its parts."""
+    if isinstance(content, str):
+        return [content]
+    if isinstance(content, list):
+        return [p.get("text", "") for p in content if isinstance(p, dict)]
+    return []
+
+
 def _openai_chat_text(body: dict[str, Any]) -> str:
-    out = []
-    for msg in body.get("messages", []):
-        content = msg.get("content")
-        if isinstance(content, str):
-            out.append(content)
-        elif isinstance(content, list):
-            out.extend(p.get("text", "") for p in content if isinstance(p, dict))
-    return "\n".join(out)
+    return "\n".join(
+        t for msg in body.get("messages", []) for t in _content_texts(msg.get("content"))
+    )
 
 
 def _openai_responses_text(body: dict[str, Any]) -> str:
@@ -115,11 +119,7 @@ def _openai_responses_text(body: dict[str, Any]) -> str:
         out.append(inp)
     elif isinstance(inp, list):
         for item in inp:
-            content = item.get("content") if isinstance(item, dict) else None
-            if isinstance(content, str):
-                out.append(content)
-            elif isinstance(content, list):
-                out.extend(p.get("text", "") for p in content if isinstance(p, dict))
+            out.extend(_content_texts(item.get("content") if isinstance(item, dict) else None))
     return "\n".join(out)
 
 
