@@ -47,4 +47,3 @@ class MetricsFileCallback(TrainerCallback):
 
 def _scalars(logs: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in logs.items() if isinstance(v, int | float | str | bool) or v is None}
-
