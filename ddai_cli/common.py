@@ -11,6 +11,9 @@ import json
 import math
 import os
 import re
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -86,10 +89,29 @@ ThresholdOpt = Annotated[
 ]
 
 
+def choices(name: str, values: Iterable[str]) -> type[StrEnum]:
+    """A flag's choices as the ``StrEnum`` typer lists in ``--help`` and checks (exit 2 on
+    another value), from the library's own tuple of values; members are named like the values
+    with ``-`` as ``_`` (``choices("Rewrite", ("think-only", "none")).think_only``)."""
+    return StrEnum(name, {v.replace("-", "_"): v for v in values})
+
+
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:
     """Print a clear error and return the Exit to raise (``raise fail(...)``)."""
     err_console.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
     return typer.Exit(code)
+
+
+@contextmanager
+def bad_input_exits(code: int = EXIT_BAD_INPUT) -> Iterator[None]:
+    """Bad input inside the block (a config's check, a missing or existing file: ``ValueError``,
+    ``FileNotFoundError``, ``FileExistsError``) exits ``code`` (2) with its message; for
+    commands that build a config and run it in one step (``running.run_or_fail`` calls one
+    function the same way)."""
+    try:
+        yield
+    except (ValueError, FileNotFoundError, FileExistsError) as e:
+        raise fail(str(e), code) from e
 
 
 def exit_if_calls_failed(data: dict[str, Any]) -> None:
@@ -166,6 +188,11 @@ def human(v: Any) -> str:
     return str(v)
 
 
+def megabytes(n: int) -> str:
+    """A byte count for people: ``2,150,000`` → ``"2.1 MB"``."""
+    return f"{n / 1e6:,.1f} MB"
+
+
 def kv_lines(data: dict[str, Any], indent: int = 2) -> list[str]:
     """``data`` as aligned ``key  value`` lines; nested dicts become indented sub-lines."""
     width = max((len(str(k)) for k in data), default=0)
@@ -192,7 +219,7 @@ def kv_lines(data: dict[str, Any], indent: int = 2) -> list[str]:
         else:
             shown = human(v) if v != {} else "none"
             if str(k).endswith("bytes") and isinstance(v, int) and not isinstance(v, bool):
-                shown = f"{v / 1e6:,.1f} MB"  # a size for people; --json keeps the byte count
+                shown = megabytes(v)  # a size for people; --json keeps the byte count
             lines.append(" " * indent + f"{k!s:<{width}}  {shown}")
     return lines
 

@@ -10,7 +10,6 @@ each with its help; the logic is ``ddai.pipelines.funnel``'s.
 from __future__ import annotations
 
 from collections.abc import Callable
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -20,17 +19,21 @@ import typer
 from ddai.cli.common import (
     JsonOpt,
     LogsOpt,
+    ProgressOpt,
     RetryFailedOpt,
     ThresholdOpt,
+    bad_input_exits,
     check_run_ids,
+    choices,
     err_console,
     exit_if_calls_failed,
     fail,
     print_rows,
     summary,
 )
+from ddai.cli.options import default_of
 from ddai.pipelines import workspace
-from ddai.pipelines.funnel import bucket, focus, lineage, plan, verify_gt
+from ddai.pipelines.funnel import bucket, focus, lineage, plan, scores, verify_gt
 
 T = TypeVar("T")
 
@@ -43,21 +46,10 @@ curate_app = typer.Typer(
 )
 
 
-class Metric(StrEnum):
-    ndcg = "ndcg"
-    judge = "judge"
-    reward = "reward"
-
-
-class Agg(StrEnum):
-    mean = "mean"
-    max = "max"
-
-
-class Prior(StrEnum):
-    empirical = "empirical"
-    jeffreys = "jeffreys"
-    none = "none"
+Metric = choices("Metric", scores.METRICS)
+Agg = choices("Agg", scores.AGGS)
+Prior = choices("Prior", plan.PRIORS)
+B, V, FC, PC = bucket.BucketConfig, verify_gt.VerifyConfig, focus.FocusConfig, plan.PlanConfig
 
 
 DatasetOpt = Annotated[
@@ -98,13 +90,6 @@ def _run(label: str, fn: Callable[[], T], *, spinner: bool = True) -> T:
         raise fail(str(e).strip("'\"")) from e
 
 
-def _config(make: Callable[[], T]) -> T:
-    try:
-        return make()
-    except ValueError as e:
-        raise fail(str(e)) from e
-
-
 def _logs(logs: Path | None, runs: list[str] | None) -> Path | None:
     return workspace.logs_dir(logs) if runs else None
 
@@ -135,19 +120,23 @@ def bucket_cmd(
     metric: Annotated[
         Metric,
         typer.Option(help="Rollout metric aggregated per prompt (format failures count 0)."),
-    ] = Metric.ndcg,
-    agg: Annotated[Agg, typer.Option(help="Aggregate over a prompt's rollouts.")] = Agg.mean,
-    mastered: Annotated[float, typer.Option(help="Bucket B (mastered): score above this.")] = 0.7,
+    ] = Metric(default_of(B, "metric")),
+    agg: Annotated[Agg, typer.Option(help="Aggregate over a prompt's rollouts.")] = Agg(
+        default_of(B, "agg")
+    ),
+    mastered: Annotated[
+        float, typer.Option(help="Bucket B (mastered): score above this.")
+    ] = default_of(B, "mastered"),
     floor: Annotated[
         float,
         typer.Option(help="Bucket 0 (unsolvable for now): score below this; A in between."),
-    ] = 0.1,
+    ] = default_of(B, "floor"),
     force: ForceOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Split a dataset into buckets B / A / 0 by a per-prompt score (DDAI's curriculum buckets)."""
-    cfg = _config(
-        lambda: bucket.BucketConfig(
+    with bad_input_exits():
+        cfg = bucket.BucketConfig(
             dataset=dataset,
             out=out,
             logs=_logs(logs, runs),
@@ -160,7 +149,6 @@ def bucket_cmd(
             floor=floor,
             force=force,
         )
-    )
     result = _run("bucketing", lambda: bucket.run_bucket(cfg))
     summary("ddai curate bucket", result.to_dict(), as_json=as_json)
 
@@ -189,10 +177,12 @@ def verify_gt_cmd(
             + ". Without --run every prompt is a candidate.",
         ),
     ] = None,
-    ndcg_min: Annotated[float, typer.Option(help="NDCG threshold of the candidate rules.")] = 0.5,
+    ndcg_min: Annotated[
+        float, typer.Option(help="NDCG threshold of the candidate rules.")
+    ] = default_of(V, "ndcg_min"),
     low_score_max: Annotated[
         float, typer.Option(help="Upper score bound of the low-score rule.")
-    ] = 0.3,
+    ] = default_of(V, "low_score_max"),
     verifier: Annotated[
         str | None,
         typer.Option(
@@ -241,12 +231,13 @@ def verify_gt_cmd(
     ] = False,
     force: ForceOpt = False,
     retry_failed: RetryFailedOpt = False,
+    progress: ProgressOpt = default_of(V, "progress"),
     as_json: JsonOpt = False,
 ) -> None:
     """Propose ground-truth errors for review; exclude only what a person (or --trust-verifier)
     decided is wrong or uncertain."""
-    cfg = _config(
-        lambda: verify_gt.VerifyConfig(
+    with bad_input_exits():
+        cfg = verify_gt.VerifyConfig(
             dataset=dataset,
             out=out,
             logs=_logs(logs, runs),
@@ -263,8 +254,8 @@ def verify_gt_cmd(
             force=force,
             retry_failed=retry_failed,
             skip_preflight=skip_preflight,
+            progress=progress and not as_json,
         )
-    )
     # No spinner here: the verifier backend shows its own progress bar.
     result = _run("verifying", lambda: verify_gt.run_verify(cfg), spinner=False)
     summary("ddai curate verify-gt", result.to_dict(), as_json=as_json)
@@ -293,7 +284,7 @@ def focus_cmd(
     hard_max: Annotated[
         float,
         typer.Option(help="Round 1: keep bucket-A prompts whose mean reward is at or under this."),
-    ] = 0.2,
+    ] = default_of(FC, "hard_max"),
     prev: Annotated[
         Path | None, typer.Option("--prev", help="Round N+1: the previous round's dataset.")
     ] = None,
@@ -302,15 +293,15 @@ def focus_cmd(
         typer.Option(
             help="Round N+1: keep prompts whose mean reward in the run is at or under this."
         ),
-    ] = 0.3,
+    ] = default_of(FC, "score_max"),
     decisions: DecisionsOpt = None,
     force: ForceOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Build the next focused round: hard A + verified bucket 0 (round 1), or the previous
     round's low scorers minus flagged prompts (round N+1)."""
-    cfg = _config(
-        lambda: focus.FocusConfig(
+    with bad_input_exits():
+        cfg = focus.FocusConfig(
             out=out,
             logs=workspace.logs_dir(logs),
             runs=tuple(runs or ()),
@@ -322,7 +313,6 @@ def focus_cmd(
             decisions=tuple(decisions or ()),
             force=force,
         )
-    )
     result = _run("focusing", lambda: focus.run_focus(cfg))
     summary("ddai curate focus", result.to_dict(), as_json=as_json)
 
@@ -336,23 +326,25 @@ def plan_cmd(
         typer.Option(
             "--n-agent",
             metavar="N",
-            help="Proposed rollouts per prompt; repeatable (default 4 8 16 32).",
+            help="Proposed rollouts per prompt; repeatable (default "
+            + " ".join(map(str, plan.DEFAULT_N_AGENT))
+            + ").",
         ),
     ] = None,
     max_turns: Annotated[
         int, typer.Option(help="Turn limit per rollout (bounds the policy's turn budget).")
-    ] = 7,
+    ] = default_of(PC, "max_turns"),
     target: Annotated[
         float,
         typer.Option(help="Wanted share of GRPO groups with mixed outcomes (learning signal)."),
-    ] = 0.5,
+    ] = default_of(PC, "target"),
     prior: Annotated[
         Prior,
         typer.Option(
             help="Shrinkage of per-prompt success rates: empirical (Beta fitted per bucket), "
             "jeffreys (Beta(1/2, 1/2)) or none (plug-in s/m)."
         ),
-    ] = Prior.empirical,
+    ] = Prior(default_of(PC, "prior")),
     bucket_files: Annotated[
         list[Path] | None,
         typer.Option(
@@ -370,7 +362,7 @@ def plan_cmd(
             "[plan] price_per_call, else 0).",
         ),
     ] = None,
-    success_threshold: ThresholdOpt = 1.0,
+    success_threshold: ThresholdOpt = default_of(PC, "success_threshold"),
     out: Annotated[
         Path | None,
         typer.Option(
@@ -382,8 +374,8 @@ def plan_cmd(
     """Estimate, per bucket and n_agent, the share of GRPO groups with mixed outcomes, the
     expected (rare) successes and the calls and cost; recommend the smallest n_agent reaching
     the target."""
-    cfg = _config(
-        lambda: plan.PlanConfig(
+    with bad_input_exits():
+        cfg = plan.PlanConfig(
             logs=workspace.logs_dir(logs),
             runs=tuple(runs or ()),
             n_agent=tuple(n_agent or plan.DEFAULT_N_AGENT),
@@ -394,7 +386,6 @@ def plan_cmd(
             price_per_call=plan.default_price(price_per_call),
             buckets=tuple(bucket_files or ()),
         )
-    )
     result = _run("planning", lambda: plan.run_plan(cfg))
     data = plan.plan_to_json(result, cfg)
     if out is not None:

@@ -3,7 +3,6 @@ post-pass over an existing SFT file) and ``ddai distill convert`` (train1 ⇄ me
 
 from __future__ import annotations
 
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -13,15 +12,20 @@ from ddai.cli.common import (
     EXIT_FAILED,
     JsonOpt,
     LogsOpt,
+    ProgressOpt,
     RetryFailedOpt,
     ThresholdOpt,
+    bad_input_exits,
     check_run_ids,
+    choices,
     exit_if_calls_failed,
     fail,
     summary,
 )
+from ddai.cli.options import default_of
 from ddai.pipelines import workspace
 from ddai.pipelines.distill import (
+    FORMATS,
     CheckConfig,
     DistillConfig,
     DistillError,
@@ -29,16 +33,11 @@ from ddai.pipelines.distill import (
     run_check,
     run_distill,
 )
+from ddai.pipelines.distill.run import REWRITE_MODES
 
-
-class Rewrite(StrEnum):
-    think_only = "think-only"
-    none = "none"
-
-
-class Fmt(StrEnum):
-    train1 = "train1"
-    messages = "messages"
+Rewrite = choices("Rewrite", REWRITE_MODES)
+Fmt = choices("Fmt", FORMATS)
+D, C = DistillConfig, CheckConfig
 
 
 DropForcedOpt = Annotated[
@@ -71,7 +70,6 @@ ClaimOpt = Annotated[
         "built-in list; default: ddai.toml [distill] claim_patterns, else the built-in list).",
     ),
 ]
-ProgressOpt = Annotated[bool, typer.Option(help="Show progress bars.")]
 RunOpt = Annotated[
     list[str] | None,
     typer.Option(
@@ -122,7 +120,7 @@ def distill_cmd(
         typer.Option(
             "--success-rate-max", help="Keep prompts whose success rate is > 0 and <= this."
         ),
-    ] = 0.5,
+    ] = default_of(D, "success_rate_max"),
     top_k: Annotated[
         int,
         typer.Option(
@@ -130,12 +128,12 @@ def distill_cmd(
             help="Successful rollouts kept per prompt, best first: reward, then NDCG, then fewer "
             "actions, then rollout_idx.",
         ),
-    ] = 4,
-    success_threshold: ThresholdOpt = 1.0,
+    ] = default_of(D, "top_k"),
+    success_threshold: ThresholdOpt = default_of(D, "success_threshold"),
     rewrite: Annotated[
         Rewrite,
         typer.Option("--rewrite", help="think-only: rewrite thinks only; none: no rewriter."),
-    ] = Rewrite.think_only,
+    ] = Rewrite(default_of(D, "rewrite")),
     rewriter: Annotated[
         str | None,
         typer.Option(
@@ -151,7 +149,7 @@ def distill_cmd(
             help="train1: DDAI's (uid, format_version, messages JSON); messages: "
             "TRL's conversational shape for `ddai train sft`.",
         ),
-    ] = Fmt.train1,
+    ] = Fmt(default_of(D, "fmt")),
     system_prompt: Annotated[
         Path | None,
         typer.Option(
@@ -170,7 +168,7 @@ def distill_cmd(
             "--max-thinks-per-call",
             help="Split a trajectory's thinks into requests of at most this many.",
         ),
-    ] = 8,
+    ] = default_of(D, "max_thinks_per_call"),
     dry_run: Annotated[
         bool,
         typer.Option(
@@ -189,8 +187,8 @@ def distill_cmd(
     force: Annotated[
         bool, typer.Option("--force", help="Rerun even when inputs and parameters are unchanged.")
     ] = False,
-    retry_failed: RetryFailedOpt = False,
-    progress: ProgressOpt = True,
+    retry_failed: RetryFailedOpt = default_of(D, "retry_failed"),
+    progress: ProgressOpt = default_of(D, "progress"),
     as_json: JsonOpt = False,
 ) -> None:
     """Distill rare successes of a run into SFT data (see `ddai distill check` for files)."""
@@ -200,7 +198,7 @@ def distill_cmd(
         raise fail("--run is required: name the run to distill (`ddai runs` lists them)")
     if out is None:
         raise fail("--out is required: the SFT Parquet file to write, e.g. --out sft.parquet")
-    try:
+    with bad_input_exits():
         cfg = DistillConfig(
             logs=workspace.logs_dir(logs),
             runs=runs,
@@ -223,8 +221,6 @@ def distill_cmd(
             progress=progress and not as_json,
             retry_failed=retry_failed,
         )
-    except ValueError as e:
-        raise fail(str(e)) from e
     data = _run(run_distill, cfg)
     summary("ddai distill", data, as_json=as_json)
     exit_if_calls_failed(data)
@@ -260,11 +256,11 @@ def check_cmd(
     drop_system_errors: DropErrorsOpt = False,
     drop_repeated_queries: DropRepeatsOpt = False,
     claim_pattern: ClaimOpt = None,
-    progress: ProgressOpt = True,
+    progress: ProgressOpt = default_of(C, "progress"),
     as_json: JsonOpt = False,
 ) -> None:
     """Run the safety post-pass over an existing SFT file and report what it finds."""
-    try:
+    with bad_input_exits():
         cfg = CheckConfig(
             file=file,
             original=original,
@@ -276,8 +272,6 @@ def check_cmd(
             claim_patterns=_claims(claim_pattern),
             progress=progress and not as_json,
         )
-    except ValueError as e:
-        raise fail(str(e)) from e
     summary("ddai distill check", _run(run_check, cfg), as_json=as_json)
 
 

@@ -7,7 +7,9 @@ from typing import Annotated
 
 import typer
 
-from ddai.cli.common import JsonOpt, fail, summary
+from ddai.cli.common import JsonOpt, bad_input_exits, summary
+from ddai.cli.options import default_of
+from ddai.trainer.tiny import TinySpec
 
 
 def register(app: typer.Typer) -> None:
@@ -32,40 +34,39 @@ def register(app: typer.Typer) -> None:
                 "Parquet/JSONL string columns are used. Default: built-in fixture text only.",
             ),
         ] = None,
-        hidden_size: Annotated[int, typer.Option(help="Hidden width.")] = 64,
-        layers: Annotated[int, typer.Option(help="Number of transformer layers.")] = 2,
+        hidden_size: Annotated[int, typer.Option(help="Hidden width.")] = default_of(
+            TinySpec, "hidden_size"
+        ),
+        layers: Annotated[int, typer.Option(help="Number of transformer layers.")] = default_of(
+            TinySpec, "num_hidden_layers"
+        ),
         heads: Annotated[
             int, typer.Option(help="Attention heads (must divide the hidden size).")
-        ] = 4,
+        ] = default_of(TinySpec, "num_attention_heads"),
         vocab_size: Annotated[
             int, typer.Option(help="BPE vocabulary size before added tokens.")
-        ] = 512,
-        seed: Annotated[int, typer.Option(help="Seed of the random initialisation.")] = 0,
+        ] = default_of(TinySpec, "vocab_size"),
+        seed: Annotated[int, typer.Option(help="Seed of the random initialisation.")] = default_of(
+            TinySpec, "seed"
+        ),
         overwrite: Annotated[bool, typer.Option(help="Replace a non-empty OUT folder.")] = False,
         as_json: JsonOpt = False,
     ) -> None:
         """Build a tiny Qwen2-architecture causal LM with a freshly trained BPE tokenizer and a ChatML
         chat template (generation markers included): loadable with ``from_pretrained``."""
-        from ddai.trainer.tiny import TinySpec, build_tiny, read_texts
+        from ddai.trainer.tiny import build_tiny, read_texts
 
-        if hidden_size % heads:
-            raise fail(f"--heads {heads} must divide --hidden-size {hidden_size}")
-        missing = [str(p) for p in text or [] if not p.is_file()]
-        if missing:
-            raise fail(f"--text file(s) not found: {', '.join(missing)}")
-        spec = TinySpec(
-            vocab_size=vocab_size,
-            hidden_size=hidden_size,
-            intermediate_size=2 * hidden_size,
-            num_hidden_layers=layers,
-            num_attention_heads=heads,
-            num_key_value_heads=max(1, heads // 2),
-            seed=seed,
-        )
-        try:
+        with bad_input_exits():
+            spec = TinySpec(
+                vocab_size=vocab_size,
+                hidden_size=hidden_size,
+                intermediate_size=2 * hidden_size,
+                num_hidden_layers=layers,
+                num_attention_heads=heads,
+                num_key_value_heads=max(1, heads // 2),
+                seed=seed,
+            )
             path = build_tiny(out, texts=read_texts(text or []), spec=spec, overwrite=overwrite)
-        except FileExistsError as e:
-            raise fail(f"{e} (use --overwrite)") from e
         from ddai.trainer.modeling import load_policy
 
         model, tok = load_policy(str(path))

@@ -204,34 +204,10 @@ RewardTimeoutOpt = Annotated[
 ]
 LimitOpt = Annotated[int | None, typer.Option("--limit", help="Use only the first N prompts.")]
 
-# Value-head commands (`ddai train value`, `train value-sft`, `value score`).
-ValueOutOpt = Annotated[
-    Path, typer.Option("--out-dir", help="Output folder: the checkpoint and metrics.jsonl.")
-]
+# Value-head options `ddai train ppo` shares (the value commands read theirs from
+# ``ddai.trainer.value.config``).
 ValueSeedOpt = Annotated[
     int, typer.Option("--seed", help="Random seed (sampling, split, head init).")
-]
-PromptsOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--data",
-        help="Prompt set (verl RL parquet) to rebuild each rollout's prompt exactly. Default: the "
-        "bundled Searcher system prompt and the logged question.",
-    ),
-]
-SystemOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--system-prompt",
-        help="Text file of the Searcher system prompt the policy saw (without --data). Default: "
-        "the bundled DDAI prompt.",
-    ),
-]
-MaxLenOpt = Annotated[
-    int,
-    typer.Option(
-        "--max-length", help="Tokens per rollout (prompt + completion); longer ones are cut."
-    ),
 ]
 ObsOpt = Annotated[
     int,

@@ -9,19 +9,41 @@ seed-002 setting with its help; the logic is ``ddai.pipelines.pointer``'s and
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from ddai.cli.common import JsonOpt, RetryFailedOpt, exit_if_calls_failed, fail, summary
-from ddai.cli.options import (
-    AccelerateConfigOpt,
-    LaunchOpt,
+from ddai.cli.common import (
+    JsonOpt,
+    ProgressOpt,
+    RetryFailedOpt,
+    bad_input_exits,
+    exit_if_calls_failed,
+    fail,
+    summary,
 )
+from ddai.cli.fields import field_help, field_opt
+from ddai.cli.options import AccelerateConfigOpt, LaunchOpt, default_of, parse_floats
 from ddai.cli.running import maybe_relaunch
 from ddai.pipelines.backends.usage import FAILED_CALLS, failed_calls
-from ddai.pipelines.pointer.vqa import DEFAULT_THRESHOLD, SCORERS
+from ddai.pipelines.pointer.embed import EmbedConfig
+from ddai.pipelines.pointer.vqa import SCORERS
+from ddai.pipelines.pointer.world import WorldConfig
+from ddai.trainer.pointer.config import (
+    RL_EPOCHS,
+    RL_OPTIM,
+    SFT_EPOCHS,
+    SFT_OPTIM,
+    EvalConfig,
+    GenConfig,
+    OptimConfig,
+    PointerTrainConfig,
+    ProposalConfig,
+    RewardConfig,
+    RLConfig,
+)
 
 pointer_app = typer.Typer(
     help="Pointer selector (seed 002): pick 2 in-context demonstrations out of K with a pointer "
@@ -69,7 +91,6 @@ DryRunOpt = Annotated[
 ForceOpt = Annotated[
     bool, typer.Option("--force", help="Rerun even if inputs and parameters are unchanged.")
 ]
-ProgressOpt = Annotated[bool, typer.Option(help="Show a progress bar.")]
 StoreOpt = Annotated[
     Path, typer.Option("--store", help="Embedding store from `ddai pointer embed`.")
 ]
@@ -81,23 +102,46 @@ WorldOpt = Annotated[
 ]
 
 
-def _floats(text: str, flag: str) -> tuple[float, ...]:
-    try:
-        return tuple(float(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise fail(f"{flag} {text!r}: give comma-separated numbers, e.g. 0.7,1.0,1.3") from None
-
-
-def _vqa_backend(name: str | None, max_cost: float | None, retry_failed: bool):
+def _with_vqa(
+    run: Callable[..., Any], cfg: Any, max_cost: float | None, retry_failed: bool
+) -> dict[str, Any]:
+    """``run(cfg, vqa_model=...)``'s summary (``run_gen``, or ``run_eval``'s second value) with
+    the VQA calls that failed, by reason (the command then exits 1)."""
     from ddai.pipelines.pointer.vqa import resolve_vqa
 
-    return resolve_vqa(name, max_cost=max_cost, retry_failed=retry_failed)
-
-
-def _with_failures(data: dict[str, Any], model: Any) -> dict[str, Any]:
-    """``data`` plus the VQA calls that failed, by reason (the command then exits 1)."""
+    model = resolve_vqa(cfg.vqa, max_cost=max_cost, retry_failed=retry_failed)
+    out = run(cfg, vqa_model=model)
+    data = out[1] if isinstance(out, tuple) else out
     failed = failed_calls(model.usage()) if hasattr(model, "usage") else {}
     return {**data, FAILED_CALLS: failed} if failed else data
+
+
+def _vqa_summary(title: str, data: dict[str, Any], *, dry_run: bool, as_json: bool) -> None:
+    """The closing summary of a command that called the VQA model; exit 1 if calls failed."""
+    summary(title + (" (dry run)" if dry_run else ""), data, as_json=as_json)
+    exit_if_calls_failed(data)
+
+
+# Short names of the configs whose fields the flags below read (help and default).
+W, E, P, G, RW, PT, OC, RL, EV = (
+    WorldConfig,
+    EmbedConfig,
+    ProposalConfig,
+    GenConfig,
+    RewardConfig,
+    PointerTrainConfig,
+    OptimConfig,
+    RLConfig,
+    EvalConfig,
+)
+
+
+def _phase_help(name: str) -> str:
+    """An optimiser flag's help with its phase defaults (``SFT_OPTIM`` / ``RL_OPTIM``)."""
+    return (
+        f"{field_help(OC, name)} Default: sft {getattr(SFT_OPTIM, name):g}, "
+        f"RL {getattr(RL_OPTIM, name):g}."
+    )
 
 
 @pointer_app.command("world")
@@ -105,7 +149,7 @@ def world_cmd(
     out: Annotated[Path, typer.Argument(metavar="DIR", help="Folder to write the world into.")],
     seed: Annotated[
         int, typer.Option(help="Random seed; the world is a pure function of its settings.")
-    ] = 0,
+    ] = default_of(W, "seed"),
     from_file: Annotated[
         Path | None,
         typer.Option(
@@ -118,24 +162,28 @@ def world_cmd(
     ] = None,
     queries: Annotated[
         int, typer.Option("--queries", help="Number of queries (synthetic world).")
-    ] = 400,
+    ] = default_of(W, "n_queries"),
     demos: Annotated[
         int | None,
         typer.Option(
             "--demos",
-            help="Demonstration pool size (default 600; with --from and no split column: half "
-            "the rows).",
+            help=f"Demonstration pool size (default {default_of(W, 'n_demos')}; with --from and "
+            "no split column: half the rows).",
         ),
     ] = None,
-    dim: Annotated[int, typer.Option(help="Embedding width (synthetic world).")] = 32,
-    topics: Annotated[int, typer.Option(help="Scene topics, 1-8 (synthetic world).")] = 8,
+    dim: Annotated[int, typer.Option(help="Embedding width (synthetic world).")] = default_of(
+        W, "dim"
+    ),
+    topics: Annotated[int, typer.Option(help="Scene topics, 1-8 (synthetic world).")] = default_of(
+        W, "n_topics"
+    ),
     test_frac: Annotated[
         float, typer.Option(help="Share of queries held out (split 'test').")
-    ] = 0.3,
+    ] = default_of(W, "test_frac"),
     clean_rate: Annotated[
         float,
         typer.Option(help="Share of demonstrations with a right answer (synthetic world)."),
-    ] = 0.4,
+    ] = default_of(W, "clean_rate"),
     as_json: JsonOpt = False,
 ) -> None:
     """Make a synthetic VQA world with deliberately suboptimal SFT labels, or load yours (--from).
@@ -148,44 +196,27 @@ def world_cmd(
     if from_file is not None:
         from ddai.pipelines.pointer.user_set import UserSetConfig, build_world
 
-        try:
+        with bad_input_exits():
             data = build_world(
                 UserSetConfig(
                     path=from_file, out=out, seed=seed, n_demos=demos, test_frac=test_frac
                 )
             )
-        except (FileNotFoundError, ValueError) as e:
-            raise fail(str(e)) from e
         summary("ddai pointer world", data, as_json=as_json)
         return
-    from ddai.pipelines.pointer.world import WorldConfig, make_world, write_world
+    from ddai.pipelines.pointer.world import run_world
 
-    try:
+    with bad_input_exits():
         cfg = WorldConfig(
             seed=seed,
             n_queries=queries,
-            n_demos=600 if demos is None else demos,
+            n_demos=default_of(W, "n_demos") if demos is None else demos,
             dim=dim,
             n_topics=topics,
             test_frac=test_frac,
             clean_rate=clean_rate,
         )
-    except ValueError as e:
-        raise fail(str(e)) from e
-    w = make_world(cfg)
-    paths = write_world(w, out)
-    n_test = sum(q["split"] == "test" for q in w.queries)
-    data = {
-        "out": str(out),
-        "queries": len(w.queries),
-        "train queries": len(w.queries) - n_test,
-        "test queries": n_test,
-        "demos": len(w.demos),
-        "clean demos": sum(d["clean"] for d in w.demos),
-        "dim": cfg.dim,
-        "files": [p.name for p in paths.values()],
-    }
-    summary("ddai pointer world", data, as_json=as_json)
+    summary("ddai pointer world", run_world(cfg, out), as_json=as_json)
 
 
 @pointer_app.command("embed")
@@ -201,7 +232,7 @@ def embed_cmd(
     ],
     k: Annotated[
         int, typer.Option("--k", help="Candidate pool size: each query's K most similar demos.")
-    ] = 16,
+    ] = default_of(E, "k"),
     embedder: Annotated[
         str,
         typer.Option(
@@ -210,7 +241,7 @@ def embed_cmd(
             "key), hash, or a [backends.NAME] table (kind openai: an OpenAI-compatible embedding "
             "server). Rows with images are embedded as image + question when the backend can.",
         ),
-    ] = "world",
+    ] = default_of(E, "embedder"),
     max_cost: Annotated[
         float | None,
         typer.Option(
@@ -218,36 +249,34 @@ def embed_cmd(
             help="USD cap on a paid embedder's calls; past it calls fail with reason max-cost and "
             "nothing is written (rerun to resume: embedded rows are cached).",
         ),
-    ] = None,
+    ] = default_of(E, "max_cost"),
     dry_run: Annotated[
         bool,
         typer.Option("--dry-run", help="Count the embedder's calls and their cost; call nothing."),
-    ] = False,
-    force: ForceOpt = False,
-    progress: ProgressOpt = True,
+    ] = default_of(E, "dry_run"),
+    force: ForceOpt = default_of(E, "force"),
+    progress: ProgressOpt = default_of(E, "progress"),
     as_json: JsonOpt = False,
 ) -> None:
     """Export each query's embedding and its K candidates' embeddings to a store."""
     from ddai.pipelines.backends.base import EmbedError
-    from ddai.pipelines.pointer.embed import EmbedConfig, run_embed
+    from ddai.pipelines.pointer.embed import run_embed
 
-    try:
-        data = run_embed(
-            EmbedConfig(
-                world=world,
-                out=out,
-                k=k,
-                embedder=embedder,
-                force=force,
-                progress=progress and not as_json,
-                dry_run=dry_run,
-                max_cost=max_cost,
-            )
+    with bad_input_exits():
+        cfg = EmbedConfig(
+            world=world,
+            out=out,
+            k=k,
+            embedder=embedder,
+            force=force,
+            progress=progress and not as_json,
+            dry_run=dry_run,
+            max_cost=max_cost,
         )
-    except (FileNotFoundError, ValueError) as e:
-        raise fail(str(e)) from e
-    except EmbedError as e:  # remote calls failed: exit 1 with the reasons, write nothing
-        raise fail(str(e), code=1) from e
+        try:
+            data = run_embed(cfg)
+        except EmbedError as e:  # remote calls failed: exit 1 with the reasons, write nothing
+            raise fail(str(e), code=1) from e
     summary("ddai pointer embed" + (" (dry run)" if dry_run else ""), data, as_json=as_json)
 
 
@@ -264,24 +293,22 @@ def gen_cmd(
             "--out", "-o", metavar="FILE", help="Raw records to write (JSONL, one line per query)."
         ),
     ],
-    split: Annotated[
-        str, typer.Option(help="Queries of this split ('all' for every query).")
-    ] = "train",
-    num_beams: Annotated[int, typer.Option(help="Beam-search sequences per query.")] = 5,
-    temps: Annotated[
-        str, typer.Option("--temps", help="Sampling temperatures, comma-separated.")
-    ] = "0.7,1.0,1.3",
-    n_per_temp: Annotated[int, typer.Option(help="Samples per temperature per query.")] = 2,
-    num_random: Annotated[int, typer.Option(help="Uniform random pairs per query.")] = 2,
-    seed: Annotated[int, typer.Option(help="Seed of sampling and random pairs.")] = 0,
-    vqa: VqaOpt = None,
-    metric: MetricOpt = "vqa",
-    correct_threshold: ThresholdOpt = DEFAULT_THRESHOLD,
+    split: Annotated[str, field_opt(G, "split")] = default_of(G, "split"),
+    num_beams: Annotated[int, field_opt(P, "num_beams")] = default_of(P, "num_beams"),
+    temps: Annotated[str, field_opt(P, "temperatures", "--temps")] = ",".join(
+        f"{t:g}" for t in default_of(P, "temperatures")
+    ),
+    n_per_temp: Annotated[int, field_opt(P, "n_per_temp")] = default_of(P, "n_per_temp"),
+    num_random: Annotated[int, field_opt(P, "num_random")] = default_of(P, "num_random"),
+    seed: Annotated[int, field_opt(P, "seed")] = default_of(P, "seed"),
+    vqa: VqaOpt = default_of(G, "vqa"),
+    metric: MetricOpt = default_of(G, "metric"),
+    correct_threshold: ThresholdOpt = default_of(G, "correct_threshold"),
     max_cost: MaxCostOpt = None,
     retry_failed: RetryFailedOpt = False,
-    dry_run: DryRunOpt = False,
-    force: ForceOpt = False,
-    progress: ProgressOpt = True,
+    dry_run: DryRunOpt = default_of(G, "dry_run"),
+    force: ForceOpt = default_of(G, "force"),
+    progress: ProgressOpt = default_of(G, "progress"),
     as_json: JsonOpt = False,
 ) -> None:
     """Generate pointer candidates and record every one's VQA answer and correctness.
@@ -289,21 +316,22 @@ def gen_cmd(
     Beam search, temperature sampling and random pairs, de-duplicated by unordered pair with
     priority beam > sample > random; raw JSONL, one line per query.
     """
-    from ddai.trainer.pointer.generate import GenConfig, ProposalConfig, run_gen
+    from ddai.trainer.pointer.generate import run_gen
 
-    try:
+    with bad_input_exits():
+        proposal = ProposalConfig(
+            num_beams=num_beams,
+            temperatures=tuple(parse_floats(temps, "--temps")),
+            n_per_temp=n_per_temp,
+            num_random=num_random,
+            seed=seed,
+        )
         cfg = GenConfig(
             store=store,
             world=world,
             model=model,
             out=out,
-            proposal=ProposalConfig(
-                num_beams=num_beams,
-                temperatures=_floats(temps, "--temps"),
-                n_per_temp=n_per_temp,
-                num_random=num_random,
-                seed=seed,
-            ),
+            proposal=proposal,
             split=None if split == "all" else split,
             vqa=vqa,
             metric=metric,
@@ -312,12 +340,8 @@ def gen_cmd(
             progress=progress and not as_json,
             dry_run=dry_run,
         )
-        model = _vqa_backend(vqa, max_cost, retry_failed)
-        data = _with_failures(run_gen(cfg, vqa_model=model), model)
-    except (FileNotFoundError, ValueError) as e:
-        raise fail(str(e)) from e
-    summary("ddai pointer gen" + (" (dry run)" if dry_run else ""), data, as_json=as_json)
-    exit_if_calls_failed(data)
+        data = _with_vqa(run_gen, cfg, max_cost, retry_failed)
+    _vqa_summary("ddai pointer gen", data, dry_run=dry_run, as_json=as_json)
 
 
 @pointer_app.command("process")
@@ -334,18 +358,16 @@ def process_cmd(
             help="Processed rows to write (.parquet); statistics go beside it.",
         ),
     ],
-    alpha: Annotated[float, typer.Option(help="Weight of the quality term.")] = 0.2,
-    beta: Annotated[float, typer.Option(help="Weight of the correctness term.")] = 1.0,
-    correctness: Annotated[
-        str, typer.Option(help="Correctness as '01' (0/1) or 'pm1' (-1/+1).")
-    ] = "pm1",
-    quality: Annotated[
-        str, typer.Option(help="Quality term: none, beam (beam_score) or logprob (logprob_score).")
-    ] = "none",
+    alpha: Annotated[float, field_opt(RW, "alpha")] = default_of(RW, "alpha"),
+    beta: Annotated[float, field_opt(RW, "beta")] = default_of(RW, "beta"),
+    correctness: Annotated[str, field_opt(RW, "correctness_mode", "--correctness")] = default_of(
+        RW, "correctness_mode"
+    ),
+    quality: Annotated[str, field_opt(RW, "quality")] = default_of(RW, "quality"),
     use_acc_score: Annotated[
-        bool, typer.Option(help="Correctness from vqa_acc_score (soft) instead of vqa_correct.")
-    ] = False,
-    reward_clip: Annotated[float, typer.Option(help="Rewards are clipped to [-clip, clip].")] = 5.0,
+        bool, field_opt(RW, "use_acc_score", "--use-acc-score/--no-use-acc-score")
+    ] = default_of(RW, "use_acc_score"),
+    reward_clip: Annotated[float, field_opt(RW, "clip", "--reward-clip")] = default_of(RW, "clip"),
     force: ForceOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -354,9 +376,9 @@ def process_cmd(
     The statistics table (beside --out) has mean correctness and index-selection bias per
     gen_method.
     """
-    from ddai.trainer.pointer.data import ProcessConfig, RewardConfig, run_process
+    from ddai.trainer.pointer.data import ProcessConfig, run_process
 
-    try:
+    with bad_input_exits():
         reward = RewardConfig(
             alpha=alpha,
             beta=beta,
@@ -366,8 +388,6 @@ def process_cmd(
             clip=reward_clip,
         )
         data = run_process(ProcessConfig(raw=raw, out=out, reward=reward, force=force))
-    except (FileNotFoundError, ValueError) as e:
-        raise fail(str(e)) from e
     summary("ddai pointer process", data, as_json=as_json)
 
 
@@ -382,7 +402,8 @@ def train_cmd(
         typer.Option("--mode", help="One phase: sft, rce, grpo or reinforcepp (with --epochs)."),
     ] = None,
     epochs: Annotated[
-        int | None, typer.Option(help="Epochs of --mode (default: sft 20, RL 30).")
+        int | None,
+        typer.Option(help=f"Epochs of --mode (default: sft {SFT_EPOCHS}, RL {RL_EPOCHS})."),
     ] = None,
     phases: Annotated[
         str | None,
@@ -392,55 +413,31 @@ def train_cmd(
     ] = None,
     world: Annotated[
         Path | None, typer.Option("--world", help="sft: world folder with sft_labels.jsonl.")
-    ] = None,
+    ] = default_of(PT, "world"),
     data: Annotated[
         Path | None, typer.Option("--data", help="RL: processed rows from `ddai pointer process`.")
-    ] = None,
+    ] = default_of(PT, "data"),
     init: Annotated[
         Path | None, typer.Option("--init", help="Start from this checkpoint (RL: the SFT one).")
-    ] = None,
-    split: Annotated[
-        str, typer.Option(help="sft: train on labeled queries of this split.")
-    ] = "train",
-    lr: Annotated[
-        float | None, typer.Option(help="Adam learning rate (default: sft 3e-3, RL 1e-3).")
-    ] = None,
-    batch_queries: Annotated[
-        int | None, typer.Option(help="Query groups per step (default: sft 32, RL 8).")
-    ] = None,
-    weight_decay: Annotated[
-        float | None, typer.Option(help="L2 weight decay (default: sft 0, RL 1e-2).")
-    ] = None,
-    seed: Annotated[int, typer.Option(help="Seed of initialization and batch order.")] = 0,
-    d_model: Annotated[int, typer.Option(help="Hidden width of a new model.")] = 64,
-    scoring: Annotated[
-        str, typer.Option(help="Scoring of a new model: bilinear or attention.")
-    ] = "bilinear",
-    norm: Annotated[
-        str, typer.Option(help="Reward normalization within a query: zscore, minmax or none.")
-    ] = "zscore",
-    adv_clip: Annotated[float, typer.Option(help="Advantages are clipped to [-clip, clip].")] = 5.0,
-    clip_eps: Annotated[float, typer.Option(help="PPO ratio clip (grpo, reinforcepp).")] = 0.2,
-    kl_coef: Annotated[
-        float, typer.Option(help="Weight of the KL penalty against the old policy.")
-    ] = 0.0,
-    rce_t_start: Annotated[
-        float, typer.Option(help="RCE temperature at the phase's first step.")
-    ] = 2.0,
-    rce_t_end: Annotated[
-        float, typer.Option(help="RCE temperature at the phase's last step.")
-    ] = 0.5,
-    old_logp: Annotated[
-        str,
-        typer.Option(
-            help="π_old of the ratio: stored (logprob_score of the generating model, fixed), or the "
-            "policy recomputed at each phase or epoch start (iterated PPO over the fixed data).",
-        ),
-    ] = "epoch",
+    ] = default_of(PT, "init"),
+    split: Annotated[str, field_opt(PT, "split")] = default_of(PT, "split"),
+    lr: Annotated[float | None, typer.Option(help=_phase_help("lr"))] = None,
+    batch_queries: Annotated[int | None, typer.Option(help=_phase_help("batch_queries"))] = None,
+    weight_decay: Annotated[float | None, typer.Option(help=_phase_help("weight_decay"))] = None,
+    seed: Annotated[int, field_opt(OC, "seed")] = default_of(OC, "seed"),
+    d_model: Annotated[int, field_opt(PT, "d_model")] = default_of(PT, "d_model"),
+    scoring: Annotated[str, field_opt(PT, "scoring")] = default_of(PT, "scoring"),
+    norm: Annotated[str, field_opt(RL, "norm")] = default_of(RL, "norm"),
+    adv_clip: Annotated[float, field_opt(RL, "adv_clip")] = default_of(RL, "adv_clip"),
+    clip_eps: Annotated[float, field_opt(RL, "clip_eps")] = default_of(RL, "clip_eps"),
+    kl_coef: Annotated[float, field_opt(RL, "kl_coef")] = default_of(RL, "kl_coef"),
+    rce_t_start: Annotated[float, field_opt(RL, "rce_t_start")] = default_of(RL, "rce_t_start"),
+    rce_t_end: Annotated[float, field_opt(RL, "rce_t_end")] = default_of(RL, "rce_t_end"),
+    old_logp: Annotated[str, field_opt(RL, "old_logp")] = default_of(RL, "old_logp"),
     reinforcepp_clip: Annotated[
-        bool, typer.Option(help="REINFORCE++ with the clipped ratio (else plain -A·log π).")
-    ] = True,
-    progress: ProgressOpt = True,
+        bool, field_opt(RL, "reinforcepp_clip", "--reinforcepp-clip/--no-reinforcepp-clip")
+    ] = default_of(RL, "reinforcepp_clip"),
+    progress: ProgressOpt = default_of(PT, "progress"),
     launch: LaunchOpt = None,
     accelerate_config: AccelerateConfigOpt = None,
     as_json: JsonOpt = False,
@@ -451,56 +448,39 @@ def train_cmd(
     REINFORCE++) from the SFT checkpoint given with --init.
     """
     maybe_relaunch(launch, accelerate_config)
-    from ddai.trainer.pointer.train import (
-        OptimConfig,
-        PointerTrainConfig,
-        RLConfig,
-        parse_phases,
-        run_train,
-    )
+    from ddai.trainer.pointer.config import optim_for, plan_phases
+    from ddai.trainer.pointer.train import run_train
 
-    if (mode is None) == (phases is None):
-        raise fail(
-            "give exactly one of --mode (with --epochs) or --phases, e.g. --phases rce:3,grpo:30"
+    with bad_input_exits():
+        plan = plan_phases(mode, epochs, phases)
+        optim = optim_for(
+            plan, lr=lr, weight_decay=weight_decay, batch_queries=batch_queries, seed=seed
         )
-    try:
-        plan = (
-            parse_phases(phases)
-            if phases
-            else parse_phases(f"{mode}:{epochs or (20 if mode == 'sft' else 30)}")
+        rl = RLConfig(
+            norm=norm,
+            adv_clip=adv_clip,
+            clip_eps=clip_eps,
+            kl_coef=kl_coef,
+            rce_t_start=rce_t_start,
+            rce_t_end=rce_t_end,
+            old_logp=old_logp,
+            reinforcepp_clip=reinforcepp_clip,
         )
-        sft = plan[0][0] == "sft"
         cfg = PointerTrainConfig(
             store=store,
             out=out,
-            phases=tuple(plan),
+            phases=plan,
             world=world,
             data=data,
             init=init,
             split=split,
             d_model=d_model,
             scoring=scoring,
-            optim=OptimConfig(
-                lr=lr if lr is not None else (3e-3 if sft else 1e-3),
-                batch_queries=batch_queries or (32 if sft else 8),
-                weight_decay=weight_decay if weight_decay is not None else (0.0 if sft else 1e-2),
-                seed=seed,
-            ),
-            rl=RLConfig(
-                norm=norm,
-                adv_clip=adv_clip,
-                clip_eps=clip_eps,
-                kl_coef=kl_coef,
-                rce_t_start=rce_t_start,
-                rce_t_end=rce_t_end,
-                old_logp=old_logp,
-                reinforcepp_clip=reinforcepp_clip,
-            ),
+            optim=optim,
+            rl=rl,
             progress=progress and not as_json,
         )
         result = run_train(cfg)
-    except (FileNotFoundError, ValueError) as e:
-        raise fail(str(e)) from e
     summary("ddai pointer train", result, as_json=as_json)
 
 
@@ -516,24 +496,22 @@ def eval_cmd(
             help="NAME=CHECKPOINT, repeatable; the first is the reference (usually sft=...).",
         ),
     ],
-    split: Annotated[str, typer.Option(help="Held-out split to evaluate.")] = "test",
-    num_beams: Annotated[
-        int, typer.Option(help="Beam width of the reference's beam-top-1 selector.")
-    ] = 5,
-    seed: Annotated[int, typer.Option(help="Seed of the random-pair baseline.")] = 0,
+    split: Annotated[str, field_opt(EV, "split")] = default_of(EV, "split"),
+    num_beams: Annotated[int, field_opt(EV, "num_beams")] = default_of(EV, "num_beams"),
+    seed: Annotated[int, field_opt(EV, "seed")] = default_of(EV, "seed"),
     out: Annotated[
         Path | None,
         typer.Option(
             "--out-dir", metavar="DIR", help="Folder for selections.parquet and summary.parquet."
         ),
-    ] = None,
-    vqa: VqaOpt = None,
-    metric: MetricOpt = "vqa",
-    correct_threshold: ThresholdOpt = DEFAULT_THRESHOLD,
+    ] = default_of(EV, "out"),
+    vqa: VqaOpt = default_of(EV, "vqa"),
+    metric: MetricOpt = default_of(EV, "metric"),
+    correct_threshold: ThresholdOpt = default_of(EV, "correct_threshold"),
     max_cost: MaxCostOpt = None,
     retry_failed: RetryFailedOpt = False,
-    dry_run: DryRunOpt = False,
-    progress: ProgressOpt = True,
+    dry_run: DryRunOpt = default_of(EV, "dry_run"),
+    progress: ProgressOpt = default_of(EV, "progress"),
     as_json: JsonOpt = False,
 ) -> None:
     """Held-out VQA accuracy of each selector's pairs, and how the picked indices moved.
@@ -541,19 +519,14 @@ def eval_cmd(
     Selectors: each --model's greedy pick, the first model's top beam, the two nearest
     demonstrations, and a random pair.
     """
-    from ddai.trainer.pointer.evaluate import EvalConfig, run_eval
+    from ddai.trainer.pointer.config import parse_models
+    from ddai.trainer.pointer.evaluate import run_eval
 
-    models = []
-    for spec in model:
-        name, sep, path = spec.partition("=")
-        if not sep or not name or not path:
-            raise fail(f"--model {spec!r}: write NAME=CHECKPOINT, e.g. --model sft=runs/sft")
-        models.append((name, Path(path)))
-    try:
+    with bad_input_exits():
         cfg = EvalConfig(
             store=store,
             world=world,
-            models=tuple(models),
+            models=parse_models(model),
             split=split,
             num_beams=num_beams,
             vqa=vqa,
@@ -564,13 +537,8 @@ def eval_cmd(
             progress=progress and not as_json,
             dry_run=dry_run,
         )
-        model = _vqa_backend(vqa, max_cost, retry_failed)
-        _, data = run_eval(cfg, vqa_model=model)
-        data = _with_failures(data, model)
-    except (FileNotFoundError, ValueError) as e:
-        raise fail(str(e)) from e
-    summary("ddai pointer eval" + (" (dry run)" if dry_run else ""), data, as_json=as_json)
-    exit_if_calls_failed(data)
+        data = _with_vqa(run_eval, cfg, max_cost, retry_failed)
+    _vqa_summary("ddai pointer eval", data, dry_run=dry_run, as_json=as_json)
 
 
 def register(app: typer.Typer) -> None:

@@ -7,9 +7,22 @@ from typing import Annotated
 
 import typer
 
-from ddai.cli.common import JsonOpt, LogsOpt, RunsOpt, ThresholdOpt, check_run_ids, fail, summary
+from ddai.cli.common import (
+    JsonOpt,
+    LogsOpt,
+    ProgressOpt,
+    RunsOpt,
+    ThresholdOpt,
+    bad_input_exits,
+    check_run_ids,
+    megabytes,
+    summary,
+)
+from ddai.cli.options import default_of
 from ddai.pipelines import workspace
 from ddai.reports import ReportConfig, build_report
+
+R = ReportConfig
 
 
 def report_cmd(
@@ -54,7 +67,7 @@ def report_cmd(
             "ground truth in the failure attribution; repeat for several.",
         ),
     ] = None,
-    threshold: ThresholdOpt = 1.0,
+    threshold: ThresholdOpt = default_of(R, "success_threshold"),
     judge_high: Annotated[
         float,
         typer.Option(
@@ -62,27 +75,27 @@ def report_cmd(
             help="Judge score at or above which an answer counts as correct (discrepancies, "
             "hallucination suspects).",
         ),
-    ] = 0.5,
+    ] = default_of(R, "judge_high"),
     ndcg_low: Annotated[
         float,
         typer.Option("--ndcg-low", help="NDCG at or below which retrieval counts as failed."),
-    ] = 0.0,
+    ] = default_of(R, "ndcg_low"),
     judge_low: Annotated[
         float,
         typer.Option(
             "--judge-low", help="Judge score at or below which an answer counts as wrong."
         ),
-    ] = 0.0,
+    ] = default_of(R, "judge_low"),
     ndcg_high: Annotated[
         float,
         typer.Option("--ndcg-high", help="NDCG at or above which retrieval counts as succeeded."),
-    ] = 1.0,
+    ] = default_of(R, "ndcg_high"),
     max_turns: Annotated[
         int | None,
         typer.Option(
             "--max-turns", help="Turn budget of the runs. Default: each rollout's extra.max_turns."
         ),
-    ] = None,
+    ] = default_of(R, "max_turns"),
     browse_max: Annotated[
         int,
         typer.Option(
@@ -90,16 +103,16 @@ def report_cmd(
             help="Most rollouts in the trajectory browser (a sample covering every run, outcome "
             "and class), shipped compressed: bounds the file size (5,000 add about 1 MB).",
         ),
-    ] = 500,
+    ] = default_of(R, "browse_max"),
     text_max: Annotated[
         int,
         typer.Option(
             "--text-max", help="Characters shown per think, observation or answer before a cut."
         ),
-    ] = 2_000,
+    ] = default_of(R, "text_max"),
     top: Annotated[
         int, typer.Option("--top", help="Rows in ranked lists (suspects, better/worse prompts).")
-    ] = 25,
+    ] = default_of(R, "top"),
     value_sft: Annotated[
         list[Path] | None,
         typer.Option(
@@ -109,15 +122,19 @@ def report_cmd(
             "its per-token TD weights (mean, shares at the clip bounds) per step.",
         ),
     ] = None,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of the browser's sample.")] = 0,
-    title: Annotated[str | None, typer.Option("--title", help="Page title.")] = None,
-    progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the browser's sample.")] = default_of(
+        R, "seed"
+    ),
+    title: Annotated[str | None, typer.Option("--title", help="Page title.")] = default_of(
+        R, "title"
+    ),
+    progress: ProgressOpt = default_of(R, "progress"),
     as_json: JsonOpt = False,
 ) -> None:
     """Write one self-contained HTML report (opens offline): overview, funnel, per-prompt outcomes,
     judge vs NDCG, hallucination suspects, search behaviour, run comparison, trajectory browser,
     then failure attribution, reward latency and coverage, and the drop/keep lists."""
-    try:
+    with bad_input_exits():
         cfg = ReportConfig(
             logs=workspace.logs_dir(logs),
             out=out or workspace.home() / "report.html",
@@ -141,10 +158,11 @@ def report_cmd(
             progress=progress and not as_json,
         )
         result = build_report(cfg)
-    except (FileNotFoundError, ValueError) as e:
-        raise fail(str(e)) from e
     result.pop("stats")
     result.pop("timings")
+    if not as_json:  # people read the page's size in MB under a label that says so
+        result = {("page size" if k == "bytes" else k): v for k, v in result.items()}
+        result["page size"] = megabytes(result["page size"])
     summary("ddai report", result, as_json=as_json)
 
 

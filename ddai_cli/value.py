@@ -17,212 +17,101 @@ from ddai.cli.common import (
     RunsOpt,
     ThresholdOpt,
     check_run_ids,
-    fail,
     summary,
 )
-from ddai.cli.options import (
-    AccelerateConfigOpt,
+from ddai.cli.fields import field_opt, flags_config
+from ddai.cli.options import AccelerateConfigOpt, LaunchOpt, default_of, parse_floats
+from ddai.cli.running import TRAIN_HELP, maybe_relaunch, run_or_fail, sub_app
+from ddai.cli.value_opts import (
+    BinEdgesOpt,
+    BinWeightsOpt,
     DtypeOpt,
-    LaunchOpt,
     MaxLenOpt,
     ObsOpt,
     PromptsOpt,
     SystemOpt,
-    ValueOutOpt,
-    ValueSeedOpt,
-    parse_floats,
+    value_summary,
 )
-from ddai.cli.running import TRAIN_HELP, maybe_relaunch, run_or_fail, sub_app, with_evals
+from ddai.trainer.value.config import ValueScoreConfig, ValueTrainConfig
+
+T = ValueTrainConfig
+S = ValueScoreConfig
 
 
 def train_value_command(
-    model: Annotated[
-        str,
-        typer.Option(
-            "--model",
-            help="Causal LM folder or hub id (a fresh head on its trunk), or a value checkpoint to continue.",
-        ),
-    ],
-    out: ValueOutOpt,
-    logs: LogsOpt = None,
-    run: RunsOpt = None,
-    data: PromptsOpt = None,
-    system_prompt: SystemOpt = None,
-    head: Annotated[
-        str | None,
-        typer.Option(
-            "--head",
-            help="Value head: linear (hidden → 1) or mlp (hidden → 512 → 256 → 1, dropout). Default: linear, or the checkpoint's.",
-        ),
-    ] = None,
-    unfreeze: Annotated[
-        int,
-        typer.Option(
-            "--unfreeze",
-            help="Top trunk layers that train; 0: the head alone, on detached hidden states.",
-        ),
-    ] = 2,
-    dropout: Annotated[float, typer.Option("--dropout", help="Dropout of the mlp head.")] = 0.1,
-    trunk_lr: Annotated[
-        float, typer.Option("--trunk-lr", help="Learning rate of the unfrozen trunk layers.")
-    ] = 1e-5,
-    head_lr: Annotated[float, typer.Option("--head-lr", help="Learning rate of the head.")] = 1e-4,
-    weight_decay: Annotated[
-        float, typer.Option("--weight-decay", help="AdamW weight decay.")
-    ] = 0.0,
-    pairwise_coef: Annotated[
-        float,
-        typer.Option(
-            "--pairwise-coef", help="Weight of the pairwise ranking loss (0: MC targets alone)."
-        ),
-    ] = 1.0,
-    mc_coef: Annotated[
-        float, typer.Option("--mc-coef", help="Weight of the Monte-Carlo tokenwise MSE.")
-    ] = 0.5,
-    target: Annotated[
-        str, typer.Option("--target", help="MC target: success (1/0) or the logged reward.")
-    ] = "success",
-    success_threshold: ThresholdOpt = 1.0,
-    max_pairs: Annotated[
-        int,
-        typer.Option(
-            "--max-pairs-per-problem", help="Most success/failure pairs drawn per prompt."
-        ),
-    ] = 25,
-    bin_edges: Annotated[
-        str | None,
-        typer.Option(
-            "--bin-edges",
-            help="Success-rate bin edges for difficulty weighting, e.g. 0.25,0.75 (default: uniform pairs).",
-        ),
-    ] = None,
-    bin_weights: Annotated[
-        str | None,
-        typer.Option(
-            "--bin-weights", help="Share of sampled pairs per bin, one per bin, e.g. 0.4,0.3,0.3."
-        ),
-    ] = None,
-    val_fraction: Annotated[
-        float, typer.Option("--val-fraction", help="Share of prompts held out for evaluation.")
-    ] = 0.2,
-    batch_size: Annotated[
-        int, typer.Option("--batch-size", help="Pairs per step (rollouts with --pairwise-coef 0).")
-    ] = 8,
-    max_steps: Annotated[int, typer.Option("--max-steps", help="Optimizer steps.")] = 200,
-    eval_steps: Annotated[
-        int, typer.Option("--eval-steps", help="Evaluate the held-out prompts every N steps.")
-    ] = 50,
-    max_length: MaxLenOpt = 2048,
-    obs_max_tokens: ObsOpt = 256,
-    grad_accum: Annotated[
-        int,
-        typer.Option(
-            "--grad-accum",
-            help="Micro-batches of --batch-size pairs accumulated per optimizer step.",
-        ),
-    ] = 1,
-    grad_clip: Annotated[
-        float, typer.Option("--grad-clip", help="Max gradient norm (0: off).")
-    ] = 1.0,
-    dtype: DtypeOpt = "float32",
-    seed: ValueSeedOpt = 0,
+    model: Annotated[str, field_opt(T, "model")],
+    output_dir: Annotated[Path, field_opt(T, "output_dir", "--out-dir")],
+    logs: LogsOpt = default_of(T, "logs"),
+    runs: RunsOpt = default_of(T, "runs"),
+    data: PromptsOpt = default_of(T, "data"),
+    system_prompt: SystemOpt = default_of(T, "system_prompt"),
+    head: Annotated[str | None, field_opt(T, "head")] = default_of(T, "head"),
+    unfreeze: Annotated[int, field_opt(T, "unfreeze")] = default_of(T, "unfreeze"),
+    dropout: Annotated[float, field_opt(T, "dropout")] = default_of(T, "dropout"),
+    trunk_lr: Annotated[float, field_opt(T, "trunk_lr")] = default_of(T, "trunk_lr"),
+    head_lr: Annotated[float, field_opt(T, "head_lr")] = default_of(T, "head_lr"),
+    weight_decay: Annotated[float, field_opt(T, "weight_decay")] = default_of(T, "weight_decay"),
+    pairwise_coef: Annotated[float, field_opt(T, "pairwise_coef")] = default_of(T, "pairwise_coef"),
+    mc_coef: Annotated[float, field_opt(T, "mc_coef")] = default_of(T, "mc_coef"),
+    target: Annotated[str, field_opt(T, "target")] = default_of(T, "target"),
+    success_threshold: ThresholdOpt = default_of(T, "success_threshold"),
+    max_pairs_per_problem: Annotated[int, field_opt(T, "max_pairs_per_problem")] = default_of(
+        T, "max_pairs_per_problem"
+    ),
+    bin_edges: BinEdgesOpt = None,
+    bin_weights: BinWeightsOpt = None,
+    val_fraction: Annotated[float, field_opt(T, "val_fraction")] = default_of(T, "val_fraction"),
+    batch_size: Annotated[int, field_opt(T, "batch_size")] = default_of(T, "batch_size"),
+    max_steps: Annotated[int, field_opt(T, "max_steps")] = default_of(T, "max_steps"),
+    eval_steps: Annotated[int, field_opt(T, "eval_steps")] = default_of(T, "eval_steps"),
+    max_length: MaxLenOpt = default_of(T, "max_length"),
+    obs_max_tokens: ObsOpt = default_of(T, "obs_max_tokens"),
+    grad_accum: Annotated[int, field_opt(T, "grad_accum")] = default_of(T, "grad_accum"),
+    grad_clip: Annotated[float, field_opt(T, "grad_clip")] = default_of(T, "grad_clip"),
+    dtype: DtypeOpt = default_of(T, "dtype"),
+    seed: Annotated[int, field_opt(T, "seed")] = default_of(T, "seed"),
     launch: LaunchOpt = None,
     accelerate_config: AccelerateConfigOpt = None,
-    progress: ProgressOpt = True,
+    progress: ProgressOpt = default_of(T, "progress"),
     as_json: JsonOpt = False,
 ) -> None:
     """Train a value head on terminal outcomes from the rollout log: pairwise ranking + MC MSE."""
     maybe_relaunch(launch, accelerate_config)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from ddai.trainer.value.train import ValueTrainConfig, train_value
+    from ddai.trainer.value.train import train_value
 
-    cfg = ValueTrainConfig(
-        model=model,
-        output_dir=out,
-        logs=logs,
-        runs=run,
-        data=data,
-        system_prompt=system_prompt,
-        head=head,
-        unfreeze=unfreeze,
-        dropout=dropout,
-        trunk_lr=trunk_lr,
-        head_lr=head_lr,
-        weight_decay=weight_decay,
-        pairwise_coef=pairwise_coef,
-        mc_coef=mc_coef,
-        target=target,
-        success_threshold=success_threshold,
-        max_pairs_per_problem=max_pairs,
+    cfg = flags_config(
+        ValueTrainConfig,
+        locals(),
         bin_edges=parse_floats(bin_edges, "--bin-edges"),
         bin_weights=parse_floats(bin_weights, "--bin-weights"),
-        val_fraction=val_fraction,
-        batch_size=batch_size,
-        max_steps=max_steps,
-        eval_steps=eval_steps,
-        max_length=max_length,
-        obs_max_tokens=obs_max_tokens,
-        grad_clip=grad_clip,
-        grad_accum=grad_accum,
-        dtype=dtype,
-        seed=seed,
         progress=progress and not as_json,
     )
-    flat = with_evals(asdict(run_or_fail(train_value, cfg)))
-    summary("ddai train value", flat, as_json=as_json)
+    value_summary("ddai train value", train_value, cfg, as_json=as_json)
 
 
 def value_score_command(
-    checkpoint: Annotated[
-        Path,
-        typer.Option(
-            "--checkpoint", help="A value checkpoint (the --out-dir of ddai train value)."
-        ),
-    ],
-    logs: LogsOpt = None,
-    run: RunsOpt = None,
-    out_run: Annotated[
-        str | None,
-        typer.Option(
-            "--out-run",
-            callback=check_run_ids,
-            help="Write the scored rollouts as this new run (one --run only). Default: a new version of each run's partition.",
-        ),
-    ] = None,
-    data: PromptsOpt = None,
-    system_prompt: SystemOpt = None,
-    success_threshold: ThresholdOpt = 1.0,
-    batch_size: Annotated[
-        int, typer.Option("--batch-size", help="Rollouts per forward pass.")
-    ] = 16,
-    max_length: MaxLenOpt = 2048,
-    obs_max_tokens: ObsOpt = 256,
-    dtype: DtypeOpt = "float32",
-    progress: ProgressOpt = True,
+    checkpoint: Annotated[Path, field_opt(S, "checkpoint")],
+    logs: LogsOpt = default_of(S, "logs"),
+    runs: RunsOpt = default_of(S, "runs"),
+    out_run: Annotated[str | None, field_opt(S, "out_run", callback=check_run_ids)] = default_of(
+        S, "out_run"
+    ),
+    data: PromptsOpt = default_of(S, "data"),
+    system_prompt: SystemOpt = default_of(S, "system_prompt"),
+    success_threshold: ThresholdOpt = default_of(S, "success_threshold"),
+    batch_size: Annotated[int, field_opt(S, "batch_size")] = default_of(S, "batch_size"),
+    max_length: MaxLenOpt = default_of(S, "max_length"),
+    obs_max_tokens: ObsOpt = default_of(S, "obs_max_tokens"),
+    dtype: DtypeOpt = default_of(S, "dtype"),
+    progress: ProgressOpt = default_of(S, "progress"),
     as_json: JsonOpt = False,
 ) -> None:
     """Write per-turn value estimates into the rollout log (turns[].value)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from ddai.trainer.value.score import ValueScoreConfig, score_runs
+    from ddai.trainer.value.score import score_runs
 
-    if not checkpoint.is_dir():
-        raise fail(
-            f"--checkpoint {checkpoint} not found; train one with `ddai train value --out-dir DIR`"
-        )
-    cfg = ValueScoreConfig(
-        checkpoint=checkpoint,
-        logs=logs,
-        runs=run,
-        out_run=out_run,
-        data=data,
-        system_prompt=system_prompt,
-        success_threshold=success_threshold,
-        batch_size=batch_size,
-        max_length=max_length,
-        obs_max_tokens=obs_max_tokens,
-        dtype=dtype,
-        progress=progress and not as_json,
-    )
+    cfg = flags_config(ValueScoreConfig, locals(), progress=progress and not as_json)
     summary("ddai value score", asdict(run_or_fail(score_runs, cfg)), as_json=as_json)
 
 

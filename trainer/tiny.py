@@ -68,6 +68,12 @@ class TinySpec:
     max_position_embeddings: int = 4096
     seed: int = 0
 
+    def __post_init__(self) -> None:
+        if self.num_attention_heads < 1 or self.hidden_size % self.num_attention_heads:
+            raise ValueError(
+                f"--heads {self.num_attention_heads} must divide --hidden-size {self.hidden_size}"
+            )
+
 
 def train_tokenizer(texts: Iterable[str], vocab_size: int = 512):
     """A byte-level BPE ``PreTrainedTokenizerFast`` trained on ``texts``; encodes any UTF-8 text.
@@ -140,7 +146,9 @@ def build_tiny(
     )
     path = Path(out)
     if path.exists() and any(path.iterdir()) and not overwrite:
-        raise FileExistsError(f"{path} is not empty; pick a new folder or pass overwrite")
+        raise FileExistsError(
+            f"{path} is not empty; pick a new folder or pass overwrite (--overwrite)"
+        )
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
     try:
@@ -163,9 +171,13 @@ def read_texts(paths: Iterable[str | os.PathLike[str]], max_chars: int = 2_000_0
     """
     import pyarrow.parquet as pq
 
+    paths = [Path(p) for p in paths]
+    missing = [str(p) for p in paths if not p.is_file()]
+    if missing:
+        raise FileNotFoundError(f"--text file(s) not found: {', '.join(missing)}")
     out: list[str] = []
     total = 0
-    for p in map(Path, paths):
+    for p in paths:
         if p.suffix == ".parquet":
             rows = pq.read_table(p).to_pylist()
         elif p.suffix == ".jsonl":

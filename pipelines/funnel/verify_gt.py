@@ -79,6 +79,8 @@ class VerifyConfig:
     skip_preflight: bool = False
     """Ask the verifier even when candidates' reference pages are missing from the corpus."""
     retry_failed: bool = False  # call again what failed before; reruns the step
+    progress: bool = True
+    """Show the verifier backend's progress bar (on stderr)."""
 
     def __post_init__(self) -> None:
         unknown = [r for r in self.select if r not in RULES]
@@ -428,7 +430,7 @@ def _propose(
     from ddai.pipelines import backends
 
     if verifier is None:
-        ctx: dict[str, Any] = {"call_site": STEP, "ledger": ledger}
+        ctx: dict[str, Any] = {"call_site": STEP, "ledger": ledger, "progress": cfg.progress}
         if cfg.max_cost is not None:
             ctx["max_cost"] = cfg.max_cost
         if cfg.retry_failed:

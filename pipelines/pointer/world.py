@@ -294,6 +294,23 @@ def write_world(world: World, out: str | Path) -> dict[str, Path]:
     return paths
 
 
+def run_world(cfg: WorldConfig, out: str | Path) -> dict[str, Any]:
+    """``ddai pointer world``: make and write a synthetic world; its summary (sizes, files)."""
+    w = make_world(cfg)
+    paths = write_world(w, out)
+    n_test = sum(q["split"] == "test" for q in w.queries)
+    return {
+        "out": str(out),
+        "queries": len(w.queries),
+        "train queries": len(w.queries) - n_test,
+        "test queries": n_test,
+        "demos": len(w.demos),
+        "clean demos": sum(d["clean"] for d in w.demos),
+        "dim": cfg.dim,
+        "files": [p.name for p in paths.values()],
+    }
+
+
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
     with open(path, encoding="utf-8") as fh:
         return [json.loads(line) for line in fh if line.strip()]

@@ -37,15 +37,32 @@ def _command(path: tuple[str, ...]):
     return cmd
 
 
-def field_of_param(callback, cls_name: str) -> dict[str, str]:
-    """``param -> field`` from the command's ``Cls(field=param, …)`` call (its source)."""
+def _names(node: ast.AST) -> str | None:
+    """``Cls`` for ``Cls`` and ``module.Cls``."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return None
+
+
+def field_of_param(callback, cls_name: str, fields: frozenset[str] = frozenset()) -> dict[str, str]:
+    """``param -> field`` from the command's ``Cls(field=param, …)`` call (its source), or from
+    ``flags_config(Cls, locals(), **given)``: every parameter named like one of ``fields`` that
+    ``given`` does not set."""
     tree = ast.parse(textwrap.dedent(inspect.getsource(callback)))
     out = {}
+    params = set(inspect.signature(callback).parameters)
     for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == cls_name:
+        if not isinstance(node, ast.Call):
+            continue
+        if _names(node.func) == cls_name:
             for kw in node.keywords:
                 if isinstance(kw.value, ast.Name):
                     out[kw.value.id] = kw.arg
+        elif _names(node.func) == "flags_config" and node.args and _names(node.args[0]) == cls_name:
+            given = {kw.arg for kw in node.keywords}
+            out.update({p: p for p in params & fields - given})
     return out
 
 
@@ -61,7 +78,8 @@ def _defaults(cls: type) -> dict[str, object]:
 def test_flag_defaults_are_the_config_defaults(path, spec):
     cls = _cls(spec)
     cmd = _command(path)
-    mapping = field_of_param(cmd.callback, cls.__name__)
+    fields = frozenset(f.name for f in dataclasses.fields(cls))
+    mapping = field_of_param(cmd.callback, cls.__name__, fields)
     defaults = _defaults(cls)
     compared, differ = 0, []
     for p in cmd.params:
@@ -120,3 +138,97 @@ def test_value_score_progress_flag_reaches_its_config(flags, shown, tmp_path, mo
     res = CliRunner().invoke(app, [*args, *flags])
     assert res.exit_code == 2 and "stopped after reading the config" in res.output
     assert [c.progress for c in seen] == [shown]
+
+
+# Every other command that builds a config dataclass from its flags: (command path, configs).
+CONFIG_COMMANDS = [
+    (
+        ("pointer", "world"),
+        [
+            "ddai.pipelines.pointer.world:WorldConfig",
+            "ddai.pipelines.pointer.user_set:UserSetConfig",
+        ],
+    ),
+    (("pointer", "embed"), ["ddai.pipelines.pointer.embed:EmbedConfig"]),
+    (
+        ("pointer", "gen"),
+        ["ddai.trainer.pointer.config:GenConfig", "ddai.trainer.pointer.config:ProposalConfig"],
+    ),
+    (
+        ("pointer", "process"),
+        ["ddai.trainer.pointer.config:RewardConfig", "ddai.trainer.pointer.config:ProcessConfig"],
+    ),
+    (
+        ("pointer", "train"),
+        ["ddai.trainer.pointer.config:PointerTrainConfig", "ddai.trainer.pointer.config:RLConfig"],
+    ),
+    (("pointer", "eval"), ["ddai.trainer.pointer.config:EvalConfig"]),
+    (("report",), ["ddai.reports.config:ReportConfig"]),
+    (("curate", "bucket"), ["ddai.pipelines.funnel.bucket:BucketConfig"]),
+    (("curate", "verify-gt"), ["ddai.pipelines.funnel.verify_gt:VerifyConfig"]),
+    (("curate", "focus"), ["ddai.pipelines.funnel.focus:FocusConfig"]),
+    (("curate", "plan"), ["ddai.pipelines.funnel.plan:PlanConfig"]),
+    (("distill",), ["ddai.pipelines.distill.run:DistillConfig"]),
+    (("distill", "check"), ["ddai.pipelines.distill.check:CheckConfig"]),
+]
+
+
+@pytest.mark.parametrize(
+    ("path", "specs"), CONFIG_COMMANDS, ids=["-".join(p) for p, _ in CONFIG_COMMANDS]
+)
+def test_every_config_command_reads_its_defaults(path, specs):
+    cmd = _command(path)
+    compared, differ = 0, []
+    for spec in specs:
+        cls = _cls(spec)
+        fields = frozenset(f.name for f in dataclasses.fields(cls))
+        mapping = field_of_param(cmd.callback, cls.__name__, fields)
+        defaults = _defaults(cls)
+        for p in cmd.params:
+            field = mapping.get(p.name)
+            if field is None or field not in defaults or p.required:
+                continue
+            compared += 1
+            if p.default != defaults[field]:
+                differ.append(f"--{p.name}: {p.default!r} != {cls.__name__}.{field}")
+    assert compared >= 2  # the mapping found the command's flags
+    assert differ == []
+
+
+def test_model_tiny_reads_the_tiny_spec_defaults():
+    from ddai.trainer.tiny import TinySpec
+
+    cmd = _command(("model", "tiny"))
+    shown = {p.name: p.default for p in cmd.params}
+    spec = TinySpec()
+    assert (shown["hidden_size"], shown["layers"], shown["heads"], shown["vocab_size"]) == (
+        spec.hidden_size,
+        spec.num_hidden_layers,
+        spec.num_attention_heads,
+        spec.vocab_size,
+    )
+
+
+def test_the_check_sees_a_restated_default_through_flags_config():
+    # the control of the flags_config mapping: a parameter named like a field is compared
+    import typer
+
+    from ddai.cli.fields import flags_config
+
+    @dataclasses.dataclass
+    class Cfg:
+        lr: float = 1e-3
+        steps: int = 10
+        bins: list = dataclasses.field(default_factory=list)
+
+    app = typer.Typer(add_completion=False)
+
+    @app.command()
+    def run(lr: float = 1e-2, steps: int = 10, bins: str = "", as_json: bool = False) -> None:
+        flags_config(Cfg, locals(), bins=[])
+
+    cmd = typer.main.get_command(app)
+    mapping = field_of_param(cmd.callback, "Cfg", frozenset({"lr", "steps", "bins"}))
+    assert mapping == {"lr": "lr", "steps": "steps"}  # bins is given, as_json no field
+    bad = [p.name for p in cmd.params if p.name in mapping and p.default != _defaults(Cfg)[p.name]]
+    assert bad == ["lr"]

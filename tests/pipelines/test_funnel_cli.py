@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import polars as pl
+import pytest
 from funnel_data import group, write_dataset, write_log
 from typer.testing import CliRunner
 
@@ -123,3 +124,22 @@ def test_every_command_has_help():
                 ["curate", "plan"], ["lineage"]):  # fmt: skip
         r = runner.invoke(app, [*cmd, "--help"])
         assert r.exit_code == 0 and "Usage" in r.output
+
+
+@pytest.mark.parametrize(
+    ("flags", "shown"), [([], True), (["--no-progress"], False), (["--json"], False)]
+)
+def test_verify_gt_progress_flag_reaches_its_config(flags, shown, tmp_path, monkeypatch):
+    from ddai.pipelines.funnel import verify_gt
+
+    seen = []
+
+    def fake(cfg):
+        seen.append(cfg)
+        raise ValueError("stopped after reading the config")
+
+    monkeypatch.setattr(verify_gt, "run_verify", fake)
+    args = ["curate", "verify-gt", "--dataset", str(tmp_path / "d.parquet")]
+    res = runner.invoke(app, [*args, "--out-dir", str(tmp_path), "--corpus", str(tmp_path), *flags])
+    assert res.exit_code == 2 and "stopped after reading the config" in res.output
+    assert [c.progress for c in seen] == [shown]

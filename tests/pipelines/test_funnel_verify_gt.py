@@ -331,3 +331,23 @@ def test_preflight_passes_and_is_recorded(tmp_path, bucket0):
         verifier=ScriptedVerifier({}),
     )
     assert dry.summary["preflight"] == "passed"
+
+
+@pytest.mark.parametrize("progress", [True, False])
+def test_the_progress_setting_reaches_the_verifier_backend(
+    tmp_path, bucket0, monkeypatch, progress
+):
+    from ddai.pipelines import backends
+
+    ds, _ = bucket0
+    corpus = _corpus(tmp_path / "pages.parquet", ["1", "2", "3", "4", "5"])
+    seen = []
+
+    def fake_backend(role, name=None, **ctx):
+        seen.append((role, ctx["progress"]))
+        return ScriptedVerifier({})
+
+    monkeypatch.setattr(backends, "get_backend", fake_backend)
+    cfg = VerifyConfig(dataset=ds, out=tmp_path / "o", corpus=corpus, progress=progress)
+    run_verify(cfg)
+    assert seen == [("verifier", progress)]

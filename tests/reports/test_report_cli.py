@@ -93,3 +93,12 @@ def test_every_flag_has_help():
     options = [p for p in cmd.params if p.param_type_name == "option"]
     assert len(options) >= 18
     assert [p.name for p in options if not p.help] == []
+
+
+def test_people_read_the_page_size_in_mb_under_its_own_label(logs, tmp_path):
+    out = tmp_path / "r.html"
+    res = runner.invoke(app, ["report", "--logs", str(logs), "--out", str(out), "--no-progress"])
+    assert res.exit_code == 0, res.output
+    line = next(x for x in res.output.splitlines() if x.strip().startswith("page size"))
+    assert line.split()[-2:] == [f"{out.stat().st_size / 1e6:,.1f}", "MB"]
+    assert not any(x.split()[:1] == ["bytes"] for x in res.output.splitlines())

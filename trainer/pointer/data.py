@@ -16,31 +16,8 @@ from torch import Tensor
 from ddai.pipelines import io, manifest
 from ddai.pipelines.pointer import records, stats
 from ddai.pipelines.pointer.store import EmbeddingStore
-from ddai.trainer.pointer.losses import CORRECTNESS_MODES, QUALITY_SOURCES, shape_rewards
-
-
-@dataclass(frozen=True)
-class RewardConfig:
-    """Seed 002 §3.4: reward = clip(alpha·quality + beta·correctness, ±clip)."""
-
-    alpha: float = 0.2  # weight of the quality term
-    beta: float = 1.0  # weight of the correctness term
-    correctness_mode: str = "pm1"  # "01": c; "pm1": 2c − 1
-    quality: str = "none"  # "none", "beam" (beam_score) or "logprob" (logprob_score)
-    use_acc_score: bool = False  # correctness from vqa_acc_score instead of vqa_correct
-    clip: float = 5.0
-
-    def __post_init__(self) -> None:
-        if self.correctness_mode not in CORRECTNESS_MODES:
-            raise ValueError(
-                f"unknown correctness mode {self.correctness_mode!r}; known: {', '.join(CORRECTNESS_MODES)}"
-            )
-        if self.quality not in QUALITY_SOURCES:
-            raise ValueError(
-                f"unknown quality source {self.quality!r}; known: {', '.join(QUALITY_SOURCES)}"
-            )
-        if self.clip <= 0:
-            raise ValueError(f"reward clip must be > 0, got {self.clip}")
+from ddai.trainer.pointer.config import ProcessConfig, RewardConfig
+from ddai.trainer.pointer.losses import shape_rewards
 
 
 def _col(df: pl.DataFrame, name: str) -> Tensor:
@@ -72,14 +49,6 @@ def process_records(
     failed = flat.filter(pl.col("eval_failed"))
     dropped = {f"eval_failed: {r}": n for r, n in failed.group_by("eval_error").len().iter_rows()}
     return add_rewards(flat.filter(~pl.col("eval_failed")), cfg), dropped
-
-
-@dataclass(frozen=True)
-class ProcessConfig:
-    raw: Path  # raw JSONL from `ddai pointer gen`
-    out: Path  # processed Parquet
-    reward: RewardConfig = RewardConfig()
-    force: bool = False
 
 
 def stats_path(out: Path) -> Path:

@@ -8,8 +8,6 @@ nearest demonstrations) and ``random`` (a uniform pair, seeded).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -22,6 +20,7 @@ from ddai.pipelines.pointer import vqa as vqa_eval
 from ddai.pipelines.pointer.store import EmbeddingStore, load_store
 from ddai.pipelines.pointer.world import QUERIES_FILE, load_world
 from ddai.trainer.pointer import decode
+from ddai.trainer.pointer.config import EvalConfig
 from ddai.trainer.pointer.generate import select_queries
 from ddai.trainer.pointer.model import WEIGHTS_FILE, PointerSelector, load_pointer
 
@@ -120,22 +119,6 @@ def summarize(
             }
         )
     return pl.DataFrame(rows)
-
-
-@dataclass(frozen=True)
-class EvalConfig:
-    store: Path
-    world: Path
-    models: tuple[tuple[str, Path], ...]  # (name, checkpoint); the first is the reference
-    split: str = "test"
-    num_beams: int = 5
-    vqa: str | None = None
-    metric: str = "vqa"
-    correct_threshold: float = vqa_eval.DEFAULT_THRESHOLD
-    seed: int = 0
-    out: Path | None = None  # folder for selections.parquet and summary.parquet
-    progress: bool = True
-    dry_run: bool = False  # count the VQA calls and their cost; evaluate nothing
 
 
 def run_eval(cfg: EvalConfig, *, vqa_model: Any = None) -> tuple[pl.DataFrame, dict[str, Any]]:

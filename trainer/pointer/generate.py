@@ -9,8 +9,7 @@ recorded. Output: the raw per-query JSONL of §2.1 and its manifest.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from dataclasses import asdict
 from typing import Any
 
 import torch
@@ -23,26 +22,8 @@ from ddai.pipelines.pointer.records import PointerCandidate
 from ddai.pipelines.pointer.store import EmbeddingStore, load_store
 from ddai.pipelines.pointer.world import DEMOS_FILE, QUERIES_FILE, load_world
 from ddai.trainer.pointer import decode
+from ddai.trainer.pointer.config import GenConfig, ProposalConfig
 from ddai.trainer.pointer.model import WEIGHTS_FILE, PointerSelector, load_pointer
-
-DEFAULT_TEMPERATURES = (0.7, 1.0, 1.3)
-
-
-@dataclass(frozen=True)
-class ProposalConfig:
-    """How many pointers of each kind to draw per query (before de-duplication)."""
-
-    num_beams: int = 5
-    temperatures: tuple[float, ...] = DEFAULT_TEMPERATURES
-    n_per_temp: int = 2
-    num_random: int = 2
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        if self.num_beams < 0 or self.n_per_temp < 0 or self.num_random < 0:
-            raise ValueError("num_beams, n_per_temp and num_random must be >= 0")
-        if any(t <= 0 for t in self.temperatures):
-            raise ValueError(f"temperatures must be > 0, got {self.temperatures}")
 
 
 @torch.no_grad()
@@ -101,22 +82,6 @@ def propose(
                 )
         col += ptr.shape[1]
     return [records.dedupe_candidates(c) for c in out]
-
-
-@dataclass(frozen=True)
-class GenConfig:
-    store: Path
-    world: Path
-    model: Path
-    out: Path
-    proposal: ProposalConfig = ProposalConfig()
-    split: str | None = "train"  # queries of this split (None: all)
-    vqa: str | None = None  # VQAModel backend name (None: flag/env/config/local simulator)
-    metric: str = "vqa"  # vqa | anls | em
-    correct_threshold: float = vqa_eval.DEFAULT_THRESHOLD
-    force: bool = False
-    progress: bool = True
-    dry_run: bool = False  # count the VQA calls and their cost; write nothing
 
 
 def select_queries(

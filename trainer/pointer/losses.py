@@ -16,11 +16,10 @@ import torch
 from torch import Tensor
 
 from ddai.trainer import rlmath
+from ddai.trainer.pointer import config
+from ddai.trainer.pointer.config import CORRECTNESS_MODES
 
 Metrics = dict[str, float]
-
-CORRECTNESS_MODES = ("01", "pm1")
-QUALITY_SOURCES = ("none", "beam", "logprob")
 
 
 def _lookup(table: dict[str, Any], name: str, what: str) -> Any:
@@ -79,6 +78,7 @@ NORMALIZERS: dict[str, Callable[[Tensor, Tensor], Tensor]] = {
     "minmax": _minmax,
     "none": _identity,
 }
+assert tuple(NORMALIZERS) == config.NORMALIZERS  # the names the config accepts, one each
 
 
 def group_normalize(rewards: Tensor, group_ids: Tensor, method: str = "zscore") -> Tensor:

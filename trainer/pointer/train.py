@@ -6,14 +6,14 @@ Batches are whole query groups (``batch_queries`` queries with all their candida
 group-relative quantities (RCE weights) are exact inside a batch; advantages are computed once
 per phase over all rows.
 
-Longer than 400 lines because the pointer's phases (supervised warm-up, RCE, GRPO, REINFORCE++)
-share one loop, its batching, evaluation and checkpoints.
+The settings (``PointerTrainConfig``, ``OptimConfig``, ``RLConfig``, the phase grammar) live in
+``ddai.trainer.pointer.config``.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,13 @@ from ddai.pipelines.pointer.store import load_store
 from ddai.pipelines.pointer.world import load_world
 from ddai.pipelines.progress import bar
 from ddai.trainer.pointer import losses
+from ddai.trainer.pointer.config import (
+    RL_MODES,
+    OptimConfig,
+    PointerTrainConfig,
+    RLConfig,
+    parse_phases,  # noqa: F401  (re-exported: the phases grammar is part of this entry)
+)
 from ddai.trainer.pointer.data import GroupedRows, grouped_rows, label_pointers, nearest_labels
 from ddai.trainer.pointer.model import (
     WEIGHTS_FILE,
@@ -34,67 +41,6 @@ from ddai.trainer.pointer.model import (
     load_pointer,
     save_pointer,
 )
-
-RL_MODES = ("rce", "grpo", "reinforcepp")
-MODES = ("sft", *RL_MODES)
-OLD_LOGP_SOURCES = ("stored", "phase", "epoch")
-
-
-def parse_phases(text: str) -> list[tuple[str, int]]:
-    """``"rce:1,grpo:3"`` → ``[("rce", 1), ("grpo", 3)]`` (a bare mode means 1 epoch)."""
-    phases = []
-    for part in (p.strip() for p in text.split(",") if p.strip()):
-        mode, _, epochs = part.partition(":")
-        if mode not in MODES:
-            raise ValueError(
-                f"unknown training mode {mode!r} in phases {text!r}; known: {', '.join(MODES)}"
-            )
-        try:
-            n = int(epochs) if epochs else 1
-        except ValueError:
-            raise ValueError(f"phase {part!r}: epochs must be an integer, e.g. {mode}:2") from None
-        if n < 1:
-            raise ValueError(f"phase {part!r}: epochs must be >= 1")
-        phases.append((mode, n))
-    if not phases:
-        raise ValueError("no phases given; e.g. --phases rce:1,grpo:3")
-    if ("sft" in {m for m, _ in phases}) and len(phases) > 1:
-        raise ValueError("sft trains from labels and cannot share a run with RL phases")
-    return phases
-
-
-@dataclass(frozen=True)
-class OptimConfig:
-    lr: float = 1e-3  # Adam learning rate (seed: RL 3-10x below SFT)
-    weight_decay: float = 0.0
-    batch_queries: int = 32  # query groups per step
-    grad_clip: float = 1.0  # max grad norm (0: off)
-    seed: int = 0
-
-
-@dataclass(frozen=True)
-class RLConfig:
-    norm: str = "zscore"  # reward normalization within a query: zscore | minmax | none
-    adv_clip: float = 5.0  # advantages clipped to ±adv_clip
-    clip_eps: float = 0.2  # PPO ratio clip
-    kl_coef: float = 0.0  # weight of the k3 KL penalty against the old policy
-    rce_t_start: float = 2.0  # RCE temperature at the first step of its phase
-    rce_t_end: float = 0.5  # ... at the last step
-    # π_old of the ratio: "stored" logprob_score (the generating model, fixed for the run, seed
-    # §4.4.2) or the policy itself at the start of each "phase" / "epoch" (iterated PPO over the
-    # fixed candidates; on the fixtures "stored" keeps the policy within one clip width of SFT)
-    old_logp: str = "epoch"
-    reinforcepp_clip: bool = True  # REINFORCE++ with the ratio clip ("light PPO"); else plain
-
-    def __post_init__(self) -> None:
-        if self.norm not in losses.NORMALIZERS:
-            raise ValueError(
-                f"unknown normalization {self.norm!r}; known: {', '.join(losses.NORMALIZERS)}"
-            )
-        if self.old_logp not in OLD_LOGP_SOURCES:
-            raise ValueError(
-                f"unknown old_logp source {self.old_logp!r}; known: {', '.join(OLD_LOGP_SOURCES)}"
-            )
 
 
 def _step(
@@ -279,34 +225,6 @@ def fit_rl(
 
 
 # ---------------------------------------------------------------- the command
-
-
-@dataclass(frozen=True)
-class PointerTrainConfig:
-    store: Path  # embedding store
-    out: Path  # checkpoint folder to write
-    phases: tuple[tuple[str, int], ...]  # e.g. (("sft", 30),) or (("rce", 1), ("grpo", 3))
-    world: Path | None = None  # sft: world folder with sft_labels.jsonl and the splits
-    data: Path | None = None  # rl: processed Parquet from `ddai pointer process`
-    init: Path | None = None  # start from this checkpoint (rl: required)
-    split: str = "train"  # sft: train on labeled queries of this split
-    d_model: int = 64
-    scoring: str = "bilinear"
-    optim: OptimConfig = OptimConfig()
-    rl: RLConfig = field(default_factory=RLConfig)
-    progress: bool = True
-
-    @property
-    def is_sft(self) -> bool:
-        return self.phases[0][0] == "sft"
-
-    def check(self) -> None:
-        if self.is_sft and self.world is None:
-            raise ValueError("--mode sft needs --world (the folder with sft_labels.jsonl)")
-        if not self.is_sft and (self.data is None or self.init is None):
-            raise ValueError(
-                "RL phases need --data (from `ddai pointer process`) and --init (the SFT checkpoint)"
-            )
 
 
 def run_train(cfg: PointerTrainConfig) -> dict[str, Any]:

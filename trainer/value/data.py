@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import bisect
 import hashlib
-import itertools
 import random
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -28,8 +27,8 @@ import torch
 from torch import Tensor
 
 from ddai.pipelines import schema, tags
+from ddai.trainer.value.config import TARGETS, parse_bins
 
-TARGETS = ("success", "reward")
 # Drop reasons (counted).
 NO_TURNS = "no turns"
 PROMPT_TOO_LONG = "prompt longer than max_length"
@@ -326,19 +325,6 @@ def success_rates(uids: Sequence[str], success: Sequence[bool]) -> dict[str, flo
         n[u] = n.get(u, 0) + 1
         s[u] = s.get(u, 0) + int(ok)
     return {u: s[u] / n[u] for u in n}
-
-
-def parse_bins(edges: Sequence[float], weights: Sequence[float]) -> None:
-    """Check difficulty bins: edges strictly increasing inside (0, 1), one weight per bin, ≥ 0."""
-    if len(weights) != len(edges) + 1:
-        raise ValueError(
-            f"--bin-weights needs one weight per bin: {len(edges)} edge(s) make {len(edges) + 1} "
-            f"bins, got {len(weights)} weight(s)"
-        )
-    if any(not 0 < e < 1 for e in edges) or any(b <= a for a, b in itertools.pairwise(edges)):
-        raise ValueError(f"--bin-edges must increase strictly inside (0, 1), got {list(edges)}")
-    if any(w < 0 for w in weights) or not any(w > 0 for w in weights):
-        raise ValueError(f"--bin-weights must be >= 0 with one > 0, got {list(weights)}")
 
 
 def bin_weights(

@@ -20,6 +20,19 @@ from ddai.trainer.value.data import (
     success_rates,
 )
 
+ROLLOUT_COLUMNS = (
+    "run_id",
+    "uid",
+    "rollout_idx",
+    "question",
+    "response",
+    "turns",
+    "judge_score",
+    "format_ok",
+    "reward",
+)
+"""The rollout-log columns a value head reads (training and scoring)."""
+
 
 def read_rows(cfg: Any) -> list[dict[str, Any]]:
     """The rollout-log rows a value head trains on (``cfg.logs``, ``cfg.runs``)."""
@@ -30,18 +43,7 @@ def read_rows(cfg: Any) -> list[dict[str, Any]]:
         raise FileNotFoundError(
             f"log store {logs} does not exist; pass --logs or ingest a run first"
         )
-    cols = [
-        "run_id",
-        "uid",
-        "rollout_idx",
-        "question",
-        "response",
-        "turns",
-        "judge_score",
-        "format_ok",
-        "reward",
-    ]
-    return read_rollouts(logs, cfg.runs, columns=cols).to_pylist()
+    return read_rollouts(logs, cfg.runs, columns=list(ROLLOUT_COLUMNS)).to_pylist()
 
 
 def prompt_messages(data: Path | None) -> dict[str, list[dict[str, str]]] | None:

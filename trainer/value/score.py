@@ -24,41 +24,11 @@ import torch
 from ddai.pipelines import schema, store, workspace
 from ddai.trainer.runtime.metrics_log import device
 from ddai.trainer.value import losses as vl
+from ddai.trainer.value.config import ValueScoreConfig
 from ddai.trainer.value.data import tokenize_rollouts
 from ddai.trainer.value.model import load_value_model
-from ddai.trainer.value.rows import prompt_messages
+from ddai.trainer.value.rows import ROLLOUT_COLUMNS, prompt_messages
 from ddai.trainer.value.train import sequence_values
-
-
-@dataclass
-class ValueScoreConfig:
-    """One scoring pass; every field has a flag in ``ddai value score``."""
-
-    checkpoint: Path
-    """A value checkpoint (``ddai train value --out-dir``)."""
-    logs: Path | None = None
-    runs: list[str] | None = None
-    """Runs to score (default: every run in the store)."""
-    out_run: str | None = None
-    """Write the scored rows as this new run (one ``--run`` only); default: replace each run."""
-    data: Path | None = None
-    """Prompt set (verl RL parquet) to rebuild the prompts exactly (as in training)."""
-    system_prompt: Path | None = None
-    """Text file of the Searcher system prompt (default: the bundled DDAI prompt)."""
-    success_threshold: float = 1.0
-    batch_size: int = 16
-    max_length: int = 2048
-    obs_max_tokens: int = 256
-    dtype: str = "float32"
-    progress: bool = True
-
-    def check(self) -> None:
-        if self.out_run is not None:
-            store.check_run_id(self.out_run)
-            if not self.runs or len(self.runs) != 1:
-                raise ValueError("--out-run writes one run: name exactly one --run to score")
-        if self.batch_size < 1 or self.max_length < 1:
-            raise ValueError("--batch-size and --max-length must be >= 1")
 
 
 @dataclass
@@ -108,18 +78,7 @@ def score_table(
     advance: Any,
 ) -> tuple[pa.Table, dict[str, Any]]:
     """Score one run's rollouts; returns the table with turn values and the counts."""
-    rows = table.select(
-        [
-            "run_id",
-            "uid",
-            "rollout_idx",
-            "question",
-            "response",
-            "turns",
-            "judge_score",
-            "format_ok",
-        ]
-    ).to_pylist()
+    rows = table.select(list(ROLLOUT_COLUMNS)).to_pylist()
     data = tokenize_rollouts(
         rows,
         tok,

@@ -23,7 +23,7 @@ checkpoint whose trunk is that policy), ``metrics.jsonl`` (``joint/weighted_ce``
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +33,9 @@ from torch import Tensor, nn
 from ddai.trainer.runtime.metrics_log import METRICS_FILE, MetricsLog
 from ddai.trainer.value import losses as vl
 from ddai.trainer.value import sft_math as vsm
-from ddai.trainer.value.data import TARGETS, Batch, collate, parse_bins
+from ddai.trainer.value.config import ValueSFTConfig
+from ddai.trainer.value.data import Batch, collate
+from ddai.trainer.value.loop import fit_steps
 from ddai.trainer.value.model import (
     HEAD_FILE,
     TRUNK_DIR,
@@ -46,75 +48,6 @@ from ddai.trainer.value.model import (
 from ddai.trainer.value.rows import Split
 
 CRITIC_DIR = "critic"
-
-
-@dataclass
-class ValueSFTConfig:
-    """One joint-stage run; every field has a flag in ``ddai train value-sft``. Defaults are
-    seed 004's ``verifiable_mc_hybrid.yaml``."""
-
-    model: str
-    """The policy: a causal LM folder or hub id."""
-    critic: str
-    """A value checkpoint (``ddai train value``); its head type is read from it."""
-    output_dir: Path
-    logs: Path | None = None
-    runs: list[str] | None = None
-    data: Path | None = None
-    system_prompt: Path | None = None
-    trunk_lr: float = 1e-5
-    head_lr: float = 1e-4
-    weight_decay: float = 0.0
-    max_grad_norm: float = 0.5
-    value_loss_coef: float = 0.05
-    pairwise_coef: float = 1.0
-    mc_coef: float = 0.5
-    beta: float = 1.0
-    weight_clip_min: float = 0.1
-    weight_clip_max: float = 2.0
-    gamma: float = 1.0
-    lam: float = 1.0
-    value_trunk_grad: bool = True
-    """Seed: ``num_unfrozen_layers: 2`` > 0, so the value loss reaches the trunk."""
-    target: str = "success"
-    success_threshold: float = 1.0
-    max_pairs_per_problem: int = 25
-    bin_edges: list[float] = field(default_factory=list)
-    bin_weights: list[float] = field(default_factory=list)
-    val_fraction: float = 0.2
-    batch_size: int = 8
-    max_steps: int = 200
-    eval_steps: int = 50
-    eval_batch_size: int = 16
-    max_length: int = 2048
-    obs_max_tokens: int = 256
-    grad_accum: int = 1
-    dtype: str = "float32"
-    seed: int = 42
-    progress: bool = True
-
-    @property
-    def weights_cfg(self) -> vsm.TDWeightConfig:
-        return vsm.TDWeightConfig(
-            self.beta, self.weight_clip_min, self.weight_clip_max, self.gamma, self.lam
-        )
-
-    def check(self) -> None:
-        """Fail on bad settings before any model is loaded; messages name the flag."""
-        self.weights_cfg.check()
-        if self.target not in TARGETS:
-            raise ValueError(f"--target {self.target!r}: use one of {', '.join(TARGETS)}")
-        if self.value_loss_coef < 0 or self.pairwise_coef < 0 or self.mc_coef < 0:
-            raise ValueError("--value-loss-coef, --pairwise-coef and --mc-coef must be >= 0")
-        if not (self.pairwise_coef or self.mc_coef):
-            raise ValueError("--pairwise-coef and --mc-coef must not both be 0")
-        for name in ("batch_size", "max_steps", "eval_steps", "eval_batch_size", "max_length"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
-        if self.grad_accum < 1:
-            raise ValueError("--grad-accum must be >= 1")
-        if self.bin_edges or self.bin_weights:
-            parse_bins(self.bin_edges, self.bin_weights)
 
 
 class JointModel(nn.Module):
@@ -255,7 +188,6 @@ class ValueSFTResult:
 def train_value_sft(cfg: ValueSFTConfig) -> ValueSFTResult:
     """Run the joint stage and save the policy to ``output_dir`` and the critic to ``critic/``."""
     from ddai.pipelines.distill.rebuild import load_system_prompt
-    from ddai.pipelines.progress import bar
     from ddai.trainer.runtime import accel
     from ddai.trainer.value.data import tokenize_rollouts
     from ddai.trainer.value.rows import prompt_messages, read_rows, split_data
@@ -294,7 +226,6 @@ def train_value_sft(cfg: ValueSFTConfig) -> ValueSFTResult:
         model.param_groups(trunk_lr=cfg.trunk_lr, head_lr=cfg.head_lr),
         weight_decay=cfg.weight_decay,
     )
-    params = [p for g in opt.param_groups for p in g["params"]]
     model, opt = acc.prepare(model, opt)
     bare: JointModel = acc.unwrap_model(model)
     out = Path(cfg.output_dir)
@@ -306,40 +237,22 @@ def train_value_sft(cfg: ValueSFTConfig) -> ValueSFTResult:
             return {}
         return evaluate(bare, data.val, data.val_pairs, pad_id, batch_size=cfg.eval_batch_size)  # type: ignore[arg-type]
 
-    eval_before = eval_after = held_out()
+    eval_before = held_out()
     if main:
         log.log(0, eval_before)
-    gen = torch.Generator().manual_seed(cfg.seed)
-    accel.rank_seed(cfg.seed, acc)
-    B, world, rank = cfg.batch_size, acc.num_processes, acc.process_index
-    history: list[dict[str, float]] = []
-    model.train()
-    with bar("value-sft", cfg.max_steps, enabled=cfg.progress and main) as advance:
-        for step in range(1, cfg.max_steps + 1):
-            draw = torch.multinomial(
-                data.weights, B * world * cfg.grad_accum, replacement=True, generator=gen
-            )
-            seen = []
-            for micro in range(cfg.grad_accum):
-                start = (micro * world + rank) * B
-                with acc.accumulate(model):
-                    loss, m = step_loss(model, data, draw[start : start + B].tolist(), cfg, pad_id)
-                    acc.backward(loss)
-                    if cfg.max_grad_norm > 0 and acc.sync_gradients:
-                        acc.clip_grad_norm_(params, cfg.max_grad_norm)
-                    opt.step()
-                    opt.zero_grad(set_to_none=True)
-                seen.append(m)
-            metrics = accel.mean_metrics(
-                {k: sum(s[k] for s in seen) / len(seen) for k in seen[0]}, acc
-            )
-            history.append(metrics)
-            if step % cfg.eval_steps == 0 or step == cfg.max_steps:
-                eval_after = held_out()
-                metrics.update(eval_after)
-            if main:
-                log.log(step, metrics)
-            advance(1)
+    history, eval_after = fit_steps(
+        model=model,
+        opt=opt,
+        acc=acc,
+        data=data,
+        cfg=cfg,
+        step_loss=step_loss,
+        pad_id=pad_id,
+        grad_clip=cfg.max_grad_norm,
+        held_out=held_out,
+        log=log,
+        label="value-sft",
+    )
     acc.wait_for_everyone()
     critic_dir = out / CRITIC_DIR
     if main:

@@ -14,7 +14,7 @@ the checkpoint to ``<out>`` (``ddai.trainer.value.model``).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,14 +22,14 @@ import torch
 
 from ddai.trainer.runtime.metrics_log import METRICS_FILE, MetricsLog
 from ddai.trainer.value import losses as vl
+from ddai.trainer.value.config import ValueTrainConfig
 from ddai.trainer.value.data import (
-    TARGETS,
     Batch,
     TokenRollout,
     collate,
-    parse_bins,
     tokenize_rollouts,
 )
+from ddai.trainer.value.loop import fit_steps
 from ddai.trainer.value.model import (
     ValueModel,
     is_value_checkpoint,
@@ -37,76 +37,6 @@ from ddai.trainer.value.model import (
     new_value_model,
 )
 from ddai.trainer.value.rows import Split, prompt_messages, read_rows, split_data
-
-
-@dataclass
-class ValueTrainConfig:
-    """One value-head run; every field has a flag in ``ddai train value``."""
-
-    model: str
-    """A causal LM folder or hub id (a fresh head on its trunk), or a value checkpoint to continue."""
-    output_dir: Path
-    logs: Path | None = None
-    """Log store (default: the workspace's)."""
-    runs: list[str] | None = None
-    """Runs to learn from (default: every run)."""
-    data: Path | None = None
-    """Prompt set (verl RL parquet) whose chat prompts rebuild the texts exactly; default: the
-    system prompt and each row's question."""
-    system_prompt: Path | None = None
-    """Text file of the Searcher system prompt (default: the bundled DDAI prompt)."""
-    head: str | None = None
-    """``linear`` or ``mlp``; default linear for a new head, the checkpoint's when continuing."""
-    unfreeze: int = 2
-    """Top trunk layers that train (0: head only, on detached hidden states)."""
-    dropout: float = 0.1
-    """Dropout of the MLP head."""
-    trunk_lr: float = 1e-5
-    head_lr: float = 1e-4
-    weight_decay: float = 0.0
-    pairwise_coef: float = 1.0
-    mc_coef: float = 0.5
-    """Seed 004's hybrid: pairwise 1.0, MC 0.5."""
-    target: str = "success"
-    """MC target: ``success`` (1/0) or the logged ``reward``."""
-    success_threshold: float = 1.0
-    max_pairs_per_problem: int = 25
-    bin_edges: list[float] = field(default_factory=list)
-    """Success-rate bin edges for difficulty weighting (empty: uniform pairs)."""
-    bin_weights: list[float] = field(default_factory=list)
-    val_fraction: float = 0.2
-    batch_size: int = 8
-    """Pairs per step and process (rollouts when ``pairwise_coef`` is 0)."""
-    max_steps: int = 200
-    eval_steps: int = 50
-    eval_batch_size: int = 16
-    max_length: int = 2048
-    obs_max_tokens: int = 256
-    grad_accum: int = 1
-    """Micro-batches of ``batch_size`` per optimizer step (``Accelerator.accumulate``)."""
-    grad_clip: float = 1.0
-    dtype: str = "float32"
-    seed: int = 0
-    progress: bool = True
-
-    def check(self) -> None:
-        """Fail on bad settings before any model is loaded; messages name the flag."""
-        if self.target not in TARGETS:
-            raise ValueError(f"--target {self.target!r}: use one of {', '.join(TARGETS)}")
-        if self.pairwise_coef < 0 or self.mc_coef < 0 or not (self.pairwise_coef or self.mc_coef):
-            raise ValueError("--pairwise-coef and --mc-coef must be >= 0 and not both 0")
-        for name in (
-            "batch_size",
-            "max_steps",
-            "eval_steps",
-            "eval_batch_size",
-            "max_length",
-            "grad_accum",
-        ):
-            if getattr(self, name) < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
-        if self.bin_edges or self.bin_weights:
-            parse_bins(self.bin_edges, self.bin_weights)
 
 
 @dataclass
@@ -287,7 +217,6 @@ def train_value(cfg: ValueTrainConfig) -> ValueTrainResult:
         model.param_groups(trunk_lr=cfg.trunk_lr, head_lr=cfg.head_lr),
         weight_decay=cfg.weight_decay,
     )
-    params = [p for g in opt.param_groups for p in g["params"]]
     model, opt = acc.prepare(model, opt)
     bare = acc.unwrap_model(model)
     log = MetricsLog(Path(cfg.output_dir) / METRICS_FILE) if main else None
@@ -299,44 +228,23 @@ def train_value(cfg: ValueTrainConfig) -> ValueTrainResult:
             return {}
         return evaluate(bare, data.val, data.val_pairs, pad_id, batch_size=cfg.eval_batch_size)
 
-    eval_before = eval_after = held_out()
+    eval_before = held_out()
     if main:
         log.log(0, eval_before)
-    # One draw per optimizer step of the global batch (batch_size × processes × grad_accum) from
-    # the shared seed, each micro-batch of each rank a slice of it: the data a step sees does not
-    # depend on how it is split. Dropout, the only randomness inside a rank, gets the rank's seed.
-    gen = torch.Generator().manual_seed(cfg.seed)
-    accel.rank_seed(cfg.seed, acc)
-    B, world, rank = cfg.batch_size, acc.num_processes, acc.process_index
-    losses: list[float] = []
-    model.train()
-    with bar("value head", cfg.max_steps, enabled=cfg.progress and main) as advance:
-        for step in range(1, cfg.max_steps + 1):
-            draw = torch.multinomial(
-                data.weights, B * world * cfg.grad_accum, replacement=True, generator=gen
-            )
-            seen = []
-            for micro in range(cfg.grad_accum):
-                start = (micro * world + rank) * B
-                with acc.accumulate(model):
-                    loss, micro_metrics = step_loss(
-                        model, data, draw[start : start + B].tolist(), cfg, pad_id
-                    )
-                    acc.backward(loss)  # divided by grad_accum
-                    if cfg.grad_clip > 0 and acc.sync_gradients:
-                        acc.clip_grad_norm_(params, cfg.grad_clip)
-                    opt.step()  # a no-op until the last micro-batch
-                    opt.zero_grad(set_to_none=True)
-                seen.append(micro_metrics)
-            metrics = {k: sum(m[k] for m in seen) / len(seen) for k in seen[0]}
-            metrics = accel.mean_metrics(metrics, acc)
-            losses.append(metrics["value/loss"])
-            if step % cfg.eval_steps == 0 or step == cfg.max_steps:
-                eval_after = held_out()
-                metrics.update(eval_after)
-            if main:
-                log.log(step, metrics)
-            advance(1)
+    history, eval_after = fit_steps(
+        model=model,
+        opt=opt,
+        acc=acc,
+        data=data,
+        cfg=cfg,
+        step_loss=step_loss,
+        pad_id=pad_id,
+        grad_clip=cfg.grad_clip,
+        held_out=held_out,
+        log=log,
+        label="value head",
+    )
+    losses = [m["value/loss"] for m in history]
     acc.wait_for_everyone()
     if main:
         save_value_model(bare, tok, cfg.output_dir, source=cfg.model)

@@ -1,0 +1,82 @@
+"""The value commands' configs (``ddai.trainer.value.config``): one definition of each shared
+field, each command's own defaults, and the checks the library makes before loading a model."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+
+import pytest
+
+from ddai.trainer.value.config import (
+    ValueFitConfig,
+    ValueRowsConfig,
+    ValueScoreConfig,
+    ValueSFTConfig,
+    ValueTrainConfig,
+)
+
+
+def _own_fields(cls: type) -> set[str]:
+    """Fields ``cls`` declares itself (its annotations), not inherited ones."""
+    return set(inspect.get_annotations(cls))
+
+
+def test_shared_fields_are_declared_once_in_the_bases():
+    fit = {f.name for f in dataclasses.fields(ValueFitConfig)}
+    assert {"trunk_lr", "pairwise_coef", "bin_edges", "grad_accum", "max_length"} <= fit
+    # the two trainings restate nothing of the base but the seed value-sft documents
+    assert _own_fields(ValueTrainConfig) & fit == set()
+    assert _own_fields(ValueSFTConfig) & fit == {"seed"}
+    assert _own_fields(ValueScoreConfig) & {f.name for f in dataclasses.fields(ValueRowsConfig)} == set()  # fmt: skip
+
+
+def test_each_command_keeps_its_defaults():
+    train = ValueTrainConfig(model="m", output_dir="o")
+    sft = ValueSFTConfig(model="m", critic="c", output_dir="o")
+    score = ValueScoreConfig(checkpoint="c")
+    assert (train.seed, sft.seed) == (0, 42)  # seed 004's data_sampling.seed for the joint stage
+    assert (train.grad_clip, sft.max_grad_norm) == (1.0, 0.5)
+    assert (train.batch_size, sft.batch_size, score.batch_size) == (8, 8, 16)
+    assert (train.max_length, sft.max_length, score.max_length) == (2048, 2048, 2048)
+
+
+@pytest.mark.parametrize(
+    ("over", "match"),
+    [
+        ({"data": "missing.parquet"}, "--data missing.parquet"),
+        ({"system_prompt": "missing.txt"}, "--system-prompt missing.txt"),
+        ({"target": "nope"}, "--target 'nope'"),
+        ({"pairwise_coef": 0.0, "mc_coef": 0.0}, "not both 0"),
+        ({"val_fraction": 1.0}, "--val-fraction"),
+        ({"grad_accum": 0}, "--grad-accum must be >= 1"),
+        ({"max_length": 0}, "--max-length must be >= 1"),
+        ({"bin_edges": [0.5], "bin_weights": [1.0]}, "--bin-weights needs one weight per bin"),
+        ({"head": "cnn"}, "--head 'cnn'"),
+        ({"unfreeze": -1}, "--unfreeze -1"),
+    ],
+)
+def test_train_value_refuses_bad_settings_before_loading(over, match, tmp_path):
+    from ddai.trainer.value.train import train_value
+
+    cfg = ValueTrainConfig(model=str(tmp_path / "no-model"), output_dir=tmp_path / "o", **over)
+    with pytest.raises((ValueError, FileNotFoundError), match=match):
+        train_value(cfg)
+    assert not (tmp_path / "o").exists()
+
+
+def test_value_sft_refuses_a_negative_value_loss_coef_and_bad_weights(tmp_path):
+    from ddai.trainer.value.sft import train_value_sft
+
+    base = {"model": "m", "critic": "c", "output_dir": tmp_path / "o"}
+    with pytest.raises(ValueError, match="--value-loss-coef"):
+        train_value_sft(ValueSFTConfig(**base, value_loss_coef=-1.0))
+    with pytest.raises(ValueError, match="--beta"):
+        train_value_sft(ValueSFTConfig(**base, beta=0.0))
+
+
+def test_value_score_refuses_a_missing_checkpoint_on_the_library_entry(tmp_path):
+    from ddai.trainer.value.score import score_runs
+
+    with pytest.raises(FileNotFoundError, match=r"--checkpoint .* not found; train one"):
+        score_runs(ValueScoreConfig(checkpoint=tmp_path / "none", logs=tmp_path))

@@ -1,0 +1,282 @@
+"""The pointer selector's configs (seed 002): generation, processing, training, evaluation.
+
+One definition of each setting: each field's docstring is its ``ddai pointer`` flag's help and
+its default the flag's default (``ddai_cli/pointer.py`` reads both), and every check of a
+setting lives in its config (``__post_init__`` or ``check``), so the library refuses what the CLI
+refuses. The phase-dependent optimiser defaults (SFT learns faster than the RL phases) are
+``SFT_OPTIM`` / ``RL_OPTIM``, resolved by ``optim_for``. Torch-free, so that the CLI can read these
+without loading torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from ddai.pipelines.pointer.vqa import DEFAULT_THRESHOLD
+
+CORRECTNESS_MODES = ("01", "pm1")
+QUALITY_SOURCES = ("none", "beam", "logprob")
+NORMALIZERS = ("zscore", "minmax", "none")
+"""Reward normalizations within a query (``losses.NORMALIZERS`` implements each one)."""
+RL_MODES = ("rce", "grpo", "reinforcepp")
+MODES = ("sft", *RL_MODES)
+OLD_LOGP_SOURCES = ("stored", "phase", "epoch")
+DEFAULT_TEMPERATURES = (0.7, 1.0, 1.3)
+
+
+# ---------------------------------------------------------------- ddai pointer gen
+
+
+@dataclass(frozen=True)
+class ProposalConfig:
+    """How many pointers of each kind to draw per query (before de-duplication)."""
+
+    num_beams: int = 5
+    """Beam-search sequences per query."""
+    temperatures: tuple[float, ...] = DEFAULT_TEMPERATURES
+    """Sampling temperatures, comma-separated."""
+    n_per_temp: int = 2
+    """Samples per temperature per query."""
+    num_random: int = 2
+    """Uniform random pairs per query."""
+    seed: int = 0
+    """Seed of sampling and random pairs."""
+
+    def __post_init__(self) -> None:
+        if self.num_beams < 0 or self.n_per_temp < 0 or self.num_random < 0:
+            raise ValueError("num_beams, n_per_temp and num_random must be >= 0")
+        if any(t <= 0 for t in self.temperatures):
+            raise ValueError(f"temperatures must be > 0, got {self.temperatures}")
+
+
+@dataclass(frozen=True)
+class GenConfig:
+    store: Path
+    world: Path
+    model: Path
+    out: Path
+    proposal: ProposalConfig = ProposalConfig()
+    split: str | None = "train"
+    """Queries of this split ('all' for every query)."""
+    vqa: str | None = None  # VQAModel backend name (None: flag/env/config/local simulator)
+    metric: str = "vqa"  # vqa | vqa-sym | anls | em
+    correct_threshold: float = DEFAULT_THRESHOLD
+    force: bool = False
+    progress: bool = True
+    dry_run: bool = False  # count the VQA calls and their cost; write nothing
+
+
+# ---------------------------------------------------------------- ddai pointer process
+
+
+@dataclass(frozen=True)
+class RewardConfig:
+    """Seed 002 §3.4: reward = clip(alpha·quality + beta·correctness, ±clip)."""
+
+    alpha: float = 0.2
+    """Weight of the quality term."""
+    beta: float = 1.0
+    """Weight of the correctness term."""
+    correctness_mode: str = "pm1"
+    """Correctness as '01' (0/1) or 'pm1' (-1/+1)."""
+    quality: str = "none"
+    """Quality term: none, beam (beam_score) or logprob (logprob_score)."""
+    use_acc_score: bool = False
+    """Correctness from vqa_acc_score (soft) instead of vqa_correct."""
+    clip: float = 5.0
+    """Rewards are clipped to [-clip, clip]."""
+
+    def __post_init__(self) -> None:
+        if self.correctness_mode not in CORRECTNESS_MODES:
+            raise ValueError(
+                f"unknown correctness mode {self.correctness_mode!r}; known: {', '.join(CORRECTNESS_MODES)}"
+            )
+        if self.quality not in QUALITY_SOURCES:
+            raise ValueError(
+                f"unknown quality source {self.quality!r}; known: {', '.join(QUALITY_SOURCES)}"
+            )
+        if self.clip <= 0:
+            raise ValueError(f"reward clip must be > 0, got {self.clip}")
+
+
+@dataclass(frozen=True)
+class ProcessConfig:
+    raw: Path  # raw JSONL from `ddai pointer gen`
+    out: Path  # processed Parquet
+    reward: RewardConfig = RewardConfig()
+    force: bool = False
+
+
+# ---------------------------------------------------------------- ddai pointer train
+
+
+def parse_phases(text: str) -> list[tuple[str, int]]:
+    """``"rce:1,grpo:3"`` → ``[("rce", 1), ("grpo", 3)]`` (a bare mode means 1 epoch)."""
+    phases = []
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        mode, _, epochs = part.partition(":")
+        if mode not in MODES:
+            raise ValueError(
+                f"unknown training mode {mode!r} in phases {text!r}; known: {', '.join(MODES)}"
+            )
+        try:
+            n = int(epochs) if epochs else 1
+        except ValueError:
+            raise ValueError(f"phase {part!r}: epochs must be an integer, e.g. {mode}:2") from None
+        if n < 1:
+            raise ValueError(f"phase {part!r}: epochs must be >= 1")
+        phases.append((mode, n))
+    if not phases:
+        raise ValueError("no phases given; e.g. --phases rce:1,grpo:3")
+    if ("sft" in {m for m, _ in phases}) and len(phases) > 1:
+        raise ValueError("sft trains from labels and cannot share a run with RL phases")
+    return phases
+
+
+SFT_EPOCHS, RL_EPOCHS = 20, 30
+"""Epochs of a single ``--mode`` run without ``--epochs``."""
+
+
+def plan_phases(
+    mode: str | None, epochs: int | None, phases: str | None
+) -> tuple[tuple[str, int], ...]:
+    """The phases of a run given as ``--mode`` (with optional ``--epochs``: default sft 20, RL
+    30) or as ``--phases``; exactly one of the two."""
+    if (mode is None) == (phases is None):
+        raise ValueError(
+            "give exactly one of --mode (with --epochs) or --phases, e.g. --phases rce:3,grpo:30"
+        )
+    if phases is not None:
+        return tuple(parse_phases(phases))
+    return tuple(parse_phases(f"{mode}:{epochs or (SFT_EPOCHS if mode == 'sft' else RL_EPOCHS)}"))
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    lr: float = 1e-3
+    """Adam learning rate (seed 002: RL 3-10x below SFT)."""
+    weight_decay: float = 0.0
+    """L2 weight decay."""
+    batch_queries: int = 32
+    """Query groups per step."""
+    grad_clip: float = 1.0  # max grad norm (0: off)
+    seed: int = 0
+    """Seed of initialization and batch order."""
+
+
+SFT_OPTIM = OptimConfig(lr=3e-3, weight_decay=0.0, batch_queries=32)
+RL_OPTIM = OptimConfig(lr=1e-3, weight_decay=1e-2, batch_queries=8)
+
+
+def optim_for(
+    phases: tuple[tuple[str, int], ...],
+    *,
+    lr: float | None = None,
+    weight_decay: float | None = None,
+    batch_queries: int | None = None,
+    seed: int = OptimConfig.seed,
+) -> OptimConfig:
+    """The optimiser of a run: ``SFT_OPTIM`` or ``RL_OPTIM`` by its first phase, with the given
+    settings (not None) replacing their defaults."""
+    base = SFT_OPTIM if phases[0][0] == "sft" else RL_OPTIM
+    given = {"lr": lr, "weight_decay": weight_decay, "batch_queries": batch_queries}
+    return replace(base, seed=seed, **{k: v for k, v in given.items() if v is not None})
+
+
+@dataclass(frozen=True)
+class RLConfig:
+    norm: str = "zscore"
+    """Reward normalization within a query: zscore, minmax or none."""
+    adv_clip: float = 5.0
+    """Advantages are clipped to [-clip, clip]."""
+    clip_eps: float = 0.2
+    """PPO ratio clip (grpo, reinforcepp)."""
+    kl_coef: float = 0.0
+    """Weight of the KL penalty against the old policy."""
+    rce_t_start: float = 2.0
+    """RCE temperature at the phase's first step."""
+    rce_t_end: float = 0.5
+    """RCE temperature at the phase's last step."""
+    # π_old of the ratio: "stored" logprob_score (the generating model, fixed for the run, seed
+    # §4.4.2) or the policy itself at the start of each "phase" / "epoch" (iterated PPO over the
+    # fixed candidates; on the fixtures "stored" keeps the policy within one clip width of SFT)
+    old_logp: str = "epoch"
+    """π_old of the ratio: stored (logprob_score of the generating model, fixed), or the policy
+    recomputed at each phase or epoch start (iterated PPO over the fixed data)."""
+    reinforcepp_clip: bool = True
+    """REINFORCE++ with the clipped ratio (else plain -A·log π)."""
+
+    def __post_init__(self) -> None:
+        if self.norm not in NORMALIZERS:
+            raise ValueError(
+                f"unknown normalization {self.norm!r}; known: {', '.join(NORMALIZERS)}"
+            )
+        if self.old_logp not in OLD_LOGP_SOURCES:
+            raise ValueError(
+                f"unknown old_logp source {self.old_logp!r}; known: {', '.join(OLD_LOGP_SOURCES)}"
+            )
+
+
+@dataclass(frozen=True)
+class PointerTrainConfig:
+    store: Path  # embedding store
+    out: Path  # checkpoint folder to write
+    phases: tuple[tuple[str, int], ...]  # e.g. (("sft", 30),) or (("rce", 1), ("grpo", 3))
+    world: Path | None = None  # sft: world folder with sft_labels.jsonl and the splits
+    data: Path | None = None  # rl: processed Parquet from `ddai pointer process`
+    init: Path | None = None  # start from this checkpoint (rl: required)
+    split: str = "train"
+    """sft: train on labeled queries of this split."""
+    d_model: int = 64
+    """Hidden width of a new model."""
+    scoring: str = "bilinear"
+    """Scoring of a new model: bilinear or attention."""
+    optim: OptimConfig = OptimConfig()
+    rl: RLConfig = field(default_factory=RLConfig)
+    progress: bool = True
+
+    @property
+    def is_sft(self) -> bool:
+        return self.phases[0][0] == "sft"
+
+    def check(self) -> None:
+        if self.is_sft and self.world is None:
+            raise ValueError("--mode sft needs --world (the folder with sft_labels.jsonl)")
+        if not self.is_sft and (self.data is None or self.init is None):
+            raise ValueError(
+                "RL phases need --data (from `ddai pointer process`) and --init (the SFT checkpoint)"
+            )
+
+
+# ---------------------------------------------------------------- ddai pointer eval
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    store: Path
+    world: Path
+    models: tuple[tuple[str, Path], ...]  # (name, checkpoint); the first is the reference
+    split: str = "test"
+    """Held-out split to evaluate."""
+    num_beams: int = 5
+    """Beam width of the reference's beam-top-1 selector."""
+    vqa: str | None = None
+    metric: str = "vqa"
+    correct_threshold: float = DEFAULT_THRESHOLD
+    seed: int = 0
+    """Seed of the random-pair baseline."""
+    out: Path | None = None  # folder for selections.parquet and summary.parquet
+    progress: bool = True
+    dry_run: bool = False  # count the VQA calls and their cost; evaluate nothing
+
+
+def parse_models(specs: list[str]) -> tuple[tuple[str, Path], ...]:
+    """``NAME=CHECKPOINT`` specs (``--model sft=runs/sft``) as ``(name, path)`` pairs."""
+    models = []
+    for spec in specs:
+        name, sep, path = spec.partition("=")
+        if not sep or not name or not path:
+            raise ValueError(f"--model {spec!r}: write NAME=CHECKPOINT, e.g. --model sft=runs/sft")
+        models.append((name, Path(path)))
+    return tuple(models)

@@ -1,0 +1,75 @@
+"""The optimisation loop ``train value`` and ``train value-sft`` share: draw each step's global
+batch, accumulate its micro-batches, clip, step, average the metrics over the ranks, evaluate the
+held-out prompts and log (seed 004's sampling; the losses are each command's own)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from ddai.trainer.value.config import ValueFitConfig
+from ddai.trainer.value.rows import Split
+
+StepLoss = Callable[[Any, Split, list[int], Any, int], tuple[torch.Tensor, dict[str, float]]]
+
+
+def fit_steps(
+    *,
+    model: Any,
+    opt: torch.optim.Optimizer,
+    acc: Any,
+    data: Split,
+    cfg: ValueFitConfig,
+    step_loss: StepLoss,
+    pad_id: int,
+    grad_clip: float,
+    held_out: Callable[[], dict[str, float]],
+    log: Any,
+    label: str,
+) -> tuple[list[dict[str, float]], dict[str, float]]:
+    """Train ``cfg.max_steps`` optimizer steps; returns each step's metrics (averaged over
+    micro-batches and ranks, with the evaluation of that step when there was one) and the last
+    held-out evaluation. ``log`` is the main process's ``MetricsLog`` (None on other ranks)."""
+    from ddai.pipelines.progress import bar
+    from ddai.trainer.runtime import accel
+
+    params = [p for g in opt.param_groups for p in g["params"]]
+    main = acc.is_main_process
+    # One draw per optimizer step of the global batch (batch_size × processes × grad_accum) from
+    # the shared seed, each micro-batch of each rank a slice of it: the data a step sees does not
+    # depend on how it is split. Dropout, the only randomness inside a rank, gets the rank's seed.
+    gen = torch.Generator().manual_seed(cfg.seed)
+    accel.rank_seed(cfg.seed, acc)
+    B, world, rank = cfg.batch_size, acc.num_processes, acc.process_index
+    history: list[dict[str, float]] = []
+    evaluated: dict[str, float] = {}
+    model.train()
+    with bar(label, cfg.max_steps, enabled=cfg.progress and main) as advance:
+        for step in range(1, cfg.max_steps + 1):
+            draw = torch.multinomial(
+                data.weights, B * world * cfg.grad_accum, replacement=True, generator=gen
+            )
+            seen = []
+            for micro in range(cfg.grad_accum):
+                start = (micro * world + rank) * B
+                with acc.accumulate(model):
+                    loss, m = step_loss(model, data, draw[start : start + B].tolist(), cfg, pad_id)
+                    acc.backward(loss)  # divided by grad_accum
+                    if grad_clip > 0 and acc.sync_gradients:
+                        acc.clip_grad_norm_(params, grad_clip)
+                    opt.step()  # a no-op until the last micro-batch
+                    opt.zero_grad(set_to_none=True)
+                seen.append(m)
+            metrics = accel.mean_metrics(
+                {k: sum(s[k] for s in seen) / len(seen) for k in seen[0]}, acc
+            )
+            history.append(metrics)
+            if step % cfg.eval_steps == 0 or step == cfg.max_steps:
+                evaluated = held_out()
+                metrics.update(evaluated)
+            if main:
+                log.log(step, metrics)
+            advance(1)
+    return history, evaluated
