@@ -6,9 +6,12 @@ with ``bench_report``'s generator, its verl-shaped dataset, and the same rollout
 shapes (the phase-1 log, the flash reward log, the unified trajectory log). Then, best of
 ``--repeat``, each step three ways on the same data:
 
-- ddai: ``run_bucket`` / ``run_focus`` (round 1) / distill's selection and its selected full rows
-  (in a fresh process, for its peak RSS);
-- floor: one DuckDB query computing the same groups (``bench_funnel``'s);
+- ddai: ``run_bucket`` / ``run_focus`` (round 1) / distill's selection and its selected rows as
+  bounded Arrow batches (in a fresh process, for its peak RSS; once more with each batch turned
+  into Python rows, the SFT rebuild's input);
+- floor: DuckDB alone computing what the step produces (``bench_funnel``'s): the group-by, its
+  join to the dataset and the output files by ``COPY``; distill's selection and selected rows in
+  one query (DuckDB capped at ``--memory-limit``);
 - DDAI: the script's way: its whole log into Python objects, then pandas / Python grouping, its
   outputs written.
 
@@ -18,13 +21,13 @@ and the table says so rather than swapping the machine.
 
     python bench/bench_funnel_scale.py                  # 100,000 rollouts
     python bench/bench_funnel_scale.py --size 1m
-    python bench/bench_funnel_scale.py --size 10m       # the issue's scale (ddai and floor)
+    python bench/bench_funnel_scale.py --size 10m --store /tmp/funnel10m   # built once, reused
 """
 
 from __future__ import annotations
 
 import argparse
-import multiprocessing as mp
+import contextlib
 import sys
 import tempfile
 import time
@@ -32,14 +35,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import ddai_pandas
+import pyarrow.parquet as pq
 from bench_funnel import (
-    FLOOR_BUCKET,
-    FLOOR_FOCUS,
     RUN,
     _duck,
     best_of,
-    distill_selection,
-    floor_distill,
+    check_floor_bucket,
+    floor_bucket,
+    floor_focus,
+    in_fresh_process,
     make_dataset,
 )
 from bench_report import make_logs
@@ -49,34 +53,6 @@ from ddai.pipelines.funnel.bucket import BucketConfig, run_bucket
 from ddai.pipelines.funnel.focus import FocusConfig, run_focus
 
 SIZES = {"100k": 100_000, "1m": 1_000_000, "10m": 10_000_000}
-
-
-def _peak_mib() -> float:
-    """This process's peak RSS since its exec (``VmHWM``; ``ru_maxrss`` would carry the forking
-    parent's peak over into a spawned child)."""
-    with open("/proc/self/status", encoding="ascii") as fh:
-        for line in fh:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-def _child(name: str, logs: str, q: mp.Queue) -> None:
-    fn = {"ddai": distill_selection, "floor": floor_distill}[name]
-    t0 = time.perf_counter()
-    n = fn(Path(logs))
-    q.put((n, time.perf_counter() - t0, _peak_mib()))
-
-
-def in_fresh_process(name: str, logs: Path) -> tuple[int, float, float]:
-    """(rows, seconds, peak MiB) of one distill reader in a fresh interpreter."""
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    proc = ctx.Process(target=_child, args=(name, str(logs), q))
-    proc.start()
-    out = q.get()
-    proc.join()
-    return out
 
 
 def size_arg(text: str) -> int:
@@ -90,27 +66,46 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=2, help="timed repeats (best is kept)")
     ap.add_argument("--ddai-max-rollouts", type=size_arg, default="2000000")
     ap.add_argument("--dir", type=Path, default=None, help="scratch folder (default: a temp dir)")
+    ap.add_argument(
+        "--store",
+        type=Path,
+        default=None,
+        help="keep the generated store here and reuse it when it is already there (the 10M "
+        "store takes minutes to build); default: a temp dir, removed at the end",
+    )
+    ap.add_argument(
+        "--memory-limit",
+        default="4GB",
+        help="DuckDB's memory_limit for the floors (the 10M distill floor peaked at 11 GB "
+        "without one); '' for DuckDB's default",
+    )
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     n_prompts = max(1, args.size // args.n_agent)
     run_ddai = args.size <= args.ddai_max_rollouts
 
-    with tempfile.TemporaryDirectory(prefix="ddai-bench-scale-", dir=args.dir) as tmp:
-        root = Path(tmp)
+    with contextlib.ExitStack() as stack:
+        if args.store is None:
+            tmp = stack.enter_context(
+                tempfile.TemporaryDirectory(prefix="ddai-bench-scale-", dir=args.dir)
+            )
+        root = args.store or Path(tmp)
         logs, out, ddai_out = root / "logs", root / "out", root / "ddai"
-        ddai_out.mkdir()
+        ddai_out.mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter()
-        n = make_logs(logs, args.size, 1, args.n_agent, args.seed)
-        make_dataset(root / "dataset.parquet", n_prompts)
+        if not (root / "dataset.parquet").is_file():  # a store built before is reused
+            make_logs(logs, args.size, 1, args.n_agent, args.seed)
+            make_dataset(root / "dataset.parquet", n_prompts)
         files = [str(f) for f in store.parquet_files(logs, [RUN])]
+        n = sum(pq.read_metadata(f).num_rows for f in files)
+        assert n == args.size, f"{root} holds {n:,} rollouts, not {args.size:,}"
         what = ("phase1", "flash_rm_detail", "unified_trajectory") if run_ddai else ()
         inputs = ddai_pandas.write_inputs(files, root, what=what)
         print(f"setup: {n:,} rollouts, {n_prompts:,} prompts ({time.perf_counter() - t0:.1f}s)")
 
-        con = _duck()
-
-        def floor(sql: str):
-            return lambda: con.sql(sql, params={"files": files}).to_arrow_table()
+        memory_limit = args.memory_limit or None
+        con = _duck(memory_limit)
+        floor_out = root / "floor"
 
         bucket_cfg = BucketConfig(
             dataset=root / "dataset.parquet", out=out, logs=logs, runs=(RUN,), force=True
@@ -125,8 +120,9 @@ def main() -> None:
         )
         rows: list[tuple[str, float, float, float | None, str]] = []
         t_b = best_of(args.repeat, lambda: run_bucket(bucket_cfg))
-        t_bf = best_of(args.repeat, floor(FLOOR_BUCKET))
+        t_bf = best_of(args.repeat, lambda: floor_bucket(con, files, bucket_cfg.dataset, floor_out))
         sizes = run_bucket(bucket_cfg).summary
+        check_floor_bucket(sizes, floor_out)
         t_bd, note = None, f"not run above {args.ddai_max_rollouts:,} rollouts"
         if run_ddai:
             t_bd = best_of(
@@ -138,8 +134,14 @@ def main() -> None:
         rows.append(("curate bucket", t_b, t_bf, t_bd, note))
 
         t_f = best_of(args.repeat, lambda: run_focus(focus_cfg))
-        t_ff = best_of(args.repeat, floor(FLOOR_FOCUS))
+        floor_r1 = floor_out / "focused_round1.parquet"
+        t_ff = best_of(
+            args.repeat,
+            lambda: floor_focus(con, files, focus_cfg.bucket_a, focus_cfg.bucket_0, floor_r1),
+        )
         r1 = run_focus(focus_cfg).summary
+        assert pq.read_metadata(floor_r1).num_rows == r1["round 1"], "floor != focus"
+        con.close()
         t_fd, note = None, f"not run above {args.ddai_max_rollouts:,} rollouts"
         if run_ddai:
             hard_max = focus_cfg.hard_max
@@ -158,18 +160,23 @@ def main() -> None:
         rows.append(("curate focus (round 1)", t_f, t_ff, t_fd, note))
 
         picked, t_d, rss_d = in_fresh_process("ddai", logs)
-        picked_f, t_df, rss_f = in_fresh_process("floor", logs)
-        assert picked == picked_f, (picked, picked_f)
+        picked_f, t_df, rss_f = in_fresh_process("floor", logs, memory_limit)
+        picked_r, t_dr, rss_r = in_fresh_process("ddai+rows", logs)
+        assert picked == picked_f == picked_r, (picked, picked_f, picked_r)
         t_dd, note = None, f"not run above {args.ddai_max_rollouts:,} rollouts"
         if run_ddai:
-            t_dd = best_of(1, lambda: ddai_pandas.distill(inputs["unified_trajectory"]))
-            note = f"selected {ddai_pandas.distill(inputs['unified_trajectory']):,}"
+            t0 = time.perf_counter()  # once: minutes at 1M
+            n_dd = ddai_pandas.distill(inputs["unified_trajectory"])
+            t_dd = time.perf_counter() - t0
+            note = f"selected {n_dd:,}"
         rows.append(("distill selection", t_d, t_df, t_dd, note))
+        rows.append(("  + rows as Python", t_dr, t_df, t_dd, "(each batch to dicts, dropped)"))
 
     print(
         f"ddai: buckets B/A/0 {sizes['bucket B']:,} / {sizes['bucket A']:,} / "
         f"{sizes['bucket 0']:,}; round 1 {r1['round 1']:,}; distill selected {picked:,} "
-        f"(peak RSS ddai {rss_d:.0f} MiB, floor {rss_f:.0f} MiB)"
+        f"(peak RSS ddai {rss_d:.0f} MiB, with Python rows {rss_r:.0f} MiB, floor "
+        f"{rss_f:.0f} MiB)"
     )
     print(
         f"{'step':24}{'ddai s':>9}{'floor s':>9}{'DDAI s':>9}{'x floor':>9}{'DDAI/ddai':>11}  DDAI"

@@ -9,8 +9,10 @@ turns, retrieved and reference pages, judge / NDCG / reward). Then times:
 - the report: ``build_report`` end to end (per-rollout facts, every section, the page written).
 
 Printed: seconds and rollouts/s of each, the report's time as a ratio to the baseline measured in
-the same command, seconds per report stage, and the file size (plotly.js is ~4.8 MB of it; the
-rest is bounded by ``--browse-max``, not by the log size).
+the same command, the CPU seconds of each (this process, DuckDB's threads included) and their
+ratio, seconds per report stage, and the file size (plotly.js is ~4.8 MB of it; the browser's part
+is bounded by ``--browse-max``; the CSV lists and per-prompt charts grow with the prompts). On a
+machine shared with other jobs the wall ratio swings with their load; the CPU ratio much less.
 
     python bench/bench_report.py                      # 1,000,000 rollouts
     python bench/bench_report.py --rollouts 100000    # a quick look
@@ -183,9 +185,9 @@ def main() -> None:
         print(f"setup: {n:,} rollouts in {args.runs} runs ({time.perf_counter() - t0:.1f}s)")
 
         files = [str(f) for f in store.parquet_files(logs)]
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         _duck().execute(SCAN, {"files": files}).fetchall()
-        base = time.perf_counter() - t0
+        base, base_cpu = time.perf_counter() - t0, time.process_time() - c0
 
         cfg = ReportConfig(
             logs=logs,
@@ -194,13 +196,16 @@ def main() -> None:
             browse_max=args.browse_max,
             progress=False,
         )
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         res = build_report(cfg)
-        t_report = time.perf_counter() - t0
+        t_report, cpu_report = time.perf_counter() - t0, time.process_time() - c0
 
-    print(f"{'':24}{'seconds':>10}{'rollouts/s':>14}{'x scan':>9}")
-    for name, t in (("duckdb scan (baseline)", base), ("ddai report", t_report)):
-        print(f"{name:24}{t:10.3f}{n / t:14,.0f}{t / base:9.2f}")
+    print(f"{'':24}{'seconds':>10}{'rollouts/s':>14}{'x scan':>9}{'cpu s':>9}{'x scan':>9}")
+    for name, t, cpu in (
+        ("duckdb scan (baseline)", base, base_cpu),
+        ("ddai report", t_report, cpu_report),
+    ):
+        print(f"{name:24}{t:10.3f}{n / t:14,.0f}{t / base:9.2f}{cpu:9.2f}{cpu / base_cpu:9.2f}")
     print("stages: " + ", ".join(f"{k} {v:.2f}s" for k, v in res["timings"].items()))
     print(
         f"file size: {res['bytes'] / 1e6:.2f} MB ({res['browser rows']:,} rollouts in the browser)"

@@ -93,10 +93,14 @@ def ingest_cmd(
         uid_field=uid_field,
         dataset=dataset,
     )
+    from ddai.pipelines.store import StoreConflict
+
     try:
         result = ingest(cfg)
     except (FileNotFoundError, ValueError) as e:
         raise fail(str(e)) from e
+    except StoreConflict as e:  # an --append raced another with the same rollouts
+        raise fail(str(e), 1) from e
     data = {"log store": display(cfg.logs), **result.summary()}
     if as_json:  # what each run carries as counts of rollouts, not one line of text
         data["carries"] = {

@@ -81,6 +81,9 @@ class IngestResult:
     """Per run: what its rollouts carry (the partition manifest's counts)."""
     side_not_written: dict[str, int] = field(default_factory=dict)
     """Per run: side rows left out because the ingest replaced none of the run's rollouts."""
+    keys_checked: dict[str, set[str]] = field(default_factory=dict)
+    """Per run (``--append``): the committed files the duplicate check read (``store.stored_keys``;
+    a staged object-storage ingest checks the rest in its conditional commit)."""
 
     @property
     def rows_in(self) -> int:
@@ -267,8 +270,12 @@ def ingest(cfg: IngestConfig) -> IngestResult:
     sources_of: dict[str, list[dict[str, Any]]] = {}
     ingest_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
     quarantine = _Quarantine(cfg.logs, ingest_id, list(map(Path, cfg.sources)))
-    # on --append, keys already committed in a run are duplicates too (read once per run)
-    dups = DuplicateKeys(_stored_keys(cfg.stored_keys_from or cfg.logs) if cfg.append else None)
+    # on --append, keys already committed in a run are duplicates too (read once per run; the
+    # commit checks the files committed since, under the run's lock)
+    checked: dict[str, set[str]] = {}
+    dups = DuplicateKeys(
+        _stored_keys(cfg.stored_keys_from or cfg.logs, checked) if cfg.append else None
+    )
     started = time.time()
     qfiles: list[str] = []
     caps: dict[str, Capabilities] = {}
@@ -307,6 +314,10 @@ def ingest(cfg: IngestConfig) -> IngestResult:
             # (whose manifest, naming this ingest and the side tables' hashes, is the commit
             # point).
             with store.run_lock(cfg.logs, run):
+                w = writers.get(run)
+                if w is not None and cfg.stored_keys_from is None:
+                    w.keys_checked = checked.get(run)
+                    w.check_keys()  # before anything of the run is committed
                 q = quarantine.commit(run)
                 if q:
                     qfiles.append(q)
@@ -351,19 +362,15 @@ def ingest(cfg: IngestConfig) -> IngestResult:
         side.abort()
         raise
     side_counts = side.counts()
-    return IngestResult(counts, fmt_of, qfiles, side_counts, ctx.notes, caps, side_dropped)
+    return IngestResult(counts, fmt_of, qfiles, side_counts, ctx.notes, caps, side_dropped, checked)
 
 
-def _stored_keys(logs: Path) -> Any:
+def _stored_keys(logs: Path | str, checked: dict[str, set[str]]) -> Any:
     """run → its committed (step, uid, rollout_idx) keys, read as three columns (none when the
-    run is not in the store yet)."""
+    run is not in the store yet); ``checked`` records the files read."""
 
     def keys(run: str) -> Iterator[tuple[Any, ...]]:
-        if store.run_manifest(logs, run) is None:
-            return
-        cols = ["step", "uid", "rollout_idx"]
-        for batch in store.dataset(logs, [run]).to_batches(columns=cols):
-            yield from zip(*(batch.column(c).to_pylist() for c in cols), strict=True)
+        return store.stored_keys(logs, run, checked)
 
     return keys
 

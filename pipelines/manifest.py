@@ -153,11 +153,19 @@ class StepRecord:
         }
 
 
-def start(step: str, params: dict[str, Any], inputs: list[str | os.PathLike[str]], **kw: Any):
-    """Begin a step: hash its inputs now, so the manifest names what was actually read."""
-    return StepRecord(
-        step=step, params=_jsonable(params), inputs=[input_record(p) for p in inputs], **kw
-    )
+def start(
+    step: str,
+    params: dict[str, Any],
+    inputs: list[str | os.PathLike[str]],
+    *,
+    records: list[dict[str, Any]] | None = None,
+    **kw: Any,
+):
+    """Begin a step: hash its inputs now, so the manifest names what was actually read
+    (``records``: their ``input_record``s, when the step already hashed them)."""
+    if records is None:
+        records = [input_record(p) for p in inputs]
+    return StepRecord(step=step, params=_jsonable(params), inputs=list(records), **kw)
 
 
 def output_hash(output: str | os.PathLike[str]) -> str | None:
@@ -206,9 +214,12 @@ def is_fresh(
     step: str,
     params: dict[str, Any],
     inputs: list[str | os.PathLike[str]],
+    *,
+    records: list[dict[str, Any]] | None = None,
 ) -> bool:
     """True when ``output`` exists, hashes to what its manifest recorded, and the manifest has
-    the same step, parameters and input hashes."""
+    the same step, parameters and input hashes (``records``: the inputs' ``input_record``s,
+    when the caller hashed them once for several outputs)."""
     if not objstore.any_exists(output):
         return False
     old = read(output)
@@ -216,7 +227,7 @@ def is_fresh(
         return False
     if verify(output) is not None:
         return False  # the output is not the one this manifest committed
-    want = [input_record(p) for p in inputs]
+    want = records if records is not None else [input_record(p) for p in inputs]
     have = [{k: i.get(k) for k in ("path", "sha256")} for i in old.get("inputs", [])]
     return have == [{k: i[k] for k in ("path", "sha256")} for i in want]
 

@@ -3,12 +3,17 @@
 The log store and every funnel input and output may be a URL; credentials come from the
 environment only (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``,
 ``AWS_DEFAULT_REGION``, and ``AWS_ENDPOINT_URL`` / ``AWS_ENDPOINT_URL_S3`` for an S3-compatible
-server such as MinIO; Google's application-default credentials for ``gs://``).
+server such as MinIO; for ``gs://`` Google's application-default credentials
+(``GOOGLE_APPLICATION_CREDENTIALS``, ``gcloud auth application-default login``, or the machine's
+service account), and ``STORAGE_EMULATOR_HOST`` for a GCS-compatible server, reached without
+credentials).
 
-Two clients, each where it is faster (``bench/bench_objstore.py``): fsspec's ``s3fs`` for
+Two clients for S3, each where it is faster (``bench/bench_objstore.py``): fsspec's ``s3fs`` for
 metadata, small objects and conditional puts (and registered with DuckDB where DuckDB must name
 files itself), pyarrow's C++ ``S3FileSystem`` for scanning Parquet into DuckDB (parallel ranged
-reads, no Python in the read path).
+reads, no Python in the read path). GCS goes through ``gcsfs`` alone (pyarrow scans it through
+fsspec): pyarrow's ``GcsFileSystem`` has no generation preconditions and reads credentials its
+own way, so one client keeps one set of credentials and one tested path.
 
 pathlib collapses ``s3://bucket/key`` to ``s3:/bucket/key``: code that carries locations as
 ``Path`` (CLI flags, ``out / "file.parquet"``) keeps working, since ``url_of`` reads both spellings
@@ -16,8 +21,9 @@ back as the URL. A local folder literally named ``s3:`` cannot be used as a stor
 
 Object stores have no rename: a single PUT is atomic (readers see the whole object or the old
 one), so an output is written to a local temp file and put once; a conditional PUT
-(``If-None-Match: *`` / ``If-Match: <etag>``) commits a manifest only over the version the writer
-read, so two writers never lose each other's commit.
+(S3's ``If-None-Match: *`` / ``If-Match: <etag>``, GCS's ``ifGenerationMatch=0`` /
+``ifGenerationMatch=<generation>``) commits a manifest only over the version the writer read, so
+two writers never lose each other's commit.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import hashlib
 import os
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 if TYPE_CHECKING:
     import duckdb
@@ -80,7 +87,9 @@ def join(base: str | os.PathLike[str], *names: str) -> str:
 
 
 def scheme(url: str) -> str:
-    return url.split("://", 1)[0]
+    """The URL's scheme, ``gcs`` spelled ``gs`` (one filesystem serves both)."""
+    sch = url.split("://", 1)[0]
+    return "gs" if sch == "gcs" else sch
 
 
 def key_of(url: str) -> str:
@@ -88,14 +97,18 @@ def key_of(url: str) -> str:
     return url.split("://", 1)[1]
 
 
-def endpoint() -> str | None:
-    """The S3 endpoint override from the environment (an S3-compatible server), if any."""
+def endpoint(sch: str = "s3") -> str | None:
+    """The endpoint override from the environment for scheme ``sch`` (an S3-compatible server,
+    a GCS emulator), if any."""
+    if sch == "gs":
+        return os.environ.get("STORAGE_EMULATOR_HOST") or None
     return os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or None
 
 
 def fsspec_fs(url: str) -> fsspec.AbstractFileSystem:
     """The fsspec filesystem for ``url``'s scheme (credentials and endpoint from the environment)."""
-    return _fsspec_fs(scheme(url), endpoint())
+    sch = scheme(url)
+    return _fsspec_fs(sch, endpoint(sch))
 
 
 @lru_cache(maxsize=8)
@@ -104,13 +117,19 @@ def _fsspec_fs(sch: str, ep: str | None) -> fsspec.AbstractFileSystem:
         import fsspec
     except ImportError as e:  # pragma: no cover - fsspec comes with the dependencies
         raise RuntimeError("object storage needs fsspec: pip install 'ddai[cloud]'") from e
-    kw: dict[str, Any] = {}
-    if sch == "s3":
-        # No listing cache: another machine may commit a run between two calls of this process.
-        kw = {"use_listings_cache": False, "skip_instance_cache": True}
-        if ep:
-            kw["endpoint_url"] = ep
+    # No listing cache: another machine may commit a run between two calls of this process.
+    kw: dict[str, Any] = {"use_listings_cache": False, "skip_instance_cache": True}
+    if sch == "s3" and ep:
+        kw["endpoint_url"] = ep
+    if sch == "gs" and ep:  # an emulator (gcsfs reads STORAGE_EMULATOR_HOST): no credentials
+        kw["token"] = "anon"
     try:
+        if sch == "gs":
+            # gcsfs's core class: its default (experimental zonal-bucket support) asks a gRPC
+            # control plane about every bucket first, which emulators do not serve.
+            from gcsfs.core import GCSFileSystem
+
+            return GCSFileSystem(**kw)
         return fsspec.filesystem(sch, **kw)
     except ImportError as e:
         pkg, extra = _PACKAGES.get(sch, (sch, "cloud"))
@@ -120,8 +139,10 @@ def _fsspec_fs(sch: str, ep: str | None) -> fsspec.AbstractFileSystem:
 
 
 def arrow_fs(url: str) -> pafs.FileSystem:
-    """pyarrow's C++ filesystem for ``url`` (S3 or GCS), configured from the environment."""
-    return _arrow_fs(scheme(url), endpoint(), os.environ.get("AWS_DEFAULT_REGION"))
+    """A pyarrow filesystem for ``url``, configured from the environment: the C++ S3 client for
+    S3, gcsfs through pyarrow's fsspec handler for GCS."""
+    sch = scheme(url)
+    return _arrow_fs(sch, endpoint(sch), os.environ.get("AWS_DEFAULT_REGION"))
 
 
 @lru_cache(maxsize=8)
@@ -134,7 +155,7 @@ def _arrow_fs(sch: str, ep: str | None, region: str | None) -> pafs.FileSystem:
             kind, _, host = ep.partition("://")
             kw |= {"endpoint_override": host or kind, "scheme": kind if host else "https"}
         return pafs.S3FileSystem(**kw)
-    return pafs.GcsFileSystem()
+    return pafs.PyFileSystem(pafs.FSSpecHandler(_fsspec_fs(sch, ep)))
 
 
 def register(con: duckdb.DuckDBPyConnection, locations: list[Any]) -> None:
@@ -142,7 +163,7 @@ def register(con: duckdb.DuckDBPyConnection, locations: list[Any]) -> None:
     httpfs extension would be downloaded at run time)."""
     schemes = {scheme(u) for u in map(url_of, locations) if u}
     for sch in sorted(schemes):
-        fs = _fsspec_fs(sch, endpoint())
+        fs = _fsspec_fs(sch, endpoint(sch))
         if not con.filesystem_is_registered(_fs_name(fs)):
             con.register_filesystem(fs)
 
@@ -187,12 +208,13 @@ def read_text(url: str) -> str:
 
 
 def etag(url: str) -> str | None:
-    """The object's ETag (its version for a conditional put), None when it does not exist."""
+    """The object's version for a conditional put (S3's ETag, GCS's generation), None when it
+    does not exist."""
     try:
         info = fsspec_fs(url).info(key_of(url))
     except FileNotFoundError:
         return None
-    tag = info.get("ETag") or info.get("etag")
+    tag = info.get("generation") if scheme(url) == "gs" else info.get("ETag") or info.get("etag")
     return str(tag) if tag else None
 
 
@@ -204,10 +226,15 @@ def put_file(local: str | os.PathLike[str], url: str) -> None:
 
 def put_bytes(url: str, data: bytes, *, if_match: str | None = None, create: bool = False) -> None:
     """Put ``data`` at ``url``; ``create``: only if no object is there yet (``If-None-Match``),
-    ``if_match``: only over the version with that ETag. A lost race raises ``ConflictError``."""
-    if not (create or if_match) or scheme(url) != "s3":
+    ``if_match``: only over the version ``etag`` returned. A lost race raises ``ConflictError``."""
+    if not (create or if_match):
         fsspec_fs(url).pipe_file(key_of(url), data)
         return
+    if scheme(url) == "gs":
+        _gcs_put_if(url, data, "0" if create else str(if_match))
+        return
+    if scheme(url) != "s3":
+        raise ValueError(f"{url}: conditional puts need s3:// or gs://")
     fs = fsspec_fs(url)
     bucket, _, key = key_of(url).partition("/")
     cond = {"IfNoneMatch": "*"} if create else {"IfMatch": if_match}
@@ -219,6 +246,28 @@ def put_bytes(url: str, data: bytes, *, if_match: str | None = None, create: boo
         if _is_conflict(e):
             raise ConflictError(f"{url} was changed by another writer") from e
         raise
+    fs.invalidate_cache(key_of(url))
+
+
+def _gcs_put_if(url: str, data: bytes, generation: str) -> None:
+    """One media upload with GCS's ``ifGenerationMatch`` precondition (``0``: no live object);
+    gcsfs's own puts take only the create form, so the JSON API is called through its session."""
+    fs = fsspec_fs(url)
+    bucket, _, key = key_of(url).partition("/")
+    try:
+        fs.call(
+            "POST",
+            f"{fs._location}/upload/storage/v1/b/{quote(bucket, safe='')}/o",
+            uploadType="media",
+            name=key,
+            ifGenerationMatch=generation,
+            data=data,
+            headers={"Content-Type": "application/octet-stream"},
+            json_out=True,
+        )
+    except FileExistsError as e:  # gcsfs's translation of 412 Precondition Failed
+        what = "created" if generation == "0" else "changed"
+        raise ConflictError(f"{url} was {what} by another writer") from e
     fs.invalidate_cache(key_of(url))
 
 

@@ -4,19 +4,24 @@ Object stores have no rename and no file locks, so ``ddai.pipelines.store``'s lo
 protocol (rename the parts in, replace ``_manifest.json`` last, under ``flock``) becomes:
 
 1. the write runs unchanged into a local staging store (a temp folder): same ingest, same
-   quarantine, same manifest;
+   quarantine, same manifest (``ingest`` here; every other writer through
+   ``store.PartitionWriter``, which stages itself);
 2. the staged parts are uploaded under their unique names (``part-<time>-<id>.parquet``):
    invisible, since readers read only the files a manifest lists;
 3. ``_manifest.json`` is put last with a conditional PUT: ``If-None-Match: *`` for a new run,
-   ``If-Match: <etag read>`` over the version it replaces or appends to. That put is the commit;
+   ``If-Match: <etag read>`` over the version it replaces or appends to (GCS:
+   ``ifGenerationMatch`` 0 / the generation read). That put is the commit;
    when another writer committed in between, the put fails, the manifest is merged again over
-   the new version (an append keeps both appends) and put again;
+   the new version (an append keeps both appends) and put again, unless the write read the run
+   first (``if_unchanged``) or its duplicate check missed rollouts committed meanwhile: then
+   ``store.StoreConflict`` and nothing is committed;
 4. parts no manifest lists any more are removed once older than a grace period
    (``DDAI_OBJSTORE_GC_GRACE_S``, default an hour), so a reader that listed them a moment ago
    still finds them (object storage has no reader locks).
 
-Quarantine and side-table files accumulate the same way (old object + this write's lines, put
-over the version read).
+Steps 2 to 4 are ``store.commit_remote`` (shared with every other writer); this module stages
+an ingest and publishes its quarantine and side-table files first, which accumulate the same way
+(old object + this write's lines, put over the version read).
 """
 
 from __future__ import annotations
@@ -24,18 +29,17 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ddai.pipelines import objstore, store
 
-GRACE_ENV = "DDAI_OBJSTORE_GC_GRACE_S"
+GRACE_ENV = store.GRACE_ENV
 _RETRIES = 8
-_OWN = ("history", "rollouts_total", "capabilities", "files", "sha256")
+# the commit and its garbage collection live in ``store`` (every writer of runs commits there)
+collect_garbage = store.collect_remote_garbage
 
 
 def ingest(cfg: Any, local_ingest: Callable[[Any], Any]) -> Any:
@@ -52,7 +56,8 @@ def ingest(cfg: Any, local_ingest: Callable[[Any], Any]) -> Any:
         result = local_ingest(staged)
         published = []
         for run in sorted(result.runs):
-            publish(stage, url, run, append=cfg.append, names=names)
+            checked = result.keys_checked.get(run) if cfg.append else None
+            publish(stage, url, run, append=cfg.append, names=names, keys_checked=checked)
             published.append(run)
         result.quarantine_files = [
             objstore.join(url, store.QUARANTINE_DIR, Path(q).name) for q in result.quarantine_files
@@ -79,10 +84,20 @@ def _local_sources(sources: list[Any], into: Path) -> tuple[list[Path], dict[str
 
 
 def publish(
-    stage: Path, url: str, run: str, *, append: bool, names: dict[str, str] | None = None
+    stage: Path,
+    url: str,
+    run: str,
+    *,
+    append: bool,
+    names: dict[str, str] | None = None,
+    keys_checked: set[str] | None = None,
 ) -> dict[str, Any] | None:
-    """Publish staged run ``run`` of local store ``stage`` into the store at ``url``: side
-    tables, quarantine, parts, then the manifest (the commit). Returns the committed manifest."""
+    """Publish staged ingest run ``run`` of local store ``stage`` into the store at ``url``: side
+    tables, quarantine, then parts and the manifest (the commit, ``store.commit_remote``).
+    Returns the committed manifest. ``keys_checked``: see ``store.commit_remote``."""
+    # Refused before anything is published when the check already fails (the commit checks
+    # again over the version it commits on).
+    store.check_remote(stage, url, run, keys_checked=keys_checked)
     side: dict[str, dict[str, Any]] = {}  # per table written: rows and sha256, for the manifest
     staged = stage / store.SIDE_DIR
     for table_dir in sorted(staged.glob("*")) if staged.is_dir() else []:
@@ -98,41 +113,14 @@ def publish(
     q = store.quarantine_path(stage, run)
     if q.is_file():  # entries accumulate across ingests, never overwritten
         _accumulate(q, objstore.join(url, store.QUARANTINE_DIR, q.name), keep_old=True)
-    new = store.run_manifest(stage, run)
-    if new is None:
-        return None
-    new = _rename_sources(new, names or {})
-    part_url = objstore.join(url, f"run_id={store.check_run_id(run)}")
-    for f in new["files"]:
-        objstore.put_file(stage / f"run_id={run}" / f["name"], objstore.join(part_url, f["name"]))
-    man_url = objstore.join(part_url, store.MANIFEST)
-    for _ in range(_RETRIES):
-        tag = objstore.etag(man_url)
-        old = json.loads(objstore.read_text(man_url)) if tag else None
-        record = dict(new)
-        if side or "side_tables" in new:
-            kept = (old or {}).get("side_tables") or {} if append else {}
-            record["side_tables"] = {**kept, **side}
-        if append and old is not None:
-            old_files = old.get("files")
-            if old_files is None:  # written before manifests listed files: list them now
-                old_files = [
-                    {"name": u.rsplit("/", 1)[-1], "sha256": objstore.sha256(u)}
-                    for u in store.committed_files(part_url, old)
-                ]
-            base = {k: v for k, v in record.items() if k not in _OWN}
-            record = store.merge_record(
-                old, base, new.get("capabilities", {}), [*old_files, *new["files"]]
-            )
-        body = (json.dumps(record, indent=2, ensure_ascii=False, default=str) + "\n").encode()
-        try:
-            objstore.put_bytes(man_url, body, if_match=tag, create=tag is None)
-        except objstore.ConflictError:
-            continue  # another writer committed first: merge over its version
-        collect_garbage(part_url, record)
-        return record
-    raise objstore.ConflictError(
-        f"run {run!r} at {url}: {_RETRIES} concurrent commits in a row beat this one; retry"
+    return store.commit_remote(
+        stage,
+        url,
+        run,
+        append=append,
+        side=side,
+        keys_checked=keys_checked,
+        rename=lambda man: _rename_sources(man, names or {}),
     )
 
 
@@ -165,21 +153,3 @@ def _accumulate(local: Path, remote: str, *, keep_old: bool) -> bytes:
         except objstore.ConflictError:
             continue
     raise objstore.ConflictError(f"{remote}: too many concurrent writers; retry")
-
-
-def collect_garbage(part_url: str, man: dict[str, Any], *, now: float | None = None) -> list[str]:
-    """Remove objects of a partition its manifest ``man`` does not list and older than the grace
-    period (a reader that listed them before this commit may still be reading them)."""
-    grace = float(os.environ.get(GRACE_ENV, "3600"))
-    keep = {f["name"] for f in man.get("files", [])} | {store.MANIFEST}
-    now = time.time() if now is None else now
-    removed = []
-    for name in objstore.listdir(part_url):
-        if name in keep:
-            continue
-        obj = objstore.join(part_url, name)
-        born = objstore.modified(obj)
-        if born is not None and now - born >= grace:
-            objstore.remove(obj)
-            removed.append(name)
-    return removed

@@ -23,13 +23,21 @@ write (abandoned ``.tmp-*`` folders, ``.old-*`` folders of older versions, a par
 ``_manifest.json``) are never read and are cleaned by the next write. Readers ignore every path
 whose name starts with ``_`` or ``.``.
 
-On object storage (``logs`` an ``s3://`` / ``gs://`` URL) the same layout holds; writes are staged
-locally and published by ``ddai.pipelines.remote_store`` (parts first, then one conditional PUT
-of ``_manifest.json``: the commit), readers read the files the manifest lists through the
-object store (no locks there: superseded parts are removed only after a grace period).
+On object storage (``logs`` an ``s3://`` / ``gs://`` URL) the same layout holds; every write
+(``PartitionWriter``, ingest's included) is staged locally and published by
+``commit_remote`` (parts first, then one conditional PUT of ``_manifest.json``: the commit, also
+where ``if_unchanged`` and the duplicate check are decided; an ingest's side tables and
+quarantine go first, ``ddai.pipelines.remote_store``), readers read the
+files the manifest lists through the object store (no locks there: superseded parts are removed
+only after a grace period).
 
-Longer than 400 lines because the commit protocol (temp folder, rename, manifest, locks) and the
-readers that rely on it are kept in one place.
+``--append``'s duplicate check reads a run's stored keys while the ingest streams (outside the
+lock, which a long ingest must not hold); the commit then checks this write's keys against the
+files committed since (``check_new_keys``), so two racing appends of the same rollouts never
+both land.
+
+Longer than 400 lines because the commit protocol (temp folder, rename, manifest, locks; the
+conditional put on object storage) and the readers that rely on it are kept in one place.
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ import contextlib
 import json
 import os
 import shutil
+import tempfile
 import time
 import uuid
 import weakref
@@ -148,6 +157,10 @@ class PartitionWriter:
     Rows are buffered up to ``batch_rows`` and flushed as row groups into a claimed temp folder;
     ``commit`` (under the run's write lock) moves the part in and writes ``_manifest.json`` last.
     ``abort`` leaves the store as it was.
+
+    On object storage (``logs`` a URL) the part is written into a local staging store and
+    ``commit`` publishes it (``commit_remote``: parts, then a conditional put of the manifest),
+    so every writer of runs works on a URL store the way ingest does.
     """
 
     def __init__(
@@ -158,11 +171,11 @@ class PartitionWriter:
         append: bool = False,
         batch_rows: int = DEFAULT_BATCH_ROWS,
     ) -> None:
-        if objstore.is_url(logs):
-            raise ValueError(
-                f"{objstore.display(logs)}: only `ddai ingest` writes runs to a store on object "
-                "storage; run this command on a local store and ingest its output there"
-            )
+        self.remote = objstore.url_of(logs)
+        self._staging: tempfile.TemporaryDirectory[str] | None = None
+        if self.remote is not None:  # no rename there: stage locally, publish at commit
+            self._staging = tempfile.TemporaryDirectory(prefix="ddai-stage-")
+            logs = Path(self._staging.name) / "logs"
         self.logs = Path(logs)
         self.run_id = run_id
         self.final = partition_dir(logs, run_id)
@@ -181,6 +194,8 @@ class PartitionWriter:
         self.rows = 0
         # What the written rollouts carry, counted batch by batch (DESIGN: a run's manifest says so)
         self.capabilities = capability_count.empty()
+        # ``--append``'s duplicate check: the committed files whose keys it read (None: no check)
+        self.keys_checked: set[str] | None = None
 
     def add(self, row: dict[str, Any]) -> None:
         self._buf.append(row)
@@ -237,14 +252,49 @@ class PartitionWriter:
         ``if_unchanged``: the ``manifest_version`` of the run as the caller read it; another
         commit since then raises ``StoreConflict`` and writes nothing (a read-modify-write never
         drops rows appended meanwhile)."""
-        self._flush()
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
+        self._close()
+        if self.remote is not None:
+            return self._publish(manifest, if_unchanged)
         if locked:
             return self._commit(manifest, if_unchanged)
         with run_lock(self.logs, self.run_id):
             return self._commit(manifest, if_unchanged)
+
+    def _close(self) -> None:
+        self._flush()
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+    def _publish(self, manifest: dict[str, Any], if_unchanged: str | None) -> dict[str, Any]:
+        assert self.remote is not None
+        try:
+            self._commit(manifest)  # into the staging store, which nobody else sees
+            record = commit_remote(
+                self.logs,
+                self.remote,
+                self.run_id,
+                append=self.append,
+                if_unchanged=if_unchanged,
+                keys_checked=self.keys_checked,
+            )
+        finally:
+            self._drop_stage()
+        assert record is not None
+        return record
+
+    def check_keys(self) -> None:
+        """``--append``'s duplicate check, finished at commit: keys read from the run before
+        other writes committed are checked against the rows those writes added. Raises
+        ``StoreConflict`` naming the run when this write repeats one of them (nothing written).
+        Local stores: call under the run's write lock, after the last row is added."""
+        if self.keys_checked is None or self.remote is not None:
+            return  # object storage: checked in the conditional commit (commit_remote)
+        self._close()
+        check_new_keys(self.final, _read_manifest(self.final), self.keys_checked, self._own_parts())
+
+    def _own_parts(self) -> list[Path]:
+        return [self.tmp / self.part] if (self.tmp / self.part).exists() else []
 
     def _commit(self, manifest: dict[str, Any], if_unchanged: str | None = None) -> dict[str, Any]:
         old = _read_manifest(self.final)
@@ -253,6 +303,8 @@ class PartitionWriter:
                 f"run {self.run_id!r} changed in {self.logs} while this command worked on it "
                 "(another write committed); nothing was written: run the command again"
             )
+        if self.remote is None:
+            check_new_keys(self.final, old, self.keys_checked, self._own_parts())
         clean_leftovers(self.logs)
         files: list[dict[str, Any]] = []
         if self.append and old is not None:
@@ -293,6 +345,67 @@ class PartitionWriter:
             self._writer.close()
             self._writer = None
         self._drop_tmp()
+        self._drop_stage()
+
+    def _drop_stage(self) -> None:
+        if self._staging is not None:
+            self._staging.cleanup()
+            self._staging = None
+
+
+KEY_COLUMNS = ["step", "uid", "rollout_idx"]
+
+
+def stored_keys(
+    logs: str | os.PathLike[str], run: str, checked: dict[str, set[str]]
+) -> Iterator[tuple[Any, ...]]:
+    """The (step, uid, rollout_idx) keys committed in ``run`` (none when it is not in the store
+    yet), read from one snapshot; records in ``checked[run]`` the names of the files they came
+    from, so the commit can check what other writes added since (``check_new_keys``)."""
+    if run_manifest(logs, run) is None:
+        checked[run] = set()
+        return
+    with snapshot(logs, [run]) as snap:
+        files = snap.all_files()
+        checked[run] = {_name(f) for f in files}
+        for batch in arrow_dataset(files).to_batches(columns=KEY_COLUMNS):
+            yield from zip(*(batch.column(c).to_pylist() for c in KEY_COLUMNS), strict=True)
+
+
+def check_new_keys(
+    part: str | os.PathLike[str],
+    man: dict[str, Any] | None,
+    checked: set[str] | None,
+    mine: list[Any],
+) -> None:
+    """Raise ``StoreConflict`` when a file of partition ``part``'s committed version ``man`` that
+    the duplicate check did not read (``checked``: the names it read; None: no check) holds a key
+    of this write's ``mine`` files: another append committed the same rollouts meanwhile."""
+    if checked is None or man is None or not mine:
+        return
+    new = [f for f in committed_files(part, man) if _name(f) not in checked]
+    if not new:
+        return
+    theirs = _keys(new)
+    both = _keys(mine) & theirs
+    if both:
+        run = man.get("run_id") or Path(part).name.split("=", 1)[-1]
+        step, uid, idx = min(both, key=repr)
+        raise StoreConflict(
+            f"run {run!r}: another append committed {len(both)} of this write's rollouts while "
+            f"it ran (e.g. (step, uid, rollout_idx) = ({step}, {uid!r}, {idx})); nothing was "
+            "written: run the command again (the repeated rollouts are then quarantined as "
+            "already stored)"
+        )
+
+
+def _keys(files: list[Any]) -> set[tuple[Any, ...]]:
+    t = arrow_dataset(files).to_table(columns=KEY_COLUMNS)
+    return set(zip(*(t.column(c).to_pylist() for c in KEY_COLUMNS), strict=True))
+
+
+def _name(f: Any) -> str:
+    return os.fspath(f).rstrip("/").rsplit("/", 1)[-1]
 
 
 def merge_record(
@@ -615,17 +728,139 @@ def read_version(
     logs: str | os.PathLike[str], run: str, columns: list[str] | None = None
 ) -> tuple[pa.Table, str]:
     """One run's rollouts and the ``manifest_version`` they were read at (for ``if_unchanged``)."""
-    import pyarrow.dataset as ds
-
     with snapshot(logs, [run]) as snap:
-        table = ds.dataset(
-            [str(f) for f in snap.all_files()],
-            schema=ROLLOUT_SCHEMA,
-            format="parquet",
-            partitioning=None,
-        ).to_table(columns=columns)
+        table = arrow_dataset(snap.all_files()).to_table(columns=columns)
         return table, manifest_version(snap.manifests[run])
 
 
 def quarantine_path(logs: str | os.PathLike[str], run_id: str) -> Path:
     return Path(logs) / QUARANTINE_DIR / f"{check_run_id(run_id)}.jsonl"
+
+
+# ------------------------------------------------------------------ committing to object storage
+# Object stores have no rename and no locks: the staged run's parts go up under unique names
+# (invisible until a manifest lists them), then ``_manifest.json`` is put with a conditional put
+# over the version read (S3 ``If-Match``/``If-None-Match``, GCS ``ifGenerationMatch``): the commit.
+
+GRACE_ENV = "DDAI_OBJSTORE_GC_GRACE_S"
+_REMOTE_RETRIES = 8
+_OWN = ("history", "rollouts_total", "capabilities", "files", "sha256")
+
+
+def commit_remote(
+    stage: Path,
+    url: str,
+    run: str,
+    *,
+    append: bool,
+    side: dict[str, dict[str, Any]] | None = None,
+    if_unchanged: str | None = None,
+    keys_checked: set[str] | None = None,
+    rename: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+) -> dict[str, Any] | None:
+    """Commit run ``run`` committed in local staging store ``stage`` to the store at ``url``:
+    its parts, then the manifest with a conditional put. Returns the committed manifest (None
+    when the stage has no such run).
+
+    A lost put is merged again over the new version (an append keeps both appends) and retried.
+    ``side``: the side tables this write published (an ingest; None: a rewrite of the rollouts
+    alone, which keeps the run's side tables as they are). ``if_unchanged``: the
+    ``manifest_version`` the rows were computed from; ``keys_checked``: the files ``--append``'s
+    duplicate check read (``check_new_keys``). Either failing raises ``StoreConflict`` with
+    nothing committed. ``rename``: applied to the staged manifest first."""
+    new = run_manifest(stage, run)
+    if new is None:
+        return None
+    new = rename(new) if rename else new
+    part_url = objstore.join(url, f"run_id={check_run_id(run)}")
+    man_url = objstore.join(part_url, MANIFEST)
+    check_remote(stage, url, run, if_unchanged=if_unchanged, keys_checked=keys_checked)
+    for f in new["files"]:
+        objstore.put_file(stage / f"run_id={run}" / f["name"], objstore.join(part_url, f["name"]))
+    for _ in range(_REMOTE_RETRIES):
+        tag, old = _remote_manifest(man_url)
+        check_remote(stage, url, run, old, if_unchanged=if_unchanged, keys_checked=keys_checked)
+        record = dict(new)
+        if side is None and old and "side_tables" in old:
+            record["side_tables"] = old["side_tables"]  # not this write's: left as they are
+        elif side or "side_tables" in new:
+            kept = (old or {}).get("side_tables") or {} if append else {}
+            record["side_tables"] = {**kept, **(side or {})}
+        if append and old is not None:
+            old_files = old.get("files")
+            if old_files is None:  # written before manifests listed files: list them now
+                old_files = [
+                    {"name": _name(u), "sha256": objstore.sha256(u)}
+                    for u in committed_files(part_url, old)
+                ]
+            base = {k: v for k, v in record.items() if k not in _OWN}
+            record = merge_record(
+                old, base, new.get("capabilities", {}), [*old_files, *new["files"]]
+            )
+        body = (json.dumps(record, indent=2, ensure_ascii=False, default=str) + "\n").encode()
+        try:
+            objstore.put_bytes(man_url, body, if_match=tag, create=tag is None)
+        except objstore.ConflictError:
+            continue  # another writer committed first: merge over its version
+        collect_remote_garbage(part_url, record)
+        return record
+    raise StoreConflict(
+        f"run {run!r} at {url}: {_REMOTE_RETRIES} concurrent commits in a row beat this one; "
+        "nothing was committed: run the command again"
+    )
+
+
+_UNREAD: Any = object()
+
+
+def check_remote(
+    stage: Path,
+    url: str,
+    run: str,
+    old: dict[str, Any] | None = _UNREAD,
+    *,
+    if_unchanged: str | None = None,
+    keys_checked: set[str] | None = None,
+) -> None:
+    """Raise ``StoreConflict`` when committing staged ``run`` over ``old`` (the remote manifest;
+    read when not given) would break ``if_unchanged`` or repeat rollouts another append
+    committed since the duplicate check read the run (see ``commit_remote``)."""
+    if if_unchanged is None and keys_checked is None:
+        return
+    part_url = objstore.join(url, f"run_id={check_run_id(run)}")
+    if old is _UNREAD:
+        old = _remote_manifest(objstore.join(part_url, MANIFEST))[1]
+    if if_unchanged is not None and (old is None or manifest_version(old) != if_unchanged):
+        raise StoreConflict(
+            f"run {run!r} changed in {url} while this command worked on it (another write "
+            "committed); nothing was written: run the command again"
+        )
+    staged = (run_manifest(stage, run) or {}).get("files", [])
+    mine = [partition_dir(stage, run) / f["name"] for f in staged]
+    check_new_keys(part_url, old, keys_checked, mine)
+
+
+def _remote_manifest(man_url: str) -> tuple[str | None, dict[str, Any] | None]:
+    """The manifest's version token and body (None, None when the run is not there)."""
+    tag = objstore.etag(man_url)
+    return tag, json.loads(objstore.read_text(man_url)) if tag else None
+
+
+def collect_remote_garbage(
+    part_url: str, man: dict[str, Any], *, now: float | None = None
+) -> list[str]:
+    """Remove objects of a partition its manifest ``man`` does not list and older than the grace
+    period (a reader that listed them before this commit may still be reading them)."""
+    grace = float(os.environ.get(GRACE_ENV, "3600"))
+    keep = {f["name"] for f in man.get("files", [])} | {MANIFEST}
+    now = time.time() if now is None else now
+    removed = []
+    for name in objstore.listdir(part_url):
+        if name in keep:
+            continue
+        obj = objstore.join(part_url, name)
+        born = objstore.modified(obj)
+        if born is not None and now - born >= grace:
+            objstore.remove(obj)
+            removed.append(name)
+    return removed

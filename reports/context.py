@@ -2,7 +2,9 @@
 
 The per-rollout facts (``sql/report_facts.sql``) and the per-prompt outcomes (the query layer's
 ``prompts_at``, ``sql/report_prompts.sql``) are materialized once into temp tables; sections
-aggregate those in DuckDB and pull only the small results into Python, as polars frames.
+aggregate those in DuckDB and pull only the small results into Python, as polars frames. A named
+query's frame is kept for the build, so sections that show the same numbers (the overview and the
+run comparison) run it once.
 """
 
 from __future__ import annotations
@@ -47,6 +49,9 @@ class ReportContext:
     params: dict[str, Any] = field(default_factory=dict)
     caps: dict[str, capabilities.Capabilities] = field(default_factory=dict)
     """Per selected run: what its rollouts carry (sections that need a field check it)."""
+    valued_turns: int = 0
+    """Turns valued by `ddai value score` in the selection (0: the value queries are skipped)."""
+    _frames: dict[tuple[Any, ...], pl.DataFrame] = field(default_factory=dict, repr=False)
 
     @classmethod
     def open(cls, cfg: ReportConfig, con: duckdb.DuckDBPyConnection) -> ReportContext:
@@ -57,6 +62,7 @@ class ReportContext:
         runs = ctx.frame("report_runs")
         ctx.runs = runs["run_id"].to_list()
         ctx.rollouts = int(runs["rollouts"].sum())
+        ctx.valued_turns = int(runs["valued_turns"].sum())
         ctx.caps = capabilities.for_runs(cfg.logs, ctx.runs)
         return ctx
 
@@ -83,10 +89,16 @@ class ReportContext:
         self.con.execute(sql, bind(sql, {**self.params, **extra}))
 
     def frame(self, name: str, **extra: Any) -> pl.DataFrame:
-        """Run ``sql/<name>.sql`` with its parameters bound; the (small) result as polars."""
-        sql = query.sql_text(name)
-        table = query.run_sql(self.con, sql, bind(sql, {**self.params, **extra}))
-        return pl.from_arrow(table)
+        """Run ``sql/<name>.sql`` with its parameters bound; the (small) result as polars.
+
+        The temp tables the queries read do not change during a build, so a frame asked for
+        twice with the same parameters is the first one (polars frames are immutable)."""
+        key = (name, *sorted(extra.items()))
+        if key not in self._frames:
+            sql = query.sql_text(name)
+            table = query.run_sql(self.con, sql, bind(sql, {**self.params, **extra}))
+            self._frames[key] = pl.from_arrow(table)
+        return self._frames[key]
 
     def by_run(self, df: pl.DataFrame) -> Iterator[tuple[str, pl.DataFrame]]:
         """``df``'s rows per run, in run order, skipping runs without rows."""

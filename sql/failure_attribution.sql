@@ -34,8 +34,8 @@ WITH r AS (
         uid,
         judge_score,
         coalesce(reward, judge_score) AS score,
-        len(list_intersect(coalesce(retrieved_pages, []), coalesce(reference_pages, []))) > 0
-            AS golden,
+        -- list_has_any stops at the first shared page (list_intersect built the whole set)
+        list_has_any(coalesce(retrieved_pages, []), coalesce(reference_pages, [])) AS golden,
         is_success(judge_score, format_ok, threshold) AS success,
         answer,
         question,

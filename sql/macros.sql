@@ -6,10 +6,10 @@
 CREATE OR REPLACE MACRO page_doc(p) AS regexp_replace(p, '_[^_]*$', '');
 
 CREATE OR REPLACE MACRO shares_doc(retrieved, reference) AS
-    len(list_intersect(
+    list_has_any(
         list_transform(coalesce(retrieved, []), lambda p: page_doc(p)),
         list_transform(coalesce(reference, []), lambda p: page_doc(p))
-    )) > 0;
+    );
 
 CREATE OR REPLACE MACRO discrepancy_class(judge, ndcg, same_doc, judge_high, ndcg_low, judge_low, ndcg_high) AS
     CASE

@@ -3,21 +3,34 @@
 -- any gives a second, and among first rows one class per (run, outcome) comes before the next,
 -- so every run and outcome shows up, then every class; seeded hash order breaks ties. The text
 -- columns come from rollouts for the sampled rows only.
-WITH ranked AS (
+-- A row's place in its stratum (stratum_rank) is its rank in seeded hash order; no row past the
+-- first $browse_max of its stratum can be picked, so each stratum keeps only those (a top-N
+-- aggregate per stratum: no sort or window over every rollout).
+WITH keyed AS (
     SELECT
-        run_id, step, uid, rollout_idx, outcome, tags,
-        row_number() OVER (
-            PARTITION BY run_id, outcome, coalesce(tags[1], '')
-            ORDER BY hash(uid, rollout_idx, step, $seed)
-        ) AS stratum_rank,
-        dense_rank() OVER (
-            PARTITION BY run_id, outcome ORDER BY hash(coalesce(tags[1], ''), $seed)
-        ) AS class_rank,
-        hash(run_id, uid, rollout_idx, step, $seed) AS h
+        run_id, outcome, coalesce(tags[1], '') AS stratum,
+        {
+            step: step, uid: uid, rollout_idx: rollout_idx, tags: tags,
+            h: hash(run_id, uid, rollout_idx, step, $seed)
+        } AS row,
+        hash(uid, rollout_idx, step, $seed) AS order_key
     FROM report_facts
 ),
+strata AS (
+    SELECT
+        run_id, outcome,
+        min_by(row, order_key, $browse_max) AS firsts,
+        dense_rank() OVER (PARTITION BY run_id, outcome ORDER BY hash(stratum, $seed)) AS class_rank
+    FROM keyed
+    GROUP BY run_id, outcome, stratum
+),
 picked AS (
-    SELECT * FROM ranked ORDER BY stratum_rank, class_rank, h LIMIT $browse_max
+    SELECT
+        s.run_id, f.row.step, f.row.uid, f.row.rollout_idx, s.outcome, f.row.tags,
+        f.stratum_rank, s.class_rank, f.row.h
+    FROM strata AS s, unnest(s.firsts) WITH ORDINALITY AS f(row, stratum_rank)
+    ORDER BY f.stratum_rank, s.class_rank, f.row.h
+    LIMIT $browse_max
 )
 SELECT
     r.run_id, r.step, r.uid, r.rollout_idx, p.outcome, p.tags,

@@ -34,6 +34,8 @@ WITH base AS (
         len(turns) AS n_turns_parsed,
         coalesce(list_bool_or(list_transform(turns, lambda t: coalesce(t.forced, false))), false)
             AS forced,
+        -- turns valued by `ddai value score` (the value section skips its queries when none is)
+        len(list_filter(turns, lambda t: t.value IS NOT NULL)) AS n_valued,
         list_position(
             list_transform(
                 list_filter(coalesce(retrieved_pages, []), lambda p, i: list_position(retrieved_pages, p) = i),

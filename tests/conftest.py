@@ -96,3 +96,55 @@ def s3_env(s3_server: str, monkeypatch: pytest.MonkeyPatch) -> str:
     bucket = f"ddai-{uuid.uuid4().hex[:12]}"
     s3fs.S3FileSystem(endpoint_url=s3_server, skip_instance_cache=True).mkdir(bucket)
     return f"s3://{bucket}"
+
+
+# ---------------------------------------------------------------- object storage (GCS) tests
+# A fake GCS server (tests/gcs_fake.py: GCS's JSON API with generation preconditions) on
+# 127.0.0.1, one per test module; each test gets its own bucket and STORAGE_EMULATOR_HOST.
+
+
+@pytest.fixture(scope="module")
+def gcs_server() -> Iterator[str]:
+    port = _free_port()
+    fake = Path(__file__).parent / "gcs_fake.py"
+    proc = subprocess.Popen(
+        [sys.executable, str(fake), "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(200):
+            try:
+                urllib.request.urlopen(f"{url}/storage/v1/b", timeout=1)
+                break
+            except OSError:
+                time.sleep(0.05)
+        else:
+            raise RuntimeError("fake GCS server did not start")
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+@pytest.fixture
+def gs_env(gcs_server: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The environment of a user of this server; returns a fresh bucket's URL (``gs://b``)."""
+    import json
+
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", gcs_server)
+    bucket = f"ddai-{uuid.uuid4().hex[:12]}"
+    req = urllib.request.Request(
+        f"{gcs_server}/storage/v1/b?project=test",
+        data=json.dumps({"name": bucket}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    urllib.request.urlopen(req, timeout=10).close()
+    return f"gs://{bucket}"
+
+
+@pytest.fixture(params=["s3", "gs"])
+def store_env(request: pytest.FixtureRequest) -> str:
+    """A fresh bucket on each object store the tests cover: ``s3://b`` (moto), ``gs://b``."""
+    return request.getfixturevalue(f"{request.param}_env")

@@ -3,21 +3,26 @@
 Selection needs nine scalar columns of every rollout, the full rows (turns, response, observation
 text) only of the rollouts it keeps; reading the whole run first held every column of every
 rollout in memory. ``selection_columns`` scans the run's Parquet files for those columns (DuckDB,
-projection pushed into the scan) with each rollout's file and row number; ``fetch_rows`` then
+projection pushed into the scan) with each rollout's file and row number; ``fetch_batches`` then
 joins the scan to the selected (file, row number) pairs, so DuckDB materializes only those rows
-and hands them back in batches: memory follows the selection, not the run.
+and streams them back in bounded Arrow batches (the columns asked for, in scan order, each row
+tagged with its place in the selection): a caller that turns one batch at a time into what it
+needs holds a batch of rows, not the selection, and never the run.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import duckdb
+import numpy as np
+import polars as pl
 import pyarrow as pa
 
 from ddai.pipelines import objstore
+from ddai.pipelines.distill.select import SelectConfig, Selection, choose, prompt_reasons, select
 from ddai.pipelines.schema import ROLLOUT_SCHEMA
 
 # What selection reads (``select.py``), besides the turn count it needs where num_turns is null.
@@ -35,6 +40,24 @@ COLUMNS = (
     "flags",
 )
 FILE, FILE_ROW = "_file", "_file_row"
+# What rebuilding SFT messages reads of a selected rollout (``rebuild.py``, ``run._candidates``):
+# the rest (pages, reward parts, flags) would only be turned into Python objects and dropped.
+REBUILD_COLUMNS = (
+    "run_id",
+    "step",
+    "uid",
+    "rollout_idx",
+    "sample_idx",
+    "question",
+    "response",
+    "turns",
+    "extra",
+)
+# What the rebuild reads of a turn (not ``forced``, ``retrieved`` or ``value``).
+REBUILD_TURN_FIELDS = ("idx", "think", "action", "arg", "sep", "observation", "error")
+# DuckDB's cap for the fetch: the join's build side is the selection's locators (three small
+# columns), the scan streams, and DuckDB spills rather than grow past this.
+FETCH_MEMORY = "1GB"
 
 
 SCAN = "read_parquet($files, union_by_name = true, filename = true, file_row_number = true)"
@@ -81,6 +104,99 @@ def selection_columns(
     return table.append_column("n_turns", n_turns)
 
 
+def scan_select(
+    files: Sequence[str | os.PathLike[str]], cfg: SelectConfig, *, threads: int | None = None
+) -> tuple[Selection, pa.Table, int]:
+    """Distill's selection over ``files``, its ``locate`` table and the number of rollouts read.
+
+    The same selection as ``select(selection_columns(files), cfg)`` (``Selection.rows`` are
+    log positions), with the per-rollout work left in DuckDB: one group-by over the scan gives
+    every prompt's counts, a second scan brings back only the successes of the prompts the rate
+    rule keeps, and ``select.choose`` ranks those. Nothing the size of the run reaches Python.
+    Object-storage files read by pyarrow (``objstore.scan() == "arrow"``) take the columnar
+    path instead."""
+    paths = [str(f) for f in files]
+    if not paths or (objstore.is_url(paths[0]) and objstore.scan() == "arrow"):
+        keys = selection_columns(paths, threads=threads)
+        sel = select(keys, cfg)
+        return sel, locate(paths, keys, sel.rows), keys.num_rows
+    con = _connect(paths, threads)
+    try:
+        params: dict[str, Any] = {"files": paths}
+        have = {r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {SCAN}", params).fetchall()}
+        # each file's first log position (files in the order given, rows in file order)
+        sizes = dict(
+            con.execute(f"SELECT filename, count(*) FROM {SCAN} GROUP BY ALL", params).fetchall()
+        )
+        if set(sizes) - set(paths):  # a name DuckDB spells otherwise would shift every row
+            raise RuntimeError(f"the scan named files it was not given: {set(sizes) - set(paths)}")
+        starts = np.cumsum([0] + [sizes.get(p, 0) for p in paths])
+        con.register(
+            "starts", pa.table({"f": pa.array(paths, pa.string()), "o": pa.array(starts[:-1])})
+        )
+        cols = {c: f"s.{c}" if c in have else f"CAST(NULL AS {_duck_type(c)})" for c in COLUMNS}
+        turns = ", s.turns" if "turns" in have else ""
+        src = f"""
+            SELECT {", ".join(f"{cols[c]} AS {c}" for c in COLUMNS if c != "flags")},
+                   {cols["flags"]}[1] AS flag,
+                   coalesce({cols["judge_score"]} >= $threshold, false)
+                       AND coalesce({cols["format_ok"]}, true) AS success,
+                   st.o + s.file_row_number AS _row{turns}
+            FROM {SCAN} AS s JOIN starts AS st ON s.filename = st.f"""
+        params["threshold"] = float(cfg.success_threshold)
+        groups = pl.from_arrow(
+            con.sql(
+                f"""SELECT run_id, uid, count(*) AS n, count(judge_score) AS n_judged,
+                           CAST(sum(success::INTEGER) AS BIGINT) AS n_success,
+                           min(_row) AS first_row,
+                           count(*) - count(num_turns) AS null_turns
+                    FROM ({src}) GROUP BY run_id, uid""",
+                params=params,
+            ).to_arrow_table()
+        )
+        n_read = int(groups["n"].sum())
+        open_ = prompt_reasons(groups, cfg).filter(pl.col("prompt_reason").is_null())
+        con.register("open_prompts", open_.select("run_id", "uid").to_arrow())
+        # the turn count, only where the log lacks num_turns (else turns is never read)
+        n_actions = "num_turns"
+        if int(groups["null_turns"].sum()) and "turns" in have:
+            n_actions = "coalesce(num_turns, CAST(len(turns) AS INTEGER))"
+        successes = pl.from_arrow(
+            con.sql(
+                f"""SELECT r.run_id, r.uid, r.reward, r.ndcg, {n_actions} AS n_actions,
+                           r.rollout_idx, r.step, r.sample_idx, r._row, r.flag
+                    FROM ({src}) AS r
+                    SEMI JOIN open_prompts AS o
+                        ON r.run_id IS NOT DISTINCT FROM o.run_id
+                        AND r.uid IS NOT DISTINCT FROM o.uid
+                    WHERE r.success""",
+                params=params,
+            ).to_arrow_table()
+        )
+    finally:
+        con.close()
+    sel = choose(groups.drop("null_turns"), successes, cfg)
+    rows = np.asarray(sel.rows, dtype=np.int64)
+    file_of = np.searchsorted(starts, rows, side="right") - 1
+    wanted = pa.table(
+        {
+            "_path": pa.array(paths, pa.string()).take(pa.array(file_of)),
+            "_row": pa.array(rows - starts[file_of]),
+            "_slot": pa.array(np.arange(len(rows), dtype=np.int64)),
+        }
+    )
+    return sel, wanted, n_read
+
+
+def _connect(paths: list[str], threads: int | None) -> duckdb.DuckDBPyConnection:
+    con = duckdb.connect()
+    con.execute("SET enable_progress_bar = false")
+    objstore.register(con, paths)  # object-storage URLs read through fsspec
+    if threads:
+        con.execute(f"SET threads = {int(threads)}")
+    return con
+
+
 def _remote_selection_columns(urls: list[str]) -> pa.Table:
     """``selection_columns`` over object-storage files, read by pyarrow's C++ filesystem (DuckDB
     could only pull them through fsspec, several times slower: bench/bench_objstore.py), one
@@ -118,6 +234,83 @@ def _duck_type(column: str) -> str:
         con.close()
 
 
+def locate(
+    files: Sequence[str | os.PathLike[str]], keys: pa.Table, rows: Sequence[int]
+) -> pa.Table:
+    """Where ``keys.take(rows)`` lie: ``_path``, ``_row`` (row number in that file) and
+    ``_slot`` (position in ``rows``), one row per selected rollout.
+
+    Small (three columns of the selection), so the caller may drop ``keys`` (every rollout of
+    the run) before fetching."""
+    paths = [str(f) for f in files]
+    take = pa.array(rows, pa.int64())
+    return pa.table(
+        {
+            "_path": pa.array(paths, pa.string()).take(keys[FILE].take(take)),
+            "_row": keys[FILE_ROW].take(take),
+            "_slot": pa.array(range(len(rows)), pa.int64()),
+        }
+    )
+
+
+def fetch_batches(
+    files: Sequence[str | os.PathLike[str]],
+    wanted: pa.Table,
+    *,
+    columns: Sequence[str] | None = None,
+    turn_fields: Sequence[str] | None = None,
+    batch_rows: int = 10_000,
+    threads: int | None = None,
+    memory_limit: str | None = FETCH_MEMORY,
+) -> Iterator[pa.Table]:
+    """The rows ``wanted`` (``locate``'s table) locates, as Arrow tables of at most
+    ``batch_rows`` rows in ``ROLLOUT_SCHEMA`` (only ``columns`` when given, and of each turn
+    only ``turn_fields`` when given: zero-copy, so Python rows made of a batch skip the rest)
+    plus ``_slot``.
+
+    Batches come in scan order, not ``_slot`` order: one DuckDB scan hash-joins the files' rows
+    to the wanted (file, row number) pairs and streams the matches back without ordering them
+    (``preserve_insertion_order = false``), so neither DuckDB nor the caller ever holds the
+    whole selection; the caller places each row by its ``_slot``. Raises when some wanted row
+    is not in its file."""
+    if not wanted.num_rows:
+        return
+    paths = [str(f) for f in files]
+    names = [f.name for f in ROLLOUT_SCHEMA if columns is None or f.name in columns]
+    con = duckdb.connect()
+    try:
+        con.execute("SET enable_progress_bar = false")
+        con.execute("SET preserve_insertion_order = false")
+        if memory_limit:
+            con.execute(f"SET memory_limit = '{memory_limit}'")
+        if threads:
+            con.execute(f"SET threads = {int(threads)}")
+        objstore.register(con, paths)
+        con.register("wanted", wanted)
+        params = {"files": paths}
+        have = {r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {SCAN}", params).fetchall()}
+        cols = ", ".join(f"s.{c}" for c in names if c in have)
+        sql = (
+            f"SELECT {cols}, w._slot FROM {SCAN} AS s "
+            "JOIN wanted AS w ON s.filename = w._path AND s.file_row_number = w._row"
+        )
+        seen = 0
+        for batch in con.sql(sql, params=params).to_arrow_reader(batch_rows):
+            part = pa.Table.from_batches([batch])
+            seen += part.num_rows
+            part = _conform(part, names).append_column("_slot", part["_slot"])
+            if turn_fields is not None and "turns" in part.column_names:
+                i = part.schema.get_field_index("turns")
+                part = part.set_column(i, "turns", _turn_fields(part["turns"], turn_fields))
+            yield part
+    finally:
+        con.close()
+    if seen != wanted.num_rows:
+        raise RuntimeError(
+            f"{wanted.num_rows - seen} selected rollouts were not found in their files"
+        )
+
+
 def fetch_rows(
     files: Sequence[str | os.PathLike[str]],
     keys: pa.Table,
@@ -128,49 +321,43 @@ def fetch_rows(
 ) -> list[dict[str, Any]]:
     """Full rollout rows (``ROLLOUT_SCHEMA``) of ``keys.take(rows)``, in the order of ``rows``.
 
-    ``keys`` is ``selection_columns``'s table. One DuckDB scan joins the files' rows to the
-    wanted (file, row number) pairs, so only the selected rows are materialized; they stream
-    back in Arrow batches of ``batch_rows`` that become dicts one batch at a time."""
+    ``keys`` is ``selection_columns``'s table. ``fetch_batches`` materializes only the selected
+    rows, in Arrow batches of ``batch_rows`` that become dicts one batch at a time."""
     if not rows:
         return []
-    paths = [str(f) for f in files]
-    take = pa.array(rows, pa.int64())
-    wanted = pa.table(
-        {
-            "_path": pa.array(paths, pa.string()).take(keys[FILE].take(take)),
-            "_row": keys[FILE_ROW].take(take),
-            "_slot": pa.array(range(len(rows)), pa.int64()),
-        }
-    )
-    con = duckdb.connect()
-    con.execute("SET enable_progress_bar = false")
-    objstore.register(con, paths)
-    if threads:
-        con.execute(f"SET threads = {int(threads)}")
-    con.register("wanted", wanted)
-    sql = (
-        f"SELECT s.* EXCLUDE (filename, file_row_number), w._slot FROM {SCAN} AS s "
-        "JOIN wanted AS w ON s.filename = w._path AND s.file_row_number = w._row"
-    )
     out: list[dict[str, Any] | None] = [None] * len(rows)
-    reader = con.sql(sql, params={"files": paths}).to_arrow_reader(batch_rows)
-    for batch in reader:
-        part = pa.Table.from_batches([batch])
+    wanted = locate(files, keys, rows)
+    for part in fetch_batches(files, wanted, batch_rows=batch_rows, threads=threads):
         slots = part["_slot"].to_pylist()
-        for slot, row in zip(slots, _conform(part).to_pylist(), strict=True):
+        for slot, row in zip(slots, part.drop_columns(["_slot"]).to_pylist(), strict=True):
             out[slot] = row
-    con.close()
-    missing = sum(r is None for r in out)
-    if missing:
-        raise RuntimeError(f"{missing} selected rollouts were not found in their files")
     return out  # type: ignore[return-value]
 
 
-def _conform(table: pa.Table) -> pa.Table:
-    """A part in ``ROLLOUT_SCHEMA``: columns it predates read as nulls (as the dataset reader)."""
+def _turn_fields(turns: pa.ChunkedArray, keep: Sequence[str]) -> pa.ChunkedArray:
+    """``turns`` (list of turn structs) with only the ``keep`` fields of each turn, sharing the
+    buffers (offsets, validity and the kept children are reused, nothing is copied)."""
+    out = []
+    for chunk in turns.chunks:
+        structs = chunk.values
+        fields = [f for f in structs.type if f.name in keep]
+        kept = pa.StructArray.from_arrays(
+            [structs.field(f.name) for f in fields],
+            fields=fields,
+            mask=structs.is_null() if structs.null_count else None,
+        )
+        mask = chunk.is_null() if chunk.null_count else None
+        out.append(pa.ListArray.from_arrays(chunk.offsets, kept, mask=mask))
+    return pa.chunked_array(out, pa.list_(pa.struct(fields))) if out else turns
+
+
+def _conform(table: pa.Table, names: Sequence[str] | None = None) -> pa.Table:
+    """A part in ``ROLLOUT_SCHEMA`` (its ``names`` columns, all by default): columns it
+    predates read as nulls (as the dataset reader)."""
     n = table.num_rows
+    fields = [f for f in ROLLOUT_SCHEMA if names is None or f.name in names]
     cols = [
         table[f.name].cast(f.type) if f.name in table.column_names else pa.nulls(n, f.type)
-        for f in ROLLOUT_SCHEMA
+        for f in fields
     ]
-    return pa.table(cols, schema=ROLLOUT_SCHEMA)
+    return pa.table(cols, schema=pa.schema(fields, metadata=ROLLOUT_SCHEMA.metadata))

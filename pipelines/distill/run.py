@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
-from rich.progress import track
+import pyarrow as pa
+from rich.progress import Progress, track
 
 from ddai.pipelines import capabilities, io, manifest, objstore, store
 from ddai.pipelines.backends.usage import FAILED_CALLS, failed_calls
@@ -39,7 +41,7 @@ from ddai.pipelines.distill.safety import (
     post_pass,
     report_lines,
 )
-from ddai.pipelines.distill.select import SelectConfig, select
+from ddai.pipelines.distill.select import SelectConfig
 
 STEP = "distill"
 REWRITE_MODES = ("think-only", "none")
@@ -149,29 +151,50 @@ def build_rewriter(cfg: DistillConfig):
 
 
 def _candidates(
-    cfg: DistillConfig, rows: list[dict[str, Any]]
+    cfg: DistillConfig, batches: Iterable[pa.Table], n: int
 ) -> tuple[list[Candidate], Counter, int]:
-    """Rebuilt samples with their uids, rebuild failures by reason, observations unavailable."""
+    """Rebuilt samples with their uids, rebuild failures by reason, observations unavailable.
+
+    ``batches``: ``fetch.fetch_batches``'s tables of the ``n`` selected rollouts, in any order
+    (each row's ``_slot`` is its place in the selection). Each batch becomes Python rows and
+    their rebuilt messages, then is dropped: the rows of one batch are alive at a time, the
+    samples (the output) are kept in selection order."""
     system_prompt = load_system_prompt(cfg.system_prompt)
-    cands: list[Candidate] = []
-    keys: list[str] = []
-    steps: list[int | None] = []
-    failed: Counter[str] = Counter()
+    # per slot: (candidate, sample key, step) or the rebuild failure's reason
+    built: list[tuple[Candidate, str, int | None] | str | None] = [None] * n
     unavailable = 0
-    for row in progress_iter(rows, cfg.progress, "rebuilding trajectories"):
-        try:
-            rb = rebuild(row, system_prompt)
-        except RebuildError as e:
-            failed[e.reason] += 1
-            continue
-        unavailable += rb.unavailable
-        tag = run_tag(row["run_id"], extra_of(row).get("source_run_id"))
-        keys.append(sample_key(row, tag))
-        steps.append(row.get("step"))
-        cands.append(Candidate("", rb.messages))
-    for c, uid in zip(cands, assign_uids(keys, steps), strict=True):
+    with _progress(cfg.progress, n, "rebuilding trajectories") as advance:
+        for part in batches:
+            slots = part["_slot"].to_pylist()
+            for slot, row in zip(slots, part.drop_columns(["_slot"]).to_pylist(), strict=True):
+                try:
+                    rb = rebuild(row, system_prompt)
+                except RebuildError as e:
+                    built[slot] = e.reason
+                    continue
+                unavailable += rb.unavailable
+                tag = run_tag(row["run_id"], extra_of(row).get("source_run_id"))
+                built[slot] = (Candidate("", rb.messages), sample_key(row, tag), row.get("step"))
+            advance(len(slots))
+    failed: Counter[str] = Counter(b for b in built if isinstance(b, str))
+    done = [b for b in built if isinstance(b, tuple)]
+    cands = [c for c, _, _ in done]
+    for c, uid in zip(
+        cands, assign_uids([k for _, k, _ in done], [s for _, _, s in done]), strict=True
+    ):
         c.uid = uid
     return cands, failed, unavailable
+
+
+@contextmanager
+def _progress(on: bool, total: int, what: str) -> Iterator[Callable[[int], None]]:
+    """A function advancing a rich progress bar of ``total`` items (a no-op when not ``on``)."""
+    if not on:
+        yield lambda k: None
+        return
+    with Progress(transient=True) as bar:
+        task = bar.add_task(what, total=total)
+        yield lambda k: bar.advance(task, k)
 
 
 def run_distill(cfg: DistillConfig, *, rewriter: Any = None) -> dict[str, Any]:
@@ -211,25 +234,28 @@ def run_distill(cfg: DistillConfig, *, rewriter: Any = None) -> dict[str, Any]:
         }
 
     record = manifest.start(STEP, params, inputs)
-    # Rank on the selection columns only; read full rows for the selected rollouts alone, both
-    # from one snapshot of the runs (a concurrent re-ingest cannot remove the files between).
+    # Select in DuckDB over the selection columns; read the selected rollouts' rebuild columns
+    # alone, in batches, both from one snapshot of the runs (a concurrent re-ingest cannot
+    # remove the files between).
     with store.snapshot(cfg.logs, cfg.runs) as snap:
         files = snap.all_files()
-        table = fetch.selection_columns(files)
-        sel = select(table, cfg.select_cfg)
+        sel, wanted, n_read = fetch.scan_select(files, cfg.select_cfg)
+        n_selected = len(sel.rows)
         if not sel.rows and not cfg.dry_run:
-            raise ValueError(_nothing_selected(cfg, table.num_rows, sel))
-        rows = fetch.fetch_rows(files, table, sel.rows)
-    cands, failed, unavailable = _candidates(cfg, rows)
+            raise ValueError(_nothing_selected(cfg, n_read, sel))
+        batches = fetch.fetch_batches(
+            files, wanted, columns=fetch.REBUILD_COLUMNS, turn_fields=fetch.REBUILD_TURN_FIELDS
+        )
+        cands, failed, unavailable = _candidates(cfg, batches, n_selected)
     drops = cfg.drops
     keep = [c for c in cands if not drop_reason(c.uid, inspect(c.messages), drops)]
 
     if cfg.dry_run:
         return {
             "dry run": True,
-            "rollouts read": table.num_rows,
+            "rollouts read": n_read,
             "prompts": sel.prompts,
-            "selected rollouts": len(rows),
+            "selected rollouts": n_selected,
             **_plan(backend, keep, cfg.chunking),
         }
     applied = _rewrite(backend, keep, cfg) if backend is not None else None
@@ -239,16 +265,16 @@ def run_distill(cfg: DistillConfig, *, rewriter: Any = None) -> dict[str, Any]:
     formats.write(cfg.out, result.samples, cfg.fmt)
     write_report(report_path(cfg.out), result)
 
-    record.rows_in = table.num_rows
+    record.rows_in = n_read
     record.rows_out = len(result.samples)
     for reason, n in (*sel.dropped.items(), *failed.items(), *result.dropped.items()):
         record.drop(reason, n)
     summary = {
         "output": objstore.display(cfg.out),
         "format": cfg.fmt,
-        "rollouts read": table.num_rows,
+        "rollouts read": n_read,
         "prompts": sel.prompts,
-        "selected rollouts": len(rows),
+        "selected rollouts": n_selected,
         "samples written": len(result.samples),
         "dropped": dict(record.dropped),
         "rewriter": getattr(backend, "name", None),

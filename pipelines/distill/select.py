@@ -73,48 +73,78 @@ def _frame(table: pa.Table) -> pl.DataFrame:
     return df.with_columns(flag=pl.col("flags").list.first()).drop("flags")
 
 
+def success_expr(threshold: float) -> pl.Expr:
+    """DESIGN.md's success rule over ``judge_score`` and ``format_ok`` (never null)."""
+    return (pl.col("judge_score") >= threshold).fill_null(False) & pl.col("format_ok").fill_null(
+        True
+    )
+
+
 def select(table: pa.Table, cfg: SelectConfig) -> Selection:
     """Pick the rollouts to distill from a table in the rollout-log schema, or from its selection
     columns (``fetch.COLUMNS`` with ``n_turns`` for ``turns``)."""
-    df = _frame(table)
-    success = (pl.col("judge_score") >= cfg.success_threshold).fill_null(False) & pl.col(
-        "format_ok"
-    ).fill_null(True)
-    df = df.with_columns(success=success).with_columns(
-        n_judged=pl.col("judge_score").is_not_null().sum().over(_GROUP),
-        n_success=pl.col("success").sum().over(_GROUP),
-        first_row=pl.col("_row").min().over(_GROUP),
+    df = _frame(table).with_columns(success=success_expr(cfg.success_threshold))
+    groups = df.group_by(_GROUP).agg(
+        n=pl.len(),
+        n_judged=pl.col("judge_score").is_not_null().sum(),
+        n_success=pl.col("success").sum(),
+        first_row=pl.col("_row").min(),
     )
+    return choose(groups, df.filter(pl.col("success")), cfg)
+
+
+def prompt_reasons(groups: pl.DataFrame, cfg: SelectConfig) -> pl.DataFrame:
+    """``groups`` (see ``choose``) with ``prompt_reason``: why the prompt is left out, null
+    for a prompt whose success rate is in (0, ``rate_max``]."""
     rate = pl.col("n_success") / pl.col("n_judged")
-    prompt_reason = (
-        pl.when(pl.col("n_judged") == 0)
+    return groups.with_columns(
+        prompt_reason=pl.when(pl.col("n_judged") == 0)
         .then(pl.lit(NO_JUDGED))
         .when(pl.col("n_success") == 0)
         .then(pl.lit(NO_SUCCESS))
         .when(rate > cfg.rate_max)
         .then(pl.lit(RATE_ABOVE_MAX))
     )
-    df = df.with_columns(prompt_reason=prompt_reason).with_columns(
-        reason=pl.coalesce(
-            pl.col("prompt_reason"),
-            pl.when(~pl.col("success")).then(pl.lit(NOT_SUCCESS)),
-            pl.when(pl.col("flag").is_not_null()).then(pl.lit(FLAGGED) + pl.col("flag")),
-        )
+
+
+def choose(groups: pl.DataFrame, successes: pl.DataFrame, cfg: SelectConfig) -> Selection:
+    """The selection from every prompt's counts and its successful rollouts.
+
+    ``groups``: one row per prompt (``run_id``, ``uid``) with ``n`` rollouts, ``n_judged``,
+    ``n_success`` and ``first_row`` (its first rollout's place in the log); ``successes``: at
+    least the successful rollouts of the prompts that pass the rate rule, with the ranking key
+    (``reward``, ``ndcg``, ``n_actions``, ``rollout_idx``, ``step``, ``sample_idx``, ``_row``)
+    and ``flag``. One group-by gives every prompt's reason; only the successes of the prompts
+    kept are ranked (a small share of the log), so nothing runs per rollout but the counts."""
+    groups = prompt_reasons(groups, cfg)
+    open_ = groups.filter(pl.col("prompt_reason").is_null())
+    cands = successes.join(
+        open_.select(*_GROUP, "first_row"), on=list(_GROUP), how="inner", nulls_equal=True
     )
+    flagged = cands.filter(pl.col("flag").is_not_null())
     ranked = (
-        df.filter(pl.col("reason").is_null())
+        cands.filter(pl.col("flag").is_null())
         .sort(list(_KEY), descending=list(_DESCENDING), nulls_last=True)
-        .with_columns(rank=pl.int_range(pl.len()).over(_GROUP))
+        # a prompt's first_row names it (unique per prompt): an integer key, cheaper than two strings
+        .with_columns(rank=pl.int_range(pl.len()).over("first_row"))
     )
     kept = ranked.filter(pl.col("rank") < cfg.top_k).sort(["first_row", "rank"])
 
-    dropped = {r: n for r, n in df.group_by("reason").len().iter_rows() if r is not None and n}
+    dropped: dict[str, int] = {}
+    for r, n in groups.group_by("prompt_reason").agg(pl.col("n").sum()).iter_rows():
+        if r is not None and n:
+            dropped[r] = int(n)
+    # the rest of an open prompt's rollouts are not successes
+    not_success = int(open_["n"].sum() - open_["n_success"].sum())
+    if not_success:
+        dropped[NOT_SUCCESS] = not_success
+    for f, n in flagged.group_by("flag").len().iter_rows():
+        dropped[FLAGGED + f] = n
     beyond = ranked.height - kept.height
     if beyond:
         dropped[BEYOND_TOP_K] = beyond
-    prompts_df = df.group_by(_GROUP).agg(pl.col("prompt_reason").first())
-    prompts = {"seen": prompts_df.height, "kept": kept.select(_GROUP).unique().height}
-    for r, n in prompts_df.group_by("prompt_reason").len().iter_rows():
-        if r is not None:
-            prompts[r] = n
+    prompts = {"seen": groups.height, "kept": kept["first_row"].n_unique()}
+    reasons = groups.group_by("prompt_reason").len().drop_nulls("prompt_reason")
+    for r, n in sorted(reasons.iter_rows()):
+        prompts[r] = n
     return Selection(kept["_row"].to_list(), dict(sorted(dropped.items())), prompts)

@@ -10,15 +10,15 @@ score added to ``extra_info``, sorted by score descending, ties in dataset order
 from __future__ import annotations
 
 import math
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from ddai.pipelines import manifest, objstore
+from ddai.pipelines import objstore
 from ddai.pipelines.funnel import dataset as ds
 from ddai.pipelines.funnel import scores, step
 
@@ -116,20 +116,31 @@ class BucketConfig:
 def run_bucket(cfg: BucketConfig) -> step.StepResult:
     inputs = cfg.inputs()
     outputs = {b: step.resolve(p) for b, p in cfg.outputs().items()}
-    if not cfg.force and step.fresh(outputs.values(), STEP, cfg.params(), inputs):
-        return step.skipped(STEP, outputs)
-    base = manifest.start(STEP, cfg.params(), inputs)
+    with step.started(
+        STEP, cfg.params(), inputs, force=cfg.force, outputs=list(outputs.values())
+    ) as begun:
+        if begun.skip:
+            return step.skipped(STEP, outputs)
+        return _bucket(cfg, inputs, outputs, begun)
 
-    raw = ds.read_dataset(cfg.dataset)
+
+def _bucket(
+    cfg: BucketConfig, inputs: list[Path], outputs: dict[str, Path], begun: step.Begun
+) -> step.StepResult:
+    # The dataset is read in a thread while DuckDB scores the log (both release the GIL).
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        reading = pool.submit(ds.read_dataset, cfg.dataset)
+        if cfg.scores is not None:
+            score_of = scores.read_score_table(cfg.scores, cfg.column)
+        else:
+            score_of = scores.log_scores(cfg.logs, cfg.runs, cfg.metric, cfg.agg)
+        raw = reading.result()
     table, dups = ds.first_occurrences(raw)
-    if cfg.scores is not None:
-        score_of = scores.read_score_table(cfg.scores, cfg.column)
-    else:
-        score_of = scores.log_scores(cfg.logs, cfg.runs, cfg.metric, cfg.agg)
-    values = scores.align(table[ds.ID], score_of)
+    # ids are unique (first occurrences) and so are the score table's uids
+    values, matched = scores.match(table[ds.ID], score_of)
     parts = split(values, mastered=cfg.mastered, floor=cfg.floor)
     unscored = table[ds.ID].filter(pa.array(np.isnan(values))).to_pylist()
-    unknown = len(score_of) - int(pc.sum(pc.is_in(score_of["uid"], table[ds.ID])).as_py() or 0)
+    unknown = len(score_of) - matched
 
     summary = {
         "dataset": objstore.display(inputs[0]),
@@ -140,13 +151,16 @@ def run_bucket(cfg: BucketConfig) -> step.StepResult:
         "scored ids not in the dataset": unknown,
         "rule": f"B > {cfg.mastered:g} >= A >= {cfg.floor:g} > 0",
     }
-    for b in BUCKETS:
-        idx = parts[b]
-        out = ds.with_extra_field(
-            table.take(pa.array(idx, pa.int64())),
-            cfg.column,
-            pa.array(values[idx], pa.float64()),
-        )
+    # One gather of the three buckets back to back (pyarrow's take pays a fixed cost per call
+    # on nested columns), then a zero-copy slice per bucket.
+    order = np.concatenate([parts[b] for b in BUCKETS])
+    scored = ds.with_extra_field(
+        table.take(pa.array(order, pa.int64())), cfg.column, pa.array(values[order], pa.float64())
+    )
+    starts = np.cumsum([0] + [len(parts[b]) for b in BUCKETS])
+    base = begun.record()
+    for i, b in enumerate(BUCKETS):
+        out = scored.slice(starts[i], starts[i + 1] - starts[i])
         record = step.record_for(
             base,
             rows_in=raw.num_rows,

@@ -10,6 +10,8 @@ flagged (``wrong`` or ``uncertain``), in round N's order. Either way the result 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -133,14 +135,19 @@ class FocusConfig:
 def run_focus(cfg: FocusConfig) -> step.StepResult:
     inputs = cfg.inputs()
     out = step.resolve(cfg.out)
-    if not cfg.force and step.fresh([out], cfg.step, cfg.params(), inputs):
-        return step.skipped(cfg.step, {"focus": out})
-    base = manifest.start(cfg.step, cfg.params(), inputs)
-    score_of = scores.log_scores(cfg.logs, cfg.runs, "reward", "mean")
-    if cfg.round1:
-        table, record, summary = _round1(cfg, inputs, score_of, base)
-    else:
-        table, record, summary = _next_round(cfg, inputs, score_of, base)
+    with step.started(cfg.step, cfg.params(), inputs, force=cfg.force, outputs=[out]) as begun:
+        if begun.skip:
+            return step.skipped(cfg.step, {"focus": out})
+        # The datasets are read in a thread while DuckDB scores the run (both release the GIL).
+        files = [cfg.bucket_a, cfg.bucket_0] if cfg.round1 else [cfg.prev]
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            reading = pool.submit(lambda: [ds.read_dataset(f) for f in files])
+            score_of = scores.log_scores(cfg.logs, cfg.runs, "reward", "mean")
+            raws = reading.result()
+        if cfg.round1:
+            table, record, summary = _round1(cfg, inputs, score_of, raws, begun.record)
+        else:
+            table, record, summary = _next_round(cfg, inputs, score_of, raws[0], begun.record)
     step.write_table(out, table, record)
     return step.StepResult(cfg.step, {"focus": out}, summary)
 
@@ -149,9 +156,10 @@ def _round1(
     cfg: FocusConfig,
     inputs: list[Path],
     score_of: pa.Table,
-    base: manifest.StepRecord,
+    raws: list[pa.Table],
+    base_of: Callable[[], manifest.StepRecord],
 ) -> tuple[pa.Table, manifest.StepRecord, dict[str, Any]]:
-    raw_a, raw_0 = ds.read_dataset(cfg.bucket_a), ds.read_dataset(cfg.bucket_0)
+    raw_a, raw_0 = raws
     a, dups_a = ds.first_occurrences(raw_a)
     zero, dups_0 = ds.first_occurrences(raw_0)
     sel = select_at_most(a[ds.ID], score_of, cfg.hard_max)
@@ -169,7 +177,7 @@ def _round1(
         "duplicate ids": len(dups),
     }
     record = step.record_for(
-        base,
+        base_of(),
         rows_in=raw_a.num_rows + raw_0.num_rows,
         rows_out=merged.num_rows,
         dropped={
@@ -190,9 +198,9 @@ def _next_round(
     cfg: FocusConfig,
     inputs: list[Path],
     score_of: pa.Table,
-    base: manifest.StepRecord,
+    raw: pa.Table,
+    base_of: Callable[[], manifest.StepRecord],
 ) -> tuple[pa.Table, manifest.StepRecord, dict[str, Any]]:
-    raw = ds.read_dataset(cfg.prev)
     prev, dups = ds.first_occurrences(raw)
     flags = {u: d.verdict for u, d in dec.flagged(dec.read_decisions(cfg.decisions)).items()}
     sel = select_at_most(prev[ds.ID], score_of, cfg.score_max, flagged=flags)
@@ -209,7 +217,7 @@ def _next_round(
         "duplicate ids": len(dups),
     }
     record = step.record_for(
-        base,
+        base_of(),
         rows_in=raw.num_rows,
         rows_out=table.num_rows,
         dropped={**dropped, "duplicate id": len(dups)},

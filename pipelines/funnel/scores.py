@@ -95,9 +95,16 @@ def log_scores(
 
 def align(ids: pa.Array | pa.ChunkedArray, scores: pa.Table) -> np.ndarray:
     """The score of each id, float64 ``[len(ids)]``, NaN where the table has none."""
+    return match(ids, scores)[0]
+
+
+def match(ids: pa.Array | pa.ChunkedArray, scores: pa.Table) -> tuple[np.ndarray, int]:
+    """``align``'s scores and how many ids have a row in ``scores`` (one hash lookup for both;
+    with unique ids and uids, ``len(scores)`` minus it is the scored uids no id names)."""
     idx = pc.index_in(pc.cast(ids, pa.string()), value_set=scores["uid"].combine_chunks())
     vals = pc.take(scores["score"], idx)
-    return pc.fill_null(vals, np.nan).to_numpy(zero_copy_only=False).astype(np.float64)
+    values = pc.fill_null(vals, np.nan).to_numpy(zero_copy_only=False).astype(np.float64)
+    return values, len(idx) - idx.null_count
 
 
 def as_dict(scores: pa.Table) -> dict[str, float]:

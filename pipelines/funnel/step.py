@@ -9,8 +9,11 @@ step name, parameters and input hashes is skipped and returns the summary it rec
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,9 +63,61 @@ def require(path: str | os.PathLike[str], what: str) -> Path:
 
 
 def fresh(
-    outputs: Iterable[Path], step: str, params: Mapping[str, Any], inputs: list[Path]
+    outputs: Iterable[Path],
+    step: str,
+    params: Mapping[str, Any],
+    inputs: list[Path],
+    *,
+    records: list[dict[str, Any]] | None = None,
 ) -> bool:
-    return all(manifest.is_fresh(o, step, dict(params), inputs) for o in outputs)
+    """Every output committed with these parameters and inputs (``records``: the inputs'
+    hashes, computed once for all the outputs rather than once per output)."""
+    return all(manifest.is_fresh(o, step, dict(params), inputs, records=records) for o in outputs)
+
+
+def _committed_with(outputs: Iterable[Path], step: str, params: Mapping[str, Any]) -> bool:
+    """Every output has a manifest of this step and these parameters (cheap: no hashing)."""
+    want = json.loads(json.dumps(dict(params), default=str, sort_keys=True))
+    for o in outputs:
+        old = manifest.read(o)
+        if not old or old.get("step") != step or old.get("params") != want:
+            return False
+    return True
+
+
+@dataclass
+class Begun:
+    """A step begun by ``started``: ``skip`` when every output is fresh; ``record()`` its
+    manifest record (inputs hashed), waiting for the hashing when it runs in a thread."""
+
+    skip: bool
+    record: Callable[[], manifest.StepRecord]
+
+
+@contextmanager
+def started(
+    step: str, params: Mapping[str, Any], inputs: list[Path], *, force: bool, outputs: list[Path]
+) -> Iterator[Begun]:
+    """Hash the inputs once: to tell whether the outputs are fresh, then for the record.
+
+    With ``force`` (nothing to compare) the hashing runs in a thread, next to the step's own
+    reading and computing (sha256 and file reads release the GIL): on a large log it is
+    otherwise a second full read of the log on the critical path."""
+    if not force:
+        records = None
+        if _committed_with(outputs, step, params):  # else nothing to compare: hash once below
+            records = [manifest.input_record(p) for p in inputs]
+            if fresh(outputs, step, params, inputs, records=records):
+                yield Begun(
+                    True, lambda: manifest.start(step, dict(params), inputs, records=records)
+                )
+                return
+        record = manifest.start(step, dict(params), inputs, records=records)
+        yield Begun(False, lambda: record)
+        return
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        job = pool.submit(manifest.start, step, dict(params), inputs)
+        yield Begun(False, job.result)
 
 
 def skipped(step: str, outputs: dict[str, Path]) -> StepResult:

@@ -36,8 +36,16 @@ def _by_step(
 
 
 def build(ctx: ReportContext) -> Section:
-    runs = pl.from_arrow(query.run_named(ctx.con, "analysis_latency_runs"))
-    steps = pl.from_arrow(query.run_sql(ctx.con, "SELECT * FROM reward_latency"))
+    # Both grains from one pass over the log: the views analysis_latency_runs and reward_latency
+    # each evaluate reward_latency_sets (JSON and percentiles over every rollout); split it here
+    # the way they do.
+    sets = pl.from_arrow(query.run_sql(ctx.con, "SELECT * FROM reward_latency_sets"))
+    runs = sets.filter(pl.col("run_total") == 1).drop("step", "run_total").sort("run_id")
+    steps = (
+        sets.filter(pl.col("run_total") == 0)
+        .drop("run_total")
+        .sort(["run_id", "step"], nulls_last=False)
+    )
     scored = runs.filter((pl.col("rewarded") > 0) | (pl.col("judged") > 0))
     if scored.height == 0:
         return Section(

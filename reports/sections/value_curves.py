@@ -116,11 +116,14 @@ def build(ctx: ReportContext) -> Section:
 
 
 def _curves(ctx: ReportContext) -> Section:
-    by_action = ctx.frame("report_value_by_action", likely=LIKELY)
-    # No valued turn (the common case before `ddai value score`): the per-turn curve would scan
-    # the turns again to find nothing.
-    by_turn = ctx.frame("report_value_by_turn") if by_action.height else by_action.clear()
-    valued_runs = [run for run, _ in ctx.by_run(by_action)]
+    # No valued turn (the common case before `ddai value score`; report_facts counts them): the
+    # value queries would scan every turn again to find nothing.
+    if ctx.valued_turns:
+        by_action = ctx.frame("report_value_by_action", likely=LIKELY)
+        by_turn = ctx.frame("report_value_by_turn")
+    else:
+        by_action = by_turn = pl.DataFrame()
+    valued_runs = [run for run, _ in ctx.by_run(by_action)] if by_action.height else []
     missing = [r for r in ctx.runs if r not in valued_runs]
     n_turns = int(by_action["turns"].sum()) if by_action.height else 0
     reading = (

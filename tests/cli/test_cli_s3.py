@@ -1,5 +1,6 @@
-"""The loop on a log store and funnel files in S3 (moto's server on 127.0.0.1): ingest, query,
-curate bucket, distill and report give what they give on local files."""
+"""The loop on a log store and funnel files in S3 (moto's server on 127.0.0.1) and in GCS (the fake
+JSON-API server, tests/gcs_fake.py): ingest, query, curate bucket, distill and report give what
+they give on local files."""
 
 from __future__ import annotations
 
@@ -36,8 +37,8 @@ def _both(s3: str, local: Path, *args: str) -> tuple[dict, dict]:
     return remote, here
 
 
-def test_the_loop_on_s3_matches_the_loop_on_local_files(s3_env, tmp_path):
-    s3, local = s3_env, tmp_path
+def test_the_loop_on_object_storage_matches_the_loop_on_local_files(store_env, tmp_path):
+    s3, local = store_env, tmp_path  # s3:// or gs://
     objstore.put_file(FIX / "dataset.parquet", f"{s3}/data/dataset.parquet")
     (local / "data").mkdir()
     (local / "data" / "dataset.parquet").write_bytes((FIX / "dataset.parquet").read_bytes())
@@ -114,10 +115,10 @@ def test_the_loop_on_s3_matches_the_loop_on_local_files(s3_env, tmp_path):
     assert man["output_sha256"] == objstore.sha256(f"{s3}/report.html")
 
 
-def test_a_missing_store_on_s3_is_a_usage_error(s3_env):
-    res = runner.invoke(app, ["query", "SELECT 1 FROM rollouts", "--logs", f"{s3_env}/nothing"])
+def test_a_missing_store_on_object_storage_is_a_usage_error(store_env):
+    res = runner.invoke(app, ["query", "SELECT 1 FROM rollouts", "--logs", f"{store_env}/nothing"])
     assert res.exit_code == 2
-    assert f"{s3_env}/nothing does not exist" in res.output
+    assert f"{store_env}/nothing does not exist" in res.output
 
 
 def test_bucket_from_a_score_table_on_s3(s3_env, tmp_path):

@@ -1,4 +1,5 @@
-"""``ddai.pipelines.objstore`` and the URL-aware writers against a local S3 server (moto)."""
+"""``ddai.pipelines.objstore`` and the URL-aware writers against a local S3 server (moto) and a fake
+GCS server (tests/gcs_fake.py)."""
 
 from __future__ import annotations
 
@@ -24,8 +25,8 @@ def test_url_of_reads_both_spellings_and_leaves_local_paths():
     )
 
 
-def test_conditional_puts_refuse_a_lost_race(s3_env):
-    url = f"{s3_env}/obj.json"
+def test_conditional_puts_refuse_a_lost_race(store_env):
+    url = f"{store_env}/obj.json"
     objstore.put_bytes(url, b"one", create=True)
     with pytest.raises(objstore.ConflictError):
         objstore.put_bytes(url, b"two", create=True)  # someone created it first
@@ -36,7 +37,8 @@ def test_conditional_puts_refuse_a_lost_race(s3_env):
     assert objstore.read_bytes(url) == b"three"
 
 
-def test_atomic_write_to_a_url_puts_one_object_or_nothing(s3_env):
+def test_atomic_write_to_a_url_puts_one_object_or_nothing(store_env):
+    s3_env = store_env
     table = pa.table({"id": ["a", "b"], "x": [1, 2]})
     url = f"{s3_env}/out/data.parquet"
     io.write_parquet(Path(url), table, metadata={"k": "v"})  # a Path, as CLI flags arrive
@@ -68,3 +70,28 @@ def test_step_manifest_on_object_storage_vouches_for_its_output(s3_env, tmp_path
     objstore.put_bytes(f"{s3_env}/funnel/out.txt", b"edited")
     assert "changed" in manifest.verify(out)
     assert not manifest.is_fresh(out, "demo", {"a": 1}, [src])
+
+
+def test_gcs_versions_are_generations_and_a_delete_leaves_no_version(gs_env):
+    url = f"{gs_env}/m.json"
+    assert objstore.etag(url) is None
+    objstore.put_bytes(url, b"1", create=True)
+    first = objstore.etag(url)
+    objstore.put_bytes(url, b"2", if_match=first)
+    second = objstore.etag(url)
+    assert first.isdigit() and int(second) > int(first)  # each put is a new generation
+    objstore.remove(url)
+    objstore.put_bytes(url, b"3", create=True)  # gone: a create wins again
+    assert objstore.read_bytes(url) == b"3"
+    assert objstore.scheme("gcs://b/k") == "gs" and objstore.url_of("gcs://b/k") == "gcs://b/k"
+
+
+def test_the_fake_gcs_server_takes_resumable_uploads_as_gcs_does(gs_env, tmp_path):
+    """Objects over gcsfs's chunk size go up in resumable chunks (parts of a large run do)."""
+    data = bytes(range(256)) * 4096  # 1 MiB, four 256 KiB chunks
+    src = tmp_path / "big.bin"
+    src.write_bytes(data)
+    url = f"{gs_env}/big.bin"
+    objstore.fsspec_fs(url).put_file(str(src), objstore.key_of(url), chunksize=1 << 18)
+    assert objstore.read_bytes(url) == data
+    assert objstore.fsspec_fs(url).cat_file(objstore.key_of(url), start=10, end=20) == data[10:20]

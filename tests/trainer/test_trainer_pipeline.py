@@ -3,6 +3,7 @@ mask is right, and the GRPO run's rollout log reads back and answers the query v
 
 from __future__ import annotations
 
+import json
 import os
 import random
 
@@ -169,3 +170,32 @@ def test_sft_then_grpo_changes_weights_and_logs_rollouts(setup):
     html = (root / "grpo.html").read_text(encoding="utf-8")
     assert rep["rollouts"] == 8 and rep["runs"] == ["grpo_test"] and rep["browser rows"] == 8
     assert "grpo_test" in html
+
+
+def test_grpo_logs_its_rollouts_and_metrics_to_object_storage(setup, s3_env):
+    root, data, tiny = setup
+    from ddai.pipelines import objstore
+    from ddai.pipelines.backends import get_backend
+    from ddai.pipelines.store import read_rollouts, run_manifest
+
+    logs = f"{s3_env}/logs"
+    backends = Backends(
+        search=get_backend("search", "local", corpus=toy.corpus(), cache=False),
+        generator=ConstantGenerator(),
+        judge=RandomJudge(),
+    )
+    result = run_grpo(
+        GRPORunConfig(
+            model=str(tiny), data=data / "dataset.parquet", corpus=data / "pages.parquet",
+            output_dir=root / "grpo_s3", logs=logs, run_id="g", reward="judge-only", n_agent=2,
+            batch_size=4, max_steps=2, learning_rate=1e-3, max_turns=2, max_turn_tokens=16,
+            max_completion_tokens=96, obs_max_tokens=16, skip_preflight=True, logging_steps=1,
+        ),
+        backends,
+    )  # fmt: skip
+    assert result.steps == 2 and result.rollouts_logged == 8 and result.logs == logs
+    assert {r["step"] for r in read_rollouts(logs, ["g"]).to_pylist()} == {1, 2}
+    assert len(run_manifest(logs, "g")["files"]) == 2  # one append per step
+    metrics = objstore.read_text(f"{logs}/_side/train_metrics/g.jsonl").splitlines()
+    assert [json.loads(m)["step"] for m in metrics] == [1, 2]
+    assert not (root / "s3:").exists()  # nothing written to a local folder named after the URL

@@ -147,6 +147,23 @@ def test_value_score_in_place_replaces_the_partition(world, tmp_path):
     assert len(rows) == 4 and all(r["turns"][0]["value"] is not None for r in rows)
 
 
+def test_value_score_in_place_on_object_storage(world, s3_env):
+    root, _, ckpt, _ = world
+    logs = f"{s3_env}/logs"
+    write_run(logs, "one", read_rollouts(root / "logs", ["cur"]).to_pylist()[:4])
+    res = runner.invoke(
+        app,
+        [
+            "value", "score", "--checkpoint", str(ckpt), "--logs", logs, "--max-length", "128",
+            "--system-prompt", str(root / "system.txt"), "--json",
+        ],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["runs"] == {"one": "one"}
+    rows = read_rollouts(logs, ["one"]).to_pylist()
+    assert len(rows) == 4 and all(r["turns"][0]["value"] is not None for r in rows)
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

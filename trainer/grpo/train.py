@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines import workspace
+from ddai.pipelines import objstore, workspace
 from ddai.trainer import common
 from ddai.trainer.grpo.config import GRPOResult, GRPORunConfig, grpo_args
 from ddai.trainer.runtime import dist
@@ -246,7 +246,7 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
     return GRPOResult(
         output_dir=str(cfg.output_dir),
         run_id=run_id,
-        logs=str(log.logs),
+        logs=objstore.display(log.logs),  # a URL store as its URL, not pathlib's s3:/b/…
         steps=int(trainer.state.global_step),
         rollouts_logged=log.rows,
         reward_first=log.rewards[0] if log.rewards else None,

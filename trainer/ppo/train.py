@@ -47,7 +47,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ddai.pipelines import workspace
+from ddai.pipelines import objstore, workspace
 from ddai.trainer.advantages import gae
 from ddai.trainer.common import TrainConfigError
 from ddai.trainer.ppo.config import CRITIC_DIR, PPOResult, PPORunConfig
@@ -516,7 +516,7 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
         output_dir=str(out),
         critic_dir=str(out / CRITIC_DIR),
         run_id=run_id,
-        logs=str(log.logs),
+        logs=objstore.display(log.logs),  # a URL store as its URL, not pathlib's s3:/b/…
         steps=cfg.max_steps,
         rollouts_logged=log.rows,  # the main process's count (it alone writes)
         reward_first=log.rewards[0] if log.rewards else None,

@@ -5,7 +5,8 @@ optimizer steps) it keeps the step's reward, loss and clip ratios (TRL's ``clip_
 share of policy tokens, or of sequences under GSPO, whose ratio left the clip range) and rewrites
 ``<logs>/_side/train_metrics/<run>.jsonl`` atomically, holding the run's write lock like every
 writer of the store (a temp file left by a killed run is removed by the next write). ``ddai report`` reads that side table for
-its training section; the run's summary reports the mean clip ratio.
+its training section; the run's summary reports the mean clip ratio. On a log store on object
+storage the table is put whole as one object (a PUT is atomic; one trainer writes a run).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from ddai.pipelines import io, store
+from ddai.pipelines import io, objstore, store
 
 TABLE = "train_metrics"
 # Keys kept from the trainer's logs: name in the log → column in the side table.
@@ -47,9 +48,9 @@ class TrainMetricsLog(TrainerCallback):
         self.run_id = run_id
         self.rows: list[dict[str, Any]] = []
         self._mine: list[dict[str, Any]] = []
-        if self.path is not None and self.path.is_file():
+        if self.path is not None and objstore.any_isfile(self.path):
             # A resumed run keeps the steps before its checkpoint (later ones are replaced).
-            text = self.path.read_text("utf-8")
+            text = objstore.any_read_text(self.path)
             self.rows = [json.loads(line) for line in text.splitlines() if line.strip()]
 
     def on_log(self, args, state, control, logs=None, **kwargs):
@@ -70,7 +71,7 @@ class TrainMetricsLog(TrainerCallback):
 
     def _write(self) -> None:
         assert self.path is not None and self.logs is not None and self.run_id is not None
-        with store.run_lock(self.logs, self.run_id):
+        with store.run_lock(self.logs, self.run_id):  # object storage: no lock, one atomic put
             io.write_text(self.path, "".join(json.dumps(r) + "\n" for r in self.rows))
 
     def mean(self, column: str) -> float | None:

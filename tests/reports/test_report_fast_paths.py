@@ -1,0 +1,157 @@
+"""The report's shortcuts at scale give the numbers the plain definitions give.
+
+Each shortcut (a top-N aggregate for the browser's sample, one pass for both reward-latency
+grains, the value queries skipped when no turn is valued, a named query run once per build) is
+checked against the definition it replaces, on seeded stores.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from ddai.pipelines import query
+from ddai.pipelines.analyses.flags import load_flags
+from ddai.pipelines.store import write_run
+from ddai.reports import ReportConfig
+from ddai.reports.context import ReportContext, bind
+from ddai.reports.sections import reward_latency, value_curves
+
+sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1] / "pipelines" / "analyses"))
+from analysis_world import planted_store as analysis_store
+from report_world import random_store
+
+# The browser's sample as first written: a row_number per stratum and a dense_rank per class
+# over every rollout (two windows, each a full sort), then the round-robin order.
+WINDOW_SAMPLE = """
+WITH ranked AS (
+    SELECT
+        run_id, step, uid, rollout_idx, outcome, tags,
+        row_number() OVER (
+            PARTITION BY run_id, outcome, coalesce(tags[1], '')
+            ORDER BY hash(uid, rollout_idx, step, $seed)
+        ) AS stratum_rank,
+        dense_rank() OVER (
+            PARTITION BY run_id, outcome ORDER BY hash(coalesce(tags[1], ''), $seed)
+        ) AS class_rank,
+        hash(run_id, uid, rollout_idx, step, $seed) AS h
+    FROM report_facts
+)
+SELECT run_id, step, uid, rollout_idx, outcome, tags
+FROM ranked ORDER BY stratum_rank, class_rank, h LIMIT $browse_max
+"""
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    root = tmp_path_factory.mktemp("fast-paths")
+    return random_store(root, seed=11, runs=3, prompts=40, n=6)  # 720 rollouts
+
+
+def _ctx(logs: Path, tmp: Path, **kw) -> tuple[ReportContext, object]:
+    cfg = ReportConfig(logs=logs, out=tmp / "r.html", progress=False, **kw)
+    con = query.connect(logs)
+    return ReportContext.open(cfg, con), con
+
+
+@pytest.mark.parametrize("browse_max", [1, 5, 37, 200, 1000])
+@pytest.mark.parametrize("seed", [0, 3])
+def test_browser_sample_is_the_window_definitions(world, tmp_path, browse_max, seed):
+    ctx, con = _ctx(world, tmp_path, browse_max=browse_max, seed=seed)
+    try:
+        keys = ["run_id", "step", "uid", "rollout_idx", "outcome", "tags"]
+        got = ctx.frame("report_browser_sample").select(keys)
+        params = {**ctx.params}
+        want = pl.from_arrow(query.run_sql(con, WINDOW_SAMPLE, bind(WINDOW_SAMPLE, params))).sort(
+            ["run_id", "uid", "step", "rollout_idx"], nulls_last=False
+        )
+        assert got.height == min(browse_max, 720)
+        assert got.to_dicts() == want.to_dicts()
+        # more than one stratum, so the round-robin order is exercised
+        assert got.select("run_id", "outcome").n_unique() > 1 or browse_max == 1
+    finally:
+        con.close()
+
+
+def test_latency_grains_from_one_pass_are_the_views(tmp_path):
+    logs, _flags = analysis_store(tmp_path)
+    ctx, con = _ctx(logs, tmp_path)
+    try:
+        stats = reward_latency.build(ctx).stats
+        runs = query.run_named(con, "analysis_latency_runs").to_pylist()
+        assert runs, "the planted store logs rewards"
+        for row in runs:
+            got = {k: v for k, v in stats["runs"][row["run_id"]].items() if k in row}
+            assert got == row
+            # the per-run percentiles pool every rollout of the run (not the per-step rows)
+            assert list(stats["runs"][row["run_id"]])[: len(row)] == list(row)
+        steps = query.run_sql(con, "SELECT * FROM reward_latency WHERE step IS NOT NULL")
+        assert stats["steps"] == steps.to_pylist()
+    finally:
+        con.close()
+
+
+def _valued_store(logs: Path) -> None:
+    def rollout(idx: int, values: list[float | None]) -> dict:
+        turns = [
+            {"idx": i, "think": "t", "action": "search", "arg": "q", "sep": "\n", "value": v}
+            for i, v in enumerate(values)
+        ]
+        return {"uid": "u1", "rollout_idx": idx, "step": 1, "judge_score": 1.0, "turns": turns}
+
+    write_run(logs, "scored", [rollout(0, [0.2, None, 0.5]), rollout(1, [None])])
+    write_run(logs, "plain", [rollout(0, [None, None])])
+
+
+def test_valued_turns_counted_with_the_facts(tmp_path):
+    logs = tmp_path / "logs"
+    _valued_store(logs)
+    ctx, con = _ctx(logs, tmp_path)
+    try:
+        # 2 valued turns, all in run `scored`; the value section's own count agrees
+        assert ctx.valued_turns == 2
+        assert value_curves.build(ctx).stats["turns_valued"] == 2
+    finally:
+        con.close()
+
+
+def test_no_valued_turn_skips_the_value_queries(world, tmp_path):
+    ctx, con = _ctx(world, tmp_path)
+    try:
+        assert ctx.valued_turns == 0
+        # what the value queries would have found: nothing
+        assert ctx.frame("report_value_by_action", likely=0.5).height == 0
+        ctx._frames.clear()
+        stats = value_curves.build(ctx).stats
+        assert stats == {"turns_valued": 0, "runs_without_values": ["run0", "run1", "run2"]}
+        assert not any(k[0].startswith("report_value") for k in ctx._frames)
+    finally:
+        con.close()
+
+
+def test_a_named_query_runs_once_per_build(world, tmp_path):
+    ctx, con = _ctx(world, tmp_path)
+    try:
+        first = ctx.frame("report_overview")
+        assert ctx.frame("report_overview") is first
+        assert ctx.frame("report_compare_prompts", run_a="run0", run_b="run1") is not ctx.frame(
+            "report_compare_prompts", run_a="run0", run_b="run2"
+        )
+        assert first["rollouts"].to_list() == [240, 240, 240, 720]
+    finally:
+        con.close()
+
+
+def test_no_flag_files_empty_the_review_flags(tmp_path):
+    logs, flags = analysis_store(tmp_path)
+    con = query.connect(logs)
+    try:
+        assert load_flags(con, [flags]) > 0
+        assert load_flags(con, []) == 0
+        assert con.execute("SELECT count(*) FROM review_flags").fetchone() == (0,)
+    finally:
+        con.close()
