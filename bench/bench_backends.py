@@ -37,6 +37,10 @@ from ddai.pipelines.backends import prompts as prompt_mod
 from ddai.pipelines.backends.openai_backend import chat_response_format
 from ddai.pipelines.backends.tasks import JudgeOutput
 
+# The fake servers are test scaffolding under tests/support (not part of the package).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from support.fakes import spawn
+
 TARGET = 0.90
 
 
@@ -55,18 +59,8 @@ def requests(n: int, offset: int) -> list[JudgeRequest]:
 
 
 def spawn_server(latency: float) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "ddai.pipelines.backends.fakes", "--latency", str(latency)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline().split()
-    if len(line) != 2 or line[0] != "PORT":
-        proc.kill()
-        raise RuntimeError(f"fake server did not start (said {line!r})")
-    return proc, f"http://127.0.0.1:{line[1]}/v1"
+    proc, port = spawn("support.fakes", "--latency", str(latency))
+    return proc, f"http://127.0.0.1:{port}/v1"
 
 
 async def bare_loop(base_url: str, reqs: list[JudgeRequest], concurrency: int) -> float:

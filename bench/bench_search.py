@@ -21,14 +21,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 import urllib.request
+from pathlib import Path
 
 from ddai.pipelines.backends import get_backend
 from ddai.trainer import toy
 from ddai.trainer.search.env import EnvConfig, SearchEnv
+
+# The fake servers are test scaffolding under tests/support (not part of the package).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from support.fakes import spawn
 
 
 def run_way(url: str, way: str, episodes: int, turns: int, concurrency: int) -> tuple[float, list]:
@@ -62,13 +66,8 @@ def main() -> int:
     ap.add_argument("--concurrency", type=int, default=8)
     args, _ = ap.parse_known_args()
     pages = toy.corpus().pages()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "ddai.pipelines.backends.fakes_search", "--latency",
-         str(args.latency), "--pages", *pages],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    server, port = spawn("support.fakes_search", "--latency", str(args.latency), "--pages", *pages)
     try:
-        port = int(server.stdout.readline().split()[1])
         url = f"http://127.0.0.1:{port}/search"
         rows, shown = [], {}
         for way in ("per-episode", "concurrent", "batched"):

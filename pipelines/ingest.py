@@ -292,22 +292,22 @@ def ingest(cfg: IngestConfig) -> IngestResult:
                 # run this source feeds (its first run), once the source is read.
                 orphans = _Orphans()
                 first_run: str | None = None
-                route = (cfg, writers, counts, sources_of, src_info, quarantine, dups)
+                route = _Routing(cfg, writers, counts, sources_of, src_info, quarantine, dups)
                 for n, rec in enumerate(adapters.reader(fmt)(src, ctx)):
                     if isinstance(rec, RowBatch):
-                        run = _route_batch(rec, src, *route)
+                        run = _route_batch(rec, src, route)
                         first_run = first_run or run
                     elif rec.reason is not None and not (cfg.run_id or rec.run_id):
                         orphans.add(rec)
                     else:
-                        run = _route(rec, src, *route)
+                        run = _route(rec, src, route)
                         first_run = first_run or run
                     # a redraw per row costs more than the row: per batch, or every 256 rows
                     if cfg.progress and (isinstance(rec, RowBatch) or not n % 256):
                         bar.update(task, completed=min(ctx.bytes_read - before, size))
                 quarantine.late = True
                 for rec in orphans.drain(first_run):
-                    _route(rec, src, *route)
+                    _route(rec, src, route)
                 quarantine.late = False
         for run in sorted(set(counts) | side.runs()):
             # One lock hold per run: its quarantine entries and side tables, then its partition
@@ -398,18 +398,36 @@ def _uid_mapper(cfg: IngestConfig, fmt_of: dict[str, str]) -> UidMapper | None:
     return UidMapper.build(cfg.uid_field, cfg.dataset)
 
 
-def _route(
-    rec: SourceRecord,
-    src: Path,
-    cfg: IngestConfig,
-    writers: dict[str, PartitionWriter],
-    counts: dict[str, RunCounts],
-    sources_of: dict[str, list[dict[str, Any]]],
-    src_info: dict[str, Any],
-    quarantine: _Quarantine,
-    dups: DuplicateKeys,
-) -> str:
+@dataclass
+class _Routing:
+    """Where one source's records go: the run writers, the per-run counts and sources, the
+    quarantine and the duplicate check (shared by every source of the ingest but ``src_info``)."""
+
+    cfg: IngestConfig
+    writers: dict[str, PartitionWriter]
+    counts: dict[str, RunCounts]
+    sources_of: dict[str, list[dict[str, Any]]]
+    src_info: dict[str, Any]
+    quarantine: _Quarantine
+    dups: DuplicateKeys
+
+    def charge(self, run: str, rows: int) -> RunCounts:
+        """Count ``rows`` read for ``run`` and note this source among the run's sources."""
+        c = self.counts.setdefault(run, RunCounts())
+        c.rows_in += rows
+        if self.src_info not in self.sources_of.setdefault(run, []):
+            self.sources_of[run].append(self.src_info)
+        return c
+
+    def writer(self, run: str) -> PartitionWriter:
+        if run not in self.writers:
+            self.writers[run] = PartitionWriter(self.cfg.logs, run, append=self.cfg.append)
+        return self.writers[run]
+
+
+def _route(rec: SourceRecord, src: Path, r: _Routing) -> str:
     """Send one record to its run's writer or quarantine; returns the run it was charged to."""
+    cfg = r.cfg
     run = cfg.run_id or rec.run_id or NO_RUN
     try:
         check_run_id(run)
@@ -428,35 +446,20 @@ def _route(
             reason, detail = "unreadable row", error_detail(e)
         if reason is None:
             content = rec.raw if rec.raw is not None else json.dumps(rec.row, default=str)
-            if (dup := dups.check(run, row, content, rec.digest)) is not None:
+            if (dup := r.dups.check(run, row, content, rec.digest)) is not None:
                 reason, detail = dup
-    c = counts.setdefault(run, RunCounts())
-    c.rows_in += 1
-    if src_info not in sources_of.setdefault(run, []):
-        sources_of[run].append(src_info)
+    c = r.charge(run, 1)
     if reason is not None:
         c.quarantined[reason] += 1
-        quarantine.add(run, src, rec, reason, detail)
+        r.quarantine.add(run, src, rec, reason, detail)
         return run
-    if run not in writers:
-        writers[run] = PartitionWriter(cfg.logs, run, append=cfg.append)
-    writers[run].add(row)
+    r.writer(run).add(row)
     c.rollouts_out += 1
     c.flagged.update(row["flags"] or ())
     return run
 
 
-def _route_batch(
-    b: RowBatch,
-    src: Path,
-    cfg: IngestConfig,
-    writers: dict[str, PartitionWriter],
-    counts: dict[str, RunCounts],
-    sources_of: dict[str, list[dict[str, Any]]],
-    src_info: dict[str, Any],
-    quarantine: _Quarantine,
-    dups: DuplicateKeys,
-) -> str:
+def _route_batch(b: RowBatch, src: Path, r: _Routing) -> str:
     """``_route`` for a batch read in columns: its rows are valid, so only the duplicate check
     runs per row (exact repeats quarantined, repeated keys flagged, as for single rows)."""
     run = check_run_id(b.run_id)
@@ -469,9 +472,9 @@ def _route_batch(
     )
     drop: list[int] = []
     flagged: list[int] = []
-    c = counts.setdefault(run, RunCounts())
+    c = r.charge(run, table.num_rows)
     for i, (key, digest) in enumerate(zip(keys, b.digests, strict=True)):
-        verdict = dups.check_key(run, key, digest)
+        verdict = r.dups.check_key(run, key, digest)
         if verdict is None:
             continue
         reason, detail = verdict
@@ -481,10 +484,7 @@ def _route_batch(
         drop.append(i)
         c.quarantined[reason] += 1
         rec = SourceRecord(None, b.lines[i], b.raw(i), reason, detail, run_id=run)
-        quarantine.add(run, src, rec, reason, detail)
-    c.rows_in += table.num_rows
-    if src_info not in sources_of.setdefault(run, []):
-        sources_of[run].append(src_info)
+        r.quarantine.add(run, src, rec, reason, detail)
     if flagged:
         flags = table["flags"].to_pylist()
         for i in flagged:
@@ -498,8 +498,6 @@ def _route_batch(
         table = table.filter(pa.array([i not in gone for i in range(table.num_rows)]))
     if not table.num_rows:  # as for single rows: no writer for a run that keeps nothing
         return run
-    if run not in writers:
-        writers[run] = PartitionWriter(cfg.logs, run, append=cfg.append)
-    writers[run].add_table(table)
+    r.writer(run).add_table(table)
     c.rollouts_out += table.num_rows
     return run

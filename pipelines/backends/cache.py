@@ -26,7 +26,7 @@ import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -119,46 +119,44 @@ class CallCache:
 
     # ------------------------------------------------------------------ reads
     def get_many(self, keys: Iterable[str]) -> dict[str, Cached]:
-        wanted = list(dict.fromkeys(keys))
-        out: dict[str, Cached] = {}
-        with self._pending_lock:
-            for k in wanted:
-                if k in self._pending:
-                    out[k] = self._pending[k]
-        rest = [k for k in wanted if k not in out]
-        with self._read_lock:
-            for i in range(0, len(rest), _CHUNK):
-                chunk = rest[i : i + _CHUNK]
-                marks = ",".join("?" * len(chunk))
-                rows = self._db.execute(
-                    f"SELECT key, value, input_tokens, output_tokens FROM calls WHERE key IN ({marks})",
-                    chunk,
-                )
-                for key, value, tin, tout in rows:
-                    out[key] = Cached(json.loads(value), TokenUsage(tin, tout))
-        return out
+        return self._read(
+            keys,
+            self._pending,
+            "SELECT key, value, input_tokens, output_tokens FROM calls WHERE key IN ({marks})",
+            lambda value, tin, tout: Cached(json.loads(value), TokenUsage(tin, tout)),
+        )
 
     def get(self, key: str) -> Cached | None:
         return self.get_many([key]).get(key)
 
     def get_failures(self, keys: Iterable[str]) -> dict[str, tuple[str, str]]:
         """Cached failures among ``keys``: key → (reason, detail)."""
+        return self._read(
+            keys,
+            self._pending_failures,
+            "SELECT key, reason, detail FROM failures WHERE key IN ({marks})",
+            lambda reason, detail: (reason, detail),
+        )
+
+    def _read(
+        self,
+        keys: Iterable[str],
+        pending: dict[str, Any],
+        sql: str,
+        decode: Callable[..., Any],
+    ) -> dict[str, Any]:
+        """``keys`` found in ``pending`` (queued, not yet written) or in the table ``sql`` reads:
+        key → ``decode(*the row's other columns)``, ``_CHUNK`` keys per query."""
         wanted = list(dict.fromkeys(keys))
-        out: dict[str, tuple[str, str]] = {}
         with self._pending_lock:
-            for k in wanted:
-                if k in self._pending_failures:
-                    out[k] = self._pending_failures[k]
+            out = {k: pending[k] for k in wanted if k in pending}
         rest = [k for k in wanted if k not in out]
         with self._read_lock:
             for i in range(0, len(rest), _CHUNK):
                 chunk = rest[i : i + _CHUNK]
-                marks = ",".join("?" * len(chunk))
-                rows = self._db.execute(
-                    f"SELECT key, reason, detail FROM failures WHERE key IN ({marks})", chunk
-                )
-                for key, reason, detail in rows:
-                    out[key] = (reason, detail)
+                rows = self._db.execute(sql.format(marks=",".join("?" * len(chunk))), chunk)
+                for key, *columns in rows:
+                    out[key] = decode(*columns)
         return out
 
     # ------------------------------------------------------------------ writes

@@ -166,6 +166,34 @@ class Engine:
             await asyncio.to_thread(self.cache.flush)
         return results  # type: ignore[return-value]  # every slot is filled above
 
+    def plan(self, jobs: Sequence[Job]) -> dict[str, Any]:
+        """A dry run of ``run``: what the batch would pay for, counted the way ``run`` counts.
+
+        ``items == cached + cached_failures + duplicates + to_call``: ``cached`` items the cache
+        answers now, ``cached_failures`` items whose request failed for good before (handed back,
+        not asked again, unless retrying failures), ``duplicates`` repeats of a request in the same
+        batch (they ride on its one call), ``to_call`` the distinct requests to send (first
+        attempts; retries come on top), and the estimated tokens and cost of those alone."""
+        hits = self.cache.get_many(j.key for j in jobs) if self.cache is not None else {}
+        todo = {j.key: j.estimate for j in jobs if j.key not in hits}
+        failed: set[str] = set()
+        if self.cache is not None and todo and not self.retry_failed:
+            failed = set(self.cache.get_failures(todo))
+            todo = {k: v for k, v in todo.items() if k not in failed}
+        est = sum(todo.values(), TokenUsage())
+        cached = sum(1 for j in jobs if j.key in hits)
+        n_failed = sum(1 for j in jobs if j.key in failed)
+        return {
+            "items": len(jobs),
+            "cached": cached,
+            "cached_failures": n_failed,
+            "duplicates": len(jobs) - cached - n_failed - len(todo),
+            "to_call": len(todo),
+            "est_input_tokens": est.input_tokens,
+            "est_output_tokens": est.output_tokens,
+            "est_cost_usd": round(self.price.cost(est), 6),
+        }
+
     # ------------------------------------------------------------------ one job
     async def _call(self, job: Job, site: SiteUsage) -> Outcome | Failure:
         assert self._sem is not None
@@ -205,15 +233,7 @@ class Engine:
             self._settle(est_cost, used, site, estimate=job.estimate)
             if failure is None:
                 if self.cache is not None:
-                    ident = self.identity
-                    self.cache.put(
-                        job.key,
-                        out.value,
-                        out.usage,
-                        kind=ident.kind,
-                        model=ident.model,
-                        role=ident.role,
-                    )
+                    self.cache.put(job.key, out.value, out.usage, **self._cache_tags())
                 site.ok += 1
                 return out
             if failure.retryable and attempt < self.settings.retry.max_retries:
@@ -223,16 +243,15 @@ class Engine:
                 continue
             site.failed[failure.reason] += 1
             if self.cache is not None:
-                ident = self.identity
                 self.cache.put_failure(
-                    job.key,
-                    failure.reason,
-                    failure.detail,
-                    kind=ident.kind,
-                    model=ident.model,
-                    role=ident.role,
+                    job.key, failure.reason, failure.detail, **self._cache_tags()
                 )
             return failure
+
+    def _cache_tags(self) -> dict[str, Any]:
+        """What a cached answer or failure records of the backend that made it."""
+        ident = self.identity
+        return {"kind": ident.kind, "model": ident.model, "role": ident.role}
 
     def _settle(
         self,

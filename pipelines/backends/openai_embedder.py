@@ -84,31 +84,10 @@ class OpenAIEmbedder:
         return self.context.ledger.snapshot()
 
     def plan(self, items: Sequence[EmbedItem | str]) -> dict[str, Any]:
-        """A dry run, counted as ``RemoteBackend.plan`` counts: cached, cached failures, repeats
-        in the batch, and the distinct calls to make with their estimated tokens and cost."""
+        """A dry run, counted as ``RemoteBackend.plan`` counts (``Engine.plan``); an embedding
+        has no output tokens."""
         jobs = [self._job_or_failure(EmbedItem(i) if isinstance(i, str) else i) for i in items]
-        cache = self.engine.cache
-        hits = cache.get_many(j.key for j in jobs) if cache is not None else {}
-        todo = {j.key: j.estimate for j in jobs if j.key not in hits}
-        failed: set[str] = set()
-        if cache is not None and todo and not self.engine.retry_failed:
-            failed = set(cache.get_failures(todo))
-            todo = {k: v for k, v in todo.items() if k not in failed}
-        est = sum(todo.values(), TokenUsage())
-        cached = sum(1 for j in jobs if j.key in hits)
-        n_failed = sum(1 for j in jobs if j.key in failed)
-        return {
-            "backend": self.name,
-            "model": self.spec.model,
-            "items": len(jobs),
-            "cached": cached,
-            "cached_failures": n_failed,
-            "duplicates": len(jobs) - cached - n_failed - len(todo),
-            "to_call": len(todo),
-            "est_input_tokens": est.input_tokens,
-            "est_output_tokens": 0,
-            "est_cost_usd": round(self.price.cost(est), 6),
-        }
+        return {"backend": self.name, "model": self.spec.model, **self.engine.plan(jobs)}
 
     async def ping(self) -> dict[str, Any]:
         return await OpenAIBackend.ping(self)  # type: ignore[arg-type]

@@ -125,39 +125,14 @@ class RemoteBackend:
         return self.context.ledger.snapshot()
 
     def plan(self, reqs: Sequence[Any]) -> dict[str, Any]:
-        """A dry run: exactly what the run would pay for, counted the way the engine counts.
-
-        ``items == cached + cached_failures + duplicates + to_call``: ``cached`` items the cache
-        answers now, ``cached_failures`` items whose request failed for good before (handed back,
-        not asked again, unless retrying failures), ``duplicates`` repeats of a request in the same
-        batch (they ride on its one call), ``to_call`` the distinct requests the model is asked
-        (first attempts; retries come on top), and the estimated tokens and cost of those alone."""
+        """A dry run: exactly what the run would pay for, counted the way the engine counts
+        (``Engine.plan``: cached, cached failures, repeats in the batch, the distinct calls to
+        make and their estimated tokens and cost)."""
         self._expect(self.role)
         if self.role == "generator":
             reqs = [self._with_page_texts(r) for r in reqs]
         jobs = [self._job_or_failure(r) for r in reqs]
-        cache = self.engine.cache
-        hits = cache.get_many(j.key for j in jobs) if cache is not None else {}
-        todo = {j.key: j.estimate for j in jobs if j.key not in hits}
-        failed: set[str] = set()
-        if cache is not None and todo and not self.engine.retry_failed:
-            failed = set(cache.get_failures(todo))
-            todo = {k: v for k, v in todo.items() if k not in failed}
-        est = sum(todo.values(), TokenUsage())
-        cached = sum(1 for j in jobs if j.key in hits)
-        n_failed = sum(1 for j in jobs if j.key in failed)
-        return {
-            "backend": self.name,
-            "model": self.spec.model,
-            "items": len(jobs),
-            "cached": cached,
-            "cached_failures": n_failed,
-            "duplicates": len(jobs) - cached - n_failed - len(todo),
-            "to_call": len(todo),
-            "est_input_tokens": est.input_tokens,
-            "est_output_tokens": est.output_tokens,
-            "est_cost_usd": round(self.price.cost(est), 6),
-        }
+        return {"backend": self.name, "model": self.spec.model, **self.engine.plan(jobs)}
 
     async def ping(self) -> dict[str, Any]:
         """A cheap reachability check (model metadata, no tokens): ``{ok, latency_s, detail}``."""

@@ -104,10 +104,6 @@ class Ledger:
                 for (site, backend), u in sorted(self._sites.items())
             }
 
-    def total_cost(self) -> float:
-        with self._lock:
-            return sum(u.cost_usd for u in self._sites.values())
-
 
 FAILED_CALLS = "failed calls"
 """The summary key under which a command lists its failed model calls by reason (exit 1)."""

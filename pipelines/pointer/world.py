@@ -89,9 +89,6 @@ class World:
     demo_emb: np.ndarray  # [n_demos, dim] float32, unit rows
     labels: dict[str, list[str]] = field(default_factory=dict)  # query_id -> 2 demo ids
 
-    def split_ids(self, split: str | None) -> list[str]:
-        return [q["query_id"] for q in self.queries if split is None or q["split"] == split]
-
 
 # ---------------------------------------------------------------- questions and answers
 

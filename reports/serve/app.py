@@ -86,6 +86,12 @@ def _error(status: int, message: str, request: Request) -> Response:
     return _html("error.html", status, title=f"error {status}", message=message, nav="")
 
 
+def _bad_filter(request: Request, exc: Exception) -> Response:
+    """A URL parameter of the rollout view that does not parse: 400 naming it (every route that
+    reads a view)."""
+    return _error(400, str(exc), request)
+
+
 def _view(request: Request, cfg: ServeConfig) -> RolloutFilter:
     params = {k: request.query_params.getlist(k) for k in request.query_params}
     return RolloutFilter.from_params(params, size=cfg.page_size)
@@ -128,10 +134,7 @@ def create_app(cfg: ServeConfig, *, explorer: Explorer | None = None) -> Starlet
     ex = explorer or Explorer(cfg)
 
     def rollouts_page(request: Request) -> Response:
-        try:
-            view = _view(request, cfg)
-        except FilterError as e:
-            return _error(400, str(e), request)
+        view = _view(request, cfg)  # a bad parameter: 400 through _bad_filter
         with ex.connection() as con:
             rows = queries.page(con, view)
             total = queries.count(con, view)
@@ -155,10 +158,7 @@ def create_app(cfg: ServeConfig, *, explorer: Explorer | None = None) -> Starlet
         )
 
     def rollouts_api(request: Request) -> Response:
-        try:
-            view = _view(request, cfg)
-        except FilterError as e:
-            return _error(400, str(e), request)
+        view = _view(request, cfg)  # a bad parameter: 400 through _bad_filter
         with ex.connection() as con:
             rows = queries.page(con, view)
             total = queries.count(con, view) if request.query_params.get("total") != "0" else None
@@ -275,10 +275,7 @@ def create_app(cfg: ServeConfig, *, explorer: Explorer | None = None) -> Starlet
         fmt = request.path_params["fmt"]
         if fmt not in ("csv", "parquet"):
             return _error(404, f"export as csv or parquet, not {fmt!r}", request)
-        try:
-            view = _view(request, cfg)
-        except FilterError as e:
-            return _error(400, str(e), request)
+        view = _view(request, cfg)  # a bad parameter: 400 through _bad_filter
         with ex.connection() as con:
             table = queries.keys(con, view).to_arrow_table()
         buf = io.BytesIO()
@@ -334,22 +331,7 @@ def create_app(cfg: ServeConfig, *, explorer: Explorer | None = None) -> Starlet
 
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / "report.html"
-            build_report(
-                ReportConfig(
-                    logs=cfg.logs,
-                    out=out,
-                    runs=cfg.runs,
-                    datasets_dir=cfg.datasets_dir,
-                    success_threshold=cfg.success_threshold,
-                    judge_high=cfg.judge_high,
-                    ndcg_low=cfg.ndcg_low,
-                    judge_low=cfg.judge_low,
-                    ndcg_high=cfg.ndcg_high,
-                    max_turns=cfg.max_turns,
-                    progress=False,
-                    threads=cfg.threads,
-                )
-            )
+            build_report(ReportConfig(out=out, progress=False, **cfg.report_fields()))
             # the report inlines its own scripts; it gets no CSP of the explorer's kind
             return HTMLResponse(out.read_text(encoding="utf-8"))
 
@@ -368,7 +350,9 @@ def create_app(cfg: ServeConfig, *, explorer: Explorer | None = None) -> Starlet
         Route("/favicon.ico", lambda request: Response(status_code=204)),
     ]
     middleware = [Middleware(TokenMiddleware, token=cfg.token)] if cfg.token else []
-    app = Starlette(routes=routes, middleware=middleware)
+    app = Starlette(
+        routes=routes, middleware=middleware, exception_handlers={FilterError: _bad_filter}
+    )
     app.state.explorer = ex
     return app
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import ipaddress
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import Any
 
 LOOPBACK_NAMES = {"localhost"}
 
@@ -89,6 +90,14 @@ class ServeConfig:
     def shows_images(self) -> bool:
         """Whether transcripts show page images (from files or drawn from the corpus)."""
         return self.image_root is not None or self.corpus is not None
+
+    def report_fields(self) -> dict[str, Any]:
+        """The fields this config shares with ``ReportConfig`` (the store, runs, datasets and
+        thresholds), so ``/report`` builds the report ``ddai report`` would with the same flags."""
+        from ddai.reports.config import ReportConfig
+
+        report = {f.name for f in fields(ReportConfig)}
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name in report}
 
     def require_token(self) -> str | None:
         """The token in force: a new random one when the host is not loopback and none was given."""

@@ -12,13 +12,14 @@ from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlencode
 
-# Columns of the explorer table a view may sort on (every column the table shows).
-SORTABLE = (
+# The columns of one row of the rollout table (all from ``explorer``).
+TABLE_COLUMNS = (
     "run_id",
     "step",
     "uid",
     "rollout_idx",
     "outcome",
+    "tags",
     "judge_score",
     "ndcg",
     "reward",
@@ -32,6 +33,8 @@ SORTABLE = (
     "cost_usd",
     "question",
 )
+# Columns a view may sort on: every column the table shows but the tag list.
+SORTABLE = tuple(c for c in TABLE_COLUMNS if c != "tags")
 OUTCOMES = ("success", "failure", "format_fail", "unjudged")
 GROUPS = ("zero_variance", "mixed")
 # numeric range filters: URL name prefix -> explorer column

@@ -11,29 +11,8 @@ from typing import Any
 import duckdb
 
 from ddai.pipelines import query
-from ddai.reports.serve.filters import RolloutFilter
+from ddai.reports.serve.filters import TABLE_COLUMNS, RolloutFilter
 
-# The columns of one row of the rollout table (all from ``explorer``).
-TABLE_COLUMNS = (
-    "run_id",
-    "step",
-    "uid",
-    "rollout_idx",
-    "outcome",
-    "tags",
-    "judge_score",
-    "ndcg",
-    "reward",
-    "advantage",
-    "num_turns",
-    "n_search",
-    "n_bbox",
-    "n_invalid",
-    "first_golden_rank",
-    "terminated",
-    "cost_usd",
-    "question",
-)
 KEY = ("run_id", "uid", "step", "rollout_idx")
 
 

@@ -14,12 +14,12 @@ import json
 import math
 
 import pytest
+from support.fakes import FakeModelServer
 from typer.testing import CliRunner
 
 from ddai.cli.app import app
 from ddai.pipelines import adapters, store
 from ddai.pipelines.adapters import base
-from ddai.pipelines.backends.fakes import FakeModelServer
 from ddai.pipelines.funnel import decisions, review
 
 runner = CliRunner()

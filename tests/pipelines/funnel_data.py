@@ -11,30 +11,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ddai.pipelines import io, store
+from ddai.pipelines.fixtures.dataset import DATASET_SCHEMA
 
-VERL_SCHEMA = pa.schema(
-    [
-        ("id", pa.string()),
-        ("file_name", pa.string()),
-        ("reference_page", pa.list_(pa.int64())),
-        ("data_source", pa.string()),
-        ("prompt", pa.list_(pa.struct([("content", pa.string()), ("role", pa.string())]))),
-        ("reward_model", pa.struct([("ground_truth", pa.string()), ("style", pa.string())])),
-        (
-            "extra_info",
-            pa.struct(
-                [
-                    ("answer", pa.string()),
-                    ("file_name", pa.string()),
-                    ("index", pa.int64()),
-                    ("question", pa.string()),
-                    ("reference_page", pa.list_(pa.int64())),
-                    ("split", pa.string()),
-                ]
-            ),
-        ),
-    ]
-)
+# verl's RL parquet shape: the synthetic world's dataset schema (one definition).
+VERL_SCHEMA = DATASET_SCHEMA
 _HF = {
     "info": {
         "features": {

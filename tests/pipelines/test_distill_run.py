@@ -466,7 +466,7 @@ def test_cli_max_cost_failure_exits_1(logs, tmp_path, monkeypatch):
 def test_openai_compatible_rewriter_through_the_sdk(logs, tmp_path, monkeypatch):
     """``--rewriter NAME`` naming an OpenAI-compatible backend, served by the local fake server
     (its default model prefixes every think with "Plan: ")."""
-    from ddai.pipelines.backends.fakes import FakeModelServer
+    from support.fakes import FakeModelServer
 
     with FakeModelServer() as server:
         monkeypatch.chdir(tmp_path)

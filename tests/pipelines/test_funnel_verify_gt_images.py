@@ -7,12 +7,12 @@ import base64
 import csv
 
 from funnel_data import write_dataset
+from support.fakes import FakeModelServer
+from support.page_images import render_page_images
 from typer.testing import CliRunner
 
 from ddai.cli.app import app
-from ddai.pipelines.backends.fakes import FakeModelServer
 from ddai.pipelines.corpus import Corpus
-from ddai.pipelines.fixtures.page_images import render_page_images
 
 runner = CliRunner()
 

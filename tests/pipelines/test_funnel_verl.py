@@ -10,11 +10,11 @@ from pathlib import Path
 import polars as pl
 import pytest
 from funnel_data import ids_of
+from support.verl_dump import write_verl_dump
 
 from ddai.pipelines import store
 from ddai.pipelines.adapters import verl_ids
 from ddai.pipelines.distill.run import DistillConfig, run_distill
-from ddai.pipelines.fixtures.verl_dump import write_verl_dump
 from ddai.pipelines.funnel import run_funnel_demo
 from ddai.pipelines.funnel.demo import RUNS
 from ddai.pipelines.ingest import IngestConfig, ingest

@@ -8,12 +8,12 @@ import pyarrow.parquet as pq
 import pytest
 from cli_schemas import check
 from PIL import Image
+from support.page_images import render_page_images
 from typer.testing import CliRunner
 
 from ddai.cli.app import app
 from ddai.pipelines import manifest
 from ddai.pipelines.corpus import Corpus
-from ddai.pipelines.fixtures.page_images import render_page_images
 from ddai.pipelines.image_corpus import split_page_id
 
 runner = CliRunner()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from html import unescape
 from urllib.parse import parse_qs, urlparse
 
 import pyarrow.csv as pacsv
@@ -281,3 +282,21 @@ def test_an_image_corpus_serves_its_own_files(logs, tmp_path):
     c = TestClient(create_app(ServeConfig(logs=logs, corpus=tmp_path / "pages.parquet")))
     with Image.open(io.BytesIO(c.get("/img/4_2").content)) as im:
         assert im.size == (64, 48) and im.convert("RGB").getpixel((5, 5)) == (255, 0, 0)
+
+
+def test_report_route_builds_the_report_of_the_served_runs(logs):
+    client = TestClient(create_app(ServeConfig(logs=logs, runs=["pages"])))
+    res = client.get("/report")
+    assert res.status_code == 200 and res.headers["content-type"].startswith("text/html")
+    title = res.text.split("<title>", 1)[1].split("</title>", 1)[0]
+    assert "pages" in title and "base" not in title  # the explorer's --run reaches the report
+
+
+def test_a_bad_view_parameter_is_400_on_every_route_that_reads_a_view(logs):
+    client = TestClient(create_app(ServeConfig(logs=logs, token=TOKEN)))
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    for path in ("/?judge_min=x", "/api/rollouts?judge_min=x", "/export.csv?judge_min=x"):
+        res = client.get(path, headers=auth)
+        text = unescape(res.text)  # the page escapes the message
+        assert res.status_code == 400 and "judge_min='x' is not a number" in text, path
+    assert client.get("/export.csv?judge_min=x").status_code == 401  # the token comes first

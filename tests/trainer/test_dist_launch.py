@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 from cli_schemas import check
+from support.metrics_file import read_metrics
 
 from ddai.pipelines.store import read_rollouts
 from ddai.trainer import toy
-from ddai.trainer.runtime.metrics_file import read_metrics
 from ddai.trainer.tiny import build_tiny
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -19,8 +19,9 @@ from ddai.trainer.search.config import EpisodeBackends, EpisodeConfig, RewardOve
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
+from support.fakes_search import FakeSearchServer
+
 from ddai.pipelines import metrics
-from ddai.pipelines.backends.fakes_search import FakeSearchServer
 from ddai.pipelines.store import read_rollouts
 from ddai.trainer import toy
 from ddai.trainer.grpo import train as grpo

@@ -4,8 +4,9 @@ counted per episode."""
 
 from __future__ import annotations
 
+from support.fakes_search import FakeSearchServer, hash_ranker
+
 from ddai.pipelines.backends import get_backend
-from ddai.pipelines.backends.fakes_search import FakeSearchServer, hash_ranker
 from ddai.trainer import toy
 from ddai.trainer.search.env import SEARCH_FAILED, EnvConfig, SearchEnv
 

@@ -22,11 +22,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 from cli_schemas import check
+from support.fakes import FakeModelServer
+from support.page_images import render_page_images
 
 from ddai.cli.app import app
-from ddai.pipelines.backends.fakes import FakeModelServer
 from ddai.pipelines.corpus import Corpus
-from ddai.pipelines.fixtures.page_images import render_page_images
 from ddai.trainer import toy
 from ddai.trainer.grpo import train as grpo
 from ddai.trainer.search.rollout import Sampler

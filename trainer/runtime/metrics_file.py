@@ -47,15 +47,3 @@ class MetricsFileCallback(TrainerCallback):
 
 def _scalars(logs: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in logs.items() if isinstance(v, int | float | str | bool) or v is None}
-
-
-def read_metrics(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """Rows of a metrics file written by ``MetricsFileCallback``."""
-    p = Path(path)
-    if p.suffix == ".csv":
-        with p.open(encoding="utf-8") as fh:
-            return [
-                {k: csv_cells.unescape(v) if isinstance(v, str) else v for k, v in r.items()}
-                for r in csv.DictReader(fh)
-            ]
-    return [json.loads(line) for line in p.read_text("utf-8").splitlines() if line.strip()]

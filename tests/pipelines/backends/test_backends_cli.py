@@ -6,11 +6,11 @@ import json
 
 import pyarrow.compute as pc
 import pytest
+from support.fakes import FakeModelServer
 from typer.testing import CliRunner
 
 from ddai.cli.app import app
 from ddai.pipelines import store
-from ddai.pipelines.backends.fakes import FakeModelServer
 
 runner = CliRunner()
 KEY = "sk-cli-test-5e4d3c2b1a-never-write-me"

@@ -227,3 +227,32 @@ def test_ledger_separates_call_sites_and_backends():
     asyncio.run(eng_a.run([script.job("b"), script.job("c")], call_site="two"))
     snap = ledger.snapshot()
     assert snap["one"]["items"] == 1 and snap["two"]["items"] == 2
+
+
+def test_plan_counts_a_batch_as_run_would_without_calling(tmp_path):
+    cache = CallCache(tmp_path / "c.sqlite")
+    tags = {"kind": "openai", "model": "m", "role": "judge"}
+    cache.put("hit", {"v": 1}, TokenUsage(5, 1), **tags)
+    cache.put_failure("bad", "http-400", "no", **tags)
+    cache.flush()
+    script = Script()
+    est = TokenUsage(1_000, 200)
+    jobs = [script.job(k, est) for k in ("hit", "hit", "bad", "new", "new", "other")]
+    eng, _ = engine(cache=cache, price=Price(1.0, 10.0))
+    plan = eng.plan(jobs)
+    # 6 items: 2 cached (the hit twice), 1 cached failure, 1 repeat of "new", 2 distinct calls
+    assert plan == {
+        "items": 6,
+        "cached": 2,
+        "cached_failures": 1,
+        "duplicates": 1,
+        "to_call": 2,
+        "est_input_tokens": 2_000,
+        "est_output_tokens": 400,
+        "est_cost_usd": round((2_000 * 1.0 + 400 * 10.0) / 1e6, 6),  # 0.006
+    }
+    assert script.calls == {}  # a dry run calls nothing
+    # retrying failures asks the failed request again
+    retry, _ = engine(cache=cache, price=Price(1.0, 10.0), retry_failed=True)
+    assert (retry.plan(jobs)["cached_failures"], retry.plan(jobs)["to_call"]) == (0, 3)
+    cache.close()

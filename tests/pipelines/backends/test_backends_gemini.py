@@ -6,6 +6,7 @@ import asyncio
 import base64
 
 import pytest
+from support.fakes import FakeModelServer
 
 from ddai.pipelines.backends import (
     BackendSpec,
@@ -16,7 +17,6 @@ from ddai.pipelines.backends import (
     run_sync,
 )
 from ddai.pipelines.backends.cache import CallCache
-from ddai.pipelines.backends.fakes import FakeModelServer
 
 PNG = base64.b64decode(
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
+from support.fakes import FakeModelServer, fake_embedding
 
 from ddai.pipelines.backends import (
     BackendSpec,
@@ -19,7 +20,6 @@ from ddai.pipelines.backends import (
     run_sync,
 )
 from ddai.pipelines.backends.embedders import hash_embed
-from ddai.pipelines.backends.fakes import FakeModelServer, fake_embedding
 from ddai.pipelines.backends.image_features import IMAGE_DIM, image_vector, join
 
 

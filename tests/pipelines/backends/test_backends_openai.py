@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support.fakes import FakeModelServer
 
 from ddai.pipelines.backends import (
     BackendSpec,
@@ -24,7 +25,6 @@ from ddai.pipelines.backends import (
     run_sync,
 )
 from ddai.pipelines.backends.cache import CallCache
-from ddai.pipelines.backends.fakes import FakeModelServer
 
 # A 1x1 PNG.
 PNG = base64.b64decode(
@@ -208,7 +208,7 @@ def test_rewriter_count_mismatch_is_a_failure(srv):
         rw = build(spec(srv), "rewriter", cache=False)
         [w] = run_sync(rw.rewrite([RewriteRequest(["a", "b"])]))
     finally:
-        from ddai.pipelines.backends.fakes import default_responder
+        from support.fakes import default_responder
 
         srv.responder = default_responder
     assert w.thinks is None and w.error.startswith("think-count")

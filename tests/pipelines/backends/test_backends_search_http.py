@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 
 import pytest
+from support.fakes_search import FakeSearchServer, hash_ranker
 from typer.testing import CliRunner
 
 from ddai.cli.app import app
 from ddai.pipelines.backends import ConfigError, SearchError, get_backend
 from ddai.pipelines.backends.check import check_backends
-from ddai.pipelines.backends.fakes_search import FakeSearchServer, hash_ranker
 from ddai.pipelines.backends.search_http import page_id_of, parse_ddai, parse_search_r1
 
 PAGES = [f"{d}_{p}" for d in (10, 11, 12) for p in (1, 2, 3)]

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from support.fakes import FakeModelServer
 from typer.testing import CliRunner
 from user_set_data import make_user_set
 
 from ddai.cli.app import app
-from ddai.pipelines.backends.fakes import FakeModelServer
 from ddai.pipelines.pointer.records import read_raw
 from ddai.pipelines.pointer.store import load_store
 from ddai.pipelines.pointer.world import load_world

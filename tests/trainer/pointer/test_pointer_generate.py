@@ -9,10 +9,10 @@ import re
 
 import pytest
 import torch
+from support.fakes import FakeModelServer
 
 from ddai.pipelines import manifest
 from ddai.pipelines.backends import BackendSpec, VQAResult, build
-from ddai.pipelines.backends.fakes import FakeModelServer
 from ddai.pipelines.pointer.embed import EmbedConfig, run_embed
 from ddai.pipelines.pointer.records import read_raw
 from ddai.pipelines.pointer.store import load_store

@@ -1,7 +1,9 @@
 """Fake model servers on 127.0.0.1 that speak the OpenAI and Gemini wire protocols.
 
-Tests and benchmarks point the real ``openai`` and ``google-genai`` SDKs at them: no key, no
-network. Routes:
+Test scaffolding, not part of the package: tests and benchmarks point the real ``openai`` and
+``google-genai`` SDKs at them (no key, no network); aiohttp, which serves them, is a dev extra.
+A benchmark runs one in its own process with ``python -m support.fakes`` (``tests/`` on the path).
+Routes:
 
 - ``POST /v1/chat/completions`` and ``POST /v1/responses`` (OpenAI; also under any prefix);
 - ``POST /v1/embeddings`` (OpenAI texts, or vLLM's chat form with images: ``fake_embedding``);
@@ -39,13 +41,16 @@ import base64
 import contextlib
 import hashlib
 import json
+import os
 import random
 import re
+import subprocess
 import sys
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -54,6 +59,7 @@ from ddai.pipelines import metrics
 
 Responder = Callable[[str], str]
 _MARKER = re.compile(r"\[\[fault:(\w+)(?:\*(\d+))?\]\]")
+_MODEL_ROUTES = ("chat", "responses", "gemini", "embeddings")
 
 
 # ---------------------------------------------------------------- the default model
@@ -91,15 +97,19 @@ def default_responder(text: str) -> str:
 # ---------------------------------------------------------------- wire formats
 
 
+def _content_texts(content: Any) -> list[str]:
+    """The text of an OpenAI message's ``content``: a string, or the text of its parts."""
+    if isinstance(content, str):
+        return [content]
+    if isinstance(content, list):
+        return [p.get("text", "") for p in content if isinstance(p, dict)]
+    return []
+
+
 def _openai_chat_text(body: dict[str, Any]) -> str:
-    out = []
-    for msg in body.get("messages", []):
-        content = msg.get("content")
-        if isinstance(content, str):
-            out.append(content)
-        elif isinstance(content, list):
-            out.extend(p.get("text", "") for p in content if isinstance(p, dict))
-    return "\n".join(out)
+    return "\n".join(
+        t for msg in body.get("messages", []) for t in _content_texts(msg.get("content"))
+    )
 
 
 def _openai_responses_text(body: dict[str, Any]) -> str:
@@ -109,11 +119,7 @@ def _openai_responses_text(body: dict[str, Any]) -> str:
         out.append(inp)
     elif isinstance(inp, list):
         for item in inp:
-            content = item.get("content") if isinstance(item, dict) else None
-            if isinstance(content, str):
-                out.append(content)
-            elif isinstance(content, list):
-                out.extend(p.get("text", "") for p in content if isinstance(p, dict))
+            out.extend(_content_texts(item.get("content") if isinstance(item, dict) else None))
     return "\n".join(out)
 
 
@@ -317,22 +323,14 @@ class FakeModelServer:
 
     @property
     def requests(self) -> int:
-        """Model requests received (pings and stats excluded)."""
-        with self._lock:
-            return sum(
-                n
-                for k, n in self.counts.items()
-                if k in ("chat", "responses", "gemini", "embeddings")
-            )
+        """Requests answered by the fake's own routes (model requests here; pings and stats
+        excluded)."""
+        return self.stats()["requests"]
 
     def stats(self) -> dict[str, Any]:
         with self._lock:
             return {
-                "requests": sum(
-                    n
-                    for k, n in self.counts.items()
-                    if k in ("chat", "responses", "gemini", "embeddings")
-                ),
+                "requests": sum(n for k, n in self.counts.items() if k in _MODEL_ROUTES),
                 "counts": dict(self.counts),
                 "faults": dict(self.faults),
                 "max_in_flight": self.max_in_flight,
@@ -499,10 +497,7 @@ class FakeModelServer:
         self, kind: str, fault: str | None, model: str, prompt: str, build
     ) -> web.StreamResponse:
         if fault == "hang":
-            assert self._stop is not None
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), timeout=self.hang_s)
-            return web.Response(status=504, text="hung")
+            return await self._hang()
         if fault and fault.isdigit():
             return self._error(kind, int(fault))
         if fault == "malformed":
@@ -530,6 +525,13 @@ class FakeModelServer:
             }
         return web.json_response(body, status=status, headers=headers)
 
+    async def _hang(self) -> web.Response:
+        """The ``hang`` fault: no answer until ``hang_s`` passes or the server stops."""
+        assert self._stop is not None
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stop.wait(), timeout=self.hang_s)
+        return web.Response(status=504, text="hung")
+
     @staticmethod
     def _not_found(path: str) -> web.Response:
         return web.json_response(
@@ -547,12 +549,38 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--latency", type=float, default=0.0, help="seconds each model request waits")
     ap.add_argument("--port", type=int, default=0, help="port to bind on 127.0.0.1 (0: any free)")
     args = ap.parse_args(argv)
-    server = FakeModelServer(latency_s=args.latency, port=args.port).start()
+    serve_in_foreground(FakeModelServer(latency_s=args.latency, port=args.port))
+
+
+def serve_in_foreground(server: FakeModelServer) -> None:
+    """Start ``server``, print ``PORT <n>`` and serve until the parent closes our stdin."""
+    server.start()
     print(f"PORT {server.port}", flush=True)
     try:
-        sys.stdin.read()  # runs until the parent closes our stdin
+        sys.stdin.read()
     finally:
         server.stop()
+
+
+def spawn(module: str, *args: str) -> tuple[subprocess.Popen[str], int]:
+    """Start ``python -m module *args`` (``support.fakes`` or ``support.fakes_search``) with
+    ``tests/`` on its path; returns the process and the port it listens on. Close its stdin to
+    stop it."""
+    tests = str(Path(__file__).resolve().parents[1])
+    path = os.pathsep.join(p for p in (tests, os.environ.get("PYTHONPATH", "")) if p)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", module, *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": path},
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline().split()
+    if len(line) != 2 or line[0] != "PORT":
+        proc.kill()
+        raise RuntimeError(f"fake server {module} did not start (said {line!r})")
+    return proc, int(line[1])
 
 
 if __name__ == "__main__":

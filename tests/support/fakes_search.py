@@ -1,6 +1,7 @@
 """A fake search service on 127.0.0.1 that speaks DDAI's and Search-R1's wire protocols.
 
-Tests point the ``search-http`` backend at it. Routes:
+Test scaffolding, not part of the package (aiohttp is a dev extra): tests point the
+``search-http`` backend at it. Routes:
 
 - ``GET /search?queries=q1&queries=q2`` (DDAI): ``[[{"idx": 0, "image_file":
   "./search_engine/corpus/img/<page>.jpg"}, …], …]``, one list per query;
@@ -20,14 +21,13 @@ server stops).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from aiohttp import web
 
-from ddai.pipelines.backends.fakes import FakeModelServer
+from support.fakes import FakeModelServer, serve_in_foreground
 
 Ranker = Callable[[str], list[str]]
 
@@ -76,11 +76,6 @@ class FakeSearchServer(FakeModelServer):
     @property
     def search_r1_url(self) -> str:
         return f"{self.url}/retrieve"
-
-    @property
-    def requests(self) -> int:
-        with self._lock:
-            return self.search_requests
 
     def stats(self) -> dict[str, Any]:
         with self._lock:
@@ -153,10 +148,7 @@ class FakeSearchServer(FakeModelServer):
         if not fault or fault == "ok":
             return None
         if fault == "hang":
-            assert self._stop is not None
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), timeout=self.hang_s)
-            return web.Response(status=504, text="hung")
+            return await self._hang()
         return web.json_response({"error": f"fake error {fault}"}, status=int(fault))
 
 
@@ -164,7 +156,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     """Run a fake search service in the foreground; prints ``PORT <n>`` once it listens (for
     benchmarks, which keep the server off the client's interpreter)."""
     import argparse
-    import sys
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--latency", type=float, default=0.0, help="seconds each request waits")
@@ -172,14 +163,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--top-k", type=int, default=3, help="pages per query")
     ap.add_argument("--port", type=int, default=0, help="port to bind on 127.0.0.1 (0: any free)")
     args = ap.parse_args(argv)
-    server = FakeSearchServer(
-        pages=args.pages, top_k=args.top_k, latency_s=args.latency, port=args.port
-    ).start()
-    print(f"PORT {server.port}", flush=True)
-    try:
-        sys.stdin.read()  # runs until the parent closes our stdin
-    finally:
-        server.stop()
+    serve_in_foreground(
+        FakeSearchServer(pages=args.pages, top_k=args.top_k, latency_s=args.latency, port=args.port)
+    )
 
 
 if __name__ == "__main__":
