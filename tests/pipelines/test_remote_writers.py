@@ -14,9 +14,8 @@ from typer.testing import CliRunner
 from ddai.cli.app import app
 from ddai.pipelines import objstore, store
 from ddai.pipelines.backends import rejudge as rejudge_mod
-from ddai.trainer.search.logrows import drop_rollouts_after
 from ddai.trainer.runtime.train_metrics import TrainMetricsLog, side_table_path
-from ddai.trainer.search.logrows import RolloutLog
+from ddai.trainer.search.logrows import RolloutLog, drop_rollouts_after
 
 runner = CliRunner()
 
