@@ -9,10 +9,10 @@ from __future__ import annotations
 import os
 import re
 import threading
+from collections.abc import Iterable
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from collections.abc import Iterable
 from typing import Any
 
 import duckdb
