@@ -190,3 +190,14 @@ def test_extra_as_text_in_columns(tmp_path):
         {},
         {"a": {"b": None}, "big": 2**70},
     ]
+
+
+def test_run_id_over_the_rows_own_keeps_extra_nulls(tmp_path):
+    src = tmp_path / "a.jsonl"
+    turn = {**TEMPLATE["turns"][0], "unknown": [1]}  # a turn's unknown key: ignored both ways
+    src.write_text("\n".join([_line(0), _line(1, run_id="given", turns=[turn])]) + "\n")
+    assert _kinds(src, "given") == [RowBatch]
+    _, rows, _ = _same(tmp_path, src, run_id="given")
+    own = TEMPLATE["extra"]["source_run_id"]  # the row's run is the one given: extra kept as is
+    assert [r["extra"]["source_run_id"] for r in rows] == ["curriculum", own]
+    assert rows[0]["extra"]["gone"] is None and "gone" in rows[0]["extra"]
