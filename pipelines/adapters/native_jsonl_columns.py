@@ -18,9 +18,11 @@ or converts each line exactly as before):
 
 from __future__ import annotations
 
+import json
+
 import duckdb
+import polars as pl
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.json as pj
 
 from ddai.pipelines.adapters import native_columns
@@ -48,7 +50,6 @@ JSON_SCHEMA = pa.schema(
 )
 _PARSE = pj.ParseOptions(explicit_schema=JSON_SCHEMA, unexpected_field_behavior="ignore")
 _READ = pj.ReadOptions(block_size=2 << 20)
-_KEYS = "[" + ", ".join("'" + c + "'" for c in COLUMNS) + "]"
 
 
 def _extra(lines: pa.LargeStringArray) -> pa.Array | None:
@@ -57,22 +58,33 @@ def _extra(lines: pa.LargeStringArray) -> pa.Array | None:
     con = duckdb.connect()
     try:
         con.register("b", pa.table({"l": lines}))
-        out = con.sql(
-            "SELECT CASE json_type(l, '$.extra') WHEN 'OBJECT' THEN json_extract(l, '$.extra')"
-            "::VARCHAR WHEN 'VARCHAR' THEN json_extract_string(l, '$.extra') END AS e, "
-            "coalesce(json_type(l, '$.extra') NOT IN ('OBJECT', 'VARCHAR', 'NULL'), false) "
-            "OR coalesce(json_type(l, '$.reward_parts') <> 'NULL', false) "
-            "OR len(list_distinct(json_keys(l))) <> len(json_keys(l)) "
-            f"OR NOT list_has_all({_KEYS}, json_keys(l)) AS bad "
-            "FROM b"
-        ).to_arrow_table()
+        # one parse per line: its keys and both objects' JSON text (NULL when absent)
+        df = pl.from_arrow(
+            con.sql(
+                "SELECT k, x[1]::VARCHAR AS e, x[2]::VARCHAR AS r FROM (SELECT json_keys(l) AS k, "
+                "json_extract(l, ['$.extra', '$.reward_parts']) AS x FROM b)"
+            ).to_arrow_table()
+        )
     except duckdb.Error:
         return None
     finally:
         con.close()
-    if pc.any(out["bad"]).as_py():
+    assert isinstance(df, pl.DataFrame)
+    e = pl.col("e")
+    ok = df.select(
+        (pl.col("r").is_null() | (pl.col("r") == "null")).all()
+        & (e.is_null() | e.str.head(1).is_in(["{", '"', "n"])).all()
+        & (pl.col("k").list.n_unique() == pl.col("k").list.len()).all()
+        & pl.col("k").explode().is_in(list(COLUMNS)).all()
+    ).item()
+    if not ok:  # reward_parts set, an extra of another type, a key twice or not a log column
         return None
-    return out["e"].combine_chunks().cast(pa.string())
+    obj = e.str.starts_with("{")
+    if df.select(obj | e.is_null()).to_series().all():
+        return df.select(e).to_arrow()["e"].combine_chunks().cast(pa.string())
+    # null, or JSON text written as a string (rare): the value itself, as the per-row path reads it
+    texts = df["e"].to_list()
+    return pa.array([t if t is None or t[0] == "{" else json.loads(t) for t in texts], pa.string())
 
 
 def to_rows(batch: LineBatch, run_id: str | None) -> list[RowBatch] | None:
