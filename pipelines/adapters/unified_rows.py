@@ -18,7 +18,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from ddai.pipelines import metrics, tags
+from ddai.pipelines import metrics
 from ddai.pipelines.adapters import unified_events as du
 from ddai.pipelines.adapters.base import RowBatch
 from ddai.pipelines.adapters.ddai_common import flash_rollout
@@ -41,14 +41,14 @@ def rows(
     done: pl.DataFrame,
     members: pl.DataFrame,
     plans: pl.DataFrame,
-    parsed_turns: list[tags.Turn],
     tools: pl.DataFrame,
     texts: pl.Series,
     asm: Any,
     max_turns: dict[Any, int | None],
     data_source: dict[Any, str | None],
 ) -> tuple[list[RowBatch], Counter]:
-    """The completed rollouts as rows, in the order they completed."""
+    """The completed rollouts as rows, in the order they completed. ``plans`` holds each plan's
+    parsed turn in columns (``turn_columns.parse_plans``)."""
     counts: Counter = Counter()
     if not len(done):
         return [], counts
@@ -79,10 +79,9 @@ def rows(
         .join(crops, on=(*KEY, "turn_idx"), how="left")
         .sort("o", "turn_idx")
     )
-    recs = [parsed_turns[j] for j in t["tpos"].to_list()]
     retrieved: list[list[str] | None] = [None] * len(t)
     observation: list[str | None] = [None] * len(t)
-    errors = [r.error for r in recs]
+    errors = t["error"].to_list()
     search_results: list[list[list[str]]] = [[] for _ in range(n)]
     shown_pages: list[list[str]] = [[] for _ in range(n)]
     err_at = [p for p in t["err_pos"].to_list() if p is not None]
@@ -116,8 +115,18 @@ def rows(
     run_id = asm.ctx.run_id
     cols = (done[c].to_list() for c in (*KEY, "uid", "uids", "n_turns"))
     rewards = texts_at(texts, done["reward_pos"])
-    first = 0
-    for o, (run, step, sidx, uid, uids, nt) in enumerate(zip(*cols, strict=True)):
+    # per rollout: its last turn, and whether every turn is valid (the format gate)
+    ends = t.group_by("o", maintain_order=True).agg(
+        last_action=pl.col("action").last(),
+        last_forced=pl.col("forced").last(),
+        valid=(pl.col("action") != "invalid").all(),
+    )
+    ends_cols = zip(
+        *(ends[c].to_list() for c in ("last_action", "last_forced", "valid")), strict=True
+    )
+    for o, (run, step, sidx, uid, uids, nt), (last_action, last_forced, valid) in zip(
+        range(n), zip(*cols, strict=True), ends_cols, strict=True
+    ):
         reward = json.loads(rewards[o])
         payload = {k: v for k, v in reward.items() if k not in du.CONTEXT_FIELDS}
         rec = flash_rollout(payload)
@@ -147,13 +156,10 @@ def rows(
         if rec.get("retrieved_pages") is None and shown_pages[o]:
             rec["retrieved_pages"] = metrics.dedupe(shown_pages[o])
         # the turn-derived columns (tags.terminated_from, the format gate)
-        last = recs[first + nt - 1]
-        valid = all(r.action != "invalid" for r in recs[first : first + nt])
-        if last.action == "search_complete":
-            term = "max_turns" if last.forced else "complete"
+        if last_action == "search_complete":
+            term = "max_turns" if last_forced else "complete"
         else:
             term = "max_turns" if mt is not None and nt >= mt else "invalid"
-        first += nt
         rec.update(
             run_id=run,
             step=step,
@@ -161,7 +167,7 @@ def rows(
             data_source=data_source.get(run),
             num_turns=nt,
             terminated=term,
-            format_ok=valid and last.action == "search_complete",
+            format_ok=valid and last_action == "search_complete",
         )
         # the rest through the schema's own normalization (turns and response come in columns)
         try:
@@ -173,7 +179,7 @@ def rows(
             raise Decline
         rows.append(row)
     counts["rollouts assembled"] += n
-    built = {"turns": _turns_array(t, recs, retrieved, observation, errors)}
+    built = {"turns": _turns_array(t, retrieved, observation, errors)}
     built["response"] = done["response"].to_arrow().cast(pa.string())
     table = pa.table(
         {
@@ -220,23 +226,22 @@ def rows(
 
 def _turns_array(
     t: pl.DataFrame,
-    recs: list[tags.Turn],
     retrieved: list,
     observation: list,
     errors: list,
 ) -> pa.Array:
     """The ``turns`` column: one list of turn structs per completed rollout."""
+    cols = t.select("turn_idx", "think", "action", "arg", "sep", "forced").to_arrow()
     fields = {
-        "idx": pa.array(t["turn_idx"].to_list(), pa.int32()),
-        "think": pa.array([r.think for r in recs], pa.string()),
-        "action": pa.array([r.action for r in recs], pa.string()),
-        "arg": pa.array([r.arg for r in recs], pa.string()),
-        "sep": pa.array([r.sep for r in recs], pa.string()),
-        "forced": pa.array([r.forced for r in recs], pa.bool_()),
+        "idx": cols["turn_idx"].combine_chunks().cast(pa.int32()),
+        **{
+            c: cols[c].combine_chunks().cast(pa.string()) for c in ("think", "action", "arg", "sep")
+        },
+        "forced": cols["forced"].combine_chunks(),
         "retrieved": pa.array(retrieved, pa.list_(pa.string())),
         "observation": pa.array(observation, pa.string()),
         "error": pa.array(errors, pa.string()),
-        "value": pa.nulls(len(recs), pa.float64()),
+        "value": pa.nulls(len(t), pa.float64()),
     }
     structs = pa.StructArray.from_arrays(list(fields.values()), fields=list(TURN_TYPE))
     sizes = t.group_by("o", maintain_order=True).len().sort("o")["len"].to_numpy()

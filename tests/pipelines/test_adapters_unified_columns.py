@@ -250,11 +250,14 @@ def test_plan_texts_cut_in_columns_as_the_tag_parser():
         for e in map(json.loads, f.open())
         if e["event_type"] == "model.plan" and e.get("text")
     ]
-    acts, turns = parse_plans(pl.Series(texts, dtype=pl.String))
-    for text, act, turn in zip(texts, acts, turns, strict=True):
-        assert act == executed_action(text)[0], text
-        assert turn_record(turn) == turn_record(tags.parse_turn(text)), text
-    assert {t.error for t in turns[: len(TURN_TEXTS)]} >= {"bad bbox", "empty search", None}
+    got = parse_plans(pl.Series(texts, dtype=pl.String))
+    fields = ("think", "action", "arg", "sep", "forced", "error")
+    for text, row in zip(texts, got.iter_rows(named=True), strict=True):
+        assert row["act"] == executed_action(text)[0], text
+        want = turn_record(tags.parse_turn(text))
+        assert {f: row[f] for f in fields} == {f: want[f] for f in fields}, text
+    assert set(got["error"][: len(TURN_TEXTS)]) >= {"bad bbox", "empty search", None}
+    assert got["forced"].any()  # a forced completion is among the texts
 
 
 @pytest.mark.parametrize(
