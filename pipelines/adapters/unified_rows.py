@@ -18,11 +18,10 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from ddai.pipelines import metrics
 from ddai.pipelines.adapters import unified_events as du
 from ddai.pipelines.adapters.base import RowBatch
-from ddai.pipelines.adapters.ddai_common import flash_rollout
-from ddai.pipelines.schema import ROLLOUT_SCHEMA, TURN_TYPE, RowError, normalize_rollout
+from ddai.pipelines.adapters.unified_rewards import reward_frame
+from ddai.pipelines.schema import ROLLOUT_SCHEMA, TURN_TYPE
 from ddai.pipelines.store import check_run_id
 
 KEY = ("run_id", "global_step", "sample_idx")
@@ -111,79 +110,53 @@ def rows(
         elif a == "bbox" and has_crop:
             observation[i] = crop
 
-    rows = []
-    run_id = asm.ctx.run_id
-    cols = (done[c].to_list() for c in (*KEY, "uid", "uids", "n_turns"))
-    rewards = texts_at(texts, done["reward_pos"])
     # per rollout: its last turn, and whether every turn is valid (the format gate)
     ends = t.group_by("o", maintain_order=True).agg(
         last_action=pl.col("action").last(),
         last_forced=pl.col("forced").last(),
         valid=(pl.col("action") != "invalid").all(),
     )
-    ends_cols = zip(
-        *(ends[c].to_list() for c in ("last_action", "last_forced", "valid")), strict=True
+    got = reward_frame(
+        done,
+        texts.gather(done["reward_pos"]),
+        asm.ctx.run_id,
+        max_turns,
+        data_source,
+        search_results,
+        shown_pages,
     )
-    for o, (run, step, sidx, uid, uids, nt), (last_action, last_forced, valid) in zip(
-        range(n), zip(*cols, strict=True), ends_cols, strict=True
-    ):
-        reward = json.loads(rewards[o])
-        payload = {k: v for k, v in reward.items() if k not in du.CONTEXT_FIELDS}
-        rec = flash_rollout(payload)
-        n_agent = du.int_or_none(reward.get("n_agent"))
-        reward_uid = rec.get("uid")
-        if uid is not None and not du.same_prompt(uid, reward_uid, sidx, n_agent):
-            rec["reward_uid"] = reward_uid
-            counts["reward uid differs from plan uid"] += 1
-        if uids > 1:
-            counts["plan uids differ within a rollout"] += 1
-        rec["uid"] = uid if uid is not None else rec.get("uid")
-        local_idx = rec.pop("rollout_idx", None)
-        if n_agent:
-            rec["rollout_idx"] = sidx % n_agent
-            if local_idx is not None and local_idx != rec["rollout_idx"]:
-                rec["local_idx"] = local_idx
-                counts["local_idx differs from sample_idx mod n_agent"] += 1
-        else:
-            rec["rollout_idx"] = local_idx
-        for k in du.EXTRA_CONTEXT:
-            if k in reward:
-                rec[k] = reward[k]
-        mt = max_turns.get(run)
-        if mt is not None:
-            rec["max_turns"] = mt
-        rec["search_results"] = search_results[o]
-        if rec.get("retrieved_pages") is None and shown_pages[o]:
-            rec["retrieved_pages"] = metrics.dedupe(shown_pages[o])
-        # the turn-derived columns (tags.terminated_from, the format gate)
-        if last_action == "search_complete":
-            term = "max_turns" if last_forced else "complete"
-        else:
-            term = "max_turns" if mt is not None and nt >= mt else "invalid"
-        rec.update(
-            run_id=run,
-            step=step,
-            sample_idx=sidx,
-            data_source=data_source.get(run),
-            num_turns=nt,
-            terminated=term,
-            format_ok=valid and last_action == "search_complete",
+    if got is None:
+        raise Decline
+    scalars, reward_counts = got
+    counts.update(reward_counts)
+    complete = pl.col("last_action") == "search_complete"
+    mt = pl.Series(
+        [max_turns.get(r) for r in done["run_id"].to_list()], dtype=pl.Int64
+    )  # tags.terminated_from
+    turn_cols = ends.select(
+        num_turns=done["n_turns"].cast(pl.Int32),
+        terminated=pl.when(complete)
+        .then(
+            pl.when(pl.col("last_forced")).then(pl.lit("max_turns")).otherwise(pl.lit("complete"))
         )
-        # the rest through the schema's own normalization (turns and response come in columns)
-        try:
-            row = normalize_rollout(rec, run_id=run_id)
-            check_run_id(row["run_id"])
-        except (RowError, ValueError) as e:
-            raise Decline from e
-        if row["flags"]:  # flagged rows are counted per row: the per-row path does that
-            raise Decline
-        rows.append(row)
+        .when(pl.lit(mt).is_not_null() & (pl.lit(done["n_turns"]) >= pl.lit(mt)))
+        .then(pl.lit("max_turns"))
+        .otherwise(pl.lit("invalid")),
+        format_ok=pl.col("valid") & complete,
+    )
+    out = pl.concat([scalars, turn_cols], how="horizontal")
+    try:
+        for run in out["run_id"].unique().to_list():
+            check_run_id(run)
+    except ValueError as e:
+        raise Decline from e
     counts["rollouts assembled"] += n
-    built = {"turns": _turns_array(t, retrieved, observation, errors)}
-    built["response"] = done["response"].to_arrow().cast(pa.string())
+    built = {c: out[c].to_arrow() for c in out.columns}
+    built["turns"] = _turns_array(t, retrieved, observation, errors)
+    built["response"] = done["response"].to_arrow()
     table = pa.table(
         {
-            f.name: built.get(f.name) or pa.array([r[f.name] for r in rows], f.type)
+            f.name: built[f.name].cast(f.type) if f.name in built else pa.nulls(n, f.type)
             for f in ROLLOUT_SCHEMA
         },
         schema=ROLLOUT_SCHEMA,
@@ -207,7 +180,7 @@ def rows(
         return du.rollout_raw(keys[i], [json.loads(x) for x in lines])
 
     line_nos = done["reward_line"].to_list()
-    runs = [r["run_id"] for r in rows]
+    runs = out["run_id"].to_list()
     batches = []
     for run in dict.fromkeys(runs):
         idx = [i for i, r in enumerate(runs) if r == run]
