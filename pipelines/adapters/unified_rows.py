@@ -2,10 +2,10 @@
 
 ``unified_columns`` joins and checks the events; here each completed rollout becomes its row as
 ``ddai_unified._Assembler`` builds it: tool results placed on their turns (a search shows its first
-result not shown yet in the rollout, else the top one), the reward mapped by ``flash_rollout`` and
-``normalize_rollout`` (the scalar columns and ``extra``, without the turns), then ``turns``,
-``response`` and the turn-derived columns set from columns. Content digests are over the
-rollout's event lines, as the event-by-event reader computes them.
+result not shown yet in the rollout, else the top one), the reward mapped in columns
+(``unified_rewards``: the scalar columns and ``extra``), then ``turns`` (from the plans' parsed
+turn columns), ``response`` and the turn-derived columns set from columns. Content digests are
+over the rollout's event lines, as the event-by-event reader computes them.
 """
 
 from __future__ import annotations
