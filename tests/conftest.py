@@ -99,14 +99,14 @@ def s3_env(s3_server: str, monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 # ---------------------------------------------------------------- object storage (GCS) tests
-# A fake GCS server (tests/gcs_fake.py: GCS's JSON API with generation preconditions) on
+# A fake GCS server (tests/support/gcs_fake.py: GCS's JSON API with generation preconditions) on
 # 127.0.0.1, one per test module; each test gets its own bucket and STORAGE_EMULATOR_HOST.
 
 
 @pytest.fixture(scope="module")
 def gcs_server() -> Iterator[str]:
     port = _free_port()
-    fake = Path(__file__).parent / "gcs_fake.py"
+    fake = Path(__file__).parent / "support" / "gcs_fake.py"
     proc = subprocess.Popen(
         [sys.executable, str(fake), "--port", str(port)],
         stdout=subprocess.DEVNULL,
