@@ -8,7 +8,9 @@ Inputs are written into a temp folder from the committed synthetic world (``fixt
   plus ``timestamp`` and ``pid``, as DDAI's writer logs them), copy ``c`` with ``-c`` on the uid;
 - unified: one run's ``unified_trajectory.jsonl`` events, step blocks renumbered per copy
   (12 events per rollout: plans, search request/response, crops, frozen responses, rewards);
-- native Parquet: ddai's own rows (every fixture run, ingested once) with steps renumbered per copy.
+- native Parquet: ddai's own rows (every fixture run, ingested once) with steps renumbered per copy;
+- native JSONL (``--inputs jsonl``, not in the default set): the fixture runs' own JSONL lines,
+  steps renumbered per copy.
 
 Each measurement runs in a fresh process, so its peak RSS is its own. Floors, in the same command
 on the same file: polars ``scan_ndjson → sink_parquet`` (``scan_parquet`` for Parquet) and DuckDB
@@ -120,6 +122,27 @@ def make_parquet(path: Path, n: int, work: Path) -> int:
     return written
 
 
+def make_jsonl(path: Path, n: int) -> int:
+    """``n`` lines of ddai's own JSONL: every fixture run's lines, steps renumbered per copy (so
+    every copy's rollouts are new keys)."""
+    templates = []
+    for f in sorted((FIXTURES / "logs").glob("*.jsonl")):
+        for line in f.read_text(encoding="utf-8").splitlines():
+            cut = _split_at(line, '"step":')
+            assert cut is not None, line[:200]
+            templates.append((cut, json.loads(line)["step"]))
+    written = copy = 0
+    with open(path, "w", encoding="utf-8") as fh:
+        while written < n:
+            for (head, tail), step in templates:
+                if written == n:
+                    break
+                fh.write(f"{head}{copy * 1000 + step}{tail}\n")
+                written += 1
+            copy += 1
+    return written
+
+
 def make_unified(path: Path, n: int) -> tuple[int, int]:
     """A unified log of at least ``n`` rollouts: one run's step blocks, renumbered per copy.
 
@@ -208,7 +231,7 @@ def run_job(*args: str) -> dict:
 
 
 # ---------------------------------------------------------------- report
-FORMATS = {"flash": "ddai-flash", "unified": "ddai-unified", "parquet": "ddai"}
+FORMATS = {"flash": "ddai-flash", "unified": "ddai-unified", "parquet": "ddai", "jsonl": "ddai"}
 
 
 def measure(
@@ -291,7 +314,7 @@ def main() -> None:
     ap.add_argument(
         "--inputs",
         default="flash,unified,parquet",
-        help="Comma-separated: flash, unified, parquet.",
+        help="Comma-separated: flash, unified, parquet, jsonl (ddai's own JSONL).",
     )
     ap.add_argument(
         "--per-row",
@@ -328,6 +351,9 @@ def main() -> None:
             elif name == "unified":
                 path = work / "unified_trajectory.jsonl"
                 got, events = make_unified(path, n)
+            elif name == "jsonl":
+                path = work / "rollouts.jsonl"
+                got = make_jsonl(path, n)
             else:
                 path = work / "rollouts.parquet"
                 got = make_parquet(path, n, work)

@@ -222,7 +222,8 @@ def kv_lines(data: dict[str, Any], indent: int = 2) -> list[str]:
         else:
             shown = human(v) if v != {} else "none"
             if str(k).endswith("bytes") and isinstance(v, int) and not isinstance(v, bool):
-                shown = megabytes(v)  # a size for people; --json keeps the byte count
+                # a size for people under a label that says so; --json keeps the byte count
+                k, shown = str(k)[: -len("bytes")] + "size", megabytes(v)
             lines.append(" " * indent + f"{k!s:<{width}}  {shown}")
     return lines
 

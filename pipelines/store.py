@@ -307,6 +307,7 @@ class PartitionWriter:
             check_new_keys(self.final, old, self.keys_checked, self._own_parts())
         clean_leftovers(self.logs)
         files: list[dict[str, Any]] = []
+        prev = old
         if self.append and old is not None:
             files = (
                 old["files"]
@@ -315,6 +316,9 @@ class PartitionWriter:
             )
         else:
             old = None  # a replaced partition (or one without a manifest) keeps no history
+        listed = (prev or {}).get("side_tables")
+        if listed and "side_tables" not in manifest:
+            manifest = {**manifest, "side_tables": listed}  # not this write's: left as they are
         self.final.mkdir(exist_ok=True)
         if (self.tmp / self.part).exists():
             new = _file_record(self.tmp / self.part, self.rows)
@@ -782,10 +786,11 @@ def commit_remote(
         check_remote(stage, url, run, old, if_unchanged=if_unchanged, keys_checked=keys_checked)
         record = dict(new)
         if side is None and old and "side_tables" in old:
-            record["side_tables"] = old["side_tables"]  # not this write's: left as they are
+            # not this write's: left as they are (plus any a rollout commit lists first)
+            record["side_tables"] = {**old["side_tables"], **(new.get("side_tables") or {})}
         elif side or "side_tables" in new:
             kept = (old or {}).get("side_tables") or {} if append else {}
-            record["side_tables"] = {**kept, **(side or {})}
+            record["side_tables"] = {**kept, **(side if side is not None else new["side_tables"])}
         if append and old is not None:
             old_files = old.get("files")
             if old_files is None:  # written before manifests listed files: list them now

@@ -58,28 +58,31 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def s3_server() -> Iterator[str]:
-    port = _free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+def _serve(argv: list[str], port: int, probe: str, name: str) -> Iterator[str]:
+    """Run a local fake server (``argv``) on ``port`` until the fixture ends; yields its URL once
+    ``probe`` answers."""
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     try:
         for _ in range(200):
             try:
-                urllib.request.urlopen(f"{url}/moto-api/", timeout=1)
+                urllib.request.urlopen(f"{url}{probe}", timeout=1)
                 break
             except OSError:
                 time.sleep(0.05)
         else:
-            raise RuntimeError("moto server did not start")
+            raise RuntimeError(f"{name} did not start")
         yield url
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def s3_server() -> Iterator[str]:
+    port = _free_port()
+    argv = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
+    yield from _serve(argv, port, "/moto-api/", "moto server")
 
 
 @pytest.fixture
@@ -99,33 +102,16 @@ def s3_env(s3_server: str, monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 # ---------------------------------------------------------------- object storage (GCS) tests
-# A fake GCS server (tests/gcs_fake.py: GCS's JSON API with generation preconditions) on
+# A fake GCS server (tests/support/gcs_fake.py: GCS's JSON API with generation preconditions) on
 # 127.0.0.1, one per test module; each test gets its own bucket and STORAGE_EMULATOR_HOST.
 
 
 @pytest.fixture(scope="module")
 def gcs_server() -> Iterator[str]:
     port = _free_port()
-    fake = Path(__file__).parent / "gcs_fake.py"
-    proc = subprocess.Popen(
-        [sys.executable, str(fake), "--port", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(200):
-            try:
-                urllib.request.urlopen(f"{url}/storage/v1/b", timeout=1)
-                break
-            except OSError:
-                time.sleep(0.05)
-        else:
-            raise RuntimeError("fake GCS server did not start")
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    fake = Path(__file__).parent / "support" / "gcs_fake.py"
+    argv = [sys.executable, str(fake), "--port", str(port)]
+    yield from _serve(argv, port, "/storage/v1/b", "fake GCS server")
 
 
 @pytest.fixture

@@ -10,30 +10,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.package import ROOT, modules
 
-ROOT = Path(__file__).resolve().parents[1]
-FOLDERS = {
-    "ddai_cli": "ddai.cli",
-    "pipelines": "ddai.pipelines",
-    "trainer": "ddai.trainer",
-    "reports": "ddai.reports",
-}
 MAX_LINES = 400
-
-
-def _modules() -> dict[str, Path]:
-    """Every module of the package by dotted name (a package by its ``__init__``)."""
-    out = {}
-    for folder, dotted in FOLDERS.items():
-        for path in sorted((ROOT / folder).rglob("*.py")):
-            parts = list(path.relative_to(ROOT / folder).with_suffix("").parts)
-            if parts[-1] == "__init__":
-                parts = parts[:-1]
-            out[".".join([dotted, *parts])] = path
-    return out
-
-
-MODULES = _modules()
+MODULES = modules()
 
 
 def _imports(name: str, path: Path) -> Iterator[str]:

@@ -20,6 +20,7 @@ from typing import Any, BinaryIO
 import numpy as np
 import pyarrow as pa
 
+from ddai.pipelines.adapters import base
 from ddai.pipelines.adapters.base import (
     SURROGATE_ESCAPE,
     ReaderContext,
@@ -117,7 +118,8 @@ def iter_batches(
     line_no = 1
     pos = fh.tell()
     while True:
-        chunk = fh.read(want())
+        # never more than the longest line allowed: a longer line is read alone (and quarantined)
+        chunk = fh.read(min(want(), base.MAX_LINE_BYTES))
         if not chunk:
             return
         cut = chunk.rfind(b"\n")

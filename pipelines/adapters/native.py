@@ -1,13 +1,17 @@
-"""ddai's own rollout files: JSONL (one rollout object per line) or Parquet in the log's shape."""
+"""ddai's own rollout files: JSONL (one rollout object per line) or Parquet in the log's shape.
+
+Both read in columns where they can (``native_jsonl_columns``, ``native_columns``: batches of
+rows the per-row path would keep as they are), any other batch row by row."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 
-from ddai.pipelines.adapters import native_columns
+from ddai.pipelines.adapters import native_columns, native_jsonl_columns
 from ddai.pipelines.adapters.base import (
     ReaderContext,
     RowBatch,
@@ -15,6 +19,7 @@ from ddai.pipelines.adapters.base import (
     contained,
     iter_json_lines,
 )
+from ddai.pipelines.adapters.line_batches import iter_batches
 from ddai.pipelines.adapters.peek import first_object
 
 PARQUET_BATCH = 16_384
@@ -36,14 +41,32 @@ def read(path: Path, ctx: ReaderContext) -> Iterator[SourceRecord | RowBatch]:
         yield from _read_parquet(path, ctx)
         return
     with open(path, "rb") as fh:
-        for line, text, obj, reason in iter_json_lines(fh, ctx):
-            if reason is not None:
-                key, _, detail = reason.partition("|")
-                yield SourceRecord(None, line, text, key, detail)
-            elif not isinstance(obj, dict):
-                yield SourceRecord(None, line, text, "wrong type", "a row must be a JSON object")
+        if not ctx.columnar:
+            yield from _records(iter_json_lines(fh, ctx))
+            return
+        # Whole batches in columns where the batch is clean; any other batch line by line.
+        for batch in iter_batches(fh, ctx):
+            try:
+                got = native_jsonl_columns.to_rows(batch, ctx.run_id) if batch.clean else None
+            except Exception:  # a fault of the columnar path: the per-row path contains it by row
+                got = None
+            if got is not None:
+                yield from got
             else:
-                yield SourceRecord(obj, line, text, run_id=_run(obj))
+                yield from _records(batch.records())
+
+
+def _records(
+    parsed: Iterable[tuple[int, str | None, Any, str | None]],
+) -> Iterator[SourceRecord]:
+    for line, text, obj, reason in parsed:
+        if reason is not None:
+            key, _, detail = reason.partition("|")
+            yield SourceRecord(None, line, text, key, detail)
+        elif not isinstance(obj, dict):
+            yield SourceRecord(None, line, text, "wrong type", "a row must be a JSON object")
+        else:
+            yield SourceRecord(obj, line, text, run_id=_run(obj))
 
 
 def _run(obj: dict) -> str | None:

@@ -27,41 +27,70 @@ _CANON = (
 _ANY_TAG = r"</?(?:think|search_complete|search|bbox|answer)>"
 
 
-def parse_plans(texts: pl.Series) -> tuple[list[str | None], list[tags.Turn]]:
-    """Per plan text: the action DDAI executed and the parsed turn (``tags.parse_turn``)."""
-    g = (
-        pl.DataFrame({"t": texts})
-        .select(
-            m=pl.col("t").str.extract_groups(_CANON),
-        )
-        .unnest("m")
-    )
+def parse_plans(texts: pl.Series) -> pl.DataFrame:
+    """Per plan text, in order: ``act`` (the action DDAI executed) and the parsed turn's
+    ``think``, ``action``, ``arg``, ``sep``, ``forced`` and ``error`` (``tags.parse_turn``)."""
+    g = pl.DataFrame({"t": texts}).select(m=pl.col("t").str.extract_groups(_CANON)).unnest("m")
     g.columns = ["think", "sep", "name", "arg", "close"]
-    ok = g.select(
+    cand = g.select(
         (
             (pl.col("name") == pl.col("close"))
             & ~pl.col("think").str.contains(_ANY_TAG)
             & ~pl.col("arg").str.contains(_ANY_TAG)
         ).fill_null(False)
     ).to_series()
-    acts: list[str | None] = []
-    turns: list[tags.Turn] = []
-    cols = zip(
-        texts.to_list(),
-        ok.to_list(),
-        *(g[c].to_list() for c in ("think", "sep", "name", "arg")),
-        strict=True,
+    # the argument checks stay the parser's own (Python's strip and lower, the box's JSON)
+    names = g["name"].to_list()
+    args = g["arg"].to_list()
+    fast = [
+        c
+        and (
+            (n == "search" and bool(a.strip()))
+            or (n == "search_complete" and a.strip().lower() == "true")
+            or (n == "bbox" and tags._bbox_ok(a))
+        )
+        for c, n, a in zip(cand.to_list(), names, args, strict=True)
+    ]
+    ok = pl.Series(fast, dtype=pl.Boolean)
+    thinks = g["think"].to_list()
+    forced = [
+        f and n == "search_complete" and bool(tags.FORCED_THINK_RE.search(th))
+        for f, n, th in zip(fast, names, thinks, strict=True)
+    ]
+    out = g.select(
+        act=pl.col("name"),
+        think="think",
+        action=pl.col("name"),
+        arg="arg",
+        sep="sep",
+        forced=pl.Series(forced, dtype=pl.Boolean),
+        error=pl.lit(None, pl.String),
+    ).filter(ok)
+    # every other text through the tag parser, one by one
+    slow = [i for i, f in enumerate(fast) if not f]
+    if not slow:
+        return out
+    slow_texts = texts.gather(slow).to_list()
+    turns = [tags.parse_turn(x) for x in slow_texts]
+    rest = pl.DataFrame(
+        {
+            "act": [executed_action(x)[0] for x in slow_texts],
+            "think": [t.think for t in turns],
+            "action": [t.action for t in turns],
+            "arg": [t.arg for t in turns],
+            "sep": [t.sep for t in turns],
+            "forced": [t.forced for t in turns],
+            "error": [t.error for t in turns],
+        },
+        schema=out.schema,
     )
-    for text, fast, think, sep, name, arg in cols:
-        if fast and (
-            (name == "search" and arg.strip())
-            or (name == "search_complete" and arg.strip().lower() == "true")
-            or (name == "bbox" and tags._bbox_ok(arg))
-        ):
-            forced = name == "search_complete" and bool(tags.FORCED_THINK_RE.search(think))
-            acts.append(name)
-            turns.append(tags.Turn(0, think, name, arg, sep, forced=forced))
-        else:
-            acts.append(executed_action(text)[0])
-            turns.append(tags.parse_turn(text))
-    return acts, turns
+    return (
+        pl.concat(
+            [
+                out.with_columns(i=pl.Series(fast).arg_true().cast(pl.Int64)),
+                rest.with_columns(i=pl.Series(slow, dtype=pl.Int64)),
+            ]
+        )
+        .sort("i")
+        .drop("i")
+    )

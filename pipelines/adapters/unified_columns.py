@@ -136,15 +136,12 @@ def _read(
     full = roll.filter(~empty)
     pads = roll.filter(empty)
     plans = full.filter(plan).sort("line")
-    acts, parsed_turns = turn_columns.parse_plans(plans["text"])
-    plans = plans.with_columns(
-        act=pl.Series(acts, dtype=pl.String),
+    plans = plans.hstack(turn_columns.parse_plans(plans["text"])).with_columns(
         ends=(
             (pl.col("is_last_turn") == True)  # noqa: E712 - null is not True
             | (pl.col("final_rollout") == True)  # noqa: E712
-            | (pl.Series(acts, dtype=pl.String) == "search_complete")
+            | (pl.col("act") == "search_complete")
         ).fill_null(False),
-        tpos=pl.int_range(pl.len(), dtype=pl.Int64),
     )
     # plans logged in turn order from 0, each once; only the last may end the rollout
     plans = plans.with_columns(
@@ -244,9 +241,7 @@ def _read(
     pending = keys.filter(~pl.col("done")).select(KEY)
     held = members.join(pending, on=KEY).sort("line")
     carry_out = list(zip(held["line"].to_list(), texts_at(texts, held["pos"]), strict=True))
-    rows, counts = completed_rows(
-        done, members, plans, parsed_turns, tools, texts, asm, max_turns, data_source
-    )
+    rows, counts = completed_rows(done, members, plans, tools, texts, asm, max_turns, data_source)
 
     # accepted: the assembler's state follows
     new = ev.filter(pl.col("pos") >= len(carry))

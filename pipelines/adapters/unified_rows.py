@@ -2,10 +2,10 @@
 
 ``unified_columns`` joins and checks the events; here each completed rollout becomes its row as
 ``ddai_unified._Assembler`` builds it: tool results placed on their turns (a search shows its first
-result not shown yet in the rollout, else the top one), the reward mapped by ``flash_rollout`` and
-``normalize_rollout`` (the scalar columns and ``extra``, without the turns), then ``turns``,
-``response`` and the turn-derived columns set from columns. Content digests are over the
-rollout's event lines, as the event-by-event reader computes them.
+result not shown yet in the rollout, else the top one), the reward mapped in columns
+(``unified_rewards``: the scalar columns and ``extra``), then ``turns`` (from the plans' parsed
+turn columns), ``response`` and the turn-derived columns set from columns. Content digests are
+over the rollout's event lines, as the event-by-event reader computes them.
 """
 
 from __future__ import annotations
@@ -18,11 +18,10 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from ddai.pipelines import metrics, tags
 from ddai.pipelines.adapters import unified_events as du
 from ddai.pipelines.adapters.base import RowBatch
-from ddai.pipelines.adapters.ddai_common import flash_rollout
-from ddai.pipelines.schema import ROLLOUT_SCHEMA, TURN_TYPE, RowError, normalize_rollout
+from ddai.pipelines.adapters.unified_rewards import reward_frame
+from ddai.pipelines.schema import ROLLOUT_SCHEMA, TURN_TYPE
 from ddai.pipelines.store import check_run_id
 
 KEY = ("run_id", "global_step", "sample_idx")
@@ -41,14 +40,14 @@ def rows(
     done: pl.DataFrame,
     members: pl.DataFrame,
     plans: pl.DataFrame,
-    parsed_turns: list[tags.Turn],
     tools: pl.DataFrame,
     texts: pl.Series,
     asm: Any,
     max_turns: dict[Any, int | None],
     data_source: dict[Any, str | None],
 ) -> tuple[list[RowBatch], Counter]:
-    """The completed rollouts as rows, in the order they completed."""
+    """The completed rollouts as rows, in the order they completed. ``plans`` holds each plan's
+    parsed turn in columns (``turn_columns.parse_plans``)."""
     counts: Counter = Counter()
     if not len(done):
         return [], counts
@@ -79,10 +78,9 @@ def rows(
         .join(crops, on=(*KEY, "turn_idx"), how="left")
         .sort("o", "turn_idx")
     )
-    recs = [parsed_turns[j] for j in t["tpos"].to_list()]
     retrieved: list[list[str] | None] = [None] * len(t)
     observation: list[str | None] = [None] * len(t)
-    errors = [r.error for r in recs]
+    errors = t["error"].to_list()
     search_results: list[list[list[str]]] = [[] for _ in range(n)]
     shown_pages: list[list[str]] = [[] for _ in range(n)]
     err_at = [p for p in t["err_pos"].to_list() if p is not None]
@@ -112,72 +110,53 @@ def rows(
         elif a == "bbox" and has_crop:
             observation[i] = crop
 
-    rows = []
-    run_id = asm.ctx.run_id
-    cols = (done[c].to_list() for c in (*KEY, "uid", "uids", "n_turns"))
-    rewards = texts_at(texts, done["reward_pos"])
-    first = 0
-    for o, (run, step, sidx, uid, uids, nt) in enumerate(zip(*cols, strict=True)):
-        reward = json.loads(rewards[o])
-        payload = {k: v for k, v in reward.items() if k not in du.CONTEXT_FIELDS}
-        rec = flash_rollout(payload)
-        n_agent = du.int_or_none(reward.get("n_agent"))
-        reward_uid = rec.get("uid")
-        if uid is not None and not du.same_prompt(uid, reward_uid, sidx, n_agent):
-            rec["reward_uid"] = reward_uid
-            counts["reward uid differs from plan uid"] += 1
-        if uids > 1:
-            counts["plan uids differ within a rollout"] += 1
-        rec["uid"] = uid if uid is not None else rec.get("uid")
-        local_idx = rec.pop("rollout_idx", None)
-        if n_agent:
-            rec["rollout_idx"] = sidx % n_agent
-            if local_idx is not None and local_idx != rec["rollout_idx"]:
-                rec["local_idx"] = local_idx
-                counts["local_idx differs from sample_idx mod n_agent"] += 1
-        else:
-            rec["rollout_idx"] = local_idx
-        for k in du.EXTRA_CONTEXT:
-            if k in reward:
-                rec[k] = reward[k]
-        mt = max_turns.get(run)
-        if mt is not None:
-            rec["max_turns"] = mt
-        rec["search_results"] = search_results[o]
-        if rec.get("retrieved_pages") is None and shown_pages[o]:
-            rec["retrieved_pages"] = metrics.dedupe(shown_pages[o])
-        # the turn-derived columns (tags.terminated_from, the format gate)
-        last = recs[first + nt - 1]
-        valid = all(r.action != "invalid" for r in recs[first : first + nt])
-        if last.action == "search_complete":
-            term = "max_turns" if last.forced else "complete"
-        else:
-            term = "max_turns" if mt is not None and nt >= mt else "invalid"
-        first += nt
-        rec.update(
-            run_id=run,
-            step=step,
-            sample_idx=sidx,
-            data_source=data_source.get(run),
-            num_turns=nt,
-            terminated=term,
-            format_ok=valid and last.action == "search_complete",
+    # per rollout: its last turn, and whether every turn is valid (the format gate)
+    ends = t.group_by("o", maintain_order=True).agg(
+        last_action=pl.col("action").last(),
+        last_forced=pl.col("forced").last(),
+        valid=(pl.col("action") != "invalid").all(),
+    )
+    got = reward_frame(
+        done,
+        texts.gather(done["reward_pos"]),
+        asm.ctx.run_id,
+        max_turns,
+        data_source,
+        search_results,
+        shown_pages,
+    )
+    if got is None:
+        raise Decline
+    scalars, reward_counts = got
+    counts.update(reward_counts)
+    complete = pl.col("last_action") == "search_complete"
+    mt = pl.Series(
+        [max_turns.get(r) for r in done["run_id"].to_list()], dtype=pl.Int64
+    )  # tags.terminated_from
+    turn_cols = ends.select(
+        num_turns=done["n_turns"].cast(pl.Int32),
+        terminated=pl.when(complete)
+        .then(
+            pl.when(pl.col("last_forced")).then(pl.lit("max_turns")).otherwise(pl.lit("complete"))
         )
-        # the rest through the schema's own normalization (turns and response come in columns)
-        try:
-            row = normalize_rollout(rec, run_id=run_id)
-            check_run_id(row["run_id"])
-        except (RowError, ValueError) as e:
-            raise Decline from e
-        if row["flags"]:  # flagged rows are counted per row: the per-row path does that
-            raise Decline
-        rows.append(row)
+        .when(pl.lit(mt).is_not_null() & (pl.lit(done["n_turns"]) >= pl.lit(mt)))
+        .then(pl.lit("max_turns"))
+        .otherwise(pl.lit("invalid")),
+        format_ok=pl.col("valid") & complete,
+    )
+    out = pl.concat([scalars, turn_cols], how="horizontal")
+    try:
+        for run in out["run_id"].unique().to_list():
+            check_run_id(run)
+    except ValueError as e:
+        raise Decline from e
     counts["rollouts assembled"] += n
-    built = {"turns": _turns_array(t, recs, retrieved, observation, errors)}
-    built["response"] = done["response"].to_arrow().cast(pa.string())
+    built = {c: out[c].to_arrow() for c in out.columns}
+    built["turns"] = _turns_array(t, retrieved, observation, errors)
+    built["response"] = done["response"].to_arrow()
     table = pa.table(
         {
-            f.name: built.get(f.name) or pa.array([r[f.name] for r in rows], f.type)
+            f.name: built[f.name].cast(f.type) if f.name in built else pa.nulls(n, f.type)
             for f in ROLLOUT_SCHEMA
         },
         schema=ROLLOUT_SCHEMA,
@@ -201,7 +180,7 @@ def rows(
         return du.rollout_raw(keys[i], [json.loads(x) for x in lines])
 
     line_nos = done["reward_line"].to_list()
-    runs = [r["run_id"] for r in rows]
+    runs = out["run_id"].to_list()
     batches = []
     for run in dict.fromkeys(runs):
         idx = [i for i, r in enumerate(runs) if r == run]
@@ -220,23 +199,22 @@ def rows(
 
 def _turns_array(
     t: pl.DataFrame,
-    recs: list[tags.Turn],
     retrieved: list,
     observation: list,
     errors: list,
 ) -> pa.Array:
     """The ``turns`` column: one list of turn structs per completed rollout."""
+    cols = t.select("turn_idx", "think", "action", "arg", "sep", "forced").to_arrow()
     fields = {
-        "idx": pa.array(t["turn_idx"].to_list(), pa.int32()),
-        "think": pa.array([r.think for r in recs], pa.string()),
-        "action": pa.array([r.action for r in recs], pa.string()),
-        "arg": pa.array([r.arg for r in recs], pa.string()),
-        "sep": pa.array([r.sep for r in recs], pa.string()),
-        "forced": pa.array([r.forced for r in recs], pa.bool_()),
+        "idx": cols["turn_idx"].combine_chunks().cast(pa.int32()),
+        **{
+            c: cols[c].combine_chunks().cast(pa.string()) for c in ("think", "action", "arg", "sep")
+        },
+        "forced": cols["forced"].combine_chunks(),
         "retrieved": pa.array(retrieved, pa.list_(pa.string())),
         "observation": pa.array(observation, pa.string()),
         "error": pa.array(errors, pa.string()),
-        "value": pa.nulls(len(recs), pa.float64()),
+        "value": pa.nulls(len(t), pa.float64()),
     }
     structs = pa.StructArray.from_arrays(list(fields.values()), fields=list(TURN_TYPE))
     sizes = t.group_by("o", maintain_order=True).len().sort("o")["len"].to_numpy()

@@ -123,7 +123,7 @@ def test_people_get_rounded_numbers_and_indented_maps():
     assert lines == [
         "  rows in  12,480",
         "  mean     0.3076",
-        "  bytes    2.1 MB",
+        "  size     2.1 MB",  # a byte count shown in MB is labelled a size, not bytes
         "  by",
         "    a  1",
         "  l        none",

@@ -1,5 +1,5 @@
 """The loop on a log store and funnel files in S3 (moto's server on 127.0.0.1) and in GCS (the fake
-JSON-API server, tests/gcs_fake.py): ingest, query, curate bucket, distill and report give what
+JSON-API server, tests/support/gcs_fake.py): ingest, query, curate bucket, distill and report give what
 they give on local files."""
 
 from __future__ import annotations

@@ -250,11 +250,14 @@ def test_plan_texts_cut_in_columns_as_the_tag_parser():
         for e in map(json.loads, f.open())
         if e["event_type"] == "model.plan" and e.get("text")
     ]
-    acts, turns = parse_plans(pl.Series(texts, dtype=pl.String))
-    for text, act, turn in zip(texts, acts, turns, strict=True):
-        assert act == executed_action(text)[0], text
-        assert turn_record(turn) == turn_record(tags.parse_turn(text)), text
-    assert {t.error for t in turns[: len(TURN_TEXTS)]} >= {"bad bbox", "empty search", None}
+    got = parse_plans(pl.Series(texts, dtype=pl.String))
+    fields = ("think", "action", "arg", "sep", "forced", "error")
+    for text, row in zip(texts, got.iter_rows(named=True), strict=True):
+        assert row["act"] == executed_action(text)[0], text
+        want = turn_record(tags.parse_turn(text))
+        assert {f: row[f] for f in fields} == {f: want[f] for f in fields}, text
+    assert set(got["error"][: len(TURN_TEXTS)]) >= {"bad bbox", "empty search", None}
+    assert got["forced"].any()  # a forced completion is among the texts
 
 
 @pytest.mark.parametrize(
@@ -277,3 +280,40 @@ def test_batches_that_complete_nothing(tmp_path, keep):
         recs = [(r.line, r.reason, r.detail, r.raw) for r in ddai_unified.read(src, ctx)]
         out.append((recs, ctx.notes[str(src)], {k: len(v) for k, v in ctx.side_tables.items()}))
     assert out[0] == out[1]
+
+
+def test_odd_but_valid_rewards_stay_in_columns(tmp_path):
+    """Rewards mapped in columns as event by event: a reward uid of another prompt, the prompt's
+    ``uid-group`` form, a ``local_idx`` off ``sample_idx mod n_agent``, no ``n_agent``, no
+    retrieved pages (the pages the turns showed), a field some rewards name as null and others
+    leave out, a query with the chat template's tail."""
+    evs = [
+        json.loads(x)
+        for x in (FIXTURES / "focused_r1" / "unified_trajectory.jsonl").read_text().splitlines()
+    ]
+    rewards = [e for e in evs if e["event_type"] == "rm.flash.detail"]
+    rewards[0]["uid"] = "someone_else"
+    rewards[1]["uid"] = f"{rewards[1]['uid']}-{rewards[1]['sample_idx'] // rewards[1]['n_agent']}"
+    rewards[2]["local_idx"] = 7 if rewards[2]["local_idx"] != 7 else 6
+    del rewards[3]["n_agent"]
+    del rewards[4]["retrieved_basenames"]
+    del rewards[5]["error"]
+    rewards[6]["note"] = "kept"
+    rewards[7]["query"] = "Which year?\n  assistant\nsome tail"
+    src = tmp_path / "unified_trajectory.jsonl"
+    src.write_text("".join(json.dumps(e, ensure_ascii=False) + "\n" for e in evs))
+    assert _kinds(src) == [RowBatch]
+    res, rows, q = _same(tmp_path, src)
+    assert q == [] and len(rows) == 144
+    by_sample = {r["sample_idx"]: r for r in rows if r["step"] == rewards[0]["global_step"]}
+    assert by_sample[rewards[0]["sample_idx"]]["extra"]["reward_uid"] == "someone_else"
+    assert "reward_uid" not in by_sample[rewards[1]["sample_idx"]]["extra"]
+    assert by_sample[rewards[2]["sample_idx"]]["extra"]["local_idx"] in (6, 7)
+    assert by_sample[rewards[3]["sample_idx"]]["rollout_idx"] == rewards[3]["local_idx"]
+    assert by_sample[rewards[4]["sample_idx"]]["retrieved_pages"]  # from the turns
+    assert "error" not in by_sample[rewards[5]["sample_idx"]]["extra"]
+    assert by_sample[rewards[6]["sample_idx"]]["extra"]["error"] is None
+    assert by_sample[rewards[6]["sample_idx"]]["extra"]["note"] == "kept"
+    assert by_sample[rewards[7]["sample_idx"]]["question"] == "Which year?"
+    notes = res.summary()["notes"]
+    assert "reward uid differs from plan uid" in json.dumps(notes)

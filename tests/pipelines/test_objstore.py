@@ -1,5 +1,5 @@
 """``ddai.pipelines.objstore`` and the URL-aware writers against a local S3 server (moto) and a fake
-GCS server (tests/gcs_fake.py)."""
+GCS server (tests/support/gcs_fake.py)."""
 
 from __future__ import annotations
 

@@ -101,3 +101,22 @@ def test_the_training_rollout_log_and_metrics_go_to_object_storage(s3_env):
     ]
     # a resumed run reads the steps back from the store
     assert [r["step"] for r in TrainMetricsLog(logs, "g").rows] == [1, 2]
+
+
+def test_training_metrics_on_object_storage_are_listed_with_their_hash(s3_env):
+    logs = f"{s3_env}/logs"
+    log = RolloutLog(logs, "g")
+    metrics = TrainMetricsLog(logs, "g", writer=log)
+    state = SimpleNamespace(is_world_process_zero=True, global_step=1)
+    metrics.on_log(None, state, None, logs={"loss": 0.5})  # before the run's first commit
+    log.append([r | {"step": 1, "reward": 1.0, "extra": {}} for r in _rows(2)], step=1)
+    log.flush()
+    part = store.partition_dir(logs, "g")
+    assert store.run_manifest(logs, "g")["side_tables"]["train_metrics"]["rows"] == 1
+    state.global_step = 2
+    metrics.on_log(None, state, None, logs={"loss": 0.25})  # listed by a conditional put
+    assert store.run_manifest(logs, "g")["side_tables"]["train_metrics"]["rows"] == 2
+    assert store.verify_partition(part) is None
+    url = objstore.url_of(side_table_path(logs, "g"))
+    objstore.put_bytes(url, objstore.read_bytes(url).replace(b"0.25", b"0.5"))
+    assert store.verify_partition(part) == "side table train_metrics changed"

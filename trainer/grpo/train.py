@@ -191,7 +191,7 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
     run_id = cfg.run_id or f"grpo_{time.strftime('%Y%m%d_%H%M%S')}"
     log = RolloutLog(workspace.logs_dir(cfg.logs), run_id)
     _, metrics_file = common.split_report_to(cfg.report_to)
-    step_metrics = TrainMetricsLog(log.logs, run_id)
+    step_metrics = TrainMetricsLog(log.logs, run_id, writer=log)
     trainer = grpo_trainer_class()(
         model=model,
         reward_funcs=[DdaiReward(rollout.store, cfg.backends.reward_timeout)],

@@ -2,16 +2,16 @@
 
 ``TrainMetricsLog`` is a ``TrainerCallback``: every time the trainer logs (each ``logging_steps``
 optimizer steps) it keeps the step's reward, loss and clip ratios (TRL's ``clip_ratio/*``: the
-share of policy tokens, or of sequences under GSPO, whose ratio left the clip range) and rewrites
-``<logs>/_side/train_metrics/<run>.jsonl`` atomically, holding the run's write lock like every
-writer of the store (a temp file left by a killed run is removed by the next write). ``ddai report`` reads that side table for
-its training section; the run's summary reports the mean clip ratio. On a log store on object
-storage the table is put whole as one object (a PUT is atomic; one trainer writes a run).
+share of policy tokens, or of sequences under GSPO, whose ratio left the clip range) and appends
+them to ``<logs>/_side/train_metrics/<run>.jsonl`` through the run's one writer (``RolloutLog``'s
+side table: under the run's write lock, listed with its hash in the run's manifest; bytes already
+written are never rewritten). ``ddai report`` reads that side table for its training section; the
+run's summary reports the mean clip ratio. On a log store on object storage the table is put
+whole as one object (a PUT is atomic; one trainer writes a run).
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from pathlib import Path
@@ -19,7 +19,8 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from ddai.pipelines import io, objstore, store
+from ddai.pipelines.side_log import side_path
+from ddai.trainer.search.logrows import RolloutLog
 
 TABLE = "train_metrics"
 # Keys kept from the trainer's logs: name in the log → column in the side table.
@@ -36,22 +37,32 @@ KEPT = {
 
 
 def side_table_path(logs: str | os.PathLike[str], run_id: str) -> Path:
-    return Path(logs) / "_side" / TABLE / f"{run_id}.jsonl"
+    return side_path(logs, TABLE, run_id)
 
 
 class TrainMetricsLog(TrainerCallback):
-    """Keeps the logged training metrics per step; writes them to the log store when given one."""
+    """Keeps the logged training metrics per step; writes them to the log store when given one,
+    through the run's one writer (``writer``: the run's ``RolloutLog``; built when not given)."""
 
-    def __init__(self, logs: str | os.PathLike[str] | None = None, run_id: str | None = None):
+    def __init__(
+        self,
+        logs: str | os.PathLike[str] | None = None,
+        run_id: str | None = None,
+        *,
+        writer: RolloutLog | None = None,
+    ):
         self.logs = logs
         self.path = side_table_path(logs, run_id) if logs is not None and run_id else None
         self.run_id = run_id
+        self._table = None
         self.rows: list[dict[str, Any]] = []
-        self._mine: list[dict[str, Any]] = []
-        if self.path is not None and objstore.any_isfile(self.path):
+        self._mine = 0
+        if self.path is not None:
+            assert logs is not None and run_id is not None
+            log = writer if writer is not None else RolloutLog(Path(logs), run_id)
             # A resumed run keeps the steps before its checkpoint (later ones are replaced).
-            text = objstore.any_read_text(self.path)
-            self.rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+            self._table = log.side_table(TABLE)
+            self.rows = list(self._table.rows)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not logs or not state.is_world_process_zero:
@@ -60,19 +71,18 @@ class TrainMetricsLog(TrainerCallback):
         if not row:
             return
         step = int(state.global_step)
-        # Rows from an earlier attempt at this step or later (a resume, a rerun) give way.
-        mine = {id(r) for r in self._mine}
-        self.rows = [r for r in self.rows if r["step"] < step or id(r) in mine]
         new = {"run_id": self.run_id, "step": step, **row}
+        # Rows from an earlier attempt at this step or later (a resume, a rerun) give way; this
+        # run's own rows never do (a step logged twice keeps both).
+        earlier = self.rows[: len(self.rows) - self._mine]
+        keep = None
+        if any(r["step"] >= step for r in earlier):
+            keep = [r for r in earlier if r["step"] < step] + self.rows[len(earlier) :]
+            self.rows = list(keep)
         self.rows.append(new)
-        self._mine.append(new)
-        if self.path is not None:
-            self._write()
-
-    def _write(self) -> None:
-        assert self.path is not None and self.logs is not None and self.run_id is not None
-        with store.run_lock(self.logs, self.run_id):  # object storage: no lock, one atomic put
-            io.write_text(self.path, "".join(json.dumps(r) + "\n" for r in self.rows))
+        self._mine += 1
+        if self._table is not None:
+            self._table.append(new, keep=keep)
 
     def mean(self, column: str) -> float | None:
         """Mean of ``column`` over the logged steps that have it (None when none does)."""

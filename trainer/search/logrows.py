@@ -1,7 +1,7 @@
 """Rollout-log rows from training trajectories (DESIGN.md's schema plus step, advantage and reward
 parts), so ``ddai report`` and ``ddai distill`` read training output directly; ``take_rows`` takes
 scored episodes out of the ``ScoreStore`` as rows, and ``RolloutLog`` is the one writer of a
-training run's rows (one manifest record per step)."""
+training run's rows (one manifest record per step) and of its side tables (``side_table``)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ddai.pipelines import objstore
+from ddai.pipelines.side_log import SideLog
 from ddai.trainer.search.rewards import Judged, Score
 from ddai.trainer.search.rollout import Trajectory
 from ddai.trainer.search.scoring import ScoreStore
@@ -127,6 +128,14 @@ class RolloutLog:
     unscorable: int = 0
     _pending: list[dict[str, Any]] = field(default_factory=list, repr=False)
     _step: int | None = None
+    _side: dict[str, SideLog] = field(default_factory=dict, repr=False)
+
+    def side_table(self, table: str) -> SideLog:
+        """The run's side table ``table`` (training metrics), written through this log: rows are
+        appended and listed with their hash in the run's manifest."""
+        if table not in self._side:
+            self._side[table] = SideLog.open(self.logs, self.run_id, table)
+        return self._side[table]
 
     def append(self, rows: list[dict[str, Any]], step: int | None = None) -> None:
         """Queue ``rows`` of training step ``step`` (None: no step; committed at once)."""
@@ -144,8 +153,14 @@ class RolloutLog:
         rows, self._pending = self._pending, []
         if not rows:
             return
-        info = None if self._step is None else {"step": self._step}
-        write_run(self.logs, self.run_id, rows, append=True, manifest=info)
+        info: dict[str, Any] = {} if self._step is None else {"step": self._step}
+        # side tables written before the run had a manifest are listed by its first commit
+        listed = {t: s.pending for t, s in self._side.items() if s.pending is not None}
+        if listed:
+            info["side_tables"] = listed
+        write_run(self.logs, self.run_id, rows, append=True, manifest=info or None)
+        for side in self._side.values():
+            side.pending = None
         self.rows += len(rows)
         self.search_errors += sum(r["extra"].get("search_errors", 0) for r in rows)
         self.unscorable += sum("unscorable" in r["extra"] for r in rows)

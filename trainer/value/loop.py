@@ -73,3 +73,48 @@ def fit_steps(
                 log.log(step, metrics)
             advance(1)
     return history, evaluated
+
+
+def fit_with_held_out(
+    *,
+    model: Any,
+    bare: Any,
+    opt: torch.optim.Optimizer,
+    acc: Any,
+    data: Split,
+    cfg: ValueFitConfig,
+    step_loss: StepLoss,
+    pad_id: int,
+    grad_clip: float,
+    evaluate: Callable[..., dict[str, float]],
+    log: Any,
+    label: str,
+) -> tuple[dict[str, float], list[dict[str, float]], dict[str, float]]:
+    """``fit_steps`` between two evaluations of the held-out prompts (``evaluate(bare, val,
+    val_pairs, pad_id, batch_size=…)``, the one before logged as step 0); returns the evaluation
+    before, each step's metrics and the evaluation after."""
+    main = acc.is_main_process
+
+    def held_out() -> dict[str, float]:
+        # Main process only, on the bare module: no collective, the other ranks go on.
+        if not main:
+            return {}
+        return evaluate(bare, data.val, data.val_pairs, pad_id, batch_size=cfg.eval_batch_size)
+
+    eval_before = held_out()
+    if main:
+        log.log(0, eval_before)
+    history, eval_after = fit_steps(
+        model=model,
+        opt=opt,
+        acc=acc,
+        data=data,
+        cfg=cfg,
+        step_loss=step_loss,
+        pad_id=pad_id,
+        grad_clip=grad_clip,
+        held_out=held_out,
+        log=log,
+        label=label,
+    )
+    return eval_before, history, eval_after

@@ -35,7 +35,7 @@ from ddai.trainer.value import losses as vl
 from ddai.trainer.value import sft_math as vsm
 from ddai.trainer.value.config import ValueSFTConfig
 from ddai.trainer.value.data import Batch, collate
-from ddai.trainer.value.loop import fit_steps
+from ddai.trainer.value.loop import fit_with_held_out
 from ddai.trainer.value.model import (
     HEAD_FILE,
     TRUNK_DIR,
@@ -232,16 +232,9 @@ def train_value_sft(cfg: ValueSFTConfig) -> ValueSFTResult:
     log = MetricsLog(out / METRICS_FILE) if main else None
     accel.write_run_config(out, cfg, acc, command="train value-sft")
 
-    def held_out() -> dict[str, float]:
-        if not main:
-            return {}
-        return evaluate(bare, data.val, data.val_pairs, pad_id, batch_size=cfg.eval_batch_size)  # type: ignore[arg-type]
-
-    eval_before = held_out()
-    if main:
-        log.log(0, eval_before)
-    history, eval_after = fit_steps(
+    eval_before, history, eval_after = fit_with_held_out(
         model=model,
+        bare=bare,
         opt=opt,
         acc=acc,
         data=data,
@@ -249,7 +242,7 @@ def train_value_sft(cfg: ValueSFTConfig) -> ValueSFTResult:
         step_loss=step_loss,
         pad_id=pad_id,
         grad_clip=cfg.max_grad_norm,
-        held_out=held_out,
+        evaluate=evaluate,
         log=log,
         label="value-sft",
     )

@@ -29,7 +29,7 @@ from ddai.trainer.value.data import (
     collate,
     tokenize_rollouts,
 )
-from ddai.trainer.value.loop import fit_steps
+from ddai.trainer.value.loop import fit_with_held_out
 from ddai.trainer.value.model import (
     ValueModel,
     is_value_checkpoint,
@@ -222,17 +222,9 @@ def train_value(cfg: ValueTrainConfig) -> ValueTrainResult:
     log = MetricsLog(Path(cfg.output_dir) / METRICS_FILE) if main else None
     accel.write_run_config(cfg.output_dir, cfg, acc, command="train value")
 
-    def held_out() -> dict[str, float]:
-        # Main process only, on the bare module: no collective, the other ranks go on.
-        if not main:
-            return {}
-        return evaluate(bare, data.val, data.val_pairs, pad_id, batch_size=cfg.eval_batch_size)
-
-    eval_before = held_out()
-    if main:
-        log.log(0, eval_before)
-    history, eval_after = fit_steps(
+    eval_before, history, eval_after = fit_with_held_out(
         model=model,
+        bare=bare,
         opt=opt,
         acc=acc,
         data=data,
@@ -240,7 +232,7 @@ def train_value(cfg: ValueTrainConfig) -> ValueTrainResult:
         step_loss=step_loss,
         pad_id=pad_id,
         grad_clip=cfg.grad_clip,
-        held_out=held_out,
+        evaluate=evaluate,
         log=log,
         label="value head",
     )

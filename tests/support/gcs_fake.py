@@ -5,7 +5,7 @@ Objects live in memory; each put gives the object a new ``generation``. ``ifGene
 (``0``: only if no live object) on uploads and deletes answers 412 when the object's generation
 differs, as GCS does: that is what makes a manifest put conditional.
 
-Run: ``python tests/gcs_fake.py --port N``; clients find it through ``STORAGE_EMULATOR_HOST``.
+Run: ``python tests/support/gcs_fake.py --port N``; clients find it through ``STORAGE_EMULATOR_HOST``.
 """
 
 from __future__ import annotations

@@ -1,0 +1,203 @@
+"""ddai's own JSONL read in columns: the same rollouts and quarantine as the per-row path."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ddai.pipelines import store
+from ddai.pipelines.adapters import line_batches, native
+from ddai.pipelines.adapters.base import ReaderContext, RowBatch, SourceRecord
+from ddai.pipelines.ingest import IngestConfig, ingest
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+TEMPLATE = json.loads((FIXTURES / "logs" / "curriculum.jsonl").open().readline())
+
+
+def _line(i: int, **over) -> str:
+    row = {**TEMPLATE, "uid": f"train_{i // 4}", "rollout_idx": i % 4, "sample_idx": i}
+    row["extra"] = {**TEMPLATE["extra"], "n": i, "gone": None, "f": 1e-05}
+    row.update(over)
+    return json.dumps({k: v for k, v in row.items() if v is not ...}, ensure_ascii=False)
+
+
+# Lines the per-row path quarantines, converts or reads otherwise; each falls back with its batch.
+ODD = [
+    '{"run_id": "r", "uid": "x", "rollout_idx": 1, "question": "half an emoji \\ud83d"}',
+    '{"run_id": "r", "uid": "deep", "rollout_idx": 0, "extra": ' + "[" * 3000 + "]" * 3000 + "}",
+    '{"run_id": "r", "uid": "nan", "rollout_idx": 0, "reward": NaN}',
+    '{"run_id": "r", "uid": "typed", "rollout_idx": "3", "reward": "0.5"}',  # per-row: kept
+    '{"run_id": "r", "uid": "float", "rollout_idx": 2.0, "step": 1}',  # per-row: 2, kept
+    '{"run_id": "r", "uid": "bad", "rollout_idx": "x"}',
+    '{"run_id": "r", "uid": "neg", "rollout_idx": -1}',
+    '{"run_id": "r", "uid": "big", "rollout_idx": 3000000000}',
+    '{"run_id": "r", "rollout_idx": 2}',
+    '{"uid": "norun", "rollout_idx": 2}',
+    '{"run_id": "r", "uid": "", "rollout_idx": 2}',
+    '{"run_id": "r", "uid": 7, "rollout_idx": 2}',  # per-row: "7"
+    '{"run_id": "r", "uid": "tab", "rollout_idx": 0, "question": "a\tb"}',
+    "[1, 2]",
+    "{not json",
+    "",
+    '{"run_id": "r", "uid": "a", "rollout_idx": 0}{"run_id": "r", "uid": "b", "rollout_idx": 0}',
+    '{"run_id": "r", "uid": "pages", "rollout_idx": 0, "reference_pages": ["1_2", 3]}',
+    '{"run_id": "r", "uid": "nullpage", "rollout_idx": 0, "reference_pages": ["1_2", null]}',
+    '{"run_id": "r", "uid": "unknown", "rollout_idx": 0, "meta": {"a": 1}}',  # → extra
+    '{"run_id": "r", "uid": "parts", "rollout_idx": 0, "reward_parts": {"a": 1, "b": null}}',
+    '{"run_id": "r", "uid": "xl", "rollout_idx": 0, "extra": [1]}',  # per-row: dropped
+    '{"run_id": "r", "uid": "xn", "rollout_idx": 0, "extra": "nope"}',  # per-row: wrapped
+    '{"run_id": "r", "uid": "xx", "rollout_idx": 0, "extra": {"a": 1}, "extra": {"b": 2}}',
+    '{"run_id": "r", "uid": "twice", "rollout_idx": 0, "rollout_idx": 1}',  # Python keeps last
+    '{"run_id": "r", "uid": "huge", "rollout_idx": 0, "reward": 1e400}',
+    '{"run_id": "r", "uid": "flags", "rollout_idx": 0, "flags": ["b", "a", "b"]}',
+    '{"run_id": "r", "uid": "term", "rollout_idx": 0, "terminated": "timeout"}',
+    '{"run_id": "r", "uid": "t1", "rollout_idx": 0, "turns": [{"action": "search"}]}',
+    '{"run_id": "r", "uid": "t2", "rollout_idx": 0, "turns": [{"idx": 0, "action": "jump"}]}',
+    '{"run_id": "r", "uid": "t3", "rollout_idx": 0, "turns": ["search"]}',
+    '{"run_id": "r", "uid": "t4", "rollout_idx": 0, "turns": [null]}',
+    '{"run_id": "r", "uid": "fmt", "rollout_idx": 0, "format_ok": 1}',
+    '{"run_id": "r", "uid": "resp", "rollout_idx": 0, "response": "<search>q</search>"}',
+    '{"run_id": "bad id/x", "uid": "rid", "rollout_idx": 0}',
+]
+
+
+def _ingest(src: Path, logs: Path, columnar: bool, **kw):
+    res = ingest(IngestConfig([src], logs, progress=False, columnar=columnar, **kw))
+    rows = store.read_rollouts(logs).to_pylist()
+    for r in rows:
+        r["extra"] = json.loads(r["extra"])
+    rows.sort(key=lambda r: (r["run_id"], r["step"] or 0, r["uid"], r["rollout_idx"]))
+    q = [
+        {k: e[k] for k in ("line", "reason", "detail", "raw")}
+        for f in sorted((logs / store.QUARANTINE_DIR).glob("*.jsonl"))
+        for e in map(json.loads, f.open())
+    ]
+    return res, rows, q
+
+
+def _same(tmp_path: Path, src: Path, **kw):
+    a = _ingest(src, tmp_path / "columns", True, **kw)
+    b = _ingest(src, tmp_path / "rows", False, **kw)
+    assert a[1] == b[1]  # every column of every rollout, extra as parsed JSON
+    assert a[2] == b[2]  # the same quarantine entries, line for line
+    summary = [{k: v for k, v in x[0].summary().items() if k != "quarantine files"} for x in (a, b)]
+    assert summary[0] == summary[1]
+    return a
+
+
+def _kinds(src: Path, run_id: str | None = None) -> list[type]:
+    return [type(r) for r in native.read(src, ReaderContext(run_id=run_id, columnar=True))]
+
+
+@pytest.mark.parametrize("name", ["curriculum", "focused_r1", "focused_r2", "phase1"])
+def test_fixture_logs_read_in_columns_as_per_row(tmp_path, name):
+    src = FIXTURES / "logs" / f"{name}.jsonl"
+    res, rows, q = _same(tmp_path, src)
+    assert set(_kinds(src)) == {RowBatch}  # nothing fell back to rows
+    assert q == [] and len(rows) == res.rows_in == len(src.read_text().splitlines())
+
+
+def test_all_fixtures_at_once_with_a_run_id(tmp_path):
+    src = tmp_path / "all.jsonl"
+    src.write_bytes(b"".join(p.read_bytes() for p in sorted((FIXTURES / "logs").glob("*.jsonl"))))
+    assert set(_kinds(src, "given")) == {RowBatch}
+    _, rows, _ = _same(tmp_path, src, run_id="given")
+    assert {r["run_id"] for r in rows} == {"given"}
+    assert {r["extra"]["source_run_id"] for r in rows} >= {"curriculum", "phase1"}
+
+
+def test_mapping_in_columns(tmp_path):
+    src = tmp_path / "a.jsonl"
+    lines = [_line(i) for i in range(6)]
+    lines[1] = _line(1, extra=..., num_turns=..., terminated=..., format_ok=...)
+    lines[2] = _line(2, extra=None, turns=[], num_turns=None, terminated=None, format_ok=None)
+    src.write_text("\n".join(lines) + "\n")
+    assert set(_kinds(src)) == {RowBatch}
+    _, rows, _ = _same(tmp_path, src)
+    r0, r1, r2 = rows[0], rows[1], rows[2]
+    assert (r0["run_id"], r0["uid"], r0["rollout_idx"], r0["step"]) == (
+        "curriculum",
+        "train_0",
+        0,
+        1,
+    )
+    assert r0["extra"]["gone"] is None and r0["extra"]["f"] == 1e-05 and r0["extra"]["n"] == 0
+    assert r1["extra"] == {} and r1["num_turns"] == 2  # derived from the turns
+    assert (r1["terminated"], r1["format_ok"]) == ("complete", True)
+    assert r2["turns"] == [] and r2["num_turns"] == 0 and r2["terminated"] == "invalid"
+    assert r2["format_ok"] is None and r0["flags"] is None
+
+
+@pytest.mark.parametrize("odd", range(len(ODD)))
+def test_an_odd_line_falls_back_with_its_batch_only(tmp_path, monkeypatch, odd):
+    monkeypatch.setattr(line_batches, "BATCH_BYTES", 8192)
+    good = [_line(i) for i in range(40)]
+    src = tmp_path / "a.jsonl"
+    src.write_text("\n".join([*good[:20], ODD[odd], *good[20:]]) + "\n")
+    with open(src, "rb") as fh:
+        cut = list(line_batches.iter_batches(fh, ReaderContext()))
+    marker = ODD[odd].encode() or b"\n\n"  # the blank line: two newlines in a row
+    odd_batch = next(b for b in cut if marker in b.data)
+    kinds = _kinds(src)
+    assert kinds.count(RowBatch) == len(cut) - 1  # the batches without the odd line: in columns
+    assert len(kinds) - len(cut) + 1 == len(list(odd_batch.records()))  # its lines: by rows
+    res, rows, q = _same(tmp_path, src)
+    assert res.rows_in == len(rows) + len(q) == 40 + (ODD[odd] != "")
+
+
+def test_duplicates_across_batches(tmp_path, monkeypatch):
+    monkeypatch.setattr(line_batches, "BATCH_BYTES", 4096)  # a line or two per batch
+    src = tmp_path / "a.jsonl"
+    a, b = _line(1), _line(1, reward=0.9)  # the same key: once repeated, once different
+    src.write_text("\n".join([_line(0), a, _line(2), a, b, a]) + "\n")
+    assert set(_kinds(src)) == {RowBatch}
+    res, rows, q = _same(tmp_path, src)
+    assert [(e["line"], e["reason"]) for e in q] == [
+        (4, "duplicate rollout"),
+        (6, "duplicate rollout"),
+    ]
+    assert q[0]["raw"] == a + "\n"
+    assert [r["flags"] for r in rows] == [None, None, ["duplicate_key"], None]
+    assert res.flagged == {"duplicate_key": 1}
+
+
+def test_unterminated_last_line_and_runs_split(tmp_path):
+    src = tmp_path / "a.jsonl"
+    src.write_text(_line(0) + "\n" + _line(1, run_id="other") + "\n" + _line(2)[:-5])
+    assert _kinds(src) == [RowBatch, RowBatch, SourceRecord]  # the unterminated line by rows
+    _, rows, q = _same(tmp_path, src)
+    assert sorted(r["run_id"] for r in rows) == ["curriculum", "other"]
+    assert [(e["line"], e["reason"]) for e in q] == [(3, "truncated last line")]
+    src.write_text(_line(0) + "\n" + _line(1, run_id="other") + "\n")
+    got = list(native.read(src, ReaderContext(columnar=True)))
+    assert sorted((b.run_id, b.lines) for b in got) == [("curriculum", [1]), ("other", [2])]
+
+
+def test_extra_as_text_in_columns(tmp_path):
+    src = tmp_path / "a.jsonl"
+    lines = [
+        _line(0, extra='{"a": 1, "b": [null]}'),  # JSON text of an object: read as the object
+        _line(1, extra=""),
+        _line(2, extra={"a": {"b": None}, "big": 2**70}),
+    ]
+    src.write_text("\n".join(lines) + "\n")
+    assert _kinds(src) == [RowBatch]
+    _, rows, _ = _same(tmp_path, src)
+    assert [r["extra"] for r in rows] == [
+        {"a": 1, "b": [None]},
+        {},
+        {"a": {"b": None}, "big": 2**70},
+    ]
+
+
+def test_run_id_over_the_rows_own_keeps_extra_nulls(tmp_path):
+    src = tmp_path / "a.jsonl"
+    turn = {**TEMPLATE["turns"][0], "unknown": [1]}  # a turn's unknown key: ignored both ways
+    src.write_text("\n".join([_line(0), _line(1, run_id="given", turns=[turn])]) + "\n")
+    assert _kinds(src, "given") == [RowBatch]
+    _, rows, _ = _same(tmp_path, src, run_id="given")
+    own = TEMPLATE["extra"]["source_run_id"]  # the row's run is the one given: extra kept as is
+    assert [r["extra"]["source_run_id"] for r in rows] == ["curriculum", own]
+    assert rows[0]["extra"]["gone"] is None and "gone" in rows[0]["extra"]
