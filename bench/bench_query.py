@@ -3,7 +3,8 @@
 Builds, in a temp folder, the ``bench_report`` log (``--rollouts`` rollouts in ``--runs`` runs,
 parsed turns, pages, scores). Then, for each query, best of ``--repeat`` (interleaved):
 
-- in process: ``ddai.pipelines.query.connect`` (the views) + ``run_sql`` to Arrow, against
+- in process: ``ddai.pipelines.query.connect`` with the views the SQL names (``views_for``, as
+  ``ddai query`` does) + ``run_sql`` to Arrow, against
   ``duckdb.sql`` of the same query over ``read_parquet(files)`` to Arrow;
 - end to end: ``ddai query SQL --format parquet --out F`` in a fresh interpreter, against a fresh
   interpreter running ``import duckdb`` and the bare query's ``COPY … TO F``.
@@ -89,7 +90,10 @@ def main() -> None:
         files = [str(f) for f in store.parquet_files(logs)]
         for name, sql, bare in QUERIES:
             t_ddai = _best(
-                args.repeat, lambda sql=sql: query.run_sql(query.connect(logs), sql).num_rows
+                args.repeat,
+                lambda sql=sql: (
+                    query.run_sql(query.connect(logs, views=query.views_for(sql)), sql).num_rows
+                ),
             )
             t_bare = _best(
                 args.repeat,

@@ -23,7 +23,6 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ddai.pipelines.backends.usage import FAILED_CALLS
 from ddai.pipelines.store import check_run_id
 
 console = Console(stderr=False)
@@ -116,6 +115,10 @@ def bad_input_exits(code: int = EXIT_BAD_INPUT) -> Iterator[None]:
 
 def exit_if_calls_failed(data: dict[str, Any]) -> None:
     """Exit 1 after the summary when model calls failed (``failed calls``: count by reason)."""
+    # Imported here: the backends package pulls numpy and asyncio (~0.3 s), which `ddai runs`
+    # and `ddai query` (they import this module) never need.
+    from ddai.pipelines.backends.usage import FAILED_CALLS
+
     failed = data.get(FAILED_CALLS) or {}
     if not failed:
         return

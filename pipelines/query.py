@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import re
+import threading
+from collections.abc import Iterable
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -55,6 +57,16 @@ _CREATES = re.compile(
     r"CREATE\s+(?:OR\s+REPLACE\s+)?(?:TEMP\s+|TEMPORARY\s+)?(?:VIEW|MACRO|TABLE)\s+(\w+)", re.I
 )
 _WORDS = re.compile(r"\w+")
+# Comments dropped, string literals and quoted names kept (a `--` inside a string is no comment).
+_COMMENTS = re.compile(r"('(?:[^']|'')*'|\"(?:[^\"]|\"\")*\")|--[^\n]*|/\*.*?\*/", re.S)
+# A view file's CREATE made connection-local: on a shared database (``connect(shared=True)``)
+# each connection's views read its own snapshot, and a fresh database holds them the same way.
+_TEMP = re.compile(r"\bCREATE\s+OR\s+REPLACE\s+(VIEW|MACRO)\b", re.I)
+
+
+def _code_words(sql: str) -> set[str]:
+    """The lower-cased words of ``sql`` outside its comments."""
+    return set(_WORDS.findall(_COMMENTS.sub(lambda m: m.group(1) or " ", sql).lower()))
 
 
 @lru_cache(maxsize=1)
@@ -63,7 +75,7 @@ def _view_words() -> dict[str, tuple[frozenset[str], frozenset[str]]]:
     return {
         name: (
             frozenset(n.lower() for n in _CREATES.findall(sql_text(name))),
-            frozenset(_WORDS.findall(sql_text(name).lower())),
+            frozenset(_code_words(sql_text(name))),
         )
         for name in VIEWS
     }
@@ -73,9 +85,10 @@ def views_for(sql: str) -> list[str]:
     """The view files ``sql`` needs (those creating a name it mentions, and theirs in turn), in
     creation order. Creating all of them binds a dozen views (~0.1 s); a query needs few.
     A word match may include a view too many (never one too few: a name not mentioned is not
-    used)."""
+    used); words in comments do not count (a header saying "one row per prompt" bound the
+    ``prompts`` views, and through them ``runs``)."""
     index = _view_words()
-    words = set(_WORDS.findall(sql.lower()))
+    words = _code_words(sql)
     need: set[str] = set()
     grew = True
     while grew:
@@ -88,6 +101,28 @@ def views_for(sql: str) -> list[str]:
     return [name for name in VIEWS if name in need]
 
 
+# One in-memory database per process for ``connect(shared=True)``: opening a DuckDB database costs
+# 30-60 ms (and starts its thread pool, which competes with a step's own reader threads); a
+# cursor on an open one costs microseconds. Keyed by process id: a forked child opens its own.
+_SHARED: dict[int, duckdb.DuckDBPyConnection] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def _open(database: str, threads: int | None, shared: bool) -> duckdb.DuckDBPyConnection:
+    """A fresh database, or a new connection (cursor) on the process's shared one."""
+    if not (shared and database == ":memory:" and not threads):
+        con = duckdb.connect(database)
+        if threads:
+            con.execute(f"SET threads = {int(threads)}")
+        return con
+    pid = os.getpid()
+    with _SHARED_LOCK:
+        base = _SHARED.get(pid)
+        if base is None:
+            base = _SHARED[pid] = duckdb.connect()
+    return base.cursor()
+
+
 def connect(
     logs: str | os.PathLike[str],
     runs: list[str] | None = None,
@@ -95,17 +130,26 @@ def connect(
     database: str = ":memory:",
     threads: int | None = None,
     views: list[str] | None = None,
+    shared: bool = False,
 ) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection with the rollout-log views over ``logs`` (or the named runs).
 
     ``views``: create only these view files (``views_for(sql)``); default: all of ``VIEWS``.
+    ``shared``: a connection on the process's one in-memory database instead of a database of
+    its own (no ``threads``, a local store): what a step that connects once per call wants. Its
+    views and macros are connection-local (TEMP), so connections never see each other's; but a
+    database-wide setting (``threads``, ``memory_limit``, ``enable_external_access``) would
+    reach every other: take an own database for those.
 
     The views read one snapshot of each run (the files its manifest listed when connecting),
     held while the connection lives, so a concurrent re-ingest or append never changes or
     removes what the connection's queries read."""
     snap = store.snapshot(logs, runs)
+    files = snap.all_files()
+    remote = bool(files) and objstore.is_url(files[0])
     try:
-        con = duckdb.connect(database)
+        # object storage registers filesystems with the database: never on the shared one
+        con = _open(database, threads, shared and not remote)
     except BaseException:
         snap.release()
         raise
@@ -113,25 +157,29 @@ def connect(
     # DuckDB draws its progress bar on stdout for queries over ~2 s: that would corrupt
     # `ddai query --format csv|json` written to stdout (and the report's own progress display).
     con.execute("SET enable_progress_bar = false")
-    if threads:
-        con.execute(f"SET threads = {int(threads)}")
-    files = snap.all_files()
-    if files and objstore.is_url(files[0]):
+    if remote:
         _remote_source(con, files)
     elif files:
         # DuckDB's own Parquet reader (about 2x faster than scanning an Arrow dataset); the file
-        # list is passed as a value, never pasted into SQL text.
+        # list is passed as a value, never pasted into SQL text. Registered, the view is
+        # connection-local (``create_view`` would make it database-wide).
         # union_by_name: partitions written before a column existed (``flags``, schema 1) read
         # it as null.
-        con.read_parquet(
-            [str(f) for f in files], hive_partitioning=False, union_by_name=True
-        ).create_view("rollouts_src")
+        con.register(
+            "rollouts_src",
+            con.read_parquet([str(f) for f in files], hive_partitioning=False, union_by_name=True),
+        )
     else:
         # An empty store still answers queries (with no rows).
         con.register("rollouts_src", store.ROLLOUT_SCHEMA.empty_table())
-    for name in VIEWS if views is None else views:
-        con.execute(sql_text(name))
+    _create_views(con, VIEWS if views is None else views)
     return con
+
+
+def _create_views(con: duckdb.DuckDBPyConnection, names: Iterable[str]) -> None:
+    """Execute the view files ``names`` (in the order given), each CREATE made TEMP."""
+    for name in names:
+        con.execute(_TEMP.sub(r"CREATE OR REPLACE TEMP \1", sql_text(name)))
 
 
 def _remote_source(con: duckdb.DuckDBPyConnection, files: list[Any]) -> None:
@@ -152,8 +200,7 @@ def connect_table(table: pa.Table) -> duckdb.DuckDBPyConnection:
     con = duckdb.connect()
     con.execute("SET enable_progress_bar = false")
     con.register("rollouts_src", table)
-    for name in VIEWS:
-        con.execute(sql_text(name))
+    _create_views(con, VIEWS)
     return con
 
 

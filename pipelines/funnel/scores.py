@@ -41,9 +41,11 @@ def at_most(x: np.ndarray | float, threshold: float) -> np.ndarray | bool:
 
 
 def _connect(logs: str | os.PathLike[str], runs: Sequence[str], name: str):
-    """A connection with only the views ``sql/<name>.sql`` reads (binding all costs ~0.1 s)."""
+    """A connection with only the views ``sql/<name>.sql`` reads (binding all costs ~0.1 s), on
+    the process's shared database (opening one per step cost 30-60 ms, more next to the step's
+    dataset-reading thread)."""
     views = query.views_for(query.sql_text(name))
-    return query.connect(query.logs_or_fail(Path(logs)), list(runs), views=views)
+    return query.connect(query.logs_or_fail(Path(logs)), list(runs), views=views, shared=True)
 
 
 def log_table(

@@ -53,6 +53,11 @@ def test_runs_imports_no_heavy_module(tmp_path):
     assert rc == 0
     assert [m for m in HEAVY if m in mods] == []
     assert "ddai.cli.query" in mods and "ddai.cli.train" not in mods
+    # the model backends (numpy, asyncio: ~0.3 s) stay out of the query commands
+    assert "ddai.pipelines.backends" not in mods
+    rc, mods = _modules_after("query", "SELECT count(*) FROM rollouts", "--logs", str(logs))
+    assert rc == 0
+    assert [m for m in (*HEAVY, "ddai.pipelines.backends", "asyncio") if m in mods] == []
 
 
 def test_help_lists_every_registry_command_with_its_short_help():

@@ -82,3 +82,45 @@ def test_no_progress_bar_on_stdout(logs):
     # DuckDB prints its progress bar to stdout on long queries; `ddai query` writes CSV there.
     for con in (query.connect(logs), query.connect_table(store.read_rollouts(logs))):
         assert con.sql("SELECT current_setting('enable_progress_bar')").fetchall() == [(False,)]
+
+
+def test_views_for_skips_comments_but_not_strings():
+    # a header saying "one row per prompt" must not bind the prompts views (and through them runs)
+    assert query.views_for("-- per prompt, per runs\nSELECT uid FROM rollouts") == ["rollouts"]
+    assert query.views_for("SELECT /* turns */ uid FROM rollouts") == ["rollouts"]
+    # `--` inside a string literal is no comment: the view after it still counts
+    assert query.views_for("SELECT '--' AS s, action FROM turns") == ["rollouts", "turns"]
+    for name in ("funnel_prompt_metric", "funnel_prompt_scores"):
+        assert query.views_for(query.sql_text(name)) == ["rollouts"]
+
+
+@pytest.mark.parametrize("sql", QUERIES)
+def test_shared_connection_answers_the_same(logs, sql):
+    want = _rows(query.connect(logs), sql)
+    con = query.connect(logs, shared=True, views=query.views_for(sql))
+    try:
+        assert _rows(con, sql) == want
+    finally:
+        con.close()
+
+
+def test_shared_connections_keep_their_own_views(logs):
+    runs = store.list_runs(logs)
+    assert len(runs) >= 2
+    a = query.connect(logs, [runs[0]], shared=True)
+    b = query.connect(logs, [runs[1]], shared=True, views=["rollouts"])
+    count = "SELECT DISTINCT run_id FROM rollouts"
+    assert a.sql(count).fetchall() == [(runs[0],)]
+    assert b.sql(count).fetchall() == [(runs[1],)]
+    # views and macros are connection-local: b created only `rollouts`
+    assert a.sql("SELECT count(*) FROM turns").fetchall()[0][0] > 0
+    with pytest.raises(Exception, match="turns"):
+        b.sql("SELECT count(*) FROM turns")
+    a.close()  # closing one leaves the other (and the shared database) answering
+    assert b.sql(count).fetchall() == [(runs[1],)]
+    b.close()
+    c = query.connect(logs, [runs[0]], shared=True, views=[])
+    assert c.sql(
+        "SELECT view_name FROM duckdb_views() WHERE NOT internal ORDER BY 1"
+    ).fetchall() == [("rollouts_src",)]
+    c.close()
