@@ -41,8 +41,8 @@ def reward_frame(
     run_id: str | None,
     max_turns: dict[Any, int | None],
     data_source: dict[Any, str | None],
-    search_results: list[list[list[str]]],
-    shown_pages: list[list[str]],
+    search_results: pl.Series,
+    shown_pages: pl.Series,
 ) -> tuple[pl.DataFrame, Counter] | None:
     """One row per completed rollout (``done``'s order): the rollout columns the reward and the
     key give, ``extra`` as JSON text; and the reader's counts. None: the batch goes event by
@@ -71,9 +71,8 @@ def reward_frame(
         _uids=done["uids"],
         _mt=_per_run(runs, max_turns, pl.Int64),
         _ds=_per_run(runs, data_source, pl.String),
-        # nested lists through Arrow (polars builds them element by element)
-        _shown=pl.from_arrow(pa.array(shown_pages, pa.list_(pa.string()))),
-        search_results=pl.from_arrow(pa.array(search_results, pa.list_(pa.list_(pa.string())))),
+        _shown=shown_pages,
+        search_results=search_results,
     )
     n_agent = pl.col("n_agent")
     has_agents = (n_agent.is_not_null() & (n_agent != 0)).fill_null(False)
