@@ -233,6 +233,18 @@ TURN_TEXTS = [
     "<think>a</think><answer>x</answer>",
     "<think>a</think>\n\n<search_complete> true </search_complete>\n<|im_end|>",
     "no tags at all",
+    "</think><think>a</think><search>q</search>",
+    "x<think>a</think><search>q</search>",
+    "<|im_end|> <think>a</think><search>q</search>",
+    "<think>a</think>x</think><search>q</search>",
+    "<think>a<think>b</think><search>q</search>",
+    "<think>a</think> <search>q</search> <|im_end|>\n",
+    "<think>a</think><search>q</bbox></search>",
+    "<think>a</think><search>q</search></search>",
+    "<think></think><search></search>",
+    "<think>a</think><search_complete>true</search_complete></think>",
+    "<|im_start|>assistant <think>a</think><bbox>[1,2,3,4]</bbox>",
+    "<think>a</think>",
 ]
 
 
