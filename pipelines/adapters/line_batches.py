@@ -91,6 +91,11 @@ def _newlines(arr: np.ndarray) -> np.ndarray:
     return np.flatnonzero(arr == 10)
 
 
+def newlines(data: bytes) -> np.ndarray:
+    """Offsets of the newlines in ``data``."""
+    return _newlines(np.frombuffer(data, np.uint8))
+
+
 def _is_clean(data: bytes, ends: np.ndarray) -> bool:
     """Whether ``data`` (whole lines; ``ends`` its newline offsets) is a clean batch. Each test is
     one vectorized pass over the bytes (a ``b"\\n\\n" in data`` search alone costs more than all

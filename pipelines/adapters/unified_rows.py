@@ -42,12 +42,15 @@ def rows(
     plans: pl.DataFrame,
     tools: pl.DataFrame,
     texts: pl.Series,
+    lines: pa.LargeStringArray,
     asm: Any,
     max_turns: dict[Any, int | None],
     data_source: dict[Any, str | None],
 ) -> tuple[list[RowBatch], Counter]:
     """The completed rollouts as rows, in the order they completed. ``plans`` holds each plan's
-    parsed turn in columns (``turn_columns.parse_plans``)."""
+    parsed turn in columns (``turn_columns.parse_plans``); ``texts`` and ``lines`` are the
+    batch's lines (each with its newline) by ``pos``, as polars and as Arrow over the read
+    bytes."""
     counts: Counter = Counter()
     if not len(done):
         return [], counts
@@ -139,12 +142,7 @@ def rows(
         .filter(pl.col("line") <= pl.col("close"))
         .sort("o", "line")
     )
-    joined = (
-        events.with_columns(text=texts.gather(events["pos"]))
-        .group_by("o", maintain_order=True)
-        .agg(pl.col("text").str.join(""))
-    )
-    digests = [du.rollout_digest_of(s) for s in joined["text"].to_list()]
+    digests = du.rollout_digests(lines, events["pos"].to_numpy(), events["o"].to_numpy())
     keys = list(done.select(KEY).iter_rows())
 
     def raw(i: int) -> str:
