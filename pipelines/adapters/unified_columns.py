@@ -38,6 +38,7 @@ from ddai.pipelines.adapters import line_batches, turn_columns
 from ddai.pipelines.adapters import unified_events as du
 from ddai.pipelines.adapters.base import RowBatch
 from ddai.pipelines.adapters.line_batches import LineBatch
+from ddai.pipelines.adapters.side import keep_line
 from ddai.pipelines.adapters.unified_rows import KEY, Decline, texts_at
 from ddai.pipelines.adapters.unified_rows import rows as completed_rows
 
@@ -250,8 +251,14 @@ def _read(
     for st in starts:
         asm._run_start(st)
     side = rest.filter((pl.col("event_type") != "run.start") & (pl.col("pos") >= len(carry)))
-    for et, text in zip(side["event_type"].to_list(), texts_at(texts, side["pos"]), strict=True):
-        asm.ctx.side_tables.setdefault(et, []).append(json.loads(text))
+    side_cols = zip(
+        side["event_type"].to_list(),
+        texts_at(texts, side["pos"]),
+        side["run_id"].to_list(),
+        strict=True,
+    )
+    for et, text, run in side_cols:
+        keep_line(asm.ctx.side_tables, et, text, None, run)
         asm.side[et] += 1
     for run, top_step in final.iter_rows():
         asm.newest_step[run] = top_step
