@@ -71,13 +71,22 @@ def rollout_digests(
     ``rollout`` (its number per line, non-decreasing). One digest per rollout, in order."""
     if not len(pos):
         return []
-    taken = lines.take(pa.array(pos))  # the rollouts' lines, contiguous, in order
+    taken = lines.take(int_array(pos))  # the rollouts' lines, contiguous, in order
     _, offs, body = taken.buffers()
     offsets = np.frombuffer(offs, np.int64)[taken.offset : taken.offset + len(taken) + 1]
     data = memoryview(body)
     first = np.flatnonzero(np.diff(rollout, prepend=rollout[0] - 1))
     bounds = offsets[np.append(first, len(pos))].tolist()
     return [_digest(data[a:b]) for a, b in itertools.pairwise(bounds)]
+
+
+def int_array(values: np.ndarray, dtype: type = np.int64) -> pa.Array:
+    """``values`` as an Arrow integer array over their buffer. (``pa.array`` on a numpy array
+    imports pandas, a few tenths of a second of CPU the first time.)"""
+    buf = np.ascontiguousarray(values, dtype)
+    return pa.Array.from_buffers(
+        pa.from_numpy_dtype(buf.dtype), len(buf), [None, pa.py_buffer(buf)]
+    )
 
 
 def _digest(raw: bytes | memoryview) -> bytes:

@@ -350,3 +350,22 @@ def test_side_events_kept_as_logged(tmp_path, small_batches):
     assert side["_side/debug.note/mine.jsonl"].decode() == odd[1] + "\n"
     frozen = side["_side/frozen.response/mine.jsonl"].decode().splitlines()
     assert frozen == [x for x in lines if '"event_type": "frozen.response"' in x]
+
+
+def test_columnar_ingest_does_not_import_pandas(tmp_path):
+    """Arrow imports pandas on its first numpy conversion, a few tenths of a CPU second per
+    ingest: the reader builds its Arrow arrays from buffers instead."""
+    import subprocess
+    import sys
+
+    src = FIXTURES / "focused_r1" / "unified_trajectory.jsonl"
+    code = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from ddai.pipelines.ingest import IngestConfig, ingest\n"
+        f"res = ingest(IngestConfig([Path({str(src)!r})], Path({str(tmp_path / 'logs')!r}),"
+        " progress=False))\n"
+        "print(res.rollouts_out, 'pandas' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["144", "False"]
