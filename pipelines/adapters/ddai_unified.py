@@ -179,7 +179,7 @@ class _Assembler:
             self._run_start(ev)
             return
         if et not in ROLLOUT_EVENTS:
-            keep_line(self.ctx.side_tables, et, text.rstrip("\r\n"), ev, run)
+            keep_line(self.ctx.side_tables, et, text, ev, run)
             self.side[et] += 1
             return
         sample_idx, step = _int(ev.get("sample_idx")), ev.get("global_step")

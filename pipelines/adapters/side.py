@@ -151,7 +151,8 @@ def keep_line(
     it needs no parse and re-encode (a fifth of a columnar reader's time went there), else
     ``row`` (the line parsed, when the reader has it)."""
     if isinstance(tables, SideTables):
-        tables[name].append_line(source_run, text)
+        # JSON's own whitespace around the object (what the parser skipped) is not kept
+        tables[name].append_line(source_run, text.strip(" \t\r\n"))
     else:
         tables.setdefault(name, []).append(row if row is not None else json.loads(text))
 

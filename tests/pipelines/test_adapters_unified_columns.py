@@ -344,7 +344,8 @@ def test_side_events_kept_as_logged(tmp_path, small_batches):
         '{"event_type": "debug.note", "run_id": "r", "msg": "\\u00e9t\\u00e9 \\ud55c"}',
     ]
     src = tmp_path / "unified_trajectory.jsonl"
-    src.write_text("\n".join([lines[0], odd[0], *lines[1:40], odd[1], *lines[40:]]) + "\n")
+    spaced = "  " + odd[0] + " "  # JSON whitespace around the object: not kept
+    src.write_text("\n".join([lines[0], spaced, *lines[1:40], odd[1], *lines[40:]]) + "\n")
     *_, side = _same(tmp_path, src, run_id="mine")
     assert side["_side/train.step.metrics/mine.jsonl"].decode().splitlines()[0] == odd[0]
     assert side["_side/debug.note/mine.jsonl"].decode() == odd[1] + "\n"
