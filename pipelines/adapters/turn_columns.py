@@ -1,9 +1,10 @@
 """Plan texts cut into turns in columns, as ``tags.parse_turn`` would, where the grammar allows.
 
 A turn in the canonical shape (ASCII whitespace, one think, one action, the chat template's
-residue around) is cut by one regex over the whole column: no other tag in the think or the
-argument, the closing tag the opening one's. The tag parser reads such a text the same way, so
-the fields are taken from the regex's groups; the argument checks (a non-empty search, a box,
+residue around) is cut in columns: split at the first ``</think>`` and its head at the first
+``<think>``, the short tail matched by one regex; no other tag in the think or the argument, the
+closing tag the opening one's. The tag parser reads such a text the same way, so the fields are
+taken from those pieces; the argument checks (a non-empty search, a box,
 ``search_complete`` being ``true``) and the forced-completion test stay the parser's own. Every
 other text goes through ``tags.parse_turn``, one by one.
 """
