@@ -67,35 +67,49 @@ def parse_plans(texts: pl.Series) -> pl.DataFrame:
             & ~pl.col("arg").str.contains(_ANY_TAG)
         ).fill_null(False)
     ).to_series()
-    # the argument checks stay the parser's own (Python's strip and lower, the box's JSON)
-    names = g["name"].to_list()
-    args = g["arg"].to_list()
-    fast = [
-        c
-        and (
+    # the argument checks: sure in columns where the answer cannot differ from the parser's
+    # (a search with a printable ASCII character; ``true`` in ASCII case and spacing), the
+    # parser's own (Python's strip and lower, the box's JSON) for the rest of the candidates
+    name, arg = pl.col("name"), pl.col("arg")
+    sure = g.select(
+        pl.lit(cand)
+        & (
+            ((name == "search") & arg.str.contains(r"[!-~]"))
+            | (
+                (name == "search_complete")
+                & arg.str.contains(r"^[\x00-\x7f]*$")
+                & (arg.str.strip_chars(" \t\n\r\f\v").str.to_lowercase() == "true")
+            )
+        )
+    ).to_series()
+    check = (cand & ~sure).arg_true()
+    if len(check):
+        picked = g[check]
+        verdict = [
             (n == "search" and bool(a.strip()))
             or (n == "search_complete" and a.strip().lower() == "true")
             or (n == "bbox" and tags._bbox_ok(a))
-        )
-        for c, n, a in zip(cand.to_list(), names, args, strict=True)
-    ]
-    ok = pl.Series(fast, dtype=pl.Boolean)
-    thinks = g["think"].to_list()
-    forced = [
-        f and n == "search_complete" and bool(tags.FORCED_THINK_RE.search(th))
-        for f, n, th in zip(fast, names, thinks, strict=True)
-    ]
+            for n, a in zip(picked["name"].to_list(), picked["arg"].to_list(), strict=True)
+        ]
+        sure = sure.scatter(check, pl.Series(verdict, dtype=pl.Boolean))
+    ok = sure
+    # forced completion: the parser's regex on the thinks of the completions taken
+    complete = (ok & (g["name"] == "search_complete")).arg_true()
+    forced = pl.Series("forced", [False] * len(g), dtype=pl.Boolean)
+    if len(complete):
+        hits = [bool(tags.FORCED_THINK_RE.search(th)) for th in g["think"][complete].to_list()]
+        forced = forced.scatter(complete, pl.Series(hits, dtype=pl.Boolean))
     out = g.select(
         act=pl.col("name"),
         think="think",
         action=pl.col("name"),
         arg="arg",
         sep="sep",
-        forced=pl.Series(forced, dtype=pl.Boolean),
+        forced=forced,
         error=pl.lit(None, pl.String),
     ).filter(ok)
     # every other text through the tag parser, one by one
-    slow = [i for i, f in enumerate(fast) if not f]
+    slow = (~ok).arg_true().to_list()
     if not slow:
         return out
     slow_texts = texts.gather(slow).to_list()
@@ -115,7 +129,7 @@ def parse_plans(texts: pl.Series) -> pl.DataFrame:
     return (
         pl.concat(
             [
-                out.with_columns(i=pl.Series(fast).arg_true().cast(pl.Int64)),
+                out.with_columns(i=ok.arg_true().cast(pl.Int64)),
                 rest.with_columns(i=pl.Series(slow, dtype=pl.Int64)),
             ]
         )

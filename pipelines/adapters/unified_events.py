@@ -71,13 +71,19 @@ def rollout_digests(
     ``rollout`` (its number per line, non-decreasing). One digest per rollout, in order."""
     if not len(pos):
         return []
-    taken = lines.take(int_array(pos))  # the rollouts' lines, contiguous, in order
-    _, offs, body = taken.buffers()
-    offsets = np.frombuffer(offs, np.int64)[taken.offset : taken.offset + len(taken) + 1]
-    data = memoryview(body)
+    data, offsets = gathered(lines, pos)
     first = np.flatnonzero(np.diff(rollout, prepend=rollout[0] - 1))
     bounds = offsets[np.append(first, len(pos))].tolist()
     return [_digest(data[a:b]) for a, b in itertools.pairwise(bounds)]
+
+
+def gathered(lines: pa.LargeStringArray, pos: np.ndarray) -> tuple[memoryview, np.ndarray]:
+    """The lines at ``pos``, in that order, as one contiguous run of bytes (one Arrow ``take``)
+    and the offsets of each line in it (``len(pos) + 1``)."""
+    taken = lines.take(int_array(pos))
+    _, offs, body = taken.buffers()
+    offsets = np.frombuffer(offs, np.int64)[taken.offset : taken.offset + len(taken) + 1]
+    return memoryview(body), offsets
 
 
 def int_array(values: np.ndarray, dtype: type = np.int64) -> pa.Array:

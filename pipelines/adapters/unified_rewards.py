@@ -38,6 +38,7 @@ _READ = pj.ReadOptions(block_size=2 << 20)
 def reward_frame(
     done: pl.DataFrame,
     reward_lines: pl.Series,
+    reward_data: memoryview,
     run_id: str | None,
     max_turns: dict[Any, int | None],
     data_source: dict[Any, str | None],
@@ -45,11 +46,11 @@ def reward_frame(
     shown_pages: pl.Series,
 ) -> tuple[pl.DataFrame, Counter] | None:
     """One row per completed rollout (``done``'s order): the rollout columns the reward and the
-    key give, ``extra`` as JSON text; and the reader's counts. None: the batch goes event by
-    event."""
-    data = "".join(reward_lines.to_list()).encode("utf-8")
+    key give, ``extra`` as JSON text; and the reader's counts. ``reward_lines``: the reward
+    lines (each with its newline), ``reward_data`` the same as one run of bytes. None: the batch
+    goes event by event."""
     try:
-        parsed = pj.read_json(pa.py_buffer(data), read_options=_READ, parse_options=_PARSE)
+        parsed = pj.read_json(pa.py_buffer(reward_data), read_options=_READ, parse_options=_PARSE)
     except (pa.ArrowException, ValueError):
         return None
     names = set(parsed.schema.names) - set(_DROP)

@@ -91,9 +91,11 @@ def rows(
         last_forced=pl.col("forced").last(),
         valid=(pl.col("action") != "invalid").all(),
     )
+    data, offsets = du.gathered(lines, done["reward_pos"].to_numpy())
     got = reward_frame(
         done,
         texts.gather(done["reward_pos"]),
+        data[offsets[0] : offsets[-1]],
         asm.ctx.run_id,
         max_turns,
         data_source,

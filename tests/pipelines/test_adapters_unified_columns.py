@@ -249,6 +249,15 @@ TURN_TEXTS = [
     "<think>a</think><search_complete>true</search_complete></think>",
     "<|im_start|>assistant <think>a</think><bbox>[1,2,3,4]</bbox>",
     "<think>a</think>",
+    # argument checks sure in columns, or left to the parser's own strip and lower
+    "<think>a</think><search>\x1c</search>",
+    "<think>a</think><search>é</search>",
+    "<think>a</think><search_complete>\x1ctrue\x1d</search_complete>",
+    "<think>a</think><search_complete> TrUe\t</search_complete>",
+    "<think>a</think><search_complete>ｔｒｕｅ</search_complete>",
+    "<think>a</think><search_complete>truee</search_complete>",
+    "<think>max\x1cturn limit</think><search_complete>true</search_complete>",
+    "<think>MAXIMUM turn\u2003limit</think><search_complete>true</search_complete>",
 ]
 
 
