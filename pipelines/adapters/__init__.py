@@ -58,6 +58,16 @@ NOT_ROLLOUTS: list[tuple[Callable[[dict[str, Any]], bool], str]] = [
         _has("uid", "avg_final_score"),
         "a per-prompt score table (uid, avg_final_score), not rollouts",
     ),
+    (
+        _has("id", "prompt"),
+        "a prompt set (verl RL dataset: id, prompt, ...), not rollouts: pass it as --dataset to "
+        "`ddai curate` commands, or to `ddai ingest` of verl dumps to name their prompts",
+    ),
+    (
+        lambda o: len(o) == 2 and "id" in o,
+        "a per-prompt score table (id and one score column), not rollouts: use it with "
+        "`ddai curate bucket --scores FILE --score-col COLUMN`",
+    ),
     (_has("filter_uids"), "a uid filter list, not rollouts"),
     (
         lambda o: ("cache_key" in o or "key" in o) and "result" in o,
@@ -95,7 +105,7 @@ def detect(path: Path) -> str:
     for name, sniff in SNIFFERS:
         if sniff(path):
             return name
-    obj = first_object(path)
+    obj = _parquet_columns(path) if path.suffix == ".parquet" else first_object(path)
     if obj is None and head_text(path, 1).startswith("{"):
         obj = _json_head(path)
     for test, why in NOT_ROLLOUTS:
@@ -105,6 +115,16 @@ def detect(path: Path) -> str:
         f"{path}: format not recognised (tried {', '.join(n for n, _ in SNIFFERS)}); "
         "pass --input-format to choose one"
     )
+
+
+def _parquet_columns(path: Path) -> dict[str, Any] | None:
+    """A Parquet file's column names as the keys of an object (what ``NOT_ROLLOUTS`` tests)."""
+    import pyarrow.parquet as pq
+
+    try:
+        return dict.fromkeys(pq.read_schema(path).names)
+    except Exception:  # not Parquet after all: refused as not recognised
+        return None
 
 
 def _json_head(path: Path) -> dict[str, Any] | None:

@@ -74,3 +74,32 @@ def test_ingest_verl_ids_flags_need_a_verl_dump(tmp_path):
     assert res.exit_code == 2
     assert "verl" in res.output and "--uid-field" in res.output
     assert not (tmp_path / "logs").exists()
+
+
+def test_parquet_files_that_are_not_rollouts_are_named(tmp_path):
+    # DDAI's SFT sets, prompt sets and score tables as Parquet were "format not recognised"
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    tables = {
+        "train1.parquet": (
+            {"uid": ["u"], "format_version": ["v1"], "messages": ["[]"]},
+            "DDAI SFT rows (uid, format_version, messages): a training set, not a rollout log",
+        ),
+        "set.parquet": (
+            {"id": ["train_1"], "prompt": [[{"role": "user", "content": "q"}]], "x": [1]},
+            "a prompt set (verl RL dataset: id, prompt, ...), not rollouts: pass it as --dataset",
+        ),
+        "scores.parquet": (
+            {"id": ["train_1"], "phase1_ndcg": [0.5]},
+            "a per-prompt score table (id and one score column), not rollouts: use it with "
+            "`ddai curate bucket --scores FILE --score-col COLUMN`",
+        ),
+        "other.parquet": ({"a": [1], "b": [2], "c": [3]}, "format not recognised"),
+    }
+    for name, (cols, why) in tables.items():
+        pq.write_table(pa.table(cols), tmp_path / name)
+        res = runner.invoke(app, ["ingest", str(tmp_path / name), "--logs", str(tmp_path / "l")])
+        assert res.exit_code == 2
+        assert f"error: {tmp_path / name}: {why}" in " ".join(res.stderr.split())
+    assert not (tmp_path / "l").exists()
