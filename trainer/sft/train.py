@@ -193,9 +193,13 @@ def sft_args(cfg: SFTRunConfig) -> Any:
         "save_total_limit": 2,
         "disable_tqdm": not cfg.progress,
         "packing": False,
+        # TRL's SFT default (recompute activations in the backward pass) under transformers' new
+        # name: TRL's `gradient_checkpointing=True` made transformers warn on every run.
+        "activation_checkpointing": True,
         **common.device_defaults(),
     }
     merged = common.merge_layers(defaults, file_layer, flags, overrides)
+    common.checkpointing_name(merged, {**file_layer, **overrides})
     return common.trl_config(SFTConfig, merged, cfg, assistant_only_loss=cfg.assistant_only_loss)
 
 
