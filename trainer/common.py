@@ -124,6 +124,20 @@ def checkpointing_name(merged: dict[str, Any], user: dict[str, Any]) -> None:
         merged["activation_checkpointing"] = merged.pop("gradient_checkpointing")
 
 
+def hf_progress(enabled: bool) -> None:
+    """Turn the Hugging Face libraries' own bars (weights loading, dataset maps, shard writes)
+    on or off with ``--progress/--no-progress``; ``disable_tqdm`` covers only the trainer's."""
+    import datasets
+    import transformers
+
+    if enabled:
+        datasets.enable_progress_bars()
+        transformers.utils.logging.enable_progress_bar()
+    else:
+        datasets.disable_progress_bars()
+        transformers.utils.logging.disable_progress_bar()
+
+
 def device_defaults() -> dict[str, Any]:
     """CPU runs in float32; a CUDA machine trains in bf16 when it supports it."""
     import torch

@@ -275,6 +275,7 @@ def run_sft(cfg: SFTRunConfig) -> SFTResult:
     """Train, save the final (merged) model and tokenizer to ``output_dir``, return a summary."""
     from ddai.trainer.modeling import changed_parameters
 
+    common.hf_progress(cfg.progress)
     resume_from = common.resume_checkpoint(cfg.output_dir, cfg.resume)
     setup = build_sft(cfg)
     trainer = setup.trainer
