@@ -100,8 +100,19 @@ def formats() -> list[str]:
     return ["auto", *READERS]
 
 
+# Compressed inputs by their magic bytes: named, with the command that opens them.
+COMPRESSED = {
+    b"\x1f\x8b": ("gzip", "gunzip -k"),
+    b"\x28\xb5\x2f\xfd": ("zstd", "zstd -d"),
+    b"BZh": ("bzip2", "bunzip2 -k"),
+    b"\xfd7zXZ\x00": ("xz", "unxz -k"),
+    b"PK\x03\x04": ("zip", "unzip"),
+}
+
+
 def detect(path: Path) -> str:
     """The format of ``path`` by content; raises ValueError naming why it is not taken."""
+    refuse_compressed(path)
     for name, sniff in SNIFFERS:
         if sniff(path):
             return name
@@ -115,6 +126,21 @@ def detect(path: Path) -> str:
         f"{path}: format not recognised (tried {', '.join(n for n, _ in SNIFFERS)}); "
         "pass --input-format to choose one"
     )
+
+
+def refuse_compressed(path: Path) -> None:
+    """Raise ValueError for a compressed file, naming its kind and the command that opens it."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(6)
+    except OSError:
+        return  # the readers name an unreadable file
+    for magic, (kind, cmd) in COMPRESSED.items():
+        if head.startswith(magic):
+            raise ValueError(
+                f"{path}: a {kind}-compressed file; ingest reads JSONL, JSON and Parquet as they "
+                f"are: decompress it first (`{cmd} {path}`) and ingest the result"
+            )
 
 
 def _parquet_columns(path: Path) -> dict[str, Any] | None:

@@ -103,3 +103,23 @@ def test_parquet_files_that_are_not_rollouts_are_named(tmp_path):
         assert res.exit_code == 2
         assert f"error: {tmp_path / name}: {why}" in " ".join(res.stderr.split())
     assert not (tmp_path / "l").exists()
+
+
+def test_compressed_inputs_are_named_with_the_command_that_opens_them(tmp_path):
+    import gzip
+
+    src = tmp_path / "rows.jsonl.gz"
+    src.write_bytes(gzip.compress(b'{"run_id": "r", "uid": "u", "rollout_idx": 0}\n'))
+    why = (
+        f"error: {src}: a gzip-compressed file; ingest reads JSONL, JSON and Parquet as they "
+        f"are: decompress it first (`gunzip -k {src}`) and ingest the result"
+    )
+    for fmt in ("auto", "ddai"):  # an explicit format quarantined every line as non-UTF-8
+        args = ["ingest", str(src), "--input-format", fmt, "--logs", str(tmp_path / "l")]
+        res = runner.invoke(app, args)
+        assert res.exit_code == 2 and why in " ".join(res.stderr.split())
+    assert not (tmp_path / "l").exists()
+    zst = tmp_path / "rows.jsonl.zst"
+    zst.write_bytes(b"\x28\xb5\x2f\xfd" + b"\x00" * 8)
+    res = runner.invoke(app, ["ingest", str(zst), "--logs", str(tmp_path / "l")])
+    assert res.exit_code == 2 and "a zstd-compressed file" in res.stderr
