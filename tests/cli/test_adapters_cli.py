@@ -123,3 +123,14 @@ def test_compressed_inputs_are_named_with_the_command_that_opens_them(tmp_path):
     zst.write_bytes(b"\x28\xb5\x2f\xfd" + b"\x00" * 8)
     res = runner.invoke(app, ["ingest", str(zst), "--logs", str(tmp_path / "l")])
     assert res.exit_code == 2 and "a zstd-compressed file" in res.stderr
+
+
+def test_a_json_array_of_rollouts_is_named_with_a_conversion(tmp_path):
+    src = tmp_path / "rows.json"
+    src.write_text(json.dumps([{"run_id": "r", "uid": "u", "rollout_idx": 0}]))
+    res = runner.invoke(app, ["ingest", str(src), "--logs", str(tmp_path / "l")])
+    assert res.exit_code == 2
+    assert (
+        f"error: {src}: a JSON array; ingest reads JSON Lines (one object per line): convert it "
+        f"first, e.g. `jq -c '.[]' {src} > {tmp_path / 'rows.jsonl'}`"
+    ) in " ".join(res.stderr.split())
