@@ -16,6 +16,10 @@ import typer
 import typer.main
 from typer.core import TyperCommand, TyperGroup
 
+from ddai.cli import coerce
+
+coerce.install()  # flag values converted without importing pydantic (~0.1-0.25 s)
+
 try:  # typer >= 0.22 carries its own click; importing the separate package would cost ~50 ms
     from typer import _click as click
     from typer._click.exceptions import BadOptionUsage

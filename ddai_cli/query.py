@@ -1,20 +1,21 @@
-"""CLI: ``ddai query`` (SQL over the log views) and ``ddai runs``."""
+"""CLI: ``ddai query`` (SQL over the log views) and ``ddai runs``.
+
+Both start without pyarrow, pandas or polars: DuckDB reads the store and writes the result
+(``ddai.pipelines.query_out``), and run listings come from fetched rows.
+"""
 
 from __future__ import annotations
 
-import csv
-import json
 import sys
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
 import duckdb
-import pyarrow as pa
 import typer
 
 from ddai.cli.common import JsonOpt, LogsOpt, RunsOpt, console, fail, print_rows, summary
-from ddai.pipelines import capabilities, csv_cells, io, query, workspace
+from ddai.pipelines import capabilities, io, query, query_out, workspace
 
 
 class Fmt(StrEnum):
@@ -22,32 +23,6 @@ class Fmt(StrEnum):
     csv = "csv"
     parquet = "parquet"
     json = "json"
-
-
-def _write(tbl: pa.Table, fmt: Fmt, out: Path | None) -> None:
-    if fmt is Fmt.parquet:
-        if out is None:
-            raise fail("--format parquet needs --out FILE")
-        io.write_parquet(out, tbl)
-        return
-    if fmt is Fmt.json:
-        text = "".join(
-            json.dumps(r, default=str, ensure_ascii=False) + "\n" for r in tbl.to_pylist()
-        )
-    else:
-        import io as _io
-
-        buf = _io.StringIO()
-        w = csv.writer(buf)
-        w.writerow(tbl.column_names)
-        for r in tbl.to_pylist():
-            # Log text is untrusted: a cell a spreadsheet would run as a formula is escaped.
-            w.writerow(["" if v is None else csv_cells.escape(v) for v in r.values()])
-        text = buf.getvalue()
-    if out is None:
-        sys.stdout.write(text)
-    else:
-        io.write_text(out, text)
 
 
 def query_cmd(
@@ -87,30 +62,53 @@ def query_cmd(
         params = dict(parse_param(p) for p in param or [])
     except ValueError as e:
         raise fail(str(e)) from e
+    if fmt is Fmt.parquet and out is None:
+        raise fail("--format parquet needs --out FILE")
     try:
         # only the views the SQL names: binding all of them costs more than a small query
         root = query.logs_or_fail(workspace.logs_dir(logs))
         con = query.connect(root, runs, views=query.views_for(sql))
-        tbl = query.run_sql(con, sql, params or None)
-    except (FileNotFoundError, duckdb.Error) as e:
+        rel = query.relation(con, sql, params or None)
+        if fmt is Fmt.parquet:
+            assert out is not None
+            n = query_out.write_parquet(con, rel, out)
+        else:
+            result = query_out.materialize(con, rel)
+            n = result.num_rows
+            if out is not None or fmt is not Fmt.table:
+                _write(con, result, fmt, out)
+    except (FileNotFoundError, ValueError, duckdb.Error) as e:
         raise fail(str(e)) from e
-    if fmt is Fmt.table and out is None:
-        if tbl.num_rows == 0:
-            # An empty table prints only its header, which reads like a display fault.
-            console.print(
-                f"no rows: the query matched nothing (columns: {', '.join(tbl.column_names)})",
-                markup=False,
-            )
-            return
-        print_rows(f"{tbl.num_rows:,} rows", tbl.slice(0, limit).to_pylist())
-        if tbl.num_rows > limit:
-            console.print(f"[dim]{tbl.num_rows:,} rows, {limit} shown (--limit)[/]")
-        return
-    _write(tbl, fmt, out)
     if out is not None:
+        console.print(f"wrote {n:,} rows to {out}", style="dim", markup=False, soft_wrap=True)
+    elif fmt is Fmt.table:
+        _show(con, result, limit)
+
+
+def _write(
+    con: duckdb.DuckDBPyConnection, result: query_out.Result, fmt: Fmt, out: Path | None
+) -> None:
+    """CSV (also ``--format table`` with ``--out``) or JSON lines, to ``out`` or stdout."""
+    write = query_out.write_json_lines if fmt is Fmt.json else query_out.write_csv
+    if out is None:
+        write(con, result, sys.stdout)
+        return
+    with io.atomic_open(out, "w", encoding="utf-8") as fh:
+        write(con, result, fh)
+
+
+def _show(con: duckdb.DuckDBPyConnection, result: query_out.Result, limit: int) -> None:
+    """The first ``limit`` rows as a table for people."""
+    if result.num_rows == 0:
+        # An empty table prints only its header, which reads like a display fault.
         console.print(
-            f"wrote {tbl.num_rows:,} rows to {out}", style="dim", markup=False, soft_wrap=True
+            f"no rows: the query matched nothing (columns: {', '.join(result.columns)})",
+            markup=False,
         )
+        return
+    print_rows(f"{result.num_rows:,} rows", query_out.preview(con, result, limit))
+    if result.num_rows > limit:
+        console.print(f"[dim]{result.num_rows:,} rows, {limit} shown (--limit)[/]")
 
 
 _BOOLS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
@@ -165,8 +163,9 @@ def runs_cmd(logs: LogsOpt = None, as_json: JsonOpt = False) -> None:
         con = query.connect(root)
     except FileNotFoundError as e:
         raise fail(str(e)) from e
-    tbl = query.run_sql(con, "SELECT * FROM runs")
-    if tbl.num_rows == 0:
+    result = query_out.materialize(con, query.relation(con, "SELECT * FROM runs"))
+    found = query_out.preview(con, result, result.num_rows)
+    if not found:
         if as_json:
             summary("runs", {"runs": []}, as_json=True)
         else:
@@ -176,12 +175,12 @@ def runs_cmd(logs: LogsOpt = None, as_json: JsonOpt = False) -> None:
                 soft_wrap=True,
             )
         return
-    caps = capabilities.for_runs(root, tbl["run_id"].to_pylist())
+    caps = capabilities.for_runs(root, [r["run_id"] for r in found])
     if as_json:
-        rows = [{**r, "capabilities": caps[r["run_id"]].to_dict()} for r in tbl.to_pylist()]
+        rows = [{**r, "capabilities": caps[r["run_id"]].to_dict()} for r in found]
         summary("runs", {"runs": rows}, as_json=True)
         return
-    rows = [_run_row(r) for r in tbl.to_pylist()]
+    rows = [_run_row(r) for r in found]
     lacks = [
         {
             "run": r["run"],

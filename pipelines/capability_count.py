@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from importlib import resources
+from typing import TYPE_CHECKING
 
 import duckdb
-import pyarrow as pa
+
+if TYPE_CHECKING:  # a table is handed in; reading the counts needs no pyarrow
+    import pyarrow as pa
 
 NAMES = ("turns", "pages", "judge", "ndcg", "reward", "step", "advantages", "images")
 """The capabilities, in display order; each is a count of rollouts."""
@@ -24,8 +27,8 @@ def sql() -> str:
 
 def count_relation(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
     """The counts over ``rollouts_src`` on ``con``: ``rollouts`` and one per name in ``NAMES``."""
-    rows = con.sql(sql()).to_arrow_table().to_pylist()
-    return {c: int(v or 0) for c, v in rows[0].items()}
+    rel = con.sql(sql())
+    return {c: int(v or 0) for c, v in zip(rel.columns, rel.fetchall()[0], strict=True)}
 
 
 def count_table(table: pa.Table) -> dict[str, int]:
