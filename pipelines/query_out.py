@@ -44,6 +44,7 @@ def materialize(con: duckdb.DuckDBPyConnection, rel: duckdb.DuckDBPyRelation | N
     """Run ``rel`` once into a table of ``con`` (None: a statement without a result)."""
     if rel is None:
         return Result(None, [], 0)
+    con.execute(f"DROP TABLE IF EXISTS {RESULT}")  # a second result on the same connection
     rel.to_table(RESULT)
     out = con.table(RESULT)
     (n,) = con.execute(f"SELECT count(*) FROM {RESULT}").fetchall()[0]
