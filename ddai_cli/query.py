@@ -154,16 +154,19 @@ def parse_param(text: str) -> tuple[str, str | int | float | bool]:
     return name, out
 
 
+RUNS_SQL = "SELECT * FROM runs"
+
+
 def runs_cmd(logs: LogsOpt = None, as_json: JsonOpt = False) -> None:
     """List the runs in the log store with rollout, prompt and step counts, mean scores and what
     their rollouts carry (turns, pages, judge, ndcg, reward, step, advantages, images: the
     commands that need one refuse a run without it)."""
     try:
         root = query.logs_or_fail(workspace.logs_dir(logs))
-        con = query.connect(root)
+        con = query.connect(root, views=query.views_for(RUNS_SQL))  # the views it reads only
     except FileNotFoundError as e:
         raise fail(str(e)) from e
-    result = query_out.materialize(con, query.relation(con, "SELECT * FROM runs"))
+    result = query_out.materialize(con, query.relation(con, RUNS_SQL))
     found = query_out.preview(con, result, result.num_rows)
     if not found:
         if as_json:
