@@ -69,8 +69,7 @@ def query_cmd(
         root = query.logs_or_fail(workspace.logs_dir(logs))
         con = query.connect(root, runs, views=query.views_for(sql))
         rel = query.relation(con, sql, params or None)
-        if fmt is Fmt.parquet:
-            assert out is not None
+        if fmt is Fmt.parquet and out is not None:  # (without --out: refused above)
             n = query_out.write_parquet(con, rel, out)
         else:
             result = query_out.materialize(con, rel)
