@@ -161,9 +161,9 @@ def install() -> None:
     (even ``None``: ``--help`` and the completion flags of every command), so the hook sits on
     that lazy step of the parameter class; parameters this module has no converter for build
     Typer's own as before. Idempotent."""
-    if RuntimeParam is None or getattr(_TyperParameter.get_runtime_param, "_ddai", False):
-        return
-    typer_own = _TyperParameter.get_runtime_param
+    typer_own = getattr(_TyperParameter, "get_runtime_param", None) if RuntimeParam else None
+    if typer_own is None or getattr(typer_own, "_ddai", False):
+        return  # another Typer, or installed already
 
     def get_runtime_param(self: Any) -> Any:
         if self._runtime_param is None:
