@@ -16,8 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import duckdb
-
 from ddai.pipelines import objstore, store_read
 from ddai.pipelines.capability_count import NAMES, count_relation, empty
 
@@ -144,6 +142,8 @@ def run_capabilities(logs: str | os.PathLike[str], run: str) -> Capabilities:
         return Capabilities.of(run, man["capabilities"], formats=_formats(man))
     if not files:
         return Capabilities.of(run, empty(), formats=_formats(man), counted=True)
+    import duckdb  # only a manifest from before the counts: `ddai runs` needs no DuckDB
+
     con = duckdb.connect()
     try:
         objstore.register(con, files)  # a store on object storage: read through fsspec

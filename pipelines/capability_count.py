@@ -12,9 +12,8 @@ from collections.abc import Mapping
 from importlib import resources
 from typing import TYPE_CHECKING
 
-import duckdb
-
-if TYPE_CHECKING:  # a table is handed in; reading the counts needs no pyarrow
+if TYPE_CHECKING:  # a table or connection is handed in: DuckDB is imported to count a table
+    import duckdb
     import pyarrow as pa
 
 NAMES = ("turns", "pages", "judge", "ndcg", "reward", "step", "advantages", "images")
@@ -33,6 +32,8 @@ def count_relation(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
 
 def count_table(table: pa.Table) -> dict[str, int]:
     """The counts over ``table`` (rollout-log schema)."""
+    import duckdb
+
     con = duckdb.connect()
     try:
         con.register("rollouts_src", table)

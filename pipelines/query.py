@@ -12,7 +12,6 @@ import threading
 from collections.abc import Iterable
 from functools import lru_cache
 from importlib import resources
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import duckdb
@@ -20,6 +19,7 @@ import duckdb
 # The read side only: ``ddai query`` and ``ddai runs`` start without pyarrow (~0.3 s); the store
 # module (its Arrow schema) is imported where an Arrow table or dataset is built.
 from ddai.pipelines import objstore, store_read
+from ddai.pipelines.store_read import logs_or_fail  # noqa: F401 (its home before store_read)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -135,6 +135,7 @@ def connect(
     threads: int | None = None,
     views: list[str] | None = None,
     shared: bool = False,
+    snap: store_read.Snapshot | None = None,
 ) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection with the rollout-log views over ``logs`` (or the named runs).
 
@@ -147,17 +148,21 @@ def connect(
 
     The views read one snapshot of each run (the files its manifest listed when connecting),
     held while the connection lives, so a concurrent re-ingest or append never changes or
-    removes what the connection's queries read."""
-    snap = store_read.snapshot(logs, runs)
+    removes what the connection's queries read. ``snap``: read this snapshot instead (its holder
+    keeps and releases it; ``logs`` and ``runs`` are then unused)."""
+    own = snap is None
+    snap = store_read.snapshot(logs, runs) if snap is None else snap
     files = snap.all_files()
     remote = bool(files) and objstore.is_url(files[0])
     try:
         # object storage registers filesystems with the database: never on the shared one
         con = _open(database, threads, shared and not remote)
     except BaseException:
-        snap.release()
+        if own:
+            snap.release()
         raise
-    snap.keep_while(con)
+    if own:
+        snap.keep_while(con)
     # DuckDB draws its progress bar on stdout for queries over ~2 s: that would corrupt
     # `ddai query --format csv|json` written to stdout (and the report's own progress display).
     con.execute("SET enable_progress_bar = false")
@@ -237,13 +242,3 @@ def relation(
     """``sql``'s result as a DuckDB relation, None for a statement without one (DDL): for
     callers that fetch rows or ``COPY`` it to a file, which need no pyarrow."""
     return con.sql(sql, params=params or None)
-
-
-def logs_or_fail(logs: Path) -> Path:
-    if not objstore.any_exists(logs):
-        where = objstore.display(logs)
-        raise FileNotFoundError(
-            f"log store {where} does not exist; ingest logs first (`ddai ingest FILE --logs {where}`) "
-            "or pass --logs"
-        )
-    return logs

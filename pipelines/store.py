@@ -71,6 +71,7 @@ from ddai.pipelines.store_read import (  # noqa: F401
     check_run_id,
     committed_files,
     list_runs,
+    manifest_version,
     parquet_files,
     partition_dir,
     run_manifest,
@@ -106,11 +107,6 @@ def run_lock(
 
 class StoreConflict(RuntimeError):
     """A write that read the run first found another write committed meanwhile (nothing written)."""
-
-
-def manifest_version(man: dict[str, Any]) -> str:
-    """The version of a committed run: the digest of its manifest (every commit changes it)."""
-    return io.sha256_text(json.dumps(man, sort_keys=True, ensure_ascii=False, default=str))
 
 
 def files_digest(files: list[dict[str, Any]]) -> str:

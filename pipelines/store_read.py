@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines import locks, objstore
+from ddai.pipelines import io, locks, objstore
 
 MANIFEST = "_manifest.json"
 QUARANTINE_DIR = "_quarantine"
@@ -44,6 +44,22 @@ def partition_dir(logs: str | os.PathLike[str], run_id: str) -> Path:
 
 def _lock_file(logs: str | os.PathLike[str], run_id: str, kind: str) -> Path:
     return Path(logs) / LOCK_DIR / f"{check_run_id(run_id)}.{kind}"
+
+
+def manifest_version(man: dict[str, Any]) -> str:
+    """The version of a committed run: the digest of its manifest (every commit changes it)."""
+    return io.sha256_text(json.dumps(man, sort_keys=True, ensure_ascii=False, default=str))
+
+
+def logs_or_fail(logs: Path) -> Path:
+    """``logs`` when the log store exists, else FileNotFoundError saying how to make one."""
+    if not objstore.any_exists(logs):
+        where = objstore.display(logs)
+        raise FileNotFoundError(
+            f"log store {where} does not exist; ingest logs first (`ddai ingest FILE --logs {where}`) "
+            "or pass --logs"
+        )
+    return logs
 
 
 def committed_files(part: str | os.PathLike[str], man: dict[str, Any] | None = None) -> list[Any]:
