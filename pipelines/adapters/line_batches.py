@@ -44,7 +44,8 @@ class LineBatch:
     start: int
     clean: bool
     size: int | None = None  # a lone overlong line: its full length (``data`` is its prefix)
-    newlines: np.ndarray | None = field(default=None, repr=False)  # ``ends``, once computed
+    # ``ends`` once computed (by ``iter_batches`` or the first call)
+    newlines: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     @property
     def ends(self) -> np.ndarray:
