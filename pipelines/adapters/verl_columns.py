@@ -32,10 +32,10 @@ import pyarrow.json as pj
 from ddai.pipelines.adapters.base import RowBatch
 from ddai.pipelines.adapters.ddai_common import question_from_prompt
 from ddai.pipelines.adapters.line_batches import LineBatch
-from ddai.pipelines.adapters.transcript import split_transcript
 from ddai.pipelines.adapters.verl_ids import UID_UNMATCHED, UidMapper, uid_of
+from ddai.pipelines.adapters.verl_transcripts import transcripts
 from ddai.pipelines.row_checks import digest_bytes
-from ddai.pipelines.schema import COLUMNS, INT32_MAX, ROLLOUT_SCHEMA, TURN_TYPE
+from ddai.pipelines.schema import COLUMNS, INT32_MAX, ROLLOUT_SCHEMA
 
 _STRING = ("input", "output", "gts", "data_source")
 _FLOAT = ("score", "judge_score", "ndcg")
@@ -48,7 +48,6 @@ _PARSE = pj.ParseOptions(explicit_schema=KNOWN_SCHEMA, unexpected_field_behavior
 _READ = pj.ReadOptions(block_size=2 << 20)
 # A key quoted into a DuckDB JSON path: no quote, backslash or control character.
 _SAFE_KEY = r'^[^"\\\x00-\x1f]+$'
-_TURN_FIELDS = [f.name for f in TURN_TYPE]
 
 
 def _extra_key(name: str) -> str:
@@ -88,61 +87,6 @@ def _extra(texts: pl.DataFrame, output_kept: pl.Series) -> pl.Series:
             [pl.lit("{"), pl.concat_str(parts, separator=",", ignore_nulls=True), pl.lit("}")]
         )
     ).to_series()
-
-
-class _Turns:
-    """The batch's turns as flat columns, then one ``list<TURN_TYPE>`` array."""
-
-    def __init__(self) -> None:
-        self.cols: dict[str, list[Any]] = {f: [] for f in _TURN_FIELDS}
-        self.offsets = [0]
-
-    def add(self, turns: list[dict[str, Any]]) -> None:
-        for t in turns:
-            for f in _TURN_FIELDS:
-                self.cols[f].append(t[f])
-        self.offsets.append(self.offsets[-1] + len(turns))
-
-    def array(self) -> pa.Array:
-        fields = list(TURN_TYPE)
-        structs = pa.StructArray.from_arrays(
-            [pa.array(self.cols[f.name], f.type) for f in fields], fields=fields
-        )
-        return pa.ListArray.from_arrays(pa.array(self.offsets, pa.int32()), structs)
-
-
-def _transcripts(outputs: list[str | None]) -> dict[str, Any]:
-    """Per row: response, turns and what ``normalize_rollout`` derives from them."""
-    turns_out = _Turns()
-    response, kept, num, pages, term, fmt = [], [], [], [], [], []
-    for text in outputs:
-        tr = split_transcript(text)
-        turns = tr.turns
-        response.append(tr.response)
-        kept.append(bool(tr.observations) or text is None)
-        turns_out.add(turns)
-        num.append(len(turns))
-        seen: dict[str, None] = {}
-        for t in turns:
-            seen.update(dict.fromkeys(t["retrieved"] or ()))
-        pages.append(list(seen) if seen else None)
-        if not turns:
-            term.append("invalid")
-            fmt.append(None)
-            continue
-        last = turns[-1]
-        done = last["action"] == "search_complete"
-        term.append(("max_turns" if last["forced"] else "complete") if done else "invalid")
-        fmt.append(done and all(t["action"] != "invalid" for t in turns))
-    return {
-        "response": response,
-        "output_kept": kept,
-        "turns": turns_out.array(),
-        "num_turns": num,
-        "retrieved_pages": pages,
-        "terminated": term,
-        "format_ok": fmt,
-    }
 
 
 def _uids(df: pl.DataFrame, mapper: UidMapper | None) -> tuple[pl.Series, list, Counter] | None:
@@ -203,7 +147,7 @@ def to_rows(
     if got is None:
         return None
     uid, flags, counts = got
-    tr = _transcripts(df["output"].to_list())
+    tr = transcripts(df["output"])
 
     # rollout_idx: the order within (step, uid), after the rows of earlier batches
     keyed = pl.DataFrame({"s": df["step"].fill_null(-1), "u": uid})
@@ -224,16 +168,16 @@ def to_rows(
         "data_source": df["data_source"].to_arrow(),
         "question": _questions(df["input"]).to_arrow(),
         "reference_answer": df["gts"].to_arrow(),
-        "response": pa.array(tr["response"], pa.string()),
-        "turns": tr["turns"],
-        "retrieved_pages": pa.array(tr["retrieved_pages"], pa.list_(pa.string())),
+        "response": tr["response"].to_arrow(),
+        "turns": tr["turns"].to_arrow(),
+        "retrieved_pages": tr["retrieved_pages"].to_arrow(),
         "judge_score": df["judge_score"].to_arrow(),
         "ndcg": df["ndcg"].to_arrow(),
-        "format_ok": pa.array(tr["format_ok"], pa.bool_()),
+        "format_ok": tr["format_ok"].to_arrow(),
         "reward": df["score"].to_arrow(),
-        "num_turns": pa.array(tr["num_turns"], pa.int32()),
-        "terminated": pa.array(tr["terminated"], pa.string()),
-        "extra": _extra(texts, pl.Series(tr["output_kept"], dtype=pl.Boolean)).to_arrow(),
+        "num_turns": tr["num_turns"].to_arrow(),
+        "terminated": tr["terminated"].to_arrow(),
+        "extra": _extra(texts, tr["output_kept"]).to_arrow(),
         "flags": pa.array(flags, pa.list_(pa.string())),
     }
     table = pa.table(
