@@ -70,6 +70,10 @@ _EOS = r"<\|im_end\|>|<\|endoftext\|>|<\|eot_id\|>"
 _OBS_GAP = rf"^((?:{_WS}*(?:{_EOS}))?)({_WS}*<\|im_start\|>user\n{_GAP})$"
 _PY_WS = r"[\s\x1c-\x1f]"  # Python's \s (str.isspace) in Rust's regex: \s less \x1c-\x1f
 _SPECIAL = r"<\|[^|>]*\|>"
+_NUM = r"(-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)"
+_JWS = r"[ \t\n\r]*"  # JSON's whitespace
+_BOX = rf"^{_JWS}\[{_JWS}{_NUM}{_JWS},{_JWS}{_NUM}{_JWS},{_JWS}{_NUM}{_JWS},{_JWS}{_NUM}{_JWS}\]{_JWS}$"
+_IMAGE = r"(?i)[\w\-./]+?\.(?:jpe?g|png|webp)\b"  # transcript._IMAGE_RE
 
 
 def _clean(raw: pl.Expr) -> pl.Expr:
@@ -131,8 +135,21 @@ def _units(outputs: pl.Series) -> pl.DataFrame:
     # the argument checks: a search with text, search_complete true (Python's strip and lower),
     # a box by the parser's own check
     arg = pl.col("arg")
-    boxes = g.filter(act == "bbox")["arg"].to_list()
-    box_ok = pl.Series([tags._bbox_ok(a) for a in boxes], dtype=pl.Boolean)
+    box = arg.str.extract_groups(_BOX)
+    corner = [box.struct.field(str(i)).cast(pl.Float64) for i in range(1, 5)]
+    # a box in the usual JSON shape, checked as expressions (a False sends the turn to the
+    # parser, which has the last word); any other box by the parser's own check
+    box_ok = (
+        pl.all_horizontal(c.is_finite() for c in corner)
+        & (corner[0] < corner[2])
+        & (corner[1] < corner[3])
+    )
+    g = g.with_columns(
+        box_ok=box_ok.fill_null(False), box_plain=box.struct.field("1").is_not_null()
+    )
+    others = g.select((act == "bbox") & ~pl.col("box_plain")).to_series()
+    boxes = g.filter(others)["arg"].to_list()
+    box_py = pl.Series([tags._bbox_ok(a) for a in boxes], dtype=pl.Boolean)
     g = g.with_columns(
         ok=(pl.col("close") == act)
         & pl.col("tail_ok")
@@ -140,6 +157,8 @@ def _units(outputs: pl.Series) -> pl.DataFrame:
         .then(arg.str.contains(r"[^\s\x1c-\x1f]"))
         .when(act == "search_complete")
         .then(arg.str.contains(rf"^{_PY_WS}*(?i:true){_PY_WS}*$"))
+        .when(act == "bbox")
+        .then(pl.col("box_ok"))
         .otherwise(pl.lit(True)),
         # the turn's part of the response: [the residue before the first turn,] its body and
         # the policy's part of the gap
@@ -148,11 +167,21 @@ def _units(outputs: pl.Series) -> pl.DataFrame:
         + pl.col("policy"),
     )
     if len(boxes):
-        where = (g["action"] == "bbox").arg_true()
-        g = g.with_columns(ok=g["ok"].scatter(where, g["ok"].gather(where) & box_ok))
+        where = others.arg_true()
+        g = g.with_columns(ok=g["ok"].scatter(where, g["ok"].gather(where) & box_py))
     # Python's regexes: pages named by a search's observation, the forced completion; a turn the
     # parser rejects, by the parser (the text is one turn: the splitter's segment)
     cols = {c: g[c].to_list() for c in ("think", "action", "arg", "sep", "obs", "ok", "policy")}
+    # page names in ASCII observations as an expression (Python's \\w and Rust's agree there)
+    pages = (
+        pl.col("obs")
+        .str.extract_all(_IMAGE)
+        .list.eval(pl.element().str.replace(r"^.*/", "").str.replace(r"\.[^.]*$", ""))
+    )
+    ascii_obs = pl.col("obs").str.contains(r"^[\x00-\x7f]*$")
+    g = g.with_columns(pages=pl.when(ascii_obs).then(pages), ascii_obs=ascii_obs)
+    cols["pages"] = g["pages"].to_list()
+    cols["ascii_obs"] = g["ascii_obs"].to_list()
     forced, retrieved, errors = [], [], {}
     for i, (think, a, ok, o) in enumerate(
         zip(cols["think"], cols["action"], cols["ok"], cols["obs"], strict=True)
@@ -164,7 +193,11 @@ def _units(outputs: pl.Series) -> pl.DataFrame:
             cols["think"][i], cols["action"][i], cols["arg"][i] = t.think, t.action, t.arg
             cols["sep"][i], errors[i], a = t.sep, t.error, t.action
             forced.append(t.forced)
-        retrieved.append((images_in(o) or None) if a == "search" and o is not None else None)
+        if a != "search" or o is None:
+            retrieved.append(None)
+        else:
+            found = cols["pages"][i] if cols["ascii_obs"][i] else images_in(o)
+            retrieved.append(found or None)
     return pl.DataFrame(
         {
             "row": g["row"],
