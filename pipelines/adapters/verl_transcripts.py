@@ -14,6 +14,8 @@ row.
 
 from __future__ import annotations
 
+from typing import Any
+
 import polars as pl
 import pyarrow as pa
 
@@ -73,6 +75,7 @@ _SPECIAL = r"<\|[^|>]*\|>"
 _NUM = r"(-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)"
 _JWS = r"[ \t\n\r]*"  # JSON's whitespace
 _BOX = rf"^{_JWS}\[{_JWS}{_NUM}{_JWS},{_JWS}{_NUM}{_JWS},{_JWS}{_NUM}{_JWS},{_JWS}{_NUM}{_JWS}\]{_JWS}$"
+_FORCED = r"(?i)max(imum)?[\s\x1c-\x1f]+turn[\s\x1c-\x1f]+limit"  # tags.FORCED_THINK_RE
 _IMAGE = r"(?i)[\w\-./]+?\.(?:jpe?g|png|webp)\b"  # transcript._IMAGE_RE
 
 
@@ -90,17 +93,28 @@ def _units(outputs: pl.Series) -> pl.DataFrame:
     rows whose every turn the parser would read as valid."""
     rows = outputs.str.contains(_WHOLE).fill_null(False).arg_true()
     sub = pl.DataFrame({"row": rows, "t": outputs.gather(rows)})
-    g = (
-        sub.select(
-            "row",
-            head=pl.col("t").str.extract(rf"^({_RESIDUE})<think>"),
-            u=pl.col("t").str.extract_all(_UNIT),
-        )
-        .explode("u")
-        .with_columns(m=pl.col("u").str.extract_groups(_UNIT))
-        .unnest("m")
+    # a canonical unit is "<think>T</think>S<A>X</C>" + gap, T and X without "<": cut at "<"
+    g = sub.select(
+        "row",
+        head=pl.col("t").str.extract(rf"^({_RESIDUE})<think>"),
+        u=pl.col("t").str.extract_all(_UNIT),
+    ).explode("u")
+    p = pl.col("u").str.splitn("<", 6).struct
+    a = p.field("field_3").str.splitn(">", 2).struct
+    c = p.field("field_4").str.splitn(">", 2).struct
+    g = g.select(
+        "row",
+        "head",
+        "u",
+        think=p.field("field_1").str.slice(len("think>")),
+        sep=p.field("field_2").str.slice(len("/think>")),
+        action=a.field("field_0"),
+        arg=a.field("field_1"),
+        close=c.field("field_0").str.slice(1),
+        gap=pl.concat_str(
+            [c.field("field_1"), pl.lit("<") + p.field("field_5")], ignore_nulls=True
+        ),
     )
-    g.columns = ["row", "head", "u", "think", "sep", "action", "arg", "close", "gap"]
     act = pl.col("action")
     cuts = pl.col("close") != "search_complete"  # the splitter cuts after </search>, </bbox>
     g = g.with_columns(
@@ -169,48 +183,67 @@ def _units(outputs: pl.Series) -> pl.DataFrame:
     if len(boxes):
         where = others.arg_true()
         g = g.with_columns(ok=g["ok"].scatter(where, g["ok"].gather(where) & box_py))
-    # Python's regexes: pages named by a search's observation, the forced completion; a turn the
-    # parser rejects, by the parser (the text is one turn: the splitter's segment)
-    cols = {c: g[c].to_list() for c in ("think", "action", "arg", "sep", "obs", "ok", "policy")}
-    # page names in ASCII observations as an expression (Python's \\w and Rust's agree there)
+    # page names in ASCII observations and the forced completion after an ASCII think as
+    # expressions (Python's \\w, \\s and case folding agree with Rust's there); the rest by
+    # Python's regexes, and a turn the parser rejects by the parser (its text is one turn: the
+    # splitter's segment)
     pages = (
         pl.col("obs")
         .str.extract_all(_IMAGE)
         .list.eval(pl.element().str.replace(r"^.*/", "").str.replace(r"\.[^.]*$", ""))
     )
     ascii_obs = pl.col("obs").str.contains(r"^[\x00-\x7f]*$")
-    g = g.with_columns(pages=pl.when(ascii_obs).then(pages), ascii_obs=ascii_obs)
-    cols["pages"] = g["pages"].to_list()
-    cols["ascii_obs"] = g["ascii_obs"].to_list()
-    forced, retrieved, errors = [], [], {}
-    for i, (think, a, ok, o) in enumerate(
-        zip(cols["think"], cols["action"], cols["ok"], cols["obs"], strict=True)
-    ):
-        if ok:
-            forced.append(a == "search_complete" and bool(tags.FORCED_THINK_RE.search(think)))
-        else:
-            (t,) = tags.parse_turns(cols["policy"][i])
-            cols["think"][i], cols["action"][i], cols["arg"][i] = t.think, t.action, t.arg
-            cols["sep"][i], errors[i], a = t.sep, t.error, t.action
-            forced.append(t.forced)
-        if a != "search" or o is None:
-            retrieved.append(None)
-        else:
-            found = cols["pages"][i] if cols["ascii_obs"][i] else images_in(o)
-            retrieved.append(found or None)
-    return pl.DataFrame(
-        {
-            "row": g["row"],
-            "idx": g["idx"],
-            **{c: pl.Series(cols[c], dtype=pl.String) for c in ("think", "action", "arg", "sep")},
-            "forced": pl.Series(forced, dtype=pl.Boolean),
-            "retrieved": pl.from_arrow(pa.array(retrieved, pa.list_(pa.string()))),
-            "observation": g["obs"],
-            "error": pl.Series([errors.get(i) for i in range(g.height)], dtype=pl.String),
-            "value": pl.Series([None] * g.height, dtype=pl.Float64),
-            "policy": g["policy"],
-            "cut": g["raw"].is_not_null(),
+    ascii_think = pl.col("think").str.contains(r"^[\x00-\x7f]*$")
+    search = (act == "search") & pl.col("obs").is_not_null()
+    complete = act == "search_complete"
+    g = g.with_columns(
+        retrieved=pl.when(search & ascii_obs & (pages.list.len() > 0)).then(pages),
+        forced=complete & pl.col("think").str.contains(_FORCED).fill_null(False),
+        error=pl.lit(None, pl.String),
+        py=~pl.col("ok") | (search & ~ascii_obs) | (complete & ~ascii_think),
+    )
+    slow = g["py"].arg_true()
+    if len(slow):
+        fix: dict[str, list[Any]] = {
+            c: [] for c in ("think", "action", "arg", "sep", "error", "forced", "retrieved")
         }
+        for ok, think, act_, arg, sep, o, policy in g.select(
+            "ok", "think", "action", "arg", "sep", "obs", "policy"
+        )[slow].iter_rows():
+            err = None
+            if not ok:
+                (t,) = tags.parse_turns(policy)
+                think, act_, arg, sep, err, forced = (
+                    t.think,
+                    t.action,
+                    t.arg,
+                    t.sep,
+                    t.error,
+                    t.forced,
+                )
+            else:
+                forced = act_ == "search_complete" and bool(tags.FORCED_THINK_RE.search(think))
+            found = images_in(o) if act_ == "search" and o is not None else []
+            for k, v in zip(fix, (think, act_, arg, sep, err, forced, found or None), strict=True):
+                fix[k].append(v)
+        patch = pl.DataFrame(
+            {"_i": slow, **{k: pl.Series(v, dtype=g[k].dtype) for k, v in fix.items()}}
+        )
+        g = g.with_row_index("_i").update(patch, on="_i", include_nulls=True).drop("_i")
+    return g.select(
+        "row",
+        "idx",
+        "think",
+        "action",
+        "arg",
+        "sep",
+        "forced",
+        "retrieved",
+        observation="obs",
+        error="error",
+        value=pl.lit(None, pl.Float64),
+        policy="policy",
+        cut=pl.col("raw").is_not_null(),
     )
 
 
