@@ -8,9 +8,9 @@ field goes to ``extra`` as DuckDB reads it from the line (its JSON text as writt
 a log column. The group id (sha1 of ``input``, or the dataset id through ``verl_ids.UidMapper``)
 and the question are computed once per distinct prompt; ``rollout_idx`` is the row's order within
 (``step``, ``uid``) over the whole file (``order``, shared with the per-row path). The transcript
-(``output``) is cut into the policy's text, turns and observations by ``split_transcript``, the
-tag parser, one row at a time: that grammar has no columnar form. Turn-derived columns
-(``num_turns``, ``retrieved_pages``, ``terminated``, ``format_ok``) follow ``normalize_rollout``.
+(``output``) is cut into the policy's text, turns and observations by ``verl_transcripts`` (in
+columns where the text has the usual shape, else by ``split_transcript``), which also derives
+``num_turns``, ``retrieved_pages``, ``terminated`` and ``format_ok`` as ``normalize_rollout`` does.
 
 It returns None (and the reader reads the batch row by row, quarantining or converting each line
 exactly as before) for a batch the parser refuses, a row without a string ``input``, a ``step``
