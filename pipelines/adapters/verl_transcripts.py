@@ -1,15 +1,17 @@
 """verl transcripts cut in columns, as ``transcript.split_transcript`` would, where the shape allows.
 
-An output in the canonical shape (chat-template residue, then turns ``<think>T</think>S<A>X</A>``
+An output in the canonical shape (chat-template residue, then turns ``<think>T</think>S<A>X</C>``
 each followed by a gap holding no tag but special tokens ``<|…|>``: where an observation sits) is
-matched by one regex over the whole column and cut into turns by another; think and argument hold
-no ``<``, the separator ASCII whitespace. For such a text the splitter's observation cut lands in
-the gap after a search or crop and the tag parser reads each turn as the regex does, so only the
-gap (where the observation starts, the end-of-turn token before it), the argument checks (a
-non-empty search, a box, ``search_complete`` being ``true``) and the forced-completion test run
-per turn, with the splitter's and parser's own code. A turn the parser would call invalid (a bad
-argument, text after the action) and every other text go through ``split_transcript``, row by
-row.
+matched by one regex over the whole column and cut into turns at its ``<``s: think and argument
+hold no ``<``, the separator is ASCII whitespace. For such a text the splitter's segments are these
+turns and its observation cut lands in the gap after a ``</search>`` or ``</bbox>``, so the turn
+fields come from the cut; the gap in its usual shape (an end-of-turn token, then a chat user turn)
+is split and cleaned as expressions, as are the argument checks (a non-empty search, a box in the
+usual JSON shape, ``search_complete`` being ``true``), the forced-completion test on an ASCII
+think and the page names in an ASCII observation. The splitter's and the parser's own code run only
+for the rest: an odd gap, a box in another shape, non-ASCII text where Python's and Rust's regexes
+may differ, and a turn the checks reject (the parser reads its text, one turn, and has the last
+word). Every output not in the canonical shape goes through ``split_transcript``, row by row.
 """
 
 from __future__ import annotations
@@ -35,9 +37,9 @@ _RESIDUE = (
 )
 _ACT = "search|bbox|search_complete"
 _GAP = r"(?:[^<]|<\|[A-Za-z_]+\|>)*"
-# one turn and its gap: think, separator, action, argument, closing action, gap
-_UNIT = rf"<think>([^<]*)</think>({_WS}*)<({_ACT})>([^<]*)</({_ACT})>({_GAP})"
-_WHOLE = rf"^{_RESIDUE}(?:<think>[^<]*</think>{_WS}*<(?:{_ACT})>[^<]*</(?:{_ACT})>{_GAP})+$"
+# one turn and the gap after it
+_UNIT = rf"<think>[^<]*</think>{_WS}*<(?:{_ACT})>[^<]*</(?:{_ACT})>{_GAP}"
+_WHOLE = rf"^{_RESIDUE}(?:{_UNIT})+$"
 _TURN_FIELDS = [f.name for f in TURN_TYPE]
 
 
@@ -56,14 +58,6 @@ def _gap(name: str, gap: str) -> tuple[str, str | None]:
     if not gap[eos:].strip():
         return gap, None
     return gap[:eos], gap[eos:]
-
-
-def _arg_ok(name: str, arg: str) -> bool:
-    if name == "search":
-        return bool(arg.strip())
-    if name == "bbox":
-        return tags._bbox_ok(arg)
-    return arg.strip().lower() == "true"
 
 
 _EOS = r"<\|im_end\|>|<\|endoftext\|>|<\|eot_id\|>"
@@ -89,8 +83,7 @@ def _clean(raw: pl.Expr) -> pl.Expr:
 
 def _units(outputs: pl.Series) -> pl.DataFrame:
     """One row per turn of the canonical outputs (``row``: the output's row), with its fields,
-    ``policy`` (its part of the response) and ``cut`` (an observation was cut after it), for the
-    rows whose every turn the parser would read as valid."""
+    ``policy`` (its text in the response) and ``cut`` (an observation was cut after it)."""
     rows = outputs.str.contains(_WHOLE).fill_null(False).arg_true()
     sub = pl.DataFrame({"row": rows, "t": outputs.gather(rows)})
     # a canonical unit is "<think>T</think>S<A>X</C>" + gap, T and X without "<": cut at "<"
