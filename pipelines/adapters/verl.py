@@ -15,6 +15,9 @@ not a step number).
 With ``ctx.uid_mapper`` (``ddai ingest --uid-field`` / ``--dataset``, ``verl_ids``) ``uid`` is the
 dataset id instead, so the run joins the dataset in the funnel; a row it cannot map keeps the sha1
 uid and the flag ``uid_unmatched``. ``rollout_idx`` is the order within (``step``, final ``uid``).
+
+``ddai ingest`` reads clean batches of lines in columns (``verl_columns``: the same rows, counts
+and quarantine as this module's per-row path, which reads every other batch).
 """
 
 from __future__ import annotations
