@@ -32,7 +32,7 @@ from typing import IO, Any
 import pyarrow as pa
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
-from ddai.pipelines import adapters, io, objstore, store
+from ddai.pipelines import adapters, io, objstore, rollback, store
 from ddai.pipelines.adapters.base import ReaderContext, RowBatch, SourceRecord, error_detail
 from ddai.pipelines.adapters.side import SideTables
 from ddai.pipelines.adapters.verl_ids import UidMapper
@@ -174,15 +174,18 @@ class _Quarantine:
         e = json.loads(text)
         return self.order.get(e["source"], len(self.order)), e["line"] or 0
 
-    def commit(self, run: str) -> str | None:
+    def commit(self, run: str, journal: rollback.Journal | None = None) -> str | None:
         """Add this ingest's entries of ``run`` to its quarantine file, atomically (call with the
-        run's write lock held); returns the file's path when entries were added."""
+        run's write lock held); returns the file's path when entries were added. ``journal``:
+        keeps the file's version before, for a rollback."""
         mine = [self.spools.pop(k) for k in ((run, False), (run, True)) if k in self.spools]
         if not mine:
             return None
         for _, fh in mine:
             fh.flush()
         path = store.quarantine_path(self.dir.parent, run)
+        if journal is not None:
+            journal.save(path)
         with io.atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as out:
             if path.exists():  # earlier ingests' entries first, streamed (never loaded whole)
                 with open(path, encoding="utf-8") as old:
@@ -309,52 +312,72 @@ def ingest(cfg: IngestConfig) -> IngestResult:
                 for rec in orphans.drain(first_run):
                     _route(rec, src, route)
                 quarantine.late = False
-        for run in sorted(set(counts) | side.runs()):
-            # One lock hold per run: its quarantine entries and side tables, then its partition
-            # (whose manifest, naming this ingest and the side tables' hashes, is the commit
-            # point).
-            with store.run_lock(cfg.logs, run):
+        runs = sorted(set(counts) | side.runs())
+        # All or nothing: the write locks of every run (in one order: no deadlock), every run's
+        # check, and only then the commits, journaled so that a late failure rolls back the
+        # runs committed before it.
+        with contextlib.ExitStack() as held:
+            for run in runs:
+                held.enter_context(store.run_lock(cfg.logs, run))
+            for run in runs:
                 w = writers.get(run)
                 if w is not None and cfg.stored_keys_from is None:
                     w.keys_checked = checked.get(run)
-                    w.check_keys()  # before anything of the run is committed
-                q = quarantine.commit(run)
-                if q:
-                    qfiles.append(q)
-                w = writers.get(run)
-                if w is None and not cfg.append and store.run_manifest(cfg.logs, run):
-                    # nothing of the run replaced: its side tables stay as they are too
-                    if run in side.runs():
-                        side_dropped[run] = side.discard_run(run)
-                    continue
-                if w is None and run in side.runs() and store.run_manifest(cfg.logs, run):
-                    # side rows appended to a committed run that gets no rollouts now: a
-                    # manifest with no new rows records them (the history keeps the ingest)
-                    w = writers[run] = PartitionWriter(cfg.logs, run, append=True)
-                tables = side.commit_run(run, append=cfg.append)
-                if w is None:
-                    continue
-                c = counts.get(run) or RunCounts()
-                record = w.commit(
-                    {
-                        "ingest": ingest_id,
-                        "sources": sources_of.get(run, []),
-                        "rows_in": c.rows_in,
-                        "quarantined": dict(c.quarantined),
-                        "flagged": dict(sorted(c.flagged.items())),
-                        "run_config": ctx.run_config.get(run, {}),
-                        "notes": {
-                            s["path"]: ctx.notes[s["path"]]
-                            for s in sources_of.get(run, [])
-                            if s["path"] in ctx.notes
+                    try:
+                        w.check_keys()
+                    except Exception as e:
+                        raise rollback.refused(e, run, _inputs(sources_of, run), runs) from e
+            journal = rollback.Journal(cfg.logs)
+            run = ""
+            try:
+                for run in runs:
+                    # its quarantine entries and side tables, then its partition (whose
+                    # manifest, naming this ingest and the side tables' hashes, is the commit
+                    # point)
+                    q = quarantine.commit(run, journal)
+                    if q:
+                        qfiles.append(q)
+                    w = writers.get(run)
+                    if w is None and not cfg.append and store.run_manifest(cfg.logs, run):
+                        # nothing of the run replaced: its side tables stay as they are too
+                        if run in side.runs():
+                            side_dropped[run] = side.discard_run(run)
+                        continue
+                    if w is None and run in side.runs() and store.run_manifest(cfg.logs, run):
+                        # side rows appended to a committed run that gets no rollouts now: a
+                        # manifest with no new rows records them (the history keeps the ingest)
+                        w = writers[run] = PartitionWriter(cfg.logs, run, append=True)
+                    tables = side.commit_run(run, append=cfg.append, journal=journal)
+                    if w is None:
+                        continue
+                    c = counts.get(run) or RunCounts()
+                    record = w.commit(
+                        {
+                            "ingest": ingest_id,
+                            "sources": sources_of.get(run, []),
+                            "rows_in": c.rows_in,
+                            "quarantined": dict(c.quarantined),
+                            "flagged": dict(sorted(c.flagged.items())),
+                            "run_config": ctx.run_config.get(run, {}),
+                            "notes": {
+                                s["path"]: ctx.notes[s["path"]]
+                                for s in sources_of.get(run, [])
+                                if s["path"] in ctx.notes
+                            },
+                            "side_tables": _side_record(cfg, run, tables),
+                            "wall_time_s": round(time.time() - started, 3),
                         },
-                        "side_tables": _side_record(cfg, run, tables),
-                        "wall_time_s": round(time.time() - started, 3),
-                    },
-                    locked=True,
-                )
-            if "capabilities" in record:
-                caps[run] = Capabilities.of(run, record["capabilities"])
+                        locked=True,
+                        journal=journal,
+                    )
+                    if "capabilities" in record:
+                        caps[run] = Capabilities.of(run, record["capabilities"])
+            except BaseException as e:
+                journal.rollback()
+                if not isinstance(e, Exception):
+                    raise
+                raise rollback.refused(e, run, _inputs(sources_of, run), runs, undone=True) from e
+            journal.finish()
     except BaseException:
         for w in writers.values():
             w.abort()
@@ -363,6 +386,11 @@ def ingest(cfg: IngestConfig) -> IngestResult:
         raise
     side_counts = side.counts()
     return IngestResult(counts, fmt_of, qfiles, side_counts, ctx.notes, caps, side_dropped, checked)
+
+
+def _inputs(sources_of: dict[str, list[dict[str, Any]]], run: str) -> list[str]:
+    """The inputs that fed ``run`` (for a message naming them)."""
+    return [s["path"] for s in sources_of.get(run, [])]
 
 
 def _stored_keys(logs: Path | str, checked: dict[str, set[str]]) -> Any:
