@@ -57,8 +57,8 @@ class IngestConfig:
     # Formats that can read in columns do, batch by batch (False: every row through the per-row
     # path; the same rollouts and quarantine, slower).
     columnar: bool = True
-    # the store an --append checks for duplicate keys, when not ``logs`` (a staged object-storage
-    # ingest checks the remote store)
+    # the store the runs are committed to, when not ``logs`` (a staged object-storage ingest: the
+    # remote store): --append's duplicate check reads its keys, and whether a run is there
     stored_keys_from: Path | str | None = None
 
 
@@ -338,12 +338,13 @@ def ingest(cfg: IngestConfig) -> IngestResult:
                     if q:
                         qfiles.append(q)
                     w = writers.get(run)
-                    if w is None and not cfg.append and store.run_manifest(cfg.logs, run):
+                    known = store.run_manifest(cfg.stored_keys_from or cfg.logs, run) is not None
+                    if w is None and not cfg.append and known:
                         # nothing of the run replaced: its side tables stay as they are too
                         if run in side.runs():
                             side_dropped[run] = side.discard_run(run)
                         continue
-                    if w is None and run in side.runs() and store.run_manifest(cfg.logs, run):
+                    if w is None and run in side.runs() and known:
                         # side rows appended to a committed run that gets no rollouts now: a
                         # manifest with no new rows records them (the history keeps the ingest)
                         w = writers[run] = PartitionWriter(cfg.logs, run, append=True)

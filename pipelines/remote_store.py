@@ -123,6 +123,14 @@ def publish(
     # Refused before anything is published when the check already fails (the commit checks
     # again over the version it commits on).
     store.check_remote(stage, url, run, keys_checked=keys_checked)
+    q = store.quarantine_path(stage, run)
+    if q.is_file():  # entries accumulate across ingests, never overwritten
+        remote_q = objstore.join(url, store.QUARANTINE_DIR, q.name)
+        _, old, tag = _accumulate(q, remote_q, keep_old=True)
+        if undo is not None:
+            undo.overwritten.append((remote_q, old, tag))
+    if store.run_manifest(stage, run) is None:
+        return None  # no rollouts staged (every row quarantined): no side rows to list either
     # Each table's rows go up as one new part (a unique name, invisible until the manifest
     # lists it): an append adds a part instead of putting the grown table again, and nothing a
     # reader sees changes before the commit. A replaced run's old tables are left unlisted.
@@ -135,12 +143,6 @@ def publish(
             side[table_dir.name] = {"parts": [part]}
             if undo is not None:
                 undo.created.append(side_log.part_url(url, table_dir.name, part["name"]))
-    q = store.quarantine_path(stage, run)
-    if q.is_file():  # entries accumulate across ingests, never overwritten
-        remote_q = objstore.join(url, store.QUARANTINE_DIR, q.name)
-        _, old, tag = _accumulate(q, remote_q, keep_old=True)
-        if undo is not None:
-            undo.overwritten.append((remote_q, old, tag))
     return store.commit_remote(
         stage,
         url,
