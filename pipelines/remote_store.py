@@ -20,8 +20,11 @@ protocol (rename the parts in, replace ``_manifest.json`` last, under ``flock``)
    still finds them (object storage has no reader locks).
 
 Steps 2 to 4 are ``store.commit_remote`` (shared with every other writer); this module stages
-an ingest and publishes its quarantine and side-table files first, which accumulate the same way
-(old object + this write's lines, put over the version read).
+an ingest and publishes its quarantine first (old object + this write's lines, put over the
+version read) and each side table's rows as one new part (``side_log.put_part``; the manifest
+lists the parts). An ingest of several runs checks every run before publishing any and, when a
+publish fails late, takes back the runs it published (``rollback.undo_remote``); superseded
+objects are collected only once every run is published.
 """
 
 from __future__ import annotations

@@ -63,7 +63,10 @@ class Journal:
             self._saved.append((p, None))
             return
         keep = self._folder() / str(len(self._saved))
-        os.link(p, keep)  # the old inode stays reachable after the commit's os.replace
+        try:
+            os.link(p, keep)  # the old inode stays reachable after the commit's os.replace
+        except OSError:  # a filesystem without hard links: a copy
+            shutil.copy2(p, keep)
         self._saved.append((p, keep))
 
     def mkdir(self, folder: str | os.PathLike[str]) -> None:

@@ -13,7 +13,10 @@ Commit protocol (one per run, under the run's write lock ``_locks/<run>.lock``):
 
 Side tables (``_side/<table>/<run>.jsonl``) and quarantine entries of an ingest are committed under
 the same lock just before the manifest, which lists each side table with its sha256 (so
-``verify_partition`` sees one that does not belong to the committed version). Every other writer
+``verify_partition`` sees one that does not belong to the committed version; on object storage
+a table is a list of part objects, each listed with its rows and sha256: ``side_log``). An
+ingest of several runs takes every run's lock and checks every run before committing any, and
+journals its commits (``rollback.Journal``) so that a late failure puts the earlier runs back. Every other writer
 of a run's data (a judge or value re-score in place, a resumed trainer) holds the lock and, when
 it read the run first, commits only if the run is still the version it read (``if_unchanged``).
 
