@@ -138,6 +138,9 @@ def _bucket(
     table, dups = ds.first_occurrences(raw)
     # ids are unique (first occurrences) and so are the score table's uids
     values, matched = scores.match(table[ds.ID], score_of)
+    if table.num_rows and np.isnan(values).all():
+        # three empty buckets would look like a finished step: the scores name other prompts
+        raise ValueError(_no_match(cfg, table[ds.ID], score_of))
     parts = split(values, mastered=cfg.mastered, floor=cfg.floor)
     unscored = table[ds.ID].filter(pa.array(np.isnan(values))).to_pylist()
     unknown = len(score_of) - matched
@@ -181,3 +184,12 @@ def _bucket(
         )
         step.write_table(outputs[b], out, record)
     return step.StepResult(STEP, outputs, summary)
+
+
+def _no_match(cfg: BucketConfig, ids: pa.ChunkedArray, score_of: pa.Table) -> str:
+    src = (
+        f"the score table {objstore.display(cfg.scores)} (column {cfg.column})"
+        if cfg.scores is not None
+        else f"the {cfg.metric} of run(s) {', '.join(cfg.runs)}"
+    )
+    return scores.no_overlap(objstore.display(cfg.dataset), ids, src, score_of)

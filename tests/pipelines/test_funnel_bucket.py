@@ -188,3 +188,26 @@ def test_conflicting_scores_for_one_id_are_an_error(tmp_path):
     scores = _scores(tmp_path / "s.parquet", [("train_1", 0.5), ("train_1", 0.6)])
     with pytest.raises(ValueError, match="different scores"):
         run_bucket(BucketConfig(dataset=ds, out=tmp_path / "o", scores=scores, score_col="s"))
+
+
+def test_scores_that_name_none_of_the_dataset_are_an_error_and_write_nothing(tmp_path):
+    # three empty buckets with exit 0 looked like a finished step (wrong --scores or --dataset)
+    ds = write_dataset(tmp_path / "set.parquet", ["train_1", "train_2"])
+    scores = _scores(tmp_path / "s.parquet", [("val_1", 0.5), ("val_2", None)])
+    out = tmp_path / "o"
+    with pytest.raises(ValueError) as e:
+        run_bucket(BucketConfig(dataset=ds, out=out, scores=scores, score_col="s"))
+    msg = str(e.value)
+    assert f"no prompt of {ds} has a score in the score table {scores} (column s)" in msg
+    assert "its 2 ids (e.g. train_1, train_2) and the 1 scored ids (e.g. val_1)" in msg
+    assert not out.exists()
+    # from a run's rollouts: the run is named
+    logs = tmp_path / "logs"
+    write_log(logs, "p1", group("val_1", "ndcg", [0.5]))
+    with pytest.raises(ValueError, match=r"has a score in the ndcg of run\(s\) p1: its 2 ids"):
+        run_bucket(BucketConfig(dataset=ds, out=out, logs=logs, runs=("p1",)))
+    assert not out.exists()
+    # one scored prompt is enough to bucket (the rest are counted as having no score)
+    scores = _scores(tmp_path / "s2.parquet", [("train_2", 0.5)])
+    res = run_bucket(BucketConfig(dataset=ds, out=out, scores=scores, score_col="s"))
+    assert res.summary["no score"] == 1 and res.summary["bucket A"] == 1
