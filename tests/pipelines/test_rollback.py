@@ -53,9 +53,8 @@ def test_the_journal_restores_a_file_replaced_by_rename(tmp_path):
     done = []
     j2.after(lambda: done.append(1))
     j2.finish()
-    assert f.read_text() == "v3" and done == [1] and sorted(p.name for p in logs.iterdir()) == [
-        "_manifest.json"
-    ]
+    assert f.read_text() == "v3" and done == [1]
+    assert [p.name for p in logs.iterdir()] == ["_manifest.json"]  # the saved versions dropped
 
 
 def test_a_remote_undo_leaves_a_run_another_writer_committed_over(s3_env):
