@@ -297,7 +297,7 @@ def ingest(cfg: IngestConfig) -> IngestResult:
                 orphans = _Orphans()
                 first_run: str | None = None
                 route = _Routing(cfg, writers, counts, sources_of, src_info, quarantine, dups)
-                for n, rec in enumerate(adapters.reader(fmt)(src, ctx)):
+                for n, rec in enumerate(_naming_input(src, adapters.reader(fmt)(src, ctx))):
                     if isinstance(rec, RowBatch):
                         run = _route_batch(rec, src, route)
                         first_run = first_run or run
@@ -393,6 +393,25 @@ def ingest(cfg: IngestConfig) -> IngestResult:
         raise
     side_counts = side.counts()
     return IngestResult(counts, fmt_of, qfiles, side_counts, ctx.notes, caps, side_dropped, checked)
+
+
+def _naming_input(src: Path, records: Iterator[Any]) -> Iterator[Any]:
+    """``records`` (a reader's output), with a failure that ends the reading restated to name
+    the input and the fix: no run is committed before every input is read, so nothing was."""
+    try:
+        yield from records
+    except (ValueError, OSError) as e:  # a corrupt or foreign file (ArrowInvalid: ValueError)
+        said = str(e).rstrip(". ")
+        msg = said if str(src) in said or src.name in said else f"{src}: {said}"
+        msg += (
+            f"; nothing of this ingest was committed: fix or leave out {src} (or name its "
+            "format with --input-format) and run the command again"
+        )
+        try:
+            err = type(e)(msg)
+        except TypeError:
+            err = ValueError(msg)
+        raise err from e
 
 
 def _inputs(sources_of: dict[str, list[dict[str, Any]]], run: str) -> list[str]:

@@ -97,6 +97,21 @@ def test_a_refused_third_run_leaves_the_store_byte_identical(logs, tmp_path, mon
     assert totals == {"r1": 8, "r2": 8, "r3": 8}
 
 
+def test_a_corrupt_third_input_leaves_the_store_byte_identical(logs, tmp_path):
+    _ingest(_sources(tmp_path, "old", 0.0), logs)
+    before = _tree(logs)
+    mine = _sources(tmp_path, "new", 1.0)[:2]
+    bad = tmp_path / "r3.parquet"
+    bad.write_bytes(b"PAR1 cut off mid-upload")
+    args = ["ingest", *map(str, mine), str(bad), "--logs", logs, "--no-progress"]
+    res = CliRunner().invoke(app, [*args, "--input-format", "ddai"])
+    said = " ".join(res.output.split())
+    assert res.exit_code == 2, res.output
+    assert f"{bad}: Parquet magic bytes not found" in said
+    assert f"nothing of this ingest was committed: fix or leave out {bad}" in said
+    assert _tree(logs) == before  # r1 and r2 were read whole, and not committed
+
+
 def _fail_the_commit_of_r3(logs: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """r3's commit fails after r1 and r2 committed: a full disk on a local store, a manifest put
     that loses every race on object storage (another writer wins each time)."""
@@ -128,9 +143,10 @@ def test_a_late_failure_rolls_back_the_runs_committed_before_it(logs, tmp_path, 
     mine = _sources(tmp_path, "new", 1.0)
     with monkeypatch.context() as m:
         _fail_the_commit_of_r3(logs, m)
-        with pytest.raises((OSError, store.StoreConflict)) as err:
-            _ingest(mine, logs)  # a replace: r1 and r2's old parts must come back
-    said = str(err.value)
+        # a replace: r1 and r2's old parts must come back
+        res = CliRunner().invoke(app, ["ingest", *map(str, mine), "--logs", logs, "--no-progress"])
+    said = " ".join(res.output.split())
+    assert res.exit_code == 1, res.output
     assert f"run 'r3' (input: {mine[2]}) was refused" in said
     assert "runs r1, r2 were rolled back" in said
     # the old versions, their quarantine entries and manifests, byte for byte; nothing new left
