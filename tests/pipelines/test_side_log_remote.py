@@ -142,3 +142,22 @@ def test_an_appending_ingest_adds_a_side_table_part(store_env, tmp_path):
     ingest(IngestConfig([src], logs, run_id="u", progress=False))
     (only,) = store.run_manifest(logs, "u")["side_tables"][table]["parts"]
     assert only["rows"] == rec["parts"][0]["rows"] == len(side_log.read_rows(logs, table, "u"))
+
+
+def test_a_listing_that_loses_every_race_raises_and_lists_nothing(s3_env, monkeypatch):
+    logs = f"{s3_env}/logs"
+    metrics = _train(logs, range(1, 3))
+    listed = store.run_manifest(logs, "g")["side_tables"][TABLE]
+    real_put = objstore.put_bytes
+
+    def put(url, data, **kw):
+        if url.endswith(store.MANIFEST) and kw.get("if_match"):  # another writer wins each time
+            raise objstore.ConflictError(f"{url} was changed by another writer")
+        return real_put(url, data, **kw)
+
+    monkeypatch.setattr(objstore, "put_bytes", put)
+    state = SimpleNamespace(is_world_process_zero=True, global_step=3)
+    with pytest.raises(store.StoreConflict, match="run 'g' at .*concurrent commits in a row beat"):
+        metrics.on_log(None, state, None, logs={"loss": 0.1})
+    assert store.run_manifest(logs, "g")["side_tables"][TABLE] == listed  # as it was
+    assert [r["step"] for r in side_log.read_rows(logs, TABLE, "g")] == [1, 2]
