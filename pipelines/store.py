@@ -16,9 +16,10 @@ the same lock just before the manifest, which lists each side table with its sha
 ``verify_partition`` sees one that does not belong to the committed version; on object storage
 a table is a list of part objects, each listed with its rows and sha256: ``side_log``). An
 ingest of several runs takes every run's lock and checks every run before committing any, and
-journals its commits (``rollback.Journal``) so that a late failure puts the earlier runs back. Every other writer
-of a run's data (a judge or value re-score in place, a resumed trainer) holds the lock and, when
-it read the run first, commits only if the run is still the version it read (``if_unchanged``).
+journals its commits (``rollback.Journal``) so that a late failure puts the earlier runs back.
+Every other writer of a run's data (a judge or value re-score in place, a resumed trainer)
+holds the lock and, when it read the run first, commits only if the run is still the version it
+read (``if_unchanged``).
 
 Readers take a shared lock on each run, then read its manifest's file list (a ``Snapshot``): one
 consistent version of every run, even while it is replaced or appended. Leftovers of a crashed

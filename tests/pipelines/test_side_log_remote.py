@@ -157,7 +157,7 @@ def test_a_listing_that_loses_every_race_raises_and_lists_nothing(s3_env, monkey
 
     monkeypatch.setattr(objstore, "put_bytes", put)
     state = SimpleNamespace(is_world_process_zero=True, global_step=3)
-    with pytest.raises(store.StoreConflict, match="run 'g' at .*concurrent commits in a row beat"):
+    with pytest.raises(store.StoreConflict, match=r"run 'g' at .*concurrent commits in a row beat"):
         metrics.on_log(None, state, None, logs={"loss": 0.1})
     assert store.run_manifest(logs, "g")["side_tables"][TABLE] == listed  # as it was
     assert [r["step"] for r in side_log.read_rows(logs, TABLE, "g")] == [1, 2]
