@@ -131,7 +131,10 @@ def _nothing_stored(result: IngestResult) -> str:
         what = "the input holds no rollout rows"
         if result.side_tables or result.side_not_written:
             what += " (only side events: they belong to a run and are kept with its rollouts)"
-        return f"{what}; nothing was stored. Ingest the log that holds the run's rollouts."
+        return (
+            f"{what}; nothing was stored. Ingest it in one command with the log that holds the "
+            "run's rollouts."
+        )
     reasons = ", ".join(f"{r} {n}" for r, n in sorted(result.quarantined.items())) or "none"
     files = ", ".join(result.quarantine_files) or "none"
     return (

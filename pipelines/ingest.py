@@ -260,6 +260,7 @@ def ingest(cfg: IngestConfig) -> IngestResult:
         raise FileNotFoundError(f"source file(s) not found: {', '.join(missing)}")
     fmt_of: dict[str, str] = {}
     for src in cfg.sources:
+        adapters.refuse_compressed(Path(src))  # with --input-format too: every line would fail
         fmt_of[str(src)] = adapters.detect(Path(src)) if cfg.fmt == "auto" else cfg.fmt
         adapters.reader(fmt_of[str(src)])  # fail early on an unknown --input-format
     side = SideTables(cfg.logs, cfg.run_id, NO_RUN)
