@@ -6,6 +6,10 @@ a commit that still fails late rolls back the runs this command committed before
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -158,3 +162,24 @@ def test_a_late_failure_rolls_back_the_runs_committed_before_it(logs, tmp_path, 
     _ingest(mine, logs)
     for r in RUNS:
         assert store.read_rollouts(logs, [r])["judge_score"].to_pylist() == [1.0] * 4
+
+
+def test_a_kill_midway_leaves_whole_runs_and_the_next_write_cleans_the_saved_versions(tmp_path):
+    """kill -9 cannot be rolled back: r1 stays committed whole, r2 and r3 as they were, and the
+    saved versions (a claimed temp folder) are removed by the next write."""
+    logs = str(tmp_path / "logs")
+    _ingest(_sources(tmp_path, "old", 0.0), logs)
+    mine = _sources(tmp_path, "new", 1.0)
+    code = "import sys; from ddai.cli.app import main; sys.argv = ['ddai', *sys.argv[1:]]; main()"
+    args = ["ingest", *map(str, mine), "--logs", logs, "--no-progress"]
+    env = {**os.environ, "DDAI_TEST_CRASH_AT": "partition-data:r2"}
+    res = subprocess.run([sys.executable, "-c", code, *args], env=env, timeout=300)
+    assert res.returncode == -signal.SIGKILL
+    assert [p.name for p in Path(logs).glob(".tmp-undo-*")]  # left by the killed command
+    scores = {r: set(store.read_rollouts(logs, [r])["judge_score"].to_pylist()) for r in RUNS}
+    assert scores == {"r1": {1.0}, "r2": {0.0}, "r3": {0.0}}
+    _ingest(mine, logs)  # the next write cleans up and commits
+    assert not list(Path(logs).glob(".tmp-*"))
+    for r in RUNS:
+        assert store.read_rollouts(logs, [r])["judge_score"].to_pylist() == [1.0] * 4
+        assert store.verify_partition(store.partition_dir(logs, r)) is None
