@@ -14,7 +14,9 @@ runs this command already committed, so the store is as it was before the comman
   replaced (its exact bytes) and the version it put, the objects it overwrote, the objects it
   created. ``undo_remote`` puts the old manifest back only over the version this command put
   (a conditional put), so a commit another writer made since is never undone; runs that cannot
-  be restored are returned, for the error message to name.
+  be restored are returned, for the error message to name. The objects it created are removed
+  at once: a reader that read the taken-back version in the moment it stood fails its read
+  instead of using rows the command took back.
 """
 
 from __future__ import annotations
