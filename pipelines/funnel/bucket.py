@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +55,7 @@ def split(values: np.ndarray, *, mastered: float, floor: float) -> dict[str, np.
 @dataclass(frozen=True)
 class BucketConfig:
     """Flags of ``ddai curate bucket``. Exactly one score source: ``runs`` (with ``logs``) or
-    ``scores`` (a table with ``id`` and ``score_col``)."""
+    ``scores`` (a table with ``id`` and ``score_col``; default: its one numeric column)."""
 
     dataset: Path
     out: Path
@@ -75,8 +75,6 @@ class BucketConfig:
                 "give one score source: --logs DIR --run RUN (aggregate a run's rollouts) or "
                 "--scores FILE --score-col COL (a table of per-prompt scores)"
             )
-        if self.scores is not None and not self.score_col:
-            raise ValueError("--scores needs --score-col naming the score column")
         if self.runs and self.logs is None:
             raise ValueError("--run needs the log store (--logs DIR)")
         scores.check_metric(self.metric, self.agg)
@@ -114,6 +112,8 @@ class BucketConfig:
 
 
 def run_bucket(cfg: BucketConfig) -> step.StepResult:
+    if cfg.scores is not None and not cfg.score_col:
+        cfg = replace(cfg, score_col=scores.score_column(cfg.scores))
     inputs = cfg.inputs()
     outputs = {b: step.resolve(p) for b, p in cfg.outputs().items()}
     with step.started(
