@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
 from ddai.pipelines import adapters, io, objstore, rollback, store
@@ -547,12 +548,13 @@ def _route_batch(b: RowBatch, src: Path, r: _Routing) -> str:
         table = table.set_column(
             table.schema.get_field_index("flags"), "flags", pa.array(flags, table["flags"].type)
         )
-        c.flagged[DUPLICATE_KEY] += len(flagged)
     if drop:
         gone = set(drop)
         table = table.filter(pa.array([i not in gone for i in range(table.num_rows)]))
     if not table.num_rows:  # as for single rows: no writer for a run that keeps nothing
         return run
+    if table["flags"].null_count < table.num_rows:  # the kept rows' flags, as for single rows
+        c.flagged.update(pc.list_flatten(table["flags"]).to_pylist())
     r.writer(run).add_table(table)
     c.rollouts_out += table.num_rows
     return run
