@@ -49,16 +49,22 @@ def _names(node: ast.AST) -> str | None:
 def field_of_param(callback, cls_name: str, fields: frozenset[str] = frozenset()) -> dict[str, str]:
     """``param -> field`` from the command's ``Cls(field=param, …)`` call (its source), or from
     ``flags_config(Cls, locals(), **given)``: every parameter named like one of ``fields`` that
-    ``given`` does not set."""
+    ``given`` does not set. A group of flags (``with_groups``) passed as ``Cls(**group)`` fills
+    the fields its flags are named as (``config_flags`` names a flag as its field)."""
     tree = ast.parse(textwrap.dedent(inspect.getsource(callback)))
     out = {}
     params = set(inspect.signature(callback).parameters)
+    groups = getattr(callback, "__groups__", {})  # group parameter -> its flags
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
             continue
         if _names(node.func) == cls_name:
             for kw in node.keywords:
-                if isinstance(kw.value, ast.Name):
+                if not isinstance(kw.value, ast.Name):
+                    continue
+                if kw.arg is None:  # Cls(**group)
+                    out.update({f: f for f in groups.get(kw.value.id, ()) if f in fields})
+                else:
                     out[kw.value.id] = kw.arg
         elif _names(node.func) == "flags_config" and node.args and _names(node.args[0]) == cls_name:
             given = {kw.arg for kw in node.keywords}
