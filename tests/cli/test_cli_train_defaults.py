@@ -330,3 +330,50 @@ def test_the_check_sees_a_restated_default_through_flags_config():
     assert mapping == {"lr": "lr", "steps": "steps"}  # bins is given, as_json no field
     bad = [p.name for p in cmd.params if p.name in mapping and p.default != _defaults(Cfg)[p.name]]
     assert bad == ["lr"]
+
+
+def test_config_flags_make_a_field_without_default_required_and_keep_given_help():
+    import typer
+    from typer.testing import CliRunner
+
+    from ddai.cli.flags import config_flags, doc_flags, with_groups
+
+    @dataclasses.dataclass
+    class Cfg:
+        model: str
+        """Starting ``model``."""
+        seed: int = 0
+        """Seed of the ``sampler``."""
+
+    flags = config_flags(Cfg, {"model": {"help": "Model, as ``given``."}} | doc_flags(Cfg, "seed"))
+    assert doc_flags(Cfg, "seed", model="--policy") == {
+        "seed": {"help": "Seed of the ``sampler``."},
+        "model": {"help": "Starting ``model``.", "decl": "--policy"},
+    }
+    seen = []
+    app = typer.Typer(add_completion=False)
+
+    @app.command()
+    @with_groups({"run": flags})
+    def run(*, run: dict) -> None:
+        seen.append(Cfg(**run))
+
+    runner = CliRunner()
+    res = runner.invoke(app, [])
+    assert res.exit_code == 2 and "--model" in res.output  # no default: required
+    assert runner.invoke(app, ["--model", "m", "--seed", "3"]).exit_code == 0
+    assert seen == [Cfg("m", 3)]
+    out = runner.invoke(app, ["--help"], terminal_width=200).output
+    # help given (here through doc_flags too) is shown as written; only read help is rewritten
+    assert "Model, as ``given``." in out and "Seed of the ``sampler``." in out
+    read = config_flags(Cfg, {"seed": None})
+    assert _group_help(read, "seed") == "Seed of the `sampler`."
+
+
+def _group_help(group, name: str) -> str:
+    """The help of flag ``name`` of a ``config_flags`` group."""
+    import inspect
+    import typing
+
+    param = inspect.signature(group).parameters[name]
+    return typing.get_args(param.annotation)[1].help
