@@ -114,7 +114,7 @@ def bucket_cmd(
         typer.Option(
             "--score-col",
             help="Score column of --scores; also the extra_info field the score is kept in "
-            "(default with --run: <metric>_<agg>).",
+            "(default: the table's one numeric column besides id; with --run: <metric>_<agg>).",
         ),
     ] = None,
     metric: Annotated[

@@ -18,7 +18,7 @@ from ddai.cli.common import (
 )
 from ddai.pipelines import adapters, workspace
 from ddai.pipelines.adapters.hint import wrong_format_hint
-from ddai.pipelines.ingest import IngestConfig, ingest
+from ddai.pipelines.ingest import IngestConfig, IngestResult, ingest
 from ddai.pipelines.objstore import display
 
 
@@ -111,11 +111,34 @@ def ingest_cmd(
         hint = wrong_format_hint(sources, fmt)
         if hint:
             data["hint"] = hint
+    why = _nothing_stored(result) if result.rollouts_out == 0 else None
+    if why and as_json:  # stdout stays one JSON document
+        data["error"] = why
     summary("ddai ingest", data if as_json else _per_file_rows(data), as_json=as_json)
     if hint and not as_json:
         err_console.print(f"hint: {hint}", markup=False, soft_wrap=True)
-    if result.rollouts_out == 0:
+    if why:
+        if not as_json:
+            err_console.print(f"error: {why}", markup=False, soft_wrap=True)
         raise typer.Exit(EXIT_FAILED)
+
+
+def _nothing_stored(result: IngestResult) -> str:
+    """Why an ingest that wrote no rollout exits 1, in one line (the table above has the counts)."""
+    if result.rows_in == 0:
+        what = "the input holds no rollout rows"
+        if result.side_tables or result.side_not_written:
+            what += " (only side events: they belong to a run and are kept with its rollouts)"
+        return (
+            f"{what}; nothing was stored. Ingest it in one command with the log that holds the "
+            "run's rollouts."
+        )
+    reasons = ", ".join(f"{r} {n}" for r, n in sorted(result.quarantined.items())) or "none"
+    files = ", ".join(result.quarantine_files) or "none"
+    return (
+        f"all {result.rows_in} rows were quarantined ({reasons}); no run was stored. "
+        f"Each line's reason is in {files}."
+    )
 
 
 def _per_file_rows(data: dict[str, Any]) -> dict[str, Any]:

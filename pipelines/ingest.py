@@ -80,7 +80,8 @@ class IngestResult:
     capabilities: dict[str, Capabilities] = field(default_factory=dict)
     """Per run: what its rollouts carry (the partition manifest's counts)."""
     side_not_written: dict[str, int] = field(default_factory=dict)
-    """Per run: side rows left out because the ingest replaced none of the run's rollouts."""
+    """Per run: side rows left out because the run got no rollouts in this ingest (a committed
+    run is kept as it was without --append; a new run would have no manifest listing them)."""
     keys_checked: dict[str, set[str]] = field(default_factory=dict)
     """Per run (``--append``): the committed files the duplicate check read (``store.stored_keys``;
     a staged object-storage ingest checks the rest in its conditional commit)."""
@@ -119,7 +120,7 @@ class IngestResult:
             "quarantine files": self.quarantine_files,
             **({"side tables": self.side_tables} if self.side_tables else {}),
             **(
-                {"side rows not written (no rollout of their run replaced)": self.side_not_written}
+                {"side rows not written (their run got no rollouts)": self.side_not_written}
                 if self.side_not_written
                 else {}
             ),
@@ -256,6 +257,7 @@ def ingest(cfg: IngestConfig) -> IngestResult:
         raise FileNotFoundError(f"source file(s) not found: {', '.join(missing)}")
     fmt_of: dict[str, str] = {}
     for src in cfg.sources:
+        adapters.refuse_compressed(Path(src))  # with --input-format too: every line would fail
         fmt_of[str(src)] = adapters.detect(Path(src)) if cfg.fmt == "auto" else cfg.fmt
         adapters.reader(fmt_of[str(src)])  # fail early on an unknown --input-format
     side = SideTables(cfg.logs, cfg.run_id, NO_RUN)
@@ -322,12 +324,15 @@ def ingest(cfg: IngestConfig) -> IngestResult:
                 if q:
                     qfiles.append(q)
                 w = writers.get(run)
-                if w is None and not cfg.append and store.run_manifest(cfg.logs, run):
-                    # nothing of the run replaced: its side tables stay as they are too
+                committed = w is None and store.run_manifest(cfg.logs, run) is not None
+                if w is None and not (cfg.append and committed):
+                    # No rollouts of the run now: replacing keeps the committed run as it is,
+                    # side tables too; a run not in the store would get side rows no manifest
+                    # lists and no view reads (an orphan), so they are counted as not written.
                     if run in side.runs():
                         side_dropped[run] = side.discard_run(run)
                     continue
-                if w is None and run in side.runs() and store.run_manifest(cfg.logs, run):
+                if w is None and run in side.runs():
                     # side rows appended to a committed run that gets no rollouts now: a
                     # manifest with no new rows records them (the history keeps the ingest)
                     w = writers[run] = PartitionWriter(cfg.logs, run, append=True)

@@ -116,6 +116,28 @@ def trl_config(config_cls: type, merged: dict[str, Any], cfg: Any, **fixed: Any)
     return config_cls(**merged)
 
 
+def checkpointing_name(merged: dict[str, Any], user: dict[str, Any]) -> None:
+    """Carry a user's ``gradient_checkpointing`` (transformers' old name) over to
+    ``activation_checkpointing``, which the defaults set: the old name would lose to it, and
+    left alone it makes transformers warn on every run."""
+    if "gradient_checkpointing" in user and "activation_checkpointing" not in user:
+        merged["activation_checkpointing"] = merged.pop("gradient_checkpointing")
+
+
+def hf_progress(enabled: bool) -> None:
+    """Turn the Hugging Face libraries' own bars (weights loading, dataset maps, shard writes)
+    on or off with ``--progress/--no-progress``; ``disable_tqdm`` covers only the trainer's."""
+    import datasets
+    import transformers
+
+    if enabled:
+        datasets.enable_progress_bars()
+        transformers.utils.logging.enable_progress_bar()
+    else:
+        datasets.disable_progress_bars()
+        transformers.utils.logging.disable_progress_bar()
+
+
 def device_defaults() -> dict[str, Any]:
     """CPU runs in float32; a CUDA machine trains in bf16 when it supports it."""
     import torch

@@ -58,6 +58,16 @@ NOT_ROLLOUTS: list[tuple[Callable[[dict[str, Any]], bool], str]] = [
         _has("uid", "avg_final_score"),
         "a per-prompt score table (uid, avg_final_score), not rollouts",
     ),
+    (
+        _has("id", "prompt"),
+        "a prompt set (verl RL dataset: id, prompt, ...), not rollouts: pass it as --dataset to "
+        "`ddai curate` commands, or to `ddai ingest` of verl dumps to name their prompts",
+    ),
+    (
+        lambda o: len(o) == 2 and "id" in o,
+        "a per-prompt score table (id and one score column), not rollouts: use it with "
+        "`ddai curate bucket --scores FILE --score-col COLUMN`",
+    ),
     (_has("filter_uids"), "a uid filter list, not rollouts"),
     (
         lambda o: ("cache_key" in o or "key" in o) and "result" in o,
@@ -90,21 +100,62 @@ def formats() -> list[str]:
     return ["auto", *READERS]
 
 
+# Compressed inputs by their magic bytes: named, with the command that opens them.
+COMPRESSED = {
+    b"\x1f\x8b": ("gzip", "gunzip -k"),
+    b"\x28\xb5\x2f\xfd": ("zstd", "zstd -d"),
+    b"BZh": ("bzip2", "bunzip2 -k"),
+    b"\xfd7zXZ\x00": ("xz", "unxz -k"),
+    b"PK\x03\x04": ("zip", "unzip"),
+}
+
+
 def detect(path: Path) -> str:
     """The format of ``path`` by content; raises ValueError naming why it is not taken."""
+    refuse_compressed(path)
     for name, sniff in SNIFFERS:
         if sniff(path):
             return name
-    obj = first_object(path)
+    obj = _parquet_columns(path) if path.suffix == ".parquet" else first_object(path)
     if obj is None and head_text(path, 1).startswith("{"):
         obj = _json_head(path)
     for test, why in NOT_ROLLOUTS:
         if obj is not None and test(obj):
             raise ValueError(f"{path}: {why}")
+    if head_text(path, 4096).lstrip("\ufeff \t\r\n").startswith("["):
+        raise ValueError(
+            f"{path}: a JSON array; ingest reads JSON Lines (one object per line): convert it "
+            f"first, e.g. `jq -c '.[]' {path} > {path.with_suffix('.jsonl')}`"
+        )
     raise ValueError(
         f"{path}: format not recognised (tried {', '.join(n for n, _ in SNIFFERS)}); "
         "pass --input-format to choose one"
     )
+
+
+def refuse_compressed(path: Path) -> None:
+    """Raise ValueError for a compressed file, naming its kind and the command that opens it."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(6)
+    except OSError:
+        return  # the readers name an unreadable file
+    for magic, (kind, cmd) in COMPRESSED.items():
+        if head.startswith(magic):
+            raise ValueError(
+                f"{path}: a {kind}-compressed file; ingest reads JSONL, JSON and Parquet as they "
+                f"are: decompress it first (`{cmd} {path}`) and ingest the result"
+            )
+
+
+def _parquet_columns(path: Path) -> dict[str, Any] | None:
+    """A Parquet file's column names as the keys of an object (what ``NOT_ROLLOUTS`` tests)."""
+    import pyarrow.parquet as pq
+
+    try:
+        return dict.fromkeys(pq.read_schema(path).names)
+    except Exception:  # not Parquet after all: refused as not recognised
+        return None
 
 
 def _json_head(path: Path) -> dict[str, Any] | None:

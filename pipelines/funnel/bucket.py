@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +55,7 @@ def split(values: np.ndarray, *, mastered: float, floor: float) -> dict[str, np.
 @dataclass(frozen=True)
 class BucketConfig:
     """Flags of ``ddai curate bucket``. Exactly one score source: ``runs`` (with ``logs``) or
-    ``scores`` (a table with ``id`` and ``score_col``)."""
+    ``scores`` (a table with ``id`` and ``score_col``; default: its one numeric column)."""
 
     dataset: Path
     out: Path
@@ -75,8 +75,6 @@ class BucketConfig:
                 "give one score source: --logs DIR --run RUN (aggregate a run's rollouts) or "
                 "--scores FILE --score-col COL (a table of per-prompt scores)"
             )
-        if self.scores is not None and not self.score_col:
-            raise ValueError("--scores needs --score-col naming the score column")
         if self.runs and self.logs is None:
             raise ValueError("--run needs the log store (--logs DIR)")
         scores.check_metric(self.metric, self.agg)
@@ -114,6 +112,8 @@ class BucketConfig:
 
 
 def run_bucket(cfg: BucketConfig) -> step.StepResult:
+    if cfg.scores is not None and not cfg.score_col:
+        cfg = replace(cfg, score_col=scores.score_column(cfg.scores))
     inputs = cfg.inputs()
     outputs = {b: step.resolve(p) for b, p in cfg.outputs().items()}
     with step.started(
@@ -138,6 +138,9 @@ def _bucket(
     table, dups = ds.first_occurrences(raw)
     # ids are unique (first occurrences) and so are the score table's uids
     values, matched = scores.match(table[ds.ID], score_of)
+    if table.num_rows and np.isnan(values).all():
+        # three empty buckets would look like a finished step: the scores name other prompts
+        raise ValueError(_no_match(cfg, table[ds.ID], score_of))
     parts = split(values, mastered=cfg.mastered, floor=cfg.floor)
     unscored = table[ds.ID].filter(pa.array(np.isnan(values))).to_pylist()
     unknown = len(score_of) - matched
@@ -181,3 +184,12 @@ def _bucket(
         )
         step.write_table(outputs[b], out, record)
     return step.StepResult(STEP, outputs, summary)
+
+
+def _no_match(cfg: BucketConfig, ids: pa.ChunkedArray, score_of: pa.Table) -> str:
+    src = (
+        f"the score table {objstore.display(cfg.scores)} (column {cfg.column})"
+        if cfg.scores is not None
+        else f"the {cfg.metric} of run(s) {', '.join(cfg.runs)}"
+    )
+    return scores.no_overlap(objstore.display(cfg.dataset), ids, src, score_of)

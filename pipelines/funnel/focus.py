@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ddai.pipelines import manifest
+from ddai.pipelines import manifest, objstore
 from ddai.pipelines.funnel import dataset as ds
 from ddai.pipelines.funnel import decisions as dec
 from ddai.pipelines.funnel import scores, step
@@ -163,6 +163,7 @@ def _round1(
     a, dups_a = ds.first_occurrences(raw_a)
     zero, dups_0 = ds.first_occurrences(raw_0)
     sel = select_at_most(a[ds.ID], score_of, cfg.hard_max)
+    _require_scored(a, sel, objstore.display(inputs[0]), cfg, score_of)
     hard = a.take(pa.array(sel.keep, pa.int64()))
     merged, dups_merged = ds.first_occurrences(ds.concat([hard, zero]))
     dups = dups_a + dups_0 + dups_merged
@@ -204,6 +205,7 @@ def _next_round(
     prev, dups = ds.first_occurrences(raw)
     flags = {u: d.verdict for u, d in dec.flagged(dec.read_decisions(cfg.decisions)).items()}
     sel = select_at_most(prev[ds.ID], score_of, cfg.score_max, flagged=flags)
+    _require_scored(prev, sel, objstore.display(inputs[0]), cfg, score_of)
     table = prev.take(pa.array(sel.keep, pa.int64()))
     dropped = {r: len(v) for r, v in sel.dropped.items()}
     flagged_n = sum(v for r, v in dropped.items() if r.startswith("flagged"))
@@ -230,3 +232,12 @@ def _next_round(
         },
     )
     return table, record, summary
+
+
+def _require_scored(
+    table: pa.Table, sel: Selection, what: str, cfg: FocusConfig, score_of: pa.Table
+) -> None:
+    """Every prompt missing from the run means the run scored another prompt set."""
+    if table.num_rows and len(sel.dropped.get("missing from run", [])) == table.num_rows:
+        src = f"the mean reward of run(s) {', '.join(cfg.runs)}"
+        raise ValueError(scores.no_overlap(what, table[ds.ID], src, score_of))

@@ -200,8 +200,15 @@ class Plan:
 
     def summary(self, target: float) -> dict[str, Any]:
         out: dict[str, Any] = {**self.notes}
+        empty = {r["bucket"] for r in self.rows if not r["prompts"]}
         for b, n in self.recommend.items():
-            out[f"recommended n_agent ({b})"] = n if n is not None else f"none reaches {target:g}"
+            out[f"recommended n_agent ({b})"] = (
+                n
+                if n is not None
+                else "no prompt of it in the run"
+                if b in empty
+                else f"none reaches {target:g}"
+            )
         return out
 
 
@@ -230,6 +237,13 @@ def run_plan(cfg: PlanConfig) -> Plan:
             groups[Path(path).stem] = [u for u in members if u in judged]
             missing += sum(u not in judged for u in members)
         notes["bucket prompts missing from run"] = missing
+        if not any(groups.values()):  # a plan of zero prompts read as "none reaches the target"
+            raise ValueError(
+                f"no prompt of the --bucket files ({', '.join(map(str, cfg.buckets))}) is in "
+                f"run(s) {', '.join(cfg.runs)} ({len(uids):,} prompts, e.g. "
+                f"{', '.join(uids[:3])}): check that the buckets and the run belong to the same "
+                "prompt set"
+            )
     else:
         groups = bucket_prompts(
             uids,

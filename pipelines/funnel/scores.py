@@ -109,6 +109,18 @@ def match(ids: pa.Array | pa.ChunkedArray, scores: pa.Table) -> tuple[np.ndarray
     return values, len(idx) - idx.null_count
 
 
+def no_overlap(what: str, ids: pa.Array | pa.ChunkedArray, src: str, scores: pa.Table) -> str:
+    """Why no prompt of ``what`` got a score from ``src``, with a few ids of each side (an empty
+    funnel output would look like a finished step; the inputs belong to different prompt sets)."""
+    ours = ", ".join(map(str, ids.slice(0, 3).to_pylist()))
+    theirs = ", ".join(map(str, scores["uid"].slice(0, 3).to_pylist())) or "none"
+    return (
+        f"no prompt of {what} has a score in {src}: its {len(ids):,} ids (e.g. {ours}) and the "
+        f"{len(scores):,} scored ids (e.g. {theirs}) have none in common (nulls count as no "
+        "score). Check that the scores belong to these prompts; nothing was written."
+    )
+
+
 def as_dict(scores: pa.Table) -> dict[str, float]:
     return dict(zip(scores["uid"].to_pylist(), scores["score"].to_pylist(), strict=True))
 
@@ -120,6 +132,20 @@ def check_metric(metric: str, agg: str) -> None:
         raise ValueError(f"aggregate {agg!r} is not known; use one of {', '.join(AGGS)}")
 
 
+def score_column(path: str | os.PathLike[str]) -> str:
+    """The score column of a table that has one: its only numeric column besides ``id``
+    (``--score-col``'s default); else a ValueError listing the columns."""
+    df = _read_frame(Path(path))
+    numeric = [c for c, t in df.schema.items() if c != "id" and t.is_numeric()]
+    if len(numeric) != 1:
+        raise ValueError(
+            f"{objstore.display(path)}: pass --score-col naming the score column (columns: "
+            f"{', '.join(df.columns)}); the default needs exactly one numeric column besides id, "
+            f"found {len(numeric)}{': ' + ', '.join(numeric) if numeric else ''}"
+        )
+    return numeric[0]
+
+
 def read_score_table(path: str | os.PathLike[str], column: str) -> pa.Table:
     """The score table (``uid``, ``score``) of a Parquet, CSV or JSONL file with ``id`` and
     ``column``.
@@ -128,20 +154,7 @@ def read_score_table(path: str | os.PathLike[str], column: str) -> pa.Table:
     one would the funnel use?). Null scores count as no score.
     """
     p = Path(path)
-    url = objstore.url_of(p)
-    if not objstore.any_isfile(p):
-        raise FileNotFoundError(f"score table {objstore.display(p)} not found")
-    suffix = p.suffix.lower()
-    # a score table is one value per prompt: small enough to fetch whole from object storage
-    src: Any = io.BytesIO(objstore.read_bytes(url)) if url else p
-    if suffix == ".parquet":
-        df = pl.read_parquet(src)
-    elif suffix == ".csv":
-        df = pl.read_csv(src, infer_schema_length=10_000)
-    elif suffix in (".jsonl", ".ndjson"):
-        df = pl.read_ndjson(src)
-    else:
-        raise ValueError(f"{p}: score tables are .parquet, .csv or .jsonl")
+    df = _read_frame(p)
     missing = [c for c in ("id", column) if c not in df.columns]
     if missing:
         raise ValueError(
@@ -166,6 +179,22 @@ def read_score_table(path: str | os.PathLike[str], column: str) -> pa.Table:
             "score": pc.cast(df[column].to_arrow(), pa.float64()),
         }
     )
+
+
+def _read_frame(p: Path) -> pl.DataFrame:
+    url = objstore.url_of(p)
+    if not objstore.any_isfile(p):
+        raise FileNotFoundError(f"score table {objstore.display(p)} not found")
+    suffix = p.suffix.lower()
+    # a score table is one value per prompt: small enough to fetch whole from object storage
+    src: Any = io.BytesIO(objstore.read_bytes(url)) if url else p
+    if suffix == ".parquet":
+        return pl.read_parquet(src)
+    if suffix == ".csv":
+        return pl.read_csv(src, infer_schema_length=10_000)
+    if suffix in (".jsonl", ".ndjson"):
+        return pl.read_ndjson(src)
+    raise ValueError(f"{p}: score tables are .parquet, .csv or .jsonl")
 
 
 def partitions(logs: str | os.PathLike[str], runs: Sequence[str]) -> list[Path]:

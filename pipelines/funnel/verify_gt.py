@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ddai.pipelines import capabilities, manifest
+from ddai.pipelines import capabilities, manifest, objstore
 from ddai.pipelines.backends.usage import FAILED_CALLS, failed_calls
 from ddai.pipelines.funnel import dataset as ds
 from ddai.pipelines.funnel import decisions as dec
@@ -226,6 +226,14 @@ def run_verify(cfg: VerifyConfig, *, verifier: Any = None) -> step.StepResult:
         ndcg_min=cfg.ndcg_min,
         low_score_max=cfg.low_score_max,
     )
+    if cfg.runs and ids and len(not_in_run) == len(ids):
+        # no candidate because no score: an empty review would look like clean ground truth
+        src = f"the rollouts of run(s) {', '.join(cfg.runs)}"
+        raise ValueError(
+            scores.no_overlap(objstore.display(cfg.dataset), table[ds.ID], src, _uids(score_of))
+            + " Name the run that scored these prompts, or drop --run (every prompt is then a"
+            " candidate; with only --decisions the person's review is applied as it is)."
+        )
     ask = [u for u in cand if u not in decided] if cfg.uses_verifier else []
     preflight = _preflight(cfg, ask, by_id)
     shown = [u for u in ids if u in cand or u in decided]
@@ -498,3 +506,7 @@ def _estimate_cost(
     )
     usage = TokenUsage(input_tokens=chars // 4 + 200 * len(rows), output_tokens=40 * len(rows))
     return round(Price(spec.price_in_per_mtok, spec.price_out_per_mtok).cost(usage), 6)
+
+
+def _uids(score_of: dict[str, float]) -> pa.Table:
+    return pa.table({"uid": pa.array(list(score_of), pa.string())})

@@ -74,3 +74,63 @@ def test_ingest_verl_ids_flags_need_a_verl_dump(tmp_path):
     assert res.exit_code == 2
     assert "verl" in res.output and "--uid-field" in res.output
     assert not (tmp_path / "logs").exists()
+
+
+def test_parquet_files_that_are_not_rollouts_are_named(tmp_path):
+    # DDAI's SFT sets, prompt sets and score tables as Parquet were "format not recognised"
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    tables = {
+        "train1.parquet": (
+            {"uid": ["u"], "format_version": ["v1"], "messages": ["[]"]},
+            "DDAI SFT rows (uid, format_version, messages): a training set, not a rollout log",
+        ),
+        "set.parquet": (
+            {"id": ["train_1"], "prompt": [[{"role": "user", "content": "q"}]], "x": [1]},
+            "a prompt set (verl RL dataset: id, prompt, ...), not rollouts: pass it as --dataset",
+        ),
+        "scores.parquet": (
+            {"id": ["train_1"], "phase1_ndcg": [0.5]},
+            "a per-prompt score table (id and one score column), not rollouts: use it with "
+            "`ddai curate bucket --scores FILE --score-col COLUMN`",
+        ),
+        "other.parquet": ({"a": [1], "b": [2], "c": [3]}, "format not recognised"),
+    }
+    for name, (cols, why) in tables.items():
+        pq.write_table(pa.table(cols), tmp_path / name)
+        res = runner.invoke(app, ["ingest", str(tmp_path / name), "--logs", str(tmp_path / "l")])
+        assert res.exit_code == 2
+        assert f"error: {tmp_path / name}: {why}" in " ".join(res.stderr.split())
+    assert not (tmp_path / "l").exists()
+
+
+def test_compressed_inputs_are_named_with_the_command_that_opens_them(tmp_path):
+    import gzip
+
+    src = tmp_path / "rows.jsonl.gz"
+    src.write_bytes(gzip.compress(b'{"run_id": "r", "uid": "u", "rollout_idx": 0}\n'))
+    why = (
+        f"error: {src}: a gzip-compressed file; ingest reads JSONL, JSON and Parquet as they "
+        f"are: decompress it first (`gunzip -k {src}`) and ingest the result"
+    )
+    for fmt in ("auto", "ddai"):  # an explicit format quarantined every line as non-UTF-8
+        args = ["ingest", str(src), "--input-format", fmt, "--logs", str(tmp_path / "l")]
+        res = runner.invoke(app, args)
+        assert res.exit_code == 2 and why in " ".join(res.stderr.split())
+    assert not (tmp_path / "l").exists()
+    zst = tmp_path / "rows.jsonl.zst"
+    zst.write_bytes(b"\x28\xb5\x2f\xfd" + b"\x00" * 8)
+    res = runner.invoke(app, ["ingest", str(zst), "--logs", str(tmp_path / "l")])
+    assert res.exit_code == 2 and "a zstd-compressed file" in res.stderr
+
+
+def test_a_json_array_of_rollouts_is_named_with_a_conversion(tmp_path):
+    src = tmp_path / "rows.json"
+    src.write_text(json.dumps([{"run_id": "r", "uid": "u", "rollout_idx": 0}]))
+    res = runner.invoke(app, ["ingest", str(src), "--logs", str(tmp_path / "l")])
+    assert res.exit_code == 2
+    assert (
+        f"error: {src}: a JSON array; ingest reads JSON Lines (one object per line): convert it "
+        f"first, e.g. `jq -c '.[]' {src} > {tmp_path / 'rows.jsonl'}`"
+    ) in " ".join(res.stderr.split())

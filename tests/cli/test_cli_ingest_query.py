@@ -173,3 +173,32 @@ def test_empty_store_and_empty_results_say_so(tmp_path):
     )
     assert res.exit_code == 0
     assert res.output.strip() == "no rows: the query matched nothing (columns: uid, reward)"
+
+
+def test_an_ingest_that_stores_no_rollout_says_why_on_stderr(tmp_path):
+    logs = tmp_path / "logs"
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"uid": "u1"}\n{"uid": "u2", "rollout_idx": 0, "judge_score": "x"}\n')
+    args = ["ingest", str(bad), "--input-format", "ddai", "--run-id", "r1", "--logs", str(logs)]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 1
+    err = " ".join(res.stderr.split())
+    assert err.startswith("error: all 2 rows were quarantined (")
+    assert (
+        f"no run was stored. Each line's reason is in {logs / '_quarantine' / 'r1.jsonl'}." in err
+    )
+    # a file of side events only (a run's training metrics, no rollout): nothing stored, said so
+    side = tmp_path / "side.jsonl"
+    event = {"event_type": "train.step.metrics", "run_id": "r2", "global_step": 1, "metrics": {}}
+    side.write_text(json.dumps(event) + "\n")
+    res = runner.invoke(
+        app, ["ingest", str(side), "--input-format", "ddai-unified", "--logs", str(logs)]
+    )
+    assert res.exit_code == 1
+    assert "error: the input holds no rollout rows (only side events" in " ".join(
+        res.stderr.split()
+    )
+    assert not (logs / "_side").exists() or not any((logs / "_side").rglob("*.jsonl"))
+    res = runner.invoke(app, ["ingest", str(side), "--logs", str(logs), "--json"])
+    assert res.exit_code == 1
+    assert json.loads(res.stdout)["error"].startswith("the input holds no rollout rows")

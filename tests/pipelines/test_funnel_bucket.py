@@ -173,7 +173,6 @@ def test_a_deleted_output_reruns(tmp_path):
     [
         ({}, "give one score source"),
         ({"runs": ("r",), "scores": "s.parquet", "score_col": "s"}, "give one score source"),
-        ({"scores": "s.parquet"}, "--score-col"),
         ({"scores": "s.parquet", "score_col": "s", "floor": 0.8}, "must not exceed"),
         ({"runs": ("r",), "logs": "l", "metric": "bleu"}, "metric 'bleu' is not known"),
     ],
@@ -188,3 +187,42 @@ def test_conflicting_scores_for_one_id_are_an_error(tmp_path):
     scores = _scores(tmp_path / "s.parquet", [("train_1", 0.5), ("train_1", 0.6)])
     with pytest.raises(ValueError, match="different scores"):
         run_bucket(BucketConfig(dataset=ds, out=tmp_path / "o", scores=scores, score_col="s"))
+
+
+def test_scores_that_name_none_of_the_dataset_are_an_error_and_write_nothing(tmp_path):
+    # three empty buckets with exit 0 looked like a finished step (wrong --scores or --dataset)
+    ds = write_dataset(tmp_path / "set.parquet", ["train_1", "train_2"])
+    scores = _scores(tmp_path / "s.parquet", [("val_1", 0.5), ("val_2", None)])
+    out = tmp_path / "o"
+    with pytest.raises(ValueError) as e:
+        run_bucket(BucketConfig(dataset=ds, out=out, scores=scores, score_col="s"))
+    msg = str(e.value)
+    assert f"no prompt of {ds} has a score in the score table {scores} (column s)" in msg
+    assert "its 2 ids (e.g. train_1, train_2) and the 1 scored ids (e.g. val_1)" in msg
+    assert not out.exists()
+    # from a run's rollouts: the run is named
+    logs = tmp_path / "logs"
+    write_log(logs, "p1", group("val_1", "ndcg", [0.5]))
+    with pytest.raises(ValueError, match=r"has a score in the ndcg of run\(s\) p1: its 2 ids"):
+        run_bucket(BucketConfig(dataset=ds, out=out, logs=logs, runs=("p1",)))
+    assert not out.exists()
+    # one scored prompt is enough to bucket (the rest are counted as having no score)
+    scores = _scores(tmp_path / "s2.parquet", [("train_2", 0.5)])
+    res = run_bucket(BucketConfig(dataset=ds, out=out, scores=scores, score_col="s"))
+    assert res.summary["no score"] == 1 and res.summary["bucket A"] == 1
+
+
+def test_score_column_defaults_to_the_tables_one_numeric_column(tmp_path):
+    ds = write_dataset(tmp_path / "set.parquet", ["train_1", "train_2"])
+    scores = _scores(tmp_path / "s.parquet", [("train_1", 0.9), ("train_2", 0.5)])
+    res = run_bucket(BucketConfig(dataset=ds, out=tmp_path / "o", scores=scores))
+    assert res.summary["score"] == "s" and res.summary["bucket B"] == 1
+    assert pq.read_table(res.outputs["a"])["extra_info"].to_pylist()[0]["s"] == 0.5
+    two = tmp_path / "two.csv"
+    two.write_text("id,a,b,note\ntrain_1,0.1,0.2,x\n")
+    with pytest.raises(ValueError) as e:
+        run_bucket(BucketConfig(dataset=ds, out=tmp_path / "o2", scores=two))
+    assert str(e.value) == (
+        f"{two}: pass --score-col naming the score column (columns: id, a, b, note); the "
+        "default needs exactly one numeric column besides id, found 2: a, b"
+    )

@@ -173,3 +173,24 @@ def test_unknown_run_names_the_known_ones(tmp_path):
     cfg = FocusConfig(out=tmp_path / "o.parquet", logs=logs, runs=("typo",), prev=prev)
     with pytest.raises(FileNotFoundError, match="known runs: real"):
         run_focus(cfg)
+
+
+def test_a_run_that_scores_none_of_the_prompts_is_an_error_and_writes_nothing(tmp_path):
+    # an empty next round with exit 0 looked finished: the run scored another prompt set
+    logs = tmp_path / "logs"
+    write_log(logs, "r", group("val_1", "reward", [0.0]))
+    prev = write_dataset(tmp_path / "r1.parquet", ["train_1", "train_2"])
+    out = tmp_path / "r2.parquet"
+    with pytest.raises(ValueError) as e:
+        run_focus(FocusConfig(out=out, logs=logs, runs=("r",), prev=prev))
+    assert str(e.value).startswith(
+        f"no prompt of {prev} has a score in the mean reward of run(s) r: its 2 ids "
+        "(e.g. train_1, train_2) and the 1 scored ids (e.g. val_1) have none in common"
+    )
+    assert not out.exists()
+    # round 1: bucket A unscored by the run
+    zero = write_dataset(tmp_path / "z.parquet", ["train_20"])
+    cfg = FocusConfig(out=out, logs=logs, runs=("r",), bucket_a=prev, bucket_0=zero)
+    with pytest.raises(ValueError, match=f"no prompt of {prev} has a score"):
+        run_focus(cfg)
+    assert not out.exists()

@@ -126,6 +126,29 @@ def test_run_plan_on_a_log(tmp_path):
     assert res.notes["bucket prompts missing from run"] == 1
 
 
+def test_buckets_not_in_the_run_are_named_and_all_missing_is_an_error(tmp_path):
+    logs = tmp_path / "logs"
+    write_log(logs, "r", group("train_1", "judge_score", [1.0, 0.0]))
+    hard = write_dataset(tmp_path / "hard.parquet", ["train_1"])
+    other = write_dataset(tmp_path / "other.parquet", ["val_1", "val_2"])
+    cfg = plan.PlanConfig(logs=logs, runs=("r",), n_agent=(4,), buckets=(hard, other))
+    res = plan.run_plan(cfg)
+    assert [(r["bucket"], r["prompts"]) for r in res.rows] == [
+        ("hard", 1), ("other", 0), ("all", 1)
+    ]  # fmt: skip
+    s = res.summary(cfg.target)
+    # a bucket with no prompt in the run is said so, not "none reaches the target"
+    assert s["recommended n_agent (other)"] == "no prompt of it in the run"
+    assert s["recommended n_agent (hard)"] == 4 and s["bucket prompts missing from run"] == 2
+    cfg = plan.PlanConfig(logs=logs, runs=("r",), buckets=(other,))
+    with pytest.raises(ValueError) as e:
+        plan.run_plan(cfg)
+    assert str(e.value) == (
+        f"no prompt of the --bucket files ({other}) is in run(s) r (1 prompts, e.g. train_1): "
+        "check that the buckets and the run belong to the same prompt set"
+    )
+
+
 def test_plan_refuses_a_run_without_judge_scores(tmp_path):
     logs = tmp_path / "logs"
     write_log(logs, "p1", group("train_1", "ndcg", [0.5, 0.2]))

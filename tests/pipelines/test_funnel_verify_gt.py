@@ -221,6 +221,22 @@ def test_candidates_from_a_run(tmp_path):
     assert res.summary["not in run"] == 1
 
 
+def test_a_run_that_scores_none_of_the_dataset_is_an_error(tmp_path):
+    # no candidate because no score read as clean ground truth (exit 0, an empty review)
+    ds = write_dataset(tmp_path / "b0.parquet", ["train_1", "train_2"])
+    logs = tmp_path / "logs"
+    write_log(logs, "r1", group("train_9", "reward", [0.0], ndcg=1.0))
+    out = tmp_path / "o"
+    corpus = _corpus(tmp_path / "pages.parquet", ["1", "2"])
+    cfg = VerifyConfig(dataset=ds, out=out, logs=logs, runs=("r1",), corpus=corpus)
+    with pytest.raises(ValueError) as e:
+        run_verify(cfg, verifier=ScriptedVerifier({}))
+    msg = str(e.value)
+    assert msg.startswith(f"no prompt of {ds} has a score in the rollouts of run(s) r1: its 2 ids")
+    assert "(e.g. train_9)" in msg and msg.endswith("the person's review is applied as it is).")
+    assert not out.exists()
+
+
 def test_dry_run_counts_calls_and_writes_nothing(tmp_path, bucket0, monkeypatch):
     ds, _ = bucket0
     corpus = _corpus(tmp_path / "pages.parquet", ["1", "2", "3", "4", "5"])

@@ -212,7 +212,26 @@ def test_side_rows_of_an_ingest_that_adds_no_rollout_stay_consistent(tmp_path):
     bad.write_text(json.dumps(_event(TABLE, 1, metrics={"m": 9})) + "\n" + '{"event_type": 3}\n')
     res = ingest(IngestConfig([bad], logs, run_id=RUN, progress=False))
     assert res.rollouts_out == 0
-    assert res.summary()["side rows not written (no rollout of their run replaced)"] == {RUN: 1}
+    assert res.summary()["side rows not written (their run got no rollouts)"] == {RUN: 1}
     assert store.run_manifest(logs, RUN) == man
     assert len(_side(logs).read_text().splitlines()) == 4
     assert store.verify_partition(part) is None
+
+
+def test_side_rows_of_a_run_that_is_not_stored_are_not_written(tmp_path):
+    # a log holding only a run's side events (no rollout) used to leave _side/<table>/<run>.jsonl
+    # with no manifest listing it: a file no view reads, deleted by the run's next ingest
+    logs = tmp_path / "logs"
+    side_only = tmp_path / "side.jsonl"
+    side_only.write_text(
+        "".join(json.dumps(_event(TABLE, 1, metrics={"m": k})) + "\n" for k in range(3))
+    )
+    for append in (False, True):
+        res = ingest(IngestConfig([side_only], logs, append=append, progress=False))
+        assert res.rollouts_out == 0 and res.side_tables == {}
+        assert res.summary()["side rows not written (their run got no rollouts)"] == {RUN: 3}
+        assert not _side(logs).exists() and store.run_manifest(logs, RUN) is None
+    # with the run's rollouts the same side rows are written and listed
+    res = ingest(IngestConfig([_unified(tmp_path / "a.jsonl", 3)], logs, progress=False))
+    assert res.side_tables == {TABLE: 3} and not res.side_not_written
+    assert store.run_manifest(logs, RUN)["side_tables"][TABLE]["rows"] == 3

@@ -217,3 +217,26 @@ def test_an_episode_setting_given_as_a_trl_knob_names_its_flag(tmp_path):
         grpo_args(_cfg(tmp_path, overrides={"bias": 0.1}))
     grpo_flags = {o for p in load_command("train").commands["grpo"].params for o in p.opts}
     assert set(episode_flags().values()) <= grpo_flags
+
+
+@pytest.mark.parametrize("progress", [False, True])
+def test_no_progress_silences_the_hugging_face_bars(progress, tmp_path, monkeypatch):
+    # --no-progress left "Loading weights", "Tokenizing train dataset" and shard-writing bars on
+    import datasets
+    import transformers
+
+    import ddai.trainer.sft.train as sft
+
+    def stop(cfg):
+        raise RuntimeError("stopped before training")
+
+    monkeypatch.setattr(sft, "build_sft", stop)
+    cfg = SFTRunConfig(model="m", data=[], output_dir=tmp_path / "s", progress=progress)
+    try:
+        with pytest.raises(RuntimeError, match="stopped before training"):
+            sft.run_sft(cfg)
+        assert datasets.is_progress_bar_enabled() is progress
+        assert transformers.utils.logging.is_progress_bar_enabled() is progress
+    finally:
+        datasets.enable_progress_bars()
+        transformers.utils.logging.enable_progress_bar()

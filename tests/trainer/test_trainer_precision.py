@@ -81,6 +81,21 @@ def test_training_passes_checkpoint_activations_by_default(tmp_path):
         assert grpo_args(off).activation_checkpointing is False
 
 
+def test_sft_checkpoints_activations_under_the_new_name_without_a_warning(tmp_path):
+    import warnings
+
+    from ddai.trainer.sft.train import SFTRunConfig, sft_args
+
+    with warnings.catch_warnings():
+        # TRL's gradient_checkpointing=True default made transformers warn on every SFT run
+        warnings.simplefilter("error", FutureWarning)
+        args = sft_args(SFTRunConfig(model="m", data=[], output_dir=tmp_path))
+    assert args.activation_checkpointing is True
+    for key in ("gradient_checkpointing", "activation_checkpointing"):  # old and new name
+        off = SFTRunConfig(model="m", data=[], output_dir=tmp_path, overrides={key: False})
+        assert sft_args(off).activation_checkpointing is False
+
+
 class ConstantGenerator:
     name = "constant"
 

@@ -216,10 +216,7 @@ def grpo_args(cfg: GRPORunConfig) -> Any:
         # TRL takes one of the two; the user's generation batch wins over the preset's structure.
         preset.pop("steps_per_generation", None)
     merged = common.merge_layers(defaults, preset, file_layer, flags, overrides)
-    user = {**file_layer, **overrides}
-    if "gradient_checkpointing" in user and "activation_checkpointing" not in user:
-        # transformers' old name would lose to the new one set by default above.
-        merged["activation_checkpointing"] = merged.pop("gradient_checkpointing")
+    common.checkpointing_name(merged, {**file_layer, **overrides})
     batch, group = merged["per_device_train_batch_size"], merged["num_generations"]
     if batch % group:
         raise common.TrainConfigError(

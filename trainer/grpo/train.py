@@ -118,6 +118,7 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     cfg.check()
+    common.hf_progress(cfg.progress)
     args = grpo_args(cfg)
     dist.allow_fsdp_on_cpu(args)
     resume_from = common.resume_checkpoint(cfg.output_dir, cfg.resume)

@@ -337,7 +337,7 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
     so a failing check stops them all with the same message."""
     from ddai.pipelines.corpus import Corpus
     from ddai.pipelines.progress import bar
-    from ddai.trainer.common import resume_checkpoint
+    from ddai.trainer.common import hf_progress, resume_checkpoint
     from ddai.trainer.modeling import changed_parameters, load_policy, parameter_snapshot
     from ddai.trainer.ppo import checkpoint as ck
     from ddai.trainer.runtime import accel
@@ -356,6 +356,7 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     cfg.check()
+    hf_progress(cfg.progress)
     tasks = load_tasks(cfg.data, cfg.limit)
     if not tasks:
         raise TrainConfigError(f"--data {cfg.data}: no prompts")

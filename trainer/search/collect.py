@@ -92,12 +92,14 @@ def run_collect(cfg: CollectConfig, backends: Any | None = None) -> CollectResul
 
     from ddai.pipelines.corpus import Corpus
     from ddai.pipelines.progress import bar
+    from ddai.trainer.common import hf_progress
     from ddai.trainer.runtime import accel
     from ddai.trainer.search.episodes import Episodes, default_backends
     from ddai.trainer.search.logrows import RolloutLog, take_rows
     from ddai.trainer.search.tasks import load_tasks
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    hf_progress(cfg.progress)
     cfg.check()
     tasks = load_tasks(cfg.data, cfg.limit)
     if not tasks:

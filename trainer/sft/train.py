@@ -193,9 +193,13 @@ def sft_args(cfg: SFTRunConfig) -> Any:
         "save_total_limit": 2,
         "disable_tqdm": not cfg.progress,
         "packing": False,
+        # TRL's SFT default (recompute activations in the backward pass) under transformers' new
+        # name: TRL's `gradient_checkpointing=True` made transformers warn on every run.
+        "activation_checkpointing": True,
         **common.device_defaults(),
     }
     merged = common.merge_layers(defaults, file_layer, flags, overrides)
+    common.checkpointing_name(merged, {**file_layer, **overrides})
     return common.trl_config(SFTConfig, merged, cfg, assistant_only_loss=cfg.assistant_only_loss)
 
 
@@ -271,6 +275,7 @@ def run_sft(cfg: SFTRunConfig) -> SFTResult:
     """Train, save the final (merged) model and tokenizer to ``output_dir``, return a summary."""
     from ddai.trainer.modeling import changed_parameters
 
+    common.hf_progress(cfg.progress)
     resume_from = common.resume_checkpoint(cfg.output_dir, cfg.resume)
     setup = build_sft(cfg)
     trainer = setup.trainer

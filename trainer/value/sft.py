@@ -188,12 +188,14 @@ class ValueSFTResult:
 def train_value_sft(cfg: ValueSFTConfig) -> ValueSFTResult:
     """Run the joint stage and save the policy to ``output_dir`` and the critic to ``critic/``."""
     from ddai.pipelines.distill.rebuild import load_system_prompt
+    from ddai.trainer.common import hf_progress
     from ddai.trainer.runtime import accel
     from ddai.trainer.value.data import tokenize_rollouts
     from ddai.trainer.value.rows import prompt_messages, read_rows, split_data
     from ddai.trainer.value.train import evaluate
 
     cfg.check()
+    hf_progress(cfg.progress)
     rows = read_rows(cfg)  # type: ignore[arg-type]  # reads logs/runs only
     if not rows:
         raise ValueError("no rollouts in the selected runs; check --logs and --run")

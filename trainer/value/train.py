@@ -183,10 +183,12 @@ def train_value(cfg: ValueTrainConfig) -> ValueTrainResult:
     evaluates the held-out prompts, writes the metrics (losses averaged over the ranks) and saves."""
     from ddai.pipelines.distill.rebuild import load_system_prompt
     from ddai.pipelines.progress import bar
+    from ddai.trainer.common import hf_progress
     from ddai.trainer.runtime import accel
     from ddai.trainer.value.model import save_value_model
 
     cfg.check()
+    hf_progress(cfg.progress)
     rows = read_rows(cfg)
     if not rows:
         raise ValueError("no rollouts in the selected runs; check --logs and --run")
