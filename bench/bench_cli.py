@@ -3,9 +3,12 @@
 Each command runs ``--repeat`` times in a fresh interpreter, interleaved (one of each per round, so
 machine load hits all alike); the median wall time of each is printed with its ratio to
 ``python -c "import typer, rich"`` measured in the same command (the floor any Typer + rich CLI
-pays), next to ``python -c pass`` (the interpreter alone). ``ddai runs`` reads a small log store
-made once from the committed fixtures; ``ddai query`` runs one group-by on it. The module count
-of each (``sys.modules`` at exit) says what was imported.
+pays), next to ``python -c pass`` (the interpreter alone) and ``import typer, rich, duckdb`` (the
+floor of a command that reads the store with DuckDB). ``ddai runs`` reads a small log store made
+once from the committed fixtures: once with every run changed since the last listing (its kept
+rows removed before each round, so DuckDB computes them), once with none changed. ``ddai query``
+runs one group-by on it. The module count of each (``sys.modules`` at exit) says what was
+imported.
 
     python bench/bench_cli.py
     python bench/bench_cli.py --repeat 21
@@ -14,12 +17,15 @@ of each (``sys.modules`` at exit) says what was imported.
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from ddai.pipelines import run_stats
 
 ROOT = Path(__file__).resolve().parent.parent
 GROUP_BY = "SELECT uid, avg(ndcg) AS ndcg FROM rollouts GROUP BY uid"
@@ -58,7 +64,16 @@ def main() -> None:
         cmds = {
             "python -c pass": [sys.executable, "-c", COUNT + "pass"],
             "import typer, rich": [sys.executable, "-c", COUNT + "import typer, rich"],
+            # what a command that reads the store with DuckDB cannot start under
+            "import typer, rich, duckdb": [
+                sys.executable,
+                "-c",
+                COUNT + "import typer, rich, duckdb",
+            ],
             "ddai --help": _ddai("--help"),
+            # every run changed since the last listing (its rows computed by DuckDB) ...
+            "ddai runs (runs changed)": _ddai("runs", "--logs", str(logs)),
+            # ... and none (the rows kept by manifest version: no DuckDB)
             "ddai runs": _ddai("runs", "--logs", str(logs)),
             "ddai query (group-by)": _ddai(
                 "query", GROUP_BY, "--logs", str(logs), "--format", "csv"
@@ -68,14 +83,16 @@ def main() -> None:
         modules: dict[str, int] = {}
         for _ in range(args.repeat):
             for name, cmd in cmds.items():
+                if name == "ddai runs (runs changed)":
+                    shutil.rmtree(logs / run_stats.STATS_DIR, ignore_errors=True)
                 dt, n = _time(cmd)
                 times[name].append(dt)
                 modules[name] = n
     floor = statistics.median(times["import typer, rich"])
-    print(f"{'command':<24} {'median s':>9} {'ratio to typer+rich':>20} {'modules':>8}")
+    print(f"{'command':<28} {'median s':>9} {'ratio to typer+rich':>20} {'modules':>8}")
     for name, ts in times.items():
         med = statistics.median(ts)
-        print(f"{name:<24} {med:>9.3f} {med / floor:>20.2f} {modules[name]:>8}")
+        print(f"{name:<28} {med:>9.3f} {med / floor:>20.2f} {modules[name]:>8}")
     print(f"(median of {args.repeat} fresh interpreters each, interleaved; must show: "
           "ddai --help <= 2.0 x import typer, rich)")  # fmt: skip
 

@@ -16,6 +16,10 @@ import typer
 import typer.main
 from typer.core import TyperCommand, TyperGroup
 
+from ddai.cli import coerce
+
+coerce.install()  # flag values converted without importing pydantic (~0.1-0.25 s)
+
 try:  # typer >= 0.22 carries its own click; importing the separate package would cost ~50 ms
     from typer import _click as click
     from typer._click.exceptions import BadOptionUsage
@@ -42,7 +46,7 @@ COMMANDS: dict[str, Entry] = {
     "demo": _e("demo", "Run the whole loop on the synthetic world: world → ingest → funnel → distill (→ train) → report."),
     "ingest": _e("ingest", "Ingest rollout logs; unreadable rows go to _quarantine/<run>.jsonl with a reason."),
     "query": _e("query", "Run SQL over the rollout-log views and print or save the result."),
-    "runs": _e("query", "List the runs in the log store with counts, mean scores and what their rollouts carry."),
+    "runs": _e("runs", "List the runs in the log store with counts, mean scores and what their rollouts carry."),
     "fixtures": _e("fixtures", "The synthetic world: a page corpus, a prompt set and simulated runs with a truth table."),
     "corpus": _e("corpus", "Page corpora: build one from page images for search, crops and the generator."),
     "curate": _e("curate", "The curation funnel: bucket prompts by score, verify ground truth, focus the next round, plan its rollout budget."),

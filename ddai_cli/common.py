@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ddai.pipelines.store import check_run_id
+from ddai.pipelines.store_read import check_run_id
 
 console = Console(stderr=False)
 err_console = Console(stderr=True)

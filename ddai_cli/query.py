@@ -1,20 +1,21 @@
-"""CLI: ``ddai query`` (SQL over the log views) and ``ddai runs``."""
+"""CLI: ``ddai query`` (SQL over the log views).
+
+It starts without pyarrow, pandas or polars: DuckDB reads the store and writes the result
+(``ddai.pipelines.query_out``).
+"""
 
 from __future__ import annotations
 
-import csv
-import json
 import sys
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import duckdb
-import pyarrow as pa
 import typer
 
-from ddai.cli.common import JsonOpt, LogsOpt, RunsOpt, console, fail, print_rows, summary
-from ddai.pipelines import capabilities, csv_cells, io, query, workspace
+from ddai.cli.common import LogsOpt, RunsOpt, console, fail, print_rows
+from ddai.pipelines import io, query, query_out, workspace
 
 
 class Fmt(StrEnum):
@@ -22,32 +23,6 @@ class Fmt(StrEnum):
     csv = "csv"
     parquet = "parquet"
     json = "json"
-
-
-def _write(tbl: pa.Table, fmt: Fmt, out: Path | None) -> None:
-    if fmt is Fmt.parquet:
-        if out is None:
-            raise fail("--format parquet needs --out FILE")
-        io.write_parquet(out, tbl)
-        return
-    if fmt is Fmt.json:
-        text = "".join(
-            json.dumps(r, default=str, ensure_ascii=False) + "\n" for r in tbl.to_pylist()
-        )
-    else:
-        import io as _io
-
-        buf = _io.StringIO()
-        w = csv.writer(buf)
-        w.writerow(tbl.column_names)
-        for r in tbl.to_pylist():
-            # Log text is untrusted: a cell a spreadsheet would run as a formula is escaped.
-            w.writerow(["" if v is None else csv_cells.escape(v) for v in r.values()])
-        text = buf.getvalue()
-    if out is None:
-        sys.stdout.write(text)
-    else:
-        io.write_text(out, text)
 
 
 def query_cmd(
@@ -87,30 +62,52 @@ def query_cmd(
         params = dict(parse_param(p) for p in param or [])
     except ValueError as e:
         raise fail(str(e)) from e
+    if fmt is Fmt.parquet and out is None:
+        raise fail("--format parquet needs --out FILE")
     try:
         # only the views the SQL names: binding all of them costs more than a small query
         root = query.logs_or_fail(workspace.logs_dir(logs))
         con = query.connect(root, runs, views=query.views_for(sql))
-        tbl = query.run_sql(con, sql, params or None)
-    except (FileNotFoundError, duckdb.Error) as e:
+        rel = query.relation(con, sql, params or None)
+        if fmt is Fmt.parquet and out is not None:  # (without --out: refused above)
+            n = query_out.write_parquet(con, rel, out)
+        else:
+            result = query_out.materialize(con, rel)
+            n = result.num_rows
+            if out is not None or fmt is not Fmt.table:
+                _write(con, result, fmt, out)
+    except (FileNotFoundError, ValueError, duckdb.Error) as e:
         raise fail(str(e)) from e
-    if fmt is Fmt.table and out is None:
-        if tbl.num_rows == 0:
-            # An empty table prints only its header, which reads like a display fault.
-            console.print(
-                f"no rows: the query matched nothing (columns: {', '.join(tbl.column_names)})",
-                markup=False,
-            )
-            return
-        print_rows(f"{tbl.num_rows:,} rows", tbl.slice(0, limit).to_pylist())
-        if tbl.num_rows > limit:
-            console.print(f"[dim]{tbl.num_rows:,} rows, {limit} shown (--limit)[/]")
-        return
-    _write(tbl, fmt, out)
     if out is not None:
+        console.print(f"wrote {n:,} rows to {out}", style="dim", markup=False, soft_wrap=True)
+    elif fmt is Fmt.table:
+        _show(con, result, limit)
+
+
+def _write(
+    con: duckdb.DuckDBPyConnection, result: query_out.Result, fmt: Fmt, out: Path | None
+) -> None:
+    """CSV (also ``--format table`` with ``--out``) or JSON lines, to ``out`` or stdout."""
+    write = query_out.write_json_lines if fmt is Fmt.json else query_out.write_csv
+    if out is None:
+        write(con, result, sys.stdout)
+        return
+    with io.atomic_open(out, "w", encoding="utf-8") as fh:
+        write(con, result, fh)
+
+
+def _show(con: duckdb.DuckDBPyConnection, result: query_out.Result, limit: int) -> None:
+    """The first ``limit`` rows as a table for people."""
+    if result.num_rows == 0:
+        # An empty table prints only its header, which reads like a display fault.
         console.print(
-            f"wrote {tbl.num_rows:,} rows to {out}", style="dim", markup=False, soft_wrap=True
+            f"no rows: the query matched nothing (columns: {', '.join(result.columns)})",
+            markup=False,
         )
+        return
+    print_rows(f"{result.num_rows:,} rows", query_out.preview(con, result, limit))
+    if result.num_rows > limit:
+        console.print(f"[dim]{result.num_rows:,} rows, {limit} shown (--limit)[/]")
 
 
 _BOOLS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
@@ -156,73 +153,5 @@ def parse_param(text: str) -> tuple[str, str | int | float | bool]:
     return name, out
 
 
-def runs_cmd(logs: LogsOpt = None, as_json: JsonOpt = False) -> None:
-    """List the runs in the log store with rollout, prompt and step counts, mean scores and what
-    their rollouts carry (turns, pages, judge, ndcg, reward, step, advantages, images: the
-    commands that need one refuse a run without it)."""
-    try:
-        root = query.logs_or_fail(workspace.logs_dir(logs))
-        con = query.connect(root)
-    except FileNotFoundError as e:
-        raise fail(str(e)) from e
-    tbl = query.run_sql(con, "SELECT * FROM runs")
-    if tbl.num_rows == 0:
-        if as_json:
-            summary("runs", {"runs": []}, as_json=True)
-        else:
-            console.print(
-                f"no runs in the log store {root}: add one with `ddai ingest FILE --logs {root}`",
-                markup=False,
-                soft_wrap=True,
-            )
-        return
-    caps = capabilities.for_runs(root, tbl["run_id"].to_pylist())
-    if as_json:
-        rows = [{**r, "capabilities": caps[r["run_id"]].to_dict()} for r in tbl.to_pylist()]
-        summary("runs", {"runs": rows}, as_json=True)
-        return
-    rows = [_run_row(r) for r in tbl.to_pylist()]
-    lacks = [
-        {
-            "run": r["run"],
-            "steps": r.pop("steps"),
-            "lacks": ", ".join(caps[r["run"]].lacks()) or "nothing",
-            "partly": _partly(caps[r["run"]]),
-        }
-        for r in rows
-    ]
-    print_rows("runs (all digits: --json)", rows)
-    print_rows("what each run lacks", lacks)
-
-
-def _partly(c: capabilities.Capabilities) -> str:
-    """What only some of a run's rollouts carry, as ``name k/n``."""
-    return ", ".join(
-        f"{n} {c.count(n):,}/{c.rollouts:,}" for n in c.carries() if c.count(n) < c.rollouts
-    )
-
-
-def _run_row(r: dict[str, Any]) -> dict[str, Any]:
-    """One run for people: short column names, rates to 3 decimals (--json has all digits)."""
-    first, last = r.get("first_step"), r.get("last_step")
-
-    def rate(k: str) -> float | None:
-        return None if r.get(k) is None else round(r[k], 3)
-
-    return {
-        "run": r["run_id"],
-        "rollouts": r.get("rollouts"),
-        "prompts": r.get("prompts"),
-        "steps": "" if first is None else f"{first}-{last}",
-        "success": rate("success_rate"),
-        "judge": rate("mean_judge"),
-        "ndcg": rate("mean_ndcg"),
-        "reward": rate("mean_reward"),
-        "turns": None if r.get("mean_turns") is None else round(r["mean_turns"], 2),
-        "fmt fail": rate("format_fail_rate"),
-    }
-
-
 def register(app: typer.Typer) -> None:
     app.command("query")(query_cmd)
-    app.command("runs")(runs_cmd)

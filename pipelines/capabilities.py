@@ -16,9 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import duckdb
-
-from ddai.pipelines import objstore, store
+from ddai.pipelines import objstore, store_read
 from ddai.pipelines.capability_count import NAMES, count_relation, empty
 
 __all__ = [
@@ -138,12 +136,14 @@ def run_capabilities(logs: str | os.PathLike[str], run: str) -> Capabilities:
 
     Raises FileNotFoundError (naming the known runs) when the store has no such run.
     """
-    files = store.parquet_files(logs, [run])
-    man = store.run_manifest(logs, run) or {}
+    files = store_read.parquet_files(logs, [run])
+    man = store_read.run_manifest(logs, run) or {}
     if "capabilities" in man:
         return Capabilities.of(run, man["capabilities"], formats=_formats(man))
     if not files:
         return Capabilities.of(run, empty(), formats=_formats(man), counted=True)
+    import duckdb  # only a manifest from before the counts: `ddai runs` needs no DuckDB
+
     con = duckdb.connect()
     try:
         objstore.register(con, files)  # a store on object storage: read through fsspec

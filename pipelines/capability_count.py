@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from importlib import resources
+from typing import TYPE_CHECKING
 
-import duckdb
-import pyarrow as pa
+if TYPE_CHECKING:  # a table or connection is handed in: DuckDB is imported to count a table
+    import duckdb
+    import pyarrow as pa
 
 NAMES = ("turns", "pages", "judge", "ndcg", "reward", "step", "advantages", "images")
 """The capabilities, in display order; each is a count of rollouts."""
@@ -24,12 +26,14 @@ def sql() -> str:
 
 def count_relation(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
     """The counts over ``rollouts_src`` on ``con``: ``rollouts`` and one per name in ``NAMES``."""
-    rows = con.sql(sql()).to_arrow_table().to_pylist()
-    return {c: int(v or 0) for c, v in rows[0].items()}
+    rel = con.sql(sql())
+    return {c: int(v or 0) for c, v in zip(rel.columns, rel.fetchall()[0], strict=True)}
 
 
 def count_table(table: pa.Table) -> dict[str, int]:
     """The counts over ``table`` (rollout-log schema)."""
+    import duckdb
+
     con = duckdb.connect()
     try:
         con.register("rollouts_src", table)

@@ -21,12 +21,12 @@ import signal
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
-
-import pyarrow as pa
-import pyarrow.parquet as pq
+from typing import IO, TYPE_CHECKING, Any
 
 from ddai.pipelines import objstore
+
+if TYPE_CHECKING:  # pyarrow (~0.3 s) is imported where a Parquet file is written
+    import pyarrow as pa
 
 
 @contextlib.contextmanager
@@ -119,6 +119,8 @@ def write_parquet(
     path: str | os.PathLike[str], table: pa.Table, *, metadata: dict[str, str] | None = None
 ) -> None:
     """Write a zstd Parquet file atomically, merging ``metadata`` into the schema metadata."""
+    import pyarrow.parquet as pq
+
     if metadata:
         meta = dict(table.schema.metadata or {})
         meta.update({k.encode(): v.encode() for k, v in metadata.items()})
@@ -139,4 +141,8 @@ def sha256_file(path: str | os.PathLike[str], chunk: int = 1 << 20) -> str:
 
 
 def sha256_text(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return sha256_bytes(text.encode("utf-8"))
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()

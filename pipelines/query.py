@@ -12,13 +12,17 @@ import threading
 from collections.abc import Iterable
 from functools import lru_cache
 from importlib import resources
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
-import pyarrow as pa
 
-from ddai.pipelines import objstore, store
+# The read side only: ``ddai query`` and ``ddai runs`` start without pyarrow (~0.3 s); the store
+# module (its Arrow schema) is imported where an Arrow table or dataset is built.
+from ddai.pipelines import objstore, store_read
+from ddai.pipelines.store_read import logs_or_fail  # noqa: F401 (its home before store_read)
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 # How a store on object storage is scanned: pyarrow's C++ S3 filesystem handed to DuckDB as an
 # Arrow dataset (``arrow``, the default: see bench/bench_objstore.py), or s3fs registered with
@@ -131,6 +135,7 @@ def connect(
     threads: int | None = None,
     views: list[str] | None = None,
     shared: bool = False,
+    snap: store_read.Snapshot | None = None,
 ) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection with the rollout-log views over ``logs`` (or the named runs).
 
@@ -143,17 +148,21 @@ def connect(
 
     The views read one snapshot of each run (the files its manifest listed when connecting),
     held while the connection lives, so a concurrent re-ingest or append never changes or
-    removes what the connection's queries read."""
-    snap = store.snapshot(logs, runs)
+    removes what the connection's queries read. ``snap``: read this snapshot instead (its holder
+    keeps and releases it; ``logs`` and ``runs`` are then unused)."""
+    own = snap is None
+    snap = store_read.snapshot(logs, runs) if snap is None else snap
     files = snap.all_files()
     remote = bool(files) and objstore.is_url(files[0])
     try:
         # object storage registers filesystems with the database: never on the shared one
         con = _open(database, threads, shared and not remote)
     except BaseException:
-        snap.release()
+        if own:
+            snap.release()
         raise
-    snap.keep_while(con)
+    if own:
+        snap.keep_while(con)
     # DuckDB draws its progress bar on stdout for queries over ~2 s: that would corrupt
     # `ddai query --format csv|json` written to stdout (and the report's own progress display).
     con.execute("SET enable_progress_bar = false")
@@ -171,6 +180,8 @@ def connect(
         )
     else:
         # An empty store still answers queries (with no rows).
+        from ddai.pipelines import store
+
         con.register("rollouts_src", store.ROLLOUT_SCHEMA.empty_table())
     _create_views(con, VIEWS if views is None else views)
     return con
@@ -192,6 +203,8 @@ def _remote_source(con: duckdb.DuckDBPyConnection, files: list[Any]) -> None:
         ).create_view("rollouts_src")
     else:
         # DuckDB pushes projections and filters into the Arrow dataset's scan.
+        from ddai.pipelines import store
+
         con.register("rollouts_src", store.arrow_dataset(files))
 
 
@@ -205,17 +218,18 @@ def run_named(
 def run_sql(
     con: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any] | list[Any] | None = None
 ) -> pa.Table:
-    rel = con.sql(sql, params=params or None)
+    """``sql``'s result as an Arrow table (empty for a statement without a result)."""
+    import pyarrow as pa
+
+    rel = relation(con, sql, params)
     if rel is None:  # a statement without a result (DDL)
         return pa.table({})
     return rel.to_arrow_table()
 
 
-def logs_or_fail(logs: Path) -> Path:
-    if not objstore.any_exists(logs):
-        where = objstore.display(logs)
-        raise FileNotFoundError(
-            f"log store {where} does not exist; ingest logs first (`ddai ingest FILE --logs {where}`) "
-            "or pass --logs"
-        )
-    return logs
+def relation(
+    con: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any] | list[Any] | None = None
+) -> duckdb.DuckDBPyRelation | None:
+    """``sql``'s result as a DuckDB relation, None for a statement without one (DDL): for
+    callers that fetch rows or ``COPY`` it to a file, which need no pyarrow."""
+    return con.sql(sql, params=params or None)

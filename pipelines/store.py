@@ -13,9 +13,13 @@ Commit protocol (one per run, under the run's write lock ``_locks/<run>.lock``):
 
 Side tables (``_side/<table>/<run>.jsonl``) and quarantine entries of an ingest are committed under
 the same lock just before the manifest, which lists each side table with its sha256 (so
-``verify_partition`` sees one that does not belong to the committed version). Every other writer
-of a run's data (a judge or value re-score in place, a resumed trainer) holds the lock and, when
-it read the run first, commits only if the run is still the version it read (``if_unchanged``).
+``verify_partition`` sees one that does not belong to the committed version; on object storage
+a table is a list of part objects, each listed with its rows and sha256: ``side_log``). An
+ingest of several runs takes every run's lock and checks every run before committing any, and
+journals its commits (``rollback.Journal``) so that a late failure puts the earlier runs back.
+Every other writer of a run's data (a judge or value re-score in place, a resumed trainer)
+holds the lock and, when it read the run first, commits only if the run is still the version it
+read (``if_unchanged``).
 
 Readers take a shared lock on each run, then read its manifest's file list (a ``Snapshot``): one
 consistent version of every run, even while it is replaced or appended. Leftovers of a crashed
@@ -49,9 +53,7 @@ import shutil
 import tempfile
 import time
 import uuid
-import weakref
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -61,36 +63,34 @@ import pyarrow.parquet as pq
 from ddai.pipelines import capability_count, io, locks, objstore
 from ddai.pipelines.schema import ROLLOUT_SCHEMA, SCHEMA_VERSION, normalize_rollout
 
+# The read side (no pyarrow), re-exported: ``store.snapshot``, ``store.MANIFEST`` as before.
+from ddai.pipelines.store_read import (  # noqa: F401
+    LOCK_DIR,
+    MANIFEST,
+    QUARANTINE_DIR,
+    SIDE_DIR,
+    Snapshot,
+    _lock_file,
+    _read_manifest,
+    check_run_id,
+    committed_files,
+    list_runs,
+    manifest_version,
+    parquet_files,
+    partition_dir,
+    run_manifest,
+    snapshot,
+)
+
 if TYPE_CHECKING:  # pyarrow.dataset pulls pandas in: imported where a dataset is built
     import pyarrow.dataset as ds
 
-MANIFEST = "_manifest.json"
-QUARANTINE_DIR = "_quarantine"
-SIDE_DIR = "_side"
-LOCK_DIR = "_locks"
+    from ddai.pipelines.rollback import Journal, RemoteUndo
+
 DEFAULT_BATCH_ROWS = 50_000
 # A row group is written when this many rows (or bytes, for wide rows) are staged.
 ROW_GROUP_ROWS = 131_072
 ROW_GROUP_BYTES = 64 << 20
-_SAFE_RUN_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-:+@")
-
-
-def check_run_id(run_id: str) -> str:
-    """Run ids become folder names: refuse separators and other unsafe characters."""
-    if not run_id or run_id.startswith((".", "_")) or not set(run_id) <= _SAFE_RUN_CHARS:
-        raise ValueError(
-            f"run id {run_id!r} is not usable as a folder name; use letters, digits and . _ - : + @ "
-            "(not starting with . or _)"
-        )
-    return run_id
-
-
-def partition_dir(logs: str | os.PathLike[str], run_id: str) -> Path:
-    return Path(logs) / f"run_id={check_run_id(run_id)}"
-
-
-def _lock_file(logs: str | os.PathLike[str], run_id: str, kind: str) -> Path:
-    return Path(logs) / LOCK_DIR / f"{check_run_id(run_id)}.{kind}"
 
 
 @contextlib.contextmanager
@@ -115,11 +115,6 @@ class StoreConflict(RuntimeError):
     """A write that read the run first found another write committed meanwhile (nothing written)."""
 
 
-def manifest_version(man: dict[str, Any]) -> str:
-    """The version of a committed run: the digest of its manifest (every commit changes it)."""
-    return io.sha256_text(json.dumps(man, sort_keys=True, ensure_ascii=False, default=str))
-
-
 def files_digest(files: list[dict[str, Any]]) -> str:
     """The digest of a partition's files (``name:sha256`` lines; an input's recorded hash)."""
     return io.sha256_text("\n".join(f"{f['name']}:{f['sha256']}" for f in files))
@@ -129,26 +124,6 @@ def _file_record(path: Path, rows: int | None = None) -> dict[str, Any]:
     if rows is None:
         rows = pq.ParquetFile(path).metadata.num_rows
     return {"name": path.name, "sha256": io.sha256_file(path), "rows": rows}
-
-
-def committed_files(part: str | os.PathLike[str], man: dict[str, Any] | None = None) -> list[Any]:
-    """The data files of the committed version of partition ``part`` (none without a manifest):
-    paths, or URLs (``str``) for a partition on object storage.
-
-    A manifest from before file lists existed covers every ``*.parquet`` of the partition."""
-    p = Path(part)
-    man = man if man is not None else _read_manifest(p)
-    if man is None:
-        return []
-    url = objstore.url_of(part)
-    if url is not None:
-        if "files" in man:
-            return [objstore.join(url, f["name"]) for f in man["files"]]
-        names = objstore.listdir(url)
-        return [objstore.join(url, n) for n in names if n.endswith(".parquet") and n[0] not in "_."]
-    if "files" in man:
-        return [p / f["name"] for f in man["files"]]
-    return sorted(f for f in p.glob("*.parquet") if not f.name.startswith(("_", ".")))
 
 
 class PartitionWriter:
@@ -246,19 +221,22 @@ class PartitionWriter:
         *,
         locked: bool = False,
         if_unchanged: str | None = None,
+        journal: Journal | None = None,
     ) -> dict[str, Any]:
         """Commit the written rows with ``manifest``; ``locked``: the caller holds ``run_lock``.
 
         ``if_unchanged``: the ``manifest_version`` of the run as the caller read it; another
         commit since then raises ``StoreConflict`` and writes nothing (a read-modify-write never
-        drops rows appended meanwhile)."""
+        drops rows appended meanwhile). ``journal`` (a local store, one command committing
+        several runs): the files replaced are kept there for a rollback and the superseded
+        files are collected only when the journal finishes."""
         self._close()
         if self.remote is not None:
             return self._publish(manifest, if_unchanged)
         if locked:
-            return self._commit(manifest, if_unchanged)
+            return self._commit(manifest, if_unchanged, journal)
         with run_lock(self.logs, self.run_id):
-            return self._commit(manifest, if_unchanged)
+            return self._commit(manifest, if_unchanged, journal)
 
     def _close(self) -> None:
         self._flush()
@@ -296,7 +274,12 @@ class PartitionWriter:
     def _own_parts(self) -> list[Path]:
         return [self.tmp / self.part] if (self.tmp / self.part).exists() else []
 
-    def _commit(self, manifest: dict[str, Any], if_unchanged: str | None = None) -> dict[str, Any]:
+    def _commit(
+        self,
+        manifest: dict[str, Any],
+        if_unchanged: str | None = None,
+        journal: Journal | None = None,
+    ) -> dict[str, Any]:
         old = _read_manifest(self.final)
         if if_unchanged is not None and (old is None or manifest_version(old) != if_unchanged):
             raise StoreConflict(
@@ -319,9 +302,14 @@ class PartitionWriter:
         listed = (prev or {}).get("side_tables")
         if listed and "side_tables" not in manifest:
             manifest = {**manifest, "side_tables": listed}  # not this write's: left as they are
+        if journal is not None:
+            journal.mkdir(self.final)
+            journal.save(self.final / MANIFEST)
         self.final.mkdir(exist_ok=True)
         if (self.tmp / self.part).exists():
             new = _file_record(self.tmp / self.part, self.rows)
+            if journal is not None:
+                journal.save(self.final / self.part)  # new: a rollback removes it
             os.replace(self.tmp / self.part, self.final / self.part)
             files = [*files, new]
         record = {
@@ -335,7 +323,11 @@ class PartitionWriter:
         io.crash_point(f"partition-data:{self.run_id}")
         io.write_json(self.final / MANIFEST, record)  # the commit point
         self._drop_tmp()
-        collect_garbage(self.logs, self.run_id)
+        if journal is None:
+            collect_garbage(self.logs, self.run_id)
+        else:  # a rollback needs the replaced version's files
+            logs, run = self.logs, self.run_id
+            journal.after(lambda: collect_garbage(logs, run))
         return record
 
     def _drop_tmp(self) -> None:
@@ -509,14 +501,36 @@ def verify_partition(part: str | os.PathLike[str]) -> str | None:
     # side tables the committed ingest wrote (a kill between them and the manifest, or an edit)
     run = man.get("run_id") or p.name.split("=", 1)[-1]
     for table, rec in sorted((man.get("side_tables") or {}).items()):
-        fp = p.parent / SIDE_DIR / table / f"{run}.jsonl"
+        base: Any = p.parent / SIDE_DIR / table
         if url:
-            fp = objstore.join(url.rsplit("/", 1)[0], SIDE_DIR, table, f"{run}.jsonl")
-        if not objstore.any_isfile(fp):
-            bad.append(f"side table {table} missing")
-        elif io.sha256_file(fp) != rec["sha256"]:
-            bad.append(f"side table {table} changed")
+            base = objstore.join(url.rsplit("/", 1)[0], SIDE_DIR, table)
+        if "parts" not in rec:  # one file (a local store, an ingest before parts)
+            fp = objstore.join(base, f"{run}.jsonl") if url else base / f"{run}.jsonl"
+            if not objstore.any_isfile(fp):
+                bad.append(f"side table {table} missing")
+            elif io.sha256_file(fp) != rec["sha256"]:
+                bad.append(f"side table {table} changed")
+            continue
+        for part in rec["parts"]:  # appended per step on object storage: one object each
+            fp = objstore.join(base, *part["name"].split("/")) if url else base / part["name"]
+            if not objstore.any_isfile(fp):
+                bad.append(f"side table {table} part {part['name']} missing")
+            elif io.sha256_file(fp) != part["sha256"]:
+                bad.append(f"side table {table} part {part['name']} changed")
     return "; ".join(bad) or None
+
+
+def side_parts(rec: dict[str, Any], run: str) -> list[dict[str, Any]]:
+    """The parts (``name`` under ``_side/<table>/``, ``rows``, ``sha256``) of a listed side
+    table; a table kept as one file (``<run>.jsonl``) is its own single part."""
+    if "parts" in rec:
+        return list(rec["parts"])
+    return [{"name": f"{run}.jsonl", "rows": rec["rows"], "sha256": rec["sha256"]}]
+
+
+def side_parts_record(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """A side table's manifest record over ``parts``: total rows, the digest over the parts."""
+    return {"rows": sum(p["rows"] for p in parts), "sha256": files_digest(parts), "parts": parts}
 
 
 # Partition-wide fields the new manifest carries up to date: a history entry keeps only what its own
@@ -526,18 +540,13 @@ _CURRENT_ONLY = ("history", "files", "sha256", "capabilities")
 
 
 def _strip_history(m: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in m.items() if k not in _CURRENT_ONLY}
-
-
-def _read_manifest(part: Path) -> dict[str, Any] | None:
-    url = objstore.url_of(part)
-    if url is not None:
-        try:
-            return json.loads(objstore.read_text(objstore.join(url, MANIFEST)))
-        except FileNotFoundError:
-            return None
-    p = part / MANIFEST
-    return json.loads(p.read_text(encoding="utf-8")) if p.is_file() else None
+    out = {k: v for k, v in m.items() if k not in _CURRENT_ONLY}
+    if out.get("side_tables"):  # a side table's part list grows per step: current only too
+        out["side_tables"] = {
+            t: {k: v for k, v in rec.items() if k != "parts"}
+            for t, rec in out["side_tables"].items()
+        }
+    return out
 
 
 def write_run(
@@ -575,119 +584,6 @@ def write_run(
     except BaseException:
         w.abort()
         raise
-
-
-def list_runs(logs: str | os.PathLike[str]) -> list[str]:
-    """The committed runs of the store (a partition without ``_manifest.json`` is not one)."""
-    url = objstore.url_of(logs)
-    if url is not None:
-        parts = [n for n in objstore.listdir(url) if n.startswith("run_id=")]
-        return sorted(
-            n.split("=", 1)[1] for n in parts if objstore.isfile(objstore.join(url, n, MANIFEST))
-        )
-    p = Path(logs)
-    if not p.is_dir():
-        return []
-    return sorted(
-        d.name.split("=", 1)[1]
-        for d in p.iterdir()
-        if d.is_dir() and d.name.startswith("run_id=") and (d / MANIFEST).is_file()
-    )
-
-
-def run_manifest(logs: str | os.PathLike[str], run_id: str) -> dict[str, Any] | None:
-    return _read_manifest(partition_dir(logs, run_id))
-
-
-@dataclass
-class Snapshot:
-    """One consistent version of each of ``runs``: their manifests and the files they list.
-
-    Holds a shared lock per run until ``release`` (or until it is garbage-collected), so no
-    writer removes the listed files meanwhile; writers never wait for readers."""
-
-    logs: Path
-    manifests: dict[str, dict[str, Any]]
-    files: dict[str, list[Path]]
-    _held: list[locks.Shared] = field(default_factory=list, repr=False)
-
-    def all_files(self) -> list[Path]:
-        return [f for r in self.manifests for f in self.files[r]]
-
-    def release(self) -> None:
-        for lk in self._held:
-            lk.release()
-        self._held.clear()
-
-    def keep_while(self, owner: object) -> None:
-        """Hold the locks as long as ``owner`` lives (a lazy dataset, a DuckDB connection)."""
-        held = list(self._held)
-        self._held.clear()
-        weakref.finalize(owner, _release_all, held)
-
-    def __enter__(self) -> Snapshot:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
-
-
-def _release_all(held: list[locks.Shared]) -> None:
-    for lk in held:
-        lk.release()
-
-
-def snapshot(logs: str | os.PathLike[str], runs: list[str] | None = None) -> Snapshot:
-    """Lock and read one version of ``runs`` (default: every committed run).
-
-    Raises FileNotFoundError naming runs that are not committed in the store."""
-    root = Path(logs)
-    wanted = list(dict.fromkeys(runs)) if runs else list_runs(root)
-    for r in wanted:
-        check_run_id(r)
-    snap = Snapshot(root, {}, {})
-    missing = []
-    remote = objstore.is_url(logs)
-    try:
-        for r in wanted:
-            # a read-only store: nobody writes it, nothing to lock against (object storage has
-            # no locks: its superseded parts outlive readers by a grace period instead)
-            with contextlib.suppress(OSError):
-                if not remote:
-                    snap._held.append(locks.Shared(_lock_file(root, r, "readers")))
-            part = partition_dir(root, r)
-            man = _read_manifest(part)
-            if man is None:
-                missing.append(r)
-                continue
-            snap.manifests[r] = man
-            snap.files[r] = committed_files(part, man)
-    except BaseException:
-        snap.release()
-        raise
-    if missing:
-        snap.release()
-        known = ", ".join(list_runs(logs)) or "none"
-        half = [r for r in missing if objstore.any_isdir(partition_dir(root, r))]
-        hint = (
-            f" ({', '.join(half)}: a partition without {MANIFEST}, left by an interrupted write; "
-            "ingest it again)"
-            if half
-            else ""
-        )
-        raise FileNotFoundError(
-            f"run(s) {', '.join(missing)} not in {objstore.display(root)} (known runs: {known}){hint}"
-        )
-    return snap
-
-
-def parquet_files(logs: str | os.PathLike[str], runs: list[str] | None = None) -> list[Path]:
-    """Committed data files of the store (or of the named runs), as their manifests list them.
-
-    Takes no lock beyond the listing: read through ``snapshot`` where a concurrent replace of
-    the run could remove the files before they are read."""
-    with snapshot(logs, runs) as snap:
-        return snap.all_files()
 
 
 def dataset(logs: str | os.PathLike[str], runs: list[str] | None = None) -> ds.Dataset:
@@ -761,6 +657,8 @@ def commit_remote(
     if_unchanged: str | None = None,
     keys_checked: set[str] | None = None,
     rename: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    undo: RemoteUndo | None = None,
+    gc: bool = True,
 ) -> dict[str, Any] | None:
     """Commit run ``run`` committed in local staging store ``stage`` to the store at ``url``:
     its parts, then the manifest with a conditional put. Returns the committed manifest (None
@@ -771,7 +669,11 @@ def commit_remote(
     alone, which keeps the run's side tables as they are). ``if_unchanged``: the
     ``manifest_version`` the rows were computed from; ``keys_checked``: the files ``--append``'s
     duplicate check read (``check_new_keys``). Either failing raises ``StoreConflict`` with
-    nothing committed. ``rename``: applied to the staged manifest first."""
+    nothing committed. ``rename``: applied to the staged manifest first. ``side`` lists each
+    table's new ``parts`` (objects already put): an append lists them after the run's parts, a
+    replace lists them alone. ``undo``: records what the commit changed (``rollback``);
+    ``gc=False`` leaves the superseded objects for the caller to collect once its other runs
+    committed too (a rollback needs them)."""
     new = run_manifest(stage, run)
     if new is None:
         return None
@@ -781,16 +683,22 @@ def commit_remote(
     check_remote(stage, url, run, if_unchanged=if_unchanged, keys_checked=keys_checked)
     for f in new["files"]:
         objstore.put_file(stage / f"run_id={run}" / f["name"], objstore.join(part_url, f["name"]))
+        if undo is not None:
+            undo.created.append(objstore.join(part_url, f["name"]))
     for _ in range(_REMOTE_RETRIES):
-        tag, old = _remote_manifest(man_url)
+        tag, raw = _remote_manifest_bytes(man_url)
+        old = json.loads(raw) if raw is not None else None
         check_remote(stage, url, run, old, if_unchanged=if_unchanged, keys_checked=keys_checked)
         record = dict(new)
         if side is None and old and "side_tables" in old:
             # not this write's: left as they are (plus any a rollout commit lists first)
             record["side_tables"] = {**old["side_tables"], **(new.get("side_tables") or {})}
-        elif side or "side_tables" in new:
+        elif side is not None:
             kept = (old or {}).get("side_tables") or {} if append else {}
-            record["side_tables"] = {**kept, **(side if side is not None else new["side_tables"])}
+            record["side_tables"] = {**kept, **_merge_side(kept, side, run)}
+        elif "side_tables" in new:
+            kept = (old or {}).get("side_tables") or {} if append else {}
+            record["side_tables"] = {**kept, **new["side_tables"]}
         if append and old is not None:
             old_files = old.get("files")
             if old_files is None:  # written before manifests listed files: list them now
@@ -804,10 +712,15 @@ def commit_remote(
             )
         body = (json.dumps(record, indent=2, ensure_ascii=False, default=str) + "\n").encode()
         try:
-            objstore.put_bytes(man_url, body, if_match=tag, create=tag is None)
+            put = objstore.put_bytes(man_url, body, if_match=tag, create=tag is None)
         except objstore.ConflictError:
             continue  # another writer committed first: merge over its version
-        collect_remote_garbage(part_url, record)
+        if undo is not None:
+            undo.manifest_url, undo.before, undo.put_tag = man_url, raw, put
+        if gc:
+            collect_remote_garbage(part_url, record)
+            if side is not None:
+                collect_remote_side_garbage(url, run, record.get("side_tables") or {})
         return record
     raise StoreConflict(
         f"run {run!r} at {url}: {_REMOTE_RETRIES} concurrent commits in a row beat this one; "
@@ -847,8 +760,62 @@ def check_remote(
 
 def _remote_manifest(man_url: str) -> tuple[str | None, dict[str, Any] | None]:
     """The manifest's version token and body (None, None when the run is not there)."""
+    tag, raw = _remote_manifest_bytes(man_url)
+    return tag, json.loads(raw) if raw is not None else None
+
+
+def _remote_manifest_bytes(man_url: str) -> tuple[str | None, bytes | None]:
+    """The manifest's version token and exact bytes (None, None when the run is not there)."""
     tag = objstore.etag(man_url)
-    return tag, json.loads(objstore.read_text(man_url)) if tag else None
+    if tag is None:
+        return None, None
+    try:
+        return tag, objstore.read_bytes(man_url)
+    except FileNotFoundError:  # removed since (a rolled back commit): as if never there
+        return None, None
+
+
+def _merge_side(
+    kept: dict[str, dict[str, Any]], side: dict[str, dict[str, Any]], run: str
+) -> dict[str, dict[str, Any]]:
+    """Side-table records of a commit listing ``side``'s new parts after ``kept``'s (the tables
+    an append keeps; empty for a replace). A record without ``parts`` is listed as it is."""
+    out = {}
+    for table, rec in side.items():
+        if "parts" not in rec:
+            out[table] = rec
+            continue
+        before = side_parts(kept[table], run) if table in kept else []
+        out[table] = side_parts_record([*before, *rec["parts"]])
+    return out
+
+
+def collect_remote_side_garbage(
+    url: str, run: str, listed: dict[str, dict[str, Any]], *, now: float | None = None
+) -> list[str]:
+    """Remove ``run``'s side-table objects under ``url/_side/`` that ``listed`` (the committed
+    manifest's ``side_tables``) does not name and that are older than the grace period: parts a
+    replaced table or a resumed run's rewrite superseded. Returns ``table/name`` of each."""
+    grace = float(os.environ.get(GRACE_ENV, "3600"))
+    keep = {(t, p["name"]) for t, rec in listed.items() for p in side_parts(rec, run)}
+    now = time.time() if now is None else now
+    removed = []
+    side = objstore.join(url, SIDE_DIR)
+    for table in objstore.listdir(side):
+        base = objstore.join(side, table)
+        entries = objstore.listdir(base)
+        names = [f"{run}.jsonl"] if f"{run}.jsonl" in entries else []
+        if run in entries:  # the folder of the run's parts
+            names += [f"{run}/{n}" for n in objstore.listdir(objstore.join(base, run))]
+        for name in names:
+            if (table, name) in keep:
+                continue
+            obj = objstore.join(base, *name.split("/"))
+            born = objstore.modified(obj)
+            if born is not None and now - born >= grace:
+                objstore.remove(obj)
+                removed.append(f"{table}/{name}")
+    return removed
 
 
 def collect_remote_garbage(

@@ -1,0 +1,85 @@
+"""CLI: ``ddai runs``, the runs of the log store with their counts, means and capabilities.
+
+It reads manifests and the per-run rows ``ddai.pipelines.run_stats`` keeps by manifest version,
+so a listing of runs that have not changed since the last one starts without DuckDB, pyarrow or
+polars; a changed run is computed by DuckDB.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+
+from ddai.cli.common import JsonOpt, LogsOpt, console, fail, print_rows, summary
+from ddai.pipelines import capabilities, run_stats, store_read, workspace
+
+
+def runs_cmd(logs: LogsOpt = None, as_json: JsonOpt = False) -> None:
+    """List the runs in the log store with rollout, prompt and step counts, mean scores and what
+    their rollouts carry (turns, pages, judge, ndcg, reward, step, advantages, images: the
+    commands that need one refuse a run without it)."""
+    try:
+        root = store_read.logs_or_fail(workspace.logs_dir(logs))
+        found = run_stats.runs_rows(root)
+    except FileNotFoundError as e:
+        raise fail(str(e)) from e
+    if not found:
+        if as_json:
+            summary("runs", {"runs": []}, as_json=True)
+        else:
+            console.print(
+                f"no runs in the log store {root}: add one with `ddai ingest FILE --logs {root}`",
+                markup=False,
+                soft_wrap=True,
+            )
+        return
+    caps = capabilities.for_runs(root, [r["run_id"] for r in found])
+    if as_json:
+        rows = [{**r, "capabilities": caps[r["run_id"]].to_dict()} for r in found]
+        summary("runs", {"runs": rows}, as_json=True)
+        return
+    rows = [_run_row(r) for r in found]
+    lacks = [
+        {
+            "run": r["run"],
+            "steps": r.pop("steps"),
+            "lacks": ", ".join(caps[r["run"]].lacks()) or "nothing",
+            "partly": _partly(caps[r["run"]]),
+        }
+        for r in rows
+    ]
+    print_rows("runs (all digits: --json)", rows)
+    print_rows("what each run lacks", lacks)
+
+
+def _partly(c: capabilities.Capabilities) -> str:
+    """What only some of a run's rollouts carry, as ``name k/n``."""
+    return ", ".join(
+        f"{n} {c.count(n):,}/{c.rollouts:,}" for n in c.carries() if c.count(n) < c.rollouts
+    )
+
+
+def _run_row(r: dict[str, Any]) -> dict[str, Any]:
+    """One run for people: short column names, rates to 3 decimals (--json has all digits)."""
+    first, last = r.get("first_step"), r.get("last_step")
+
+    def rate(k: str) -> float | None:
+        return None if r.get(k) is None else round(r[k], 3)
+
+    return {
+        "run": r["run_id"],
+        "rollouts": r.get("rollouts"),
+        "prompts": r.get("prompts"),
+        "steps": "" if first is None else f"{first}-{last}",
+        "success": rate("success_rate"),
+        "judge": rate("mean_judge"),
+        "ndcg": rate("mean_ndcg"),
+        "reward": rate("mean_reward"),
+        "turns": None if r.get("mean_turns") is None else round(r["mean_turns"], 2),
+        "fmt fail": rate("format_fail_rate"),
+    }
+
+
+def register(app: typer.Typer) -> None:
+    app.command("runs")(runs_cmd)
