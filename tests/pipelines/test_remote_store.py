@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from support.fetch_rows import fetch_rows
 
 from ddai.pipelines import objstore, query, remote_store, side_log, store
 from ddai.pipelines.ingest import IngestConfig, ingest
@@ -152,7 +153,7 @@ def test_distill_selection_columns_on_object_storage_equal_the_local_scan(store_
     assert remote.column_names == local.column_names
     assert remote.to_pylist() == local.to_pylist()
     assert remote[fetch.FILE].to_pylist() == [0] * 16 + [1] * 8  # two parts, in log order
-    rows = fetch.fetch_rows(store.parquet_files(f"{store_env}/logs", ["r1"]), remote, [3, 17])
+    rows = fetch_rows(store.parquet_files(f"{store_env}/logs", ["r1"]), remote, [3, 17])
     assert [(r["uid"], r["rollout_idx"]) for r in rows] == [("u0", 3), ("v0", 1)]
 
 

@@ -15,7 +15,7 @@ from ddai.pipelines import objstore, store
 from ddai.pipelines.backends import rejudge as rejudge_mod
 from ddai.pipelines.side_log import read_rows
 from ddai.trainer.runtime.train_metrics import TrainMetricsLog, side_table_path
-from ddai.trainer.search.logrows import RolloutLog, drop_rollouts_after
+from ddai.trainer.search.logrows import RolloutLog
 
 runner = CliRunner()
 
@@ -65,7 +65,7 @@ def test_judge_in_place_on_object_storage_refuses_a_run_appended_to_meanwhile(s3
 def test_a_resumed_trainer_drops_later_steps_of_a_run_on_object_storage(s3_env, monkeypatch):
     logs = f"{s3_env}/logs"
     store.write_run(logs, "r", _rows(6))  # steps 1, 2, 3, 1, 2, 3
-    assert drop_rollouts_after(logs, "r", 2) == 2
+    assert RolloutLog(logs, "r").drop_after(2) == 2
     assert sorted(store.read_rollouts(logs, ["r"]).column("step").to_pylist()) == [1, 1, 2, 2]
     real = store.read_version
 
@@ -76,7 +76,7 @@ def test_a_resumed_trainer_drops_later_steps_of_a_run_on_object_storage(s3_env, 
 
     monkeypatch.setattr(store, "read_version", read_then_append)
     with pytest.raises(store.StoreConflict, match="run 'r' changed"):
-        drop_rollouts_after(logs, "r", 1)
+        RolloutLog(logs, "r").drop_after(1)
     assert store.read_rollouts(logs, ["r"]).num_rows == 7
 
 
