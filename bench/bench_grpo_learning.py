@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,8 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 HERE = Path(__file__).resolve().parent
+# The gain-over-control statistic is test scaffolding under tests/support (not in the package).
+sys.path.insert(0, str(HERE.parent / "tests"))
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -73,9 +76,10 @@ def curve(logs: Path, run: str) -> tuple[list[float], list[float]]:
 
 def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     """Train the start and every (seed, arm); return the figures."""
+    from support.learning_gain import gain_over_control
+
     from ddai.trainer import learn_task, toy
     from ddai.trainer.grpo.train import run_grpo
-    from ddai.trainer.learning_gain import gain_over_control
 
     sft = learn_task.start(work, seed=0, sft_steps=args.sft_steps)
     runs: dict[str, dict[int, dict[str, Any]]] = {arm: {} for arm in learn_task.ARMS}

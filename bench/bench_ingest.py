@@ -10,7 +10,10 @@ Inputs are written into a temp folder from the committed synthetic world (``fixt
   (12 events per rollout: plans, search request/response, crops, frozen responses, rewards);
 - native Parquet: ddai's own rows (every fixture run, ingested once) with steps renumbered per copy;
 - native JSONL (``--inputs jsonl``, not in the default set): the fixture runs' own JSONL lines,
-  steps renumbered per copy.
+  steps renumbered per copy;
+- verl (``--inputs verl``, not in the default set): the fixture runs as verl dumps them
+  (``tests/support/verl_dump.py``: the chat-templated prompt, the episode with its observations as
+  user turns, ``gts``, ``score``, ``step`` and the reward extras), steps renumbered per copy.
 
 Each measurement runs in a fresh process, so its peak RSS is its own. Floors, in the same command
 on the same file: polars ``scan_ndjson → sink_parquet`` (``scan_parquet`` for Parquet) and DuckDB
@@ -143,6 +146,35 @@ def make_jsonl(path: Path, n: int) -> int:
     return written
 
 
+def make_verl(path: Path, n: int) -> int:
+    """``n`` lines of a verl dump: every fixture run's rollouts as verl dumps them (prompts from
+    the fixture dataset), steps renumbered per copy (so every copy's groups are new)."""
+    import polars as pl
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from support.verl_dump import dump_line
+
+    ds = pl.read_parquet(FIXTURES / "dataset.parquet")
+    prompts = dict(zip(ds["id"].to_list(), ds["prompt"].to_list(), strict=True))
+    templates = []
+    for f in sorted((FIXTURES / "logs").glob("*.jsonl")):
+        for line in f.read_text(encoding="utf-8").splitlines():
+            row = json.loads(line)
+            if row["uid"] in prompts:
+                obj = {**dump_line(row, prompts[row["uid"]]), "step": -7}
+                templates.append((json.dumps(obj, ensure_ascii=False), row.get("step") or 0))
+    written = copy = 0
+    with open(path, "w", encoding="utf-8") as fh:
+        while written < n:
+            for text, step in templates:
+                if written == n:
+                    break
+                fh.write(text.replace('"step": -7', f'"step": {copy * 1000 + step}', 1) + "\n")
+                written += 1
+            copy += 1
+    return written
+
+
 def make_unified(path: Path, n: int) -> tuple[int, int]:
     """A unified log of at least ``n`` rollouts: one run's step blocks, renumbered per copy.
 
@@ -231,7 +263,13 @@ def run_job(*args: str) -> dict:
 
 
 # ---------------------------------------------------------------- report
-FORMATS = {"flash": "ddai-flash", "unified": "ddai-unified", "parquet": "ddai", "jsonl": "ddai"}
+FORMATS = {
+    "flash": "ddai-flash",
+    "unified": "ddai-unified",
+    "parquet": "ddai",
+    "jsonl": "ddai",
+    "verl": "verl",
+}
 
 
 def measure(
@@ -314,7 +352,7 @@ def main() -> None:
     ap.add_argument(
         "--inputs",
         default="flash,unified,parquet",
-        help="Comma-separated: flash, unified, parquet, jsonl (ddai's own JSONL).",
+        help="Comma-separated: flash, unified, parquet, jsonl (ddai's own JSONL), verl (dumps).",
     )
     ap.add_argument(
         "--per-row",
@@ -354,6 +392,9 @@ def main() -> None:
             elif name == "jsonl":
                 path = work / "rollouts.jsonl"
                 got = make_jsonl(path, n)
+            elif name == "verl":
+                path = work / "0.jsonl"
+                got = make_verl(path, n)
             else:
                 path = work / "rollouts.parquet"
                 got = make_parquet(path, n, work)

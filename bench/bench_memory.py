@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+from dataclasses import asdict
 
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from ddai.trainer.runtime.memory_meter import TensorMemoryMeter
 from ddai.trainer.runtime.memory_model import (
-    QWEN25_3B,
-    QWEN25_7B,
+    MemoryEstimate,
     ModelShape,
     RunShape,
     estimate,
@@ -36,6 +36,32 @@ from ddai.trainer.search.rollout import HFSampler
 
 CUDA = torch.cuda.is_available()
 DEV = "cuda" if CUDA else "cpu"
+
+
+def _qwen(hidden: int, inter: int, layers: int, heads: int, kv: int, vocab: int, tied: bool):
+    from types import SimpleNamespace
+
+    return ModelShape.from_config(
+        SimpleNamespace(
+            hidden_size=hidden,
+            intermediate_size=inter,
+            num_hidden_layers=layers,
+            num_attention_heads=heads,
+            num_key_value_heads=kv,
+            vocab_size=vocab,
+            tie_word_embeddings=tied,
+        )
+    )
+
+
+# Qwen2.5 checkpoints' config.json values (3.09 B and 7.62 B parameters).
+QWEN25_3B = _qwen(2048, 11008, 36, 16, 2, 151936, tied=True)
+QWEN25_7B = _qwen(3584, 18944, 28, 28, 4, 152064, tied=False)
+
+
+def gib(m: MemoryEstimate) -> dict[str, float]:
+    """``m``'s components and peak in GiB, one decimal."""
+    return {k: round(v / 1024**3, 1) for k, v in {**asdict(m), "peak": m.peak}.items()}
 
 
 class Tok:
@@ -155,7 +181,7 @@ def main() -> None:
             ("bf16 weights, AdamW", RunShape(weight_bytes=2)),
             ("bf16 + LoRA r16", RunShape(weight_bytes=2, lora_r=16)),
         ):
-            g = estimate(shape, run).gib()
+            g = gib(estimate(shape, run))
             fits = "fits" if g["peak"] <= 80 else "does not fit"
             print(f"  {name} {label:<20} {g}  -> {fits}")
 

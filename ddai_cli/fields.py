@@ -1,6 +1,7 @@
 """Flags read from a config dataclass: a field's docstring is its flag's help (``field_help``,
 ``field_opt``) and its default the flag's default (``ddai.cli.options.default_of``), so the
-library's config is the single source of both."""
+library's config is the single source of both. A field's docstring is the string right below it,
+or its entry in the class docstring's ``Attributes:`` section (``ReportConfig``'s style)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import dataclasses
 import functools
 import inspect
 import itertools
+import re
 import textwrap
 from typing import Any, TypeVar
 
@@ -17,14 +19,51 @@ import typer
 T = TypeVar("T")
 
 
+# ``name: text`` or ``a, b: text`` (one text for several fields), an entry of ``Attributes:``
+_ENTRY = re.compile(r"(\w+(?:, \w+)*): (.*)")
+
+
+def attributes_section(doc: str | None) -> dict[str, str]:
+    """``field -> text`` of a Google-style ``Attributes:`` section in a class docstring: an entry
+    starts ``name: text`` at the section's indent, more-indented lines continue it, and the first
+    line back at the docstring's own indent ends the section. Whitespace folded to one line."""
+    lines = inspect.cleandoc(doc or "").splitlines()
+    if "Attributes:" not in lines:
+        return {}
+    parts: dict[str, list[str]] = {}
+    indent: int | None = None
+    current: list[str] | None = None
+    for line in lines[lines.index("Attributes:") + 1 :]:
+        if not line.strip():
+            continue
+        depth = len(line) - len(line.lstrip())
+        indent = depth if indent is None else indent
+        entry = _ENTRY.fullmatch(line.strip())
+        if depth == 0 or depth < indent:
+            break
+        if depth == indent and entry:
+            current = [entry[2]]
+            for name in entry[1].split(", "):
+                parts[name] = current  # names of one entry share its text
+        elif depth > indent and current is not None:
+            current.append(line.strip())
+        else:
+            break
+    return {name: " ".join(" ".join(text).split()) for name, text in parts.items()}
+
+
 @functools.cache
 def field_docs(config_cls: type) -> dict[str, str]:
     """``field -> docstring`` of a dataclass and its bases: the string literal right below a
-    field's annotation (the attribute-docstring convention), whitespace folded to one line."""
+    field's annotation (the attribute-docstring convention), else the field's entry in the class
+    docstring's ``Attributes:`` section; whitespace folded to one line."""
     docs: dict[str, str] = {}
     for cls in reversed(config_cls.__mro__):  # a subclass's docstring wins over its base's
         if not dataclasses.is_dataclass(cls):
             continue
+        names = {f.name for f in dataclasses.fields(cls)}
+        section = attributes_section(cls.__dict__.get("__doc__"))
+        docs.update({k: v for k, v in section.items() if k in names})
         tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
         body = tree.body[0].body  # type: ignore[attr-defined]
         for node, after in itertools.pairwise(body):

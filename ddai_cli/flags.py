@@ -16,7 +16,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from ddai.cli.fields import field_docs
+from ddai.cli.fields import field_docs, field_help
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -38,8 +38,9 @@ def config_flags(config_cls: type, flags: dict[str, str | dict[str, Any] | None]
     ``flags``: each flag's type and default are the field's, its help the field's docstring.
     ``flags[field]``: None (``--field-name``), the flag's declaration (``"--lr"``,
     ``"--whiten/--no-whiten"``), or ``typer.Option`` keywords (``{"min": 1}``, with ``"decl"``
-    for the declaration and ``"help"`` for a help shared by several configs). The builder returns
-    ``{field: value}`` to pass on to ``config_cls``."""
+    for the declaration and ``"help"`` for a help shared by several configs, shown as given). A
+    field without a default is a required flag. The builder returns ``{field: value}`` to pass on
+    to ``config_cls``."""
     hints = typing.get_type_hints(config_cls)
     docs = field_docs(config_cls)
     params = []
@@ -48,16 +49,21 @@ def config_flags(config_cls: type, flags: dict[str, str | dict[str, Any] | None]
             raise KeyError(f"{config_cls.__name__} has no field {name!r}")
         opts = dict(spec) if isinstance(spec, dict) else {"decl": spec}
         decl = opts.pop("decl", None) or f"--{name.replace('_', '-')}"
-        help_text = opts.pop("help", None) or docs.get(name)
+        help_text = opts.pop("help", None)
         if help_text is None:
-            raise KeyError(f"{config_cls.__name__}.{name} has no docstring (its flag's help)")
-        help_text = help_text.replace("``", "`")  # reST literals shown as `code`
+            if name not in docs:
+                raise KeyError(f"{config_cls.__name__}.{name} has no docstring (its flag's help)")
+            help_text = docs[name].replace("``", "`")  # reST literals shown as `code`
         option = typer.Option(decl, help=help_text, **opts)
+        try:
+            default = default_of(config_cls, name)
+        except KeyError:  # a field the config cannot default: the flag is required
+            default = inspect.Parameter.empty
         params.append(
             inspect.Parameter(
                 name,
                 inspect.Parameter.KEYWORD_ONLY,
-                default=default_of(config_cls, name),
+                default=default,
                 annotation=Annotated[hints[name], option],
             )
         )
@@ -70,12 +76,23 @@ def config_flags(config_cls: type, flags: dict[str, str | dict[str, Any] | None]
     return build
 
 
+def doc_flags(config_cls: type, *names: str, **decls: str) -> dict[str, dict[str, Any]]:
+    """``config_flags`` specs for ``names`` whose help is each field's docstring as it reads
+    (reST literals kept, as ``field_opt`` shows them), for the commands whose flags always read
+    so; ``decls`` gives a field its declaration (``reinforcepp_clip="--x/--no-x"``)."""
+    return {
+        name: {"help": field_help(config_cls, name)}
+        | ({"decl": decls[name]} if name in decls else {})
+        for name in (*names, *(d for d in decls if d not in names))
+    }
+
+
 def with_groups(groups: dict[str, Callable[..., Any]]) -> Callable[[F], F]:
     """Decorate a command whose parameters named as ``groups``' keys take built group objects:
     Typer sees each group's flags in that parameter's place (and of its kind: the groups are the
-    command's keyword-only parameters, last), and the command gets ``group(**its flags)``. The
-    command's own source keeps its ``Config(field=param)`` call (the defaults test reads it
-    through ``__wrapped__``)."""
+    command's keyword-only parameters), and the command gets ``group(**its flags)``. The
+    command's own source keeps its ``Config(field=param, **group)`` call (the defaults test reads
+    it through ``__wrapped__``, and each group's flags through ``__groups__``)."""
 
     def decorate(command: F) -> F:
         sig = inspect.signature(command, eval_str=True)
@@ -97,6 +114,7 @@ def with_groups(groups: dict[str, Callable[..., Any]]) -> Callable[[F], F]:
 
         wrapper.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
         wrapper.__annotations__ = {p.name: p.annotation for p in params}
+        wrapper.__groups__ = owned  # type: ignore[attr-defined]
         return wrapper  # type: ignore[return-value]
 
     return decorate

@@ -101,6 +101,8 @@ def ingest_cmd(
         raise fail(str(e)) from e
     except StoreConflict as e:  # an --append raced another with the same rollouts
         raise fail(str(e), 1) from e
+    except OSError as e:  # the store failed under a commit (rolled back: the message says so)
+        raise fail(str(e), 1) from e
     data = {"log store": display(cfg.logs), **result.summary()}
     if as_json:  # what each run carries as counts of rollouts, not one line of text
         data["carries"] = {

@@ -6,9 +6,12 @@ definition; ``tests/cli/test_cli_train_defaults.py`` checks that every training 
 equal its dataclass's. The episode, reward and backend flags of ``train grpo``/``ppo``/``collect``
 are three groups (``episode_options``, ``reward_options``, ``backend_options``) that build the
 nested configs of ``ddai.trainer.search.config``, and ``lora_flags`` the LoRA fields of a run
-config; ``ddai_cli/flags.py``'s ``with_groups`` puts a group's flags into a command's signature
-and hands the command what it builds, and its ``config_flags`` makes the flags a command reads
-straight from its config (type, default, and help from the field's docstring).
+config; ``run_flags`` (``--model``, ``--out-dir``, ``--dtype``, ``--seed``), ``device_options``
+(``--launch``, ``--accelerate-config``), ``trl_flags`` (``train sft``/``grpo``'s TRL knobs) and
+``preflight_flags`` are the flags several training commands spell the same, declared once.
+``ddai_cli/flags.py``'s ``with_groups`` puts a group's flags into a command's signature and hands
+the command what it builds, and its ``config_flags`` makes the flags a command reads straight
+from its config (type, default, and help from the field's docstring).
 """
 
 from __future__ import annotations
@@ -23,21 +26,13 @@ from ddai.cli.common import check_run_ids, fail
 from ddai.cli.flags import config_flags, default_of, with_groups
 from ddai.trainer.search.config import EpisodeBackends, EpisodeConfig, RewardOverrides
 
-ModelOpt = Annotated[
-    str,
-    typer.Option(
-        "--model", help="Starting model: a local folder or a hub id (loaded with from_pretrained)."
-    ),
-]
-OutOpt = Annotated[
-    Path, typer.Option("--out-dir", help="Output folder: checkpoints, metrics and the final model.")
-]
-ConfigOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--config", help="TOML/YAML file of TRL config knobs (flat, or under a [trl] table)."
-    ),
-]
+MODEL_HELP = "Starting model: a local folder or a hub id (loaded with from_pretrained)."
+OUT_HELP = "Output folder: checkpoints, metrics and the final model."
+DTYPE_HELP = (
+    "Weight dtype: float32 (default; a GPU still computes in bf16 autocast), bfloat16, float16 "
+    "or auto. `train grpo` / `train ppo` refuse half-precision weights that --lr is too small to "
+    "change (pure bf16 at lr 1e-6); add --lora to train a float32 adapter."
+)
 SetOpt = Annotated[
     list[str] | None,
     typer.Option(
@@ -46,36 +41,6 @@ SetOpt = Annotated[
         help="Any TRL config knob as KEY=VALUE (JSON values); repeatable; wins over all.",
     ),
 ]
-ReportOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--report-to",
-        help="Metric sinks, comma-separated: jsonl (default) or csv file, plus integrations such as "
-        "tensorboard; `none` for nothing.",
-    ),
-]
-ResumeOpt = Annotated[
-    bool, typer.Option("--resume", help="Continue from the last checkpoint in --out-dir.")
-]
-StepsOpt = Annotated[
-    int | None, typer.Option("--max-steps", help="Stop after this many optimizer steps.")
-]
-LrOpt = Annotated[float | None, typer.Option("--lr", help="Learning rate.")]
-DtypeOpt = Annotated[
-    str,
-    typer.Option(
-        "--dtype",
-        help="Weight dtype: float32 (default; a GPU still computes in bf16 autocast), bfloat16, "
-        "float16 or auto. `train grpo` / `train ppo` refuse half-precision weights that --lr is "
-        "too small to change (pure bf16 at lr 1e-6); add --lora to train a float32 adapter.",
-    ),
-]
-SeedOpt = Annotated[int, typer.Option("--seed", help="Random seed.")]
-SaveOpt = Annotated[int | None, typer.Option("--save-steps", help="Checkpoint every N steps.")]
-LogStepsOpt = Annotated[
-    int | None, typer.Option("--logging-steps", help="Log metrics every N steps.")
-]
-
 RepetitionPenaltyOpt = Annotated[
     float | None,
     typer.Option(
@@ -112,24 +77,6 @@ ForceCompletionOpt = Annotated[
     bool, typer.Option(help="Inject DDAI's forced completion at --max-turns.")
 ]
 RestrictToDocOpt = Annotated[bool, typer.Option(help="Search only the question's own document.")]
-SkipPreflightOpt = Annotated[
-    bool,
-    typer.Option(
-        "--skip-preflight",
-        help="Train without the preflight (golden pages in the corpus and returned by search, chat "
-        "template renders the tags, sampled episodes complete and score); recorded in the run's "
-        "run_config.json.",
-    ),
-]
-PreflightPromptsOpt = Annotated[
-    int,
-    typer.Option(
-        "--preflight-prompts",
-        min=1,
-        help="Prompts whose n_agent episodes the preflight samples (4x as many questions are "
-        "searched).",
-    ),
-]
 MaxTurnTokensOpt = Annotated[
     int, typer.Option("--max-turn-tokens", help="New tokens per policy turn.")
 ]
@@ -177,11 +124,6 @@ RewardTimeoutOpt = Annotated[
 ]
 LimitOpt = Annotated[int | None, typer.Option("--limit", help="Use only the first N prompts.")]
 
-# Value-head options `ddai train ppo` shares (the value commands read theirs from
-# ``ddai.trainer.value.config``).
-ValueSeedOpt = Annotated[
-    int, typer.Option("--seed", help="Random seed (sampling, split, head init).")
-]
 ObsOpt = Annotated[
     int,
     typer.Option("--obs-max-tokens", help="Observation text budget in tokens (as in training)."),
@@ -317,3 +259,76 @@ def run_id_option(prefix: str) -> Any:
             help=f"Run id of the rollout log. Default: {prefix}_<timestamp>.",
         ),
     ]
+
+
+# ---------------------------------------------------------------- the run configs' groups
+
+
+def device_options(launch: LaunchOpt = None, accelerate_config: AccelerateConfigOpt = None) -> dict:
+    """The device flags of the training commands, as a command's ``device``: where the run goes
+    (``maybe_relaunch(**device)`` reruns the command under ``accelerate launch``)."""
+    return {"launch": launch, "accelerate_config": accelerate_config}
+
+
+def run_flags(
+    config_cls: type,
+    *,
+    model: str | None = MODEL_HELP,
+    out: str | None = OUT_HELP,
+    dtype: str | None = DTYPE_HELP,
+    seed: str | None = "Random seed.",
+) -> Callable[..., dict[str, Any]]:
+    """``--model``, ``--out-dir``, ``--dtype`` and ``--seed`` as a group over ``config_cls``'s
+    ``model``, ``output_dir``, ``dtype`` and ``seed`` (type and default from the config): each
+    help as given, None for the field's docstring."""
+    helps = {"model": model, "output_dir": out, "dtype": dtype, "seed": seed}
+    return config_flags(
+        config_cls,
+        {
+            name: {"help": text} | ({"decl": "--out-dir"} if name == "output_dir" else {})
+            for name, text in helps.items()
+        },
+    )
+
+
+def trl_flags(config_cls: type) -> Callable[..., dict[str, Any]]:
+    """The TRL run knobs of ``ddai train sft``/``grpo`` as a group over ``config_cls``'s fields:
+    steps, learning rate, the TRL config file, metric sinks, checkpointing and resuming."""
+    return config_flags(
+        config_cls,
+        {
+            "max_steps": {"help": "Stop after this many optimizer steps."},
+            "learning_rate": {"decl": "--lr", "help": "Learning rate."},
+            "config_file": {
+                "decl": "--config",
+                "help": "TOML/YAML file of TRL config knobs (flat, or under a [trl] table).",
+            },
+            "report_to": {
+                "help": "Metric sinks, comma-separated: jsonl (default) or csv file, plus "
+                "integrations such as tensorboard; `none` for nothing."
+            },
+            "save_steps": {"help": "Checkpoint every N steps."},
+            "logging_steps": {"help": "Log metrics every N steps."},
+            "resume": {"help": "Continue from the last checkpoint in --out-dir."},
+        },
+    )
+
+
+def preflight_flags(config_cls: type) -> Callable[..., dict[str, Any]]:
+    """``--skip-preflight`` and ``--preflight-prompts`` of ``ddai train grpo``/``ppo`` as a group
+    over ``config_cls``'s ``skip_preflight`` and ``preflight_prompts``."""
+    return config_flags(
+        config_cls,
+        {
+            "skip_preflight": {
+                "help": "Train without the preflight (golden pages in the corpus and returned by "
+                "search, chat template renders the tags, sampled episodes complete and score); "
+                "recorded in the run's run_config.json."
+            },
+            "preflight_prompts": {
+                "min": 1,
+                "help": "Prompts whose n_agent episodes the preflight samples (4x as many "
+                "questions are searched).",
+            },
+        },
+    )

@@ -25,7 +25,8 @@ from ddai.cli.common import (
     summary,
 )
 from ddai.cli.fields import field_help, field_opt
-from ddai.cli.options import AccelerateConfigOpt, LaunchOpt, default_of, parse_floats
+from ddai.cli.flags import config_flags, doc_flags, with_groups
+from ddai.cli.options import default_of, device_options, parse_floats
 from ddai.cli.running import maybe_relaunch
 from ddai.pipelines.backends.usage import FAILED_CALLS, failed_calls
 from ddai.pipelines.pointer.embed import EmbedConfig
@@ -142,6 +143,18 @@ def _phase_help(name: str) -> str:
         f"{field_help(OC, name)} Default: sft {getattr(SFT_OPTIM, name):g}, "
         f"RL {getattr(RL_OPTIM, name):g}."
     )
+
+
+RL_FLAGS = config_flags(
+    RL,
+    doc_flags(
+        RL,
+        *("norm", "adv_clip", "clip_eps", "kl_coef", "rce_t_start", "rce_t_end", "old_logp"),
+        reinforcepp_clip="--reinforcepp-clip/--no-reinforcepp-clip",
+    ),
+)
+"""The RL phases' flags of ``ddai pointer train``: ``RLConfig``'s fields, help their docstrings
+as they read."""
 
 
 @pointer_app.command("world")
@@ -392,7 +405,9 @@ def process_cmd(
 
 
 @pointer_app.command("train")
+@with_groups({"rl": RL_FLAGS, "device": device_options})
 def train_cmd(
+    *,
     store: StoreOpt,
     out: Annotated[
         Path, typer.Option("--out-dir", metavar="DIR", help="Checkpoint folder to write.")
@@ -427,19 +442,9 @@ def train_cmd(
     seed: Annotated[int, field_opt(OC, "seed")] = default_of(OC, "seed"),
     d_model: Annotated[int, field_opt(PT, "d_model")] = default_of(PT, "d_model"),
     scoring: Annotated[str, field_opt(PT, "scoring")] = default_of(PT, "scoring"),
-    norm: Annotated[str, field_opt(RL, "norm")] = default_of(RL, "norm"),
-    adv_clip: Annotated[float, field_opt(RL, "adv_clip")] = default_of(RL, "adv_clip"),
-    clip_eps: Annotated[float, field_opt(RL, "clip_eps")] = default_of(RL, "clip_eps"),
-    kl_coef: Annotated[float, field_opt(RL, "kl_coef")] = default_of(RL, "kl_coef"),
-    rce_t_start: Annotated[float, field_opt(RL, "rce_t_start")] = default_of(RL, "rce_t_start"),
-    rce_t_end: Annotated[float, field_opt(RL, "rce_t_end")] = default_of(RL, "rce_t_end"),
-    old_logp: Annotated[str, field_opt(RL, "old_logp")] = default_of(RL, "old_logp"),
-    reinforcepp_clip: Annotated[
-        bool, field_opt(RL, "reinforcepp_clip", "--reinforcepp-clip/--no-reinforcepp-clip")
-    ] = default_of(RL, "reinforcepp_clip"),
+    rl: dict[str, Any],
     progress: ProgressOpt = default_of(PT, "progress"),
-    launch: LaunchOpt = None,
-    accelerate_config: AccelerateConfigOpt = None,
+    device: dict[str, Any],
     as_json: JsonOpt = False,
 ) -> None:
     """Train the pointer selector: SFT from labels, or RL phases on generated data.
@@ -447,7 +452,7 @@ def train_cmd(
     --mode sft learns the labels; --phases rce:3,grpo:30 runs an RCE warm-up, then GRPO (or
     REINFORCE++) from the SFT checkpoint given with --init.
     """
-    maybe_relaunch(launch, accelerate_config)
+    maybe_relaunch(**device)
     from ddai.trainer.pointer.config import optim_for, plan_phases
     from ddai.trainer.pointer.train import run_train
 
@@ -455,16 +460,6 @@ def train_cmd(
         plan = plan_phases(mode, epochs, phases)
         optim = optim_for(
             plan, lr=lr, weight_decay=weight_decay, batch_queries=batch_queries, seed=seed
-        )
-        rl = RLConfig(
-            norm=norm,
-            adv_clip=adv_clip,
-            clip_eps=clip_eps,
-            kl_coef=kl_coef,
-            rce_t_start=rce_t_start,
-            rce_t_end=rce_t_end,
-            old_logp=old_logp,
-            reinforcepp_clip=reinforcepp_clip,
         )
         cfg = PointerTrainConfig(
             store=store,
@@ -477,7 +472,7 @@ def train_cmd(
             d_model=d_model,
             scoring=scoring,
             optim=optim,
-            rl=rl,
+            rl=RLConfig(**rl),
             progress=progress and not as_json,
         )
         result = run_train(cfg)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -13,18 +12,15 @@ import typer
 from ddai.cli.common import JsonOpt, LogsOpt, ProgressOpt, summary
 from ddai.cli.flags import config_flags, with_groups
 from ddai.cli.options import (
-    AccelerateConfigOpt,
     CorpusOpt,
-    DtypeOpt,
-    LaunchOpt,
-    PreflightPromptsOpt,
     PromptDataOpt,
-    SkipPreflightOpt,
-    ValueSeedOpt,
     default_of,
+    device_options,
     episode_settings,
     lora_flags,
+    preflight_flags,
     require_inputs,
+    run_flags,
     run_id_option,
 )
 from ddai.cli.running import TRAIN_HELP, maybe_relaunch, run_or_fail, sub_app
@@ -65,19 +61,30 @@ PPO_FLAGS = config_flags(
 """The PPO flags whose type, default and help are ``PPORunConfig``'s own."""
 
 
+PPO_RUN = run_flags(
+    PPORunConfig,
+    model="Starting policy: a local folder or a hub id.",
+    out="Output folder: the policy, critic/ and metrics.jsonl.",
+    seed="Random seed (sampling, split, head init).",
+)
+"""``--model``, ``--out-dir``, ``--dtype`` and ``--seed``, with PPO's own help for three."""
+
+
 @with_groups(
-    {"nested": episode_settings, "settings": PPO_FLAGS, "adapter": lora_flags(PPORunConfig)}
+    {
+        "run": PPO_RUN,
+        "device": device_options,
+        "preflight": preflight_flags(PPORunConfig),
+        "nested": episode_settings,
+        "settings": PPO_FLAGS,
+        "adapter": lora_flags(PPORunConfig),
+    }
 )
 def train_ppo_command(
-    model: Annotated[
-        str, typer.Option("--model", help="Starting policy: a local folder or a hub id.")
-    ],
+    *,
+    run: dict[str, Any],
     data: PromptDataOpt,
     corpus: CorpusOpt,
-    out: Annotated[
-        Path,
-        typer.Option("--out-dir", help="Output folder: the policy, critic/ and metrics.jsonl."),
-    ],
     critic: Annotated[
         str | None,
         typer.Option(
@@ -97,43 +104,34 @@ def train_ppo_command(
     ] = default_of(PPORunConfig, "critic_unfreeze"),
     logs: LogsOpt = default_of(PPORunConfig, "logs"),
     run_id: PPO_RUN_ID = default_of(PPORunConfig, "run_id"),
-    dtype: DtypeOpt = default_of(PPORunConfig, "dtype"),
-    seed: ValueSeedOpt = default_of(PPORunConfig, "seed"),
-    skip_preflight: SkipPreflightOpt = default_of(PPORunConfig, "skip_preflight"),
-    preflight_prompts: PreflightPromptsOpt = default_of(PPORunConfig, "preflight_prompts"),
-    launch: LaunchOpt = None,
-    accelerate_config: AccelerateConfigOpt = None,
+    preflight: dict[str, Any],
+    device: dict[str, Any],
     progress: ProgressOpt = default_of(PPORunConfig, "progress"),
     as_json: JsonOpt = False,
-    *,
     settings: dict[str, Any],
     adapter: dict[str, Any],
     nested: dict[str, Any],
 ) -> None:
     """PPO over the multi-turn search environment, with a value head as critic and GAE."""
-    maybe_relaunch(launch, accelerate_config)
+    maybe_relaunch(**device)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from ddai.trainer.ppo.train import run_ppo
 
     require_inputs(data, corpus)
     cfg = PPORunConfig(
-        model=model,
+        **run,
         data=data,
         corpus=corpus,
         **nested,
         **settings,
         **adapter,
-        output_dir=out,
+        **preflight,
         critic=critic,
         critic_head=critic_head,
         critic_unfreeze=critic_unfreeze,
         run_id=run_id,
         logs=logs,
-        dtype=dtype,
-        seed=seed,
         progress=progress and not as_json,
-        skip_preflight=skip_preflight,
-        preflight_prompts=preflight_prompts,
     )
     summary("ddai train ppo", asdict(run_or_fail(run_ppo, cfg)), as_json=as_json)
 

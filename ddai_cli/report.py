@@ -18,6 +18,7 @@ from ddai.cli.common import (
     megabytes,
     summary,
 )
+from ddai.cli.fields import field_opt
 from ddai.cli.options import default_of
 from ddai.pipelines import workspace
 from ddai.reports import ReportConfig, build_report
@@ -128,6 +129,7 @@ def report_cmd(
     title: Annotated[str | None, typer.Option("--title", help="Page title.")] = default_of(
         R, "title"
     ),
+    threads: Annotated[int | None, field_opt(R, "threads", min=1)] = default_of(R, "threads"),
     progress: ProgressOpt = default_of(R, "progress"),
     as_json: JsonOpt = False,
 ) -> None:
@@ -155,6 +157,7 @@ def report_cmd(
             top=top,
             seed=seed,
             title=title,
+            threads=threads,
             progress=progress and not as_json,
         )
         result = build_report(cfg)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -20,7 +20,8 @@ from ddai.cli.common import (
     summary,
 )
 from ddai.cli.fields import field_opt, flags_config
-from ddai.cli.options import AccelerateConfigOpt, LaunchOpt, default_of, parse_floats
+from ddai.cli.flags import with_groups
+from ddai.cli.options import default_of, device_options, parse_floats
 from ddai.cli.running import TRAIN_HELP, maybe_relaunch, run_or_fail, sub_app
 from ddai.cli.value_opts import (
     BinEdgesOpt,
@@ -30,6 +31,8 @@ from ddai.cli.value_opts import (
     ObsOpt,
     PromptsOpt,
     SystemOpt,
+    value_fit_flags,
+    value_run_flags,
     value_summary,
 )
 from ddai.trainer.value.config import ValueScoreConfig, ValueTrainConfig
@@ -38,9 +41,10 @@ T = ValueTrainConfig
 S = ValueScoreConfig
 
 
+@with_groups({"run": value_run_flags(T), "fit": value_fit_flags(T), "device": device_options})
 def train_value_command(
-    model: Annotated[str, field_opt(T, "model")],
-    output_dir: Annotated[Path, field_opt(T, "output_dir", "--out-dir")],
+    *,
+    run: dict[str, Any],
     logs: LogsOpt = default_of(T, "logs"),
     runs: RunsOpt = default_of(T, "runs"),
     data: PromptsOpt = default_of(T, "data"),
@@ -48,41 +52,25 @@ def train_value_command(
     head: Annotated[str | None, field_opt(T, "head")] = default_of(T, "head"),
     unfreeze: Annotated[int, field_opt(T, "unfreeze")] = default_of(T, "unfreeze"),
     dropout: Annotated[float, field_opt(T, "dropout")] = default_of(T, "dropout"),
-    trunk_lr: Annotated[float, field_opt(T, "trunk_lr")] = default_of(T, "trunk_lr"),
-    head_lr: Annotated[float, field_opt(T, "head_lr")] = default_of(T, "head_lr"),
-    weight_decay: Annotated[float, field_opt(T, "weight_decay")] = default_of(T, "weight_decay"),
-    pairwise_coef: Annotated[float, field_opt(T, "pairwise_coef")] = default_of(T, "pairwise_coef"),
-    mc_coef: Annotated[float, field_opt(T, "mc_coef")] = default_of(T, "mc_coef"),
-    target: Annotated[str, field_opt(T, "target")] = default_of(T, "target"),
+    fit: dict[str, Any],
     success_threshold: ThresholdOpt = default_of(T, "success_threshold"),
-    max_pairs_per_problem: Annotated[int, field_opt(T, "max_pairs_per_problem")] = default_of(
-        T, "max_pairs_per_problem"
-    ),
     bin_edges: BinEdgesOpt = None,
     bin_weights: BinWeightsOpt = None,
-    val_fraction: Annotated[float, field_opt(T, "val_fraction")] = default_of(T, "val_fraction"),
-    batch_size: Annotated[int, field_opt(T, "batch_size")] = default_of(T, "batch_size"),
-    max_steps: Annotated[int, field_opt(T, "max_steps")] = default_of(T, "max_steps"),
-    eval_steps: Annotated[int, field_opt(T, "eval_steps")] = default_of(T, "eval_steps"),
-    max_length: MaxLenOpt = default_of(T, "max_length"),
-    obs_max_tokens: ObsOpt = default_of(T, "obs_max_tokens"),
-    grad_accum: Annotated[int, field_opt(T, "grad_accum")] = default_of(T, "grad_accum"),
     grad_clip: Annotated[float, field_opt(T, "grad_clip")] = default_of(T, "grad_clip"),
-    dtype: DtypeOpt = default_of(T, "dtype"),
-    seed: Annotated[int, field_opt(T, "seed")] = default_of(T, "seed"),
-    launch: LaunchOpt = None,
-    accelerate_config: AccelerateConfigOpt = None,
+    device: dict[str, Any],
     progress: ProgressOpt = default_of(T, "progress"),
     as_json: JsonOpt = False,
 ) -> None:
     """Train a value head on terminal outcomes from the rollout log: pairwise ranking + MC MSE."""
-    maybe_relaunch(launch, accelerate_config)
+    maybe_relaunch(**device)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from ddai.trainer.value.train import train_value
 
     cfg = flags_config(
         ValueTrainConfig,
         locals(),
+        **run,
+        **fit,
         bin_edges=parse_floats(bin_edges, "--bin-edges"),
         bin_weights=parse_floats(bin_weights, "--bin-weights"),
         progress=progress and not as_json,

@@ -30,9 +30,10 @@ from pathlib import Path
 from typing import IO, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
-from ddai.pipelines import adapters, io, objstore, store
+from ddai.pipelines import adapters, io, objstore, rollback, store
 from ddai.pipelines.adapters.base import ReaderContext, RowBatch, SourceRecord, error_detail
 from ddai.pipelines.adapters.side import SideTables
 from ddai.pipelines.adapters.verl_ids import UidMapper
@@ -57,8 +58,8 @@ class IngestConfig:
     # Formats that can read in columns do, batch by batch (False: every row through the per-row
     # path; the same rollouts and quarantine, slower).
     columnar: bool = True
-    # the store an --append checks for duplicate keys, when not ``logs`` (a staged object-storage
-    # ingest checks the remote store)
+    # the store the runs are committed to, when not ``logs`` (a staged object-storage ingest: the
+    # remote store): --append's duplicate check reads its keys, and whether a run is there
     stored_keys_from: Path | str | None = None
 
 
@@ -175,15 +176,18 @@ class _Quarantine:
         e = json.loads(text)
         return self.order.get(e["source"], len(self.order)), e["line"] or 0
 
-    def commit(self, run: str) -> str | None:
+    def commit(self, run: str, journal: rollback.Journal | None = None) -> str | None:
         """Add this ingest's entries of ``run`` to its quarantine file, atomically (call with the
-        run's write lock held); returns the file's path when entries were added."""
+        run's write lock held); returns the file's path when entries were added. ``journal``:
+        keeps the file's version before, for a rollback."""
         mine = [self.spools.pop(k) for k in ((run, False), (run, True)) if k in self.spools]
         if not mine:
             return None
         for _, fh in mine:
             fh.flush()
         path = store.quarantine_path(self.dir.parent, run)
+        if journal is not None:
+            journal.save(path)
         with io.atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as out:
             if path.exists():  # earlier ingests' entries first, streamed (never loaded whole)
                 with open(path, encoding="utf-8") as old:
@@ -295,7 +299,7 @@ def ingest(cfg: IngestConfig) -> IngestResult:
                 orphans = _Orphans()
                 first_run: str | None = None
                 route = _Routing(cfg, writers, counts, sources_of, src_info, quarantine, dups)
-                for n, rec in enumerate(adapters.reader(fmt)(src, ctx)):
+                for n, rec in enumerate(_naming_input(src, adapters.reader(fmt)(src, ctx))):
                     if isinstance(rec, RowBatch):
                         run = _route_batch(rec, src, route)
                         first_run = first_run or run
@@ -311,55 +315,78 @@ def ingest(cfg: IngestConfig) -> IngestResult:
                 for rec in orphans.drain(first_run):
                     _route(rec, src, route)
                 quarantine.late = False
-        for run in sorted(set(counts) | side.runs()):
-            # One lock hold per run: its quarantine entries and side tables, then its partition
-            # (whose manifest, naming this ingest and the side tables' hashes, is the commit
-            # point).
-            with store.run_lock(cfg.logs, run):
+        runs = sorted(set(counts) | side.runs())
+        # All or nothing: the write locks of every run (in one order: no deadlock), every run's
+        # check, and only then the commits, journaled so that a late failure rolls back the
+        # runs committed before it.
+        with contextlib.ExitStack() as held:
+            for run in runs:
+                held.enter_context(store.run_lock(cfg.logs, run))
+            for run in runs:
                 w = writers.get(run)
                 if w is not None and cfg.stored_keys_from is None:
                     w.keys_checked = checked.get(run)
-                    w.check_keys()  # before anything of the run is committed
-                q = quarantine.commit(run)
-                if q:
-                    qfiles.append(q)
-                w = writers.get(run)
-                committed = w is None and store.run_manifest(cfg.logs, run) is not None
-                if w is None and not (cfg.append and committed):
-                    # No rollouts of the run now: replacing keeps the committed run as it is,
-                    # side tables too; a run not in the store would get side rows no manifest
-                    # lists and no view reads (an orphan), so they are counted as not written.
-                    if run in side.runs():
-                        side_dropped[run] = side.discard_run(run)
-                    continue
-                if w is None and run in side.runs():
-                    # side rows appended to a committed run that gets no rollouts now: a
-                    # manifest with no new rows records them (the history keeps the ingest)
-                    w = writers[run] = PartitionWriter(cfg.logs, run, append=True)
-                tables = side.commit_run(run, append=cfg.append)
-                if w is None:
-                    continue
-                c = counts.get(run) or RunCounts()
-                record = w.commit(
-                    {
-                        "ingest": ingest_id,
-                        "sources": sources_of.get(run, []),
-                        "rows_in": c.rows_in,
-                        "quarantined": dict(c.quarantined),
-                        "flagged": dict(sorted(c.flagged.items())),
-                        "run_config": ctx.run_config.get(run, {}),
-                        "notes": {
-                            s["path"]: ctx.notes[s["path"]]
-                            for s in sources_of.get(run, [])
-                            if s["path"] in ctx.notes
+                    try:
+                        w.check_keys()
+                    except Exception as e:
+                        raise rollback.refused(e, run, _inputs(sources_of, run), runs) from e
+            journal = rollback.Journal(cfg.logs)
+            run = ""
+            try:
+                for run in runs:
+                    # its quarantine entries and side tables, then its partition (whose
+                    # manifest, naming this ingest and the side tables' hashes, is the commit
+                    # point)
+                    q = quarantine.commit(run, journal)
+                    if q:
+                        qfiles.append(q)
+                    w = writers.get(run)
+                    # (a staged object-storage ingest asks the remote store)
+                    where = cfg.stored_keys_from or cfg.logs
+                    committed = w is None and store.run_manifest(where, run) is not None
+                    if w is None and not (cfg.append and committed):
+                        # No rollouts of the run now: replacing keeps the committed run as it
+                        # is, side tables too; a run not in the store would get side rows no
+                        # manifest lists and no view reads (an orphan), so they are counted as
+                        # not written.
+                        if run in side.runs():
+                            side_dropped[run] = side.discard_run(run)
+                        continue
+                    if w is None and run in side.runs():
+                        # side rows appended to a committed run that gets no rollouts now: a
+                        # manifest with no new rows records them (the history keeps the ingest)
+                        w = writers[run] = PartitionWriter(cfg.logs, run, append=True)
+                    tables = side.commit_run(run, append=cfg.append, journal=journal)
+                    if w is None:
+                        continue
+                    c = counts.get(run) or RunCounts()
+                    record = w.commit(
+                        {
+                            "ingest": ingest_id,
+                            "sources": sources_of.get(run, []),
+                            "rows_in": c.rows_in,
+                            "quarantined": dict(c.quarantined),
+                            "flagged": dict(sorted(c.flagged.items())),
+                            "run_config": ctx.run_config.get(run, {}),
+                            "notes": {
+                                s["path"]: ctx.notes[s["path"]]
+                                for s in sources_of.get(run, [])
+                                if s["path"] in ctx.notes
+                            },
+                            "side_tables": _side_record(cfg, run, tables),
+                            "wall_time_s": round(time.time() - started, 3),
                         },
-                        "side_tables": _side_record(cfg, run, tables),
-                        "wall_time_s": round(time.time() - started, 3),
-                    },
-                    locked=True,
-                )
-            if "capabilities" in record:
-                caps[run] = Capabilities.of(run, record["capabilities"])
+                        locked=True,
+                        journal=journal,
+                    )
+                    if "capabilities" in record:
+                        caps[run] = Capabilities.of(run, record["capabilities"])
+            except BaseException as e:
+                journal.rollback()
+                if not isinstance(e, Exception):
+                    raise
+                raise rollback.refused(e, run, _inputs(sources_of, run), runs, undone=True) from e
+            journal.finish()
     except BaseException:
         for w in writers.values():
             w.abort()
@@ -368,6 +395,30 @@ def ingest(cfg: IngestConfig) -> IngestResult:
         raise
     side_counts = side.counts()
     return IngestResult(counts, fmt_of, qfiles, side_counts, ctx.notes, caps, side_dropped, checked)
+
+
+def _naming_input(src: Path, records: Iterator[Any]) -> Iterator[Any]:
+    """``records`` (a reader's output), with a failure that ends the reading restated to name
+    the input and the fix: no run is committed before every input is read, so nothing was."""
+    try:
+        yield from records
+    except (ValueError, OSError) as e:  # a corrupt or foreign file (ArrowInvalid: ValueError)
+        said = str(e).rstrip(". ")
+        msg = said if str(src) in said or src.name in said else f"{src}: {said}"
+        msg += (
+            f"; nothing of this ingest was committed: fix or leave out {src} (or name its "
+            "format with --input-format) and run the command again"
+        )
+        try:
+            err = type(e)(msg)
+        except TypeError:
+            err = ValueError(msg)
+        raise err from e
+
+
+def _inputs(sources_of: dict[str, list[dict[str, Any]]], run: str) -> list[str]:
+    """The inputs that fed ``run`` (for a message naming them)."""
+    return [s["path"] for s in sources_of.get(run, [])]
 
 
 def _stored_keys(logs: Path | str, checked: dict[str, set[str]]) -> Any:
@@ -497,12 +548,13 @@ def _route_batch(b: RowBatch, src: Path, r: _Routing) -> str:
         table = table.set_column(
             table.schema.get_field_index("flags"), "flags", pa.array(flags, table["flags"].type)
         )
-        c.flagged[DUPLICATE_KEY] += len(flagged)
     if drop:
         gone = set(drop)
         table = table.filter(pa.array([i not in gone for i in range(table.num_rows)]))
     if not table.num_rows:  # as for single rows: no writer for a run that keeps nothing
         return run
+    if table["flags"].null_count < table.num_rows:  # the kept rows' flags, as for single rows
+        c.flagged.update(pc.list_flatten(table["flags"]).to_pylist())
     r.writer(run).add_table(table)
     c.rollouts_out += table.num_rows
     return run

@@ -40,15 +40,6 @@ def ndcg(retrieved: list[str], golden: list[str]) -> float:
     return dcg / ideal if ideal > 0 else 0.0
 
 
-def first_golden_rank(retrieved: list[str], golden: list[str]) -> int | None:
-    """1-based rank of the first golden page among the distinct retrieved pages, else None."""
-    gold = set(golden or [])
-    for i, page in enumerate(dedupe(retrieved)):
-        if page in gold:
-            return i + 1
-    return None
-
-
 def doc_of(page: str) -> str:
     """Document id of a page basename ``{doc}_{page}``."""
     return page.rsplit("_", 1)[0] if "_" in page else page

@@ -224,22 +224,24 @@ def put_file(local: str | os.PathLike[str], url: str) -> None:
     fsspec_fs(url).put_file(os.fspath(local), key_of(url))
 
 
-def put_bytes(url: str, data: bytes, *, if_match: str | None = None, create: bool = False) -> None:
+def put_bytes(
+    url: str, data: bytes, *, if_match: str | None = None, create: bool = False
+) -> str | None:
     """Put ``data`` at ``url``; ``create``: only if no object is there yet (``If-None-Match``),
-    ``if_match``: only over the version ``etag`` returned. A lost race raises ``ConflictError``."""
+    ``if_match``: only over the version ``etag`` returned. A lost race raises ``ConflictError``.
+    Returns the version put (as ``etag`` gives it) for a conditional put, else None."""
     if not (create or if_match):
         fsspec_fs(url).pipe_file(key_of(url), data)
-        return
+        return None
     if scheme(url) == "gs":
-        _gcs_put_if(url, data, "0" if create else str(if_match))
-        return
+        return _gcs_put_if(url, data, "0" if create else str(if_match))
     if scheme(url) != "s3":
         raise ValueError(f"{url}: conditional puts need s3:// or gs://")
     fs = fsspec_fs(url)
     bucket, _, key = key_of(url).partition("/")
     cond = {"IfNoneMatch": "*"} if create else {"IfMatch": if_match}
     try:
-        fs.call_s3("put_object", Bucket=bucket, Key=key, Body=data, **cond)
+        out = fs.call_s3("put_object", Bucket=bucket, Key=key, Body=data, **cond)
     except FileExistsError as e:  # s3fs's translation of a failed If-None-Match
         raise ConflictError(f"{url} was created by another writer") from e
     except OSError as e:  # botocore's ClientError, translated by s3fs
@@ -247,15 +249,17 @@ def put_bytes(url: str, data: bytes, *, if_match: str | None = None, create: boo
             raise ConflictError(f"{url} was changed by another writer") from e
         raise
     fs.invalidate_cache(key_of(url))
+    tag = (out or {}).get("ETag")
+    return str(tag) if tag else None
 
 
-def _gcs_put_if(url: str, data: bytes, generation: str) -> None:
+def _gcs_put_if(url: str, data: bytes, generation: str) -> str | None:
     """One media upload with GCS's ``ifGenerationMatch`` precondition (``0``: no live object);
     gcsfs's own puts take only the create form, so the JSON API is called through its session."""
     fs = fsspec_fs(url)
     bucket, _, key = key_of(url).partition("/")
     try:
-        fs.call(
+        out = fs.call(
             "POST",
             f"{fs._location}/upload/storage/v1/b/{quote(bucket, safe='')}/o",
             uploadType="media",
@@ -269,6 +273,8 @@ def _gcs_put_if(url: str, data: bytes, generation: str) -> None:
         what = "created" if generation == "0" else "changed"
         raise ConflictError(f"{url} was {what} by another writer") from e
     fs.invalidate_cache(key_of(url))
+    gen = out.get("generation") if isinstance(out, dict) else None
+    return str(gen) if gen else None
 
 
 def _is_conflict(e: BaseException) -> bool:

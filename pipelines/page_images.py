@@ -7,12 +7,7 @@ coordinates match the ``<bbox>`` actions in its rollouts, so an image viewer (``
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterable
-from pathlib import Path
-
-from ddai.pipelines import io
-from ddai.pipelines.corpus import Corpus, Page
+from ddai.pipelines.corpus import Page
 
 
 def draw_page(page: Page) -> bytes:
@@ -40,20 +35,3 @@ def draw_page(page: Page) -> bytes:
     buf = _io.BytesIO()
     im.save(buf, format="PNG", optimize=False)
     return buf.getvalue()
-
-
-def render_pages(
-    corpus: Corpus | str | os.PathLike[str],
-    out: str | os.PathLike[str],
-    pages: Iterable[str] | None = None,
-) -> int:
-    """Write ``out/{page_id}.png`` for ``pages`` (default: every page); returns how many."""
-    corpus = corpus if isinstance(corpus, Corpus) else Corpus.load(corpus)
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    n = 0
-    for pid in pages if pages is not None else corpus.pages():
-        with io.atomic_open(out / f"{pid}.png", "wb") as f:
-            f.write(draw_page(corpus.page(pid)))
-        n += 1
-    return n

@@ -208,15 +208,6 @@ def _remote_source(con: duckdb.DuckDBPyConnection, files: list[Any]) -> None:
         con.register("rollouts_src", store.arrow_dataset(files))
 
 
-def connect_table(table: pa.Table) -> duckdb.DuckDBPyConnection:
-    """The same views over an in-memory table in the rollout schema (tests, trainer output)."""
-    con = duckdb.connect()
-    con.execute("SET enable_progress_bar = false")
-    con.register("rollouts_src", table)
-    _create_views(con, VIEWS)
-    return con
-
-
 def run_named(
     con: duckdb.DuckDBPyConnection, name: str, params: dict[str, Any] | list[Any] | None = None
 ) -> pa.Table:

@@ -20,21 +20,23 @@ protocol (rename the parts in, replace ``_manifest.json`` last, under ``flock``)
    still finds them (object storage has no reader locks).
 
 Steps 2 to 4 are ``store.commit_remote`` (shared with every other writer); this module stages
-an ingest and publishes its quarantine and side-table files first, which accumulate the same way
-(old object + this write's lines, put over the version read).
+an ingest and publishes its quarantine first (old object + this write's lines, put over the
+version read) and each side table's rows as one new part (``side_log.put_part``; the manifest
+lists the parts). An ingest of several runs checks every run before publishing any and, when a
+publish fails late, takes back the runs it published (``rollback.undo_remote``); superseded
+objects are collected only once every run is published.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines import objstore, store
+from ddai.pipelines import objstore, rollback, side_log, store
 
 GRACE_ENV = store.GRACE_ENV
 _RETRIES = 8
@@ -54,11 +56,34 @@ def ingest(cfg: Any, local_ingest: Callable[[Any], Any]) -> Any:
         sources, names = _local_sources(cfg.sources, Path(d) / "sources")
         staged = dataclasses.replace(cfg, logs=stage, sources=sources, stored_keys_from=url)
         result = local_ingest(staged)
-        published = []
-        for run in sorted(result.runs):
-            checked = result.keys_checked.get(run) if cfg.append else None
-            publish(stage, url, run, append=cfg.append, names=names, keys_checked=checked)
-            published.append(run)
+        runs = sorted(result.runs)
+        checked = {r: result.keys_checked.get(r) if cfg.append else None for r in runs}
+        # Every run is checked before any is published: a refused one leaves the store as it was.
+        for run in runs:
+            try:
+                store.check_remote(stage, url, run, keys_checked=checked[run])
+            except Exception as e:
+                raise rollback.refused(e, run, _inputs(stage, run, names), runs) from e
+        undos: list[rollback.RemoteUndo] = []
+        try:
+            for run in runs:
+                undos.append(rollback.RemoteUndo(run))
+                publish(
+                    stage, url, run, append=cfg.append, names=names, keys_checked=checked[run],
+                    undo=undos[-1],
+                )  # fmt: skip
+        except BaseException as e:  # a late refusal: take back the runs published before it
+            stuck = rollback.undo_remote(undos)
+            if not isinstance(e, Exception):
+                raise
+            failed = undos[-1].run
+            raise rollback.refused(
+                e, failed, _inputs(stage, failed, names), runs, undone=True, stuck=stuck
+            ) from e
+        for run in runs:  # superseded objects go only now: a rollback needed them until here
+            man = store.run_manifest(url, run) or {}
+            store.collect_remote_garbage(objstore.join(url, f"run_id={run}"), man)
+            store.collect_remote_side_garbage(url, run, man.get("side_tables") or {})
         result.quarantine_files = [
             objstore.join(url, store.QUARANTINE_DIR, Path(q).name) for q in result.quarantine_files
         ]
@@ -91,28 +116,36 @@ def publish(
     append: bool,
     names: dict[str, str] | None = None,
     keys_checked: set[str] | None = None,
+    undo: rollback.RemoteUndo | None = None,
 ) -> dict[str, Any] | None:
     """Publish staged ingest run ``run`` of local store ``stage`` into the store at ``url``: side
     tables, quarantine, then parts and the manifest (the commit, ``store.commit_remote``).
-    Returns the committed manifest. ``keys_checked``: see ``store.commit_remote``."""
+    Returns the committed manifest. ``keys_checked``: see ``store.commit_remote``. ``undo``:
+    records what was changed, for ``rollback.undo_remote``; the superseded objects are then
+    left for the caller to collect (``ingest`` does, once every run is published)."""
     # Refused before anything is published when the check already fails (the commit checks
     # again over the version it commits on).
     store.check_remote(stage, url, run, keys_checked=keys_checked)
-    side: dict[str, dict[str, Any]] = {}  # per table written: rows and sha256, for the manifest
+    q = store.quarantine_path(stage, run)
+    if q.is_file():  # entries accumulate across ingests, never overwritten
+        remote_q = objstore.join(url, store.QUARANTINE_DIR, q.name)
+        _, old, tag = _accumulate(q, remote_q, keep_old=True)
+        if undo is not None:
+            undo.overwritten.append((remote_q, old, tag))
+    if store.run_manifest(stage, run) is None:
+        return None  # no rollouts staged (every row quarantined): no side rows to list either
+    # Each table's rows go up as one new part (a unique name, invisible until the manifest
+    # lists it): an append adds a part instead of putting the grown table again, and nothing a
+    # reader sees changes before the commit. A replaced run's old tables are left unlisted.
+    side: dict[str, dict[str, Any]] = {}
     staged = stage / store.SIDE_DIR
     for table_dir in sorted(staged.glob("*")) if staged.is_dir() else []:
         local = table_dir / f"{run}.jsonl"
-        remote = objstore.join(url, store.SIDE_DIR, table_dir.name, f"{run}.jsonl")
         if local.is_file():
-            body = _accumulate(local, remote, keep_old=append)
-            side[table_dir.name] = {"rows": body.count(b"\n"), "sha256": _sha256(body)}
-    if not append:  # a replaced run keeps no side rows of tables this write did not have
-        for table in objstore.listdir(objstore.join(url, store.SIDE_DIR)):
-            if table not in side:
-                objstore.remove(objstore.join(url, store.SIDE_DIR, table, f"{run}.jsonl"))
-    q = store.quarantine_path(stage, run)
-    if q.is_file():  # entries accumulate across ingests, never overwritten
-        _accumulate(q, objstore.join(url, store.QUARANTINE_DIR, q.name), keep_old=True)
+            part = side_log.put_part(url, table_dir.name, run, local.read_bytes())
+            side[table_dir.name] = {"parts": [part]}
+            if undo is not None:
+                undo.created.append(side_log.part_url(url, table_dir.name, part["name"]))
     return store.commit_remote(
         stage,
         url,
@@ -121,7 +154,15 @@ def publish(
         side=side,
         keys_checked=keys_checked,
         rename=lambda man: _rename_sources(man, names or {}),
+        undo=undo,
+        gc=undo is None,
     )
+
+
+def _inputs(stage: Path, run: str, names: dict[str, str]) -> list[str]:
+    """The inputs of staged run ``run`` (URLs for downloaded ones), for messages."""
+    srcs = (store.run_manifest(stage, run) or {}).get("sources") or []
+    return [names.get(s["path"], s["path"]) for s in srcs if "path" in s]
 
 
 def _rename_sources(man: dict[str, Any], names: dict[str, str]) -> dict[str, Any]:
@@ -134,22 +175,22 @@ def _rename_sources(man: dict[str, Any], names: dict[str, str]) -> dict[str, Any
     return json.loads(text)
 
 
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def _accumulate(local: Path, remote: str, *, keep_old: bool) -> bytes:
+def _accumulate(
+    local: Path, remote: str, *, keep_old: bool
+) -> tuple[bytes, bytes | None, str | None]:
     """Put ``local``'s lines at ``remote``, after the lines already there when ``keep_old``;
-    returns what was put."""
+    returns what was put, the exact bytes it replaced (None: no object was there) and the
+    version put."""
     for _ in range(_RETRIES):
         tag = objstore.etag(remote)
-        old = objstore.read_bytes(remote) if tag and keep_old else b""
+        before = objstore.read_bytes(remote) if tag else None
+        old = before if before is not None and keep_old else b""
         if old and not old.endswith(b"\n"):
             old += b"\n"
         body = old + local.read_bytes()
         try:
-            objstore.put_bytes(remote, body, if_match=tag, create=tag is None)
-            return body
+            put = objstore.put_bytes(remote, body, if_match=tag, create=tag is None)
+            return body, before, put
         except objstore.ConflictError:
             continue
     raise objstore.ConflictError(f"{remote}: too many concurrent writers; retry")

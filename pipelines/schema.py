@@ -26,8 +26,6 @@ TURNS_INCOMPLETE = "turns_incomplete"
 # A kept rollout one of whose scores was NaN or ±inf in the source: stored null, the source value
 # in ``extra.nonfinite`` (``{"reward": "nan"}``), counted by this flag; distillation leaves it out.
 NONFINITE = "nonfinite_score"
-# Indexes that count from 0: a negative one is a broken row, quarantined as ``negative index``.
-_NONNEG_COLS = ("step", "rollout_idx", "sample_idx", "num_turns")
 
 TURN_TYPE = pa.struct(
     [
@@ -74,8 +72,6 @@ ROLLOUT_SCHEMA = pa.schema(
     metadata={b"schema_version": SCHEMA_VERSION.encode()},
 )
 COLUMNS = tuple(ROLLOUT_SCHEMA.names)
-REQUIRED = ("uid", "rollout_idx", "run_id")
-_INT_COLS = ("step", "rollout_idx", "sample_idx", "num_turns")
 _FLOAT_COLS = ("judge_score", "ndcg", "reward", "advantage")
 _STR_COLS = (
     "run_id",

@@ -13,9 +13,13 @@ Commit protocol (one per run, under the run's write lock ``_locks/<run>.lock``):
 
 Side tables (``_side/<table>/<run>.jsonl``) and quarantine entries of an ingest are committed under
 the same lock just before the manifest, which lists each side table with its sha256 (so
-``verify_partition`` sees one that does not belong to the committed version). Every other writer
-of a run's data (a judge or value re-score in place, a resumed trainer) holds the lock and, when
-it read the run first, commits only if the run is still the version it read (``if_unchanged``).
+``verify_partition`` sees one that does not belong to the committed version; on object storage
+a table is a list of part objects, each listed with its rows and sha256: ``side_log``). An
+ingest of several runs takes every run's lock and checks every run before committing any, and
+journals its commits (``rollback.Journal``) so that a late failure puts the earlier runs back.
+Every other writer of a run's data (a judge or value re-score in place, a resumed trainer)
+holds the lock and, when it read the run first, commits only if the run is still the version it
+read (``if_unchanged``).
 
 Readers take a shared lock on each run, then read its manifest's file list (a ``Snapshot``): one
 consistent version of every run, even while it is replaced or appended. Leftovers of a crashed
@@ -80,6 +84,8 @@ from ddai.pipelines.store_read import (  # noqa: F401
 
 if TYPE_CHECKING:  # pyarrow.dataset pulls pandas in: imported where a dataset is built
     import pyarrow.dataset as ds
+
+    from ddai.pipelines.rollback import Journal, RemoteUndo
 
 DEFAULT_BATCH_ROWS = 50_000
 # A row group is written when this many rows (or bytes, for wide rows) are staged.
@@ -215,19 +221,22 @@ class PartitionWriter:
         *,
         locked: bool = False,
         if_unchanged: str | None = None,
+        journal: Journal | None = None,
     ) -> dict[str, Any]:
         """Commit the written rows with ``manifest``; ``locked``: the caller holds ``run_lock``.
 
         ``if_unchanged``: the ``manifest_version`` of the run as the caller read it; another
         commit since then raises ``StoreConflict`` and writes nothing (a read-modify-write never
-        drops rows appended meanwhile)."""
+        drops rows appended meanwhile). ``journal`` (a local store, one command committing
+        several runs): the files replaced are kept there for a rollback and the superseded
+        files are collected only when the journal finishes."""
         self._close()
         if self.remote is not None:
             return self._publish(manifest, if_unchanged)
         if locked:
-            return self._commit(manifest, if_unchanged)
+            return self._commit(manifest, if_unchanged, journal)
         with run_lock(self.logs, self.run_id):
-            return self._commit(manifest, if_unchanged)
+            return self._commit(manifest, if_unchanged, journal)
 
     def _close(self) -> None:
         self._flush()
@@ -265,7 +274,12 @@ class PartitionWriter:
     def _own_parts(self) -> list[Path]:
         return [self.tmp / self.part] if (self.tmp / self.part).exists() else []
 
-    def _commit(self, manifest: dict[str, Any], if_unchanged: str | None = None) -> dict[str, Any]:
+    def _commit(
+        self,
+        manifest: dict[str, Any],
+        if_unchanged: str | None = None,
+        journal: Journal | None = None,
+    ) -> dict[str, Any]:
         old = _read_manifest(self.final)
         if if_unchanged is not None and (old is None or manifest_version(old) != if_unchanged):
             raise StoreConflict(
@@ -288,9 +302,14 @@ class PartitionWriter:
         listed = (prev or {}).get("side_tables")
         if listed and "side_tables" not in manifest:
             manifest = {**manifest, "side_tables": listed}  # not this write's: left as they are
+        if journal is not None:
+            journal.mkdir(self.final)
+            journal.save(self.final / MANIFEST)
         self.final.mkdir(exist_ok=True)
         if (self.tmp / self.part).exists():
             new = _file_record(self.tmp / self.part, self.rows)
+            if journal is not None:
+                journal.save(self.final / self.part)  # new: a rollback removes it
             os.replace(self.tmp / self.part, self.final / self.part)
             files = [*files, new]
         record = {
@@ -304,7 +323,11 @@ class PartitionWriter:
         io.crash_point(f"partition-data:{self.run_id}")
         io.write_json(self.final / MANIFEST, record)  # the commit point
         self._drop_tmp()
-        collect_garbage(self.logs, self.run_id)
+        if journal is None:
+            collect_garbage(self.logs, self.run_id)
+        else:  # a rollback needs the replaced version's files
+            logs, run = self.logs, self.run_id
+            journal.after(lambda: collect_garbage(logs, run))
         return record
 
     def _drop_tmp(self) -> None:
@@ -478,14 +501,36 @@ def verify_partition(part: str | os.PathLike[str]) -> str | None:
     # side tables the committed ingest wrote (a kill between them and the manifest, or an edit)
     run = man.get("run_id") or p.name.split("=", 1)[-1]
     for table, rec in sorted((man.get("side_tables") or {}).items()):
-        fp = p.parent / SIDE_DIR / table / f"{run}.jsonl"
+        base: Any = p.parent / SIDE_DIR / table
         if url:
-            fp = objstore.join(url.rsplit("/", 1)[0], SIDE_DIR, table, f"{run}.jsonl")
-        if not objstore.any_isfile(fp):
-            bad.append(f"side table {table} missing")
-        elif io.sha256_file(fp) != rec["sha256"]:
-            bad.append(f"side table {table} changed")
+            base = objstore.join(url.rsplit("/", 1)[0], SIDE_DIR, table)
+        if "parts" not in rec:  # one file (a local store, an ingest before parts)
+            fp = objstore.join(base, f"{run}.jsonl") if url else base / f"{run}.jsonl"
+            if not objstore.any_isfile(fp):
+                bad.append(f"side table {table} missing")
+            elif io.sha256_file(fp) != rec["sha256"]:
+                bad.append(f"side table {table} changed")
+            continue
+        for part in rec["parts"]:  # appended per step on object storage: one object each
+            fp = objstore.join(base, *part["name"].split("/")) if url else base / part["name"]
+            if not objstore.any_isfile(fp):
+                bad.append(f"side table {table} part {part['name']} missing")
+            elif io.sha256_file(fp) != part["sha256"]:
+                bad.append(f"side table {table} part {part['name']} changed")
     return "; ".join(bad) or None
+
+
+def side_parts(rec: dict[str, Any], run: str) -> list[dict[str, Any]]:
+    """The parts (``name`` under ``_side/<table>/``, ``rows``, ``sha256``) of a listed side
+    table; a table kept as one file (``<run>.jsonl``) is its own single part."""
+    if "parts" in rec:
+        return list(rec["parts"])
+    return [{"name": f"{run}.jsonl", "rows": rec["rows"], "sha256": rec["sha256"]}]
+
+
+def side_parts_record(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """A side table's manifest record over ``parts``: total rows, the digest over the parts."""
+    return {"rows": sum(p["rows"] for p in parts), "sha256": files_digest(parts), "parts": parts}
 
 
 # Partition-wide fields the new manifest carries up to date: a history entry keeps only what its own
@@ -495,7 +540,13 @@ _CURRENT_ONLY = ("history", "files", "sha256", "capabilities")
 
 
 def _strip_history(m: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in m.items() if k not in _CURRENT_ONLY}
+    out = {k: v for k, v in m.items() if k not in _CURRENT_ONLY}
+    if out.get("side_tables"):  # a side table's part list grows per step: current only too
+        out["side_tables"] = {
+            t: {k: v for k, v in rec.items() if k != "parts"}
+            for t, rec in out["side_tables"].items()
+        }
+    return out
 
 
 def write_run(
@@ -606,6 +657,8 @@ def commit_remote(
     if_unchanged: str | None = None,
     keys_checked: set[str] | None = None,
     rename: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    undo: RemoteUndo | None = None,
+    gc: bool = True,
 ) -> dict[str, Any] | None:
     """Commit run ``run`` committed in local staging store ``stage`` to the store at ``url``:
     its parts, then the manifest with a conditional put. Returns the committed manifest (None
@@ -616,7 +669,11 @@ def commit_remote(
     alone, which keeps the run's side tables as they are). ``if_unchanged``: the
     ``manifest_version`` the rows were computed from; ``keys_checked``: the files ``--append``'s
     duplicate check read (``check_new_keys``). Either failing raises ``StoreConflict`` with
-    nothing committed. ``rename``: applied to the staged manifest first."""
+    nothing committed. ``rename``: applied to the staged manifest first. ``side`` lists each
+    table's new ``parts`` (objects already put): an append lists them after the run's parts, a
+    replace lists them alone. ``undo``: records what the commit changed (``rollback``);
+    ``gc=False`` leaves the superseded objects for the caller to collect once its other runs
+    committed too (a rollback needs them)."""
     new = run_manifest(stage, run)
     if new is None:
         return None
@@ -626,16 +683,22 @@ def commit_remote(
     check_remote(stage, url, run, if_unchanged=if_unchanged, keys_checked=keys_checked)
     for f in new["files"]:
         objstore.put_file(stage / f"run_id={run}" / f["name"], objstore.join(part_url, f["name"]))
+        if undo is not None:
+            undo.created.append(objstore.join(part_url, f["name"]))
     for _ in range(_REMOTE_RETRIES):
-        tag, old = _remote_manifest(man_url)
+        tag, raw = _remote_manifest_bytes(man_url)
+        old = json.loads(raw) if raw is not None else None
         check_remote(stage, url, run, old, if_unchanged=if_unchanged, keys_checked=keys_checked)
         record = dict(new)
         if side is None and old and "side_tables" in old:
             # not this write's: left as they are (plus any a rollout commit lists first)
             record["side_tables"] = {**old["side_tables"], **(new.get("side_tables") or {})}
-        elif side or "side_tables" in new:
+        elif side is not None:
             kept = (old or {}).get("side_tables") or {} if append else {}
-            record["side_tables"] = {**kept, **(side if side is not None else new["side_tables"])}
+            record["side_tables"] = {**kept, **_merge_side(kept, side, run)}
+        elif "side_tables" in new:
+            kept = (old or {}).get("side_tables") or {} if append else {}
+            record["side_tables"] = {**kept, **new["side_tables"]}
         if append and old is not None:
             old_files = old.get("files")
             if old_files is None:  # written before manifests listed files: list them now
@@ -649,10 +712,15 @@ def commit_remote(
             )
         body = (json.dumps(record, indent=2, ensure_ascii=False, default=str) + "\n").encode()
         try:
-            objstore.put_bytes(man_url, body, if_match=tag, create=tag is None)
+            put = objstore.put_bytes(man_url, body, if_match=tag, create=tag is None)
         except objstore.ConflictError:
             continue  # another writer committed first: merge over its version
-        collect_remote_garbage(part_url, record)
+        if undo is not None:
+            undo.manifest_url, undo.before, undo.put_tag = man_url, raw, put
+        if gc:
+            collect_remote_garbage(part_url, record)
+            if side is not None:
+                collect_remote_side_garbage(url, run, record.get("side_tables") or {})
         return record
     raise StoreConflict(
         f"run {run!r} at {url}: {_REMOTE_RETRIES} concurrent commits in a row beat this one; "
@@ -692,8 +760,62 @@ def check_remote(
 
 def _remote_manifest(man_url: str) -> tuple[str | None, dict[str, Any] | None]:
     """The manifest's version token and body (None, None when the run is not there)."""
+    tag, raw = _remote_manifest_bytes(man_url)
+    return tag, json.loads(raw) if raw is not None else None
+
+
+def _remote_manifest_bytes(man_url: str) -> tuple[str | None, bytes | None]:
+    """The manifest's version token and exact bytes (None, None when the run is not there)."""
     tag = objstore.etag(man_url)
-    return tag, json.loads(objstore.read_text(man_url)) if tag else None
+    if tag is None:
+        return None, None
+    try:
+        return tag, objstore.read_bytes(man_url)
+    except FileNotFoundError:  # removed since (a rolled back commit): as if never there
+        return None, None
+
+
+def _merge_side(
+    kept: dict[str, dict[str, Any]], side: dict[str, dict[str, Any]], run: str
+) -> dict[str, dict[str, Any]]:
+    """Side-table records of a commit listing ``side``'s new parts after ``kept``'s (the tables
+    an append keeps; empty for a replace). A record without ``parts`` is listed as it is."""
+    out = {}
+    for table, rec in side.items():
+        if "parts" not in rec:
+            out[table] = rec
+            continue
+        before = side_parts(kept[table], run) if table in kept else []
+        out[table] = side_parts_record([*before, *rec["parts"]])
+    return out
+
+
+def collect_remote_side_garbage(
+    url: str, run: str, listed: dict[str, dict[str, Any]], *, now: float | None = None
+) -> list[str]:
+    """Remove ``run``'s side-table objects under ``url/_side/`` that ``listed`` (the committed
+    manifest's ``side_tables``) does not name and that are older than the grace period: parts a
+    replaced table or a resumed run's rewrite superseded. Returns ``table/name`` of each."""
+    grace = float(os.environ.get(GRACE_ENV, "3600"))
+    keep = {(t, p["name"]) for t, rec in listed.items() for p in side_parts(rec, run)}
+    now = time.time() if now is None else now
+    removed = []
+    side = objstore.join(url, SIDE_DIR)
+    for table in objstore.listdir(side):
+        base = objstore.join(side, table)
+        entries = objstore.listdir(base)
+        names = [f"{run}.jsonl"] if f"{run}.jsonl" in entries else []
+        if run in entries:  # the folder of the run's parts
+            names += [f"{run}/{n}" for n in objstore.listdir(objstore.join(base, run))]
+        for name in names:
+            if (table, name) in keep:
+                continue
+            obj = objstore.join(base, *name.split("/"))
+            born = objstore.modified(obj)
+            if born is not None and now - born >= grace:
+                objstore.remove(obj)
+                removed.append(f"{table}/{name}")
+    return removed
 
 
 def collect_remote_garbage(

@@ -6,7 +6,7 @@ Anything else becomes a turn with ``action == "invalid"`` and a reason in ``erro
 
 The parser never raises on model text. Every turn keeps the raw text it was cut from (``raw``),
 plus the whitespace / chat-template residue around it (``prefix``, ``suffix``), so
-``render_turns(parse_turns(text)) == text`` for every input, and a valid turn re-renders from its
+``"".join(t.render() for t in parse_turns(text)) == text`` for every input, and a valid turn re-renders from its
 structured fields byte for byte.
 """
 
@@ -93,10 +93,6 @@ class Turn:
             "error": self.error,
             "value": self.value,
         }
-
-
-def render_turns(turns: list[Turn]) -> str:
-    return "".join(t.render() for t in turns)
 
 
 def _residue_end(text: str, pos: int) -> int:

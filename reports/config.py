@@ -31,7 +31,7 @@ class ReportConfig:
         seed: sampling seed of the trajectory browser.
         title: page title; default names the runs.
         progress: show a progress bar while building.
-        threads: DuckDB threads (None: DuckDB's default).
+        threads: DuckDB threads for the report's queries. Default: DuckDB's own (one per core).
         flags: review CSVs (``uid, verdict, reason``) whose wrong/uncertain rows flag a prompt's
             ground truth in the failure attribution.
         value_sft: ``ddai train value-sft`` output folders whose per-token TD weights (mean, clip
@@ -89,6 +89,8 @@ class ReportConfig:
                 )
         if self.max_turns is not None and self.max_turns < 1:
             raise ValueError(f"--max-turns must be >= 1, got {self.max_turns}")
+        if self.threads is not None and self.threads < 1:
+            raise ValueError(f"--threads must be >= 1, got {self.threads}")
         for name in ("browse_max", "text_max", "top"):
             if getattr(self, name) < 0:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 0")

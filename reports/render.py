@@ -57,11 +57,6 @@ def packed(text: str) -> str:
     return base64.b64encode(gzip.compress(text.encode("utf-8"), 9, mtime=0)).decode("ascii")
 
 
-def unpacked(data: str) -> str:
-    """The inverse of ``packed`` (tests and scripts read the page's data with it)."""
-    return gzip.decompress(base64.b64decode(data)).decode("utf-8")
-
-
 def packed_json(value: Any) -> str:
     return packed(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
 

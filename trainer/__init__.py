@@ -5,7 +5,7 @@ Rooms: ``search`` (the episode layer every trainer shares: environment, rollouts
 log rows), ``grpo``, ``ppo``, ``value``, ``sft``, ``pointer``; ``runtime`` (processes, launch,
 memory, metrics). Shared modules: ``rlmath`` (the RL math leaf), ``advantages`` and ``losses``
 (pure tensor functions, registered by name), ``trl_compat`` (the one fence around TRL's private
-API), ``common`` and ``modeling`` (configs and model loading), ``tiny``/``tiny_vlm`` (local tiny
-models), ``toy`` and ``learn_task`` (a tiny search task for ``ddai demo --train``, tests and benches). ARCHITECTURE.md at
+API), ``common`` and ``modeling`` (configs and model loading), ``tiny`` (a local tiny
+model), ``toy`` and ``learn_task`` (a tiny search task for ``ddai demo --train``, tests and benches). ARCHITECTURE.md at
 the repository root maps them.
 """

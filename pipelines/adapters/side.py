@@ -19,10 +19,13 @@ import re
 import shutil
 import uuid
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from ddai.pipelines import io
 from ddai.pipelines.store import SIDE_DIR, check_run_id
+
+if TYPE_CHECKING:
+    from ddai.pipelines.rollback import Journal
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -93,10 +96,13 @@ class SideTables(dict):
         """The runs some table has rows for (a run may have side rows and no rollouts)."""
         return {run for spool in self.values() for run in spool.files}
 
-    def commit_run(self, run: str, *, append: bool) -> dict[str, dict[str, Any]]:
+    def commit_run(
+        self, run: str, *, append: bool, journal: Journal | None = None
+    ) -> dict[str, dict[str, Any]]:
         """Move ``run``'s spooled rows in (call with the run's write lock held); without
         ``append`` the run's earlier rows in tables this ingest did not write are removed too.
-        Returns, per table written, ``{"rows": rows in the file, "sha256": the file's hash}``."""
+        Returns, per table written, ``{"rows": rows in the file, "sha256": the file's hash}``.
+        ``journal``: keeps each replaced or removed file's version before, for a rollback."""
         written: dict[str, dict[str, Any]] = {}
         for name, spool in self.items():
             if run not in spool.files:
@@ -110,6 +116,8 @@ class SideTables(dict):
                 earlier, join = _prepend(tmp, final)
                 rows += earlier
             io.crash_point(f"side:{name}:{run}")
+            if journal is not None:
+                journal.save(final)
             os.replace(tmp, final)
             # the claims are released only once the file is in place (the next write's cleaning
             # never takes a spool being committed for an abandoned one)
@@ -121,6 +129,8 @@ class SideTables(dict):
             for table in self.root.iterdir():
                 stale = table / f"{run}.jsonl"
                 if table.name not in written and stale.exists():
+                    if journal is not None:
+                        journal.save(stale)
                     stale.unlink()
         return written
 

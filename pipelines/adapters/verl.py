@@ -15,31 +15,35 @@ not a step number).
 With ``ctx.uid_mapper`` (``ddai ingest --uid-field`` / ``--dataset``, ``verl_ids``) ``uid`` is the
 dataset id instead, so the run joins the dataset in the funnel; a row it cannot map keeps the sha1
 uid and the flag ``uid_unmatched``. ``rollout_idx`` is the order within (``step``, final ``uid``).
+
+``ddai ingest`` reads clean batches of lines in columns (``verl_columns``: the same rows, counts
+and quarantine as this module's per-row path, which reads every other batch).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from ddai.pipelines.adapters import verl_columns
 from ddai.pipelines.adapters.base import (
     ReaderContext,
+    RowBatch,
     SourceRecord,
     contained,
     iter_json_lines,
 )
 from ddai.pipelines.adapters.ddai_common import question_from_prompt, run_id_from_stem
+from ddai.pipelines.adapters.line_batches import iter_batches
 from ddai.pipelines.adapters.peek import first_object
 from ddai.pipelines.adapters.transcript import split_transcript
-from ddai.pipelines.adapters.verl_ids import UID_UNMATCHED
+from ddai.pipelines.adapters.verl_ids import UID_UNMATCHED, uid_of
 from ddai.pipelines.schema import COLUMNS
 
 NAME = "verl"
-UID_HEX = 12
 PASSTHROUGH = ("judge_score", "ndcg", "data_source")
 _OWN = ("input", "output", "gts", "score", "step")
 
@@ -52,11 +56,6 @@ def sniff(path: Path) -> bool:
         and isinstance(obj.get("input"), str)
         and isinstance(obj.get("output"), str)
     )
-
-
-def uid_of(prompt: str) -> str:
-    """The group id verl does not dump: sha1 of the decoded prompt, first 12 hex digits."""
-    return hashlib.sha1(prompt.encode("utf-8")).hexdigest()[:UID_HEX]
 
 
 def run_id_for(path: Path) -> str:
@@ -93,6 +92,23 @@ def verl_rollout(obj: dict[str, Any], rollout_idx: int) -> dict[str, Any]:
     return rec
 
 
+def _records(
+    parsed: Iterable[tuple[int, str | None, Any, str | None]],
+    run: str | None,
+    ctx: ReaderContext,
+    order: Counter,
+) -> Iterator[SourceRecord]:
+    for line, text, obj, reason in parsed:
+        if reason is not None:
+            key, _, detail = reason.partition("|")
+            yield SourceRecord(None, line, text, key, detail, run_id=run)
+        elif not isinstance(obj, dict) or not isinstance(obj.get("input"), str):
+            detail = "a line must be an object with a string input"
+            yield SourceRecord(None, line, text, "wrong type", detail, run_id=run)
+        else:
+            yield contained(line, text, run, _record, obj, line, text, run, ctx, order)
+
+
 def _record(
     obj: dict[str, Any],
     line: int,
@@ -117,19 +133,25 @@ def _record(
     return SourceRecord(rec, line, text, run_id=run)
 
 
-def read(path: Path, ctx: ReaderContext) -> Iterator[SourceRecord]:
+def read(path: Path, ctx: ReaderContext) -> Iterator[SourceRecord | RowBatch]:
     run = None if ctx.run_id else run_id_for(path)
     order: Counter = Counter()
     with open(path, "rb") as fh:
-        for line, text, obj, reason in iter_json_lines(fh, ctx):
-            if reason is not None:
-                key, _, detail = reason.partition("|")
-                yield SourceRecord(None, line, text, key, detail, run_id=run)
-            elif not isinstance(obj, dict) or not isinstance(obj.get("input"), str):
-                detail = "a line must be an object with a string input"
-                yield SourceRecord(None, line, text, "wrong type", detail, run_id=run)
-            else:
-                yield contained(line, text, run, _record, obj, line, text, run, ctx, order)
+        if not ctx.columnar:
+            yield from _records(iter_json_lines(fh, ctx), run, ctx, order)
+        else:
+            # Whole batches in columns where the batch is clean; any other batch line by line.
+            for batch in iter_batches(fh, ctx):
+                got = None
+                if batch.clean:
+                    try:
+                        got = verl_columns.to_rows(batch, ctx.run_id or run, order, ctx.uid_mapper)
+                    except Exception:  # a fault of the columnar path: the per-row path contains it
+                        got = None
+                if got is not None:
+                    yield got
+                else:
+                    yield from _records(batch.records(), run, ctx, order)
     ctx.notes[str(path)] = {
         "groups (step, uid)": len(order),
         "rows": sum(order.values()),

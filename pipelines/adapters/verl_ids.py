@@ -16,6 +16,7 @@ it still counts for its run but joins no dataset row.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from collections import Counter
@@ -28,7 +29,13 @@ import polars as pl
 from ddai.pipelines.adapters.ddai_common import last_user_message
 
 UID_UNMATCHED = "uid_unmatched"
+UID_HEX = 12
 _SPECIAL_RE = re.compile(r"<\|[^|>]*\|>")
+
+
+def uid_of(prompt: str) -> str:
+    """The group id verl does not dump: sha1 of the decoded prompt, first 12 hex digits."""
+    return hashlib.sha1(prompt.encode("utf-8")).hexdigest()[:UID_HEX]
 
 
 def normalize_prompt(text: str) -> str:
@@ -92,6 +99,11 @@ def field_value(obj: dict[str, Any], path: str) -> Any:
     return cur
 
 
+def _id_value(v: Any) -> bool:
+    """A field value usable as a dataset id: a non-empty string or an integer (not a bool)."""
+    return (isinstance(v, str) and bool(v)) or (isinstance(v, int) and not isinstance(v, bool))
+
+
 @dataclass
 class UidMapper:
     """Maps one dump line to its dataset id; counts how each row was mapped."""
@@ -104,20 +116,49 @@ class UidMapper:
     def build(cls, uid_field: str | None, dataset: str | os.PathLike[str] | None) -> UidMapper:
         return cls(uid_field or None, load_prompt_index(dataset) if dataset else None)
 
+    def uid_batch(self, inputs: list[str], values: list[Any]) -> tuple[list[str | None], Counter]:
+        """``uid`` for many rows (``inputs``: each row's ``input``; ``values``: its ``uid_field``
+        value), matching each distinct prompt once; the counts are returned, not added."""
+        out: list[str | None] = []
+        counts: Counter = Counter()
+        by_prompt: dict[str, tuple[str | None, str | None]] = {}
+        for prompt, v in zip(inputs, values, strict=True):
+            if self.uid_field and _id_value(v):
+                counts[f"uid from field {self.uid_field}"] += 1
+                out.append(str(v))
+                continue
+            if prompt not in by_prompt:
+                by_prompt[prompt] = self._by_prompt(prompt)
+            got, how = by_prompt[prompt]
+            if how:
+                counts[how] += 1
+            if got is None:
+                counts[UID_UNMATCHED] += 1
+            out.append(got)
+        return out, counts
+
+    def _by_prompt(self, prompt: Any) -> tuple[str | None, str | None]:
+        """The dataset id matching ``prompt``, and what to count for the match (None: nothing
+        matched)."""
+        if self.prompts is not None:
+            text = last_user_message(prompt)
+            ids = self.prompts.get(normalize_prompt(text)) if text is not None else None
+            if ids and len(ids) == 1:
+                return ids[0], "uid from dataset prompt"
+            if ids:
+                return None, "prompt matches several dataset ids"
+        return None, None
+
     def uid(self, obj: dict[str, Any]) -> str | None:
         """The row's dataset id, or None (the caller keeps the sha1 uid and flags the row)."""
         if self.uid_field:
             v = field_value(obj, self.uid_field)
-            if (isinstance(v, str) and v) or (isinstance(v, int) and not isinstance(v, bool)):
+            if _id_value(v):
                 self.counts[f"uid from field {self.uid_field}"] += 1
                 return str(v)
-        if self.prompts is not None:
-            text = last_user_message(obj.get("input"))
-            ids = self.prompts.get(normalize_prompt(text)) if text is not None else None
-            if ids and len(ids) == 1:
-                self.counts["uid from dataset prompt"] += 1
-                return ids[0]
-            if ids:
-                self.counts["prompt matches several dataset ids"] += 1
-        self.counts[UID_UNMATCHED] += 1
-        return None
+        got, how = self._by_prompt(obj.get("input"))
+        if how:
+            self.counts[how] += 1
+        if got is None:
+            self.counts[UID_UNMATCHED] += 1
+        return got

@@ -13,17 +13,16 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines.adapters.side import SIDE_DIR
-
 COVERAGE_KEY = "reward/streaming_sample_coverage"
 
 
 def _events(logs: Path, table: str, run: str) -> list[dict[str, Any]]:
-    path = logs / SIDE_DIR / table / f"{run}.jsonl"
-    if not path.is_file():
-        return []
-    with open(path, encoding="utf-8") as fh:
-        return [json.loads(line) for line in fh if line.strip()]
+    # one file locally, the listed parts on object storage: read as one table (imported here:
+    # the store's write side pulls pyarrow in)
+    from ddai.pipelines.side_log import read_bytes
+
+    data = read_bytes(logs, table, run).decode("utf-8")
+    return [json.loads(line) for line in data.splitlines() if line.strip()]
 
 
 def step_log(logs: str | os.PathLike[str], run: str) -> dict[int, dict[str, Any]]:

@@ -21,7 +21,6 @@ from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 import numpy as np
 
 ROLES = ("judge", "generator", "rewriter", "verifier", "vqa", "search", "embedder")
-Role = Literal["judge", "generator", "rewriter", "verifier", "vqa", "search", "embedder"]
 Verdict = Literal["ok", "wrong", "uncertain"]
 VERDICTS: tuple[Verdict, ...] = ("ok", "wrong", "uncertain")
 

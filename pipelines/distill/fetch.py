@@ -311,29 +311,6 @@ def fetch_batches(
         )
 
 
-def fetch_rows(
-    files: Sequence[str | os.PathLike[str]],
-    keys: pa.Table,
-    rows: Sequence[int],
-    *,
-    batch_rows: int = 10_000,
-    threads: int | None = None,
-) -> list[dict[str, Any]]:
-    """Full rollout rows (``ROLLOUT_SCHEMA``) of ``keys.take(rows)``, in the order of ``rows``.
-
-    ``keys`` is ``selection_columns``'s table. ``fetch_batches`` materializes only the selected
-    rows, in Arrow batches of ``batch_rows`` that become dicts one batch at a time."""
-    if not rows:
-        return []
-    out: list[dict[str, Any] | None] = [None] * len(rows)
-    wanted = locate(files, keys, rows)
-    for part in fetch_batches(files, wanted, batch_rows=batch_rows, threads=threads):
-        slots = part["_slot"].to_pylist()
-        for slot, row in zip(slots, part.drop_columns(["_slot"]).to_pylist(), strict=True):
-            out[slot] = row
-    return out  # type: ignore[return-value]
-
-
 def _turn_fields(turns: pa.ChunkedArray, keep: Sequence[str]) -> pa.ChunkedArray:
     """``turns`` (list of turn structs) with only the ``keep`` fields of each turn, sharing the
     buffers (offsets, validity and the kept children are reused, nothing is copied)."""

@@ -72,16 +72,6 @@ def first_occurrences(table: pa.Table) -> tuple[pa.Table, list[str]]:
     return table.filter(first), dups
 
 
-def take_ids(table: pa.Table, wanted: Sequence[str]) -> pa.Table:
-    """The rows of ``wanted`` ids, in that order (``table`` has unique ids; unknown ids raise)."""
-    index = {v: i for i, v in enumerate(ids(table))}
-    try:
-        rows = [index[v] for v in wanted]
-    except KeyError as e:
-        raise KeyError(f"id {e.args[0]!r} is not in the dataset") from None
-    return table.take(pa.array(rows, pa.int64()))
-
-
 def concat(tables: Sequence[pa.Table]) -> pa.Table:
     """Stack datasets of the same shape (struct fields unified when one side has one more)."""
     return pa.concat_tables(tables, promote_options="permissive")

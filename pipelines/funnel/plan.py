@@ -48,12 +48,6 @@ _KAPPA_GRID = np.logspace(-1.0, 3.0, 81)
 # ---------------------------------------------------------------- pure math
 
 
-def mixed_prob(p: np.ndarray, n: int) -> np.ndarray:
-    """P(a group of ``n`` has both outcomes) for success probabilities ``p`` ``[P]`` → ``[P]``."""
-    p = np.asarray(p, dtype=np.float64)
-    return 1.0 - p**n - (1.0 - p) ** n
-
-
 def _log_rising(x: np.ndarray, kmax: int) -> np.ndarray:
     """log of the rising factorial (x)_k for k = 0..kmax: ``x`` ``[P]`` → ``[P, kmax + 1]``."""
     j = np.arange(kmax, dtype=np.float64)
@@ -161,15 +155,6 @@ def estimate(
         return group_stats(binomial_pmf(p, n))
     alpha, beta = prior_params(prior, fit_on if fit_on is not None else (s, m))
     return group_stats(beta_binomial_pmf(alpha + s, beta + m - s, n))
-
-
-def simulate_mixed_share(
-    p: np.ndarray, n: int, *, groups_per_prompt: int = 1, rng: np.random.Generator
-) -> float:
-    """Monte-Carlo share of mixed groups: ``groups_per_prompt`` groups of ``n`` Bernoulli(p_i)
-    rollouts for each prompt's true probability ``p`` ``[P]``."""
-    k = rng.binomial(n, np.repeat(np.asarray(p, dtype=np.float64), groups_per_prompt))
-    return float(np.mean((k > 0) & (k < n)))
 
 
 # ---------------------------------------------------------------- the step

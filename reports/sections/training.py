@@ -8,6 +8,7 @@ with one optimizer step per rollout batch the ratio is exactly 1, whatever the c
 
 from __future__ import annotations
 
+from io import BytesIO
 from pathlib import Path
 from typing import Any
 
@@ -24,12 +25,15 @@ TABLE_DIR = Path("_side") / "train_metrics"
 
 
 def load(logs: Path, runs: list[str]) -> dict[str, pl.DataFrame]:
-    """Each run's per-step training metrics (runs without any are left out)."""
+    """Each run's per-step training metrics (runs without any are left out): the one file of a
+    local store, the parts the manifest lists on object storage (``side_log.read_bytes``)."""
+    from ddai.pipelines.side_log import read_bytes
+
     out = {}
     for run in runs:
-        path = Path(logs) / TABLE_DIR / f"{run}.jsonl"
-        if path.is_file() and path.stat().st_size:
-            out[run] = pl.read_ndjson(path).sort("step")
+        data = read_bytes(logs, TABLE_DIR.name, run)
+        if data.strip():
+            out[run] = pl.read_ndjson(BytesIO(data)).sort("step")
     return out
 
 

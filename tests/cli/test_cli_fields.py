@@ -10,7 +10,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from ddai.cli.fields import field_docs, field_help, field_opt, flags_config
+from ddai.cli.fields import attributes_section, field_docs, field_help, field_opt, flags_config
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -41,6 +41,37 @@ def test_field_docs_read_docstrings_through_the_bases_and_the_override_wins():
     assert field_help(Base, "steps") == "Optimizer steps."
     with pytest.raises(KeyError, match=r"Base\.quiet has no docstring"):
         field_help(Base, "quiet")
+
+
+@dataclasses.dataclass
+class Documented:
+    """A config documented in its class docstring.
+
+    Attributes:
+        logs: the log
+            store folder.
+        host, port: where to listen.
+        runs: run ids; None reads every run.
+
+    Something after the section: not a field's text.
+    """
+
+    logs: str = "x"
+    host: str = "h"
+    port: int = 1
+    runs: list | None = None
+    """The attribute docstring wins over the section."""
+
+
+def test_field_docs_read_the_attributes_section():
+    assert field_docs(Documented) == {
+        "logs": "the log store folder.",  # a continuation line folded in
+        "host": "where to listen.",  # one entry, two fields
+        "port": "where to listen.",
+        "runs": "The attribute docstring wins over the section.",
+    }
+    assert attributes_section(Documented.__doc__)["runs"] == "run ids; None reads every run."
+    assert attributes_section("No section here.\n\n    logs: not an entry") == {}
 
 
 def test_field_opt_becomes_the_flag_with_its_help():

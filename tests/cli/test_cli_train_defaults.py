@@ -49,16 +49,22 @@ def _names(node: ast.AST) -> str | None:
 def field_of_param(callback, cls_name: str, fields: frozenset[str] = frozenset()) -> dict[str, str]:
     """``param -> field`` from the command's ``Cls(field=param, …)`` call (its source), or from
     ``flags_config(Cls, locals(), **given)``: every parameter named like one of ``fields`` that
-    ``given`` does not set."""
+    ``given`` does not set. A group of flags (``with_groups``) passed as ``Cls(**group)`` fills
+    the fields its flags are named as (``config_flags`` names a flag as its field)."""
     tree = ast.parse(textwrap.dedent(inspect.getsource(callback)))
     out = {}
     params = set(inspect.signature(callback).parameters)
+    groups = getattr(callback, "__groups__", {})  # group parameter -> its flags
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
             continue
         if _names(node.func) == cls_name:
             for kw in node.keywords:
-                if isinstance(kw.value, ast.Name):
+                if not isinstance(kw.value, ast.Name):
+                    continue
+                if kw.arg is None:  # Cls(**group)
+                    out.update({f: f for f in groups.get(kw.value.id, ()) if f in fields})
+                else:
                     out[kw.value.id] = kw.arg
         elif _names(node.func) == "flags_config" and node.args and _names(node.args[0]) == cls_name:
             given = {kw.arg for kw in node.keywords}
@@ -324,3 +330,50 @@ def test_the_check_sees_a_restated_default_through_flags_config():
     assert mapping == {"lr": "lr", "steps": "steps"}  # bins is given, as_json no field
     bad = [p.name for p in cmd.params if p.name in mapping and p.default != _defaults(Cfg)[p.name]]
     assert bad == ["lr"]
+
+
+def test_config_flags_make_a_field_without_default_required_and_keep_given_help():
+    import typer
+    from typer.testing import CliRunner
+
+    from ddai.cli.flags import config_flags, doc_flags, with_groups
+
+    @dataclasses.dataclass
+    class Cfg:
+        model: str
+        """Starting ``model``."""
+        seed: int = 0
+        """Seed of the ``sampler``."""
+
+    flags = config_flags(Cfg, {"model": {"help": "Model, as ``given``."}} | doc_flags(Cfg, "seed"))
+    assert doc_flags(Cfg, "seed", model="--policy") == {
+        "seed": {"help": "Seed of the ``sampler``."},
+        "model": {"help": "Starting ``model``.", "decl": "--policy"},
+    }
+    seen = []
+    app = typer.Typer(add_completion=False)
+
+    @app.command()
+    @with_groups({"run": flags})
+    def run(*, run: dict) -> None:
+        seen.append(Cfg(**run))
+
+    runner = CliRunner()
+    res = runner.invoke(app, [])
+    assert res.exit_code == 2 and "--model" in res.output  # no default: required
+    assert runner.invoke(app, ["--model", "m", "--seed", "3"]).exit_code == 0
+    assert seen == [Cfg("m", 3)]
+    out = runner.invoke(app, ["--help"], terminal_width=200).output
+    # help given (here through doc_flags too) is shown as written; only read help is rewritten
+    assert "Model, as ``given``." in out and "Seed of the ``sampler``." in out
+    read = config_flags(Cfg, {"seed": None})
+    assert _group_help(read, "seed") == "Seed of the `sampler`."
+
+
+def _group_help(group, name: str) -> str:
+    """The help of flag ``name`` of a ``config_flags`` group."""
+    import inspect
+    import typing
+
+    param = inspect.signature(group).parameters[name]
+    return typing.get_args(param.annotation)[1].help

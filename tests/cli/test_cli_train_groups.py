@@ -128,3 +128,180 @@ def test_missing_inputs_exit_2_naming_the_flag(tmp_path):
         ],
     )
     assert res.exit_code == 2 and "--data" in res.output and "nope.parquet" in res.output
+
+
+# The run, TRL, device and preflight flags of the training commands come from shared groups
+# (``ddai_cli/options.py``, ``value_opts.py``): each keeps the declaration and help it had when
+# every command spelled it out.
+DTYPE = (
+    "Weight dtype: float32 (default; a GPU still computes in bf16 autocast), bfloat16, float16 or "
+    "auto. `train grpo` / `train ppo` refuse half-precision weights that --lr is too small to "
+    "change (pure bf16 at lr 1e-6); add --lora to train a float32 adapter."
+)
+DEVICE = {
+    "--launch": "Run this command on N processes under `accelerate launch` (GPUs, or gloo on "
+    "CPU); --batch-size stays per process, so the global batch is N × --batch-size.",
+    "--accelerate-config": "accelerate config file for --launch (configs/accelerate/{ddp,zero2,"
+    "zero3,fsdp}.yaml or your own). Default: plain data parallel.",
+}
+TRL = {
+    "--max-steps": "Stop after this many optimizer steps.",
+    "--lr": "Learning rate.",
+    "--config": "TOML/YAML file of TRL config knobs (flat, or under a [trl] table).",
+    "--report-to": "Metric sinks, comma-separated: jsonl (default) or csv file, plus integrations "
+    "such as tensorboard; `none` for nothing.",
+    "--save-steps": "Checkpoint every N steps.",
+    "--logging-steps": "Log metrics every N steps.",
+    "--resume": "Continue from the last checkpoint in --out-dir.",
+}
+RUN = {
+    "--model": "Starting model: a local folder or a hub id (loaded with from_pretrained).",
+    "--out-dir": "Output folder: checkpoints, metrics and the final model.",
+    "--dtype": DTYPE,
+    "--seed": "Random seed.",
+}
+PREFLIGHT = {
+    "--skip-preflight": "Train without the preflight (golden pages in the corpus and returned by "
+    "search, chat template renders the tags, sampled episodes complete and score); recorded in "
+    "the run's run_config.json.",
+    "--preflight-prompts": "Prompts whose n_agent episodes the preflight samples (4x as many "
+    "questions are searched).",
+}
+
+
+def _value_helps(cls_path: str) -> dict[str, str]:
+    """The value commands' grouped flags: help is the field's docstring verbatim."""
+    import importlib
+
+    from ddai.cli.fields import field_help
+    from ddai.cli.value_opts import FIT_FIELDS
+
+    module, name = cls_path.split(":")
+    cls = getattr(importlib.import_module(module), name)
+    names = {"--out-dir": "output_dir"} | {
+        f"--{f.replace('_', '-')}": f for f in ("model", "dtype", "seed", *FIT_FIELDS)
+    }
+    return {decl: field_help(cls, f) for decl, f in names.items()} | DEVICE
+
+
+def _pointer_helps() -> dict[str, str]:
+    from ddai.cli.fields import field_help
+    from ddai.trainer.pointer.config import RLConfig
+
+    names = ("norm", "adv_clip", "clip_eps", "kl_coef", "rce_t_start", "rce_t_end", "old_logp")
+    helps = {f"--{n.replace('_', '-')}": field_help(RLConfig, n) for n in names}
+    return helps | {"--reinforcepp-clip": field_help(RLConfig, "reinforcepp_clip")} | DEVICE
+
+
+GROUPED = [
+    (("train", "sft"), lambda: RUN | TRL | DEVICE),
+    (("train", "grpo"), lambda: RUN | TRL | DEVICE | PREFLIGHT),
+    (
+        ("train", "ppo"),
+        lambda: (
+            RUN
+            | DEVICE
+            | PREFLIGHT
+            | {
+                "--model": "Starting policy: a local folder or a hub id.",
+                "--out-dir": "Output folder: the policy, critic/ and metrics.jsonl.",
+                "--seed": "Random seed (sampling, split, head init).",
+            }
+        ),
+    ),
+    (("train", "value"), lambda: _value_helps("ddai.trainer.value.config:ValueTrainConfig")),
+    (("train", "value-sft"), lambda: _value_helps("ddai.trainer.value.config:ValueSFTConfig")),
+    (("pointer", "train"), _pointer_helps),
+]
+
+
+@pytest.mark.parametrize(("path", "helps"), GROUPED, ids=["-".join(p) for p, _ in GROUPED])
+def test_grouped_flags_keep_their_declarations_and_help(path, helps):
+    from ddai.cli.app import load_command
+
+    cmd = load_command(path[0])
+    for part in path[1:]:
+        cmd = cmd.commands[part]
+    shown = {p.opts[0]: p.help for p in cmd.params if p.opts[0].startswith("--")}
+    want = helps()
+    assert {decl: shown.get(decl) for decl in want} == want
+    if "--reinforcepp-clip" in want:  # a boolean pair keeps its --no- form
+        flag = next(p for p in cmd.params if p.opts[0] == "--reinforcepp-clip")
+        assert flag.secondary_opts == ["--no-reinforcepp-clip"]
+
+
+def test_value_sft_seed_help_keeps_its_literal():
+    # the value commands' help is the field's docstring as written (``x`` kept), as before the
+    # groups; config_flags' own rewrite to `x` applies only to help it reads itself
+    res = CliRunner().invoke(app, ["train", "value-sft", "--help"], terminal_width=400)
+    assert "``data_sampling.seed``" in " ".join(res.output.split())
+
+
+@pytest.mark.parametrize(
+    ("args", "flag"),
+    [
+        (["train", "ppo", "--preflight-prompts", "0"], "--preflight-prompts"),
+        (["train", "sft", "--data", "x.parquet"], "--model"),  # required flags stay required
+        (["train", "value", "--model", "m"], "--out-dir"),
+    ],
+)
+def test_grouped_flags_keep_their_checks(args, flag):
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 2 and flag in res.output
+
+
+def test_device_group_reaches_the_relaunch(monkeypatch, tmp_path):
+    # --accelerate-config without --launch is refused by maybe_relaunch, which now gets the group
+    res = CliRunner().invoke(
+        app,
+        ["train", "value", "--model", "m", "--out-dir", str(tmp_path), "--accelerate-config", "a"],
+    )
+    assert res.exit_code == 2 and "--accelerate-config needs --launch N" in res.output
+
+
+def test_sft_group_flags_reach_their_fields(monkeypatch, tmp_path):
+    cfg = _captured(
+        monkeypatch,
+        "ddai.trainer.sft.train",
+        "run_sft",
+        [
+            *["train", "sft", "--model", "m", "--data", "d.parquet", "--out-dir", str(tmp_path)],
+            *["--lr", "0.5", "--max-steps", "3", "--dtype", "bfloat16", "--seed", "7"],
+            *["--config", "c.toml", "--report-to", "csv", "--resume", "--save-steps", "2"],
+        ],
+    )
+    assert (cfg.model, cfg.output_dir, cfg.dtype, cfg.seed) == ("m", tmp_path, "bfloat16", 7)
+    assert (cfg.learning_rate, cfg.max_steps, cfg.report_to) == (0.5, 3, "csv")
+    assert (str(cfg.config_file), cfg.resume, cfg.save_steps, cfg.logging_steps) == (
+        "c.toml",
+        True,
+        2,
+        None,  # not given: SFTRunConfig's default
+    )
+
+
+def test_value_group_flags_reach_their_fields(monkeypatch, tmp_path):
+    cfg = _captured(
+        monkeypatch,
+        "ddai.trainer.value.train",
+        "train_value",
+        [
+            *["train", "value", "--model", "m", "--out-dir", str(tmp_path), "--run", "r"],
+            *["--trunk-lr", "0.25", "--max-length", "64", "--seed", "3", "--bin-edges", "0.5"],
+        ],
+    )
+    assert (cfg.model, cfg.output_dir, cfg.trunk_lr, cfg.max_length) == ("m", tmp_path, 0.25, 64)
+    assert (cfg.seed, cfg.bin_edges, cfg.head_lr) == (3, [0.5], 1e-4)  # head_lr: its default
+
+
+def test_pointer_rl_group_reaches_the_rl_config(monkeypatch, tmp_path):
+    cfg = _captured(
+        monkeypatch,
+        "ddai.trainer.pointer.train",
+        "run_train",
+        [
+            *["pointer", "train", "--store", str(tmp_path / "s"), "--out-dir", str(tmp_path / "o")],
+            *["--phases", "rce:1,grpo:2", "--kl-coef", "0.3", "--no-reinforcepp-clip"],
+        ],
+    )
+    assert (cfg.rl.kl_coef, cfg.rl.reinforcepp_clip, cfg.rl.norm) == (0.3, False, "zscore")

@@ -8,6 +8,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 from conftest import SHARED
+from support.columnar import kinds, same_store
 
 from ddai.pipelines import store
 from ddai.pipelines.adapters import ddai_flash, line_batches
@@ -64,32 +65,13 @@ ODD = [
 ]
 
 
-def _ingest(src: Path, logs: Path, columnar: bool, **kw):
-    res = ingest(IngestConfig([src], logs, progress=False, columnar=columnar, **kw))
-    rows = store.read_rollouts(logs).to_pylist()
-    for r in rows:
-        r["extra"] = json.loads(r["extra"])
-    q = [
-        {k: e[k] for k in ("line", "reason", "detail", "raw")}
-        for f in sorted((logs / store.QUARANTINE_DIR).glob("*.jsonl"))
-        for e in map(json.loads, f.open())
-    ]
-    return res, rows, q
-
-
 def _same(tmp_path: Path, src: Path, **kw):
-    a = _ingest(src, tmp_path / "columns", True, **kw)
-    b = _ingest(src, tmp_path / "rows", False, **kw)
-    assert a[1] == b[1]  # every column of every rollout, extra as parsed JSON
-    assert a[2] == b[2]  # the same quarantine entries, line for line
-    summary = [{k: v for k, v in x[0].summary().items() if k != "quarantine files"} for x in (a, b)]
-    assert summary[0] == summary[1]
-    return a
+    got = same_store(tmp_path, src, sort=False, **kw)
+    return got.result, got.rows, got.quarantine
 
 
 def _batches(src: Path, run_id: str | None = None) -> list[type]:
-    ctx = ReaderContext(run_id=run_id, columnar=True)
-    return [type(r) for r in ddai_flash.read(src, ctx)]
+    return kinds(ddai_flash.read, src, run_id=run_id)
 
 
 def test_real_round_reads_in_columns_as_per_row(tmp_path):

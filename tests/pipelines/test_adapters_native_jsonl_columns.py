@@ -6,11 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
+from support.columnar import kinds, same_store
 
-from ddai.pipelines import store
 from ddai.pipelines.adapters import line_batches, native
 from ddai.pipelines.adapters.base import ReaderContext, RowBatch, SourceRecord
-from ddai.pipelines.ingest import IngestConfig, ingest
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 TEMPLATE = json.loads((FIXTURES / "logs" / "curriculum.jsonl").open().readline())
@@ -63,32 +62,13 @@ ODD = [
 ]
 
 
-def _ingest(src: Path, logs: Path, columnar: bool, **kw):
-    res = ingest(IngestConfig([src], logs, progress=False, columnar=columnar, **kw))
-    rows = store.read_rollouts(logs).to_pylist()
-    for r in rows:
-        r["extra"] = json.loads(r["extra"])
-    rows.sort(key=lambda r: (r["run_id"], r["step"] or 0, r["uid"], r["rollout_idx"]))
-    q = [
-        {k: e[k] for k in ("line", "reason", "detail", "raw")}
-        for f in sorted((logs / store.QUARANTINE_DIR).glob("*.jsonl"))
-        for e in map(json.loads, f.open())
-    ]
-    return res, rows, q
-
-
 def _same(tmp_path: Path, src: Path, **kw):
-    a = _ingest(src, tmp_path / "columns", True, **kw)
-    b = _ingest(src, tmp_path / "rows", False, **kw)
-    assert a[1] == b[1]  # every column of every rollout, extra as parsed JSON
-    assert a[2] == b[2]  # the same quarantine entries, line for line
-    summary = [{k: v for k, v in x[0].summary().items() if k != "quarantine files"} for x in (a, b)]
-    assert summary[0] == summary[1]
-    return a
+    got = same_store(tmp_path, src, **kw)
+    return got.result, got.rows, got.quarantine
 
 
 def _kinds(src: Path, run_id: str | None = None) -> list[type]:
-    return [type(r) for r in native.read(src, ReaderContext(run_id=run_id, columnar=True))]
+    return kinds(native.read, src, run_id=run_id)
 
 
 @pytest.mark.parametrize("name", ["curriculum", "focused_r1", "focused_r2", "phase1"])

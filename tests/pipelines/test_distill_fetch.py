@@ -9,6 +9,7 @@ import random
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from support.fetch_rows import fetch_rows
 
 from ddai.pipelines import store
 from ddai.pipelines.distill import fetch
@@ -77,7 +78,7 @@ def test_same_selection_and_rows_as_the_full_read(tmp_path):
     want, got = select(full, cfg), select(keys, cfg)
     assert got.rows == want.rows and got.dropped == want.dropped and got.prompts == want.prompts
     assert len(got.rows) >= 4
-    assert fetch.fetch_rows(files, keys, got.rows) == full.take(got.rows).to_pylist()
+    assert fetch_rows(files, keys, got.rows) == full.take(got.rows).to_pylist()
 
 
 def test_fetch_keeps_the_asked_order_across_files_and_row_groups(tmp_path):
@@ -86,15 +87,15 @@ def test_fetch_keeps_the_asked_order_across_files_and_row_groups(tmp_path):
     keys = fetch.selection_columns(files)
     full = store.read_rollouts(logs)
     rows = [23, 0, 15, 4, 11, 9, 16]  # every file, several row groups, out of order
-    got = fetch.fetch_rows(files, keys, rows)
+    got = fetch_rows(files, keys, rows)
     assert [(r["run_id"], r["uid"], r["rollout_idx"]) for r in got] == [
         (full["run_id"][i].as_py(), full["uid"][i].as_py(), full["rollout_idx"][i].as_py())
         for i in rows
     ]
     assert got == full.take(rows).to_pylist()
     # streamed back in batches smaller than the selection: the same rows in the same order
-    assert fetch.fetch_rows(files, keys, rows, batch_rows=2) == got
-    assert fetch.fetch_rows(files, keys, []) == []
+    assert fetch_rows(files, keys, rows, batch_rows=2) == got
+    assert fetch_rows(files, keys, []) == []
 
 
 def test_turn_count_is_read_where_num_turns_is_null(tmp_path):
@@ -204,7 +205,7 @@ def test_duckdb_selection_is_the_rule_and_the_columnar_one(tmp_path, seed, cfg):
     assert got.prompts["kept"] == len({(rows[i]["run_id"], rows[i]["uid"]) for i in want_rows})
     # the locators point at the same rows, and fetching them gives the full rows
     assert wanted.equals(fetch.locate(files, fetch.selection_columns(files), got.rows))
-    assert fetch.fetch_rows(files, fetch.selection_columns(files), got.rows) == [
+    assert fetch_rows(files, fetch.selection_columns(files), got.rows) == [
         rows[i] for i in got.rows
     ]
 

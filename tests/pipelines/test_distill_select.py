@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
+from support.query_table import connect_table
 
 from ddai.pipelines import query
 from ddai.pipelines.distill import select as sel
@@ -125,7 +126,7 @@ def test_same_uid_in_two_runs_is_two_prompts():
 def test_rates_agree_with_the_prompts_at_view():
     # Kept prompts are exactly those prompts_at(threshold) puts in (0, max].
     t = world()
-    con = query.connect_table(t)
+    con = connect_table(t)
     rates = query.run_sql(
         con, "SELECT uid, success_rate FROM prompts_at($t)", {"t": 1.0}
     ).to_pylist()

@@ -50,14 +50,11 @@ def test_unreadable_hf_metadata_is_dropped_not_left_wrong():
     assert b"huggingface" not in (out.schema.metadata or {})
 
 
-def test_first_occurrences_and_take_ids():
+def test_first_occurrences():
     t = pa.table({"id": ["a", "b", "a", "c", "b"], "v": [1, 2, 3, 4, 5]})
     kept, dups = ds.first_occurrences(t)
     assert kept.to_pydict() == {"id": ["a", "b", "c"], "v": [1, 2, 4]}
     assert dups == ["a", "b"]
-    assert ds.take_ids(kept, ["c", "a"]).to_pydict() == {"id": ["c", "a"], "v": [4, 1]}
-    with pytest.raises(KeyError, match="'z' is not in the dataset"):
-        ds.take_ids(kept, ["z"])
 
 
 def test_read_dataset_errors(tmp_path):

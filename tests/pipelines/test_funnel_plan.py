@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 from funnel_data import group, write_dataset, write_log
+from support.plan_reference import mixed_prob, simulate_mixed_share
 
 from ddai.pipelines.funnel import plan
 
@@ -15,9 +16,9 @@ def test_mixed_prob_hand_values():
     # p = 0.5, n = 2: 1 - 0.25 - 0.25 = 0.5
     # p = 0.1, n = 8: 1 - 0.1^8 - 0.9^8 = 1 - 1e-8 - 0.43046721 = 0.56953278
     # p = 0 or 1: never mixed
-    got = plan.mixed_prob(np.array([0.5, 0.1, 0.0, 1.0]), 2)
+    got = mixed_prob(np.array([0.5, 0.1, 0.0, 1.0]), 2)
     assert got[0] == pytest.approx(0.5, abs=1e-15)
-    assert plan.mixed_prob(np.array([0.1]), 8)[0] == pytest.approx(0.56953278, abs=1e-12)
+    assert mixed_prob(np.array([0.1]), 8)[0] == pytest.approx(0.56953278, abs=1e-12)
     assert got[2] == 0.0 and got[3] == 0.0
 
 
@@ -56,12 +57,12 @@ def test_closed_form_matches_simulation_for_known_probabilities():
     rng = np.random.default_rng(7)
     p = rng.uniform(0, 1, 500)
     for n in (2, 8, 16):
-        exact = float(plan.mixed_prob(p, n).mean())
-        sim = plan.simulate_mixed_share(p, n, groups_per_prompt=400, rng=rng)
+        exact = float(mixed_prob(p, n).mean())
+        sim = simulate_mixed_share(p, n, groups_per_prompt=400, rng=rng)
         # 200,000 groups: Monte-Carlo standard error <= 0.5 / sqrt(2e5) ≈ 0.0011; allow 4 SE.
         assert sim == pytest.approx(exact, abs=0.0045)
         st = plan.group_stats(plan.binomial_pmf(p, n))
-        np.testing.assert_allclose(st["mixed"], plan.mixed_prob(p, n), atol=1e-12)
+        np.testing.assert_allclose(st["mixed"], mixed_prob(p, n), atol=1e-12)
 
 
 def test_fit_beta_prior_recovers_the_population():
@@ -83,12 +84,12 @@ def test_estimate_from_a_small_log_is_within_tolerance_of_simulation():
     s = rng.binomial(8, p).astype(float)
     m = np.full(3000, 8.0)
     for n in (4, 16, 32):
-        sim = plan.simulate_mixed_share(p, n, groups_per_prompt=20, rng=rng)
+        sim = simulate_mixed_share(p, n, groups_per_prompt=20, rng=rng)
         est = float(plan.estimate(s, m, n, "empirical")["mixed"].mean())
         assert est == pytest.approx(sim, abs=0.02)
     # The plug-in estimate calls every 0-of-8 prompt hopeless and misses by far more.
     plug = float(plan.estimate(s, m, 16, "none")["mixed"].mean())
-    sim16 = plan.simulate_mixed_share(p, 16, groups_per_prompt=20, rng=rng)
+    sim16 = simulate_mixed_share(p, 16, groups_per_prompt=20, rng=rng)
     assert sim16 - plug > 0.08
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import math
 
 import pytest
+from support.golden_rank import first_golden_rank
 
 from ddai.pipelines.metrics import (
     anls,
     exact_match,
-    first_golden_rank,
     ndcg,
     normalize_answer,
     token_f1,

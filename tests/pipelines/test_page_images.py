@@ -6,9 +6,10 @@ import io
 from pathlib import Path
 
 from PIL import Image
+from support.page_images import render_page_images
 
 from ddai.pipelines.corpus import Corpus
-from ddai.pipelines.page_images import draw_page, render_pages
+from ddai.pipelines.page_images import draw_page
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 
@@ -16,7 +17,7 @@ FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 def test_render_pages_writes_one_png_per_page_at_the_corpus_size(tmp_path):
     corpus = Corpus.load(FIXTURES / "pages.parquet")
     first = corpus.pages()[:3]
-    assert render_pages(corpus, tmp_path, first) == 3
+    assert len(render_page_images(corpus, tmp_path, pages=first)) == 3
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"{p}.png" for p in first)
     for pid in first:
         with Image.open(tmp_path / f"{pid}.png") as im:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from support.query_table import connect_table
 from typer.testing import CliRunner
 
 from ddai.cli.app import app
@@ -80,7 +81,7 @@ def test_turns_view_has_every_parsed_turn(logs):
 
 def test_no_progress_bar_on_stdout(logs):
     # DuckDB prints its progress bar to stdout on long queries; `ddai query` writes CSV there.
-    for con in (query.connect(logs), query.connect_table(store.read_rollouts(logs))):
+    for con in (query.connect(logs), connect_table(store.read_rollouts(logs))):
         assert con.sql("SELECT current_setting('enable_progress_bar')").fetchall() == [(False,)]
 
 

@@ -7,8 +7,9 @@ import json
 from pathlib import Path
 
 import pytest
+from support.fetch_rows import fetch_rows
 
-from ddai.pipelines import objstore, query, remote_store, store
+from ddai.pipelines import objstore, query, remote_store, side_log, store
 from ddai.pipelines.ingest import IngestConfig, ingest
 
 RESP = "<think>t</think>\n<search>q</search><think>d</think><search_complete>true</search_complete>"
@@ -152,7 +153,7 @@ def test_distill_selection_columns_on_object_storage_equal_the_local_scan(store_
     assert remote.column_names == local.column_names
     assert remote.to_pylist() == local.to_pylist()
     assert remote[fetch.FILE].to_pylist() == [0] * 16 + [1] * 8  # two parts, in log order
-    rows = fetch.fetch_rows(store.parquet_files(f"{store_env}/logs", ["r1"]), remote, [3, 17])
+    rows = fetch_rows(store.parquet_files(f"{store_env}/logs", ["r1"]), remote, [3, 17])
     assert [(r["uid"], r["rollout_idx"]) for r in rows] == [("u0", 3), ("v0", 1)]
 
 
@@ -165,10 +166,11 @@ def test_side_tables_are_published_and_vouched_for_by_the_manifest(store_env, tm
     assert man["side_tables"]  # the unified log has events that are not rollouts
     assert store.verify_partition(store.partition_dir(logs, "u")) is None
     table, rec = sorted(man["side_tables"].items())[0]
-    text = objstore.read_text(f"{logs}/_side/{table}/u.jsonl")
-    assert len(text.splitlines()) == rec["rows"]
-    objstore.put_bytes(f"{logs}/_side/{table}/u.jsonl", b"{}\n")
-    assert f"side table {table} changed" in store.verify_partition(store.partition_dir(logs, "u"))
+    (part,) = rec["parts"]  # this ingest's rows: one part object
+    assert len(side_log.read_rows(logs, table, "u")) == rec["rows"] == part["rows"]
+    objstore.put_bytes(f"{logs}/_side/{table}/{part['name']}", b"{}\n")
+    said = store.verify_partition(store.partition_dir(logs, "u"))
+    assert f"side table {table} part {part['name']} changed" in said
 
 
 def _rows(uids: list[str], score: float = 1.0) -> list[dict]:

@@ -5,7 +5,6 @@ it read: a lost race exits 1 naming the run, and nothing is written."""
 
 from __future__ import annotations
 
-import json
 from types import SimpleNamespace
 
 import pytest
@@ -14,8 +13,9 @@ from typer.testing import CliRunner
 from ddai.cli.app import app
 from ddai.pipelines import objstore, store
 from ddai.pipelines.backends import rejudge as rejudge_mod
+from ddai.pipelines.side_log import read_rows
 from ddai.trainer.runtime.train_metrics import TrainMetricsLog, side_table_path
-from ddai.trainer.search.logrows import RolloutLog, drop_rollouts_after
+from ddai.trainer.search.logrows import RolloutLog
 
 runner = CliRunner()
 
@@ -65,7 +65,7 @@ def test_judge_in_place_on_object_storage_refuses_a_run_appended_to_meanwhile(s3
 def test_a_resumed_trainer_drops_later_steps_of_a_run_on_object_storage(s3_env, monkeypatch):
     logs = f"{s3_env}/logs"
     store.write_run(logs, "r", _rows(6))  # steps 1, 2, 3, 1, 2, 3
-    assert drop_rollouts_after(logs, "r", 2) == 2
+    assert RolloutLog(logs, "r").drop_after(2) == 2
     assert sorted(store.read_rollouts(logs, ["r"]).column("step").to_pylist()) == [1, 1, 2, 2]
     real = store.read_version
 
@@ -76,7 +76,7 @@ def test_a_resumed_trainer_drops_later_steps_of_a_run_on_object_storage(s3_env, 
 
     monkeypatch.setattr(store, "read_version", read_then_append)
     with pytest.raises(store.StoreConflict, match="run 'r' changed"):
-        drop_rollouts_after(logs, "r", 1)
+        RolloutLog(logs, "r").drop_after(1)
     assert store.read_rollouts(logs, ["r"]).num_rows == 7
 
 
@@ -93,12 +93,15 @@ def test_the_training_rollout_log_and_metrics_go_to_object_storage(s3_env):
     metrics.on_log(None, state, None, logs={"loss": 0.5})
     state.global_step = 2
     metrics.on_log(None, state, None, logs={"loss": 0.25, "reward": 1.0})
-    url = objstore.url_of(side_table_path(logs, "g"))
-    assert url == f"{logs}/_side/train_metrics/g.jsonl"
-    assert [json.loads(x) for x in objstore.read_text(url).splitlines()] == [
+    # one part object per logged step, listed in order in the manifest, read back as one table
+    parts = store.run_manifest(logs, "g")["side_tables"]["train_metrics"]["parts"]
+    assert [p["rows"] for p in parts] == [1, 1]
+    assert all(p["name"].startswith("g/part-") for p in parts)
+    assert read_rows(logs, "train_metrics", "g") == [
         {"run_id": "g", "step": 1, "loss": 0.5},
         {"run_id": "g", "step": 2, "loss": 0.25, "reward": 1.0},
     ]
+    assert not objstore.exists(objstore.url_of(side_table_path(logs, "g")))  # no whole table
     # a resumed run reads the steps back from the store
     assert [r["step"] for r in TrainMetricsLog(logs, "g").rows] == [1, 2]
 
@@ -117,6 +120,7 @@ def test_training_metrics_on_object_storage_are_listed_with_their_hash(s3_env):
     metrics.on_log(None, state, None, logs={"loss": 0.25})  # listed by a conditional put
     assert store.run_manifest(logs, "g")["side_tables"]["train_metrics"]["rows"] == 2
     assert store.verify_partition(part) is None
-    url = objstore.url_of(side_table_path(logs, "g"))
+    second = store.run_manifest(logs, "g")["side_tables"]["train_metrics"]["parts"][1]["name"]
+    url = f"{logs}/_side/train_metrics/{second}"
     objstore.put_bytes(url, objstore.read_bytes(url).replace(b"0.25", b"0.5"))
-    assert store.verify_partition(part) == "side table train_metrics changed"
+    assert store.verify_partition(part) == f"side table train_metrics part {second} changed"

@@ -20,7 +20,7 @@ from ddai.pipelines import store
 from ddai.pipelines.backends import rejudge as rejudge_mod
 from ddai.pipelines.ingest import IngestConfig, ingest
 from ddai.trainer.runtime.train_metrics import TrainMetricsLog, side_table_path
-from ddai.trainer.search.logrows import drop_rollouts_after
+from ddai.trainer.search.logrows import RolloutLog
 
 runner = CliRunner()
 RUN = "exp1"
@@ -179,7 +179,7 @@ def test_judge_in_place_refuses_a_run_appended_to_while_it_judged(tmp_path, monk
 def test_resumed_ppo_drops_later_steps_only_over_the_version_it_read(tmp_path, monkeypatch):
     logs = tmp_path / "logs"
     store.write_run(logs, "r", _rows(6))  # steps 1, 2, 3, 1, 2, 3
-    assert drop_rollouts_after(logs, "r", 2) == 2
+    assert RolloutLog(logs, "r").drop_after(2) == 2
     assert sorted(store.read_rollouts(logs, ["r"]).column("step").to_pylist()) == [1, 1, 2, 2]
     real = store.read_version
 
@@ -190,7 +190,7 @@ def test_resumed_ppo_drops_later_steps_only_over_the_version_it_read(tmp_path, m
 
     monkeypatch.setattr(store, "read_version", read_then_append)
     with pytest.raises(store.StoreConflict):
-        drop_rollouts_after(logs, "r", 1)
+        RolloutLog(logs, "r").drop_after(1)
     assert store.read_rollouts(logs, ["r"]).num_rows == 7
 
 

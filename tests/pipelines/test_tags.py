@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.turns import render_turns
 
 from ddai.pipelines.tags import (
     FORCED_COMPLETION,
@@ -12,7 +13,6 @@ from ddai.pipelines.tags import (
     is_format_ok,
     parse_turn,
     parse_turns,
-    render_turns,
     terminated_from,
 )
 

@@ -38,10 +38,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from support.page_data import unpacked
 
 from ddai.pipelines import metrics, store
 from ddai.pipelines.tags import FORCED_COMPLETION
-from ddai.reports import render
 
 XSS = "<script>alert(1)</script>"
 XSS_ANSWER = '<img src=x onerror="alert(2)">'
@@ -191,7 +191,7 @@ def random_store(
 def browser_rows(html: str) -> list[dict[str, Any]]:
     """The trajectory browser's rows as the page ships them (packed JSON), in page order."""
     m = re.search(r'<script type="application/octet-stream" id="browser-data"[^>]*>([^<]*)<', html)
-    return json.loads(render.unpacked(m.group(1))) if m else []
+    return json.loads(unpacked(m.group(1))) if m else []
 
 
 def page_figures(html: str) -> dict[str, dict[str, Any]]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 import pytest
 from report_world import page_figures, planted_rows, planted_store
+from support.legend_check import legend_gaps
 
 from ddai.pipelines import store
 from ddai.reports import ReportConfig, build_report, figures
@@ -122,7 +123,7 @@ def test_zero_variance_many_steps_is_a_heat_strip(planted):
 def test_every_colour_has_a_legend_entry(planted, base_only):
     for _, figs in (planted, base_only):
         for fid, fig in figs.items():
-            assert figures.legend_gaps(go.Figure(fig)) == [], fid
+            assert legend_gaps(go.Figure(fig)) == [], fid
             if any(t["type"] in ("bar", "scatter", "histogram") for t in fig["data"]):
                 # plotly would hide a one-trace legend; the house style keeps it
                 assert go.Figure(fig).layout.template.layout.showlegend is True, fid
@@ -137,7 +138,7 @@ def test_unknown_terminations_get_their_legend_entry(tmp_path):
 
 
 def test_legend_gaps_finds_unexplained_colours():
-    assert figures.legend_gaps(go.Figure(go.Bar(y=[1]))) == ["trace 0 (bar) has no legend entry"]
+    assert legend_gaps(go.Figure(go.Bar(y=[1]))) == ["trace 0 (bar) has no legend entry"]
     grouped = go.Figure(
         [
             go.Bar(name="a", y=[1], legendgroup="a"),
@@ -145,13 +146,11 @@ def test_legend_gaps_finds_unexplained_colours():
             go.Bar(name="b", y=[2], legendgroup="b", showlegend=False),
         ]
     )
-    assert figures.legend_gaps(grouped) == ["trace 2 (bar: b) has no legend entry"]
-    assert figures.legend_gaps(go.Figure(go.Heatmap(z=[[1]], showscale=False))) == [
+    assert legend_gaps(grouped) == ["trace 2 (bar: b) has no legend entry"]
+    assert legend_gaps(go.Figure(go.Heatmap(z=[[1]], showscale=False))) == [
         "trace 0 (heatmap) has no colour bar"
     ]
     sankey = go.Sankey(node={"label": ["a", "b"], "color": ["red", "blue"]}, link={})
-    assert figures.legend_gaps(go.Figure(sankey)) == [
-        "trace 0 (sankey) colours its nodes without a legend"
-    ]
+    assert legend_gaps(go.Figure(sankey)) == ["trace 0 (sankey) colours its nodes without a legend"]
     hidden = go.Figure(go.Bar(name="a", y=[1]), layout={"showlegend": False})
-    assert figures.legend_gaps(hidden) == ["trace 0 (bar: a) has no legend entry"]
+    assert legend_gaps(hidden) == ["trace 0 (bar: a) has no legend entry"]

@@ -73,6 +73,7 @@ def test_report_defaults_to_the_workspace(logs, tmp_path, monkeypatch):
         (["--judge-low", "0.7"], "--judge-low"),
         (["--datasets", "missing.parquet"], "--datasets file"),
         (["--max-turns", "0"], "--max-turns"),
+        (["--threads", "0"], "--threads"),
     ],
 )
 def test_bad_input_exits_2_naming_the_fix(logs, tmp_path, args, msg):
@@ -81,6 +82,40 @@ def test_bad_input_exits_2_naming_the_fix(logs, tmp_path, args, msg):
     )
     assert res.exit_code == 2
     assert msg in " ".join(res.output.split())  # the console wraps long lines
+
+
+@pytest.mark.parametrize(("args", "want"), [(["--threads", "1"], 1), ([], None)])
+def test_threads_reaches_the_report_connection(logs, tmp_path, monkeypatch, args, want):
+    # ReportConfig.threads as a flag: the report's DuckDB connection runs on that many threads
+    # (the control: without the flag the connection keeps DuckDB's default)
+    from ddai.pipelines import query
+
+    connect, seen = query.connect, []
+
+    def spy(*a, **kw):
+        con = connect(*a, **kw)
+        seen.append(
+            (kw.get("threads"), con.execute("SELECT current_setting('threads')").fetchone()[0])
+        )
+        return con
+
+    monkeypatch.setattr(query, "connect", spy)
+    out = tmp_path / "r.html"
+    res = runner.invoke(app, ["report", "--logs", str(logs), "--out", str(out), "--json", *args])
+    assert res.exit_code == 0, res.output
+    assert seen and seen[0][0] == want
+    if want is not None:
+        assert seen[0][1] == want
+
+
+def test_threads_help_is_the_config_fields_doc():
+    from ddai.cli.fields import field_help
+    from ddai.reports import ReportConfig
+
+    doc = field_help(ReportConfig, "threads")
+    assert doc.startswith("DuckDB threads")
+    res = runner.invoke(app, ["report", "--help"], terminal_width=400)
+    assert doc in " ".join(res.output.split())
 
 
 def test_missing_log_store_exits_2(tmp_path):

@@ -9,6 +9,7 @@ from itertools import pairwise
 import duckdb
 import pytest
 from report_world import browser_rows, random_store
+from support.golden_rank import first_golden_rank
 
 from ddai.pipelines import metrics, store
 from ddai.reports import ReportConfig, build_report
@@ -137,7 +138,7 @@ def test_search_behaviour(world):
         c["invalid_turns"] += sum(t["action"] == "invalid" for t in x["turns"])
         c["turns"] += len(x["turns"])
         c["at_max_turns"] += x["num_turns"] >= 4
-        rank = metrics.first_golden_rank(x["retrieved_pages"] or [], x["reference_pages"])
+        rank = first_golden_rank(x["retrieved_pages"] or [], x["reference_pages"])
         ranks[x["run_id"]][str(rank) if rank else "none"] += 1
     for run, b in stats["behaviour"]["runs"].items():
         c = want[run]

@@ -10,10 +10,11 @@ from pathlib import Path
 import plotly.graph_objects as go
 import pytest
 from report_world import browser_rows, page_figures
+from support.legend_check import legend_gaps
 
 from ddai.pipelines import query
 from ddai.pipelines.ingest import IngestConfig, ingest
-from ddai.reports import ReportConfig, build_report, demo_report, figures
+from ddai.reports import ReportConfig, build_report, demo_report
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 # truth.json's planted kinds → the report's classes
@@ -127,4 +128,4 @@ def test_every_figure_explains_its_colours(world):
     _, res, _, _ = world
     figs = page_figures(Path(res["out"]).read_text(encoding="utf-8"))
     assert len(figs) >= 10
-    assert {k: figures.legend_gaps(go.Figure(f)) for k, f in figs.items()} == {k: [] for k in figs}
+    assert {k: legend_gaps(go.Figure(f)) for k, f in figs.items()} == {k: [] for k in figs}

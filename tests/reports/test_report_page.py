@@ -9,9 +9,10 @@ from html.parser import HTMLParser
 import pytest
 from plotly.offline import get_plotlyjs
 from report_world import XSS, XSS_ANSWER, browser_rows, page_figures, planted_store
+from support.page_data import unpacked
 
 from ddai.pipelines import manifest, store
-from ddai.reports import ReportConfig, build_report, render
+from ddai.reports import ReportConfig, build_report
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +108,7 @@ def test_self_contained_plotly_embedded_once(built):
     packed = re.findall(
         r'<script type="application/octet-stream" id="plotly-packed"[^>]*>([^<]*)<', html
     )
-    assert len(packed) == 1 and render.unpacked(packed[0]) == get_plotlyjs()
+    assert len(packed) == 1 and unpacked(packed[0]) == get_plotlyjs()
     assert get_plotlyjs()[:2000] not in html and 'Plotly.newPlot("' not in html
     # figures are an empty div and their JSON, each with a stable id
     assert all(html.count(f'id="{f}"') == 1 for f in FIGURES)

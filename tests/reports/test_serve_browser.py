@@ -19,10 +19,10 @@ import pytest
 from chromium import Page, chromium, open_page
 from report_world import XSS, XSS_ANSWER
 from serve_world import served, world_store
+from support.page_images import render_page_images
 
 from ddai.pipelines import query
 from ddai.pipelines.corpus import Corpus
-from ddai.pipelines.page_images import render_pages
 from ddai.reports.serve import ServeConfig
 from ddai.reports.serve.app import create_app
 
@@ -73,7 +73,7 @@ def world(tmp_path_factory) -> dict[str, Any]:
     images = root / "img"
     corpus = Corpus.load(world / "pages.parquet")
     doc = pages[0].rsplit("_", 1)[0]
-    render_pages(corpus, images, sorted(set(pages) | set(corpus.doc_pages(doc))))
+    render_page_images(corpus, images, pages=sorted(set(pages) | set(corpus.doc_pages(doc))))
     return {"logs": logs, "images": images, **expected}
 
 

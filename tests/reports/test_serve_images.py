@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 from PIL import Image
+from support.page_images import render_page_images
 
 from ddai.pipelines.corpus import Corpus
-from ddai.pipelines.page_images import render_pages
 from ddai.reports.serve.images import crop_png, find_image, parse_bbox
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
@@ -20,7 +20,7 @@ def pages(tmp_path_factory):
     out = tmp_path_factory.mktemp("img")
     corpus = Corpus.load(FIXTURES / "pages.parquet")
     first = corpus.pages()[:2]
-    assert render_pages(corpus, out, first) == 2
+    assert len(render_page_images(corpus, out, pages=first)) == 2
     return out, corpus, first
 
 

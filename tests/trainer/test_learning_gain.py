@@ -5,8 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
-
-from ddai.trainer.learning_gain import gain_over_control, tail_mean
+from support.learning_gain import gain_over_control, tail_mean
 
 
 def test_tail_mean_takes_the_last_fifth_rounded_up():

@@ -6,8 +6,9 @@ import pytest
 
 from ddai.pipelines import tags
 from ddai.pipelines.corpus import Corpus
+from ddai.pipelines.prompt_row import golden_page_ids
 from ddai.trainer.search.env import BBOX_FAILED, SEARCH_EMPTY, EnvConfig, SearchEnv
-from ddai.trainer.search.tasks import golden_pages, task_from_row
+from ddai.trainer.search.tasks import task_from_row
 
 
 class ListSearch:
@@ -139,4 +140,4 @@ def test_task_from_verl_row():
     task = task_from_row(row)
     assert task.uid == "train_12" and task.question == "Q?" and task.reference_answer == "42"
     assert task.reference_pages == ("12_3", "12_5") and task.doc_id == "12"
-    assert golden_pages("a/b/9.pdf", [1]) == ["9_1"]
+    assert golden_page_ids("a/b/9.pdf", [1]) == ["9_1"]

@@ -3,7 +3,6 @@ mask is right, and the GRPO run's rollout log reads back and answers the query v
 
 from __future__ import annotations
 
-import json
 import os
 import random
 
@@ -175,8 +174,8 @@ def test_sft_then_grpo_changes_weights_and_logs_rollouts(setup):
 
 def test_grpo_logs_its_rollouts_and_metrics_to_object_storage(setup, s3_env):
     root, data, tiny = setup
-    from ddai.pipelines import objstore
     from ddai.pipelines.backends import get_backend
+    from ddai.pipelines.side_log import read_rows
     from ddai.pipelines.store import read_rollouts, run_manifest
 
     logs = f"{s3_env}/logs"
@@ -200,6 +199,7 @@ def test_grpo_logs_its_rollouts_and_metrics_to_object_storage(setup, s3_env):
     assert result.steps == 2 and result.rollouts_logged == 8 and result.logs == logs
     assert {r["step"] for r in read_rollouts(logs, ["g"]).to_pylist()} == {1, 2}
     assert len(run_manifest(logs, "g")["files"]) == 2  # one append per step
-    metrics = objstore.read_text(f"{logs}/_side/train_metrics/g.jsonl").splitlines()
-    assert [json.loads(m)["step"] for m in metrics] == [1, 2]
+    metrics = read_rows(logs, "train_metrics", "g")  # one part object per logged step
+    assert [m["step"] for m in metrics] == [1, 2]
+    assert len(run_manifest(logs, "g")["side_tables"]["train_metrics"]["parts"]) == 2
     assert not (root / "s3:").exists()  # nothing written to a local folder named after the URL

@@ -12,9 +12,11 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from support.sampling_reference import recompute_logprobs
+
 from ddai.trainer.modeling import load_policy
 from ddai.trainer.search.rollout import HFSampler
-from ddai.trainer.search.sampling import LogprobRecorder, SamplingConfig, recompute_logprobs
+from ddai.trainer.search.sampling import LogprobRecorder, SamplingConfig
 from ddai.trainer.tiny import build_tiny
 
 

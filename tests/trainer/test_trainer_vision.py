@@ -17,6 +17,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 from PIL import Image
+from support.tiny_vlm import tiny_vlm
 
 from ddai.pipelines.corpus import Corpus
 from ddai.trainer.search.env import EnvConfig, SearchEnv
@@ -29,7 +30,6 @@ from ddai.trainer.search.vision import (
     slice_vision,
     vision_batch,
 )
-from ddai.trainer.tiny_vlm import tiny_vlm
 
 # ChatML whose user content may be typed blocks; an image is Qwen2-VL's placeholder triple.
 TEMPLATE = (

@@ -24,13 +24,13 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 from cli_schemas import check
 from support.fakes import FakeModelServer
 from support.page_images import render_page_images
+from support.tiny_vlm import build_tiny_vlm
 
 from ddai.cli.app import app
 from ddai.pipelines.corpus import Corpus
 from ddai.trainer import toy
 from ddai.trainer.grpo import train as grpo
 from ddai.trainer.search.rollout import Sampler
-from ddai.trainer.tiny_vlm import build_tiny_vlm
 
 runner = CliRunner()
 TURNS = [

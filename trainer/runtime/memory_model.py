@@ -18,13 +18,12 @@ measurements):
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 LOGIT_COPIES = 4.0
 """Float32 ``[b, T, V]`` buffers alive at the loss pass's peak (measured: 3.5-3.9)."""
 SAMPLER_VOCAB_COPIES = 14.0
 """Float32 ``[N, V]`` buffers alive at a decoding step's peak (measured on the CPU: 14.0)."""
-GiB = 1024**3
 
 
 @dataclass(frozen=True)
@@ -73,27 +72,6 @@ class ModelShape:
         return self.layers * sum(r * (a + b) for a, b in shapes)
 
 
-def _qwen(hidden: int, inter: int, layers: int, heads: int, kv: int, vocab: int, tied: bool):
-    from types import SimpleNamespace
-
-    return ModelShape.from_config(
-        SimpleNamespace(
-            hidden_size=hidden,
-            intermediate_size=inter,
-            num_hidden_layers=layers,
-            num_attention_heads=heads,
-            num_key_value_heads=kv,
-            vocab_size=vocab,
-            tie_word_embeddings=tied,
-        )
-    )
-
-
-# Qwen2.5 checkpoints' config.json values (3.09 B and 7.62 B parameters).
-QWEN25_3B = _qwen(2048, 11008, 36, 16, 2, 151936, tied=True)
-QWEN25_7B = _qwen(3584, 18944, 28, 28, 4, 152064, tied=False)
-
-
 @dataclass(frozen=True)
 class RunShape:
     """What one device does in a step."""
@@ -127,9 +105,6 @@ class MemoryEstimate:
     @property
     def peak(self) -> int:
         return self.weights + self.grads + self.optimizer + max(self.activations, self.sampler)
-
-    def gib(self) -> dict[str, float]:
-        return {k: round(v / GiB, 1) for k, v in {**asdict(self), "peak": self.peak}.items()}
 
 
 def training_activations(m: ModelShape, b: int, T: int, act_bytes: int, checkpointing: bool) -> int:

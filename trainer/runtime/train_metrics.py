@@ -6,8 +6,9 @@ share of policy tokens, or of sequences under GSPO, whose ratio left the clip ra
 them to ``<logs>/_side/train_metrics/<run>.jsonl`` through the run's one writer (``RolloutLog``'s
 side table: under the run's write lock, listed with its hash in the run's manifest; bytes already
 written are never rewritten). ``ddai report`` reads that side table for its training section; the
-run's summary reports the mean clip ratio. On a log store on object storage the table is put
-whole as one object (a PUT is atomic; one trainer writes a run).
+run's summary reports the mean clip ratio. On a log store on object storage each step's row is
+put as one new part object listed in the manifest (``ddai.pipelines.side_log``): no step puts
+the table again.
 """
 
 from __future__ import annotations

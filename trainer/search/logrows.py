@@ -226,8 +226,3 @@ class LoggedRunResult:
     """Mean reward of the first logged step."""
     reward_last: float | None
     """Mean reward of the last logged step."""
-
-
-def drop_rollouts_after(logs: Path, run_id: str, step: int) -> int:
-    """``RolloutLog(logs, run_id).drop_after(step)``."""
-    return RolloutLog(Path(logs), run_id).drop_after(step)

@@ -6,8 +6,9 @@ any recomputation, and only the sampled tokens' log-probs kept.
 come from a distribution the returned log-probs do not describe. ``HFSampler`` instead runs
 ``generate`` with a bare generation config (no processor of the checkpoint's) and the explicit
 ``SamplingConfig.processors`` list, so the distribution sampled from is exactly
-``log_softmax(processors(context, logits))``; ``recompute_logprobs`` evaluates that same
-distribution teacher-forced, which is what the sampler's log-probs are tested against.
+``log_softmax(processors(context, logits))``; the tests recompute that same distribution
+teacher-forced (``tests/support/sampling_reference.py``) and check the sampler's log-probs
+against it.
 
 ``LogprobRecorder`` is the last processor of the list: it keeps one step's normalized log-probs
 (``[N, V]``) until the next step shows which token was drawn, then keeps that token's log-prob
@@ -125,22 +126,3 @@ def bare_generation_config(
         max_new_tokens=max_new_tokens,
         **knobs,
     )
-
-
-def recompute_logprobs(
-    model: Any, context: Sequence[int], tokens: Sequence[int], config: SamplingConfig
-) -> Any:
-    """``[len(tokens)]`` log-probs of ``tokens`` after ``context`` under ``config``'s processors:
-    one teacher-forced forward pass, each position's logits processed with the ids before it."""
-    import torch
-
-    device = next(model.parameters()).device
-    ids = torch.tensor([list(context) + list(tokens)], device=device)
-    with torch.no_grad():
-        logits = model(input_ids=ids).logits[0, len(context) - 1 : -1].float()  # [n, V]
-    procs = config.processors()
-    out = []
-    for t, tok in enumerate(tokens):
-        scores = procs(ids[:, : len(context) + t], logits[t : t + 1].clone())
-        out.append(torch.log_softmax(scores, -1)[0, tok])
-    return torch.stack(out) if out else torch.zeros(0)

@@ -60,11 +60,6 @@ class Task:
         )
 
 
-def golden_pages(file_name: str | None, pages: list[Any] | None) -> list[str]:
-    """DDAI's golden page basenames: ``{file_name without extension}_{page}``."""
-    return prompt_row.golden_page_ids(file_name, pages)
-
-
 def task_from_row(row: dict[str, Any], index: int = 0) -> Task:
     """A ``Task`` from one verl-shaped row (fields read by ``ddai.pipelines.prompt_row``, as the
     funnel reads them)."""

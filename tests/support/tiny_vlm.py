@@ -1,4 +1,5 @@
-"""A tiny Qwen2-VL for tests, benches and demos: built from a config, nothing downloaded.
+"""A tiny Qwen2-VL for tests: built from a config, nothing downloaded (test scaffolding: the
+package needs none of it).
 
 ``tiny_vlm()`` builds it in memory; ``build_tiny_vlm(out)`` writes a ``from_pretrained`` folder: a randomly initialised
 ``Qwen2VLForConditionalGeneration`` (two text layers, one vision block), the byte-level BPE

@@ -1,0 +1,86 @@
+"""Compare ingest's two paths: a source read in columns must give the store the per-row path gives.
+
+``same_store`` ingests the sources twice (``columnar=True`` / ``False``) into two stores and
+asserts they hold the same rollouts (every column; ``extra`` compared as parsed JSON, since the
+columnar readers write numbers as polars does), the same quarantine entries line for line (line,
+reason, detail, raw), the same ingest summary and the same run manifests but for what differs by
+time or by file bytes (the ingest id, times, part file names and hashes). ``kinds`` lists what a
+reader yields in columns (``RowBatch``, or ``SourceRecord`` for lines read row by row).
+Test scaffolding.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ddai.pipelines import store
+from ddai.pipelines.adapters.base import ReaderContext
+from ddai.pipelines.ingest import IngestConfig, IngestResult, ingest
+
+# Manifest keys that differ between two ingests of the same input.
+_VOLATILE = ("written", "ingest", "wall_time_s", "sha256")
+
+
+@dataclass
+class Stored:
+    """One ingest's outcome: its result, rollouts, quarantine entries and run manifests."""
+
+    result: IngestResult
+    rows: list[dict[str, Any]]
+    quarantine: list[dict[str, Any]]
+    manifests: dict[str, dict[str, Any]]
+
+
+def _manifest(m: dict[str, Any]) -> dict[str, Any]:
+    out = {k: v for k, v in m.items() if k not in _VOLATILE}
+    out["files"] = [f["rows"] for f in m.get("files", [])]  # names and hashes are per write
+    return out
+
+
+def ingest_store(
+    sources: Path | Iterable[Path], logs: Path, columnar: bool, sort: bool = True, **kw
+) -> Stored:
+    """Ingest ``sources`` into ``logs`` by one path and read back what it stored (rows sorted by
+    run, step, uid and rollout_idx, or in the store's order without ``sort``)."""
+    srcs = [sources] if isinstance(sources, Path) else list(sources)
+    res = ingest(IngestConfig(srcs, logs, progress=False, columnar=columnar, **kw))
+    rows = store.read_rollouts(logs).to_pylist() if store.list_runs(logs) else []
+    for r in rows:
+        r["extra"] = json.loads(r["extra"])
+    if sort:
+        rows.sort(key=lambda r: (r["run_id"], r["step"] or 0, r["uid"], r["rollout_idx"]))
+    q = [
+        {k: e[k] for k in ("line", "reason", "detail", "raw")}
+        for f in sorted((logs / store.QUARANTINE_DIR).glob("*.jsonl"))
+        for e in map(json.loads, f.open())
+    ]
+    manifests = {
+        run: _manifest(store.run_manifest(logs, run) or {}) for run in store.list_runs(logs)
+    }
+    return Stored(res, rows, q, manifests)
+
+
+def same_store(tmp_path: Path, sources: Path | Iterable[Path], sort: bool = True, **kw) -> Stored:
+    """Both paths over ``sources`` (``IngestConfig`` options in ``kw``); asserts they agree and
+    returns the columnar one."""
+    srcs = [sources] if isinstance(sources, Path) else list(sources)
+    a = ingest_store(srcs, tmp_path / "columns", True, sort, **kw)
+    b = ingest_store(srcs, tmp_path / "rows", False, sort, **kw)
+    assert a.rows == b.rows  # every column of every rollout, extra as parsed JSON
+    assert a.quarantine == b.quarantine  # the same entries, line for line
+    summary = [
+        {k: v for k, v in x.result.summary().items() if k != "quarantine files"} for x in (a, b)
+    ]
+    assert summary[0] == summary[1]
+    assert a.manifests == b.manifests
+    assert a.result.rows_in == len(a.rows) + len(a.quarantine)  # nothing lost
+    return a
+
+
+def kinds(read: Callable[[Path, ReaderContext], Iterable[Any]], src: Path, **ctx) -> list[type]:
+    """The types a reader yields for ``src`` in columns (``ctx``: ``ReaderContext`` fields)."""
+    return [type(r) for r in read(src, ReaderContext(columnar=True, **ctx))]
