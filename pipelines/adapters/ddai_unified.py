@@ -31,7 +31,8 @@ Assembly streams with memory bounded by the rollouts in flight:
   quarantined on its own.
 - ``run.start`` goes to the run's manifest (``run_config``: ``max_turns``, ``n_agent``, the whole
   ``config``). Every other event type (batch-mode ``rm.batch.summary`` / ``rm.phase1.detail``, whose
-  ``uid`` is a per-prompt uuid, ``frozen.response``, metrics, debug) is kept whole as a side table.
+  ``uid`` is a per-prompt uuid, ``frozen.response``, metrics, debug) is kept whole as a side table
+  (its source line as it was logged).
 
 Mapped fields: ``global_step`` → ``step``; ``rollout_idx`` = ``sample_idx mod n_agent`` (DDAI's
 ``local_idx`` of a full group; a partial submit numbers only the submitted rollouts, so a differing
@@ -73,6 +74,7 @@ from ddai.pipelines.adapters.ddai_common import (
 )
 from ddai.pipelines.adapters.line_batches import iter_batches
 from ddai.pipelines.adapters.peek import first_object
+from ddai.pipelines.adapters.side import keep_line
 from ddai.pipelines.adapters.unified_events import (
     BBOX,
     CONTEXT_FIELDS,
@@ -177,7 +179,7 @@ class _Assembler:
             self._run_start(ev)
             return
         if et not in ROLLOUT_EVENTS:
-            self.ctx.side_tables.setdefault(et, []).append(ev)
+            keep_line(self.ctx.side_tables, et, text, ev, run)
             self.side[et] += 1
             return
         sample_idx, step = _int(ev.get("sample_idx")), ev.get("global_step")

@@ -34,10 +34,11 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.json as pj
 
-from ddai.pipelines.adapters import turn_columns
+from ddai.pipelines.adapters import line_batches, turn_columns
 from ddai.pipelines.adapters import unified_events as du
 from ddai.pipelines.adapters.base import RowBatch
 from ddai.pipelines.adapters.line_batches import LineBatch
+from ddai.pipelines.adapters.side import keep_line
 from ddai.pipelines.adapters.unified_rows import KEY, Decline, texts_at
 from ddai.pipelines.adapters.unified_rows import rows as completed_rows
 
@@ -80,19 +81,18 @@ def _read(
     batch: LineBatch, carry: list[tuple[int, str]], asm: Any
 ) -> tuple[list[RowBatch], list[tuple[int, str]]]:
     head = "".join(t + "\n" for _, t in carry).encode("utf-8")
+    buf = head + batch.data
     try:
-        parsed = pj.read_json(
-            pa.py_buffer(head + batch.data), read_options=_READ, parse_options=_PARSE
-        )
+        parsed = pj.read_json(pa.py_buffer(buf), read_options=_READ, parse_options=_PARSE)
     except (pa.ArrowException, ValueError) as e:
         raise Decline from e
-    # each line's text with its newline (the batch's over its bytes)
-    texts = pl.concat(
-        [
-            pl.Series([t + "\n" for _, t in carry], dtype=pl.String),
-            pl.from_arrow(batch.lines()).cast(pl.String),
-        ]
+    # each line's text with its newline: one Arrow array over the parsed bytes (no copy)
+    ends = np.concatenate([line_batches.newlines(head), batch.ends + len(head)])
+    lines_arr = pa.LargeStringArray.from_buffers(
+        len(ends), pa.py_buffer(np.concatenate([[0], ends + 1])), pa.py_buffer(buf)
     )
+    texts = pl.from_arrow(lines_arr).cast(pl.String)
+    assert isinstance(texts, pl.Series)
     n_new = len(texts) - len(carry)
     if parsed.num_rows != len(texts):
         raise Decline
@@ -241,7 +241,9 @@ def _read(
     pending = keys.filter(~pl.col("done")).select(KEY)
     held = members.join(pending, on=KEY).sort("line")
     carry_out = list(zip(held["line"].to_list(), texts_at(texts, held["pos"]), strict=True))
-    rows, counts = completed_rows(done, members, plans, tools, texts, asm, max_turns, data_source)
+    rows, counts = completed_rows(
+        done, members, plans, tools, texts, lines_arr, asm, max_turns, data_source
+    )
 
     # accepted: the assembler's state follows
     new = ev.filter(pl.col("pos") >= len(carry))
@@ -249,8 +251,14 @@ def _read(
     for st in starts:
         asm._run_start(st)
     side = rest.filter((pl.col("event_type") != "run.start") & (pl.col("pos") >= len(carry)))
-    for et, text in zip(side["event_type"].to_list(), texts_at(texts, side["pos"]), strict=True):
-        asm.ctx.side_tables.setdefault(et, []).append(json.loads(text))
+    side_cols = zip(
+        side["event_type"].to_list(),
+        texts_at(texts, side["pos"]),
+        side["run_id"].to_list(),
+        strict=True,
+    )
+    for et, text, run in side_cols:
+        keep_line(asm.ctx.side_tables, et, text, None, run)
         asm.side[et] += 1
     for run, top_step in final.iter_rows():
         asm.newest_step[run] = top_step

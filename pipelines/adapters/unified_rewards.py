@@ -38,18 +38,19 @@ _READ = pj.ReadOptions(block_size=2 << 20)
 def reward_frame(
     done: pl.DataFrame,
     reward_lines: pl.Series,
+    reward_data: memoryview,
     run_id: str | None,
     max_turns: dict[Any, int | None],
     data_source: dict[Any, str | None],
-    search_results: list[list[list[str]]],
-    shown_pages: list[list[str]],
+    search_results: pl.Series,
+    shown_pages: pl.Series,
 ) -> tuple[pl.DataFrame, Counter] | None:
     """One row per completed rollout (``done``'s order): the rollout columns the reward and the
-    key give, ``extra`` as JSON text; and the reader's counts. None: the batch goes event by
-    event."""
-    data = "".join(reward_lines.to_list()).encode("utf-8")
+    key give, ``extra`` as JSON text; and the reader's counts. ``reward_lines``: the reward
+    lines (each with its newline), ``reward_data`` the same as one run of bytes. None: the batch
+    goes event by event."""
     try:
-        parsed = pj.read_json(pa.py_buffer(data), read_options=_READ, parse_options=_PARSE)
+        parsed = pj.read_json(pa.py_buffer(reward_data), read_options=_READ, parse_options=_PARSE)
     except (pa.ArrowException, ValueError):
         return None
     names = set(parsed.schema.names) - set(_DROP)
@@ -71,9 +72,8 @@ def reward_frame(
         _uids=done["uids"],
         _mt=_per_run(runs, max_turns, pl.Int64),
         _ds=_per_run(runs, data_source, pl.String),
-        # nested lists through Arrow (polars builds them element by element)
-        _shown=pl.from_arrow(pa.array(shown_pages, pa.list_(pa.string()))),
-        search_results=pl.from_arrow(pa.array(search_results, pa.list_(pa.list_(pa.string())))),
+        _shown=shown_pages,
+        search_results=search_results,
     )
     n_agent = pl.col("n_agent")
     has_agents = (n_agent.is_not_null() & (n_agent != 0)).fill_null(False)

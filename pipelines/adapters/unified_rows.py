@@ -42,12 +42,15 @@ def rows(
     plans: pl.DataFrame,
     tools: pl.DataFrame,
     texts: pl.Series,
+    lines: pa.LargeStringArray,
     asm: Any,
     max_turns: dict[Any, int | None],
     data_source: dict[Any, str | None],
 ) -> tuple[list[RowBatch], Counter]:
     """The completed rollouts as rows, in the order they completed. ``plans`` holds each plan's
-    parsed turn in columns (``turn_columns.parse_plans``)."""
+    parsed turn in columns (``turn_columns.parse_plans``); ``texts`` and ``lines`` are the
+    batch's lines (each with its newline) by ``pos``, as polars and as Arrow over the read
+    bytes."""
     counts: Counter = Counter()
     if not len(done):
         return [], counts
@@ -78,37 +81,9 @@ def rows(
         .join(crops, on=(*KEY, "turn_idx"), how="left")
         .sort("o", "turn_idx")
     )
-    retrieved: list[list[str] | None] = [None] * len(t)
-    observation: list[str | None] = [None] * len(t)
-    errors = t["error"].to_list()
-    search_results: list[list[list[str]]] = [[] for _ in range(n)]
-    shown_pages: list[list[str]] = [[] for _ in range(n)]
-    err_at = [p for p in t["err_pos"].to_list() if p is not None]
-    err_of = {
-        p: json.loads(x).get("error") for p, x in zip(err_at, texts_at(texts, err_at), strict=True)
-    }
-    # per rollout in order: search turns show the first result not shown yet, else the top one
-    seen: set[str] = set()
-    prev = -1
-    cols = (t[c].to_list() for c in ("o", "act", "files", "pages", "err_pos", "crop", "has_crop"))
-    for i, (o, a, fs, pages, err_pos, crop, has_crop) in enumerate(zip(*cols, strict=True)):
-        if o != prev:
-            seen, prev = set(), o
-        if a == "search":
-            if fs is None:
-                counts["search turns without a response"] += 1
-                continue
-            search_results[o].append(pages)
-            at = next((j for j, f in enumerate(fs) if f not in seen), 0 if fs else None)
-            if at is not None:
-                seen.add(fs[at])
-                retrieved[i] = [pages[at]]
-                observation[i] = fs[at]
-                shown_pages[o].append(pages[at])
-            if err_pos is not None and err_of[err_pos] and errors[i] is None:
-                errors[i] = str(err_of[err_pos])
-        elif a == "bbox" and has_crop:
-            observation[i] = crop
+    t, search_results, shown_pages, missing = _place_results(t, texts, n)
+    if missing:
+        counts["search turns without a response"] += missing
 
     # per rollout: its last turn, and whether every turn is valid (the format gate)
     ends = t.group_by("o", maintain_order=True).agg(
@@ -116,9 +91,11 @@ def rows(
         last_forced=pl.col("forced").last(),
         valid=(pl.col("action") != "invalid").all(),
     )
+    data, offsets = du.gathered(lines, done["reward_pos"].to_numpy())
     got = reward_frame(
         done,
         texts.gather(done["reward_pos"]),
+        data[offsets[0] : offsets[-1]],
         asm.ctx.run_id,
         max_turns,
         data_source,
@@ -151,9 +128,9 @@ def rows(
     except ValueError as e:
         raise Decline from e
     counts["rollouts assembled"] += n
-    built = {c: out[c].to_arrow() for c in out.columns}
-    built["turns"] = _turns_array(t, retrieved, observation, errors)
-    built["response"] = done["response"].to_arrow()
+    built = {c: col.chunk(0) for c, col in zip(out.columns, _arrow(out).columns, strict=True)}
+    built["turns"] = _turns_array(t)
+    built["response"] = _arrow(done.select("response"))["response"].chunk(0)
     table = pa.table(
         {
             f.name: built[f.name].cast(f.type) if f.name in built else pa.nulls(n, f.type)
@@ -167,12 +144,7 @@ def rows(
         .filter(pl.col("line") <= pl.col("close"))
         .sort("o", "line")
     )
-    joined = (
-        events.with_columns(text=texts.gather(events["pos"]))
-        .group_by("o", maintain_order=True)
-        .agg(pl.col("text").str.join(""))
-    )
-    digests = [du.rollout_digest_of(s) for s in joined["text"].to_list()]
+    digests = du.rollout_digests(lines, events["pos"].to_numpy(), events["o"].to_numpy())
     keys = list(done.select(KEY).iter_rows())
 
     def raw(i: int) -> str:
@@ -197,26 +169,108 @@ def rows(
     return batches, counts
 
 
-def _turns_array(
-    t: pl.DataFrame,
-    retrieved: list,
-    observation: list,
-    errors: list,
-) -> pa.Array:
+def _place_results(
+    t: pl.DataFrame, texts: pl.Series, n: int
+) -> tuple[pl.DataFrame, pl.Series, pl.Series, int]:
+    """Search results and crops on their turns, as the event-by-event reader places them.
+
+    ``t``: the completed rollouts' turns sorted by rollout ``o`` then turn, with their search
+    response's ``files`` / ``pages`` / ``err_pos`` and their crop joined. Returns ``t`` with each
+    turn's ``retrieved``, ``observation`` and ``error`` set; per rollout (``o`` in 0..n-1) the
+    basenames of each answered search (``search_results``) and the pages shown
+    (``shown_pages``); and how many search turns had no response."""
+    t = t.with_columns(i=pl.int_range(pl.len(), dtype=pl.Int64))
+    search = pl.col("act") == "search"
+    missing = t.select((search & pl.col("files").is_null()).sum()).item()
+    answered = t.filter(search & pl.col("files").is_not_null()).select(
+        "i", "o", "files", "pages", "err_pos"
+    )
+    # a search shows the first result its rollout has not shown yet, else its top one: a short
+    # sequential pass over the answered searches only (what was shown depends on the turns before)
+    shown_at: list[int | None] = []
+    seen: set[str] = set()
+    prev = -1
+    for o, fs in zip(answered["o"].to_list(), answered["files"].to_list(), strict=True):
+        if o != prev:
+            seen, prev = set(), o
+        at = next((j for j, f in enumerate(fs) if f not in seen), 0 if fs else None)
+        if at is not None:
+            seen.add(fs[at])
+        shown_at.append(at)
+    answered = answered.with_columns(at=pl.Series(shown_at, dtype=pl.Int64)).with_columns(
+        page=pl.col("pages").list.get(pl.col("at"), null_on_oob=True),
+        file=pl.col("files").list.get(pl.col("at"), null_on_oob=True),
+    )
+    # a failed search's error on its turn (when the parser found none): rare, read from its line
+    failed = answered.filter(pl.col("err_pos").is_not_null())
+    err_of = {
+        i: json.loads(x).get("error")
+        for i, x in zip(failed["i"].to_list(), texts_at(texts, failed["err_pos"]), strict=True)
+    }
+    err_of = {i: str(e) for i, e in err_of.items() if e}
+    placed = answered.select("i", "page", "file")
+    t = t.join(placed, on="i", how="left").sort("i")
+    search_error = (
+        pl.col("i").replace_strict(err_of, default=None, return_dtype=pl.String)
+        if err_of
+        else pl.lit(None, pl.String)
+    )
+    t = t.with_columns(
+        retrieved=pl.when(pl.col("page").is_not_null()).then(pl.concat_list("page")),
+        observation=pl.when(search)
+        .then(pl.col("file"))
+        .when((pl.col("act") == "bbox") & pl.col("has_crop").fill_null(False))
+        .then(pl.col("crop")),
+        error=pl.coalesce("error", search_error),
+    )
+    per = pl.DataFrame({"o": pl.int_range(n, eager=True, dtype=pl.Int64)})
+    by_o = answered.group_by("o").agg(
+        search_results=pl.col("pages"), shown=pl.col("page").drop_nulls()
+    )
+    by_o = per.join(by_o.with_columns(pl.col("o").cast(pl.Int64)), on="o", how="left").sort("o")
+    empty = pl.lit([], pl.List(pl.String))
+    results = by_o.select(
+        pl.col("search_results").fill_null(pl.lit([], pl.List(pl.List(pl.String))))
+    ).to_series()
+    shown = by_o.select(pl.col("shown").fill_null(empty)).to_series()
+    return t, results, shown, missing
+
+
+def _arrow(df: pl.DataFrame) -> pa.Table:
+    """``df`` as Arrow in one chunk per column, strings as Arrow's classic (offset) layout: 5x
+    cheaper than converting polars' string views, and what the rollout schema casts to anyway."""
+    return df.rechunk().to_arrow(compat_level=pl.CompatLevel.oldest())
+
+
+def _turns_array(t: pl.DataFrame) -> pa.Array:
     """The ``turns`` column: one list of turn structs per completed rollout."""
-    cols = t.select("turn_idx", "think", "action", "arg", "sep", "forced").to_arrow()
+    cols = _arrow(
+        t.select(
+            "turn_idx",
+            "think",
+            "action",
+            "arg",
+            "sep",
+            "forced",
+            "retrieved",
+            "observation",
+            "error",
+        )
+    )
     fields = {
         "idx": cols["turn_idx"].combine_chunks().cast(pa.int32()),
         **{
             c: cols[c].combine_chunks().cast(pa.string()) for c in ("think", "action", "arg", "sep")
         },
         "forced": cols["forced"].combine_chunks(),
-        "retrieved": pa.array(retrieved, pa.list_(pa.string())),
-        "observation": pa.array(observation, pa.string()),
-        "error": pa.array(errors, pa.string()),
+        "retrieved": cols["retrieved"].combine_chunks().cast(pa.list_(pa.string())),
+        "observation": cols["observation"].combine_chunks().cast(pa.string()),
+        "error": cols["error"].combine_chunks().cast(pa.string()),
         "value": pa.nulls(len(t), pa.float64()),
     }
     structs = pa.StructArray.from_arrays(list(fields.values()), fields=list(TURN_TYPE))
     sizes = t.group_by("o", maintain_order=True).len().sort("o")["len"].to_numpy()
     offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int32)
-    return pa.ListArray.from_arrays(pa.array(offsets), structs, type=pa.list_(TURN_TYPE))
+    return pa.ListArray.from_arrays(
+        du.int_array(offsets, np.int32), structs, type=pa.list_(TURN_TYPE)
+    )

@@ -29,7 +29,10 @@ def _ingest(src: Path, logs: Path, columnar: bool, **kw):
         for f in sorted((logs / store.QUARANTINE_DIR).glob("*.jsonl"))
         for e in map(json.loads, f.open())
     ]
-    return res, rows, q
+    side = {
+        str(f.relative_to(logs)): f.read_bytes() for f in sorted((logs / "_side").rglob("*.jsonl"))
+    }
+    return res, rows, q, side
 
 
 def _same(tmp_path: Path, src: Path, **kw):
@@ -37,6 +40,7 @@ def _same(tmp_path: Path, src: Path, **kw):
     b = _ingest(src, tmp_path / "rows", False, **kw)
     assert a[1] == b[1]  # every column of every rollout, in the same order
     assert a[2] == b[2]  # the same quarantine entries with their reasons
+    assert a[3] == b[3]  # the same side tables, byte for byte
     summary = [{k: v for k, v in x[0].summary().items() if k != "quarantine files"} for x in (a, b)]
     assert summary[0] == summary[1]  # counts, flags, notes (events by type, ...)
     return a
@@ -63,7 +67,7 @@ def step_batches(monkeypatch):
 @pytest.mark.parametrize("run", ["phase1", "curriculum", "focused_r1", "focused_r2"])
 def test_fixture_runs_read_in_columns_as_event_by_event(tmp_path, step_batches, run):
     src = _copies(tmp_path, (FIXTURES / run / "unified_trajectory.jsonl").read_text(), 3)
-    res, rows, q = _same(tmp_path, src)
+    res, rows, q, _ = _same(tmp_path, src)
     n = {"focused_r2": 72, "curriculum": 72}.get(run, 144) * 3
     assert q == [] and len(rows) == res.rows_in == n
     out = list(ddai_unified.read(src, ReaderContext(columnar=True)))
@@ -143,7 +147,7 @@ def _tricky(tmp_path: Path) -> Path:
 
 def test_tricky_log_same_rows_quarantine_and_counts(tmp_path, step_batches):
     src = _tricky(tmp_path)
-    res, rows, q = _same(tmp_path, src)
+    res, rows, q, _ = _same(tmp_path, src)
     reasons = {e["reason"] for e in q}
     assert {"malformed JSON", "not an event", "unjoinable event", "missing turns"} <= reasons
     assert "duplicate rollout" not in reasons  # a repeated event is ignored, not a rollout
@@ -160,7 +164,7 @@ def test_log_concatenated_twice_repeats_quarantined_alike(tmp_path, small_batche
     one = (FIXTURES / "focused_r2" / "unified_trajectory.jsonl").read_text()
     src = tmp_path / "unified_trajectory.jsonl"
     src.write_text(one + one)
-    _, rows, q = _same(tmp_path, src)
+    _, rows, q, _ = _same(tmp_path, src)
     assert len(rows) == 72
     assert {e["reason"] for e in q} >= {"duplicate rollout"}
 
@@ -184,7 +188,7 @@ def test_odd_but_valid_events_stay_in_columns(tmp_path):
     src = tmp_path / "unified_trajectory.jsonl"
     src.write_text("".join(json.dumps(e, ensure_ascii=False) + "\n" for e in evs))
     assert _kinds(src) == [RowBatch]
-    _, rows, q = _same(tmp_path, src)
+    _, rows, q, _ = _same(tmp_path, src)
     assert q == [] and len(rows) == 144
     turns = [t for r in rows for t in r["turns"]]
     assert any(t["error"] == "search backend timed out" for t in turns)
@@ -196,7 +200,7 @@ def test_odd_but_valid_events_stay_in_columns(tmp_path):
 
 def test_with_run_id_and_large_batches(tmp_path):
     src = FIXTURES / "focused_r1" / "unified_trajectory.jsonl"
-    _, rows, _ = _same(tmp_path, src, run_id="mine")
+    _, rows, _, _ = _same(tmp_path, src, run_id="mine")
     assert {r["run_id"] for r in rows} == {"mine"}
     assert rows[0]["extra"]["source_run_id"].startswith("gspo_phase2")
     assert _kinds(src) == [RowBatch]  # one batch, one table
@@ -210,7 +214,7 @@ def test_real_ddai_examples_read_alike(tmp_path, small_batches):
     assert len(files) >= 15
     src = tmp_path / "unified_trajectory.jsonl"
     src.write_text("".join(f.read_text() for f in files))
-    res, rows, q = _same(tmp_path, src)
+    res, rows, q, _ = _same(tmp_path, src)
     assert res.rows_in == len(rows) + len(q) and res.rows_in > 0
 
 
@@ -233,6 +237,27 @@ TURN_TEXTS = [
     "<think>a</think><answer>x</answer>",
     "<think>a</think>\n\n<search_complete> true </search_complete>\n<|im_end|>",
     "no tags at all",
+    "</think><think>a</think><search>q</search>",
+    "x<think>a</think><search>q</search>",
+    "<|im_end|> <think>a</think><search>q</search>",
+    "<think>a</think>x</think><search>q</search>",
+    "<think>a<think>b</think><search>q</search>",
+    "<think>a</think> <search>q</search> <|im_end|>\n",
+    "<think>a</think><search>q</bbox></search>",
+    "<think>a</think><search>q</search></search>",
+    "<think></think><search></search>",
+    "<think>a</think><search_complete>true</search_complete></think>",
+    "<|im_start|>assistant <think>a</think><bbox>[1,2,3,4]</bbox>",
+    "<think>a</think>",
+    # argument checks sure in columns, or left to the parser's own strip and lower
+    "<think>a</think><search>\x1c</search>",
+    "<think>a</think><search>é</search>",
+    "<think>a</think><search_complete>\x1ctrue\x1d</search_complete>",
+    "<think>a</think><search_complete> TrUe\t</search_complete>",
+    "<think>a</think><search_complete>ｔｒｕｅ</search_complete>",
+    "<think>a</think><search_complete>truee</search_complete>",
+    "<think>max\x1cturn limit</think><search_complete>true</search_complete>",
+    "<think>MAXIMUM turn\u2003limit</think><search_complete>true</search_complete>",
 ]
 
 
@@ -303,7 +328,7 @@ def test_odd_but_valid_rewards_stay_in_columns(tmp_path):
     src = tmp_path / "unified_trajectory.jsonl"
     src.write_text("".join(json.dumps(e, ensure_ascii=False) + "\n" for e in evs))
     assert _kinds(src) == [RowBatch]
-    res, rows, q = _same(tmp_path, src)
+    res, rows, q, _ = _same(tmp_path, src)
     assert q == [] and len(rows) == 144
     by_sample = {r["sample_idx"]: r for r in rows if r["step"] == rewards[0]["global_step"]}
     assert by_sample[rewards[0]["sample_idx"]]["extra"]["reward_uid"] == "someone_else"
@@ -317,3 +342,40 @@ def test_odd_but_valid_rewards_stay_in_columns(tmp_path):
     assert by_sample[rewards[7]["sample_idx"]]["question"] == "Which year?"
     notes = res.summary()["notes"]
     assert "reward uid differs from plan uid" in json.dumps(notes)
+
+
+def test_side_events_kept_as_logged(tmp_path, small_batches):
+    """Side events are written as their source lines (no parse and re-encode), by both readers:
+    compact separators, escaped non-ASCII and exponents stay as DDAI wrote them."""
+    lines = (FIXTURES / "focused_r1" / "unified_trajectory.jsonl").read_text().splitlines()
+    odd = [
+        '{"event_type":"train.step.metrics","run_id":"r","global_step":1,"lr":1.0e-05}',
+        '{"event_type": "debug.note", "run_id": "r", "msg": "\\u00e9t\\u00e9 \\ud55c"}',
+    ]
+    src = tmp_path / "unified_trajectory.jsonl"
+    spaced = "  " + odd[0] + " "  # JSON whitespace around the object: not kept
+    src.write_text("\n".join([lines[0], spaced, *lines[1:40], odd[1], *lines[40:]]) + "\n")
+    *_, side = _same(tmp_path, src, run_id="mine")
+    assert side["_side/train.step.metrics/mine.jsonl"].decode().splitlines()[0] == odd[0]
+    assert side["_side/debug.note/mine.jsonl"].decode() == odd[1] + "\n"
+    frozen = side["_side/frozen.response/mine.jsonl"].decode().splitlines()
+    assert frozen == [x for x in lines if '"event_type": "frozen.response"' in x]
+
+
+def test_columnar_ingest_does_not_import_pandas(tmp_path):
+    """Arrow imports pandas on its first numpy conversion, a few tenths of a CPU second per
+    ingest: the reader builds its Arrow arrays from buffers instead."""
+    import subprocess
+    import sys
+
+    src = FIXTURES / "focused_r1" / "unified_trajectory.jsonl"
+    code = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from ddai.pipelines.ingest import IngestConfig, ingest\n"
+        f"res = ingest(IngestConfig([Path({str(src)!r})], Path({str(tmp_path / 'logs')!r}),"
+        " progress=False))\n"
+        "print(res.rollouts_out, 'pandas' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["144", "False"]
