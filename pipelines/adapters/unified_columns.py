@@ -135,7 +135,7 @@ def _read(
     empty = plan & (pl.col("text").is_null() | (pl.col("text") == ""))
     full = roll.filter(~empty)
     pads = roll.filter(empty)
-    plans = full.filter(plan).sort("line")
+    plans = full.filter(plan)  # in line order, as the events are
     plans = plans.hstack(turn_columns.parse_plans(plans["text"])).with_columns(
         ends=(
             (pl.col("is_last_turn") == True)  # noqa: E712 - null is not True
@@ -273,7 +273,7 @@ def _horizon(keys: pl.DataFrame, roll: pl.DataFrame, asm: Any) -> tuple[pl.DataF
     its run's newest step ``HORIZON`` past the rollout's (``_BIG``: none here); and each run's
     newest step after the batch."""
     newest = {r: s for r, s in asm.newest_step.items() if isinstance(s, int)}
-    steps = roll.sort("line").select(
+    steps = roll.select(  # in line order
         "run_id", "line", "global_step", top=pl.col("global_step").cum_max().over("run_id")
     )
     prior = (
