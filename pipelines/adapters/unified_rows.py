@@ -56,7 +56,7 @@ def rows(
         return [], counts
     n = len(done)
     # turns of the completed rollouts, by rollout then turn, with the tool events placed on them
-    t = plans.join(done.select(*KEY, "o"), on=KEY)
+    t = plans.join(done.select("k", "o"), on="k")
     files = (
         pl.col("results")
         .list.eval(pl.element().struct.field("image_file"))
@@ -65,7 +65,7 @@ def rows(
     resp = tools.filter(pl.col("event_type") == du.SEARCH_RESPONSE)
     failed = texts.gather(resp["pos"]).str.contains('"error"', literal=True)  # rare: read it
     resp = resp.select(
-        *KEY,
+        "k",
         turn_idx="turn",
         files=files.fill_null([]),
         pages=files.list.eval(  # ddai_common.basename
@@ -74,11 +74,11 @@ def rows(
         err_pos=pl.when(pl.lit(failed)).then(pl.col("pos")),
     )
     crops = tools.filter(pl.col("event_type") == du.BBOX).select(
-        *KEY, turn_idx="turn", crop="crop_path", has_crop=pl.lit(True)
+        "k", turn_idx="turn", crop="crop_path", has_crop=pl.lit(True)
     )
     t = (
-        t.join(resp, on=(*KEY, "turn_idx"), how="left")
-        .join(crops, on=(*KEY, "turn_idx"), how="left")
+        t.join(resp, on=("k", "turn_idx"), how="left")
+        .join(crops, on=("k", "turn_idx"), how="left")
         .sort("o", "turn_idx")
     )
     t, search_results, shown_pages, missing = _place_results(t, texts, n)
@@ -145,7 +145,7 @@ def rows(
     )
     # content digests and source text, as the event-by-event reader makes them
     events = (
-        members.join(done.select(*KEY, "o", "close"), on=KEY)
+        members.join(done.select("k", "o", "close"), on="k")
         .filter(pl.col("line") <= pl.col("close"))
         .sort("o", "line")
     )

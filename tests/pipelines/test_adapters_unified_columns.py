@@ -379,3 +379,31 @@ def test_columnar_ingest_does_not_import_pandas(tmp_path):
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["144", "False"]
+
+
+@pytest.mark.parametrize(
+    "steps",
+    [
+        [3, 3, 4, 3, 4, 5],  # offsets packed into one integer
+        [0, 0, 2**62, 0, 2**62, 7],  # too far apart to pack: the key's dense rank
+    ],
+)
+def test_rollout_key_is_one_integer_per_rollout(steps):
+    import polars as pl
+
+    from ddai.pipelines.adapters.unified_columns import _rollout_key
+
+    roll = pl.DataFrame(
+        {
+            "run_id": ["b", "b", "a", "a", "b", "a"],
+            "global_step": steps,
+            "sample_idx": [1, 1, 1, 2, 1, 1],
+        }
+    )
+    k = roll.select(k=_rollout_key(roll))["k"].to_list()
+    keys = list(roll.iter_rows())
+    # equal integers exactly where the three-part keys are equal
+    assert [[k[i] == k[j] for j in range(6)] for i in range(6)] == [
+        [keys[i] == keys[j] for j in range(6)] for i in range(6)
+    ]
+    assert len(set(k)) == len(set(keys)) == 5
