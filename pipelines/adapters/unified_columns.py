@@ -120,7 +120,9 @@ def _read(
         for x in texts_at(texts, rest.filter(pl.col("event_type") == "run.start")["pos"])
     ]
     max_turns, data_source = dict(asm.max_turns), dict(asm.data_source)
-    first_of_run = dict(roll.group_by("run_id").agg(pl.col("line").min()).iter_rows())
+    first_of_run = (
+        dict(roll.group_by("run_id").agg(pl.col("line").min()).iter_rows()) if starts else {}
+    )
     for line, ev_start in zip(
         rest.filter(pl.col("event_type") == "run.start")["line"], starts, strict=True
     ):
@@ -151,13 +153,18 @@ def _read(
     ).item():
         raise Decline
 
-    rewards = full.filter(pl.col("event_type") == du.REWARD)
-    keys = full.group_by(KEY).agg(k=pl.col("k").first(), first=pl.col("line").min())
-    rk = rewards.group_by("k").agg(
-        n_reward=pl.len(), reward_line=pl.col("line").first(), reward_pos=pl.col("pos").first()
+    # per rollout, with its reward (``n_reward`` null where none) in the same group-by
+    is_reward = pl.col("event_type") == du.REWARD
+    keys = full.group_by(KEY).agg(
+        k=pl.col("k").first(),
+        first=pl.col("line").min(),
+        n_reward=is_reward.sum(),
+        reward_line=pl.col("line").filter(is_reward).first(),
+        reward_pos=pl.col("pos").filter(is_reward).first(),
     )
-    if len(rk) and rk["n_reward"].max() > 1:
+    if len(keys) and keys["n_reward"].max() > 1:
         raise Decline
+    keys = keys.with_columns(n_reward=pl.col("n_reward").replace(0, None))
     pk = plans.group_by("k").agg(
         n_turns=pl.len(),
         last_line=pl.col("line").max(),
@@ -166,7 +173,7 @@ def _read(
         uids=pl.col("uid").n_unique(),
         response=pl.col("text").str.join(""),
     )
-    keys = keys.join(rk, on="k", how="left").join(pk, on="k", how="left")
+    keys = keys.join(pk, on="k", how="left")
     # completed by its own events: the reward in and the last turn ending it
     keys = keys.with_columns(
         flush=pl.when(pl.col("n_reward").is_not_null() & pl.col("ends").fill_null(False))
@@ -236,7 +243,7 @@ def _read(
         .with_columns(o=pl.int_range(pl.len()))
     )
     pending = keys.filter(~pl.col("done")).select("k")
-    held = members.join(pending, on="k").sort("line")
+    held = members.filter(pl.col("k").is_in(pending["k"].implode()))  # in line order
     carry_out = list(zip(held["line"].to_list(), texts_at(texts, held["pos"]), strict=True))
     rows, counts = completed_rows(
         done, members, plans, tools, texts, lines_arr, asm, max_turns, data_source

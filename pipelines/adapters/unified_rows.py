@@ -198,7 +198,11 @@ def _place_results(
     for o, fs in zip(answered["o"].to_list(), answered["files"].to_list(), strict=True):
         if o != prev:
             seen, prev = set(), o
-        at = next((j for j, f in enumerate(fs) if f not in seen), 0 if fs else None)
+        at = 0 if fs else None
+        for j, f in enumerate(fs):  # a plain loop: a generator per search cost more
+            if f not in seen:
+                at = j
+                break
         if at is not None:
             seen.add(fs[at])
         shown_at.append(at)
