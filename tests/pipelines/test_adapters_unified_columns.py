@@ -258,6 +258,22 @@ TURN_TEXTS = [
     "<think>a</think><search_complete>truee</search_complete>",
     "<think>max\x1cturn limit</think><search_complete>true</search_complete>",
     "<think>MAXIMUM turn\u2003limit</think><search_complete>true</search_complete>",
+    # boxes the parser reads through JSON: integers, floats, odd spacing, numbers past Int64
+    *[
+        f"<think>a</think><bbox>{box}</bbox>"
+        for box in (
+            "[-1,-2,3,4]",
+            " [0,0,0,0] ",
+            "[01,2,3,4]",
+            "[1.5,2,3,4]",
+            "[1,2,3,4]\u00a0",
+            "[1,2,3,4 ]\n",
+            "[123456789012345678,2,123456789012345679,4]",
+            "[1234567890123456789,2,12345678901234567890,4]",
+            "[true,1,2,3]",
+            "[1, 2, 3, 4]]",
+        )
+    ],
 ]
 
 
