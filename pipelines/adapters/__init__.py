@@ -122,7 +122,7 @@ def detect(path: Path) -> str:
     for test, why in NOT_ROLLOUTS:
         if obj is not None and test(obj):
             raise ValueError(f"{path}: {why}")
-    if head_text(path, 4096).lstrip("\ufeff \t\r\n").startswith("["):
+    if head_text(path, 4096).lstrip(" \t\r\n").startswith("["):
         raise ValueError(
             f"{path}: a JSON array; ingest reads JSON Lines (one object per line): convert it "
             f"first, e.g. `jq -c '.[]' {path} > {path.with_suffix('.jsonl')}`"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -97,6 +98,18 @@ def lone_surrogate(obj: Any) -> bool:
     except UnicodeEncodeError:
         return True
     return False
+
+
+UTF8_BOM = b"\xef\xbb\xbf"
+
+
+def open_lines(path: str | os.PathLike[str]) -> BinaryIO:
+    """``path`` opened for reading lines, past a leading UTF-8 byte-order mark (editors on Windows
+    write one; left in, it made the first line malformed JSON)."""
+    fh = open(path, "rb")  # noqa: SIM115 - the caller's context manager closes it
+    if fh.read(3) != UTF8_BOM:
+        fh.seek(0)
+    return fh
 
 
 def _read_line(fh: BinaryIO) -> tuple[bytes, int]:

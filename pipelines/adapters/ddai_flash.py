@@ -21,6 +21,7 @@ from ddai.pipelines.adapters.base import (
     SourceRecord,
     contained,
     iter_json_lines,
+    open_lines,
 )
 from ddai.pipelines.adapters.ddai_common import flash_rollout, run_id_from_stem
 from ddai.pipelines.adapters.line_batches import iter_batches
@@ -44,7 +45,7 @@ def read(path: Path, ctx: ReaderContext) -> Iterator[SourceRecord | RowBatch]:
     run = None if ctx.run_id else run_id_from_stem(path.stem, STEM_SUFFIX)
     pids: set = set()
     lines = 0
-    with open(path, "rb") as fh:
+    with open_lines(path) as fh:
         if ctx.columnar:
             # Whole batches in columns where the batch is clean; any other batch row by row.
             for batch in iter_batches(fh, ctx):

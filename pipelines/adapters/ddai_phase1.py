@@ -27,6 +27,7 @@ from typing import Any
 from ddai.pipelines.adapters.base import (
     SURROGATE_DETAIL,
     SURROGATE_ESCAPE,
+    UTF8_BOM,
     ReaderContext,
     SourceRecord,
     contained,
@@ -104,7 +105,7 @@ def agent_rollout(
 
 def read(path: Path, ctx: ReaderContext) -> Iterator[SourceRecord]:
     run = None if ctx.run_id else run_id_from_stem(path.stem)
-    raw = path.read_bytes()
+    raw = path.read_bytes().removeprefix(UTF8_BOM)
     ctx.bytes_read += len(raw)
     notes: Counter = Counter()
     ctx.notes[str(path)] = notes

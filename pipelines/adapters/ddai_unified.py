@@ -65,6 +65,7 @@ from ddai.pipelines.adapters.base import (
     SourceRecord,
     error_detail,
     iter_json_lines,
+    open_lines,
 )
 from ddai.pipelines.adapters.ddai_common import (
     basename,
@@ -533,7 +534,7 @@ def _ts(ev: dict[str, Any]) -> float:
 
 def read(path: Path, ctx: ReaderContext) -> Iterator[SourceRecord | RowBatch]:
     asm = _Assembler(path, ctx)
-    with open(path, "rb") as fh:
+    with open_lines(path) as fh:
         if ctx.columnar:
             yield from _read_columns(fh, asm)
         else:

@@ -18,6 +18,7 @@ from ddai.pipelines.adapters.base import (
     SourceRecord,
     contained,
     iter_json_lines,
+    open_lines,
 )
 from ddai.pipelines.adapters.line_batches import iter_batches
 from ddai.pipelines.adapters.peek import first_object
@@ -40,7 +41,7 @@ def read(path: Path, ctx: ReaderContext) -> Iterator[SourceRecord | RowBatch]:
     if path.suffix == ".parquet":
         yield from _read_parquet(path, ctx)
         return
-    with open(path, "rb") as fh:
+    with open_lines(path) as fh:
         if not ctx.columnar:
             yield from _records(iter_json_lines(fh, ctx))
             return

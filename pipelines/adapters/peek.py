@@ -33,6 +33,8 @@ def first_object(path: Path) -> dict[str, Any] | None:
 def _first_object(path: str, size: int, mtime_ns: int) -> dict[str, Any] | None:
     try:
         with open(path, "rb") as fh:
+            if fh.read(3) != b"\xef\xbb\xbf":  # a UTF-8 byte-order mark is not the line's
+                fh.seek(0)
             for _ in range(PEEK_LINES):
                 line = fh.readline(PEEK_LINE_BYTES + 1)
                 if not line:
@@ -54,9 +56,10 @@ def _first_object(path: str, size: int, mtime_ns: int) -> dict[str, Any] | None:
 
 
 def head_text(path: Path, n: int = 4096) -> str:
-    """The first ``n`` bytes of a file as text (undecodable bytes replaced)."""
+    """The first ``n`` bytes of a file as text (undecodable bytes replaced, a byte-order mark
+    dropped)."""
     try:
         with open(path, "rb") as fh:
-            return fh.read(n).decode("utf-8", errors="replace")
+            return fh.read(n).decode("utf-8-sig", errors="replace")
     except OSError:
         return ""

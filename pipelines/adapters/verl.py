@@ -35,6 +35,7 @@ from ddai.pipelines.adapters.base import (
     SourceRecord,
     contained,
     iter_json_lines,
+    open_lines,
 )
 from ddai.pipelines.adapters.ddai_common import question_from_prompt, run_id_from_stem
 from ddai.pipelines.adapters.line_batches import iter_batches
@@ -136,7 +137,7 @@ def _record(
 def read(path: Path, ctx: ReaderContext) -> Iterator[SourceRecord | RowBatch]:
     run = None if ctx.run_id else run_id_for(path)
     order: Counter = Counter()
-    with open(path, "rb") as fh:
+    with open_lines(path) as fh:
         if not ctx.columnar:
             yield from _records(iter_json_lines(fh, ctx), run, ctx, order)
         else:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -108,3 +109,42 @@ def test_detect_by_content(tmp_path, first_line, fmt):
     src = tmp_path / "x.jsonl"
     src.write_text(first_line + "\n")
     assert adapters.detect(src) == fmt
+
+
+ROOT = Path(__file__).resolve().parents[2]
+VERL_LINE = (
+    '{"input": "<|im_start|>user\\nQ?<|im_end|>", "output": "<think>t</think>'
+    '<search_complete>true</search_complete>", "score": 1.0, "step": 1}\n'
+)
+
+
+@pytest.mark.parametrize(
+    "src",
+    [
+        ROOT / "fixtures" / "logs" / "phase1.jsonl",
+        ROOT / "fixtures" / "unified" / "curriculum" / "unified_trajectory.jsonl",
+        EXAMPLES / "flash_rm_detail.jsonl",
+        EXAMPLES / "gspo_phase1.example.json",
+        "verl",
+    ],
+    ids=["ddai", "unified", "flash", "phase1", "verl"],
+)
+def test_a_leading_byte_order_mark_is_not_part_of_the_first_line(src, tmp_path):
+    # a UTF-8 BOM (Windows editors) made the first line malformed JSON: one rollout quarantined
+    if src == "verl":
+        src = tmp_path / "1.jsonl"
+        src.write_text(VERL_LINE * 3)
+    data = Path(src).read_bytes()
+    marked = tmp_path / "bom" / Path(src).name
+    marked.parent.mkdir()
+    marked.write_bytes(b"\xef\xbb\xbf" + data)
+    fmt = adapters.detect(Path(src))
+    assert adapters.detect(marked) == fmt
+    for columnar in (True, False):
+        res = {}
+        for name, path in (("plain", Path(src)), ("bom", marked)):
+            cfg = IngestConfig([path], tmp_path / f"{name}{columnar}", progress=False)
+            res[name] = ingest(replace(cfg, columnar=columnar))
+        assert res["bom"].rows_in == res["plain"].rows_in > 0
+        assert res["bom"].rollouts_out == res["plain"].rollouts_out
+        assert dict(res["bom"].quarantined) == dict(res["plain"].quarantined)
