@@ -298,8 +298,14 @@ def _horizon(keys: pl.DataFrame, roll: pl.DataFrame, asm: Any) -> tuple[pl.DataF
     its run's newest step ``HORIZON`` past the rollout's (``_BIG``: none here); and each run's
     newest step after the batch."""
     newest = {r: s for r, s in asm.newest_step.items() if isinstance(s, int)}
+    # windows per run only where the batch holds several (most hold one: no window needed)
+    one_run = roll["run_id"].n_unique() <= 1
+
+    def per_run(e: pl.Expr) -> pl.Expr:
+        return e if one_run else e.over("run_id")
+
     steps = roll.select(  # in line order
-        "run_id", "line", "global_step", top=pl.col("global_step").cum_max().over("run_id")
+        "run_id", "line", "global_step", top=per_run(pl.col("global_step").cum_max())
     )
     prior = (
         pl.col("run_id").replace_strict(newest, default=du.NO_STEP, return_dtype=pl.Int64)
@@ -307,10 +313,14 @@ def _horizon(keys: pl.DataFrame, roll: pl.DataFrame, asm: Any) -> tuple[pl.DataF
         else pl.lit(du.NO_STEP, pl.Int64)
     )
     steps = steps.with_columns(top=pl.max_horizontal("top", prior), prior=prior)
-    final = steps.group_by("run_id").agg(pl.col("top").last())
+    final = (
+        steps.select("run_id", "top").tail(1)
+        if one_run
+        else steps.group_by("run_id").agg(pl.col("top").last())
+    )
     # the events where the newest step moves (the assembler's ``_advance``)
     adv = steps.filter(
-        pl.col("global_step") > pl.col("top").shift(1).over("run_id").fill_null(pl.col("prior"))
+        pl.col("global_step") > per_run(pl.col("top").shift(1)).fill_null(pl.col("prior"))
     )
     advances = {
         run: (g["line"].to_numpy(), g["top"].to_numpy())

@@ -423,3 +423,26 @@ def test_rollout_key_is_one_integer_per_rollout(steps):
         [keys[i] == keys[j] for j in range(6)] for i in range(6)
     ]
     assert len(set(k)) == len(set(keys)) == 5
+
+
+@pytest.mark.parametrize("batches", ["one", "small"])
+def test_two_runs_interleaved_in_one_batch(tmp_path, monkeypatch, batches):
+    """Two runs' events interleaved line by line: the step horizon and the joins go per run."""
+    if batches == "small":
+        monkeypatch.setattr(line_batches, "BATCH_BYTES", 400_000)
+    a, b = (
+        (FIXTURES / run / "unified_trajectory.jsonl").read_text().splitlines()
+        for run in ("focused_r1", "phase1")
+    )
+    mixed = [x for pair in zip(a, b, strict=False) for x in pair]
+    mixed += a[len(b) :] + b[len(a) :]
+    src = tmp_path / "unified_trajectory.jsonl"
+    src.write_text("\n".join(mixed) + "\n")
+    res, rows, q, _ = _same(tmp_path, src)
+    assert q == [] and len(rows) == res.rows_in == 144 + 144
+    assert len({r["run_id"] for r in rows}) == 2
+    out = [
+        r for r in ddai_unified.read(src, ReaderContext(columnar=True)) if isinstance(r, RowBatch)
+    ]
+    # most in columns, both runs (small batches leave more to the events: the last ones, declines)
+    assert sum(r.table.num_rows for r in out) >= 0.6 * 288 and len({r.run_id for r in out}) == 2
