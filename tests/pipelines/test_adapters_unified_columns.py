@@ -8,46 +8,22 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 from conftest import SHARED
+from support.columnar import kinds, same_store
 
-from ddai.pipelines import store
 from ddai.pipelines.adapters import ddai_unified, line_batches
 from ddai.pipelines.adapters.base import ReaderContext, RowBatch, SourceRecord
-from ddai.pipelines.ingest import IngestConfig, ingest
 
 ROOT = Path(__file__).parents[2]
 FIXTURES = ROOT / "fixtures" / "unified"
 EXAMPLES = SHARED / "ddai-formats" / "examples"
 
 
-def _ingest(src: Path, logs: Path, columnar: bool, **kw):
-    res = ingest(IngestConfig([src], logs, progress=False, columnar=columnar, **kw))
-    rows = store.read_rollouts(logs).to_pylist()
-    for r in rows:
-        r["extra"] = json.loads(r["extra"])
-    q = [
-        {k: e[k] for k in ("line", "reason", "detail", "raw")}
-        for f in sorted((logs / store.QUARANTINE_DIR).glob("*.jsonl"))
-        for e in map(json.loads, f.open())
-    ]
-    side = {
-        str(f.relative_to(logs)): f.read_bytes() for f in sorted((logs / "_side").rglob("*.jsonl"))
-    }
-    return res, rows, q, side
-
-
 def _same(tmp_path: Path, src: Path, **kw):
-    a = _ingest(src, tmp_path / "columns", True, **kw)
-    b = _ingest(src, tmp_path / "rows", False, **kw)
-    assert a[1] == b[1]  # every column of every rollout, in the same order
-    assert a[2] == b[2]  # the same quarantine entries with their reasons
-    assert a[3] == b[3]  # the same side tables, byte for byte
-    summary = [{k: v for k, v in x[0].summary().items() if k != "quarantine files"} for x in (a, b)]
-    assert summary[0] == summary[1]  # counts, flags, notes (events by type, ...)
-    return a
-
-
-def _kinds(src: Path) -> list[type]:
-    return [type(r) for r in ddai_unified.read(src, ReaderContext(columnar=True))]
+    """Both paths agree (``support.columnar.same_store``: rows in the store's order, quarantine,
+    side tables byte for byte, summary, manifests); the columnar one as (result, rows,
+    quarantine, side tables)."""
+    got = same_store(tmp_path, src, sort=False, **kw)
+    return got.result, got.rows, got.quarantine, got.side
 
 
 @pytest.fixture
@@ -153,9 +129,9 @@ def test_tricky_log_same_rows_quarantine_and_counts(tmp_path, step_batches):
     assert "duplicate rollout" not in reasons  # a repeated event is ignored, not a rollout
     assert any(r["flags"] == ["turns_incomplete"] for r in rows)
     assert res.rows_in == len(rows) + len(q)
-    kinds = _kinds(src)
+    got = kinds(ddai_unified.read, src)
     # the clean copies still go in columns; the odd one's batches event by event
-    assert kinds.count(RowBatch) >= 3 and kinds.count(SourceRecord) > 100
+    assert got.count(RowBatch) >= 3 and got.count(SourceRecord) > 100
 
 
 def test_log_concatenated_twice_repeats_quarantined_alike(tmp_path, small_batches):
@@ -187,7 +163,7 @@ def test_odd_but_valid_events_stay_in_columns(tmp_path):
     plans[6]["text"] = plans[6]["text"].replace("<think>", "<think>\u3000", 1)
     src = tmp_path / "unified_trajectory.jsonl"
     src.write_text("".join(json.dumps(e, ensure_ascii=False) + "\n" for e in evs))
-    assert _kinds(src) == [RowBatch]
+    assert kinds(ddai_unified.read, src) == [RowBatch]
     _, rows, q, _ = _same(tmp_path, src)
     assert q == [] and len(rows) == 144
     turns = [t for r in rows for t in r["turns"]]
@@ -203,7 +179,7 @@ def test_with_run_id_and_large_batches(tmp_path):
     _, rows, _, _ = _same(tmp_path, src, run_id="mine")
     assert {r["run_id"] for r in rows} == {"mine"}
     assert rows[0]["extra"]["source_run_id"].startswith("gspo_phase2")
-    assert _kinds(src) == [RowBatch]  # one batch, one table
+    assert kinds(ddai_unified.read, src) == [RowBatch]  # one batch, one table
     first = pq.read_table(next((tmp_path / "columns").rglob("*.parquet")))
     assert first.num_rows == 144
 
@@ -343,7 +319,7 @@ def test_odd_but_valid_rewards_stay_in_columns(tmp_path):
     rewards[7]["query"] = "Which year?\n  assistant\nsome tail"
     src = tmp_path / "unified_trajectory.jsonl"
     src.write_text("".join(json.dumps(e, ensure_ascii=False) + "\n" for e in evs))
-    assert _kinds(src) == [RowBatch]
+    assert kinds(ddai_unified.read, src) == [RowBatch]
     res, rows, q, _ = _same(tmp_path, src)
     assert q == [] and len(rows) == 144
     by_sample = {r["sample_idx"]: r for r in rows if r["step"] == rewards[0]["global_step"]}
