@@ -56,7 +56,7 @@ def rows(
         return [], counts
     n = len(done)
     # turns of the completed rollouts, by rollout then turn, with the tool events placed on them
-    t = plans.join(done.select(*KEY, "o"), on=KEY)
+    t = plans.join(done.select("k", "o"), on="k")
     files = (
         pl.col("results")
         .list.eval(pl.element().struct.field("image_file"))
@@ -65,7 +65,7 @@ def rows(
     resp = tools.filter(pl.col("event_type") == du.SEARCH_RESPONSE)
     failed = texts.gather(resp["pos"]).str.contains('"error"', literal=True)  # rare: read it
     resp = resp.select(
-        *KEY,
+        "k",
         turn_idx="turn",
         files=files.fill_null([]),
         pages=files.list.eval(  # ddai_common.basename
@@ -74,22 +74,27 @@ def rows(
         err_pos=pl.when(pl.lit(failed)).then(pl.col("pos")),
     )
     crops = tools.filter(pl.col("event_type") == du.BBOX).select(
-        *KEY, turn_idx="turn", crop="crop_path", has_crop=pl.lit(True)
+        "k", turn_idx="turn", crop="crop_path", has_crop=pl.lit(True)
     )
     t = (
-        t.join(resp, on=(*KEY, "turn_idx"), how="left")
-        .join(crops, on=(*KEY, "turn_idx"), how="left")
+        t.join(resp, on=("k", "turn_idx"), how="left")
+        .join(crops, on=("k", "turn_idx"), how="left")
         .sort("o", "turn_idx")
     )
     t, search_results, shown_pages, missing = _place_results(t, texts, n)
     if missing:
         counts["search turns without a response"] += missing
 
-    # per rollout: its last turn, and whether every turn is valid (the format gate)
-    ends = t.group_by("o", maintain_order=True).agg(
-        last_action=pl.col("action").last(),
-        last_forced=pl.col("forced").last(),
-        valid=(pl.col("action") != "invalid").all(),
+    # per rollout (each has a turn: ``t`` is sorted by ``o``): its last turn, and whether every
+    # turn is valid (the format gate); positions from the turn counts, no group-by
+    o = t["o"].to_numpy()
+    sizes = np.bincount(o, minlength=n)
+    last = np.cumsum(sizes) - 1
+    invalid = t.select((pl.col("action") == "invalid").fill_null(False)).to_series().to_numpy()
+    ends = t[["action", "forced"]][last].select(
+        last_action="action",
+        last_forced="forced",
+        valid=pl.Series(np.bincount(o[invalid], minlength=n) == 0),
     )
     data, offsets = du.gathered(lines, done["reward_pos"].to_numpy())
     got = reward_frame(
@@ -129,7 +134,7 @@ def rows(
         raise Decline from e
     counts["rollouts assembled"] += n
     built = {c: col.chunk(0) for c, col in zip(out.columns, _arrow(out).columns, strict=True)}
-    built["turns"] = _turns_array(t)
+    built["turns"] = _turns_array(t, sizes)
     built["response"] = _arrow(done.select("response"))["response"].chunk(0)
     table = pa.table(
         {
@@ -140,7 +145,7 @@ def rows(
     )
     # content digests and source text, as the event-by-event reader makes them
     events = (
-        members.join(done.select(*KEY, "o", "close"), on=KEY)
+        members.join(done.select("k", "o", "close"), on="k")
         .filter(pl.col("line") <= pl.col("close"))
         .sort("o", "line")
     )
@@ -193,7 +198,11 @@ def _place_results(
     for o, fs in zip(answered["o"].to_list(), answered["files"].to_list(), strict=True):
         if o != prev:
             seen, prev = set(), o
-        at = next((j for j, f in enumerate(fs) if f not in seen), 0 if fs else None)
+        at = 0 if fs else None
+        for j, f in enumerate(fs):  # a plain loop: a generator per search cost more
+            if f not in seen:
+                at = j
+                break
         if at is not None:
             seen.add(fs[at])
         shown_at.append(at)
@@ -208,8 +217,13 @@ def _place_results(
         for i, x in zip(failed["i"].to_list(), texts_at(texts, failed["err_pos"]), strict=True)
     }
     err_of = {i: str(e) for i, e in err_of.items() if e}
-    placed = answered.select("i", "page", "file")
-    t = t.join(placed, on="i", how="left").sort("i")
+    # placed by position (``scatter`` writes in place: one blank each)
+    at_i = answered["i"]
+    placed = {
+        c: pl.repeat(None, len(t), dtype=pl.String, eager=True).alias(c).scatter(at_i, answered[c])
+        for c in ("page", "file")
+    }
+    t = t.with_columns(**placed)
     search_error = (
         pl.col("i").replace_strict(err_of, default=None, return_dtype=pl.String)
         if err_of
@@ -223,17 +237,22 @@ def _place_results(
         .then(pl.col("crop")),
         error=pl.coalesce("error", search_error),
     )
-    per = pl.DataFrame({"o": pl.int_range(n, eager=True, dtype=pl.Int64)})
-    by_o = answered.group_by("o").agg(
-        search_results=pl.col("pages"), shown=pl.col("page").drop_nulls()
-    )
-    by_o = per.join(by_o.with_columns(pl.col("o").cast(pl.Int64)), on="o", how="left").sort("o")
-    empty = pl.lit([], pl.List(pl.String))
-    results = by_o.select(
-        pl.col("search_results").fill_null(pl.lit([], pl.List(pl.List(pl.String))))
-    ).to_series()
-    shown = by_o.select(pl.col("shown").fill_null(empty)).to_series()
+    # per rollout, its answered searches' pages and the pages shown: lists over offsets (the
+    # answered searches are in rollout order), no group-by and join
+    results = _lists(answered["pages"], answered["o"].to_numpy(), n, "search_results")
+    shown_of = answered.select("o", "page").drop_nulls("page")
+    shown = _lists(shown_of["page"], shown_of["o"].to_numpy(), n, "shown")
     return t, results, shown, missing
+
+
+def _lists(values: pl.Series, owner: np.ndarray, n: int, name: str) -> pl.Series:
+    """``values`` gathered into one list per owner 0..n-1 (``owner`` non-decreasing)."""
+    offsets = np.concatenate([[0], np.cumsum(np.bincount(owner, minlength=n))]).astype(np.int64)
+    arr = _arrow(values.to_frame())[0].combine_chunks()
+    lists = pa.LargeListArray.from_arrays(du.int_array(offsets), arr)
+    out = pl.from_arrow(lists)
+    assert isinstance(out, pl.Series)
+    return out.alias(name)
 
 
 def _arrow(df: pl.DataFrame) -> pa.Table:
@@ -242,8 +261,9 @@ def _arrow(df: pl.DataFrame) -> pa.Table:
     return df.rechunk().to_arrow(compat_level=pl.CompatLevel.oldest())
 
 
-def _turns_array(t: pl.DataFrame) -> pa.Array:
-    """The ``turns`` column: one list of turn structs per completed rollout."""
+def _turns_array(t: pl.DataFrame, sizes: np.ndarray) -> pa.Array:
+    """The ``turns`` column: one list of turn structs per completed rollout (``sizes``: each
+    rollout's number of turns, in the order of ``t``)."""
     cols = _arrow(
         t.select(
             "turn_idx",
@@ -269,7 +289,6 @@ def _turns_array(t: pl.DataFrame) -> pa.Array:
         "value": pa.nulls(len(t), pa.float64()),
     }
     structs = pa.StructArray.from_arrays(list(fields.values()), fields=list(TURN_TYPE))
-    sizes = t.group_by("o", maintain_order=True).len().sort("o")["len"].to_numpy()
     offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int32)
     return pa.ListArray.from_arrays(
         du.int_array(offsets, np.int32), structs, type=pa.list_(TURN_TYPE)

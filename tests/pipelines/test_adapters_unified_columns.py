@@ -8,46 +8,22 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 from conftest import SHARED
+from support.columnar import kinds, same_store
 
-from ddai.pipelines import store
 from ddai.pipelines.adapters import ddai_unified, line_batches
 from ddai.pipelines.adapters.base import ReaderContext, RowBatch, SourceRecord
-from ddai.pipelines.ingest import IngestConfig, ingest
 
 ROOT = Path(__file__).parents[2]
 FIXTURES = ROOT / "fixtures" / "unified"
 EXAMPLES = SHARED / "ddai-formats" / "examples"
 
 
-def _ingest(src: Path, logs: Path, columnar: bool, **kw):
-    res = ingest(IngestConfig([src], logs, progress=False, columnar=columnar, **kw))
-    rows = store.read_rollouts(logs).to_pylist()
-    for r in rows:
-        r["extra"] = json.loads(r["extra"])
-    q = [
-        {k: e[k] for k in ("line", "reason", "detail", "raw")}
-        for f in sorted((logs / store.QUARANTINE_DIR).glob("*.jsonl"))
-        for e in map(json.loads, f.open())
-    ]
-    side = {
-        str(f.relative_to(logs)): f.read_bytes() for f in sorted((logs / "_side").rglob("*.jsonl"))
-    }
-    return res, rows, q, side
-
-
 def _same(tmp_path: Path, src: Path, **kw):
-    a = _ingest(src, tmp_path / "columns", True, **kw)
-    b = _ingest(src, tmp_path / "rows", False, **kw)
-    assert a[1] == b[1]  # every column of every rollout, in the same order
-    assert a[2] == b[2]  # the same quarantine entries with their reasons
-    assert a[3] == b[3]  # the same side tables, byte for byte
-    summary = [{k: v for k, v in x[0].summary().items() if k != "quarantine files"} for x in (a, b)]
-    assert summary[0] == summary[1]  # counts, flags, notes (events by type, ...)
-    return a
-
-
-def _kinds(src: Path) -> list[type]:
-    return [type(r) for r in ddai_unified.read(src, ReaderContext(columnar=True))]
+    """Both paths agree (``support.columnar.same_store``: rows in the store's order, quarantine,
+    side tables byte for byte, summary, manifests); the columnar one as (result, rows,
+    quarantine, side tables)."""
+    got = same_store(tmp_path, src, sort=False, **kw)
+    return got.result, got.rows, got.quarantine, got.side
 
 
 @pytest.fixture
@@ -153,9 +129,9 @@ def test_tricky_log_same_rows_quarantine_and_counts(tmp_path, step_batches):
     assert "duplicate rollout" not in reasons  # a repeated event is ignored, not a rollout
     assert any(r["flags"] == ["turns_incomplete"] for r in rows)
     assert res.rows_in == len(rows) + len(q)
-    kinds = _kinds(src)
+    got = kinds(ddai_unified.read, src)
     # the clean copies still go in columns; the odd one's batches event by event
-    assert kinds.count(RowBatch) >= 3 and kinds.count(SourceRecord) > 100
+    assert got.count(RowBatch) >= 3 and got.count(SourceRecord) > 100
 
 
 def test_log_concatenated_twice_repeats_quarantined_alike(tmp_path, small_batches):
@@ -187,7 +163,7 @@ def test_odd_but_valid_events_stay_in_columns(tmp_path):
     plans[6]["text"] = plans[6]["text"].replace("<think>", "<think>\u3000", 1)
     src = tmp_path / "unified_trajectory.jsonl"
     src.write_text("".join(json.dumps(e, ensure_ascii=False) + "\n" for e in evs))
-    assert _kinds(src) == [RowBatch]
+    assert kinds(ddai_unified.read, src) == [RowBatch]
     _, rows, q, _ = _same(tmp_path, src)
     assert q == [] and len(rows) == 144
     turns = [t for r in rows for t in r["turns"]]
@@ -203,7 +179,7 @@ def test_with_run_id_and_large_batches(tmp_path):
     _, rows, _, _ = _same(tmp_path, src, run_id="mine")
     assert {r["run_id"] for r in rows} == {"mine"}
     assert rows[0]["extra"]["source_run_id"].startswith("gspo_phase2")
-    assert _kinds(src) == [RowBatch]  # one batch, one table
+    assert kinds(ddai_unified.read, src) == [RowBatch]  # one batch, one table
     first = pq.read_table(next((tmp_path / "columns").rglob("*.parquet")))
     assert first.num_rows == 144
 
@@ -258,6 +234,22 @@ TURN_TEXTS = [
     "<think>a</think><search_complete>truee</search_complete>",
     "<think>max\x1cturn limit</think><search_complete>true</search_complete>",
     "<think>MAXIMUM turn\u2003limit</think><search_complete>true</search_complete>",
+    # boxes the parser reads through JSON: integers, floats, odd spacing, numbers past Int64
+    *[
+        f"<think>a</think><bbox>{box}</bbox>"
+        for box in (
+            "[-1,-2,3,4]",
+            " [0,0,0,0] ",
+            "[01,2,3,4]",
+            "[1.5,2,3,4]",
+            "[1,2,3,4]\u00a0",
+            "[1,2,3,4 ]\n",
+            "[123456789012345678,2,123456789012345679,4]",
+            "[1234567890123456789,2,12345678901234567890,4]",
+            "[true,1,2,3]",
+            "[1, 2, 3, 4]]",
+        )
+    ],
 ]
 
 
@@ -327,7 +319,7 @@ def test_odd_but_valid_rewards_stay_in_columns(tmp_path):
     rewards[7]["query"] = "Which year?\n  assistant\nsome tail"
     src = tmp_path / "unified_trajectory.jsonl"
     src.write_text("".join(json.dumps(e, ensure_ascii=False) + "\n" for e in evs))
-    assert _kinds(src) == [RowBatch]
+    assert kinds(ddai_unified.read, src) == [RowBatch]
     res, rows, q, _ = _same(tmp_path, src)
     assert q == [] and len(rows) == 144
     by_sample = {r["sample_idx"]: r for r in rows if r["step"] == rewards[0]["global_step"]}
@@ -379,3 +371,54 @@ def test_columnar_ingest_does_not_import_pandas(tmp_path):
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["144", "False"]
+
+
+@pytest.mark.parametrize(
+    "steps",
+    [
+        [3, 3, 4, 3, 4, 5],  # offsets packed into one integer
+        [0, 0, 2**62, 0, 2**62, 7],  # too far apart to pack: the key's dense rank
+    ],
+)
+def test_rollout_key_is_one_integer_per_rollout(steps):
+    import polars as pl
+
+    from ddai.pipelines.adapters.unified_columns import _rollout_key
+
+    roll = pl.DataFrame(
+        {
+            "run_id": ["b", "b", "a", "a", "b", "a"],
+            "global_step": steps,
+            "sample_idx": [1, 1, 1, 2, 1, 1],
+        }
+    )
+    k = roll.select(k=_rollout_key(roll))["k"].to_list()
+    keys = list(roll.iter_rows())
+    # equal integers exactly where the three-part keys are equal
+    assert [[k[i] == k[j] for j in range(6)] for i in range(6)] == [
+        [keys[i] == keys[j] for j in range(6)] for i in range(6)
+    ]
+    assert len(set(k)) == len(set(keys)) == 5
+
+
+@pytest.mark.parametrize("batches", ["one", "small"])
+def test_two_runs_interleaved_in_one_batch(tmp_path, monkeypatch, batches):
+    """Two runs' events interleaved line by line: the step horizon and the joins go per run."""
+    if batches == "small":
+        monkeypatch.setattr(line_batches, "BATCH_BYTES", 400_000)
+    a, b = (
+        (FIXTURES / run / "unified_trajectory.jsonl").read_text().splitlines()
+        for run in ("focused_r1", "phase1")
+    )
+    mixed = [x for pair in zip(a, b, strict=False) for x in pair]
+    mixed += a[len(b) :] + b[len(a) :]
+    src = tmp_path / "unified_trajectory.jsonl"
+    src.write_text("\n".join(mixed) + "\n")
+    res, rows, q, _ = _same(tmp_path, src)
+    assert q == [] and len(rows) == res.rows_in == 144 + 144
+    assert len({r["run_id"] for r in rows}) == 2
+    out = [
+        r for r in ddai_unified.read(src, ReaderContext(columnar=True)) if isinstance(r, RowBatch)
+    ]
+    # most in columns, both runs (small batches leave more to the events: the last ones, declines)
+    assert sum(r.table.num_rows for r in out) >= 0.6 * 288 and len({r.run_id for r in out}) == 2

@@ -3,8 +3,9 @@
 ``same_store`` ingests the sources twice (``columnar=True`` / ``False``) into two stores and
 asserts they hold the same rollouts (every column; ``extra`` compared as parsed JSON, since the
 columnar readers write numbers as polars does), the same quarantine entries line for line (line,
-reason, detail, raw), the same ingest summary and the same run manifests but for what differs by
-time or by file bytes (the ingest id, times, part file names and hashes). ``kinds`` lists what a
+reason, detail, raw), the same side tables byte for byte, the same ingest summary and the same
+run manifests but for what differs by time or by file bytes (the ingest id, times, part file names
+and hashes). ``kinds`` lists what a
 reader yields in columns (``RowBatch``, or ``SourceRecord`` for lines read row by row).
 Test scaffolding.
 """
@@ -27,12 +28,14 @@ _VOLATILE = ("written", "ingest", "wall_time_s", "sha256")
 
 @dataclass
 class Stored:
-    """One ingest's outcome: its result, rollouts, quarantine entries and run manifests."""
+    """One ingest's outcome: its result, rollouts, quarantine entries, run manifests and side
+    tables (each ``_side`` file's bytes by its path in the store)."""
 
     result: IngestResult
     rows: list[dict[str, Any]]
     quarantine: list[dict[str, Any]]
     manifests: dict[str, dict[str, Any]]
+    side: dict[str, bytes]
 
 
 def _manifest(m: dict[str, Any]) -> dict[str, Any]:
@@ -61,7 +64,8 @@ def ingest_store(
     manifests = {
         run: _manifest(store.run_manifest(logs, run) or {}) for run in store.list_runs(logs)
     }
-    return Stored(res, rows, q, manifests)
+    side = {str(f.relative_to(logs)): f.read_bytes() for f in sorted(logs.glob("_side/**/*.jsonl"))}
+    return Stored(res, rows, q, manifests, side)
 
 
 def same_store(tmp_path: Path, sources: Path | Iterable[Path], sort: bool = True, **kw) -> Stored:
@@ -72,6 +76,7 @@ def same_store(tmp_path: Path, sources: Path | Iterable[Path], sort: bool = True
     b = ingest_store(srcs, tmp_path / "rows", False, sort, **kw)
     assert a.rows == b.rows  # every column of every rollout, extra as parsed JSON
     assert a.quarantine == b.quarantine  # the same entries, line for line
+    assert a.side == b.side  # the same side tables, byte for byte
     summary = [
         {k: v for k, v in x.result.summary().items() if k != "quarantine files"} for x in (a, b)
     ]
