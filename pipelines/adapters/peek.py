@@ -8,6 +8,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ddai.pipelines.adapters.base import open_lines
+
 # A first line up to this size is parsed whole (a rollout with a huge response is still a rollout);
 # a longer one, a blank one or one that does not parse is passed over for the next.
 PEEK_LINE_BYTES = 64 << 20
@@ -32,9 +34,7 @@ def first_object(path: Path) -> dict[str, Any] | None:
 @functools.lru_cache(maxsize=16)
 def _first_object(path: str, size: int, mtime_ns: int) -> dict[str, Any] | None:
     try:
-        with open(path, "rb") as fh:
-            if fh.read(3) != b"\xef\xbb\xbf":  # a UTF-8 byte-order mark is not the line's
-                fh.seek(0)
+        with open_lines(path) as fh:
             for _ in range(PEEK_LINES):
                 line = fh.readline(PEEK_LINE_BYTES + 1)
                 if not line:
@@ -56,10 +56,10 @@ def _first_object(path: str, size: int, mtime_ns: int) -> dict[str, Any] | None:
 
 
 def head_text(path: Path, n: int = 4096) -> str:
-    """The first ``n`` bytes of a file as text (undecodable bytes replaced, a byte-order mark
-    dropped)."""
+    """The first ``n`` bytes of a file as text, past a byte-order mark (undecodable bytes
+    replaced)."""
     try:
-        with open(path, "rb") as fh:
-            return fh.read(n).decode("utf-8-sig", errors="replace")
+        with open_lines(path) as fh:
+            return fh.read(n).decode("utf-8", errors="replace")
     except OSError:
         return ""

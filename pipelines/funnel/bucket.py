@@ -192,4 +192,4 @@ def _no_match(cfg: BucketConfig, ids: pa.ChunkedArray, score_of: pa.Table) -> st
         if cfg.scores is not None
         else f"the {cfg.metric} of run(s) {', '.join(cfg.runs)}"
     )
-    return scores.no_overlap(objstore.display(cfg.dataset), ids, src, score_of)
+    return scores.no_overlap(objstore.display(cfg.dataset), ids, src, score_of["uid"])

@@ -240,4 +240,4 @@ def _require_scored(
     """Every prompt missing from the run means the run scored another prompt set."""
     if table.num_rows and len(sel.dropped.get("missing from run", [])) == table.num_rows:
         src = f"the mean reward of run(s) {', '.join(cfg.runs)}"
-        raise ValueError(scores.no_overlap(what, table[ds.ID], src, score_of))
+        raise ValueError(scores.no_overlap(what, table[ds.ID], src, score_of["uid"]))

@@ -109,14 +109,17 @@ def match(ids: pa.Array | pa.ChunkedArray, scores: pa.Table) -> tuple[np.ndarray
     return values, len(idx) - idx.null_count
 
 
-def no_overlap(what: str, ids: pa.Array | pa.ChunkedArray, src: str, scores: pa.Table) -> str:
-    """Why no prompt of ``what`` got a score from ``src``, with a few ids of each side (an empty
-    funnel output would look like a finished step; the inputs belong to different prompt sets)."""
+def no_overlap(
+    what: str, ids: pa.Array | pa.ChunkedArray, src: str, scored: pa.Array | pa.ChunkedArray
+) -> str:
+    """Why no prompt of ``what`` (``ids``) got a score from ``src`` (``scored``: its ids), with a
+    few ids of each side (an empty funnel output would look like a finished step; the inputs
+    belong to different prompt sets)."""
     ours = ", ".join(map(str, ids.slice(0, 3).to_pylist()))
-    theirs = ", ".join(map(str, scores["uid"].slice(0, 3).to_pylist())) or "none"
+    theirs = ", ".join(map(str, scored.slice(0, 3).to_pylist())) or "none"
     return (
         f"no prompt of {what} has a score in {src}: its {len(ids):,} ids (e.g. {ours}) and the "
-        f"{len(scores):,} scored ids (e.g. {theirs}) have none in common (nulls count as no "
+        f"{len(scored):,} scored ids (e.g. {theirs}) have none in common (nulls count as no "
         "score). Check that the scores belong to these prompts; nothing was written."
     )
 

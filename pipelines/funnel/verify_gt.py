@@ -230,7 +230,12 @@ def run_verify(cfg: VerifyConfig, *, verifier: Any = None) -> step.StepResult:
         # no candidate because no score: an empty review would look like clean ground truth
         src = f"the rollouts of run(s) {', '.join(cfg.runs)}"
         raise ValueError(
-            scores.no_overlap(objstore.display(cfg.dataset), table[ds.ID], src, _uids(score_of))
+            scores.no_overlap(
+                objstore.display(cfg.dataset),
+                table[ds.ID],
+                src,
+                pa.array(list(score_of), pa.string()),
+            )
             + " Name the run that scored these prompts, or drop --run (every prompt is then a"
             " candidate; with only --decisions the person's review is applied as it is)."
         )
@@ -506,7 +511,3 @@ def _estimate_cost(
     )
     usage = TokenUsage(input_tokens=chars // 4 + 200 * len(rows), output_tokens=40 * len(rows))
     return round(Price(spec.price_in_per_mtok, spec.price_out_per_mtok).cost(usage), 6)
-
-
-def _uids(score_of: dict[str, float]) -> pa.Table:
-    return pa.table({"uid": pa.array(list(score_of), pa.string())})
