@@ -40,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -72,6 +73,21 @@ def _split_at(line: str, key: str) -> tuple[str, str] | None:
     return line[:j], line[k:]
 
 
+def _write_copies(path: Path, n: int, copy_lines: Callable[[int], Iterable[str]]) -> int:
+    """Write ``n`` lines to ``path``: copy 0's lines, then copy 1's, ... (``copy_lines(c)``),
+    the last copy cut at ``n``. Returns ``n``."""
+    written = copy = 0
+    with open(path, "w", encoding="utf-8") as fh:
+        while written < n:
+            for line in copy_lines(copy):
+                if written == n:
+                    break
+                fh.write(line + "\n")
+                written += 1
+            copy += 1
+    return written
+
+
 def make_flash(path: Path, n: int) -> int:
     """``n`` flash lines: every fixture run's ``rm.flash.detail`` payloads, ``-c`` on copy ``c``'s
     uids (so every copy's rollouts are new keys)."""
@@ -85,17 +101,9 @@ def make_flash(path: Path, n: int) -> int:
             uid = payload.pop("uid")
             row = {"timestamp": ev["ts"], "pid": ev["pid"], "uid": "@UID@", **payload}
             templates.append((json.dumps(row, ensure_ascii=False), uid))
-    written = 0
-    with open(path, "w", encoding="utf-8") as fh:
-        copy = 0
-        while written < n:
-            for text, uid in templates:
-                if written == n:
-                    break
-                fh.write(text.replace("@UID@", f"{uid}-{copy}", 1) + "\n")
-                written += 1
-            copy += 1
-    return written
+    return _write_copies(
+        path, n, lambda c: (text.replace("@UID@", f"{uid}-{c}", 1) for text, uid in templates)
+    )
 
 
 def make_parquet(path: Path, n: int, work: Path) -> int:
@@ -134,16 +142,9 @@ def make_jsonl(path: Path, n: int) -> int:
             cut = _split_at(line, '"step":')
             assert cut is not None, line[:200]
             templates.append((cut, json.loads(line)["step"]))
-    written = copy = 0
-    with open(path, "w", encoding="utf-8") as fh:
-        while written < n:
-            for (head, tail), step in templates:
-                if written == n:
-                    break
-                fh.write(f"{head}{copy * 1000 + step}{tail}\n")
-                written += 1
-            copy += 1
-    return written
+    return _write_copies(
+        path, n, lambda c: (f"{head}{c * 1000 + step}{tail}" for (head, tail), step in templates)
+    )
 
 
 def make_verl(path: Path, n: int) -> int:
@@ -163,16 +164,13 @@ def make_verl(path: Path, n: int) -> int:
             if row["uid"] in prompts:
                 obj = {**dump_line(row, prompts[row["uid"]]), "step": -7}
                 templates.append((json.dumps(obj, ensure_ascii=False), row.get("step") or 0))
-    written = copy = 0
-    with open(path, "w", encoding="utf-8") as fh:
-        while written < n:
-            for text, step in templates:
-                if written == n:
-                    break
-                fh.write(text.replace('"step": -7', f'"step": {copy * 1000 + step}', 1) + "\n")
-                written += 1
-            copy += 1
-    return written
+    return _write_copies(
+        path,
+        n,
+        lambda c: (
+            text.replace('"step": -7', f'"step": {c * 1000 + step}', 1) for text, step in templates
+        ),
+    )
 
 
 def make_unified(path: Path, n: int) -> tuple[int, int]:
