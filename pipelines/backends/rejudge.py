@@ -7,7 +7,8 @@ the run itself; the previous score, the judge's reason and any failure are kept 
 (``prev_judge_score``, ``judge_reason``, ``judge_error``, ``judge_backend``). A failed call is
 never a score: in a new run its ``judge_score`` is null with its reason (never 0); in place the
 row keeps the score it had, with the failure in ``extra.judge_error``. When no call succeeded
-nothing is written. Failures are counted by reason and make the result ``complete = False``
+nothing is written; a run with nothing to judge (no answer with a reference, or only blank
+answers) is refused before any call. Failures are counted by reason and make the result ``complete = False``
 (the CLI exits 1); failed calls are cached with their reason and sent again only with
 ``retry_failed``. ``reward`` is not touched: it is what the run trained on.
 
@@ -97,6 +98,7 @@ def rejudge(cfg: RejudgeConfig, *, config: dict[str, Any] | None = None) -> Reju
         for i, r in enumerate(rows)
         if r.get("answer") is not None and r.get("reference_answer") is not None
     ]
+    _check_answers(cfg.run, rows, todo)
     reqs = [
         JudgeRequest(rows[i]["question"] or "", rows[i]["reference_answer"], rows[i]["answer"])
         for i in todo
@@ -191,6 +193,24 @@ def rejudge(cfg: RejudgeConfig, *, config: dict[str, Any] | None = None) -> Reju
         "wall_s": round(time.time() - t0, 2),
     }
     return RejudgeResult(summary, complete=not n_failed)
+
+
+def _check_answers(run: str, rows: list[dict[str, Any]], todo: list[int]) -> None:
+    """Refuse a run with nothing to judge: no rollout has both an answer and a reference, or
+    every answer is blank. Judging it would write a copy of the run (or a run of zeros) with
+    exit 0, and a paid judge would be paid for scoring empty strings."""
+    if todo and any(str(rows[i]["answer"]).strip() for i in todo):
+        return
+    no_answer = sum(r.get("answer") is None for r in rows)
+    no_ref = sum(r.get("reference_answer") is None for r in rows)
+    blank = sum(r.get("answer") is not None and not str(r["answer"]).strip() for r in rows)
+    raise RejudgeError(
+        f"run {run!r} has no answer to judge: of its {len(rows):,} rollouts {no_answer:,} have no "
+        f"answer, {blank:,} an empty one and {no_ref:,} no reference answer; nothing was written. "
+        "The judge scores the frozen generator's answer: ingest a log that carries it (an "
+        "`answer` column, DDAI's `generated_answer`) and the reference answer, or pick another "
+        "--run"
+    )
 
 
 def _cached_failures(usage: dict[str, dict[str, Any]]) -> dict[str, Any]:
