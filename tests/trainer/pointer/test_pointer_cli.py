@@ -149,9 +149,7 @@ def test_process_of_records_with_no_usable_pointer_exits_2_and_writes_nothing(
     # Before: an empty processed table and its statistics, exit 0.
     (tmp_path / "raw.jsonl").write_text(raw)
     out = tmp_path / "p.parquet"
-    res = runner.invoke(
-        app, ["pointer", "process", str(tmp_path / "raw.jsonl"), "--out", str(out)]
-    )
+    res = runner.invoke(app, ["pointer", "process", str(tmp_path / "raw.jsonl"), "--out", str(out)])
     assert res.exit_code == 2, res.output
     assert message in " ".join(res.output.split())
     assert sorted(p.name for p in tmp_path.iterdir()) == ["raw.jsonl"]
