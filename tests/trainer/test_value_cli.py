@@ -279,3 +279,19 @@ def test_value_score_of_every_run_skips_and_lists_a_run_without_turns(world, tmp
     assert out["runs"] == {"cur": "cur"} and out["skipped"] == {"flash": "no parsed turns"}
     assert out["rollouts"] == 4
     assert "value_scored" not in run_manifest(logs, "flash")
+
+
+def test_train_value_on_a_run_without_turns_names_the_run_and_the_fix(world, tmp_path):
+    # Before: "no rollout left to learn from (dropped: {'no turns': 2}); raise --max-length".
+    root, tiny, _, _ = world
+    logs = tmp_path / "logs"
+    write_run(logs, "flash", [{"uid": "u0", "rollout_idx": i, "judge_score": i} for i in (0, 1)])
+    out = tmp_path / "v"
+    res = runner.invoke(
+        app,
+        ["train", "value", "--model", str(tiny), "--logs", str(logs), "--run", "flash",
+         "--out", str(out), "--max-steps", "1"],
+    )  # fmt: skip
+    assert res.exit_code == 2, res.output
+    assert "run flash has no turns" in said(res) and "raise --max-length" not in said(res)
+    assert "Training a value head needs turns" in said(res)
