@@ -91,6 +91,8 @@ def rejudge(cfg: RejudgeConfig, *, config: dict[str, Any] | None = None) -> Reju
         store.check_run_id(out_run)
     except ValueError as e:
         raise RejudgeError(f"{e} (set --out-run)") from e
+    if not cfg.in_place:
+        _check_out_run(cfg.logs, cfg.run, out_run)
 
     rows = table.to_pylist()
     todo = [
@@ -193,6 +195,28 @@ def rejudge(cfg: RejudgeConfig, *, config: dict[str, Any] | None = None) -> Reju
         "wall_s": round(time.time() - t0, 2),
     }
     return RejudgeResult(summary, complete=not n_failed)
+
+
+def _check_out_run(logs: Path, run: str, out_run: str) -> None:
+    """Refuse an ``out_run`` that exists and is not this judge's earlier output of ``run``: the
+    write replaces a run, so a mistyped --out-run would silently swap another run's rollouts
+    for these (a rerun of the same judge into its own output stays allowed)."""
+    old = store.run_manifest(logs, out_run)
+    if old is None:
+        return
+    if old.get("step") == "judge" and (old.get("params") or {}).get("source_run") == run:
+        return
+    n = old.get("rollouts_total", old.get("rollouts_out"))
+    fix = (
+        "use --in-place to rescore the run itself"
+        if out_run == run
+        else "pick another --out-run (or leave it out for <run>@<judge>)"
+    )
+    raise RejudgeError(
+        f"--out-run {out_run!r} is an existing run ({n:,} rollouts) that `ddai judge --run {run}` "
+        f"did not write; writing would replace it with run {run!r}'s rollouts, so nothing was "
+        f"written: {fix}"
+    )
 
 
 def _check_answers(run: str, rows: list[dict[str, Any]], todo: list[int]) -> None:

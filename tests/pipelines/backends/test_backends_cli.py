@@ -258,3 +258,22 @@ def test_judge_of_a_run_with_nothing_to_judge_exits_2_and_writes_nothing(
     assert "run 'blank' has no answer to judge" in said and counts in said
     assert store.list_runs(logs) == ["blank"]
     assert store.run_manifest(logs, "blank") == before
+
+
+def test_judge_into_an_existing_other_run_is_refused(logs):
+    # Before: `--out-run other` silently replaced run `other` with r1's rescored rollouts.
+    store.write_run(logs, "other", [{"uid": "z", "rollout_idx": 0, "answer": "a"}])
+    before = store.run_manifest(logs, "other")
+    for out_run, fix in (("other", "pick another --out-run"), ("r1", "use --in-place")):
+        res = runner.invoke(
+            app,
+            ["judge", "--logs", str(logs), "--run", "r1", "--judge", "local", "--out-run", out_run],
+        )
+        assert res.exit_code == 2, res.output
+        said = " ".join(res.output.split())
+        assert f"--out-run '{out_run}' is an existing run" in said and fix in said
+    assert store.run_manifest(logs, "other") == before
+    # a rerun into the judge's own earlier output is allowed
+    args = ["judge", "--logs", str(logs), "--run", "r1", "--judge", "local", "--out-run", "mine"]
+    assert runner.invoke(app, args).exit_code == 0
+    assert runner.invoke(app, args).exit_code == 0
