@@ -295,3 +295,22 @@ def test_train_value_on_a_run_without_turns_names_the_run_and_the_fix(world, tmp
     assert res.exit_code == 2, res.output
     assert "run flash has no turns" in said(res) and "raise --max-length" not in said(res)
     assert "Training a value head needs turns" in said(res)
+
+
+def test_value_score_into_an_existing_other_run_is_refused(world, tmp_path):
+    # Before: `--out-run other` silently replaced run `other` with the scored rollouts.
+    root, _, ckpt, _ = world
+    logs = tmp_path / "logs"
+    rows = [json.loads(line) for line in (FIXTURES / "logs" / "curriculum.jsonl").open()][:2]
+    write_run(logs, "cur", rows)
+    write_run(logs, "other", [{"uid": "z", "rollout_idx": 0}])
+    before = run_manifest(logs, "other")
+    base = ["value", "score", "--checkpoint", str(ckpt), "--logs", str(logs), "--run", "cur"]
+    base += ["--system-prompt", str(root / "system.txt"), "--max-length", "256"]
+    res = runner.invoke(app, [*base, "--out-run", "other"])
+    assert res.exit_code == 2, res.output
+    assert "--out-run 'other' is an existing run (1 rollouts)" in said(res)
+    assert run_manifest(logs, "other") == before
+    # scoring again into its own earlier output is allowed
+    assert runner.invoke(app, [*base, "--out-run", "cur_v"]).exit_code == 0
+    assert runner.invoke(app, [*base, "--out-run", "cur_v"]).exit_code == 0

@@ -128,6 +128,8 @@ def score_runs(cfg: ValueScoreConfig) -> ValueScoreResult:
             f"no runs in the log store {logs}; pass --logs or ingest a run first"
         )
     runs, skipped = _runs_with_turns(logs, runs, named=bool(cfg.runs))
+    if cfg.out_run is not None:
+        _check_out_run(logs, runs[0], cfg.out_run)
     total = sum(store.dataset(logs, [r]).count_rows() for r in runs)
     model, tok = load_value_model(cfg.checkpoint, dtype=cfg.dtype)
     model.to(device())
@@ -196,6 +198,20 @@ def score_runs(cfg: ValueScoreConfig) -> ValueScoreResult:
         dropped=dropped,
         auc=None if math.isnan(auc) else auc,
         skipped=skipped,
+    )
+
+
+def _check_out_run(logs: Path, run: str, out_run: str) -> None:
+    """Refuse an existing ``out_run`` that is not an earlier scoring of ``run``: the write
+    replaces it, so a mistyped --out-run would silently swap another run's rollouts for these."""
+    old = store.run_manifest(logs, out_run)
+    if old is None or (old.get("value_scored") or {}).get("from_run") == run:
+        return
+    n = old.get("rollouts_total", old.get("rollouts_out")) or 0
+    fix = "leave --out-run out to score the run in place" if out_run == run else "pick another"
+    raise ValueError(
+        f"--out-run {out_run!r} is an existing run ({n:,} rollouts) that `ddai value score --run "
+        f"{run}` did not write; writing would replace it, so nothing was written: {fix}"
     )
 
 
