@@ -77,3 +77,16 @@ def test_no_judge_at_all_does_not_claim_judge_and_ndcg_agree(tmp_path):
     hall = _section((tmp_path / "r.html").read_text(encoding="utf-8"), "hallucination")
     assert "No rollout of these runs has a judge score" in hall
     assert "every answer judged correct retrieved a golden page" not in hall
+
+
+def test_comparing_with_a_run_without_judge_says_why_no_prompt_moved(tmp_path):
+    # Before: "Of the 18 prompts both runs played, 0 got better, 0 got worse and 0 stayed the
+    # same" and two empty tables, no word why.
+    logs = tmp_path / "logs"
+    store.write_run(logs, "full", _rows())
+    store.write_run(logs, "nojudge", [{**r, "judge_score": None} for r in _rows()])
+    out = tmp_path / "r.html"
+    build_report(ReportConfig(logs=logs, out=out, compare=("full", "nojudge"), progress=False))
+    text = _section(out.read_text(encoding="utf-8"), "compare")
+    assert "0 stayed the same (18 have no success rate in one of the runs)" in text
+    assert "Run nojudge carries no judge score, so per-prompt success changes" in text
