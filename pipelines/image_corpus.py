@@ -69,8 +69,17 @@ def image_files(folder: Path) -> list[Path]:
         raise CorpusBuildError(f"IMAGES_DIR {folder}: not a folder; pass the folder of page images")
     files = [p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES]
     if not files:
+        nested = next(
+            (p for p in sorted(folder.rglob("*")) if p.suffix.lower() in IMAGE_SUFFIXES), None
+        )
+        hint = (
+            f"; its subfolders hold some (e.g. {nested.relative_to(folder)}): pass the folder "
+            "that holds the images themselves (subfolders are not read)"
+            if nested is not None
+            else ""
+        )
         raise CorpusBuildError(
-            f"IMAGES_DIR {folder}: no page images ({', '.join(IMAGE_SUFFIXES)}) in it"
+            f"IMAGES_DIR {folder}: no page images ({', '.join(IMAGE_SUFFIXES)}) in it{hint}"
         )
     seen: dict[str, Path] = {}
     for p in files:

@@ -136,6 +136,10 @@ def test_text_corpora_keep_their_shape(tmp_path):
             "keep one of them",
         ),
         (lambda d: (d / "1_1.png").write_bytes(b"not a png"), "not a readable image"),
+        (
+            lambda d: [(d / "img").mkdir(), Image.new("RGB", (8, 8)).save(d / "img" / "1_1.png")],
+            "its subfolders hold some (e.g. img/1_1.png)",
+        ),
     ],
 )
 def test_bad_folders_exit_2(tmp_path, setup, message):
