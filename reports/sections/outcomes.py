@@ -221,10 +221,10 @@ def build(ctx: ReportContext) -> Section:
                 "fig-outcomes-success-hist",
                 empty="No prompt of these runs has a judged rollout: no success rates to chart.",
             ),
+            *(Note(t) for t in ctx.lack_notes(("judge",), "success rates")),
             figures.chart_or_note(
                 bands_fig, "fig-outcomes-bands", empty="No prompt has a score: no bands to chart."
             ),
-            *(Note(t) for t in ctx.lack_notes(("judge",), "success rates")),
             figures.chart_or_note(
                 zv_fig,
                 "fig-outcomes-zero-variance",
