@@ -283,7 +283,7 @@ def test_value_score_of_every_run_skips_and_lists_a_run_without_turns(world, tmp
 
 def test_train_value_on_a_run_without_turns_names_the_run_and_the_fix(world, tmp_path):
     # Before: "no rollout left to learn from (dropped: {'no turns': 2}); raise --max-length".
-    root, tiny, _, _ = world
+    _, tiny, _, _ = world
     logs = tmp_path / "logs"
     write_run(logs, "flash", [{"uid": "u0", "rollout_idx": i, "judge_score": i} for i in (0, 1)])
     out = tmp_path / "v"
