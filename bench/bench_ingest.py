@@ -214,7 +214,13 @@ def _cpu_s() -> float:
 
 
 def _peak_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+    """Peak RSS since this process's exec (``VmHWM``; ``ru_maxrss`` would carry over the forking
+    parent's peak, which after ``make_parquet`` holds ddai and pyarrow)."""
+    with open("/proc/self/status", encoding="ascii") as fh:
+        for line in fh:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # not Linux: KiB elsewhere
 
 
 def job_polars(path: Path, out: Path) -> dict:
