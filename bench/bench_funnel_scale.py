@@ -191,7 +191,9 @@ class DdaiSteps:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--size", type=size_arg, default="100k", help="rollouts: 100k, 1m, 10m or N")
+    ap.add_argument(
+        "--size", type=size_arg, default="100k", help="rollouts: 100k, 1m, 2.5m, 10m or N"
+    )
     ap.add_argument("--n-agent", type=int, default=8, help="rollouts per prompt")
     ap.add_argument(
         "--repeat",
@@ -205,7 +207,8 @@ def main() -> None:
         type=sizes_arg,
         default="100k,1m",
         help="sample sizes (rollouts) each DDAI step is first run at, for its peak RSS, when\n"
-        "--size is larger; a line through them projects the step's peak at --size",
+        "--size is larger; a line through them projects the step's peak at --size (one\n"
+        "size below --size: proportional, an upper bound; '' runs every step unchecked)",
     )
     ap.add_argument(
         "--ddai-margin-gib",
@@ -225,16 +228,17 @@ def main() -> None:
         "--store",
         type=Path,
         default=None,
-        help="keep the generated store here and reuse it when it is already there (the 10M "
-        "store takes minutes to build); default: a temp dir, removed at the end",
+        help="keep the generated store (and DDAI's logs, written as needed) here and reuse\n"
+        "them when already there (the 10M store takes minutes to build); default: a temp\n"
+        "dir, removed at the end",
     )
     ap.add_argument(
         "--memory-limit",
         default="4GB",
-        help="DuckDB's memory_limit for the floors (the 10M distill floor peaked at 11 GB "
+        help="DuckDB's memory_limit for the floors (the 10M distill floor peaked at 11 GB\n"
         "without one); '' for DuckDB's default",
     )
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=0, help="the generator's random seed")
     args = ap.parse_args()
     load0 = _loadavg()
     n_prompts = max(1, args.size // args.n_agent)
