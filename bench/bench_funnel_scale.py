@@ -94,8 +94,9 @@ def project(points: list[tuple[int, float]], n: int) -> float | None:
 class DdaiSteps:
     """DDAI's three scripts on one store: calibrated on samples, run at full size when they fit.
 
-    ``run(step, …)`` returns (seconds or None, note); ``memory`` holds every measured point
-    (step, sample k, rollouts, peak MiB, seconds) and ``plans`` each step's projection."""
+    ``run(step, …)`` returns (seconds or None, note, the step's result or None); ``memory``
+    holds every measured point (step, sample k, rollouts, peak MiB, seconds) and ``plans`` each
+    step's projection."""
 
     def __init__(self, files: list[str], root: Path, n: int, args: argparse.Namespace) -> None:
         self.files, self.root, self.n, self.args = files, root, n, args
@@ -140,7 +141,8 @@ class DdaiSteps:
                 )
 
     def run(self, step: str, *job: object) -> tuple[float | None, str, Any]:
-        """Best of the repeats (one above 1M rollouts) at full size if the projection fits now."""
+        """Best of the repeats (one above 1M rollouts) at full size if the projection fits now:
+        (seconds, "", result), or (None, why not, None)."""
         need = project(self.points[step], self.n)
         pts = self.points[step]
         fit = ""
@@ -178,12 +180,12 @@ class DdaiSteps:
     def print_memory(self) -> None:
         print("DDAI's scripts, peak RSS per step (fresh process; 1/k: a sample of the store):")
         print(
-            f"{'step':9}{'sample':>8}{'rollouts':>12}{'peak MiB':>10}{'seconds':>9}{'KiB/rollout':>13}"
+            f"{'step':9}{'sample':>8}{'rollouts':>12}{'peak MiB':>10}{'seconds':>9}{'peak/rollout KiB':>18}"
         )
         for step, k, m, peak, secs in sorted(self.memory, key=lambda r: (r[0], r[2])):
             print(
                 f"{step:9}{'1/' + str(k) if k > 1 else 'all':>8}{m:>12,}{peak:>10,.0f}"
-                f"{secs:>9.1f}{peak * 1024 / m:>13.2f}"
+                f"{secs:>9.1f}{peak * 1024 / m:>18.2f}"
             )
         for step, plan in self.plans.items():
             print(f"  {step} at {self.n:,}: {plan}")
