@@ -27,6 +27,8 @@ wall time moves with the other jobs' load, CPU time much less.
     python bench/bench_ingest.py --rollouts 100000       # one size
     python bench/bench_ingest.py --big                   # adds 10M (about 10 GB of temp files)
     python bench/bench_ingest.py --inputs flash,parquet  # a subset
+    python bench/bench_ingest.py --inputs unified --rollouts 100000,1000000
+                                          # the unified log at 1M too (12M events, 6.2 GiB)
     python bench/bench_ingest.py --per-row               # also the per-row path (before/after)
 """
 
