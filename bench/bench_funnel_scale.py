@@ -161,7 +161,7 @@ class DdaiSteps:
         self.plans[step] = (
             f"projected {need / 1024:.1f} GiB, {avail / 1024:.1f} GiB available: run"
             if need is not None
-            else "run (no projection below the calibration sizes)"
+            else "run (not projected: no --ddai-calibrate size below --size)"
         )
         self.plans[step] += fit
         ins = ddai_pandas.write_inputs(self.files, self.root, what=(DDAI_INPUT[step],))
