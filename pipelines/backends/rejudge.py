@@ -5,11 +5,11 @@ The run is read from the log store; every rollout with an answer and a reference
 scores go into ``judge_score`` of a new run (default ``<run>@<judge>``) or, with ``in_place``, of
 the run itself; the previous score, the judge's reason and any failure are kept in ``extra``
 (``prev_judge_score``, ``judge_reason``, ``judge_error``, ``judge_backend``). A row this judge
-did not score (a failed call, or no answer or reference) never carries another judge's score: in a
-new run its ``judge_score`` is null with the reason (``extra.judge_error`` / ``judge_skipped``,
-never 0); in place the row keeps the score it had, marked ``extra.judge_kept_previous``, and the
-summary and manifest (``judge_rows``) count such rows, since the run's scores then mix judges. When no call succeeded
-nothing is written; a run with nothing to judge (no answer with a reference, or only blank
+did not score (a failed call, or no answer or reference) never carries another judge's score:
+in a new run its ``judge_score`` is null with the reason (``extra.judge_error`` /
+``judge_skipped``, never 0); in place the row keeps the score it had, marked
+``extra.judge_kept_previous``, and the summary and manifest (``judge_rows``) count such rows,
+since the run's scores then mix judges. When no call succeeded nothing is written; a run with nothing to judge (no answer with a reference, or only blank
 answers) is refused before any call. Failures are counted by reason and make the result ``complete = False``
 (the CLI exits 1); failed calls are cached with their reason and sent again only with
 ``retry_failed``. ``reward`` is not touched: it is what the run trained on.
@@ -58,13 +58,20 @@ class RejudgeResult:
     complete: bool  # False when calls failed or the cost cap stopped the run
 
 
-def _extra(raw: str | None, **updates: Any) -> str:
+# Markers of an earlier judging that describe the row's score; a new outcome replaces them (a
+# rescore that succeeds is no longer a failure nor a kept score).
+OUTCOME_KEYS = ("judge_reason", "judge_error", "judge_skipped", "judge_kept_previous")
+
+
+def _extra(raw: str | None, drop: tuple[str, ...] = (), **updates: Any) -> str:
     try:
         data = json.loads(raw) if raw else {}
     except ValueError:
         data = {"_unparsed_extra": raw}
     if not isinstance(data, dict):
         data = {"_extra": data}
+    for key in drop:
+        data.pop(key, None)
     data.update({k: v for k, v in updates.items() if v is not None})
     return json.dumps(data, ensure_ascii=False, sort_keys=True)
 
@@ -216,6 +223,7 @@ def _new_scores(
             scores[i] = res.score
             extras[i] = _extra(
                 rows[i]["extra"],
+                OUTCOME_KEYS,
                 prev_judge_score=rows[i]["judge_score"],
                 judge_reason=res.reason or None,
                 judge_backend=judge_name,
@@ -227,18 +235,23 @@ def _new_scores(
         counts["failed" if "judge_error" in reason else "skipped"] += 1
         old = rows[i]["judge_score"]
         if in_place:
-            # the old score stays (in place loses nothing) but is marked as not this judge's
+            # the old score stays (in place loses nothing), marked as not this judge's; its
+            # judge_backend and judge_reason still name the judge that gave it
             counts["kept_previous"] += old is not None
             extras[i] = _extra(
                 rows[i]["extra"],
+                ("judge_error", "judge_skipped", "judge_kept_previous"),
                 **reason,
                 judge_kept_previous=True if old is not None else None,
-                judge_backend=judge_name,
             )
         else:
             scores[i] = None
             extras[i] = _extra(
-                rows[i]["extra"], prev_judge_score=old, **reason, judge_backend=judge_name
+                rows[i]["extra"],
+                OUTCOME_KEYS,
+                prev_judge_score=old,
+                **reason,
+                judge_backend=judge_name,
             )
     return scores, extras, counts
 

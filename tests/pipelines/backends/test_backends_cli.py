@@ -290,3 +290,26 @@ def test_judge_into_an_existing_other_run_is_refused(logs):
     args = ["judge", "--logs", str(logs), "--run", "r1", "--judge", "local", "--out-run", "mine"]
     assert runner.invoke(app, args).exit_code == 0
     assert runner.invoke(app, args).exit_code == 0
+
+
+def test_a_new_outcome_replaces_the_markers_of_an_earlier_one():
+    from ddai.pipelines.backends import JudgeResult
+    from ddai.pipelines.backends.rejudge import _new_scores
+
+    stale = json.dumps({"judge_error": "http-429: quota", "judge_kept_previous": True, "k": 1})
+    rows = [
+        {"judge_score": 0.5, "extra": stale, "answer": "a", "reference_answer": "a"},
+        {"judge_score": 0.5, "extra": stale, "answer": "b", "reference_answer": "a"},
+    ]
+    results = [JudgeResult(1.0, "same"), JudgeResult(None, "", error="timeout")]
+    # --retry-failed in place: row 0 is scored now, row 1 fails again and keeps 0.5
+    scores, extras, counts = _new_scores(rows, [0, 1], results, "j", in_place=True)
+    assert scores == [1.0, 0.5]
+    assert json.loads(extras[0]) == {
+        "k": 1,
+        "prev_judge_score": 0.5,
+        "judge_reason": "same",
+        "judge_backend": "j",
+    }
+    assert json.loads(extras[1]) == {"k": 1, "judge_error": "timeout", "judge_kept_previous": True}
+    assert counts == {"scored": 1, "skipped": 0, "failed": 1, "kept_previous": 1}
