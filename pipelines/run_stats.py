@@ -1,18 +1,24 @@
-"""``ddai runs``'s per-run statistics, kept beside the store by manifest version.
+"""``ddai runs``'s per-run statistics, kept beside the store by what they are computed from.
 
 The ``runs`` view (``sql/runs.sql``) aggregates every rollout of a run (counts, steps, success
 rate, means), which no manifest holds; computing it takes DuckDB (0.1–0.3 s to import and open)
-and a scan. ``runs_rows`` takes a run's row from ``_stats/<run>.json`` when that row was computed
-from the run's current manifest and the current SQL files (its ``key``), and computes only the
-other runs, in one query over one snapshot, writing their rows there (atomically). Every commit
-(ingest, append, re-score) writes a new manifest, so the run's next listing computes it again, as
-does a ddai whose SQL differs. Readers of the store ignore ``_``-prefixed paths. A store on
-object storage, or one this user cannot write, is computed every time and nothing is written.
+and a scan. A run's row depends on its rollout files only, so ``_stats/<run>.json`` keeps it under
+a ``key`` over the manifest's file list (names and sha256) and the SQL files: a commit that adds
+only side tables, notes or metrics leaves it valid, one that changes a rollout file (ingest,
+append, re-score) does not, nor does a ddai whose SQL differs.
+
+Two ways in: ``refresh`` (called by writers right after their commit, outside the run's write
+lock) computes the rows of the runs it is given from one snapshot and keeps them, so the next
+``ddai runs`` reads JSON and imports no DuckDB; ``runs_rows`` (``ddai runs``) takes each run's row
+when its key matches the run's committed version and computes only the others. A row is keyed by
+the manifest of the snapshot it was computed from, so a commit racing a refresh leaves at most a
+row of the older version, which no reader of the newer one takes. Readers of the store ignore
+``_``-prefixed paths. A store on object storage, or one this user cannot write, is computed every
+time and nothing is written; a failed refresh never fails the commit before it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 from importlib import resources
@@ -35,8 +41,15 @@ def _definition() -> str:
 
 
 def key(manifest: dict[str, Any], definition: str) -> str:
-    """What a cached row must have been computed from: the run's version and the SQL."""
-    return io.sha256_text(store_read.manifest_version(manifest) + "\n" + definition)
+    """What a cached row must have been computed from: the run's rollout files (their names and
+    sha256, as its manifest lists them: a replace by identical rows in new files is a new key) and
+    the SQL. A manifest from before file lists is keyed by its whole version."""
+    files = manifest.get("files")
+    if files is None:
+        basis = "manifest " + store_read.manifest_version(manifest)
+    else:
+        basis = json.dumps([[f["name"], f["sha256"]] for f in files])
+    return io.sha256_text(basis + "\n" + definition)
 
 
 def stats_path(logs: str | os.PathLike[str], run: str) -> Path:
@@ -49,13 +62,24 @@ def _cached(logs: str | os.PathLike[str], run: str, want: str) -> dict[str, Any]
         entry = json.loads(stats_path(logs, run).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return entry if isinstance(entry, dict) and entry.get("key") == want else None
+    ok = isinstance(entry, dict) and entry.get("key") == want and entry.get("run") == run
+    return entry if ok else None
 
 
-def _keep(logs: str | os.PathLike[str], run: str, k: str, row: dict[str, Any] | None) -> None:
-    # a store this user may read but not write: computed again next time
-    with contextlib.suppress(OSError):
+def _keep(
+    logs: str | os.PathLike[str], run: str, k: str, definition: str, row: dict[str, Any] | None
+) -> bool:
+    """Write ``run``'s row keyed ``k`` unless the run has committed other rollout files since
+    (such a row would never be read, and would replace the newer one its writer keeps); True
+    when written."""
+    try:
+        now = store_read.run_manifest(logs, run)
+        if now is None or key(now, definition) != k:
+            return False
         io.write_json(stats_path(logs, run), {"key": k, "run": run, "row": row})
+    except (OSError, ValueError):  # a store this user may read but not write: computed next time
+        return False
+    return True
 
 
 def _compute(snap: store_read.Snapshot, runs: list[str]) -> dict[str, dict[str, Any]]:
@@ -75,22 +99,55 @@ def _compute(snap: store_read.Snapshot, runs: list[str]) -> dict[str, dict[str, 
     return {r["run_id"]: r for r in rows}
 
 
+def _rows(
+    logs: str | os.PathLike[str], snap: store_read.Snapshot, runs: list[str]
+) -> dict[str, dict[str, Any] | None]:
+    """The row of each of ``runs`` of ``snap`` (None: no rollouts): kept rows whose key matches
+    the snapshot's manifest, the others computed from the snapshot's files and kept (local
+    stores)."""
+    remote = objstore.is_url(logs)
+    definition = _definition()
+    keys = {r: key(snap.manifests[r], definition) for r in runs}
+    rows: dict[str, dict[str, Any] | None] = {}
+    for r in runs:
+        hit = None if remote else _cached(logs, r, keys[r])
+        if hit is not None:
+            rows[r] = hit["row"]
+    missing = [r for r in runs if r not in rows]
+    if missing:
+        computed = _compute(snap, missing)
+        for r in missing:
+            rows[r] = computed.get(r)
+            if not remote:
+                _keep(logs, r, keys[r], definition, rows[r])
+    return rows
+
+
 def runs_rows(logs: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """One row per run of the store with rollouts, ordered by run id: the ``runs`` view's."""
-    remote = objstore.is_url(logs)
     with store_read.snapshot(logs) as snap:
-        definition = _definition()
-        keys = {r: key(m, definition) for r, m in snap.manifests.items()}
-        rows: dict[str, dict[str, Any] | None] = {}
-        for r in snap.manifests:
-            hit = None if remote else _cached(logs, r, keys[r])
-            if hit is not None:
-                rows[r] = hit["row"]
-        missing = [r for r in snap.manifests if r not in rows]
-        if missing:
-            computed = _compute(snap, missing)
-            for r in missing:
-                rows[r] = computed.get(r)
-                if not remote:
-                    _keep(logs, r, keys[r], rows[r])
+        rows = _rows(logs, snap, list(snap.manifests))
     return [row for _, row in sorted(rows.items()) if row is not None]
+
+
+def refresh(logs: str | os.PathLike[str], runs: list[str]) -> bool:
+    """Keep the rows of ``runs`` (just committed to the local store ``logs``) for the next
+    ``ddai runs``: computed from one snapshot of them (a run whose kept row still matches its
+    rollout files is not computed again). Call after the commit, outside the runs' write locks.
+
+    Never raises for the cache's sake: a failure (an unwritable ``_stats``, a run gone, an error
+    computing the rows) leaves the commit as it is and the rows to the next listing; returns
+    whether every row is now kept. Object storage: nothing is kept, nothing done."""
+    if not runs or objstore.is_url(logs):
+        return False
+    try:
+        with store_read.snapshot(logs, runs) as snap:
+            _rows(logs, snap, list(snap.manifests))
+        definition = _definition()
+        return all(
+            (m := store_read.run_manifest(logs, r)) is not None
+            and _cached(logs, r, key(m, definition)) is not None
+            for r in runs
+        )
+    except Exception:  # the cache must never fail the commit it follows
+        return False
