@@ -280,3 +280,23 @@ def test_a_refresh_writes_the_row_under_the_snapshots_key(ingested, monkeypatch)
     run_stats.refresh(ingested, ["x"])
     assert seen == [(old_key, 2)]
     assert not run_stats.stats_path(ingested, "x").is_file()  # the newer version's row is not it
+
+
+def test_a_judge_rescore_in_place_keeps_the_new_versions_row(tmp_path, monkeypatch):
+    logs = tmp_path / "logs"
+    rows = [
+        {**_row("r", f"u{i}", 0, 1, 0.5, 0.5), "question": "q", "reference_answer": "a"}
+        for i in range(3)
+    ]
+    store.write_run(logs, "r", [{**r, "answer": a} for r, a in zip(rows, "aab", strict=True)])
+    assert run_stats.runs_rows(logs)[0]["mean_judge"] == 0.5
+    res = CliRunner().invoke(
+        app, ["judge", "--logs", str(logs), "--run", "r", "--judge", "local", "--in-place"]
+    )
+    assert res.exit_code == 0, res.output
+    entry = _kept(logs, "r")
+    assert entry["key"] == run_stats.key(store.run_manifest(logs, "r"), run_stats._definition())
+    view = _view(logs)
+    assert entry["row"] == view[0] and view[0]["mean_judge"] != 0.5
+    calls = _computed(monkeypatch)
+    assert run_stats.runs_rows(logs) == view and calls == []
