@@ -22,6 +22,7 @@ from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from ddai.pipelines.store_read import check_run_id
 
@@ -229,9 +230,12 @@ def kv_lines(data: dict[str, Any], indent: int = 2) -> list[str]:
 
 
 def rows_table(title: str, rows: list[dict[str, Any]]) -> Table:
-    """``rows`` as a table whose cells never wrap or cut (numbers rounded by ``human``)."""
+    """``rows`` as a table whose cells never wrap or cut (numbers rounded by ``human``).
+
+    Title, headers and cells are ``Text``: a value prints as it is (``[/x]`` or ``:smile:`` in a
+    query's output is no markup or emoji; as markup ``[/x]`` raised), and no cell is parsed."""
     table = Table(
-        title=title,
+        title=Text(title, style="table.title"),
         title_justify="left",
         box=box.SIMPLE_HEAD,
         show_edge=False,
@@ -241,9 +245,9 @@ def rows_table(title: str, rows: list[dict[str, Any]]) -> Table:
     first = rows[0] if rows else {}
     for col, v in first.items():
         numeric = isinstance(v, int | float) and not isinstance(v, bool)
-        table.add_column(col, justify="right" if numeric else "left", no_wrap=True)
+        table.add_column(Text(col), justify="right" if numeric else "left", no_wrap=True)
     for r in rows:
-        table.add_row(*("" if v is None else human(v) for v in r.values()))
+        table.add_row(*(Text("" if v is None else human(v)) for v in r.values()))
     return table
 
 

@@ -166,3 +166,11 @@ def test_a_missing_value_says_what_to_give(world, monkeypatch):
     )
     res = runner.invoke(app, ["curate", "bucket", "--out-dir"])
     assert res.exit_code == 2 and "Give it a value: --out-dir DIR." in res.output
+
+
+def test_table_values_and_headers_print_as_they_are(world):
+    """A query's values and column names are data, not rich markup or emoji codes (as markup,
+    ``[/x]`` raised MarkupError and ``[bold]`` vanished)."""
+    sql = """SELECT '[/x] :smile: [bold]b' AS s, 2 AS "[/h]" """
+    out = _people(["query", sql, "--logs", str(world["logs"])])
+    assert "[/x] :smile: [bold]b" in out and "[/h]" in out and "😄" not in out
