@@ -102,32 +102,34 @@ def _compute(snap: store_read.Snapshot, runs: list[str]) -> dict[str, dict[str, 
 
 def _rows(
     logs: str | os.PathLike[str], snap: store_read.Snapshot, runs: list[str]
-) -> dict[str, dict[str, Any] | None]:
+) -> tuple[dict[str, dict[str, Any] | None], set[str]]:
     """The row of each of ``runs`` of ``snap`` (None: no rollouts): kept rows whose key matches
     the snapshot's manifest, the others computed from the snapshot's files and kept (local
-    stores)."""
+    stores); and the runs whose row is kept now."""
     remote = objstore.is_url(logs)
     definition = _definition()
     keys = {r: key(snap.manifests[r], definition) for r in runs}
     rows: dict[str, dict[str, Any] | None] = {}
+    kept: set[str] = set()
     for r in runs:
         hit = None if remote else _cached(logs, r, keys[r])
         if hit is not None:
             rows[r] = hit["row"]
+            kept.add(r)
     missing = [r for r in runs if r not in rows]
     if missing:
         computed = _compute(snap, missing)
         for r in missing:
             rows[r] = computed.get(r)
-            if not remote:
-                _keep(logs, r, keys[r], definition, rows[r])
-    return rows
+            if not remote and _keep(logs, r, keys[r], definition, rows[r]):
+                kept.add(r)
+    return rows, kept
 
 
 def runs_rows(logs: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """One row per run of the store with rollouts, ordered by run id: the ``runs`` view's."""
     with store_read.snapshot(logs) as snap:
-        rows = _rows(logs, snap, list(snap.manifests))
+        rows, _ = _rows(logs, snap, list(snap.manifests))
     return [row for _, row in sorted(rows.items()) if row is not None]
 
 
@@ -143,12 +145,7 @@ def refresh(logs: str | os.PathLike[str], runs: list[str]) -> bool:
         return False
     try:
         with store_read.snapshot(logs, runs) as snap:
-            _rows(logs, snap, list(snap.manifests))
-        definition = _definition()
-        return all(
-            (m := store_read.run_manifest(logs, r)) is not None
-            and _cached(logs, r, key(m, definition)) is not None
-            for r in runs
-        )
+            _, kept = _rows(logs, snap, list(snap.manifests))
     except Exception:  # the cache must never fail the commit it follows
         return False
+    return kept >= set(runs)

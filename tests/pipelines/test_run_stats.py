@@ -182,6 +182,7 @@ def test_ingest_keeps_each_runs_row_keyed_to_the_committed_files(ingested, monke
     calls = _computed(monkeypatch)
     assert _cli_runs(ingested) == view  # every value, read back from the kept rows
     assert calls == []  # nothing computed: DuckDB not needed by the listing
+    assert run_stats.refresh(ingested, ["x", "y"]) is True and calls == []  # kept rows: no scan
 
 
 def test_a_side_or_metrics_only_commit_keeps_the_row(ingested, monkeypatch):
@@ -236,6 +237,7 @@ def test_a_failed_refresh_leaves_the_commit_and_the_listing_right(tmp_path, monk
     assert res.rollouts_out == 1 and store.list_runs(logs) == ["x"]
     assert store.verify_partition(store.partition_dir(logs, "x")) is None
     assert not run_stats.stats_path(logs, "x").is_file()
+    assert run_stats.refresh(logs, ["x"]) is False  # said, not raised
     monkeypatch.undo()
     rows = run_stats.runs_rows(logs)
     assert [(r["run_id"], r["rollouts"], r["mean_ndcg"]) for r in rows] == [("x", 1, 0.5)]
