@@ -60,6 +60,14 @@ def test_runs_imports_no_heavy_module(tmp_path):
     assert rc == 0
     assert [m for m in (*HEAVY, *LIGHT_PATH_FREE, "duckdb") if m in mods] == []
     assert "ddai.cli.runs" in mods and "ddai.cli.train" not in mods
+    # ... and right after an append (the ingest kept the run's new row)
+    more = tmp_path / "more.jsonl"
+    line = json.loads((ROOT / "fixtures/logs/phase1.jsonl").read_text().splitlines()[0])
+    more.write_text(json.dumps({**line, "uid": "appended", "rollout_idx": 0}) + "\n")
+    res = runner.invoke(app, ["ingest", str(more), "--logs", str(logs), "--append", "--no-progress"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    rc, mods = _modules_after("runs", "--logs", str(logs))
+    assert rc == 0 and "duckdb" not in mods
     # without the kept rows the listing computes them with DuckDB (and still no pyarrow)
     shutil.rmtree(logs / run_stats.STATS_DIR)
     rc, mods = _modules_after("runs", "--logs", str(logs))
