@@ -8,13 +8,14 @@ only side tables, notes or metrics leaves it valid, one that changes a rollout f
 append, re-score) does not, nor does a ddai whose SQL differs.
 
 Two ways in: ``refresh`` (called by writers right after their commit, outside the run's write
-lock) computes the rows of the runs it is given from one snapshot and keeps them, so the next
-``ddai runs`` reads JSON and imports no DuckDB; ``runs_rows`` (``ddai runs``) takes each run's row
-when its key matches the run's committed version and computes only the others. A row is keyed by
-the manifest of the snapshot it was computed from, so a commit racing a refresh leaves at most a
-row of the older version, which no reader of the newer one takes. Readers of the store ignore
-``_``-prefixed paths. A store on object storage, or one this user cannot write, is computed every
-time and nothing is written; a failed refresh never fails the commit before it.
+lock, and holding no readers' lock either) computes the rows of the runs it is given from their
+committed files and keeps them, so the next ``ddai runs`` reads JSON and imports no DuckDB;
+``runs_rows`` (``ddai runs``) takes each run's row when its key matches the run's committed
+version and computes only the others. A row is keyed by the manifest it was computed from, so a
+commit racing a refresh leaves at most a row of the older version, which no reader of the newer
+one takes (and none is written once the run moved on). Readers of the store ignore ``_``-prefixed
+paths. A store on object storage, or one this user cannot write, is computed every time and
+nothing is written; a failed refresh never fails the commit before it.
 """
 
 from __future__ import annotations
@@ -136,8 +137,9 @@ def runs_rows(logs: str | os.PathLike[str]) -> list[dict[str, Any]]:
 
 def refresh(logs: str | os.PathLike[str], runs: list[str]) -> bool:
     """Keep the rows of ``runs`` (just committed to the local store ``logs``) for the next
-    ``ddai runs``: computed from one snapshot of them (a run whose kept row still matches its
-    rollout files is not computed again). Call after the commit, outside the runs' write locks.
+    ``ddai runs``: computed from their committed versions (``_unpinned``; a run whose kept row
+    still matches its rollout files is not computed again). Call after the commit, outside the
+    runs' write locks.
 
     Never raises for the cache's sake: a failure (an unwritable ``_stats``, a run gone, an error
     computing the rows) leaves the commit as it is and the rows to the next listing; returns
@@ -145,8 +147,24 @@ def refresh(logs: str | os.PathLike[str], runs: list[str]) -> bool:
     if not runs or objstore.is_url(logs):
         return False
     try:
-        with store_read.snapshot(logs, runs) as snap:
-            _, kept = _rows(logs, snap, list(snap.manifests))
+        snap = _unpinned(logs, runs)
+        _, kept = _rows(logs, snap, list(snap.manifests))
     except Exception:  # the cache must never fail the commit it follows
         return False
     return kept >= set(runs)
+
+
+def _unpinned(logs: str | os.PathLike[str], runs: list[str]) -> store_read.Snapshot:
+    """The committed version of each of ``runs`` (its manifest and the files it lists), read
+    without the readers' lock: a writer that commits meanwhile then removes the files it
+    superseded at once instead of leaving them to its next write (concurrent writers refreshing
+    would otherwise each defer the others'). Committed files are never changed, only removed,
+    so a read of them either sees exactly what the manifest lists or fails (nothing kept)."""
+    manifests: dict[str, dict[str, Any]] = {}
+    files: dict[str, list[Path]] = {}
+    for r in runs:
+        man = store_read.run_manifest(logs, r)
+        if man is not None:
+            manifests[r] = man
+            files[r] = store_read.committed_files(store_read.partition_dir(logs, r), man)
+    return store_read.Snapshot(Path(logs), manifests, files)

@@ -302,3 +302,27 @@ def test_a_judge_rescore_in_place_keeps_the_new_versions_row(tmp_path, monkeypat
     assert entry["row"] == view[0] and view[0]["mean_judge"] != 0.5
     calls = _computed(monkeypatch)
     assert run_stats.runs_rows(logs) == view and calls == []
+
+
+def test_a_refresh_racing_a_replace_keeps_no_row_of_it_and_defers_no_cleanup(ingested, monkeypatch):
+    """The refresh holds no readers' lock: the replace removes the files it superseded at once
+    (a refresh per concurrent writer would otherwise leave them to each one's next write), and
+    the refresh keeps nothing of the version it read (its files may be gone: then it fails)."""
+    real = run_stats._compute
+    run_stats.stats_path(ingested, "x").unlink()
+
+    def replaced_meanwhile(snap, runs):
+        store.write_run(ingested, "x", [_row("x", "u9", 0, 5, 1.0, 1.0)])
+        return real(snap, runs)
+
+    monkeypatch.setattr(run_stats, "_compute", replaced_meanwhile)
+    assert run_stats.refresh(ingested, ["x"]) is False
+    monkeypatch.undo()
+    man = store.run_manifest(ingested, "x")
+    part = store.partition_dir(ingested, "x")
+    assert sorted(p.name for p in part.iterdir()) == sorted(
+        [store.MANIFEST, *(f["name"] for f in man["files"])]
+    )
+    assert not run_stats.stats_path(ingested, "x").is_file()
+    rows = run_stats.runs_rows(ingested)
+    assert rows == _view(ingested) and rows[0]["rollouts"] == 1
