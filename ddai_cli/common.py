@@ -19,6 +19,7 @@ from typing import Annotated, Any
 
 import typer
 from rich import box
+from rich.cells import cell_len
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -257,12 +258,25 @@ def fits(table: Table) -> bool:
     return natural <= console.width
 
 
+def width_bound(rows: list[dict[str, Any]]) -> int:
+    """An upper bound of ``rows_table(rows)``'s natural width: per column its widest header or
+    cell plus 2 of padding and 1 of rule. Cheap next to ``fits`` (rich measures every cell twice
+    there): only a table whose bound exceeds the console needs that."""
+    if not rows:
+        return 0
+    widths = [cell_len(str(k)) for k in rows[0]]
+    for r in rows:
+        for i, v in zip(range(len(widths)), r.values(), strict=False):
+            widths[i] = max(widths[i], cell_len("" if v is None else human(v)))
+    return sum(widths) + 3 * len(widths)
+
+
 def print_rows(title: str, rows: list[dict[str, Any]]) -> None:
     """Rows for people at any terminal width: a table when every cell fits uncut, else one block
     per row (its first value as the heading, the rest as ``key  value`` lines), so no value is
     ever shortened to ``…``."""
     table = rows_table(title, rows)
-    if fits(table):
+    if width_bound(rows) <= console.width or fits(table):
         console.print(table)
         return
     console.print(title, style="bold", markup=False, highlight=False)
