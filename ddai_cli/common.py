@@ -19,9 +19,11 @@ from typing import Annotated, Any
 
 import typer
 from rich import box
+from rich.cells import cell_len
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from ddai.pipelines.store_read import check_run_id
 
@@ -229,9 +231,12 @@ def kv_lines(data: dict[str, Any], indent: int = 2) -> list[str]:
 
 
 def rows_table(title: str, rows: list[dict[str, Any]]) -> Table:
-    """``rows`` as a table whose cells never wrap or cut (numbers rounded by ``human``)."""
+    """``rows`` as a table whose cells never wrap or cut (numbers rounded by ``human``).
+
+    Title, headers and cells are ``Text``: a value prints as it is (``[/x]`` or ``:smile:`` in a
+    query's output is no markup or emoji; as markup ``[/x]`` raised), and no cell is parsed."""
     table = Table(
-        title=title,
+        title=Text(title, style="table.title"),
         title_justify="left",
         box=box.SIMPLE_HEAD,
         show_edge=False,
@@ -241,9 +246,9 @@ def rows_table(title: str, rows: list[dict[str, Any]]) -> Table:
     first = rows[0] if rows else {}
     for col, v in first.items():
         numeric = isinstance(v, int | float) and not isinstance(v, bool)
-        table.add_column(col, justify="right" if numeric else "left", no_wrap=True)
+        table.add_column(Text(col), justify="right" if numeric else "left", no_wrap=True)
     for r in rows:
-        table.add_row(*("" if v is None else human(v) for v in r.values()))
+        table.add_row(*(Text("" if v is None else human(v)) for v in r.values()))
     return table
 
 
@@ -253,12 +258,25 @@ def fits(table: Table) -> bool:
     return natural <= console.width
 
 
+def width_bound(rows: list[dict[str, Any]]) -> int:
+    """An upper bound of ``rows_table(rows)``'s natural width: per column its widest header or
+    cell plus 2 of padding and 1 of rule. Cheap next to ``fits`` (rich measures every cell twice
+    there): only a table whose bound exceeds the console needs that."""
+    if not rows:
+        return 0
+    widths = [cell_len(str(k)) for k in rows[0]]
+    for r in rows:
+        for i, v in zip(range(len(widths)), r.values(), strict=False):
+            widths[i] = max(widths[i], cell_len("" if v is None else human(v)))
+    return sum(widths) + 3 * len(widths)
+
+
 def print_rows(title: str, rows: list[dict[str, Any]]) -> None:
     """Rows for people at any terminal width: a table when every cell fits uncut, else one block
     per row (its first value as the heading, the rest as ``key  value`` lines), so no value is
     ever shortened to ``…``."""
     table = rows_table(title, rows)
-    if fits(table):
+    if width_bound(rows) <= console.width or fits(table):
         console.print(table)
         return
     console.print(title, style="bold", markup=False, highlight=False)

@@ -1,8 +1,9 @@
 """CLI: ``ddai runs``, the runs of the log store with their counts, means and capabilities.
 
-It reads manifests and the per-run rows ``ddai.pipelines.run_stats`` keeps by manifest version,
-so a listing of runs that have not changed since the last one starts without DuckDB, pyarrow or
-polars; a changed run is computed by DuckDB.
+It reads manifests and the per-run rows ``ddai.pipelines.run_stats`` keeps by the runs' rollout
+files (written by ingest, judge and value score right after their commit), so a listing starts
+without DuckDB, pyarrow or polars, also right after a commit; a run without a kept row (removed,
+written by an older ddai, committed by a training run) is computed by DuckDB.
 """
 
 from __future__ import annotations

@@ -9,7 +9,6 @@ This module imports nothing of the store, so the store can use it.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from importlib import resources
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # a table or connection is handed in: DuckDB is imported to count a table
@@ -21,6 +20,8 @@ NAMES = ("turns", "pages", "judge", "ndcg", "reward", "step", "advantages", "ima
 
 
 def sql() -> str:
+    from importlib import resources  # ~5 ms of imports: not on ``ddai runs``'s path
+
     return resources.files("ddai.sql").joinpath("capabilities.sql").read_text(encoding="utf-8")
 
 

@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
-from ddai.pipelines import adapters, io, objstore, rollback, store
+from ddai.pipelines import adapters, io, objstore, rollback, run_stats, store
 from ddai.pipelines.adapters.base import ReaderContext, RowBatch, SourceRecord, error_detail
 from ddai.pipelines.adapters.side import SideTables
 from ddai.pipelines.adapters.verl_ids import UidMapper
@@ -286,6 +286,7 @@ def ingest(cfg: IngestConfig) -> IngestResult:
     qfiles: list[str] = []
     caps: dict[str, Capabilities] = {}
     side_dropped: dict[str, int] = {}
+    committed_runs: list[str] = []
     try:
         with _progress(cfg.progress) as bar:
             for src in map(Path, cfg.sources):
@@ -379,6 +380,7 @@ def ingest(cfg: IngestConfig) -> IngestResult:
                         locked=True,
                         journal=journal,
                     )
+                    committed_runs.append(run)
                     if "capabilities" in record:
                         caps[run] = Capabilities.of(run, record["capabilities"])
             except BaseException as e:
@@ -393,6 +395,10 @@ def ingest(cfg: IngestConfig) -> IngestResult:
         quarantine.abort()
         side.abort()
         raise
+    if cfg.stored_keys_from is None:  # (a staged object-storage ingest: no local store to keep)
+        # ``ddai runs``'s rows of the committed runs, from the committed snapshot, outside the
+        # locks: the next listing needs no DuckDB; a failure here leaves the commit as it is
+        run_stats.refresh(cfg.logs, committed_runs)
     side_counts = side.counts()
     return IngestResult(counts, fmt_of, qfiles, side_counts, ctx.notes, caps, side_dropped, checked)
 

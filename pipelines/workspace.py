@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import tomllib
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -40,6 +39,8 @@ def cache_path() -> Path:
 
 @lru_cache(maxsize=8)
 def _load(path: str, mtime: float) -> dict[str, Any]:
+    import tomllib  # ~5 ms: only where a ddai.toml exists
+
     with open(path, "rb") as fh:
         return tomllib.load(fh)
 
@@ -51,7 +52,7 @@ def load_config(path: str | os.PathLike[str] | None = None) -> dict[str, Any]:
         return {}
     try:
         return _load(str(p.resolve()), p.stat().st_mtime)
-    except tomllib.TOMLDecodeError as e:
+    except ValueError as e:  # tomllib.TOMLDecodeError
         raise ValueError(f"{p}: invalid TOML ({e}); fix or remove the file") from e
 
 

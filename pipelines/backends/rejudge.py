@@ -30,7 +30,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from ddai.pipelines import store
+from ddai.pipelines import run_stats, store
 from ddai.pipelines.backends import JudgeRequest, get_backend, run_sync
 
 
@@ -174,6 +174,7 @@ def rejudge(cfg: RejudgeConfig, *, config: dict[str, Any] | None = None) -> Reju
         manifest=manifest,
         if_unchanged=version if cfg.in_place else None,
     )
+    run_stats.refresh(cfg.logs, [out_run])  # ``ddai runs``'s row of the new version (never fails)
     summary = {
         **base,
         **({"status": f"failed: {n_failed} call(s) failed"} if n_failed else {}),

@@ -4,6 +4,7 @@ command still loads, runs and explains itself with ``--help``."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,7 @@ from typer.testing import CliRunner
 
 from ddai.cli import app as app_module
 from ddai.cli.app import COMMANDS, app, load_command
+from ddai.pipelines import run_stats
 
 ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("torch", "transformers", "pandas", "pyarrow.dataset")
@@ -53,15 +55,25 @@ def test_runs_imports_no_heavy_module(tmp_path):
     logs = tmp_path / "logs"
     res = runner.invoke(app, ["ingest", str(ROOT / "fixtures/logs/phase1.jsonl"), "--logs", str(logs), "--no-progress"])  # fmt: skip
     assert res.exit_code == 0, res.output
-    rc, mods = _modules_after("runs", "--logs", str(logs))
-    assert rc == 0
-    assert [m for m in (*HEAVY, *LIGHT_PATH_FREE) if m in mods] == []
-    assert "ddai.cli.runs" in mods and "ddai.cli.train" not in mods
-    assert "duckdb" in mods  # the first listing computes the run's row
-    # the next listing of the unchanged store reads the rows kept by manifest version
+    # the ingest kept the run's row: the first listing after the commit reads it, no DuckDB
     rc, mods = _modules_after("runs", "--logs", str(logs))
     assert rc == 0
     assert [m for m in (*HEAVY, *LIGHT_PATH_FREE, "duckdb") if m in mods] == []
+    assert "ddai.cli.runs" in mods and "ddai.cli.train" not in mods
+    # ... and right after an append (the ingest kept the run's new row)
+    more = tmp_path / "more.jsonl"
+    line = json.loads((ROOT / "fixtures/logs/phase1.jsonl").read_text().splitlines()[0])
+    more.write_text(json.dumps({**line, "uid": "appended", "rollout_idx": 0}) + "\n")
+    res = runner.invoke(app, ["ingest", str(more), "--logs", str(logs), "--append", "--no-progress"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    rc, mods = _modules_after("runs", "--logs", str(logs))
+    assert rc == 0 and "duckdb" not in mods
+    # without the kept rows the listing computes them with DuckDB (and still no pyarrow)
+    shutil.rmtree(logs / run_stats.STATS_DIR)
+    rc, mods = _modules_after("runs", "--logs", str(logs))
+    assert rc == 0
+    assert [m for m in (*HEAVY, *LIGHT_PATH_FREE) if m in mods] == []
+    assert "duckdb" in mods
     # the model backends (numpy, asyncio: ~0.3 s) stay out of the query commands
     assert "ddai.pipelines.backends" not in mods
     for fmt in ("table", "csv", "json", "parquet"):

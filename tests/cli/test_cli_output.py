@@ -166,3 +166,31 @@ def test_a_missing_value_says_what_to_give(world, monkeypatch):
     )
     res = runner.invoke(app, ["curate", "bucket", "--out-dir"])
     assert res.exit_code == 2 and "Give it a value: --out-dir DIR." in res.output
+
+
+def test_table_values_and_headers_print_as_they_are(world):
+    """A query's values and column names are data, not rich markup or emoji codes (as markup,
+    ``[/x]`` raised MarkupError and ``[bold]`` vanished)."""
+    sql = """SELECT '[/x] :smile: [bold]b' AS s, 2 AS "[/h]" """
+    out = _people(["query", sql, "--logs", str(world["logs"])])
+    assert "[/x] :smile: [bold]b" in out and "[/h]" in out and "😄" not in out
+
+
+@pytest.mark.parametrize(
+    "rows",
+    [
+        [{"run": "a", "rollouts": 1, "success": 0.5}],
+        [
+            {"run": "a-long-run-name", "n": None, "note": "中文 wide cells"},
+            {"run": "b", "n": 12345, "note": ""},
+        ],
+        [{"x": "[/x] :smile:", "yy": 1.23456789, "z": True}, {"x": "", "yy": None, "z": False}],
+        [{"only": "v" * 50}],
+    ],
+)
+def test_the_width_bound_is_never_below_the_tables_width(rows):
+    """``print_rows`` skips rich's measure when the bound fits: it must never be narrower than
+    the table rich draws (else a table would be drawn cut), and stays close to it."""
+    table = common.rows_table("t", rows)
+    natural = common.console.measure(table, options=common.console.options.update_width(10**6))
+    assert natural.maximum <= common.width_bound(rows) <= natural.maximum + 3 * len(rows[0])

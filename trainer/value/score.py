@@ -23,7 +23,7 @@ from typing import Any
 import pyarrow as pa
 import torch
 
-from ddai.pipelines import capabilities, schema, store, workspace
+from ddai.pipelines import capabilities, run_stats, schema, store, workspace
 from ddai.trainer.runtime.metrics_log import device
 from ddai.trainer.value import losses as vl
 from ddai.trainer.value.config import ValueScoreConfig
@@ -175,6 +175,7 @@ def score_runs(cfg: ValueScoreConfig) -> ValueScoreResult:
                 # in place: only over the version scored (rows appended meanwhile stay)
                 if_unchanged=version if target == run else None,
             )
+            run_stats.refresh(logs, [target])  # ``ddai runs``'s row of the new version
             written[run] = target
             n_rollouts += counts["rollouts"]
             n_turns += counts["turns_valued"]
