@@ -359,7 +359,7 @@ def plan_cmd(
         typer.Option(
             "--price-per-call",
             help="USD per generator or judge call (default: $DDAI_PRICE_PER_CALL, ddai.toml "
-            "[plan] price_per_call, else 0).",
+            "[plan] price_per_call; none set: the cost is shown as unknown, not 0).",
         ),
     ] = None,
     success_threshold: ThresholdOpt = default_of(PC, "success_threshold"),
@@ -403,7 +403,7 @@ def plan_cmd(
             "mixed share": f"{r['mixed_share']:.3f}",
             "rare successes": f"{r['expected_rare_successes']:,.1f}",
             "calls": r["calls"],
-            "cost $": f"{r['cost_usd']:,.2f}",
+            "cost $": "-" if r["cost_usd"] is None else f"{r['cost_usd']:,.2f}",
         }
         for r in result.rows
     ]

@@ -49,12 +49,14 @@ SUPPLY = {
     "judge": "ingest a log with judge scores (DDAI's unified or flash_rm_detail log, or a "
     "`judge_score` column), or score the run with a judge",
     "ndcg": "ingest a log with NDCG (DDAI's flash_rm_detail, gspo_phase1.json or unified log, or "
-    "an `ndcg` column), or pass a per-prompt score table with --scores",
+    "an `ndcg` column)",
     "reward": "ingest a log with the trained reward (DDAI's `final_score`, or a `reward` column)",
     "step": "ingest a log with training steps (DDAI's unified log, verl dumps, or a `step` column)",
     "advantages": "ingest a log with the trainer's advantages (an `advantage` column)",
     "images": "ingest a log whose observations name page images (DDAI's unified log)",
 }
+# Each entry fits wherever a run lacks the field (a report note, `ddai runs`, any command);
+# an alternative that only one command has (`curate bucket --scores`) is added by that command.
 
 # What each source format is, for messages ("its source is ...").
 FORMAT_NOTES = {

@@ -4,10 +4,12 @@ The run is read from the log store; every rollout with an answer and a reference
 ``JudgeRequest`` (identical triples are sent once: the engine and its cache dedupe them). The new
 scores go into ``judge_score`` of a new run (default ``<run>@<judge>``) or, with ``in_place``, of
 the run itself; the previous score, the judge's reason and any failure are kept in ``extra``
-(``prev_judge_score``, ``judge_reason``, ``judge_error``, ``judge_backend``). A failed call is
-never a score: in a new run its ``judge_score`` is null with its reason (never 0); in place the
-row keeps the score it had, with the failure in ``extra.judge_error``. When no call succeeded
-nothing is written; a run with nothing to judge (no answer with a reference, or only blank
+(``prev_judge_score``, ``judge_reason``, ``judge_error``, ``judge_backend``). A row this judge
+did not score (a failed call, or no answer or reference) never carries another judge's score:
+in a new run its ``judge_score`` is null with the reason (``extra.judge_error`` /
+``judge_skipped``, never 0); in place the row keeps the score it had, marked
+``extra.judge_kept_previous``, and the summary and manifest (``judge_rows``) count such rows,
+since the run's scores then mix judges. When no call succeeded nothing is written; a run with nothing to judge (no answer with a reference, or only blank
 answers) is refused before any call. Failures are counted by reason and make the result ``complete = False``
 (the CLI exits 1); failed calls are cached with their reason and sent again only with
 ``retry_failed``. ``reward`` is not touched: it is what the run trained on.
@@ -56,13 +58,20 @@ class RejudgeResult:
     complete: bool  # False when calls failed or the cost cap stopped the run
 
 
-def _extra(raw: str | None, **updates: Any) -> str:
+# Markers of an earlier judging that describe the row's score; a new outcome replaces them (a
+# rescore that succeeds is no longer a failure nor a kept score).
+OUTCOME_KEYS = ("judge_reason", "judge_error", "judge_skipped", "judge_kept_previous")
+
+
+def _extra(raw: str | None, drop: tuple[str, ...] = (), **updates: Any) -> str:
     try:
         data = json.loads(raw) if raw else {}
     except ValueError:
         data = {"_unparsed_extra": raw}
     if not isinstance(data, dict):
         data = {"_extra": data}
+    for key in drop:
+        data.pop(key, None)
     data.update({k: v for k, v in updates.items() if v is not None})
     return json.dumps(data, ensure_ascii=False, sort_keys=True)
 
@@ -146,27 +155,7 @@ def rejudge(cfg: RejudgeConfig, *, config: dict[str, Any] | None = None) -> Reju
         }
         return RejudgeResult(summary, complete=False)
 
-    scores: list[float | None] = [r["judge_score"] for r in rows]
-    extras: list[str] = [r["extra"] for r in rows]
-    for i, res in zip(todo, results, strict=True):
-        if res.ok:
-            scores[i] = res.score
-            extras[i] = _extra(
-                rows[i]["extra"],
-                prev_judge_score=rows[i]["judge_score"],
-                judge_reason=res.reason or None,
-                judge_backend=judge.name,
-            )
-            continue
-        # A failure is never a score: in place the old one stays; a new run gets null.
-        if not cfg.in_place:
-            scores[i] = None
-        extras[i] = _extra(
-            rows[i]["extra"],
-            prev_judge_score=None if cfg.in_place else rows[i]["judge_score"],
-            judge_error=res.error,
-            judge_backend=judge.name,
-        )
+    scores, extras, mixed = _new_scores(rows, todo, results, judge.name, in_place=cfg.in_place)
     out = table.set_column(
         table.schema.get_field_index("judge_score"), "judge_score", pa.array(scores, pa.float64())
     ).set_column(table.schema.get_field_index("extra"), "extra", pa.array(extras, pa.string()))
@@ -175,6 +164,7 @@ def rejudge(cfg: RejudgeConfig, *, config: dict[str, Any] | None = None) -> Reju
         "params": {"judge": judge.name, "source_run": cfg.run, "in_place": cfg.in_place},
         "prompt_sha256": getattr(getattr(judge, "prompt", None), "sha256", None),
         "backend_calls": usage,
+        "judge_rows": mixed,
     }
     store.write_run(
         cfg.logs,
@@ -191,11 +181,98 @@ def rejudge(cfg: RejudgeConfig, *, config: dict[str, Any] | None = None) -> Reju
         "written run": out_run,
         "scored": len(ok),
         **failed,
+        **_mixed_summary(mixed, judge.name, in_place=cfg.in_place),
         "mean judge_score": round(sum(ok) / len(ok), 4) if ok else None,
         "usage": usage,
         "wall_s": round(time.time() - t0, 2),
     }
     return RejudgeResult(summary, complete=not n_failed)
+
+
+def _skip_reason(row: dict[str, Any]) -> str:
+    if row.get("answer") is None:
+        return "no answer"
+    return "no reference answer"
+
+
+def _new_scores(
+    rows: list[dict[str, Any]],
+    todo: list[int],
+    results: list[Any],
+    judge_name: str,
+    *,
+    in_place: bool,
+) -> tuple[list[float | None], list[str], dict[str, int]]:
+    """Each row's ``judge_score`` and ``extra`` after this judge, and the counts of rows it did not
+    score (``skipped``: no answer or reference; ``failed``: its call failed) and of those that keep
+    another judge's score (``kept_previous``, in place only).
+
+    A new run holds this judge's scores only: a row it did not score is null with the reason
+    (``extra.judge_skipped`` or ``extra.judge_error``) and the old score in ``prev_judge_score``;
+    copying the old score would mix two judges under ``<run>@<judge>``. In place nothing is lost:
+    such a row keeps its score, marked ``extra.judge_kept_previous``, and the counts say how many.
+    """
+    scores: list[float | None] = [r["judge_score"] for r in rows]
+    extras: list[str] = [r["extra"] for r in rows]
+    counts = {"scored": 0, "skipped": 0, "failed": 0, "kept_previous": 0}
+    why: dict[int, dict[str, Any]] = {
+        i: {"judge_skipped": _skip_reason(r)} for i, r in enumerate(rows)
+    }
+    for i, res in zip(todo, results, strict=True):
+        if res.ok:
+            counts["scored"] += 1
+            scores[i] = res.score
+            extras[i] = _extra(
+                rows[i]["extra"],
+                OUTCOME_KEYS,
+                prev_judge_score=rows[i]["judge_score"],
+                judge_reason=res.reason or None,
+                judge_backend=judge_name,
+            )
+            del why[i]
+        else:
+            why[i] = {"judge_error": res.error}
+    for i, reason in why.items():
+        counts["failed" if "judge_error" in reason else "skipped"] += 1
+        old = rows[i]["judge_score"]
+        if in_place:
+            # the old score stays (in place loses nothing), marked as not this judge's; its
+            # judge_backend and judge_reason still name the judge that gave it
+            counts["kept_previous"] += old is not None
+            extras[i] = _extra(
+                rows[i]["extra"],
+                ("judge_error", "judge_skipped", "judge_kept_previous"),
+                **reason,
+                judge_kept_previous=True if old is not None else None,
+            )
+        else:
+            scores[i] = None
+            extras[i] = _extra(
+                rows[i]["extra"],
+                OUTCOME_KEYS,
+                prev_judge_score=old,
+                **reason,
+                judge_backend=judge_name,
+            )
+    return scores, extras, counts
+
+
+def _mixed_summary(counts: dict[str, int], judge_name: str, *, in_place: bool) -> dict[str, Any]:
+    """The summary lines for rows this judge did not score."""
+    unscored = counts["skipped"] + counts["failed"]
+    if not unscored:
+        return {}
+    if not in_place:
+        return {"not scored by this judge (null)": unscored}
+    kept = counts["kept_previous"]
+    if not kept:
+        return {"not scored by this judge (null)": unscored}
+    return {
+        "kept previous judge score": kept,
+        "note": f"{kept:,} row(s) keep a score {judge_name!r} did not give (no answer, no "
+        "reference, or a failed call; marked extra.judge_kept_previous): the run's judge_score "
+        "mixes two judges; write a new run (drop --in-place) for this judge's scores alone",
+    }
 
 
 def _check_out_run(logs: Path, run: str, out_run: str) -> None:

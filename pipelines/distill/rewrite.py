@@ -86,7 +86,10 @@ class Applied:
     """What a rewrite pass did: trajectories rewritten, discarded by reason, stopped by the cap."""
 
     rewritten: int = 0
+    """Trajectories at least one of whose thinks came back changed."""
     over_budget: int = 0
+    unchanged: int = 0
+    """Trajectories whose thinks all came back as they were (the identity rewriter: all)."""
 
 
 def apply(candidates: Sequence[Candidate], p: Plan, results: Sequence[RewriteResult]) -> Applied:
@@ -95,11 +98,14 @@ def apply(candidates: Sequence[Candidate], p: Plan, results: Sequence[RewriteRes
     if len(results) != len(p.requests):
         raise ValueError(f"rewriter answered {len(results)} requests for {len(p.requests)}")
     proposals: dict[int, list[str]] = {}
+    originals: dict[int, list[str]] = {}
     failed: dict[int, Event] = {}
     over: set[int] = set()
     for (ci, ks), req, res in zip(p.owners, p.requests, results, strict=True):
         c = candidates[ci]
-        proposals.setdefault(ci, [s.text for s in think_slots(c.messages)])
+        if ci not in proposals:
+            originals[ci] = [s.text for s in think_slots(c.messages)]
+            proposals[ci] = list(originals[ci])
         if ci in failed:
             continue
         error, got = res.error, res.thinks
@@ -125,7 +131,10 @@ def apply(candidates: Sequence[Candidate], p: Plan, results: Sequence[RewriteRes
             candidates[ci].events.append(failed[ci])
         else:
             candidates[ci].thinks = thinks
-            out.rewritten += 1
+            if thinks == originals[ci]:
+                out.unchanged += 1
+            else:
+                out.rewritten += 1
     return out
 
 

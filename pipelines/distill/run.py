@@ -279,6 +279,7 @@ def run_distill(cfg: DistillConfig, *, rewriter: Any = None) -> dict[str, Any]:
         "dropped": dict(record.dropped),
         "rewriter": getattr(backend, "name", None),
         "trajectories rewritten": applied.rewritten if applied else 0,
+        **_unchanged(applied),
         "rewrites discarded": result.discards,
         "rollbacks": result.rollbacks,
         "grammar faults (rows)": result.fault_rows,
@@ -293,6 +294,22 @@ def run_distill(cfg: DistillConfig, *, rewriter: Any = None) -> dict[str, Any]:
     record.notes = {k: v for k, v in summary.items() if k not in ("output", "dropped")}
     manifest.write(cfg.out, record)
     return summary
+
+
+def _unchanged(applied: rewrite.Applied | None) -> dict[str, Any]:
+    """The trajectories the rewriter gave back as they were; when that is all of them, a note
+    (the default local rewriter is the identity: the output keeps the rollouts' own thinks,
+    which a 'rewritten' count would hide)."""
+    if applied is None or not applied.unchanged:
+        return {}
+    out: dict[str, Any] = {"trajectories returned unchanged": applied.unchanged}
+    if not applied.rewritten:
+        out["note"] = (
+            "the rewriter changed no think (the local rewriter returns them as they are): the "
+            "samples keep the rollouts' own thinks; name a rewrite model with --rewriter NAME "
+            "(ddai.toml [backends]), or pass --rewrite none to skip the pass"
+        )
+    return out
 
 
 def _plan(backend: Any, keep: list[Candidate], chunking: rewrite.Chunking) -> dict[str, Any]:

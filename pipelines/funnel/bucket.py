@@ -133,7 +133,15 @@ def _bucket(
         if cfg.scores is not None:
             score_of = scores.read_score_table(cfg.scores, cfg.column)
         else:
-            score_of = scores.log_scores(cfg.logs, cfg.runs, cfg.metric, cfg.agg)
+            score_of = scores.log_scores(
+                cfg.logs,
+                cfg.runs,
+                cfg.metric,
+                cfg.agg,
+                needed_by="`ddai curate bucket --run`",
+                or_else="pass a per-prompt score table instead of --run "
+                "(`--scores FILE --score-col COLUMN`)",
+            )
         raw = reading.result()
     table, dups = ds.first_occurrences(raw)
     # ids are unique (first occurrences) and so are the score table's uids

@@ -46,20 +46,31 @@ def read_decisions(paths: list[str | os.PathLike[str]] | tuple) -> dict[str, Dec
                     f"found {', '.join(cols) or 'none'}"
                 )
             reader.fieldnames = cols
+            rows = decided = 0
             for line, row in enumerate(reader, start=2):
                 row = {
                     k: csv_cells.unescape(v) if isinstance(v, str) else v for k, v in row.items()
                 }
                 uid = (row.get("uid") or "").strip()
                 verdict = (row.get("verdict") or "").strip().lower()
+                rows += bool(uid)
                 if not uid or not verdict:
                     continue
+                decided += 1
                 if verdict not in VERDICTS:
                     raise ValueError(
                         f"{p}:{line}: verdict {verdict!r} for {uid}; use one of "
                         f"{', '.join(VERDICTS)} (or leave it empty for undecided)"
                     )
                 out[uid] = Decision(uid, verdict, (row.get("reason") or "").strip(), str(p))
+        if rows and not decided:
+            # the review sheet as written, before a person filled it in: applying it would
+            # decide nothing and look like a review that found nothing wrong
+            raise ValueError(
+                f"{p}: none of its {rows:,} rows has a verdict (a review sheet not filled in "
+                "yet?); write ok, wrong or uncertain in the verdict column of the rows you "
+                "reviewed, or leave this file out"
+            )
     return out
 
 

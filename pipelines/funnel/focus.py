@@ -142,7 +142,9 @@ def run_focus(cfg: FocusConfig) -> step.StepResult:
         files = [cfg.bucket_a, cfg.bucket_0] if cfg.round1 else [cfg.prev]
         with ThreadPoolExecutor(max_workers=1) as pool:
             reading = pool.submit(lambda: [ds.read_dataset(f) for f in files])
-            score_of = scores.log_scores(cfg.logs, cfg.runs, "reward", "mean")
+            score_of = scores.log_scores(
+                cfg.logs, cfg.runs, "reward", "mean", needed_by="`ddai curate focus`"
+            )
             raws = reading.result()
         if cfg.round1:
             table, record, summary = _round1(cfg, inputs, score_of, raws, begun.record)

@@ -171,7 +171,7 @@ class PlanConfig:
     target: float = 0.5
     prior: str = "empirical"
     success_threshold: float = 1.0
-    price_per_call: float = 0.0
+    price_per_call: float | None = None  # None: not priced (costs unknown, not 0)
     buckets: tuple[Path, ...] = ()  # datasets whose ids form the buckets (named by file stem)
     mastered: float = 0.7
     floor: float = 0.1
@@ -188,7 +188,7 @@ class PlanConfig:
             raise ValueError(f"--target must be in (0, 1], got {self.target}")
         if self.prior not in PRIORS:
             raise ValueError(f"--prior {self.prior!r} is not known; use one of {', '.join(PRIORS)}")
-        if self.price_per_call < 0:
+        if self.price_per_call is not None and self.price_per_call < 0:
             raise ValueError(f"--price-per-call must be >= 0, got {self.price_per_call}")
 
 
@@ -229,6 +229,11 @@ def run_plan(cfg: PlanConfig) -> Plan:
     judged = dict(zip(uids, tbl["n_judged"].to_pylist(), strict=True))
     succ = dict(zip(uids, tbl["n_success"].to_pylist(), strict=True))
     notes: dict[str, Any] = {"prompts in run": len(uids), "prior": cfg.prior}
+    if cfg.price_per_call is None:
+        notes["cost"] = (
+            "not priced: pass --price-per-call USD (or set $DDAI_PRICE_PER_CALL, ddai.toml "
+            "[plan] price_per_call); 0 for free local models"
+        )
     if cfg.buckets:
         groups: dict[str, list[str]] = {}
         missing = 0
@@ -295,7 +300,7 @@ def plan_row(
         "expected_rare_successes": float(st["rare_successes"].sum()) if st else 0.0,
         "rollouts": n * prompts,
         "calls": calls,
-        "cost_usd": round(calls * cfg.price_per_call, 6),
+        "cost_usd": None if cfg.price_per_call is None else round(calls * cfg.price_per_call, 6),
         "max_policy_turns": n * prompts * cfg.max_turns,
     }
 
@@ -313,11 +318,14 @@ def plan_to_json(plan: Plan, cfg: PlanConfig) -> dict[str, Any]:
     }
 
 
-def default_price(flag: float | None) -> float:
-    """``--price-per-call`` > ``$DDAI_PRICE_PER_CALL`` > ``ddai.toml`` ``[plan] price_per_call`` > 0."""
+def default_price(flag: float | None) -> float | None:
+    """``--price-per-call`` > ``$DDAI_PRICE_PER_CALL`` > ``ddai.toml`` ``[plan] price_per_call``;
+    None when none is set (the plan then says the cost is unknown instead of printing $0)."""
     from ddai.pipelines import workspace
 
-    v = workspace.setting("plan", "price_per_call", flag, "DDAI_PRICE_PER_CALL", 0.0)
+    v = workspace.setting("plan", "price_per_call", flag, "DDAI_PRICE_PER_CALL", None)
+    if v is None:
+        return None
     try:
         return float(v)
     except (TypeError, ValueError) as e:

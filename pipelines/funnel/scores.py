@@ -73,10 +73,17 @@ def column(table: pa.Table, name: str) -> pa.Table:
 
 
 def log_scores(
-    logs: str | os.PathLike[str], runs: Sequence[str], metric: str = "ndcg", agg: str = "mean"
+    logs: str | os.PathLike[str],
+    runs: Sequence[str],
+    metric: str = "ndcg",
+    agg: str = "mean",
+    *,
+    needed_by: str = "`ddai curate`",
+    or_else: str = "",
 ) -> pa.Table:
     """Per-prompt ``agg`` of ``metric`` over the runs' rollouts (``sql/funnel_prompt_metric.sql``),
-    as a score table."""
+    as a score table. A run without ``metric`` is refused naming ``needed_by`` and the fix, with
+    ``or_else`` (the calling command's own alternative, e.g. its ``--scores``) appended."""
     check_metric(metric, agg)
     if not runs:
         raise ValueError("name the run(s) to read with --run RUN")
@@ -85,8 +92,9 @@ def log_scores(
         logs,
         runs,
         metric,
-        needed_by="`ddai curate`",
+        needed_by=needed_by,
         why=f"to score prompts by their {agg} {metric}",
+        fix=capabilities.SUPPLY[metric] + (f", or {or_else}" if or_else else ""),
     )
     con = _connect(logs, runs, "funnel_prompt_metric")
     try:

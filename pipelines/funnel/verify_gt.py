@@ -201,6 +201,22 @@ def settle(
     return final
 
 
+def _check_decided(cfg: VerifyConfig, decided: dict[str, Any], ids: pa.ChunkedArray) -> None:
+    """Refuse decisions none of which names a prompt of the dataset (a review of another prompt
+    set): the outputs would exclude nothing and look like a reviewed dataset."""
+    if not decided or not len(ids) or not set(decided).isdisjoint(ids.to_pylist()):
+        return
+    files = ", ".join(str(p) for p in cfg.decisions)
+    ours = ", ".join(map(str, ids.slice(0, 3).to_pylist()))
+    theirs = ", ".join(list(decided)[:3])
+    raise ValueError(
+        f"--decisions {files}: none of its {len(decided):,} decided uids (e.g. {theirs}) is an id "
+        f"of --dataset {objstore.display(cfg.dataset)} ({len(ids):,} ids, e.g. {ours}); the "
+        "review belongs to another prompt set. Pass the review of this dataset; nothing was "
+        "written"
+    )
+
+
 def run_verify(cfg: VerifyConfig, *, verifier: Any = None) -> step.StepResult:
     """Run the step. ``verifier``: a ``GTVerifier`` to use instead of building ``cfg.verifier``."""
     spec, ident = _verifier_identity(cfg, verifier)
@@ -217,6 +233,7 @@ def run_verify(cfg: VerifyConfig, *, verifier: Any = None) -> step.StepResult:
     ids = [r[ds.ID] for r in rows]
     by_id = dict(zip(ids, rows, strict=True))
     decided = dec.read_decisions(cfg.decisions)
+    _check_decided(cfg, decided, table[ds.ID])
     score_of, ndcg_of = _run_scores(cfg)
     cand, not_in_run = select_candidates(
         ids,

@@ -100,5 +100,32 @@ def test_curate_scores_refuse_a_run_without_the_metric(tmp_path):
     rows = [{"run_id": "r", "uid": "p", "rollout_idx": 0, "reward": 1.0}]
     store.write_run(tmp_path, "r", rows)
     assert scores.as_dict(scores.log_scores(tmp_path, ["r"], "reward")) == {"p": 1.0}
-    with pytest.raises(capabilities.MissingCapability, match="run r has no ndcg"):
+    with pytest.raises(capabilities.MissingCapability, match="run r has no ndcg") as e:
         scores.log_scores(tmp_path, ["r"], "ndcg")
+    assert "--scores" not in str(e.value)  # only `curate bucket` has that alternative
+    with pytest.raises(capabilities.MissingCapability) as e:
+        scores.log_scores(
+            tmp_path, ["r"], "judge", needed_by="`x`", or_else="pass --scores FILE instead"
+        )
+    said = str(e.value)
+    assert "`x` needs judge to score prompts by their mean judge" in said
+    assert "score the run with a judge, or pass --scores FILE instead" in said
+
+
+def test_curate_bucket_on_a_run_without_the_metric_names_its_scores_flag(tmp_path):
+    from typer.testing import CliRunner
+
+    from ddai.cli.app import app
+
+    store.write_run(tmp_path / "logs", "r", [{"uid": "p", "rollout_idx": 0, "reward": 1.0}])
+    ds = tmp_path / "ds.jsonl"
+    ds.write_text('{"id": "p", "question": "q"}\n')
+    res = CliRunner().invoke(
+        app,
+        ["curate", "bucket", "--dataset", str(ds), "--logs", str(tmp_path / "logs"), "--run",
+         "r", "--metric", "ndcg", "--out-dir", str(tmp_path / "b")],
+    )  # fmt: skip
+    said = " ".join(res.output.split())
+    assert res.exit_code == 2, res.output
+    assert "`ddai curate bucket --run` needs ndcg" in said
+    assert "or pass a per-prompt score table instead of --run (`--scores FILE --score-col" in said

@@ -233,6 +233,19 @@ def test_identity_distill_selects_and_rebuilds_exactly(logs, tmp_path):
     assert s["findings (rows)"]["rows ending in the exact forced completion"] == 1
 
 
+def test_the_default_local_rewriter_is_not_counted_as_a_rewrite(logs, tmp_path, monkeypatch):
+    # Before: 'rewriter local, trajectories rewritten 6' for a file whose thinks were the
+    # rollouts' own, byte for byte (the local rewriter is the identity).
+    monkeypatch.chdir(tmp_path)  # no ddai.toml naming a rewriter
+    monkeypatch.delenv("DDAI_REWRITER", raising=False)
+    s = run_distill(cfg(logs, tmp_path / "sft.parquet"))
+    assert s["rewriter"] == "local" and s["trajectories rewritten"] == 0
+    assert s["trajectories returned unchanged"] == 6 == s["samples written"]
+    assert "the rewriter changed no think" in s["note"] and "--rewriter NAME" in s["note"]
+    run_distill(cfg(logs, tmp_path / "plain.parquet", rewrite="none"))
+    assert table_rows(tmp_path / "sft.parquet") == table_rows(tmp_path / "plain.parquet")
+
+
 def test_messages_round_trip_through_the_tag_parser(logs, tmp_path):
     out = tmp_path / "sft.parquet"
     run_distill(cfg(logs, out, rewrite="none"))

@@ -99,3 +99,10 @@ def test_read_decisions(tmp_path):
     bad.write_text("id,decision\nx,ok\n", encoding="utf-8")
     with pytest.raises(ValueError, match="needs the columns uid, verdict"):
         read_decisions([bad])
+    # rows but no verdict at all: a sheet not filled in (a header alone is an empty review)
+    blank = tmp_path / "blank.csv"
+    blank.write_text("uid,verdict,reason\ntrain_1,,\ntrain_2, ,\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"blank\.csv: none of its 2 rows has a verdict"):
+        read_decisions([blank])
+    (tmp_path / "empty.csv").write_text("uid,verdict,reason\n", encoding="utf-8")
+    assert read_decisions([tmp_path / "empty.csv"]) == {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -124,6 +125,11 @@ def test_run_plan_on_a_log(tmp_path):
     assert rows_by[("hard", 64)]["mixed_share"] == pytest.approx(0.5 * (1 - 0.75**64 - 0.25**64))
     assert res.recommend["hard"] == 64
     assert res.notes["bucket prompts missing from run"] == 1
+    assert "cost" not in res.notes
+    # no price: the cost is unknown (null) and the notes say how to set it, not $0
+    unpriced = plan.run_plan(dataclasses.replace(cfg, price_per_call=None))
+    assert {r["cost_usd"] for r in unpriced.rows} == {None}
+    assert unpriced.notes["cost"].startswith("not priced: pass --price-per-call USD")
 
 
 def test_buckets_not_in_the_run_are_named_and_all_missing_is_an_error(tmp_path):
@@ -166,3 +172,6 @@ def test_default_price_precedence(monkeypatch, tmp_path):
     monkeypatch.setenv("DDAI_CONFIG", str(toml))
     assert plan.default_price(None) == pytest.approx(0.003)
     assert math.isclose(plan.default_price(0.0), 0.0)
+    # none set: unknown, not free (before: 0, and the plan printed "cost $ 0.00" for every row)
+    monkeypatch.setenv("DDAI_CONFIG", str(tmp_path / "none.toml"))
+    assert plan.default_price(None) is None

@@ -279,6 +279,27 @@ def test_bad_verdict_in_decisions_names_file_and_line(tmp_path, bucket0):
         run_verify(VerifyConfig(dataset=ds, out=tmp_path / "o", decisions=(bad,)))
 
 
+@pytest.mark.parametrize(
+    ("sheet", "message"),
+    [
+        # a review of another prompt set: before, exit 0 with 0 excluded (its uids only counted)
+        (
+            "uid,verdict,reason\nother_1,wrong,x\nother_2,ok,\n",
+            r"none of its 2 decided uids \(e\.g\. other_1, other_2\) is an id of --dataset",
+        ),
+        # the review sheet as written, not filled in: before, exit 0 with nothing decided
+        ("uid,verdict,reason\ntrain_1,,\ntrain_2,,\n", r"none of its 2 rows has a verdict"),
+    ],
+)
+def test_decisions_that_decide_nothing_here_are_refused(tmp_path, bucket0, sheet, message):
+    ds, _ = bucket0
+    decisions = tmp_path / "d.csv"
+    decisions.write_text(sheet, encoding="utf-8")
+    with pytest.raises(ValueError, match=message):
+        run_verify(VerifyConfig(dataset=ds, out=tmp_path / "o", decisions=(decisions,)))
+    assert not (tmp_path / "o").exists()
+
+
 def test_manifest_records_backend_usage_and_skips_rerun(tmp_path, bucket0):
     ds, _ = bucket0
     decisions = tmp_path / "d.csv"

@@ -37,6 +37,7 @@ def page(tmp_path_factory):
     logs = root / "logs"
     store.write_run(logs, "full", _rows())
     store.write_run(logs, "nojudge", [{**r, "judge_score": None} for r in _rows()])
+    store.write_run(logs, "nondcg", [{**r, "ndcg": None} for r in _rows()])
     # one rollout per prompt, no step: a flash-like eval run
     single = [{**r, "step": None} for r in _rows() if r["rollout_idx"] == 0]
     store.write_run(logs, "single", single)
@@ -54,6 +55,14 @@ def test_runs_without_judge_scores_are_named_where_they_are_left_out(page):
         assert f"Run nojudge carries no judge score, so {what}" in text, sid
         assert "score the run with a judge" in text
         assert "Run full" not in text and "Runs full" not in text
+
+
+def test_a_run_without_ndcg_gets_a_fix_the_report_reader_can_use(page):
+    # Before: "... or pass a per-prompt score table with --scores", a flag of `curate bucket`
+    # that no report (and no run) takes.
+    text = _section(page, "judge-ndcg")
+    assert "Run nondcg carries no NDCG, so judge vs NDCG" in text
+    assert "an `ndcg` column)." in text and "--scores" not in text
 
 
 def test_a_run_without_groups_is_named_under_the_zero_variance_chart(page):

@@ -149,6 +149,13 @@ def test_ppo_steps_change_weights_lower_value_loss_and_log_rollouts(toy_world):
     rows = read_rollouts(root / "logs", ["ppo_test"]).to_pylist()
     assert len(rows) == 12 and {r["step"] for r in rows} == {1, 2, 3}
     assert all(r["advantage"] is not None and r["reward"] is not None for r in rows)
+    # the share of (step, prompt) groups with reward variance, as train grpo reports it
+    groups: dict[tuple, list[float]] = {}
+    for r in rows:
+        groups.setdefault((r["step"], r["uid"]), []).append(r["reward"])
+    assert len(groups) == 6
+    mixed = sum(max(g) - min(g) > 1e-12 for g in groups.values())
+    assert result.informative_group_share == pytest.approx(mixed / 6)
     critic, _ = load_value_model(result.critic_dir)
     assert critic.head_type == "linear" and critic.unfreeze == 2
     assert (root / "out" / "model.safetensors").is_file()

@@ -183,6 +183,45 @@ def grouped_rows(df: pl.DataFrame, store: EmbeddingStore) -> GroupedRows:
     )
 
 
+def flat_groups(data: GroupedRows, tol: float = 1e-9) -> dict[str, int]:
+    """Query groups with no reward variance, which no RL phase learns from: GRPO's and
+    REINFORCE++'s group advantages are 0 and RCE's weights are uniform (they copy the sampled
+    pointers whatever their reward). Counts ``groups``, ``flat`` (all of them), of those
+    ``one_candidate`` (a single pointer pair) and ``same_reward`` (several, one reward)."""
+    counts = (data.starts[1:] - data.starts[:-1]).tolist()
+    one = same = 0
+    for g, n in enumerate(counts):
+        r = data.rewards[int(data.starts[g]) : int(data.starts[g + 1])]
+        if n == 1:
+            one += 1
+        elif float(r.max() - r.min()) <= tol:
+            same += 1
+    return {"groups": len(counts), "flat": one + same, "one_candidate": one, "same_reward": same}
+
+
+def check_signal(flat: dict[str, int], path: Path) -> str | None:
+    """Refuse ``path``'s rows when no query group has reward variance (RL would train on zero
+    advantages and say nothing); else a warning naming the share of flat groups, or None."""
+    g, n = flat["groups"], flat["flat"]
+    why = (
+        f"{flat['one_candidate']:,} have one candidate pointer pair and {flat['same_reward']:,} "
+        "the same reward on every candidate"
+    )
+    if g and n == g:
+        raise ValueError(
+            f"--data {path}: none of its {g:,} queries can teach the RL phases anything ({why}), "
+            "so every advantage would be 0; nothing was written. Generate more candidates per "
+            "query (`ddai pointer gen --num-beams/--n-per-temp/--num-random`), or a reward that "
+            "separates them (`ddai pointer process --quality beam|logprob`)"
+        )
+    if not n:
+        return None
+    return (
+        f"{n:,} of {g:,} queries ({n / g:.0%}) carry no learning signal ({why}); RL learns "
+        "from the other queries only"
+    )
+
+
 def nearest_labels(store: EmbeddingStore) -> dict[str, list[str]]:
     """Each query's two most similar candidates (a pool is stored most similar first): the
     similarity annotator's labels, for a world that brings none."""

@@ -13,6 +13,7 @@ The settings (``PointerTrainConfig``, ``OptimConfig``, ``RLConfig``, the phase g
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,8 @@ from ddai.trainer.pointer.config import (
 from ddai.trainer.pointer.data import (
     GroupedRows,
     check_rows,
+    check_signal,
+    flat_groups,
     grouped_rows,
     label_pointers,
     nearest_labels,
@@ -47,6 +50,8 @@ from ddai.trainer.pointer.model import (
     load_pointer,
     save_pointer,
 )
+
+log = logging.getLogger(__name__)
 
 
 def _step(
@@ -304,6 +309,10 @@ def run_train(cfg: PointerTrainConfig) -> dict[str, Any]:
     else:
         record = manifest.start("pointer.train", params, inputs, seed=cfg.optim.seed)
         data = grouped_rows(check_rows(pl.read_parquet(cfg.data), cfg.data), store)
+        flat = flat_groups(data)
+        warning = check_signal(flat, cfg.data)
+        if warning and main:
+            log.warning("--data %s: %s", cfg.data, warning)
         history = fit_rl(
             model,
             q_all,
@@ -316,9 +325,18 @@ def run_train(cfg: PointerTrainConfig) -> dict[str, Any]:
             accelerator=acc,
         )
         record.rows_in = record.rows_out = data.pointers.shape[0]
-        summary |= {"rows": data.pointers.shape[0], "queries": data.n_groups}
+        summary |= {
+            "rows": data.pointers.shape[0],
+            "queries": data.n_groups,
+            "queries without reward variance": flat["flat"],
+            **({"warning": warning} if warning else {}),
+        }
+        for h in history:  # the share each epoch trained on (the groups are the data's)
+            h["rl/flat_group_share"] = flat["flat"] / flat["groups"]
+        record.notes = {"flat_groups": flat}
     changed = sum(not torch.equal(before[k], v) for k, v in model.state_dict().items())
     record.notes = {
+        **(record.notes or {}),
         "final": history[-1] if history else {},
         "tensors_changed": changed,
         "processes": acc.num_processes,

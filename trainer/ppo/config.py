@@ -172,3 +172,6 @@ class PPOResult(LoggedRunResult):
     preflight: str = "skipped"
     resumed_from: int = 0
     """The checkpoint step this run continued from (0: a fresh run)."""
+    informative_group_share: float | None = None
+    """Share of prompt groups with reward variance, as in ``GRPOResult`` (None with
+    ``n_agent`` 1: a one-rollout group has no variance to measure)."""

@@ -519,4 +519,5 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
         zero_variance_steps=zero_variance.count,
         preflight=preflight_status(report),
         resumed_from=start,
+        informative_group_share=zero_variance.informative_share,
     )

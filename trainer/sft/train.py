@@ -23,6 +23,7 @@ from ddai.pipelines import io
 from ddai.trainer import common
 from ddai.trainer.runtime import dist
 from ddai.trainer.search.chat import ensure_training_template, normalize_messages
+from ddai.trainer.sft import fit
 from ddai.trainer.sft.images import (
     ImageConversation,
     MissingImage,
@@ -88,6 +89,9 @@ class SFTResult:
     lora: bool
     images: int = 0
     """Images the training rows show (0 for a text model)."""
+    cut_at_max_length: int | None = None
+    """Rows longer than ``max_length`` (their later turns untrained); None when not counted (a
+    VLM, packing, or no ``max_length``)."""
 
 
 def read_rows(paths: list[Path]) -> list[dict[str, Any]]:
@@ -215,6 +219,8 @@ class SFTSetup:
     images: int
     before: dict[str, Any]
     """The starting weights (``parameter_snapshot``), taken before any LoRA wrapping."""
+    cut: int | None = None
+    """Rows longer than ``max_length`` (``fit.cut_count``), None when not counted."""
 
 
 def build_sft(cfg: SFTRunConfig) -> SFTSetup:
@@ -236,6 +242,7 @@ def build_sft(cfg: SFTRunConfig) -> SFTSetup:
     if load_processor(cfg.model) is not None:
         # A VLM: TRL's vision path; TRL patches the processor's template for assistant-only loss.
         image_convs, dropped = load_image_conversations(cfg.data, cfg.image_root)
+        convs = None  # lengths are not counted: images expand to model-specific token counts
         model, tok = load_vision_model(cfg.model, dtype=cfg.dtype)
         train_dataset = vision_dataset(image_convs)
         n_rows, n_images = len(image_convs), sum(len(c.images) for c in image_convs)
@@ -259,6 +266,7 @@ def build_sft(cfg: SFTRunConfig) -> SFTSetup:
             task_type="CAUSAL_LM",
         )
     _, metrics_file = common.split_report_to(cfg.report_to)
+    out_existed = Path(cfg.output_dir).exists()
     trainer = SFTTrainer(
         model=model,
         args=args,
@@ -268,7 +276,22 @@ def build_sft(cfg: SFTRunConfig) -> SFTSetup:
         callbacks=common.build_callbacks(cfg.output_dir, metrics_file, progress=cfg.progress),
     )
     common.finish_trainer_setup(trainer)
-    return SFTSetup(trainer, tok, n_rows, dropped, n_images, before)
+    cut = None
+    if args.max_length is not None and not args.packing:
+        # TRL truncated every row to max_length and dropped those left with no trained token
+        kept = len(trainer.train_dataset)
+        try:
+            fit.check_kept(n_rows, kept, args.max_length, cfg.data, dropped)
+        except common.TrainConfigError:
+            if not out_existed:  # the trainer made the folder: leave nothing behind
+                fit.remove_if_empty(Path(cfg.output_dir))
+            raise
+        if convs is not None:
+            # the dropped rows are longer too; count the trained ones that lose their tail
+            cut = fit.cut_count(tok, convs, args.max_length) - (n_rows - kept)
+            fit.warn_cut(cut, kept, args.max_length)
+        n_rows = kept
+    return SFTSetup(trainer, tok, n_rows, dropped, n_images, before, cut)
 
 
 def run_sft(cfg: SFTRunConfig) -> SFTResult:
@@ -302,6 +325,7 @@ def run_sft(cfg: SFTRunConfig) -> SFTResult:
         changed_parameters=changed,
         lora=cfg.lora,
         images=setup.images,
+        cut_at_max_length=setup.cut,
     )
 
 

@@ -94,13 +94,18 @@ def test_judge_local_writes_a_new_run_with_scores_and_reasons(logs):
     t = store.read_rollouts(logs, ["r1@local"]).sort_by(
         [("uid", "ascending"), ("rollout_idx", "ascending")]
     )
-    assert t.column("judge_score").to_pylist() == [1.0, 1.0, 0.0, 1.0, 1.0, 0.5]
+    # the row with no answer is not this judge's: null, not the old 0.5 of another judge
+    assert t.column("judge_score").to_pylist() == [1.0, 1.0, 0.0, 1.0, 1.0, None]
+    assert s["not_scored_by_this_judge_null"] == 1
     extra = json.loads(t.column("extra")[0].as_py())
     assert (
         extra["prev_judge_score"] == 0.5
         and extra["judge_backend"] == "local"
         and extra["source"] == "test"
     )
+    skipped = json.loads(t.column("extra")[5].as_py())
+    assert skipped["judge_skipped"] == "no answer" and skipped["prev_judge_score"] == 0.5
+    assert "judge_reason" not in skipped
     # the source run is untouched
     assert pc.sum(store.read_rollouts(logs, ["r1"]).column("judge_score")).as_py() == pytest.approx(
         3.0
@@ -225,6 +230,14 @@ def test_judge_in_place_keeps_the_old_score_in_extra(logs):
     )
     assert t.column("judge_score").to_pylist() == [1.0, 1.0, 0.0, 1.0, 1.0, 0.5]
     assert {json.loads(e)["prev_judge_score"] for e in t.column("extra").to_pylist()[:5]} == {0.5}
+    # in place loses nothing, but the one row the judge skipped keeps another judge's score:
+    # marked on the row, counted in the summary and the manifest
+    kept = json.loads(t.column("extra")[5].as_py())
+    assert kept["judge_kept_previous"] is True and kept["judge_skipped"] == "no answer"
+    s = json.loads(res.output)
+    assert s["kept_previous_judge_score"] == 1 and "mixes two judges" in s["note"]
+    rows_info = store.run_manifest(logs, "r1")["judge_rows"]
+    assert rows_info == {"scored": 5, "skipped": 1, "failed": 0, "kept_previous": 1}
     res = runner.invoke(
         app, ["judge", "--logs", str(logs), "--run", "r1", "--in-place", "--out-run", "x"]
     )
@@ -277,3 +290,26 @@ def test_judge_into_an_existing_other_run_is_refused(logs):
     args = ["judge", "--logs", str(logs), "--run", "r1", "--judge", "local", "--out-run", "mine"]
     assert runner.invoke(app, args).exit_code == 0
     assert runner.invoke(app, args).exit_code == 0
+
+
+def test_a_new_outcome_replaces_the_markers_of_an_earlier_one():
+    from ddai.pipelines.backends import JudgeResult
+    from ddai.pipelines.backends.rejudge import _new_scores
+
+    stale = json.dumps({"judge_error": "http-429: quota", "judge_kept_previous": True, "k": 1})
+    rows = [
+        {"judge_score": 0.5, "extra": stale, "answer": "a", "reference_answer": "a"},
+        {"judge_score": 0.5, "extra": stale, "answer": "b", "reference_answer": "a"},
+    ]
+    results = [JudgeResult(1.0, "same"), JudgeResult(None, "", error="timeout")]
+    # --retry-failed in place: row 0 is scored now, row 1 fails again and keeps 0.5
+    scores, extras, counts = _new_scores(rows, [0, 1], results, "j", in_place=True)
+    assert scores == [1.0, 0.5]
+    assert json.loads(extras[0]) == {
+        "k": 1,
+        "prev_judge_score": 0.5,
+        "judge_reason": "same",
+        "judge_backend": "j",
+    }
+    assert json.loads(extras[1]) == {"k": 1, "judge_error": "timeout", "judge_kept_previous": True}
+    assert counts == {"scored": 1, "skipped": 0, "failed": 1, "kept_previous": 1}

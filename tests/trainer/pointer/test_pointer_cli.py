@@ -173,3 +173,60 @@ def test_rl_training_on_empty_processed_data_names_the_file(tmp_path):
     said = " ".join(res.output.split())
     assert f"--data {data}: no processed pointer rows" in said and "ddai pointer process" in said
     assert not (tmp_path / "rl").exists()
+
+
+def _processed(path, query_ids: list[str], rewards: dict[str, list[float]]) -> None:
+    """Processed pointer rows: per query one row per reward, pointers (0, 1), (0, 2), …"""
+    rows = [
+        {"query_id": q, "pointer": [0, i + 1], "reward": r, "logprob_score": -1.0}
+        for q in query_ids
+        for i, r in enumerate(rewards.get(q, [1.0]))
+    ]
+    pl.DataFrame(rows).write_parquet(path)
+
+
+@pytest.fixture
+def sft_store(tmp_path):
+    w, store = tmp_path / "world", tmp_path / "store.safetensors"
+    ddai("world", w, "--queries", 12, "--demos", 20, "--seed", 1)
+    ddai("embed", w, "--out", store, "--k", 4)
+    ddai("train", "--store", store, "--out", tmp_path / "sft", "--mode", "sft", "--epochs", 1,
+         "--world", w)  # fmt: skip
+    from ddai.pipelines.pointer.store import load_store
+
+    return store, load_store(store).query_ids
+
+
+@pytest.mark.parametrize("phases", ["rce:1", "grpo:1", "reinforcepp:1"])
+def test_rl_training_without_reward_variance_exits_2(tmp_path, sft_store, phases):
+    # Before: exit 0 after training on all-zero advantages (RCE: copying the sampled pointers).
+    store, qids = sft_store
+    data = tmp_path / "flat.parquet"
+    # 3 queries with one candidate, 2 with three candidates of one reward
+    _processed(data, qids[:5], {q: [0.5, 0.5, 0.5] for q in qids[3:5]})
+    res = runner.invoke(
+        app,
+        ["pointer", "train", "--store", str(store), "--data", str(data), "--init",
+         str(tmp_path / "sft"), "--phases", phases, "--out", str(tmp_path / "rl")],
+    )  # fmt: skip
+    assert res.exit_code == 2, res.output
+    said = " ".join(res.output.split())
+    assert f"--data {data}: none of its 5 queries can teach" in said
+    assert "3 have one candidate pointer pair and 2 the same reward" in said
+    assert not (tmp_path / "rl").exists()
+
+
+def test_rl_training_with_some_flat_queries_warns_and_records_the_share(tmp_path, sft_store):
+    store, qids = sft_store
+    data = tmp_path / "some.parquet"
+    # 4 queries: one with reward variance, three flat (one candidate each) → share 3/4
+    _processed(data, qids[:4], {qids[0]: [1.0, -1.0]})
+    s = ddai("train", "--store", store, "--data", data, "--init", tmp_path / "sft",
+             "--phases", "grpo:2", "--out", tmp_path / "rl")  # fmt: skip
+    assert s["queries"] == 4 and s["queries_without_reward_variance"] == 3
+    assert "3 of 4 queries (75%) carry no learning signal" in s["warning"]
+    assert s["rl/flat_group_share"] == 0.75
+    history = [json.loads(x) for x in (tmp_path / "rl" / "history.jsonl").read_text().splitlines()]
+    assert [h["rl/flat_group_share"] for h in history] == [0.75, 0.75]
+    notes = json.loads((tmp_path / "rl" / "model.safetensors.manifest.json").read_text())["notes"]
+    assert notes["flat_groups"] == {"groups": 4, "flat": 3, "one_candidate": 3, "same_reward": 0}
