@@ -249,7 +249,9 @@ def check_cmd(
         Path | None,
         typer.Option(
             "--report",
-            help="The report JSONL. Default: <out>.report.jsonl, else <FILE>.report.jsonl.",
+            help="The report JSONL. Default: <out>.report.jsonl; without --out, "
+            "<workspace>/checks/<FILE name>.report.jsonl (the workspace: $DDAI_HOME or "
+            "./ddai-work), so nothing is written beside FILE.",
         ),
     ] = None,
     drop_forced: DropForcedOpt = False,

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines import manifest
+from ddai.pipelines import manifest, workspace
 from ddai.pipelines.distill import formats
 from ddai.pipelines.distill.rules import ClaimRules
 from ddai.pipelines.distill.run import progress_iter, report_path, write_report
@@ -28,7 +28,9 @@ class CheckConfig:
     out: Path | None = None
     """Where to write the cleaned file (same shape as ``file``); None: report only."""
     report: Path | None = None
-    """The report (default: ``<out>.report.jsonl``, else ``<file>.report.jsonl``)."""
+    """The report (default: ``<out>.report.jsonl``; without ``out``, ``<workspace>/checks/<file
+    name>.report.jsonl``: a check writes nothing beside the file it reads, which may be a
+    shared dataset folder)."""
     drop_forced: bool = False
     drop_system_errors: bool = False
     drop_repeated_queries: bool = False
@@ -43,7 +45,11 @@ class CheckConfig:
 
     @property
     def report_file(self) -> Path:
-        return self.report or report_path(self.out or self.file)
+        if self.report is not None:
+            return self.report
+        if self.out is not None:
+            return report_path(self.out)
+        return report_path(workspace.home() / "checks" / Path(self.file).name)
 
 
 def check_candidates(

@@ -440,6 +440,14 @@ def test_cli_distill_check_convert(logs, tmp_path):
     )
     assert res.exit_code == 0, res.output
     assert json.loads(res.output)["dropped"] == {"forced-completion": 1}
+    # without --out or --report the report goes to the workspace, never beside the file read
+    home = tmp_path / "home"
+    before = sorted(tmp_path.iterdir())
+    res = runner.invoke(app, ["distill", "check", str(out), "--json"], env={"DDAI_HOME": str(home)})
+    assert res.exit_code == 0, res.output
+    report = home / "checks" / "sft.parquet.report.jsonl"
+    assert json.loads(res.output)["report"] == str(report) and report.is_file()
+    assert sorted(tmp_path.iterdir()) == sorted([*before, home])  # nothing new beside sft.parquet
     m = tmp_path / "m.parquet"
     res = runner.invoke(
         app, ["distill", "convert", str(out), "--to", "messages", "--out", str(m), "--json"]
