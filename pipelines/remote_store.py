@@ -8,9 +8,9 @@ protocol (rename the parts in, replace ``_manifest.json`` last, under ``flock``)
    ``store.PartitionWriter``, which stages itself);
 2. the staged parts are uploaded under their unique names (``part-<time>-<id>.parquet``):
    invisible, since readers read only the files a manifest lists;
-3. ``_manifest.json`` is put last with a conditional PUT: ``If-None-Match: *`` for a new run,
-   ``If-Match: <etag read>`` over the version it replaces or appends to (GCS:
-   ``ifGenerationMatch`` 0 / the generation read). That put is the commit;
+3. the manifest is committed last as the next delta of the run's manifest log
+   (``run_id=R/_log/<seq>.json``, ``manifest_log``), created with a conditional PUT
+   (``If-None-Match: *``; GCS: ``ifGenerationMatch=0``). That put is the commit;
    when another writer committed in between, the put fails, the manifest is merged again over
    the new version (an append keeps both appends) and put again, unless the write read the run
    first (``if_unchanged``) or its duplicate check missed rollouts committed meanwhile: then
