@@ -89,7 +89,7 @@ def test_replace_keeps_old_parts_through_the_grace_period(store_env, tmp_path, m
     man = store.run_manifest(logs, "r1")
     assert remote_store.collect_garbage(f"{store_env}/logs/run_id=r1", man) == [first]
     assert objstore.listdir(f"{store_env}/logs/run_id=r1") == sorted(
-        ["_manifest.json", man["files"][0]["name"]]
+        [store.MANIFEST, store.LOG_DIR, man["files"][0]["name"]]
     )
 
 
@@ -102,7 +102,7 @@ def test_a_concurrent_append_between_read_and_commit_is_merged_not_lost(
     raced = []
 
     def put_after_a_rival(url, data, **kw):
-        if url.endswith(store.MANIFEST) and not raced:
+        if f"/{store.LOG_DIR}/" in url and not raced:  # the commit: the log's next delta
             raced.append(url)
             # another machine's append commits between our read of the manifest and our put
             _ingest(_source(tmp_path, "rival.jsonl", 1, bad=False, uid="w"), logs, append=True)
@@ -218,7 +218,7 @@ def test_a_rewrite_loses_a_race_at_the_conditional_put_and_writes_nothing(store_
     real_put = objstore.put_bytes
 
     def put_after_a_rival(url, data, **kw):
-        if url.endswith(store.MANIFEST):
+        if f"/{store.LOG_DIR}/" in url:  # the commit: the log's next delta
             monkeypatch.setattr(objstore, "put_bytes", real_put)
             store.write_run(logs, "r", _rows(["rival"]), append=True)
         return real_put(url, data, **kw)
