@@ -4,6 +4,7 @@ deltas into exactly the manifest the previous code wrote (``tests/support/old_ma
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -161,7 +162,7 @@ def test_bytes_per_commit_stay_flat_and_checkpoints_are_geometric(tmp_path):
     # outweigh it, so the step gaps grow about geometrically and stay few
     steps = [s for s, _ in checkpoints]
     assert steps[0] == 1 and 4 <= len(steps) <= 12, steps
-    gaps = [b - a for a, b in zip(steps, steps[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(steps)]
     assert gaps[-1] > gaps[0], gaps
     total = sum(per_commit) + sum(size for _, size in checkpoints)
     final = len(json.dumps(store.run_manifest(logs, RUN), indent=2))
@@ -243,7 +244,7 @@ def _race(logs, n: int) -> None:
             for k in range(n):
                 step = who * 100 + k
                 store.write_run(logs, RUN, _rows(step), append=True)
-        except BaseException as e:  # noqa: BLE001 (reported below)
+        except BaseException as e:
             errors.append(e)
 
     threads = [threading.Thread(target=writer, args=(w,)) for w in (1, 2)]
