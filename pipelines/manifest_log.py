@@ -165,7 +165,7 @@ def _read_once(part: str | os.PathLike[str]) -> LogState:
         if tag is not None:
             with contextlib.suppress(FileNotFoundError):  # removed since: a taken-back run
                 raw = objstore.read_bytes(objstore.join(url, MANIFEST))
-        names = _listdir(objstore.join(url, LOG_DIR))
+        names = listdir_fresh(objstore.join(url, LOG_DIR))
     else:
         p = Path(part)
         ck = p / MANIFEST
@@ -198,7 +198,7 @@ def _read_once(part: str | os.PathLike[str]) -> LogState:
     return state
 
 
-def _listdir(url: str) -> list[str]:
+def listdir_fresh(url: str) -> list[str]:
     """Names under ``url/``, listed afresh (a cached listing would hide new commits)."""
     fs = objstore.fsspec_fs(url)
     try:
@@ -225,7 +225,7 @@ def is_committed(part: str | os.PathLike[str]) -> bool:
     if url is not None:
         if objstore.isfile(objstore.join(url, MANIFEST)):
             return True
-        return any(_seq_of(n) is not None for n in _listdir(objstore.join(url, LOG_DIR)))
+        return any(_seq_of(n) is not None for n in listdir_fresh(objstore.join(url, LOG_DIR)))
     p = Path(part)
     if (p / MANIFEST).is_file():
         return True
