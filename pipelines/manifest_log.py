@@ -156,28 +156,52 @@ def read_state(part: str | os.PathLike[str]) -> LogState:
     raise AssertionError("unreachable")
 
 
+@dataclass
+class _Folded:
+    """What this process last folded of a partition: reused while the checkpoint and the last
+    delta read are the same objects, so a read fetches only the deltas committed since."""
+
+    checkpoint_id: Any
+    last_id: Any
+    text: str | None
+    """The folded manifest as JSON (each read returns a fresh dict the caller may change)."""
+    state: LogState
+
+
+_FOLDED: dict[str, _Folded] = {}
+_FOLDED_MAX = 256
+
+
 def _read_once(part: str | os.PathLike[str]) -> LogState:
     url = objstore.url_of(part)
-    tag = None
     if url is not None:
-        tag = objstore.etag(objstore.join(url, MANIFEST))
-        raw = None
-        if tag is not None:
-            with contextlib.suppress(FileNotFoundError):  # removed since: a taken-back run
-                raw = objstore.read_bytes(objstore.join(url, MANIFEST))
-        names = listdir_fresh(objstore.join(url, LOG_DIR))
+        ck_id: Any = objstore.etag(objstore.join(url, MANIFEST))
+        ids: dict[int, Any] = _list_ids(objstore.join(url, LOG_DIR))
+        key = url
     else:
         p = Path(part)
-        ck = p / MANIFEST
-        raw = ck.read_bytes() if ck.is_file() else None
+        ck_id = _file_id(p / MANIFEST)
         log = p / LOG_DIR
         names = os.listdir(log) if log.is_dir() else []
-    man: dict[str, Any] | None = None
-    cseq = 0
-    if raw is not None:
-        man = json.loads(raw)
-        cseq = int(man.pop(SEQ_KEY, 0))
-    seqs = sorted(s for s in map(_seq_of, names) if s is not None and s > cseq)
+        ids = {s: None for s in map(_seq_of, names) if s is not None}
+        key = os.path.abspath(p)
+    tag = ck_id if url is not None else None  # the checkpoint's version, for its put
+    cached = _FOLDED.get(key)
+    if cached is not None and not _still(cached, ck_id, ids, part, url):
+        cached = None
+    if cached is not None:
+        base = cached.state
+        state = LogState(
+            json.loads(cached.text) if cached.text is not None else None,
+            base.seq, base.checkpoint_seq, base.checkpoint_bytes, base.delta_bytes, tag,
+        )  # fmt: skip
+    else:
+        raw = _read_checkpoint(part, url, ck_id)
+        man = json.loads(raw) if raw is not None else None
+        cseq = int(man.pop(SEQ_KEY, 0)) if man is not None else 0
+        state = LogState(man, cseq, cseq, len(raw) if raw is not None else 0, 0, tag)
+    cseq = state.checkpoint_seq
+    seqs = sorted(s for s in ids if s > cseq)
     if seqs and seqs != list(range(cseq + 1, cseq + 1 + len(seqs))):
         missing = next(i for i in range(cseq + 1, seqs[-1]) if i not in set(seqs))
         where = objstore.display(part) if url else os.fspath(part)
@@ -186,16 +210,89 @@ def _read_once(part: str | os.PathLike[str]) -> LogState:
             f"{missing} (the checkpoint covers {cseq}, the log goes on to {seqs[-1]}); the "
             "store is damaged: restore the missing file from a backup, or ingest the run again"
         )
-    bodies = _read_deltas(part, url, seqs)
-    state = LogState(man, cseq, cseq, len(raw) if raw is not None else 0, 0, tag)
-    for seq, body in zip(seqs, bodies, strict=True):
+    todo = [s for s in seqs if s > state.seq]
+    for seq, body in zip(todo, _read_deltas(part, url, todo), strict=True):
         delta = json.loads(body)
         if delta.get("seq") != seq:
             raise ManifestLogGap(f"run {_run_of(part)!r}: {delta_name(seq)} holds another commit")
         state.manifest = apply(state.manifest or {}, delta)
         state.seq = seq
         state.delta_bytes += len(body)
+    if len(_FOLDED) >= _FOLDED_MAX:
+        _FOLDED.clear()
+    last = _delta_id(part, url, ids, state.seq) if state.seq > cseq else None
+    text = json.dumps(state.manifest, ensure_ascii=False) if state.manifest is not None else None
+    _FOLDED[key] = _Folded(ck_id, last, text, LogState(None, *_numbers(state)))
     return state
+
+
+def _numbers(state: LogState) -> tuple[int, int, int, int, str | None]:
+    return (
+        state.seq,
+        state.checkpoint_seq,
+        state.checkpoint_bytes,
+        state.delta_bytes,
+        state.checkpoint_tag,
+    )
+
+
+def _still(
+    cached: _Folded,
+    ck_id: Any,
+    ids: dict[int, Any],
+    part: str | os.PathLike[str],
+    url: str | None,
+) -> bool:
+    """Whether ``cached`` still stands: the same checkpoint, and its last delta still there, the
+    same object (a rolled-back commit's number may be taken again by another commit)."""
+    if ck_id is None or cached.checkpoint_id != ck_id:
+        return False
+    seq = cached.state.seq
+    if seq == cached.state.checkpoint_seq:
+        return True
+    return seq in ids and _delta_id(part, url, ids, seq) == cached.last_id
+
+
+def _file_id(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+def _delta_id(part: str | os.PathLike[str], url: str | None, ids: dict[int, Any], seq: int) -> Any:
+    if url is not None:
+        return ids.get(seq)
+    return _file_id(Path(part) / LOG_DIR / delta_name(seq))
+
+
+def _read_checkpoint(part: str | os.PathLike[str], url: str | None, ck_id: Any) -> bytes | None:
+    if url is None:
+        path = Path(part) / MANIFEST
+        try:
+            return path.read_bytes()
+        except FileNotFoundError:
+            return None
+    if ck_id is None:
+        return None
+    # removed since the HEAD (a taken-back run): FileNotFoundError, and read_state reads again
+    return objstore.read_bytes(objstore.join(url, MANIFEST))
+
+
+def _list_ids(url: str) -> dict[int, Any]:
+    """The deltas under ``url/`` (listed afresh): sequence number → the object's version."""
+    fs = objstore.fsspec_fs(url)
+    try:
+        entries = fs.ls(objstore.key_of(url), detail=True, refresh=True)
+    except FileNotFoundError:
+        return {}
+    out = {}
+    for e in entries:
+        seq = _seq_of(str(e["name"]).rstrip("/").rsplit("/", 1)[-1])
+        if seq is not None:
+            out[seq] = e.get("ETag") or e.get("etag") or e.get("generation") or e.get("md5Hash")
+    return out
 
 
 def listdir_fresh(url: str) -> list[str]:
@@ -266,7 +363,7 @@ def commit(
         or state.delta_bytes + len(body) > state.checkpoint_bytes
     )
     url = objstore.url_of(part)
-    ckpt = (json.dumps({SEQ_KEY: seq, **man}, indent=2, ensure_ascii=False) + "\n").encode()
+    ckpt = _checkpoint(seq, man) if due else b""
     if url is not None:
         objstore.put_bytes(objstore.join(url, LOG_DIR, delta_name(seq)), body, create=True)
         io.crash_point(f"manifest-checkpoint:{_run_of(part)}")
@@ -292,6 +389,10 @@ def commit(
     if due:
         io.write_text(p / MANIFEST, ckpt.decode())
     return Committed(seq, man, due)
+
+
+def _checkpoint(seq: int, man: dict[str, Any]) -> bytes:
+    return (json.dumps({SEQ_KEY: seq, **man}, indent=2, ensure_ascii=False) + "\n").encode()
 
 
 def _dumps(obj: Any) -> bytes:
