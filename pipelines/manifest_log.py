@@ -175,9 +175,17 @@ _FOLDED_MAX = 256
 def _read_once(part: str | os.PathLike[str]) -> LogState:
     url = objstore.url_of(part)
     if url is not None:
-        ck_id: Any = objstore.etag(objstore.join(url, MANIFEST))
         ids: dict[int, Any] = _list_ids(objstore.join(url, LOG_DIR))
         key = url
+        known = _FOLDED.get(key)
+        if known is not None and known.last_id is not None:
+            # the last delta this process folded is still there, the same object: fold on from
+            # it (deltas are never removed, so no newer checkpoint is needed; one request less)
+            ck_id: Any = known.checkpoint_id if ids.get(known.state.seq) == known.last_id else None
+        else:
+            ck_id = None
+        if ck_id is None:
+            ck_id = objstore.etag(objstore.join(url, MANIFEST))
     else:
         p = Path(part)
         ck_id = _file_id(p / MANIFEST)
@@ -220,7 +228,7 @@ def _read_once(part: str | os.PathLike[str]) -> LogState:
         state.delta_bytes += len(body)
     if len(_FOLDED) >= _FOLDED_MAX:
         _FOLDED.clear()
-    last = _delta_id(part, url, ids, state.seq) if state.seq > cseq else None
+    last = _delta_id(part, url, ids, state.seq) if state.seq > 0 else None
     text = json.dumps(state.manifest, ensure_ascii=False) if state.manifest is not None else None
     _FOLDED[key] = _Folded(ck_id, last, text, LogState(None, *_numbers(state)))
     return state
@@ -375,6 +383,7 @@ def commit(
                 )
             except objstore.ConflictError:
                 due = False  # another writer's checkpoint: as good (deltas cover the rest)
+                _FOLDED.pop(url, None)  # what this process knew of the checkpoint is old
         return Committed(seq, man, due)
     p = Path(part)
     log = p / LOG_DIR
