@@ -264,7 +264,7 @@ def _still(
 def _file_id(path: Path) -> tuple[int, int, int] | None:
     try:
         st = path.stat()
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
     return (st.st_ino, st.st_mtime_ns, st.st_size)
 
@@ -280,7 +280,7 @@ def _read_checkpoint(part: str | os.PathLike[str], url: str | None, ck_id: Any) 
         path = Path(part) / MANIFEST
         try:
             return path.read_bytes()
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             return None
     if ck_id is None:
         return None

@@ -91,6 +91,8 @@ def _read_manifest(part: str | os.PathLike[str]) -> dict[str, Any] | None:
 def partition_manifest(path: str | os.PathLike[str]) -> dict[str, Any] | None:
     """The committed manifest of ``path`` when it is a run's partition (a folder or URL holding a
     manifest checkpoint or log), else None (any other file or folder)."""
+    if not objstore.is_url(path) and not Path(path).is_dir():
+        return None
     return _read_manifest(path)
 
 
