@@ -175,17 +175,8 @@ _FOLDED_MAX = 256
 def _read_once(part: str | os.PathLike[str]) -> LogState:
     url = objstore.url_of(part)
     if url is not None:
-        ids: dict[int, Any] = _list_ids(objstore.join(url, LOG_DIR))
-        key = url
-        known = _FOLDED.get(key)
-        if known is not None and known.last_id is not None:
-            # the last delta this process folded is still there, the same object: fold on from
-            # it (deltas are never removed, so no newer checkpoint is needed; one request less)
-            ck_id: Any = known.checkpoint_id if ids.get(known.state.seq) == known.last_id else None
-        else:
-            ck_id = None
-        if ck_id is None:
-            ck_id = objstore.etag(objstore.join(url, MANIFEST))
+        state, ids, ck_id, key = _read_remote(url)
+        base = state.seq  # listed from there on (a complete listing would grow with the run)
     else:
         p = Path(part)
         ck_id = _file_id(p / MANIFEST)
@@ -193,30 +184,21 @@ def _read_once(part: str | os.PathLike[str]) -> LogState:
         names = os.listdir(log) if log.is_dir() else []
         ids = {s: None for s in map(_seq_of, names) if s is not None}
         key = os.path.abspath(p)
-    tag = ck_id if url is not None else None  # the checkpoint's version, for its put
-    cached = _FOLDED.get(key)
-    if cached is not None and not _still(cached, ck_id, ids, part, url):
-        cached = None
-    if cached is not None:
-        base = cached.state
-        state = LogState(
-            json.loads(cached.text) if cached.text is not None else None,
-            base.seq, base.checkpoint_seq, base.checkpoint_bytes, base.delta_bytes, tag,
-        )  # fmt: skip
-    else:
-        raw = _read_checkpoint(part, url, ck_id)
-        man = json.loads(raw) if raw is not None else None
-        cseq = int(man.pop(SEQ_KEY, 0)) if man is not None else 0
-        state = LogState(man, cseq, cseq, len(raw) if raw is not None else 0, 0, tag)
-    cseq = state.checkpoint_seq
-    seqs = sorted(s for s in ids if s > cseq)
-    if seqs and seqs != list(range(cseq + 1, cseq + 1 + len(seqs))):
-        missing = next(i for i in range(cseq + 1, seqs[-1]) if i not in set(seqs))
+        cached = _FOLDED.get(key)
+        if cached is not None and _still(cached, ck_id, ids, part, url):
+            state = _from(cached, None)
+        else:
+            raw = _read_checkpoint(part, url, ck_id)
+            state = _from_checkpoint(raw, None)
+        base = state.checkpoint_seq  # the whole log is listed: every number after it is checked
+    seqs = sorted(s for s in ids if s > base)
+    if seqs and seqs != list(range(base + 1, base + 1 + len(seqs))):
+        missing = next(i for i in range(base + 1, seqs[-1]) if i not in set(seqs))
         where = objstore.display(part) if url else os.fspath(part)
         raise ManifestLogGap(
             f"run {_run_of(part)!r}: its manifest log ({where}/{LOG_DIR}) misses commit "
-            f"{missing} (the checkpoint covers {cseq}, the log goes on to {seqs[-1]}); the "
-            "store is damaged: restore the missing file from a backup, or ingest the run again"
+            f"{missing} (read up to {base}, the log goes on to {seqs[-1]}); the store is "
+            "damaged: restore the missing file from a backup, or ingest the run again"
         )
     todo = [s for s in seqs if s > state.seq]
     for seq, body in zip(todo, _read_deltas(part, url, todo), strict=True):
@@ -232,6 +214,35 @@ def _read_once(part: str | os.PathLike[str]) -> LogState:
     text = json.dumps(state.manifest, ensure_ascii=False) if state.manifest is not None else None
     _FOLDED[key] = _Folded(ck_id, last, text, LogState(None, *_numbers(state)))
     return state
+
+
+def _read_remote(url: str) -> tuple[LogState, dict[int, Any], Any, str]:
+    """The folded state to go on from, the deltas listed after it, the checkpoint's version."""
+    log = objstore.join(url, LOG_DIR)
+    known = _FOLDED.get(url)
+    if known is not None and known.last_id is not None:
+        ids = _list_ids(log, after=known.state.seq - 1)
+        if ids.get(known.state.seq) == known.last_id:
+            # the last delta this process folded is still there, the same object: fold on from
+            # it (deltas are never removed, so no newer checkpoint is needed)
+            return _from(known, known.checkpoint_id), ids, known.checkpoint_id, url
+    ck_id = objstore.etag(objstore.join(url, MANIFEST))
+    state = _from_checkpoint(_read_checkpoint(url, url, ck_id), ck_id)
+    return state, _list_ids(log, after=state.seq), ck_id, url
+
+
+def _from(cached: _Folded, tag: Any) -> LogState:
+    base = cached.state
+    return LogState(
+        json.loads(cached.text) if cached.text is not None else None,
+        base.seq, base.checkpoint_seq, base.checkpoint_bytes, base.delta_bytes, tag,
+    )  # fmt: skip
+
+
+def _from_checkpoint(raw: bytes | None, tag: Any) -> LogState:
+    man = json.loads(raw) if raw is not None else None
+    cseq = int(man.pop(SEQ_KEY, 0)) if man is not None else 0
+    return LogState(man, cseq, cseq, len(raw) if raw is not None else 0, 0, tag)
 
 
 def _numbers(state: LogState) -> tuple[int, int, int, int, str | None]:
@@ -288,17 +299,34 @@ def _read_checkpoint(part: str | os.PathLike[str], url: str | None, ck_id: Any) 
     return objstore.read_bytes(objstore.join(url, MANIFEST))
 
 
-def _list_ids(url: str) -> dict[int, Any]:
-    """The deltas under ``url/`` (listed afresh): sequence number → the object's version."""
+def _list_ids(url: str, after: int = 0) -> dict[int, Any]:
+    """The deltas under ``url/`` numbered above ``after`` (listed afresh): number → the object's
+    version. On S3 the listing starts after that name (``StartAfter``): its size does not grow
+    with the run."""
     fs = objstore.fsspec_fs(url)
+    out: dict[int, Any] = {}
+    if objstore.scheme(url) == "s3":
+        bucket, _, key = objstore.key_of(url).partition("/")
+        prefix = key.rstrip("/") + "/"
+        kw: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix}
+        if after > 0:
+            kw["StartAfter"] = prefix + delta_name(after)
+        while True:
+            resp = fs.call_s3("list_objects_v2", **kw)
+            for obj in resp.get("Contents", []):
+                seq = _seq_of(obj["Key"].rsplit("/", 1)[-1])
+                if seq is not None and seq > after:
+                    out[seq] = obj.get("ETag")
+            if not resp.get("IsTruncated"):
+                return out
+            kw["ContinuationToken"] = resp["NextContinuationToken"]
     try:
         entries = fs.ls(objstore.key_of(url), detail=True, refresh=True)
     except FileNotFoundError:
         return {}
-    out = {}
     for e in entries:
         seq = _seq_of(str(e["name"]).rstrip("/").rsplit("/", 1)[-1])
-        if seq is not None:
+        if seq is not None and seq > after:
             out[seq] = e.get("ETag") or e.get("etag") or e.get("generation") or e.get("md5Hash")
     return out
 
@@ -377,13 +405,14 @@ def commit(
         io.crash_point(f"manifest-checkpoint:{_run_of(part)}")
         if due:
             tag = state.checkpoint_tag
+            # what this process folded knows the old checkpoint (its size decides the next)
+            _FOLDED.pop(url, None)
             try:  # over the version read: a slower writer never puts an older one back
                 objstore.put_bytes(
                     objstore.join(url, MANIFEST), ckpt, if_match=tag, create=tag is None
                 )
             except objstore.ConflictError:
                 due = False  # another writer's checkpoint: as good (deltas cover the rest)
-                _FOLDED.pop(url, None)  # what this process knew of the checkpoint is old
         return Committed(seq, man, due)
     p = Path(part)
     log = p / LOG_DIR

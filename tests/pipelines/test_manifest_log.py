@@ -373,3 +373,24 @@ def test_a_taken_back_commit_whose_number_is_reused_is_not_read_from_memory(tmp_
     man = store.run_manifest(logs, RUN)
     assert man["note"] == "other" and man["rollouts_total"] == 2 * step - 2
     assert manifest_log.read_state(part).seq == state.seq
+
+
+def test_an_s3_reader_lists_only_the_log_after_what_it_folded(s3_env, monkeypatch):
+    logs = f"{s3_env}/l"
+    part = f"{logs}/run_id={RUN}"
+    for step in range(1, 9):
+        store.write_run(logs, RUN, _rows(step), append=True)
+    state = manifest_log.read_state(part)
+    listed: list[dict[int, object]] = []
+    real = manifest_log._list_ids
+
+    def list_ids(url, after=0):
+        listed.append(real(url, after))
+        return listed[-1]
+
+    monkeypatch.setattr(manifest_log, "_list_ids", list_ids)
+    store.write_run(logs, RUN, _rows(9), append=True)
+    assert store.run_manifest(logs, RUN)["rollouts_total"] == 18
+    # every listing starts at the last delta folded (or the checkpoint): at most two entries
+    assert listed and all(len(ids) <= 2 for ids in listed), listed
+    assert max(s for ids in listed for s in ids) == state.seq + 1
