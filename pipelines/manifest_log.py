@@ -20,6 +20,11 @@ Deltas are never rewritten and are kept (they are small), so a reader that read 
 checkpoint always finds the deltas after it. A checkpoint is put over the version read (a
 conditional put on object storage), so a slower writer never puts an older one back.
 
+A process keeps what it last folded of each run (``_FOLDED``) and, while the checkpoint and the
+last delta it read are still the same objects, reads only the deltas committed since (on S3 the
+listing of ``_log/`` starts after that delta, ``StartAfter``): a writer appending every step
+does not re-read the run's whole manifest per commit.
+
 The folded dict is exactly the manifest the writers computed (``store.merge_record`` and the
 side-table listing are unchanged): every writer computes the full new manifest as before, only
 what is written changed.
