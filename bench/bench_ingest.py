@@ -27,6 +27,8 @@ wall time moves with the other jobs' load, CPU time much less.
     python bench/bench_ingest.py --rollouts 100000       # one size
     python bench/bench_ingest.py --big                   # adds 10M (about 10 GB of temp files)
     python bench/bench_ingest.py --inputs flash,parquet  # a subset
+    python bench/bench_ingest.py --inputs unified --rollouts 100000,1000000
+                                          # the unified log at 1M too (12M events, 6.2 GiB)
     python bench/bench_ingest.py --per-row               # also the per-row path (before/after)
 """
 
@@ -214,7 +216,13 @@ def _cpu_s() -> float:
 
 
 def _peak_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+    """Peak RSS since this process's exec (``VmHWM``; ``ru_maxrss`` would carry over the forking
+    parent's peak, which after ``make_parquet`` holds ddai and pyarrow)."""
+    with open("/proc/self/status", encoding="ascii") as fh:
+        for line in fh:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # not Linux: KiB elsewhere
 
 
 def job_polars(path: Path, out: Path) -> dict:

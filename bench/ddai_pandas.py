@@ -20,13 +20,21 @@ Inputs are written from a ddai log store in DDAI's shapes by ``write_inputs`` (D
 ``phase1.jsonl`` (one line per step and request, its agents nested, the whole file loaded as the
 script loads its one JSON object), ``flash_rm_detail.jsonl`` (one line per rollout) and
 ``unified_trajectory.jsonl`` (an ``rm.flash.detail`` event per rollout, a ``model.plan`` event per
-turn).
+turn); ``sample=k`` keeps the prompts whose uid hashes to 0 mod ``k`` (every rollout of about one
+prompt in ``k``), the inputs a memory calibration runs on.
+
+``python bench/ddai_pandas.py STEP ARGS…`` runs one step in this fresh interpreter and prints
+``{"seconds", "result", "peak_mib"}`` as JSON (``run_step``), so each step's peak RSS is its own.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
+import tempfile
+import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -37,12 +45,21 @@ import pandas as pd
 _DOC = re.compile(r"(\d+)_\d+")
 
 
-def write_inputs(files: list[str], out: Path, *, what: tuple[str, ...]) -> dict[str, Path]:
-    """DDAI-shaped logs of the rollouts in ``files`` (ddai store Parquet) under ``out``."""
+def write_inputs(
+    files: list[str], out: Path, *, what: tuple[str, ...], sample: int = 1
+) -> dict[str, Path]:
+    """DDAI-shaped logs of the rollouts in ``files`` (ddai store Parquet) under ``out``; with
+    ``sample`` > 1 only the prompts whose uid hashes to 0 mod ``sample``. A file already there
+    is kept (each is written to a temp name and renamed, so one that exists is whole)."""
     con = duckdb.connect()
     con.execute("SET enable_progress_bar = false")
-    src = "read_parquet($files)"
-    paths = {w: out / f"{w}.jsonl" for w in what}
+    # bounded: the unified log's UNION of 10M rollouts and their turns ran past 10 GB uncapped
+    con.execute("SET memory_limit = '3GB'")
+    con.execute("SET preserve_insertion_order = false")
+    where = f"WHERE hash(uid) % {int(sample)} = 0" if sample > 1 else ""
+    src = f"(SELECT * FROM read_parquet($files) {where})"
+    tag = f".sample{sample}" if sample > 1 else ""
+    paths = {w: out / f"{w}{tag}.jsonl" for w in what}
     jobs = {
         "phase1": f"""
             SELECT coalesce(step, 0) AS step, 'req-' || uid AS uuid,
@@ -70,8 +87,24 @@ def write_inputs(files: list[str], out: Path, *, what: tuple[str, ...]) -> dict[
             )""",
     }
     for w in what:
-        con.execute(f"COPY ({jobs[w]}) TO '{paths[w]}' (FORMAT json)", {"files": files})
+        if paths[w].is_file():
+            continue
+        tmp = paths[w].with_suffix(".jsonl.tmp")
+        con.execute(f"COPY ({jobs[w]}) TO '{tmp}' (FORMAT json)", {"files": files})
+        tmp.replace(paths[w])
+    con.close()
     return paths
+
+
+def sampled_rollouts(files: list[str], sample: int) -> int:
+    """Rollouts in ``write_inputs(…, sample=sample)``'s logs: the store's, counted by DuckDB."""
+    where = f"WHERE hash(uid) % {int(sample)} = 0" if sample > 1 else ""
+    q = f"SELECT count(*) FROM read_parquet($files) {where}"
+    con = duckdb.connect()
+    try:
+        return con.execute(q, {"files": files}).fetchone()[0]
+    finally:
+        con.close()
 
 
 def _load_lines(path: Path) -> list[dict[str, Any]]:
@@ -186,3 +219,71 @@ def distill(unified: Path, *, min_score: float = 1.0, max_rate: float = 0.5, top
             continue
         picked += len(sorted(wins, key=lambda r: (r["score"], r["ndcg"]), reverse=True)[:top_k])
     return picked
+
+
+STEPS = {"bucket": bucket, "focus": focus, "distill": distill}
+
+
+def _child(step: str, args: list[str]) -> None:
+    """One step in this interpreter; its result, seconds and peak RSS as one JSON line."""
+    paths = [Path(a) for a in args]
+    t = time.perf_counter()
+    if step == "focus":
+        result: Any = focus(*paths[:4], float(args[4]))
+    else:
+        result = STEPS[step](*paths)
+    seconds = time.perf_counter() - t
+    print(json.dumps({"seconds": seconds, "result": result, "peak_mib": peak_mib()}))
+
+
+def peak_mib() -> float:
+    """This process's peak RSS since its exec (``VmHWM``): ``ru_maxrss`` would carry over the
+    forking parent's peak, which is the whole bench's."""
+    with open("/proc/self/status", encoding="ascii") as fh:
+        for line in fh:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM in /proc/self/status: the peak RSS needs Linux")
+
+
+def mem_available_mib() -> float:
+    """The kernel's estimate of memory available without swapping (``/proc/meminfo``), MiB."""
+    with open("/proc/meminfo", encoding="ascii") as fh:
+        for line in fh:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError("no MemAvailable in /proc/meminfo: the DDAI steps' memory guard needs Linux")
+
+
+def run_step(step: str, *args: object, guard_mib: float = 1024.0) -> dict[str, Any]:
+    """Run ``step`` (bucket, focus, distill) with ``args`` in a fresh interpreter: its peak RSS
+    is the step's own (imports included). Returns ``{"seconds", "result", "peak_mib"}`` or
+    ``{"error"}``. The step is killed (and reported so) if the machine's available memory falls
+    under ``guard_mib`` while it runs: a projection that was wrong must not push the machine,
+    which others share, into the OOM killer."""
+    cmd = [sys.executable, __file__, step, *map(str, args)]
+    # output to files, not pipes: a pipe nobody reads while we poll could fill and block the child
+    with tempfile.TemporaryFile("w+") as fo, tempfile.TemporaryFile("w+") as fe:
+        with subprocess.Popen(cmd, stdout=fo, stderr=fe, text=True) as proc:
+            killed = None
+            while proc.poll() is None:
+                try:
+                    proc.wait(timeout=0.5)
+                except subprocess.TimeoutExpired:
+                    avail = mem_available_mib()
+                    if avail < guard_mib:
+                        killed = avail
+                        proc.kill()
+        fo.seek(0)
+        fe.seek(0)
+        out, err = fo.read(), fe.read()
+    if killed is not None:
+        return {"error": f"killed: available memory fell to {killed:,.0f} MiB"}
+    if proc.returncode != 0:
+        tail = (err.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+        return {"error": tail[:160]}
+    return json.loads(out.strip().splitlines()[-1])
+
+
+if __name__ == "__main__":
+    _child(sys.argv[1], sys.argv[2:])

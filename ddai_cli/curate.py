@@ -433,6 +433,7 @@ def lineage_cmd(
     if missing:
         raise fail(f"{', '.join(missing)} not found; pass funnel outputs (with .manifest.json)")
     graph = _run("tracing", lambda: lineage.lineage_graph(files, check_hashes=check))
+    _fail_untraceable(graph)
     bad = [n for n in graph["nodes"] if n.get("mismatch")]
     if as_json:
         summary("ddai lineage", graph, as_json=True)
@@ -469,6 +470,19 @@ def lineage_cmd(
         },
     )
     _fail_mismatch(bad)
+
+
+def _fail_untraceable(graph: dict[str, Any]) -> None:
+    """Exit 2 for a FILE with no manifest: its lineage would be the file alone, with exit 0."""
+    kinds = {n["id"]: n["kind"] for n in graph["nodes"]}
+    plain = [t for t in graph["targets"] if kinds.get(t) == "file"]
+    if plain:
+        raise fail(
+            f"{', '.join(plain)}: no manifest (<file>.manifest.json) beside it, so there is nothing "
+            "to trace: ddai did not write it, or the step writing it stopped before its manifest "
+            "(rerun that step). Pass a ddai output (curate, distill, corpus build, pointer) or a "
+            "log partition (<logs>/run_id=RUN)"
+        )
 
 
 def _fail_mismatch(bad: list[dict[str, Any]]) -> None:

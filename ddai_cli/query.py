@@ -14,7 +14,7 @@ from typing import Annotated
 import duckdb
 import typer
 
-from ddai.cli.common import LogsOpt, RunsOpt, console, fail, print_rows
+from ddai.cli.common import LogsOpt, RunsOpt, console, err_console, fail, print_rows
 from ddai.pipelines import io, query, query_out, workspace
 
 
@@ -78,10 +78,28 @@ def query_cmd(
                 _write(con, result, fmt, out)
     except (FileNotFoundError, ValueError, duckdb.Error) as e:
         raise fail(str(e)) from e
+    empty = _empty_store(root, runs) if n == 0 else None
     if out is not None:
         console.print(f"wrote {n:,} rows to {out}", style="dim", markup=False, soft_wrap=True)
     elif fmt is Fmt.table:
-        _show(con, result, limit)
+        _show(con, result, limit, empty)
+    if empty and (out is not None or fmt is not Fmt.table):
+        err_console.print(f"note: {empty}", markup=False, soft_wrap=True)
+
+
+def _empty_store(root: Path, runs: list[str] | None) -> str | None:
+    """Why a query found no rows when the store itself is empty (no run, or runs of no rows):
+    "matched nothing" would blame the query."""
+    from ddai.pipelines import store_read
+
+    listed = runs or store_read.list_runs(root)
+    if any((store_read.run_manifest(root, r) or {}).get("rollouts_total", 1) for r in listed):
+        return None
+    what = f"run {', '.join(runs)} of " if runs else ""
+    return (
+        f"the {what}log store {root} holds no rollouts: ingest logs first "
+        f"(`ddai ingest FILE --logs {root}`)"
+    )
 
 
 def _write(
@@ -96,14 +114,14 @@ def _write(
         write(con, result, fh)
 
 
-def _show(con: duckdb.DuckDBPyConnection, result: query_out.Result, limit: int) -> None:
-    """The first ``limit`` rows as a table for people."""
+def _show(
+    con: duckdb.DuckDBPyConnection, result: query_out.Result, limit: int, empty: str | None = None
+) -> None:
+    """The first ``limit`` rows as a table for people; ``empty``: why the store has none."""
     if result.num_rows == 0:
         # An empty table prints only its header, which reads like a display fault.
-        console.print(
-            f"no rows: the query matched nothing (columns: {', '.join(result.columns)})",
-            markup=False,
-        )
+        why = empty or "the query matched nothing"
+        console.print(f"no rows: {why} (columns: {', '.join(result.columns)})", markup=False)
         return
     print_rows(f"{result.num_rows:,} rows", query_out.preview(con, result, limit))
     if result.num_rows > limit:

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from ddai.cli.common import LogsOpt, RunsOpt, ThresholdOpt, console, fail
+from ddai.cli.common import LogsOpt, RunsOpt, ThresholdOpt, console, err_console, fail
 from ddai.pipelines import workspace
 
 
@@ -72,7 +72,7 @@ def serve_cmd(
         import uvicorn
 
         from ddai.reports.serve import ServeConfig
-        from ddai.reports.serve.app import create_app
+        from ddai.reports.serve.app import create_app, empty_store_notice
     except ImportError as e:
         raise fail(
             f"ddai serve needs the serve extra ({e.name} missing): pip install 'ddai[serve]'"
@@ -105,6 +105,8 @@ def serve_cmd(
         markup=False,
         soft_wrap=True,
     )
+    if not n:
+        err_console.print(f"warning: {empty_store_notice(cfg)}", markup=False, soft_wrap=True)
     uvicorn.run(app, host=host, port=port, log_level=os.environ.get("DDAI_SERVE_LOG", "warning"))
 
 

@@ -12,7 +12,8 @@ subfolders), in the ``pages.parquet`` shape of ``ddai.pipelines.corpus`` plus th
   together);
 - ``text`` / ``lines``: from ``--text-from`` when given (a file with ``page_id`` and ``text``
   columns: Parquet, JSONL or CSV; a text corpus's ``pages.parquet`` also brings its line boxes,
-  rescaled to the image's pixels), else empty.
+  rescaled to the image's pixels), else empty. A text file that names none of the images (or
+  holds no rows) is refused: a corpus without text would look finished.
 
 Rows are ordered by document (numeric ids numerically) then page. The output is written
 atomically with its manifest (inputs hashed, counts of pages with and without text).
@@ -68,8 +69,17 @@ def image_files(folder: Path) -> list[Path]:
         raise CorpusBuildError(f"IMAGES_DIR {folder}: not a folder; pass the folder of page images")
     files = [p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES]
     if not files:
+        nested = next(
+            (p for p in sorted(folder.rglob("*")) if p.suffix.lower() in IMAGE_SUFFIXES), None
+        )
+        hint = (
+            f"; its subfolders hold some (e.g. {nested.relative_to(folder)}): pass the folder "
+            "that holds the images themselves (subfolders are not read)"
+            if nested is not None
+            else ""
+        )
         raise CorpusBuildError(
-            f"IMAGES_DIR {folder}: no page images ({', '.join(IMAGE_SUFFIXES)}) in it"
+            f"IMAGES_DIR {folder}: no page images ({', '.join(IMAGE_SUFFIXES)}) in it{hint}"
         )
     seen: dict[str, Path] = {}
     for p in files:
@@ -168,6 +178,24 @@ def page_records(
     return records
 
 
+def _check_text_matched(path: Path, texts: dict[str, dict[str, Any]], pages: list[str]) -> None:
+    """Refuse a ``--text-from`` file that gives no image its text: the corpus would be written
+    without text and local search would find nothing, with exit 0."""
+    if set(texts) & set(pages):
+        return
+    if not texts:
+        raise CorpusBuildError(
+            f"--text-from {path}: it holds no rows (a header alone), so no page would get text; "
+            "pass the file with the pages' text, or leave --text-from out for an image-only corpus"
+        )
+    raise CorpusBuildError(
+        f"--text-from {path}: none of its {len(texts):,} page_id values names an image of the "
+        f"folder (its first: {sorted(texts)[0]!r}; the images': {', '.join(pages[:3])}); a "
+        "page_id is the image's file name without its extension (17_3.jpg → 17_3): fix the ids "
+        "or pass the text of these images"
+    )
+
+
 def build(
     images_dir: str | os.PathLike[str],
     out: str | os.PathLike[str],
@@ -179,6 +207,8 @@ def build(
     texts = read_text_table(Path(text_from)) if text_from is not None else None
     records = page_records(folder, out_path.parent, texts)
     corpus = Corpus.from_records(records, root=out_path.parent)
+    if texts is not None:
+        _check_text_matched(Path(str(text_from)), texts, corpus.pages())
     inputs: list[str | os.PathLike[str]] = [folder, *([text_from] if text_from else [])]
     record = manifest.start(STEP, {"text_from": str(text_from) if text_from else None}, inputs)
     with_text = sum(1 for p in corpus if p.text.strip())

@@ -83,6 +83,20 @@ class ReportContext:
             f"{capabilities.SUPPLY[name].replace('RUN', runs[0] if runs else 'RUN')}."
         )
 
+    def lack_notes(self, needs: tuple[str, ...], what: str) -> list[str]:
+        """``lack_note`` for each of ``needs`` some selected run lacks (none: every run has all),
+        so a chart that leaves a run out says which run and why instead of dropping it."""
+        return [self.lack_note(n, what) for n in needs if self.lacking(n)]
+
+    @staticmethod
+    def runs_note(runs: list[str], why: str, what: str, fix: str) -> str:
+        """One sentence naming ``runs`` left out of ``what`` because ``why``, and the fix."""
+        many = len(runs) > 1
+        return (
+            f"Run{'s' if many else ''} {', '.join(runs)} {'have' if many else 'has'} {why}, so "
+            f"{what} cannot be shown for {'them' if many else 'it'}. To fill it: {fix}."
+        )
+
     def execute(self, name: str, **extra: Any) -> None:
         """Run ``sql/<name>.sql`` for its effect (e.g. a CREATE TABLE)."""
         sql = query.sql_text(name)

@@ -76,24 +76,50 @@ def summarize(df: pl.DataFrame) -> dict[str, dict[str, Any]]:
     return out
 
 
+def flagged_uids(con: duckdb.DuckDBPyConnection) -> set[str]:
+    """The uids ``load_flags`` put into ``review_flags``."""
+    return {r[0] for r in con.execute("SELECT uid FROM review_flags").fetchall()}
+
+
+def unmatched_flags(flagged: set[str], df: pl.DataFrame, paths: list[Path]) -> str | None:
+    """Why the review flags cannot count, when none of ``flagged`` is a prompt of ``df``'s runs
+    (a review of other runs' prompts), else None."""
+    if not flagged or not df.height or flagged & set(df["uid"].to_list()):
+        return None
+    runs = ", ".join(df["run_id"].unique(maintain_order=True).to_list())
+    return (
+        f"--flags {', '.join(str(p) for p in paths)}: none of its {len(flagged):,} flagged uids "
+        f"(first: {sorted(flagged)[0]!r}) is a prompt of run {runs} (their uids look like "
+        f"{df['uid'][0]!r}), so no flag counts; pass the review of these runs' prompts"
+    )
+
+
 def attribute(
     logs: str | os.PathLike[str], runs: list[str] | None, cfg: AttributionConfig
 ) -> tuple[pl.DataFrame, dict[str, Any]]:
     """Attribute the low prompts of ``runs`` (None: every run that carries judge and pages).
 
     Returns the per-prompt rows and the summary (per run, plus runs skipped for what they lack).
-    Raises MissingData (a ValueError) when a named run, or every run, lacks judge scores or pages.
+    Raises MissingData (a ValueError) when a named run, or every run, lacks judge scores or pages,
+    and a ValueError when ``cfg.flags`` flag uids none of which is a prompt of these runs (a review
+    of other runs: every flag would be silently unused).
     """
     con = query.connect(query.logs_or_fail(Path(logs)), runs)
     try:
         ok, lacking = carries.check(con, "failure attribution", NEEDS, strict=bool(runs))
         n_flags = load_flags(con, cfg.flags)
+        flagged = flagged_uids(con)
         df = rows(con, cfg).filter(pl.col("run_id").is_in(ok))
     finally:
         con.close()
+    matched = len(flagged & set(df["uid"].to_list()))
+    unmatched = unmatched_flags(flagged, df, cfg.flags)
+    if unmatched:
+        raise ValueError(f"{unmatched}, or leave --flags out")
     summary: dict[str, Any] = {
         "runs": summarize(df),
         "flags loaded": n_flags,
+        "flags matched": matched,
         "thresholds": {
             "score_max": cfg.score_max,
             "agree_min": cfg.agree_min,

@@ -7,7 +7,8 @@ the run itself; the previous score, the judge's reason and any failure are kept 
 (``prev_judge_score``, ``judge_reason``, ``judge_error``, ``judge_backend``). A failed call is
 never a score: in a new run its ``judge_score`` is null with its reason (never 0); in place the
 row keeps the score it had, with the failure in ``extra.judge_error``. When no call succeeded
-nothing is written. Failures are counted by reason and make the result ``complete = False``
+nothing is written; a run with nothing to judge (no answer with a reference, or only blank
+answers) is refused before any call. Failures are counted by reason and make the result ``complete = False``
 (the CLI exits 1); failed calls are cached with their reason and sent again only with
 ``retry_failed``. ``reward`` is not touched: it is what the run trained on.
 
@@ -90,6 +91,8 @@ def rejudge(cfg: RejudgeConfig, *, config: dict[str, Any] | None = None) -> Reju
         store.check_run_id(out_run)
     except ValueError as e:
         raise RejudgeError(f"{e} (set --out-run)") from e
+    if not cfg.in_place:
+        _check_out_run(cfg.logs, cfg.run, out_run)
 
     rows = table.to_pylist()
     todo = [
@@ -97,6 +100,7 @@ def rejudge(cfg: RejudgeConfig, *, config: dict[str, Any] | None = None) -> Reju
         for i, r in enumerate(rows)
         if r.get("answer") is not None and r.get("reference_answer") is not None
     ]
+    _check_answers(cfg.run, rows, todo)
     reqs = [
         JudgeRequest(rows[i]["question"] or "", rows[i]["reference_answer"], rows[i]["answer"])
         for i in todo
@@ -191,6 +195,46 @@ def rejudge(cfg: RejudgeConfig, *, config: dict[str, Any] | None = None) -> Reju
         "wall_s": round(time.time() - t0, 2),
     }
     return RejudgeResult(summary, complete=not n_failed)
+
+
+def _check_out_run(logs: Path, run: str, out_run: str) -> None:
+    """Refuse an ``out_run`` that exists and is not this judge's earlier output of ``run``: the
+    write replaces a run, so a mistyped --out-run would silently swap another run's rollouts
+    for these (a rerun of the same judge into its own output stays allowed)."""
+    old = store.run_manifest(logs, out_run)
+    if old is None:
+        return
+    if old.get("step") == "judge" and (old.get("params") or {}).get("source_run") == run:
+        return
+    n = old.get("rollouts_total", old.get("rollouts_out"))
+    fix = (
+        "use --in-place to rescore the run itself"
+        if out_run == run
+        else "pick another --out-run (or leave it out for <run>@<judge>)"
+    )
+    raise RejudgeError(
+        f"--out-run {out_run!r} is an existing run ({n:,} rollouts) that `ddai judge --run {run}` "
+        f"did not write; writing would replace it with run {run!r}'s rollouts, so nothing was "
+        f"written: {fix}"
+    )
+
+
+def _check_answers(run: str, rows: list[dict[str, Any]], todo: list[int]) -> None:
+    """Refuse a run with nothing to judge: no rollout has both an answer and a reference, or
+    every answer is blank. Judging it would write a copy of the run (or a run of zeros) with
+    exit 0, and a paid judge would be paid for scoring empty strings."""
+    if todo and any(str(rows[i]["answer"]).strip() for i in todo):
+        return
+    no_answer = sum(r.get("answer") is None for r in rows)
+    no_ref = sum(r.get("reference_answer") is None for r in rows)
+    blank = sum(r.get("answer") is not None and not str(r["answer"]).strip() for r in rows)
+    raise RejudgeError(
+        f"run {run!r} has no answer to judge: of its {len(rows):,} rollouts {no_answer:,} have no "
+        f"answer, {blank:,} an empty one and {no_ref:,} no reference answer; nothing was written. "
+        "The judge scores the frozen generator's answer: ingest a log that carries it (an "
+        "`answer` column, DDAI's `generated_answer`) and the reference answer, or pick another "
+        "--run"
+    )
 
 
 def _cached_failures(usage: dict[str, dict[str, Any]]) -> dict[str, Any]:

@@ -94,6 +94,7 @@ def build(ctx: ReportContext) -> Section:
         return _empty("No failure attribution. " + _lack(ctx, skipped))
     load_flags(ctx.con, cfg.flags)
     df = attribution.rows(ctx.con, cfg).filter(pl.col("run_id").is_in(ok))
+    unmatched = attribution.unmatched_flags(attribution.flagged_uids(ctx.con), df, cfg.flags)
     summary = attribution.summarize(df)
     low = df.filter(pl.col("low")).select(COLUMNS)
     n_low = low.height
@@ -116,6 +117,7 @@ def build(ctx: ReportContext) -> Section:
             else "No prompt scored that low."
         )
         + (f" {_lack(ctx, skipped)}" if skipped else "")
+        + (f" {unmatched}." if unmatched else "")
     )
     blocks: list[Block] = []
     if n_low:

@@ -180,12 +180,22 @@ def build(ctx: ReportContext) -> Section:
         blocks.insert(
             1, Note(ctx.lack_note("turns", "behaviour rows and searches per rollout", no_turns))
         )
+    no_judge = [r for r in (a, b) if r in ctx.lacking("judge")]
+    if no_judge:
+        # success needs a judge score: the per-prompt changes and their tables stay empty
+        blocks.insert(-2, Note(ctx.lack_note("judge", "per-prompt success changes", no_judge)))
     sa, sb = merged[a].get("success_rate"), merged[b].get("success_rate")
     reading = (
         f"Run {a} (A) against run {b} (B). The table lists each outcome and behaviour measure in "
         f"both runs and the change; the success rate moved from {pct(sa)} to {pct(sb)}. Of the "
         f"{deltas.height:,} prompts both runs played, {better.height:,} got better, "
-        f"{worse.height:,} got worse and {n_same:,} stayed the same. Runs usually differ in "
+        f"{worse.height:,} got worse and {n_same:,} stayed the same"
+        + (
+            f" ({deltas.height - scored.height:,} have no success rate in one of the runs)"
+            if deltas.height > scored.height
+            else ""
+        )
+        + ". Runs usually differ in "
         "checkpoint, data and budget at once, so read these as observed shifts, not causes."
     )
     return Section(

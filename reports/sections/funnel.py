@@ -186,19 +186,40 @@ def _table(graph: dict[str, Any]) -> Table:
     )
 
 
+def _not_ddai(plain: list[Path]) -> str:
+    names = ", ".join(p.name for p in plain)
+    return (
+        f"{names} ha{'ve' if len(plain) > 1 else 's'} no manifest (<file>.manifest.json): ddai's "
+        "funnel did not write it, so it has no lineage of its own; pass the curate outputs made "
+        "from it (or their folder with --datasets-dir)."
+    )
+
+
+def _no_funnel(cfg: ReportConfig, plain: list[Path]) -> str:
+    """Why the funnel has nothing to draw: nothing given, only files ddai did not write, or a
+    --datasets-dir without curated outputs."""
+    parts = [_not_ddai(plain)] if plain else []
+    if cfg.datasets_dir is not None:
+        parts.append(
+            f"--datasets-dir {cfg.datasets_dir} holds no curated dataset (a file with a "
+            "<file>.manifest.json beside it, as ddai curate writes); pass the folder of ddai "
+            "curate's --out-dir."
+        )
+    return " ".join(parts) or (
+        "No curated datasets given: pass --datasets FILE (a curate output) or --datasets-dir DIR "
+        "to draw their lineage."
+    )
+
+
 def build(ctx: ReportContext) -> Section:
     paths = dataset_paths(ctx.cfg)
-    if not paths:
+    plain = [p for p in ctx.cfg.datasets if not manifest.manifest_path(p).is_file()]
+    if not paths or len(plain) == len(paths):
         return Section(
             id="funnel",
             title=TITLE,
             reading="The funnel shows how curated datasets were derived from one another.",
-            blocks=[
-                Note(
-                    "No curated datasets given: pass --datasets FILE (a curate output) or "
-                    "--datasets-dir DIR to draw their lineage."
-                )
-            ],
+            blocks=[Note(_no_funnel(ctx.cfg, plain))],
             stats={"datasets": 0},
         )
     graph = lineage_graph(paths)
@@ -207,6 +228,7 @@ def build(ctx: ReportContext) -> Section:
         figures.to_block(fig, "fig-funnel-sankey", height=fig.layout.height)
         if fig is not None
         else Note("The manifests record no row counts between these datasets."),
+        *([Note(_not_ddai(plain))] if plain else []),
         _table(graph),
     ]
     steps = [n for n in graph["nodes"] if n["kind"] in ("step", "log")]

@@ -74,7 +74,13 @@ def build(ctx: ReportContext) -> Section:
         "No hallucination suspect in these runs (every answer judged correct retrieved a golden "
         "page, or no rollout has reference pages): nothing to chart."
     )
-    blocks = [figures.chart_or_note(fig, "fig-hallucination-share", empty=none), runs_table]
+    if not sum(r["judged"] for r in per_run.values()):
+        none = "No rollout of these runs has a judge score: no suspect to chart."
+    blocks: list = [
+        figures.chart_or_note(fig, "fig-hallucination-share", empty=none),
+        *(Note(t) for t in ctx.lack_notes(("judge", "pages"), "hallucination suspects")),
+        runs_table,
+    ]
     if ranked:
         blocks.append(
             Table(

@@ -14,7 +14,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from ddai.reports import figures
-from ddai.reports.blocks import Section, Table
+from ddai.reports.blocks import Note, Section, Table
 from ddai.reports.context import ReportContext
 from ddai.reports.formatting import num, pct
 
@@ -166,8 +166,12 @@ def build(ctx: ReportContext) -> Section:
                 "fig-judge-ndcg-classes",
                 height=160 + 60 * len(per_run),
                 empty=f"None of the {num(tot['scored'])} rollouts with both scores falls in a "
-                "discrepancy class: judge and NDCG agree on all of them, nothing to chart.",
+                "discrepancy class: judge and NDCG agree on all of them, nothing to chart."
+                if tot["scored"]
+                else "No rollout of these runs has both a judge score and NDCG: no discrepancy "
+                "class to chart.",
             ),
+            *(Note(t) for t in ctx.lack_notes(("judge", "ndcg"), "judge vs NDCG")),
             table,
         ],
         stats={

@@ -6,7 +6,7 @@ import plotly.graph_objects as go
 import polars as pl
 
 from ddai.reports import figures
-from ddai.reports.blocks import Section, Table
+from ddai.reports.blocks import Note, Section, Table
 from ddai.reports.context import ReportContext
 from ddai.reports.formatting import pct
 
@@ -148,6 +148,25 @@ def _zero_variance(ctx: ReportContext, df: pl.DataFrame) -> tuple[go.Figure, int
     return fig, 170 + 40 * len(parts)
 
 
+def _no_groups_note(ctx: ReportContext, zv_stats: dict[str, dict]) -> list[Note]:
+    """Runs with no GRPO group of two or more scored rollouts, named (the chart and the table
+    leave them out)."""
+    runs = [r for r in ctx.runs if not (zv_stats.get(r) or {}).get("groups")]
+    if not runs:
+        return []
+    return [
+        Note(
+            ctx.runs_note(
+                runs,
+                "no GRPO group of two or more scored rollouts (one prompt's rollouts at one step, "
+                "scored by reward or judge)",
+                "reward variance",
+                "log every rollout of each group (n_agent per prompt) with its reward",
+            )
+        )
+    ]
+
+
 def build(ctx: ReportContext) -> Section:
     hist = ctx.frame("report_success_hist")
     bands = ctx.frame("report_score_bands")
@@ -202,6 +221,7 @@ def build(ctx: ReportContext) -> Section:
                 "fig-outcomes-success-hist",
                 empty="No prompt of these runs has a judged rollout: no success rates to chart.",
             ),
+            *(Note(t) for t in ctx.lack_notes(("judge",), "success rates")),
             figures.chart_or_note(
                 bands_fig, "fig-outcomes-bands", empty="No prompt has a score: no bands to chart."
             ),
@@ -211,6 +231,7 @@ def build(ctx: ReportContext) -> Section:
                 height=zv_height,
                 empty="No group of these runs has scored rollouts: no variance to chart.",
             ),
+            *_no_groups_note(ctx, zv_stats),
             table,
         ],
         stats={

@@ -11,7 +11,7 @@ import polars as pl
 from ddai.pipelines import query
 from ddai.pipelines.analyses.streaming import step_log
 from ddai.reports import figures
-from ddai.reports.blocks import Block, Section, Table
+from ddai.reports.blocks import Block, Note, Section, Table
 from ddai.reports.context import ReportContext
 from ddai.reports.formatting import num, pct
 
@@ -33,6 +33,30 @@ def _by_step(
     )
     fig.update_layout(title=title, xaxis_title="step", yaxis=axis)
     return fig
+
+
+def _left_out(ctx: ReportContext, per_run: dict[str, dict], stepped: pl.DataFrame) -> list[Block]:
+    """Notes naming the runs the per-step charts leave out (no steps; no latency logged) when
+    other runs are drawn; the table still has their totals."""
+    notes: list[Block] = []
+    drawn = set(stepped["run_id"].to_list())
+    no_step = [r for r in per_run if r not in drawn]
+    if drawn and no_step:
+        notes.append(Note(ctx.lack_note("step", "its latency and coverage per step", no_step)))
+    timed = set(stepped.filter(pl.col("with_latency") > 0)["run_id"].to_list())
+    untimed = [r for r in per_run if r in drawn and r not in timed]
+    if timed and untimed:
+        notes.append(
+            Note(
+                ctx.runs_note(
+                    untimed,
+                    "no reward latency logged (extra.latency_s, DDAI's rm.flash.detail latency_s)",
+                    "its latency per step",
+                    "ingest a log that records each reward call's latency",
+                )
+            )
+        )
+    return notes
 
 
 def build(ctx: ReportContext) -> Section:
@@ -92,6 +116,7 @@ def build(ctx: ReportContext) -> Section:
                 "fig-latency-coverage",
             )
         )
+    blocks += _left_out(ctx, per_run, stepped)
     blocks.append(
         Table(
             columns=[

@@ -75,8 +75,11 @@ def _env() -> jinja2.Environment:
     return env
 
 
-def _html(name: str, status: int = 200, *, csp: str = CSP, **ctx: Any) -> HTMLResponse:
-    page = _env().get_template(name).render(**ctx)
+def _html(
+    name: str, status: int = 200, *, csp: str = CSP, notice: str = "", **ctx: Any
+) -> HTMLResponse:
+    """``name`` rendered; ``notice``: a line above the page (e.g. the store holds no rollouts)."""
+    page = _env().get_template(name).render(notice=notice, **ctx)
     return HTMLResponse(page, status_code=status, headers={"Content-Security-Policy": csp})
 
 
@@ -84,6 +87,16 @@ def _error(status: int, message: str, request: Request) -> Response:
     if request.url.path.startswith("/api/"):
         return JSONResponse({"error": message}, status_code=status)
     return _html("error.html", status, title=f"error {status}", message=message, nav="")
+
+
+def empty_store_notice(cfg: ServeConfig) -> str:
+    """What to do when the served store (or its --run selection) holds no rollout: every page
+    would otherwise be an empty table with no word why."""
+    runs = f" of run {', '.join(cfg.runs)}" if cfg.runs else ""
+    return (
+        f"The log store {cfg.logs} holds no rollouts{runs} yet: ingest logs with `ddai ingest "
+        f"FILE --logs {cfg.logs}`; the explorer shows them on the next page load."
+    )
 
 
 def _bad_filter(request: Request, exc: Exception) -> Response:
@@ -133,6 +146,9 @@ def create_app(cfg: ServeConfig, *, explorer: Explorer | None = None) -> Starlet
     """The explorer app over ``cfg.logs`` (builds the explorer table now; raises on a bad store)."""
     ex = explorer or Explorer(cfg)
 
+    def notice() -> str:
+        return "" if ex.meta["runs"] else empty_store_notice(cfg)
+
     def rollouts_page(request: Request) -> Response:
         view = _view(request, cfg)  # a bad parameter: 400 through _bad_filter
         with ex.connection() as con:
@@ -142,6 +158,7 @@ def create_app(cfg: ServeConfig, *, explorer: Explorer | None = None) -> Starlet
         pages = max(1, -(-total // view.size))
         return _html(
             "rollouts.html",
+            notice=notice(),
             title="rollouts",
             nav="rollouts",
             view=view,
@@ -231,6 +248,7 @@ def create_app(cfg: ServeConfig, *, explorer: Explorer | None = None) -> Starlet
         return _html(
             "sections.html",
             csp=CSP_PLOTLY,
+            notice=notice(),
             title="sections",
             nav="sections",
             tags=tags,
@@ -329,6 +347,9 @@ def create_app(cfg: ServeConfig, *, explorer: Explorer | None = None) -> Starlet
     def report(request: Request) -> Response:
         from ddai.reports import ReportConfig, build_report
 
+        ex.refresh()
+        if not ex.meta["runs"]:  # the report refuses an empty store: say so, not a 500
+            return _error(404, f"No report to build. {empty_store_notice(cfg)}", request)
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / "report.html"
             build_report(ReportConfig(out=out, progress=False, **cfg.report_fields()))

@@ -36,6 +36,7 @@ def test_attribution_json_and_out(tmp_path):
         "search_failure": 2,
     }
     assert s["runs"]["r"]["prompts_by_class"]["search_failure"] == ["p1", "p7"]
+    assert s["flags_matched"] == s["flags_loaded"] > 0
     with open(out, newline="") as fh:
         rows = {r["uid"]: r for r in csv.DictReader(fh)}
     assert len(rows) == 8 and rows["p3"]["class"] == "wrong_gt"
@@ -121,3 +122,17 @@ def test_help_explains_every_flag():
     res = _run("attribution", "--help")
     for flag in ("--score-max", "--agree-min", "--flags", "--truth", "--out", "--run", "--logs"):
         assert flag in res.output
+
+
+def test_flags_naming_none_of_the_runs_prompts_exit_2(tmp_path):
+    # A review of another round's prompts. Before: "flags loaded 2" and not one of them used,
+    # exit 0, every prompt attributed as if there were no review.
+    logs, _ = planted_store(tmp_path)
+    other = tmp_path / "other_review.csv"
+    other.write_text("uid,verdict,reason\ntrain_901,wrong,x\ntrain_902,uncertain,y\n")
+    out = tmp_path / "attr.csv"
+    res = _run("attribution", "--logs", logs, "--flags", other, "--out", out)
+    assert res.exit_code == 2, res.output
+    said = " ".join(res.output.split())
+    assert f"--flags {other}: none of its 2 flagged uids (first: 'train_901')" in said
+    assert "is a prompt of run r" in said and not out.exists()

@@ -175,6 +175,23 @@ def test_empty_store_and_empty_results_say_so(tmp_path):
     assert res.output.strip() == "no rows: the query matched nothing (columns: uid, reward)"
 
 
+def test_a_query_over_an_empty_store_blames_the_store_not_the_query(tmp_path):
+    # Before: "no rows: the query matched nothing", as if the SQL were wrong.
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    res = runner.invoke(app, ["query", "SELECT uid FROM rollouts", "--logs", str(empty)])
+    assert res.exit_code == 0
+    said = " ".join(res.output.split())
+    assert said.startswith(f"no rows: the log store {empty} holds no rollouts: ingest logs first")
+    assert "matched nothing" not in said
+    out = tmp_path / "q.csv"
+    res = runner.invoke(
+        app, ["query", "SELECT uid FROM rollouts", "--logs", str(empty), "--out", str(out)]
+    )
+    assert res.exit_code == 0 and out.read_text() == "uid\n"
+    assert f"note: the log store {empty} holds no rollouts" in " ".join(res.stderr.split())
+
+
 def test_an_ingest_that_stores_no_rollout_says_why_on_stderr(tmp_path):
     logs = tmp_path / "logs"
     bad = tmp_path / "bad.jsonl"

@@ -112,6 +112,9 @@ def test_bad_input_exits_2_with_the_fix(tmp_path):
           "--out-dir", str(tmp_path)], "no backend named 'nope'"),
         (["curate", "plan", "--logs", str(logs), "--run", "cur", "--target", "0"], "--target"),
         (["lineage", str(tmp_path / "missing.parquet")], "not found"),
+        # a file ddai did not write (before: a one-row funnel of the file itself, exit 0)
+        (["lineage", str(ds)], "no manifest (<file>.manifest.json)"),
+        (["lineage", str(ds), "--check", "--json"], "did not write it"),
     ]  # fmt: skip
     for args, message in cases:
         r = runner.invoke(app, args)

@@ -136,6 +136,10 @@ def test_text_corpora_keep_their_shape(tmp_path):
             "keep one of them",
         ),
         (lambda d: (d / "1_1.png").write_bytes(b"not a png"), "not a readable image"),
+        (
+            lambda d: [(d / "img").mkdir(), Image.new("RGB", (8, 8)).save(d / "img" / "1_1.png")],
+            "its subfolders hold some (e.g. img/1_1.png)",
+        ),
     ],
 )
 def test_bad_folders_exit_2(tmp_path, setup, message):
@@ -169,3 +173,25 @@ def test_bad_text_file_exits_2(images, tmp_path):
         env={"COLUMNS": "300"},
     )
     assert res.exit_code == 2 and "page_id and text" in res.output
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("page_id,text\n", "holds no rows"),
+        ("page_id,text\n77_1,other deck\n88_2,also not here\n", "none of its 2 page_id values"),
+    ],
+)
+def test_text_that_names_no_image_exits_2_and_writes_nothing(images, tmp_path, text, message):
+    # Before: a corpus with no text at all, exit 0 (local BM25 search then finds nothing).
+    texts = tmp_path / "t.csv"
+    texts.write_text(text)
+    out = tmp_path / "p.parquet"
+    res = runner.invoke(
+        app,
+        ["corpus", "build", str(images / "img"), "--out", str(out), "--text-from", str(texts)],
+        env={"COLUMNS": "400"},
+    )
+    assert res.exit_code == 2, res.output
+    assert message in res.output and str(texts) in res.output
+    assert not out.exists() and not manifest.manifest_path(out).exists()

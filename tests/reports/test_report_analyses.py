@@ -110,3 +110,17 @@ def test_missing_flags_file_fails_before_writing(tmp_path):
             ReportConfig(logs=logs, out=out, flags=[tmp_path / "none.csv"], progress=False)
         )
     assert not out.exists()
+
+
+def test_flags_of_other_prompts_are_named_in_the_attribution_reading(tmp_path):
+    # Before: the review was loaded and silently matched nothing.
+    logs, _ = planted_store(tmp_path)
+    other = tmp_path / "other_review.csv"
+    other.write_text("uid,verdict,reason\ntrain_901,wrong,x\n")
+    out = tmp_path / "r.html"
+    build_report(ReportConfig(logs=logs, out=out, flags=[other], progress=False))
+    reading = re.search(
+        r'<p class="reading">(.*?)</p>', _section(out.read_text(), "attribution"), re.S
+    )
+    text = " ".join(reading.group(1).split())
+    assert f"--flags {other}: none of its 1 flagged uids (first: &#39;train_901&#39;)" in text

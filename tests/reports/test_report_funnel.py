@@ -93,6 +93,28 @@ def test_no_datasets_leaves_a_note(tmp_path):
     assert "No curated datasets given: pass --datasets FILE" in html
 
 
+def test_a_dataset_ddai_did_not_write_is_named_not_drawn_as_an_empty_funnel(chain, tmp_path):
+    # Before: "goes through 0 recorded steps" and a one-row table, no word why.
+    train = chain["dir"] / "train.parquet"
+    st, html = _funnel(tmp_path, datasets=[train])
+    assert st == {"datasets": 0} and 'id="fig-funnel-sankey"' not in html
+    assert "train.parquet has no manifest (&lt;file&gt;.manifest.json)" in html
+    # beside a curated output: drawn from the output, the plain file named
+    st, html = _funnel(tmp_path / "two", datasets=[train, chain["round2"]])
+    assert st["datasets"] == 2 and 'id="fig-funnel-sankey"' in html
+    assert "train.parquet has no manifest" in html
+
+
+def test_a_datasets_dir_without_curated_outputs_says_so(tmp_path):
+    # Before: "No curated datasets given", although --datasets-dir was given.
+    folder = tmp_path / "plain"
+    folder.mkdir()
+    _dataset(folder / "train.parquet", 3)
+    st, html = _funnel(tmp_path, datasets_dir=folder)
+    assert st == {"datasets": 0} and "No curated datasets given" not in html
+    assert f"--datasets-dir {folder} holds no curated dataset" in html
+
+
 def test_sankey_needs_a_counted_edge():
     graph = {
         "nodes": [{"id": "a", "name": "a", "rows": None, "step": None, "kind": "file"}],

@@ -300,3 +300,23 @@ def test_a_bad_view_parameter_is_400_on_every_route_that_reads_a_view(logs):
         text = unescape(res.text)  # the page escapes the message
         assert res.status_code == 400 and "judge_min='x' is not a number" in text, path
     assert client.get("/export.csv?judge_min=x").status_code == 401  # the token comes first
+
+
+def test_an_empty_store_says_so_on_every_page_and_the_report_is_not_a_500(tmp_path):
+    # Before: "0 rollouts" tables with no word why, and /report answered 500 Internal Server Error.
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    ex = Explorer(ServeConfig(logs=logs), recheck_s=0)
+    client = TestClient(create_app(ServeConfig(logs=logs), explorer=ex))
+    for path in ("/", "/sections"):
+        res = client.get(path)
+        assert res.status_code == 200
+        text = " ".join(unescape(res.text).split())
+        assert f"The log store {logs} holds no rollouts yet" in text
+        assert f"ddai ingest FILE --logs {logs}" in text
+    res = client.get("/report")
+    assert res.status_code == 404 and "No report to build" in unescape(res.text)
+    # once a run is ingested the notice goes and the report builds
+    store.write_run(logs, "base", planted_rows()["base"])
+    assert "holds no rollouts" not in client.get("/").text
+    assert client.get("/report").status_code == 200

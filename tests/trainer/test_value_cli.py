@@ -137,9 +137,13 @@ def test_value_score_in_place_replaces_the_partition(world, tmp_path):
         "128",
         "--json",
     ]
-    res = runner.invoke(app, base)  # the bundled system prompt alone is longer than 128 tokens
-    assert res.exit_code == 0, res.output
-    assert json.loads(res.stdout)["dropped"] == {PROMPT_TOO_LONG: 4}
+    # The bundled system prompt alone is longer than 128 tokens: every rollout drops, so nothing
+    # is written (before: a new version of the run with no value in it, exit 0).
+    res = runner.invoke(app, base)
+    assert res.exit_code == 2, res.output
+    assert "nothing was scored, so nothing was written" in said(res)
+    assert f"run one: no rollout could be scored ({PROMPT_TOO_LONG} 4)" in said(res)
+    assert "value_scored" not in run_manifest(logs, "one")
     res = runner.invoke(app, [*base, "--system-prompt", str(root / "system.txt")])
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["runs"] == {"one": "one"}
@@ -238,3 +242,75 @@ def test_train_value_continues_a_checkpoint_with_its_head(world, tmp_path):
     assert (tmp_path / "more" / "trunk").is_dir()
     res = runner.invoke(app, [*base, "--out", str(tmp_path / "x"), "--head", "linear"])
     assert res.exit_code == 2 and "holds a head of type mlp" in said(res)
+
+
+def test_value_score_on_a_run_without_turns_exits_2_and_writes_nothing(world, tmp_path):
+    # A flash reward log carries scores but no trajectory. Before: run `flash_v` written with
+    # "rollouts 0, turns_valued 0, dropped: no turns", exit 0.
+    root, _, ckpt, _ = world
+    logs = tmp_path / "logs"
+    write_run(logs, "flash", [{"uid": "u0", "rollout_idx": i, "judge_score": 1.0} for i in (0, 1)])
+    base = ["value", "score", "--checkpoint", str(ckpt), "--logs", str(logs)]
+    base += ["--system-prompt", str(root / "system.txt"), "--max-length", "256"]
+    for extra in (["--run", "flash", "--out-run", "flash_v"], ["--run", "flash"], []):
+        res = runner.invoke(app, [*base, *extra])
+        assert res.exit_code == 2, res.output
+        assert "run flash has no turns" in said(res) and "ddai value score needs turns" in said(res)
+    assert sorted(p.name for p in logs.iterdir() if p.name.startswith("run_id=")) == [
+        "run_id=flash"
+    ]
+    assert "value_scored" not in run_manifest(logs, "flash")
+
+
+def test_value_score_of_every_run_skips_and_lists_a_run_without_turns(world, tmp_path):
+    root, _, ckpt, _ = world
+    logs = tmp_path / "logs"
+    rows = [json.loads(line) for line in (FIXTURES / "logs" / "curriculum.jsonl").open()][:4]
+    write_run(logs, "cur", rows)
+    write_run(logs, "flash", [{"uid": "u0", "rollout_idx": 0, "judge_score": 1.0}])
+    res = runner.invoke(
+        app,
+        ["value", "score", "--checkpoint", str(ckpt), "--logs", str(logs), "--max-length", "256",
+         "--system-prompt", str(root / "system.txt"), "--json"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    check("value-score", out)
+    assert out["runs"] == {"cur": "cur"} and out["skipped"] == {"flash": "no parsed turns"}
+    assert out["rollouts"] == 4
+    assert "value_scored" not in run_manifest(logs, "flash")
+
+
+def test_train_value_on_a_run_without_turns_names_the_run_and_the_fix(world, tmp_path):
+    # Before: "no rollout left to learn from (dropped: {'no turns': 2}); raise --max-length".
+    _, tiny, _, _ = world
+    logs = tmp_path / "logs"
+    write_run(logs, "flash", [{"uid": "u0", "rollout_idx": i, "judge_score": i} for i in (0, 1)])
+    out = tmp_path / "v"
+    res = runner.invoke(
+        app,
+        ["train", "value", "--model", str(tiny), "--logs", str(logs), "--run", "flash",
+         "--out", str(out), "--max-steps", "1"],
+    )  # fmt: skip
+    assert res.exit_code == 2, res.output
+    assert "run flash has no turns" in said(res) and "raise --max-length" not in said(res)
+    assert "Training a value head needs turns" in said(res)
+
+
+def test_value_score_into_an_existing_other_run_is_refused(world, tmp_path):
+    # Before: `--out-run other` silently replaced run `other` with the scored rollouts.
+    root, _, ckpt, _ = world
+    logs = tmp_path / "logs"
+    rows = [json.loads(line) for line in (FIXTURES / "logs" / "curriculum.jsonl").open()][:2]
+    write_run(logs, "cur", rows)
+    write_run(logs, "other", [{"uid": "z", "rollout_idx": 0}])
+    before = run_manifest(logs, "other")
+    base = ["value", "score", "--checkpoint", str(ckpt), "--logs", str(logs), "--run", "cur"]
+    base += ["--system-prompt", str(root / "system.txt"), "--max-length", "256"]
+    res = runner.invoke(app, [*base, "--out-run", "other"])
+    assert res.exit_code == 2, res.output
+    assert "--out-run 'other' is an existing run (1 rollouts)" in said(res)
+    assert run_manifest(logs, "other") == before
+    # scoring again into its own earlier output is allowed
+    assert runner.invoke(app, [*base, "--out-run", "cur_v"]).exit_code == 0
+    assert runner.invoke(app, [*base, "--out-run", "cur_v"]).exit_code == 0

@@ -66,6 +66,7 @@ def run_process(cfg: ProcessConfig) -> dict[str, Any]:
     raw = records.read_raw(cfg.raw)
     k = max((r["candidate_pool"]["size"] for r in raw), default=2)
     df, dropped = process_records(raw, cfg.reward)
+    _check_usable(cfg.raw, len(raw), df.height, dropped)
     table = stats.gen_method_stats(records.flatten(raw), k)
     io.write_parquet(cfg.out, df.to_arrow())
     io.write_parquet(stats_path(cfg.out), table.to_arrow())
@@ -89,6 +90,38 @@ def run_process(cfg: ProcessConfig) -> dict[str, Any]:
             for key, col in (("n", "n"), ("correct", "mean_correct"), ("top2_share", "top2_share"))
         },
     }
+
+
+def _check_usable(raw: Path, records: int, rows: int, dropped: dict[str, int]) -> None:
+    """Refuse raw records that leave no pointer row: the output would be an empty table that
+    ``pointer train`` cannot learn from, written with exit 0."""
+    if rows:
+        return
+    if not records:
+        raise ValueError(
+            f"{raw}: no raw records in it (an empty file); generate them with `ddai pointer gen "
+            "--out FILE`; nothing was written"
+        )
+    if not dropped:
+        raise ValueError(
+            f"{raw}: its {records:,} records hold no pointer candidates; generate them with "
+            "`ddai pointer gen`; nothing was written"
+        )
+    reasons = ", ".join(f"{r} ({n:,})" for r, n in sorted(dropped.items()))
+    raise ValueError(
+        f"{raw}: every pointer candidate's VQA evaluation failed ({reasons}), so no row has a "
+        "reward; rerun `ddai pointer gen` once the VQA model answers; nothing was written"
+    )
+
+
+def check_rows(df: pl.DataFrame, path: Path) -> pl.DataFrame:
+    """``df`` (the processed rows read from ``path``), refused when it has none."""
+    if df.height == 0:
+        raise ValueError(
+            f"--data {path}: no processed pointer rows in it; make them with `ddai pointer gen` "
+            "then `ddai pointer process RAW --out FILE`"
+        )
+    return df
 
 
 def _round(x: float | None) -> float | None:

@@ -33,7 +33,13 @@ from ddai.trainer.pointer.config import (
     RLConfig,
     parse_phases,  # noqa: F401  (re-exported: the phases grammar is part of this entry)
 )
-from ddai.trainer.pointer.data import GroupedRows, grouped_rows, label_pointers, nearest_labels
+from ddai.trainer.pointer.data import (
+    GroupedRows,
+    check_rows,
+    grouped_rows,
+    label_pointers,
+    nearest_labels,
+)
 from ddai.trainer.pointer.model import (
     WEIGHTS_FILE,
     PointerConfig,
@@ -297,7 +303,7 @@ def run_train(cfg: PointerTrainConfig) -> dict[str, Any]:
         summary |= {"examples": rows.numel(), "dropped": dropped}
     else:
         record = manifest.start("pointer.train", params, inputs, seed=cfg.optim.seed)
-        data = grouped_rows(pl.read_parquet(cfg.data), store)
+        data = grouped_rows(check_rows(pl.read_parquet(cfg.data), cfg.data), store)
         history = fit_rl(
             model,
             q_all,

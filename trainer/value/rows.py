@@ -43,7 +43,22 @@ def read_rows(cfg: Any) -> list[dict[str, Any]]:
         raise FileNotFoundError(
             f"log store {logs} does not exist; pass --logs or ingest a run first"
         )
+    _require_turns(logs, cfg.runs)
     return read_rollouts(logs, cfg.runs, columns=list(ROLLOUT_COLUMNS)).to_pylist()
+
+
+def _require_turns(logs: Path, runs: list[str] | None) -> None:
+    """A value head reads each rollout's turns: a named run without any (a flash reward log), or
+    a store none of whose runs has them, is refused naming the run and the fix (else every
+    rollout drops as "no turns" and the error blames --max-length)."""
+    from ddai.pipelines import capabilities, store
+
+    caps = capabilities.for_runs(logs, runs or store.list_runs(logs))
+    lacking = [c for c in caps.values() if not c.has("turns")]
+    if lacking and (runs or len(lacking) == len(caps)):
+        capabilities.require(
+            lacking, "turns", needed_by="Training a value head", why="to read each turn"
+        )
 
 
 def prompt_messages(data: Path | None) -> dict[str, list[dict[str, str]]] | None:

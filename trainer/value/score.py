@@ -8,7 +8,9 @@ reads exactly that. Forced completions (written by the environment) and turns cu
 ``max_length`` get no value.
 
 The log is never edited in place: each scored run is written as a new version of its partition
-(or as a new run with ``out_run``) through ``ddai.pipelines.store.write_run``.
+(or as a new run with ``out_run``) through ``ddai.pipelines.store.write_run``. A run without
+parsed turns, or whose rollouts all drop (e.g. prompts over ``max_length``), is not written:
+named with ``--run`` it is an error (CLI exit 2), else it is listed in ``skipped``.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any
 import pyarrow as pa
 import torch
 
-from ddai.pipelines import schema, store, workspace
+from ddai.pipelines import capabilities, schema, store, workspace
 from ddai.trainer.runtime.metrics_log import device
 from ddai.trainer.value import losses as vl
 from ddai.trainer.value.config import ValueScoreConfig
@@ -42,6 +44,8 @@ class ValueScoreResult:
     dropped: dict[str, int] = field(default_factory=dict)
     auc: float | None = None
     """AUC of each rollout's mean policy-token value against success."""
+    skipped: dict[str, str] = field(default_factory=dict)
+    """Run → why it was not scored and not written (no parsed turns, no rollout to score)."""
 
 
 def turn_values(values: torch.Tensor, starts: list[int | None]) -> list[float | None]:
@@ -123,6 +127,9 @@ def score_runs(cfg: ValueScoreConfig) -> ValueScoreResult:
         raise FileNotFoundError(
             f"no runs in the log store {logs}; pass --logs or ingest a run first"
         )
+    runs, skipped = _runs_with_turns(logs, runs, named=bool(cfg.runs))
+    if cfg.out_run is not None:
+        _check_out_run(logs, runs[0], cfg.out_run)
     total = sum(store.dataset(logs, [r]).count_rows() for r in runs)
     model, tok = load_value_model(cfg.checkpoint, dtype=cfg.dtype)
     model.to(device())
@@ -144,6 +151,11 @@ def score_runs(cfg: ValueScoreConfig) -> ValueScoreResult:
                 system_prompt=system_prompt,
                 advance=advance,
             )
+            if not counts["rollouts"]:
+                # nothing valued: writing would give a new version (or run) with no value
+                reasons = ", ".join(f"{k} {v:,}" for k, v in sorted(counts["dropped"].items()))
+                skipped[run] = f"no rollout could be scored ({reasons or 'no rollouts'})"
+                continue
             target = cfg.out_run or run
             old = store.run_manifest(logs, run) or {}
             store.write_run(
@@ -170,6 +182,12 @@ def score_runs(cfg: ValueScoreConfig) -> ValueScoreResult:
             labels += counts["labels"]
             for k, v in counts["dropped"].items():
                 dropped[k] = dropped.get(k, 0) + v
+    if not written:
+        raise ValueError(
+            "nothing was scored, so nothing was written: "
+            + "; ".join(f"run {r}: {why}" for r, why in skipped.items())
+            + ". Turn values need runs with parsed turns that fit --max-length"
+        )
     auc = vl.roc_auc(torch.tensor(means), torch.tensor(labels)) if means else float("nan")
     return ValueScoreResult(
         checkpoint=str(cfg.checkpoint),
@@ -179,4 +197,37 @@ def score_runs(cfg: ValueScoreConfig) -> ValueScoreResult:
         turns_valued=n_turns,
         dropped=dropped,
         auc=None if math.isnan(auc) else auc,
+        skipped=skipped,
     )
+
+
+def _check_out_run(logs: Path, run: str, out_run: str) -> None:
+    """Refuse an existing ``out_run`` that is not an earlier scoring of ``run``: the write
+    replaces it, so a mistyped --out-run would silently swap another run's rollouts for these."""
+    old = store.run_manifest(logs, out_run)
+    if old is None or (old.get("value_scored") or {}).get("from_run") == run:
+        return
+    n = old.get("rollouts_total", old.get("rollouts_out")) or 0
+    fix = "leave --out-run out to score the run in place" if out_run == run else "pick another"
+    raise ValueError(
+        f"--out-run {out_run!r} is an existing run ({n:,} rollouts) that `ddai value score --run "
+        f"{run}` did not write; writing would replace it, so nothing was written: {fix}"
+    )
+
+
+def _runs_with_turns(
+    logs: Path, runs: list[str], *, named: bool
+) -> tuple[list[str], dict[str, str]]:
+    """The runs to score and the runs skipped for lacking parsed turns (a flash reward log has
+    none). A run named with ``--run`` that lacks them is an error naming the fix; without
+    ``--run`` such runs are skipped and listed, and an error only when no run has turns."""
+    caps = capabilities.for_runs(logs, runs)
+    lacking = [r for r in runs if not caps[r].has("turns")]
+    if named or len(lacking) == len(runs):
+        capabilities.require(
+            [caps[r] for r in lacking],
+            "turns",
+            needed_by="ddai value score",
+            why="to value each turn",
+        )
+    return [r for r in runs if r not in lacking], {r: "no parsed turns" for r in lacking}

@@ -229,3 +229,51 @@ def test_judge_in_place_keeps_the_old_score_in_extra(logs):
         app, ["judge", "--logs", str(logs), "--run", "r1", "--in-place", "--out-run", "x"]
     )
     assert res.exit_code == 2 and "exclude each other" in res.output
+
+
+@pytest.mark.parametrize(
+    ("answers", "refs", "counts"),
+    [
+        (["", "  ", None], ["1000"] * 3, "1 have no answer, 2 an empty one"),
+        (["1000", "900", "Paris"], [None] * 3, "3 no reference answer"),
+    ],
+)
+@pytest.mark.parametrize("extra", [[], ["--in-place"], ["--dry-run"]])
+def test_judge_of_a_run_with_nothing_to_judge_exits_2_and_writes_nothing(
+    tmp_path, answers, refs, counts, extra
+):
+    # Before: `ddai judge` wrote run `blank@local` (a copy, or every score 0), exit 0.
+    logs = tmp_path / "logs"
+    table = [
+        {"uid": "u0", "rollout_idx": i, "answer": a, "reference_answer": r, "judge_score": 0.5}
+        for i, (a, r) in enumerate(zip(answers, refs, strict=True))
+    ]
+    store.write_run(logs, "blank", table)
+    before = store.run_manifest(logs, "blank")
+    res = runner.invoke(
+        app, ["judge", "--logs", str(logs), "--run", "blank", "--judge", "local", *extra]
+    )
+    assert res.exit_code == 2, res.output
+    said = " ".join(res.output.split())
+    assert "run 'blank' has no answer to judge" in said and counts in said
+    assert store.list_runs(logs) == ["blank"]
+    assert store.run_manifest(logs, "blank") == before
+
+
+def test_judge_into_an_existing_other_run_is_refused(logs):
+    # Before: `--out-run other` silently replaced run `other` with r1's rescored rollouts.
+    store.write_run(logs, "other", [{"uid": "z", "rollout_idx": 0, "answer": "a"}])
+    before = store.run_manifest(logs, "other")
+    for out_run, fix in (("other", "pick another --out-run"), ("r1", "use --in-place")):
+        res = runner.invoke(
+            app,
+            ["judge", "--logs", str(logs), "--run", "r1", "--judge", "local", "--out-run", out_run],
+        )
+        assert res.exit_code == 2, res.output
+        said = " ".join(res.output.split())
+        assert f"--out-run '{out_run}' is an existing run" in said and fix in said
+    assert store.run_manifest(logs, "other") == before
+    # a rerun into the judge's own earlier output is allowed
+    args = ["judge", "--logs", str(logs), "--run", "r1", "--judge", "local", "--out-run", "mine"]
+    assert runner.invoke(app, args).exit_code == 0
+    assert runner.invoke(app, args).exit_code == 0

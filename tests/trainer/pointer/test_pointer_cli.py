@@ -124,3 +124,52 @@ def test_bad_input_exits_2_and_names_the_fix(tmp_path, monkeypatch, args, messag
     res = runner.invoke(app, ["pointer", *args])
     assert res.exit_code == 2
     assert message in res.output
+
+
+def _failed_record() -> dict:
+    cand = {"pointer": [0, 1], "gen_method": "beam", "vqa_correct": None, "eval_failed": True}
+    return {
+        "query_id": "q0",
+        "meta": {"split": "train"},
+        "candidate_pool": {"candidate_ids": ["d0", "d1"], "size": 2},
+        "pointer_candidates": [{**cand, "eval_error": "http-429"}],
+    }
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ("", "no raw records in it"),
+        (json.dumps(_failed_record()) + "\n", "eval_failed: http-429 (1)"),
+    ],
+)
+def test_process_of_records_with_no_usable_pointer_exits_2_and_writes_nothing(
+    tmp_path, raw, message
+):
+    # Before: an empty processed table and its statistics, exit 0.
+    (tmp_path / "raw.jsonl").write_text(raw)
+    out = tmp_path / "p.parquet"
+    res = runner.invoke(app, ["pointer", "process", str(tmp_path / "raw.jsonl"), "--out", str(out)])
+    assert res.exit_code == 2, res.output
+    assert message in " ".join(res.output.split())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["raw.jsonl"]
+
+
+def test_rl_training_on_empty_processed_data_names_the_file(tmp_path):
+    # Before: exit 2 with "torch.cat(): expected a non-empty list of Tensors".
+    w, store = tmp_path / "world", tmp_path / "store.safetensors"
+    ddai("world", w, "--queries", 12, "--demos", 20, "--seed", 1)
+    ddai("embed", w, "--out", store, "--k", 4)
+    ddai("train", "--store", store, "--out", tmp_path / "sft", "--mode", "sft", "--epochs", 1,
+         "--world", w)  # fmt: skip
+    data = tmp_path / "empty.parquet"
+    pl.DataFrame(schema={"query_id": pl.String, "reward": pl.Float64}).write_parquet(data)
+    res = runner.invoke(
+        app,
+        ["pointer", "train", "--store", str(store), "--data", str(data), "--init",
+         str(tmp_path / "sft"), "--phases", "rce:1", "--out", str(tmp_path / "rl")],
+    )  # fmt: skip
+    assert res.exit_code == 2, res.output
+    said = " ".join(res.output.split())
+    assert f"--data {data}: no processed pointer rows" in said and "ddai pointer process" in said
+    assert not (tmp_path / "rl").exists()
