@@ -16,6 +16,14 @@ Printed: seconds and the ratio of each S3 path to local disk, and arrow's speed-
 
     python bench/bench_objstore.py                      # 200,000 rollouts
     python bench/bench_objstore.py --rollouts 1000000
+    python bench/bench_objstore.py --steps 50,100,200   # commit cost per training step
+
+``--steps``: a run appended to once per training step (its rollouts, then one row of its
+``train_metrics`` side table: two commits per step, as the trainer does), on local disk and on
+S3, for each step count. Printed: all manifest bytes written (``_manifest.json`` and the
+manifest log), per step, their ratio to the previous step count (2.0 for doubled steps when the
+bytes are linear in the run, 4.0 when quadratic), per step over the last tenth of the steps,
+the checkpoint writes among them, and seconds per step (all, last tenth).
 """
 
 from __future__ import annotations
@@ -73,6 +81,105 @@ def with_scan(how: str, fn: Callable[[], object]) -> Callable[[], object]:
     return run
 
 
+class ManifestBytes:
+    """Bytes written to a run's manifest files per step, and how many were checkpoint
+    (``_manifest.json``) writes: on object storage every put is counted, locally every file
+    new or changed since the last look."""
+
+    def __init__(self) -> None:
+        self.remote = 0
+        self.remote_checkpoints = 0
+        self._seen: dict[str, tuple[int, int]] = {}
+        self._put_bytes = objstore.put_bytes
+        self._put_file = objstore.put_file
+
+    @staticmethod
+    def is_manifest(url: str) -> bool:
+        return url.endswith(store.MANIFEST) or "/_log/" in url
+
+    def _count(self, url: str, n: int) -> None:
+        if self.is_manifest(url):
+            self.remote += n
+            self.remote_checkpoints += url.endswith(store.MANIFEST)
+
+    def install(self) -> None:
+        def put_bytes(url: str, data: bytes, **kw: object) -> object:
+            self._count(url, len(data))
+            return self._put_bytes(url, data, **kw)  # type: ignore[arg-type]
+
+        def put_file(local: object, url: str) -> None:
+            self._count(url, Path(str(local)).stat().st_size)
+            self._put_file(local, url)  # type: ignore[arg-type]
+
+        objstore.put_bytes = put_bytes  # type: ignore[assignment]
+        objstore.put_file = put_file  # type: ignore[assignment]
+
+    def local(self, part: Path) -> tuple[int, int]:
+        """Bytes of the manifest files of ``part`` written since the last call, and how many
+        checkpoint writes."""
+        out = checkpoints = 0
+        for f in [part / store.MANIFEST, *sorted((part / "_log").glob("*.json"))]:
+            if not f.is_file():
+                continue
+            st = f.stat()
+            key = (st.st_mtime_ns, st.st_size)
+            if self._seen.get(str(f)) != key:
+                self._seen[str(f)] = key
+                out += st.st_size
+                checkpoints += f.name == store.MANIFEST
+        return out, checkpoints
+
+
+def step_rows(step: int, n: int) -> list[dict[str, object]]:
+    return [
+        {"uid": f"p{i // 4}", "rollout_idx": i % 4, "step": step, "reward": 0.5, "ndcg": 0.25}
+        for i in range(n)
+    ]
+
+
+def bench_steps(counts: list[int], remote_root: str | None) -> None:
+    from ddai.pipelines.side_log import SideLog
+
+    meter = ManifestBytes()
+    meter.install()
+    print(
+        f"{'store':7}{'steps':>7}{'manifest MB':>13}{'B/step':>9}{'x prev':>8}"
+        f"{'B/step last10%':>16}{'checkpoints':>13}{'s/step':>9}{'s/step last10%':>16}"
+    )
+    for where in ["local", *(["s3"] if remote_root else [])]:
+        prev = None
+        for n in counts:
+            with tempfile.TemporaryDirectory(prefix="ddai-bench-steps-") as tmp:
+                logs: object = Path(tmp) / "logs"
+                if where == "s3":
+                    logs = f"{remote_root}/steps-{uuid.uuid4().hex[:8]}/logs"
+                per_step, secs, checkpoints = [], [], 0
+                metrics = None  # opened once per run, as the trainer does
+                for step in range(1, n + 1):
+                    before, ck_before = meter.remote, meter.remote_checkpoints
+                    t0 = time.perf_counter()
+                    store.write_run(logs, "train", step_rows(step, 8), append=True)
+                    metrics = metrics or SideLog.open(logs, "train", "train_metrics")
+                    metrics.append({"step": step, "loss": 1.0 / step})
+                    secs.append(time.perf_counter() - t0)
+                    if where == "s3":
+                        per_step.append(meter.remote - before)
+                        checkpoints += meter.remote_checkpoints - ck_before
+                    else:
+                        written, ck = meter.local(store.partition_dir(logs, "train"))
+                        per_step.append(written)
+                        checkpoints += ck
+                tenth = max(1, n // 10)
+                total = sum(per_step)
+                ratio = f"{total / prev:8.2f}" if prev else f"{'-':>8}"
+                prev = total
+                print(
+                    f"{where:7}{n:7d}{total / 1e6:13.3f}{total / n:9.0f}{ratio}"
+                    f"{sum(per_step[-tenth:]) / tenth:16.0f}{checkpoints:13d}"
+                    f"{sum(secs) / n:9.3f}{sum(secs[-tenth:]) / tenth:16.3f}"
+                )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--rollouts", type=int, default=200_000, help="rollouts in the log")
@@ -80,6 +187,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3, help="timed repeats (best is kept)")
     ap.add_argument("--bucket", help="an existing bucket at $AWS_ENDPOINT_URL (default: moto)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--steps", help="step counts (e.g. 50,100,200): the per-step commit bench")
     args = ap.parse_args()
 
     proc = None
@@ -96,6 +204,9 @@ def main() -> None:
     else:
         bucket = args.bucket
     try:
+        if args.steps:
+            bench_steps([int(c) for c in args.steps.split(",")], f"s3://{bucket}")
+            return
         with tempfile.TemporaryDirectory(prefix="ddai-bench-objstore-") as tmp:
             root = Path(tmp)
             local = root / "logs"

@@ -86,7 +86,7 @@ def input_record(path: str | os.PathLike[str]) -> dict[str, Any]:
     if url is not None:
         return _remote_record(url)
     p = Path(path)
-    if p.is_dir() and (p / store.MANIFEST).is_file():
+    if p.is_dir() and store.partition_manifest(p) is not None:
         parts = store.committed_files(p)
         digest = store.files_digest([{"name": f.name, "sha256": io.sha256_file(f)} for f in parts])
         return {"path": str(p), "sha256": digest, "kind": "dir", "files": len(parts)}
@@ -105,9 +105,8 @@ def input_record(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def _remote_record(url: str) -> dict[str, Any]:
-    man_url = objstore.join(url, store.MANIFEST)
-    if objstore.exists(man_url):
-        man = json.loads(objstore.read_text(man_url))
+    man = store.partition_manifest(url)
+    if man is not None:
         files = man.get("files", [])
         digest = man.get("sha256") or store.files_digest(files)
         return {"path": url, "sha256": digest, "kind": "dir", "files": len(files)}

@@ -8,9 +8,9 @@ protocol (rename the parts in, replace ``_manifest.json`` last, under ``flock``)
    ``store.PartitionWriter``, which stages itself);
 2. the staged parts are uploaded under their unique names (``part-<time>-<id>.parquet``):
    invisible, since readers read only the files a manifest lists;
-3. ``_manifest.json`` is put last with a conditional PUT: ``If-None-Match: *`` for a new run,
-   ``If-Match: <etag read>`` over the version it replaces or appends to (GCS:
-   ``ifGenerationMatch`` 0 / the generation read). That put is the commit;
+3. the manifest is committed last as the next delta of the run's manifest log
+   (``run_id=R/_log/<seq>.json``, ``manifest_log``), created with a conditional PUT
+   (``If-None-Match: *``; GCS: ``ifGenerationMatch=0``). That put is the commit;
    when another writer committed in between, the put fails, the manifest is merged again over
    the new version (an append keeps both appends) and put again, unless the write read the run
    first (``if_unchanged``) or its duplicate check missed rollouts committed meanwhile: then
@@ -20,9 +20,10 @@ protocol (rename the parts in, replace ``_manifest.json`` last, under ``flock``)
    still finds them (object storage has no reader locks).
 
 Steps 2 to 4 are ``store.commit_remote`` (shared with every other writer); this module stages
-an ingest and publishes its quarantine first (old object + this write's lines, put over the
-version read) and each side table's rows as one new part (``side_log.put_part``; the manifest
-lists the parts). An ingest of several runs checks every run before publishing any and, when a
+an ingest and publishes its quarantine first (this ingest's lines as one new part object,
+``_quarantine/<run>/part-<ns>-<id>.jsonl``: nothing already there is read or put again;
+``read_quarantine`` reads a run's parts in order) and each side table's rows as one new part
+(``side_log.put_part``; the manifest lists the parts). An ingest of several runs checks every run before publishing any and, when a
 publish fails late, takes back the runs it published (``rollback.undo_remote``); superseded
 objects are collected only once every run is published.
 """
@@ -31,15 +32,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import tempfile
+import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines import objstore, rollback, side_log, store
+from ddai.pipelines import manifest_log, objstore, rollback, side_log, store
 
 GRACE_ENV = store.GRACE_ENV
-_RETRIES = 8
 # the commit and its garbage collection live in ``store`` (every writer of runs commits there)
 collect_garbage = store.collect_remote_garbage
 
@@ -65,12 +68,13 @@ def ingest(cfg: Any, local_ingest: Callable[[Any], Any]) -> Any:
             except Exception as e:
                 raise rollback.refused(e, run, _inputs(stage, run, names), runs) from e
         undos: list[rollback.RemoteUndo] = []
+        quarantined: dict[str, str] = {}
         try:
             for run in runs:
                 undos.append(rollback.RemoteUndo(run))
                 publish(
                     stage, url, run, append=cfg.append, names=names, keys_checked=checked[run],
-                    undo=undos[-1],
+                    undo=undos[-1], quarantined=quarantined,
                 )  # fmt: skip
         except BaseException as e:  # a late refusal: take back the runs published before it
             stuck = rollback.undo_remote(undos)
@@ -85,7 +89,7 @@ def ingest(cfg: Any, local_ingest: Callable[[Any], Any]) -> Any:
             store.collect_remote_garbage(objstore.join(url, f"run_id={run}"), man)
             store.collect_remote_side_garbage(url, run, man.get("side_tables") or {})
         result.quarantine_files = [
-            objstore.join(url, store.QUARANTINE_DIR, Path(q).name) for q in result.quarantine_files
+            quarantined.get(Path(q).name.removesuffix(".jsonl"), q) for q in result.quarantine_files
         ]
         return result
 
@@ -117,21 +121,25 @@ def publish(
     names: dict[str, str] | None = None,
     keys_checked: set[str] | None = None,
     undo: rollback.RemoteUndo | None = None,
+    quarantined: dict[str, str] | None = None,
 ) -> dict[str, Any] | None:
     """Publish staged ingest run ``run`` of local store ``stage`` into the store at ``url``: side
     tables, quarantine, then parts and the manifest (the commit, ``store.commit_remote``).
     Returns the committed manifest. ``keys_checked``: see ``store.commit_remote``. ``undo``:
     records what was changed, for ``rollback.undo_remote``; the superseded objects are then
-    left for the caller to collect (``ingest`` does, once every run is published)."""
+    left for the caller to collect (``ingest`` does, once every run is published).
+    ``quarantined``: gets run → the URL of the quarantine part this ingest put."""
     # Refused before anything is published when the check already fails (the commit checks
     # again over the version it commits on).
     store.check_remote(stage, url, run, keys_checked=keys_checked)
     q = store.quarantine_path(stage, run)
-    if q.is_file():  # entries accumulate across ingests, never overwritten
-        remote_q = objstore.join(url, store.QUARANTINE_DIR, q.name)
-        _, old, tag = _accumulate(q, remote_q, keep_old=True)
+    if q.is_file():  # entries accumulate across ingests: each ingest's lines are one new part
+        part = quarantine_part_url(url, run)
+        objstore.put_bytes(part, q.read_bytes(), create=True)
         if undo is not None:
-            undo.overwritten.append((remote_q, old, tag))
+            undo.created.append(part)
+        if quarantined is not None:
+            quarantined[run] = part
     if store.run_manifest(stage, run) is None:
         return None  # no rollouts staged (every row quarantined): no side rows to list either
     # Each table's rows go up as one new part (a unique name, invisible until the manifest
@@ -175,22 +183,26 @@ def _rename_sources(man: dict[str, Any], names: dict[str, str]) -> dict[str, Any
     return json.loads(text)
 
 
-def _accumulate(
-    local: Path, remote: str, *, keep_old: bool
-) -> tuple[bytes, bytes | None, str | None]:
-    """Put ``local``'s lines at ``remote``, after the lines already there when ``keep_old``;
-    returns what was put, the exact bytes it replaced (None: no object was there) and the
-    version put."""
-    for _ in range(_RETRIES):
-        tag = objstore.etag(remote)
-        before = objstore.read_bytes(remote) if tag else None
-        old = before if before is not None and keep_old else b""
-        if old and not old.endswith(b"\n"):
-            old += b"\n"
-        body = old + local.read_bytes()
-        try:
-            put = objstore.put_bytes(remote, body, if_match=tag, create=tag is None)
-            return body, before, put
-        except objstore.ConflictError:
-            continue
-    raise objstore.ConflictError(f"{remote}: too many concurrent writers; retry")
+def quarantine_part_url(url: str, run: str) -> str:
+    """A new part of ``run``'s quarantine in the store at ``url`` (names sort in write order)."""
+    name = f"part-{time.time_ns():020d}-{uuid.uuid4().hex[:8]}.jsonl"
+    return objstore.join(url, store.QUARANTINE_DIR, store.check_run_id(run), name)
+
+
+def read_quarantine(logs: str | os.PathLike[str], run: str) -> bytes:
+    """``run``'s quarantine lines: a local store's file; on object storage the one object an
+    ingest before parts wrote (``_quarantine/<run>.jsonl``), then each ingest's part in order."""
+    url = objstore.url_of(logs)
+    if url is None:
+        path = store.quarantine_path(logs, run)
+        return path.read_bytes() if path.is_file() else b""
+    base = objstore.join(url, store.QUARANTINE_DIR)
+    objs = [objstore.join(base, f"{store.check_run_id(run)}.jsonl")]
+    objs = [o for o in objs if objstore.isfile(o)]
+    parts = sorted(manifest_log.listdir_fresh(objstore.join(base, run)))
+    objs += [objstore.join(base, run, n) for n in parts if n.endswith(".jsonl")]
+    out = []
+    for o in objs:
+        data = objstore.read_bytes(o)
+        out.append(data if not data or data.endswith(b"\n") else data + b"\n")
+    return b"".join(out)

@@ -10,11 +10,12 @@ runs this command already committed, so the store is as it was before the comman
   ``rollback`` puts every saved file back and removes the created ones; ``finish`` drops the
   saved versions and only then lets the store collect the superseded files (garbage collection
   waits, so a rollback finds every file the old versions list).
-- ``RemoteUndo`` (object storage): what one conditional commit changed: the manifest it
-  replaced (its exact bytes) and the version it put, the objects it overwrote, the objects it
-  created. ``undo_remote`` puts the old manifest back only over the version this command put
-  (a conditional put), so a commit another writer made since is never undone; runs that cannot
-  be restored are returned, for the error message to name. The objects it created are removed
+- ``RemoteUndo`` (object storage): what one conditional commit changed: the manifest log entry
+  it created and the manifest before it, the objects it overwrote, the objects it created.
+  ``undo_remote`` commits the old manifest again as the log's next entry, only if this
+  command's entry is still the last (a conditional create), so a commit another writer made
+  since is never undone; runs that cannot be restored are returned, for the error message to
+  name. The objects it created are removed
   at once: a reader that read the taken-back version in the moment it stood fails its read
   instead of using rows the command took back.
 """
@@ -27,9 +28,9 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
-from ddai.pipelines import locks, objstore
+from ddai.pipelines import locks, manifest_log, objstore
 
 
 class Journal:
@@ -122,11 +123,12 @@ class RemoteUndo:
     """What one commit to object storage changed (see the module docstring)."""
 
     run: str
-    manifest_url: str = ""
-    before: bytes | None = None
-    """The manifest's bytes before the commit (None: the run was not there)."""
-    put_tag: str | None = None
-    """The version the commit put (an ETag / a GCS generation); None: nothing committed yet."""
+    part_url: str = ""
+    """The run's partition."""
+    seq: int | None = None
+    """The manifest log entry the commit created; None: nothing committed yet."""
+    before: dict[str, Any] | None = None
+    """The run's manifest before the commit (None: the run was not there)."""
     overwritten: list[tuple[str, bytes | None, str | None]] = field(default_factory=list)
     """Objects the commit replaced: URL, the old bytes (None: absent), the version put."""
     created: list[str] = field(default_factory=list)
@@ -138,7 +140,7 @@ def undo_remote(undos: list[RemoteUndo]) -> list[str]:
     another writer committed over this command's version meanwhile (those keep both)."""
     stuck = []
     for u in reversed(undos):
-        if u.put_tag is not None and not _restore(u.manifest_url, u.before, u.put_tag):
+        if u.seq is not None and not manifest_log.take_back(u.part_url, u.seq, u.before):
             stuck.append(u.run)
             continue  # its objects stay: the newer version may list them
         for url, old, tag in reversed(u.overwritten):

@@ -11,7 +11,8 @@ Object storage has no append, and putting the grown table whole every step write
 bytes. There each append puts only its new rows as one part object,
 ``_side/<table>/<run>/part-<n>-<id>.jsonl`` (a unique name: invisible until listed), and the
 manifest's record of the table lists the parts in order (``parts``: name, rows, sha256; the
-table's ``sha256`` is the digest over them), updated with a conditional put. Readers
+table's ``sha256`` is the digest over them), updated with one delta of the run's manifest log
+(``manifest_log``; a conditional create). Readers
 (``read_rows``, ``read_bytes``: the report's training section, the streaming analysis) read the
 parts the manifest lists as one table; a table kept as one file (a local store, an ingest
 before parts) is read as before. A replace (a resumed run) puts one part with the rows kept and
@@ -30,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines import io, objstore, store
+from ddai.pipelines import io, manifest_log, objstore, store
 
 _RETRIES = 8
 
@@ -158,36 +159,25 @@ class SideLog:
         ``collect``: parts were replaced, remove the superseded ones past the grace period."""
         part = store.partition_dir(self.logs, self.run_id)
         url = objstore.url_of(part)
-        if url is None:
-            man = store.run_manifest(self.logs, self.run_id)
-            if man is None:
-                self.pending = rec
-                return
-            man["side_tables"] = {**(man.get("side_tables") or {}), self.table: rec}
-            io.write_json(part / store.MANIFEST, man)
-            self.pending = None
-            return
-        man_url = objstore.join(url, store.MANIFEST)
         for _ in range(_RETRIES):
-            tag = objstore.etag(man_url)
-            if tag is None:
+            state = manifest_log.read_state(part)
+            if state.manifest is None:
                 self.pending = rec
                 return
-            man = json.loads(objstore.read_text(man_url))
-            man["side_tables"] = {**(man.get("side_tables") or {}), self.table: rec}
-            body = (json.dumps(man, indent=2, ensure_ascii=False, default=str) + "\n").encode()
-            try:
-                objstore.put_bytes(man_url, body, if_match=tag)
+            man = state.manifest
+            man = {**man, "side_tables": {**(man.get("side_tables") or {}), self.table: rec}}
+            try:  # one small delta in the run's manifest log (a conditional create remotely)
+                manifest_log.commit(part, man, state)
             except objstore.ConflictError:
                 continue  # a rollout commit came first: list the table over its version
             self.pending = None
-            if collect:
+            if collect and url is not None:
                 root = objstore.url_of(self.logs)
                 assert root is not None
                 store.collect_remote_side_garbage(root, self.run_id, man["side_tables"])
             return
         raise store.StoreConflict(
-            f"run {self.run_id!r} at {url}: {_RETRIES} concurrent commits in a row beat the "
+            f"run {self.run_id!r} at {objstore.display(self.logs)}: {_RETRIES} concurrent commits in a row beat the "
             f"listing of side table {self.table}; run the command again"
         )
 

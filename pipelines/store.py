@@ -5,9 +5,12 @@ Commit protocol (one per run, under the run's write lock ``_locks/<run>.lock``):
 1. rows stream into a claimed temp folder ``.tmp-<run>-<id>/`` beside the partitions;
 2. the finished part is renamed into ``run_id=R/`` (invisible: readers read only the files the
    manifest lists);
-3. ``run_id=R/_manifest.json`` is replaced atomically: it lists the partition's files with their
-   sha256 (and ``sha256``, the digest over them). That rename is the commit: data and manifest
-   become visible together, or (after a crash before it) not at all;
+3. the run's manifest (it lists the partition's files with their sha256, and ``sha256``, the
+   digest over them) is committed as one new delta file ``run_id=R/_log/<seq>.json``, created
+   atomically under a name that cannot be overwritten (``manifest_log``: ``_manifest.json`` is
+   a checkpoint of the folded manifest, rewritten only when the deltas after it outgrow it, so
+   a run appended to every step writes linear bytes). That creation is the commit: data and
+   manifest become visible together, or (after a crash before it) not at all;
 4. files the manifest no longer lists (a replaced version, a crashed write's part) are removed
    when no reader holds the run (``_locks/<run>.readers``), else by the next write.
 
@@ -29,7 +32,8 @@ whose name starts with ``_`` or ``.``.
 
 On object storage (``logs`` an ``s3://`` / ``gs://`` URL) the same layout holds; every write
 (``PartitionWriter``, ingest's included) is staged locally and published by
-``commit_remote`` (parts first, then one conditional PUT of ``_manifest.json``: the commit, also
+``commit_remote`` (parts first, then one conditional create of the manifest log's next delta:
+the commit, also
 where ``if_unchanged`` and the duplicate check are decided; an ingest's side tables and
 quarantine go first, ``ddai.pipelines.remote_store``), readers read the
 files the manifest lists through the object store (no locks there: superseded parts are removed
@@ -47,7 +51,6 @@ conditional put on object storage) and the readers that rely on it are kept in o
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import tempfile
@@ -60,12 +63,13 @@ from typing import IO, TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ddai.pipelines import capability_count, io, locks, objstore
+from ddai.pipelines import capability_count, io, locks, manifest_log, objstore
 from ddai.pipelines.schema import ROLLOUT_SCHEMA, SCHEMA_VERSION, normalize_rollout
 
 # The read side (no pyarrow), re-exported: ``store.snapshot``, ``store.MANIFEST`` as before.
 from ddai.pipelines.store_read import (  # noqa: F401
     LOCK_DIR,
+    LOG_DIR,
     MANIFEST,
     QUARANTINE_DIR,
     SIDE_DIR,
@@ -78,6 +82,7 @@ from ddai.pipelines.store_read import (  # noqa: F401
     manifest_version,
     parquet_files,
     partition_dir,
+    partition_manifest,
     run_manifest,
     snapshot,
 )
@@ -280,7 +285,8 @@ class PartitionWriter:
         if_unchanged: str | None = None,
         journal: Journal | None = None,
     ) -> dict[str, Any]:
-        old = _read_manifest(self.final)
+        state = manifest_log.read_state(self.final)
+        old = state.manifest
         if if_unchanged is not None and (old is None or manifest_version(old) != if_unchanged):
             raise StoreConflict(
                 f"run {self.run_id!r} changed in {self.logs} while this command worked on it "
@@ -303,8 +309,7 @@ class PartitionWriter:
         if listed and "side_tables" not in manifest:
             manifest = {**manifest, "side_tables": listed}  # not this write's: left as they are
         if journal is not None:
-            journal.mkdir(self.final)
-            journal.save(self.final / MANIFEST)
+            journal.mkdir(self.final)  # the manifest's files are saved by manifest_log.commit
         self.final.mkdir(exist_ok=True)
         if (self.tmp / self.part).exists():
             new = _file_record(self.tmp / self.part, self.rows)
@@ -321,7 +326,8 @@ class PartitionWriter:
         }
         record = merge_record(old, record, self.capabilities, files)
         io.crash_point(f"partition-data:{self.run_id}")
-        io.write_json(self.final / MANIFEST, record)  # the commit point
+        # the commit point: the log's next delta (a replace also checkpoints, a new chain)
+        manifest_log.commit(self.final, record, state, replace=old is None, journal=journal)
         self._drop_tmp()
         if journal is None:
             collect_garbage(self.logs, self.run_id)
@@ -468,8 +474,13 @@ def collect_garbage(logs: str | os.PathLike[str], run_id: str) -> list[str]:
         return []
     try:
         man = _read_manifest(part)
-        keep = {f.name for f in committed_files(part, man)} | ({MANIFEST} if man else set())
+        keep = {f.name for f in committed_files(part, man)} | (
+            {MANIFEST, LOG_DIR} if man else set()
+        )
         removed = []
+        for tmp in manifest_log.stale_temps(part):  # a crashed commit's (we hold the write lock)
+            tmp.unlink(missing_ok=True)
+            removed.append(f"{LOG_DIR}/{tmp.name}")
         for entry in part.iterdir():
             if entry.name not in keep:
                 if entry.is_dir():
@@ -485,7 +496,10 @@ def collect_garbage(logs: str | os.PathLike[str], run_id: str) -> list[str]:
 def verify_partition(part: str | os.PathLike[str]) -> str | None:
     """Re-hash a partition's committed files against its manifest: why they differ, or None."""
     p = Path(part)
-    man = _read_manifest(p)
+    try:
+        man = _read_manifest(p)
+    except manifest_log.ManifestLogGap as e:
+        return str(e)
     if man is None:
         return f"no {MANIFEST} (an interrupted write)"
     if "files" not in man:
@@ -639,8 +653,8 @@ def quarantine_path(logs: str | os.PathLike[str], run_id: str) -> Path:
 
 # ------------------------------------------------------------------ committing to object storage
 # Object stores have no rename and no locks: the staged run's parts go up under unique names
-# (invisible until a manifest lists them), then ``_manifest.json`` is put with a conditional put
-# over the version read (S3 ``If-Match``/``If-None-Match``, GCS ``ifGenerationMatch``): the commit.
+# (invisible until a manifest lists them), then the manifest log's next delta is created with a
+# conditional put (S3 ``If-None-Match: *``, GCS ``ifGenerationMatch=0``): the commit.
 
 GRACE_ENV = "DDAI_OBJSTORE_GC_GRACE_S"
 _REMOTE_RETRIES = 8
@@ -679,15 +693,14 @@ def commit_remote(
         return None
     new = rename(new) if rename else new
     part_url = objstore.join(url, f"run_id={check_run_id(run)}")
-    man_url = objstore.join(part_url, MANIFEST)
     check_remote(stage, url, run, if_unchanged=if_unchanged, keys_checked=keys_checked)
     for f in new["files"]:
         objstore.put_file(stage / f"run_id={run}" / f["name"], objstore.join(part_url, f["name"]))
         if undo is not None:
             undo.created.append(objstore.join(part_url, f["name"]))
     for _ in range(_REMOTE_RETRIES):
-        tag, raw = _remote_manifest_bytes(man_url)
-        old = json.loads(raw) if raw is not None else None
+        state = manifest_log.read_state(part_url)
+        old = state.manifest
         check_remote(stage, url, run, old, if_unchanged=if_unchanged, keys_checked=keys_checked)
         record = dict(new)
         if side is None and old and "side_tables" in old:
@@ -710,13 +723,14 @@ def commit_remote(
             record = merge_record(
                 old, base, new.get("capabilities", {}), [*old_files, *new["files"]]
             )
-        body = (json.dumps(record, indent=2, ensure_ascii=False, default=str) + "\n").encode()
-        try:
-            put = objstore.put_bytes(man_url, body, if_match=tag, create=tag is None)
+        try:  # the commit: the log's next delta, created only if no other writer made it
+            done = manifest_log.commit(
+                part_url, record, state, replace=not (append and old is not None)
+            )
         except objstore.ConflictError:
             continue  # another writer committed first: merge over its version
         if undo is not None:
-            undo.manifest_url, undo.before, undo.put_tag = man_url, raw, put
+            undo.part_url, undo.seq, undo.before = part_url, done.seq, old
         if gc:
             collect_remote_garbage(part_url, record)
             if side is not None:
@@ -747,7 +761,7 @@ def check_remote(
         return
     part_url = objstore.join(url, f"run_id={check_run_id(run)}")
     if old is _UNREAD:
-        old = _remote_manifest(objstore.join(part_url, MANIFEST))[1]
+        old = _read_manifest(part_url)
     if if_unchanged is not None and (old is None or manifest_version(old) != if_unchanged):
         raise StoreConflict(
             f"run {run!r} changed in {url} while this command worked on it (another write "
@@ -756,23 +770,6 @@ def check_remote(
     staged = (run_manifest(stage, run) or {}).get("files", [])
     mine = [partition_dir(stage, run) / f["name"] for f in staged]
     check_new_keys(part_url, old, keys_checked, mine)
-
-
-def _remote_manifest(man_url: str) -> tuple[str | None, dict[str, Any] | None]:
-    """The manifest's version token and body (None, None when the run is not there)."""
-    tag, raw = _remote_manifest_bytes(man_url)
-    return tag, json.loads(raw) if raw is not None else None
-
-
-def _remote_manifest_bytes(man_url: str) -> tuple[str | None, bytes | None]:
-    """The manifest's version token and exact bytes (None, None when the run is not there)."""
-    tag = objstore.etag(man_url)
-    if tag is None:
-        return None, None
-    try:
-        return tag, objstore.read_bytes(man_url)
-    except FileNotFoundError:  # removed since (a rolled back commit): as if never there
-        return None, None
 
 
 def _merge_side(
@@ -824,7 +821,7 @@ def collect_remote_garbage(
     """Remove objects of a partition its manifest ``man`` does not list and older than the grace
     period (a reader that listed them before this commit may still be reading them)."""
     grace = float(os.environ.get(GRACE_ENV, "3600"))
-    keep = {f["name"] for f in man.get("files", [])} | {MANIFEST}
+    keep = {f["name"] for f in man.get("files", [])} | {MANIFEST, LOG_DIR}
     now = time.time() if now is None else now
     removed = []
     for name in objstore.listdir(part_url):

@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines import io, locks, objstore
+from ddai.pipelines import io, locks, manifest_log, objstore
+from ddai.pipelines.manifest_log import LOG_DIR, MANIFEST  # noqa: F401 (re-exported)
 
-MANIFEST = "_manifest.json"
 QUARANTINE_DIR = "_quarantine"
 SIDE_DIR = "_side"
 LOCK_DIR = "_locks"
@@ -82,24 +82,28 @@ def committed_files(part: str | os.PathLike[str], man: dict[str, Any] | None = N
     return sorted(f for f in p.glob("*.parquet") if not f.name.startswith(("_", ".")))
 
 
-def _read_manifest(part: Path) -> dict[str, Any] | None:
-    url = objstore.url_of(part)
-    if url is not None:
-        try:
-            return json.loads(objstore.read_text(objstore.join(url, MANIFEST)))
-        except FileNotFoundError:
-            return None
-    p = part / MANIFEST
-    return json.loads(p.read_text(encoding="utf-8")) if p.is_file() else None
+def _read_manifest(part: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The committed manifest of partition ``part``: its checkpoint (``_manifest.json``) with the
+    log's later deltas applied (``manifest_log``); None when the run is not committed."""
+    return manifest_log.read_state(part).manifest
+
+
+def partition_manifest(path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The committed manifest of ``path`` when it is a run's partition (a folder or URL holding a
+    manifest checkpoint or log), else None (any other file or folder)."""
+    if not objstore.is_url(path) and not Path(path).is_dir():
+        return None
+    return _read_manifest(path)
 
 
 def list_runs(logs: str | os.PathLike[str]) -> list[str]:
-    """The committed runs of the store (a partition without ``_manifest.json`` is not one)."""
+    """The committed runs of the store (a partition without a committed manifest, checkpoint or
+    log entry, is not one)."""
     url = objstore.url_of(logs)
     if url is not None:
         parts = [n for n in objstore.listdir(url) if n.startswith("run_id=")]
         return sorted(
-            n.split("=", 1)[1] for n in parts if objstore.isfile(objstore.join(url, n, MANIFEST))
+            n.split("=", 1)[1] for n in parts if manifest_log.is_committed(objstore.join(url, n))
         )
     p = Path(logs)
     if not p.is_dir():
@@ -107,7 +111,7 @@ def list_runs(logs: str | os.PathLike[str]) -> list[str]:
     return sorted(
         d.name.split("=", 1)[1]
         for d in p.iterdir()
-        if d.is_dir() and d.name.startswith("run_id=") and (d / MANIFEST).is_file()
+        if d.is_dir() and d.name.startswith("run_id=") and manifest_log.is_committed(d)
     )
 
 

@@ -8,7 +8,6 @@ else (the original dataset, a score table, a decisions CSV, a corpus) ends the w
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -108,8 +107,7 @@ def _visit(
             created=m.get("created"),
             mismatch=_step_mismatch(path, m) if check else None,
         )
-    elif objstore.any_isfile(path / store.MANIFEST):
-        part = json.loads(objstore.any_read_text(path / store.MANIFEST))
+    elif (part := store.partition_manifest(path)) is not None:
         sources = part.get("sources", [])
         for src in sources:
             sp = Path(_where(src["path"]))

@@ -24,7 +24,9 @@ from ddai.reports.serve.config import ServeConfig
 def fingerprint(logs: Path, runs: list[str] | None) -> tuple[tuple[str, int, int], ...]:
     """(path, size, mtime_ns) of every Parquet file and manifest the explorer reads."""
     files = list(store.parquet_files(logs, runs)) if store.list_runs(logs) else []
-    files += sorted(Path(logs).glob("run_id=*/_manifest.json"))
+    # the checkpoint, and the manifest log's folder (a commit adds a file there: its mtime moves)
+    files += sorted(Path(logs).glob(f"run_id=*/{store.MANIFEST}"))
+    files += sorted(Path(logs).glob(f"run_id=*/{store.LOG_DIR}"))
     out = []
     for f in files:
         try:

@@ -169,24 +169,34 @@ def _count(logs: Path, run: str = "r") -> int:
 
 
 @pytest.mark.parametrize(
-    "point", ["partition-data:r", "rename:_manifest.json", "quarantine:r", "rename:r.jsonl"]
+    ("point", "committed"),
+    [
+        ("partition-data:r", 8),
+        ("quarantine:r", 8),
+        ("rename:r.jsonl", 8),
+        # after the commit point (the manifest log's delta), before or while the checkpoint is
+        # written: the new version stands, whole
+        ("manifest-checkpoint:r", 12),
+        ("rename:_manifest.json", 12),
+    ],
 )
-def test_reingest_killed_keeps_the_old_version_and_rerun_cleans_up(tmp_path, point):
+def test_reingest_killed_keeps_the_old_version_and_rerun_cleans_up(tmp_path, point, committed):
     logs = tmp_path / "logs"
     old = _write_rollouts(tmp_path / "old.jsonl", 8, bad=1)
     new = _write_rollouts(tmp_path / "new.jsonl", 12, bad=2)
     ingest(IngestConfig([old], logs, progress=False))
     first_id = store.run_manifest(logs, "r")["ingest"]
     killed_at(point, "ingest", str(new), "--logs", str(logs), "--no-progress")
-    # readers still see the old version, whole: data and manifest agree
-    assert _count(logs) == 8 and store.run_manifest(logs, "r")["rollouts_total"] == 8
+    # readers see one version, whole: data and manifest agree
+    man = store.run_manifest(logs, "r")
+    assert _count(logs) == committed and man["rollouts_total"] == committed
     assert store.verify_partition(store.partition_dir(logs, "r")) is None
     ingest(IngestConfig([new], logs, progress=False))
     man = store.run_manifest(logs, "r")
     assert _count(logs) == 12 and man["rollouts_total"] == 12
     part = store.partition_dir(logs, "r")
     assert sorted(p.name for p in part.iterdir()) == sorted(
-        [store.MANIFEST, *(f["name"] for f in man["files"])]
+        [store.MANIFEST, store.LOG_DIR, *(f["name"] for f in man["files"])]
     )
     assert not [p for p in logs.iterdir() if p.name.startswith((".tmp-", ".old-"))]
     assert not [p for p in (logs / "_quarantine").iterdir() if p.name.startswith(".")]

@@ -47,7 +47,7 @@ def test_ingest_query_and_verify_on_object_storage(store_env, tmp_path):
     assert man["rollouts_out"] == 12 and man["rows_in"] == 13
     assert store.verify_partition(store.partition_dir(logs, "r1")) is None  # hashes match
     # the quarantine went to the store too, with the bad line
-    q = objstore.read_text(f"{logs}/_quarantine/r1.jsonl").splitlines()
+    q = remote_store.read_quarantine(logs, "r1").decode().splitlines()
     assert len(q) == 1 and json.loads(q[0])["raw"].strip() == "{broken"
     # judge 1 for rollouts i < u: u0 none, u1 one, u2 two
     assert _count(logs) == (12, 3.0)
@@ -73,8 +73,11 @@ def test_append_keeps_both_and_quarantine_accumulates(store_env, tmp_path):
     assert len(man["files"]) == 2 and man["rollouts_total"] == 12 + 8
     assert len(man["history"]) == 1 and man["history"][0]["rollouts_out"] == 12
     assert _count(logs) == (20, 3.0 + 1.0)
-    q = objstore.read_text(f"{store_env}/logs/_quarantine/r1.jsonl").splitlines()
+    q = remote_store.read_quarantine(logs, "r1").decode().splitlines()
     assert [json.loads(x)["source"].rsplit("/", 1)[-1] for x in q] == ["a.jsonl", "b.jsonl"]
+    # each ingest put its own part: nothing already there was put again
+    parts = objstore.listdir(f"{store_env}/logs/_quarantine/r1")
+    assert len(parts) == 2 and not objstore.exists(f"{store_env}/logs/_quarantine/r1.jsonl")
 
 
 def test_replace_keeps_old_parts_through_the_grace_period(store_env, tmp_path, monkeypatch):
@@ -89,7 +92,7 @@ def test_replace_keeps_old_parts_through_the_grace_period(store_env, tmp_path, m
     man = store.run_manifest(logs, "r1")
     assert remote_store.collect_garbage(f"{store_env}/logs/run_id=r1", man) == [first]
     assert objstore.listdir(f"{store_env}/logs/run_id=r1") == sorted(
-        ["_manifest.json", man["files"][0]["name"]]
+        [store.MANIFEST, store.LOG_DIR, man["files"][0]["name"]]
     )
 
 
@@ -102,7 +105,7 @@ def test_a_concurrent_append_between_read_and_commit_is_merged_not_lost(
     raced = []
 
     def put_after_a_rival(url, data, **kw):
-        if url.endswith(store.MANIFEST) and not raced:
+        if f"/{store.LOG_DIR}/" in url and not raced:  # the commit: the log's next delta
             raced.append(url)
             # another machine's append commits between our read of the manifest and our put
             _ingest(_source(tmp_path, "rival.jsonl", 1, bad=False, uid="w"), logs, append=True)
@@ -218,7 +221,7 @@ def test_a_rewrite_loses_a_race_at_the_conditional_put_and_writes_nothing(store_
     real_put = objstore.put_bytes
 
     def put_after_a_rival(url, data, **kw):
-        if url.endswith(store.MANIFEST):
+        if f"/{store.LOG_DIR}/" in url:  # the commit: the log's next delta
             monkeypatch.setattr(objstore, "put_bytes", real_put)
             store.write_run(logs, "r", _rows(["rival"]), append=True)
         return real_put(url, data, **kw)
@@ -300,3 +303,15 @@ def test_ingest_append_that_lost_a_race_exits_1_naming_the_run(store_env, tmp_pa
     assert res.exit_code == 1, res.output
     assert "run 'r1': another append committed 8 of this write's rollouts" in said
     assert _count(logs) == (8, 1.0)  # the rival's rollouts, once
+
+
+def test_a_quarantine_written_before_parts_is_read_first_and_kept(s3_env, tmp_path):
+    logs = Path(f"{s3_env}/logs")
+    old = b'{"reason": "earlier", "source": "old.jsonl"}\n'
+    objstore.put_bytes(f"{s3_env}/logs/_quarantine/r1.jsonl", old)  # one object, as before
+    res = _ingest(_source(tmp_path, "a.jsonl", 3), logs)
+    (part,) = res.quarantine_files
+    assert part.startswith(f"{s3_env}/logs/_quarantine/r1/part-")  # this ingest's own part
+    q = remote_store.read_quarantine(logs, "r1").decode().splitlines()
+    assert [json.loads(x)["source"].rsplit("/", 1)[-1] for x in q] == ["old.jsonl", "a.jsonl"]
+    assert objstore.read_bytes(f"{s3_env}/logs/_quarantine/r1.jsonl") == old  # not put again

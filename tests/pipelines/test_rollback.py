@@ -4,9 +4,7 @@ over the version it put, and names the runs another writer committed over since.
 
 from __future__ import annotations
 
-import json
-
-from ddai.pipelines import objstore, rollback, store
+from ddai.pipelines import manifest_log, objstore, rollback, store
 
 
 def test_the_journal_puts_replaced_files_back_and_removes_created_ones(tmp_path):
@@ -57,16 +55,26 @@ def test_the_journal_restores_a_file_replaced_by_rename(tmp_path):
     assert [p.name for p in logs.iterdir()] == ["_manifest.json"]  # the saved versions dropped
 
 
+def _commit(part: str, man: dict) -> int:
+    return manifest_log.commit(part, man, manifest_log.read_state(part)).seq
+
+
 def test_a_remote_undo_leaves_a_run_another_writer_committed_over(s3_env):
-    url = f"{s3_env}/logs/run_id=r/{store.MANIFEST}"
-    first = objstore.put_bytes(url, b'{"v": 1}', create=True)
-    mine = objstore.put_bytes(url, b'{"v": 2}', if_match=first)
-    part = f"{s3_env}/logs/run_id=r/part-1.parquet"
+    r, s, t = (f"{s3_env}/logs/run_id={n}" for n in "rst")
+    _commit(r, {"v": 1})
+    mine = _commit(r, {"v": 2})
+    part = f"{r}/part-1.parquet"
     objstore.put_bytes(part, b"p")
-    undo = rollback.RemoteUndo("r", url, b'{"v": 1}', mine, created=[part])
-    other = rollback.RemoteUndo("s", f"{s3_env}/logs/run_id=s/{store.MANIFEST}")
-    other.put_tag = objstore.put_bytes(other.manifest_url, b'{"s": 1}', create=True)
-    objstore.put_bytes(other.manifest_url, b'{"s": 2}')  # another writer, after this command
-    assert rollback.undo_remote([undo, other]) == ["s"]
-    assert json.loads(objstore.read_text(url)) == {"v": 1} and not objstore.exists(part)
-    assert json.loads(objstore.read_text(other.manifest_url)) == {"s": 2}
+    undo = rollback.RemoteUndo("r", r, mine, {"v": 1}, created=[part])
+    other = rollback.RemoteUndo("s", s, _commit(s, {"s": 1}), None)
+    _commit(s, {"s": 2})  # another writer, after this command
+    new = rollback.RemoteUndo("t", t, _commit(t, {"t": 1}), None)  # a run this command made
+    assert rollback.undo_remote([undo, other, new]) == ["s"]
+    # r: the old manifest committed again as the log's next entry (nothing rewritten)
+    assert store.run_manifest(f"{s3_env}/logs", "r") == {"v": 1} and not objstore.exists(part)
+    assert manifest_log.read_state(r).seq == 3
+    assert store.run_manifest(f"{s3_env}/logs", "s") == {"s": 2}
+    assert store.list_runs(f"{s3_env}/logs") == ["r", "s"]  # t is gone
+    # taking back twice changes nothing: the entry is no longer the last one
+    assert rollback.undo_remote([undo]) == ["r"]
+    assert store.run_manifest(f"{s3_env}/logs", "r") == {"v": 1}

@@ -92,7 +92,7 @@ def test_four_concurrent_replace_ingests_leave_one_whole_version(tmp_path):
         assert store.verify_partition(store.partition_dir(logs, "r")) is None
         part = store.partition_dir(logs, "r")
         assert sorted(p.name for p in part.iterdir()) == sorted(
-            [store.MANIFEST, *(f["name"] for f in man["files"])]
+            [store.MANIFEST, store.LOG_DIR, *(f["name"] for f in man["files"])]
         )
 
 

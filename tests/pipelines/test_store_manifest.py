@@ -1,5 +1,6 @@
 """A run appended to once per training step keeps a manifest that grows linearly: each history
-entry holds what its own commit added, not the partition's file list at that time."""
+entry holds what its own commit added, not the partition's file list at that time (the folded
+manifest; what each commit writes is the manifest log's, ``test_manifest_log``)."""
 
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ def test_appended_manifest_grows_linearly(tmp_path):
     sizes = []
     for step in range(1, 13):
         store.write_run(tmp_path, "train", [_row(step, i) for i in range(2)], append=True)
-        sizes.append(len((tmp_path / "run_id=train" / store.MANIFEST).read_bytes()))
-    man = json.loads((tmp_path / "run_id=train" / store.MANIFEST).read_text())
+        man = store.run_manifest(tmp_path, "train")
+        sizes.append(len(json.dumps(man, indent=2)))
     assert len(man["files"]) == 12 and len(man["history"]) == 11
     assert man["rollouts_total"] == 24
     assert all("files" not in h and "history" not in h for h in man["history"])

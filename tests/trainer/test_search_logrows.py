@@ -19,7 +19,7 @@ def _rows(step: int, n: int = 2, start: int = 0) -> list[dict]:
 
 
 def _manifest(logs) -> dict:
-    return json.loads((logs / "run_id=train" / store.MANIFEST).read_text(encoding="utf-8"))
+    return store.run_manifest(logs, "train")
 
 
 def test_a_50_step_run_lists_each_step_once_and_grows_linearly(tmp_path):
@@ -30,7 +30,7 @@ def test_a_50_step_run_lists_each_step_once_and_grows_linearly(tmp_path):
         log.append(_rows(step), step)
         log.append(_rows(step, start=2), step)
         log.flush()
-        sizes.append(len((tmp_path / "run_id=train" / store.MANIFEST).read_bytes()))
+        sizes.append(len(json.dumps(_manifest(tmp_path), indent=2)))
     man = _manifest(tmp_path)
     assert log.steps() == logged_steps(man) == list(range(1, 51))
     assert len(man["history"]) == 49 and man["rollouts_total"] == 200 == log.rows
