@@ -15,7 +15,6 @@ streaming pass with one invariant (rows in = rollouts out + quarantined).
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import heapq
 import json
 import os
@@ -33,7 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
-from ddai.pipelines import adapters, io, objstore, rollback, run_stats, store
+from ddai.pipelines import adapters, io, locks, objstore, rollback, run_stats, store
 from ddai.pipelines.adapters.base import ReaderContext, RowBatch, SourceRecord, error_detail
 from ddai.pipelines.adapters.side import SideTables
 from ddai.pipelines.adapters.verl_ids import UidMapper
@@ -153,8 +152,8 @@ class _Quarantine:
             self.dir.mkdir(parents=True, exist_ok=True)
             kind = "late" if self.late else "rows"
             path = self.dir / f".tmp-{run}-{self.ingest_id}-{kind}.jsonl"
-            fh = open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed in commit/abort
-            fcntl.flock(fh, fcntl.LOCK_EX)  # claimed: the next write cleans it only if we die
+            # claimed as it appears: the next write cleans it only if we die
+            fh = locks.claimed_file(path)  # closed in commit/abort
             self.spools[key] = (path, fh)
         entry = {
             "source": str(source),

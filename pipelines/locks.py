@@ -5,8 +5,11 @@
 - ``shared(path)`` / ``try_exclusive(path)``: readers hold a shared lock on a run while they read
   one version of it; a writer removes superseded files only when ``try_exclusive`` gets the lock
   (no reader left), else leaves them for the next write.
-- ``claim(path)`` / ``is_abandoned(path)``: a temp file or folder being written is claimed by its
-  process; a claim nobody holds any more is the leftover of a crashed write, safe to remove.
+- ``claimed_dir(path)`` / ``claimed_file(path)`` / ``is_abandoned(path)``: a temp folder or file
+  being written is claimed by its process; a claim nobody holds any more is the leftover of a
+  crashed write, safe to remove. The claim is taken under a private name and the folder or file
+  renamed into place only then, so no cleaner ever sees it unclaimed (creating it under its own
+  name and locking it after left a moment where another write's cleaning removed it).
 """
 
 from __future__ import annotations
@@ -14,11 +17,13 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import shutil
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 CLAIM = ".claim"
 
@@ -84,6 +89,59 @@ def try_exclusive(path: str | os.PathLike[str]) -> IO[str] | None:
     except BlockingIOError:
         fh.close()
         return None
+    return fh
+
+
+# Where a claim is taken before the claimed path appears; never one of the cleaned prefixes.
+_CLAIMING = ".claiming-"
+
+
+def claimed_dir(path: str | os.PathLike[str]) -> IO[str]:
+    """Create folder ``path`` (its parent must exist) already claimed by this process: the claim
+    handle (close it when the write is done or abandoned). Raises FileExistsError if it exists."""
+    p = Path(path)
+    if p.exists():
+        raise FileExistsError(f"{p} exists")
+    private = p.with_name(f"{_CLAIMING}{uuid.uuid4().hex}")
+    private.mkdir()
+    try:
+        fh = claim(private)
+        try:
+            os.rename(private, p)  # the lock belongs to the open file, which the rename keeps
+        except OSError:
+            fh.close()
+            raise
+    except BaseException:
+        shutil.rmtree(private, ignore_errors=True)
+        raise
+    return fh
+
+
+def claimed_file(path: str | os.PathLike[str], *, binary: bool = False) -> IO[Any]:
+    """Create file ``path`` for writing (text in UTF-8, or ``binary``), already claimed by this
+    process: write through the returned handle, close it when done. Replaces nothing:
+    FileExistsError if it exists."""
+    p = Path(path)
+    private = p.with_name(f"{_CLAIMING}{uuid.uuid4().hex}")
+    fh: IO[Any] = (
+        open(private, "xb")  # noqa: SIM115 - the caller closes it
+        if binary
+        else open(private, "x", encoding="utf-8")  # noqa: SIM115
+    )
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        try:
+            os.link(private, p)  # fails if ``p`` exists, unlike rename
+        except FileExistsError:
+            raise
+        except OSError:  # a filesystem without hard links: the names are unique anyway
+            os.rename(private, p)
+        else:
+            private.unlink()
+    except BaseException:
+        fh.close()
+        private.unlink(missing_ok=True)
+        raise
     return fh
 
 

@@ -51,8 +51,8 @@ class Journal:
             # ``.tmp-*`` and claimed: another write's cleaning leaves it alone while we live
             # and removes it after a crash (``store.clean_leftovers``)
             self._dir = self.logs / f".tmp-undo-{uuid.uuid4().hex[:8]}"
-            self._dir.mkdir(parents=True)
-            self._claim = locks.claim(self._dir)
+            self._dir.parent.mkdir(parents=True, exist_ok=True)
+            self._claim = locks.claimed_dir(self._dir)
         return self._dir
 
     def save(self, path: str | os.PathLike[str]) -> None:

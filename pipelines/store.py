@@ -163,8 +163,8 @@ class PartitionWriter:
         self.batch_rows = batch_rows
         self.logs.mkdir(parents=True, exist_ok=True)
         self.tmp = self.logs / f".tmp-{check_run_id(run_id)}-{uuid.uuid4().hex[:8]}"
-        self.tmp.mkdir()
-        self._claim: IO[str] | None = locks.claim(self.tmp)
+        # made already claimed: another write's cleaning never sees it unclaimed
+        self._claim: IO[str] | None = locks.claimed_dir(self.tmp)
         self.part = f"part-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}.parquet"
         self._writer: pq.ParquetWriter | None = None
         self._buf: list[dict[str, Any]] = []

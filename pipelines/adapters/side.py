@@ -12,7 +12,6 @@ committed ingest.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import re
@@ -21,7 +20,7 @@ import uuid
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from ddai.pipelines import io
+from ddai.pipelines import io, locks
 from ddai.pipelines.store import SIDE_DIR, check_run_id
 
 if TYPE_CHECKING:
@@ -47,8 +46,8 @@ class _Spool:
         if run not in self.files:
             tmp = self.owner.root / self.name / f".tmp-{run}-{uuid.uuid4().hex[:8]}.jsonl"
             tmp.parent.mkdir(parents=True, exist_ok=True)
-            fh = open(tmp, "w", encoding="utf-8")  # noqa: SIM115 - closed in commit/abort
-            fcntl.flock(fh, fcntl.LOCK_EX)  # claimed: the next write removes it only if we die
+            # claimed as it appears: the next write removes it only if we die
+            fh = locks.claimed_file(tmp)  # closed in commit/abort
             self.files[run] = (tmp, fh)
         self.files[run][1].write(line + "\n")
         self.counts[run] = self.counts.get(run, 0) + 1
@@ -171,8 +170,7 @@ def _prepend(tmp: Path, final: Path) -> tuple[int, IO[bytes]]:
     """Rewrite ``tmp`` as the contents of ``final`` followed by its own; returns the lines of
     ``final`` and the claim on the rewritten file (close it once the file is in place)."""
     joined = tmp.with_name(tmp.name + ".join")
-    out = open(joined, "wb")  # noqa: SIM115 - the claim, closed by the caller
-    fcntl.flock(out, fcntl.LOCK_EX)
+    out = locks.claimed_file(joined, binary=True)  # the claim, closed by the caller
     lines = 0
     with open(final, "rb") as fh:
         for line in fh:

@@ -1,0 +1,63 @@
+"""Claims on temp folders and files: a cleaner never sees one unclaimed, so it never removes a
+write in progress; a claim nobody holds is a crashed write's leftover."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from ddai.pipelines import locks, store
+from ddai.pipelines.schema import ROLLOUT_SCHEMA
+
+
+def test_claimed_dir_is_claimed_until_closed(tmp_path):
+    d = tmp_path / ".tmp-r-1"
+    fh = locks.claimed_dir(d)
+    assert d.is_dir() and not locks.is_abandoned(d)
+    assert store.clean_leftovers(tmp_path) == [] and d.is_dir()
+    fh.close()
+    assert locks.is_abandoned(d)
+    assert store.clean_leftovers(tmp_path) == [".tmp-r-1"] and not d.exists()
+    assert not list(tmp_path.iterdir())  # no private name left behind
+
+
+def test_claimed_file_writes_through_its_claim(tmp_path):
+    f = tmp_path / ".tmp-r-1.jsonl"
+    fh = locks.claimed_file(f)
+    fh.write("line\n")
+    fh.flush()
+    assert not locks.is_abandoned(f)
+    assert store.clean_leftovers(tmp_path) == []
+    fh.close()
+    assert f.read_text(encoding="utf-8") == "line\n"
+    assert locks.is_abandoned(f)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".tmp-r-1.jsonl"]
+    with pytest.raises(FileExistsError):
+        locks.claimed_file(f)
+    with pytest.raises(FileExistsError):
+        locks.claimed_dir(f)
+
+
+def test_a_cleaner_running_while_a_writer_claims_its_folder_removes_nothing(tmp_path, monkeypatch):
+    """Another write's cleaning at the worst moment (the folder made, its claim not yet taken)
+    used to remove the new writer's folder: its part then failed with 'Not a directory'."""
+    logs = tmp_path / "logs"
+    real_claim = locks.claim
+
+    def claim_after_a_cleaner(path):
+        store.clean_leftovers(logs)
+        return real_claim(path)
+
+    monkeypatch.setattr(locks, "claim", claim_after_a_cleaner)
+    w = store.PartitionWriter(logs, "r")
+    assert w.tmp.is_dir()
+    w.add_table(_one_row())
+    w.commit({"sources": []})
+    assert store.read_rollouts(logs, ["r"]).num_rows == 1
+
+
+def _one_row() -> pa.Table:
+    cols = {f.name: pa.nulls(1, f.type) for f in ROLLOUT_SCHEMA}
+    cols["run_id"] = pa.array(["r"], ROLLOUT_SCHEMA.field("run_id").type)
+    cols["uid"] = pa.array(["u"], ROLLOUT_SCHEMA.field("uid").type)
+    return pa.table(cols, schema=ROLLOUT_SCHEMA)
