@@ -28,6 +28,10 @@ does not re-read the run's whole manifest per commit.
 The folded dict is exactly the manifest the writers computed (``store.merge_record`` and the
 side-table listing are unchanged): every writer computes the full new manifest as before, only
 what is written changed.
+
+Longer than 400 lines because the delta, the fold (with its per-process reuse), the commit and
+its undo are one protocol over two backends (a folder, an object store): each side reads what
+the other writes, and splitting them would put the format's two halves in different files.
 """
 
 from __future__ import annotations
@@ -38,12 +42,19 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ddai.pipelines import io, objstore
 
-if TYPE_CHECKING:
-    from ddai.pipelines.rollback import Journal
+
+class Journal(Protocol):
+    """What a commit needs of ``rollback.Journal`` (which imports this module): keep a path's
+    version, and a folder the commit creates, for a rollback."""
+
+    def mkdir(self, folder: str | os.PathLike[str]) -> None: ...
+
+    def save(self, path: str | os.PathLike[str]) -> None: ...
+
 
 MANIFEST = "_manifest.json"
 LOG_DIR = "_log"

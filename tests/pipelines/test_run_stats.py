@@ -320,8 +320,9 @@ def test_a_refresh_racing_a_replace_keeps_no_row_of_it_and_defers_no_cleanup(ing
     monkeypatch.undo()
     man = store.run_manifest(ingested, "x")
     part = store.partition_dir(ingested, "x")
+    # the superseded part is gone at once: only the listed files (and the manifest's log) remain
     assert sorted(p.name for p in part.iterdir()) == sorted(
-        [store.MANIFEST, *(f["name"] for f in man["files"])]
+        [store.MANIFEST, store.LOG_DIR, *(f["name"] for f in man["files"])]
     )
     assert not run_stats.stats_path(ingested, "x").is_file()
     rows = run_stats.runs_rows(ingested)
