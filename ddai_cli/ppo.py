@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ddai.cli.common import JsonOpt, LogsOpt, ProgressOpt, summary
+from ddai.cli.common import JsonOpt, LogsOpt, ProgressOpt
 from ddai.cli.flags import config_flags, with_groups
 from ddai.cli.options import (
     CorpusOpt,
@@ -23,7 +23,7 @@ from ddai.cli.options import (
     run_flags,
     run_id_option,
 )
-from ddai.cli.running import TRAIN_HELP, maybe_relaunch, run_or_fail, sub_app
+from ddai.cli.running import TRAIN_HELP, main_summary, maybe_relaunch, run_or_fail, sub_app
 from ddai.trainer.ppo.config import PPORunConfig
 
 PPO_RUN_ID = run_id_option("ppo")
@@ -133,7 +133,7 @@ def train_ppo_command(
         logs=logs,
         progress=progress and not as_json,
     )
-    summary("ddai train ppo", asdict(run_or_fail(run_ppo, cfg)), as_json=as_json)
+    main_summary("ddai train ppo", asdict(run_or_fail(run_ppo, cfg)), as_json=as_json)
 
 
 def register(app: typer.Typer) -> None:

@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import typer
+from rich.markup import escape
 
-from ddai.cli.common import fail, summary
+from ddai.cli.common import err_console, fail, summary
 
 T = TypeVar("T")
 
@@ -45,11 +46,33 @@ def maybe_relaunch(launch: int | None, accelerate_config: Path | None) -> None:
 
 
 def main_summary(title: str, data: dict, *, as_json: bool) -> None:
-    """The closing summary, printed by the main process only (one per run under a launcher)."""
+    """The closing summary, printed by the main process only (one per run under a launcher);
+    a run whose rewards taught nothing says so on stderr (``no_signal``)."""
     from ddai.trainer.runtime import dist
 
     if dist.is_main():
         summary(title, data, as_json=as_json)
+        why = no_signal(data)
+        if why is not None:
+            err_console.print(f"[bold yellow]warning:[/] {escape(why)}", soft_wrap=True)
+
+
+def no_signal(data: dict[str, Any]) -> str | None:
+    """Why a GRPO/PPO run got no learning signal from its rewards, or None: no group of any step
+    had reward variance (``informative_group_share`` 0), so every advantage was 0 and whatever
+    changed in the weights came from other terms (KL, weight decay), not from the rewards. Each
+    step warned as it went; the summary alone reads like a finished run."""
+    share = data.get("informative_group_share")
+    steps = data.get("steps") or 0
+    if share is None or share != 0 or steps <= 0:
+        return None
+    return (
+        f"no group of the run's {steps} step(s) had reward variance "
+        f"(zero_variance_steps {data.get('zero_variance_steps', steps)}): every advantage was 0 "
+        "and the policy learned nothing from its rewards. SFT the policy first, check the reward "
+        "backends and --reward weights, or train on prompts with mixed outcomes "
+        "(`ddai curate focus`)"
+    )
 
 
 TRAIN_HELP = "Train the Searcher: SFT, then GRPO over the search environment."

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import asdict
 
 import pytest
 
@@ -17,6 +18,7 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 from typer.testing import CliRunner
 
 from ddai.cli.app import app
+from ddai.cli.running import no_signal
 from ddai.pipelines.backends import GenerateResult, JudgeResult
 from ddai.trainer import toy
 from ddai.trainer.search.chat import CHATML_TEMPLATE
@@ -224,6 +226,9 @@ def test_skipped_preflight_is_recorded_and_flat_steps_are_counted(tmp_path):
     result = _grpo(tmp_path, judge, skip_preflight=True)
     assert judge.calls == 4  # one step of 4 rollouts; no preflight calls
     assert result.preflight == "skipped" and result.zero_variance_steps == 1
+    # the closing summary says the run learned nothing from its rewards
+    assert result.informative_group_share == 0.0
+    assert "learned nothing" in (no_signal(asdict(result)) or "")
     run_config = json.loads((tmp_path / "grpo" / "run_config.json").read_text("utf-8"))
     assert run_config["skip_preflight"] is True and run_config["config"]["skip_preflight"]
     assert run_config["command"] == "train grpo" and run_config["preflight"]["checks"] == {}
