@@ -17,6 +17,7 @@ import glob
 import hashlib
 import json
 import os
+import shutil
 import signal
 import tempfile
 from collections.abc import Iterator
@@ -55,6 +56,23 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
         if tmp_path.exists():
             tmp_path.unlink()
         claim.close()
+
+
+@contextlib.contextmanager
+def atomic_dir(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield a new temp folder beside ``path`` to fill; on success it replaces ``path`` (an
+    existing folder there is removed first), else it is removed."""
+    final = Path(path)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+    try:
+        yield tmp
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
 
 
 @contextlib.contextmanager

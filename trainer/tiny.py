@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ddai.pipelines import io
 from ddai.trainer.search.chat import CHATML_TEMPLATE, ENDOFTEXT, IM_END, IM_START
 
 # The Searcher's tags become single tokens, so even a tiny model can learn the format quickly.
@@ -149,18 +148,10 @@ def build_tiny(
         raise FileExistsError(
             f"{path} is not empty; pick a new folder or pass overwrite (--overwrite)"
         )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
-    try:
+    with io.atomic_dir(path) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         (tmp / "ddai_tiny.json").write_text(json.dumps(asdict(spec), indent=2) + "\n", "utf-8")
-        if path.exists():
-            shutil.rmtree(path)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
     return path
 
 

@@ -12,11 +12,11 @@ patch for assistant-only loss applies exactly as it does to a real checkpoint. P
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+
+from ddai.pipelines import io
 
 VISION_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>")
 
@@ -105,15 +105,7 @@ def build_tiny_vlm(
     if path.exists() and any(path.iterdir()) and not overwrite:
         raise FileExistsError(f"{path} is not empty; pick a new folder or pass overwrite")
     model, _, processor = tiny_vlm(texts=texts, max_pixels=max_pixels, seed=seed)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
-    try:
+    with io.atomic_dir(path) as tmp:
         model.save_pretrained(tmp)
         processor.save_pretrained(tmp)
-        if path.exists():
-            shutil.rmtree(path)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
     return path
