@@ -12,7 +12,6 @@ object or the old one).
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import glob
 import hashlib
 import json
@@ -20,11 +19,12 @@ import os
 import shutil
 import signal
 import tempfile
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from ddai.pipelines import objstore
+from ddai.pipelines import locks, objstore
 
 if TYPE_CHECKING:  # pyarrow (~0.3 s) is imported where a Parquet file is written
     import pyarrow as pa
@@ -43,13 +43,13 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     final = Path(path)
     final.parent.mkdir(parents=True, exist_ok=True)
     clean_temps(final)
-    fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent)
-    claim = os.fdopen(fd, "rb")
-    fcntl.flock(claim, fcntl.LOCK_EX)  # ours until closed; a crash frees it
-    tmp_path = Path(tmp)
+    tmp_path = final.with_name(f".{final.name}.{uuid.uuid4().hex[:8]}.tmp")
+    # ours until closed (a crash frees it), and claimed as it appears: another write of the same
+    # output cleaning its temps never removes this one
+    claim = locks.claimed_file(tmp_path, binary=True)
     try:
         yield tmp_path
-        os.chmod(tmp_path, 0o644)  # mkstemp creates 0600; outputs are ordinary shared files
+        os.chmod(tmp_path, 0o644)  # whatever the umask: outputs are ordinary shared files
         crash_point(f"rename:{final.name}")
         os.replace(tmp_path, final)
     finally:
@@ -103,16 +103,8 @@ def clean_temps(path: str | os.PathLike[str]) -> list[Path]:
         return []
     removed = []
     for t in final.parent.glob(f".{glob.escape(final.name)}.*.tmp"):
-        try:
-            fh = open(t, "rb")  # noqa: SIM115
-        except OSError:
-            continue
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        if not locks.is_abandoned(t):
             continue  # still being written by a live process
-        finally:
-            fh.close()
         t.unlink(missing_ok=True)
         removed.append(t)
     return removed

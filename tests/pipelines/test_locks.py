@@ -3,10 +3,13 @@ write in progress; a claim nobody holds is a crashed write's leftover."""
 
 from __future__ import annotations
 
+import json
+import os
+
 import pyarrow as pa
 import pytest
 
-from ddai.pipelines import locks, store
+from ddai.pipelines import io, locks, store
 from ddai.pipelines.schema import ROLLOUT_SCHEMA
 
 
@@ -61,3 +64,22 @@ def _one_row() -> pa.Table:
     cols["run_id"] = pa.array(["r"], ROLLOUT_SCHEMA.field("run_id").type)
     cols["uid"] = pa.array(["u"], ROLLOUT_SCHEMA.field("uid").type)
     return pa.table(cols, schema=ROLLOUT_SCHEMA)
+
+
+def test_an_atomic_write_is_claimed_as_its_temp_appears(tmp_path, monkeypatch):
+    """Another write of the same output cleaning its temps the moment this write's temp appears
+    finds it claimed already (a temp made, then locked, could be removed in between: the write's
+    rename then failed)."""
+    out = tmp_path / "out.json"
+    real_link = os.link
+    seen: list[list[str]] = []
+
+    def link_then_clean(src, dst, *a, **kw):
+        real_link(src, dst, *a, **kw)
+        seen.append([p.name for p in io.clean_temps(out)])  # the cleaner at the worst moment
+
+    monkeypatch.setattr(os, "link", link_then_clean)
+    io.write_json(out, {"a": 1})
+    assert seen == [[]]  # the cleaner ran once, as the temp appeared, and removed nothing
+    assert json.loads(out.read_text(encoding="utf-8")) == {"a": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["out.json"]
