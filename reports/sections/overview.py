@@ -80,11 +80,21 @@ def build(ctx: ReportContext) -> Section:
         f"{plural(len(per_run), 'run')}, {plural(total['prompts'], 'distinct prompt')} and "
         f"{plural(total['rollouts'], 'rollout')}. {pct(total['success_rate'])} of the "
         f"{num(total['judged'])} judged rollouts succeeded; the mean judge score is "
-        f"{num(total['mean_judge'])} and the mean NDCG {num(total['mean_ndcg'])}, with "
-        f"{num(total['mean_turns'], 1)} turns per rollout. Of all rollouts, "
-        f"{num(total['complete'])} stopped on their own, {num(total['max_turns'])} hit the turn "
-        f"limit, {num(total['invalid'])} ended on an invalid action and {num(total['error'])} in "
-        "an error. "
+        f"{num(total['mean_judge'])} and the mean NDCG {num(total['mean_ndcg'])}, "
+        + (
+            f"with {num(total['mean_turns'], 1)} turns per rollout. "
+            if total["mean_turns"] is not None
+            else "and no rollout carries parsed turns. "
+        )
+        + f"Of all rollouts, {num(total['complete'])} stopped on their own, "
+        f"{num(total['max_turns'])} hit the turn limit, {num(total['invalid'])} ended on an "
+        f"invalid action and {num(total['error'])} in an error"
+        + (
+            f"; how the other {num(total['unknown'])} ended is unknown (their logs do not "
+            "record it). "
+            if total["unknown"]
+            else ". "
+        )
         + (
             f"The logged API cost is ${cost:,.2f}."
             if cost is not None

@@ -99,3 +99,23 @@ def test_comparing_with_a_run_without_judge_says_why_no_prompt_moved(tmp_path):
     text = _section(out.read_text(encoding="utf-8"), "compare")
     assert "0 stayed the same (18 have no success rate in one of the runs)" in text
     assert "Run nojudge carries no judge score, so per-prompt success changes" in text
+
+
+def test_the_overview_says_how_many_rollouts_ended_unknown_and_that_none_has_turns(tmp_path):
+    """A flash log (no turns, no termination) read 'with — turns per rollout. Of all rollouts, 0
+    stopped on their own, 0 hit the turn limit, 0 ... and 0 in an error' over 100% unknowns."""
+    logs = tmp_path / "logs"
+    keep = ("run_id", "uid", "rollout_idx", "sample_idx", "judge_score", "ndcg", "reward")
+    flash = [{k: r.get(k) for k in keep} for r in _rows()]  # what a flash reward line carries
+    store.write_run(logs, "flash", flash)
+    build_report(ReportConfig(logs=logs, out=tmp_path / "r.html", progress=False))
+    text = _section((tmp_path / "r.html").read_text(encoding="utf-8"), "overview")
+    assert "and no rollout carries parsed turns." in text and "— turns per rollout" not in text
+    n = f"{len(flash):,}"
+    assert f"in an error; how the other {n} ended is unknown (their logs do not record it)." in text
+
+
+def test_the_overview_of_runs_with_turns_has_no_unknown_clause(page):
+    text = _section(page, "overview")
+    assert "turns per rollout. Of all rollouts," in text
+    assert "ended is unknown" not in text
