@@ -174,7 +174,14 @@ class ValueSFTResult:
     critic_dir: str
     head: str
     rollouts: int
+    train_prompts: int
+    val_prompts: int
     train_pairs: int
+    split_seed: int
+    split_source: str
+    """``critic``: the held-out prompts the critic recorded (split.json); ``computed``: drawn
+    from --split-seed (a critic without a record)."""
+    held_out_digest: str
     steps: int
     weighted_ce_first: float | None
     weighted_ce_last: float | None
@@ -191,7 +198,13 @@ def train_value_sft(cfg: ValueSFTConfig) -> ValueSFTResult:
     from ddai.trainer.common import hf_progress
     from ddai.trainer.runtime import accel
     from ddai.trainer.value.data import tokenize_rollouts
-    from ddai.trainer.value.rows import prompt_messages, read_rows, split_data
+    from ddai.trainer.value.rows import (
+        prompt_messages,
+        read_rows,
+        resolve_split,
+        split_data,
+        write_split,
+    )
     from ddai.trainer.value.train import evaluate
 
     cfg.check()
@@ -218,7 +231,8 @@ def train_value_sft(cfg: ValueSFTConfig) -> ValueSFTResult:
         raise ValueError(
             f"no rollout left to learn from (dropped: {tokenized.dropped}); raise --max-length"
         )
-    data = split_data(tokenized.rollouts, cfg)  # type: ignore[arg-type]
+    split = resolve_split(tokenized.rollouts, cfg, critic=cfg.critic)
+    data = split_data(tokenized.rollouts, cfg, split)
     if not any(r.success for r in data.train):
         raise ValueError(
             "no correct rollout among the training prompts, so the weighted CE has nothing to "
@@ -252,6 +266,8 @@ def train_value_sft(cfg: ValueSFTConfig) -> ValueSFTResult:
     critic_dir = out / CRITIC_DIR
     if main:
         _save(bare, tok, out, critic_dir)
+        for folder in (out, critic_dir):  # the next stage from this critic holds out the same
+            write_split(folder, split)
     acc.wait_for_everyone()
 
     def at(i: int, key: str) -> float | None:
@@ -262,7 +278,12 @@ def train_value_sft(cfg: ValueSFTConfig) -> ValueSFTResult:
         critic_dir=str(critic_dir),
         head=bare.head_type,
         rollouts=len(tokenized.rollouts),
+        train_prompts=len({r.uid for r in data.train}),
+        val_prompts=len({r.uid for r in data.val}),
         train_pairs=len(data.train_pairs),
+        split_seed=split.seed,
+        split_source=split.source,
+        held_out_digest=split.digest,
         steps=cfg.max_steps,
         weighted_ce_first=at(0, "joint/weighted_ce"),
         weighted_ce_last=at(-1, "joint/weighted_ce"),
