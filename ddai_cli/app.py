@@ -41,7 +41,7 @@ def _e(modules: str, help_text: str) -> Entry:
 
 # One line per command; the order is the order of ``ddai --help``. ``train`` is filled by three
 # modules (``value`` adds ``train value`` and ``train value-sft``, ``ppo`` adds ``train ppo``,
-# ``collect`` adds ``train collect``).
+# ``collect`` adds ``train collect``, ``plan`` adds ``train plan``).
 COMMANDS: dict[str, Entry] = {
     "demo": _e("demo", "Run the whole loop on the synthetic world: world → ingest → funnel → distill (→ train) → report."),
     "ingest": _e("ingest", "Ingest rollout logs; unreadable rows go to _quarantine/<run>.jsonl with a reason."),
@@ -57,7 +57,7 @@ COMMANDS: dict[str, Entry] = {
     "serve": _e("serve", "Serve a local, read-only web explorer over every rollout of the log store."),
     "backends": _e("backends", "Model backends: list, ping, cache stats."),
     "judge": _e("backends", "(Re)score a run's answers with a judge backend; failures stay null with their reason."),
-    "train": _e("train value ppo collect", "Train the Searcher: SFT, then GRPO over the search environment."),
+    "train": _e("train value ppo collect plan", "Train the Searcher: SFT, then GRPO over the search environment."),
     "model": _e("model", "Build tiny local models (nothing is downloaded)."),
     "value": _e("value", "Value heads over the rollout log: per-turn value estimates."),
     "pointer": _e("pointer", "Pointer selector (seed 002): pick 2 in-context demonstrations out of K with a pointer network."),

@@ -36,6 +36,7 @@ FIT_FIELDS = (
     "target",
     "max_pairs_per_problem",
     "val_fraction",
+    "split_seed",
     "batch_size",
     "max_steps",
     "eval_steps",

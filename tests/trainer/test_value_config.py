@@ -25,9 +25,10 @@ def _own_fields(cls: type) -> set[str]:
 def test_shared_fields_are_declared_once_in_the_bases():
     fit = {f.name for f in dataclasses.fields(ValueFitConfig)}
     assert {"trunk_lr", "pairwise_coef", "bin_edges", "grad_accum", "max_length"} <= fit
-    # the two trainings restate nothing of the base but the seed value-sft documents
+    # the two trainings restate nothing of the base but the seed value-sft documents and the
+    # split, whose defaults there are the critic's recorded one
     assert _own_fields(ValueTrainConfig) & fit == set()
-    assert _own_fields(ValueSFTConfig) & fit == {"seed"}
+    assert _own_fields(ValueSFTConfig) & fit == {"seed", "val_fraction", "split_seed"}
     assert _own_fields(ValueScoreConfig) & {f.name for f in dataclasses.fields(ValueRowsConfig)} == set()  # fmt: skip
 
 
@@ -36,6 +37,7 @@ def test_each_command_keeps_its_defaults():
     sft = ValueSFTConfig(model="m", critic="c", output_dir="o")
     score = ValueScoreConfig(checkpoint="c")
     assert (train.seed, sft.seed) == (0, 42)  # seed 004's data_sampling.seed for the joint stage
+    assert (train.split_seed, sft.split_seed) == (0, None)  # None: the critic's split
     assert (train.grad_clip, sft.max_grad_norm) == (1.0, 0.5)
     assert (train.batch_size, sft.batch_size, score.batch_size) == (8, 8, 16)
     assert (train.max_length, sft.max_length, score.max_length) == (2048, 2048, 2048)

@@ -101,3 +101,62 @@ def test_token_ce():
 def test_bad_constants_name_the_flag(kw, flag):
     with pytest.raises(ValueError, match=flag):
         vsm.TDWeightConfig(**kw).check()
+
+
+def _ce_case(dtype, V=301, H=24, B=3, T=11, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(B, T, H, generator=g).to(dtype).requires_grad_()
+    head = torch.nn.Linear(H, V, bias=False).to(dtype)
+    with torch.no_grad():
+        head.weight.copy_(torch.randn(V, H, generator=g) * 2)
+    targets = torch.randint(0, V, (B, T), generator=g)
+    mask = (torch.rand(B, T, generator=g) > 0.3).float()
+    return hidden, head, targets, mask
+
+
+@pytest.mark.parametrize("chunk", [1, 4, 512])
+def test_chunked_token_ce_equals_the_full_vocabulary_reference(chunk):
+    hidden, head, targets, mask = _ce_case(torch.float32)
+    got = vsm.chunked_token_ce(hidden, head, targets, mask, chunk=chunk)
+    want = vsm.token_ce(head(hidden), targets) * mask
+    assert torch.allclose(got, want, atol=1e-5, rtol=1e-6)
+    assert torch.all(got[mask == 0] == 0)
+    w = torch.rand(mask.shape, generator=torch.Generator().manual_seed(1))
+    g_got = torch.autograd.grad((got * w).sum(), [hidden, head.weight])
+    g_want = torch.autograd.grad((want * w).sum(), [hidden, head.weight])
+    for a, b in zip(g_got, g_want, strict=True):
+        assert torch.allclose(a, b, atol=2e-5, rtol=1e-5)  # of gradients up to ~6
+
+
+def test_chunked_token_ce_in_bf16_matches_the_float32_reference_of_the_same_logits():
+    hidden, head, targets, mask = _ce_case(torch.bfloat16, V=4096)
+    got = vsm.chunked_token_ce(hidden, head, targets, mask, chunk=8)
+    assert got.dtype == torch.float32
+    want = vsm.token_ce(head(hidden), targets) * mask  # the bf16 logits, upcast whole
+    assert (got - want).abs().max() < 2e-3 * want.abs().max()
+
+
+def test_chunked_token_ce_memory_grows_with_the_chunk_not_the_tokens():
+    from ddai.trainer.runtime.memory_meter import TensorMemoryMeter
+
+    V, T, chunk = 4096, 64, 32
+    block = chunk * V * 4  # one float32 [chunk, V] block
+
+    def peak(B: int, chunked: bool) -> int:
+        hidden, head, targets, mask = _ce_case(torch.float32, V=V, H=16, B=B, T=T)
+        mask = torch.ones_like(mask)
+        with TensorMemoryMeter() as m:
+            if chunked:
+                ce = vsm.chunked_token_ce(hidden, head, targets, mask, chunk=chunk)
+            else:
+                ce = vsm.token_ce(head(hidden), targets)
+            ce.sum().backward()
+        return m.peak
+
+    # 4x the tokens (128 -> 512 positions): the reference holds 4x the [n, V] buffers; the
+    # chunked loss adds only the hidden states' and targets' share (O(n x H), no V).
+    small, large = peak(2, True), peak(8, True)
+    ref_small, ref_large = peak(2, False), peak(8, False)
+    assert ref_large - ref_small > 3 * (8 - 2) * T * V * 4 / 2  # grows with tokens x vocabulary
+    assert large - small < block
+    assert large < 6 * block  # a few blocks in flight: logits, exp, their gradients

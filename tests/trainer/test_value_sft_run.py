@@ -216,3 +216,69 @@ def test_help_names_every_seed_constant():
         "--value-loss-coef", "--trunk-lr", "--head-lr", "--max-grad-norm", "--critic",
     ):  # fmt: skip
         assert flag in res.output, flag
+
+
+def _held_out(folder: Path) -> list[str]:
+    from ddai.trainer.value.rows import SPLIT_FILE
+
+    return json.loads((folder / SPLIT_FILE).read_text("utf-8"))["held_out"]
+
+
+def _prompts(world) -> set[str]:
+    root, tiny, critic = world
+    cfg = vs.ValueSFTConfig(
+        model=str(tiny), critic=str(critic), output_dir=root, logs=root / "logs"
+    )
+    return {r["uid"] for r in _read_rows(cfg)}
+
+
+def test_value_sft_holds_out_the_critics_prompts(world, tmp_path):
+    root, tiny, critic = world
+    out = tmp_path / "joint"
+    res = runner.invoke(app, [*base_args(root, tiny, critic, out), "--max-steps", "1", "--json"])
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.stdout)
+    critic_held = _held_out(critic)
+    assert critic_held and _held_out(out) == critic_held == _held_out(out / vs.CRITIC_DIR)
+    critic_trained = _prompts(world) - set(critic_held)
+    assert critic_trained and not critic_trained & set(_held_out(out))
+    assert summary["split_source"] == "critic" and summary["split_seed"] == 0
+    assert summary["val_prompts"] == len(critic_held)
+    # value-sft's pair seed (42) is not the split's: under it the split differs on this data,
+    # which is how the two stages came to hold out different prompts.
+    from ddai.trainer.value.rows import compute_split
+
+    cfg = vs.ValueSFTConfig(
+        model=str(tiny), critic=str(critic), output_dir=tmp_path, logs=root / "logs"
+    )
+    _, tok = vs.load_joint(cfg)
+    items = tokenize_rollouts(_read_rows(cfg), tok, system_prompt=SYSTEM, max_length=256).rollouts
+    assert list(compute_split(items, 0.2, 0).held_out) == critic_held
+    assert list(compute_split(items, 0.2, 42).held_out) != critic_held
+
+
+def test_without_a_recorded_split_both_stages_compute_the_same(world, tmp_path):
+    import shutil
+
+    from ddai.trainer.value.rows import SPLIT_FILE
+
+    root, tiny, critic = world
+    old = tmp_path / "old_critic"
+    shutil.copytree(critic, old)
+    (old / SPLIT_FILE).unlink()  # a checkpoint from before splits were recorded
+    out = tmp_path / "joint"
+    res = runner.invoke(app, [*base_args(root, tiny, old, out), "--max-steps", "1", "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["split_source"] == "computed"
+    assert _held_out(out) == _held_out(critic)
+
+
+def test_a_split_other_than_the_critics_is_refused(world, tmp_path):
+    root, tiny, critic = world
+    args = [*base_args(root, tiny, critic, tmp_path / "j"), "--max-steps", "1"]
+    res = runner.invoke(app, [*args, "--split-seed", "42"])
+    assert (
+        res.exit_code == 2 and "--split-seed 42" in said(res) and "drop --split-seed" in said(res)
+    )
+    res = runner.invoke(app, [*args, "--val-fraction", "0.5"])
+    assert res.exit_code == 2 and "--val-fraction 0.5" in said(res)

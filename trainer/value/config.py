@@ -17,6 +17,10 @@ from pathlib import Path
 
 TARGETS = ("success", "reward")
 """Monte-Carlo targets of a rollout: success (1/0) or the logged reward."""
+DEFAULT_SPLIT_SEED = 0
+"""The held-out split's seed when none is given or recorded (both value trainings)."""
+DEFAULT_VAL_FRACTION = 0.2
+"""The held-out share of prompts when none is given or recorded."""
 
 
 def parse_bins(edges: Sequence[float], weights: Sequence[float]) -> None:
@@ -95,8 +99,11 @@ class ValueFitConfig(ValueRowsConfig):
     """Success-rate bin edges for difficulty weighting, e.g. 0.25,0.75 (default: uniform pairs)."""
     bin_weights: list[float] = field(default_factory=list)
     """Share of sampled pairs per bin, one per bin, e.g. 0.4,0.3,0.3."""
-    val_fraction: float = 0.2
+    val_fraction: float = DEFAULT_VAL_FRACTION
     """Share of prompts held out for evaluation."""
+    split_seed: int = DEFAULT_SPLIT_SEED
+    """Seed of the held-out prompt split, apart from --seed: `train value` and `value-sft` hold
+    out the same prompts for the same rows and split seed (recorded in split.json)."""
     batch_size: int = 8
     """Pairs per step and process (rollouts with --pairwise-coef 0)."""
     max_steps: int = 200
@@ -108,7 +115,7 @@ class ValueFitConfig(ValueRowsConfig):
     grad_accum: int = 1
     """Micro-batches of --batch-size pairs accumulated per optimizer step."""
     seed: int = 0
-    """Random seed (pair draws, split, head init)."""
+    """Random seed (pair draws, head init); the held-out split has its own (--split-seed)."""
 
     def check(self) -> None:
         super().check()
@@ -116,7 +123,7 @@ class ValueFitConfig(ValueRowsConfig):
             raise ValueError(f"--target {self.target!r}: use one of {', '.join(TARGETS)}")
         if self.pairwise_coef < 0 or self.mc_coef < 0 or not (self.pairwise_coef or self.mc_coef):
             raise ValueError("--pairwise-coef and --mc-coef must be >= 0 and not both 0")
-        if not 0.0 <= self.val_fraction < 1.0:
+        if self.val_fraction is not None and not 0.0 <= self.val_fraction < 1.0:
             raise ValueError(f"--val-fraction must be in [0, 1), got {self.val_fraction}")
         _at_least_one(
             self,
@@ -183,8 +190,15 @@ class ValueSFTConfig(ValueFitConfig):
     """Let the value loss train the trunk, or only the head (detached hidden states). Seed:
     ``num_unfrozen_layers: 2`` > 0, so the value loss reaches the trunk."""
     seed: int = field(default=42, kw_only=True)
-    """Random seed (pair draws, split); 42 is seed 004's ``data_sampling.seed`` for the joint
-    stage (`train value` keeps 0)."""
+    """Random seed (pair draws); 42 is seed 004's ``data_sampling.seed`` for the joint stage
+    (`train value` keeps 0). The held-out split has its own seed (--split-seed)."""
+    val_fraction: float | None = field(default=None, kw_only=True)  # type: ignore[assignment]
+    """Share of prompts held out for evaluation. Default: the critic's recorded split
+    (split.json), so that value-sft evaluates on prompts the critic never trained on; 0.2 for a
+    critic without one."""
+    split_seed: int | None = field(default=None, kw_only=True)  # type: ignore[assignment]
+    """Seed of the held-out split. Default: the critic's recorded split (split.json); 0 for a
+    critic without one (`train value`'s default, so both stages hold out the same prompts)."""
 
     @property
     def weights_cfg(self):  # -> sft_math.TDWeightConfig (a torch module: imported when used)

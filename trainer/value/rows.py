@@ -1,17 +1,25 @@
 """The rows a value head learns from, shared by ``ddai train value`` and the joint stage
 (``value.sft``): rollout-log rows, the prompts' chat messages, and the held-out split with its
 success/failure pairs and sampling weights (seed 004's ``max_pairs_per_problem``, difficulty bins).
+
+The held-out prompts are one ``PromptSplit`` for both stages: ``compute_split`` draws them from the
+prompt ids and a split seed (stratified by whether a prompt has both outcomes), ``train value``
+records it in its checkpoint (``split.json``), and ``value-sft`` evaluates on the split its critic
+recorded (``resolve_split``), so no prompt it evaluates on trained the critic.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import hashlib
+import json
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ddai.pipelines import workspace
+from ddai.pipelines import io, workspace
+from ddai.trainer.value.config import DEFAULT_SPLIT_SEED, DEFAULT_VAL_FRACTION
 from ddai.trainer.value.data import (
     TokenRollout,
     bin_weights,
@@ -82,15 +90,96 @@ class Split:
     """``[N]`` sampling weight per training pair (per training rollout in MC-only mode)."""
 
 
-def split_data(items: list[TokenRollout], cfg: Any) -> Split:
-    """Hold out prompts (stratified by whether they have pairs), pair each side, weight pairs."""
+SPLIT_FILE = "split.json"
+"""The held-out split a value-head run used, in its output folder (and a critic's checkpoint)."""
+
+
+@dataclass(frozen=True)
+class PromptSplit:
+    """The held-out prompts of a value-head run and where they came from."""
+
+    seed: int
+    val_fraction: float
+    held_out: tuple[str, ...]
+    """Held-out prompt uids, sorted."""
+    source: str = "computed"
+    """``computed`` from the seed, or ``critic``: read from the critic's ``split.json``."""
+
+    @property
+    def digest(self) -> str:
+        """12 hex digits naming the held-out set (equal digests: the same prompts)."""
+        return hashlib.sha1("\n".join(self.held_out).encode()).hexdigest()[:12]
+
+
+def compute_split(items: list[TokenRollout], val_fraction: float, seed: int) -> PromptSplit:
+    """``round(val_fraction · n)`` prompts of each stratum (prompts with both outcomes, the
+    rest) held out by a seeded hash of their uid: the same prompts for the same rows and seed,
+    whichever command asks."""
     rates = success_rates([r.uid for r in items], [r.success for r in items])
     held = split_prompts(
         [r.uid for r in items],
-        cfg.val_fraction,
-        seed=cfg.seed,
+        val_fraction,
+        seed=seed,
         strata={u: 0 < r < 1 for u, r in rates.items()},
     )
+    return PromptSplit(seed=seed, val_fraction=val_fraction, held_out=tuple(sorted(held)))
+
+
+def write_split(folder: str | Path, split: PromptSplit) -> Path:
+    """``<folder>/split.json`` (atomic): seed, val_fraction, the held-out uids."""
+    path = Path(folder) / SPLIT_FILE
+    doc = {k: v for k, v in asdict(split).items() if k != "source"}
+    doc["held_out"] = list(split.held_out)
+    io.write_text(path, json.dumps(doc, indent=2) + "\n")
+    return path
+
+
+def read_split(folder: str | Path) -> PromptSplit | None:
+    """The split a run recorded in ``folder``, or None (a checkpoint from before splits were
+    recorded, or a hub id)."""
+    path = Path(folder) / SPLIT_FILE
+    if not path.is_file():
+        return None
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    return PromptSplit(
+        seed=int(doc["seed"]),
+        val_fraction=float(doc["val_fraction"]),
+        held_out=tuple(sorted(doc["held_out"])),
+        source="critic",
+    )
+
+
+def resolve_split(items: list[TokenRollout], cfg: Any, critic: str | None = None) -> PromptSplit:
+    """The split of a run: the one ``critic`` recorded (an explicit ``--split-seed`` or
+    ``--val-fraction`` that differs from it is refused: the critic trained on the other prompts),
+    else ``compute_split`` with the config's seed and fraction (defaults 0 and 0.2, both
+    commands)."""
+    seed, fraction = cfg.split_seed, cfg.val_fraction
+    recorded = read_split(critic) if critic is not None else None
+    if recorded is not None:
+        for flag, given, kept in (
+            ("--split-seed", seed, recorded.seed),
+            ("--val-fraction", fraction, recorded.val_fraction),
+        ):
+            if given is not None and given != kept:
+                raise ValueError(
+                    f"{flag} {given}: the critic {critic} held out the prompts of {flag} {kept} "
+                    f"({SPLIT_FILE}) and trained on the others, so evaluating on another split "
+                    f"would score prompts it learned; drop {flag} (or retrain the critic with it)"
+                )
+        return recorded
+    return compute_split(
+        items,
+        DEFAULT_VAL_FRACTION if fraction is None else fraction,
+        DEFAULT_SPLIT_SEED if seed is None else seed,
+    )
+
+
+def split_data(items: list[TokenRollout], cfg: Any, split: PromptSplit | None = None) -> Split:
+    """Hold out ``split``'s prompts (default: ``resolve_split`` without a critic), pair each side,
+    weight pairs."""
+    rates = success_rates([r.uid for r in items], [r.success for r in items])
+    held = set((split or resolve_split(items, cfg)).held_out)
     train = [r for r in items if r.uid not in held]
     val = [r for r in items if r.uid in held]
     if not train:

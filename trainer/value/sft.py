@@ -8,7 +8,9 @@ difficulty-bin weight when bins are given) and minimizes
 
 where ``weighted_ce`` is the policy's CE on the *correct* rollouts' policy tokens, each token
 weighted by ``w_t = clip(exp(δ_t/β), min, max)`` from the critic's TD error (``trainer.
-value_sft_math``). Trunk and head have their own learning rates; gradients are clipped to
+value.sft_math``). The CE reaches the LM head only at those tokens, a chunk of positions at a time
+in the model's dtype (``sft_math.chunked_token_ce``): no ``[B, L, V]`` logits, no float32 copy.
+Trunk and head have their own learning rates; gradients are clipped to
 ``max_grad_norm``. With ``value_trunk_grad`` off the value loss trains the head alone (detached
 hidden states), as the seed's ``num_unfrozen_layers: 0``.
 
@@ -62,17 +64,34 @@ class JointModel(nn.Module):
         self.dropout = dropout
         self.value_trunk_grad = value_trunk_grad
 
-    def forward(self, input_ids: Tensor, attention_mask: Tensor) -> tuple[Tensor, Tensor]:
-        """``(logits[B,L,V], values[B,L])``; position ``i`` predicts/values what follows it."""
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor,
+        prompt_len: int | None = None,
+        ce_mask: Tensor | None = None,
+    ) -> tuple[Tensor | None, Tensor]:
+        """``(ce, values[B,L])``: ``values[:, i]`` values the state after token ``i``; ``ce``
+        ``[B, L − prompt_len]`` is the cross-entropy of each completion token where ``ce_mask``
+        is set (0 elsewhere; None without ``prompt_len``), computed by
+        ``sft_math.chunked_token_ce`` without the full ``[B, L, V]`` logits."""
         hidden = self.lm.base_model(
             input_ids=input_ids,
             attention_mask=attention_mask,
             position_ids=position_ids(attention_mask),
             use_cache=False,
         ).last_hidden_state
-        logits = self.lm.get_output_embeddings()(hidden)
         h = hidden if self.value_trunk_grad else hidden.detach()
-        return logits, self.head(h.float())
+        values = self.head(h.float())
+        if prompt_len is None:
+            return None, values
+        P = prompt_len
+        targets = input_ids[:, P:]
+        mask = torch.ones_like(targets) if ce_mask is None else ce_mask
+        ce = vsm.chunked_token_ce(
+            hidden[:, P - 1 : -1], self.lm.get_output_embeddings(), targets, mask
+        )
+        return ce, values
 
     def completion_values(
         self, input_ids: Tensor, attention_mask: Tensor, prompt_len: int
@@ -135,10 +154,11 @@ def step_loss(
         rows = [data.train[i] for i in idx]
     batch: Batch = collate(rows, pad_id).to(dev)
     P = batch.prompt_len
-    logits, values = model(batch.input_ids, batch.attention_mask)
-    logits, values = logits[:, P - 1 : -1], values[:, P - 1 : -1]
-    targets = torch.tensor([r.target for r in rows], device=dev, dtype=values.dtype)
     correct = torch.tensor([r.success for r in rows], device=dev)
+    ce_mask = batch.mask.to(torch.float32) * correct.to(torch.float32)[:, None]
+    ce, values = model(batch.input_ids, batch.attention_mask, P, ce_mask)
+    values = values[:, P - 1 : -1]
+    targets = torch.tensor([r.target for r in rows], device=dev, dtype=values.dtype)
     if cfg.pairwise_coef > 0:
         n = len(pairs)
         value_loss, metrics = vl.hybrid_value_loss(
@@ -158,7 +178,6 @@ def step_loss(
         value_loss = cfg.mc_coef * value_loss
         metrics["value/loss"] = float(value_loss.detach())
     w, ce_mask = vsm.td_weights(values, targets, batch.mask, correct, cfg.weights_cfg)
-    ce = vsm.token_ce(logits, batch.input_ids[:, P:])
     wce = vsm.weighted_ce(ce, w, ce_mask)
     loss = vsm.joint_loss(wce, value_loss, cfg.value_loss_coef)
     metrics.update(vsm.weight_stats(w, ce_mask, cfg.weights_cfg))
@@ -174,7 +193,14 @@ class ValueSFTResult:
     critic_dir: str
     head: str
     rollouts: int
+    train_prompts: int
+    val_prompts: int
     train_pairs: int
+    split_seed: int
+    split_source: str
+    """``critic``: the held-out prompts the critic recorded (split.json); ``computed``: drawn
+    from --split-seed (a critic without a record)."""
+    held_out_digest: str
     steps: int
     weighted_ce_first: float | None
     weighted_ce_last: float | None
@@ -191,7 +217,13 @@ def train_value_sft(cfg: ValueSFTConfig) -> ValueSFTResult:
     from ddai.trainer.common import hf_progress
     from ddai.trainer.runtime import accel
     from ddai.trainer.value.data import tokenize_rollouts
-    from ddai.trainer.value.rows import prompt_messages, read_rows, split_data
+    from ddai.trainer.value.rows import (
+        prompt_messages,
+        read_rows,
+        resolve_split,
+        split_data,
+        write_split,
+    )
     from ddai.trainer.value.train import evaluate
 
     cfg.check()
@@ -218,7 +250,8 @@ def train_value_sft(cfg: ValueSFTConfig) -> ValueSFTResult:
         raise ValueError(
             f"no rollout left to learn from (dropped: {tokenized.dropped}); raise --max-length"
         )
-    data = split_data(tokenized.rollouts, cfg)  # type: ignore[arg-type]
+    split = resolve_split(tokenized.rollouts, cfg, critic=cfg.critic)
+    data = split_data(tokenized.rollouts, cfg, split)
     if not any(r.success for r in data.train):
         raise ValueError(
             "no correct rollout among the training prompts, so the weighted CE has nothing to "
@@ -252,6 +285,8 @@ def train_value_sft(cfg: ValueSFTConfig) -> ValueSFTResult:
     critic_dir = out / CRITIC_DIR
     if main:
         _save(bare, tok, out, critic_dir)
+        for folder in (out, critic_dir):  # the next stage from this critic holds out the same
+            write_split(folder, split)
     acc.wait_for_everyone()
 
     def at(i: int, key: str) -> float | None:
@@ -262,7 +297,12 @@ def train_value_sft(cfg: ValueSFTConfig) -> ValueSFTResult:
         critic_dir=str(critic_dir),
         head=bare.head_type,
         rollouts=len(tokenized.rollouts),
+        train_prompts=len({r.uid for r in data.train}),
+        val_prompts=len({r.uid for r in data.val}),
         train_pairs=len(data.train_pairs),
+        split_seed=split.seed,
+        split_source=split.source,
+        held_out_digest=split.digest,
         steps=cfg.max_steps,
         weighted_ce_first=at(0, "joint/weighted_ce"),
         weighted_ce_last=at(-1, "joint/weighted_ce"),

@@ -104,10 +104,48 @@ def weight_stats(weights: Tensor, ce_mask: Tensor, cfg: TDWeightConfig) -> Metri
 
 
 def token_ce(logits: Tensor, targets: Tensor) -> Tensor:
-    """``[B,T]`` cross-entropy of ``targets[B,T]`` under ``logits[B,T,V]`` (float32)."""
+    """``[B,T]`` cross-entropy of ``targets[B,T]`` under ``logits[B,T,V]`` (float32): the
+    reference ``chunked_token_ce`` is tested against."""
     return torch.nn.functional.cross_entropy(
         logits.float().flatten(0, 1), targets.flatten(), reduction="none"
     ).view(targets.shape)
+
+
+CE_CHUNK = 512
+"""Token positions whose logits ``chunked_token_ce`` holds at a time."""
+
+
+def _rows_ce(hidden: Tensor, targets: Tensor, lm_head: torch.nn.Module) -> Tensor:
+    """``[c]`` CE of ``targets[c]`` from ``hidden[c, H]``: logits ``[c, V]`` in the model's dtype,
+    the log-sum-exp summed in float32 (no float32 copy of the logits)."""
+    logits = lm_head(hidden)
+    top = logits.detach().amax(-1, keepdim=True)
+    total = torch.exp(logits - top).sum(-1, dtype=torch.float32)
+    picked = logits.gather(-1, targets[:, None]).squeeze(-1)
+    return top.squeeze(-1).float() + torch.log(total) - picked.float()
+
+
+def chunked_token_ce(
+    hidden: Tensor, lm_head: torch.nn.Module, targets: Tensor, mask: Tensor, chunk: int = CE_CHUNK
+) -> Tensor:
+    """``[B,T]`` float32 cross-entropy of ``targets[B,T]`` at the positions where ``mask[B,T]``
+    is set (0 elsewhere), from the hidden states ``[B,T,H]`` that predict them.
+
+    Only the masked positions reach the LM head, ``chunk`` at a time, each chunk recomputed in
+    the backward (activation checkpointing): at most one ``[chunk, V]`` block of logits is alive,
+    in the model's dtype, where ``token_ce`` holds ``[B,T,V]`` and a float32 copy of it."""
+    from torch.utils.checkpoint import checkpoint
+
+    on = mask > 0
+    h, y = hidden[on], targets[on]  # [n, H], [n]
+    out = torch.zeros(targets.shape, dtype=torch.float32, device=hidden.device)
+    if not len(y):
+        return out + 0.0 * hidden.sum()  # keep the graph (DDP expects every parameter used)
+    parts = [
+        checkpoint(_rows_ce, h[i : i + chunk], y[i : i + chunk], lm_head, use_reentrant=False)
+        for i in range(0, len(y), chunk)
+    ]
+    return out.index_put((on,), torch.cat(parts))
 
 
 def weighted_ce(ce: Tensor, weights: Tensor, ce_mask: Tensor) -> Tensor:

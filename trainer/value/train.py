@@ -36,7 +36,14 @@ from ddai.trainer.value.model import (
     load_value_model,
     new_value_model,
 )
-from ddai.trainer.value.rows import Split, prompt_messages, read_rows, split_data
+from ddai.trainer.value.rows import (
+    Split,
+    prompt_messages,
+    read_rows,
+    resolve_split,
+    split_data,
+    write_split,
+)
 
 
 @dataclass
@@ -50,6 +57,10 @@ class ValueTrainResult:
     val_prompts: int
     train_pairs: int
     val_pairs: int
+    split_seed: int
+    held_out_digest: str
+    """Names the held-out prompts (``split.json`` lists them): value-sft from this critic
+    evaluates on the same ones."""
     steps: int
     loss_first: float | None
     loss_last: float | None
@@ -214,7 +225,8 @@ def train_value(cfg: ValueTrainConfig) -> ValueTrainResult:
             f"no rollout left to learn from (dropped: {tokenized.dropped}); raise --max-length, or "
             "pass a shorter --system-prompt"
         )
-    data = split_data(tokenized.rollouts, cfg)
+    split = resolve_split(tokenized.rollouts, cfg)
+    data = split_data(tokenized.rollouts, cfg, split)
     opt = torch.optim.AdamW(
         model.param_groups(trunk_lr=cfg.trunk_lr, head_lr=cfg.head_lr),
         weight_decay=cfg.weight_decay,
@@ -242,6 +254,7 @@ def train_value(cfg: ValueTrainConfig) -> ValueTrainResult:
     acc.wait_for_everyone()
     if main:
         save_value_model(bare, tok, cfg.output_dir, source=cfg.model)
+        write_split(cfg.output_dir, split)
     acc.wait_for_everyone()
     model = bare
     return ValueTrainResult(
@@ -254,6 +267,8 @@ def train_value(cfg: ValueTrainConfig) -> ValueTrainResult:
         val_prompts=len({r.uid for r in data.val}),
         train_pairs=len(data.train_pairs),
         val_pairs=len(data.val_pairs),
+        split_seed=split.seed,
+        held_out_digest=split.digest,
         steps=cfg.max_steps,
         loss_first=losses[0] if losses else None,
         loss_last=losses[-1] if losses else None,

@@ -1,0 +1,94 @@
+"""CLI: ``ddai train plan``: per-rank memory of a training run under each accelerate config,
+from a model config on the meta device (no weights, no GPU)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+import typer
+
+from ddai.cli.common import JsonOpt, console, print_rows, summary
+from ddai.cli.flags import config_flags, with_groups
+from ddai.cli.running import TRAIN_HELP, run_or_fail, sub_app
+from ddai.trainer.runtime.plan_config import PlanConfig
+
+PLAN_FLAGS = config_flags(
+    PlanConfig,
+    {
+        "model": None,
+        "dtype": None,
+        "lora": "--lora/--no-lora",
+        "lora_r": None,
+        "lora_target": None,
+        "accelerate": None,
+        "gpus": None,
+        "gpu_memory": None,
+        "batch_size": None,
+        "micro_batch": None,
+        "max_prompt_length": None,
+        "max_completion_length": None,
+        "gradient_checkpointing": "--gradient-checkpointing/--no-gradient-checkpointing",
+        "attention_scores": "--attention-scores/--no-attention-scores",
+        "logits_chunk": None,
+        "images": None,
+        "image_size": None,
+        "image_max_pixels": None,
+    },
+)
+"""Every ``PlanConfig`` field as a flag (type, default and help from the config)."""
+
+GIB_COLUMNS = {
+    "weights_bytes": "weights",
+    "grads_bytes": "grads",
+    "optimizer_bytes": "optimizer",
+    "gathered_bytes": "gathered",
+    "activations_bytes": "activations",
+    "logits_bytes": "logits",
+    "vision_bytes": "vision",
+    "sampler_bytes": "sampler",
+    "generation_weights_bytes": "gen weights",
+    "peak_bytes": "peak",
+    "headroom_bytes": "headroom",
+}
+"""The table's columns (GiB per rank) and their headers."""
+
+
+def _table_rows(strategies: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    rows = []
+    for s in strategies:
+        row: dict[str, Any] = {"config": s["strategy"], "ranks": s["ranks"]}
+        row.update({head: round(s[k] / (1 << 30), 2) for k, head in GIB_COLUMNS.items()})
+        row["fits"] = "yes" if s["fits"] else "NO"
+        rows.append(row)
+    return rows
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``train plan`` to the ``train`` group."""
+    train_app = sub_app(app, "train", TRAIN_HELP)
+
+    @train_app.command("plan")
+    @with_groups({"settings": PLAN_FLAGS})
+    def train_plan(*, settings: dict[str, Any], as_json: JsonOpt = False) -> None:
+        """Per-rank GPU memory of a training run before it starts: the policy built on the meta
+        device from a model config (configs/models/*.json or a model folder), its weights,
+        gradients, optimizer state, LoRA adapter, activations, loss-pass logits, sampler KV
+        cache and images under each accelerate config, and whether it fits --gpus GPUs of
+        --gpu-memory."""
+        from ddai.trainer.runtime.memory_plan import plan
+
+        result = asdict(run_or_fail(plan, PlanConfig(**settings)))
+        if as_json:
+            summary("ddai train plan", result, as_json=True)
+            return
+        head = {k: v for k, v in result.items() if k not in ("strategies", "fits")}
+        summary("ddai train plan", head)
+        print_rows("per-rank memory, GiB", _table_rows(result["strategies"]))
+        fits = result["fits"]
+        console.print(
+            f"fits {result['gpus']} × {result['gpu_memory_bytes'] / (1 << 30):.0f} GiB: "
+            + (", ".join(fits) if fits else "none of the planned configs"),
+            markup=False,
+            highlight=False,
+        )
