@@ -76,13 +76,19 @@ def meta_model(config: Any, *, dtype: str, lora: bool, lora_r: int, lora_target:
     with torch.device("meta"):
         model = auto.from_config(config, dtype=getattr(torch, dtype))
     if lora:
+        import warnings
+
         from peft import get_peft_model
 
         from ddai.trainer.modeling import lora_config
 
-        model = get_peft_model(
-            model, lora_config(r=lora_r, alpha=2 * lora_r, dropout=0.0, target=lora_target)
-        )
+        with warnings.catch_warnings():
+            # peft asks the model the deprecated ``is_gradient_checkpointing``; the plan's output
+            # is the table, not transformers' rename notice.
+            warnings.filterwarnings("ignore", "`is_gradient_checkpointing`", FutureWarning)
+            model = get_peft_model(
+                model, lora_config(r=lora_r, alpha=2 * lora_r, dropout=0.0, target=lora_target)
+            )
     return model
 
 
