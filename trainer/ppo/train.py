@@ -20,7 +20,8 @@ One step:
    the policy loss adds the KL term (``--kl-mode loss``) and the entropy bonus (``--entropy-coef``).
 
 ``--resume`` continues from ``<out>/checkpoint-N`` (``ppo_checkpoint``): steps N+1..``max_steps``
-with the saved policy, critic and optimizer states, the same run id and the original reference.
+with the saved policy, critic, optimizer and random states (``ppo.rng``: the steps an uninterrupted
+run would have taken, bit for bit), the same run id and the original reference.
 
 Dropout is off in every forward pass (seed 003: it makes ratios and KL unreliable).
 Metrics go to ``<out>/metrics.jsonl``; the policy is saved to ``<out>``, the critic to
@@ -37,9 +38,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import os
-import random
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,6 +50,7 @@ from ddai.pipelines import workspace
 from ddai.trainer.advantages import gae
 from ddai.trainer.common import TrainConfigError
 from ddai.trainer.ppo.config import CRITIC_DIR, PPOResult, PPORunConfig
+from ddai.trainer.ppo.rng import PromptOrder, restore_rng, rng_state
 from ddai.trainer.ppo.terms import (
     actor_loss,
     normalize_scores,
@@ -301,17 +301,32 @@ def prepare_policy(policy: Any, cfg: PPORunConfig) -> tuple[Any, Any | None]:
     return policy, ref
 
 
-def prompt_batches(tasks: list[Task], per_step: int, seed: int) -> Iterator[list[Task]]:
-    """Endless batches of ``per_step`` prompts: shuffled passes over ``tasks`` (seeded)."""
-    rng = random.Random(seed)
-    order: list[Task] = []
-    while True:
-        if len(order) < per_step:
-            fresh = list(tasks)
-            rng.shuffle(fresh)
-            order += fresh
-        yield order[:per_step]
-        order = order[per_step:]
+def _restore_rng(
+    ckpt: str, acc: Any, gen: torch.Generator, order: PromptOrder[Task], start: int
+) -> None:
+    """Put back this rank's random states from the checkpoint, so the resumed steps draw what
+    the run would have drawn; a checkpoint without them (or from another number of processes)
+    continues on fresh seeds (``seed + start``) and the prompt order replayed, and says so."""
+    import warnings
+
+    from ddai.trainer.ppo import checkpoint as ck
+
+    states = ck.load_rng(ckpt)
+    if states is not None and len(states) == acc.num_processes:
+        restore_rng(states[acc.process_index], gen=gen, order=order)
+        return
+    why = (
+        "has no saved random states"
+        if states is None
+        else f"was written by {len(states)} process(es), this run has {acc.num_processes}"
+    )
+    warnings.warn(
+        f"--resume: {ckpt} {why}; the resumed steps sample on fresh seeds (--seed + {start}), "
+        "so they will not repeat what an uninterrupted run would have drawn",
+        stacklevel=2,
+    )
+    for _ in range(start):  # the prompts of the finished steps: the data order continues
+        next(order)
 
 
 def experience_metrics(exp: Experience) -> dict[str, float]:
@@ -410,7 +425,7 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
     # Rollouts and experience use the bare modules: generation and no-grad passes need no
     # collective, and each rank runs a different number of turns.
     bare_policy, bare_critic = acc.unwrap_model(policy), acc.unwrap_model(critic)
-    accel.rank_seed(cfg.seed + start, acc)  # a resumed run samples afresh, not step 1's draws
+    accel.rank_seed(cfg.seed + start, acc)  # restored below when the checkpoint has the states
     episodes = Episodes(cfg, tok, corpus, backends)
     out = Path(cfg.output_dir)
     try:
@@ -440,9 +455,9 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
         metrics_log.path.write_text("\n".join(kept) + "\n", encoding="utf-8")
     gen = torch.Generator().manual_seed(cfg.seed + acc.process_index + start)
     per_rank = cfg.batch_size // cfg.n_agent
-    batches = prompt_batches(tasks, per_rank * acc.num_processes, cfg.seed)
-    for _ in range(start):  # the prompts of the finished steps: the data order continues
-        next(batches)
+    batches = PromptOrder(tasks, per_rank * acc.num_processes, cfg.seed)
+    if resume_from:
+        _restore_rng(resume_from, acc, gen, batches, start)
     first_sample = acc.process_index * cfg.batch_size
     vf_losses: list[float] = []
     try:
@@ -485,7 +500,10 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
                     log.append(rows, step)
                     log.flush()  # a checkpoint of this step has its rows committed
                     metrics_log.log(step, metrics)
-                    if step == cfg.max_steps or (cfg.save_steps and step % cfg.save_steps == 0):
+                if step == cfg.max_steps or (cfg.save_steps and step % cfg.save_steps == 0):
+                    # every rank's random states (a collective), saved by the main process
+                    states = accel.gather_rows([rng_state(gen=gen, order=batches)], acc)
+                    if main:
                         ck.save_checkpoint(
                             out,
                             ck.PPOState(step, run_id, str(critic_source)),
@@ -494,6 +512,7 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
                             critic=bare_critic,
                             policy_opt=policy_opt,
                             critic_opt=critic_opt,
+                            rng=states,
                         )
                 advance(1)
     finally:
