@@ -54,6 +54,7 @@ PPO_FLAGS = config_flags(
         "limit": None,
         "grad_accum": None,
         "grad_clip": None,
+        "experience_micro_batch": None,
         "resume": None,
         "save_steps": None,
     },

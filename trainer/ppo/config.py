@@ -101,6 +101,11 @@ class PPORunConfig(EpisodeSettings):
     grad_accum: int = 1
     """Micro-batches each mini-batch is split into and accumulated into one optimizer step (less
     memory)."""
+    experience_micro_batch: int = 4
+    """Rollouts per forward pass of the no-gradient experience passes (old and reference
+    log-probs, values); only completion positions reach the LM head and the log-softmax is taken
+    in chunks of positions, so the memory is about this many rollouts' completion logits in the
+    model's dtype."""
     grad_clip: float = 1.0
     """Max gradient norm of each model (0: off)."""
     dtype: str = "float32"
@@ -143,7 +148,7 @@ class PPORunConfig(EpisodeSettings):
                 "rollouts: --mini-batch-size, or --batch-size), which must then divide "
                 "--batch-size"
             )
-        for name in ("ppo_epochs", "max_steps"):
+        for name in ("ppo_epochs", "max_steps", "experience_micro_batch"):
             if getattr(self, name) < 1:
                 raise TrainConfigError(f"--{name.replace('_', '-')} must be >= 1")
         from ddai.trainer.rlmath import KL_ESTIMATORS

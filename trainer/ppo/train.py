@@ -8,7 +8,8 @@ One step:
 1. rollouts: ``batch_size`` episodes (``batch_size / n_agent`` prompts) sampled from the policy;
    each is scored with the GRPO reward (format gate, judge, NDCG);
 2. with no gradient: the policy's log-probs of its own tokens (the "old" policy), the frozen
-   reference's, and the critic's values, all aligned to completion tokens;
+   reference's, and the critic's values, all aligned to completion tokens, in micro-batches of
+   ``experience_micro_batch`` rollouts (``experience_passes``);
 3. per-token rewards: ``−β·KL(π_old ‖ π_ref)`` on every policy token (k1, k2 or k3) plus the
    outcome (optionally normalized over the batch, ``--reward-norm``) on the last policy token;
    observation tokens get nothing. With ``--kl-mode loss`` the KL leaves the rewards and becomes a
@@ -56,7 +57,7 @@ from ddai.trainer.ppo.terms import (
     normalize_scores,
     token_entropy,
 )
-from ddai.trainer.rlmath import masked_mean, masked_whiten
+from ddai.trainer.rlmath import masked_mean, masked_whiten, selected_logprobs
 from ddai.trainer.runtime.metrics_log import MetricsLog
 from ddai.trainer.search.tasks import Task
 from ddai.trainer.value import losses as vl
@@ -66,20 +67,45 @@ from ddai.trainer.value.model import ValueModel, position_ids
 # ---------------------------------------------------------------------------- forward passes
 
 
-def token_logprobs(model: Any, batch: Batch, temperature: float = 1.0) -> Tensor:
-    """Log-probs of the completion tokens under ``model``: ``[B,T]`` (logits at the position
-    before each token, divided by the sampling temperature)."""
-    from trl.trainer.utils import selective_log_softmax
+def _base_forward(model: Any) -> Any:
+    """The ``forward`` whose signature says what ``model`` accepts (through DDP's and peft's
+    wrappers and ``AdapterDisabled``)."""
+    from ddai.trainer.modeling import AdapterDisabled
 
-    P = batch.prompt_len
+    inner = model.model if isinstance(model, AdapterDisabled) else model
+    if isinstance(inner, torch.nn.parallel.DistributedDataParallel):
+        inner = inner.module
+    if hasattr(inner, "get_base_model"):  # peft
+        inner = inner.get_base_model()
+    return getattr(inner, "forward", inner)
+
+
+def completion_logits(model: Any, batch: Batch) -> Tensor:
+    """The logits that predict each completion token: ``[B,T,V]`` in the model's dtype (the
+    positions ``P−1 … L−2``). Only those positions reach the LM head where the model takes
+    ``logits_to_keep`` (transformers' causal LMs), not the prompt's."""
+    import inspect
+
+    T = batch.input_ids.shape[1] - batch.prompt_len
+    kwargs: dict[str, Any] = {}
+    if "logits_to_keep" in inspect.signature(_base_forward(model)).parameters:
+        kwargs["logits_to_keep"] = T + 1  # positions L−T−1 = P−1 … L−1
     out = model(
         input_ids=batch.input_ids,
         attention_mask=batch.attention_mask,
         position_ids=position_ids(batch.attention_mask),
         use_cache=False,
+        **kwargs,
     )
-    logits = out.logits[:, P - 1 : -1].float() / temperature  # [B,T,V]
-    return selective_log_softmax(logits, batch.input_ids[:, P:])
+    return out.logits[:, -(T + 1) : -1]
+
+
+def token_logprobs(model: Any, batch: Batch, temperature: float = 1.0) -> Tensor:
+    """Log-probs of the completion tokens under ``model``: ``[B,T]`` float32 (logits at the
+    position before each token, divided by the sampling temperature; the log-softmax taken a
+    chunk of positions at a time, ``selected_logprobs``)."""
+    logits = completion_logits(model, batch)
+    return selected_logprobs(logits, batch.input_ids[:, batch.prompt_len :], temperature)
 
 
 def token_logprobs_entropy(
@@ -87,17 +113,9 @@ def token_logprobs_entropy(
 ) -> tuple[Tensor, Tensor]:
     """``token_logprobs`` plus the entropy of each completion position's next-token distribution
     (at the sampling temperature): ``([B,T], [B,T])``, both from one forward pass."""
-    from trl.trainer.utils import selective_log_softmax
-
-    P = batch.prompt_len
-    out = model(
-        input_ids=batch.input_ids,
-        attention_mask=batch.attention_mask,
-        position_ids=position_ids(batch.attention_mask),
-        use_cache=False,
-    )
-    logits = out.logits[:, P - 1 : -1].float() / temperature  # [B,T,V]
-    return selective_log_softmax(logits, batch.input_ids[:, P:]), token_entropy(logits)
+    logits = completion_logits(model, batch)
+    ids = batch.input_ids[:, batch.prompt_len :]
+    return selected_logprobs(logits, ids, temperature), token_entropy(logits.float() / temperature)
 
 
 def critic_values(critic: ValueModel, batch: Batch) -> Tensor:
@@ -126,6 +144,29 @@ class Experience:
 
 
 @torch.no_grad()
+def experience_passes(
+    policy: Any, ref: Any | None, critic: ValueModel, batch: Batch, cfg: PPORunConfig
+) -> tuple[Tensor, Tensor, Tensor]:
+    """``(old_logp, ref_logp, values)``, each ``[B,T]`` float32 and masked: the policy's and the
+    reference's log-probs of the completion tokens and the critic's values, computed
+    ``cfg.experience_micro_batch`` rollouts at a time (the rows keep the batch's padding, so each
+    is what one pass over the whole batch gives). ``ref_logp`` is ``old_logp`` without a
+    reference."""
+    mask = batch.mask
+    B = mask.shape[0]
+    old, refs, vals = [], [], []
+    for idx in torch.arange(B, device=mask.device).split(cfg.experience_micro_batch):
+        part = select_rows(batch, idx)
+        old.append(token_logprobs(policy, part, cfg.temperature))
+        if ref is not None:
+            refs.append(token_logprobs(ref, part, cfg.temperature))
+        vals.append(critic_values(critic, part).float())
+    old_logp = torch.cat(old) * mask
+    ref_logp = torch.cat(refs) * mask if ref is not None else old_logp
+    return old_logp, ref_logp, torch.cat(vals) * mask
+
+
+@torch.no_grad()
 def make_experience(
     policy: Any,
     ref: Any | None,
@@ -134,14 +175,12 @@ def make_experience(
     scores: Tensor,
     cfg: PPORunConfig,
 ) -> Experience:
-    """Old log-probs, reference KL, values, (normalized, KL-penalized) rewards and GAE for one
-    batch. With ``kl_mode == "loss"`` the rewards carry no KL (it is measured, and the reference
-    log-probs are kept for the loss)."""
+    """Old log-probs, reference KL, values (``experience_passes``), (normalized, KL-penalized)
+    rewards and GAE for one batch. With ``kl_mode == "loss"`` the rewards carry no KL (it is
+    measured, and the reference log-probs are kept for the loss)."""
     mask = batch.mask
     scores = normalize_scores(scores, cfg.reward_norm)
-    old_logp = token_logprobs(policy, batch, cfg.temperature) * mask
-    ref_logp = token_logprobs(ref, batch, cfg.temperature) * mask if ref is not None else old_logp
-    values = critic_values(critic, batch).float() * mask
+    old_logp, ref_logp, values = experience_passes(policy, ref, critic, batch, cfg)
     in_reward = cfg.kl_mode == "reward"
     rewards, kl = vl.kl_penalized_rewards(
         scores,
