@@ -75,10 +75,12 @@ def _weights(out) -> dict[str, torch.Tensor]:
 def test_two_plus_two_resumed_steps_equal_four_steps(toy_world):
     root, data, tiny = toy_world
     backends = toy.local_backends(toy.corpus())
-    run_ppo(_cfg(root, data, tiny, "straight", max_steps=4), backends)
+    straight_result = run_ppo(_cfg(root, data, tiny, "straight", max_steps=4), backends)
     run_ppo(_cfg(root, data, tiny, "resumed", max_steps=2), backends)
     resumed = run_ppo(_cfg(root, data, tiny, "resumed", max_steps=4, resume=True), backends)
     assert resumed.resumed_from == 2
+    clip = ("clip_frac_mean", "clip_active_steps", "ratio_dev_max")  # the whole run's, resumed too
+    assert [getattr(resumed, k) for k in clip] == [getattr(straight_result, k) for k in clip]
 
     straight_rows, resumed_rows = _rows(root / "straight-logs"), _rows(root / "resumed-logs")
     assert [r["step"] for r in straight_rows] == [1] * 4 + [2] * 4 + [3] * 4 + [4] * 4

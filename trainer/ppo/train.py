@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import os
 import time
 from dataclasses import dataclass
@@ -50,6 +51,7 @@ from torch import Tensor
 from ddai.pipelines import workspace
 from ddai.trainer.advantages import gae
 from ddai.trainer.common import TrainConfigError
+from ddai.trainer.ppo.clip_stats import RATIO_DEV_MAX, ClipStats
 from ddai.trainer.ppo.config import CRITIC_DIR, PPOResult, PPORunConfig
 from ddai.trainer.ppo.rng import PromptOrder, restore_rng, rng_state
 from ddai.trainer.ppo.terms import (
@@ -265,7 +267,9 @@ def ppo_update(
                     )
                     _step(accelerator, critic_opt, v_loss, cfg.grad_clip)
                 seen.append({"actor/loss": float(p_loss.detach()), **metrics, **v_metrics})
-    return {k: sum(m[k] for m in seen) / len(seen) for k in seen[0]}
+    out = {k: sum(m[k] for m in seen) / len(seen) for k in seen[0]}
+    out[RATIO_DEV_MAX] = max(m[RATIO_DEV_MAX] for m in seen)  # a max, not a mean
+    return out
 
 
 def _step(accelerator: Any, opt: torch.optim.Optimizer, loss: Tensor, grad_clip: float) -> None:
@@ -492,6 +496,9 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
     metrics_log = MetricsLog(out / "metrics.jsonl") if main else None
     if kept:
         metrics_log.path.write_text("\n".join(kept) + "\n", encoding="utf-8")
+    clips = ClipStats(cfg.clip_low, cfg.clip_high)
+    for line in kept:  # a resumed run reports the whole run's clipping
+        clips.observe(json.loads(line))
     gen = torch.Generator().manual_seed(cfg.seed + acc.process_index + start)
     per_rank = cfg.batch_size // cfg.n_agent
     batches = PromptOrder(tasks, per_rank * acc.num_processes, cfg.seed)
@@ -523,7 +530,9 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
                     ppo_update(policy, critic, exp, policy_opt, critic_opt, cfg, gen, acc)
                 )
                 metrics.update(experience_metrics(exp))
-                metrics = accel.mean_metrics(metrics, acc)
+                dev = max(accel.gather_rows([metrics[RATIO_DEV_MAX]], acc))
+                metrics = {**accel.mean_metrics(metrics, acc), RATIO_DEV_MAX: dev}
+                clips.observe(metrics)
                 vf_losses.append(metrics["critic/vf_loss"])
                 advantages = vl.sequence_mean(exp.advantages, batch.mask).tolist()
                 rows = take_rows(
@@ -578,4 +587,5 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
         preflight=preflight_status(report),
         resumed_from=start,
         informative_group_share=zero_variance.informative_share,
+        **clips.result_fields(),
     )
