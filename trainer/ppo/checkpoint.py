@@ -43,12 +43,12 @@ def save_checkpoint(
     policy: Any,
     tok: Any,
     critic: Any,
-    policy_opt: torch.optim.Optimizer,
-    critic_opt: torch.optim.Optimizer,
+    optimizers: dict[str, Any],
     rng: list[dict[str, Any]] | None = None,
 ) -> Path:
     """Write ``<out>/checkpoint-<step>`` atomically and drop older ``checkpoint-*`` folders;
-    ``rng``: every rank's ``rng.rng_state``, in rank order."""
+    ``optimizers``: both optimizers' states (``sharding.optimizer_states``), ``rng``: every
+    rank's ``rng.rng_state``, in rank order."""
     from ddai.trainer.sft.train import save_model
     from ddai.trainer.value.model import save_value_model
 
@@ -58,9 +58,7 @@ def save_checkpoint(
     shutil.rmtree(tmp, ignore_errors=True)
     save_model(policy, tok, tmp)
     save_value_model(critic, tok, tmp / CRITIC_DIR, source=state.critic_source)
-    torch.save(
-        {"policy": policy_opt.state_dict(), "critic": critic_opt.state_dict()}, tmp / OPTIM_FILE
-    )
+    torch.save(optimizers, tmp / OPTIM_FILE)
     if rng is not None:
         torch.save(rng, tmp / RNG_FILE)
     (tmp / STATE_FILE).write_text(json.dumps(state.__dict__), encoding="utf-8")
@@ -83,13 +81,9 @@ def read_state(ckpt: str | Path) -> PPOState:
     return PPOState(**json.loads(path.read_text(encoding="utf-8")))
 
 
-def load_optimizers(
-    ckpt: str | Path, policy_opt: torch.optim.Optimizer, critic_opt: torch.optim.Optimizer
-) -> None:
-    """Restore both optimizers' states (Adam moments, step counts) in place."""
-    states = torch.load(Path(ckpt) / OPTIM_FILE, map_location="cpu", weights_only=True)
-    policy_opt.load_state_dict(states["policy"])
-    critic_opt.load_state_dict(states["critic"])
+def read_optimizers(ckpt: str | Path) -> dict[str, Any]:
+    """Both optimizers' saved states (``sharding.load_optimizer_states`` puts them back)."""
+    return torch.load(Path(ckpt) / OPTIM_FILE, map_location="cpu", weights_only=True)
 
 
 def load_rng(ckpt: str | Path) -> list[dict[str, Any]] | None:

@@ -51,6 +51,7 @@ from torch import Tensor
 from ddai.pipelines import workspace
 from ddai.trainer.advantages import gae
 from ddai.trainer.common import TrainConfigError
+from ddai.trainer.ppo import sharding
 from ddai.trainer.ppo.clip_stats import RATIO_DEV_MAX, ClipStats
 from ddai.trainer.ppo.config import CRITIC_DIR, PPOResult, PPORunConfig
 from ddai.trainer.ppo.rng import PromptOrder, restore_rng, rng_state
@@ -256,7 +257,7 @@ def ppo_update(
                         entropy=entropy,
                         entropy_coef=cfg.entropy_coef,
                     )
-                    _step(accelerator, policy_opt, p_loss, cfg.grad_clip)
+                    _step(accelerator, policy, policy_opt, p_loss, cfg.grad_clip)
                     values = train_values(critic, part)
                     v_loss, v_metrics = vl.clipped_value_loss(
                         values,
@@ -265,17 +266,21 @@ def ppo_update(
                         part.mask,
                         clip=cfg.vf_clip or None,
                     )
-                    _step(accelerator, critic_opt, v_loss, cfg.grad_clip)
+                    _step(accelerator, critic, critic_opt, v_loss, cfg.grad_clip)
                 seen.append({"actor/loss": float(p_loss.detach()), **metrics, **v_metrics})
     out = {k: sum(m[k] for m in seen) / len(seen) for k in seen[0]}
     out[RATIO_DEV_MAX] = max(m[RATIO_DEV_MAX] for m in seen)  # a max, not a mean
     return out
 
 
-def _step(accelerator: Any, opt: torch.optim.Optimizer, loss: Tensor, grad_clip: float) -> None:
+def _step(
+    accelerator: Any, model: Any, opt: torch.optim.Optimizer, loss: Tensor, grad_clip: float
+) -> None:
     accelerator.backward(loss)
     if grad_clip > 0 and accelerator.sync_gradients:
-        accelerator.clip_grad_norm_([p for g in opt.param_groups for p in g["params"]], grad_clip)
+        # all of the prepared model's parameters (frozen ones have no gradient and add nothing):
+        # accelerate matches them to the model to clip sharded (FSDP) gradients
+        accelerator.clip_grad_norm_(list(model.parameters()), grad_clip)
     opt.step()
     opt.zero_grad(set_to_none=True)
 
@@ -429,7 +434,7 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
     corpus = Corpus.load(cfg.corpus)
     backends = backends or default_backends(cfg.backends, corpus, cfg.rewards.reward_spec())
     report = run_static_preflight(cfg, tasks, corpus, backends.search)
-    acc = accel.make_accelerator(gradient_accumulation_steps=cfg.grad_accum)
+    acc = sharding.make_accelerator(gradient_accumulation_steps=cfg.grad_accum)
     main = acc.is_main_process
     torch.manual_seed(cfg.seed)  # the same initial weights on every rank
     policy, tok = load_policy(resume_from or cfg.model, dtype=cfg.dtype)
@@ -462,11 +467,15 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
     critic_opt = torch.optim.AdamW(
         critic.param_groups(trunk_lr=cfg.critic_trunk_lr, head_lr=cfg.critic_lr)
     )
+    policy, critic, policy_opt, critic_opt = sharding.prepare(
+        acc, policy, critic, policy_opt, critic_opt
+    )
     if resume_from:
-        ck.load_optimizers(resume_from, policy_opt, critic_opt)
-    policy, critic, policy_opt, critic_opt = acc.prepare(policy, critic, policy_opt, critic_opt)
-    # Rollouts and experience use the bare modules: generation and no-grad passes need no
-    # collective, and each rank runs a different number of turns.
+        sharding.load_optimizer_states(
+            acc, ck.read_optimizers(resume_from), policy, critic, policy_opt, critic_opt
+        )
+    # Experience uses the bare modules: no-grad passes need no gradient sync (under FSDP their
+    # forwards still all-gather each layer: every rank runs as many as the others).
     bare_policy, bare_critic = acc.unwrap_model(policy), acc.unwrap_model(critic)
     accel.rank_seed(cfg.seed + start, acc)  # restored below when the checkpoint has the states
     episodes = Episodes(cfg, tok, corpus, backends)
@@ -474,12 +483,11 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
     try:
         if not cfg.skip_preflight:
             slots = preflight_slots(tasks, cfg.preflight_prompts, cfg.n_agent, cfg.seed)
-            pf.check_episodes(
-                report,
-                sampled_episodes(
-                    episodes.rollout, slots, None, bare_policy, cfg.backends.reward_timeout
-                ),
-            )
+            with sharding.generation_model(policy, acc) as sampler_model:
+                sampled = sampled_episodes(
+                    episodes.rollout, slots, None, sampler_model, cfg.backends.reward_timeout
+                )
+            pf.check_episodes(report, sampled)
             report.raise_errors()
         if main:
             pf.write_run_config(out, "train ppo", cfg, report, extra=accel.run_info(cfg.seed, acc))
@@ -511,7 +519,8 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
             for step in range(start + 1, cfg.max_steps + 1):
                 mine = accel.local_slice(next(batches), acc)
                 slots = [(t, g, i) for g, t in enumerate(mine) for i in range(cfg.n_agent)]
-                trajs, rewards, metrics = episodes.collect(slots, bare_policy)
+                with sharding.generation_model(policy, acc) as sampler_model:
+                    trajs, rewards, metrics = episodes.collect(slots, sampler_model)
                 groups: dict[int, list[float]] = {}
                 for t, r in zip(trajs, rewards, strict=True):
                     groups.setdefault(t.group, []).append(r)
@@ -551,22 +560,27 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
                 if step == cfg.max_steps or (cfg.save_steps and step % cfg.save_steps == 0):
                     # every rank's random states (a collective), saved by the main process
                     states = accel.gather_rows([rng_state(gen=gen, order=batches)], acc)
+                    # under FSDP: weights and optimizer states gathered (collectives)
+                    to_save = sharding.saveable(acc, policy, critic)
+                    optim = sharding.optimizer_states(acc, policy, critic, policy_opt, critic_opt)
                     if main:
                         ck.save_checkpoint(
                             out,
                             ck.PPOState(step, run_id, str(critic_source)),
-                            policy=bare_policy,
+                            policy=to_save[0],
                             tok=tok,
-                            critic=bare_critic,
-                            policy_opt=policy_opt,
-                            critic_opt=critic_opt,
+                            critic=to_save[1],
+                            optimizers=optim,
                             rng=states,
                         )
+                    del to_save, optim
                 advance(1)
     finally:
         episodes.close()
     changed = len(changed_parameters(before, bare_policy))
     acc.wait_for_everyone()
+    # What the main process saves: under FSDP, full copies of the gathered weights (collective).
+    bare_policy, bare_critic = sharding.saveable(acc, policy, critic)
     if main:
         final = bare_policy
         if cfg.lora:
