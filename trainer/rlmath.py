@@ -1,5 +1,5 @@
 """The RL math primitives every room shares: masked means and whitening, loss aggregation, KL
-estimators and dense group indices. A leaf: it imports torch only, so ``losses``, ``advantages``,
+estimators, dense group indices and chunked token log-probs. A leaf: it imports torch only, so ``losses``, ``advantages``,
 ``value.losses``, ``ppo.terms`` and ``pointer.losses`` build on it without importing each other.
 
 Shapes: ``B`` rollouts, ``T`` response positions; ``mask[B,T]`` is 1 on policy tokens and 0 on
@@ -26,6 +26,7 @@ __all__ = [
     "lookup",
     "masked_mean",
     "masked_whiten",
+    "selected_logprobs",
 ]
 
 
@@ -134,3 +135,28 @@ KL_ESTIMATORS: dict[str, Callable[[Tensor, Tensor], Tensor]] = {
 def kl_penalty(logp: Tensor, ref_logp: Tensor, kind: str = "k3") -> Tensor:
     """Per-token KL estimate by name (``k1``, ``k2`` or ``k3``)."""
     return lookup(KL_ESTIMATORS, kind, "KL estimator")(logp, ref_logp)
+
+
+# ---------------------------------------------------------------------------- token log-probs
+
+
+def selected_logprobs(
+    logits: Tensor, ids: Tensor, temperature: float = 1.0, *, chunk: int = 1024
+) -> Tensor:
+    """``log softmax(logits / temperature)`` at ``ids``: ``logits[B,T,V]`` (any dtype),
+    ``ids[B,T]`` → ``[B,T]`` float32.
+
+    Computed ``chunk`` positions at a time, so the float32 copy of the vocabulary-wide logits
+    never exceeds ``[chunk, V]`` (the logits themselves stay in the model's dtype); the result is
+    the one-shot ``log_softmax(logits.float() / t).gather(ids)`` (each row's logsumexp is the
+    same reduction either way)."""
+    B, T, V = logits.shape
+    flat, flat_ids = logits.reshape(B * T, V), ids.reshape(B * T, 1)
+    parts = []
+    for start in range(0, B * T, chunk):
+        part = flat[start : start + chunk].float() / temperature  # [chunk,V]
+        picked = part.gather(-1, flat_ids[start : start + chunk]).squeeze(-1)
+        parts.append(picked - torch.logsumexp(part, dim=-1))
+    if not parts:
+        return logits.new_zeros((B, T), dtype=torch.float32)
+    return torch.cat(parts).reshape(B, T)

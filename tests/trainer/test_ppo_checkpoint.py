@@ -133,7 +133,7 @@ def test_checkpoint_write_is_atomic_and_keeps_one(tmp_path, monkeypatch):
     for step in (1, 2):
         ck.save_checkpoint(
             tmp_path, ck.PPOState(step, "r", "src"), policy=None, tok=None,
-            critic=None, policy_opt=Opt(), critic_opt=Opt(),
+            critic=None, optimizers={"policy": Opt().state_dict(), "critic": {}},
         )  # fmt: skip
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-2"]
     assert ck.read_state(tmp_path / "checkpoint-2") == ck.PPOState(2, "r", "src")

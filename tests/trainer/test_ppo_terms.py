@@ -51,7 +51,7 @@ def test_kl_in_reward_vs_kl_as_loss_hand_computed(monkeypatch):
     # KL as a loss: the rewards are the outcome alone, A = [1, 1]; the KL is still measured.
     as_loss = _experience(monkeypatch, _cfg(kl_mode="loss"))
     assert torch.allclose(as_loss.advantages, torch.tensor([[1.0, 1.0]]))
-    assert torch.allclose(as_loss.kl, torch.tensor([[0.5, 0.5]]))
+    assert torch.allclose(as_loss.kl, torch.tensor([[K3, K3]]))  # k3: the loss mode's default
     assert torch.equal(as_loss.ref_logp, REF)
 
     def loss_and_grad(exp, **kw):

@@ -1,7 +1,8 @@
 """Resumable PPO checkpoints: ``<out>/checkpoint-N/`` holds the policy (a model folder), the
-critic (``critic/``, a value checkpoint), both optimizers' states (``optimizers.pt``) and
-``ppo_state.json`` (the step and run id), so ``ddai train ppo --resume`` continues at step N+1
-with the same run id, Adam moments and rollout log. The folder name is the one
+critic (``critic/``, a value checkpoint), both optimizers' states (``optimizers.pt``), every
+rank's random states (``rng_state.pt``, ``ppo.rng``) and ``ppo_state.json`` (the step and run
+id), so ``ddai train ppo --resume`` continues at step N+1 with the same run id, Adam moments,
+random streams and rollout log: exactly the steps a run without the stop would have taken. The folder name is the one
 ``common.resume_checkpoint`` finds (transformers' ``checkpoint-N``).
 
 A checkpoint is written to a temporary sibling and renamed into place, so a crash mid-write leaves
@@ -22,6 +23,7 @@ from ddai.trainer.common import TrainConfigError
 
 STATE_FILE = "ppo_state.json"
 OPTIM_FILE = "optimizers.pt"
+RNG_FILE = "rng_state.pt"
 CRITIC_DIR = "critic"
 
 
@@ -41,10 +43,12 @@ def save_checkpoint(
     policy: Any,
     tok: Any,
     critic: Any,
-    policy_opt: torch.optim.Optimizer,
-    critic_opt: torch.optim.Optimizer,
+    optimizers: dict[str, Any],
+    rng: list[dict[str, Any]] | None = None,
 ) -> Path:
-    """Write ``<out>/checkpoint-<step>`` atomically and drop older ``checkpoint-*`` folders."""
+    """Write ``<out>/checkpoint-<step>`` atomically and drop older ``checkpoint-*`` folders;
+    ``optimizers``: both optimizers' states (``sharding.optimizer_states``), ``rng``: every
+    rank's ``rng.rng_state``, in rank order."""
     from ddai.trainer.sft.train import save_model
     from ddai.trainer.value.model import save_value_model
 
@@ -54,9 +58,9 @@ def save_checkpoint(
     shutil.rmtree(tmp, ignore_errors=True)
     save_model(policy, tok, tmp)
     save_value_model(critic, tok, tmp / CRITIC_DIR, source=state.critic_source)
-    torch.save(
-        {"policy": policy_opt.state_dict(), "critic": critic_opt.state_dict()}, tmp / OPTIM_FILE
-    )
+    torch.save(optimizers, tmp / OPTIM_FILE)
+    if rng is not None:
+        torch.save(rng, tmp / RNG_FILE)
     (tmp / STATE_FILE).write_text(json.dumps(state.__dict__), encoding="utf-8")
     shutil.rmtree(final, ignore_errors=True)
     tmp.rename(final)
@@ -77,13 +81,18 @@ def read_state(ckpt: str | Path) -> PPOState:
     return PPOState(**json.loads(path.read_text(encoding="utf-8")))
 
 
-def load_optimizers(
-    ckpt: str | Path, policy_opt: torch.optim.Optimizer, critic_opt: torch.optim.Optimizer
-) -> None:
-    """Restore both optimizers' states (Adam moments, step counts) in place."""
-    states = torch.load(Path(ckpt) / OPTIM_FILE, map_location="cpu", weights_only=True)
-    policy_opt.load_state_dict(states["policy"])
-    critic_opt.load_state_dict(states["critic"])
+def read_optimizers(ckpt: str | Path) -> dict[str, Any]:
+    """Both optimizers' saved states (``sharding.load_optimizer_states`` puts them back)."""
+    return torch.load(Path(ckpt) / OPTIM_FILE, map_location="cpu", weights_only=True)
+
+
+def load_rng(ckpt: str | Path) -> list[dict[str, Any]] | None:
+    """Every rank's random states saved with the checkpoint (None: a checkpoint from before they
+    were saved)."""
+    path = Path(ckpt) / RNG_FILE
+    if not path.is_file():
+        return None
+    return torch.load(path, map_location="cpu", weights_only=True)
 
 
 def keep_metrics_until(path: Path, step: int) -> list[str]:

@@ -21,6 +21,11 @@ REWARD_NORMS = ("none", "center", "scale", "whiten")
 """How a batch's outcome scores are normalized before GAE (``normalize_scores``)."""
 
 
+DEFAULT_KL_ESTIMATOR = {"reward": "k1", "loss": "k3"}
+"""The estimator a run gets when ``--kl-estimator`` is not given: k1 as a reward penalty (no
+gradient flows through it there, and it is unbiased), k3 as a loss term (verl's ``low_var_kl``
+for its KL loss): k1's gradient ``∇log π`` has expectation 0 under samples of π."""
+
 CRITIC_DIR = "critic"
 
 
@@ -66,12 +71,14 @@ class PPORunConfig(EpisodeSettings):
     003's critic loss (critic weight 0.5)."""
     kl_coef: float = 0.05
     """KL coefficient β of the per-token penalty against the frozen reference (0: off)."""
-    kl_estimator: str = "k1"
-    """KL estimator: k1 (log-ratio), k2 (½·log-ratio²) or k3 (GRPO's low-variance one)."""
+    kl_estimator: str | None = None
+    """KL estimator: k1 (log-ratio), k2 (½·log-ratio²) or k3 (GRPO's low-variance one). Default:
+    k1 with --kl-mode reward, k3 with --kl-mode loss (as verl's KL loss); k1 is refused as a loss
+    (its gradient is 0 in expectation)."""
     kl_mode: str = "reward"
     """Where the KL goes: reward (−β·KL on each token's reward) or loss (+β·KL added to the
-    policy loss; use k2 or k3 there, k1's gradient is 0 in expectation); seed 003 describes
-    both."""
+    policy loss, with k3 or k2: their gradients pull towards the reference, k1's is 0 in
+    expectation); seed 003 describes both."""
     reward_norm: str = "none"
     """Normalize each batch's outcome rewards: none, center (minus the mean), scale (divide by the
     std, sign kept) or whiten (mean 0, std 1)."""
@@ -94,6 +101,11 @@ class PPORunConfig(EpisodeSettings):
     grad_accum: int = 1
     """Micro-batches each mini-batch is split into and accumulated into one optimizer step (less
     memory)."""
+    experience_micro_batch: int = 4
+    """Rollouts per forward pass of the no-gradient experience passes (old and reference
+    log-probs, values); only completion positions reach the LM head and the log-softmax is taken
+    in chunks of positions, so the memory is about this many rollouts' completion logits in the
+    model's dtype."""
     grad_clip: float = 1.0
     """Max gradient norm of each model (0: off)."""
     dtype: str = "float32"
@@ -109,6 +121,10 @@ class PPORunConfig(EpisodeSettings):
     """Train without the preflight checks (``ddai.trainer.search.preflight``); recorded in the run config."""
     preflight_prompts: int = 2
     """Prompts whose ``n_agent`` episodes the preflight samples (and 4× as many for search)."""
+
+    def __post_init__(self) -> None:
+        if self.kl_estimator is None:  # the estimator whose use in this mode is right
+            self.kl_estimator = DEFAULT_KL_ESTIMATOR.get(self.kl_mode, "k1")
 
     def check(self) -> None:
         """Fail on bad settings before any model is loaded; messages name the flag."""
@@ -132,7 +148,7 @@ class PPORunConfig(EpisodeSettings):
                 "rollouts: --mini-batch-size, or --batch-size), which must then divide "
                 "--batch-size"
             )
-        for name in ("ppo_epochs", "max_steps"):
+        for name in ("ppo_epochs", "max_steps", "experience_micro_batch"):
             if getattr(self, name) < 1:
                 raise TrainConfigError(f"--{name.replace('_', '-')} must be >= 1")
         from ddai.trainer.rlmath import KL_ESTIMATORS
@@ -149,6 +165,13 @@ class PPORunConfig(EpisodeSettings):
             raise TrainConfigError("--clip-low and --clip-high must be > 0 and --kl >= 0")
         if self.kl_mode not in KL_MODES:
             raise TrainConfigError(f"--kl-mode {self.kl_mode!r}: use one of {', '.join(KL_MODES)}")
+        if self.kl_mode == "loss" and self.kl_estimator == "k1":
+            raise TrainConfigError(
+                "--kl-mode loss --kl-estimator k1: k1's gradient (∇log π) is 0 in expectation, so "
+                "the KL loss would not pull the policy towards the reference; use --kl-estimator "
+                "k3 (the default with --kl-mode loss, verl's KL loss) or k2 (the gradient of "
+                "KL(π ‖ π_ref))"
+            )
         if self.reward_norm not in REWARD_NORMS:
             raise TrainConfigError(
                 f"--reward-norm {self.reward_norm!r}: use one of {', '.join(REWARD_NORMS)}"
@@ -175,3 +198,12 @@ class PPOResult(LoggedRunResult):
     informative_group_share: float | None = None
     """Share of prompt groups with reward variance, as in ``GRPOResult`` (None with
     ``n_agent`` 1: a one-rollout group has no variance to measure)."""
+    clip_frac_mean: float | None = None
+    """Mean over the run's steps of ``actor/clip_frac``, the share of policy tokens whose loss the
+    clip changed (``ppo.clip_stats``)."""
+    clip_active_steps: int = 0
+    """Steps in which the clip changed at least one token's loss."""
+    ratio_dev_max: float | None = None
+    """The largest ``|π_θ/π_old − 1|`` on a policy token over the whole run."""
+    clip_low: float = 0.2
+    clip_high: float = 0.2

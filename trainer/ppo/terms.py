@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from ddai.trainer.losses import ppo_loss
+from ddai.trainer.ppo.clip_stats import RATIO_DEV_MAX
 from ddai.trainer.ppo.config import KL_MODES, REWARD_NORMS
 from ddai.trainer.rlmath import aggregate, kl_penalty, masked_mean
 
@@ -28,6 +29,7 @@ __all__ = [
     "actor_loss",
     "kl_loss",
     "normalize_scores",
+    "ratio_deviation_max",
     "token_entropy",
     "whiten",
 ]
@@ -102,6 +104,13 @@ def token_entropy(logits: Tensor) -> Tensor:
     return -(p * logp.masked_fill(p == 0, 0.0)).sum(-1)
 
 
+def ratio_deviation_max(logp: Tensor, old_logp: Tensor, mask: Tensor) -> float:
+    """``max |exp(log π_θ − log π_old) − 1|`` over the policy tokens (``mask`` 1); 0 with none."""
+    dev = (torch.exp((logp - old_logp).detach()) - 1).abs()
+    picked = dev[mask.bool()]
+    return float(picked.max()) if picked.numel() else 0.0
+
+
 def actor_loss(
     logp: Tensor,
     old_logp: Tensor,
@@ -124,11 +133,13 @@ def actor_loss(
     All three are token means over the policy tokens.
 
     Returns:
-        ``(loss, metrics)``: ``ppo_loss``'s metrics plus ``actor/pg_loss``, and
+        ``(loss, metrics)``: ``ppo_loss``'s metrics (``actor/clip_frac``: the share of policy
+        tokens whose loss the clip changed) plus ``actor/pg_loss``, ``actor/ratio_dev_max``, and
         ``actor/kl_loss`` / ``actor/entropy`` when those terms are on.
     """
     loss, metrics = ppo_loss(logp, old_logp, adv, mask, eps_low=eps_low, eps_high=eps_high)
     metrics["actor/pg_loss"] = float(loss.detach())
+    metrics[RATIO_DEV_MAX] = ratio_deviation_max(logp, old_logp, mask)
     if ref_logp is not None and kl_coef > 0:
         kl, kl_metrics = kl_loss(logp, ref_logp, mask, kind=kl_kind)
         loss = loss + kl_coef * kl

@@ -8,7 +8,8 @@ One step:
 1. rollouts: ``batch_size`` episodes (``batch_size / n_agent`` prompts) sampled from the policy;
    each is scored with the GRPO reward (format gate, judge, NDCG);
 2. with no gradient: the policy's log-probs of its own tokens (the "old" policy), the frozen
-   reference's, and the critic's values, all aligned to completion tokens;
+   reference's, and the critic's values, all aligned to completion tokens, in micro-batches of
+   ``experience_micro_batch`` rollouts (``experience_passes``);
 3. per-token rewards: ``−β·KL(π_old ‖ π_ref)`` on every policy token (k1, k2 or k3) plus the
    outcome (optionally normalized over the batch, ``--reward-norm``) on the last policy token;
    observation tokens get nothing. With ``--kl-mode loss`` the KL leaves the rewards and becomes a
@@ -20,7 +21,8 @@ One step:
    the policy loss adds the KL term (``--kl-mode loss``) and the entropy bonus (``--entropy-coef``).
 
 ``--resume`` continues from ``<out>/checkpoint-N`` (``ppo_checkpoint``): steps N+1..``max_steps``
-with the saved policy, critic and optimizer states, the same run id and the original reference.
+with the saved policy, critic, optimizer and random states (``ppo.rng``: the steps an uninterrupted
+run would have taken, bit for bit), the same run id and the original reference.
 
 Dropout is off in every forward pass (seed 003: it makes ratios and KL unreliable).
 Metrics go to ``<out>/metrics.jsonl``; the policy is saved to ``<out>``, the critic to
@@ -36,10 +38,9 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import os
-import random
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,13 +51,16 @@ from torch import Tensor
 from ddai.pipelines import workspace
 from ddai.trainer.advantages import gae
 from ddai.trainer.common import TrainConfigError
+from ddai.trainer.ppo import sharding
+from ddai.trainer.ppo.clip_stats import RATIO_DEV_MAX, ClipStats
 from ddai.trainer.ppo.config import CRITIC_DIR, PPOResult, PPORunConfig
+from ddai.trainer.ppo.rng import PromptOrder, restore_rng, rng_state
 from ddai.trainer.ppo.terms import (
     actor_loss,
     normalize_scores,
     token_entropy,
 )
-from ddai.trainer.rlmath import masked_mean, masked_whiten
+from ddai.trainer.rlmath import masked_mean, masked_whiten, selected_logprobs
 from ddai.trainer.runtime.metrics_log import MetricsLog
 from ddai.trainer.search.tasks import Task
 from ddai.trainer.value import losses as vl
@@ -66,20 +70,45 @@ from ddai.trainer.value.model import ValueModel, position_ids
 # ---------------------------------------------------------------------------- forward passes
 
 
-def token_logprobs(model: Any, batch: Batch, temperature: float = 1.0) -> Tensor:
-    """Log-probs of the completion tokens under ``model``: ``[B,T]`` (logits at the position
-    before each token, divided by the sampling temperature)."""
-    from trl.trainer.utils import selective_log_softmax
+def _base_forward(model: Any) -> Any:
+    """The ``forward`` whose signature says what ``model`` accepts (through DDP's and peft's
+    wrappers and ``AdapterDisabled``)."""
+    from ddai.trainer.modeling import AdapterDisabled
 
-    P = batch.prompt_len
+    inner = model.model if isinstance(model, AdapterDisabled) else model
+    if isinstance(inner, torch.nn.parallel.DistributedDataParallel):
+        inner = inner.module
+    if hasattr(inner, "get_base_model"):  # peft
+        inner = inner.get_base_model()
+    return getattr(inner, "forward", inner)
+
+
+def completion_logits(model: Any, batch: Batch) -> Tensor:
+    """The logits that predict each completion token: ``[B,T,V]`` in the model's dtype (the
+    positions ``P−1 … L−2``). Only those positions reach the LM head where the model takes
+    ``logits_to_keep`` (transformers' causal LMs), not the prompt's."""
+    import inspect
+
+    T = batch.input_ids.shape[1] - batch.prompt_len
+    kwargs: dict[str, Any] = {}
+    if "logits_to_keep" in inspect.signature(_base_forward(model)).parameters:
+        kwargs["logits_to_keep"] = T + 1  # positions L−T−1 = P−1 … L−1
     out = model(
         input_ids=batch.input_ids,
         attention_mask=batch.attention_mask,
         position_ids=position_ids(batch.attention_mask),
         use_cache=False,
+        **kwargs,
     )
-    logits = out.logits[:, P - 1 : -1].float() / temperature  # [B,T,V]
-    return selective_log_softmax(logits, batch.input_ids[:, P:])
+    return out.logits[:, -(T + 1) : -1]
+
+
+def token_logprobs(model: Any, batch: Batch, temperature: float = 1.0) -> Tensor:
+    """Log-probs of the completion tokens under ``model``: ``[B,T]`` float32 (logits at the
+    position before each token, divided by the sampling temperature; the log-softmax taken a
+    chunk of positions at a time, ``selected_logprobs``)."""
+    logits = completion_logits(model, batch)
+    return selected_logprobs(logits, batch.input_ids[:, batch.prompt_len :], temperature)
 
 
 def token_logprobs_entropy(
@@ -87,17 +116,9 @@ def token_logprobs_entropy(
 ) -> tuple[Tensor, Tensor]:
     """``token_logprobs`` plus the entropy of each completion position's next-token distribution
     (at the sampling temperature): ``([B,T], [B,T])``, both from one forward pass."""
-    from trl.trainer.utils import selective_log_softmax
-
-    P = batch.prompt_len
-    out = model(
-        input_ids=batch.input_ids,
-        attention_mask=batch.attention_mask,
-        position_ids=position_ids(batch.attention_mask),
-        use_cache=False,
-    )
-    logits = out.logits[:, P - 1 : -1].float() / temperature  # [B,T,V]
-    return selective_log_softmax(logits, batch.input_ids[:, P:]), token_entropy(logits)
+    logits = completion_logits(model, batch)
+    ids = batch.input_ids[:, batch.prompt_len :]
+    return selected_logprobs(logits, ids, temperature), token_entropy(logits.float() / temperature)
 
 
 def critic_values(critic: ValueModel, batch: Batch) -> Tensor:
@@ -126,6 +147,29 @@ class Experience:
 
 
 @torch.no_grad()
+def experience_passes(
+    policy: Any, ref: Any | None, critic: ValueModel, batch: Batch, cfg: PPORunConfig
+) -> tuple[Tensor, Tensor, Tensor]:
+    """``(old_logp, ref_logp, values)``, each ``[B,T]`` float32 and masked: the policy's and the
+    reference's log-probs of the completion tokens and the critic's values, computed
+    ``cfg.experience_micro_batch`` rollouts at a time (the rows keep the batch's padding, so each
+    is what one pass over the whole batch gives). ``ref_logp`` is ``old_logp`` without a
+    reference."""
+    mask = batch.mask
+    B = mask.shape[0]
+    old, refs, vals = [], [], []
+    for idx in torch.arange(B, device=mask.device).split(cfg.experience_micro_batch):
+        part = select_rows(batch, idx)
+        old.append(token_logprobs(policy, part, cfg.temperature))
+        if ref is not None:
+            refs.append(token_logprobs(ref, part, cfg.temperature))
+        vals.append(critic_values(critic, part).float())
+    old_logp = torch.cat(old) * mask
+    ref_logp = torch.cat(refs) * mask if ref is not None else old_logp
+    return old_logp, ref_logp, torch.cat(vals) * mask
+
+
+@torch.no_grad()
 def make_experience(
     policy: Any,
     ref: Any | None,
@@ -134,14 +178,12 @@ def make_experience(
     scores: Tensor,
     cfg: PPORunConfig,
 ) -> Experience:
-    """Old log-probs, reference KL, values, (normalized, KL-penalized) rewards and GAE for one
-    batch. With ``kl_mode == "loss"`` the rewards carry no KL (it is measured, and the reference
-    log-probs are kept for the loss)."""
+    """Old log-probs, reference KL, values (``experience_passes``), (normalized, KL-penalized)
+    rewards and GAE for one batch. With ``kl_mode == "loss"`` the rewards carry no KL (it is
+    measured, and the reference log-probs are kept for the loss)."""
     mask = batch.mask
     scores = normalize_scores(scores, cfg.reward_norm)
-    old_logp = token_logprobs(policy, batch, cfg.temperature) * mask
-    ref_logp = token_logprobs(ref, batch, cfg.temperature) * mask if ref is not None else old_logp
-    values = critic_values(critic, batch).float() * mask
+    old_logp, ref_logp, values = experience_passes(policy, ref, critic, batch, cfg)
     in_reward = cfg.kl_mode == "reward"
     rewards, kl = vl.kl_penalized_rewards(
         scores,
@@ -215,7 +257,7 @@ def ppo_update(
                         entropy=entropy,
                         entropy_coef=cfg.entropy_coef,
                     )
-                    _step(accelerator, policy_opt, p_loss, cfg.grad_clip)
+                    _step(accelerator, policy, policy_opt, p_loss, cfg.grad_clip)
                     values = train_values(critic, part)
                     v_loss, v_metrics = vl.clipped_value_loss(
                         values,
@@ -224,15 +266,21 @@ def ppo_update(
                         part.mask,
                         clip=cfg.vf_clip or None,
                     )
-                    _step(accelerator, critic_opt, v_loss, cfg.grad_clip)
+                    _step(accelerator, critic, critic_opt, v_loss, cfg.grad_clip)
                 seen.append({"actor/loss": float(p_loss.detach()), **metrics, **v_metrics})
-    return {k: sum(m[k] for m in seen) / len(seen) for k in seen[0]}
+    out = {k: sum(m[k] for m in seen) / len(seen) for k in seen[0]}
+    out[RATIO_DEV_MAX] = max(m[RATIO_DEV_MAX] for m in seen)  # a max, not a mean
+    return out
 
 
-def _step(accelerator: Any, opt: torch.optim.Optimizer, loss: Tensor, grad_clip: float) -> None:
+def _step(
+    accelerator: Any, model: Any, opt: torch.optim.Optimizer, loss: Tensor, grad_clip: float
+) -> None:
     accelerator.backward(loss)
     if grad_clip > 0 and accelerator.sync_gradients:
-        accelerator.clip_grad_norm_([p for g in opt.param_groups for p in g["params"]], grad_clip)
+        # all of the prepared model's parameters (frozen ones have no gradient and add nothing):
+        # accelerate matches them to the model to clip sharded (FSDP) gradients
+        accelerator.clip_grad_norm_(list(model.parameters()), grad_clip)
     opt.step()
     opt.zero_grad(set_to_none=True)
 
@@ -301,17 +349,32 @@ def prepare_policy(policy: Any, cfg: PPORunConfig) -> tuple[Any, Any | None]:
     return policy, ref
 
 
-def prompt_batches(tasks: list[Task], per_step: int, seed: int) -> Iterator[list[Task]]:
-    """Endless batches of ``per_step`` prompts: shuffled passes over ``tasks`` (seeded)."""
-    rng = random.Random(seed)
-    order: list[Task] = []
-    while True:
-        if len(order) < per_step:
-            fresh = list(tasks)
-            rng.shuffle(fresh)
-            order += fresh
-        yield order[:per_step]
-        order = order[per_step:]
+def _restore_rng(
+    ckpt: str, acc: Any, gen: torch.Generator, order: PromptOrder[Task], start: int
+) -> None:
+    """Put back this rank's random states from the checkpoint, so the resumed steps draw what
+    the run would have drawn; a checkpoint without them (or from another number of processes)
+    continues on fresh seeds (``seed + start``) and the prompt order replayed, and says so."""
+    import warnings
+
+    from ddai.trainer.ppo import checkpoint as ck
+
+    states = ck.load_rng(ckpt)
+    if states is not None and len(states) == acc.num_processes:
+        restore_rng(states[acc.process_index], gen=gen, order=order)
+        return
+    why = (
+        "has no saved random states"
+        if states is None
+        else f"was written by {len(states)} process(es), this run has {acc.num_processes}"
+    )
+    warnings.warn(
+        f"--resume: {ckpt} {why}; the resumed steps sample on fresh seeds (--seed + {start}), "
+        "so they will not repeat what an uninterrupted run would have drawn",
+        stacklevel=2,
+    )
+    for _ in range(start):  # the prompts of the finished steps: the data order continues
+        next(order)
 
 
 def experience_metrics(exp: Experience) -> dict[str, float]:
@@ -371,7 +434,7 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
     corpus = Corpus.load(cfg.corpus)
     backends = backends or default_backends(cfg.backends, corpus, cfg.rewards.reward_spec())
     report = run_static_preflight(cfg, tasks, corpus, backends.search)
-    acc = accel.make_accelerator(gradient_accumulation_steps=cfg.grad_accum)
+    acc = sharding.make_accelerator(gradient_accumulation_steps=cfg.grad_accum)
     main = acc.is_main_process
     torch.manual_seed(cfg.seed)  # the same initial weights on every rank
     policy, tok = load_policy(resume_from or cfg.model, dtype=cfg.dtype)
@@ -404,24 +467,27 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
     critic_opt = torch.optim.AdamW(
         critic.param_groups(trunk_lr=cfg.critic_trunk_lr, head_lr=cfg.critic_lr)
     )
+    policy, critic, policy_opt, critic_opt = sharding.prepare(
+        acc, policy, critic, policy_opt, critic_opt
+    )
     if resume_from:
-        ck.load_optimizers(resume_from, policy_opt, critic_opt)
-    policy, critic, policy_opt, critic_opt = acc.prepare(policy, critic, policy_opt, critic_opt)
-    # Rollouts and experience use the bare modules: generation and no-grad passes need no
-    # collective, and each rank runs a different number of turns.
+        sharding.load_optimizer_states(
+            acc, ck.read_optimizers(resume_from), policy, critic, policy_opt, critic_opt
+        )
+    # Experience uses the bare modules: no-grad passes need no gradient sync (under FSDP their
+    # forwards still all-gather each layer: every rank runs as many as the others).
     bare_policy, bare_critic = acc.unwrap_model(policy), acc.unwrap_model(critic)
-    accel.rank_seed(cfg.seed + start, acc)  # a resumed run samples afresh, not step 1's draws
+    accel.rank_seed(cfg.seed + start, acc)  # restored below when the checkpoint has the states
     episodes = Episodes(cfg, tok, corpus, backends)
     out = Path(cfg.output_dir)
     try:
         if not cfg.skip_preflight:
             slots = preflight_slots(tasks, cfg.preflight_prompts, cfg.n_agent, cfg.seed)
-            pf.check_episodes(
-                report,
-                sampled_episodes(
-                    episodes.rollout, slots, None, bare_policy, cfg.backends.reward_timeout
-                ),
-            )
+            with sharding.generation_model(policy, acc) as sampler_model:
+                sampled = sampled_episodes(
+                    episodes.rollout, slots, None, sampler_model, cfg.backends.reward_timeout
+                )
+            pf.check_episodes(report, sampled)
             report.raise_errors()
         if main:
             pf.write_run_config(out, "train ppo", cfg, report, extra=accel.run_info(cfg.seed, acc))
@@ -438,11 +504,14 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
     metrics_log = MetricsLog(out / "metrics.jsonl") if main else None
     if kept:
         metrics_log.path.write_text("\n".join(kept) + "\n", encoding="utf-8")
+    clips = ClipStats(cfg.clip_low, cfg.clip_high)
+    for line in kept:  # a resumed run reports the whole run's clipping
+        clips.observe(json.loads(line))
     gen = torch.Generator().manual_seed(cfg.seed + acc.process_index + start)
     per_rank = cfg.batch_size // cfg.n_agent
-    batches = prompt_batches(tasks, per_rank * acc.num_processes, cfg.seed)
-    for _ in range(start):  # the prompts of the finished steps: the data order continues
-        next(batches)
+    batches = PromptOrder(tasks, per_rank * acc.num_processes, cfg.seed)
+    if resume_from:
+        _restore_rng(resume_from, acc, gen, batches, start)
     first_sample = acc.process_index * cfg.batch_size
     vf_losses: list[float] = []
     try:
@@ -450,7 +519,8 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
             for step in range(start + 1, cfg.max_steps + 1):
                 mine = accel.local_slice(next(batches), acc)
                 slots = [(t, g, i) for g, t in enumerate(mine) for i in range(cfg.n_agent)]
-                trajs, rewards, metrics = episodes.collect(slots, bare_policy)
+                with sharding.generation_model(policy, acc) as sampler_model:
+                    trajs, rewards, metrics = episodes.collect(slots, sampler_model)
                 groups: dict[int, list[float]] = {}
                 for t, r in zip(trajs, rewards, strict=True):
                     groups.setdefault(t.group, []).append(r)
@@ -469,7 +539,9 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
                     ppo_update(policy, critic, exp, policy_opt, critic_opt, cfg, gen, acc)
                 )
                 metrics.update(experience_metrics(exp))
-                metrics = accel.mean_metrics(metrics, acc)
+                dev = max(accel.gather_rows([metrics[RATIO_DEV_MAX]], acc))
+                metrics = {**accel.mean_metrics(metrics, acc), RATIO_DEV_MAX: dev}
+                clips.observe(metrics)
                 vf_losses.append(metrics["critic/vf_loss"])
                 advantages = vl.sequence_mean(exp.advantages, batch.mask).tolist()
                 rows = take_rows(
@@ -485,21 +557,30 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
                     log.append(rows, step)
                     log.flush()  # a checkpoint of this step has its rows committed
                     metrics_log.log(step, metrics)
-                    if step == cfg.max_steps or (cfg.save_steps and step % cfg.save_steps == 0):
+                if step == cfg.max_steps or (cfg.save_steps and step % cfg.save_steps == 0):
+                    # every rank's random states (a collective), saved by the main process
+                    states = accel.gather_rows([rng_state(gen=gen, order=batches)], acc)
+                    # under FSDP: weights and optimizer states gathered (collectives)
+                    to_save = sharding.saveable(acc, policy, critic)
+                    optim = sharding.optimizer_states(acc, policy, critic, policy_opt, critic_opt)
+                    if main:
                         ck.save_checkpoint(
                             out,
                             ck.PPOState(step, run_id, str(critic_source)),
-                            policy=bare_policy,
+                            policy=to_save[0],
                             tok=tok,
-                            critic=bare_critic,
-                            policy_opt=policy_opt,
-                            critic_opt=critic_opt,
+                            critic=to_save[1],
+                            optimizers=optim,
+                            rng=states,
                         )
+                    del to_save, optim
                 advance(1)
     finally:
         episodes.close()
     changed = len(changed_parameters(before, bare_policy))
     acc.wait_for_everyone()
+    # What the main process saves: under FSDP, full copies of the gathered weights (collective).
+    bare_policy, bare_critic = sharding.saveable(acc, policy, critic)
     if main:
         final = bare_policy
         if cfg.lora:
@@ -520,4 +601,5 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
         preflight=preflight_status(report),
         resumed_from=start,
         informative_group_share=zero_variance.informative_share,
+        **clips.result_fields(),
     )
