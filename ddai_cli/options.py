@@ -238,9 +238,11 @@ def lora_flags(config_cls: type) -> Callable[..., dict[str, Any]]:
         config_cls,
         {
             "lora": {
-                "help": "Train a LoRA adapter (peft, float32) on frozen weights, e.g. a 7B policy "
-                "in bfloat16 on one 80 GB GPU; the adapter goes to <out>/adapter, the merged "
-                "model to <out>."
+                "help": "Train a float32 LoRA adapter (peft) on frozen weights, under every "
+                "accelerate config (ZeRO-3 included), e.g. a 7B policy in bfloat16 on one 80 GB "
+                "GPU; the adapter goes to <out>/adapter, the merged model to <out>: merged in "
+                "float32 (a bfloat16 merge at lr 1e-6 would round the update away) and checked "
+                "against the trained model's logits."
             },
             "lora_r": {"help": "LoRA rank."},
             "lora_alpha": {"help": "LoRA alpha."},

@@ -20,14 +20,16 @@ def run_or_fail(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """``fn(*args, **kwargs)``; bad input (a config's ``check``, a missing or existing file, a
     ``ValueError`` of the libraries' own config checks) exits 2 with its message; a run that
     changed in the log store while this one read it (``StoreConflict``: nothing was written)
-    exits 1."""
+    or whose merged LoRA model failed its check (``MergeCheckFailed``: the adapter is the final
+    model) exits 1."""
     from ddai.pipelines.store import StoreConflict
+    from ddai.trainer.lora_merge import MergeCheckFailed
 
     try:
         return fn(*args, **kwargs)
     except (ValueError, FileNotFoundError, FileExistsError) as e:
         raise fail(str(e)) from e
-    except StoreConflict as e:
+    except (StoreConflict, MergeCheckFailed) as e:
         raise fail(str(e), 1) from e
 
 

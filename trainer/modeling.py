@@ -102,7 +102,11 @@ def lost_update_share(model: Any, lr: float, *, sample: int = 1 << 20) -> float:
 
 def check_update_precision(model: Any, lr: float, *, flag: str = "--lr") -> float:
     """Raise ``TrainConfigError`` when most trainable weights are in half precision and too large for
-    a step of ``lr`` to change (pure bf16 at DDAI's lr 1e-6); return the lost share otherwise."""
+    a step of ``lr`` to change (pure bf16 at DDAI's lr 1e-6); return the lost share otherwise.
+
+    With LoRA the trainable weights are the adapter's (float32 after ``float32_adapter``: nothing
+    lost); the merge into the frozen weights is the other place an update can round away, and
+    ``ddai.trainer.lora_merge`` measures it and saves the merge in float32."""
     from ddai.trainer.common import TrainConfigError
 
     share = lost_update_share(model, lr)
@@ -115,6 +119,46 @@ def check_update_precision(model: Any, lr: float, *, flag: str = "--lr") -> floa
             "raise the learning rate"
         )
     return share
+
+
+def float32_adapter(model: Any) -> int:
+    """Cast the trainable half-precision parameters of ``model`` (a peft model: its adapter) to
+    float32 in place; return how many were cast. Call it before the optimizer is built.
+
+    peft upcasts a LoRA adapter to float32 by default, but TRL's trainers pass
+    ``autocast_adapter_dtype=False`` under DeepSpeed ZeRO-3 (non-quantized models: DeepSpeed
+    0.19.2 could not all-gather mixed dtypes, deepspeed#8072), which leaves the adapter in the
+    base weights' bfloat16: then an adapter weight of 0.1 cannot move by 1e-6. Casting it back
+    gives the same float32 adapter under every accelerate config (DeepSpeed's bf16 optimizer keeps
+    float32 master weights of it too). DeepSpeed 0.19.2 itself is refused when something was cast:
+    it fails on the first step with a mixed-dtype all-gather (fixed by deepspeed#8073)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    import torch
+
+    from ddai.trainer.common import TrainConfigError
+
+    cast = 0
+    for p in model.parameters():
+        if p.requires_grad and p.dtype in (torch.bfloat16, torch.float16):
+            p.data = p.data.float()
+            cast += 1
+    if cast:
+        try:
+            deepspeed = version("deepspeed")
+        except PackageNotFoundError:
+            deepspeed = None
+        if deepspeed == BROKEN_MIXED_DTYPE_DEEPSPEED:
+            raise TrainConfigError(
+                f"--lora under ZeRO-3 with deepspeed {deepspeed}: this release cannot all-gather "
+                "a float32 adapter beside half-precision weights (deepspeed#8072); install "
+                "another deepspeed release (the fix is deepspeed#8073)"
+            )
+    return cast
+
+
+BROKEN_MIXED_DTYPE_DEEPSPEED = "0.19.2"
+"""The DeepSpeed release whose ZeRO-3 all-gather fails on mixed parameter dtypes."""
 
 
 def lora_config(*, r: int, alpha: int, dropout: float, target: str) -> Any:

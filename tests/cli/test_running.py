@@ -1,4 +1,5 @@
-"""The training commands' closing summary: a run whose rewards taught nothing says so."""
+"""The training commands' closing summary: a run whose rewards taught nothing says so; a run
+whose merged LoRA model failed its check exits 1."""
 
 from __future__ import annotations
 
@@ -25,3 +26,19 @@ def test_the_summary_warns_on_stderr_and_keeps_stdout_json(capsys):
     assert "warning:" in err and "no group of the run's 2 step(s)" in err
     main_summary("ddai train grpo", {**data, "informative_group_share": 0.5}, as_json=True)
     assert "warning" not in capsys.readouterr().err
+
+
+def test_a_failed_merge_check_exits_1_with_its_message(capsys):
+    import pytest
+    import typer
+
+    from ddai.cli.running import run_or_fail
+    from ddai.trainer.lora_merge import MergeCheckFailed
+
+    def run():
+        raise MergeCheckFailed("no merged model written; the final model is the adapter in o/a")
+
+    with pytest.raises(typer.Exit) as e:
+        run_or_fail(run)
+    assert e.value.exit_code == 1
+    assert "the final model is the adapter in o/a" in capsys.readouterr().err

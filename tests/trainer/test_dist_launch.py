@@ -166,6 +166,9 @@ def test_sft_lora_under_fsdp_saves_the_adapter_and_one_merged_model(world):
 
     merged = AutoModelForCausalLM.from_pretrained(out)  # a plain model: the adapter merged in
     assert not any("lora" in n for n, _ in merged.named_parameters())
+    final = summary["final_model"]  # merged into a reloaded base, checked against the adapter
+    assert (final["artifact"], final["dtype"]) == ("merged", "float32")
+    assert final["max_abs_logit_diff"] <= final["tolerance"] and final["update_max_abs_logit"] > 0
     assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-2"]
 
 

@@ -152,7 +152,8 @@ def test_image_corpus_then_vlm_grpo_sends_the_gathered_images(tmp_path, monkeypa
             ],
         )
     assert res.exit_code == 0, res.output
-    out = json.loads(res.stdout[res.stdout.rindex("{\n") :])  # after TRL's live progress
+    # after TRL's live progress: the summary's own brace opens a line (nested ones are indented)
+    out = json.loads(res.stdout[res.stdout.rfind("\n{\n") + 1 :])
     check("train-grpo", out)  # docs/schemas/train-grpo.json
     assert out["steps"] == 2 and out["rollouts_logged"] == 4
     # At least one generator request per step (a group's two identical episodes share one; the

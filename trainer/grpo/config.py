@@ -114,7 +114,9 @@ class GRPORunConfig(EpisodeSettings):
     progress: bool = True
     """TRL's tqdm bars on stderr (``--no-progress`` sets its ``disable_tqdm``)."""
     lora: bool = False
-    """Train a LoRA adapter (peft, float32) on frozen weights; the merged model is saved."""
+    """Train a float32 LoRA adapter (peft) on frozen weights, under every accelerate config
+    (ZeRO-3 included); the adapter is saved to ``<out>/adapter`` and merged in float32 into
+    ``<out>``, checked against the trained model (``lora_merge``)."""
     lora_r: int = 16
     lora_alpha: int = 32
     lora_dropout: float = 0.0
@@ -141,6 +143,9 @@ class GRPOResult(LoggedRunResult):
     output_dir: str
     steps: int
     changed_parameters: int
+    final_model: dict[str, Any] | None = None
+    """What ``output_dir`` holds (``lora_merge.FinalModel.summary``: with LoRA, the float32 merge
+    and its check); None on ranks other than the main one."""
     zero_variance_steps: int = 0
     """Steps whose groups all had zero reward variance (no learning signal)."""
     preflight: str = "skipped"

@@ -106,15 +106,17 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
     from datasets import Dataset
 
     from ddai.pipelines.corpus import Corpus
+    from ddai.trainer.lora_merge import full_model
     from ddai.trainer.modeling import (
         changed_parameters,
         check_update_precision,
+        float32_adapter,
         load_policy,
         lora_config,
         parameter_snapshot,
     )
     from ddai.trainer.runtime.train_metrics import TrainMetricsLog
-    from ddai.trainer.sft.train import merged_lora, save_final, save_model
+    from ddai.trainer.sft.train import save_final, save_lora_final
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     cfg.check()
@@ -209,6 +211,9 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
         ddai_log=log,
     )
     common.finish_trainer_setup(trainer)
+    if cfg.lora:
+        float32_adapter(trainer.model)  # TRL leaves it in the weights' dtype under ZeRO-3
+        check_update_precision(trainer.model, args.learning_rate)
     try:
         if not cfg.skip_preflight:
             from trl.models import unwrap_model_for_generation
@@ -236,13 +241,10 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
             scorer.close()
     changed = len(changed_parameters(before, trainer.model))  # collective under FSDP
     if cfg.lora:
-        save_final(trainer, Path(cfg.output_dir) / "adapter")
-        if trainer.accelerator.is_main_process:
-            final = merged_lora(trainer, cfg, Path(cfg.output_dir) / "adapter")
-            save_model(final, tok, cfg.output_dir)
-        trainer.accelerator.wait_for_everyone()
+        final = save_lora_final(trainer, cfg, tok)  # merged in float32, checked
     else:
         save_final(trainer, cfg.output_dir)
+        final = full_model(cfg.output_dir) if trainer.accelerator.is_main_process else None
     if vision is not None and trainer.accelerator.is_main_process:
         vision.processor.save_pretrained(cfg.output_dir)  # image processor + chat template
     return GRPOResult(
@@ -250,6 +252,7 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
         steps=int(trainer.state.global_step),
         **log.result_fields(),
         changed_parameters=changed,
+        final_model=final.summary() if final else None,
         zero_variance_steps=trainer.ddai_zero_variance.count,
         preflight=preflight_status(report),
         search_errors=log.search_errors,

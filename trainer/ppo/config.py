@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ddai.trainer.common import TrainConfigError
 from ddai.trainer.search.config import EpisodeSettings
@@ -110,8 +111,9 @@ class PPORunConfig(EpisodeSettings):
     """Max gradient norm of each model (0: off)."""
     dtype: str = "float32"
     lora: bool = False
-    """Train a LoRA adapter (peft, float32) on the frozen policy; the reference is the policy with
-    the adapter disabled (no second copy); the merged model is saved."""
+    """Train a float32 LoRA adapter (peft) on the frozen policy; the reference is the policy with
+    the adapter disabled (no second copy); the adapter is saved to ``<out>/adapter`` and merged
+    in float32 into ``<out>``, checked against the trained model (``lora_merge``)."""
     lora_r: int = 16
     lora_alpha: int = 32
     lora_target: str = "all-linear"
@@ -190,6 +192,9 @@ class PPOResult(LoggedRunResult):
     value_loss_first: float | None
     value_loss_last: float | None
     changed_parameters: int
+    final_model: dict[str, Any] | None = None
+    """What ``output_dir`` holds (``lora_merge.FinalModel.summary``: with LoRA, the float32 merge
+    and its check); None on ranks other than the main one."""
     zero_variance_steps: int = 0
     """Steps whose groups all had zero reward variance."""
     preflight: str = "skipped"

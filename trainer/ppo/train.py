@@ -401,6 +401,7 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
     from ddai.pipelines.corpus import Corpus
     from ddai.pipelines.progress import bar
     from ddai.trainer.common import hf_progress, resume_checkpoint
+    from ddai.trainer.lora_merge import MergeCheckFailed, full_model, merge_lora
     from ddai.trainer.modeling import changed_parameters, load_policy, parameter_snapshot
     from ddai.trainer.ppo import checkpoint as ck
     from ddai.trainer.runtime import accel
@@ -581,14 +582,28 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
     acc.wait_for_everyone()
     # What the main process saves: under FSDP, full copies of the gathered weights (collective).
     bare_policy, bare_critic = sharding.saveable(acc, policy, critic)
+    final = failed = None
     if main:
-        final = bare_policy
-        if cfg.lora:
+        if cfg.lora:  # merged in float32 and checked against the trained policy
             save_model(bare_policy, tok, out / "adapter")
-            final = bare_policy.merge_and_unload()
-        save_model(final, tok, out)
+            try:
+                final = merge_lora(
+                    out / "adapter",
+                    base=cfg.model,
+                    dtype=cfg.dtype,
+                    tokenizer=tok,
+                    out_dir=out,
+                    trained=bare_policy,
+                )
+            except MergeCheckFailed as e:
+                failed = e
+        else:
+            save_model(bare_policy, tok, out)
+            final = full_model(out)
         save_value_model(bare_critic, tok, out / CRITIC_DIR, source=critic_source)
     acc.wait_for_everyone()
+    if failed is not None:
+        raise failed
     return PPOResult(
         output_dir=str(out),
         critic_dir=str(out / CRITIC_DIR),
@@ -597,6 +612,7 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
         value_loss_first=vf_losses[0] if vf_losses else None,
         value_loss_last=vf_losses[-1] if vf_losses else None,
         changed_parameters=changed,
+        final_model=final.summary() if final else None,
         zero_variance_steps=zero_variance.count,
         preflight=preflight_status(report),
         resumed_from=start,

@@ -55,7 +55,8 @@ class SFTRunConfig:
     assistant_only_loss: bool = True
     """Loss on the Searcher's turns only (observations and the prompt masked)."""
     lora: bool = False
-    """Train a LoRA adapter (peft) instead of all weights; the merged model is saved."""
+    """Train a float32 LoRA adapter (peft) instead of all weights; the adapter is saved to
+    ``<out>/adapter`` and merged in float32 into ``<out>``, checked against the trained model."""
     lora_r: int = 16
     lora_alpha: int = 32
     lora_dropout: float = 0.05
@@ -87,6 +88,8 @@ class SFTResult:
     train_loss: float | None
     changed_parameters: int
     lora: bool
+    final_model: dict[str, Any] | None = None
+    """What ``output_dir`` holds (``lora_merge.FinalModel.summary``); None on ranks but the main."""
     images: int = 0
     """Images the training rows show (0 for a text model)."""
     cut_at_max_length: int | None = None
@@ -218,7 +221,7 @@ class SFTSetup:
     dropped: dict[str, int]
     images: int
     before: dict[str, Any]
-    """The starting weights (``parameter_snapshot``), taken before any LoRA wrapping."""
+    """The starting trainable weights (``parameter_snapshot``; with LoRA the adapter's)."""
     cut: int | None = None
     """Rows longer than ``max_length`` (``fit.cut_count``), None when not counted."""
 
@@ -230,9 +233,12 @@ def build_sft(cfg: SFTRunConfig) -> SFTSetup:
     from trl import SFTTrainer
 
     from ddai.trainer.modeling import (
+        check_update_precision,
+        float32_adapter,
         load_policy,
         load_processor,
         load_vision_model,
+        lora_config,
         parameter_snapshot,
     )
 
@@ -253,17 +259,10 @@ def build_sft(cfg: SFTRunConfig) -> SFTSetup:
             ensure_training_template(tok)
         train_dataset = Dataset.from_list([{"messages": c} for c in convs])
         n_rows = len(convs)
-    before = parameter_snapshot(model)
     peft_config = None
     if cfg.lora:
-        from peft import LoraConfig
-
-        peft_config = LoraConfig(
-            r=cfg.lora_r,
-            lora_alpha=cfg.lora_alpha,
-            lora_dropout=cfg.lora_dropout,
-            target_modules=cfg.lora_target,
-            task_type="CAUSAL_LM",
+        peft_config = lora_config(
+            r=cfg.lora_r, alpha=cfg.lora_alpha, dropout=cfg.lora_dropout, target=cfg.lora_target
         )
     _, metrics_file = common.split_report_to(cfg.report_to)
     out_existed = Path(cfg.output_dir).exists()
@@ -276,6 +275,10 @@ def build_sft(cfg: SFTRunConfig) -> SFTSetup:
         callbacks=common.build_callbacks(cfg.output_dir, metrics_file, progress=cfg.progress),
     )
     common.finish_trainer_setup(trainer)
+    if cfg.lora:
+        float32_adapter(trainer.model)  # TRL leaves it in the weights' dtype under ZeRO-3
+        check_update_precision(trainer.model, args.learning_rate)
+    before = parameter_snapshot(trainer.model)
     cut = None
     if args.max_length is not None and not args.packing:
         # TRL truncated every row to max_length and dropped those left with no trained token
@@ -296,6 +299,7 @@ def build_sft(cfg: SFTRunConfig) -> SFTSetup:
 
 def run_sft(cfg: SFTRunConfig) -> SFTResult:
     """Train, save the final (merged) model and tokenizer to ``output_dir``, return a summary."""
+    from ddai.trainer.lora_merge import full_model
     from ddai.trainer.modeling import changed_parameters
 
     common.hf_progress(cfg.progress)
@@ -303,19 +307,12 @@ def run_sft(cfg: SFTRunConfig) -> SFTResult:
     setup = build_sft(cfg)
     trainer = setup.trainer
     out = trainer.train(resume_from_checkpoint=resume_from)
+    changed = len(changed_parameters(setup.before, trainer.model))  # collective under FSDP
     if cfg.lora:
-        # The trainer's save gathers the adapter from FSDP / ZeRO-3 shards; the main process
-        # merges it and writes the merged model (its summary is the one printed).
-        save_final(trainer, Path(cfg.output_dir) / "adapter")
-        changed = 0
-        if trainer.accelerator.is_main_process:
-            final = merged_lora(trainer, cfg, Path(cfg.output_dir) / "adapter")
-            save_model(final, setup.processing_class, cfg.output_dir)
-            changed = len(changed_parameters(setup.before, final))
-        trainer.accelerator.wait_for_everyone()
+        final = save_lora_final(trainer, cfg, setup.processing_class)
     else:
         save_final(trainer, cfg.output_dir)
-        changed = len(changed_parameters(setup.before, trainer.model))  # collective under FSDP
+        final = full_model(cfg.output_dir) if trainer.accelerator.is_main_process else None
     return SFTResult(
         output_dir=str(cfg.output_dir),
         rows=setup.rows,
@@ -324,32 +321,40 @@ def run_sft(cfg: SFTRunConfig) -> SFTResult:
         train_loss=float(out.training_loss) if out.training_loss is not None else None,
         changed_parameters=changed,
         lora=cfg.lora,
+        final_model=final.summary() if final else None,
         images=setup.images,
         cut_at_max_length=setup.cut,
     )
 
 
-def sharded(trainer: Any) -> bool:
-    """True when the trained weights are split across ranks (FSDP or DeepSpeed ZeRO-3)."""
-    from transformers.integrations import is_deepspeed_zero3_enabled
+def save_lora_final(trainer: Any, cfg: Any, processing_class: Any) -> Any:
+    """Save the adapter to ``<out>/adapter`` (``save_final`` gathers FSDP / ZeRO-3 shards), then,
+    on the main process, the merged model to ``<out>`` (``lora_merge.merge_lora``: float32, checked
+    against the trained model, which an unsharded run holds whole). ``cfg``: a run config with
+    ``output_dir``, ``model``, ``dtype``. Collective; the main process returns the ``FinalModel``
+    (others None) and raises ``MergeCheckFailed`` once every rank is past the save."""
+    from ddai.trainer.lora_merge import MergeCheckFailed, merge_lora, sharded
 
-    return bool(trainer.is_fsdp_enabled or is_deepspeed_zero3_enabled())
-
-
-def merged_lora(trainer: Any, cfg: SFTRunConfig, adapter: Path) -> Any:
-    """The base model with the trained LoRA adapter merged in (main process only). Sharded runs
-    hold no full copy in memory, so the base is reloaded and the saved adapter applied to it."""
-    if not sharded(trainer):
-        return trainer.accelerator.unwrap_model(trainer.model).merge_and_unload()
-    from peft import PeftModel
-
-    from ddai.trainer.modeling import load_policy, load_processor, load_vision_model
-
-    if load_processor(cfg.model) is not None:
-        base, _ = load_vision_model(cfg.model, dtype=cfg.dtype)
-    else:
-        base, _ = load_policy(cfg.model, dtype=cfg.dtype)
-    return PeftModel.from_pretrained(base, str(adapter)).merge_and_unload()
+    adapter = Path(cfg.output_dir) / "adapter"
+    save_final(trainer, adapter)
+    final = failed = None
+    if trainer.accelerator.is_main_process:
+        trained = None if sharded(trainer) else trainer.accelerator.unwrap_model(trainer.model)
+        try:
+            final = merge_lora(
+                adapter,
+                base=cfg.model,
+                dtype=cfg.dtype,
+                tokenizer=processing_class,
+                out_dir=cfg.output_dir,
+                trained=trained,
+            )
+        except MergeCheckFailed as e:
+            failed = e
+    trainer.accelerator.wait_for_everyone()
+    if failed is not None:
+        raise failed
+    return final
 
 
 def save_final(trainer: Any, output_dir: str | os.PathLike[str]) -> None:
