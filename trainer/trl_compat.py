@@ -3,8 +3,11 @@ public lives here, and ``check_trl_internals`` checks it against the installed T
 
 - ``grpo_trainer_class``: ``DdaiGRPOTrainer``, overriding two private ``GRPOTrainer`` methods
   (``_generate_and_score_completions``: hands the rollout its batch through the ``ddai_inputs``
-  side channel and logs the scored rollouts; ``_get_per_token_logps_and_entropies``: feeds the
-  rollouts' images into every log-prob pass). The class is built, and TRL checked, on first use.
+  side channel and logs the scored rollouts; ``_get_per_token_logps_and_entropies``: scores the
+  rollouts under the sampler's own processors when it applies more than a temperature
+  (``processed_logps``: TRL's fused head divides by the temperature only, which would make a run
+  with a repetition penalty or top-p silently off-policy), and feeds the rollouts' images into
+  every log-prob pass). The class is built, and TRL checked, on first use.
 - ``rollout_inputs`` and ``generation_model``: what the rollout function reads from the trainer
   (the side channel, the group size, TRL's generation context with its private ``_dist``).
 
@@ -124,6 +127,48 @@ def generation_model(trainer: Any) -> Iterator[Any]:
         yield model
 
 
+def processed_logps(
+    trainer: Any,
+    model: Any,
+    input_ids: Any,
+    attention_mask: Any,
+    logits_to_keep: int,
+    vision: dict[str, Any],
+    *,
+    entropy: bool,
+    aux_loss: bool,
+) -> tuple[Any, Any, None]:
+    """TRL's ``(logps [n, K], entropies [n, K] or None, None)`` of the last ``K`` =
+    ``logits_to_keep`` tokens of ``input_ids [n, L]``, computed under the rollout sampler's
+    processors (``sampling.teacher_forced_logprobs``) instead of TRL's temperature-only fused
+    head. Costs the completion's ``[n, K + 1, V]`` logits in the model's dtype (TRL's fused head
+    never holds them); the float32 processing is recomputed per row in the backward pass."""
+    from ddai.trainer.common import TrainConfigError
+    from ddai.trainer.search.sampling import teacher_forced_logprobs
+
+    if aux_loss:
+        raise TrainConfigError(
+            "a mixture-of-experts policy's router loss is not computed under the sampler's "
+            "processors: sample with temperature only (no repetition_penalty, top_k, top_p, "
+            "min_p) or set router_aux_loss_coef=0"
+        )
+    with trainer.accelerator.autocast():
+        # ``fused_lm_head`` off (TRL's patched forward then runs the model's own): the logits.
+        out = model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            logits_to_keep=logits_to_keep + 1,
+            use_cache=False,
+            **vision,
+        )
+    logits = out.logits[:, :-1]  # [n, K, V]: position j predicts token L-K+j
+    pad = (attention_mask[:, : input_ids.shape[1] - logits_to_keep] == 0).sum(-1).tolist()
+    logps, ents = teacher_forced_logprobs(
+        logits, input_ids, pad, trainer.ddai_rollout.sampling_config, entropy=entropy
+    )
+    return logps, ents, None
+
+
 def grpo_trainer_class() -> type:
     """``DdaiGRPOTrainer``, built on first use (importing TRL is slow) after
     ``check_trl_internals`` has checked every private method it overrides."""
@@ -186,36 +231,58 @@ def grpo_trainer_class() -> type:
         def _get_per_token_logps_and_entropies(
             self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, **kwargs
         ):
-            """Log-probs with the rollout's images: those of the batch being scored (old and
-            reference log-probs) or those carried in ``inputs`` (the loss)."""
+            """Log-probs of the rollouts as they were sampled: under the sampler's processors
+            (``processed_logps``) when it applies more than a temperature, and with the rollout's
+            images: those of the batch being scored (old and reference log-probs) or those
+            carried in ``inputs`` (the loss)."""
             import torch
 
-            if self.ddai_rollout.vision is None:
-                # Not an image-observation run: TRL's own path, with whatever images it was given.
+            sampling = self.ddai_rollout.sampling_config
+            processed = not sampling.temperature_only
+            if self.ddai_rollout.vision is None and not processed:
+                # TRL's own path (its fused head divides by the temperature: exact here).
                 return super()._get_per_token_logps_and_entropies(
                     model, input_ids, attention_mask, logits_to_keep, batch_size, **kwargs
                 )
-            kwargs.pop("mm_token_type_ids", None)  # rebuilt per chunk from the ids
-            fields = {k: kwargs.pop(k, None) for k in ("pixel_values", "image_grid_thw")}
-            fields["num_images"] = kwargs.pop("num_images", None)
-            if fields["pixel_values"] is None:
-                fields = self.ddai_rollout.vision_fields
-            if fields is None:
+            fields = None
+            if self.ddai_rollout.vision is not None:
+                kwargs.pop("mm_token_type_ids", None)  # rebuilt per chunk from the ids
+                fields = {k: kwargs.pop(k, None) for k in ("pixel_values", "image_grid_thw")}
+                fields["num_images"] = kwargs.pop("num_images", None)
+                if fields["pixel_values"] is None:
+                    fields = self.ddai_rollout.vision_fields
+            if fields is None and not processed:
                 return super()._get_per_token_logps_and_entropies(
                     model, input_ids, attention_mask, logits_to_keep, batch_size, **kwargs
                 )
-            image_id = self.ddai_rollout.vision.image_token_id
             size = batch_size or input_ids.size(0)
             parts = []
             # Chunk here, not in TRL, so that chunks without an image go through text-only.
             for start in range(0, input_ids.size(0), size):
                 end = min(start + size, input_ids.size(0))
                 ids = input_ids[start:end]
-                # Sliced where the fields lie (the CPU), then moved to the ids' device: the
-                # processor's tensors never reach the model on another device.
-                chunk = on_device(slice_vision(fields, start, end) or {}, ids.device)
-                if chunk:
-                    chunk["mm_token_type_ids"] = (ids == image_id).long()
+                chunk = {}
+                if fields is not None:
+                    # Sliced where the fields lie (the CPU), then moved to the ids' device: the
+                    # processor's tensors never reach the model on another device.
+                    chunk = on_device(slice_vision(fields, start, end) or {}, ids.device)
+                    if chunk:
+                        image_id = self.ddai_rollout.vision.image_token_id
+                        chunk["mm_token_type_ids"] = (ids == image_id).long()
+                if processed:
+                    parts.append(
+                        processed_logps(
+                            self,
+                            model,
+                            ids,
+                            attention_mask[start:end],
+                            logits_to_keep,
+                            chunk,
+                            entropy=bool(kwargs.get("compute_entropy")),
+                            aux_loss=bool(kwargs.get("compute_aux_loss")),
+                        )
+                    )
+                    continue
                 parts.append(
                     super()._get_per_token_logps_and_entropies(
                         model,

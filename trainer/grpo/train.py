@@ -186,6 +186,7 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
         temperature=args.temperature,
         top_p=args.top_p,
         top_k=args.top_k or 0,
+        min_p=args.min_p or 0.0,
         repetition_penalty=args.repetition_penalty,
         vision=vision,
     )
