@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ddai.trainer.runtime import dist
+from ddai.trainer.runtime.clip_stats import CLIP_LOSSES, ClipStats
 from ddai.trainer.search.logrows import take_rows
 from ddai.trainer.search.preflight import ZeroVarianceSteps
 from ddai.trainer.search.vision import on_device, slice_vision
@@ -43,7 +44,11 @@ GRPO_METHODS: dict[str, tuple[str, ...]] = {
         "logits_to_keep",
         "batch_size",
     ),
+    "_compute_loss": ("self", "model", "inputs"),
 }
+# Text ``_compute_loss`` must hold: the clipped share ``ClipStats`` reads after each loss.
+CLIP_METRIC = 'self._metrics[mode]["clip_ratio/region_mean"]'
+
 # Attributes of a built GRPOTrainer the rollout reads: name -> why.
 GRPO_ATTRIBUTES = {
     "rollout_func": "GRPOTrainer(rollout_func=…) drives the multi-turn episodes",
@@ -83,6 +88,9 @@ def _problems(grpo_cls: Any) -> list[str]:
             out.append("trl.distributed.DistributedBackend.summon_full_params is gone")
     if "self._dist =" not in inspect.getsource(grpo_cls.__init__):
         out.append("GRPOTrainer.__init__ no longer sets self._dist (a DistributedBackend)")
+    loss = getattr(grpo_cls, "_compute_loss", None)
+    if loss is not None and CLIP_METRIC not in inspect.getsource(loss):
+        out.append(f"GRPOTrainer._compute_loss no longer logs {CLIP_METRIC}")
     return out
 
 
@@ -185,9 +193,19 @@ def grpo_trainer_class() -> type:
             self.ddai_log = ddai_log
             self.ddai_inputs: list[dict[str, Any]] = []
             self.ddai_zero_variance = ZeroVarianceSteps()
+            self.ddai_clip = (
+                ClipStats(self.epsilon_low, self.epsilon_high)
+                if self.loss_type in CLIP_LOSSES
+                else None
+            )
+            self.ddai_generated_at = 0
+            """The optimizer step count when the batch being trained on was generated."""
+            self.ddai_capture: list[Any] | None = None
 
         def _generate_and_score_completions(self, inputs):
             self.ddai_inputs = inputs
+            if self.model.training:
+                self.ddai_generated_at = int(self.state.global_step)
             self.ddai_rollout.vision_fields = None
             out = super()._generate_and_score_completions(inputs)
             if self.ddai_rollout.vision_fields is not None:
@@ -228,7 +246,52 @@ def grpo_trainer_class() -> type:
                     self.ddai_zero_variance.observe(step, all_groups)
             return out
 
+        def _compute_loss(self, model, inputs):
+            """TRL's loss; then the clip's record of this mini-batch (``ClipStats``): its largest
+            ``|ratio − 1|`` (from the loss pass's log-probs), TRL's clipped share, and whether an
+            optimizer step came since its generation."""
+            if self.ddai_clip is None or not self.model.training:
+                return super()._compute_loss(model, inputs)
+            import torch
+
+            from ddai.trainer.losses import ratio_spread
+
+            self.ddai_capture = []
+            try:
+                loss = super()._compute_loss(model, inputs)
+                (logps,) = self.ddai_capture
+            finally:
+                self.ddai_capture = None
+            old = inputs.get("old_per_token_logps")
+            mask = inputs["completion_mask"]
+            if "tool_mask" in inputs:
+                mask = mask * inputs["tool_mask"]
+            spread = ratio_spread(
+                logps, logps if old is None else old, mask, self.importance_sampling_level
+            )
+            spread = self.accelerator.gather(torch.tensor([spread], device=logps.device)).max()
+            clipped = self._metrics["train"]["clip_ratio/region_mean"][-1]  # global already
+            if self.accelerator.is_main_process:
+                step = int(self.state.global_step)
+                self.ddai_clip.observe(
+                    step + 1,
+                    after_update=step > self.ddai_generated_at,
+                    spread=float(spread),
+                    clipped=float(clipped),
+                )
+            return loss
+
         def _get_per_token_logps_and_entropies(
+            self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, **kwargs
+        ):
+            out = self._ddai_logps(
+                model, input_ids, attention_mask, logits_to_keep, batch_size, **kwargs
+            )
+            if self.ddai_capture is not None and kwargs.get("compute_entropy"):
+                self.ddai_capture.append(out[0].detach())  # the loss pass (``_compute_loss``)
+            return out
+
+        def _ddai_logps(
             self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, **kwargs
         ):
             """Log-probs of the rollouts as they were sampled: under the sampler's processors

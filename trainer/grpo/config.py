@@ -153,7 +153,22 @@ class GRPOResult(LoggedRunResult):
     informative_group_share: float | None = None
     """Share of prompt groups with reward variance (the only ones GRPO learns from)."""
     clip_ratio: float | None = None
-    """Mean over logged steps of TRL's ``clip_ratio/region_mean`` (share clipped)."""
+    """Mean over logged steps of TRL's ``clip_ratio/region_mean`` (share clipped; per step in the
+    run's ``train_metrics`` side table)."""
+    clip_acted_steps: int | None = None
+    """Optimizer steps in which the clip acted on some token (sequence, under GSPO); None: the
+    loss type has no clip (``ddai.trainer.runtime.clip_stats``)."""
+    ratio_spread: float | None = None
+    """Largest |ratio − 1| over the mini-batches trained after an optimizer step since their
+    generation (None: none was, so the ratio was 1 throughout)."""
+    minibatches_after_update: int | None = None
+    """Mini-batches trained after an optimizer step since their generation (the ratio can move)."""
+    minibatches_first: int | None = None
+    """Mini-batches trained first after their generation (ratio 1: no clip can act)."""
+    epsilon_low: float | None = None
+    """The clip's lower ε (ratio ≥ 1 − ε)."""
+    epsilon_high: float | None = None
+    """The clip's upper ε (ratio ≤ 1 + ε)."""
 
 
 def episode_flags() -> dict[str, str]:
