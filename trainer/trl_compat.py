@@ -7,7 +7,9 @@ public lives here, and ``check_trl_internals`` checks it against the installed T
   rollouts under the sampler's own processors when it applies more than a temperature
   (``processed_logps``: TRL's fused head divides by the temperature only, which would make a run
   with a repetition penalty or top-p silently off-policy), and feeds the rollouts' images into
-  every log-prob pass). The class is built, and TRL checked, on first use.
+  every log-prob pass; ``_compute_loss``: TRL's loss, then the clip's record of the mini-batch,
+  ``ClipStats``, read from the loss pass's log-probs and TRL's logged clipped share). The class
+  is built, and TRL checked, on first use.
 - ``rollout_inputs`` and ``generation_model``: what the rollout function reads from the trainer
   (the side channel, the group size, TRL's generation context with its private ``_dist``).
 
