@@ -45,9 +45,9 @@ RepetitionPenaltyOpt = Annotated[
     float | None,
     typer.Option(
         "--repetition-penalty",
-        help="Sampling repetition penalty (default 1: none). Applied explicitly, and the returned "
-        "log-probs are of the penalized distribution; the checkpoint's own generation_config "
-        "never applies.",
+        help="Sampling repetition penalty (default 1: none). Applied explicitly, and the sampled "
+        "log-probs and the loss's are both of the penalized distribution (on-policy); the "
+        "checkpoint's own generation_config never applies.",
     ),
 ]
 

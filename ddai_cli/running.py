@@ -49,14 +49,15 @@ def maybe_relaunch(launch: int | None, accelerate_config: Path | None) -> None:
 
 def main_summary(title: str, data: dict, *, as_json: bool) -> None:
     """The closing summary, printed by the main process only (one per run under a launcher);
-    a run whose rewards taught nothing says so on stderr (``no_signal``)."""
+    a run whose rewards taught nothing (``no_signal``) or whose clip never acted (``clip_inert``)
+    says so on stderr."""
     from ddai.trainer.runtime import dist
 
     if dist.is_main():
         summary(title, data, as_json=as_json)
-        why = no_signal(data)
-        if why is not None:
-            err_console.print(f"[bold yellow]warning:[/] {escape(why)}", soft_wrap=True)
+        for why in (no_signal(data), clip_inert(data)):
+            if why is not None:
+                err_console.print(f"[bold yellow]warning:[/] {escape(why)}", soft_wrap=True)
 
 
 def no_signal(data: dict[str, Any]) -> str | None:
@@ -74,6 +75,37 @@ def no_signal(data: dict[str, Any]) -> str | None:
         "and the policy learned nothing from its rewards. SFT the policy first, check the reward "
         "backends and --reward weights, or train on prompts with mixed outcomes "
         "(`ddai curate focus`)"
+    )
+
+
+def clip_inert(data: dict[str, Any]) -> str | None:
+    """Why a GRPO/GSPO run's clip never acted, or None: no step clipped a token (a sequence, under
+    GSPO), so the update was an unclipped policy gradient. Says whether the ratio moved less than
+    ε (the spread it reached) or could not move at all (every mini-batch was the first trained
+    after its generation, where the ratio is 1); those first mini-batches never count toward the
+    spread."""
+    acted = data.get("clip_acted_steps")
+    steps = data.get("steps") or 0
+    if acted is None or acted > 0 or steps <= 0:
+        return None
+    lo, hi = data.get("epsilon_low"), data.get("epsilon_high")
+    first = data.get("minibatches_first") or 0
+    moved = data.get("minibatches_after_update") or 0
+    spread = data.get("ratio_spread")
+    head = f"the clip (ε_low {lo:g}, ε_high {hi:g}) never acted in the run's {steps} step(s)"
+    if moved == 0 or spread is None:
+        return (
+            f"{head}, and could not: each of its {first} mini-batch(es) was the first trained after "
+            "its rollouts were generated, so the importance ratio was 1 and the update a plain "
+            "policy gradient. --preset gspo-ddai (or --set steps_per_generation=2) trains each "
+            "generation in two mini-batches, the second after an optimizer step, where it can act"
+        )
+    return (
+        f"{head}: over the {moved} mini-batch(es) trained after an optimizer step since their "
+        f"generation, the largest |ratio − 1| was {spread:.2g}, inside ε; the {first} "
+        "mini-batch(es) trained first after their generation (ratio 1, no clip can act) are not "
+        "counted. The update was an unclipped policy gradient: if a trust region is meant, raise "
+        "--learning-rate or lower --epsilon/--epsilon-high"
     )
 
 

@@ -43,6 +43,7 @@ __all__ = [
     "kl_penalty",
     "masked_mean",
     "ppo_loss",
+    "ratio_spread",
     "rce_loss",
 ]
 
@@ -61,6 +62,26 @@ def _clip_metrics(
         "actor/clip_frac_low": float(masked_mean(low.expand(mask.shape), mask)),
         "actor/clip_frac_high": float(masked_mean(high.expand(mask.shape), mask)),
     }
+
+
+def ratio_spread(logp: Tensor, old_logp: Tensor, mask: Tensor, level: str = "sequence") -> float:
+    """Largest ``|ratio − 1|`` of a mini-batch (0 without a policy token): over the policy tokens
+    of ``[B,T]`` log-probs (``level="token"``), or over the rows' length-normalised sequence ratios
+    ``exp(mean_t∈policy (logp − old_logp))`` (``"sequence"``, GSPO; as ``gspo_loss`` and TRL's
+    ``importance_sampling_level`` form them)."""
+    m = mask.to(torch.bool)
+    log_ratio = (logp - old_logp).detach().float()
+    if level == "token":
+        vals = log_ratio[m]
+    elif level == "sequence":
+        has = m.any(-1)
+        n_tok = m.sum(-1).clamp(min=1)
+        vals = ((log_ratio * m).sum(-1) / n_tok)[has]
+    else:
+        raise ValueError(f"unknown importance sampling level {level!r}: token or sequence")
+    if vals.numel() == 0:
+        return 0.0
+    return float((torch.exp(vals) - 1).abs().max())
 
 
 def gspo_loss(

@@ -3,8 +3,13 @@ public lives here, and ``check_trl_internals`` checks it against the installed T
 
 - ``grpo_trainer_class``: ``DdaiGRPOTrainer``, overriding two private ``GRPOTrainer`` methods
   (``_generate_and_score_completions``: hands the rollout its batch through the ``ddai_inputs``
-  side channel and logs the scored rollouts; ``_get_per_token_logps_and_entropies``: feeds the
-  rollouts' images into every log-prob pass). The class is built, and TRL checked, on first use.
+  side channel and logs the scored rollouts; ``_get_per_token_logps_and_entropies``: scores the
+  rollouts under the sampler's own processors when it applies more than a temperature
+  (``processed_logps``: TRL's fused head divides by the temperature only, which would make a run
+  with a repetition penalty or top-p silently off-policy), and feeds the rollouts' images into
+  every log-prob pass; ``_compute_loss``: TRL's loss, then the clip's record of the mini-batch,
+  ``ClipStats``, read from the loss pass's log-probs and TRL's logged clipped share). The class
+  is built, and TRL checked, on first use.
 - ``rollout_inputs`` and ``generation_model``: what the rollout function reads from the trainer
   (the side channel, the group size, TRL's generation context with its private ``_dist``).
 
@@ -22,6 +27,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ddai.trainer.runtime import dist
+from ddai.trainer.runtime.clip_stats import CLIP_LOSSES, ClipStats
 from ddai.trainer.search.logrows import take_rows
 from ddai.trainer.search.preflight import ZeroVarianceSteps
 from ddai.trainer.search.vision import on_device, slice_vision
@@ -40,7 +46,11 @@ GRPO_METHODS: dict[str, tuple[str, ...]] = {
         "logits_to_keep",
         "batch_size",
     ),
+    "_compute_loss": ("self", "model", "inputs"),
 }
+# Text ``_compute_loss`` must hold: the clipped share ``ClipStats`` reads after each loss.
+CLIP_METRIC = 'self._metrics[mode]["clip_ratio/region_mean"]'
+
 # Attributes of a built GRPOTrainer the rollout reads: name -> why.
 GRPO_ATTRIBUTES = {
     "rollout_func": "GRPOTrainer(rollout_func=…) drives the multi-turn episodes",
@@ -80,6 +90,9 @@ def _problems(grpo_cls: Any) -> list[str]:
             out.append("trl.distributed.DistributedBackend.summon_full_params is gone")
     if "self._dist =" not in inspect.getsource(grpo_cls.__init__):
         out.append("GRPOTrainer.__init__ no longer sets self._dist (a DistributedBackend)")
+    loss = getattr(grpo_cls, "_compute_loss", None)
+    if loss is not None and CLIP_METRIC not in inspect.getsource(loss):
+        out.append(f"GRPOTrainer._compute_loss no longer logs {CLIP_METRIC}")
     return out
 
 
@@ -124,6 +137,48 @@ def generation_model(trainer: Any) -> Iterator[Any]:
         yield model
 
 
+def processed_logps(
+    trainer: Any,
+    model: Any,
+    input_ids: Any,
+    attention_mask: Any,
+    logits_to_keep: int,
+    vision: dict[str, Any],
+    *,
+    entropy: bool,
+    aux_loss: bool,
+) -> tuple[Any, Any, None]:
+    """TRL's ``(logps [n, K], entropies [n, K] or None, None)`` of the last ``K`` =
+    ``logits_to_keep`` tokens of ``input_ids [n, L]``, computed under the rollout sampler's
+    processors (``sampling.teacher_forced_logprobs``) instead of TRL's temperature-only fused
+    head. Costs the completion's ``[n, K + 1, V]`` logits in the model's dtype (TRL's fused head
+    never holds them); the float32 processing is recomputed per row in the backward pass."""
+    from ddai.trainer.common import TrainConfigError
+    from ddai.trainer.search.sampling import teacher_forced_logprobs
+
+    if aux_loss:
+        raise TrainConfigError(
+            "a mixture-of-experts policy's router loss is not computed under the sampler's "
+            "processors: sample with temperature only (no repetition_penalty, top_k, top_p, "
+            "min_p) or set router_aux_loss_coef=0"
+        )
+    with trainer.accelerator.autocast():
+        # ``fused_lm_head`` off (TRL's patched forward then runs the model's own): the logits.
+        out = model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            logits_to_keep=logits_to_keep + 1,
+            use_cache=False,
+            **vision,
+        )
+    logits = out.logits[:, :-1]  # [n, K, V]: position j predicts token L-K+j
+    pad = (attention_mask[:, : input_ids.shape[1] - logits_to_keep] == 0).sum(-1).tolist()
+    logps, ents = teacher_forced_logprobs(
+        logits, input_ids, pad, trainer.ddai_rollout.sampling_config, entropy=entropy
+    )
+    return logps, ents, None
+
+
 def grpo_trainer_class() -> type:
     """``DdaiGRPOTrainer``, built on first use (importing TRL is slow) after
     ``check_trl_internals`` has checked every private method it overrides."""
@@ -140,9 +195,19 @@ def grpo_trainer_class() -> type:
             self.ddai_log = ddai_log
             self.ddai_inputs: list[dict[str, Any]] = []
             self.ddai_zero_variance = ZeroVarianceSteps()
+            self.ddai_clip = (
+                ClipStats(self.epsilon_low, self.epsilon_high)
+                if self.loss_type in CLIP_LOSSES
+                else None
+            )
+            self.ddai_generated_at = 0
+            """The optimizer step count when the batch being trained on was generated."""
+            self.ddai_capture: list[Any] | None = None
 
         def _generate_and_score_completions(self, inputs):
             self.ddai_inputs = inputs
+            if self.model.training:
+                self.ddai_generated_at = int(self.state.global_step)
             self.ddai_rollout.vision_fields = None
             out = super()._generate_and_score_completions(inputs)
             if self.ddai_rollout.vision_fields is not None:
@@ -183,39 +248,106 @@ def grpo_trainer_class() -> type:
                     self.ddai_zero_variance.observe(step, all_groups)
             return out
 
+        def _compute_loss(self, model, inputs):
+            """TRL's loss; then the clip's record of this mini-batch (``ClipStats``): its largest
+            ``|ratio − 1|`` (from the loss pass's log-probs), TRL's clipped share, and whether an
+            optimizer step came since its generation."""
+            if self.ddai_clip is None or not self.model.training:
+                return super()._compute_loss(model, inputs)
+            import torch
+
+            from ddai.trainer.losses import ratio_spread
+
+            self.ddai_capture = []
+            try:
+                loss = super()._compute_loss(model, inputs)
+                (logps,) = self.ddai_capture
+            finally:
+                self.ddai_capture = None
+            old = inputs.get("old_per_token_logps")
+            mask = inputs["completion_mask"]
+            if "tool_mask" in inputs:
+                mask = mask * inputs["tool_mask"]
+            spread = ratio_spread(
+                logps, logps if old is None else old, mask, self.importance_sampling_level
+            )
+            spread = self.accelerator.gather(torch.tensor([spread], device=logps.device)).max()
+            clipped = self._metrics["train"]["clip_ratio/region_mean"][-1]  # global already
+            if self.accelerator.is_main_process:
+                step = int(self.state.global_step)
+                self.ddai_clip.observe(
+                    step + 1,
+                    after_update=step > self.ddai_generated_at,
+                    spread=float(spread),
+                    clipped=float(clipped),
+                )
+            return loss
+
         def _get_per_token_logps_and_entropies(
             self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, **kwargs
         ):
-            """Log-probs with the rollout's images: those of the batch being scored (old and
-            reference log-probs) or those carried in ``inputs`` (the loss)."""
+            out = self._ddai_logps(
+                model, input_ids, attention_mask, logits_to_keep, batch_size, **kwargs
+            )
+            if self.ddai_capture is not None and kwargs.get("compute_entropy"):
+                self.ddai_capture.append(out[0].detach())  # the loss pass (``_compute_loss``)
+            return out
+
+        def _ddai_logps(
+            self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, **kwargs
+        ):
+            """Log-probs of the rollouts as they were sampled: under the sampler's processors
+            (``processed_logps``) when it applies more than a temperature, and with the rollout's
+            images: those of the batch being scored (old and reference log-probs) or those
+            carried in ``inputs`` (the loss)."""
             import torch
 
-            if self.ddai_rollout.vision is None:
-                # Not an image-observation run: TRL's own path, with whatever images it was given.
+            sampling = self.ddai_rollout.sampling_config
+            processed = not sampling.temperature_only
+            if self.ddai_rollout.vision is None and not processed:
+                # TRL's own path (its fused head divides by the temperature: exact here).
                 return super()._get_per_token_logps_and_entropies(
                     model, input_ids, attention_mask, logits_to_keep, batch_size, **kwargs
                 )
-            kwargs.pop("mm_token_type_ids", None)  # rebuilt per chunk from the ids
-            fields = {k: kwargs.pop(k, None) for k in ("pixel_values", "image_grid_thw")}
-            fields["num_images"] = kwargs.pop("num_images", None)
-            if fields["pixel_values"] is None:
-                fields = self.ddai_rollout.vision_fields
-            if fields is None:
+            fields = None
+            if self.ddai_rollout.vision is not None:
+                kwargs.pop("mm_token_type_ids", None)  # rebuilt per chunk from the ids
+                fields = {k: kwargs.pop(k, None) for k in ("pixel_values", "image_grid_thw")}
+                fields["num_images"] = kwargs.pop("num_images", None)
+                if fields["pixel_values"] is None:
+                    fields = self.ddai_rollout.vision_fields
+            if fields is None and not processed:
                 return super()._get_per_token_logps_and_entropies(
                     model, input_ids, attention_mask, logits_to_keep, batch_size, **kwargs
                 )
-            image_id = self.ddai_rollout.vision.image_token_id
             size = batch_size or input_ids.size(0)
             parts = []
             # Chunk here, not in TRL, so that chunks without an image go through text-only.
             for start in range(0, input_ids.size(0), size):
                 end = min(start + size, input_ids.size(0))
                 ids = input_ids[start:end]
-                # Sliced where the fields lie (the CPU), then moved to the ids' device: the
-                # processor's tensors never reach the model on another device.
-                chunk = on_device(slice_vision(fields, start, end) or {}, ids.device)
-                if chunk:
-                    chunk["mm_token_type_ids"] = (ids == image_id).long()
+                chunk = {}
+                if fields is not None:
+                    # Sliced where the fields lie (the CPU), then moved to the ids' device: the
+                    # processor's tensors never reach the model on another device.
+                    chunk = on_device(slice_vision(fields, start, end) or {}, ids.device)
+                    if chunk:
+                        image_id = self.ddai_rollout.vision.image_token_id
+                        chunk["mm_token_type_ids"] = (ids == image_id).long()
+                if processed:
+                    parts.append(
+                        processed_logps(
+                            self,
+                            model,
+                            ids,
+                            attention_mask[start:end],
+                            logits_to_keep,
+                            chunk,
+                            entropy=bool(kwargs.get("compute_entropy")),
+                            aux_loss=bool(kwargs.get("compute_aux_loss")),
+                        )
+                    )
+                    continue
                 parts.append(
                     super()._get_per_token_logps_and_entropies(
                         model,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from ddai.cli.running import main_summary, no_signal
+from ddai.cli.running import clip_inert, main_summary, no_signal
 
 
 def test_no_signal_only_when_no_group_had_reward_variance():
@@ -42,3 +42,55 @@ def test_a_failed_merge_check_exits_1_with_its_message(capsys):
         run_or_fail(run)
     assert e.value.exit_code == 1
     assert "the final model is the adapter in o/a" in capsys.readouterr().err
+
+
+def _clip(**over):
+    data = {
+        "steps": 4,
+        "clip_acted_steps": 0,
+        "ratio_spread": 3.9e-5,
+        "minibatches_after_update": 2,
+        "minibatches_first": 2,
+        "epsilon_low": 3e-4,
+        "epsilon_high": 4e-4,
+    }
+    return {**data, **over}
+
+
+def test_clip_inert_gives_the_spread_and_epsilon():
+    why = clip_inert(_clip())
+    assert why is not None
+    assert "ε_low 0.0003, ε_high 0.0004" in why and "never acted in the run's 4 step(s)" in why
+    assert "largest |ratio − 1| was 3.9e-05" in why
+    assert "2 mini-batch(es) trained first after their generation" in why and "not counted" in why
+    assert clip_inert(_clip(clip_acted_steps=1)) is None
+    assert clip_inert(_clip(clip_acted_steps=None)) is None  # a loss type without a clip
+    assert clip_inert(_clip(steps=0)) is None
+    assert clip_inert({"steps": 3, "informative_group_share": 0.5}) is None  # PPO, SFT
+
+
+def test_clip_inert_says_when_the_ratio_could_not_move():
+    why = clip_inert(_clip(ratio_spread=None, minibatches_after_update=0, minibatches_first=4))
+    assert why is not None
+    assert "could not" in why and "each of its 4 mini-batch(es) was the first" in why
+    assert "steps_per_generation=2" in why and "largest" not in why
+
+
+def test_clip_stats_count_steps_and_keep_first_minibatches_out_of_the_spread():
+    from ddai.trainer.runtime.clip_stats import ClipStats
+
+    stats = ClipStats(3e-4, 4e-4)
+    stats.observe(1, after_update=False, spread=0.5, clipped=0.0)  # float noise: not counted
+    stats.observe(2, after_update=True, spread=2e-5, clipped=0.0)
+    stats.observe(3, after_update=True, spread=1e-3, clipped=0.25)
+    stats.observe(3, after_update=True, spread=4e-4, clipped=0.0)
+    fields = stats.result_fields()
+    assert fields["clip_acted_steps"] == 1 and fields["ratio_spread"] == 1e-3
+    assert fields["minibatches_first"] == 1 and fields["minibatches_after_update"] == 3
+
+
+def test_the_summary_warns_when_the_clip_never_acted(capsys):
+    main_summary("ddai train grpo", _clip(informative_group_share=0.5), as_json=True)
+    out, err = capsys.readouterr()
+    assert json.loads(out)["clip_acted_steps"] == 0
+    assert "warning:" in err and "never acted" in err and "no group" not in err

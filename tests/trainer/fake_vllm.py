@@ -3,7 +3,9 @@ endpoints TRL's ``VLLMClient`` uses for generation: ``/health``, ``/v1/models``,
 ``/server_info``, ``/get_world_size``, ``/v1/completions`` (token-id prompts, ``n``,
 ``max_tokens``, ``stop_token_ids``, ``return_token_ids``, ``return_tokens_as_token_ids``,
 ``logprobs``) and ``/reset_prefix_cache``. Completions come from ``respond(prompt_ids) ->
-token ids``; every request body is recorded. Weight transfer (NCCL, GPU-only) has no endpoint
+token ids``, or with ``indexed=True`` from ``respond(prompt_ids, i)`` where ``i`` is the
+completion's place in its request (so the copies of one prompt in a GRPO group can differ);
+every request body is recorded. Weight transfer (NCCL, GPU-only) has no endpoint
 here: tests stub the client's two transport methods instead."""
 
 from __future__ import annotations
@@ -18,11 +20,13 @@ from typing import Any
 class FakeVLLMServer:
     def __init__(
         self,
-        respond: Callable[[list[int]], list[int]],
+        respond: Callable[..., list[int]],
         model: str = "tiny",
         decode: Callable[[list[int]], str] | None = None,
+        indexed: bool = False,
     ) -> None:
         self.respond = respond
+        self.indexed = indexed
         self.decode = decode or (lambda ids: " ".join(map(str, ids)))
         self.model = model
         self.requests: list[dict[str, Any]] = []
@@ -83,7 +87,8 @@ class FakeVLLMServer:
         choices = []
         for p in prompts:
             for _ in range(int(body.get("n", 1))):
-                ids = list(self.respond(list(p)))[: int(body.get("max_tokens", 16))]
+                args = (list(p), len(choices)) if self.indexed else (list(p),)
+                ids = list(self.respond(*args))[: int(body.get("max_tokens", 16))]
                 cut = next((i + 1 for i, t in enumerate(ids) if t in stops), None)
                 ids = ids[:cut] if cut else ids
                 self.completions.append(ids)

@@ -201,20 +201,115 @@ def test_sft_first_step_loss_matches_one_process_with_the_same_global_batch(worl
     assert (out / "model.safetensors").is_file() and (out / "tokenizer.json").is_file()
 
 
-def test_grpo_first_step_loss_matches_one_process_with_the_same_global_batch(world):
-    """8 rollouts on one process vs 4 on each of two. Decoding is greedy (top_k 1) so both runs
-    see the same rollouts whatever each rank's seed; the entropy bonus makes the first-step loss
-    non-zero though every group's advantages are 0."""
-    root, _, tiny = world
-    logs = root / "loss-logs"
-    flags = ("--max-steps", "1", "--set", "top_k=1", "--entropy", "0.1")
-    _grpo(tiny, root / "l1", logs, "l1", "--batch-size", "8", *flags)
-    _grpo(tiny, root / "l2", logs, "l2", "--batch-size", "4", "--launch", "2", *flags)
-    first = [read_metrics(root / d / "metrics.jsonl")[0] for d in ("l1", "l2")]
+GRPO_SCRIPT = """
+import sys
+from pathlib import Path
+
+import trl.generation.vllm_client as vc
+import trl.generation.vllm_generation as vg
+
+from ddai.trainer import toy
+from ddai.trainer.grpo.train import GRPORunConfig, run_grpo
+from ddai.trainer.search.config import EpisodeConfig, RewardOverrides
+
+url, tiny, out, logs, run_id, batch = sys.argv[1:7]
+# vLLM cannot be installed on CPU: lift TRL's import guard; its HTTP client is used as shipped.
+vc.is_vllm_available = vg.is_vllm_available = lambda *a, **k: True
+# NCCL weight transfer: GPU-only transport, stubbed.
+vc.VLLMClient.init_communicator = lambda self, device=0: None
+vc.VLLMClient.update_named_params = lambda self, meta, params: [None for _ in params]
+data = Path(sys.argv[7])
+run_grpo(
+    GRPORunConfig(
+        model=tiny, data=data / "dataset.parquet", corpus=data / "pages.parquet",
+        output_dir=Path(out), logs=Path(logs), run_id=run_id,
+        rewards=RewardOverrides(reward="ddai-phase1"), n_agent=2, batch_size=int(batch),
+        max_steps=1, temperature=1.0, loss_type="dapo", logging_steps=1, save_steps=10,
+        episode=EpisodeConfig(
+            max_turns=2, max_turn_tokens=48, max_completion_tokens=160, obs_max_tokens=8
+        ),
+        vllm="server", vllm_server_base_url=url,
+        # The fake server's log-probs are a constant: no vLLM-vs-trainer correction.
+        overrides={"vllm_importance_sampling_correction": False},
+    ),
+    toy.local_backends(toy.corpus()),
+)
+"""
+
+
+def _search_responder(tok):
+    """Completions fixed by the prompt and their place in the request, so one global batch gets
+    the same rollouts on any number of processes (rank 0 sends every rank's contexts, in global
+    order). Even places search and then complete, odd ones complete at once: each group's two
+    rollouts differ in length and reward (non-zero advantages). The thinking runs to
+    ``len(prompt) % 4`` extra phrases, so the tasks, and the two ranks, differ in token counts."""
+
+    def enc(text: str) -> list[int]:
+        return tok.encode(text, add_special_tokens=False)
+
+    think, filler = enc("<think>"), enc(" look it up")
+    search, done = (
+        enc("</think>\n<search>revenue</search>"),
+        enc("</think>\n<search_complete>true</search_complete>"),
+    )
+    eos = tok.eos_token_id
+
+    def respond(prompt: list[int], i: int) -> list[int]:
+        searched = any(prompt[j : j + len(search)] == search for j in range(len(prompt)))
+        action = done if searched or i % 2 else search
+        return [*think, *filler * (len(prompt) % 4), *action, eos]
+
+    return respond
+
+
+def test_grpo_first_step_loss_matches_one_process_with_the_same_global_batch(world, tmp_path):
+    """8 rollouts on one process vs 4 on each of two, sampled at temperature 1 by a deterministic
+    server (TRL's ``VLLMClient`` against the local fake, on the main process for both ranks).
+    DAPO's first-step loss is −Σ A·tokens / global tokens: non-zero when a group's rollouts differ
+    in length, and equal across layouts only if each rank normalizes by the global token count
+    ÷ processes (ranks hold unequal token counts here). The gradient norm checks the gradients
+    of the on-policy log-probs, averaged across ranks. (Greedy decoding no longer serves: under
+    top_k 1 the loss scores every rollout token at probability 1, entropy 0, and the loss is 0.)"""
+    from fake_vllm import FakeVLLMServer
+
+    from ddai.trainer.modeling import load_tokenizer
+
+    _, data, tiny = world
+    script = tmp_path / "grpo_vllm.py"
+    script.write_text(GRPO_SCRIPT, encoding="utf-8")
+    logs = tmp_path / "logs"
+    two = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu"]
+    two += ["--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no"]
+    two += ["--dynamo_backend", "no", "--main_process_port", str(_port())]
+    env = dict(_env(), CUDA_VISIBLE_DEVICES="")
+    with FakeVLLMServer(_search_responder(load_tokenizer(str(tiny))), indexed=True) as server:
+        for launch, run_id, batch in (([sys.executable], "l1", 8), (two, "l2", 4)):
+            args = [server.url, str(tiny), str(tmp_path / run_id), str(logs), run_id, str(batch)]
+            proc = subprocess.run(
+                [*launch, str(script), *args, str(data)],
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=900,
+            )
+            assert proc.returncode == 0, proc.stderr[-4000:]
+    first = [read_metrics(tmp_path / d / "metrics.jsonl")[0] for d in ("l1", "l2")]
     assert first[0]["step"] == first[1]["step"] == 1
-    assert abs(first[0]["loss"]) > 1e-3
-    assert first[1]["loss"] == pytest.approx(first[0]["loss"], rel=1e-4)
     rows = [read_rollouts(logs, runs=[r]).to_pylist() for r in ("l1", "l2")]
     assert [len(r) for r in rows] == [8, 8]
-    by_idx = [{r["sample_idx"]: (r["uid"], r["response"]) for r in rs} for rs in rows]
+    key = ("uid", "response", "reward", "advantage", "num_turns")
+    by_idx = [{r["sample_idx"]: tuple(r[k] for k in key) for r in rs} for rs in rows]
     assert by_idx[0] == by_idx[1]  # the same global batch, row for row
+    # In every group one rollout searched and one answered at once; some group's rewards differ.
+    rows2 = sorted(rows[1], key=lambda r: r["sample_idx"])
+    assert [r["num_turns"] for r in rows2] == [2, 1] * 4
+    assert any(r["advantage"] != 0 for r in rows2)
+    tokens = [json.loads(r["extra"])["policy_tokens"] for r in rows2]
+    assert sum(tokens[:4]) != sum(tokens[4:])  # rank 0's and rank 1's token counts differ
+    # At the first step the ratio is 1: DAPO's loss is −Σ A·tokens over the global token count.
+    expected = -sum(r["advantage"] * n for r, n in zip(rows2, tokens, strict=True)) / sum(tokens)
+    assert abs(expected) > 1e-3
+    assert first[0]["loss"] == pytest.approx(expected, rel=1e-4)
+    assert first[1]["loss"] == pytest.approx(first[0]["loss"], rel=1e-4)
+    assert first[0]["grad_norm"] > 0 and first[0]["entropy"] > 1  # temperature 1: not one-hot
+    assert first[1]["grad_norm"] == pytest.approx(first[0]["grad_norm"], rel=1e-4)

@@ -13,6 +13,7 @@ import torch
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 from ddai.trainer import trl_compat
+from ddai.trainer.search.sampling import SamplingConfig
 from ddai.trainer.search.vision import vision_batch
 
 IMAGE_ID = 7
@@ -51,6 +52,8 @@ class Rollout:
     def __init__(self, fields, vision=Vision()):
         self.vision = vision
         self.vision_fields = fields
+        # Temperature only: the log-probs go through TRL's own pass (the path under test).
+        self.sampling_config = SamplingConfig()
 
 
 def _trainer(monkeypatch, rollout):
@@ -61,6 +64,7 @@ def _trainer(monkeypatch, rollout):
     monkeypatch.setattr(GRPOTrainer, "_get_per_token_logps_and_entropies", guard.method())
     trainer = object.__new__(cls)  # the method under test needs no trainer state but the rollout
     trainer.ddai_rollout = rollout
+    trainer.ddai_capture = None  # not inside a loss
     return trainer, guard
 
 

@@ -188,3 +188,19 @@ def test_rce_high_temperature_is_sft_and_groups_are_separate():
     # Two groups of one rollout each: every weight is 1 whatever the rewards.
     single, _ = L.rce_loss(logp[:2], torch.tensor([9.0, -9.0]), mask[:2], group_ids=["a", "b"])
     torch.testing.assert_close(single, L.aggregate(-logp[:2], mask[:2], "seq-mean-token-mean"))
+
+
+def test_ratio_spread_by_hand():
+    """Row 0: policy log-ratios 0.1 and 0.3 (an observation token's 5.0 masked out), sequence
+    ratio exp(0.2); row 1: log-ratio -0.4 alone, exp(-0.4); row 2: no policy token."""
+    logp = torch.tensor([[0.1, 5.0, 0.3], [-0.4, 0.0, 0.0], [9.0, 9.0, 9.0]])
+    old = torch.zeros(3, 3)
+    mask = torch.tensor([[1, 0, 1], [1, 0, 0], [0, 0, 0]])
+    seq = L.ratio_spread(logp, old, mask, "sequence")
+    assert seq == pytest.approx(max(math.exp(0.2) - 1, 1 - math.exp(-0.4)), abs=1e-6)
+    tok = L.ratio_spread(logp, old, mask, "token")
+    assert tok == pytest.approx(math.exp(0.3) - 1, abs=1e-6)
+    assert L.ratio_spread(logp, logp, mask) == 0.0
+    assert L.ratio_spread(logp, old, torch.zeros(3, 3)) == 0.0
+    with pytest.raises(ValueError, match="token or sequence"):
+        L.ratio_spread(logp, old, mask, "row")

@@ -239,6 +239,7 @@ def test_loss_forward_uses_the_rollout_pixels(vlm, world, tmp_path):
 
     from ddai.trainer.search.episodes import SearchRollout
     from ddai.trainer.search.rewards import reward_preset
+    from ddai.trainer.search.sampling import LOGP_FLOOR
     from ddai.trainer.trl_compat import grpo_trainer_class as _trainer_class
 
     model, tok, vision = vlm
@@ -308,7 +309,14 @@ def test_loss_forward_uses_the_rollout_pixels(vlm, world, tmp_path):
     ref = _reference(vision, world)
     with torch.no_grad():
         logits = model(**ref).logits[0, -n - 2 : -2]  # predictions of the completion tokens
-    expected = torch.log_softmax(logits.float(), -1).gather(-1, comp[0].unsqueeze(-1)).squeeze(-1)
+    # The sampler never draws the image placeholder (suppressed), so the policy's distribution is
+    # the renormalized one without it, and the placeholders the environment wrote lie outside it
+    # (the finite floor ``teacher_forced_logprobs`` gives them).
+    suppressed = logits.float().clone()
+    suppressed[:, vision.image_token_id] = float("-inf")
+    expected = torch.log_softmax(suppressed, -1).gather(-1, comp[0].unsqueeze(-1)).squeeze(-1)
+    expected = expected.clamp(min=LOGP_FLOOR)
+    assert (expected == LOGP_FLOOR).sum() == (comp[0] == vision.image_token_id).sum() > 0
     seen = logps(inputs["pixel_values"])
     torch.testing.assert_close(seen[0], expected, atol=1e-5, rtol=1e-5)
     # Other pixels change the log-probs of the policy tokens after the first image.

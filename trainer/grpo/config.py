@@ -158,7 +158,22 @@ class GRPOResult(LoggedRunResult):
     informative_group_share: float | None = None
     """Share of prompt groups with reward variance (the only ones GRPO learns from)."""
     clip_ratio: float | None = None
-    """Mean over logged steps of TRL's ``clip_ratio/region_mean`` (share clipped)."""
+    """Mean over logged steps of TRL's ``clip_ratio/region_mean`` (share clipped; per step in the
+    run's ``train_metrics`` side table)."""
+    clip_acted_steps: int | None = None
+    """Optimizer steps in which the clip acted on some token (sequence, under GSPO); None: the
+    loss type has no clip (``ddai.trainer.runtime.clip_stats``)."""
+    ratio_spread: float | None = None
+    """Largest |ratio − 1| over the mini-batches trained after an optimizer step since their
+    generation (None: none was, so the ratio was 1 throughout)."""
+    minibatches_after_update: int | None = None
+    """Mini-batches trained after an optimizer step since their generation (the ratio can move)."""
+    minibatches_first: int | None = None
+    """Mini-batches trained first after their generation (ratio 1: no clip can act)."""
+    epsilon_low: float | None = None
+    """The clip's lower ε (ratio ≥ 1 − ε)."""
+    epsilon_high: float | None = None
+    """The clip's upper ε (ratio ≤ 1 + ε)."""
 
 
 def episode_flags() -> dict[str, str]:
@@ -228,4 +243,13 @@ def grpo_args(cfg: GRPORunConfig) -> Any:
             f"--batch-size {batch} must be a multiple of --n-agent {group} "
             "(rollouts per step = prompts × n_agent)"
         )
-    return common.trl_config(GRPOConfig, merged, cfg)
+    args = common.trl_config(GRPOConfig, merged, cfg)
+    if args.generation_kwargs:
+        # TRL's own generation reads it; ddai's rollout samples with its explicit processors only
+        # (``search.sampling``), and the loss scores the rollouts under those same processors.
+        raise common.TrainConfigError(
+            f"generation_kwargs {args.generation_kwargs!r}: ddai samples with explicit knobs "
+            "only and would ignore it; set temperature, top_p, top_k, min_p or "
+            "repetition_penalty instead (--set top_p=0.9, --repetition-penalty 1.1)"
+        )
+    return args

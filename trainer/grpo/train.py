@@ -29,6 +29,7 @@ from ddai.pipelines import workspace
 from ddai.trainer import common
 from ddai.trainer.grpo.config import GRPOResult, GRPORunConfig, grpo_args
 from ddai.trainer.runtime import dist
+from ddai.trainer.runtime.clip_stats import no_clip_fields
 from ddai.trainer.search.env import SearchEnv
 from ddai.trainer.search.episodes import (
     Backends,
@@ -188,6 +189,7 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
         temperature=args.temperature,
         top_p=args.top_p,
         top_k=args.top_k or 0,
+        min_p=args.min_p or 0.0,
         repetition_penalty=args.repetition_penalty,
         vision=vision,
     )
@@ -259,4 +261,5 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
         unscorable=log.unscorable,
         informative_group_share=trainer.ddai_zero_variance.informative_share,
         clip_ratio=step_metrics.mean("clip_ratio"),
+        **(no_clip_fields() if trainer.ddai_clip is None else trainer.ddai_clip.result_fields()),
     )

@@ -27,6 +27,7 @@ from ddai.trainer.search.rollout import (
     run_rollouts,
     token_truncator,
 )
+from ddai.trainer.search.sampling import SamplingConfig
 from ddai.trainer.search.scoring import ScoreStore
 from ddai.trainer.search.tasks import Task
 from ddai.trainer.search.vision import VisionObservationFormat, vision_batch
@@ -83,6 +84,7 @@ class SearchRollout:
         temperature: float = 1.0,
         top_p: float = 1.0,
         top_k: int = 0,
+        min_p: float = 0.0,
         repetition_penalty: float = 1.0,
         vision: VisionObservationFormat | None = None,
     ) -> None:
@@ -93,10 +95,29 @@ class SearchRollout:
         """The last batch's images in TRL's layout (``vision_batch``), rows in batch order."""
         self.rollout = rollout
         self.store = ScoreStore(spec, scorer)
-        self.sampling = {"temperature": temperature, "top_p": top_p, "top_k": top_k}
-        self.repetition_penalty = repetition_penalty
+        self.sampling = {
+            "temperature": temperature,
+            "top_p": top_p,
+            "top_k": top_k,
+            "min_p": min_p,
+            "repetition_penalty": repetition_penalty,
+        }
         self.sampler: Any = None
         """A fixed sampler (e.g. an OpenAI-compatible server's) instead of the policy's."""
+
+    @property
+    def sampling_config(self) -> SamplingConfig:
+        """The distribution the policy's own samplers draw from, every processor explicit (the
+        loss scores the rollouts under the same one: ``trl_compat``)."""
+        image_id = self.vision.image_token_id if self.vision else None
+        return SamplingConfig(
+            temperature=self.sampling["temperature"],
+            top_p=self.sampling["top_p"],
+            top_k=self.sampling["top_k"] or 0,
+            min_p=self.sampling["min_p"] or 0.0,
+            repetition_penalty=self.sampling["repetition_penalty"],
+            suppress_ids=() if image_id is None else (int(image_id),),
+        )
 
     def _sampler(self, trainer: Any, model: Any) -> Any:
         if self.sampler is not None:
@@ -109,14 +130,7 @@ class SearchRollout:
             client = getattr(gen, "vllm_client", None) if acc.is_main_process else None
             return VLLMServerSampler(client, stop_ids=stop, accelerator=acc, **self.sampling)
         image_id = self.vision.image_token_id if self.vision else None
-        return HFSampler(
-            model,
-            self.tok,
-            stop_ids=stop,
-            image_token_id=image_id,
-            repetition_penalty=self.repetition_penalty,
-            **self.sampling,
-        )
+        return HFSampler(model, self.tok, stop_ids=stop, image_token_id=image_id, **self.sampling)
 
     def run(self, tasks: list[tuple[Task, int, int]], trainer: Any, model: Any) -> list[Trajectory]:
         """Run one episode per ``(task, group, index)`` slot; the store keeps them, each group

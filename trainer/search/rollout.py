@@ -178,6 +178,7 @@ class HFSampler(Sampler):
         temperature: float = 1.0,
         top_p: float = 1.0,
         top_k: int = 0,
+        min_p: float = 0.0,
         repetition_penalty: float = 1.0,
         stop_ids: Sequence[int] | None = None,
         image_token_id: int | None = None,
@@ -191,6 +192,7 @@ class HFSampler(Sampler):
             temperature=temperature,
             top_p=top_p,
             top_k=top_k or 0,
+            min_p=min_p or 0.0,
             repetition_penalty=repetition_penalty,
             suppress_ids=() if image_token_id is None else (int(image_token_id),),
         )
@@ -277,7 +279,9 @@ class VLLMServerSampler(Sampler):
     """Generation through TRL's vLLM server client (``trl vllm-serve``).
 
     Weights are synced by TRL before each step (``GRPOTrainer`` does it for ``rollout_func``);
-    this turns contexts into one ``generate`` call per turn. TRL creates the client on the main
+    this turns contexts into one ``generate`` call per turn, with every sampling knob of the run
+    (the server applies them; TRL's importance-sampling correction weighs what it returns, which
+    needs ``--logprobs-mode processed_logprobs``, as TRL warns). TRL creates the client on the main
     process only, so with several processes (``accelerator``) every rank's contexts are gathered
     to the main process, generated there in one call, and the results broadcast back, as TRL's own
     server path does. A rank whose episodes have all ended takes part in the rounds with nothing to
@@ -294,10 +298,18 @@ class VLLMServerSampler(Sampler):
         top_p: float,
         top_k: int,
         stop_ids: Sequence[int],
+        min_p: float = 0.0,
+        repetition_penalty: float = 1.0,
         accelerator: Any = None,
     ):
         self.client = client
-        self.params = {"temperature": temperature, "top_p": top_p, "top_k": top_k}
+        self.params = {
+            "temperature": temperature,
+            "top_p": top_p,
+            "top_k": top_k,
+            "min_p": min_p,
+            "repetition_penalty": repetition_penalty,
+        }
         self.stop_ids = list(stop_ids)
         self.acc = (
             accelerator if accelerator is not None and accelerator.num_processes > 1 else None

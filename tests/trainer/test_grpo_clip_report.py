@@ -1,0 +1,104 @@
+"""A GRPO/GSPO run says what its clip did. gspo-ddai at its own lr 1e-6 on the tiny model: the
+second mini-batch's sequence ratios stay far inside ε (3e-4 / 4e-4), no step clips, and the summary
+warns with the spread and ε. At lr 0.05 the clip acts: a positive clipped share, no warning.
+Whether the ratio could move at all is kept apart: mini-batches trained first after their
+generation (ratio 1) never count toward the spread."""
+
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+from ddai.cli.running import clip_inert
+from ddai.trainer import toy
+from ddai.trainer.search.config import EpisodeConfig, RewardOverrides
+from ddai.trainer.tiny import build_tiny
+
+
+class ConstantGenerator:
+    name = "constant"
+
+    async def generate(self, reqs):
+        from ddai.pipelines.backends import GenerateResult
+
+        return [GenerateResult(answer="2021") for _ in reqs]
+
+
+class RandomJudge:
+    """Seeded random scores: reward variance in every group, so every step has a gradient."""
+
+    name = "random"
+
+    def __init__(self):
+        self.rng = random.Random(0)
+
+    async def judge(self, reqs):
+        from ddai.pipelines.backends import JudgeResult
+
+        return [JudgeResult(score=self.rng.random()) for _ in reqs]
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    root = tmp_path_factory.mktemp("clip")
+    data = toy.write_toy(root / "toy")
+    tiny = build_tiny(root / "tiny", texts=[r["messages"] for r in toy.sft_rows()])
+    return root, data, tiny
+
+
+def _run(world, name, **over):
+    from dataclasses import asdict
+
+    from ddai.pipelines.backends import get_backend
+    from ddai.trainer.grpo.train import Backends, GRPORunConfig, run_grpo
+
+    root, data, tiny = world
+    cfg = GRPORunConfig(
+        model=str(tiny),
+        data=data / "dataset.parquet",
+        corpus=data / "pages.parquet",
+        output_dir=root / name,
+        logs=root / "logs",
+        run_id=name,
+        preset="gspo-ddai",  # lr 1e-6, ε 3e-4 / 4e-4, two mini-batches per generation
+        n_agent=2,
+        batch_size=2,
+        max_steps=4,
+        save_steps=10,
+        report_to="none",
+        skip_preflight=True,
+        progress=False,
+        episode=EpisodeConfig(
+            max_turns=2, max_turn_tokens=12, max_completion_tokens=64, obs_max_tokens=8
+        ),
+        rewards=RewardOverrides(reward="judge-only"),
+        **over,
+    )
+    search = get_backend("search", "local", corpus=toy.corpus(), cache=False)
+    backends = Backends(search=search, generator=ConstantGenerator(), judge=RandomJudge())
+    return asdict(run_grpo(cfg, backends))
+
+
+def test_gspo_ddai_at_its_own_lr_warns_that_the_clip_never_acted(world):
+    data = _run(world, "gspo_lr1e-6")
+    assert data["steps"] == 4 and data["epsilon_low"] == 3e-4 and data["epsilon_high"] == 4e-4
+    assert data["clip_acted_steps"] == 0 and data["clip_ratio"] == 0.0
+    # Two generations of two mini-batches: the second of each ran after an optimizer step.
+    assert data["minibatches_first"] == 2 and data["minibatches_after_update"] == 2
+    assert data["ratio_spread"] is not None and 0 < data["ratio_spread"] < 3e-4
+    why = clip_inert(data)
+    assert why is not None
+    assert "never acted in the run's 4 step(s)" in why and "ε_low 0.0003" in why
+    assert f"{data['ratio_spread']:.2g}" in why and "not counted" in why
+
+
+def test_a_large_lr_makes_the_clip_act_and_there_is_no_warning(world):
+    data = _run(world, "gspo_lr5e-2", learning_rate=5e-2)
+    assert data["clip_acted_steps"] >= 1 and data["clip_ratio"] > 0
+    assert data["ratio_spread"] > 4e-4
+    assert clip_inert(data) is None
