@@ -136,21 +136,6 @@ def train_ppo_command(
     )
     result = asdict(run_or_fail(run_ppo, cfg))
     main_summary("ddai train ppo", result, as_json=as_json)
-    clip_warning(result)
-
-
-def clip_warning(result: dict[str, Any]) -> None:
-    """After the summary, on the main process: a run whose PPO clip never acted says so (with the
-    ratio spread and ε) on stderr."""
-    from rich.markup import escape
-
-    from ddai.cli.common import err_console
-    from ddai.trainer.ppo.clip_stats import clip_never_acted
-    from ddai.trainer.runtime import dist
-
-    why = clip_never_acted(result)
-    if why is not None and dist.is_main():
-        err_console.print(f"[bold yellow]warning:[/] {escape(why)}", soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:

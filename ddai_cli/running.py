@@ -83,7 +83,12 @@ def clip_inert(data: dict[str, Any]) -> str | None:
     GSPO), so the update was an unclipped policy gradient. Says whether the ratio moved less than
     ε (the spread it reached) or could not move at all (every mini-batch was the first trained
     after its generation, where the ratio is 1); those first mini-batches never count toward the
-    spread."""
+    spread. A PPO summary (its bounds are ``clip_low``/``clip_high``) is worded by
+    ``ppo.clip_stats``, which knows PPO's epochs and mini-batches."""
+    if "clip_low" in data:
+        from ddai.trainer.ppo.clip_stats import clip_never_acted
+
+        return clip_never_acted(data)
     acted = data.get("clip_acted_steps")
     steps = data.get("steps") or 0
     if acted is None or acted > 0 or steps <= 0:

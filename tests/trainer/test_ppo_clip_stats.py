@@ -39,8 +39,8 @@ def test_clip_stats_fold_the_steps_and_warn_only_when_the_clip_never_acted():
     fields = stats.result_fields()
     assert fields == {
         "clip_frac_mean": 0.0,
-        "clip_active_steps": 0,
-        "ratio_dev_max": 3.9e-5,
+        "clip_acted_steps": 0,
+        "ratio_spread": 3.9e-5,
         "clip_low": 0.2,
         "clip_high": 0.28,
     }
@@ -49,7 +49,7 @@ def test_clip_stats_fold_the_steps_and_warn_only_when_the_clip_never_acted():
     assert "3.9e-05" in why and "ε = 0.2 below, 0.28 above" in why and "--lr" in why
     stats.observe({"actor/clip_frac": 0.02, "actor/ratio_dev_max": 0.3})
     fields = stats.result_fields()
-    assert fields["clip_frac_mean"] == pytest.approx(0.005) and fields["clip_active_steps"] == 1
+    assert fields["clip_frac_mean"] == pytest.approx(0.005) and fields["clip_acted_steps"] == 1
     assert clip_never_acted({"steps": 4, **fields}) is None
     assert clip_never_acted({"steps": 0, "clip_frac_mean": None}) is None  # no step ran
     inert = clip_never_acted(
@@ -90,12 +90,13 @@ def test_a_run_at_lr_1e6_warns_that_the_clip_never_acted(toy_world):
     summary, err, metrics = _run(*toy_world, "inert", "--lr", "1e-6")
     assert [m["actor/clip_frac"] for m in metrics] == [0.0, 0.0]
     # the second mini-batch ran on a moved policy: the ratio left 1, but not by ε
-    assert 0 < summary["ratio_dev_max"] < 0.2
-    assert summary["ratio_dev_max"] == max(m["actor/ratio_dev_max"] for m in metrics)
-    assert summary["clip_frac_mean"] == 0.0 and summary["clip_active_steps"] == 0
+    assert 0 < summary["ratio_spread"] < 0.2
+    assert summary["ratio_spread"] == max(m["actor/ratio_dev_max"] for m in metrics)
+    assert summary["clip_frac_mean"] == 0.0 and summary["clip_acted_steps"] == 0
     said = " ".join(err.split())
     assert "warning:" in said and "the PPO clip never acted in the run's 2 step(s)" in said
-    assert f"{summary['ratio_dev_max']:.3g}" in said and "ε = 0.2 below, 0.2 above" in said
+    assert said.count("never acted") == 1  # one warning, worded for PPO (not GRPO's ε_low)
+    assert f"{summary['ratio_spread']:.3g}" in said and "ε = 0.2 below, 0.2 above" in said
 
 
 @pytest.mark.slow
@@ -103,5 +104,5 @@ def test_a_run_whose_clip_acts_reports_how_often_and_does_not_warn(toy_world):
     summary, err, metrics = _run(*toy_world, "acts", "--lr", "1e-2", "--clip-low", "0.01")
     fracs = [m["actor/clip_frac"] for m in metrics]
     assert summary["clip_frac_mean"] == pytest.approx(sum(fracs) / 2) and max(fracs) > 0
-    assert summary["clip_active_steps"] == sum(f > 0 for f in fracs) >= 1
+    assert summary["clip_acted_steps"] == sum(f > 0 for f in fracs) >= 1
     assert "clip never acted" not in err

@@ -79,7 +79,7 @@ def test_two_plus_two_resumed_steps_equal_four_steps(toy_world):
     run_ppo(_cfg(root, data, tiny, "resumed", max_steps=2), backends)
     resumed = run_ppo(_cfg(root, data, tiny, "resumed", max_steps=4, resume=True), backends)
     assert resumed.resumed_from == 2
-    clip = ("clip_frac_mean", "clip_active_steps", "ratio_dev_max")  # the whole run's, resumed too
+    clip = ("clip_frac_mean", "clip_acted_steps", "ratio_spread")  # the whole run's, resumed too
     assert [getattr(resumed, k) for k in clip] == [getattr(straight_result, k) for k in clip]
 
     straight_rows, resumed_rows = _rows(root / "straight-logs"), _rows(root / "resumed-logs")

@@ -5,7 +5,7 @@ mini-batch, so the ratio ``r_t = π_θ/π_old`` can stay inside ``[1 − ε, 1 +
 the clip is then inert and each update is a plain policy gradient. Each step's
 ``actor/clip_frac`` (the share of policy tokens whose loss the clip changed) is in
 ``metrics.jsonl``; ``ClipStats`` folds the steps into the summary's ``clip_frac_mean``,
-``clip_active_steps`` and ``ratio_dev_max`` (the largest ``|r_t − 1|`` seen), and
+``clip_acted_steps`` and ``ratio_spread`` (the largest ``|r_t − 1|`` seen), and
 ``clip_never_acted`` words the warning ``ddai train ppo`` prints after its summary. Imports no
 torch (the CLI reads the warning from here).
 """
@@ -43,8 +43,8 @@ class ClipStats:
         n = len(self.fractions)
         return {
             "clip_frac_mean": sum(self.fractions) / n if n else None,
-            "clip_active_steps": sum(f > 0 for f in self.fractions),
-            "ratio_dev_max": self.ratio_dev_max if n else None,
+            "clip_acted_steps": sum(f > 0 for f in self.fractions),
+            "ratio_spread": self.ratio_dev_max if n else None,
             "clip_low": self.clip_low,
             "clip_high": self.clip_high,
         }
@@ -52,10 +52,10 @@ class ClipStats:
 
 def clip_never_acted(summary: dict[str, Any]) -> str | None:
     """The warning for a run whose clip changed no token's loss in any step, or None."""
-    mean, active = summary.get("clip_frac_mean"), summary.get("clip_active_steps")
+    mean, active = summary.get("clip_frac_mean"), summary.get("clip_acted_steps")
     if mean is None or active is None or active > 0:
         return None
-    steps, dev = summary.get("steps") or 0, summary.get("ratio_dev_max") or 0.0
+    steps, dev = summary.get("steps") or 0, summary.get("ratio_spread") or 0.0
     low, high = summary.get("clip_low"), summary.get("clip_high")
     why = (
         "the ratio was exactly 1 throughout: with one --ppo-epochs pass over one mini-batch every "

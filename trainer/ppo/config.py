@@ -206,9 +206,9 @@ class PPOResult(LoggedRunResult):
     clip_frac_mean: float | None = None
     """Mean over the run's steps of ``actor/clip_frac``, the share of policy tokens whose loss the
     clip changed (``ppo.clip_stats``)."""
-    clip_active_steps: int = 0
+    clip_acted_steps: int = 0
     """Steps in which the clip changed at least one token's loss."""
-    ratio_dev_max: float | None = None
+    ratio_spread: float | None = None
     """The largest ``|π_θ/π_old − 1|`` on a policy token over the whole run."""
     clip_low: float = 0.2
     clip_high: float = 0.2
