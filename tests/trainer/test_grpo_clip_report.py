@@ -7,40 +7,18 @@ generation (ratio 1) never count toward the spread."""
 from __future__ import annotations
 
 import os
-import random
 
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
+from support.backends import ConstantGenerator, RandomJudge
+
 from ddai.cli.running import clip_inert
 from ddai.trainer import toy
 from ddai.trainer.search.config import EpisodeConfig, RewardOverrides
 from ddai.trainer.tiny import build_tiny
-
-
-class ConstantGenerator:
-    name = "constant"
-
-    async def generate(self, reqs):
-        from ddai.pipelines.backends import GenerateResult
-
-        return [GenerateResult(answer="2021") for _ in reqs]
-
-
-class RandomJudge:
-    """Seeded random scores: reward variance in every group, so every step has a gradient."""
-
-    name = "random"
-
-    def __init__(self):
-        self.rng = random.Random(0)
-
-    async def judge(self, reqs):
-        from ddai.pipelines.backends import JudgeResult
-
-        return [JudgeResult(score=self.rng.random()) for _ in reqs]
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,6 @@ reproduced about a tenth of what training changed in the logits (its logits were
 from __future__ import annotations
 
 import os
-import random
 import types
 
 import pytest
@@ -26,7 +25,8 @@ from ddai.trainer.search.config import EpisodeConfig, RewardOverrides
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
-from ddai.pipelines.backends import GenerateResult, JudgeResult
+from support.backends import ConstantGenerator, RandomJudge
+
 from ddai.trainer import toy
 from ddai.trainer.tiny import TinySpec, build_tiny
 
@@ -63,25 +63,6 @@ def _assert_reproduces(result, captured, tiny, out):
     assert final.run_dtype_update_kept < 0.5 < 0.99 < final.update_kept
     assert final.run_dtype_changed_weights < final.changed_weights <= final.update_weights
     return cmp
-
-
-class ConstantGenerator:
-    name = "constant"
-
-    async def generate(self, reqs):
-        return [GenerateResult(answer="2021") for _ in reqs]
-
-
-class RandomJudge:
-    """Seeded random scores: reward variance in every group, so every step has a gradient."""
-
-    name = "random"
-
-    def __init__(self):
-        self.rng = random.Random(0)
-
-    async def judge(self, reqs):
-        return [JudgeResult(score=self.rng.random()) for _ in reqs]
 
 
 def _grpo_cfg(world, name, max_steps):

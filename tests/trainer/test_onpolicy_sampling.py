@@ -15,6 +15,7 @@ import torch
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
+from support.backends import ConstantGenerator, RandomJudge
 from support.sampling_reference import recompute_logprobs
 
 from ddai.trainer import toy
@@ -122,31 +123,6 @@ def _grpo_cfg(world, name, **over):
     )
     fields.update(over)
     return GRPORunConfig(**fields)
-
-
-class ConstantGenerator:
-    name = "constant"
-
-    async def generate(self, reqs):
-        from ddai.pipelines.backends import GenerateResult
-
-        return [GenerateResult(answer="2021") for _ in reqs]
-
-
-class RandomJudge:
-    """Seeded random scores: reward variance in every group, so every step has a gradient."""
-
-    name = "random"
-
-    def __init__(self):
-        import random
-
-        self.rng = random.Random(0)
-
-    async def judge(self, reqs):
-        from ddai.pipelines.backends import JudgeResult
-
-        return [JudgeResult(score=self.rng.random()) for _ in reqs]
 
 
 def _backends():

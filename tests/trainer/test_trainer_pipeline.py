@@ -4,7 +4,6 @@ mask is right, and the GRPO run's rollout log reads back and answers the query v
 from __future__ import annotations
 
 import os
-import random
 
 import pytest
 
@@ -14,8 +13,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 from conftest import SHARED
+from support.backends import ConstantGenerator, RandomJudge
 
-from ddai.pipelines.backends import GenerateResult, JudgeResult
 from ddai.trainer import toy
 from ddai.trainer.grpo.train import Backends, GRPORunConfig, run_grpo
 from ddai.trainer.modeling import load_tokenizer
@@ -59,27 +58,6 @@ def test_assistant_only_mask_on_ddai_train1(setup):
     assert normalize_messages('[{"role": "user", "content": [{"image": "a.jpg"}]}]') == [
         {"role": "user", "content": "[image: a.jpg]"}
     ]
-
-
-class ConstantGenerator:
-    name = "constant"
-
-    async def generate(self, reqs):
-        return [GenerateResult(answer="2021") for _ in reqs]
-
-
-class RandomJudge:
-    """Scores at random (seeded): guarantees reward variance inside every GRPO group."""
-
-    name = "random"
-
-    def __init__(self):
-        self.rng = random.Random(0)
-        self.calls = 0
-
-    async def judge(self, reqs):
-        self.calls += len(reqs)
-        return [JudgeResult(score=self.rng.random()) for _ in reqs]
 
 
 @pytest.mark.slow

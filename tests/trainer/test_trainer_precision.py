@@ -5,7 +5,6 @@ the reason, and the changed-parameter count hashes tensors instead of cloning th
 from __future__ import annotations
 
 import os
-import random
 
 import pytest
 import torch
@@ -15,7 +14,8 @@ from ddai.trainer.search.config import EpisodeConfig, RewardOverrides
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
-from ddai.pipelines.backends import GenerateResult, JudgeResult
+from support.backends import ConstantGenerator, RandomJudge
+
 from ddai.trainer import modeling, toy
 from ddai.trainer.common import TrainConfigError
 from ddai.trainer.grpo.train import Backends, GRPORunConfig, grpo_args, run_grpo
@@ -94,25 +94,6 @@ def test_sft_checkpoints_activations_under_the_new_name_without_a_warning(tmp_pa
     for key in ("gradient_checkpointing", "activation_checkpointing"):  # old and new name
         off = SFTRunConfig(model="m", data=[], output_dir=tmp_path, overrides={key: False})
         assert sft_args(off).activation_checkpointing is False
-
-
-class ConstantGenerator:
-    name = "constant"
-
-    async def generate(self, reqs):
-        return [GenerateResult(answer="2021") for _ in reqs]
-
-
-class RandomJudge:
-    """Seeded random scores: reward variance in every group, so every step has a gradient."""
-
-    name = "random"
-
-    def __init__(self):
-        self.rng = random.Random(0)
-
-    async def judge(self, reqs):
-        return [JudgeResult(score=self.rng.random()) for _ in reqs]
 
 
 @pytest.fixture(scope="module")

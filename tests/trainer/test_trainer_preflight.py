@@ -15,11 +15,12 @@ from ddai.trainer.search.config import EpisodeConfig, RewardOverrides
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
+from support.backends import ConstantGenerator
 from typer.testing import CliRunner
 
 from ddai.cli.app import app
 from ddai.cli.running import no_signal
-from ddai.pipelines.backends import GenerateResult, JudgeResult
+from ddai.pipelines.backends import JudgeResult
 from ddai.trainer import toy
 from ddai.trainer.search.chat import CHATML_TEMPLATE
 from ddai.trainer.search.preflight import (
@@ -160,13 +161,6 @@ def test_cli_grpo_on_slidevqa_with_the_world_corpus_exits_2_naming_missing_pages
     assert "14_7" in text  # train_0's golden page (14.pdf, page 7)
     assert "--skip-preflight" in text
     assert not out.exists()  # nothing trained, nothing written
-
-
-class ConstantGenerator:
-    name = "constant"
-
-    async def generate(self, reqs):
-        return [GenerateResult(answer="2021") for _ in reqs]
 
 
 class CountingJudge:
