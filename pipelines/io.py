@@ -88,8 +88,11 @@ def crash_point(point: str) -> None:
     """Test hook for crash-consistency tests: with ``DDAI_TEST_CRASH_AT=<point>`` in the
     environment, the process kills itself (SIGKILL: no cleanup runs) on reaching ``point``.
     Points: ``rename:<file name>`` (before an atomic rename), ``manifest:<output name>`` (an
-    output in place, its manifest not yet), ``partition-data:<run>`` (parts moved, manifest
-    not yet written), ``quarantine:<run>``."""
+    output in place, its manifest not yet; in a step's set, its manifest being staged),
+    ``set-stage:<file name>`` (a set's member about to be put, object storage),
+    ``set-journal:<first file name>`` (a set staged, its journal not yet written),
+    ``set-rename:<file name>`` (a set committed, this member not yet renamed or copied),
+    ``partition-data:<run>`` (parts moved, manifest not yet written), ``quarantine:<run>``."""
     if os.environ.get("DDAI_TEST_CRASH_AT") == point:
         os.kill(os.getpid(), signal.SIGKILL)
 
@@ -129,14 +132,22 @@ def write_parquet(
     path: str | os.PathLike[str], table: pa.Table, *, metadata: dict[str, str] | None = None
 ) -> None:
     """Write a zstd Parquet file atomically, merging ``metadata`` into the schema metadata."""
+    with atomic_path(path) as tmp:
+        parquet_into(tmp, table, metadata=metadata)
+
+
+def parquet_into(
+    path: str | os.PathLike[str], table: pa.Table, *, metadata: dict[str, str] | None = None
+) -> None:
+    """Write a zstd Parquet file at ``path`` as it is (a temp or staged path the caller
+    commits), merging ``metadata`` into the schema metadata."""
     import pyarrow.parquet as pq
 
     if metadata:
         meta = dict(table.schema.metadata or {})
         meta.update({k.encode(): v.encode() for k, v in metadata.items()})
         table = table.replace_schema_metadata(meta)
-    with atomic_path(path) as tmp:
-        pq.write_table(table, tmp, compression="zstd")
+    pq.write_table(table, path, compression="zstd")
 
 
 def sha256_file(path: str | os.PathLike[str], chunk: int = 1 << 20) -> str:

@@ -8,6 +8,11 @@ Commit protocol for a file output: the output is renamed into place, then its ma
 records the output's sha256 (``output_sha256``), is renamed into place: the manifest is the
 commit record. A crash between the two leaves an output whose hash no manifest vouches for, so
 ``is_fresh`` (which re-hashes the output) reruns the step and ``verify`` reports it.
+
+A step with several outputs commits them with ``commit_set``: outputs and manifests become
+visible together (``ddai.pipelines.fileset``), and each manifest carries the invocation's
+``step_id`` and its siblings' names and hashes (``set``), so a set assembled from two invocations
+(files copied together, or written by an older ddai one at a time) is refused by ``set_mismatch``.
 """
 
 from __future__ import annotations
@@ -17,13 +22,15 @@ import os
 import platform
 import subprocess
 import time
+import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines import io, objstore, store
+from ddai.pipelines import fileset, io, objstore, store
 
 MANIFEST_SUFFIX = ".manifest.json"
 _PACKAGES = (
@@ -182,6 +189,77 @@ def write(output: str | os.PathLike[str], record: StepRecord) -> Path:
     return path
 
 
+@dataclass
+class Member:
+    """One output of a step's set: ``write`` fills the local path it is given; ``record`` is its
+    manifest (None for an output described by a sibling's manifest, e.g. distill's report)."""
+
+    path: str | os.PathLike[str]
+    write: Callable[[Path], None]
+    record: StepRecord | None
+
+
+def commit_set(members: Sequence[Member]) -> str:
+    """Write a step's outputs and their manifests as one commit; returns the step id.
+
+    Each manifest records ``step_id`` (one per invocation) and ``set``: the other outputs'
+    names (all share one folder) with their sha256."""
+    step_id = uuid.uuid4().hex
+    finals = [m.path for m in members]
+    finals += [manifest_path(m.path) for m in members if m.record is not None]
+    with fileset.committing(finals, set_id=step_id) as local:
+        hashes = {}
+        for m in members:
+            tmp = local[objstore.display(m.path)]
+            m.write(tmp)
+            hashes[objstore.display(m.path)] = io.sha256_file(tmp)
+        for m in members:
+            if m.record is None:
+                continue
+            me = objstore.display(m.path)
+            body = m.record.to_dict(m.path)
+            body["output_sha256"] = hashes[me]
+            body["step_id"] = step_id
+            body["set"] = {_base(o): h for o, h in hashes.items() if o != me}
+            io.crash_point(f"manifest:{_base(me)}")
+            text = json.dumps(body, indent=2, ensure_ascii=False, default=str) + "\n"
+            local[objstore.display(manifest_path(m.path))].write_text(text, encoding="utf-8")
+    return step_id
+
+
+def _base(location: str) -> str:
+    return location.rsplit("/", 1)[-1]
+
+
+def set_mismatch(output: str | os.PathLike[str]) -> str | None:
+    """Why ``output`` and the outputs its manifest names as its set (``set``) are not one
+    invocation's outputs, or None when they are (or the manifest names no set)."""
+    m = read(output)
+    if not m or not m.get("step_id"):
+        return None
+    disp = objstore.display(output)
+    folder = fileset.folder_of(output)
+    others: list[str] = []
+    for name, sha in sorted((m.get("set") or {}).items()):
+        sib = f"{folder}/{name}"
+        sm = read(sib)
+        if not objstore.any_exists(sib):
+            others.append(f"{name} (missing)")
+        elif sm is not None and sm.get("step_id") != m["step_id"]:
+            theirs = sm.get("step_id") or "none: written one file at a time"
+            others.append(f"{name} (step id {theirs[:12]}, {sm.get('created')})")
+        elif sm is None and io.sha256_file(sib) != sha:
+            others.append(f"{name} (not the file this invocation wrote)")
+    if not others:
+        return None
+    return (
+        f"a mixed set: {_base(disp)} was written by `{m.get('step')}` invocation "
+        f"{m['step_id'][:12]} ({m.get('created')}), its sibling(s) by another: "
+        f"{', '.join(others)} (an interrupted write, or files copied together). Rerun "
+        f"`{m.get('step')}` into this folder to write the whole set again (--force)"
+    )
+
+
 def verify(output: str | os.PathLike[str]) -> str | None:
     """Why ``output`` is not the committed output its manifest describes, or None if it is."""
     m = read(output)
@@ -219,13 +297,14 @@ def is_fresh(
     """True when ``output`` exists, hashes to what its manifest recorded, and the manifest has
     the same step, parameters and input hashes (``records``: the inputs' ``input_record``s,
     when the caller hashed them once for several outputs)."""
+    fileset.settle_for(output)  # a set killed after its commit point is finished first
     if not objstore.any_exists(output):
         return False
     old = read(output)
     if not old or old.get("step") != step or old.get("params") != _jsonable(params):
         return False
-    if verify(output) is not None:
-        return False  # the output is not the one this manifest committed
+    if verify(output) is not None or set_mismatch(output) is not None:
+        return False  # the output (or its set) is not the one this manifest committed
     want = records if records is not None else [input_record(p) for p in inputs]
     have = [{k: i.get(k) for k in ("path", "sha256")} for i in old.get("inputs", [])]
     return have == [{k: i[k] for k in ("path", "sha256")} for i in want]

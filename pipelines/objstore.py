@@ -283,6 +283,13 @@ def _is_conflict(e: BaseException) -> bool:
     return any(s in text for s in signs)
 
 
+def copy(src: str, dst: str) -> None:
+    """Copy object ``src`` over ``dst`` (server-side: one object, never visible half written)."""
+    fs = fsspec_fs(src)
+    fs.copy(key_of(src), key_of(dst))
+    fs.invalidate_cache(key_of(dst))
+
+
 def remove(url: str) -> None:
     with contextlib.suppress(FileNotFoundError):
         fsspec_fs(url).rm_file(key_of(url))

@@ -2,7 +2,7 @@
 
 ``run_distill``: read the run(s) from the log store → select rare successes → rebuild their
 messages → think-only rewrite (optional) → safety post-pass → write the SFT file, its
-``<out>.report.jsonl`` and ``<out>.manifest.json``, all atomically. A run whose inputs and
+``<out>.report.jsonl`` and ``<out>.manifest.json`` as one commit (visible together). A run whose inputs and
 parameters are unchanged is skipped (``force`` reruns it).
 """
 
@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import pyarrow as pa
 from rich.progress import Progress, track
 
-from ddai.pipelines import capabilities, io, manifest, objstore, store
+from ddai.pipelines import capabilities, fileset, io, manifest, objstore, store
 from ddai.pipelines.backends.usage import FAILED_CALLS, failed_calls
 from ddai.pipelines.distill import fetch, formats, rewrite
 from ddai.pipelines.distill.findings import inspect
@@ -225,6 +225,8 @@ def run_distill(cfg: DistillConfig, *, rewriter: Any = None) -> dict[str, Any]:
     params = cfg.params(getattr(backend, "name", None))
     # --retry-failed reruns: the output was written without the calls that failed.
     rerun = cfg.dry_run or cfg.force or cfg.retry_failed
+    if not cfg.dry_run:  # a killed write of this output: finished, or its staged files removed
+        fileset.settle_for(cfg.out, clean=True)
     if not rerun and manifest.is_fresh(cfg.out, STEP, params, inputs):
         notes = (manifest.read(cfg.out) or {}).get("notes") or {}
         return {
@@ -262,9 +264,6 @@ def run_distill(cfg: DistillConfig, *, rewriter: Any = None) -> dict[str, Any]:
     result = post_pass(
         progress_iter(cands, cfg.progress, "safety post-pass"), claims=cfg.claims, drops=drops
     )
-    formats.write(cfg.out, result.samples, cfg.fmt)
-    write_report(report_path(cfg.out), result)
-
     record.rows_in = n_read
     record.rows_out = len(result.samples)
     for reason, n in (*sel.dropped.items(), *failed.items(), *result.dropped.items()):
@@ -292,7 +291,17 @@ def run_distill(cfg: DistillConfig, *, rewriter: Any = None) -> dict[str, Any]:
         if failed := failed_calls(record.backend_calls):
             summary[FAILED_CALLS] = failed  # those samples keep their original thinks
     record.notes = {k: v for k, v in summary.items() if k not in ("output", "dropped")}
-    manifest.write(cfg.out, record)
+    table = formats.to_table(result.samples, cfg.fmt)
+    manifest.commit_set(  # the SFT file, its report and its manifest, visible together
+        [
+            manifest.Member(
+                cfg.out,
+                lambda tmp: io.parquet_into(tmp, table, metadata={"ddai.format": cfg.fmt}),
+                record,
+            ),
+            manifest.Member(report_path(cfg.out), lambda tmp: _report_into(tmp, result), None),
+        ]
+    )
     return summary
 
 
@@ -337,7 +346,12 @@ def _rewrite(backend: Any, keep: list[Candidate], cfg: DistillConfig) -> rewrite
 
 def write_report(path: Path, result: PostPassResult) -> None:
     """The post-pass report (one JSON object per event), written atomically."""
-    with io.atomic_open(path, "w", encoding="utf-8") as fh:
+    with io.atomic_path(path) as tmp:
+        _report_into(tmp, result)
+
+
+def _report_into(path: Path, result: PostPassResult) -> None:
+    with open(path, "w", encoding="utf-8") as fh:
         fh.writelines(report_lines(result.events))
 
 

@@ -170,6 +170,7 @@ def _bucket(
     )
     starts = np.cumsum([0] + [len(parts[b]) for b in BUCKETS])
     base = begun.record()
+    members = []
     for i, b in enumerate(BUCKETS):
         out = scored.slice(starts[i], starts[i + 1] - starts[i])
         record = step.record_for(
@@ -190,7 +191,8 @@ def _bucket(
                 step.SUMMARY_KEY: summary,
             },
         )
-        step.write_table(outputs[b], out, record)
+        members.append(step.table_output(outputs[b], out, record))
+    step.commit(members)  # B, A and 0 with their manifests, visible together
     return step.StepResult(STEP, outputs, summary)
 
 

@@ -150,7 +150,7 @@ def run_focus(cfg: FocusConfig) -> step.StepResult:
             table, record, summary = _round1(cfg, inputs, score_of, raws, begun.record)
         else:
             table, record, summary = _next_round(cfg, inputs, score_of, raws[0], begun.record)
-    step.write_table(out, table, record)
+    step.commit([step.table_output(out, table, record)])  # the file and its manifest at once
     return step.StepResult(cfg.step, {"focus": out}, summary)
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from ddai.pipelines import manifest, objstore, store
+from ddai.pipelines import fileset, manifest, objstore, store
 
 KINDS = ("source", "log", "file", "step", "missing")
 
@@ -84,6 +84,7 @@ def _visit(
     key = _where(path)
     if key in nodes:
         return
+    fileset.settle_for(path)  # a set killed after its commit point is finished first
     m = manifest.read(path)
     if m is not None:
         # Inputs first, so each node follows its inputs (topological order); the placeholder
@@ -133,11 +134,12 @@ def _visit(
 
 
 def _step_mismatch(path: Path, m: dict[str, Any]) -> str | None:
-    """Why a step output differs from what its manifest committed (None: it matches, or its
-    manifest predates output hashes and cannot tell)."""
+    """Why a step output differs from what its manifest committed, or is one of a set whose
+    members come from different invocations (None: it matches, or its manifest predates
+    output hashes and cannot tell)."""
     if m.get("output_sha256") is None and objstore.any_exists(path):
         return None
-    return manifest.verify(path)
+    return manifest.verify(path) or manifest.set_mismatch(path)
 
 
 def _edge(

@@ -1,8 +1,8 @@
 """What every funnel step shares: freshness checks, writing outputs with their manifests, results.
 
-A step is a pure transform plus a ``run`` that reads its inputs, writes each output atomically
-and then the output's manifest (``<file>.manifest.json``), in that order: a manifest exists only
-for an output that was completely written. A step whose outputs all have manifests matching its
+A step is a pure transform plus a ``run`` that reads its inputs and commits its outputs with their
+manifests (``<file>.manifest.json``) as one set (``commit``): a kill leaves the old set or the new
+one, never a mix, and an input assembled from two invocations' files is refused (``require``). A step whose outputs all have manifests matching its
 step name, parameters and input hashes is skipped and returns the summary it recorded.
 """
 
@@ -20,8 +20,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from ddai.pipelines import io, manifest, objstore
-from ddai.pipelines.funnel import dataset as ds
+from ddai.pipelines import fileset, io, manifest, objstore
 
 SUMMARY_KEY = "summary"
 
@@ -55,10 +54,15 @@ def resolve(path: str | os.PathLike[str] | None) -> Path | None:
 
 
 def require(path: str | os.PathLike[str], what: str) -> Path:
-    """The absolute path of an input that must exist (an error naming it otherwise)."""
+    """The absolute path of an input that must exist (an error naming it otherwise), and, when
+    it is a step's output, one of a whole set: an interrupted set commit is finished first, and
+    a set whose members come from different invocations is refused (ValueError naming them)."""
     p = resolve(path)
+    fileset.settle_for(p)
     if not objstore.any_exists(p):
         raise FileNotFoundError(f"{what} {objstore.display(p)} not found")
+    if (why := manifest.set_mismatch(p)) is not None:
+        raise ValueError(f"{what} {objstore.display(p)}: {why}")
     return p
 
 
@@ -103,6 +107,9 @@ def started(
     With ``force`` (nothing to compare) the hashing runs in a thread, next to the step's own
     reading and computing (sha256 and file reads release the GIL): on a large log it is
     otherwise a second full read of the log on the critical path."""
+    if outputs:
+        # a set killed after its commit point is finished first, a killed one's staged files go
+        fileset.settle_for(outputs[0], clean=True)
     if not force:
         records = None
         if _committed_with(outputs, step, params):  # else nothing to compare: hash once below
@@ -146,12 +153,16 @@ def record_for(
     )
 
 
-def write_table(path: Path, table: pa.Table, record: manifest.StepRecord) -> None:
-    """Write a dataset output, then its manifest."""
-    ds.write_dataset(path, table)
-    manifest.write(path, record)
+def table_output(path: Path, table: pa.Table, record: manifest.StepRecord) -> manifest.Member:
+    """A dataset output (zstd Parquet, the dataset's shape) of a step's set."""
+    return manifest.Member(path, lambda tmp: io.parquet_into(tmp, table), record)
 
 
-def write_text(path: Path, text: str, record: manifest.StepRecord) -> None:
-    io.write_text(path, text)
-    manifest.write(path, record)
+def text_output(path: Path, text: str, record: manifest.StepRecord) -> manifest.Member:
+    return manifest.Member(path, lambda tmp: tmp.write_text(text, encoding="utf-8"), record)
+
+
+def commit(members: list[manifest.Member]) -> str:
+    """Write a step's outputs and their manifests as one commit (visible together); returns
+    the invocation's step id, which every manifest of the set records."""
+    return manifest.commit_set(members)

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ddai.pipelines import capabilities, manifest, objstore
+from ddai.pipelines import capabilities, fileset, manifest, objstore
 from ddai.pipelines.backends.usage import FAILED_CALLS, failed_calls
 from ddai.pipelines.funnel import dataset as ds
 from ddai.pipelines.funnel import decisions as dec
@@ -223,6 +223,8 @@ def run_verify(cfg: VerifyConfig, *, verifier: Any = None) -> step.StepResult:
     params, inputs = cfg.params(ident), cfg.inputs()
     outputs = {k: step.resolve(v) for k, v in cfg.outputs().items()}
     rerun = cfg.dry_run or cfg.force or cfg.retry_failed
+    if not cfg.dry_run:  # a killed write of these outputs: finished, or its staged files removed
+        fileset.settle_for(outputs["filtered"], clean=True)
     if not rerun and step.fresh(outputs.values(), STEP, params, inputs):
         return step.skipped(STEP, outputs)
     base = None if cfg.dry_run else manifest.start(STEP, params, inputs)
@@ -324,7 +326,7 @@ def run_verify(cfg: VerifyConfig, *, verifier: Any = None) -> step.StepResult:
     }
     src, n_in = str(inputs[0]), raw.num_rows
     dup = {"duplicate id": len(dups)}
-    step.write_table(
+    filtered_out = step.table_output(
         outputs["filtered"],
         filtered,
         step.record_for(
@@ -335,7 +337,7 @@ def run_verify(cfg: VerifyConfig, *, verifier: Any = None) -> step.StepResult:
             notes={**notes, "contributions": {src: filtered.num_rows}},
         ),
     )
-    step.write_table(
+    excluded_out = step.table_output(
         outputs["excluded"],
         excluded,
         step.record_for(
@@ -349,10 +351,16 @@ def run_verify(cfg: VerifyConfig, *, verifier: Any = None) -> step.StepResult:
     sheet_rec = step.record_for(
         base, rows_in=n_in, rows_out=len(sheet), notes={step.SUMMARY_KEY: summary}
     )
-    step.write_text(outputs["review.csv"], review.to_csv(sheet), sheet_rec)
     line = f"{len(cand)} candidates, {len(ask)} sent to the verifier, {len(excluded_ids)} excluded"
     html = review.to_html(sheet, title=f"GT review: {Path(cfg.dataset).name}", counts=line)
-    step.write_text(outputs["review.html"], html, sheet_rec)
+    step.commit(  # the four outputs with their manifests, visible together
+        [
+            filtered_out,
+            excluded_out,
+            step.text_output(outputs["review.csv"], review.to_csv(sheet), sheet_rec),
+            step.text_output(outputs["review.html"], html, sheet_rec),
+        ]
+    )
     return step.StepResult(STEP, outputs, summary)
 
 

@@ -112,6 +112,8 @@ def make_app() -> web.Application:
         return web.json_response({"kind": "storage#buckets", "items": items})
 
     async def api(req: web.Request) -> web.StreamResponse:
+        if "/rewriteTo/" in req.raw_path:
+            return _rewrite(req)
         bucket, name = _split(req.raw_path, "/storage/v1/b/")
         objs = _bucket(bucket)
         if objs is None:
@@ -136,6 +138,27 @@ def make_app() -> web.Application:
         if req.query.get("alt") == "media":
             return _media(req, o)
         return web.json_response(_resource(bucket, name, o))
+
+    def _rewrite(req: web.Request) -> web.Response:
+        """A server-side copy (``…/o/<src>/rewriteTo/b/<bucket>/o/<dst>``), done in one call."""
+        src_path, _, dst_path = req.raw_path.split("?", 1)[0].partition("/rewriteTo/b/")
+        b1, n1 = _split(src_path, "/storage/v1/b/")
+        b2, n2 = _split("/" + dst_path, "/")
+        src = (_bucket(b1) or {}).get(n1 or "")
+        if src is None or _bucket(b2) is None:
+            return _error(404, f"{n1} not found")
+        o = Obj(src.data, st.next_generation(), src.content_type, time.time(), dict(src.metadata))
+        st.buckets[b2][n2 or ""] = o
+        size = str(len(src.data))
+        return web.json_response(
+            {
+                "kind": "storage#rewriteResponse",
+                "done": True,
+                "totalBytesRewritten": size,
+                "objectSize": size,
+                "resource": _resource(b2, n2 or "", o),
+            }
+        )
 
     def _list(req: web.Request, bucket: str, objs: dict[str, Obj]) -> web.Response:
         prefix = req.query.get("prefix", "")
