@@ -349,7 +349,7 @@ def run_verify(cfg: VerifyConfig, *, verifier: Any = None) -> step.StepResult:
     sheet_rec = step.record_for(
         base, rows_in=n_in, rows_out=len(sheet), notes={step.SUMMARY_KEY: summary}
     )
-    step.write_text(outputs["review.csv"], review.to_csv(sheet), sheet_rec)
+    step.write_text(outputs["review.csv"], review.sheet_csv(sheet), sheet_rec)
     line = f"{len(cand)} candidates, {len(ask)} sent to the verifier, {len(excluded_ids)} excluded"
     html = review.to_html(sheet, title=f"GT review: {Path(cfg.dataset).name}", counts=line)
     step.write_text(outputs["review.html"], html, sheet_rec)
