@@ -1,39 +1,60 @@
-"""CSV cells that are safe to open in a spreadsheet (no formula injection), and back.
+"""Every CSV ddai writes, with cells that are safe to open in a spreadsheet, and read back.
 
 A cell whose text starts with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return is run as a
 formula by Excel, LibreOffice and Google Sheets (``=HYPERLINK(…)``, ``@SUM(…)``, ``-2+3+cmd|…``),
-and model answers or log fields can hold anything. ``escape`` prefixes such a text with ``'`` (the
-spreadsheet convention for "this is text"), so it shows as written and runs nothing; a plain
-number such as ``-0.5`` is left alone (it is a number, not a formula). A text that already starts
-with ``'`` before one of those characters gets a second ``'``, so ``unescape`` restores every
-value exactly: ddai reads its own sheets back (``review.csv`` as ``--decisions``).
+and model answers, uids and log fields can hold anything. ``escape`` prefixes such a text with
+``'`` (OWASP's rule for CSV injection; spreadsheets show the text as written and run nothing).
+
+Only text is escaped. A typed number (``int``, ``float``, ``Decimal``, ``bool``: a score, a step,
+``-1.5``) is written as the number it is, so it stays a number in a spreadsheet and when read
+back; a number carries no formula (a float ``-inf`` or ``nan`` is written as such). A text that is
+exactly a plain decimal number (``-0.5``, ``+3``, ``-1e-3``: ASCII digits, one optional sign,
+point and exponent) is left alone too, since a spreadsheet reads it as that number; ``-1+2``,
+``-inf``, ``+1_0``, ``-1 `` and ``\\t1`` are escaped. Any other value (a date, a map) is written as
+its text and escaped by the same rule. Header cells (column names, which a query's ``PIVOT`` takes
+from data) are escaped like any cell.
+
+A text that already starts with ``'`` before one of those characters gets a second ``'``, so
+``unescape`` restores every value exactly: ddai reads its own sheets back (``review.csv`` as
+``--decisions``, a query's CSV as a ``--scores`` table or a corpus's ``--text-from``).
+
+Every CSV writer of the package goes through ``write_rows`` / ``rows_text`` (rows of Python values)
+or ``write_frame`` (a polars frame, written by polars); no other module calls a CSV writer itself
+(``tests/pipelines/test_csv_writers.py`` greps the package for them).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import csv
+import io
+import os
+import re
+from collections.abc import Iterable, Sequence
+from decimal import Decimal
+from typing import IO, TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import polars as pl
 
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 QUOTE = "'"
-
-
-def _number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
+# a text a spreadsheet reads as a plain number; ASCII only (Python's float() also takes
+# " 1", "1_0", "inf" and Unicode digits, which a spreadsheet does not read as numbers)
+_NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+_NUMBERS = (int, float, Decimal)  # bool is an int
 
 
 def escape(value: Any) -> Any:
-    """``value`` as a cell: texts that a spreadsheet would run get a leading ``'``."""
-    if not isinstance(value, str) or not value:
+    """``value`` as a cell: a text a spreadsheet would run gets a leading ``'``; numbers and
+    ``None`` are returned as they are, any other value as its escaped text."""
+    if value is None or isinstance(value, _NUMBERS):
         return value
-    if value.startswith(FORMULA_START) and not _number(value):
-        return QUOTE + value
-    if value.startswith(QUOTE) and value.lstrip(QUOTE).startswith(FORMULA_START):
-        return QUOTE + value  # so that unescape's one stripped quote gives it back
-    return value
+    text = value if isinstance(value, str) else str(value)
+    if text.startswith(FORMULA_START) and not _NUMBER.fullmatch(text):
+        return QUOTE + text
+    if text.startswith(QUOTE) and text.lstrip(QUOTE).startswith(FORMULA_START):
+        return QUOTE + text  # so that unescape's one stripped quote gives it back
+    return text
 
 
 def unescape(value: str) -> str:
@@ -43,5 +64,65 @@ def unescape(value: str) -> str:
     return value
 
 
-def escape_row(row: dict[str, Any]) -> dict[str, Any]:
-    return {k: escape(v) for k, v in row.items()}
+def write_rows(fh: IO[str], header: Sequence[Any], rows: Iterable[Sequence[Any]]) -> int:
+    """``header`` then ``rows`` as CSV to ``fh`` (open with ``newline=""``), every cell through
+    ``escape`` and ``None`` as an empty cell; returns the rows written.
+
+    Rows end in CRLF (RFC 4180): the csv module quotes a cell holding a character of the line
+    ending, so with a bare ``\n`` a cell's ``\r`` would go out unquoted and split its row."""
+    w = csv.writer(fh, lineterminator="\r\n")
+    w.writerow([escape(h) for h in header])
+    n = 0
+    for r in rows:
+        w.writerow(["" if v is None else escape(v) for v in r])
+        n += 1
+    return n
+
+
+def rows_text(header: Sequence[Any], rows: Iterable[Sequence[Any]]) -> str:
+    """``write_rows`` into a string."""
+    buf = io.StringIO()
+    write_rows(buf, header, rows)
+    return buf.getvalue()
+
+
+def _text_columns(df: pl.DataFrame) -> list[str]:
+    """Columns written as their values' escaped text: all but numbers, booleans, dates and times
+    (polars formats those, and they start with a digit or a number's sign) and nested columns
+    (which polars' CSV writer refuses anyway)."""
+    import polars as pl
+
+    kept = (pl.Boolean, pl.Date, pl.Datetime, pl.Time)
+    return [
+        c
+        for c, t in df.schema.items()
+        if not (t.is_numeric() or t.is_nested() or any(t == k for k in kept))
+    ]
+
+
+def escape_frame(df: pl.DataFrame) -> pl.DataFrame:
+    """``df`` with its column names and text cells through ``escape`` (nulls stay null)."""
+    import polars as pl
+
+    cols = [
+        pl.Series(c, [escape(v) for v in df[c].to_list()], dtype=pl.String)
+        for c in _text_columns(df)
+    ]
+    return df.with_columns(cols).rename({c: escape(c) for c in df.columns})
+
+
+def unescape_frame(df: pl.DataFrame) -> pl.DataFrame:
+    """``escape_frame`` undone on a frame read from a CSV (its String columns and names)."""
+    import polars as pl
+
+    cols = [
+        pl.Series(c, [None if v is None else unescape(v) for v in df[c].to_list()], dtype=pl.String)
+        for c, t in df.schema.items()
+        if t == pl.String
+    ]
+    return df.with_columns(cols).rename({c: unescape(c) for c in df.columns})
+
+
+def write_frame(df: pl.DataFrame, path: str | os.PathLike[str] | None = None) -> str | None:
+    """``df`` as CSV by polars' writer (to ``path``, or returned as text), escaped."""
+    return escape_frame(df).write_csv(path)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines import io, manifest
+from ddai.pipelines import csv_cells, io, manifest
 from ddai.pipelines.corpus import Corpus
 
 STEP = "corpus.build"
@@ -105,6 +105,8 @@ def read_text_table(path: Path) -> dict[str, dict[str, Any]]:
         raise CorpusBuildError(f"--text-from {path}: no such file")
     try:
         frame = reader(path)
+        if path.suffix.lower() == ".csv":  # ddai's own CSVs escape text like "- item": undone
+            frame = csv_cells.unescape_frame(frame)
     except Exception as e:  # polars raises several error types for unreadable input
         raise CorpusBuildError(f"--text-from {path}: cannot read it ({e})") from e
     missing = [c for c in ("page_id", "text") if c not in frame.columns]

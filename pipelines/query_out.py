@@ -16,7 +16,6 @@ Log text is untrusted: a CSV cell a spreadsheet would run as a formula is escape
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 from collections.abc import Iterator
@@ -69,10 +68,7 @@ def preview(con: duckdb.DuckDBPyConnection, result: Result, limit: int) -> list[
 
 def write_csv(con: duckdb.DuckDBPyConnection, result: Result, fh: IO[str]) -> None:
     """The result as CSV with a header; nulls as empty cells, formula-like texts escaped."""
-    w = csv.writer(fh)
-    w.writerow(result.columns)
-    for r in rows(con, result):
-        w.writerow(["" if v is None else csv_cells.escape(v) for v in r])
+    csv_cells.write_rows(fh, result.columns, rows(con, result))
 
 
 def write_json_lines(con: duckdb.DuckDBPyConnection, result: Result, fh: IO[str]) -> None:

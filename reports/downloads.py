@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import polars as pl
 
+from ddai.pipelines import csv_cells
 from ddai.reports.blocks import Download
 from ddai.reports.formatting import csv_data_url
 
 
 def csv_download(label: str, filename: str, df: pl.DataFrame) -> Download:
-    """A link that saves ``df`` as ``filename`` (CSV, UTF-8), with no network and no server."""
-    return Download(label, filename, csv_data_url(df.write_csv()), df.height)
+    """A link that saves ``df`` as ``filename`` (CSV, UTF-8), with no network and no server; text
+    cells a spreadsheet would run as formulas are escaped (``csv_cells``)."""
+    return Download(label, filename, csv_data_url(csv_cells.write_frame(df) or ""), df.height)

@@ -1,4 +1,6 @@
-"""Prompt lists written atomically in the format the file name asks for (CSV, Parquet, JSONL)."""
+"""Prompt lists written atomically in the format the file name asks for (CSV, Parquet, JSONL).
+
+A CSV's text cells are escaped for spreadsheets (``csv_cells``)."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ from pathlib import Path
 
 import polars as pl
 
-from ddai.pipelines import io
+from ddai.pipelines import csv_cells, io
 
 FORMATS = (".csv", ".parquet", ".jsonl")
 
@@ -20,14 +22,9 @@ def write_rows(path: str | os.PathLike[str], df: pl.DataFrame) -> Path:
         raise ValueError(f"--out {out}: use a file ending in {', '.join(FORMATS)}")
     with io.atomic_path(out) as tmp:
         if suffix == ".csv":
-            df.write_csv(tmp)
+            csv_cells.write_frame(df, tmp)  # uids, questions, answers: untrusted text
         elif suffix == ".parquet":
             df.write_parquet(tmp, compression="zstd")
         else:
             df.write_ndjson(tmp)
     return out
-
-
-def to_csv(df: pl.DataFrame) -> str:
-    """``df`` as CSV text (the report's downloadable lists)."""
-    return df.write_csv()

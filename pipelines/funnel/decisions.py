@@ -39,7 +39,7 @@ def read_decisions(paths: list[str | os.PathLike[str]] | tuple) -> dict[str, Dec
             raise FileNotFoundError(f"decisions file {p} not found")
         with open(p, newline="", encoding="utf-8-sig") as fh:
             reader = csv.DictReader(fh)
-            cols = [c.strip().lower() for c in reader.fieldnames or []]
+            cols = [csv_cells.unescape(c).strip().lower() for c in reader.fieldnames or []]
             if "uid" not in cols or "verdict" not in cols:
                 raise ValueError(
                     f"{p}: a decisions CSV needs the columns uid, verdict[, reason]; "

@@ -3,13 +3,12 @@
 ``review.csv`` starts with the decision columns of a decisions file (``uid, verdict, reason``), so
 a reviewer fills in ``verdict`` (``ok``, ``wrong`` or ``uncertain``) and hands the sheet back with
 ``--decisions review.csv``. Cells a spreadsheet would run as formulas are escaped
-(``ddai.pipelines.csv_cells``) and unescaped when read back. ``review.html`` shows the same rows with the reference page text.
+(``ddai.pipelines.csv_cells``) and unescaped when read back. ``review.html`` shows the same rows
+with the reference page text.
 """
 
 from __future__ import annotations
 
-import csv
-import io as _io
 from dataclasses import asdict, dataclass, fields
 
 import jinja2
@@ -39,16 +38,16 @@ class ReviewRow:
 CSV_COLUMNS = [f.name for f in fields(ReviewRow) if f.name != "page_text"]
 
 
-def to_csv(rows: list[ReviewRow]) -> str:
-    buf = _io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, extrasaction="ignore", lineterminator="\n")
-    w.writeheader()
-    for r in rows:
+def sheet_csv(rows: list[ReviewRow]) -> str:
+    """The sheet's CSV text; answers and reasons are untrusted text, escaped (``csv_cells``)."""
+
+    def cells(r: ReviewRow) -> list:
         rec = asdict(r)
         for k in ("score", "ndcg"):
             rec[k] = "" if rec[k] is None else f"{rec[k]:.6g}"
-        w.writerow(csv_cells.escape_row(rec))  # answers and reasons are untrusted text
-    return buf.getvalue()
+        return [rec[c] for c in CSV_COLUMNS]
+
+    return csv_cells.rows_text(CSV_COLUMNS, map(cells, rows))
 
 
 _HTML = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined).from_string(

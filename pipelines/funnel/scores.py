@@ -20,7 +20,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ddai.pipelines import capabilities, objstore, query, store
+from ddai.pipelines import capabilities, csv_cells, objstore, query, store
 
 METRICS = ("ndcg", "judge", "reward")
 AGGS = ("mean", "max")
@@ -201,8 +201,8 @@ def _read_frame(p: Path) -> pl.DataFrame:
     src: Any = io.BytesIO(objstore.read_bytes(url)) if url else p
     if suffix == ".parquet":
         return pl.read_parquet(src)
-    if suffix == ".csv":
-        return pl.read_csv(src, infer_schema_length=10_000)
+    if suffix == ".csv":  # ddai's own CSVs (a query's) escape formula-like ids: undone
+        return csv_cells.unescape_frame(pl.read_csv(src, infer_schema_length=10_000))
     if suffix in (".jsonl", ".ndjson"):
         return pl.read_ndjson(src)
     raise ValueError(f"{p}: score tables are .parquet, .csv or .jsonl")

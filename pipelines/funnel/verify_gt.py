@@ -357,7 +357,7 @@ def run_verify(cfg: VerifyConfig, *, verifier: Any = None) -> step.StepResult:
         [
             filtered_out,
             excluded_out,
-            step.text_output(outputs["review.csv"], review.to_csv(sheet), sheet_rec),
+            step.text_output(outputs["review.csv"], review.sheet_csv(sheet), sheet_rec),
             step.text_output(outputs["review.html"], html, sheet_rec),
         ]
     )

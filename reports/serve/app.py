@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
-import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -37,6 +36,7 @@ from starlette.responses import (
 )
 from starlette.routing import Route
 
+from ddai.pipelines import csv_cells
 from ddai.reports.formatting import num, pct
 from ddai.reports.serve import images, queries, sqlbox
 from ddai.reports.serve.config import ServeConfig
@@ -298,7 +298,8 @@ def create_app(cfg: ServeConfig, *, explorer: Explorer | None = None) -> Starlet
             table = queries.keys(con, view).to_arrow_table()
         buf = io.BytesIO()
         if fmt == "csv":
-            pacsv.write_csv(table, buf)
+            rows = zip(*(c.to_pylist() for c in table.columns), strict=True)
+            buf.write(csv_cells.rows_text(table.column_names, rows).encode())
             media = "text/csv"
         else:
             pq.write_table(table, buf, compression="zstd")

@@ -488,7 +488,7 @@ def test_review_csv_escapes_formulas_and_reads_back_exactly(tmp_path):
         reference='=HYPERLINK("http://x", "click")',
         pages="",
     )
-    text = review.to_csv([row])
+    text = review.sheet_csv([row])
     rec = next(csv.DictReader(io.StringIO(text)))
     for col in ("uid", "reason", "proposed_reason", "question", "reference"):
         assert rec[col].startswith("'"), col

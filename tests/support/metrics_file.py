@@ -13,13 +13,16 @@ from ddai.pipelines import csv_cells
 
 
 def read_metrics(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """Rows of a metrics file written by ``MetricsFileCallback`` (JSONL, or CSV with its cells
-    unescaped)."""
+    """Rows of a metrics file written by ``MetricsFileCallback`` (JSONL, or CSV with its header
+    and cells unescaped)."""
     p = Path(path)
     if p.suffix == ".csv":
-        with p.open(encoding="utf-8") as fh:
+        with p.open(encoding="utf-8", newline="") as fh:
             return [
-                {k: csv_cells.unescape(v) if isinstance(v, str) else v for k, v in r.items()}
+                {
+                    csv_cells.unescape(k): csv_cells.unescape(v) if isinstance(v, str) else v
+                    for k, v in r.items()
+                }
                 for r in csv.DictReader(fh)
             ]
     return [json.loads(line) for line in p.read_text("utf-8").splitlines() if line.strip()]

@@ -7,7 +7,6 @@ and ``epoch``; the CSV header is rewritten when new keys appear, so no value is 
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 from pathlib import Path
@@ -39,9 +38,8 @@ class MetricsFileCallback(TrainerCallback):
         keys = list(dict.fromkeys(k for r in self._rows for k in r))
         tmp = self.path.with_suffix(".csv.tmp")
         with tmp.open("w", newline="", encoding="utf-8") as fh:
-            writer = csv.DictWriter(fh, fieldnames=keys)
-            writer.writeheader()
-            writer.writerows(csv_cells.escape_row(r) for r in self._rows)
+            # a logged string (a note, a sample) is text a spreadsheet could run: escaped
+            csv_cells.write_rows(fh, keys, ([r.get(k) for k in keys] for r in self._rows))
         os.replace(tmp, self.path)
 
 
