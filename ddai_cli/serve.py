@@ -48,6 +48,15 @@ def serve_cmd(
         ),
     ] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = 8765,
+    allow_hosts: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allow-host",
+            help="A name this machine is reached by (repeatable), accepted in a request's Host "
+            "header besides 127.0.0.1, localhost, ::1 and --host; any other name is refused, so "
+            "a web page cannot reach the explorer by DNS rebinding.",
+        ),
+    ] = None,
     token: Annotated[
         str | None,
         typer.Option(
@@ -64,6 +73,18 @@ def serve_cmd(
     threads: Annotated[
         int | None, typer.Option("--threads", help="DuckDB threads. Default: one per core.")
     ] = None,
+    memory_share: Annotated[
+        float,
+        typer.Option(
+            "--memory-share",
+            help="Share of the machine's memory the explorer's DuckDB may hold (its table, the "
+            "pages and the SQL box together; beyond it a query spills or fails), in (0, 0.9].",
+        ),
+    ] = 0.25,
+    sql_timeout: Annotated[
+        float,
+        typer.Option("--sql-timeout", help="Seconds a SQL box query may run before it stops."),
+    ] = 30.0,
 ) -> None:
     """Serve a local, read-only web explorer over every rollout: a sortable, filterable table
     (shareable URLs), GRPO group views, transcripts with page images, live report sections whose
@@ -90,6 +111,9 @@ def serve_cmd(
             page_size=page_size,
             success_threshold=threshold,
             threads=threads,
+            allow_hosts=allow_hosts or [],
+            memory_share=memory_share,
+            sql_timeout_s=sql_timeout,
         )
         cfg.require_token()
         app = create_app(cfg)
@@ -100,8 +124,11 @@ def serve_cmd(
     ex = app.state.explorer
     with ex.connection() as con:
         n = con.execute("SELECT count(*) FROM explorer").fetchall()[0][0]
+    limit = cfg.memory_limit()
+    memory = f"{limit / 2**30:.1f} GiB" if limit else "DuckDB's default (memory size unknown)"
     console.print(
-        f"ddai serve: {n:,} rollouts from {cfg.logs} at {url}  (Ctrl-C stops)",
+        f"ddai serve: {n:,} rollouts from {cfg.logs} at {url}  (Ctrl-C stops)\n"
+        f"  answers Host {', '.join(cfg.hosts())}; DuckDB holds at most {memory}",
         markup=False,
         soft_wrap=True,
     )

@@ -66,6 +66,14 @@ _COMMENTS = re.compile(r"('(?:[^']|'')*'|\"(?:[^\"]|\"\")*\")|--[^\n]*|/\*.*?\*/
 # A view file's CREATE made connection-local: on a shared database (``connect(shared=True)``)
 # each connection's views read its own snapshot, and a fresh database holds them the same way.
 _TEMP = re.compile(r"\bCREATE\s+OR\s+REPLACE\s+(VIEW|MACRO)\b", re.I)
+# A file's own TEMP, dropped when every connection of the database must see what it creates.
+_OWN_TEMP = re.compile(r"\b(CREATE\s+(?:OR\s+REPLACE\s+)?)TEMP(?:ORARY)?\s+", re.I)
+
+
+def database_wide(sql: str) -> str:
+    """``sql`` with its ``CREATE TEMP`` made plain ``CREATE``: for a database of its own whose
+    cursors must all see the tables it builds (``connect(wide=True)``)."""
+    return _OWN_TEMP.sub(r"\1", sql)
 
 
 def _code_words(sql: str) -> set[str]:
@@ -136,6 +144,7 @@ def connect(
     views: list[str] | None = None,
     shared: bool = False,
     snap: store_read.Snapshot | None = None,
+    wide: bool = False,
 ) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection with the rollout-log views over ``logs`` (or the named runs).
 
@@ -149,7 +158,13 @@ def connect(
     The views read one snapshot of each run (the files its manifest listed when connecting),
     held while the connection lives, so a concurrent re-ingest or append never changes or
     removes what the connection's queries read. ``snap``: read this snapshot instead (its holder
-    keeps and releases it; ``logs`` and ``runs`` are then unused)."""
+    keeps and releases it; ``logs`` and ``runs`` are then unused).
+
+    ``wide``: the source, views, macros and tables are database-wide, so every ``cursor()`` of
+    the connection reads them (a server's one cursor per request); only on a database of its
+    own (not with ``shared``)."""
+    if wide and shared:
+        raise ValueError("connect(wide=True) needs a database of its own, not shared=True")
     own = snap is None
     snap = store_read.snapshot(logs, runs) if snap is None else snap
     files = snap.all_files()
@@ -167,33 +182,49 @@ def connect(
     # `ddai query --format csv|json` written to stdout (and the report's own progress display).
     con.execute("SET enable_progress_bar = false")
     if remote:
-        _remote_source(con, files)
+        _remote_source(con, files, wide=wide)
     elif files:
         # DuckDB's own Parquet reader (about 2x faster than scanning an Arrow dataset); the file
         # list is passed as a value, never pasted into SQL text. Registered, the view is
         # connection-local (``create_view`` would make it database-wide).
         # union_by_name: partitions written before a column existed (``flags``, schema 1) read
         # it as null.
-        con.register(
-            "rollouts_src",
+        _source(
+            con,
             con.read_parquet([str(f) for f in files], hive_partitioning=False, union_by_name=True),
+            wide=wide,
         )
     else:
         # An empty store still answers queries (with no rows).
         from ddai.pipelines import store
 
-        con.register("rollouts_src", store.ROLLOUT_SCHEMA.empty_table())
-    _create_views(con, VIEWS if views is None else views)
+        _source(con, store.ROLLOUT_SCHEMA.empty_table(), wide=wide)
+    _create_views(con, VIEWS if views is None else views, wide=wide)
     return con
 
 
-def _create_views(con: duckdb.DuckDBPyConnection, names: Iterable[str]) -> None:
-    """Execute the view files ``names`` (in the order given), each CREATE made TEMP."""
+def _source(con: duckdb.DuckDBPyConnection, src: Any, *, wide: bool) -> None:
+    """``rollouts_src`` over ``src`` (a relation, an Arrow table or dataset): registered
+    (connection-local), or a database-wide view every cursor reads (``wide``)."""
+    if not wide:
+        con.register("rollouts_src", src)
+    elif isinstance(src, duckdb.DuckDBPyRelation):
+        src.create_view("rollouts_src")
+    else:
+        con.from_arrow(src).create_view("rollouts_src")
+
+
+def _create_views(
+    con: duckdb.DuckDBPyConnection, names: Iterable[str], *, wide: bool = False
+) -> None:
+    """Execute the view files ``names`` (in the order given), each CREATE made TEMP (or, with
+    ``wide``, each made database-wide)."""
     for name in names:
-        con.execute(_TEMP.sub(r"CREATE OR REPLACE TEMP \1", sql_text(name)))
+        sql = sql_text(name)
+        con.execute(database_wide(sql) if wide else _TEMP.sub(r"CREATE OR REPLACE TEMP \1", sql))
 
 
-def _remote_source(con: duckdb.DuckDBPyConnection, files: list[Any]) -> None:
+def _remote_source(con: duckdb.DuckDBPyConnection, files: list[Any], *, wide: bool = False) -> None:
     """``rollouts_src`` over object-storage files, by the scan ``DDAI_OBJSTORE_SCAN`` names."""
     how = objstore.scan()
     if how == "fsspec":
@@ -205,7 +236,7 @@ def _remote_source(con: duckdb.DuckDBPyConnection, files: list[Any]) -> None:
         # DuckDB pushes projections and filters into the Arrow dataset's scan.
         from ddai.pipelines import store
 
-        con.register("rollouts_src", store.arrow_dataset(files))
+        _source(con, store.arrow_dataset(files), wide=wide)
 
 
 def run_named(

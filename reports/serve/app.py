@@ -11,7 +11,6 @@ headers they share.
 
 from __future__ import annotations
 
-import hmac
 import io
 import json
 import tempfile
@@ -25,13 +24,11 @@ import jinja2
 import pyarrow.parquet as pq
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
-from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 from starlette.requests import Request
 from starlette.responses import (
     FileResponse,
     HTMLResponse,
     JSONResponse,
-    PlainTextResponse,
     Response,
 )
 from starlette.routing import Route
@@ -48,7 +45,9 @@ from ddai.reports.serve.filters import (
     SORTABLE,
     FilterError,
     RolloutFilter,
+    whole,
 )
+from ddai.reports.serve.guard import Guard, TokenMiddleware, page_token
 from ddai.reports.transcript import mark_pages
 
 CSP = (
@@ -59,7 +58,6 @@ CSP = (
 # plotly.js builds functions at load time (new Function); pages drawing charts allow that, never
 # inline scripts
 CSP_PLOTLY = CSP.replace("script-src 'self'", "script-src 'self' 'unsafe-eval'")
-TOKEN_COOKIE = "ddai_token"
 STATIC_TYPES = {".js": "text/javascript", ".css": "text/css"}
 
 
@@ -76,10 +74,17 @@ def _env() -> jinja2.Environment:
 
 
 def _html(
-    name: str, status: int = 200, *, csp: str = CSP, notice: str = "", **ctx: Any
+    name: str,
+    status: int = 200,
+    *,
+    csp: str = CSP,
+    notice: str = "",
+    token: str = "",
+    **ctx: Any,
 ) -> HTMLResponse:
-    """``name`` rendered; ``notice``: a line above the page (e.g. the store holds no rollouts)."""
-    page = _env().get_template(name).render(notice=notice, **ctx)
+    """``name`` rendered; ``notice``: a line above the page (e.g. the store holds no rollouts);
+    ``token``: the page token its scripts send with a POST (``guard``)."""
+    page = _env().get_template(name).render(notice=notice, page_token=token, **ctx)
     return HTMLResponse(page, status_code=status, headers={"Content-Security-Policy": csp})
 
 
@@ -110,41 +115,13 @@ def _view(request: Request, cfg: ServeConfig) -> RolloutFilter:
     return RolloutFilter.from_params(params, size=cfg.page_size)
 
 
-class TokenMiddleware(BaseHTTPMiddleware):
-    """With a token set: a request needs it as ``?token=``, the cookie or a Bearer header.
-
-    A right ``?token=`` also sets an HttpOnly cookie, so links inside the explorer work without
-    carrying the token in every URL.
-    """
-
-    def __init__(self, app: Any, token: str) -> None:
-        super().__init__(app)
-        self.token = token
-
-    def _ok(self, value: str | None) -> bool:
-        return value is not None and hmac.compare_digest(value.encode(), self.token.encode())
-
-    async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
-        auth = request.headers.get("authorization", "")
-        bearer = auth[7:] if auth.lower().startswith("bearer ") else None
-        from_query = request.query_params.get("token")
-        if not (
-            self._ok(from_query) or self._ok(request.cookies.get(TOKEN_COOKIE)) or self._ok(bearer)
-        ):
-            return PlainTextResponse(
-                "401: this explorer needs its token: open the URL `ddai serve` printed "
-                "(…?token=…) or send Authorization: Bearer TOKEN",
-                status_code=401,
-            )
-        response = await call_next(request)
-        if self._ok(from_query):
-            response.set_cookie(TOKEN_COOKIE, self.token, httponly=True, samesite="strict")
-        return response
-
-
 def create_app(cfg: ServeConfig, *, explorer: Explorer | None = None) -> Starlette:
     """The explorer app over ``cfg.logs`` (builds the explorer table now; raises on a bad store)."""
     ex = explorer or Explorer(cfg)
+    token = page_token()
+
+    def html(name: str, status: int = 200, **kw: Any) -> HTMLResponse:
+        return _html(name, status, token=token, **kw)
 
     def notice() -> str:
         return "" if ex.meta["runs"] else empty_store_notice(cfg)
@@ -156,7 +133,7 @@ def create_app(cfg: ServeConfig, *, explorer: Explorer | None = None) -> Starlet
             total = queries.count(con, view)
             runs, tags = ex.meta["runs"], ex.meta["tags"]
         pages = max(1, -(-total // view.size))
-        return _html(
+        return html(
             "rollouts.html",
             notice=notice(),
             title="rollouts",
@@ -176,9 +153,13 @@ def create_app(cfg: ServeConfig, *, explorer: Explorer | None = None) -> Starlet
 
     def rollouts_api(request: Request) -> Response:
         view = _view(request, cfg)  # a bad parameter: 400 through _bad_filter
+        total_param = request.query_params.get("total", "1")
+        if total_param not in ("0", "1"):
+            return _error(400, f"total={total_param!r}: use 0 (skip the count) or 1", request)
+        counted = total_param == "1"
         with ex.connection() as con:
             rows = queries.page(con, view)
-            total = queries.count(con, view) if request.query_params.get("total") != "0" else None
+            total = queries.count(con, view) if counted else None
         return JSONResponse(
             {"total": total, "page": view.page, "size": view.size, "rows": rows},
             headers={"Cache-Control": "no-store"},
@@ -198,18 +179,18 @@ def create_app(cfg: ServeConfig, *, explorer: Explorer | None = None) -> Starlet
                 + (f" in run(s) {', '.join(runs)}" if runs else ""),
                 request,
             )
-        return _html("group.html", title=f"group {uid}", nav="", uid=uid, runs=runs, **data)
+        return html("group.html", title=f"group {uid}", nav="", uid=uid, runs=runs, **data)
 
     def rollout_page(request: Request) -> Response:
         q = request.query_params
-        try:
-            run, uid = q["run"], q["uid"]
-            step = int(q["step"]) if q.get("step") not in (None, "") else None
-            idx = int(q["idx"])
-        except (KeyError, ValueError):
+        if any(k not in q for k in ("run", "uid", "idx")):
             return _error(
                 400, "a rollout is run=RUN&uid=UID&step=STEP&idx=N (step may be empty)", request
             )
+        run, uid = q["run"], q["uid"]
+        # a bad number: 400 naming it through _bad_filter
+        step = whole("step", q["step"]) if q.get("step") not in (None, "") else None
+        idx = whole("idx", q["idx"])
         with ex.connection() as con:
             row = queries.rollout(con, run, uid, step, idx)
         if row is None:
@@ -222,7 +203,7 @@ def create_app(cfg: ServeConfig, *, explorer: Explorer | None = None) -> Starlet
             if t.get("retrieved"):
                 shown = t["retrieved"][0]  # a crop applies to the page last shown
             turns.append({**t, "pages": marked, "crop_of": crop_of})
-        return _html(
+        return html(
             "rollout.html",
             title=f"{run} {uid} #{idx}",
             nav="",
@@ -245,7 +226,7 @@ def create_app(cfg: ServeConfig, *, explorer: Explorer | None = None) -> Starlet
             tags = ex.meta["tags"]
             deltas = queries.compare(con, a, b) if a and b else None
         chart = {t["run_id"]: data["outcomes"].get(t["run_id"], {}) for t in data["totals"]}
-        return _html(
+        return html(
             "sections.html",
             csp=CSP_PLOTLY,
             notice=notice(),
@@ -269,7 +250,7 @@ def create_app(cfg: ServeConfig, *, explorer: Explorer | None = None) -> Starlet
         )
 
     def sql_page(request: Request) -> Response:
-        return _html("sql.html", title="SQL", nav="sql", max_rows=cfg.sql_max_rows)
+        return html("sql.html", title="SQL", nav="sql", max_rows=cfg.sql_max_rows)
 
     async def sql_api(request: Request) -> Response:
         try:
@@ -284,7 +265,9 @@ def create_app(cfg: ServeConfig, *, explorer: Explorer | None = None) -> Starlet
     def _run_sql(sql: str) -> Response:
         try:
             with ex.connection() as con:
-                result = sqlbox.run_select(con, sql, max_rows=cfg.sql_max_rows)
+                result = sqlbox.run_select(
+                    con, sql, max_rows=cfg.sql_max_rows, timeout_s=cfg.sql_timeout_s
+                )
         except sqlbox.SqlRejected as e:
             return JSONResponse({"error": str(e)}, status_code=400)
         return JSONResponse(json.loads(json.dumps(result, default=str)))
@@ -371,11 +354,15 @@ def create_app(cfg: ServeConfig, *, explorer: Explorer | None = None) -> Starlet
         Route("/report", report),
         Route("/favicon.ico", lambda request: Response(status_code=204)),
     ]
-    middleware = [Middleware(TokenMiddleware, token=cfg.token)] if cfg.token else []
+    # the Host check and the POST guard first, then the access token of a non-loopback host
+    middleware = [Middleware(Guard, hosts=cfg.hosts(), token=token)]
+    if cfg.token:
+        middleware.append(Middleware(TokenMiddleware, token=cfg.token))
     app = Starlette(
         routes=routes, middleware=middleware, exception_handlers={FilterError: _bad_filter}
     )
     app.state.explorer = ex
+    app.state.page_token = token
     return app
 
 

@@ -3,12 +3,33 @@
 from __future__ import annotations
 
 import ipaddress
+import os
+import re
 import secrets
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 LOOPBACK_NAMES = {"localhost"}
+# The names a page on this machine reaches a loopback explorer by, whatever --host is.
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+# A host name of RFC 1123 labels, lower case, no port (an IP address is checked apart).
+HOST_NAME = re.compile(
+    r"^(?=.{1,253}$)[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$"
+)
+
+
+def host_name(host: str) -> str:
+    """``host`` as it is compared with a request's Host header: lower case, no IPv6 brackets."""
+    return host.strip().lower().removeprefix("[").removesuffix("]")
+
+
+def machine_memory() -> int | None:
+    """Bytes of physical memory of this machine; None where the OS does not say."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
 
 
 def is_loopback(host: str) -> bool:
@@ -35,12 +56,19 @@ class ServeConfig:
         image_root: folder of page images named ``{page_id}.png|jpg|jpeg|webp``; None shows pages
             as their ids.
         host, port: where to listen. A host other than loopback requires ``token``.
+        allow_hosts: names besides the bound address and 127.0.0.1 / localhost / ::1 that a
+            request's Host header may carry (a name this machine is reached by); any other is
+            refused, so a page on another site cannot reach the explorer by DNS rebinding.
         token: the access token (a ``?token=`` once, then a cookie, or ``Authorization: Bearer``);
             None on loopback means no token.
         page_size: rows per page of the rollout table (a request may ask for up to 500).
         sql_max_rows: rows the SQL box returns at most.
         success_threshold, judge_high, ndcg_low, judge_low, ndcg_high, max_turns: as in the report.
         threads: DuckDB threads (None: DuckDB's default).
+        memory_share: share of the machine's memory the explorer's DuckDB (its table, every page
+            and the SQL box together) may hold; beyond it a query spills to a private temp
+            folder or fails with an out-of-memory error, never the machine.
+        sql_timeout_s: seconds a SQL box query may run before it is stopped.
     """
 
     logs: Path
@@ -60,9 +88,28 @@ class ServeConfig:
     ndcg_high: float = 1.0
     max_turns: int | None = None
     threads: int | None = None
+    allow_hosts: list[str] = field(default_factory=list)
+    memory_share: float = 0.25
+    sql_timeout_s: float = 30.0
 
     def __post_init__(self) -> None:
         self.logs = Path(self.logs)
+        self.allow_hosts = [host_name(h) for h in self.allow_hosts]
+        for name in self.allow_hosts:
+            if not _is_address(name) and not HOST_NAME.match(name):
+                raise ValueError(
+                    f"--allow-host {name!r} is not a host name or IP address (no scheme, port "
+                    "or path): e.g. --allow-host myhost.lan"
+                )
+        if not 0 < self.memory_share <= 0.9:
+            raise ValueError(
+                f"--memory-share must be in (0, 0.9], got {self.memory_share:g}: a share of the "
+                "machine's memory such as 0.25"
+            )
+        if not 0 < self.sql_timeout_s <= 3600:
+            raise ValueError(
+                f"--sql-timeout must be in (0, 3600] seconds, got {self.sql_timeout_s:g}"
+            )
         if self.image_root is not None:
             self.image_root = Path(self.image_root)
             if not self.image_root.is_dir():
@@ -91,6 +138,17 @@ class ServeConfig:
         """Whether transcripts show page images (from files or drawn from the corpus)."""
         return self.image_root is not None or self.corpus is not None
 
+    def hosts(self) -> list[str]:
+        """The names a request's Host header may carry: loopback, the bound address (unless it
+        is 0.0.0.0 / ::, which name no host) and ``allow_hosts``."""
+        names = [*LOOPBACK_HOSTS, host_name(self.host), *self.allow_hosts]
+        return [n for n in dict.fromkeys(names) if n not in ("0.0.0.0", "::", "")]
+
+    def memory_limit(self) -> int | None:
+        """``memory_share`` of the machine in bytes; None where its memory is unknown."""
+        total = machine_memory()
+        return None if total is None else int(total * self.memory_share)
+
     def report_fields(self) -> dict[str, Any]:
         """The fields this config shares with ``ReportConfig`` (the store, runs, datasets and
         thresholds), so ``/report`` builds the report ``ddai report`` would with the same flags."""
@@ -104,3 +162,11 @@ class ServeConfig:
         if self.token is None and not is_loopback(self.host):
             self.token = secrets.token_urlsafe(24)
         return self.token
+
+
+def _is_address(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True

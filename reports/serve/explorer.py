@@ -1,17 +1,24 @@
-"""The explorer's state: one locked-down DuckDB connection over the store, rebuilt when it changes.
+"""The explorer's state: a locked-down DuckDB database over the store, one cursor per request.
 
-DuckDB connections are not safe to share between threads, so every use holds ``lock``. The
-store's fingerprint (each run's manifest and Parquet files with their sizes and times) is checked
-at most every ``recheck_s`` seconds; when an ingest has changed it, the explorer table is rebuilt
-on a fresh connection, so every page reads the current store.
+Each build is a database of its own whose views and ``explorer`` table are database-wide, so a
+request reads it through a cursor of its own (``connection``): requests run side by side and a
+slow SQL box query stalls only itself (before, one locked connection made every page wait for
+it). The store's fingerprint (each run's manifest and Parquet files with their sizes and times)
+is checked at most every ``recheck_s`` seconds; when an ingest has changed it, a new build is
+made while requests go on reading the old one, which closes once its last cursor is done.
+
+Each build spills into a private temp folder (removed with it) and holds at most
+``cfg.memory_limit()`` bytes, its table and every query together.
 """
 
 from __future__ import annotations
 
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
@@ -37,14 +44,29 @@ def fingerprint(logs: Path, runs: list[str] | None) -> tuple[tuple[str, int, int
     return tuple(sorted(out))
 
 
+@dataclass
+class Build:
+    """One database over one version of the store, and the requests reading it now."""
+
+    con: duckdb.DuckDBPyConnection
+    spill: tempfile.TemporaryDirectory[str]
+    users: int = 0
+    retired: bool = False
+
+    def close(self) -> None:
+        self.con.close()
+        self.spill.cleanup()
+
+
 class Explorer:
-    """The connection the app's requests share, and when it was built."""
+    """The current build, the cursors requests read it through, and when it was built."""
 
     def __init__(self, cfg: ServeConfig, *, recheck_s: float = 2.0) -> None:
         self.cfg = cfg
         self.recheck_s = recheck_s
-        self.lock = threading.RLock()
-        self.con: duckdb.DuckDBPyConnection | None = None
+        self.lock = threading.Lock()  # guards current / users / cursor(): microseconds each
+        self.building = threading.Lock()  # one build at a time; requests never wait on it
+        self.current: Build | None = None
         self.print: tuple[tuple[str, int, int], ...] = ()
         self.checked = 0.0
         self.builds = 0
@@ -62,46 +84,76 @@ class Explorer:
             "max_turns": c.max_turns,
         }
 
-    def _build(self) -> duckdb.DuckDBPyConnection:
+    def _build(self) -> Build:
         query.logs_or_fail(self.cfg.logs)
-        con = query.connect(self.cfg.logs, self.cfg.runs, threads=self.cfg.threads)
+        con = query.connect(self.cfg.logs, self.cfg.runs, threads=self.cfg.threads, wide=True)
+        spill = tempfile.TemporaryDirectory(prefix="ddai-serve-")
         try:
-            queries.open_explorer(con, self.params())
-            sqlbox.lock_down(con, self.cfg.logs)
+            sqlbox.spill_to(con, Path(spill.name), self.cfg.logs)
+            queries.open_explorer(con, self.params(), wide=True)
+            sqlbox.lock_down(con, self.cfg.logs, memory_limit=self.cfg.memory_limit())
         except Exception:
             con.close()
+            spill.cleanup()
             raise
-        return con
+        return Build(con, spill)
 
     def refresh(self, *, force: bool = False) -> bool:
-        """Rebuild if the store changed since the last build (or ``force``); True if rebuilt."""
+        """Rebuild if the store changed since the last build (or ``force``); True if rebuilt.
+
+        A request finding another one rebuilding reads the current build (no wait)."""
         now = time.monotonic()
         if not force and now - self.checked < self.recheck_s:
             return False
-        with self.lock:
+        if not self.building.acquire(blocking=force or self.current is None):
+            return False
+        try:
             self.checked = now
             current = fingerprint(self.cfg.logs, self.cfg.runs)
-            if not force and current == self.print and self.con is not None:
+            if not force and current == self.print and self.current is not None:
                 return False
-            con = self._build()
+            new = self._build()
             # the filter form's choices, read once per build rather than on every page
-            self.meta = {"runs": queries.runs(con), "tags": queries.tags(con)}
-            old, self.con, self.print = self.con, con, current
-            self.builds += 1
-            if old is not None:
+            meta = {"runs": queries.runs(new.con), "tags": queries.tags(new.con)}
+            with self.lock:
+                old, self.current, self.print, self.meta = self.current, new, current, meta
+                self.builds += 1
+                if old is not None:
+                    old.retired = True
+                close_old = old is not None and old.users == 0
+            if close_old:
+                assert old is not None
                 old.close()
             return True
+        finally:
+            self.building.release()
 
     @contextmanager
     def connection(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        """The current connection, held for this thread until the block ends."""
+        """A cursor of its own on the current build, closed when the block ends; the build
+        stays open until every cursor on it is done, even if a newer one replaces it."""
         self.refresh()
         with self.lock:
-            assert self.con is not None
-            yield self.con
+            build = self.current
+            assert build is not None, "the explorer was closed"
+            build.users += 1
+            cur = build.con.cursor()
+        try:
+            yield cur
+        finally:
+            with self.lock:
+                cur.close()
+                build.users -= 1
+                done = build.retired and build.users == 0
+            if done:
+                build.close()
 
     def close(self) -> None:
         with self.lock:
-            if self.con is not None:
-                self.con.close()
-                self.con = None
+            build, self.current = self.current, None
+            if build is None:
+                return
+            build.retired = True
+            done = build.users == 0
+        if done:
+            build.close()

@@ -7,6 +7,7 @@ fixed lists, never from the request.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -46,26 +47,37 @@ RANGES = {
     "reward": "reward",
 }
 MAX_PAGE_SIZE = 500
+# Pages past the last one are empty; past this one the offset would leave DuckDB's BIGINT.
+MAX_PAGE = 10**12
+# What DuckDB binds as a BIGINT (step, rollout_idx): a larger number names no rollout.
+MAX_BIGINT = 2**63 - 1
 
 
 class FilterError(ValueError):
     """A URL parameter that does not parse; the message names it and what it takes."""
 
 
-def _float(name: str, value: str) -> float:
+def number(name: str, value: str) -> float:
+    """``value`` as a finite float; FilterError naming ``name`` otherwise (nan, inf, 1e999)."""
     try:
-        return float(value)
+        v = float(value)
     except ValueError:
         raise FilterError(f"{name}={value!r} is not a number") from None
+    if not math.isfinite(v):
+        raise FilterError(f"{name}={value!r} is not a finite number")
+    return v
 
 
-def _int(name: str, value: str, lo: int = 0) -> int:
+def whole(name: str, value: str, lo: int = 0, hi: int = MAX_BIGINT) -> int:
+    """``value`` as an int in [lo, hi]; FilterError naming ``name`` otherwise (1e20, -1, 2**70)."""
     try:
         v = int(value)
     except ValueError:
         raise FilterError(f"{name}={value!r} is not a whole number") from None
     if v < lo:
         raise FilterError(f"{name} must be >= {lo}, got {v}")
+    if v > hi:
+        raise FilterError(f"{name} must be <= {hi}, got {v}")
     return v
 
 
@@ -127,19 +139,19 @@ class RolloutFilter:
             ranges.append(
                 (
                     name,
-                    None if lo is None else _float(f"{name}_min", lo),
-                    None if hi is None else _float(f"{name}_max", hi),
+                    None if lo is None else number(f"{name}_min", lo),
+                    None if hi is None else number(f"{name}_max", hi),
                 )
             )
         cell: dict[str, Any] = {}
         if (v := one("judge_level")) is not None:
-            cell["judge_level"] = _float("judge_level", v)
+            cell["judge_level"] = number("judge_level", v)
         for name, top in (("ndcg_band", 6), ("score_band", 5)):
             if (v := one(name)) is not None:
-                cell[name] = _int(name, v)
+                cell[name] = whole(name, v)
                 if cell[name] > top:
                     raise FilterError(f"{name} must be <= {top}, got {cell[name]}")
-        page_size = _int("size", one("size") or str(size), 1)
+        page_size = whole("size", one("size") or str(size), 1)
         if page_size > MAX_PAGE_SIZE:
             raise FilterError(f"size must be <= {MAX_PAGE_SIZE}, got {page_size}")
         return cls(
@@ -154,7 +166,7 @@ class RolloutFilter:
             **cell,
             sort=sort,
             desc=direction == "desc",
-            page=_int("page", one("page") or "1", 1),
+            page=whole("page", one("page") or "1", 1, MAX_PAGE),
             size=page_size,
         )
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import math
 import re
 from pathlib import Path
 
@@ -34,6 +35,8 @@ def parse_bbox(text: str) -> tuple[float, float, float, float]:
         x1, y1, x2, y2 = (float(p) for p in parts)
     except ValueError:
         raise ValueError(f"bbox={text!r}: give four numbers x1,y1,x2,y2") from None
+    if not all(math.isfinite(v) for v in (x1, y1, x2, y2)):
+        raise ValueError(f"bbox={text!r}: give four finite numbers x1,y1,x2,y2 (no inf or nan)")
     if not (x1 < x2 and y1 < y2):
         raise ValueError(f"bbox={text!r}: needs x1 < x2 and y1 < y2")
     return x1, y1, x2, y2

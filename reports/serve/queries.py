@@ -289,13 +289,18 @@ def compare(
     return {"better": better[:top], "worse": worse[:top], "shared": len(rows)}
 
 
-def open_explorer(con: duckdb.DuckDBPyConnection, params: dict[str, Any]) -> None:
+def open_explorer(
+    con: duckdb.DuckDBPyConnection, params: dict[str, Any], *, wide: bool = False
+) -> None:
     """Build ``explorer`` (the report's per-rollout facts plus table columns) and
-    ``report_prompts`` on ``con``, from the report's own SQL."""
+    ``report_prompts`` on ``con``, from the report's own SQL; ``wide``: as database-wide tables
+    every cursor of ``con`` reads (``query.connect(wide=True)``), not TEMP ones."""
     from ddai.reports.context import bind
 
     for name in ("report_facts", "report_prompts", "serve_explorer"):
         sql = query.sql_text(name)
+        if wide:
+            sql = query.database_wide(sql)
         if name == "serve_explorer":
             levels = con.sql(query.sql_text("report_judge_levels")).fetchall()[0][0]
             params = {**params, "judge_bins": _judge_bins(int(levels))}

@@ -4,6 +4,11 @@ Two locks: ``lock_down`` turns DuckDB's external access off (only the store's fo
 readable, which the views need) and locks the configuration so no statement turns it back on;
 ``check_select`` accepts exactly one SELECT statement, so DDL, ``COPY``, ``ATTACH``, ``SET``,
 ``INSTALL`` / ``LOAD`` and ``PRAGMA`` never reach the engine.
+
+DuckDB keeps its temp folder readable whatever the allow-list says, and its default is ``.tmp``
+under the working directory, where anything may lie: ``spill_to`` points it at a private folder
+made for this database before anything spills, and ``lock_down`` turns spilling off on a
+database still on the default, so the SQL box reads no folder but the store and its own spill.
 """
 
 from __future__ import annotations
@@ -19,8 +24,32 @@ class SqlRejected(ValueError):
     """A statement the SQL box does not run; the message says why and what it accepts."""
 
 
-def lock_down(con: duckdb.DuckDBPyConnection, store: Path) -> None:
-    """From now on ``con`` reads files under ``store`` only and writes none; not reversible."""
+def spill_to(con: duckdb.DuckDBPyConnection, folder: Path, store: Path) -> None:
+    """Spill ``con``'s database into ``folder`` (a fresh private folder holding nothing else);
+    before its first query that spills. Raises ValueError if ``folder`` and ``store`` overlap."""
+    folder, store = Path(folder).resolve(), Path(store).resolve()
+    if folder.is_relative_to(store) or store.is_relative_to(folder):
+        raise ValueError(
+            f"DuckDB's temp folder {folder} overlaps the store {store}: set TMPDIR to a folder "
+            "outside the store"
+        )
+    con.execute("SET temp_directory = $dir", {"dir": str(folder)})
+
+
+def lock_down(
+    con: duckdb.DuckDBPyConnection, store: Path, *, memory_limit: int | None = None
+) -> None:
+    """From now on ``con`` reads files under ``store`` only and writes none; not reversible.
+
+    ``memory_limit``: bytes the database's queries may hold (every cursor's together); None
+    keeps DuckDB's default (80% of the machine). A database whose temp folder is still DuckDB's
+    default (``.tmp``, relative to the working directory) stops spilling: that folder would
+    stay readable."""
+    if memory_limit is not None:
+        con.execute("SET memory_limit = $m", {"m": f"{int(memory_limit)}B"})
+    temp = con.sql("SELECT current_setting('temp_directory')").fetchall()[0][0]
+    if temp and not Path(temp).is_absolute():
+        con.execute("SET temp_directory = ''")
     con.execute("SET allowed_directories = $dirs", {"dirs": [str(Path(store).resolve())]})
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")

@@ -5,6 +5,7 @@ uvicorn.run is replaced by a recorder, so no test binds a port here (the browser
 
 from __future__ import annotations
 
+import duckdb
 import pytest
 import uvicorn
 from typer.testing import CliRunner
@@ -12,6 +13,7 @@ from typer.testing import CliRunner
 from ddai.cli.app import app
 from ddai.pipelines import store
 from ddai.reports.serve import is_loopback
+from ddai.reports.serve.config import machine_memory
 
 runner = CliRunner()
 
@@ -49,6 +51,9 @@ def test_help_explains_every_flag():
         "--page-size",
         "--success-threshold",
         "--threads",
+        "--allow-host",
+        "--memory-share",
+        "--sql-timeout",
     ):
         assert flag in res.output
 
@@ -60,6 +65,27 @@ def test_loopback_serves_without_a_token(logs, started):
     assert "token=" not in res.output
     (call,) = started
     assert (call["host"], call["port"]) == ("127.0.0.1", 8799)
+
+
+def test_host_names_memory_share_and_sql_timeout_reach_the_explorer(logs, started):
+    args = ["--allow-host", "Box.lan", "--allow-host", "10.0.0.7", "--memory-share", "0.1"]
+    res = runner.invoke(app, ["serve", "--logs", str(logs), *args, "--sql-timeout", "5"])
+    assert res.exit_code == 0, res.output
+    assert "answers Host 127.0.0.1, localhost, ::1, box.lan, 10.0.0.7" in res.output
+    (call,) = started
+    cfg = call["app"].state.explorer.cfg
+    assert (cfg.allow_hosts, cfg.memory_share, cfg.sql_timeout_s) == (
+        ["box.lan", "10.0.0.7"],
+        0.1,
+        5.0,
+    )
+    setting = "SELECT current_setting('memory_limit')"
+    ref = duckdb.connect()  # DuckDB's rendering of 10% of the machine, not its 80% default
+    ref.execute("SET memory_limit = $m", {"m": f"{int(machine_memory() * 0.1)}B"})
+    got = call["app"].state.explorer.current.con.sql(setting).fetchall()
+    assert got == ref.sql(setting).fetchall()
+    ref.close()
+    assert f"at most {cfg.memory_limit() / 2**30:.1f} GiB" in res.output
 
 
 def test_another_host_gets_a_token(logs, started):
@@ -82,6 +108,10 @@ def test_another_host_gets_a_token(logs, started):
         (["--page-size", "0"], "--page-size"),
         (["--token", "short"], "at least 16"),
         (["--run", "nope"], "nope"),
+        (["--allow-host", "http://box.lan:80"], "--allow-host"),
+        (["--memory-share", "0"], "--memory-share"),
+        (["--memory-share", "1.5"], "--memory-share"),
+        (["--sql-timeout", "0"], "--sql-timeout"),
     ],
 )
 def test_bad_input_exits_2_naming_it(logs, started, args, message):

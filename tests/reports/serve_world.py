@@ -2,7 +2,9 @@
 
 ``medium_world``: the synthetic world (``ddai fixtures make``) ingested into a log store, plus a
 run ``planted`` (the report tests' planted rows: a ``<script>`` in a think, an ``<img onerror>``
-answer); ``served``: uvicorn running the app in a thread on a free loopback port.
+answer); ``served``: uvicorn running the app in a thread on a free loopback port; ``local``: a
+test client under a name the explorer answers (it refuses TestClient's default "testserver");
+``post_sql``: a POST to the SQL box as the SQL page sends it (JSON and the page token).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 
 import uvicorn
 from report_world import planted_rows
+from starlette.testclient import TestClient
 
 from ddai.pipelines import store
 from ddai.pipelines.fixtures.make import make_world
@@ -55,3 +58,22 @@ def served(app: object) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(10)
+
+
+LOCAL = "http://127.0.0.1"
+
+
+def local(app: object) -> TestClient:
+    return TestClient(app, base_url=LOCAL)
+
+
+def page_token(client: TestClient) -> str:
+    """The page token the SQL page carries in its <meta name="ddai-token">."""
+    html = client.get("/sql").text
+    return html.split('<meta name="ddai-token" content="')[1].split('"')[0]
+
+
+def post_sql(client: TestClient, headers: dict | None = None, **kw: object):
+    """POST /api/sql as the SQL page does: JSON with the page token."""
+    headers = {"X-DDAI-Token": page_token(client), **(headers or {})}
+    return client.post("/api/sql", headers=headers, **kw)

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 from report_world import XSS, XSS_ANSWER, planted_rows, planted_store
-from starlette.testclient import TestClient
+from serve_world import local, post_sql
 
 from ddai.pipelines import store
 from ddai.pipelines.corpus import Corpus
@@ -62,7 +62,7 @@ def images(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def client(logs, images):
-    return TestClient(create_app(ServeConfig(logs=logs, image_root=images)))
+    return local(create_app(ServeConfig(logs=logs, image_root=images)))
 
 
 def test_rollout_table_pages_sorts_and_links(client):
@@ -103,6 +103,34 @@ def test_bad_parameters_are_400_with_the_reason(client):
     assert client.get("/export.xlsx").status_code == 404
 
 
+@pytest.mark.parametrize(
+    ("path", "named"),
+    [
+        ("/img/4_2?bbox=0,0,inf,inf", "bbox="),  # was a 500 (int(inf) while cropping)
+        ("/img/4_2?bbox=nan,0,5,5", "bbox="),
+        ("/?page=1e20", "page="),
+        ("/api/rollouts?page=100000000000000000000", "page must be <="),  # was a 500
+        ("/export.csv?page=100000000000000000000", "page must be <="),
+        ("/?judge_min=nan", "judge_min="),  # was a 200 matching nothing
+        ("/api/rollouts?step_max=1e999", "step_max="),
+        ("/api/rollouts?judge_level=inf", "judge_level="),
+        ("/api/rollouts?size=-5", "size must be >= 1"),
+        ("/api/rollouts?size=1e3", "size="),
+        ("/api/rollouts?total=yes", "total="),  # was read as "count them"
+        ("/rollout?run=base&uid=u1&idx=99999999999999999999999", "idx must be <="),  # was a 404
+        ("/rollout?run=base&uid=u1&idx=-1", "idx must be >= 0"),
+        ("/rollout?run=base&uid=u1&idx=1.5", "idx="),
+        ("/rollout?run=base&uid=u1&step=nan&idx=0", "step="),
+        ("/rollout?run=base&uid=u1&step=-99999999999999999999999&idx=0", "step must be >= 0"),
+    ],
+)
+def test_every_parameter_that_does_not_parse_is_a_400_naming_it(client, path, named):
+    res = client.get(path)
+    assert res.status_code == 400, (path, res.status_code)
+    text = res.json()["error"] if path.startswith("/api/") else unescape(res.text)
+    assert named in text
+
+
 def test_planted_markup_stays_text_everywhere(client):
     page = client.get("/rollout?run=base&uid=u4&step=1&idx=0").text
     assert XSS not in page and XSS_ANSWER not in page
@@ -111,8 +139,8 @@ def test_planted_markup_stays_text_everywhere(client):
     group = client.get("/group?uid=u4").text
     assert XSS_ANSWER not in group and "&lt;img src=x onerror=" in group
     # the SQL box returns the text as data; the page renders it with textContent
-    res = client.post(
-        "/api/sql",
+    res = post_sql(
+        client,
         json={
             "sql": "SELECT answer FROM rollouts WHERE uid = 'u4' AND rollout_idx = 0 AND run_id = 'base'"
         },
@@ -137,7 +165,7 @@ def test_transcript_shows_pages_and_the_crop_of_the_last_page(client):
 
 
 def test_no_image_root_serves_no_images(logs):
-    c = TestClient(create_app(ServeConfig(logs=logs)))
+    c = local(create_app(ServeConfig(logs=logs)))
     assert c.get("/img/4_2").status_code == 404
     assert "<img" not in c.get("/rollout?run=base&uid=u4&step=1&idx=0").text
 
@@ -160,16 +188,17 @@ def test_export_writes_the_filters_ids(client):
 
 
 def test_sql_api_answers_selects_and_refuses_the_rest(client):
-    ok = client.post("/api/sql", json={"sql": "SELECT count(*) AS n FROM explorer"})
+    ok = post_sql(client, json={"sql": "SELECT count(*) AS n FROM explorer"})
     assert ok.status_code == 200 and ok.json()["rows"] == [[25]]  # 24 planted + 1 with pages
     for sql in (
         "DROP TABLE explorer",
         "COPY explorer TO 'x.csv'",
         "SELECT * FROM read_csv('/etc/passwd')",
     ):
-        assert client.post("/api/sql", json={"sql": sql}).status_code == 400
-    assert client.post("/api/sql", json={"query": "SELECT 1"}).status_code == 400
-    assert client.post("/api/sql", content=b"not json").status_code == 400
+        assert post_sql(client, json={"sql": sql}).status_code == 400
+    assert post_sql(client, json={"query": "SELECT 1"}).status_code == 400
+    bad = post_sql(client, content=b"not json", headers={"Content-Type": "application/json"})
+    assert bad.status_code == 400 and "send JSON" in bad.json()["error"]
 
 
 def test_sections_and_static_assets(client):
@@ -203,7 +232,7 @@ def test_grid_cells_and_score_bands_link_to_their_rollouts(client):
 
 
 def test_token_is_required_when_set(logs):
-    c = TestClient(create_app(ServeConfig(logs=logs, host="0.0.0.0", token=TOKEN)))
+    c = local(create_app(ServeConfig(logs=logs, host="0.0.0.0", token=TOKEN)))
     assert c.get("/").status_code == 401
     assert c.get("/?token=wrong-token-wrong-token").status_code == 401
     assert c.get("/api/rollouts", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
@@ -216,7 +245,7 @@ def test_token_is_required_when_set(logs):
 def test_the_explorer_follows_the_store(tmp_path):
     logs = planted_store(tmp_path)
     ex = Explorer(ServeConfig(logs=logs), recheck_s=0)
-    c = TestClient(create_app(ServeConfig(logs=logs), explorer=ex))
+    c = local(create_app(ServeConfig(logs=logs), explorer=ex))
     assert c.get("/api/rollouts").json()["total"] == 24
     assert ex.builds == 1
     store.write_run(logs, "third", planted_rows()["new"])
@@ -253,7 +282,7 @@ def test_pages_are_drawn_from_the_corpus_without_image_files(logs, tmp_path):
         ]
     )
     corpus.save(tmp_path / "pages.parquet")
-    c = TestClient(create_app(ServeConfig(logs=logs, corpus=tmp_path)))
+    c = local(create_app(ServeConfig(logs=logs, corpus=tmp_path)))
     page = c.get("/img/4_2")
     assert page.headers["content-type"] == "image/png"
     with Image.open(io.BytesIO(page.content)) as im:
@@ -279,13 +308,13 @@ def test_an_image_corpus_serves_its_own_files(logs, tmp_path):
             }
         ]
     ).save(tmp_path / "pages.parquet")
-    c = TestClient(create_app(ServeConfig(logs=logs, corpus=tmp_path / "pages.parquet")))
+    c = local(create_app(ServeConfig(logs=logs, corpus=tmp_path / "pages.parquet")))
     with Image.open(io.BytesIO(c.get("/img/4_2").content)) as im:
         assert im.size == (64, 48) and im.convert("RGB").getpixel((5, 5)) == (255, 0, 0)
 
 
 def test_report_route_builds_the_report_of_the_served_runs(logs):
-    client = TestClient(create_app(ServeConfig(logs=logs, runs=["pages"])))
+    client = local(create_app(ServeConfig(logs=logs, runs=["pages"])))
     res = client.get("/report")
     assert res.status_code == 200 and res.headers["content-type"].startswith("text/html")
     title = res.text.split("<title>", 1)[1].split("</title>", 1)[0]
@@ -293,7 +322,7 @@ def test_report_route_builds_the_report_of_the_served_runs(logs):
 
 
 def test_a_bad_view_parameter_is_400_on_every_route_that_reads_a_view(logs):
-    client = TestClient(create_app(ServeConfig(logs=logs, token=TOKEN)))
+    client = local(create_app(ServeConfig(logs=logs, token=TOKEN)))
     auth = {"Authorization": f"Bearer {TOKEN}"}
     for path in ("/?judge_min=x", "/api/rollouts?judge_min=x", "/export.csv?judge_min=x"):
         res = client.get(path, headers=auth)
@@ -307,7 +336,7 @@ def test_an_empty_store_says_so_on_every_page_and_the_report_is_not_a_500(tmp_pa
     logs = tmp_path / "logs"
     logs.mkdir()
     ex = Explorer(ServeConfig(logs=logs), recheck_s=0)
-    client = TestClient(create_app(ServeConfig(logs=logs), explorer=ex))
+    client = local(create_app(ServeConfig(logs=logs), explorer=ex))
     for path in ("/", "/sections"):
         res = client.get(path)
         assert res.status_code == 200

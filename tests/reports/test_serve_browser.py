@@ -3,7 +3,8 @@
 One server, one browser, the issue's walk: filter to one class, sort by reward, open a prompt's
 group with all its rollouts, open a transcript whose page images and crop render, follow a count
 from a section to its rollouts, run a SQL query, and get a 400 for SQL that writes or reads a
-file; a planted ``<script>`` stays text; nothing is requested outside the server. With
+file, and a 403 / 415 for a POST without the page token or a JSON type; a planted ``<script>``
+stays text; nothing is requested outside the server. With
 ``DDAI_SCREENSHOTS=DIR`` the walk also saves screenshots of each page into DIR.
 """
 
@@ -42,11 +43,15 @@ SQL = (
 )
 
 
-def _post_sql(sql: str) -> str:
+def _post_sql(sql: str, content_type: str = "application/json", token: bool = True) -> str:
+    """A fetch of /api/sql from the page: by default as the SQL form sends it (JSON and the page
+    token of its <meta name="ddai-token">)."""
     body = json.dumps({"sql": sql})
+    meta = "document.querySelector('meta[name=\"ddai-token\"]').content" if token else "''"
     return (
-        f"fetch('/api/sql', {{method: 'POST', headers: {{'Content-Type': 'application/json'}}, "
-        f"body: {json.dumps(body)}}}).then(async r => [r.status, (await r.json()).error || ''])"
+        f"fetch('/api/sql', {{method: 'POST', headers: {{'Content-Type': {json.dumps(content_type)},"
+        f" 'X-DDAI-Token': {meta}}}, body: {json.dumps(body)}}})"
+        ".then(async r => [r.status, (await r.json()).error || ''])"
     )
 
 
@@ -168,6 +173,11 @@ async def _walk(base: str, port: int, w: dict[str, Any]) -> dict[str, Any]:
                 "SELECT * FROM read_text('/etc/hostname')",
             )
         }
+        # ... and the guard refuses a POST without the page token or without a JSON type
+        got["sql_guarded"] = [
+            await page.eval(_post_sql("SELECT 1", token=False), await_promise=True),
+            await page.eval(_post_sql("SELECT 1", content_type="text/plain"), await_promise=True),
+        ]
         # 7. the planted script stays text
         await page.goto(f"{base}/rollout?run=planted&uid=u4&step=1&idx=0")
         got["planted"] = await page.eval(
@@ -219,6 +229,7 @@ def test_explorer_walk_in_chromium(world, tmp_path):
         got["sql_denied"], 400
     )
     assert not Path("/tmp/ddai-leak.csv").exists()
+    assert [status for status, _ in got["sql_guarded"]] == [403, 415]
     # 7. the planted markup is text: shown as written, never run, no element made from it
     planted = got["planted"]
     assert any(XSS in t for t in planted["think"])

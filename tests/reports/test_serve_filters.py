@@ -37,6 +37,15 @@ def test_defaults_and_full_parse():
         ("page=0", "page must be >= 1"),
         ("size=501", "size must be <= 500"),
         ("size=ten", "size='ten' is not a whole number"),
+        ("judge_min=nan", "judge_min='nan' is not a finite number"),
+        ("reward_max=inf", "reward_max='inf' is not a finite number"),
+        ("step_min=1e400", "step_min='1e400' is not a finite number"),
+        ("judge_level=-inf", "judge_level='-inf' is not a finite number"),
+        ("page=1e20", "page='1e20' is not a whole number"),
+        ("page=100000000000000000000", "page must be <= 1000000000000"),
+        ("page=-3", "page must be >= 1"),
+        ("ndcg_band=-1", "ndcg_band must be >= 0"),
+        ("score_band=99999999999999999999999", "score_band must be <= "),
     ],
 )
 def test_bad_parameters_name_themselves(qs, message):

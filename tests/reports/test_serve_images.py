@@ -53,7 +53,7 @@ def test_find_image_takes_page_ids_only(pages):
 def test_parse_bbox():
     assert parse_bbox("[1, 2.5, 30, 40]") == (1.0, 2.5, 30.0, 40.0)
     assert parse_bbox("1,2,3,4") == (1.0, 2.0, 3.0, 4.0)
-    for bad in ("1,2,3", "a,b,c,d", "5,5,1,1"):
+    for bad in ("1,2,3", "a,b,c,d", "5,5,1,1", "0,0,inf,inf", "0,0,nan,5", "-inf,0,1,1"):
         with pytest.raises(ValueError, match="bbox"):
             parse_bbox(bad)
 

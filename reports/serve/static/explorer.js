@@ -23,17 +23,24 @@ function renderTable(table, columns, rows) {
   }
 }
 
+// Every POST carries JSON and the page token of this server (its <meta name="ddai-token">): the
+// server refuses any other, so a page of another site cannot make the explorer do anything.
+function postJson(url, body) {
+  const meta = document.querySelector('meta[name="ddai-token"]');
+  return fetch(url, {
+    method: "POST",
+    headers: {"Content-Type": "application/json", "X-DDAI-Token": meta ? meta.content : ""},
+    body: JSON.stringify(body),
+  });
+}
+
 async function runSql(event) {
   event.preventDefault();
   const status = document.getElementById("sql-status");
   const table = document.getElementById("sql-result");
   status.textContent = "running…";
-  const res = await fetch("/api/sql", {
-    method: "POST",
-    headers: {"Content-Type": "application/json"},
-    body: JSON.stringify({sql: document.getElementById("sql").value}),
-  });
-  const data = await res.json();
+  const res = await postJson("/api/sql", {sql: document.getElementById("sql").value});
+  const data = await res.json().catch(() => ({error: res.statusText}));
   if (!res.ok) {
     status.textContent = `error ${res.status}: ${data.error}`;
     status.className = "error";
