@@ -115,7 +115,8 @@ def report_downloads(logs: Path, tmp: Path) -> list[str]:
 
 
 def serve_export(logs: Path, tmp: Path) -> list[str]:
-    res = TestClient(create_app(ServeConfig(logs=logs))).get("/export.csv")
+    app = create_app(ServeConfig(logs=logs))
+    res = TestClient(app, base_url="http://127.0.0.1").get("/export.csv")  # the Host it allows
     assert res.status_code == 200, res.text
     return [res.text]
 
