@@ -255,11 +255,21 @@ def ingest(cfg: IngestConfig) -> IngestResult:
             "source URLs are read when the log store is on object storage too (--logs s3://…); "
             "download them first for a local store"
         )
+    folders = [str(s) for s in cfg.sources if Path(s).is_dir()]
+    if folders:
+        raise ValueError(
+            f"{', '.join(folders)}: a directory; ingest reads files: name them "
+            f"(e.g. {Path(folders[0]) / '*.jsonl'})"
+        )
     missing = [str(s) for s in cfg.sources if not Path(s).is_file()]
     if missing:
         raise FileNotFoundError(f"source file(s) not found: {', '.join(missing)}")
     fmt_of: dict[str, str] = {}
+    empty = _empty_sources(cfg.sources)
     for src in cfg.sources:
+        if str(src) in empty:
+            fmt_of[str(src)] = EMPTY_FORMAT
+            continue
         adapters.refuse_compressed(Path(src))  # with --input-format too: every line would fail
         fmt_of[str(src)] = adapters.detect(Path(src)) if cfg.fmt == "auto" else cfg.fmt
         adapters.reader(fmt_of[str(src)])  # fail early on an unknown --input-format
@@ -270,6 +280,8 @@ def ingest(cfg: IngestConfig) -> IngestResult:
         uid_mapper=_uid_mapper(cfg, fmt_of),
         columnar=cfg.columnar,
     )
+    for src in empty:  # skipped, said in the summary's notes (never a silent nothing)
+        ctx.notes[src] = EMPTY_NOTE
     writers: dict[str, PartitionWriter] = {}
     counts: dict[str, RunCounts] = {}
     sources_of: dict[str, list[dict[str, Any]]] = {}
@@ -289,6 +301,8 @@ def ingest(cfg: IngestConfig) -> IngestResult:
     try:
         with _progress(cfg.progress) as bar:
             for src in map(Path, cfg.sources):
+                if str(src) in empty:
+                    continue
                 fmt = fmt_of[str(src)]
                 size = os.path.getsize(src)
                 task = bar.add_task(src.name, total=size)
@@ -400,6 +414,30 @@ def ingest(cfg: IngestConfig) -> IngestResult:
         run_stats.refresh(cfg.logs, committed_runs)
     side_counts = side.counts()
     return IngestResult(counts, fmt_of, qfiles, side_counts, ctx.notes, caps, side_dropped, checked)
+
+
+EMPTY_FORMAT = "empty (skipped)"  # a source's "format" in the summary when it held no line
+EMPTY_NOTE = "skipped: an empty file (no line to read); the other sources were ingested"
+_EMPTY_PEEK = 1 << 16
+
+
+def _empty_sources(sources: list[Path]) -> list[str]:
+    """The sources holding no line to read (no byte, or only blank lines), to be skipped with a
+    note while the others ingest; raises ValueError when every source is empty."""
+    empty = []
+    for src in sources:
+        size = os.path.getsize(src)
+        if size <= _EMPTY_PEEK:
+            with open(src, "rb") as fh:
+                text = fh.read()
+            if not text.removeprefix(b"\xef\xbb\xbf").strip():
+                empty.append(str(src))
+    if empty and len(empty) == len(sources):
+        raise ValueError(
+            f"{', '.join(empty)}: empty (no line to read); nothing to ingest: pass a file that "
+            "holds rollouts"
+        )
+    return empty
 
 
 def _naming_input(src: Path, records: Iterator[Any]) -> Iterator[Any]:

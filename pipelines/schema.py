@@ -26,6 +26,14 @@ TURNS_INCOMPLETE = "turns_incomplete"
 # A kept rollout one of whose scores was NaN or ±inf in the source: stored null, the source value
 # in ``extra.nonfinite`` (``{"reward": "nan"}``), counted by this flag; distillation leaves it out.
 NONFINITE = "nonfinite_score"
+# A kept rollout one of whose fields came in another JSON type and was converted (``"3"`` for an
+# integer, ``5`` for a string, ``7`` for ``terminated``): ``extra.coerced`` maps the field to
+# ``{"source": <value as given>, "stored": <value kept>}``; counted by this flag.
+COERCED = "coerced_type"
+# A kept rollout with an integer score past float64's precision (``2**70 + 1``): stored as the
+# nearest float, the exact source integer in ``extra.inexact`` (as text); counted by this flag.
+INEXACT = "inexact_number"
+_EXACT_FLOAT = 2**53
 
 TURN_TYPE = pa.struct(
     [
@@ -97,7 +105,14 @@ class RowError(ValueError):
         self.detail = detail
 
 
-def _int(name: str, v: Any, *, required: bool = False, nonneg: bool = False) -> int | None:
+def _int(
+    name: str,
+    v: Any,
+    *,
+    required: bool = False,
+    nonneg: bool = False,
+    coerced: dict[str, Any] | None = None,
+) -> int | None:
     if v is None:
         if required:
             raise RowError("missing required key", name)
@@ -112,11 +127,20 @@ def _int(name: str, v: Any, *, required: bool = False, nonneg: bool = False) -> 
         raise RowError("wrong type", f"{name} must be an int32, got {v!r}")
     if nonneg and f < 0:
         raise RowError("negative index", f"{name} = {int(f)}")
+    if isinstance(v, str) and coerced is not None:
+        coerced[name] = {"source": v, "stored": int(f)}
     return int(f)
 
 
-def _float(name: str, v: Any, nonfinite: dict[str, str] | None = None) -> float | None:
-    """A finite float, or None; a NaN/inf is recorded under ``name`` in ``nonfinite``."""
+def _float(
+    name: str,
+    v: Any,
+    nonfinite: dict[str, str] | None = None,
+    coerced: dict[str, Any] | None = None,
+    inexact: dict[str, str] | None = None,
+) -> float | None:
+    """A finite float, or None; a NaN/inf is recorded under ``name`` in ``nonfinite``, a string
+    converted in ``coerced``, an integer a float cannot hold exactly in ``inexact``."""
     if v is None:
         return None
     if isinstance(v, bool) or not isinstance(v, int | float | str):
@@ -125,6 +149,10 @@ def _float(name: str, v: Any, nonfinite: dict[str, str] | None = None) -> float 
         f = float(v)
     except ValueError as e:
         raise RowError("wrong type", f"{name} must be a number, got {v!r}") from e
+    if isinstance(v, str) and coerced is not None:
+        coerced[name] = {"source": v, "stored": f if math.isfinite(f) else str(f)}
+    if isinstance(v, int) and abs(v) > _EXACT_FLOAT and inexact is not None and int(f) != v:
+        inexact[name] = str(v)
     if math.isfinite(f):
         return f
     if nonfinite is not None:
@@ -132,7 +160,9 @@ def _float(name: str, v: Any, nonfinite: dict[str, str] | None = None) -> float 
     return None
 
 
-def _str(name: str, v: Any, *, required: bool = False) -> str | None:
+def _str(
+    name: str, v: Any, *, required: bool = False, coerced: dict[str, Any] | None = None
+) -> str | None:
     if v is None:
         if required:
             raise RowError("missing required key", name)
@@ -142,6 +172,8 @@ def _str(name: str, v: Any, *, required: bool = False) -> str | None:
             raise RowError("missing required key", f"{name} is empty")
         return v
     if isinstance(v, int | float) and not isinstance(v, bool):
+        if coerced is not None:
+            coerced[name] = {"source": v, "stored": str(v)}
         return str(v)
     raise RowError("wrong type", f"{name} must be a string, got {type(v).__name__}")
 
@@ -159,7 +191,12 @@ def _strlist(name: str, v: Any) -> list[str] | None:
     return out
 
 
-def _turn_record(t: Any, i: int, nonfinite: dict[str, str] | None = None) -> dict[str, Any]:
+def _turn_record(
+    t: Any,
+    i: int,
+    nonfinite: dict[str, str] | None = None,
+    coerced: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     if isinstance(t, tags.Turn):
         return t.to_record()
     if not isinstance(t, dict):
@@ -167,17 +204,20 @@ def _turn_record(t: Any, i: int, nonfinite: dict[str, str] | None = None) -> dic
     action = t.get("action") or "invalid"
     if action not in ACTION_NAMES:
         raise RowError("wrong type", f"turn action {action!r} not in {ACTION_NAMES}")
+    forced = t.get("forced")
+    if forced is not None and not isinstance(forced, bool) and coerced is not None:
+        coerced[f"turns[{i}].forced"] = {"source": forced, "stored": bool(forced)}
     return {
-        "idx": _int("turns.idx", t.get("idx", i)),
-        "think": _str("turns.think", t.get("think")),
+        "idx": _int("turns.idx", t.get("idx", i), coerced=coerced),
+        "think": _str(f"turns[{i}].think", t.get("think"), coerced=coerced),
         "action": action,
-        "arg": _str("turns.arg", t.get("arg")),
-        "sep": _str("turns.sep", t.get("sep")),
-        "forced": bool(t.get("forced") or False),
+        "arg": _str(f"turns[{i}].arg", t.get("arg"), coerced=coerced),
+        "sep": _str(f"turns[{i}].sep", t.get("sep"), coerced=coerced),
+        "forced": bool(forced or False),
         "retrieved": _strlist("turns.retrieved", t.get("retrieved")),
-        "observation": _str("turns.observation", t.get("observation")),
-        "error": _str("turns.error", t.get("error")),
-        "value": _float(f"turns[{i}].value", t.get("value"), nonfinite),
+        "observation": _str(f"turns[{i}].observation", t.get("observation"), coerced=coerced),
+        "error": _str(f"turns[{i}].error", t.get("error"), coerced=coerced),
+        "value": _float(f"turns[{i}].value", t.get("value"), nonfinite, coerced),
     }
 
 
@@ -198,7 +238,11 @@ def normalize_rollout(
     ``run_id`` (from ``--run-id``) wins over the record's own; the record's differing one is kept
     as ``extra.source_run_id``. Raises ``RowError`` for missing required keys, wrong types and
     negative indexes (``negative index``). A NaN/inf score is stored null, its source value in
-    ``extra.nonfinite``, and the row flagged ``nonfinite_score``.
+    ``extra.nonfinite``, and the row flagged ``nonfinite_score``. A value converted from another
+    JSON type (a number for a string column, a string for a number, a non-boolean ``forced``) is
+    listed in ``extra.coerced`` (source and stored value) and the row flagged ``coerced_type``; an
+    integer score past float64's precision keeps its exact text in ``extra.inexact``, flagged
+    ``inexact_number``.
     """
     if not isinstance(rec, dict):
         raise RowError("wrong type", "a row must be a JSON object")
@@ -221,17 +265,21 @@ def normalize_rollout(
         if src_run is not None and src_run != run_id:
             extra["source_run_id"] = src_run
         src_run = run_id
-    row: dict[str, Any] = {"run_id": _str("run_id", src_run, required=True)}
-    row["uid"] = _str("uid", rec.get("uid"), required=True)
-    row["rollout_idx"] = _int("rollout_idx", rec.get("rollout_idx"), required=True, nonneg=True)
+    coerced: dict[str, Any] = {}
+    inexact: dict[str, str] = {}
+    row: dict[str, Any] = {"run_id": _str("run_id", src_run, required=True, coerced=coerced)}
+    row["uid"] = _str("uid", rec.get("uid"), required=True, coerced=coerced)
+    row["rollout_idx"] = _int(
+        "rollout_idx", rec.get("rollout_idx"), required=True, nonneg=True, coerced=coerced
+    )
     for c in ("step", "sample_idx", "num_turns"):
-        row[c] = _int(c, rec.get(c), nonneg=True)
+        row[c] = _int(c, rec.get(c), nonneg=True, coerced=coerced)
     nonfinite: dict[str, str] = {}
     for c in _STR_COLS:
         if c not in row:
-            row[c] = _str(c, rec.get(c))
+            row[c] = _str(c, rec.get(c), coerced=coerced)
     for c in _FLOAT_COLS:
-        row[c] = _float(c, rec.get(c), nonfinite)
+        row[c] = _float(c, rec.get(c), nonfinite, coerced, inexact)
     for c in _STRLIST_COLS:
         row[c] = _strlist(c, rec.get(c))
     row["flags"] = sorted(set(row["flags"])) if row["flags"] else None
@@ -244,7 +292,8 @@ def normalize_rollout(
         if not isinstance(parts, dict):
             raise RowError("wrong type", "reward_parts must be an object of numbers")
         row["reward_parts"] = {
-            str(k): _float(f"reward_parts.{k}", v, nonfinite) for k, v in parts.items()
+            str(k): _float(f"reward_parts.{k}", v, nonfinite, coerced, inexact)
+            for k, v in parts.items()
         }
     else:
         row["reward_parts"] = None
@@ -253,7 +302,7 @@ def normalize_rollout(
     if turns_in is not None:
         if isinstance(turns_in, str) or not hasattr(turns_in, "__iter__"):
             raise RowError("wrong type", "turns must be a list")
-        turns = [_turn_record(t, i, nonfinite) for i, t in enumerate(turns_in)]
+        turns = [_turn_record(t, i, nonfinite, coerced) for i, t in enumerate(turns_in)]
     elif row["response"] is not None:
         turns = [t.to_record() for t in tags.parse_turns(row["response"])]
     else:
@@ -279,9 +328,17 @@ def normalize_rollout(
     if row["terminated"] is not None and row["terminated"] not in TERMINATIONS:
         extra.setdefault("source_terminated", row["terminated"])
         row["terminated"] = "error"
+        if "terminated" in coerced:  # a number: what it became is "error", not its text
+            coerced["terminated"]["stored"] = "error"
     if nonfinite:
         extra["nonfinite"] = nonfinite
         row["flags"] = sorted({*(row["flags"] or ()), NONFINITE})
+    if coerced:
+        extra["coerced"] = coerced
+        row["flags"] = sorted({*(row["flags"] or ()), COERCED})
+    if inexact:
+        extra["inexact"] = inexact
+        row["flags"] = sorted({*(row["flags"] or ()), INEXACT})
     row["extra"] = json.dumps(extra, ensure_ascii=False, default=str, sort_keys=True)
     return row
 

@@ -65,6 +65,21 @@ _CHUNK = 1 << 20
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")  # the same, over raw bytes
 SURROGATE_DETAIL = "an unpaired \\uD800-\\uDFFF escape (e.g. half an emoji); not valid UTF-8 text"
+# A key's closing quote and its colon (``":``), less those escaped inside strings (``\\":``), plus
+# those of keys ending in an escaped backslash (``\\\\":``; an escaped quote after one counts
+# too, harmlessly): at least the line's key occurrences. When they are no more than the keys
+# parsed, no key was given twice (json keeps the last value silently). Plain ``str.count``s;
+# the regex is asked only where a quote is followed by whitespace (``"key" : 1``).
+_KEY_END = re.compile(r'(?<!\\)"\s*:|\\\\"\s*:')
+
+
+def _key_marks(text: str) -> int:
+    if '" ' in text or '"\t' in text or '"\r' in text:
+        return len(_KEY_END.findall(text))
+    return text.count('":') - text.count('\\":') + text.count('\\\\":')
+
+
+DUPLICATE_JSON_KEY = "duplicate JSON key"
 
 
 def contained(
@@ -138,7 +153,9 @@ def iter_json_lines(
     has no newline and does not parse: a writer killed mid-line), ``too deeply nested`` (nesting
     past the JSON parser's recursion limit), ``lone surrogate`` (a ``\\ud83d`` escape with no
     pair, e.g. a truncated emoji: not storable as UTF-8), ``line too long`` (over
-    ``MAX_LINE_BYTES``; the raw text kept is the line's first bytes). Blank lines are skipped.
+    ``MAX_LINE_BYTES``; the raw text kept is the line's first bytes), ``duplicate JSON key`` (an
+    object naming a key twice, at any depth: a parser keeps one value silently, so the line is
+    quarantined with every value in its detail). Blank lines are skipped.
     """
     line_no = 0
     offset = 0
@@ -183,4 +200,40 @@ def parse_line(
         return line_no, text, None, f"{reason}|{e}"
     if _SURROGATE_ESCAPE.search(text) and lone_surrogate(obj):
         return line_no, text, None, f"lone surrogate|{SURROGATE_DETAIL}"
+    if (twice := repeated_key(text, obj)) is not None:
+        return line_no, text, None, f"{DUPLICATE_JSON_KEY}|{twice}"
     return line_no, text, obj, None
+
+
+def _count_keys(obj: Any) -> int:
+    """Keys of every object in ``obj``, at any depth."""
+    if isinstance(obj, dict):
+        return len(obj) + sum(_count_keys(v) for v in obj.values() if isinstance(v, dict | list))
+    if isinstance(obj, list):
+        return sum(_count_keys(v) for v in obj if isinstance(v, dict | list))
+    return 0
+
+
+def repeated_key(text: str, obj: Any) -> str | None:
+    """For a line that parsed as ``obj``: None when no object in it names a key twice, else what
+    was given twice (``"judge_score" given 2 times: 1.0, 0.123``). Python's json keeps the last
+    value silently; a line whose key count shows no repeat (nearly all) costs one regex count."""
+    marks = _key_marks(text)
+    if marks <= (len(obj) if isinstance(obj, dict) else 0) or marks <= _count_keys(obj):
+        return None
+    found: list[str] = []
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        seen: dict[str, list[Any]] = {}
+        for k, v in items:
+            seen.setdefault(k, []).append(v)
+        for k, vs in seen.items():
+            if len(vs) > 1 and len(found) < 3:
+                shown = ", ".join(json.dumps(v, ensure_ascii=False, default=str)[:80] for v in vs)
+                found.append(f"{json.dumps(k, ensure_ascii=False)} given {len(vs)} times: {shown}")
+        return dict(items)
+
+    json.loads(text, object_pairs_hook=pairs)  # parsed once already: cannot fail
+    if not found:  # the extra matches were escaped quotes inside strings
+        return None
+    return "; ".join(found) + " (a JSON reader keeps one value silently: which is right is unknown)"

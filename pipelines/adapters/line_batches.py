@@ -4,7 +4,8 @@
 when a columnar JSON reader (Arrow's) may read it as the per-line parser would: every line ends
 in a newline, none is blank, none holds a control byte (a raw tab or CR inside a string is
 malformed JSON to Python), a ``\\uD800``-``\\uDFFF`` escape (maybe a lone surrogate) or invalid
-UTF-8, nor a line with ``MAX_OPENERS`` brackets (nesting that could be too deep). Whatever the
+UTF-8, a line with ``MAX_OPENERS`` brackets (nesting that could be too deep), nor an integer of
+16 or more digits (``long_integer``: past float64's precision, which Arrow would round). Whatever the
 columnar reader then still refuses (a line that is not an object, a key given twice, a value of
 another type) sends the batch, and only that batch, through ``LineBatch.records``: the per-line
 parser, with the same reasons and line numbers as ``iter_json_lines``. A line longer than a batch
@@ -110,6 +111,8 @@ def _is_clean(data: bytes, ends: np.ndarray) -> bool:
         return False
     if SURROGATE_ESCAPE.search(data):
         return False
+    if long_integer(arr):
+        return False
     # ``[`` and ``{`` are the bytes b with b | 32 == 123; counted per line only when it may matter
     openers = np.flatnonzero((arr | 32) == 123)
     if len(openers) >= MAX_OPENERS and _most_openers(openers, ends) >= MAX_OPENERS:
@@ -123,6 +126,43 @@ def _is_clean(data: bytes, ends: np.ndarray) -> bool:
     except pa.ArrowInvalid:
         return False
     return True
+
+
+_DIGITS8 = 0x0101010101010101  # eight digit-mask bytes of 1 read as one little-endian word
+# the bytes a JSON number literal can follow and be followed by (48, a digit: past the window)
+_BEFORE_NUMBER = np.frombuffer(b":,[-0 \t\r\n", np.uint8)
+_AFTER_NUMBER = np.frombuffer(b",]}0 \t\r\n", np.uint8)
+
+
+def long_integer(arr: np.ndarray) -> bool:
+    """Whether the bytes ``arr`` may hold an integer literal of 16 or more digits (past 2**53 a
+    float64 cannot keep it: Arrow's reader would make it the nearest double, where Python's json
+    keeps it exact, and ``normalize_rollout`` flags it in a score column). Over-reports (a
+    number-like run of digits inside a string), never under-reports.
+
+    One vectorized pass: a run of 15+ digits holds an 8-byte-aligned block of digits; only those
+    blocks (the long fractions of floats, mostly) are looked at, in a window of 24 bytes either
+    side: the run is taken for an integer when the bytes around it are those around a number
+    (``:``, ``,``, ``[``, ``-`` or a space before; ``,``, ``]``, ``}`` or a space after), so a
+    float's fraction (after ``.``) or mantissa (before ``.``/``e``) is not."""
+    digit = (arr - 48) < 10
+    n = len(digit) // 8 * 8
+    blocks = np.flatnonzero(digit[:n].view("<u8") == _DIGITS8)
+    if not len(blocks):
+        return False
+    idx = blocks[:, None] * 8 + np.arange(-24, 32)  # (blocks, 56): the block at 24..31
+    inside = (idx >= 0) & (idx < len(arr))
+    wb = np.where(inside, arr[np.clip(idx, 0, len(arr) - 1)], 32)  # one gather: bytes
+    wd = (wb >= 48) & (wb <= 57)
+    rows = np.arange(len(blocks))
+    before = ~wd[:, :24]
+    start = np.where(before.any(1), 23 - before[:, ::-1].argmax(1), -1)  # last non-digit before
+    after = ~wd[:, 32:]
+    end = np.where(after.any(1), 32 + after.argmax(1), 56)  # first non-digit after
+    pre = np.where(start >= 0, wb[rows, np.maximum(start, 0)], 48)
+    post = np.where(end < 56, wb[rows, np.minimum(end, 55)], 48)
+    hit = (end - start - 1 >= 16) & np.isin(pre, _BEFORE_NUMBER) & np.isin(post, _AFTER_NUMBER)
+    return bool(hit.any())
 
 
 def _most_openers(openers: np.ndarray, ends: np.ndarray) -> int:

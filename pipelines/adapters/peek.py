@@ -11,14 +11,17 @@ from typing import Any
 from ddai.pipelines.adapters.base import open_lines
 
 # A first line up to this size is parsed whole (a rollout with a huge response is still a rollout);
-# a longer one, a blank one or one that does not parse is passed over for the next.
+# a longer one, a blank one or one that is not a JSON object is passed over for the next, for up
+# to ``PEEK_SKIP_BYTES`` of leading lines: leading garbage (a log's banner, a crashed writer's
+# fragments) does not hide the file's format, and the reader quarantines each such line.
 PEEK_LINE_BYTES = 64 << 20
-PEEK_LINES = 64
+PEEK_SKIP_BYTES = 64 << 20
 _CHUNK = 1 << 20
 
 
 def first_object(path: Path) -> dict[str, Any] | None:
-    """The first JSONL line (of the first ``PEEK_LINES``) that parses, as an object, else None.
+    """The first JSONL line that parses as an object (within the first ``PEEK_SKIP_BYTES`` of
+    lines passed over), else None.
 
     Never raises; memory stays bounded by ``PEEK_LINE_BYTES``. Several sniffers ask about the
     same file in turn: the answer is remembered per (path, size, mtime), so a 50 MB first line is
@@ -35,7 +38,7 @@ def first_object(path: Path) -> dict[str, Any] | None:
 def _first_object(path: str, size: int, mtime_ns: int) -> dict[str, Any] | None:
     try:
         with open_lines(path) as fh:
-            for _ in range(PEEK_LINES):
+            while fh.tell() <= PEEK_SKIP_BYTES:
                 line = fh.readline(PEEK_LINE_BYTES + 1)
                 if not line:
                     return None
@@ -43,13 +46,14 @@ def _first_object(path: str, size: int, mtime_ns: int) -> dict[str, Any] | None:
                     while (chunk := fh.readline(_CHUNK)) and not chunk.endswith(b"\n"):
                         pass
                     continue
-                if not line.strip():
+                if not line.lstrip().startswith(b"{"):  # blank, or no object: passed over
                     continue
                 try:
                     obj = json.loads(line)
                 except (ValueError, RecursionError):
                     continue
-                return obj if isinstance(obj, dict) else None
+                if isinstance(obj, dict):
+                    return obj
     except OSError:
         return None
     return None

@@ -160,6 +160,15 @@ class OpenAIBackend(RemoteBackend):
             kwargs["response_format"] = fmt
         resp = await self.client().chat.completions.create(messages=messages, **kwargs)
         usage = _chat_usage(resp)
+        if not resp.choices:  # some servers answer a filtered or failed call so
+            raise CallError(
+                Failure(
+                    "no-choices",
+                    f"the server answered with an empty `choices` list (no answer from model "
+                    f"{self.spec.model!r})",
+                ),
+                usage,
+            )
         msg = resp.choices[0].message
         if getattr(msg, "refusal", None):
             raise CallError(Failure("refusal", str(msg.refusal)[:200]), usage)

@@ -160,7 +160,7 @@ def test_extra_as_text_in_columns(tmp_path):
     lines = [
         _line(0, extra='{"a": 1, "b": [null]}'),  # JSON text of an object: read as the object
         _line(1, extra=""),
-        _line(2, extra={"a": {"b": None}, "big": 2**70}),
+        _line(2, extra={"a": {"b": None}, "big": 2**40}),
     ]
     src.write_text("\n".join(lines) + "\n")
     assert _kinds(src) == [RowBatch]
@@ -168,8 +168,22 @@ def test_extra_as_text_in_columns(tmp_path):
     assert [r["extra"] for r in rows] == [
         {"a": 1, "b": [None]},
         {},
-        {"a": {"b": None}, "big": 2**70},
+        {"a": {"b": None}, "big": 2**40},
     ]
+
+
+def test_an_integer_past_float_precision_is_read_by_rows_and_kept_exact(tmp_path):
+    # Arrow's reader would round 2**70 + 1 to a double; the batch goes row by row instead, where
+    # extra keeps it exact and a score column flags it with its exact text
+    src = tmp_path / "a.jsonl"
+    src.write_text(
+        _line(0, extra={"big": 2**70 + 1}) + "\n" + _line(1, judge_score=2**70 + 1) + "\n"
+    )
+    assert RowBatch not in _kinds(src)
+    _, rows, _ = _same(tmp_path, src)
+    assert rows[0]["extra"]["big"] == 2**70 + 1 and rows[0]["flags"] is None
+    assert rows[1]["extra"]["inexact"] == {"judge_score": str(2**70 + 1)}
+    assert rows[1]["flags"] == ["inexact_number"]
 
 
 def test_run_id_over_the_rows_own_keeps_extra_nulls(tmp_path):

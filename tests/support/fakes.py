@@ -24,7 +24,8 @@ Misbehaviour on demand:
 
 Fault names: an HTTP status (``429`` with ``retry-after: retry_after_s``, ``500``, ``503``, ...),
 ``malformed`` (a truncated JSON body), ``badjson`` (a well-formed response whose answer text is
-not JSON), ``hang`` (no answer until ``hang_s`` passes or the server stops).
+not JSON), ``nochoices`` (a chat completion whose ``choices`` list is empty), ``hang`` (no
+answer until ``hang_s`` passes or the server stops).
 
 ``responder(prompt_text) -> answer_text`` makes the model's answer; the default one plays each
 role from its default prompt (``default_responder``).
@@ -505,7 +506,10 @@ class FakeModelServer:
                 status=200, text='{"id": "x", "choices": [', content_type="application/json"
             )
         content = "the score is high" if fault == "badjson" else self.responder(prompt)
-        return web.json_response(build(model, content, prompt))
+        body = build(model, content, prompt)
+        if fault == "nochoices" and "choices" in body:
+            body["choices"] = []
+        return web.json_response(body)
 
     def _error(self, kind: str, status: int) -> web.Response:
         headers = {}

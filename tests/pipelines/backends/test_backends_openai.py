@@ -109,6 +109,18 @@ def test_malformed_json_is_a_failure_with_reason_not_a_zero(srv, fault):
     assert srv.requests == 2
 
 
+def test_an_answer_with_empty_choices_is_a_failure_that_says_so(srv):
+    judge = build(spec(srv), "judge", cache=False)
+    out = run_sync(
+        judge.judge([JudgeRequest("q [[fault:nochoices]]", "a", "a"), JudgeRequest("q", "a", "a")])
+    )
+    assert out[0].score is None
+    assert out[0].error.startswith("no-choices: the server answered with an empty `choices` list")
+    assert "IndexError" not in out[0].error
+    assert out[1].score == 1.0
+    assert srv.requests == 2  # not retried
+
+
 def test_hung_request_times_out(srv):
     judge = build(spec(srv, timeout_s=0.3, max_retries=1), "judge", cache=False)
     t0 = time.perf_counter()

@@ -1,0 +1,177 @@
+"""Issue 33's last bad inputs, through ``ddai ingest``: nothing passes silently.
+
+A key given twice, an integer past float64's precision, a value of the wrong JSON type, an empty
+file among others, leading garbage, a directory: each is quarantined, flagged with what it was, or
+refused with a message naming it, and the columnar and per-row readers store the same
+(``support.columnar.same_store``).
+"""
+
+from __future__ import annotations
+
+import json
+
+from support.columnar import same_store
+from typer.testing import CliRunner
+
+from ddai.cli.app import app
+from ddai.pipelines import store
+
+runner = CliRunner()
+
+
+def _flash(i: int, **kw) -> dict:
+    return {
+        "uid": f"train_{i // 4}",
+        "local_idx": i % 4,
+        "sample_idx": i,
+        "query": "Which year?",
+        "generated_answer": "2017",
+        "reference_answer": "2017",
+        "retrieved_basenames": ["11_7"],
+        "reference_basenames": ["11_7"],
+        "judge_score": 1.0,
+        "ndcg": 1.0,
+        "final_score": 1.0,
+        "pid": 7,
+        **kw,
+    }
+
+
+def _ingest(logs, *srcs, extra=()) -> tuple[int, dict | str]:
+    res = runner.invoke(app, ["ingest", *map(str, srcs), "--logs", str(logs), "--json", *extra])
+    return res.exit_code, (json.loads(res.output) if res.exit_code == 0 else res.output)
+
+
+def _quarantine(logs, run: str) -> list[dict]:
+    path = logs / "_quarantine" / f"{run}.jsonl"
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def _rows(logs, run: str) -> list[dict]:
+    rows = store.read_rollouts(logs, [run]).to_pylist()
+    return sorted(rows, key=lambda r: (r["uid"], r["rollout_idx"]))
+
+
+def _write(path, lines: list[str]) -> None:
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def test_a_flash_line_with_judge_score_twice_is_quarantined_with_both_values(tmp_path):
+    src = tmp_path / "round0_flash_rm_detail.jsonl"
+    lines = [json.dumps(_flash(i)) for i in range(8)]
+    # the key again at the end: json keeps the last (0.123) and the 1.0 was lost silently
+    lines[3] = lines[3][:-1] + ', "judge_score": 0.123}'
+    _write(src, lines)
+    code, s = _ingest(tmp_path / "logs", src)
+    assert code == 0, s
+    assert (s["rows_in"], s["rollouts_out"]) == (8, 7)
+    assert s["quarantined_by_reason"] == {"duplicate JSON key": 1}
+    (q,) = _quarantine(tmp_path / "logs", "round0")
+    assert (q["line"], q["reason"]) == (4, "duplicate JSON key")
+    assert q["detail"].startswith('"judge_score" given 2 times: 1.0, 0.123')
+    assert q["raw"].rstrip("\n") == lines[3]  # both values kept as written
+    rows = _rows(tmp_path / "logs", "round0")
+    assert [r["judge_score"] for r in rows] == [1.0] * 7  # no 0.123 stored anywhere
+    assert (rows[3]["uid"], rows[3]["rollout_idx"]) == ("train_1", 0)  # line 4 is not stored
+
+
+def test_duplicate_keys_at_any_depth_and_both_paths_agree(tmp_path):
+    src = tmp_path / "round0_flash_rm_detail.jsonl"
+    lines = [json.dumps(_flash(i)) for i in range(6)]
+    lines[1] = lines[1].replace('"pid": 7', '"pid": 7, "pid": 8')  # an unknown key twice
+    lines[2] = lines[2].replace('"pid": 7', '"meta": {"a": 1, "a": 2}')  # nested
+    lines[4] = lines[4].replace('"query"', '"note": "say \\"x\\": 1", "query"')  # no repeat
+    _write(src, lines)
+    got = same_store(tmp_path, src)
+    assert [(e["line"], e["reason"]) for e in got.quarantine] == [
+        (2, "duplicate JSON key"),
+        (3, "duplicate JSON key"),
+    ]
+    assert '"pid" given 2 times: 7, 8' in got.quarantine[0]["detail"]
+    assert '"a" given 2 times: 1, 2' in got.quarantine[1]["detail"]
+    assert len(got.rows) == 4  # the escaped quote-colon inside a string is no key
+
+
+def test_an_integer_past_float_precision_is_flagged_or_kept_exact(tmp_path):
+    src = tmp_path / "round0_flash_rm_detail.jsonl"
+    big = 2**70 + 1
+    lines = [json.dumps(_flash(i)) for i in range(4)]
+    lines[1] = json.dumps(_flash(1, judge_score=big))  # a score column: float64
+    lines[2] = json.dumps(_flash(2, counter=big))  # an unknown field: extra
+    _write(src, lines)
+    got = same_store(tmp_path, src)
+    rows = {r["rollout_idx"]: r for r in got.rows}
+    assert rows[1]["flags"] == ["inexact_number"]
+    assert rows[1]["extra"]["inexact"] == {"judge_score": str(big)}
+    assert rows[2]["extra"]["counter"] == big and rows[2]["flags"] is None  # exact, not 1.18e21
+    assert got.result.flagged == {"inexact_number": 1}
+
+
+def test_each_coercion_is_flagged_with_the_value_given(tmp_path):
+    src = tmp_path / "native.jsonl"
+    base = {"run_id": "r", "rollout_idx": 0, "reward": 1.0}
+    rows = [
+        {**base, "uid": 123, "response": 5, "terminated": 7, "num_turns": "3"},
+        {**base, "uid": "u1", "judge_score": "0.5", "turns": [{"think": 1, "forced": "yes"}]},
+        {**base, "uid": "u2", "num_turns": 3.0, "judge_score": 1},  # the same numbers: no flag
+    ]
+    _write(src, [json.dumps(r) for r in rows])
+    code, s = _ingest(tmp_path / "logs", src)
+    assert code == 0, s
+    assert s["flagged_by_reason"] == {"coerced_type": 2}
+    got = {r["uid"]: r for r in _rows(tmp_path / "logs", "r")}
+    first = got["123"]
+    assert (first["response"], first["terminated"], first["num_turns"]) == ("5", "error", 3)
+    assert first["flags"] == ["coerced_type"]
+    assert json.loads(first["extra"])["coerced"] == {
+        "uid": {"source": 123, "stored": "123"},
+        "response": {"source": 5, "stored": "5"},
+        "terminated": {"source": 7, "stored": "error"},
+        "num_turns": {"source": "3", "stored": 3},
+    }
+    second = json.loads(got["u1"]["extra"])["coerced"]
+    assert second == {
+        "judge_score": {"source": "0.5", "stored": 0.5},
+        "turns[0].think": {"source": 1, "stored": "1"},
+        "turns[0].forced": {"source": "yes", "stored": True},
+    }
+    assert got["u2"]["flags"] is None and "coerced" not in json.loads(got["u2"]["extra"])
+
+
+def test_an_empty_file_among_others_is_skipped_with_a_note(tmp_path):
+    good = tmp_path / "round0_flash_rm_detail.jsonl"
+    _write(good, [json.dumps(_flash(i)) for i in range(4)])
+    empty = tmp_path / "round1_flash_rm_detail.jsonl"
+    empty.write_text("")
+    blank = tmp_path / "blank.jsonl"
+    blank.write_text("\n \n")
+    code, s = _ingest(tmp_path / "logs", good, empty, blank)
+    assert code == 0, s
+    assert s["rollouts_out"] == 4 and s["runs"] == {"round0": 4}
+    assert s["formats"] == {
+        str(good): "ddai-flash",
+        str(empty): "empty (skipped)",
+        str(blank): "empty (skipped)",
+    }
+    assert s["notes"][str(empty)].startswith("skipped: an empty file")
+    code, out = _ingest(tmp_path / "logs2", empty)  # alone: nothing to ingest, said so
+    assert code == 2 and "empty (no line to read); nothing to ingest" in out
+
+
+def test_format_sniffing_reads_past_leading_garbage(tmp_path):
+    src = tmp_path / "round0_flash_rm_detail.jsonl"
+    garbage = [f"Traceback line {i}: not JSON" for i in range(69)] + ["42", "[1, 2]"]
+    _write(src, garbage + [json.dumps(_flash(i)) for i in range(929)])
+    code, s = _ingest(tmp_path / "logs", src)
+    assert code == 0, s
+    assert s["formats"] == {str(src): "ddai-flash"}
+    assert (s["rows_in"], s["rollouts_out"], s["quarantined"]) == (1000, 929, 71)
+    assert s["quarantined_by_reason"] == {"malformed JSON": 69, "wrong type": 2}
+
+
+def test_a_directory_is_refused_as_a_directory(tmp_path):
+    folder = tmp_path / "dumps"
+    folder.mkdir()
+    code, out = _ingest(tmp_path / "logs", folder)
+    assert code == 2
+    assert "a directory; ingest reads files" in out and "not found" not in out
