@@ -11,7 +11,8 @@ and derivations), and that returns None for any row the per-row path would refus
 Declined here too (the reader then sends the batch through the per-row path, which quarantines
 or converts each line exactly as before):
 
-- a key that is not a log column (the per-row path moves it into ``extra``) or a key given twice;
+- a key that is not a log column (the per-row path moves it into ``extra``) or a key given twice,
+  at the top or inside an ``extra`` object;
 - a ``reward_parts`` that is not null (the per-row path reads it as a map of numbers);
 - an ``extra`` that is neither an object, a string nor null (the per-row path drops it).
 """
@@ -26,7 +27,7 @@ import pyarrow as pa
 import pyarrow.json as pj
 
 from ddai.pipelines.adapters import native_columns
-from ddai.pipelines.adapters.base import RowBatch
+from ddai.pipelines.adapters.base import RowBatch, repeated_key
 from ddai.pipelines.adapters.line_batches import LineBatch
 from ddai.pipelines.row_checks import digest_bytes
 from ddai.pipelines.schema import COLUMNS, ROLLOUT_SCHEMA
@@ -80,11 +81,20 @@ def _extra(lines: pa.LargeStringArray) -> pa.Array | None:
     if not ok:  # reward_parts set, an extra of another type, a key twice or not a log column
         return None
     obj = e.str.starts_with("{")
+    if nested_repeat(df.filter(obj)["e"].to_list()):
+        return None
     if df.select(obj | e.is_null()).to_series().all():
         return df.select(e).to_arrow()["e"].combine_chunks().cast(pa.string())
     # null, or JSON text written as a string (rare): the value itself, as the per-row path reads it
     texts = df["e"].to_list()
     return pa.array([t if t is None or t[0] == "{" else json.loads(t) for t in texts], pa.string())
+
+
+def nested_repeat(texts: list[str]) -> bool:
+    """True when an ``extra`` object names a key twice at any depth (DuckDB hands the text over as
+    written, both values in it; the per-row path quarantines such a line as ``duplicate JSON
+    key``). Each text is parsed once; only texts whose key count shows a repeat are re-read."""
+    return any(repeated_key(t, json.loads(t)) for t in texts if t != "{}")
 
 
 def to_rows(batch: LineBatch, run_id: str | None) -> list[RowBatch] | None:

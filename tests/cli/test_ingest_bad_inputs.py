@@ -175,3 +175,20 @@ def test_a_directory_is_refused_as_a_directory(tmp_path):
     code, out = _ingest(tmp_path / "logs", folder)
     assert code == 2
     assert "a directory; ingest reads files" in out and "not found" not in out
+
+
+def test_a_key_twice_inside_extra_of_ddai_jsonl_is_quarantined_on_both_paths(tmp_path):
+    """DuckDB hands ``extra`` to the columnar path as written (both values in the text); the batch
+    is declined there, so the per-row path quarantines the line as it does everywhere else."""
+    src = tmp_path / "native.jsonl"
+    rows = [
+        {"run_id": "r", "uid": f"u{i}", "rollout_idx": 0, "reward": 1.0, "extra": {"k": i}}
+        for i in range(4)
+    ]
+    lines = [json.dumps(r) for r in rows]
+    lines[2] = lines[2].replace('"extra": {"k": 2}', '"extra": {"k": 2, "deep": {"a": 1, "a": 2}}')
+    _write(src, lines)
+    got = same_store(tmp_path, src)
+    assert [(e["line"], e["reason"]) for e in got.quarantine] == [(3, "duplicate JSON key")]
+    assert '"a" given 2 times: 1, 2' in got.quarantine[0]["detail"]
+    assert len(got.rows) == 3
