@@ -26,7 +26,7 @@ outcomes and the valid-format share; then the best fixed first query on held-out
 exactly (``learn_task.fixed_query_rewards``), against the control. Figures go to
 ``bench/out/grpo_learning.json`` and the train curves to ``bench/out/grpo_learning.html``.
 
-    python bench/bench_grpo_learning.py               # 5 seeds, about 20 min on 2 busy CPU cores
+    python bench/bench_grpo_learning.py               # 5 seeds, about 5 min on 2 CPU cores
     python bench/bench_grpo_learning.py --seeds 2 --generations 4
 """
 
