@@ -58,17 +58,36 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--seeds", type=int, default=5, help="GRPO seeds (each runs every arm)")
-    ap.add_argument("--generations", type=int, default=16, help="rollout batches per run")
+    ap.add_argument("--generations", type=int, default=None, help="rollout batches per run")
     ap.add_argument("--sft-steps", type=int, default=None, help="SFT steps of the shared start")
-    ap.add_argument("--lr", type=float, default=1e-3, help="learning rate of the trained arms")
+    ap.add_argument("--lr", type=float, default=None, help="learning rate of the trained arms")
     ap.add_argument("--preset-lr", type=float, default=1e-6, help="gspo-ddai's own learning rate")
-    ap.add_argument("--prompts", type=int, default=8, help="train questions per rollout batch")
-    ap.add_argument("--n-agent", type=int, default=4, help="rollouts per question")
-    ap.add_argument("--eval-n-agent", type=int, default=2, help="rollouts per held-out question")
+    ap.add_argument("--prompts", type=int, default=None, help="train questions per rollout batch")
+    ap.add_argument("--n-agent", type=int, default=None, help="rollouts per question")
+    ap.add_argument("--eval-n-agent", type=int, default=4, help="rollouts per held-out question")
+    ap.add_argument(
+        "--arms",
+        nargs="+",
+        choices=ARMS,
+        default=list(ARMS),
+        help="arms to run (the control always runs: every gain is measured against it)",
+    )
     ap.add_argument("--sft", type=Path, default=None, help="an SFT start to reuse (learn_task's)")
     ap.add_argument("--out", type=Path, default=HERE / "out", help="folder for the figures")
     ap.add_argument("--work", type=Path, default=None, help="work folder (default: a temp one)")
     args, _ = ap.parse_known_args(argv)
+    args.arms = ["control", *(a for a in ARMS if a in args.arms and a != "control")]
+    from ddai.trainer import learn_task
+
+    # Unset: learn_task's own settings (the demo's too).
+    for name, value in (
+        ("generations", learn_task.GENERATIONS),
+        ("lr", learn_task.LEARNING_RATE),
+        ("prompts", learn_task.PROMPTS),
+        ("n_agent", learn_task.N_AGENT),
+    ):
+        if getattr(args, name) is None:
+            setattr(args, name, value)
     return args
 
 
@@ -85,6 +104,32 @@ def curve(logs: Path, run: str) -> tuple[list[float], list[float]]:
         reward.append(sum(scored) / len(scored) if scored else float("nan"))
         fmt.append(sum(bool(r["format_ok"]) for r in mine) / len(mine))
     return reward, fmt
+
+
+def first_page_shares(logs: Path, run: str) -> dict[str, float]:
+    """Shares of a run's rollouts whose first search found the asked topic's page, the
+    distractor's, another page, or none (no search): what a reward gain is made of."""
+    from ddai.pipelines.store import read_rollouts
+    from ddai.trainer import learn_task
+
+    rows = read_rollouts(logs, runs=[run], columns=["uid", "retrieved_pages"]).to_pylist()
+    counts = dict.fromkeys(("asked", "distractor", "other", "none"), 0)
+    for r in rows:
+        asked, distractor = r["uid"].split("_")[-2:]
+        first = (r["retrieved_pages"] or [None])[0]
+        key = (
+            "none"
+            if first is None
+            else "asked"
+            if first == learn_task.page_id(asked)
+            else "distractor"
+            if first == learn_task.page_id(distractor)
+            else "other"
+        )
+        counts[key] += 1
+    if not rows:
+        raise RuntimeError(f"run {run!r} logged no rollouts under {logs}")
+    return {k: v / len(rows) for k, v in counts.items()}
 
 
 def train_and_eval(args: argparse.Namespace, work: Path, sft: Path, arm: str, seed: int) -> dict:
@@ -125,6 +170,7 @@ def train_and_eval(args: argparse.Namespace, work: Path, sft: Path, arm: str, se
         "heldout_reward": ev.reward_mean,
         "heldout_format_ok": ev.format_ok,
         "heldout_rollouts": ev.rollouts_logged,
+        "heldout_first_page": first_page_shares(work / "logs", f"eval_{name}_s{seed}"),
         "clip_ratio": res.clip_ratio,
         "informative_group_share": res.informative_group_share,
         "changed_parameters": res.changed_parameters,
@@ -144,9 +190,9 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     else:
         learn_task.write_task(work / "task")
         sft = args.sft
-    runs: dict[str, dict[int, dict[str, Any]]] = {arm: {} for arm in ARMS}
+    runs: dict[str, dict[int, dict[str, Any]]] = {arm: {} for arm in args.arms}
     for seed in range(args.seeds):
-        for arm in ARMS:
+        for arm in args.arms:
             runs[arm][seed] = train_and_eval(args, work, sft, arm, seed)
             print(
                 f"seed {seed} {arm}: held-out {runs[arm][seed]['heldout_reward']:.3f}", flush=True
@@ -165,7 +211,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         },
         "arms": {},
     }
-    for arm in ARMS:
+    for arm in args.arms:
         per = runs[arm]
         held = [r["heldout_reward"] for r in per.values()]
         entry: dict[str, Any] = {
@@ -175,6 +221,10 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             "heldout_reward": sum(held) / len(held),
             "heldout_reward_per_seed": held,
             "heldout_format_ok": _mean([r["heldout_format_ok"] for r in per.values()]),
+            "heldout_first_page": {
+                k: _mean([r["heldout_first_page"][k] for r in per.values()])
+                for k in ("asked", "distractor", "other", "none")
+            },
             "train_reward_per_batch": _mean_curve([r["train_reward"] for r in per.values()]),
             "format_ok_per_batch": _mean_curve([r["format_ok"] for r in per.values()]),
             "clip_ratio": _mean([r["clip_ratio"] for r in per.values()]),
@@ -222,7 +272,8 @@ def show(res: dict[str, Any]) -> str:
         f"start ({s['sft_steps']} steps)",
         "",
         f"{'arm':<17} {'lr':>7} {'held-out':>8} {'gain ± se':>16} {'gain/se':>7} {'learns':>6} "
-        f"{'clip':>6} {'mixed':>5} {'format':>6}  train reward per batch (mean over seeds)",
+        f"{'clip':>6} {'mixed':>5} {'format':>6} {'asked':>5} {'distr':>5}  "
+        "train reward per batch (mean over seeds)",
     ]
     for arm, e in res["arms"].items():
         gain = f"{e['gain']:+.3f} ± {e['gain_se']:.3f}" if e.get("gain_se") is not None else ""
@@ -236,10 +287,12 @@ def show(res: dict[str, Any]) -> str:
         )
         fmt = e["heldout_format_ok"]
         curve_txt = " ".join(f"{v:.2f}" for v in e["train_reward_per_batch"])
+        fp = e["heldout_first_page"]
         lines.append(
             f"{arm:<17} {e['learning_rate']:>7.0e} {e['heldout_reward']:>8.3f} {gain:>16} "
             f"{ratio:>7} {learns:>6} {clip:>6} {mixed:>5} "
-            f"{(f'{fmt:.2f}' if fmt is not None else '-'):>6}  {curve_txt}"
+            f"{(f'{fmt:.2f}' if fmt is not None else '-'):>6} {fp['asked']:>5.2f} "
+            f"{fp['distractor']:>5.2f}  {curve_txt}"
         )
     f = res["fixed_first_query"]
     lines += [
@@ -256,7 +309,8 @@ def show(res: dict[str, Any]) -> str:
     lines.append(
         "held-out: mean reward on held-out questions; gain: minus the control's, same seed; "
         "clip: mean share clipped per optimizer step; mixed: share of train groups with mixed "
-        "outcomes; format: held-out valid-format share"
+        "outcomes; format: held-out valid-format share; asked/distr: share of held-out rollouts whose "
+        "first search found the asked topic's page / the distractor's"
     )
     return "\n".join(lines)
 

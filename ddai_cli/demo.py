@@ -157,7 +157,7 @@ def step_train(cfg: DemoConfig) -> dict[str, Any]:
 
 DEMO_SFT_STEPS = 300
 """SFT steps of the demo's start: enough for the valid format (1–2 CPU minutes); the bench's start
-trains ``learn_task.SFT_STEPS``, until it searches one of the question's two topics most of the
+trains ``learn_task.SFT_STEPS``, until it searches one of the question's two topics about half the
 time."""
 
 

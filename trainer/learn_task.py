@@ -17,7 +17,8 @@ questions is the rule (search for the topic the question asks about), not a memo
 
 The SFT start learns, for every train question, two trajectories that share every think and
 differ only in the query (the asked topic or the distractor), so it writes the valid format
-(search, then ``search_complete``) and picks the right topic about half the time: GRPO groups
+(search, then ``search_complete``) and searches the asked topic and the distractor about
+equally often (about a quarter of held-out rollouts each; ``SFT_STEPS``): GRPO groups
 have mixed outcomes (DDAI's Phase-1 reward, ``0.1 + 0.9·NDCG`` when the format passes: 1.0
 against 0.1) and a policy that learns the rule gains reward on questions it never saw. ``start``
 builds the SFT start; ``grpo_config`` the training run of one arm on the train questions
@@ -59,13 +60,18 @@ HELDOUT_OFFSETS = (1, 2)
 """Held out: topic pairs 1 or 2 apart in ``TOPICS`` (24 of 66 pairs: 48 held-out questions, each
 topic asked about in 4; 84 train questions)."""
 SFT_STEPS = 1000
-"""SFT steps of the start: about where a 0.3 M-parameter model has learned to search one of the
-question's two topics (probability about 0.7 on train and held-out questions alike)."""
+"""SFT steps of the start. Measured (seed 0, sampled at temperature 1): its first search finds the
+asked topic's page in 0.32 of train and 0.25 of held-out rollouts, the distractor's in 0.30 and
+0.25, another page in the rest; more SFT steps raise the train shares, not the held-out ones."""
 SFT_LR = 3e-3
 SYSTEM_PROMPT = "Search for the page the question asks about, then write search_complete."
 """Short, so a tiny model's context is mostly the question."""
 THINK_SEARCH = "<think>I will search.</think>\n"
 THINK_DONE = "<think>Done.</think>\n<search_complete>true</search_complete>"
+SEARCH = "<search> {query}</search>"
+"""The start's query repeats the question's word as the question writes it, space included (the
+search strips it): one and the same token, so copying it is the identity map a tiny model with
+tied embeddings learns from a few dozen questions (``revenue`` and `` revenue`` are two tokens)."""
 ARMS = ("control", "grpo", "gspo-ddai")
 SPLITS = ("train", "heldout")
 
@@ -154,7 +160,7 @@ def sft_rows() -> list[dict[str, Any]]:
             page = page_id(q)
             msgs = [
                 *row["prompt"],
-                {"role": "assistant", "content": f"{THINK_SEARCH}<search>{q}</search>"},
+                {"role": "assistant", "content": THINK_SEARCH + SEARCH.format(query=q)},
                 {"role": "user", "content": f"[page {page}]\n{c.text(page)}"},
                 {"role": "assistant", "content": THINK_DONE},
             ]
@@ -250,6 +256,16 @@ EPISODE = EpisodeConfig(
 observation fits ``obs_max_tokens`` whole, as the SFT start saw it."""
 
 
+GENERATIONS = 32
+LEARNING_RATE = 3e-4
+"""Picked once from one seed's train and held-out first-query shares (3e-4 vs 1e-3, both over
+32 rollout batches): at 1e-3 the format breaks (no search at all) within 6 batches."""
+N_AGENT = 8
+"""Rollouts per question: with the start's 1-in-4 right queries, a group of 8 has mixed outcomes
+far more often than one of 4 (the only groups GRPO learns from)."""
+PROMPTS = 4
+
+
 def grpo_config(
     model: str | os.PathLike[str],
     root: str | os.PathLike[str],
@@ -257,11 +273,11 @@ def grpo_config(
     arm: str,
     generations: int,
     seed: int = 0,
-    learning_rate: float = 1e-3,
+    learning_rate: float = LEARNING_RATE,
     logs: str | os.PathLike[str] | None = None,
     run_id: str | None = None,
-    n_agent: int = 4,
-    prompts: int = 8,
+    n_agent: int = N_AGENT,
+    prompts: int = PROMPTS,
     output_dir: str | os.PathLike[str] | None = None,
 ) -> Any:
     """The GRPO run of one arm over ``generations`` rollout batches of ``prompts × n_agent``,
@@ -299,6 +315,8 @@ def grpo_config(
         skip_preflight=True,
         episode=EPISODE,
         rewards=RewardOverrides(reward="ddai-phase1"),
+        # A constant rate: a short run's linear decay would halve the mean step for nothing.
+        overrides={"lr_scheduler_type": "constant"},
     )
 
 

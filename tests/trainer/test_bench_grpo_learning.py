@@ -38,6 +38,10 @@ def test_reduced_bench_runs_every_arm_and_reports_the_heldout_gain(tmp_path, cap
         assert len(e["train_reward_per_batch"]) == 2, arm  # one value per rollout batch
         assert len(e["heldout_reward_per_seed"]) == 2, arm
         assert e["heldout_reward"] == pytest.approx(sum(e["heldout_reward_per_seed"]) / 2)
+        shares = e["heldout_first_page"]
+        assert sum(shares.values()) == pytest.approx(1.0), arm
+        # Only a first search of the asked page earns 1.0; every other rollout at most 0.1.
+        assert e["heldout_reward"] <= shares["asked"] + 0.1 * (1 - shares["asked"]) + 1e-9, arm
     assert arms["control"]["changed_parameters"] == [0, 0]  # lr 0: the start, unchanged
     assert arms["gspo-ddai@preset"]["learning_rate"] == 1e-6
     assert arms["grpo"]["optimizer_steps"] == 2
@@ -58,3 +62,18 @@ def test_reduced_bench_runs_every_arm_and_reports_the_heldout_gain(tmp_path, cap
     printed = capsys.readouterr().out
     assert "gspo-ddai@preset" in printed and "best fixed first query" in printed
     assert (tmp_path / "out" / "grpo_learning.html").is_file()
+
+
+def test_arms_always_include_the_control_and_default_to_learn_task_settings():
+    from ddai.trainer import learn_task
+
+    bench = _bench()
+    args = bench.parse(["--arms", "gspo-ddai", "grpo"])
+    assert args.arms == ["control", "grpo", "gspo-ddai"]  # bench order, control first
+    assert (args.lr, args.n_agent, args.prompts, args.generations) == (
+        learn_task.LEARNING_RATE,
+        learn_task.N_AGENT,
+        learn_task.PROMPTS,
+        learn_task.GENERATIONS,
+    )
+    assert bench.parse(["--lr", "1e-4"]).lr == 1e-4

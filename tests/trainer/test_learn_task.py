@@ -76,10 +76,24 @@ def test_sft_rows_pair_right_and_distractor_with_the_same_thinks():
     for row, right, wrong in zip(train, rows[::2], rows[1::2], strict=True):
         asked, distractor = _pair(row)
         r, w = json.loads(right["messages"]), json.loads(wrong["messages"])
-        assert r[2]["content"] == f"{learn_task.THINK_SEARCH}<search>{asked}</search>"
-        assert w[2]["content"] == f"{learn_task.THINK_SEARCH}<search>{distractor}</search>"
+        assert r[2]["content"] == f"{learn_task.THINK_SEARCH}<search> {asked}</search>"
+        assert w[2]["content"] == f"{learn_task.THINK_SEARCH}<search> {distractor}</search>"
         assert r[4] == w[4] == {"role": "assistant", "content": learn_task.THINK_DONE}
         assert r[:2] == w[:2] == row["prompt"]  # the same system prompt and question
+
+
+def test_the_query_copies_the_questions_own_token():
+    """The start's query is the very token the question writes (a leading space included), so
+    copying it is an identity map; without the space it would be another token."""
+    from ddai.trainer.tiny import FIXTURE_TEXT, train_tokenizer
+
+    rows = learn_task.sft_rows()
+    tok = train_tokenizer([FIXTURE_TEXT, *(r["messages"] for r in rows)])
+    for topic in learn_task.TOPICS:
+        question = tok.tokenize(learn_task.QUESTION.format(topic=topic, distractor="x"))
+        query = tok.tokenize(learn_task.SEARCH.format(query=topic))
+        assert len(query) == 3 and query[1] in question, (topic, query, question)
+        assert tok.tokenize(f"<search>{topic}</search>")[1] not in question
 
 
 def test_arms_share_the_rollout_batch_and_differ_in_optimizer(tmp_path):
@@ -93,6 +107,7 @@ def test_arms_share_the_rollout_batch_and_differ_in_optimizer(tmp_path):
     # gspo-ddai: two optimizer steps of 16 per rollout batch of 32.
     assert cfgs["gspo-ddai"].batch_size == 16 and cfgs["gspo-ddai"].max_steps == 10
     assert cfgs["gspo-ddai"].preset == "gspo-ddai"
+    assert all(c.overrides == {"lr_scheduler_type": "constant"} for c in cfgs.values())
     with pytest.raises(ValueError, match="unknown arm"):
         learn_task.grpo_config("m", tmp_path, arm="ppo", generations=1)
     ev = learn_task.collect_config("m", tmp_path, run_id="ev", n_agent=2)
