@@ -22,12 +22,17 @@ Printed: per arm the held-out reward (mean over seeds), the gain over the contro
 questions (per seed: the arm's held-out mean minus the control's with the same seed; mean ± standard
 error over seeds, gain/SE, "learns" above 3 SE), the train reward per rollout batch, the clip share
 (TRL's ``clip_ratio/region_mean``, mean over optimizer steps), the share of groups with mixed
-outcomes and the valid-format share; then the best fixed first query on held-out questions, scored
+outcomes, the valid-format share and where held-out first searches land (the asked topic's page,
+the distractor's); then the best fixed first query on held-out questions, scored
 exactly (``learn_task.fixed_query_rewards``), against the control. Figures go to
 ``bench/out/grpo_learning.json`` and the train curves to ``bench/out/grpo_learning.html``.
 
-    python bench/bench_grpo_learning.py               # 5 seeds, about 5 min on 2 CPU cores
+    python bench/bench_grpo_learning.py               # 5 seeds, 4 arms: about 15 min on 2 busy cores
+    python bench/bench_grpo_learning.py --arms grpo   # control and grpo: about 7 min
     python bench/bench_grpo_learning.py --seeds 2 --generations 4
+
+Settings (``learn_task``: lr 3e-4, 8 rollouts per question, 32 rollout batches) were picked once,
+from one seed's train and held-out first-search shares, between lr 3e-4 and 1e-3.
 """
 
 from __future__ import annotations
