@@ -117,12 +117,13 @@ def step_report(cfg: DemoConfig) -> dict[str, Any]:
 
 
 def step_train(cfg: DemoConfig) -> dict[str, Any]:
-    """A few CPU steps of the trainer on a task a tiny model can learn (``ddai.trainer.learn_task``):
-    a tiny model, an SFT start that writes the valid format and picks the right first query about
-    half the time, then GRPO, its rollouts logged as run ``demo_grpo`` beside the world's runs
-    (opt-in: --train). Groups with mixed outcomes are what GRPO learns from; the summary counts
-    them (``informative_group_share``) and the weights that changed."""
-    from ddai.trainer import learn_task, toy
+    """A few CPU steps of the trainer on the learning bench's task (``ddai.trainer.learn_task``:
+    the right first query is the topic the question asks about, not the one it rules out): a tiny
+    model, an SFT start that writes the valid format and searches one of the question's topics,
+    then GRPO on the train questions, its rollouts logged as run ``demo_grpo`` beside the world's
+    runs (opt-in: --train). Groups with mixed outcomes are what GRPO learns from; the summary
+    counts them (``informative_group_share``) and the weights that changed."""
+    from ddai.trainer import learn_task
     from ddai.trainer.grpo.train import run_grpo
 
     root = cfg.out / "train"
@@ -139,7 +140,7 @@ def step_train(cfg: DemoConfig) -> dict[str, Any]:
             prompts=4,
             n_agent=4,
         ),
-        toy.local_backends(toy.corpus()),
+        learn_task.backends(),
     )
     return {
         "model": grpo.output_dir,
@@ -155,7 +156,9 @@ def step_train(cfg: DemoConfig) -> dict[str, Any]:
 
 
 DEMO_SFT_STEPS = 300
-"""SFT steps of the demo's start: enough for the valid format and both queries (1–2 CPU minutes)."""
+"""SFT steps of the demo's start: enough for the valid format (1–2 CPU minutes); the bench's start
+trains ``learn_task.SFT_STEPS``, until it searches one of the question's two topics about half the
+time."""
 
 
 STEPS: list[tuple[str, Callable[[DemoConfig], dict[str, Any]]]] = [
