@@ -198,9 +198,10 @@ def demo_cmd(
     train: Annotated[
         bool,
         typer.Option(
-            help="Also train before the report: a tiny model, an SFT start and 2 GRPO steps on a "
-            "small task it can learn (ddai.trainer.learn_task), logged as run demo_grpo; adds a "
-            "few CPU minutes."
+            help="Also train before the report: a tiny model, an SFT start and 2 GRPO steps on "
+            "the learning bench's task (ddai.trainer.learn_task: search the topic the question "
+            "asks about, not the one it rules out), logged as run demo_grpo; adds a few CPU "
+            "minutes."
         ),
     ] = False,
     as_json: JsonOpt = False,
