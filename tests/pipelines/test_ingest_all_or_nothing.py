@@ -86,11 +86,14 @@ def test_a_refused_third_run_leaves_the_store_byte_identical(logs, tmp_path, mon
     before: dict[str, bytes] = {}
 
     def keys_then_a_rival(where, run, checked):
-        # while this ingest streams, another append commits the same rollouts of r3
+        # while this ingest streams, another append commits the same rollouts of r3 (from
+        # another file: the same file would be recognised as this ingest, stored already)
         yield from real(where, run, checked)
         if run == "r3" and not before:
             monkeypatch.setattr(store, "stored_keys", real)
-            _ingest([mine[2]], logs, append=True)
+            rival = tmp_path / "rival-r3.jsonl"
+            rival.write_text("".join(reversed(mine[2].read_text().splitlines(keepends=True))))
+            _ingest([rival], logs, append=True)
             before.update(_tree(logs, temps=False))
 
     monkeypatch.setattr(store, "stored_keys", keys_then_a_rival)

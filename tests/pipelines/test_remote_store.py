@@ -251,7 +251,11 @@ def _overlapping_appends_are_caught(logs: Path, tmp_path: Path, monkeypatch) -> 
         yield from real(where, run, checked)
         if not raced:
             raced.append(run)  # the rival reads the keys too, then commits first
-            _ingest(_source(tmp_path, "rival.jsonl", 3, bad=False), logs, append=True)
+            # (the same rollouts in another order: the same file would be this very ingest,
+            # recognised as stored already)
+            rival = _source(tmp_path, "rival.jsonl", 3, bad=False)
+            rival.write_text("".join(reversed(rival.read_text().splitlines(keepends=True))))
+            _ingest(rival, logs, append=True)
 
     monkeypatch.setattr(store, "stored_keys", keys_then_a_rival)
     with pytest.raises(store.StoreConflict, match=r"run 'r1': another append committed 8"):
@@ -293,7 +297,9 @@ def test_ingest_append_that_lost_a_race_exits_1_naming_the_run(store_env, tmp_pa
     def keys_then_a_rival(where, run, checked):
         yield from real(where, run, checked)
         monkeypatch.setattr(store, "stored_keys", real)
-        _ingest(_source(tmp_path, "rival.jsonl", 2, bad=False), Path(logs), append=True)
+        rival = _source(tmp_path, "rival.jsonl", 2, bad=False)  # not mine's bytes: reversed
+        rival.write_text("".join(reversed(rival.read_text().splitlines(keepends=True))))
+        _ingest(rival, Path(logs), append=True)
 
     monkeypatch.setattr(store, "stored_keys", keys_then_a_rival)
     src = _source(tmp_path, "mine.jsonl", 2, bad=False)
