@@ -284,6 +284,8 @@ def ingest(cfg: IngestConfig) -> IngestResult:
             "source URLs are read when the log store is on object storage too (--logs s3://…); "
             "download them first for a local store"
         )
+    if cfg.stored_keys_from is None:  # a multi-run ingest killed midway: taken back first
+        rollback.recover(cfg.logs, lambda run: store.run_lock(cfg.logs, run))
     missing = [str(s) for s in cfg.sources if not Path(s).is_file()]
     if missing:
         raise FileNotFoundError(f"source file(s) not found: {', '.join(missing)}")
@@ -365,10 +367,12 @@ def ingest(cfg: IngestConfig) -> IngestResult:
                         w.check_keys()
                     except Exception as e:
                         raise rollback.refused(e, run, _inputs(sources_of, run), runs) from e
-            journal = rollback.Journal(cfg.logs)
+            journal = rollback.Journal(cfg.logs, runs)
             run = ""
             try:
-                for run in runs:
+                for i, run in enumerate(runs):
+                    if i:
+                        journal.done(runs[i - 1])
                     # (a staged object-storage ingest asks the remote store)
                     where = cfg.stored_keys_from or cfg.logs
                     hashes = [s["sha256"] for s in sources_of.get(run, [])]
@@ -421,6 +425,8 @@ def ingest(cfg: IngestConfig) -> IngestResult:
                     committed_runs.append(run)
                     if "capabilities" in record:
                         caps[run] = Capabilities.of(run, record["capabilities"])
+                if runs:
+                    journal.done(runs[-1])
             except BaseException as e:
                 journal.rollback()
                 if not isinstance(e, Exception):
