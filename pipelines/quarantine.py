@@ -88,6 +88,25 @@ def _any_listing(logs: str | os.PathLike[str], run: str) -> bool:
     return manifest_log.is_committed(run_dir(logs, run))
 
 
+def adopted(
+    logs: str | os.PathLike[str], run: str, old: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """On object storage, the listing a run's first listing commit starts from: the parts that
+    ingests put before parts were listed (all read, as they were) when neither ``old`` (the
+    run's manifest) nor its quarantine log lists any yet; else ``old``'s listing."""
+    url = objstore.url_of(logs)
+    if url is None or KEY in (old or {}) or manifest_log.is_committed(run_dir(logs, run)):
+        return (old or {}).get(KEY)
+    base = run_dir(logs, run)
+    parts = []
+    for name in sorted(manifest_log.listdir_fresh(base)):
+        if name.endswith(".jsonl") and name[0] != ".":
+            data = objstore.read_bytes(objstore.join(base, name))
+            rows = data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
+            parts.append({"name": name, "rows": rows, "sha256": io.sha256_bytes(data)})
+    return record(parts) if parts else None
+
+
 def read(logs: str | os.PathLike[str], run: str) -> bytes:
     """``run``'s committed quarantine lines: the file of a store written before parts, then each
     listed part in write order."""
@@ -142,7 +161,8 @@ def commit_log(
     for _ in range(tries):
         state = manifest_log.read_state(base)
         old = state.manifest
-        new = {"run_id": run, KEY: merged((old or {}).get(KEY), record(parts))}
+        before = (old or {}).get(KEY) if old else adopted(logs, run, run_manifest(logs, run))
+        new = {"run_id": run, KEY: merged(before, record(parts))}
         try:
             done = manifest_log.commit(base, new, state, journal=journal)
         except objstore.ConflictError:

@@ -795,7 +795,7 @@ def commit_remote(
             kept = (old or {}).get("side_tables") or {} if append else {}
             record["side_tables"] = {**kept, **new["side_tables"]}
         # quarantine parts accumulate (a replace's too); this write's (put already) listed here
-        q = quarantine.merged((old or {}).get(quarantine.KEY), new.get(quarantine.KEY))
+        q = quarantine.merged(quarantine.adopted(url, run, old), new.get(quarantine.KEY))
         record.pop(quarantine.KEY, None)
         if q is not None:
             record[quarantine.KEY] = q
