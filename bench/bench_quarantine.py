@@ -63,7 +63,8 @@ def main() -> int:
         write_bad(bad, args.lines)
         size = bad.stat().st_size / 2**20
         peak, what = peak_mb(bad, root / "logs1")
-        qsize = (root / "logs1" / "_quarantine" / "bench.jsonl").stat().st_size / 2**20
+        parts = (root / "logs1" / "_quarantine" / "bench").glob("part-*.jsonl")
+        qsize = sum(p.stat().st_size for p in parts) / 2**20
     print(f"{'case':<32}{'peak RSS MB':>12}{'ratio':>8}")
     print(f"{'1 good line (baseline)':<32}{base:>12.0f}{1:>8.2f}")
     print(f"{f'{args.lines:,} bad lines ({size:.0f} MB)':<32}{peak:>12.0f}{peak / base:>8.2f}")

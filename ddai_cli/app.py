@@ -44,7 +44,7 @@ def _e(modules: str, help_text: str) -> Entry:
 # ``collect`` adds ``train collect``, ``plan`` adds ``train plan``).
 COMMANDS: dict[str, Entry] = {
     "demo": _e("demo", "Run the whole loop on the synthetic world: world → ingest → funnel → distill (→ train) → report."),
-    "ingest": _e("ingest", "Ingest rollout logs; unreadable rows go to _quarantine/<run>.jsonl with a reason."),
+    "ingest": _e("ingest", "Ingest rollout logs; unreadable rows go to _quarantine/<run>/ with a reason."),
     "query": _e("query", "Run SQL over the rollout-log views and print or save the result."),
     "runs": _e("runs", "List the runs in the log store with counts, mean scores and what their rollouts carry."),
     "fixtures": _e("fixtures", "The synthetic world: a page corpus, a prompt set and simulated runs with a truth table."),

@@ -148,7 +148,7 @@ _IDENT = re.compile(r"[A-Za-z0-9_.:+@=\-]+")  # run ids (letters, digits, . _ - 
 
 # Maps whose keys are values from the data (reasons, verdicts, command names, file paths), not
 # field names: their keys are kept exactly as written (a quarantine reason reads the same in the
-# summary and in _quarantine/<run>.jsonl). Named by the map's own (snake_case) key.
+# summary and in _quarantine/<run>/). Named by the map's own (snake_case) key.
 DATA_MAPS = frozenset(
     {"failed_calls", "dropped", "formats", "notes", "usage", "proposals", "gt_proposals"}
 )

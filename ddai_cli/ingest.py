@@ -76,7 +76,7 @@ def ingest_cmd(
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
     as_json: JsonOpt = False,
 ) -> None:
-    """Ingest rollout logs; unreadable rows go to _quarantine/<run>.jsonl with a reason. The
+    """Ingest rollout logs; unreadable rows go to _quarantine/<run>/ with a reason. The
     summary says what each run's rollouts carry and lack (turns, pages, judge, ndcg, reward, step,
     advantages, images): e.g. DDAI's flash_rm_detail logs carry no turns, so distill refuses them."""
     if fmt not in adapters.formats():
@@ -113,7 +113,9 @@ def ingest_cmd(
         hint = wrong_format_hint(sources, fmt)
         if hint:
             data["hint"] = hint
-    why = _nothing_stored(result) if result.rollouts_out == 0 else None
+    # an --append retried after its commit (every run already stored) adds nothing: done
+    retried = bool(result.already_stored) and result.rows_in == 0
+    why = _nothing_stored(result) if result.rollouts_out == 0 and not retried else None
     if why and as_json:  # stdout stays one JSON document
         data["error"] = why
     summary("ddai ingest", data if as_json else _per_file_rows(data), as_json=as_json)

@@ -18,7 +18,6 @@ import contextlib
 import heapq
 import json
 import os
-import shutil
 import tempfile
 import time
 import uuid
@@ -33,6 +32,7 @@ import pyarrow.compute as pc
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
 from ddai.pipelines import adapters, io, locks, objstore, rollback, run_stats, store
+from ddai.pipelines import quarantine as quarantine_log
 from ddai.pipelines.adapters.base import ReaderContext, RowBatch, SourceRecord, error_detail
 from ddai.pipelines.adapters.side import SideTables
 from ddai.pipelines.adapters.verl_ids import UidMapper
@@ -85,6 +85,9 @@ class IngestResult:
     keys_checked: dict[str, set[str]] = field(default_factory=dict)
     """Per run (``--append``): the committed files the duplicate check read (``store.stored_keys``;
     a staged object-storage ingest checks the rest in its conditional commit)."""
+    already_stored: dict[str, str] = field(default_factory=dict)
+    """Per run (``--append``): the committed ingest that read the same source files (a retry
+    after its commit); nothing of the run was added and it is left out of the counts."""
 
     @property
     def rows_in(self) -> int:
@@ -125,6 +128,7 @@ class IngestResult:
                 else {}
             ),
             **({"notes": self.notes} if self.notes else {}),
+            **({"already stored": self.already_stored} if self.already_stored else {}),
             # What each run can feed (distill needs turns, bucket NDCG, focus reward, ...).
             "carries": {r: c.compact() for r, c in sorted(self.capabilities.items())},
             "lacks": {r: c.lacks() for r, c in sorted(self.capabilities.items()) if c.lacks()},
@@ -133,13 +137,16 @@ class IngestResult:
 
 class _Quarantine:
     """Bad rows of one ingest, streamed to claimed spool files per run as they come (memory stays
-    bounded) and committed onto ``_quarantine/<run>.jsonl``: entries accumulate across ingests,
-    each tagged with its ingest id, and are never overwritten.
+    bounded) and written at commit as one new part per run, ``_quarantine/<run>/part-*.jsonl``,
+    that the run's commit lists (``ddai.pipelines.quarantine``): entries accumulate across
+    ingests, each tagged with its ingest id, are never overwritten, and an ingest that did not
+    land leaves none that is read.
 
     Lines that named no run reach their run only after their source is read (``late``): they go
     to a second spool, merged back in source-and-line order at commit."""
 
     def __init__(self, logs: Path, ingest_id: str, sources: list[Path]):
+        self.logs = logs
         self.dir = logs / QUARANTINE_DIR
         self.ingest_id = ingest_id
         self.order = {str(s): i for i, s in enumerate(sources)}
@@ -175,30 +182,52 @@ class _Quarantine:
         e = json.loads(text)
         return self.order.get(e["source"], len(self.order)), e["line"] or 0
 
-    def commit(self, run: str, journal: rollback.Journal | None = None) -> str | None:
-        """Add this ingest's entries of ``run`` to its quarantine file, atomically (call with the
-        run's write lock held); returns the file's path when entries were added. ``journal``:
-        keeps the file's version before, for a rollback."""
+    def write_part(
+        self, run: str, hashes: list[str], journal: rollback.Journal | None = None
+    ) -> dict[str, Any] | None:
+        """Write this ingest's entries of ``run`` as a new part, not yet listed (call with the
+        run's write lock held): its record for the commit to list (``name``, ``rows``,
+        ``sha256``, ``ingest``, ``sources``: the source files' sha256), None when there are
+        none. ``journal``: notes the part, for a rollback to remove."""
         mine = [self.spools.pop(k) for k in ((run, False), (run, True)) if k in self.spools]
         if not mine:
             return None
         for _, fh in mine:
             fh.flush()
-        path = store.quarantine_path(self.dir.parent, run)
+        base = quarantine_log.run_dir(self.logs, run)
+        path = base / quarantine_log.part_name()
         if journal is not None:
+            journal.mkdir(base)
             journal.save(path)
-        with io.atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as out:
-            if path.exists():  # earlier ingests' entries first, streamed (never loaded whole)
-                with open(path, encoding="utf-8") as old:
-                    shutil.copyfileobj(old, out)
-            with contextlib.ExitStack() as stack:
-                streams = [stack.enter_context(open(p, encoding="utf-8")) for p, _ in mine]
-                out.writelines(heapq.merge(*streams, key=self._key))
+        rows = 0
+        with (
+            io.atomic_path(path) as tmp,
+            open(tmp, "w", encoding="utf-8") as out,
+            contextlib.ExitStack() as stack,
+        ):
+            streams = [stack.enter_context(open(p, encoding="utf-8")) for p, _ in mine]
+            for line in heapq.merge(*streams, key=self._key):
+                out.write(line)
+                rows += 1
         io.crash_point(f"quarantine:{run}")
         for spool, fh in mine:
             fh.close()
             spool.unlink(missing_ok=True)
-        return str(path)
+        return {
+            "name": path.name,
+            "rows": rows,
+            "sha256": io.sha256_file(path),
+            "ingest": self.ingest_id,
+            "sources": sorted(hashes),
+        }
+
+    def discard(self, run: str) -> None:
+        """Drop ``run``'s entries (an ``--append`` of sources already stored adds nothing)."""
+        for key in ((run, False), (run, True)):
+            if key in self.spools:
+                spool, fh = self.spools.pop(key)
+                fh.close()
+                spool.unlink(missing_ok=True)
 
     def abort(self) -> None:
         for spool, fh in self.spools.values():
@@ -264,6 +293,8 @@ def ingest(cfg: IngestConfig) -> IngestResult:
     missing = [str(s) for s in cfg.sources if not Path(s).is_file()]
     if missing:
         raise FileNotFoundError(f"source file(s) not found: {', '.join(missing)}")
+    if cfg.stored_keys_from is None:  # a multi-run ingest killed midway: taken back first
+        rollback.recover(cfg.logs, lambda run: store.run_lock(cfg.logs, run))
     fmt_of: dict[str, str] = {}
     empty = _empty_sources(cfg.sources)
     for src in cfg.sources:
@@ -298,6 +329,7 @@ def ingest(cfg: IngestConfig) -> IngestResult:
     caps: dict[str, Capabilities] = {}
     side_dropped: dict[str, int] = {}
     committed_runs: list[str] = []
+    already: dict[str, str] = {}
     try:
         with _progress(cfg.progress) as bar:
             for src in map(Path, cfg.sources):
@@ -336,6 +368,11 @@ def ingest(cfg: IngestConfig) -> IngestResult:
         with contextlib.ExitStack() as held:
             for run in runs:
                 held.enter_context(store.run_lock(cfg.logs, run))
+            if cfg.stored_keys_from is None:  # a killed write's leftovers, even if none commits
+                store.clean_leftovers(cfg.logs)
+            if cfg.append:  # an --append retried after its commit: nothing of it is added
+                drop = _Dropped(writers, quarantine, side, counts)
+                runs = [r for r in runs if not _stored_before(cfg, r, sources_of, drop, already)]
             for run in runs:
                 w = writers.get(run)
                 if w is not None and cfg.stored_keys_from is None:
@@ -344,27 +381,31 @@ def ingest(cfg: IngestConfig) -> IngestResult:
                         w.check_keys()
                     except Exception as e:
                         raise rollback.refused(e, run, _inputs(sources_of, run), runs) from e
-            journal = rollback.Journal(cfg.logs)
+            journal = rollback.Journal(cfg.logs, runs)
             run = ""
             try:
-                for run in runs:
-                    # its quarantine entries and side tables, then its partition (whose
-                    # manifest, naming this ingest and the side tables' hashes, is the commit
-                    # point)
-                    q = quarantine.commit(run, journal)
-                    if q:
-                        qfiles.append(q)
-                    w = writers.get(run)
+                for i, run in enumerate(runs):
+                    if i:
+                        journal.done(runs[i - 1])
                     # (a staged object-storage ingest asks the remote store)
                     where = cfg.stored_keys_from or cfg.logs
+                    hashes = [s["sha256"] for s in sources_of.get(run, [])]
+                    # its quarantine part and side tables (unlisted), then the commit that
+                    # lists them with its rows: the run's manifest, naming this ingest and
+                    # the side tables' hashes (or, without rollouts, its quarantine log)
+                    qpart = quarantine.write_part(run, hashes, journal)
+                    if qpart:
+                        qfiles.append(str(quarantine_log.run_dir(cfg.logs, run) / qpart["name"]))
+                    w = writers.get(run)
                     committed = w is None and store.run_manifest(where, run) is not None
                     if w is None and not (cfg.append and committed):
                         # No rollouts of the run now: replacing keeps the committed run as it
                         # is, side tables too; a run not in the store would get side rows no
                         # manifest lists and no view reads (an orphan), so they are counted as
-                        # not written.
+                        # not written. Its quarantine entries are listed in its quarantine log.
                         if run in side.runs():
                             side_dropped[run] = side.discard_run(run)
+                        _commit_quarantine_only(cfg.logs, run, qpart, journal)
                         continue
                     if w is None and run in side.runs():
                         # side rows appended to a committed run that gets no rollouts now: a
@@ -372,6 +413,7 @@ def ingest(cfg: IngestConfig) -> IngestResult:
                         w = writers[run] = PartitionWriter(cfg.logs, run, append=True)
                     tables = side.commit_run(run, append=cfg.append, journal=journal)
                     if w is None:
+                        _commit_quarantine_only(cfg.logs, run, qpart, journal)
                         continue
                     c = counts.get(run) or RunCounts()
                     record = w.commit(
@@ -389,6 +431,7 @@ def ingest(cfg: IngestConfig) -> IngestResult:
                             },
                             "side_tables": _side_record(cfg, run, tables),
                             "wall_time_s": round(time.time() - started, 3),
+                            **({quarantine_log.KEY: {"parts": [qpart]}} if qpart else {}),
                         },
                         locked=True,
                         journal=journal,
@@ -396,6 +439,8 @@ def ingest(cfg: IngestConfig) -> IngestResult:
                     committed_runs.append(run)
                     if "capabilities" in record:
                         caps[run] = Capabilities.of(run, record["capabilities"])
+                if runs:
+                    journal.done(runs[-1])
             except BaseException as e:
                 journal.rollback()
                 if not isinstance(e, Exception):
@@ -413,7 +458,55 @@ def ingest(cfg: IngestConfig) -> IngestResult:
         # locks: the next listing needs no DuckDB; a failure here leaves the commit as it is
         run_stats.refresh(cfg.logs, committed_runs)
     side_counts = side.counts()
-    return IngestResult(counts, fmt_of, qfiles, side_counts, ctx.notes, caps, side_dropped, checked)
+    return IngestResult(
+        counts, fmt_of, qfiles, side_counts, ctx.notes, caps, side_dropped, checked, already
+    )
+
+
+@dataclass
+class _Dropped:
+    """What holds a run's uncommitted rows (to drop those of a run stored already)."""
+
+    writers: dict[str, PartitionWriter]
+    quarantine: _Quarantine
+    side: SideTables
+    counts: dict[str, RunCounts]
+
+
+def _stored_before(
+    cfg: IngestConfig,
+    run: str,
+    sources_of: dict[str, list[dict[str, Any]]],
+    route: _Dropped,
+    already: dict[str, str],
+) -> bool:
+    """Whether a committed ingest of ``run`` read exactly this ingest's sources of it (their
+    sha256): then its rows, quarantine and side rows are stored already, and are dropped here
+    (``already`` gets the run → that ingest's id). Call under the run's write lock."""
+    hashes = [s["sha256"] for s in sources_of.get(run, [])]
+    prior = quarantine_log.ingested_by(cfg.stored_keys_from or cfg.logs, run, hashes)
+    if prior is None:
+        return False
+    already[run] = prior
+    if cfg.stored_keys_from is None:  # what a killed write left in the run goes (we hold its lock)
+        store.collect_garbage(cfg.logs, run)
+    if run in route.writers:
+        route.writers.pop(run).abort()
+    route.quarantine.discard(run)
+    route.side.discard_run(run)
+    route.counts.pop(run, None)
+    return True
+
+
+def _commit_quarantine_only(
+    logs: Path, run: str, part: dict[str, Any] | None, journal: rollback.Journal
+) -> None:
+    """List ``part`` (a run's entries, when it commits no rollouts) in its quarantine log; the
+    unlisted parts of killed ingests go once the command's commits all stood."""
+    if part is None:
+        return
+    quarantine_log.commit_log(logs, run, [part], journal=journal)
+    journal.after(lambda: quarantine_log.collect_garbage(logs, run))
 
 
 EMPTY_FORMAT = "empty (skipped)"  # a source's "format" in the summary when it held no line

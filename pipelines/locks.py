@@ -92,8 +92,10 @@ def try_exclusive(path: str | os.PathLike[str]) -> IO[str] | None:
     return fh
 
 
-# Where a claim is taken before the claimed path appears; never one of the cleaned prefixes.
-_CLAIMING = ".claiming-"
+# Where a claim is taken before the claimed path appears. A kill in that moment leaves it behind:
+# the next write removes it once its claim is free (``store.clean_leftovers``); a claim a cleaner
+# removed in the instant before it was locked is taken again under a new name.
+CLAIMING = ".claiming-"
 
 
 def claimed_dir(path: str | os.PathLike[str]) -> IO[str]:
@@ -102,19 +104,29 @@ def claimed_dir(path: str | os.PathLike[str]) -> IO[str]:
     p = Path(path)
     if p.exists():
         raise FileExistsError(f"{p} exists")
-    private = p.with_name(f"{_CLAIMING}{uuid.uuid4().hex}")
-    private.mkdir()
-    try:
-        fh = claim(private)
+    for attempt in range(3):
+        private = p.with_name(f"{CLAIMING}{uuid.uuid4().hex}")
+        private.mkdir()
         try:
-            os.rename(private, p)  # the lock belongs to the open file, which the rename keeps
-        except OSError:
-            fh.close()
+            fh = claim(private)
+            try:
+                os.rename(private, p)  # the lock belongs to the open file, which the rename keeps
+            except OSError:
+                fh.close()
+                raise
+        except (
+            FileNotFoundError,
+            BlockingIOError,
+        ):  # a cleaner took the unclaimed folder in that instant
+            shutil.rmtree(private, ignore_errors=True)
+            if attempt == 2:
+                raise
+            continue
+        except BaseException:
+            shutil.rmtree(private, ignore_errors=True)
             raise
-    except BaseException:
-        shutil.rmtree(private, ignore_errors=True)
-        raise
-    return fh
+        return fh
+    raise AssertionError("unreachable")
 
 
 def claimed_file(path: str | os.PathLike[str], *, binary: bool = False) -> IO[Any]:
@@ -122,37 +134,66 @@ def claimed_file(path: str | os.PathLike[str], *, binary: bool = False) -> IO[An
     process: write through the returned handle, close it when done. Replaces nothing:
     FileExistsError if it exists."""
     p = Path(path)
-    private = p.with_name(f"{_CLAIMING}{uuid.uuid4().hex}")
-    fh: IO[Any] = (
-        open(private, "xb")  # noqa: SIM115 - the caller closes it
-        if binary
-        else open(private, "x", encoding="utf-8")  # noqa: SIM115
-    )
-    try:
-        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    for attempt in range(3):
+        private = p.with_name(f"{CLAIMING}{uuid.uuid4().hex}")
+        fh: IO[Any] = (
+            open(private, "xb")  # noqa: SIM115 - the caller closes it
+            if binary
+            else open(private, "x", encoding="utf-8")  # noqa: SIM115
+        )
         try:
-            os.link(private, p)  # fails if ``p`` exists, unlike rename
-        except FileExistsError:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            try:
+                os.link(private, p)  # fails if ``p`` exists, unlike rename
+            except (FileExistsError, FileNotFoundError):
+                raise
+            except OSError:  # a filesystem without hard links: the names are unique anyway
+                os.rename(private, p)
+            else:
+                private.unlink()
+        except (
+            FileNotFoundError,
+            BlockingIOError,
+        ):  # a cleaner took the unclaimed file in that instant
+            fh.close()
+            if attempt == 2:
+                raise
+            continue
+        except BaseException:
+            fh.close()
+            private.unlink(missing_ok=True)
             raise
-        except OSError:  # a filesystem without hard links: the names are unique anyway
-            os.rename(private, p)
-        else:
-            private.unlink()
-    except BaseException:
-        fh.close()
-        private.unlink(missing_ok=True)
-        raise
-    return fh
+        return fh
+    raise AssertionError("unreachable")
 
 
 def claim(path: str | os.PathLike[str]) -> IO[str]:
     """Claim ``path`` (a file being written, or a folder via its ``.claim`` file) for this
     process; close the handle when the write is done or abandoned."""
     p = Path(path)
+    if not p.exists():  # never created here: a cleaner took an unclaimed folder (FileNotFound)
+        raise FileNotFoundError(f"{p} is gone")
     target = p / CLAIM if p.is_dir() else p
     fh = open(target, "a", encoding="utf-8")  # noqa: SIM115 - closed by the caller
     fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
     return fh
+
+
+# A folder under a claiming name without its claim file may be in the instant between its mkdir
+# and its claim: removed only once this much older (a file is claimed as it is opened).
+CLAIMING_GRACE_S = 60.0
+
+
+def is_stale_claiming(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` (a ``.claiming-*`` entry) is what a killed write left: a file, or a
+    folder holding its claim file, nobody holds; a folder without one once it is old."""
+    p = Path(path)
+    try:
+        if p.is_dir() and not (p / CLAIM).exists():
+            return time.time() - p.stat().st_mtime > CLAIMING_GRACE_S
+    except FileNotFoundError:
+        return False
+    return is_abandoned(p)
 
 
 def is_abandoned(path: str | os.PathLike[str]) -> bool:

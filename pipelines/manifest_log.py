@@ -55,6 +55,8 @@ class Journal(Protocol):
 
     def save(self, path: str | os.PathLike[str]) -> None: ...
 
+    def done(self, run: str) -> None: ...
+
 
 MANIFEST = "_manifest.json"
 LOG_DIR = "_log"
@@ -148,6 +150,11 @@ class LogState:
 
 def delta_name(seq: int) -> str:
     return f"{seq:0{_WIDTH}d}.json"
+
+
+def seq_of(name: str) -> int | None:
+    """The commit number of delta file ``name`` (None: not a delta)."""
+    return _seq_of(name)
 
 
 def _seq_of(name: str) -> int | None:
@@ -439,6 +446,8 @@ def commit(
             journal.save(p / MANIFEST)
     log.mkdir(parents=True, exist_ok=True)
     _create(log / delta_name(seq), body)
+    if journal is not None:  # committed: a kill from here on leaves this run's commit standing
+        journal.done(_run_of(part))
     io.crash_point(f"manifest-checkpoint:{_run_of(part)}")
     if due:
         io.write_text(p / MANIFEST, ckpt.decode())

@@ -21,8 +21,8 @@ protocol (rename the parts in, replace ``_manifest.json`` last, under ``flock``)
 
 Steps 2 to 4 are ``store.commit_remote`` (shared with every other writer); this module stages
 an ingest and publishes its quarantine first (this ingest's lines as one new part object,
-``_quarantine/<run>/part-<ns>-<id>.jsonl``: nothing already there is read or put again;
-``read_quarantine`` reads a run's parts in order) and each side table's rows as one new part
+``_quarantine/<run>/part-<ns>-<id>.jsonl``, unlisted until the commit lists it: see
+``ddai.pipelines.quarantine``) and each side table's rows as one new part
 (``side_log.put_part``; the manifest lists the parts). An ingest of several runs checks every run before publishing any and, when a
 publish fails late, takes back the runs it published (``rollback.undo_remote``); superseded
 objects are collected only once every run is published.
@@ -33,14 +33,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import tempfile
-import time
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines import manifest_log, objstore, rollback, side_log, store
+from ddai.pipelines import objstore, quarantine, rollback, side_log, store
 
 GRACE_ENV = store.GRACE_ENV
 # the commit and its garbage collection live in ``store`` (every writer of runs commits there)
@@ -54,7 +51,7 @@ def ingest(cfg: Any, local_ingest: Callable[[Any], Any]) -> Any:
     Source files given as URLs are downloaded first (their manifest entries keep the URL)."""
     url = objstore.url_of(cfg.logs)
     assert url is not None
-    with tempfile.TemporaryDirectory(prefix="ddai-stage-") as d:
+    with store.Stage() as d:  # under the workspace: a killed write's is removed by the next
         stage = Path(d) / "logs"
         sources, names = _local_sources(cfg.sources, Path(d) / "sources")
         staged = dataclasses.replace(cfg, logs=stage, sources=sources, stored_keys_from=url)
@@ -88,8 +85,9 @@ def ingest(cfg: Any, local_ingest: Callable[[Any], Any]) -> Any:
             man = store.run_manifest(url, run) or {}
             store.collect_remote_garbage(objstore.join(url, f"run_id={run}"), man)
             store.collect_remote_side_garbage(url, run, man.get("side_tables") or {})
+            quarantine.collect_garbage(url, run)
         result.quarantine_files = [
-            quarantined.get(Path(q).name.removesuffix(".jsonl"), q) for q in result.quarantine_files
+            quarantined.get(Path(q).parent.name, q) for q in result.quarantine_files
         ]
         return result
 
@@ -132,16 +130,22 @@ def publish(
     # Refused before anything is published when the check already fails (the commit checks
     # again over the version it commits on).
     store.check_remote(stage, url, run, keys_checked=keys_checked)
-    q = store.quarantine_path(stage, run)
-    if q.is_file():  # entries accumulate across ingests: each ingest's lines are one new part
-        part = quarantine_part_url(url, run)
-        objstore.put_bytes(part, q.read_bytes(), create=True)
+    # This ingest's quarantine part (entries accumulate: one new part per ingest) goes up
+    # unlisted, under its unique name: the commit below (the run's manifest, or its quarantine
+    # log when no rollouts are staged) lists it, so a kill before the commit shows no entry.
+    parts = quarantine.listed(stage, run)
+    for p in parts:
+        obj = objstore.join(quarantine.run_dir(url, run), p["name"])
+        objstore.put_file(quarantine.run_dir(stage, run) / p["name"], obj)
         if undo is not None:
-            undo.created.append(part)
+            undo.created.append(obj)
         if quarantined is not None:
-            quarantined[run] = part
+            quarantined[run] = obj
     if store.run_manifest(stage, run) is None:
-        return None  # no rollouts staged (every row quarantined): no side rows to list either
+        # no rollouts staged (every row quarantined): no side rows to list either
+        if parts:
+            quarantine.commit_log(url, run, parts, undo=undo)
+        return None
     # Each table's rows go up as one new part (a unique name, invisible until the manifest
     # lists it): an append adds a part instead of putting the grown table again, and nothing a
     # reader sees changes before the commit. A replaced run's old tables are left unlisted.
@@ -183,26 +187,6 @@ def _rename_sources(man: dict[str, Any], names: dict[str, str]) -> dict[str, Any
     return json.loads(text)
 
 
-def quarantine_part_url(url: str, run: str) -> str:
-    """A new part of ``run``'s quarantine in the store at ``url`` (names sort in write order)."""
-    name = f"part-{time.time_ns():020d}-{uuid.uuid4().hex[:8]}.jsonl"
-    return objstore.join(url, store.QUARANTINE_DIR, store.check_run_id(run), name)
-
-
 def read_quarantine(logs: str | os.PathLike[str], run: str) -> bytes:
-    """``run``'s quarantine lines: a local store's file; on object storage the one object an
-    ingest before parts wrote (``_quarantine/<run>.jsonl``), then each ingest's part in order."""
-    url = objstore.url_of(logs)
-    if url is None:
-        path = store.quarantine_path(logs, run)
-        return path.read_bytes() if path.is_file() else b""
-    base = objstore.join(url, store.QUARANTINE_DIR)
-    objs = [objstore.join(base, f"{store.check_run_id(run)}.jsonl")]
-    objs = [o for o in objs if objstore.isfile(o)]
-    parts = sorted(manifest_log.listdir_fresh(objstore.join(base, run)))
-    objs += [objstore.join(base, run, n) for n in parts if n.endswith(".jsonl")]
-    out = []
-    for o in objs:
-        data = objstore.read_bytes(o)
-        out.append(data if not data or data.endswith(b"\n") else data + b"\n")
-    return b"".join(out)
+    """``run``'s committed quarantine lines (``quarantine.read``)."""
+    return quarantine.read(logs, run)

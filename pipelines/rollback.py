@@ -9,7 +9,12 @@ runs this command already committed, so the store is as it was before the comman
   temp folder beside the partitions (no bytes copied); a file the commit creates is noted.
   ``rollback`` puts every saved file back and removes the created ones; ``finish`` drops the
   saved versions and only then lets the store collect the superseded files (garbage collection
-  waits, so a rollback finds every file the old versions list).
+  waits, so a rollback finds every file the old versions list). Each step is noted in the
+  folder's ``journal.jsonl`` before it is taken, and each run once its commit stood (``done``):
+  a command killed with some runs committed and others not is rolled back by the next ingest
+  (``recover``, under the runs' write locks), unless a run was committed over since; one killed
+  after every run's commit is left standing. Another writer (a judge, a trainer) meanwhile only
+  removes the abandoned folder: each run is whole either way.
 - ``RemoteUndo`` (object storage): what one conditional commit changed: the manifest log entry
   it created and the manifest before it, the objects it overwrote, the objects it created.
   ``undo_remote`` commits the old manifest again as the log's next entry, only if this
@@ -22,6 +27,8 @@ runs this command already committed, so the store is as it was before the comman
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import shutil
 import uuid
@@ -32,12 +39,20 @@ from typing import IO, Any
 
 from ddai.pipelines import locks, manifest_log, objstore
 
+JOURNAL = "journal.jsonl"
+
 
 class Journal:
-    """The files one command's local commits replaced or created (see the module docstring)."""
+    """The files one command's local commits replaced or created (see the module docstring).
 
-    def __init__(self, logs: str | os.PathLike[str]) -> None:
+    Each step is noted in ``journal.jsonl`` in its folder before it is taken (the first line
+    names the runs, whose write locks the command holds), so that the next ingest can roll back
+    a command killed midway (``recover``)."""
+
+    def __init__(self, logs: str | os.PathLike[str], runs: list[str] | None = None) -> None:
         self.logs = Path(logs)
+        self.runs = sorted(runs or [])
+        self._log: IO[str] | None = None
         self._dir: Path | None = None
         self._claim: IO[str] | None = None
         # (path, its saved version; None: the path did not exist), in the order they were saved
@@ -53,7 +68,17 @@ class Journal:
             self._dir = self.logs / f".tmp-undo-{uuid.uuid4().hex[:8]}"
             self._dir.parent.mkdir(parents=True, exist_ok=True)
             self._claim = locks.claimed_dir(self._dir)
+            self._log = open(self._dir / JOURNAL, "w", encoding="utf-8")  # noqa: SIM115
+            self._note({"runs": self.runs})
         return self._dir
+
+    def _note(self, rec: dict[str, Any]) -> None:
+        """Note one step before it is taken (a kill leaves at most a cut last line)."""
+        if self._log is None:
+            self._folder()
+        assert self._log is not None
+        self._log.write(json.dumps(rec) + "\n")
+        self._log.flush()
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Keep ``path``'s current version (or that it is absent) before it is replaced or
@@ -63,14 +88,22 @@ class Journal:
             return
         self._seen.add(p)
         if not p.exists():
+            self._note({"path": str(p), "keep": None})
             self._saved.append((p, None))
             return
         keep = self._folder() / str(len(self._saved))
+        self._note({"path": str(p), "keep": keep.name})
         try:
             os.link(p, keep)  # the old inode stays reachable after the commit's os.replace
         except OSError:  # a filesystem without hard links: a copy
             shutil.copy2(p, keep)
         self._saved.append((p, keep))
+
+    def done(self, run: str) -> None:
+        """Note that ``run``'s commit is through (committed, or nothing to commit): a command
+        killed once every run is through needs no rollback (``recover`` leaves it)."""
+        if self._log is not None:
+            self._note({"done": run})
 
     def mkdir(self, folder: str | os.PathLike[str]) -> None:
         """Create ``folder`` (and parents), noting the ones created for ``rollback``."""
@@ -80,6 +113,7 @@ class Journal:
             made.append(d)
             d = d.parent
         for m in reversed(made):
+            self._note({"dir": str(m)})
             m.mkdir(exist_ok=True)
             self._dirs.append(m)
 
@@ -110,12 +144,84 @@ class Journal:
         self._after.clear()
 
     def _drop(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None
         if self._dir is not None:
+            # first, in one step: a kill from here on leaves nothing for ``recover`` to replay
+            (self._dir / JOURNAL).unlink(missing_ok=True)
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
         if self._claim is not None:
             self._claim.close()
             self._claim = None
+
+
+def recover(
+    logs: str | os.PathLike[str], lock: Callable[[str], contextlib.AbstractContextManager[Any]]
+) -> list[str]:
+    """Roll back the commits of multi-run commands killed midway: each abandoned journal
+    (``.tmp-undo-*`` whose writer is gone) is replayed backwards under its runs' write locks
+    (``lock(run)``; call holding no run lock), unless a run was committed again since (then
+    it is dropped: every run stays whole). Returns the runs rolled back."""
+    root = Path(logs)
+    done: list[str] = []
+    for d in sorted(root.glob(".tmp-undo-*")) if root.is_dir() else []:
+        recs = _journal(d)
+        if recs is None or not locks.is_abandoned(d):
+            continue
+        runs = list(recs[0].get("runs") or [])
+        with contextlib.ExitStack() as held:
+            for run in runs:
+                held.enter_context(lock(run))
+            if not d.is_dir() or not locks.is_abandoned(d):
+                continue  # another writer recovered it meanwhile
+            saved = [(Path(r["path"]), r["keep"]) for r in recs[1:] if "path" in r]
+            through = {r["done"] for r in recs[1:] if "done" in r}
+            # every run through: the command was killed only before saying so (nothing to undo)
+            if not set(runs) <= through and not _committed_since(saved):
+                for path, keep in reversed(saved):
+                    if keep is None:
+                        path.unlink(missing_ok=True)
+                    elif (d / keep).exists():
+                        os.replace(d / keep, path)
+                for folder in reversed([Path(r["dir"]) for r in recs[1:] if "dir" in r]):
+                    if folder.is_dir() and not any(folder.iterdir()):
+                        folder.rmdir()
+                done += runs
+            (d / JOURNAL).unlink(missing_ok=True)  # replayed (replaying again changes nothing)
+            shutil.rmtree(d, ignore_errors=True)
+    return done
+
+
+def _journal(folder: Path) -> list[dict[str, Any]] | None:
+    """A journal's steps (a cut last line left out); None without one."""
+    try:
+        text = (folder / JOURNAL).read_text(encoding="utf-8")
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    recs = []
+    for line in text.splitlines():
+        try:
+            recs.append(json.loads(line))
+        except ValueError:
+            break
+    return recs if recs and "runs" in recs[0] else None
+
+
+def _committed_since(saved: list[tuple[Path, str | None]]) -> bool:
+    """Whether a manifest log the journal created a delta in holds a later one (another write
+    committed over the killed command's version: rolling back would drop it)."""
+    created: dict[Path, int] = {}
+    for path, keep in saved:
+        seq = manifest_log.seq_of(path.name)
+        if keep is None and seq is not None and path.parent.name == manifest_log.LOG_DIR:
+            created[path.parent] = max(seq, created.get(path.parent, 0))
+    for log, seq in created.items():
+        names = os.listdir(log) if log.is_dir() else []
+        if any((s or 0) > seq for s in map(manifest_log.seq_of, names)):
+            return True
+    return False
 
 
 @dataclass

@@ -27,7 +27,7 @@ from typing import Any
 
 from ddai.pipelines import io, objstore, store_read
 
-STATS_DIR = "_stats"
+STATS_DIR = store_read.STATS_DIR
 SQL = "SELECT * FROM runs"
 
 

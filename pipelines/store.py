@@ -14,8 +14,10 @@ Commit protocol (one per run, under the run's write lock ``_locks/<run>.lock``):
 4. files the manifest no longer lists (a replaced version, a crashed write's part) are removed
    when no reader holds the run (``_locks/<run>.readers``), else by the next write.
 
-Side tables (``_side/<table>/<run>.jsonl``) and quarantine entries of an ingest are committed under
-the same lock just before the manifest, which lists each side table with its sha256 (so
+Side tables (``_side/<table>/<run>.jsonl``) and the quarantine part of an ingest
+(``_quarantine/<run>/part-*.jsonl``, ``ddai.pipelines.quarantine``) are written under the same
+lock just before the manifest, which lists the part (readers read only listed parts, so a kill
+before the commit leaves no entry) and each side table with its sha256 (so
 ``verify_partition`` sees one that does not belong to the committed version; on object storage
 a table is a list of part objects, each listed with its rows and sha256: ``side_log``). An
 ingest of several runs takes every run's lock and checks every run before committing any, and
@@ -35,7 +37,8 @@ On object storage (``logs`` an ``s3://`` / ``gs://`` URL) the same layout holds;
 ``commit_remote`` (parts first, then one conditional create of the manifest log's next delta:
 the commit, also
 where ``if_unchanged`` and the duplicate check are decided; an ingest's side tables and
-quarantine go first, ``ddai.pipelines.remote_store``), readers read the
+quarantine part go first, unlisted, ``ddai.pipelines.remote_store``; staged in the workspace,
+``Stage``), readers read the
 files the manifest lists through the object store (no locks there: superseded parts are removed
 only after a grace period).
 
@@ -53,7 +56,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
@@ -63,7 +65,15 @@ from typing import IO, TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ddai.pipelines import capability_count, io, locks, manifest_log, objstore
+from ddai.pipelines import (
+    capability_count,
+    io,
+    locks,
+    manifest_log,
+    objstore,
+    quarantine,
+    workspace,
+)
 from ddai.pipelines.schema import ROLLOUT_SCHEMA, SCHEMA_VERSION, normalize_rollout
 
 # The read side (no pyarrow), re-exported: ``store.snapshot``, ``store.MANIFEST`` as before.
@@ -73,6 +83,7 @@ from ddai.pipelines.store_read import (  # noqa: F401
     MANIFEST,
     QUARANTINE_DIR,
     SIDE_DIR,
+    STATS_DIR,
     Snapshot,
     _lock_file,
     _read_manifest,
@@ -152,9 +163,9 @@ class PartitionWriter:
         batch_rows: int = DEFAULT_BATCH_ROWS,
     ) -> None:
         self.remote = objstore.url_of(logs)
-        self._staging: tempfile.TemporaryDirectory[str] | None = None
+        self._staging: Stage | None = None
         if self.remote is not None:  # no rename there: stage locally, publish at commit
-            self._staging = tempfile.TemporaryDirectory(prefix="ddai-stage-")
+            self._staging = stage_dir()
             logs = Path(self._staging.name) / "logs"
         self.logs = Path(logs)
         self.run_id = run_id
@@ -308,6 +319,12 @@ class PartitionWriter:
         listed = (prev or {}).get("side_tables")
         if listed and "side_tables" not in manifest:
             manifest = {**manifest, "side_tables": listed}  # not this write's: left as they are
+        # quarantine parts accumulate across commits (a replace's too); this write's are listed
+        # here, in the commit that makes its rows visible
+        q = quarantine.merged((prev or {}).get(quarantine.KEY), manifest.get(quarantine.KEY))
+        manifest = {k: v for k, v in manifest.items() if k != quarantine.KEY}
+        if q is not None:
+            manifest[quarantine.KEY] = q
         if journal is not None:
             journal.mkdir(self.final)  # the manifest's files are saved by manifest_log.commit
         self.final.mkdir(exist_ok=True)
@@ -439,19 +456,27 @@ def merge_record(
 
 def clean_leftovers(logs: str | os.PathLike[str]) -> list[str]:
     """Remove what crashed writes left in the store: abandoned ``.tmp-*`` folders and spool
-    files (their claim is free: quarantine and side-table spools included), ``.old-*`` folders.
-    Returns the names removed."""
+    files (their claim is free: quarantine and side-table spools included), claims a kill left
+    half taken (``.claiming-*``), ``.old-*`` folders, and abandoned staging folders of object
+    storage writes in the workspace. Returns the names removed."""
     root = Path(logs)
     removed: list[str] = []
     side = root / SIDE_DIR
     tables = sorted(d for d in side.iterdir() if d.is_dir()) if side.is_dir() else []
-    for base in (root, root / QUARANTINE_DIR, *tables):
+    qdir = root / QUARANTINE_DIR
+    runs_q = sorted(d for d in qdir.iterdir() if d.is_dir()) if qdir.is_dir() else []
+    for base in (root, qdir, *runs_q, *tables, root / STATS_DIR):
         if not base.is_dir():
             continue
         for entry in base.iterdir():
             name = entry.name
-            stale = name.startswith(".old-") or (
-                name.startswith(".tmp-") and locks.is_abandoned(entry)
+            temp = name.startswith(".tmp-") or (
+                name.startswith(".") and name.endswith(".tmp")  # an atomic write's (io)
+            )
+            stale = (
+                name.startswith(".old-")
+                or (temp and locks.is_abandoned(entry))
+                or (name.startswith(locks.CLAIMING) and locks.is_stale_claiming(entry))
             )
             if stale:
                 if entry.is_dir():
@@ -459,6 +484,7 @@ def clean_leftovers(logs: str | os.PathLike[str]) -> list[str]:
                 else:
                     entry.unlink(missing_ok=True)
                 removed.append(name)
+    removed += clean_stages()
     return removed
 
 
@@ -488,6 +514,9 @@ def collect_garbage(logs: str | os.PathLike[str], run_id: str) -> list[str]:
                 else:
                     entry.unlink(missing_ok=True)
                 removed.append(entry.name)
+        removed += [
+            f"{QUARANTINE_DIR}/{run_id}/{n}" for n in quarantine.collect_garbage(logs, run_id)
+        ]
         return removed
     finally:
         fh.close()
@@ -531,6 +560,10 @@ def verify_partition(part: str | os.PathLike[str]) -> str | None:
                 bad.append(f"side table {table} part {part['name']} missing")
             elif io.sha256_file(fp) != part["sha256"]:
                 bad.append(f"side table {table} part {part['name']} changed")
+    if url:
+        bad += quarantine.verify(url.rsplit("/", 1)[0], run, man)
+    else:
+        bad += quarantine.verify(p.parent, run, man)
     return "; ".join(bad) or None
 
 
@@ -555,6 +588,8 @@ _CURRENT_ONLY = ("history", "files", "sha256", "capabilities")
 
 def _strip_history(m: dict[str, Any]) -> dict[str, Any]:
     out = {k: v for k, v in m.items() if k not in _CURRENT_ONLY}
+    if out.get(quarantine.KEY):  # grows per ingest: the current manifest lists the parts
+        out[quarantine.KEY] = {k: v for k, v in out[quarantine.KEY].items() if k != "parts"}
     if out.get("side_tables"):  # a side table's part list grows per step: current only too
         out["side_tables"] = {
             t: {k: v for k, v in rec.items() if k != "parts"}
@@ -648,7 +683,54 @@ def read_version(
 
 
 def quarantine_path(logs: str | os.PathLike[str], run_id: str) -> Path:
+    """The one quarantine file of a store written before parts (``ddai.pipelines.quarantine``)."""
     return Path(logs) / QUARANTINE_DIR / f"{check_run_id(run_id)}.jsonl"
+
+
+STAGE_DIR = "stage"
+_STAGE_PREFIX = ".tmp-stage-"
+
+
+class Stage:
+    """A local staging folder of one object-storage write, under the workspace
+    (``<home>/stage/.tmp-stage-<id>``), claimed while it lives: a kill leaves it abandoned and
+    the next write removes it (``clean_stages``), so no staged Parquet piles up in ``/tmp``."""
+
+    def __init__(self) -> None:
+        root = workspace.home() / STAGE_DIR
+        root.mkdir(parents=True, exist_ok=True)
+        clean_stages()
+        self.name = str(root / f"{_STAGE_PREFIX}{uuid.uuid4().hex[:12]}")
+        self._claim: IO[str] | None = locks.claimed_dir(self.name)
+
+    def cleanup(self) -> None:
+        shutil.rmtree(self.name, ignore_errors=True)
+        if self._claim is not None:
+            self._claim.close()
+            self._claim = None
+
+    def __enter__(self) -> str:
+        return self.name
+
+    def __exit__(self, *exc: object) -> None:
+        self.cleanup()
+
+
+def stage_dir() -> Stage:
+    return Stage()
+
+
+def clean_stages() -> list[str]:
+    """Remove the workspace's staging folders whose write died (their claim is free)."""
+    root = workspace.home() / STAGE_DIR
+    removed = []
+    for entry in root.iterdir() if root.is_dir() else []:
+        if (entry.name.startswith(_STAGE_PREFIX) and locks.is_abandoned(entry)) or (
+            entry.name.startswith(locks.CLAIMING) and locks.is_stale_claiming(entry)
+        ):
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry.name)
+    return removed
 
 
 # ------------------------------------------------------------------ committing to object storage
@@ -712,6 +794,11 @@ def commit_remote(
         elif "side_tables" in new:
             kept = (old or {}).get("side_tables") or {} if append else {}
             record["side_tables"] = {**kept, **new["side_tables"]}
+        # quarantine parts accumulate (a replace's too); this write's (put already) listed here
+        q = quarantine.merged(quarantine.adopted(url, run, old), new.get(quarantine.KEY))
+        record.pop(quarantine.KEY, None)
+        if q is not None:
+            record[quarantine.KEY] = q
         if append and old is not None:
             old_files = old.get("files")
             if old_files is None:  # written before manifests listed files: list them now
@@ -735,6 +822,7 @@ def commit_remote(
             collect_remote_garbage(part_url, record)
             if side is not None:
                 collect_remote_side_garbage(url, run, record.get("side_tables") or {})
+                quarantine.collect_garbage(url, run)
         return record
     raise StoreConflict(
         f"run {run!r} at {url}: {_REMOTE_RETRIES} concurrent commits in a row beat this one; "

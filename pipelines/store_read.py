@@ -23,6 +23,7 @@ from ddai.pipelines.manifest_log import LOG_DIR, MANIFEST  # noqa: F401 (re-expo
 QUARANTINE_DIR = "_quarantine"
 SIDE_DIR = "_side"
 LOCK_DIR = "_locks"
+STATS_DIR = "_stats"  # ``ddai runs``'s rows (``run_stats``)
 
 
 _SAFE_RUN_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-:+@")

@@ -18,7 +18,7 @@ from support.fakes import FakeModelServer
 from typer.testing import CliRunner
 
 from ddai.cli.app import app
-from ddai.pipelines import adapters, store
+from ddai.pipelines import adapters, quarantine, store
 from ddai.pipelines.adapters import base
 from ddai.pipelines.funnel import decisions, review
 
@@ -35,8 +35,7 @@ def _ingest(logs, *srcs, extra=()) -> tuple[int, dict]:
 
 
 def _quarantine(logs, run: str) -> list[dict]:
-    path = logs / "_quarantine" / f"{run}.jsonl"
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    return [json.loads(line) for line in quarantine.read(logs, run).decode().splitlines()]
 
 
 # ---------------------------------------------------------------- every row contained
@@ -238,13 +237,13 @@ def test_append_quarantines_rollouts_already_in_the_store(tmp_path):
     first = tmp_path / "first.jsonl"
     first.write_text("".join(json.dumps(_row(i)) + "\n" for i in range(3)))
     assert _ingest(logs, first)[1]["rollouts_out"] == 3
-    # the same file appended again: every row is already stored, none is added twice (and an
-    # ingest that adds nothing exits 1, its summary saying why)
+    # the same file appended again (an append retried after its commit): recognised by its
+    # sources' hashes as stored already; nothing added, no quarantine entry, exit 0
     res = runner.invoke(app, ["ingest", str(first), "--logs", str(logs), "--json", "--append"])
     s = json.loads(res.output)
-    assert res.exit_code == 1 and s["rows_in"] == 3 and s["rollouts_out"] == 0
-    assert s["quarantined_by_reason"] == {"duplicate of a stored rollout": 3}
-    assert store.read_rollouts(logs, ["r"]).num_rows == 3
+    assert res.exit_code == 0 and s["rows_in"] == 0 and s["rollouts_out"] == 0
+    assert s["already_stored"] == {"r": store.run_manifest(logs, "r")["ingest"]}
+    assert store.read_rollouts(logs, ["r"]).num_rows == 3 and _quarantine(logs, "r") == []
     # an overlapping file: u2 again (other content: the stored one stays), u3 new twice (the
     # in-ingest rule), u4 new
     more = tmp_path / "more.jsonl"

@@ -176,10 +176,13 @@ def test_row_groups_are_large(tmp_path, monkeypatch):
 def test_append_of_stored_rollouts_in_columns(tmp_path):
     src = tmp_path / "r_flash_rm_detail.jsonl"
     src.write_text("\n".join(_line(i) for i in range(8)) + "\n")
+    again = tmp_path / "again" / src.name  # the same rollouts (and run), another file's bytes
+    again.parent.mkdir()
+    again.write_text("\n".join(_line(i) + " " for i in range(8)) + "\n")
     for columnar in (True, False):
         logs = tmp_path / f"logs-{columnar}"
         ingest(IngestConfig([src], logs, progress=False))
-        res = ingest(IngestConfig([src], logs, progress=False, append=True, columnar=columnar))
+        res = ingest(IngestConfig([again], logs, progress=False, append=True, columnar=columnar))
         assert (res.rows_in, res.rollouts_out) == (8, 0)
         assert res.quarantined == {"duplicate of a stored rollout": 8}
         assert store.run_manifest(logs, "r")["rollouts_total"] == 8

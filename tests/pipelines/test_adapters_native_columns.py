@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from ddai.pipelines import store
+from ddai.pipelines import quarantine, store
 from ddai.pipelines.adapters import native
 from ddai.pipelines.adapters.base import ReaderContext, RowBatch
 from ddai.pipelines.ingest import IngestConfig, ingest
@@ -38,8 +38,8 @@ def _ingest(src: Path, logs: Path, columnar: bool, **kw):
         r["extra"] = json.loads(r["extra"])
     q = [
         {k: e[k] for k in ("line", "reason", "detail")}
-        for f in sorted((logs / store.QUARANTINE_DIR).glob("*.jsonl"))
-        for e in map(json.loads, f.open())
+        for d in sorted((logs / store.QUARANTINE_DIR).glob("[!._]*/"))
+        for e in map(json.loads, quarantine.read(logs, d.name).splitlines())
     ]
     return (
         res,

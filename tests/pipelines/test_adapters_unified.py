@@ -361,7 +361,9 @@ def test_side_tables_replace_on_reingest_and_add_on_append(tmp_path):
     _run(tmp_path, events)
     _run(tmp_path, events)
     assert len(side.read_text().splitlines()) == 1
-    _run(tmp_path, events, append=True)
+    # (another step's metrics: the same file again would be recognised as stored already)
+    more = [ev("train.step.metrics", 2, None, metrics={"m": 2}), *events[1:]]
+    _run(tmp_path, more, append=True)
     assert len(side.read_text().splitlines()) == 2
     _run(tmp_path, events[1:])  # the run re-ingested without side events: its rows go
     assert not side.exists()

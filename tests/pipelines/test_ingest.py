@@ -8,7 +8,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from ddai.pipelines import query, store
+from ddai.pipelines import quarantine, query, store
 from ddai.pipelines.ingest import IngestConfig, ingest
 from ddai.pipelines.schema import ROLLOUT_SCHEMA, SCHEMA_VERSION
 
@@ -55,7 +55,7 @@ def test_quarantine_every_bad_kind(tmp_path):
         "truncated last line": 1,
     }
     assert res.rows_in == res.rollouts_out + sum(res.quarantined.values())
-    q = [json.loads(x) for x in (logs / "_quarantine" / "r1.jsonl").read_text().splitlines()]
+    q = [json.loads(x) for x in quarantine.read(logs, "r1").decode().splitlines()]
     assert [x["line"] for x in q] == [2, 3, 4, 5, 6, 9]
     assert {x["reason"] for x in q} == set(res.quarantined)
     assert all(x["source"] == str(src) and x["raw"] for x in q)

@@ -86,11 +86,14 @@ def test_a_refused_third_run_leaves_the_store_byte_identical(logs, tmp_path, mon
     before: dict[str, bytes] = {}
 
     def keys_then_a_rival(where, run, checked):
-        # while this ingest streams, another append commits the same rollouts of r3
+        # while this ingest streams, another append commits the same rollouts of r3 (from
+        # another file: the same file would be recognised as this ingest, stored already)
         yield from real(where, run, checked)
         if run == "r3" and not before:
             monkeypatch.setattr(store, "stored_keys", real)
-            _ingest([mine[2]], logs, append=True)
+            rival = tmp_path / "rival-r3.jsonl"
+            rival.write_text("".join(reversed(mine[2].read_text().splitlines(keepends=True))))
+            _ingest([rival], logs, append=True)
             before.update(_tree(logs, temps=False))
 
     monkeypatch.setattr(store, "stored_keys", keys_then_a_rival)
@@ -179,11 +182,12 @@ def test_a_late_failure_rolls_back_the_runs_committed_before_it(logs, tmp_path, 
         assert store.read_rollouts(logs, [r])["judge_score"].to_pylist() == [1.0] * 4
 
 
-def test_a_kill_midway_leaves_whole_runs_and_the_next_write_cleans_the_saved_versions(tmp_path):
-    """kill -9 cannot be rolled back: r1 stays committed whole, r2 and r3 as they were, and the
-    saved versions (a claimed temp folder) are removed by the next write."""
+def test_a_kill_midway_leaves_whole_runs_and_the_next_ingest_rolls_it_back(tmp_path):
+    """kill -9 cannot roll back itself: r1 stays committed whole, r2 and r3 as they were; the
+    next ingest (of another run here) rolls r1 back from the killed command's journal."""
     logs = str(tmp_path / "logs")
     _ingest(_sources(tmp_path, "old", 0.0), logs)
+    before, manifests = _tree(logs), {r: store.run_manifest(logs, r) for r in RUNS}
     mine = _sources(tmp_path, "new", 1.0)
     code = "import sys; from ddai.cli.app import main; sys.argv = ['ddai', *sys.argv[1:]]; main()"
     args = ["ingest", *map(str, mine), "--logs", logs, "--no-progress"]
@@ -193,6 +197,13 @@ def test_a_kill_midway_leaves_whole_runs_and_the_next_write_cleans_the_saved_ver
     assert [p.name for p in Path(logs).glob(".tmp-undo-*")]  # left by the killed command
     scores = {r: set(store.read_rollouts(logs, [r])["judge_score"].to_pylist()) for r in RUNS}
     assert scores == {"r1": {1.0}, "r2": {0.0}, "r3": {0.0}}
+    _ingest([_source(tmp_path, "other.jsonl", "other", "o-", 0.5)], logs)
+    scores = {r: set(store.read_rollouts(logs, [r])["judge_score"].to_pylist()) for r in RUNS}
+    assert scores == {"r1": {0.0}, "r2": {0.0}, "r3": {0.0}}
+    after = {k: v for k, v in _tree(logs).items() if "other" not in k}
+    assert _data(after) == _data(before)  # r1's files as they were, the killed parts gone
+    assert {r: store.run_manifest(logs, r) for r in RUNS} == manifests
+    assert not list(Path(logs).glob(".tmp-*"))
     _ingest(mine, logs)  # the next write cleans up and commits
     assert not list(Path(logs).glob(".tmp-*"))
     for r in RUNS:

@@ -251,7 +251,11 @@ def _overlapping_appends_are_caught(logs: Path, tmp_path: Path, monkeypatch) -> 
         yield from real(where, run, checked)
         if not raced:
             raced.append(run)  # the rival reads the keys too, then commits first
-            _ingest(_source(tmp_path, "rival.jsonl", 3, bad=False), logs, append=True)
+            # (the same rollouts in another order: the same file would be this very ingest,
+            # recognised as stored already)
+            rival = _source(tmp_path, "rival.jsonl", 3, bad=False)
+            rival.write_text("".join(reversed(rival.read_text().splitlines(keepends=True))))
+            _ingest(rival, logs, append=True)
 
     monkeypatch.setattr(store, "stored_keys", keys_then_a_rival)
     with pytest.raises(store.StoreConflict, match=r"run 'r1': another append committed 8"):
@@ -293,7 +297,9 @@ def test_ingest_append_that_lost_a_race_exits_1_naming_the_run(store_env, tmp_pa
     def keys_then_a_rival(where, run, checked):
         yield from real(where, run, checked)
         monkeypatch.setattr(store, "stored_keys", real)
-        _ingest(_source(tmp_path, "rival.jsonl", 2, bad=False), Path(logs), append=True)
+        rival = _source(tmp_path, "rival.jsonl", 2, bad=False)  # not mine's bytes: reversed
+        rival.write_text("".join(reversed(rival.read_text().splitlines(keepends=True))))
+        _ingest(rival, Path(logs), append=True)
 
     monkeypatch.setattr(store, "stored_keys", keys_then_a_rival)
     src = _source(tmp_path, "mine.jsonl", 2, bad=False)
@@ -315,3 +321,18 @@ def test_a_quarantine_written_before_parts_is_read_first_and_kept(s3_env, tmp_pa
     q = remote_store.read_quarantine(logs, "r1").decode().splitlines()
     assert [json.loads(x)["source"].rsplit("/", 1)[-1] for x in q] == ["old.jsonl", "a.jsonl"]
     assert objstore.read_bytes(f"{s3_env}/logs/_quarantine/r1.jsonl") == old  # not put again
+
+
+def test_parts_put_before_they_were_listed_are_kept_by_the_first_listing(
+    s3_env, tmp_path, monkeypatch
+):
+    logs = Path(f"{s3_env}/logs")
+    _ingest(_source(tmp_path, "a.jsonl", 1, bad=False), logs)
+    # a part as an ingest put it before commits listed parts (read whole, unlisted)
+    early = f"{s3_env}/logs/_quarantine/r1/part-00000000000000000001-aaaaaaaa.jsonl"
+    objstore.put_bytes(early, b'{"source": "early.jsonl"}\n')
+    monkeypatch.setenv(store.GRACE_ENV, "0")  # an unlisted part would go at this commit
+    _ingest(_source(tmp_path, "b.jsonl", 1, uid="w"), logs, append=True)  # one bad line
+    q = remote_store.read_quarantine(logs, "r1").decode().splitlines()
+    assert [json.loads(x)["source"].rsplit("/", 1)[-1] for x in q] == ["early.jsonl", "b.jsonl"]
+    assert objstore.isfile(early) and store.verify_partition(f"{s3_env}/logs/run_id=r1") is None

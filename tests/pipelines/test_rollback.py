@@ -4,6 +4,8 @@ over the version it put, and names the runs another writer committed over since.
 
 from __future__ import annotations
 
+import contextlib
+
 from ddai.pipelines import manifest_log, objstore, rollback, store
 
 
@@ -78,3 +80,47 @@ def test_a_remote_undo_leaves_a_run_another_writer_committed_over(s3_env):
     # taking back twice changes nothing: the entry is no longer the last one
     assert rollback.undo_remote([undo]) == ["r"]
     assert store.run_manifest(f"{s3_env}/logs", "r") == {"v": 1}
+
+
+def _abandoned_journal(logs, runs, commits, done=()):
+    """A journal of a command that created delta 1 of each of ``commits`` (``done``: noted as
+    stood) and then died."""
+    j = rollback.Journal(logs, runs)
+    for run in commits:
+        log = logs / f"run_id={run}" / store.LOG_DIR
+        j.mkdir(log)
+        j.save(log / manifest_log.delta_name(1))
+        (log / manifest_log.delta_name(1)).write_text("{}")
+    for run in done:
+        j.done(run)
+    j._log.close()  # the process dies: its claim is free, nothing finished
+    j._claim.close()
+    return j
+
+
+def _lock(run):
+    return contextlib.nullcontext()
+
+
+def test_recover_rolls_back_a_command_killed_between_its_runs(tmp_path):
+    logs = tmp_path / "logs"
+    _abandoned_journal(logs, ["a", "b"], ["a"], done=["a"])  # a committed, b not yet
+    assert rollback.recover(logs, _lock) == ["a", "b"]
+    assert not (logs / "run_id=a").exists() and not list(logs.glob(".tmp-undo-*"))
+
+
+def test_recover_leaves_a_run_committed_over_since(tmp_path):
+    logs = tmp_path / "logs"
+    _abandoned_journal(logs, ["a", "b"], ["a"], done=["a"])
+    later = logs / "run_id=a" / store.LOG_DIR / manifest_log.delta_name(2)
+    later.write_text("{}")  # another writer committed over the killed command's version
+    assert rollback.recover(logs, _lock) == []
+    assert later.exists() and not list(logs.glob(".tmp-undo-*"))
+
+
+def test_recover_leaves_a_command_whose_runs_all_stood(tmp_path):
+    logs = tmp_path / "logs"
+    _abandoned_journal(logs, ["a", "b"], ["a", "b"], done=["a", "b"])  # killed before finishing
+    assert rollback.recover(logs, _lock) == []
+    assert (logs / "run_id=b" / store.LOG_DIR / manifest_log.delta_name(1)).exists()
+    assert not list(logs.glob(".tmp-undo-*"))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -128,10 +129,18 @@ def test_an_appending_ingest_adds_a_side_table_part(store_env, tmp_path):
 
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     src = os.path.join(root, "fixtures/unified/focused_r2/unified_trajectory.jsonl")
+    # appended: the same log with a blank line more (the same file would be recognised as
+    # stored already, adding nothing)
+    again = tmp_path / "again.jsonl"
+    again.write_bytes(Path(src).read_bytes() + b"\n")
     local, logs = tmp_path / "logs", f"{store_env}/logs"
     for where in (local, logs):
         for append in (False, True):
-            ingest(IngestConfig([src], where, run_id="u", append=append, progress=False))
+            ingest(
+                IngestConfig(
+                    [again if append else src], where, run_id="u", append=append, progress=False
+                )
+            )
     man = store.run_manifest(logs, "u")
     table, rec = sorted(man["side_tables"].items())[0]
     assert len(rec["parts"]) == 2 and rec["parts"][0]["rows"] == rec["parts"][1]["rows"]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ddai.pipelines import query, store
+from ddai.pipelines import quarantine, query, store
 from ddai.pipelines.ingest import IngestConfig, ingest
 
 
@@ -175,7 +175,7 @@ def test_quarantine_accumulates_across_ingests_tagged_by_ingest(tmp_path):
     ingest(IngestConfig([_source(tmp_path / "b.jsonl", 3)], logs, progress=False))  # no bad rows
     ingest(IngestConfig([src], logs, progress=False))
     last = store.run_manifest(logs, "r")["ingest"]
-    q = [json.loads(x) for x in store.quarantine_path(logs, "r").read_text().splitlines()]
+    q = [json.loads(x) for x in quarantine.read(logs, "r").decode().splitlines()]
     assert [e["ingest"] for e in q] == [first, first, last, last] and first != last
     assert [e["line"] for e in q] == [4, 5, 4, 5]
 
@@ -187,5 +187,5 @@ def test_lone_surrogate_in_quarantined_raw_text_is_kept(tmp_path):
                    ', "rollout_idx": "x"}\n', encoding="utf-8")  # fmt: skip
     res = ingest(IngestConfig([src], logs, progress=False))
     assert res.rollouts_out == 1 and sum(res.quarantined.values()) == 1
-    (e,) = [json.loads(x) for x in store.quarantine_path(logs, "r").read_text().splitlines()]
+    (e,) = [json.loads(x) for x in quarantine.read(logs, "r").decode().splitlines()]
     assert e["line"] == 2 and "ud83d" in e["raw"]

@@ -199,13 +199,18 @@ def test_side_rows_of_an_ingest_that_adds_no_rollout_stay_consistent(tmp_path):
     src = _unified(tmp_path / "a.jsonl", 2)
     ingest(IngestConfig([src], logs, progress=False))
     part = store.partition_dir(logs, RUN)
-    # the same log appended again: its rollout is already stored, its side rows are new; a
-    # manifest with no new rows commits them (the append is in the history)
+    # the same file appended again is recognised as stored (its hash): nothing added
     res = ingest(IngestConfig([src], logs, append=True, progress=False))
+    assert res.already_stored == {RUN: store.run_manifest(logs, RUN)["ingest"]}
+    assert res.rows_in == 0 and len(_side(logs).read_text().splitlines()) == 2
+    # a log with the same rollout and two more side rows: the rollout is already stored, the
+    # side rows are new; a manifest with no new rows commits them (the append is in the history)
+    more = _unified(tmp_path / "more.jsonl", 4)
+    res = ingest(IngestConfig([more], logs, append=True, progress=False))
     assert res.rollouts_out == 0 and dict(res.quarantined) == {"duplicate of a stored rollout": 1}
     man = store.run_manifest(logs, RUN)
     assert man["rollouts_total"] == 1 and len(man["history"]) == 1
-    assert man["side_tables"][TABLE]["rows"] == 4 == len(_side(logs).read_text().splitlines())
+    assert man["side_tables"][TABLE]["rows"] == 6 == len(_side(logs).read_text().splitlines())
     assert store.verify_partition(part) is None
     # a replace whose rollouts are all bad replaces nothing: the run and its side table stay
     bad = tmp_path / "bad.jsonl"
@@ -214,7 +219,7 @@ def test_side_rows_of_an_ingest_that_adds_no_rollout_stay_consistent(tmp_path):
     assert res.rollouts_out == 0
     assert res.summary()["side rows not written (their run got no rollouts)"] == {RUN: 1}
     assert store.run_manifest(logs, RUN) == man
-    assert len(_side(logs).read_text().splitlines()) == 4
+    assert len(_side(logs).read_text().splitlines()) == 6
     assert store.verify_partition(part) is None
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines import store
+from ddai.pipelines import quarantine, store
 from ddai.pipelines.adapters.base import ReaderContext
 from ddai.pipelines.ingest import IngestConfig, IngestResult, ingest
 
@@ -41,6 +41,8 @@ class Stored:
 def _manifest(m: dict[str, Any]) -> dict[str, Any]:
     out = {k: v for k, v in m.items() if k not in _VOLATILE}
     out["files"] = [f["rows"] for f in m.get("files", [])]  # names and hashes are per write
+    if "quarantine" in m:  # its parts too (their lines are compared whole)
+        out["quarantine"] = [p["rows"] for p in m["quarantine"]["parts"]]
     return out
 
 
@@ -58,8 +60,8 @@ def ingest_store(
         rows.sort(key=lambda r: (r["run_id"], r["step"] or 0, r["uid"], r["rollout_idx"]))
     q = [
         {k: e[k] for k in ("line", "reason", "detail", "raw")}
-        for f in sorted((logs / store.QUARANTINE_DIR).glob("*.jsonl"))
-        for e in map(json.loads, f.open())
+        for d in sorted((logs / store.QUARANTINE_DIR).glob("[!._]*/"))
+        for e in map(json.loads, quarantine.read(logs, d.name).splitlines())
     ]
     manifests = {
         run: _manifest(store.run_manifest(logs, run) or {}) for run in store.list_runs(logs)
