@@ -14,7 +14,7 @@ from support.columnar import same_store
 from typer.testing import CliRunner
 
 from ddai.cli.app import app
-from ddai.pipelines import store
+from ddai.pipelines import quarantine, store
 
 runner = CliRunner()
 
@@ -43,8 +43,8 @@ def _ingest(logs, *srcs, extra=()) -> tuple[int, dict | str]:
 
 
 def _quarantine(logs, run: str) -> list[dict]:
-    path = logs / "_quarantine" / f"{run}.jsonl"
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    text = quarantine.read(logs, run).decode("utf-8")  # every committed entry of the run
+    return [json.loads(line) for line in text.splitlines()]
 
 
 def _rows(logs, run: str) -> list[dict]:
