@@ -26,13 +26,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import tempfile
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from ddai.pipelines import io, locks, objstore
+from ddai.pipelines import io, locks, objstore, stage
 
 JOURNAL_PREFIX = ".ddai-set-"
 LOCK = ".ddai-set.lock"
@@ -162,7 +161,7 @@ def settle_for(path: str | os.PathLike[str], *, clean: bool = False) -> list[str
 @contextlib.contextmanager
 def _committing_remote(folder: str, names: list[str], set_id: str) -> Iterator[dict[str, Path]]:
     _settle_remote(folder, clean=True)
-    with tempfile.TemporaryDirectory(prefix="ddai-set-") as tmp:
+    with stage.Stage() as tmp:  # under the workspace: a killed write's is removed by the next
         local = {n: Path(tmp) / n for n in names}
         yield local
         staged = {n: f"{folder}/{_staged_name(n, set_id)}" for n in names}

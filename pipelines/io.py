@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from ddai.pipelines import locks, objstore
+from ddai.pipelines import locks, objstore, stage
 
 if TYPE_CHECKING:  # pyarrow (~0.3 s) is imported where a Parquet file is written
     import pyarrow as pa
@@ -77,7 +77,7 @@ def atomic_dir(path: str | os.PathLike[str]) -> Iterator[Path]:
 
 @contextlib.contextmanager
 def _remote_path(url: str) -> Iterator[Path]:
-    with tempfile.TemporaryDirectory(prefix="ddai-put-") as d:
+    with stage.Stage() as d:  # under the workspace: a killed write's is removed by the next
         tmp = Path(d) / url.rsplit("/", 1)[-1]
         yield tmp
         crash_point(f"rename:{tmp.name}")

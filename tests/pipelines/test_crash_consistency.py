@@ -23,7 +23,7 @@ from conftest import FIXTURES
 from typer.testing import CliRunner
 
 from ddai.cli.app import app
-from ddai.pipelines import manifest, quarantine, query, store
+from ddai.pipelines import locks, manifest, quarantine, query, stage, store, workspace
 from ddai.pipelines.ingest import IngestConfig, ingest
 
 runner = CliRunner()
@@ -344,6 +344,9 @@ def test_bucket_on_s3_killed_leaves_the_old_set_or_the_new_one(s3_env, point, ne
     assert not [n for n in objstore.listdir(f"{s3_env}/b") if n.startswith(".")]
     # a hand-mixed set on S3: b and its manifest of the other invocation
     cli(*_s3_bucket_args(s3_env, "--mastered", "0.4", "--out-dir", f"{s3_env}/other"))
+    # that write removed the killed command's local staging (under the workspace, not /tmp)
+    staged = workspace.home() / stage.STAGE_DIR
+    assert not [p.name for p in staged.iterdir() if not p.name.startswith(locks.CLAIMING)]
     for n in (BUCKETS[0], f"{BUCKETS[0]}.manifest.json"):
         objstore.copy(f"{s3_env}/other/{n}", f"{s3_env}/b/{n}")
     res = runner.invoke(app, ["lineage", f"{s3_env}/b/{BUCKETS[1]}", "--check"])
