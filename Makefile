@@ -8,7 +8,7 @@ TORCH_SPEC ?= torch==2.13.0
 EXTRAS ?= train,llm,embed,serve,cloud,dev
 STAMP := $(VENV)/.ddai-setup-$(shell cat pyproject.toml setup.py | cksum | cut -d' ' -f1)
 
-.PHONY: setup demo test lint format bench browser clean
+.PHONY: setup demo test sweep lint format bench browser clean
 
 setup: $(STAMP)
 
@@ -37,8 +37,12 @@ browser:
 	  { command -v apt-get >/dev/null 2>&1 && (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) || \
 	    echo "chromium not installed: the browser test will fail; install Debian's chromium package"; }
 
+# The full kill -9 sweeps (`make sweep`) stay out of `make test`: it runs their sampled versions.
 test: setup browser lint
-	$(BIN)/python -m pytest -n 2 --dist loadfile
+	$(BIN)/python -m pytest -n 2 --dist loadfile -m "not sweep"
+
+sweep: setup
+	$(BIN)/python -m pytest -n 2 -m sweep tests/pipelines/test_kill_sweep_ingest.py
 
 bench: setup
 	$(BIN)/python bench/run_all.py

@@ -164,7 +164,7 @@ MODES = pytest.mark.parametrize("append", [True, False], ids=["append", "replace
 
 @MODES
 def test_a_local_ingest_killed_at_sampled_operations(tmp_path, append):
-    """Every 4th operation (the full sweep below is marked slow: ~90 kills per mode)."""
+    """Every 4th operation (the full sweeps below, ~90 kills per mode, run with `make sweep`)."""
     assert _sweep(str(tmp_path / "logs"), tmp_path, append=append, stride=4) >= 20
 
 
@@ -178,13 +178,13 @@ def test_an_s3_append_killed_before_every_put(s3_env, tmp_path, monkeypatch):
     assert _sweep(f"{s3_env}/logs", tmp_path, append=True, only=PUTS, points=("before",)) >= 7
 
 
-@pytest.mark.slow
+@pytest.mark.sweep
 @MODES
 def test_a_local_ingest_killed_at_every_operation(tmp_path, append):
     assert _sweep(str(tmp_path / "logs"), tmp_path, append=append) >= 80
 
 
-@pytest.mark.slow
+@pytest.mark.sweep
 @MODES
 def test_an_s3_ingest_killed_at_every_operation(s3_env, tmp_path, monkeypatch, append):
     monkeypatch.setenv(store.GRACE_ENV, "0")
