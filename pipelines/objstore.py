@@ -31,6 +31,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import time
+from collections.abc import Iterable
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -354,3 +356,23 @@ def display(location: str | os.PathLike[str]) -> str:
 def any_size(location: str | os.PathLike[str]) -> int:
     url = url_of(location)
     return int(fsspec_fs(url).size(key_of(url))) if url else os.path.getsize(location)
+
+
+GRACE_ENV = "DDAI_OBJSTORE_GC_GRACE_S"
+"""Seconds an unlisted object is kept before garbage collection removes it (default an hour: a
+reader that listed it before the commit may still be reading it)."""
+
+
+def remove_stale(base: str, names: Iterable[str], *, now: float | None = None) -> list[str]:
+    """Remove each object ``base/name`` older than the grace period (``GRACE_ENV``); returns the
+    names removed. ``name`` may hold ``/`` (an object in a sub-folder of ``base``)."""
+    grace = float(os.environ.get(GRACE_ENV, "3600"))
+    now = time.time() if now is None else now
+    removed = []
+    for name in names:
+        obj = join(base, *name.split("/"))
+        born = modified(obj)
+        if born is not None and now - born >= grace:
+            remove(obj)
+            removed.append(name)
+    return removed

@@ -204,19 +204,10 @@ def collect_garbage(
     removed = []
     url = objstore.url_of(logs)
     if url is not None:
-        grace = float(os.environ.get("DDAI_OBJSTORE_GC_GRACE_S", "3600"))
-        now = time.time() if now is None else now
         if not _any_listing(logs, run):
             return []  # a store from before listings: its parts are all read
-        for name in manifest_log.listdir_fresh(base):
-            if name in keep:
-                continue
-            obj = objstore.join(base, name)
-            born = objstore.modified(obj)
-            if born is not None and now - born >= grace:
-                objstore.remove(obj)
-                removed.append(name)
-        return removed
+        fresh = manifest_log.listdir_fresh(base)
+        return objstore.remove_stale(base, [n for n in fresh if n not in keep], now=now)
     base = Path(base)
     if not base.is_dir():
         return []

@@ -701,7 +701,7 @@ STAGE_DIR, Stage, clean_stages, stage_dir = (
 # (invisible until a manifest lists them), then the manifest log's next delta is created with a
 # conditional put (S3 ``If-None-Match: *``, GCS ``ifGenerationMatch=0``): the commit.
 
-GRACE_ENV = "DDAI_OBJSTORE_GC_GRACE_S"
+GRACE_ENV = objstore.GRACE_ENV
 _REMOTE_RETRIES = 8
 _OWN = ("history", "rollouts_total", "capabilities", "files", "sha256")
 
@@ -844,9 +844,7 @@ def collect_remote_side_garbage(
     """Remove ``run``'s side-table objects under ``url/_side/`` that ``listed`` (the committed
     manifest's ``side_tables``) does not name and that are older than the grace period: parts a
     replaced table or a resumed run's rewrite superseded. Returns ``table/name`` of each."""
-    grace = float(os.environ.get(GRACE_ENV, "3600"))
     keep = {(t, p["name"]) for t, rec in listed.items() for p in side_parts(rec, run)}
-    now = time.time() if now is None else now
     removed = []
     side = objstore.join(url, SIDE_DIR)
     for table in objstore.listdir(side):
@@ -855,14 +853,8 @@ def collect_remote_side_garbage(
         names = [f"{run}.jsonl"] if f"{run}.jsonl" in entries else []
         if run in entries:  # the folder of the run's parts
             names += [f"{run}/{n}" for n in objstore.listdir(objstore.join(base, run))]
-        for name in names:
-            if (table, name) in keep:
-                continue
-            obj = objstore.join(base, *name.split("/"))
-            born = objstore.modified(obj)
-            if born is not None and now - born >= grace:
-                objstore.remove(obj)
-                removed.append(f"{table}/{name}")
+        stale = [n for n in names if (table, n) not in keep]
+        removed += [f"{table}/{n}" for n in objstore.remove_stale(base, stale, now=now)]
     return removed
 
 
@@ -871,16 +863,6 @@ def collect_remote_garbage(
 ) -> list[str]:
     """Remove objects of a partition its manifest ``man`` does not list and older than the grace
     period (a reader that listed them before this commit may still be reading them)."""
-    grace = float(os.environ.get(GRACE_ENV, "3600"))
     keep = {f["name"] for f in man.get("files", [])} | {MANIFEST, LOG_DIR}
-    now = time.time() if now is None else now
-    removed = []
-    for name in objstore.listdir(part_url):
-        if name in keep:
-            continue
-        obj = objstore.join(part_url, name)
-        born = objstore.modified(obj)
-        if born is not None and now - born >= grace:
-            objstore.remove(obj)
-            removed.append(name)
-    return removed
+    stale = [n for n in objstore.listdir(part_url) if n not in keep]
+    return objstore.remove_stale(part_url, stale, now=now)
