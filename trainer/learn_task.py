@@ -83,22 +83,10 @@ def page_id(topic: str) -> str:
 
 def page_records() -> list[dict[str, Any]]:
     """One page per topic; its topic word appears on no other page."""
-    recs = []
-    for d, topic in enumerate(TOPICS, start=1):
-        lines = [f"{topic.capitalize()} figures", f"{topic} up 12"]
-        recs.append(
-            {
-                "doc_id": str(d),
-                "page": 1,
-                "lines": [
-                    {"text": t, "bbox": [0.0, 100.0 * i, 800.0, 100.0 * i + 90]}
-                    for i, t in enumerate(lines)
-                ],
-                "width": 800,
-                "height": 600,
-            }
-        )
-    return recs
+    return [
+        toy.page_record(d, 1, [f"{topic.capitalize()} figures", f"{topic} up 12"])
+        for d, topic in enumerate(TOPICS, start=1)
+    ]
 
 
 def corpus() -> Corpus:

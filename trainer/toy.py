@@ -93,23 +93,26 @@ _DECKS: tuple[tuple[str, list[str], list[str], str, str, int], ...] = (
 )
 
 
+def page_record(doc_id: int, page: int, lines: list[str]) -> dict[str, Any]:
+    """A corpus page of an 800 × 600 slide: ``lines`` stacked 100 px apart, top to bottom."""
+    return {
+        "doc_id": str(doc_id),
+        "page": page,
+        "lines": [
+            {"text": t, "bbox": [0.0, 100.0 * i, 800.0, 100.0 * i + 90]}
+            for i, t in enumerate(lines)
+        ],
+        "width": 800,
+        "height": 600,
+    }
+
+
 def page_records() -> list[dict[str, Any]]:
-    recs = []
-    for d, (_, p1, p2, *_rest) in enumerate(_DECKS, start=1):
-        for page, lines in ((1, p1), (2, p2)):
-            recs.append(
-                {
-                    "doc_id": str(d),
-                    "page": page,
-                    "lines": [
-                        {"text": t, "bbox": [0.0, 100.0 * i, 800.0, 100.0 * i + 90]}
-                        for i, t in enumerate(lines)
-                    ],
-                    "width": 800,
-                    "height": 600,
-                }
-            )
-    return recs
+    return [
+        page_record(d, page, lines)
+        for d, (_, p1, p2, *_rest) in enumerate(_DECKS, start=1)
+        for page, lines in ((1, p1), (2, p2))
+    ]
 
 
 def corpus() -> Corpus:
