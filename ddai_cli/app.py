@@ -52,7 +52,7 @@ COMMANDS: dict[str, Entry] = {
     "curate": _e("curate", "The curation funnel: bucket prompts by score, verify ground truth, focus the next round, plan its rollout budget."),
     "lineage": _e("curate", "Walk the manifests of FILE back to the raw logs and print the funnel."),
     "analyze": _e("analyze", "DDAI's round analyses: why low-scoring prompts fail, reward latency and coverage, zero-variance groups and the prompts to drop or keep."),
-    "distill": _e("distill", "Rare-success SFT distillation: select successful rollouts of hard prompts, rewrite their thinks (optional), run the safety post-pass."),
+    "distill": _e("distill distill_vet", "Rare-success SFT distillation: select successful rollouts of hard prompts, rewrite their thinks (optional), run the safety post-pass; vet SFT trajectories with an LLM."),
     "report": _e("report", "Write one self-contained HTML report of the rollout logs (opens offline)."),
     "serve": _e("serve", "Serve a local, read-only web explorer over every rollout of the log store."),
     "backends": _e("backends", "Model backends: list, ping, cache stats."),
