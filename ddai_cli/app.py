@@ -58,6 +58,7 @@ COMMANDS: dict[str, Entry] = {
     "backends": _e("backends", "Model backends: list, ping, cache stats."),
     "judge": _e("backends", "(Re)score a run's answers with a judge backend; failures stay null with their reason."),
     "train": _e("train value ppo collect plan", "Train the Searcher: SFT, then GRPO over the search environment."),
+    "eval": _e("eval", "Evaluate a Searcher policy on a test set (DDAI's format): accuracy, judge and NDCG by the set's own categories."),
     "model": _e("model", "Build tiny local models (nothing is downloaded)."),
     "value": _e("value", "Value heads over the rollout log: per-turn value estimates."),
     "pointer": _e("pointer", "Pointer selector (seed 002): pick 2 in-context demonstrations out of K with a pointer network."),

@@ -105,6 +105,7 @@ CHECKED_ELSEWHERE = {
     "train-value",  # tests/trainer/test_value_cli.py
     "train-value-sft",  # tests/trainer/test_value_sft_run.py
     "train-collect",  # tests/trainer/test_collect.py
+    "eval",  # tests/trainer/test_eval.py
     "train-plan",  # tests/cli/test_cli_plan.py
     "value-score",  # tests/trainer/test_value_cli.py
     "corpus-build",  # tests/pipelines/test_image_corpus.py
