@@ -23,6 +23,9 @@ from support.package import FOLDERS, ROOT, modules
 EXTERNAL = {
     "vrag_agent/generation.py",  # DDAI's agent loop (the executed-action regex)
     "vqaEval.py",  # the official VQA evaluation script (answer normalisation)
+    "scripts/vet_sft_rollouts_gpt.py",  # DDAI's SFT vetting (pass/fail criteria)
+    "scripts/filter_sft_queries_gpt.py",  # DDAI's SFT query filter (labels, drift)
+    "hf_dataset_overall_test_set.py",  # DDAI's overall test set (its categories)
 }
 _PATH = re.compile(r"(?<![\w./-])((?:[\w.-]+/)*[\w-]+\.(?:py|sql))\b")
 _DOTTED = re.compile(r"(?<![\w.])ddai(?:\.[A-Za-z_]\w*)+")

@@ -38,6 +38,9 @@ from ddai.pipelines.backends.base import (
     ThinkRewriter,
     VerifyRequest,
     VerifyResult,
+    VetRequest,
+    VetResult,
+    Vetter,
     VQAModel,
     VQARequest,
     VQAResult,
@@ -58,6 +61,7 @@ _BUILDERS: dict[str, tuple[str, str]] = {
     "search-http": ("ddai.pipelines.backends.search_http", "HTTPSearch"),
     "minilm": ("ddai.pipelines.backends.embedders", "MiniLMEmbedder"),
     "hash": ("ddai.pipelines.backends.embedders", "HashEmbedder"),
+    "local-vetter": ("ddai.pipelines.backends.local_vetter", "LocalVetter"),
 }
 
 CONTEXT_KEYS = (
@@ -138,6 +142,9 @@ __all__ = [
     "VQAResult",
     "VerifyRequest",
     "VerifyResult",
+    "VetRequest",
+    "VetResult",
+    "Vetter",
     "build",
     "get_backend",
     "resolve",

@@ -20,7 +20,7 @@ from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
-ROLES = ("judge", "generator", "rewriter", "verifier", "vqa", "search", "embedder")
+ROLES = ("judge", "generator", "rewriter", "verifier", "vqa", "search", "embedder", "vetter")
 Verdict = Literal["ok", "wrong", "uncertain"]
 VERDICTS: tuple[Verdict, ...] = ("ok", "wrong", "uncertain")
 
@@ -148,6 +148,54 @@ class VQAResult:
         return self.error is None and self.answer is not None
 
 
+# DDAI's two vetting criteria sets (``scripts/vet_sft_rollouts_gpt.py`` and
+# ``scripts/filter_sft_queries_gpt.py``): a whole-trajectory pass/fail with its failed criteria,
+# and a label per search query (a gibberish or code query drops the trajectory; drift is kept).
+VET_SETS = ("rollout", "queries")
+ROLLOUT_CRITERIA = (
+    "query_collapse",
+    "repetitive_actions",
+    "gibberish",
+    "evidence_mismatch",
+    "format_violation",
+)
+QUERY_LABELS = ("ok", "drift", "gibberish", "code")
+
+
+@dataclass(frozen=True)
+class VetRequest:
+    """Vet one SFT trajectory under the criteria set ``criteria`` (``VET_SETS``).
+
+    ``queries``/``bboxes``/``thinks``: the trajectory's search queries, bbox arguments and think
+    texts in order (thinks already cut to the vetting length); ``counters``: simple counts the
+    judge sees too (searches, system errors, grammar faults, ...). The ``queries`` set sends the
+    question and the queries only."""
+
+    criteria: str
+    question: str
+    queries: tuple[str, ...] = ()
+    bboxes: tuple[str, ...] = ()
+    thinks: tuple[str, ...] = ()
+    counters: tuple[tuple[str, int], ...] = ()
+
+
+@dataclass(frozen=True)
+class VetResult:
+    """What the vetter said: ``keep`` (its own pass/fail), the ``criteria`` it found failed (names
+    from ``ROLLOUT_CRITERIA`` for the rollout set), a label per query (``QUERY_LABELS``, the
+    queries set) and a short ``reason``; ``keep`` is None only when the call failed (``error``)."""
+
+    keep: bool | None
+    criteria: tuple[str, ...] = ()
+    labels: tuple[str, ...] = ()
+    reason: str = ""
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.keep is not None
+
+
 # ---------------------------------------------------------------- protocols
 
 
@@ -177,6 +225,13 @@ class GTVerifier(Protocol):
     name: str
 
     async def verify(self, reqs: Sequence[VerifyRequest]) -> list[VerifyResult]: ...
+
+
+@runtime_checkable
+class Vetter(Protocol):
+    name: str
+
+    async def vet(self, reqs: Sequence[VetRequest]) -> list[VetResult]: ...
 
 
 @runtime_checkable

@@ -31,8 +31,8 @@ from ddai.pipelines.backends.base import ROLES
 
 # kind -> the roles it can serve.
 REMOTE_KINDS: dict[str, tuple[str, ...]] = {
-    "openai": ("judge", "generator", "rewriter", "verifier", "vqa", "embedder"),
-    "gemini": ("judge", "generator", "rewriter", "verifier", "vqa"),
+    "openai": ("judge", "generator", "rewriter", "verifier", "vqa", "embedder", "vetter"),
+    "gemini": ("judge", "generator", "rewriter", "verifier", "vqa", "vetter"),
 }
 # Services that are not models: no `model`, no key by default, no token cost.
 SERVICE_KINDS: dict[str, tuple[str, ...]] = {
@@ -47,6 +47,7 @@ LOCAL_KINDS: dict[str, tuple[str, ...]] = {
     "bm25": ("search",),
     "minilm": ("embedder",),
     "hash": ("embedder",),
+    "local-vetter": ("vetter",),
 }
 KINDS: dict[str, tuple[str, ...]] = {**REMOTE_KINDS, **SERVICE_KINDS, **LOCAL_KINDS}
 # Kinds whose answers are not cached unless the table says `cache = true` (a search index may
@@ -62,6 +63,7 @@ LOCAL_DEFAULT: dict[str, str] = {
     "vqa": "simulator",
     "search": "bm25",
     "embedder": "minilm",
+    "vetter": "local-vetter",
 }
 
 _DEFAULT_API_KEY_ENV = {"openai": "OPENAI_API_KEY", "gemini": "GEMINI_API_KEY"}

@@ -26,6 +26,8 @@ from ddai.pipelines.backends.base import (
     RewriteResult,
     VerifyRequest,
     VerifyResult,
+    VetRequest,
+    VetResult,
     VQARequest,
     VQAResult,
 )
@@ -119,6 +121,9 @@ class RemoteBackend:
 
     async def answer(self, reqs: Sequence[VQARequest]) -> list[VQAResult]:
         return await self._run("vqa", reqs)
+
+    async def vet(self, reqs: Sequence[VetRequest]) -> list[VetResult]:
+        return await self._run("vetter", reqs)
 
     # ------------------------------------------------------------------ accounting and planning
     def usage(self) -> dict[str, dict[str, Any]]:

@@ -16,6 +16,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ValidationError
 
 from ddai.pipelines.backends.base import (
+    QUERY_LABELS,
+    ROLLOUT_CRITERIA,
     GenerateRequest,
     GenerateResult,
     JudgeRequest,
@@ -23,6 +25,8 @@ from ddai.pipelines.backends.base import (
     RewriteRequest,
     RewriteResult,
     VerifyResult,
+    VetRequest,
+    VetResult,
     VQARequest,
     VQAResult,
 )
@@ -40,6 +44,13 @@ class RewriteOutput(BaseModel):
 
 class VerifyOutput(BaseModel):
     verdict: Literal["ok", "wrong", "uncertain"]
+    reason: str = ""
+
+
+class VetOutput(BaseModel):
+    keep: bool
+    criteria: list[str]
+    labels: list[str]
     reason: str = ""
 
 
@@ -79,6 +90,38 @@ def _check_thinks(value: dict[str, Any], req: RewriteRequest) -> None:
     got, want = len(value["thinks"]), len(req.thinks)
     if got != want:
         raise _bad("think-count", f"rewriter returned {got} thinks for {want}")
+
+
+def _check_vet(value: dict[str, Any], req: VetRequest) -> None:
+    """The criteria names and query labels come from the request's set, one label per query."""
+    if req.criteria == "rollout":
+        unknown = sorted(set(value["criteria"]) - set(ROLLOUT_CRITERIA))
+        if unknown:
+            raise _bad(
+                "unknown-criterion",
+                f"vetter named criteria {unknown}; known: {', '.join(ROLLOUT_CRITERIA)}",
+            )
+        return
+    labels = value["labels"]
+    if len(labels) != len(req.queries):
+        raise _bad("label-count", f"vetter labelled {len(labels)} queries of {len(req.queries)}")
+    unknown = sorted(set(labels) - set(QUERY_LABELS))
+    if unknown:
+        raise _bad("unknown-label", f"query labels {unknown}; known: {', '.join(QUERY_LABELS)}")
+
+
+def vet_payload(req: VetRequest) -> dict[str, Any]:
+    """What the vetter sees of a trajectory (DDAI's payloads): the question and indexed queries;
+    for the rollout set also the bboxes, think snippets and counters."""
+    out: dict[str, Any] = {
+        "question": req.question,
+        "queries": [{"index": i, "query": q} for i, q in enumerate(req.queries)],
+    }
+    if req.criteria == "rollout":
+        out["bboxes"] = [{"index": i, "bbox": b} for i, b in enumerate(req.bboxes)]
+        out["think_snippets"] = [{"index": i, "think": t} for i, t in enumerate(req.thinks)]
+        out.update(dict(req.counters))
+    return out
 
 
 def _generator_vars(req: GenerateRequest) -> dict[str, Any]:
@@ -156,7 +199,25 @@ VQA = Task(
     fail=lambda f: VQAResult(answer=None, error=f.message()),
     est_output_tokens=lambda r: 16,
 )
-TASKS: dict[str, Task] = {t.role: t for t in (JUDGE, GENERATE, REWRITE, VERIFY, VQA)}
+VET = Task(
+    role="vetter",
+    schema=VetOutput,
+    variables=lambda r: {
+        "criteria": r.criteria,
+        "payload": json.dumps(vet_payload(r), ensure_ascii=False, indent=1),
+    },
+    images=lambda r: (),
+    check=_check_vet,
+    decode=lambda v: VetResult(
+        keep=bool(v["keep"]),
+        criteria=tuple(v["criteria"]),
+        labels=tuple(v["labels"]),
+        reason=v.get("reason", ""),
+    ),
+    fail=lambda f: VetResult(keep=None, error=f.message()),
+    est_output_tokens=lambda r: 40 + 12 * len(r.queries),
+)
+TASKS: dict[str, Task] = {t.role: t for t in (JUDGE, GENERATE, REWRITE, VERIFY, VQA, VET)}
 
 
 _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)

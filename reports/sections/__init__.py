@@ -10,6 +10,7 @@ from ddai.reports.sections import (
     browser,
     compare,
     drop_keep,
+    evaluation,
     funnel,
     hallucination,
     judge_ndcg,
@@ -37,4 +38,6 @@ SECTIONS: tuple[tuple[str, SectionBuilder], ...] = (
     ("zero-variance groups: drop or keep", drop_keep.build),
     # What the optimizer did (issue 22): reward and clip ratio per step of runs trained here.
     ("training dynamics", training.build),
+    # `ddai eval` runs by their test set's categories (issue 30).
+    ("evaluation by category", evaluation.build),
 )

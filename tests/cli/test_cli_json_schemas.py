@@ -72,6 +72,9 @@ def validated(tmp_path_factory) -> set[str]:
                         "--no-progress"])  # fmt: skip
     c("distill-convert", ["distill", "convert", str(sft), "--to", "messages", "--out",
                           str(tmp / "m.parquet")])  # fmt: skip
+    vet = ["distill", "vet", str(sft), "--vetter", "local", "--no-progress"]
+    assert c("distill-vet", [*vet, "--out", str(tmp / "v.parquet")])["rows_in"] > 0
+    assert c("distill-vet", [*vet, "--out", str(tmp / "vd.parquet"), "--dry-run"])["dry_run"]
     c("analyze-attribution", ["analyze", "attribution", "--logs", str(logs), "--run", "focused_r1"])
     c("analyze-latency", ["analyze", "latency", "--logs", str(logs)])
     c("analyze-drop-keep", ["analyze", "drop-keep", "--logs", str(logs), "--run", "focused_r1"])
@@ -102,6 +105,7 @@ CHECKED_ELSEWHERE = {
     "train-value",  # tests/trainer/test_value_cli.py
     "train-value-sft",  # tests/trainer/test_value_sft_run.py
     "train-collect",  # tests/trainer/test_collect.py
+    "eval",  # tests/trainer/test_eval.py
     "train-plan",  # tests/cli/test_cli_plan.py
     "value-score",  # tests/trainer/test_value_cli.py
     "corpus-build",  # tests/pipelines/test_image_corpus.py

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -86,8 +87,16 @@ def _policy(cfg: CollectConfig) -> tuple[Any, Any, Any]:
     return None, tok, sampler
 
 
-def run_collect(cfg: CollectConfig, backends: Any | None = None) -> CollectResult:
-    """Roll out every prompt ``n_agent`` times, score the episodes, log them as one run."""
+def run_collect(
+    cfg: CollectConfig,
+    backends: Any | None = None,
+    *,
+    annotate: Callable[[dict[str, Any]], None] | None = None,
+) -> CollectResult:
+    """Roll out every prompt ``n_agent`` times, score the episodes, log them as one run.
+
+    ``annotate(row)``: called on every log row before it is written (``ddai eval`` adds the
+    prompt's test-set categories to its ``extra``)."""
     import torch
 
     from ddai.pipelines.corpus import Corpus
@@ -137,6 +146,8 @@ def run_collect(cfg: CollectConfig, backends: Any | None = None) -> CollectResul
                 rows = accel.gather_rows(rows, acc)
                 for i, row in enumerate(rows):
                     row["sample_idx"] = logged + i
+                    if annotate is not None:
+                        annotate(row)
                     rewards += [row["reward"]] if row["reward"] is not None else []
                     format_ok.append(bool(row["format_ok"]))
                 logged += len(rows)

@@ -1,0 +1,75 @@
+"""CLI: ``ddai distill vet``: DDAI's LLM vetting of SFT trajectories (``pipelines/distill/vet.py``).
+
+Registered into the ``distill`` group that ``ddai_cli/distill.py`` builds (``COMMANDS`` lists
+both modules), so ``ddai distill`` with no subcommand keeps all of its own flags."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from ddai.cli.common import (
+    EXIT_FAILED,
+    JsonOpt,
+    ProgressOpt,
+    RetryFailedOpt,
+    bad_input_exits,
+    exit_if_calls_failed,
+    fail,
+    summary,
+)
+from ddai.cli.flags import config_flags, default_of, with_groups
+from ddai.cli.running import sub_app
+from ddai.pipelines.distill.vet import VetConfig, VetError, run_vet
+
+VET_FLAGS = config_flags(
+    VetConfig,
+    {
+        "out": "--out",
+        "criteria": None,
+        "vetter": None,
+        "max_think_chars": {"min": 1},
+        "on_error": None,
+        "dry_run": None,
+        "max_cost": None,
+        "force": None,
+    },
+)
+"""The vet flags whose type, default and help are ``VetConfig``'s own."""
+
+
+@with_groups({"settings": VET_FLAGS})
+def distill_vet_command(
+    file: Annotated[
+        Path,
+        typer.Argument(
+            metavar="FILE",
+            help="An SFT Parquet file (train1 or messages shape), e.g. `ddai distill`'s output.",
+        ),
+    ],
+    settings: Any = None,
+    retry_failed: RetryFailedOpt = default_of(VetConfig, "retry_failed"),
+    progress: ProgressOpt = default_of(VetConfig, "progress"),
+    as_json: JsonOpt = False,
+) -> None:
+    """Vet SFT trajectories with an LLM (DDAI's criteria): keep the passing rows, report each."""
+    with bad_input_exits():
+        cfg = VetConfig(
+            file=file,
+            retry_failed=retry_failed,
+            progress=progress and not as_json,
+            **settings,
+        )
+        try:
+            data = run_vet(cfg)
+        except VetError as e:
+            raise fail(str(e), EXIT_FAILED) from e
+    summary("ddai distill vet", data, as_json=as_json)
+    exit_if_calls_failed(data)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``distill vet`` to the ``distill`` group (built by ``ddai_cli/distill.py``)."""
+    sub_app(app, "distill", "Rare-success SFT distillation.").command("vet")(distill_vet_command)
