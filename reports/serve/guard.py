@@ -3,7 +3,7 @@
 ``Guard`` answers for any web page the user has open: a request whose ``Host`` header names
 none of the explorer's own addresses is refused (a page of another site that rebinds its DNS
 name to 127.0.0.1 carries its own name there), and every request that may change or cost
-something (``POST`` and the other unsafe methods: ``/api/sql`` today, annotations tomorrow)
+something (``POST`` and the other unsafe methods: ``/api/sql``, labels and review decisions)
 needs a JSON body and the page token, a random value made per process that only the explorer's
 own pages carry (``<meta name="ddai-token">``, sent back as ``X-DDAI-Token``). A page of another
 origin can send neither: a JSON content type or a custom header makes the browser ask first
