@@ -76,6 +76,9 @@ def test_labels_go_through_the_store_with_who_and_when(logs):
     assert [a["annotation_id"] for a in listed] == [row["annotation_id"]]
     page = unescape(client.get("/annotate?run=base&uid=u1&step=1&idx=2").text)
     assert "never searched the chart" in page and "kim" in page
+    client.app.state.explorer.refresh(force=True)  # what the next request does within 2 s
+    got = post_sql(client, json={"sql": "SELECT uid, turn, label, annotator FROM annotations"})
+    assert got.json()["rows"] == [["u1", 0, "search failure", "kim"]], got.text
     # a retraction withdraws it; the SQL box reads the view once the explorer rebuilt
     gone = _post(client, "/api/annotations", {"run_id": "base", "uid": "u1",
                                               "retracts": row["annotation_id"]})  # fmt: skip
