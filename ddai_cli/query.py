@@ -33,7 +33,7 @@ def query_cmd(
             help="SQL over the views rollouts, turns, prompts, "
             "prompts_at(threshold), runs, discrepancies, failure_attribution "
             "(failure_attribution_at(score_max, agree_min, threshold)), reward_latency, "
-            "zero_variance_groups, drop_keep.",
+            "zero_variance_groups, drop_keep, annotations.",
         ),
     ],
     logs: LogsOpt = None,

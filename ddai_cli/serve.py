@@ -85,10 +85,42 @@ def serve_cmd(
         float,
         typer.Option("--sql-timeout", help="Seconds a SQL box query may run before it stops."),
     ] = 30.0,
+    annotate: Annotated[
+        bool,
+        typer.Option(
+            "--annotate",
+            help="Accept writes: labels on prompts, rollouts and turns (stored in the log store's "
+            "side table annotations) and review decisions. Without it every write is refused.",
+        ),
+    ] = False,
+    annotator: Annotated[
+        str | None,
+        typer.Option("--annotator", help="Who writes the labels and decisions. Default: $USER."),
+    ] = None,
+    review: Annotated[
+        Path | None,
+        typer.Option(
+            "--review",
+            metavar="FILE",
+            help="A review.csv of `ddai curate verify-gt` to decide prompt by prompt at /review "
+            "(ok / wrong / uncertain, one key each).",
+        ),
+    ] = None,
+    decisions_out: Annotated[
+        Path | None,
+        typer.Option(
+            "--decisions-out",
+            metavar="FILE",
+            help="Where /review's decisions go (uid, verdict, reason, annotator, decided_at: "
+            "what verify-gt and focus --decisions read). Default: review_decisions.csv beside "
+            "--review.",
+        ),
+    ] = None,
 ) -> None:
-    """Serve a local, read-only web explorer over every rollout: a sortable, filterable table
+    """Serve a local web explorer over every rollout: a sortable, filterable table
     (shareable URLs), GRPO group views, transcripts with page images, live report sections whose
-    counts link to their rollouts, a read-only SQL box, and export of a filter's ids."""
+    counts link to their rollouts, a read-only SQL box, export of a filter's ids, rollout diffs;
+    with --annotate, labels and the ground-truth review queue (--review)."""
     try:
         import uvicorn
 
@@ -114,6 +146,10 @@ def serve_cmd(
             allow_hosts=allow_hosts or [],
             memory_share=memory_share,
             sql_timeout_s=sql_timeout,
+            annotate=annotate,
+            annotator=annotator,
+            review=review,
+            decisions_out=decisions_out,
         )
         cfg.require_token()
         app = create_app(cfg)
@@ -128,7 +164,15 @@ def serve_cmd(
     memory = f"{limit / 2**30:.1f} GiB" if limit else "DuckDB's default (memory size unknown)"
     console.print(
         f"ddai serve: {n:,} rollouts from {cfg.logs} at {url}  (Ctrl-C stops)\n"
-        f"  answers Host {', '.join(cfg.hosts())}; DuckDB holds at most {memory}",
+        f"  answers Host {', '.join(cfg.hosts())}; DuckDB holds at most {memory}\n"
+        + (
+            f"  writes labels and decisions as {cfg.annotator} (--annotate)"
+            if cfg.annotate
+            else "  read-only (start with --annotate to label and decide)"
+        )
+        + (
+            f"\n  GT review of {cfg.review} at /review -> {cfg.decisions_out}" if cfg.review else ""
+        ),
         markup=False,
         soft_wrap=True,
     )

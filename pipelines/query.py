@@ -43,6 +43,8 @@ VIEWS = (
     "failure_attribution",
     "reward_latency",
     "zero_variance",
+    # labels people put on prompts, rollouts and turns (`ddai serve --annotate`; issue 32)
+    "annotations",
 )
 
 
@@ -199,8 +201,31 @@ def connect(
         from ddai.pipelines import store
 
         _source(con, store.ROLLOUT_SCHEMA.empty_table(), wide=wide)
-    _create_views(con, VIEWS if views is None else views, wide=wide)
+    names = VIEWS if views is None else views
+    if "annotations" in names:  # the committed rows of the snapshot's runs
+        from ddai.pipelines import annotations
+
+        annotations_table(con, annotations.rows_of(snap.logs, snap.manifests), wide=wide)
+    _create_views(con, names, wide=wide)
     return con
+
+
+def annotations_table(
+    con: duckdb.DuckDBPyConnection, rows: list[dict[str, Any]], *, wide: bool = False
+) -> None:
+    """``annotations_src`` (the ``annotations`` view's source) holding ``rows``, side-table rows
+    of ``ddai.pipelines.annotations``: a few thousand, passed as one bound JSON value, so no
+    pyarrow is needed. ``wide``: database-wide rather than connection-local."""
+    import json
+
+    from ddai.pipelines import annotations
+
+    keep = "" if wide else "TEMP "
+    con.execute(
+        f"CREATE OR REPLACE {keep}TABLE annotations_src AS "
+        f"SELECT unnest(from_json($rows, '{annotations.duckdb_schema()}'), recursive := true)",
+        {"rows": json.dumps(rows)},
+    )
 
 
 def _source(con: duckdb.DuckDBPyConnection, src: Any, *, wide: bool) -> None:

@@ -127,23 +127,27 @@ class SideLog:
         """Append ``row``; ``keep``: the stored rows that stay, when some give way first (a
         resumed run replacing its later steps: the table is then rewritten once)."""
         with store.run_lock(self.logs, self.run_id):  # object storage: conditional puts
-            line = json.dumps(row) + "\n"
-            url = objstore.url_of(self.logs)
-            if url is not None:  # only the new rows go up, as one new part
-                lines = "".join(json.dumps(r) + "\n" for r in keep or ()) + line
-                part = put_part(url, self.table, self.run_id, lines.encode("utf-8"))
-                self.parts = [part] if keep is not None else [*self.parts, part]
-                rec = store.side_parts_record(self.parts)
+            self._append_held(row, keep)
+
+    def _append_held(self, row: dict[str, Any], keep: list[dict[str, Any]] | None) -> None:
+        """``append`` with the run's write lock held."""
+        line = json.dumps(row) + "\n"
+        url = objstore.url_of(self.logs)
+        if url is not None:  # only the new rows go up, as one new part
+            lines = "".join(json.dumps(r) + "\n" for r in keep or ()) + line
+            part = put_part(url, self.table, self.run_id, lines.encode("utf-8"))
+            self.parts = [part] if keep is not None else [*self.parts, part]
+            rec = store.side_parts_record(self.parts)
+        else:
+            path = side_path(self.logs, self.table, self.run_id)
+            if keep is None:
+                self._append_bytes(path, line)
             else:
-                path = side_path(self.logs, self.table, self.run_id)
-                if keep is None:
-                    self._append_bytes(path, line)
-                else:
-                    io.write_text(path, "".join(json.dumps(r) + "\n" for r in keep) + line)
-                before = self.rows if keep is None else keep
-                rec = {"rows": len(before) + 1, "sha256": io.sha256_file(path)}
-            self.rows = [*(self.rows if keep is None else keep), row]
-            self._list(rec, collect=keep is not None)
+                io.write_text(path, "".join(json.dumps(r) + "\n" for r in keep) + line)
+            before = self.rows if keep is None else keep
+            rec = {"rows": len(before) + 1, "sha256": io.sha256_file(path)}
+        self.rows = [*(self.rows if keep is None else keep), row]
+        self._list(rec, collect=keep is not None)
 
     def _append_bytes(self, path: Path, line: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -180,6 +184,18 @@ class SideLog:
             f"run {self.run_id!r} at {objstore.display(self.logs)}: {_RETRIES} concurrent commits in a row beat the "
             f"listing of side table {self.table}; run the command again"
         )
+
+
+def append_row(
+    logs: str | os.PathLike[str], run_id: str, table: str, row: dict[str, Any]
+) -> SideLog:
+    """Append ``row`` to ``run_id``'s table ``table`` as stored now: the table is read under the
+    same hold of the run's write lock as the append, so writers in other processes (each with
+    its own stale ``SideLog``) never list a wrong row count."""
+    with store.run_lock(logs, run_id):
+        log = SideLog.open(logs, run_id, table)
+        log._append_held(row, None)
+    return log
 
 
 def _cut_torn_tail(path: Path) -> None:

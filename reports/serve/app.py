@@ -35,7 +35,7 @@ from starlette.routing import Route
 
 from ddai.pipelines import csv_cells
 from ddai.reports.formatting import num, pct
-from ddai.reports.serve import images, queries, sqlbox
+from ddai.reports.serve import annotate, diff, images, queries, review_queue, sqlbox
 from ddai.reports.serve.config import ServeConfig
 from ddai.reports.serve.explorer import Explorer
 from ddai.reports.serve.filters import (
@@ -70,6 +70,7 @@ def _env() -> jinja2.Environment:
     )
     env.filters["num"] = num
     env.filters["pct"] = pct
+    env.filters["best_idx"] = diff.best_idx
     return env
 
 
@@ -323,7 +324,7 @@ def create_app(cfg: ServeConfig, *, explorer: Explorer | None = None) -> Starlet
         if name == "plotly.min.js":
             return Response(_plotly_js(), media_type="text/javascript")
         suffix = Path(name).suffix
-        if name not in ("explorer.js", "explorer.css"):
+        if name not in ("explorer.js", "explorer.css", "workbench.js", "workbench.css"):
             return _error(404, f"no static file {name!r}", request)
         text = resources.files("ddai.reports.serve").joinpath("static", name).read_text("utf-8")
         return Response(text, media_type=STATIC_TYPES[suffix])
@@ -354,8 +355,11 @@ def create_app(cfg: ServeConfig, *, explorer: Explorer | None = None) -> Starlet
         Route("/report", report),
         Route("/favicon.ico", lambda request: Response(status_code=204)),
     ]
+    # the workbench: labels, the ground-truth review queue, rollout diffs (own modules)
+    for area in (annotate, review_queue, diff):
+        routes += area.routes(cfg, ex, html, _error)
     # the Host check and the POST guard first, then the access token of a non-loopback host
-    middleware = [Middleware(Guard, hosts=cfg.hosts(), token=token)]
+    middleware = [Middleware(Guard, hosts=cfg.hosts(), token=token, writes=cfg.annotate)]
     if cfg.token:
         middleware.append(Middleware(TokenMiddleware, token=cfg.token))
     app = Starlette(

@@ -69,6 +69,13 @@ class ServeConfig:
             and the SQL box together) may hold; beyond it a query spills to a private temp
             folder or fails with an out-of-memory error, never the machine.
         sql_timeout_s: seconds a SQL box query may run before it is stopped.
+        annotate: accept writes (labels, review decisions); without it every write is refused.
+        annotator: who writes them (``--annotator``, else ``$USER``), recorded with each.
+        review: a ``curate verify-gt`` review sheet (``review.csv``) to decide prompt by prompt
+            (``/review``).
+        decisions_out: the decisions file the review queue writes (``uid, verdict, reason``
+            plus who and when, as ``--decisions`` reads it); default ``review_decisions.csv``
+            beside ``review``.
     """
 
     logs: Path
@@ -91,6 +98,10 @@ class ServeConfig:
     allow_hosts: list[str] = field(default_factory=list)
     memory_share: float = 0.25
     sql_timeout_s: float = 30.0
+    annotate: bool = False
+    annotator: str | None = None
+    review: Path | None = None
+    decisions_out: Path | None = None
 
     def __post_init__(self) -> None:
         self.logs = Path(self.logs)
@@ -130,8 +141,33 @@ class ServeConfig:
             raise ValueError(f"--port must be in 1..65535, got {self.port}")
         if not 1 <= self.page_size <= 500:
             raise ValueError(f"--page-size must be in 1..500, got {self.page_size}")
+        self._check_review()
         if self.token is not None and len(self.token) < 16:
             raise ValueError("--token must be at least 16 characters (or leave it out to get one)")
+
+    def _check_review(self) -> None:
+        if self.annotate:
+            from ddai.pipelines.annotations import annotator_name
+
+            self.annotator = annotator_name(self.annotator)
+        if self.review is None:
+            if self.decisions_out is not None:
+                raise ValueError("--decisions-out is where --review's decisions go: add --review")
+            return
+        self.review = Path(self.review)
+        if not self.review.is_file():
+            raise FileNotFoundError(
+                f"--review {self.review} is not a file; give the review.csv `ddai curate "
+                "verify-gt` wrote"
+            )
+        if self.decisions_out is None:
+            self.decisions_out = self.review.with_name("review_decisions.csv")
+        self.decisions_out = Path(self.decisions_out)
+        if self.decisions_out.resolve() == self.review.resolve():
+            raise ValueError(
+                "--decisions-out must not be the review sheet itself (verify-gt rewrites it); "
+                "name another file"
+            )
 
     @property
     def shows_images(self) -> bool:

@@ -3,11 +3,14 @@
 ``Guard`` answers for any web page the user has open: a request whose ``Host`` header names
 none of the explorer's own addresses is refused (a page of another site that rebinds its DNS
 name to 127.0.0.1 carries its own name there), and every request that may change or cost
-something (``POST`` and the other unsafe methods: ``/api/sql`` today, annotations tomorrow)
+something (``POST`` and the other unsafe methods: ``/api/sql``, labels and review decisions)
 needs a JSON body and the page token, a random value made per process that only the explorer's
 own pages carry (``<meta name="ddai-token">``, sent back as ``X-DDAI-Token``). A page of another
 origin can send neither: a JSON content type or a custom header makes the browser ask first
 (CORS preflight), which the explorer never grants, and it cannot read the token from our pages.
+
+Started without ``--annotate`` the explorer is read-only: ``Guard`` refuses every unsafe request
+but the read-only POSTs (``READ_ONLY_POSTS``: the SQL box) with a 403 saying so.
 
 ``TokenMiddleware`` is the access token of a non-loopback explorer (``--token``).
 """
@@ -28,6 +31,12 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 TOKEN_HEADER = "X-DDAI-Token"
 TOKEN_COOKIE = "ddai_token"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+# POSTs that change nothing (a query sent as JSON): allowed on a read-only explorer
+READ_ONLY_POSTS = frozenset({"/api/sql"})
+READ_ONLY = (
+    "this explorer is read-only: it was started without --annotate, so it refuses every write "
+    "(labels, review decisions); start `ddai serve --annotate` to write"
+)
 # host[:port] as a Host header carries it: a name or IPv4 address, or a bracketed IPv6 one
 _HOST = re.compile(r"^(?:\[(?P<ip6>[0-9A-Fa-f:.]+)\]|(?P<name>[A-Za-z0-9.\-]+))(?::\d{1,5})?$")
 
@@ -54,8 +63,13 @@ def _refuse(scope: Scope, status: int, message: str) -> Response:
 class Guard:
     """ASGI middleware: the Host check on every request, JSON + page token on unsafe ones."""
 
-    def __init__(self, app: ASGIApp, *, hosts: Iterable[str], token: str) -> None:
+    def __init__(
+        self, app: ASGIApp, *, hosts: Iterable[str], token: str, writes: bool = True
+    ) -> None:
+        """``writes``: whether unsafe requests other than ``READ_ONLY_POSTS`` may reach a route
+        (``--annotate``)."""
         self.app = app
+        self.writes = writes
         self.hosts = frozenset(h.lower() for h in hosts)
         self.token = token.encode()
 
@@ -75,6 +89,10 @@ class Guard:
             )
         if request.method in SAFE_METHODS:
             return None
+        if not self.writes and not (
+            request.method == "POST" and scope.get("path") in READ_ONLY_POSTS
+        ):
+            return _refuse(scope, 403, f"{request.method} {scope.get('path')}: {READ_ONLY}")
         media = request.headers.get("content-type", "").split(";")[0].strip().lower()
         if media != "application/json":
             return _refuse(

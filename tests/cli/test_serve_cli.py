@@ -54,6 +54,10 @@ def test_help_explains_every_flag():
         "--allow-host",
         "--memory-share",
         "--sql-timeout",
+        "--annotate",
+        "--annotator",
+        "--review",
+        "--decisions-out",
     ):
         assert flag in res.output
 
@@ -124,3 +128,23 @@ def test_bad_input_exits_2_naming_it(logs, started, args, message):
 def test_is_loopback():
     assert all(map(is_loopback, ["127.0.0.1", "127.1.2.3", "::1", "localhost"]))
     assert not any(map(is_loopback, ["0.0.0.0", "192.168.1.4", "::", "example.org"]))
+
+
+def test_annotate_and_review_flags_reach_the_app(logs, started, tmp_path, monkeypatch):
+    monkeypatch.setenv("USER", "kim")
+    sheet = tmp_path / "review.csv"
+    sheet.write_text("uid,verdict,reason\nu0,,\nu1,,\n")
+    res = runner.invoke(app, ["serve", "--logs", str(logs), "--annotate", "--review", str(sheet)])
+    assert res.exit_code == 0, res.output
+    assert "writes labels and decisions as kim (--annotate)" in res.output
+    assert f"GT review of {sheet} at /review -> {tmp_path / 'review_decisions.csv'}" in res.output
+    cfg = started[0]["app"].state.explorer.cfg
+    assert (cfg.annotate, cfg.annotator, cfg.review) == (True, "kim", sheet)
+    res = runner.invoke(app, ["serve", "--logs", str(logs)])
+    assert "read-only (start with --annotate" in res.output
+
+
+def test_decisions_out_without_review_exits_2(logs, started, tmp_path):
+    res = runner.invoke(app, ["serve", "--logs", str(logs), "--decisions-out", str(tmp_path / "d")])
+    assert res.exit_code == 2 and "add --review" in res.output
+    assert started == []

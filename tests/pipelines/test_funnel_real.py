@@ -9,32 +9,21 @@ from __future__ import annotations
 import pytest
 from conftest import SHARED
 from funnel_data import ids_of
+from support import ddai_funnel
 
 from ddai.pipelines import manifest
 from ddai.pipelines.funnel import lineage
-from ddai.pipelines.funnel.bucket import BucketConfig, run_bucket
 from ddai.pipelines.funnel.focus import FocusConfig, run_focus
 from ddai.pipelines.funnel.verify_gt import VerifyConfig, run_verify
-from ddai.pipelines.ingest import IngestConfig, ingest
 
 
 @pytest.fixture(scope="module")
 def funnel(tmp_path_factory):
-    data = SHARED / "ddai-data"
-    rec = data / "reconstructed"
+    rec = ddai_funnel.reconstructed(SHARED)
     root = tmp_path_factory.mktemp("real")
     logs, out = root / "logs", root / "out"
-    for run in ("round0", "round1"):
-        src = rec / f"{run}_flash_rm_detail.jsonl"
-        ingest(IngestConfig([src], logs, run_id=run, progress=False))
-    b = run_bucket(
-        BucketConfig(
-            dataset=data / "slidevqa_train_6667.parquet",
-            out=out,
-            scores=data / "phase1_ndcg_scores.parquet",
-            score_col="phase1_ndcg",
-        )
-    )
+    ddai_funnel.ingest_rounds(SHARED, logs)
+    b = ddai_funnel.bucket(SHARED, out)
     v = run_verify(
         VerifyConfig(dataset=b.outputs["0"], out=out, decisions=(rec / "gt_review_bucket0.csv",))
     )

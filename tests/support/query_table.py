@@ -15,6 +15,7 @@ def connect_table(table: pa.Table) -> duckdb.DuckDBPyConnection:
     con = duckdb.connect()
     con.execute("SET enable_progress_bar = false")
     con.register("rollouts_src", table)
+    query.annotations_table(con, [])
     for name in query.VIEWS:
         con.execute(query.sql_text(name))
     return con

@@ -1,0 +1,164 @@
+"""The ground-truth review queue: a ``curate verify-gt`` review sheet decided prompt by prompt.
+
+``ddai serve --review review.csv`` shows ``/review``: one prompt at a time with its question,
+reference answer, reference pages (as images with ``--corpus`` / ``--image-root``), the
+verifier's proposal and reason, and the prompt's rollouts in the served store; the reviewer
+decides ``ok``, ``wrong`` or ``uncertain`` with one key (``o`` / ``w`` / ``u``). Each decision
+is ``POST /api/review`` (JSON and the page token; ``--annotate`` only) and rewrites the decisions
+file atomically: a decisions CSV (``uid, verdict, reason``, as DDAI's review sheets, plus
+``annotator`` and ``decided_at``) that ``curate verify-gt --decisions`` and ``curate focus
+--decisions`` read as it is. A restarted server resumes from the file.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import threading
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from ddai.pipelines import csv_cells, io
+from ddai.pipelines.funnel.decisions import VERDICTS
+from ddai.reports.serve import queries
+from ddai.reports.serve.config import ServeConfig
+from ddai.reports.serve.explorer import Explorer
+from ddai.reports.serve.guard import READ_ONLY
+
+Render = Callable[..., Response]
+COLUMNS = ("uid", "verdict", "reason", "annotator", "decided_at")
+KEYS = {"o": "ok", "w": "wrong", "u": "uncertain"}
+
+
+def _read_csv(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="", encoding="utf-8-sig") as fh:
+        reader = csv.DictReader(fh)
+        reader.fieldnames = [csv_cells.unescape(c).strip().lower() for c in reader.fieldnames or []]
+        return [
+            {k: csv_cells.unescape(v) if isinstance(v, str) else "" for k, v in row.items()}
+            for row in reader
+        ]
+
+
+class ReviewQueue:
+    """The sheet's prompts in its order and the decisions made on them so far."""
+
+    def __init__(self, sheet: Path, decisions: Path) -> None:
+        rows = _read_csv(sheet)
+        if rows and "uid" not in rows[0]:
+            raise ValueError(f"--review {sheet}: no uid column; give the review.csv of verify-gt")
+        self.sheet, self.path = sheet, decisions
+        self.rows = list({r["uid"]: r for r in rows if r.get("uid")}.values())
+        if not self.rows:
+            raise ValueError(f"--review {sheet} lists no prompt to review")
+        self.index = {r["uid"]: i for i, r in enumerate(self.rows)}
+        self.decided: dict[str, dict[str, str]] = {}
+        self.lock = threading.Lock()
+        if decisions.is_file():  # a restarted review goes on where it stopped
+            for d in _read_csv(decisions):
+                if d.get("uid") in self.index and d.get("verdict") in VERDICTS:
+                    self.decided[d["uid"]] = {c: d.get(c, "") for c in COLUMNS}
+
+    @property
+    def total(self) -> int:
+        return len(self.rows)
+
+    def counts(self) -> dict[str, int]:
+        return dict(Counter(d["verdict"] for d in self.decided.values()))
+
+    def next_undecided(self, after: str | None = None) -> str | None:
+        """The first undecided uid after ``after`` in sheet order, wrapping round; None when
+        every prompt is decided."""
+        start = self.index[after] + 1 if after in self.index else 0
+        n = self.total
+        for k in range(n):
+            uid = self.rows[(start + k) % n]["uid"]
+            if uid not in self.decided:
+                return uid
+        return None
+
+    def decide(self, uid: str, verdict: str, reason: str, annotator: str) -> dict[str, str]:
+        """Record the decision on ``uid`` (replacing an earlier one) and rewrite the file."""
+        if uid not in self.index:
+            raise KeyError(f"uid {uid!r} is not in the review sheet {self.sheet}")
+        if verdict not in VERDICTS:
+            raise ValueError(f"verdict {verdict!r}: use one of {', '.join(VERDICTS)}")
+        now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+        rec = {"uid": uid, "verdict": verdict, "reason": reason.strip(), "annotator": annotator,
+               "decided_at": now}  # fmt: skip
+        with self.lock:
+            self.decided[uid] = rec
+            ordered = [self.decided[r["uid"]] for r in self.rows if r["uid"] in self.decided]
+            text = csv_cells.rows_text(list(COLUMNS), ([d[c] for c in COLUMNS] for d in ordered))
+            io.write_text(self.path, text)
+        return rec
+
+
+def routes(cfg: ServeConfig, ex: Explorer, html: Render, error: Render) -> list[Route]:
+    """``/review`` and ``/api/review`` over ``cfg.review`` (a sentence when none was given)."""
+    queue = ReviewQueue(cfg.review, cfg.decisions_out) if cfg.review and cfg.decisions_out else None
+    none = "no review sheet: start ddai serve with --review review.csv (of curate verify-gt)"
+
+    def page(request: Request) -> Response:
+        if queue is None:
+            return error(404, none, request)
+        uid = request.query_params.get("uid") or queue.next_undecided()
+        if uid is None:  # every prompt decided
+            return html("review.html", title="GT review", nav="review", q=queue, item=None,
+                        cfg=cfg, groups=[], pos=queue.total, keys=KEYS)  # fmt: skip
+        if uid not in queue.index:
+            return error(404, f"uid {uid!r} is not in the review sheet {queue.sheet}", request)
+        item = queue.rows[queue.index[uid]]
+        with ex.connection() as con:
+            groups = queries.group(con, uid)["groups"]
+        pos = queue.index[uid]
+        return html(
+            "review.html",
+            title=f"GT review {uid}",
+            nav="review",
+            q=queue,
+            item=item,
+            pages=[p.strip() for p in (item.get("pages") or "").split(";") if p.strip()],
+            decision=queue.decided.get(uid),
+            groups=groups,
+            pos=pos,
+            prev_uid=queue.rows[pos - 1]["uid"] if pos > 0 else None,
+            next_uid=queue.rows[pos + 1]["uid"] if pos + 1 < queue.total else None,
+            cfg=cfg,
+            keys=KEYS,
+        )
+
+    async def post(request: Request) -> Response:
+        if not cfg.annotate:  # the guard refuses it first
+            return JSONResponse({"error": READ_ONLY}, status_code=403)
+        if queue is None:
+            return error(404, none, request)
+        try:
+            body = await request.json()
+            uid, verdict = body["uid"], body["verdict"]
+            reason = body.get("reason") or ""
+            if not all(isinstance(v, str) for v in (uid, verdict, reason)):
+                raise TypeError
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return error(400, 'send JSON {"uid": UID, "verdict": "ok|wrong|uncertain"}', request)
+        try:
+            rec = queue.decide(uid, verdict, reason, cfg.annotator or "")
+        except KeyError as e:
+            return error(404, str(e.args[0]), request)
+        except ValueError as e:
+            return error(400, str(e), request)
+        return JSONResponse(
+            {
+                "decision": rec,
+                "decided": len(queue.decided),
+                "total": queue.total,
+                "next": queue.next_undecided(uid),
+            }
+        )
+
+    return [Route("/review", page), Route("/api/review", post, methods=["POST"])]
