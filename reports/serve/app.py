@@ -19,6 +19,7 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlencode
 
 import jinja2
 import pyarrow.parquet as pq
@@ -29,11 +30,12 @@ from starlette.responses import (
     FileResponse,
     HTMLResponse,
     JSONResponse,
+    RedirectResponse,
     Response,
 )
 from starlette.routing import Route
 
-from ddai.pipelines import csv_cells
+from ddai.pipelines import csv_cells, store
 from ddai.reports.formatting import num, pct
 from ddai.reports.serve import images, queries, sqlbox
 from ddai.reports.serve.config import ServeConfig
@@ -41,6 +43,7 @@ from ddai.reports.serve.explorer import Explorer
 from ddai.reports.serve.filters import (
     GROUPS,
     OUTCOMES,
+    PAGE_SIZES,
     RANGES,
     SORTABLE,
     FilterError,
@@ -48,6 +51,7 @@ from ddai.reports.serve.filters import (
     whole,
 )
 from ddai.reports.serve.guard import Guard, TokenMiddleware, page_token
+from ddai.reports.serve.turns import missing_turns, source_formats, turn_views
 from ddai.reports.transcript import mark_pages
 
 CSP = (
@@ -136,6 +140,10 @@ def create_app(cfg: ServeConfig, *, explorer: Explorer | None = None) -> Starlet
         return html(
             "rollouts.html",
             notice=notice(),
+            unknown_runs=[r for r in view.runs if r not in runs],
+            page_sizes=PAGE_SIZES,
+            chips=view.chips(),
+            f=view.query_string(),
             title="rollouts",
             nav="rollouts",
             view=view,
@@ -191,26 +199,36 @@ def create_app(cfg: ServeConfig, *, explorer: Explorer | None = None) -> Starlet
         # a bad number: 400 naming it through _bad_filter
         step = whole("step", q["step"]) if q.get("step") not in (None, "") else None
         idx = whole("idx", q["idx"])
+        # f: the table view this rollout was opened from (its query string), for previous / next
+        f = q.get("f", "")
+        view = RolloutFilter.from_params(parse_qs(f), size=cfg.page_size)
         with ex.connection() as con:
+            if "step" not in q:  # a SQL result without its step: the one rollout, if one
+                steps = queries.steps_of(con, run, uid, idx)
+                if len(steps) > 1:
+                    return RedirectResponse(
+                        "/?" + urlencode({"run": run, "uid": uid}), status_code=303
+                    )
+                step = steps[0] if steps else None
             row = queries.rollout(con, run, uid, step, idx)
+            near = queries.neighbours(con, view, run, uid, step, idx) if row else None
         if row is None:
             return _error(404, f"no rollout {run}/{uid}/step {step}/{idx}", request)
-        golden = row.get("reference_pages")
-        turns, shown = [], None
-        for t in row.get("turns") or []:
-            marked = mark_pages(t.get("retrieved"), golden)
-            crop_of = shown if t.get("action") == "bbox" else None
-            if t.get("retrieved"):
-                shown = t["retrieved"][0]  # a crop applies to the page last shown
-            turns.append({**t, "pages": marked, "crop_of": crop_of})
+        transcript, no_raw = turn_views(row)
+        formats = source_formats(store.run_manifest(cfg.logs, run)) if not transcript else []
         return html(
             "rollout.html",
             title=f"{run} {uid} #{idx}",
             nav="",
             r=row,
-            turns=turns,
-            retrieved=mark_pages(row.get("retrieved_pages"), golden),
+            turns=transcript,
+            no_raw=no_raw,
+            no_turns=missing_turns(row, formats),
+            retrieved=mark_pages(row.get("retrieved_pages"), row.get("reference_pages")),
             images=cfg.shows_images,
+            near=near,
+            f=f,
+            view=view,
         )
 
     def sections_page(request: Request) -> Response:

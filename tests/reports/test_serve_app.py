@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 from html import unescape
-from urllib.parse import parse_qs, urlparse
+from urllib.parse import parse_qs, urlencode, urlparse
 
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
@@ -72,7 +72,11 @@ def test_rollout_table_pages_sorts_and_links(client):
     assert "script-src 'self'" in res.headers["Content-Security-Policy"]
     html = res.text
     assert '<span id="total">2</span>' in html
-    assert 'href="/rollout?run=base&uid=u1&step=1&idx=1"' in html
+    # a transcript link carries the view it was opened from (f=), for previous / next
+    f = urlencode({"f": "tag=same_doc_success&sort=reward&dir=desc"})
+    assert f'href="/rollout?run=base&uid=u1&step=1&idx=1&amp;{f}"'.replace("&amp;", "&") in (
+        html.replace("&amp;", "&")
+    )
     assert 'href="/group?uid=u3&run=new"' in html
     # export links keep the filter and the sort
     link = html.split('id="export-csv" href="')[1].split('"')[0].replace("&amp;", "&")
@@ -349,3 +353,70 @@ def test_an_empty_store_says_so_on_every_page_and_the_report_is_not_a_500(tmp_pa
     store.write_run(logs, "base", planted_rows()["base"])
     assert "holds no rollouts" not in client.get("/").text
     assert client.get("/report").status_code == 200
+
+
+def test_table_says_when_nothing_matches_or_the_page_is_past_the_end(client):
+    html = unescape(client.get("/?run=nosuchrun").text)
+    assert "No run nosuchrun in this store; its runs are base, new, pages." in html
+    assert 'id="no-match"' in html and '<span id="total">0</span>' in html
+    html = unescape(client.get("/?run=base&page=99999").text)
+    assert "Page 99,999 is past the last page (1 of 50 rows)" in html
+    assert 'href="/?run=base&page=1"' not in html  # page 1 is the default: no parameter
+    assert 'id="past-end"' in html and "page 99,999 of" not in html
+    html = unescape(client.get("/?run=base&size=5").text)
+    assert "page 1 of 4" in html and html.count('class="row ') == 5
+    assert 'id="no-match"' not in html and 'id="past-end"' not in html
+
+
+def test_table_shows_question_first_and_filters_as_removable_chips(client):
+    html = unescape(client.get("/?run=base&run=new&outcome=failure&reward_max=0.5").text)
+    head = html.split("<thead>")[1].split("</thead>")[0]
+    assert head.index("question") < head.index("run_id")
+    chips = [c.split('"')[0] for c in html.split('class="chip" href="/?')[1:]]
+    assert chips == [
+        "run=new&outcome=failure&reward_max=0.5",
+        "run=base&outcome=failure&reward_max=0.5",
+        "run=base&run=new&reward_max=0.5",
+        "run=base&run=new&outcome=failure",
+    ]
+    # every run is a checkbox of the searchable run list, the chosen ones checked
+    assert html.count('class="run-option"') == 3
+    assert '<input type="checkbox" name="run" value="base" checked>' in html
+
+
+def test_transcript_links_previous_and_next_in_the_filter_it_came_from(client):
+    f = urlencode({"f": "run=base&sort=reward&dir=desc"})
+    html = unescape(client.get(f"/rollout?run=base&uid=u2&step=1&idx=2&{f}").text)
+    assert "9 of 16 in" in html
+    prev = html.split('id="prev-rollout" href="')[1].split('"')[0]
+    nxt = html.split('id="next-rollout" href="')[1].split('"')[0]
+    assert prev == f"/rollout?run=base&uid=u4&step=1&idx=3&{f}"
+    assert nxt == f"/rollout?run=base&uid=u1&step=1&idx=2&{f}"
+    # no filter: the whole table in its default order
+    html = unescape(client.get("/rollout?run=base&uid=u1&step=1&idx=0").text)
+    assert "first rollout" in html and 'id="next-rollout"' in html
+    # a key without its step (a SQL result): the one rollout it names
+    assert client.get("/rollout?run=base&uid=u1&idx=0").status_code == 200
+
+
+def test_invalid_turn_shows_the_raw_text_the_model_wrote(client):
+    html = unescape(client.get("/rollout?run=base&uid=u2&step=1&idx=3").text)
+    turn = html.split('id="turn-0"')[1].split("</li>")[0]
+    assert "invalid turn" in turn and "empty search" in turn
+    assert '<pre class="raw text shown"><think>a</think>' in turn
+    assert "think —" not in turn
+    # valid turns carry their raw text too, shown by the raw toggle
+    assert html.count('<pre class="raw text">') == 2 and 'id="raw-toggle"' in html
+
+
+def test_a_rollout_without_turns_says_why(tmp_path):
+    logs = tmp_path / "logs"
+    row = dict(planted_rows()["base"][0], turns=None, response=None, num_turns=None, step=None)
+    store.write_run(logs, "bare", [row])
+    c = local(create_app(ServeConfig(logs=logs)))
+    html = unescape(c.get("/rollout?run=bare&uid=u1&step=&idx=0").text)
+    assert "No turns: the log of run bare records neither turns nor response text" in html
+    assert "step —" not in html and " · step" not in html.split("<h1>")[1].split("</h1>")[0]
+    group = unescape(c.get("/group?uid=u1&run=bare").text)
+    assert "no step recorded" in group and "not recorded" in group and "turns — (—)" not in group
+    assert "step —" not in group

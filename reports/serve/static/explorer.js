@@ -78,3 +78,129 @@ document.addEventListener("DOMContentLoaded", () => {
   if (form) form.addEventListener("submit", runSql);
   drawOutcomes();
 });
+
+// ---- images: a placeholder for a page the server has no image of, zoom on click, the <bbox>
+function missingImage(img) {
+  if (!img.isConnected || img.dataset.missing) return;
+  img.dataset.missing = "1";
+  const box = document.createElement("div");
+  box.className = "img-missing";
+  box.textContent = `no image of page ${img.dataset.page || img.alt} on this server`;
+  box.title = "start ddai serve with --image-root or --corpus holding this page";
+  const frame = img.closest(".frame");
+  (frame || img).replaceWith(box);
+}
+
+function placeBox(fig) {
+  const img = fig.querySelector("img");
+  const box = fig.querySelector(".bbox-box");
+  if (!img || !box || !img.naturalWidth) return;
+  const [x1, y1, x2, y2] = fig.dataset.bbox.split(",").map(Number);
+  const w = img.naturalWidth, h = img.naturalHeight;
+  const clamp = v => Math.min(Math.max(v, 0), 1);
+  box.style.left = `${100 * clamp(x1 / w)}%`;
+  box.style.top = `${100 * clamp(y1 / h)}%`;
+  box.style.width = `${100 * (clamp(x2 / w) - clamp(x1 / w))}%`;
+  box.style.height = `${100 * (clamp(y2 / h) - clamp(y1 / h))}%`;
+  box.hidden = false;
+}
+
+function setupImages() {
+  document.addEventListener("error", e => {
+    if (e.target instanceof HTMLImageElement) missingImage(e.target);
+  }, true);
+  for (const img of document.querySelectorAll("img")) {
+    if (img.complete && img.naturalWidth === 0 && img.getAttribute("src")) missingImage(img);
+  }
+  for (const fig of document.querySelectorAll("figure.boxed")) {
+    const img = fig.querySelector("img");
+    if (img.complete) placeBox(fig);
+    else img.addEventListener("load", () => placeBox(fig));
+  }
+  const zoom = document.getElementById("zoom");
+  if (!zoom) return;
+  document.addEventListener("click", e => {
+    const img = e.target.closest ? e.target.closest("img[data-page]") : null;
+    if (img) {
+      document.getElementById("zoom-img").src = img.src;
+      zoom.hidden = false;
+    } else if (e.target.closest && e.target.closest("#zoom")) {
+      zoom.hidden = true;
+    }
+  });
+}
+
+// ---- keyboard: j/k rows or turns, n/p pages or rollouts, ? help, r raw text
+function setupKeys() {
+  const help = document.getElementById("keys-help");
+  if (!help) return;
+  const rows = Array.from(document.querySelectorAll("#rollouts tbody tr"));
+  const turns = Array.from(document.querySelectorAll("ol.turns > li.turn"));
+  const onTable = document.getElementById("rollouts") !== null;
+  const items = onTable ? rows : turns;
+  let at = -1;
+  const select = i => {
+    if (!items.length) return;
+    at = Math.max(0, Math.min(items.length - 1, i));
+    items.forEach((el, k) => el.classList.toggle("selected", k === at));
+    items[at].scrollIntoView({block: "nearest"});
+  };
+  const go = id => { const a = document.getElementById(id); if (a) location.href = a.href; };
+  for (const a of document.querySelectorAll(".keys-hint")) {
+    a.addEventListener("click", e => { e.preventDefault(); help.hidden = !help.hidden; });
+  }
+  document.addEventListener("keydown", e => {
+    if (e.ctrlKey || e.metaKey || e.altKey) return;
+    const t = e.target;
+    if (t instanceof HTMLInputElement || t instanceof HTMLTextAreaElement ||
+        t instanceof HTMLSelectElement) return;
+    const zoom = document.getElementById("zoom");
+    if (e.key === "Escape") { help.hidden = true; if (zoom) zoom.hidden = true; return; }
+    if (e.key === "?") { help.hidden = !help.hidden; return; }
+    if (e.key === "j") select(at + 1);
+    else if (e.key === "k") select(at - 1);
+    else if ((e.key === "Enter" || e.key === "o") && onTable && at >= 0) {
+      location.href = rows[at].dataset.href;
+    } else if (e.key === "n") go(onTable ? "next" : "next-rollout");
+    else if (e.key === "p") go(onTable ? "prev" : "prev-rollout");
+    else if (e.key === "r") {
+      const box = document.getElementById("raw-toggle");
+      if (box) { box.checked = !box.checked; box.dispatchEvent(new Event("change")); }
+    } else return;
+    e.preventDefault();
+  });
+}
+
+// ---- the raw text of each turn, on or off (kept across rollouts)
+function setupRaw() {
+  const box = document.getElementById("raw-toggle");
+  if (!box) return;
+  const apply = () => {
+    document.body.classList.toggle("show-raw", box.checked);
+    try { sessionStorage.setItem("ddai-raw", box.checked ? "1" : ""); } catch (_) { /* private */ }
+  };
+  try { box.checked = sessionStorage.getItem("ddai-raw") === "1"; } catch (_) { /* private */ }
+  box.addEventListener("change", apply);
+  apply();
+}
+
+// ---- the run filter: a searchable list of checkboxes
+function setupRunSearch() {
+  const input = document.getElementById("run-search");
+  if (!input) return;
+  input.addEventListener("input", () => {
+    const q = input.value.trim().toLowerCase();
+    for (const label of document.querySelectorAll("#run-picker .run-option")) {
+      label.hidden = q !== "" && !label.textContent.toLowerCase().includes(q);
+    }
+  });
+  const size = document.getElementById("f-size");
+  if (size) size.addEventListener("change", () => size.form.submit());
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  setupImages();
+  setupKeys();
+  setupRaw();
+  setupRunSearch();
+});
