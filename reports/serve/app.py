@@ -37,7 +37,7 @@ from starlette.routing import Route
 
 from ddai.pipelines import csv_cells, store
 from ddai.reports.formatting import num, pct
-from ddai.reports.serve import images, queries, sqlbox
+from ddai.reports.serve import images, live, queries, sqlbox
 from ddai.reports.serve.config import ServeConfig
 from ddai.reports.serve.explorer import Explorer
 from ddai.reports.serve.filters import (
@@ -63,6 +63,7 @@ CSP = (
 # inline scripts
 CSP_PLOTLY = CSP.replace("script-src 'self'", "script-src 'self' 'unsafe-eval'")
 STATIC_TYPES = {".js": "text/javascript", ".css": "text/css"}
+NO_STORE = {"Cache-Control": "no-store"}
 
 
 @lru_cache(maxsize=1)
@@ -267,6 +268,36 @@ def create_app(cfg: ServeConfig, *, explorer: Explorer | None = None) -> Starlet
             deltas=deltas,
         )
 
+    def live_page(request: Request) -> Response:
+        runs = ex.meta["runs"]
+        run = request.query_params.get("run") or live.newest_run(cfg.logs, runs) or ""
+        if runs and run not in runs:
+            return _error(
+                404, f"no run {run!r} in this store; its runs: {', '.join(runs)}", request
+            )
+        return html(
+            "live.html",
+            csp=CSP_PLOTLY,
+            notice=notice(),
+            title=f"live {run}",
+            nav="live",
+            run=run,
+            runs=runs,
+        )
+
+    def live_api(request: Request) -> Response:
+        run = request.query_params.get("run", "")
+        since = request.query_params.get("since", "")
+        ex.refresh(now=True)  # a commit since the last poll rebuilds now, not 2 s later
+        if since and since == ex.version:
+            return JSONResponse({"version": ex.version, "same": True}, headers=NO_STORE)
+        if run not in ex.meta["runs"]:
+            return _error(404, f"no run {run!r} in this store", request)
+        with ex.connection() as con:
+            tail = live.run_tail(con, run)
+        body = {"version": ex.version, "same": False, "run": run, **tail}
+        return JSONResponse(json.loads(json.dumps(body, default=str)), headers=NO_STORE)
+
     def sql_page(request: Request) -> Response:
         return html("sql.html", title="SQL", nav="sql", max_rows=cfg.sql_max_rows)
 
@@ -364,6 +395,8 @@ def create_app(cfg: ServeConfig, *, explorer: Explorer | None = None) -> Starlet
         Route("/group", group_page),
         Route("/rollout", rollout_page),
         Route("/sections", sections_page),
+        Route("/live", live_page),
+        Route("/api/live", live_api),
         Route("/sql", sql_page),
         Route("/api/sql", sql_api, methods=["POST"]),
         Route("/export.{fmt:str}", export),

@@ -204,3 +204,76 @@ document.addEventListener("DOMContentLoaded", () => {
   setupRaw();
   setupRunSearch();
 });
+
+// ---- live tail: poll the store's version, redraw steps, reward curve and newest groups
+function num(v, digits) {
+  return v === null || v === undefined ? "—" : Number(v).toFixed(digits);
+}
+
+function drawLive(el, data) {
+  const steps = data.steps.filter(s => s.step !== null);
+  const last = steps.length ? steps[steps.length - 1].step : null;
+  document.getElementById("live-steps").textContent =
+    `${steps.length.toLocaleString()} step${steps.length === 1 ? "" : "s"}`;
+  document.getElementById("live-rollouts").textContent =
+    `${data.rollouts.toLocaleString()} rollouts`;
+  document.getElementById("live-last-step").textContent = last === null ? "none" : String(last);
+  const chart = document.getElementById("live-chart");
+  if (window.Plotly && steps.length) {
+    const x = steps.map(s => s.step);
+    window.Plotly.react(chart, [
+      {type: "scatter", mode: "lines+markers", name: "mean reward", x, y: steps.map(s => s.mean_reward)},
+      {type: "scatter", mode: "lines+markers", name: "success rate", x, y: steps.map(s => s.success_rate)},
+    ], {
+      height: 320, margin: {l: 50, r: 20, t: 10, b: 60},
+      xaxis: {title: {text: "step"}}, yaxis: {title: {text: "per step"}},
+      legend: {orientation: "h", y: -0.3},
+    }, {displayModeBar: false, responsive: true});
+  } else if (!steps.length) {
+    chart.textContent = "No training steps in this run yet: the curve appears with its first step.";
+  }
+  const body = document.querySelector("#live-groups tbody");
+  body.replaceChildren();
+  for (const g of data.groups) {
+    const tr = body.insertRow();
+    tr.insertCell().textContent = g.step === null ? "no step" : String(g.step);
+    const a = document.createElement("a");
+    a.href = `/group?uid=${encodeURIComponent(g.uid)}&run=${encodeURIComponent(data.run)}`;
+    a.textContent = g.uid;
+    tr.insertCell().appendChild(a);
+    tr.insertCell().textContent = String(g.n);
+    tr.insertCell().textContent = String(g.successes);
+    tr.insertCell().textContent = num(g.mean_reward, 3);
+    tr.insertCell().textContent = `${num(g.min_reward, 3)} – ${num(g.max_reward, 3)}`;
+  }
+}
+
+function setupLive() {
+  const el = document.getElementById("live");
+  if (!el || !el.dataset.run) return;
+  const status = document.getElementById("live-status");
+  const wait = Number(el.dataset.pollMs) || 1500;
+  let version = "";
+  const poll = async () => {
+    try {
+      const q = new URLSearchParams({run: el.dataset.run, since: version});
+      const res = await fetch(`/api/live?${q}`, {cache: "no-store"});
+      const data = await res.json();
+      if (!res.ok) throw new Error(data.error || res.statusText);
+      if (!data.same) {
+        version = data.version;
+        el.dataset.version = version;
+        drawLive(el, data);
+      }
+      status.textContent = `live · store version ${version} · checked ${new Date().toLocaleTimeString()}`;
+      status.className = "live-status";
+    } catch (err) {
+      status.textContent = `not updating: ${err.message}`;
+      status.className = "live-status error";
+    }
+    setTimeout(poll, wait);
+  };
+  poll();
+}
+
+document.addEventListener("DOMContentLoaded", setupLive);
