@@ -299,7 +299,15 @@ def create_app(cfg: ServeConfig, *, explorer: Explorer | None = None) -> Starlet
         return JSONResponse(json.loads(json.dumps(body, default=str)), headers=NO_STORE)
 
     def sql_page(request: Request) -> Response:
-        return html("sql.html", title="SQL", nav="sql", max_rows=cfg.sql_max_rows)
+        # q: the query of a shared URL, run as the page opens
+        return html(
+            "sql.html",
+            title="SQL",
+            nav="sql",
+            max_rows=cfg.sql_max_rows,
+            export_rows=sqlbox.EXPORT_MAX_ROWS,
+            sql=request.query_params.get("q", ""),
+        )
 
     async def sql_api(request: Request) -> Response:
         try:
@@ -310,6 +318,41 @@ def create_app(cfg: ServeConfig, *, explorer: Explorer | None = None) -> Starlet
         except (ValueError, KeyError, TypeError):
             return _error(400, 'send JSON {"sql": "SELECT …"}', request)
         return await _in_thread(_run_sql, sql)
+
+    async def sql_export(request: Request) -> Response:
+        fmt = request.path_params["fmt"]
+        if fmt not in ("csv", "parquet"):
+            return _error(404, f"export as csv or parquet, not {fmt!r}", request)
+        try:
+            body = await request.json()
+            sql = body["sql"]
+            if not isinstance(sql, str):
+                raise TypeError
+        except (ValueError, KeyError, TypeError):
+            return _error(400, 'send JSON {"sql": "SELECT …"}', request)
+        return await _in_thread(_export_sql, sql, fmt)
+
+    def _export_sql(sql: str, fmt: str) -> Response:
+        try:
+            with ex.connection() as con:
+                table, cut = sqlbox.select_table(
+                    con, sql, max_rows=sqlbox.EXPORT_MAX_ROWS, timeout_s=cfg.sql_timeout_s
+                )
+        except sqlbox.SqlRejected as e:
+            return JSONResponse({"error": str(e)}, status_code=400)
+        if fmt == "csv":
+            data, media = sqlbox.csv_text(table).encode(), "text/csv"
+        else:
+            buf = io.BytesIO()
+            pq.write_table(table, buf, compression="zstd")
+            data, media = buf.getvalue(), "application/vnd.apache.parquet"
+        headers = {
+            "Content-Disposition": f'attachment; filename="query.{fmt}"',
+            # a cut export says so: the page tells the reader
+            "X-DDAI-Rows": str(table.num_rows),
+            "X-DDAI-Truncated": "1" if cut else "0",
+        }
+        return Response(data, media_type=media, headers=headers)
 
     def _run_sql(sql: str) -> Response:
         try:
@@ -399,6 +442,7 @@ def create_app(cfg: ServeConfig, *, explorer: Explorer | None = None) -> Starlet
         Route("/api/live", live_api),
         Route("/sql", sql_page),
         Route("/api/sql", sql_api, methods=["POST"]),
+        Route("/api/sql/export.{fmt:str}", sql_export, methods=["POST"]),
         Route("/export.{fmt:str}", export),
         Route("/img/{page_id:str}", image),
         Route("/static/{name:str}", static),

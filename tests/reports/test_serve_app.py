@@ -420,3 +420,36 @@ def test_a_rollout_without_turns_says_why(tmp_path):
     group = unescape(c.get("/group?uid=u1&run=bare").text)
     assert "no step recorded" in group and "not recorded" in group and "turns — (—)" not in group
     assert "step —" not in group
+
+
+def _post(client, path: str, sql: str):
+    from serve_world import page_token
+
+    return client.post(path, headers={"X-DDAI-Token": page_token(client)}, json={"sql": sql})
+
+
+def test_sql_result_exports_as_csv_and_parquet_with_escaped_cells(client):
+    sql = (
+        "SELECT run_id, uid, rollout_idx, '=HYPERLINK(1)' AS f, ['a', 'b'] AS l FROM explorer "
+        "WHERE run_id = 'base' AND uid = 'u1' ORDER BY rollout_idx"
+    )
+    res = _post(client, "/api/sql/export.csv", sql)
+    assert res.status_code == 200 and res.headers["content-type"].startswith("text/csv")
+    assert res.headers["X-DDAI-Rows"] == "4" and res.headers["X-DDAI-Truncated"] == "0"
+    lines = res.text.splitlines()
+    assert lines[0] == "run_id,uid,rollout_idx,f,l"
+    # the formula is escaped as csv_cells does it; a list is its JSON text
+    assert lines[1] == """base,u1,0,'=HYPERLINK(1),"[""a"", ""b""]\""""
+    table = pq.read_table(io.BytesIO(_post(client, "/api/sql/export.parquet", sql).content))
+    assert table.column("rollout_idx").to_pylist() == [0, 1, 2, 3]
+    assert table.column("l").to_pylist()[0] == ["a", "b"]
+    # the SQL box's locks hold for exports: no write, no file, no export without the token
+    assert _post(client, "/api/sql/export.csv", "COPY explorer TO '/tmp/x.csv'").status_code == 400
+    assert client.post("/api/sql/export.csv", json={"sql": "SELECT 1"}).status_code == 403
+    assert _post(client, "/api/sql/export.xlsx", "SELECT 1").status_code == 404
+
+
+def test_sql_page_keeps_the_query_of_its_url(client):
+    html = client.get("/sql?" + urlencode({"q": "SELECT 42 AS <b>"})).text
+    assert 'data-autorun="1"' in html and "SELECT 42 AS &lt;b&gt;</textarea>" in html
+    assert 'data-autorun=""' in client.get("/sql").text

@@ -8,6 +8,22 @@ function cellText(v) {
   return String(v);
 }
 
+// The link of a result row that names a rollout (run_id, uid, rollout_idx, with step when the
+// result has it) or a prompt's group (run_id, uid); null otherwise.
+function rowLink(columns, row) {
+  const at = name => columns.indexOf(name);
+  const [run, uid, idx, step] = ["run_id", "uid", "rollout_idx", "step"].map(at);
+  if (run < 0 || uid < 0 || row[run] === null || row[uid] === null) return null;
+  const q = new URLSearchParams({run: String(row[run]), uid: String(row[uid])});
+  if (idx >= 0 && row[idx] !== null) {
+    if (step >= 0) q.set("step", row[step] === null ? "" : String(row[step]));
+    q.set("idx", String(row[idx]));
+    return {href: `/rollout?${q}`, cls: "rollout-link"};
+  }
+  return {href: `/group?uid=${encodeURIComponent(row[uid])}&run=${encodeURIComponent(row[run])}`,
+          cls: "group-link"};
+}
+
 function renderTable(table, columns, rows) {
   table.replaceChildren();
   const head = table.createTHead().insertRow();
@@ -17,9 +33,22 @@ function renderTable(table, columns, rows) {
     head.appendChild(th);
   }
   const body = table.createTBody();
+  const uidAt = columns.indexOf("uid");
   for (const row of rows) {
     const tr = body.insertRow();
-    for (const v of row) tr.insertCell().textContent = cellText(v);
+    const link = rowLink(columns, row);
+    row.forEach((v, i) => {
+      const td = tr.insertCell();
+      if (link && i === uidAt) {
+        const a = document.createElement("a");
+        a.href = link.href;
+        a.className = link.cls;
+        a.textContent = cellText(v);
+        td.appendChild(a);
+      } else {
+        td.textContent = cellText(v);
+      }
+    });
   }
 }
 
@@ -34,12 +63,21 @@ function postJson(url, body) {
   });
 }
 
+// The query goes into the URL (?q=), so a result can be shared and survives a reload.
+function keepInUrl(sql) {
+  const url = new URL(location.href);
+  url.searchParams.set("q", sql);
+  history.replaceState(null, "", url);
+}
+
 async function runSql(event) {
-  event.preventDefault();
+  if (event) event.preventDefault();
   const status = document.getElementById("sql-status");
   const table = document.getElementById("sql-result");
+  const sql = document.getElementById("sql").value;
+  keepInUrl(sql);
   status.textContent = "running…";
-  const res = await postJson("/api/sql", {sql: document.getElementById("sql").value});
+  const res = await postJson("/api/sql", {sql});
   const data = await res.json().catch(() => ({error: res.statusText}));
   if (!res.ok) {
     status.textContent = `error ${res.status}: ${data.error}`;
@@ -50,6 +88,33 @@ async function runSql(event) {
   status.className = "";
   status.textContent = `${data.rows.length} row(s)${data.truncated ? " (cut)" : ""}`;
   renderTable(table, data.columns, data.rows);
+}
+
+async function exportSql(event) {
+  const fmt = event.target.dataset.fmt;
+  const status = document.getElementById("sql-status");
+  const sql = document.getElementById("sql").value;
+  keepInUrl(sql);
+  status.textContent = `exporting as ${fmt}…`;
+  const res = await postJson(`/api/sql/export.${fmt}`, {sql});
+  if (!res.ok) {
+    const data = await res.json().catch(() => ({error: res.statusText}));
+    status.textContent = `error ${res.status}: ${data.error}`;
+    status.className = "error";
+    return;
+  }
+  const blob = await res.blob();
+  const a = document.createElement("a");
+  a.href = URL.createObjectURL(blob);
+  a.download = `query.${fmt}`;
+  document.body.appendChild(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(a.href), 10000);
+  const n = Number(res.headers.get("X-DDAI-Rows"));
+  const cut = res.headers.get("X-DDAI-Truncated") === "1";
+  status.className = "";
+  status.textContent = `exported ${n.toLocaleString()} row(s) as ${fmt}${cut ? " (cut at the export limit)" : ""}`;
 }
 
 function drawOutcomes() {
@@ -75,7 +140,11 @@ function drawOutcomes() {
 
 document.addEventListener("DOMContentLoaded", () => {
   const form = document.getElementById("sql-form");
-  if (form) form.addEventListener("submit", runSql);
+  if (form) {
+    form.addEventListener("submit", runSql);
+    for (const b of form.querySelectorAll("button[data-fmt]")) b.addEventListener("click", exportSql);
+    if (form.dataset.autorun) runSql(null);
+  }
   drawOutcomes();
 });
 
