@@ -87,13 +87,18 @@ def serve_cmd(
     ] = 30.0,
 ) -> None:
     """Serve a local, read-only web explorer over every rollout: a sortable, filterable table
-    (shareable URLs), GRPO group views, transcripts with page images, live report sections whose
-    counts link to their rollouts, a read-only SQL box, and export of a filter's ids."""
+    (shareable URLs), GRPO group views, transcripts with page images, a live tail of a training
+    run, live report sections whose counts link to their rollouts, a read-only SQL box, and
+    export of a filter's ids.
+
+    Exit status: 0 when stopped (Ctrl-C); 2 for bad input (a flag, a missing store, image root
+    or corpus); 3 when it cannot listen on --host:--port (checked before the store loads)."""
     try:
         import uvicorn
 
         from ddai.reports.serve import ServeConfig
         from ddai.reports.serve.app import create_app, empty_store_notice
+        from ddai.reports.serve.config import EXIT_CANNOT_LISTEN, check_port
     except ImportError as e:
         raise fail(
             f"ddai serve needs the serve extra ({e.name} missing): pip install 'ddai[serve]'"
@@ -116,6 +121,13 @@ def serve_cmd(
             sql_timeout_s=sql_timeout,
         )
         cfg.require_token()
+    except (FileNotFoundError, ValueError) as e:
+        raise fail(str(e)) from e
+    try:  # a taken port fails now, not after the store and corpus have loaded
+        check_port(host, port)
+    except OSError as e:
+        raise fail(str(e), EXIT_CANNOT_LISTEN) from e
+    try:
         app = create_app(cfg)
     except (FileNotFoundError, ValueError) as e:
         raise fail(str(e)) from e

@@ -14,7 +14,7 @@ from __future__ import annotations
 import io
 import json
 import tempfile
-from collections.abc import Callable
+import threading
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -51,6 +51,7 @@ from ddai.reports.serve.filters import (
     whole,
 )
 from ddai.reports.serve.guard import Guard, TokenMiddleware, page_token
+from ddai.reports.serve.pages import CorpusPages
 from ddai.reports.serve.turns import missing_turns, source_formats, turn_views
 from ddai.reports.transcript import mark_pages
 
@@ -385,7 +386,10 @@ def create_app(cfg: ServeConfig, *, explorer: Explorer | None = None) -> Starlet
             headers={"Content-Disposition": f'attachment; filename="rollouts.{fmt}"'},
         )
 
-    drawn = _page_drawer(cfg.corpus) if cfg.corpus is not None else None
+    corpus = CorpusPages(cfg.corpus) if cfg.corpus is not None else None
+    if corpus is not None:
+        corpus.start()  # its index is read while the server starts, not by the first image
+    drawn = corpus.find if corpus is not None else None
 
     def image(request: Request) -> Response:
         if not cfg.shows_images:
@@ -396,7 +400,10 @@ def create_app(cfg: ServeConfig, *, explorer: Explorer | None = None) -> Starlet
         path = images.find_image(cfg.image_root, page_id) if cfg.image_root else None
         src: Path | bytes | None = path
         if src is None and drawn is not None:
-            src = drawn(page_id)
+            try:
+                src = drawn(page_id)
+            except RuntimeError as e:  # the corpus could not be read: say so on each image
+                return _error(500, str(e), request)
         if src is None:
             return _error(404, f"no image for page {page_id!r} (--image-root / --corpus)", request)
         bbox = request.query_params.get("bbox")
@@ -420,17 +427,20 @@ def create_app(cfg: ServeConfig, *, explorer: Explorer | None = None) -> Starlet
         text = resources.files("ddai.reports.serve").joinpath("static", name).read_text("utf-8")
         return Response(text, media_type=STATIC_TYPES[suffix])
 
-    def report(request: Request) -> Response:
-        from ddai.reports import ReportConfig, build_report
+    built: dict[str, Any] = {}  # the last report: {"key": (store version, datasets), "html"}
+    building = threading.Lock()
 
+    def report(request: Request) -> Response:
         ex.refresh()
         if not ex.meta["runs"]:  # the report refuses an empty store: say so, not a 500
             return _error(404, f"No report to build. {empty_store_notice(cfg)}", request)
-        with tempfile.TemporaryDirectory() as tmp:
-            out = Path(tmp) / "report.html"
-            build_report(ReportConfig(out=out, progress=False, **cfg.report_fields()))
-            # the report inlines its own scripts; it gets no CSP of the explorer's kind
-            return HTMLResponse(out.read_text(encoding="utf-8"))
+        key = (ex.version, _folder_print(cfg.datasets_dir))
+        with building:  # one build at a time; a click while it builds gets its result
+            if built.get("key") != key:
+                built.update(key=key, html=_build_report(cfg))
+                built["count"] = built.get("count", 0) + 1
+        # the report inlines its own scripts; it gets no CSP of the explorer's kind
+        return HTMLResponse(built["html"], headers={"X-DDAI-Report-Version": ex.version})
 
     routes = [
         Route("/", rollouts_page),
@@ -458,37 +468,39 @@ def create_app(cfg: ServeConfig, *, explorer: Explorer | None = None) -> Starlet
     )
     app.state.explorer = ex
     app.state.page_token = token
+    app.state.report = built
+    app.state.corpus = corpus
     return app
+
+
+def _build_report(cfg: ServeConfig) -> str:
+    """The static report ``ddai report`` would build over ``cfg``'s store, as HTML text."""
+    from ddai.reports import ReportConfig, build_report
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "report.html"
+        build_report(ReportConfig(out=out, progress=False, **cfg.report_fields()))
+        return out.read_text(encoding="utf-8")
+
+
+def _folder_print(folder: Path | None) -> tuple[tuple[str, int, int], ...]:
+    """(name, size, mtime_ns) of each file in ``folder`` (the report's datasets), sorted."""
+    if folder is None:
+        return ()
+    out = []
+    for f in sorted(Path(folder).iterdir()):
+        try:
+            st = f.stat()
+        except FileNotFoundError:
+            continue
+        out.append((f.name, st.st_size, st.st_mtime_ns))
+    return tuple(out)
 
 
 async def _in_thread(fn: Any, *args: Any) -> Any:
     from starlette.concurrency import run_in_threadpool
 
     return await run_in_threadpool(fn, *args)
-
-
-def _page_drawer(corpus_path: Path) -> Callable[[str], Path | bytes | None]:
-    """``page_id`` → the page's image file when the corpus holds one (``ddai corpus build``),
-    else the page drawn from its text as PNG bytes; None if the corpus lacks the page. The corpus
-    loads on first use and the last 256 drawings are kept."""
-    from ddai.pipelines.corpus import Corpus
-    from ddai.pipelines.page_images import draw_page
-
-    @lru_cache(maxsize=1)
-    def corpus() -> Corpus:
-        return Corpus.load(corpus_path)
-
-    @lru_cache(maxsize=256)
-    def draw(page_id: str) -> Path | bytes | None:
-        c = corpus()
-        if page_id not in c:
-            return None
-        image = c.image_file(page_id)
-        if image is not None and image.is_file():
-            return image
-        return draw_page(c.page(page_id))
-
-    return draw
 
 
 @lru_cache(maxsize=1)

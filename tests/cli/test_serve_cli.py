@@ -124,3 +124,30 @@ def test_bad_input_exits_2_naming_it(logs, started, args, message):
 def test_is_loopback():
     assert all(map(is_loopback, ["127.0.0.1", "127.1.2.3", "::1", "localhost"]))
     assert not any(map(is_loopback, ["0.0.0.0", "192.168.1.4", "::", "example.org"]))
+
+
+def test_a_busy_port_exits_3_before_the_store_loads(logs, started, monkeypatch):
+    import socket
+
+    from ddai.reports.serve import explorer
+
+    built: list[object] = []
+    monkeypatch.setattr(explorer.Explorer, "_build", lambda self: built.append(self))
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        res = runner.invoke(app, ["serve", "--logs", str(logs), "--port", str(port)])
+    assert res.exit_code == 3, res.output
+    assert f"127.0.0.1:{port} is in use: stop what listens there or pick another --port" in (
+        " ".join(res.output.split())
+    )
+    assert built == [] and started == []  # nothing loaded, nothing served
+    assert "ddai serve:" not in res.output  # it never says it is serving
+
+
+def test_help_documents_the_exit_status():
+    res = runner.invoke(app, ["serve", "--help"], terminal_width=200)
+    text = " ".join(res.output.split())
+    assert "0 when stopped" in text and "2 for bad input" in text
+    assert "3 when it cannot listen" in text

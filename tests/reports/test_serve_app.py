@@ -453,3 +453,21 @@ def test_sql_page_keeps_the_query_of_its_url(client):
     html = client.get("/sql?" + urlencode({"q": "SELECT 42 AS <b>"})).text
     assert 'data-autorun="1"' in html and "SELECT 42 AS &lt;b&gt;</textarea>" in html
     assert 'data-autorun=""' in client.get("/sql").text
+
+
+def test_report_is_built_once_per_store_version(tmp_path):
+    logs = tmp_path / "logs"
+    store.write_run(logs, "base", planted_rows()["base"])
+    ex = Explorer(ServeConfig(logs=logs), recheck_s=0)
+    app = create_app(ServeConfig(logs=logs), explorer=ex)
+    client = local(app)
+    first = client.get("/report")
+    again = client.get("/report")
+    assert first.status_code == again.status_code == 200 and first.text == again.text
+    assert app.state.report["count"] == 1  # the second click read the cached report
+    assert first.headers["X-DDAI-Report-Version"] == ex.version
+    store.write_run(logs, "new", planted_rows()["new"])  # a commit moves the store's version
+    after = client.get("/report")
+    assert app.state.report["count"] == 2
+    assert after.headers["X-DDAI-Report-Version"] != first.headers["X-DDAI-Report-Version"]
+    assert "new" in after.text.split("<title>", 1)[1].split("</title>", 1)[0]
