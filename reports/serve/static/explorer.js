@@ -186,14 +186,24 @@ function setupImages() {
     if (img.complete) placeBox(fig);
     else img.addEventListener("load", () => placeBox(fig));
   }
-  const zoom = document.getElementById("zoom");
-  if (!zoom) return;
+  // zoom: the first click on a page image makes the overlay (no empty image in the page before)
   document.addEventListener("click", e => {
     const img = e.target.closest ? e.target.closest("img[data-page]") : null;
+    let zoom = document.getElementById("zoom");
     if (img) {
+      if (!zoom) {
+        zoom = document.createElement("div");
+        zoom.id = "zoom";
+        zoom.className = "overlay zoom";
+        const big = document.createElement("img");
+        big.id = "zoom-img";
+        big.alt = "zoomed page";
+        zoom.appendChild(big);
+        document.body.appendChild(zoom);
+      }
       document.getElementById("zoom-img").src = img.src;
       zoom.hidden = false;
-    } else if (e.target.closest && e.target.closest("#zoom")) {
+    } else if (zoom && e.target.closest && e.target.closest("#zoom")) {
       zoom.hidden = true;
     }
   });
@@ -221,8 +231,10 @@ function setupKeys() {
   document.addEventListener("keydown", e => {
     if (e.ctrlKey || e.metaKey || e.altKey) return;
     const t = e.target;
-    if (t instanceof HTMLInputElement || t instanceof HTMLTextAreaElement ||
-        t instanceof HTMLSelectElement) return;
+    // keys type text in a text box; a checkbox or button with focus leaves them to the page
+    const typing = t instanceof HTMLInputElement &&
+      !["checkbox", "radio", "button", "submit"].includes(t.type);
+    if (typing || t instanceof HTMLTextAreaElement || t instanceof HTMLSelectElement) return;
     const zoom = document.getElementById("zoom");
     if (e.key === "Escape") { help.hidden = true; if (zoom) zoom.hidden = true; return; }
     if (e.key === "?") { help.hidden = !help.hidden; return; }
@@ -295,7 +307,10 @@ function drawLive(el, data) {
       {type: "scatter", mode: "lines+markers", name: "success rate", x, y: steps.map(s => s.success_rate)},
     ], {
       height: 320, margin: {l: 50, r: 20, t: 10, b: 60},
-      xaxis: {title: {text: "step"}}, yaxis: {title: {text: "per step"}},
+      // whole steps only: a tick every step up to ten steps, then every tenth of the span
+      xaxis: {title: {text: "step"}, tickformat: "d",
+              dtick: Math.max(1, Math.ceil((x[x.length - 1] - x[0]) / 10))},
+      yaxis: {title: {text: "per step"}},
       legend: {orientation: "h", y: -0.3},
     }, {displayModeBar: false, responsive: true});
   } else if (!steps.length) {
