@@ -48,11 +48,11 @@ def check_port(host: str, port: int) -> None:
             sock.bind((host, port))
         except OSError as e:
             shown = f"[{host}]" if ":" in host else host
-            why = "is in use" if e.errno == errno.EADDRINUSE else f"cannot be bound ({e.strerror})"
-            raise OSError(
-                e.errno,
-                f"{shown}:{port} {why}: stop what listens there or pick another --port",
-            ) from None
+            if e.errno == errno.EADDRINUSE:
+                why = "is in use: stop what listens there or pick another --port"
+            else:
+                why = f"cannot be bound ({e.strerror}): give an address of this machine as --host"
+            raise OSError(f"{shown}:{port} {why}") from None
 
 
 def is_loopback(host: str) -> bool:

@@ -151,3 +151,12 @@ def test_help_documents_the_exit_status():
     text = " ".join(res.output.split())
     assert "0 when stopped" in text and "2 for bad input" in text
     assert "3 when it cannot listen" in text
+
+
+def test_an_address_not_of_this_machine_exits_3(logs, started):
+    res = runner.invoke(
+        app, ["serve", "--logs", str(logs), "--host", "192.0.2.1", "--token", "t" * 20]
+    )
+    assert res.exit_code == 3, res.output
+    assert "192.0.2.1:8765 cannot be bound" in res.output and "as --host" in res.output
+    assert started == []

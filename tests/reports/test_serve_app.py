@@ -471,3 +471,34 @@ def test_report_is_built_once_per_store_version(tmp_path):
     assert app.state.report["count"] == 2
     assert after.headers["X-DDAI-Report-Version"] != first.headers["X-DDAI-Report-Version"]
     assert "new" in after.text.split("<title>", 1)[1].split("</title>", 1)[0]
+
+
+def test_a_flash_log_rollout_says_it_has_no_turns(tmp_path, shared):
+    from ddai.pipelines.ingest import IngestConfig, ingest
+
+    src = shared / "ddai-formats" / "examples" / "flash_rm_detail.jsonl"
+    logs = tmp_path / "logs"
+    res = ingest(IngestConfig([src], logs, progress=False))
+    assert set(res.formats.values()) == {"ddai-flash"}
+    c = local(create_app(ServeConfig(logs=logs)))
+    first = c.get("/api/rollouts?size=1").json()["rows"][0]
+    run, uid, step, idx = (first[k] for k in ("run_id", "uid", "step", "rollout_idx"))
+    step = "" if step is None else step
+    html = " ".join(
+        unescape(c.get(f"/rollout?run={run}&uid={uid}&step={step}&idx={idx}").text).split()
+    )
+    # before: an empty turn list with no word why
+    assert f"No turns: run {run} was ingested from a DDAI flash log (flash_rm_detail.jsonl)" in html
+    assert '<ol class="turns"> </ol>' in html
+
+
+def test_scored_turns_show_their_value(tmp_path):
+    logs = tmp_path / "logs"
+    row = dict(planted_rows()["base"][12], uid="u4")
+    turns = [_turn(0, "search", "q a", ["4_2"]), _turn(1, "search_complete", "true", None)]
+    turns[0]["value"] = 0.625  # `ddai value score` wrote the first turn's value only
+    store.write_run(logs, "scored", [{**row, "turns": turns}])
+    html = local(create_app(ServeConfig(logs=logs))).get("/rollout?run=scored&uid=u4&step=1&idx=0")
+    first, second = html.text.split('id="turn-1"')
+    assert '<div class="value"' in first and "value 0.625" in first
+    assert '<div class="value"' not in second  # an unvalued turn shows no value
