@@ -74,6 +74,8 @@ def turn_views(row: dict[str, Any]) -> tuple[list[dict[str, Any]], str | None]:
                 "pages": mark_pages(t.get("retrieved"), golden),
                 "crop_of": crop_of,
                 "bbox": bbox_of(t.get("arg")) if crop_of else None,
+                # the cropped page's frame: golden / same document / other, as in the lists
+                "crop_mark": mark_pages([crop_of], golden)[0]["mark"] if crop_of else None,
                 "raw": raw,
             }
         )

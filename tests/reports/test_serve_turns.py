@@ -42,6 +42,7 @@ def test_raw_text_of_each_turn_is_what_the_model_wrote():
     assert views[1]["crop_of"] == "4_2" and views[1]["bbox"] == [1.0, 2.0, 30.0, 40.0]
     assert views[0]["bbox"] is None and views[0]["value"] == 0.25
     assert views[0]["pages"] == [{"page": "4_2", "mark": "golden"}]
+    assert views[1]["crop_mark"] == "golden" and views[0]["crop_mark"] is None
 
 
 def test_raw_text_is_withheld_with_a_reason_when_the_response_disagrees():
