@@ -118,14 +118,19 @@ def serve_cmd(
     ] = None,
 ) -> None:
     """Serve a local web explorer over every rollout: a sortable, filterable table
-    (shareable URLs), GRPO group views, transcripts with page images, live report sections whose
-    counts link to their rollouts, a read-only SQL box, export of a filter's ids, rollout diffs;
-    with --annotate, labels and the ground-truth review queue (--review)."""
+    (shareable URLs), GRPO group views, transcripts with page images, a live tail of a training
+    run, live report sections whose counts link to their rollouts, a read-only SQL box, export of
+    a filter's ids, rollout diffs; with --annotate, labels and the ground-truth review queue
+    (--review).
+
+    Exit status: 0 when stopped (Ctrl-C); 2 for bad input (a flag, a missing store, image root
+    or corpus); 3 when it cannot listen on --host:--port (checked before the store loads)."""
     try:
         import uvicorn
 
         from ddai.reports.serve import ServeConfig
         from ddai.reports.serve.app import create_app, empty_store_notice
+        from ddai.reports.serve.config import EXIT_CANNOT_LISTEN, check_port
     except ImportError as e:
         raise fail(
             f"ddai serve needs the serve extra ({e.name} missing): pip install 'ddai[serve]'"
@@ -152,6 +157,13 @@ def serve_cmd(
             decisions_out=decisions_out,
         )
         cfg.require_token()
+    except (FileNotFoundError, ValueError) as e:
+        raise fail(str(e)) from e
+    try:  # a taken port fails now, not after the store and corpus have loaded
+        check_port(host, port)
+    except OSError as e:
+        raise fail(str(e), EXIT_CANNOT_LISTEN) from e
+    try:
         app = create_app(cfg)
     except (FileNotFoundError, ValueError) as e:
         raise fail(str(e)) from e

@@ -14,11 +14,12 @@ from __future__ import annotations
 import io
 import json
 import tempfile
-from collections.abc import Callable
+import threading
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlencode
 
 import jinja2
 import pyarrow.parquet as pq
@@ -29,18 +30,20 @@ from starlette.responses import (
     FileResponse,
     HTMLResponse,
     JSONResponse,
+    RedirectResponse,
     Response,
 )
 from starlette.routing import Route
 
-from ddai.pipelines import csv_cells
+from ddai.pipelines import csv_cells, store
 from ddai.reports.formatting import num, pct
-from ddai.reports.serve import annotate, diff, images, queries, review_queue, sqlbox
+from ddai.reports.serve import annotate, diff, images, live, queries, review_queue, sqlbox
 from ddai.reports.serve.config import ServeConfig
 from ddai.reports.serve.explorer import Explorer
 from ddai.reports.serve.filters import (
     GROUPS,
     OUTCOMES,
+    PAGE_SIZES,
     RANGES,
     SORTABLE,
     FilterError,
@@ -48,6 +51,8 @@ from ddai.reports.serve.filters import (
     whole,
 )
 from ddai.reports.serve.guard import Guard, TokenMiddleware, page_token
+from ddai.reports.serve.pages import CorpusPages
+from ddai.reports.serve.turns import missing_turns, source_formats, turn_views
 from ddai.reports.transcript import mark_pages
 
 CSP = (
@@ -59,6 +64,7 @@ CSP = (
 # inline scripts
 CSP_PLOTLY = CSP.replace("script-src 'self'", "script-src 'self' 'unsafe-eval'")
 STATIC_TYPES = {".js": "text/javascript", ".css": "text/css"}
+NO_STORE = {"Cache-Control": "no-store"}
 
 
 @lru_cache(maxsize=1)
@@ -137,6 +143,10 @@ def create_app(cfg: ServeConfig, *, explorer: Explorer | None = None) -> Starlet
         return html(
             "rollouts.html",
             notice=notice(),
+            unknown_runs=[r for r in view.runs if r not in runs],
+            page_sizes=PAGE_SIZES,
+            chips=view.chips(),
+            f=view.query_string(),
             title="rollouts",
             nav="rollouts",
             view=view,
@@ -192,26 +202,36 @@ def create_app(cfg: ServeConfig, *, explorer: Explorer | None = None) -> Starlet
         # a bad number: 400 naming it through _bad_filter
         step = whole("step", q["step"]) if q.get("step") not in (None, "") else None
         idx = whole("idx", q["idx"])
+        # f: the table view this rollout was opened from (its query string), for previous / next
+        f = q.get("f", "")
+        view = RolloutFilter.from_params(parse_qs(f), size=cfg.page_size)
         with ex.connection() as con:
+            if "step" not in q:  # a SQL result without its step: the one rollout, if one
+                steps = queries.steps_of(con, run, uid, idx)
+                if len(steps) > 1:
+                    return RedirectResponse(
+                        "/?" + urlencode({"run": run, "uid": uid}), status_code=303
+                    )
+                step = steps[0] if steps else None
             row = queries.rollout(con, run, uid, step, idx)
+            near = queries.neighbours(con, view, run, uid, step, idx) if row else None
         if row is None:
             return _error(404, f"no rollout {run}/{uid}/step {step}/{idx}", request)
-        golden = row.get("reference_pages")
-        turns, shown = [], None
-        for t in row.get("turns") or []:
-            marked = mark_pages(t.get("retrieved"), golden)
-            crop_of = shown if t.get("action") == "bbox" else None
-            if t.get("retrieved"):
-                shown = t["retrieved"][0]  # a crop applies to the page last shown
-            turns.append({**t, "pages": marked, "crop_of": crop_of})
+        transcript, no_raw = turn_views(row)
+        formats = source_formats(store.run_manifest(cfg.logs, run)) if not transcript else []
         return html(
             "rollout.html",
             title=f"{run} {uid} #{idx}",
             nav="",
             r=row,
-            turns=turns,
-            retrieved=mark_pages(row.get("retrieved_pages"), golden),
+            turns=transcript,
+            no_raw=no_raw,
+            no_turns=missing_turns(row, formats),
+            retrieved=mark_pages(row.get("retrieved_pages"), row.get("reference_pages")),
             images=cfg.shows_images,
+            near=near,
+            f=f,
+            view=view,
         )
 
     def sections_page(request: Request) -> Response:
@@ -250,8 +270,46 @@ def create_app(cfg: ServeConfig, *, explorer: Explorer | None = None) -> Starlet
             deltas=deltas,
         )
 
+    def live_page(request: Request) -> Response:
+        runs = ex.meta["runs"]
+        run = request.query_params.get("run") or live.newest_run(cfg.logs, runs) or ""
+        if runs and run not in runs:
+            return _error(
+                404, f"no run {run!r} in this store; its runs: {', '.join(runs)}", request
+            )
+        return html(
+            "live.html",
+            csp=CSP_PLOTLY,
+            notice=notice(),
+            title=f"live {run}",
+            nav="live",
+            run=run,
+            runs=runs,
+        )
+
+    def live_api(request: Request) -> Response:
+        run = request.query_params.get("run", "")
+        since = request.query_params.get("since", "")
+        ex.refresh(now=True)  # a commit since the last poll rebuilds now, not 2 s later
+        if since and since == ex.version:
+            return JSONResponse({"version": ex.version, "same": True}, headers=NO_STORE)
+        if run not in ex.meta["runs"]:
+            return _error(404, f"no run {run!r} in this store", request)
+        with ex.connection() as con:
+            tail = live.run_tail(con, run)
+        body = {"version": ex.version, "same": False, "run": run, **tail}
+        return JSONResponse(json.loads(json.dumps(body, default=str)), headers=NO_STORE)
+
     def sql_page(request: Request) -> Response:
-        return html("sql.html", title="SQL", nav="sql", max_rows=cfg.sql_max_rows)
+        # q: the query of a shared URL, run as the page opens
+        return html(
+            "sql.html",
+            title="SQL",
+            nav="sql",
+            max_rows=cfg.sql_max_rows,
+            export_rows=sqlbox.EXPORT_MAX_ROWS,
+            sql=request.query_params.get("q", ""),
+        )
 
     async def sql_api(request: Request) -> Response:
         try:
@@ -262,6 +320,41 @@ def create_app(cfg: ServeConfig, *, explorer: Explorer | None = None) -> Starlet
         except (ValueError, KeyError, TypeError):
             return _error(400, 'send JSON {"sql": "SELECT …"}', request)
         return await _in_thread(_run_sql, sql)
+
+    async def sql_export(request: Request) -> Response:
+        fmt = request.path_params["fmt"]
+        if fmt not in ("csv", "parquet"):
+            return _error(404, f"export as csv or parquet, not {fmt!r}", request)
+        try:
+            body = await request.json()
+            sql = body["sql"]
+            if not isinstance(sql, str):
+                raise TypeError
+        except (ValueError, KeyError, TypeError):
+            return _error(400, 'send JSON {"sql": "SELECT …"}', request)
+        return await _in_thread(_export_sql, sql, fmt)
+
+    def _export_sql(sql: str, fmt: str) -> Response:
+        try:
+            with ex.connection() as con:
+                table, cut = sqlbox.select_table(
+                    con, sql, max_rows=sqlbox.EXPORT_MAX_ROWS, timeout_s=cfg.sql_timeout_s
+                )
+        except sqlbox.SqlRejected as e:
+            return JSONResponse({"error": str(e)}, status_code=400)
+        if fmt == "csv":
+            data, media = sqlbox.csv_text(table).encode(), "text/csv"
+        else:
+            buf = io.BytesIO()
+            pq.write_table(table, buf, compression="zstd")
+            data, media = buf.getvalue(), "application/vnd.apache.parquet"
+        headers = {
+            "Content-Disposition": f'attachment; filename="query.{fmt}"',
+            # a cut export says so: the page tells the reader
+            "X-DDAI-Rows": str(table.num_rows),
+            "X-DDAI-Truncated": "1" if cut else "0",
+        }
+        return Response(data, media_type=media, headers=headers)
 
     def _run_sql(sql: str) -> Response:
         try:
@@ -294,7 +387,10 @@ def create_app(cfg: ServeConfig, *, explorer: Explorer | None = None) -> Starlet
             headers={"Content-Disposition": f'attachment; filename="rollouts.{fmt}"'},
         )
 
-    drawn = _page_drawer(cfg.corpus) if cfg.corpus is not None else None
+    corpus = CorpusPages(cfg.corpus) if cfg.corpus is not None else None
+    if corpus is not None:
+        corpus.start()  # its index is read while the server starts, not by the first image
+    drawn = corpus.find if corpus is not None else None
 
     def image(request: Request) -> Response:
         if not cfg.shows_images:
@@ -305,7 +401,10 @@ def create_app(cfg: ServeConfig, *, explorer: Explorer | None = None) -> Starlet
         path = images.find_image(cfg.image_root, page_id) if cfg.image_root else None
         src: Path | bytes | None = path
         if src is None and drawn is not None:
-            src = drawn(page_id)
+            try:
+                src = drawn(page_id)
+            except RuntimeError as e:  # the corpus could not be read: say so on each image
+                return _error(500, str(e), request)
         if src is None:
             return _error(404, f"no image for page {page_id!r} (--image-root / --corpus)", request)
         bbox = request.query_params.get("bbox")
@@ -329,17 +428,20 @@ def create_app(cfg: ServeConfig, *, explorer: Explorer | None = None) -> Starlet
         text = resources.files("ddai.reports.serve").joinpath("static", name).read_text("utf-8")
         return Response(text, media_type=STATIC_TYPES[suffix])
 
-    def report(request: Request) -> Response:
-        from ddai.reports import ReportConfig, build_report
+    built: dict[str, Any] = {}  # the last report: {"key": (store version, datasets), "html"}
+    building = threading.Lock()
 
+    def report(request: Request) -> Response:
         ex.refresh()
         if not ex.meta["runs"]:  # the report refuses an empty store: say so, not a 500
             return _error(404, f"No report to build. {empty_store_notice(cfg)}", request)
-        with tempfile.TemporaryDirectory() as tmp:
-            out = Path(tmp) / "report.html"
-            build_report(ReportConfig(out=out, progress=False, **cfg.report_fields()))
-            # the report inlines its own scripts; it gets no CSP of the explorer's kind
-            return HTMLResponse(out.read_text(encoding="utf-8"))
+        key = (ex.version, _folder_print(cfg.datasets_dir))
+        with building:  # one build at a time; a click while it builds gets its result
+            if built.get("key") != key:
+                built.update(key=key, html=_build_report(cfg))
+                built["count"] = built.get("count", 0) + 1
+        # the report inlines its own scripts; it gets no CSP of the explorer's kind
+        return HTMLResponse(built["html"], headers={"X-DDAI-Report-Version": ex.version})
 
     routes = [
         Route("/", rollouts_page),
@@ -347,8 +449,11 @@ def create_app(cfg: ServeConfig, *, explorer: Explorer | None = None) -> Starlet
         Route("/group", group_page),
         Route("/rollout", rollout_page),
         Route("/sections", sections_page),
+        Route("/live", live_page),
+        Route("/api/live", live_api),
         Route("/sql", sql_page),
         Route("/api/sql", sql_api, methods=["POST"]),
+        Route("/api/sql/export.{fmt:str}", sql_export, methods=["POST"]),
         Route("/export.{fmt:str}", export),
         Route("/img/{page_id:str}", image),
         Route("/static/{name:str}", static),
@@ -367,37 +472,39 @@ def create_app(cfg: ServeConfig, *, explorer: Explorer | None = None) -> Starlet
     )
     app.state.explorer = ex
     app.state.page_token = token
+    app.state.report = built
+    app.state.corpus = corpus
     return app
+
+
+def _build_report(cfg: ServeConfig) -> str:
+    """The static report ``ddai report`` would build over ``cfg``'s store, as HTML text."""
+    from ddai.reports import ReportConfig, build_report
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "report.html"
+        build_report(ReportConfig(out=out, progress=False, **cfg.report_fields()))
+        return out.read_text(encoding="utf-8")
+
+
+def _folder_print(folder: Path | None) -> tuple[tuple[str, int, int], ...]:
+    """(name, size, mtime_ns) of each file in ``folder`` (the report's datasets), sorted."""
+    if folder is None:
+        return ()
+    out = []
+    for f in sorted(Path(folder).iterdir()):
+        try:
+            st = f.stat()
+        except FileNotFoundError:
+            continue
+        out.append((f.name, st.st_size, st.st_mtime_ns))
+    return tuple(out)
 
 
 async def _in_thread(fn: Any, *args: Any) -> Any:
     from starlette.concurrency import run_in_threadpool
 
     return await run_in_threadpool(fn, *args)
-
-
-def _page_drawer(corpus_path: Path) -> Callable[[str], Path | bytes | None]:
-    """``page_id`` → the page's image file when the corpus holds one (``ddai corpus build``),
-    else the page drawn from its text as PNG bytes; None if the corpus lacks the page. The corpus
-    loads on first use and the last 256 drawings are kept."""
-    from ddai.pipelines.corpus import Corpus
-    from ddai.pipelines.page_images import draw_page
-
-    @lru_cache(maxsize=1)
-    def corpus() -> Corpus:
-        return Corpus.load(corpus_path)
-
-    @lru_cache(maxsize=256)
-    def draw(page_id: str) -> Path | bytes | None:
-        c = corpus()
-        if page_id not in c:
-            return None
-        image = c.image_file(page_id)
-        if image is not None and image.is_file():
-            return image
-        return draw_page(c.page(page_id))
-
-    return draw
 
 
 @lru_cache(maxsize=1)

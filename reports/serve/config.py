@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import os
 import re
 import secrets
+import socket
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -30,6 +32,27 @@ def machine_memory() -> int | None:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (AttributeError, ValueError, OSError):
         return None
+
+
+# `ddai serve`'s exit status when it cannot listen (uvicorn's own start-up failure status).
+EXIT_CANNOT_LISTEN = 3
+
+
+def check_port(host: str, port: int) -> None:
+    """Bind ``host:port`` as uvicorn will, then let it go: OSError naming the address and the
+    way out when it is taken or not this machine's, before anything slow is loaded."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family=family) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as e:
+            shown = f"[{host}]" if ":" in host else host
+            if e.errno == errno.EADDRINUSE:
+                why = "is in use: stop what listens there or pick another --port"
+            else:
+                why = f"cannot be bound ({e.strerror}): give an address of this machine as --host"
+            raise OSError(f"{shown}:{port} {why}") from None
 
 
 def is_loopback(host: str) -> bool:

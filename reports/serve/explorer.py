@@ -26,6 +26,7 @@ import duckdb
 from ddai.pipelines import query, store
 from ddai.reports.serve import queries, sqlbox
 from ddai.reports.serve.config import ServeConfig
+from ddai.reports.serve.live import run_versions, store_version
 
 
 def fingerprint(logs: Path, runs: list[str] | None) -> tuple[tuple[str, int, int], ...]:
@@ -71,6 +72,8 @@ class Explorer:
         self.checked = 0.0
         self.builds = 0
         self.meta: dict[str, list[str]] = {"runs": [], "tags": []}
+        self.version = ""
+        """The store's version the current build read (``live.store_version``)."""
         self.refresh(force=True)
 
     def params(self) -> dict[str, object]:
@@ -98,25 +101,31 @@ class Explorer:
             raise
         return Build(con, spill)
 
-    def refresh(self, *, force: bool = False) -> bool:
+    def refresh(self, *, force: bool = False, now: bool = False) -> bool:
         """Rebuild if the store changed since the last build (or ``force``); True if rebuilt.
 
-        A request finding another one rebuilding reads the current build (no wait)."""
-        now = time.monotonic()
-        if not force and now - self.checked < self.recheck_s:
+        The store is looked at most every ``recheck_s`` seconds, or at once with ``now`` (the
+        live tail's poll). A request finding another one rebuilding reads the current build (no
+        wait)."""
+        t = time.monotonic()
+        if not (force or now) and t - self.checked < self.recheck_s:
             return False
         if not self.building.acquire(blocking=force or self.current is None):
             return False
         try:
-            self.checked = now
+            self.checked = t
             current = fingerprint(self.cfg.logs, self.cfg.runs)
             if not force and current == self.print and self.current is not None:
                 return False
+            # read before the build: a commit landing during it moves the version again, so the
+            # next look rebuilds rather than keeping a version older than the data
+            version = store_version(run_versions(self.cfg.logs, self.cfg.runs))
             new = self._build()
             # the filter form's choices, read once per build rather than on every page
             meta = {"runs": queries.runs(new.con), "tags": queries.tags(new.con)}
             with self.lock:
                 old, self.current, self.print, self.meta = self.current, new, current, meta
+                self.version = version
                 self.builds += 1
                 if old is not None:
                     old.retired = True

@@ -13,8 +13,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlencode
 
-# The columns of one row of the rollout table (all from ``explorer``).
+# The columns of one row of the rollout table (all from ``explorer``): the question first, the one
+# column a reader recognises a rollout by, so it stays on screen at 1400 px.
 TABLE_COLUMNS = (
+    "question",
     "run_id",
     "step",
     "uid",
@@ -32,7 +34,6 @@ TABLE_COLUMNS = (
     "first_golden_rank",
     "terminated",
     "cost_usd",
-    "question",
 )
 # Columns a view may sort on: every column the table shows but the tag list.
 SORTABLE = tuple(c for c in TABLE_COLUMNS if c != "tags")
@@ -47,6 +48,8 @@ RANGES = {
     "reward": "reward",
 }
 MAX_PAGE_SIZE = 500
+# The page sizes the table offers (any size up to MAX_PAGE_SIZE parses).
+PAGE_SIZES = (25, 50, 100, 200, 500)
 # Pages past the last one are empty; past this one the offset would leave DuckDB's BIGINT.
 MAX_PAGE = 10**12
 # What DuckDB binds as a BIGINT (step, rollout_idx): a larger number names no rollout.
@@ -259,6 +262,42 @@ class RolloutFilter:
     def query_string(self, **changes: Any) -> str:
         """``to_params`` as a URL query string (``a=1&b=2``)."""
         return urlencode(self.to_params(**changes), doseq=True)
+
+    def chips(self) -> list[tuple[str, str]]:
+        """The active filters as (label, query string of this view without it), one per value
+        of a many-valued filter, so each can be removed alone; sort, page and size are no
+        filters and stay."""
+        out: list[tuple[str, str]] = []
+        for name, label in (("runs", "run"), ("outcomes", "outcome")):
+            values = getattr(self, name)
+            for v in values:
+                rest = tuple(x for x in values if x != v)
+                out.append((f"{label}: {v}", self.query_string(**{name: rest}, page=1)))
+        for name, label in (
+            ("tag", "class"),
+            ("group", "group"),
+            ("uid", "uid"),
+            ("terminated", "ended"),
+            ("q", "text"),
+        ):
+            if getattr(self, name):
+                out.append(
+                    (f"{label}: {getattr(self, name)}", self.query_string(**{name: None}, page=1))
+                )
+        for name in ("judge_level", "ndcg_band", "score_band"):
+            if getattr(self, name) is not None:
+                label = f"{name.replace('_', ' ')}: {_num(getattr(self, name))}"
+                out.append((label, self.query_string(**{name: None}, page=1)))
+        for name, lo, hi in self.ranges:
+            if lo is not None and hi is not None:
+                label = f"{_num(lo)} ≤ {name} ≤ {_num(hi)}"
+            elif lo is not None:
+                label = f"{name} ≥ {_num(lo)}"
+            else:
+                label = f"{name} ≤ {_num(hi)}"  # type: ignore[arg-type]
+            rest = tuple(r for r in self.ranges if r[0] != name)
+            out.append((label, self.query_string(ranges=rest, page=1)))
+        return out
 
     def range_of(self, name: str) -> tuple[float | None, float | None]:
         for n, lo, hi in self.ranges:

@@ -10,7 +10,7 @@ origin can send neither: a JSON content type or a custom header makes the browse
 (CORS preflight), which the explorer never grants, and it cannot read the token from our pages.
 
 Started without ``--annotate`` the explorer is read-only: ``Guard`` refuses every unsafe request
-but the read-only POSTs (``READ_ONLY_POSTS``: the SQL box) with a 403 saying so.
+but the read-only POSTs (``READ_ONLY_POSTS``: the SQL box and its exports) with a 403 saying so.
 
 ``TokenMiddleware`` is the access token of a non-loopback explorer (``--token``).
 """
@@ -33,6 +33,8 @@ TOKEN_COOKIE = "ddai_token"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 # POSTs that change nothing (a query sent as JSON): allowed on a read-only explorer
 READ_ONLY_POSTS = frozenset({"/api/sql"})
+# ... and the SQL box's exports (/api/sql/export.csv, .parquet; any other suffix is a 404)
+READ_ONLY_POST_PREFIX = "/api/sql/export."
 READ_ONLY = (
     "this explorer is read-only: it was started without --annotate, so it refuses every write "
     "(labels, review decisions); start `ddai serve --annotate` to write"
@@ -89,9 +91,9 @@ class Guard:
             )
         if request.method in SAFE_METHODS:
             return None
-        if not self.writes and not (
-            request.method == "POST" and scope.get("path") in READ_ONLY_POSTS
-        ):
+        path = scope.get("path", "")
+        read_only = path in READ_ONLY_POSTS or path.startswith(READ_ONLY_POST_PREFIX)
+        if not self.writes and not (request.method == "POST" and read_only):
             return _refuse(scope, 403, f"{request.method} {scope.get('path')}: {READ_ONLY}")
         media = request.headers.get("content-type", "").split(";")[0].strip().lower()
         if media != "application/json":

@@ -57,6 +57,53 @@ def keys(con: duckdb.DuckDBPyConnection, view: RolloutFilter) -> duckdb.DuckDBPy
     )
 
 
+NEIGHBOURS_SQL = """
+SELECT pos, total, prev, next FROM (
+    SELECT e.run_id, e.uid, e.step, e.rollout_idx,
+        row_number() OVER w AS pos,
+        count(*) OVER () AS total,
+        lag(struct_pack(run_id := e.run_id, uid := e.uid, step := e.step, idx := e.rollout_idx))
+            OVER w AS prev,
+        lead(struct_pack(run_id := e.run_id, uid := e.uid, step := e.step, idx := e.rollout_idx))
+            OVER w AS next
+    FROM explorer AS e WHERE {where}
+    WINDOW w AS (ORDER BY {order})
+)
+WHERE run_id = $k_run AND uid = $k_uid AND rollout_idx = $k_idx AND step IS NOT DISTINCT FROM $k_step
+"""
+
+
+def neighbours(
+    con: duckdb.DuckDBPyConnection,
+    view: RolloutFilter,
+    run: str,
+    uid: str,
+    step: int | None,
+    idx: int,
+) -> dict[str, Any] | None:
+    """Where rollout (run, uid, step, idx) stands in ``view``'s order: ``{"pos": 1-based,
+    "total", "prev", "next"}`` (prev / next as ``{run_id, uid, step, idx}`` or None at an end);
+    None when ``view`` does not match that rollout."""
+    where, params = view.where()
+    sql = NEIGHBOURS_SQL.format(where=where, order=view.order_by())
+    key = {"k_run": run, "k_uid": uid, "k_step": step, "k_idx": idx}
+    rows = _dicts(con, sql, {**params, **key})
+    return rows[0] if rows else None
+
+
+def steps_of(con: duckdb.DuckDBPyConnection, run: str, uid: str, idx: int) -> list[int | None]:
+    """The steps at which run ``run`` holds rollout ``idx`` of prompt ``uid`` (a key without its
+    step, as a SQL result may give it)."""
+    return [
+        r[0]
+        for r in con.execute(
+            "SELECT DISTINCT step FROM explorer WHERE run_id = $run AND uid = $uid "
+            "AND rollout_idx = $idx ORDER BY 1 NULLS FIRST",
+            {"run": run, "uid": uid, "idx": idx},
+        ).fetchall()
+    ]
+
+
 def runs(con: duckdb.DuckDBPyConnection) -> list[str]:
     return [r[0] for r in con.sql("SELECT DISTINCT run_id FROM explorer ORDER BY 1").fetchall()]
 

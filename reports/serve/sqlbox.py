@@ -13,11 +13,13 @@ database still on the default, so the SQL box reads no folder but the store and 
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 from typing import Any
 
 import duckdb
+import pyarrow as pa
 
 
 class SqlRejected(ValueError):
@@ -68,10 +70,15 @@ def check_select(sql: str) -> None:
         raise SqlRejected(f"only SELECT runs here (got {kind.name}); the SQL box is read-only")
 
 
-def run_select(
+# Rows an export of a SQL box result holds at most (the page shows ``sql_max_rows``).
+EXPORT_MAX_ROWS = 1_000_000
+
+
+def select_table(
     con: duckdb.DuckDBPyConnection, sql: str, *, max_rows: int, timeout_s: float = 30.0
-) -> dict[str, Any]:
-    """Run one checked SELECT; ``{"columns", "rows" (lists), "truncated"}``.
+) -> tuple[pa.Table, bool]:
+    """Run one checked SELECT: its first ``max_rows`` rows as an Arrow table and whether there
+    were more.
 
     Raises SqlRejected for a statement that is not one SELECT, an engine error (a file read
     outside the store included) or a query running past ``timeout_s`` (interrupted).
@@ -90,5 +97,26 @@ def run_select(
         raise SqlRejected(str(e)) from None
     finally:
         timer.cancel()
-    rows = [list(r.values()) for r in table.slice(0, max_rows).to_pylist()]
-    return {"columns": table.column_names, "rows": rows, "truncated": table.num_rows > max_rows}
+    return table.slice(0, max_rows), table.num_rows > max_rows
+
+
+def run_select(
+    con: duckdb.DuckDBPyConnection, sql: str, *, max_rows: int, timeout_s: float = 30.0
+) -> dict[str, Any]:
+    """``select_table`` as ``{"columns", "rows" (lists), "truncated"}`` for the page."""
+    table, truncated = select_table(con, sql, max_rows=max_rows, timeout_s=timeout_s)
+    rows = [list(r.values()) for r in table.to_pylist()]
+    return {"columns": table.column_names, "rows": rows, "truncated": truncated}
+
+
+def csv_text(table: pa.Table) -> str:
+    """``table`` as CSV through the one formula-cell escape (``csv_cells``); a list or struct
+    cell is written as its JSON text."""
+    from ddai.pipelines import csv_cells
+
+    def cell(v: Any) -> Any:
+        return json.dumps(v, default=str, ensure_ascii=False) if isinstance(v, list | dict) else v
+
+    columns = [c.to_pylist() for c in table.columns]
+    rows = ([cell(v) for v in row] for row in zip(*columns, strict=True))
+    return csv_cells.rows_text(table.column_names, rows)

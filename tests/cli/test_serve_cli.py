@@ -148,3 +148,39 @@ def test_decisions_out_without_review_exits_2(logs, started, tmp_path):
     res = runner.invoke(app, ["serve", "--logs", str(logs), "--decisions-out", str(tmp_path / "d")])
     assert res.exit_code == 2 and "add --review" in res.output
     assert started == []
+
+
+def test_a_busy_port_exits_3_before_the_store_loads(logs, started, monkeypatch):
+    import socket
+
+    from ddai.reports.serve import explorer
+
+    built: list[object] = []
+    monkeypatch.setattr(explorer.Explorer, "_build", lambda self: built.append(self))
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        res = runner.invoke(app, ["serve", "--logs", str(logs), "--port", str(port)])
+    assert res.exit_code == 3, res.output
+    assert f"127.0.0.1:{port} is in use: stop what listens there or pick another --port" in (
+        " ".join(res.output.split())
+    )
+    assert built == [] and started == []  # nothing loaded, nothing served
+    assert "ddai serve:" not in res.output  # it never says it is serving
+
+
+def test_help_documents_the_exit_status():
+    res = runner.invoke(app, ["serve", "--help"], terminal_width=200)
+    text = " ".join(res.output.split())
+    assert "0 when stopped" in text and "2 for bad input" in text
+    assert "3 when it cannot listen" in text
+
+
+def test_an_address_not_of_this_machine_exits_3(logs, started):
+    res = runner.invoke(
+        app, ["serve", "--logs", str(logs), "--host", "192.0.2.1", "--token", "t" * 20]
+    )
+    assert res.exit_code == 3, res.output
+    assert "192.0.2.1:8765 cannot be bound" in res.output and "as --host" in res.output
+    assert started == []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 from html import unescape
-from urllib.parse import parse_qs, urlparse
+from urllib.parse import parse_qs, urlencode, urlparse
 
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
@@ -72,7 +72,11 @@ def test_rollout_table_pages_sorts_and_links(client):
     assert "script-src 'self'" in res.headers["Content-Security-Policy"]
     html = res.text
     assert '<span id="total">2</span>' in html
-    assert 'href="/rollout?run=base&uid=u1&step=1&idx=1"' in html
+    # a transcript link carries the view it was opened from (f=), for previous / next
+    f = urlencode({"f": "tag=same_doc_success&sort=reward&dir=desc"})
+    assert f'href="/rollout?run=base&uid=u1&step=1&idx=1&amp;{f}"'.replace("&amp;", "&") in (
+        html.replace("&amp;", "&")
+    )
     assert 'href="/group?uid=u3&run=new"' in html
     # export links keep the filter and the sort
     link = html.split('id="export-csv" href="')[1].split('"')[0].replace("&amp;", "&")
@@ -349,3 +353,152 @@ def test_an_empty_store_says_so_on_every_page_and_the_report_is_not_a_500(tmp_pa
     store.write_run(logs, "base", planted_rows()["base"])
     assert "holds no rollouts" not in client.get("/").text
     assert client.get("/report").status_code == 200
+
+
+def test_table_says_when_nothing_matches_or_the_page_is_past_the_end(client):
+    html = unescape(client.get("/?run=nosuchrun").text)
+    assert "No run nosuchrun in this store; its runs are base, new, pages." in html
+    assert 'id="no-match"' in html and '<span id="total">0</span>' in html
+    html = unescape(client.get("/?run=base&page=99999").text)
+    assert "Page 99,999 is past the last page (1 of 50 rows)" in html
+    assert 'href="/?run=base&page=1"' not in html  # page 1 is the default: no parameter
+    assert 'id="past-end"' in html and "page 99,999 of" not in html
+    html = unescape(client.get("/?run=base&size=5").text)
+    assert "page 1 of 4" in html and html.count('class="row ') == 5
+    assert 'id="no-match"' not in html and 'id="past-end"' not in html
+
+
+def test_table_shows_question_first_and_filters_as_removable_chips(client):
+    html = unescape(client.get("/?run=base&run=new&outcome=failure&reward_max=0.5").text)
+    head = html.split("<thead>")[1].split("</thead>")[0]
+    assert head.index("question") < head.index("run_id")
+    chips = [c.split('"')[0] for c in html.split('class="chip" href="/?')[1:]]
+    assert chips == [
+        "run=new&outcome=failure&reward_max=0.5",
+        "run=base&outcome=failure&reward_max=0.5",
+        "run=base&run=new&reward_max=0.5",
+        "run=base&run=new&outcome=failure",
+    ]
+    # every run is a checkbox of the searchable run list, the chosen ones checked
+    assert html.count('class="run-option"') == 3
+    assert '<input type="checkbox" name="run" value="base" checked>' in html
+
+
+def test_transcript_links_previous_and_next_in_the_filter_it_came_from(client):
+    f = urlencode({"f": "run=base&sort=reward&dir=desc"})
+    html = unescape(client.get(f"/rollout?run=base&uid=u2&step=1&idx=2&{f}").text)
+    assert "9 of 16 in" in html
+    prev = html.split('id="prev-rollout" href="')[1].split('"')[0]
+    nxt = html.split('id="next-rollout" href="')[1].split('"')[0]
+    assert prev == f"/rollout?run=base&uid=u4&step=1&idx=3&{f}"
+    assert nxt == f"/rollout?run=base&uid=u1&step=1&idx=2&{f}"
+    # no filter: the whole table in its default order
+    html = unescape(client.get("/rollout?run=base&uid=u1&step=1&idx=0").text)
+    assert "first rollout" in html and 'id="next-rollout"' in html
+    # a key without its step (a SQL result): the one rollout it names
+    assert client.get("/rollout?run=base&uid=u1&idx=0").status_code == 200
+
+
+def test_invalid_turn_shows_the_raw_text_the_model_wrote(client):
+    html = unescape(client.get("/rollout?run=base&uid=u2&step=1&idx=3").text)
+    turn = html.split('id="turn-0"')[1].split("</li>")[0]
+    assert "invalid turn" in turn and "empty search" in turn
+    assert '<pre class="raw text shown"><think>a</think>' in turn
+    assert "think —" not in turn
+    # valid turns carry their raw text too, shown by the raw toggle
+    assert html.count('<pre class="raw text">') == 2 and 'id="raw-toggle"' in html
+
+
+def test_a_rollout_without_turns_says_why(tmp_path):
+    logs = tmp_path / "logs"
+    row = dict(planted_rows()["base"][0], turns=None, response=None, num_turns=None, step=None)
+    store.write_run(logs, "bare", [row])
+    c = local(create_app(ServeConfig(logs=logs)))
+    html = unescape(c.get("/rollout?run=bare&uid=u1&step=&idx=0").text)
+    assert "No turns: the log of run bare records neither turns nor response text" in html
+    assert "step —" not in html and " · step" not in html.split("<h1>")[1].split("</h1>")[0]
+    group = unescape(c.get("/group?uid=u1&run=bare").text)
+    assert "no step recorded" in group and "not recorded" in group and "turns — (—)" not in group
+    assert "step —" not in group
+
+
+def _post(client, path: str, sql: str):
+    from serve_world import page_token
+
+    return client.post(path, headers={"X-DDAI-Token": page_token(client)}, json={"sql": sql})
+
+
+def test_sql_result_exports_as_csv_and_parquet_with_escaped_cells(client):
+    sql = (
+        "SELECT run_id, uid, rollout_idx, '=HYPERLINK(1)' AS f, ['a', 'b'] AS l FROM explorer "
+        "WHERE run_id = 'base' AND uid = 'u1' ORDER BY rollout_idx"
+    )
+    res = _post(client, "/api/sql/export.csv", sql)
+    assert res.status_code == 200 and res.headers["content-type"].startswith("text/csv")
+    assert res.headers["X-DDAI-Rows"] == "4" and res.headers["X-DDAI-Truncated"] == "0"
+    lines = res.text.splitlines()
+    assert lines[0] == "run_id,uid,rollout_idx,f,l"
+    # the formula is escaped as csv_cells does it; a list is its JSON text
+    assert lines[1] == """base,u1,0,'=HYPERLINK(1),"[""a"", ""b""]\""""
+    table = pq.read_table(io.BytesIO(_post(client, "/api/sql/export.parquet", sql).content))
+    assert table.column("rollout_idx").to_pylist() == [0, 1, 2, 3]
+    assert table.column("l").to_pylist()[0] == ["a", "b"]
+    # the SQL box's locks hold for exports: no write, no file, no export without the token
+    assert _post(client, "/api/sql/export.csv", "COPY explorer TO '/tmp/x.csv'").status_code == 400
+    assert client.post("/api/sql/export.csv", json={"sql": "SELECT 1"}).status_code == 403
+    assert _post(client, "/api/sql/export.xlsx", "SELECT 1").status_code == 404
+
+
+def test_sql_page_keeps_the_query_of_its_url(client):
+    html = client.get("/sql?" + urlencode({"q": "SELECT 42 AS <b>"})).text
+    assert 'data-autorun="1"' in html and "SELECT 42 AS &lt;b&gt;</textarea>" in html
+    assert 'data-autorun=""' in client.get("/sql").text
+
+
+def test_report_is_built_once_per_store_version(tmp_path):
+    logs = tmp_path / "logs"
+    store.write_run(logs, "base", planted_rows()["base"])
+    ex = Explorer(ServeConfig(logs=logs), recheck_s=0)
+    app = create_app(ServeConfig(logs=logs), explorer=ex)
+    client = local(app)
+    first = client.get("/report")
+    again = client.get("/report")
+    assert first.status_code == again.status_code == 200 and first.text == again.text
+    assert app.state.report["count"] == 1  # the second click read the cached report
+    assert first.headers["X-DDAI-Report-Version"] == ex.version
+    store.write_run(logs, "new", planted_rows()["new"])  # a commit moves the store's version
+    after = client.get("/report")
+    assert app.state.report["count"] == 2
+    assert after.headers["X-DDAI-Report-Version"] != first.headers["X-DDAI-Report-Version"]
+    assert "new" in after.text.split("<title>", 1)[1].split("</title>", 1)[0]
+
+
+def test_a_flash_log_rollout_says_it_has_no_turns(tmp_path, shared):
+    from ddai.pipelines.ingest import IngestConfig, ingest
+
+    src = shared / "ddai-formats" / "examples" / "flash_rm_detail.jsonl"
+    logs = tmp_path / "logs"
+    res = ingest(IngestConfig([src], logs, progress=False))
+    assert set(res.formats.values()) == {"ddai-flash"}
+    c = local(create_app(ServeConfig(logs=logs)))
+    first = c.get("/api/rollouts?size=1").json()["rows"][0]
+    run, uid, step, idx = (first[k] for k in ("run_id", "uid", "step", "rollout_idx"))
+    step = "" if step is None else step
+    html = " ".join(
+        unescape(c.get(f"/rollout?run={run}&uid={uid}&step={step}&idx={idx}").text).split()
+    )
+    # before: an empty turn list with no word why
+    assert f"No turns: run {run} was ingested from a DDAI flash log (flash_rm_detail.jsonl)" in html
+    assert '<ol class="turns"> </ol>' in html
+
+
+def test_scored_turns_show_their_value(tmp_path):
+    logs = tmp_path / "logs"
+    row = dict(planted_rows()["base"][12], uid="u4")
+    turns = [_turn(0, "search", "q a", ["4_2"]), _turn(1, "search_complete", "true", None)]
+    turns[0]["value"] = 0.625  # `ddai value score` wrote the first turn's value only
+    store.write_run(logs, "scored", [{**row, "turns": turns}])
+    html = local(create_app(ServeConfig(logs=logs))).get("/rollout?run=scored&uid=u4&step=1&idx=0")
+    first, second = html.text.split('id="turn-1"')
+    assert '<div class="value"' in first and "value 0.625" in first
+    assert '<div class="value"' not in second  # an unvalued turn shows no value

@@ -90,3 +90,30 @@ def test_cell_filters_parse_round_trip_and_refuse_bad_values():
     for bad in ({"ndcg_band": ["7"]}, {"score_band": ["6"]}, {"judge_level": ["x"]}):
         with pytest.raises(FilterError):
             RolloutFilter.from_params(bad)
+
+
+def test_chips_name_each_filter_and_remove_only_it():
+    v = _parse("run=a&run=b&outcome=failure&tag=t&reward_min=0.5&judge_max=1&sort=reward&page=3")
+    chips = dict(v.chips())
+    assert list(chips) == [
+        "run: a",
+        "run: b",
+        "outcome: failure",
+        "class: t",
+        "judge ≤ 1",  # ranges in the form's order
+        "reward ≥ 0.5",
+    ]
+    # removing one run keeps the other, every other filter and the sort; the page starts over
+    assert parse_qs(chips["run: a"]) == {
+        "run": ["b"],
+        "outcome": ["failure"],
+        "tag": ["t"],
+        "reward_min": ["0.5"],
+        "judge_max": ["1"],
+        "sort": ["reward"],
+    }
+    assert "reward_min" not in parse_qs(chips["reward ≥ 0.5"])
+    assert parse_qs(chips["reward ≥ 0.5"])["judge_max"] == ["1"]
+    assert _parse("sort=reward&page=2").chips() == []
+    both = dict(_parse("turns_min=2&turns_max=4&judge_level=0.5").chips())
+    assert set(both) == {"2 ≤ turns ≤ 4", "judge level: 0.5"}

@@ -221,3 +221,24 @@ def test_score_bands_count_prompts_and_link_their_rollouts(con):
     assert {r["uid"] for r in rows} == {"u2"} and len(rows) == 4
     assert queries.count(con, view(runs=("new",), score_band=2)) == 2
     assert queries.count(con, view(score_band=1)) == 0
+
+
+def test_neighbours_follow_the_views_order(con):
+    base = view(runs=("base",))
+    near = queries.neighbours(con, base, "base", "u2", 1, 0)
+    assert (near["pos"], near["total"]) == (5, 16)
+    assert near["prev"] == {"run_id": "base", "uid": "u1", "step": 1, "idx": 3}
+    assert near["next"] == {"run_id": "base", "uid": "u2", "step": 1, "idx": 1}
+    first = queries.neighbours(con, base, "base", "u1", 1, 0)
+    assert first["prev"] is None and first["pos"] == 1
+    last = queries.neighbours(con, base, "base", "u4", 1, 3)
+    assert last["next"] is None and last["pos"] == 16
+    # sorted by reward, highest first: the order the table shows (ties by the rollout key)
+    by_reward = view(runs=("base",), sort="reward", desc=True)
+    near = queries.neighbours(con, by_reward, "base", "u2", 1, 2)  # reward 0.5: after the 1.0s
+    assert near["pos"] == 9 and near["prev"]["uid"] == "u4" and near["prev"]["idx"] == 3
+    assert near["next"] == {"run_id": "base", "uid": "u1", "step": 1, "idx": 2}
+    # a rollout the view does not match has no place in it; a step-less key finds its step
+    assert queries.neighbours(con, view(runs=("new",)), "base", "u2", 1, 0) is None
+    assert queries.steps_of(con, "base", "u2", 0) == [1]
+    assert queries.steps_of(con, "base", "u9", 0) == []

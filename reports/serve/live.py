@@ -1,0 +1,80 @@
+"""Live tail: a run that training is appending to, as the ``/live`` page polls it.
+
+The store's version is the digest of every served run's manifest version
+(``store.manifest_version``): each commit of a run (a training step's rows, an ingest, a score)
+changes it. The page sends the version it shows; while it is the same the answer is one line, and
+when it moves the explorer rebuilds over the new commit and the page gets the run's steps (rollouts,
+mean reward and success rate per step) and its newest GRPO groups, and redraws without a reload.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from ddai.pipelines import io, store
+
+# How many of the newest groups (run, step, prompt) the page lists.
+NEWEST_GROUPS = 12
+
+
+def run_versions(logs: Path, runs: list[str] | None) -> dict[str, str]:
+    """Each served run's manifest version (committed runs only, ``runs`` when given)."""
+    out = {}
+    for run in store.list_runs(logs):
+        if runs and run not in runs:
+            continue
+        man = store.run_manifest(logs, run)
+        if man is not None:
+            out[run] = store.manifest_version(man)
+    return out
+
+
+def newest_run(logs: Path, runs: list[str]) -> str | None:
+    """The run of ``runs`` committed last (its manifest checkpoint or log changed last): the one
+    a training is most likely appending to; None for no runs."""
+
+    def changed(run: str) -> float:
+        part = store.partition_dir(logs, run)
+        times = []
+        for f in (part / store.MANIFEST, part / store.LOG_DIR):
+            try:
+                times.append(f.stat().st_mtime)
+            except OSError:  # an object-store run or a checkpoint not written yet
+                continue
+        return max(times, default=0.0)
+
+    return max(runs, key=lambda r: (changed(r), r)) if runs else None
+
+
+def store_version(versions: dict[str, str]) -> str:
+    """One short digest of every run's manifest version: the store's version."""
+    return io.sha256_text(json.dumps(versions, sort_keys=True))[:16]
+
+
+STEPS_SQL = """
+SELECT step, count(*) AS rollouts, count(DISTINCT uid) AS prompts, avg(reward) AS mean_reward,
+    avg(success::INT) AS success_rate
+FROM explorer WHERE run_id = $run GROUP BY step ORDER BY step NULLS FIRST
+"""
+
+GROUPS_SQL = """
+SELECT step, uid, count(*) AS n, avg(reward) AS mean_reward, min(reward) AS min_reward,
+    max(reward) AS max_reward, count(*) FILTER (WHERE success) AS successes
+FROM explorer WHERE run_id = $run GROUP BY step, uid
+ORDER BY step DESC NULLS LAST, uid LIMIT $top
+"""
+
+
+def run_tail(
+    con: duckdb.DuckDBPyConnection, run: str, *, top: int = NEWEST_GROUPS
+) -> dict[str, Any]:
+    """``{"steps": [{step, rollouts, prompts, mean_reward, success_rate}], "groups": [newest
+    ``top`` groups: {step, uid, n, mean_reward, min_reward, max_reward, successes}],
+    "rollouts": n}`` of run ``run`` (steps in order, a step-less part first)."""
+    steps = con.sql(STEPS_SQL, params={"run": run}).to_arrow_table().to_pylist()
+    groups = con.sql(GROUPS_SQL, params={"run": run, "top": top}).to_arrow_table().to_pylist()
+    return {"steps": steps, "groups": groups, "rollouts": sum(s["rollouts"] for s in steps)}
