@@ -119,7 +119,9 @@ SearchOpt = Annotated[
 RewardTimeoutOpt = Annotated[
     float,
     typer.Option(
-        "--reward-timeout", help="Seconds to wait for streamed judge results; late groups score 0."
+        "--reward-timeout",
+        help="Seconds to wait for a group's streamed judge results; a late group's rollouts are "
+        "unscorable: reward null in the log, left out of the advantages (counted as unscorable).",
     ),
 ]
 LimitOpt = Annotated[int | None, typer.Option("--limit", help="Use only the first N prompts.")]
@@ -317,7 +319,7 @@ def trl_flags(config_cls: type) -> Callable[..., dict[str, Any]]:
 
 
 def preflight_flags(config_cls: type) -> Callable[..., dict[str, Any]]:
-    """``--skip-preflight`` and ``--preflight-prompts`` of ``ddai train grpo``/``ppo`` as a group
+    """``--skip-preflight`` and ``--preflight-prompts`` of ``ddai train grpo``/``ppo``/``collect`` as a group
     over ``config_cls``'s ``skip_preflight`` and ``preflight_prompts``."""
     return config_flags(
         config_cls,

@@ -408,6 +408,7 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
     from ddai.trainer.search import preflight as pf
     from ddai.trainer.search.episodes import Episodes, default_backends
     from ddai.trainer.search.logrows import RolloutLog, take_rows
+    from ddai.trainer.search.pages import page_images
     from ddai.trainer.search.preflight_steps import (
         preflight_slots,
         preflight_status,
@@ -434,7 +435,16 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
         )
     corpus = Corpus.load(cfg.corpus)
     backends = backends or default_backends(cfg.backends, corpus, cfg.rewards.reward_spec())
-    report = run_static_preflight(cfg, tasks, corpus, backends.search)
+    image_of = page_images(cfg, corpus)
+    spec = cfg.rewards.reward_spec()
+    report = run_static_preflight(
+        cfg,
+        tasks,
+        corpus,
+        backends.search,
+        generator=backends.generator if spec.needs_judge else None,
+        has_images=image_of is not None,
+    )
     acc = sharding.make_accelerator(gradient_accumulation_steps=cfg.grad_accum)
     main = acc.is_main_process
     torch.manual_seed(cfg.seed)  # the same initial weights on every rank
@@ -479,7 +489,7 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
     # forwards still all-gather each layer: every rank runs as many as the others).
     bare_policy, bare_critic = acc.unwrap_model(policy), acc.unwrap_model(critic)
     accel.rank_seed(cfg.seed + start, acc)  # restored below when the checkpoint has the states
-    episodes = Episodes(cfg, tok, corpus, backends)
+    episodes = Episodes(cfg, tok, corpus, backends, image_of=image_of)
     out = Path(cfg.output_dir)
     try:
         if not cfg.skip_preflight:
