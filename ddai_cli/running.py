@@ -49,13 +49,14 @@ def maybe_relaunch(launch: int | None, accelerate_config: Path | None) -> None:
 
 def main_summary(title: str, data: dict, *, as_json: bool) -> None:
     """The closing summary, printed by the main process only (one per run under a launcher);
-    a run whose rewards taught nothing (``no_signal``) or whose clip never acted (``clip_inert``)
-    says so on stderr."""
+    a run whose rewards taught nothing (``no_signal``), whose clip never acted (``clip_inert``) or
+    whose text model read images as ``[image: path]`` text (``images_flattened``) says so on
+    stderr."""
     from ddai.trainer.runtime import dist
 
     if dist.is_main():
         summary(title, data, as_json=as_json)
-        for why in (no_signal(data), clip_inert(data)):
+        for why in (no_signal(data), clip_inert(data), images_flattened(data)):
             if why is not None:
                 err_console.print(f"[bold yellow]warning:[/] {escape(why)}", soft_wrap=True)
 
@@ -75,6 +76,19 @@ def no_signal(data: dict[str, Any]) -> str | None:
         "and the policy learned nothing from its rewards. SFT the policy first, check the reward "
         "backends and --reward weights, or train on prompts with mixed outcomes "
         "(`ddai curate focus`)"
+    )
+
+
+def images_flattened(data: dict[str, Any]) -> str | None:
+    """Why a text SFT run never saw the images its rows show, or None: ``image_turns_flattened``
+    turns were read as ``[image: path]`` text."""
+    n = data.get("image_turns_flattened") or 0
+    if n <= 0:
+        return None
+    return (
+        f"{n} turn(s) of the training rows show images, which this text model read as "
+        "`[image: path]` text, never as pixels; train a VLM (a model folder with a processor, "
+        "e.g. Qwen2.5-VL) with --image-root DIR to keep them images"
     )
 
 
