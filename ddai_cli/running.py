@@ -62,12 +62,24 @@ def main_summary(title: str, data: dict, *, as_json: bool) -> None:
 
 
 def no_signal(data: dict[str, Any]) -> str | None:
-    """Why a GRPO/PPO run got no learning signal from its rewards, or None: no group of any step
-    had reward variance (``informative_group_share`` 0), so every advantage was 0 and whatever
-    changed in the weights came from other terms (KL, weight decay), not from the rewards. Each
-    step warned as it went; the summary alone reads like a finished run."""
-    share = data.get("informative_group_share")
+    """Why a GRPO/PPO run got no learning signal from its rewards, or None. GRPO: no group of any
+    step had reward variance (``informative_group_share`` 0), so every group advantage was 0 and
+    whatever changed in the weights came from other terms (KL, weight decay), not from the
+    rewards; each step warned as it went, the summary alone reads like a finished run. PPO (its
+    summary has ``advantage_abs_max``): its advantages are GAE's over the critic's values, non-zero
+    with equal rewards, so it warns only when every one of them was 0."""
     steps = data.get("steps") or 0
+    if "advantage_abs_max" in data:  # PPO: its own GAE advantages, not the groups' variance
+        top = data["advantage_abs_max"]
+        if top is None or top != 0 or steps <= 0:
+            return None
+        return (
+            f"every GAE advantage of the run's {steps} step(s) was 0 (zero_advantage_steps "
+            f"{data.get('zero_advantage_steps', steps)}): the policy learned nothing from its "
+            "rewards. Check the reward backends and --reward weights, the critic (--critic) and "
+            "--gamma/--lam"
+        )
+    share = data.get("informative_group_share")
     if share is None or share != 0 or steps <= 0:
         return None
     return (

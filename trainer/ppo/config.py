@@ -215,6 +215,12 @@ class PPOResult(LoggedRunResult):
     informative_group_share: float | None = None
     """Share of prompt groups with reward variance, as in ``GRPOResult`` (None with
     ``n_agent`` 1: a one-rollout group has no variance to measure)."""
+    advantage_abs_max: float | None = None
+    """The largest |GAE advantage| on a policy token over the run's steps (after whitening):
+    PPO's own advantages, non-zero whenever the critic's values differ from the returns, even
+    when every group's rewards are equal (None: no step ran)."""
+    zero_advantage_steps: int = 0
+    """Steps whose GAE advantages were all 0 (no policy gradient from the rewards)."""
     clip_frac_mean: float | None = None
     """Mean over the run's steps of ``actor/clip_frac``, the share of policy tokens whose loss the
     clip changed (``ppo.clip_stats``)."""

@@ -377,6 +377,13 @@ def _restore_rng(
         next(order)
 
 
+def advantage_abs_max(exp: Experience) -> float:
+    """The largest |advantage| on a policy token of one step's experience (GAE, after the
+    whitening): 0 means the policy loss had no gradient from the rewards in that step."""
+    m = exp.batch.mask
+    return float((exp.advantages.abs() * m).max()) if int(m.sum()) else 0.0
+
+
 def experience_metrics(exp: Experience) -> dict[str, float]:
     """Batch statistics of one step's experience (``ppo/...``)."""
     m = exp.batch.mask
@@ -525,6 +532,8 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
         _restore_rng(resume_from, acc, gen, batches, start)
     first_sample = acc.process_index * cfg.batch_size
     vf_losses: list[float] = []
+    advantages_seen: list[float] = []
+    """Each step's largest |GAE advantage| over every rank's policy tokens."""
     try:
         with bar("ppo", cfg.max_steps - start, enabled=cfg.progress and main) as advance:
             for step in range(start + 1, cfg.max_steps + 1):
@@ -546,6 +555,8 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
                 ).to(acc.device)
                 scores = torch.tensor(rewards, dtype=torch.float32, device=acc.device)
                 exp = make_experience(bare_policy, ref, bare_critic, batch, scores, cfg)
+                adv_max = max(accel.gather_rows([advantage_abs_max(exp)], acc))
+                advantages_seen.append(adv_max)
                 metrics.update(
                     ppo_update(policy, critic, exp, policy_opt, critic_opt, cfg, gen, acc)
                 )
@@ -627,5 +638,7 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
         preflight=preflight_status(report),
         resumed_from=start,
         informative_group_share=zero_variance.informative_share,
+        advantage_abs_max=max(advantages_seen) if advantages_seen else None,
+        zero_advantage_steps=sum(a == 0 for a in advantages_seen),
         **clips.result_fields(),
     )
