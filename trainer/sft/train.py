@@ -17,13 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
-
 from ddai.pipelines import io
 from ddai.trainer import common
 from ddai.trainer.runtime import dist
-from ddai.trainer.search.chat import ensure_training_template, flatten_messages
+from ddai.trainer.search.chat import ensure_training_template
 from ddai.trainer.sft import fit
+from ddai.trainer.sft.conversations import load_conversations, read_rows
 from ddai.trainer.sft.images import (
     ImageConversation,
     MissingImage,
@@ -98,53 +97,6 @@ class SFTResult:
     cut_at_max_length: int | None = None
     """Rows longer than ``max_length`` (their later turns untrained); None when not counted (a
     VLM, packing, or no ``max_length``)."""
-
-
-def read_rows(paths: list[Path]) -> list[dict[str, Any]]:
-    """Rows with a ``messages`` column from Parquet/JSONL files."""
-    import json
-
-    out: list[dict[str, Any]] = []
-    for p in paths:
-        if not p.is_file():
-            raise common.TrainConfigError(f"--data {p}: file not found")
-        if p.suffix == ".parquet":
-            rows = pq.read_table(p).to_pylist()
-        else:
-            rows = [json.loads(line) for line in p.read_text("utf-8").splitlines() if line.strip()]
-        if rows and "messages" not in rows[0]:
-            raise common.TrainConfigError(
-                f"--data {p}: no `messages` column (got {sorted(rows[0])}); pass `ddai distill` "
-                "output or a DDAI train1 file"
-            )
-        out.extend(rows)
-    return out
-
-
-def load_conversations(
-    paths: list[Path],
-) -> tuple[list[list[dict[str, str]]], dict[str, int], int]:
-    """Conversations from Parquet/JSONL files as text, with drop counts by reason and the number
-    of kept turns whose images became ``[image: path]`` text."""
-    convs: list[list[dict[str, str]]] = []
-    dropped: dict[str, int] = {}
-    flattened = 0
-    for row in read_rows(paths):
-        try:
-            msgs, images = flatten_messages(row["messages"])
-        except (ValueError, KeyError, TypeError):
-            dropped["unreadable messages"] = dropped.get("unreadable messages", 0) + 1
-            continue
-        if not any(m["role"] == "assistant" for m in msgs):
-            dropped["no assistant turn"] = dropped.get("no assistant turn", 0) + 1
-            continue
-        convs.append(msgs)
-        flattened += images
-    if not convs:
-        raise common.TrainConfigError(
-            f"--data: no usable conversation in {[str(p) for p in paths]}"
-        )
-    return convs, dropped, flattened
 
 
 def load_image_conversations(
