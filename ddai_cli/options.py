@@ -325,9 +325,10 @@ def preflight_flags(config_cls: type) -> Callable[..., dict[str, Any]]:
         config_cls,
         {
             "skip_preflight": {
-                "help": "Train without the preflight (golden pages in the corpus and returned by "
-                "search, chat template renders the tags, sampled episodes complete and score); "
-                "recorded in the run's run_config.json."
+                "help": "Run without the preflight (golden pages in the corpus and returned by "
+                "search, pages the policy and the generator can read, chat template renders the "
+                "tags, sampled episodes complete and score); a training run records it in its "
+                "run_config.json."
             },
             "preflight_prompts": {
                 "min": 1,
