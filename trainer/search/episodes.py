@@ -229,10 +229,10 @@ class Episodes:
         and ``box_convention``: the run's page images and VLM observation format
         (``search.pages``), as in GRPO."""
         spec = cfg.rewards.reward_spec()
-        self.scorer = streaming_scorer(cfg, backends, spec)
         env = search_env(
             cfg, backends.search, corpus, tok, image_of=image_of, box_convention=box_convention
         )
+        self.scorer = streaming_scorer(cfg, backends, spec)  # last: it starts a worker
         self.rollout = SearchRollout(
             tokenizer=tok,
             env=env,
