@@ -9,13 +9,14 @@ from typing import Annotated, Any
 
 import typer
 
-from ddai.cli.common import JsonOpt, LogsOpt, ProgressOpt, summary
+from ddai.cli.common import JsonOpt, LogsOpt, ProgressOpt, fail, summary
 from ddai.cli.flags import config_flags, with_groups
 from ddai.cli.options import (
     CorpusOpt,
     PromptDataOpt,
     default_of,
     episode_settings,
+    preflight_flags,
     require_inputs,
 )
 from ddai.cli.running import TRAIN_HELP, run_or_fail, sub_app
@@ -23,12 +24,31 @@ from ddai.trainer.search.collect import CollectConfig
 
 COLLECT_FLAGS = config_flags(
     CollectConfig,
-    {name: None for name in ("n_agent", "batch_size", "temperature", "top_p", "top_k", "limit")},
+    {
+        name: None
+        for name in (
+            "n_agent",
+            "batch_size",
+            "temperature",
+            "top_p",
+            "top_k",
+            "limit",
+            "observation",
+            "image_root",
+            "generator_max_images",
+        )
+    },
 )
 """The collect flags whose type, default and help are ``CollectConfig``'s own."""
 
 
-@with_groups({"nested": episode_settings, "settings": COLLECT_FLAGS})
+@with_groups(
+    {
+        "nested": episode_settings,
+        "settings": COLLECT_FLAGS,
+        "preflight": preflight_flags(CollectConfig),
+    }
+)
 def train_collect_command(
     model: Annotated[
         str,
@@ -65,8 +85,10 @@ def train_collect_command(
     *,
     settings: dict[str, Any],
     nested: dict[str, Any],
+    preflight: dict[str, Any],
 ) -> None:
-    """Roll out a policy over a prompt set and log the scored episodes, without training."""
+    """Roll out a policy over a prompt set and log the scored episodes, without training; exits 1
+    when every search failed or no rollout could be scored."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from ddai.trainer.search.collect import run_collect
 
@@ -77,6 +99,7 @@ def train_collect_command(
         corpus=corpus,
         **nested,
         **settings,
+        **preflight,
         generate_via=generate_via,
         run_id=run_id,
         logs=logs,
@@ -84,7 +107,10 @@ def train_collect_command(
         seed=seed,
         progress=progress and not as_json,
     )
-    summary("ddai train collect", asdict(run_or_fail(run_collect, cfg)), as_json=as_json)
+    result = run_or_fail(run_collect, cfg)
+    summary("ddai train collect", asdict(result), as_json=as_json)
+    if result.failure is not None:
+        raise fail(result.failure, 1)
 
 
 def register(app: typer.Typer) -> None:

@@ -119,7 +119,9 @@ SearchOpt = Annotated[
 RewardTimeoutOpt = Annotated[
     float,
     typer.Option(
-        "--reward-timeout", help="Seconds to wait for streamed judge results; late groups score 0."
+        "--reward-timeout",
+        help="Seconds to wait for a group's streamed judge results; a late group's rollouts are "
+        "unscorable: reward null in the log, left out of the advantages (counted as unscorable).",
     ),
 ]
 LimitOpt = Annotated[int | None, typer.Option("--limit", help="Use only the first N prompts.")]
@@ -317,15 +319,16 @@ def trl_flags(config_cls: type) -> Callable[..., dict[str, Any]]:
 
 
 def preflight_flags(config_cls: type) -> Callable[..., dict[str, Any]]:
-    """``--skip-preflight`` and ``--preflight-prompts`` of ``ddai train grpo``/``ppo`` as a group
+    """``--skip-preflight`` and ``--preflight-prompts`` of ``ddai train grpo``/``ppo``/``collect`` as a group
     over ``config_cls``'s ``skip_preflight`` and ``preflight_prompts``."""
     return config_flags(
         config_cls,
         {
             "skip_preflight": {
-                "help": "Train without the preflight (golden pages in the corpus and returned by "
-                "search, chat template renders the tags, sampled episodes complete and score); "
-                "recorded in the run's run_config.json."
+                "help": "Run without the preflight (golden pages in the corpus and returned by "
+                "search, pages the policy and the generator can read, chat template renders the "
+                "tags, sampled episodes complete and score); a training run records it in its "
+                "run_config.json."
             },
             "preflight_prompts": {
                 "min": 1,

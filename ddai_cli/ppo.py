@@ -57,6 +57,9 @@ PPO_FLAGS = config_flags(
         "experience_micro_batch": None,
         "resume": None,
         "save_steps": None,
+        "observation": None,
+        "image_root": None,
+        "generator_max_images": None,
     },
 )
 """The PPO flags whose type, default and help are ``PPORunConfig``'s own."""

@@ -49,24 +49,37 @@ def maybe_relaunch(launch: int | None, accelerate_config: Path | None) -> None:
 
 def main_summary(title: str, data: dict, *, as_json: bool) -> None:
     """The closing summary, printed by the main process only (one per run under a launcher);
-    a run whose rewards taught nothing (``no_signal``) or whose clip never acted (``clip_inert``)
-    says so on stderr."""
+    a run whose rewards taught nothing (``no_signal``), whose clip never acted (``clip_inert``) or
+    whose text model read images as ``[image: path]`` text (``images_flattened``) says so on
+    stderr."""
     from ddai.trainer.runtime import dist
 
     if dist.is_main():
         summary(title, data, as_json=as_json)
-        for why in (no_signal(data), clip_inert(data)):
+        for why in (no_signal(data), clip_inert(data), images_flattened(data)):
             if why is not None:
                 err_console.print(f"[bold yellow]warning:[/] {escape(why)}", soft_wrap=True)
 
 
 def no_signal(data: dict[str, Any]) -> str | None:
-    """Why a GRPO/PPO run got no learning signal from its rewards, or None: no group of any step
-    had reward variance (``informative_group_share`` 0), so every advantage was 0 and whatever
-    changed in the weights came from other terms (KL, weight decay), not from the rewards. Each
-    step warned as it went; the summary alone reads like a finished run."""
-    share = data.get("informative_group_share")
+    """Why a GRPO/PPO run got no learning signal from its rewards, or None. GRPO: no group of any
+    step had reward variance (``informative_group_share`` 0), so every group advantage was 0 and
+    whatever changed in the weights came from other terms (KL, weight decay), not from the
+    rewards; each step warned as it went, the summary alone reads like a finished run. PPO (its
+    summary has ``advantage_abs_max``): its advantages are GAE's over the critic's values, non-zero
+    with equal rewards, so it warns only when every one of them was 0."""
     steps = data.get("steps") or 0
+    if "advantage_abs_max" in data:  # PPO: its own GAE advantages, not the groups' variance
+        top = data["advantage_abs_max"]
+        if top is None or top != 0 or steps <= 0:
+            return None
+        return (
+            f"every GAE advantage of the run's {steps} step(s) was 0 (zero_advantage_steps "
+            f"{data.get('zero_advantage_steps', steps)}): the policy learned nothing from its "
+            "rewards. Check the reward backends and --reward weights, the critic (--critic) and "
+            "--gamma/--lam"
+        )
+    share = data.get("informative_group_share")
     if share is None or share != 0 or steps <= 0:
         return None
     return (
@@ -75,6 +88,19 @@ def no_signal(data: dict[str, Any]) -> str | None:
         "and the policy learned nothing from its rewards. SFT the policy first, check the reward "
         "backends and --reward weights, or train on prompts with mixed outcomes "
         "(`ddai curate focus`)"
+    )
+
+
+def images_flattened(data: dict[str, Any]) -> str | None:
+    """Why a text SFT run never saw the images its rows show, or None: ``image_turns_flattened``
+    turns were read as ``[image: path]`` text."""
+    n = data.get("image_turns_flattened") or 0
+    if n <= 0:
+        return None
+    return (
+        f"{n} turn(s) of the training rows show images, which this text model read as "
+        "`[image: path]` text, never as pixels; train a VLM (a model folder with a processor, "
+        "e.g. Qwen2.5-VL) with --image-root DIR to keep them images"
     )
 
 

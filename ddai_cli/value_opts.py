@@ -43,6 +43,7 @@ FIT_FIELDS = (
     "max_length",
     "obs_max_tokens",
     "grad_accum",
+    "include_incomplete",
 )
 """The fitting flags ``ddai train value`` and ``train value-sft`` share (``ValueFitConfig``'s
 fields and the rows' token budgets)."""

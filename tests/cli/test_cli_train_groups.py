@@ -161,9 +161,9 @@ RUN = {
     "--seed": "Random seed.",
 }
 PREFLIGHT = {
-    "--skip-preflight": "Train without the preflight (golden pages in the corpus and returned by "
-    "search, chat template renders the tags, sampled episodes complete and score); recorded in "
-    "the run's run_config.json.",
+    "--skip-preflight": "Run without the preflight (golden pages in the corpus and returned by "
+    "search, pages the policy and the generator can read, chat template renders the tags, "
+    "sampled episodes complete and score); a training run records it in its run_config.json.",
     "--preflight-prompts": "Prompts whose n_agent episodes the preflight samples (4x as many "
     "questions are searched).",
 }
@@ -209,6 +209,7 @@ GROUPED = [
             }
         ),
     ),
+    (("train", "collect"), lambda: PREFLIGHT),
     (("train", "value"), lambda: _value_helps("ddai.trainer.value.config:ValueTrainConfig")),
     (("train", "value-sft"), lambda: _value_helps("ddai.trainer.value.config:ValueSFTConfig")),
     (("pointer", "train"), _pointer_helps),

@@ -18,6 +18,18 @@ def test_no_signal_only_when_no_group_had_reward_variance():
     assert "3 step(s)" in why and "learned nothing" in why and "ddai curate focus" in why
 
 
+def test_ppo_no_signal_reads_its_own_gae_advantages_not_the_groups():
+    flat_groups = {"steps": 2, "zero_variance_steps": 2, "informative_group_share": 0.0}
+    # PPO with equal rewards but GAE advantages from -0.030 to +0.038: it learned from them
+    assert no_signal({**flat_groups, "advantage_abs_max": 0.038}) is None
+    assert no_signal({**flat_groups, "advantage_abs_max": None}) is None  # no step ran
+    why = no_signal({**flat_groups, "advantage_abs_max": 0.0, "zero_advantage_steps": 2})
+    assert why is not None and "every GAE advantage of the run's 2 step(s) was 0" in why
+    # mixed groups do not hide all-zero advantages
+    mixed = {"steps": 2, "informative_group_share": 0.5, "advantage_abs_max": 0.0}
+    assert "learned nothing" in (no_signal(mixed) or "")
+
+
 def test_the_summary_warns_on_stderr_and_keeps_stdout_json(capsys):
     data = {"steps": 2, "zero_variance_steps": 2, "informative_group_share": 0.0}
     main_summary("ddai train grpo", data, as_json=True)

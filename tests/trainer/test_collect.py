@@ -58,9 +58,15 @@ def test_generate_via_an_openai_compatible_server(world, tmp_path, monkeypatch):
     assert res.exit_code == 0, res.output
     summary = json.loads(res.stdout)
     check("train-collect", summary)  # docs/schemas/train-collect.json
-    # 3 prompts × 2 rollouts, in batches of 2 prompts: 2 batches × 2 turns = 4 requests.
+    # 3 prompts × 2 rollouts, in batches of 2 prompts: 2 batches × 2 turns = 4 requests, after
+    # the preflight's sampled episodes (2 prompts × 2 rollouts, one batch: 2 more).
     assert summary["rollouts_logged"] == 6 and summary["generated_by"] == "pol"
-    assert len(server.requests) == 4
+    assert len(server.requests) == 6
+    assert summary["preflight"].startswith("passed")
+    # every rollout searched once and was answered: no error anywhere, nothing failed
+    assert summary["searches"] == 6 and summary["search_errors"] == 0
+    assert summary["unscorable"] == 0 and summary["error_turns"] == 0
+    assert summary["error_turn_share"] == 0.0 and summary["failure"] is None
     for req in server.requests:
         assert req["model"] == "served-policy" and req["temperature"] == 0.6
         assert req["top_k"] == 7 and req["stop_token_ids"] == [tok.eos_token_id]

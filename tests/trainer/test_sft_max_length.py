@@ -35,7 +35,7 @@ def _expected(tiny, max_length: int) -> tuple[int, int]:
     max_length trains on nothing; a kept row longer than max_length loses its tail."""
     tok = load_tokenizer(str(tiny))
     ensure_training_template(tok)
-    convs, _ = load_conversations([VAL1])
+    convs, _, _ = load_conversations([VAL1])
     dropped = cut = 0
     for msgs in convs:
         out = tok.apply_chat_template(
@@ -66,7 +66,7 @@ def test_rows_without_a_searcher_turn_in_the_window_are_counted(tiny, tmp_path):
     # a window between the shortest and the longest prompt: some rows drop, the rest are cut
     tok = load_tokenizer(str(tiny))
     ensure_training_template(tok)
-    convs, _ = load_conversations([VAL1])
+    convs, _, _ = load_conversations([VAL1])
     firsts = sorted(
         tok.apply_chat_template(
             m, tokenize=True, return_dict=True, return_assistant_tokens_mask=True

@@ -35,7 +35,7 @@ def test_assistant_only_mask_on_ddai_train1(setup):
     """DDAI's real train1 rows: the masked-in tokens are exactly the assistant turns + <|im_end|>."""
     _, _, tiny = setup
     tok = load_tokenizer(str(tiny))
-    convs, dropped = load_conversations([SHARED / "ddai-data" / "val1.parquet"])
+    convs, dropped, _ = load_conversations([SHARED / "ddai-data" / "val1.parquet"])
     assert dropped == {} and len(convs) == 26
     for msgs in convs[:5]:
         out = tok.apply_chat_template(

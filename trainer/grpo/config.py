@@ -15,6 +15,7 @@ from ddai.trainer.search.config import (
     EpisodeBackends,
     EpisodeConfig,
     EpisodeSettings,
+    PageSettings,
     RewardOverrides,
 )
 from ddai.trainer.search.logrows import LoggedRunResult
@@ -53,9 +54,10 @@ def train_preset(name: str | None) -> dict[str, Any]:
 
 
 @dataclass
-class GRPORunConfig(EpisodeSettings):
+class GRPORunConfig(EpisodeSettings, PageSettings):
     """One GRPO run; every field has a flag in ``ddai train grpo``, the nested ``episode``,
-    ``rewards`` and ``backends`` (``EpisodeSettings``) field by field."""
+    ``rewards`` and ``backends`` (``EpisodeSettings``) field by field, and the page settings
+    (``PageSettings``: ``--observation``, ``--image-root``, ``--generator-max-images``)."""
 
     model: str
     data: Path
@@ -90,16 +92,6 @@ class GRPORunConfig(EpisodeSettings):
     """TRL loss_type (grpo, dapo, bnpo, dr_grpo, …)."""
     temperature: float | None = None
     """Sampling temperature."""
-    observation: str = "text"
-    """``text``: pages shown as text; ``image``: page images through the model's processor (VLM
-    policies; needs an image corpus or --image-root; <bbox> is in Qwen2.5-VL's pixels of the
-    resized image)."""
-    image_root: Path | None = None
-    """Folder of page images (``{page_id}.jpg``); not needed with an image corpus (``ddai corpus
-    build``)."""
-    generator_max_images: int = 8
-    """Most images (pages and crops the episode gathered, latest kept) sent to a multimodal
-    generator; 0 sends text only. Text generators ignore images."""
     vllm: str | None = None
     """``server``: generate through a running ``trl vllm-serve`` (GPU)."""
     vllm_server_base_url: str | None = None
@@ -132,10 +124,7 @@ class GRPORunConfig(EpisodeSettings):
 
     def check(self) -> None:
         """Fail on bad settings before any model is loaded; messages name the flag."""
-        if self.generator_max_images < 0:
-            raise common.TrainConfigError(
-                f"--generator-max-images {self.generator_max_images}: use 0 or more"
-            )
+        self.check_pages()
 
 
 @dataclass

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
 from typing import Any
 
 from ddai.pipelines import workspace
@@ -30,15 +29,17 @@ from ddai.trainer import common
 from ddai.trainer.grpo.config import GRPOResult, GRPORunConfig, grpo_args
 from ddai.trainer.runtime import dist
 from ddai.trainer.runtime.clip_stats import no_clip_fields
-from ddai.trainer.search.env import SearchEnv
 from ddai.trainer.search.episodes import (
     Backends,
     SearchRollout,
+    check_reward_backends,
     default_backends,
-    env_config,
     rollout_config,
+    search_env,
+    streaming_scorer,
 )
 from ddai.trainer.search.logrows import RolloutLog
+from ddai.trainer.search.pages import observation_policy, page_images
 from ddai.trainer.search.preflight import (
     check_chat_template,
     check_episodes,
@@ -50,44 +51,9 @@ from ddai.trainer.search.preflight_steps import (
     run_static_preflight,
     sampled_episodes,
 )
-from ddai.trainer.search.rewards import StreamingScorer
-from ddai.trainer.search.rollout import token_truncator
 from ddai.trainer.search.scoring import DdaiReward
 from ddai.trainer.search.tasks import load_tasks
-from ddai.trainer.search.vision import ResizedPixels, VisionObservationFormat, page_image_path
 from ddai.trainer.trl_compat import grpo_trainer_class
-
-
-def load_vision_policy(
-    name_or_path: str, *, dtype: str = "float32"
-) -> tuple[Any, Any, VisionObservationFormat]:
-    """A VLM policy, its tokenizer and its processor's observation format (needs torchvision for
-    real checkpoints' processors)."""
-    from ddai.trainer.modeling import load_vision_model
-
-    model, processor = load_vision_model(name_or_path, dtype=dtype)
-    return model, processor.tokenizer, VisionObservationFormat.from_processor(processor)
-
-
-def page_images(cfg: GRPORunConfig, corpus: Any) -> Any:
-    """``image_of(page_id)`` for the run's page images, or None when it has none: the corpus's own
-    image (an image corpus), else ``{page_id}.jpg`` under ``--image-root`` (a search service may
-    return pages the corpus lacks)."""
-    root = Path(cfg.image_root) if cfg.image_root is not None else None
-    if root is not None and not root.is_dir():
-        root = None
-    if not corpus.has_images and root is None:
-        return None
-
-    def image_of(pid: str) -> Path:
-        own = corpus.image_file(pid) if pid in corpus else None
-        if own is not None:
-            return own
-        if root is not None:
-            return page_image_path(root, f"{pid}.jpg")
-        raise KeyError(f"page {pid!r} has no image in --corpus {cfg.corpus}; add --image-root DIR")
-
-    return image_of
 
 
 def commit_each_step(log: RolloutLog) -> Any:
@@ -112,7 +78,6 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
         changed_parameters,
         check_update_precision,
         float32_adapter,
-        load_policy,
         lora_config,
         parameter_snapshot,
     )
@@ -131,26 +96,18 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
         raise common.TrainConfigError(f"--data {cfg.data}: no prompts")
     corpus = Corpus.load(cfg.corpus)
     backends = backends or default_backends(cfg.backends, corpus, spec)
-    if spec.needs_judge and (backends.generator is None or backends.judge is None):
-        raise common.TrainConfigError(
-            "the reward uses the judge: a generator and a judge backend are needed"
-        )
-    vision = box_convention = None
+    check_reward_backends(backends, spec)
     image_of = page_images(cfg, corpus)
 
-    report = run_static_preflight(cfg, tasks, corpus, backends.search)
-    if cfg.observation == "image":
-        if image_of is None:
-            raise common.TrainConfigError(
-                f"--image-root {cfg.image_root}: not a folder; point it at the page images, or "
-                "build an image corpus with `ddai corpus build` (image observations need them)"
-            )
-        model, tok, vision = load_vision_policy(cfg.model, dtype=cfg.dtype)
-        box_convention = ResizedPixels.from_image_processor(vision.processor.image_processor)
-    elif cfg.observation == "text":
-        model, tok = load_policy(cfg.model, dtype=cfg.dtype)
-    else:
-        raise common.TrainConfigError(f"--observation {cfg.observation!r}: use text or image")
+    report = run_static_preflight(
+        cfg,
+        tasks,
+        corpus,
+        backends.search,
+        generator=backends.generator if spec.needs_judge else None,
+        has_images=image_of is not None,
+    )
+    model, tok, vision, box_convention = observation_policy(cfg, image_of)
     peft_config = None
     if cfg.lora:
         peft_config = lora_config(
@@ -167,19 +124,10 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
             tasks[0].messages,
         )
         report.raise_errors()
-    env = SearchEnv(
-        backends.search,
-        corpus,
-        env_config(cfg.episode, cfg.observation),
-        truncate=token_truncator(tok, cfg.episode.obs_max_tokens),
-        image_of=image_of,
-        box_convention=box_convention,
+    env = search_env(
+        cfg, backends.search, corpus, tok, image_of=image_of, box_convention=box_convention
     )
-    scorer = (
-        StreamingScorer(backends.generator, backends.judge, max_images=cfg.generator_max_images)
-        if spec.needs_judge
-        else None
-    )
+    scorer = streaming_scorer(cfg, backends, spec)
     rollout = SearchRollout(
         tokenizer=tok,
         env=env,

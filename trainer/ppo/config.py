@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ddai.trainer.common import TrainConfigError
-from ddai.trainer.search.config import EpisodeSettings
+from ddai.trainer.search.config import EpisodeSettings, PageSettings
 from ddai.trainer.search.logrows import LoggedRunResult
 
 KL_MODES = ("reward", "loss")
@@ -31,9 +31,11 @@ CRITIC_DIR = "critic"
 
 
 @dataclass
-class PPORunConfig(EpisodeSettings):
+class PPORunConfig(EpisodeSettings, PageSettings):
     """One PPO run; every field has a flag in ``ddai train ppo``, the nested ``episode``,
-    ``rewards`` and ``backends`` (``EpisodeSettings``) field by field."""
+    ``rewards`` and ``backends`` (``EpisodeSettings``) field by field, and the page settings
+    (``PageSettings``: with an image corpus or ``--image-root`` the generator is sent the pages
+    each episode gathered, as in GRPO)."""
 
     model: str
     data: Path
@@ -130,6 +132,16 @@ class PPORunConfig(EpisodeSettings):
 
     def check(self) -> None:
         """Fail on bad settings before any model is loaded; messages name the flag."""
+        self.check_pages()
+        if self.observation == "image":
+            # PPO's log-prob, reference and value passes take token ids only: a VLM policy would
+            # be trained on image placeholder tokens without their pixels.
+            raise TrainConfigError(
+                "--observation image: ddai train ppo trains text policies (its log-prob and "
+                "value passes carry no page pixels); train a VLM policy with `ddai train grpo "
+                "--observation image`, or keep --observation text: with an image corpus or "
+                "--image-root the generator is still sent the page images"
+            )
         if self.n_agent < 1 or self.batch_size < 1 or self.batch_size % self.n_agent:
             raise TrainConfigError(
                 f"--batch-size {self.batch_size} must be a positive multiple of --n-agent "
@@ -203,6 +215,12 @@ class PPOResult(LoggedRunResult):
     informative_group_share: float | None = None
     """Share of prompt groups with reward variance, as in ``GRPOResult`` (None with
     ``n_agent`` 1: a one-rollout group has no variance to measure)."""
+    advantage_abs_max: float | None = None
+    """The largest |GAE advantage| on a policy token over the run's steps (after whitening):
+    PPO's own advantages, non-zero whenever the critic's values differ from the returns, even
+    when every group's rewards are equal (None: no step ran)."""
+    zero_advantage_steps: int = 0
+    """Steps whose GAE advantages were all 0 (no policy gradient from the rewards)."""
     clip_frac_mean: float | None = None
     """Mean over the run's steps of ``actor/clip_frac``, the share of policy tokens whose loss the
     clip changed (``ppo.clip_stats``)."""

@@ -377,6 +377,13 @@ def _restore_rng(
         next(order)
 
 
+def advantage_abs_max(exp: Experience) -> float:
+    """The largest |advantage| on a policy token of one step's experience (GAE, after the
+    whitening): 0 means the policy loss had no gradient from the rewards in that step."""
+    m = exp.batch.mask
+    return float((exp.advantages.abs() * m).max()) if int(m.sum()) else 0.0
+
+
 def experience_metrics(exp: Experience) -> dict[str, float]:
     """Batch statistics of one step's experience (``ppo/...``)."""
     m = exp.batch.mask
@@ -408,6 +415,7 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
     from ddai.trainer.search import preflight as pf
     from ddai.trainer.search.episodes import Episodes, default_backends
     from ddai.trainer.search.logrows import RolloutLog, take_rows
+    from ddai.trainer.search.pages import page_images
     from ddai.trainer.search.preflight_steps import (
         preflight_slots,
         preflight_status,
@@ -434,7 +442,16 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
         )
     corpus = Corpus.load(cfg.corpus)
     backends = backends or default_backends(cfg.backends, corpus, cfg.rewards.reward_spec())
-    report = run_static_preflight(cfg, tasks, corpus, backends.search)
+    image_of = page_images(cfg, corpus)
+    spec = cfg.rewards.reward_spec()
+    report = run_static_preflight(
+        cfg,
+        tasks,
+        corpus,
+        backends.search,
+        generator=backends.generator if spec.needs_judge else None,
+        has_images=image_of is not None,
+    )
     acc = sharding.make_accelerator(gradient_accumulation_steps=cfg.grad_accum)
     main = acc.is_main_process
     torch.manual_seed(cfg.seed)  # the same initial weights on every rank
@@ -479,7 +496,7 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
     # forwards still all-gather each layer: every rank runs as many as the others).
     bare_policy, bare_critic = acc.unwrap_model(policy), acc.unwrap_model(critic)
     accel.rank_seed(cfg.seed + start, acc)  # restored below when the checkpoint has the states
-    episodes = Episodes(cfg, tok, corpus, backends)
+    episodes = Episodes(cfg, tok, corpus, backends, image_of=image_of)
     out = Path(cfg.output_dir)
     try:
         if not cfg.skip_preflight:
@@ -515,6 +532,8 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
         _restore_rng(resume_from, acc, gen, batches, start)
     first_sample = acc.process_index * cfg.batch_size
     vf_losses: list[float] = []
+    advantages_seen: list[float] = []
+    """Each step's largest |GAE advantage| over every rank's policy tokens."""
     try:
         with bar("ppo", cfg.max_steps - start, enabled=cfg.progress and main) as advance:
             for step in range(start + 1, cfg.max_steps + 1):
@@ -536,6 +555,8 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
                 ).to(acc.device)
                 scores = torch.tensor(rewards, dtype=torch.float32, device=acc.device)
                 exp = make_experience(bare_policy, ref, bare_critic, batch, scores, cfg)
+                adv_max = max(accel.gather_rows([advantage_abs_max(exp)], acc))
+                advantages_seen.append(adv_max)
                 metrics.update(
                     ppo_update(policy, critic, exp, policy_opt, critic_opt, cfg, gen, acc)
                 )
@@ -617,5 +638,7 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
         preflight=preflight_status(report),
         resumed_from=start,
         informative_group_share=zero_variance.informative_share,
+        advantage_abs_max=max(advantages_seen) if advantages_seen else None,
+        zero_advantage_steps=sum(a == 0 for a in advantages_seen),
         **clips.result_fields(),
     )

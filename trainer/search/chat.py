@@ -29,18 +29,17 @@ CHATML_TEMPLATE = (
 )
 
 
-def observation_text(content: Any) -> str:
-    """Flatten a message content (a string, or DDAI's ``[{"image": path}]`` / typed blocks) to text.
-
-    Images become ``[image: path]`` so a text policy still sees which page it was shown.
-    """
+def _flatten(content: Any) -> tuple[str, int]:
+    """``(text, images)``: ``content`` flattened to text, and how many images became
+    ``[image: path]`` in it."""
     if content is None:
-        return ""
+        return "", 0
     if isinstance(content, str):
-        return content
+        return content, 0
     if isinstance(content, dict):
         content = [content]
     parts: list[str] = []
+    images = 0
     for block in content:
         if isinstance(block, str):
             parts.append(block)
@@ -50,23 +49,41 @@ def observation_text(content: Any) -> str:
             kind = block.get("type") or ("image" if block.get("image") is not None else "text")
             if kind == "image" or block.get("image") is not None:
                 parts.append(f"[image: {block.get('image') or block.get('path') or ''}]")
+                images += 1
             elif kind == "text" and block.get("text") is not None:
                 parts.append(str(block["text"]))
             else:
                 parts.append(json.dumps(block, ensure_ascii=False))
         else:
             parts.append(str(block))
-    return "\n".join(parts)
+    return "\n".join(parts), images
+
+
+def observation_text(content: Any) -> str:
+    """Flatten a message content (a string, or DDAI's ``[{"image": path}]`` / typed blocks) to text.
+
+    Images become ``[image: path]`` so a text policy still sees which page it was shown.
+    """
+    return _flatten(content)[0]
 
 
 def normalize_messages(messages: Any) -> list[dict[str, str]]:
     """``[{role, content}]`` with text content, from a list or its JSON text (DDAI ``train1``)."""
+    return flatten_messages(messages)[0]
+
+
+def flatten_messages(messages: Any) -> tuple[list[dict[str, str]], int]:
+    """``normalize_messages`` and how many of the messages had images flattened to
+    ``[image: path]`` text (a text model never sees their pixels)."""
     if isinstance(messages, str):
         messages = json.loads(messages)
     out = []
+    flattened = 0
     for m in messages:
-        out.append({"role": str(m["role"]), "content": observation_text(m.get("content"))})
-    return out
+        text, images = _flatten(m.get("content"))
+        out.append({"role": str(m["role"]), "content": text})
+        flattened += images > 0
+    return out, flattened
 
 
 def has_generation_markers(template: str | None) -> bool:

@@ -12,6 +12,7 @@ from here too.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from ddai.trainer.search.rewards import RewardSpec, reward_preset
 
@@ -78,8 +79,8 @@ class EpisodeBackends:
     judge: str | None = None
     """Judge backend (scores the answer)."""
     reward_timeout: float = 90.0
-    """Seconds a training step waits for a group's judge scores before it counts them
-    unscorable."""
+    """Seconds a step (or a collection batch) waits for a group's judge scores; a late group's
+    rollouts are unscorable: no reward (null in the log), left out of the step's advantages."""
 
 
 @dataclass(kw_only=True)
@@ -95,3 +96,32 @@ class EpisodeSettings:
     """The reward preset and its overrides."""
     backends: EpisodeBackends = field(default_factory=EpisodeBackends)
     """The search, generator and judge backends, and the score timeout."""
+
+
+@dataclass(kw_only=True)
+class PageSettings:
+    """What the policy and the frozen generator see of a page, shared by ``GRPORunConfig``,
+    ``PPORunConfig`` and ``CollectConfig`` (``ddai.trainer.search.pages`` reads them): one
+    definition of ``--observation``, ``--image-root`` and ``--generator-max-images``."""
+
+    observation: str = "text"
+    """``text``: pages shown as text; ``image``: page images through the model's processor (VLM
+    policies; needs an image corpus or --image-root; <bbox> is in Qwen2.5-VL's pixels of the
+    resized image)."""
+    image_root: Path | None = None
+    """Folder of page images (``{page_id}.jpg``); not needed with an image corpus (``ddai corpus
+    build``). With it (or an image corpus) the generator is sent the pages the episode gathered."""
+    generator_max_images: int = 8
+    """Most images (pages and crops the episode gathered, latest kept) sent to a multimodal
+    generator; 0 sends text only. Text generators ignore images."""
+
+    def check_pages(self) -> None:
+        """Refuse bad page settings before any model loads (``TrainConfigError`` naming the flag)."""
+        from ddai.trainer.common import TrainConfigError
+
+        if self.observation not in ("text", "image"):
+            raise TrainConfigError(f"--observation {self.observation!r}: use text or image")
+        if self.generator_max_images < 0:
+            raise TrainConfigError(
+                f"--generator-max-images {self.generator_max_images}: use 0 or more"
+            )

@@ -54,6 +54,45 @@ class Backends:
     judge: Any = None
 
 
+def search_env(
+    cfg: Any,
+    search: Any,
+    corpus: Any,
+    tok: Any,
+    *,
+    image_of: Any = None,
+    box_convention: Any = None,
+) -> SearchEnv:
+    """The environment of ``cfg``'s episodes (a run config with ``episode`` and
+    ``PageSettings``): observations cut to the policy's token budget; with ``image_of`` (the
+    run's page images, ``search.pages``) the episodes record the pages they gathered."""
+    return SearchEnv(
+        search,
+        corpus,
+        env_config(cfg.episode, cfg.observation),
+        truncate=token_truncator(tok, cfg.episode.obs_max_tokens),
+        image_of=image_of,
+        box_convention=box_convention,
+    )
+
+
+def check_reward_backends(backends: Backends, spec: RewardSpec) -> None:
+    """Refuse a judged reward without a generator and a judge (before any model loads)."""
+    if spec.needs_judge and (backends.generator is None or backends.judge is None):
+        raise TrainConfigError(
+            "the reward uses the judge: a generator and a judge backend are needed"
+        )
+
+
+def streaming_scorer(cfg: Any, backends: Backends, spec: RewardSpec) -> StreamingScorer | None:
+    """The generator/judge scorer of ``cfg``'s reward (None when it uses no judge), sending a
+    multimodal generator at most ``cfg.generator_max_images`` of each episode's images."""
+    check_reward_backends(backends, spec)
+    if not spec.needs_judge:
+        return None
+    return StreamingScorer(backends.generator, backends.judge, max_images=cfg.generator_max_images)
+
+
 def default_backends(cfg: EpisodeBackends, corpus: Any, spec: RewardSpec) -> Backends:
     from ddai.pipelines.backends import get_backend
 
@@ -173,25 +212,27 @@ class Episodes:
     search environment's lock-step rollout and the streamed generator/judge reward, as in GRPO."""
 
     def __init__(
-        self, cfg: Any, tok: Any, corpus: Any, backends: Any, *, sampler: Any = None
+        self,
+        cfg: Any,
+        tok: Any,
+        corpus: Any,
+        backends: Any,
+        *,
+        sampler: Any = None,
+        image_of: Any = None,
+        vision: VisionObservationFormat | None = None,
+        box_convention: Any = None,
     ) -> None:
         """``cfg``: a run config holding ``episode``, ``rewards`` and ``backends`` (the nested
-        configs of ``search.config``) and a ``temperature``; ``sampler``: generate through it
-        instead of the policy passed to ``collect``."""
+        configs of ``search.config``), its ``PageSettings`` and a ``temperature``; ``sampler``:
+        generate through it instead of the policy passed to ``collect``; ``image_of``, ``vision``
+        and ``box_convention``: the run's page images and VLM observation format
+        (``search.pages``), as in GRPO."""
         spec = cfg.rewards.reward_spec()
-        if spec.needs_judge and (backends.generator is None or backends.judge is None):
-            raise TrainConfigError(
-                "the reward uses the judge: a generator and a judge backend are needed"
-            )
-        env = SearchEnv(
-            backends.search,
-            corpus,
-            env_config(cfg.episode),
-            truncate=token_truncator(tok, cfg.episode.obs_max_tokens),
+        env = search_env(
+            cfg, backends.search, corpus, tok, image_of=image_of, box_convention=box_convention
         )
-        self.scorer = (
-            StreamingScorer(backends.generator, backends.judge) if spec.needs_judge else None
-        )
+        self.scorer = streaming_scorer(cfg, backends, spec)  # last: it starts a worker
         self.rollout = SearchRollout(
             tokenizer=tok,
             env=env,
@@ -199,6 +240,7 @@ class Episodes:
             spec=spec,
             scorer=self.scorer,
             temperature=cfg.temperature,
+            vision=vision,
         )
         self.rollout.sampler = sampler
         self.store = self.rollout.store

@@ -1,12 +1,18 @@
 """Preflight: refuse to train blind.
 
-Before the first step of ``ddai train grpo`` / ``ddai train ppo``, check what would make every
+Before the first step of ``ddai train grpo`` / ``ddai train ppo`` (and the first batch of ``ddai
+train collect``), check what would make every
 step worthless, and exit 2 naming the problem and its fix:
 
 1. ``golden pages``: every golden page of the dataset is in the corpus (else search can never
    find it and NDCG stays 0);
 2. ``search``: the search backend returns a golden page for at least one of a sample of
    questions (a search service indexing another corpus returns none);
+   ``pages``: the policy and the frozen generator can read the corpus's observation kind: a page
+   with no text (an image-only corpus) is blind to a policy shown text (``--observation text``)
+   and to a text-only generator (the local extractive one answers "Cannot determine from the
+   provided pages." every time), or to any generator sent no images (``--generator-max-images
+   0``; ``preflight_steps.check_pages_readable``);
 3. ``chat template``: the policy's chat template renders Searcher turns verbatim, and the tags
    survive decoding the way the rollout decodes (``skip_special_tokens``);
 4. ``episodes``: a few sampled episodes (a sample of prompts × ``n_agent``) complete and score;
@@ -134,6 +140,13 @@ def check_golden_pages(
     return cov
 
 
+def backend_label(backend: Any) -> str:
+    """A backend as a message names it: ```name``` and, for a service, its URL."""
+    name = getattr(backend, "name", None) or type(backend).__name__
+    url = getattr(backend, "url", None) or getattr(getattr(backend, "spec", None), "base_url", None)
+    return f"`{name}` at {url}" if url else f"`{name}`"
+
+
 def check_search(
     report: PreflightReport,
     tasks: Sequence[Task],
@@ -153,7 +166,8 @@ def check_search(
             report.add(
                 "search",
                 "error",
-                f"the search backend failed on the question of {t.uid}: {type(e).__name__}: {e}",
+                f"the search backend {backend_label(search)} failed on the question of {t.uid}: "
+                f"{type(e).__name__}: {e}",
                 "check that the search service is up and --search names the right backend",
             )
             return
@@ -165,7 +179,8 @@ def check_search(
         report.add(
             "search",
             "error",
-            f"the search backend {what} for any of {len(tasks)} sampled questions (top {k})",
+            f"the search backend {backend_label(search)} {what} for any of {len(tasks)} sampled "
+            f"questions (top {k})",
             "make the search backend index the corpus the dataset's golden pages are in",
         )
 

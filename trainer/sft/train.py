@@ -17,13 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
-
 from ddai.pipelines import io
 from ddai.trainer import common
 from ddai.trainer.runtime import dist
-from ddai.trainer.search.chat import ensure_training_template, normalize_messages
+from ddai.trainer.search.chat import ensure_training_template
 from ddai.trainer.sft import fit
+from ddai.trainer.sft.conversations import load_conversations, read_rows
 from ddai.trainer.sft.images import (
     ImageConversation,
     MissingImage,
@@ -92,51 +91,12 @@ class SFTResult:
     """What ``output_dir`` holds (``lora_merge.FinalModel.summary``); None on ranks but the main."""
     images: int = 0
     """Images the training rows show (0 for a text model)."""
+    image_turns_flattened: int = 0
+    """Turns (messages) whose images a text model read as ``[image: path]`` text, never as
+    pixels (a VLM model folder with a processor keeps them images)."""
     cut_at_max_length: int | None = None
     """Rows longer than ``max_length`` (their later turns untrained); None when not counted (a
     VLM, packing, or no ``max_length``)."""
-
-
-def read_rows(paths: list[Path]) -> list[dict[str, Any]]:
-    """Rows with a ``messages`` column from Parquet/JSONL files."""
-    import json
-
-    out: list[dict[str, Any]] = []
-    for p in paths:
-        if not p.is_file():
-            raise common.TrainConfigError(f"--data {p}: file not found")
-        if p.suffix == ".parquet":
-            rows = pq.read_table(p).to_pylist()
-        else:
-            rows = [json.loads(line) for line in p.read_text("utf-8").splitlines() if line.strip()]
-        if rows and "messages" not in rows[0]:
-            raise common.TrainConfigError(
-                f"--data {p}: no `messages` column (got {sorted(rows[0])}); pass `ddai distill` "
-                "output or a DDAI train1 file"
-            )
-        out.extend(rows)
-    return out
-
-
-def load_conversations(paths: list[Path]) -> tuple[list[list[dict[str, str]]], dict[str, int]]:
-    """Conversations from Parquet/JSONL files, with drop counts by reason."""
-    convs: list[list[dict[str, str]]] = []
-    dropped: dict[str, int] = {}
-    for row in read_rows(paths):
-        try:
-            msgs = normalize_messages(row["messages"])
-        except (ValueError, KeyError, TypeError):
-            dropped["unreadable messages"] = dropped.get("unreadable messages", 0) + 1
-            continue
-        if not any(m["role"] == "assistant" for m in msgs):
-            dropped["no assistant turn"] = dropped.get("no assistant turn", 0) + 1
-            continue
-        convs.append(msgs)
-    if not convs:
-        raise common.TrainConfigError(
-            f"--data: no usable conversation in {[str(p) for p in paths]}"
-        )
-    return convs, dropped
 
 
 def load_image_conversations(
@@ -224,6 +184,8 @@ class SFTSetup:
     """The starting trainable weights (``parameter_snapshot``; with LoRA the adapter's)."""
     cut: int | None = None
     """Rows longer than ``max_length`` (``fit.cut_count``), None when not counted."""
+    flattened: int = 0
+    """Turns whose images became ``[image: path]`` text (a text model)."""
 
 
 def build_sft(cfg: SFTRunConfig) -> SFTSetup:
@@ -244,7 +206,7 @@ def build_sft(cfg: SFTRunConfig) -> SFTSetup:
 
     args = sft_args(cfg)
     dist.allow_fsdp_on_cpu(args)
-    n_images = 0
+    n_images = flattened = 0
     if load_processor(cfg.model) is not None:
         # A VLM: TRL's vision path; TRL patches the processor's template for assistant-only loss.
         image_convs, dropped = load_image_conversations(cfg.data, cfg.image_root)
@@ -253,7 +215,7 @@ def build_sft(cfg: SFTRunConfig) -> SFTSetup:
         train_dataset = vision_dataset(image_convs)
         n_rows, n_images = len(image_convs), sum(len(c.images) for c in image_convs)
     else:
-        convs, dropped = load_conversations(cfg.data)
+        convs, dropped, flattened = load_conversations(cfg.data)
         model, tok = load_policy(cfg.model, dtype=cfg.dtype)
         if cfg.assistant_only_loss:
             ensure_training_template(tok)
@@ -294,7 +256,7 @@ def build_sft(cfg: SFTRunConfig) -> SFTSetup:
             cut = fit.cut_count(tok, convs, args.max_length) - (n_rows - kept)
             fit.warn_cut(cut, kept, args.max_length)
         n_rows = kept
-    return SFTSetup(trainer, tok, n_rows, dropped, n_images, before, cut)
+    return SFTSetup(trainer, tok, n_rows, dropped, n_images, before, cut, flattened)
 
 
 def run_sft(cfg: SFTRunConfig) -> SFTResult:
@@ -323,6 +285,7 @@ def run_sft(cfg: SFTRunConfig) -> SFTResult:
         lora=cfg.lora,
         final_model=final.summary() if final else None,
         images=setup.images,
+        image_turns_flattened=setup.flattened,
         cut_at_max_length=setup.cut,
     )
 

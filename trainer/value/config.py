@@ -116,6 +116,9 @@ class ValueFitConfig(ValueRowsConfig):
     """Micro-batches of --batch-size pairs accumulated per optimizer step."""
     seed: int = 0
     """Random seed (pair draws, head init); the held-out split has its own (--split-seed)."""
+    include_incomplete: bool = False
+    """Train on rollouts flagged turns_incomplete too (a turn lost from the log: their tokens are
+    not what the policy saw, their outcome is). Default: left out; counted either way."""
 
     def check(self) -> None:
         super().check()

@@ -38,8 +38,20 @@ ROLLOUT_COLUMNS = (
     "judge_score",
     "format_ok",
     "reward",
+    "flags",
 )
 """The rollout-log columns a value head reads (training and scoring)."""
+
+
+def incomplete_rows(rows: list[dict[str, Any]], include: bool) -> tuple[list[dict[str, Any]], int]:
+    """``(rows to train on, rollouts flagged turns_incomplete)``: the flagged ones (a turn lost
+    from the log, so their token sequence is not what the policy saw) are left out unless
+    ``include``; the count is of every flagged row either way."""
+    from ddai.pipelines.schema import TURNS_INCOMPLETE
+
+    flagged = [TURNS_INCOMPLETE in (r.get("flags") or ()) for r in rows]
+    kept = rows if include else [r for r, f in zip(rows, flagged, strict=True) if not f]
+    return kept, sum(flagged)
 
 
 def read_rows(cfg: Any) -> list[dict[str, Any]]:

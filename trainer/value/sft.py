@@ -209,6 +209,11 @@ class ValueSFTResult:
     weight_mean_last: float | None
     eval_before: dict[str, float]
     eval_after: dict[str, float]
+    turns_incomplete: int = 0
+    """Rollouts of the selected runs flagged ``turns_incomplete``: left out of training, or
+    trained on with ``--include-incomplete``."""
+    include_incomplete: bool = False
+    """Whether they were trained on."""
 
 
 def train_value_sft(cfg: ValueSFTConfig) -> ValueSFTResult:
@@ -218,6 +223,7 @@ def train_value_sft(cfg: ValueSFTConfig) -> ValueSFTResult:
     from ddai.trainer.runtime import accel
     from ddai.trainer.value.data import tokenize_rollouts
     from ddai.trainer.value.rows import (
+        incomplete_rows,
         prompt_messages,
         read_rows,
         resolve_split,
@@ -231,6 +237,13 @@ def train_value_sft(cfg: ValueSFTConfig) -> ValueSFTResult:
     rows = read_rows(cfg)  # type: ignore[arg-type]  # reads logs/runs only
     if not rows:
         raise ValueError("no rollouts in the selected runs; check --logs and --run")
+    rows, incomplete = incomplete_rows(rows, cfg.include_incomplete)
+    if not rows:
+        raise ValueError(
+            f"every one of the {incomplete} rollouts of the selected runs is flagged "
+            "turns_incomplete (a turn lost from the log); pass --include-incomplete to train on "
+            "them anyway, or select other runs with --run"
+        )
     acc = accel.make_accelerator(gradient_accumulation_steps=cfg.grad_accum)
     main = acc.is_main_process
     torch.manual_seed(cfg.seed)
@@ -311,6 +324,8 @@ def train_value_sft(cfg: ValueSFTConfig) -> ValueSFTResult:
         weight_mean_last=at(-1, "joint/weight_mean"),
         eval_before=eval_before,
         eval_after=eval_after,
+        turns_incomplete=incomplete,
+        include_incomplete=cfg.include_incomplete,
     )
 
 

@@ -38,6 +38,7 @@ from ddai.trainer.value.model import (
 )
 from ddai.trainer.value.rows import (
     Split,
+    incomplete_rows,
     prompt_messages,
     read_rows,
     resolve_split,
@@ -66,6 +67,11 @@ class ValueTrainResult:
     loss_last: float | None
     eval_before: dict[str, float]
     eval_after: dict[str, float]
+    turns_incomplete: int = 0
+    """Rollouts of the selected runs flagged ``turns_incomplete``: left out of training (and
+    counted in ``dropped``), or trained on with ``--include-incomplete``."""
+    include_incomplete: bool = False
+    """Whether they were trained on."""
 
 
 # ---------------------------------------------------------------------------- scoring
@@ -203,6 +209,13 @@ def train_value(cfg: ValueTrainConfig) -> ValueTrainResult:
     rows = read_rows(cfg)
     if not rows:
         raise ValueError("no rollouts in the selected runs; check --logs and --run")
+    rows, incomplete = incomplete_rows(rows, cfg.include_incomplete)
+    if not rows:
+        raise ValueError(
+            f"every one of the {incomplete} rollouts of the selected runs is flagged "
+            "turns_incomplete (a turn lost from the log); pass --include-incomplete to train on "
+            "them anyway, or select other runs with --run"
+        )
     acc = accel.make_accelerator(gradient_accumulation_steps=cfg.grad_accum)
     main = acc.is_main_process
     torch.manual_seed(cfg.seed)  # the same fresh head on every rank
@@ -262,7 +275,14 @@ def train_value(cfg: ValueTrainConfig) -> ValueTrainResult:
         head=model.head_type,
         unfreeze=model.unfreeze,
         rollouts=len(tokenized.rollouts),
-        dropped=tokenized.dropped,
+        dropped={
+            **tokenized.dropped,
+            **(
+                {"turns_incomplete": incomplete}
+                if incomplete and not cfg.include_incomplete
+                else {}
+            ),
+        },
         train_prompts=len({r.uid for r in data.train}),
         val_prompts=len({r.uid for r in data.val}),
         train_pairs=len(data.train_pairs),
@@ -274,4 +294,6 @@ def train_value(cfg: ValueTrainConfig) -> ValueTrainResult:
         loss_last=losses[-1] if losses else None,
         eval_before=eval_before,
         eval_after=eval_after,
+        turns_incomplete=incomplete,
+        include_incomplete=cfg.include_incomplete,
     )
