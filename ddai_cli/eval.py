@@ -13,7 +13,13 @@ import typer
 
 from ddai.cli.common import JsonOpt, LogsOpt, ProgressOpt, summary
 from ddai.cli.flags import config_flags, with_groups
-from ddai.cli.options import CorpusOpt, default_of, episode_settings, require_inputs
+from ddai.cli.options import (
+    CorpusOpt,
+    default_of,
+    episode_settings,
+    preflight_flags,
+    require_inputs,
+)
 from ddai.cli.running import run_or_fail
 from ddai.trainer.search.evaluate import EvalConfig
 
@@ -29,7 +35,13 @@ EVAL_FLAGS = config_flags(
 """The eval flags whose type, default and help are ``EvalConfig``'s own."""
 
 
-@with_groups({"nested": episode_settings, "settings": EVAL_FLAGS})
+@with_groups(
+    {
+        "nested": episode_settings,
+        "settings": EVAL_FLAGS,
+        "preflight": preflight_flags(EvalConfig),
+    }
+)
 def eval_command(
     model: Annotated[
         str,
@@ -73,6 +85,7 @@ def eval_command(
     *,
     settings: dict[str, Any],
     nested: dict[str, Any],
+    preflight: dict[str, Any],
 ) -> None:
     """Evaluate a Searcher policy on a test set: accuracy, judge and NDCG by its categories."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -85,6 +98,7 @@ def eval_command(
         corpus=corpus,
         **nested,
         **settings,
+        **preflight,
         generate_via=generate_via,
         run_id=run_id,
         logs=logs,

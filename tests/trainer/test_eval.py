@@ -33,6 +33,11 @@ def test_eval_on_the_overall_test_set_reports_its_categories(tmp_path, shared):
             str(data / "pages.parquet"), "--logs", str(logs), "--run-id", "ev", "--limit", "2",
             "--max-turns", "2", "--max-turn-tokens", "20", "--max-completion-tokens", "200",
             "--obs-max-tokens", "12", "--json"]  # fmt: skip
+    # the toy corpus lacks the test set's pages: collect's preflight refuses to evaluate blind
+    res = runner.invoke(app, args)
+    assert res.exit_code == 2 and "golden pages missing from the corpus" in res.output
+    assert not logs.exists() or not read_rollouts(logs, ["ev"]).num_rows
+    args.append("--skip-preflight")
     res = runner.invoke(app, args)
     assert res.exit_code == 0, res.output
     s = json.loads(res.stdout)
