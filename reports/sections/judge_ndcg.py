@@ -24,6 +24,17 @@ BINS = 10
 NDCG_BANDS = ("0", "(0, 0.2]", "(0.2, 0.4]", "(0.4, 0.6]", "(0.6, 0.8]", "(0.8, 1)", "1")
 CLASSES = ("same_doc_success", "no_reference_doc", "retrieval_ok_answer_wrong")
 MAX_COLS = 3
+ROW_PX = 260
+"""Height of one row of heatmaps, in pixels."""
+ROW_GAP_PX = 90
+"""Gap between two rows of heatmaps, in pixels."""
+MARGIN_PX = 138
+"""The figure's top (title and first run titles) and bottom margins."""
+
+
+def heat_height(rows: int) -> int:
+    """The heatmap grid's plot area in pixels: ``rows`` rows and the gaps between them."""
+    return rows * ROW_PX + (rows - 1) * ROW_GAP_PX
 
 
 def _judge_labels(levels: list[float], bins: int) -> list[str]:
@@ -54,7 +65,9 @@ def _heatmaps(ctx: ReportContext) -> tuple[go.Figure, int, dict[str, object]]:
         cols=cols,
         subplot_titles=[figures.label(run) for run, _ in parts],
         horizontal_spacing=0.1,
-        vertical_spacing=0.22 if rows > 1 else 0.1,
+        # a fixed gap in pixels (the x ticks, the axis title and the next run's title), as a
+        # share of the plot area: any number of rows fits (plotly refuses a share over 1/(rows-1))
+        vertical_spacing=ROW_GAP_PX / heat_height(rows) if rows > 1 else 0.0,
     )
     top = 0.0
     for k, (_, part) in enumerate(parts):
@@ -158,7 +171,7 @@ def build(ctx: ReportContext) -> Section:
             figures.chart_or_note(
                 heat,
                 "fig-judge-ndcg-heatmap",
-                height=160 + 300 * heat_rows,
+                height=MARGIN_PX + heat_height(heat_rows),
                 empty="No rollout of these runs has both a judge score and NDCG: nothing to chart.",
             ),
             figures.chart_or_note(
