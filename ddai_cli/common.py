@@ -244,8 +244,11 @@ def rows_table(title: str, rows: list[dict[str, Any]]) -> Table:
         collapse_padding=True,
     )
     first = rows[0] if rows else {}
-    for col, v in first.items():
-        numeric = isinstance(v, int | float) and not isinstance(v, bool)
+    for col in first:
+        # right-aligned when the column holds a number (another row's may be unknown, "—")
+        numeric = any(
+            isinstance(r.get(col), int | float) and not isinstance(r.get(col), bool) for r in rows
+        )
         table.add_column(Text(col), justify="right" if numeric else "left", no_wrap=True)
     for r in rows:
         table.add_row(*(Text("" if v is None else human(v)) for v in r.values()))

@@ -67,6 +67,25 @@ def test_runs_fit_the_terminal_with_every_run_and_rounded_numbers(world, width):
     assert "lacks" in out and "judge, advantages" in out  # phase1 has no judge scores
 
 
+def test_runs_table_fits_80_columns_with_long_run_names(tmp_path, width):
+    logs = tmp_path / "logs"
+    for name, src in (("synthetic_world_focused_r1", "focused_r1"), ("phase1", "phase1")):
+        path = str(FIXTURES / "logs" / f"{src}.jsonl")
+        res = runner.invoke(app, ["ingest", path, "--run-id", name, "--logs", str(logs)])
+        assert res.exit_code == 0, res.output
+    out = _people(["runs", "--logs", str(logs)])
+    assert all(len(line) <= width for line in out.splitlines())
+    lines = out.splitlines()
+    # a table, not one block per run: the header and each run on one line
+    assert any(line.split() == HEADER for line in lines), out
+    row = next(line for line in lines if line.startswith("phase1 "))
+    # phase1 has no judge scores: its success rate and judge mean are unknown, not blank or 0
+    assert row.split()[:6] == ["phase1", "144", "36", "—", "—", "0.478"]
+
+
+HEADER = ["run", "rollouts", "prompts", "success", "judge", "ndcg", "reward"]
+
+
 def test_lineage_shows_every_step_and_full_file_names(world, width):
     target = world["funnel"] / "curriculum_bucket_a.parquet"
     out = _people(["lineage", str(target)])

@@ -349,3 +349,11 @@ def test_an_empty_store_says_so_on_every_page_and_the_report_is_not_a_500(tmp_pa
     store.write_run(logs, "base", planted_rows()["base"])
     assert "holds no rollouts" not in client.get("/").text
     assert client.get("/report").status_code == 200
+
+
+def test_sections_show_an_unjudged_run_s_success_rate_as_unknown(tmp_path):
+    logs = tmp_path / "logs"
+    store.write_run(logs, "unjudged", [{"uid": "x", "rollout_idx": i} for i in range(3)])
+    html = local(create_app(ServeConfig(logs=logs))).get("/sections").text
+    row = html.split("<td>unjudged</td>")[1].split("</tr>")[0]
+    assert "0.0%" not in row and "<td>—</td>" in row
