@@ -18,7 +18,7 @@ def register(app: typer.Typer) -> None:
         rich_markup_mode=None,
     )
 
-    @corpus_app.command("build")
+    @corpus_app.command("build", short_help="Build a page corpus from page images.")
     def build(
         images_dir: Annotated[
             Path,

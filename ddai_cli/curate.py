@@ -94,7 +94,9 @@ def _logs(logs: Path | None, runs: list[str] | None) -> Path | None:
     return workspace.logs_dir(logs) if runs else None
 
 
-@curate_app.command("bucket")
+@curate_app.command(
+    "bucket", short_help="Split a dataset into buckets B / A / 0 by a per-prompt score."
+)
 def bucket_cmd(
     dataset: DatasetOpt,
     out: Annotated[
@@ -153,7 +155,7 @@ def bucket_cmd(
     summary("ddai curate bucket", result.to_dict(), as_json=as_json)
 
 
-@curate_app.command("verify-gt")
+@curate_app.command("verify-gt", short_help="Propose ground-truth errors for review.")
 def verify_gt_cmd(
     dataset: DatasetOpt,
     out: Annotated[
@@ -262,7 +264,7 @@ def verify_gt_cmd(
     exit_if_calls_failed(result.summary)
 
 
-@curate_app.command("focus")
+@curate_app.command("focus", short_help="Build the next focused round: hard A + verified bucket 0.")
 def focus_cmd(
     out: Annotated[
         Path,
@@ -317,7 +319,9 @@ def focus_cmd(
     summary("ddai curate focus", result.to_dict(), as_json=as_json)
 
 
-@curate_app.command("plan")
+@curate_app.command(
+    "plan", short_help="Estimate mixed GRPO groups, rare successes and cost per bucket."
+)
 def plan_cmd(
     logs: LogsOpt = None,
     runs: RunOpt = None,

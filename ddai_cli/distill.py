@@ -226,7 +226,7 @@ def distill_cmd(
     exit_if_calls_failed(data)
 
 
-@distill_app.command("check")
+@distill_app.command("check", short_help="Run the safety post-pass over an existing SFT file.")
 def check_cmd(
     file: Annotated[
         Path, typer.Argument(metavar="FILE", help="An SFT Parquet file (train1 or messages shape).")
@@ -277,7 +277,9 @@ def check_cmd(
     summary("ddai distill check", _run(run_check, cfg), as_json=as_json)
 
 
-@distill_app.command("convert")
+@distill_app.command(
+    "convert", short_help="Convert an SFT file between the train1 and messages shapes."
+)
 def convert_cmd(
     file: Annotated[
         Path, typer.Argument(metavar="FILE", help="An SFT Parquet file (train1 or messages shape).")

@@ -157,7 +157,9 @@ RL_FLAGS = config_flags(
 as they read."""
 
 
-@pointer_app.command("world")
+@pointer_app.command(
+    "world", short_help="Make (or load) a synthetic VQA world for the pointer selector."
+)
 def world_cmd(
     out: Annotated[Path, typer.Argument(metavar="DIR", help="Folder to write the world into.")],
     seed: Annotated[
@@ -232,7 +234,7 @@ def world_cmd(
     summary("ddai pointer world", run_world(cfg, out), as_json=as_json)
 
 
-@pointer_app.command("embed")
+@pointer_app.command("embed", short_help="Export query and candidate embeddings to a store.")
 def embed_cmd(
     world: Annotated[
         Path, typer.Argument(metavar="DIR", help="World folder (queries.jsonl, demos.jsonl).")
@@ -293,7 +295,7 @@ def embed_cmd(
     summary("ddai pointer embed" + (" (dry run)" if dry_run else ""), data, as_json=as_json)
 
 
-@pointer_app.command("gen")
+@pointer_app.command("gen", short_help="Generate pointer candidates and record their VQA answers.")
 def gen_cmd(
     store: StoreOpt,
     world: WorldOpt,
@@ -357,7 +359,9 @@ def gen_cmd(
     _vqa_summary("ddai pointer gen", data, dry_run=dry_run, as_json=as_json)
 
 
-@pointer_app.command("process")
+@pointer_app.command(
+    "process", short_help="Flatten raw records into per-pointer rows with a reward."
+)
 def process_cmd(
     raw: Annotated[
         Path, typer.Argument(metavar="FILE", help="Raw records from `ddai pointer gen`.")
@@ -404,7 +408,7 @@ def process_cmd(
     summary("ddai pointer process", data, as_json=as_json)
 
 
-@pointer_app.command("train")
+@pointer_app.command("train", short_help="Train the pointer selector.")
 @with_groups({"rl": RL_FLAGS, "device": device_options})
 def train_cmd(
     *,
@@ -479,7 +483,7 @@ def train_cmd(
     summary("ddai pointer train", result, as_json=as_json)
 
 
-@pointer_app.command("eval")
+@pointer_app.command("eval", short_help="Held-out VQA accuracy of each selector's pairs.")
 def eval_cmd(
     store: StoreOpt,
     world: WorldOpt,

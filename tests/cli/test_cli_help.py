@@ -15,6 +15,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from ddai.cli.app import COMMANDS as REGISTRY
 from ddai.cli.app import app
 
 runner = CliRunner()
@@ -111,3 +112,20 @@ def test_shell_completion_is_offered_and_installs_for_bash(tmp_path, monkeypatch
     assert res.exit_code == 0, res.output
     assert "_DDAI_COMPLETE" in (tmp_path / ".bash_completions" / "ddai.sh").read_text()
     assert ".bash_completions/ddai.sh" in (tmp_path / ".bashrc").read_text()
+
+
+GROUPS = [(p, c) for p, c in COMMANDS if hasattr(c, "commands")]
+
+
+@pytest.mark.parametrize("path,group", GROUPS, ids=[" ".join(p) or "ddai" for p, _ in GROUPS])
+def test_command_lists_print_every_short_help_uncut(path, group, monkeypatch):
+    out = _help(path, monkeypatch)
+    listing = out.split("\nCommands:\n", 1)[1]
+    assert "..." not in listing and "…" not in listing, listing
+    flat = _squash(listing)
+    for name in group.commands:
+        # the one line each command is listed with, whole (wrapped lines rejoin)
+        # the top-level group lists its registry line, not the loaded command's help
+        short = REGISTRY[name].help if not path else group.commands[name].short_help
+        assert short, f"{' '.join((*path, name))} has no short help for the list"
+        assert _squash(f"{name}{short}") in flat, f"{name}: {short!r} cut in:\n{listing}"
