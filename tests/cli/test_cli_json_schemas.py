@@ -50,6 +50,10 @@ def validated(tmp_path_factory) -> set[str]:
         ["ingest", *map(str, sorted((WORLD / "logs").glob("*.jsonl"))), "--logs", str(logs)],
     )
     c("runs", ["runs", "--logs", str(logs)])
+    q = c("query", ["query", "--logs", str(logs), "--limit", "2",
+                    "SELECT run_id, count(*) AS n FROM rollouts GROUP BY 1 ORDER BY 1"])  # fmt: skip
+    assert (q["rows"], q["columns"]) == (4, ["run_id", "n"])
+    assert q["data"] == [["curriculum", 72], ["focused_r1", 144]]
     bucket = ["curate", "bucket", "--dataset", str(WORLD / "dataset.parquet"), "--logs", str(logs),
               "--run", "phase1", "--out-dir", str(funnel)]  # fmt: skip
     assert c("curate-bucket", bucket)["skipped_unchanged"] is False
