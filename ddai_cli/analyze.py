@@ -84,7 +84,7 @@ def attribution_cmd(
         list[Path] | None,
         typer.Option(
             "--flags",
-            metavar="CSV",
+            metavar="<csv>",
             help="Review CSV (uid, verdict, reason: a person's decisions or a verifier's "
             "review.csv); wrong/uncertain rows flag the ground truth. Repeat for several.",
         ),

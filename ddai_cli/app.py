@@ -182,7 +182,7 @@ def _hint_for_missing_value(e: BadOptionUsage, command: click.Command) -> None:
             runs = []
         if runs:
             shown = ", ".join(runs[:8]) + (", …" if len(runs) > 8 else "")
-            e.message += f" Did you mean {name} RUN, one of: {shown}?"
+            e.message += f" Did you mean {name} <run>, one of: {shown}?"
             return
     e.message += f" Give it a value: {name} {param.metavar or (param.name or 'value').upper()}."
 

@@ -36,7 +36,7 @@ LogsOpt = Annotated[
     Path | None,
     typer.Option(
         "--logs",
-        metavar="DIR",
+        metavar="<dir>",
         help="Log store folder (hive-partitioned Parquet), or an s3:// / gs:// URL (credentials "
         "from the environment). Default: $DDAI_LOGS, ddai.toml `logs`, "
         "else <workspace>/logs with the workspace $DDAI_HOME or ./ddai-work.",
@@ -61,7 +61,7 @@ RunsOpt = Annotated[
     list[str] | None,
     typer.Option(
         "--run",
-        metavar="RUN",
+        metavar="<run>",
         callback=check_run_ids,
         help="Run id to read; repeat for several. Default: every run in the store.",
     ),

@@ -31,7 +31,7 @@ def register(app: typer.Typer) -> None:
         out: Annotated[
             Path,
             typer.Option(
-                "--out", "-o", metavar="FILE", help="The pages.parquet to write (atomically)."
+                "--out", "-o", metavar="<file>", help="The pages.parquet to write (atomically)."
             ),
         ],
         text_from: Annotated[

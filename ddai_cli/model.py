@@ -31,7 +31,7 @@ def register(app: typer.Typer) -> None:
             list[Path] | None,
             typer.Option(
                 "--text",
-                metavar="FILE",
+                metavar="<file>",
                 help="Extra text, JSONL or Parquet file(s) to train the tokenizer on (repeatable); "
                 "Parquet/JSONL string columns are used. Default: built-in fixture text only.",
             ),

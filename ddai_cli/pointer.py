@@ -169,7 +169,7 @@ def world_cmd(
         Path | None,
         typer.Option(
             "--from",
-            metavar="FILE",
+            metavar="<file>",
             help="Build the world from your VQA set instead: .parquet or .jsonl with image (a "
             "path, relative to the file), question, answers (the 10 human answers), optional "
             "question_id and split (train, test, demo = the demonstration pool).",
@@ -242,7 +242,7 @@ def embed_cmd(
     out: Annotated[
         Path,
         typer.Option(
-            "--out", "-o", metavar="FILE", help="Store to write: .safetensors or .parquet."
+            "--out", "-o", metavar="<file>", help="Store to write: .safetensors or .parquet."
         ),
     ],
     k: Annotated[
@@ -305,7 +305,10 @@ def gen_cmd(
     out: Annotated[
         Path,
         typer.Option(
-            "--out", "-o", metavar="FILE", help="Raw records to write (JSONL, one line per query)."
+            "--out",
+            "-o",
+            metavar="<file>",
+            help="Raw records to write (JSONL, one line per query).",
         ),
     ],
     split: Annotated[str, field_opt(G, "split")] = default_of(G, "split"),
@@ -371,7 +374,7 @@ def process_cmd(
         typer.Option(
             "--out",
             "-o",
-            metavar="FILE",
+            metavar="<file>",
             help="Processed rows to write (.parquet); statistics go beside it.",
         ),
     ],
@@ -414,7 +417,7 @@ def train_cmd(
     *,
     store: StoreOpt,
     out: Annotated[
-        Path, typer.Option("--out-dir", metavar="DIR", help="Checkpoint folder to write.")
+        Path, typer.Option("--out-dir", metavar="<dir>", help="Checkpoint folder to write.")
     ],
     mode: Annotated[
         str | None,
@@ -491,7 +494,7 @@ def eval_cmd(
         list[str],
         typer.Option(
             "--model",
-            metavar="NAME=CHECKPOINT",
+            metavar="<name=checkpoint>",
             help="NAME=CHECKPOINT, repeatable; the first is the reference (usually sft=...).",
         ),
     ],
@@ -501,7 +504,7 @@ def eval_cmd(
     out: Annotated[
         Path | None,
         typer.Option(
-            "--out-dir", metavar="DIR", help="Folder for selections.parquet and summary.parquet."
+            "--out-dir", metavar="<dir>", help="Folder for selections.parquet and summary.parquet."
         ),
     ] = default_of(EV, "out"),
     vqa: VqaOpt = default_of(EV, "vqa"),

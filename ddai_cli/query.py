@@ -51,7 +51,7 @@ def query_cmd(
         typer.Option(
             "--param",
             "-p",
-            metavar="NAME[:TYPE]=VALUE",
+            metavar="<name[:type]=value>",
             help="Bound parameter, used as $NAME in the SQL (bound, never pasted into the text). "
             "NAME=VALUE binds a string (`-p u=528` is the string '528'); NAME:TYPE=VALUE binds a "
             "typed value, TYPE one of int, float, bool (true/false/1/0/yes/no), str: "
@@ -61,7 +61,7 @@ def query_cmd(
     fmt: Annotated[Fmt, typer.Option("--format", help="Output format.")] = Fmt.table,
     out: Annotated[
         Path | None,
-        typer.Option("--out", "-o", metavar="FILE", help="Write the result to this file."),
+        typer.Option("--out", "-o", metavar="<file>", help="Write the result to this file."),
     ] = None,
     limit: Annotated[
         int, typer.Option(help="Rows shown by --format table (and listed by --json).")

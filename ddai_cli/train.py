@@ -90,7 +90,7 @@ def register(app: typer.Typer) -> None:
             list[Path],
             typer.Option(
                 "--data",
-                metavar="FILE",
+                metavar="<file>",
                 help="`ddai distill` output or DDAI train1 file(s) (Parquet/JSONL, a `messages` column); repeatable.",
             ),
         ],

@@ -129,3 +129,18 @@ def test_command_lists_print_every_short_help_uncut(path, group, monkeypatch):
         short = REGISTRY[name].help if not path else group.commands[name].short_help
         assert short, f"{' '.join((*path, name))} has no short help for the list"
         assert _squash(f"{name}{short}") in flat, f"{name}: {short!r} cut in:\n{listing}"
+
+
+_OPTION_LINE = re.compile(r"^ {2}(?:-\w, )?--[\w-]+(?:, -\w)? (<[^>]*>\S*|\S+)")
+
+
+@pytest.mark.parametrize("path,cmd", COMMANDS, ids=[" ".join(p) or "ddai" for p, _ in COMMANDS])
+def test_option_placeholders_share_one_style(path, cmd, monkeypatch):
+    """Every option's value placeholder is ``<lowercase>`` (Typer's ``<int>``, ``<path>``, and
+    ours: ``<dir>``, ``<file>``, ``<run>``), never ``FILE`` beside ``<path>``."""
+    out = _help(path, monkeypatch)
+    options = out.split("\nOptions:\n", 1)[-1]
+    shown = [m.group(1) for line in options.splitlines() if (m := _OPTION_LINE.match(line))]
+    assert shown or not any(getattr(p, "metavar", None) for p in cmd.params)
+    odd = [s for s in shown if not s.startswith("/") and not re.fullmatch(r"<[^A-Z]+>(\.\.\.)?", s)]
+    assert odd == [], f"{' '.join(path)}: {odd}"

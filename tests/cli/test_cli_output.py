@@ -176,7 +176,7 @@ def test_a_missing_value_says_what_to_give(world, monkeypatch):
     monkeypatch.setenv("DDAI_LOGS", str(world["logs"]))
     res = runner.invoke(app, ["report", "--run"])
     assert res.exit_code == 2
-    assert "Did you mean --run RUN, one of: curriculum, focused_r1, focused_r2, phase1?" in (
+    assert "Did you mean --run <run>, one of: curriculum, focused_r1, focused_r2, phase1?" in (
         " ".join(res.output.split())
     )
     res = runner.invoke(app, ["query", "SELECT 1", "--format"])
@@ -184,7 +184,7 @@ def test_a_missing_value_says_what_to_give(world, monkeypatch):
         " ".join(res.output.split())
     )
     res = runner.invoke(app, ["curate", "bucket", "--out-dir"])
-    assert res.exit_code == 2 and "Give it a value: --out-dir DIR." in res.output
+    assert res.exit_code == 2 and "Give it a value: --out-dir <dir>." in res.output
 
 
 def test_table_values_and_headers_print_as_they_are(world):
