@@ -89,7 +89,7 @@ def query_cmd(
         )
     try:
         # only the views the SQL names: binding all of them costs more than a small query
-        root = query.logs_or_fail(workspace.logs_dir(logs))
+        root = query.logs_or_fail(workspace.logs_dir(logs, demo_fallback=True))
         con = query.connect(root, runs, views=query.views_for(sql))
         rel = query.relation(con, sql, params or None)
         if fmt is Fmt.parquet and out is not None:  # (without --out: refused above)

@@ -138,7 +138,7 @@ def report_cmd(
     then failure attribution, reward latency and coverage, and the drop/keep lists."""
     with bad_input_exits():
         cfg = ReportConfig(
-            logs=workspace.logs_dir(logs),
+            logs=workspace.logs_dir(logs, demo_fallback=True),
             out=out or workspace.home() / "report.html",
             runs=runs or None,
             success_threshold=threshold,

@@ -24,7 +24,7 @@ def runs_cmd(logs: LogsOpt = None, as_json: JsonOpt = False) -> None:
     their rollouts carry (turns, pages, judge, ndcg, reward, step, advantages, images: the
     commands that need one refuse a run without it)."""
     try:
-        root = store_read.logs_or_fail(workspace.logs_dir(logs))
+        root = store_read.logs_or_fail(workspace.logs_dir(logs, demo_fallback=True))
         found = run_stats.runs_rows(root)
     except FileNotFoundError as e:
         raise fail(str(e)) from e

@@ -100,7 +100,7 @@ def serve_cmd(
         ) from e
     try:
         cfg = ServeConfig(
-            logs=workspace.logs_dir(logs),
+            logs=workspace.logs_dir(logs, demo_fallback=True),
             runs=runs or None,
             datasets_dir=datasets_dir,
             image_root=image_root,
