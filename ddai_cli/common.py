@@ -236,7 +236,7 @@ def rows_table(title: str, rows: list[dict[str, Any]]) -> Table:
     Title, headers and cells are ``Text``: a value prints as it is (``[/x]`` or ``:smile:`` in a
     query's output is no markup or emoji; as markup ``[/x]`` raised), and no cell is parsed."""
     table = Table(
-        title=Text(title, style="table.title"),
+        title=Text(title, style="table.title", no_wrap=True, overflow="ignore"),
         title_justify="left",
         box=box.SIMPLE_HEAD,
         show_edge=False,

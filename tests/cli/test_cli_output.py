@@ -213,3 +213,9 @@ def test_the_width_bound_is_never_below_the_tables_width(rows):
     table = common.rows_table("t", rows)
     natural = common.console.measure(table, options=common.console.options.update_width(10**6))
     assert natural.maximum <= common.width_bound(rows) <= natural.maximum + 3 * len(rows[0])
+
+
+def test_a_narrow_table_keeps_its_title_on_one_line(world, width):
+    # a one-column result once printed its title "1 rows" one character per line
+    out = _people(["query", "--logs", str(world["logs"]), "SELECT 1 AS x"])
+    assert out.splitlines()[0].strip() == "1 rows"
