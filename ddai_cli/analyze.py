@@ -57,7 +57,9 @@ def _flatten(result: dict[str, Any]) -> dict[str, Any]:
     return flat
 
 
-@analyze_app.command("attribution")
+@analyze_app.command(
+    "attribution", short_help="Why low-scoring prompts fail: search, generator or ground truth."
+)
 def attribution_cmd(
     logs: LogsOpt = None,
     runs: RunsOpt = None,
@@ -82,7 +84,7 @@ def attribution_cmd(
         list[Path] | None,
         typer.Option(
             "--flags",
-            metavar="CSV",
+            metavar="<csv>",
             help="Review CSV (uid, verdict, reason: a person's decisions or a verifier's "
             "review.csv); wrong/uncertain rows flag the ground truth. Repeat for several.",
         ),
@@ -137,7 +139,9 @@ def _ratio(v: float | None) -> str:
     return "n/a" if v is None else f"{v:.3f}"
 
 
-@analyze_app.command("latency")
+@analyze_app.command(
+    "latency", short_help="Reward latency, judge timeouts and reward coverage per run."
+)
 def latency_cmd(
     logs: LogsOpt = None,
     runs: RunsOpt = None,
@@ -155,7 +159,9 @@ def latency_cmd(
     summary("ddai analyze latency", result if as_json else _flatten(result), as_json=as_json)
 
 
-@analyze_app.command("drop-keep")
+@analyze_app.command(
+    "drop-keep", short_help="Zero-variance GRPO groups and the prompts to drop or keep."
+)
 def drop_keep_cmd(
     logs: LogsOpt = None,
     runs: RunsOpt = None,

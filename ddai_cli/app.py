@@ -183,9 +183,39 @@ def _hint_for_missing_value(e: BadOptionUsage, command: click.Command) -> None:
             runs = []
         if runs:
             shown = ", ".join(runs[:8]) + (", …" if len(runs) > 8 else "")
-            e.message += f" Did you mean {name} RUN, one of: {shown}?"
+            e.message += f" Did you mean {name} <run>, one of: {shown}?"
             return
     e.message += f" Give it a value: {name} {param.metavar or (param.name or 'value').upper()}."
+
+
+NO_BARS_HELP = (
+    "Show progress bars (on stderr). This command draws none; the flag is accepted so a script "
+    "can pass --no-progress to every command."
+)
+
+
+def _no_bars_flag() -> click.Parameter:
+    """``--progress/--no-progress`` as Typer builds it, not passed to the command's function."""
+    probe = typer.Typer(rich_markup_mode=None)
+
+    @probe.command()
+    def _probe(progress: bool = typer.Option(True, "--progress/--no-progress", help=NO_BARS_HELP)):
+        del progress
+
+    flag = next(p for p in typer.main.get_command(probe).params if p.name == "progress")
+    flag.expose_value = False
+    return flag
+
+
+def _accept_progress(command: click.Command) -> None:
+    """Give every command below ``command`` without ``--progress/--no-progress`` the flag (not
+    passed to its function: it has no bar to hide), so scripts can pass it to any command."""
+    for sub in getattr(command, "commands", {}).values():
+        _accept_progress(sub)
+    if hasattr(command, "commands"):
+        return
+    if not any("--no-progress" in p.secondary_opts for p in command.params):
+        command.params.append(_no_bars_flag())
 
 
 def load_command(name: str) -> click.Command:
@@ -197,6 +227,7 @@ def load_command(name: str) -> click.Command:
     command = group.commands.get(name)
     if command is None:  # a registry line whose module does not register that name
         raise RuntimeError(f"ddai.cli: {COMMANDS[name].modules} register no command {name!r}")
+    _accept_progress(command)
     return command
 
 

@@ -178,6 +178,8 @@ def register(app: typer.Typer) -> None:
     backends_app = typer.Typer(
         help="Model backends: list, ping, cache stats.", no_args_is_help=True, rich_markup_mode=None
     )
-    backends_app.command("check")(check_cmd)
+    backends_app.command(
+        "check", short_help="List the backends and their roles, ping them, show cache stats."
+    )(check_cmd)
     app.add_typer(backends_app, name="backends")
     app.command("judge")(judge_cmd)

@@ -116,4 +116,6 @@ def train_collect_command(
 def register(app: typer.Typer) -> None:
     """Add ``train collect`` to the ``train`` group."""
     train_app = sub_app(app, "train", TRAIN_HELP)
-    train_app.command("collect")(train_collect_command)
+    train_app.command(
+        "collect", short_help="Roll out a policy and log scored episodes, without training."
+    )(train_collect_command)

@@ -36,7 +36,7 @@ LogsOpt = Annotated[
     Path | None,
     typer.Option(
         "--logs",
-        metavar="DIR",
+        metavar="<dir>",
         help="Log store folder (hive-partitioned Parquet), or an s3:// / gs:// URL (credentials "
         "from the environment). Default: $DDAI_LOGS, ddai.toml `logs`, "
         "else <workspace>/logs with the workspace $DDAI_HOME or ./ddai-work.",
@@ -61,7 +61,7 @@ RunsOpt = Annotated[
     list[str] | None,
     typer.Option(
         "--run",
-        metavar="RUN",
+        metavar="<run>",
         callback=check_run_ids,
         help="Run id to read; repeat for several. Default: every run in the store.",
     ),
@@ -236,7 +236,7 @@ def rows_table(title: str, rows: list[dict[str, Any]]) -> Table:
     Title, headers and cells are ``Text``: a value prints as it is (``[/x]`` or ``:smile:`` in a
     query's output is no markup or emoji; as markup ``[/x]`` raised), and no cell is parsed."""
     table = Table(
-        title=Text(title, style="table.title"),
+        title=Text(title, style="table.title", no_wrap=True, overflow="ignore"),
         title_justify="left",
         box=box.SIMPLE_HEAD,
         show_edge=False,
@@ -244,8 +244,11 @@ def rows_table(title: str, rows: list[dict[str, Any]]) -> Table:
         collapse_padding=True,
     )
     first = rows[0] if rows else {}
-    for col, v in first.items():
-        numeric = isinstance(v, int | float) and not isinstance(v, bool)
+    for col in first:
+        # right-aligned when the column holds a number (another row's may be unknown, "—")
+        numeric = any(
+            isinstance(r.get(col), int | float) and not isinstance(r.get(col), bool) for r in rows
+        )
         table.add_column(Text(col), justify="right" if numeric else "left", no_wrap=True)
     for r in rows:
         table.add_row(*(Text("" if v is None else human(v)) for v in r.values()))

@@ -18,7 +18,7 @@ def register(app: typer.Typer) -> None:
         rich_markup_mode=None,
     )
 
-    @corpus_app.command("build")
+    @corpus_app.command("build", short_help="Build a page corpus from page images.")
     def build(
         images_dir: Annotated[
             Path,
@@ -31,7 +31,7 @@ def register(app: typer.Typer) -> None:
         out: Annotated[
             Path,
             typer.Option(
-                "--out", "-o", metavar="FILE", help="The pages.parquet to write (atomically)."
+                "--out", "-o", metavar="<file>", help="The pages.parquet to write (atomically)."
             ),
         ],
         text_from: Annotated[

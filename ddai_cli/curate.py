@@ -59,7 +59,7 @@ RunOpt = Annotated[
     list[str] | None,
     typer.Option(
         "--run",
-        metavar="RUN",
+        metavar="<run>",
         callback=check_run_ids,
         help="Run whose rollouts score the prompts; repeat to pool several runs. Each run must "
         "carry the score read (bucket: --metric; focus: reward; verify-gt: reward and NDCG).",
@@ -72,7 +72,7 @@ DecisionsOpt = Annotated[
     list[Path] | None,
     typer.Option(
         "--decisions",
-        metavar="CSV",
+        metavar="<csv>",
         help="A person's review CSV (uid, verdict, reason; verdict ok, wrong or uncertain). "
         "Repeatable; a later file's decision on a uid wins.",
     ),
@@ -94,13 +94,15 @@ def _logs(logs: Path | None, runs: list[str] | None) -> Path | None:
     return workspace.logs_dir(logs) if runs else None
 
 
-@curate_app.command("bucket")
+@curate_app.command(
+    "bucket", short_help="Split a dataset into buckets B / A / 0 by a per-prompt score."
+)
 def bucket_cmd(
     dataset: DatasetOpt,
     out: Annotated[
         Path,
         typer.Option(
-            "--out-dir", metavar="DIR", help="Folder for curriculum_bucket_{b,a,0}.parquet."
+            "--out-dir", metavar="<dir>", help="Folder for curriculum_bucket_{b,a,0}.parquet."
         ),
     ],
     logs: LogsOpt = None,
@@ -153,14 +155,14 @@ def bucket_cmd(
     summary("ddai curate bucket", result.to_dict(), as_json=as_json)
 
 
-@curate_app.command("verify-gt")
+@curate_app.command("verify-gt", short_help="Propose ground-truth errors for review.")
 def verify_gt_cmd(
     dataset: DatasetOpt,
     out: Annotated[
         Path,
         typer.Option(
             "--out-dir",
-            metavar="DIR",
+            metavar="<dir>",
             help="Folder for <dataset>_filtered.parquet, <dataset>_excluded.parquet, "
             "review.csv and review.html.",
         ),
@@ -171,7 +173,7 @@ def verify_gt_cmd(
         list[str] | None,
         typer.Option(
             "--select",
-            metavar="RULE",
+            metavar="<rule>",
             help="Candidate rule (repeatable; default with --run: all three): "
             + "; ".join(f"{k}: {v}" for k, v in verify_gt.RULE_HELP.items())
             + ". Without --run every prompt is a candidate.",
@@ -262,11 +264,11 @@ def verify_gt_cmd(
     exit_if_calls_failed(result.summary)
 
 
-@curate_app.command("focus")
+@curate_app.command("focus", short_help="Build the next focused round: hard A + verified bucket 0.")
 def focus_cmd(
     out: Annotated[
         Path,
-        typer.Option("--out", "-o", metavar="FILE", help="The next round's dataset (Parquet)."),
+        typer.Option("--out", "-o", metavar="<file>", help="The next round's dataset (Parquet)."),
     ],
     logs: LogsOpt = None,
     runs: RunOpt = None,
@@ -317,7 +319,9 @@ def focus_cmd(
     summary("ddai curate focus", result.to_dict(), as_json=as_json)
 
 
-@curate_app.command("plan")
+@curate_app.command(
+    "plan", short_help="Estimate mixed GRPO groups, rare successes and cost per bucket."
+)
 def plan_cmd(
     logs: LogsOpt = None,
     runs: RunOpt = None,
@@ -325,7 +329,7 @@ def plan_cmd(
         list[int] | None,
         typer.Option(
             "--n-agent",
-            metavar="N",
+            metavar="<n>",
             help="Proposed rollouts per prompt; repeatable (default "
             + " ".join(map(str, plan.DEFAULT_N_AGENT))
             + ").",
@@ -349,7 +353,7 @@ def plan_cmd(
         list[Path] | None,
         typer.Option(
             "--bucket",
-            metavar="FILE",
+            metavar="<file>",
             help="A dataset whose ids form one bucket (named by its file stem); repeatable. "
             "Default: buckets B / A / 0 by the run's mean NDCG.",
         ),
@@ -366,7 +370,7 @@ def plan_cmd(
     out: Annotated[
         Path | None,
         typer.Option(
-            "--out", "-o", metavar="FILE", help="Also write the plan as JSON to this file."
+            "--out", "-o", metavar="<file>", help="Also write the plan as JSON to this file."
         ),
     ] = None,
     as_json: JsonOpt = False,

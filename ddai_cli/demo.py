@@ -8,6 +8,7 @@ function returning a summary dict; the demo stops at the first failing step with
 from __future__ import annotations
 
 import contextlib
+import shlex
 import sys
 import time
 from collections.abc import Callable
@@ -187,6 +188,19 @@ def run_demo(cfg: DemoConfig, *, on_step: Callable[[str, dict[str, Any], float],
     return True
 
 
+def next_commands(cfg: DemoConfig) -> dict[str, str]:
+    """What to run after the demo, exact for this workspace: the commands read the demo's store
+    without ``--logs`` when the default store falls back to it (no ``<home>/logs`` yet)."""
+    same = workspace.logs_dir(None, demo_fallback=True, note=False) == cfg.logs
+    logs = "" if same else f" --logs {shlex.quote(str(cfg.logs))}"
+    return {
+        "open the report": str(cfg.out / "report.html"),
+        "serve the store": f"ddai serve{logs}",
+        "list the runs": f"ddai runs{logs}",
+        "query it": f'ddai query{logs} "SELECT run_id, count(*) FROM rollouts GROUP BY 1"',
+    }
+
+
 def demo_cmd(
     seed: Annotated[int, typer.Option(help="Seed of the synthetic world.")] = 0,
     size: Annotated[
@@ -216,6 +230,8 @@ def demo_cmd(
             err_console.print(f"[dim]done[/] {name} ({seconds:.1f}s)")
 
     ok = run_demo(cfg, on_step=on_step)
+    if ok:
+        results["next"] = next_commands(cfg)
     summary("ddai demo", results, as_json=as_json)
     if not ok:
         raise typer.Exit(EXIT_FAILED)

@@ -65,7 +65,7 @@ ClaimOpt = Annotated[
     list[str] | None,
     typer.Option(
         "--claim-pattern",
-        metavar="REGEX",
+        metavar="<regex>",
         help="Observation-claim regex a rewritten think may not add (repeatable; replaces the "
         "built-in list; default: ddai.toml [distill] claim_patterns, else the built-in list).",
     ),
@@ -74,7 +74,7 @@ RunOpt = Annotated[
     list[str] | None,
     typer.Option(
         "--run",
-        metavar="RUN",
+        metavar="<run>",
         callback=check_run_ids,
         help="Run id to distill (required; repeat to pool several runs). Each run needs parsed "
         "turns.",
@@ -112,7 +112,7 @@ def distill_cmd(
     out: Annotated[
         Path | None,
         typer.Option(
-            "--out", "-o", metavar="FILE", help="The SFT Parquet file to write (required)."
+            "--out", "-o", metavar="<file>", help="The SFT Parquet file to write (required)."
         ),
     ] = None,
     success_rate_max: Annotated[
@@ -226,7 +226,7 @@ def distill_cmd(
     exit_if_calls_failed(data)
 
 
-@distill_app.command("check")
+@distill_app.command("check", short_help="Run the safety post-pass over an existing SFT file.")
 def check_cmd(
     file: Annotated[
         Path, typer.Argument(metavar="FILE", help="An SFT Parquet file (train1 or messages shape).")
@@ -242,7 +242,10 @@ def check_cmd(
     out: Annotated[
         Path | None,
         typer.Option(
-            "--out", "-o", metavar="FILE", help="Write the cleaned file here (same shape as FILE)."
+            "--out",
+            "-o",
+            metavar="<file>",
+            help="Write the cleaned file here (same shape as FILE).",
         ),
     ] = None,
     report: Annotated[
@@ -277,14 +280,16 @@ def check_cmd(
     summary("ddai distill check", _run(run_check, cfg), as_json=as_json)
 
 
-@distill_app.command("convert")
+@distill_app.command(
+    "convert", short_help="Convert an SFT file between the train1 and messages shapes."
+)
 def convert_cmd(
     file: Annotated[
         Path, typer.Argument(metavar="FILE", help="An SFT Parquet file (train1 or messages shape).")
     ],
     to: Annotated[Fmt, typer.Option("--to", help="The shape to write.")],
     out: Annotated[
-        Path, typer.Option("--out", "-o", metavar="FILE", help="The Parquet file to write.")
+        Path, typer.Option("--out", "-o", metavar="<file>", help="The Parquet file to write.")
     ],
     as_json: JsonOpt = False,
 ) -> None:

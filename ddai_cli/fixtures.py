@@ -48,7 +48,9 @@ def _make(cfg: MakeConfig) -> dict:
         return make_world(cfg.out, seed=cfg.seed, size=cfg.size, progress=report)
 
 
-@fixtures_app.command("make")
+@fixtures_app.command(
+    "make", short_help="Write the synthetic world: pages, prompts, runs, truth table."
+)
 def make_cmd(
     out: Annotated[
         Path,

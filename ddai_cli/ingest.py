@@ -48,7 +48,7 @@ def ingest_cmd(
         str,
         typer.Option(
             "--input-format",
-            metavar="FORMAT",
+            metavar="<format>",
             help=f"Input format, per file by content when auto. One of: "
             f"{', '.join(adapters.formats())}.",
         ),

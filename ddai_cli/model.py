@@ -20,7 +20,9 @@ def register(app: typer.Typer) -> None:
         rich_markup_mode=None,
     )
 
-    @model_app.command("tiny")
+    @model_app.command(
+        "tiny", short_help="Build a tiny Qwen2-architecture causal LM and its tokenizer."
+    )
     def tiny(
         out: Annotated[
             Path, typer.Argument(metavar="DIR", help="Folder to write the model and tokenizer to.")
@@ -29,7 +31,7 @@ def register(app: typer.Typer) -> None:
             list[Path] | None,
             typer.Option(
                 "--text",
-                metavar="FILE",
+                metavar="<file>",
                 help="Extra text, JSONL or Parquet file(s) to train the tokenizer on (repeatable); "
                 "Parquet/JSONL string columns are used. Default: built-in fixture text only.",
             ),

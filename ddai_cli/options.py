@@ -37,7 +37,7 @@ SetOpt = Annotated[
     list[str] | None,
     typer.Option(
         "--set",
-        metavar="KEY=VALUE",
+        metavar="<key=value>",
         help="Any TRL config knob as KEY=VALUE (JSON values); repeatable; wins over all.",
     ),
 ]

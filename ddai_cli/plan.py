@@ -68,7 +68,7 @@ def register(app: typer.Typer) -> None:
     """Add ``train plan`` to the ``train`` group."""
     train_app = sub_app(app, "train", TRAIN_HELP)
 
-    @train_app.command("plan")
+    @train_app.command("plan", short_help="Per-rank GPU memory of a training run before it starts.")
     @with_groups({"settings": PLAN_FLAGS})
     def train_plan(*, settings: dict[str, Any], as_json: JsonOpt = False) -> None:
         """Per-rank GPU memory of a training run before it starts: the policy built on the meta

@@ -157,7 +157,9 @@ RL_FLAGS = config_flags(
 as they read."""
 
 
-@pointer_app.command("world")
+@pointer_app.command(
+    "world", short_help="Make (or load) a synthetic VQA world for the pointer selector."
+)
 def world_cmd(
     out: Annotated[Path, typer.Argument(metavar="DIR", help="Folder to write the world into.")],
     seed: Annotated[
@@ -167,7 +169,7 @@ def world_cmd(
         Path | None,
         typer.Option(
             "--from",
-            metavar="FILE",
+            metavar="<file>",
             help="Build the world from your VQA set instead: .parquet or .jsonl with image (a "
             "path, relative to the file), question, answers (the 10 human answers), optional "
             "question_id and split (train, test, demo = the demonstration pool).",
@@ -232,7 +234,7 @@ def world_cmd(
     summary("ddai pointer world", run_world(cfg, out), as_json=as_json)
 
 
-@pointer_app.command("embed")
+@pointer_app.command("embed", short_help="Export query and candidate embeddings to a store.")
 def embed_cmd(
     world: Annotated[
         Path, typer.Argument(metavar="DIR", help="World folder (queries.jsonl, demos.jsonl).")
@@ -240,7 +242,7 @@ def embed_cmd(
     out: Annotated[
         Path,
         typer.Option(
-            "--out", "-o", metavar="FILE", help="Store to write: .safetensors or .parquet."
+            "--out", "-o", metavar="<file>", help="Store to write: .safetensors or .parquet."
         ),
     ],
     k: Annotated[
@@ -293,7 +295,7 @@ def embed_cmd(
     summary("ddai pointer embed" + (" (dry run)" if dry_run else ""), data, as_json=as_json)
 
 
-@pointer_app.command("gen")
+@pointer_app.command("gen", short_help="Generate pointer candidates and record their VQA answers.")
 def gen_cmd(
     store: StoreOpt,
     world: WorldOpt,
@@ -303,7 +305,10 @@ def gen_cmd(
     out: Annotated[
         Path,
         typer.Option(
-            "--out", "-o", metavar="FILE", help="Raw records to write (JSONL, one line per query)."
+            "--out",
+            "-o",
+            metavar="<file>",
+            help="Raw records to write (JSONL, one line per query).",
         ),
     ],
     split: Annotated[str, field_opt(G, "split")] = default_of(G, "split"),
@@ -357,7 +362,9 @@ def gen_cmd(
     _vqa_summary("ddai pointer gen", data, dry_run=dry_run, as_json=as_json)
 
 
-@pointer_app.command("process")
+@pointer_app.command(
+    "process", short_help="Flatten raw records into per-pointer rows with a reward."
+)
 def process_cmd(
     raw: Annotated[
         Path, typer.Argument(metavar="FILE", help="Raw records from `ddai pointer gen`.")
@@ -367,7 +374,7 @@ def process_cmd(
         typer.Option(
             "--out",
             "-o",
-            metavar="FILE",
+            metavar="<file>",
             help="Processed rows to write (.parquet); statistics go beside it.",
         ),
     ],
@@ -404,13 +411,13 @@ def process_cmd(
     summary("ddai pointer process", data, as_json=as_json)
 
 
-@pointer_app.command("train")
+@pointer_app.command("train", short_help="Train the pointer selector.")
 @with_groups({"rl": RL_FLAGS, "device": device_options})
 def train_cmd(
     *,
     store: StoreOpt,
     out: Annotated[
-        Path, typer.Option("--out-dir", metavar="DIR", help="Checkpoint folder to write.")
+        Path, typer.Option("--out-dir", metavar="<dir>", help="Checkpoint folder to write.")
     ],
     mode: Annotated[
         str | None,
@@ -479,7 +486,7 @@ def train_cmd(
     summary("ddai pointer train", result, as_json=as_json)
 
 
-@pointer_app.command("eval")
+@pointer_app.command("eval", short_help="Held-out VQA accuracy of each selector's pairs.")
 def eval_cmd(
     store: StoreOpt,
     world: WorldOpt,
@@ -487,7 +494,7 @@ def eval_cmd(
         list[str],
         typer.Option(
             "--model",
-            metavar="NAME=CHECKPOINT",
+            metavar="<name=checkpoint>",
             help="NAME=CHECKPOINT, repeatable; the first is the reference (usually sft=...).",
         ),
     ],
@@ -497,7 +504,7 @@ def eval_cmd(
     out: Annotated[
         Path | None,
         typer.Option(
-            "--out-dir", metavar="DIR", help="Folder for selections.parquet and summary.parquet."
+            "--out-dir", metavar="<dir>", help="Folder for selections.parquet and summary.parquet."
         ),
     ] = default_of(EV, "out"),
     vqa: VqaOpt = default_of(EV, "vqa"),

@@ -143,4 +143,6 @@ def train_ppo_command(
 
 def register(app: typer.Typer) -> None:
     """Add ``train ppo`` to the ``train`` group."""
-    sub_app(app, "train", TRAIN_HELP).command("ppo")(train_ppo_command)
+    sub_app(app, "train", TRAIN_HELP).command(
+        "ppo", short_help="PPO with a value-head critic and GAE over the search environment."
+    )(train_ppo_command)

@@ -14,7 +14,15 @@ from typing import Annotated
 import duckdb
 import typer
 
-from ddai.cli.common import LogsOpt, RunsOpt, console, err_console, fail, print_rows
+from ddai.cli.common import (
+    LogsOpt,
+    RunsOpt,
+    console,
+    err_console,
+    fail,
+    print_rows,
+    summary,
+)
 from ddai.pipelines import io, query, query_out, workspace
 
 
@@ -43,7 +51,7 @@ def query_cmd(
         typer.Option(
             "--param",
             "-p",
-            metavar="NAME[:TYPE]=VALUE",
+            metavar="<name[:type]=value>",
             help="Bound parameter, used as $NAME in the SQL (bound, never pasted into the text). "
             "NAME=VALUE binds a string (`-p u=528` is the string '528'); NAME:TYPE=VALUE binds a "
             "typed value, TYPE one of int, float, bool (true/false/1/0/yes/no), str: "
@@ -53,9 +61,19 @@ def query_cmd(
     fmt: Annotated[Fmt, typer.Option("--format", help="Output format.")] = Fmt.table,
     out: Annotated[
         Path | None,
-        typer.Option("--out", "-o", metavar="FILE", help="Write the result to this file."),
+        typer.Option("--out", "-o", metavar="<file>", help="Write the result to this file."),
     ] = None,
-    limit: Annotated[int, typer.Option(help="Rows shown by --format table.")] = 50,
+    limit: Annotated[
+        int, typer.Option(help="Rows shown by --format table (and listed by --json).")
+    ] = 50,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="Print one JSON summary instead of the table: rows, columns, the first --limit "
+            "rows as lists (data) and the --out file.",
+        ),
+    ] = False,
 ) -> None:
     """Run SQL over the rollout-log views and print or save the result."""
     try:
@@ -64,9 +82,14 @@ def query_cmd(
         raise fail(str(e)) from e
     if fmt is Fmt.parquet and out is None:
         raise fail("--format parquet needs --out FILE")
+    if as_json and fmt is not Fmt.table and out is None:
+        raise fail(
+            f"--json and --format {fmt.value} both print to stdout: drop --json, or write the "
+            f"{fmt.value} with --out FILE"
+        )
     try:
         # only the views the SQL names: binding all of them costs more than a small query
-        root = query.logs_or_fail(workspace.logs_dir(logs))
+        root = query.logs_or_fail(workspace.logs_dir(logs, demo_fallback=True))
         con = query.connect(root, runs, views=query.views_for(sql))
         rel = query.relation(con, sql, params or None)
         if fmt is Fmt.parquet and out is not None:  # (without --out: refused above)
@@ -79,12 +102,26 @@ def query_cmd(
     except (FileNotFoundError, ValueError, duckdb.Error) as e:
         raise fail(str(e)) from e
     empty = _empty_store(root, runs) if n == 0 else None
+    if as_json:
+        # values as lists under the column names: no JSON key is built from the data
+        shown = [] if out is not None else query_out.rows(con, result, limit)
+        data = {"rows": n, "columns": list(rel.columns) if rel is not None else []}
+        data |= {"data": [[_json_value(v) for v in r] for r in shown], "out": out}
+        summary("query", {**data, "format": fmt.value, "note": empty}, as_json=True)
+        return
     if out is not None:
         console.print(f"wrote {n:,} rows to {out}", style="dim", markup=False, soft_wrap=True)
     elif fmt is Fmt.table:
         _show(con, result, limit, empty)
     if empty and (out is not None or fmt is not Fmt.table):
         err_console.print(f"note: {empty}", markup=False, soft_wrap=True)
+
+
+def _json_value(v: object) -> object:
+    """A cell as JSON has it: numbers, strings, lists and maps as they are, others as text."""
+    import json
+
+    return json.loads(json.dumps(v, default=str))
 
 
 def _empty_store(root: Path, runs: list[str] | None) -> str | None:

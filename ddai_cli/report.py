@@ -38,7 +38,7 @@ def report_cmd(
         typer.Option(
             "--compare",
             callback=check_run_ids,
-            metavar="RUN",
+            metavar="<run>",
             help="Compare two runs, given as --compare A --compare B (A the baseline, B the new "
             "one; --compare A B also works): behaviour shift, per-prompt deltas, distributions "
             "side by side.",
@@ -48,7 +48,7 @@ def report_cmd(
         list[Path] | None,
         typer.Option(
             "--datasets",
-            metavar="FILE",
+            metavar="<file>",
             help="Curated dataset file (a ddai curate output) whose manifests draw the funnel "
             "Sankey; repeat for several.",
         ),
@@ -63,7 +63,7 @@ def report_cmd(
         list[Path] | None,
         typer.Option(
             "--flags",
-            metavar="CSV",
+            metavar="<csv>",
             help="Review CSV (uid, verdict, reason) whose wrong/uncertain rows flag a prompt's "
             "ground truth in the failure attribution; repeat for several.",
         ),
@@ -118,7 +118,7 @@ def report_cmd(
         list[Path] | None,
         typer.Option(
             "--value-sft",
-            metavar="DIR",
+            metavar="<dir>",
             help="Output folder of `ddai train value-sft` (repeatable): the value section shows "
             "its per-token TD weights (mean, shares at the clip bounds) per step.",
         ),
@@ -138,7 +138,7 @@ def report_cmd(
     then failure attribution, reward latency and coverage, and the drop/keep lists."""
     with bad_input_exits():
         cfg = ReportConfig(
-            logs=workspace.logs_dir(logs),
+            logs=workspace.logs_dir(logs, demo_fallback=True),
             out=out or workspace.home() / "report.html",
             runs=runs or None,
             success_threshold=threshold,

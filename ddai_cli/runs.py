@@ -15,13 +15,16 @@ import typer
 from ddai.cli.common import JsonOpt, LogsOpt, console, fail, print_rows, summary
 from ddai.pipelines import capabilities, run_stats, store_read, workspace
 
+UNKNOWN = "—"
+"""A value no rollout of the run carries (``null`` in ``--json``)."""
+
 
 def runs_cmd(logs: LogsOpt = None, as_json: JsonOpt = False) -> None:
     """List the runs in the log store with rollout, prompt and step counts, mean scores and what
     their rollouts carry (turns, pages, judge, ndcg, reward, step, advantages, images: the
     commands that need one refuse a run without it)."""
     try:
-        root = store_read.logs_or_fail(workspace.logs_dir(logs))
+        root = store_read.logs_or_fail(workspace.logs_dir(logs, demo_fallback=True))
         found = run_stats.runs_rows(root)
     except FileNotFoundError as e:
         raise fail(str(e)) from e
@@ -41,17 +44,19 @@ def runs_cmd(logs: LogsOpt = None, as_json: JsonOpt = False) -> None:
         summary("runs", {"runs": rows}, as_json=True)
         return
     rows = [_run_row(r) for r in found]
+    # steps, turns and the format gate go with the capabilities: the first table stays narrow
+    # enough for 80 columns with run names of 30 characters
     lacks = [
         {
             "run": r["run"],
-            "steps": r.pop("steps"),
+            **{k: r.pop(k) for k in ("steps", "turns", "fmt fail")},
             "lacks": ", ".join(caps[r["run"]].lacks()) or "nothing",
             "partly": _partly(caps[r["run"]]),
         }
         for r in rows
     ]
     print_rows("runs (all digits: --json)", rows)
-    print_rows("what each run lacks", lacks)
+    print_rows("steps, turns, format fails and what each run lacks", lacks)
 
 
 def _partly(c: capabilities.Capabilities) -> str:
@@ -62,22 +67,23 @@ def _partly(c: capabilities.Capabilities) -> str:
 
 
 def _run_row(r: dict[str, Any]) -> dict[str, Any]:
-    """One run for people: short column names, rates to 3 decimals (--json has all digits)."""
+    """One run for people: short column names, rates to 3 decimals (--json has all digits); an
+    unknown value (no judged rollout, no format gate logged) is ``UNKNOWN``, never 0 or blank."""
     first, last = r.get("first_step"), r.get("last_step")
 
-    def rate(k: str) -> float | None:
-        return None if r.get(k) is None else round(r[k], 3)
+    def rate(k: str) -> float | str:
+        return UNKNOWN if r.get(k) is None else round(r[k], 3)
 
     return {
         "run": r["run_id"],
         "rollouts": r.get("rollouts"),
         "prompts": r.get("prompts"),
-        "steps": "" if first is None else f"{first}-{last}",
+        "steps": UNKNOWN if first is None else f"{first}-{last}",
         "success": rate("success_rate"),
         "judge": rate("mean_judge"),
         "ndcg": rate("mean_ndcg"),
         "reward": rate("mean_reward"),
-        "turns": None if r.get("mean_turns") is None else round(r["mean_turns"], 2),
+        "turns": UNKNOWN if r.get("mean_turns") is None else round(r["mean_turns"], 2),
         "fmt fail": rate("format_fail_rate"),
     }
 

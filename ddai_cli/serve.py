@@ -101,7 +101,7 @@ def serve_cmd(
         Path | None,
         typer.Option(
             "--review",
-            metavar="FILE",
+            metavar="<file>",
             help="A review.csv of `ddai curate verify-gt` to decide prompt by prompt at /review "
             "(ok / wrong / uncertain, one key each).",
         ),
@@ -110,7 +110,7 @@ def serve_cmd(
         Path | None,
         typer.Option(
             "--decisions-out",
-            metavar="FILE",
+            metavar="<file>",
             help="Where /review's decisions go (uid, verdict, reason, annotator, decided_at: "
             "what verify-gt and focus --decisions read). Default: review_decisions.csv beside "
             "--review.",
@@ -137,7 +137,7 @@ def serve_cmd(
         ) from e
     try:
         cfg = ServeConfig(
-            logs=workspace.logs_dir(logs),
+            logs=workspace.logs_dir(logs, demo_fallback=True),
             runs=runs or None,
             datasets_dir=datasets_dir,
             image_root=image_root,

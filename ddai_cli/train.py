@@ -73,7 +73,7 @@ def register(app: typer.Typer) -> None:
     """Add this area's commands to the main app."""
     train_app = sub_app(app, "train", TRAIN_HELP)
 
-    @train_app.command("sft")
+    @train_app.command("sft", short_help="Supervised fine-tuning on Searcher conversations (TRL).")
     @with_groups(
         {
             "run": run_flags(SFTRunConfig),
@@ -90,7 +90,7 @@ def register(app: typer.Typer) -> None:
             list[Path],
             typer.Option(
                 "--data",
-                metavar="FILE",
+                metavar="<file>",
                 help="`ddai distill` output or DDAI train1 file(s) (Parquet/JSONL, a `messages` column); repeatable.",
             ),
         ],
@@ -121,7 +121,7 @@ def register(app: typer.Typer) -> None:
         result = run_or_fail(run_sft, cfg)
         main_summary("ddai train sft", asdict(result), as_json=as_json)
 
-    @train_app.command("grpo")
+    @train_app.command("grpo", short_help="GRPO over the multi-turn search environment.")
     @with_groups(
         {
             "run": run_flags(GRPORunConfig),

@@ -109,12 +109,18 @@ def register(app: typer.Typer) -> None:
     from ddai.cli.value_sft import train_value_sft_command
 
     train_app = sub_app(app, "train", TRAIN_HELP)
-    train_app.command("value")(train_value_command)
-    train_app.command("value-sft")(train_value_sft_command)
+    train_app.command(
+        "value", short_help="Train a value head on terminal outcomes from the rollout log."
+    )(train_value_command)
+    train_app.command(
+        "value-sft", short_help="Seed 004's joint stage: SFT weighted by the critic's TD error."
+    )(train_value_sft_command)
     value_app = typer.Typer(
         help="Value heads over the rollout log: per-turn value estimates.",
         no_args_is_help=True,
         rich_markup_mode=None,
     )
-    value_app.command("score")(value_score_command)
+    value_app.command("score", short_help="Write per-turn value estimates into the rollout log.")(
+        value_score_command
+    )
     app.add_typer(value_app, name="value")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -20,8 +21,23 @@ def home() -> Path:
     return Path(cfg.get("home", DEFAULT_HOME))
 
 
-def logs_dir(flag: str | os.PathLike[str] | None = None) -> Path:
-    """The log store: ``--logs`` > ``$DDAI_LOGS`` > ``ddai.toml`` ``logs`` > ``<home>/logs``."""
+def demo_logs() -> Path:
+    """The log store ``ddai demo`` writes: ``<home>/demo/logs``."""
+    return home() / "demo" / "logs"
+
+
+_TOLD: set[Path] = set()
+
+
+def logs_dir(
+    flag: str | os.PathLike[str] | None = None, *, demo_fallback: bool = False, note: bool = True
+) -> Path:
+    """The log store: ``--logs`` > ``$DDAI_LOGS`` > ``ddai.toml`` ``logs`` > ``<home>/logs``.
+
+    ``demo_fallback`` (commands that only read the store): when ``<home>/logs`` does not exist
+    but the demo's store does, the demo's, with one line on stderr saying so (``note``), so the
+    commands after ``ddai demo`` work without flags. Writers keep ``<home>/logs``: an ingest
+    never lands in the demo's store by default."""
     if flag:
         return Path(flag)
     env = os.environ.get("DDAI_LOGS")
@@ -30,7 +46,17 @@ def logs_dir(flag: str | os.PathLike[str] | None = None) -> Path:
     cfg = load_config()
     if "logs" in cfg:
         return Path(cfg["logs"])
-    return home() / "logs"
+    default = home() / "logs"
+    if demo_fallback and not default.exists() and demo_logs().is_dir():
+        if note and default not in _TOLD:
+            _TOLD.add(default)
+            print(
+                f"note: no log store at {default}; reading the demo's {demo_logs()} "
+                "(pass --logs for another store)",
+                file=sys.stderr,
+            )
+        return demo_logs()
+    return default
 
 
 def cache_path() -> Path:

@@ -18,6 +18,7 @@ import duckdb
 import polars as pl
 
 from ddai.pipelines import capabilities, query
+from ddai.reports import palette
 from ddai.reports.config import ReportConfig
 
 _PARAM_RE = re.compile(r"\$([A-Za-z_]\w*)")
@@ -51,6 +52,8 @@ class ReportContext:
     """Per selected run: what its rollouts carry (sections that need a field check it)."""
     valued_turns: int = 0
     """Turns valued by `ddai value score` in the selection (0: the value queries are skipped)."""
+    colors: dict[str, str] = field(default_factory=dict)
+    """Per selected run: its colour in every chart of the page (``color``)."""
     _frames: dict[tuple[Any, ...], pl.DataFrame] = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -64,7 +67,12 @@ class ReportContext:
         ctx.rollouts = int(runs["rollouts"].sum())
         ctx.valued_turns = int(runs["valued_turns"].sum())
         ctx.caps = capabilities.for_runs(cfg.logs, ctx.runs)
+        ctx.colors = palette.run_colors(ctx.runs)
         return ctx
+
+    def color(self, run: str) -> str:
+        """``run``'s colour, the same in every chart of the page."""
+        return self.colors[run]
 
     def lacking(self, name: str) -> list[str]:
         """The selected runs none of whose rollouts carries ``name`` (a capability)."""

@@ -19,8 +19,8 @@ from markupsafe import Markup
 from plotly.utils import PlotlyJSONEncoder
 
 from ddai.reports.blocks import Figure, Note
+from ddai.reports.palette import COLORS
 
-COLORS = ("#3366cc", "#dc6b1f", "#2a9d5c", "#c0392b", "#8e44ad", "#7f8c8d", "#b8860b", "#17a2b8")
 _AXIS = {"gridcolor": "#e6e6e6", "zerolinecolor": "#cccccc", "automargin": True}
 HOUSE = go.layout.Template(
     layout={
@@ -31,7 +31,8 @@ HOUSE = go.layout.Template(
         "margin": {"l": 56, "r": 16, "t": 40, "b": 48},
         "xaxis": _AXIS,
         "yaxis": _AXIS,
-        "legend": {"orientation": "h", "y": -0.2},
+        # beside the plot, top-aligned: a legend below it met the x-axis title once it wrapped
+        "legend": {"orientation": "v", "x": 1.02, "xanchor": "left", "y": 1, "yanchor": "top"},
         # plotly hides the legend of a one-trace figure; every colour here names what it is
         "showlegend": True,
         "hoverlabel": {"namelength": -1},
@@ -45,6 +46,7 @@ def label(text: object) -> str:
 
 
 def color(i: int) -> str:
+    """The ``i``-th house colour (classes and outcomes; runs take ``ReportContext.color``)."""
     return COLORS[i % len(COLORS)]
 
 

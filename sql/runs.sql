@@ -12,7 +12,8 @@ SELECT
     avg(ndcg) AS mean_ndcg,
     avg(reward) AS mean_reward,
     avg(num_turns) AS mean_turns,
-    avg(CASE WHEN format_ok IS NOT DISTINCT FROM false THEN 1.0 ELSE 0.0 END) AS format_fail_rate
+    -- over the rollouts that carry the format gate: NULL (unknown, never 0) when none does
+    avg(CASE WHEN format_ok THEN 0.0 ELSE 1.0 END) FILTER (WHERE format_ok IS NOT NULL) AS format_fail_rate
 FROM rollouts
 GROUP BY run_id
 ORDER BY run_id;

@@ -69,7 +69,7 @@ def run_funnel_demo(
         "bucket0_verified": v.summary["kept"],
         "hard_a": r1.summary["hard A"],
         "round1": r1.summary["round 1"],
-        "round1_low": r2.summary["at or under 0.3"],
+        "round1_low": r2.summary["at or under score max"],
         "round2": r2.summary["next round"],
     }
     out_summary: dict[str, Any] = {

@@ -175,7 +175,9 @@ def _round1(
         "hard A": hard.num_rows,
         "bucket 0": n_zero,
         "round 1": merged.num_rows,
-        f"bucket A above {cfg.hard_max:g}": len(sel.dropped.get(f"above {cfg.hard_max:g}", [])),
+        # fixed keys, the threshold a value: a key built from it changed with every --hard-max
+        "hard max": cfg.hard_max,
+        "bucket A above hard max": len(sel.dropped.get(f"above {cfg.hard_max:g}", [])),
         "bucket A missing from run": len(missing),
         "duplicate ids": len(dups),
     }
@@ -214,7 +216,8 @@ def _next_round(
     missing = sel.dropped.get("missing from run", [])
     summary = {
         "previous round": prev.num_rows,
-        f"at or under {cfg.score_max:g}": table.num_rows + flagged_n,
+        "score max": cfg.score_max,
+        "at or under score max": table.num_rows + flagged_n,
         "flagged": flagged_n,
         "next round": table.num_rows,
         "missing from run": len(missing),

@@ -42,14 +42,14 @@ def _actions(ctx: ReportContext, hist: pl.DataFrame) -> go.Figure:
     fig = make_subplots(rows=1, cols=2, subplot_titles=["searches per rollout", "bbox per rollout"])
     for col, action in enumerate(("search", "bbox"), start=1):
         sub = hist.filter(pl.col("action") == action)
-        for i, (run, part) in enumerate(ctx.by_run(sub)):
+        for run, part in ctx.by_run(sub):
             x, y = _shares(part, "per_rollout")
             fig.add_trace(
                 go.Bar(
                     name=figures.label(run),
                     x=x,
                     y=y,
-                    marker_color=figures.color(i),
+                    marker_color=ctx.color(run),
                     legendgroup=run,
                     showlegend=col == 1,
                     hovertemplate="%{x} per rollout: %{y:.1%}",
@@ -64,14 +64,14 @@ def _actions(ctx: ReportContext, hist: pl.DataFrame) -> go.Figure:
 
 def _golden_rank(ctx: ReportContext, hist: pl.DataFrame) -> go.Figure:
     fig = go.Figure()
-    for i, (run, part) in enumerate(ctx.by_run(hist)):
+    for run, part in ctx.by_run(hist):
         ranks, y = _shares(part, "first_golden_rank")
         fig.add_trace(
             go.Bar(
                 name=figures.label(run),
                 x=[str(r) if r is not None else "none" for r in ranks],
                 y=y,
-                marker_color=figures.color(i),
+                marker_color=ctx.color(run),
                 hovertemplate="rank %{x}: %{y:.1%}",
             )
         )
@@ -86,13 +86,13 @@ def _golden_rank(ctx: ReportContext, hist: pl.DataFrame) -> go.Figure:
 
 def _turns(ctx: ReportContext, hist: pl.DataFrame) -> go.Figure:
     fig = go.Figure()
-    for i, (run, part) in enumerate(ctx.by_run(hist)):
+    for run, part in ctx.by_run(hist):
         x, y = _shares(part, "num_turns")
-        fig.add_trace(go.Bar(name=figures.label(run), x=x, y=y, marker_color=figures.color(i)))
+        fig.add_trace(go.Bar(name=figures.label(run), x=x, y=y, marker_color=ctx.color(run)))
         limit = part["max_turns"].max()
         if limit is not None:
             fig.add_vline(
-                x=limit, line_dash="dash", line_color=figures.color(i), annotation_text="max_turns"
+                x=limit, line_dash="dash", line_color=ctx.color(run), annotation_text="max_turns"
             )
     fig.update_layout(
         barmode="group",

@@ -71,7 +71,7 @@ def _distributions(
                 y=counts["len"].to_list(),
                 width=width,
                 offset=offsets[i],
-                marker_color=figures.color(i),
+                marker_color=ctx.color(run),
                 legendgroup=run,
                 hovertemplate="success rate %{x:.3g}: %{y:,} prompts",
             ),
@@ -100,7 +100,7 @@ def _distributions(
                 y=[n / total for n in part["rollouts"]],
                 width=0.4,  # side by side (the figure overlays bars: their offsets are explicit)
                 offset=-0.4 + 0.4 * i,
-                marker_color=figures.color(i),
+                marker_color=ctx.color(run),
                 legendgroup=run,
                 showlegend=False,
             ),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 import plotly.graph_objects as go
+import polars as pl
 from plotly.subplots import make_subplots
 
 from ddai.reports import figures
@@ -24,6 +25,17 @@ BINS = 10
 NDCG_BANDS = ("0", "(0, 0.2]", "(0.2, 0.4]", "(0.4, 0.6]", "(0.6, 0.8]", "(0.8, 1)", "1")
 CLASSES = ("same_doc_success", "no_reference_doc", "retrieval_ok_answer_wrong")
 MAX_COLS = 3
+ROW_PX = 260
+"""Height of one row of heatmaps, in pixels."""
+ROW_GAP_PX = 90
+"""Gap between two rows of heatmaps, in pixels."""
+MARGIN_PX = 138
+"""The figure's top (title and first run titles) and bottom margins."""
+
+
+def heat_height(rows: int) -> int:
+    """The heatmap grid's plot area in pixels: ``rows`` rows and the gaps between them."""
+    return rows * ROW_PX + (rows - 1) * ROW_GAP_PX
 
 
 def _judge_labels(levels: list[float], bins: int) -> list[str]:
@@ -54,7 +66,9 @@ def _heatmaps(ctx: ReportContext) -> tuple[go.Figure, int, dict[str, object]]:
         cols=cols,
         subplot_titles=[figures.label(run) for run, _ in parts],
         horizontal_spacing=0.1,
-        vertical_spacing=0.22 if rows > 1 else 0.1,
+        # a fixed gap in pixels (the x ticks, the axis title and the next run's title), as a
+        # share of the plot area: any number of rows fits (plotly refuses a share over 1/(rows-1))
+        vertical_spacing=ROW_GAP_PX / heat_height(rows) if rows > 1 else 0.0,
     )
     top = 0.0
     for k, (_, part) in enumerate(parts):
@@ -95,8 +109,41 @@ def _heatmaps(ctx: ReportContext) -> tuple[go.Figure, int, dict[str, object]]:
     fig.update_layout(margin={"t": 90})  # room for the run titles under the figure's title
     fig.update_xaxes(title_text="NDCG", type="category", showgrid=False)
     fig.update_yaxes(title_text="judge", type="category", showgrid=False)
-    stats = {"judge_levels": labels, "ndcg_bands": list(NDCG_BANDS), "judge_binned": bool(bins)}
+    stats = {
+        "judge_levels": labels,
+        "ndcg_bands": list(NDCG_BANDS),
+        "judge_binned": bool(bins),
+        "corners": corners(grid, ctx.cfg.judge_low, ctx.cfg.judge_high, bins),
+    }
     return fig, rows, stats
+
+
+HIGH_BANDS = (5, 6)
+"""The heatmap's NDCG columns above 0.8: retrieval found the golden pages (or nearly)."""
+
+
+def corners(grid: pl.DataFrame, judge_low: float, judge_high: float, bins: int) -> dict[str, int]:
+    """The heatmap's four corners, counted from the cells it draws (every run together).
+
+    A row is *wrong* when its judge level is at most ``judge_low`` (binned: the bottom bin, whose
+    scores start at 0), *right* when at least ``judge_high``; a column is *no golden page* (NDCG
+    0) or *golden pages found* (NDCG > 0.8). ``agree``: wrong × NDCG 0 plus right × NDCG > 0.8;
+    ``wrong_found``: wrong × NDCG > 0.8; ``right_none``: right × NDCG 0; ``scored``: every cell.
+    """
+    out = {"scored": 0, "agree": 0, "wrong_found": 0, "right_none": 0}
+    for level, band, n in zip(
+        grid["judge_level"], grid["ndcg_band"], grid["rollouts"], strict=True
+    ):
+        wrong = level <= judge_low + 1e-9 or (bins and level < 1e-9)
+        right = level >= judge_high - 1e-9
+        out["scored"] += n
+        if (wrong and band == 0) or (right and band in HIGH_BANDS):
+            out["agree"] += n
+        elif wrong and band in HIGH_BANDS:
+            out["wrong_found"] += n
+        elif right and band == 0:
+            out["right_none"] += n
+    return out
 
 
 def build(ctx: ReportContext) -> Section:
@@ -139,17 +186,55 @@ def build(ctx: ReportContext) -> Section:
     )
     tot = {k: sum(r[k] for r in per_run.values()) for k in ("scored", *CLASSES)}
     high_low = tot["same_doc_success"] + tot["no_reference_doc"]
+    c = grid_stats["corners"]
+    between = c["scored"] - c["agree"] - c["wrong_found"] - c["right_none"]
+    wrong_txt = f"≤ {cfg.judge_low:g}" if not grid_stats["judge_binned"] else "in the bottom row"
+    corner_txt = (
+        f"{num(c['agree'])} sit in the corners where the two agree (judged wrong with NDCG 0, or "
+        f"judged correct with NDCG above 0.8) and {num(c['wrong_found'] + c['right_none'])} in "
+        f"the corners where they disagree: {num(c['wrong_found'])} judged wrong (judge "
+        f"{wrong_txt}) although NDCG is above 0.8 (the golden pages were found: the generator or "
+        f"the ground truth failed, candidates for ground-truth review) and "
+        f"{num(c['right_none'])} judged correct (≥ {cfg.judge_high:g}) with NDCG 0 (no golden "
+        f"page retrieved); the other {num(between)} "
+        "have a judge score or an NDCG in between."
+    )
     reading = (
         "Each cell counts rollouts by their judge score and NDCG (colour: share of the run's "
-        "rollouts); most mass in the bottom-left and top-right corners means the two agree. Off the diagonal, NDCG's single golden page and the judge disagree. Of "
-        f"{num(tot['scored'])} rollouts with both scores, {num(high_low)} were judged correct "
-        f"(≥ {cfg.judge_high:g}) with NDCG ≤ {cfg.ndcg_low:g}: {num(tot['same_doc_success'])} "
+        "rollouts); mass in the bottom-left and top-right corners means the two agree, "
+        f"off the diagonal NDCG's golden pages and the judge disagree. Of the heatmap's "
+        f"{num(c['scored'])} rollouts with both scores, {corner_txt} At the discrepancy classes' "
+        f"thresholds, {num(high_low)} were judged correct (≥ {cfg.judge_high:g}) with NDCG ≤ "
+        f"{cfg.ndcg_low:g}: {num(tot['same_doc_success'])} "
         "retrieved another page of the reference document (the fact is often repeated there, so "
         f"NDCG undercounts), {num(tot['no_reference_doc'])} no page of it at all (the answer came "
         f"from elsewhere: look at them). {num(tot['retrieval_ok_answer_wrong'])} were judged wrong "
-        f"(≤ {cfg.judge_low:g}) although retrieval was perfect (NDCG ≥ {cfg.ndcg_high:g}): the "
-        "generator or the ground truth failed, candidates for ground-truth review."
+        f"(≤ {cfg.judge_low:g}) although retrieval was perfect (NDCG ≥ {cfg.ndcg_high:g})."
     )
+    if not tot["scored"]:
+        empty_classes = (
+            "No rollout of these runs has both a judge score and NDCG: no discrepancy class to "
+            "chart."
+        )
+    elif c["wrong_found"] or c["right_none"]:
+        empty_classes = (
+            f"None of the {num(tot['scored'])} rollouts with both scores falls in a discrepancy "
+            f"class at these thresholds (judge ≥ {cfg.judge_high:g} with NDCG ≤ "
+            f"{cfg.ndcg_low:g}; judge ≤ {cfg.judge_low:g} with NDCG ≥ {cfg.ndcg_high:g}), yet "
+            f"{num(c['wrong_found'] + c['right_none'])} sit in the heatmap's disagreeing corners "
+            f"({num(c['wrong_found'])} judged wrong with NDCG above 0.8, {num(c['right_none'])} "
+            "judged correct with NDCG 0)"
+            + (
+                ": --ndcg-high 0.8 puts the first into a class."
+                if c["wrong_found"] and cfg.ndcg_high > 0.8
+                else "."
+            )
+        )
+    else:
+        empty_classes = (
+            f"None of the {num(tot['scored'])} rollouts with both scores falls in a discrepancy "
+            "class, and none sits in the heatmap's disagreeing corners: nothing to chart."
+        )
     return Section(
         id="judge-ndcg",
         title="Judge vs NDCG",
@@ -158,18 +243,14 @@ def build(ctx: ReportContext) -> Section:
             figures.chart_or_note(
                 heat,
                 "fig-judge-ndcg-heatmap",
-                height=160 + 300 * heat_rows,
+                height=MARGIN_PX + heat_height(heat_rows),
                 empty="No rollout of these runs has both a judge score and NDCG: nothing to chart.",
             ),
             figures.chart_or_note(
                 bars,
                 "fig-judge-ndcg-classes",
                 height=160 + 60 * len(per_run),
-                empty=f"None of the {num(tot['scored'])} rollouts with both scores falls in a "
-                "discrepancy class: judge and NDCG agree on all of them, nothing to chart."
-                if tot["scored"]
-                else "No rollout of these runs has both a judge score and NDCG: no discrepancy "
-                "class to chart.",
+                empty=empty_classes,
             ),
             *(Note(t) for t in ctx.lack_notes(("judge", "ndcg"), "judge vs NDCG")),
             table,

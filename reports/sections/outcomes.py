@@ -31,7 +31,7 @@ def _success_hist(ctx: ReportContext, df: pl.DataFrame) -> tuple[go.Figure, bool
                 y=[n / sizes[run] for n in counts] if shares else counts,
                 width=width,
                 offset=offsets[i],
-                marker_color=figures.color(i),
+                marker_color=ctx.color(run),
                 customdata=[[n, sizes[run]] for n in counts],
                 hovertemplate="success rate %{x:.3g}: %{customdata[0]:,} of %{customdata[1]:,} "
                 "prompts<extra>%{fullData.name}</extra>",
@@ -62,10 +62,10 @@ def _bands(ctx: ReportContext, df: pl.DataFrame) -> tuple[go.Figure, dict[str, d
                 x=list(BANDS),
                 y=[c.get(b, 0) / sizes[run] if shares else c.get(b, 0) for b in BANDS],
                 customdata=[c.get(b, 0) for b in BANDS],
-                marker_color=figures.color(i),
+                marker_color=ctx.color(run),
                 hovertemplate="%{x}: %{customdata:,} prompts<extra>%{fullData.name}</extra>",
             )
-            for i, (run, c) in enumerate(counts.items())
+            for run, c in counts.items()
         ]
     )
     fig.update_layout(

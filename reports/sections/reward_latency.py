@@ -26,9 +26,9 @@ def _by_step(
                 x=part["step"].to_list(),
                 y=part[col].to_list(),
                 mode="lines+markers",
-                marker_color=figures.color(i),
+                marker_color=ctx.color(run),
             )
-            for i, (run, part) in enumerate(ctx.by_run(steps))
+            for run, part in ctx.by_run(steps)
         ]
     )
     fig.update_layout(title=title, xaxis_title="step", yaxis=axis)

@@ -37,11 +37,11 @@ def load(logs: Path, runs: list[str]) -> dict[str, pl.DataFrame]:
     return out
 
 
-def _figure(frames: dict[str, pl.DataFrame], runs: list[str]) -> go.Figure:
+def _figure(frames: dict[str, pl.DataFrame], colors: dict[str, str]) -> go.Figure:
     fig = make_subplots(
         rows=2, cols=1, shared_xaxes=True, subplot_titles=("mean reward", "clip ratio")
     )
-    for i, run in enumerate(runs):
+    for run in colors:
         if run not in frames:
             continue
         df = frames[run]
@@ -56,7 +56,7 @@ def _figure(frames: dict[str, pl.DataFrame], runs: list[str]) -> go.Figure:
                     x=df["step"].to_list(),
                     y=df[col].to_list(),
                     mode="lines+markers",
-                    line={"color": figures.color(i)},
+                    line={"color": colors[run]},
                     hovertemplate=f"step %{{x}}: {col} %{{y:.4f}}",
                 ),
                 row=row,
@@ -114,7 +114,7 @@ def build(ctx: ReportContext) -> Section:
         for run, s in stats["runs"].items()
     ]
     blocks: list[Any] = [
-        figures.to_block(_figure(frames, ctx.runs), "fig-training"),
+        figures.to_block(_figure(frames, ctx.colors), "fig-training"),
         Table(
             columns=[
                 "run",

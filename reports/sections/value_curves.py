@@ -26,7 +26,7 @@ LIKELY = 0.5
 
 def _by_turn(ctx: ReportContext, df: pl.DataFrame) -> go.Figure:
     fig = go.Figure()
-    for i, (run, part) in enumerate(ctx.by_run(df)):
+    for run, part in ctx.by_run(df):
         for outcome, dash in (("success", "solid"), ("failure", "dash")):
             sub = part.filter(pl.col("outcome") == outcome).sort("turn_idx")
             if not sub.height:
@@ -37,7 +37,7 @@ def _by_turn(ctx: ReportContext, df: pl.DataFrame) -> go.Figure:
                     x=sub["turn_idx"].to_list(),
                     y=sub["mean_value"].to_list(),
                     mode="lines+markers",
-                    line={"color": figures.color(i), "dash": dash},
+                    line={"color": ctx.color(run), "dash": dash},
                     customdata=sub["turns"].to_list(),
                     hovertemplate="turn %{x}: mean value %{y:.3f} over %{customdata} turns",
                 )
@@ -57,11 +57,11 @@ def _by_action(ctx: ReportContext, df: pl.DataFrame) -> go.Figure:
                 name=figures.label(run),
                 x=part["action"].to_list(),
                 y=part["mean_change"].to_list(),
-                marker_color=figures.color(i),
+                marker_color=ctx.color(run),
                 customdata=part["turns"].to_list(),
                 hovertemplate="%{x}: mean change %{y:.3f} over %{customdata} turns",
             )
-            for i, (run, part) in enumerate(ctx.by_run(df))
+            for run, part in ctx.by_run(df)
         ]
     )
     fig.update_layout(

@@ -206,7 +206,8 @@ def sections(con: duckdb.DuckDBPyConnection, *, top: int = 25) -> dict[str, Any]
     ``outcomes`` / ``tags`` / ``terminated``: ``{run: {value: n}}``; ``groups``: per run the
     GRPO groups, zero-variance and mixed ones, and the rollouts in each; ``suspects``: the
     prompts with most hallucination suspects (run, uid, n); ``totals``: per run rollouts,
-    prompts, success rate and judge / NDCG / reward means; ``grid`` and ``bands``: the report's
+    prompts, success rate (over judged rollouts, None without one) and judge / NDCG / reward
+    means; ``grid`` and ``bands``: the report's
     judge-vs-NDCG cells and score bands (``judge_ndcg_grid``, ``score_bands``).
     """
 
@@ -219,7 +220,9 @@ def sections(con: duckdb.DuckDBPyConnection, *, top: int = 25) -> dict[str, Any]
     totals = _dicts(
         con,
         """SELECT run_id, count(*) AS rollouts, count(DISTINCT uid) AS prompts,
-               avg(success::INT) AS success_rate, avg(judge_score) AS judge, avg(ndcg) AS ndcg,
+               -- over judged rollouts, as the report and `runs`: NULL (shown "—") when none is
+               avg(success::INT) FILTER (WHERE judge_score IS NOT NULL) AS success_rate,
+               avg(judge_score) AS judge, avg(ndcg) AS ndcg,
                avg(reward) AS reward
            FROM explorer GROUP BY run_id ORDER BY run_id""",
         {},

@@ -41,8 +41,12 @@ def test_runs_show_no_turns(logs):
     assert caps["round1"]["turns"] == 0
     assert caps["round1"]["judge"] == caps["round1"]["rollouts"] == 13_664
     assert "turns" in caps["round0"]["lacks"]
+    # flash rows log no format gate: the fail rate is unknown, never 0
+    rates = {r["run_id"]: r["format_fail_rate"] for r in json.loads(res.stdout)["runs"]}
+    assert rates == {"round0": None, "round1": None}
     table = runner.invoke(app, ["runs", "--logs", str(logs)], terminal_width=200)
-    assert re.search(r"round1\s+turns, step, advantages, images", table.stdout)  # no steps
+    # steps, turns and format fails unknown: "—", never 0 or blank
+    assert re.search(r"round1\s+—\s+—\s+—\s+turns, step, advantages, images", table.stdout)
 
 
 def test_distill_exits_2_naming_missing_turns_and_the_fix(logs, tmp_path):

@@ -15,6 +15,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from ddai.cli.app import COMMANDS as REGISTRY
 from ddai.cli.app import app
 
 runner = CliRunner()
@@ -119,3 +120,35 @@ def test_reward_timeout_help_says_late_groups_are_unscorable_not_zero(cmd):
     text = " ".join(res.output.split())
     assert res.exit_code == 0, res.output
     assert "unscorable: reward null in the log" in text and "score 0" not in text
+
+
+GROUPS = [(p, c) for p, c in COMMANDS if hasattr(c, "commands")]
+
+
+@pytest.mark.parametrize("path,group", GROUPS, ids=[" ".join(p) or "ddai" for p, _ in GROUPS])
+def test_command_lists_print_every_short_help_uncut(path, group, monkeypatch):
+    out = _help(path, monkeypatch)
+    listing = out.split("\nCommands:\n", 1)[1]
+    assert "..." not in listing and "…" not in listing, listing
+    flat = _squash(listing)
+    for name in group.commands:
+        # the one line each command is listed with, whole (wrapped lines rejoin)
+        # the top-level group lists its registry line, not the loaded command's help
+        short = REGISTRY[name].help if not path else group.commands[name].short_help
+        assert short, f"{' '.join((*path, name))} has no short help for the list"
+        assert _squash(f"{name}{short}") in flat, f"{name}: {short!r} cut in:\n{listing}"
+
+
+_OPTION_LINE = re.compile(r"^ {2}(?:-\w, )?--[\w-]+(?:, -\w)? (<[^>]*>\S*|\S+)")
+
+
+@pytest.mark.parametrize("path,cmd", COMMANDS, ids=[" ".join(p) or "ddai" for p, _ in COMMANDS])
+def test_option_placeholders_share_one_style(path, cmd, monkeypatch):
+    """Every option's value placeholder is ``<lowercase>`` (Typer's ``<int>``, ``<path>``, and
+    ours: ``<dir>``, ``<file>``, ``<run>``), never ``FILE`` beside ``<path>``."""
+    out = _help(path, monkeypatch)
+    options = out.split("\nOptions:\n", 1)[-1]
+    shown = [m.group(1) for line in options.splitlines() if (m := _OPTION_LINE.match(line))]
+    assert shown or not any(getattr(p, "metavar", None) for p in cmd.params)
+    odd = [s for s in shown if not s.startswith("/") and not re.fullmatch(r"<[^A-Z]+>(\.\.\.)?", s)]
+    assert odd == [], f"{' '.join(path)}: {odd}"

@@ -50,6 +50,10 @@ def validated(tmp_path_factory) -> set[str]:
         ["ingest", *map(str, sorted((WORLD / "logs").glob("*.jsonl"))), "--logs", str(logs)],
     )
     c("runs", ["runs", "--logs", str(logs)])
+    q = c("query", ["query", "--logs", str(logs), "--limit", "2",
+                    "SELECT run_id, count(*) AS n FROM rollouts GROUP BY 1 ORDER BY 1"])  # fmt: skip
+    assert (q["rows"], q["columns"]) == (4, ["run_id", "n"])
+    assert q["data"] == [["curriculum", 72], ["focused_r1", 144]]
     bucket = ["curate", "bucket", "--dataset", str(WORLD / "dataset.parquet"), "--logs", str(logs),
               "--run", "phase1", "--out-dir", str(funnel)]  # fmt: skip
     assert c("curate-bucket", bucket)["skipped_unchanged"] is False
@@ -62,6 +66,11 @@ def validated(tmp_path_factory) -> set[str]:
     c("curate-focus", ["curate", "focus", "--bucket-a", str(funnel / "curriculum_bucket_a.parquet"),
                        "--bucket-0", str(funnel / "curriculum_bucket_0_filtered.parquet"),
                        "--logs", str(logs), "--run", "curriculum", "--out", str(r1)])  # fmt: skip
+    r2 = ["curate", "focus", "--prev", str(r1), "--logs", str(logs), "--run", "focused_r1",
+          "--score-max", "0.5", "--out", str(funnel / "focused_round2.parquet")]  # fmt: skip
+    nxt = c("curate-focus", r2)
+    # the threshold is a value, the key fixed (it was at_or_under_0_5 here)
+    assert nxt["score_max"] == 0.5 and nxt["at_or_under_score_max"] >= nxt["next_round"]
     c("curate-plan", ["curate", "plan", "--logs", str(logs), "--run", "focused_r1"])
     c("lineage", ["lineage", str(r1), "--check"])
     sft = tmp / "sft.parquet"
@@ -135,6 +144,20 @@ def test_training_result_shapes_match_their_schemas():
     check("train-ppo", json_shape(asdict(ppo)))
     with pytest.raises(jsonschema.ValidationError):
         check("train-sft", json_shape({**asdict(sft), "steps": "2 steps"}))
+
+
+def test_focus_schema_refuses_keys_built_from_a_threshold():
+    sample = {"previous_round": 18, "flagged": 1, "next_round": 9, "duplicate_ids": 0,
+              "outputs": {"focus": "f.parquet"}, "skipped_unchanged": False}  # fmt: skip
+    check("curate-focus", {**sample, "score_max": 0.5, "at_or_under_score_max": 10})
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({**sample, "at_or_under_0_5": 10}, _schema("curate-focus"))
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({**sample, "bucket_a_above_0_2": 3}, _schema("curate-focus"))
+
+
+def _schema(name: str) -> dict:
+    return json.loads((SCHEMAS / f"{name}.json").read_text(encoding="utf-8"))
 
 
 def test_a_schema_catches_a_label_key_and_a_preformatted_number():

@@ -67,6 +67,25 @@ def test_runs_fit_the_terminal_with_every_run_and_rounded_numbers(world, width):
     assert "lacks" in out and "judge, advantages" in out  # phase1 has no judge scores
 
 
+def test_runs_table_fits_80_columns_with_long_run_names(tmp_path, width):
+    logs = tmp_path / "logs"
+    for name, src in (("synthetic_world_focused_r1", "focused_r1"), ("phase1", "phase1")):
+        path = str(FIXTURES / "logs" / f"{src}.jsonl")
+        res = runner.invoke(app, ["ingest", path, "--run-id", name, "--logs", str(logs)])
+        assert res.exit_code == 0, res.output
+    out = _people(["runs", "--logs", str(logs)])
+    assert all(len(line) <= width for line in out.splitlines())
+    lines = out.splitlines()
+    # a table, not one block per run: the header and each run on one line
+    assert any(line.split() == HEADER for line in lines), out
+    row = next(line for line in lines if line.startswith("phase1 "))
+    # phase1 has no judge scores: its success rate and judge mean are unknown, not blank or 0
+    assert row.split()[:6] == ["phase1", "144", "36", "—", "—", "0.478"]
+
+
+HEADER = ["run", "rollouts", "prompts", "success", "judge", "ndcg", "reward"]
+
+
 def test_lineage_shows_every_step_and_full_file_names(world, width):
     target = world["funnel"] / "curriculum_bucket_a.parquet"
     out = _people(["lineage", str(target)])
@@ -157,7 +176,7 @@ def test_a_missing_value_says_what_to_give(world, monkeypatch):
     monkeypatch.setenv("DDAI_LOGS", str(world["logs"]))
     res = runner.invoke(app, ["report", "--run"])
     assert res.exit_code == 2
-    assert "Did you mean --run RUN, one of: curriculum, focused_r1, focused_r2, phase1?" in (
+    assert "Did you mean --run <run>, one of: curriculum, focused_r1, focused_r2, phase1?" in (
         " ".join(res.output.split())
     )
     res = runner.invoke(app, ["query", "SELECT 1", "--format"])
@@ -165,7 +184,7 @@ def test_a_missing_value_says_what_to_give(world, monkeypatch):
         " ".join(res.output.split())
     )
     res = runner.invoke(app, ["curate", "bucket", "--out-dir"])
-    assert res.exit_code == 2 and "Give it a value: --out-dir DIR." in res.output
+    assert res.exit_code == 2 and "Give it a value: --out-dir <dir>." in res.output
 
 
 def test_table_values_and_headers_print_as_they_are(world):
@@ -194,3 +213,9 @@ def test_the_width_bound_is_never_below_the_tables_width(rows):
     table = common.rows_table("t", rows)
     natural = common.console.measure(table, options=common.console.options.update_width(10**6))
     assert natural.maximum <= common.width_bound(rows) <= natural.maximum + 3 * len(rows[0])
+
+
+def test_a_narrow_table_keeps_its_title_on_one_line(world, width):
+    # a one-column result once printed its title "1 rows" one character per line
+    out = _people(["query", "--logs", str(world["logs"]), "SELECT 1 AS x"])
+    assert out.splitlines()[0].strip() == "1 rows"

@@ -59,6 +59,8 @@ def test_round1_hard_a_in_a_order_then_bucket0(tmp_path):
     assert res.summary["bucket 0"] == 2
     assert res.summary["bucket A missing from run"] == 1
     assert res.summary["duplicate ids"] == 1
+    # the threshold is a value under a fixed key, never part of a key
+    assert (res.summary["hard max"], res.summary["bucket A above hard max"]) == (0.2, 2)
     m = manifest.read(res.outputs["focus"])
     assert m["notes"]["missing_ids"] == ["train_9"]
     assert m["rows"] == {
@@ -111,7 +113,8 @@ def test_round_n_plus_1_low_scorers_minus_flagged_in_previous_order(tmp_path):
     assert ids_of(res.outputs["focus"]) == ["train_4", "train_2", "train_1"]
     assert res.summary == {
         "previous round": 6,
-        "at or under 0.3": 4,
+        "score max": 0.3,
+        "at or under score max": 4,
         "flagged": 1,
         "next round": 3,
         "missing from run": 1,

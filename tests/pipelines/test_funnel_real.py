@@ -79,7 +79,7 @@ def test_round1_is_hard_a_in_a_order_then_verified_bucket0(funnel):
 
 def test_round2_in_round1_order(funnel):
     *_, r1, r2 = funnel
-    assert r2.summary["at or under 0.3"] == 436
+    assert r2.summary["at or under score max"] == 436
     assert r2.summary["flagged"] == 84
     got = ids_of(r2.outputs["focus"])
     assert len(got) == 352

@@ -154,9 +154,16 @@ def planted_store(root: Path) -> Path:
 
 
 def random_store(
-    root: Path, *, seed: int = 7, runs: int = 3, prompts: int = 30, n: int = 6
+    root: Path,
+    *,
+    seed: int = 7,
+    runs: int = 3,
+    prompts: int = 30,
+    n: int = 6,
+    name: str = "run{r}",
 ) -> Path:
-    """A seeded world: ``runs`` runs × ``prompts`` prompts × ``n`` rollouts over 2 steps."""
+    """A seeded world: ``runs`` runs × ``prompts`` prompts × ``n`` rollouts over 2 steps; run
+    ``r`` is called ``name.format(r=r)``."""
     rng = np.random.default_rng(seed)
     kinds = list(RESPONSES)
     logs = root / "logs"
@@ -184,7 +191,7 @@ def random_store(
                         "max_turns": 4,
                     }
                 )
-        store.write_run(logs, f"run{r}", rows)
+        store.write_run(logs, name.format(r=r), rows)
     return logs
 
 

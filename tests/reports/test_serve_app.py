@@ -502,3 +502,11 @@ def test_scored_turns_show_their_value(tmp_path):
     first, second = html.text.split('id="turn-1"')
     assert '<div class="value"' in first and "value 0.625" in first
     assert '<div class="value"' not in second  # an unvalued turn shows no value
+
+
+def test_sections_show_an_unjudged_run_s_success_rate_as_unknown(tmp_path):
+    logs = tmp_path / "logs"
+    store.write_run(logs, "unjudged", [{"uid": "x", "rollout_idx": i} for i in range(3)])
+    html = local(create_app(ServeConfig(logs=logs))).get("/sections").text
+    row = html.split("<td>unjudged</td>")[1].split("</tr>")[0]
+    assert "0.0%" not in row and "<td>—</td>" in row

@@ -11,7 +11,7 @@ import pytest
 import torch
 from report_world import XSS, planted_store
 
-from ddai.pipelines import query
+from ddai.pipelines import query, store
 from ddai.reports.serve import queries
 from ddai.reports.serve.filters import RolloutFilter
 from ddai.trainer.advantages import grpo_advantages
@@ -242,3 +242,16 @@ def test_neighbours_follow_the_views_order(con):
     assert queries.neighbours(con, view(runs=("new",)), "base", "u2", 1, 0) is None
     assert queries.steps_of(con, "base", "u2", 0) == [1]
     assert queries.steps_of(con, "base", "u9", 0) == []
+
+
+def test_success_rate_is_over_judged_rollouts_and_unknown_without_one(tmp_path):
+    # run new: u5's 2 rollouts are unjudged; 3 of the 6 judged succeed (u1 ×2, u3/0)
+    logs = planted_store(tmp_path)
+    store.write_run(logs, "unjudged", [{"uid": "x", "rollout_idx": i} for i in range(3)])
+    con = query.connect(logs)
+    queries.open_explorer(con, PARAMS)
+    try:
+        rates = {t["run_id"]: t["success_rate"] for t in queries.sections(con)["totals"]}
+    finally:
+        con.close()
+    assert rates == {"base": 0.5, "new": 0.5, "unjudged": None}
