@@ -13,7 +13,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
-import duckdb
 import typer
 
 from ddai.cli.common import (
@@ -34,6 +33,9 @@ from ddai.cli.common import (
 from ddai.cli.options import default_of
 from ddai.pipelines import workspace
 from ddai.pipelines.funnel import bucket, focus, lineage, plan, scores, verify_gt
+from ddai.pipelines.lazy import lazy_module
+
+duckdb = lazy_module("duckdb")
 
 T = TypeVar("T")
 

@@ -11,11 +11,13 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
-import duckdb
 import typer
 
 from ddai.cli.common import LogsOpt, RunsOpt, console, err_console, fail, print_rows
 from ddai.pipelines import io, query, query_out, workspace
+from ddai.pipelines.lazy import lazy_module
+
+duckdb = lazy_module("duckdb")
 
 
 class Fmt(StrEnum):

@@ -14,11 +14,13 @@ import itertools
 import json
 from typing import Any
 
-import plotly.graph_objects as go
 from markupsafe import Markup
 from plotly.utils import PlotlyJSONEncoder
 
+from ddai.pipelines.lazy import lazy_module
 from ddai.reports.blocks import Figure, Note
+
+go = lazy_module("plotly.graph_objects")
 
 COLORS = ("#3366cc", "#dc6b1f", "#2a9d5c", "#c0392b", "#8e44ad", "#7f8c8d", "#b8860b", "#17a2b8")
 _AXIS = {"gridcolor": "#e6e6e6", "zerolinecolor": "#cccccc", "automargin": True}

@@ -20,8 +20,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import jinja2
-import pyarrow.parquet as pq
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
@@ -34,6 +32,7 @@ from starlette.responses import (
 from starlette.routing import Route
 
 from ddai.pipelines import csv_cells
+from ddai.pipelines.lazy import lazy_module
 from ddai.reports.formatting import num, pct
 from ddai.reports.serve import images, queries, sqlbox
 from ddai.reports.serve.config import ServeConfig
@@ -49,6 +48,9 @@ from ddai.reports.serve.filters import (
 )
 from ddai.reports.serve.guard import Guard, TokenMiddleware, page_token
 from ddai.reports.transcript import mark_pages
+
+jinja2 = lazy_module("jinja2")
+pq = lazy_module("pyarrow.parquet")
 
 CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "

@@ -17,7 +17,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
-import duckdb
+from ddai.pipelines.lazy import lazy_module
+
+duckdb = lazy_module("duckdb")
 
 
 class SqlRejected(ValueError):

@@ -17,9 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
-
 from ddai.pipelines import io
+from ddai.pipelines.lazy import lazy_module
 from ddai.trainer import common
 from ddai.trainer.runtime import dist
 from ddai.trainer.search.chat import ensure_training_template, normalize_messages
@@ -30,6 +29,8 @@ from ddai.trainer.sft.images import (
     image_conversation,
     vision_dataset,
 )
+
+pq = lazy_module("pyarrow.parquet")
 
 
 @dataclass
