@@ -198,9 +198,9 @@ def connect(
         )
     else:
         # An empty store still answers queries (with no rows).
-        from ddai.pipelines import store
+        from ddai.pipelines import schema
 
-        _source(con, store.ROLLOUT_SCHEMA.empty_table(), wide=wide)
+        _source(con, schema.ROLLOUT_SCHEMA.empty_table(), wide=wide)
     _create_views(con, VIEWS if views is None else views, wide=wide)
     return con
 
