@@ -46,7 +46,7 @@ def test_importing_the_store_and_schema_loads_no_pyarrow():
 
 
 def test_schema_columns_are_the_arrow_schema_names():
-    assert schema.COLUMNS == tuple(schema.ROLLOUT_SCHEMA.names)
+    assert tuple(schema.ROLLOUT_SCHEMA.names) == schema.COLUMNS
     assert schema.ROLLOUT_SCHEMA.field("turns").type.value_type == schema.TURN_TYPE
     assert schema.ROLLOUT_SCHEMA.metadata == {b"schema_version": schema.SCHEMA_VERSION.encode()}
 
