@@ -15,20 +15,41 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich import box
-from rich.cells import cell_len
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
-from rich.text import Text
 
+from ddai.pipelines.lazy import lazy_module
 from ddai.pipelines.store_read import check_run_id
 
-console = Console(stderr=False)
-err_console = Console(stderr=True)
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
+# rich's console, tables and markup (~20 ms): loaded when a command prints, not for its --help
+box = lazy_module("rich.box")
+cells = lazy_module("rich.cells")
+markup = lazy_module("rich.markup")
+rich_console = lazy_module("rich.console")
+rich_table = lazy_module("rich.table")
+rich_text = lazy_module("rich.text")
+
+
+class _Console:
+    """A rich ``Console`` made at its first use (``console.print``, ``console.width``)."""
+
+    def __init__(self, stderr: bool) -> None:
+        self._stderr = stderr
+        self._console: Console | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._console is None:
+            self._console = rich_console.Console(stderr=self._stderr)
+        return getattr(self._console, name)
+
+
+console: Console = _Console(stderr=False)  # type: ignore[assignment]
+err_console: Console = _Console(stderr=True)  # type: ignore[assignment]
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -99,7 +120,7 @@ def choices(name: str, values: Iterable[str]) -> type[StrEnum]:
 
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:
     """Print a clear error and return the Exit to raise (``raise fail(...)``)."""
-    err_console.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
+    err_console.print(f"[bold red]error:[/] {markup.escape(message)}", soft_wrap=True)
     return typer.Exit(code)
 
 
@@ -126,7 +147,7 @@ def exit_if_calls_failed(data: dict[str, Any]) -> None:
         return
     reasons = ", ".join(f"{r}: {n}" for r, n in failed.items())
     err_console.print(
-        f"[bold red]error:[/] {sum(failed.values())} model call(s) failed ({escape(reasons)}); "
+        f"[bold red]error:[/] {sum(failed.values())} model call(s) failed ({markup.escape(reasons)}); "
         "their items carry no model result. Fix the cause, then rerun with --retry-failed.",
         soft_wrap=True,
     )
@@ -235,8 +256,8 @@ def rows_table(title: str, rows: list[dict[str, Any]]) -> Table:
 
     Title, headers and cells are ``Text``: a value prints as it is (``[/x]`` or ``:smile:`` in a
     query's output is no markup or emoji; as markup ``[/x]`` raised), and no cell is parsed."""
-    table = Table(
-        title=Text(title, style="table.title", no_wrap=True, overflow="ignore"),
+    table = rich_table.Table(
+        title=rich_text.Text(title, style="table.title", no_wrap=True, overflow="ignore"),
         title_justify="left",
         box=box.SIMPLE_HEAD,
         show_edge=False,
@@ -249,9 +270,9 @@ def rows_table(title: str, rows: list[dict[str, Any]]) -> Table:
         numeric = any(
             isinstance(r.get(col), int | float) and not isinstance(r.get(col), bool) for r in rows
         )
-        table.add_column(Text(col), justify="right" if numeric else "left", no_wrap=True)
+        table.add_column(rich_text.Text(col), justify="right" if numeric else "left", no_wrap=True)
     for r in rows:
-        table.add_row(*(Text("" if v is None else human(v)) for v in r.values()))
+        table.add_row(*(rich_text.Text("" if v is None else human(v)) for v in r.values()))
     return table
 
 
@@ -267,10 +288,10 @@ def width_bound(rows: list[dict[str, Any]]) -> int:
     there): only a table whose bound exceeds the console needs that."""
     if not rows:
         return 0
-    widths = [cell_len(str(k)) for k in rows[0]]
+    widths = [cells.cell_len(str(k)) for k in rows[0]]
     for r in rows:
         for i, v in zip(range(len(widths)), r.values(), strict=False):
-            widths[i] = max(widths[i], cell_len("" if v is None else human(v)))
+            widths[i] = max(widths[i], cells.cell_len("" if v is None else human(v)))
     return sum(widths) + 3 * len(widths)
 
 

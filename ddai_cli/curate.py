@@ -13,7 +13,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
-import duckdb
 import typer
 
 from ddai.cli.common import (
@@ -31,9 +30,12 @@ from ddai.cli.common import (
     print_rows,
     summary,
 )
-from ddai.cli.options import default_of
+from ddai.cli.flags import default_of  # options would load the episode configs (trainer.search)
 from ddai.pipelines import workspace
 from ddai.pipelines.funnel import bucket, focus, lineage, plan, scores, verify_gt
+from ddai.pipelines.lazy import lazy_module
+
+duckdb = lazy_module("duckdb")
 
 T = TypeVar("T")
 

@@ -22,7 +22,7 @@ from ddai.cli.common import (
     fail,
     summary,
 )
-from ddai.cli.options import default_of
+from ddai.cli.flags import default_of  # options would load the episode configs (trainer.search)
 from ddai.pipelines import workspace
 from ddai.pipelines.distill import (
     FORMATS,

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ddai.cli.common import JsonOpt, fail, summary
 from ddai.pipelines.fixtures import SIZES, make_world
@@ -31,6 +30,9 @@ class MakeConfig:
 def _make(cfg: MakeConfig) -> dict:
     if not cfg.progress:
         return make_world(cfg.out, seed=cfg.seed, size=cfg.size)
+    # rich's progress and console: loaded when the bar is drawn, not for --help
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     columns = (
         TextColumn("{task.description}"),
         BarColumn(),

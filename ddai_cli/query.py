@@ -11,7 +11,6 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
-import duckdb
 import typer
 
 from ddai.cli.common import (
@@ -24,6 +23,9 @@ from ddai.cli.common import (
     summary,
 )
 from ddai.pipelines import io, query, query_out, workspace
+from ddai.pipelines.lazy import lazy_module
+
+duckdb = lazy_module("duckdb")
 
 
 class Fmt(StrEnum):

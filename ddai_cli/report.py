@@ -19,9 +19,9 @@ from ddai.cli.common import (
     summary,
 )
 from ddai.cli.fields import field_opt
-from ddai.cli.options import default_of
+from ddai.cli.flags import default_of  # options would load the episode configs (trainer.search)
 from ddai.pipelines import workspace
-from ddai.reports import ReportConfig, build_report
+from ddai.reports.config import ReportConfig
 
 R = ReportConfig
 
@@ -160,6 +160,8 @@ def report_cmd(
             threads=threads,
             progress=progress and not as_json,
         )
+        from ddai.reports.build import build_report  # plotly, DuckDB: loaded to run, not for --help
+
         result = build_report(cfg)
     result.pop("stats")
     result.pop("timings")

@@ -19,31 +19,39 @@ is the page's real image when the corpus holds one (a text-only corpus has none 
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
 from ddai.pipelines import io
+from ddai.pipelines.lazy import lazy_module
 
-LINE_TYPE = pa.struct([("text", pa.string()), ("bbox", pa.list_(pa.float64()))])
-PAGES_SCHEMA = pa.schema(
-    [
-        ("page_id", pa.string()),
-        ("doc_id", pa.string()),
-        ("page", pa.int32()),
-        ("text", pa.string()),
-        ("lines", pa.list_(LINE_TYPE)),
-        ("width", pa.int32()),
-        ("height", pa.int32()),
-    ]
-)
-# Written only when some page has an image, so text corpora keep their exact shape.
-IMAGE_FIELD = pa.field("image", pa.string())
+pa = lazy_module("pyarrow")
+pq = lazy_module("pyarrow.parquet")
+
+
+@functools.cache
+def pages_schema(with_images: bool = False) -> pa.Schema:
+    """A corpus file's schema; the ``image`` column only when some page has an image, so text
+    corpora keep their exact shape. (Built on first use: importing this module loads no pyarrow.)"""
+    line = pa.struct([("text", pa.string()), ("bbox", pa.list_(pa.float64()))])
+    schema = pa.schema(
+        [
+            ("page_id", pa.string()),
+            ("doc_id", pa.string()),
+            ("page", pa.int32()),
+            ("text", pa.string()),
+            ("lines", pa.list_(line)),
+            ("width", pa.int32()),
+            ("height", pa.int32()),
+        ]
+    )
+    return schema.append(pa.field("image", pa.string())) if with_images else schema
+
+
 IMAGE_DIR = "corpus/img"
 # Page size assumed for text-only records (a 4:3 slide).
 DEFAULT_SIZE = (1024, 768)
@@ -155,7 +163,7 @@ class Corpus:
         return cls.from_records(pq.read_table(p).to_pylist(), root=p.parent)
 
     def to_table(self) -> pa.Table:
-        schema = PAGES_SCHEMA.append(IMAGE_FIELD) if self.has_images else PAGES_SCHEMA
+        schema = pages_schema(self.has_images)
         rows = [p.to_record() for p in self._pages.values()]
         return pa.Table.from_pylist(rows, schema=schema)
 

@@ -27,8 +27,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-import pyarrow as pa
-import pyarrow.compute as pc
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
 from ddai.pipelines import adapters, io, locks, objstore, rollback, run_stats, store
@@ -37,9 +35,13 @@ from ddai.pipelines.adapters.base import ReaderContext, RowBatch, SourceRecord, 
 from ddai.pipelines.adapters.side import SideTables
 from ddai.pipelines.adapters.verl_ids import UidMapper
 from ddai.pipelines.capabilities import Capabilities
+from ddai.pipelines.lazy import lazy_module
 from ddai.pipelines.row_checks import DUPLICATE_KEY, DuplicateKeys
 from ddai.pipelines.schema import RowError, normalize_rollout
 from ddai.pipelines.store import QUARANTINE_DIR, PartitionWriter, check_run_id
+
+pa = lazy_module("pyarrow")
+pc = lazy_module("pyarrow.compute")
 
 NO_RUN = "no-run-id"
 

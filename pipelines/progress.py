@@ -5,9 +5,6 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
 
 @contextlib.contextmanager
 def bar(description: str, total: int, *, enabled: bool = True) -> Iterator[Callable[[int], None]]:
@@ -15,6 +12,10 @@ def bar(description: str, total: int, *, enabled: bool = True) -> Iterator[Calla
     if not enabled:
         yield lambda n=1: None
         return
+    # rich's console and progress (~25 ms): imported when a bar is drawn, not with this module
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     progress = Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),

@@ -14,15 +14,17 @@ from functools import lru_cache
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
-import duckdb
+from ddai.pipelines import objstore, store_read
 
 # The read side only: ``ddai query`` and ``ddai runs`` start without pyarrow (~0.3 s); the store
 # module (its Arrow schema) is imported where an Arrow table or dataset is built.
-from ddai.pipelines import objstore, store_read
+from ddai.pipelines.lazy import lazy_module
 from ddai.pipelines.store_read import logs_or_fail  # noqa: F401 (its home before store_read)
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+duckdb = lazy_module("duckdb")
 
 # How a store on object storage is scanned: pyarrow's C++ S3 filesystem handed to DuckDB as an
 # Arrow dataset (``arrow``, the default: see bench/bench_objstore.py), or s3fs registered with
@@ -198,9 +200,9 @@ def connect(
         )
     else:
         # An empty store still answers queries (with no rows).
-        from ddai.pipelines import store
+        from ddai.pipelines import schema
 
-        _source(con, store.ROLLOUT_SCHEMA.empty_table(), wide=wide)
+        _source(con, schema.ROLLOUT_SCHEMA.empty_table(), wide=wide)
     names = VIEWS if views is None else views
     if "annotations" in names:  # the committed rows of the snapshot's runs
         from ddai.pipelines import annotations

@@ -22,9 +22,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
-import duckdb
-
 from ddai.pipelines import csv_cells, io
+from ddai.pipelines.lazy import lazy_module
+
+duckdb = lazy_module("duckdb")
 
 RESULT = "ddai_query_result"
 BATCH_ROWS = 10_000

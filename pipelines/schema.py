@@ -7,13 +7,15 @@ It raises ``RowError`` (with a reason) for rows that cannot be read; ingest quar
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from typing import Any
 
-import pyarrow as pa
-
 from ddai.pipelines import metrics, tags
+from ddai.pipelines.lazy import lazy_module
+
+pa = lazy_module("pyarrow")
 
 # 2: the ``flags`` column (rollouts kept with a known defect, e.g. ``turns_incomplete``).
 # Partitions of version 1 read with ``flags`` null.
@@ -35,51 +37,96 @@ COERCED = "coerced_type"
 INEXACT = "inexact_number"
 _EXACT_FLOAT = 2**53
 
-TURN_TYPE = pa.struct(
-    [
-        ("idx", pa.int32()),
-        ("think", pa.string()),
-        ("action", pa.string()),
-        ("arg", pa.string()),
-        ("sep", pa.string()),
-        ("forced", pa.bool_()),
-        ("retrieved", pa.list_(pa.string())),
-        ("observation", pa.string()),
-        ("error", pa.string()),
-        ("value", pa.float64()),
-    ]
-)
 
-ROLLOUT_SCHEMA = pa.schema(
-    [
-        ("run_id", pa.string()),
-        ("step", pa.int32()),
-        ("uid", pa.string()),
-        ("rollout_idx", pa.int32()),
-        ("sample_idx", pa.int32()),
-        ("data_source", pa.string()),
-        ("question", pa.string()),
-        ("reference_answer", pa.string()),
-        ("file_name", pa.string()),
-        ("reference_pages", pa.list_(pa.string())),
-        ("response", pa.string()),
-        ("turns", pa.list_(TURN_TYPE)),
-        ("retrieved_pages", pa.list_(pa.string())),
-        ("answer", pa.string()),
-        ("judge_score", pa.float64()),
-        ("ndcg", pa.float64()),
-        ("format_ok", pa.bool_()),
-        ("reward", pa.float64()),
-        ("reward_parts", pa.map_(pa.string(), pa.float64())),
-        ("advantage", pa.float64()),
-        ("num_turns", pa.int32()),
-        ("terminated", pa.string()),
-        ("extra", pa.string()),
-        ("flags", pa.list_(pa.string())),
-    ],
-    metadata={b"schema_version": SCHEMA_VERSION.encode()},
+@functools.cache
+def _turn_type() -> pa.DataType:
+    return pa.struct(
+        [
+            ("idx", pa.int32()),
+            ("think", pa.string()),
+            ("action", pa.string()),
+            ("arg", pa.string()),
+            ("sep", pa.string()),
+            ("forced", pa.bool_()),
+            ("retrieved", pa.list_(pa.string())),
+            ("observation", pa.string()),
+            ("error", pa.string()),
+            ("value", pa.float64()),
+        ]
+    )
+
+
+@functools.cache
+def _rollout_schema() -> pa.Schema:
+    return pa.schema(
+        [
+            ("run_id", pa.string()),
+            ("step", pa.int32()),
+            ("uid", pa.string()),
+            ("rollout_idx", pa.int32()),
+            ("sample_idx", pa.int32()),
+            ("data_source", pa.string()),
+            ("question", pa.string()),
+            ("reference_answer", pa.string()),
+            ("file_name", pa.string()),
+            ("reference_pages", pa.list_(pa.string())),
+            ("response", pa.string()),
+            ("turns", pa.list_(_turn_type())),
+            ("retrieved_pages", pa.list_(pa.string())),
+            ("answer", pa.string()),
+            ("judge_score", pa.float64()),
+            ("ndcg", pa.float64()),
+            ("format_ok", pa.bool_()),
+            ("reward", pa.float64()),
+            ("reward_parts", pa.map_(pa.string(), pa.float64())),
+            ("advantage", pa.float64()),
+            ("num_turns", pa.int32()),
+            ("terminated", pa.string()),
+            ("extra", pa.string()),
+            ("flags", pa.list_(pa.string())),
+        ],
+        metadata={b"schema_version": SCHEMA_VERSION.encode()},
+    )
+
+
+# The Arrow forms of the schema are built on first use (PEP 562), so that importing this module
+# (every command's ``--help`` does, through the store) loads no pyarrow.
+_ARROW = {"TURN_TYPE": _turn_type, "ROLLOUT_SCHEMA": _rollout_schema}
+
+
+def __getattr__(name: str) -> Any:
+    build = _ARROW.get(name)
+    if build is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return build()
+
+
+COLUMNS = (
+    "run_id",
+    "step",
+    "uid",
+    "rollout_idx",
+    "sample_idx",
+    "data_source",
+    "question",
+    "reference_answer",
+    "file_name",
+    "reference_pages",
+    "response",
+    "turns",
+    "retrieved_pages",
+    "answer",
+    "judge_score",
+    "ndcg",
+    "format_ok",
+    "reward",
+    "reward_parts",
+    "advantage",
+    "num_turns",
+    "terminated",
+    "extra",
+    "flags",
 )
-COLUMNS = tuple(ROLLOUT_SCHEMA.names)
 _FLOAT_COLS = ("judge_score", "ndcg", "reward", "advantage")
 _STR_COLS = (
     "run_id",
@@ -349,4 +396,4 @@ def is_success(judge_score: float | None, format_ok: bool | None, threshold: flo
 
 
 def to_table(rows: list[dict[str, Any]]) -> pa.Table:
-    return pa.Table.from_pylist(rows, schema=ROLLOUT_SCHEMA)
+    return pa.Table.from_pylist(rows, schema=_rollout_schema())

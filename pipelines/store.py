@@ -62,9 +62,6 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
 from ddai.pipelines import (
     capability_count,
     io,
@@ -72,9 +69,11 @@ from ddai.pipelines import (
     manifest_log,
     objstore,
     quarantine,
+    schema,
     stage,
 )
-from ddai.pipelines.schema import ROLLOUT_SCHEMA, SCHEMA_VERSION, normalize_rollout
+from ddai.pipelines.lazy import lazy_module
+from ddai.pipelines.schema import SCHEMA_VERSION, normalize_rollout
 
 # The read side (no pyarrow), re-exported: ``store.snapshot``, ``store.MANIFEST`` as before.
 from ddai.pipelines.store_read import (  # noqa: F401
@@ -102,6 +101,9 @@ if TYPE_CHECKING:  # pyarrow.dataset pulls pandas in: imported where a dataset i
     import pyarrow.dataset as ds
 
     from ddai.pipelines.rollback import Journal, RemoteUndo
+
+pa = lazy_module("pyarrow")
+pq = lazy_module("pyarrow.parquet")
 
 DEFAULT_BATCH_ROWS = 50_000
 # A row group is written when this many rows (or bytes, for wide rows) are staged.
@@ -196,7 +198,7 @@ class PartitionWriter:
     def add_table(self, table: pa.Table) -> None:
         """Add rows already in (or castable to) ``ROLLOUT_SCHEMA``, after the rows added before."""
         self._rows_to_table()
-        self._stage(table.select(ROLLOUT_SCHEMA.names).cast(ROLLOUT_SCHEMA))
+        self._stage(table.select(schema.ROLLOUT_SCHEMA.names).cast(schema.ROLLOUT_SCHEMA))
 
     def _stage(self, table: pa.Table) -> None:
         # Tables wait until a large row group is full: readers scan a few big groups faster than
@@ -214,7 +216,7 @@ class PartitionWriter:
         self._tables, self._staged_rows, self._staged_bytes = [], 0, 0
         if self._writer is None:
             self._writer = pq.ParquetWriter(
-                self.tmp / self.part, ROLLOUT_SCHEMA, compression="zstd"
+                self.tmp / self.part, schema.ROLLOUT_SCHEMA, compression="zstd"
             )
         self._writer.write_table(table, row_group_size=max(table.num_rows, 1))
         self.rows += table.num_rows
@@ -224,7 +226,7 @@ class PartitionWriter:
 
     def _rows_to_table(self) -> None:
         if self._buf:
-            self._stage(pa.Table.from_pylist(self._buf, schema=ROLLOUT_SCHEMA))
+            self._stage(pa.Table.from_pylist(self._buf, schema=schema.ROLLOUT_SCHEMA))
             self._buf = []
 
     def _flush(self) -> None:
@@ -666,7 +668,7 @@ def arrow_dataset(files: list[Any]) -> ds.Dataset:
     fs = objstore.arrow_fs(urls[0]) if urls and urls[0] else None
     return ds.dataset(
         [objstore.key_of(u) if u else str(f) for u, f in zip(urls, files, strict=True)],
-        schema=ROLLOUT_SCHEMA,
+        schema=schema.ROLLOUT_SCHEMA,
         format="parquet",
         partitioning=None,
         filesystem=fs,

@@ -6,15 +6,17 @@ import dataclasses
 import time
 from typing import Any
 
-import duckdb
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ddai.pipelines import io, manifest, objstore, query, store
+from ddai.pipelines.lazy import lazy_module
 from ddai.reports.blocks import Section, SectionBuilder
 from ddai.reports.config import ReportConfig
 from ddai.reports.context import ReportContext
 from ddai.reports.render import render_page, warm_plotly_js
 from ddai.reports.sections import SECTIONS, value_joint
+
+duckdb = lazy_module("duckdb")
 
 
 def _check_inputs(cfg: ReportConfig) -> None:

@@ -14,12 +14,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import duckdb
-import polars as pl
-
 from ddai.pipelines import capabilities, query
+from ddai.pipelines.lazy import lazy_module
 from ddai.reports import palette
 from ddai.reports.config import ReportConfig
+
+duckdb = lazy_module("duckdb")
+pl = lazy_module("polars")
 
 _PARAM_RE = re.compile(r"\$([A-Za-z_]\w*)")
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import polars as pl
-
 from ddai.pipelines import csv_cells
+from ddai.pipelines.lazy import lazy_module
 from ddai.reports.blocks import Download
 from ddai.reports.formatting import csv_data_url
+
+pl = lazy_module("polars")
 
 
 def csv_download(label: str, filename: str, df: pl.DataFrame) -> Download:

@@ -14,13 +14,14 @@ import itertools
 import json
 from typing import Any
 
-import plotly.graph_objects as go
 from markupsafe import Markup
 from plotly.utils import PlotlyJSONEncoder
 
+from ddai.pipelines.lazy import lazy_module
 from ddai.reports.blocks import Figure, Note
 from ddai.reports.palette import COLORS
 
+go = lazy_module("plotly.graph_objects")
 _AXIS = {"gridcolor": "#e6e6e6", "zerolinecolor": "#cccccc", "automargin": True}
 HOUSE = go.layout.Template(
     layout={

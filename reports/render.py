@@ -16,12 +16,14 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-import jinja2
 from markupsafe import Markup
 from plotly.offline import get_plotlyjs
 
+from ddai.pipelines.lazy import lazy_module
 from ddai.reports.blocks import Section
 from ddai.reports.formatting import num
+
+jinja2 = lazy_module("jinja2")
 
 
 def _cell(v: Any) -> str:

@@ -33,12 +33,13 @@ import os
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-
 from ddai.pipelines import io, metrics
 from ddai.pipelines.corpus import Corpus
+from ddai.pipelines.lazy import lazy_module
 from ddai.trainer import toy
 from ddai.trainer.search.config import EpisodeConfig, RewardOverrides
+
+pa = lazy_module("pyarrow")
 
 SEARCH_K = 1
 TOPICS = (

@@ -15,10 +15,11 @@ import os
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-
 from ddai.pipelines import io
 from ddai.pipelines.corpus import Corpus
+from ddai.pipelines.lazy import lazy_module
+
+pa = lazy_module("pyarrow")
 
 SYSTEM_PROMPT = (
     "You are a search agent. Begin with <think>...</think>, then write exactly one action: "

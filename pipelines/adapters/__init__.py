@@ -11,32 +11,32 @@ reports, batch-mode summaries, debug logs) are named, so nothing is ignored sile
 
 from __future__ import annotations
 
+import importlib
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines.adapters import ddai_flash, ddai_phase1, ddai_unified, native, verl
 from ddai.pipelines.adapters.base import ReaderContext, SourceRecord
 from ddai.pipelines.adapters.peek import first_object, head_text
 
 Reader = Callable[[Path, ReaderContext], Iterator[SourceRecord]]
 
-READERS: dict[str, Reader] = {
-    "ddai": native.read,
-    ddai_unified.NAME: ddai_unified.read,
-    ddai_flash.NAME: ddai_flash.read,
-    ddai_phase1.NAME: ddai_phase1.read,
-    verl.NAME: verl.read,
+# Each format's adapter module (its ``NAME``, ``sniff`` and ``read``), in sniffing order. A module
+# is imported only when its format is sniffed or read: the columnar readers load pyarrow, polars
+# and DuckDB, which ``ddai ingest --help`` (and a run that reads one format) need not.
+FORMATS: dict[str, str] = {
+    "ddai": "native",
+    "ddai-unified": "ddai_unified",
+    "ddai-flash": "ddai_flash",
+    "ddai-phase1": "ddai_phase1",
+    "verl": "verl",
 }
-# Content sniffers, tried in order; each returns True when the file is in its format.
-SNIFFERS: list[tuple[str, Callable[[Path], bool]]] = [
-    ("ddai", native.sniff),
-    (ddai_unified.NAME, ddai_unified.sniff),
-    (ddai_flash.NAME, ddai_flash.sniff),
-    (ddai_phase1.NAME, ddai_phase1.sniff),
-    (verl.NAME, verl.sniff),
-]
+
+
+def adapter(name: str) -> Any:
+    """The adapter module of format ``name`` (imported on first use)."""
+    return importlib.import_module(f"{__name__}.{FORMATS[name]}")
 
 
 def _has(*keys: str) -> Callable[[dict[str, Any]], bool]:
@@ -97,7 +97,7 @@ NOT_ROLLOUTS: list[tuple[Callable[[dict[str, Any]], bool], str]] = [
 
 
 def formats() -> list[str]:
-    return ["auto", *READERS]
+    return ["auto", *FORMATS]
 
 
 # Compressed inputs by their magic bytes: named, with the command that opens them.
@@ -113,8 +113,8 @@ COMPRESSED = {
 def detect(path: Path) -> str:
     """The format of ``path`` by content; raises ValueError naming why it is not taken."""
     refuse_compressed(path)
-    for name, sniff in SNIFFERS:
-        if sniff(path):
+    for name in FORMATS:
+        if adapter(name).sniff(path):
             return name
     obj = _parquet_columns(path) if path.suffix == ".parquet" else first_object(path)
     if obj is None and head_text(path, 1).startswith("{"):
@@ -128,7 +128,7 @@ def detect(path: Path) -> str:
             f"first, e.g. `jq -c '.[]' {path} > {path.with_suffix('.jsonl')}`"
         )
     raise ValueError(
-        f"{path}: format not recognised (tried {', '.join(n for n, _ in SNIFFERS)}); "
+        f"{path}: format not recognised (tried {', '.join(FORMATS)}); "
         "pass --input-format to choose one"
     )
 
@@ -170,6 +170,6 @@ def _json_head(path: Path) -> dict[str, Any] | None:
 
 
 def reader(name: str) -> Reader:
-    if name not in READERS:
+    if name not in FORMATS:
         raise ValueError(f"unknown format {name!r}; known: {', '.join(formats())}")
-    return READERS[name]
+    return adapter(name).read

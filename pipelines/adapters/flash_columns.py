@@ -25,16 +25,17 @@ from __future__ import annotations
 
 import re
 
-import polars as pl
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.json as pj
-
 from ddai.pipelines.adapters.base import RowBatch
 from ddai.pipelines.adapters.ddai_common import _RESERVED, FLASH_FIELDS
 from ddai.pipelines.adapters.line_batches import LineBatch
+from ddai.pipelines.lazy import lazy_module
 from ddai.pipelines.row_checks import digest_bytes
 from ddai.pipelines.schema import COLUMNS, INT32_MAX, ROLLOUT_SCHEMA
+
+pl = lazy_module("polars")
+pa = lazy_module("pyarrow")
+pc = lazy_module("pyarrow.compute")
+pj = lazy_module("pyarrow.json")
 
 _STRING = ("uid", "query", "generated_answer", "reference_answer")
 _INT = ("local_idx", "sample_idx")

@@ -18,9 +18,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
-import numpy as np
-import pyarrow as pa
-
 from ddai.pipelines.adapters import base
 from ddai.pipelines.adapters.base import (
     SURROGATE_ESCAPE,
@@ -28,6 +25,10 @@ from ddai.pipelines.adapters.base import (
     _read_line,
     parse_line,
 )
+from ddai.pipelines.lazy import lazy_module
+
+np = lazy_module("numpy")
+pa = lazy_module("pyarrow")
 
 BATCH_BYTES = 8 << 20
 # A line with this many ``[`` / ``{`` bytes may nest deeper than a columnar reader survives (Arrow's

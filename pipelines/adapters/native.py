@@ -9,8 +9,6 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
-
 from ddai.pipelines.adapters import native_columns, native_jsonl_columns
 from ddai.pipelines.adapters.base import (
     ReaderContext,
@@ -22,6 +20,9 @@ from ddai.pipelines.adapters.base import (
 )
 from ddai.pipelines.adapters.line_batches import iter_batches
 from ddai.pipelines.adapters.peek import first_object
+from ddai.pipelines.lazy import lazy_module
+
+pq = lazy_module("pyarrow.parquet")
 
 PARQUET_BATCH = 16_384
 

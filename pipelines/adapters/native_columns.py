@@ -22,15 +22,16 @@ from __future__ import annotations
 
 import json
 
-import duckdb
-import numpy as np
-import polars as pl
-import pyarrow as pa
-import pyarrow.compute as pc
-
 from ddai.pipelines.adapters.base import RowBatch
+from ddai.pipelines.lazy import lazy_module
 from ddai.pipelines.schema import ACTION_NAMES, INT32_MAX, ROLLOUT_SCHEMA, TERMINATIONS
 from ddai.pipelines.store import check_run_id
+
+duckdb = lazy_module("duckdb")
+np = lazy_module("numpy")
+pl = lazy_module("polars")
+pa = lazy_module("pyarrow")
+pc = lazy_module("pyarrow.compute")
 
 _FLOATS = ("judge_score", "ndcg", "reward", "advantage")
 _INTS = ("step", "sample_idx", "num_turns")

@@ -21,16 +21,17 @@ from __future__ import annotations
 
 import json
 
-import duckdb
-import polars as pl
-import pyarrow as pa
-import pyarrow.json as pj
-
 from ddai.pipelines.adapters import native_columns
 from ddai.pipelines.adapters.base import RowBatch, repeated_key
 from ddai.pipelines.adapters.line_batches import LineBatch
+from ddai.pipelines.lazy import lazy_module
 from ddai.pipelines.row_checks import digest_bytes
 from ddai.pipelines.schema import COLUMNS, ROLLOUT_SCHEMA
+
+duckdb = lazy_module("duckdb")
+pl = lazy_module("polars")
+pa = lazy_module("pyarrow")
+pj = lazy_module("pyarrow.json")
 
 
 def _wide(t: pa.DataType) -> pa.DataType:

@@ -11,10 +11,11 @@ other text goes through ``tags.parse_turn``, one by one.
 
 from __future__ import annotations
 
-import polars as pl
-
 from ddai.pipelines import tags
 from ddai.pipelines.adapters.ddai_common import executed_action
+from ddai.pipelines.lazy import lazy_module
+
+pl = lazy_module("polars")
 
 # Python's ``\s`` takes more than ASCII whitespace: other whitespace goes through the parser.
 _WS = r"[ \t\n\r\f\v]"

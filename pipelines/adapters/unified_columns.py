@@ -29,11 +29,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import numpy as np
-import polars as pl
-import pyarrow as pa
-import pyarrow.json as pj
-
 from ddai.pipelines.adapters import line_batches, turn_columns
 from ddai.pipelines.adapters import unified_events as du
 from ddai.pipelines.adapters.base import RowBatch
@@ -41,6 +36,12 @@ from ddai.pipelines.adapters.line_batches import LineBatch
 from ddai.pipelines.adapters.side import keep_line
 from ddai.pipelines.adapters.unified_rows import KEY, Decline, texts_at
 from ddai.pipelines.adapters.unified_rows import rows as completed_rows
+from ddai.pipelines.lazy import lazy_module
+
+np = lazy_module("numpy")
+pl = lazy_module("polars")
+pa = lazy_module("pyarrow")
+pj = lazy_module("pyarrow.json")
 
 # The fields the join reads; the reward's other fields are read from its line.
 EVENT_SCHEMA = pa.schema(

@@ -9,8 +9,10 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-import numpy as np
-import pyarrow as pa
+from ddai.pipelines.lazy import lazy_module
+
+np = lazy_module("numpy")
+pa = lazy_module("pyarrow")
 
 HORIZON = 2
 PLAN = "model.plan"

@@ -18,13 +18,14 @@ import re
 from collections import Counter
 from typing import Any
 
-import polars as pl
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.json as pj
-
 from ddai.pipelines.adapters import flash_columns as fc
+from ddai.pipelines.lazy import lazy_module
 from ddai.pipelines.schema import COLUMNS, INT32_MAX
+
+pl = lazy_module("polars")
+pa = lazy_module("pyarrow")
+pc = lazy_module("pyarrow.compute")
+pj = lazy_module("pyarrow.json")
 
 # The event's key and type: not part of the payload, not kept in ``extra``.
 _DROP = ("run_id", "global_step", "event_type")

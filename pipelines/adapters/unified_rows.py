@@ -14,15 +14,16 @@ import json
 from collections import Counter
 from typing import Any
 
-import numpy as np
-import polars as pl
-import pyarrow as pa
-
 from ddai.pipelines.adapters import unified_events as du
 from ddai.pipelines.adapters.base import RowBatch
 from ddai.pipelines.adapters.unified_rewards import reward_frame
+from ddai.pipelines.lazy import lazy_module
 from ddai.pipelines.schema import ROLLOUT_SCHEMA, TURN_TYPE
 from ddai.pipelines.store import check_run_id
+
+np = lazy_module("numpy")
+pl = lazy_module("polars")
+pa = lazy_module("pyarrow")
 
 KEY = ("run_id", "global_step", "sample_idx")
 

@@ -24,18 +24,19 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-import duckdb
-import polars as pl
-import pyarrow as pa
-import pyarrow.json as pj
-
 from ddai.pipelines.adapters.base import RowBatch
 from ddai.pipelines.adapters.ddai_common import question_from_prompt
 from ddai.pipelines.adapters.line_batches import LineBatch
 from ddai.pipelines.adapters.verl_ids import UID_UNMATCHED, UidMapper, uid_of
 from ddai.pipelines.adapters.verl_transcripts import transcripts
+from ddai.pipelines.lazy import lazy_module
 from ddai.pipelines.row_checks import digest_bytes
 from ddai.pipelines.schema import COLUMNS, INT32_MAX, ROLLOUT_SCHEMA
+
+duckdb = lazy_module("duckdb")
+pl = lazy_module("polars")
+pa = lazy_module("pyarrow")
+pj = lazy_module("pyarrow.json")
 
 _STRING = ("input", "output", "gts", "data_source")
 _FLOAT = ("score", "judge_score", "ndcg")

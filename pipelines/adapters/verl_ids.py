@@ -24,9 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import polars as pl
-
 from ddai.pipelines.adapters.ddai_common import last_user_message
+from ddai.pipelines.lazy import lazy_module
+
+pl = lazy_module("polars")
 
 UID_UNMATCHED = "uid_unmatched"
 UID_HEX = 12

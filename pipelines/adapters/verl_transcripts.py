@@ -18,9 +18,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import polars as pl
-import pyarrow as pa
-
 from ddai.pipelines import tags
 from ddai.pipelines.adapters.transcript import (
     _EOS_TOKEN_RE,
@@ -29,7 +26,11 @@ from ddai.pipelines.adapters.transcript import (
     images_in,
     split_transcript,
 )
+from ddai.pipelines.lazy import lazy_module
 from ddai.pipelines.schema import TURN_TYPE
+
+pl = lazy_module("polars")
+pa = lazy_module("pyarrow")
 
 _WS = r"[ \t\n\r\f\v]"  # Python's \s takes more: other whitespace goes row by row
 _RESIDUE = (

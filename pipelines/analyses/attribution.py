@@ -12,12 +12,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import duckdb
-import polars as pl
-
 from ddai.pipelines import query
 from ddai.pipelines.analyses import carries
 from ddai.pipelines.analyses.flags import load_flags
+from ddai.pipelines.lazy import lazy_module
+
+duckdb = lazy_module("duckdb")
+pl = lazy_module("polars")
 
 CLASSES = ("wrong_gt", "generator_bottleneck", "search_failure")
 

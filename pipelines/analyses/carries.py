@@ -10,9 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import duckdb
-
 from ddai.pipelines import capabilities, query
+from ddai.pipelines.lazy import lazy_module
+
+duckdb = lazy_module("duckdb")
 
 
 class MissingData(ValueError):

@@ -11,10 +11,11 @@ import os
 from pathlib import Path
 from typing import Any
 
-import polars as pl
-
 from ddai.pipelines import query
 from ddai.pipelines.analyses import carries
+from ddai.pipelines.lazy import lazy_module
+
+pl = lazy_module("polars")
 
 NEEDS = (carries.SCORES, carries.GROUPS)
 

@@ -7,9 +7,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import polars as pl
-
 from ddai.pipelines import csv_cells, io
+from ddai.pipelines.lazy import lazy_module
+
+pl = lazy_module("polars")
 
 FORMATS = (".csv", ".parquet", ".jsonl")
 

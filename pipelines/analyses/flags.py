@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import os
 
-import duckdb
-import pyarrow as pa
-
 from ddai.pipelines.funnel.decisions import flagged, read_decisions
+from ddai.pipelines.lazy import lazy_module
+
+duckdb = lazy_module("duckdb")
+pa = lazy_module("pyarrow")
 
 
 def load_flags(con: duckdb.DuckDBPyConnection, paths: list[str | os.PathLike[str]]) -> int:

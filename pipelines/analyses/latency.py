@@ -11,11 +11,12 @@ import os
 from pathlib import Path
 from typing import Any
 
-import polars as pl
-
 from ddai.pipelines import query
 from ddai.pipelines.analyses import carries
 from ddai.pipelines.analyses.streaming import step_log
+from ddai.pipelines.lazy import lazy_module
+
+pl = lazy_module("polars")
 
 NEEDS = (carries.SCORES,)
 

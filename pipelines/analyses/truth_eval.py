@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import polars as pl
+from ddai.pipelines.lazy import lazy_module
+
+pl = lazy_module("polars")
 
 # view class → the truth table's cause
 CAUSE_OF = {

@@ -12,13 +12,15 @@ Search and embedding are local, CPU-bound work, so their protocols are plain syn
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
-import numpy as np
+from ddai.pipelines.lazy import lazy_module
+
+asyncio = lazy_module("asyncio")
+np = lazy_module("numpy")
 
 ROLES = ("judge", "generator", "rewriter", "verifier", "vqa", "search", "embedder", "vetter")
 Verdict = Literal["ok", "wrong", "uncertain"]

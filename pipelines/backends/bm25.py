@@ -13,10 +13,12 @@ from collections.abc import Sequence
 from typing import Any
 
 import bm25s
-import numpy as np
 
 from ddai.pipelines.backends.config import ConfigError
 from ddai.pipelines.backends.local import LocalBackend
+from ddai.pipelines.lazy import lazy_module
+
+np = lazy_module("numpy")
 
 
 class BM25Index:

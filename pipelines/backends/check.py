@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +10,9 @@ from ddai.pipelines.backends import build
 from ddai.pipelines.backends.base import ROLES, run_sync
 from ddai.pipelines.backends.cache import CallCache
 from ddai.pipelines.backends.config import KINDS, LOCAL_DEFAULT, backend_name, configured
+from ddai.pipelines.lazy import lazy_module
+
+asyncio = lazy_module("asyncio")
 
 
 def _roles_using(name: str, config: dict[str, Any]) -> list[str]:

@@ -18,11 +18,12 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
 from ddai.pipelines.backends import image_features
 from ddai.pipelines.backends.base import EmbedItem
 from ddai.pipelines.backends.local import LocalBackend
+from ddai.pipelines.lazy import lazy_module
+
+np = lazy_module("numpy")
 
 DEFAULT_HASH_DIM = 384
 _WORD = re.compile(r"\w+", re.UNICODE)

@@ -13,9 +13,10 @@ from __future__ import annotations
 import io
 from collections.abc import Sequence
 
-import numpy as np
-
 from ddai.pipelines.backends import media
+from ddai.pipelines.lazy import lazy_module
+
+np = lazy_module("numpy")
 
 SIDE = 8
 IMAGE_DIM = 3 * SIDE * SIDE

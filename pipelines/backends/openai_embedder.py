@@ -20,7 +20,6 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
 import openai
 from openai.types import CreateEmbeddingResponse
 
@@ -34,6 +33,9 @@ from ddai.pipelines.backends.openai_backend import OpenAIBackend
 from ddai.pipelines.backends.remote import model_engine
 from ddai.pipelines.backends.retry import CallError, Failure
 from ddai.pipelines.backends.usage import Price, TokenUsage
+from ddai.pipelines.lazy import lazy_module
+
+np = lazy_module("numpy")
 
 _CHARS_PER_TOKEN = 4
 _TOKENS_PER_IMAGE = 258

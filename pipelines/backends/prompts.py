@@ -23,7 +23,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import jinja2
+from ddai.pipelines.lazy import lazy_module
+
+jinja2 = lazy_module("jinja2")
 
 _ENV = jinja2.Environment(
     undefined=jinja2.StrictUndefined, keep_trailing_newline=False, autoescape=False

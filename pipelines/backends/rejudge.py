@@ -28,10 +28,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-
 from ddai.pipelines import run_stats, store
 from ddai.pipelines.backends import JudgeRequest, get_backend, run_sync
+from ddai.pipelines.lazy import lazy_module
+
+pa = lazy_module("pyarrow")
 
 
 class RejudgeError(ValueError):

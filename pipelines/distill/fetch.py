@@ -16,14 +16,14 @@ import os
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-import duckdb
-import numpy as np
-import polars as pl
-import pyarrow as pa
-
-from ddai.pipelines import objstore
+from ddai.pipelines import objstore, schema
 from ddai.pipelines.distill.select import SelectConfig, Selection, choose, prompt_reasons, select
-from ddai.pipelines.schema import ROLLOUT_SCHEMA
+from ddai.pipelines.lazy import lazy_module
+
+duckdb = lazy_module("duckdb")
+np = lazy_module("numpy")
+pl = lazy_module("polars")
+pa = lazy_module("pyarrow")
 
 # What selection reads (``select.py``), besides the turn count it needs where num_turns is null.
 COLUMNS = (
@@ -72,7 +72,7 @@ def selection_columns(
     (index into ``files``) and ``_file_row`` (the row's number in its file)."""
     paths = [str(f) for f in files]
     if not paths:  # a run with no rollouts
-        empty = ROLLOUT_SCHEMA.empty_table().select(list(COLUMNS))
+        empty = schema.ROLLOUT_SCHEMA.empty_table().select(list(COLUMNS))
         return (
             empty.append_column("n_turns", pa.array([], pa.int32()))
             .append_column(FILE, pa.array([], pa.int32()))
@@ -211,7 +211,9 @@ def _remote_selection_columns(urls: list[str]) -> pa.Table:
         have = set(pf.schema_arrow.names)
         t = pf.read(columns=[c for c in COLUMNS if c in have])
         n = t.num_rows
-        cols = [t[c] if c in have else pa.nulls(n, ROLLOUT_SCHEMA.field(c).type) for c in COLUMNS]
+        cols = [
+            t[c] if c in have else pa.nulls(n, schema.ROLLOUT_SCHEMA.field(c).type) for c in COLUMNS
+        ]
         n_turns: pa.Array | pa.ChunkedArray = pa.nulls(n, pa.int32())
         if "turns" in have and t["num_turns"].null_count:
             n_turns = pc.cast(pc.list_value_length(pf.read(columns=["turns"])["turns"]), pa.int32())
@@ -228,7 +230,7 @@ def _duck_type(column: str) -> str:
     """The DuckDB type of a rollout-schema column (for a typed NULL)."""
     con = duckdb.connect()
     try:
-        rel = con.from_arrow(ROLLOUT_SCHEMA.empty_table().select([column]))
+        rel = con.from_arrow(schema.ROLLOUT_SCHEMA.empty_table().select([column]))
         return str(rel.types[0])
     finally:
         con.close()
@@ -276,7 +278,7 @@ def fetch_batches(
     if not wanted.num_rows:
         return
     paths = [str(f) for f in files]
-    names = [f.name for f in ROLLOUT_SCHEMA if columns is None or f.name in columns]
+    names = [f.name for f in schema.ROLLOUT_SCHEMA if columns is None or f.name in columns]
     con = duckdb.connect()
     try:
         con.execute("SET enable_progress_bar = false")
@@ -332,9 +334,9 @@ def _conform(table: pa.Table, names: Sequence[str] | None = None) -> pa.Table:
     """A part in ``ROLLOUT_SCHEMA`` (its ``names`` columns, all by default): columns it
     predates read as nulls (as the dataset reader)."""
     n = table.num_rows
-    fields = [f for f in ROLLOUT_SCHEMA if names is None or f.name in names]
+    fields = [f for f in schema.ROLLOUT_SCHEMA if names is None or f.name in names]
     cols = [
         table[f.name].cast(f.type) if f.name in table.column_names else pa.nulls(n, f.type)
         for f in fields
     ]
-    return pa.table(cols, schema=pa.schema(fields, metadata=ROLLOUT_SCHEMA.metadata))
+    return pa.table(cols, schema=pa.schema(fields, metadata=schema.ROLLOUT_SCHEMA.metadata))

@@ -13,28 +13,44 @@ train1 gives back the same bytes for DDAI's files.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
 from ddai.pipelines import io
 from ddai.pipelines.distill.safety import Sample
 from ddai.pipelines.distill.thinks import Message
+from ddai.pipelines.lazy import lazy_module
+
+pa = lazy_module("pyarrow")
+pq = lazy_module("pyarrow.parquet")
 
 FORMATS = ("train1", "messages")
 FORMAT_VERSION = "v1"
 
-BLOCK_TYPE = pa.struct([("type", pa.string()), ("text", pa.string()), ("image", pa.string())])
-MESSAGE_TYPE = pa.struct([("role", pa.string()), ("content", pa.list_(BLOCK_TYPE))])
-TRAIN1_SCHEMA = pa.schema(
-    [("uid", pa.string()), ("format_version", pa.string()), ("messages", pa.string())]
-)
-MESSAGES_SCHEMA = pa.schema([("uid", pa.string()), ("messages", pa.list_(MESSAGE_TYPE))])
+
+@functools.cache
+def _schemas() -> dict[str, Any]:
+    """The formats' Arrow types, built on first use (importing this module loads no pyarrow)."""
+    block = pa.struct([("type", pa.string()), ("text", pa.string()), ("image", pa.string())])
+    message = pa.struct([("role", pa.string()), ("content", pa.list_(block))])
+    return {
+        "BLOCK_TYPE": block,
+        "MESSAGE_TYPE": message,
+        "TRAIN1_SCHEMA": pa.schema(
+            [("uid", pa.string()), ("format_version", pa.string()), ("messages", pa.string())]
+        ),
+        "MESSAGES_SCHEMA": pa.schema([("uid", pa.string()), ("messages", pa.list_(message))]),
+    }
+
+
+def __getattr__(name: str) -> Any:
+    if name not in ("BLOCK_TYPE", "MESSAGE_TYPE", "TRAIN1_SCHEMA", "MESSAGES_SCHEMA"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return _schemas()[name]
 
 
 def dumps(messages: Sequence[Message]) -> str:
@@ -80,7 +96,7 @@ def train1_table(samples: Sequence[Sample]) -> pa.Table:
             }
             for s in samples
         ],
-        schema=TRAIN1_SCHEMA,
+        schema=_schemas()["TRAIN1_SCHEMA"],
     )
 
 
@@ -94,7 +110,7 @@ def messages_table(samples: Sequence[Sample]) -> pa.Table:
         }
         for s in samples
     ]
-    return pa.Table.from_pylist(rows, schema=MESSAGES_SCHEMA)
+    return pa.Table.from_pylist(rows, schema=_schemas()["MESSAGES_SCHEMA"])
 
 
 def to_table(samples: Sequence[Sample], fmt: str) -> pa.Table:

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
-import pyarrow as pa
 from rich.progress import Progress, track
 
 from ddai.pipelines import capabilities, fileset, io, manifest, objstore, store
@@ -42,6 +41,9 @@ from ddai.pipelines.distill.safety import (
     report_lines,
 )
 from ddai.pipelines.distill.select import SelectConfig
+from ddai.pipelines.lazy import lazy_module
+
+pa = lazy_module("pyarrow")
 
 STEP = "distill"
 REWRITE_MODES = ("think-only", "none")

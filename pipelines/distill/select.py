@@ -21,9 +21,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import polars as pl
-import pyarrow as pa
-import pyarrow.compute as pc
+from ddai.pipelines.lazy import lazy_module
+
+pl = lazy_module("polars")
+pa = lazy_module("pyarrow")
+pc = lazy_module("pyarrow.compute")
 
 NO_JUDGED = "prompt has no judged rollout"
 NO_SUCCESS = "prompt has no success"

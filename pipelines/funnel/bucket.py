@@ -15,12 +15,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pyarrow as pa
-
 from ddai.pipelines import objstore
 from ddai.pipelines.funnel import dataset as ds
 from ddai.pipelines.funnel import scores, step
+from ddai.pipelines.lazy import lazy_module
+
+np = lazy_module("numpy")
+pa = lazy_module("pyarrow")
 
 STEP = "curate.bucket"
 BUCKETS = ("b", "a", "0")

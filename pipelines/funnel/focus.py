@@ -16,14 +16,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
-
 from ddai.pipelines import manifest, objstore
 from ddai.pipelines.funnel import dataset as ds
 from ddai.pipelines.funnel import decisions as dec
 from ddai.pipelines.funnel import scores, step
+from ddai.pipelines.lazy import lazy_module
+
+np = lazy_module("numpy")
+pa = lazy_module("pyarrow")
+pc = lazy_module("pyarrow.compute")
 
 STEP_ROUND1 = "curate.focus.round1"
 STEP_NEXT = "curate.focus.next"

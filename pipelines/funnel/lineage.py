@@ -13,9 +13,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
-
 from ddai.pipelines import fileset, manifest, objstore, store
+from ddai.pipelines.lazy import lazy_module
+
+pq = lazy_module("pyarrow.parquet")
 
 KINDS = ("source", "log", "file", "step", "missing")
 

@@ -31,18 +31,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from ddai.pipelines.funnel import dataset as ds
 from ddai.pipelines.funnel import scores
+from ddai.pipelines.lazy import lazy_module
+
+np = lazy_module("numpy")
 
 PRIORS = ("empirical", "jeffreys", "none")
 DEFAULT_N_AGENT = (4, 8, 16, 32)
 # Fewer prompts than this in a bucket: fit its prior on all prompts of the run instead.
 MIN_PROMPTS_TO_FIT = 30
 # Grid of the empirical-Bayes fit: prior mean μ and concentration κ = α + β.
-_MU_GRID = np.linspace(0.005, 0.995, 199)
-_KAPPA_GRID = np.logspace(-1.0, 3.0, 81)
+_MU_GRID = (0.005, 0.995, 199)  # np.linspace's arguments: the grids are built where used
+_KAPPA_GRID = (-1.0, 3.0, 81)  # np.logspace's
 
 
 # ---------------------------------------------------------------- pure math
@@ -110,7 +111,7 @@ def fit_beta_prior(successes: np.ndarray, trials: np.ndarray) -> tuple[float, fl
     if len(s) == 0:
         return 0.5, 0.5
     pairs, weight = np.unique(np.stack([s, m], axis=1), axis=0, return_counts=True)
-    mu, kappa = np.meshgrid(_MU_GRID, _KAPPA_GRID, indexing="ij")
+    mu, kappa = np.meshgrid(np.linspace(*_MU_GRID), np.logspace(*_KAPPA_GRID), indexing="ij")
     alpha, beta = (mu * kappa).ravel(), ((1 - mu) * kappa).ravel()  # [G]
     mmax = int(pairs[:, 1].max())
     la, lb, lab = (_log_rising(x, mmax) for x in (alpha, beta, alpha + beta))  # [G, mmax+1]

@@ -9,11 +9,13 @@ with the reference page text.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import asdict, dataclass, fields
 
-import jinja2
-
 from ddai.pipelines import csv_cells
+from ddai.pipelines.lazy import lazy_module
+
+jinja2 = lazy_module("jinja2")
 
 PAGE_TEXT_CHARS = 2000
 
@@ -50,8 +52,8 @@ def sheet_csv(rows: list[ReviewRow]) -> str:
     return csv_cells.rows_text(CSV_COLUMNS, map(cells, rows))
 
 
-_HTML = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined).from_string(
-    """<!doctype html>
+# The sheet's page; compiled on first use (importing this module loads no jinja2).
+_HTML = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{{ title }}</title>
 <style>
 body{font-family:system-ui,sans-serif;margin:2rem;color:#222}
@@ -79,8 +81,13 @@ and pass it back with <code>--decisions review.csv</code>; only <code>wrong</cod
 </tr>{% endfor %}
 </tbody></table></body></html>
 """
-)
+
+
+@functools.cache
+def _template() -> jinja2.Template:
+    env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
+    return env.from_string(_HTML)
 
 
 def to_html(rows: list[ReviewRow], *, title: str, counts: str) -> str:
-    return _HTML.render(rows=rows, title=title, counts=counts, limit=PAGE_TEXT_CHARS)
+    return _template().render(rows=rows, title=title, counts=counts, limit=PAGE_TEXT_CHARS)

@@ -15,12 +15,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import polars as pl
-import pyarrow as pa
-import pyarrow.compute as pc
-
 from ddai.pipelines import capabilities, csv_cells, objstore, query, store
+from ddai.pipelines.lazy import lazy_module
+
+np = lazy_module("numpy")
+pl = lazy_module("polars")
+pa = lazy_module("pyarrow")
+pc = lazy_module("pyarrow.compute")
 
 METRICS = ("ndcg", "judge", "reward")
 AGGS = ("mean", "max")

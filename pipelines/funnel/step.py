@@ -18,9 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-
 from ddai.pipelines import fileset, io, manifest, objstore
+from ddai.pipelines.lazy import lazy_module
+
+pa = lazy_module("pyarrow")
 
 SUMMARY_KEY = "summary"
 

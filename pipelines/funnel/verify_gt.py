@@ -25,14 +25,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pyarrow as pa
-
 from ddai.pipelines import capabilities, fileset, manifest, objstore
 from ddai.pipelines.backends.usage import FAILED_CALLS, failed_calls
 from ddai.pipelines.funnel import dataset as ds
 from ddai.pipelines.funnel import decisions as dec
 from ddai.pipelines.funnel import review, scores, step
+from ddai.pipelines.lazy import lazy_module
+
+np = lazy_module("numpy")
+pa = lazy_module("pyarrow")
 
 STEP = "curate.verify-gt"
 RULES = ("zero-score", "low-score", "low-ndcg")

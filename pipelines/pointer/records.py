@@ -24,9 +24,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import polars as pl
-
 from ddai.pipelines import io
+from ddai.pipelines.lazy import lazy_module
+
+pl = lazy_module("polars")
 
 GEN_METHODS = ("beam", "sample", "random")
 PRIORITY = {"beam": 3, "sample": 2, "random": 1}

@@ -8,8 +8,10 @@ divided by log K (1: every position equally often).
 
 from __future__ import annotations
 
-import numpy as np
-import polars as pl
+from ddai.pipelines.lazy import lazy_module
+
+np = lazy_module("numpy")
+pl = lazy_module("polars")
 
 
 def index_histogram(pointers: np.ndarray, k: int) -> np.ndarray:

@@ -13,12 +13,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
-from safetensors.numpy import load_file, save_file
-
 from ddai.pipelines import io
+from ddai.pipelines.lazy import lazy_module
+
+np = lazy_module("numpy")
+pa = lazy_module("pyarrow")
+pq = lazy_module("pyarrow.parquet")
+safetensors_np = lazy_module("safetensors.numpy")
 
 STORE_FORMAT = "ddai.pointer.embedding_store"
 STORE_VERSION = "1"
@@ -142,7 +143,7 @@ def save_store(store: EmbeddingStore, path: str | Path) -> None:
             "cand_index": cand_index,
         }
         with io.atomic_path(path) as tmp:
-            save_file(tensors, str(tmp), metadata=meta)
+            safetensors_np.save_file(tensors, str(tmp), metadata=meta)
     elif path.suffix == ".parquet":
         n, k, d = store.cand_emb.shape
         table = pa.table(
@@ -178,7 +179,7 @@ def load_store(path: str | Path) -> EmbeddingStore:
         with safe_open(str(path), framework="numpy") as fh:
             meta: dict[str, Any] = dict(fh.metadata() or {})
         _check(meta, path)
-        t = load_file(str(path))
+        t = safetensors_np.load_file(str(path))
         demo_ids = json.loads(meta.pop("demo_ids"))
         query_ids = json.loads(meta.pop("query_ids"))
         ids = [[demo_ids[int(i)] for i in row] for row in t["cand_index"]]

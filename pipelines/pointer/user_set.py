@@ -22,10 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import polars as pl
-
 from ddai.pipelines import io, manifest
+from ddai.pipelines.lazy import lazy_module
 from ddai.pipelines.metrics import vqa_normalize
 from ddai.pipelines.pointer.world import (
     CONFIG_FILE,
@@ -34,6 +32,9 @@ from ddai.pipelines.pointer.world import (
     LABELS_FILE,
     QUERIES_FILE,
 )
+
+np = lazy_module("numpy")
+pl = lazy_module("polars")
 
 SOURCE_FILE = "source.json"
 IMAGE_COLUMNS = ("image", "image_path", "image_file")

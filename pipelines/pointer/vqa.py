@@ -18,7 +18,6 @@ from typing import Any
 
 from ddai.pipelines.backends import VQARequest, get_backend, run_sync
 from ddai.pipelines.backends.media import IMAGE_SLOT
-from ddai.pipelines.backends.tasks import example_images
 from ddai.pipelines.metrics import anls, exact_match, vqa_accuracy, vqa_accuracy_symmetric
 from ddai.pipelines.pointer.simulator import VQASimulator
 from ddai.pipelines.progress import bar
@@ -72,9 +71,11 @@ def build_prompt(
 ) -> str:
     """A few-shot VQA prompt: each demonstration as (its images,) question and answer, then the
     query as (its ``query_images`` images and) question; an image's place is ``IMAGE_SLOT``."""
+    from ddai.pipelines.backends import tasks  # pydantic (~0.15 s): not for `ddai pointer --help`
+
     parts = ["Answer the question about the image in a few words, like the examples."]
     for i, ex in enumerate(examples, 1):
-        shown = _slots(len(example_images(dict(ex))))
+        shown = _slots(len(tasks.example_images(dict(ex))))
         parts.append(
             f"Example {i}\n{shown}Question: {ex.get('question', '')}\n"
             f"Answer: {ex.get('answer', '')}"
@@ -85,7 +86,9 @@ def build_prompt(
 
 def make_request(query: Mapping[str, Any], examples: Sequence[Mapping[str, Any]]) -> VQARequest:
     """The request for one pair: demonstrations' images, in order, before the query's."""
-    images = example_images(dict(query))
+    from ddai.pipelines.backends import tasks
+
+    images = tasks.example_images(dict(query))
     return VQARequest(
         prompt=build_prompt(str(query.get("question", "")), examples, query_images=len(images)),
         images=tuple(images),

@@ -23,10 +23,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-from safetensors.numpy import load_file, save_file
-
 from ddai.pipelines import io, manifest
+from ddai.pipelines.lazy import lazy_module
+
+np = lazy_module("numpy")
+safetensors_np = lazy_module("safetensors.numpy")
 
 TOPICS: dict[str, tuple[str, ...]] = {
     "kitchen": ("cup", "plate", "knife", "bowl"),
@@ -277,7 +278,7 @@ def write_world(world: World, out: str | Path) -> dict[str, Path]:
         "demo_ids": json.dumps([d["demo_id"] for d in world.demos]),
     }
     with io.atomic_path(paths["embeddings"]) as tmp:
-        save_file(
+        safetensors_np.save_file(
             {"query_emb": world.query_emb, "demo_emb": world.demo_emb}, str(tmp), metadata=meta
         )
     io.write_json(paths["config"], asdict(world.config))
@@ -340,6 +341,6 @@ def load_world(folder: str | Path, *, embeddings: bool = True) -> World:
     q_emb = np.zeros((len(queries), 0), np.float32)
     d_emb = np.zeros((len(demos), 0), np.float32)
     if embeddings and (folder / EMBEDDINGS_FILE).is_file():
-        tensors = load_file(str(folder / EMBEDDINGS_FILE))
+        tensors = safetensors_np.load_file(str(folder / EMBEDDINGS_FILE))
         q_emb, d_emb = tensors["query_emb"], tensors["demo_emb"]
     return World(cfg, queries, demos, q_emb, d_emb, labels)

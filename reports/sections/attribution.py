@@ -8,16 +8,17 @@ sentence, no chart.
 
 from __future__ import annotations
 
-import plotly.graph_objects as go
-import polars as pl
-
 from ddai.pipelines.analyses import attribution, carries
 from ddai.pipelines.analyses.flags import load_flags
+from ddai.pipelines.lazy import lazy_module
 from ddai.reports import figures
 from ddai.reports.blocks import Block, Note, Section, Table
 from ddai.reports.context import ReportContext
 from ddai.reports.downloads import csv_download
 from ddai.reports.formatting import pct
+
+go = lazy_module("plotly.graph_objects")
+pl = lazy_module("polars")
 
 LABELS = {
     "wrong_gt": "likely wrong ground truth",

@@ -5,14 +5,16 @@ from __future__ import annotations
 
 from typing import Any
 
-import plotly.graph_objects as go
-import polars as pl
 from plotly.subplots import make_subplots
 
+from ddai.pipelines.lazy import lazy_module
 from ddai.reports import figures
 from ddai.reports.blocks import Block, Note, Section, Table
 from ddai.reports.context import ReportContext
 from ddai.reports.formatting import num, pct
+
+go = lazy_module("plotly.graph_objects")
+pl = lazy_module("polars")
 
 # (key, label, formatter) of the per-run behaviour table; the comparison section reuses it.
 METRICS: tuple[tuple[str, str, Any], ...] = (

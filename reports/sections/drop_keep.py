@@ -6,13 +6,14 @@ group was constant is a drop candidate, with why (``sql/zero_variance.sql``).
 
 from __future__ import annotations
 
-import polars as pl
-
 from ddai.pipelines import query
+from ddai.pipelines.lazy import lazy_module
 from ddai.reports.blocks import Block, Section, Table
 from ddai.reports.context import ReportContext
 from ddai.reports.downloads import csv_download
 from ddai.reports.formatting import pct
+
+pl = lazy_module("polars")
 
 REASONS = ("always_zero", "always_full", "constant")
 

@@ -11,15 +11,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import plotly.graph_objects as go
-
 from ddai.pipelines import manifest
 from ddai.pipelines.funnel.lineage import lineage_graph, lineage_rows
+from ddai.pipelines.lazy import lazy_module
 from ddai.reports import figures
 from ddai.reports.blocks import Note, Section, Table
 from ddai.reports.config import ReportConfig
 from ddai.reports.context import ReportContext
 from ddai.reports.formatting import num
+
+go = lazy_module("plotly.graph_objects")
 
 TITLE = "Funnel"
 # Lineage node kinds that are prompt datasets; raw log files and log partitions (counted in

@@ -7,12 +7,13 @@ frozen generator's own knowledge). DDAI found about half of such cases were not 
 
 from __future__ import annotations
 
-import plotly.graph_objects as go
-
+from ddai.pipelines.lazy import lazy_module
 from ddai.reports import figures
 from ddai.reports.blocks import Figure, Note, Section, Table
 from ddai.reports.context import ReportContext
 from ddai.reports.formatting import num, pct
+
+go = lazy_module("plotly.graph_objects")
 
 
 def build(ctx: ReportContext) -> Section:

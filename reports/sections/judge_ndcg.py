@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import math
 
-import plotly.graph_objects as go
-import polars as pl
 from plotly.subplots import make_subplots
 
+from ddai.pipelines.lazy import lazy_module
 from ddai.reports import figures
 from ddai.reports.blocks import Note, Section, Table
 from ddai.reports.context import ReportContext
 from ddai.reports.formatting import num, pct
+
+go = lazy_module("plotly.graph_objects")
+pl = lazy_module("polars")
 
 MAX_LEVELS = 11
 """A judge with at most this many distinct scores is charted by its own levels, else in bins."""

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import plotly.graph_objects as go
-import polars as pl
-
+from ddai.pipelines.lazy import lazy_module
 from ddai.reports import figures
 from ddai.reports.blocks import Note, Section, Table
 from ddai.reports.context import ReportContext
 from ddai.reports.formatting import pct
+
+go = lazy_module("plotly.graph_objects")
+pl = lazy_module("polars")
 
 BANDS = ("=0", "(0, 0.3]", "(0.3, 0.5]", "(0.5, 0.7]", "(0.7, 1)", "=1")
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import plotly.graph_objects as go
-
+from ddai.pipelines.lazy import lazy_module
 from ddai.reports import figures
 from ddai.reports.blocks import Section, Table
 from ddai.reports.context import ReportContext
 from ddai.reports.formatting import num, pct, plural
+
+go = lazy_module("plotly.graph_objects")
 
 TERMINATIONS = {
     "complete": "#2a9d5c",

@@ -5,15 +5,16 @@ of rollouts got a reward. Charts only where the logs carry the numbers; else one
 
 from __future__ import annotations
 
-import plotly.graph_objects as go
-import polars as pl
-
 from ddai.pipelines import query
 from ddai.pipelines.analyses.streaming import step_log
+from ddai.pipelines.lazy import lazy_module
 from ddai.reports import figures
 from ddai.reports.blocks import Block, Note, Section, Table
 from ddai.reports.context import ReportContext
 from ddai.reports.formatting import num, pct
+
+go = lazy_module("plotly.graph_objects")
+pl = lazy_module("polars")
 
 
 def _by_step(

@@ -12,14 +12,16 @@ from io import BytesIO
 from pathlib import Path
 from typing import Any
 
-import plotly.graph_objects as go
-import polars as pl
 from plotly.subplots import make_subplots
 
+from ddai.pipelines.lazy import lazy_module
 from ddai.reports import figures
 from ddai.reports.blocks import Note, Section, Table
 from ddai.reports.context import ReportContext
 from ddai.reports.formatting import num
+
+go = lazy_module("plotly.graph_objects")
+pl = lazy_module("polars")
 
 TABLE_DIR = Path("_side") / "train_metrics"
 

@@ -12,13 +12,15 @@ import json
 from pathlib import Path
 from typing import Any
 
-import plotly.graph_objects as go
-import polars as pl
 from plotly.subplots import make_subplots
 
+from ddai.pipelines.lazy import lazy_module
 from ddai.reports import figures
 from ddai.reports.blocks import Note, Table
 from ddai.reports.formatting import num, pct
+
+go = lazy_module("plotly.graph_objects")
+pl = lazy_module("polars")
 
 METRICS = "metrics.jsonl"
 RUN_CONFIG = "run_config.json"

@@ -21,8 +21,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlencode
 
-import jinja2
-import pyarrow.parquet as pq
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
@@ -36,6 +34,7 @@ from starlette.responses import (
 from starlette.routing import Route
 
 from ddai.pipelines import csv_cells, store
+from ddai.pipelines.lazy import lazy_module
 from ddai.reports.formatting import num, pct
 from ddai.reports.serve import annotate, diff, images, live, queries, review_queue, sqlbox
 from ddai.reports.serve.config import ServeConfig
@@ -54,6 +53,9 @@ from ddai.reports.serve.guard import Guard, TokenMiddleware, page_token
 from ddai.reports.serve.pages import CorpusPages
 from ddai.reports.serve.turns import missing_turns, source_formats, turn_views
 from ddai.reports.transcript import mark_pages
+
+jinja2 = lazy_module("jinja2")
+pq = lazy_module("pyarrow.parquet")
 
 CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "

@@ -21,12 +21,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import duckdb
-
 from ddai.pipelines import query, store
+from ddai.pipelines.lazy import lazy_module
 from ddai.reports.serve import queries, sqlbox
 from ddai.reports.serve.config import ServeConfig
 from ddai.reports.serve.live import run_versions, store_version
+
+duckdb = lazy_module("duckdb")
 
 
 def fingerprint(logs: Path, runs: list[str] | None) -> tuple[tuple[str, int, int], ...]:

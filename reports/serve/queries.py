@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import duckdb
-
 from ddai.pipelines import query
+from ddai.pipelines.lazy import lazy_module
 from ddai.reports.serve.filters import TABLE_COLUMNS, RolloutFilter
+
+duckdb = lazy_module("duckdb")
 
 KEY = ("run_id", "uid", "step", "rollout_idx")
 

@@ -18,8 +18,10 @@ import threading
 from pathlib import Path
 from typing import Any
 
-import duckdb
-import pyarrow as pa
+from ddai.pipelines.lazy import lazy_module
+
+duckdb = lazy_module("duckdb")
+pa = lazy_module("pyarrow")
 
 
 class SqlRejected(ValueError):

@@ -141,3 +141,78 @@ def test_unknown_command_exits_2_with_a_suggestion():
 def test_two_modules_fill_the_train_group():
     train = load_command("train")
     assert {"sft", "grpo", "value", "ppo"} <= set(train.commands)
+
+
+# What no command's ``--help`` may load: the data and model libraries (50-700 ms each), the
+# backends' pydantic and asyncio, the report's plotly. `ddai X --help` reads X's configs only.
+HELP_FREE = (
+    *HEAVY,
+    *("pyarrow", "polars", "duckdb", "numpy", "pydantic", "asyncio", "plotly", "PIL", "jinja2"),
+    *("scipy", "sklearn", "safetensors", "peft", "trl", "accelerate"),
+)
+
+
+def _command_paths() -> list[list[str]]:
+    """Every command and sub-command of the registry, as words: ``["curate", "bucket"]``."""
+    paths: list[list[str]] = []
+
+    def walk(command: typer.core.click.Command, words: list[str]) -> None:
+        paths.append(words)
+        for name, sub in getattr(command, "commands", {}).items():
+            walk(sub, [*words, name])
+
+    for name in COMMANDS:
+        walk(load_command(name), [name])
+    return paths
+
+
+def _help_imports(paths: list[list[str]], prelude: str = "") -> dict[str, list[str]]:
+    """Run ``ddai P --help`` for each path P, one after the other in one fresh interpreter; what
+    each pulled in of ``HELP_FREE`` (a module already loaded by an earlier path counts for that
+    one, so a clean result holds for every path run alone)."""
+    code = (
+        "import contextlib, io, json, sys\n"
+        "from ddai.cli.app import main\n"
+        f"{prelude}"
+        f"free = {HELP_FREE!r}\n"
+        "out = {}\n"
+        "for words in json.loads(sys.argv[1]):\n"
+        "    before = set(sys.modules)\n"
+        "    sys.argv = ['ddai', *words, '--help']\n"
+        "    try:\n"
+        "        with contextlib.redirect_stdout(io.StringIO()):\n"
+        "            main()\n"
+        "    except SystemExit as e:\n"
+        "        assert not e.code, (words, e.code)\n"
+        "    new = set(sys.modules) - before\n"
+        "    out[' '.join(words)] = sorted(m for m in new if m.split('.')[0] in free or m in free)\n"
+        "print('HELP ' + json.dumps(out))\n"
+    )
+    p = subprocess.run(
+        [sys.executable, "-c", code, json.dumps(paths)], capture_output=True, text=True, cwd=ROOT
+    )
+    assert p.returncode == 0, p.stderr[-2000:]
+    line = next(x for x in p.stdout.splitlines() if x.startswith("HELP "))
+    return json.loads(line[len("HELP ") :])
+
+
+def test_every_commands_help_imports_no_heavy_module():
+    paths = _command_paths()
+    assert ["curate", "focus"] in paths and ["train", "grpo"] in paths and len(paths) > 30
+    pulled = _help_imports(paths)
+    assert sorted(pulled) == sorted(" ".join(p) for p in paths)
+    assert {name: mods for name, mods in pulled.items() if mods} == {}
+
+
+def test_help_import_check_names_the_command_that_loads_a_heavy_module():
+    """The check above can fail: a command whose module loads numpy is named with it."""
+    prelude = (
+        "import ddai.cli.runs as runs\n"
+        "def register(app, _register=runs.register):\n"
+        "    import numpy\n"
+        "    return _register(app)\n"
+        "runs.register = register\n"
+    )
+    pulled = _help_imports([["query"], ["runs"]], prelude=prelude)
+    assert pulled["query"] == []
+    assert "numpy" in pulled["runs"]

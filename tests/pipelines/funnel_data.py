@@ -11,10 +11,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ddai.pipelines import io, store
-from ddai.pipelines.fixtures.dataset import DATASET_SCHEMA
+from ddai.pipelines.fixtures.dataset import dataset_schema
 
 # verl's RL parquet shape: the synthetic world's dataset schema (one definition).
-VERL_SCHEMA = DATASET_SCHEMA
+VERL_SCHEMA = dataset_schema()
 _HF = {
     "info": {
         "features": {

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow.parquet as pq
 import pytest
 
-from ddai.pipelines.corpus import PAGES_SCHEMA, Corpus, intersects
+from ddai.pipelines.corpus import Corpus, intersects, pages_schema
 
 # One 100×100 page: "a" top left, "b" below it, "c" right of "b" with a gap at x 50..60.
 LINES = [
@@ -69,7 +69,7 @@ def test_lookups(corpus):
 def test_parquet_round_trip_keeps_the_contract_schema(corpus, tmp_path):
     corpus.save(tmp_path / "pages.parquet")
     table = pq.read_table(tmp_path / "pages.parquet")
-    assert table.schema.remove_metadata().equals(PAGES_SCHEMA)
+    assert table.schema.remove_metadata().equals(pages_schema())
     row = table.slice(0, 1).to_pylist()[0]
     assert row["page_id"] == "7_1" and row["page"] == 1 and row["text"] == "a\nb\nc"
     assert row["lines"][2] == {"text": "c", "bbox": [60.0, 20.0, 90.0, 30.0]}

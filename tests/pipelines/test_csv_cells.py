@@ -92,3 +92,22 @@ def test_a_frame_round_trips_through_its_csv():
     assert back.columns == df.columns
     assert back["score"].dtype == pl.Float64 and back["n"].dtype == pl.Int64
     assert back.with_columns(pl.col("cat").cast(pl.Categorical)).equals(df)
+
+
+def test_escape_frame_matches_escape_cell_by_cell():
+    """The frame's String columns are escaped by polars: every cell as ``escape`` gives it,
+    nulls, plain numbers, quoted formulas and random texts over the characters that matter."""
+    import random
+
+    import polars as pl
+
+    from ddai.pipelines import csv_cells
+
+    rng = random.Random(1)
+    alphabet = ["=", "+", "-", "@", "\t", "\r", "'", "1", "0", ".", "e", "E", "a", " ", "\n", "_", "é", "٣"]  # fmt: skip
+    texts = [None, "", "-1", "-1.5", "+3", "-1e-3", "-1+2", "-inf", "+1_0", "-1 ", "\t1", "'=x", "''=x", "'a", "1\n", "-.5e+7"]  # fmt: skip
+    texts += ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 6))) for _ in range(5000)]
+    out = csv_cells.escape_frame(pl.DataFrame({"=t": texts, "n": range(len(texts))}))
+    assert out.columns == ["'=t", "n"]
+    assert out["'=t"].to_list() == [None if t is None else csv_cells.escape(t) for t in texts]
+    assert out["'=t"].to_list()[:12] == [None, "", "-1", "-1.5", "+3", "-1e-3", "'-1+2", "'-inf", "'+1_0", "'-1 ", "'\t1", "''=x"]  # fmt: skip

@@ -57,6 +57,29 @@ def test_first_occurrences():
     assert dups == ["a", "b"]
 
 
+def test_first_occurrences_match_polars_is_first_distinct():
+    """Against polars' ``is_first_distinct`` (the reference): nulls, chunk borders, no dups."""
+    import random
+
+    import polars as pl
+    import pyarrow.compute as pc
+
+    rng = random.Random(0)
+    for _ in range(200):
+        n = rng.randint(1, 40)
+        names = [None, *(f"u{k}" for k in range(rng.randint(1, 10)))]
+        vals = [rng.choice(names) for _ in range(n)]
+        cut = rng.randint(0, n)
+        ids = pa.chunked_array(
+            [pa.array(vals[:cut], pa.string()), pa.array(vals[cut:], pa.string())]
+        )
+        t = pa.table({"id": ids, "row": list(range(n))})
+        first = pl.from_arrow(t["id"]).is_first_distinct().to_arrow()
+        kept, dups = ds.first_occurrences(t)
+        assert kept.equals(t.filter(first)), vals
+        assert dups == t["id"].filter(pc.invert(first)).to_pylist(), vals
+
+
 def test_read_dataset_errors(tmp_path):
     with pytest.raises(FileNotFoundError, match="not found"):
         ds.read_dataset(tmp_path / "nope.parquet")

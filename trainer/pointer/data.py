@@ -8,16 +8,18 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import polars as pl
 import torch
 from torch import Tensor
 
 from ddai.pipelines import io, manifest
+from ddai.pipelines.lazy import lazy_module
 from ddai.pipelines.pointer import records, stats
 from ddai.pipelines.pointer.store import EmbeddingStore
 from ddai.trainer.pointer.config import ProcessConfig, RewardConfig
 from ddai.trainer.pointer.losses import shape_rewards
+
+np = lazy_module("numpy")
+pl = lazy_module("polars")
 
 
 def _col(df: pl.DataFrame, name: str) -> Tensor:

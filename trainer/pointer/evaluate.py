@@ -10,11 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-import polars as pl
 import torch
 
 from ddai.pipelines import io, manifest
+from ddai.pipelines.lazy import lazy_module
 from ddai.pipelines.pointer import stats
 from ddai.pipelines.pointer import vqa as vqa_eval
 from ddai.pipelines.pointer.store import EmbeddingStore, load_store
@@ -23,6 +22,9 @@ from ddai.trainer.pointer import decode
 from ddai.trainer.pointer.config import EvalConfig
 from ddai.trainer.pointer.generate import select_queries
 from ddai.trainer.pointer.model import WEIGHTS_FILE, PointerSelector, load_pointer
+
+np = lazy_module("numpy")
+pl = lazy_module("polars")
 
 
 def selections(

@@ -18,11 +18,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import polars as pl
 import torch
 from torch import Tensor
 
 from ddai.pipelines import io, manifest
+from ddai.pipelines.lazy import lazy_module
 from ddai.pipelines.pointer.store import load_store
 from ddai.pipelines.pointer.world import load_world
 from ddai.pipelines.progress import bar
@@ -50,6 +50,8 @@ from ddai.trainer.pointer.model import (
     load_pointer,
     save_pointer,
 )
+
+pl = lazy_module("polars")
 
 log = logging.getLogger(__name__)
 

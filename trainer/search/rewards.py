@@ -28,7 +28,6 @@ ended on); text generators ignore them.
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import threading
 from collections.abc import Sequence
@@ -36,6 +35,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ddai.pipelines import metrics
+from ddai.pipelines.lazy import lazy_module
+
+asyncio = lazy_module("asyncio")  # ~20 ms: the scorer's loop starts only when a run scores
 
 
 @dataclass(frozen=True)

@@ -10,10 +10,10 @@ row (``score_of`` reads a score without taking it).
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 from typing import Any
 
+from ddai.pipelines.lazy import lazy_module
 from ddai.trainer.search.rewards import (
     Judged,
     RewardSpec,
@@ -22,6 +22,8 @@ from ddai.trainer.search.rewards import (
     compute_reward,
     unscorable_reason,
 )
+
+asyncio = lazy_module("asyncio")
 
 
 class ScoreStore:

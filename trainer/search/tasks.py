@@ -13,10 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
-
 from ddai.pipelines import prompt_row
+from ddai.pipelines.lazy import lazy_module
 from ddai.trainer.search.chat import normalize_messages
+
+pq = lazy_module("pyarrow.parquet")
 
 
 @dataclass(frozen=True)

@@ -9,10 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
-
+from ddai.pipelines.lazy import lazy_module
 from ddai.trainer import common
 from ddai.trainer.search.chat import flatten_messages
+
+pq = lazy_module("pyarrow.parquet")
 
 
 def read_rows(paths: list[Path]) -> list[dict[str, Any]]:

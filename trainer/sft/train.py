@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ddai.pipelines import io
+from ddai.pipelines.lazy import lazy_module
 from ddai.trainer import common
 from ddai.trainer.runtime import dist
 from ddai.trainer.search.chat import ensure_training_template
@@ -29,6 +30,8 @@ from ddai.trainer.sft.images import (
     image_conversation,
     vision_dataset,
 )
+
+pq = lazy_module("pyarrow.parquet")
 
 
 @dataclass

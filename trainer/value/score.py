@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import torch
 
 from ddai.pipelines import capabilities, run_stats, schema, store, workspace
+from ddai.pipelines.lazy import lazy_module
 from ddai.trainer.runtime.metrics_log import device
 from ddai.trainer.value import losses as vl
 from ddai.trainer.value.config import ValueScoreConfig
@@ -31,6 +31,8 @@ from ddai.trainer.value.data import tokenize_rollouts
 from ddai.trainer.value.model import load_value_model
 from ddai.trainer.value.rows import ROLLOUT_COLUMNS, prompt_messages
 from ddai.trainer.value.train import sequence_values
+
+pa = lazy_module("pyarrow")
 
 
 @dataclass

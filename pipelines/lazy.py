@@ -1,0 +1,42 @@
+"""Heavy libraries bound at a module's import and loaded at their first use.
+
+``np = lazy_module("numpy")`` in place of ``import numpy as np``: the module's code reads the same,
+but numpy (pyarrow, polars, duckdb: 50-150 ms each) loads only when an attribute of ``np`` is first
+read. A command's ``--help`` imports the modules that define its configs and so would otherwise
+load every library its run uses; with these, it loads none (``tests/cli/test_cli_app.py``).
+
+Python 3.15's ``lazy import`` (PEP 810) is the language's own form of this; the stdlib's
+``importlib.util.LazyLoader`` cannot be used here: finding a submodule's spec (``pyarrow.compute``)
+imports its parent, and it puts a half-made module in ``sys.modules``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+from typing import Any
+
+
+class LazyModule:
+    """A stand-in for the module ``name``: imports it on the first attribute read."""
+
+    __slots__ = ("_module", "_name")
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._module: ModuleType | None = None
+
+    def __getattr__(self, attr: str) -> Any:
+        module = self._module
+        if module is None:
+            module = self._module = importlib.import_module(self._name)
+        return getattr(module, attr)
+
+    def __repr__(self) -> str:
+        state = "loaded" if self._module is not None else "not loaded"
+        return f"<lazy module {self._name!r} ({state})>"
+
+
+def lazy_module(name: str) -> Any:
+    """``name``'s stand-in (typed ``Any``: it reads as the module it stands for)."""
+    return LazyModule(name)
