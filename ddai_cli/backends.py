@@ -90,6 +90,8 @@ def check_cmd(
         "unreachable": failed,
         "cache": stats["path"],
         "cache entries": stats["entries"],
+        # written before answers were keyed on their endpoint: readable, never served
+        "cache legacy entries": stats.get("legacy_entries", 0),
         "cache bytes": stats["bytes"],
     }
     if as_json:

@@ -274,6 +274,7 @@ class HTTPSearch:
                             kind=self.kind,
                             model=self.url,
                             role=self.role,
+                            endpoint=f"{self.kind} {self.url} {self.protocol}",
                         )
         return [
             self._restrict(found[u], u[1], doc, keep)
