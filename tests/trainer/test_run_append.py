@@ -80,3 +80,6 @@ def test_collect_into_an_existing_run_needs_append_and_then_appends(existing):
     appended = collect("--append")
     assert appended.exit_code == 0, appended.output
     assert n_rows(logs) == 12
+    # The appended rollouts number after the run's own: no (uid, sample_idx) key repeats.
+    keys = read_rollouts(logs, ["seen"], ["uid", "sample_idx"]).to_pylist()
+    assert sorted(k["sample_idx"] for k in keys) == list(range(12))

@@ -118,6 +118,7 @@ def run_collect(cfg: CollectConfig, backends: Any | None = None) -> CollectResul
     log = RolloutLog(workspace.logs_dir(cfg.logs), run_id)
     per_batch = (cfg.batch_size // cfg.n_agent) * acc.num_processes
     batches = [tasks[i : i + per_batch] for i in range(0, len(tasks), per_batch)]
+    first = log.next_sample_idx() if main else 0  # --append: keys after the run's own
     logged = 0
     rewards: list[float] = []
     format_ok: list[bool] = []
@@ -136,7 +137,7 @@ def run_collect(cfg: CollectConfig, backends: Any | None = None) -> CollectResul
                     )
                 rows = accel.gather_rows(rows, acc)
                 for i, row in enumerate(rows):
-                    row["sample_idx"] = logged + i
+                    row["sample_idx"] = first + logged + i
                     rewards += [row["reward"]] if row["reward"] is not None else []
                     format_ok.append(bool(row["format_ok"]))
                 logged += len(rows)
