@@ -37,17 +37,30 @@ def refuse_existing_run(
     """Exit 2 when ``run_id`` is already a committed run of the log store and neither ``--append``
     nor ``--resume`` says to add to it: a second run into it would log every prompt's rollouts
     again (each key twice, n per prompt doubled), skewing every per-prompt mean downstream."""
-    if run_id is None or append or resume:
+    if run_id is None or resume:
         return
     from ddai.pipelines import workspace
-    from ddai.pipelines.store_read import list_runs
+    from ddai.pipelines.store_read import list_runs, run_manifest
 
     store = workspace.logs_dir(logs)
-    if run_id in list_runs(store):
-        raise fail(
-            f"{command}: run {run_id!r} already exists in {store}; pass --append to add this "
-            f"run's rollouts to it, --resume to continue it from a checkpoint, or a new --run-id"
-        )
+    if run_id not in list_runs(store):
+        return
+    if append:
+        from ddai.trainer.search.logrows import logged_steps
+
+        steps = logged_steps(run_manifest(store, run_id))
+        if steps and command != "ddai train collect":
+            err_console.print(
+                f"[bold yellow]warning:[/] run {escape(run_id)!r} already holds training steps "
+                f"{min(steps)}..{max(steps)}; the appended run counts its steps from 1 again, so "
+                "its rows share step numbers with the earlier ones",
+                soft_wrap=True,
+            )
+        return
+    raise fail(
+        f"{command}: run {run_id!r} already exists in {store}; pass --append to add this "
+        f"run's rollouts to it, --resume to continue it from a checkpoint, or a new --run-id"
+    )
 
 
 def run_or_fail(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:

@@ -83,3 +83,17 @@ def test_collect_into_an_existing_run_needs_append_and_then_appends(existing):
     # The appended rollouts number after the run's own: no (uid, sample_idx) key repeats.
     keys = read_rollouts(logs, ["seen"], ["uid", "sample_idx"]).to_pylist()
     assert sorted(k["sample_idx"] for k in keys) == list(range(12))
+
+
+def test_appending_to_a_training_run_warns_that_steps_repeat(tmp_path):
+    from ddai.pipelines import store
+
+    logs = tmp_path / "logs"
+    row = {"uid": "train_1", "rollout_idx": 0, "sample_idx": 0, "step": 1}
+    store.write_run(logs, "trained", [row], append=True, manifest={"step": 1})
+    args = ["train", "grpo", "--model", "m", "--data", str(tmp_path / "none.parquet")]
+    args += ["--corpus", str(tmp_path), "--logs", str(logs), "--run-id", "trained", "--append"]
+    args += ["--out-dir", str(tmp_path / "out")]
+    res = runner.invoke(app, args)
+    assert "already holds training steps 1..1" in res.stderr
+    assert "already exists" not in res.output  # appended, not refused (it stops at --data)
