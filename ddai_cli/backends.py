@@ -6,8 +6,18 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 
-from ddai.cli.common import EXIT_FAILED, JsonOpt, LogsOpt, check_run_ids, fail, print_rows, summary
+from ddai.cli.common import (
+    EXIT_FAILED,
+    JsonOpt,
+    LogsOpt,
+    check_run_ids,
+    err_console,
+    fail,
+    print_rows,
+    summary,
+)
 from ddai.pipelines import workspace
 from ddai.pipelines.backends.check import check_backends
 from ddai.pipelines.backends.config import ConfigError
@@ -37,7 +47,9 @@ def _backend_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         elif ping["ok"]:
             shown = f"ok {ping['latency_s'] * 1000:.0f} ms"
         else:
-            shown = f"failed ({str(ping['detail']).split(':', 1)[0]})"
+            bad = [c for c in ping.get("calls", []) if not c["ok"]]
+            why = f"{bad[0]['role']} call" if bad else str(ping["detail"]).split(":", 1)[0]
+            shown = f"failed ({why})"
         # A service (search-http) has no model: show where it is instead.
         model = r.get("model") or (r.get("options") or {}).get("url")
         out.append(
@@ -57,7 +69,9 @@ def check_cmd(
     ping: Annotated[
         bool,
         typer.Option(
-            help="Ping every remote backend (models: a metadata call, no tokens; search services: one query)."
+            help="Ping every remote backend with a real call: models one small uncached completion "
+            "per judge or generator role using them (else a metadata call, no tokens); search "
+            "services their /health route when they have one, then one query."
         ),
     ] = True,
     cache: CacheOpt = None,
@@ -76,6 +90,8 @@ def check_cmd(
         "unreachable": failed,
         "cache": stats["path"],
         "cache entries": stats["entries"],
+        # written before answers were keyed on their endpoint: readable, never served
+        "cache legacy entries": stats.get("legacy_entries", 0),
         "cache bytes": stats["bytes"],
     }
     if as_json:
@@ -87,6 +103,15 @@ def check_cmd(
     else:
         print_rows("backends", _backend_rows(report["backends"]))
         summary("ddai backends check", data)
+    if failed and not as_json:  # --json carries the same in details[].ping (detail, calls)
+        for r in report["backends"]:
+            if r.get("ping") and not r["ping"]["ok"]:
+                roles = ", ".join(r.get("roles", [])) or "no role"
+                err_console.print(
+                    f"[bold red]error:[/] backend {escape(r['name'])!r} ({escape(roles)}): "
+                    f"{escape(str(r['ping']['detail']))}",
+                    soft_wrap=True,
+                )
     if failed:
         raise typer.Exit(EXIT_FAILED)
 

@@ -19,7 +19,13 @@ from ddai.cli.options import (
     preflight_flags,
     require_inputs,
 )
-from ddai.cli.running import TRAIN_HELP, run_or_fail, sub_app
+from ddai.cli.running import (
+    TRAIN_HELP,
+    AppendRunOpt,
+    refuse_existing_run,
+    run_or_fail,
+    sub_app,
+)
 from ddai.trainer.search.collect import CollectConfig
 
 COLLECT_FLAGS = config_flags(
@@ -74,6 +80,7 @@ def train_collect_command(
         str | None,
         typer.Option("--run-id", help="Run id of the rollout log. Default: collect_<timestamp>."),
     ] = default_of(CollectConfig, "run_id"),
+    append: AppendRunOpt = False,
     dtype: Annotated[
         str, typer.Option("--dtype", help="Local policy dtype: float32 (CPU), bfloat16, ...")
     ] = default_of(CollectConfig, "dtype"),
@@ -93,6 +100,7 @@ def train_collect_command(
     from ddai.trainer.search.collect import run_collect
 
     require_inputs(data, corpus)
+    refuse_existing_run("ddai train collect", logs, run_id, append=append)
     cfg = CollectConfig(
         model=model,
         data=data,

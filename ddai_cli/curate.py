@@ -263,6 +263,8 @@ def verify_gt_cmd(
     # No spinner here: the verifier backend shows its own progress bar.
     result = _run("verifying", lambda: verify_gt.run_verify(cfg), spinner=False)
     summary("ddai curate verify-gt", result.to_dict(), as_json=as_json)
+    if note := result.summary.get("verifier note"):
+        err_console.print(f"warning: {note}", markup=False, soft_wrap=True)
     exit_if_calls_failed(result.summary)
 
 

@@ -23,7 +23,15 @@ from ddai.cli.options import (
     run_flags,
     run_id_option,
 )
-from ddai.cli.running import TRAIN_HELP, main_summary, maybe_relaunch, run_or_fail, sub_app
+from ddai.cli.running import (
+    TRAIN_HELP,
+    AppendRunOpt,
+    main_summary,
+    maybe_relaunch,
+    refuse_existing_run,
+    run_or_fail,
+    sub_app,
+)
 from ddai.trainer.ppo.config import PPORunConfig
 
 PPO_RUN_ID = run_id_option("ppo")
@@ -108,6 +116,7 @@ def train_ppo_command(
     ] = default_of(PPORunConfig, "critic_unfreeze"),
     logs: LogsOpt = default_of(PPORunConfig, "logs"),
     run_id: PPO_RUN_ID = default_of(PPORunConfig, "run_id"),
+    append: AppendRunOpt = False,
     preflight: dict[str, Any],
     device: dict[str, Any],
     progress: ProgressOpt = default_of(PPORunConfig, "progress"),
@@ -117,6 +126,9 @@ def train_ppo_command(
     nested: dict[str, Any],
 ) -> None:
     """PPO over the multi-turn search environment, with a value head as critic and GAE."""
+    refuse_existing_run(
+        "ddai train ppo", logs, run_id, append=append, resume=bool(settings.get("resume"))
+    )
     maybe_relaunch(**device)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from ddai.trainer.ppo.train import run_ppo

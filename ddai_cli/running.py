@@ -1,12 +1,13 @@
 """Running a training command: relaunch under ``accelerate launch`` (``--launch N``), call the
 trainer's one function with bad input turned into exit code 2 (``run_or_fail``), print the summary
-once per run, and find the ``train`` group that several modules add commands to."""
+once per run, refuse a run into an existing run id without ``--append`` (``refuse_existing_run``),
+and find the ``train`` group that several modules add commands to."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.markup import escape
@@ -14,6 +15,52 @@ from rich.markup import escape
 from ddai.cli.common import err_console, fail, summary
 
 T = TypeVar("T")
+
+AppendRunOpt = Annotated[
+    bool,
+    typer.Option(
+        "--append",
+        help="Add this run's rollouts to an existing --run-id (without it, an existing run id is "
+        "refused: its prompts would be counted twice).",
+    ),
+]
+
+
+def refuse_existing_run(
+    command: str,
+    logs: str | Path | None,
+    run_id: str | None,
+    *,
+    append: bool,
+    resume: bool = False,
+) -> None:
+    """Exit 2 when ``run_id`` is already a committed run of the log store and neither ``--append``
+    nor ``--resume`` says to add to it: a second run into it would log every prompt's rollouts
+    again (each key twice, n per prompt doubled), skewing every per-prompt mean downstream."""
+    if run_id is None or resume:
+        return
+    from ddai.pipelines import workspace
+    from ddai.pipelines.store_read import list_runs, run_manifest
+
+    store = workspace.logs_dir(logs)
+    if run_id not in list_runs(store):
+        return
+    if append:
+        from ddai.trainer.search.logrows import logged_steps
+
+        steps = logged_steps(run_manifest(store, run_id))
+        if steps and command != "ddai train collect":
+            err_console.print(
+                f"[bold yellow]warning:[/] run {escape(run_id)!r} already holds training steps "
+                f"{min(steps)}..{max(steps)}; the appended run counts its steps from 1 again, so "
+                "its rows share step numbers with the earlier ones",
+                soft_wrap=True,
+            )
+        return
+    raise fail(
+        f"{command}: run {run_id!r} already exists in {store}; pass --append to add this "
+        f"run's rollouts to it, --resume to continue it from a checkpoint, or a new --run-id"
+    )
 
 
 def run_or_fail(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:

@@ -27,7 +27,15 @@ from ddai.cli.options import (
     run_id_option,
     trl_flags,
 )
-from ddai.cli.running import TRAIN_HELP, main_summary, maybe_relaunch, run_or_fail, sub_app
+from ddai.cli.running import (
+    TRAIN_HELP,
+    AppendRunOpt,
+    main_summary,
+    maybe_relaunch,
+    refuse_existing_run,
+    run_or_fail,
+    sub_app,
+)
 from ddai.trainer.grpo.config import GRPORunConfig
 from ddai.trainer.sft.train import SFTRunConfig
 
@@ -140,6 +148,7 @@ def register(app: typer.Typer) -> None:
         corpus: CorpusOpt,
         logs: LogsOpt = default_of(GRPORunConfig, "logs"),
         run_id: GRPO_RUN_ID = default_of(GRPORunConfig, "run_id"),
+        append: AppendRunOpt = False,
         trl: dict[str, Any],
         repetition_penalty: RepetitionPenaltyOpt = default_of(GRPORunConfig, "repetition_penalty"),
         limit: LimitOpt = default_of(GRPORunConfig, "limit"),
@@ -153,6 +162,9 @@ def register(app: typer.Typer) -> None:
         nested: dict[str, Any],
     ) -> None:
         """GRPO over the multi-turn search environment; every step's rollouts go to the rollout log."""
+        refuse_existing_run(
+            "ddai train grpo", logs, run_id, append=append, resume=bool(trl.get("resume"))
+        )
         maybe_relaunch(**device)
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         from ddai.trainer.common import parse_set

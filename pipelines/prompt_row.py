@@ -19,6 +19,7 @@ The rules, where the two readers used to differ:
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,17 @@ def _json_field(row: dict[str, Any], name: str) -> dict[str, Any]:
 def uid_of(row: dict[str, Any], index: int = 0) -> str:
     """``id``, else ``uid``, else ``row_{index}``."""
     return str(row.get("id") or row.get("uid") or f"row_{index}")
+
+
+_TRAILING_DIGITS = re.compile(r"(\d+)$")
+
+
+def ddai_search_id(uid: str) -> str:
+    """The document number DDAI's trainer sends as a search's ``id``: the uid's trailing digits
+    as an integer (``train_2747`` → ``"2747"``, ``train_007`` → ``"7"``), ``"-1"`` when the uid
+    ends in none (``vrag_agent/generation.py``: ``re.search(r"(\\d+)$", uid)``)."""
+    m = _TRAILING_DIGITS.search(str(uid))
+    return str(int(m.group(1))) if m else "-1"
 
 
 def messages_of(row: dict[str, Any]) -> list[Any]:

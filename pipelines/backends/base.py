@@ -300,7 +300,8 @@ class EmbedError(RuntimeError):
 
 class SearchError(RuntimeError):
     """A search that failed for good (after the engine's retries): ``reason`` is a short code
-    (``http-500``, ``timeout``, ``connection``, ``bad-response``), ``detail`` a sentence."""
+    (``http-500``, ``timeout``, ``connection``, ``bad-response``, ``off-document``), ``detail``
+    a sentence."""
 
     def __init__(self, reason: str, detail: str = "") -> None:
         super().__init__(f"{reason}: {detail}" if detail else reason)

@@ -1,8 +1,16 @@
 """The persistent call cache: one SQLite file, one row per answered call.
 
-The key is a sha256 over the call's identity (backend kind, model, role, prompt-template hash,
-parameters and inputs), so any change to what would be sent misses the cache, and a rerun or a
-resumed crash pays for nothing twice. A call that failed for good is stored too, in its own table
+The key is a sha256 over the call's identity (backend kind, model, the endpoint's base URL
+(``BackendSpec.endpoint``), role, prompt-template hash, every generation parameter and the
+inputs), so any change to what would be sent, or to where, misses the cache, and a rerun or a
+resumed crash pays for nothing twice. Each row records its endpoint for people (``endpoint``:
+kind, URL, model).
+
+Migration: a cache written before endpoints were keyed (no ``endpoint`` column) gets the column on
+open, empty for its old rows. Those rows stay readable (``stats`` counts them as
+``legacy_entries``, by kind, model and role) but are never served: their keys were computed
+without an endpoint, so no lookup by a key that has one can match them, and which server answered
+them is unknown (a judge pointed at a second server under the same model name must call it). A call that failed for good is stored too, in its own table
 with its reason, so a rerun neither pays for it again (a malformed answer costs tokens) nor hides
 it: the engine hands the cached failure back unless asked to retry failures. An answer that
 arrives later replaces the failure.
@@ -43,7 +51,8 @@ CREATE TABLE IF NOT EXISTS calls (
     value TEXT NOT NULL,
     input_tokens INTEGER NOT NULL DEFAULT 0,
     output_tokens INTEGER NOT NULL DEFAULT 0,
-    created REAL NOT NULL
+    created REAL NOT NULL,
+    endpoint TEXT
 )
 """
 _FAILURES = """
@@ -54,11 +63,18 @@ CREATE TABLE IF NOT EXISTS failures (
     role TEXT NOT NULL,
     reason TEXT NOT NULL,
     detail TEXT NOT NULL,
-    created REAL NOT NULL
+    created REAL NOT NULL,
+    endpoint TEXT
 )
 """
-_INSERT = "INSERT OR REPLACE INTO calls VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-_INSERT_FAILURE = "INSERT OR REPLACE INTO failures VALUES (?, ?, ?, ?, ?, ?, ?)"
+_INSERT = (
+    "INSERT OR REPLACE INTO calls (key, kind, model, role, value, input_tokens, output_tokens, "
+    "created, endpoint) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_INSERT_FAILURE = (
+    "INSERT OR REPLACE INTO failures (key, kind, model, role, reason, detail, created, endpoint) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
 _FORGET_FAILURE = "DELETE FROM failures WHERE key = ?"
 # SQLite limits bound parameters per statement; look keys up in chunks below it.
 _CHUNK = 500
@@ -95,8 +111,22 @@ def _connect(path: Path) -> sqlite3.Connection:
     db.execute("PRAGMA synchronous=NORMAL")
     db.execute(_SCHEMA)
     db.execute(_FAILURES)
+    _add_endpoint_column(db)
     db.commit()
     return db
+
+
+def _add_endpoint_column(db: sqlite3.Connection) -> None:
+    """The migration of a cache written before endpoints were keyed: add ``endpoint`` (empty for
+    the old rows, which no new key can match)."""
+    for table in ("calls", "failures"):
+        columns = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+        if "endpoint" not in columns:
+            try:
+                db.execute(f"ALTER TABLE {table} ADD COLUMN endpoint TEXT")
+            except sqlite3.OperationalError as e:  # another process added it meanwhile
+                if "duplicate column" not in str(e):
+                    raise
 
 
 class CallCache:
@@ -161,7 +191,15 @@ class CallCache:
 
     # ------------------------------------------------------------------ writes
     def put(
-        self, key: str, value: Any, usage: TokenUsage, *, kind: str, model: str | None, role: str
+        self,
+        key: str,
+        value: Any,
+        usage: TokenUsage,
+        *,
+        kind: str,
+        model: str | None,
+        role: str,
+        endpoint: str | None = None,
     ) -> None:
         """Queue one answer for the writer thread (returns at once)."""
         if self._closed:
@@ -172,19 +210,38 @@ class CallCache:
         with self._pending_lock:
             self._pending[key] = Cached(value, usage)
             self._pending_failures.pop(key, None)
-        row = (key, kind, model, role, blob, usage.input_tokens, usage.output_tokens, time.time())
+        row = (
+            key,
+            kind,
+            model,
+            role,
+            blob,
+            usage.input_tokens,
+            usage.output_tokens,
+            time.time(),
+            endpoint,
+        )
         self._enqueue(_INSERT, row)
         self._enqueue(_FORGET_FAILURE, (key,))
 
     def put_failure(
-        self, key: str, reason: str, detail: str, *, kind: str, model: str | None, role: str
+        self,
+        key: str,
+        reason: str,
+        detail: str,
+        *,
+        kind: str,
+        model: str | None,
+        role: str,
+        endpoint: str | None = None,
     ) -> None:
         """Queue one failed call (its reason and detail) for the writer thread."""
         if self._closed:
             raise RuntimeError(f"call cache {self.path} is closed")
         with self._pending_lock:
             self._pending_failures[key] = (reason, detail)
-        self._enqueue(_INSERT_FAILURE, (key, kind, model, role, reason, detail, time.time()))
+        row = (key, kind, model, role, reason, detail, time.time(), endpoint)
+        self._enqueue(_INSERT_FAILURE, row)
 
     def _enqueue(self, sql: str, row: tuple[Any, ...]) -> None:
         if self._error is not None:
@@ -245,12 +302,15 @@ class CallCache:
 
     # ------------------------------------------------------------------ stats and lifecycle
     def stats(self) -> dict[str, Any]:
-        """Entries, tokens and size, in total and per (kind, model, role)."""
+        """Entries, tokens and size, in total and per (kind, model, role, endpoint); entries
+        written before endpoints were keyed (never served) have endpoint None and are counted
+        apart as ``legacy_entries``."""
         self.flush()
         with self._read_lock:
             rows = self._db.execute(
-                "SELECT kind, model, role, COUNT(*), SUM(input_tokens), SUM(output_tokens) "
-                "FROM calls GROUP BY kind, model, role ORDER BY kind, model, role"
+                "SELECT kind, model, role, endpoint, COUNT(*), SUM(input_tokens), "
+                "SUM(output_tokens) FROM calls GROUP BY kind, model, role, endpoint "
+                "ORDER BY kind, model, role, endpoint"
             ).fetchall()
             failures = self._db.execute("SELECT COUNT(*) FROM failures").fetchone()[0]
         groups = [
@@ -258,11 +318,12 @@ class CallCache:
                 "kind": k,
                 "model": m,
                 "role": r,
+                "endpoint": e,
                 "entries": n,
                 "input_tokens": ti or 0,
                 "output_tokens": to or 0,
             }
-            for k, m, r, n, ti, to in rows
+            for k, m, r, e, n, ti, to in rows
         ]
         size = sum(
             p.stat().st_size for p in self.path.parent.glob(self.path.name + "*") if p.is_file()
@@ -272,6 +333,7 @@ class CallCache:
             "entries": sum(g["entries"] for g in groups),
             "bytes": size,
             "groups": groups,
+            "legacy_entries": sum(g["entries"] for g in groups if g["endpoint"] is None),
             "failures": failures,
         }
 

@@ -121,6 +121,19 @@ class BackendSpec:
             out["api_key_set"] = self.api_key() is not None
         return out
 
+    def endpoint(self) -> dict[str, Any]:
+        """Where a call goes, for the cache key: backend kind, base URL (None: the SDK's default)
+        and model. The generation settings (temperature, max tokens, extra request fields, the
+        API style) are keyed beside it as they are resolved (``RemoteBackend._params``), so a
+        setting written out at its default does not miss."""
+        base = self.base_url.rstrip("/") if self.base_url else None
+        return {"kind": self.kind, "base_url": base, "model": self.model}
+
+    def endpoint_label(self) -> str:
+        """``endpoint`` for people (the cache's ``endpoint`` column): kind, URL, model."""
+        base = self.base_url.rstrip("/") if self.base_url else "default URL"
+        return f"{self.kind} {base} {self.model or '-'}"
+
 
 _FIELDS = {f.name for f in dataclasses.fields(BackendSpec)} - {"name", "options"}
 

@@ -70,6 +70,8 @@ class Identity:
     kind: str
     model: str | None
     role: str
+    endpoint: str | None = None
+    """The endpoint for people (``BackendSpec.endpoint_label``), recorded with cached answers."""
 
 
 Classifier = Callable[[BaseException], Failure | None]
@@ -251,7 +253,12 @@ class Engine:
     def _cache_tags(self) -> dict[str, Any]:
         """What a cached answer or failure records of the backend that made it."""
         ident = self.identity
-        return {"kind": ident.kind, "model": ident.model, "role": ident.role}
+        return {
+            "kind": ident.kind,
+            "model": ident.model,
+            "role": ident.role,
+            "endpoint": ident.endpoint,
+        }
 
     def _settle(
         self,

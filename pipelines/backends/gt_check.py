@@ -85,13 +85,17 @@ def _fuzzy_hit(reference: str, lines: list[str], threshold: float) -> tuple[str,
     return best
 
 
+NO_TEXT = "the reference page has no text"
+"""The local verifier's reason when it was shown no page text: it could only answer uncertain."""
+
+
 def check(
     question: str, reference: str, page_text: str, *, fuzzy: float = DEFAULT_FUZZY
 ) -> tuple[Verdict, str]:
     """The verdict on one ground truth and the reason, in one sentence (pure)."""
     lines = [ln for ln in (page_text or "").splitlines() if ln.strip()]
     if not lines:
-        return "uncertain", "the reference page has no text"
+        return "uncertain", NO_TEXT
     if not (reference or "").strip():
         return "uncertain", "the reference answer is empty"
     ref_numbers = tm.numbers(reference)

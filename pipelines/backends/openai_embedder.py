@@ -122,6 +122,7 @@ class OpenAIEmbedder:
         key = cache_key(
             kind=self.spec.kind,
             model=self.spec.model,
+            endpoint=self.spec.endpoint(),
             role=self.role,
             text=item.text,
             images=[media.fingerprint(i) for i in images],

@@ -62,7 +62,7 @@ def model_engine(
     """The call engine of a model backend (SDK-served roles and embedders): the spec's
     concurrency, timeouts, rate limits and retries, the run's cache, ledger, budget and progress."""
     return Engine(
-        Identity(spec.name, spec.kind, spec.model, role),
+        Identity(spec.name, spec.kind, spec.model, role, spec.endpoint_label()),
         EngineSettings(
             concurrency=spec.concurrency,
             timeout_s=spec.timeout_s,
@@ -189,6 +189,7 @@ class RemoteBackend:
         key = cache_key(
             kind=self.spec.kind,
             model=self.spec.model,
+            endpoint=self.spec.endpoint(),
             role=self.role,
             prompt=self.prompt.sha256,
             params=self._params(),

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ddai.pipelines import capabilities, fileset, manifest, objstore
+from ddai.pipelines.backends import gt_check
 from ddai.pipelines.backends.usage import FAILED_CALLS, failed_calls
 from ddai.pipelines.funnel import dataset as ds
 from ddai.pipelines.funnel import decisions as dec
@@ -319,6 +320,14 @@ def run_verify(cfg: VerifyConfig, *, verifier: Any = None) -> step.StepResult:
     missing_pages = sum(texts[u][1] for u in ask if u in texts)
     if missing_pages:
         summary["reference pages not in corpus"] = missing_pages
+    if blind := _blind(ask, texts, proposals):
+        summary["verifier blind"] = blind
+        summary["verifier note"] = (
+            f"{blind} of {len(ask)} prompts went to the verifier with no page it could read (no "
+            "page text: an image corpus?), so its proposals for them are guesses (the local "
+            f"verifier's: 'uncertain: {gt_check.NO_TEXT}'); use a verifier that reads the page "
+            "images (--verifier NAME, a VLM backend)"
+        )
     notes = {
         "excluded_ids": {u: final[u][0] for u in excluded_ids},
         "not_in_run": not_in_run,
@@ -492,6 +501,24 @@ def _propose(
         else:
             out[uid] = Proposal(res.verdict, res.reason or "")
     return out
+
+
+def _blind(
+    ask: list[str],
+    texts: dict[str, tuple[str, int, list[str]]],
+    proposals: dict[str, Proposal],
+) -> int:
+    """Prompts the verifier was asked about without evidence it could read: no page text and no
+    page image, or no text for a verifier that reads only text (the local one, whose proposal is
+    then ``uncertain: the reference page has no text``)."""
+    n = 0
+    for u in ask:
+        text, _, images = texts.get(u, ("", 0, []))
+        if text.strip():
+            continue
+        prop = proposals.get(u)
+        n += not images or (prop is not None and prop.reason == gt_check.NO_TEXT)
+    return n
 
 
 def _review_row(

@@ -117,6 +117,22 @@ def resolve_vqa(
     )
 
 
+SIMULATED = "simulated"
+SIMULATED_NOTE = (
+    "the answers were scored from the synthetic world's VQA simulator, not a model: its "
+    "accuracy says nothing about a real VQA model (--vqa NAME for one)"
+)
+
+
+def vqa_source(vqa_model: Any) -> dict[str, str]:
+    """What answered the VQA requests, for a summary and a manifest: ``{"vqa": "simulated",
+    "vqa_note": …}`` for the simulator (``--vqa local``, the default), else ``{"vqa": NAME}``."""
+    spec = getattr(vqa_model, "spec", None)
+    if getattr(spec, "kind", None) == "simulator":
+        return {"vqa": SIMULATED, "vqa_note": SIMULATED_NOTE}
+    return {"vqa": str(getattr(vqa_model, "name", type(vqa_model).__name__))}
+
+
 def plan(
     vqa_model: Any, items: Sequence[tuple[Mapping[str, Any], Sequence[Mapping[str, Any]]]]
 ) -> dict[str, Any]:

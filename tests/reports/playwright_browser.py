@@ -41,3 +41,22 @@ def new_page(b: Any, **kwargs: Any) -> Any:
         lambda msg: page.errors.append(f"console: {msg.text}") if msg.type == "error" else None,
     )
     return page
+
+
+def wait_for(page: Any, expression: str, arg: Any = None, timeout_s: float = 20.0) -> Any:
+    """Poll ``page.evaluate(expression, arg)`` until it is truthy; returns that value.
+
+    Playwright's ``wait_for_function`` polls inside the page by evaluating the predicate string
+    there, which a page whose Content-Security-Policy forbids ``unsafe-eval`` (every explorer
+    page without a chart) refuses whenever the first check is false. ``evaluate`` goes through
+    the DevTools protocol, which the page's policy does not govern."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = page.evaluate(expression, arg)
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for: {expression}")
+        page.wait_for_timeout(50)

@@ -17,11 +17,11 @@ from typing import Any
 from urllib.parse import parse_qs, urlencode, urlparse
 
 import pytest
-from playwright_browser import browser, new_page
+from playwright_browser import browser, new_page, wait_for
 from report_world import planted_rows
 from serve_world import served, world_store
 
-from ddai.pipelines import query, store, tags
+from ddai.pipelines import query, schema, store, tags
 from ddai.reports.serve import ServeConfig
 from ddai.reports.serve.app import create_app
 from ddai.reports.serve.turns import turn_views
@@ -40,7 +40,7 @@ def _train_rows(con, step: int) -> list[dict[str, Any]]:
     rows = con.sql(TRAIN_SQL).to_arrow_table().to_pylist()
     out = []
     for r in rows:
-        r = {k: v for k, v in r.items() if k in store.ROLLOUT_SCHEMA.names}
+        r = {k: v for k, v in r.items() if k in schema.ROLLOUT_SCHEMA.names}
         reward = (r["reward"] or 0.0) + 0.1 * step  # a reward that rises with the step
         out.append({**r, "run_id": "train", "step": step, "reward": reward})
     return out
@@ -211,9 +211,7 @@ def test_debugging_walk_in_chromium(world):
         assert page.locator("#sql-result a.rollout-link").count() == 3
         page.fill("#sql", sql.replace("LIMIT 3", "LIMIT 2"))
         page.click("#sql-run")
-        page.wait_for_function(
-            "document.querySelectorAll('#sql-result a.rollout-link').length === 2"
-        )
+        wait_for(page, "document.querySelectorAll('#sql-result a.rollout-link').length === 2")
         assert parse_qs(urlparse(page.url).query)["q"] == [sql.replace("LIMIT 3", "LIMIT 2")]
         page.locator("#sql-result a.rollout-link").first.click()
         page.wait_for_url("**/rollout?**")
@@ -221,10 +219,10 @@ def test_debugging_walk_in_chromium(world):
 
         # 8. live tail: a step committed while the page is open shows without a reload
         page.goto(f"{base}/live?run=train")
-        page.wait_for_function("document.getElementById('live-last-step').textContent === '1'")
+        wait_for(page, "document.getElementById('live-last-step').textContent === '1'")
         page.evaluate("window.__sameDocument = 42")
         _append_step(world["logs"], world["step2"], 2)
-        page.wait_for_function("document.getElementById('live-last-step').textContent === '2'")
+        wait_for(page, "document.getElementById('live-last-step').textContent === '2'")
         assert page.evaluate("window.__sameDocument") == 42  # the same document: no reload
         assert page.locator("#live-steps").inner_text() == "2 steps"
         assert page.locator("#live-rollouts").inner_text() == "16 rollouts"

@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 
 import pytest
-from playwright_browser import browser, new_page
+from playwright_browser import browser, new_page, wait_for
 from serve_world import served, world_store
 
 from ddai.pipelines import query
@@ -92,7 +92,7 @@ def test_diff_label_and_review_in_the_browser(world):
         page.wait_for_url("**/diff?**")
         assert page.locator("#diff tr.turn-row").count() >= 1
         assert page.locator("#diff tr.differs").count() >= 1  # the rewards differ at least
-        assert page.wait_for_function(IMAGES_LOADED, arg="#diff img")
+        assert wait_for(page, IMAGES_LOADED, "#diff img")
         a_reward, b_reward = (
             page.locator("#diff tr.score", has_text="reward").locator("td").all_inner_texts()
         )
@@ -126,7 +126,7 @@ def test_diff_label_and_review_in_the_browser(world):
         # the review queue: reference pages as images, one key decides
         page.goto(f"{url}/review")
         assert page.inner_text("#review-uid") == world["prompts"][0]
-        assert page.wait_for_function(IMAGES_LOADED, arg="#review .pages img")
+        assert wait_for(page, IMAGES_LOADED, "#review .pages img")
         with page.expect_navigation():
             page.keyboard.press("u")
         assert page.inner_text("#review-uid") == world["prompts"][1]

@@ -5,6 +5,13 @@ Test scaffolding, not part of the package (aiohttp is a dev extra): tests point 
 
 - ``GET /search?queries=q1&queries=q2`` (DDAI): ``[[{"idx": 0, "image_file":
   "./search_engine/corpus/img/<page>.jpg"}, …], …]``, one list per query;
+- ``POST /search`` (DDAI's trainer, AGENTS.md "Search API contract"): ``[{"query", "id",
+  "request_idx"}, …]`` → ``[{"request_idx", "results": [{"idx", "image_file"}, …]}, …]``; the
+  ranking is restricted to the pages of document ``id`` (``{id}_…``; ``"-1"``: all pages) unless
+  ``ignore_id`` (a service that ignores the restriction); ``batch_answered`` keeps
+  ``(query, id, pages)`` per answered request in arrival order;
+- ``GET /health`` (DDAI's API): ``{"status": health}``; ``health`` may also be an HTTP status
+  (``"500"``) or None (no route: 404);
 - ``POST /retrieve`` (Search-R1): ``{"queries": [...], "topk": k, "return_scores": true}`` →
   ``{"result": [[{"document": {"id": page, "contents": …}, "score": …}, …], …]}``;
 - ``GET /_fake/stats``: the counters.
@@ -59,15 +66,23 @@ class FakeSearchServer(FakeModelServer):
         fault: str | None = None,
         latency_s: float = 0.0,
         hang_s: float = 30.0,
+        health: str | None = "healthy",
+        ignore_id: bool = False,
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
         super().__init__(script=script, latency_s=latency_s, hang_s=hang_s, host=host, port=port)
         self.ranker = ranker or hash_ranker(pages, top_k)
+        self.pages = list(pages)
+        self.top_k = top_k
         self.fault = fault
+        self.health = health
+        self.ignore_id = ignore_id
         self.search_requests = 0
         self.queries = 0
+        self.health_requests = 0
         self.answered: list[tuple[str, list[str]]] = []
+        self.batch_answered: list[tuple[str, str, list[str]]] = []
 
     @property
     def ddai_url(self) -> str:
@@ -89,13 +104,17 @@ class FakeSearchServer(FakeModelServer):
     def reset(self) -> None:
         super().reset()
         with self._lock:
-            self.search_requests = self.queries = 0
+            self.search_requests = self.queries = self.health_requests = 0
             self.answered.clear()
+            self.batch_answered.clear()
 
     def app(self) -> web.Application:
         app = web.Application()
         app.router.add_get("/_fake/stats", self._stats)
         app.router.add_get("/search", self._ddai)
+        app.router.add_post("/search", self._ddai_batch)
+        if self.health is not None:
+            app.router.add_get("/health", self._health)
         app.router.add_post("/retrieve", self._search_r1)
         return app
 
@@ -113,6 +132,38 @@ class FakeSearchServer(FakeModelServer):
             for q in queries
         ]
         return web.json_response(body)
+
+    async def _ddai_batch(self, request: web.Request) -> web.StreamResponse:
+        items = await request.json()
+        failed = await self._fault(len(items))
+        if failed is not None:
+            return failed
+        body = []
+        for item in items:
+            query, doc = str(item["query"]), str(item["id"])
+            pages = self._rank_in(query, doc)
+            with self._lock:
+                self.batch_answered.append((query, doc, pages))
+            results = [
+                {"idx": i, "image_file": f"./search_engine/corpus/img/{p}.jpg"}
+                for i, p in enumerate(pages)
+            ]
+            body.append({"request_idx": item["request_idx"], "results": results})
+        return web.json_response(body)
+
+    def _rank_in(self, query: str, doc: str) -> list[str]:
+        """The ranking over document ``doc``'s pages (all pages for ``-1`` or ``ignore_id``)."""
+        if doc == "-1" or self.ignore_id:
+            return self._rank(query)
+        own = [p for p in self.pages if p.startswith(f"{doc}_")]
+        return hash_ranker(own, self.top_k)(query) if own else []
+
+    async def _health(self, request: web.Request) -> web.Response:
+        with self._lock:
+            self.health_requests += 1
+        if self.health is not None and self.health.isdigit():
+            return web.json_response({"error": "fake health error"}, status=int(self.health))
+        return web.json_response({"status": self.health, "active_gpus": 1})
 
     async def _search_r1(self, request: web.Request) -> web.StreamResponse:
         payload = await request.json()

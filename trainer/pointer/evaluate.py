@@ -141,13 +141,15 @@ def run_eval(cfg: EvalConfig, *, vqa_model: Any = None) -> tuple[pl.DataFrame, d
     sel = selections(models, sub, num_beams=cfg.num_beams, seed=cfg.seed)
     demos = {d["demo_id"]: d for d in world.demos}
     model_vqa = vqa_model if vqa_model is not None else vqa_eval.resolve_vqa(cfg.vqa)
+    source = vqa_eval.vqa_source(model_vqa)
     if cfg.dry_run:
         items = [
             (q, [demos[pool[a]], demos[pool[b]]])
             for ptrs in sel.values()
             for q, pool, (a, b) in zip(queries, sub.cand_ids, ptrs.tolist(), strict=True)
         ]
-        return pl.DataFrame(), {"selectors": list(sel), **vqa_eval.plan(model_vqa, items)}
+        plan = vqa_eval.plan(model_vqa, items)
+        return pl.DataFrame(), {"selectors": list(sel), **plan, **source}
     scored = score_selections(
         sel,
         sub,
@@ -171,6 +173,7 @@ def run_eval(cfg: EvalConfig, *, vqa_model: Any = None) -> tuple[pl.DataFrame, d
         for name, df in (("selections.parquet", scored), ("summary.parquet", table)):
             record = manifest.start("pointer.eval", params, inputs, seed=cfg.seed)
             record.rows_in, record.rows_out = len(queries), df.height
+            record.notes = dict(source)
             io.write_parquet(cfg.out / name, df.to_arrow())
             manifest.write(cfg.out / name, record)
     result = {
@@ -187,6 +190,7 @@ def run_eval(cfg: EvalConfig, *, vqa_model: Any = None) -> tuple[pl.DataFrame, d
             )
         },
     }
+    result.update(source)
     if cfg.out is not None:
         result["out"] = str(cfg.out)
     return table, result

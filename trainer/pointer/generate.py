@@ -134,11 +134,13 @@ def run_gen(cfg: GenConfig, *, vqa_model: Any = None) -> dict[str, Any]:
         for c in cs
     ]
     model_vqa = vqa_model if vqa_model is not None else vqa_eval.resolve_vqa(cfg.vqa)
+    source = vqa_eval.vqa_source(model_vqa)
     if cfg.dry_run:
         return {
             "queries": len(queries),
             "candidates": len(items),
             **vqa_eval.plan(model_vqa, items),
+            **source,
         }
     outcomes = vqa_eval.evaluate(
         model_vqa, items, metric=cfg.metric, threshold=cfg.correct_threshold, progress=cfg.progress
@@ -154,7 +156,7 @@ def run_gen(cfg: GenConfig, *, vqa_model: Any = None) -> dict[str, Any]:
     methods = Counter(c.gen_method for cs in cands for c in cs)
     failed = Counter(c.eval_error for cs in cands for c in cs if c.eval_failed)
     record.rows_in, record.rows_out = len(queries), len(raw)
-    record.notes = {"candidates": dict(methods), "eval_failed": dict(failed)}
+    record.notes = {"candidates": dict(methods), "eval_failed": dict(failed), **source}
     if hasattr(model_vqa, "usage"):
         record.backend_calls = dict(model_vqa.usage())  # calls, failures and cost per site
     manifest.write(cfg.out, record)
@@ -166,6 +168,7 @@ def run_gen(cfg: GenConfig, *, vqa_model: Any = None) -> dict[str, Any]:
         **{f"candidates/{m}": methods.get(m, 0) for m in records.GEN_METHODS},
         "eval_failed": sum(failed.values()),
         "mean correct": round(sum(correct) / len(correct), 4) if correct else None,
+        **source,
     }
 
 

@@ -272,6 +272,7 @@ def run_collect(
     log = RolloutLog(workspace.logs_dir(cfg.logs), run_id)
     per_batch = (cfg.batch_size // cfg.n_agent) * acc.num_processes
     batches = [tasks[i : i + per_batch] for i in range(0, len(tasks), per_batch)]
+    first = log.next_sample_idx() if main else 0  # --append: keys after the run's own
     logged = 0
     tally = Tally()
     rewards: list[float] = []
@@ -291,7 +292,7 @@ def run_collect(
                     )
                 rows = accel.gather_rows(rows, acc)
                 for i, row in enumerate(rows):
-                    row["sample_idx"] = logged + i
+                    row["sample_idx"] = first + logged + i
                     if annotate is not None:
                         annotate(row)
                     rewards += [row["reward"]] if row["reward"] is not None else []

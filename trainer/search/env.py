@@ -44,6 +44,7 @@ from typing import Any, Protocol
 
 from ddai.pipelines import metrics, tags
 from ddai.pipelines.backends.base import SearchError
+from ddai.pipelines.prompt_row import ddai_search_id
 from ddai.trainer.search.config import EpisodeConfig
 
 SEARCH_EMPTY = "[System Error: Search did not return an image. Please try a different query.]"
@@ -60,6 +61,18 @@ INVALID_ACTION = (
 
 class SearchBackend(Protocol):
     def search(self, query: str, k: int = 5, doc: str | None = None) -> list[tuple[str, float]]: ...
+
+
+def search_doc(
+    search: Any, uid: str | None, doc_id: str | None, restrict_to_doc: bool
+) -> str | None:
+    """The document a search of the prompt ``uid`` is restricted to. A backend that restricts by
+    the uid as DDAI's trainer does (``restricts_by_uid``: the ``ddai-batch`` protocol) gets the
+    number DDAI derives from the uid on every search, as DDAI sends it; any other gets the task's
+    document (``doc_id``, from ``file_name``) when ``restrict_to_doc``, else none."""
+    if getattr(search, "restricts_by_uid", False) and uid is not None:
+        return ddai_search_id(uid)
+    return doc_id if restrict_to_doc else None
 
 
 class PageSource(Protocol):
@@ -107,6 +120,8 @@ class Episode:
 
     question: str
     doc_id: str | None = None
+    uid: str | None = None
+    """The prompt's uid (a ``ddai-batch`` search service is restricted to its document)."""
     turns: list[tags.Turn] = field(default_factory=list)
     retrieved: list[str] = field(default_factory=list)
     evidence: list[tuple[str, str]] = field(default_factory=list)
@@ -176,10 +191,10 @@ class SearchEnv:
         return len(wanted)
 
     def _doc(self, ep: Episode) -> str | None:
-        return ep.doc_id if self.config.restrict_to_doc else None
+        return search_doc(self.search, ep.uid, ep.doc_id, self.config.restrict_to_doc)
 
-    def reset(self, question: str, doc_id: str | None = None) -> Episode:
-        return Episode(question=question, doc_id=doc_id)
+    def reset(self, question: str, doc_id: str | None = None, uid: str | None = None) -> Episode:
+        return Episode(question=question, doc_id=doc_id, uid=uid)
 
     def step(self, ep: Episode, text: str) -> StepResult:
         """Apply one policy turn (its decoded text) to ``ep``."""

@@ -178,6 +178,18 @@ class RolloutLog:
             "reward_last": self.rewards[-1] if self.rewards else None,
         }
 
+    def next_sample_idx(self) -> int:
+        """One past the largest ``sample_idx`` the run already holds (0 for a new run), where
+        rollouts appended to it (``--append``) number theirs from, so no key repeats."""
+        import pyarrow.compute as pc
+
+        from ddai.pipelines.store import list_runs, read_rollouts
+
+        if self.run_id not in list_runs(self.logs):
+            return 0
+        top = pc.max(read_rollouts(self.logs, [self.run_id], ["sample_idx"])["sample_idx"])
+        return 0 if top.as_py() is None else int(top.as_py()) + 1
+
     def steps(self) -> list[int]:
         """The steps the run's manifest lists (``logged_steps``)."""
         from ddai.pipelines.store import run_manifest

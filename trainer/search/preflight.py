@@ -37,6 +37,7 @@ from typing import Any
 
 from ddai.pipelines import golden, io, tags
 from ddai.trainer.common import TrainConfigError
+from ddai.trainer.search.env import search_doc
 from ddai.trainer.search.tasks import Task
 
 log = logging.getLogger("ddai.trainer")
@@ -157,8 +158,20 @@ def check_search(
 ) -> None:
     """Check 2: the search backend returns a golden page for at least one sampled question."""
     hits = empty = 0
+    health = getattr(search, "health", None)
+    if health is not None:
+        state = health()
+        if not state["ok"]:
+            report.checks["search"] = {"questions": len(tasks), "failed": True}
+            report.add(
+                "search",
+                "error",
+                f"the search service is not healthy: {state['detail']}",
+                "check that the search service is up and --search names the right backend",
+            )
+            return
     for t in tasks:
-        doc = t.doc_id if restrict_to_doc else None
+        doc = search_doc(search, t.uid, t.doc_id, restrict_to_doc)
         try:
             found = [pid for pid, _ in search.search(t.question, k, doc=doc)]
         except Exception as e:  # any backend failure is reported, not raised

@@ -428,7 +428,7 @@ def run_rollouts(
             task=task,
             group=group,
             rollout_idx=idx,
-            episode=env.reset(task.question, task.doc_id),
+            episode=env.reset(task.question, task.doc_id, task.uid),
             prompt_ids=vision.prompt_ids(task.messages)
             if vision
             else prompt_ids(tokenizer, task.messages),

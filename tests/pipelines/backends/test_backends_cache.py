@@ -36,6 +36,7 @@ def test_roundtrip_persists_across_instances(tmp_path):
                 "kind": "openai",
                 "model": "m",
                 "role": "judge",
+                "endpoint": None,
                 "entries": 1,
                 "input_tokens": 3,
                 "output_tokens": 4,

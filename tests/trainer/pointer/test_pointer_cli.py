@@ -11,6 +11,7 @@ from cli_schemas import check
 from typer.testing import CliRunner
 
 from ddai.cli.app import app
+from ddai.pipelines import manifest
 from ddai.pipelines.pointer.records import read_raw
 
 runner = CliRunner()
@@ -55,6 +56,8 @@ def test_world_to_eval(tmp_path):
         "--num-beams", 3, "--temps", "1.0,1.3", "--n-per-temp", 1, "--num-random", 1,
     )  # fmt: skip
     assert gen["queries"] == 42 and gen["candidates/beam"] > 0 and gen["eval_failed"] == 0
+    # The default --vqa local is the world's simulator, and the summary says so.
+    assert gen["vqa"] == "simulated" and "simulator" in gen["vqa_note"]
     assert all(
         "vqa_correct" in c
         for r in read_raw(tmp_path / "raw.jsonl")
@@ -85,6 +88,8 @@ def test_world_to_eval(tmp_path):
     for selector in ("sft", "sft:beam1", "rl", "similarity", "random"):
         assert 0.0 <= ev[f"{selector}/vqa_acc"] <= 1.0
     assert ev["sft/tv_vs_ref"] == 0.0
+    assert ev["vqa"] == "simulated" and "not a model" in ev["vqa_note"]
+    assert manifest.read(tmp_path / "eval" / "summary.parquet")["notes"]["vqa"] == "simulated"
     summary = pl.read_parquet(tmp_path / "eval" / "summary.parquet")
     assert summary.height == 5 and summary["vqa_acc"].is_between(0, 1).all()
 

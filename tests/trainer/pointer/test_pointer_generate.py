@@ -134,6 +134,7 @@ def test_run_gen_records_correctness_for_every_candidate(tiny, tmp_path):
             assert 0.0 <= cand["vqa_acc_score"] <= 1.0 and cand["vqa_pred_answer"]
             assert cand["vqa_correct"] == int(cand["vqa_acc_score"] >= 1.0)
     assert manifest.read(out)["notes"]["candidates"]["beam"] > 0
+    assert info["vqa"] == "simulated" and manifest.read(out)["notes"]["vqa"] == "simulated"
     assert "skipped" in run_gen(_gen_cfg(tiny, out))
     plan = run_gen(_gen_cfg(tiny, tmp_path / "dry.jsonl", dry_run=True))
     assert plan["to_call"] == plan["candidates"] > 0 and not (tmp_path / "dry.jsonl").exists()
@@ -152,11 +153,12 @@ def test_run_gen_through_an_openai_compatible_server(tiny, tmp_path):
         )  # fmt: skip
         vqa = build(spec, "vqa", cache=False)
         out = tmp_path / "raw.jsonl"
-        run_gen(
+        info = run_gen(
             _gen_cfg(tiny, out, proposal=ProposalConfig(num_beams=2, n_per_temp=1, num_random=1)),
             vqa_model=vqa,
         )
         calls = srv.requests
+    assert info["vqa"] == "vlm" and "vqa_note" not in info
     raw = read_raw(out)
     demos = {
         json.loads(x)["demo_id"]: json.loads(x)
