@@ -11,9 +11,15 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from ddai.pipelines.distill.thinks import Message, Slot, is_assistant_text, think_slots
+from ddai.pipelines.distill.thinks import (
+    Message,
+    Slot,
+    is_assistant_text,
+    split_thinks,
+    think_slots,
+)
 from ddai.pipelines.tags import FORCED_COMPLETION, holds_action_tag, parse_turns
 
 SYSTEM_ERROR_RE = re.compile(r"^\s*\[System Error\b")
@@ -43,7 +49,8 @@ class Findings:
     """``forced_end``: ``exact`` when the last turn is DDAI's injected forced completion as
     written, ``paraphrase`` when it is another forced completion (``FORCED_THINK_RE``), else None.
     ``forced_turns``: forced completions anywhere. ``tagged_thinks``: think bodies holding
-    action-tag text."""
+    action-tag text. ``slots``: every think body, ``think_slots(messages)`` (read from the turns
+    parsed here, so a message is parsed once)."""
 
     forced_end: str | None
     forced_turns: int
@@ -51,6 +58,7 @@ class Findings:
     repeated_queries: tuple[str, ...]
     tagged_thinks: tuple[Slot, ...]
     faults: tuple[Fault, ...]
+    slots: tuple[Slot, ...] = field(default=(), compare=False)
 
 
 def is_system_error(content: object) -> bool:
@@ -71,6 +79,8 @@ def inspect(messages: Sequence[Message]) -> Findings:
     queries: list[str] = []
     last_turn = None
     merged_at: int | None = None
+    # think bodies of assistant text misplaced among the first two messages (a role-order fault)
+    slots = think_slots(messages[:2])
     for i, m in enumerate(messages[2:], start=2):
         content = m.get("content")
         if m.get("role") != "assistant":
@@ -86,6 +96,10 @@ def inspect(messages: Sequence[Message]) -> Findings:
         if last_turn is not None and last_turn.action == "search_complete" and merged_at is None:
             merged_at = i
         turns = parse_turns(content)
+        forced = len(turns) == 1 and turns[0].forced
+        slots.extend(
+            Slot(i, j, body, forced) for j, body in enumerate(split_thinks(content).thinks)
+        )
         if len(turns) != 1:
             faults.append(Fault(i, TURNS_PER_MESSAGE, f"{len(turns)} turns", content))
         for t in turns:
@@ -118,8 +132,10 @@ def inspect(messages: Sequence[Message]) -> Findings:
     if roles and roles[-1] == "assistant" and last_turn is not None and last_turn.forced:
         forced_end = "exact" if last_turn.body() == FORCED_COMPLETION else "paraphrase"
     repeated = tuple(q for q, n in Counter(queries).items() if n > 1)
-    tagged = tuple(s for s in think_slots(messages) if holds_action_tag(s.text))
-    return Findings(forced_end, forced_turns, system_errors, repeated, tagged, tuple(faults))
+    tagged = tuple(s for s in slots if holds_action_tag(s.text))
+    return Findings(
+        forced_end, forced_turns, system_errors, repeated, tagged, tuple(faults), tuple(slots)
+    )
 
 
 def _ends_complete(turn) -> bool:

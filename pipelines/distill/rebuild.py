@@ -34,10 +34,10 @@ UNAVAILABLE = "[observation unavailable]"
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".gif", ".bmp")
 DDAI_RUN_ID_RE = re.compile(r"_\d{8}_\d{6}_([0-9a-f]{8})$")
 
-# Rebuild failures (counted drops).
-NO_QUESTION = "no question"
-NO_TURNS = "no turns"
-UNRENDERABLE = "invalid turn without its raw text"
+# Rebuild failures (counted drops; stable identifiers).
+NO_QUESTION = "no_question"
+NO_TURNS = "no_turns"
+UNRENDERABLE = "invalid_turn_without_raw_text"  # an invalid turn, and no response to cut it from
 
 
 class RebuildError(ValueError):

@@ -25,7 +25,7 @@ from typing import Any
 
 from ddai.pipelines.distill import findings as fnd
 from ddai.pipelines.distill import rules
-from ddai.pipelines.distill.thinks import Message, split_thinks, think_slots, with_thinks
+from ddai.pipelines.distill.thinks import Message, Slot, split_thinks, think_slots, with_thinks
 
 # Optional drop reasons.
 FORCED_COMPLETION = "forced-completion"
@@ -135,10 +135,15 @@ def drop_reason(uid: str, f: fnd.Findings, drops: Drops) -> list[Event]:
 
 
 def review_thinks(
-    uid: str, messages: Sequence[Message], proposed: Sequence[str], claims: rules.ClaimRules
+    uid: str,
+    messages: Sequence[Message],
+    proposed: Sequence[str],
+    claims: rules.ClaimRules,
+    slots: Sequence[Slot] | None = None,
 ) -> tuple[list[Message], list[Event]]:
-    """Apply rules 2 and 3 think by think; returns the messages with the accepted thinks."""
-    slots = think_slots(messages)
+    """Apply rules 2 and 3 think by think; returns the messages with the accepted thinks.
+    ``slots``: ``think_slots(messages)`` when already known."""
+    slots = think_slots(messages) if slots is None else slots
     if len(proposed) != len(slots):
         raise ValueError(f"{uid}: {len(proposed)} proposed thinks for {len(slots)} think bodies")
     kept, events = [], []
@@ -191,6 +196,64 @@ def reconcile(uid: str, original: Sequence[Message], rewritten: Sequence[Message
     return cand
 
 
+class PostPass:
+    """The post-pass one candidate at a time, with its counts (see the module docstring for the
+    order of rules): ``one`` decides a candidate, ``result`` sums them up. A caller that streams
+    candidates keeps their samples and events only as long as it needs them."""
+
+    def __init__(self, claims: rules.ClaimRules | None = None, drops: Drops = Drops()) -> None:
+        self.claims = claims or rules.ClaimRules()
+        self.drops = drops
+        self.rows_in = 0
+        self.found: Counter[str] = Counter()
+        self.dropped: Counter[str] = Counter()
+        self.fault_rows: Counter[str] = Counter()
+        self.actions: Counter[tuple[str, str]] = Counter()  # (action, rule) of every event
+
+    def one(self, c: Candidate, f: fnd.Findings | None = None) -> tuple[Sample | None, list[Event]]:
+        """``c``'s sample (None: dropped) and the events deciding it; ``f``: its findings when
+        already known (``fnd.inspect(c.messages)``), so they are computed once per candidate."""
+        self.rows_in += 1
+        events = list(c.events)
+        f = f if f is not None else fnd.inspect(c.messages)
+        _tally(self.found, f)
+        events.extend(
+            Event(c.uid, "fault", x.kind, x.message, None, x.text, detail=x.detail)
+            for x in f.faults
+        )
+        self.fault_rows.update({x.kind for x in f.faults})
+        sample = None
+        if dropped := drop_reason(c.uid, f, self.drops):
+            events.extend(dropped)
+            self.dropped[dropped[0].rule] += 1
+        else:
+            messages = c.messages
+            if c.thinks is not None:
+                messages, rolled = review_thinks(
+                    c.uid, c.messages, c.thinks, self.claims, f.slots or None
+                )
+                events.extend(rolled)
+            # Keep the text as read when it still encodes the final messages: unchanged rows
+            # keep their bytes.
+            raw = c.raw if c.raw is not None and json.loads(c.raw) == messages else None
+            sample = Sample(c.uid, messages, raw)
+        self.actions.update((e.action, e.rule) for e in events)
+        return sample, events
+
+    def counts(self, action: str) -> dict[str, int]:
+        return _sorted(Counter({r: n for (a, r), n in self.actions.items() if a == action}))
+
+    def result(self, samples: list[Sample], events: list[Event]) -> PostPassResult:
+        return PostPassResult(
+            samples,
+            events,
+            self.rows_in,
+            _sorted(self.dropped),
+            _sorted(self.fault_rows),
+            dict(self.found),
+        )
+
+
 def post_pass(
     candidates: Iterable[Candidate],
     *,
@@ -198,37 +261,15 @@ def post_pass(
     drops: Drops = Drops(),
 ) -> PostPassResult:
     """Run the post-pass over candidates (see the module docstring for the order of rules)."""
-    claims = claims or rules.ClaimRules()
+    pp = PostPass(claims, drops)
     out: list[Sample] = []
     events: list[Event] = []
-    found: Counter[str] = Counter()
-    dropped_rows: Counter[str] = Counter()
-    fault_rows: Counter[str] = Counter()
-    n = 0
     for c in candidates:
-        n += 1
-        events.extend(c.events)
-        f = fnd.inspect(c.messages)
-        _tally(found, f)
-        events.extend(
-            Event(c.uid, "fault", x.kind, x.message, None, x.text, detail=x.detail)
-            for x in f.faults
-        )
-        fault_rows.update({x.kind for x in f.faults})
-        dropped = drop_reason(c.uid, f, drops)
-        if dropped:
-            events.extend(dropped)
-            dropped_rows[dropped[0].rule] += 1
-            continue
-        messages = c.messages
-        if c.thinks is not None:
-            messages, rolled = review_thinks(c.uid, c.messages, c.thinks, claims)
-            events.extend(rolled)
-        # Keep the text as read when it still encodes the final messages: unchanged rows keep
-        # their bytes.
-        raw = c.raw if c.raw is not None and json.loads(c.raw) == messages else None
-        out.append(Sample(c.uid, messages, raw))
-    return PostPassResult(out, events, n, _sorted(dropped_rows), _sorted(fault_rows), dict(found))
+        sample, evs = pp.one(c)
+        events.extend(evs)
+        if sample is not None:
+            out.append(sample)
+    return pp.result(out, events)
 
 
 def _tally(found: Counter[str], f: fnd.Findings) -> None:

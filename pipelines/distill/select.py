@@ -14,7 +14,7 @@ rollouts, the best ``top_k`` of each prompt by this stable key:
 Nulls sort last at every level. Prompts come out in the order they first appear in the log.
 Every rollout not kept is counted under one reason. A rollout kept at ingest with a flag (e.g.
 ``turns_incomplete``: a turn lost from the log) counts for its prompt's success rate but is never
-distilled, since its text is not whole (reason ``flagged <flag>``).
+distilled, since its text is not whole (reason ``flagged_<flag>``).
 """
 
 from __future__ import annotations
@@ -25,12 +25,13 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
-NO_JUDGED = "prompt has no judged rollout"
-NO_SUCCESS = "prompt has no success"
-RATE_ABOVE_MAX = "prompt success rate above max"
-NOT_SUCCESS = "not a success"
-BEYOND_TOP_K = "beyond top-k"
-FLAGGED = "flagged "  # + the rollout's first flag
+# Drop reasons: stable identifiers (summary and manifest keys, report rules), never prose.
+NO_JUDGED = "prompt_no_judged_rollout"
+NO_SUCCESS = "prompt_no_success"
+RATE_ABOVE_MAX = "prompt_success_rate_above_max"
+NOT_SUCCESS = "not_success"
+BEYOND_TOP_K = "beyond_top_k"
+FLAGGED = "flagged_"  # + the rollout's first flag
 
 _SCALARS = ("run_id", "step", "uid", "rollout_idx", "sample_idx", "judge_score", "format_ok")
 _KEY = ("reward", "ndcg", "n_actions", "rollout_idx", "step", "sample_idx", "_row")

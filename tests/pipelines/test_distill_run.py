@@ -210,14 +210,14 @@ def test_identity_distill_selects_and_rebuilds_exactly(logs, tmp_path):
     assert s["prompts"] == {
         "seen": 7,
         "kept": 5,
-        "prompt has no success": 1,
-        "prompt success rate above max": 1,
+        "prompt_no_success": 1,
+        "prompt_success_rate_above_max": 1,
     }
     assert s["dropped"] == {
         "action-tag-in-original": 1,
-        "not a success": 7,
-        "prompt has no success": 4,
-        "prompt success rate above max": 4,
+        "not_success": 7,
+        "prompt_no_success": 4,
+        "prompt_success_rate_above_max": 4,
     }
     assert s["rollouts read"] == 22 == s["samples written"] + sum(s["dropped"].values())
     m = rows[f"train_1__s0__{TAG}"]

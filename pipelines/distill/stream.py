@@ -1,0 +1,331 @@
+"""Distill as a stream: the selected rollouts become samples one batch at a time, in bounded memory.
+
+Pass 1 (``build``) takes ``fetch.fetch_batches``'s Arrow batches as DuckDB streams them (scan
+order), and per batch rebuilds each rollout's messages, inspects them once (``findings.inspect``),
+sends the kept ones' thinks to the rewriter (none for ``--rewrite none``; the identity rewriter's
+answer is known without calling it), runs the post-pass and appends one row per rollout to a local
+*spill* Parquet file: its place in the selection (``_slot``), its sample key and step, the final
+messages as JSON (null when dropped) and its report lines. Nothing but counts outlives a batch.
+
+Pass 2 (``write``) reads the spill back in selection order (DuckDB's sort, which spills to disk
+under a memory cap), names each sample (``rebuild.assign_uids``'s rule: ``__t{step}`` where a key
+repeats across steps, computed over the spill in DuckDB) and writes the samples in batches
+through a ``pyarrow.parquet.ParquetWriter``, and every report line, to the temp paths the
+caller's commit renames. Every rollout the rebuild or the post-pass dropped has a report line
+with its reason, so the report accounts for every selected rollout that is not a sample.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ddai.pipelines.distill import formats, rewrite
+from ddai.pipelines.distill.findings import Findings, inspect
+from ddai.pipelines.distill.rebuild import (
+    RebuildError,
+    UidCollision,
+    extra_of,
+    rebuild,
+    run_tag,
+    sample_key,
+)
+from ddai.pipelines.distill.safety import Candidate, Event, PostPass, Sample, drop_reason
+
+# The uid of a sample while pass 1 runs (its final uid needs every key: pass 2 puts it in).
+UID_MARK = "\x00uid\x00"
+_MARK_PREFIX = '{"uid": ' + json.dumps(UID_MARK) + ", "
+SPILL_SCHEMA = pa.schema(
+    [
+        ("_slot", pa.int64()),
+        ("key", pa.string()),
+        ("step", pa.int64()),
+        ("built", pa.bool_()),  # the rebuild succeeded: the row takes part in uid assignment
+        ("payload", pa.string()),  # the sample's final messages (formats.dumps); null: dropped
+        ("events", pa.string()),  # its report lines, uid marked (built) or final (not built)
+    ]
+)
+# Rollouts per batch of pass 1 (their Python rows are alive one batch at a time).
+FETCH_ROWS = 4_000
+# Samples per Parquet row group of the output (the writer holds one group at a time).
+WRITE_ROWS = 20_000
+# DuckDB's cap while it sorts the spill back into selection order (it spills to disk past it).
+SORT_MEMORY = "256MB"
+
+
+@dataclass
+class Built:
+    """What pass 1 counted."""
+
+    spilled: int = 0
+    kept: int = 0
+    failed: Counter[str] = field(default_factory=Counter)
+    unavailable: int = 0
+    applied: rewrite.Applied | None = None
+    requests: list[Any] = field(default_factory=list)  # a dry run's rewrite plan
+    to_rewrite: int = 0  # a dry run: samples a rewrite would see
+
+
+def _failure_event(key: str, reason: str, row: dict[str, Any]) -> Event:
+    where = f"run {row.get('run_id')}, step {row.get('step')}, rollout_idx {row.get('rollout_idx')}"
+    return Event(key, "drop", reason, detail=where)
+
+
+def _lines(events: Iterable[Event]) -> str | None:
+    text = "".join(json.dumps(e.to_dict(), ensure_ascii=False) + "\n" for e in events)
+    return text or None
+
+
+class Rewriting:
+    """The rewrite of a batch's kept candidates, summed over batches."""
+
+    def __init__(self, backend: Any, chunking: rewrite.Chunking) -> None:
+        self.backend = backend
+        self.chunking = chunking
+        self.applied = rewrite.Applied()
+        # The identity rewriter gives every think back: its answer is known without the call.
+        self.identity = bool(getattr(backend, "returns_thinks_unchanged", False))
+        self.skipped_requests = 0
+
+    def __call__(self, keep: list[tuple[Candidate, Findings]]) -> None:
+        if self.identity:
+            for _, f in keep:
+                texts = [s.text for s in f.slots if not s.forced]
+                n = len(rewrite.chunk(texts, self.chunking))
+                self.skipped_requests += n
+                self.applied.unchanged += n > 0
+            return
+        a = rewrite.run(self.backend, [c for c, _ in keep], self.chunking)
+        self.applied.rewritten += a.rewritten
+        self.applied.unchanged += a.unchanged
+        self.applied.over_budget += a.over_budget
+
+    def close(self) -> None:
+        if self.identity and self.skipped_requests:
+            self.backend.account(self.skipped_requests)  # the calls it would have answered
+
+
+def build(
+    batches: Iterable[pa.Table],
+    spill: Path | None,
+    *,
+    system_prompt: str,
+    post: PostPass,
+    rewriting: Rewriting | None,
+    advance: Callable[[int], None],
+    plan_only: bool = False,
+) -> Built:
+    """Pass 1 over ``batches`` (``fetch_batches``'s tables with ``_slot``) into ``spill``.
+
+    ``plan_only``: a dry run: collect the rewrite requests of the kept candidates, write nothing."""
+    out = Built()
+    writer = None if plan_only or spill is None else pq.ParquetWriter(spill, SPILL_SCHEMA)
+    try:
+        for part in batches:
+            slots = part["_slot"].to_pylist()
+            rows = part.drop_columns(["_slot"]).to_pylist()
+            cols: dict[str, list[Any]] = {n: [] for n in SPILL_SCHEMA.names}
+            cands: list[tuple[int, str, Candidate, Findings]] = []
+            for i, (slot, row) in enumerate(zip(slots, rows, strict=True)):
+                key = sample_key(row, run_tag(row["run_id"], extra_of(row).get("source_run_id")))
+                try:
+                    rb = rebuild(row, system_prompt)
+                except RebuildError as e:
+                    out.failed[e.reason] += 1
+                    line = _lines([_failure_event(key, e.reason, row)])
+                    _append(cols, slot, key, row, False, None, line)
+                    continue
+                out.unavailable += rb.unavailable
+                c = Candidate(UID_MARK, rb.messages)
+                cands.append((i, key, c, inspect(c.messages)))
+            if plan_only:
+                keep = [c for _, _, c, f in cands if not drop_reason(c.uid, f, post.drops)]
+                out.to_rewrite += len(keep)
+                if rewriting is not None:
+                    out.requests += rewrite.plan(keep, rewriting.chunking).requests
+                advance(len(slots))
+                continue
+            if rewriting is not None:
+                kept = [(c, f) for _, _, c, f in cands if not drop_reason(c.uid, f, post.drops)]
+                rewriting(kept)
+            for i, key, c, f in cands:
+                sample, events = post.one(c, f)
+                payload = None if sample is None else formats.dumps(sample.messages)
+                out.kept += sample is not None
+                _append(cols, slots[i], key, rows[i], True, payload, _lines(events))
+            if writer is not None and cols["_slot"]:
+                writer.write_table(pa.table(cols, schema=SPILL_SCHEMA))
+                out.spilled += len(cols["_slot"])
+            advance(len(slots))
+    finally:
+        if writer is not None:
+            writer.close()
+    if rewriting is not None:
+        rewriting.close()
+        out.applied = rewriting.applied
+    return out
+
+
+def _append(
+    cols: dict[str, list[Any]],
+    slot: int,
+    key: str,
+    row: dict[str, Any],
+    built: bool,
+    payload: str | None,
+    events: str | None,
+) -> None:
+    cols["_slot"].append(slot)
+    cols["key"].append(key)
+    cols["step"].append(row.get("step"))
+    cols["built"].append(built)
+    cols["payload"].append(payload)
+    cols["events"].append(events)
+
+
+@dataclass(frozen=True)
+class Split:
+    """DDAI's train/val split (``build_train1_sft_dataset.py``): ``round(n · ratio)`` samples
+    (at least 1 when there are 2 or more) drawn by Python's ``random`` seeded with ``seed``
+    shuffling the sample indices; both parts keep the samples' order."""
+
+    ratio: float
+    seed: int
+
+    def val_mask(self, n: int) -> bytearray:
+        mask = bytearray(n)
+        if self.ratio <= 0.0:
+            return mask
+        idx = list(range(n))
+        random.Random(int(self.seed)).shuffle(idx)
+        v = round(n * float(self.ratio))
+        v = max(1, v) if n > 1 else 0
+        for i in idx[:v]:
+            mask[i] = 1
+        return mask
+
+
+@dataclass
+class Written:
+    rows: int = 0
+    val_rows: int = 0
+
+
+def write(
+    spill: Path,
+    out: Path,
+    report: Path,
+    fmt: str,
+    *,
+    n_kept: int,
+    val: tuple[Path, Split] | None = None,
+    tmp_dir: Path,
+) -> Written:
+    """Pass 2: the spill in selection order into the SFT file ``out`` (and ``val``'s file), and
+    every report line into ``report``."""
+    import duckdb
+
+    con = duckdb.connect()
+    try:
+        con.execute("SET enable_progress_bar = false")
+        con.execute(f"SET memory_limit = '{SORT_MEMORY}'")
+        con.execute(f"SET temp_directory = '{tmp_dir}'")
+        con.execute(
+            f"""CREATE VIEW spill AS SELECT * FROM read_parquet('{spill}');
+            CREATE TEMP TABLE multi AS SELECT key FROM spill WHERE built GROUP BY key
+                HAVING count(DISTINCT coalesce(CAST(step AS VARCHAR), 'null')) > 1;
+            CREATE VIEW named AS SELECT s._slot, s.built, s.payload, s.events,
+                CASE WHEN m.key IS NOT NULL AND s.step IS NOT NULL
+                     THEN s.key || '__t' || CAST(s.step AS VARCHAR) ELSE s.key END AS uid
+                FROM spill AS s LEFT JOIN multi AS m ON s.key = m.key"""
+        )
+        dup = con.execute(
+            """SELECT uid, count(*) OVER () FROM named WHERE built GROUP BY uid
+               HAVING count(*) > 1 ORDER BY min(_slot) LIMIT 1"""
+        ).fetchone()
+        if dup is not None:
+            raise UidCollision(
+                f"{dup[1]} sample uid(s) repeat, e.g. {dup[0]!r}: the log holds the same rollout "
+                "twice (re-ingested with --append?); re-ingest the run without --append"
+            )
+        mask = val[1].val_mask(n_kept) if val is not None else None
+        sinks = [_Sink(out, fmt)] + ([_Sink(val[0], fmt)] if val is not None else [])
+        k = 0
+        with open(report, "w", encoding="utf-8") as rep:
+            reader = con.sql(
+                "SELECT uid, built, payload, events FROM named ORDER BY _slot"
+            ).to_arrow_reader(WRITE_ROWS)
+            for batch in reader:
+                d = batch.to_pydict()
+                for uid, built, payload, events in zip(
+                    d["uid"], d["built"], d["payload"], d["events"], strict=True
+                ):
+                    if events is not None:
+                        rep.write(_named(events, uid) if built else events)
+                    if payload is not None:
+                        sinks[1 if mask is not None and mask[k] else 0].add(uid, payload)
+                        k += 1
+        for s in sinks:
+            s.close()
+    finally:
+        con.close()
+    return Written(sinks[0].rows, sinks[1].rows if len(sinks) > 1 else 0)
+
+
+def _named(lines: str, uid: str) -> str:
+    """Report lines written with ``UID_MARK`` as the uid, with ``uid`` instead."""
+    head = '{"uid": ' + json.dumps(uid, ensure_ascii=False) + ", "
+    return "".join(
+        head + line[len(_MARK_PREFIX) :] if line.startswith(_MARK_PREFIX) else line
+        for line in lines.splitlines(keepends=True)
+    )
+
+
+class _Sink:
+    """One SFT file written in row groups of ``WRITE_ROWS`` samples."""
+
+    def __init__(self, path: Path, fmt: str) -> None:
+        schema = formats.TRAIN1_SCHEMA if fmt == "train1" else formats.MESSAGES_SCHEMA
+        self.schema = schema.with_metadata({"ddai.format": fmt})
+        self.fmt = fmt
+        self.writer = pq.ParquetWriter(path, self.schema, compression="zstd")
+        self.uids: list[str] = []
+        self.payloads: list[str] = []
+        self.rows = 0
+
+    def add(self, uid: str, payload: str) -> None:
+        self.uids.append(uid)
+        self.payloads.append(payload)
+        if len(self.uids) >= WRITE_ROWS:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.uids:
+            return
+        if self.fmt == "train1":
+            cols = {
+                "uid": self.uids,
+                "format_version": [formats.FORMAT_VERSION] * len(self.uids),
+                "messages": self.payloads,
+            }
+            table = pa.table(cols, schema=self.schema)
+        else:
+            samples = [
+                Sample(u, json.loads(p)) for u, p in zip(self.uids, self.payloads, strict=True)
+            ]
+            table = formats.messages_table(samples).replace_schema_metadata(self.schema.metadata)
+        self.writer.write_table(table)
+        self.rows += len(self.uids)
+        self.uids, self.payloads = [], []
+
+    def close(self) -> None:
+        self.flush()
+        self.writer.close()
