@@ -49,7 +49,9 @@ class Findings:
     """``forced_end``: ``exact`` when the last turn is DDAI's injected forced completion as
     written, ``paraphrase`` when it is another forced completion (``FORCED_THINK_RE``), else None.
     ``forced_turns``: forced completions anywhere. ``tagged_thinks``: think bodies holding
-    action-tag text. ``slots``: every think body, ``think_slots(messages)`` (read from the turns
+    action-tag text. ``error_observations``: user messages holding ``[System Error:`` anywhere
+    (DDAI's count in ``build_train1_sft_dataset.py``; ``system_errors`` counts observations that
+    start with it). ``slots``: every think body, ``think_slots(messages)`` (read from the turns
     parsed here, so a message is parsed once)."""
 
     forced_end: str | None
@@ -58,6 +60,7 @@ class Findings:
     repeated_queries: tuple[str, ...]
     tagged_thinks: tuple[Slot, ...]
     faults: tuple[Fault, ...]
+    error_observations: int = 0
     slots: tuple[Slot, ...] = field(default=(), compare=False)
 
 
@@ -133,8 +136,21 @@ def inspect(messages: Sequence[Message]) -> Findings:
         forced_end = "exact" if last_turn.body() == FORCED_COMPLETION else "paraphrase"
     repeated = tuple(q for q, n in Counter(queries).items() if n > 1)
     tagged = tuple(s for s in slots if holds_action_tag(s.text))
+    ddai_errors = sum(
+        m.get("role") == "user"
+        and isinstance(m.get("content"), str)
+        and "[System Error:" in m["content"]
+        for m in messages
+    )
     return Findings(
-        forced_end, forced_turns, system_errors, repeated, tagged, tuple(faults), tuple(slots)
+        forced_end,
+        forced_turns,
+        system_errors,
+        repeated,
+        tagged,
+        tuple(faults),
+        ddai_errors,
+        tuple(slots),
     )
 
 

@@ -55,6 +55,10 @@ class DistillConfig:
     """Keep prompts with 0 < success rate <= this."""
     top_k: int = 4
     """Successful rollouts kept per prompt (best first, see ``select``)."""
+    rank: str = "ddai"
+    """How a prompt's successes are ranked for ``top_k``: ``ddai`` (DDAI's finalize: NDCG desc,
+    fewer searches, fewer bboxes, shorter text, log order) or ``reward`` (reward desc, NDCG desc,
+    fewer actions, rollout_idx)."""
     success_threshold: float = 1.0
     """A rollout succeeds when judge_score >= this and format_ok is not false."""
     rewrite: str = "think-only"
@@ -68,6 +72,16 @@ class DistillConfig:
     drop_forced: bool = False
     drop_system_errors: bool = False
     drop_repeated_queries: bool = False
+    max_system_errors: int | None = None
+    """Drop samples with more than this many ``[System Error:`` observations (DDAI's train1
+    build used 1); None: no cap."""
+    val_ratio: float = 0.0
+    """Share of the samples written to ``val_out`` instead (DDAI's split: round(n·ratio), at least
+    1 of 2 or more, drawn with ``seed``); 0: no split."""
+    seed: int = 42
+    """The train/val split's seed (DDAI's default)."""
+    val_out: Path | None = None
+    """The validation file (default: ``<out>`` with ``.val`` before ``.parquet``)."""
     claim_patterns: list[str] | None = None
     """Observation-claim regexes (None: the built-in list)."""
     max_thinks_per_call: int = 8
@@ -95,20 +109,47 @@ class DistillConfig:
             raise ValueError(f"--out {self.out}: the SFT file is Parquet; name it *.parquet")
         if self.max_cost is not None and self.max_cost < 0:
             raise ValueError(f"--max-cost must be >= 0 USD, got {self.max_cost}")
-        self.select_cfg = SelectConfig(self.success_threshold, self.success_rate_max, self.top_k)
+        if self.max_system_errors is not None and self.max_system_errors < 0:
+            raise ValueError(f"--max-system-errors must be >= 0, got {self.max_system_errors}")
+        if not 0.0 <= self.val_ratio < 1.0:
+            raise ValueError(f"--val-ratio must be in [0, 1), got {self.val_ratio}")
+        if self.val_ratio > 0:
+            if self.val_out is None:
+                self.val_out = Path(self.out).with_suffix(".val.parquet")
+            if Path(self.val_out).suffix != ".parquet" or Path(self.val_out) == Path(self.out):
+                raise ValueError(f"--val-out {self.val_out}: name a Parquet file other than --out")
+        elif self.val_out is not None:
+            raise ValueError("--val-out needs --val-ratio > 0 (the share of samples it gets)")
+        self.select_cfg = SelectConfig(
+            self.success_threshold, self.success_rate_max, self.top_k, self.rank
+        )
         self.claims = ClaimRules.of(self.claim_patterns)
         self.chunking = rewrite.Chunking(self.max_thinks_per_call, self.max_chars_per_call)
 
     @property
     def drops(self) -> Drops:
-        return Drops(self.drop_forced, self.drop_system_errors, self.drop_repeated_queries)
+        return Drops(
+            self.drop_forced,
+            self.drop_system_errors,
+            self.drop_repeated_queries,
+            self.max_system_errors,
+        )
 
     def params(self, rewriter_name: str | None) -> dict[str, Any]:
         """What decides the output (the manifest's parameters; a change reruns the step)."""
         # Not part of the result: where things are, how the run is watched, the spending cap.
         skip = {"logs", "out", "dry_run", "force", "progress", "max_cost", "retry_failed"}
-        skip |= {"select_cfg", "claims", "chunking"}
-        p = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
+        skip |= {"select_cfg", "claims", "chunking", "val_out"}
+        # fields added later enter the parameters only when set, so an earlier run's
+        # manifest stays fresh
+        new = {"max_system_errors": None, "val_ratio": 0.0}
+        p = {
+            f.name: getattr(self, f.name)
+            for f in fields(self)
+            if f.name not in skip and not (f.name in new and getattr(self, f.name) == new[f.name])
+        }
+        if self.val_ratio == 0.0:  # the seed decides nothing without a split
+            p.pop("seed")
         p["rewriter"] = rewriter_name
         p["claim_patterns"] = list(self.claims.patterns)
         return p
@@ -229,8 +270,12 @@ def run_distill(cfg: DistillConfig, *, rewriter: Any = None) -> dict[str, Any]:
                 "trajectories; nothing was written. Finished calls are cached: rerun with a "
                 "higher --max-cost to resume without paying for them again"
             )
+        split = stream.Split(cfg.val_ratio, cfg.seed) if cfg.val_ratio > 0 else None
+        n_val = sum(split.val_mask(built.kept)) if split is not None else 0
         record.rows_in = n_read
-        record.rows_out = built.kept
+        record.rows_out = built.kept - n_val
+        if n_val:
+            record.drop("val_split", n_val)  # written to the validation file instead
         for reason, n in (*sel.dropped.items(), *built.failed.items(), *post.dropped.items()):
             record.drop(reason, n)
         summary = {
@@ -251,6 +296,13 @@ def run_distill(cfg: DistillConfig, *, rewriter: Any = None) -> dict[str, Any]:
             "observations unavailable": built.unavailable,
             "report": objstore.display(report_path(cfg.out)),
         }
+        if split is not None:
+            summary["split"] = {
+                "train": built.kept - n_val,
+                "val": n_val,
+                "val output": objstore.display(cfg.val_out),
+                "seed": cfg.seed,
+            }
         if backend is not None and hasattr(backend, "usage"):
             record.backend_calls = backend.usage()
             if failed := failed_calls(record.backend_calls):

@@ -9,8 +9,8 @@ Per sample, in order:
 3. a rewritten think adding an observation claim the original lacked is rolled back;
 4. a sample whose *original* think holds action-tag text is dropped;
 
-then the optional drops (forced max-turn completions, system-error observations, repeated search
-queries). A sample is dropped for the first reason that applies, so drops add up to the rows
+then the optional drops (forced max-turn completions, system-error observations, more system-error
+observations than a cap, repeated search queries). A sample is dropped for the first reason that applies, so drops add up to the rows
 removed. Grammar faults are reported, never dropped. Every decision is an ``Event``: counted by
 rule in the manifest and written, with its before/after text, to the report.
 """
@@ -30,6 +30,7 @@ from ddai.pipelines.distill.thinks import Message, Slot, split_thinks, think_slo
 # Optional drop reasons.
 FORCED_COMPLETION = "forced-completion"
 SYSTEM_ERROR = "system-error"
+TOO_MANY_SYSTEM_ERRORS = "too-many-system-errors"
 REPEATED_QUERY = "repeated-query"
 
 
@@ -62,6 +63,9 @@ class Drops:
     forced: bool = False
     system_errors: bool = False
     repeated_queries: bool = False
+    max_system_errors: int | None = None
+    """Drop samples with more user messages holding ``[System Error:`` than this (DDAI's
+    ``build_train1_sft_dataset.py --max-system-errors``); None: no cap."""
 
 
 @dataclass
@@ -129,6 +133,10 @@ def drop_reason(uid: str, f: fnd.Findings, drops: Drops) -> list[Event]:
         return [Event(uid, "drop", FORCED_COMPLETION, detail=f.forced_end or "mid-trajectory")]
     if drops.system_errors and f.system_errors:
         return [Event(uid, "drop", SYSTEM_ERROR, detail=f"{f.system_errors} observation(s)")]
+    cap = drops.max_system_errors
+    if cap is not None and f.error_observations > cap:
+        detail = f"{f.error_observations} system-error observation(s), more than {cap}"
+        return [Event(uid, "drop", TOO_MANY_SYSTEM_ERRORS, detail=detail)]
     if drops.repeated_queries and f.repeated_queries:
         return [Event(uid, "drop", REPEATED_QUERY, detail="; ".join(f.repeated_queries))]
     return []
