@@ -20,7 +20,7 @@ from ddai.pipelines.distill.thinks import (
     split_thinks,
     think_slots,
 )
-from ddai.pipelines.tags import FORCED_COMPLETION, holds_action_tag, parse_turns
+from ddai.pipelines.tags import FORCED_COMPLETION, Turn, holds_action_tag, parse_turns
 
 SYSTEM_ERROR_RE = re.compile(r"^\s*\[System Error\b")
 
@@ -72,7 +72,10 @@ def normalize_query(q: str) -> str:
     return " ".join(q.split()).casefold()
 
 
-def inspect(messages: Sequence[Message]) -> Findings:
+def inspect(messages: Sequence[Message], known: Sequence[Turn | None] | None = None) -> Findings:
+    """What ``messages`` hold. ``known``: per message, the one turn its text parses into where
+    the caller knows it (``rebuild.Rebuilt.turns``), so that text is not parsed again; None
+    (or a None entry): parse it."""
     faults: list[Fault] = []
     roles = [m.get("role") for m in messages]
     if roles[:2] != ["system", "user"]:
@@ -98,11 +101,16 @@ def inspect(messages: Sequence[Message]) -> Findings:
             faults.append(Fault(i, MISSING_OBSERVATION, "no observation before this turn", content))
         if last_turn is not None and last_turn.action == "search_complete" and merged_at is None:
             merged_at = i
-        turns = parse_turns(content)
-        forced = len(turns) == 1 and turns[0].forced
-        slots.extend(
-            Slot(i, j, body, forced) for j, body in enumerate(split_thinks(content).thinks)
-        )
+        t = known[i] if known is not None and i < len(known) else None
+        if t is not None:  # one valid turn, its think the text's only think body
+            turns = [t]
+            slots.append(Slot(i, 0, t.think or "", t.forced))
+        else:
+            turns = parse_turns(content)
+            forced = len(turns) == 1 and turns[0].forced
+            slots.extend(
+                Slot(i, j, body, forced) for j, body in enumerate(split_thinks(content).thinks)
+            )
         if len(turns) != 1:
             faults.append(Fault(i, TURNS_PER_MESSAGE, f"{len(turns)} turns", content))
         for t in turns:

@@ -135,9 +135,10 @@ def build(
             cols: dict[str, list[Any]] = {n: [] for n in SPILL_SCHEMA.names}
             cands: list[tuple[int, str, Candidate, Findings]] = []
             for i, (slot, row) in enumerate(zip(slots, rows, strict=True)):
-                key = sample_key(row, run_tag(row["run_id"], extra_of(row).get("source_run_id")))
+                extra = extra_of(row)
+                key = sample_key(row, run_tag(row["run_id"], extra.get("source_run_id")))
                 try:
-                    rb = rebuild(row, system_prompt)
+                    rb = rebuild(row, system_prompt, extra)
                 except RebuildError as e:
                     out.failed[e.reason] += 1
                     line = _lines([_failure_event(key, e.reason, row)])
@@ -145,7 +146,7 @@ def build(
                     continue
                 out.unavailable += rb.unavailable
                 c = Candidate(UID_MARK, rb.messages)
-                cands.append((i, key, c, inspect(c.messages)))
+                cands.append((i, key, c, inspect(c.messages, rb.turns)))
             if plan_only:
                 keep = [c for _, _, c, f in cands if not drop_reason(c.uid, f, post.drops)]
                 out.to_rewrite += len(keep)
