@@ -116,8 +116,12 @@ class DistillConfig:
         if self.val_ratio > 0:
             if self.val_out is None:
                 self.val_out = Path(self.out).with_suffix(".val.parquet")
-            if Path(self.val_out).suffix != ".parquet" or Path(self.val_out) == Path(self.out):
-                raise ValueError(f"--val-out {self.val_out}: name a Parquet file other than --out")
+            v, o = Path(self.val_out), Path(self.out)
+            if v.suffix != ".parquet" or v == o or v.parent != o.parent:
+                raise ValueError(
+                    f"--val-out {v}: name a Parquet file other than --out, in its folder "
+                    f"({o.parent}; the files are committed together)"
+                )
         elif self.val_out is not None:
             raise ValueError("--val-out needs --val-ratio > 0 (the share of samples it gets)")
         self.select_cfg = SelectConfig(
@@ -310,17 +314,34 @@ def run_distill(cfg: DistillConfig, *, rewriter: Any = None) -> dict[str, Any]:
         record.notes = {k: v for k, v in summary.items() if k not in ("output", "dropped")}
         report_tmp = Path(tmp_dir) / "report.jsonl"
 
-        def write_sft(path: Path) -> None:
-            stream.write(spill, path, report_tmp, cfg.fmt, n_kept=built.kept, tmp_dir=Path(tmp_dir))
+        val_tmp = Path(tmp_dir) / "val.parquet"
 
-        manifest.commit_set(  # the SFT file, its report and its manifest, visible together
-            [
-                manifest.Member(cfg.out, write_sft, record),
-                manifest.Member(
-                    report_path(cfg.out), lambda tmp: shutil.move(report_tmp, tmp), None
-                ),
-            ]
-        )
+        def write_sft(path: Path) -> None:
+            val = (val_tmp, split) if split is not None else None
+            stream.write(
+                spill,
+                path,
+                report_tmp,
+                cfg.fmt,
+                n_kept=built.kept,
+                val=val,
+                tmp_dir=Path(tmp_dir),
+            )
+
+        members = [
+            manifest.Member(cfg.out, write_sft, record),
+            manifest.Member(report_path(cfg.out), lambda tmp: shutil.move(report_tmp, tmp), None),
+        ]
+        if split is not None:
+            val_record = manifest.start(STEP, params, inputs)
+            val_record.rows_in, val_record.rows_out = built.kept, n_val
+            val_record.drop("train_split", built.kept - n_val)
+            val_record.notes = {"split": summary["split"]}
+            members.append(
+                manifest.Member(cfg.val_out, lambda tmp: shutil.move(val_tmp, tmp), val_record)
+            )
+        # the SFT file(s), the report and the manifests, visible together
+        manifest.commit_set(members)
     return summary
 
 
