@@ -226,9 +226,7 @@ def known_turn(
     if action == "search_complete" and arg.strip().lower() != "true":
         return None
     forced = action == "search_complete" and bool(FORCED_THINK_RE.search(think))
-    t = Turn(idx, think, action, arg, sep, forced=forced)
-    t.raw = t.body()
-    return t
+    return Turn(idx, think, action, arg, sep, forced=forced)
 
 
 def parse_turns(text: str | None) -> list[Turn]:
