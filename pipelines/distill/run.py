@@ -232,7 +232,6 @@ def run_distill(cfg: DistillConfig, *, rewriter: Any = None) -> dict[str, Any]:
     post = PostPass(cfg.claims, cfg.drops)
     rewriting = stream.Rewriting(backend, cfg.chunking) if backend is not None else None
     with stage.stage_dir() as tmp_dir:
-        spill = Path(tmp_dir) / "spill.parquet"
         # Select in DuckDB over the selection columns; stream the selected rollouts' rebuild
         # columns in batches into the spill, both from one snapshot of the runs (a concurrent
         # re-ingest cannot remove the files between).
@@ -249,6 +248,7 @@ def run_distill(cfg: DistillConfig, *, rewriter: Any = None) -> dict[str, Any]:
                 turn_fields=fetch.REBUILD_TURN_FIELDS,
                 batch_rows=stream.FETCH_ROWS,
             )
+            spill = stream.Spill(Path(tmp_dir), n_selected)
             with _progress(cfg.progress, n_selected, "distilling") as advance:
                 built = stream.build(
                     batches,

@@ -4,15 +4,17 @@ Pass 1 (``build``) takes ``fetch.fetch_batches``'s Arrow batches as DuckDB strea
 order), and per batch rebuilds each rollout's messages, inspects them once (``findings.inspect``),
 sends the kept ones' thinks to the rewriter (none for ``--rewrite none``; the identity rewriter's
 answer is known without calling it), runs the post-pass and appends one row per rollout to a local
-*spill* Parquet file: its place in the selection (``_slot``), its sample key and step, the final
+*spill* (``Spill``): its place in the selection (``_slot``), its sample key and step, the final
 messages as JSON (null when dropped) and its report lines. Nothing but counts outlives a batch.
 
-Pass 2 (``write``) reads the spill back in selection order (DuckDB's sort, which spills to disk
-under a memory cap), names each sample (``rebuild.assign_uids``'s rule: ``__t{step}`` where a key
-repeats across steps, computed over the spill in DuckDB) and writes the samples in batches
-through a ``pyarrow.parquet.ParquetWriter``, and every report line, to the temp paths the
-caller's commit renames. Every rollout the rebuild or the post-pass dropped has a report line
-with its reason, so the report accounts for every selected rollout that is not a sample.
+The spill is cut by selection position into buckets of consecutive slots, one Parquet file each,
+so pass 2 (``write``) restores selection order one bucket at a time: it reads a bucket, sorts its
+rows by slot, names each sample (``rebuild.assign_uids``'s rule: ``__t{step}`` where a key repeats
+across steps, found over the whole spill by one DuckDB group-by) and writes the samples through a
+``pyarrow.parquet.ParquetWriter`` in row groups, and every report line, to the temp paths the
+caller's commit renames. Memory holds a fetch batch, then a bucket: never the selection. Every
+rollout the rebuild or the post-pass dropped has a report line with its reason, so the report
+accounts for every selected rollout that is not a sample.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ddai.pipelines.distill import formats, rewrite
@@ -57,8 +60,43 @@ SPILL_SCHEMA = pa.schema(
 FETCH_ROWS = 4_000
 # Samples per Parquet row group of the output (the writer holds one group at a time).
 WRITE_ROWS = 20_000
-# DuckDB's cap while it sorts the spill back into selection order (it spills to disk past it).
-SORT_MEMORY = "256MB"
+# Consecutive selection slots per spill bucket (more where a selection would need more than
+# MAX_BUCKETS files): pass 2 holds one bucket's rows at a time.
+BUCKET_ROWS = 20_000
+MAX_BUCKETS = 256
+# DuckDB's cap while it finds the keys that repeat across steps (a group-by over keys alone).
+KEYS_MEMORY = "256MB"
+
+
+class Spill:
+    """Pass 1's rows, cut into bucket files of consecutive selection slots (``folder/b*.parquet``).
+
+    ``n``: the selection's size. A bucket file is opened when its first row comes."""
+
+    def __init__(self, folder: Path, n: int) -> None:
+        self.folder = folder
+        self.per = max(BUCKET_ROWS, -(-n // MAX_BUCKETS))
+        self.writers: dict[int, pq.ParquetWriter] = {}
+        self.rows = 0
+
+    def add(self, table: pa.Table) -> None:
+        bucket = pc.divide(table["_slot"], self.per)  # integer division of non-negative slots
+        for b in pc.unique(bucket).to_pylist():
+            if b not in self.writers:
+                self.writers[b] = pq.ParquetWriter(self.path(b), SPILL_SCHEMA, compression="snappy")
+            self.writers[b].write_table(table.filter(pc.equal(bucket, b)))
+        self.rows += table.num_rows
+
+    def path(self, b: int) -> Path:
+        return self.folder / f"b{b:06d}.parquet"
+
+    def close(self) -> None:
+        for w in self.writers.values():
+            w.close()
+
+    def files(self) -> list[Path]:
+        """The bucket files, in selection order."""
+        return [self.path(b) for b in sorted(self.writers)]
 
 
 @dataclass
@@ -115,7 +153,7 @@ class Rewriting:
 
 def build(
     batches: Iterable[pa.Table],
-    spill: Path | None,
+    spill: Spill | None,
     *,
     system_prompt: str,
     post: PostPass,
@@ -127,7 +165,7 @@ def build(
 
     ``plan_only``: a dry run: collect the rewrite requests of the kept candidates, write nothing."""
     out = Built()
-    writer = None if plan_only or spill is None else pq.ParquetWriter(spill, SPILL_SCHEMA)
+    writer = None if plan_only else spill
     try:
         for part in batches:
             slots = part["_slot"].to_pylist()
@@ -163,7 +201,7 @@ def build(
                 out.kept += sample is not None
                 _append(cols, slots[i], key, rows[i], True, payload, _lines(events))
             if writer is not None and cols["_slot"]:
-                writer.write_table(pa.table(cols, schema=SPILL_SCHEMA))
+                writer.add(pa.table(cols, schema=SPILL_SCHEMA))
                 out.spilled += len(cols["_slot"])
             advance(len(slots))
     finally:
@@ -221,7 +259,7 @@ class Written:
 
 
 def write(
-    spill: Path,
+    spill: Spill,
     out: Path,
     report: Path,
     fmt: str,
@@ -232,53 +270,64 @@ def write(
 ) -> Written:
     """Pass 2: the spill in selection order into the SFT file ``out`` (and ``val``'s file), and
     every report line into ``report``."""
+    files = [str(f) for f in spill.files()]
+    multi = _repeated_keys(files, tmp_dir)
+    mask = val[1].val_mask(n_kept) if val is not None else None
+    sinks = [_Sink(out, fmt)] + ([_Sink(val[0], fmt)] if val is not None else [])
+    k = 0
+    with open(report, "w", encoding="utf-8") as rep:
+        for f in files:
+            t = pq.read_table(f)
+            d = t.take(pc.sort_indices(t["_slot"])).to_pydict()
+            for key, step, built, payload, events in zip(
+                d["key"], d["step"], d["built"], d["payload"], d["events"], strict=True
+            ):
+                uid = f"{key}__t{step}" if key in multi and step is not None else key
+                if events is not None:
+                    rep.write(_named(events, uid) if built else events)
+                if payload is not None:
+                    sinks[1 if mask is not None and mask[k] else 0].add(uid, payload)
+                    k += 1
+    for s in sinks:
+        s.close()
+    return Written(sinks[0].rows, sinks[1].rows if len(sinks) > 1 else 0)
+
+
+def _repeated_keys(files: list[str], tmp_dir: Path) -> set[str]:
+    """The sample keys that repeat across steps (they take ``__t{step}``); raises
+    ``UidCollision`` when a uid would still repeat (``rebuild.assign_uids``'s rules, in DuckDB
+    over the spill's keys)."""
     import duckdb
 
+    if not files:
+        return set()
     con = duckdb.connect()
     try:
         con.execute("SET enable_progress_bar = false")
-        con.execute(f"SET memory_limit = '{SORT_MEMORY}'")
+        con.execute(f"SET memory_limit = '{KEYS_MEMORY}'")
         con.execute(f"SET temp_directory = '{tmp_dir}'")
         con.execute(
-            f"""CREATE VIEW spill AS SELECT * FROM read_parquet('{spill}');
-            CREATE TEMP TABLE multi AS SELECT key FROM spill WHERE built GROUP BY key
-                HAVING count(DISTINCT coalesce(CAST(step AS VARCHAR), 'null')) > 1;
-            CREATE VIEW named AS SELECT s._slot, s.built, s.payload, s.events,
-                CASE WHEN m.key IS NOT NULL AND s.step IS NOT NULL
-                     THEN s.key || '__t' || CAST(s.step AS VARCHAR) ELSE s.key END AS uid
-                FROM spill AS s LEFT JOIN multi AS m ON s.key = m.key"""
+            """CREATE TEMP TABLE multi AS SELECT key FROM read_parquet($f) WHERE built
+               GROUP BY key HAVING count(DISTINCT coalesce(CAST(step AS VARCHAR), 'null')) > 1""",
+            {"f": files},
         )
         dup = con.execute(
-            """SELECT uid, count(*) OVER () FROM named WHERE built GROUP BY uid
-               HAVING count(*) > 1 ORDER BY min(_slot) LIMIT 1"""
+            """SELECT uid, count(*) OVER () FROM (
+                   SELECT s._slot, CASE WHEN m.key IS NOT NULL AND s.step IS NOT NULL
+                       THEN s.key || '__t' || CAST(s.step AS VARCHAR) ELSE s.key END AS uid
+                   FROM read_parquet($f) AS s LEFT JOIN multi AS m ON s.key = m.key
+                   WHERE s.built)
+               GROUP BY uid HAVING count(*) > 1 ORDER BY min(_slot) LIMIT 1""",
+            {"f": files},
         ).fetchone()
         if dup is not None:
             raise UidCollision(
                 f"{dup[1]} sample uid(s) repeat, e.g. {dup[0]!r}: the log holds the same rollout "
                 "twice (re-ingested with --append?); re-ingest the run without --append"
             )
-        mask = val[1].val_mask(n_kept) if val is not None else None
-        sinks = [_Sink(out, fmt)] + ([_Sink(val[0], fmt)] if val is not None else [])
-        k = 0
-        with open(report, "w", encoding="utf-8") as rep:
-            reader = con.sql(
-                "SELECT uid, built, payload, events FROM named ORDER BY _slot"
-            ).to_arrow_reader(WRITE_ROWS)
-            for batch in reader:
-                d = batch.to_pydict()
-                for uid, built, payload, events in zip(
-                    d["uid"], d["built"], d["payload"], d["events"], strict=True
-                ):
-                    if events is not None:
-                        rep.write(_named(events, uid) if built else events)
-                    if payload is not None:
-                        sinks[1 if mask is not None and mask[k] else 0].add(uid, payload)
-                        k += 1
-        for s in sinks:
-            s.close()
+        return {k for (k,) in con.execute("SELECT key FROM multi").fetchall()}
     finally:
         con.close()
-    return Written(sinks[0].rows, sinks[1].rows if len(sinks) > 1 else 0)
 
 
 def _named(lines: str, uid: str) -> str:

@@ -91,9 +91,11 @@ def _same_as_reference(c: DistillConfig) -> dict:
 @pytest.mark.parametrize("fmt", ["train1", "messages"])
 @pytest.mark.parametrize("drops", [{}, {"drop_repeated_queries": True, "drop_system_errors": True}])
 def test_stream_writes_what_the_whole_selection_gives(logs, tmp_path, fmt, drops, monkeypatch):
-    # batches of one rollout and row groups of one sample: the order and names still match
+    # batches of one rollout, spill buckets of two slots, row groups of one sample: the order
+    # and names still match
     monkeypatch.setattr(stream, "FETCH_ROWS", 1)
     monkeypatch.setattr(stream, "WRITE_ROWS", 1)
+    monkeypatch.setattr(stream, "BUCKET_ROWS", 2)
     out = tmp_path / "sft.parquet"
     s = _same_as_reference(cfg(logs, out, fmt=fmt, top_k=8, **drops))
     assert pq.ParquetFile(out).metadata.num_row_groups == s["samples written"] > 1
@@ -152,3 +154,15 @@ def test_stream_matches_on_the_synthetic_world(tmp_path):
     s = _same_as_reference(c)
     assert s["samples written"] > 0
     assert UNAVAILABLE  # rebuild's marker for a lost observation stays what it was
+
+
+def test_keys_repeating_across_steps_are_named_as_before(tmp_path, monkeypatch):
+    """The same prompts logged at two steps: their keys repeat, so every uid takes ``__t{step}``,
+    found over every spill bucket (two slots each here)."""
+    monkeypatch.setattr(stream, "BUCKET_ROWS", 2)
+    logs = tmp_path / "logs"
+    store.write_run(logs, RUN, _rows() + [{**r, "step": 2} for r in _rows()])
+    c = cfg(logs, tmp_path / "o.parquet", top_k=8)
+    _same_as_reference(c)
+    uids = pq.read_table(c.out)["uid"].to_pylist()
+    assert len(uids) == 8 and all(u.endswith(("__t1", "__t2")) for u in uids)
