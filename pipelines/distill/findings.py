@@ -9,14 +9,12 @@ different steps together), roles out of order, no final ``search_complete``.
 from __future__ import annotations
 
 import re
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ddai.pipelines.distill.thinks import (
     Message,
     Slot,
-    is_assistant_text,
     split_thinks,
     think_slots,
 )
@@ -87,14 +85,16 @@ def inspect(messages: Sequence[Message], known: Sequence[Turn | None] | None = N
     merged_at: int | None = None
     # think bodies of assistant text misplaced among the first two messages (a role-order fault)
     slots = think_slots(messages[:2])
+    ddai_errors = sum(_ddai_error(m) for m in messages[:2])
     for i, m in enumerate(messages[2:], start=2):
         content = m.get("content")
         if m.get("role") != "assistant":
             system_errors += is_system_error(content)
+            ddai_errors += _ddai_error(m)
             if i > 2 and roles[i - 1] != "assistant":
                 faults.append(Fault(i, ROLE_ORDER, "two observations in a row", _text(content)))
             continue
-        if not is_assistant_text(m):
+        if not isinstance(content, str):
             faults.append(Fault(i, ROLE_ORDER, "assistant content is not text", _text(content)))
             continue
         if i > 2 and roles[i - 1] == "assistant" and not _ends_complete(last_turn):
@@ -142,14 +142,11 @@ def inspect(messages: Sequence[Message], known: Sequence[Turn | None] | None = N
     forced_end = None
     if roles and roles[-1] == "assistant" and last_turn is not None and last_turn.forced:
         forced_end = "exact" if last_turn.body() == FORCED_COMPLETION else "paraphrase"
-    repeated = tuple(q for q, n in Counter(queries).items() if n > 1)
+    seen: dict[str, int] = {}
+    for q in queries:
+        seen[q] = seen.get(q, 0) + 1
+    repeated = tuple(q for q, n in seen.items() if n > 1)
     tagged = tuple(s for s in slots if holds_action_tag(s.text))
-    ddai_errors = sum(
-        m.get("role") == "user"
-        and isinstance(m.get("content"), str)
-        and "[System Error:" in m["content"]
-        for m in messages
-    )
     return Findings(
         forced_end,
         forced_turns,
@@ -160,6 +157,12 @@ def inspect(messages: Sequence[Message], known: Sequence[Turn | None] | None = N
         ddai_errors,
         tuple(slots),
     )
+
+
+def _ddai_error(m: Message) -> bool:
+    """DDAI's system-error count: a user message whose text holds ``[System Error:``."""
+    c = m.get("content")
+    return m.get("role") == "user" and isinstance(c, str) and "[System Error:" in c
 
 
 def _ends_complete(turn) -> bool:

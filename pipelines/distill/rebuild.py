@@ -15,6 +15,7 @@ trailing 8 hex digits of a DDAI run id (``{experiment}_{YYYYmmdd_HHMMSS}_{8 hex}
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -70,6 +71,7 @@ def extra_of(row: dict[str, Any]) -> dict[str, Any]:
     return extra if isinstance(extra, dict) else {}
 
 
+@functools.lru_cache(maxsize=1024)  # a handful of runs, called once per rollout
 def run_tag(run_id: str, source_run_id: str | None = None) -> str:
     for rid in (run_id, source_run_id):
         m = DDAI_RUN_ID_RE.search(rid or "")
