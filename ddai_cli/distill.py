@@ -34,8 +34,10 @@ from ddai.pipelines.distill import (
     run_distill,
 )
 from ddai.pipelines.distill.run import REWRITE_MODES
+from ddai.pipelines.distill.select import RANKS
 
 Rewrite = choices("Rewrite", REWRITE_MODES)
+Rank = choices("Rank", RANKS)
 Fmt = choices("Fmt", FORMATS)
 D, C = DistillConfig, CheckConfig
 
@@ -125,10 +127,18 @@ def distill_cmd(
         int,
         typer.Option(
             "--top-k",
-            help="Successful rollouts kept per prompt, best first: reward, then NDCG, then fewer "
-            "actions, then rollout_idx.",
+            help="Successful rollouts kept per prompt, best first (see --rank).",
         ),
     ] = default_of(D, "top_k"),
+    rank: Annotated[
+        Rank,
+        typer.Option(
+            "--rank",
+            help="ddai: DDAI's finalize order (NDCG desc, fewer searches, fewer bboxes, shorter "
+            "assistant text, then log order); reward: reward desc, NDCG desc, fewer actions, "
+            "rollout_idx.",
+        ),
+    ] = Rank(default_of(D, "rank")),
     success_threshold: ThresholdOpt = default_of(D, "success_threshold"),
     rewrite: Annotated[
         Rewrite,
@@ -161,6 +171,36 @@ def distill_cmd(
     drop_forced: DropForcedOpt = False,
     drop_system_errors: DropErrorsOpt = False,
     drop_repeated_queries: DropRepeatsOpt = False,
+    max_system_errors: Annotated[
+        int | None,
+        typer.Option(
+            "--max-system-errors",
+            metavar="<int>",
+            help="Drop samples with more than N '[System Error:' observations (DDAI's train1 "
+            "build: 1). Default: no cap.",
+        ),
+    ] = None,
+    val_ratio: Annotated[
+        float,
+        typer.Option(
+            "--val-ratio",
+            help="Share of the samples written to --val-out instead (DDAI's split: "
+            "round(n·ratio), at least 1 of 2 or more, drawn with --seed; DDAI used 0.1). "
+            "0: no split.",
+        ),
+    ] = default_of(D, "val_ratio"),
+    seed: Annotated[
+        int, typer.Option("--seed", help="The train/val split's random seed (DDAI's: 42).")
+    ] = default_of(D, "seed"),
+    val_out: Annotated[
+        Path | None,
+        typer.Option(
+            "--val-out",
+            metavar="<file>",
+            help="The validation Parquet file, beside --out (default: <out>.val.parquet; "
+            "DDAI's names: --out DIR/train1.parquet --val-out DIR/val1.parquet).",
+        ),
+    ] = None,
     claim_pattern: ClaimOpt = None,
     max_thinks_per_call: Annotated[
         int,
@@ -205,6 +245,7 @@ def distill_cmd(
             out=out,
             success_rate_max=success_rate_max,
             top_k=top_k,
+            rank=rank.value,
             success_threshold=success_threshold,
             rewrite=rewrite.value,
             rewriter=rewriter,
@@ -213,6 +254,10 @@ def distill_cmd(
             drop_forced=drop_forced,
             drop_system_errors=drop_system_errors,
             drop_repeated_queries=drop_repeated_queries,
+            max_system_errors=max_system_errors,
+            val_ratio=val_ratio,
+            seed=seed,
+            val_out=val_out,
             claim_patterns=_claims(claim_pattern),
             max_thinks_per_call=max_thinks_per_call,
             dry_run=dry_run,

@@ -207,6 +207,28 @@ def _parse_one(idx: int, raw: str) -> Turn:
     )
 
 
+def known_turn(
+    idx: int, think: str | None, action: str, arg: str | None, sep: str | None
+) -> Turn | None:
+    """The turn ``parse_turns`` reads from the canonical text of these fields (``Turn.body()``),
+    told from the fields alone, or None where only the parser can tell (it may read the text
+    otherwise): a valid action whose think and argument hold no tag and whose separator is
+    whitespace, so the text is one turn, cut the parser's way; the argument checks and the
+    forced-completion test are the parser's own."""
+    if action not in ACTIONS or think is None or arg is None or sep is None or sep.strip():
+        return None
+    if _TAG_RE.search(think) or _TAG_RE.search(arg):
+        return None
+    if action == "search" and not arg.strip():
+        return None
+    if action == "bbox" and not _bbox_ok(arg):
+        return None
+    if action == "search_complete" and arg.strip().lower() != "true":
+        return None
+    forced = action == "search_complete" and bool(FORCED_THINK_RE.search(think))
+    return Turn(idx, think, action, arg, sep, forced=forced)
+
+
 def parse_turns(text: str | None) -> list[Turn]:
     """Parse a Searcher response into turns; never raises on model text.
 

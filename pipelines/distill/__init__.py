@@ -11,7 +11,8 @@ Modules, one idea each: ``select`` (which rollouts), ``rebuild`` (rollout → tr
 uids), ``thinks`` (think bodies in message text), ``rules`` (the rewrite's safety rules),
 ``findings`` (what a trajectory holds: forced completions, system errors, repeated queries, grammar
 faults), ``rewrite`` (think-only rewrite through a backend), ``safety`` (the post-pass),
-``formats`` (train1 and messages Parquet), ``run`` (the distill step), ``check`` (the post-pass
+``formats`` (train1 and messages Parquet), ``stream`` (the selected rollouts to samples, batch by
+batch, in bounded memory), ``run`` (the distill step), ``check`` (the post-pass
 over an existing file, shape conversion).
 """
 

@@ -17,7 +17,14 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ddai.pipelines import objstore, schema
-from ddai.pipelines.distill.select import SelectConfig, Selection, choose, prompt_reasons, select
+from ddai.pipelines.distill.select import (
+    SelectConfig,
+    Selection,
+    choose,
+    prompt_reasons,
+    select,
+    turn_stats,
+)
 from ddai.pipelines.lazy import lazy_module
 
 duckdb = lazy_module("duckdb")
@@ -61,15 +68,24 @@ FETCH_MEMORY = "1GB"
 
 
 SCAN = "read_parquet($files, union_by_name = true, filename = true, file_row_number = true)"
+_VALID = "t.action IN ('search', 'bbox', 'search_complete')"
+_TEXT = "length(coalesce(t.think, '')) + length(coalesce(t.arg, ''))"
+# ``select.turn_stats`` in DuckDB, over a rollout's ``turns`` (what rank "ddai" orders by).
+STATS_SQL = f"""CAST(len(list_filter(turns, lambda t: t.action = 'search')) AS BIGINT) AS n_search,
+    CAST(len(list_filter(turns, lambda t: t.action = 'bbox')) AS BIGINT) AS n_bbox,
+    CAST(coalesce(list_sum(list_transform(turns, lambda t: CASE WHEN {_VALID}
+        THEN 20 + 2 * length(t.action) + {_TEXT} + length(coalesce(t.sep, ''))
+        ELSE {_TEXT} END)), 0) AS BIGINT) AS approx_len"""
 
 
 def selection_columns(
-    files: Sequence[str | os.PathLike[str]], *, threads: int | None = None
+    files: Sequence[str | os.PathLike[str]], *, threads: int | None = None, stats: bool = False
 ) -> pa.Table:
     """The selection columns of every rollout in ``files``, in log order (file, then row).
 
     Adds ``n_turns`` (the parsed turn count, read only when some ``num_turns`` is null), ``_file``
-    (index into ``files``) and ``_file_row`` (the row's number in its file)."""
+    (index into ``files``) and ``_file_row`` (the row's number in its file); with ``stats``,
+    ``select.STATS`` from the turns (rank "ddai")."""
     paths = [str(f) for f in files]
     if not paths:  # a run with no rollouts
         empty = schema.ROLLOUT_SCHEMA.empty_table().select(list(COLUMNS))
@@ -79,7 +95,7 @@ def selection_columns(
             .append_column(FILE_ROW, pa.array([], pa.int64()))
         )
     if objstore.is_url(paths[0]) and objstore.scan() == "arrow":
-        return _remote_selection_columns(paths)
+        return _remote_selection_columns(paths, stats)
     con = duckdb.connect()
     con.execute("SET enable_progress_bar = false")
     objstore.register(con, paths)  # object-storage URLs read through fsspec
@@ -100,8 +116,13 @@ def selection_columns(
         # Only then is the (large) turns column read, and only its lengths are kept.
         sql = f"SELECT CAST(len(turns) AS INTEGER) AS n FROM {SCAN}"
         n_turns = con.sql(sql, params=params).to_arrow_table()["n"]
+    table = table.append_column("n_turns", n_turns)
+    if stats and "turns" in have:
+        extra = con.sql(f"SELECT {STATS_SQL} FROM {SCAN}", params=params).to_arrow_table()
+        for c in extra.column_names:
+            table = table.append_column(c, extra[c])
     con.close()
-    return table.append_column("n_turns", n_turns)
+    return table
 
 
 def scan_select(
@@ -117,7 +138,7 @@ def scan_select(
     path instead."""
     paths = [str(f) for f in files]
     if not paths or (objstore.is_url(paths[0]) and objstore.scan() == "arrow"):
-        keys = selection_columns(paths, threads=threads)
+        keys = selection_columns(paths, threads=threads, stats=cfg.rank == "ddai")
         sel = select(keys, cfg)
         return sel, locate(paths, keys, sel.rows), keys.num_rows
     con = _connect(paths, threads)
@@ -161,10 +182,18 @@ def scan_select(
         n_actions = "num_turns"
         if int(groups["null_turns"].sum()) and "turns" in have:
             n_actions = "coalesce(num_turns, CAST(len(turns) AS INTEGER))"
+        # rank "ddai" orders by the turns' counts and text length (only the successes read them)
+        stats = ""
+        if cfg.rank == "ddai":
+            stats = ", " + (
+                STATS_SQL.replace("(turns,", "(r.turns,")
+                if "turns" in have
+                else "NULL::BIGINT AS n_search, NULL::BIGINT AS n_bbox, NULL::BIGINT AS approx_len"
+            )
         successes = pl.from_arrow(
             con.sql(
                 f"""SELECT r.run_id, r.uid, r.reward, r.ndcg, {n_actions} AS n_actions,
-                           r.rollout_idx, r.step, r.sample_idx, r._row, r.flag
+                           r.rollout_idx, r.step, r.sample_idx, r._row, r.flag{stats}
                     FROM ({src}) AS r
                     SEMI JOIN open_prompts AS o
                         ON r.run_id IS NOT DISTINCT FROM o.run_id
@@ -197,7 +226,7 @@ def _connect(paths: list[str], threads: int | None) -> duckdb.DuckDBPyConnection
     return con
 
 
-def _remote_selection_columns(urls: list[str]) -> pa.Table:
+def _remote_selection_columns(urls: list[str], stats: bool = False) -> pa.Table:
     """``selection_columns`` over object-storage files, read by pyarrow's C++ filesystem (DuckDB
     could only pull them through fsspec, several times slower: bench/bench_objstore.py), one
     file at a time with its row numbers."""
@@ -217,12 +246,15 @@ def _remote_selection_columns(urls: list[str]) -> pa.Table:
         n_turns: pa.Array | pa.ChunkedArray = pa.nulls(n, pa.int32())
         if "turns" in have and t["num_turns"].null_count:
             n_turns = pc.cast(pc.list_value_length(pf.read(columns=["turns"])["turns"]), pa.int32())
-        parts.append(
-            pa.table(
-                [*cols, pa.array([i] * n, pa.int32()), pa.array(range(n), pa.int64()), n_turns],
-                names=[*COLUMNS, FILE, FILE_ROW, "n_turns"],
-            )
+        part = pa.table(
+            [*cols, pa.array([i] * n, pa.int32()), pa.array(range(n), pa.int64()), n_turns],
+            names=[*COLUMNS, FILE, FILE_ROW, "n_turns"],
         )
+        if stats and "turns" in have:
+            turns = pl.from_arrow(pf.read(columns=["turns"])["turns"])
+            for c, col in turn_stats(turns).to_arrow().to_pydict().items():
+                part = part.append_column(c, pa.array(col, pa.int64()))
+        parts.append(part)
     return pa.concat_tables(parts, promote_options="permissive")
 
 

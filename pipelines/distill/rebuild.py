@@ -15,29 +15,30 @@ trailing 8 hex digits of a DDAI run id (``{experiment}_{YYYYmmdd_HHMMSS}_{8 hex}
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
 import re
 from collections import Counter, defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from ddai.pipelines.distill.findings import SYSTEM_ERROR_RE
 from ddai.pipelines.distill.thinks import Message
-from ddai.pipelines.tags import Turn, parse_turns
+from ddai.pipelines.tags import Turn, known_turn, parse_turns
 
 UNAVAILABLE = "[observation unavailable]"
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".gif", ".bmp")
 DDAI_RUN_ID_RE = re.compile(r"_\d{8}_\d{6}_([0-9a-f]{8})$")
 
-# Rebuild failures (counted drops).
-NO_QUESTION = "no question"
-NO_TURNS = "no turns"
-UNRENDERABLE = "invalid turn without its raw text"
+# Rebuild failures (counted drops; stable identifiers).
+NO_QUESTION = "no_question"
+NO_TURNS = "no_turns"
+UNRENDERABLE = "invalid_turn_without_raw_text"  # an invalid turn, and no response to cut it from
 
 
 class RebuildError(ValueError):
@@ -70,6 +71,7 @@ def extra_of(row: dict[str, Any]) -> dict[str, Any]:
     return extra if isinstance(extra, dict) else {}
 
 
+@functools.lru_cache(maxsize=1024)  # a handful of runs, called once per rollout
 def run_tag(run_id: str, source_run_id: str | None = None) -> str:
     for rid in (run_id, source_run_id):
         m = DDAI_RUN_ID_RE.search(rid or "")
@@ -130,48 +132,62 @@ def observation_content(turn: dict[str, Any]) -> tuple[str | list[dict[str, Any]
     return UNAVAILABLE, False
 
 
-def _bodies(row: dict[str, Any], records: list[dict[str, Any]]) -> list[str]:
+def _bodies(
+    row: dict[str, Any], records: list[dict[str, Any]]
+) -> tuple[list[str], list[Turn | None]]:
     """Each turn's text: from the raw response when it parses into the logged turns (it keeps
-    the raw text of invalid turns), else from the structured turn records."""
+    the raw text of invalid turns), else from the structured turn records; and, per text, the
+    turn the tag parser reads from it where that is known without parsing it again (a valid
+    parsed turn's body parses back into it; a record's fields: ``tags.known_turn``)."""
     response = row.get("response")
     if response:
         parsed = parse_turns(response)
         if len(parsed) == len(records):
-            return [t.body() for t in parsed]
-    out = []
+            return [t.body() for t in parsed], [t if t.valid else None for t in parsed]
+    out, known = [], []
     for r in records:
         if r.get("action") == "invalid":
             raise RebuildError(UNRENDERABLE)
         t = Turn(r["idx"], r.get("think"), r["action"], r.get("arg"), r.get("sep"))
         out.append(t.body())
-    return out
+        known.append(known_turn(0, t.think, t.action, t.arg, t.sep))
+    return out, known
 
 
 @dataclass(frozen=True)
 class Rebuilt:
+    """``turns``: per message, the turn its text parses into where known (None: parse it)."""
+
     messages: list[Message]
     unavailable: int
+    turns: list[Turn | None] = field(default_factory=list)
 
 
-def rebuild(row: dict[str, Any], system_prompt: str) -> Rebuilt:
-    """The train1 messages of one rollout-log row (``system_prompt`` unless the log has one)."""
+def rebuild(
+    row: dict[str, Any], system_prompt: str, extra: dict[str, Any] | None = None
+) -> Rebuilt:
+    """The train1 messages of one rollout-log row (``system_prompt`` unless the log has one);
+    ``extra``: ``extra_of(row)`` when the caller has read it already."""
     question = row.get("question")
     if not question:
         raise RebuildError(NO_QUESTION)
     records = list(row.get("turns") or [])
     if not records:
         raise RebuildError(NO_TURNS)
-    bodies = _bodies(row, records)
-    system = extra_of(row).get("system_prompt")
+    bodies, known = _bodies(row, records)
+    system = (extra if extra is not None else extra_of(row)).get("system_prompt")
     messages: list[Message] = [
         {"role": "system", "content": system if isinstance(system, str) else system_prompt},
         {"role": "user", "content": question},
     ]
+    turns: list[Turn | None] = [None, None]
     unavailable = 0
-    for i, (body, rec) in enumerate(zip(bodies, records, strict=True)):
+    for i, (body, rec, t) in enumerate(zip(bodies, records, known, strict=True)):
         messages.append({"role": "assistant", "content": body})
+        turns.append(t)
         if i < len(records) - 1:
             content, available = observation_content(rec)
             unavailable += not available
             messages.append({"role": "user", "content": content})
-    return Rebuilt(messages, unavailable)
+            turns.append(None)
+    return Rebuilt(messages, unavailable, turns)

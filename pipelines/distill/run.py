@@ -9,7 +9,7 @@ parameters are unchanged is skipped (``force`` reruns it).
 from __future__ import annotations
 
 import os
-from collections import Counter
+import shutil
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
@@ -18,28 +18,12 @@ from typing import Any, TypeVar
 
 from rich.progress import Progress, track
 
-from ddai.pipelines import capabilities, fileset, io, manifest, objstore, store
+from ddai.pipelines import capabilities, fileset, io, manifest, objstore, stage, store
 from ddai.pipelines.backends.usage import FAILED_CALLS, failed_calls
-from ddai.pipelines.distill import fetch, formats, rewrite
-from ddai.pipelines.distill.findings import inspect
-from ddai.pipelines.distill.rebuild import (
-    RebuildError,
-    assign_uids,
-    extra_of,
-    load_system_prompt,
-    rebuild,
-    run_tag,
-    sample_key,
-)
+from ddai.pipelines.distill import fetch, formats, rewrite, stream
+from ddai.pipelines.distill.rebuild import load_system_prompt
 from ddai.pipelines.distill.rules import ClaimRules
-from ddai.pipelines.distill.safety import (
-    Candidate,
-    Drops,
-    PostPassResult,
-    drop_reason,
-    post_pass,
-    report_lines,
-)
+from ddai.pipelines.distill.safety import Drops, PostPass, PostPassResult, report_lines
 from ddai.pipelines.distill.select import SelectConfig
 from ddai.pipelines.lazy import lazy_module
 
@@ -74,6 +58,10 @@ class DistillConfig:
     """Keep prompts with 0 < success rate <= this."""
     top_k: int = 4
     """Successful rollouts kept per prompt (best first, see ``select``)."""
+    rank: str = "ddai"
+    """How a prompt's successes are ranked for ``top_k``: ``ddai`` (DDAI's finalize: NDCG desc,
+    fewer searches, fewer bboxes, shorter text, log order) or ``reward`` (reward desc, NDCG desc,
+    fewer actions, rollout_idx)."""
     success_threshold: float = 1.0
     """A rollout succeeds when judge_score >= this and format_ok is not false."""
     rewrite: str = "think-only"
@@ -87,6 +75,16 @@ class DistillConfig:
     drop_forced: bool = False
     drop_system_errors: bool = False
     drop_repeated_queries: bool = False
+    max_system_errors: int | None = None
+    """Drop samples with more than this many ``[System Error:`` observations (DDAI's train1
+    build used 1); None: no cap."""
+    val_ratio: float = 0.0
+    """Share of the samples written to ``val_out`` instead (DDAI's split: round(n·ratio), at least
+    1 of 2 or more, drawn with ``seed``); 0: no split."""
+    seed: int = 42
+    """The train/val split's seed (DDAI's default)."""
+    val_out: Path | None = None
+    """The validation file (default: ``<out>`` with ``.val`` before ``.parquet``)."""
     claim_patterns: list[str] | None = None
     """Observation-claim regexes (None: the built-in list)."""
     max_thinks_per_call: int = 8
@@ -114,20 +112,51 @@ class DistillConfig:
             raise ValueError(f"--out {self.out}: the SFT file is Parquet; name it *.parquet")
         if self.max_cost is not None and self.max_cost < 0:
             raise ValueError(f"--max-cost must be >= 0 USD, got {self.max_cost}")
-        self.select_cfg = SelectConfig(self.success_threshold, self.success_rate_max, self.top_k)
+        if self.max_system_errors is not None and self.max_system_errors < 0:
+            raise ValueError(f"--max-system-errors must be >= 0, got {self.max_system_errors}")
+        if not 0.0 <= self.val_ratio < 1.0:
+            raise ValueError(f"--val-ratio must be in [0, 1), got {self.val_ratio}")
+        if self.val_ratio > 0:
+            if self.val_out is None:
+                self.val_out = Path(self.out).with_suffix(".val.parquet")
+            v, o = Path(self.val_out), Path(self.out)
+            if v.suffix != ".parquet" or v == o or v.parent != o.parent:
+                raise ValueError(
+                    f"--val-out {v}: name a Parquet file other than --out, in its folder "
+                    f"({o.parent}; the files are committed together)"
+                )
+        elif self.val_out is not None:
+            raise ValueError("--val-out needs --val-ratio > 0 (the share of samples it gets)")
+        self.select_cfg = SelectConfig(
+            self.success_threshold, self.success_rate_max, self.top_k, self.rank
+        )
         self.claims = ClaimRules.of(self.claim_patterns)
         self.chunking = rewrite.Chunking(self.max_thinks_per_call, self.max_chars_per_call)
 
     @property
     def drops(self) -> Drops:
-        return Drops(self.drop_forced, self.drop_system_errors, self.drop_repeated_queries)
+        return Drops(
+            self.drop_forced,
+            self.drop_system_errors,
+            self.drop_repeated_queries,
+            self.max_system_errors,
+        )
 
     def params(self, rewriter_name: str | None) -> dict[str, Any]:
         """What decides the output (the manifest's parameters; a change reruns the step)."""
         # Not part of the result: where things are, how the run is watched, the spending cap.
         skip = {"logs", "out", "dry_run", "force", "progress", "max_cost", "retry_failed"}
-        skip |= {"select_cfg", "claims", "chunking"}
-        p = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
+        skip |= {"select_cfg", "claims", "chunking", "val_out"}
+        # fields added later enter the parameters only when set, so an earlier run's
+        # manifest stays fresh
+        new = {"max_system_errors": None, "val_ratio": 0.0}
+        p = {
+            f.name: getattr(self, f.name)
+            for f in fields(self)
+            if f.name not in skip and not (f.name in new and getattr(self, f.name) == new[f.name])
+        }
+        if self.val_ratio == 0.0:  # the seed decides nothing without a split
+            p.pop("seed")
         p["rewriter"] = rewriter_name
         p["claim_patterns"] = list(self.claims.patterns)
         return p
@@ -150,42 +179,6 @@ def build_rewriter(cfg: DistillConfig):
         progress=cfg.progress,
         retry_failed=cfg.retry_failed,
     )
-
-
-def _candidates(
-    cfg: DistillConfig, batches: Iterable[pa.Table], n: int
-) -> tuple[list[Candidate], Counter, int]:
-    """Rebuilt samples with their uids, rebuild failures by reason, observations unavailable.
-
-    ``batches``: ``fetch.fetch_batches``'s tables of the ``n`` selected rollouts, in any order
-    (each row's ``_slot`` is its place in the selection). Each batch becomes Python rows and
-    their rebuilt messages, then is dropped: the rows of one batch are alive at a time, the
-    samples (the output) are kept in selection order."""
-    system_prompt = load_system_prompt(cfg.system_prompt)
-    # per slot: (candidate, sample key, step) or the rebuild failure's reason
-    built: list[tuple[Candidate, str, int | None] | str | None] = [None] * n
-    unavailable = 0
-    with _progress(cfg.progress, n, "rebuilding trajectories") as advance:
-        for part in batches:
-            slots = part["_slot"].to_pylist()
-            for slot, row in zip(slots, part.drop_columns(["_slot"]).to_pylist(), strict=True):
-                try:
-                    rb = rebuild(row, system_prompt)
-                except RebuildError as e:
-                    built[slot] = e.reason
-                    continue
-                unavailable += rb.unavailable
-                tag = run_tag(row["run_id"], extra_of(row).get("source_run_id"))
-                built[slot] = (Candidate("", rb.messages), sample_key(row, tag), row.get("step"))
-            advance(len(slots))
-    failed: Counter[str] = Counter(b for b in built if isinstance(b, str))
-    done = [b for b in built if isinstance(b, tuple)]
-    cands = [c for c, _, _ in done]
-    for c, uid in zip(
-        cands, assign_uids([k for _, k, _ in done], [s for _, _, s in done]), strict=True
-    ):
-        c.uid = uid
-    return cands, failed, unavailable
 
 
 @contextmanager
@@ -238,72 +231,120 @@ def run_distill(cfg: DistillConfig, *, rewriter: Any = None) -> dict[str, Any]:
         }
 
     record = manifest.start(STEP, params, inputs)
-    # Select in DuckDB over the selection columns; read the selected rollouts' rebuild columns
-    # alone, in batches, both from one snapshot of the runs (a concurrent re-ingest cannot
-    # remove the files between).
-    with store.snapshot(cfg.logs, cfg.runs) as snap:
-        files = snap.all_files()
-        sel, wanted, n_read = fetch.scan_select(files, cfg.select_cfg)
-        n_selected = len(sel.rows)
-        if not sel.rows and not cfg.dry_run:
-            raise ValueError(_nothing_selected(cfg, n_read, sel))
-        batches = fetch.fetch_batches(
-            files, wanted, columns=fetch.REBUILD_COLUMNS, turn_fields=fetch.REBUILD_TURN_FIELDS
-        )
-        cands, failed, unavailable = _candidates(cfg, batches, n_selected)
-    drops = cfg.drops
-    keep = [c for c in cands if not drop_reason(c.uid, inspect(c.messages), drops)]
-
-    if cfg.dry_run:
-        return {
-            "dry run": True,
+    system_prompt = load_system_prompt(cfg.system_prompt)
+    post = PostPass(cfg.claims, cfg.drops)
+    rewriting = stream.Rewriting(backend, cfg.chunking) if backend is not None else None
+    with stage.stage_dir() as tmp_dir:
+        # Select in DuckDB over the selection columns; stream the selected rollouts' rebuild
+        # columns in batches into the spill, both from one snapshot of the runs (a concurrent
+        # re-ingest cannot remove the files between).
+        with store.snapshot(cfg.logs, cfg.runs) as snap:
+            files = snap.all_files()
+            sel, wanted, n_read = fetch.scan_select(files, cfg.select_cfg)
+            n_selected = len(sel.rows)
+            if not sel.rows and not cfg.dry_run:
+                raise ValueError(_nothing_selected(cfg, n_read, sel))
+            batches = fetch.fetch_batches(
+                files,
+                wanted,
+                columns=fetch.REBUILD_COLUMNS,
+                turn_fields=fetch.REBUILD_TURN_FIELDS,
+                batch_rows=stream.FETCH_ROWS,
+            )
+            spill = stream.Spill(Path(tmp_dir), n_selected)
+            with _progress(cfg.progress, n_selected, "distilling") as advance:
+                built = stream.build(
+                    batches,
+                    spill,
+                    system_prompt=system_prompt,
+                    post=post,
+                    rewriting=rewriting,
+                    advance=advance,
+                    plan_only=cfg.dry_run,
+                )
+        if cfg.dry_run:
+            return {
+                "dry run": True,
+                "rollouts read": n_read,
+                "prompts": sel.prompts,
+                "selected rollouts": n_selected,
+                **_plan(backend, built),
+            }
+        applied = built.applied
+        if applied is not None and applied.over_budget:
+            raise DistillError(
+                f"--max-cost {cfg.max_cost:g} USD stopped the rewrite of {applied.over_budget} "
+                "trajectories; nothing was written. Finished calls are cached: rerun with a "
+                "higher --max-cost to resume without paying for them again"
+            )
+        split = stream.Split(cfg.val_ratio, cfg.seed) if cfg.val_ratio > 0 else None
+        n_val = sum(split.val_mask(built.kept)) if split is not None else 0
+        record.rows_in = n_read
+        record.rows_out = built.kept - n_val
+        if n_val:
+            record.drop("val_split", n_val)  # written to the validation file instead
+        for reason, n in (*sel.dropped.items(), *built.failed.items(), *post.dropped.items()):
+            record.drop(reason, n)
+        summary = {
+            "output": objstore.display(cfg.out),
+            "format": cfg.fmt,
             "rollouts read": n_read,
             "prompts": sel.prompts,
             "selected rollouts": n_selected,
-            **_plan(backend, keep, cfg.chunking),
+            "samples written": built.kept,
+            "dropped": dict(record.dropped),
+            "rewriter": getattr(backend, "name", None),
+            "trajectories rewritten": applied.rewritten if applied else 0,
+            **_unchanged(applied),
+            "rewrites discarded": post.counts("discard"),
+            "rollbacks": post.counts("rollback"),
+            "grammar faults (rows)": dict(sorted(post.fault_rows.items())),
+            "findings (rows)": dict(post.found),
+            "observations unavailable": built.unavailable,
+            "report": objstore.display(report_path(cfg.out)),
         }
-    applied = _rewrite(backend, keep, cfg) if backend is not None else None
-    result = post_pass(
-        progress_iter(cands, cfg.progress, "safety post-pass"), claims=cfg.claims, drops=drops
-    )
-    record.rows_in = n_read
-    record.rows_out = len(result.samples)
-    for reason, n in (*sel.dropped.items(), *failed.items(), *result.dropped.items()):
-        record.drop(reason, n)
-    summary = {
-        "output": objstore.display(cfg.out),
-        "format": cfg.fmt,
-        "rollouts read": n_read,
-        "prompts": sel.prompts,
-        "selected rollouts": n_selected,
-        "samples written": len(result.samples),
-        "dropped": dict(record.dropped),
-        "rewriter": getattr(backend, "name", None),
-        "trajectories rewritten": applied.rewritten if applied else 0,
-        **_unchanged(applied),
-        "rewrites discarded": result.discards,
-        "rollbacks": result.rollbacks,
-        "grammar faults (rows)": result.fault_rows,
-        "findings (rows)": result.findings,
-        "observations unavailable": unavailable,
-        "report": objstore.display(report_path(cfg.out)),
-    }
-    if backend is not None and hasattr(backend, "usage"):
-        record.backend_calls = backend.usage()
-        if failed := failed_calls(record.backend_calls):
-            summary[FAILED_CALLS] = failed  # those samples keep their original thinks
-    record.notes = {k: v for k, v in summary.items() if k not in ("output", "dropped")}
-    table = formats.to_table(result.samples, cfg.fmt)
-    manifest.commit_set(  # the SFT file, its report and its manifest, visible together
-        [
-            manifest.Member(
-                cfg.out,
-                lambda tmp: io.parquet_into(tmp, table, metadata={"ddai.format": cfg.fmt}),
-                record,
-            ),
-            manifest.Member(report_path(cfg.out), lambda tmp: _report_into(tmp, result), None),
+        if split is not None:
+            summary["split"] = {
+                "train": built.kept - n_val,
+                "val": n_val,
+                "val output": objstore.display(cfg.val_out),
+                "seed": cfg.seed,
+            }
+        if backend is not None and hasattr(backend, "usage"):
+            record.backend_calls = backend.usage()
+            if failed := failed_calls(record.backend_calls):
+                summary[FAILED_CALLS] = failed  # those samples keep their original thinks
+        record.notes = {k: v for k, v in summary.items() if k not in ("output", "dropped")}
+        report_tmp = Path(tmp_dir) / "report.jsonl"
+
+        val_tmp = Path(tmp_dir) / "val.parquet"
+
+        def write_sft(path: Path) -> None:
+            val = (val_tmp, split) if split is not None else None
+            stream.write(
+                spill,
+                path,
+                report_tmp,
+                cfg.fmt,
+                n_kept=built.kept,
+                val=val,
+                tmp_dir=Path(tmp_dir),
+            )
+
+        members = [
+            manifest.Member(cfg.out, write_sft, record),
+            manifest.Member(report_path(cfg.out), lambda tmp: shutil.move(report_tmp, tmp), None),
         ]
-    )
+        if split is not None:
+            val_record = manifest.start(STEP, params, inputs)
+            val_record.rows_in, val_record.rows_out = built.kept, n_val
+            val_record.drop("train_split", built.kept - n_val)
+            val_record.notes = {"split": summary["split"]}
+            members.append(
+                manifest.Member(cfg.val_out, lambda tmp: shutil.move(val_tmp, tmp), val_record)
+            )
+        # the SFT file(s), the report and the manifests, visible together
+        manifest.commit_set(members)
     return summary
 
 
@@ -323,27 +364,15 @@ def _unchanged(applied: rewrite.Applied | None) -> dict[str, Any]:
     return out
 
 
-def _plan(backend: Any, keep: list[Candidate], chunking: rewrite.Chunking) -> dict[str, Any]:
+def _plan(backend: Any, built: stream.Built) -> dict[str, Any]:
     """What a rewrite would send (and, from the backend, cost); calls nothing."""
     if backend is None:
         return {"samples to rewrite": 0, "rewrite requests": 0, "rewriter plan": None}
-    p = rewrite.plan(keep, chunking)
     return {
-        "samples to rewrite": len(keep),
-        "rewrite requests": len(p.requests),
-        "rewriter plan": backend.plan(p.requests) if hasattr(backend, "plan") else None,
+        "samples to rewrite": built.to_rewrite,
+        "rewrite requests": len(built.requests),
+        "rewriter plan": backend.plan(built.requests) if hasattr(backend, "plan") else None,
     }
-
-
-def _rewrite(backend: Any, keep: list[Candidate], cfg: DistillConfig) -> rewrite.Applied:
-    applied = rewrite.run(backend, keep, cfg.chunking)
-    if applied.over_budget:
-        raise DistillError(
-            f"--max-cost {cfg.max_cost:g} USD stopped the rewrite of {applied.over_budget} "
-            "trajectories; nothing was written. Finished calls are cached: rerun with a higher "
-            "--max-cost to resume without paying for them again"
-        )
-    return applied
 
 
 def write_report(path: Path, result: PostPassResult) -> None:

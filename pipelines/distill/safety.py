@@ -9,8 +9,8 @@ Per sample, in order:
 3. a rewritten think adding an observation claim the original lacked is rolled back;
 4. a sample whose *original* think holds action-tag text is dropped;
 
-then the optional drops (forced max-turn completions, system-error observations, repeated search
-queries). A sample is dropped for the first reason that applies, so drops add up to the rows
+then the optional drops (forced max-turn completions, system-error observations, more system-error
+observations than a cap, repeated search queries). A sample is dropped for the first reason that applies, so drops add up to the rows
 removed. Grammar faults are reported, never dropped. Every decision is an ``Event``: counted by
 rule in the manifest and written, with its before/after text, to the report.
 """
@@ -25,11 +25,12 @@ from typing import Any
 
 from ddai.pipelines.distill import findings as fnd
 from ddai.pipelines.distill import rules
-from ddai.pipelines.distill.thinks import Message, split_thinks, think_slots, with_thinks
+from ddai.pipelines.distill.thinks import Message, Slot, split_thinks, think_slots, with_thinks
 
 # Optional drop reasons.
 FORCED_COMPLETION = "forced-completion"
 SYSTEM_ERROR = "system-error"
+TOO_MANY_SYSTEM_ERRORS = "too-many-system-errors"
 REPEATED_QUERY = "repeated-query"
 
 
@@ -62,6 +63,9 @@ class Drops:
     forced: bool = False
     system_errors: bool = False
     repeated_queries: bool = False
+    max_system_errors: int | None = None
+    """Drop samples with more user messages holding ``[System Error:`` than this (DDAI's
+    ``build_train1_sft_dataset.py --max-system-errors``); None: no cap."""
 
 
 @dataclass
@@ -129,16 +133,25 @@ def drop_reason(uid: str, f: fnd.Findings, drops: Drops) -> list[Event]:
         return [Event(uid, "drop", FORCED_COMPLETION, detail=f.forced_end or "mid-trajectory")]
     if drops.system_errors and f.system_errors:
         return [Event(uid, "drop", SYSTEM_ERROR, detail=f"{f.system_errors} observation(s)")]
+    cap = drops.max_system_errors
+    if cap is not None and f.error_observations > cap:
+        detail = f"{f.error_observations} system-error observation(s), more than {cap}"
+        return [Event(uid, "drop", TOO_MANY_SYSTEM_ERRORS, detail=detail)]
     if drops.repeated_queries and f.repeated_queries:
         return [Event(uid, "drop", REPEATED_QUERY, detail="; ".join(f.repeated_queries))]
     return []
 
 
 def review_thinks(
-    uid: str, messages: Sequence[Message], proposed: Sequence[str], claims: rules.ClaimRules
+    uid: str,
+    messages: Sequence[Message],
+    proposed: Sequence[str],
+    claims: rules.ClaimRules,
+    slots: Sequence[Slot] | None = None,
 ) -> tuple[list[Message], list[Event]]:
-    """Apply rules 2 and 3 think by think; returns the messages with the accepted thinks."""
-    slots = think_slots(messages)
+    """Apply rules 2 and 3 think by think; returns the messages with the accepted thinks.
+    ``slots``: ``think_slots(messages)`` when already known."""
+    slots = think_slots(messages) if slots is None else slots
     if len(proposed) != len(slots):
         raise ValueError(f"{uid}: {len(proposed)} proposed thinks for {len(slots)} think bodies")
     kept, events = [], []
@@ -191,6 +204,64 @@ def reconcile(uid: str, original: Sequence[Message], rewritten: Sequence[Message
     return cand
 
 
+class PostPass:
+    """The post-pass one candidate at a time, with its counts (see the module docstring for the
+    order of rules): ``one`` decides a candidate, ``result`` sums them up. A caller that streams
+    candidates keeps their samples and events only as long as it needs them."""
+
+    def __init__(self, claims: rules.ClaimRules | None = None, drops: Drops = Drops()) -> None:
+        self.claims = claims or rules.ClaimRules()
+        self.drops = drops
+        self.rows_in = 0
+        self.found: Counter[str] = Counter()
+        self.dropped: Counter[str] = Counter()
+        self.fault_rows: Counter[str] = Counter()
+        self.actions: Counter[tuple[str, str]] = Counter()  # (action, rule) of every event
+
+    def one(self, c: Candidate, f: fnd.Findings | None = None) -> tuple[Sample | None, list[Event]]:
+        """``c``'s sample (None: dropped) and the events deciding it; ``f``: its findings when
+        already known (``fnd.inspect(c.messages)``), so they are computed once per candidate."""
+        self.rows_in += 1
+        events = list(c.events)
+        f = f if f is not None else fnd.inspect(c.messages)
+        _tally(self.found, f)
+        events.extend(
+            Event(c.uid, "fault", x.kind, x.message, None, x.text, detail=x.detail)
+            for x in f.faults
+        )
+        self.fault_rows.update({x.kind for x in f.faults})
+        sample = None
+        if dropped := drop_reason(c.uid, f, self.drops):
+            events.extend(dropped)
+            self.dropped[dropped[0].rule] += 1
+        else:
+            messages = c.messages
+            if c.thinks is not None:
+                messages, rolled = review_thinks(
+                    c.uid, c.messages, c.thinks, self.claims, f.slots or None
+                )
+                events.extend(rolled)
+            # Keep the text as read when it still encodes the final messages: unchanged rows
+            # keep their bytes.
+            raw = c.raw if c.raw is not None and json.loads(c.raw) == messages else None
+            sample = Sample(c.uid, messages, raw)
+        self.actions.update((e.action, e.rule) for e in events)
+        return sample, events
+
+    def counts(self, action: str) -> dict[str, int]:
+        return _sorted(Counter({r: n for (a, r), n in self.actions.items() if a == action}))
+
+    def result(self, samples: list[Sample], events: list[Event]) -> PostPassResult:
+        return PostPassResult(
+            samples,
+            events,
+            self.rows_in,
+            _sorted(self.dropped),
+            _sorted(self.fault_rows),
+            dict(self.found),
+        )
+
+
 def post_pass(
     candidates: Iterable[Candidate],
     *,
@@ -198,37 +269,15 @@ def post_pass(
     drops: Drops = Drops(),
 ) -> PostPassResult:
     """Run the post-pass over candidates (see the module docstring for the order of rules)."""
-    claims = claims or rules.ClaimRules()
+    pp = PostPass(claims, drops)
     out: list[Sample] = []
     events: list[Event] = []
-    found: Counter[str] = Counter()
-    dropped_rows: Counter[str] = Counter()
-    fault_rows: Counter[str] = Counter()
-    n = 0
     for c in candidates:
-        n += 1
-        events.extend(c.events)
-        f = fnd.inspect(c.messages)
-        _tally(found, f)
-        events.extend(
-            Event(c.uid, "fault", x.kind, x.message, None, x.text, detail=x.detail)
-            for x in f.faults
-        )
-        fault_rows.update({x.kind for x in f.faults})
-        dropped = drop_reason(c.uid, f, drops)
-        if dropped:
-            events.extend(dropped)
-            dropped_rows[dropped[0].rule] += 1
-            continue
-        messages = c.messages
-        if c.thinks is not None:
-            messages, rolled = review_thinks(c.uid, c.messages, c.thinks, claims)
-            events.extend(rolled)
-        # Keep the text as read when it still encodes the final messages: unchanged rows keep
-        # their bytes.
-        raw = c.raw if c.raw is not None and json.loads(c.raw) == messages else None
-        out.append(Sample(c.uid, messages, raw))
-    return PostPassResult(out, events, n, _sorted(dropped_rows), _sorted(fault_rows), dict(found))
+        sample, evs = pp.one(c)
+        events.extend(evs)
+        if sample is not None:
+            out.append(sample)
+    return pp.result(out, events)
 
 
 def _tally(found: Counter[str], f: fnd.Findings) -> None:

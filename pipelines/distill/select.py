@@ -11,10 +11,24 @@ rollouts, the best ``top_k`` of each prompt by this stable key:
 4. ``rollout_idx`` ascending, then ``step``, ``sample_idx`` and log order (unique, so the order
    never depends on the sort algorithm).
 
-Nulls sort last at every level. Prompts come out in the order they first appear in the log.
+Nulls sort last at every level. That is ``rank="reward"``; ``rank="ddai"`` is DDAI's finalize order
+(``finalize_success_only_sft_dataset.py``, the spec's "prefer efficiency"):
+
+1. ``ndcg`` descending,
+2. fewer searches (search turns),
+3. fewer bboxes (bbox turns),
+4. shorter assistant text (the characters of every turn's text as the SFT messages hold it),
+5. log order (DDAI sorts stably over its extractor's output, which is in log order).
+
+DDAI counts searches and boxes with regexes over the message text; its bbox regex was
+double-escaped in a raw string (``r"<bbox>\\s*\\[(.*?)\\]\\s*</bbox>"``), so it never matched and
+every row counted 0 boxes there: here the bbox turns are counted, as the spec names them. An
+invalid turn counts its think and argument as its length (its raw text is not in the columns).
+
+Prompts come out in the order they first appear in the log.
 Every rollout not kept is counted under one reason. A rollout kept at ingest with a flag (e.g.
 ``turns_incomplete``: a turn lost from the log) counts for its prompt's success rate but is never
-distilled, since its text is not whole (reason ``flagged <flag>``).
+distilled, since its text is not whole (reason ``flagged_<flag>``).
 """
 
 from __future__ import annotations
@@ -27,16 +41,25 @@ pl = lazy_module("polars")
 pa = lazy_module("pyarrow")
 pc = lazy_module("pyarrow.compute")
 
-NO_JUDGED = "prompt has no judged rollout"
-NO_SUCCESS = "prompt has no success"
-RATE_ABOVE_MAX = "prompt success rate above max"
-NOT_SUCCESS = "not a success"
-BEYOND_TOP_K = "beyond top-k"
-FLAGGED = "flagged "  # + the rollout's first flag
+# Drop reasons: stable identifiers (summary and manifest keys, report rules), never prose.
+NO_JUDGED = "prompt_no_judged_rollout"
+NO_SUCCESS = "prompt_no_success"
+RATE_ABOVE_MAX = "prompt_success_rate_above_max"
+NOT_SUCCESS = "not_success"
+BEYOND_TOP_K = "beyond_top_k"
+FLAGGED = "flagged_"  # + the rollout's first flag
 
 _SCALARS = ("run_id", "step", "uid", "rollout_idx", "sample_idx", "judge_score", "format_ok")
-_KEY = ("reward", "ndcg", "n_actions", "rollout_idx", "step", "sample_idx", "_row")
-_DESCENDING = (True, True, False, False, False, False, False)
+RANKS = ("ddai", "reward")
+_KEYS = {
+    "reward": ("reward", "ndcg", "n_actions", "rollout_idx", "step", "sample_idx", "_row"),
+    "ddai": ("ndcg", "n_search", "n_bbox", "approx_len", "_row"),
+}
+_DESCENDING = {
+    "reward": (True, True, False, False, False, False, False),
+    "ddai": (True, False, False, False, False),
+}
+STATS = ("n_search", "n_bbox", "approx_len")  # what rank "ddai" reads of the turns
 _GROUP = ("run_id", "uid")
 
 
@@ -45,8 +68,11 @@ class SelectConfig:
     success_threshold: float = 1.0
     rate_max: float = 0.5
     top_k: int = 4
+    rank: str = "reward"
 
     def __post_init__(self) -> None:
+        if self.rank not in RANKS:
+            raise ValueError(f"--rank {self.rank!r}: use one of {', '.join(RANKS)}")
         if not 0.0 < self.rate_max <= 1.0:
             raise ValueError(f"--success-rate-max must be in (0, 1], got {self.rate_max}")
         if self.top_k < 1:
@@ -72,7 +98,38 @@ def _frame(table: pa.Table) -> pl.DataFrame:
     cols["n_actions"] = pc.coalesce(table["num_turns"], n_turns)
     cols["flags"] = table["flags"]
     df = pl.from_arrow(pa.table(cols)).with_row_index("_row")
+    if "turns" in table.column_names:
+        df = pl.concat([df, turn_stats(pl.from_arrow(table["turns"]))], how="horizontal")
+    elif all(c in table.column_names for c in STATS):
+        df = df.with_columns(pl.from_arrow(table.select(list(STATS))))
+    else:
+        df = df.with_columns(pl.lit(None, pl.Int64).alias(c) for c in STATS)
     return df.with_columns(flag=pl.col("flags").list.first()).drop("flags")
+
+
+def turn_stats(turns: pl.Series) -> pl.DataFrame:
+    """Per rollout (a list of turn structs): ``n_search``, ``n_bbox`` and ``approx_len``, the
+    characters of its turns' text (``Turn.body()``: 20 tag characters + twice the action's name
+    + think + separator + argument for a valid turn; think + argument for an invalid one)."""
+    t = pl.DataFrame({"t": turns}).with_row_index("_i").explode("t").unnest("t")
+    valid = pl.col("action").is_in(["search", "bbox", "search_complete"])
+    n = pl.col("think").fill_null("").str.len_chars() + pl.col("arg").fill_null("").str.len_chars()
+    body = (
+        pl.when(valid)
+        .then(
+            20
+            + 2 * pl.col("action").str.len_chars()
+            + n
+            + pl.col("sep").fill_null("").str.len_chars()
+        )
+        .otherwise(n)
+    )
+    out = t.group_by("_i", maintain_order=True).agg(
+        n_search=(pl.col("action") == "search").sum().cast(pl.Int64),
+        n_bbox=(pl.col("action") == "bbox").sum().cast(pl.Int64),
+        approx_len=body.sum().cast(pl.Int64),
+    )
+    return out.sort("_i").drop("_i")
 
 
 def success_expr(threshold: float) -> pl.Expr:
@@ -114,9 +171,8 @@ def choose(groups: pl.DataFrame, successes: pl.DataFrame, cfg: SelectConfig) -> 
 
     ``groups``: one row per prompt (``run_id``, ``uid``) with ``n`` rollouts, ``n_judged``,
     ``n_success`` and ``first_row`` (its first rollout's place in the log); ``successes``: at
-    least the successful rollouts of the prompts that pass the rate rule, with the ranking key
-    (``reward``, ``ndcg``, ``n_actions``, ``rollout_idx``, ``step``, ``sample_idx``, ``_row``)
-    and ``flag``. One group-by gives every prompt's reason; only the successes of the prompts
+    least the successful rollouts of the prompts that pass the rate rule, with ``cfg.rank``'s
+    key (``_KEYS``) and ``flag``. One group-by gives every prompt's reason; only the successes of the prompts
     kept are ranked (a small share of the log), so nothing runs per rollout but the counts."""
     groups = prompt_reasons(groups, cfg)
     open_ = groups.filter(pl.col("prompt_reason").is_null())
@@ -124,9 +180,10 @@ def choose(groups: pl.DataFrame, successes: pl.DataFrame, cfg: SelectConfig) -> 
         open_.select(*_GROUP, "first_row"), on=list(_GROUP), how="inner", nulls_equal=True
     )
     flagged = cands.filter(pl.col("flag").is_not_null())
+    key = _KEYS[cfg.rank]
     ranked = (
         cands.filter(pl.col("flag").is_null())
-        .sort(list(_KEY), descending=list(_DESCENDING), nulls_last=True)
+        .sort(list(key), descending=list(_DESCENDING[cfg.rank]), nulls_last=True)
         # a prompt's first_row names it (unique per prompt): an integer key, cheaper than two strings
         .with_columns(rank=pl.int_range(pl.len()).over("first_row"))
     )

@@ -77,6 +77,8 @@ def validated(tmp_path_factory) -> set[str]:
     distill = ["distill", "--logs", str(logs), "--run", "focused_r1", "--no-progress"]
     assert c("distill", [*distill, "--out", str(sft)])["samples_written"] > 0
     assert c("distill", [*distill, "--out", str(tmp / "dry.parquet"), "--dry-run"])["dry_run"]
+    split = [*distill, "--out", str(tmp / "train1.parquet"), "--val-ratio", "0.25"]
+    assert c("distill", [*split, "--max-system-errors", "1"])["split"]["val"] > 0
     c("distill-check", ["distill", "check", str(sft), "--out", str(tmp / "c.parquet"),
                         "--no-progress"])  # fmt: skip
     c("distill-convert", ["distill", "convert", str(sft), "--to", "messages", "--out",

@@ -106,3 +106,65 @@ def test_grammar_faults():
     assert kinds([SYS, Q, a(SEARCH), IMG]) == [(3, fnd.NO_FINAL_COMPLETE)]
     assert kinds([SYS, Q, a(SEARCH + DONE)]) == [(2, fnd.TURNS_PER_MESSAGE)]
     assert kinds([Q, SYS, a(SEARCH), IMG, a(DONE)]) == [(0, fnd.ROLE_ORDER)]
+
+
+def _cases() -> list[tuple[str | None, str, str | None, str | None]]:
+    """(think, action, arg, sep): canonical turns and every way a field can make the text read
+    otherwise than the fields say."""
+    return [
+        ("find it", "search", "q", "\n"),
+        ("find it", "search", "q", ""),
+        ("find it", "search", "  ", "\n"),  # empty search
+        ("look <search>x</search>", "search", "q", "\n"),  # a tag in the think
+        ("plan", "search", "a</search><search>b", "\n"),  # a tag in the argument
+        ("plan", "search", "q", " so \n"),  # text between think and action
+        ("crop", "bbox", "[10, 20, 300, 400]", "\n"),
+        ("crop", "bbox", "[300, 20, 10, 400]", "\n"),  # a box upside down
+        ("crop", "bbox", "[1, 2, 3]", "\n"),
+        ("done", "search_complete", "true", "\n"),
+        ("done", "search_complete", "TRUE ", "\n"),
+        ("done", "search_complete", "false", "\n"),
+        ("Maximum turn limit reached. Trigger search_complete.", "search_complete", "true", ""),
+        ("a <answer> tag", "search_complete", "true", "\n"),
+        ("<think>nested", "search", "q", "\n"),
+        (None, "search", "q", "\n"),
+        ("x", "invalid", None, None),
+        ("x", "answer", "42", "\n"),
+    ]
+
+
+def test_known_turn_is_what_the_parser_reads_or_none():
+    from ddai.pipelines.tags import Turn, known_turn, parse_turns
+
+    told = 0
+    for think, action, arg, sep in _cases():
+        t = known_turn(0, think, action, arg, sep)
+        if t is None:
+            continue
+        told += 1
+        body = Turn(0, think, action, arg, sep).body()
+        assert parse_turns(body) == [t] and t.body() == body, (think, action, arg, sep)
+    assert told == 6  # the canonical ones, and no other
+
+
+def test_inspect_with_known_turns_finds_what_parsing_finds(shared):
+    """On DDAI's published distillation output: every assistant text parsed, its turn given as
+    known when it is one valid turn; the findings (and think slots) are the same."""
+    from ddai.pipelines.distill import formats
+    from ddai.pipelines.tags import known_turn, parse_turns
+
+    samples, _ = formats.read(
+        shared / "ddai-data" / "after_focus_half_or_less_sft.v2.rewritten.safe.parquet"
+    )
+    given = 0
+    for s in samples:
+        known = []
+        for m in s.messages:
+            turns = parse_turns(m["content"]) if m["role"] == "assistant" else []
+            t = turns[0] if len(turns) == 1 else None
+            k = t and known_turn(0, t.think, t.action, t.arg, t.sep)
+            given += k is not None
+            known.append(k)
+        a, b = fnd.inspect(s.messages, known), fnd.inspect(s.messages)
+        assert a == b and a.slots == b.slots and a.error_observations == b.error_observations
+    assert given > 1000

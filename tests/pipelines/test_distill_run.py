@@ -210,14 +210,14 @@ def test_identity_distill_selects_and_rebuilds_exactly(logs, tmp_path):
     assert s["prompts"] == {
         "seen": 7,
         "kept": 5,
-        "prompt has no success": 1,
-        "prompt success rate above max": 1,
+        "prompt_no_success": 1,
+        "prompt_success_rate_above_max": 1,
     }
     assert s["dropped"] == {
         "action-tag-in-original": 1,
-        "not a success": 7,
-        "prompt has no success": 4,
-        "prompt success rate above max": 4,
+        "not_success": 7,
+        "prompt_no_success": 4,
+        "prompt_success_rate_above_max": 4,
     }
     assert s["rollouts read"] == 22 == s["samples written"] + sum(s["dropped"].values())
     m = rows[f"train_1__s0__{TAG}"]
@@ -526,9 +526,22 @@ def test_openai_compatible_rewriter_through_the_sdk(logs, tmp_path, monkeypatch)
         assert (plan["cached"], plan["to_call"]) == (6, 0)
 
 
-def test_distill_on_the_synthetic_world(tmp_path):
-    """The fixtures' world (``ddai demo``'s data): selection equals a plain-Python reference,
-    and every assistant message round-trips through the tag parser."""
+def _ddai_key(r: dict) -> tuple:
+    """DDAI's finalize order over a rollout's text (its spec's fields; bboxes counted with the
+    regex it meant): NDCG desc, searches, boxes, assistant characters; ties keep log order."""
+    import re
+
+    bodies = [t.body() for t in parse_turns(r["response"])]
+    text = "".join(bodies)
+    searches = [q for q in re.findall(r"<search>(.*?)</search>", text, re.S) if q.strip()]
+    boxes = re.findall(r"<bbox>\s*\[(.*?)\]\s*</bbox>", text, re.S)
+    return (-r["ndcg"], len(searches), len(boxes), sum(map(len, bodies)))
+
+
+@pytest.mark.parametrize("rank", ["reward", "ddai"])
+def test_distill_on_the_synthetic_world(tmp_path, rank):
+    """The fixtures' world (``ddai demo``'s data): selection equals a plain-Python reference
+    under either ranking, and every assistant message round-trips through the tag parser."""
     from ddai.pipelines.fixtures.make import make_world
     from ddai.pipelines.ingest import IngestConfig, ingest
 
@@ -537,7 +550,9 @@ def test_distill_on_the_synthetic_world(tmp_path):
     ingest(IngestConfig([src], tmp_path / "logs", progress=False))
     out = tmp_path / "sft.parquet"
     s = run_distill(
-        DistillConfig(logs=tmp_path / "logs", runs=["focused_r1"], out=out, progress=False)
+        DistillConfig(
+            logs=tmp_path / "logs", runs=["focused_r1"], out=out, progress=False, rank=rank
+        )
     )
 
     rows = [json.loads(x) for x in src.read_text().splitlines()]
@@ -556,7 +571,10 @@ def test_distill_on_the_synthetic_world(tmp_path):
         judged = [r for r in rs if r["judge_score"] is not None]
         if not ok or len(ok) / len(judged) > 0.5:
             continue
-        ok.sort(key=lambda r: (-r["reward"], -r["ndcg"], r["num_turns"], r["rollout_idx"]))
+        if rank == "reward":
+            ok.sort(key=lambda r: (-r["reward"], -r["ndcg"], r["num_turns"], r["rollout_idx"]))
+        else:
+            ok.sort(key=_ddai_key)  # stable: ties keep log order
         expected += [f"{uid}__s{r['sample_idx']}" for r in ok[:4]]
     got = pq.read_table(out)["uid"].to_pylist()
     assert [u.rsplit("__", 1)[0] for u in got] == expected

@@ -152,7 +152,7 @@ def test_flagged_rollouts_count_for_the_rate_but_are_never_distilled():
     assert rows[2]["flags"] == ["turns_incomplete"]
     got = select(to_table(rows), SelectConfig(rate_max=0.5, top_k=4))
     assert got.rows == [0]
-    assert got.dropped == {"flagged turns_incomplete": 1, "not a success": 2}
+    assert got.dropped == {"flagged_turns_incomplete": 1, "not_success": 2}
     assert got.prompts["kept"] == 1
     # unflagged, both successes are distilled
     rows[2] = roll("p", 2, 1.0)
