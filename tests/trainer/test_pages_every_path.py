@@ -185,27 +185,29 @@ def test_ppo_with_image_observations_trains_a_vlm_and_sends_the_pages(
     image_world, scripted, tmp_path, monkeypatch
 ):
     """``train ppo --observation image``: a tiny Qwen2-VL policy and a critic on its trunk for 2
-    steps; the generator is sent the page and crop of every episode, the policy and the critic
-    change, and the output folder holds the processor to load the VLM again."""
+    steps, then a third resumed from the checkpoint; the generator is sent the page and crop of
+    every episode, the policy changes, and the output folder holds the processor to load the VLM
+    again."""
     from ddai.trainer.modeling import load_vision_model
 
     root, data, corpus = image_world
     model = build_tiny_vlm(tmp_path / "vlm", max_pixels=28 * 28 * 4)
+    args = [
+        "train", "ppo", "--model", str(model), "--data", str(data / "dataset.parquet"),
+        "--corpus", str(corpus), "--out", str(tmp_path / "out"), "--limit", "2",
+        "--logs", str(tmp_path / "logs"), "--run-id", "ppo_vlm", "--observation", "image",
+        "--ppo-epochs", "1", "--experience-micro-batch", "1", "--critic-unfreeze", "1",
+        "--generator-max-images", "2", "--no-progress", *COMMON, "--json",
+    ]  # fmt: skip
     with RecordingServer() as server:
         monkeypatch.chdir(tmp_path)
         generator_toml(tmp_path, server)
-        res = runner.invoke(
-            app,
-            [
-                "train", "ppo", "--model", str(model), "--data", str(data / "dataset.parquet"),
-                "--corpus", str(corpus), "--out", str(tmp_path / "out"), "--limit", "2",
-                "--logs", str(tmp_path / "logs"), "--run-id", "ppo_vlm", "--observation", "image",
-                "--max-steps", "2", "--ppo-epochs", "1", "--experience-micro-batch", "1",
-                "--critic-unfreeze", "1", "--generator-max-images", "2", "--no-progress",
-                *COMMON, "--json",
-            ],
-        )  # fmt: skip
-    assert res.exit_code == 0, res.output
+        res = runner.invoke(app, [*args, "--max-steps", "2"])
+        assert res.exit_code == 0, res.output
+        # the checkpoint holds the VLM, its processor and the critic on its trunk: a third step
+        resumed = runner.invoke(app, [*args, "--max-steps", "3", "--resume", "--skip-preflight"])
+    assert resumed.exit_code == 0, resumed.output
+    assert json.loads(resumed.stdout)["resumed_from"] == 2
     out = json.loads(res.stdout)
     check("train-ppo", out)
     assert out["steps"] == 2 and out["rollouts_logged"] == 4
@@ -215,7 +217,7 @@ def test_ppo_with_image_observations_trains_a_vlm_and_sends_the_pages(
     assert len(server.bodies) >= 4 and server.images == 2 * len(server.bodies)
     assert_page_and_crop(server.bodies, root)
     rows = read_rollouts(tmp_path / "logs", ["ppo_vlm"]).to_pylist()
-    assert sorted(r["step"] for r in rows) == [1, 1, 2, 2]
+    assert sorted(r["step"] for r in rows) == [1, 1, 2, 2, 3, 3]
     trained, processor = load_vision_model(str(tmp_path / "out"))
     assert type(trained).__name__ == "Qwen2VLForConditionalGeneration"
     assert processor.image_processor is not None

@@ -144,3 +144,21 @@ def test_a_pass_without_its_rows_pixels_is_refused(world):
         ValueError, match=r"hold \d+ image placeholder tokens but their images fill 0"
     ):
         forward_inputs(policy, batch.input_ids, batch.attention_mask, None)
+
+
+def test_the_fsdp_save_rebuilds_a_vlm_policy_whole(world, tmp_path):
+    """Under FSDP the saved policy is rebuilt from the gathered weights and saved: a VLM is
+    rebuilt as one (AutoModelForCausalLM has no Qwen2-VL class), and the saved folder loads back
+    with the same logits."""
+    from ddai.trainer.ppo.sharding import _full_policy
+
+    policy, *_, batch = world
+    full = _full_policy(policy, {k: v.clone() for k, v in policy.state_dict().items()})
+    assert type(full) is type(policy)
+    full.save_pretrained(tmp_path / "saved")
+    reloaded = type(policy).from_pretrained(tmp_path / "saved").eval()
+    kw = forward_inputs(policy, batch.input_ids, batch.attention_mask, batch.images)
+    with torch.no_grad():
+        want = policy(input_ids=batch.input_ids, attention_mask=batch.attention_mask, **kw).logits
+        got = reloaded(input_ids=batch.input_ids, attention_mask=batch.attention_mask, **kw).logits
+    torch.testing.assert_close(got, want, atol=0, rtol=0)
