@@ -1,7 +1,8 @@
 """Page images on every episode path, as ``train grpo`` has them: ``ddai train collect
 --observation image`` rolls out a tiny Qwen2-VL over page images, and ``ddai train ppo`` over an
 image corpus, and both send the gathered page (and crop) images to an OpenAI-compatible generator
-(a fake server on 127.0.0.1 that counts them). A generator that cannot read an image-only corpus
+(a fake server on 127.0.0.1 that counts them); ``ddai train ppo --observation image`` trains the
+tiny Qwen2-VL itself, as ``train grpo --observation image`` does. A generator that cannot read an image-only corpus
 (the local text one) is refused by the preflight with the fix.
 
 The policies' turns are scripted (search, crop, complete), as in ``test_trainer_vlm_grpo``."""
@@ -179,29 +180,48 @@ def test_ppo_over_an_image_corpus_sends_the_pages_to_the_vlm_generator(
     assert_page_and_crop(server.bodies, root)
 
 
-def test_ppo_refuses_image_observations_with_the_fix(tmp_path):
-    res = runner.invoke(
-        app,
-        [
-            "train",
-            "ppo",
-            "--model",
-            "m",
-            "--data",
-            str(tmp_path),
-            "--corpus",
-            str(tmp_path),
-            "--out",
-            str(tmp_path / "o"),
-            "--observation",
-            "image",
-        ],
-        env={"COLUMNS": "300"},
-    )
-    assert res.exit_code == 2
-    text = " ".join(res.output.split())
-    assert "trains text policies" in text and "ddai train grpo --observation image" in text
-    assert not (tmp_path / "o").exists()
+@pytest.mark.slow
+def test_ppo_with_image_observations_trains_a_vlm_and_sends_the_pages(
+    image_world, scripted, tmp_path, monkeypatch
+):
+    """``train ppo --observation image``: a tiny Qwen2-VL policy and a critic on its trunk for 2
+    steps, then a third resumed from the checkpoint; the generator is sent the page and crop of
+    every episode, the policy changes, and the output folder holds the processor to load the VLM
+    again."""
+    from ddai.trainer.modeling import load_vision_model
+
+    root, data, corpus = image_world
+    model = build_tiny_vlm(tmp_path / "vlm", max_pixels=28 * 28 * 4)
+    args = [
+        "train", "ppo", "--model", str(model), "--data", str(data / "dataset.parquet"),
+        "--corpus", str(corpus), "--out", str(tmp_path / "out"), "--limit", "2",
+        "--logs", str(tmp_path / "logs"), "--run-id", "ppo_vlm", "--observation", "image",
+        "--ppo-epochs", "1", "--experience-micro-batch", "1", "--critic-unfreeze", "1",
+        "--generator-max-images", "2", "--no-progress", *COMMON, "--json",
+    ]  # fmt: skip
+    with RecordingServer() as server:
+        monkeypatch.chdir(tmp_path)
+        generator_toml(tmp_path, server)
+        res = runner.invoke(app, [*args, "--max-steps", "2"])
+        assert res.exit_code == 0, res.output
+        # the checkpoint holds the VLM, its processor and the critic on its trunk: a third step
+        resumed = runner.invoke(app, [*args, "--max-steps", "3", "--resume", "--skip-preflight"])
+    assert resumed.exit_code == 0, resumed.output
+    assert json.loads(resumed.stdout)["resumed_from"] == 2
+    out = json.loads(res.stdout)
+    check("train-ppo", out)
+    assert out["steps"] == 2 and out["rollouts_logged"] == 4
+    assert out["preflight"].startswith("passed") and out["changed_parameters"] > 0
+    assert out["value_loss_first"] is not None
+    # the preflight's episodes and both steps': each generator request carries the page and crop
+    assert len(server.bodies) >= 4 and server.images == 2 * len(server.bodies)
+    assert_page_and_crop(server.bodies, root)
+    rows = read_rollouts(tmp_path / "logs", ["ppo_vlm"]).to_pylist()
+    assert sorted(r["step"] for r in rows) == [1, 1, 2, 2, 3, 3]
+    trained, processor = load_vision_model(str(tmp_path / "out"))
+    assert type(trained).__name__ == "Qwen2VLForConditionalGeneration"
+    assert processor.image_processor is not None
+    assert (tmp_path / "out" / "critic" / "value_config.json").is_file()
 
 
 def test_collect_refuses_image_observations_through_a_server(tmp_path):

@@ -33,7 +33,7 @@ class StubCritic:
     def __init__(self, values):
         self.values = values
 
-    def completion_values(self, input_ids, attention_mask, prompt_len):
+    def completion_values(self, input_ids, attention_mask, prompt_len, images=None):
         return self.values
 
 

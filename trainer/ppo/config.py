@@ -35,7 +35,8 @@ class PPORunConfig(EpisodeSettings, PageSettings):
     """One PPO run; every field has a flag in ``ddai train ppo``, the nested ``episode``,
     ``rewards`` and ``backends`` (``EpisodeSettings``) field by field, and the page settings
     (``PageSettings``: with an image corpus or ``--image-root`` the generator is sent the pages
-    each episode gathered, as in GRPO)."""
+    each episode gathered, as in GRPO; with ``--observation image`` the policy is a VLM shown the
+    page images, and every log-prob and value pass carries each rollout's images)."""
 
     model: str
     data: Path
@@ -133,15 +134,6 @@ class PPORunConfig(EpisodeSettings, PageSettings):
     def check(self) -> None:
         """Fail on bad settings before any model is loaded; messages name the flag."""
         self.check_pages()
-        if self.observation == "image":
-            # PPO's log-prob, reference and value passes take token ids only: a VLM policy would
-            # be trained on image placeholder tokens without their pixels.
-            raise TrainConfigError(
-                "--observation image: ddai train ppo trains text policies (its log-prob and "
-                "value passes carry no page pixels); train a VLM policy with `ddai train grpo "
-                "--observation image`, or keep --observation text: with an image corpus or "
-                "--image-root the generator is still sent the page images"
-            )
         if self.n_agent < 1 or self.batch_size < 1 or self.batch_size % self.n_agent:
             raise TrainConfigError(
                 f"--batch-size {self.batch_size} must be a positive multiple of --n-agent "

@@ -92,12 +92,14 @@ def generation_model(policy: Any, acc: Any) -> Iterator[Any]:
 
 
 def _full_policy(model: Any, state: dict[str, torch.Tensor]) -> Any:
-    """An unsharded causal LM like ``model`` holding ``state`` (built on the meta device, so
-    nothing is initialised twice)."""
-    from transformers import AutoModelForCausalLM
+    """An unsharded causal LM (or VLM, ``--observation image``) like ``model`` holding ``state``
+    (built on the meta device, so nothing is initialised twice)."""
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
+    vlm = getattr(model.config, "vision_config", None) is not None
+    auto = AutoModelForImageTextToText if vlm else AutoModelForCausalLM
     with torch.device("meta"):
-        full = AutoModelForCausalLM.from_config(model.config, dtype=model.dtype)
+        full = auto.from_config(model.config, dtype=model.dtype)
     full.load_state_dict(state, assign=True)
     full.tie_weights()
     full.generation_config = model.generation_config

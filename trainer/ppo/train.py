@@ -24,6 +24,11 @@ One step:
 with the saved policy, critic, optimizer and random states (``ppo.rng``: the steps an uninterrupted
 run would have taken, bit for bit), the same run id and the original reference.
 
+With ``--observation image`` the policy is a VLM (``search.pages.observation_policy``) and the
+critic a value head on its trunk: every pass above (experience micro-batches, training
+mini-batches) carries its rows' page images and the model's 3-D M-RoPE positions
+(``ddai.trainer.vlm_inputs``), so the training pass scores the rollout as it was shown.
+
 Dropout is off in every forward pass (seed 003: it makes ratios and KL unreliable).
 Metrics go to ``<out>/metrics.jsonl``; the policy is saved to ``<out>``, the critic to
 ``<out>/critic`` (a value checkpoint), every step's rollouts to the log store.
@@ -65,7 +70,8 @@ from ddai.trainer.runtime.metrics_log import MetricsLog
 from ddai.trainer.search.tasks import Task
 from ddai.trainer.value import losses as vl
 from ddai.trainer.value.data import Batch, pad_batch
-from ddai.trainer.value.model import ValueModel, position_ids
+from ddai.trainer.value.model import ValueModel
+from ddai.trainer.vlm_inputs import forward_inputs, select_images
 
 # ---------------------------------------------------------------------------- forward passes
 
@@ -73,20 +79,17 @@ from ddai.trainer.value.model import ValueModel, position_ids
 def _base_forward(model: Any) -> Any:
     """The ``forward`` whose signature says what ``model`` accepts (through DDP's and peft's
     wrappers and ``AdapterDisabled``)."""
-    from ddai.trainer.modeling import AdapterDisabled
+    from ddai.trainer.vlm_inputs import unwrap
 
-    inner = model.model if isinstance(model, AdapterDisabled) else model
-    if isinstance(inner, torch.nn.parallel.DistributedDataParallel):
-        inner = inner.module
-    if hasattr(inner, "get_base_model"):  # peft
-        inner = inner.get_base_model()
+    inner = unwrap(model)
     return getattr(inner, "forward", inner)
 
 
 def completion_logits(model: Any, batch: Batch) -> Tensor:
     """The logits that predict each completion token: ``[B,T,V]`` in the model's dtype (the
     positions ``P−1 … L−2``). Only those positions reach the LM head where the model takes
-    ``logits_to_keep`` (transformers' causal LMs), not the prompt's."""
+    ``logits_to_keep`` (transformers' causal LMs), not the prompt's. A VLM policy also gets the
+    rows' page images and its 3-D M-RoPE positions (``vlm_inputs.forward_inputs``)."""
     import inspect
 
     T = batch.input_ids.shape[1] - batch.prompt_len
@@ -96,8 +99,8 @@ def completion_logits(model: Any, batch: Batch) -> Tensor:
     out = model(
         input_ids=batch.input_ids,
         attention_mask=batch.attention_mask,
-        position_ids=position_ids(batch.attention_mask),
         use_cache=False,
+        **forward_inputs(model, batch.input_ids, batch.attention_mask, batch.images),
         **kwargs,
     )
     return out.logits[:, -(T + 1) : -1]
@@ -123,12 +126,20 @@ def token_logprobs_entropy(
 
 def critic_values(critic: ValueModel, batch: Batch) -> Tensor:
     """``[B,T]`` values of the state before each completion token."""
-    return critic.completion_values(batch.input_ids, batch.attention_mask, batch.prompt_len)
+    return critic.completion_values(
+        batch.input_ids, batch.attention_mask, batch.prompt_len, batch.images
+    )
 
 
 def select_rows(batch: Batch, idx: Tensor) -> Batch:
-    """The rows ``idx`` of a batch (padding kept)."""
-    return Batch(batch.input_ids[idx], batch.attention_mask[idx], batch.mask[idx], batch.prompt_len)
+    """The rows ``idx`` of a batch (padding kept), with those rows' page images."""
+    return Batch(
+        batch.input_ids[idx],
+        batch.attention_mask[idx],
+        batch.mask[idx],
+        batch.prompt_len,
+        select_images(batch.images, idx),
+    )
 
 
 @dataclass
@@ -205,7 +216,7 @@ def make_experience(
 def train_values(critic: Any, batch: Batch) -> Tensor:
     """``[B,T]`` values through the critic's ``forward`` (so a DDP wrapper syncs its gradients)."""
     P = batch.prompt_len
-    return critic(batch.input_ids, batch.attention_mask)[:, P - 1 : -1]
+    return critic(batch.input_ids, batch.attention_mask, batch.images)[:, P - 1 : -1]
 
 
 def ppo_update(
@@ -409,13 +420,13 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
     from ddai.pipelines.progress import bar
     from ddai.trainer.common import hf_progress, resume_checkpoint
     from ddai.trainer.lora_merge import MergeCheckFailed, full_model, merge_lora
-    from ddai.trainer.modeling import changed_parameters, load_policy, parameter_snapshot
+    from ddai.trainer.modeling import changed_parameters, parameter_snapshot
     from ddai.trainer.ppo import checkpoint as ck
     from ddai.trainer.runtime import accel
     from ddai.trainer.search import preflight as pf
     from ddai.trainer.search.episodes import Episodes, default_backends
     from ddai.trainer.search.logrows import RolloutLog, take_rows
-    from ddai.trainer.search.pages import page_images
+    from ddai.trainer.search.pages import observation_policy, page_images
     from ddai.trainer.search.preflight_steps import (
         preflight_slots,
         preflight_status,
@@ -423,6 +434,7 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
         sampled_episodes,
     )
     from ddai.trainer.search.tasks import load_tasks
+    from ddai.trainer.search.vision import vision_batch
     from ddai.trainer.sft.train import save_model
     from ddai.trainer.value.model import save_value_model
 
@@ -455,11 +467,16 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
     acc = sharding.make_accelerator(gradient_accumulation_steps=cfg.grad_accum)
     main = acc.is_main_process
     torch.manual_seed(cfg.seed)  # the same initial weights on every rank
-    policy, tok = load_policy(resume_from or cfg.model, dtype=cfg.dtype)
+    # a text LM, or with --observation image a VLM whose processor renders the page images
+    policy, tok, vision, box_convention = observation_policy(
+        cfg, image_of, model=resume_from or cfg.model
+    )
+    saved_tok = vision.processor if vision is not None else tok  # a VLM's: its image processor too
     if not cfg.skip_preflight:
+        templater = vision.processor if vision is not None else tok
         pf.check_chat_template(
             report,
-            lambda msgs: tok.apply_chat_template(msgs, tokenize=False),
+            lambda msgs: templater.apply_chat_template(msgs, tokenize=False),
             tok,
             tasks[0].messages,
         )
@@ -467,7 +484,7 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
     policy, ref = prepare_policy(policy, cfg)
     if resume_from and isinstance(ref, torch.nn.Module):
         # the reference stays the run's starting policy, not the checkpoint's
-        ref = _frozen(load_policy(cfg.model, dtype=cfg.dtype)[0])
+        ref = _frozen(observation_policy(cfg, image_of)[0])
     if isinstance(ref, torch.nn.Module):
         ref.to(acc.device)
     if resume_from:
@@ -496,7 +513,15 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
     # forwards still all-gather each layer: every rank runs as many as the others).
     bare_policy, bare_critic = acc.unwrap_model(policy), acc.unwrap_model(critic)
     accel.rank_seed(cfg.seed + start, acc)  # restored below when the checkpoint has the states
-    episodes = Episodes(cfg, tok, corpus, backends, image_of=image_of)
+    episodes = Episodes(
+        cfg,
+        tok,
+        corpus,
+        backends,
+        image_of=image_of,
+        vision=vision,
+        box_convention=box_convention,
+    )
     out = Path(cfg.output_dir)
     try:
         if not cfg.skip_preflight:
@@ -553,6 +578,13 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
                     [t.env_mask for t in trajs],
                     tok.pad_token_id,
                 ).to(acc.device)
+                if vision is not None:  # each rollout's page images, for every pass over it
+                    shown = [t.images() for t in trajs]
+                    images = vision_batch(
+                        [im[0] if im else None for im in shown],
+                        [im[1] if im else None for im in shown],
+                    )
+                    batch = dataclasses.replace(batch, images=images)
                 scores = torch.tensor(rewards, dtype=torch.float32, device=acc.device)
                 exp = make_experience(bare_policy, ref, bare_critic, batch, scores, cfg)
                 adv_max = max(accel.gather_rows([advantage_abs_max(exp)], acc))
@@ -590,7 +622,7 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
                             out,
                             ck.PPOState(step, run_id, str(critic_source)),
                             policy=to_save[0],
-                            tok=tok,
+                            tok=saved_tok,
                             critic=to_save[1],
                             optimizers=optim,
                             rng=states,
@@ -606,22 +638,22 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
     final = failed = None
     if main:
         if cfg.lora:  # merged in float32 and checked against the trained policy
-            save_model(bare_policy, tok, out / "adapter")
+            save_model(bare_policy, saved_tok, out / "adapter")
             try:
                 final = merge_lora(
                     out / "adapter",
                     base=cfg.model,
                     dtype=cfg.dtype,
-                    tokenizer=tok,
+                    tokenizer=saved_tok,
                     out_dir=out,
                     trained=bare_policy,
                 )
             except MergeCheckFailed as e:
                 failed = e
         else:
-            save_model(bare_policy, tok, out)
+            save_model(bare_policy, saved_tok, out)
             final = full_model(out)
-        save_value_model(bare_critic, tok, out / CRITIC_DIR, source=critic_source)
+        save_value_model(bare_critic, saved_tok, out / CRITIC_DIR, source=critic_source)
     acc.wait_for_everyone()
     if failed is not None:
         raise failed

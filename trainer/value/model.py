@@ -28,14 +28,15 @@ import torch
 from torch import Tensor, nn
 
 from ddai.pipelines import io
+from ddai.trainer.vlm_inputs import forward_inputs, text_positions
 
 HEAD_TYPES = ("linear", "mlp")
 CONFIG_FILE = "value_config.json"
 HEAD_FILE = "value_head.safetensors"
 TRUNK_DIR = "trunk"
 # Attribute paths where decoder-only models keep their block list (Llama/Qwen/Mistral, GPT-2,
-# GPT-NeoX, OPT-style decoders).
-_LAYER_PATHS = ("layers", "h", "blocks", "decoder.layers", "model.layers")
+# GPT-NeoX, OPT-style decoders), and a VLM's language model (Qwen2-VL's ``language_model``).
+_LAYER_PATHS = ("layers", "h", "blocks", "decoder.layers", "model.layers", "language_model.layers")
 
 
 class LinearValueHead(nn.Module):
@@ -95,7 +96,7 @@ def transformer_layers(trunk: nn.Module) -> nn.ModuleList:
 
 def position_ids(attention_mask: Tensor) -> Tensor:
     """Positions counted over real tokens only, so left padding does not shift them: ``[B,T]``."""
-    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+    return text_positions(attention_mask)
 
 
 @dataclass(frozen=True)
@@ -126,7 +127,7 @@ class ValueModel(nn.Module):
 
     @property
     def hidden_size(self) -> int:
-        return int(self.trunk.config.hidden_size)
+        return int(self.trunk.config.get_text_config().hidden_size)  # a VLM's: its text model's
 
     def set_unfreeze(self, n: int) -> None:
         """Make exactly the top ``n`` transformer layers trainable (0: none); the head always is."""
@@ -141,31 +142,41 @@ class ValueModel(nn.Module):
         self.head.requires_grad_(True)
         self.unfreeze = n
 
-    def hidden_states(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
-        """Last hidden states ``[B,T,H]``; detached (computed without autograd) when unfreeze is 0."""
+    def hidden_states(
+        self, input_ids: Tensor, attention_mask: Tensor, images: dict[str, Any] | None = None
+    ) -> Tensor:
+        """Last hidden states ``[B,T,H]``; detached (computed without autograd) when unfreeze is 0.
+        ``images``: the rows' page images (``vlm_inputs``) for a VLM trunk, which also gets its
+        3-D M-RoPE positions; a text trunk gets positions over real tokens."""
         kwargs = {
             "input_ids": input_ids,
             "attention_mask": attention_mask,
-            "position_ids": position_ids(attention_mask),
             "use_cache": False,
+            **forward_inputs(self.trunk, input_ids, attention_mask, images),
         }
         if self.unfreeze == 0:
             with torch.no_grad():
                 return self.trunk(**kwargs).last_hidden_state.detach()
         return self.trunk(**kwargs).last_hidden_state
 
-    def forward(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
+    def forward(
+        self, input_ids: Tensor, attention_mask: Tensor, images: dict[str, Any] | None = None
+    ) -> Tensor:
         """``[B,T]``: the value of the prefix ending at each position (head in float32)."""
-        hidden = self.hidden_states(input_ids, attention_mask)
+        hidden = self.hidden_states(input_ids, attention_mask, images)
         return self.head(hidden.float())
 
     def completion_values(
-        self, input_ids: Tensor, attention_mask: Tensor, prompt_len: int
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor,
+        prompt_len: int,
+        images: dict[str, Any] | None = None,
     ) -> Tensor:
         """Values aligned to completion tokens: ``[B, T − prompt_len]``; column ``t`` is the value
         of the state before completion token ``t`` (read at the position preceding it, like the
         policy's logits). Rows have left-padded prompts of common width ``prompt_len``."""
-        return self(input_ids, attention_mask)[:, prompt_len - 1 : -1]
+        return self(input_ids, attention_mask, images)[:, prompt_len - 1 : -1]
 
     def param_groups(self, *, trunk_lr: float, head_lr: float) -> list[dict[str, Any]]:
         """Optimizer groups: the trainable trunk parameters at ``trunk_lr``, the head at ``head_lr``."""
@@ -207,7 +218,7 @@ def new_value_model(
         raise ValueError(f"unknown value head {head_type!r}; known: {', '.join(HEAD_TYPES)}")
     trunk = _load_trunk(name_or_path, dtype)
     torch.manual_seed(seed)
-    head = build_head(head_type, int(trunk.config.hidden_size), dropout=dropout)
+    head = build_head(head_type, int(trunk.config.get_text_config().hidden_size), dropout=dropout)
     model = ValueModel(trunk, head, head_type=head_type, unfreeze=unfreeze, dropout=dropout)
     return model, load_tokenizer(name_or_path)
 
