@@ -262,3 +262,18 @@ def test_other_rooms_use_the_value_head_through_its_surface():
         if d.startswith("ddai.trainer.value.") and d != "ddai.trainer.value.critic"
     )
     assert inside == []
+
+
+def test_reports_take_only_grpos_advantage_from_the_trainer():
+    # the explorer's group z is training's (plain Python: no torch behind a page)
+    assert {d for _, d in (e.split(" -> ") for e in _reaches("ddai.reports", "ddai.trainer"))} == {
+        "ddai.trainer.grpo.advantage"
+    }
+    tree = ast.parse(MODULES["ddai.trainer.grpo.advantage"].read_text(encoding="utf-8"))
+    imported = {
+        n.module if isinstance(n, ast.ImportFrom) else a.name
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Import | ast.ImportFrom)
+        for a in n.names
+    }
+    assert imported == {"__future__", "math", "collections.abc"}
