@@ -79,14 +79,15 @@ def plain_trl(model_dir: Path, data_rows: list[dict], out: Path, args) -> list[f
 def ddai_multiturn(model_dir: Path, data: Path, out: Path, args) -> list[float]:
     from ddai.trainer import toy
     from ddai.trainer.grpo import train as grpo
+    from ddai.trainer.runtime import metrics_file
 
     timer = StepTimer()
-    original = grpo.common.build_callbacks
+    original = metrics_file.build_callbacks
 
     def with_timer(output_dir, metrics_file, **kwargs):
         return [*original(output_dir, metrics_file, **kwargs), timer]
 
-    grpo.common.build_callbacks = with_timer
+    metrics_file.build_callbacks = with_timer
     try:
         grpo.run_grpo(
             grpo.GRPORunConfig(
@@ -112,7 +113,7 @@ def ddai_multiturn(model_dir: Path, data: Path, out: Path, args) -> list[float]:
             toy.local_backends(toy.corpus()),
         )
     finally:
-        grpo.common.build_callbacks = original
+        metrics_file.build_callbacks = original
     return timer.times[1:]
 
 

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import sys
 from dataclasses import asdict
+from pathlib import Path
 
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from ddai.trainer.runtime.memory_meter import TensorMemoryMeter
 from ddai.trainer.runtime.memory_model import (
     MemoryEstimate,
     ModelShape,
@@ -33,6 +34,10 @@ from ddai.trainer.runtime.memory_model import (
     training_activations,
 )
 from ddai.trainer.search.rollout import HFSampler
+
+# The CPU meter is test scaffolding under tests/oracles (not part of the package).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from oracles.memory_meter import TensorMemoryMeter
 
 CUDA = torch.cuda.is_available()
 DEV = "cuda" if CUDA else "cpu"

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -185,8 +184,3 @@ def _rename_sources(man: dict[str, Any], names: dict[str, str]) -> dict[str, Any
     for local, url in names.items():
         text = text.replace(json.dumps(local)[1:-1], json.dumps(url)[1:-1])
     return json.loads(text)
-
-
-def read_quarantine(logs: str | os.PathLike[str], run: str) -> bytes:
-    """``run``'s committed quarantine lines (``quarantine.read``)."""
-    return quarantine.read(logs, run)

@@ -155,3 +155,125 @@ def test_ppo_and_collect_reach_no_grpo_module_through_any_import():
     for name in ("ddai.trainer.ppo.train", "ddai.trainer.search.collect"):
         assert not any(d.startswith("ddai.trainer.grpo") for d in reach(name)), name
     assert "ddai.trainer.search.scoring" in reach("ddai.trainer.ppo.train")
+
+
+PACKAGES = sorted({"ddai"} | {n for n, p in MODULES.items() if p.name == "__init__.py"})
+
+
+def _folder_cycles(graph: dict[str, set[str]], packages: list[str]) -> list[list[str]]:
+    """One import cycle per package whose children (each sub-package or loose module a room
+    holding everything under it) import each other in a loop; ``[]`` when no package has one."""
+    found = []
+    for pkg in packages:
+        depth = pkg.count(".") + 1
+
+        def room(m: str, pkg: str = pkg, depth: int = depth) -> str | None:
+            return ".".join(m.split(".")[: depth + 1]) if m.startswith(pkg + ".") else None
+
+        rooms: dict[str, set[str]] = {}
+        for m, deps in graph.items():
+            if (a := room(m)) is None:
+                continue
+            rooms.setdefault(a, set()).update(
+                b for d in deps if (b := room(d)) is not None and b != a
+            )
+        for targets in list(rooms.values()):
+            for b in targets:
+                rooms.setdefault(b, set())
+        if (loop := _cycle(rooms)) is not None:
+            found.append(loop)
+    return found
+
+
+def test_folder_cycle_finder_finds_a_planted_loop():
+    # the control: two rooms whose modules import each other, though no module cycle exists
+    planted = {"p.a.x": {"p.b.y"}, "p.b.y": set(), "p.b.z": {"p.a.w"}, "p.a.w": set()}
+    assert _cycle(planted) is None
+    assert _folder_cycles(planted, ["p"]) == [["p.a", "p.b", "p.a"]]
+    # a room's own modules importing each other is no loop between rooms
+    assert _folder_cycles({"p.a.x": {"p.a.w"}, "p.a.w": {"p.b"}, "p.b": set()}, ["p"]) == []
+
+
+def test_no_import_cycle_between_folders():
+    """At every level (the package's sub-packages and loose modules as rooms), no loop."""
+    assert _folder_cycles(GRAPH, PACKAGES) == []
+
+
+TRL_FENCE = "ddai.trainer.trl_compat"
+
+
+def _trl_leaks(source: str, public: set[str]) -> list[str]:
+    """The imports in ``source`` (anywhere in it) that reach past TRL's public top-level API:
+    anything but ``from trl import X`` with ``X`` in ``trl.__all__``."""
+    leaks = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            leaks += [
+                f"{node.lineno}: import {a.name}"
+                for a in node.names
+                if a.name == "trl" or a.name.startswith("trl.")
+            ]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            if node.module.startswith("trl."):
+                leaks.append(f"{node.lineno}: from {node.module} import …")
+            elif node.module == "trl":
+                leaks += [
+                    f"{node.lineno}: from trl import {a.name}"
+                    for a in node.names
+                    if a.name not in public
+                ]
+    return leaks
+
+
+def test_trl_leak_finder_sees_every_way_past_the_fence():
+    public = {"GRPOTrainer"}
+    source = (
+        "from trl import GRPOTrainer\n"
+        "def f():\n"
+        "    from trl.models import unwrap_model_for_generation\n"
+        "    import trl.trainer.utils\n"
+        "    from trl import _private\n"
+    )
+    assert _trl_leaks(source, public) == [
+        "3: from trl.models import …",
+        "4: import trl.trainer.utils",
+        "5: from trl import _private",
+    ]
+
+
+def test_only_trl_compat_reaches_past_trls_public_api():
+    import trl
+
+    public = set(trl.__all__)
+    leaks = {
+        name: found
+        for name, path in MODULES.items()
+        if name != TRL_FENCE and (found := _trl_leaks(path.read_text(encoding="utf-8"), public))
+    }
+    assert leaks == {}
+
+
+def test_other_rooms_use_the_value_head_through_its_surface():
+    inside = sorted(
+        f"{m} -> {d}"
+        for m, deps in GRAPH.items()
+        if m.startswith("ddai.trainer.") and not m.startswith("ddai.trainer.value")
+        for d in deps
+        if d.startswith("ddai.trainer.value.") and d != "ddai.trainer.value.critic"
+    )
+    assert inside == []
+
+
+def test_reports_take_only_grpos_advantage_from_the_trainer():
+    # the explorer's group z is training's (plain Python: no torch behind a page)
+    assert {d for _, d in (e.split(" -> ") for e in _reaches("ddai.reports", "ddai.trainer"))} == {
+        "ddai.trainer.grpo.advantage"
+    }
+    tree = ast.parse(MODULES["ddai.trainer.grpo.advantage"].read_text(encoding="utf-8"))
+    imported = {
+        n.module if isinstance(n, ast.ImportFrom) else a.name
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Import | ast.ImportFrom)
+        for a in n.names
+    }
+    assert imported == {"__future__", "math", "collections.abc"}

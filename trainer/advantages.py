@@ -1,4 +1,4 @@
-"""Advantage estimators: pure functions over tensors, registered by name.
+"""Advantage estimators: pure functions over tensors.
 
 Shapes: ``B`` rollouts, ``T`` response positions. ``mask`` is 1 on the policy's own tokens and 0 on
 observation tokens (search results, crops, the forced completion) and padding: *state masking*.
@@ -14,11 +14,17 @@ Conventions for group-normalised advantages (``grpo_advantages``):
   ``eps=1e-4`` to match it. ``scale="batch"`` uses one std over the whole batch (TRL's
   ``scale_rewards="batch"``) and ``scale="none"`` only centres (Dr. GRPO).
 - ``unbiased=False`` gives the population std that some GRPO write-ups use.
+
+What training uses: PPO's ``gae`` (with ``outcome_rewards``, also the value head's); GRPO's
+advantage is TRL's own, computed inside its trainer and named in ``ddai.trainer.grpo.advantage``.
+``grpo_advantages``, ``reward_to_go`` and ``reinforce_pp_advantages`` are the design contract's
+public estimators (``DESIGN.md``: outside checks call ``grpo_advantages`` by name), tested against
+verl and TRL; no trainer calls them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -27,9 +33,7 @@ from torch import Tensor
 from ddai.trainer.rlmath import group_index, masked_whiten
 
 __all__ = [
-    "ADVANTAGE_ESTIMATORS",
     "gae",
-    "get_advantage_estimator",
     "group_index",
     "grpo_advantages",
     "masked_whiten",
@@ -182,22 +186,3 @@ def gae(
         adv[:, t] = a_t * m[:, t]
     returns = (adv + values) * m
     return adv, returns
-
-
-# ---------------------------------------------------------------------------- registry
-
-ADVANTAGE_ESTIMATORS: dict[str, Callable[..., Any]] = {
-    "grpo": grpo_advantages,
-    "gae": gae,
-    "reinforce_pp": reinforce_pp_advantages,
-    "reward_to_go": reward_to_go,
-}
-
-
-def get_advantage_estimator(name: str) -> Callable[..., Any]:
-    """The estimator registered as ``name``; an unknown name fails listing the known ones."""
-    try:
-        return ADVANTAGE_ESTIMATORS[name]
-    except KeyError:
-        known = ", ".join(sorted(ADVANTAGE_ESTIMATORS))
-        raise ValueError(f"unknown advantage estimator {name!r}; known: {known}") from None

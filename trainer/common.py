@@ -160,24 +160,6 @@ def split_report_to(report_to: str | list[str] | None) -> tuple[list[str], str |
     return integrations, (files[0] if files else None)
 
 
-def build_callbacks(
-    output_dir: str | os.PathLike[str], metrics_file: str | None, *, progress: bool = True
-) -> list[Any]:
-    """TRL's rich progress display (unless ``progress`` is off), plus a metrics file writer when
-    asked for."""
-    from trl.trainer.callbacks import RichProgressCallback
-
-    from ddai.trainer.runtime.metrics_file import MetricsFileCallback
-
-    # TRL's rich display ignores ``disable_tqdm`` and draws on stdout, where ``--json`` prints.
-    callbacks: list[Any] = [RichProgressCallback()] if progress else []
-    if metrics_file:
-        callbacks.append(
-            MetricsFileCallback(Path(output_dir) / f"metrics.{metrics_file}", metrics_file)
-        )
-    return callbacks
-
-
 def resume_checkpoint(output_dir: str | os.PathLike[str], resume: bool) -> str | None:
     """The latest ``checkpoint-N`` under ``output_dir`` when resuming (an error when none exists)."""
     if not resume:

@@ -1,4 +1,4 @@
-"""Loss functions: pure tensor math, each returning ``(loss, metrics)``, registered by name.
+"""Loss functions: pure tensor math, each returning ``(loss, metrics)``.
 
 Shapes: ``B`` rollouts, ``T`` response positions; ``mask[B,T]`` is 1 on policy tokens and 0 on
 observation tokens and padding (state masking), so masked positions never reach a gradient.
@@ -7,11 +7,16 @@ Metric keys are namespaced (``actor/...``) and hold detached scalars.
 Sections: policy losses (GSPO, PPO) and reward-weighted CE. Masked means, loss aggregation and the
 KL estimators are ``ddai.trainer.rlmath``'s (re-exported here); value-head losses are
 ``ddai.trainer.value.losses``'s.
+
+What training uses: PPO's ``ppo_loss`` (``ddai.trainer.ppo.terms``) and ``ratio_spread`` (GRPO's
+clip record); GRPO's and GSPO's loss is TRL's own. ``gspo_loss`` (the design contract's public
+GSPO, checked against TRL's trainer in ``tests/trainer/test_trainer_trl_equivalence.py``) and
+``rce_loss`` are pure references no trainer calls.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -26,16 +31,13 @@ from ddai.trainer.rlmath import (
     kl_k2,
     kl_k3,
     kl_penalty,
-    lookup,
     masked_mean,
 )
 
 __all__ = [
     "AGG_MODES",
     "KL_ESTIMATORS",
-    "POLICY_LOSSES",
     "aggregate",
-    "get_policy_loss",
     "gspo_loss",
     "kl_k1",
     "kl_k2",
@@ -185,17 +187,6 @@ def ppo_loss(
     else:
         metrics["actor/clip_frac_dual"] = 0.0
     return aggregate(clipped, mask, loss_agg_mode), metrics
-
-
-POLICY_LOSSES: dict[str, Callable[..., tuple[Tensor, Metrics]]] = {
-    "gspo": gspo_loss,
-    "ppo": ppo_loss,
-}
-
-
-def get_policy_loss(name: str) -> Callable[..., tuple[Tensor, Metrics]]:
-    """The policy loss registered as ``name``; an unknown name fails listing the known ones."""
-    return lookup(POLICY_LOSSES, name, "policy loss")
 
 
 # ---------------------------------------------------------------------------- reward-weighted CE

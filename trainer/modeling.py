@@ -238,17 +238,6 @@ def load_vision_model(name_or_path: str, *, dtype: str = "float32") -> tuple[Any
     return model, processor
 
 
-def disable_dropout(model: Any) -> None:
-    """Dropout off in train mode: ``nn.Dropout`` layers (TRL's helper) and the attention dropout
-    that Qwen2-style attention applies from a float attribute while training."""
-    from trl.trainer.utils import disable_dropout_in_model
-
-    disable_dropout_in_model(model)
-    for module in model.modules():
-        if isinstance(getattr(module, "attention_dropout", None), float):
-            module.attention_dropout = 0.0
-
-
 class AdapterDisabled:
     """A peft model called with its adapters disabled: the frozen base as a reference policy
     without a second copy of the weights. Callable like the model (forward only)."""

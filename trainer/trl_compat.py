@@ -12,6 +12,14 @@ public lives here, and ``check_trl_internals`` checks it against the installed T
   is built, and TRL checked, on first use.
 - ``rollout_inputs`` and ``generation_model``: what the rollout function reads from the trainer
   (the side channel, the group size, TRL's generation context with its private ``_dist``).
+  The fence imports nothing of the episode layer (``trainer/search``): the trainer is handed its
+  rollout (``ddai_rollout``, a ``SearchRollout``) and asks it for the episode layer's pieces
+  (``take_rows``, ``vision_chunk``, ``teacher_forced_logprobs``), so the episode layer may import
+  the fence and not the other way round.
+- ``unwrap_model_for_generation`` and ``disable_dropout``: the two helpers of TRL's non-top-level
+  modules the other trainers use (PPO's sampling, GRPO's preflight; PPO's dropout off). Every
+  other ``trl`` import in ddai is a name of TRL's public top level (``tests/test_architecture.py``
+  checks it).
 
 ``pyproject.toml`` pins ``trl`` to the minor range these were tested with. When TRL changes any
 of them, ``check_trl_internals`` names what changed instead of letting a run fail deep inside a
@@ -28,9 +36,7 @@ from typing import Any
 
 from ddai.trainer.runtime import dist
 from ddai.trainer.runtime.clip_stats import CLIP_LOSSES, ClipStats
-from ddai.trainer.search.logrows import take_rows
-from ddai.trainer.search.preflight import ZeroVarianceSteps
-from ddai.trainer.search.vision import on_device, slice_vision
+from ddai.trainer.runtime.zero_variance import ZeroVarianceSteps
 
 TESTED_TRL = ">=1.16,<1.17"
 """The ``trl`` range in ``pyproject.toml``."""
@@ -78,6 +84,7 @@ def _problems(grpo_cls: Any) -> list[str]:
     try:
         from trl.distributed import DistributedBackend
         from trl.models import unwrap_model_for_generation
+        from trl.trainer.utils import disable_dropout_in_model  # noqa: F401
     except ImportError as e:
         out.append(f"TRL helper import failed: {e}")
     else:
@@ -120,12 +127,29 @@ def rollout_inputs(trainer: Any) -> tuple[list[dict[str, Any]], int]:
     return trainer.ddai_inputs, group
 
 
+def unwrap_model_for_generation(model: Any, accelerator: Any, **kwargs: Any) -> Any:
+    """TRL's ``trl.models.unwrap_model_for_generation`` (a context manager): the prepared
+    ``model`` unwrapped from its accelerate wrapper, ZeRO-3 parameters gathered."""
+    from trl.models import unwrap_model_for_generation as unwrap
+
+    return unwrap(model, accelerator, **kwargs)
+
+
+def disable_dropout(model: Any) -> None:
+    """Dropout off in train mode: ``nn.Dropout`` layers (TRL's helper) and the attention dropout
+    that Qwen2-style attention applies from a float attribute while training."""
+    from trl.trainer.utils import disable_dropout_in_model
+
+    disable_dropout_in_model(model)
+    for module in model.modules():
+        if isinstance(getattr(module, "attention_dropout", None), float):
+            module.attention_dropout = 0.0
+
+
 @contextlib.contextmanager
 def generation_model(trainer: Any) -> Iterator[Any]:
     """The policy ready to generate, as TRL's own generation has it: ZeRO-3 parameters gathered,
     FSDP v1 root parameters summoned."""
-    from trl.models import unwrap_model_for_generation
-
     with (
         unwrap_model_for_generation(
             trainer.model_wrapped,
@@ -150,11 +174,10 @@ def processed_logps(
 ) -> tuple[Any, Any, None]:
     """TRL's ``(logps [n, K], entropies [n, K] or None, None)`` of the last ``K`` =
     ``logits_to_keep`` tokens of ``input_ids [n, L]``, computed under the rollout sampler's
-    processors (``sampling.teacher_forced_logprobs``) instead of TRL's temperature-only fused
+    processors (the rollout's ``teacher_forced_logprobs``) instead of TRL's temperature-only fused
     head. Costs the completion's ``[n, K + 1, V]`` logits in the model's dtype (TRL's fused head
     never holds them); the float32 processing is recomputed per row in the backward pass."""
     from ddai.trainer.common import TrainConfigError
-    from ddai.trainer.search.sampling import teacher_forced_logprobs
 
     if aux_loss:
         raise TrainConfigError(
@@ -173,8 +196,8 @@ def processed_logps(
         )
     logits = out.logits[:, :-1]  # [n, K, V]: position j predicts token L-K+j
     pad = (attention_mask[:, : input_ids.shape[1] - logits_to_keep] == 0).sum(-1).tolist()
-    logps, ents = teacher_forced_logprobs(
-        logits, input_ids, pad, trainer.ddai_rollout.sampling_config, entropy=entropy
+    logps, ents = trainer.ddai_rollout.teacher_forced_logprobs(
+        logits, input_ids, pad, entropy=entropy
     )
     return logps, ents, None
 
@@ -227,8 +250,7 @@ def grpo_trainer_class() -> type:
                 for key in keys:
                     store.pop(key)
             else:
-                rows = take_rows(
-                    store,
+                rows = self.ddai_rollout.take_rows(
                     keys,
                     advantages,
                     run_id=self.ddai_log.run_id,
@@ -330,7 +352,7 @@ def grpo_trainer_class() -> type:
                 if fields is not None:
                     # Sliced where the fields lie (the CPU), then moved to the ids' device: the
                     # processor's tensors never reach the model on another device.
-                    chunk = on_device(slice_vision(fields, start, end) or {}, ids.device)
+                    chunk = self.ddai_rollout.vision_chunk(fields, start, end, ids.device)
                     if chunk:
                         image_id = self.ddai_rollout.vision.image_token_id
                         chunk["mm_token_type_ids"] = (ids == image_id).long()

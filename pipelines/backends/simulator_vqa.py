@@ -1,6 +1,6 @@
 """The local VQA model: the synthetic world's deterministic simulator.
 
-Wraps ``ddai.pipelines.pointer.simulator.VQASimulator`` (imported when first built), whose
+Wraps ``ddai.pipelines.backends.vqa_simulator.VQASimulator`` (imported when first built), whose
 ``answer(prompt, examples, meta)`` reads the latent fields the world puts in the request's ``meta``
 and the demonstrations: the same request always gets the same answer, in any order or process.
 Pass ``simulator=`` to ``get_backend`` to use a configured instance; otherwise the backend's
@@ -21,7 +21,7 @@ class SimulatorVQA(LocalBackend):
         super().__init__(*args, **kwargs)
         sim = self.context.simulator
         if sim is None:
-            from ddai.pipelines.pointer.simulator import VQASimulator
+            from ddai.pipelines.backends.vqa_simulator import VQASimulator
 
             sim = VQASimulator(**self.spec.options)
         self.simulator = sim

@@ -2,8 +2,9 @@
 
 Every query and demonstration has a scene ``topic`` and an ``answer_type`` (count, color, yes/no,
 object); every demonstration is also ``clean`` (its answer is right) or noisy (its answer belongs
-to another question type). The simulator (``simulator.py``) answers a query correctly more often
-when its two demonstrations share the query's answer type and are clean.
+to another question type). The simulator (``ddai.pipelines.backends.vqa_simulator``) answers a
+query correctly more often when its two demonstrations share the query's answer type and are
+clean.
 
 The world's own embeddings make that visible: a unit vector per item is
 ``w_topic·topic + w_type·answer_type (+ w_quality·±quality for demos) + noise``, so a pointer

@@ -11,6 +11,7 @@ from typing import Any
 from ddai.pipelines import query
 from ddai.pipelines.lazy import lazy_module
 from ddai.reports.serve.filters import TABLE_COLUMNS, RolloutFilter
+from ddai.trainer.grpo.advantage import group_advantages
 
 duckdb = lazy_module("duckdb")
 
@@ -138,18 +139,6 @@ FROM rollouts WHERE uid = $uid AND question IS NOT NULL LIMIT 1
 """
 
 
-def _z(reward: float | None, rewards: list[float], eps: float = 1e-6) -> float | None:
-    """GRPO's advantage of ``reward`` in its group: (r - mean) / (unbiased std + eps), as
-    ``ddai.trainer.advantages.grpo_advantages`` computes it; a one-rollout group keeps its reward."""
-    if reward is None or not rewards:
-        return None
-    if len(rewards) == 1:
-        return reward
-    mean = sum(rewards) / len(rewards)
-    std = (sum((x - mean) ** 2 for x in rewards) / (len(rewards) - 1)) ** 0.5
-    return (reward - mean) / (std + eps)
-
-
 def group(
     con: duckdb.DuckDBPyConnection, uid: str, runs: list[str] | None = None
 ) -> dict[str, Any]:
@@ -158,7 +147,8 @@ def group(
     Returns ``{"prompt": {question, reference_answer, reference_pages, file_name} or None,
     "groups": [{run_id, step, n, mean_reward, std_reward, zero_variance, rollouts: [...]}]}``,
     groups in (run, step) order and rollouts by ``rollout_idx``; each rollout also carries
-    ``advantage_z``, its GRPO advantage recomputed from the group's rewards (logs often lack one).
+    ``advantage_z``, its GRPO advantage recomputed from the group's rewards as TRL computes it
+    (``ddai.trainer.grpo.advantage``; logs often lack one).
     """
     rows = _dicts(con, GROUP_SQL, {"uid": uid, "runs": list(runs or [])})
     prompt = _dicts(con, PROMPT_SQL, {"uid": uid})
@@ -177,8 +167,9 @@ def group(
             else None
         )
         g["zero_variance"] = len(rewards) > 1 and min(rewards) == max(rewards)
-        for r in g["rollouts"]:
-            r["advantage_z"] = _z(r["reward"], rewards)
+        zs = group_advantages([r["reward"] for r in g["rollouts"]])
+        for r, z in zip(g["rollouts"], zs, strict=True):
+            r["advantage_z"] = z
     return {"prompt": prompt[0] if prompt else None, "groups": groups}
 
 

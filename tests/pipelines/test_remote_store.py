@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from support.fetch_rows import fetch_rows
 
-from ddai.pipelines import objstore, query, remote_store, side_log, store
+from ddai.pipelines import objstore, quarantine, query, remote_store, side_log, store
 from ddai.pipelines.ingest import IngestConfig, ingest
 
 RESP = "<think>t</think>\n<search>q</search><think>d</think><search_complete>true</search_complete>"
@@ -47,7 +47,7 @@ def test_ingest_query_and_verify_on_object_storage(store_env, tmp_path):
     assert man["rollouts_out"] == 12 and man["rows_in"] == 13
     assert store.verify_partition(store.partition_dir(logs, "r1")) is None  # hashes match
     # the quarantine went to the store too, with the bad line
-    q = remote_store.read_quarantine(logs, "r1").decode().splitlines()
+    q = quarantine.read(logs, "r1").decode().splitlines()
     assert len(q) == 1 and json.loads(q[0])["raw"].strip() == "{broken"
     # judge 1 for rollouts i < u: u0 none, u1 one, u2 two
     assert _count(logs) == (12, 3.0)
@@ -73,7 +73,7 @@ def test_append_keeps_both_and_quarantine_accumulates(store_env, tmp_path):
     assert len(man["files"]) == 2 and man["rollouts_total"] == 12 + 8
     assert len(man["history"]) == 1 and man["history"][0]["rollouts_out"] == 12
     assert _count(logs) == (20, 3.0 + 1.0)
-    q = remote_store.read_quarantine(logs, "r1").decode().splitlines()
+    q = quarantine.read(logs, "r1").decode().splitlines()
     assert [json.loads(x)["source"].rsplit("/", 1)[-1] for x in q] == ["a.jsonl", "b.jsonl"]
     # each ingest put its own part: nothing already there was put again
     parts = objstore.listdir(f"{store_env}/logs/_quarantine/r1")
@@ -318,7 +318,7 @@ def test_a_quarantine_written_before_parts_is_read_first_and_kept(s3_env, tmp_pa
     res = _ingest(_source(tmp_path, "a.jsonl", 3), logs)
     (part,) = res.quarantine_files
     assert part.startswith(f"{s3_env}/logs/_quarantine/r1/part-")  # this ingest's own part
-    q = remote_store.read_quarantine(logs, "r1").decode().splitlines()
+    q = quarantine.read(logs, "r1").decode().splitlines()
     assert [json.loads(x)["source"].rsplit("/", 1)[-1] for x in q] == ["old.jsonl", "a.jsonl"]
     assert objstore.read_bytes(f"{s3_env}/logs/_quarantine/r1.jsonl") == old  # not put again
 
@@ -333,6 +333,6 @@ def test_parts_put_before_they_were_listed_are_kept_by_the_first_listing(
     objstore.put_bytes(early, b'{"source": "early.jsonl"}\n')
     monkeypatch.setenv(store.GRACE_ENV, "0")  # an unlisted part would go at this commit
     _ingest(_source(tmp_path, "b.jsonl", 1, uid="w"), logs, append=True)  # one bad line
-    q = remote_store.read_quarantine(logs, "r1").decode().splitlines()
+    q = quarantine.read(logs, "r1").decode().splitlines()
     assert [json.loads(x)["source"].rsplit("/", 1)[-1] for x in q] == ["early.jsonl", "b.jsonl"]
     assert objstore.isfile(early) and store.verify_partition(f"{s3_env}/logs/run_id=r1") is None

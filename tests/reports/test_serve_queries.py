@@ -7,14 +7,14 @@ step 1 u1 (1.0 ×2) and u2 (0 ×2): 12 rollouts; mixed: base u1, u2 and new u3: 
 
 from __future__ import annotations
 
+import math
+
 import pytest
-import torch
 from report_world import XSS, planted_store
 
 from ddai.pipelines import query, store
 from ddai.reports.serve import queries
 from ddai.reports.serve.filters import RolloutFilter
-from ddai.trainer.advantages import grpo_advantages
 
 PARAMS = {
     "threshold": 1.0,
@@ -112,8 +112,11 @@ def test_group_puts_a_prompts_rollouts_together_per_run_and_step(con):
     assert [r["advantage_z"] for r in g_base["rollouts"]] == pytest.approx(
         [0.866, 0.866, -0.866, -0.866], abs=1e-3
     )
-    expected = grpo_advantages(torch.tensor([1.0, 1.0, 0.0, 0.0]), torch.zeros(4, dtype=torch.long))
-    assert [r["advantage_z"] for r in g_base["rollouts"]] == pytest.approx(expected.tolist())
+    # TRL's eps 1e-4 (``ddai.trainer.grpo.advantage``), not verl's 1e-6
+    z = 0.5 / (math.sqrt(1 / 3) + 1e-4)
+    assert [r["advantage_z"] for r in g_base["rollouts"]] == pytest.approx(
+        [z, z, -z, -z], rel=1e-12
+    )
     assert (g_new["run_id"], g_new["n"], g_new["zero_variance"]) == ("new", 2, True)
     assert [r["advantage_z"] for r in g_new["rollouts"]] == [0.0, 0.0]
     assert [a["action"] for a in g_base["rollouts"][2]["actions"]] == ["search"] * 3 + [

@@ -25,9 +25,9 @@ from ddai.pipelines.backends import JudgeResult
 from ddai.trainer import toy
 from ddai.trainer.grpo import train as grpo
 from ddai.trainer.runtime import dist
+from ddai.trainer.runtime import save as saves
 from ddai.trainer.search import episodes, rollout
 from ddai.trainer.search.env import SearchEnv
-from ddai.trainer.sft import train as sft
 
 
 class RandomJudge:
@@ -78,7 +78,7 @@ def main() -> None:
     episodes.run_rollouts = counted
 
     sharded = [False]
-    real_save = sft.save_final
+    real_save = saves.save_final
 
     def save_final(trainer, output_dir):
         from safetensors.torch import save_file
@@ -89,7 +89,7 @@ def main() -> None:
             save_file({k: v.contiguous() for k, v in state.items()}, out / "trained.safetensors")
         return real_save(trainer, output_dir)
 
-    sft.save_final = save_final
+    saves.save_final = save_final
     backends = toy.local_backends(toy.corpus())
     backends.judge = RandomJudge(dist.rank())
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from oracles.memory_meter import TensorMemoryMeter
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from ddai.trainer.runtime.memory_meter import TensorMemoryMeter
 from ddai.trainer.runtime.memory_model import (
     ModelShape,
     RunShape,

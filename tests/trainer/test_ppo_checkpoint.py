@@ -117,13 +117,13 @@ def test_checkpoint_write_is_atomic_and_keeps_one(tmp_path, monkeypatch):
         def state_dict(self):
             return {"state": {}, "param_groups": []}
 
-    from ddai.trainer.sft import train as sft
-    from ddai.trainer.value import model as value
+    from ddai.trainer.runtime import save
+    from ddai.trainer.value import critic as value
 
     # Stand-in savers (the real ones are exercised by the slow test): record where they write.
     calls = []
     monkeypatch.setattr(
-        sft, "save_model", lambda m, t, d: (d.mkdir(parents=True), calls.append(d.name))
+        save, "save_model", lambda m, t, d: (d.mkdir(parents=True), calls.append(d.name))
     )
     monkeypatch.setattr(
         value,

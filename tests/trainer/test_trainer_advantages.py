@@ -216,9 +216,3 @@ def test_masked_whiten_ignores_masked_entries():
     torch.testing.assert_close(
         w[0, [0, 2]], torch.tensor([-1, 1], dtype=torch.float64) / math.sqrt(2)
     )
-
-
-def test_registry_lists_known_names():
-    assert A.get_advantage_estimator("grpo") is A.grpo_advantages
-    with pytest.raises(ValueError, match="gae, grpo, reinforce_pp, reward_to_go"):
-        A.get_advantage_estimator("ppo")

@@ -13,6 +13,8 @@ import torch
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 from ddai.trainer import trl_compat
+from ddai.trainer.search import episodes
+from ddai.trainer.search.episodes import SearchRollout
 from ddai.trainer.search.sampling import SamplingConfig
 from ddai.trainer.search.vision import vision_batch
 
@@ -55,6 +57,8 @@ class Rollout:
         # Temperature only: the log-probs go through TRL's own pass (the path under test).
         self.sampling_config = SamplingConfig()
 
+    vision_chunk = SearchRollout.vision_chunk  # the real slicing and move under test
+
 
 def _trainer(monkeypatch, rollout):
     from trl import GRPOTrainer
@@ -90,7 +94,7 @@ def test_vision_fields_reach_the_model_on_the_ids_device(monkeypatch):
 
 def test_the_guard_catches_a_tensor_left_on_the_cpu(monkeypatch):
     trainer, _ = _trainer(monkeypatch, Rollout(_fields()))
-    monkeypatch.setattr(trl_compat, "on_device", lambda fields, device: fields)  # the bug, put back
+    monkeypatch.setattr(episodes, "on_device", lambda fields, device: fields)  # the bug, put back
     ids = torch.tensor([[1, IMAGE_ID, 2]] * 3).to("meta")
     with pytest.raises(RuntimeError, match="pixel_values on cpu"):
         trainer._get_per_token_logps_and_entropies(

@@ -161,12 +161,6 @@ def test_ppo_matches_verl(seed, mode):
     torch.testing.assert_close(g1, g2, atol=1e-12, rtol=1e-10)
 
 
-def test_policy_loss_registry():
-    assert L.get_policy_loss("gspo") is L.gspo_loss
-    with pytest.raises(ValueError, match="gspo, ppo"):
-        L.get_policy_loss("grpo++")
-
-
 # ---------------------------------------------------------------------------- RCE
 
 

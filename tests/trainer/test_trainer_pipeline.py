@@ -131,6 +131,18 @@ def test_sft_then_grpo_changes_weights_and_logs_rollouts(setup):
     assert all(r["advantage"] is not None and r["reward"] == r["judge_score"] for r in rows)
     assert all(r["reward_parts"] is not None and r["turns"] for r in rows)
     assert {r["rollout_idx"] for r in rows} == {0, 1}
+    # The logged advantage is TRL's, as ``grpo.advantage`` names it: each group (a step's
+    # contiguous block of n_agent slots) through ``group_advantages``.
+    from ddai.trainer.grpo.advantage import group_advantages
+
+    groups: dict[tuple, list[dict]] = {}
+    for r in sorted(rows, key=lambda r: (r["step"], r["sample_idx"])):
+        groups.setdefault((r["step"], r["sample_idx"] // 2), []).append(r)
+    assert len(groups) == 4 and all(len({r["uid"] for r in g}) == 1 for g in groups.values())
+    for g in groups.values():
+        want = group_advantages([r["reward"] for r in g])
+        assert [r["advantage"] for r in g] == pytest.approx(want, rel=1e-5, abs=1e-6)
+    assert sum(abs(r["advantage"]) > 0.1 for r in rows) >= 4  # random judge: mixed groups
     con = connect(root / "logs", runs=["grpo_test"])
     (n_prompts, n_rollouts) = con.execute("select count(*), sum(n) from prompts").fetchone()
     assert n_rollouts == 8 and n_prompts >= 2

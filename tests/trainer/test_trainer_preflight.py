@@ -22,12 +22,12 @@ from ddai.cli.app import app
 from ddai.cli.running import no_signal
 from ddai.pipelines.backends import JudgeResult
 from ddai.trainer import toy
+from ddai.trainer.runtime.zero_variance import ZeroVarianceSteps
 from ddai.trainer.search.chat import CHATML_TEMPLATE
 from ddai.trainer.search.preflight import (
     PreflightError,
     PreflightReport,
     SampledEpisode,
-    ZeroVarianceSteps,
     check_chat_template,
     check_episodes,
     check_golden_pages,

@@ -46,3 +46,21 @@ def test_a_changed_signature_fails_with_a_clear_message():
     assert "_generate_and_score_completions" in msg and "('self', 'inputs')" in msg
     assert "self._dist" in msg and f"pip install 'trl{TESTED_TRL}'" in msg
     assert "_get_per_token_logps_and_entropies" not in msg  # unchanged methods are not blamed
+
+
+def test_disable_dropout_zeroes_every_dropout_and_the_attention_dropout():
+    import torch
+
+    from ddai.trainer.trl_compat import disable_dropout
+
+    class Attention(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attention_dropout = 0.1  # Qwen2-style: a float read in the forward pass
+
+    model = torch.nn.Sequential(
+        torch.nn.Dropout(0.3), Attention(), torch.nn.Sequential(torch.nn.Dropout(0.5))
+    )
+    disable_dropout(model)
+    assert [m.p for m in model.modules() if isinstance(m, torch.nn.Dropout)] == [0.0, 0.0]
+    assert model[1].attention_dropout == 0.0

@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+from oracles.value import td_lambda_targets
 
 from ddai.trainer.value.losses import (
     hybrid_value_loss,
@@ -15,7 +16,6 @@ from ddai.trainer.value.losses import (
     pairwise_ranking_loss,
     roc_auc,
     sequence_mean,
-    td_lambda_targets,
 )
 
 T = torch.tensor

@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+from oracles.value import token_ce
 
 from ddai.trainer.value import sft_math as vsm
 
@@ -86,7 +87,7 @@ def test_weighted_ce_and_joint_loss():
 
 def test_token_ce():
     logits = torch.log(torch.tensor([[[0.5, 0.25, 0.25], [0.1, 0.1, 0.8]]]))
-    ce = vsm.token_ce(logits, torch.tensor([[0, 2]]))
+    ce = token_ce(logits, torch.tensor([[0, 2]]))
     assert torch.allclose(ce, torch.tensor([[math.log(2), -math.log(0.8)]]), atol=1e-6)
 
 
@@ -118,7 +119,7 @@ def _ce_case(dtype, V=301, H=24, B=3, T=11, seed=0):
 def test_chunked_token_ce_equals_the_full_vocabulary_reference(chunk):
     hidden, head, targets, mask = _ce_case(torch.float32)
     got = vsm.chunked_token_ce(hidden, head, targets, mask, chunk=chunk)
-    want = vsm.token_ce(head(hidden), targets) * mask
+    want = token_ce(head(hidden), targets) * mask
     assert torch.allclose(got, want, atol=1e-5, rtol=1e-6)
     assert torch.all(got[mask == 0] == 0)
     w = torch.rand(mask.shape, generator=torch.Generator().manual_seed(1))
@@ -132,12 +133,12 @@ def test_chunked_token_ce_in_bf16_matches_the_float32_reference_of_the_same_logi
     hidden, head, targets, mask = _ce_case(torch.bfloat16, V=4096)
     got = vsm.chunked_token_ce(hidden, head, targets, mask, chunk=8)
     assert got.dtype == torch.float32
-    want = vsm.token_ce(head(hidden), targets) * mask  # the bf16 logits, upcast whole
+    want = token_ce(head(hidden), targets) * mask  # the bf16 logits, upcast whole
     assert (got - want).abs().max() < 2e-3 * want.abs().max()
 
 
 def test_chunked_token_ce_memory_grows_with_the_chunk_not_the_tokens():
-    from ddai.trainer.runtime.memory_meter import TensorMemoryMeter
+    from oracles.memory_meter import TensorMemoryMeter
 
     V, T, chunk = 4096, 64, 32
     block = chunk * V * 4  # one float32 [chunk, V] block
@@ -149,7 +150,7 @@ def test_chunked_token_ce_memory_grows_with_the_chunk_not_the_tokens():
             if chunked:
                 ce = vsm.chunked_token_ce(hidden, head, targets, mask, chunk=chunk)
             else:
-                ce = vsm.token_ce(head(hidden), targets)
+                ce = token_ce(head(hidden), targets)
             ce.sum().backward()
         return m.peak
 

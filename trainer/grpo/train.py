@@ -81,8 +81,9 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
         lora_config,
         parameter_snapshot,
     )
+    from ddai.trainer.runtime.metrics_file import build_callbacks
+    from ddai.trainer.runtime.save import save_final, save_lora_final
     from ddai.trainer.runtime.train_metrics import TrainMetricsLog
-    from ddai.trainer.sft.train import save_final, save_lora_final
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     cfg.check()
@@ -153,7 +154,7 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
         processing_class=tok,
         peft_config=peft_config,
         callbacks=[
-            *common.build_callbacks(cfg.output_dir, metrics_file, progress=cfg.progress),
+            *build_callbacks(cfg.output_dir, metrics_file, progress=cfg.progress),
             step_metrics,
             commit_each_step(log),
         ],
@@ -166,7 +167,7 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
         check_update_precision(trainer.model, args.learning_rate)
     try:
         if not cfg.skip_preflight:
-            from trl.models import unwrap_model_for_generation
+            from ddai.trainer.trl_compat import unwrap_model_for_generation
 
             slots = preflight_slots(tasks, cfg.preflight_prompts, args.num_generations, cfg.seed)
             with unwrap_model_for_generation(trainer.model_wrapped, trainer.accelerator) as m:

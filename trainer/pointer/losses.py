@@ -3,8 +3,8 @@ advantages and losses. Pure tensor functions with scalar arguments, no IO.
 
 Shapes: ``B`` pointer sequences (rows), each belonging to the group (query) ``group_ids[B]``;
 ``logp[B]`` is the current policy's log π(pointer), the sum over the two picks. Every loss returns
-``(loss, metrics)`` with namespaced, detached metric values. Variants are looked up by name
-(``get_loss``, ``get_advantage``, ``NORMALIZERS``); an unknown name fails with the known ones.
+``(loss, metrics)`` with namespaced, detached metric values. The variants a config names are
+looked up by name (``get_advantage``, ``NORMALIZERS``); an unknown name fails with the known ones.
 """
 
 from __future__ import annotations
@@ -128,7 +128,7 @@ def clipped_group_advantages(
     rewards: Tensor, group_ids: Tensor, *, norm: str = "zscore", clip: float = 5.0
 ) -> Tensor:
     """The pointer's group-relative advantage ``[B]`` (seed 002 §4.4.1, registered as ``grpo``;
-    not the Searcher's z-score ``ddai.trainer.advantages.grpo_advantages``): normalize within
+    not the Searcher's z-score ``ddai.trainer.grpo.advantage``): normalize within
     the query, subtract the group mean of the normalized rewards (the baseline), clip to
     ``[−clip, clip]``."""
     n = group_normalize(rewards, group_ids, norm)
@@ -251,15 +251,3 @@ def reinforcepp_loss(
         "reinforcepp/ratio_mean": float(ratio.detach().mean()),
         "reinforcepp/clip_frac": float(clipped.detach()),
     }
-
-
-LOSSES: dict[str, Callable[..., tuple[Tensor, Metrics]]] = {
-    "sft": sft_loss,
-    "rce": rce_loss,
-    "grpo": grpo_loss,
-    "reinforcepp": reinforcepp_loss,
-}
-
-
-def get_loss(name: str) -> Callable[..., tuple[Tensor, Metrics]]:
-    return _lookup(LOSSES, name, "pointer loss")

@@ -49,8 +49,8 @@ def save_checkpoint(
     """Write ``<out>/checkpoint-<step>`` atomically and drop older ``checkpoint-*`` folders;
     ``optimizers``: both optimizers' states (``sharding.optimizer_states``), ``rng``: every
     rank's ``rng.rng_state``, in rank order."""
-    from ddai.trainer.sft.train import save_model
-    from ddai.trainer.value.model import save_value_model
+    from ddai.trainer.runtime.save import save_model
+    from ddai.trainer.value.critic import save_value_model
 
     out = Path(out)
     final = out / f"checkpoint-{state.step}"

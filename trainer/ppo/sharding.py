@@ -83,7 +83,7 @@ def prepare(acc: Any, policy: Any, critic: Any, policy_opt: Any, critic_opt: Any
 def generation_model(policy: Any, acc: Any) -> Iterator[Any]:
     """The prepared ``policy`` ready to sample from (``trl.models.unwrap_model_for_generation``,
     checkpointing restored as the run set it)."""
-    from trl.models import unwrap_model_for_generation
+    from ddai.trainer.trl_compat import unwrap_model_for_generation
 
     with unwrap_model_for_generation(
         policy, acc, gradient_checkpointing_kwargs={"use_reentrant": False}
@@ -110,7 +110,7 @@ def _full_critic(critic: Any, state: dict[str, torch.Tensor]) -> Any:
     """An unsharded ``ValueModel`` like ``critic`` holding ``state``."""
     from transformers import AutoModel
 
-    from ddai.trainer.value.model import ValueModel, build_head
+    from ddai.trainer.value.critic import ValueModel, build_head
 
     with torch.device("meta"):
         trunk = AutoModel.from_config(critic.trunk.config, dtype=critic.trunk.dtype)

@@ -68,9 +68,14 @@ from ddai.trainer.ppo.terms import (
 from ddai.trainer.rlmath import masked_mean, masked_whiten, selected_logprobs
 from ddai.trainer.runtime.metrics_log import MetricsLog
 from ddai.trainer.search.tasks import Task
-from ddai.trainer.value import losses as vl
-from ddai.trainer.value.data import Batch, pad_batch
-from ddai.trainer.value.model import ValueModel
+from ddai.trainer.value.critic import (
+    Batch,
+    ValueModel,
+    clipped_value_loss,
+    kl_penalized_rewards,
+    pad_batch,
+    sequence_mean,
+)
 from ddai.trainer.vlm_inputs import forward_inputs, select_images
 
 # ---------------------------------------------------------------------------- forward passes
@@ -196,7 +201,7 @@ def make_experience(
     scores = normalize_scores(scores, cfg.reward_norm)
     old_logp, ref_logp, values = experience_passes(policy, ref, critic, batch, cfg)
     in_reward = cfg.kl_mode == "reward"
-    rewards, kl = vl.kl_penalized_rewards(
+    rewards, kl = kl_penalized_rewards(
         scores,
         old_logp,
         ref_logp,
@@ -270,7 +275,7 @@ def ppo_update(
                     )
                     _step(accelerator, policy, policy_opt, p_loss, cfg.grad_clip)
                     values = train_values(critic, part)
-                    v_loss, v_metrics = vl.clipped_value_loss(
+                    v_loss, v_metrics = clipped_value_loss(
                         values,
                         exp.old_values[idx],
                         exp.returns[idx],
@@ -301,7 +306,7 @@ def _step(
 
 def _load_critic(cfg: PPORunConfig, tok: Any) -> tuple[ValueModel, str]:
     """The critic and where its trunk came from; a checkpoint must share the policy's tokenizer."""
-    from ddai.trainer.value.model import load_value_model, new_value_model
+    from ddai.trainer.value.critic import load_value_model, new_value_model
 
     if cfg.critic is not None:
         critic, critic_tok = load_value_model(
@@ -334,12 +339,8 @@ def prepare_policy(policy: Any, cfg: PPORunConfig) -> tuple[Any, Any | None]:
     move them, LoRA applied (``--lora``), dropout off (seed 003) but train mode, so gradient
     checkpointing recomputes activations in the backward pass. The reference is a frozen copy, or
     the LoRA policy with its adapter disabled; None without a KL term."""
-    from ddai.trainer.modeling import (
-        AdapterDisabled,
-        check_update_precision,
-        disable_dropout,
-        lora_config,
-    )
+    from ddai.trainer.modeling import AdapterDisabled, check_update_precision, lora_config
+    from ddai.trainer.trl_compat import disable_dropout
 
     disable_dropout(policy)
     ref = None
@@ -423,6 +424,8 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
     from ddai.trainer.modeling import changed_parameters, parameter_snapshot
     from ddai.trainer.ppo import checkpoint as ck
     from ddai.trainer.runtime import accel
+    from ddai.trainer.runtime.save import save_model
+    from ddai.trainer.runtime.zero_variance import ZeroVarianceSteps
     from ddai.trainer.search import preflight as pf
     from ddai.trainer.search.episodes import Episodes, default_backends
     from ddai.trainer.search.logrows import RolloutLog, take_rows
@@ -435,8 +438,7 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
     )
     from ddai.trainer.search.tasks import load_tasks
     from ddai.trainer.search.vision import vision_batch
-    from ddai.trainer.sft.train import save_model
-    from ddai.trainer.value.model import save_value_model
+    from ddai.trainer.value.critic import save_value_model
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     cfg.check()
@@ -537,7 +539,7 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
     except BaseException:
         episodes.close()
         raise
-    zero_variance = pf.ZeroVarianceSteps()
+    zero_variance = ZeroVarianceSteps()
     run_id = cfg.run_id or (state.run_id if state else f"ppo_{time.strftime('%Y%m%d_%H%M%S')}")
     run_id = accel.gather_rows([run_id], acc)[0]  # rank 0's timestamp names the run
     log = RolloutLog(workspace.logs_dir(cfg.logs), run_id)
@@ -597,7 +599,7 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
                 metrics = {**accel.mean_metrics(metrics, acc), RATIO_DEV_MAX: dev}
                 clips.observe(metrics)
                 vf_losses.append(metrics["critic/vf_loss"])
-                advantages = vl.sequence_mean(exp.advantages, batch.mask).tolist()
+                advantages = sequence_mean(exp.advantages, batch.mask).tolist()
                 rows = take_rows(
                     episodes.store,
                     [t.key for t in trajs],

@@ -45,3 +45,19 @@ class MetricsFileCallback(TrainerCallback):
 
 def _scalars(logs: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in logs.items() if isinstance(v, int | float | str | bool) or v is None}
+
+
+def build_callbacks(
+    output_dir: str | os.PathLike[str], metrics_file: str | None, *, progress: bool = True
+) -> list[Any]:
+    """TRL's rich progress display (unless ``progress`` is off), plus a metrics file writer when
+    asked for."""
+    from trl import RichProgressCallback
+
+    # TRL's rich display ignores ``disable_tqdm`` and draws on stdout, where ``--json`` prints.
+    callbacks: list[Any] = [RichProgressCallback()] if progress else []
+    if metrics_file:
+        callbacks.append(
+            MetricsFileCallback(Path(output_dir) / f"metrics.{metrics_file}", metrics_file)
+        )
+    return callbacks

@@ -1,10 +1,11 @@
 """Per-step training metrics kept beside the rollout log, so reports see what the optimizer did.
 
-``TrainMetricsLog`` is a ``TrainerCallback``: every time the trainer logs (each ``logging_steps``
-optimizer steps) it keeps the step's reward, loss and clip ratios (TRL's ``clip_ratio/*``: the
-share of policy tokens, or of sequences under GSPO, whose ratio left the clip range) and appends
-them to ``<logs>/_side/train_metrics/<run>.jsonl`` through the run's one writer (``RolloutLog``'s
-side table: under the run's write lock, listed with its hash in the run's manifest; bytes already
+``TrainMetricsLog`` is a ``TrainerCallback`` (any transformers trainer takes one; GRPO's does):
+every time the trainer logs (each ``logging_steps`` optimizer steps) it keeps the step's reward,
+loss and clip ratios (TRL's ``clip_ratio/*``: the share of policy tokens, or of sequences under
+GSPO, whose ratio left the clip range) and appends them to
+``<logs>/_side/train_metrics/<run>.jsonl`` through the run's one writer (``RolloutLog``'s side
+table: under the run's write lock, listed with its hash in the run's manifest; bytes already
 written are never rewritten). ``ddai report`` reads that side table for its training section; the
 run's summary reports the mean clip ratio. On a log store on object storage each step's row is
 put as one new part object listed in the manifest (``ddai.pipelines.side_log``): no step puts
@@ -16,12 +17,11 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from transformers import TrainerCallback
 
-from ddai.pipelines.side_log import side_path
-from ddai.trainer.search.logrows import RolloutLog
+from ddai.pipelines.side_log import SideLog, side_path
 
 TABLE = "train_metrics"
 # Keys kept from the trainer's logs: name in the log → column in the side table.
@@ -41,16 +41,24 @@ def side_table_path(logs: str | os.PathLike[str], run_id: str) -> Path:
     return side_path(logs, TABLE, run_id)
 
 
+class RunWriter(Protocol):
+    """The run's one writer of the log store (GRPO's ``search.logrows.RolloutLog``): the side
+    table goes through it, so its parts are listed in the run's manifest by the run's commits."""
+
+    def side_table(self, table: str) -> SideLog: ...
+
+
 class TrainMetricsLog(TrainerCallback):
     """Keeps the logged training metrics per step; writes them to the log store when given one,
-    through the run's one writer (``writer``: the run's ``RolloutLog``; built when not given)."""
+    through the run's one writer (``writer``: the run's ``RolloutLog``; without one, the side table
+    is opened on its own, as a ``RolloutLog`` built for it would)."""
 
     def __init__(
         self,
         logs: str | os.PathLike[str] | None = None,
         run_id: str | None = None,
         *,
-        writer: RolloutLog | None = None,
+        writer: RunWriter | None = None,
     ):
         self.logs = logs
         self.path = side_table_path(logs, run_id) if logs is not None and run_id else None
@@ -60,9 +68,12 @@ class TrainMetricsLog(TrainerCallback):
         self._mine = 0
         if self.path is not None:
             assert logs is not None and run_id is not None
-            log = writer if writer is not None else RolloutLog(Path(logs), run_id)
             # A resumed run keeps the steps before its checkpoint (later ones are replaced).
-            self._table = log.side_table(TABLE)
+            self._table = (
+                writer.side_table(TABLE)
+                if writer is not None
+                else SideLog.open(Path(logs), run_id, TABLE)
+            )
             self.rows = list(self._table.rows)
 
     def on_log(self, args, state, control, logs=None, **kwargs):

@@ -103,7 +103,7 @@ def ensure_training_template(tokenizer: Any) -> str:
         return current
     if current:
         try:
-            from trl.chat_template_utils import get_training_chat_template
+            from trl import get_training_chat_template
 
             patched = get_training_chat_template(tokenizer)
         except (ValueError, KeyError, NotImplementedError):

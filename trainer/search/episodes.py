@@ -18,6 +18,7 @@ from ddai.trainer.common import TrainConfigError
 from ddai.trainer.runtime import dist
 from ddai.trainer.search.config import EpisodeBackends, EpisodeConfig
 from ddai.trainer.search.env import EnvConfig, SearchEnv
+from ddai.trainer.search.logrows import take_rows
 from ddai.trainer.search.rewards import RewardSpec, StreamingScorer
 from ddai.trainer.search.rollout import (
     HFSampler,
@@ -27,10 +28,15 @@ from ddai.trainer.search.rollout import (
     run_rollouts,
     token_truncator,
 )
-from ddai.trainer.search.sampling import SamplingConfig
+from ddai.trainer.search.sampling import SamplingConfig, teacher_forced_logprobs
 from ddai.trainer.search.scoring import ScoreStore
 from ddai.trainer.search.tasks import Task
-from ddai.trainer.search.vision import VisionObservationFormat, vision_batch
+from ddai.trainer.search.vision import (
+    VisionObservationFormat,
+    on_device,
+    slice_vision,
+    vision_batch,
+)
 
 
 def env_config(cfg: EpisodeConfig, observation: str = "text") -> EnvConfig:
@@ -205,6 +211,30 @@ class SearchRollout:
             "env_mask": [t.env_mask for t in trajs],
             "episode_key": [t.key for t in trajs],
         }
+
+    # What ``trl_compat``'s ``DdaiGRPOTrainer`` asks of its rollout: the fence imports nothing of
+    # the episode layer, it is handed these pieces.
+
+    def take_rows(
+        self, keys: list[str], advantages: list[float], **kwargs: Any
+    ) -> list[dict[str, Any]]:
+        """The log rows of episodes ``keys`` taken out of the store (``logrows.take_rows``)."""
+        return take_rows(self.store, keys, advantages, **kwargs)
+
+    def vision_chunk(
+        self, fields: dict[str, Any], start: int, end: int, device: Any
+    ) -> dict[str, Any]:
+        """Rollouts ``start:end`` of a batch's image fields (``slice_vision``, on the CPU where
+        they lie), moved to ``device``; ``{}`` when those rollouts saw no image."""
+        return on_device(slice_vision(fields, start, end) or {}, device)
+
+    def teacher_forced_logprobs(
+        self, logits: Any, input_ids: Any, pad: list[int], *, entropy: bool
+    ) -> tuple[Any, Any]:
+        """``sampling.teacher_forced_logprobs`` under this rollout's ``sampling_config``."""
+        return teacher_forced_logprobs(
+            logits, input_ids, pad, self.sampling_config, entropy=entropy
+        )
 
 
 class Episodes:

@@ -21,8 +21,8 @@ step worthless, and exit 2 naming the problem and its fix:
    sample of a cold policy can be flat while the whole set is not).
 
 ``--skip-preflight`` overrides; the run's ``run_config.json`` records it and the findings. During
-training, ``ZeroVarianceSteps`` counts the steps whose groups all had zero reward variance (GRPO
-learns nothing from them) and warns about each.
+training, ``ddai.trainer.runtime.zero_variance.ZeroVarianceSteps`` counts the steps whose groups
+all had zero reward variance (GRPO learns nothing from them) and warns about each.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from typing import Any
 
 from ddai.pipelines import golden, io, tags
 from ddai.trainer.common import TrainConfigError
+from ddai.trainer.runtime.zero_variance import zero_variance
 from ddai.trainer.search.env import search_doc
 from ddai.trainer.search.tasks import Task
 
@@ -284,51 +285,6 @@ def check_episodes(report: PreflightReport, episodes: Sequence[SampledEpisode]) 
             f"{len(groups)} sampled groups (format ok in {sum(e.format_ok for e in episodes)})",
             "SFT the policy first, or check the reward backends and --reward weights",
         )
-
-
-# ---------------------------------------------------------------------------- during training
-
-
-def zero_variance(rewards: Sequence[float], tol: float = 1e-12) -> bool:
-    """Whether every reward equals the first (within ``tol``): a group GRPO learns nothing from."""
-    return all(abs(r - rewards[0]) <= tol for r in rewards)
-
-
-@dataclass
-class ZeroVarianceSteps:
-    """Counts training steps whose groups all had zero reward variance, warning about each."""
-
-    steps: dict[int, bool] = field(default_factory=dict)
-    """step → whether every group seen in it so far was flat."""
-    groups: int = 0
-    """Groups seen, all steps."""
-    informative: int = 0
-    """Groups with reward variance (mixed outcomes: the only ones with a learning signal)."""
-
-    def observe(self, step: int, groups: Sequence[Sequence[float]]) -> bool:
-        """Record one batch of ``step``; True when all its groups are flat."""
-        flat = bool(groups) and all(zero_variance(g) for g in groups)
-        self.groups += len(groups)
-        self.informative += sum(not zero_variance(g) for g in groups)
-        first = step not in self.steps
-        self.steps[step] = flat and self.steps.get(step, True)
-        if flat and first:
-            log.warning(
-                "step %d: all %d groups have zero reward variance (rewards %s): no learning signal",
-                step,
-                len(groups),
-                sorted({round(r, 4) for g in groups for r in g}),
-            )
-        return flat
-
-    @property
-    def count(self) -> int:
-        return sum(self.steps.values())
-
-    @property
-    def informative_share(self) -> float | None:
-        """Share of all groups seen that had reward variance (None before any)."""
-        return self.informative / self.groups if self.groups else None
 
 
 # ---------------------------------------------------------------------------- run config

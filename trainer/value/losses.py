@@ -10,7 +10,6 @@ tokens and padding, so observations never get a value target.
 - ``pairwise_ranking_loss``: ``-log σ(v⁺ − v⁻)`` on sequence-mean values of a successful and a
   failed rollout of the same prompt.
 - ``hybrid_value_loss``: ``pairwise_coef · pairwise + mc_coef · (MC⁺ + MC⁻)/2`` (seed 004's mix).
-- ``td_lambda_targets``: λ-returns over policy tokens (MC when γ = λ = 1), built on ``gae``.
 - ``kl_penalized_rewards``: per-token rewards ``−β·KL_t`` plus the outcome on the last policy token.
 - ``clipped_value_loss``: PPO's (optionally clipped) critic loss.
 - ``roc_auc``, ``pairwise_accuracy``: held-out ranking quality of a value head.
@@ -24,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ddai.trainer.advantages import gae, outcome_rewards
+from ddai.trainer.advantages import outcome_rewards
 from ddai.trainer.rlmath import aggregate, kl_penalty, masked_mean
 
 __all__ = [
@@ -36,7 +35,6 @@ __all__ = [
     "pairwise_ranking_loss",
     "roc_auc",
     "sequence_mean",
-    "td_lambda_targets",
 ]
 
 Metrics = dict[str, float]
@@ -134,28 +132,6 @@ def hybrid_value_loss(
         loss = loss + mc_coef * mc
     metrics.update({"value/mc_mse": float(mc.detach()), "value/loss": float(loss.detach())})
     return loss, metrics
-
-
-def td_lambda_targets(
-    rewards: Tensor, values: Tensor, mask: Tensor, *, gamma: float = 1.0, lam: float = 1.0
-) -> Tensor:
-    """TD(λ) value targets over policy tokens: the λ-return ``G^λ_t = A^GAE_t + V_t``.
-
-    Observation spans are skipped (the next policy token bootstraps across them). With
-    ``γ = λ = 1`` the target is the Monte-Carlo return (the outcome for an outcome-only reward);
-    with ``λ = 0`` it is the one-step target ``r_t + γ·V_{t'}``.
-
-    Args:
-        rewards: ``[B,T]`` per-token rewards (``outcome_rewards`` puts a scalar on the last
-            policy token).
-        values: ``[B,T]`` current value estimates (used detached).
-        mask: ``[B,T]`` 1 on policy tokens.
-
-    Returns:
-        ``[B,T]`` targets, 0 at mask-0 positions; no gradient.
-    """
-    _, returns = gae(rewards.detach(), values.detach(), mask, gamma, lam)
-    return returns
 
 
 def kl_penalized_rewards(

@@ -103,14 +103,6 @@ def weight_stats(weights: Tensor, ce_mask: Tensor, cfg: TDWeightConfig) -> Metri
     }
 
 
-def token_ce(logits: Tensor, targets: Tensor) -> Tensor:
-    """``[B,T]`` cross-entropy of ``targets[B,T]`` under ``logits[B,T,V]`` (float32): the
-    reference ``chunked_token_ce`` is tested against."""
-    return torch.nn.functional.cross_entropy(
-        logits.float().flatten(0, 1), targets.flatten(), reduction="none"
-    ).view(targets.shape)
-
-
 CE_CHUNK = 512
 """Token positions whose logits ``chunked_token_ce`` holds at a time."""
 
@@ -133,7 +125,7 @@ def chunked_token_ce(
 
     Only the masked positions reach the LM head, ``chunk`` at a time, each chunk recomputed in
     the backward (activation checkpointing): at most one ``[chunk, V]`` block of logits is alive,
-    in the model's dtype, where ``token_ce`` holds ``[B,T,V]`` and a float32 copy of it."""
+    in the model's dtype, where a plain cross-entropy holds ``[B,T,V]`` and a float32 copy of it."""
     from torch.utils.checkpoint import checkpoint
 
     on = mask > 0

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from ddai.pipelines.backends import VQARequest, get_backend, run_sync
+from ddai.pipelines.backends.vqa_simulator import VQASimulator
 from ddai.pipelines.metrics import vqa_accuracy_symmetric
-from ddai.pipelines.pointer.simulator import VQASimulator
 from ddai.pipelines.pointer.world import WorldConfig, make_world
 
 META = {

@@ -10,7 +10,7 @@ from support.fakes import FakeModelServer
 
 from ddai.pipelines.backends import BackendSpec, build
 from ddai.pipelines.backends.media import IMAGE_SLOT, interleave
-from ddai.pipelines.pointer.simulator import VQASimulator
+from ddai.pipelines.backends.vqa_simulator import VQASimulator
 from ddai.pipelines.pointer.vqa import build_prompt, evaluate, make_request
 
 

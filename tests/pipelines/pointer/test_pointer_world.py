@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from ddai.pipelines import manifest
+from ddai.pipelines.backends.vqa_simulator import VQASimulator
 from ddai.pipelines.metrics import vqa_accuracy_symmetric
-from ddai.pipelines.pointer.simulator import VQASimulator
 from ddai.pipelines.pointer.world import (
     WorldConfig,
     load_world,

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from ddai.pipelines.backends import get_backend
+from ddai.pipelines.backends.vqa_simulator import VQASimulator
 from ddai.pipelines.pointer import vqa
 from ddai.pipelines.pointer.records import query_record
-from ddai.pipelines.pointer.simulator import VQASimulator
 from ddai.pipelines.pointer.store import build_store
 from ddai.pipelines.pointer.world import WorldConfig, make_world
 from ddai.trainer.pointer import decode
