@@ -19,10 +19,11 @@ import torch
 from PIL import Image
 from support.tiny_vlm import build_tiny_vlm
 
-from ddai.trainer.modeling import disable_dropout, load_vision_model
+from ddai.trainer.modeling import load_vision_model
 from ddai.trainer.ppo import train as ppo
 from ddai.trainer.ppo.config import PPORunConfig
 from ddai.trainer.search.vision import VisionObservationFormat, vision_batch
+from ddai.trainer.trl_compat import disable_dropout
 from ddai.trainer.value.data import pad_batch
 from ddai.trainer.value.model import new_value_model
 from ddai.trainer.vlm_inputs import forward_inputs, select_images
@@ -103,9 +104,9 @@ def test_the_training_pass_recomputes_the_rollouts_old_logprobs(world, monkeypat
         seen.setdefault("critic", (values.detach(), old_values, mask))
         return real_value(values, old_values, returns, mask, **kw)
 
-    real_actor, real_value = ppo.actor_loss, ppo.vl.clipped_value_loss
+    real_actor, real_value = ppo.actor_loss, ppo.clipped_value_loss
     monkeypatch.setattr(ppo, "actor_loss", actor_loss)
-    monkeypatch.setattr(ppo.vl, "clipped_value_loss", value_loss)
+    monkeypatch.setattr(ppo, "clipped_value_loss", value_loss)
     opts = [
         torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=1e-3)
         for m in (policy, critic)

@@ -167,7 +167,7 @@ def check_search(
             report.add(
                 "search",
                 "error",
-                f"the search service is not healthy: {state['detail']}",
+                f"the search backend {backend_label(search)} is not healthy: {state['detail']}",
                 "check that the search service is up and --search names the right backend",
             )
             return
