@@ -26,6 +26,9 @@ EXTERNAL = {
     "scripts/vet_sft_rollouts_gpt.py",  # DDAI's SFT vetting (pass/fail criteria)
     "scripts/filter_sft_queries_gpt.py",  # DDAI's SFT query filter (labels, drift)
     "hf_dataset_overall_test_set.py",  # DDAI's overall test set (its categories)
+    "search_engine_api.py",  # DDAI's search service (the POST contract its trainer speaks)
+    "build_train1_sft_dataset.py",  # DDAI's train1 build (system-error cap, train/val split)
+    "finalize_success_only_sft_dataset.py",  # DDAI's finalize ranking of SFT trajectories
 }
 _PATH = re.compile(r"(?<![\w./-])((?:[\w.-]+/)*[\w-]+\.(?:py|sql))\b")
 _DOTTED = re.compile(r"(?<![\w.])ddai(?:\.[A-Za-z_]\w*)+")

@@ -121,6 +121,31 @@ def serve_export(logs: Path, tmp: Path) -> list[str]:
     return [res.text]
 
 
+def serve_sql_export(logs: Path, tmp: Path) -> list[str]:
+    client = TestClient(create_app(ServeConfig(logs=logs)), base_url="http://127.0.0.1")
+    # the page token the SQL page carries in its <meta name="ddai-token">
+    token = client.get("/sql").text.split('<meta name="ddai-token" content="')[1].split('"')[0]
+    sql = " UNION ALL ".join(f"SELECT {_sql_str(e)} AS cell" for e in EVIL)
+    res = client.post("/api/sql/export.csv", headers={"X-DDAI-Token": token}, json={"sql": sql})
+    assert res.status_code == 200, res.text
+    return [res.text]
+
+
+def _sql_str(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def serve_review_decisions(logs: Path, tmp: Path) -> list[str]:
+    from ddai.reports.serve.review_queue import ReviewQueue
+
+    sheet, out = tmp / "review.csv", tmp / "decisions.csv"
+    sheet.write_text("uid,verdict,reason\n" + "".join(f"u{i},,\n" for i in range(len(EVIL))))
+    queue = ReviewQueue(sheet, out)
+    for i, e in enumerate(EVIL):
+        queue.decide(f"u{i}", "wrong", e, annotator=e)
+    return [_text(out)]
+
+
 def verify_gt_review_sheet(logs: Path, tmp: Path) -> list[str]:
     rows = [
         review.ReviewRow(
@@ -167,6 +192,8 @@ WRITERS = {
     ),
     "report CSV downloads": (report_downloads, "reports/downloads.py"),
     "ddai serve /export.csv": (serve_export, "reports/serve/app.py"),
+    "ddai serve SQL box CSV export": (serve_sql_export, "reports/serve/sqlbox.py"),
+    "ddai serve review decisions": (serve_review_decisions, "reports/serve/review_queue.py"),
     "curate verify-gt review.csv": (verify_gt_review_sheet, "pipelines/funnel/review.py"),
     "train --report-to csv metrics": (trainer_metrics_file, "trainer/runtime/metrics_file.py"),
     "fixtures make reviews": (fixture_review, "pipelines/fixtures/make.py"),

@@ -184,7 +184,8 @@ async def _walk(base: str, port: int, w: dict[str, Any]) -> dict[str, Any]:
             "({think: Array.from(document.querySelectorAll('.think')).map(t => t.textContent),"
             " answer: document.querySelector('.answer').textContent,"
             " scripts: document.scripts.length,"
-            " images: Array.from(document.images).map(i => new URL(i.src).pathname)})"
+            " images: Array.from(document.images).map(i => new URL(i.src).pathname),"
+            " missing: document.querySelectorAll('.img-missing').length})"
         )
         await asyncio.sleep(0.2)
         got.update(requests=page.requests, responses=page.responses)
@@ -235,7 +236,10 @@ def test_explorer_walk_in_chromium(world, tmp_path):
     assert any(XSS in t for t in planted["think"])
     assert planted["answer"] == XSS_ANSWER
     assert planted["scripts"] == 1  # explorer.js only
-    assert planted["images"] and all(p.startswith("/img/") for p in planted["images"])
+    # its pages have no image on this server: each <img> asks /img/ and, once answered 404,
+    # becomes a placeholder (how many have turned by now is a race, so count both)
+    assert planted["images"] or planted["missing"]
+    assert all(p.startswith("/img/") for p in planted["images"])
     assert got["dialogs"] == [] and got["errors"] == []
     # only the server itself was asked for anything, and it answered every page
     assert {u.split("/")[2] for u in got["requests"]} == {base.split("/")[2]}
