@@ -27,11 +27,14 @@ STEP_NEXT = "curate.focus.next"
 @dataclass(frozen=True)
 class Selection:
     """Which rows of the first input a focus rule keeps, and why each other row was left out
-    (``_keys``' first-file rows, fetched): ``dropped``: reason → ids (in row order, reasons in
-    the order ``missing from run``, ``above <threshold>``, then each ``flagged <verdict>``)."""
+    (``_keys``' first-file rows): ``dropped``: reason → count, in the order ``missing from
+    run``, ``above <threshold>``, then each ``flagged <verdict>`` as first met; ``ids``: reason →
+    ids in row order, for every reason but ``above`` (its ids are in no summary or manifest; at
+    1M rollouts they were most of the rows fetched)."""
 
     kept: int
-    dropped: dict[str, list[str]]
+    dropped: dict[str, int]
+    ids: dict[str, list[str]]
 
 
 def keys(
@@ -70,16 +73,22 @@ def keys(
         LEFT JOIN _flags fl ON fl.id = d.id""",
         {"threshold": threshold, **{f"f{i}": f for i, f in enumerate(files)}},
     )
-    above = f"above {threshold:g}"
-    dropped: dict[str, list[str]] = {}
-    for key in ("missing from run", above):  # these first, then flags in row order
-        dropped[key] = []
+    counts = dict(
+        con.execute(
+            "SELECT reason, count(*) FROM _keys WHERE _f = 0 AND reason IS NOT NULL GROUP BY 1"
+        ).fetchall()
+    )
+    ids: dict[str, list[str]] = {"missing from run": []}  # first, then flags in row order
     for uid, reason in con.execute(
-        "SELECT id, reason FROM _keys WHERE _f = 0 AND reason <> 'keep' ORDER BY _pos"
+        "SELECT id, reason FROM _keys WHERE _f = 0 AND reason NOT IN ('keep', 'above') "
+        "ORDER BY _pos"
     ).fetchall():
-        dropped.setdefault(above if reason == "above" else reason, []).append(uid)
-    (kept,) = con.execute("SELECT count(*) FROM _keys WHERE reason = 'keep'").fetchall()[0]
-    return Selection(kept, {k: v for k, v in dropped.items() if v})
+        ids.setdefault(reason, []).append(uid)
+    ids = {k: v for k, v in ids.items() if v}
+    above = {f"above {threshold:g}": counts["above"]} if counts.get("above") else {}
+    dropped = {**{k: len(v) for k, v in ids.items() if k == "missing from run"}, **above}
+    dropped.update({k: len(v) for k, v in ids.items() if k != "missing from run"})
+    return Selection(counts.get("keep", 0), dropped, ids)
 
 
 @dataclass(frozen=True)
@@ -226,14 +235,14 @@ def _round1(
     )
     dups = dups_a + dups_0 + dups_merged
     n_zero = merged - sel.kept
-    missing = sel.dropped.get("missing from run", [])
+    missing = sel.ids.get("missing from run", [])
     summary = {
         "hard A": sel.kept,
         "bucket 0": n_zero,
         "round 1": merged,
         # fixed keys, the threshold a value: a key built from it changed with every --hard-max
         "hard max": cfg.hard_max,
-        "bucket A above hard max": len(sel.dropped.get(f"above {cfg.hard_max:g}", [])),
+        "bucket A above hard max": sel.dropped.get(f"above {cfg.hard_max:g}", 0),
         "bucket A missing from run": len(missing),
         "duplicate ids": len(dups),
     }
@@ -242,7 +251,7 @@ def _round1(
         rows_in=rows_in,
         rows_out=merged,
         dropped={
-            **{f"bucket A {r}": len(v) for r, v in sel.dropped.items()},
+            **{f"bucket A {r}": n for r, n in sel.dropped.items()},
             "duplicate id": len(dups),
         },
         notes={
@@ -269,9 +278,9 @@ def _next_round(
         "SELECT count(*), count(*) FILTER (_first) FROM _keys"
     ).fetchall()[0]
     dups = _ids(con, "NOT _first")
-    dropped = {r: len(v) for r, v in sel.dropped.items()}
+    dropped = dict(sel.dropped)
     flagged_n = sum(v for r, v in dropped.items() if r.startswith("flagged"))
-    missing = sel.dropped.get("missing from run", [])
+    missing = sel.ids.get("missing from run", [])
     summary = {
         "previous round": n_prev,
         "score max": cfg.score_max,
@@ -289,7 +298,7 @@ def _next_round(
         notes={
             "contributions": {str(inputs[0]): sel.kept},
             "missing_ids": missing,
-            "flagged_ids": {r: v for r, v in sel.dropped.items() if r.startswith("flagged")},
+            "flagged_ids": {r: v for r, v in sel.ids.items() if r.startswith("flagged")},
             "duplicate_ids": dups,
             step.SUMMARY_KEY: summary,
         },
@@ -300,7 +309,7 @@ def _next_round(
 def _require_scored(con: Any, sel: Selection, what: str, cfg: FocusConfig) -> None:
     """Every prompt missing from the run means the run scored another prompt set."""
     (n_first,) = con.execute("SELECT count(*) FROM _keys WHERE _f = 0 AND _first").fetchall()[0]
-    if n_first and len(sel.dropped.get("missing from run", [])) == n_first:
+    if n_first and sel.dropped.get("missing from run", 0) == n_first:
         src = f"the mean reward of run(s) {', '.join(cfg.runs)}"
         ours = native.head(con, "SELECT id FROM _keys WHERE _f = 0 AND _first ORDER BY _pos")
         (n_scores,) = con.execute(f"SELECT count(*) FROM {scores.SCORES}").fetchall()[0]
