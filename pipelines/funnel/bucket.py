@@ -10,25 +10,19 @@ score added to ``extra_info``, sorted by score descending, ties in dataset order
 from __future__ import annotations
 
 import contextlib
-import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from ddai.pipelines import objstore
 from ddai.pipelines.funnel import native, scores, step
+from ddai.pipelines.funnel.configs import BUCKETS, BucketConfig, file_name  # noqa: F401 (re-exported)
 from ddai.pipelines.lazy import lazy_module
 
 np = lazy_module("numpy")
 
 STEP = "curate.bucket"
-BUCKETS = ("b", "a", "0")
 LABELS = {"b": "bucket B", "a": "bucket A", "0": "bucket 0"}
-
-
-def file_name(bucket: str) -> str:
-    """DDAI's file names: ``curriculum_bucket_{b,a,0}.parquet``."""
-    return f"curriculum_bucket_{bucket}.parquet"
 
 
 def split(values: np.ndarray, *, mastered: float, floor: float) -> dict[str, np.ndarray]:
@@ -51,69 +45,18 @@ def split(values: np.ndarray, *, mastered: float, floor: float) -> dict[str, np.
     return out
 
 
-@dataclass(frozen=True)
-class BucketConfig:
-    """Flags of ``ddai curate bucket``. Exactly one score source: ``runs`` (with ``logs``) or
-    ``scores`` (a table with ``id`` and ``score_col``; default: its one numeric column)."""
-
-    dataset: Path
-    out: Path
-    logs: Path | None = None
-    runs: tuple[str, ...] = ()
-    scores: Path | None = None
-    score_col: str | None = None
-    metric: str = "ndcg"
-    agg: str = "mean"
-    mastered: float = 0.7
-    floor: float = 0.1
-    force: bool = False
-
-    def __post_init__(self) -> None:
-        if bool(self.runs) == bool(self.scores):
-            raise ValueError(
-                "give one score source: --logs DIR --run RUN (aggregate a run's rollouts) or "
-                "--scores FILE --score-col COL (a table of per-prompt scores)"
-            )
-        if self.runs and self.logs is None:
-            raise ValueError("--run needs the log store (--logs DIR)")
-        scores.check_metric(self.metric, self.agg)
-        for name in ("mastered", "floor"):
-            v = getattr(self, name)
-            if not (math.isfinite(v) and 0.0 <= v <= 1.0):
-                raise ValueError(f"--{name} must be within [0, 1], got {v}")
-        if self.floor > self.mastered:
-            raise ValueError(f"--floor ({self.floor}) must not exceed --mastered ({self.mastered})")
-
-    @property
-    def column(self) -> str:
-        """The ``extra_info`` field that carries the score."""
-        return self.score_col or f"{self.metric}_{self.agg}"
-
-    def outputs(self) -> dict[str, Path]:
-        return {b: self.out / file_name(b) for b in BUCKETS}
-
-    def inputs(self) -> list[Path]:
-        dataset = step.require(self.dataset, "dataset")
-        if self.scores is not None:
-            return [dataset, step.require(self.scores, "score table")]
-        return [dataset, *scores.partitions(self.logs, self.runs)]
-
-    def params(self) -> dict[str, Any]:
-        src = {"scores": "table"} if self.scores else {"scores": "log", "runs": list(self.runs)}
-        return {
-            **src,
-            "metric": None if self.scores else self.metric,
-            "agg": None if self.scores else self.agg,
-            "score_col": self.column,
-            "mastered": self.mastered,
-            "floor": self.floor,
-        }
+def _inputs(cfg: BucketConfig) -> list[Path]:
+    """The step's input files (each checked to exist), then the runs' log partitions."""
+    dataset = step.require(cfg.dataset, "dataset")
+    if cfg.scores is not None:
+        return [dataset, step.require(cfg.scores, "score table")]
+    return [dataset, *scores.partitions(cfg.logs, cfg.runs)]
 
 
 def run_bucket(cfg: BucketConfig) -> step.StepResult:
     if cfg.scores is not None and not cfg.score_col:
         cfg = replace(cfg, score_col=scores.score_column(cfg.scores))
-    inputs = cfg.inputs()
+    inputs = _inputs(cfg)
     outputs = {b: step.resolve(p) for b, p in cfg.outputs().items()}
     with step.started(
         STEP, cfg.params(), inputs, force=cfg.force, outputs=list(outputs.values())

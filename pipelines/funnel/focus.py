@@ -10,7 +10,6 @@ flagged (``wrong`` or ``uncertain``), in round N's order. Either way the result 
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,9 +18,7 @@ from typing import Any
 from ddai.pipelines import manifest, objstore
 from ddai.pipelines.funnel import decisions as dec
 from ddai.pipelines.funnel import native, scores, step
-
-STEP_ROUND1 = "curate.focus.round1"
-STEP_NEXT = "curate.focus.next"
+from ddai.pipelines.funnel.configs import STEP_NEXT, STEP_ROUND1, FocusConfig  # noqa: F401 (re-exported)
 
 
 @dataclass(frozen=True)
@@ -91,68 +88,17 @@ def keys(
     return Selection(counts.get("keep", 0), dropped, ids)
 
 
-@dataclass(frozen=True)
-class FocusConfig:
-    """Flags of ``ddai curate focus``: round 1 (``bucket_a`` and ``bucket_0``) or round N+1
-    (``prev``), each scored by the mean ``reward`` of ``runs`` in ``logs``."""
-
-    out: Path
-    logs: Path
-    runs: tuple[str, ...]
-    bucket_a: Path | None = None
-    bucket_0: Path | None = None
-    hard_max: float = 0.2
-    prev: Path | None = None
-    score_max: float = 0.3
-    decisions: tuple[Path, ...] = ()
-    force: bool = False
-
-    def __post_init__(self) -> None:
-        round1 = self.bucket_a is not None or self.bucket_0 is not None
-        if round1 == (self.prev is not None):
-            raise ValueError(
-                "choose one: round 1 (--bucket-a FILE --bucket-0 FILE) or round N+1 (--prev FILE)"
-            )
-        if round1 and (self.bucket_a is None or self.bucket_0 is None):
-            raise ValueError("round 1 needs both --bucket-a FILE and --bucket-0 FILE")
-        if round1 and self.decisions:
-            raise ValueError(
-                "--decisions applies to round N+1; verify bucket 0 with `ddai curate verify-gt` "
-                "and pass its *_filtered.parquet as --bucket-0"
-            )
-        if not self.runs:
-            raise ValueError("name the run that scored these prompts with --run RUN")
-        for name in ("hard_max", "score_max"):
-            v = getattr(self, name)
-            if not math.isfinite(v):
-                raise ValueError(f"--{name.replace('_', '-')} must be a number, got {v}")
-
-    @property
-    def round1(self) -> bool:
-        return self.prev is None
-
-    @property
-    def step(self) -> str:
-        return STEP_ROUND1 if self.round1 else STEP_NEXT
-
-    def inputs(self) -> list[Path]:
-        if self.round1:
-            files = [(self.bucket_a, "bucket A"), (self.bucket_0, "bucket 0")]
-        else:
-            files = [(self.prev, "previous round"), *((d, "decisions") for d in self.decisions)]
-        return [step.require(f, what) for f, what in files] + scores.partitions(
-            self.logs, self.runs
-        )
-
-    def params(self) -> dict[str, Any]:
-        common = {"runs": list(self.runs), "score": "reward_mean"}
-        if self.round1:
-            return {**common, "hard_max": self.hard_max}
-        return {**common, "score_max": self.score_max}
+def _inputs(cfg: FocusConfig) -> list[Path]:
+    """The step's input files (each checked to exist), then the runs' log partitions."""
+    if cfg.round1:
+        files = [(cfg.bucket_a, "bucket A"), (cfg.bucket_0, "bucket 0")]
+    else:
+        files = [(cfg.prev, "previous round"), *((d, "decisions") for d in cfg.decisions)]
+    return [step.require(f, what) for f, what in files] + scores.partitions(cfg.logs, cfg.runs)
 
 
 def run_focus(cfg: FocusConfig) -> step.StepResult:
-    inputs = cfg.inputs()
+    inputs = _inputs(cfg)
     out = step.resolve(cfg.out)
     with step.started(cfg.step, cfg.params(), inputs, force=cfg.force, outputs=[out]) as begun:
         if begun.skip:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ddai.pipelines import capabilities, csv_cells, objstore, query, store
+from ddai.pipelines.funnel.configs import AGGS, METRICS, check_metric  # noqa: F401 (re-exported)
 from ddai.pipelines.lazy import lazy_module
 
 np = lazy_module("numpy")
@@ -24,8 +25,6 @@ pl = lazy_module("polars")
 pa = lazy_module("pyarrow")
 pc = lazy_module("pyarrow.compute")
 
-METRICS = ("ndcg", "judge", "reward")
-AGGS = ("mean", "max")
 # Decimal places kept before comparing with a threshold: far above float noise (1e-16 relative),
 # far below any meaningful difference in a mean of scores in [0, 1].
 BOUNDARY_DECIMALS = 9
@@ -156,13 +155,6 @@ def _count_and_head(ids: Any) -> tuple[int, list[Any]]:
 
 def as_dict(scores: pa.Table) -> dict[str, float]:
     return dict(zip(scores["uid"].to_pylist(), scores["score"].to_pylist(), strict=True))
-
-
-def check_metric(metric: str, agg: str) -> None:
-    if metric not in METRICS:
-        raise ValueError(f"metric {metric!r} is not known; use one of {', '.join(METRICS)}")
-    if agg not in AGGS:
-        raise ValueError(f"aggregate {agg!r} is not known; use one of {', '.join(AGGS)}")
 
 
 def score_column(path: str | os.PathLike[str]) -> str:
