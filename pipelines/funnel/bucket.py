@@ -74,6 +74,7 @@ def _bucket(
             import duckdb
 
             con = stack.enter_context(duckdb.connect())
+            con.execute("SET enable_progress_bar = false")
             # a score table is read by its own readers (CSV escapes, JSON lines, conflicts)
             con.register("_score_file", scores.read_score_table(cfg.scores, cfg.column))
             n_scores = native.score_table(con, scores.SCORES, "FROM _score_file")
