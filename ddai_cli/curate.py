@@ -32,8 +32,15 @@ from ddai.cli.common import (
 )
 from ddai.cli.flags import default_of  # options would load the episode configs (trainer.search)
 from ddai.pipelines import workspace
-from ddai.pipelines.funnel import bucket, focus, lineage, plan, scores, verify_gt
+from ddai.pipelines.funnel import configs
 from ddai.pipelines.lazy import lazy_module
+
+# the steps load when a command runs; --help reads only their configs (funnel/configs.py)
+bucket = lazy_module("ddai.pipelines.funnel.bucket")
+focus = lazy_module("ddai.pipelines.funnel.focus")
+lineage = lazy_module("ddai.pipelines.funnel.lineage")
+plan = lazy_module("ddai.pipelines.funnel.plan")
+verify_gt = lazy_module("ddai.pipelines.funnel.verify_gt")
 
 duckdb = lazy_module("duckdb")
 
@@ -48,10 +55,10 @@ curate_app = typer.Typer(
 )
 
 
-Metric = choices("Metric", scores.METRICS)
-Agg = choices("Agg", scores.AGGS)
-Prior = choices("Prior", plan.PRIORS)
-B, V, FC, PC = bucket.BucketConfig, verify_gt.VerifyConfig, focus.FocusConfig, plan.PlanConfig
+Metric = choices("Metric", configs.METRICS)
+Agg = choices("Agg", configs.AGGS)
+Prior = choices("Prior", configs.PRIORS)
+B, V, FC, PC = configs.BucketConfig, configs.VerifyConfig, configs.FocusConfig, configs.PlanConfig
 
 
 DatasetOpt = Annotated[
@@ -177,7 +184,7 @@ def verify_gt_cmd(
             "--select",
             metavar="<rule>",
             help="Candidate rule (repeatable; default with --run: all three): "
-            + "; ".join(f"{k}: {v}" for k, v in verify_gt.RULE_HELP.items())
+            + "; ".join(f"{k}: {v}" for k, v in configs.RULE_HELP.items())
             + ". Without --run every prompt is a candidate.",
         ),
     ] = None,
@@ -335,7 +342,7 @@ def plan_cmd(
             "--n-agent",
             metavar="<n>",
             help="Proposed rollouts per prompt; repeatable (default "
-            + " ".join(map(str, plan.DEFAULT_N_AGENT))
+            + " ".join(map(str, configs.DEFAULT_N_AGENT))
             + ").",
         ),
     ] = None,
@@ -386,7 +393,7 @@ def plan_cmd(
         cfg = plan.PlanConfig(
             logs=workspace.logs_dir(logs),
             runs=tuple(runs or ()),
-            n_agent=tuple(n_agent or plan.DEFAULT_N_AGENT),
+            n_agent=tuple(n_agent or configs.DEFAULT_N_AGENT),
             max_turns=max_turns,
             target=target,
             prior=prior.value,

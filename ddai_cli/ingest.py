@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -17,9 +17,10 @@ from ddai.cli.common import (
     summary,
 )
 from ddai.pipelines import adapters, workspace
-from ddai.pipelines.adapters.hint import wrong_format_hint
-from ddai.pipelines.ingest import IngestConfig, IngestResult, ingest
 from ddai.pipelines.objstore import display
+
+if TYPE_CHECKING:
+    from ddai.pipelines.ingest import IngestResult
 
 
 def ingest_cmd(
@@ -83,6 +84,11 @@ def ingest_cmd(
         raise fail(
             f"--input-format {fmt!r} is not known; use one of {', '.join(adapters.formats())}"
         )
+    # the ingest itself (its store writer, the adapters it reads with) loads when it runs:
+    # --help needs none of it
+    from ddai.pipelines.adapters.hint import wrong_format_hint
+    from ddai.pipelines.ingest import IngestConfig, ingest
+
     cfg = IngestConfig(
         sources=sources,
         logs=workspace.logs_dir(logs),

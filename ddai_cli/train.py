@@ -37,7 +37,7 @@ from ddai.cli.running import (
     sub_app,
 )
 from ddai.trainer.grpo.config import GRPORunConfig
-from ddai.trainer.sft.train import SFTRunConfig
+from ddai.trainer.sft.config import SFTRunConfig
 
 GRPO_RUN_ID = run_id_option("grpo")
 

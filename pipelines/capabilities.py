@@ -147,6 +147,7 @@ def run_capabilities(logs: str | os.PathLike[str], run: str) -> Capabilities:
     import duckdb  # only a manifest from before the counts: `ddai runs` needs no DuckDB
 
     con = duckdb.connect()
+    con.execute("SET enable_progress_bar = false")  # no bar drawn over the command's
     try:
         objstore.register(con, files)  # a store on object storage: read through fsspec
         con.read_parquet([str(f) for f in files], hive_partitioning=False).create_view(

@@ -36,6 +36,7 @@ def count_table(table: pa.Table) -> dict[str, int]:
     import duckdb
 
     con = duckdb.connect()
+    con.execute("SET enable_progress_bar = false")  # no bar drawn over the command's
     try:
         con.register("rollouts_src", table)
         return count_relation(con)

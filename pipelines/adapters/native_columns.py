@@ -62,6 +62,7 @@ def _extra(table: pa.Table, run_id: str | None) -> pa.ChunkedArray | None:
     ``source_run_id`` set where ``--run-id`` overrides the row's own; None when some ``extra`` is
     not a JSON object (the per-row path wraps it)."""
     con = duckdb.connect()
+    con.execute("SET enable_progress_bar = false")  # no bar drawn over the command's
     try:
         con.register("b", pa.table({"e": table["extra"], "r": table["run_id"]}))
         own = "coalesce(nullif(e, ''), '{}')"

@@ -58,6 +58,7 @@ def _extra(lines: pa.LargeStringArray) -> pa.Array | None:
     """Each line's ``extra`` as the per-row path reads it, before ``normalize_rollout``: an
     object's JSON text, a string as is, null when absent or null; None to decline the batch."""
     con = duckdb.connect()
+    con.execute("SET enable_progress_bar = false")  # no bar drawn over the command's
     try:
         con.register("b", pa.table({"l": lines}))
         # one parse per line: its keys and both objects' JSON text (NULL when absent)

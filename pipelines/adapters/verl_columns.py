@@ -59,6 +59,7 @@ def _extra_key(name: str) -> str:
 def _field_texts(lines: pa.LargeStringArray, names: list[str]) -> pl.DataFrame | None:
     """Per line, each named field's JSON text as written (null where the line lacks it)."""
     con = duckdb.connect()
+    con.execute("SET enable_progress_bar = false")  # no bar drawn over the command's
     try:
         con.register("b", pa.table({"l": lines}))
         paths = "[" + ", ".join(f"'$.\"{n}\"'" for n in names) + "]"

@@ -8,23 +8,29 @@ from per-prompt success probabilities), ``lineage`` (manifests back to the raw l
 ``decisions`` (review CSVs), ``review`` (the sheet), ``step`` (manifests and skipping).
 """
 
-from ddai.pipelines.funnel.bucket import BucketConfig, run_bucket
-from ddai.pipelines.funnel.demo import run_funnel_demo
-from ddai.pipelines.funnel.focus import FocusConfig, run_focus
-from ddai.pipelines.funnel.lineage import lineage_graph, lineage_rows
-from ddai.pipelines.funnel.plan import PlanConfig, run_plan
-from ddai.pipelines.funnel.verify_gt import VerifyConfig, run_verify
+import importlib
+from typing import Any
 
-__all__ = [
-    "BucketConfig",
-    "FocusConfig",
-    "PlanConfig",
-    "VerifyConfig",
-    "lineage_graph",
-    "lineage_rows",
-    "run_bucket",
-    "run_focus",
-    "run_funnel_demo",
-    "run_plan",
-    "run_verify",
-]
+# Where each public name lives: loaded on first use (PEP 562), so importing one step (or the
+# configs, for `ddai curate --help`) does not import every step and its backends.
+_HOMES = {
+    "BucketConfig": "bucket",
+    "run_bucket": "bucket",
+    "run_funnel_demo": "demo",
+    "FocusConfig": "focus",
+    "run_focus": "focus",
+    "lineage_graph": "lineage",
+    "lineage_rows": "lineage",
+    "PlanConfig": "plan",
+    "run_plan": "plan",
+    "VerifyConfig": "verify_gt",
+    "run_verify": "verify_gt",
+}
+
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)

@@ -9,28 +9,20 @@ score added to ``extra_info``, sorted by score descending, ties in dataset order
 
 from __future__ import annotations
 
-import math
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+import contextlib
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from ddai.pipelines import objstore
-from ddai.pipelines.funnel import dataset as ds
-from ddai.pipelines.funnel import scores, step
+from ddai.pipelines.funnel import native, scores, step
+from ddai.pipelines.funnel.configs import BUCKETS, BucketConfig, file_name  # noqa: F401 (re-exported)
 from ddai.pipelines.lazy import lazy_module
 
 np = lazy_module("numpy")
-pa = lazy_module("pyarrow")
 
 STEP = "curate.bucket"
-BUCKETS = ("b", "a", "0")
 LABELS = {"b": "bucket B", "a": "bucket A", "0": "bucket 0"}
-
-
-def file_name(bucket: str) -> str:
-    """DDAI's file names: ``curriculum_bucket_{b,a,0}.parquet``."""
-    return f"curriculum_bucket_{bucket}.parquet"
 
 
 def split(values: np.ndarray, *, mastered: float, floor: float) -> dict[str, np.ndarray]:
@@ -53,69 +45,18 @@ def split(values: np.ndarray, *, mastered: float, floor: float) -> dict[str, np.
     return out
 
 
-@dataclass(frozen=True)
-class BucketConfig:
-    """Flags of ``ddai curate bucket``. Exactly one score source: ``runs`` (with ``logs``) or
-    ``scores`` (a table with ``id`` and ``score_col``; default: its one numeric column)."""
-
-    dataset: Path
-    out: Path
-    logs: Path | None = None
-    runs: tuple[str, ...] = ()
-    scores: Path | None = None
-    score_col: str | None = None
-    metric: str = "ndcg"
-    agg: str = "mean"
-    mastered: float = 0.7
-    floor: float = 0.1
-    force: bool = False
-
-    def __post_init__(self) -> None:
-        if bool(self.runs) == bool(self.scores):
-            raise ValueError(
-                "give one score source: --logs DIR --run RUN (aggregate a run's rollouts) or "
-                "--scores FILE --score-col COL (a table of per-prompt scores)"
-            )
-        if self.runs and self.logs is None:
-            raise ValueError("--run needs the log store (--logs DIR)")
-        scores.check_metric(self.metric, self.agg)
-        for name in ("mastered", "floor"):
-            v = getattr(self, name)
-            if not (math.isfinite(v) and 0.0 <= v <= 1.0):
-                raise ValueError(f"--{name} must be within [0, 1], got {v}")
-        if self.floor > self.mastered:
-            raise ValueError(f"--floor ({self.floor}) must not exceed --mastered ({self.mastered})")
-
-    @property
-    def column(self) -> str:
-        """The ``extra_info`` field that carries the score."""
-        return self.score_col or f"{self.metric}_{self.agg}"
-
-    def outputs(self) -> dict[str, Path]:
-        return {b: self.out / file_name(b) for b in BUCKETS}
-
-    def inputs(self) -> list[Path]:
-        dataset = step.require(self.dataset, "dataset")
-        if self.scores is not None:
-            return [dataset, step.require(self.scores, "score table")]
-        return [dataset, *scores.partitions(self.logs, self.runs)]
-
-    def params(self) -> dict[str, Any]:
-        src = {"scores": "table"} if self.scores else {"scores": "log", "runs": list(self.runs)}
-        return {
-            **src,
-            "metric": None if self.scores else self.metric,
-            "agg": None if self.scores else self.agg,
-            "score_col": self.column,
-            "mastered": self.mastered,
-            "floor": self.floor,
-        }
+def _inputs(cfg: BucketConfig) -> list[Path]:
+    """The step's input files (each checked to exist), then the runs' log partitions."""
+    dataset = step.require(cfg.dataset, "dataset")
+    if cfg.scores is not None:
+        return [dataset, step.require(cfg.scores, "score table")]
+    return [dataset, *scores.partitions(cfg.logs, cfg.runs)]
 
 
 def run_bucket(cfg: BucketConfig) -> step.StepResult:
     if cfg.scores is not None and not cfg.score_col:
         cfg = replace(cfg, score_col=scores.score_column(cfg.scores))
-    inputs = cfg.inputs()
+    inputs = _inputs(cfg)
     outputs = {b: step.resolve(p) for b, p in cfg.outputs().items()}
     with step.started(
         STEP, cfg.params(), inputs, force=cfg.force, outputs=list(outputs.values())
@@ -128,13 +69,17 @@ def run_bucket(cfg: BucketConfig) -> step.StepResult:
 def _bucket(
     cfg: BucketConfig, inputs: list[Path], outputs: dict[str, Path], begun: step.Begun
 ) -> step.StepResult:
-    # The dataset is read in a thread while DuckDB scores the log (both release the GIL).
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        reading = pool.submit(ds.read_dataset, cfg.dataset)
+    with contextlib.ExitStack() as stack:
         if cfg.scores is not None:
-            score_of = scores.read_score_table(cfg.scores, cfg.column)
+            import duckdb
+
+            con = stack.enter_context(duckdb.connect())
+            con.execute("SET enable_progress_bar = false")
+            # a score table is read by its own readers (CSV escapes, JSON lines, conflicts)
+            con.register("_score_file", scores.read_score_table(cfg.scores, cfg.column))
+            n_scores = native.score_table(con, scores.SCORES, "FROM _score_file")
         else:
-            score_of = scores.log_scores(
+            con, n_scores = scores.log_scores_table(
                 cfg.logs,
                 cfg.runs,
                 cfg.metric,
@@ -143,64 +88,115 @@ def _bucket(
                 or_else="pass a per-prompt score table instead of --run "
                 "(`--scores FILE --score-col COLUMN`)",
             )
-        raw = reading.result()
-    table, dups = ds.first_occurrences(raw)
-    # ids are unique (first occurrences) and so are the score table's uids
-    values, matched = scores.match(table[ds.ID], score_of)
-    if table.num_rows and np.isnan(values).all():
-        # three empty buckets would look like a finished step: the scores name other prompts
-        raise ValueError(_no_match(cfg, table[ds.ID], score_of))
-    parts = split(values, mastered=cfg.mastered, floor=cfg.floor)
-    unscored = table[ds.ID].filter(pa.array(np.isnan(values))).to_pylist()
-    unknown = len(score_of) - matched
+            stack.callback(con.close)
+        file = native.local_copy(cfg.dataset, stack)
+        return _bucket_in(con, file, n_scores, cfg, inputs, outputs, begun)
 
+
+def _bucket_in(
+    con: Any,
+    file: str,
+    n_scores: int,
+    cfg: BucketConfig,
+    inputs: list[Path],
+    outputs: dict[str, Path],
+    begun: step.Begun,
+) -> step.StepResult:
+    """The step on ``con`` (holding ``scores.SCORES``) over the local dataset ``file``."""
+    shown = objstore.display(cfg.dataset)
+    cols = native.columns(con, file, shown)
+    snapped = native.snap("s.score", scores.BOUNDARY_DECIMALS)
+    # One row per dataset row: its place, id, whether it is its id's first row, score, bucket.
+    con.execute(
+        f"""CREATE OR REPLACE TEMP TABLE _keys AS
+        SELECT d._pos, d.id, d._first, s.score, {snapped} AS _snap,
+            CASE WHEN NOT d._first OR s.score IS NULL THEN NULL
+                 WHEN {snapped} > $mastered THEN 'b'
+                 WHEN {snapped} >= $floor THEN 'a'
+                 ELSE '0' END AS bucket
+        FROM (
+            SELECT file_row_number AS _pos, CAST(id AS VARCHAR) AS id,
+                row_number() OVER (PARTITION BY CAST(id AS VARCHAR) ORDER BY file_row_number) = 1
+                    AS _first
+            FROM read_parquet($file, file_row_number = true)
+        ) d LEFT JOIN {scores.SCORES} s ON s.uid = d.id""",
+        {"file": file, "mastered": cfg.mastered, "floor": cfg.floor},
+    )
+    rows_in, n_first, n_b, n_a, n_0, matched = con.execute(
+        """SELECT count(*), count(*) FILTER (_first), count(*) FILTER (bucket = 'b'),
+            count(*) FILTER (bucket = 'a'), count(*) FILTER (bucket = '0'),
+            count(*) FILTER (_first AND score IS NOT NULL) FROM _keys"""
+    ).fetchall()[0]
+    if n_first and not matched:
+        # three empty buckets would look like a finished step: the scores name other prompts
+        raise ValueError(_no_match(cfg, con, n_first))
+    counts = {"b": n_b, "a": n_a, "0": n_0}
+    unscored = _ids(con, "_first AND score IS NULL")
+    dups = _ids(con, "NOT _first")
     summary = {
         "dataset": objstore.display(inputs[0]),
         "score": cfg.column,
-        **{LABELS[b]: len(parts[b]) for b in BUCKETS},
+        **{LABELS[b]: counts[b] for b in BUCKETS},
         "no score": len(unscored),
         "duplicate ids": len(dups),
-        "scored ids not in the dataset": unknown,
+        "scored ids not in the dataset": n_scores - matched,
         "rule": f"B > {cfg.mastered:g} >= A >= {cfg.floor:g} > 0",
     }
-    # One gather of the three buckets back to back (pyarrow's take pays a fixed cost per call
-    # on nested columns), then a zero-copy slice per bucket.
-    order = np.concatenate([parts[b] for b in BUCKETS])
-    scored = ds.with_extra_field(
-        table.take(pa.array(order, pa.int64())), cfg.column, pa.array(values[order], pa.float64())
-    )
-    starts = np.cumsum([0] + [len(parts[b]) for b in BUCKETS])
+    meta = native.kv_metadata(con, file, cfg.column)
+    select = native.select_list(cols, src="d", extra_field=cfg.column, value="k.score")
     base = begun.record()
     members = []
-    for i, b in enumerate(BUCKETS):
-        out = scored.slice(starts[i], starts[i + 1] - starts[i])
+    for b in BUCKETS:
         record = step.record_for(
             base,
-            rows_in=raw.num_rows,
-            rows_out=out.num_rows,
+            rows_in=rows_in,
+            rows_out=counts[b],
             dropped={
-                **{LABELS[o]: len(parts[o]) for o in BUCKETS if o != b},
+                **{LABELS[o]: counts[o] for o in BUCKETS if o != b},
                 "no score": len(unscored),
                 "duplicate id": len(dups),
             },
             notes={
                 "bucket": b,
                 "score column": cfg.column,
-                "contributions": {objstore.display(inputs[0]): out.num_rows},
+                "contributions": {objstore.display(inputs[0]): counts[b]},
                 "unscored_ids": unscored,
                 "duplicate_ids": dups,
                 step.SUMMARY_KEY: summary,
             },
         )
-        members.append(step.table_output(outputs[b], out, record))
+        # the bucket's rows by score descending, ties in dataset order; the outer join keeps
+        # the columns nullable (native.py)
+        query = (
+            f"SELECT {select} FROM (FROM _keys WHERE bucket = '{b}') k "
+            "LEFT JOIN read_parquet($file, file_row_number = true) d "
+            "ON d.file_row_number = k._pos ORDER BY k._snap DESC, k._pos"
+        )
+        members.append(
+            step.query_output(
+                outputs[b],
+                lambda tmp, q=query: native.write_rows(con, q, {"file": file}, tmp, meta),
+                record,
+            )
+        )
     step.commit(members)  # B, A and 0 with their manifests, visible together
     return step.StepResult(STEP, outputs, summary)
 
 
-def _no_match(cfg: BucketConfig, ids: pa.ChunkedArray, score_of: pa.Table) -> str:
+def _ids(con: Any, where: str) -> list[str]:
+    """The ids of the key rows matching ``where``, in dataset order."""
+    return [
+        r[0] for r in con.execute(f"SELECT id FROM _keys WHERE {where} ORDER BY _pos").fetchall()
+    ]
+
+
+def _no_match(cfg: BucketConfig, con: Any, n_ids: int) -> str:
     src = (
         f"the score table {objstore.display(cfg.scores)} (column {cfg.column})"
         if cfg.scores is not None
         else f"the {cfg.metric} of run(s) {', '.join(cfg.runs)}"
     )
-    return scores.no_overlap(objstore.display(cfg.dataset), ids, src, score_of["uid"])
+    ours = native.head(con, "SELECT id FROM _keys WHERE _first ORDER BY _pos")
+    n_scores = con.execute(f"SELECT count(*) FROM {scores.SCORES}").fetchall()[0][0]
+    theirs = native.head(con, f"SELECT uid FROM {scores.SCORES}")
+    return scores.no_overlap(objstore.display(cfg.dataset), (n_ids, ours), src, (n_scores, theirs))

@@ -79,11 +79,6 @@ def first_occurrences(table: pa.Table) -> tuple[pa.Table, list[str]]:
     return table.filter(mask), table[ID].filter(pc.invert(mask)).to_pylist()
 
 
-def concat(tables: Sequence[pa.Table]) -> pa.Table:
-    """Stack datasets of the same shape (struct fields unified when one side has one more)."""
-    return pa.concat_tables(tables, promote_options="permissive")
-
-
 def with_extra_field(table: pa.Table, name: str, values: pa.Array | Sequence[Any]) -> pa.Table:
     """``table`` with ``extra_info.<name> = values`` (replaced if present), everything else intact.
 
@@ -109,10 +104,10 @@ def with_extra_field(table: pa.Table, name: str, values: pa.Array | Sequence[Any
     else:
         struct = pa.StructArray.from_arrays([arr], fields=[pa.field(name, arr.type)])
         out = table.append_column(EXTRA, struct)
-    return out.replace_schema_metadata(_hf_metadata(table.schema.metadata, name, arr.type))
+    return out.replace_schema_metadata(hf_metadata(table.schema.metadata, name, arr.type))
 
 
-def _hf_metadata(meta: dict[bytes, bytes] | None, name: str, typ: pa.DataType):
+def hf_metadata(meta: dict[bytes, bytes] | None, name: str, typ: pa.DataType | str):
     """Copy ``meta`` with ``extra_info.<name>`` added to the Hugging Face features, if described.
 
     A description we cannot update is dropped rather than left wrong (``datasets`` then infers the

@@ -9,241 +9,255 @@ flagged (``wrong`` or ``uncertain``), in round N's order. Either way the result 
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+import contextlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ddai.pipelines import manifest, objstore
-from ddai.pipelines.funnel import dataset as ds
 from ddai.pipelines.funnel import decisions as dec
-from ddai.pipelines.funnel import scores, step
-from ddai.pipelines.lazy import lazy_module
-
-np = lazy_module("numpy")
-pa = lazy_module("pyarrow")
-pc = lazy_module("pyarrow.compute")
-
-STEP_ROUND1 = "curate.focus.round1"
-STEP_NEXT = "curate.focus.next"
+from ddai.pipelines.funnel import native, scores, step
+from ddai.pipelines.funnel.configs import STEP_NEXT, STEP_ROUND1, FocusConfig  # noqa: F401 (re-exported)
 
 
 @dataclass(frozen=True)
 class Selection:
-    """Which rows of a dataset a focus rule keeps, and why each other row was left out.
+    """Which rows of the first input a focus rule keeps, and why each other row was left out
+    (``_keys``' first-file rows): ``dropped``: reason → count, in the order ``missing from
+    run``, ``above <threshold>``, then each ``flagged <verdict>`` as first met; ``ids``: reason →
+    ids in row order, for every reason but ``above`` (its ids are in no summary or manifest; at
+    1M rollouts they were most of the rows fetched)."""
 
-    ``keep``: row indices in output order; ``dropped``: reason → ids (in row order).
-    """
-
-    keep: list[int]
-    dropped: dict[str, list[str]]
+    kept: int
+    dropped: dict[str, int]
+    ids: dict[str, list[str]]
 
 
-def select_at_most(
-    ids: pa.Array | pa.ChunkedArray,
-    score: pa.Table,
+def keys(
+    con: Any,
+    files: Sequence[str],
     threshold: float,
     *,
     flagged: dict[str, str] | None = None,
 ) -> Selection:
-    """Rows whose score is at or under ``threshold`` and that nobody flagged, in row order.
-
-    ``score``: a score table (``uid``, ``score``); ``flagged``: id → verdict (``wrong`` or
-    ``uncertain``) of the prompts a person excluded. Each other row gets the first reason that
-    applies: ``missing from run``, ``above <threshold>``, ``flagged <verdict>``.
-    """
-    vals = scores.align(ids, score)  # [N], NaN: no rollouts
-    missing = np.isnan(vals)
-    above = ~missing & ~scores.at_most(np.nan_to_num(vals), threshold)
-    verdict = np.array([""] * len(vals), dtype=object)
+    """The temp table ``_keys`` of every row of ``files`` (``_f``: the file's index, ``_pos``,
+    ``id``, ``_first``: its id's first row in its file) and, for the first file's first rows,
+    ``reason``: ``keep`` when the score (``scores.SCORES`` on ``con``) is at or under
+    ``threshold`` and nobody flagged the prompt (``flagged``: id → ``wrong`` or ``uncertain``),
+    else the first reason that applies: ``missing from run``, ``above``, ``flagged <verdict>``."""
+    con.execute("CREATE OR REPLACE TEMP TABLE _flags (id VARCHAR, verdict VARCHAR)")
     if flagged:
-        hit = pc.is_in(ids, value_set=pa.array(list(flagged), pa.string()))
-        for i in np.flatnonzero(hit.to_numpy(zero_copy_only=False)):
-            verdict[i] = flagged[ids[int(i)].as_py()]
-    is_flagged = ~missing & ~above & (verdict != "")
-    dropped: dict[str, list[str]] = {}
-    for reason, mask in (("missing from run", missing), (f"above {threshold:g}", above)):
-        if mask.any():
-            dropped[reason] = ids.filter(pa.array(mask)).to_pylist()
-    for i in np.flatnonzero(is_flagged):
-        dropped.setdefault(f"flagged {verdict[i]}", []).append(ids[int(i)].as_py())
-    keep = np.flatnonzero(~(missing | above | is_flagged))
-    return Selection(keep.tolist(), dropped)
+        con.executemany("INSERT INTO _flags VALUES (?, ?)", list(flagged.items()))
+    rows = " UNION ALL ".join(
+        f"SELECT {i} AS _f, file_row_number AS _pos, CAST(id AS VARCHAR) AS id "
+        f"FROM read_parquet($f{i}, file_row_number = true)"
+        for i in range(len(files))
+    )
+    snapped = native.snap("s.score", scores.BOUNDARY_DECIMALS)
+    con.execute(
+        f"""CREATE OR REPLACE TEMP TABLE _keys AS
+        SELECT d.*, CASE WHEN d._f > 0 OR NOT d._first THEN NULL
+                WHEN s.score IS NULL THEN 'missing from run'
+                WHEN {snapped} > $threshold THEN 'above'
+                WHEN fl.verdict IS NOT NULL THEN 'flagged ' || fl.verdict
+                ELSE 'keep' END AS reason
+        FROM (
+            SELECT *, row_number() OVER (PARTITION BY _f, id ORDER BY _pos) = 1 AS _first
+            FROM ({rows})
+        ) d
+        LEFT JOIN {scores.SCORES} s ON s.uid = d.id
+        LEFT JOIN _flags fl ON fl.id = d.id""",
+        {"threshold": threshold, **{f"f{i}": f for i, f in enumerate(files)}},
+    )
+    counts = dict(
+        con.execute(
+            "SELECT reason, count(*) FROM _keys WHERE _f = 0 AND reason IS NOT NULL GROUP BY 1"
+        ).fetchall()
+    )
+    ids: dict[str, list[str]] = {"missing from run": []}  # first, then flags in row order
+    for uid, reason in con.execute(
+        "SELECT id, reason FROM _keys WHERE _f = 0 AND reason NOT IN ('keep', 'above') "
+        "ORDER BY _pos"
+    ).fetchall():
+        ids.setdefault(reason, []).append(uid)
+    ids = {k: v for k, v in ids.items() if v}
+    above = {f"above {threshold:g}": counts["above"]} if counts.get("above") else {}
+    dropped = {**{k: len(v) for k, v in ids.items() if k == "missing from run"}, **above}
+    dropped.update({k: len(v) for k, v in ids.items() if k != "missing from run"})
+    return Selection(counts.get("keep", 0), dropped, ids)
 
 
-@dataclass(frozen=True)
-class FocusConfig:
-    """Flags of ``ddai curate focus``: round 1 (``bucket_a`` and ``bucket_0``) or round N+1
-    (``prev``), each scored by the mean ``reward`` of ``runs`` in ``logs``."""
-
-    out: Path
-    logs: Path
-    runs: tuple[str, ...]
-    bucket_a: Path | None = None
-    bucket_0: Path | None = None
-    hard_max: float = 0.2
-    prev: Path | None = None
-    score_max: float = 0.3
-    decisions: tuple[Path, ...] = ()
-    force: bool = False
-
-    def __post_init__(self) -> None:
-        round1 = self.bucket_a is not None or self.bucket_0 is not None
-        if round1 == (self.prev is not None):
-            raise ValueError(
-                "choose one: round 1 (--bucket-a FILE --bucket-0 FILE) or round N+1 (--prev FILE)"
-            )
-        if round1 and (self.bucket_a is None or self.bucket_0 is None):
-            raise ValueError("round 1 needs both --bucket-a FILE and --bucket-0 FILE")
-        if round1 and self.decisions:
-            raise ValueError(
-                "--decisions applies to round N+1; verify bucket 0 with `ddai curate verify-gt` "
-                "and pass its *_filtered.parquet as --bucket-0"
-            )
-        if not self.runs:
-            raise ValueError("name the run that scored these prompts with --run RUN")
-        for name in ("hard_max", "score_max"):
-            v = getattr(self, name)
-            if not math.isfinite(v):
-                raise ValueError(f"--{name.replace('_', '-')} must be a number, got {v}")
-
-    @property
-    def round1(self) -> bool:
-        return self.prev is None
-
-    @property
-    def step(self) -> str:
-        return STEP_ROUND1 if self.round1 else STEP_NEXT
-
-    def inputs(self) -> list[Path]:
-        if self.round1:
-            files = [(self.bucket_a, "bucket A"), (self.bucket_0, "bucket 0")]
-        else:
-            files = [(self.prev, "previous round"), *((d, "decisions") for d in self.decisions)]
-        return [step.require(f, what) for f, what in files] + scores.partitions(
-            self.logs, self.runs
-        )
-
-    def params(self) -> dict[str, Any]:
-        common = {"runs": list(self.runs), "score": "reward_mean"}
-        if self.round1:
-            return {**common, "hard_max": self.hard_max}
-        return {**common, "score_max": self.score_max}
+def _inputs(cfg: FocusConfig) -> list[Path]:
+    """The step's input files (each checked to exist), then the runs' log partitions."""
+    if cfg.round1:
+        files = [(cfg.bucket_a, "bucket A"), (cfg.bucket_0, "bucket 0")]
+    else:
+        files = [(cfg.prev, "previous round"), *((d, "decisions") for d in cfg.decisions)]
+    return [step.require(f, what) for f, what in files] + scores.partitions(cfg.logs, cfg.runs)
 
 
 def run_focus(cfg: FocusConfig) -> step.StepResult:
-    inputs = cfg.inputs()
+    inputs = _inputs(cfg)
     out = step.resolve(cfg.out)
     with step.started(cfg.step, cfg.params(), inputs, force=cfg.force, outputs=[out]) as begun:
         if begun.skip:
             return step.skipped(cfg.step, {"focus": out})
-        # The datasets are read in a thread while DuckDB scores the run (both release the GIL).
-        files = [cfg.bucket_a, cfg.bucket_0] if cfg.round1 else [cfg.prev]
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            reading = pool.submit(lambda: [ds.read_dataset(f) for f in files])
-            score_of = scores.log_scores(
+        with contextlib.ExitStack() as stack:
+            con, _ = scores.log_scores_table(
                 cfg.logs, cfg.runs, "reward", "mean", needed_by="`ddai curate focus`"
             )
-            raws = reading.result()
-        if cfg.round1:
-            table, record, summary = _round1(cfg, inputs, score_of, raws, begun.record)
-        else:
-            table, record, summary = _next_round(cfg, inputs, score_of, raws[0], begun.record)
-    step.commit([step.table_output(out, table, record)])  # the file and its manifest at once
+            stack.callback(con.close)
+            paths = [cfg.bucket_a, cfg.bucket_0] if cfg.round1 else [cfg.prev]
+            files = [native.local_copy(p, stack) for p in paths]
+            for p, f in zip(paths, files, strict=True):
+                native.columns(con, f, objstore.display(p))  # readable, with an id column
+            if cfg.round1:
+                sel = keys(con, files, cfg.hard_max)
+                record, summary = _round1(cfg, inputs, con, sel, begun.record)
+            else:
+                flags = {
+                    u: d.verdict for u, d in dec.flagged(dec.read_decisions(cfg.decisions)).items()
+                }
+                sel = keys(con, files, cfg.score_max, flagged=flags)
+                record, summary = _next_round(cfg, inputs, con, sel, begun.record)
+            _require_scored(con, sel, objstore.display(inputs[0]), cfg)
+            write = _writer(con, files)
+            # the file and its manifest at once
+            step.commit([step.query_output(out, write, record)])
     return step.StepResult(cfg.step, {"focus": out}, summary)
+
+
+def _writer(con: Any, files: list[str]) -> Callable[[Path], None]:
+    """The kept rows (``_take``) of ``files``, in file then row order, in the first file's shape
+    (struct fields a later file adds are unified by name, as pyarrow's permissive concatenation
+    did)."""
+    params = {f"f{i}": f for i, f in enumerate(files)}
+    union = f"[{', '.join(f'$f{i}' for i in range(len(files)))}], union_by_name = true"
+    cols = native.columns(con, files[0], files[0])
+    if len(files) > 1:
+        rel = con.sql(f"SELECT * FROM read_parquet({union}) LIMIT 0", params=params)
+        cols = list(zip(rel.columns, rel.types, strict=True))
+    which = " ".join(f"WHEN {i} THEN $f{i}" for i in range(len(files)))
+    select = native.select_list(cols, src="d", extra_field=None, value="")
+    # the outer join keeps the columns nullable (native.py)
+    query = (
+        f"SELECT {select} FROM _take t LEFT JOIN read_parquet({union}, filename = true, "
+        f"file_row_number = true) d ON d.filename = (CASE t._f {which} END) "
+        "AND d.file_row_number = t._pos ORDER BY t._f, t._pos"
+    )
+    meta = native.kv_metadata(con, files[0])  # the first input's, as concatenating kept it
+    return lambda tmp: native.write_rows(con, query, params, tmp, meta)
+
+
+def _ids(con: Any, where: str) -> list[str]:
+    return [
+        r[0]
+        for r in con.execute(f"SELECT id FROM _keys k WHERE {where} ORDER BY _f, _pos").fetchall()
+    ]
 
 
 def _round1(
     cfg: FocusConfig,
     inputs: list[Path],
-    score_of: pa.Table,
-    raws: list[pa.Table],
+    con: Any,
+    sel: Selection,
     base_of: Callable[[], manifest.StepRecord],
-) -> tuple[pa.Table, manifest.StepRecord, dict[str, Any]]:
-    raw_a, raw_0 = raws
-    a, dups_a = ds.first_occurrences(raw_a)
-    zero, dups_0 = ds.first_occurrences(raw_0)
-    sel = select_at_most(a[ds.ID], score_of, cfg.hard_max)
-    _require_scored(a, sel, objstore.display(inputs[0]), cfg, score_of)
-    hard = a.take(pa.array(sel.keep, pa.int64()))
-    merged, dups_merged = ds.first_occurrences(ds.concat([hard, zero]))
+) -> tuple[manifest.StepRecord, dict[str, Any]]:
+    # hard A in A's order, then bucket 0's first rows whose id hard A does not already hold
+    con.execute(
+        """CREATE OR REPLACE TEMP TABLE _take AS SELECT _f, _pos FROM _keys k
+        WHERE (k._f = 0 AND k.reason = 'keep') OR (k._f = 1 AND k._first AND NOT EXISTS (
+            SELECT 1 FROM _keys h WHERE h._f = 0 AND h.reason = 'keep' AND h.id = k.id))"""
+    )
+    rows_in, merged = con.execute(
+        "SELECT (SELECT count(*) FROM _keys), (SELECT count(*) FROM _take)"
+    ).fetchall()[0]
+    dups_a = _ids(con, "_f = 0 AND NOT _first")
+    dups_0 = _ids(con, "_f = 1 AND NOT _first")
+    dups_merged = _ids(
+        con,
+        "_f = 1 AND _first AND NOT EXISTS (SELECT 1 FROM _take t WHERE t._f = 1 AND t._pos = k._pos)",
+    )
     dups = dups_a + dups_0 + dups_merged
-    n_zero = merged.num_rows - hard.num_rows
-    missing = sel.dropped.get("missing from run", [])
+    n_zero = merged - sel.kept
+    missing = sel.ids.get("missing from run", [])
     summary = {
-        "hard A": hard.num_rows,
+        "hard A": sel.kept,
         "bucket 0": n_zero,
-        "round 1": merged.num_rows,
+        "round 1": merged,
         # fixed keys, the threshold a value: a key built from it changed with every --hard-max
         "hard max": cfg.hard_max,
-        "bucket A above hard max": len(sel.dropped.get(f"above {cfg.hard_max:g}", [])),
+        "bucket A above hard max": sel.dropped.get(f"above {cfg.hard_max:g}", 0),
         "bucket A missing from run": len(missing),
         "duplicate ids": len(dups),
     }
     record = step.record_for(
         base_of(),
-        rows_in=raw_a.num_rows + raw_0.num_rows,
-        rows_out=merged.num_rows,
+        rows_in=rows_in,
+        rows_out=merged,
         dropped={
-            **{f"bucket A {r}": len(v) for r, v in sel.dropped.items()},
+            **{f"bucket A {r}": n for r, n in sel.dropped.items()},
             "duplicate id": len(dups),
         },
         notes={
-            "contributions": {str(inputs[0]): hard.num_rows, str(inputs[1]): n_zero},
+            "contributions": {str(inputs[0]): sel.kept, str(inputs[1]): n_zero},
             "missing_ids": missing,
             "duplicate_ids": dups,
             step.SUMMARY_KEY: summary,
         },
     )
-    return merged, record, summary
+    return record, summary
 
 
 def _next_round(
     cfg: FocusConfig,
     inputs: list[Path],
-    score_of: pa.Table,
-    raw: pa.Table,
+    con: Any,
+    sel: Selection,
     base_of: Callable[[], manifest.StepRecord],
-) -> tuple[pa.Table, manifest.StepRecord, dict[str, Any]]:
-    prev, dups = ds.first_occurrences(raw)
-    flags = {u: d.verdict for u, d in dec.flagged(dec.read_decisions(cfg.decisions)).items()}
-    sel = select_at_most(prev[ds.ID], score_of, cfg.score_max, flagged=flags)
-    _require_scored(prev, sel, objstore.display(inputs[0]), cfg, score_of)
-    table = prev.take(pa.array(sel.keep, pa.int64()))
-    dropped = {r: len(v) for r, v in sel.dropped.items()}
+) -> tuple[manifest.StepRecord, dict[str, Any]]:
+    con.execute(
+        "CREATE OR REPLACE TEMP TABLE _take AS SELECT _f, _pos FROM _keys WHERE reason = 'keep'"
+    )
+    rows_in, n_prev = con.execute(
+        "SELECT count(*), count(*) FILTER (_first) FROM _keys"
+    ).fetchall()[0]
+    dups = _ids(con, "NOT _first")
+    dropped = dict(sel.dropped)
     flagged_n = sum(v for r, v in dropped.items() if r.startswith("flagged"))
-    missing = sel.dropped.get("missing from run", [])
+    missing = sel.ids.get("missing from run", [])
     summary = {
-        "previous round": prev.num_rows,
+        "previous round": n_prev,
         "score max": cfg.score_max,
-        "at or under score max": table.num_rows + flagged_n,
+        "at or under score max": sel.kept + flagged_n,
         "flagged": flagged_n,
-        "next round": table.num_rows,
+        "next round": sel.kept,
         "missing from run": len(missing),
         "duplicate ids": len(dups),
     }
     record = step.record_for(
         base_of(),
-        rows_in=raw.num_rows,
-        rows_out=table.num_rows,
+        rows_in=rows_in,
+        rows_out=sel.kept,
         dropped={**dropped, "duplicate id": len(dups)},
         notes={
-            "contributions": {str(inputs[0]): table.num_rows},
+            "contributions": {str(inputs[0]): sel.kept},
             "missing_ids": missing,
-            "flagged_ids": {r: v for r, v in sel.dropped.items() if r.startswith("flagged")},
+            "flagged_ids": {r: v for r, v in sel.ids.items() if r.startswith("flagged")},
             "duplicate_ids": dups,
             step.SUMMARY_KEY: summary,
         },
     )
-    return table, record, summary
+    return record, summary
 
 
-def _require_scored(
-    table: pa.Table, sel: Selection, what: str, cfg: FocusConfig, score_of: pa.Table
-) -> None:
+def _require_scored(con: Any, sel: Selection, what: str, cfg: FocusConfig) -> None:
     """Every prompt missing from the run means the run scored another prompt set."""
-    if table.num_rows and len(sel.dropped.get("missing from run", [])) == table.num_rows:
+    (n_first,) = con.execute("SELECT count(*) FROM _keys WHERE _f = 0 AND _first").fetchall()[0]
+    if n_first and sel.dropped.get("missing from run", 0) == n_first:
         src = f"the mean reward of run(s) {', '.join(cfg.runs)}"
-        raise ValueError(scores.no_overlap(what, table[ds.ID], src, score_of["uid"]))
+        ours = native.head(con, "SELECT id FROM _keys WHERE _f = 0 AND _first ORDER BY _pos")
+        (n_scores,) = con.execute(f"SELECT count(*) FROM {scores.SCORES}").fetchall()[0]
+        theirs = native.head(con, f"SELECT uid FROM {scores.SCORES}")
+        raise ValueError(scores.no_overlap(what, (n_first, ours), src, (n_scores, theirs)))

@@ -33,12 +33,11 @@ from typing import Any
 
 from ddai.pipelines.funnel import dataset as ds
 from ddai.pipelines.funnel import scores
+from ddai.pipelines.funnel.configs import DEFAULT_N_AGENT, PRIORS, PlanConfig  # noqa: F401 (re-exported)
 from ddai.pipelines.lazy import lazy_module
 
 np = lazy_module("numpy")
 
-PRIORS = ("empirical", "jeffreys", "none")
-DEFAULT_N_AGENT = (4, 8, 16, 32)
 # Fewer prompts than this in a bucket: fit its prior on all prompts of the run instead.
 MIN_PROMPTS_TO_FIT = 30
 # Grid of the empirical-Bayes fit: prior mean μ and concentration κ = α + β.
@@ -159,38 +158,6 @@ def estimate(
 
 
 # ---------------------------------------------------------------- the step
-
-
-@dataclass(frozen=True)
-class PlanConfig:
-    """Flags of ``ddai curate plan``."""
-
-    logs: Path
-    runs: tuple[str, ...]
-    n_agent: tuple[int, ...] = DEFAULT_N_AGENT
-    max_turns: int = 7
-    target: float = 0.5
-    prior: str = "empirical"
-    success_threshold: float = 1.0
-    price_per_call: float | None = None  # None: not priced (costs unknown, not 0)
-    buckets: tuple[Path, ...] = ()  # datasets whose ids form the buckets (named by file stem)
-    mastered: float = 0.7
-    floor: float = 0.1
-
-    def __post_init__(self) -> None:
-        if not self.runs:
-            raise ValueError("name the run whose success rates to plan from with --run RUN")
-        bad = [n for n in self.n_agent if n < 1]
-        if not self.n_agent or bad:
-            raise ValueError(f"--n-agent values must be >= 1, got {list(self.n_agent)}")
-        if self.max_turns < 1:
-            raise ValueError(f"--max-turns must be >= 1, got {self.max_turns}")
-        if not 0.0 < self.target <= 1.0:
-            raise ValueError(f"--target must be in (0, 1], got {self.target}")
-        if self.prior not in PRIORS:
-            raise ValueError(f"--prior {self.prior!r} is not known; use one of {', '.join(PRIORS)}")
-        if self.price_per_call is not None and self.price_per_call < 0:
-            raise ValueError(f"--price-per-call must be >= 0, got {self.price_per_call}")
 
 
 @dataclass

@@ -1,10 +1,11 @@
 """Per-prompt scores: aggregated from the rollout log, or read from a score table.
 
 Scores come back as a two-column table (``uid``, ``score``); a prompt with no rollouts (or a null
-score in the table) is simply absent, and the steps count and list it. ``align`` lines a score
-table up with a dataset's ids, ``as_dict`` turns it into ``{uid: score}``. Comparisons against thresholds use ``at_most`` /
-``above`` so that a mean of values equal to a threshold, summed in floating point, still counts as
-equal to it (``mean([0.2] * 8)`` is not exactly ``0.2``).
+score in the table) is simply absent, and the steps count and list it. ``as_dict`` turns it into
+``{uid: score}``; bucket and focus keep it in DuckDB (``log_scores_table``). Comparisons against
+thresholds use ``at_most`` / ``snap`` (in SQL: ``native.snap``) so that a mean of values equal to a
+threshold, summed in floating point, still counts as equal to it (``mean([0.2] * 8)`` is not
+exactly ``0.2``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ddai.pipelines import capabilities, csv_cells, objstore, query, store
+from ddai.pipelines.funnel.configs import AGGS, METRICS, check_metric  # noqa: F401 (re-exported)
 from ddai.pipelines.lazy import lazy_module
 
 np = lazy_module("numpy")
@@ -23,8 +25,6 @@ pl = lazy_module("polars")
 pa = lazy_module("pyarrow")
 pc = lazy_module("pyarrow.compute")
 
-METRICS = ("ndcg", "judge", "reward")
-AGGS = ("mean", "max")
 # Decimal places kept before comparing with a threshold: far above float noise (1e-16 relative),
 # far below any meaningful difference in a mean of scores in [0, 1].
 BOUNDARY_DECIMALS = 9
@@ -85,6 +85,30 @@ def log_scores(
     """Per-prompt ``agg`` of ``metric`` over the runs' rollouts (``sql/funnel_prompt_metric.sql``),
     as a score table. A run without ``metric`` is refused naming ``needed_by`` and the fix, with
     ``or_else`` (the calling command's own alternative, e.g. its ``--scores``) appended."""
+    con, _ = log_scores_table(logs, runs, metric, agg, needed_by=needed_by, or_else=or_else)
+    try:
+        return con.sql(f"SELECT uid, score FROM {SCORES}").to_arrow_table()
+    finally:
+        con.close()
+
+
+# The temp table ``log_scores_table`` leaves on its connection: (uid VARCHAR, score DOUBLE).
+SCORES = "_prompt_scores"
+
+
+def log_scores_table(
+    logs: str | os.PathLike[str],
+    runs: Sequence[str],
+    metric: str,
+    agg: str,
+    *,
+    needed_by: str,
+    or_else: str = "",
+) -> tuple[Any, int]:
+    """``log_scores`` kept in DuckDB: a connection over the runs holding the temp table
+    ``SCORES`` (``uid``, ``score``; the caller closes it) and its row count."""
+    from ddai.pipelines.funnel import native
+
     check_metric(metric, agg)
     if not runs:
         raise ValueError("name the run(s) to read with --run RUN")
@@ -99,49 +123,38 @@ def log_scores(
     )
     con = _connect(logs, runs, "funnel_prompt_metric")
     try:
-        return column(query.run_named(con, "funnel_prompt_metric", {"metric": metric}), agg)
-    finally:
+        metric_sql = query.sql_text("funnel_prompt_metric").strip().rstrip(";")
+        sql = f"SELECT uid, {agg} AS score FROM ({metric_sql}\n)"
+        n = native.score_table(con, SCORES, sql, {"metric": metric})
+    except BaseException:
         con.close()
+        raise
+    return con, n
 
 
-def align(ids: pa.Array | pa.ChunkedArray, scores: pa.Table) -> np.ndarray:
-    """The score of each id, float64 ``[len(ids)]``, NaN where the table has none."""
-    return match(ids, scores)[0]
-
-
-def match(ids: pa.Array | pa.ChunkedArray, scores: pa.Table) -> tuple[np.ndarray, int]:
-    """``align``'s scores and how many ids have a row in ``scores`` (one hash lookup for both;
-    with unique ids and uids, ``len(scores)`` minus it is the scored uids no id names)."""
-    idx = pc.index_in(pc.cast(ids, pa.string()), value_set=scores["uid"].combine_chunks())
-    vals = pc.take(scores["score"], idx)
-    values = pc.fill_null(vals, np.nan).to_numpy(zero_copy_only=False).astype(np.float64)
-    return values, len(idx) - idx.null_count
-
-
-def no_overlap(
-    what: str, ids: pa.Array | pa.ChunkedArray, src: str, scored: pa.Array | pa.ChunkedArray
-) -> str:
+def no_overlap(what: str, ids: Any, src: str, scored: Any) -> str:
     """Why no prompt of ``what`` (``ids``) got a score from ``src`` (``scored``: its ids), with a
     few ids of each side (an empty funnel output would look like a finished step; the inputs
-    belong to different prompt sets)."""
-    ours = ", ".join(map(str, ids.slice(0, 3).to_pylist()))
-    theirs = ", ".join(map(str, scored.slice(0, 3).to_pylist())) or "none"
+    belong to different prompt sets). ``ids`` and ``scored``: Arrow arrays, or ``(count, first
+    few)`` pairs fetched from DuckDB."""
+    n_ours, ours = _count_and_head(ids)
+    n_theirs, theirs = _count_and_head(scored)
     return (
-        f"no prompt of {what} has a score in {src}: its {len(ids):,} ids (e.g. {ours}) and the "
-        f"{len(scored):,} scored ids (e.g. {theirs}) have none in common (nulls count as no "
+        f"no prompt of {what} has a score in {src}: its {n_ours:,} ids (e.g. "
+        f"{', '.join(map(str, ours))}) and the {n_theirs:,} scored ids (e.g. "
+        f"{', '.join(map(str, theirs)) or 'none'}) have none in common (nulls count as no "
         "score). Check that the scores belong to these prompts; nothing was written."
     )
 
 
+def _count_and_head(ids: Any) -> tuple[int, list[Any]]:
+    if isinstance(ids, tuple):
+        return ids[0], list(ids[1])[:3]
+    return len(ids), ids.slice(0, 3).to_pylist()
+
+
 def as_dict(scores: pa.Table) -> dict[str, float]:
     return dict(zip(scores["uid"].to_pylist(), scores["score"].to_pylist(), strict=True))
-
-
-def check_metric(metric: str, agg: str) -> None:
-    if metric not in METRICS:
-        raise ValueError(f"metric {metric!r} is not known; use one of {', '.join(METRICS)}")
-    if agg not in AGGS:
-        raise ValueError(f"aggregate {agg!r} is not known; use one of {', '.join(AGGS)}")
 
 
 def score_column(path: str | os.PathLike[str]) -> str:

@@ -159,6 +159,13 @@ def table_output(path: Path, table: pa.Table, record: manifest.StepRecord) -> ma
     return manifest.Member(path, lambda tmp: io.parquet_into(tmp, table), record)
 
 
+def query_output(
+    path: Path, write: Callable[[Path], None], record: manifest.StepRecord
+) -> manifest.Member:
+    """A dataset output written by ``write`` (a DuckDB ``COPY`` into the path it is given)."""
+    return manifest.Member(path, write, record)
+
+
 def text_output(path: Path, text: str, record: manifest.StepRecord) -> manifest.Member:
     return manifest.Member(path, lambda tmp: tmp.write_text(text, encoding="utf-8"), record)
 

@@ -19,7 +19,6 @@ and the decision file are one step with one manifest.
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,19 +30,13 @@ from ddai.pipelines.backends.usage import FAILED_CALLS, failed_calls
 from ddai.pipelines.funnel import dataset as ds
 from ddai.pipelines.funnel import decisions as dec
 from ddai.pipelines.funnel import review, scores, step
+from ddai.pipelines.funnel.configs import ALL, RULE_HELP, RULES, VerifyConfig  # noqa: F401 (re-exported)
 from ddai.pipelines.lazy import lazy_module
 
 np = lazy_module("numpy")
 pa = lazy_module("pyarrow")
 
 STEP = "curate.verify-gt"
-RULES = ("zero-score", "low-score", "low-ndcg")
-RULE_HELP = {
-    "zero-score": "mean score = 0 with mean NDCG >= ndcg-min (page found, answer never counted)",
-    "low-score": "0 < mean score <= low-score-max with mean NDCG >= ndcg-min",
-    "low-ndcg": "mean NDCG < ndcg-min (the reference page is rarely found)",
-}
-ALL = "all"  # the rule every prompt matches when no run is given
 
 
 def match_rules(
@@ -58,92 +51,6 @@ def match_rules(
     if 0 < s <= low_score_max:
         return ["low-score"]
     return []
-
-
-@dataclass(frozen=True)
-class VerifyConfig:
-    """Flags of ``ddai curate verify-gt``."""
-
-    dataset: Path
-    out: Path
-    logs: Path | None = None
-    runs: tuple[str, ...] = ()
-    select: tuple[str, ...] = ()
-    ndcg_min: float = 0.5
-    low_score_max: float = 0.3
-    verifier: str | None = None
-    corpus: Path | None = None
-    decisions: tuple[Path, ...] = ()
-    trust_verifier: bool = False
-    dry_run: bool = False
-    max_cost: float | None = None
-    force: bool = False
-    skip_preflight: bool = False
-    """Ask the verifier even when candidates' reference pages are missing from the corpus."""
-    retry_failed: bool = False  # call again what failed before; reruns the step
-    progress: bool = True
-    """Show the verifier backend's progress bar (on stderr)."""
-
-    def __post_init__(self) -> None:
-        unknown = [r for r in self.select if r not in RULES]
-        if unknown:
-            raise ValueError(
-                f"unknown --select rule(s) {', '.join(unknown)}; known: {', '.join(RULES)}"
-            )
-        if self.select and not self.runs:
-            raise ValueError("--select rules read a run's scores: add --logs DIR --run RUN")
-        if self.runs and self.logs is None:
-            raise ValueError("--run needs the log store (--logs DIR)")
-        if self.decisions and self.trust_verifier:
-            raise ValueError(
-                "choose one: --decisions CSV (a person's review) or --trust-verifier (accept "
-                "the verifier's proposals)"
-            )
-        if self.uses_verifier and self.corpus is None:
-            raise ValueError(
-                "the verifier reads the reference page text: pass --corpus pages.parquet, or "
-                "--decisions CSV to apply a person's review without asking a verifier"
-            )
-        for name in ("ndcg_min", "low_score_max"):
-            if not math.isfinite(getattr(self, name)):
-                raise ValueError(f"--{name.replace('_', '-')} must be a number")
-
-    @property
-    def uses_verifier(self) -> bool:
-        """Ask the verifier unless a person's decisions are given and no verifier is named."""
-        return self.trust_verifier or self.verifier is not None or not self.decisions
-
-    @property
-    def rules(self) -> tuple[str, ...]:
-        if not self.runs:
-            return (ALL,)
-        return self.select or RULES
-
-    def outputs(self) -> dict[str, Path]:
-        stem = Path(self.dataset).stem
-        return {
-            "filtered": self.out / f"{stem}_filtered.parquet",
-            "excluded": self.out / f"{stem}_excluded.parquet",
-            "review.csv": self.out / "review.csv",
-            "review.html": self.out / "review.html",
-        }
-
-    def inputs(self) -> list[Path]:
-        files = [(self.dataset, "dataset"), *((d, "decisions") for d in self.decisions)]
-        if self.uses_verifier:
-            files.append((self.corpus, "corpus"))
-        parts = scores.partitions(self.logs, self.runs) if self.runs else []
-        return [step.require(f, what) for f, what in files] + parts
-
-    def params(self, verifier: dict[str, Any] | None) -> dict[str, Any]:
-        return {
-            "runs": list(self.runs),
-            "rules": list(self.rules),
-            "ndcg_min": self.ndcg_min,
-            "low_score_max": self.low_score_max,
-            "verifier": verifier,
-            "trust_verifier": self.trust_verifier,
-        }
 
 
 @dataclass(frozen=True)
@@ -219,10 +126,19 @@ def _check_decided(cfg: VerifyConfig, decided: dict[str, Any], ids: pa.ChunkedAr
     )
 
 
+def _inputs(cfg: VerifyConfig) -> list[Path]:
+    """The step's input files (each checked to exist), then the runs' log partitions."""
+    files = [(cfg.dataset, "dataset"), *((d, "decisions") for d in cfg.decisions)]
+    if cfg.uses_verifier:
+        files.append((cfg.corpus, "corpus"))
+    parts = scores.partitions(cfg.logs, cfg.runs) if cfg.runs else []
+    return [step.require(f, what) for f, what in files] + parts
+
+
 def run_verify(cfg: VerifyConfig, *, verifier: Any = None) -> step.StepResult:
     """Run the step. ``verifier``: a ``GTVerifier`` to use instead of building ``cfg.verifier``."""
     spec, ident = _verifier_identity(cfg, verifier)
-    params, inputs = cfg.params(ident), cfg.inputs()
+    params, inputs = cfg.params(ident), _inputs(cfg)
     outputs = {k: step.resolve(v) for k, v in cfg.outputs().items()}
     rerun = cfg.dry_run or cfg.force or cfg.retry_failed
     if not cfg.dry_run:  # a killed write of these outputs: finished, or its staged files removed

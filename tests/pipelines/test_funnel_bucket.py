@@ -226,3 +226,40 @@ def test_score_column_defaults_to_the_tables_one_numeric_column(tmp_path):
         f"{two}: pass --score-col naming the score column (columns: id, a, b, note); the "
         "default needs exactly one numeric column besides id, found 2: a, b"
     )
+
+
+def test_native_output_equals_the_arrow_transform_on_unusual_shapes(tmp_path):
+    # integer ids (read as text), a repeated id, a null extra_info (stays null), a field of the
+    # score's name already there (replaced, moved last), Hugging Face metadata, and a dataset
+    # without extra_info (gets one of just the score): the rows pyarrow's transform gave
+    import pyarrow as pa
+
+    from ddai.pipelines.funnel import dataset as ds
+
+    extra = pa.array(
+        [{"s": 9.0, "k": "x"}, None, {"s": None, "k": "z"}, {"s": 1.0, "k": "w"}],
+        pa.struct([("s", pa.float64()), ("k", pa.string())]),
+    )
+    meta = {b"huggingface": json.dumps({"info": {"features": {"extra_info": {}}}}).encode()}
+    src = pa.table({"id": [3, 1, 2, 3], "extra_info": extra}).replace_schema_metadata(meta)
+    bare = pa.table({"id": ["3", "1", "2"], "v": [[1], None, [2, 3]]})
+    scores = _scores(tmp_path / "s.parquet", [("1", 0.5), ("2", 0.4), ("3", 0.5)])
+    for name, table in (("src", src), ("bare", bare)):
+        path = tmp_path / f"{name}.parquet"
+        pq.write_table(table, path)
+        res = run_bucket(
+            BucketConfig(dataset=path, out=tmp_path / name, scores=scores, score_col="s")
+        )
+        first, _ = ds.first_occurrences(ds.read_dataset(path))
+        # bucket A: 0.5, 0.5 (dataset order: 3 then 1), then 0.4
+        order = [first["id"].to_pylist().index(u) for u in ("3", "1", "2")]
+        want = ds.with_extra_field(first.take(order), "s", pa.array([0.5, 0.5, 0.4]))
+        pq.write_table(want, tmp_path / "want.parquet")  # as the Arrow path wrote it
+        want = pq.read_table(tmp_path / "want.parquet")
+        got = pq.read_table(res.outputs["a"])
+        assert got.to_pylist() == want.to_pylist()
+        assert got.schema == want.schema, (got.schema, want.schema)  # names, types, nullability
+        assert got.schema.metadata == want.schema.metadata
+        assert manifest.read(res.outputs["a"])["notes"]["duplicate_ids"] == (
+            ["3"] if name == "src" else []
+        )

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import csv
 
-import pyarrow as pa
+import duckdb
 import pytest
 from funnel_data import group, ids_of, write_dataset, write_log
 
 from ddai.pipelines import manifest
-from ddai.pipelines.funnel.focus import FocusConfig, run_focus, select_at_most
+from ddai.pipelines.funnel import scores
+from ddai.pipelines.funnel.focus import FocusConfig, keys, run_focus
 
 
 def _csv(path, rows):
@@ -20,17 +21,21 @@ def _csv(path, rows):
     return path
 
 
-def test_select_at_most_reasons_in_order():
-    ids = pa.array(["a", "b", "c", "d", "e"])
-    score = pa.table({"uid": ["d", "c", "b", "a"], "score": [0.1, 0.0, 0.31, 0.3]})
-    sel = select_at_most(ids, score, 0.3, flagged={"d": "uncertain", "b": "wrong"})
-    assert sel.keep == [0, 2]
-    # b is above the threshold before it is flagged; e has no rollouts.
-    assert sel.dropped == {
-        "above 0.3": ["b"],
-        "flagged uncertain": ["d"],
-        "missing from run": ["e"],
-    }
+def test_selection_reasons_in_order(tmp_path):
+    ds = write_dataset(tmp_path / "p.parquet", ["a", "b", "c", "d", "e", "a"])
+    con = duckdb.connect()
+    con.execute(
+        f"CREATE TEMP TABLE {scores.SCORES} AS SELECT * FROM (VALUES ('d', 0.1), ('c', 0.0), "
+        "('b', 0.31), ('a', 0.3)) t(uid, score)"
+    )
+    sel = keys(con, [str(ds)], 0.3, flagged={"d": "uncertain", "b": "wrong"})
+    kept = con.execute("SELECT _pos FROM _keys WHERE reason = 'keep' ORDER BY _pos").fetchall()
+    assert kept == [(0,), (2,)] and sel.kept == 2
+    # b is above the threshold before it is flagged; e has no rollouts; the second a is a
+    # repeat (no reason: it is counted as a duplicate by the step)
+    assert sel.ids == {"flagged uncertain": ["d"], "missing from run": ["e"]}
+    assert sel.dropped == {"above 0.3": 1, "flagged uncertain": 1, "missing from run": 1}
+    assert list(sel.dropped) == ["missing from run", "above 0.3", "flagged uncertain"]
 
 
 def test_round1_hard_a_in_a_order_then_bucket0(tmp_path):
@@ -73,6 +78,38 @@ def test_round1_hard_a_in_a_order_then_bucket0(tmp_path):
         },
     }
     assert m["notes"]["contributions"] == {str(a.resolve()): 2, str(zero.resolve()): 2}
+
+
+def test_round1_unifies_a_field_bucket_0_adds_and_keeps_the_rows_as_they_were(tmp_path):
+    # bucket 0 carries one more extra_info field (a review's note): A's rows get it as null,
+    # and every row is the input row as it was (pyarrow's permissive concatenation)
+    import pyarrow.parquet as pq
+
+    from ddai.pipelines.funnel import dataset as ds
+
+    a = write_dataset(tmp_path / "a.parquet", ["train_1", "train_2"])
+    zero = tmp_path / "z.parquet"
+    z = ds.read_dataset(write_dataset(tmp_path / "z0.parquet", ["train_3", "train_1"]))
+    pq.write_table(ds.with_extra_field(z, "note", ["checked", "twice"]), zero)
+    logs = tmp_path / "logs"
+    write_log(logs, "cur", group("train_1", "reward", [0.0]) + group("train_2", "reward", [0.0]))
+    res = run_focus(
+        FocusConfig(
+            out=tmp_path / "r1.parquet", logs=logs, runs=("cur",), bucket_a=a, bucket_0=zero
+        )
+    )
+    got = pq.read_table(res.outputs["focus"])
+    want = [
+        *(
+            {**r, "extra_info": {**r["extra_info"], "note": None}}
+            for r in pq.read_table(a).to_pylist()
+        ),
+        pq.read_table(zero).to_pylist()[0],  # train_3; train_1 is already in hard A
+    ]
+    assert got.to_pylist() == want
+    assert got.schema.field("extra_info").type.names[-1] == "note"
+    assert got.schema.metadata == pq.read_table(a).schema.metadata  # the first input's
+    assert not any(f.nullable is False for f in got.schema)
 
 
 def test_round_n_plus_1_low_scorers_minus_flagged_in_previous_order(tmp_path):

@@ -18,7 +18,7 @@ from ddai.trainer.search.config import (
     PageSettings,
     RewardOverrides,
 )
-from ddai.trainer.search.logrows import LoggedRunResult
+from ddai.trainer.search.run_result import LoggedRunResult
 
 # Seed 000's focused-round optimiser: sequence-level ratio (GSPO), clip 3e-4/4e-4, lr 1e-6, no KL,
 # no entropy bonus, and its mini-batch structure: verl's ``ppo_mini_batch_size=8`` prompts out of a

@@ -11,7 +11,7 @@ from typing import Any
 
 from ddai.trainer.common import TrainConfigError
 from ddai.trainer.search.config import EpisodeSettings, PageSettings
-from ddai.trainer.search.logrows import LoggedRunResult
+from ddai.trainer.search.run_result import LoggedRunResult
 
 KL_MODES = ("reward", "loss")
 """Where the reference KL goes: ``reward`` folds ``−β·KL_t`` into the per-token rewards (seed

@@ -13,6 +13,7 @@ from ddai.pipelines import objstore
 from ddai.pipelines.side_log import SideLog
 from ddai.trainer.search.rewards import Judged, Score
 from ddai.trainer.search.rollout import Trajectory
+from ddai.trainer.search.run_result import LoggedRunResult  # noqa: F401 (re-exported)
 from ddai.trainer.search.scoring import ScoreStore
 
 
@@ -223,18 +224,3 @@ class RolloutLog:
                 manifest={"steps": steps},
             )
         return dropped
-
-
-@dataclass(kw_only=True)
-class LoggedRunResult:
-    """What a training run's result reports of its rollout log (``RolloutLog.result_fields``);
-    ``GRPOResult`` and ``PPOResult`` add their own fields."""
-
-    run_id: str
-    logs: str
-    rollouts_logged: int
-    """Rows the run committed (the main process's count: it alone writes)."""
-    reward_first: float | None
-    """Mean reward of the first logged step."""
-    reward_last: float | None
-    """Mean reward of the last logged step."""
