@@ -20,7 +20,11 @@ then ``--steps``); seconds per step and CPU seconds per policy token are shown b
 sides take turns over ``--pairs`` pairs in ABBA order (plain first in even pairs, ddai first in
 odd ones), so load changes fall on both alike; the machine's load average is recorded before and
 after each side run. Printed: per pair the two rates and their ratio, then the median ratio
-ddai / plain with its min-max and interquartile range, against the 1.15 target.
+ddai / plain with its min-max and interquartile range, against the 1.15 target. Beside it, the
+ratio per completion token: ddai's rollouts also carry the observations (prefilled in
+generation, run through the loss pass, masked out of it), which plain TRL has none of; with the
+tiny random policy every action is invalid and its corrective observation is about twice the
+turn's tokens, so the two ratios bound the overhead from both sides.
 
     python bench/bench_grpo_overhead.py
     python bench/bench_grpo_overhead.py --pairs 7 --steps 3
@@ -98,6 +102,11 @@ class SideRun:
     @property
     def sequence_per_rollout(self) -> float:
         return sum(self.sequence[1:]) / sum(self.rollouts[1:])
+
+    @property
+    def s_per_sequence_token(self) -> float:
+        wall, _, _, _ = self.timed()
+        return wall / sum(self.sequence[1:])
 
     @property
     def s_per_step(self) -> float:
@@ -302,6 +311,7 @@ def report(runs: list[tuple[SideRun, SideRun]], args: Any) -> dict[str, Any]:
         )
     s, c = Spread.of(ratios), Spread.of(cpu_ratios)
     step = Spread.of([d.s_per_step / p.s_per_step for p, d in runs])
+    seq = Spread.of([d.s_per_sequence_token / p.s_per_sequence_token for p, d in runs])
     verdict = "within" if s.median <= TARGET else "ABOVE"
     print(
         f"\nddai / plain TRL, wall s per policy token: median {s.median:.3f} "
@@ -310,7 +320,9 @@ def report(runs: list[tuple[SideRun, SideRun]], args: Any) -> dict[str, Any]:
     )
     print(
         f"CPU s per policy token: median {c.median:.3f} (min-max {c.lo:.3f}-{c.hi:.3f}); "
-        f"s per step: median {step.median:.3f} (min-max {step.lo:.3f}-{step.hi:.3f})"
+        f"s per step: median {step.median:.3f} (min-max {step.lo:.3f}-{step.hi:.3f}); "
+        f"s per completion token (observations included): median {seq.median:.3f} "
+        f"(min-max {seq.lo:.3f}-{seq.hi:.3f})"
     )
     loads = [x for p, d in runs for x in (*p.load, *d.load)]
     print(
@@ -318,7 +330,7 @@ def report(runs: list[tuple[SideRun, SideRun]], args: Any) -> dict[str, Any]:
         f"{args.threads}; ddai seq/ro: completion tokens per ddai rollout, observations included "
         "(plain TRL's are its policy tokens)"
     )
-    return {"ratio": s, "cpu_ratio": c, "step_ratio": step, "runs": runs}
+    return {"ratio": s, "cpu_ratio": c, "step_ratio": step, "sequence_ratio": seq, "runs": runs}
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:

@@ -49,6 +49,7 @@ def test_ratio_is_seconds_per_policy_token_over_timed_steps():
     assert d.s_per_token == pytest.approx(6.0 / 150)
     assert d.tokens_per_rollout == pytest.approx(150 / 8)
     assert d.sequence_per_rollout == pytest.approx(300 / 8)
+    assert d.s_per_sequence_token == pytest.approx(6.0 / 300)
     s = bench.Spread.of([1.0, 2.0, 3.0, 4.0, 10.0])
     assert (s.median, s.lo, s.hi, s.q1, s.q3) == (3.0, 1.0, 10.0, 2.0, 4.0)
     with pytest.raises(RuntimeError, match="1 generations counted"):
@@ -94,5 +95,7 @@ def test_one_pair_counts_the_policy_tokens_each_side_produced(tmp_path, capsys):
     text = capsys.readouterr().out
     ratio = ddai.s_per_token / plain.s_per_token
     assert out["ratio"].median == pytest.approx(ratio)
+    seq_ratio = ddai.s_per_sequence_token / plain.s_per_sequence_token
+    assert out["sequence_ratio"].median == pytest.approx(seq_ratio)
     assert f"median {ratio:.3f}" in text
     assert "16 policy tokens per rollout" in text
