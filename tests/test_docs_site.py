@@ -26,7 +26,7 @@ def _build(config: Path, site: Path) -> subprocess.CompletedProcess:
 def test_docs_build_strict(tmp_path: Path) -> None:
     proc = _build(ROOT / "mkdocs.yml", tmp_path / "site")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    for page in ("index.html", "cli/index.html"):
+    for page in ("index.html", "cli/index.html", "scale/index.html"):
         assert (tmp_path / "site" / page).is_file(), page
 
 

@@ -1,0 +1,101 @@
+"""The GRPO overhead bench's accounting (not its timing claim, which needs the full run): one
+pair on a tiny model, the policy tokens it counts on each side against what each side produced
+(plain TRL's fixed length, ddai's rollout log), the ABBA order and the ratio's arithmetic."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).parents[2] / "bench" / "bench_grpo_overhead.py"
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("bench_grpo_overhead", BENCH)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["bench_grpo_overhead"] = mod  # dataclasses resolve their module by name
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_pairs_alternate_order_abba():
+    bench = _bench()
+    calls: list[str] = []
+
+    def side(name):
+        def run(i):
+            calls.append(f"{name}{i}")
+            return bench.SideRun(name)
+
+        return run
+
+    runs = bench.interleaved(4, side("p"), side("d"))
+    assert calls == ["p0", "d0", "d1", "p1", "p2", "d2", "d3", "p3"]
+    assert [(p.side, d.side) for p, d in runs] == [("p", "d")] * 4
+
+
+def test_ratio_is_seconds_per_policy_token_over_timed_steps():
+    bench = _bench()
+    # warm-up step first: its 9 s and 10 tokens are left out
+    p = bench.SideRun("plain", wall=[9.0, 2.0, 2.0], cpu=[1, 1, 1], tokens=[10, 100, 100])
+    p.rollouts, p.sequence = [4, 4, 4], [10, 100, 100]
+    d = bench.SideRun("ddai", wall=[9.0, 3.0, 3.0], cpu=[1, 2, 2], tokens=[10, 100, 50])
+    d.rollouts, d.sequence = [4, 4, 4], [20, 200, 100]
+    assert p.s_per_token == pytest.approx(4.0 / 200)
+    assert d.s_per_token == pytest.approx(6.0 / 150)
+    assert d.tokens_per_rollout == pytest.approx(150 / 8)
+    assert d.sequence_per_rollout == pytest.approx(300 / 8)
+    assert d.s_per_sequence_token == pytest.approx(6.0 / 300)
+    s = bench.Spread.of([1.0, 2.0, 3.0, 4.0, 10.0])
+    assert (s.median, s.lo, s.hi, s.q1, s.q3) == (3.0, 1.0, 10.0, 2.0, 4.0)
+    with pytest.raises(RuntimeError, match="1 generations counted"):
+        bench.SideRun("x", wall=[1.0, 1.0], tokens=[5]).timed()
+
+
+@pytest.mark.slow
+def test_one_pair_counts_the_policy_tokens_each_side_produced(tmp_path, capsys):
+    from ddai.pipelines import store
+    from ddai.trainer import toy
+    from ddai.trainer.tiny import build_tiny
+
+    bench = _bench()
+    args = bench.parse(
+        ["--steps", "1", "--batch-size", "4", "--n-agent", "2", "--turn-tokens", "8",
+         "--max-turns", "2", "--obs-max-tokens", "16"]
+    )  # fmt: skip
+    data = toy.write_toy(tmp_path / "toy")
+    model = build_tiny(tmp_path / "tiny", texts=[r["messages"] for r in toy.sft_rows()])
+    plain = bench.plain_trl(model, toy.dataset_rows(), tmp_path / "plain", args)
+    ddai = bench.ddai_multiturn(model, data, tmp_path / "ddai", args)
+
+    # plain TRL: eos cannot end a completion early, so every rollout is exactly P = 2 × 8 tokens
+    assert plain.tokens == [4 * 16, 4 * 16]
+    assert plain.rollouts == [4, 4] and plain.sequence == plain.tokens
+    assert len(plain.wall) == len(plain.cpu) == 2
+    # ddai: the counted policy tokens are those its rollout log records, step by step
+    rows = store.read_rollouts(tmp_path / "ddai" / "logs", ["overhead"]).to_pylist()
+    per_step: dict[int, int] = {}
+    seq: dict[int, int] = {}
+    for r in rows:
+        extra = json.loads(r["extra"])
+        per_step[r["step"]] = per_step.get(r["step"], 0) + extra["policy_tokens"]
+        seq[r["step"]] = seq.get(r["step"], 0) + extra["completion_tokens"]
+    assert ddai.tokens == [per_step[1], per_step[2]]
+    assert ddai.sequence == [seq[1], seq[2]]
+    assert ddai.rollouts == [4, 4] and len(ddai.wall) == 2
+    # at most P policy tokens per rollout; observations make the sequence longer
+    assert all(0 < t <= 4 * 16 for t in ddai.tokens)
+    assert all(s > t for s, t in zip(ddai.sequence, ddai.tokens, strict=True))
+
+    out = bench.report([(plain, ddai)], args)
+    text = capsys.readouterr().out
+    ratio = ddai.s_per_token / plain.s_per_token
+    assert out["ratio"].median == pytest.approx(ratio)
+    seq_ratio = ddai.s_per_sequence_token / plain.s_per_sequence_token
+    assert out["sequence_ratio"].median == pytest.approx(seq_ratio)
+    assert f"median {ratio:.3f}" in text
+    assert "16 policy tokens per rollout" in text
