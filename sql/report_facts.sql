@@ -7,6 +7,8 @@
 -- retrieved page shares a reference page's document; hallucination_suspect = judge >= $judge_high
 -- and no retrieved page is golden (rollouts with reference pages only). Queries are compared
 -- lower-cased and trimmed; first_golden_rank is 1-based among the distinct retrieved pages.
+-- shares_doc is known only where judge_score >= $judge_high (the rows both classes read), NULL
+-- elsewhere.
 CREATE OR REPLACE TEMP TABLE report_facts AS
 WITH base AS (
     SELECT
