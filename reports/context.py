@@ -119,8 +119,7 @@ class ReportContext:
         key = (name, *sorted(extra.items()))
         if key not in self._frames:
             sql = query.sql_text(name)
-            table = query.run_sql(self.con, sql, bind(sql, {**self.params, **extra}))
-            self._frames[key] = pl.from_arrow(table)
+            self._frames[key] = query.run_frame(self.con, sql, bind(sql, {**self.params, **extra}))
         return self._frames[key]
 
     def by_run(self, df: pl.DataFrame) -> Iterator[tuple[str, pl.DataFrame]]:

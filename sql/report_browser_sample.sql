@@ -5,31 +5,34 @@
 -- columns come from rollouts for the sampled rows only.
 -- A row's place in its stratum (stratum_rank) is its rank in seeded hash order; no row past the
 -- first $browse_max of its stratum can be picked, so each stratum keeps only those (a top-N
--- aggregate per stratum: no sort or window over every rollout).
+-- aggregate per stratum: no sort or window over every rollout). The top-N carries the facts
+-- row's rowid only, and the few rows kept are looked up by it (carrying each row's key and tags
+-- through the aggregate cost more than the rest of the query).
 WITH keyed AS (
     SELECT
-        run_id, outcome, coalesce(tags[1], '') AS stratum,
-        {
-            step: step, uid: uid, rollout_idx: rollout_idx, tags: tags,
-            h: hash(run_id, uid, rollout_idx, step, $seed)
-        } AS row,
+        run_id, outcome, coalesce(tags[1], '') AS stratum, rowid AS rid,
         hash(uid, rollout_idx, step, $seed) AS order_key
     FROM report_facts
 ),
 strata AS (
     SELECT
         run_id, outcome,
-        min_by(row, order_key, $browse_max) AS firsts,
+        min_by(rid, order_key, $browse_max) AS firsts,
         dense_rank() OVER (PARTITION BY run_id, outcome ORDER BY hash(stratum, $seed)) AS class_rank
     FROM keyed
     GROUP BY run_id, outcome, stratum
 ),
+firsts AS (
+    SELECT s.outcome, f.rid, f.stratum_rank, s.class_rank
+    FROM strata AS s, unnest(s.firsts) WITH ORDINALITY AS f(rid, stratum_rank)
+),
 picked AS (
     SELECT
-        s.run_id, f.row.step, f.row.uid, f.row.rollout_idx, s.outcome, f.row.tags,
-        f.stratum_rank, s.class_rank, f.row.h
-    FROM strata AS s, unnest(s.firsts) WITH ORDINALITY AS f(row, stratum_rank)
-    ORDER BY f.stratum_rank, s.class_rank, f.row.h
+        x.run_id, x.step, x.uid, x.rollout_idx, f.outcome, x.tags,
+        f.stratum_rank, f.class_rank, hash(x.run_id, x.uid, x.rollout_idx, x.step, $seed) AS h
+    FROM firsts AS f
+    JOIN report_facts AS x ON x.rowid = f.rid
+    ORDER BY f.stratum_rank, f.class_rank, h
     LIMIT $browse_max
 )
 SELECT

@@ -7,6 +7,8 @@
 -- retrieved page shares a reference page's document; hallucination_suspect = judge >= $judge_high
 -- and no retrieved page is golden (rollouts with reference pages only). Queries are compared
 -- lower-cased and trimmed; first_golden_rank is 1-based among the distinct retrieved pages.
+-- shares_doc is known only where judge_score >= $judge_high (the rows both classes read), NULL
+-- elsewhere.
 CREATE OR REPLACE TEMP TABLE report_facts AS
 WITH base AS (
     SELECT
@@ -26,16 +28,14 @@ WITH base AS (
             TRY_CAST(json_extract_string(extra, '$.max_turns') AS INTEGER)
         ) AS max_turns,
         TRY_CAST(json_extract_string(extra, '$.cost_usd') AS DOUBLE) AS cost_usd,
-        list_transform(
-            list_filter(turns, lambda t: t.action = 'search'), lambda t: lower(trim(t.arg))
-        ) AS queries,
-        len(list_filter(turns, lambda t: t.action = 'bbox')) AS n_bbox,
-        len(list_filter(turns, lambda t: t.action = 'invalid')) AS n_invalid,
+        -- each turn field the facts read is taken out once, as a list of scalars: filtering the
+        -- turns themselves copies every field of every turn kept (thinks, observations, pages)
+        list_transform(turns, lambda t: t.action) AS actions,
+        list_transform(turns, lambda t: t.arg) AS args,
         len(turns) AS n_turns_parsed,
-        coalesce(list_bool_or(list_transform(turns, lambda t: coalesce(t.forced, false))), false)
-            AS forced,
+        coalesce(list_bool_or(list_transform(turns, lambda t: t.forced)), false) AS forced,
         -- turns valued by `ddai value score` (the value section skips its queries when none is)
-        len(list_filter(turns, lambda t: t.value IS NOT NULL)) AS n_valued,
+        list_count(list_transform(turns, lambda t: t.value)) AS n_valued,
         list_position(
             list_transform(
                 list_filter(coalesce(retrieved_pages, []), lambda p, i: list_position(retrieved_pages, p) = i),
@@ -44,14 +44,27 @@ WITH base AS (
             true
         ) AS first_golden_rank,
         len(coalesce(reference_pages, [])) > 0 AS has_reference,
-        shares_doc(retrieved_pages, reference_pages) AS shares_doc
+        -- read only where the judge is high (the discrepancy classes and the hallucination
+        -- suspects): NULL elsewhere, which spares a regex per page on the other rollouts
+        CASE WHEN judge_score >= $judge_high THEN shares_doc(retrieved_pages, reference_pages) END
+            AS shares_doc
     FROM rollouts
+),
+searched AS (
+    SELECT
+        * EXCLUDE (args),
+        list_transform(
+            list_filter(args, lambda a, i: actions[i] = 'search'), lambda a: lower(trim(a))
+        ) AS queries
+    FROM base
 ),
 derived AS (
     SELECT
-        * EXCLUDE (queries),
+        * EXCLUDE (queries, actions),
+        len(list_filter(actions, lambda a: a = 'bbox')) AS n_bbox,
+        len(list_filter(actions, lambda a: a = 'invalid')) AS n_invalid,
         len(queries) AS n_search,
-        len(list_distinct(queries)) < len(queries) AS duplicate_query,
+        list_unique(queries) < len(queries) AS duplicate_query,
         CASE WHEN queries IS NOT NULL THEN coalesce(
             list_bool_or(list_transform(range(1, len(queries)), lambda i: queries[i] = queries[i + 1])),
             false
@@ -67,7 +80,7 @@ derived AS (
             AS discrepancy,
         coalesce(judge_score >= $judge_high AND has_reference AND first_golden_rank IS NULL, false)
             AS hallucination_suspect
-    FROM base
+    FROM searched
 )
 SELECT
     *,

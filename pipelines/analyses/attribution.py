@@ -58,7 +58,7 @@ def rows(con: duckdb.DuckDBPyConnection, cfg: AttributionConfig) -> pl.DataFrame
     """The view's rows at ``cfg``'s thresholds (``review_flags`` must already be loaded)."""
     sql = "SELECT * FROM failure_attribution_at($score_max, $agree_min, $threshold)"
     params = {"score_max": cfg.score_max, "agree_min": cfg.agree_min, "threshold": cfg.threshold}
-    return pl.from_arrow(query.run_sql(con, sql, params))
+    return query.run_frame(con, sql, params)
 
 
 def summarize(df: pl.DataFrame) -> dict[str, dict[str, Any]]:

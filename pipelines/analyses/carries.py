@@ -50,7 +50,7 @@ GROUPS = Need(
 
 def carries(con: duckdb.DuckDBPyConnection) -> dict[str, dict[str, int]]:
     """run id → its carry counts (``sql/analysis_carries.sql``)."""
-    rows = query.run_named(con, "analysis_carries").to_pylist()
+    rows = query.run_frame(con, query.sql_text("analysis_carries")).to_dicts()
     return {r.pop("run_id"): r for r in rows}
 
 

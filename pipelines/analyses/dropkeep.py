@@ -30,8 +30,8 @@ def drop_keep(
     con = query.connect(query.logs_or_fail(Path(logs)), runs)
     try:
         ok, lacking = carries.check(con, "drop/keep", NEEDS, strict=bool(runs))
-        decisions = pl.from_arrow(query.run_sql(con, "SELECT * FROM drop_keep"))
-        groups = pl.from_arrow(query.run_sql(con, "SELECT * FROM zero_variance_groups"))
+        decisions = query.run_frame(con, "SELECT * FROM drop_keep")
+        groups = query.run_frame(con, "SELECT * FROM zero_variance_groups")
     finally:
         con.close()
     decisions = decisions.filter(pl.col("run_id").is_in(ok))

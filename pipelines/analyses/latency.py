@@ -23,7 +23,7 @@ NEEDS = (carries.SCORES,)
 
 def _run_totals(con: Any, ok: list[str]) -> pl.DataFrame:
     sql = query.sql_text("analysis_latency_runs")
-    return pl.from_arrow(query.run_sql(con, sql)).filter(pl.col("run_id").is_in(ok))
+    return query.run_frame(con, sql).filter(pl.col("run_id").is_in(ok))
 
 
 def reward_latency(
@@ -36,7 +36,7 @@ def reward_latency(
     con = query.connect(query.logs_or_fail(Path(logs)), runs)
     try:
         ok, lacking = carries.check(con, "reward latency", NEEDS, strict=bool(runs))
-        steps = pl.from_arrow(query.run_sql(con, "SELECT * FROM reward_latency")).filter(
+        steps = query.run_frame(con, "SELECT * FROM reward_latency").filter(
             pl.col("run_id").is_in(ok)
         )
         totals = _run_totals(con, ok)

@@ -19,8 +19,8 @@ REASONS = ("always_zero", "always_full", "constant")
 
 
 def build(ctx: ReportContext) -> Section:
-    decisions = pl.from_arrow(query.run_sql(ctx.con, "SELECT * FROM drop_keep"))
-    groups = pl.from_arrow(query.run_sql(ctx.con, "SELECT * FROM zero_variance_groups"))
+    decisions = query.run_frame(ctx.con, "SELECT * FROM drop_keep")
+    groups = query.run_frame(ctx.con, "SELECT * FROM zero_variance_groups")
     if decisions.height == 0:
         return Section(
             id="drop-keep",

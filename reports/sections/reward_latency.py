@@ -64,7 +64,7 @@ def build(ctx: ReportContext) -> Section:
     # Both grains from one pass over the log: the views analysis_latency_runs and reward_latency
     # each evaluate reward_latency_sets (JSON and percentiles over every rollout); split it here
     # the way they do.
-    sets = pl.from_arrow(query.run_sql(ctx.con, "SELECT * FROM reward_latency_sets"))
+    sets = query.run_frame(ctx.con, "SELECT * FROM reward_latency_sets")
     runs = sets.filter(pl.col("run_total") == 1).drop("step", "run_total").sort("run_id")
     steps = (
         sets.filter(pl.col("run_total") == 0)

@@ -125,3 +125,21 @@ def test_shared_connections_keep_their_own_views(logs):
         "SELECT view_name FROM duckdb_views() WHERE NOT internal ORDER BY 1"
     ).fetchall() == [("rollouts_src",)]
     c.close()
+
+
+@pytest.mark.parametrize("sql", [*QUERIES, "SELECT * FROM rollouts WHERE false"])
+def test_run_frame_is_the_arrow_frame(logs, sql):
+    """run_frame hands DuckDB's result to polars without pyarrow: the same frame, column types
+    (nested turns, maps, empty results) included."""
+    import polars as pl
+    from polars.testing import assert_frame_equal
+
+    con = query.connect(logs)
+    try:
+        got = query.run_frame(con, sql)
+        want = pl.from_arrow(query.run_sql(con, sql))
+        assert got.height > 0 or "false" in sql
+        # views without an ORDER BY come back in any order from one execution to the next
+        assert_frame_equal(got, want, check_row_order=False)
+    finally:
+        con.close()
