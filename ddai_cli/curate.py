@@ -35,7 +35,7 @@ from ddai.pipelines import workspace
 from ddai.pipelines.funnel import configs
 from ddai.pipelines.lazy import lazy_module
 
-# the steps load when a command runs; --help reads only their configs (funnel/configs.py)
+# the steps load when a command runs; --help reads only their configs (pipelines/funnel/configs.py)
 bucket = lazy_module("ddai.pipelines.funnel.bucket")
 focus = lazy_module("ddai.pipelines.funnel.focus")
 lineage = lazy_module("ddai.pipelines.funnel.lineage")
