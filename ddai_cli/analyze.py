@@ -23,6 +23,7 @@ from ddai.pipelines.analyses import (
     truth_eval,
 )
 from ddai.pipelines.analyses.export import write_rows
+from ddai.pipelines.schema import SUCCESS_THRESHOLD
 
 analyze_app = typer.Typer(
     name="analyze",
@@ -79,7 +80,7 @@ def attribution_cmd(
             "rejected, at least this many (and half of those rejected), flag the ground truth.",
         ),
     ] = 3,
-    threshold: ThresholdOpt = 1.0,
+    threshold: ThresholdOpt = SUCCESS_THRESHOLD,
     flags: Annotated[
         list[Path] | None,
         typer.Option(

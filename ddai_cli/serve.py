@@ -10,6 +10,7 @@ import typer
 
 from ddai.cli.common import LogsOpt, RunsOpt, ThresholdOpt, console, err_console, fail
 from ddai.pipelines import workspace
+from ddai.pipelines.schema import SUCCESS_THRESHOLD
 
 
 def serve_cmd(
@@ -69,7 +70,7 @@ def serve_cmd(
     page_size: Annotated[
         int, typer.Option("--page-size", help="Rows per page of the rollout table (1-500).")
     ] = 50,
-    threshold: ThresholdOpt = 1.0,
+    threshold: ThresholdOpt = SUCCESS_THRESHOLD,
     threads: Annotated[
         int | None, typer.Option("--threads", help="DuckDB threads. Default: one per core.")
     ] = None,

@@ -62,6 +62,20 @@ def sql_text(name: str) -> str:
         raise ValueError(f"no SQL file {name!r}; known: {', '.join(known)}") from e
 
 
+_SUCCESS_MACROS = re.compile(
+    r"CREATE OR REPLACE MACRO (?:success_threshold|is_success)\(.*?;", re.S
+)
+
+
+def success_macros() -> str:
+    """The success rule's macros (``success_threshold()``, ``is_success``) as rollouts.sql defines
+    them: for a connection that scans Parquet without the views (distill's selection)."""
+    found = _SUCCESS_MACROS.findall(sql_text("rollouts"))
+    if len(found) != 2:
+        raise RuntimeError(f"rollouts.sql should define 2 success macros, found {len(found)}")
+    return "\n".join(found)
+
+
 _CREATES = re.compile(
     r"CREATE\s+(?:OR\s+REPLACE\s+)?(?:TEMP\s+|TEMPORARY\s+)?(?:VIEW|MACRO|TABLE)\s+(\w+)", re.I
 )

@@ -3,6 +3,7 @@
 ``normalize_rollout`` turns a loose input record (native JSONL/Parquet row or an adapter's output)
 into a row of this schema: typed, with derived fields filled and unknown keys folded into ``extra``.
 It raises ``RowError`` (with a reason) for rows that cannot be read; ingest quarantines those.
+Longer than 400 lines because the schema, its normaliser and the success rule are one contract.
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ COERCED = "coerced_type"
 # nearest float, the exact source integer in ``extra.inexact`` (as text); counted by this flag.
 INEXACT = "inexact_number"
 _EXACT_FLOAT = 2**53
+# DESIGN.md's default success threshold (judge_score >= it, format gate not failed): every config's
+# default reads this; SQL's is the ``success_threshold()`` macro, tested equal.
+SUCCESS_THRESHOLD = 1.0
 
 
 @functools.cache
@@ -390,8 +394,11 @@ def normalize_rollout(
     return row
 
 
-def is_success(judge_score: float | None, format_ok: bool | None, threshold: float = 1.0) -> bool:
-    """DESIGN.md's success: judge ≥ threshold and the format gate not failed."""
+def is_success(
+    judge_score: float | None, format_ok: bool | None, threshold: float = SUCCESS_THRESHOLD
+) -> bool:
+    """DESIGN.md's success: judge ≥ threshold and the format gate not failed (the SQL macro
+    ``is_success`` in sql/rollouts.sql is tested against this: tests/pipelines/test_sql_success.py)."""
     return judge_score is not None and judge_score >= threshold and format_ok is not False
 
 

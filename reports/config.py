@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ddai.pipelines.schema import SUCCESS_THRESHOLD
+
 
 @dataclass
 class ReportConfig:
@@ -41,7 +43,7 @@ class ReportConfig:
     logs: Path
     out: Path
     runs: list[str] | None = None
-    success_threshold: float = 1.0
+    success_threshold: float = SUCCESS_THRESHOLD
     judge_high: float = 0.5
     ndcg_low: float = 0.0
     judge_low: float = 0.0

@@ -73,7 +73,7 @@ derived AS (
         CASE
             WHEN format_ok IS NOT DISTINCT FROM false THEN 'format_fail'
             WHEN judge_score IS NULL THEN 'unjudged'
-            WHEN judge_score >= $threshold THEN 'success'
+            WHEN is_success(judge_score, format_ok, $threshold) THEN 'success'
             ELSE 'failure'
         END AS outcome,
         discrepancy_class(judge_score, ndcg, shares_doc, $judge_high, $ndcg_low, $judge_low, $ndcg_high)

@@ -8,6 +8,7 @@ fields (DESIGN.md, "Adapter mappings").
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Any
 
@@ -39,18 +40,8 @@ FLASH_FIELDS = {
 }
 
 
-TURN_FIELDS = (
-    "idx",
-    "think",
-    "action",
-    "arg",
-    "sep",
-    "forced",
-    "retrieved",
-    "observation",
-    "error",
-    "value",
-)
+# The stored turn's fields: tags.Turn's compared ones, in order (schema.TURN_TYPE is tested equal).
+TURN_FIELDS = tuple(f.name for f in dataclasses.fields(tags.Turn) if f.compare)
 
 
 def turn_record(t: tags.Turn) -> dict[str, Any]:

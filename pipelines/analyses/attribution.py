@@ -16,6 +16,7 @@ from ddai.pipelines import query
 from ddai.pipelines.analyses import carries
 from ddai.pipelines.analyses.flags import load_flags
 from ddai.pipelines.lazy import lazy_module
+from ddai.pipelines.schema import SUCCESS_THRESHOLD
 
 duckdb = lazy_module("duckdb")
 pl = lazy_module("polars")
@@ -38,7 +39,7 @@ class AttributionConfig:
 
     score_max: float = 0.3
     agree_min: int = 3
-    threshold: float = 1.0
+    threshold: float = SUCCESS_THRESHOLD
     flags: list[Path] = field(default_factory=list)
 
     def __post_init__(self) -> None:

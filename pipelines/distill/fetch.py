@@ -16,7 +16,7 @@ import os
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from ddai.pipelines import objstore, schema
+from ddai.pipelines import objstore, query, schema
 from ddai.pipelines.distill.select import (
     SelectConfig,
     Selection,
@@ -160,8 +160,7 @@ def scan_select(
         src = f"""
             SELECT {", ".join(f"{cols[c]} AS {c}" for c in COLUMNS if c != "flags")},
                    {cols["flags"]}[1] AS flag,
-                   coalesce({cols["judge_score"]} >= $threshold, false)
-                       AND coalesce({cols["format_ok"]}, true) AS success,
+                   is_success({cols["judge_score"]}, {cols["format_ok"]}, $threshold) AS success,
                    st.o + s.file_row_number AS _row{turns}
             FROM {SCAN} AS s JOIN starts AS st ON s.filename = st.f"""
         params["threshold"] = float(cfg.success_threshold)
@@ -220,6 +219,7 @@ def scan_select(
 def _connect(paths: list[str], threads: int | None) -> duckdb.DuckDBPyConnection:
     con = duckdb.connect()
     con.execute("SET enable_progress_bar = false")
+    con.execute(query.success_macros())  # the one success rule (sql/rollouts.sql)
     objstore.register(con, paths)  # object-storage URLs read through fsspec
     if threads:
         con.execute(f"SET threads = {int(threads)}")

@@ -26,6 +26,7 @@ from ddai.pipelines.distill.rules import ClaimRules
 from ddai.pipelines.distill.safety import Drops, PostPass, PostPassResult, report_lines
 from ddai.pipelines.distill.select import SelectConfig
 from ddai.pipelines.lazy import lazy_module
+from ddai.pipelines.schema import SUCCESS_THRESHOLD
 
 pa = lazy_module("pyarrow")
 
@@ -62,7 +63,7 @@ class DistillConfig:
     """How a prompt's successes are ranked for ``top_k``: ``ddai`` (DDAI's finalize: NDCG desc,
     fewer searches, fewer bboxes, shorter text, log order) or ``reward`` (reward desc, NDCG desc,
     fewer actions, rollout_idx)."""
-    success_threshold: float = 1.0
+    success_threshold: float = SUCCESS_THRESHOLD
     """A rollout succeeds when judge_score >= this and format_ok is not false."""
     rewrite: str = "think-only"
     """``think-only``: thinks go through the rewriter; ``none``: no rewriter at all."""

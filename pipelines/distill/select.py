@@ -36,6 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ddai.pipelines.lazy import lazy_module
+from ddai.pipelines.schema import SUCCESS_THRESHOLD
 
 pl = lazy_module("polars")
 pa = lazy_module("pyarrow")
@@ -65,7 +66,7 @@ _GROUP = ("run_id", "uid")
 
 @dataclass(frozen=True)
 class SelectConfig:
-    success_threshold: float = 1.0
+    success_threshold: float = SUCCESS_THRESHOLD
     rate_max: float = 0.5
     top_k: int = 4
     rank: str = "reward"

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ddai.pipelines.schema import SUCCESS_THRESHOLD
+
 # bucket
 BUCKETS = ("b", "a", "0")
 METRICS = ("ndcg", "judge", "reward")
@@ -236,7 +238,7 @@ class PlanConfig:
     max_turns: int = 7
     target: float = 0.5
     prior: str = "empirical"
-    success_threshold: float = 1.0
+    success_threshold: float = SUCCESS_THRESHOLD
     price_per_call: float | None = None  # None: not priced (costs unknown, not 0)
     buckets: tuple[Path, ...] = ()  # datasets whose ids form the buckets (named by file stem)
     mastered: float = 0.7

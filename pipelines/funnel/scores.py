@@ -19,6 +19,7 @@ from typing import Any
 from ddai.pipelines import capabilities, csv_cells, objstore, query, store
 from ddai.pipelines.funnel.configs import AGGS, METRICS, check_metric  # noqa: F401 (re-exported)
 from ddai.pipelines.lazy import lazy_module
+from ddai.pipelines.schema import SUCCESS_THRESHOLD
 
 np = lazy_module("numpy")
 pl = lazy_module("polars")
@@ -50,7 +51,10 @@ def _connect(logs: str | os.PathLike[str], runs: Sequence[str], name: str):
 
 
 def log_table(
-    logs: str | os.PathLike[str], runs: Sequence[str], *, success_threshold: float = 1.0
+    logs: str | os.PathLike[str],
+    runs: Sequence[str],
+    *,
+    success_threshold: float = SUCCESS_THRESHOLD,
 ) -> pa.Table:
     """``sql/funnel_prompt_scores.sql`` over ``runs``: one row per uid (see the file's header)."""
     if not runs:

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from ddai.pipelines.schema import SUCCESS_THRESHOLD
+
 LOOPBACK_NAMES = {"localhost"}
 # The names a page on this machine reaches a loopback explorer by, whatever --host is.
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
@@ -111,7 +113,7 @@ class ServeConfig:
     token: str | None = None
     page_size: int = 50
     sql_max_rows: int = 1_000
-    success_threshold: float = 1.0
+    success_threshold: float = SUCCESS_THRESHOLD
     judge_high: float = 0.5
     ndcg_low: float = 0.0
     judge_low: float = 0.0

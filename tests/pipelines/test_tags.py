@@ -183,3 +183,15 @@ def test_turn_record_matches_the_log_schema():
     rec = t.to_record()
     assert list(rec) == [TURN_TYPE.field(i).name for i in range(TURN_TYPE.num_fields)]
     assert rec["action"] == "search" and rec["arg"] == "q" and rec["sep"] == ""
+
+
+def test_turn_fields_are_spelled_once():
+    """The stored turn's fields come from ``tags.Turn``; the Arrow type names the same, in order."""
+    from ddai.pipelines import schema
+    from ddai.pipelines.adapters import ddai_common
+
+    assert ddai_common.TURN_FIELDS == (
+        "idx", "think", "action", "arg", "sep", "forced", "retrieved", "observation", "error",
+        "value",
+    )  # fmt: skip
+    assert tuple(f.name for f in schema.TURN_TYPE) == ddai_common.TURN_FIELDS

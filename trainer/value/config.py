@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ddai.pipelines.schema import SUCCESS_THRESHOLD
+
 TARGETS = ("success", "reward")
 """Monte-Carlo targets of a rollout: success (1/0) or the logged reward."""
 DEFAULT_SPLIT_SEED = 0
@@ -56,7 +58,7 @@ class ValueRowsConfig:
     system_prompt: Path | None = None
     """Text file of the Searcher system prompt the policy saw (without --data). Default: the
     bundled DDAI prompt."""
-    success_threshold: float = 1.0
+    success_threshold: float = SUCCESS_THRESHOLD
     """A rollout succeeds when judge_score >= this and format_ok is not false."""
     max_length: int = 2048
     """Tokens per rollout (prompt + completion); longer ones are cut."""

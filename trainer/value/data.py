@@ -27,6 +27,7 @@ import torch
 from torch import Tensor
 
 from ddai.pipelines import schema, tags
+from ddai.pipelines.schema import SUCCESS_THRESHOLD
 from ddai.trainer.value.config import TARGETS, parse_bins
 
 # Drop reasons (counted).
@@ -158,7 +159,7 @@ def tokenize_rollouts(
     prompts: Mapping[str, Sequence[Mapping[str, str]]] | None = None,
     system_prompt: str | None = None,
     target: str = "success",
-    success_threshold: float = 1.0,
+    success_threshold: float = SUCCESS_THRESHOLD,
     max_length: int = 2048,
     obs_max_tokens: int = 256,
     progress: Callable[[int], None] | None = None,
