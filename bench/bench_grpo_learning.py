@@ -268,7 +268,7 @@ def _mean_curve(curves: list[list[float]]) -> list[float]:
 
 
 def show(res: dict[str, Any]) -> str:
-    """The figures as the plain text the README records."""
+    """The figures as the plain text docs/training.md records."""
     s, t = res["settings"], res["task"]
     lines = [
         f"{s['seeds']} seeds; per arm and seed {s['generations']} rollout batches of "

@@ -9,7 +9,7 @@ peaks of a sampler turn and of a checkpointed forward+backward: measured / predi
 
 On the CPU peaks come from ``TensorMemoryMeter``; on a GPU from ``torch.cuda`` (there the model
 is Qwen2.5-0.5B-shaped, random, bf16). Last, the model's table for Qwen2.5-3B and 7B on one
-80 GB GPU (README).
+80 GB GPU (docs/training.md).
 
     python bench/bench_memory.py
 """

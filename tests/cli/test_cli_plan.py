@@ -1,4 +1,4 @@
-"""``ddai train plan``: the README's command prints per-rank memory for people and a --json
+"""``ddai train plan``: the command in docs/training.md prints per-rank memory for people and a --json
 summary valid for its schema; bad input exits 2 naming the flag."""
 
 from __future__ import annotations

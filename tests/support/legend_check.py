@@ -1,5 +1,5 @@
 """A check of the report's charts: every colour a figure shows is explained by a legend entry or
-a colour bar (the README's promise), used by the chart tests over every built figure."""
+a colour bar (docs/report.md's promise), used by the chart tests over every built figure."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Memory, measured on the CPU with ``TensorMemoryMeter``: the sampler's peak grows with tokens,
 not tokens × vocabulary (two vocabulary sizes, and a control that shows the meter sees the
-``output_logits`` pattern it replaced), and the README's memory model agrees with measurements at
+``output_logits`` pattern it replaced), and the memory model (docs/training.md) agrees with measurements at
 tiny scale (exact for weights, gradients and optimizer state; within 35% for activations and the
 sampler, on shapes other than those its constants were measured on)."""
 
