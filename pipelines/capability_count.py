@@ -37,6 +37,19 @@ _DB: dict[int, duckdb.DuckDBPyConnection] = {}
 """One in-memory database per process (pid → connection): opening one costs ~25 ms, more than
 counting a training step's rows, and every commit of a run counts its batches."""
 _DB_LOCK = threading.Lock()
+_INHERITED: list[duckdb.DuckDBPyConnection] = []
+"""A parent's connections as a forked child sees them: kept referenced and never used or closed
+(closing one in the child runs DuckDB's teardown on state the child does not own: a segfault)."""
+
+
+def _after_fork_in_child() -> None:
+    global _DB_LOCK
+    _INHERITED.extend(_DB.values())
+    _DB.clear()
+    _DB_LOCK = threading.Lock()  # the parent's may have been held by another thread at the fork
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _cursor() -> duckdb.DuckDBPyConnection:
@@ -47,6 +60,7 @@ def _cursor() -> duckdb.DuckDBPyConnection:
     pid = os.getpid()  # a forked child opens its own: a parent's connection is not fork-safe
     with _DB_LOCK:
         if pid not in _DB:
+            _INHERITED.extend(_DB.values())
             _DB.clear()
             _DB[pid] = duckdb.connect()
             _DB[pid].execute("SET enable_progress_bar = false")  # no bar over the command's

@@ -155,3 +155,25 @@ def test_counting_reuses_one_database_and_threads_count_their_own_tables(monkeyp
         counts = list(pool.map(lambda n: count_table(table(n))["rollouts"], sizes))
     assert counts == sizes
     assert opened == []
+
+
+def test_a_forked_child_counts_with_a_database_of_its_own():
+    """The kill -9 sweeps fork an ingest after the parent has counted: the child must neither use
+    nor close the parent's connection (closing it in the child crashed the child: SIGSEGV)."""
+    import os
+
+    import pyarrow as pa
+
+    def table(n: int) -> pa.Table:
+        rows = [{c: None for c in ROLLOUT_SCHEMA.names} | {"uid": f"u{i}"} for i in range(n)]
+        return pa.Table.from_pylist(rows, schema=ROLLOUT_SCHEMA)
+
+    assert count_table(table(2))["rollouts"] == 2  # the parent's database exists
+    pid = os.fork()
+    if pid == 0:  # the child: count, then leave without running the parent's atexit handlers
+        ok = count_table(table(3))["rollouts"] == 3
+        os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status), f"child died by signal {os.WTERMSIG(status)}"
+    assert os.WEXITSTATUS(status) == 0
+    assert count_table(table(4))["rollouts"] == 4  # the parent's database still works
