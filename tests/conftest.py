@@ -20,6 +20,10 @@ SHARED = Path(os.environ.get("DDAI_SHARED") or ROOT / ".." / "shared").resolve()
 FIXTURES = ROOT / "fixtures"
 # ``from cli_schemas import check`` (the --json schema check) works from every test folder.
 sys.path.insert(0, str(Path(__file__).parent / "cli"))
+# Tests that share another test module's fixtures and scripted servers (``from test_collect
+# import world``, ``from test_trainer_vlm_grpo import Scripted``) find it whichever folder runs.
+for _room in ("search", "grpo"):
+    sys.path.insert(0, str(Path(__file__).parent / "trainer" / _room))
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

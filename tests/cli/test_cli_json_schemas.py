@@ -111,14 +111,14 @@ def test_each_summary_matches_its_schema(validated):
 CHECKED_ELSEWHERE = {
     "demo",
     "train-sft",  # tests/trainer/test_trainer_config.py, test_dist_launch.py
-    "train-grpo",  # tests/trainer/test_trainer_vlm_grpo.py, test_dist_launch.py
-    "train-ppo",  # tests/trainer/test_dist_ppo_value.py (and the result shape below)
-    "train-value",  # tests/trainer/test_value_cli.py
-    "train-value-sft",  # tests/trainer/test_value_sft_run.py
-    "train-collect",  # tests/trainer/test_collect.py
-    "eval",  # tests/trainer/test_eval.py
+    "train-grpo",  # tests/trainer/grpo/test_trainer_vlm_grpo.py, test_dist_launch.py
+    "train-ppo",  # tests/trainer/ppo/test_dist_ppo_value.py (and the result shape below)
+    "train-value",  # tests/cli/test_value_cli.py
+    "train-value-sft",  # tests/trainer/value/test_value_sft_run.py
+    "train-collect",  # tests/trainer/search/test_collect.py
+    "eval",  # tests/trainer/search/test_eval.py
     "train-plan",  # tests/cli/test_cli_plan.py
-    "value-score",  # tests/trainer/test_value_cli.py
+    "value-score",  # tests/cli/test_value_cli.py
     "corpus-build",  # tests/pipelines/test_image_corpus.py
     "model-tiny",  # tests/trainer/test_trainer_config.py
     *(f"pointer-{c}" for c in ("embed", "gen", "process", "train", "eval")),  # test_pointer_cli.py

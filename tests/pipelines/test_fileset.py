@@ -5,7 +5,7 @@ cleaned; a set assembled from two invocations is named by ``manifest.set_mismatc
 from __future__ import annotations
 
 import pytest
-from funnel_data import write_dataset
+from support.funnel_data import write_dataset
 from test_funnel_verify_gt import ScriptedVerifier, _corpus
 
 from ddai.pipelines import fileset, io, locks, manifest

@@ -8,7 +8,7 @@ import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
 import pytest
-from funnel_data import group, ids_of, write_dataset, write_log
+from support.funnel_data import group, ids_of, write_dataset, write_log
 
 from ddai.pipelines import manifest
 from ddai.pipelines.funnel.bucket import BucketConfig, run_bucket, split

@@ -6,7 +6,7 @@ import json
 
 import pyarrow as pa
 import pytest
-from funnel_data import verl_rows, write_dataset
+from support.funnel_data import verl_rows, write_dataset
 
 from ddai.pipelines.funnel import dataset as ds
 from ddai.pipelines.funnel.decisions import read_decisions

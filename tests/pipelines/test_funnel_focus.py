@@ -6,7 +6,7 @@ import csv
 
 import duckdb
 import pytest
-from funnel_data import group, ids_of, write_dataset, write_log
+from support.funnel_data import group, ids_of, write_dataset, write_log
 
 from ddai.pipelines import manifest
 from ddai.pipelines.funnel import scores

@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 import pytest
-from funnel_data import group, write_dataset, write_log
+from support.funnel_data import group, write_dataset, write_log
 from support.plan_reference import mixed_prob, simulate_mixed_share
 
 from ddai.pipelines.funnel import plan

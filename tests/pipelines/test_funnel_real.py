@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 from conftest import SHARED
-from funnel_data import ids_of
 from support import ddai_funnel
+from support.funnel_data import ids_of
 
 from ddai.pipelines import manifest
 from ddai.pipelines.funnel import lineage

@@ -6,8 +6,8 @@ from __future__ import annotations
 import base64
 import csv
 
-from funnel_data import write_dataset
 from support.fakes import FakeModelServer
+from support.funnel_data import write_dataset
 from support.page_images import render_page_images
 from typer.testing import CliRunner
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from funnel_data import ids_of
+from support.funnel_data import ids_of
 from support.verl_dump import write_verl_dump
 
 from ddai.pipelines import store

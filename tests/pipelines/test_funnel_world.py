@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from funnel_data import ids_of
+from support.funnel_data import ids_of
 
 from ddai.pipelines import fixtures, io
 from ddai.pipelines.fixtures.runs import RUNS, iter_steps

@@ -8,7 +8,7 @@ gets 0, and so does every rollout of a group with fewer than two rewards (no std
 
 ``group_advantages`` is that formula in plain Python (no torch), the one definition for whatever
 recomputes it (the explorer's ``advantage_z``, ``ddai.reports.serve.queries``). The test
-``tests/trainer/test_trainer_pipeline.py`` checks it against the advantages a real TRL run logged.
+``tests/trainer/grpo/test_trainer_pipeline.py`` checks it against the advantages a real TRL run logged.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ training-pass activations and the sampler, per component in bytes.
 
 The weight, gradient and optimizer terms are exact (bytes per parameter). The activation and
 sampler terms count tensors of known shapes with multiplicities measured at tiny scale on the CPU
-(``TensorMemoryMeter``; ``tests/trainer/test_memory.py`` checks the model against fresh
+(``TensorMemoryMeter``; ``tests/trainer/runtime/test_memory.py`` checks the model against fresh
 measurements):
 
 - training pass with activation checkpointing: one ``[b, T, H]`` hidden state kept per layer,

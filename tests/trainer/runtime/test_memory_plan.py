@@ -28,7 +28,7 @@ from ddai.trainer.runtime.memory_plan import (
     strategy_of,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 QWEN7B = ROOT / "configs" / "models" / "qwen2.5-7b.json"
 QWEN_VL7B = ROOT / "configs" / "models" / "qwen2.5-vl-7b.json"
 GPUS = 8

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from cli_schemas import check
-from fake_vllm import FakeVLLMServer
+from support.fake_vllm import FakeVLLMServer
 from test_vllm_server import DONE, SEARCH, responder
 
 from ddai.cli.app import app

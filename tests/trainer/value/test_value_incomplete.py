@@ -15,7 +15,7 @@ from ddai.cli.app import app
 from ddai.pipelines.store import read_rollouts, write_run
 from ddai.trainer.tiny import TinySpec, build_tiny, read_texts
 
-FIXTURES = Path(__file__).parents[2] / "fixtures"
+FIXTURES = Path(__file__).parents[3] / "fixtures"
 runner = CliRunner()
 FLAGGED = 5
 

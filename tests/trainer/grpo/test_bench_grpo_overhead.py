@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).parents[2] / "bench" / "bench_grpo_overhead.py"
+BENCH = Path(__file__).parents[3] / "bench" / "bench_grpo_overhead.py"
 
 
 def _bench():

@@ -8,7 +8,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
-BENCH = Path(__file__).parents[2] / "bench"
+BENCH = Path(__file__).parents[3] / "bench"
 
 
 def _load(name: str):

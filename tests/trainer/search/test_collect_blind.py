@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from cli_schemas import check
-from fake_vllm import FakeVLLMServer
+from support.fake_vllm import FakeVLLMServer
 from support.fakes import FakeModelServer
 from test_collect import collect_args
 from test_collect import world as world  # its fixture, shared

@@ -19,7 +19,7 @@ from ddai.pipelines.store import read_rollouts
 from ddai.trainer import toy
 from ddai.trainer.tiny import build_tiny
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 FIXTURES = ROOT / "fixtures"
 pytestmark = pytest.mark.slow
 
@@ -270,7 +270,7 @@ def test_grpo_first_step_loss_matches_one_process_with_the_same_global_batch(wor
     ÷ processes (ranks hold unequal token counts here). The gradient norm checks the gradients
     of the on-policy log-probs, averaged across ranks. (Greedy decoding no longer serves: under
     top_k 1 the loss scores every rollout token at probability 1, entropy 0, and the loss is 0.)"""
-    from fake_vllm import FakeVLLMServer
+    from support.fake_vllm import FakeVLLMServer
 
     from ddai.trainer.modeling import load_tokenizer
 

@@ -15,7 +15,7 @@ from ddai.trainer.search.config import EpisodeConfig, RewardOverrides
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
-from fake_vllm import FakeVLLMServer
+from support.fake_vllm import FakeVLLMServer
 
 from ddai.trainer import toy
 from ddai.trainer.modeling import load_tokenizer

@@ -4,7 +4,7 @@ every generation call ran, how many of them it idled through and whether the mod
 (FSDP); the main process also writes the trained weights, gathered before the final save, to
 ``trained.safetensors``.
 
-    accelerate launch --multi_gpu --num_processes 2 tests/trainer/dist_worker.py TINY TOY OUT LOGS
+    accelerate launch --multi_gpu --num_processes 2 tests/trainer/runtime/dist_worker.py TINY TOY OUT LOGS
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
-from fake_vllm import FakeVLLMServer
+from support.fake_vllm import FakeVLLMServer
 from test_collect import collect_args
 from test_collect import world as world
 from test_vllm_server import responder

@@ -20,7 +20,7 @@ from ddai.trainer.runtime.launch import free_port
 from ddai.trainer.tiny import TinySpec, build_tiny, read_texts
 from ddai.trainer.value.model import load_value_model
 
-FIXTURES = Path(__file__).parents[2] / "fixtures"
+FIXTURES = Path(__file__).parents[3] / "fixtures"
 
 
 def launch(args: list[str], procs: int, cwd: Path) -> subprocess.CompletedProcess:

@@ -4,7 +4,7 @@ generation calls it made; the main process writes the trained weights, gathered 
 trainer's accelerator, to ``trained_policy.safetensors`` and ``trained_critic.safetensors``
 (the last update's), for the test to compare with what the run saved.
 
-    accelerate launch --config_file fsdp.yaml --num_processes 2 tests/trainer/dist_ppo_worker.py \
+    accelerate launch --config_file fsdp.yaml --num_processes 2 tests/trainer/ppo/dist_ppo_worker.py \
         TINY TOY OUT LOGS MAX_STEPS [--resume]
 """
 

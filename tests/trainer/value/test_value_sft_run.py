@@ -20,7 +20,7 @@ from ddai.trainer.value.model import load_value_model
 from ddai.trainer.value.rows import read_rows as _read_rows
 from ddai.trainer.value.rows import split_data
 
-FIXTURES = Path(__file__).parents[2] / "fixtures"
+FIXTURES = Path(__file__).parents[3] / "fixtures"
 runner = CliRunner()
 SYSTEM = "You are a search agent."
 

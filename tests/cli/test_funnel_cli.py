@@ -6,7 +6,7 @@ import json
 
 import polars as pl
 import pytest
-from funnel_data import group, write_dataset, write_log
+from support.funnel_data import group, write_dataset, write_log
 from typer.testing import CliRunner
 
 from ddai.cli.app import app

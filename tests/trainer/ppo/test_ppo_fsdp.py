@@ -1,5 +1,5 @@
 """``ddai train ppo`` under FSDP2 on 2 CPU processes (gloo, the shipped
-``configs/accelerate/fsdp.yaml``), through ``tests/trainer/dist_ppo_worker.py``: the policy and
+``configs/accelerate/fsdp.yaml``), through ``tests/trainer/ppo/dist_ppo_worker.py``: the policy and
 the critic really are sharded, sampling goes through the sharded policy, the saved policy, critic
 and checkpoint hold exactly the weights the trainer's gather gives, and 1 step + 1 resumed step
 equal 2 steps (rollouts and weights bit-identical: optimizer and random states saved whole)."""
@@ -22,7 +22,7 @@ from ddai.trainer.runtime.launch import free_port
 from ddai.trainer.tiny import TinySpec, build_tiny
 from ddai.trainer.value.model import load_value_model
 
-ROOT = Path(__file__).parents[2]
+ROOT = Path(__file__).parents[3]
 WORKER = Path(__file__).with_name("dist_ppo_worker.py")
 
 

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from ddai.cli.app import app
 from ddai.trainer.runtime.launch import launch_command, strip_flags
 
-CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "accelerate"
+CONFIGS = Path(__file__).resolve().parents[3] / "configs" / "accelerate"
 
 
 def test_strip_flags_drops_launch_options_in_both_forms():
