@@ -19,7 +19,7 @@ quarantine; re-ingest without ``--append`` to replace the run instead.
 Keys are held as the (step, uid, rollout_idx) tuples themselves, in a dict keyed by them: Python
 hashes each key in C and compares keys exactly when two hashes meet, so a hash collision never
 makes two rollouts duplicates. A batch read in columns is checked with set operations on its keys
-(``check_batch``): no Python call per row unless the batch repeats a key. Contents are 16-byte
+(``check_batch``): only the rows whose key meets another go through a Python call. Contents are 16-byte
 digests (the reader's). Memory grows by about 210 bytes per rollout with 36-character uids, the
 content digests aside (the key tuple, its uid string, the dict entry; 16-byte key digests took
 about 100): about 110 MB more at 1M rollouts, for no per-row work. The stored keys of an
@@ -29,6 +29,7 @@ appended-to run take as much each.
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -101,21 +102,24 @@ class DuplicateKeys:
         self, run: str, keys: list[tuple[Any, ...]], contents: list[bytes]
     ) -> list[tuple[int, tuple[str, str]]]:
         """``check_key`` over a batch's rows (``keys[i]``, ``contents[i]``): the (row index,
-        verdict) of every row not simply kept, in row order. When no key repeats within the batch,
-        in the rows seen before or in the stored keys (set operations in C), the batch's keys are
-        recorded at once; otherwise each row goes through ``check_key``, in order."""
+        verdict) of every row not simply kept, in row order. The keys that meet another (twice in
+        the batch, seen before, or stored) are found with set operations in C; only their rows go
+        through ``check_key``, in order, and the others are recorded as they come."""
         seen = self._seen.setdefault(run, {})
         stored = self._stored_keys(run)
-        if (
-            len(set(keys)) == len(keys)
-            and seen.keys().isdisjoint(keys)
-            and (stored is None or stored.isdisjoint(keys))
-        ):
+        counts = Counter(keys)
+        hit = {k for k, n in counts.items() if n > 1} if len(counts) < len(keys) else set()
+        hit |= seen.keys() & counts.keys()
+        if stored:
+            hit |= stored & counts.keys()
+        if not hit:
             seen.update(zip(keys, contents, strict=True))
             return []
         out = []
         for i, (key, content) in enumerate(zip(keys, contents, strict=True)):
-            if (verdict := self.check_key(run, key, content)) is not None:
+            if key not in hit:
+                seen[key] = content
+            elif (verdict := self.check_key(run, key, content)) is not None:
                 out.append((i, verdict))
         return out
 
