@@ -655,7 +655,8 @@ def _route(rec: SourceRecord, src: Path, r: _Routing) -> str:
 
 def _route_batch(b: RowBatch, src: Path, r: _Routing) -> str:
     """``_route`` for a batch read in columns: its rows are valid, so only the duplicate check
-    runs per row (exact repeats quarantined, repeated keys flagged, as for single rows)."""
+    runs, over the batch's keys at once (exact repeats quarantined, repeated keys flagged, as for
+    single rows)."""
     run = check_run_id(b.run_id)
     table = b.table
     keys = zip(
@@ -667,11 +668,7 @@ def _route_batch(b: RowBatch, src: Path, r: _Routing) -> str:
     drop: list[int] = []
     flagged: list[int] = []
     c = r.charge(run, table.num_rows)
-    for i, (key, digest) in enumerate(zip(keys, b.digests, strict=True)):
-        verdict = r.dups.check_key(run, key, digest)
-        if verdict is None:
-            continue
-        reason, detail = verdict
+    for i, (reason, detail) in r.dups.check_batch(run, list(keys), b.digests):
         if reason == DUPLICATE_KEY:
             flagged.append(i)
             continue

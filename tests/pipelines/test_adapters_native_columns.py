@@ -121,3 +121,30 @@ def test_a_column_the_log_lacks_goes_by_rows(tmp_path, rows):
     assert RowBatch not in _kinds(src)
     _, out, _ = _same(tmp_path, src)
     assert {r["extra"]["note"] for r in out} == {"x"}
+
+
+def test_extra_once_per_distinct_pair():
+    from ddai.pipelines.adapters import native_columns
+
+    extra = ['{"a": 1}', None, '{"a": 1}', "", "{}", '{"a": 1}', '{"b":[1, 2]}', None]
+    runs = ["x", "x", "y", None, "x", "x", "y", "y"]
+    table = pa.table({"extra": pa.array(extra, pa.string()), "run_id": pa.array(runs)})
+    pairs, at = native_columns._distinct_pairs(table["extra"], table["run_id"])
+    assert pairs.num_rows == 7  # ('{"a": 1}', "x") twice
+    assert [pairs.slice(i, 1).to_pylist()[0] for i in at.to_pylist()] == [
+        {"e": e, "r": r} for e, r in zip(extra, runs, strict=True)
+    ]
+    # rows whose own run is not --run-id's get source_run_id; DuckDB writes the merged JSON
+    got = native_columns._extra(table, "x").to_pylist()
+    assert got == [
+        '{"a": 1}',
+        "{}",
+        '{"a":1,"source_run_id":"y"}',
+        "{}",
+        "{}",
+        '{"a": 1}',
+        '{"b":[1,2],"source_run_id":"y"}',
+        '{"source_run_id":"y"}',
+    ]
+    bad = pa.table({"extra": pa.array(["{}", "[1]"]), "run_id": pa.array(["x", "x"])})
+    assert native_columns._extra(bad, None) is None  # not an object: the batch goes by rows
