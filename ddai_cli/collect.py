@@ -13,6 +13,8 @@ from ddai.cli.common import JsonOpt, LogsOpt, ProgressOpt, fail, summary
 from ddai.cli.flags import config_flags, with_groups
 from ddai.cli.options import (
     CorpusOpt,
+    GenerateViaOpt,
+    PolicyDtypeOpt,
     PromptDataOpt,
     default_of,
     episode_settings,
@@ -66,24 +68,14 @@ def train_collect_command(
     ],
     data: PromptDataOpt,
     corpus: CorpusOpt,
-    generate_via: Annotated[
-        str | None,
-        typer.Option(
-            "--generate-via",
-            help="Generate the policy's turns through this OpenAI-compatible server: a "
-            "[backends.NAME] table of kind openai in ddai.toml (base_url, model). Default: the "
-            "local --model.",
-        ),
-    ] = default_of(CollectConfig, "generate_via"),
+    generate_via: GenerateViaOpt = default_of(CollectConfig, "generate_via"),
     logs: LogsOpt = default_of(CollectConfig, "logs"),
     run_id: Annotated[
         str | None,
         typer.Option("--run-id", help="Run id of the rollout log. Default: collect_<timestamp>."),
     ] = default_of(CollectConfig, "run_id"),
     append: AppendRunOpt = False,
-    dtype: Annotated[
-        str, typer.Option("--dtype", help="Local policy dtype: float32 (CPU), bfloat16, ...")
-    ] = default_of(CollectConfig, "dtype"),
+    dtype: PolicyDtypeOpt = default_of(CollectConfig, "dtype"),
     seed: Annotated[
         int, typer.Option("--seed", help="Sampling seed (plus the rank).")
     ] = default_of(CollectConfig, "seed"),

@@ -15,6 +15,8 @@ from ddai.cli.common import JsonOpt, LogsOpt, ProgressOpt, summary
 from ddai.cli.flags import config_flags, with_groups
 from ddai.cli.options import (
     CorpusOpt,
+    GenerateViaOpt,
+    PolicyDtypeOpt,
     default_of,
     episode_settings,
     preflight_flags,
@@ -60,23 +62,13 @@ def eval_command(
         ),
     ],
     corpus: CorpusOpt,
-    generate_via: Annotated[
-        str | None,
-        typer.Option(
-            "--generate-via",
-            help="Generate the policy's turns through this OpenAI-compatible server: a "
-            "[backends.NAME] table of kind openai in ddai.toml (base_url, model). Default: the "
-            "local --model.",
-        ),
-    ] = default_of(EvalConfig, "generate_via"),
+    generate_via: GenerateViaOpt = default_of(EvalConfig, "generate_via"),
     logs: LogsOpt = default_of(EvalConfig, "logs"),
     run_id: Annotated[
         str | None,
         typer.Option("--run-id", help="Run id of the rollout log. Default: eval_<timestamp>."),
     ] = default_of(EvalConfig, "run_id"),
-    dtype: Annotated[
-        str, typer.Option("--dtype", help="Local policy dtype: float32 (CPU), bfloat16, ...")
-    ] = default_of(EvalConfig, "dtype"),
+    dtype: PolicyDtypeOpt = default_of(EvalConfig, "dtype"),
     seed: Annotated[
         int, typer.Option("--seed", help="Sampling seed (plus the rank).")
     ] = default_of(EvalConfig, "seed"),

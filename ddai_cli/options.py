@@ -153,6 +153,18 @@ PromptDataOpt = Annotated[
         "reward_model, extra_info).",
     ),
 ]
+GenerateViaOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--generate-via",
+        help="Generate the policy's turns through this OpenAI-compatible server: a "
+        "[backends.NAME] table of kind openai in ddai.toml (base_url, model). Default: the "
+        "local --model.",
+    ),
+]
+PolicyDtypeOpt = Annotated[
+    str, typer.Option("--dtype", help="Local policy dtype: float32 (CPU), bfloat16, ...")
+]
 CorpusOpt = Annotated[
     Path, typer.Option("--corpus", help="pages.parquet (or its folder) to search and crop.")
 ]
