@@ -99,6 +99,22 @@ class ReviewQueue:
         return rec
 
 
+# What the page shows of a prompt; DDAI's published sheets carry only uid, verdict and reason
+SHEET_FIELDS = ("question", "reference", "pages", "proposed_verdict", "proposed_reason", "rules",
+                "score", "ndcg")  # fmt: skip
+
+
+def sheet_item(row: dict[str, str], prompt: dict | None) -> dict[str, str]:
+    """A sheet row with every field the page shows: the question, reference answer and pages a
+    sheet lacks are taken from the store's rollouts of the prompt, else left empty (said so)."""
+    item = {f: "" for f in SHEET_FIELDS} | row
+    if prompt:
+        item["question"] = item["question"] or (prompt.get("question") or "")
+        item["reference"] = item["reference"] or (prompt.get("reference_answer") or "")
+        item["pages"] = item["pages"] or ";".join(prompt.get("reference_pages") or [])
+    return item
+
+
 def routes(cfg: ServeConfig, ex: Explorer, html: Render, error: Render) -> list[Route]:
     """``/review`` and ``/api/review`` over ``cfg.review`` (a sentence when none was given)."""
     queue = ReviewQueue(cfg.review, cfg.decisions_out) if cfg.review and cfg.decisions_out else None
@@ -113,9 +129,10 @@ def routes(cfg: ServeConfig, ex: Explorer, html: Render, error: Render) -> list[
                         cfg=cfg, groups=[], pos=queue.total, keys=KEYS)  # fmt: skip
         if uid not in queue.index:
             return error(404, f"uid {uid!r} is not in the review sheet {queue.sheet}", request)
-        item = queue.rows[queue.index[uid]]
         with ex.connection() as con:
-            groups = queries.group(con, uid)["groups"]
+            found = queries.group(con, uid)
+        groups = found["groups"]
+        item = sheet_item(queue.rows[queue.index[uid]], found["prompt"])
         pos = queue.index[uid]
         return html(
             "review.html",

@@ -163,3 +163,21 @@ def test_diff_aligns_turns_and_the_group_links_to_the_best_rollout(logs):
     assert "turn 0" in html
     assert client.get("/diff?uid=u1&run=base&step=1&a=2&b=9").status_code == 404
     assert client.get("/diff?uid=u1&run=base").status_code == 400
+
+
+def test_review_of_a_sheet_with_only_uid_verdict_reason_shows_the_prompt_from_the_store(
+    logs, tmp_path
+):
+    """DDAI's published review sheets (gt_review_bucket0.csv) carry uid, verdict and reason only:
+    the page takes the question, reference answer and pages from the store's rollouts (it
+    answered 500 on them), and says so where the store has no rollout of the prompt either."""
+    sheet = tmp_path / "gt_review.csv"
+    sheet.write_text("uid,verdict,reason\nu1,wrong,chart disagrees\nnowhere,,\n", encoding="utf-8")
+    client = local(create_app(ServeConfig(logs, annotate=True, annotator="kim", review=sheet)))
+    res = client.get("/review?uid=u1")
+    assert res.status_code == 200, res.text
+    page = unescape(res.text)
+    assert "What does deck u1 say?" in page and "answer u1" in page and "1_3" in page
+    res = client.get("/review?uid=nowhere")
+    assert res.status_code == 200, res.text
+    assert "not in the sheet and no rollout of it in the store" in unescape(res.text)
