@@ -90,6 +90,7 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
     common.hf_progress(cfg.progress)
     args = grpo_args(cfg)
     dist.allow_fsdp_on_cpu(args)
+    dist.end_group_at_exit()
     resume_from = common.resume_checkpoint(cfg.output_dir, cfg.resume)
     spec = cfg.rewards.reward_spec()
     tasks = load_tasks(cfg.data, cfg.limit)

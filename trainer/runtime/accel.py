@@ -37,6 +37,7 @@ def make_accelerator(*, gradient_accumulation_steps: int = 1, cpu: bool | None =
     when asked (models too small to gain from a GPU)."""
     from accelerate import Accelerator
 
+    dist.end_group_at_exit()
     return Accelerator(
         cpu=(not torch.cuda.is_available()) if cpu is None else cpu,
         gradient_accumulation_steps=gradient_accumulation_steps,

@@ -112,3 +112,18 @@ def shutdown() -> None:
         import torch.distributed as td
 
         td.destroy_process_group()
+
+
+_END_AT_EXIT: list[bool] = []
+
+
+def end_group_at_exit() -> None:
+    """Have ``shutdown`` run when this process exits (registered once; harmless without a group).
+
+    Training entry points call it, so a script that calls ``run_grpo``/``run_ppo`` under
+    ``accelerate launch`` ends its group as ``ddai`` does, instead of aborting at teardown."""
+    if not _END_AT_EXIT:
+        import atexit
+
+        atexit.register(shutdown)
+        _END_AT_EXIT.append(True)

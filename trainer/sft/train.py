@@ -163,6 +163,7 @@ def build_sft(cfg: SFTRunConfig) -> SFTSetup:
 
     args = sft_args(cfg)
     dist.allow_fsdp_on_cpu(args)
+    dist.end_group_at_exit()
     n_images = flattened = 0
     if load_processor(cfg.model) is not None:
         # A VLM: TRL's vision path; TRL patches the processor's template for assistant-only loss.

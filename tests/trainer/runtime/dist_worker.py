@@ -128,4 +128,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    finally:
+        # as `ddai` does: a gloo group left to interpreter teardown can abort a finished rank
+        dist.shutdown()

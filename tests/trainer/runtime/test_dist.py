@@ -34,6 +34,33 @@ def test_shutdown_ends_the_group_and_is_a_no_op_without_one(tmp_path):
             td.destroy_process_group()
 
 
+def test_a_library_run_ends_its_group_when_the_process_exits(tmp_path):
+    """``end_group_at_exit`` (called by every training entry point): the group is gone by the time
+    the interpreter tears down, even when the caller never calls ``shutdown``."""
+    import subprocess
+    import sys
+    import textwrap
+
+    store = tmp_path / "store"
+    script = textwrap.dedent(f"""
+        import atexit
+        import torch.distributed as td
+        from ddai.trainer.runtime import dist
+
+        # registered first, so it runs last (atexit is LIFO): reports what teardown will meet
+        atexit.register(lambda: print("group up at exit:", td.is_initialized()))
+        td.init_process_group("gloo", init_method="file://{store}", rank=0, world_size=1)
+        dist.end_group_at_exit()
+        dist.end_group_at_exit()  # once is enough; twice must not fail
+        print("group up in run:", td.is_initialized())
+    """)
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[:2] == ["group up in run: True", "group up at exit: False"]
+
+
 class CompleteAt(Sampler):
     """Invalid text until turn ``n``, then a completion; counts calls and idle turns."""
 

@@ -234,6 +234,9 @@ run_grpo(
     ),
     toy.local_backends(toy.corpus()),
 )
+from ddai.trainer.runtime.dist import shutdown
+
+shutdown()
 """
 
 
