@@ -38,9 +38,10 @@ def config_flags(config_cls: type, flags: dict[str, str | dict[str, Any] | None]
     ``flags``: each flag's type and default are the field's, its help the field's docstring.
     ``flags[field]``: None (``--field-name``), the flag's declaration (``"--lr"``,
     ``"--whiten/--no-whiten"``), or ``typer.Option`` keywords (``{"min": 1}``, with ``"decl"``
-    for the declaration and ``"help"`` for a help shared by several configs, shown as given). A
-    field without a default is a required flag. The builder returns ``{field: value}`` to pass on
-    to ``config_cls``."""
+    for the declaration and ``"help"`` for a help shared by several configs, shown as given);
+    ``{"argument": True, ...}`` makes the field a positional ``typer.Argument`` (the other keys
+    are its keywords: ``metavar``). A field without a default is a required flag (argument). The
+    builder returns ``{field: value}`` to pass on to ``config_cls``."""
     hints = typing.get_type_hints(config_cls)
     docs = field_docs(config_cls)
     params = []
@@ -48,13 +49,18 @@ def config_flags(config_cls: type, flags: dict[str, str | dict[str, Any] | None]
         if name not in hints:
             raise KeyError(f"{config_cls.__name__} has no field {name!r}")
         opts = dict(spec) if isinstance(spec, dict) else {"decl": spec}
+        argument = opts.pop("argument", False)
         decl = opts.pop("decl", None) or f"--{name.replace('_', '-')}"
         help_text = opts.pop("help", None)
         if help_text is None:
             if name not in docs:
                 raise KeyError(f"{config_cls.__name__}.{name} has no docstring (its flag's help)")
             help_text = docs[name].replace("``", "`")  # reST literals shown as `code`
-        option = typer.Option(decl, help=help_text, **opts)
+        option = (
+            typer.Argument(help=help_text, **opts)
+            if argument
+            else typer.Option(decl, help=help_text, **opts)
+        )
         try:
             default = default_of(config_cls, name)
         except KeyError:  # a field the config cannot default: the flag is required

@@ -107,3 +107,24 @@ def test_value_flags_show_the_config_field_docs():
     assert field_help(ValueTrainConfig, "unfreeze") in " ".join(out.split())
     out = runner.invoke(app, ["train", "value-sft", "--help"], terminal_width=400).output
     assert field_help(ValueSFTConfig, "seed") in " ".join(out.split())
+
+
+def test_config_flags_make_positional_arguments_with_the_field_docstring():
+    from ddai.cli.flags import config_flags, with_groups
+
+    app = typer.Typer(rich_markup_mode=None)
+
+    @app.command()
+    @with_groups(
+        {"cfg": config_flags(Child, {"name": {"argument": True, "metavar": "NAME"}, "lr": None})}
+    )
+    def cmd(*, cfg: dict) -> None:
+        print(Child(**cfg))
+
+    runner = CliRunner()
+    out = runner.invoke(app, ["run7", "--lr", "0.5"])
+    assert out.exit_code == 0, out.output
+    assert "Child(lr=0.5, steps=20, quiet=False, name='run7')" in out.output
+    assert runner.invoke(app, []).exit_code == 2  # a field without a default is required
+    helped = runner.invoke(app, ["--help"], env={"COLUMNS": "200"}).output
+    assert "NAME" in helped and "The run's name." in helped and "Learning rate." in helped
