@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ddai.pipelines import io
 from ddai.pipelines.lazy import lazy_module
+from ddai.pipelines.store import io
 
 pa = lazy_module("pyarrow")
 pq = lazy_module("pyarrow.parquet")

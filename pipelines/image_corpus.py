@@ -27,8 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines import csv_cells, io, manifest
+from ddai.pipelines import csv_cells
 from ddai.pipelines.corpus import Corpus
+from ddai.pipelines.store import io, manifest
 
 STEP = "corpus.build"
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp")

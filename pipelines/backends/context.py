@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ddai.pipelines import workspace
 from ddai.pipelines.backends.cache import CallCache
 from ddai.pipelines.backends.usage import Ledger
+from ddai.pipelines.store import workspace
 
 if TYPE_CHECKING:
     from ddai.pipelines.corpus import Corpus

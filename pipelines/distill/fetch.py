@@ -16,7 +16,7 @@ import os
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from ddai.pipelines import objstore, query, schema
+from ddai.pipelines import schema
 from ddai.pipelines.distill.select import (
     SelectConfig,
     Selection,
@@ -26,6 +26,7 @@ from ddai.pipelines.distill.select import (
     turn_stats,
 )
 from ddai.pipelines.lazy import lazy_module
+from ddai.pipelines.store import objstore, query
 
 duckdb = lazy_module("duckdb")
 np = lazy_module("numpy")

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from rich.progress import Progress, track
 
-from ddai.pipelines import capabilities, fileset, io, manifest, objstore, stage, store
+from ddai.pipelines import store
 from ddai.pipelines.backends.usage import FAILED_CALLS, failed_calls
 from ddai.pipelines.distill import fetch, formats, rewrite, stream
 from ddai.pipelines.distill.rebuild import load_system_prompt
@@ -27,6 +27,7 @@ from ddai.pipelines.distill.safety import Drops, PostPass, PostPassResult, repor
 from ddai.pipelines.distill.select import SelectConfig
 from ddai.pipelines.lazy import lazy_module
 from ddai.pipelines.schema import SUCCESS_THRESHOLD
+from ddai.pipelines.store import capabilities, fileset, io, manifest, objstore, stage
 
 pa = lazy_module("pyarrow")
 

@@ -23,13 +23,13 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines import fileset, io, manifest, objstore
 from ddai.pipelines.backends.base import VetRequest, VetResult
 from ddai.pipelines.backends.usage import FAILED_CALLS, failed_calls
 from ddai.pipelines.distill import formats
 from ddai.pipelines.distill.findings import is_system_error
 from ddai.pipelines.distill.thinks import Message
 from ddai.pipelines.lazy import lazy_module
+from ddai.pipelines.store import fileset, io, manifest, objstore
 from ddai.pipelines.tags import parse_turns
 
 pa = lazy_module("pyarrow")

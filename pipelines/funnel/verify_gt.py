@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines import capabilities, fileset, manifest, objstore
 from ddai.pipelines.backends import gt_check
 from ddai.pipelines.backends.usage import FAILED_CALLS, failed_calls
 from ddai.pipelines.funnel import dataset as ds
@@ -32,6 +31,7 @@ from ddai.pipelines.funnel import decisions as dec
 from ddai.pipelines.funnel import review, scores, step
 from ddai.pipelines.funnel.configs import ALL, RULE_HELP, RULES, VerifyConfig  # noqa: F401 (re-exported)
 from ddai.pipelines.lazy import lazy_module
+from ddai.pipelines.store import capabilities, fileset, manifest, objstore
 
 np = lazy_module("numpy")
 pa = lazy_module("pyarrow")

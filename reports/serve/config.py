@@ -172,7 +172,7 @@ class ServeConfig:
 
     def _check_review(self) -> None:
         if self.annotate:
-            from ddai.pipelines.annotations import annotator_name
+            from ddai.pipelines.store.annotations import annotator_name
 
             self.annotator = annotator_name(self.annotator)
         if self.review is None:

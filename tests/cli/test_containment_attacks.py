@@ -18,9 +18,10 @@ from support.fakes import FakeModelServer
 from typer.testing import CliRunner
 
 from ddai.cli.app import app
-from ddai.pipelines import adapters, quarantine, store
+from ddai.pipelines import adapters, store
 from ddai.pipelines.adapters import base
 from ddai.pipelines.funnel import decisions, review
+from ddai.pipelines.store import quarantine
 
 runner = CliRunner()
 

@@ -184,7 +184,7 @@ def fixture_review(logs: Path, tmp: Path) -> list[str]:
 
 # every CSV writer of the package: its entry point, and the module that calls csv_cells for it
 WRITERS = {
-    "ddai query --format csv": (query_cli, "pipelines/query_out.py"),
+    "ddai query --format csv": (query_cli, "pipelines/store/query_out.py"),
     "ddai analyze attribution --out": (analyze_attribution_cli, "pipelines/analyses/export.py"),
     "ddai analyze drop-keep --out --groups-out": (
         analyze_drop_keep_cli,

@@ -267,8 +267,8 @@ def test_turn_fields_keep_only_what_the_rebuild_reads(tmp_path):
 def test_selection_and_rows_on_object_storage_equal_the_local_ones(
     s3_env, tmp_path, monkeypatch, scan
 ):
-    from ddai.pipelines import objstore
     from ddai.pipelines.ingest import IngestConfig, ingest
+    from ddai.pipelines.store import objstore
 
     # the same JSONL parts (null scores and format gates, ties, two runs) ingested into a local
     # store and one on S3

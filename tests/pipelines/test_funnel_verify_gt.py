@@ -10,7 +10,6 @@ import pyarrow.parquet as pq
 import pytest
 from support.funnel_data import group, ids_of, write_dataset, write_log
 
-from ddai.pipelines import manifest
 from ddai.pipelines.backends import VerifyRequest, VerifyResult
 from ddai.pipelines.corpus import Corpus
 from ddai.pipelines.funnel.verify_gt import (
@@ -19,6 +18,7 @@ from ddai.pipelines.funnel.verify_gt import (
     run_verify,
     select_candidates,
 )
+from ddai.pipelines.store import manifest
 
 
 class ScriptedVerifier:

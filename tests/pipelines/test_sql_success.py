@@ -13,8 +13,9 @@ import duckdb
 import polars as pl
 from support.package import modules
 
-from ddai.pipelines import query, schema
+from ddai.pipelines import schema
 from ddai.pipelines.distill import fetch, select
+from ddai.pipelines.store import query
 
 # judge scores around and at the threshold, the three format-gate states, two thresholds
 GRID = list(itertools.product((None, 0.0, 0.5, 0.99, 1.0, 1.5), (None, True, False), (0.5, 1.0)))

@@ -24,7 +24,7 @@ import os
 import time
 from typing import Any
 
-from ddai.pipelines import workspace
+from ddai.pipelines.store import workspace
 from ddai.trainer import common
 from ddai.trainer.grpo.config import GRPOResult, GRPORunConfig, grpo_args
 from ddai.trainer.runtime import dist

@@ -53,7 +53,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ddai.pipelines import workspace
+from ddai.pipelines.store import workspace
 from ddai.trainer.advantages import gae
 from ddai.trainer.common import TrainConfigError
 from ddai.trainer.ppo import sharding

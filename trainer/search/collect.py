@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines import workspace
+from ddai.pipelines.store import workspace
 from ddai.trainer.common import TrainConfigError
 from ddai.trainer.search.config import EpisodeSettings, PageSettings
 

@@ -15,7 +15,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ddai.pipelines import evaluation, store_read, workspace
+from ddai.pipelines import evaluation
+from ddai.pipelines.store import store_read, workspace
 from ddai.trainer.common import TrainConfigError
 from ddai.trainer.search.collect import CollectConfig, run_collect
 

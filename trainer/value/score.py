@@ -22,8 +22,9 @@ from typing import Any
 
 import torch
 
-from ddai.pipelines import capabilities, run_stats, schema, store, workspace
+from ddai.pipelines import schema, store
 from ddai.pipelines.lazy import lazy_module
+from ddai.pipelines.store import capabilities, run_stats, workspace
 from ddai.trainer.runtime.metrics_log import device
 from ddai.trainer.value import losses as vl
 from ddai.trainer.value.config import ValueScoreConfig
