@@ -22,7 +22,7 @@ from ddai.pipelines.analyses import (
     truth_eval,
 )
 from ddai.pipelines.analyses.export import write_rows
-from ddai.pipelines.schema import SUCCESS_THRESHOLD
+from ddai.pipelines.records.schema import SUCCESS_THRESHOLD
 from ddai.pipelines.store import workspace
 
 analyze_app = typer.Typer(

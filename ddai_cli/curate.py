@@ -32,7 +32,7 @@ from ddai.cli.common import (
 )
 from ddai.cli.flags import default_of  # options would load the episode configs (trainer.search)
 from ddai.pipelines.funnel import configs
-from ddai.pipelines.lazy import lazy_module
+from ddai.pipelines.records.lazy import lazy_module
 from ddai.pipelines.store import workspace
 
 # the steps load when a command runs; --help reads only their configs (pipelines/funnel/configs.py)

@@ -22,7 +22,7 @@ from ddai.cli.common import (
     print_rows,
     summary,
 )
-from ddai.pipelines.lazy import lazy_module
+from ddai.pipelines.records.lazy import lazy_module
 from ddai.pipelines.store import io, query, query_out, workspace
 
 duckdb = lazy_module("duckdb")

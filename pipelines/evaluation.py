@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines import metrics, prompt_row
+from ddai.pipelines.records import metrics, prompt_row
 
 CATEGORY_KEY = "eval_categories"
 """The key of a logged eval rollout's ``extra`` holding its prompt's category values."""

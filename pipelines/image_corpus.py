@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines import csv_cells
 from ddai.pipelines.corpus import Corpus
+from ddai.pipelines.records import csv_cells
 from ddai.pipelines.store import io, manifest
 
 STEP = "corpus.build"

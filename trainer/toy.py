@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ddai.pipelines.corpus import Corpus
-from ddai.pipelines.lazy import lazy_module
+from ddai.pipelines.records.lazy import lazy_module
 from ddai.pipelines.store import io
 
 pa = lazy_module("pyarrow")

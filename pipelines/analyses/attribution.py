@@ -14,8 +14,8 @@ from typing import Any
 
 from ddai.pipelines.analyses import carries
 from ddai.pipelines.analyses.flags import load_flags
-from ddai.pipelines.lazy import lazy_module
-from ddai.pipelines.schema import SUCCESS_THRESHOLD
+from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.records.schema import SUCCESS_THRESHOLD
 from ddai.pipelines.store import query
 
 duckdb = lazy_module("duckdb")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ddai.pipelines.lazy import lazy_module
+from ddai.pipelines.records.lazy import lazy_module
 from ddai.pipelines.store import capabilities, query
 
 duckdb = lazy_module("duckdb")

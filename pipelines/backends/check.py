@@ -22,7 +22,7 @@ from ddai.pipelines.backends.base import (
 )
 from ddai.pipelines.backends.cache import CallCache
 from ddai.pipelines.backends.config import KINDS, LOCAL_DEFAULT, backend_name, configured
-from ddai.pipelines.lazy import lazy_module
+from ddai.pipelines.records.lazy import lazy_module
 from ddai.pipelines.store import workspace
 
 asyncio = lazy_module("asyncio")

@@ -16,7 +16,6 @@ import os
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from ddai.pipelines import schema
 from ddai.pipelines.distill.select import (
     SelectConfig,
     Selection,
@@ -25,7 +24,8 @@ from ddai.pipelines.distill.select import (
     select,
     turn_stats,
 )
-from ddai.pipelines.lazy import lazy_module
+from ddai.pipelines.records import schema
+from ddai.pipelines.records.lazy import lazy_module
 from ddai.pipelines.store import objstore, query
 
 duckdb = lazy_module("duckdb")

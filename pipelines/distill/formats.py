@@ -22,7 +22,7 @@ from typing import Any
 
 from ddai.pipelines.distill.safety import Sample
 from ddai.pipelines.distill.thinks import Message
-from ddai.pipelines.lazy import lazy_module
+from ddai.pipelines.records.lazy import lazy_module
 from ddai.pipelines.store import io
 
 pa = lazy_module("pyarrow")

@@ -28,9 +28,9 @@ from ddai.pipelines.backends.usage import FAILED_CALLS, failed_calls
 from ddai.pipelines.distill import formats
 from ddai.pipelines.distill.findings import is_system_error
 from ddai.pipelines.distill.thinks import Message
-from ddai.pipelines.lazy import lazy_module
+from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.records.tags import parse_turns
 from ddai.pipelines.store import fileset, io, manifest, objstore
-from ddai.pipelines.tags import parse_turns
 
 pa = lazy_module("pyarrow")
 pq = lazy_module("pyarrow.parquet")

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ddai.pipelines import store
-from ddai.pipelines.lazy import lazy_module
+from ddai.pipelines.records.lazy import lazy_module
 from ddai.pipelines.store import fileset, manifest, objstore
 
 pq = lazy_module("pyarrow.parquet")

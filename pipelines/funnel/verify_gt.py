@@ -27,10 +27,10 @@ from typing import Any
 from ddai.pipelines.backends import gt_check
 from ddai.pipelines.backends.usage import FAILED_CALLS, failed_calls
 from ddai.pipelines.funnel import dataset as ds
-from ddai.pipelines.funnel import decisions as dec
 from ddai.pipelines.funnel import review, scores, step
 from ddai.pipelines.funnel.configs import ALL, RULE_HELP, RULES, VerifyConfig  # noqa: F401 (re-exported)
-from ddai.pipelines.lazy import lazy_module
+from ddai.pipelines.records import decisions as dec
+from ddai.pipelines.records.lazy import lazy_module
 from ddai.pipelines.store import capabilities, fileset, manifest, objstore
 
 np = lazy_module("numpy")
@@ -348,8 +348,8 @@ def _preflight(cfg: VerifyConfig, ask: list[str], by_id: dict[str, dict[str, Any
         return "nothing to ask"
     if cfg.skip_preflight:
         return "skipped"
-    from ddai.pipelines import golden
     from ddai.pipelines.corpus import Corpus
+    from ddai.pipelines.records import golden
 
     corpus = Corpus.load(cfg.corpus)
     cov = golden.coverage(((u, ds.reference_page_ids(by_id[u])) for u in ask), corpus.__contains__)

@@ -62,9 +62,9 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from ddai.pipelines import schema
-from ddai.pipelines.lazy import lazy_module
-from ddai.pipelines.schema import SCHEMA_VERSION, normalize_rollout
+from ddai.pipelines.records import schema
+from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.records.schema import SCHEMA_VERSION, normalize_rollout
 from ddai.pipelines.store import (
     capability_count,
     io,

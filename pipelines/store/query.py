@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 # The read side only: ``ddai query`` and ``ddai runs`` start without pyarrow (~0.3 s); the store
 # module (its Arrow schema) is imported where an Arrow table or dataset is built.
-from ddai.pipelines.lazy import lazy_module
+from ddai.pipelines.records.lazy import lazy_module
 from ddai.pipelines.store import objstore, store_read
 from ddai.pipelines.store.store_read import logs_or_fail  # noqa: F401 (its home before store_read)
 
@@ -214,7 +214,7 @@ def connect(
         )
     else:
         # An empty store still answers queries (with no rows).
-        from ddai.pipelines import schema
+        from ddai.pipelines.records import schema
 
         _source(con, schema.ROLLOUT_SCHEMA.empty_table(), wide=wide)
     names = VIEWS if views is None else views

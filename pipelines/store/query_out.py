@@ -22,8 +22,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
-from ddai.pipelines import csv_cells
-from ddai.pipelines.lazy import lazy_module
+from ddai.pipelines.records import csv_cells
+from ddai.pipelines.records.lazy import lazy_module
 from ddai.pipelines.store import io
 
 duckdb = lazy_module("duckdb")

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ddai.pipelines.funnel.lineage import lineage_graph, lineage_rows
-from ddai.pipelines.lazy import lazy_module
+from ddai.pipelines.records.lazy import lazy_module
 from ddai.pipelines.store import manifest
 from ddai.reports import figures
 from ddai.reports.blocks import Note, Section, Table

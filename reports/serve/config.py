@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines.schema import SUCCESS_THRESHOLD
+from ddai.pipelines.records.schema import SUCCESS_THRESHOLD
 
 LOOPBACK_NAMES = {"localhost"}
 # The names a page on this machine reaches a loopback explorer by, whatever --host is.

@@ -15,7 +15,7 @@ from ddai.pipelines import store
 from ddai.pipelines.distill import fetch
 from ddai.pipelines.distill import select as sel_mod
 from ddai.pipelines.distill.select import SelectConfig, select
-from ddai.pipelines.schema import ROLLOUT_SCHEMA, normalize_rollout, to_table
+from ddai.pipelines.records.schema import ROLLOUT_SCHEMA, normalize_rollout, to_table
 
 DONE = "<think>done</think>\n<search_complete>true</search_complete>"
 SEARCH = "<think>look</think>\n<search>q</search>"

@@ -8,7 +8,7 @@ from support.query_table import connect_table
 
 from ddai.pipelines.distill import select as sel
 from ddai.pipelines.distill.select import SelectConfig, select
-from ddai.pipelines.schema import normalize_rollout, to_table
+from ddai.pipelines.records.schema import normalize_rollout, to_table
 from ddai.pipelines.store import query
 
 DONE = "<think>done</think>\n<search_complete>true</search_complete>"

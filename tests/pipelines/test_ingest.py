@@ -10,7 +10,7 @@ import pytest
 
 from ddai.pipelines import store
 from ddai.pipelines.ingest import IngestConfig, ingest
-from ddai.pipelines.schema import ROLLOUT_SCHEMA, SCHEMA_VERSION
+from ddai.pipelines.records.schema import ROLLOUT_SCHEMA, SCHEMA_VERSION
 from ddai.pipelines.store import quarantine, query
 
 RESP = "<think>find it</think>\n<search>q</search><think>done</think><search_complete>true</search_complete>"

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from ddai.cli.app import app
 from ddai.pipelines import store
 from ddai.pipelines.ingest import IngestConfig, ingest
-from ddai.pipelines.schema import ROLLOUT_SCHEMA
+from ddai.pipelines.records.schema import ROLLOUT_SCHEMA
 from ddai.pipelines.store import query
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"

@@ -418,7 +418,7 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
     (averaged over the ranks), the run config and the checkpoints. Every rank runs the preflight,
     so a failing check stops them all with the same message."""
     from ddai.pipelines.corpus import Corpus
-    from ddai.pipelines.progress import bar
+    from ddai.pipelines.records.progress import bar
     from ddai.trainer.common import hf_progress, resume_checkpoint
     from ddai.trainer.lora_merge import MergeCheckFailed, full_model, merge_lora
     from ddai.trainer.modeling import changed_parameters, parameter_snapshot

@@ -217,7 +217,7 @@ def run_collect(
     import torch
 
     from ddai.pipelines.corpus import Corpus
-    from ddai.pipelines.progress import bar
+    from ddai.pipelines.records.progress import bar
     from ddai.trainer.common import hf_progress
     from ddai.trainer.runtime import accel
     from ddai.trainer.search.episodes import Episodes, default_backends

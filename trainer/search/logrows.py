@@ -27,7 +27,7 @@ def rollout_row(
     judged: Judged | None,
     score: Score | None,
 ) -> dict[str, Any]:
-    """One rollout-log row (a dict ``ddai.pipelines.schema.normalize_rollout`` accepts)."""
+    """One rollout-log row (a dict ``ddai.pipelines.records.schema.normalize_rollout`` accepts)."""
     ep, task = traj.episode, traj.task
     extra: dict[str, Any] = {
         "episode_key": traj.key,

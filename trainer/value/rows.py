@@ -47,7 +47,7 @@ def incomplete_rows(rows: list[dict[str, Any]], include: bool) -> tuple[list[dic
     """``(rows to train on, rollouts flagged turns_incomplete)``: the flagged ones (a turn lost
     from the log, so their token sequence is not what the policy saw) are left out unless
     ``include``; the count is of every flagged row either way."""
-    from ddai.pipelines.schema import TURNS_INCOMPLETE
+    from ddai.pipelines.records.schema import TURNS_INCOMPLETE
 
     flagged = [TURNS_INCOMPLETE in (r.get("flags") or ()) for r in rows]
     kept = rows if include else [r for r, f in zip(rows, flagged, strict=True) if not f]

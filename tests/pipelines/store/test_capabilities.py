@@ -9,7 +9,7 @@ import pytest
 
 from ddai.pipelines import store
 from ddai.pipelines.funnel import scores
-from ddai.pipelines.schema import ROLLOUT_SCHEMA
+from ddai.pipelines.records.schema import ROLLOUT_SCHEMA
 from ddai.pipelines.store import capabilities
 from ddai.pipelines.store.capability_count import count_table
 

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 from ddai.pipelines import store
-from ddai.pipelines.schema import ROLLOUT_SCHEMA
+from ddai.pipelines.records.schema import ROLLOUT_SCHEMA
 from ddai.pipelines.store import io, locks
 
 

@@ -7,7 +7,7 @@ import math
 import pytest
 from support.golden_rank import first_golden_rank
 
-from ddai.pipelines.metrics import (
+from ddai.pipelines.records.metrics import (
     anls,
     exact_match,
     ndcg,

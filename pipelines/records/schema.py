@@ -13,8 +13,8 @@ import json
 import math
 from typing import Any
 
-from ddai.pipelines import metrics, tags
-from ddai.pipelines.lazy import lazy_module
+from ddai.pipelines.records import metrics, tags
+from ddai.pipelines.records.lazy import lazy_module
 
 pa = lazy_module("pyarrow")
 

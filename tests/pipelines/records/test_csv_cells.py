@@ -11,7 +11,13 @@ from decimal import Decimal
 import polars as pl
 import pytest
 
-from ddai.pipelines.csv_cells import escape, rows_text, unescape, unescape_frame, write_frame
+from ddai.pipelines.records.csv_cells import (
+    escape,
+    rows_text,
+    unescape,
+    unescape_frame,
+    write_frame,
+)
 
 
 @pytest.mark.parametrize(
@@ -101,7 +107,7 @@ def test_escape_frame_matches_escape_cell_by_cell():
 
     import polars as pl
 
-    from ddai.pipelines import csv_cells
+    from ddai.pipelines.records import csv_cells
 
     rng = random.Random(1)
     alphabet = ["=", "+", "-", "@", "\t", "\r", "'", "1", "0", ".", "e", "E", "a", " ", "\n", "_", "é", "٣"]  # fmt: skip

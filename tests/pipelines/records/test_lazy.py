@@ -6,8 +6,9 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from ddai.pipelines import adapters, schema
-from ddai.pipelines.lazy import LazyModule, lazy_module
+from ddai.pipelines import adapters
+from ddai.pipelines.records import schema
+from ddai.pipelines.records.lazy import LazyModule, lazy_module
 
 
 def _fresh(code: str) -> str:
@@ -19,7 +20,7 @@ def _fresh(code: str) -> str:
 def test_lazy_module_loads_on_first_attribute_read():
     out = _fresh(
         "import sys\n"
-        "from ddai.pipelines.lazy import lazy_module\n"
+        "from ddai.pipelines.records.lazy import lazy_module\n"
         "pc = lazy_module('pyarrow.compute')\n"
         "print('pyarrow' in sys.modules, end=' ')\n"
         "print(pc.sum([1, 2]).as_py(), 'pyarrow.compute' in sys.modules)\n"
@@ -38,8 +39,8 @@ def test_lazy_module_reads_as_the_module():
 def test_importing_the_store_and_schema_loads_no_pyarrow():
     out = _fresh(
         "import sys\n"
-        "from ddai.pipelines import schema, store, corpus\n"
-        "from ddai.pipelines.funnel import bucket, focus\n"
+        "import ddai.pipelines.records.schema, ddai.pipelines.store.partitions\n"
+        "import ddai.pipelines.corpus, ddai.pipelines.funnel.bucket, ddai.pipelines.funnel.focus\n"
         "print(sorted(m for m in ('pyarrow', 'numpy', 'polars', 'duckdb') if m in sys.modules))\n"
     )
     assert out == "[]"

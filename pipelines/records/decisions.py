@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ddai.pipelines import csv_cells
+from ddai.pipelines.records import csv_cells
 
 VERDICTS = ("ok", "wrong", "uncertain")
 FLAGGING = ("wrong", "uncertain")

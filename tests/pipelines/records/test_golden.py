@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ddai.pipelines.golden import coverage
+from ddai.pipelines.records.golden import coverage
 
 
 def test_coverage_counts_prompts_and_distinct_pages():

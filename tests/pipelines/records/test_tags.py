@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.turns import render_turns
 
-from ddai.pipelines.tags import (
+from ddai.pipelines.records.tags import (
     FORCED_COMPLETION,
     holds_action_tag,
     is_format_ok,
@@ -177,7 +177,7 @@ def test_tag_soup_never_raises(text):
 
 
 def test_turn_record_matches_the_log_schema():
-    from ddai.pipelines.schema import TURN_TYPE
+    from ddai.pipelines.records.schema import TURN_TYPE
 
     (t,) = parse_turns("<think>a</think><search>q</search>")
     rec = t.to_record()
@@ -187,8 +187,8 @@ def test_turn_record_matches_the_log_schema():
 
 def test_turn_fields_are_spelled_once():
     """The stored turn's fields come from ``tags.Turn``; the Arrow type names the same, in order."""
-    from ddai.pipelines import schema
     from ddai.pipelines.adapters import ddai_common
+    from ddai.pipelines.records import schema
 
     assert ddai_common.TURN_FIELDS == (
         "idx", "think", "action", "arg", "sep", "forced", "retrieved", "observation", "error",

@@ -3,7 +3,7 @@ checked one by one, and keys whose hashes collide stay distinct."""
 
 from __future__ import annotations
 
-from ddai.pipelines.row_checks import DUPLICATE, DUPLICATE_KEY, STORED, DuplicateKeys
+from ddai.pipelines.records.row_checks import DUPLICATE, DUPLICATE_KEY, STORED, DuplicateKeys
 
 
 def _one_by_one(d: DuplicateKeys, run: str, keys, contents):

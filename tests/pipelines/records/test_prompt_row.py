@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from ddai.pipelines import prompt_row as pr
+from ddai.pipelines.records import prompt_row as pr
 
 SYSTEM = {"role": "system", "content": "You are a search agent."}
 
