@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines.corpus import Corpus
+from ddai.pipelines.pages.corpus import Corpus
 from ddai.pipelines.records.lazy import lazy_module
 from ddai.pipelines.store import io
 

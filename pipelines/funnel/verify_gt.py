@@ -348,7 +348,7 @@ def _preflight(cfg: VerifyConfig, ask: list[str], by_id: dict[str, dict[str, Any
         return "nothing to ask"
     if cfg.skip_preflight:
         return "skipped"
-    from ddai.pipelines.corpus import Corpus
+    from ddai.pipelines.pages.corpus import Corpus
     from ddai.pipelines.records import golden
 
     corpus = Corpus.load(cfg.corpus)
@@ -367,7 +367,7 @@ def _page_texts(
 ) -> dict[str, tuple[str, int, list[str]]]:
     """uid → (its reference pages' text, how many of its reference pages the corpus lacks, their
     image files when the corpus is an image corpus)."""
-    from ddai.pipelines.corpus import Corpus
+    from ddai.pipelines.pages.corpus import Corpus
 
     corpus = Corpus.load(corpus_path)
     out = {}

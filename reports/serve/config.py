@@ -76,7 +76,7 @@ class ServeConfig:
         runs: run ids to serve; None serves every run in the store.
         corpus: a page corpus (``pages.parquet`` or its folder); a page without an image under
             ``image_root`` shows the corpus's image file (``ddai corpus build``), else is drawn
-            from its text (``ddai.pipelines.page_images``).
+            from its text (``ddai.pipelines.pages.page_images``).
         datasets_dir: curated datasets (files with a manifest) for the live report's funnel.
         image_root: folder of page images named ``{page_id}.png|jpg|jpeg|webp``; None shows pages
             as their ids.

@@ -22,7 +22,7 @@ from ddai.pipelines import store
 from ddai.pipelines.fixtures import make
 from ddai.pipelines.funnel import review
 from ddai.pipelines.funnel.scores import read_score_table
-from ddai.pipelines.image_corpus import read_text_table
+from ddai.pipelines.pages.image_corpus import read_text_table
 from ddai.pipelines.records.decisions import read_decisions
 from ddai.reports import ReportConfig, build_report
 from ddai.reports.serve import ServeConfig

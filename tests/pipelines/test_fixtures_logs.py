@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ddai.pipelines.corpus import Corpus
+from ddai.pipelines.pages.corpus import Corpus
 from ddai.pipelines.records import metrics, schema, tags
 
 FIXTURES = Path(__file__).parents[2] / "fixtures"

@@ -417,7 +417,7 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
     rollout log (every rank's rows, ``sample_idx`` unique over the global batch), the metrics
     (averaged over the ranks), the run config and the checkpoints. Every rank runs the preflight,
     so a failing check stops them all with the same message."""
-    from ddai.pipelines.corpus import Corpus
+    from ddai.pipelines.pages.corpus import Corpus
     from ddai.pipelines.records.progress import bar
     from ddai.trainer.common import hf_progress, resume_checkpoint
     from ddai.trainer.lora_merge import MergeCheckFailed, full_model, merge_lora

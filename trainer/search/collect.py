@@ -216,7 +216,7 @@ def run_collect(
     prompt's test-set categories to its ``extra``)."""
     import torch
 
-    from ddai.pipelines.corpus import Corpus
+    from ddai.pipelines.pages.corpus import Corpus
     from ddai.pipelines.records.progress import bar
     from ddai.trainer.common import hf_progress
     from ddai.trainer.runtime import accel

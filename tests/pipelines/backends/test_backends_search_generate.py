@@ -17,8 +17,8 @@ from ddai.pipelines.backends import (
 from ddai.pipelines.backends.bm25 import BM25Index
 from ddai.pipelines.backends.embedders import hash_embed
 from ddai.pipelines.backends.extractive import NO_ANSWER, extract
-from ddai.pipelines.corpus import Corpus
 from ddai.pipelines.fixtures.world import build_world
+from ddai.pipelines.pages.corpus import Corpus
 from ddai.pipelines.records import metrics
 
 PAGES = [

@@ -40,7 +40,7 @@ def test_importing_the_store_and_schema_loads_no_pyarrow():
     out = _fresh(
         "import sys\n"
         "import ddai.pipelines.records.schema, ddai.pipelines.store.partitions\n"
-        "import ddai.pipelines.corpus, ddai.pipelines.funnel.bucket, ddai.pipelines.funnel.focus\n"
+        "import ddai.pipelines.pages.corpus, ddai.pipelines.funnel.bucket, ddai.pipelines.funnel.focus\n"
         "print(sorted(m for m in ('pyarrow', 'numpy', 'polars', 'duckdb') if m in sys.modules))\n"
     )
     assert out == "[]"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ddai.pipelines.corpus import Corpus
+from ddai.pipelines.pages.corpus import Corpus
 from ddai.pipelines.records import tags
 from ddai.pipelines.records.prompt_row import golden_page_ids
 from ddai.trainer.search.env import BBOX_FAILED, SEARCH_EMPTY, EnvConfig, SearchEnv

@@ -12,8 +12,8 @@ from support.page_images import render_page_images
 from typer.testing import CliRunner
 
 from ddai.cli.app import app
-from ddai.pipelines.corpus import Corpus
-from ddai.pipelines.image_corpus import split_page_id
+from ddai.pipelines.pages.corpus import Corpus
+from ddai.pipelines.pages.image_corpus import split_page_id
 from ddai.pipelines.store import manifest
 
 runner = CliRunner()

@@ -1,7 +1,7 @@
 """``ddai corpus build``: a page corpus from a folder of page images (DDAI's search corpus).
 
 One row per image file (``.jpg``, ``.jpeg``, ``.png``, ``.webp``; the folder itself, not its
-subfolders), in the ``pages.parquet`` shape of ``ddai.pipelines.corpus`` plus the ``image`` column:
+subfolders), in the ``pages.parquet`` shape of ``ddai.pipelines.pages.corpus`` plus the ``image`` column:
 
 - ``page_id``: the file name without its extension, DDAI's ``reference_basenames``
   (``./search_engine/corpus/img/17_3.jpg`` → ``17_3``);
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines.corpus import Corpus
+from ddai.pipelines.pages.corpus import Corpus
 from ddai.pipelines.records import csv_cells
 from ddai.pipelines.store import io, manifest
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow.parquet as pq
 import pytest
 
-from ddai.pipelines.corpus import Corpus, intersects, pages_schema
+from ddai.pipelines.pages.corpus import Corpus, intersects, pages_schema
 
 # One 100×100 page: "a" top left, "b" below it, "c" right of "b" with a gap at x 50..60.
 LINES = [

@@ -7,7 +7,7 @@ coordinates match the ``<bbox>`` actions in its rollouts, so an image viewer (``
 
 from __future__ import annotations
 
-from ddai.pipelines.corpus import Page
+from ddai.pipelines.pages.corpus import Page
 
 
 def draw_page(page: Page) -> bytes:

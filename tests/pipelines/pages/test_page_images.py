@@ -8,10 +8,10 @@ from pathlib import Path
 from PIL import Image
 from support.page_images import render_page_images
 
-from ddai.pipelines.corpus import Corpus
-from ddai.pipelines.page_images import draw_page
+from ddai.pipelines.pages.corpus import Corpus
+from ddai.pipelines.pages.page_images import draw_page
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[3] / "fixtures"
 
 
 def test_render_pages_writes_one_png_per_page_at_the_corpus_size(tmp_path):

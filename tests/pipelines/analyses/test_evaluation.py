@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ddai.pipelines.evaluation import NONE_LABEL, breakdown, set_categories
+from ddai.pipelines.analyses.evaluation import NONE_LABEL, breakdown, set_categories
 
 # A hand-made test set: categories at the top level and in extra_info, DDAI's "Nan", one missing.
 SET = [
