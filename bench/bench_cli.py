@@ -33,7 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ddai.pipelines import run_stats
+from ddai.pipelines.store import run_stats
 
 ROOT = Path(__file__).resolve().parent.parent
 GROUP_BY = "SELECT uid, avg(ndcg) AS ndcg FROM rollouts GROUP BY uid"

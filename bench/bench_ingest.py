@@ -116,7 +116,7 @@ def make_parquet(path: Path, n: int, work: Path) -> int:
 
     from ddai.pipelines import store
     from ddai.pipelines.ingest import IngestConfig, ingest
-    from ddai.pipelines.schema import ROLLOUT_SCHEMA
+    from ddai.pipelines.records.schema import ROLLOUT_SCHEMA
 
     logs = work / "seed-logs"
     ingest(IngestConfig(sorted((FIXTURES / "logs").glob("*.jsonl")), logs, progress=False))

@@ -43,9 +43,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_funnel import RUN, make_dataset
 from bench_report import make_logs
 
-from ddai.pipelines import objstore, query, remote_store, store
+from ddai.pipelines import store
 from ddai.pipelines.distill import fetch
 from ddai.pipelines.funnel.bucket import BucketConfig, run_bucket
+from ddai.pipelines.store import objstore, query, remote_store
 
 GROUP_BY = "SELECT uid, avg(ndcg), count(*), max(judge_score) FROM rollouts GROUP BY uid"
 FULL_SCAN = "SELECT count(*), sum(length(response)) FROM rollouts"
@@ -138,7 +139,7 @@ def step_rows(step: int, n: int) -> list[dict[str, object]]:
 
 
 def bench_steps(counts: list[int], remote_root: str | None) -> None:
-    from ddai.pipelines.side_log import SideLog
+    from ddai.pipelines.store.side_log import SideLog
 
     meter = ManifestBytes()
     meter.install()

@@ -3,7 +3,7 @@
 Builds, in a temp folder, the ``bench_report`` log (``--rollouts`` rollouts in ``--runs`` runs,
 parsed turns, pages, scores). Then, for each query, best of ``--repeat`` (interleaved):
 
-- in process: ``ddai.pipelines.query.connect`` with the views the SQL names (``views_for``, as
+- in process: ``ddai.pipelines.store.query.connect`` with the views the SQL names (``views_for``, as
   ``ddai query`` does) + ``run_sql`` to Arrow, against
   ``duckdb.sql`` of the same query over ``read_parquet(files)`` to Arrow;
 - end to end: ``ddai query SQL --format parquet --out F`` in a fresh interpreter, against a fresh
@@ -31,7 +31,8 @@ import duckdb
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_report import make_logs
 
-from ddai.pipelines import query, store
+from ddai.pipelines import store
+from ddai.pipelines.store import query
 
 # (name, ddai SQL over the views, the same over read_parquet($files))
 QUERIES = (

@@ -30,7 +30,7 @@ import numpy as np
 import pyarrow as pa
 
 from ddai.pipelines import store
-from ddai.pipelines.schema import ROLLOUT_SCHEMA, TURN_TYPE
+from ddai.pipelines.records.schema import ROLLOUT_SCHEMA, TURN_TYPE
 from ddai.reports import ReportConfig, build_report
 
 MAX_TURNS = 6

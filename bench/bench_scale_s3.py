@@ -155,7 +155,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from bench_funnel import make_dataset
     from process_ab import run_once
 
-    from ddai.pipelines import objstore, remote_store, store
+    from ddai.pipelines import store
+    from ddai.pipelines.store import objstore, remote_store
 
     proc = None
     if args.bucket is None:

@@ -14,7 +14,6 @@ from typing import Annotated, Any
 import typer
 
 from ddai.cli.common import JsonOpt, LogsOpt, RunsOpt, ThresholdOpt, fail, summary
-from ddai.pipelines import workspace
 from ddai.pipelines.analyses import (
     AttributionConfig,
     attribute,
@@ -23,7 +22,8 @@ from ddai.pipelines.analyses import (
     truth_eval,
 )
 from ddai.pipelines.analyses.export import write_rows
-from ddai.pipelines.schema import SUCCESS_THRESHOLD
+from ddai.pipelines.records.schema import SUCCESS_THRESHOLD
+from ddai.pipelines.store import workspace
 
 analyze_app = typer.Typer(
     name="analyze",

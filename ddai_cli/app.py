@@ -175,7 +175,8 @@ def _hint_for_missing_value(e: BadOptionUsage, command: click.Command) -> None:
         e.message += f" Did you mean {name} " + " or ".join(map(str, choices)) + "?"
         return
     if name == "--run":
-        from ddai.pipelines import store, workspace
+        from ddai.pipelines import store
+        from ddai.pipelines.store import workspace
 
         try:
             runs = store.list_runs(workspace.logs_dir(None))

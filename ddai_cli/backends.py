@@ -18,11 +18,10 @@ from ddai.cli.common import (
     print_rows,
     summary,
 )
-from ddai.pipelines import workspace
 from ddai.pipelines.backends.check import check_backends
 from ddai.pipelines.backends.config import ConfigError
 from ddai.pipelines.backends.rejudge import RejudgeConfig, RejudgeError, rejudge
-from ddai.pipelines.store import StoreConflict
+from ddai.pipelines.store import StoreConflict, workspace
 
 CacheOpt = Annotated[
     Path | None,

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from ddai.pipelines.lazy import lazy_module
-from ddai.pipelines.store_read import check_run_id
+from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.store.store_read import check_run_id
 
 if TYPE_CHECKING:
     from rich.console import Console

@@ -45,8 +45,8 @@ def register(app: typer.Typer) -> None:
         as_json: JsonOpt = False,
     ) -> None:
         """One row per page image: page id, document and page, image path and size, optional text."""
-        from ddai.pipelines.image_corpus import CorpusBuildError
-        from ddai.pipelines.image_corpus import build as build_corpus
+        from ddai.pipelines.pages.image_corpus import CorpusBuildError
+        from ddai.pipelines.pages.image_corpus import build as build_corpus
 
         try:
             result = build_corpus(images_dir, out, text_from=text_from)

@@ -31,9 +31,9 @@ from ddai.cli.common import (
     summary,
 )
 from ddai.cli.flags import default_of  # options would load the episode configs (trainer.search)
-from ddai.pipelines import workspace
 from ddai.pipelines.funnel import configs
-from ddai.pipelines.lazy import lazy_module
+from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.store import workspace
 
 # the steps load when a command runs; --help reads only their configs (pipelines/funnel/configs.py)
 bucket = lazy_module("ddai.pipelines.funnel.bucket")
@@ -404,7 +404,7 @@ def plan_cmd(
     result = _run("planning", lambda: plan.run_plan(cfg))
     data = plan.plan_to_json(result, cfg)
     if out is not None:
-        from ddai.pipelines import io
+        from ddai.pipelines.store import io
 
         io.write_json(out, data)
     if as_json:
@@ -442,7 +442,7 @@ def lineage_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Walk the manifests of FILE back to the raw logs and print the funnel."""
-    from ddai.pipelines import objstore
+    from ddai.pipelines.store import objstore
 
     missing = [objstore.display(f) for f in files if not objstore.any_exists(f)]
     if missing:

@@ -19,7 +19,7 @@ from typing import Annotated, Any
 import typer
 
 from ddai.cli.common import EXIT_FAILED, JsonOpt, err_console, summary
-from ddai.pipelines import workspace
+from ddai.pipelines.store import workspace
 
 
 @dataclass

@@ -23,7 +23,6 @@ from ddai.cli.common import (
     summary,
 )
 from ddai.cli.flags import default_of  # options would load the episode configs (trainer.search)
-from ddai.pipelines import workspace
 from ddai.pipelines.distill import (
     FORMATS,
     CheckConfig,
@@ -35,6 +34,7 @@ from ddai.pipelines.distill import (
 )
 from ddai.pipelines.distill.run import REWRITE_MODES
 from ddai.pipelines.distill.select import RANKS
+from ddai.pipelines.store import workspace
 
 Rewrite = choices("Rewrite", REWRITE_MODES)
 Rank = choices("Rank", RANKS)

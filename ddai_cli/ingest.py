@@ -16,8 +16,9 @@ from ddai.cli.common import (
     fail,
     summary,
 )
-from ddai.pipelines import adapters, workspace
-from ddai.pipelines.objstore import display
+from ddai.pipelines import adapters
+from ddai.pipelines.store import workspace
+from ddai.pipelines.store.objstore import display
 
 if TYPE_CHECKING:
     from ddai.pipelines.ingest import IngestResult

@@ -1,7 +1,7 @@
 """CLI: ``ddai query`` (SQL over the log views).
 
 It starts without pyarrow, pandas or polars: DuckDB reads the store and writes the result
-(``ddai.pipelines.query_out``).
+(``ddai.pipelines.store.query_out``).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from ddai.cli.common import (
     print_rows,
     summary,
 )
-from ddai.pipelines import io, query, query_out, workspace
-from ddai.pipelines.lazy import lazy_module
+from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.store import io, query, query_out, workspace
 
 duckdb = lazy_module("duckdb")
 
@@ -129,7 +129,7 @@ def _json_value(v: object) -> object:
 def _empty_store(root: Path, runs: list[str] | None) -> str | None:
     """Why a query found no rows when the store itself is empty (no run, or runs of no rows):
     "matched nothing" would blame the query."""
-    from ddai.pipelines import store_read
+    from ddai.pipelines.store import store_read
 
     listed = runs or store_read.list_runs(root)
     if any((store_read.run_manifest(root, r) or {}).get("rollouts_total", 1) for r in listed):

@@ -20,7 +20,7 @@ from ddai.cli.common import (
 )
 from ddai.cli.fields import field_opt
 from ddai.cli.flags import default_of  # options would load the episode configs (trainer.search)
-from ddai.pipelines import workspace
+from ddai.pipelines.store import workspace
 from ddai.reports.config import ReportConfig
 
 R = ReportConfig

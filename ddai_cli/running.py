@@ -39,8 +39,8 @@ def refuse_existing_run(
     again (each key twice, n per prompt doubled), skewing every per-prompt mean downstream."""
     if run_id is None or resume:
         return
-    from ddai.pipelines import workspace
-    from ddai.pipelines.store_read import list_runs, run_manifest
+    from ddai.pipelines.store import workspace
+    from ddai.pipelines.store.store_read import list_runs, run_manifest
 
     store = workspace.logs_dir(logs)
     if run_id not in list_runs(store):

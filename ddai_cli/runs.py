@@ -1,6 +1,6 @@
 """CLI: ``ddai runs``, the runs of the log store with their counts, means and capabilities.
 
-It reads manifests and the per-run rows ``ddai.pipelines.run_stats`` keeps by the runs' rollout
+It reads manifests and the per-run rows ``ddai.pipelines.store.run_stats`` keeps by the runs' rollout
 files (written by ingest, judge and value score right after their commit), so a listing starts
 without DuckDB, pyarrow or polars, also right after a commit; a run without a kept row (removed,
 written by an older ddai, committed by a training run) is computed by DuckDB.
@@ -13,7 +13,7 @@ from typing import Any
 import typer
 
 from ddai.cli.common import JsonOpt, LogsOpt, console, fail, print_rows, summary
-from ddai.pipelines import capabilities, run_stats, store_read, workspace
+from ddai.pipelines.store import capabilities, run_stats, store_read, workspace
 
 UNKNOWN = "—"
 """A value no rollout of the run carries (``null`` in ``--json``)."""

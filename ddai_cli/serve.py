@@ -9,8 +9,8 @@ from typing import Annotated
 import typer
 
 from ddai.cli.common import LogsOpt, RunsOpt, ThresholdOpt, console, err_console, fail
-from ddai.pipelines import workspace
-from ddai.pipelines.schema import SUCCESS_THRESHOLD
+from ddai.pipelines.records.schema import SUCCESS_THRESHOLD
+from ddai.pipelines.store import workspace
 
 
 def serve_cmd(

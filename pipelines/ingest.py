@@ -29,16 +29,25 @@ from typing import IO, Any
 
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
-from ddai.pipelines import adapters, io, locks, objstore, rollback, run_stats, store
-from ddai.pipelines import quarantine as quarantine_log
+from ddai.pipelines import adapters, store
 from ddai.pipelines.adapters.base import ReaderContext, RowBatch, SourceRecord, error_detail
 from ddai.pipelines.adapters.side import SideTables
 from ddai.pipelines.adapters.verl_ids import UidMapper
-from ddai.pipelines.capabilities import Capabilities
-from ddai.pipelines.lazy import lazy_module
-from ddai.pipelines.row_checks import DUPLICATE_KEY, DuplicateKeys
-from ddai.pipelines.schema import RowError, normalize_rollout
-from ddai.pipelines.store import QUARANTINE_DIR, PartitionWriter, check_run_id
+from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.records.row_checks import DUPLICATE_KEY, DuplicateKeys
+from ddai.pipelines.records.schema import RowError, normalize_rollout
+from ddai.pipelines.store import (
+    QUARANTINE_DIR,
+    PartitionWriter,
+    check_run_id,
+    io,
+    locks,
+    objstore,
+    rollback,
+    run_stats,
+)
+from ddai.pipelines.store import quarantine as quarantine_log
+from ddai.pipelines.store.capabilities import Capabilities
 
 pa = lazy_module("pyarrow")
 pc = lazy_module("pyarrow.compute")
@@ -140,7 +149,7 @@ class IngestResult:
 class _Quarantine:
     """Bad rows of one ingest, streamed to claimed spool files per run as they come (memory stays
     bounded) and written at commit as one new part per run, ``_quarantine/<run>/part-*.jsonl``,
-    that the run's commit lists (``ddai.pipelines.quarantine``): entries accumulate across
+    that the run's commit lists (``ddai.pipelines.store.quarantine``): entries accumulate across
     ingests, each tagged with its ingest id, are never overwritten, and an ingest that did not
     land leaves none that is read.
 
@@ -278,7 +287,7 @@ def ingest(cfg: IngestConfig) -> IngestResult:
     if cfg.run_id is not None:
         check_run_id(cfg.run_id)
     if objstore.is_url(cfg.logs):  # staged here, published with a conditional manifest put
-        from ddai.pipelines import remote_store
+        from ddai.pipelines.store import remote_store
 
         return remote_store.ingest(cfg, ingest)
     if any(objstore.is_url(s) for s in cfg.sources):

@@ -8,8 +8,9 @@ from typing import Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ddai.pipelines import io, manifest, objstore, query, store
-from ddai.pipelines.lazy import lazy_module
+from ddai.pipelines import store
+from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.store import io, manifest, objstore, query
 from ddai.reports.blocks import Section, SectionBuilder
 from ddai.reports.config import ReportConfig
 from ddai.reports.context import ReportContext

@@ -14,8 +14,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ddai.pipelines import capabilities, query
-from ddai.pipelines.lazy import lazy_module
+from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.store import capabilities, query
 from ddai.reports import palette
 from ddai.reports.config import ReportConfig
 

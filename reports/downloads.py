@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ddai.pipelines import csv_cells
-from ddai.pipelines.lazy import lazy_module
+from ddai.pipelines.records import csv_cells
+from ddai.pipelines.records.lazy import lazy_module
 from ddai.reports.blocks import Download
 from ddai.reports.formatting import csv_data_url
 

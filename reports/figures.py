@@ -17,7 +17,7 @@ from typing import Any
 from markupsafe import Markup
 from plotly.utils import PlotlyJSONEncoder
 
-from ddai.pipelines.lazy import lazy_module
+from ddai.pipelines.records.lazy import lazy_module
 from ddai.reports.blocks import Figure, Note
 from ddai.reports.palette import COLORS
 

@@ -19,7 +19,7 @@ from typing import Any
 from markupsafe import Markup
 from plotly.offline import get_plotlyjs
 
-from ddai.pipelines.lazy import lazy_module
+from ddai.pipelines.records.lazy import lazy_module
 from ddai.reports.blocks import Section
 from ddai.reports.formatting import num
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ddai.pipelines.metrics import doc_of
+from ddai.pipelines.records.metrics import doc_of
 
 GOLDEN, SAME_DOC, OTHER = "golden", "same_doc", "other"
 

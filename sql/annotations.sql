@@ -1,7 +1,7 @@
 -- grain: one row per annotation in force (annotation_id): a label or note a person put on a
 -- prompt (uid of a run), a rollout or one of its turns with `ddai serve --annotate`, who
 -- (annotator) and when (created_at, UTC); rows a later row retracts are left out. Source: each
--- run's side table `annotations` as its manifest lists it (pipelines/annotations.py).
+-- run's side table `annotations` as its manifest lists it (pipelines/store/annotations.py).
 CREATE OR REPLACE VIEW annotations AS
 SELECT
     a.annotation_id,

@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).parent / "cli"))
 # import world``, ``from test_trainer_vlm_grpo import Scripted``) find it whichever folder runs.
 for _room in ("search", "grpo"):
     sys.path.insert(0, str(Path(__file__).parent / "trainer" / _room))
+sys.path.insert(0, str(Path(__file__).parent / "pipelines" / "store"))  # test_crash_consistency
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

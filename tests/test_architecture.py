@@ -277,3 +277,54 @@ def test_reports_take_only_grpos_advantage_from_the_trainer():
         for a in n.names
     }
     assert imported == {"__future__", "math", "collections.abc"}
+
+
+def _rooms(graph: dict[str, set[str]], pkg: str) -> dict[str, set[str]]:
+    """``pkg``'s rooms (each sub-package or loose module, holding everything under it) and the
+    rooms each imports."""
+    depth = pkg.count(".") + 1
+    rooms: dict[str, set[str]] = {}
+    for m, deps in graph.items():
+        if not m.startswith(pkg + "."):
+            continue
+        a = ".".join(m.split(".")[: depth + 1])
+        rooms.setdefault(a, set()).update(
+            b
+            for d in deps
+            if d.startswith(pkg + ".") and (b := ".".join(d.split(".")[: depth + 1])) != a
+        )
+    return rooms
+
+
+def _floors(rooms: dict[str, set[str]]) -> dict[str, int]:
+    """Each room's floor: 1 for a room importing no other, else one above the highest it imports
+    (the rooms must have no loop: ``test_no_import_cycle_between_folders``)."""
+    floor: dict[str, int] = {}
+
+    def of(r: str) -> int:
+        if r not in floor:
+            floor[r] = 1 + max((of(d) for d in rooms.get(r, ())), default=0)
+        return floor[r]
+
+    for r in rooms:
+        of(r)
+    return floor
+
+
+def test_room_and_floor_counter_on_a_planted_package():
+    # the control: p.a imports nothing, p.b.x imports p.a, p.c imports p.b.y: three floors
+    planted = {"p.a": set(), "p.b.x": {"p.a"}, "p.b.y": set(), "p.c": {"p.b.y"}, "q": {"p.c"}}
+    rooms = _rooms(planted, "p")
+    assert rooms == {"p.a": set(), "p.b": {"p.a"}, "p.c": {"p.b"}}
+    assert _floors(rooms) == {"p.a": 1, "p.b": 2, "p.c": 3}
+
+
+def test_pipelines_has_at_most_15_rooms_on_5_floors():
+    """The data side stays a few rooms stacked low: records (the data model) at the bottom, the
+    log store above it, then readers, backends and the steps that use them."""
+    rooms = _rooms(GRAPH, "ddai.pipelines")
+    floors = _floors(rooms)
+    assert len(rooms) <= 15, sorted(rooms)
+    assert max(floors.values()) <= 5, floors
+    assert floors["ddai.pipelines.records"] == 1
+    assert floors["ddai.pipelines.store"] == 2

@@ -162,4 +162,4 @@ def test_the_checks_catch_a_moved_file_and_a_moved_module():
     assert len(found) > 50
     # SQL comments included (rollouts.sql names the Python spelling of the success rule)
     rollouts = dict(_prose(ROOT / "sql" / "rollouts.sql"))
-    assert any("ddai.pipelines.schema.is_success" in t for t in rollouts.values())
+    assert any("ddai.pipelines.records.schema.is_success" in t for t in rollouts.values())

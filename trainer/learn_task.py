@@ -33,9 +33,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines import io, metrics
-from ddai.pipelines.corpus import Corpus
-from ddai.pipelines.lazy import lazy_module
+from ddai.pipelines.pages.corpus import Corpus
+from ddai.pipelines.records import metrics
+from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.store import io
 from ddai.trainer import toy
 from ddai.trainer.search.config import EpisodeConfig, RewardOverrides
 

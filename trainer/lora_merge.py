@@ -226,7 +226,7 @@ def merge_lora(
     import torch
     from peft import PeftModel
 
-    from ddai.pipelines import io
+    from ddai.pipelines.store import io
     from ddai.trainer.modeling import LOST_UPDATE_LIMIT
 
     base_model = load_base(base, dtype)

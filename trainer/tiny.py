@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ddai.pipelines import io
+from ddai.pipelines.store import io
 from ddai.trainer.search.chat import CHATML_TEMPLATE, ENDOFTEXT, IM_END, IM_START
 
 # The Searcher's tags become single tokens, so even a tiny model can learn the format quickly.

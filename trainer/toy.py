@@ -15,9 +15,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines import io
-from ddai.pipelines.corpus import Corpus
-from ddai.pipelines.lazy import lazy_module
+from ddai.pipelines.pages.corpus import Corpus
+from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.store import io
 
 pa = lazy_module("pyarrow")
 

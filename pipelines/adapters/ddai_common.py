@@ -12,7 +12,7 @@ import dataclasses
 import re
 from typing import Any
 
-from ddai.pipelines import metrics, tags
+from ddai.pipelines.records import metrics, tags
 
 # DDAI's reward query may keep the chat template's next role header: "...?\nassistant\n".
 _ASSISTANT_TAIL_RE = re.compile(r"\n\s*assistant\b")

@@ -57,7 +57,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from ddai.pipelines import tags
 from ddai.pipelines.adapters import line_batches, unified_columns
 from ddai.pipelines.adapters.base import (
     ReaderContext,
@@ -94,7 +93,8 @@ from ddai.pipelines.adapters.unified_events import (
     rollout_raw,
     same_prompt,
 )
-from ddai.pipelines.schema import TURNS_INCOMPLETE
+from ddai.pipelines.records import tags
+from ddai.pipelines.records.schema import TURNS_INCOMPLETE
 
 NAME = "ddai-unified"
 _int, _same_prompt, _key_dict = int_or_none, same_prompt, key_dict

@@ -28,9 +28,9 @@ import re
 from ddai.pipelines.adapters.base import RowBatch
 from ddai.pipelines.adapters.ddai_common import _RESERVED, FLASH_FIELDS
 from ddai.pipelines.adapters.line_batches import LineBatch
-from ddai.pipelines.lazy import lazy_module
-from ddai.pipelines.row_checks import digest_bytes
-from ddai.pipelines.schema import COLUMNS, INT32_MAX, ROLLOUT_SCHEMA
+from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.records.row_checks import digest_bytes
+from ddai.pipelines.records.schema import COLUMNS, INT32_MAX, ROLLOUT_SCHEMA
 
 pl = lazy_module("polars")
 pa = lazy_module("pyarrow")

@@ -25,7 +25,7 @@ from ddai.pipelines.adapters.base import (
     _read_line,
     parse_line,
 )
-from ddai.pipelines.lazy import lazy_module
+from ddai.pipelines.records.lazy import lazy_module
 
 np = lazy_module("numpy")
 pa = lazy_module("pyarrow")

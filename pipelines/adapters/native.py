@@ -20,7 +20,7 @@ from ddai.pipelines.adapters.base import (
 )
 from ddai.pipelines.adapters.line_batches import iter_batches
 from ddai.pipelines.adapters.peek import first_object
-from ddai.pipelines.lazy import lazy_module
+from ddai.pipelines.records.lazy import lazy_module
 
 pq = lazy_module("pyarrow.parquet")
 

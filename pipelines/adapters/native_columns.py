@@ -24,8 +24,8 @@ import json
 import threading
 
 from ddai.pipelines.adapters.base import RowBatch
-from ddai.pipelines.lazy import lazy_module
-from ddai.pipelines.schema import ACTION_NAMES, INT32_MAX, ROLLOUT_SCHEMA, TERMINATIONS
+from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.records.schema import ACTION_NAMES, INT32_MAX, ROLLOUT_SCHEMA, TERMINATIONS
 from ddai.pipelines.store import check_run_id
 
 duckdb = lazy_module("duckdb")

@@ -24,9 +24,9 @@ import json
 from ddai.pipelines.adapters import native_columns
 from ddai.pipelines.adapters.base import RowBatch, repeated_key
 from ddai.pipelines.adapters.line_batches import LineBatch
-from ddai.pipelines.lazy import lazy_module
-from ddai.pipelines.row_checks import digest_bytes
-from ddai.pipelines.schema import COLUMNS, ROLLOUT_SCHEMA
+from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.records.row_checks import digest_bytes
+from ddai.pipelines.records.schema import COLUMNS, ROLLOUT_SCHEMA
 
 duckdb = lazy_module("duckdb")
 pl = lazy_module("polars")

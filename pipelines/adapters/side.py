@@ -20,11 +20,10 @@ import uuid
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from ddai.pipelines import io, locks
-from ddai.pipelines.store import SIDE_DIR, check_run_id
+from ddai.pipelines.store import SIDE_DIR, check_run_id, io, locks
 
 if TYPE_CHECKING:
-    from ddai.pipelines.rollback import Journal
+    from ddai.pipelines.store.rollback import Journal
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 

@@ -17,8 +17,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ddai.pipelines import tags
 from ddai.pipelines.adapters.ddai_common import basename, turn_record
+from ddai.pipelines.records import tags
 
 _CLOSE_RE = re.compile(r"</(search|bbox)>")
 # Where an observation starts: a chat user turn (with its special token, or a bare "user" line

@@ -11,9 +11,9 @@ other text goes through ``tags.parse_turn``, one by one.
 
 from __future__ import annotations
 
-from ddai.pipelines import tags
 from ddai.pipelines.adapters.ddai_common import executed_action
-from ddai.pipelines.lazy import lazy_module
+from ddai.pipelines.records import tags
+from ddai.pipelines.records.lazy import lazy_module
 
 pl = lazy_module("polars")
 

@@ -36,7 +36,7 @@ from ddai.pipelines.adapters.line_batches import LineBatch
 from ddai.pipelines.adapters.side import keep_line
 from ddai.pipelines.adapters.unified_rows import KEY, Decline, texts_at
 from ddai.pipelines.adapters.unified_rows import rows as completed_rows
-from ddai.pipelines.lazy import lazy_module
+from ddai.pipelines.records.lazy import lazy_module
 
 np = lazy_module("numpy")
 pl = lazy_module("polars")

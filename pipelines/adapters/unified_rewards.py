@@ -19,8 +19,8 @@ from collections import Counter
 from typing import Any
 
 from ddai.pipelines.adapters import flash_columns as fc
-from ddai.pipelines.lazy import lazy_module
-from ddai.pipelines.schema import COLUMNS, INT32_MAX
+from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.records.schema import COLUMNS, INT32_MAX
 
 pl = lazy_module("polars")
 pa = lazy_module("pyarrow")

@@ -17,8 +17,8 @@ from typing import Any
 from ddai.pipelines.adapters import unified_events as du
 from ddai.pipelines.adapters.base import RowBatch
 from ddai.pipelines.adapters.unified_rewards import reward_frame
-from ddai.pipelines.lazy import lazy_module
-from ddai.pipelines.schema import ROLLOUT_SCHEMA, TURN_TYPE
+from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.records.schema import ROLLOUT_SCHEMA, TURN_TYPE
 from ddai.pipelines.store import check_run_id
 
 np = lazy_module("numpy")

@@ -42,7 +42,7 @@ from ddai.pipelines.adapters.line_batches import iter_batches
 from ddai.pipelines.adapters.peek import first_object
 from ddai.pipelines.adapters.transcript import split_transcript
 from ddai.pipelines.adapters.verl_ids import UID_UNMATCHED, uid_of
-from ddai.pipelines.schema import COLUMNS
+from ddai.pipelines.records.schema import COLUMNS
 
 NAME = "verl"
 PASSTHROUGH = ("judge_score", "ndcg", "data_source")

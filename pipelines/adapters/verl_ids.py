@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ddai.pipelines.adapters.ddai_common import last_user_message
-from ddai.pipelines.lazy import lazy_module
+from ddai.pipelines.records.lazy import lazy_module
 
 pl = lazy_module("polars")
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from ddai.pipelines import tags
 from ddai.pipelines.adapters.transcript import (
     _EOS_TOKEN_RE,
     _OBS_FIND_RE,
@@ -26,8 +25,9 @@ from ddai.pipelines.adapters.transcript import (
     images_in,
     split_transcript,
 )
-from ddai.pipelines.lazy import lazy_module
-from ddai.pipelines.schema import TURN_TYPE
+from ddai.pipelines.records import tags
+from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.records.schema import TURN_TYPE
 
 pl = lazy_module("polars")
 pa = lazy_module("pyarrow")

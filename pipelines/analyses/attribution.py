@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines import query
 from ddai.pipelines.analyses import carries
 from ddai.pipelines.analyses.flags import load_flags
-from ddai.pipelines.lazy import lazy_module
-from ddai.pipelines.schema import SUCCESS_THRESHOLD
+from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.records.schema import SUCCESS_THRESHOLD
+from ddai.pipelines.store import query
 
 duckdb = lazy_module("duckdb")
 pl = lazy_module("polars")

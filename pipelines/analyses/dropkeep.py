@@ -11,9 +11,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines import query
 from ddai.pipelines.analyses import carries
-from ddai.pipelines.lazy import lazy_module
+from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.store import query
 
 pl = lazy_module("polars")
 

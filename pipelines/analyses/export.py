@@ -7,8 +7,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ddai.pipelines import csv_cells, io
-from ddai.pipelines.lazy import lazy_module
+from ddai.pipelines.records import csv_cells
+from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.store import io
 
 pl = lazy_module("polars")
 

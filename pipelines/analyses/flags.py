@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import os
 
-from ddai.pipelines.funnel.decisions import flagged, read_decisions
-from ddai.pipelines.lazy import lazy_module
+from ddai.pipelines.records.decisions import flagged, read_decisions
+from ddai.pipelines.records.lazy import lazy_module
 
 duckdb = lazy_module("duckdb")
 pa = lazy_module("pyarrow")

@@ -11,10 +11,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines import query
 from ddai.pipelines.analyses import carries
 from ddai.pipelines.analyses.streaming import step_log
-from ddai.pipelines.lazy import lazy_module
+from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.store import query
 
 pl = lazy_module("polars")
 

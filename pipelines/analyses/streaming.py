@@ -19,7 +19,7 @@ COVERAGE_KEY = "reward/streaming_sample_coverage"
 def _events(logs: Path, table: str, run: str) -> list[dict[str, Any]]:
     # one file locally, the listed parts on object storage: read as one table (imported here:
     # the store's write side pulls pyarrow in)
-    from ddai.pipelines.side_log import read_bytes
+    from ddai.pipelines.store.side_log import read_bytes
 
     data = read_bytes(logs, table, run).decode("utf-8")
     return [json.loads(line) for line in data.splitlines() if line.strip()]

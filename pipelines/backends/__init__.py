@@ -56,7 +56,7 @@ _BUILDERS: dict[str, tuple[str, str]] = {
     "extractive": ("ddai.pipelines.backends.extractive", "ExtractiveGenerator"),
     "identity": ("ddai.pipelines.backends.identity", "IdentityRewriter"),
     "local-verifier": ("ddai.pipelines.backends.gt_check", "LocalVerifier"),
-    "simulator": ("ddai.pipelines.backends.simulator_vqa", "SimulatorVQA"),
+    "simulator": ("ddai.pipelines.backends.vqa_simulator", "SimulatorVQA"),
     "bm25": ("ddai.pipelines.backends.bm25", "BM25Search"),
     "search-http": ("ddai.pipelines.backends.search_http", "HTTPSearch"),
     "minilm": ("ddai.pipelines.backends.embedders", "MiniLMEmbedder"),
@@ -86,7 +86,7 @@ def get_backend(
 
     - ``call_site``: label under which calls, tokens and cost are accounted (default: the role);
     - ``cache``: the call cache's path, or False for none (default: ``workspace.cache_path()``);
-    - ``corpus``: a ``ddai.pipelines.corpus.Corpus`` or the path of its ``pages.parquet``
+    - ``corpus``: a ``ddai.pipelines.pages.corpus.Corpus`` or the path of its ``pages.parquet``
       (local search, extractive generator);
     - ``progress``: show a rich progress bar (default: only on a terminal);
     - ``ledger``: a shared ``usage.Ledger`` so several backends report together;

@@ -16,7 +16,7 @@ import bm25s
 
 from ddai.pipelines.backends.config import ConfigError
 from ddai.pipelines.backends.local import LocalBackend
-from ddai.pipelines.lazy import lazy_module
+from ddai.pipelines.records.lazy import lazy_module
 
 np = lazy_module("numpy")
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines import workspace
 from ddai.pipelines.backends import build
 from ddai.pipelines.backends.base import (
     ROLES,
@@ -23,7 +22,8 @@ from ddai.pipelines.backends.base import (
 )
 from ddai.pipelines.backends.cache import CallCache
 from ddai.pipelines.backends.config import KINDS, LOCAL_DEFAULT, backend_name, configured
-from ddai.pipelines.lazy import lazy_module
+from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.store import workspace
 
 asyncio = lazy_module("asyncio")
 

@@ -26,8 +26,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from ddai.pipelines import workspace
 from ddai.pipelines.backends.base import ROLES
+from ddai.pipelines.store import workspace
 
 # kind -> the roles it can serve.
 REMOTE_KINDS: dict[str, tuple[str, ...]] = {

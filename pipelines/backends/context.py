@@ -7,12 +7,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ddai.pipelines import workspace
 from ddai.pipelines.backends.cache import CallCache
 from ddai.pipelines.backends.usage import Ledger
+from ddai.pipelines.store import workspace
 
 if TYPE_CHECKING:
-    from ddai.pipelines.corpus import Corpus
+    from ddai.pipelines.pages.corpus import Corpus
 
 
 @dataclass
@@ -66,6 +66,6 @@ def open_cache(cache: CallCache | str | os.PathLike[str] | bool | None) -> CallC
 def load_corpus(corpus: Corpus | str | os.PathLike[str] | None) -> Corpus | None:
     if corpus is None or not isinstance(corpus, str | os.PathLike):
         return corpus
-    from ddai.pipelines.corpus import Corpus
+    from ddai.pipelines.pages.corpus import Corpus
 
     return Corpus.load(corpus)

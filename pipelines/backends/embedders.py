@@ -21,7 +21,7 @@ from typing import Any
 from ddai.pipelines.backends import image_features
 from ddai.pipelines.backends.base import EmbedItem
 from ddai.pipelines.backends.local import LocalBackend
-from ddai.pipelines.lazy import lazy_module
+from ddai.pipelines.records.lazy import lazy_module
 
 np = lazy_module("numpy")
 

@@ -20,10 +20,10 @@ import itertools
 from collections.abc import Sequence
 from typing import Any
 
-from ddai.pipelines import metrics
 from ddai.pipelines.backends import textmatch as tm
 from ddai.pipelines.backends.base import Verdict, VerifyRequest, VerifyResult
 from ddai.pipelines.backends.local import LocalBackend
+from ddai.pipelines.records import metrics
 
 DEFAULT_FUZZY = 0.8
 

@@ -14,7 +14,7 @@ import io
 from collections.abc import Sequence
 
 from ddai.pipelines.backends import media
-from ddai.pipelines.lazy import lazy_module
+from ddai.pipelines.records.lazy import lazy_module
 
 np = lazy_module("numpy")
 

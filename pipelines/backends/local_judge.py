@@ -19,10 +19,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ddai.pipelines import metrics
 from ddai.pipelines.backends.base import JudgeRequest, JudgeResult
 from ddai.pipelines.backends.config import ConfigError
 from ddai.pipelines.backends.local import LocalBackend
+from ddai.pipelines.records import metrics
 
 _LEAD = "\"'([{<“‘«"
 _TRAIL = "\"'.,;:!?)]}>”’»"

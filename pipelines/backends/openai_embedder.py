@@ -33,7 +33,7 @@ from ddai.pipelines.backends.openai_backend import OpenAIBackend
 from ddai.pipelines.backends.remote import model_engine
 from ddai.pipelines.backends.retry import CallError, Failure
 from ddai.pipelines.backends.usage import Price, TokenUsage
-from ddai.pipelines.lazy import lazy_module
+from ddai.pipelines.records.lazy import lazy_module
 
 np = lazy_module("numpy")
 

@@ -28,9 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines import run_stats, store
+from ddai.pipelines import store
 from ddai.pipelines.backends import JudgeRequest, get_backend, run_sync
-from ddai.pipelines.lazy import lazy_module
+from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.store import run_stats
 
 pa = lazy_module("pyarrow")
 

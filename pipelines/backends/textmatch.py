@@ -14,7 +14,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
-from ddai.pipelines import metrics
+from ddai.pipelines.records import metrics
 
 # Question words that never identify a line (compared after normalization, so no apostrophes).
 STOPWORDS = frozenset(

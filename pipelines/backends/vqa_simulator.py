@@ -14,6 +14,10 @@ answer is, with probability ``partial``, the most common minority human answer (
 credit), else the query's ``distractor``. A right answer comes in an annotator-like surface form
 ("2", "Two.", "two") that the VQAv2 normalization maps back. The ``prompt`` does not change the
 answer; it only stands in for the query id when ``meta`` has none.
+
+``SimulatorVQA`` is the local VQA backend (kind ``simulator``) over it: ``simulator=`` given to
+``get_backend`` is used as is; otherwise the backend's options (``seed``, ``base``, ``peak``, ...)
+build one.
 """
 
 from __future__ import annotations
@@ -24,7 +28,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ddai.pipelines.metrics import vqa_normalize
+from ddai.pipelines.backends.base import VQARequest, VQAResult
+from ddai.pipelines.backends.local import LocalBackend
+from ddai.pipelines.records.metrics import vqa_normalize
 
 _NUMBER_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
 
@@ -101,3 +107,20 @@ def _surface_form(answer: str, u: float) -> str:
     if u < 2 / 3:
         return answer.capitalize() + "."
     return answer
+
+
+class SimulatorVQA(LocalBackend):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        sim = self.context.simulator
+        if sim is None:
+            sim = VQASimulator(**self.spec.options)
+        self.simulator = sim
+
+    async def answer(self, reqs: Sequence[VQARequest]) -> list[VQAResult]:
+        out = [
+            VQAResult(answer=self.simulator.answer(r.prompt, list(r.examples), r.meta))
+            for r in reqs
+        ]
+        self._count(len(out))
+        return out

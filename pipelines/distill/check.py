@@ -7,11 +7,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines import manifest, workspace
 from ddai.pipelines.distill import formats
 from ddai.pipelines.distill.rules import ClaimRules
 from ddai.pipelines.distill.run import progress_iter, report_path, write_report
 from ddai.pipelines.distill.safety import Candidate, Drops, Sample, post_pass, reconcile
+from ddai.pipelines.store import manifest, workspace
 
 CHECK_STEP = "distill.check"
 CONVERT_STEP = "distill.convert"

@@ -16,7 +16,6 @@ import os
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from ddai.pipelines import objstore, query, schema
 from ddai.pipelines.distill.select import (
     SelectConfig,
     Selection,
@@ -25,7 +24,9 @@ from ddai.pipelines.distill.select import (
     select,
     turn_stats,
 )
-from ddai.pipelines.lazy import lazy_module
+from ddai.pipelines.records import schema
+from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.store import objstore, query
 
 duckdb = lazy_module("duckdb")
 np = lazy_module("numpy")

@@ -18,7 +18,7 @@ from ddai.pipelines.distill.thinks import (
     split_thinks,
     think_slots,
 )
-from ddai.pipelines.tags import FORCED_COMPLETION, Turn, holds_action_tag, parse_turns
+from ddai.pipelines.records.tags import FORCED_COMPLETION, Turn, holds_action_tag, parse_turns
 
 SYSTEM_ERROR_RE = re.compile(r"^\s*\[System Error\b")
 

@@ -20,10 +20,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines import io
 from ddai.pipelines.distill.safety import Sample
 from ddai.pipelines.distill.thinks import Message
-from ddai.pipelines.lazy import lazy_module
+from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.store import io
 
 pa = lazy_module("pyarrow")
 pq = lazy_module("pyarrow.parquet")

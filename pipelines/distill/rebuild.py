@@ -29,7 +29,7 @@ from typing import Any
 
 from ddai.pipelines.distill.findings import SYSTEM_ERROR_RE
 from ddai.pipelines.distill.thinks import Message
-from ddai.pipelines.tags import Turn, known_turn, parse_turns
+from ddai.pipelines.records.tags import Turn, known_turn, parse_turns
 
 UNAVAILABLE = "[observation unavailable]"
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".gif", ".bmp")

@@ -18,7 +18,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ddai.pipelines.tags import ACTION_TAG_TEXT_RE
+from ddai.pipelines.records.tags import ACTION_TAG_TEXT_RE
 
 # Rule keys: what manifests count and reports name.
 OUTSIDE_THINK_CHANGED = "outside-think-changed"

@@ -18,15 +18,16 @@ from typing import Any, TypeVar
 
 from rich.progress import Progress, track
 
-from ddai.pipelines import capabilities, fileset, io, manifest, objstore, stage, store
+from ddai.pipelines import store
 from ddai.pipelines.backends.usage import FAILED_CALLS, failed_calls
 from ddai.pipelines.distill import fetch, formats, rewrite, stream
 from ddai.pipelines.distill.rebuild import load_system_prompt
 from ddai.pipelines.distill.rules import ClaimRules
 from ddai.pipelines.distill.safety import Drops, PostPass, PostPassResult, report_lines
 from ddai.pipelines.distill.select import SelectConfig
-from ddai.pipelines.lazy import lazy_module
-from ddai.pipelines.schema import SUCCESS_THRESHOLD
+from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.records.schema import SUCCESS_THRESHOLD
+from ddai.pipelines.store import capabilities, fileset, io, manifest, objstore, stage
 
 pa = lazy_module("pyarrow")
 

@@ -35,8 +35,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ddai.pipelines.lazy import lazy_module
-from ddai.pipelines.schema import SUCCESS_THRESHOLD
+from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.records.schema import SUCCESS_THRESHOLD
 
 pl = lazy_module("polars")
 pa = lazy_module("pyarrow")

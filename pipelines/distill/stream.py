@@ -39,7 +39,7 @@ from ddai.pipelines.distill.rebuild import (
     sample_key,
 )
 from ddai.pipelines.distill.safety import Candidate, Event, PostPass, Sample, drop_reason
-from ddai.pipelines.lazy import lazy_module
+from ddai.pipelines.records.lazy import lazy_module
 
 # The uid of a sample while pass 1 runs (its final uid needs every key: pass 2 puts it in).
 UID_MARK = "\x00uid\x00"

@@ -4,7 +4,7 @@ The safety comparison must find the thinks even where a rewrite broke the gramma
 inside a think, two thinks in one turn), which is exactly where ``parse_turns`` reports an
 invalid turn; so the bodies are located by their tags alone, first ``<think>`` to the next
 ``</think>``. Everything else, tags included, is the *skeleton* that must stay byte-identical.
-The grammar itself (turns, actions, forced completions) is read with ``ddai.pipelines.tags``.
+The grammar itself (turns, actions, forced completions) is read with ``ddai.pipelines.records.tags``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ddai.pipelines.tags import parse_turns
+from ddai.pipelines.records.tags import parse_turns
 
 THINK_BODY_RE = re.compile(r"<think>(.*?)</think>", re.DOTALL)
 

@@ -23,14 +23,14 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines import fileset, io, manifest, objstore
 from ddai.pipelines.backends.base import VetRequest, VetResult
 from ddai.pipelines.backends.usage import FAILED_CALLS, failed_calls
 from ddai.pipelines.distill import formats
 from ddai.pipelines.distill.findings import is_system_error
 from ddai.pipelines.distill.thinks import Message
-from ddai.pipelines.lazy import lazy_module
-from ddai.pipelines.tags import parse_turns
+from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.records.tags import parse_turns
+from ddai.pipelines.store import fileset, io, manifest, objstore
 
 pa = lazy_module("pyarrow")
 pq = lazy_module("pyarrow.parquet")

@@ -14,10 +14,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines import objstore
 from ddai.pipelines.funnel import native, scores, step
 from ddai.pipelines.funnel.configs import BUCKETS, BucketConfig, file_name  # noqa: F401 (re-exported)
-from ddai.pipelines.lazy import lazy_module
+from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.store import objstore
 
 np = lazy_module("numpy")
 

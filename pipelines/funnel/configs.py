@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines.schema import SUCCESS_THRESHOLD
+from ddai.pipelines.records.schema import SUCCESS_THRESHOLD
 
 # bucket
 BUCKETS = ("b", "a", "0")

@@ -14,11 +14,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines import io, objstore
-from ddai.pipelines.lazy import lazy_module
+from ddai.pipelines.records.lazy import lazy_module
 
 # The fields of one verl-shaped row: one reader for the funnel and the trainer.
-from ddai.pipelines.prompt_row import question_of, reference_of, reference_page_ids
+from ddai.pipelines.records.prompt_row import question_of, reference_of, reference_page_ids
+from ddai.pipelines.store import io, objstore
 
 np = lazy_module("numpy")
 pa = lazy_module("pyarrow")

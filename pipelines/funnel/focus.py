@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines import manifest, objstore
-from ddai.pipelines.funnel import decisions as dec
 from ddai.pipelines.funnel import native, scores, step
 from ddai.pipelines.funnel.configs import STEP_NEXT, STEP_ROUND1, FocusConfig  # noqa: F401 (re-exported)
+from ddai.pipelines.records import decisions as dec
+from ddai.pipelines.store import manifest, objstore
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines import fileset, manifest, objstore, store
-from ddai.pipelines.lazy import lazy_module
+from ddai.pipelines import store
+from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.store import fileset, manifest, objstore
 
 pq = lazy_module("pyarrow.parquet")
 

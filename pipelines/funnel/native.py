@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines import objstore, stage
+from ddai.pipelines.store import objstore, stage
 
 ID = "id"
 EXTRA = "extra_info"

@@ -34,7 +34,7 @@ from typing import Any
 from ddai.pipelines.funnel import dataset as ds
 from ddai.pipelines.funnel import scores
 from ddai.pipelines.funnel.configs import DEFAULT_N_AGENT, PRIORS, PlanConfig  # noqa: F401 (re-exported)
-from ddai.pipelines.lazy import lazy_module
+from ddai.pipelines.records.lazy import lazy_module
 
 np = lazy_module("numpy")
 
@@ -289,7 +289,7 @@ def plan_to_json(plan: Plan, cfg: PlanConfig) -> dict[str, Any]:
 def default_price(flag: float | None) -> float | None:
     """``--price-per-call`` > ``$DDAI_PRICE_PER_CALL`` > ``ddai.toml`` ``[plan] price_per_call``;
     None when none is set (the plan then says the cost is unknown instead of printing $0)."""
-    from ddai.pipelines import workspace
+    from ddai.pipelines.store import workspace
 
     v = workspace.setting("plan", "price_per_call", flag, "DDAI_PRICE_PER_CALL", None)
     if v is None:

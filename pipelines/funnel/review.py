@@ -3,7 +3,7 @@
 ``review.csv`` starts with the decision columns of a decisions file (``uid, verdict, reason``), so
 a reviewer fills in ``verdict`` (``ok``, ``wrong`` or ``uncertain``) and hands the sheet back with
 ``--decisions review.csv``. Cells a spreadsheet would run as formulas are escaped
-(``ddai.pipelines.csv_cells``) and unescaped when read back. ``review.html`` shows the same rows
+(``ddai.pipelines.records.csv_cells``) and unescaped when read back. ``review.html`` shows the same rows
 with the reference page text.
 """
 
@@ -12,8 +12,8 @@ from __future__ import annotations
 import functools
 from dataclasses import asdict, dataclass, fields
 
-from ddai.pipelines import csv_cells
-from ddai.pipelines.lazy import lazy_module
+from ddai.pipelines.records import csv_cells
+from ddai.pipelines.records.lazy import lazy_module
 
 jinja2 = lazy_module("jinja2")
 

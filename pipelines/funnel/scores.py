@@ -16,10 +16,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines import capabilities, csv_cells, objstore, query, store
+from ddai.pipelines import store
 from ddai.pipelines.funnel.configs import AGGS, METRICS, check_metric  # noqa: F401 (re-exported)
-from ddai.pipelines.lazy import lazy_module
-from ddai.pipelines.schema import SUCCESS_THRESHOLD
+from ddai.pipelines.records import csv_cells
+from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.records.schema import SUCCESS_THRESHOLD
+from ddai.pipelines.store import capabilities, objstore, query
 
 np = lazy_module("numpy")
 pl = lazy_module("polars")

@@ -24,14 +24,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines import capabilities, fileset, manifest, objstore
 from ddai.pipelines.backends import gt_check
 from ddai.pipelines.backends.usage import FAILED_CALLS, failed_calls
 from ddai.pipelines.funnel import dataset as ds
-from ddai.pipelines.funnel import decisions as dec
 from ddai.pipelines.funnel import review, scores, step
 from ddai.pipelines.funnel.configs import ALL, RULE_HELP, RULES, VerifyConfig  # noqa: F401 (re-exported)
-from ddai.pipelines.lazy import lazy_module
+from ddai.pipelines.records import decisions as dec
+from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.store import capabilities, fileset, manifest, objstore
 
 np = lazy_module("numpy")
 pa = lazy_module("pyarrow")
@@ -348,8 +348,8 @@ def _preflight(cfg: VerifyConfig, ask: list[str], by_id: dict[str, dict[str, Any
         return "nothing to ask"
     if cfg.skip_preflight:
         return "skipped"
-    from ddai.pipelines import golden
-    from ddai.pipelines.corpus import Corpus
+    from ddai.pipelines.pages.corpus import Corpus
+    from ddai.pipelines.records import golden
 
     corpus = Corpus.load(cfg.corpus)
     cov = golden.coverage(((u, ds.reference_page_ids(by_id[u])) for u in ask), corpus.__contains__)
@@ -367,7 +367,7 @@ def _page_texts(
 ) -> dict[str, tuple[str, int, list[str]]]:
     """uid → (its reference pages' text, how many of its reference pages the corpus lacks, their
     image files when the corpus is an image corpus)."""
-    from ddai.pipelines.corpus import Corpus
+    from ddai.pipelines.pages.corpus import Corpus
 
     corpus = Corpus.load(corpus_path)
     out = {}

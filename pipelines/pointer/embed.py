@@ -15,12 +15,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines import manifest
 from ddai.pipelines.backends.base import EmbedItem
-from ddai.pipelines.lazy import lazy_module
 from ddai.pipelines.pointer import world as world_mod
 from ddai.pipelines.pointer.store import SUFFIXES, build_store, save_store
-from ddai.pipelines.progress import bar
+from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.records.progress import bar
+from ddai.pipelines.store import manifest
 
 np = lazy_module("numpy")
 

@@ -8,7 +8,7 @@ divided by log K (1: every position equally often).
 
 from __future__ import annotations
 
-from ddai.pipelines.lazy import lazy_module
+from ddai.pipelines.records.lazy import lazy_module
 
 np = lazy_module("numpy")
 pl = lazy_module("polars")

@@ -22,9 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines import io, manifest
-from ddai.pipelines.lazy import lazy_module
-from ddai.pipelines.metrics import vqa_normalize
 from ddai.pipelines.pointer.world import (
     CONFIG_FILE,
     DEMOS_FILE,
@@ -32,6 +29,9 @@ from ddai.pipelines.pointer.world import (
     LABELS_FILE,
     QUERIES_FILE,
 )
+from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.records.metrics import vqa_normalize
+from ddai.pipelines.store import io, manifest
 
 np = lazy_module("numpy")
 pl = lazy_module("polars")

@@ -19,8 +19,8 @@ from typing import Any
 from ddai.pipelines.backends import VQARequest, get_backend, run_sync
 from ddai.pipelines.backends.media import IMAGE_SLOT
 from ddai.pipelines.backends.vqa_simulator import VQASimulator
-from ddai.pipelines.metrics import anls, exact_match, vqa_accuracy, vqa_accuracy_symmetric
-from ddai.pipelines.progress import bar
+from ddai.pipelines.records.metrics import anls, exact_match, vqa_accuracy, vqa_accuracy_symmetric
+from ddai.pipelines.records.progress import bar
 
 SCORERS: dict[str, Callable[[str, list[str]], float]] = {
     "vqa": vqa_accuracy,

@@ -24,8 +24,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines import io, manifest
-from ddai.pipelines.lazy import lazy_module
+from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.store import io, manifest
 
 np = lazy_module("numpy")
 safetensors_np = lazy_module("safetensors.numpy")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ddai.pipelines.analyses import attribution, carries
 from ddai.pipelines.analyses.flags import load_flags
-from ddai.pipelines.lazy import lazy_module
+from ddai.pipelines.records.lazy import lazy_module
 from ddai.reports import figures
 from ddai.reports.blocks import Block, Note, Section, Table
 from ddai.reports.context import ReportContext

@@ -2,7 +2,7 @@
 
 An eval run's rollouts carry their prompt's category values (``extra.eval_categories``: data
 source, reason type, content type, as the set labels them); the scores are
-``ddai.pipelines.evaluation.breakdown``'s (exact-match accuracy, mean judge over judged rollouts, mean
+``ddai.pipelines.analyses.evaluation.breakdown``'s (exact-match accuracy, mean judge over judged rollouts, mean
 NDCG), the same numbers ``ddai eval`` printed.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 
-from ddai.pipelines import evaluation
+from ddai.pipelines.analyses import evaluation
 from ddai.reports.blocks import Block, Section, Table
 from ddai.reports.context import ReportContext
 from ddai.reports.formatting import num

@@ -11,9 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines import manifest
 from ddai.pipelines.funnel.lineage import lineage_graph, lineage_rows
-from ddai.pipelines.lazy import lazy_module
+from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.store import manifest
 from ddai.reports import figures
 from ddai.reports.blocks import Note, Section, Table
 from ddai.reports.config import ReportConfig

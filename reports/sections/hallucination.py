@@ -7,7 +7,7 @@ frozen generator's own knowledge). DDAI found about half of such cases were not 
 
 from __future__ import annotations
 
-from ddai.pipelines.lazy import lazy_module
+from ddai.pipelines.records.lazy import lazy_module
 from ddai.reports import figures
 from ddai.reports.blocks import Figure, Note, Section, Table
 from ddai.reports.context import ReportContext

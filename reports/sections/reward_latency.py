@@ -5,9 +5,9 @@ of rollouts got a reward. Charts only where the logs carry the numbers; else one
 
 from __future__ import annotations
 
-from ddai.pipelines import query
 from ddai.pipelines.analyses.streaming import step_log
-from ddai.pipelines.lazy import lazy_module
+from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.store import query
 from ddai.reports import figures
 from ddai.reports.blocks import Block, Note, Section, Table
 from ddai.reports.context import ReportContext

@@ -14,7 +14,7 @@ from typing import Any
 
 from plotly.subplots import make_subplots
 
-from ddai.pipelines.lazy import lazy_module
+from ddai.pipelines.records.lazy import lazy_module
 from ddai.reports import figures
 from ddai.reports.blocks import Note, Section, Table
 from ddai.reports.context import ReportContext
@@ -29,7 +29,7 @@ TABLE_DIR = Path("_side") / "train_metrics"
 def load(logs: Path, runs: list[str]) -> dict[str, pl.DataFrame]:
     """Each run's per-step training metrics (runs without any are left out): the one file of a
     local store, the parts the manifest lists on object storage (``side_log.read_bytes``)."""
-    from ddai.pipelines.side_log import read_bytes
+    from ddai.pipelines.store.side_log import read_bytes
 
     out = {}
     for run in runs:

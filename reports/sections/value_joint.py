@@ -14,7 +14,7 @@ from typing import Any
 
 from plotly.subplots import make_subplots
 
-from ddai.pipelines.lazy import lazy_module
+from ddai.pipelines.records.lazy import lazy_module
 from ddai.reports import figures
 from ddai.reports.blocks import Note, Table
 from ddai.reports.formatting import num, pct

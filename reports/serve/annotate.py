@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ddai.pipelines import annotations, store_read
+from ddai.pipelines.store import annotations, store_read
 from ddai.reports.serve import queries
 from ddai.reports.serve.config import ServeConfig
 from ddai.reports.serve.explorer import Explorer

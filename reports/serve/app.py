@@ -33,8 +33,9 @@ from starlette.responses import (
 )
 from starlette.routing import Route
 
-from ddai.pipelines import csv_cells, store
-from ddai.pipelines.lazy import lazy_module
+from ddai.pipelines import store
+from ddai.pipelines.records import csv_cells
+from ddai.pipelines.records.lazy import lazy_module
 from ddai.reports.formatting import num, pct
 from ddai.reports.serve import annotate, diff, images, live, queries, review_queue, sqlbox
 from ddai.reports.serve.config import ServeConfig

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines.schema import SUCCESS_THRESHOLD
+from ddai.pipelines.records.schema import SUCCESS_THRESHOLD
 
 LOOPBACK_NAMES = {"localhost"}
 # The names a page on this machine reaches a loopback explorer by, whatever --host is.
@@ -76,7 +76,7 @@ class ServeConfig:
         runs: run ids to serve; None serves every run in the store.
         corpus: a page corpus (``pages.parquet`` or its folder); a page without an image under
             ``image_root`` shows the corpus's image file (``ddai corpus build``), else is drawn
-            from its text (``ddai.pipelines.page_images``).
+            from its text (``ddai.pipelines.pages.page_images``).
         datasets_dir: curated datasets (files with a manifest) for the live report's funnel.
         image_root: folder of page images named ``{page_id}.png|jpg|jpeg|webp``; None shows pages
             as their ids.
@@ -172,7 +172,7 @@ class ServeConfig:
 
     def _check_review(self) -> None:
         if self.annotate:
-            from ddai.pipelines.annotations import annotator_name
+            from ddai.pipelines.store.annotations import annotator_name
 
             self.annotator = annotator_name(self.annotator)
         if self.review is None:

@@ -21,8 +21,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from ddai.pipelines import query, store
-from ddai.pipelines.lazy import lazy_module
+from ddai.pipelines import store
+from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.store import query
 from ddai.reports.serve import queries, sqlbox
 from ddai.reports.serve.config import ServeConfig
 from ddai.reports.serve.live import run_versions, store_version

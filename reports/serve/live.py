@@ -15,7 +15,8 @@ from typing import Any
 
 import duckdb
 
-from ddai.pipelines import io, store
+from ddai.pipelines import store
+from ddai.pipelines.store import io
 
 # How many of the newest groups (run, step, prompt) the page lists.
 NEWEST_GROUPS = 12

@@ -17,7 +17,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ddai.pipelines.corpus import Corpus, page_id
+from ddai.pipelines.pages.corpus import Corpus, page_id
 
 
 class CorpusPages:
@@ -71,7 +71,7 @@ class CorpusPages:
         return self._ready.is_set() and self._error is None
 
     def _find(self, pid: str) -> Path | bytes | None:
-        from ddai.pipelines.page_images import draw_page
+        from ddai.pipelines.pages.page_images import draw_page
 
         self.wait()
         row = self._rows.get(pid)

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ddai.pipelines import query
-from ddai.pipelines.lazy import lazy_module
+from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.store import query
 from ddai.reports.serve.filters import TABLE_COLUMNS, RolloutFilter
 from ddai.trainer.grpo.advantage import group_advantages
 

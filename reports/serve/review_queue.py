@@ -23,8 +23,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ddai.pipelines import csv_cells, io
-from ddai.pipelines.funnel.decisions import VERDICTS
+from ddai.pipelines.records import csv_cells
+from ddai.pipelines.records.decisions import VERDICTS
+from ddai.pipelines.store import io
 from ddai.reports.serve import queries
 from ddai.reports.serve.config import ServeConfig
 from ddai.reports.serve.explorer import Explorer

@@ -18,7 +18,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines.lazy import lazy_module
+from ddai.pipelines.records.lazy import lazy_module
 
 duckdb = lazy_module("duckdb")
 pa = lazy_module("pyarrow")
@@ -114,7 +114,7 @@ def run_select(
 def csv_text(table: pa.Table) -> str:
     """``table`` as CSV through the one formula-cell escape (``csv_cells``); a list or struct
     cell is written as its JSON text."""
-    from ddai.pipelines import csv_cells
+    from ddai.pipelines.records import csv_cells
 
     def cell(v: Any) -> Any:
         return json.dumps(v, default=str, ensure_ascii=False) if isinstance(v, list | dict) else v

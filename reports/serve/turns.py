@@ -14,7 +14,7 @@ import json
 import math
 from typing import Any
 
-from ddai.pipelines.tags import parse_turns
+from ddai.pipelines.records.tags import parse_turns
 from ddai.reports.transcript import mark_pages
 
 # Ingest formats whose rows carry no turns: what each keeps instead.

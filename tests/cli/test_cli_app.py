@@ -15,13 +15,13 @@ from typer.testing import CliRunner
 
 from ddai.cli import app as app_module
 from ddai.cli.app import COMMANDS, app, load_command
-from ddai.pipelines import run_stats
+from ddai.pipelines.store import run_stats
 
 ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("torch", "transformers", "pandas", "pyarrow.dataset")
 # What `ddai runs` and `ddai query` start without (DuckDB reads and writes; flags are converted
 # without Typer's pydantic adapters): pyarrow ~0.3 s, pydantic ~0.1-0.25 s.
-LIGHT_PATH_FREE = ("pyarrow", "polars", "pydantic", "numpy", "ddai.pipelines.store")
+LIGHT_PATH_FREE = ("pyarrow", "polars", "pydantic", "numpy", "ddai.pipelines.store.partitions")
 runner = CliRunner()
 
 

@@ -119,7 +119,7 @@ CHECKED_ELSEWHERE = {
     "eval",  # tests/trainer/search/test_eval.py
     "train-plan",  # tests/cli/test_cli_plan.py
     "value-score",  # tests/cli/test_value_cli.py
-    "corpus-build",  # tests/pipelines/test_image_corpus.py
+    "corpus-build",  # tests/pipelines/pages/test_image_corpus.py
     "model-tiny",  # tests/trainer/test_trainer_config.py
     *(f"pointer-{c}" for c in ("embed", "gen", "process", "train", "eval")),  # test_pointer_cli.py
 }

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 from typer.testing import CliRunner
 
 from ddai.cli.app import app
-from ddai.pipelines import objstore
+from ddai.pipelines.store import objstore
 
 ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "fixtures"

@@ -18,9 +18,11 @@ from support.fakes import FakeModelServer
 from typer.testing import CliRunner
 
 from ddai.cli.app import app
-from ddai.pipelines import adapters, quarantine, store
+from ddai.pipelines import adapters, store
 from ddai.pipelines.adapters import base
-from ddai.pipelines.funnel import decisions, review
+from ddai.pipelines.funnel import review
+from ddai.pipelines.records import decisions
+from ddai.pipelines.store import quarantine
 
 runner = CliRunner()
 

@@ -14,7 +14,8 @@ from support.columnar import same_store
 from typer.testing import CliRunner
 
 from ddai.cli.app import app
-from ddai.pipelines import quarantine, store
+from ddai.pipelines import store
+from ddai.pipelines.store import quarantine
 
 runner = CliRunner()
 

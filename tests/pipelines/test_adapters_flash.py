@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 from conftest import SHARED
 
-from ddai.pipelines import adapters, query, store
+from ddai.pipelines import adapters, store
 from ddai.pipelines.ingest import IngestConfig, ingest
+from ddai.pipelines.store import query
 
 EXAMPLE = SHARED / "ddai-formats" / "examples"
 

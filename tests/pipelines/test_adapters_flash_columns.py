@@ -14,6 +14,7 @@ from ddai.pipelines import store
 from ddai.pipelines.adapters import ddai_flash, line_batches
 from ddai.pipelines.adapters.base import ReaderContext, RowBatch
 from ddai.pipelines.ingest import IngestConfig, ingest
+from ddai.pipelines.store import partitions
 
 REAL = SHARED / "ddai-data" / "reconstructed" / "round0_flash_rm_detail.jsonl"
 EXAMPLE = SHARED / "ddai-formats" / "examples" / "flash_rm_detail.jsonl"
@@ -162,7 +163,7 @@ def test_line_batches_number_lines_across_batches(tmp_path, monkeypatch):
 
 
 def test_row_groups_are_large(tmp_path, monkeypatch):
-    monkeypatch.setattr(store, "ROW_GROUP_ROWS", 100)
+    monkeypatch.setattr(partitions, "ROW_GROUP_ROWS", 100)
     monkeypatch.setattr(line_batches, "BATCH_BYTES", 8192)  # batches of about 17 rows
     src = tmp_path / "flash_rm_detail.jsonl"
     src.write_text("\n".join(_line(i) for i in range(250)) + "\n")

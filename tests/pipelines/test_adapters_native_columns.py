@@ -9,11 +9,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from ddai.pipelines import quarantine, store
+from ddai.pipelines import store
 from ddai.pipelines.adapters import native
 from ddai.pipelines.adapters.base import ReaderContext, RowBatch
 from ddai.pipelines.ingest import IngestConfig, ingest
-from ddai.pipelines.schema import ROLLOUT_SCHEMA
+from ddai.pipelines.records.schema import ROLLOUT_SCHEMA
+from ddai.pipelines.store import quarantine
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 

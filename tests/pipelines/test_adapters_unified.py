@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from ddai.pipelines import query, store
+from ddai.pipelines import store
 from ddai.pipelines.adapters import ddai_unified
 from ddai.pipelines.funnel import scores
 from ddai.pipelines.ingest import IngestConfig, ingest
+from ddai.pipelines.store import query
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 RUNS = ("phase1", "curriculum", "focused_r1", "focused_r2")

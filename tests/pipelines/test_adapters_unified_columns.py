@@ -257,9 +257,9 @@ def test_plan_texts_cut_in_columns_as_the_tag_parser():
     """The regex over the column and the tag parser give the same turn and executed action."""
     import polars as pl
 
-    from ddai.pipelines import tags
     from ddai.pipelines.adapters.ddai_common import executed_action, turn_record
     from ddai.pipelines.adapters.turn_columns import parse_plans
+    from ddai.pipelines.records import tags
 
     texts = TURN_TEXTS + [
         e["text"]

@@ -10,10 +10,10 @@ import pyarrow as pa
 import pytest
 from support.verl_dump import episode
 
-from ddai.pipelines import tags
 from ddai.pipelines.adapters import verl_transcripts
 from ddai.pipelines.adapters.transcript import split_transcript
-from ddai.pipelines.schema import TURN_TYPE, retrieved_from_turns
+from ddai.pipelines.records import tags
+from ddai.pipelines.records.schema import TURN_TYPE, retrieved_from_turns
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 USER = "<|im_end|>\n<|im_start|>user\n<|vision_start|>[Image Paths: ./img/{}.jpg]<|vision_end|>"

@@ -42,7 +42,8 @@ def _parquet(out: Path) -> dict[str, object]:
 
 @pytest.mark.slow
 def test_store_on_s3_gives_the_outputs_of_the_same_store_on_disk(tmp_path, s3_env):
-    from ddai.pipelines import remote_store, store
+    from ddai.pipelines import store
+    from ddai.pipelines.store import remote_store
 
     bench = _bench()
     from bench_funnel import make_dataset  # bench/ is on the path once the bench is loaded

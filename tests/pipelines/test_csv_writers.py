@@ -21,9 +21,9 @@ from ddai.cli.app import app
 from ddai.pipelines import store
 from ddai.pipelines.fixtures import make
 from ddai.pipelines.funnel import review
-from ddai.pipelines.funnel.decisions import read_decisions
 from ddai.pipelines.funnel.scores import read_score_table
-from ddai.pipelines.image_corpus import read_text_table
+from ddai.pipelines.pages.image_corpus import read_text_table
+from ddai.pipelines.records.decisions import read_decisions
 from ddai.reports import ReportConfig, build_report
 from ddai.reports.serve import ServeConfig
 from ddai.reports.serve.app import create_app
@@ -184,7 +184,7 @@ def fixture_review(logs: Path, tmp: Path) -> list[str]:
 
 # every CSV writer of the package: its entry point, and the module that calls csv_cells for it
 WRITERS = {
-    "ddai query --format csv": (query_cli, "pipelines/query_out.py"),
+    "ddai query --format csv": (query_cli, "pipelines/store/query_out.py"),
     "ddai analyze attribution --out": (analyze_attribution_cli, "pipelines/analyses/export.py"),
     "ddai analyze drop-keep --out --groups-out": (
         analyze_drop_keep_cli,
@@ -277,10 +277,12 @@ def test_no_module_writes_csv_but_through_csv_cells():
     raw = {
         f"{path}: {m.group(0)}"
         for path, text in _sources().items()
-        if path != "pipelines/csv_cells.py"
+        if path != "pipelines/records/csv_cells.py"
         for m in RAW_CSV.finditer(text)
     }
-    assert not raw, f"write CSV through ddai.pipelines.csv_cells, not directly: {sorted(raw)}"
+    assert not raw, (
+        f"write CSV through ddai.pipelines.records.csv_cells, not directly: {sorted(raw)}"
+    )
 
 
 def test_every_csv_writer_is_in_the_escape_test():

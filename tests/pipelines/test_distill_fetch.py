@@ -15,7 +15,7 @@ from ddai.pipelines import store
 from ddai.pipelines.distill import fetch
 from ddai.pipelines.distill import select as sel_mod
 from ddai.pipelines.distill.select import SelectConfig, select
-from ddai.pipelines.schema import ROLLOUT_SCHEMA, normalize_rollout, to_table
+from ddai.pipelines.records.schema import ROLLOUT_SCHEMA, normalize_rollout, to_table
 
 DONE = "<think>done</think>\n<search_complete>true</search_complete>"
 SEARCH = "<think>look</think>\n<search>q</search>"
@@ -267,8 +267,8 @@ def test_turn_fields_keep_only_what_the_rebuild_reads(tmp_path):
 def test_selection_and_rows_on_object_storage_equal_the_local_ones(
     s3_env, tmp_path, monkeypatch, scan
 ):
-    from ddai.pipelines import objstore
     from ddai.pipelines.ingest import IngestConfig, ingest
+    from ddai.pipelines.store import objstore
 
     # the same JSONL parts (null scores and format gates, ties, two runs) ingested into a local
     # store and one on S3

@@ -6,7 +6,7 @@ import pytest
 
 from ddai.pipelines.distill import findings as fnd
 from ddai.pipelines.distill.thinks import split_thinks, think_slots, with_thinks
-from ddai.pipelines.tags import FORCED_COMPLETION
+from ddai.pipelines.records.tags import FORCED_COMPLETION
 
 SYS = {"role": "system", "content": "You are a search agent."}
 Q = {"role": "user", "content": "What is the total?"}
@@ -134,7 +134,7 @@ def _cases() -> list[tuple[str | None, str, str | None, str | None]]:
 
 
 def test_known_turn_is_what_the_parser_reads_or_none():
-    from ddai.pipelines.tags import Turn, known_turn, parse_turns
+    from ddai.pipelines.records.tags import Turn, known_turn, parse_turns
 
     told = 0
     for think, action, arg, sep in _cases():
@@ -151,7 +151,7 @@ def test_inspect_with_known_turns_finds_what_parsing_finds(shared):
     """On DDAI's published distillation output: every assistant text parsed, its turn given as
     known when it is one valid turn; the findings (and think slots) are the same."""
     from ddai.pipelines.distill import formats
-    from ddai.pipelines.tags import known_turn, parse_turns
+    from ddai.pipelines.records.tags import known_turn, parse_turns
 
     samples, _ = formats.read(
         shared / "ddai-data" / "after_focus_half_or_less_sft.v2.rewritten.safe.parquet"

@@ -9,7 +9,7 @@ import pytest
 from ddai.pipelines import store
 from ddai.pipelines.distill import fetch
 from ddai.pipelines.distill.select import SelectConfig, select, turn_stats
-from ddai.pipelines.schema import normalize_rollout, to_table
+from ddai.pipelines.records.schema import normalize_rollout, to_table
 
 DONE = "<think>done</think>\n<search_complete>true</search_complete>"
 
@@ -101,7 +101,7 @@ def test_the_scan_ranks_as_the_table_does(tmp_path):
 
 
 def test_turn_stats_count_the_text_as_the_messages_hold_it():
-    from ddai.pipelines.tags import parse_turns
+    from ddai.pipelines.records.tags import parse_turns
 
     rows = world()
     stats = turn_stats(pa.chunked_array([to_table(rows)["turns"]]).combine_chunks())

@@ -9,8 +9,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from ddai.pipelines.distill import rebuild as rb
-from ddai.pipelines.schema import normalize_rollout
-from ddai.pipelines.tags import FORCED_COMPLETION, parse_turns
+from ddai.pipelines.records.schema import normalize_rollout
+from ddai.pipelines.records.tags import FORCED_COMPLETION, parse_turns
 
 T1 = "<think>find the sales chart</think>\n<search>sales 2019 chart</search>"
 T2 = "<think>crop the table</think><bbox>[10, 20, 300, 400]</bbox>"

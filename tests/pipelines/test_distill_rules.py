@@ -8,7 +8,7 @@ import pytest
 
 from ddai.pipelines.distill import rules
 from ddai.pipelines.distill.rules import ClaimRules, think_violation
-from ddai.pipelines.tags import ACTION_TAG_TEXT_RE
+from ddai.pipelines.records.tags import ACTION_TAG_TEXT_RE
 
 CLAIMS = ClaimRules()
 

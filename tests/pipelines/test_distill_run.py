@@ -19,7 +19,7 @@ from ddai.pipelines.distill import DistillConfig, DistillError, formats, rules, 
 from ddai.pipelines.distill.rebuild import UNAVAILABLE, default_system_prompt
 from ddai.pipelines.distill.rewrite import REWRITE_COUNT_MISMATCH, REWRITE_FAILED
 from ddai.pipelines.distill.thinks import split_thinks
-from ddai.pipelines.tags import FORCED_COMPLETION, parse_turns
+from ddai.pipelines.records.tags import FORCED_COMPLETION, parse_turns
 
 RUN = "gspo_focus_20250101_120000_abcdef12"
 TAG = "abcdef12"

@@ -17,7 +17,7 @@ from ddai.pipelines.distill.safety import (
     reconcile,
 )
 from ddai.pipelines.distill.thinks import split_thinks
-from ddai.pipelines.tags import FORCED_COMPLETION as FORCED_TEXT
+from ddai.pipelines.records.tags import FORCED_COMPLETION as FORCED_TEXT
 
 SYS = {"role": "system", "content": "You are a search agent."}
 Q = {"role": "user", "content": "What is the total?"}

@@ -6,10 +6,10 @@ import pyarrow as pa
 import pytest
 from support.query_table import connect_table
 
-from ddai.pipelines import query
 from ddai.pipelines.distill import select as sel
 from ddai.pipelines.distill.select import SelectConfig, select
-from ddai.pipelines.schema import normalize_rollout, to_table
+from ddai.pipelines.records.schema import normalize_rollout, to_table
+from ddai.pipelines.store import query
 
 DONE = "<think>done</think>\n<search_complete>true</search_complete>"
 SEARCH = "<think>look</think>\n<search>q</search>"

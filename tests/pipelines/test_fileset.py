@@ -1,4 +1,4 @@
-"""A step's outputs committed as one set (``ddai.pipelines.fileset``): a failure at any point of
+"""A step's outputs committed as one set (``ddai.pipelines.store.fileset``): a failure at any point of
 the commit leaves the old set or the new one, whole; a staged member of a live writer is never
 cleaned; a set assembled from two invocations is named by ``manifest.set_mismatch``."""
 
@@ -8,9 +8,9 @@ import pytest
 from support.funnel_data import write_dataset
 from test_funnel_verify_gt import ScriptedVerifier, _corpus
 
-from ddai.pipelines import fileset, io, locks, manifest
 from ddai.pipelines.funnel import lineage
 from ddai.pipelines.funnel.verify_gt import VerifyConfig, run_verify
+from ddai.pipelines.store import fileset, io, locks, manifest
 
 
 class Crash(BaseException):

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ddai.pipelines import metrics, schema, tags
-from ddai.pipelines.corpus import Corpus
+from ddai.pipelines.pages.corpus import Corpus
+from ddai.pipelines.records import metrics, schema, tags
 
 FIXTURES = Path(__file__).parents[2] / "fixtures"
 RUNS = ("phase1", "curriculum", "focused_r1", "focused_r2")

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from ddai.pipelines import tags
 from ddai.pipelines.fixtures import RUNS, build_world
 from ddai.pipelines.fixtures.draws import Draws
 from ddai.pipelines.fixtures.policy import sim_judge, simulate_rollout
 from ddai.pipelines.fixtures.runs import at_or_under, bucket
+from ddai.pipelines.records import tags
 
 
 @pytest.mark.parametrize(

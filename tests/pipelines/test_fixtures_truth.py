@@ -15,8 +15,8 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import SHARED
 
-from ddai.pipelines.corpus import Corpus
 from ddai.pipelines.fixtures import SEARCHER_SYSTEM_PROMPT
+from ddai.pipelines.pages.corpus import Corpus
 
 ROOT = Path(__file__).parents[2]
 FIXTURES = ROOT / "fixtures"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import SHARED
 
-from ddai.pipelines import metrics, tags
+from ddai.pipelines.records import metrics, tags
 
 ROOT = Path(__file__).parents[2]
 FIXTURES = ROOT / "fixtures"

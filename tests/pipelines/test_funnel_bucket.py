@@ -10,8 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 from support.funnel_data import group, ids_of, write_dataset, write_log
 
-from ddai.pipelines import manifest
 from ddai.pipelines.funnel.bucket import BucketConfig, run_bucket, split
+from ddai.pipelines.store import manifest
 
 
 def _scores(path, pairs):

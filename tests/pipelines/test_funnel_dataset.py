@@ -9,7 +9,7 @@ import pytest
 from support.funnel_data import verl_rows, write_dataset
 
 from ddai.pipelines.funnel import dataset as ds
-from ddai.pipelines.funnel.decisions import read_decisions
+from ddai.pipelines.records.decisions import read_decisions
 
 
 def test_with_extra_field_keeps_everything_else(tmp_path):

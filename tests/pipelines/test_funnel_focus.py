@@ -8,9 +8,9 @@ import duckdb
 import pytest
 from support.funnel_data import group, ids_of, write_dataset, write_log
 
-from ddai.pipelines import manifest
 from ddai.pipelines.funnel import scores
 from ddai.pipelines.funnel.focus import FocusConfig, keys, run_focus
+from ddai.pipelines.store import manifest
 
 
 def _csv(path, rows):

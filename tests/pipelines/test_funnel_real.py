@@ -11,10 +11,10 @@ from conftest import SHARED
 from support import ddai_funnel
 from support.funnel_data import ids_of
 
-from ddai.pipelines import manifest
 from ddai.pipelines.funnel import lineage
 from ddai.pipelines.funnel.focus import FocusConfig, run_focus
 from ddai.pipelines.funnel.verify_gt import VerifyConfig, run_verify
+from ddai.pipelines.store import manifest
 
 
 @pytest.fixture(scope="module")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from ddai.pipelines import manifest
 from ddai.pipelines.funnel import step
+from ddai.pipelines.store import manifest
 
 
 def _world(tmp_path):

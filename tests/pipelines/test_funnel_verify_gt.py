@@ -10,15 +10,15 @@ import pyarrow.parquet as pq
 import pytest
 from support.funnel_data import group, ids_of, write_dataset, write_log
 
-from ddai.pipelines import manifest
 from ddai.pipelines.backends import VerifyRequest, VerifyResult
-from ddai.pipelines.corpus import Corpus
 from ddai.pipelines.funnel.verify_gt import (
     VerifyConfig,
     match_rules,
     run_verify,
     select_candidates,
 )
+from ddai.pipelines.pages.corpus import Corpus
+from ddai.pipelines.store import manifest
 
 
 class ScriptedVerifier:

@@ -12,7 +12,7 @@ from support.page_images import render_page_images
 from typer.testing import CliRunner
 
 from ddai.cli.app import app
-from ddai.pipelines.corpus import Corpus
+from ddai.pipelines.pages.corpus import Corpus
 
 runner = CliRunner()
 

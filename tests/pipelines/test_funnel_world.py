@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 from support.funnel_data import ids_of
 
-from ddai.pipelines import fixtures, io
+from ddai.pipelines import fixtures
 from ddai.pipelines.fixtures.runs import RUNS, iter_steps
 from ddai.pipelines.funnel import lineage, plan, run_funnel_demo
 from ddai.pipelines.ingest import IngestConfig, ingest
+from ddai.pipelines.store import io
 
 
 @pytest.fixture(scope="module")

@@ -8,9 +8,10 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from ddai.pipelines import quarantine, query, store
+from ddai.pipelines import store
 from ddai.pipelines.ingest import IngestConfig, ingest
-from ddai.pipelines.schema import ROLLOUT_SCHEMA, SCHEMA_VERSION
+from ddai.pipelines.records.schema import ROLLOUT_SCHEMA, SCHEMA_VERSION
+from ddai.pipelines.store import quarantine, query
 
 RESP = "<think>find it</think>\n<search>q</search><think>done</think><search_complete>true</search_complete>"
 

@@ -16,8 +16,9 @@ import pytest
 from typer.testing import CliRunner
 
 from ddai.cli.app import app
-from ddai.pipelines import objstore, store
+from ddai.pipelines import store
 from ddai.pipelines.ingest import IngestConfig, ingest
+from ddai.pipelines.store import objstore
 
 RESP = "<think>t</think>\n<search>q</search><think>d</think><search_complete>true</search_complete>"
 RUNS = ("r1", "r2", "r3")

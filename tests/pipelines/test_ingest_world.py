@@ -9,9 +9,10 @@ import pytest
 from typer.testing import CliRunner
 
 from ddai.cli.app import app
-from ddai.pipelines import query, store
+from ddai.pipelines import store
 from ddai.pipelines.ingest import IngestConfig, ingest
-from ddai.pipelines.schema import ROLLOUT_SCHEMA
+from ddai.pipelines.records.schema import ROLLOUT_SCHEMA
+from ddai.pipelines.store import query
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 TRUTH = json.loads((FIXTURES / "truth.json").read_text())

@@ -20,8 +20,9 @@ from support.kill_sweep import count_ops, killed_at_op
 from typer.testing import CliRunner
 
 from ddai.cli.app import app
-from ddai.pipelines import manifest_log, objstore, quarantine, store
+from ddai.pipelines import store
 from ddai.pipelines.ingest import IngestConfig, ingest
+from ddai.pipelines.store import manifest_log, objstore, quarantine
 
 RUNS = ("r1", "r2")
 OLD, NEW = 4, 6  # rollouts per run, old version and this ingest's

@@ -13,8 +13,9 @@ import duckdb
 import polars as pl
 from support.package import modules
 
-from ddai.pipelines import query, schema
 from ddai.pipelines.distill import fetch, select
+from ddai.pipelines.records import schema
+from ddai.pipelines.store import query
 
 # judge scores around and at the threshold, the three format-gate states, two thresholds
 GRID = list(itertools.product((None, 0.0, 0.5, 0.99, 1.0, 1.5), (None, True, False), (0.5, 1.0)))
@@ -86,7 +87,7 @@ _SQL_DEFAULTS = re.compile(r"(is_success\([^)]*,|prompts_at\()\s*\d", re.I)
 def test_no_second_spelling_in_the_library():
     found = []
     for name, path in modules().items():
-        if name == "ddai.pipelines.schema":
+        if name == "ddai.pipelines.records.schema":
             continue  # the one Python definition
         code = "\n".join(
             ln

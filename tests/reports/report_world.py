@@ -40,8 +40,9 @@ from typing import Any
 import numpy as np
 from support.page_data import unpacked
 
-from ddai.pipelines import metrics, store
-from ddai.pipelines.tags import FORCED_COMPLETION
+from ddai.pipelines import store
+from ddai.pipelines.records import metrics
+from ddai.pipelines.records.tags import FORCED_COMPLETION
 
 XSS = "<script>alert(1)</script>"
 XSS_ANSWER = '<img src=x onerror="alert(2)">'

@@ -14,7 +14,7 @@ import pytest
 from report_world import planted_store
 from test_report_browser import _open_in_chromium
 
-from ddai.pipelines import manifest
+from ddai.pipelines.store import manifest
 from ddai.reports import ReportConfig, build_report
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]

@@ -88,7 +88,7 @@ def test_bad_input_exits_2_naming_the_fix(logs, tmp_path, args, msg):
 def test_threads_reaches_the_report_connection(logs, tmp_path, monkeypatch, args, want):
     # ReportConfig.threads as a flag: the report's DuckDB connection runs on that many threads
     # (the control: without the flag the connection keeps DuckDB's default)
-    from ddai.pipelines import query
+    from ddai.pipelines.store import query
 
     connect, seen = query.connect, []
 

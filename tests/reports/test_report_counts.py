@@ -11,7 +11,8 @@ import pytest
 from report_world import browser_rows, random_store
 from support.golden_rank import first_golden_rank
 
-from ddai.pipelines import metrics, store
+from ddai.pipelines import store
+from ddai.pipelines.records import metrics
 from ddai.reports import ReportConfig, build_report
 
 THRESHOLD = 1.0

@@ -13,9 +13,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from ddai.pipelines import query
 from ddai.pipelines.analyses.flags import load_flags
-from ddai.pipelines.store import write_run
+from ddai.pipelines.store import query, write_run
 from ddai.reports import ReportConfig
 from ddai.reports.context import ReportContext, bind
 from ddai.reports.sections import reward_latency, value_curves

@@ -12,8 +12,8 @@ import pytest
 from report_world import browser_rows, page_figures
 from support.legend_check import legend_gaps
 
-from ddai.pipelines import query
 from ddai.pipelines.ingest import IngestConfig, ingest
+from ddai.pipelines.store import query
 from ddai.reports import ReportConfig, build_report, demo_report
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"

@@ -9,8 +9,8 @@ import pyarrow.parquet as pq
 import pytest
 from report_world import planted_store
 
-from ddai.pipelines import manifest
 from ddai.pipelines.ingest import IngestConfig, ingest
+from ddai.pipelines.store import manifest
 from ddai.reports import ReportConfig, build_report
 from ddai.reports.sections.funnel import columns, sankey
 

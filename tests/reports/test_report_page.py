@@ -11,7 +11,8 @@ from plotly.offline import get_plotlyjs
 from report_world import XSS, XSS_ANSWER, browser_rows, page_figures, planted_store
 from support.page_data import unpacked
 
-from ddai.pipelines import manifest, store
+from ddai.pipelines import store
+from ddai.pipelines.store import manifest
 from ddai.reports import ReportConfig, build_report
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from report_world import planted_store
 
-from ddai.pipelines import query
+from ddai.pipelines.store import query
 from ddai.reports import ReportConfig, build_report
 
 

@@ -7,8 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from ddai.pipelines import query
-from ddai.pipelines.store import write_run
+from ddai.pipelines.store import query, write_run
 from ddai.reports.blocks import Note, Table
 from ddai.reports.config import ReportConfig
 from ddai.reports.context import ReportContext

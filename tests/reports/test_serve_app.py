@@ -14,7 +14,7 @@ from report_world import XSS, XSS_ANSWER, planted_rows, planted_store
 from serve_world import local, post_sql
 
 from ddai.pipelines import store
-from ddai.pipelines.corpus import Corpus
+from ddai.pipelines.pages.corpus import Corpus
 from ddai.reports.serve import ServeConfig
 from ddai.reports.serve.app import create_app
 from ddai.reports.serve.explorer import Explorer

@@ -22,8 +22,8 @@ from report_world import XSS, XSS_ANSWER
 from serve_world import served, world_store
 from support.page_images import render_page_images
 
-from ddai.pipelines import query
-from ddai.pipelines.corpus import Corpus
+from ddai.pipelines.pages.corpus import Corpus
+from ddai.pipelines.store import query
 from ddai.reports.serve import ServeConfig
 from ddai.reports.serve.app import create_app
 

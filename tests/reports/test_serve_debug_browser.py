@@ -21,7 +21,9 @@ from playwright_browser import browser, new_page, wait_for
 from report_world import planted_rows
 from serve_world import served, world_store
 
-from ddai.pipelines import query, schema, store, tags
+from ddai.pipelines import store
+from ddai.pipelines.records import schema, tags
+from ddai.pipelines.store import query
 from ddai.reports.serve import ServeConfig
 from ddai.reports.serve.app import create_app
 from ddai.reports.serve.turns import turn_views

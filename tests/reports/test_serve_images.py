@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 from support.page_images import render_page_images
 
-from ddai.pipelines.corpus import Corpus
+from ddai.pipelines.pages.corpus import Corpus
 from ddai.reports.serve.images import crop_png, find_image, parse_bbox
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"

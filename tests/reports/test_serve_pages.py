@@ -6,8 +6,8 @@ import io
 
 from PIL import Image
 
-from ddai.pipelines.corpus import Corpus
-from ddai.pipelines.page_images import draw_page
+from ddai.pipelines.pages.corpus import Corpus
+from ddai.pipelines.pages.page_images import draw_page
 from ddai.reports.serve.pages import CorpusPages
 
 

@@ -12,7 +12,8 @@ import math
 import pytest
 from report_world import XSS, planted_store
 
-from ddai.pipelines import query, store
+from ddai.pipelines import store
+from ddai.pipelines.store import query
 from ddai.reports.serve import queries
 from ddai.reports.serve.filters import RolloutFilter
 

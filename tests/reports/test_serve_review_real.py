@@ -28,10 +28,10 @@ from serve_world import local, page_token, served
 from support import ddai_funnel
 
 from ddai.pipelines.backends import VerifyRequest, VerifyResult
-from ddai.pipelines.corpus import Corpus
-from ddai.pipelines.funnel.decisions import read_decisions
 from ddai.pipelines.funnel.focus import FocusConfig, run_focus
 from ddai.pipelines.funnel.verify_gt import VerifyConfig, run_verify
+from ddai.pipelines.pages.corpus import Corpus
+from ddai.pipelines.records.decisions import read_decisions
 from ddai.reports.serve import ServeConfig
 from ddai.reports.serve.app import create_app
 

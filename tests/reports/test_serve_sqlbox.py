@@ -10,7 +10,7 @@ import pytest
 from report_world import planted_store
 from serve_world import local, post_sql
 
-from ddai.pipelines import query
+from ddai.pipelines.store import query
 from ddai.reports.serve import ServeConfig
 from ddai.reports.serve.app import create_app
 from ddai.reports.serve.config import machine_memory

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ddai.pipelines import tags
+from ddai.pipelines.records import tags
 from ddai.reports.serve.turns import (
     bbox_of,
     missing_turns,

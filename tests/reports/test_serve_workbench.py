@@ -10,9 +10,10 @@ import pytest
 from report_world import planted_store
 from serve_world import local, page_token, post_sql
 
-from ddai.pipelines import annotations, side_log, store
+from ddai.pipelines import store
 from ddai.pipelines.funnel import review
-from ddai.pipelines.funnel.decisions import read_decisions
+from ddai.pipelines.records.decisions import read_decisions
+from ddai.pipelines.store import annotations, side_log
 from ddai.reports.serve import ServeConfig
 from ddai.reports.serve.app import create_app
 

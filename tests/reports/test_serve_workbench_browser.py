@@ -17,8 +17,8 @@ import pytest
 from playwright_browser import browser, new_page, wait_for
 from serve_world import served, world_store
 
-from ddai.pipelines import query
 from ddai.pipelines.funnel import review
+from ddai.pipelines.store import query
 from ddai.reports.serve import ServeConfig
 from ddai.reports.serve.app import create_app
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ddai.pipelines import query
-from ddai.pipelines.store import write_run
+from ddai.pipelines.store import query, write_run
 from ddai.reports.blocks import Note
 from ddai.reports.config import ReportConfig
 from ddai.reports.context import ReportContext

@@ -10,8 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from ddai.cli.app import app
-from ddai.pipelines import query
-from ddai.pipelines.store import write_run
+from ddai.pipelines.store import query, write_run
 from ddai.reports.blocks import Note, Table
 from ddai.reports.config import ReportConfig
 from ddai.reports.context import ReportContext

@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines import quarantine, store
+from ddai.pipelines import store
 from ddai.pipelines.adapters.base import ReaderContext
 from ddai.pipelines.ingest import IngestConfig, IngestResult, ingest
+from ddai.pipelines.store import quarantine
 
 # Manifest keys that differ between two ingests of the same input.
 _VOLATILE = ("written", "ingest", "wall_time_s", "sha256")

@@ -56,7 +56,7 @@ from typing import Any
 
 from aiohttp import web
 
-from ddai.pipelines import metrics
+from ddai.pipelines.records import metrics
 
 Responder = Callable[[str], str]
 _MARKER = re.compile(r"\[\[fault:(\w+)(?:\*(\d+))?\]\]")

@@ -10,8 +10,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ddai.pipelines import io, store
+from ddai.pipelines import store
 from ddai.pipelines.fixtures.dataset import dataset_schema
+from ddai.pipelines.store import io
 
 # verl's RL parquet shape: the synthetic world's dataset schema (one definition).
 VERL_SCHEMA = dataset_schema()

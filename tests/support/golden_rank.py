@@ -1,9 +1,9 @@
 """The rank of the first golden page in Python: the reference the report's SQL column
-``first_golden_rank`` is checked against (over ``ddai.pipelines.metrics.dedupe``)."""
+``first_golden_rank`` is checked against (over ``ddai.pipelines.records.metrics.dedupe``)."""
 
 from __future__ import annotations
 
-from ddai.pipelines.metrics import dedupe
+from ddai.pipelines.records.metrics import dedupe
 
 
 def first_golden_rank(retrieved: list[str], golden: list[str]) -> int | None:

@@ -16,7 +16,7 @@ import signal
 import traceback
 from collections.abc import Callable
 
-from ddai.pipelines import objstore
+from ddai.pipelines.store import objstore
 
 _OPS = [(os, "replace"), (os, "rename"), (os, "link"), (os, "unlink")]
 _PUTS = [(objstore, "put_bytes"), (objstore, "put_file")]

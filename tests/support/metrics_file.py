@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines import csv_cells
+from ddai.pipelines.records import csv_cells
 
 
 def read_metrics(path: str | os.PathLike[str]) -> list[dict[str, Any]]:

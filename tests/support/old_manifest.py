@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines import io, manifest_log, objstore
+from ddai.pipelines.store import io, manifest_log, objstore
 
 
 def old_file(record: dict[str, Any]) -> dict[str, Any]:

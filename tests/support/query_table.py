@@ -6,7 +6,7 @@ from __future__ import annotations
 import duckdb
 import pyarrow as pa
 
-from ddai.pipelines import query
+from ddai.pipelines.store import query
 
 
 def connect_table(table: pa.Table) -> duckdb.DuckDBPyConnection:

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from ddai.pipelines import metrics
+from ddai.pipelines.records import metrics
 from ddai.trainer import learn_task
 
 

@@ -24,7 +24,7 @@ import os
 import time
 from typing import Any
 
-from ddai.pipelines import workspace
+from ddai.pipelines.store import workspace
 from ddai.trainer import common
 from ddai.trainer.grpo.config import GRPOResult, GRPORunConfig, grpo_args
 from ddai.trainer.runtime import dist
@@ -72,7 +72,7 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
     """Train with GRPO; save the final model to ``output_dir``; log rollouts to the store."""
     from datasets import Dataset
 
-    from ddai.pipelines.corpus import Corpus
+    from ddai.pipelines.pages.corpus import Corpus
     from ddai.trainer.lora_merge import full_model
     from ddai.trainer.modeling import (
         changed_parameters,

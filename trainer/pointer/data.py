@@ -11,10 +11,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ddai.pipelines import io, manifest
-from ddai.pipelines.lazy import lazy_module
 from ddai.pipelines.pointer import records, stats
 from ddai.pipelines.pointer.store import EmbeddingStore
+from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.store import io, manifest
 from ddai.trainer.pointer.config import ProcessConfig, RewardConfig
 from ddai.trainer.pointer.losses import shape_rewards
 

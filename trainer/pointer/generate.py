@@ -15,12 +15,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ddai.pipelines import manifest
 from ddai.pipelines.pointer import records
 from ddai.pipelines.pointer import vqa as vqa_eval
 from ddai.pipelines.pointer.records import PointerCandidate
 from ddai.pipelines.pointer.store import EmbeddingStore, load_store
 from ddai.pipelines.pointer.world import DEMOS_FILE, QUERIES_FILE, load_world
+from ddai.pipelines.store import manifest
 from ddai.trainer.pointer import decode
 from ddai.trainer.pointer.config import GenConfig, ProposalConfig
 from ddai.trainer.pointer.model import WEIGHTS_FILE, PointerSelector, load_pointer

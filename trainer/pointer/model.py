@@ -24,7 +24,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
-from ddai.pipelines import io
+from ddai.pipelines.store import io
 
 SCORERS = ("bilinear", "attention")
 STEPS = 2

@@ -21,11 +21,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ddai.pipelines import io, manifest
-from ddai.pipelines.lazy import lazy_module
 from ddai.pipelines.pointer.store import load_store
 from ddai.pipelines.pointer.world import load_world
-from ddai.pipelines.progress import bar
+from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.records.progress import bar
+from ddai.pipelines.store import io, manifest
 from ddai.trainer.pointer import losses
 from ddai.trainer.pointer.config import (
     RL_MODES,

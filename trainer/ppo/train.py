@@ -53,7 +53,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ddai.pipelines import workspace
+from ddai.pipelines.store import workspace
 from ddai.trainer.advantages import gae
 from ddai.trainer.common import TrainConfigError
 from ddai.trainer.ppo import sharding
@@ -417,8 +417,8 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
     rollout log (every rank's rows, ``sample_idx`` unique over the global batch), the metrics
     (averaged over the ranks), the run config and the checkpoints. Every rank runs the preflight,
     so a failing check stops them all with the same message."""
-    from ddai.pipelines.corpus import Corpus
-    from ddai.pipelines.progress import bar
+    from ddai.pipelines.pages.corpus import Corpus
+    from ddai.pipelines.records.progress import bar
     from ddai.trainer.common import hf_progress, resume_checkpoint
     from ddai.trainer.lora_merge import MergeCheckFailed, full_model, merge_lora
     from ddai.trainer.modeling import changed_parameters, parameter_snapshot

@@ -14,7 +14,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from ddai.pipelines import csv_cells
+from ddai.pipelines.records import csv_cells
 
 
 class MetricsFileCallback(TrainerCallback):

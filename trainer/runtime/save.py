@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines import io
+from ddai.pipelines.store import io
 
 
 def save_lora_final(trainer: Any, cfg: Any, processing_class: Any) -> Any:

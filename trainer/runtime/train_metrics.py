@@ -8,7 +8,7 @@ GSPO, whose ratio left the clip range) and appends them to
 table: under the run's write lock, listed with its hash in the run's manifest; bytes already
 written are never rewritten). ``ddai report`` reads that side table for its training section; the
 run's summary reports the mean clip ratio. On a log store on object storage each step's row is
-put as one new part object listed in the manifest (``ddai.pipelines.side_log``): no step puts
+put as one new part object listed in the manifest (``ddai.pipelines.store.side_log``): no step puts
 the table again.
 """
 
@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 from transformers import TrainerCallback
 
-from ddai.pipelines.side_log import SideLog, side_path
+from ddai.pipelines.store.side_log import SideLog, side_path
 
 TABLE = "train_metrics"
 # Keys kept from the trainer's logs: name in the log → column in the side table.

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines import workspace
+from ddai.pipelines.store import workspace
 from ddai.trainer.common import TrainConfigError
 from ddai.trainer.search.config import EpisodeSettings, PageSettings
 
@@ -216,8 +216,8 @@ def run_collect(
     prompt's test-set categories to its ``extra``)."""
     import torch
 
-    from ddai.pipelines.corpus import Corpus
-    from ddai.pipelines.progress import bar
+    from ddai.pipelines.pages.corpus import Corpus
+    from ddai.pipelines.records.progress import bar
     from ddai.trainer.common import hf_progress
     from ddai.trainer.runtime import accel
     from ddai.trainer.search.episodes import Episodes, default_backends

@@ -1,7 +1,7 @@
 """The search environment: one episode per rollout (seed 000, section 9.2).
 
 Each turn the policy writes ``<think>…</think>`` + one action, parsed by the project's tag grammar
-(``ddai.pipelines.tags``):
+(``ddai.pipelines.records.tags``):
 
 - ``<search>q</search>``: the ``Search`` backend ranks pages; the page shown is the first result not
   yet seen in this episode, else the top one (DDAI's rule). The observation is the page id and its
@@ -42,9 +42,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ddai.pipelines import metrics, tags
 from ddai.pipelines.backends.base import SearchError
-from ddai.pipelines.prompt_row import ddai_search_id
+from ddai.pipelines.records import metrics, tags
+from ddai.pipelines.records.prompt_row import ddai_search_id
 from ddai.trainer.search.config import EpisodeConfig
 
 SEARCH_EMPTY = "[System Error: Search did not return an image. Please try a different query.]"

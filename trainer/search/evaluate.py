@@ -6,7 +6,7 @@ and log rows), logged as one run of the log store with each prompt's category va
 ``extra`` (``eval_categories``) so the report's evaluation section can break any eval run down
 again. Greedy by default (``temperature`` 0), one rollout per prompt. A run id already in the
 store is refused unless ``append`` (a second eval into one run would count its prompts twice).
-The breakdown itself is ``ddai.pipelines.evaluation.breakdown`` (accuracy, judge, NDCG).
+The breakdown itself is ``ddai.pipelines.analyses.evaluation.breakdown`` (accuracy, judge, NDCG).
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ddai.pipelines import evaluation, store_read, workspace
+from ddai.pipelines.analyses import evaluation
+from ddai.pipelines.store import store_read, workspace
 from ddai.trainer.common import TrainConfigError
 from ddai.trainer.search.collect import CollectConfig, run_collect
 

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines import objstore
-from ddai.pipelines.side_log import SideLog
+from ddai.pipelines.store import objstore
+from ddai.pipelines.store.side_log import SideLog
 from ddai.trainer.search.rewards import Judged, Score
 from ddai.trainer.search.rollout import Trajectory
 from ddai.trainer.search.run_result import LoggedRunResult  # noqa: F401 (re-exported)
@@ -27,7 +27,7 @@ def rollout_row(
     judged: Judged | None,
     score: Score | None,
 ) -> dict[str, Any]:
-    """One rollout-log row (a dict ``ddai.pipelines.schema.normalize_rollout`` accepts)."""
+    """One rollout-log row (a dict ``ddai.pipelines.records.schema.normalize_rollout`` accepts)."""
     ep, task = traj.episode, traj.task
     extra: dict[str, Any] = {
         "episode_key": traj.key,

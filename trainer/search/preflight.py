@@ -35,7 +35,8 @@ from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines import golden, io, tags
+from ddai.pipelines.records import golden, tags
+from ddai.pipelines.store import io
 from ddai.trainer.common import TrainConfigError
 from ddai.trainer.runtime.zero_variance import zero_variance
 from ddai.trainer.search.env import search_doc

@@ -7,7 +7,7 @@ when the format check passes (or the gate is off), else 0. Presets:
 - ``judge-only``: the judge score alone (DDAI's focused rounds);
 - ``curriculum`` (default): ``0.8·judge + 0.2·NDCG``, gated.
 
-NDCG is ``ddai.pipelines.metrics.ndcg`` (binary relevance, retrieval order, ideal = all golden
+NDCG is ``ddai.pipelines.records.metrics.ndcg`` (binary relevance, retrieval order, ideal = all golden
 pages). The judge grades the frozen generator's answer from the episode's evidence; the answer is
 kept beside the rollout, never appended to the trained completion.
 
@@ -34,8 +34,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ddai.pipelines import metrics
-from ddai.pipelines.lazy import lazy_module
+from ddai.pipelines.records import metrics
+from ddai.pipelines.records.lazy import lazy_module
 
 asyncio = lazy_module("asyncio")  # ~20 ms: the scorer's loop starts only when a run scores
 

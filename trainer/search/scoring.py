@@ -13,7 +13,7 @@ from __future__ import annotations
 import concurrent.futures
 from typing import Any
 
-from ddai.pipelines.lazy import lazy_module
+from ddai.pipelines.records.lazy import lazy_module
 from ddai.trainer.search.rewards import (
     Judged,
     RewardSpec,

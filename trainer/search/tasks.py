@@ -1,7 +1,7 @@
 """GRPO prompts: verl's RL parquet shape (DDAI's SlideVQA set, ``ddai curate`` output, fixtures)
 read into ``Task`` records.
 
-Each row's fields are read by ``ddai.pipelines.prompt_row``, the reader the funnel uses too;
+Each row's fields are read by ``ddai.pipelines.records.prompt_row``, the reader the funnel uses too;
 ``prompt`` (system + user chat messages: the Searcher prompt) is kept as the policy's prompt.
 """
 
@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines import prompt_row
-from ddai.pipelines.lazy import lazy_module
+from ddai.pipelines.records import prompt_row
+from ddai.pipelines.records.lazy import lazy_module
 from ddai.trainer.search.chat import normalize_messages
 
 pq = lazy_module("pyarrow.parquet")
@@ -62,7 +62,7 @@ class Task:
 
 
 def task_from_row(row: dict[str, Any], index: int = 0) -> Task:
-    """A ``Task`` from one verl-shaped row (fields read by ``ddai.pipelines.prompt_row``, as the
+    """A ``Task`` from one verl-shaped row (fields read by ``ddai.pipelines.records.prompt_row``, as the
     funnel reads them)."""
     if "prompt" not in row:
         raise ValueError(

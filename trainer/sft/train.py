@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines.lazy import lazy_module
+from ddai.pipelines.records.lazy import lazy_module
 from ddai.trainer import common
 from ddai.trainer.runtime import dist
 from ddai.trainer.runtime.save import save_final, save_lora_final

@@ -26,8 +26,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ddai.pipelines import schema, tags
-from ddai.pipelines.schema import SUCCESS_THRESHOLD
+from ddai.pipelines.records import schema, tags
+from ddai.pipelines.records.schema import SUCCESS_THRESHOLD
 from ddai.trainer.value.config import TARGETS, parse_bins
 
 # Drop reasons (counted).

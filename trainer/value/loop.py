@@ -32,7 +32,7 @@ def fit_steps(
     """Train ``cfg.max_steps`` optimizer steps; returns each step's metrics (averaged over
     micro-batches and ranks, with the evaluation of that step when there was one) and the last
     held-out evaluation. ``log`` is the main process's ``MetricsLog`` (None on other ranks)."""
-    from ddai.pipelines.progress import bar
+    from ddai.pipelines.records.progress import bar
     from ddai.trainer.runtime import accel
 
     params = [p for g in opt.param_groups for p in g["params"]]

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ddai.pipelines import io
+from ddai.pipelines.store import io
 from ddai.trainer.vlm_inputs import forward_inputs, text_positions
 
 HEAD_TYPES = ("linear", "mlp")

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from ddai.pipelines import io, workspace
+from ddai.pipelines.store import io, workspace
 from ddai.trainer.value.config import DEFAULT_SPLIT_SEED, DEFAULT_VAL_FRACTION
 from ddai.trainer.value.data import (
     TokenRollout,
@@ -47,7 +47,7 @@ def incomplete_rows(rows: list[dict[str, Any]], include: bool) -> tuple[list[dic
     """``(rows to train on, rollouts flagged turns_incomplete)``: the flagged ones (a turn lost
     from the log, so their token sequence is not what the policy saw) are left out unless
     ``include``; the count is of every flagged row either way."""
-    from ddai.pipelines.schema import TURNS_INCOMPLETE
+    from ddai.pipelines.records.schema import TURNS_INCOMPLETE
 
     flagged = [TURNS_INCOMPLETE in (r.get("flags") or ()) for r in rows]
     kept = rows if include else [r for r, f in zip(rows, flagged, strict=True) if not f]
@@ -71,7 +71,8 @@ def _require_turns(logs: Path, runs: list[str] | None) -> None:
     """A value head reads each rollout's turns: a named run without any (a flash reward log), or
     a store none of whose runs has them, is refused naming the run and the fix (else every
     rollout drops as "no turns" and the error blames --max-length)."""
-    from ddai.pipelines import capabilities, store
+    from ddai.pipelines import store
+    from ddai.pipelines.store import capabilities
 
     caps = capabilities.for_runs(logs, runs or store.list_runs(logs))
     lacking = [c for c in caps.values() if not c.has("turns")]

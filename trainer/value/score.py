@@ -22,8 +22,10 @@ from typing import Any
 
 import torch
 
-from ddai.pipelines import capabilities, run_stats, schema, store, workspace
-from ddai.pipelines.lazy import lazy_module
+from ddai.pipelines import store
+from ddai.pipelines.records import schema
+from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.store import capabilities, run_stats, workspace
 from ddai.trainer.runtime.metrics_log import device
 from ddai.trainer.value import losses as vl
 from ddai.trainer.value.config import ValueScoreConfig
@@ -119,7 +121,7 @@ def score_table(
 def score_runs(cfg: ValueScoreConfig) -> ValueScoreResult:
     """Score every selected run and write each back as a new version of its partition."""
     from ddai.pipelines.distill.rebuild import load_system_prompt
-    from ddai.pipelines.progress import bar
+    from ddai.pipelines.records.progress import bar
 
     cfg.check()
     system_prompt = load_system_prompt(cfg.system_prompt)

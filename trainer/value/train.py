@@ -199,7 +199,7 @@ def train_value(cfg: ValueTrainConfig) -> ValueTrainResult:
     global draw and the DDP-wrapped model averages the gradients; the main process alone
     evaluates the held-out prompts, writes the metrics (losses averaged over the ranks) and saves."""
     from ddai.pipelines.distill.rebuild import load_system_prompt
-    from ddai.pipelines.progress import bar
+    from ddai.pipelines.records.progress import bar
     from ddai.trainer.common import hf_progress
     from ddai.trainer.runtime import accel
     from ddai.trainer.value.model import save_value_model

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 from analysis_world import planted_store
 
-from ddai.pipelines import query, store
+from ddai.pipelines import store
 from ddai.pipelines.analyses import AttributionConfig, MissingData, attribute
+from ddai.pipelines.store import query
 
 
 @pytest.fixture

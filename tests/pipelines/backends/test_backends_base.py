@@ -20,7 +20,7 @@ from ddai.pipelines.backends import (
     get_backend,
     run_sync,
 )
-from ddai.pipelines.corpus import Corpus
+from ddai.pipelines.pages.corpus import Corpus
 
 PROTOCOLS = {
     "judge": Judge,

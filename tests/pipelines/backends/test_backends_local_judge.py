@@ -8,10 +8,10 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import SHARED
 
-from ddai.pipelines import metrics
 from ddai.pipelines.backends import BackendSpec, JudgeRequest, build, get_backend, run_sync
 from ddai.pipelines.backends.config import ConfigError
 from ddai.pipelines.backends.local_judge import contains, score
+from ddai.pipelines.records import metrics
 
 
 @pytest.fixture(scope="module")

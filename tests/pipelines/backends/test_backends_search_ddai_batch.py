@@ -11,7 +11,7 @@ from support.fakes_search import FakeSearchServer, hash_ranker
 from ddai.pipelines.backends import SearchError, get_backend
 from ddai.pipelines.backends.base import run_sync
 from ddai.pipelines.backends.search_http import parse_ddai_batch
-from ddai.pipelines.prompt_row import ddai_search_id
+from ddai.pipelines.records.prompt_row import ddai_search_id
 
 PAGES = [f"{d}_{p}" for d in (10, 11, 12) for p in (1, 2, 3, 4)]
 

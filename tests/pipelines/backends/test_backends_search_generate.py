@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ddai.pipelines import metrics
 from ddai.pipelines.backends import (
     BackendSpec,
     ConfigError,
@@ -18,8 +17,9 @@ from ddai.pipelines.backends import (
 from ddai.pipelines.backends.bm25 import BM25Index
 from ddai.pipelines.backends.embedders import hash_embed
 from ddai.pipelines.backends.extractive import NO_ANSWER, extract
-from ddai.pipelines.corpus import Corpus
 from ddai.pipelines.fixtures.world import build_world
+from ddai.pipelines.pages.corpus import Corpus
+from ddai.pipelines.records import metrics
 
 PAGES = [
     {"doc_id": "7", "page": 1, "text": "Annual report 2019\nPrepared by Acme"},

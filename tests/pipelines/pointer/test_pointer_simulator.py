@@ -7,8 +7,8 @@ import pytest
 
 from ddai.pipelines.backends import VQARequest, get_backend, run_sync
 from ddai.pipelines.backends.vqa_simulator import VQASimulator
-from ddai.pipelines.metrics import vqa_accuracy_symmetric
 from ddai.pipelines.pointer.world import WorldConfig, make_world
+from ddai.pipelines.records.metrics import vqa_accuracy_symmetric
 
 META = {
     "query_id": "q1",

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from ddai.pipelines import manifest
 from ddai.pipelines.pointer.embed import EmbedConfig, run_embed
 from ddai.pipelines.pointer.store import build_store, load_store, save_store, top_k_pools
 from ddai.pipelines.pointer.world import WorldConfig, make_world, write_world
+from ddai.pipelines.store import manifest
 
 
 def test_top_k_pools_by_hand():

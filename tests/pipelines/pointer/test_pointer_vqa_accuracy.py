@@ -6,7 +6,8 @@ import random
 
 import pytest
 
-from ddai.pipelines.metrics import (
+from ddai.pipelines.pointer.vqa import scorer
+from ddai.pipelines.records.metrics import (
     anls,
     vqa_accuracy,
     vqa_accuracy_symmetric,
@@ -14,7 +15,6 @@ from ddai.pipelines.metrics import (
     vqa_process_digit_article,
     vqa_process_punctuation,
 )
-from ddai.pipelines.pointer.vqa import scorer
 
 
 @pytest.mark.parametrize(

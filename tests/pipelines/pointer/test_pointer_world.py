@@ -7,9 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from ddai.pipelines import manifest
 from ddai.pipelines.backends.vqa_simulator import VQASimulator
-from ddai.pipelines.metrics import vqa_accuracy_symmetric
 from ddai.pipelines.pointer.world import (
     WorldConfig,
     load_world,
@@ -17,6 +15,8 @@ from ddai.pipelines.pointer.world import (
     similarity_top2,
     write_world,
 )
+from ddai.pipelines.records.metrics import vqa_accuracy_symmetric
+from ddai.pipelines.store import manifest
 
 SMALL = WorldConfig(seed=3, n_queries=120, n_demos=200)
 

@@ -21,7 +21,7 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 from support.fakes_search import FakeSearchServer
 
-from ddai.pipelines import metrics
+from ddai.pipelines.records import metrics
 from ddai.pipelines.store import read_rollouts
 from ddai.trainer import toy
 from ddai.trainer.grpo import train as grpo

@@ -122,8 +122,8 @@ def test_sft_then_grpo_changes_weights_and_logs_rollouts(setup):
     assert run_config["preflight"]["checks"]["golden pages"]["missing_pages"] == 0
     assert (root / "grpo" / "checkpoint-2").is_dir()
 
-    from ddai.pipelines.query import connect
     from ddai.pipelines.store import read_rollouts
+    from ddai.pipelines.store.query import connect
 
     table = read_rollouts(root / "logs", runs=["grpo_test"])
     rows = table.to_pylist()
@@ -165,8 +165,8 @@ def test_sft_then_grpo_changes_weights_and_logs_rollouts(setup):
 def test_grpo_logs_its_rollouts_and_metrics_to_object_storage(setup, s3_env):
     root, data, tiny = setup
     from ddai.pipelines.backends import get_backend
-    from ddai.pipelines.side_log import read_rows
     from ddai.pipelines.store import read_rollouts, run_manifest
+    from ddai.pipelines.store.side_log import read_rows
 
     logs = f"{s3_env}/logs"
     backends = Backends(

@@ -27,7 +27,7 @@ from support.page_images import render_page_images
 from support.tiny_vlm import build_tiny_vlm
 
 from ddai.cli.app import app
-from ddai.pipelines.corpus import Corpus
+from ddai.pipelines.pages.corpus import Corpus
 from ddai.trainer import toy
 from ddai.trainer.grpo import train as grpo
 from ddai.trainer.search.rollout import Sampler

@@ -11,8 +11,8 @@ from cli_schemas import check
 from typer.testing import CliRunner
 
 from ddai.cli.app import app
-from ddai.pipelines import manifest
 from ddai.pipelines.pointer.records import read_raw
+from ddai.pipelines.store import manifest
 
 runner = CliRunner()
 

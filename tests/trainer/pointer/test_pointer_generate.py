@@ -11,12 +11,12 @@ import pytest
 import torch
 from support.fakes import FakeModelServer
 
-from ddai.pipelines import manifest
 from ddai.pipelines.backends import BackendSpec, VQAResult, build
 from ddai.pipelines.pointer.embed import EmbedConfig, run_embed
 from ddai.pipelines.pointer.records import read_raw
 from ddai.pipelines.pointer.store import load_store
 from ddai.pipelines.pointer.world import WorldConfig, make_world, write_world
+from ddai.pipelines.store import manifest
 from ddai.trainer.pointer.generate import GenConfig, ProposalConfig, propose, run_gen
 from ddai.trainer.pointer.model import PointerConfig, PointerSelector, save_pointer
 

@@ -13,7 +13,7 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from ddai.pipelines.corpus import Corpus
+from ddai.pipelines.pages.corpus import Corpus
 from ddai.trainer.modeling import load_policy
 from ddai.trainer.search import kv_reuse
 from ddai.trainer.search.env import EnvConfig, SearchEnv

@@ -25,7 +25,7 @@ from support.tiny_vlm import build_tiny_vlm
 from test_trainer_vlm_grpo import TURNS, RecordingServer, Scripted, _decode
 
 from ddai.cli.app import app
-from ddai.pipelines.corpus import Corpus
+from ddai.pipelines.pages.corpus import Corpus
 from ddai.pipelines.store import read_rollouts
 from ddai.trainer import toy
 from ddai.trainer.search import episodes

@@ -9,7 +9,7 @@ import io
 import pytest
 from PIL import Image
 
-from ddai.pipelines.corpus import Corpus
+from ddai.pipelines.pages.corpus import Corpus
 from ddai.trainer.search.env import EnvConfig, SearchEnv
 from ddai.trainer.search.rewards import StreamingScorer, cap_images
 from ddai.trainer.search.vision import ResizedPixels, crop_image

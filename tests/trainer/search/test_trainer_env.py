@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from ddai.pipelines import tags
-from ddai.pipelines.corpus import Corpus
-from ddai.pipelines.prompt_row import golden_page_ids
+from ddai.pipelines.pages.corpus import Corpus
+from ddai.pipelines.records import tags
+from ddai.pipelines.records.prompt_row import golden_page_ids
 from ddai.trainer.search.env import BBOX_FAILED, SEARCH_EMPTY, EnvConfig, SearchEnv
 from ddai.trainer.search.tasks import task_from_row
 

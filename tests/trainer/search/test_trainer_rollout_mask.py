@@ -15,8 +15,8 @@ import torch
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
-from ddai.pipelines import tags
-from ddai.pipelines.corpus import Corpus
+from ddai.pipelines.pages.corpus import Corpus
+from ddai.pipelines.records import tags
 from ddai.trainer.modeling import load_policy
 from ddai.trainer.search.env import EnvConfig, SearchEnv
 from ddai.trainer.search.rollout import (

@@ -19,7 +19,7 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 from PIL import Image
 from support.tiny_vlm import tiny_vlm
 
-from ddai.pipelines.corpus import Corpus
+from ddai.pipelines.pages.corpus import Corpus
 from ddai.trainer.search.env import EnvConfig, SearchEnv
 from ddai.trainer.search.rollout import HFSampler, RolloutConfig, Sampler, run_rollouts
 from ddai.trainer.search.tasks import Task

@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 
-from ddai.pipelines import tags
+from ddai.pipelines.records import tags
 from ddai.trainer.modeling import load_tokenizer
 from ddai.trainer.tiny import TinySpec, build_tiny
 from ddai.trainer.value.data import (

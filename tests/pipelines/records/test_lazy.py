@@ -1,0 +1,60 @@
+"""``lazy_module``: the stand-in loads its module at the first attribute read, not before; the
+modules that define the schema's Arrow types build them on first use and agree with the names."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from ddai.pipelines import adapters
+from ddai.pipelines.records import schema
+from ddai.pipelines.records.lazy import LazyModule, lazy_module
+
+
+def _fresh(code: str) -> str:
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
+def test_lazy_module_loads_on_first_attribute_read():
+    out = _fresh(
+        "import sys\n"
+        "from ddai.pipelines.records.lazy import lazy_module\n"
+        "pc = lazy_module('pyarrow.compute')\n"
+        "print('pyarrow' in sys.modules, end=' ')\n"
+        "print(pc.sum([1, 2]).as_py(), 'pyarrow.compute' in sys.modules)\n"
+    )
+    assert out == "False 3 True"
+
+
+def test_lazy_module_reads_as_the_module():
+    import json
+
+    lazy = lazy_module("json")
+    assert isinstance(lazy, LazyModule) and "not loaded" in repr(lazy)
+    assert lazy.dumps is json.dumps and "(loaded)" in repr(lazy)
+
+
+def test_importing_the_store_and_schema_loads_no_pyarrow():
+    out = _fresh(
+        "import sys\n"
+        "import ddai.pipelines.records.schema, ddai.pipelines.store.partitions\n"
+        "import ddai.pipelines.pages.corpus, ddai.pipelines.funnel.bucket, ddai.pipelines.funnel.focus\n"
+        "print(sorted(m for m in ('pyarrow', 'numpy', 'polars', 'duckdb') if m in sys.modules))\n"
+    )
+    assert out == "[]"
+
+
+def test_schema_columns_are_the_arrow_schema_names():
+    assert tuple(schema.ROLLOUT_SCHEMA.names) == schema.COLUMNS
+    assert schema.ROLLOUT_SCHEMA.field("turns").type.value_type == schema.TURN_TYPE
+    assert schema.ROLLOUT_SCHEMA.metadata == {b"schema_version": schema.SCHEMA_VERSION.encode()}
+
+
+def test_every_format_names_a_module_that_sniffs_and_reads():
+    for name in adapters.FORMATS:
+        module = adapters.adapter(name)
+        assert callable(module.sniff) and adapters.reader(name) is module.read
+        assert getattr(module, "NAME", name) == name
+    assert adapters.formats() == ["auto", *adapters.FORMATS]

@@ -1,0 +1,86 @@
+"""Claims on temp folders and files: a cleaner never sees one unclaimed, so it never removes a
+write in progress; a claim nobody holds is a crashed write's leftover."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pyarrow as pa
+import pytest
+
+from ddai.pipelines import store
+from ddai.pipelines.records.schema import ROLLOUT_SCHEMA
+from ddai.pipelines.store import io, locks
+
+
+def test_claimed_dir_is_claimed_until_closed(tmp_path):
+    d = tmp_path / ".tmp-r-1"
+    fh = locks.claimed_dir(d)
+    assert d.is_dir() and not locks.is_abandoned(d)
+    assert store.clean_leftovers(tmp_path) == [] and d.is_dir()
+    fh.close()
+    assert locks.is_abandoned(d)
+    assert store.clean_leftovers(tmp_path) == [".tmp-r-1"] and not d.exists()
+    assert not list(tmp_path.iterdir())  # no private name left behind
+
+
+def test_claimed_file_writes_through_its_claim(tmp_path):
+    f = tmp_path / ".tmp-r-1.jsonl"
+    fh = locks.claimed_file(f)
+    fh.write("line\n")
+    fh.flush()
+    assert not locks.is_abandoned(f)
+    assert store.clean_leftovers(tmp_path) == []
+    fh.close()
+    assert f.read_text(encoding="utf-8") == "line\n"
+    assert locks.is_abandoned(f)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".tmp-r-1.jsonl"]
+    with pytest.raises(FileExistsError):
+        locks.claimed_file(f)
+    with pytest.raises(FileExistsError):
+        locks.claimed_dir(f)
+
+
+def test_a_cleaner_running_while_a_writer_claims_its_folder_removes_nothing(tmp_path, monkeypatch):
+    """Another write's cleaning at the worst moment (the folder made, its claim not yet taken)
+    used to remove the new writer's folder: its part then failed with 'Not a directory'."""
+    logs = tmp_path / "logs"
+    real_claim = locks.claim
+
+    def claim_after_a_cleaner(path):
+        store.clean_leftovers(logs)
+        return real_claim(path)
+
+    monkeypatch.setattr(locks, "claim", claim_after_a_cleaner)
+    w = store.PartitionWriter(logs, "r")
+    assert w.tmp.is_dir()
+    w.add_table(_one_row())
+    w.commit({"sources": []})
+    assert store.read_rollouts(logs, ["r"]).num_rows == 1
+
+
+def _one_row() -> pa.Table:
+    cols = {f.name: pa.nulls(1, f.type) for f in ROLLOUT_SCHEMA}
+    cols["run_id"] = pa.array(["r"], ROLLOUT_SCHEMA.field("run_id").type)
+    cols["uid"] = pa.array(["u"], ROLLOUT_SCHEMA.field("uid").type)
+    return pa.table(cols, schema=ROLLOUT_SCHEMA)
+
+
+def test_an_atomic_write_is_claimed_as_its_temp_appears(tmp_path, monkeypatch):
+    """Another write of the same output cleaning its temps the moment this write's temp appears
+    finds it claimed already (a temp made, then locked, could be removed in between: the write's
+    rename then failed)."""
+    out = tmp_path / "out.json"
+    real_link = os.link
+    seen: list[list[str]] = []
+
+    def link_then_clean(src, dst, *a, **kw):
+        real_link(src, dst, *a, **kw)
+        seen.append([p.name for p in io.clean_temps(out)])  # the cleaner at the worst moment
+
+    monkeypatch.setattr(os, "link", link_then_clean)
+    io.write_json(out, {"a": 1})
+    assert seen == [[]]  # the cleaner ran once, as the temp appeared, and removed nothing
+    assert json.loads(out.read_text(encoding="utf-8")) == {"a": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["out.json"]
