@@ -38,6 +38,47 @@ def test_pairs_alternate_order_abba():
     assert [(p.side, d.side) for p, d in runs] == [("p", "d")] * 4
 
 
+def test_three_sides_alternate_order_abba():
+    bench = _bench()
+    calls: list[str] = []
+
+    def side(name):
+        def run(i):
+            calls.append(f"{name}{i}")
+            return bench.SideRun(name)
+
+        return run
+
+    runs = bench.interleaved(2, side("p"), side("o"), side("d"))
+    assert calls == ["p0", "o0", "d0", "d1", "o1", "p1"]
+    assert [tuple(r.side for r in rnd) for rnd in runs] == [("p", "o", "d")] * 2
+
+
+def test_step_clock_counts_the_work_after_a_step_in_that_step(monkeypatch):
+    """A step runs from its on_step_begin to the next one's (or the epoch's end): what callbacks
+    do after on_step_end (ddai's commit of the step's rollouts, its metrics) is in the step."""
+    bench = _bench()
+    now = {"wall": 0.0, "cpu": 0.0}
+    monkeypatch.setattr(bench.time, "perf_counter", lambda: now["wall"])
+    monkeypatch.setattr(bench.time, "process_time", lambda: now["cpu"])
+    run = bench.SideRun("x")
+    clock = bench.StepClock(run)
+
+    def tick(wall, cpu):
+        now["wall"] += wall
+        now["cpu"] += cpu
+
+    for step_s, after_s in ((1.0, 0.25), (2.0, 0.5)):
+        clock.on_step_begin(None, None, None)
+        tick(step_s, step_s / 2)
+        clock.on_step_end(None, None, None)
+        tick(after_s, after_s)  # a later callback's commit, then on_log
+    clock.on_epoch_end(None, None, None)
+    clock.on_train_end(None, None, None)  # nothing left open: no extra step
+    assert run.wall == [1.25, 2.5]
+    assert run.cpu == [0.75, 1.5]
+
+
 def test_ratio_is_seconds_per_policy_token_over_timed_steps():
     bench = _bench()
     # warm-up step first: its 9 s and 10 tokens are left out
@@ -70,6 +111,7 @@ def test_one_pair_counts_the_policy_tokens_each_side_produced(tmp_path, capsys):
     data = toy.write_toy(tmp_path / "toy")
     model = build_tiny(tmp_path / "tiny", texts=[r["messages"] for r in toy.sft_rows()])
     plain = bench.plain_trl(model, toy.dataset_rows(), tmp_path / "plain", args)
+    obs = bench.trl_with_observations(model, toy.dataset_rows(), tmp_path / "obs", args)
     ddai = bench.ddai_multiturn(model, data, tmp_path / "ddai", args)
 
     # plain TRL: eos cannot end a completion early, so every rollout is exactly P = 2 × 8 tokens
@@ -90,6 +132,25 @@ def test_one_pair_counts_the_policy_tokens_each_side_produced(tmp_path, capsys):
     # at most P policy tokens per rollout; observations make the sequence longer
     assert all(0 < t <= 4 * 16 for t in ddai.tokens)
     assert all(s > t for s, t in zip(ddai.sequence, ddai.tokens, strict=True))
+
+    # TRL + observations: plain TRL's P policy tokens, the sequence filled to ddai's budget
+    # S = 2 × (8 + OBS_ROOM) with observation tokens the loss masks out
+    budget = 2 * (8 + bench.OBS_ROOM)
+    assert obs.tokens == [4 * 16, 4 * 16] and obs.rollouts == [4, 4]
+    assert obs.sequence == [4 * budget, 4 * budget]
+    assert all(s <= 4 * budget for s in ddai.sequence)
+
+    three = bench.report([(plain, obs, ddai)], args)
+    text = capsys.readouterr().out
+    machinery = ddai.s_per_token / obs.s_per_token
+    assert three["machinery"]["ratio"].median == pytest.approx(machinery)
+    assert three["observations"]["ratio"].median == pytest.approx(
+        obs.s_per_token / plain.s_per_token
+    )
+    assert (
+        f"ddai / TRL + observations (ddai's machinery at equal sequence): wall s per "
+        f"policy token median {machinery:.3f}" in text
+    )
 
     out = bench.report([(plain, ddai)], args)
     text = capsys.readouterr().out
