@@ -10,9 +10,11 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
-from rich.markup import escape
 
-from ddai.cli.common import err_console, fail, summary
+from ddai.cli.app import COMMANDS
+from ddai.cli.common import err_console, fail, markup, summary
+
+TRAIN_HELP = COMMANDS["train"].help  # for callers that still pass it to ``sub_app``
 
 T = TypeVar("T")
 
@@ -51,7 +53,7 @@ def refuse_existing_run(
         steps = logged_steps(run_manifest(store, run_id))
         if steps and command != "ddai train collect":
             err_console.print(
-                f"[bold yellow]warning:[/] run {escape(run_id)!r} already holds training steps "
+                f"[bold yellow]warning:[/] run {markup.escape(run_id)!r} already holds training steps "
                 f"{min(steps)}..{max(steps)}; the appended run counts its steps from 1 again, so "
                 "its rows share step numbers with the earlier ones",
                 soft_wrap=True,
@@ -105,7 +107,7 @@ def main_summary(title: str, data: dict, *, as_json: bool) -> None:
         summary(title, data, as_json=as_json)
         for why in (no_signal(data), clip_inert(data), images_flattened(data)):
             if why is not None:
-                err_console.print(f"[bold yellow]warning:[/] {escape(why)}", soft_wrap=True)
+                err_console.print(f"[bold yellow]warning:[/] {markup.escape(why)}", soft_wrap=True)
 
 
 def no_signal(data: dict[str, Any]) -> str | None:
@@ -187,9 +189,6 @@ def clip_inert(data: dict[str, Any]) -> str | None:
     )
 
 
-TRAIN_HELP = "Train the Searcher: SFT, then GRPO over the search environment."
-
-
 def with_evals(result: dict[str, Any]) -> dict[str, Any]:
     """A value-head training summary with its ``eval_before``/``eval_after`` maps spread into
     ``before KEY``/``after KEY`` entries (one flat summary, as ``train value`` and ``value-sft``
@@ -200,11 +199,13 @@ def with_evals(result: dict[str, Any]) -> dict[str, Any]:
     return flat
 
 
-def sub_app(app: typer.Typer, name: str, help_text: str) -> typer.Typer:
-    """The sub-app ``name`` of ``app`` (registered by its own area), else a new one."""
+def sub_app(app: typer.Typer, name: str, help_text: str | None = None) -> typer.Typer:
+    """The sub-app ``name`` of ``app`` (registered by its own area), else a new one whose help is
+    its registry line (``ddai.cli.app.COMMANDS``: one text for ``ddai --help`` and ``ddai name
+    --help``); ``help_text`` is ignored (kept for callers that still pass one)."""
     for info in app.registered_groups:
         if info.name == name and info.typer_instance is not None:
             return info.typer_instance
-    sub = typer.Typer(help=help_text, no_args_is_help=True, rich_markup_mode=None)
+    sub = typer.Typer(help=COMMANDS[name].help, no_args_is_help=True, rich_markup_mode=None)
     app.add_typer(sub, name=name)
     return sub
