@@ -84,3 +84,13 @@ def test_the_check_sees_a_help_written_in_the_command():
     (param,) = typer.main.get_command(app).params
     docs = field_docs(_cls(NESTED[0]))
     assert param.help != docs["max_turns"] and param.help not in _alias_helps()
+
+
+@pytest.mark.parametrize("name", ["train", "value"])
+def test_sub_app_groups_take_their_help_from_the_registry(name, monkeypatch):
+    # a group's help is its registry line (one text for `ddai --help` and `ddai NAME --help`):
+    # change the line and the loaded group says the new text
+    from ddai.cli.app import COMMANDS, Entry
+
+    monkeypatch.setitem(COMMANDS, name, Entry(COMMANDS[name].modules, "Help from the registry."))
+    assert load_command(name).help == "Help from the registry."
