@@ -304,6 +304,18 @@ app = typer.Typer(
 )
 
 
+def sub_app(parent: typer.Typer, name: str, help_text: str | None = None) -> typer.Typer:
+    """The sub-app ``name`` of ``parent`` (registered by its own area), else a new one whose help
+    is its ``COMMANDS`` line: one text for ``ddai --help`` and ``ddai NAME --help``, written once
+    (``help_text`` is ignored, kept for callers that still pass one)."""
+    for info in parent.registered_groups:
+        if info.name == name and info.typer_instance is not None:
+            return info.typer_instance
+    sub = typer.Typer(help=COMMANDS[name].help, no_args_is_help=True, rich_markup_mode=None)
+    parent.add_typer(sub, name=name)
+    return sub
+
+
 def _version(value: bool) -> None:
     if value:
         from importlib.metadata import version

@@ -1,113 +1,55 @@
 """CLI: ``ddai train collect``: rollouts without training (off-policy collection, evaluation),
-from a local policy or an OpenAI-compatible server (``--generate-via NAME``)."""
+from a local policy or an OpenAI-compatible server (``--generate-via NAME``); flags from
+``CollectConfig``."""
 
 from __future__ import annotations
 
 import os
 from dataclasses import asdict
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 
 from ddai.cli.common import JsonOpt, LogsOpt, ProgressOpt, fail, summary
 from ddai.cli.flags import config_flags, with_groups
-from ddai.cli.options import (
-    CorpusOpt,
-    GenerateViaOpt,
-    PolicyDtypeOpt,
-    PromptDataOpt,
-    default_of,
-    episode_settings,
-    preflight_flags,
-    require_inputs,
-)
-from ddai.cli.running import (
-    TRAIN_HELP,
-    AppendRunOpt,
-    refuse_existing_run,
-    run_or_fail,
-    sub_app,
-)
+from ddai.cli.options import INPUTS, PREFLIGHT, default_of, episode_settings, require_inputs
+from ddai.cli.running import AppendRunOpt, refuse_existing_run, run_or_fail, sub_app
 from ddai.trainer.search.collect import CollectConfig
 
 COLLECT_FLAGS = config_flags(
     CollectConfig,
     {
-        name: None
-        for name in (
-            "n_agent",
-            "batch_size",
-            "temperature",
-            "top_p",
-            "top_k",
-            "limit",
-            "observation",
-            "image_root",
-            "generator_max_images",
-        )
+        **dict.fromkeys(("model", "generate_via")),
+        **INPUTS,
+        **dict.fromkeys(("dtype", "seed", "n_agent", "batch_size", "temperature", "top_p")),
+        "top_k": None,
+        **dict.fromkeys(("observation", "image_root", "generator_max_images")),
+        **PREFLIGHT,
     },
 )
-"""The collect flags whose type, default and help are ``CollectConfig``'s own."""
+"""Every flag of ``train collect`` that fills a ``CollectConfig`` field (the nested episode
+settings are ``options.episode_settings``)."""
 
 
-@with_groups(
-    {
-        "nested": episode_settings,
-        "settings": COLLECT_FLAGS,
-        "preflight": preflight_flags(CollectConfig),
-    }
-)
+@with_groups({"cfg": COLLECT_FLAGS, "nested": episode_settings})
 def train_collect_command(
-    model: Annotated[
-        str,
-        typer.Option(
-            "--model",
-            help="The policy (a local folder or hub id); with --generate-via, only its tokenizer "
-            "and chat template (those of the server's model).",
-        ),
-    ],
-    data: PromptDataOpt,
-    corpus: CorpusOpt,
-    generate_via: GenerateViaOpt = default_of(CollectConfig, "generate_via"),
+    *,
+    cfg: dict[str, Any],
+    nested: dict[str, Any],
     logs: LogsOpt = default_of(CollectConfig, "logs"),
-    run_id: Annotated[
-        str | None,
-        typer.Option("--run-id", help="Run id of the rollout log. Default: collect_<timestamp>."),
-    ] = default_of(CollectConfig, "run_id"),
     append: AppendRunOpt = False,
-    dtype: PolicyDtypeOpt = default_of(CollectConfig, "dtype"),
-    seed: Annotated[
-        int, typer.Option("--seed", help="Sampling seed (plus the rank).")
-    ] = default_of(CollectConfig, "seed"),
     progress: ProgressOpt = default_of(CollectConfig, "progress"),
     as_json: JsonOpt = False,
-    *,
-    settings: dict[str, Any],
-    nested: dict[str, Any],
-    preflight: dict[str, Any],
 ) -> None:
     """Roll out a policy over a prompt set and log the scored episodes, without training; exits 1
     when every search failed or no rollout could be scored."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from ddai.trainer.search.collect import run_collect
 
-    require_inputs(data, corpus)
-    refuse_existing_run("ddai train collect", logs, run_id, append=append)
-    cfg = CollectConfig(
-        model=model,
-        data=data,
-        corpus=corpus,
-        **nested,
-        **settings,
-        **preflight,
-        generate_via=generate_via,
-        run_id=run_id,
-        logs=logs,
-        dtype=dtype,
-        seed=seed,
-        progress=progress and not as_json,
-    )
-    result = run_or_fail(run_collect, cfg)
+    config = CollectConfig(**cfg, **nested, logs=logs, progress=progress and not as_json)
+    require_inputs(config.data, config.corpus)
+    refuse_existing_run("ddai train collect", logs, config.run_id, append=append)
+    result = run_or_fail(run_collect, config)
     summary("ddai train collect", asdict(result), as_json=as_json)
     if result.failure is not None:
         raise fail(result.failure, 1)
@@ -115,7 +57,6 @@ def train_collect_command(
 
 def register(app: typer.Typer) -> None:
     """Add ``train collect`` to the ``train`` group."""
-    train_app = sub_app(app, "train", TRAIN_HELP)
-    train_app.command(
+    sub_app(app, "train").command(
         "collect", short_help="Roll out a policy and log scored episodes, without training."
     )(train_collect_command)

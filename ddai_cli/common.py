@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from ddai.pipelines.records.lazy import lazy_module
-from ddai.pipelines.store.store_read import check_run_id
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -68,6 +67,8 @@ LogsOpt = Annotated[
 def check_run_ids(value: Any) -> Any:
     """Typer callback for run-id options: a run id that is not a safe folder name is a usage
     error (exit 2) naming the id and the characters allowed, before anything is read."""
+    from ddai.pipelines.store.store_read import check_run_id  # the store's modules: not for --help
+
     for v in value if isinstance(value, list | tuple) else [value]:
         if v is None:
             continue

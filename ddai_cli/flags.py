@@ -7,6 +7,7 @@ re-exports ``default_of``.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import inspect
@@ -40,8 +41,9 @@ def config_flags(config_cls: type, flags: dict[str, str | dict[str, Any] | None]
     ``"--whiten/--no-whiten"``), or ``typer.Option`` keywords (``{"min": 1}``, with ``"decl"``
     for the declaration and ``"help"`` for a help shared by several configs, shown as given);
     ``{"argument": True, ...}`` makes the field a positional ``typer.Argument`` (the other keys
-    are its keywords: ``metavar``). A field without a default is a required flag (argument). The
-    builder returns ``{field: value}`` to pass on to ``config_cls``."""
+    are its keywords: ``metavar``); ``"type"`` and ``"default"`` give a flag that the command
+    parses into the field (``--set`` as ``list[str]``). A field without a default is a required
+    flag (argument). The builder returns ``{field: value}`` to pass on to ``config_cls``."""
     hints = typing.get_type_hints(config_cls)
     docs = field_docs(config_cls)
     params = []
@@ -56,21 +58,22 @@ def config_flags(config_cls: type, flags: dict[str, str | dict[str, Any] | None]
             if name not in docs:
                 raise KeyError(f"{config_cls.__name__}.{name} has no docstring (its flag's help)")
             help_text = docs[name].replace("``", "`")  # reST literals shown as `code`
+        annotation = opts.pop("type", hints[name])
+        default = opts.pop("default", inspect.Parameter.empty)
         option = (
             typer.Argument(help=help_text, **opts)
             if argument
             else typer.Option(decl, help=help_text, **opts)
         )
-        try:
-            default = default_of(config_cls, name)
-        except KeyError:  # a field the config cannot default: the flag is required
-            default = inspect.Parameter.empty
+        if default is inspect.Parameter.empty:
+            with contextlib.suppress(KeyError):  # no default in the config: a required flag
+                default = default_of(config_cls, name)
         params.append(
             inspect.Parameter(
                 name,
                 inspect.Parameter.KEYWORD_ONLY,
                 default=default,
-                annotation=Annotated[hints[name], option],
+                annotation=Annotated[annotation, option],
             )
         )
 

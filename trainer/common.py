@@ -11,7 +11,6 @@ import dataclasses
 import difflib
 import json
 import os
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -38,6 +37,8 @@ def load_config_file(path: str | os.PathLike[str] | None) -> dict[str, Any]:
 
             data = yaml.safe_load(text) or {}
         else:
+            import tomllib  # a run's config file only: not loaded by the commands' --help
+
             data = tomllib.loads(text)
     except Exception as e:
         raise TrainConfigError(f"{p}: cannot parse ({e}); fix the file") from e

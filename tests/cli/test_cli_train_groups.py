@@ -170,18 +170,18 @@ PREFLIGHT = {
 
 
 def _value_helps(cls_path: str) -> dict[str, str]:
-    """The value commands' grouped flags: help is the field's docstring verbatim."""
+    """The value trainings' shared flags (``ddai.cli.value.FIT``): help is the field's docstring,
+    reST literals shown as `code`."""
     import importlib
 
     from ddai.cli.fields import field_help
-    from ddai.cli.value_opts import FIT_FIELDS
+    from ddai.cli.value import FIT
 
     module, name = cls_path.split(":")
     cls = getattr(importlib.import_module(module), name)
-    names = {"--out-dir": "output_dir"} | {
-        f"--{f.replace('_', '-')}": f for f in ("model", "dtype", "seed", *FIT_FIELDS)
-    }
-    return {decl: field_help(cls, f) for decl, f in names.items()} | DEVICE
+    names = {f"--{f.replace('_', '-')}": f for f in FIT} | {"--out-dir": "output_dir"}
+    names.pop("--output-dir")
+    return {decl: field_help(cls, f).replace("``", "`") for decl, f in names.items()} | DEVICE
 
 
 def _pointer_helps() -> dict[str, str]:
@@ -231,11 +231,12 @@ def test_grouped_flags_keep_their_declarations_and_help(path, helps):
         assert flag.secondary_opts == ["--no-reinforcepp-clip"]
 
 
-def test_value_sft_seed_help_keeps_its_literal():
-    # the value commands' help is the field's docstring as written (``x`` kept), as before the
-    # groups; config_flags' own rewrite to `x` applies only to help it reads itself
+def test_value_sft_seed_help_shows_its_literal_as_code():
+    # the value commands' help is the field's docstring, its reST literal ``x`` shown as `x`
+    # (config_flags' one rendering of every docstring it reads)
     res = CliRunner().invoke(app, ["train", "value-sft", "--help"], terminal_width=400)
-    assert "``data_sampling.seed``" in " ".join(res.output.split())
+    flat = " ".join(res.output.split())
+    assert "`data_sampling.seed`" in flat and "``data_sampling.seed``" not in flat
 
 
 @pytest.mark.parametrize(

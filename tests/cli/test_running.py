@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 
-from ddai.cli.running import clip_inert, main_summary, no_signal
+from ddai.cli.running import main_summary
+from ddai.trainer.runtime.run_warnings import clip_inert, no_signal
 
 
 def test_no_signal_only_when_no_group_had_reward_variance():

@@ -6,16 +6,18 @@ built from defaults < preset < config file < flags < ``--set``.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 from ddai.trainer import common
+from ddai.trainer.run_settings import PolicyRun, TrlKnobs
 from ddai.trainer.search.config import (
     EpisodeBackends,
     EpisodeConfig,
+    EpisodeInputs,
     EpisodeSettings,
     PageSettings,
+    PreflightSettings,
     RewardOverrides,
 )
 from ddai.trainer.search.run_result import LoggedRunResult
@@ -54,19 +56,17 @@ def train_preset(name: str | None) -> dict[str, Any]:
 
 
 @dataclass
-class GRPORunConfig(EpisodeSettings, PageSettings):
+class GRPORunConfig(
+    TrlKnobs, PreflightSettings, EpisodeSettings, PageSettings, EpisodeInputs, PolicyRun
+):
     """One GRPO run; every field has a flag in ``ddai train grpo``, the nested ``episode``,
-    ``rewards`` and ``backends`` (``EpisodeSettings``) field by field, and the page settings
-    (``PageSettings``: ``--observation``, ``--image-root``, ``--generator-max-images``)."""
+    ``rewards`` and ``backends`` (``EpisodeSettings``) field by field, the page settings
+    (``PageSettings``: ``--observation``, ``--image-root``, ``--generator-max-images``), and the
+    inputs, preflight, policy and TRL knobs every run of its kind shares (``EpisodeInputs``,
+    ``PreflightSettings``, ``ddai.trainer.run_settings``)."""
 
-    model: str
-    data: Path
-    """Prompts in verl's RL parquet shape."""
-    corpus: Path
-    """``pages.parquet`` (or its folder) the search backend and crops read."""
-    output_dir: Path
     run_id: str | None = None
-    logs: Path | None = None
+    """Run id of the rollout log. Default: grpo_<timestamp>."""
     preset: str | None = None
     """Optimiser preset: gspo-ddai (seed defaults: sequence ratio, clip 3e-4/4e-4, lr 1e-6, KL 0,
     entropy 0, two optimizer steps of --batch-size rollouts per rollout batch) or grpo."""
@@ -76,8 +76,6 @@ class GRPORunConfig(EpisodeSettings, PageSettings):
     """Rollouts per device optimizer step (prompts × n_agent); under --launch N the step's global
     batch is N × this. A rollout batch is this × steps_per_generation (1, or 2 under --preset
     gspo-ddai)."""
-    max_steps: int | None = None
-    learning_rate: float | None = None
     epsilon: float | None = None
     """Lower clip ε (ratio ≥ 1 − ε)."""
     epsilon_high: float | None = None
@@ -96,31 +94,13 @@ class GRPORunConfig(EpisodeSettings, PageSettings):
     """``server``: generate through a running ``trl vllm-serve`` (GPU)."""
     vllm_server_base_url: str | None = None
     """Base URL of the vLLM server."""
-    limit: int | None = None
-    seed: int = 0
-    save_steps: int | None = None
-    logging_steps: int | None = None
-    report_to: str | None = None
-    resume: bool = False
-    dtype: str = "float32"
     progress: bool = True
     """TRL's tqdm bars on stderr (``--no-progress`` sets its ``disable_tqdm``)."""
-    lora: bool = False
-    """Train a float32 LoRA adapter (peft) on frozen weights, under every accelerate config
-    (ZeRO-3 included); the adapter is saved to ``<out>/adapter`` and merged in float32 into
-    ``<out>``, checked against the trained model (``lora_merge``)."""
-    lora_r: int = 16
-    lora_alpha: int = 32
     lora_dropout: float = 0.0
-    lora_target: str = "all-linear"
     repetition_penalty: float | None = None
-    """Sampling repetition penalty (explicit; the checkpoint's own is never applied)."""
-    config_file: Path | None = None
-    overrides: dict[str, Any] = field(default_factory=dict)
-    skip_preflight: bool = False
-    """Train without the preflight checks (``ddai.trainer.search.preflight``); recorded in the run config."""
-    preflight_prompts: int = 2
-    """Prompts whose ``n_agent`` episodes the preflight samples (and 4× as many for search)."""
+    """Sampling repetition penalty (default 1: none). Applied explicitly, and the sampled log-probs
+    and the loss's are both of the penalized distribution (on-policy); the checkpoint's own
+    generation_config never applies."""
 
     def check(self) -> None:
         """Fail on bad settings before any model is loaded; messages name the flag."""

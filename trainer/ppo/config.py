@@ -5,12 +5,18 @@ Imports no torch, so the CLI reads its defaults (and the help of most flags) fro
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ddai.trainer.common import TrainConfigError
-from ddai.trainer.search.config import EpisodeSettings, PageSettings
+from ddai.trainer.run_settings import PolicyRun
+from ddai.trainer.search.config import (
+    EpisodeInputs,
+    EpisodeSettings,
+    PageSettings,
+    PreflightSettings,
+)
 from ddai.trainer.search.run_result import LoggedRunResult
 
 KL_MODES = ("reward", "loss")
@@ -31,17 +37,20 @@ CRITIC_DIR = "critic"
 
 
 @dataclass
-class PPORunConfig(EpisodeSettings, PageSettings):
+class PPORunConfig(PreflightSettings, EpisodeSettings, PageSettings, EpisodeInputs, PolicyRun):
     """One PPO run; every field has a flag in ``ddai train ppo``, the nested ``episode``,
     ``rewards`` and ``backends`` (``EpisodeSettings``) field by field, and the page settings
     (``PageSettings``: with an image corpus or ``--image-root`` the generator is sent the pages
     each episode gathered, as in GRPO; with ``--observation image`` the policy is a VLM shown the
-    page images, and every log-prob and value pass carries each rollout's images)."""
+    page images, and every log-prob and value pass carries each rollout's images). With ``lora``
+    (``PolicyRun``) the reference is the policy with the adapter disabled (no second copy)."""
 
-    model: str
-    data: Path
-    corpus: Path
-    output_dir: Path
+    model: str = field(kw_only=True)
+    """Starting policy: a local folder or a hub id."""
+    output_dir: Path = field(kw_only=True)
+    """Output folder: the policy, critic/ and metrics.jsonl."""
+    seed: int = field(default=0, kw_only=True)
+    """Random seed (sampling, split, head init)."""
     critic: str | None = None
     """A value checkpoint (``ddai train value``); None: a fresh head on the policy's trunk."""
     critic_head: str = "linear"
@@ -49,7 +58,7 @@ class PPORunConfig(EpisodeSettings, PageSettings):
     critic_unfreeze: int | None = None
     """Top critic trunk layers that train; None: the checkpoint's setting, or 2 for a fresh critic."""
     run_id: str | None = None
-    logs: Path | None = None
+    """Run id of the rollout log. Default: ppo_<timestamp>."""
     n_agent: int = 1
     """Rollouts per prompt."""
     batch_size: int = 8
@@ -100,8 +109,6 @@ class PPORunConfig(EpisodeSettings, PageSettings):
     """Whiten advantages over the batch's policy tokens."""
     temperature: float = 1.0
     """Sampling temperature."""
-    limit: int | None = None
-    """Use only the first N prompts."""
     grad_accum: int = 1
     """Micro-batches each mini-batch is split into and accumulated into one optimizer step (less
     memory)."""
@@ -112,20 +119,7 @@ class PPORunConfig(EpisodeSettings, PageSettings):
     model's dtype."""
     grad_clip: float = 1.0
     """Max gradient norm of each model (0: off)."""
-    dtype: str = "float32"
-    lora: bool = False
-    """Train a float32 LoRA adapter (peft) on the frozen policy; the reference is the policy with
-    the adapter disabled (no second copy); the adapter is saved to ``<out>/adapter`` and merged
-    in float32 into ``<out>``, checked against the trained model (``lora_merge``)."""
-    lora_r: int = 16
-    lora_alpha: int = 32
-    lora_target: str = "all-linear"
-    seed: int = 0
     progress: bool = True
-    skip_preflight: bool = False
-    """Train without the preflight checks (``ddai.trainer.search.preflight``); recorded in the run config."""
-    preflight_prompts: int = 2
-    """Prompts whose ``n_agent`` episodes the preflight samples (and 4× as many for search)."""
 
     def __post_init__(self) -> None:
         if self.kl_estimator is None:  # the estimator whose use in this mode is right

@@ -27,28 +27,33 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from ddai.pipelines.store import workspace
 from ddai.trainer.common import TrainConfigError
-from ddai.trainer.search.config import EpisodeSettings, PageSettings
+from ddai.trainer.search.config import (
+    EpisodeInputs,
+    EpisodeSettings,
+    PageSettings,
+    PreflightSettings,
+)
 
 
 @dataclass
-class CollectConfig(EpisodeSettings, PageSettings):
+class CollectConfig(PreflightSettings, EpisodeSettings, PageSettings, EpisodeInputs):
     """One collection run; every field has a flag in ``ddai train collect``, the nested
-    ``episode``, ``rewards`` and ``backends`` (``EpisodeSettings``) field by field, and the page
-    settings (``PageSettings``)."""
+    ``episode``, ``rewards`` and ``backends`` (``EpisodeSettings``) field by field, the page
+    settings (``PageSettings``), the inputs (``EpisodeInputs``) and the preflight
+    (``PreflightSettings``)."""
 
     model: str
-    """The local policy, or with ``generate_via`` the tokenizer of the server's model."""
-    data: Path
-    corpus: Path
+    """The policy (a local folder or hub id); with --generate-via, only its tokenizer and chat
+    template (those of the server's model)."""
     generate_via: str | None = None
-    """A ``[backends.NAME]`` of kind ``openai`` that generates the policy's turns."""
+    """Generate the policy's turns through this OpenAI-compatible server: a [backends.NAME] table
+    of kind openai in ddai.toml (base_url, model). Default: the local --model."""
     run_id: str | None = None
-    logs: Path | None = None
+    """Run id of the rollout log. Default: collect_<timestamp>."""
     n_agent: int = 1
     """Rollouts per prompt."""
     batch_size: int = 8
@@ -59,15 +64,11 @@ class CollectConfig(EpisodeSettings, PageSettings):
     """Nucleus sampling p."""
     top_k: int = 0
     """Top-k sampling (0: off)."""
-    limit: int | None = None
-    """Use only the first N prompts."""
     dtype: str = "float32"
+    """Local policy dtype: float32 (CPU), bfloat16, ..."""
     seed: int = 0
+    """Sampling seed (plus the rank)."""
     progress: bool = True
-    skip_preflight: bool = False
-    """Collect without the preflight checks (``ddai.trainer.search.preflight``)."""
-    preflight_prompts: int = 2
-    """Prompts whose ``n_agent`` episodes the preflight samples (and 4× as many for search)."""
 
     def check(self) -> None:
         self.check_pages()

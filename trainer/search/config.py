@@ -13,8 +13,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ddai.trainer.search.rewards import RewardSpec, reward_preset
+if TYPE_CHECKING:
+    from ddai.trainer.search.rewards import RewardSpec
 
 
 @dataclass(kw_only=True)
@@ -44,7 +46,8 @@ class RewardOverrides:
     over it (None: the preset's value)."""
 
     reward: str = "curriculum"
-    """Reward preset."""
+    """Reward preset: curriculum (0.8 judge + 0.2 NDCG, gated), ddai-phase1 (0.1 + 0.9 NDCG if
+    format passes) or judge-only."""
     w_judge: float | None = None
     """Weight of the judge score (overrides the preset's)."""
     w_ndcg: float | None = None
@@ -58,6 +61,9 @@ class RewardOverrides:
 
     def reward_spec(self) -> RewardSpec:
         """The preset with this config's overrides applied."""
+        # the reward machinery (threads, metrics) loads here, not with the config (``--help``)
+        from ddai.trainer.search.rewards import RewardSpec, reward_preset
+
         base = reward_preset(self.reward)
         return RewardSpec(
             w_judge=base.w_judge if self.w_judge is None else self.w_judge,
@@ -73,14 +79,16 @@ class EpisodeBackends:
     """The backends an episode calls, by ``ddai.toml`` name (None: the configured default)."""
 
     search: str | None = None
-    """Search backend."""
+    """Search backend name from ddai.toml (default: local BM25 over --corpus); a ``search-http``
+    backend queries a retrieval service, one batched request per turn."""
     generator: str | None = None
-    """Generator backend (answers from the gathered evidence)."""
+    """Frozen generator backend (answers from the gathered evidence)."""
     judge: str | None = None
     """Judge backend (scores the answer)."""
     reward_timeout: float = 90.0
-    """Seconds a step (or a collection batch) waits for a group's judge scores; a late group's
-    rollouts are unscorable: no reward (null in the log), left out of the step's advantages."""
+    """Seconds a step (or a collection batch) waits for a group's streamed judge results; a late
+    group's rollouts are unscorable: reward null in the log, left out of the advantages (counted
+    as unscorable)."""
 
 
 @dataclass(kw_only=True)
@@ -125,3 +133,32 @@ class PageSettings:
             raise TrainConfigError(
                 f"--generator-max-images {self.generator_max_images}: use 0 or more"
             )
+
+
+@dataclass(kw_only=True)
+class EpisodeInputs:
+    """What a run that plays episodes reads, shared by ``GRPORunConfig``, ``PPORunConfig`` and
+    ``CollectConfig``: the prompts, the page corpus, how many prompts, and the log store."""
+
+    data: Path
+    """Prompts in verl's RL parquet shape (id, prompt, file_name, reference_page, reward_model,
+    extra_info)."""
+    corpus: Path
+    """pages.parquet (or its folder) to search and crop."""
+    limit: int | None = None
+    """Use only the first N prompts."""
+    logs: Path | None = None
+    """Log store the run's rollouts go to (default: the workspace's)."""
+
+
+@dataclass(kw_only=True)
+class PreflightSettings:
+    """The checks before a run's first episode (``ddai.trainer.search.preflight``), shared by
+    ``GRPORunConfig``, ``PPORunConfig`` and ``CollectConfig``."""
+
+    skip_preflight: bool = False
+    """Run without the preflight (golden pages in the corpus and returned by search, pages the
+    policy and the generator can read, chat template renders the tags, sampled episodes complete
+    and score); a training run records it in its run_config.json."""
+    preflight_prompts: int = 2
+    """Prompts whose n_agent episodes the preflight samples (4x as many questions are searched)."""

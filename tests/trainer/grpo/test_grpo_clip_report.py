@@ -15,8 +15,8 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 from support.backends import ConstantGenerator, RandomJudge
 
-from ddai.cli.running import clip_inert
 from ddai.trainer import toy
+from ddai.trainer.runtime.run_warnings import clip_inert
 from ddai.trainer.search.config import EpisodeConfig, RewardOverrides
 from ddai.trainer.tiny import build_tiny
 

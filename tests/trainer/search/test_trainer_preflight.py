@@ -19,9 +19,9 @@ from support.backends import ConstantGenerator
 from typer.testing import CliRunner
 
 from ddai.cli.app import app
-from ddai.cli.running import no_signal
 from ddai.pipelines.backends import JudgeResult
 from ddai.trainer import toy
+from ddai.trainer.runtime.run_warnings import no_signal
 from ddai.trainer.runtime.zero_variance import ZeroVarianceSteps
 from ddai.trainer.search.chat import CHATML_TEMPLATE
 from ddai.trainer.search.preflight import (
