@@ -35,6 +35,20 @@ IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp")
 _PAGE = re.compile(r"^(?P<doc>.+)_(?P<page>\d+)$")
 
 
+@dataclass(frozen=True)
+class CorpusBuildConfig:
+    """What ``ddai corpus build`` reads and writes (``run``)."""
+
+    images_dir: Path
+    """Folder of page images named ``<doc>_<page>.jpg|png|webp`` (DDAI's corpus images); the file
+    name without extension is the page id."""
+    out: Path
+    """The pages.parquet to write (atomically)."""
+    text_from: Path | None = None
+    """Page text: a .parquet/.jsonl/.csv file with page_id and text columns (a text corpus's
+    pages.parquet also brings its line boxes, rescaled to the images)."""
+
+
 class CorpusBuildError(ValueError):
     """Bad input to ``ddai corpus build`` (the message names the input and the fix)."""
 
@@ -228,3 +242,8 @@ def build(
     io.write_parquet(out_path, corpus.to_table())
     manifest.write(out_path, record)
     return result
+
+
+def run(cfg: CorpusBuildConfig) -> BuildResult:
+    """``build`` with the settings of ``ddai corpus build``."""
+    return build(cfg.images_dir, cfg.out, text_from=cfg.text_from)

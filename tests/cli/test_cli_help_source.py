@@ -1,0 +1,79 @@
+"""Every flag's and argument's help of the commands generated from their configs is a field
+docstring of the command's config (reST literals shown as `code`) or the help of a shared alias
+(``ddai_cli/common.py``, ``ddai_cli/options.py``): no help is written in the command's module."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import typing
+
+import pytest
+
+from ddai.cli import app, common, options
+from ddai.cli.app import load_command
+from ddai.cli.fields import field_docs
+from ddai.pipelines.image_corpus import CorpusBuildConfig
+
+
+def _alias_helps() -> set[str]:
+    """The helps of the ``Annotated`` flag aliases shared by many commands, and of the
+    ``--progress/--no-progress`` the app gives every command that draws no bars."""
+    helps = {app.NO_BARS_HELP}
+    for module in (common, options):
+        for value in vars(module).values():
+            for meta in getattr(value, "__metadata__", ()):
+                if getattr(meta, "help", None):
+                    helps.add(meta.help)
+    return helps
+
+
+COMMANDS: dict[tuple[str, ...], tuple[str, tuple[type, ...]]] = {
+    ("corpus", "build"): ("corpus", (CorpusBuildConfig,)),
+}
+"""Each converted command: the module under ``ddai.cli`` that declares it, the configs its flags
+read."""
+
+
+def _written_helps(module_name: str) -> list[int]:
+    """Lines of ``module_name`` where a ``typer.Option`` or ``typer.Argument`` is given a help."""
+    tree = ast.parse(inspect.getsource(importlib.import_module(module_name)))
+    return [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in ("Option", "Argument")
+        and any(k.arg == "help" for k in node.keywords)
+    ]
+
+
+def _command(path: tuple[str, ...]) -> typing.Any:
+    command = load_command(path[0])
+    for word in path[1:]:
+        command = command.commands[word]
+    return command
+
+
+@pytest.mark.parametrize("path", sorted(COMMANDS), ids=" ".join)
+def test_every_param_help_is_a_config_field_docstring_or_a_shared_alias(path):
+    module, configs = COMMANDS[path]
+    docs = {text.replace("``", "`") for cfg in configs for text in field_docs(cfg).values()}
+    allowed = docs | _alias_helps()
+    params = [p for p in _command(path).params if p.name != "help"]
+    assert params
+    stray = {
+        p.name: getattr(p, "help", None) for p in params if getattr(p, "help", None) not in allowed
+    }
+    assert stray == {}
+    assert _written_helps(f"ddai.cli.{module}") == []
+
+
+def test_the_check_names_a_help_written_in_the_command():
+    """The check above can fail: a flag whose help is no config's docstring is named."""
+    command = _command(("corpus", "build"))
+    docs = {t.replace("``", "`") for t in field_docs(CorpusBuildConfig).values()}
+    out = next(p for p in command.params if p.name == "out")
+    assert out.help in docs
+    assert "Written by hand." not in docs | _alias_helps()
