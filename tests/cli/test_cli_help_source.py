@@ -13,8 +13,11 @@ import pytest
 
 from ddai.cli import app, common, options
 from ddai.cli.app import load_command
+from ddai.cli.demo import DemoConfig
 from ddai.cli.fields import field_docs
+from ddai.pipelines.fixtures.world import MakeConfig
 from ddai.pipelines.image_corpus import CorpusBuildConfig
+from ddai.trainer.tiny import TinyBuildConfig
 
 
 def _alias_helps() -> set[str]:
@@ -31,6 +34,9 @@ def _alias_helps() -> set[str]:
 
 COMMANDS: dict[tuple[str, ...], tuple[str, tuple[type, ...]]] = {
     ("corpus", "build"): ("corpus", (CorpusBuildConfig,)),
+    ("model", "tiny"): ("model", (TinyBuildConfig,)),
+    ("fixtures", "make"): ("fixtures", (MakeConfig,)),
+    ("demo",): ("demo", (DemoConfig,)),
 }
 """Each converted command: the module under ``ddai.cli`` that declares it, the configs its flags
 read."""
