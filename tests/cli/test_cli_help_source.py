@@ -15,6 +15,8 @@ from ddai.cli import app, common, options
 from ddai.cli.app import load_command
 from ddai.cli.demo import DemoConfig
 from ddai.cli.fields import field_docs
+from ddai.pipelines.backends.check import CheckConfig
+from ddai.pipelines.backends.rejudge import RejudgeConfig
 from ddai.pipelines.fixtures.world import MakeConfig
 from ddai.pipelines.image_corpus import CorpusBuildConfig
 from ddai.trainer.tiny import TinyBuildConfig
@@ -37,6 +39,8 @@ COMMANDS: dict[tuple[str, ...], tuple[str, tuple[type, ...]]] = {
     ("model", "tiny"): ("model", (TinyBuildConfig,)),
     ("fixtures", "make"): ("fixtures", (MakeConfig,)),
     ("demo",): ("demo", (DemoConfig,)),
+    ("backends", "check"): ("backends", (CheckConfig,)),
+    ("judge",): ("backends", (RejudgeConfig, CheckConfig)),
 }
 """Each converted command: the module under ``ddai.cli`` that declares it, the configs its flags
 read."""
