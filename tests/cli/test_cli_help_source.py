@@ -19,6 +19,7 @@ from ddai.pipelines.backends.check import CheckConfig
 from ddai.pipelines.backends.rejudge import RejudgeConfig
 from ddai.pipelines.fixtures.world import MakeConfig
 from ddai.pipelines.image_corpus import CorpusBuildConfig
+from ddai.pipelines.ingest_config import IngestConfig
 from ddai.trainer.tiny import TinyBuildConfig
 
 
@@ -41,6 +42,7 @@ COMMANDS: dict[tuple[str, ...], tuple[str, tuple[type, ...]]] = {
     ("demo",): ("demo", (DemoConfig,)),
     ("backends", "check"): ("backends", (CheckConfig,)),
     ("judge",): ("backends", (RejudgeConfig, CheckConfig)),
+    ("ingest",): ("ingest", (IngestConfig,)),
 }
 """Each converted command: the module under ``ddai.cli`` that declares it, the configs its flags
 read."""
@@ -87,3 +89,12 @@ def test_the_check_names_a_help_written_in_the_command():
     out = next(p for p in command.params if p.name == "out")
     assert out.help in docs
     assert "Written by hand." not in docs | _alias_helps()
+
+
+def test_input_format_help_lists_every_format():
+    """``--input-format``'s help is ``IngestConfig.fmt``'s docstring, written out: it must list
+    the adapters' registry (a format added there fails here until the docstring names it)."""
+    from ddai.pipelines import adapters
+    from ddai.pipelines.ingest_config import IngestConfig
+
+    assert field_docs(IngestConfig)["fmt"].endswith(f"One of: {', '.join(adapters.formats())}.")
