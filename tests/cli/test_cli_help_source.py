@@ -20,6 +20,8 @@ from ddai.pipelines.backends.rejudge import RejudgeConfig
 from ddai.pipelines.fixtures.world import MakeConfig
 from ddai.pipelines.image_corpus import CorpusBuildConfig
 from ddai.pipelines.ingest_config import IngestConfig
+from ddai.trainer.search.config import EpisodeBackends, EpisodeConfig, RewardOverrides
+from ddai.trainer.search.evaluate import EvalConfig
 from ddai.trainer.tiny import TinyBuildConfig
 
 
@@ -43,9 +45,23 @@ COMMANDS: dict[tuple[str, ...], tuple[str, tuple[type, ...]]] = {
     ("backends", "check"): ("backends", (CheckConfig,)),
     ("judge",): ("backends", (RejudgeConfig, CheckConfig)),
     ("ingest",): ("ingest", (IngestConfig,)),
+    ("eval",): ("eval", (EvalConfig, EpisodeConfig, RewardOverrides, EpisodeBackends)),
 }
 """Each converted command: the module under ``ddai.cli`` that declares it, the configs its flags
 read."""
+SHARED_GROUPS: dict[tuple[str, ...], tuple[typing.Any, ...]] = {
+    ("eval",): (options.preflight_flags(EvalConfig),),
+}
+"""Groups of ``ddai_cli/options.py`` a command takes whole (their helps written there once)."""
+
+
+def _group_helps(path: tuple[str, ...]) -> set[str]:
+    helps = set()
+    for group in SHARED_GROUPS.get(path, ()):
+        for param in inspect.signature(group).parameters.values():
+            for meta in getattr(param.annotation, "__metadata__", ()):
+                helps.add(meta.help)
+    return helps
 
 
 def _written_helps(module_name: str) -> list[int]:
@@ -72,7 +88,7 @@ def _command(path: tuple[str, ...]) -> typing.Any:
 def test_every_param_help_is_a_config_field_docstring_or_a_shared_alias(path):
     module, configs = COMMANDS[path]
     docs = {text.replace("``", "`") for cfg in configs for text in field_docs(cfg).values()}
-    allowed = docs | _alias_helps()
+    allowed = docs | _alias_helps() | _group_helps(path)
     params = [p for p in _command(path).params if p.name != "help"]
     assert params
     stray = {

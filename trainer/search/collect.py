@@ -42,7 +42,8 @@ class CollectConfig(EpisodeSettings, PageSettings):
     settings (``PageSettings``)."""
 
     model: str
-    """The local policy, or with ``generate_via`` the tokenizer of the server's model."""
+    """The policy (a local folder or hub id); with --generate-via, only its tokenizer and chat
+    template (those of the server's model)."""
     data: Path
     corpus: Path
     generate_via: str | None = None
@@ -63,6 +64,7 @@ class CollectConfig(EpisodeSettings, PageSettings):
     """Use only the first N prompts."""
     dtype: str = "float32"
     seed: int = 0
+    """Sampling seed (plus the rank)."""
     progress: bool = True
     skip_preflight: bool = False
     """Collect without the preflight checks (``ddai.trainer.search.preflight``)."""
