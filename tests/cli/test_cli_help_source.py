@@ -20,6 +20,9 @@ from ddai.pipelines.backends.rejudge import RejudgeConfig
 from ddai.pipelines.fixtures.world import MakeConfig
 from ddai.pipelines.image_corpus import CorpusBuildConfig
 from ddai.pipelines.ingest_config import IngestConfig
+from ddai.pipelines.pointer.embed import EmbedConfig
+from ddai.pipelines.pointer.user_set import PointerWorldConfig
+from ddai.trainer.pointer import config as pointer
 from ddai.trainer.search.config import EpisodeBackends, EpisodeConfig, RewardOverrides
 from ddai.trainer.search.evaluate import EvalConfig
 from ddai.trainer.tiny import TinyBuildConfig
@@ -46,11 +49,21 @@ COMMANDS: dict[tuple[str, ...], tuple[str, tuple[type, ...]]] = {
     ("judge",): ("backends", (RejudgeConfig, CheckConfig)),
     ("ingest",): ("ingest", (IngestConfig,)),
     ("eval",): ("eval", (EvalConfig, EpisodeConfig, RewardOverrides, EpisodeBackends)),
+    ("pointer", "world"): ("pointer", (PointerWorldConfig,)),
+    ("pointer", "embed"): ("pointer", (EmbedConfig,)),
+    ("pointer", "gen"): ("pointer", (pointer.GenConfig, pointer.ProposalConfig)),
+    ("pointer", "process"): ("pointer", (pointer.ProcessConfig, pointer.RewardConfig)),
+    ("pointer", "train"): (
+        "pointer",
+        (pointer.PointerTrainConfig, pointer.TrainSchedule, pointer.RLConfig),
+    ),
+    ("pointer", "eval"): ("pointer", (pointer.EvalConfig,)),
 }
 """Each converted command: the module under ``ddai.cli`` that declares it, the configs its flags
 read."""
 SHARED_GROUPS: dict[tuple[str, ...], tuple[typing.Any, ...]] = {
     ("eval",): (options.preflight_flags(EvalConfig),),
+    ("pointer", "train"): (options.device_options,),
 }
 """Groups of ``ddai_cli/options.py`` a command takes whole (their helps written there once)."""
 
@@ -114,3 +127,16 @@ def test_input_format_help_lists_every_format():
     from ddai.pipelines.ingest_config import IngestConfig
 
     assert field_docs(IngestConfig)["fmt"].endswith(f"One of: {', '.join(adapters.formats())}.")
+
+
+def test_pointer_world_help_says_the_worlds_pool_size():
+    """``--demos``'s docstring writes the synthetic world's default pool size out."""
+    from ddai.pipelines.pointer.world import WorldConfig
+
+    assert f"(default {WorldConfig.n_demos};" in field_docs(PointerWorldConfig)["n_demos"]
+
+
+def test_metric_help_lists_every_scorer():
+    from ddai.pipelines.pointer.vqa import SCORERS
+
+    assert field_docs(pointer.VqaStep)["metric"].startswith(f"Answer score: {', '.join(SCORERS)} (")
