@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import typer
-from rich.markup import escape
 
 from ddai.cli.common import (
     EXIT_FAILED,
@@ -17,6 +16,7 @@ from ddai.cli.common import (
     check_run_ids,
     err_console,
     fail,
+    markup,
     print_rows,
     summary,
 )
@@ -109,8 +109,8 @@ def check_cmd(*, settings: dict[str, Any], as_json: JsonOpt = False) -> None:
             if r.get("ping") and not r["ping"]["ok"]:
                 roles = ", ".join(r.get("roles", [])) or "no role"
                 err_console.print(
-                    f"[bold red]error:[/] backend {escape(r['name'])!r} ({escape(roles)}): "
-                    f"{escape(str(r['ping']['detail']))}",
+                    f"[bold red]error:[/] backend {markup.escape(r['name'])!r} ({markup.escape(roles)}): "
+                    f"{markup.escape(str(r['ping']['detail']))}",
                     soft_wrap=True,
                 )
     if failed:

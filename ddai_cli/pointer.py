@@ -29,7 +29,6 @@ from ddai.cli.fields import field_opt
 from ddai.cli.flags import config_flags, doc_flags, with_groups
 from ddai.cli.options import default_of, device_options, parse_floats
 from ddai.cli.running import maybe_relaunch
-from ddai.pipelines.backends.usage import FAILED_CALLS, failed_calls
 from ddai.pipelines.pointer.embed import EmbedConfig
 from ddai.pipelines.pointer.user_set import PointerWorldConfig
 from ddai.trainer.pointer.config import (
@@ -54,6 +53,7 @@ pointer_app = typer.Typer(
 def _with_vqa(run: Callable[..., Any], cfg: Any, retry_failed: bool) -> dict[str, Any]:
     """``run(cfg, vqa_model=...)``'s summary (``run_gen``, or ``run_eval``'s second value) with
     the VQA calls that failed, by reason (the command then exits 1)."""
+    from ddai.pipelines.backends.usage import FAILED_CALLS, failed_calls
     from ddai.pipelines.pointer.vqa import resolve_vqa
 
     model = resolve_vqa(cfg.vqa, max_cost=cfg.max_cost, retry_failed=retry_failed)

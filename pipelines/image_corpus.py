@@ -27,8 +27,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines import csv_cells, io, manifest
-from ddai.pipelines.corpus import Corpus
+from ddai.pipelines.lazy import lazy_module
+
+# the readers and writers load when a corpus is built: `ddai corpus build --help` reads the config
+csv_cells = lazy_module("ddai.pipelines.csv_cells")
+io = lazy_module("ddai.pipelines.io")
+manifest = lazy_module("ddai.pipelines.manifest")
+corpus_mod = lazy_module("ddai.pipelines.corpus")
 
 STEP = "corpus.build"
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp")
@@ -222,7 +227,7 @@ def build(
     folder, out_path = Path(images_dir), Path(out)
     texts = read_text_table(Path(text_from)) if text_from is not None else None
     records = page_records(folder, out_path.parent, texts)
-    corpus = Corpus.from_records(records, root=out_path.parent)
+    corpus = corpus_mod.Corpus.from_records(records, root=out_path.parent)
     if texts is not None:
         _check_text_matched(Path(str(text_from)), texts, corpus.pages())
     inputs: list[str | os.PathLike[str]] = [folder, *([text_from] if text_from else [])]

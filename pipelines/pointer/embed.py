@@ -13,10 +13,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ddai.pipelines import manifest
-from ddai.pipelines.backends.base import EmbedItem
 from ddai.pipelines.lazy import lazy_module
 from ddai.pipelines.pointer import Rerun
 from ddai.pipelines.pointer import world as world_mod
@@ -24,6 +22,12 @@ from ddai.pipelines.pointer.store import SUFFIXES, build_store, save_store
 from ddai.pipelines.progress import bar
 
 np = lazy_module("numpy")
+# the store's commit machinery and the backends load when embeddings are made, not for --help
+manifest = lazy_module("ddai.pipelines.manifest")
+backends_base = lazy_module("ddai.pipelines.backends.base")
+
+if TYPE_CHECKING:
+    from ddai.pipelines.backends.base import EmbedItem
 
 WORLD_EMBEDDER = "world"
 
@@ -132,7 +136,7 @@ def run_embed(cfg: EmbedConfig, *, embedder: Any = None) -> dict[str, Any]:
         n_images = sum(map(len, images))
         with_images = bool(n_images and hasattr(embedder, "embed_items"))
         items = [
-            EmbedItem(t, tuple(i) if with_images else ())
+            backends_base.EmbedItem(t, tuple(i) if with_images else ())
             for t, i in zip(texts, images, strict=True)
         ]
         if cfg.dry_run:

@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines import io, manifest
 from ddai.pipelines.lazy import lazy_module
 from ddai.pipelines.metrics import vqa_normalize
 from ddai.pipelines.pointer.world import (
@@ -36,6 +35,8 @@ from ddai.pipelines.pointer.world import (
 )
 
 np = lazy_module("numpy")
+io = lazy_module("ddai.pipelines.io")  # the writers load when a world is written, not for --help
+manifest = lazy_module("ddai.pipelines.manifest")
 pl = lazy_module("polars")
 
 SOURCE_FILE = "source.json"

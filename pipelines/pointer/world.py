@@ -24,8 +24,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines import io, manifest
 from ddai.pipelines.lazy import lazy_module
+
+# the writers (the store's commit machinery, ~60 modules) load when a world is written: the
+# configs here are read by `ddai pointer … --help`
+io = lazy_module("ddai.pipelines.io")
+manifest = lazy_module("ddai.pipelines.manifest")
 
 np = lazy_module("numpy")
 safetensors_np = lazy_module("safetensors.numpy")
