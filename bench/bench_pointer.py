@@ -53,9 +53,9 @@ def one_seed(seed: int, root: Path, rl_epochs: int) -> dict[str, tuple[float, fl
     run_process(ProcessConfig(raw=root / "raw.jsonl", out=root / "rl.parquet"))
     rl_optim = OptimConfig(lr=1e-3, batch_queries=8, weight_decay=1e-2, seed=seed)
     runs = {
-        "RCE→GRPO": ("grpo", "epoch"),
+        "RCE→GRPO": ("clipped-group", "epoch"),
         "RCE→REINFORCE++": ("reinforcepp", "epoch"),
-        "RCE→GRPO, stored π_old": ("grpo", "stored"),
+        "RCE→GRPO, stored π_old": ("clipped-group", "stored"),
     }
     for name, (mode, old) in runs.items():
         run_train(

@@ -2,35 +2,46 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import typer
-from rich.markup import escape
 
 from ddai.cli.common import (
     EXIT_FAILED,
     JsonOpt,
     LogsOpt,
+    ProgressOpt,
+    RetryFailedOpt,
+    bad_input_exits,
     check_run_ids,
     err_console,
     fail,
+    markup,
     print_rows,
     summary,
 )
-from ddai.pipelines.backends.check import check_backends
+from ddai.cli.flags import config_flags, with_groups
+from ddai.pipelines.backends.check import CheckConfig, check_backends
 from ddai.pipelines.backends.config import ConfigError
 from ddai.pipelines.backends.rejudge import RejudgeConfig, RejudgeError, rejudge
 from ddai.pipelines.store import StoreConflict, workspace
 
-CacheOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--cache",
-        help="Call cache file (SQLite). Default: <workspace>/cache/calls.sqlite, the workspace "
-        "being $DDAI_HOME or ./ddai-work.",
-    ),
-]
+CHECK_FLAGS = config_flags(CheckConfig, {"ping": "--ping/--no-ping", "cache": "--cache"})
+"""``ddai backends check``'s flags: ``CheckConfig``'s fields."""
+CACHE_FLAG = config_flags(CheckConfig, {"cache": "--cache"})
+"""The call cache flag, ``ddai judge``'s too."""
+JUDGE_FLAGS = config_flags(
+    RejudgeConfig,
+    {
+        "run": {"decl": "--run", "callback": check_run_ids},
+        "judge": "--judge",
+        "out_run": {"decl": "--out-run", "callback": check_run_ids},
+        "in_place": "--in-place",
+        "dry_run": "--dry-run",
+        "max_cost": {"decl": "--max-cost", "min": 0},
+    },
+)
+"""``ddai judge``'s flags read from ``RejudgeConfig``'s fields."""
 
 
 def _backend_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -64,21 +75,11 @@ def _backend_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def check_cmd(
-    ping: Annotated[
-        bool,
-        typer.Option(
-            help="Ping every remote backend with a real call: models one small uncached completion "
-            "per judge or generator role using them (else a metadata call, no tokens); search "
-            "services their /health route when they have one, then one query."
-        ),
-    ] = True,
-    cache: CacheOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
+@with_groups({"settings": CHECK_FLAGS})
+def check_cmd(*, settings: dict[str, Any], as_json: JsonOpt = False) -> None:
     """List the configured backends and the roles using them, ping them, and show cache stats."""
     try:
-        report = check_backends(ping=ping, cache=cache)
+        report = check_backends(**settings)
     except (ConfigError, ValueError) as e:
         raise fail(f"{e} (check the [backends] tables of ddai.toml)") from e
     failed = [r["name"] for r in report["backends"] if r.get("ping") and not r["ping"]["ok"]]
@@ -107,85 +108,35 @@ def check_cmd(
             if r.get("ping") and not r["ping"]["ok"]:
                 roles = ", ".join(r.get("roles", [])) or "no role"
                 err_console.print(
-                    f"[bold red]error:[/] backend {escape(r['name'])!r} ({escape(roles)}): "
-                    f"{escape(str(r['ping']['detail']))}",
+                    f"[bold red]error:[/] backend {markup.escape(r['name'])!r} ({markup.escape(roles)}): "
+                    f"{markup.escape(str(r['ping']['detail']))}",
                     soft_wrap=True,
                 )
     if failed:
         raise typer.Exit(EXIT_FAILED)
 
 
+@with_groups({"settings": JUDGE_FLAGS, "cache": CACHE_FLAG})
 def judge_cmd(
-    run: Annotated[
-        str,
-        typer.Option("--run", callback=check_run_ids, help="The run whose answers to (re)score."),
-    ],
-    judge: Annotated[
-        str | None,
-        typer.Option(
-            "--judge",
-            help="Judge backend name from ddai.toml [backends] (or `local`). Default: $DDAI_JUDGE, "
-            "then ddai.toml [roles] judge, then local.",
-        ),
-    ] = None,
+    *,
+    settings: dict[str, Any],
     logs: LogsOpt = None,
-    out_run: Annotated[
-        str | None,
-        typer.Option(
-            "--out-run",
-            callback=check_run_ids,
-            help="Run id to write the rescored run to. Default: <run>@<judge>.",
-        ),
-    ] = None,
-    in_place: Annotated[
-        bool,
-        typer.Option(
-            "--in-place", help="Write the new scores into --run itself (old ones kept in extra)."
-        ),
-    ] = False,
-    dry_run: Annotated[
-        bool,
-        typer.Option(
-            "--dry-run", help="Count the calls and their estimated cost; call and write nothing."
-        ),
-    ] = False,
-    max_cost: Annotated[
-        float | None,
-        typer.Option(
-            "--max-cost",
-            help="Stop before spending more than this many USD (rerun to resume).",
-            min=0,
-        ),
-    ] = None,
-    cache: CacheOpt = None,
-    retry_failed: Annotated[
-        bool,
-        typer.Option(
-            "--retry-failed",
-            help="Call again the requests that failed in an earlier run (their failures are "
-            "cached with the reason; without this flag they are reported again, not re-paid).",
-        ),
-    ] = False,
-    progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+    cache: dict[str, Any],
+    retry_failed: RetryFailedOpt = False,
+    progress: ProgressOpt = True,
     as_json: JsonOpt = False,
 ) -> None:
     """(Re)score a run's answers with a judge backend. A failed call never replaces a score
     (null in a new run, the old score kept with --in-place); any failure exits 1 with the
     failures by reason."""
-    if in_place and out_run:
-        raise fail("--in-place and --out-run exclude each other; pick one")
-    cfg = RejudgeConfig(
-        logs=workspace.logs_dir(logs),
-        run=run,
-        judge=judge,
-        out_run=out_run,
-        in_place=in_place,
-        dry_run=dry_run,
-        max_cost=max_cost,
-        cache=cache,
-        progress=progress and not as_json,
-        retry_failed=retry_failed,
-    )
+    with bad_input_exits():
+        cfg = RejudgeConfig(
+            logs=workspace.logs_dir(logs),
+            **settings,
+            **cache,
+            progress=progress and not as_json,
+            retry_failed=retry_failed,
+        )
     try:
         result = rejudge(cfg)
     except (RejudgeError, ConfigError) as e:

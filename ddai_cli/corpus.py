@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from ddai.cli.common import JsonOpt, fail, summary
+from ddai.cli.fields import field_opt
+from ddai.cli.flags import config_flags, with_groups
+from ddai.pipelines.pages.image_corpus import CorpusBuildConfig
+
+BUILD_FLAGS = config_flags(
+    CorpusBuildConfig,
+    {"images_dir": {"argument": True, "metavar": "DIR"}, "text_from": None},
+)
+"""``ddai corpus build``'s flags but ``--out`` (its ``-o`` needs a second declaration)."""
 
 
 def register(app: typer.Typer) -> None:
@@ -19,37 +28,18 @@ def register(app: typer.Typer) -> None:
     )
 
     @corpus_app.command("build", short_help="Build a page corpus from page images.")
+    @with_groups({"cfg": BUILD_FLAGS})
     def build(
-        images_dir: Annotated[
-            Path,
-            typer.Argument(
-                metavar="DIR",
-                help="Folder of page images named `<doc>_<page>.jpg|png|webp` (DDAI's corpus "
-                "images); the file name without extension is the page id.",
-            ),
-        ],
-        out: Annotated[
-            Path,
-            typer.Option(
-                "--out", "-o", metavar="<file>", help="The pages.parquet to write (atomically)."
-            ),
-        ],
-        text_from: Annotated[
-            Path | None,
-            typer.Option(
-                "--text-from",
-                help="Page text: a .parquet/.jsonl/.csv file with page_id and text columns (a "
-                "text corpus's pages.parquet also brings its line boxes, rescaled to the images).",
-            ),
-        ] = None,
+        *,
+        out: Annotated[Path, field_opt(CorpusBuildConfig, "out", "--out", "-o", metavar="<file>")],
+        cfg: dict[str, Any],
         as_json: JsonOpt = False,
     ) -> None:
         """One row per page image: page id, document and page, image path and size, optional text."""
-        from ddai.pipelines.pages.image_corpus import CorpusBuildError
-        from ddai.pipelines.pages.image_corpus import build as build_corpus
+        from ddai.pipelines.pages.image_corpus import CorpusBuildError, run
 
         try:
-            result = build_corpus(images_dir, out, text_from=text_from)
+            result = run(CorpusBuildConfig(**cfg, out=out))
         except CorpusBuildError as e:
             raise fail(str(e)) from e
         summary("ddai corpus build", result.to_dict(), as_json=as_json)

@@ -14,21 +14,28 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 
 from ddai.cli.common import EXIT_FAILED, JsonOpt, err_console, summary
+from ddai.cli.flags import config_flags, with_groups
+from ddai.pipelines.fixtures.world import WorldSpec
 from ddai.pipelines.store import workspace
 
 
-@dataclass
-class DemoConfig:
+@dataclass(kw_only=True)
+class DemoConfig(WorldSpec):
+    """``ddai demo``: the synthetic world (``WorldSpec``) and the loop's results under
+    ``<home>/demo``."""
+
     home: Path
-    seed: int = 0
-    size: str = "small"
     fresh: bool = False
+    """Rebuild the synthetic world even if present."""
     train: bool = False
+    """Also train before the report: a tiny model, an SFT start and 2 GRPO steps on the learning
+    bench's task (ddai.trainer.learn_task: search the topic the question asks about, not the one
+    it rules out), logged as run demo_grpo; adds a few CPU minutes."""
 
     @property
     def world(self) -> Path:
@@ -201,27 +208,22 @@ def next_commands(cfg: DemoConfig) -> dict[str, str]:
     }
 
 
-def demo_cmd(
-    seed: Annotated[int, typer.Option(help="Seed of the synthetic world.")] = 0,
-    size: Annotated[
-        str, typer.Option(help="Size of the synthetic world: small, medium, large or a number.")
-    ] = "small",
-    fresh: Annotated[
-        bool, typer.Option(help="Rebuild the synthetic world even if present.")
-    ] = False,
-    train: Annotated[
-        bool,
-        typer.Option(
-            help="Also train before the report: a tiny model, an SFT start and 2 GRPO steps on "
-            "the learning bench's task (ddai.trainer.learn_task: search the topic the question "
-            "asks about, not the one it rules out), logged as run demo_grpo; adds a few CPU "
-            "minutes."
-        ),
-    ] = False,
-    as_json: JsonOpt = False,
-) -> None:
+DEMO_FLAGS = config_flags(
+    DemoConfig,
+    {
+        "seed": None,
+        "size": None,
+        "fresh": "--fresh/--no-fresh",
+        "train": "--train/--no-train",
+    },
+)
+"""``ddai demo``'s flags: ``DemoConfig``'s fields (the world's from ``WorldSpec``)."""
+
+
+@with_groups({"settings": DEMO_FLAGS})
+def demo_cmd(*, settings: dict[str, Any], as_json: JsonOpt = False) -> None:
     """Run the whole loop on the synthetic world: world → ingest → funnel → distill (→ train) → report."""
-    cfg = DemoConfig(home=workspace.home(), seed=seed, size=size, fresh=fresh, train=train)
+    cfg = DemoConfig(home=workspace.home(), **settings)
     results: dict[str, Any] = {}
 
     def on_step(name: str, result: dict[str, Any], seconds: float) -> None:

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict
-from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 
@@ -39,42 +38,24 @@ EVAL_FLAGS = config_flags(
 
 @with_groups(
     {
+        "run": config_flags(
+            EvalConfig,
+            {"model": "--model", "data": "--data", "run_id": "--run-id", "seed": "--seed"},
+        ),
         "nested": episode_settings,
         "settings": EVAL_FLAGS,
         "preflight": preflight_flags(EvalConfig),
     }
 )
 def eval_command(
-    model: Annotated[
-        str,
-        typer.Option(
-            "--model",
-            help="The policy (a local folder or hub id); with --generate-via, only its tokenizer "
-            "and chat template (those of the server's model).",
-        ),
-    ],
-    data: Annotated[
-        Path,
-        typer.Option(
-            "--data",
-            help="The test set in verl's RL parquet shape, e.g. DDAI's overall_test_crop.parquet "
-            "(its data_source and *_type fields are the categories).",
-        ),
-    ],
+    *,
+    run: dict[str, Any],
     corpus: CorpusOpt,
     generate_via: GenerateViaOpt = default_of(EvalConfig, "generate_via"),
     logs: LogsOpt = default_of(EvalConfig, "logs"),
-    run_id: Annotated[
-        str | None,
-        typer.Option("--run-id", help="Run id of the rollout log. Default: eval_<timestamp>."),
-    ] = default_of(EvalConfig, "run_id"),
     dtype: PolicyDtypeOpt = default_of(EvalConfig, "dtype"),
-    seed: Annotated[
-        int, typer.Option("--seed", help="Sampling seed (plus the rank).")
-    ] = default_of(EvalConfig, "seed"),
     progress: ProgressOpt = default_of(EvalConfig, "progress"),
     as_json: JsonOpt = False,
-    *,
     settings: dict[str, Any],
     nested: dict[str, Any],
     preflight: dict[str, Any],
@@ -83,19 +64,16 @@ def eval_command(
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from ddai.trainer.search.evaluate import run_eval
 
-    require_inputs(data, corpus)
+    require_inputs(run["data"], corpus)
     cfg = EvalConfig(
-        model=model,
-        data=data,
+        **run,
         corpus=corpus,
         **nested,
         **settings,
         **preflight,
         generate_via=generate_via,
-        run_id=run_id,
         logs=logs,
         dtype=dtype,
-        seed=seed,
         progress=progress and not as_json,
     )
     summary("ddai eval", asdict(run_or_fail(run_eval, cfg)), as_json=as_json)

@@ -2,29 +2,20 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Annotated
+from typing import Any
 
 import typer
 
-from ddai.cli.common import JsonOpt, fail, summary
-from ddai.pipelines.fixtures import SIZES, make_world
-from ddai.pipelines.fixtures.world import parse_size
+from ddai.cli.common import JsonOpt, ProgressOpt, bad_input_exits, summary
+from ddai.cli.flags import config_flags, with_groups
+from ddai.pipelines.fixtures import make_world
+from ddai.pipelines.fixtures.world import MakeConfig
 
 fixtures_app = typer.Typer(
     help="The synthetic world: a page corpus, a prompt set and simulated runs with a truth table.",
     no_args_is_help=True,
     rich_markup_mode=None,
 )
-
-
-@dataclass(frozen=True)
-class MakeConfig:
-    out: Path
-    seed: int
-    size: str
-    progress: bool
 
 
 def _make(cfg: MakeConfig) -> dict:
@@ -50,37 +41,24 @@ def _make(cfg: MakeConfig) -> dict:
         return make_world(cfg.out, seed=cfg.seed, size=cfg.size, progress=report)
 
 
+MAKE_FLAGS = config_flags(
+    MakeConfig,
+    {"out": {"argument": True, "metavar": "DIR"}, "seed": "--seed", "size": "--size"},
+)
+"""``ddai fixtures make``'s flags: ``MakeConfig``'s fields."""
+
+
 @fixtures_app.command(
     "make", short_help="Write the synthetic world: pages, prompts, runs, truth table."
 )
+@with_groups({"settings": MAKE_FLAGS})
 def make_cmd(
-    out: Annotated[
-        Path,
-        typer.Argument(metavar="DIR", help="Folder to write the world into (created if missing)."),
-    ],
-    seed: Annotated[
-        int, typer.Option("--seed", help="Random seed; the world is a function of it.")
-    ] = 0,
-    size: Annotated[
-        str,
-        typer.Option(
-            "--size",
-            help=f"{', '.join(f'{k} ({v[0]} prompts)' for k, v in SIZES.items())}, or a number of "
-            "prompts (at least 10). The default is what fixtures/ holds.",
-        ),
-    ] = "small",
-    progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
-    as_json: JsonOpt = False,
+    *, settings: dict[str, Any], progress: ProgressOpt = True, as_json: JsonOpt = False
 ) -> None:
     """Write pages.parquet, dataset.parquet, logs/<run>.jsonl, unified/<run>/, reviews/ and
     truth.json into OUT."""
-    try:
-        parse_size(size)
-    except ValueError as e:
-        raise fail(f"--size: {e}") from e
-    if out.exists() and not out.is_dir():
-        raise fail(f"{out} is a file; give a folder to write the world into")
-    cfg = MakeConfig(out=out, seed=seed, size=size, progress=progress and not as_json)
+    with bad_input_exits():
+        cfg = MakeConfig(**settings, progress=progress and not as_json)
     summary("ddai fixtures make", _make(cfg), as_json=as_json)
 
 

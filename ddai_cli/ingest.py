@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -11,12 +10,15 @@ from ddai.cli.common import (
     EXIT_FAILED,
     JsonOpt,
     LogsOpt,
+    ProgressOpt,
+    bad_input_exits,
     check_run_ids,
     err_console,
     fail,
     summary,
 )
-from ddai.pipelines import adapters
+from ddai.cli.flags import config_flags, with_groups
+from ddai.pipelines.ingest_config import IngestConfig
 from ddai.pipelines.store import workspace
 from ddai.pipelines.store.objstore import display
 
@@ -24,82 +26,50 @@ if TYPE_CHECKING:
     from ddai.pipelines.ingest import IngestResult
 
 
+INGEST_FLAGS = config_flags(
+    IngestConfig,
+    {
+        "sources": {"argument": True, "metavar": "FILE"},
+        "run_id": {"decl": "--run-id", "callback": check_run_ids},
+    },
+)
+OPTION_FLAGS = config_flags(
+    IngestConfig,
+    {
+        "append": "--append",
+        "fmt": {"decl": "--input-format", "metavar": "<format>"},
+        "uid_field": "--uid-field",
+        "dataset": "--dataset",
+    },
+)
+"""``ddai ingest``'s flags: ``IngestConfig``'s fields (``--logs`` between the two groups)."""
+
+
+@with_groups({"target": INGEST_FLAGS, "options": OPTION_FLAGS})
 def ingest_cmd(
-    sources: Annotated[
-        list[Path],
-        typer.Argument(
-            metavar="FILE",
-            help="Rollout files: ddai's JSONL/Parquet, DDAI's unified_trajectory.jsonl, "
-            "flash_rm_detail.jsonl or gspo_phase1.json, or verl rollout dumps ({step}.jsonl).",
-        ),
-    ],
-    run_id: Annotated[
-        str | None,
-        typer.Option(
-            "--run-id",
-            callback=check_run_ids,
-            help="Run id for every row (wins over the rows' own run_id, "
-            "which is kept as extra.source_run_id).",
-        ),
-    ] = None,
+    *,
+    target: dict[str, Any],
     logs: LogsOpt = None,
-    append: Annotated[
-        bool, typer.Option("--append", help="Add to the run's partition instead of replacing it.")
-    ] = False,
-    fmt: Annotated[
-        str,
-        typer.Option(
-            "--input-format",
-            metavar="<format>",
-            help=f"Input format, per file by content when auto. One of: "
-            f"{', '.join(adapters.formats())}.",
-        ),
-    ] = "auto",
-    uid_field: Annotated[
-        str | None,
-        typer.Option(
-            "--uid-field",
-            help="verl dumps: the field of each dump line that holds the dataset id (e.g. a "
-            "reward extra 'index'; dotted paths reach nested objects), so the run joins the "
-            "dataset in curate/distill. Rows without it fall back to --dataset, else keep the "
-            "sha1 uid, flagged uid_unmatched.",
-        ),
-    ] = None,
-    dataset: Annotated[
-        Path | None,
-        typer.Option(
-            "--dataset",
-            help="verl dumps: the dataset (verl RL parquet: id, prompt) whose prompts give the "
-            "ids: a dump row's last user message must equal one dataset row's after whitespace "
-            "normalization; unmatched or ambiguous rows keep the sha1 uid, flagged uid_unmatched "
-            "and counted, never guessed.",
-        ),
-    ] = None,
-    progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+    options: dict[str, Any],
+    progress: ProgressOpt = True,
     as_json: JsonOpt = False,
 ) -> None:
     """Ingest rollout logs; unreadable rows go to _quarantine/<run>/ with a reason. The
     summary says what each run's rollouts carry and lack (turns, pages, judge, ndcg, reward, step,
     advantages, images): e.g. DDAI's flash_rm_detail logs carry no turns, so distill refuses them."""
-    if fmt not in adapters.formats():
-        raise fail(
-            f"--input-format {fmt!r} is not known; use one of {', '.join(adapters.formats())}"
-        )
     # the ingest itself (its store writer, the adapters it reads with) loads when it runs:
     # --help needs none of it
     from ddai.pipelines.adapters.hint import wrong_format_hint
-    from ddai.pipelines.ingest import IngestConfig, ingest
+    from ddai.pipelines.ingest import ingest
 
-    cfg = IngestConfig(
-        sources=sources,
-        logs=workspace.logs_dir(logs),
-        run_id=run_id,
-        append=append,
-        fmt=fmt,
-        progress=progress and not as_json,
-        uid_field=uid_field,
-        dataset=dataset,
-    )
+    with bad_input_exits():
+        cfg = IngestConfig(
+            **target,
+            **options,
+            logs=workspace.logs_dir(logs),
+            progress=progress and not as_json,
+        )
+    sources, fmt = cfg.sources, cfg.fmt
     from ddai.pipelines.store import StoreConflict
 
     try:

@@ -33,6 +33,7 @@ from ddai.pipelines import adapters, store
 from ddai.pipelines.adapters.base import ReaderContext, RowBatch, SourceRecord, error_detail
 from ddai.pipelines.adapters.side import SideTables
 from ddai.pipelines.adapters.verl_ids import UidMapper
+from ddai.pipelines.ingest_config import IngestConfig
 from ddai.pipelines.records.lazy import lazy_module
 from ddai.pipelines.records.row_checks import DUPLICATE_KEY, DuplicateKeys
 from ddai.pipelines.records.schema import RowError, normalize_rollout
@@ -53,24 +54,6 @@ pa = lazy_module("pyarrow")
 pc = lazy_module("pyarrow.compute")
 
 NO_RUN = "no-run-id"
-
-
-@dataclass
-class IngestConfig:
-    sources: list[Path]
-    logs: Path
-    run_id: str | None = None
-    append: bool = False
-    fmt: str = "auto"
-    progress: bool = True
-    uid_field: str | None = None  # verl: the dump field holding the dataset id
-    dataset: Path | None = None  # verl: dataset whose prompts give the ids
-    # Formats that can read in columns do, batch by batch (False: every row through the per-row
-    # path; the same rollouts and quarantine, slower).
-    columnar: bool = True
-    # the store the runs are committed to, when not ``logs`` (a staged object-storage ingest: the
-    # remote store): --append's duplicate check reads its keys, and whether a run is there
-    stored_keys_from: Path | str | None = None
 
 
 @dataclass

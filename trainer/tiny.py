@@ -74,6 +74,42 @@ class TinySpec:
             )
 
 
+@dataclass(frozen=True)
+class TinyBuildConfig:
+    """What ``ddai model tiny`` builds: its size settings make a ``TinySpec`` (``spec``) whose
+    feed-forward width is twice the hidden width and whose key/value heads are half the heads."""
+
+    out: Path
+    """Folder to write the model and tokenizer to."""
+    text: list[Path] | None = None
+    """Extra text, JSONL or Parquet file(s) to train the tokenizer on (repeatable); Parquet/JSONL
+    string columns are used. Default: built-in fixture text only."""
+    hidden_size: int = TinySpec.hidden_size
+    """Hidden width."""
+    layers: int = TinySpec.num_hidden_layers
+    """Number of transformer layers."""
+    heads: int = TinySpec.num_attention_heads
+    """Attention heads (must divide the hidden size)."""
+    vocab_size: int = TinySpec.vocab_size
+    """BPE vocabulary size before added tokens."""
+    seed: int = TinySpec.seed
+    """Seed of the random initialisation."""
+    overwrite: bool = False
+    """Replace a non-empty OUT folder."""
+
+    def spec(self) -> TinySpec:
+        """The model's size (raises ``ValueError`` when ``heads`` does not divide the width)."""
+        return TinySpec(
+            vocab_size=self.vocab_size,
+            hidden_size=self.hidden_size,
+            intermediate_size=2 * self.hidden_size,
+            num_hidden_layers=self.layers,
+            num_attention_heads=self.heads,
+            num_key_value_heads=max(1, self.heads // 2),
+            seed=self.seed,
+        )
+
+
 def train_tokenizer(texts: Iterable[str], vocab_size: int = 512):
     """A byte-level BPE ``PreTrainedTokenizerFast`` trained on ``texts``; encodes any UTF-8 text.
 

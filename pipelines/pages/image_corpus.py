@@ -27,13 +27,31 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines.pages.corpus import Corpus
-from ddai.pipelines.records import csv_cells
-from ddai.pipelines.store import io, manifest
+from ddai.pipelines.records.lazy import lazy_module
+
+# the readers and writers load when a corpus is built: `ddai corpus build --help` reads the config
+csv_cells = lazy_module("ddai.pipelines.records.csv_cells")
+io = lazy_module("ddai.pipelines.store.io")
+manifest = lazy_module("ddai.pipelines.store.manifest")
+corpus_mod = lazy_module("ddai.pipelines.pages.corpus")
 
 STEP = "corpus.build"
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp")
 _PAGE = re.compile(r"^(?P<doc>.+)_(?P<page>\d+)$")
+
+
+@dataclass(frozen=True)
+class CorpusBuildConfig:
+    """What ``ddai corpus build`` reads and writes (``run``)."""
+
+    images_dir: Path
+    """Folder of page images named ``<doc>_<page>.jpg|png|webp`` (DDAI's corpus images); the file
+    name without extension is the page id."""
+    out: Path
+    """The pages.parquet to write (atomically)."""
+    text_from: Path | None = None
+    """Page text: a .parquet/.jsonl/.csv file with page_id and text columns (a text corpus's
+    pages.parquet also brings its line boxes, rescaled to the images)."""
 
 
 class CorpusBuildError(ValueError):
@@ -209,7 +227,7 @@ def build(
     folder, out_path = Path(images_dir), Path(out)
     texts = read_text_table(Path(text_from)) if text_from is not None else None
     records = page_records(folder, out_path.parent, texts)
-    corpus = Corpus.from_records(records, root=out_path.parent)
+    corpus = corpus_mod.Corpus.from_records(records, root=out_path.parent)
     if texts is not None:
         _check_text_matched(Path(str(text_from)), texts, corpus.pages())
     inputs: list[str | os.PathLike[str]] = [folder, *([text_from] if text_from else [])]
@@ -229,3 +247,8 @@ def build(
     io.write_parquet(out_path, corpus.to_table())
     manifest.write(out_path, record)
     return result
+
+
+def run(cfg: CorpusBuildConfig) -> BuildResult:
+    """``build`` with the settings of ``ddai corpus build``."""
+    return build(cfg.images_dir, cfg.out, text_from=cfg.text_from)

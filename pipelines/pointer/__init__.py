@@ -3,3 +3,16 @@ simulator, the embedding store, VQA prompts and scoring, generation records and 
 
 The model, decoding, losses and training live in ``ddai.trainer.pointer``.
 """
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rerun:
+    """A pointer step that skips its work when its inputs and parameters are unchanged (its
+    manifest says so), unless forced."""
+
+    force: bool = False
+    """Rerun even if inputs and parameters are unchanged."""

@@ -13,31 +13,44 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ddai.pipelines.backends.base import EmbedItem
+from ddai.pipelines.pointer import Rerun
 from ddai.pipelines.pointer import world as world_mod
 from ddai.pipelines.pointer.store import SUFFIXES, build_store, save_store
 from ddai.pipelines.records.lazy import lazy_module
 from ddai.pipelines.records.progress import bar
-from ddai.pipelines.store import manifest
 
 np = lazy_module("numpy")
+# the store's commit machinery and the backends load when embeddings are made, not for --help
+manifest = lazy_module("ddai.pipelines.store.manifest")
+backends_base = lazy_module("ddai.pipelines.backends.base")
+
+if TYPE_CHECKING:
+    from ddai.pipelines.backends.base import EmbedItem
 
 WORLD_EMBEDDER = "world"
 
 
 @dataclass(frozen=True)
-class EmbedConfig:
-    world: Path  # folder with queries.jsonl and demos.jsonl
-    out: Path  # store path, .safetensors or .parquet
-    k: int = 16  # candidate pool size per query
-    embedder: str = WORLD_EMBEDDER  # "world" or an Embedder backend name
+class EmbedConfig(Rerun):
+    world: Path
+    """World folder (queries.jsonl, demos.jsonl)."""
+    out: Path
+    """Store to write: .safetensors or .parquet."""
+    k: int = 16
+    """Candidate pool size: each query's K most similar demos."""
+    embedder: str = WORLD_EMBEDDER
+    """'world' (the world's own embeddings) or an Embedder backend name: local (no key), hash, or a
+    [backends.NAME] table (kind openai: an OpenAI-compatible embedding server). Rows with images
+    are embedded as image + question when the backend can."""
     batch_size: int = 256  # texts per embedder call
-    force: bool = False
     progress: bool = True
-    dry_run: bool = False  # count the embedder's calls and their cost; embed nothing
-    max_cost: float | None = None  # USD cap on a paid embedder's calls (resumable: cached)
+    dry_run: bool = False
+    """Count the embedder's calls and their cost; call nothing."""
+    max_cost: float | None = None
+    """USD cap on a paid embedder's calls; past it calls fail with reason max-cost and nothing is
+    written (rerun to resume: embedded rows are cached)."""
 
     def __post_init__(self) -> None:
         if Path(self.out).suffix not in SUFFIXES:
@@ -123,7 +136,7 @@ def run_embed(cfg: EmbedConfig, *, embedder: Any = None) -> dict[str, Any]:
         n_images = sum(map(len, images))
         with_images = bool(n_images and hasattr(embedder, "embed_items"))
         items = [
-            EmbedItem(t, tuple(i) if with_images else ())
+            backends_base.EmbedItem(t, tuple(i) if with_images else ())
             for t, i in zip(texts, images, strict=True)
         ]
         if cfg.dry_run:

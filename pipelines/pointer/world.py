@@ -25,7 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from ddai.pipelines.records.lazy import lazy_module
-from ddai.pipelines.store import io, manifest
+
+# the writers (the store's commit machinery, ~60 modules) load when a world is written: the
+# configs here are read by `ddai pointer … --help`
+io = lazy_module("ddai.pipelines.store.io")
+manifest = lazy_module("ddai.pipelines.store.manifest")
 
 np = lazy_module("numpy")
 safetensors_np = lazy_module("safetensors.numpy")

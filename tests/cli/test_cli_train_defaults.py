@@ -242,13 +242,7 @@ def test_config_flags_take_type_default_and_help_from_the_field():
 
 # Every other command that builds a config dataclass from its flags: (command path, configs).
 CONFIG_COMMANDS = [
-    (
-        ("pointer", "world"),
-        [
-            "ddai.pipelines.pointer.world:WorldConfig",
-            "ddai.pipelines.pointer.user_set:UserSetConfig",
-        ],
-    ),
+    (("pointer", "world"), ["ddai.pipelines.pointer.user_set:PointerWorldConfig"]),
     (("pointer", "embed"), ["ddai.pipelines.pointer.embed:EmbedConfig"]),
     (
         ("pointer", "gen"),
@@ -260,7 +254,11 @@ CONFIG_COMMANDS = [
     ),
     (
         ("pointer", "train"),
-        ["ddai.trainer.pointer.config:PointerTrainConfig", "ddai.trainer.pointer.config:RLConfig"],
+        [
+            "ddai.trainer.pointer.config:PointerTrainConfig",
+            "ddai.trainer.pointer.config:TrainSchedule",
+            "ddai.trainer.pointer.config:RLConfig",
+        ],
     ),
     (("pointer", "eval"), ["ddai.trainer.pointer.config:EvalConfig"]),
     (("report",), ["ddai.reports.config:ReportConfig"]),
@@ -293,6 +291,17 @@ def test_every_config_command_reads_its_defaults(path, specs):
                 differ.append(f"--{p.name}: {p.default!r} != {cls.__name__}.{field}")
     assert compared >= 2  # the mapping found the command's flags
     assert differ == []
+
+
+def test_pointer_world_reads_the_synthetic_worlds_defaults():
+    """``PointerWorldConfig`` (the command's flags) takes the synthetic world's defaults."""
+    from ddai.pipelines.pointer.user_set import PointerWorldConfig
+    from ddai.pipelines.pointer.world import WorldConfig
+
+    given, world = _defaults(PointerWorldConfig), _defaults(WorldConfig)
+    shared = {"seed", "n_queries", "dim", "n_topics", "test_frac", "clean_rate"}
+    assert shared <= set(given)
+    assert {k: given[k] for k in shared} == {k: world[k] for k in shared}
 
 
 def test_model_tiny_reads_the_tiny_spec_defaults():

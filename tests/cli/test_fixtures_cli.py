@@ -53,3 +53,14 @@ def test_every_option_has_help():
     assert res.exit_code == 0
     for flag in ("--seed", "--size", "--progress", "--json"):
         assert flag in res.output
+
+
+def test_size_help_names_every_size_with_its_prompt_count():
+    """``--size``'s help is ``WorldSpec.size``'s docstring, written out: it must say what
+    ``SIZES`` holds (a size added or resized there fails here until the docstring says so)."""
+    from ddai.cli.fields import field_help
+    from ddai.pipelines.fixtures import SIZES
+    from ddai.pipelines.fixtures.world import WorldSpec
+
+    listed = ", ".join(f"{name} ({n} prompts)" for name, (n, _) in SIZES.items())
+    assert field_help(WorldSpec, "size").startswith(listed + ", or a number of prompts")

@@ -10,19 +10,74 @@ without loading torch.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from ddai.pipelines.pointer import Rerun
 from ddai.pipelines.pointer.vqa import DEFAULT_THRESHOLD
 
 CORRECTNESS_MODES = ("01", "pm1")
 QUALITY_SOURCES = ("none", "beam", "logprob")
 NORMALIZERS = ("zscore", "minmax", "none")
 """Reward normalizations within a query (``losses.NORMALIZERS`` implements each one)."""
-RL_MODES = ("rce", "grpo", "reinforcepp")
+CLIPPED_GROUP = "clipped-group"
+"""The pointer's clipped group advantage with the PPO ratio clip (seed 002 §4.4.1, which calls it
+GRPO: not the Searcher's GRPO of ``ddai train grpo``, hence its own name)."""
+RL_MODES = ("rce", CLIPPED_GROUP, "reinforcepp")
 MODES = ("sft", *RL_MODES)
+DEPRECATED_MODES = {"grpo": CLIPPED_GROUP}
+"""Old mode names still read, with a note on stderr (for one release)."""
 OLD_LOGP_SOURCES = ("stored", "phase", "epoch")
 DEFAULT_TEMPERATURES = (0.7, 1.0, 1.3)
+
+
+def mode_name(mode: str) -> str:
+    """``mode`` as it is now called: a deprecated name (``DEPRECATED_MODES``) becomes its new one,
+    with a one-line note on stderr."""
+    new = DEPRECATED_MODES.get(mode)
+    if new is None:
+        return mode
+    print(
+        f"note: pointer mode {mode!r} is now {new!r} (the pointer's clipped group advantage, not "
+        f"the Searcher's GRPO); {mode!r} is read until the next release",
+        file=sys.stderr,
+    )
+    return new
+
+
+# ------------------------------------------------------- what ddai pointer gen and eval share
+
+
+@dataclass(frozen=True, kw_only=True)
+class StoreInput:
+    """The embedding store every pointer step after ``embed`` reads."""
+
+    store: Path
+    """Embedding store from `ddai pointer embed`."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class VqaStep(StoreInput):
+    """The inputs and the VQA model of the commands that ask it (``ddai pointer gen``, ``eval``)."""
+
+    world: Path
+    """World folder (queries.jsonl, demos.jsonl) from `ddai pointer world`."""
+    vqa: str | None = None
+    """VQAModel backend name from ddai.toml (default: $DDAI_VQA, then [roles] vqa, then local: the
+    world's deterministic simulator)."""
+    metric: str = "vqa"
+    """Answer score: vqa, vqa-sym, anls, em (official VQAv2 accuracy; VQAv2 with the human answers
+    normalized like the prediction, not comparable with papers; ANLS; exact match)."""
+    correct_threshold: float = DEFAULT_THRESHOLD
+    """vqa_correct = 1 when the answer's score >= this. Default 1.0: full VQAv2 credit, i.e. at
+    least 4 of the 10 annotators gave the answer."""
+    max_cost: float | None = None
+    """USD cap on VQA calls; calls past it fail with reason max-cost (rerun to resume: answered
+    calls are cached)."""
+    dry_run: bool = False
+    """Count the VQA calls and their estimated cost; call nothing."""
+    progress: bool = True
 
 
 # ---------------------------------------------------------------- ddai pointer gen
@@ -51,20 +106,18 @@ class ProposalConfig:
 
 
 @dataclass(frozen=True)
-class GenConfig:
-    store: Path
-    world: Path
+class GenConfig(VqaStep, Rerun):
     model: Path
+    """Pointer checkpoint (usually the SFT one)."""
     out: Path
+    """Raw records to write (JSONL, one line per query)."""
     proposal: ProposalConfig = ProposalConfig()
     split: str | None = "train"
     """Queries of this split ('all' for every query)."""
-    vqa: str | None = None  # VQAModel backend name (None: flag/env/config/local simulator)
-    metric: str = "vqa"  # vqa | vqa-sym | anls | em
-    correct_threshold: float = DEFAULT_THRESHOLD
-    force: bool = False
-    progress: bool = True
-    dry_run: bool = False  # count the VQA calls and their cost; write nothing
+
+    def __post_init__(self) -> None:
+        if self.split == "all":
+            object.__setattr__(self, "split", None)
 
 
 # ---------------------------------------------------------------- ddai pointer process
@@ -101,21 +154,24 @@ class RewardConfig:
 
 
 @dataclass(frozen=True)
-class ProcessConfig:
-    raw: Path  # raw JSONL from `ddai pointer gen`
-    out: Path  # processed Parquet
+class ProcessConfig(Rerun):
+    raw: Path
+    """Raw records from `ddai pointer gen`."""
+    out: Path
+    """Processed rows to write (.parquet); statistics go beside it."""
     reward: RewardConfig = RewardConfig()
-    force: bool = False
 
 
 # ---------------------------------------------------------------- ddai pointer train
 
 
 def parse_phases(text: str) -> list[tuple[str, int]]:
-    """``"rce:1,grpo:3"`` → ``[("rce", 1), ("grpo", 3)]`` (a bare mode means 1 epoch)."""
+    """``"rce:1,clipped-group:3"`` → ``[("rce", 1), ("clipped-group", 3)]`` (a bare mode means 1
+    epoch; a deprecated name is read as its new one)."""
     phases = []
     for part in (p.strip() for p in text.split(",") if p.strip()):
         mode, _, epochs = part.partition(":")
+        mode = mode_name(mode)
         if mode not in MODES:
             raise ValueError(
                 f"unknown training mode {mode!r} in phases {text!r}; known: {', '.join(MODES)}"
@@ -128,7 +184,7 @@ def parse_phases(text: str) -> list[tuple[str, int]]:
             raise ValueError(f"phase {part!r}: epochs must be >= 1")
         phases.append((mode, n))
     if not phases:
-        raise ValueError("no phases given; e.g. --phases rce:1,grpo:3")
+        raise ValueError("no phases given; e.g. --phases rce:1,clipped-group:3")
     if ("sft" in {m for m, _ in phases}) and len(phases) > 1:
         raise ValueError("sft trains from labels and cannot share a run with RL phases")
     return phases
@@ -145,10 +201,12 @@ def plan_phases(
     30) or as ``--phases``; exactly one of the two."""
     if (mode is None) == (phases is None):
         raise ValueError(
-            "give exactly one of --mode (with --epochs) or --phases, e.g. --phases rce:3,grpo:30"
+            "give exactly one of --mode (with --epochs) or --phases, e.g. --phases "
+            "rce:3,clipped-group:30"
         )
     if phases is not None:
         return tuple(parse_phases(phases))
+    mode = mode_name(mode)
     return tuple(parse_phases(f"{mode}:{epochs or (SFT_EPOCHS if mode == 'sft' else RL_EPOCHS)}"))
 
 
@@ -191,7 +249,7 @@ class RLConfig:
     adv_clip: float = 5.0
     """Advantages are clipped to [-clip, clip]."""
     clip_eps: float = 0.2
-    """PPO ratio clip (grpo, reinforcepp)."""
+    """PPO ratio clip (clipped-group, reinforcepp)."""
     kl_coef: float = 0.0
     """Weight of the KL penalty against the old policy."""
     rce_t_start: float = 2.0
@@ -219,13 +277,16 @@ class RLConfig:
 
 
 @dataclass(frozen=True)
-class PointerTrainConfig:
-    store: Path  # embedding store
-    out: Path  # checkpoint folder to write
-    phases: tuple[tuple[str, int], ...]  # e.g. (("sft", 30),) or (("rce", 1), ("grpo", 3))
-    world: Path | None = None  # sft: world folder with sft_labels.jsonl and the splits
-    data: Path | None = None  # rl: processed Parquet from `ddai pointer process`
-    init: Path | None = None  # start from this checkpoint (rl: required)
+class PointerTrainConfig(StoreInput):
+    out: Path
+    """Checkpoint folder to write."""
+    phases: tuple[tuple[str, int], ...]  # e.g. (("sft", 30),) or (("rce", 1), ("clipped-group", 3))
+    world: Path | None = None
+    """sft: world folder with sft_labels.jsonl."""
+    data: Path | None = None
+    """RL: processed rows from `ddai pointer process`."""
+    init: Path | None = None
+    """Start from this checkpoint (RL: the SFT one)."""
     split: str = "train"
     """sft: train on labeled queries of this split."""
     d_model: int = 64
@@ -235,6 +296,10 @@ class PointerTrainConfig:
     optim: OptimConfig = OptimConfig()
     rl: RLConfig = field(default_factory=RLConfig)
     progress: bool = True
+
+    def __post_init__(self) -> None:
+        phases = tuple((mode_name(mode), n) for mode, n in self.phases)
+        object.__setattr__(self, "phases", phases)
 
     @property
     def is_sft(self) -> bool:
@@ -249,26 +314,57 @@ class PointerTrainConfig:
             )
 
 
+@dataclass(frozen=True)
+class TrainSchedule:
+    """``ddai pointer train``'s phases and optimiser as given: ``--mode`` (with ``--epochs``) or
+    ``--phases`` (``plan_phases``), and the optimiser settings that replace the first phase's
+    defaults, ``SFT_OPTIM`` or ``RL_OPTIM`` (``optim_for``)."""
+
+    mode: str | None = None
+    """One phase: sft, rce, clipped-group or reinforcepp (with --epochs)."""
+    epochs: int | None = None
+    """Epochs of --mode (default: sft 20, RL 30)."""
+    phases: str | None = None
+    """RL phases in order, e.g. rce:3,clipped-group:30 (instead of --mode)."""
+    lr: float | None = None
+    """Adam learning rate (seed 002: RL 3-10x below SFT). Default: sft 0.003, RL 0.001."""
+    batch_queries: int | None = None
+    """Query groups per step. Default: sft 32, RL 8."""
+    weight_decay: float | None = None
+    """L2 weight decay. Default: sft 0, RL 0.01."""
+    seed: int = OptimConfig.seed
+    """Seed of initialization and batch order."""
+
+    def plan(self) -> tuple[tuple[str, int], ...]:
+        """The run's phases (``ValueError`` unless exactly one of mode and phases is given)."""
+        return plan_phases(self.mode, self.epochs, self.phases)
+
+    def optim(self, phases: tuple[tuple[str, int], ...]) -> OptimConfig:
+        """The optimiser of a run of ``phases``."""
+        return optim_for(
+            phases,
+            lr=self.lr,
+            weight_decay=self.weight_decay,
+            batch_queries=self.batch_queries,
+            seed=self.seed,
+        )
+
+
 # ---------------------------------------------------------------- ddai pointer eval
 
 
 @dataclass(frozen=True)
-class EvalConfig:
-    store: Path
-    world: Path
-    models: tuple[tuple[str, Path], ...]  # (name, checkpoint); the first is the reference
+class EvalConfig(VqaStep):
+    models: tuple[tuple[str, Path], ...]
+    """NAME=CHECKPOINT, repeatable; the first is the reference (usually sft=...)."""
     split: str = "test"
     """Held-out split to evaluate."""
     num_beams: int = 5
     """Beam width of the reference's beam-top-1 selector."""
-    vqa: str | None = None
-    metric: str = "vqa"
-    correct_threshold: float = DEFAULT_THRESHOLD
     seed: int = 0
     """Seed of the random-pair baseline."""
-    out: Path | None = None  # folder for selections.parquet and summary.parquet
-    progress: bool = True
-    dry_run: bool = False  # count the VQA calls and their cost; evaluate nothing
+    out: Path | None = None
+    """Folder for selections.parquet and summary.parquet."""
 
 
 def parse_models(specs: list[str]) -> tuple[tuple[str, Path], ...]:

@@ -127,10 +127,10 @@ def shape_rewards(
 def clipped_group_advantages(
     rewards: Tensor, group_ids: Tensor, *, norm: str = "zscore", clip: float = 5.0
 ) -> Tensor:
-    """The pointer's group-relative advantage ``[B]`` (seed 002 §4.4.1, registered as ``grpo``;
-    not the Searcher's z-score ``ddai.trainer.grpo.advantage``): normalize within
-    the query, subtract the group mean of the normalized rewards (the baseline), clip to
-    ``[−clip, clip]``."""
+    """The pointer's group-relative advantage ``[B]`` (seed 002 §4.4.1, which calls it GRPO;
+    registered as ``clipped-group``, not the Searcher's z-score ``ddai.trainer.grpo.advantage``):
+    normalize within the query, subtract the group mean of the normalized rewards (the baseline),
+    clip to ``[−clip, clip]``."""
     n = group_normalize(rewards, group_ids, norm)
     return (n - group_mean(n, group_ids)).clamp(-clip, clip)
 
@@ -147,7 +147,7 @@ def reinforcepp_advantages(
 
 
 ADVANTAGES: dict[str, Callable[..., Tensor]] = {
-    "grpo": clipped_group_advantages,
+    config.CLIPPED_GROUP: clipped_group_advantages,
     "reinforcepp": reinforcepp_advantages,
 }
 

@@ -1,6 +1,7 @@
 """``ddai pointer train``: supervised training from labels, then RL phases on generated data
-(seed 002 §4): RCE warm-up with a temperature schedule, then GRPO (PPO ratio against the stored
-``old_log_probs``) or REINFORCE++, e.g. ``--phases rce:1,grpo:3`` in one run.
+(seed 002 §4): RCE warm-up with a temperature schedule, then the clipped group advantage (seed
+002's "GRPO": PPO ratio against the stored ``old_log_probs``) or REINFORCE++, e.g.
+``--phases rce:1,clipped-group:3`` in one run.
 
 Batches are whole query groups (``batch_queries`` queries with all their candidates), so the
 group-relative quantities (RCE weights) are exact inside a batch; advantages are computed once
@@ -28,6 +29,7 @@ from ddai.pipelines.records.progress import bar
 from ddai.pipelines.store import io, manifest
 from ddai.trainer.pointer import losses
 from ddai.trainer.pointer.config import (
+    CLIPPED_GROUP,
     RL_MODES,
     OptimConfig,
     PointerTrainConfig,
@@ -215,7 +217,7 @@ def fit_rl(
                         loss, metrics = losses.rce_loss(
                             logp, normed[rows], data.group[rows], temperature=t
                         )
-                    elif mode == "grpo":
+                    elif mode == CLIPPED_GROUP:
                         loss, metrics = losses.grpo_loss(
                             logp, old[rows], adv[rows], clip_eps=rl.clip_eps, kl_coef=rl.kl_coef
                         )

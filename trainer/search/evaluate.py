@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ddai.pipelines.analyses import evaluation
@@ -24,6 +25,12 @@ from ddai.trainer.search.collect import CollectConfig, run_collect
 @dataclass
 class EvalConfig(CollectConfig):
     """One evaluation run: ``CollectConfig``'s fields (its flags) with evaluation defaults."""
+
+    data: Path
+    """The test set in verl's RL parquet shape, e.g. DDAI's overall_test_crop.parquet (its
+    data_source and *_type fields are the categories)."""
+    run_id: str | None = None
+    """Run id of the rollout log. Default: eval_<timestamp>."""
 
     temperature: float = 0.0
     """Sampling temperature (0: greedy, the evaluation default)."""

@@ -58,7 +58,7 @@ def test_user_file_runs_gen_train_eval(tmp_path):
     assert gen["queries"] == 13 and gen["eval_failed"] == 0
     ddai("process", tmp_path / "raw.jsonl", "--out", tmp_path / "rl.parquet")
     rl = ddai(
-        "train", "--store", store, "--out", tmp_path / "rl", "--phases", "rce:1,grpo:1",
+        "train", "--store", store, "--out", tmp_path / "rl", "--phases", "rce:1,clipped-group:1",
         "--data", tmp_path / "rl.parquet", "--init", tmp_path / "sft",
     )  # fmt: skip
     assert rl["tensors_changed"] > 0

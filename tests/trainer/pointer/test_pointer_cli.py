@@ -76,10 +76,10 @@ def test_world_to_eval(tmp_path):
         set(stats["gen_method"]) <= {"beam", "sample", "random"} and "top2_share" in stats.columns
     )
     rl = ddai(
-        "train", "--store", store, "--out", tmp_path / "rl", "--phases", "rce:1,grpo:2",
+        "train", "--store", store, "--out", tmp_path / "rl", "--phases", "rce:1,clipped-group:2",
         "--data", tmp_path / "proc.parquet", "--init", tmp_path / "sft",
     )  # fmt: skip
-    assert rl["phases"] == "rce:1,grpo:2" and rl["tensors_changed"] > 0
+    assert rl["phases"] == "rce:1,clipped-group:2" and rl["tensors_changed"] > 0
     ev = ddai(
         "eval", "--store", store, "--world", w, "--model", f"sft={tmp_path / 'sft'}",
         "--model", f"rl={tmp_path / 'rl'}", "--out", tmp_path / "eval",
@@ -92,6 +92,19 @@ def test_world_to_eval(tmp_path):
     assert manifest.read(tmp_path / "eval" / "summary.parquet")["notes"]["vqa"] == "simulated"
     summary = pl.read_parquet(tmp_path / "eval" / "summary.parquet")
     assert summary.height == 5 and summary["vqa_acc"].is_between(0, 1).all()
+
+
+def test_train_reads_the_old_grpo_mode_with_a_note(tmp_path):
+    """``--phases grpo:1`` is read as ``clipped-group:1`` with one line on stderr (then the run
+    refuses its missing --data, before any training)."""
+    res = runner.invoke(
+        app,
+        ["pointer", "train", "--store", "s.safetensors", "--phases", "grpo:1",
+         "--out-dir", str(tmp_path / "rl")],
+    )  # fmt: skip
+    assert res.exit_code == 2
+    assert "'grpo' is now 'clipped-group'" in res.stderr
+    assert "RL phases need --data" in " ".join(res.output.split())
 
 
 @pytest.mark.parametrize(
@@ -202,7 +215,7 @@ def sft_store(tmp_path):
     return store, load_store(store).query_ids
 
 
-@pytest.mark.parametrize("phases", ["rce:1", "grpo:1", "reinforcepp:1"])
+@pytest.mark.parametrize("phases", ["rce:1", "clipped-group:1", "reinforcepp:1"])
 def test_rl_training_without_reward_variance_exits_2(tmp_path, sft_store, phases):
     # Before: exit 0 after training on all-zero advantages (RCE: copying the sampled pointers).
     store, qids = sft_store
@@ -227,7 +240,7 @@ def test_rl_training_with_some_flat_queries_warns_and_records_the_share(tmp_path
     # 4 queries: one with reward variance, three flat (one candidate each) → share 3/4
     _processed(data, qids[:4], {qids[0]: [1.0, -1.0]})
     s = ddai("train", "--store", store, "--data", data, "--init", tmp_path / "sft",
-             "--phases", "grpo:2", "--out", tmp_path / "rl")  # fmt: skip
+             "--phases", "clipped-group:2", "--out", tmp_path / "rl")  # fmt: skip
     assert s["queries"] == 4 and s["queries_without_reward_variance"] == 3
     assert "3 of 4 queries (75%) carry no learning signal" in s["warning"]
     assert s["rl/flat_group_share"] == 0.75

@@ -117,5 +117,6 @@ def test_reinforcepp_loss_plain_and_clipped():
 def test_advantages_are_registered_by_name():
     # the config's advantage mode dispatches through this registry (``pointer.train``)
     assert losses.get_advantage("reinforcepp") is losses.reinforcepp_advantages
-    with pytest.raises(ValueError, match="known: grpo, reinforcepp"):
+    assert losses.get_advantage("clipped-group") is losses.clipped_group_advantages
+    with pytest.raises(ValueError, match="known: clipped-group, reinforcepp"):
         losses.get_advantage("gae")

@@ -30,14 +30,14 @@ def _one_thread():
 
 
 def test_parse_phases():
-    assert parse_phases("rce:1,grpo:3") == [("rce", 1), ("grpo", 3)]
+    assert parse_phases("rce:1,clipped-group:3") == [("rce", 1), ("clipped-group", 3)]
     assert parse_phases(" reinforcepp ") == [("reinforcepp", 1)]
-    with pytest.raises(ValueError, match="known: sft, rce, grpo, reinforcepp"):
+    with pytest.raises(ValueError, match="known: sft, rce, clipped-group, reinforcepp"):
         parse_phases("rce:1,ppo:2")
     with pytest.raises(ValueError, match="integer"):
-        parse_phases("grpo:x")
+        parse_phases("clipped-group:x")
     with pytest.raises(ValueError, match="cannot share"):
-        parse_phases("sft:3,grpo:1")
+        parse_phases("sft:3,clipped-group:1")
 
 
 def test_labels_outside_the_pool_are_dropped():
@@ -119,7 +119,7 @@ def test_rce_then_grpo_and_rce_then_reinforcepp_beat_sft_on_held_out_queries():
 
     sim = VQASimulator()
     base = _expected_accuracy(sft, store, test_rows, by_id, demos, sim)
-    for mode in ("grpo", "reinforcepp"):
+    for mode in ("clipped-group", "reinforcepp"):
         model = PointerSelector(sft.cfg)
         model.load_state_dict(sft.state_dict())
         fit_rl(
@@ -161,7 +161,7 @@ def test_grouped_rows_keep_groups_contiguous():
             torch.from_numpy(store.query_emb),
             torch.from_numpy(store.cand_emb),
             data,
-            [("grpo", 1)],
+            [("clipped-group", 1)],
             optim=OptimConfig(),
             rl=RLConfig(old_logp="stored"),
         )
