@@ -30,7 +30,7 @@ from ddai.pipelines.backends.usage import FAILED_CALLS, failed_calls
 from ddai.pipelines.funnel import dataset as ds
 from ddai.pipelines.funnel import decisions as dec
 from ddai.pipelines.funnel import review, scores, step
-from ddai.pipelines.funnel.configs import ALL, RULE_HELP, RULES, VerifyConfig  # noqa: F401 (re-exported)
+from ddai.pipelines.funnel.configs import ALL, RULES, VerifyConfig  # noqa: F401 (re-exported)
 from ddai.pipelines.lazy import lazy_module
 
 np = lazy_module("numpy")

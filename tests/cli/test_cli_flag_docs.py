@@ -1,0 +1,68 @@
+"""The funnel and reading commands' flags are their configs: every option's and argument's help
+is the docstring of the config field it fills (the field named like the parameter), or the help of
+one of the shared aliases of ``ddai_cli/common.py`` (``--logs``, ``--run``, ``--json`` ...)."""
+
+from __future__ import annotations
+
+import typing
+
+import pytest
+import typer
+
+from ddai.cli import app as cli_app
+from ddai.cli import common
+from ddai.cli.app import app
+from ddai.cli.fields import field_docs
+
+
+def _alias_helps() -> set[str]:
+    """The help of every ``Annotated`` option alias of ``common.py``, and the flag every command
+    without progress bars accepts."""
+    helps = {cli_app.NO_BARS_HELP}
+    for value in vars(common).values():
+        for meta in getattr(value, "__metadata__", ()):
+            if getattr(meta, "help", None):
+                helps.add(meta.help)
+    return helps
+
+
+def _configs() -> dict[tuple[str, ...], tuple[type, ...]]:
+    from ddai.pipelines.funnel import configs
+
+    return {
+        ("curate", "bucket"): (configs.BucketConfig,),
+        ("curate", "verify-gt"): (configs.VerifyConfig,),
+        ("curate", "focus"): (configs.FocusConfig,),
+        ("curate", "plan"): (configs.PlanConfig,),
+        ("lineage",): (configs.LineageConfig,),
+    }
+
+
+COMMANDS = _configs()
+
+
+def _command(path: tuple[str, ...]) -> typing.Any:
+    cmd = typer.main.get_command(app)
+    for name in path:
+        cmd = cmd.commands[name]
+    return cmd
+
+
+@pytest.mark.parametrize("path", list(COMMANDS), ids=[" ".join(p) for p in COMMANDS])
+def test_every_flag_help_is_its_config_field_docstring(path):
+    docs: dict[str, str] = {}
+    for config in COMMANDS[path]:
+        docs |= {k: v.replace("``", "`") for k, v in field_docs(config).items()}
+    aliases = _alias_helps()
+    checked = 0
+    for p in _command(path).params:
+        if p.name == "help":
+            continue
+        if p.name in docs and p.help == docs[p.name]:
+            checked += 1
+            continue
+        assert p.help in aliases, (
+            f"{' '.join(path)} {p.opts}: help {p.help!r} is neither the docstring of "
+            f"{p.name!r} in {[c.__name__ for c in COMMANDS[path]]} nor a common alias's"
+        )
+    assert checked >= 2, f"{' '.join(path)}: no flag read its help from the config"
