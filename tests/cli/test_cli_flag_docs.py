@@ -30,8 +30,10 @@ def _configs() -> dict[tuple[str, ...], tuple[type, ...]]:
     from ddai.pipelines.analyses import AttributionConfig
     from ddai.pipelines.analyses.export import RowsOut
     from ddai.pipelines.funnel import configs
+    from ddai.reports.config import ReportConfig
 
     return {
+        ("report",): (ReportConfig,),
         ("analyze", "attribution"): (AttributionConfig, RowsOut),
         ("analyze", "latency"): (RowsOut,),
         ("analyze", "drop-keep"): (RowsOut,),
