@@ -31,8 +31,10 @@ def _configs() -> dict[tuple[str, ...], tuple[type, ...]]:
     from ddai.pipelines.analyses.export import RowsOut
     from ddai.pipelines.funnel import configs
     from ddai.reports.config import ReportConfig
+    from ddai.reports.serve.config import ServeConfig
 
     return {
+        ("serve",): (ServeConfig,),
         ("report",): (ReportConfig,),
         ("analyze", "attribution"): (AttributionConfig, RowsOut),
         ("analyze", "latency"): (RowsOut,),
