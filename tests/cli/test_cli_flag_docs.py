@@ -30,11 +30,13 @@ def _configs() -> dict[tuple[str, ...], tuple[type, ...]]:
     from ddai.pipelines.analyses import AttributionConfig
     from ddai.pipelines.analyses.export import RowsOut
     from ddai.pipelines.funnel import configs
+    from ddai.pipelines.query_out import QueryConfig
     from ddai.reports.config import ReportConfig
     from ddai.reports.serve.config import ServeConfig
 
     return {
         ("serve",): (ServeConfig,),
+        ("query",): (QueryConfig,),
         ("report",): (ReportConfig,),
         ("analyze", "attribution"): (AttributionConfig, RowsOut),
         ("analyze", "latency"): (RowsOut,),
