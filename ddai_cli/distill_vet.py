@@ -5,8 +5,7 @@ both modules), so ``ddai distill`` with no subcommand keeps all of its own flags
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 
@@ -27,6 +26,7 @@ from ddai.pipelines.distill.vet import VetConfig, VetError, run_vet
 VET_FLAGS = config_flags(
     VetConfig,
     {
+        "file": {"argument": True, "metavar": "FILE"},
         "out": "--out",
         "criteria": None,
         "vetter": None,
@@ -42,14 +42,8 @@ VET_FLAGS = config_flags(
 
 @with_groups({"settings": VET_FLAGS})
 def distill_vet_command(
-    file: Annotated[
-        Path,
-        typer.Argument(
-            metavar="FILE",
-            help="An SFT Parquet file (train1 or messages shape), e.g. `ddai distill`'s output.",
-        ),
-    ],
-    settings: Any = None,
+    *,
+    settings: dict[str, Any],
     retry_failed: RetryFailedOpt = default_of(VetConfig, "retry_failed"),
     progress: ProgressOpt = default_of(VetConfig, "progress"),
     as_json: JsonOpt = False,
@@ -57,7 +51,6 @@ def distill_vet_command(
     """Vet SFT trajectories with an LLM (DDAI's criteria): keep the passing rows, report each."""
     with bad_input_exits():
         cfg = VetConfig(
-            file=file,
             retry_failed=retry_failed,
             progress=progress and not as_json,
             **settings,

@@ -20,8 +20,9 @@ import json
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import IO, Any
 
 from ddai.pipelines import csv_cells, io
 from ddai.pipelines.lazy import lazy_module
@@ -30,7 +31,14 @@ duckdb = lazy_module("duckdb")
 
 RESULT = "ddai_query_result"
 
-Format = Literal["table", "csv", "parquet", "json"]
+
+class Format(StrEnum):
+    """Where and how ``ddai query`` shows its result (a flag's choices)."""
+
+    TABLE = "table"
+    CSV = "csv"
+    PARQUET = "parquet"
+    JSON = "json"
 
 
 @dataclass(frozen=True)
@@ -46,7 +54,7 @@ class QueryConfig:
     binds a string (`-p u=528` is the string '528'); NAME:TYPE=VALUE binds a typed value, TYPE
     one of int, float, bool (true/false/1/0/yes/no), str: `-p n:int=5 -p t:float=0.8 -p
     ok:bool=true`. Repeatable."""
-    fmt: Format = "table"
+    fmt: Format = Format.TABLE
     """Output format."""
     out: Path | None = None
     """Write the result to this file."""

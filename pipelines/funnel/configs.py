@@ -8,17 +8,31 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any
 
 from ddai.pipelines.schema import SUCCESS_THRESHOLD
 
 # bucket
 BUCKETS = ("b", "a", "0")
-Metric = Literal["ndcg", "judge", "reward"]
-Agg = Literal["mean", "max"]
-METRICS: tuple[str, ...] = get_args(Metric)
-AGGS: tuple[str, ...] = get_args(Agg)
+
+
+class Metric(StrEnum):
+    """The rollout metric bucket aggregates (a flag's choices: Typer lists and checks them)."""
+
+    NDCG = "ndcg"
+    JUDGE = "judge"
+    REWARD = "reward"
+
+
+class Agg(StrEnum):
+    MEAN = "mean"
+    MAX = "max"
+
+
+METRICS: tuple[str, ...] = tuple(m.value for m in Metric)
+AGGS: tuple[str, ...] = tuple(a.value for a in Agg)
 # focus
 STEP_ROUND1 = "curate.focus.round1"
 STEP_NEXT = "curate.focus.next"
@@ -26,8 +40,15 @@ STEP_NEXT = "curate.focus.next"
 RULES = ("zero-score", "low-score", "low-ndcg")  # ``VerifyConfig.select``'s help says each
 ALL = "all"  # the rule every prompt matches when no run is given
 # plan
-Prior = Literal["empirical", "jeffreys", "none"]
-PRIORS: tuple[str, ...] = get_args(Prior)
+
+
+class Prior(StrEnum):
+    EMPIRICAL = "empirical"
+    JEFFREYS = "jeffreys"
+    NONE = "none"
+
+
+PRIORS: tuple[str, ...] = tuple(p.value for p in Prior)
 DEFAULT_N_AGENT = (4, 8, 16, 32)
 
 
@@ -85,9 +106,9 @@ class BucketConfig(RunsFlag, ForceFlag):
     score_col: str | None = None
     """Score column of --scores; also the extra_info field the score is kept in (default: the
     table's one numeric column besides id; with --run: <metric>_<agg>)."""
-    metric: Metric = "ndcg"
+    metric: Metric = Metric.NDCG
     """Rollout metric aggregated per prompt (format failures count 0)."""
-    agg: Agg = "mean"
+    agg: Agg = Agg.MEAN
     """Aggregate over a prompt's rollouts."""
     mastered: float = 0.7
     """Bucket B (mastered): score above this."""
@@ -289,7 +310,7 @@ class PlanConfig(RunsFlag):
     """Turn limit per rollout (bounds the policy's turn budget)."""
     target: float = 0.5
     """Wanted share of GRPO groups with mixed outcomes (learning signal)."""
-    prior: Prior = "empirical"
+    prior: Prior = Prior.EMPIRICAL
     """Shrinkage of per-prompt success rates: empirical (Beta fitted per bucket), jeffreys
     (Beta(1/2, 1/2)) or none (plug-in s/m)."""
     success_threshold: float = SUCCESS_THRESHOLD

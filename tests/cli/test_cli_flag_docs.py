@@ -29,6 +29,9 @@ def _alias_helps() -> set[str]:
 def _configs() -> dict[tuple[str, ...], tuple[type, ...]]:
     from ddai.pipelines.analyses import AttributionConfig
     from ddai.pipelines.analyses.export import RowsOut
+    from ddai.pipelines.distill import CheckConfig, DistillConfig
+    from ddai.pipelines.distill.check import ConvertConfig
+    from ddai.pipelines.distill.vet import VetConfig
     from ddai.pipelines.funnel import configs
     from ddai.pipelines.query_out import QueryConfig
     from ddai.reports.config import ReportConfig
@@ -37,6 +40,10 @@ def _configs() -> dict[tuple[str, ...], tuple[type, ...]]:
     return {
         ("serve",): (ServeConfig,),
         ("query",): (QueryConfig,),
+        ("distill",): (DistillConfig,),
+        ("distill", "check"): (CheckConfig, DistillConfig),  # the drops: DistillConfig's
+        ("distill", "convert"): (ConvertConfig,),
+        ("distill", "vet"): (VetConfig,),
         ("report",): (ReportConfig,),
         ("analyze", "attribution"): (AttributionConfig, RowsOut),
         ("analyze", "latency"): (RowsOut,),
@@ -62,7 +69,7 @@ def _command(path: tuple[str, ...]) -> typing.Any:
 @pytest.mark.parametrize("path", list(COMMANDS), ids=[" ".join(p) for p in COMMANDS])
 def test_every_flag_help_is_its_config_field_docstring(path):
     docs: dict[str, str] = {}
-    for config in COMMANDS[path]:
+    for config in reversed(COMMANDS[path]):  # the command's own config (first) wins
         docs |= {k: v.replace("``", "`") for k, v in field_docs(config).items()}
     aliases = _alias_helps()
     checked = 0
