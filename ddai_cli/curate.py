@@ -34,6 +34,7 @@ from ddai.cli.fields import field_opt
 from ddai.cli.flags import config_flags, default_of, with_groups
 from ddai.pipelines import workspace
 from ddai.pipelines.funnel import configs
+from ddai.pipelines.funnel.configs import BucketConfig, FocusConfig, PlanConfig, VerifyConfig
 from ddai.pipelines.lazy import lazy_module
 
 # the steps load when a command runs; --help reads only their configs (pipelines/funnel/configs.py)
@@ -55,14 +56,13 @@ curate_app = typer.Typer(
     rich_markup_mode=None,
 )
 
-B, V, FC, PC = configs.BucketConfig, configs.VerifyConfig, configs.FocusConfig, configs.PlanConfig
 
 RUN = {"decl": "--run", "metavar": "<run>", "callback": check_run_ids}
 DECISIONS = {"metavar": "<csv>"}
 OUT_DIR = {"decl": "--out-dir", "metavar": "<dir>"}
 
 BUCKET_FLAGS = config_flags(
-    B,
+    BucketConfig,
     {
         "dataset": None,
         "out": OUT_DIR,
@@ -77,7 +77,7 @@ BUCKET_FLAGS = config_flags(
     },
 )
 VERIFY_FLAGS = config_flags(
-    V,
+    VerifyConfig,
     {
         "dataset": None,
         "out": OUT_DIR,
@@ -96,7 +96,7 @@ VERIFY_FLAGS = config_flags(
     },
 )
 FOCUS_FLAGS = config_flags(
-    FC,
+    FocusConfig,
     {
         "runs": RUN,
         "bucket_a": None,
@@ -109,7 +109,7 @@ FOCUS_FLAGS = config_flags(
     },
 )
 PLAN_FLAGS = config_flags(
-    PC,
+    PlanConfig,
     {
         "runs": RUN,
         "n_agent": {"metavar": "<n>"},
@@ -124,8 +124,8 @@ LINEAGE_FLAGS = config_flags(
     configs.LineageConfig, {"files": {"argument": True, "metavar": "FILE"}, "check": None}
 )
 # ``-o`` beside ``--out``: a second declaration, which ``config_flags`` does not take (yet)
-FocusOutOpt = Annotated[Path, field_opt(FC, "out", "--out", "-o", metavar="<file>")]
-PlanOutOpt = Annotated[Path | None, field_opt(PC, "out", "--out", "-o", metavar="<file>")]
+FocusOutOpt = Annotated[Path, field_opt(FocusConfig, "out", "--out", "-o", metavar="<file>")]
+PlanOutOpt = Annotated[Path | None, field_opt(PlanConfig, "out", "--out", "-o", metavar="<file>")]
 
 
 def _run(label: str, fn: Callable[[], T], *, spinner: bool = True) -> T:
@@ -150,7 +150,7 @@ def _logs(logs: Path | None, runs: list[str] | None) -> Path | None:
 def bucket_cmd(*, flags: dict[str, Any], logs: LogsOpt = None, as_json: JsonOpt = False) -> None:
     """Split a dataset into buckets B / A / 0 by a per-prompt score (DDAI's curriculum buckets)."""
     with bad_input_exits():
-        cfg = B(**flags, logs=_logs(logs, flags["runs"]))
+        cfg = BucketConfig(**flags, logs=_logs(logs, flags["runs"]))
     result = _run("bucketing", lambda: bucket.run_bucket(cfg))
     summary("ddai curate bucket", result.to_dict(), as_json=as_json)
 
@@ -161,14 +161,14 @@ def verify_gt_cmd(
     *,
     flags: dict[str, Any],
     logs: LogsOpt = None,
-    retry_failed: RetryFailedOpt = default_of(V, "retry_failed"),
-    progress: ProgressOpt = default_of(V, "progress"),
+    retry_failed: RetryFailedOpt = default_of(VerifyConfig, "retry_failed"),
+    progress: ProgressOpt = default_of(VerifyConfig, "progress"),
     as_json: JsonOpt = False,
 ) -> None:
     """Propose ground-truth errors for review; exclude only what a person (or --trust-verifier)
     decided is wrong or uncertain."""
     with bad_input_exits():
-        cfg = V(
+        cfg = VerifyConfig(
             **flags,
             logs=_logs(logs, flags["runs"]),
             retry_failed=retry_failed,
@@ -190,7 +190,7 @@ def focus_cmd(
     """Build the next focused round: hard A + verified bucket 0 (round 1), or the previous
     round's low scorers minus flagged prompts (round N+1)."""
     with bad_input_exits():
-        cfg = FC(**flags, out=out, logs=workspace.logs_dir(logs))
+        cfg = FocusConfig(**flags, out=out, logs=workspace.logs_dir(logs))
     result = _run("focusing", lambda: focus.run_focus(cfg))
     summary("ddai curate focus", result.to_dict(), as_json=as_json)
 
@@ -203,7 +203,7 @@ def plan_cmd(
     *,
     flags: dict[str, Any],
     logs: LogsOpt = None,
-    success_threshold: ThresholdOpt = default_of(PC, "success_threshold"),
+    success_threshold: ThresholdOpt = default_of(PlanConfig, "success_threshold"),
     out: PlanOutOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -211,7 +211,7 @@ def plan_cmd(
     expected (rare) successes and the calls and cost; recommend the smallest n_agent reaching
     the target."""
     with bad_input_exits():
-        cfg = PC(
+        cfg = PlanConfig(
             **{**flags, "price_per_call": plan.default_price(flags["price_per_call"])},
             logs=workspace.logs_dir(logs),
             success_threshold=success_threshold,

@@ -33,6 +33,7 @@ from ddai.pipelines.distill import (
     run_distill,
 )
 from ddai.pipelines.distill.check import ConvertConfig
+from ddai.pipelines.funnel.configs import ForceFlag
 
 D, C = DistillConfig, CheckConfig
 
@@ -61,9 +62,10 @@ DISTILL_FLAGS = config_flags(
         "max_thinks_per_call": None,
         "dry_run": None,
         "max_cost": None,
-        "force": None,
     },
 )
+RERUN_FLAGS = config_flags(ForceFlag, {"force": None})
+"""``--force``, as every funnel step (``distill`` is the funnel's fourth) and ``vet`` spell it."""
 CHECK_FLAGS = config_flags(
     C, {"file": {"argument": True, "metavar": "FILE"}, "original": None, "report": None}
 )
@@ -101,12 +103,13 @@ def _run(fn, *args: Any) -> dict[str, Any]:
 
 
 @distill_app.callback(invoke_without_command=True)
-@with_groups({"settings": DISTILL_FLAGS, "drops": DROP_FLAGS})
+@with_groups({"settings": DISTILL_FLAGS, "drops": DROP_FLAGS, "rerun": RERUN_FLAGS})
 def distill_cmd(
     ctx: typer.Context,
     *,
     settings: dict[str, Any],
     drops: dict[str, Any],
+    rerun: dict[str, Any],
     logs: LogsOpt = None,
     runs: RunOpt = None,
     out: OutOpt = None,
@@ -125,6 +128,7 @@ def distill_cmd(
     with bad_input_exits():
         cfg = DistillConfig(
             **settings,
+            **rerun,
             **drops | {"claim_patterns": _claims(drops["claim_patterns"])},
             logs=workspace.logs_dir(logs),
             runs=runs,

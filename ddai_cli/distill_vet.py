@@ -19,6 +19,7 @@ from ddai.cli.common import (
     fail,
     summary,
 )
+from ddai.cli.distill import RERUN_FLAGS
 from ddai.cli.flags import config_flags, default_of, with_groups
 from ddai.cli.running import sub_app
 from ddai.pipelines.distill.vet import VetConfig, VetError, run_vet
@@ -34,16 +35,16 @@ VET_FLAGS = config_flags(
         "on_error": None,
         "dry_run": None,
         "max_cost": None,
-        "force": None,
     },
 )
 """The vet flags whose type, default and help are ``VetConfig``'s own."""
 
 
-@with_groups({"settings": VET_FLAGS})
+@with_groups({"settings": VET_FLAGS, "rerun": RERUN_FLAGS})
 def distill_vet_command(
     *,
     settings: dict[str, Any],
+    rerun: dict[str, Any],
     retry_failed: RetryFailedOpt = default_of(VetConfig, "retry_failed"),
     progress: ProgressOpt = default_of(VetConfig, "progress"),
     as_json: JsonOpt = False,
@@ -54,6 +55,7 @@ def distill_vet_command(
             retry_failed=retry_failed,
             progress=progress and not as_json,
             **settings,
+            **rerun,
         )
         try:
             data = run_vet(cfg)

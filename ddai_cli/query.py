@@ -29,9 +29,8 @@ from ddai.pipelines.query_out import QueryConfig
 
 duckdb = lazy_module("duckdb")
 
-Q = QueryConfig
 QUERY_FLAGS = config_flags(
-    Q,
+    QueryConfig,
     {
         "sql": {"argument": True, "metavar": "SQL"},
         "fmt": "--format",
@@ -49,12 +48,15 @@ def query_cmd(
     runs: RunsOpt = None,
     # beside the group: ``-p`` and ``-o`` are second declarations
     params: Annotated[
-        list[str] | None, field_opt(Q, "params", "--param", "-p", metavar="<name[:type]=value>")
+        list[str] | None,
+        field_opt(QueryConfig, "params", "--param", "-p", metavar="<name[:type]=value>"),
     ] = None,
-    out: Annotated[Path | None, field_opt(Q, "out", "--out", "-o", metavar="<file>")] = None,
+    out: Annotated[
+        Path | None, field_opt(QueryConfig, "out", "--out", "-o", metavar="<file>")
+    ] = None,
 ) -> None:
     """Run SQL over the rollout-log views and print or save the result."""
-    cfg = Q(**settings, params=params or [], out=out)
+    cfg = QueryConfig(**settings, params=params or [], out=out)
     sql, fmt, limit, as_json = cfg.sql, cfg.fmt, cfg.limit, cfg.as_json
     try:
         params = dict(parse_param(p) for p in cfg.params)

@@ -19,7 +19,8 @@ class ReportConfig:
     runs: list[str] | None = None
     """Run ids to read; None reads every run in the store."""
     success_threshold: float = SUCCESS_THRESHOLD
-    """A rollout succeeds when judge_score >= this and format_ok is not false."""
+    """The success rule's threshold on judge_score (the flag: the commands' shared
+    ``--success-threshold``)."""
     judge_high: float = 0.5
     """Judge score at or above which an answer counts as correct (discrepancies, hallucination
     suspects)."""

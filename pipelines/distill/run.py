@@ -77,7 +77,8 @@ class DistillConfig:
     """ddai: DDAI's finalize order (NDCG desc, fewer searches, fewer bboxes, shorter assistant
     text, then log order); reward: reward desc, NDCG desc, fewer actions, rollout_idx."""
     success_threshold: float = SUCCESS_THRESHOLD
-    """A rollout succeeds when judge_score >= this and format_ok is not false."""
+    """The success rule's threshold on judge_score (the flag: the commands' shared
+    ``--success-threshold``)."""
     rewrite: RewriteMode = RewriteMode.THINK_ONLY
     """think-only: rewrite thinks only; none: no rewriter."""
     rewriter: str | None = None
@@ -120,8 +121,7 @@ class DistillConfig:
     to resume)."""
     retry_failed: bool = False
     """Call again the rewrites that failed before (else their cached failures are reported)."""
-    force: bool = False
-    """Rerun even when inputs and parameters are unchanged."""
+    force: bool = False  # rerun when nothing changed (its flag: ``funnel.configs.ForceFlag``)
     progress: bool = True
     select_cfg: SelectConfig = field(init=False, repr=False)
     claims: ClaimRules = field(init=False, repr=False)

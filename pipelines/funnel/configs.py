@@ -75,6 +75,14 @@ class RunsFlag:
 
 
 @dataclass(frozen=True, kw_only=True)
+class DatasetFlag:
+    """The prompt set bucket and verify-gt read."""
+
+    dataset: Path
+    """The prompt set (Parquet with an `id` column)."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class ForceFlag:
     """A step whose inputs and parameters are unchanged is skipped unless ``force``."""
 
@@ -92,12 +100,10 @@ class DecisionsFlag:
 
 
 @dataclass(frozen=True)
-class BucketConfig(RunsFlag, ForceFlag):
+class BucketConfig(DatasetFlag, RunsFlag, ForceFlag):
     """Flags of ``ddai curate bucket``. Exactly one score source: ``runs`` (with ``logs``) or
     ``scores`` (a table with ``id`` and ``score_col``; default: its one numeric column)."""
 
-    dataset: Path
-    """The prompt set (Parquet with an `id` column)."""
     out: Path
     """Folder for curriculum_bucket_{b,a,0}.parquet."""
     logs: Path | None = None
@@ -206,11 +212,9 @@ class FocusConfig(RunsFlag, DecisionsFlag, ForceFlag):
 
 
 @dataclass(frozen=True)
-class VerifyConfig(RunsFlag, DecisionsFlag, ForceFlag):
+class VerifyConfig(DatasetFlag, RunsFlag, DecisionsFlag, ForceFlag):
     """Flags of ``ddai curate verify-gt``."""
 
-    dataset: Path
-    """The prompt set (Parquet with an `id` column)."""
     out: Path
     """Folder for <dataset>_filtered.parquet, <dataset>_excluded.parquet, review.csv and
     review.html."""

@@ -97,7 +97,8 @@ class ServeConfig:
     sql_max_rows: int = 1_000
     """Rows the SQL box returns at most."""
     success_threshold: float = SUCCESS_THRESHOLD
-    """A rollout succeeds when judge_score >= this and format_ok is not false."""
+    """The success rule's threshold on judge_score (the flag: the commands' shared
+    ``--success-threshold``)."""
     judge_high: float = 0.5
     """As in the report (``ReportConfig``)."""
     ndcg_low: float = 0.0

@@ -4,6 +4,7 @@ one of the shared aliases of ``ddai_cli/common.py`` (``--logs``, ``--run``, ``--
 
 from __future__ import annotations
 
+import inspect
 import typing
 
 import pytest
@@ -40,10 +41,10 @@ def _configs() -> dict[tuple[str, ...], tuple[type, ...]]:
     return {
         ("serve",): (ServeConfig,),
         ("query",): (QueryConfig,),
-        ("distill",): (DistillConfig,),
+        ("distill",): (DistillConfig, configs.ForceFlag),
         ("distill", "check"): (CheckConfig, DistillConfig),  # the drops: DistillConfig's
         ("distill", "convert"): (ConvertConfig,),
-        ("distill", "vet"): (VetConfig,),
+        ("distill", "vet"): (VetConfig, configs.ForceFlag),
         ("report",): (ReportConfig,),
         ("analyze", "attribution"): (AttributionConfig, RowsOut),
         ("analyze", "latency"): (RowsOut,),
@@ -84,3 +85,29 @@ def test_every_flag_help_is_its_config_field_docstring(path):
             f"{p.name!r} in {[c.__name__ for c in COMMANDS[path]]} nor a common alias's"
         )
     assert checked >= 1, f"{' '.join(path)}: no flag read its help from the config"
+
+
+def test_no_flag_help_is_written_twice():
+    """A help these commands show is declared on one field of one class (a shared flag lives on a
+    shared base such as ``RunsFlag``, or one config's field is read by both commands)."""
+    import dataclasses
+
+    declared: dict[str, set[tuple[str, str]]] = {}
+    for configs in COMMANDS.values():
+        for config in configs:
+            for cls in config.__mro__:
+                if not dataclasses.is_dataclass(cls):
+                    continue
+                own = inspect.get_annotations(cls)
+                for name, text in field_docs(cls).items():
+                    if name in own:
+                        declared.setdefault(text.replace("``", "`"), set()).add(
+                            (cls.__qualname__, name)
+                        )
+    for name, value in vars(common).items():  # the shared flags' helps, written in common.py
+        for meta in getattr(value, "__metadata__", ()):
+            if getattr(meta, "help", None):
+                declared.setdefault(meta.help, set()).add(("common", name))
+    shown = {p.help for path in COMMANDS for p in _command(path).params}
+    twice = {text: sorted(where) for text, where in declared.items() if len(where) > 1}
+    assert {t: w for t, w in twice.items() if t in shown} == {}
