@@ -14,6 +14,8 @@ from typing import Annotated, Any
 import typer
 
 from ddai.cli.common import JsonOpt, LogsOpt, RunsOpt, ThresholdOpt, fail, summary
+from ddai.cli.fields import field_opt
+from ddai.cli.flags import config_flags, with_groups
 from ddai.pipelines.analyses import (
     AttributionConfig,
     attribute,
@@ -21,7 +23,7 @@ from ddai.pipelines.analyses import (
     reward_latency,
     truth_eval,
 )
-from ddai.pipelines.analyses.export import write_rows
+from ddai.pipelines.analyses.export import RowsOut, write_rows
 from ddai.pipelines.records.schema import SUCCESS_THRESHOLD
 from ddai.pipelines.store import workspace
 
@@ -33,14 +35,13 @@ analyze_app = typer.Typer(
     rich_markup_mode=None,
 )
 
-OutOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--out",
-        "-o",
-        help="Write the per-prompt rows here (.csv, .parquet or .jsonl), atomically.",
-    ),
-]
+ATTRIBUTION_FLAGS = config_flags(
+    AttributionConfig,
+    {"score_max": None, "agree_min": None, "flags": {"metavar": "<csv>"}, "truth": None},
+)
+GROUPS_OUT_FLAGS = config_flags(RowsOut, {"groups_out": None})
+# ``-o`` beside ``--out``: a second declaration, which ``config_flags`` does not take (yet)
+OutOpt = Annotated[Path | None, field_opt(RowsOut, "out", "--out", "-o")]
 
 
 def _runs(runs: list[str] | None) -> list[str] | None:
@@ -61,43 +62,13 @@ def _flatten(result: dict[str, Any]) -> dict[str, Any]:
 @analyze_app.command(
     "attribution", short_help="Why low-scoring prompts fail: search, generator or ground truth."
 )
+@with_groups({"settings": ATTRIBUTION_FLAGS})
 def attribution_cmd(
+    *,
+    settings: dict[str, Any],
     logs: LogsOpt = None,
     runs: RunsOpt = None,
-    score_max: Annotated[
-        float,
-        typer.Option(
-            "--score-max",
-            help="A prompt is low-scoring when its mean score (reward, else judge) is at or under "
-            "this (DDAI's round-2 rule: 0.3).",
-        ),
-    ] = 0.3,
-    agree_min: Annotated[
-        int,
-        typer.Option(
-            "--agree-min",
-            help="Rollouts that retrieved a golden page and agree on one answer the judge "
-            "rejected, at least this many (and half of those rejected), flag the ground truth.",
-        ),
-    ] = 3,
     threshold: ThresholdOpt = SUCCESS_THRESHOLD,
-    flags: Annotated[
-        list[Path] | None,
-        typer.Option(
-            "--flags",
-            metavar="<csv>",
-            help="Review CSV (uid, verdict, reason: a person's decisions or a verifier's "
-            "review.csv); wrong/uncertain rows flag the ground truth. Repeat for several.",
-        ),
-    ] = None,
-    truth: Annotated[
-        Path | None,
-        typer.Option(
-            "--truth",
-            help="A synthetic world's truth.json: also print precision and recall per class "
-            "against its planted failure causes.",
-        ),
-    ] = None,
     out: OutOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -105,11 +76,9 @@ def attribution_cmd(
     generator bottleneck (golden page retrieved, answer judged wrong) or a likely wrong ground
     truth (review flag, or golden retrieved and rollouts agree on an answer the judge rejects)."""
     try:
-        cfg = AttributionConfig(
-            score_max=score_max, agree_min=agree_min, threshold=threshold, flags=flags or []
-        )
+        cfg = AttributionConfig(**settings, threshold=threshold)
         df, result = attribute(workspace.logs_dir(logs), _runs(runs), cfg)
-        if truth is not None:
+        if (truth := cfg.truth) is not None:
             if not truth.is_file():
                 raise FileNotFoundError(f"--truth {truth} not found")
             result["truth"] = truth_eval.score(df, json.loads(truth.read_text(encoding="utf-8")))
@@ -163,18 +132,13 @@ def latency_cmd(
 @analyze_app.command(
     "drop-keep", short_help="Zero-variance GRPO groups and the prompts to drop or keep."
 )
+@with_groups({"to": GROUPS_OUT_FLAGS})
 def drop_keep_cmd(
+    *,
+    to: dict[str, Any],
     logs: LogsOpt = None,
     runs: RunsOpt = None,
     out: OutOpt = None,
-    groups_out: Annotated[
-        Path | None,
-        typer.Option(
-            "--groups-out",
-            help="Write the zero-variance GRPO groups (run, step, uid, score) here "
-            "(.csv, .parquet or .jsonl).",
-        ),
-    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Zero-variance GRPO groups (every rollout scored the same: no learning signal) and per
@@ -184,7 +148,7 @@ def drop_keep_cmd(
         decisions, groups, result = drop_keep(workspace.logs_dir(logs), _runs(runs))
         if out is not None:
             result["out"] = str(write_rows(out, decisions))
-        if groups_out is not None:
+        if (groups_out := RowsOut(**to).groups_out) is not None:
             result["groups out"] = str(write_rows(groups_out, groups))
     except (FileNotFoundError, ValueError) as e:
         raise fail(str(e)) from e

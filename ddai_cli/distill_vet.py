@@ -5,8 +5,7 @@ both modules), so ``ddai distill`` with no subcommand keeps all of its own flags
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 
@@ -20,6 +19,7 @@ from ddai.cli.common import (
     fail,
     summary,
 )
+from ddai.cli.distill import RERUN_FLAGS
 from ddai.cli.flags import config_flags, default_of, with_groups
 from ddai.cli.running import sub_app
 from ddai.pipelines.distill.vet import VetConfig, VetError, run_vet
@@ -27,6 +27,7 @@ from ddai.pipelines.distill.vet import VetConfig, VetError, run_vet
 VET_FLAGS = config_flags(
     VetConfig,
     {
+        "file": {"argument": True, "metavar": "FILE"},
         "out": "--out",
         "criteria": None,
         "vetter": None,
@@ -34,22 +35,16 @@ VET_FLAGS = config_flags(
         "on_error": None,
         "dry_run": None,
         "max_cost": None,
-        "force": None,
     },
 )
 """The vet flags whose type, default and help are ``VetConfig``'s own."""
 
 
-@with_groups({"settings": VET_FLAGS})
+@with_groups({"settings": VET_FLAGS, "rerun": RERUN_FLAGS})
 def distill_vet_command(
-    file: Annotated[
-        Path,
-        typer.Argument(
-            metavar="FILE",
-            help="An SFT Parquet file (train1 or messages shape), e.g. `ddai distill`'s output.",
-        ),
-    ],
-    settings: Any = None,
+    *,
+    settings: dict[str, Any],
+    rerun: dict[str, Any],
     retry_failed: RetryFailedOpt = default_of(VetConfig, "retry_failed"),
     progress: ProgressOpt = default_of(VetConfig, "progress"),
     as_json: JsonOpt = False,
@@ -57,10 +52,10 @@ def distill_vet_command(
     """Vet SFT trajectories with an LLM (DDAI's criteria): keep the passing rows, report each."""
     with bad_input_exits():
         cfg = VetConfig(
-            file=file,
             retry_failed=retry_failed,
             progress=progress and not as_json,
             **settings,
+            **rerun,
         )
         try:
             data = run_vet(cfg)

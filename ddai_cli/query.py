@@ -7,9 +7,8 @@ It starts without pyarrow, pandas or polars: DuckDB reads the store and writes t
 from __future__ import annotations
 
 import sys
-from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -22,84 +21,65 @@ from ddai.cli.common import (
     print_rows,
     summary,
 )
+from ddai.cli.fields import field_opt
+from ddai.cli.flags import config_flags, with_groups
 from ddai.pipelines.records.lazy import lazy_module
 from ddai.pipelines.store import io, query, query_out, workspace
+from ddai.pipelines.store.query_out import QueryConfig
 
 duckdb = lazy_module("duckdb")
 
+QUERY_FLAGS = config_flags(
+    QueryConfig,
+    {
+        "sql": {"argument": True, "metavar": "SQL"},
+        "fmt": "--format",
+        "limit": None,
+        "as_json": "--json",
+    },
+)
 
-class Fmt(StrEnum):
-    table = "table"
-    csv = "csv"
-    parquet = "parquet"
-    json = "json"
 
-
+@with_groups({"settings": QUERY_FLAGS})
 def query_cmd(
-    sql: Annotated[
-        str,
-        typer.Argument(
-            metavar="SQL",
-            help="SQL over the views rollouts, turns, prompts, "
-            "prompts_at(threshold), runs, discrepancies, failure_attribution "
-            "(failure_attribution_at(score_max, agree_min, threshold)), reward_latency, "
-            "zero_variance_groups, drop_keep, annotations.",
-        ),
-    ],
+    *,
+    settings: dict[str, Any],
     logs: LogsOpt = None,
     runs: RunsOpt = None,
-    param: Annotated[
+    # beside the group: ``-p`` and ``-o`` are second declarations
+    params: Annotated[
         list[str] | None,
-        typer.Option(
-            "--param",
-            "-p",
-            metavar="<name[:type]=value>",
-            help="Bound parameter, used as $NAME in the SQL (bound, never pasted into the text). "
-            "NAME=VALUE binds a string (`-p u=528` is the string '528'); NAME:TYPE=VALUE binds a "
-            "typed value, TYPE one of int, float, bool (true/false/1/0/yes/no), str: "
-            "`-p n:int=5 -p t:float=0.8 -p ok:bool=true`. Repeatable.",
-        ),
+        field_opt(QueryConfig, "params", "--param", "-p", metavar="<name[:type]=value>"),
     ] = None,
-    fmt: Annotated[Fmt, typer.Option("--format", help="Output format.")] = Fmt.table,
     out: Annotated[
-        Path | None,
-        typer.Option("--out", "-o", metavar="<file>", help="Write the result to this file."),
+        Path | None, field_opt(QueryConfig, "out", "--out", "-o", metavar="<file>")
     ] = None,
-    limit: Annotated[
-        int, typer.Option(help="Rows shown by --format table (and listed by --json).")
-    ] = 50,
-    as_json: Annotated[
-        bool,
-        typer.Option(
-            "--json",
-            help="Print one JSON summary instead of the table: rows, columns, the first --limit "
-            "rows as lists (data) and the --out file.",
-        ),
-    ] = False,
 ) -> None:
     """Run SQL over the rollout-log views and print or save the result."""
+    cfg = QueryConfig(**settings, params=params or [], out=out)
+    sql, fmt, limit, as_json = cfg.sql, cfg.fmt, cfg.limit, cfg.as_json
     try:
-        params = dict(parse_param(p) for p in param or [])
+        params = dict(parse_param(p) for p in cfg.params)
     except ValueError as e:
         raise fail(str(e)) from e
-    if fmt is Fmt.parquet and out is None:
+    if fmt == "parquet" and out is None:
         raise fail("--format parquet needs --out FILE")
-    if as_json and fmt is not Fmt.table and out is None:
+    if as_json and fmt != "table" and out is None:
         raise fail(
-            f"--json and --format {fmt.value} both print to stdout: drop --json, or write the "
-            f"{fmt.value} with --out FILE"
+            f"--json and --format {fmt} both print to stdout: drop --json, or write the "
+            f"{fmt} with --out FILE"
         )
     try:
         # only the views the SQL names: binding all of them costs more than a small query
         root = query.logs_or_fail(workspace.logs_dir(logs, demo_fallback=True))
         con = query.connect(root, runs, views=query.views_for(sql))
         rel = query.relation(con, sql, params or None)
-        if fmt is Fmt.parquet and out is not None:  # (without --out: refused above)
+        if fmt == "parquet" and out is not None:  # (without --out: refused above)
             n = query_out.write_parquet(con, rel, out)
         else:
             result = query_out.materialize(con, rel)
             n = result.num_rows
-            if out is not None or fmt is not Fmt.table:
+            if out is not None or fmt != "table":
                 _write(con, result, fmt, out)
     except (FileNotFoundError, ValueError, duckdb.Error) as e:
         raise fail(str(e)) from e
@@ -109,13 +89,13 @@ def query_cmd(
         shown = [] if out is not None else query_out.rows(con, result, limit)
         data = {"rows": n, "columns": list(rel.columns) if rel is not None else []}
         data |= {"data": [[_json_value(v) for v in r] for r in shown], "out": out}
-        summary("query", {**data, "format": fmt.value, "note": empty}, as_json=True)
+        summary("query", {**data, "format": fmt, "note": empty}, as_json=True)
         return
     if out is not None:
         console.print(f"wrote {n:,} rows to {out}", style="dim", markup=False, soft_wrap=True)
-    elif fmt is Fmt.table:
+    elif fmt == "table":
         _show(con, result, limit, empty)
-    if empty and (out is not None or fmt is not Fmt.table):
+    if empty and (out is not None or fmt != "table"):
         err_console.print(f"note: {empty}", markup=False, soft_wrap=True)
 
 
@@ -142,10 +122,10 @@ def _empty_store(root: Path, runs: list[str] | None) -> str | None:
 
 
 def _write(
-    con: duckdb.DuckDBPyConnection, result: query_out.Result, fmt: Fmt, out: Path | None
+    con: duckdb.DuckDBPyConnection, result: query_out.Result, fmt: str, out: Path | None
 ) -> None:
     """CSV (also ``--format table`` with ``--out``) or JSON lines, to ``out`` or stdout."""
-    write = query_out.write_json_lines if fmt is Fmt.json else query_out.write_csv
+    write = query_out.write_json_lines if fmt == "json" else query_out.write_csv
     if out is None:
         write(con, result, sys.stdout)
         return

@@ -3,120 +3,44 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
-from typing import Annotated
+from typing import Any
 
 import typer
 
 from ddai.cli.common import LogsOpt, RunsOpt, ThresholdOpt, console, err_console, fail
-from ddai.pipelines.records.schema import SUCCESS_THRESHOLD
+from ddai.cli.flags import config_flags, default_of, with_groups
 from ddai.pipelines.store import workspace
+from ddai.reports.serve.config import ServeConfig  # the standard library only: --help stays light
+
+SERVE_FLAGS = config_flags(
+    ServeConfig,
+    {
+        "datasets_dir": None,
+        "image_root": None,
+        "corpus": None,
+        "host": None,
+        "port": None,
+        "allow_hosts": {"decl": "--allow-host", "metavar": "<name>"},
+        "token": {"envvar": "DDAI_SERVE_TOKEN"},
+        "page_size": None,
+        "threads": None,
+        "memory_share": None,
+        "sql_timeout_s": "--sql-timeout",
+        "annotate": None,
+        "annotator": None,
+        "review": {"metavar": "<file>"},
+        "decisions_out": {"metavar": "<file>"},
+    },
+)
 
 
+@with_groups({"settings": SERVE_FLAGS})
 def serve_cmd(
+    *,
+    settings: dict[str, Any],
     logs: LogsOpt = None,
     runs: RunsOpt = None,
-    datasets_dir: Annotated[
-        Path | None,
-        typer.Option(
-            "--datasets-dir",
-            help="Folder of curated datasets (files with a manifest) for the live report's funnel.",
-        ),
-    ] = None,
-    image_root: Annotated[
-        Path | None,
-        typer.Option(
-            "--image-root",
-            help="Folder of page images named {page_id}.png or .jpg; transcripts show the pages "
-            "and <bbox> crops inline. Without it pages show as their ids.",
-        ),
-    ] = None,
-    corpus: Annotated[
-        Path | None,
-        typer.Option(
-            "--corpus",
-            help="Page corpus (pages.parquet or its folder): a page with no image under "
-            "--image-root shows the corpus's image (ddai corpus build) or is drawn from its "
-            "text, so the synthetic world shows pages too.",
-        ),
-    ] = None,
-    host: Annotated[
-        str,
-        typer.Option(
-            "--host",
-            help="Address to listen on. Anything but loopback (127.0.0.1, ::1, localhost) needs "
-            "a token.",
-        ),
-    ] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = 8765,
-    allow_hosts: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--allow-host",
-            help="A name this machine is reached by (repeatable), accepted in a request's Host "
-            "header besides 127.0.0.1, localhost, ::1 and --host; any other name is refused, so "
-            "a web page cannot reach the explorer by DNS rebinding.",
-        ),
-    ] = None,
-    token: Annotated[
-        str | None,
-        typer.Option(
-            "--token",
-            envvar="DDAI_SERVE_TOKEN",
-            help="Access token (16+ characters; also $DDAI_SERVE_TOKEN). On a non-loopback "
-            "host a random one is made when none is given; the printed URL carries it.",
-        ),
-    ] = None,
-    page_size: Annotated[
-        int, typer.Option("--page-size", help="Rows per page of the rollout table (1-500).")
-    ] = 50,
-    threshold: ThresholdOpt = SUCCESS_THRESHOLD,
-    threads: Annotated[
-        int | None, typer.Option("--threads", help="DuckDB threads. Default: one per core.")
-    ] = None,
-    memory_share: Annotated[
-        float,
-        typer.Option(
-            "--memory-share",
-            help="Share of the machine's memory the explorer's DuckDB may hold (its table, the "
-            "pages and the SQL box together; beyond it a query spills or fails), in (0, 0.9].",
-        ),
-    ] = 0.25,
-    sql_timeout: Annotated[
-        float,
-        typer.Option("--sql-timeout", help="Seconds a SQL box query may run before it stops."),
-    ] = 30.0,
-    annotate: Annotated[
-        bool,
-        typer.Option(
-            "--annotate",
-            help="Accept writes: labels on prompts, rollouts and turns (stored in the log store's "
-            "side table annotations) and review decisions. Without it every write is refused.",
-        ),
-    ] = False,
-    annotator: Annotated[
-        str | None,
-        typer.Option("--annotator", help="Who writes the labels and decisions. Default: $USER."),
-    ] = None,
-    review: Annotated[
-        Path | None,
-        typer.Option(
-            "--review",
-            metavar="<file>",
-            help="A review.csv of `ddai curate verify-gt` to decide prompt by prompt at /review "
-            "(ok / wrong / uncertain, one key each).",
-        ),
-    ] = None,
-    decisions_out: Annotated[
-        Path | None,
-        typer.Option(
-            "--decisions-out",
-            metavar="<file>",
-            help="Where /review's decisions go (uid, verdict, reason, annotator, decided_at: "
-            "what verify-gt and focus --decisions read). Default: review_decisions.csv beside "
-            "--review.",
-        ),
-    ] = None,
+    threshold: ThresholdOpt = default_of(ServeConfig, "success_threshold"),
 ) -> None:
     """Serve a local web explorer over every rollout: a sortable, filterable table
     (shareable URLs), GRPO group views, transcripts with page images, a live tail of a training
@@ -129,7 +53,6 @@ def serve_cmd(
     try:
         import uvicorn
 
-        from ddai.reports.serve import ServeConfig
         from ddai.reports.serve.app import create_app, empty_store_notice
         from ddai.reports.serve.config import EXIT_CANNOT_LISTEN, check_port
     except ImportError as e:
@@ -138,38 +61,24 @@ def serve_cmd(
         ) from e
     try:
         cfg = ServeConfig(
+            **settings,
             logs=workspace.logs_dir(logs, demo_fallback=True),
             runs=runs or None,
-            datasets_dir=datasets_dir,
-            image_root=image_root,
-            corpus=corpus,
-            host=host,
-            port=port,
-            token=token,
-            page_size=page_size,
             success_threshold=threshold,
-            threads=threads,
-            allow_hosts=allow_hosts or [],
-            memory_share=memory_share,
-            sql_timeout_s=sql_timeout,
-            annotate=annotate,
-            annotator=annotator,
-            review=review,
-            decisions_out=decisions_out,
         )
         cfg.require_token()
     except (FileNotFoundError, ValueError) as e:
         raise fail(str(e)) from e
     try:  # a taken port fails now, not after the store and corpus have loaded
-        check_port(host, port)
+        check_port(cfg.host, cfg.port)
     except OSError as e:
         raise fail(str(e), EXIT_CANNOT_LISTEN) from e
     try:
         app = create_app(cfg)
     except (FileNotFoundError, ValueError) as e:
         raise fail(str(e)) from e
-    shown = f"[{host}]" if ":" in host else host
-    url = f"http://{shown}:{port}/" + (f"?token={cfg.token}" if cfg.token else "")
+    shown = f"[{cfg.host}]" if ":" in cfg.host else cfg.host
+    url = f"http://{shown}:{cfg.port}/" + (f"?token={cfg.token}" if cfg.token else "")
     ex = app.state.explorer
     with ex.connection() as con:
         n = con.execute("SELECT count(*) FROM explorer").fetchall()[0][0]
@@ -191,7 +100,9 @@ def serve_cmd(
     )
     if not n:
         err_console.print(f"warning: {empty_store_notice(cfg)}", markup=False, soft_wrap=True)
-    uvicorn.run(app, host=host, port=port, log_level=os.environ.get("DDAI_SERVE_LOG", "warning"))
+    uvicorn.run(
+        app, host=cfg.host, port=cfg.port, log_level=os.environ.get("DDAI_SERVE_LOG", "warning")
+    )
 
 
 def register(app: typer.Typer) -> None:

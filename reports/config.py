@@ -10,57 +10,57 @@ from ddai.pipelines.records.schema import SUCCESS_THRESHOLD
 
 @dataclass
 class ReportConfig:
-    """Inputs and thresholds of one HTML report.
-
-    Attributes:
-        logs: log store folder (hive-partitioned Parquet).
-        out: the HTML file to write (atomically).
-        runs: run ids to read; None reads every run in the store.
-        success_threshold: a rollout succeeds when judge_score >= this and format_ok is not false
-            (DESIGN.md's success, default 1.0).
-        judge_high: judge >= this counts as a correct answer (discrepancies, hallucination
-            suspects); DDAI's analyses used 0.5.
-        ndcg_low: NDCG <= this counts as "no golden page retrieved" (DDAI: = 0).
-        judge_low: judge <= this counts as a wrong answer (DDAI: = 0).
-        ndcg_high: NDCG >= this counts as "retrieval succeeded" (DDAI: = 1).
-        compare: two run ids for the run-comparison section (A is the baseline, B the new run).
-        datasets: curated dataset files whose manifests draw the funnel Sankey.
-        datasets_dir: a folder scanned for curated datasets (files with a ``.manifest.json``).
-        max_turns: the turn budget; None reads each rollout's ``extra.max_turns``.
-        browse_max: most rollouts shipped to the trajectory browser (a stratified sample).
-        text_max: longest text (think, observation, answer) shown per field before it is cut.
-        top: rows in ranked lists (hallucination suspects, per-prompt deltas).
-        seed: sampling seed of the trajectory browser.
-        title: page title; default names the runs.
-        progress: show a progress bar while building.
-        threads: DuckDB threads for the report's queries. Default: DuckDB's own (one per core).
-        flags: review CSVs (``uid, verdict, reason``) whose wrong/uncertain rows flag a prompt's
-            ground truth in the failure attribution.
-        value_sft: ``ddai train value-sft`` output folders whose per-token TD weights (mean, clip
-            shares) the value section shows.
-    """
+    """Inputs and thresholds of one HTML report; the fields are the flags of ``ddai report``."""
 
     logs: Path
+    """Log store folder (hive-partitioned Parquet)."""
     out: Path
+    """HTML file to write. Default: <workspace>/report.html."""
     runs: list[str] | None = None
+    """Run ids to read; None reads every run in the store."""
     success_threshold: float = SUCCESS_THRESHOLD
+    """The success rule's threshold on judge_score (the flag: the commands' shared
+    ``--success-threshold``)."""
     judge_high: float = 0.5
+    """Judge score at or above which an answer counts as correct (discrepancies, hallucination
+    suspects)."""
     ndcg_low: float = 0.0
+    """NDCG at or below which retrieval counts as failed."""
     judge_low: float = 0.0
+    """Judge score at or below which an answer counts as wrong."""
     ndcg_high: float = 1.0
+    """NDCG at or above which retrieval counts as succeeded."""
     compare: tuple[str, str] | None = None
+    """Compare two runs, given as --compare A --compare B (A the baseline, B the new one;
+    --compare A B also works): behaviour shift, per-prompt deltas, distributions side by side."""
     datasets: list[Path] = field(default_factory=list)
+    """Curated dataset file (a ddai curate output) whose manifests draw the funnel Sankey; repeat
+    for several."""
     datasets_dir: Path | None = None
+    """Folder scanned for curated datasets (files with a manifest)."""
     max_turns: int | None = None
+    """Turn budget of the runs. Default: each rollout's extra.max_turns."""
     browse_max: int = 500
+    """Most rollouts in the trajectory browser (a sample covering every run, outcome and class),
+    shipped compressed: bounds the file size (5,000 add about 1 MB)."""
     text_max: int = 2_000
+    """Characters shown per think, observation or answer before a cut."""
     top: int = 25
+    """Rows in ranked lists (suspects, better/worse prompts)."""
     seed: int = 0
+    """Seed of the browser's sample."""
     title: str | None = None
+    """Page title. Default: the runs' names."""
     progress: bool = True
+    """Show a progress bar while building."""
     threads: int | None = None
+    """DuckDB threads for the report's queries. Default: DuckDB's own (one per core)."""
     flags: list[Path] = field(default_factory=list)
+    """Review CSV (uid, verdict, reason) whose wrong/uncertain rows flag a prompt's ground truth
+    in the failure attribution; repeat for several."""
     value_sft: list[Path] = field(default_factory=list)
+    """Output folder of `ddai train value-sft` (repeatable): the value section shows its
+    per-token TD weights (mean, shares at the clip bounds) per step."""
 
     def __post_init__(self) -> None:
         self.logs = Path(self.logs)

@@ -26,21 +26,23 @@ CLASSES = ("wrong_gt", "generator_bottleneck", "search_failure")
 
 @dataclass
 class AttributionConfig:
-    """Thresholds of the attribution (DDAI's round-2 analysis by default).
-
-    Attributes:
-        score_max: a prompt is low when its mean score (reward, else judge) is at or under this.
-        agree_min: golden-retrieved rollouts that must give the same rejected answer before the
-            ground truth is suspected.
-        threshold: success = judge_score >= this and the format gate not failed.
-        flags: review CSVs (``uid, verdict, reason``) whose ``wrong`` / ``uncertain`` rows flag a
-            prompt's ground truth.
-    """
+    """Thresholds of the attribution (DDAI's round-2 analysis by default); the fields are the
+    flags of ``ddai analyze attribution``."""
 
     score_max: float = 0.3
+    """A prompt is low-scoring when its mean score (reward, else judge) is at or under this
+    (DDAI's round-2 rule: 0.3)."""
     agree_min: int = 3
+    """Rollouts that retrieved a golden page and agree on one answer the judge rejected, at least
+    this many (and half of those rejected), flag the ground truth."""
     threshold: float = SUCCESS_THRESHOLD
+    """Success = judge_score >= this and the format gate not failed."""
     flags: list[Path] = field(default_factory=list)
+    """Review CSV (uid, verdict, reason: a person's decisions or a verifier's review.csv);
+    wrong/uncertain rows flag the ground truth. Repeat for several."""
+    truth: Path | None = None
+    """A synthetic world's truth.json: also print precision and recall per class against its
+    planted failure causes."""
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.score_max <= 1.0:

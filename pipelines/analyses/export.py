@@ -5,6 +5,7 @@ A CSV's text cells are escaped for spreadsheets (``csv_cells``)."""
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from ddai.pipelines.records import csv_cells
@@ -14,6 +15,17 @@ from ddai.pipelines.store import io
 pl = lazy_module("polars")
 
 FORMATS = (".csv", ".parquet", ".jsonl")
+
+
+@dataclass(frozen=True)
+class RowsOut:
+    """Where ``ddai analyze …`` writes its rows (the flags ``--out`` and ``--groups-out``)."""
+
+    out: Path | None = None
+    """Write the per-prompt rows here (.csv, .parquet or .jsonl), atomically."""
+    groups_out: Path | None = None
+    """Write the zero-variance GRPO groups (run, step, uid, score) here (.csv, .parquet or
+    .jsonl)."""
 
 
 def write_rows(path: str | os.PathLike[str], df: pl.DataFrame) -> Path:

@@ -19,18 +19,20 @@ CONVERT_STEP = "distill.convert"
 
 @dataclass
 class CheckConfig:
-    """``ddai distill check``: the post-pass over an existing SFT file."""
+    """``ddai distill check``: the post-pass over an existing SFT file (the drop flags' help is
+    ``DistillConfig``'s)."""
 
     file: Path
-    """The SFT file (train1 or messages shape) to check."""
+    """An SFT Parquet file (train1 or messages shape)."""
     original: Path | None = None
-    """The same samples before a rewrite: enables rules 1-3 (else only drops and reports)."""
+    """The same samples before their rewrite: enables the rollback rules (outside-think
+    changes, action tags, new observation claims)."""
     out: Path | None = None
-    """Where to write the cleaned file (same shape as ``file``); None: report only."""
+    """Write the cleaned file here (same shape as FILE)."""
     report: Path | None = None
-    """The report (default: ``<out>.report.jsonl``; without ``out``, ``<workspace>/checks/<file
-    name>.report.jsonl``: a check writes nothing beside the file it reads, which may be a
-    shared dataset folder)."""
+    """The report JSONL. Default: <out>.report.jsonl; without --out,
+    <workspace>/checks/<FILE name>.report.jsonl (the workspace: $DDAI_HOME or ./ddai-work), so
+    nothing is written beside FILE."""
     drop_forced: bool = False
     drop_system_errors: bool = False
     drop_repeated_queries: bool = False
@@ -111,6 +113,18 @@ def run_check(cfg: CheckConfig) -> dict[str, Any]:
         manifest.write(cfg.out, record)
         summary["output"] = str(cfg.out)
     return summary
+
+
+@dataclass(frozen=True)
+class ConvertConfig:
+    """``ddai distill convert``: one SFT file in the other shape."""
+
+    file: Path
+    """The SFT Parquet file to convert (train1 or messages shape)."""
+    to: formats.Format
+    """The shape to write."""
+    out: Path
+    """The Parquet file to write."""
 
 
 def convert(file: Path, out: Path, fmt: str) -> dict[str, Any]:

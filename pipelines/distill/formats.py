@@ -17,6 +17,7 @@ import functools
 import json
 import os
 from collections.abc import Sequence
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,15 @@ from ddai.pipelines.store import io
 pa = lazy_module("pyarrow")
 pq = lazy_module("pyarrow.parquet")
 
-FORMATS = ("train1", "messages")
+
+class Format(StrEnum):
+    """An SFT file's shape (a flag's choices)."""
+
+    TRAIN1 = "train1"
+    MESSAGES = "messages"
+
+
+FORMATS: tuple[str, ...] = tuple(f.value for f in Format)
 FORMAT_VERSION = "v1"
 
 

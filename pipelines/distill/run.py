@@ -4,6 +4,9 @@
 messages → think-only rewrite (optional) → safety post-pass → write the SFT file, its
 ``<out>.report.jsonl`` and ``<out>.manifest.json`` as one commit (visible together). A run whose inputs and
 parameters are unchanged is skipped (``force`` reruns it).
+
+Longer than 400 lines because ``DistillConfig`` documents each of its flag fields, whose docstrings
+are ``ddai distill``'s help.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import shutil
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -24,7 +28,7 @@ from ddai.pipelines.distill import fetch, formats, rewrite, stream
 from ddai.pipelines.distill.rebuild import load_system_prompt
 from ddai.pipelines.distill.rules import ClaimRules
 from ddai.pipelines.distill.safety import Drops, PostPass, PostPassResult, report_lines
-from ddai.pipelines.distill.select import SelectConfig
+from ddai.pipelines.distill.select import Rank, SelectConfig
 from ddai.pipelines.records.lazy import lazy_module
 from ddai.pipelines.records.schema import SUCCESS_THRESHOLD
 from ddai.pipelines.store import capabilities, fileset, io, manifest, objstore, stage
@@ -32,7 +36,16 @@ from ddai.pipelines.store import capabilities, fileset, io, manifest, objstore, 
 pa = lazy_module("pyarrow")
 
 STEP = "distill"
-REWRITE_MODES = ("think-only", "none")
+
+
+class RewriteMode(StrEnum):
+    """What goes through the rewriter (a flag's choices)."""
+
+    THINK_ONLY = "think-only"
+    NONE = "none"
+
+
+REWRITE_MODES: tuple[str, ...] = tuple(m.value for m in RewriteMode)
 REPORT_SUFFIX = ".report.jsonl"
 
 T = TypeVar("T")
@@ -48,56 +61,68 @@ def report_path(output: str | os.PathLike[str]) -> Path:
 
 @dataclass
 class DistillConfig:
-    """One ``ddai distill`` run; each field is a flag."""
+    """One ``ddai distill`` run; each field is a flag (its docstring the flag's help; the
+    post-pass drops are also ``ddai distill check``'s flags)."""
 
     logs: Path
     """The log store."""
     runs: list[str]
-    """Run ids to distill (at least one)."""
+    """Run id to distill (required; repeat to pool several runs). Each run needs parsed turns."""
     out: Path
-    """The SFT Parquet file to write."""
+    """The SFT Parquet file to write (required)."""
     success_rate_max: float = 0.5
-    """Keep prompts with 0 < success rate <= this."""
+    """Keep prompts whose success rate is > 0 and <= this."""
     top_k: int = 4
-    """Successful rollouts kept per prompt (best first, see ``select``)."""
-    rank: str = "ddai"
-    """How a prompt's successes are ranked for ``top_k``: ``ddai`` (DDAI's finalize: NDCG desc,
-    fewer searches, fewer bboxes, shorter text, log order) or ``reward`` (reward desc, NDCG desc,
-    fewer actions, rollout_idx)."""
+    """Successful rollouts kept per prompt, best first (see --rank)."""
+    rank: Rank = Rank.DDAI
+    """ddai: DDAI's finalize order (NDCG desc, fewer searches, fewer bboxes, shorter assistant
+    text, then log order); reward: reward desc, NDCG desc, fewer actions, rollout_idx."""
     success_threshold: float = SUCCESS_THRESHOLD
-    """A rollout succeeds when judge_score >= this and format_ok is not false."""
-    rewrite: str = "think-only"
-    """``think-only``: thinks go through the rewriter; ``none``: no rewriter at all."""
+    """The success rule's threshold on judge_score (the flag: the commands' shared
+    ``--success-threshold``)."""
+    rewrite: RewriteMode = RewriteMode.THINK_ONLY
+    """think-only: rewrite thinks only; none: no rewriter."""
     rewriter: str | None = None
-    """Backend name (None: $DDAI_REWRITER, ddai.toml [roles] rewriter, else identity)."""
-    fmt: str = "train1"
-    """Output shape: ``train1`` (DDAI) or ``messages`` (TRL conversational)."""
+    """Rewriter backend name (ddai.toml [backends.NAME]). Default: $DDAI_REWRITER, ddai.toml
+    [roles] rewriter, else identity (no model)."""
+    fmt: formats.Format = formats.Format.TRAIN1
+    """train1: DDAI's (uid, format_version, messages JSON); messages: TRL's conversational shape
+    for `ddai train sft`."""
     system_prompt: Path | None = None
-    """System prompt file, used when the log has no ``extra.system_prompt``."""
+    """System prompt file (used as written) for logs without extra.system_prompt. Default: the
+    bundled DDAI Searcher prompt."""
     drop_forced: bool = False
+    """Drop samples holding a forced max-turn completion (DDAI's injected 'Maximum turn limit
+    reached' turn or a paraphrase of it)."""
     drop_system_errors: bool = False
+    """Drop samples with a '[System Error: …]' observation."""
     drop_repeated_queries: bool = False
+    """Drop samples that send the same search query twice (whitespace and case ignored)."""
     max_system_errors: int | None = None
-    """Drop samples with more than this many ``[System Error:`` observations (DDAI's train1
-    build used 1); None: no cap."""
+    """Drop samples with more than N '[System Error:' observations (DDAI's train1 build: 1).
+    Default: no cap."""
     val_ratio: float = 0.0
-    """Share of the samples written to ``val_out`` instead (DDAI's split: round(n·ratio), at least
-    1 of 2 or more, drawn with ``seed``); 0: no split."""
+    """Share of the samples written to --val-out instead (DDAI's split: round(n·ratio), at least
+    1 of 2 or more, drawn with --seed; DDAI used 0.1). 0: no split."""
     seed: int = 42
-    """The train/val split's seed (DDAI's default)."""
+    """The train/val split's random seed (DDAI's: 42)."""
     val_out: Path | None = None
-    """The validation file (default: ``<out>`` with ``.val`` before ``.parquet``)."""
+    """The validation Parquet file, beside --out (default: <out>.val.parquet; DDAI's names: --out
+    DIR/train1.parquet --val-out DIR/val1.parquet)."""
     claim_patterns: list[str] | None = None
-    """Observation-claim regexes (None: the built-in list)."""
+    """Observation-claim regex a rewritten think may not add (repeatable; replaces the built-in
+    list; default: ddai.toml [distill] claim_patterns, else the built-in list)."""
     max_thinks_per_call: int = 8
+    """Split a trajectory's thinks into requests of at most this many."""
     max_chars_per_call: int = 12_000
     dry_run: bool = False
-    """Count the rewrite calls and their estimated cost; write nothing."""
+    """Count rewrite calls and their estimated cost; write nothing, call nothing."""
     max_cost: float | None = None
-    """Stop before the rewriter spends more than this many USD (resumable)."""
+    """Stop before the rewriter spends more than this many USD (finished calls are cached: rerun
+    to resume)."""
     retry_failed: bool = False
     """Call again the rewrites that failed before (else their cached failures are reported)."""
-    force: bool = False
+    force: bool = False  # rerun when nothing changed (its flag: ``funnel.configs.ForceFlag``)
     progress: bool = True
     select_cfg: SelectConfig = field(init=False, repr=False)
     claims: ClaimRules = field(init=False, repr=False)

@@ -34,6 +34,7 @@ distilled, since its text is not whole (reason ``flagged_<flag>``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from ddai.pipelines.records.lazy import lazy_module
 from ddai.pipelines.records.schema import SUCCESS_THRESHOLD
@@ -51,7 +52,16 @@ BEYOND_TOP_K = "beyond_top_k"
 FLAGGED = "flagged_"  # + the rollout's first flag
 
 _SCALARS = ("run_id", "step", "uid", "rollout_idx", "sample_idx", "judge_score", "format_ok")
-RANKS = ("ddai", "reward")
+
+
+class Rank(StrEnum):
+    """How a prompt's successes are ordered for ``top_k`` (a flag's choices)."""
+
+    DDAI = "ddai"
+    REWARD = "reward"
+
+
+RANKS: tuple[str, ...] = tuple(r.value for r in Rank)
 _KEYS = {
     "reward": ("reward", "ndcg", "n_actions", "rollout_idx", "step", "sample_idx", "_row"),
     "ddai": ("ndcg", "n_search", "n_bbox", "approx_len", "_row"),

@@ -70,8 +70,7 @@ class VetConfig:
     """Stop before the vetter spends more than this many USD (finished calls are cached: rerun to resume)."""
     retry_failed: bool = False
     """Call again the vettings that failed before (else their cached failures are reported)."""
-    force: bool = False
-    """Rerun even when the input and parameters are unchanged."""
+    force: bool = False  # rerun when nothing changed (its flag: ``funnel.configs.ForceFlag``)
     progress: bool = True
     """Show progress bars."""
 

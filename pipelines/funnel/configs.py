@@ -7,7 +7,8 @@ re-exports its config and finds its input files itself (`_inputs`).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -15,21 +16,39 @@ from ddai.pipelines.records.schema import SUCCESS_THRESHOLD
 
 # bucket
 BUCKETS = ("b", "a", "0")
-METRICS = ("ndcg", "judge", "reward")
-AGGS = ("mean", "max")
+
+
+class Metric(StrEnum):
+    """The rollout metric bucket aggregates (a flag's choices: Typer lists and checks them)."""
+
+    NDCG = "ndcg"
+    JUDGE = "judge"
+    REWARD = "reward"
+
+
+class Agg(StrEnum):
+    MEAN = "mean"
+    MAX = "max"
+
+
+METRICS: tuple[str, ...] = tuple(m.value for m in Metric)
+AGGS: tuple[str, ...] = tuple(a.value for a in Agg)
 # focus
 STEP_ROUND1 = "curate.focus.round1"
 STEP_NEXT = "curate.focus.next"
 # verify-gt
-RULES = ("zero-score", "low-score", "low-ndcg")
-RULE_HELP = {
-    "zero-score": "mean score = 0 with mean NDCG >= ndcg-min (page found, answer never counted)",
-    "low-score": "0 < mean score <= low-score-max with mean NDCG >= ndcg-min",
-    "low-ndcg": "mean NDCG < ndcg-min (the reference page is rarely found)",
-}
+RULES = ("zero-score", "low-score", "low-ndcg")  # ``VerifyConfig.select``'s help says each
 ALL = "all"  # the rule every prompt matches when no run is given
 # plan
-PRIORS = ("empirical", "jeffreys", "none")
+
+
+class Prior(StrEnum):
+    EMPIRICAL = "empirical"
+    JEFFREYS = "jeffreys"
+    NONE = "none"
+
+
+PRIORS: tuple[str, ...] = tuple(p.value for p in Prior)
 DEFAULT_N_AGENT = (4, 8, 16, 32)
 
 
@@ -45,22 +64,62 @@ def file_name(bucket: str) -> str:
     return f"curriculum_bucket_{bucket}.parquet"
 
 
+@dataclass(frozen=True, kw_only=True)
+class RunsFlag:
+    """The rollouts a funnel step reads (keyword-only, so the steps' own fields keep their
+    order); the log store is ``logs`` of each step."""
+
+    runs: list[str] = field(default_factory=list)
+    """Run whose rollouts score the prompts; repeat to pool several runs. Each run must carry the
+    score read (bucket: --metric; focus: reward; verify-gt: reward and NDCG; plan: judge)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class DatasetFlag:
+    """The prompt set bucket and verify-gt read."""
+
+    dataset: Path
+    """The prompt set (Parquet with an `id` column)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ForceFlag:
+    """A step whose inputs and parameters are unchanged is skipped unless ``force``."""
+
+    force: bool = False
+    """Rerun even when inputs and parameters are unchanged."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class DecisionsFlag:
+    """A person's review, read by verify-gt and focus."""
+
+    decisions: list[Path] = field(default_factory=list)
+    """A person's review CSV (uid, verdict, reason; verdict ok, wrong or uncertain). Repeatable;
+    a later file's decision on a uid wins."""
+
+
 @dataclass(frozen=True)
-class BucketConfig:
+class BucketConfig(DatasetFlag, RunsFlag, ForceFlag):
     """Flags of ``ddai curate bucket``. Exactly one score source: ``runs`` (with ``logs``) or
     ``scores`` (a table with ``id`` and ``score_col``; default: its one numeric column)."""
 
-    dataset: Path
     out: Path
+    """Folder for curriculum_bucket_{b,a,0}.parquet."""
     logs: Path | None = None
-    runs: tuple[str, ...] = ()
     scores: Path | None = None
+    """Per-prompt score table (Parquet, CSV or JSONL with `id`)."""
     score_col: str | None = None
-    metric: str = "ndcg"
-    agg: str = "mean"
+    """Score column of --scores; also the extra_info field the score is kept in (default: the
+    table's one numeric column besides id; with --run: <metric>_<agg>)."""
+    metric: Metric = Metric.NDCG
+    """Rollout metric aggregated per prompt (format failures count 0)."""
+    agg: Agg = Agg.MEAN
+    """Aggregate over a prompt's rollouts."""
     mastered: float = 0.7
+    """Bucket B (mastered): score above this."""
     floor: float = 0.1
-    force: bool = False
+    """Bucket 0 (unsolvable for now): score below this; A in between."""
 
     def __post_init__(self) -> None:
         if bool(self.runs) == bool(self.scores):
@@ -99,20 +158,23 @@ class BucketConfig:
 
 
 @dataclass(frozen=True)
-class FocusConfig:
+class FocusConfig(RunsFlag, DecisionsFlag, ForceFlag):
     """Flags of ``ddai curate focus``: round 1 (``bucket_a`` and ``bucket_0``) or round N+1
     (``prev``), each scored by the mean ``reward`` of ``runs`` in ``logs``."""
 
     out: Path
+    """The next round's dataset (Parquet)."""
     logs: Path
-    runs: tuple[str, ...]
     bucket_a: Path | None = None
+    """Round 1: bucket A (curriculum_bucket_a.parquet)."""
     bucket_0: Path | None = None
+    """Round 1: the verified bucket 0 (curriculum_bucket_0_filtered.parquet)."""
     hard_max: float = 0.2
+    """Round 1: keep bucket-A prompts whose mean reward is at or under this."""
     prev: Path | None = None
+    """Round N+1: the previous round's dataset."""
     score_max: float = 0.3
-    decisions: tuple[Path, ...] = ()
-    force: bool = False
+    """Round N+1: keep prompts whose mean reward in the run is at or under this."""
 
     def __post_init__(self) -> None:
         round1 = self.bucket_a is not None or self.bucket_0 is not None
@@ -150,25 +212,38 @@ class FocusConfig:
 
 
 @dataclass(frozen=True)
-class VerifyConfig:
+class VerifyConfig(DatasetFlag, RunsFlag, DecisionsFlag, ForceFlag):
     """Flags of ``ddai curate verify-gt``."""
 
-    dataset: Path
     out: Path
+    """Folder for <dataset>_filtered.parquet, <dataset>_excluded.parquet, review.csv and
+    review.html."""
     logs: Path | None = None
-    runs: tuple[str, ...] = ()
-    select: tuple[str, ...] = ()
+    select: list[str] = field(default_factory=list)
+    """Candidate rule (repeatable; default with --run: all three): zero-score: mean score = 0
+    with mean NDCG >= ndcg-min (page found, answer never counted); low-score: 0 < mean score <=
+    low-score-max with mean NDCG >= ndcg-min; low-ndcg: mean NDCG < ndcg-min (the reference page
+    is rarely found). Without --run every prompt is a candidate."""
     ndcg_min: float = 0.5
+    """NDCG threshold of the candidate rules."""
     low_score_max: float = 0.3
+    """Upper score bound of the low-score rule."""
     verifier: str | None = None
+    """GT verifier backend (ddai.toml [backends.NAME]; default: $DDAI_VERIFIER, [roles]
+    verifier, else local). Asked about undecided candidates unless only --decisions is given."""
     corpus: Path | None = None
-    decisions: tuple[Path, ...] = ()
+    """Page corpus (pages.parquet) the verifier reads: page text, and page images from an image
+    corpus (`ddai corpus build`)."""
     trust_verifier: bool = False
+    """Exclude on the verifier's proposals (wrong or uncertain) without a person."""
     dry_run: bool = False
+    """Count the verifier calls and their estimated cost; call nothing."""
     max_cost: float | None = None
-    force: bool = False
+    """Stop calling before spending more than this many USD (resumable)."""
     skip_preflight: bool = False
-    """Ask the verifier even when candidates' reference pages are missing from the corpus."""
+    """Ask the verifier even about candidates whose reference pages the corpus lacks (by default
+    that exits 2 before any call, naming the pages). Recorded in the summary and the output's
+    manifest."""
     retry_failed: bool = False  # call again what failed before; reruns the step
     progress: bool = True
     """Show the verifier backend's progress bar (on stderr)."""
@@ -229,18 +304,28 @@ class VerifyConfig:
 
 
 @dataclass(frozen=True)
-class PlanConfig:
+class PlanConfig(RunsFlag):
     """Flags of ``ddai curate plan``."""
 
     logs: Path
-    runs: tuple[str, ...]
-    n_agent: tuple[int, ...] = DEFAULT_N_AGENT
+    n_agent: list[int] = field(default_factory=lambda: list(DEFAULT_N_AGENT))
+    """Proposed rollouts per prompt; repeatable."""
     max_turns: int = 7
+    """Turn limit per rollout (bounds the policy's turn budget)."""
     target: float = 0.5
-    prior: str = "empirical"
+    """Wanted share of GRPO groups with mixed outcomes (learning signal)."""
+    prior: Prior = Prior.EMPIRICAL
+    """Shrinkage of per-prompt success rates: empirical (Beta fitted per bucket), jeffreys
+    (Beta(1/2, 1/2)) or none (plug-in s/m)."""
     success_threshold: float = SUCCESS_THRESHOLD
-    price_per_call: float | None = None  # None: not priced (costs unknown, not 0)
-    buckets: tuple[Path, ...] = ()  # datasets whose ids form the buckets (named by file stem)
+    price_per_call: float | None = None
+    """USD per generator or judge call (default: $DDAI_PRICE_PER_CALL, ddai.toml [plan]
+    price_per_call; none set: the cost is shown as unknown, not 0)."""
+    buckets: list[Path] = field(default_factory=list)
+    """A dataset whose ids form one bucket (named by its file stem); repeatable. Default: buckets
+    B / A / 0 by the run's mean NDCG."""
+    out: Path | None = None
+    """Also write the plan as JSON to this file."""
     mastered: float = 0.7
     floor: float = 0.1
 
@@ -258,3 +343,15 @@ class PlanConfig:
             raise ValueError(f"--prior {self.prior!r} is not known; use one of {', '.join(PRIORS)}")
         if self.price_per_call is not None and self.price_per_call < 0:
             raise ValueError(f"--price-per-call must be >= 0, got {self.price_per_call}")
+
+
+@dataclass(frozen=True)
+class LineageConfig:
+    """Flags of ``ddai lineage``: the files whose manifests are walked back to the raw logs."""
+
+    files: list[Path]
+    """Funnel output file(s) to trace."""
+    check: bool = False
+    """Re-hash every input and mark the ones changed since they were used; re-hash every output
+    and log partition against its manifest and exit 1 when one differs (an interrupted write or
+    an edit)."""

@@ -28,7 +28,7 @@ from ddai.pipelines.backends import gt_check
 from ddai.pipelines.backends.usage import FAILED_CALLS, failed_calls
 from ddai.pipelines.funnel import dataset as ds
 from ddai.pipelines.funnel import review, scores, step
-from ddai.pipelines.funnel.configs import ALL, RULE_HELP, RULES, VerifyConfig  # noqa: F401 (re-exported)
+from ddai.pipelines.funnel.configs import ALL, RULES, VerifyConfig  # noqa: F401 (re-exported)
 from ddai.pipelines.records import decisions as dec
 from ddai.pipelines.records.lazy import lazy_module
 from ddai.pipelines.store import capabilities, fileset, manifest, objstore

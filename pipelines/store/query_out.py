@@ -19,7 +19,9 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
 from typing import IO, Any
 
 from ddai.pipelines.records import csv_cells
@@ -29,6 +31,41 @@ from ddai.pipelines.store import io
 duckdb = lazy_module("duckdb")
 
 RESULT = "ddai_query_result"
+
+
+class Format(StrEnum):
+    """Where and how ``ddai query`` shows its result (a flag's choices)."""
+
+    TABLE = "table"
+    CSV = "csv"
+    PARQUET = "parquet"
+    JSON = "json"
+
+
+@dataclass(frozen=True)
+class QueryConfig:
+    """One ``ddai query``: the statement, its parameters and where its result goes."""
+
+    sql: str
+    """SQL over the views rollouts, turns, prompts, prompts_at(threshold), runs, discrepancies,
+    failure_attribution (failure_attribution_at(score_max, agree_min, threshold)),
+    reward_latency, zero_variance_groups, drop_keep, annotations."""
+    params: list[str] = field(default_factory=list)
+    """Bound parameter, used as $NAME in the SQL (bound, never pasted into the text). NAME=VALUE
+    binds a string (`-p u=528` is the string '528'); NAME:TYPE=VALUE binds a typed value, TYPE
+    one of int, float, bool (true/false/1/0/yes/no), str: `-p n:int=5 -p t:float=0.8 -p
+    ok:bool=true`. Repeatable."""
+    fmt: Format = Format.TABLE
+    """Output format."""
+    out: Path | None = None
+    """Write the result to this file."""
+    limit: int = 50
+    """Rows shown by --format table (and listed by --json)."""
+    as_json: bool = False
+    """Print one JSON summary instead of the table: rows, columns, the first --limit rows as
+    lists (data) and the --out file."""
+
+
 BATCH_ROWS = 10_000
 
 

@@ -69,64 +69,68 @@ def is_loopback(host: str) -> bool:
 
 @dataclass
 class ServeConfig:
-    """Inputs of one explorer.
-
-    Attributes:
-        logs: the log store folder.
-        runs: run ids to serve; None serves every run in the store.
-        corpus: a page corpus (``pages.parquet`` or its folder); a page without an image under
-            ``image_root`` shows the corpus's image file (``ddai corpus build``), else is drawn
-            from its text (``ddai.pipelines.pages.page_images``).
-        datasets_dir: curated datasets (files with a manifest) for the live report's funnel.
-        image_root: folder of page images named ``{page_id}.png|jpg|jpeg|webp``; None shows pages
-            as their ids.
-        host, port: where to listen. A host other than loopback requires ``token``.
-        allow_hosts: names besides the bound address and 127.0.0.1 / localhost / ::1 that a
-            request's Host header may carry (a name this machine is reached by); any other is
-            refused, so a page on another site cannot reach the explorer by DNS rebinding.
-        token: the access token (a ``?token=`` once, then a cookie, or ``Authorization: Bearer``);
-            None on loopback means no token.
-        page_size: rows per page of the rollout table (a request may ask for up to 500).
-        sql_max_rows: rows the SQL box returns at most.
-        success_threshold, judge_high, ndcg_low, judge_low, ndcg_high, max_turns: as in the report.
-        threads: DuckDB threads (None: DuckDB's default).
-        memory_share: share of the machine's memory the explorer's DuckDB (its table, every page
-            and the SQL box together) may hold; beyond it a query spills to a private temp
-            folder or fails with an out-of-memory error, never the machine.
-        sql_timeout_s: seconds a SQL box query may run before it is stopped.
-        annotate: accept writes (labels, review decisions); without it every write is refused.
-        annotator: who writes them (``--annotator``, else ``$USER``), recorded with each.
-        review: a ``curate verify-gt`` review sheet (``review.csv``) to decide prompt by prompt
-            (``/review``).
-        decisions_out: the decisions file the review queue writes (``uid, verdict, reason``
-            plus who and when, as ``--decisions`` reads it); default ``review_decisions.csv``
-            beside ``review``.
-    """
+    """Inputs of one explorer; the fields a person sets are the flags of ``ddai serve``."""
 
     logs: Path
+    """The log store folder."""
     runs: list[str] | None = None
+    """Run ids to serve; None serves every run in the store."""
     datasets_dir: Path | None = None
+    """Folder of curated datasets (files with a manifest) for the live report's funnel."""
     image_root: Path | None = None
+    """Folder of page images named {page_id}.png or .jpg; transcripts show the pages and <bbox>
+    crops inline. Without it pages show as their ids."""
     corpus: Path | None = None
+    """Page corpus (pages.parquet or its folder): a page with no image under --image-root shows
+    the corpus's image (ddai corpus build) or is drawn from its text, so the synthetic world
+    shows pages too."""
     host: str = "127.0.0.1"
+    """Address to listen on. Anything but loopback (127.0.0.1, ::1, localhost) needs a token."""
     port: int = 8765
+    """Port to listen on."""
     token: str | None = None
+    """Access token (16+ characters; also $DDAI_SERVE_TOKEN). On a non-loopback host a random
+    one is made when none is given; the printed URL carries it."""
+    # a request shows it as ``?token=`` once (then a cookie) or ``Authorization: Bearer``
     page_size: int = 50
+    """Rows per page of the rollout table (1-500)."""
     sql_max_rows: int = 1_000
+    """Rows the SQL box returns at most."""
     success_threshold: float = SUCCESS_THRESHOLD
+    """The success rule's threshold on judge_score (the flag: the commands' shared
+    ``--success-threshold``)."""
     judge_high: float = 0.5
+    """As in the report (``ReportConfig``)."""
     ndcg_low: float = 0.0
+    """As in the report (``ReportConfig``)."""
     judge_low: float = 0.0
+    """As in the report (``ReportConfig``)."""
     ndcg_high: float = 1.0
+    """As in the report (``ReportConfig``)."""
     max_turns: int | None = None
+    """As in the report (``ReportConfig``)."""
     threads: int | None = None
+    """DuckDB threads. Default: one per core."""
     allow_hosts: list[str] = field(default_factory=list)
+    """A name this machine is reached by (repeatable), accepted in a request's Host header
+    besides 127.0.0.1, localhost, ::1 and --host; any other name is refused, so a web page
+    cannot reach the explorer by DNS rebinding."""
     memory_share: float = 0.25
+    """Share of the machine's memory the explorer's DuckDB may hold (its table, the pages and the
+    SQL box together; beyond it a query spills or fails), in (0, 0.9]."""
     sql_timeout_s: float = 30.0
+    """Seconds a SQL box query may run before it stops."""
     annotate: bool = False
+    """Accept writes: labels on prompts, rollouts and turns (stored in the log store's side table
+    annotations) and review decisions. Without it every write is refused."""
     annotator: str | None = None
+    """Who writes the labels and decisions. Default: $USER."""
     review: Path | None = None
+    """A review.csv of `ddai curate verify-gt` to decide prompt by prompt at /review (ok / wrong
+    / uncertain, one key each)."""
     decisions_out: Path | None = None
+    """Where /review's decisions go (uid, verdict, reason, annotator, decided_at: what verify-gt
+    and focus --decisions read). Default: review_decisions.csv beside --review."""
 
     def __post_init__(self) -> None:
         self.logs = Path(self.logs)

@@ -268,6 +268,9 @@ CONFIG_COMMANDS = [
     (("curate", "plan"), ["ddai.pipelines.funnel.plan:PlanConfig"]),
     (("distill",), ["ddai.pipelines.distill.run:DistillConfig"]),
     (("distill", "check"), ["ddai.pipelines.distill.check:CheckConfig"]),
+    (("analyze", "attribution"), ["ddai.pipelines.analyses.attribution:AttributionConfig"]),
+    (("query",), ["ddai.pipelines.store.query_out:QueryConfig"]),
+    (("serve",), ["ddai.reports.serve.config:ServeConfig"]),
 ]
 
 
