@@ -36,6 +36,8 @@ SCAN_ENV = objstore.SCAN_ENV
 VIEWS = (
     "macros",
     "rollouts",
+    # each rollout's facts from its turns, or kept per part (``pipelines/turn_facts.py``)
+    "turn_facts",
     "turns",
     "valued_turns",
     "prompts_at",
@@ -223,7 +225,12 @@ def connect(
         from ddai.pipelines import annotations
 
         annotations_table(con, annotations.rows_of(snap.logs, snap.manifests), wide=wide)
-    _create_views(con, names, wide=wide)
+    facts = None
+    if "turn_facts" in names and files and not remote:
+        from ddai.pipelines import turn_facts
+
+        facts = turn_facts.cached(snap)
+    _create_views(con, names, wide=wide, facts=facts)
     return con
 
 
@@ -245,23 +252,33 @@ def annotations_table(
     )
 
 
-def _source(con: duckdb.DuckDBPyConnection, src: Any, *, wide: bool) -> None:
-    """``rollouts_src`` over ``src`` (a relation, an Arrow table or dataset): registered
-    (connection-local), or a database-wide view every cursor reads (``wide``)."""
+def _source(
+    con: duckdb.DuckDBPyConnection, src: Any, *, wide: bool, name: str = "rollouts_src"
+) -> None:
+    """``rollouts_src`` (or ``name``) over ``src`` (a relation, an Arrow table or dataset):
+    registered (connection-local), or a database-wide view every cursor reads (``wide``)."""
     if not wide:
-        con.register("rollouts_src", src)
+        con.register(name, src)
     elif isinstance(src, duckdb.DuckDBPyRelation):
-        src.create_view("rollouts_src")
+        src.create_view(name)
     else:
-        con.from_arrow(src).create_view("rollouts_src")
+        con.from_arrow(src).create_view(name)
 
 
 def _create_views(
-    con: duckdb.DuckDBPyConnection, names: Iterable[str], *, wide: bool = False
+    con: duckdb.DuckDBPyConnection,
+    names: Iterable[str],
+    *,
+    wide: bool = False,
+    facts: list[str] | None = None,
 ) -> None:
     """Execute the view files ``names`` (in the order given), each CREATE made TEMP (or, with
-    ``wide``, each made database-wide)."""
+    ``wide``, each made database-wide). ``facts``: the kept ``turn_facts`` of every file of the
+    source, in its order (``turn_facts.cached``), read instead of computing them."""
     for name in names:
+        if name == "turn_facts" and facts:
+            _source(con, con.read_parquet(facts), wide=wide, name=name)
+            continue
         sql = sql_text(name)
         con.execute(database_wide(sql) if wide else _TEMP.sub(r"CREATE OR REPLACE TEMP \1", sql))
 

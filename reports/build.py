@@ -8,7 +8,7 @@ from typing import Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ddai.pipelines import io, manifest, objstore, query, store
+from ddai.pipelines import io, manifest, objstore, query, store, turn_facts
 from ddai.pipelines.lazy import lazy_module
 from ddai.reports.blocks import Section, SectionBuilder
 from ddai.reports.config import ReportConfig
@@ -139,6 +139,8 @@ def build_report(
     """
     started = time.perf_counter()
     _check_inputs(cfg)
+    # each part's turn facts are computed once and kept; the report reads them from then on
+    turn_facts.ensure(cfg.logs, cfg.runs)
     con = query.connect(cfg.logs, cfg.runs, threads=cfg.threads)
     try:
         built, runs, timings = _build(cfg, con, sections)
