@@ -166,6 +166,7 @@ def connect(
     shared: bool = False,
     snap: store_read.Snapshot | None = None,
     wide: bool = False,
+    kept_facts: bool = False,
 ) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection with the rollout-log views over ``logs`` (or the named runs).
 
@@ -183,7 +184,12 @@ def connect(
 
     ``wide``: the source, views, macros and tables are database-wide, so every ``cursor()`` of
     the connection reads them (a server's one cursor per request); only on a database of its
-    own (not with ``shared``)."""
+    own (not with ``shared``).
+
+    ``kept_facts``: the ``turn_facts`` view reads each part's kept facts
+    (``pipelines/turn_facts.py``) when every part has them, instead of computing them from the
+    turns (the report; not ``ddai serve``, whose locked-down connection reads files under the
+    store only)."""
     if wide and shared:
         raise ValueError("connect(wide=True) needs a database of its own, not shared=True")
     own = snap is None
@@ -226,7 +232,7 @@ def connect(
 
         annotations_table(con, annotations.rows_of(snap.logs, snap.manifests), wide=wide)
     facts = None
-    if "turn_facts" in names and files and not remote:
+    if kept_facts and "turn_facts" in names and files and not remote:
         from ddai.pipelines import turn_facts
 
         facts = turn_facts.cached(snap)

@@ -10,9 +10,10 @@ per part named by the part's sha256 (from its run's manifest) and by the facts' 
 facts are found whichever run or store lists it, and an edit of the SQL computes them again.
 
 ``ensure`` fills the cache for the parts of a store's runs (the report calls it before it reads);
-``query.connect`` reads the ``turn_facts`` view from the cache when every part of its snapshot has
-its file there (``cached``), else computes it from the turns (the view file), so a connection
-without the cache gives the same rows. A store on object storage is not cached (its parts would
+``query.connect(kept_facts=True)`` (the report's) reads the ``turn_facts`` view from the cache
+when every part of its snapshot has its file there (``cached``), else computes it from the turns
+(the view file), as every other connection does: the same rows either way (``ddai serve``'s
+connection, locked to the store's folder, computes them). A store on object storage is not cached (its parts would
 be downloaded to compute them; the view reads them as before). The cache is small (1.6 MB per
 million rollouts) and nothing removes it but deleting the folder.
 """

@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import duckdb
+
 from ddai.pipelines import query, store, store_read, turn_facts
 from ddai.reports import ReportConfig, build_report
 from ddai.reports.context import bind
@@ -19,7 +21,7 @@ def _inline(con) -> None:
 
 
 def _facts(logs: Path, *, inline: bool) -> list[tuple]:
-    con = query.connect(logs)
+    con = query.connect(logs, kept_facts=True)
     if inline:
         _inline(con)
     sql = query.sql_text("report_facts")
@@ -56,6 +58,16 @@ def test_kept_facts_are_the_facts_from_the_turns_row_by_row(tmp_path):
     assert len(from_turns) == 12 * 5 * 2 + 4 * 5
     # the facts read from the cache: the same rows, the same order
     assert _facts(logs, inline=False) == from_turns
+    # the kept files are what a report reads: a kept value shows (here planted), the turns' not
+    con = duckdb.connect()
+    planted = str(Path(kept[0]).with_suffix(".planted"))
+    con.execute(
+        f"COPY (SELECT * REPLACE (99 AS n_bbox) FROM read_parquet('{kept[0]}')) TO '{planted}' "
+        "(FORMAT parquet)"
+    )
+    Path(planted).replace(kept[0])
+    assert {r[19] for r in _facts(logs, inline=False)} >= {99}
+    assert 99 not in {r[19] for r in from_turns}
     # rows that differ from each other (a facts file out of line would not compare equal)
     assert len({tuple(r[-1]) for r in from_turns}) > 3
     assert len({r[16] for r in from_turns}) > 2  # first_golden_rank
