@@ -81,10 +81,13 @@ def cached(snap: store_read.Snapshot) -> list[str] | None:
     return [str(p) for p in paths] if all(p.is_file() for p in paths) else None
 
 
-def ensure(logs: str | os.PathLike[str], runs: Sequence[str] | None = None) -> int:
+def ensure(
+    logs: str | os.PathLike[str], runs: Sequence[str] | None = None, *, threads: int | None = None
+) -> int:
     """Compute and keep the facts of the parts of ``runs`` (default: every run) of a local store
-    that have none in the cache; returns how many parts it computed (0 on object storage, or
-    when the workspace cannot be written: the view then computes them on every read)."""
+    that have none in the cache, on ``threads`` DuckDB threads (default: one per core); returns
+    how many parts it computed (0 on object storage, or when the workspace cannot be written:
+    the view then computes them on every read)."""
     import duckdb
 
     with store_read.snapshot(logs, list(runs) if runs else None) as snap:
@@ -102,6 +105,8 @@ def ensure(logs: str | os.PathLike[str], runs: Sequence[str] | None = None) -> i
         con = duckdb.connect()
         try:
             con.execute("SET enable_progress_bar = false")
+            if threads:
+                con.execute(f"SET threads = {int(threads)}")
             con.execute(_sql("macros"))
             for part, path in todo:
                 _compute(con, part, path)

@@ -140,7 +140,7 @@ def build_report(
     started = time.perf_counter()
     _check_inputs(cfg)
     # each part's turn facts are computed once and kept; the report reads them from then on
-    turn_facts.ensure(cfg.logs, cfg.runs)
+    turn_facts.ensure(cfg.logs, cfg.runs, threads=cfg.threads)
     con = query.connect(cfg.logs, cfg.runs, threads=cfg.threads, kept_facts=True)
     try:
         built, runs, timings = _build(cfg, con, sections)
