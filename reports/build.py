@@ -10,7 +10,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ddai.pipelines import store
 from ddai.pipelines.records.lazy import lazy_module
-from ddai.pipelines.store import io, manifest, objstore, query
+from ddai.pipelines.store import io, manifest, objstore, query, turn_facts
 from ddai.reports.blocks import Section, SectionBuilder
 from ddai.reports.config import ReportConfig
 from ddai.reports.context import ReportContext
@@ -140,7 +140,9 @@ def build_report(
     """
     started = time.perf_counter()
     _check_inputs(cfg)
-    con = query.connect(cfg.logs, cfg.runs, threads=cfg.threads)
+    # each part's turn facts are computed once and kept; the report reads them from then on
+    turn_facts.ensure(cfg.logs, cfg.runs, threads=cfg.threads)
+    con = query.connect(cfg.logs, cfg.runs, threads=cfg.threads, kept_facts=True)
     try:
         built, runs, timings = _build(cfg, con, sections)
     finally:

@@ -43,6 +43,15 @@ def shared() -> Path:
     return SHARED
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _session_workspace(tmp_path_factory):
+    """A workspace for module- and session-scoped fixtures too, which run before the per-test
+    one below: a report they build keeps its turn facts there, not in ./ddai-work."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DDAI_HOME", str(tmp_path_factory.mktemp("ddai-home-session")))
+        yield
+
+
 @pytest.fixture(autouse=True)
 def _isolated_workspace(tmp_path_factory, monkeypatch):
     """Every test gets its own workspace, so nothing writes into ./ddai-work."""

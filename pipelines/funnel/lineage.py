@@ -151,7 +151,7 @@ def _edge(
     if check and recorded.get("sha256"):
         changed = (
             not objstore.any_exists(src)
-            or manifest.input_record(src)["sha256"] != recorded["sha256"]
+            or manifest.input_record(src, rehash=True)["sha256"] != recorded["sha256"]
         )
     return {"source": _where(src), "target": _where(dst), "rows": rows, "changed": changed}
 

@@ -35,6 +35,8 @@ SCAN_ENV = objstore.SCAN_ENV
 VIEWS = (
     "macros",
     "rollouts",
+    # each rollout's facts from its turns, or kept per part (``pipelines/store/turn_facts.py``)
+    "turn_facts",
     "turns",
     "valued_turns",
     "prompts_at",
@@ -163,6 +165,7 @@ def connect(
     shared: bool = False,
     snap: store_read.Snapshot | None = None,
     wide: bool = False,
+    kept_facts: bool = False,
 ) -> duckdb.DuckDBPyConnection:
     """A DuckDB connection with the rollout-log views over ``logs`` (or the named runs).
 
@@ -180,7 +183,12 @@ def connect(
 
     ``wide``: the source, views, macros and tables are database-wide, so every ``cursor()`` of
     the connection reads them (a server's one cursor per request); only on a database of its
-    own (not with ``shared``)."""
+    own (not with ``shared``).
+
+    ``kept_facts``: the ``turn_facts`` view reads each part's kept facts
+    (``pipelines/store/turn_facts.py``) when every part has them, instead of computing them from the
+    turns (the report; not ``ddai serve``, whose locked-down connection reads files under the
+    store only)."""
     if wide and shared:
         raise ValueError("connect(wide=True) needs a database of its own, not shared=True")
     own = snap is None
@@ -222,7 +230,12 @@ def connect(
         from ddai.pipelines.store import annotations
 
         annotations_table(con, annotations.rows_of(snap.logs, snap.manifests), wide=wide)
-    _create_views(con, names, wide=wide)
+    facts = None
+    if kept_facts and "turn_facts" in names and files and not remote:
+        from ddai.pipelines.store import turn_facts
+
+        facts = turn_facts.cached(snap)
+    _create_views(con, names, wide=wide, facts=facts)
     return con
 
 
@@ -244,23 +257,33 @@ def annotations_table(
     )
 
 
-def _source(con: duckdb.DuckDBPyConnection, src: Any, *, wide: bool) -> None:
-    """``rollouts_src`` over ``src`` (a relation, an Arrow table or dataset): registered
-    (connection-local), or a database-wide view every cursor reads (``wide``)."""
+def _source(
+    con: duckdb.DuckDBPyConnection, src: Any, *, wide: bool, name: str = "rollouts_src"
+) -> None:
+    """``rollouts_src`` (or ``name``) over ``src`` (a relation, an Arrow table or dataset):
+    registered (connection-local), or a database-wide view every cursor reads (``wide``)."""
     if not wide:
-        con.register("rollouts_src", src)
+        con.register(name, src)
     elif isinstance(src, duckdb.DuckDBPyRelation):
-        src.create_view("rollouts_src")
+        src.create_view(name)
     else:
-        con.from_arrow(src).create_view("rollouts_src")
+        con.from_arrow(src).create_view(name)
 
 
 def _create_views(
-    con: duckdb.DuckDBPyConnection, names: Iterable[str], *, wide: bool = False
+    con: duckdb.DuckDBPyConnection,
+    names: Iterable[str],
+    *,
+    wide: bool = False,
+    facts: list[str] | None = None,
 ) -> None:
     """Execute the view files ``names`` (in the order given), each CREATE made TEMP (or, with
-    ``wide``, each made database-wide)."""
+    ``wide``, each made database-wide). ``facts``: the kept ``turn_facts`` of every file of the
+    source, in its order (``turn_facts.cached``), read instead of computing them."""
     for name in names:
+        if name == "turn_facts" and facts:
+            _source(con, con.read_parquet(facts), wide=wide, name=name)
+            continue
         sql = sql_text(name)
         con.execute(database_wide(sql) if wide else _TEMP.sub(r"CREATE OR REPLACE TEMP \1", sql))
 

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-import pyarrow as pa
+import hashlib
 
+import pyarrow as pa
+from support.funnel_data import group, write_log
+
+from ddai.pipelines import store
 from ddai.pipelines.funnel import step
-from ddai.pipelines.store import manifest
+from ddai.pipelines.store import io, manifest
 
 
 def _world(tmp_path):
@@ -66,3 +70,27 @@ def test_a_first_run_hashes_its_inputs_once(tmp_path, monkeypatch):
         assert begun.skip is False
         assert begun.record().inputs == [real(p) for p in inputs]
     assert sorted(calls) == sorted(inputs)  # no outputs yet: nothing compared, hashed once
+
+
+def test_a_log_partition_is_recorded_from_its_manifest_without_reading_its_parts(
+    tmp_path, monkeypatch
+):
+    # its parts are immutable and hashed at their commit: a step reads the recorded digests
+    part = write_log(tmp_path / "logs", "r1", group("p1", "reward", [0.0, 1.0]))
+    store.write_run(tmp_path / "logs", "r1", group("p2", "reward", [0.5]), append=True)
+    full = manifest.input_record(part, rehash=True)
+    files = store.committed_files(part)
+    assert full["files"] == len(files) == 2
+    assert full["sha256"] == store.files_digest(
+        [{"name": f.name, "sha256": hashlib.sha256(f.read_bytes()).hexdigest()} for f in files]
+    )
+    read = []
+    real = io.sha256_file
+    monkeypatch.setattr(io, "sha256_file", lambda p, *a: read.append(p) or real(p, *a))
+    assert manifest.input_record(part) == full
+    assert read == []
+    # lineage --check re-reads every part: an edit in place changes the digest
+    with open(files[0], "ab") as fh:
+        fh.write(b"x")
+    assert manifest.input_record(part, rehash=True)["sha256"] != full["sha256"]
+    assert sorted(read) == sorted(files)
