@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
 from support.fakes import FakeModelServer
+from support.lazy import heavy
 from typer.testing import CliRunner
 from user_set_data import make_user_set
 
@@ -17,6 +17,8 @@ from ddai.cli.app import app
 from ddai.pipelines.pointer.records import read_raw
 from ddai.pipelines.pointer.store import load_store
 from ddai.pipelines.pointer.world import load_world
+
+torch = heavy("torch")
 
 runner = CliRunner()
 

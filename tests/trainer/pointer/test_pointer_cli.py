@@ -6,13 +6,15 @@ import json
 
 import polars as pl
 import pytest
-import torch
 from cli_schemas import check
+from support.lazy import heavy
 from typer.testing import CliRunner
 
 from ddai.cli.app import app
 from ddai.pipelines import manifest
 from ddai.pipelines.pointer.records import read_raw
+
+torch = heavy("torch")
 
 runner = CliRunner()
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from support.toy_world import run_fields
 
 from ddai.trainer.search.config import EpisodeConfig, RewardOverrides
 
@@ -138,12 +139,7 @@ def test_grpo_run_generates_through_the_server_and_logs_its_completions(
     with FakeVLLMServer(responder(tok)) as server:
         result = run_grpo(
             GRPORunConfig(
-                model=str(tiny),
-                data=data / "dataset.parquet",
-                corpus=data / "pages.parquet",
-                output_dir=root / "grpo",
-                logs=root / "logs",
-                run_id="vllm_run",
+                **run_fields(tiny, data, root / "grpo", root / "logs", "vllm_run"),
                 n_agent=2,
                 batch_size=4,
                 max_steps=2,

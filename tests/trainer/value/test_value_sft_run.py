@@ -7,18 +7,19 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
 from cli_schemas import check
+from support.lazy import heavy
 from typer.testing import CliRunner
 
 from ddai.cli.app import app
 from ddai.pipelines.store import write_run
 from ddai.trainer.tiny import TinySpec, build_tiny, read_texts
-from ddai.trainer.value import sft as vs
-from ddai.trainer.value.data import tokenize_rollouts
-from ddai.trainer.value.model import load_value_model
-from ddai.trainer.value.rows import read_rows as _read_rows
-from ddai.trainer.value.rows import split_data
+
+vs = heavy("ddai.trainer.value.sft")
+torch = heavy("torch")
+value_data = heavy("ddai.trainer.value.data")
+value_model = heavy("ddai.trainer.value.model")
+value_rows = heavy("ddai.trainer.value.rows")
 
 FIXTURES = Path(__file__).parents[3] / "fixtures"
 runner = CliRunner()
@@ -94,14 +95,16 @@ def test_joint_stage_lowers_value_loss_and_weighted_ce(world, tmp_path):
     from transformers import AutoModelForCausalLM
 
     AutoModelForCausalLM.from_pretrained(out)
-    crit, _ = load_value_model(out / vs.CRITIC_DIR)
+    crit, _ = value_model.load_value_model(out / vs.CRITIC_DIR)
     assert crit.head_type == "linear"
 
 
 def _fixed_batch(world, cfg: vs.ValueSFTConfig):
     model, tok = vs.load_joint(cfg)
-    items = tokenize_rollouts(_read_rows(cfg), tok, system_prompt=SYSTEM, max_length=256).rollouts
-    data = split_data(items, cfg)
+    items = value_data.tokenize_rollouts(
+        value_rows.read_rows(cfg), tok, system_prompt=SYSTEM, max_length=256
+    ).rollouts
+    data = value_rows.split_data(items, cfg)
     return model, tok, data
 
 
@@ -159,7 +162,7 @@ def test_critic_trunk_replaces_the_policy_trunk(world, tmp_path):
     _root, tiny, critic = world
     cfg = vs.ValueSFTConfig(model=str(tiny), critic=str(critic), output_dir=tmp_path)
     model, _ = vs.load_joint(cfg)
-    crit, _ = load_value_model(critic)
+    crit, _ = value_model.load_value_model(critic)
     want = crit.trunk.layers[-1].mlp.down_proj.weight
     assert torch.equal(model.lm.base_model.layers[-1].mlp.down_proj.weight, want)
 
@@ -229,7 +232,7 @@ def _prompts(world) -> set[str]:
     cfg = vs.ValueSFTConfig(
         model=str(tiny), critic=str(critic), output_dir=root, logs=root / "logs"
     )
-    return {r["uid"] for r in _read_rows(cfg)}
+    return {r["uid"] for r in value_rows.read_rows(cfg)}
 
 
 def test_value_sft_holds_out_the_critics_prompts(world, tmp_path):
@@ -252,7 +255,9 @@ def test_value_sft_holds_out_the_critics_prompts(world, tmp_path):
         model=str(tiny), critic=str(critic), output_dir=tmp_path, logs=root / "logs"
     )
     _, tok = vs.load_joint(cfg)
-    items = tokenize_rollouts(_read_rows(cfg), tok, system_prompt=SYSTEM, max_length=256).rollouts
+    items = value_data.tokenize_rollouts(
+        value_rows.read_rows(cfg), tok, system_prompt=SYSTEM, max_length=256
+    ).rollouts
     assert list(compute_split(items, 0.2, 0).held_out) == critic_held
     assert list(compute_split(items, 0.2, 42).held_out) != critic_held
 
