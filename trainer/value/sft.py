@@ -32,7 +32,6 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ddai.trainer.runtime.metrics_log import METRICS_FILE, MetricsLog
 from ddai.trainer.value import losses as vl
 from ddai.trainer.value import sft_math as vsm
 from ddai.trainer.value.config import ValueSFTConfig
@@ -270,29 +269,20 @@ def train_value_sft(cfg: ValueSFTConfig) -> ValueSFTResult:
             "no correct rollout among the training prompts, so the weighted CE has nothing to "
             "learn; add runs or lower --success-threshold"
         )
-    opt = torch.optim.AdamW(
-        model.param_groups(trunk_lr=cfg.trunk_lr, head_lr=cfg.head_lr),
-        weight_decay=cfg.weight_decay,
-    )
-    model, opt = acc.prepare(model, opt)
-    bare: JointModel = acc.unwrap_model(model)
     out = Path(cfg.output_dir)
-    log = MetricsLog(out / METRICS_FILE) if main else None
-    accel.write_run_config(out, cfg, acc, command="train value-sft")
-
-    eval_before, history, eval_after = fit_with_held_out(
+    bare: JointModel
+    bare, eval_before, history, eval_after = fit_with_held_out(
         model=model,
-        bare=bare,
-        opt=opt,
         acc=acc,
         data=data,
         cfg=cfg,
+        out=out,
         step_loss=step_loss,
         pad_id=pad_id,
         grad_clip=cfg.max_grad_norm,
         evaluate=evaluate,
-        log=log,
         label="value-sft",
+        command="train value-sft",
     )
     acc.wait_for_everyone()
     critic_dir = out / CRITIC_DIR

@@ -20,7 +20,6 @@ from typing import Any
 
 import torch
 
-from ddai.trainer.runtime.metrics_log import METRICS_FILE, MetricsLog
 from ddai.trainer.value import losses as vl
 from ddai.trainer.value.config import ValueTrainConfig
 from ddai.trainer.value.data import (
@@ -240,28 +239,18 @@ def train_value(cfg: ValueTrainConfig) -> ValueTrainResult:
         )
     split = resolve_split(tokenized.rollouts, cfg)
     data = split_data(tokenized.rollouts, cfg, split)
-    opt = torch.optim.AdamW(
-        model.param_groups(trunk_lr=cfg.trunk_lr, head_lr=cfg.head_lr),
-        weight_decay=cfg.weight_decay,
-    )
-    model, opt = acc.prepare(model, opt)
-    bare = acc.unwrap_model(model)
-    log = MetricsLog(Path(cfg.output_dir) / METRICS_FILE) if main else None
-    accel.write_run_config(cfg.output_dir, cfg, acc, command="train value")
-
-    eval_before, history, eval_after = fit_with_held_out(
+    bare, eval_before, history, eval_after = fit_with_held_out(
         model=model,
-        bare=bare,
-        opt=opt,
         acc=acc,
         data=data,
         cfg=cfg,
+        out=Path(cfg.output_dir),
         step_loss=step_loss,
         pad_id=pad_id,
         grad_clip=cfg.grad_clip,
         evaluate=evaluate,
-        log=log,
         label="value head",
+        command="train value",
     )
     losses = [m["value/loss"] for m in history]
     acc.wait_for_everyone()
