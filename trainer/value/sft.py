@@ -217,47 +217,26 @@ class ValueSFTResult:
 
 def train_value_sft(cfg: ValueSFTConfig) -> ValueSFTResult:
     """Run the joint stage and save the policy to ``output_dir`` and the critic to ``critic/``."""
-    from ddai.pipelines.distill.rebuild import load_system_prompt
     from ddai.trainer.common import hf_progress
     from ddai.trainer.runtime import accel
-    from ddai.trainer.value.data import tokenize_rollouts
     from ddai.trainer.value.rows import (
-        incomplete_rows,
-        prompt_messages,
-        read_rows,
         resolve_split,
         split_data,
+        tokenize_rows,
+        training_rows,
         write_split,
     )
     from ddai.trainer.value.train import evaluate
 
     cfg.check()
     hf_progress(cfg.progress)
-    rows = read_rows(cfg)  # type: ignore[arg-type]  # reads logs/runs only
-    if not rows:
-        raise ValueError("no rollouts in the selected runs; check --logs and --run")
-    rows, incomplete = incomplete_rows(rows, cfg.include_incomplete)
-    if not rows:
-        raise ValueError(
-            f"every one of the {incomplete} rollouts of the selected runs is flagged "
-            "turns_incomplete (a turn lost from the log); pass --include-incomplete to train on "
-            "them anyway, or select other runs with --run"
-        )
+    rows, incomplete = training_rows(cfg)
     acc = accel.make_accelerator(gradient_accumulation_steps=cfg.grad_accum)
     main = acc.is_main_process
     torch.manual_seed(cfg.seed)
     model, tok = load_joint(cfg)
     pad_id = tok.pad_token_id
-    tokenized = tokenize_rollouts(
-        rows,
-        tok,
-        prompts=prompt_messages(cfg.data),
-        system_prompt=load_system_prompt(cfg.system_prompt),
-        target=cfg.target,
-        success_threshold=cfg.success_threshold,
-        max_length=cfg.max_length,
-        obs_max_tokens=cfg.obs_max_tokens,
-    )
+    tokenized = tokenize_rows(rows, tok, cfg)
     if not tokenized.rollouts:
         raise ValueError(
             f"no rollout left to learn from (dropped: {tokenized.dropped}); raise --max-length"

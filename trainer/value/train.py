@@ -26,7 +26,6 @@ from ddai.trainer.value.data import (
     Batch,
     TokenRollout,
     collate,
-    tokenize_rollouts,
 )
 from ddai.trainer.value.loop import fit_with_held_out
 from ddai.trainer.value.model import (
@@ -37,11 +36,10 @@ from ddai.trainer.value.model import (
 )
 from ddai.trainer.value.rows import (
     Split,
-    incomplete_rows,
-    prompt_messages,
-    read_rows,
     resolve_split,
     split_data,
+    tokenize_rows,
+    training_rows,
     write_split,
 )
 
@@ -197,7 +195,6 @@ def train_value(cfg: ValueTrainConfig) -> ValueTrainResult:
     Under ``accelerate launch`` each process trains on its ``batch_size`` pairs of every step's
     global draw and the DDP-wrapped model averages the gradients; the main process alone
     evaluates the held-out prompts, writes the metrics (losses averaged over the ranks) and saves."""
-    from ddai.pipelines.distill.rebuild import load_system_prompt
     from ddai.pipelines.progress import bar
     from ddai.trainer.common import hf_progress
     from ddai.trainer.runtime import accel
@@ -205,33 +202,14 @@ def train_value(cfg: ValueTrainConfig) -> ValueTrainResult:
 
     cfg.check()
     hf_progress(cfg.progress)
-    rows = read_rows(cfg)
-    if not rows:
-        raise ValueError("no rollouts in the selected runs; check --logs and --run")
-    rows, incomplete = incomplete_rows(rows, cfg.include_incomplete)
-    if not rows:
-        raise ValueError(
-            f"every one of the {incomplete} rollouts of the selected runs is flagged "
-            "turns_incomplete (a turn lost from the log); pass --include-incomplete to train on "
-            "them anyway, or select other runs with --run"
-        )
+    rows, incomplete = training_rows(cfg)
     acc = accel.make_accelerator(gradient_accumulation_steps=cfg.grad_accum)
     main = acc.is_main_process
     torch.manual_seed(cfg.seed)  # the same fresh head on every rank
     model, tok = _load(cfg)
     pad_id = tok.pad_token_id
     with bar("tokenizing", len(rows), enabled=cfg.progress and main) as advance:
-        tokenized = tokenize_rollouts(
-            rows,
-            tok,
-            prompts=prompt_messages(cfg.data),
-            system_prompt=load_system_prompt(cfg.system_prompt),
-            target=cfg.target,
-            success_threshold=cfg.success_threshold,
-            max_length=cfg.max_length,
-            obs_max_tokens=cfg.obs_max_tokens,
-            progress=advance,
-        )
+        tokenized = tokenize_rows(rows, tok, cfg, progress=advance)
     if not tokenized.rollouts:
         raise ValueError(
             f"no rollout left to learn from (dropped: {tokenized.dropped}); raise --max-length, or "
