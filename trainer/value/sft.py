@@ -159,16 +159,8 @@ def step_loss(
     values = values[:, P - 1 : -1]
     targets = torch.tensor([r.target for r in rows], device=dev, dtype=values.dtype)
     if cfg.pairwise_coef > 0:
-        n = len(pairs)
-        value_loss, metrics = vl.hybrid_value_loss(
-            values[:n],
-            values[n:],
-            batch.mask[:n],
-            batch.mask[n:],
-            pos_rewards=targets[:n],
-            neg_rewards=targets[n:],
-            pairwise_coef=cfg.pairwise_coef,
-            mc_coef=cfg.mc_coef,
+        value_loss, metrics = vl.stacked_pairs_loss(
+            values, batch.mask, targets, pairwise_coef=cfg.pairwise_coef, mc_coef=cfg.mc_coef
         )
     else:
         value_loss, metrics = vl.mc_value_loss(

@@ -151,10 +151,10 @@ def _load(cfg: ValueTrainConfig) -> tuple[ValueModel, Any]:
 
 def _pair_batch(
     items: Sequence[TokenRollout], pairs: Sequence[tuple[int, int]], pad_id: int
-) -> tuple[Batch, torch.Tensor, int]:
+) -> tuple[Batch, torch.Tensor]:
     """One padded batch of the pairs' positives then negatives, and their MC targets ``[2P]``."""
     rows = [items[p] for p, _ in pairs] + [items[n] for _, n in pairs]
-    return collate(rows, pad_id), torch.tensor([r.target for r in rows]), len(pairs)
+    return collate(rows, pad_id), torch.tensor([r.target for r in rows])
 
 
 def step_loss(
@@ -168,18 +168,10 @@ def step_loss(
         return model(b.input_ids, b.attention_mask)[:, b.prompt_len - 1 : -1]
 
     if cfg.pairwise_coef > 0:
-        batch, targets, P = _pair_batch(data.train, [data.train_pairs[i] for i in idx], pad_id)
+        batch, targets = _pair_batch(data.train, [data.train_pairs[i] for i in idx], pad_id)
         batch, targets = batch.to(dev), targets.to(dev)
-        v = values(batch)
-        return vl.hybrid_value_loss(
-            v[:P],
-            v[P:],
-            batch.mask[:P],
-            batch.mask[P:],
-            pos_rewards=targets[:P],
-            neg_rewards=targets[P:],
-            pairwise_coef=cfg.pairwise_coef,
-            mc_coef=cfg.mc_coef,
+        return vl.stacked_pairs_loss(
+            values(batch), batch.mask, targets, pairwise_coef=cfg.pairwise_coef, mc_coef=cfg.mc_coef
         )
     chunk = [data.train[i] for i in idx]
     batch = collate(chunk, pad_id).to(dev)

@@ -102,6 +102,23 @@ def test_hybrid_hand_computed():
     assert custom.item() == pytest.approx((0.13 + 0.06) / 2, abs=1e-6)
 
 
+def test_stacked_pairs_are_the_successes_then_their_failures():
+    pos, neg, pos_m, neg_m = _pairs()
+    # one batch, the failures padded to the successes' length with masked-out tokens
+    values = torch.cat([pos, torch.nn.functional.pad(neg, (0, 1), value=7.0)])
+    mask = torch.cat([pos_m, torch.nn.functional.pad(neg_m, (0, 1))])
+    # successes' targets 1 then failures' 0: the hand-computed hybrid above
+    loss, metrics = losses.stacked_pairs_loss(
+        values, mask, T([1.0, 1.0, 0.0, 0.0]), pairwise_coef=1.0, mc_coef=0.5
+    )
+    assert loss.item() == pytest.approx(0.8805152524, abs=1e-6)
+    assert metrics["value/mc_mse"] == pytest.approx(0.335, abs=1e-6)
+    custom, _ = losses.stacked_pairs_loss(
+        values, mask, T([0.6, 0.6, 0.2, 0.2]), pairwise_coef=0.0, mc_coef=1.0
+    )
+    assert custom.item() == pytest.approx((0.13 + 0.06) / 2, abs=1e-6)
+
+
 def test_sequence_mean_of_empty_row_is_zero():
     assert torch.equal(
         losses.sequence_mean(T([[1.0, 2.0], [3.0, 4.0]]), T([[1, 1], [0, 0]])), T([1.5, 0.0])
