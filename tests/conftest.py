@@ -42,6 +42,17 @@ def shared() -> Path:
     return SHARED
 
 
+@pytest.fixture
+def one_torch_thread():
+    """torch on one thread for the test (``pytestmark = pytest.mark.usefixtures(...)``)."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 @pytest.fixture(autouse=True)
 def _isolated_workspace(tmp_path_factory, monkeypatch):
     """Every test gets its own workspace, so nothing writes into ./ddai-work."""

@@ -32,3 +32,20 @@ def run_fields(model: Any, data: Path, out: Path, logs: Path, run_id: str) -> di
         logs=logs,
         run_id=run_id,
     )
+
+
+def curriculum_world(root: Path, system_prompt: str) -> Path:
+    """The repository's curriculum log (``fixtures/logs/curriculum.jsonl``) stored as run ``cur``
+    in ``root/logs``, ``system_prompt`` in ``root/system.txt``, and a tiny model whose tokenizer
+    was trained on the log's texts (returned)."""
+    import json
+
+    from ddai.pipelines.store import write_run
+    from ddai.trainer.tiny import read_texts
+
+    src = Path(__file__).resolve().parents[2] / "fixtures" / "logs" / "curriculum.jsonl"
+    rows = [json.loads(line) for line in src.read_text("utf-8").splitlines()]
+    write_run(root / "logs", "cur", rows, sources=[{"path": str(src)}])
+    (root / "system.txt").write_text(system_prompt, encoding="utf-8")
+    spec = TinySpec(vocab_size=1024, hidden_size=32, num_hidden_layers=2)
+    return build_tiny(root / "tiny", texts=read_texts([src]), spec=spec)

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 from support.fakes import FakeModelServer
-from support.lazy import heavy
 from typer.testing import CliRunner
 from user_set_data import make_user_set
 
@@ -18,17 +17,11 @@ from ddai.pipelines.pointer.records import read_raw
 from ddai.pipelines.pointer.store import load_store
 from ddai.pipelines.pointer.world import load_world
 
-torch = heavy("torch")
-
 runner = CliRunner()
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+# tiny models train faster on one thread than fighting over two
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def ddai(*args: object, code: int = 0) -> dict:

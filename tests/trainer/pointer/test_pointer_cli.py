@@ -7,24 +7,17 @@ import json
 import polars as pl
 import pytest
 from cli_schemas import check
-from support.lazy import heavy
 from typer.testing import CliRunner
 
 from ddai.cli.app import app
 from ddai.pipelines import manifest
 from ddai.pipelines.pointer.records import read_raw
 
-torch = heavy("torch")
-
 runner = CliRunner()
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+# tiny models train faster on one thread than fighting over two
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def ddai(*args: str) -> dict:

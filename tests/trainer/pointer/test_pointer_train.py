@@ -22,13 +22,8 @@ pointer_model = heavy("ddai.trainer.pointer.model")
 pointer_train = heavy("ddai.trainer.pointer.train")
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models train faster on one thread than fighting over two."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+# tiny models train faster on one thread than fighting over two
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_parse_phases():

@@ -13,16 +13,13 @@ from pathlib import Path
 import pytest
 from cli_schemas import check
 from support.lazy import heavy
-from support.toy_world import make_world
+from support.toy_world import curriculum_world, make_world
 
-from ddai.pipelines.store import read_rollouts, write_run
+from ddai.pipelines.store import read_rollouts
 from ddai.trainer.runtime.launch import free_port
-from ddai.trainer.tiny import TinySpec, build_tiny, read_texts
 
 torch = heavy("torch")
 value_model = heavy("ddai.trainer.value.model")
-
-FIXTURES = Path(__file__).parents[3] / "fixtures"
 
 
 def launch(args: list[str], procs: int, cwd: Path) -> subprocess.CompletedProcess:
@@ -97,16 +94,7 @@ def test_ppo_two_processes_log_every_episode_once(toy_world):
 @pytest.fixture(scope="module")
 def value_world(tmp_path_factory):
     root = tmp_path_factory.mktemp("vdist")
-    src = FIXTURES / "logs" / "curriculum.jsonl"
-    rows = [json.loads(line) for line in src.read_text("utf-8").splitlines()]
-    write_run(root / "logs", "cur", rows, sources=[{"path": str(src)}])
-    tiny = build_tiny(
-        root / "tiny",
-        texts=read_texts([src]),
-        spec=TinySpec(vocab_size=1024, hidden_size=32, num_hidden_layers=2),
-    )
-    (root / "system.txt").write_text("You are a search agent.", encoding="utf-8")
-    return root, tiny
+    return root, curriculum_world(root, "You are a search agent.")
 
 
 @pytest.mark.slow

@@ -9,11 +9,10 @@ from pathlib import Path
 import pytest
 from cli_schemas import check
 from support.lazy import heavy
+from support.toy_world import curriculum_world
 from typer.testing import CliRunner
 
 from ddai.cli.app import app
-from ddai.pipelines.store import write_run
-from ddai.trainer.tiny import TinySpec, build_tiny, read_texts
 
 vs = heavy("ddai.trainer.value.sft")
 torch = heavy("torch")
@@ -21,7 +20,6 @@ value_data = heavy("ddai.trainer.value.data")
 value_model = heavy("ddai.trainer.value.model")
 value_rows = heavy("ddai.trainer.value.rows")
 
-FIXTURES = Path(__file__).parents[3] / "fixtures"
 runner = CliRunner()
 SYSTEM = "You are a search agent."
 
@@ -33,15 +31,7 @@ def said(res) -> str:
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     root = tmp_path_factory.mktemp("vsft")
-    src = FIXTURES / "logs" / "curriculum.jsonl"
-    rows = [json.loads(line) for line in src.read_text("utf-8").splitlines()]
-    write_run(root / "logs", "cur", rows, sources=[{"path": str(src)}])
-    tiny = build_tiny(
-        root / "tiny",
-        texts=read_texts([src]),
-        spec=TinySpec(vocab_size=1024, hidden_size=32, num_hidden_layers=2),
-    )
-    (root / "system.txt").write_text(SYSTEM, encoding="utf-8")
+    tiny = curriculum_world(root, SYSTEM)
     critic = root / "critic"
     res = runner.invoke(
         app,
