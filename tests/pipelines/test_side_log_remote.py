@@ -14,6 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 from support.lazy import heavy
+from test_side_log import _rows
 from typer.testing import CliRunner
 
 from ddai.cli.app import app
@@ -24,14 +25,6 @@ from ddai.trainer.search.logrows import RolloutLog
 train_metrics = heavy("ddai.trainer.runtime.train_metrics")
 
 STEPS = 30
-
-
-def _rows(step: int) -> list[dict]:
-    return [
-        {"uid": f"u{i}", "rollout_idx": 0, "step": step, "question": "q",
-         "reference_answer": "a", "answer": "a", "judge_score": 0.5, "reward": 1.0, "extra": {}}
-        for i in range(2)
-    ]  # fmt: skip
 
 
 def _train(logs: str, steps: range) -> train_metrics.TrainMetricsLog:

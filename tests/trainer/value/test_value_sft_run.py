@@ -89,6 +89,19 @@ def test_joint_stage_lowers_value_loss_and_weighted_ce(world, tmp_path):
     assert crit.head_type == "linear"
 
 
+def _cfg(world, out, **kw):
+    """The joint stage's config on ``world`` writing to ``out``, no held-out prompts."""
+    root, tiny, critic = world
+    return vs.ValueSFTConfig(
+        model=str(tiny),
+        critic=str(critic),
+        output_dir=out,
+        logs=root / "logs",
+        val_fraction=0,
+        **kw,
+    )
+
+
 def _fixed_batch(world, cfg: vs.ValueSFTConfig):
     model, tok = vs.load_joint(cfg)
     items = value_data.tokenize_rollouts(
@@ -99,10 +112,7 @@ def _fixed_batch(world, cfg: vs.ValueSFTConfig):
 
 
 def test_value_loss_coef_scales_the_value_gradient(world, tmp_path):
-    root, tiny, critic = world
-    cfg = vs.ValueSFTConfig(
-        model=str(tiny), critic=str(critic), output_dir=tmp_path, logs=root / "logs", val_fraction=0
-    )
+    cfg = _cfg(world, tmp_path)
     model, tok, data = _fixed_batch(world, cfg)
     model.eval()  # no dropout: the three passes see the same function
 
@@ -127,15 +137,7 @@ def test_value_loss_coef_scales_the_value_gradient(world, tmp_path):
 
 
 def test_value_head_only_keeps_the_value_loss_off_the_trunk(world, tmp_path):
-    root, tiny, critic = world
-    cfg = vs.ValueSFTConfig(
-        model=str(tiny),
-        critic=str(critic),
-        output_dir=tmp_path,
-        logs=root / "logs",
-        val_fraction=0,
-        value_trunk_grad=False,
-    )
+    cfg = _cfg(world, tmp_path, value_trunk_grad=False)
     model, tok, data = _fixed_batch(world, cfg)
     model.eval()
     top = model.lm.base_model.layers[-1].mlp.down_proj.weight
@@ -180,16 +182,7 @@ def test_a_plain_model_as_critic_is_refused(world, tmp_path):
 
 
 def test_mc_only_value_loss_is_the_scaled_mse(world, tmp_path):
-    root, tiny, critic = world
-    cfg = vs.ValueSFTConfig(
-        model=str(tiny),
-        critic=str(critic),
-        output_dir=tmp_path,
-        logs=root / "logs",
-        val_fraction=0,
-        pairwise_coef=0.0,
-        mc_coef=0.5,
-    )
+    cfg = _cfg(world, tmp_path, pairwise_coef=0.0, mc_coef=0.5)
     model, tok, data = _fixed_batch(world, cfg)
     model.eval()
     idx = [i for i, r in enumerate(data.train) if r.success][:1] + [
