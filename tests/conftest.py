@@ -52,6 +52,17 @@ def _session_workspace(tmp_path_factory):
         yield
 
 
+@pytest.fixture
+def one_torch_thread():
+    """torch on one thread for the test (``pytestmark = pytest.mark.usefixtures(...)``)."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 @pytest.fixture(autouse=True)
 def _isolated_workspace(tmp_path_factory, monkeypatch):
     """Every test gets its own workspace, so nothing writes into ./ddai-work."""

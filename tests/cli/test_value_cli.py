@@ -7,15 +7,17 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
 from cli_schemas import check
+from support.lazy import heavy
 from typer.testing import CliRunner
 
 from ddai.cli.app import app
 from ddai.pipelines.store import read_rollouts, run_manifest, write_run
 from ddai.trainer.tiny import TinySpec, build_tiny, read_texts
-from ddai.trainer.value.data import PROMPT_TOO_LONG, tokenize_rollouts
-from ddai.trainer.value.model import load_value_model
+
+torch = heavy("torch")
+data = heavy("ddai.trainer.value.data")
+value_model = heavy("ddai.trainer.value.model")
 
 FIXTURES = Path(__file__).parents[2] / "fixtures"
 runner = CliRunner()
@@ -68,7 +70,7 @@ def test_train_value_logs_metrics_and_saves_a_checkpoint(world):
         metrics[2]
     ) & set(metrics[0])
     assert 0.0 <= summary["after_value_eval_auc"] <= 1.0
-    model, _ = load_value_model(ckpt)
+    model, _ = value_model.load_value_model(ckpt)
     assert model.head_type == "mlp" and model.unfreeze == 1
 
 
@@ -113,9 +115,9 @@ def test_value_score_writes_turn_values_into_a_new_run(world):
     manifest = run_manifest(logs, "cur_v")
     assert manifest["value_scored"]["from_run"] == "cur" and manifest["sources"]
     # The first turn's value is the head's value at the position before its first policy token.
-    model, tok = load_value_model(ckpt)
+    model, tok = value_model.load_value_model(ckpt)
     model.eval()
-    item = tokenize_rollouts([after[5]], tok, system_prompt=SYSTEM, max_length=256).rollouts[0]
+    item = data.tokenize_rollouts([after[5]], tok, system_prompt=SYSTEM, max_length=256).rollouts[0]
     ids = torch.tensor([item.prompt_ids + item.completion_ids])
     with torch.no_grad():
         want = model(ids, torch.ones_like(ids))[0, len(item.prompt_ids) - 1 + item.turn_starts[1]]
@@ -142,7 +144,7 @@ def test_value_score_in_place_replaces_the_partition(world, tmp_path):
     res = runner.invoke(app, base)
     assert res.exit_code == 2, res.output
     assert "nothing was scored, so nothing was written" in said(res)
-    assert f"run one: no rollout could be scored ({PROMPT_TOO_LONG} 4)" in said(res)
+    assert f"run one: no rollout could be scored ({data.PROMPT_TOO_LONG} 4)" in said(res)
     assert "value_scored" not in run_manifest(logs, "one")
     res = runner.invoke(app, [*base, "--system-prompt", str(root / "system.txt")])
     assert res.exit_code == 0, res.output
@@ -236,7 +238,7 @@ def test_train_value_continues_a_checkpoint_with_its_head(world, tmp_path):
     base += ["--system-prompt", str(root / "system.txt"), "--max-steps", "1", "--val-fraction", "0"]
     res = runner.invoke(app, [*base, "--out", str(tmp_path / "more"), "--unfreeze", "0", "--json"])
     assert res.exit_code == 0, res.output
-    model, _ = load_value_model(tmp_path / "more")
+    model, _ = value_model.load_value_model(tmp_path / "more")
     assert model.head_type == "mlp" and model.unfreeze == 0
     # The first checkpoint trained a trunk layer, so the continuation carries the trunk along.
     assert (tmp_path / "more" / "trunk").is_dir()

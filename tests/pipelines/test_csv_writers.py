@@ -13,6 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 from starlette.testclient import TestClient
+from support.lazy import heavy
 from support.metrics_file import read_metrics
 from support.package import ROOT, modules
 from typer.testing import CliRunner
@@ -27,7 +28,8 @@ from ddai.pipelines.records.decisions import read_decisions
 from ddai.reports import ReportConfig, build_report
 from ddai.reports.serve import ServeConfig
 from ddai.reports.serve.app import create_app
-from ddai.trainer.runtime.metrics_file import MetricsFileCallback
+
+metrics_file = heavy("ddai.trainer.runtime.metrics_file")
 
 EVIL = ('=HYPERLINK("x")', "+cmd", "@SUM(1)", "-1+2", "\tlead", "\rcr")
 runner = CliRunner()
@@ -169,7 +171,7 @@ def verify_gt_review_sheet(logs: Path, tmp: Path) -> list[str]:
 
 def trainer_metrics_file(logs: Path, tmp: Path) -> list[str]:
     path = tmp / "metrics.csv"
-    cb = MetricsFileCallback(path, "csv")
+    cb = metrics_file.MetricsFileCallback(path, "csv")
     state = SimpleNamespace(global_step=1, epoch=0.5, is_world_process_zero=True)
     for e in EVIL:
         cb.on_log(None, state, None, logs={"loss": -1.5, "note": e, e: 1.0})

@@ -8,7 +8,7 @@ import csv
 
 from support.fakes import FakeModelServer
 from support.funnel_data import write_dataset
-from support.page_images import render_page_images
+from support.page_images import build_image_corpus, render_page_images
 from typer.testing import CliRunner
 
 from ddai.cli.app import app
@@ -38,18 +38,7 @@ def test_verifier_sees_the_reference_page_images(tmp_path, monkeypatch):
     text.save(tmp_path / "text.parquet")
     render_page_images(text, tmp_path / "img")
     corpus = tmp_path / "pages.parquet"
-    res = runner.invoke(
-        app,
-        [
-            "corpus",
-            "build",
-            str(tmp_path / "img"),
-            "--out",
-            str(corpus),
-            "--text-from",
-            str(tmp_path / "text.parquet"),
-        ],
-    )
+    res = build_image_corpus(tmp_path / "img", corpus, tmp_path / "text.parquet")
     assert res.exit_code == 0, res.output
     dataset = write_dataset(tmp_path / "ds.parquet", ["train_1", "train_2"])
     with RecordingServer() as server:

@@ -6,13 +6,15 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
+from support.lazy import heavy
 
 from ddai.pipelines.store import query, write_run
 from ddai.reports.blocks import Note, Table
 from ddai.reports.config import ReportConfig
 from ddai.reports.context import ReportContext
 from ddai.reports.sections import training
-from ddai.trainer.runtime.train_metrics import TrainMetricsLog
+
+train_metrics = heavy("ddai.trainer.runtime.train_metrics")
 
 
 def _ctx(tmp_path, logs):
@@ -25,7 +27,7 @@ def test_clip_ratio_and_reward_per_step(tmp_path):
     logs = tmp_path / "logs"
     for run in ("gspo", "plain"):
         write_run(logs, run, [{"uid": "u", "rollout_idx": 0, "step": 1, "reward": 0.5}])
-    cb = TrainMetricsLog(logs, "gspo")
+    cb = train_metrics.TrainMetricsLog(logs, "gspo")
     for step, logged in enumerate(
         [
             {"reward": 0.2, "clip_ratio/region_mean": 0.0},

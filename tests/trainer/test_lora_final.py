@@ -15,9 +15,8 @@ import os
 import types
 
 import pytest
-import torch
 from cli_schemas import check
-from support.lora_reference import capture_after_train, capture_trained, compare_final
+from support.toy_world import make_world, run_fields
 
 from ddai.cli.common import json_shape
 from ddai.trainer.search.config import EpisodeConfig, RewardOverrides
@@ -26,9 +25,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 from support.backends import ConstantGenerator, RandomJudge
+from support.lazy import heavy
 
 from ddai.trainer import toy
-from ddai.trainer.tiny import TinySpec, build_tiny
+
+torch = heavy("torch")
+lora_reference = heavy("support.lora_reference")
 
 pytestmark = pytest.mark.slow
 
@@ -40,16 +42,11 @@ EPISODE = EpisodeConfig(
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    root = tmp_path_factory.mktemp("lora_final")
-    data = toy.write_toy(root / "toy")
-    tiny = build_tiny(
-        root / "tiny", texts=[r["messages"] for r in toy.sft_rows()], spec=TinySpec(hidden_size=32)
-    )
-    return root, data, tiny
+    return make_world(tmp_path_factory.mktemp("lora_final"), hidden_size=32)
 
 
 def _assert_reproduces(result, captured, tiny, out):
-    cmp = compare_final(captured, tiny, "bfloat16", out)
+    cmp = lora_reference.compare_final(captured, tiny, "bfloat16", out)
     assert cmp.update_max_abs > 0  # training moved the logits
     assert cmp.max_abs_diff <= 1e-3
     # the saved weights carry the update (bfloat16 merge before: errors of 0.9 and more)
@@ -70,12 +67,7 @@ def _grpo_cfg(world, name, max_steps):
 
     root, data, tiny = world
     return GRPORunConfig(
-        model=str(tiny),
-        data=data / "dataset.parquet",
-        corpus=data / "pages.parquet",
-        output_dir=root / name,
-        logs=root / "logs",
-        run_id=name,
+        **run_fields(tiny, data, root / name, root / "logs", name),
         n_agent=2,
         batch_size=4,
         max_steps=max_steps,
@@ -105,7 +97,7 @@ def test_grpo_lora_bf16_at_ddai_lr_saves_the_trained_model(world, monkeypatch):
     from ddai.trainer.grpo.train import run_grpo
 
     tiny = world[2]
-    captured = capture_trained(monkeypatch)
+    captured = lora_reference.capture_trained(monkeypatch)
     cfg = _grpo_cfg(world, "grpo_lora_final", 2)
     result = run_grpo(cfg, _grpo_backends())
     assert result.steps == 2
@@ -128,7 +120,7 @@ def test_grpo_adapter_is_float32_on_trls_zero3_path(world, monkeypatch):
         return real(model, config, **{**kw, "autocast_adapter_dtype": False})
 
     monkeypatch.setattr(grpo_trainer, "get_peft_model", as_under_zero3)
-    captured = capture_trained(monkeypatch)
+    captured = lora_reference.capture_trained(monkeypatch)
     result = run_grpo(_grpo_cfg(world, "grpo_lora_zero3", 1), _grpo_backends())
     assert seen["kwargs"] == {}  # not ZeRO-3 here: TRL would have passed False itself
     adapter = {k: v.dtype for k, v in captured["state"].items() if "lora_" in k}
@@ -142,7 +134,7 @@ def test_sft_lora_bf16_at_ddai_lr_saves_the_trained_model(world, monkeypatch):
     from ddai.trainer.sft.train import SFTRunConfig, run_sft
 
     root, data, tiny = world
-    captured = capture_after_train(monkeypatch, SFTTrainer)
+    captured = lora_reference.capture_after_train(monkeypatch, SFTTrainer)
     out = root / "sft"
     cfg = SFTRunConfig(
         model=str(tiny),
@@ -169,15 +161,10 @@ def test_ppo_lora_bf16_at_ddai_lr_saves_the_trained_model(world, monkeypatch):
     from ddai.trainer.ppo.train import PPORunConfig, run_ppo
 
     root, data, tiny = world
-    captured = capture_trained(monkeypatch)
+    captured = lora_reference.capture_trained(monkeypatch)
     out = root / "ppo"
     cfg = PPORunConfig(
-        model=str(tiny),
-        data=data / "dataset.parquet",
-        corpus=data / "pages.parquet",
-        output_dir=out,
-        logs=root / "logs",
-        run_id="ppo_lora_final",
+        **run_fields(tiny, data, out, root / "logs", "ppo_lora_final"),
         n_agent=2,
         batch_size=4,
         ppo_epochs=1,

@@ -8,12 +8,12 @@ import os
 import types
 
 import pytest
-import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
-from support.lora_reference import compare_final
+
+from support.lazy import heavy
 
 from ddai.trainer.common import TrainConfigError
 from ddai.trainer.lora_merge import (
@@ -25,6 +25,9 @@ from ddai.trainer.lora_merge import (
 )
 from ddai.trainer.modeling import float32_adapter, load_policy, lora_config
 from ddai.trainer.tiny import build_tiny
+
+torch = heavy("torch")
+lora_reference = heavy("support.lora_reference")
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +95,7 @@ def test_merge_lora_keeps_an_update_bf16_rounds_away(tiny, tmp_path):
     assert final.run_dtype_update_kept < 0.1 and final.update_kept > 0.99
     assert final.run_dtype_changed_weights < 0.1 * final.update_weights
     assert final.max_abs_logit_diff <= 1e-3 and final.update_max_abs_logit > 0
-    cmp = compare_final(_captured(peft), tiny, "bfloat16", out)
+    cmp = lora_reference.compare_final(_captured(peft), tiny, "bfloat16", out)
     assert cmp.max_abs_diff <= 1e-3
     assert cmp.weight_update_error < 1e-2 and cmp.logit_update_error < 1e-2
     assert not list(out.glob(".final-*"))  # the staging folder is gone

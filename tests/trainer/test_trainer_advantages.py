@@ -6,10 +6,11 @@ import math
 from collections import defaultdict
 
 import pytest
-import torch
-from trl.trainer.utils import nanstd
+from support.lazy import heavy
 
-from ddai.trainer import advantages as A
+torch = heavy("torch")
+utils = heavy("trl.trainer.utils")
+A = heavy("ddai.trainer.advantages")
 
 # ---------------------------------------------------------------------------- references
 
@@ -34,7 +35,7 @@ def trl_grpo(rewards: torch.Tensor, num_generations: int) -> torch.Tensor:
     """TRL GRPOTrainer's group advantage (scale_rewards="group") for contiguous groups."""
     grouped = rewards.view(-1, num_generations)
     mean = grouped.mean(dim=1).repeat_interleave(num_generations)
-    std = nanstd(grouped, dim=1).repeat_interleave(num_generations)
+    std = utils.nanstd(grouped, dim=1).repeat_interleave(num_generations)
     return (rewards - mean) / (std + 1e-4)
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from cli_schemas import check
+from support.toy_world import tiny_on_toy
 from typer.testing import CliRunner
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -187,10 +188,9 @@ def test_cli_model_tiny(tmp_path):
 def test_train_sft_json_is_one_document_that_matches_its_schema(tmp_path):
     # With --json TRL's rich display stays off: it draws on stdout, where the summary goes.
     from ddai.trainer import toy
-    from ddai.trainer.tiny import build_tiny
 
     data = toy.write_toy(tmp_path / "toy")
-    tiny = build_tiny(tmp_path / "tiny", texts=[r["messages"] for r in toy.sft_rows()])
+    tiny = tiny_on_toy(tmp_path / "tiny")
     res = runner.invoke(
         app,
         ["train", "sft", "--model", str(tiny), "--data", str(data / "sft.parquet"),

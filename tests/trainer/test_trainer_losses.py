@@ -5,9 +5,10 @@ from __future__ import annotations
 import math
 
 import pytest
-import torch
+from support.lazy import heavy
 
-from ddai.trainer import losses as L
+torch = heavy("torch")
+L = heavy("ddai.trainer.losses")
 
 # ---------------------------------------------------------------------------- references (verl)
 

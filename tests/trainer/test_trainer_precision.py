@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 
 import pytest
-import torch
+from support.toy_world import make_world, run_fields
 
 from ddai.trainer.search.config import EpisodeConfig, RewardOverrides
 
@@ -15,6 +15,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 from support.backends import ConstantGenerator, RandomJudge
+from support.lazy import heavy
 
 from ddai.trainer import modeling, toy
 from ddai.trainer.common import TrainConfigError
@@ -25,7 +26,8 @@ from ddai.trainer.modeling import (
     lost_update_share,
     parameter_snapshot,
 )
-from ddai.trainer.tiny import TinySpec, build_tiny
+
+torch = heavy("torch")
 
 
 def _linear(values, dtype):
@@ -98,12 +100,7 @@ def test_sft_checkpoints_activations_under_the_new_name_without_a_warning(tmp_pa
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    root = tmp_path_factory.mktemp("prec")
-    data = toy.write_toy(root / "toy")
-    tiny = build_tiny(
-        root / "tiny", texts=[r["messages"] for r in toy.sft_rows()], spec=TinySpec(hidden_size=32)
-    )
-    return root, data, tiny
+    return make_world(tmp_path_factory.mktemp("prec"), hidden_size=32)
 
 
 def _grpo(world, name, **kw):
@@ -116,12 +113,7 @@ def _grpo(world, name, **kw):
         judge=RandomJudge(),
     )
     cfg = GRPORunConfig(
-        model=str(tiny),
-        data=data / "dataset.parquet",
-        corpus=data / "pages.parquet",
-        output_dir=root / name,
-        logs=root / "logs",
-        run_id=name,
+        **run_fields(tiny, data, root / name, root / "logs", name),
         n_agent=2,
         batch_size=4,
         max_steps=2,
@@ -207,12 +199,7 @@ def test_lora_ppo_changes_only_adapter_weights(world, monkeypatch):
         lambda b, m: seen.setdefault("names", real_changed(b, m)),
     )
     cfg = PPORunConfig(
-        model=str(tiny),
-        data=data / "dataset.parquet",
-        corpus=data / "pages.parquet",
-        output_dir=root / "ppo",
-        logs=root / "logs",
-        run_id="ppo_lora",
+        **run_fields(tiny, data, root / "ppo", root / "logs", "ppo_lora"),
         n_agent=2,
         batch_size=4,
         ppo_epochs=1,

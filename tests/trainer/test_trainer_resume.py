@@ -6,6 +6,7 @@ import json
 import os
 
 import pytest
+from support.toy_world import run_fields, tiny_on_toy
 
 from ddai.trainer.search.config import EpisodeConfig, RewardOverrides
 
@@ -13,7 +14,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from ddai.trainer import toy
 from ddai.trainer.sft.train import SFTRunConfig, run_sft
-from ddai.trainer.tiny import build_tiny
 
 
 def _cfg(tiny, data, out, max_steps, resume=False):
@@ -34,7 +34,7 @@ def _cfg(tiny, data, out, max_steps, resume=False):
 
 def test_sft_resume_continues_from_the_last_checkpoint(tmp_path):
     data = toy.write_toy(tmp_path / "toy")
-    tiny = build_tiny(tmp_path / "tiny", texts=[r["messages"] for r in toy.sft_rows()])
+    tiny = tiny_on_toy(tmp_path / "tiny")
     out = tmp_path / "sft"
     first = run_sft(_cfg(tiny, data, out, max_steps=2))
     assert first.steps == 2 and (out / "checkpoint-2").is_dir()
@@ -56,7 +56,7 @@ def test_sft_resume_continues_from_the_last_checkpoint(tmp_path):
 
 def test_resume_without_a_checkpoint_is_a_clear_error(tmp_path):
     data = toy.write_toy(tmp_path / "toy")
-    tiny = build_tiny(tmp_path / "tiny", texts=[r["messages"] for r in toy.sft_rows()])
+    tiny = tiny_on_toy(tmp_path / "tiny")
     with pytest.raises(Exception, match="no checkpoint-N folder"):
         run_sft(_cfg(tiny, data, tmp_path / "empty", max_steps=2, resume=True))
 
@@ -93,7 +93,7 @@ def test_grpo_resume_continues_steps_and_appends_to_the_rollout_log(tmp_path):
     from ddai.trainer.grpo.train import Backends, GRPORunConfig, run_grpo
 
     data = toy.write_toy(tmp_path / "toy")
-    tiny = build_tiny(tmp_path / "tiny", texts=[r["messages"] for r in toy.sft_rows()])
+    tiny = tiny_on_toy(tmp_path / "tiny")
 
     def run(max_steps, resume):
         backends = Backends(
@@ -102,12 +102,7 @@ def test_grpo_resume_continues_steps_and_appends_to_the_rollout_log(tmp_path):
             judge=_Judge(),
         )
         cfg = GRPORunConfig(
-            model=str(tiny),
-            data=data / "dataset.parquet",
-            corpus=data / "pages.parquet",
-            output_dir=tmp_path / "grpo",
-            logs=tmp_path / "logs",
-            run_id="grpo_resume",
+            **run_fields(tiny, data, tmp_path / "grpo", tmp_path / "logs", "grpo_resume"),
             n_agent=2,
             batch_size=4,
             max_steps=max_steps,

@@ -12,25 +12,28 @@ from __future__ import annotations
 import os
 
 import pytest
-import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
-from datasets import Dataset
-from transformers import AutoModelForCausalLM, AutoTokenizer
-from trl import GRPOConfig, GRPOTrainer
 
-from ddai.trainer.losses import gspo_loss
+from support.lazy import heavy
+
 from ddai.trainer.tiny import build_tiny
+
+torch = heavy("torch")
+datasets = heavy("datasets")
+transformers = heavy("transformers")
+trl = heavy("trl")
+losses = heavy("ddai.trainer.losses")
 
 
 @pytest.fixture(scope="module")
 def trainer(tmp_path_factory):
     path = build_tiny(tmp_path_factory.mktemp("tiny") / "m")
-    tok = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-    args = GRPOConfig(
+    tok = transformers.AutoTokenizer.from_pretrained(path)
+    model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    args = trl.GRPOConfig(
         output_dir=str(tmp_path_factory.mktemp("out")),
         use_cpu=True,
         bf16=False,
@@ -44,11 +47,11 @@ def trainer(tmp_path_factory):
         beta=0.0,
         report_to=[],
     )
-    t = GRPOTrainer(
+    t = trl.GRPOTrainer(
         model=model,
         reward_funcs=lambda completions, **kw: [0.0] * len(completions),
         args=args,
-        train_dataset=Dataset.from_dict({"prompt": ["a", "b"]}),
+        train_dataset=datasets.Dataset.from_dict({"prompt": ["a", "b"]}),
         processing_class=tok,
     )
     t.current_gradient_accumulation_steps = 1
@@ -114,7 +117,7 @@ def test_gspo_loss_equals_trl_grpo_trainer_loss(trainer, eps):
 
     model.zero_grad()
     mask = inputs["completion_mask"] * inputs["tool_mask"]
-    ours, _ = gspo_loss(
+    ours, _ = losses.gspo_loss(
         _logps(model, inputs),
         inputs["old_per_token_logps"],
         inputs["advantages"],

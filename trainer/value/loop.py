@@ -5,6 +5,7 @@ held-out prompts and log (seed 004's sampling; the losses are each command's own
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -78,22 +79,34 @@ def fit_steps(
 def fit_with_held_out(
     *,
     model: Any,
-    bare: Any,
-    opt: torch.optim.Optimizer,
     acc: Any,
     data: Split,
     cfg: ValueFitConfig,
+    out: Path,
     step_loss: StepLoss,
     pad_id: int,
     grad_clip: float,
     evaluate: Callable[..., dict[str, float]],
-    log: Any,
     label: str,
-) -> tuple[dict[str, float], list[dict[str, float]], dict[str, float]]:
-    """``fit_steps`` between two evaluations of the held-out prompts (``evaluate(bare, val,
-    val_pairs, pad_id, batch_size=…)``, the one before logged as step 0); returns the evaluation
-    before, each step's metrics and the evaluation after."""
+    command: str,
+) -> tuple[Any, dict[str, float], list[dict[str, float]], dict[str, float]]:
+    """AdamW over ``model.param_groups`` (trunk and head learning rates), both prepared by
+    ``acc``; ``out/run_config.json`` for ``command`` and the metrics log in ``out``; then
+    ``fit_steps`` between two evaluations of the held-out prompts (``evaluate(bare, val,
+    val_pairs, pad_id, batch_size=…)``, the one before logged as step 0). Returns the bare
+    (unwrapped) model, the evaluation before, each step's metrics and the evaluation after."""
+    from ddai.trainer.runtime import accel
+    from ddai.trainer.runtime.metrics_log import METRICS_FILE, MetricsLog
+
+    opt = torch.optim.AdamW(
+        model.param_groups(trunk_lr=cfg.trunk_lr, head_lr=cfg.head_lr),
+        weight_decay=cfg.weight_decay,
+    )
+    model, opt = acc.prepare(model, opt)
+    bare = acc.unwrap_model(model)
     main = acc.is_main_process
+    log = MetricsLog(out / METRICS_FILE) if main else None
+    accel.write_run_config(out, cfg, acc, command=command)
 
     def held_out() -> dict[str, float]:
         # Main process only, on the bare module: no collective, the other ranks go on.
@@ -117,4 +130,4 @@ def fit_with_held_out(
         log=log,
         label=label,
     )
-    return eval_before, history, eval_after
+    return bare, eval_before, history, eval_after

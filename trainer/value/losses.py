@@ -134,6 +134,24 @@ def hybrid_value_loss(
     return loss, metrics
 
 
+def stacked_pairs_loss(
+    values: Tensor, mask: Tensor, targets: Tensor, *, pairwise_coef: float, mc_coef: float
+) -> tuple[Tensor, Metrics]:
+    """``hybrid_value_loss`` over a batch that stacks the P successes, then their P failures:
+    ``values``/``mask`` ``[2P, T]``, ``targets`` ``[2P]``."""
+    P = values.shape[0] // 2
+    return hybrid_value_loss(
+        values[:P],
+        values[P:],
+        mask[:P],
+        mask[P:],
+        pos_rewards=targets[:P],
+        neg_rewards=targets[P:],
+        pairwise_coef=pairwise_coef,
+        mc_coef=mc_coef,
+    )
+
+
 def kl_penalized_rewards(
     scores: Tensor,
     logp: Tensor,

@@ -21,6 +21,7 @@ import torch
 from ddai.pipelines.store import io, workspace
 from ddai.trainer.value.config import DEFAULT_SPLIT_SEED, DEFAULT_VAL_FRACTION
 from ddai.trainer.value.data import (
+    RolloutSet,
     TokenRollout,
     bin_weights,
     make_pairs,
@@ -65,6 +66,43 @@ def read_rows(cfg: Any) -> list[dict[str, Any]]:
         )
     _require_turns(logs, cfg.runs)
     return read_rollouts(logs, cfg.runs, columns=list(ROLLOUT_COLUMNS)).to_pylist()
+
+
+def training_rows(cfg: Any) -> tuple[list[dict[str, Any]], int]:
+    """``read_rows`` less the rollouts flagged ``turns_incomplete`` (kept with
+    ``cfg.include_incomplete``) and their count; refuses a selection with nothing to train on."""
+    rows = read_rows(cfg)
+    if not rows:
+        raise ValueError("no rollouts in the selected runs; check --logs and --run")
+    rows, incomplete = incomplete_rows(rows, cfg.include_incomplete)
+    if not rows:
+        raise ValueError(
+            f"every one of the {incomplete} rollouts of the selected runs is flagged "
+            "turns_incomplete (a turn lost from the log); pass --include-incomplete to train on "
+            "them anyway, or select other runs with --run"
+        )
+    return rows, incomplete
+
+
+def tokenize_rows(
+    rows: list[dict[str, Any]], tok: Any, cfg: Any, progress: Any = None
+) -> RolloutSet:
+    """``rows`` tokenized as the value head reads them, with ``cfg``'s prompts (``cfg.data``),
+    system prompt, target, success threshold and lengths."""
+    from ddai.pipelines.distill.rebuild import load_system_prompt
+    from ddai.trainer.value.data import tokenize_rollouts
+
+    return tokenize_rollouts(
+        rows,
+        tok,
+        prompts=prompt_messages(cfg.data),
+        system_prompt=load_system_prompt(cfg.system_prompt),
+        target=cfg.target,
+        success_threshold=cfg.success_threshold,
+        max_length=cfg.max_length,
+        obs_max_tokens=cfg.obs_max_tokens,
+        progress=progress,
+    )
 
 
 def _require_turns(logs: Path, runs: list[str] | None) -> None:

@@ -32,7 +32,6 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ddai.trainer.runtime.metrics_log import METRICS_FILE, MetricsLog
 from ddai.trainer.value import losses as vl
 from ddai.trainer.value import sft_math as vsm
 from ddai.trainer.value.config import ValueSFTConfig
@@ -160,16 +159,8 @@ def step_loss(
     values = values[:, P - 1 : -1]
     targets = torch.tensor([r.target for r in rows], device=dev, dtype=values.dtype)
     if cfg.pairwise_coef > 0:
-        n = len(pairs)
-        value_loss, metrics = vl.hybrid_value_loss(
-            values[:n],
-            values[n:],
-            batch.mask[:n],
-            batch.mask[n:],
-            pos_rewards=targets[:n],
-            neg_rewards=targets[n:],
-            pairwise_coef=cfg.pairwise_coef,
-            mc_coef=cfg.mc_coef,
+        value_loss, metrics = vl.stacked_pairs_loss(
+            values, batch.mask, targets, pairwise_coef=cfg.pairwise_coef, mc_coef=cfg.mc_coef
         )
     else:
         value_loss, metrics = vl.mc_value_loss(
@@ -218,47 +209,26 @@ class ValueSFTResult:
 
 def train_value_sft(cfg: ValueSFTConfig) -> ValueSFTResult:
     """Run the joint stage and save the policy to ``output_dir`` and the critic to ``critic/``."""
-    from ddai.pipelines.distill.rebuild import load_system_prompt
     from ddai.trainer.common import hf_progress
     from ddai.trainer.runtime import accel
-    from ddai.trainer.value.data import tokenize_rollouts
     from ddai.trainer.value.rows import (
-        incomplete_rows,
-        prompt_messages,
-        read_rows,
         resolve_split,
         split_data,
+        tokenize_rows,
+        training_rows,
         write_split,
     )
     from ddai.trainer.value.train import evaluate
 
     cfg.check()
     hf_progress(cfg.progress)
-    rows = read_rows(cfg)  # type: ignore[arg-type]  # reads logs/runs only
-    if not rows:
-        raise ValueError("no rollouts in the selected runs; check --logs and --run")
-    rows, incomplete = incomplete_rows(rows, cfg.include_incomplete)
-    if not rows:
-        raise ValueError(
-            f"every one of the {incomplete} rollouts of the selected runs is flagged "
-            "turns_incomplete (a turn lost from the log); pass --include-incomplete to train on "
-            "them anyway, or select other runs with --run"
-        )
+    rows, incomplete = training_rows(cfg)
     acc = accel.make_accelerator(gradient_accumulation_steps=cfg.grad_accum)
     main = acc.is_main_process
     torch.manual_seed(cfg.seed)
     model, tok = load_joint(cfg)
     pad_id = tok.pad_token_id
-    tokenized = tokenize_rollouts(
-        rows,
-        tok,
-        prompts=prompt_messages(cfg.data),
-        system_prompt=load_system_prompt(cfg.system_prompt),
-        target=cfg.target,
-        success_threshold=cfg.success_threshold,
-        max_length=cfg.max_length,
-        obs_max_tokens=cfg.obs_max_tokens,
-    )
+    tokenized = tokenize_rows(rows, tok, cfg)
     if not tokenized.rollouts:
         raise ValueError(
             f"no rollout left to learn from (dropped: {tokenized.dropped}); raise --max-length"
@@ -270,29 +240,20 @@ def train_value_sft(cfg: ValueSFTConfig) -> ValueSFTResult:
             "no correct rollout among the training prompts, so the weighted CE has nothing to "
             "learn; add runs or lower --success-threshold"
         )
-    opt = torch.optim.AdamW(
-        model.param_groups(trunk_lr=cfg.trunk_lr, head_lr=cfg.head_lr),
-        weight_decay=cfg.weight_decay,
-    )
-    model, opt = acc.prepare(model, opt)
-    bare: JointModel = acc.unwrap_model(model)
     out = Path(cfg.output_dir)
-    log = MetricsLog(out / METRICS_FILE) if main else None
-    accel.write_run_config(out, cfg, acc, command="train value-sft")
-
-    eval_before, history, eval_after = fit_with_held_out(
+    bare: JointModel
+    bare, eval_before, history, eval_after = fit_with_held_out(
         model=model,
-        bare=bare,
-        opt=opt,
         acc=acc,
         data=data,
         cfg=cfg,
+        out=out,
         step_loss=step_loss,
         pad_id=pad_id,
         grad_clip=cfg.max_grad_norm,
         evaluate=evaluate,
-        log=log,
         label="value-sft",
+        command="train value-sft",
     )
     acc.wait_for_everyone()
     critic_dir = out / CRITIC_DIR

@@ -20,14 +20,12 @@ from typing import Any
 
 import torch
 
-from ddai.trainer.runtime.metrics_log import METRICS_FILE, MetricsLog
 from ddai.trainer.value import losses as vl
 from ddai.trainer.value.config import ValueTrainConfig
 from ddai.trainer.value.data import (
     Batch,
     TokenRollout,
     collate,
-    tokenize_rollouts,
 )
 from ddai.trainer.value.loop import fit_with_held_out
 from ddai.trainer.value.model import (
@@ -38,11 +36,10 @@ from ddai.trainer.value.model import (
 )
 from ddai.trainer.value.rows import (
     Split,
-    incomplete_rows,
-    prompt_messages,
-    read_rows,
     resolve_split,
     split_data,
+    tokenize_rows,
+    training_rows,
     write_split,
 )
 
@@ -154,10 +151,10 @@ def _load(cfg: ValueTrainConfig) -> tuple[ValueModel, Any]:
 
 def _pair_batch(
     items: Sequence[TokenRollout], pairs: Sequence[tuple[int, int]], pad_id: int
-) -> tuple[Batch, torch.Tensor, int]:
+) -> tuple[Batch, torch.Tensor]:
     """One padded batch of the pairs' positives then negatives, and their MC targets ``[2P]``."""
     rows = [items[p] for p, _ in pairs] + [items[n] for _, n in pairs]
-    return collate(rows, pad_id), torch.tensor([r.target for r in rows]), len(pairs)
+    return collate(rows, pad_id), torch.tensor([r.target for r in rows])
 
 
 def step_loss(
@@ -171,18 +168,10 @@ def step_loss(
         return model(b.input_ids, b.attention_mask)[:, b.prompt_len - 1 : -1]
 
     if cfg.pairwise_coef > 0:
-        batch, targets, P = _pair_batch(data.train, [data.train_pairs[i] for i in idx], pad_id)
+        batch, targets = _pair_batch(data.train, [data.train_pairs[i] for i in idx], pad_id)
         batch, targets = batch.to(dev), targets.to(dev)
-        v = values(batch)
-        return vl.hybrid_value_loss(
-            v[:P],
-            v[P:],
-            batch.mask[:P],
-            batch.mask[P:],
-            pos_rewards=targets[:P],
-            neg_rewards=targets[P:],
-            pairwise_coef=cfg.pairwise_coef,
-            mc_coef=cfg.mc_coef,
+        return vl.stacked_pairs_loss(
+            values(batch), batch.mask, targets, pairwise_coef=cfg.pairwise_coef, mc_coef=cfg.mc_coef
         )
     chunk = [data.train[i] for i in idx]
     batch = collate(chunk, pad_id).to(dev)
@@ -198,7 +187,6 @@ def train_value(cfg: ValueTrainConfig) -> ValueTrainResult:
     Under ``accelerate launch`` each process trains on its ``batch_size`` pairs of every step's
     global draw and the DDP-wrapped model averages the gradients; the main process alone
     evaluates the held-out prompts, writes the metrics (losses averaged over the ranks) and saves."""
-    from ddai.pipelines.distill.rebuild import load_system_prompt
     from ddai.pipelines.records.progress import bar
     from ddai.trainer.common import hf_progress
     from ddai.trainer.runtime import accel
@@ -206,33 +194,14 @@ def train_value(cfg: ValueTrainConfig) -> ValueTrainResult:
 
     cfg.check()
     hf_progress(cfg.progress)
-    rows = read_rows(cfg)
-    if not rows:
-        raise ValueError("no rollouts in the selected runs; check --logs and --run")
-    rows, incomplete = incomplete_rows(rows, cfg.include_incomplete)
-    if not rows:
-        raise ValueError(
-            f"every one of the {incomplete} rollouts of the selected runs is flagged "
-            "turns_incomplete (a turn lost from the log); pass --include-incomplete to train on "
-            "them anyway, or select other runs with --run"
-        )
+    rows, incomplete = training_rows(cfg)
     acc = accel.make_accelerator(gradient_accumulation_steps=cfg.grad_accum)
     main = acc.is_main_process
     torch.manual_seed(cfg.seed)  # the same fresh head on every rank
     model, tok = _load(cfg)
     pad_id = tok.pad_token_id
     with bar("tokenizing", len(rows), enabled=cfg.progress and main) as advance:
-        tokenized = tokenize_rollouts(
-            rows,
-            tok,
-            prompts=prompt_messages(cfg.data),
-            system_prompt=load_system_prompt(cfg.system_prompt),
-            target=cfg.target,
-            success_threshold=cfg.success_threshold,
-            max_length=cfg.max_length,
-            obs_max_tokens=cfg.obs_max_tokens,
-            progress=advance,
-        )
+        tokenized = tokenize_rows(rows, tok, cfg, progress=advance)
     if not tokenized.rollouts:
         raise ValueError(
             f"no rollout left to learn from (dropped: {tokenized.dropped}); raise --max-length, or "
@@ -240,28 +209,18 @@ def train_value(cfg: ValueTrainConfig) -> ValueTrainResult:
         )
     split = resolve_split(tokenized.rollouts, cfg)
     data = split_data(tokenized.rollouts, cfg, split)
-    opt = torch.optim.AdamW(
-        model.param_groups(trunk_lr=cfg.trunk_lr, head_lr=cfg.head_lr),
-        weight_decay=cfg.weight_decay,
-    )
-    model, opt = acc.prepare(model, opt)
-    bare = acc.unwrap_model(model)
-    log = MetricsLog(Path(cfg.output_dir) / METRICS_FILE) if main else None
-    accel.write_run_config(cfg.output_dir, cfg, acc, command="train value")
-
-    eval_before, history, eval_after = fit_with_held_out(
+    bare, eval_before, history, eval_after = fit_with_held_out(
         model=model,
-        bare=bare,
-        opt=opt,
         acc=acc,
         data=data,
         cfg=cfg,
+        out=Path(cfg.output_dir),
         step_loss=step_loss,
         pad_id=pad_id,
         grad_clip=cfg.grad_clip,
         evaluate=evaluate,
-        log=log,
         label="value head",
+        command="train value",
     )
     losses = [m["value/loss"] for m in history]
     acc.wait_for_everyone()

@@ -8,7 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 from cli_schemas import check
 from PIL import Image
-from support.page_images import render_page_images
+from support.page_images import build_image_corpus, render_page_images
 from typer.testing import CliRunner
 
 from ddai.cli.app import app
@@ -76,19 +76,7 @@ def test_text_from_a_text_corpus_rescales_its_boxes(images, tmp_path):
     big = Image.open(images / "img" / "10_2.jpg").resize((400, 200))
     big.save(images / "img" / "10_2.jpg")
     out = tmp_path / "pages.parquet"
-    res = runner.invoke(
-        app,
-        [
-            "corpus",
-            "build",
-            str(images / "img"),
-            "--out",
-            str(out),
-            "--text-from",
-            str(images / "text" / "pages.parquet"),
-            "--json",
-        ],
-    )
+    res = build_image_corpus(images / "img", out, images / "text" / "pages.parquet", "--json")
     assert res.exit_code == 0, res.output
     assert json.loads(res.output)["with_text"] == 3
     corpus = Corpus.load(out)
@@ -159,19 +147,7 @@ def test_bad_folders_exit_2(tmp_path, setup, message):
 def test_bad_text_file_exits_2(images, tmp_path):
     bad = tmp_path / "t.csv"
     bad.write_text("id,body\n1,x\n")
-    res = runner.invoke(
-        app,
-        [
-            "corpus",
-            "build",
-            str(images / "img"),
-            "--out",
-            str(tmp_path / "p.parquet"),
-            "--text-from",
-            str(bad),
-        ],
-        env={"COLUMNS": "300"},
-    )
+    res = build_image_corpus(images / "img", tmp_path / "p.parquet", bad, env={"COLUMNS": "300"})
     assert res.exit_code == 2 and "page_id and text" in res.output
 
 

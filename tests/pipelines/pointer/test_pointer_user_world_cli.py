@@ -8,7 +8,6 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
 from support.fakes import FakeModelServer
 from typer.testing import CliRunner
 from user_set_data import make_user_set
@@ -21,12 +20,8 @@ from ddai.pipelines.pointer.world import load_world
 runner = CliRunner()
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+# tiny models train faster on one thread than fighting over two
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def ddai(*args: object, code: int = 0) -> dict:

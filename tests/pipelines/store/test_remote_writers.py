@@ -8,15 +8,16 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
+from support.lazy import heavy
 from typer.testing import CliRunner
 
 from ddai.cli.app import app
 from ddai.pipelines import store
 from ddai.pipelines.backends import rejudge as rejudge_mod
-from ddai.pipelines.store import objstore
 from ddai.pipelines.store.side_log import read_rows
-from ddai.trainer.runtime.train_metrics import TrainMetricsLog, side_table_path
 from ddai.trainer.search.logrows import RolloutLog
+
+train_metrics = heavy("ddai.trainer.runtime.train_metrics")
 
 runner = CliRunner()
 
@@ -89,7 +90,7 @@ def test_the_training_rollout_log_and_metrics_go_to_object_storage(s3_env):
         log.append(rows)
     man = store.run_manifest(logs, "g")
     assert man["rollouts_total"] == 4 and len(man["files"]) == 2 and log.rows == 4
-    metrics = TrainMetricsLog(logs, "g")
+    metrics = train_metrics.TrainMetricsLog(logs, "g")
     state = SimpleNamespace(is_world_process_zero=True, global_step=1)
     metrics.on_log(None, state, None, logs={"loss": 0.5})
     state.global_step = 2
@@ -102,15 +103,17 @@ def test_the_training_rollout_log_and_metrics_go_to_object_storage(s3_env):
         {"run_id": "g", "step": 1, "loss": 0.5},
         {"run_id": "g", "step": 2, "loss": 0.25, "reward": 1.0},
     ]
-    assert not objstore.exists(objstore.url_of(side_table_path(logs, "g")))  # no whole table
+    assert not objstore.exists(
+        objstore.url_of(train_metrics.side_table_path(logs, "g"))
+    )  # no whole table
     # a resumed run reads the steps back from the store
-    assert [r["step"] for r in TrainMetricsLog(logs, "g").rows] == [1, 2]
+    assert [r["step"] for r in train_metrics.TrainMetricsLog(logs, "g").rows] == [1, 2]
 
 
 def test_training_metrics_on_object_storage_are_listed_with_their_hash(s3_env):
     logs = f"{s3_env}/logs"
     log = RolloutLog(logs, "g")
-    metrics = TrainMetricsLog(logs, "g", writer=log)
+    metrics = train_metrics.TrainMetricsLog(logs, "g", writer=log)
     state = SimpleNamespace(is_world_process_zero=True, global_step=1)
     metrics.on_log(None, state, None, logs={"loss": 0.5})  # before the run's first commit
     log.append([r | {"step": 1, "reward": 1.0, "extra": {}} for r in _rows(2)], step=1)

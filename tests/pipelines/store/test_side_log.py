@@ -7,10 +7,13 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
+from support.lazy import heavy
+
 from ddai.pipelines import store
 from ddai.pipelines.store.side_log import SideLog, read_rows, side_path
-from ddai.trainer.runtime.train_metrics import TrainMetricsLog, side_table_path
 from ddai.trainer.search.logrows import RolloutLog, logged_steps
+
+train_metrics = heavy("ddai.trainer.runtime.train_metrics")
 
 
 def _rows(step: int) -> list[dict]:
@@ -28,8 +31,8 @@ def _state(step: int) -> SimpleNamespace:
 def test_a_50_step_run_appends_and_rewrites_no_byte_it_wrote(tmp_path):
     logs = tmp_path / "logs"
     log = RolloutLog(logs, "g")
-    metrics = TrainMetricsLog(logs, "g", writer=log)
-    path = side_table_path(logs, "g")
+    metrics = train_metrics.TrainMetricsLog(logs, "g", writer=log)
+    path = train_metrics.side_table_path(logs, "g")
     before = b""
     sizes = []
     for step in range(1, 51):
@@ -58,11 +61,11 @@ def test_lineage_check_sees_a_changed_metrics_table(tmp_path):
     log = RolloutLog(logs, "g")
     log.append(_rows(1), step=1)
     log.flush()
-    metrics = TrainMetricsLog(logs, "g", writer=log)
+    metrics = train_metrics.TrainMetricsLog(logs, "g", writer=log)
     metrics.on_log(None, _state(1), None, logs={"loss": 0.5})
     part = store.partition_dir(logs, "g")
     assert store.verify_partition(part) is None
-    path = side_table_path(logs, "g")
+    path = train_metrics.side_table_path(logs, "g")
     path.write_text(path.read_text().replace("0.5", "0.25"))
     assert store.verify_partition(part) == "side table train_metrics changed"
     path.unlink()
@@ -72,7 +75,7 @@ def test_lineage_check_sees_a_changed_metrics_table(tmp_path):
 def test_metrics_before_the_first_commit_are_listed_by_it(tmp_path):
     logs = tmp_path / "logs"
     log = RolloutLog(logs, "g")
-    metrics = TrainMetricsLog(logs, "g", writer=log)
+    metrics = train_metrics.TrainMetricsLog(logs, "g", writer=log)
     metrics.on_log(None, _state(1), None, logs={"loss": 0.5})
     assert store.run_manifest(logs, "g") is None  # no run yet: nothing to list it in
     log.append(_rows(1), step=1)

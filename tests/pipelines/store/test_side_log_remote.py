@@ -13,30 +13,25 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from support.lazy import heavy
+from test_side_log import _rows
 from typer.testing import CliRunner
 
 from ddai.cli.app import app
 from ddai.pipelines import store
 from ddai.pipelines.store import objstore, side_log
 from ddai.reports.sections import training
-from ddai.trainer.runtime.train_metrics import TABLE, TrainMetricsLog, side_table_path
 from ddai.trainer.search.logrows import RolloutLog
+
+train_metrics = heavy("ddai.trainer.runtime.train_metrics")
 
 STEPS = 30
 
 
-def _rows(step: int) -> list[dict]:
-    return [
-        {"uid": f"u{i}", "rollout_idx": 0, "step": step, "question": "q",
-         "reference_answer": "a", "answer": "a", "judge_score": 0.5, "reward": 1.0, "extra": {}}
-        for i in range(2)
-    ]  # fmt: skip
-
-
-def _train(logs: str, steps: range) -> TrainMetricsLog:
+def _train(logs: str, steps: range) -> train_metrics.TrainMetricsLog:
     """A training run as the GRPO trainer logs it: each step's rollouts, then its metrics."""
     log = RolloutLog(logs, "g")
-    metrics = TrainMetricsLog(logs, "g", writer=log)
+    metrics = train_metrics.TrainMetricsLog(logs, "g", writer=log)
     for step in steps:
         log.append(_rows(step), step=step)
         state = SimpleNamespace(is_world_process_zero=True, global_step=step)
@@ -75,14 +70,18 @@ def test_a_long_run_puts_each_metrics_row_once_and_reads_back_as_the_local_run(
     # one object per step, and exactly the bytes the local run appended: O(steps) in total
     # (putting the table whole every step would send about STEPS / 2 times as much)
     assert len(side) == STEPS
-    assert sum(side.values()) == side_table_path(local, "g").stat().st_size
-    rec = store.run_manifest(logs, "g")["side_tables"][TABLE]
+    assert sum(side.values()) == train_metrics.side_table_path(local, "g").stat().st_size
+    rec = store.run_manifest(logs, "g")["side_tables"][train_metrics.TABLE]
     assert rec["rows"] == STEPS and [p["rows"] for p in rec["parts"]] == [1] * STEPS
     # the part lists stay out of the manifest's history (it would grow quadratically)
-    assert all("parts" not in h.get("side_tables", {}).get(TABLE, {}) for h in
+    assert all("parts" not in h.get("side_tables", {}).get(train_metrics.TABLE, {}) for h in
                store.run_manifest(logs, "g")["history"])  # fmt: skip
-    assert side_log.read_rows(logs, TABLE, "g") == side_log.read_rows(local, TABLE, "g")
-    assert [r["step"] for r in side_log.read_rows(logs, TABLE, "g")] == list(range(1, STEPS + 1))
+    assert side_log.read_rows(logs, train_metrics.TABLE, "g") == side_log.read_rows(
+        local, train_metrics.TABLE, "g"
+    )
+    assert [r["step"] for r in side_log.read_rows(logs, train_metrics.TABLE, "g")] == list(
+        range(1, STEPS + 1)
+    )
     remote_frame = training.load(logs, ["g"])["g"]
     assert remote_frame.equals(training.load(local, ["g"])["g"])
     assert store.verify_partition(store.partition_dir(logs, "g")) is None
@@ -94,14 +93,16 @@ def test_lineage_check_catches_a_changed_part(store_env):
     part = store.partition_dir(logs, "g")
     res = CliRunner().invoke(app, ["lineage", f"{logs}/run_id=g", "--check", "--json"])
     assert res.exit_code == 0, res.output
-    name = store.run_manifest(logs, "g")["side_tables"][TABLE]["parts"][1]["name"]
-    url = side_log.part_url(logs, TABLE, name)
+    name = store.run_manifest(logs, "g")["side_tables"][train_metrics.TABLE]["parts"][1]["name"]
+    url = side_log.part_url(logs, train_metrics.TABLE, name)
     objstore.put_bytes(url, objstore.read_bytes(url).replace(b'"step": 2', b'"step": 9'))
-    assert store.verify_partition(part) == f"side table {TABLE} part {name} changed"
+    assert store.verify_partition(part) == f"side table {train_metrics.TABLE} part {name} changed"
     res = CliRunner().invoke(app, ["lineage", f"{logs}/run_id=g", "--check", "--json"])
-    assert res.exit_code == 1 and f"side table {TABLE} part {name} changed" in res.output
+    assert (
+        res.exit_code == 1 and f"side table {train_metrics.TABLE} part {name} changed" in res.output
+    )
     objstore.remove(url)
-    assert store.verify_partition(part) == f"side table {TABLE} part {name} missing"
+    assert store.verify_partition(part) == f"side table {train_metrics.TABLE} part {name} missing"
 
 
 def test_a_resumed_run_lists_one_rewritten_part_and_collects_the_rest(
@@ -111,18 +112,25 @@ def test_a_resumed_run_lists_one_rewritten_part_and_collects_the_rest(
         _train(logs, range(1, 6))
         _train(logs, range(3, 5))  # resumed from the checkpoint of step 2: steps 3, 4 again
     logs = f"{store_env}/logs"
-    steps = [r["step"] for r in side_log.read_rows(logs, TABLE, "g")]
+    steps = [r["step"] for r in side_log.read_rows(logs, train_metrics.TABLE, "g")]
     assert steps == [1, 2, 3, 4]  # step 5 of the first attempt gave way
-    assert side_log.read_rows(logs, TABLE, "g") == side_log.read_rows(tmp_path / "logs", TABLE, "g")
-    parts = [p["name"] for p in store.run_manifest(logs, "g")["side_tables"][TABLE]["parts"]]
+    assert side_log.read_rows(logs, train_metrics.TABLE, "g") == side_log.read_rows(
+        tmp_path / "logs", train_metrics.TABLE, "g"
+    )
+    parts = [
+        p["name"]
+        for p in store.run_manifest(logs, "g")["side_tables"][train_metrics.TABLE]["parts"]
+    ]
     assert len(parts) == 2  # steps 1-3 rewritten once, then step 4 appended
-    folder = f"{logs}/_side/{TABLE}/g"
+    folder = f"{logs}/_side/{train_metrics.TABLE}/g"
     assert len(objstore.listdir(folder)) > 2  # superseded parts wait out the grace period
     monkeypatch.setenv(store.GRACE_ENV, "0")
     listed = store.run_manifest(logs, "g")["side_tables"]
     removed = store.collect_remote_side_garbage(logs, "g", listed)
     assert len(removed) == 5 and objstore.listdir(folder) == sorted(p.split("/")[1] for p in parts)
-    assert side_log.read_rows(logs, TABLE, "g") == side_log.read_rows(tmp_path / "logs", TABLE, "g")
+    assert side_log.read_rows(logs, train_metrics.TABLE, "g") == side_log.read_rows(
+        tmp_path / "logs", train_metrics.TABLE, "g"
+    )
 
 
 def test_an_appending_ingest_adds_a_side_table_part(store_env, tmp_path):
@@ -159,7 +167,7 @@ def test_an_appending_ingest_adds_a_side_table_part(store_env, tmp_path):
 def test_a_listing_that_loses_every_race_raises_and_lists_nothing(s3_env, monkeypatch):
     logs = f"{s3_env}/logs"
     metrics = _train(logs, range(1, 3))
-    listed = store.run_manifest(logs, "g")["side_tables"][TABLE]
+    listed = store.run_manifest(logs, "g")["side_tables"][train_metrics.TABLE]
     real_put = objstore.put_bytes
 
     def put(url, data, **kw):
@@ -171,5 +179,5 @@ def test_a_listing_that_loses_every_race_raises_and_lists_nothing(s3_env, monkey
     state = SimpleNamespace(is_world_process_zero=True, global_step=3)
     with pytest.raises(store.StoreConflict, match=r"run 'g' at .*concurrent commits in a row beat"):
         metrics.on_log(None, state, None, logs={"loss": 0.1})
-    assert store.run_manifest(logs, "g")["side_tables"][TABLE] == listed  # as it was
-    assert [r["step"] for r in side_log.read_rows(logs, TABLE, "g")] == [1, 2]
+    assert store.run_manifest(logs, "g")["side_tables"][train_metrics.TABLE] == listed  # as it was
+    assert [r["step"] for r in side_log.read_rows(logs, train_metrics.TABLE, "g")] == [1, 2]

@@ -12,6 +12,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from support.lazy import heavy
 from test_crash_consistency import killed_at
 from typer.testing import CliRunner
 
@@ -19,8 +20,9 @@ from ddai.cli.app import app
 from ddai.pipelines import store
 from ddai.pipelines.backends import rejudge as rejudge_mod
 from ddai.pipelines.ingest import IngestConfig, ingest
-from ddai.trainer.runtime.train_metrics import TrainMetricsLog, side_table_path
 from ddai.trainer.search.logrows import RolloutLog
+
+train_metrics = heavy("ddai.trainer.runtime.train_metrics")
 
 runner = CliRunner()
 RUN = "exp1"
@@ -120,7 +122,7 @@ def test_reingest_killed_around_side_tables_then_rerun_is_right(tmp_path, point)
 
 def test_train_metrics_are_written_under_the_run_lock(tmp_path):
     logs = tmp_path / "logs"
-    log = TrainMetricsLog(logs, "g")
+    log = train_metrics.TrainMetricsLog(logs, "g")
     state = SimpleNamespace(is_world_process_zero=True, global_step=1)
     with store.run_lock(logs, "g"):
         t = threading.Thread(
@@ -128,11 +130,11 @@ def test_train_metrics_are_written_under_the_run_lock(tmp_path):
         )
         t.start()
         t.join(0.5)
-        assert t.is_alive() and not side_table_path(logs, "g").exists()
+        assert t.is_alive() and not train_metrics.side_table_path(logs, "g").exists()
     t.join(30)
-    assert [json.loads(x) for x in side_table_path(logs, "g").read_text().splitlines()] == [
-        {"run_id": "g", "step": 1, "loss": 0.5}
-    ]
+    assert [
+        json.loads(x) for x in train_metrics.side_table_path(logs, "g").read_text().splitlines()
+    ] == [{"run_id": "g", "step": 1, "loss": 0.5}]
 
 
 def _rows(n: int, start: int = 0) -> list[dict]:

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.toy_world import tiny_on_toy
 
 BENCH = Path(__file__).parents[3] / "bench" / "bench_grpo_overhead.py"
 
@@ -101,7 +102,6 @@ def test_ratio_is_seconds_per_policy_token_over_timed_steps():
 def test_one_pair_counts_the_policy_tokens_each_side_produced(tmp_path, capsys):
     from ddai.pipelines import store
     from ddai.trainer import toy
-    from ddai.trainer.tiny import build_tiny
 
     bench = _bench()
     args = bench.parse(
@@ -109,7 +109,7 @@ def test_one_pair_counts_the_policy_tokens_each_side_produced(tmp_path, capsys):
          "--max-turns", "2", "--obs-max-tokens", "16"]
     )  # fmt: skip
     data = toy.write_toy(tmp_path / "toy")
-    model = build_tiny(tmp_path / "tiny", texts=[r["messages"] for r in toy.sft_rows()])
+    model = tiny_on_toy(tmp_path / "tiny")
     plain = bench.plain_trl(model, toy.dataset_rows(), tmp_path / "plain", args)
     obs = bench.trl_with_observations(model, toy.dataset_rows(), tmp_path / "obs", args)
     ddai = bench.ddai_multiturn(model, data, tmp_path / "ddai", args)

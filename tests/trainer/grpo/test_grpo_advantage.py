@@ -7,10 +7,12 @@ from __future__ import annotations
 import math
 
 import pytest
-import torch
-from trl.trainer.utils import nanstd
+from support.lazy import heavy
 
 from ddai.trainer.grpo.advantage import ADVANTAGE_EPS, group_advantages
+
+torch = heavy("torch")
+utils = heavy("trl.trainer.utils")
 
 
 def test_hand_computed_group():
@@ -35,7 +37,7 @@ def _trl(rewards: torch.Tensor, num_generations: int) -> torch.Tensor:
     unscorable rollout, nan-aware mean and std per contiguous group, NaN advantages to 0."""
     grouped = rewards.view(-1, num_generations)
     mean = torch.nanmean(grouped, dim=1).repeat_interleave(num_generations)
-    std = nanstd(grouped, dim=1).repeat_interleave(num_generations)
+    std = utils.nanstd(grouped, dim=1).repeat_interleave(num_generations)
     return torch.nan_to_num((rewards - mean) / (std + 1e-4), nan=0.0)
 
 

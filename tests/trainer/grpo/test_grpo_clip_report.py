@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from support.toy_world import make_world, run_fields
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -18,15 +19,11 @@ from support.backends import ConstantGenerator, RandomJudge
 from ddai.trainer import toy
 from ddai.trainer.runtime.run_warnings import clip_inert
 from ddai.trainer.search.config import EpisodeConfig, RewardOverrides
-from ddai.trainer.tiny import build_tiny
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    root = tmp_path_factory.mktemp("clip")
-    data = toy.write_toy(root / "toy")
-    tiny = build_tiny(root / "tiny", texts=[r["messages"] for r in toy.sft_rows()])
-    return root, data, tiny
+    return make_world(tmp_path_factory.mktemp("clip"))
 
 
 def _run(world, name, **over):
@@ -37,12 +34,7 @@ def _run(world, name, **over):
 
     root, data, tiny = world
     cfg = GRPORunConfig(
-        model=str(tiny),
-        data=data / "dataset.parquet",
-        corpus=data / "pages.parquet",
-        output_dir=root / name,
-        logs=root / "logs",
-        run_id=name,
+        **run_fields(tiny, data, root / name, root / "logs", name),
         preset="gspo-ddai",  # lr 1e-6, ε 3e-4 / 4e-4, two mini-batches per generation
         n_agent=2,
         batch_size=2,

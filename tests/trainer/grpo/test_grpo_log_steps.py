@@ -8,9 +8,10 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from support.toy_world import run_fields, tiny_on_toy
+
 from ddai.trainer import toy
 from ddai.trainer.search.config import EpisodeConfig, RewardOverrides
-from ddai.trainer.tiny import build_tiny
 
 
 def test_grpo_manifest_lists_each_step_once(tmp_path):
@@ -20,14 +21,9 @@ def test_grpo_manifest_lists_each_step_once(tmp_path):
     from ddai.trainer.search.logrows import logged_steps
 
     data = toy.write_toy(tmp_path / "toy")
-    tiny = build_tiny(tmp_path / "tiny", texts=[r["messages"] for r in toy.sft_rows()])
+    tiny = tiny_on_toy(tmp_path / "tiny")
     cfg = GRPORunConfig(
-        model=str(tiny),
-        data=data / "dataset.parquet",
-        corpus=data / "pages.parquet",
-        output_dir=tmp_path / "grpo",
-        logs=tmp_path / "logs",
-        run_id="grpo_steps",
+        **run_fields(tiny, data, tmp_path / "grpo", tmp_path / "logs", "grpo_steps"),
         n_agent=2,
         batch_size=2,
         max_steps=3,

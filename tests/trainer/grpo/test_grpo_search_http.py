@@ -13,6 +13,7 @@ import json
 import os
 
 import pytest
+from support.toy_world import make_world, run_fields
 
 from ddai.trainer.search.config import EpisodeBackends, EpisodeConfig, RewardOverrides
 
@@ -27,7 +28,6 @@ from ddai.trainer import toy
 from ddai.trainer.grpo import train as grpo
 from ddai.trainer.grpo.train import GRPORunConfig, run_grpo
 from ddai.trainer.search.rollout import Sampler
-from ddai.trainer.tiny import build_tiny
 
 PAGES = toy.corpus().pages()
 DONE = "<think>enough</think>\n<search_complete>true</search_complete>"
@@ -61,10 +61,7 @@ class ScriptedSampler(Sampler):
 
 @pytest.fixture(scope="module")
 def toy_setup(tmp_path_factory):
-    root = tmp_path_factory.mktemp("grpo-http")
-    data = toy.write_toy(root / "toy")
-    tiny = build_tiny(root / "tiny", texts=[r["messages"] for r in toy.sft_rows()])
-    return root, data, tiny
+    return make_world(tmp_path_factory.mktemp("grpo-http"))
 
 
 @pytest.fixture(autouse=True)
@@ -84,12 +81,7 @@ def run(root, data, tiny, name, url, protocol, monkeypatch, skip_preflight=True,
     monkeypatch.chdir(root / name)
     result = run_grpo(
         GRPORunConfig(
-            model=str(tiny),
-            data=data / "dataset.parquet",
-            corpus=data / "pages.parquet",
-            output_dir=root / name / "out",
-            logs=root / name / "logs",
-            run_id=name,
+            **run_fields(tiny, data, root / name / "out", root / name / "logs", name),
             n_agent=2,
             batch_size=4,
             max_steps=1,

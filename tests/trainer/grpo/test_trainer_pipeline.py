@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from support.toy_world import make_world, run_fields
 
 from ddai.trainer.search.config import EpisodeConfig, RewardOverrides
 
@@ -20,15 +21,11 @@ from ddai.trainer.grpo.train import Backends, GRPORunConfig, run_grpo
 from ddai.trainer.modeling import load_tokenizer
 from ddai.trainer.search.chat import normalize_messages
 from ddai.trainer.sft.train import SFTRunConfig, load_conversations, run_sft
-from ddai.trainer.tiny import build_tiny
 
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
-    root = tmp_path_factory.mktemp("pipe")
-    data = toy.write_toy(root / "toy")
-    tiny = build_tiny(root / "tiny", texts=[r["messages"] for r in toy.sft_rows()])
-    return root, data, tiny
+    return make_world(tmp_path_factory.mktemp("pipe"))
 
 
 def test_assistant_only_mask_on_ddai_train1(setup):
@@ -91,12 +88,7 @@ def test_sft_then_grpo_changes_weights_and_logs_rollouts(setup):
     )
     result = run_grpo(
         GRPORunConfig(
-            model=str(root / "sft"),
-            data=data / "dataset.parquet",
-            corpus=data / "pages.parquet",
-            output_dir=root / "grpo",
-            logs=root / "logs",
-            run_id="grpo_test",
+            **run_fields(root / "sft", data, root / "grpo", root / "logs", "grpo_test"),
             n_agent=2,
             batch_size=4,
             max_steps=2,

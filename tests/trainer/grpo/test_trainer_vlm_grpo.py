@@ -23,7 +23,7 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 from cli_schemas import check
 from support.fakes import FakeModelServer
-from support.page_images import render_page_images
+from support.page_images import render_page_images, toy_image_corpus
 from support.tiny_vlm import build_tiny_vlm
 
 from ddai.cli.app import app
@@ -76,22 +76,7 @@ def _decode(url: str) -> bytes:
 
 @pytest.mark.slow
 def test_image_corpus_then_vlm_grpo_sends_the_gathered_images(tmp_path, monkeypatch):
-    data = toy.write_toy(tmp_path / "toy")
-    render_page_images(Corpus.load(data / "pages.parquet"), tmp_path / "img", ext="jpg")
-    corpus = tmp_path / "corpus" / "pages.parquet"
-    res = runner.invoke(
-        app,
-        [
-            "corpus",
-            "build",
-            str(tmp_path / "img"),
-            "--out",
-            str(corpus),
-            "--text-from",
-            str(data / "pages.parquet"),
-        ],
-    )
-    assert res.exit_code == 0, res.output
+    data, corpus = toy_image_corpus(tmp_path)
     model = build_tiny_vlm(tmp_path / "vlm", max_pixels=28 * 28 * 4)
     monkeypatch.setattr(
         grpo.SearchRollout, "_sampler", lambda self, trainer, model: Scripted(self.tok)
@@ -172,15 +157,7 @@ def test_image_corpus_then_vlm_grpo_sends_the_gathered_images(tmp_path, monkeypa
 
 @pytest.mark.slow
 def test_generator_max_images_zero_sends_text_only(tmp_path, monkeypatch):
-    data = toy.write_toy(tmp_path / "toy")
-    img = tmp_path / "img"
-    render_page_images(Corpus.load(data / "pages.parquet"), img, ext="png")
-    corpus = tmp_path / "pages.parquet"
-    text = ["--text-from", str(data / "pages.parquet")]
-    assert (
-        runner.invoke(app, ["corpus", "build", str(img), "--out", str(corpus), *text]).exit_code
-        == 0
-    )
+    data, corpus = toy_image_corpus(tmp_path, ext="png")
     model = build_tiny_vlm(tmp_path / "vlm", max_pixels=28 * 28 * 4)
     monkeypatch.setattr(
         grpo.SearchRollout, "_sampler", lambda self, trainer, model: Scripted(self.tok)

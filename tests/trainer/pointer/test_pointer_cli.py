@@ -6,7 +6,6 @@ import json
 
 import polars as pl
 import pytest
-import torch
 from cli_schemas import check
 from typer.testing import CliRunner
 
@@ -17,12 +16,8 @@ from ddai.pipelines.store import manifest
 runner = CliRunner()
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+# tiny models train faster on one thread than fighting over two
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def ddai(*args: str) -> dict:

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from support.lazy import heavy
 
-from ddai.trainer.pointer import losses
 from ddai.trainer.pointer.config import (
     NORMALIZERS,
     RL_EPOCHS,
@@ -22,6 +22,8 @@ from ddai.trainer.pointer.config import (
     parse_phases,
     plan_phases,
 )
+
+losses = heavy("ddai.trainer.pointer.losses")
 
 
 def test_a_mode_without_epochs_gets_its_phase_default():

@@ -6,10 +6,11 @@ import itertools
 import math
 
 import pytest
-import torch
+from support.lazy import heavy
 
-from ddai.trainer.pointer import decode
-from ddai.trainer.pointer.model import PointerConfig, PointerSelector
+decode = heavy("ddai.trainer.pointer.decode")
+torch = heavy("torch")
+pointer_model = heavy("ddai.trainer.pointer.model")
 
 K = 6
 
@@ -17,7 +18,7 @@ K = 6
 @pytest.fixture(scope="module")
 def setup():
     torch.manual_seed(0)
-    model = PointerSelector(PointerConfig(d_in=8, d_model=16)).eval()
+    model = pointer_model.PointerSelector(pointer_model.PointerConfig(d_in=8, d_model=16)).eval()
     g = torch.Generator().manual_seed(1)
     q, c = torch.randn(5, 8, generator=g) * 3, torch.randn(5, K, 8, generator=g) * 3
     pairs = torch.tensor(list(itertools.permutations(range(K), 2)))  # [K(K-1), 2]

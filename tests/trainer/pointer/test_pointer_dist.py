@@ -10,12 +10,14 @@ import subprocess
 import sys
 
 import pytest
-import torch
-from safetensors.torch import load_file
+from support.lazy import heavy
 from typer.testing import CliRunner
 
 from ddai.cli.app import app
 from ddai.trainer.runtime.launch import free_port
+
+torch = heavy("torch")
+safetensors_torch = heavy("safetensors.torch")
 
 runner = CliRunner()
 
@@ -43,8 +45,8 @@ def test_two_processes_train_the_same_selector_as_one(tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     two = json.loads(res.stdout)  # one summary, from the main process
     assert two["examples"] == one["examples"] == 42
-    a = load_file(str(tmp_path / "one" / "model.safetensors"))
-    b = load_file(str(tmp_path / "two" / "model.safetensors"))
+    a = safetensors_torch.load_file(str(tmp_path / "one" / "model.safetensors"))
+    b = safetensors_torch.load_file(str(tmp_path / "two" / "model.safetensors"))
     assert a.keys() == b.keys()
     # cand_bias.bias shifts every candidate's logit alike: softmax ignores it, its gradient is
     # float noise, and Adam scales noise to full-size steps; every real weight must agree.

@@ -8,22 +8,23 @@ import math
 import re
 
 import pytest
-import torch
 from support.fakes import FakeModelServer
+from support.lazy import heavy
 
 from ddai.pipelines.backends import BackendSpec, VQAResult, build
 from ddai.pipelines.pointer.embed import EmbedConfig, run_embed
 from ddai.pipelines.pointer.records import read_raw
 from ddai.pipelines.pointer.store import load_store
 from ddai.pipelines.pointer.world import WorldConfig, make_world, write_world
-from ddai.pipelines.store import manifest
-from ddai.trainer.pointer.generate import GenConfig, ProposalConfig, propose, run_gen
-from ddai.trainer.pointer.model import PointerConfig, PointerSelector, save_pointer
+
+torch = heavy("torch")
+generate = heavy("ddai.trainer.pointer.generate")
+pointer_model = heavy("ddai.trainer.pointer.model")
 
 
 def _model(d=8, seed=0):
     torch.manual_seed(seed)
-    return PointerSelector(PointerConfig(d_in=d, d_model=16)).eval()
+    return pointer_model.PointerSelector(pointer_model.PointerConfig(d_in=d, d_model=16)).eval()
 
 
 def _inputs(n, k, d=8):
@@ -39,10 +40,10 @@ def test_counts_per_method_without_collisions():
         for p in model.parameters():
             p.zero_()
     q, c = _inputs(20, 60)
-    cfg = ProposalConfig(
+    cfg = generate.ProposalConfig(
         num_beams=5, temperatures=(0.7, 1.0, 1.3), n_per_temp=2, num_random=2, seed=3
     )
-    out = propose(model, q, c, cfg)
+    out = generate.propose(model, q, c, cfg)
     for cands in out:
         keys = [tuple(sorted(x.pointer)) for x in cands]
         assert len(keys) == len(set(keys))
@@ -66,8 +67,8 @@ def full_at(counts: list[list[str]]) -> int:
 def test_samples_that_repeat_a_beam_are_recorded_as_the_beam():
     q, c = _inputs(6, 8)
     # τ = 0.01 samples the greedy pair, which is beam 0: every sample collapses into the beam
-    cfg = ProposalConfig(num_beams=3, temperatures=(0.01,), n_per_temp=4, num_random=0)
-    out = propose(_model(), q * 5, c * 5, cfg)
+    cfg = generate.ProposalConfig(num_beams=3, temperatures=(0.01,), n_per_temp=4, num_random=0)
+    out = generate.propose(_model(), q * 5, c * 5, cfg)
     for cands in out:
         assert {x.gen_method for x in cands} == {"beam"}
         assert [x.beam_rank for x in cands] == sorted(x.beam_rank for x in cands)
@@ -76,7 +77,9 @@ def test_samples_that_repeat_a_beam_are_recorded_as_the_beam():
 def test_recorded_logprobs_are_the_models_own():
     model = _model()
     q, c = _inputs(8, 10)
-    out = propose(model, q, c, ProposalConfig(num_beams=4, n_per_temp=3, num_random=3, seed=1))
+    out = generate.propose(
+        model, q, c, generate.ProposalConfig(num_beams=4, n_per_temp=3, num_random=3, seed=1)
+    )
     for i, cands in enumerate(out):
         for x in cands:
             ptr = torch.tensor([x.pointer])
@@ -102,12 +105,12 @@ def tiny(tmp_path_factory):
     run_embed(
         EmbedConfig(world=root / "world", out=root / "store.safetensors", k=8, progress=False)
     )
-    save_pointer(_model(d=32), root / "sft")
+    pointer_model.save_pointer(_model(d=32), root / "sft")
     return root
 
 
 def _gen_cfg(root, out, **kw):
-    return GenConfig(
+    return generate.GenConfig(
         store=root / "store.safetensors",
         world=root / "world",
         model=root / "sft",
@@ -119,7 +122,7 @@ def _gen_cfg(root, out, **kw):
 
 def test_run_gen_records_correctness_for_every_candidate(tiny, tmp_path):
     out = tmp_path / "raw.jsonl"
-    info = run_gen(_gen_cfg(tiny, out))
+    info = generate.run_gen(_gen_cfg(tiny, out))
     raw = read_raw(out)
     queries = {
         json.loads(x)["query_id"]: json.loads(x)
@@ -135,8 +138,8 @@ def test_run_gen_records_correctness_for_every_candidate(tiny, tmp_path):
             assert cand["vqa_correct"] == int(cand["vqa_acc_score"] >= 1.0)
     assert manifest.read(out)["notes"]["candidates"]["beam"] > 0
     assert info["vqa"] == "simulated" and manifest.read(out)["notes"]["vqa"] == "simulated"
-    assert "skipped" in run_gen(_gen_cfg(tiny, out))
-    plan = run_gen(_gen_cfg(tiny, tmp_path / "dry.jsonl", dry_run=True))
+    assert "skipped" in generate.run_gen(_gen_cfg(tiny, out))
+    plan = generate.run_gen(_gen_cfg(tiny, tmp_path / "dry.jsonl", dry_run=True))
     assert plan["to_call"] == plan["candidates"] > 0 and not (tmp_path / "dry.jsonl").exists()
 
 
@@ -153,8 +156,10 @@ def test_run_gen_through_an_openai_compatible_server(tiny, tmp_path):
         )  # fmt: skip
         vqa = build(spec, "vqa", cache=False)
         out = tmp_path / "raw.jsonl"
-        info = run_gen(
-            _gen_cfg(tiny, out, proposal=ProposalConfig(num_beams=2, n_per_temp=1, num_random=1)),
+        info = generate.run_gen(
+            _gen_cfg(
+                tiny, out, proposal=generate.ProposalConfig(num_beams=2, n_per_temp=1, num_random=1)
+            ),
             vqa_model=vqa,
         )
         calls = srv.requests
@@ -183,7 +188,7 @@ def test_failed_calls_are_kept_with_a_reason(tiny, tmp_path):
             ]
 
     out = tmp_path / "raw.jsonl"
-    info = run_gen(_gen_cfg(tiny, out), vqa_model=Flaky())
+    info = generate.run_gen(_gen_cfg(tiny, out), vqa_model=Flaky())
     cands = [c for rec in read_raw(out) for c in rec["pointer_candidates"]]
     failed = [c for c in cands if c["eval_failed"]]
     assert info["eval_failed"] == len(failed) == len(cands) // 2

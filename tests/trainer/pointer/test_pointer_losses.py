@@ -5,11 +5,16 @@ from __future__ import annotations
 import math
 
 import pytest
-import torch
+from support.lazy import heavy
 
-from ddai.trainer.pointer import losses
+losses = heavy("ddai.trainer.pointer.losses")
+torch = heavy("torch")
 
-T = torch.tensor
+
+def T(data, **kw):
+    return torch.tensor(data, **kw)
+
+
 NAN = float("nan")
 
 

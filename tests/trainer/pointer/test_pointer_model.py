@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
-import torch
+from support.lazy import heavy
 
-from ddai.trainer.pointer.model import PointerConfig, PointerSelector, load_pointer, save_pointer
+torch = heavy("torch")
+pointer_model = heavy("ddai.trainer.pointer.model")
 
 SCORINGS = ["bilinear", "attention"]
 
@@ -18,7 +19,9 @@ def _inputs(n=4, k=6, d=8, seed=0):
 @pytest.mark.parametrize("scoring", SCORINGS)
 def test_log_probs_match_a_step_by_step_computation(scoring):
     torch.manual_seed(0)
-    model = PointerSelector(PointerConfig(d_in=8, d_model=16, scoring=scoring))
+    model = pointer_model.PointerSelector(
+        pointer_model.PointerConfig(d_in=8, d_model=16, scoring=scoring)
+    )
     q, c = _inputs()
     ptr = torch.tensor([[0, 1], [5, 2], [3, 0], [2, 4]])
     got = model.step_log_probs(q, c, ptr, temperature=0.7)  # [B, 2]
@@ -39,7 +42,9 @@ def test_log_probs_match_a_step_by_step_computation(scoring):
 @pytest.mark.parametrize("scoring", SCORINGS)
 def test_second_step_masks_the_first_pick_and_sums_to_one(scoring):
     torch.manual_seed(0)
-    model = PointerSelector(PointerConfig(d_in=8, d_model=16, scoring=scoring))
+    model = pointer_model.PointerSelector(
+        pointer_model.PointerConfig(d_in=8, d_model=16, scoring=scoring)
+    )
     q, c = _inputs(n=1, k=5)
     # every ordered pair's probability, summed over all 5·4 pairs, is 1
     pairs = torch.tensor([[i, j] for i in range(5) for j in range(5) if i != j])
@@ -53,7 +58,9 @@ def test_second_step_masks_the_first_pick_and_sums_to_one(scoring):
 @pytest.mark.parametrize("scoring", SCORINGS)
 def test_candidates_are_scored_by_content_not_position(scoring):
     torch.manual_seed(0)
-    model = PointerSelector(PointerConfig(d_in=8, d_model=16, scoring=scoring))
+    model = pointer_model.PointerSelector(
+        pointer_model.PointerConfig(d_in=8, d_model=16, scoring=scoring)
+    )
     q, c = _inputs(n=2, k=6)
     perm = torch.tensor([3, 0, 5, 1, 4, 2])
     state, keys, prior = model.encode(q, c)
@@ -64,17 +71,19 @@ def test_candidates_are_scored_by_content_not_position(scoring):
 
 def test_checkpoint_round_trip(tmp_path):
     torch.manual_seed(0)
-    model = PointerSelector(PointerConfig(d_in=8, d_model=16, scoring="attention"))
-    save_pointer(model, tmp_path / "ckpt")
-    back = load_pointer(tmp_path / "ckpt")
+    model = pointer_model.PointerSelector(
+        pointer_model.PointerConfig(d_in=8, d_model=16, scoring="attention")
+    )
+    pointer_model.save_pointer(model, tmp_path / "ckpt")
+    back = pointer_model.load_pointer(tmp_path / "ckpt")
     assert back.cfg == model.cfg
     q, c = _inputs()
     ptr = torch.tensor([[0, 1]] * 4)
     assert torch.equal(back.sequence_log_prob(q, c, ptr), model.sequence_log_prob(q, c, ptr))
     with pytest.raises(FileNotFoundError, match="--mode sft"):
-        load_pointer(tmp_path / "nothing")
+        pointer_model.load_pointer(tmp_path / "nothing")
 
 
 def test_unknown_scoring_is_refused():
     with pytest.raises(ValueError, match="bilinear, attention"):
-        PointerConfig(d_in=8, scoring="dot")
+        pointer_model.PointerConfig(d_in=8, scoring="dot")

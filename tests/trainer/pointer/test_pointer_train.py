@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 import pytest
-import torch
+from support.lazy import heavy
 
 from ddai.pipelines.backends import get_backend
 from ddai.pipelines.backends.vqa_simulator import VQASimulator
@@ -13,31 +13,28 @@ from ddai.pipelines.pointer import vqa
 from ddai.pipelines.pointer.records import query_record
 from ddai.pipelines.pointer.store import build_store
 from ddai.pipelines.pointer.world import WorldConfig, make_world
-from ddai.trainer.pointer import decode
-from ddai.trainer.pointer.data import RewardConfig, grouped_rows, label_pointers, process_records
-from ddai.trainer.pointer.generate import ProposalConfig, propose
-from ddai.trainer.pointer.model import PointerConfig, PointerSelector
-from ddai.trainer.pointer.train import OptimConfig, RLConfig, fit_rl, fit_sft, parse_phases
+
+decode = heavy("ddai.trainer.pointer.decode")
+torch = heavy("torch")
+pointer_data = heavy("ddai.trainer.pointer.data")
+generate = heavy("ddai.trainer.pointer.generate")
+pointer_model = heavy("ddai.trainer.pointer.model")
+pointer_train = heavy("ddai.trainer.pointer.train")
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models train faster on one thread than fighting over two."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+# tiny models train faster on one thread than fighting over two
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_parse_phases():
-    assert parse_phases("rce:1,clipped-group:3") == [("rce", 1), ("clipped-group", 3)]
-    assert parse_phases(" reinforcepp ") == [("reinforcepp", 1)]
+    assert pointer_train.parse_phases("rce:1,clipped-group:3") == [("rce", 1), ("clipped-group", 3)]
+    assert pointer_train.parse_phases(" reinforcepp ") == [("reinforcepp", 1)]
     with pytest.raises(ValueError, match="known: sft, rce, clipped-group, reinforcepp"):
-        parse_phases("rce:1,ppo:2")
+        pointer_train.parse_phases("rce:1,ppo:2")
     with pytest.raises(ValueError, match="integer"):
-        parse_phases("clipped-group:x")
+        pointer_train.parse_phases("clipped-group:x")
     with pytest.raises(ValueError, match="cannot share"):
-        parse_phases("sft:3,clipped-group:1")
+        pointer_train.parse_phases("sft:3,clipped-group:1")
 
 
 def test_labels_outside_the_pool_are_dropped():
@@ -50,7 +47,7 @@ def test_labels_outside_the_pool_are_dropped():
         3,
     )
     pool = store.cand_ids[0]
-    rows, ptrs, dropped = label_pointers(
+    rows, ptrs, dropped = pointer_data.label_pointers(
         {"q0": [pool[2], pool[0]], "q1": ["d-none", pool[0]]}, store, ["q0", "q1", "q9"]
     )
     assert rows.tolist() == [0] and ptrs.tolist() == [[2, 0]] and dropped == 2
@@ -83,17 +80,22 @@ def test_rce_then_grpo_and_rce_then_reinforcepp_beat_sft_on_held_out_queries():
     train = [q["query_id"] for q in world.queries if q["split"] == "train"]
     test_rows = [store.row(q["query_id"]) for q in world.queries if q["split"] == "test"]
 
-    sft = PointerSelector(PointerConfig(d_in=store.dim))
-    rows, ptrs, _ = label_pointers(world.labels, store, train)
+    sft = pointer_model.PointerSelector(pointer_model.PointerConfig(d_in=store.dim))
+    rows, ptrs, _ = pointer_data.label_pointers(world.labels, store, train)
     before = [p.detach().clone() for p in sft.parameters()]
-    hist = fit_sft(sft, qa, ca, rows, ptrs, epochs=20, optim=OptimConfig(lr=3e-3))
+    hist = pointer_train.fit_sft(
+        sft, qa, ca, rows, ptrs, epochs=20, optim=pointer_train.OptimConfig(lr=3e-3)
+    )
     assert hist[-1]["sft/nll"] < hist[0]["sft/nll"] - 0.5
     assert all(not torch.equal(a, b) for a, b in zip(before, sft.parameters(), strict=True))
 
     # generation + correctness from the local simulator backend, as `ddai pointer gen` does
     sub = store.subset(train)
-    cands = propose(
-        sft, torch.from_numpy(sub.query_emb), torch.from_numpy(sub.cand_emb), ProposalConfig()
+    cands = generate.propose(
+        sft,
+        torch.from_numpy(sub.query_emb),
+        torch.from_numpy(sub.cand_emb),
+        generate.ProposalConfig(),
     )
     items = [
         (by_id[q], [demos[pool[x.pointer[0]]], demos[pool[x.pointer[1]]]])
@@ -113,23 +115,23 @@ def test_rce_then_grpo_and_rce_then_reinforcepp_beat_sft_on_held_out_queries():
         query_record(by_id[q], pool, cs)
         for q, pool, cs in zip(train, sub.cand_ids, cands, strict=True)
     ]
-    df, dropped = process_records(raw, RewardConfig())
+    df, dropped = pointer_data.process_records(raw, pointer_data.RewardConfig())
     assert dropped == {} and set(df["reward"].unique().to_list()) <= {-1.0, 1.0}
-    data = grouped_rows(df, store)
+    data = pointer_data.grouped_rows(df, store)
 
     sim = VQASimulator()
     base = _expected_accuracy(sft, store, test_rows, by_id, demos, sim)
     for mode in ("clipped-group", "reinforcepp"):
-        model = PointerSelector(sft.cfg)
+        model = pointer_model.PointerSelector(sft.cfg)
         model.load_state_dict(sft.state_dict())
-        fit_rl(
+        pointer_train.fit_rl(
             model,
             qa,
             ca,
             data,
             [("rce", 3), (mode, 15)],
-            optim=OptimConfig(lr=1e-3, batch_queries=8, weight_decay=1e-2),
-            rl=RLConfig(),
+            optim=pointer_train.OptimConfig(lr=1e-3, batch_queries=8, weight_decay=1e-2),
+            rl=pointer_train.RLConfig(),
         )
         assert _expected_accuracy(model, store, test_rows, by_id, demos, sim) > base + 0.05, mode
 
@@ -151,19 +153,19 @@ def test_grouped_rows_keep_groups_contiguous():
             "logprob_score": [-1.0, -2.0, None],
         }
     )
-    data = grouped_rows(df, store)
+    data = pointer_data.grouped_rows(df, store)
     assert data.store_row.tolist() == [0, 1, 1] and data.group.tolist() == [0, 1, 1]
     assert data.pointers.tolist() == [[1, 2], [0, 1], [2, 3]] and data.starts.tolist() == [0, 1, 3]
     assert torch.isnan(data.old_logp[2])
     with pytest.raises(ValueError, match="no logprob_score"):
-        fit_rl(
-            PointerSelector(PointerConfig(d_in=4)),
+        pointer_train.fit_rl(
+            pointer_model.PointerSelector(pointer_model.PointerConfig(d_in=4)),
             torch.from_numpy(store.query_emb),
             torch.from_numpy(store.cand_emb),
             data,
             [("clipped-group", 1)],
-            optim=OptimConfig(),
-            rl=RLConfig(old_logp="stored"),
+            optim=pointer_train.OptimConfig(),
+            rl=pointer_train.RLConfig(old_logp="stored"),
         )
     with pytest.raises(ValueError, match="not in the embedding store"):
-        grouped_rows(df.with_columns(pl.lit("zz").alias("query_id")), store)
+        pointer_data.grouped_rows(df.with_columns(pl.lit("zz").alias("query_id")), store)

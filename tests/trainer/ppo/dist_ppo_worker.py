@@ -19,6 +19,8 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
+from support.toy_world import run_fields
+
 from ddai.pipelines.backends import JudgeResult
 from ddai.trainer import toy
 from ddai.trainer.ppo import sharding
@@ -75,12 +77,7 @@ def main() -> None:
     backends.judge = HashJudge()
     result = ppo.run_ppo(
         ppo.PPORunConfig(
-            model=str(tiny),
-            data=data / "dataset.parquet",
-            corpus=data / "pages.parquet",
-            output_dir=out,
-            logs=logs,
-            run_id="fsdp_ppo",
+            **run_fields(tiny, data, out, logs, "fsdp_ppo"),
             n_agent=2,
             batch_size=4,
             mini_batch_size=2,

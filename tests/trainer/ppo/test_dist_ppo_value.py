@@ -11,16 +11,15 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 from cli_schemas import check
+from support.lazy import heavy
+from support.toy_world import curriculum_world, make_world
 
-from ddai.pipelines.store import read_rollouts, write_run
-from ddai.trainer import toy
+from ddai.pipelines.store import read_rollouts
 from ddai.trainer.runtime.launch import free_port
-from ddai.trainer.tiny import TinySpec, build_tiny, read_texts
-from ddai.trainer.value.model import load_value_model
 
-FIXTURES = Path(__file__).parents[3] / "fixtures"
+torch = heavy("torch")
+value_model = heavy("ddai.trainer.value.model")
 
 
 def launch(args: list[str], procs: int, cwd: Path) -> subprocess.CompletedProcess:
@@ -44,12 +43,7 @@ def via_launch_flag(args: list[str], procs: int, cwd: Path) -> subprocess.Comple
 
 @pytest.fixture(scope="module")
 def toy_world(tmp_path_factory):
-    root = tmp_path_factory.mktemp("dist")
-    data = toy.write_toy(root / "toy")
-    tiny = build_tiny(
-        root / "tiny", texts=[r["messages"] for r in toy.sft_rows()], spec=TinySpec(hidden_size=32)
-    )
-    return root, data, tiny
+    return make_world(tmp_path_factory.mktemp("dist"), hidden_size=32)
 
 
 def ppo_args(root: Path, data: Path, tiny: Path, tag: str) -> list[str]:
@@ -91,7 +85,7 @@ def test_ppo_two_processes_log_every_episode_once(toy_world):
     # one resumable checkpoint (written by the main process after the last step), no leftovers
     assert [p.name for p in out.glob("checkpoint-*")] == ["checkpoint-2"]
     assert not list(out.glob(".final-*")) and not list(out.glob(".checkpoint-*"))
-    load_value_model(out / "critic")
+    value_model.load_value_model(out / "critic")
     run_cfg = json.loads((out / "run_config.json").read_text())
     assert run_cfg["world_size"] == 2 and run_cfg["seeds"] == [0, 1]
     assert run_cfg["config"]["batch_size"] == 4
@@ -100,16 +94,7 @@ def test_ppo_two_processes_log_every_episode_once(toy_world):
 @pytest.fixture(scope="module")
 def value_world(tmp_path_factory):
     root = tmp_path_factory.mktemp("vdist")
-    src = FIXTURES / "logs" / "curriculum.jsonl"
-    rows = [json.loads(line) for line in src.read_text("utf-8").splitlines()]
-    write_run(root / "logs", "cur", rows, sources=[{"path": str(src)}])
-    tiny = build_tiny(
-        root / "tiny",
-        texts=read_texts([src]),
-        spec=TinySpec(vocab_size=1024, hidden_size=32, num_hidden_layers=2),
-    )
-    (root / "system.txt").write_text("You are a search agent.", encoding="utf-8")
-    return root, tiny
+    return root, curriculum_world(root, "You are a search agent.")
 
 
 @pytest.mark.slow
@@ -129,7 +114,7 @@ def test_value_two_processes_write_one_checkpoint_and_one_metrics_file(value_wor
     metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == [0, 1, 2, 3]
     assert "value/eval_auc" in metrics[2] and "value/loss" in metrics[1]
-    model, _ = load_value_model(out)
+    model, _ = value_model.load_value_model(out)
     assert model.unfreeze == 1
     run_cfg = json.loads((out / "run_config.json").read_text())
     assert run_cfg["world_size"] == 2 and run_cfg["seeds"] == [0, 1]
@@ -156,8 +141,8 @@ def test_value_one_and_two_processes_with_the_same_global_batch_train_alike(valu
     )
     for a, b in zip(m1[1:], m2[1:], strict=True):
         assert b["value/loss"] == pytest.approx(a["value/loss"], rel=1e-4)
-    v1, _ = load_value_model(root / "g1")
-    v2, _ = load_value_model(root / "g2")
+    v1, _ = value_model.load_value_model(root / "g1")
+    v2, _ = value_model.load_value_model(root / "g2")
     # The head's bias cancels in the pairwise loss (v⁺ − v⁻): its gradient is float noise that
     # Adam scales to full steps. The weights, which the loss does see, must agree.
     h1, h2 = dict(v1.head.named_parameters()), dict(v2.head.named_parameters())
@@ -192,8 +177,8 @@ def test_value_grad_accum_splits_the_same_pairs_into_micro_batches(value_world):
     assert len(m1) == len(m2) == 3
     for x, y in zip(m1[1:], m2[1:], strict=True):
         assert y["value/loss"] == pytest.approx(x["value/loss"], rel=1e-5)
-    v1, _ = load_value_model(root / "a1")
-    v2, _ = load_value_model(root / "a2")
+    v1, _ = value_model.load_value_model(root / "a1")
+    v2, _ = value_model.load_value_model(root / "a2")
     assert torch.allclose(v1.head.proj.weight, v2.head.proj.weight, atol=1e-6)
     res = runner.invoke(app, [*common, "--out", str(root / "a3"), "--grad-accum", "0"])
     assert res.exit_code == 2 and "--grad-accum" in res.output

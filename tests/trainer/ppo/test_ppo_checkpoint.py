@@ -7,33 +7,30 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
-from safetensors.torch import load_file
+from support.lazy import heavy
+from support.toy_world import make_world
 from typer.testing import CliRunner
 
 from ddai.cli.app import app
 from ddai.pipelines.store import read_rollouts, write_run
 from ddai.trainer import toy
 from ddai.trainer.common import TrainConfigError
-from ddai.trainer.ppo import checkpoint as ck
-from ddai.trainer.ppo.train import PPORunConfig, run_ppo
 from ddai.trainer.search.config import EpisodeConfig, RewardOverrides
-from ddai.trainer.tiny import TinySpec, build_tiny
+
+ck = heavy("ddai.trainer.ppo.checkpoint")
+torch = heavy("torch")
+safetensors_torch = heavy("safetensors.torch")
+train = heavy("ddai.trainer.ppo.train")
 
 runner = CliRunner()
 
 
 @pytest.fixture(scope="module")
 def toy_world(tmp_path_factory):
-    root = tmp_path_factory.mktemp("ppo_resume")
-    data = toy.write_toy(root / "toy")
-    tiny = build_tiny(
-        root / "tiny", texts=[r["messages"] for r in toy.sft_rows()], spec=TinySpec(hidden_size=32)
-    )
-    return root, data, tiny
+    return make_world(tmp_path_factory.mktemp("ppo_resume"), hidden_size=32)
 
 
-def _cfg(root, data, tiny, **kw) -> PPORunConfig:
+def _cfg(root, data, tiny, **kw) -> train.PPORunConfig:
     base = dict(
         model=str(tiny),
         data=data / "dataset.parquet",
@@ -55,18 +52,18 @@ def _cfg(root, data, tiny, **kw) -> PPORunConfig:
         entropy_coef=0.01,
         reward_norm="scale",
     )
-    return PPORunConfig(**{**base, **kw})
+    return train.PPORunConfig(**{**base, **kw})
 
 
 @pytest.mark.slow
 def test_resume_continues_steps(toy_world):
     root, data, tiny = toy_world
     backends = toy.local_backends(toy.corpus())
-    first = run_ppo(_cfg(root, data, tiny, max_steps=2, run_id="ppo_resume"), backends)
+    first = train.run_ppo(_cfg(root, data, tiny, max_steps=2, run_id="ppo_resume"), backends)
     assert first.resumed_from == 0
     ckpt = root / "out" / "checkpoint-2"
     assert ck.read_state(ckpt).step == 2 and ck.read_state(ckpt).run_id == "ppo_resume"
-    saved = load_file(ckpt / "model.safetensors")
+    saved = safetensors_torch.load_file(ckpt / "model.safetensors")
     adam = torch.load(ckpt / ck.OPTIM_FILE, weights_only=True)["policy"]["state"]
     assert adam and all(int(s["step"]) == 2 for s in adam.values())  # one step per PPO step
 
@@ -79,13 +76,13 @@ def test_resume_continues_steps(toy_world):
         fh.write(json.dumps({"step": 3, "stale": True}) + "\n")
 
     # No run id given: the checkpoint's is kept.
-    second = run_ppo(_cfg(root, data, tiny, max_steps=3, resume=True), backends)
+    second = train.run_ppo(_cfg(root, data, tiny, max_steps=3, resume=True), backends)
     assert second.resumed_from == 2 and second.run_id == "ppo_resume"
     assert second.rollouts_logged == 4  # step 3 only
     assert (root / "out" / "checkpoint-3").is_dir() and not ckpt.exists()
     adam = torch.load(root / "out" / "checkpoint-3" / ck.OPTIM_FILE, weights_only=True)
     assert all(int(s["step"]) == 3 for s in adam["policy"]["state"].values())  # Adam continued
-    final = load_file(root / "out" / "model.safetensors")
+    final = safetensors_torch.load_file(root / "out" / "model.safetensors")
     assert any(not torch.equal(saved[k], final[k]) for k in saved)  # step 3 trained on
     metrics = [
         json.loads(line) for line in (root / "out" / "metrics.jsonl").read_text().splitlines()
@@ -96,7 +93,7 @@ def test_resume_continues_steps(toy_world):
     assert sorted(r["step"] for r in rows) == [1] * 4 + [2] * 4 + [3] * 4
 
     with pytest.raises(TrainConfigError, match="raise --max-steps"):
-        run_ppo(_cfg(root, data, tiny, max_steps=3, resume=True), backends)
+        train.run_ppo(_cfg(root, data, tiny, max_steps=3, resume=True), backends)
 
 
 def test_resume_without_a_checkpoint_exits_2(toy_world, tmp_path):

@@ -7,27 +7,28 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 from cli_schemas import check
+from support.lazy import heavy
+from support.toy_world import make_world
 from typer.testing import CliRunner
 
 from ddai.cli.app import app
-from ddai.trainer import toy
 from ddai.trainer.ppo.clip_stats import ClipStats, clip_never_acted
-from ddai.trainer.ppo.terms import actor_loss, ratio_deviation_max
-from ddai.trainer.tiny import TinySpec, build_tiny
+
+torch = heavy("torch")
+terms = heavy("ddai.trainer.ppo.terms")
 
 
 def test_ratio_deviation_is_the_largest_move_on_a_policy_token():
     old = torch.zeros(2, 3)
     logp = torch.log(torch.tensor([[1.1, 0.95, 3.0], [1.0, 1.02, 0.5]]))
     mask = torch.tensor([[1, 1, 0], [1, 1, 0]])  # the 3.0 and 0.5 ratios sit on observations
-    assert ratio_deviation_max(logp, old, mask) == pytest.approx(0.1, abs=1e-6)
-    assert ratio_deviation_max(logp, old, torch.zeros(2, 3)) == 0.0
-    _, metrics = actor_loss(logp, old, torch.ones(2, 3), mask, eps_low=0.2, eps_high=0.2)
+    assert terms.ratio_deviation_max(logp, old, mask) == pytest.approx(0.1, abs=1e-6)
+    assert terms.ratio_deviation_max(logp, old, torch.zeros(2, 3)) == 0.0
+    _, metrics = terms.actor_loss(logp, old, torch.ones(2, 3), mask, eps_low=0.2, eps_high=0.2)
     assert metrics["actor/ratio_dev_max"] == pytest.approx(0.1, abs=1e-6)
     assert metrics["actor/clip_frac"] == 0.0  # 1.1 < 1 + 0.2: nothing clipped
-    _, metrics = actor_loss(logp, old, torch.ones(2, 3), mask, eps_low=0.05, eps_high=0.05)
+    _, metrics = terms.actor_loss(logp, old, torch.ones(2, 3), mask, eps_low=0.05, eps_high=0.05)
     assert metrics["actor/clip_frac"] == pytest.approx(0.25)  # 1.1 > 1.05 with A > 0: 1 of 4
 
 
@@ -60,12 +61,7 @@ def test_clip_stats_fold_the_steps_and_warn_only_when_the_clip_never_acted():
 
 @pytest.fixture(scope="module")
 def toy_world(tmp_path_factory):
-    root = tmp_path_factory.mktemp("ppo_clip")
-    data = toy.write_toy(root / "toy")
-    tiny = build_tiny(
-        root / "tiny", texts=[r["messages"] for r in toy.sft_rows()], spec=TinySpec(hidden_size=32)
-    )
-    return root, data, tiny
+    return make_world(tmp_path_factory.mktemp("ppo_clip"), hidden_size=32)
 
 
 def _run(root, data, tiny, tag: str, *extra: str):

@@ -8,13 +8,15 @@ from __future__ import annotations
 import copy
 
 import pytest
-import torch
+from support.lazy import heavy
 
-from ddai.trainer.ppo.train import PPORunConfig, make_experience
-from ddai.trainer.rlmath import selected_logprobs
 from ddai.trainer.tiny import TinySpec, build_tiny
-from ddai.trainer.value.data import pad_batch
-from ddai.trainer.value.model import new_value_model, position_ids
+
+torch = heavy("torch")
+train = heavy("ddai.trainer.ppo.train")
+rlmath = heavy("ddai.trainer.rlmath")
+data = heavy("ddai.trainer.value.data")
+value_model = heavy("ddai.trainer.value.model")
 
 TEMPERATURE = 0.7
 
@@ -31,7 +33,7 @@ def models(tmp_path_factory):
         g = torch.Generator().manual_seed(0)
         for p in ref.parameters():
             p.add_(0.05 * torch.randn(p.shape, generator=g))
-    critic, _ = new_value_model(str(tiny), head_type="linear", unfreeze=0, seed=0)
+    critic, _ = value_model.new_value_model(str(tiny), head_type="linear", unfreeze=0, seed=0)
     return policy, ref, critic.eval(), policy.config.vocab_size
 
 
@@ -46,7 +48,7 @@ def _batch(vocab: int):
     prompts = [ids(n) for n in (3, 6, 4, 6, 2)]
     completions = [ids(n) for n in (7, 2, 9, 5, 4)]
     masks = [[1, 1, 0, 0, 1, 1, 1], [1, 1], [1, 0, 1, 1, 1, 0, 0, 1, 1], [1] * 5, [1, 0, 0, 1]]
-    return pad_batch(prompts, completions, masks, pad_id=0)
+    return data.pad_batch(prompts, completions, masks, pad_id=0)
 
 
 def one_shot_logprobs(model, batch) -> torch.Tensor:
@@ -56,16 +58,16 @@ def one_shot_logprobs(model, batch) -> torch.Tensor:
     out = model(
         input_ids=batch.input_ids,
         attention_mask=batch.attention_mask,
-        position_ids=position_ids(batch.attention_mask),
+        position_ids=value_model.position_ids(batch.attention_mask),
         use_cache=False,
     )
     logits = out.logits[:, P - 1 : -1].float() / TEMPERATURE
     return torch.log_softmax(logits, -1).gather(-1, batch.input_ids[:, P:, None]).squeeze(-1)
 
 
-def _cfg(**kw) -> PPORunConfig:
+def _cfg(**kw) -> train.PPORunConfig:
     base = dict(model="m", data="d", corpus="c", output_dir="o", temperature=TEMPERATURE)
-    return PPORunConfig(**{**base, "kl_mode": "loss", **kw})
+    return train.PPORunConfig(**{**base, "kl_mode": "loss", **kw})
 
 
 @pytest.mark.parametrize("micro", [1, 2, 3, 5, 8])
@@ -90,7 +92,7 @@ def test_micro_batched_passes_equal_one_pass_over_the_batch(models, micro):
     ]
     try:
         scores = torch.tensor([1.0, 0.0, 0.5, 1.0, 0.0])
-        exp = make_experience(
+        exp = train.make_experience(
             policy, ref, critic, batch, scores, _cfg(experience_micro_batch=micro)
         )
     finally:
@@ -112,8 +114,12 @@ def test_micro_batches_leave_the_advantages_unchanged(models):
     policy, ref, critic, vocab = models
     batch = _batch(vocab)
     scores = torch.tensor([1.0, 0.0, 0.5, 1.0, 0.0])
-    whole = make_experience(policy, ref, critic, batch, scores, _cfg(experience_micro_batch=5))
-    parts = make_experience(policy, ref, critic, batch, scores, _cfg(experience_micro_batch=2))
+    whole = train.make_experience(
+        policy, ref, critic, batch, scores, _cfg(experience_micro_batch=5)
+    )
+    parts = train.make_experience(
+        policy, ref, critic, batch, scores, _cfg(experience_micro_batch=2)
+    )
     for name in ("advantages", "returns", "kl"):
         torch.testing.assert_close(getattr(parts, name), getattr(whole, name), atol=1e-6, rtol=0)
 
@@ -135,7 +141,7 @@ def test_the_lora_reference_passes_keep_only_completion_logits(models, tmp_path)
         lambda mod, args, out: seen.append(tuple(out.shape))
     )
     try:
-        exp = make_experience(
+        exp = train.make_experience(
             peft_model, AdapterDisabled(peft_model), critic, batch, torch.zeros(5),
             _cfg(experience_micro_batch=3),
         )  # fmt: skip
@@ -148,14 +154,15 @@ def test_the_lora_reference_passes_keep_only_completion_logits(models, tmp_path)
     torch.testing.assert_close(exp.ref_logp, want, atol=1e-6, rtol=0)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_chunked_log_softmax_equals_the_full_one(dtype):
+@pytest.mark.parametrize("dtype_name", ["float32", "bfloat16"])
+def test_chunked_log_softmax_equals_the_full_one(dtype_name):
+    dtype = getattr(torch, dtype_name)
     g = torch.Generator().manual_seed(2)
     logits = (torch.randn(3, 5, 50, generator=g) * 4).to(dtype)
     ids = torch.randint(0, 50, (3, 5), generator=g)
     want = torch.log_softmax(logits.float() / 0.9, -1).gather(-1, ids[..., None]).squeeze(-1)
     for chunk in (1, 4, 7, 15, 100):
-        got = selected_logprobs(logits, ids, 0.9, chunk=chunk)
+        got = rlmath.selected_logprobs(logits, ids, 0.9, chunk=chunk)
         assert got.dtype == torch.float32
         # log-probs near −16 here: one float32 ulp (1.2e-7 relative) is 1.9e-6
         torch.testing.assert_close(got, want, atol=1e-6, rtol=1.2e-7)

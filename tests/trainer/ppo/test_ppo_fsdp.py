@@ -13,14 +13,15 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
-from safetensors.torch import load_file
+from support.lazy import heavy
+from support.toy_world import make_world
 
 from ddai.pipelines.store import read_rollouts
-from ddai.trainer import toy
 from ddai.trainer.runtime.launch import free_port
-from ddai.trainer.tiny import TinySpec, build_tiny
-from ddai.trainer.value.model import load_value_model
+
+torch = heavy("torch")
+safetensors_torch = heavy("safetensors.torch")
+model = heavy("ddai.trainer.value.model")
 
 ROOT = Path(__file__).parents[3]
 WORKER = Path(__file__).with_name("dist_ppo_worker.py")
@@ -28,12 +29,7 @@ WORKER = Path(__file__).with_name("dist_ppo_worker.py")
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    root = tmp_path_factory.mktemp("ppo_fsdp")
-    data = toy.write_toy(root / "toy")
-    tiny = build_tiny(
-        root / "tiny", texts=[r["messages"] for r in toy.sft_rows()], spec=TinySpec(hidden_size=32)
-    )
-    return root, data, tiny
+    return make_world(tmp_path_factory.mktemp("ppo_fsdp"), hidden_size=32)
 
 
 def _launch(root: Path, data: Path, tiny: Path, tag: str, steps: int, *extra: str) -> None:
@@ -76,20 +72,20 @@ def test_fsdp_ppo_samples_sharded_and_saves_the_gathered_weights(world):
 
     # The policy saved (final folder and checkpoint) is the trained one, gathered from the
     # shards: every tensor equal to the trainer's own gather after the last update.
-    trained = load_file(out / "trained_policy.safetensors")
-    start = load_file(tiny / "model.safetensors")
+    trained = safetensors_torch.load_file(out / "trained_policy.safetensors")
+    start = safetensors_torch.load_file(tiny / "model.safetensors")
     for saved in (
-        load_file(out / "model.safetensors"),
-        load_file(out / "checkpoint-2" / "model.safetensors"),
+        safetensors_torch.load_file(out / "model.safetensors"),
+        safetensors_torch.load_file(out / "checkpoint-2" / "model.safetensors"),
     ):
         assert set(saved) == set(start)  # the tied lm_head is not stored, as in the start
         assert all(torch.equal(saved[k], trained[k]) for k in saved)
     assert all(not torch.equal(start[k], trained[k]) for k in start)
     assert torch.equal(trained["lm_head.weight"], trained["model.embed_tokens.weight"])
     # The critic too (head and the trunk it trained).
-    critic_trained = load_file(out / "trained_critic.safetensors")
+    critic_trained = safetensors_torch.load_file(out / "trained_critic.safetensors")
     for folder in (out / "critic", out / "checkpoint-2" / "critic"):
-        critic, _ = load_value_model(folder)
+        critic, _ = model.load_value_model(folder)
         saved = critic.state_dict()
         assert set(saved) == set(critic_trained)
         assert all(torch.equal(saved[k], critic_trained[k]) for k in saved)
@@ -105,11 +101,11 @@ def test_fsdp_ppo_one_plus_one_resumed_step_equals_two_steps(world):
     straight, resumed = _rows(root / "two-logs"), _rows(root / "resumed-logs")
     assert len(straight) == len(resumed) == 16
     assert straight == resumed
-    a = load_file(root / "two" / "model.safetensors")
-    b = load_file(root / "resumed" / "model.safetensors")
+    a = safetensors_torch.load_file(root / "two" / "model.safetensors")
+    b = safetensors_torch.load_file(root / "resumed" / "model.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    ca, _ = load_value_model(root / "two" / "critic")
-    cb, _ = load_value_model(root / "resumed" / "critic")
+    ca, _ = model.load_value_model(root / "two" / "critic")
+    cb, _ = model.load_value_model(root / "resumed" / "critic")
     sa, sb = ca.state_dict(), cb.state_dict()
     assert all(torch.equal(sa[k], sb[k]) for k in sa)
 

@@ -6,13 +6,15 @@ against torch autograd of the exact KL; and the estimator default / refusal that
 from __future__ import annotations
 
 import pytest
-import torch
+from support.lazy import heavy
 from typer.testing import CliRunner
 
 from ddai.cli.app import app
 from ddai.trainer.common import TrainConfigError
-from ddai.trainer.ppo.terms import kl_loss
-from ddai.trainer.ppo.train import PPORunConfig
+
+torch = heavy("torch")
+terms = heavy("ddai.trainer.ppo.terms")
+train = heavy("ddai.trainer.ppo.train")
 
 V, T = 7, 5  # vocabulary, positions
 
@@ -31,7 +33,7 @@ def expected_kl_loss_grad(theta: torch.Tensor, ref_logits: torch.Tensor, kind: s
     ref = torch.log_softmax(ref_logits, -1)
     weight = logp.detach().exp()  # π_θ(y | t): Σ_y weight = 1 per position
     # token-mean over the weighted "mask": Σ_t Σ_y π(y)·k(t, y) / T
-    loss, _ = kl_loss(logp, ref, weight, kind=kind)
+    loss, _ = terms.kl_loss(logp, ref, weight, kind=kind)
     (grad,) = torch.autograd.grad(loss, theta)
     return grad
 
@@ -90,8 +92,8 @@ def test_a_k3_kl_loss_step_moves_the_policy_towards_the_reference():
 KINDS = ("k1", "k2", "k3")
 
 
-def _cfg(**kw) -> PPORunConfig:
-    return PPORunConfig(model="m", data="d", corpus="c", output_dir="o", **kw)
+def _cfg(**kw) -> train.PPORunConfig:
+    return train.PPORunConfig(model="m", data="d", corpus="c", output_dir="o", **kw)
 
 
 def test_estimator_default_follows_the_kl_mode_and_k1_is_refused_as_a_loss():
@@ -114,7 +116,7 @@ def test_cli_kl_loss_with_k1_exits_2_naming_k3_and_the_default_is_k3(tmp_path, m
     base = ["train", "ppo", "--model", "m", "--data", str(tmp_path / "d.parquet")]
     base += ["--corpus", str(tmp_path / "c.parquet"), "--out-dir", str(tmp_path / "o")]
     runner = CliRunner()
-    seen: list[PPORunConfig] = []
+    seen: list[train.PPORunConfig] = []
 
     def fake_run(cfg, backends=None):
         seen.append(cfg)

@@ -7,25 +7,21 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 from cli_schemas import check
+from support.lazy import heavy
+from support.toy_world import make_world
 from typer.testing import CliRunner
 
 from ddai.cli.app import app
 from ddai.pipelines.store import read_rollouts
-from ddai.trainer import toy
-from ddai.trainer.ppo import train as ppo
-from ddai.trainer.tiny import TinySpec, build_tiny
+
+torch = heavy("torch")
+ppo = heavy("ddai.trainer.ppo.train")
 
 
 @pytest.fixture(scope="module")
 def toy_world(tmp_path_factory):
-    root = tmp_path_factory.mktemp("ppo_signal")
-    data = toy.write_toy(root / "toy")
-    tiny = build_tiny(
-        root / "tiny", texts=[r["messages"] for r in toy.sft_rows()], spec=TinySpec(hidden_size=32)
-    )
-    return root, data, tiny
+    return make_world(tmp_path_factory.mktemp("ppo_signal"), hidden_size=32)
 
 
 def _run(root, data, tiny, tag: str):
@@ -61,6 +57,8 @@ def test_equal_rewards_with_nonzero_gae_advantages_do_not_warn(toy_world):
 
 @pytest.mark.slow
 def test_all_zero_gae_advantages_warn(toy_world, monkeypatch):
+    from ddai.trainer.ppo import train as ppo
+
     def no_advantage(rewards, values, mask, gamma, lam):
         return torch.zeros_like(rewards), values.clone()
 

@@ -8,36 +8,28 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
-from safetensors.torch import load_file
+from support.lazy import heavy
+from support.toy_world import make_world, run_fields
 
 from ddai.pipelines.store import read_rollouts
 from ddai.trainer import toy
-from ddai.trainer.ppo import checkpoint as ck
-from ddai.trainer.ppo.rng import PromptOrder, restore_rng, rng_state
-from ddai.trainer.ppo.train import PPORunConfig, run_ppo
 from ddai.trainer.search.config import EpisodeConfig, RewardOverrides
-from ddai.trainer.tiny import TinySpec, build_tiny
+
+ck = heavy("ddai.trainer.ppo.checkpoint")
+torch = heavy("torch")
+safetensors_torch = heavy("safetensors.torch")
+rng = heavy("ddai.trainer.ppo.rng")
+train = heavy("ddai.trainer.ppo.train")
 
 
 @pytest.fixture(scope="module")
 def toy_world(tmp_path_factory):
-    root = tmp_path_factory.mktemp("ppo_exact")
-    data = toy.write_toy(root / "toy")
-    tiny = build_tiny(
-        root / "tiny", texts=[r["messages"] for r in toy.sft_rows()], spec=TinySpec(hidden_size=32)
-    )
-    return root, data, tiny
+    return make_world(tmp_path_factory.mktemp("ppo_exact"), hidden_size=32)
 
 
-def _cfg(root, data, tiny, tag: str, **kw) -> PPORunConfig:
+def _cfg(root, data, tiny, tag: str, **kw) -> train.PPORunConfig:
     base = dict(
-        model=str(tiny),
-        data=data / "dataset.parquet",
-        corpus=data / "pages.parquet",
-        output_dir=root / tag,
-        logs=root / f"{tag}-logs",
-        run_id="exact",
+        **run_fields(tiny, data, root / tag, root / f"{tag}-logs", "exact"),
         rewards=RewardOverrides(reward="ddai-phase1"),
         n_agent=2,
         batch_size=4,
@@ -51,7 +43,7 @@ def _cfg(root, data, tiny, tag: str, **kw) -> PPORunConfig:
         skip_preflight=True,
         limit=3,  # 2 prompts a step over 3: the order reshuffles mid-run
     )
-    return PPORunConfig(**{**base, **kw})
+    return train.PPORunConfig(**{**base, **kw})
 
 
 def _rows(logs) -> list[dict]:
@@ -68,16 +60,20 @@ def _rows(logs) -> list[dict]:
 def _weights(out) -> dict[str, torch.Tensor]:
     """Every saved tensor: the policy's and the critic's (head, and trunk when it trained)."""
     files = [out / "model.safetensors", *sorted((out / ck.CRITIC_DIR).rglob("*.safetensors"))]
-    return {f"{f.relative_to(out)}:{k}": v for f in files for k, v in load_file(f).items()}
+    return {
+        f"{f.relative_to(out)}:{k}": v
+        for f in files
+        for k, v in safetensors_torch.load_file(f).items()
+    }
 
 
 @pytest.mark.slow
 def test_two_plus_two_resumed_steps_equal_four_steps(toy_world):
     root, data, tiny = toy_world
     backends = toy.local_backends(toy.corpus())
-    straight_result = run_ppo(_cfg(root, data, tiny, "straight", max_steps=4), backends)
-    run_ppo(_cfg(root, data, tiny, "resumed", max_steps=2), backends)
-    resumed = run_ppo(_cfg(root, data, tiny, "resumed", max_steps=4, resume=True), backends)
+    straight_result = train.run_ppo(_cfg(root, data, tiny, "straight", max_steps=4), backends)
+    train.run_ppo(_cfg(root, data, tiny, "resumed", max_steps=2), backends)
+    resumed = train.run_ppo(_cfg(root, data, tiny, "resumed", max_steps=4, resume=True), backends)
     assert resumed.resumed_from == 2
     clip = ("clip_frac_mean", "clip_acted_steps", "ratio_spread")  # the whole run's, resumed too
     assert [getattr(resumed, k) for k in clip] == [getattr(straight_result, k) for k in clip]
@@ -108,18 +104,18 @@ def test_rng_state_round_trips_through_the_checkpoint(tmp_path):
     import random
 
     gen = torch.Generator().manual_seed(3)
-    order = PromptOrder(list(range(5)), 2, seed=7)
+    order = rng.PromptOrder(list(range(5)), 2, seed=7)
     torch.manual_seed(1)
     random.seed(2)
     next(order)
-    state = rng_state(gen=gen, order=order)
+    state = rng.rng_state(gen=gen, order=order)
     torch.save(state, tmp_path / "rng.pt")
     after = (torch.rand(3), random.random(), torch.rand(2, generator=gen), next(order), next(order))
     torch.manual_seed(99)
     random.seed(99)
     gen2 = torch.Generator().manual_seed(99)
-    order2 = PromptOrder(list(range(5)), 2, seed=99)
-    restore_rng(torch.load(tmp_path / "rng.pt", weights_only=False), gen=gen2, order=order2)
+    order2 = rng.PromptOrder(list(range(5)), 2, seed=99)
+    rng.restore_rng(torch.load(tmp_path / "rng.pt", weights_only=False), gen=gen2, order=order2)
     again = (
         torch.rand(3),
         random.random(),
@@ -137,10 +133,10 @@ def test_a_checkpoint_without_random_states_resumes_on_fresh_seeds_and_says_so(t
     from ddai.trainer.ppo.train import _restore_rng
 
     acc = SimpleNamespace(num_processes=1, process_index=0)
-    order = PromptOrder(list(range(5)), 2, seed=0)
+    order = rng.PromptOrder(list(range(5)), 2, seed=0)
     with pytest.warns(UserWarning, match="no saved random states.*will not repeat"):
         _restore_rng(str(tmp_path), acc, torch.Generator(), order, start=2)
-    replayed = PromptOrder(list(range(5)), 2, seed=0)
+    replayed = rng.PromptOrder(list(range(5)), 2, seed=0)
     next(replayed), next(replayed)
     assert next(order) == next(replayed)  # the data order still continues after step 2
     torch.save([{}, {}], tmp_path / ck.RNG_FILE)  # two ranks' states, one process now

@@ -8,18 +8,20 @@ import json
 from types import SimpleNamespace
 
 import pytest
-import torch
+from support.lazy import heavy
+from support.toy_world import make_world, run_fields
 from typer.testing import CliRunner
 
 from ddai.cli.app import app
 from ddai.pipelines.store import read_rollouts
 from ddai.trainer import toy
-from ddai.trainer.ppo import train as ppo
-from ddai.trainer.ppo.train import PPORunConfig, make_experience, run_ppo
 from ddai.trainer.search.config import EpisodeConfig, RewardOverrides
 from ddai.trainer.tiny import TinySpec, build_tiny
-from ddai.trainer.value.data import pad_batch
-from ddai.trainer.value.model import load_value_model
+
+torch = heavy("torch")
+ppo = heavy("ddai.trainer.ppo.train")
+value_data = heavy("ddai.trainer.value.data")
+value_model = heavy("ddai.trainer.value.model")
 
 runner = CliRunner()
 
@@ -38,7 +40,9 @@ class StubCritic:
 
 
 def test_experience_folds_kl_into_rewards_and_bootstraps_across_observations(monkeypatch):
-    batch = pad_batch(
+    from ddai.trainer.ppo import train as ppo
+
+    batch = value_data.pad_batch(
         [[1]], [[2, 3, 4]], [[1, 0, 1]], pad_id=0
     )  # the middle token is an observation
     logps = {
@@ -46,7 +50,7 @@ def test_experience_folds_kl_into_rewards_and_bootstraps_across_observations(mon
         "ref": torch.tensor([[-1.5, -9.0, -1.0]]),
     }
     monkeypatch.setattr(ppo, "token_logprobs", lambda model, b, temperature=1.0: logps[model])
-    cfg = PPORunConfig(
+    cfg = ppo.PPORunConfig(
         model="m",
         data="d",
         corpus="c",
@@ -56,7 +60,7 @@ def test_experience_folds_kl_into_rewards_and_bootstraps_across_observations(mon
         lam=1.0,
         whiten_advantages=False,
     )
-    exp = make_experience(
+    exp = ppo.make_experience(
         "policy",
         "ref",
         StubCritic(torch.tensor([[0.2, 7.0, 0.4]])),
@@ -71,7 +75,7 @@ def test_experience_folds_kl_into_rewards_and_bootstraps_across_observations(mon
     assert torch.allclose(exp.returns, torch.tensor([[0.9, 0.0, 0.95]]))
     assert torch.equal(exp.old_values, torch.tensor([[0.2, 0.0, 0.4]]))
     # Without a reference (KL off) the rewards are the outcome alone.
-    exp0 = make_experience(
+    exp0 = ppo.make_experience(
         "policy", None, StubCritic(torch.zeros(1, 3)), batch, torch.tensor([1.0]), cfg
     )
     assert (
@@ -86,7 +90,7 @@ def test_token_logprobs_reads_logits_before_each_completion_token():
             logits[..., 2] = 1.0  # token 2 is e times likelier than each other token
             return SimpleNamespace(logits=logits)
 
-    batch = pad_batch([[1, 1]], [[2, 3]], [[1, 1]], pad_id=0)
+    batch = value_data.pad_batch([[1, 1]], [[2, 3]], [[1, 1]], pad_id=0)
     lp = ppo.token_logprobs(Uniform(), batch)
     z = 3 + torch.e
     assert torch.allclose(
@@ -101,24 +105,14 @@ def test_token_logprobs_reads_logits_before_each_completion_token():
 
 @pytest.fixture(scope="module")
 def toy_world(tmp_path_factory):
-    root = tmp_path_factory.mktemp("ppo")
-    data = toy.write_toy(root / "toy")
-    tiny = build_tiny(
-        root / "tiny", texts=[r["messages"] for r in toy.sft_rows()], spec=TinySpec(hidden_size=32)
-    )
-    return root, data, tiny
+    return make_world(tmp_path_factory.mktemp("ppo"), hidden_size=32)
 
 
 @pytest.mark.slow
 def test_ppo_steps_change_weights_lower_value_loss_and_log_rollouts(toy_world):
     root, data, tiny = toy_world
-    cfg = PPORunConfig(
-        model=str(tiny),
-        data=data / "dataset.parquet",
-        corpus=data / "pages.parquet",
-        output_dir=root / "out",
-        logs=root / "logs",
-        run_id="ppo_test",
+    cfg = ppo.PPORunConfig(
+        **run_fields(tiny, data, root / "out", root / "logs", "ppo_test"),
         n_agent=2,
         batch_size=4,
         ppo_epochs=2,
@@ -132,7 +126,7 @@ def test_ppo_steps_change_weights_lower_value_loss_and_log_rollouts(toy_world):
         ),
         rewards=RewardOverrides(reward="ddai-phase1"),
     )
-    result = run_ppo(cfg, toy.local_backends(toy.corpus()))
+    result = ppo.run_ppo(cfg, toy.local_backends(toy.corpus()))
     assert result.steps == 3 and result.rollouts_logged == 12
     assert result.changed_parameters > 0
     metrics = [
@@ -156,7 +150,7 @@ def test_ppo_steps_change_weights_lower_value_loss_and_log_rollouts(toy_world):
     assert len(groups) == 6
     mixed = sum(max(g) - min(g) > 1e-12 for g in groups.values())
     assert result.informative_group_share == pytest.approx(mixed / 6)
-    critic, _ = load_value_model(result.critic_dir)
+    critic, _ = value_model.load_value_model(result.critic_dir)
     assert critic.head_type == "linear" and critic.unfreeze == 2
     assert (root / "out" / "model.safetensors").is_file()
 
@@ -204,7 +198,7 @@ def test_critic_from_a_value_checkpoint_must_share_the_policy_tokenizer(toy_worl
     _, _, tiny = toy_world
     model, tok = new_value_model(str(tiny), head_type="mlp", unfreeze=0)
     ckpt = save_value_model(model, tok, tmp_path / "v", source=str(tiny))
-    cfg = PPORunConfig(
+    cfg = ppo.PPORunConfig(
         model=str(tiny), data="d", corpus="c", output_dir="o", critic=str(ckpt), critic_unfreeze=1
     )
     critic, source = ppo._load_critic(cfg, load_tokenizer(str(tiny)))

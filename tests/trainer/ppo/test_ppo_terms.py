@@ -7,18 +7,18 @@ from __future__ import annotations
 import math
 
 import pytest
-import torch
+from support.lazy import heavy
 
-from ddai.trainer.ppo import train as ppo
-from ddai.trainer.ppo.terms import actor_loss, kl_loss, normalize_scores, token_entropy, whiten
-from ddai.trainer.ppo.train import PPORunConfig, make_experience
-from ddai.trainer.value import losses as vl
-from ddai.trainer.value.data import pad_batch
+torch = heavy("torch")
+ppo = heavy("ddai.trainer.ppo.train")
+terms = heavy("ddai.trainer.ppo.terms")
+vl = heavy("ddai.trainer.value.losses")
+data = heavy("ddai.trainer.value.data")
 
 # One rollout, two policy tokens: policy log-probs [-1, -0.5], reference [-1.5, -1], so
 # log π − log π_ref = 0.5 on both; k1 = 0.5, k2 = ½·0.25 = 0.125, k3 = e^-0.5 + 0.5 − 1.
-POLICY = torch.tensor([[-1.0, -0.5]])
-REF = torch.tensor([[-1.5, -1.0]])
+POLICY = [[-1.0, -0.5]]
+REF = [[-1.5, -1.0]]
 K3 = math.exp(-0.5) - 0.5
 
 
@@ -30,17 +30,21 @@ class StubCritic:
         return self.values
 
 
-def _cfg(**kw) -> PPORunConfig:
+def _cfg(**kw) -> ppo.PPORunConfig:
     base = dict(model="m", data="d", corpus="c", output_dir="o", kl_coef=0.1, gamma=1.0, lam=1.0)
-    return PPORunConfig(**{**base, "whiten_advantages": False, **kw})
+    return ppo.PPORunConfig(**{**base, "whiten_advantages": False, **kw})
 
 
 def _experience(monkeypatch, cfg, scores=(1.0,), values=None, batch=None):
-    batch = batch or pad_batch([[1]], [[2, 3]], [[1, 1]], pad_id=0)
-    logps = {"policy": POLICY, "ref": REF}
+    from ddai.trainer.ppo import train as ppo
+
+    batch = batch or data.pad_batch([[1]], [[2, 3]], [[1, 1]], pad_id=0)
+    logps = {"policy": torch.tensor(POLICY), "ref": torch.tensor(REF)}
     monkeypatch.setattr(ppo, "token_logprobs", lambda model, b, temperature=1.0: logps[model])
     values = values if values is not None else torch.zeros_like(batch.mask, dtype=torch.float32)
-    return make_experience("policy", "ref", StubCritic(values), batch, torch.tensor(scores), cfg)
+    return ppo.make_experience(
+        "policy", "ref", StubCritic(values), batch, torch.tensor(scores), cfg
+    )
 
 
 def test_kl_in_reward_vs_kl_as_loss_hand_computed(monkeypatch):
@@ -52,11 +56,11 @@ def test_kl_in_reward_vs_kl_as_loss_hand_computed(monkeypatch):
     as_loss = _experience(monkeypatch, _cfg(kl_mode="loss"))
     assert torch.allclose(as_loss.advantages, torch.tensor([[1.0, 1.0]]))
     assert torch.allclose(as_loss.kl, torch.tensor([[K3, K3]]))  # k3: the loss mode's default
-    assert torch.equal(as_loss.ref_logp, REF)
+    assert torch.equal(as_loss.ref_logp, torch.tensor(REF))
 
     def loss_and_grad(exp, **kw):
-        logp = POLICY.clone().requires_grad_(True)  # the first epoch: ratio 1
-        loss, metrics = actor_loss(
+        logp = torch.tensor(POLICY, requires_grad=True)  # the first epoch: ratio 1
+        loss, metrics = terms.actor_loss(
             logp, exp.old_logp, exp.advantages, exp.batch.mask, eps_low=0.2, eps_high=0.2, **kw
         )
         loss.backward()
@@ -83,8 +87,8 @@ def test_kl_in_reward_vs_kl_as_loss_hand_computed(monkeypatch):
 
 
 def test_kl_loss_ignores_masked_tokens_and_carries_no_gradient_to_the_reference():
-    ref = REF.clone().requires_grad_(True)
-    loss, _ = kl_loss(
+    ref = torch.tensor(REF, requires_grad=True)
+    loss, _ = terms.kl_loss(
         torch.tensor([[-1.0, -9.0]]), ref, torch.tensor([[1, 0]]), kind="k2"
     )  # the second token is an observation
     assert loss.item() == pytest.approx(0.125)
@@ -92,18 +96,22 @@ def test_kl_loss_ignores_masked_tokens_and_carries_no_gradient_to_the_reference(
 
 
 def test_reward_normalization_hand_computed(monkeypatch):
+    from ddai.trainer.ppo import train as ppo
+
     s = torch.tensor([0.0, 2.0, 4.0])  # mean 2, unbiased std 2
-    assert torch.allclose(normalize_scores(s, "none"), s)
-    assert torch.allclose(normalize_scores(s, "center"), torch.tensor([-2.0, 0.0, 2.0]))
-    assert torch.allclose(normalize_scores(s, "scale"), torch.tensor([0.0, 1.0, 2.0]))
-    assert torch.allclose(normalize_scores(s, "whiten"), torch.tensor([-1.0, 0.0, 1.0]))
-    assert torch.equal(whiten(torch.tensor([3.0])), torch.tensor([3.0]))  # no spread: unchanged
+    assert torch.allclose(terms.normalize_scores(s, "none"), s)
+    assert torch.allclose(terms.normalize_scores(s, "center"), torch.tensor([-2.0, 0.0, 2.0]))
+    assert torch.allclose(terms.normalize_scores(s, "scale"), torch.tensor([0.0, 1.0, 2.0]))
+    assert torch.allclose(terms.normalize_scores(s, "whiten"), torch.tensor([-1.0, 0.0, 1.0]))
+    assert torch.equal(
+        terms.whiten(torch.tensor([3.0])), torch.tensor([3.0])
+    )  # no spread: unchanged
     with pytest.raises(ValueError, match="none, center, scale, whiten"):
-        normalize_scores(s, "minmax")
+        terms.normalize_scores(s, "minmax")
     # In the experience: two one-token rollouts scored [1, 3], whitened to ∓1/√2 before GAE.
-    batch = pad_batch([[1], [1]], [[2], [3]], [[1], [1]], pad_id=0)
+    batch = data.pad_batch([[1], [1]], [[2], [3]], [[1], [1]], pad_id=0)
     monkeypatch.setattr(ppo, "token_logprobs", lambda model, b, temperature=1.0: torch.zeros(2, 1))
-    exp = make_experience(
+    exp = ppo.make_experience(
         "policy",
         None,
         StubCritic(torch.zeros(2, 1)),
@@ -116,24 +124,27 @@ def test_reward_normalization_hand_computed(monkeypatch):
 
 def test_entropy_bonus_hand_computed():
     logits = torch.log(torch.tensor([[[1.0, 1.0, 1.0, 1.0], [1.0, 3.0, 0.0, 0.0]]]))  # [1,2,4]
-    h = token_entropy(logits)
+    h = terms.token_entropy(logits)
     # uniform over 4: ln 4; [¼, ¾, 0, 0]: −(¼ ln ¼ + ¾ ln ¾)
     expected = [math.log(4), -(0.25 * math.log(0.25) + 0.75 * math.log(0.75))]
     assert torch.allclose(h, torch.tensor([expected]), atol=1e-6)
     logp = torch.zeros(1, 2)
     adv, mask = torch.ones(1, 2), torch.ones(1, 2)
-    loss, metrics = actor_loss(
+    loss, metrics = terms.actor_loss(
         logp, logp, adv, mask, eps_low=0.2, eps_high=0.2, entropy=h, entropy_coef=0.01
     )
     assert loss.item() == pytest.approx(-1 - 0.01 * sum(expected) / 2, abs=1e-6)
     assert metrics["actor/entropy"] == pytest.approx(sum(expected) / 2, abs=1e-6)
     # Off by default: the loss is the clipped surrogate alone.
-    assert actor_loss(logp, logp, adv, mask, eps_low=0.2, eps_high=0.2, entropy=h)[0].item() == -1
+    assert (
+        terms.actor_loss(logp, logp, adv, mask, eps_low=0.2, eps_high=0.2, entropy=h)[0].item()
+        == -1
+    )
 
 
 def test_entropy_gradient_raises_entropy():
     logits = torch.tensor([[[2.0, 0.0, 0.0, -torch.inf]]], requires_grad=True)
-    (-token_entropy(logits).sum()).backward()  # the bonus's direction
+    (-terms.token_entropy(logits).sum()).backward()  # the bonus's direction
     # Descending −H lowers the favoured logit: the distribution spreads out.
     assert logits.grad[0, 0, 0] > 0 and logits.grad[0, 0, 1] < 0
     assert logits.grad[0, 0, 3] == 0  # a masked-out token: no NaN

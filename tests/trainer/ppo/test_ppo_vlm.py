@@ -15,18 +15,20 @@ import copy
 import dataclasses
 
 import pytest
-import torch
 from PIL import Image
+from support.lazy import heavy
 from support.tiny_vlm import build_tiny_vlm
 
 from ddai.trainer.modeling import load_vision_model
-from ddai.trainer.ppo import train as ppo
 from ddai.trainer.ppo.config import PPORunConfig
 from ddai.trainer.search.vision import VisionObservationFormat, vision_batch
 from ddai.trainer.trl_compat import disable_dropout
-from ddai.trainer.value.data import pad_batch
-from ddai.trainer.value.model import new_value_model
 from ddai.trainer.vlm_inputs import forward_inputs, select_images
+
+torch = heavy("torch")
+ppo = heavy("ddai.trainer.ppo.train")
+data = heavy("ddai.trainer.value.data")
+model = heavy("ddai.trainer.value.model")
 
 TEMPERATURE = 0.7
 
@@ -44,7 +46,7 @@ def world(tmp_path_factory):
         g = torch.Generator().manual_seed(0)
         for p in ref.parameters():
             p.add_(0.05 * torch.randn(p.shape, generator=g))
-    critic, _ = new_value_model(str(folder), unfreeze=1, seed=0)
+    critic, _ = model.new_value_model(str(folder), unfreeze=1, seed=0)
     critic.eval()
     fmt = VisionObservationFormat.from_processor(processor)
     tok = processor.tokenizer
@@ -60,7 +62,7 @@ def world(tmp_path_factory):
         masks.append([1] * len(turn) + [0] * len(obs.ids) + [1] * len(answer[: 3 + i]))
         pixels.append(obs.pixel_values)
         grids.append(obs.image_grid_thw)
-    batch = pad_batch(prompts, completions, masks, tok.pad_token_id)
+    batch = data.pad_batch(prompts, completions, masks, tok.pad_token_id)
     batch = dataclasses.replace(batch, images=vision_batch(pixels, grids))
     assert batch.images["num_images"] == [1, 0, 2, 1]
     assert len({tuple(g.tolist()) for g in batch.images["image_grid_thw"]}) == 2
@@ -90,6 +92,8 @@ def test_micro_batched_experience_with_images_equals_one_pass(world):
 
 
 def test_the_training_pass_recomputes_the_rollouts_old_logprobs(world, monkeypatch):
+    from ddai.trainer.ppo import train as ppo
+
     policy, ref, critic, batch = world
     policy, critic = copy.deepcopy(policy), copy.deepcopy(critic)
     cfg = _cfg(experience_micro_batch=3, mini_batch_size=2, ppo_epochs=1, kl_mode="reward")

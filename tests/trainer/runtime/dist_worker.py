@@ -14,6 +14,8 @@ import os
 import sys
 from pathlib import Path
 
+from support.toy_world import run_fields
+
 from ddai.trainer.search.config import EpisodeConfig, RewardOverrides
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -95,12 +97,7 @@ def main() -> None:
 
     result = grpo.run_grpo(
         grpo.GRPORunConfig(
-            model=str(tiny),
-            data=data / "dataset.parquet",
-            corpus=data / "pages.parquet",
-            output_dir=out,
-            logs=logs,
-            run_id="lockstep",
+            **run_fields(tiny, data, out, logs, "lockstep"),
             learning_rate=1e-2,
             n_agent=2,
             batch_size=4,

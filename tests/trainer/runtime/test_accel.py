@@ -8,9 +8,10 @@ import json
 from types import SimpleNamespace
 
 import pytest
-import torch
+from support.lazy import heavy
 
-from ddai.trainer.runtime import accel
+accel = heavy("ddai.trainer.runtime.accel")
+torch = heavy("torch")
 
 
 def rank(i: int, world: int = 2) -> SimpleNamespace:
@@ -39,6 +40,8 @@ def test_local_slice_gives_each_rank_its_contiguous_share():
 
 
 def test_mean_metrics_average_over_the_ranks_that_report_each_key(monkeypatch):
+    from ddai.trainer.runtime import accel
+
     per_rank = [{"loss": 1.0, "judge": 0.5}, {"loss": 3.0}]
     monkeypatch.setattr(accel, "gather_rows", lambda rows, acc: per_rank)
     out = accel.mean_metrics({"loss": 1.0, "judge": 0.5}, rank(0))

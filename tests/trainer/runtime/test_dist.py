@@ -3,12 +3,13 @@ sampler's collectives) until no rank has a live episode."""
 
 from __future__ import annotations
 
+from support.toy_world import tiny_on_toy
+
 from ddai.trainer import toy
 from ddai.trainer.runtime import dist
 from ddai.trainer.search.env import EnvConfig, SearchEnv
 from ddai.trainer.search.rollout import RolloutConfig, Sampler, run_rollouts
 from ddai.trainer.search.tasks import load_tasks
-from ddai.trainer.tiny import build_tiny
 
 
 def test_single_process_is_rank_zero_of_one():
@@ -81,7 +82,7 @@ class CompleteAt(Sampler):
 
 def _setup(tmp_path):
     data = toy.write_toy(tmp_path / "toy")
-    tiny = build_tiny(tmp_path / "tiny", texts=[r["messages"] for r in toy.sft_rows()])
+    tiny = tiny_on_toy(tmp_path / "tiny")
     from ddai.trainer.modeling import load_tokenizer
 
     tok = load_tokenizer(str(tiny))

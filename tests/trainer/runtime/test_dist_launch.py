@@ -14,10 +14,9 @@ from pathlib import Path
 import pytest
 from cli_schemas import check
 from support.metrics_file import read_metrics
+from support.toy_world import make_world
 
 from ddai.pipelines.store import read_rollouts
-from ddai.trainer import toy
-from ddai.trainer.tiny import build_tiny
 
 ROOT = Path(__file__).resolve().parents[3]
 FIXTURES = ROOT / "fixtures"
@@ -26,10 +25,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    root = tmp_path_factory.mktemp("dist")
-    data = toy.write_toy(root / "toy")
-    tiny = build_tiny(root / "tiny", texts=[r["messages"] for r in toy.sft_rows()])
-    return root, data, tiny
+    return make_world(tmp_path_factory.mktemp("dist"))
 
 
 def _env() -> dict[str, str]:

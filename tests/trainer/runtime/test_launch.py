@@ -51,39 +51,12 @@ def test_launch_command_runs_the_module_on_n_processes():
 
 
 def test_cli_rejects_a_missing_accelerate_config_with_exit_2(tmp_path):
+    sft = ["train", "sft", "--model", "m", "--data", "d.parquet", "--out", str(tmp_path)]
     res = CliRunner().invoke(
-        app,
-        [
-            "train",
-            "sft",
-            "--model",
-            "m",
-            "--data",
-            "d.parquet",
-            "--out",
-            str(tmp_path),
-            "--launch",
-            "2",
-            "--accelerate-config",
-            str(tmp_path / "none.yaml"),
-        ],
+        app, [*sft, "--launch", "2", "--accelerate-config", str(tmp_path / "none.yaml")]
     )
     assert res.exit_code == 2 and "not found" in res.output
-    res = CliRunner().invoke(
-        app,
-        [
-            "train",
-            "sft",
-            "--model",
-            "m",
-            "--data",
-            "d.parquet",
-            "--out",
-            str(tmp_path),
-            "--accelerate-config",
-            str(CONFIGS / "ddp.yaml"),
-        ],
-    )
+    res = CliRunner().invoke(app, [*sft, "--accelerate-config", str(CONFIGS / "ddp.yaml")])
     assert res.exit_code == 2 and "needs --launch" in res.output
 
 

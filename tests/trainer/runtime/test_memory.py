@@ -7,9 +7,7 @@ sampler, on shapes other than those its constants were measured on)."""
 from __future__ import annotations
 
 import pytest
-import torch
-from oracles.memory_meter import TensorMemoryMeter
-from transformers import Qwen2Config, Qwen2ForCausalLM
+from support.lazy import heavy
 
 from ddai.trainer.runtime.memory_model import (
     ModelShape,
@@ -20,6 +18,10 @@ from ddai.trainer.runtime.memory_model import (
 )
 from ddai.trainer.search.rollout import HFSampler
 
+torch = heavy("torch")
+memory_meter = heavy("oracles.memory_meter")
+transformers = heavy("transformers")
+
 N, SHORT, LONG = 4, 8, 64
 
 
@@ -29,7 +31,7 @@ class Tok:
 
 def _model(vocab, hidden=32, layers=1, heads=2, kv=1):
     torch.manual_seed(0)
-    cfg = Qwen2Config(
+    cfg = transformers.Qwen2Config(
         vocab_size=vocab,
         hidden_size=hidden,
         intermediate_size=2 * hidden,
@@ -37,17 +39,17 @@ def _model(vocab, hidden=32, layers=1, heads=2, kv=1):
         num_attention_heads=heads,
         num_key_value_heads=kv,
     )
-    return Qwen2ForCausalLM(cfg).eval()
+    return transformers.Qwen2ForCausalLM(cfg).eval()
 
 
 def _peak(fn):
-    with TensorMemoryMeter() as m:
+    with memory_meter.TensorMemoryMeter() as m:
         fn()
     return m.peak
 
 
 def test_meter_counts_live_storages_by_hand():
-    with TensorMemoryMeter() as m:
+    with memory_meter.TensorMemoryMeter() as m:
         a = torch.zeros(1000)  # 4000 bytes
         b = torch.zeros(500)  # 2000
         view = b[10:]  # no new storage
@@ -103,8 +105,8 @@ def test_sampler_memory_grows_with_tokens_not_tokens_times_vocab():
 def test_memory_model_weights_grads_optimizer_are_exact(tied):
     model = _model(96, hidden=32, layers=2, heads=4, kv=2)
     if tied:
-        model = Qwen2ForCausalLM(
-            Qwen2Config(**{**model.config.to_dict(), "tie_word_embeddings": True})
+        model = transformers.Qwen2ForCausalLM(
+            transformers.Qwen2Config(**{**model.config.to_dict(), "tie_word_embeddings": True})
         )
     shape = ModelShape.from_config(model.config)
     assert shape.params == sum(p.numel() for p in model.parameters())

@@ -9,8 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
-from transformers import Qwen2Config, Qwen2ForCausalLM
+from support.lazy import heavy
 
 from ddai.trainer.runtime.memory_model import (
     ModelShape,
@@ -27,6 +26,9 @@ from ddai.trainer.runtime.memory_plan import (
     plan,
     strategy_of,
 )
+
+torch = heavy("torch")
+transformers = heavy("transformers")
 
 ROOT = Path(__file__).resolve().parents[3]
 QWEN7B = ROOT / "configs" / "models" / "qwen2.5-7b.json"
@@ -164,7 +166,7 @@ def test_single_process_states_are_the_checked_memory_model():
 
 
 def _tiny(path: Path, tied=False) -> Path:
-    cfg = Qwen2Config(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+    cfg = transformers.Qwen2Config(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=tied)  # fmt: skip
     path.write_text(json.dumps(cfg.to_dict()))
     return path
@@ -179,7 +181,7 @@ def test_meta_counts_equal_a_real_model(tmp_path, lora):
     path = _tiny(tmp_path / "tiny.json", tied=True)
     counts = plan(PlanConfig(model=str(path), lora=lora, accelerate=["single"]))
     torch.manual_seed(0)
-    real = Qwen2ForCausalLM(Qwen2Config(**json.loads(path.read_text())))
+    real = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**json.loads(path.read_text())))
     if lora:
         real = get_peft_model(real, lora_config(r=16, alpha=32, dropout=0.0, target="all-linear"))
     params = {id(p): p for p in real.parameters()}.values()
@@ -188,8 +190,8 @@ def test_meta_counts_equal_a_real_model(tmp_path, lora):
 
 
 def test_kv_cache_term_equals_a_real_cache(tmp_path):
-    cfg = Qwen2Config(**json.loads(_tiny(tmp_path / "t.json").read_text()))
-    model = Qwen2ForCausalLM(cfg).eval()
+    cfg = transformers.Qwen2Config(**json.loads(_tiny(tmp_path / "t.json").read_text()))
+    model = transformers.Qwen2ForCausalLM(cfg).eval()
     N, ctx = 3, 11
     with torch.no_grad():
         cache = model(input_ids=torch.randint(0, 96, (N, ctx)), use_cache=True).past_key_values

@@ -8,6 +8,7 @@ import os
 import re
 
 import pytest
+from support.toy_world import tiny_on_toy
 from typer.testing import CliRunner
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -17,7 +18,6 @@ from cli_schemas import check
 from ddai.cli.app import app
 from ddai.pipelines.store import read_rollouts
 from ddai.trainer import toy
-from ddai.trainer.tiny import TinySpec, build_tiny
 
 runner = CliRunner()
 
@@ -25,8 +25,7 @@ runner = CliRunner()
 @pytest.mark.slow
 def test_eval_on_the_overall_test_set_reports_its_categories(tmp_path, shared):
     data = toy.write_toy(tmp_path / "toy")
-    tiny = build_tiny(tmp_path / "tiny", texts=[r["messages"] for r in toy.sft_rows()],
-                      spec=TinySpec(hidden_size=32))  # fmt: skip
+    tiny = tiny_on_toy(tmp_path / "tiny", hidden_size=32)  # fmt: skip
     test_set = shared / "ddai-data" / "overall_test_crop.parquet"
     logs = tmp_path / "logs"
     args = ["eval", "--model", str(tiny), "--data", str(test_set), "--corpus",

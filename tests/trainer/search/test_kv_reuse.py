@@ -9,9 +9,10 @@ import logging
 import os
 
 import pytest
-import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from support.lazy import heavy
 
 from ddai.pipelines.pages.corpus import Corpus
 from ddai.trainer.modeling import load_policy
@@ -21,6 +22,8 @@ from ddai.trainer.search.kv_reuse import TurnCache, _gather, _Row
 from ddai.trainer.search.rollout import HFSampler, RolloutConfig, run_rollouts, token_truncator
 from ddai.trainer.search.tasks import Task
 from ddai.trainer.tiny import build_tiny
+
+torch = heavy("torch")
 
 SAMPLED = {"temperature": 0.7, "top_k": 20, "top_p": 0.9, "repetition_penalty": 1.3}
 MODES = {"greedy": {"temperature": 0}, "sampled": SAMPLED}

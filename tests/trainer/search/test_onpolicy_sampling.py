@@ -10,29 +10,28 @@ from __future__ import annotations
 import os
 
 import pytest
-import torch
+from support.toy_world import make_world, run_fields
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 from support.backends import ConstantGenerator, RandomJudge
+from support.lazy import heavy
 from support.sampling_reference import recompute_logprobs
 
 from ddai.trainer import toy
 from ddai.trainer.common import TrainConfigError
 from ddai.trainer.search.config import EpisodeConfig, RewardOverrides
 from ddai.trainer.search.sampling import LOGP_FLOOR, SamplingConfig, teacher_forced_logprobs
-from ddai.trainer.tiny import build_tiny
+
+torch = heavy("torch")
 
 PROCESSED = SamplingConfig(temperature=0.9, top_p=0.9, repetition_penalty=1.2)
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    root = tmp_path_factory.mktemp("onpolicy")
-    data = toy.write_toy(root / "toy")
-    tiny = build_tiny(root / "tiny", texts=[r["messages"] for r in toy.sft_rows()])
-    return root, data, tiny
+    return make_world(tmp_path_factory.mktemp("onpolicy"))
 
 
 def test_teacher_forced_logprobs_equal_each_positions_processors(world):
@@ -98,12 +97,7 @@ def _grpo_cfg(world, name, **over):
 
     root, data, tiny = world
     fields = dict(
-        model=str(tiny),
-        data=data / "dataset.parquet",
-        corpus=data / "pages.parquet",
-        output_dir=root / name,
-        logs=root / "logs",
-        run_id=name,
+        **run_fields(tiny, data, root / name, root / "logs", name),
         n_agent=2,
         batch_size=2,
         max_steps=2,

@@ -20,7 +20,7 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 from cli_schemas import check
 from support.fakes_search import FakeSearchServer
-from support.page_images import render_page_images
+from support.page_images import render_page_images, toy_image_corpus
 from support.tiny_vlm import build_tiny_vlm
 from test_trainer_vlm_grpo import TURNS, RecordingServer, Scripted, _decode
 
@@ -38,23 +38,7 @@ runner = CliRunner()
 def image_world(tmp_path_factory):
     """The toy set with its pages drawn as JPEGs and an image corpus over them (with the text)."""
     root = tmp_path_factory.mktemp("pages")
-    data = toy.write_toy(root / "toy")
-    render_page_images(Corpus.load(data / "pages.parquet"), root / "img", ext="jpg")
-    corpus = root / "corpus" / "pages.parquet"
-    res = runner.invoke(
-        app,
-        [
-            "corpus",
-            "build",
-            str(root / "img"),
-            "--out",
-            str(corpus),
-            "--text-from",
-            str(data / "pages.parquet"),
-        ],
-    )
-    assert res.exit_code == 0, res.output
-    return root, data, corpus
+    return root, *toy_image_corpus(root)
 
 
 @pytest.fixture

@@ -8,15 +8,18 @@ from __future__ import annotations
 import os
 
 import pytest
-import torch
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+from support.lazy import heavy
 
 from ddai.trainer import trl_compat
 from ddai.trainer.search import episodes
 from ddai.trainer.search.episodes import SearchRollout
 from ddai.trainer.search.sampling import SamplingConfig
 from ddai.trainer.search.vision import vision_batch
+
+torch = heavy("torch")
 
 IMAGE_ID = 7
 

@@ -9,6 +9,7 @@ import os
 from dataclasses import asdict
 
 import pytest
+from support.toy_world import run_fields, tiny_on_toy
 
 from ddai.trainer.search.config import EpisodeConfig, RewardOverrides
 
@@ -179,19 +180,14 @@ def _grpo(tmp_path, judge, **kw):
     from ddai.trainer.grpo.train import Backends, GRPORunConfig, run_grpo
 
     data = toy.write_toy(tmp_path / "toy")
-    tiny = build_tiny(tmp_path / "tiny", texts=[r["messages"] for r in toy.sft_rows()])
+    tiny = tiny_on_toy(tmp_path / "tiny")
     backends = Backends(
         search=get_backend("search", "local", corpus=toy.corpus(), cache=False),
         generator=ConstantGenerator(),
         judge=judge,
     )
     cfg = GRPORunConfig(
-        model=str(tiny),
-        data=data / "dataset.parquet",
-        corpus=data / "pages.parquet",
-        output_dir=tmp_path / "grpo",
-        logs=tmp_path / "logs",
-        run_id="pf",
+        **run_fields(tiny, data, tmp_path / "grpo", tmp_path / "logs", "pf"),
         n_agent=2,
         batch_size=4,
         max_steps=1,

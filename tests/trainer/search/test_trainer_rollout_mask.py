@@ -10,10 +10,11 @@ from __future__ import annotations
 import os
 
 import pytest
-import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+from support.lazy import heavy
 
 from ddai.pipelines.pages.corpus import Corpus
 from ddai.pipelines.records import tags
@@ -28,6 +29,8 @@ from ddai.trainer.search.rollout import (
 )
 from ddai.trainer.search.tasks import Task
 from ddai.trainer.tiny import build_tiny
+
+torch = heavy("torch")
 
 TURNS = [
     "<think>find the chart</think>\n<search>revenue year</search>",

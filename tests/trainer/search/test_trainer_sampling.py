@@ -8,16 +8,18 @@ from __future__ import annotations
 import os
 
 import pytest
-import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from support.lazy import heavy
 from support.sampling_reference import recompute_logprobs
 
 from ddai.trainer.modeling import load_policy
 from ddai.trainer.search.rollout import HFSampler
 from ddai.trainer.search.sampling import LogprobRecorder, SamplingConfig
 from ddai.trainer.tiny import build_tiny
+
+torch = heavy("torch")
 
 
 @pytest.fixture(scope="module")

@@ -11,12 +11,12 @@ from __future__ import annotations
 import os
 
 import pytest
-import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 from PIL import Image
+from support.lazy import heavy
 from support.tiny_vlm import tiny_vlm
 
 from ddai.pipelines.pages.corpus import Corpus
@@ -30,6 +30,8 @@ from ddai.trainer.search.vision import (
     slice_vision,
     vision_batch,
 )
+
+torch = heavy("torch")
 
 # ChatML whose user content may be typed blocks; an image is Qwen2-VL's placeholder triple.
 TEMPLATE = (

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from support.toy_world import run_fields
 
 from ddai.trainer.search.config import EpisodeConfig, RewardOverrides
 
@@ -138,12 +139,7 @@ def test_grpo_run_generates_through_the_server_and_logs_its_completions(
     with FakeVLLMServer(responder(tok)) as server:
         result = run_grpo(
             GRPORunConfig(
-                model=str(tiny),
-                data=data / "dataset.parquet",
-                corpus=data / "pages.parquet",
-                output_dir=root / "grpo",
-                logs=root / "logs",
-                run_id="vllm_run",
+                **run_fields(tiny, data, root / "grpo", root / "logs", "vllm_run"),
                 n_agent=2,
                 batch_size=4,
                 max_steps=2,
@@ -208,15 +204,16 @@ acc.end_training()
 """
 
 
-@pytest.mark.slow
-def test_two_ranks_generate_through_the_main_process_client(world, tmp_path):
-    import json
+def _two_ranks(world, tmp_path, script_text: str) -> FakeVLLMServer:
+    """``script_text`` run on two CPU processes by ``accelerate launch`` with the fake server's
+    URL, the toy data, the tiny model and ``tmp_path`` as arguments; returns the (closed) server
+    with the requests it got."""
     import subprocess
     import sys
 
     _, data, tiny, tok = world
-    script = tmp_path / "ranks.py"
-    script.write_text(RANKS_SCRIPT, encoding="utf-8")
+    script = tmp_path / "two_ranks.py"
+    script.write_text(script_text, encoding="utf-8")
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu"]
     cmd += ["--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no"]
     cmd += ["--dynamo_backend", "no", "--main_process_port", str(free_port())]
@@ -230,6 +227,15 @@ def test_two_ranks_generate_through_the_main_process_client(world, tmp_path):
             timeout=600,
         )
     assert res.returncode == 0, res.stderr[-3000:]
+    return server
+
+
+@pytest.mark.slow
+def test_two_ranks_generate_through_the_main_process_client(world, tmp_path):
+    import json
+
+    tok = world[3]
+    server = _two_ranks(world, tmp_path, RANKS_SCRIPT)
     r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
     # Turn 1: one request holding both ranks' contexts (rank 0's first); turn 2: rank 1's alone,
     # while rank 0, done, waits it out without a request of its own.
@@ -287,25 +293,7 @@ result = run_grpo(
 def test_grpo_vllm_server_on_two_processes_uses_the_main_process_client(world, tmp_path):
     """The issue's bug: ranks >= 1 have no client (TRL makes it on the main process only) and
     raised AttributeError at the first rollout. Both ranks' episodes now go through rank 0."""
-    import subprocess
-    import sys
-
-    _, data, tiny, tok = world
-    script = tmp_path / "grpo2.py"
-    script.write_text(GRPO_SCRIPT, encoding="utf-8")
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu"]
-    cmd += ["--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no"]
-    cmd += ["--dynamo_backend", "no", "--main_process_port", str(free_port())]
-    env = dict(os.environ, OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")
-    with FakeVLLMServer(responder(tok)) as server:
-        res = subprocess.run(
-            [*cmd, str(script), server.url, str(data), str(tiny), str(tmp_path)],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-    assert res.returncode == 0, res.stderr[-3000:]
+    server = _two_ranks(world, tmp_path, GRPO_SCRIPT)
     # The preflight (2 prompts × 2 rollouts per rank), then one step (4 rollouts per rank), two
     # turns each: every request carries both ranks' episodes.
     assert [len(r["prompt"]) for r in server.requests] == [8, 8, 8, 8]

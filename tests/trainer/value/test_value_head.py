@@ -6,26 +6,18 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
-from transformers import Qwen2Config, Qwen2Model
+from support.lazy import heavy
 
 from ddai.trainer.tiny import TinySpec, build_tiny
-from ddai.trainer.value.model import (
-    CONFIG_FILE,
-    TRUNK_DIR,
-    LinearValueHead,
-    MLPValueHead,
-    ValueModel,
-    build_head,
-    load_value_model,
-    new_value_model,
-    save_value_model,
-)
+
+torch = heavy("torch")
+transformers = heavy("transformers")
+trainer_value_model = heavy("ddai.trainer.value.model")
 
 
-def trunk(layers: int = 4) -> Qwen2Model:
+def trunk(layers: int = 4) -> transformers.Qwen2Model:
     torch.manual_seed(0)
-    cfg = Qwen2Config(
+    cfg = transformers.Qwen2Config(
         vocab_size=64,
         hidden_size=32,
         intermediate_size=64,
@@ -33,32 +25,43 @@ def trunk(layers: int = 4) -> Qwen2Model:
         num_attention_heads=4,
         num_key_value_heads=2,
     )
-    return Qwen2Model(cfg)
+    return transformers.Qwen2Model(cfg)
 
 
-def value_model(unfreeze: int, head: str = "linear") -> ValueModel:
-    return ValueModel(trunk(), build_head(head, 32), head_type=head, unfreeze=unfreeze, dropout=0.1)
+def value_model(unfreeze: int, head: str = "linear") -> trainer_value_model.ValueModel:
+    return trainer_value_model.ValueModel(
+        trunk(),
+        trainer_value_model.build_head(head, 32),
+        head_type=head,
+        unfreeze=unfreeze,
+        dropout=0.1,
+    )
 
 
-def backward_once(model: ValueModel) -> None:
+def backward_once(model: trainer_value_model.ValueModel) -> None:
     ids = torch.randint(0, 64, (2, 7), generator=torch.Generator().manual_seed(0))
     model(ids, torch.ones_like(ids)).sum().backward()
 
 
-def with_grad(model: ValueModel) -> set[str]:
+def with_grad(model: trainer_value_model.ValueModel) -> set[str]:
     return {n for n, p in model.named_parameters() if p.grad is not None and p.grad.abs().sum() > 0}
 
 
 def test_heads_have_the_planned_shapes():
-    lin, mlp = build_head("linear", 32), build_head("mlp", 32)
-    assert isinstance(lin, LinearValueHead) and isinstance(mlp, MLPValueHead)
+    lin, mlp = (
+        trainer_value_model.build_head("linear", 32),
+        trainer_value_model.build_head("mlp", 32),
+    )
+    assert isinstance(lin, trainer_value_model.LinearValueHead) and isinstance(
+        mlp, trainer_value_model.MLPValueHead
+    )
     assert sum(p.numel() for p in lin.parameters()) == 33  # 32 weights + bias
     widths = [m.out_features for m in mlp.modules() if isinstance(m, torch.nn.Linear)]
     assert widths == [512, 256, 1]
     assert any(isinstance(m, torch.nn.Dropout) for m in mlp.modules())
     assert lin(torch.zeros(3, 5, 32)).shape == (3, 5)
     with pytest.raises(ValueError, match="known: linear, mlp"):
-        build_head("tree", 32)
+        trainer_value_model.build_head("tree", 32)
 
 
 def test_unfreeze_zero_gives_the_trunk_no_gradient():
@@ -124,20 +127,22 @@ def tiny(tmp_path_factory):
 
 @pytest.mark.parametrize(("head", "unfreeze"), [("mlp", 0), ("linear", 1)])
 def test_checkpoint_records_head_type_and_loads_back(tiny, tmp_path, head, unfreeze):
-    model, tok = new_value_model(str(tiny), head_type=head, unfreeze=unfreeze, seed=3)
+    model, tok = trainer_value_model.new_value_model(
+        str(tiny), head_type=head, unfreeze=unfreeze, seed=3
+    )
     with torch.no_grad():  # make head and top layer differ from any fresh initialisation
         for p in model.head.parameters():
             p.add_(0.05)
         if unfreeze:
             model.trunk.layers[-1].mlp.down_proj.weight.mul_(1.5)
-    out = save_value_model(model, tok, tmp_path / "ckpt", source=str(tiny))
-    cfg = json.loads((out / CONFIG_FILE).read_text())
+    out = trainer_value_model.save_value_model(model, tok, tmp_path / "ckpt", source=str(tiny))
+    cfg = json.loads((out / trainer_value_model.CONFIG_FILE).read_text())
     assert cfg["head_type"] == head and cfg["unfreeze"] == unfreeze and cfg["hidden_size"] == 32
     # A trained trunk is stored inside the checkpoint; an untouched one is referenced.
-    assert (cfg["trunk"] == TRUNK_DIR) == bool(unfreeze) and (out / TRUNK_DIR).is_dir() == bool(
-        unfreeze
-    )
-    loaded, tok2 = load_value_model(out)
+    assert (cfg["trunk"] == trainer_value_model.TRUNK_DIR) == bool(unfreeze) and (
+        out / trainer_value_model.TRUNK_DIR
+    ).is_dir() == bool(unfreeze)
+    loaded, tok2 = trainer_value_model.load_value_model(out)
     assert loaded.head_type == head and type(loaded.head) is type(model.head)
     ids = torch.tensor([tok.encode("<think>a</think><search>q</search>")])
     model.eval(), loaded.eval()
@@ -145,6 +150,6 @@ def test_checkpoint_records_head_type_and_loads_back(tiny, tmp_path, head, unfre
         loaded(ids, torch.ones_like(ids)), model(ids, torch.ones_like(ids)), atol=1e-6
     )
     assert tok2.encode("<think>") == tok.encode("<think>")
-    assert load_value_model(out, unfreeze=2)[0].unfreeze == 2
+    assert trainer_value_model.load_value_model(out, unfreeze=2)[0].unfreeze == 2
     with pytest.raises(FileNotFoundError, match="ddai train value"):
-        load_value_model(tmp_path)
+        trainer_value_model.load_value_model(tmp_path)

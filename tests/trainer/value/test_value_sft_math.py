@@ -5,12 +5,11 @@ from __future__ import annotations
 import math
 
 import pytest
-import torch
-from oracles.value import token_ce
+from support.lazy import heavy
 
-from ddai.trainer.value import sft_math as vsm
-
-SEED = vsm.TDWeightConfig()  # β 1, clip [0.1, 2], γ 1, λ 1
+vsm = heavy("ddai.trainer.value.sft_math")
+torch = heavy("torch")
+value = heavy("oracles.value")
 
 
 def two_samples():
@@ -23,8 +22,9 @@ def two_samples():
 
 
 def test_seed_defaults():
-    assert (SEED.beta, SEED.weight_clip_min, SEED.weight_clip_max) == (1.0, 0.1, 2.0)
-    assert (SEED.gamma, SEED.lam) == (1.0, 1.0)
+    seed = vsm.TDWeightConfig()  # β 1, clip [0.1, 2], γ 1, λ 1
+    assert (seed.beta, seed.weight_clip_min, seed.weight_clip_max) == (1.0, 0.1, 2.0)
+    assert (seed.gamma, seed.lam) == (1.0, 1.0)
 
 
 def test_td_errors_are_the_monte_carlo_error_when_gamma_lambda_are_one():
@@ -37,12 +37,12 @@ def test_td_errors_are_the_monte_carlo_error_when_gamma_lambda_are_one():
 
 def test_td_weights_match_the_seed_formula_on_two_samples():
     values, rewards, mask, correct = two_samples()
-    w, ce_mask = vsm.td_weights(values, rewards, mask, correct, SEED)
+    w, ce_mask = vsm.td_weights(values, rewards, mask, correct, vsm.TDWeightConfig())
     # Correct row: clip(exp(δ/1), 0.1, 2): exp(0.1), exp(0.5), masked 0, exp(1.5)=4.48 → 2.0.
     want = torch.tensor([[math.exp(0.1), math.exp(0.5), 0.0, 2.0], [0.0, 0.0, 0.0, 0.0]])
     assert torch.allclose(w, want, atol=1e-6)
     assert ce_mask.tolist() == [[1, 1, 0, 1], [0, 0, 0, 0]]  # the wrong row gets no CE
-    stats = vsm.weight_stats(w, ce_mask, SEED)
+    stats = vsm.weight_stats(w, ce_mask, vsm.TDWeightConfig())
     assert stats["joint/weight_mean"] == pytest.approx((math.exp(0.1) + math.exp(0.5) + 2) / 3)
     assert stats["joint/clip_high"] == pytest.approx(1 / 3)
     assert stats["joint/clip_low"] == 0.0
@@ -70,14 +70,16 @@ def test_td_errors_with_lambda_zero_are_one_step():
 
 def test_weights_carry_no_gradient():
     values = torch.tensor([[0.2, 0.4]], requires_grad=True)
-    w, _ = vsm.td_weights(values, torch.tensor([1.0]), torch.ones(1, 2), torch.tensor([True]), SEED)
+    w, _ = vsm.td_weights(
+        values, torch.tensor([1.0]), torch.ones(1, 2), torch.tensor([True]), vsm.TDWeightConfig()
+    )
     assert not w.requires_grad
 
 
 def test_weighted_ce_and_joint_loss():
     ce = torch.tensor([[1.0, 2.0, 9.0, 3.0], [4.0, 4.0, 4.0, 4.0]])
     values, rewards, mask, correct = two_samples()
-    w, ce_mask = vsm.td_weights(values, rewards, mask, correct, SEED)
+    w, ce_mask = vsm.td_weights(values, rewards, mask, correct, vsm.TDWeightConfig())
     got = vsm.weighted_ce(ce, w, ce_mask)
     want = (math.exp(0.1) * 1 + math.exp(0.5) * 2 + 2.0 * 3) / 3
     assert got.item() == pytest.approx(want)
@@ -87,7 +89,7 @@ def test_weighted_ce_and_joint_loss():
 
 def test_token_ce():
     logits = torch.log(torch.tensor([[[0.5, 0.25, 0.25], [0.1, 0.1, 0.8]]]))
-    ce = token_ce(logits, torch.tensor([[0, 2]]))
+    ce = value.token_ce(logits, torch.tensor([[0, 2]]))
     assert torch.allclose(ce, torch.tensor([[math.log(2), -math.log(0.8)]]), atol=1e-6)
 
 
@@ -119,7 +121,7 @@ def _ce_case(dtype, V=301, H=24, B=3, T=11, seed=0):
 def test_chunked_token_ce_equals_the_full_vocabulary_reference(chunk):
     hidden, head, targets, mask = _ce_case(torch.float32)
     got = vsm.chunked_token_ce(hidden, head, targets, mask, chunk=chunk)
-    want = token_ce(head(hidden), targets) * mask
+    want = value.token_ce(head(hidden), targets) * mask
     assert torch.allclose(got, want, atol=1e-5, rtol=1e-6)
     assert torch.all(got[mask == 0] == 0)
     w = torch.rand(mask.shape, generator=torch.Generator().manual_seed(1))
@@ -133,7 +135,7 @@ def test_chunked_token_ce_in_bf16_matches_the_float32_reference_of_the_same_logi
     hidden, head, targets, mask = _ce_case(torch.bfloat16, V=4096)
     got = vsm.chunked_token_ce(hidden, head, targets, mask, chunk=8)
     assert got.dtype == torch.float32
-    want = token_ce(head(hidden), targets) * mask  # the bf16 logits, upcast whole
+    want = value.token_ce(head(hidden), targets) * mask  # the bf16 logits, upcast whole
     assert (got - want).abs().max() < 2e-3 * want.abs().max()
 
 
@@ -150,7 +152,7 @@ def test_chunked_token_ce_memory_grows_with_the_chunk_not_the_tokens():
             if chunked:
                 ce = vsm.chunked_token_ce(hidden, head, targets, mask, chunk=chunk)
             else:
-                ce = token_ce(head(hidden), targets)
+                ce = value.token_ce(head(hidden), targets)
             ce.sum().backward()
         return m.peak
 

@@ -7,20 +7,19 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
 from cli_schemas import check
+from support.lazy import heavy
+from support.toy_world import curriculum_world
 from typer.testing import CliRunner
 
 from ddai.cli.app import app
-from ddai.pipelines.store import write_run
-from ddai.trainer.tiny import TinySpec, build_tiny, read_texts
-from ddai.trainer.value import sft as vs
-from ddai.trainer.value.data import tokenize_rollouts
-from ddai.trainer.value.model import load_value_model
-from ddai.trainer.value.rows import read_rows as _read_rows
-from ddai.trainer.value.rows import split_data
 
-FIXTURES = Path(__file__).parents[3] / "fixtures"
+vs = heavy("ddai.trainer.value.sft")
+torch = heavy("torch")
+value_data = heavy("ddai.trainer.value.data")
+value_model = heavy("ddai.trainer.value.model")
+value_rows = heavy("ddai.trainer.value.rows")
+
 runner = CliRunner()
 SYSTEM = "You are a search agent."
 
@@ -32,15 +31,7 @@ def said(res) -> str:
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     root = tmp_path_factory.mktemp("vsft")
-    src = FIXTURES / "logs" / "curriculum.jsonl"
-    rows = [json.loads(line) for line in src.read_text("utf-8").splitlines()]
-    write_run(root / "logs", "cur", rows, sources=[{"path": str(src)}])
-    tiny = build_tiny(
-        root / "tiny",
-        texts=read_texts([src]),
-        spec=TinySpec(vocab_size=1024, hidden_size=32, num_hidden_layers=2),
-    )
-    (root / "system.txt").write_text(SYSTEM, encoding="utf-8")
+    tiny = curriculum_world(root, SYSTEM)
     critic = root / "critic"
     res = runner.invoke(
         app,
@@ -94,22 +85,34 @@ def test_joint_stage_lowers_value_loss_and_weighted_ce(world, tmp_path):
     from transformers import AutoModelForCausalLM
 
     AutoModelForCausalLM.from_pretrained(out)
-    crit, _ = load_value_model(out / vs.CRITIC_DIR)
+    crit, _ = value_model.load_value_model(out / vs.CRITIC_DIR)
     assert crit.head_type == "linear"
+
+
+def _cfg(world, out, **kw):
+    """The joint stage's config on ``world`` writing to ``out``, no held-out prompts."""
+    root, tiny, critic = world
+    return vs.ValueSFTConfig(
+        model=str(tiny),
+        critic=str(critic),
+        output_dir=out,
+        logs=root / "logs",
+        val_fraction=0,
+        **kw,
+    )
 
 
 def _fixed_batch(world, cfg: vs.ValueSFTConfig):
     model, tok = vs.load_joint(cfg)
-    items = tokenize_rollouts(_read_rows(cfg), tok, system_prompt=SYSTEM, max_length=256).rollouts
-    data = split_data(items, cfg)
+    items = value_data.tokenize_rollouts(
+        value_rows.read_rows(cfg), tok, system_prompt=SYSTEM, max_length=256
+    ).rollouts
+    data = value_rows.split_data(items, cfg)
     return model, tok, data
 
 
 def test_value_loss_coef_scales_the_value_gradient(world, tmp_path):
-    root, tiny, critic = world
-    cfg = vs.ValueSFTConfig(
-        model=str(tiny), critic=str(critic), output_dir=tmp_path, logs=root / "logs", val_fraction=0
-    )
+    cfg = _cfg(world, tmp_path)
     model, tok, data = _fixed_batch(world, cfg)
     model.eval()  # no dropout: the three passes see the same function
 
@@ -134,15 +137,7 @@ def test_value_loss_coef_scales_the_value_gradient(world, tmp_path):
 
 
 def test_value_head_only_keeps_the_value_loss_off_the_trunk(world, tmp_path):
-    root, tiny, critic = world
-    cfg = vs.ValueSFTConfig(
-        model=str(tiny),
-        critic=str(critic),
-        output_dir=tmp_path,
-        logs=root / "logs",
-        val_fraction=0,
-        value_trunk_grad=False,
-    )
+    cfg = _cfg(world, tmp_path, value_trunk_grad=False)
     model, tok, data = _fixed_batch(world, cfg)
     model.eval()
     top = model.lm.base_model.layers[-1].mlp.down_proj.weight
@@ -159,7 +154,7 @@ def test_critic_trunk_replaces_the_policy_trunk(world, tmp_path):
     _root, tiny, critic = world
     cfg = vs.ValueSFTConfig(model=str(tiny), critic=str(critic), output_dir=tmp_path)
     model, _ = vs.load_joint(cfg)
-    crit, _ = load_value_model(critic)
+    crit, _ = value_model.load_value_model(critic)
     want = crit.trunk.layers[-1].mlp.down_proj.weight
     assert torch.equal(model.lm.base_model.layers[-1].mlp.down_proj.weight, want)
 
@@ -187,16 +182,7 @@ def test_a_plain_model_as_critic_is_refused(world, tmp_path):
 
 
 def test_mc_only_value_loss_is_the_scaled_mse(world, tmp_path):
-    root, tiny, critic = world
-    cfg = vs.ValueSFTConfig(
-        model=str(tiny),
-        critic=str(critic),
-        output_dir=tmp_path,
-        logs=root / "logs",
-        val_fraction=0,
-        pairwise_coef=0.0,
-        mc_coef=0.5,
-    )
+    cfg = _cfg(world, tmp_path, pairwise_coef=0.0, mc_coef=0.5)
     model, tok, data = _fixed_batch(world, cfg)
     model.eval()
     idx = [i for i, r in enumerate(data.train) if r.success][:1] + [
@@ -229,7 +215,7 @@ def _prompts(world) -> set[str]:
     cfg = vs.ValueSFTConfig(
         model=str(tiny), critic=str(critic), output_dir=root, logs=root / "logs"
     )
-    return {r["uid"] for r in _read_rows(cfg)}
+    return {r["uid"] for r in value_rows.read_rows(cfg)}
 
 
 def test_value_sft_holds_out_the_critics_prompts(world, tmp_path):
@@ -252,7 +238,9 @@ def test_value_sft_holds_out_the_critics_prompts(world, tmp_path):
         model=str(tiny), critic=str(critic), output_dir=tmp_path, logs=root / "logs"
     )
     _, tok = vs.load_joint(cfg)
-    items = tokenize_rollouts(_read_rows(cfg), tok, system_prompt=SYSTEM, max_length=256).rollouts
+    items = value_data.tokenize_rollouts(
+        value_rows.read_rows(cfg), tok, system_prompt=SYSTEM, max_length=256
+    ).rollouts
     assert list(compute_split(items, 0.2, 0).held_out) == critic_held
     assert list(compute_split(items, 0.2, 42).held_out) != critic_held
 
