@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from ddai.cli.app import app
 from ddai.pipelines import store
 from ddai.pipelines.backends import rejudge as rejudge_mod
+from ddai.pipelines.store import objstore
 from ddai.pipelines.store.side_log import read_rows
 from ddai.trainer.search.logrows import RolloutLog
 

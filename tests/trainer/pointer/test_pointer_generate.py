@@ -16,6 +16,7 @@ from ddai.pipelines.pointer.embed import EmbedConfig, run_embed
 from ddai.pipelines.pointer.records import read_raw
 from ddai.pipelines.pointer.store import load_store
 from ddai.pipelines.pointer.world import WorldConfig, make_world, write_world
+from ddai.pipelines.store import manifest
 
 torch = heavy("torch")
 generate = heavy("ddai.trainer.pointer.generate")
