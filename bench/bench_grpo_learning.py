@@ -140,8 +140,8 @@ def first_page_shares(logs: Path, run: str) -> dict[str, float]:
 def train_and_eval(args: argparse.Namespace, work: Path, sft: Path, arm: str, seed: int) -> dict:
     """One arm, one seed: GRPO on the train questions, then rollouts on the held-out ones."""
     from ddai.trainer import learn_task
+    from ddai.trainer.episode.collect import run_collect
     from ddai.trainer.grpo.train import run_grpo
-    from ddai.trainer.search.collect import run_collect
 
     name = arm.replace("@", "-")
     cfg = learn_task.grpo_config(

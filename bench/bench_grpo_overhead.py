@@ -47,7 +47,7 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 from transformers import TrainerCallback
 
-from ddai.trainer.search.config import EpisodeConfig, RewardOverrides
+from ddai.trainer.episode.config import EpisodeConfig, RewardOverrides
 
 TARGET = 1.15
 """ddai's wall seconds per policy token may be at most this multiple of plain TRL's."""

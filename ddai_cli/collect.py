@@ -28,7 +28,7 @@ from ddai.cli.running import (
     run_or_fail,
     sub_app,
 )
-from ddai.trainer.search.collect import CollectConfig
+from ddai.trainer.episode.collect import CollectConfig
 
 COLLECT_FLAGS = config_flags(
     CollectConfig,
@@ -89,7 +89,7 @@ def train_collect_command(
     """Roll out a policy over a prompt set and log the scored episodes, without training; exits 1
     when every search failed or no rollout could be scored."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from ddai.trainer.search.collect import run_collect
+    from ddai.trainer.episode.collect import run_collect
 
     require_inputs(data, corpus)
     refuse_existing_run("ddai train collect", logs, run_id, append=append)

@@ -30,7 +30,7 @@ from ddai.cli.common import (
     print_rows,
     summary,
 )
-from ddai.cli.flags import default_of  # options would load the episode configs (trainer.search)
+from ddai.cli.flags import default_of  # options would load the episode configs (trainer.episode)
 from ddai.pipelines.funnel import configs
 from ddai.pipelines.records.lazy import lazy_module
 from ddai.pipelines.store import workspace

@@ -22,7 +22,7 @@ from ddai.cli.common import (
     fail,
     summary,
 )
-from ddai.cli.flags import default_of  # options would load the episode configs (trainer.search)
+from ddai.cli.flags import default_of  # options would load the episode configs (trainer.episode)
 from ddai.pipelines.distill import (
     FORMATS,
     CheckConfig,

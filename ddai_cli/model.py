@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from ddai.cli.common import JsonOpt, bad_input_exits, summary
-from ddai.cli.flags import default_of  # options would load the episode configs (trainer.search)
+from ddai.cli.flags import default_of  # options would load the episode configs (trainer.episode)
 from ddai.trainer.tiny import TinySpec
 
 

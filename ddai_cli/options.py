@@ -5,7 +5,7 @@ Every default is read from a config dataclass (``default_of``), so a flag's defa
 definition; ``tests/cli/test_cli_train_defaults.py`` checks that every training command's defaults
 equal its dataclass's. The episode, reward and backend flags of ``train grpo``/``ppo``/``collect``
 are three groups (``episode_options``, ``reward_options``, ``backend_options``) that build the
-nested configs of ``ddai.trainer.search.config``, and ``lora_flags`` the LoRA fields of a run
+nested configs of ``ddai.trainer.episode.config``, and ``lora_flags`` the LoRA fields of a run
 config; ``run_flags`` (``--model``, ``--out-dir``, ``--dtype``, ``--seed``), ``device_options``
 (``--launch``, ``--accelerate-config``), ``trl_flags`` (``train sft``/``grpo``'s TRL knobs) and
 ``preflight_flags`` are the flags several training commands spell the same, declared once.
@@ -24,7 +24,7 @@ import typer
 
 from ddai.cli.common import check_run_ids, fail
 from ddai.cli.flags import config_flags, default_of, with_groups
-from ddai.trainer.search.config import EpisodeBackends, EpisodeConfig, RewardOverrides
+from ddai.trainer.episode.config import EpisodeBackends, EpisodeConfig, RewardOverrides
 
 MODEL_HELP = "Starting model: a local folder or a hub id (loaded with from_pretrained)."
 OUT_HELP = "Output folder: checkpoints, metrics and the final model."

@@ -19,7 +19,7 @@ from ddai.cli.common import (
     summary,
 )
 from ddai.cli.fields import field_opt
-from ddai.cli.flags import default_of  # options would load the episode configs (trainer.search)
+from ddai.cli.flags import default_of  # options would load the episode configs (trainer.episode)
 from ddai.pipelines.store import workspace
 from ddai.reports.config import ReportConfig
 

@@ -46,7 +46,7 @@ def refuse_existing_run(
     if run_id not in list_runs(store):
         return
     if append:
-        from ddai.trainer.search.logrows import logged_steps
+        from ddai.trainer.episode.logrows import logged_steps
 
         steps = logged_steps(run_manifest(store, run_id))
         if steps and command != "ddai train collect":

@@ -110,12 +110,12 @@ def test_layers_import_downward_only(src, dst):
 
 
 def test_ppo_and_collect_never_enter_the_grpo_room():
-    for name in ("ddai.trainer.ppo.train", "ddai.trainer.search.collect"):
+    for name in ("ddai.trainer.ppo.train", "ddai.trainer.episode.collect"):
         assert not any(d.startswith("ddai.trainer.grpo") for d in GRAPH[name]), name
 
 
 def test_trainer_is_split_into_rooms():
-    for room in ("search", "grpo", "ppo", "value", "sft", "pointer", "runtime"):
+    for room in ("episode", "grpo", "ppo", "value", "sft", "pointer", "runtime"):
         assert f"ddai.trainer.{room}" in MODULES, room
 
 
@@ -143,7 +143,7 @@ def test_architecture_md_paths_exist():
 
 
 def test_ppo_and_collect_reach_no_grpo_module_through_any_import():
-    # transitively, function-level imports included: the shared scoring store lives in search/
+    # transitively, function-level imports included: the shared scoring store lives in episode/
     def reach(start: str) -> set[str]:
         seen, todo = set(), [start]
         while todo:
@@ -152,9 +152,9 @@ def test_ppo_and_collect_reach_no_grpo_module_through_any_import():
                 todo.append(d)
         return seen
 
-    for name in ("ddai.trainer.ppo.train", "ddai.trainer.search.collect"):
+    for name in ("ddai.trainer.ppo.train", "ddai.trainer.episode.collect"):
         assert not any(d.startswith("ddai.trainer.grpo") for d in reach(name)), name
-    assert "ddai.trainer.search.scoring" in reach("ddai.trainer.ppo.train")
+    assert "ddai.trainer.episode.scoring" in reach("ddai.trainer.ppo.train")
 
 
 PACKAGES = sorted({"ddai"} | {n for n, p in MODULES.items() if p.name == "__init__.py"})

@@ -38,7 +38,7 @@ from ddai.pipelines.records import metrics
 from ddai.pipelines.records.lazy import lazy_module
 from ddai.pipelines.store import io
 from ddai.trainer import toy
-from ddai.trainer.search.config import EpisodeConfig, RewardOverrides
+from ddai.trainer.episode.config import EpisodeConfig, RewardOverrides
 
 pa = lazy_module("pyarrow")
 
@@ -322,7 +322,7 @@ def collect_config(
 ) -> Any:
     """Rollouts of ``model`` on every question of ``split`` (``n_agent`` each), no training: the
     evaluation of a trained model or of the start, sampled as in training (temperature 1)."""
-    from ddai.trainer.search.collect import CollectConfig
+    from ddai.trainer.episode.collect import CollectConfig
 
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; use one of {', '.join(SPLITS)}")

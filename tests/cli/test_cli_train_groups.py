@@ -103,7 +103,7 @@ def test_train_collect_flags_reach_the_nested_and_own_fields(monkeypatch, inputs
     args, _ = inputs
     cfg = _captured(
         monkeypatch,
-        "ddai.trainer.search.collect",
+        "ddai.trainer.episode.collect",
         "run_collect",
         ["train", "collect", *args, *EPISODE_FLAGS, "--top-k", "5", "--json"],
     )

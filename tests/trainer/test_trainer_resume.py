@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from ddai.trainer.search.config import EpisodeConfig, RewardOverrides
+from ddai.trainer.episode.config import EpisodeConfig, RewardOverrides
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 

@@ -1,5 +1,5 @@
 """``ddai train grpo``'s settings: the run config (its episode, reward and backend settings nested
-from ``ddai.trainer.search.config``), the optimiser presets, and the TRL ``GRPOConfig``
+from ``ddai.trainer.episode.config``), the optimiser presets, and the TRL ``GRPOConfig``
 built from defaults < preset < config file < flags < ``--set``.
 """
 
@@ -11,14 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from ddai.trainer import common
-from ddai.trainer.search.config import (
+from ddai.trainer.episode.config import (
     EpisodeBackends,
     EpisodeConfig,
     EpisodeSettings,
     PageSettings,
     RewardOverrides,
 )
-from ddai.trainer.search.run_result import LoggedRunResult
+from ddai.trainer.episode.run_result import LoggedRunResult
 
 # Seed 000's focused-round optimiser: sequence-level ratio (GSPO), clip 3e-4/4e-4, lr 1e-6, no KL,
 # no entropy bonus, and its mini-batch structure: verl's ``ppo_mini_batch_size=8`` prompts out of a
@@ -118,7 +118,7 @@ class GRPORunConfig(EpisodeSettings, PageSettings):
     config_file: Path | None = None
     overrides: dict[str, Any] = field(default_factory=dict)
     skip_preflight: bool = False
-    """Train without the preflight checks (``ddai.trainer.search.preflight``); recorded in the run config."""
+    """Train without the preflight checks (``ddai.trainer.episode.preflight``); recorded in the run config."""
     preflight_prompts: int = 2
     """Prompts whose ``n_agent`` episodes the preflight samples (and 4× as many for search)."""
 

@@ -1,5 +1,5 @@
 """``ddai train ppo``'s settings: the run config (its episode, reward and backend settings nested
-from ``ddai.trainer.search.config``, as in ``GRPORunConfig``) with its checks, and the result.
+from ``ddai.trainer.episode.config``, as in ``GRPORunConfig``) with its checks, and the result.
 Imports no torch, so the CLI reads its defaults (and the help of most flags) from here.
 """
 
@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from ddai.trainer.common import TrainConfigError
-from ddai.trainer.search.config import EpisodeSettings, PageSettings
-from ddai.trainer.search.run_result import LoggedRunResult
+from ddai.trainer.episode.config import EpisodeSettings, PageSettings
+from ddai.trainer.episode.run_result import LoggedRunResult
 
 KL_MODES = ("reward", "loss")
 """Where the reference KL goes: ``reward`` folds ``−β·KL_t`` into the per-token rewards (seed
@@ -123,7 +123,7 @@ class PPORunConfig(EpisodeSettings, PageSettings):
     seed: int = 0
     progress: bool = True
     skip_preflight: bool = False
-    """Train without the preflight checks (``ddai.trainer.search.preflight``); recorded in the run config."""
+    """Train without the preflight checks (``ddai.trainer.episode.preflight``); recorded in the run config."""
     preflight_prompts: int = 2
     """Prompts whose ``n_agent`` episodes the preflight samples (and 4× as many for search)."""
 

@@ -15,8 +15,8 @@ from ddai.pipelines import store
 from ddai.pipelines.backends import rejudge as rejudge_mod
 from ddai.pipelines.store import objstore
 from ddai.pipelines.store.side_log import read_rows
+from ddai.trainer.episode.logrows import RolloutLog
 from ddai.trainer.runtime.train_metrics import TrainMetricsLog, side_table_path
-from ddai.trainer.search.logrows import RolloutLog
 
 runner = CliRunner()
 

@@ -9,8 +9,8 @@ from types import SimpleNamespace
 
 from ddai.pipelines import store
 from ddai.pipelines.store.side_log import SideLog, read_rows, side_path
+from ddai.trainer.episode.logrows import RolloutLog, logged_steps
 from ddai.trainer.runtime.train_metrics import TrainMetricsLog, side_table_path
-from ddai.trainer.search.logrows import RolloutLog, logged_steps
 
 
 def _rows(step: int) -> list[dict]:

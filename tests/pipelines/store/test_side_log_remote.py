@@ -19,8 +19,8 @@ from ddai.cli.app import app
 from ddai.pipelines import store
 from ddai.pipelines.store import objstore, side_log
 from ddai.reports.sections import training
+from ddai.trainer.episode.logrows import RolloutLog
 from ddai.trainer.runtime.train_metrics import TABLE, TrainMetricsLog, side_table_path
-from ddai.trainer.search.logrows import RolloutLog
 
 STEPS = 30
 

@@ -19,8 +19,8 @@ from ddai.cli.app import app
 from ddai.pipelines import store
 from ddai.pipelines.backends import rejudge as rejudge_mod
 from ddai.pipelines.ingest import IngestConfig, ingest
+from ddai.trainer.episode.logrows import RolloutLog
 from ddai.trainer.runtime.train_metrics import TrainMetricsLog, side_table_path
-from ddai.trainer.search.logrows import RolloutLog
 
 runner = CliRunner()
 RUN = "exp1"

@@ -17,7 +17,7 @@ from support.backends import ConstantGenerator, RandomJudge
 
 from ddai.cli.running import clip_inert
 from ddai.trainer import toy
-from ddai.trainer.search.config import EpisodeConfig, RewardOverrides
+from ddai.trainer.episode.config import EpisodeConfig, RewardOverrides
 from ddai.trainer.tiny import build_tiny
 
 

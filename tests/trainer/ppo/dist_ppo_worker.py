@@ -21,10 +21,10 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 from ddai.pipelines.backends import JudgeResult
 from ddai.trainer import toy
+from ddai.trainer.episode.config import EpisodeConfig, RewardOverrides
 from ddai.trainer.ppo import sharding
 from ddai.trainer.ppo import train as ppo
 from ddai.trainer.runtime import dist
-from ddai.trainer.search.config import EpisodeConfig, RewardOverrides
 
 
 class HashJudge:

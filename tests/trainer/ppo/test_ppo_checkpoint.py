@@ -15,9 +15,9 @@ from ddai.cli.app import app
 from ddai.pipelines.store import read_rollouts, write_run
 from ddai.trainer import toy
 from ddai.trainer.common import TrainConfigError
+from ddai.trainer.episode.config import EpisodeConfig, RewardOverrides
 from ddai.trainer.ppo import checkpoint as ck
 from ddai.trainer.ppo.train import PPORunConfig, run_ppo
-from ddai.trainer.search.config import EpisodeConfig, RewardOverrides
 from ddai.trainer.tiny import TinySpec, build_tiny
 
 runner = CliRunner()

@@ -13,10 +13,10 @@ from safetensors.torch import load_file
 
 from ddai.pipelines.store import read_rollouts
 from ddai.trainer import toy
+from ddai.trainer.episode.config import EpisodeConfig, RewardOverrides
 from ddai.trainer.ppo import checkpoint as ck
 from ddai.trainer.ppo.rng import PromptOrder, restore_rng, rng_state
 from ddai.trainer.ppo.train import PPORunConfig, run_ppo
-from ddai.trainer.search.config import EpisodeConfig, RewardOverrides
 from ddai.trainer.tiny import TinySpec, build_tiny
 
 

@@ -14,9 +14,9 @@ from typer.testing import CliRunner
 from ddai.cli.app import app
 from ddai.pipelines.store import read_rollouts
 from ddai.trainer import toy
+from ddai.trainer.episode.config import EpisodeConfig, RewardOverrides
 from ddai.trainer.ppo import train as ppo
 from ddai.trainer.ppo.train import PPORunConfig, make_experience, run_ppo
-from ddai.trainer.search.config import EpisodeConfig, RewardOverrides
 from ddai.trainer.tiny import TinySpec, build_tiny
 from ddai.trainer.value.data import pad_batch
 from ddai.trainer.value.model import load_value_model

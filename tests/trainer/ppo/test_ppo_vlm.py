@@ -19,10 +19,10 @@ import torch
 from PIL import Image
 from support.tiny_vlm import build_tiny_vlm
 
+from ddai.trainer.episode.vision import VisionObservationFormat, vision_batch
 from ddai.trainer.modeling import load_vision_model
 from ddai.trainer.ppo import train as ppo
 from ddai.trainer.ppo.config import PPORunConfig
-from ddai.trainer.search.vision import VisionObservationFormat, vision_batch
 from ddai.trainer.trl_compat import disable_dropout
 from ddai.trainer.value.data import pad_batch
 from ddai.trainer.value.model import new_value_model

@@ -4,10 +4,10 @@ sampler's collectives) until no rank has a live episode."""
 from __future__ import annotations
 
 from ddai.trainer import toy
+from ddai.trainer.episode.env import EnvConfig, SearchEnv
+from ddai.trainer.episode.rollout import RolloutConfig, Sampler, run_rollouts
+from ddai.trainer.episode.tasks import load_tasks
 from ddai.trainer.runtime import dist
-from ddai.trainer.search.env import EnvConfig, SearchEnv
-from ddai.trainer.search.rollout import RolloutConfig, Sampler, run_rollouts
-from ddai.trainer.search.tasks import load_tasks
 from ddai.trainer.tiny import build_tiny
 
 

@@ -11,6 +11,7 @@ import torch
 from oracles.memory_meter import TensorMemoryMeter
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
+from ddai.trainer.episode.rollout import HFSampler
 from ddai.trainer.runtime.memory_model import (
     ModelShape,
     RunShape,
@@ -18,7 +19,6 @@ from ddai.trainer.runtime.memory_model import (
     sampler_bytes,
     training_activations,
 )
-from ddai.trainer.search.rollout import HFSampler
 
 N, SHORT, LONG = 4, 8, 64
 
