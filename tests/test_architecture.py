@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support.package import ROOT, modules
+from support.package import ALIASES, FOLDERS, ROOT, modules
 
 MAX_LINES = 400
 MODULES = modules()
@@ -117,6 +117,16 @@ def test_ppo_and_collect_never_enter_the_grpo_room():
 def test_trainer_is_split_into_rooms():
     for room in ("episode", "grpo", "ppo", "value", "sft", "pointer", "runtime"):
         assert f"ddai.trainer.{room}" in MODULES, room
+
+
+def test_deprecated_aliases_are_left_out_and_hold_no_code():
+    # an alias is one ``__init__`` importing no ddai module: leaving it out hides no room or arrow
+    for old, new in ALIASES.items():
+        assert old not in MODULES and new in MODULES
+        src, top = next((f, d) for f, d in FOLDERS.items() if old.startswith(f"{d}."))
+        folder = ROOT / src / old.removeprefix(f"{top}.").replace(".", "/")
+        assert sorted(folder.rglob("*.py")) == [folder / "__init__.py"], old
+        assert list(_imports(old, folder / "__init__.py")) == [], old
 
 
 def test_long_modules_say_why_at_the_top():

@@ -36,8 +36,10 @@ _NOT_MODULES = {"ddai.toml", "ddai.sql"}  # the config file; the SQL package nam
 
 
 def _sources() -> Iterator[Path]:
+    # the deprecated aliases (left out of modules()) name their old spelling on purpose
+    listed = set(modules().values())
     for folder in FOLDERS:
-        yield from sorted((ROOT / folder).rglob("*.py"))
+        yield from (p for p in sorted((ROOT / folder).rglob("*.py")) if p in listed)
         yield from sorted((ROOT / folder).rglob("*.sql"))
 
 
