@@ -10,7 +10,7 @@ prompts and the main process writes all rows once (``sample_idx`` counts over th
 ``step`` is null: no training step produced them).
 
 It refuses to run blind, as training does: the preflight of ``ddai train grpo``
-(``search.preflight``: golden pages in the corpus, searches that return them, a policy and a
+(``episode.preflight``: golden pages in the corpus, searches that return them, a policy and a
 generator that can read the pages, the chat template, a few sampled episodes that score) runs
 first (``--skip-preflight`` skips it), and the summary counts the searches that failed, the
 rollouts left unscorable and the share of turns the environment answered with an error. A run in
@@ -18,7 +18,7 @@ which every search failed or no rollout could be scored logs its rows and says s
 (``CollectResult.failure``: ``ddai train collect`` exits 1 naming the search service or the
 reward backends). ``--observation image`` rolls out a local VLM policy over page images;
 with an image corpus or ``--image-root`` the generator is sent the pages each episode gathered
-(``search.pages``), as in GRPO.
+(``episode.pages``), as in GRPO.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Searcher episodes for every trainer: ``SearchRollout`` runs lock-step multi-turn rollouts into
-its ``ScoreStore`` (``search.scoring``: the one owner of each episode until its row is logged),
+its ``ScoreStore`` (``episode.scoring``: the one owner of each episode until its row is logged),
 ``Episodes`` drives it outside TRL (PPO, collect), and the builders turn an ``EpisodeConfig`` into
 the environment's and the rollout's settings.
 
@@ -71,7 +71,7 @@ def search_env(
 ) -> SearchEnv:
     """The environment of ``cfg``'s episodes (a run config with ``episode`` and
     ``PageSettings``): observations cut to the policy's token budget; with ``image_of`` (the
-    run's page images, ``search.pages``) the episodes record the pages they gathered."""
+    run's page images, ``episode.pages``) the episodes record the pages they gathered."""
     return SearchEnv(
         search,
         corpus,
@@ -254,10 +254,10 @@ class Episodes:
         box_convention: Any = None,
     ) -> None:
         """``cfg``: a run config holding ``episode``, ``rewards`` and ``backends`` (the nested
-        configs of ``search.config``), its ``PageSettings`` and a ``temperature``; ``sampler``:
+        configs of ``episode.config``), its ``PageSettings`` and a ``temperature``; ``sampler``:
         generate through it instead of the policy passed to ``collect``; ``image_of``, ``vision``
         and ``box_convention``: the run's page images and VLM observation format
-        (``search.pages``), as in GRPO."""
+        (``episode.pages``), as in GRPO."""
         spec = cfg.rewards.reward_spec()
         env = search_env(
             cfg, backends.search, corpus, tok, image_of=image_of, box_convention=box_convention

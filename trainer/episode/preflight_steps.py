@@ -1,7 +1,7 @@
 """The preflight steps a training run takes before its first step, shared by GRPO, PPO and
 collect: the model-free checks (golden pages, search, pages the policy and the generator can
 read: ``check_pages_readable``), sampling and scoring a few prompts' episodes the way a
-step does, and the one-line status a result reports (checks themselves: ``search.preflight``).
+step does, and the one-line status a result reports (checks themselves: ``episode.preflight``).
 """
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ def run_static_preflight(
     (raising on their errors), or a skipped one; ``cfg``: a GRPO, PPO or collect run config
     (``skip_preflight``, ``corpus``, ``episode``, ``preflight_prompts``, ``seed`` and
     ``PageSettings``); ``generator``: the reward's generator (None without a judge);
-    ``has_images``: the run has page images (``search.pages.page_images``)."""
+    ``has_images``: the run has page images (``episode.pages.page_images``)."""
     report = PreflightReport(skipped=cfg.skip_preflight)
     if not cfg.skip_preflight:
         check_pages_readable(

@@ -235,7 +235,7 @@ def grpo_args(cfg: GRPORunConfig) -> Any:
     args = common.trl_config(GRPOConfig, merged, cfg)
     if args.generation_kwargs:
         # TRL's own generation reads it; ddai's rollout samples with its explicit processors only
-        # (``search.sampling``), and the loss scores the rollouts under those same processors.
+        # (``episode.sampling``), and the loss scores the rollouts under those same processors.
         raise common.TrainConfigError(
             f"generation_kwargs {args.generation_kwargs!r}: ddai samples with explicit knobs "
             "only and would ignore it; set temperature, top_p, top_k, min_p or "

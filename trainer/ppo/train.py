@@ -24,7 +24,7 @@ One step:
 with the saved policy, critic, optimizer and random states (``ppo.rng``: the steps an uninterrupted
 run would have taken, bit for bit), the same run id and the original reference.
 
-With ``--observation image`` the policy is a VLM (``search.pages.observation_policy``) and the
+With ``--observation image`` the policy is a VLM (``episode.pages.observation_policy``) and the
 critic a value head on its trunk: every pass above (experience micro-batches, training
 mini-batches) carries its rows' page images and the model's 3-D M-RoPE positions
 (``ddai.trainer.vlm_inputs``), so the training pass scores the rollout as it was shown.

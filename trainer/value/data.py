@@ -250,7 +250,7 @@ class Batch:
     """``[B, T]`` 1 on policy tokens (0 on environment tokens and padding)."""
     prompt_len: int
     images: dict[str, Any] | None = None
-    """The rows' page images for a VLM (``search.vision.vision_batch``'s layout: ``pixel_values``
+    """The rows' page images for a VLM (``episode.vision.vision_batch``'s layout: ``pixel_values``
     ``[sum patches, D]``, ``image_grid_thw`` ``[n_images, 3]``, ``num_images`` per row), kept where
     they were made and moved with each pass's rows (``vlm_inputs``); None: no row shows one."""
 
