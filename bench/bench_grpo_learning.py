@@ -9,7 +9,7 @@ writes the valid format and searches one of the question's two topics.
 From that one start, for each seed, every arm trains ``--generations`` rollout batches
 (``--prompts`` × ``--n-agent`` rollouts of train questions, DDAI's Phase-1 reward ``0.1 +
 0.9·NDCG`` gated on format), then its final model is evaluated on every held-out question
-(``--eval-n-agent`` rollouts each, temperature 1, ``ddai train collect``):
+(``--eval-n-agent`` rollouts each, temperature 1, ``ddai collect``):
 
 - ``control``: GRPO at learning rate 0 (the start itself, under the same sampling);
 - ``grpo``: token-level ratio, one optimizer step per rollout batch, at ``--lr``;

@@ -1,4 +1,4 @@
-"""CLI: ``ddai train collect``: rollouts without training (off-policy collection, evaluation),
+"""CLI: ``ddai collect``: rollouts without training (off-policy collection, evaluation),
 from a local policy or an OpenAI-compatible server (``--generate-via NAME``)."""
 
 from __future__ import annotations
@@ -22,11 +22,9 @@ from ddai.cli.options import (
     require_inputs,
 )
 from ddai.cli.running import (
-    TRAIN_HELP,
     AppendRunOpt,
     refuse_existing_run,
     run_or_fail,
-    sub_app,
 )
 from ddai.trainer.episode.collect import CollectConfig
 
@@ -92,7 +90,7 @@ def train_collect_command(
     from ddai.trainer.episode.collect import run_collect
 
     require_inputs(data, corpus)
-    refuse_existing_run("ddai train collect", logs, run_id, append=append)
+    refuse_existing_run("ddai collect", logs, run_id, append=append)
     cfg = CollectConfig(
         model=model,
         data=data,
@@ -108,14 +106,13 @@ def train_collect_command(
         progress=progress and not as_json,
     )
     result = run_or_fail(run_collect, cfg)
-    summary("ddai train collect", asdict(result), as_json=as_json)
+    summary("ddai collect", asdict(result), as_json=as_json)
     if result.failure is not None:
         raise fail(result.failure, 1)
 
 
 def register(app: typer.Typer) -> None:
-    """Add ``train collect`` to the ``train`` group."""
-    train_app = sub_app(app, "train", TRAIN_HELP)
-    train_app.command(
+    """Add ``collect`` (its old path ``ddai train collect`` is rewritten to it by ``app.py``)."""
+    app.command(
         "collect", short_help="Roll out a policy and log scored episodes, without training."
     )(train_collect_command)

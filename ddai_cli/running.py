@@ -49,7 +49,7 @@ def refuse_existing_run(
         from ddai.trainer.episode.logrows import logged_steps
 
         steps = logged_steps(run_manifest(store, run_id))
-        if steps and command != "ddai train collect":
+        if steps and command != "ddai collect":
             err_console.print(
                 f"[bold yellow]warning:[/] run {escape(run_id)!r} already holds training steps "
                 f"{min(steps)}..{max(steps)}; the appended run counts its steps from 1 again, so "

@@ -23,7 +23,7 @@ have mixed outcomes (DDAI's Phase-1 reward, ``0.1 + 0.9·NDCG`` when the format 
 against 0.1) and a policy that learns the rule gains reward on questions it never saw. ``start``
 builds the SFT start; ``grpo_config`` the training run of one arm on the train questions
 (``control`` is GRPO at learning rate 0: the same sampling, no learning); ``collect_config`` the
-evaluation of a model on the held-out questions (``ddai train collect``: rollouts, no training).
+evaluation of a model on the held-out questions (``ddai collect``: rollouts, no training).
 """
 
 from __future__ import annotations

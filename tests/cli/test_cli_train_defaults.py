@@ -18,7 +18,7 @@ COMMANDS = [
     (("train", "sft"), "ddai.trainer.sft.train:SFTRunConfig"),
     (("train", "grpo"), "ddai.trainer.grpo.config:GRPORunConfig"),
     (("train", "ppo"), "ddai.trainer.ppo.config:PPORunConfig"),
-    (("train", "collect"), "ddai.trainer.episode.collect:CollectConfig"),
+    (("collect",), "ddai.trainer.episode.collect:CollectConfig"),
     (("train", "value"), "ddai.trainer.value.train:ValueTrainConfig"),
     (("train", "value-sft"), "ddai.trainer.value.sft:ValueSFTConfig"),
     (("value", "score"), "ddai.trainer.value.score:ValueScoreConfig"),
@@ -146,7 +146,7 @@ def test_value_score_progress_flag_reaches_its_config(flags, shown, tmp_path, mo
     assert [c.progress for c in seen] == [shown]
 
 
-EPISODE_COMMANDS = [("train", "grpo"), ("train", "ppo"), ("train", "collect")]
+EPISODE_COMMANDS = [("train", "grpo"), ("train", "ppo"), ("collect",)]
 
 
 @pytest.mark.parametrize("path", EPISODE_COMMANDS, ids=["-".join(p) for p in EPISODE_COMMANDS])

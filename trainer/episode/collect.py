@@ -1,4 +1,4 @@
-"""``ddai train collect``: rollouts of a policy over a prompt set, scored and logged, with no
+"""``ddai collect``: rollouts of a policy over a prompt set, scored and logged, with no
 training: off-policy data collection and evaluation, through the episode code of ``ddai train
 grpo``/``ppo`` (the same environment, lock-step turns, streamed reward and rollout-log rows).
 
@@ -15,7 +15,7 @@ generator that can read the pages, the chat template, a few sampled episodes tha
 first (``--skip-preflight`` skips it), and the summary counts the searches that failed, the
 rollouts left unscorable and the share of turns the environment answered with an error. A run in
 which every search failed or no rollout could be scored logs its rows and says so
-(``CollectResult.failure``: ``ddai train collect`` exits 1 naming the search service or the
+(``CollectResult.failure``: ``ddai collect`` exits 1 naming the search service or the
 reward backends). ``--observation image`` rolls out a local VLM policy over page images;
 with an image corpus or ``--image-root`` the generator is sent the pages each episode gathered
 (``episode.pages``), as in GRPO.
@@ -37,7 +37,7 @@ from ddai.trainer.episode.config import EpisodeSettings, PageSettings
 
 @dataclass
 class CollectConfig(EpisodeSettings, PageSettings):
-    """One collection run; every field has a flag in ``ddai train collect``, the nested
+    """One collection run; every field has a flag in ``ddai collect``, the nested
     ``episode``, ``rewards`` and ``backends`` (``EpisodeSettings``) field by field, and the page
     settings (``PageSettings``)."""
 
@@ -107,7 +107,7 @@ class CollectResult:
     """``error_turns`` over all policy turns (None: no turn)."""
     failure: str | None = None
     """Why the run collected nothing usable (every search failed, or no rollout could be
-    scored), naming the backend; ``ddai train collect`` then exits 1."""
+    scored), naming the backend; ``ddai collect`` then exits 1."""
 
 
 @dataclass

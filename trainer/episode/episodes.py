@@ -238,7 +238,7 @@ class SearchRollout:
 
 
 class Episodes:
-    """Episodes and their rewards outside TRL (``ddai train ppo``, ``ddai train collect``): the
+    """Episodes and their rewards outside TRL (``ddai train ppo``, ``ddai collect``): the
     search environment's lock-step rollout and the streamed generator/judge reward, as in GRPO."""
 
     def __init__(

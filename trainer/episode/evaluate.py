@@ -1,7 +1,7 @@
 """``ddai eval``: a Searcher policy over a test set in DDAI's format, scored by the set's own
 categories.
 
-The rollouts are ``ddai train collect``'s (``run_collect``: the same environment, episodes, reward
+The rollouts are ``ddai collect``'s (``run_collect``: the same environment, episodes, reward
 and log rows), logged as one run of the log store with each prompt's category values in the row's
 ``extra`` (``eval_categories``) so the report's evaluation section can break any eval run down
 again. Greedy by default (``temperature`` 0), one rollout per prompt. A run id already in the

@@ -118,7 +118,7 @@ class RolloutLog:
     (``append``) and each step's rows are committed together, when the next step's rows come or
     at ``flush``, with the step in the commit's manifest record; so the manifest lists every step
     once (``logged_steps``) and grows by one record per step. Rows outside training (``step``
-    None: ``ddai train collect``) are committed at once."""
+    None: ``ddai collect``) are committed at once."""
 
     logs: Path
     run_id: str

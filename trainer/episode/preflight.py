@@ -1,7 +1,7 @@
 """Preflight: refuse to train blind.
 
 Before the first step of ``ddai train grpo`` / ``ddai train ppo`` (and the first batch of ``ddai
-train collect``), check what would make every
+collect``), check what would make every
 step worthless, and exit 2 naming the problem and its fix:
 
 1. ``golden pages``: every golden page of the dataset is in the corpus (else search can never

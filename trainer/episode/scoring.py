@@ -2,7 +2,7 @@
 rollout to its log row (the trajectory, its streamed judge call, its score), and ``DdaiReward`` is
 the TRL reward function over it.
 
-GRPO (through TRL), PPO and ``ddai train collect`` (through ``episode.episodes.Episodes``) and the
+GRPO (through TRL), PPO and ``ddai collect`` (through ``episode.episodes.Episodes``) and the
 preflight go through the store's methods only: ``keep`` and ``submit`` while the episodes run,
 ``score`` to await the judge and compute the rewards, ``pop`` to take an episode out for its log
 row (``score_of`` reads a score without taking it).

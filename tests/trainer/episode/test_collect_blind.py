@@ -1,4 +1,4 @@
-"""``ddai train collect`` refuses to run blind: against a dead search service its preflight exits 2
+"""``ddai collect`` refuses to run blind: against a dead search service its preflight exits 2
 naming the service; with ``--skip-preflight`` it logs what it collected, counts every failed
 search and error turn in its summary and exits 1 naming the service; a judge that fails every
 call leaves every rollout unscorable and exits 1 naming it.
@@ -80,7 +80,7 @@ def test_every_search_failing_is_counted_and_exits_1_naming_the_service(
         )
     assert res.exit_code == 1, res.output
     summary = json.loads(res.stdout)
-    check("train-collect", summary)
+    check("collect", summary)
     # 3 prompts × 2 rollouts, each: one search (failed) then search_complete
     assert summary["rollouts_logged"] == 6 and summary["preflight"] == "skipped"
     assert summary["searches"] == 6 and summary["search_errors"] == 6

@@ -1,4 +1,4 @@
-"""Page images on every episode path, as ``train grpo`` has them: ``ddai train collect
+"""Page images on every episode path, as ``train grpo`` has them: ``ddai collect
 --observation image`` rolls out a tiny Qwen2-VL over page images, and ``ddai train ppo`` over an
 image corpus, and both send the gathered page (and crop) images to an OpenAI-compatible generator
 (a fake server on 127.0.0.1 that counts them); ``ddai train ppo --observation image`` trains the
@@ -100,7 +100,6 @@ def test_collect_with_image_observations_sends_the_pages_to_the_vlm_generator(
         res = runner.invoke(
             app,
             [
-                "train",
                 "collect",
                 "--model",
                 str(model),
@@ -124,7 +123,7 @@ def test_collect_with_image_observations_sends_the_pages_to_the_vlm_generator(
         )
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
-    check("train-collect", out)
+    check("collect", out)
     assert out["rollouts_logged"] == 4 and out["preflight"].startswith("passed")
     # the preflight's and the run's episodes: each generator request carries the page and crop
     assert len(server.bodies) >= 2 and server.images == 2 * len(server.bodies)
@@ -258,7 +257,6 @@ def test_collect_preflight_refuses_the_text_generator_on_an_image_only_corpus(
         res = runner.invoke(
             app,
             [
-                "train",
                 "collect",
                 "--model",
                 str(tmp_path / "no-model"),

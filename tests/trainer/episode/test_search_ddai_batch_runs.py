@@ -1,4 +1,4 @@
-"""``train collect`` and ``train grpo`` against a search service written to DDAI's trainer contract
+"""``collect`` and ``train grpo`` against a search service written to DDAI's trainer contract
 (AGENTS.md "Search API contract": ``POST`` of ``[{"query", "id", "request_idx"}]``, answers by
 ``request_idx``): every search goes out with the document number DDAI derives from the prompt's uid
 (``train_3`` → ``3``) and every query gets pages, all of them its own document's."""
