@@ -16,7 +16,7 @@ FOLDERS = {
 # Deprecated alias packages (old dotted name -> the package it now names), kept for one release:
 # each is an ``__init__`` redirecting imports, no code of its own, so the walks leave it out
 # (counted, it would be a second room for the same modules).
-ALIASES = {"ddai.trainer.search": "ddai.trainer.episode"}
+ALIASES = {"ddai.trainer.search": "ddai.trainer.episode"}  # moves: keep
 
 
 def modules() -> dict[str, Path]:
