@@ -9,7 +9,7 @@ writes the valid format and searches one of the question's two topics.
 From that one start, for each seed, every arm trains ``--generations`` rollout batches
 (``--prompts`` × ``--n-agent`` rollouts of train questions, DDAI's Phase-1 reward ``0.1 +
 0.9·NDCG`` gated on format), then its final model is evaluated on every held-out question
-(``--eval-n-agent`` rollouts each, temperature 1, ``ddai train collect``):
+(``--eval-n-agent`` rollouts each, temperature 1, ``ddai collect``):
 
 - ``control``: GRPO at learning rate 0 (the start itself, under the same sampling);
 - ``grpo``: token-level ratio, one optimizer step per rollout batch, at ``--lr``;
@@ -140,8 +140,8 @@ def first_page_shares(logs: Path, run: str) -> dict[str, float]:
 def train_and_eval(args: argparse.Namespace, work: Path, sft: Path, arm: str, seed: int) -> dict:
     """One arm, one seed: GRPO on the train questions, then rollouts on the held-out ones."""
     from ddai.trainer import learn_task
+    from ddai.trainer.episode.collect import run_collect
     from ddai.trainer.grpo.train import run_grpo
-    from ddai.trainer.search.collect import run_collect
 
     name = arm.replace("@", "-")
     cfg = learn_task.grpo_config(

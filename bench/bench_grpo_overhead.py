@@ -60,7 +60,7 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 from transformers import TrainerCallback
 
-from ddai.trainer.search.config import EpisodeConfig, RewardOverrides
+from ddai.trainer.episode.config import EpisodeConfig, RewardOverrides
 
 TARGET = 1.15
 """ddai's wall seconds per policy token may be at most this multiple of plain TRL's."""
@@ -231,7 +231,7 @@ def plain_trl(model_dir: Path, data_rows: list[dict], out: Path, args: Any) -> S
 def observation_filler(tok: Any, n: int) -> list[int]:
     """``n`` token ids of the environment's corrective observation text, repeated: what a ddai
     rollout of this bench carries between its turns (no end-of-sequence token among them)."""
-    from ddai.trainer.search.env import INVALID_ACTION
+    from ddai.trainer.episode.env import INVALID_ACTION
 
     ids = tok.encode(INVALID_ACTION.format(reason="no action"), add_special_tokens=False)
     stop = {tok.eos_token_id, tok.pad_token_id}

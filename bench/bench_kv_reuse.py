@@ -4,7 +4,7 @@ A multi-turn rollout batch as ``run_rollouts`` drives ``HFSampler``: ``--rows`` 
 ``--prompt``-token prompt; each of ``--turns`` turns samples ``--new`` tokens per episode (no
 stop token, so every row decodes its budget), then the environment appends an ``--obs``-token
 observation. Without reuse every turn re-encodes the whole context (prompt, all earlier turns and
-observations); with reuse (``ddai.trainer.search.kv_reuse``) only the last sampled token and the new
+observations); with reuse (``ddai.trainer.episode.kv_reuse``) only the last sampled token and the new
 observation run through the model. Both paths run in the same command, alternating, from the same
 seed; printed per path: sampled tokens per second (best of ``--repeats``), tokens run through the
 model (a forward hook's count), and the ratios reuse / re-encode, plus how many turns sampled the
@@ -31,7 +31,7 @@ import torch
 import transformers
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from ddai.trainer.search.rollout import HFSampler
+from ddai.trainer.episode.rollout import HFSampler
 
 CUDA = torch.cuda.is_available()
 DEV = "cuda" if CUDA else "cpu"

@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
+from ddai.trainer.episode.rollout import HFSampler
 from ddai.trainer.runtime.memory_model import (
     MemoryEstimate,
     ModelShape,
@@ -33,7 +34,6 @@ from ddai.trainer.runtime.memory_model import (
     sampler_bytes,
     training_activations,
 )
-from ddai.trainer.search.rollout import HFSampler
 
 # The CPU meter is test scaffolding under tests/oracles (not part of the package).
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))

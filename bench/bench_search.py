@@ -28,7 +28,7 @@ from pathlib import Path
 
 from ddai.pipelines.backends import get_backend
 from ddai.trainer import toy
-from ddai.trainer.search.env import EnvConfig, SearchEnv
+from ddai.trainer.episode.env import EnvConfig, SearchEnv
 
 # The fake servers are test scaffolding under tests/support (not part of the package).
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))

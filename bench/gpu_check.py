@@ -84,8 +84,8 @@ def check_clip(root: Path, model: Path, real: bool) -> bool:
 
     from ddai.pipelines.backends import get_backend
     from ddai.trainer import toy
+    from ddai.trainer.episode.config import EpisodeConfig, RewardOverrides
     from ddai.trainer.grpo.train import Backends, GRPORunConfig, run_grpo
-    from ddai.trainer.search.config import EpisodeConfig, RewardOverrides
 
     data = toy.write_toy(root / "toy")
     cfg = GRPORunConfig(

@@ -39,9 +39,9 @@ def _e(modules: str, help_text: str) -> Entry:
     return Entry(tuple(modules.split()), help_text)
 
 
-# One line per command; the order is the order of ``ddai --help``. ``train`` is filled by three
+# One line per command; the order is the order of ``ddai --help``. ``train`` is filled by several
 # modules (``value`` adds ``train value`` and ``train value-sft``, ``ppo`` adds ``train ppo``,
-# ``collect`` adds ``train collect``, ``plan`` adds ``train plan``).
+# ``plan`` adds ``train plan``).
 COMMANDS: dict[str, Entry] = {
     "demo": _e("demo", "Run the whole loop on the synthetic world: world → ingest → funnel → distill (→ train) → report."),
     "ingest": _e("ingest", "Ingest rollout logs; unreadable rows go to _quarantine/<run>/ with a reason."),
@@ -57,7 +57,8 @@ COMMANDS: dict[str, Entry] = {
     "serve": _e("serve", "Serve a local, read-only web explorer over every rollout of the log store."),
     "backends": _e("backends", "Model backends: list, ping, cache stats."),
     "judge": _e("backends", "(Re)score a run's answers with a judge backend; failures stay null with their reason."),
-    "train": _e("train value ppo collect plan", "Train the Searcher: SFT, then GRPO over the search environment."),
+    "collect": _e("collect", "Roll out a policy and log scored episodes, without training."),
+    "train": _e("train value ppo plan", "Train the Searcher: SFT, then GRPO over the search environment."),
     "eval": _e("eval", "Evaluate a Searcher policy on a test set (DDAI's format): accuracy, judge and NDCG by the set's own categories."),
     "model": _e("model", "Build tiny local models (nothing is downloaded)."),
     "value": _e("value", "Value heads over the rollout log: per-turn value estimates."),
@@ -80,6 +81,14 @@ DEPRECATED_FLAGS: dict[tuple[str, ...], dict[str, str]] = {
     ("train", "value"): {"--out": "--out-dir"},
     ("train", "ppo"): {"--out": "--out-dir"},
     ("train", "value-sft"): {"--out": "--out-dir"},
+}
+
+
+# Old command paths that still work for one release: (old words) → (new words). A command line
+# starting with an old path is rewritten before parsing, with one line on stderr; the old path is
+# not registered, so no ``--help`` lists it.
+DEPRECATED_COMMANDS: dict[tuple[str, ...], tuple[str, ...]] = {
+    ("train", "collect"): ("collect",),
 }
 
 
@@ -115,7 +124,14 @@ def _two_value_compare(args: list[str]) -> list[str]:
 
 def rewrite_args(args: list[str], notice: Any = None) -> list[str]:
     """``args`` with deprecated flag spellings replaced by the current ones (``notice(line)`` is
-    called once per replaced flag). Only words before a ``--`` are flags."""
+    called once per replaced flag, and for a deprecated command path). Only words before a ``--``
+    are flags."""
+    for old, new in DEPRECATED_COMMANDS.items():
+        if tuple(args[: len(old)]) == old:
+            args = [*new, *args[len(old) :]]
+            if notice is not None:
+                notice(f"`ddai {' '.join(old)}` is deprecated: use `ddai {' '.join(new)}`")
+            break
     path = _command_path(args)
     if path[:1] == ("report",):
         args = _two_value_compare(args)

@@ -1,4 +1,4 @@
-"""CLI: ``ddai train collect``: rollouts without training (off-policy collection, evaluation),
+"""CLI: ``ddai collect``: rollouts without training (off-policy collection, evaluation),
 from a local policy or an OpenAI-compatible server (``--generate-via NAME``); flags from
 ``CollectConfig``."""
 
@@ -13,8 +13,8 @@ import typer
 from ddai.cli.common import JsonOpt, LogsOpt, ProgressOpt, fail, summary
 from ddai.cli.flags import config_flags, with_groups
 from ddai.cli.options import INPUTS, PREFLIGHT, default_of, episode_settings, require_inputs
-from ddai.cli.running import AppendRunOpt, refuse_existing_run, run_or_fail, sub_app
-from ddai.trainer.search.collect import CollectConfig
+from ddai.cli.running import AppendRunOpt, refuse_existing_run, run_or_fail
+from ddai.trainer.episode.collect import CollectConfig
 
 COLLECT_FLAGS = config_flags(
     CollectConfig,
@@ -27,7 +27,7 @@ COLLECT_FLAGS = config_flags(
         **PREFLIGHT,
     },
 )
-"""Every flag of ``train collect`` that fills a ``CollectConfig`` field (the nested episode
+"""Every flag of ``ddai collect`` that fills a ``CollectConfig`` field (the nested episode
 settings are ``options.episode_settings``)."""
 
 
@@ -44,19 +44,19 @@ def train_collect_command(
     """Roll out a policy over a prompt set and log the scored episodes, without training; exits 1
     when every search failed or no rollout could be scored."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from ddai.trainer.search.collect import run_collect
+    from ddai.trainer.episode.collect import run_collect
 
     config = CollectConfig(**cfg, **nested, logs=logs, progress=progress and not as_json)
     require_inputs(config.data, config.corpus)
-    refuse_existing_run("ddai train collect", logs, config.run_id, append=append)
+    refuse_existing_run("ddai collect", logs, config.run_id, append=append)
     result = run_or_fail(run_collect, config)
-    summary("ddai train collect", asdict(result), as_json=as_json)
+    summary("ddai collect", asdict(result), as_json=as_json)
     if result.failure is not None:
         raise fail(result.failure, 1)
 
 
 def register(app: typer.Typer) -> None:
-    """Add ``train collect`` to the ``train`` group."""
-    sub_app(app, "train").command(
+    """Add ``collect`` (its old path ``ddai train collect`` is rewritten to it by ``app.py``)."""
+    app.command(
         "collect", short_help="Roll out a policy and log scored episodes, without training."
     )(train_collect_command)

@@ -1,6 +1,6 @@
 """CLI: ``ddai eval``: a Searcher policy (local, or served with ``--generate-via NAME``) over a test
 set in DDAI's format, logged as a run and scored by the set's own categories
-(``trainer/search/evaluate.py``)."""
+(``trainer/episode/evaluate.py``)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from ddai.cli.options import (
     require_inputs,
 )
 from ddai.cli.running import run_or_fail
-from ddai.trainer.search.evaluate import EvalConfig
+from ddai.trainer.episode.evaluate import EvalConfig
 
 EVAL_FLAGS = config_flags(
     EvalConfig,
@@ -62,7 +62,7 @@ def eval_command(
 ) -> None:
     """Evaluate a Searcher policy on a test set: accuracy, judge and NDCG by its categories."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from ddai.trainer.search.evaluate import run_eval
+    from ddai.trainer.episode.evaluate import run_eval
 
     require_inputs(run["data"], corpus)
     cfg = EvalConfig(

@@ -1,6 +1,6 @@
 """The flag specs (``flags.config_flags``) the training commands share, over the library's shared
 configs: the episode, reward and backend groups that build a run's nested configs
-(``ddai.trainer.search.config``), the policy, TRL, input and preflight fields every run config of
+(``ddai.trainer.episode.config``), the policy, TRL, input and preflight fields every run config of
 its kind derives (``ddai.trainer.run_settings``, ``EpisodeInputs``, ``PreflightSettings``), and
 ``--launch``. Every type, default and help is the config field's own.
 """
@@ -13,14 +13,14 @@ from typing import Annotated, Any
 from ddai.cli.common import check_run_ids, fail
 from ddai.cli.fields import field_opt
 from ddai.cli.flags import config_flags, default_of, with_groups
-from ddai.trainer.run_settings import LaunchSettings
-from ddai.trainer.search.collect import CollectConfig
-from ddai.trainer.search.config import (
+from ddai.trainer.episode.collect import CollectConfig
+from ddai.trainer.episode.config import (
     EpisodeBackends,
     EpisodeConfig,
     EpisodeInputs,
     RewardOverrides,
 )
+from ddai.trainer.run_settings import LaunchSettings
 
 __all__ = ["default_of"]  # re-exported for the commands that read defaults here
 

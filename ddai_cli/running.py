@@ -48,10 +48,10 @@ def refuse_existing_run(
     if run_id not in list_runs(store):
         return
     if append:
-        from ddai.trainer.search.logrows import logged_steps
+        from ddai.trainer.episode.logrows import logged_steps
 
         steps = logged_steps(run_manifest(store, run_id))
-        if steps and command != "ddai train collect":
+        if steps and command != "ddai collect":
             err_console.print(
                 f"[bold yellow]warning:[/] run {markup.escape(run_id)!r} already holds training steps "
                 f"{min(steps)}..{max(steps)}; the appended run counts its steps from 1 again, so "

@@ -22,7 +22,7 @@ FIXTURES = ROOT / "fixtures"
 sys.path.insert(0, str(Path(__file__).parent / "cli"))
 # Tests that share another test module's fixtures and scripted servers (``from test_collect
 # import world``, ``from test_trainer_vlm_grpo import Scripted``) find it whichever folder runs.
-for _room in ("search", "grpo"):
+for _room in ("episode", "grpo"):
     sys.path.insert(0, str(Path(__file__).parent / "trainer" / _room))
 sys.path.insert(0, str(Path(__file__).parent / "pipelines" / "store"))  # test_crash_consistency
 

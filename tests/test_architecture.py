@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support.package import ROOT, modules
+from support.package import ALIASES, FOLDERS, ROOT, modules
 
 MAX_LINES = 400
 MODULES = modules()
@@ -110,13 +110,23 @@ def test_layers_import_downward_only(src, dst):
 
 
 def test_ppo_and_collect_never_enter_the_grpo_room():
-    for name in ("ddai.trainer.ppo.train", "ddai.trainer.search.collect"):
+    for name in ("ddai.trainer.ppo.train", "ddai.trainer.episode.collect"):
         assert not any(d.startswith("ddai.trainer.grpo") for d in GRAPH[name]), name
 
 
 def test_trainer_is_split_into_rooms():
-    for room in ("search", "grpo", "ppo", "value", "sft", "pointer", "runtime"):
+    for room in ("episode", "grpo", "ppo", "value", "sft", "pointer", "runtime"):
         assert f"ddai.trainer.{room}" in MODULES, room
+
+
+def test_deprecated_aliases_are_left_out_and_hold_no_code():
+    # an alias is one ``__init__`` importing no ddai module: leaving it out hides no room or arrow
+    for old, new in ALIASES.items():
+        assert old not in MODULES and new in MODULES
+        src, top = next((f, d) for f, d in FOLDERS.items() if old.startswith(f"{d}."))
+        folder = ROOT / src / old.removeprefix(f"{top}.").replace(".", "/")
+        assert sorted(folder.rglob("*.py")) == [folder / "__init__.py"], old
+        assert list(_imports(old, folder / "__init__.py")) == [], old
 
 
 def test_long_modules_say_why_at_the_top():
@@ -143,7 +153,7 @@ def test_architecture_md_paths_exist():
 
 
 def test_ppo_and_collect_reach_no_grpo_module_through_any_import():
-    # transitively, function-level imports included: the shared scoring store lives in search/
+    # transitively, function-level imports included: the shared scoring store lives in episode/
     def reach(start: str) -> set[str]:
         seen, todo = set(), [start]
         while todo:
@@ -152,9 +162,9 @@ def test_ppo_and_collect_reach_no_grpo_module_through_any_import():
                 todo.append(d)
         return seen
 
-    for name in ("ddai.trainer.ppo.train", "ddai.trainer.search.collect"):
+    for name in ("ddai.trainer.ppo.train", "ddai.trainer.episode.collect"):
         assert not any(d.startswith("ddai.trainer.grpo") for d in reach(name)), name
-    assert "ddai.trainer.search.scoring" in reach("ddai.trainer.ppo.train")
+    assert "ddai.trainer.episode.scoring" in reach("ddai.trainer.ppo.train")
 
 
 PACKAGES = sorted({"ddai"} | {n for n, p in MODULES.items() if p.name == "__init__.py"})

@@ -17,13 +17,16 @@ Conventions for group-normalised advantages (``grpo_advantages``):
 
 What training uses: PPO's ``gae`` (with ``outcome_rewards``, also the value head's); GRPO's
 advantage is TRL's own, computed inside its trainer and named in ``ddai.trainer.grpo.advantage``.
-``grpo_advantages``, ``reward_to_go`` and ``reinforce_pp_advantages`` are the design contract's
+``grpo_advantages``, ``reward_to_go`` and ``reinforcepp_advantages`` are the design contract's
 public estimators (``DESIGN.md``: outside checks call ``grpo_advantages`` by name), tested against
-verl and TRL; no trainer calls them.
+verl and TRL; no trainer calls them. REINFORCE++ is spelled ``reinforcepp`` everywhere (the
+pointer's ``--mode reinforcepp``); ``reinforce_pp_advantages`` still resolves, with a
+``DeprecationWarning``, for one release.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -38,7 +41,7 @@ __all__ = [
     "grpo_advantages",
     "masked_whiten",
     "outcome_rewards",
-    "reinforce_pp_advantages",
+    "reinforcepp_advantages",
     "reward_to_go",
 ]
 
@@ -134,10 +137,12 @@ def reward_to_go(rewards: Tensor, mask: Tensor, gamma: float = 1.0) -> Tensor:
     return out
 
 
-def reinforce_pp_advantages(
+def reinforcepp_advantages(
     rewards: Tensor, mask: Tensor, gamma: float = 1.0, *, eps: float = 1e-8
 ) -> tuple[Tensor, Tensor]:
-    """REINFORCE++ (Hu 2025): reward-to-go whitened over the batch's policy tokens.
+    """REINFORCE++ (Hu 2025): reward-to-go whitened over the batch's policy tokens (per token;
+    the pointer's one-step variant with a group baseline is
+    ``ddai.trainer.pointer.losses.reinforcepp_advantages``).
 
     Args:
         rewards: ``[B,T]`` per-position rewards (outcome reward on the last policy token).
@@ -186,3 +191,19 @@ def gae(
         adv[:, t] = a_t * m[:, t]
     returns = (adv + values) * m
     return adv, returns
+
+
+# Old spellings that still resolve for one release: old name -> current name.
+_DEPRECATED = {"reinforce_pp_advantages": "reinforcepp_advantages"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _DEPRECATED:
+        new = _DEPRECATED[name]
+        warnings.warn(
+            f"{__name__}.{name} is deprecated and will be removed in the next release: use {new}",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return globals()[new]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

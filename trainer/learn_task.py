@@ -23,7 +23,7 @@ have mixed outcomes (DDAI's Phase-1 reward, ``0.1 + 0.9·NDCG`` when the format 
 against 0.1) and a policy that learns the rule gains reward on questions it never saw. ``start``
 builds the SFT start; ``grpo_config`` the training run of one arm on the train questions
 (``control`` is GRPO at learning rate 0: the same sampling, no learning); ``collect_config`` the
-evaluation of a model on the held-out questions (``ddai train collect``: rollouts, no training).
+evaluation of a model on the held-out questions (``ddai collect``: rollouts, no training).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from ddai.pipelines.records import metrics
 from ddai.pipelines.records.lazy import lazy_module
 from ddai.pipelines.store import io
 from ddai.trainer import toy
-from ddai.trainer.search.config import EpisodeConfig, RewardOverrides
+from ddai.trainer.episode.config import EpisodeConfig, RewardOverrides
 
 pa = lazy_module("pyarrow")
 
@@ -322,7 +322,7 @@ def collect_config(
 ) -> Any:
     """Rollouts of ``model`` on every question of ``split`` (``n_agent`` each), no training: the
     evaluation of a trained model or of the start, sampled as in training (temperature 1)."""
-    from ddai.trainer.search.collect import CollectConfig
+    from ddai.trainer.episode.collect import CollectConfig
 
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; use one of {', '.join(SPLITS)}")

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ddai.pipelines.store import io
-from ddai.trainer.search.chat import CHATML_TEMPLATE, ENDOFTEXT, IM_END, IM_START
+from ddai.trainer.episode.chat import CHATML_TEMPLATE, ENDOFTEXT, IM_END, IM_START
 
 # The Searcher's tags become single tokens, so even a tiny model can learn the format quickly.
 TAG_TOKENS = (

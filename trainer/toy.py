@@ -183,7 +183,7 @@ def write_toy(out: str | os.PathLike[str]) -> Path:
 def local_backends(c: Corpus) -> Any:
     """The local search / generator / judge backends over ``c``, without the call cache."""
     from ddai.pipelines.backends import get_backend
-    from ddai.trainer.search.episodes import Backends
+    from ddai.trainer.episode.episodes import Backends
 
     return Backends(
         search=get_backend("search", "local", corpus=c, cache=False),

@@ -12,7 +12,7 @@ public lives here, and ``check_trl_internals`` checks it against the installed T
   is built, and TRL checked, on first use.
 - ``rollout_inputs`` and ``generation_model``: what the rollout function reads from the trainer
   (the side channel, the group size, TRL's generation context with its private ``_dist``).
-  The fence imports nothing of the episode layer (``trainer/search``): the trainer is handed its
+  The fence imports nothing of the episode layer (``trainer/episode``): the trainer is handed its
   rollout (``ddai_rollout``, a ``SearchRollout``) and asks it for the episode layer's pieces
   (``take_rows``, ``vision_chunk``, ``teacher_forced_logprobs``), so the episode layer may import
   the fence and not the other way round.

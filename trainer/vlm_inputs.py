@@ -3,7 +3,7 @@ trainers that run their own passes (PPO's log-prob, reference and value passes).
 
 A text model gets positions counted over real tokens (left padding does not shift them). A VLM
 (a model whose inner module has ``get_rope_index``) gets each row's images (``pixel_values`` and
-``image_grid_thw``, in the ``vision_batch`` layout of ``search.vision``), the image-token marks
+``image_grid_thw``, in the ``vision_batch`` layout of ``episode.vision``), the image-token marks
 (``mm_token_type_ids``) and the 3-D M-RoPE positions ``[3, B, L]`` that transformers' own
 ``get_rope_index`` computes from the ids, the marks and the grids: the same for a row whatever
 other rows share its pass, since padding is skipped row by row. Rows without an image get plain

@@ -60,7 +60,7 @@ def extract(question: str, page_texts: Sequence[str]) -> str:
 class ExtractiveGenerator(LocalBackend):
     reads_images = False
     """It answers from page text alone (the training preflight refuses it over pages without
-    text: ``ddai.trainer.search.preflight_steps.check_pages_readable``)."""
+    text: ``ddai.trainer.episode.preflight_steps.check_pages_readable``)."""
 
     async def generate(self, reqs: Sequence[GenerateRequest]) -> list[GenerateResult]:
         corpus = self.context.corpus

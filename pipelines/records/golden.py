@@ -2,7 +2,7 @@
 
 A prompt whose golden pages are not in the corpus can never be found by search (NDCG stays 0)
 and gives a verifier no page to read, so training or verifying on it spends calls blind. Used by
-the training preflight (``ddai.trainer.search.preflight``) and ``ddai curate verify-gt``.
+the training preflight (``ddai.trainer.episode.preflight``) and ``ddai curate verify-gt``.
 """
 
 from __future__ import annotations

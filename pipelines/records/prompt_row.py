@@ -1,6 +1,6 @@
 """One reader for a prompt row in verl's RL parquet shape (DDAI's SlideVQA sets, ``ddai curate``
 output, the fixtures), used by the funnel (``ddai.pipelines.funnel.dataset``) and the trainer
-(``ddai.trainer.search.tasks``) alike, so ``curate`` and ``train grpo`` read every row the same.
+(``ddai.trainer.episode.tasks``) alike, so ``curate`` and ``train grpo`` read every row the same.
 
 Columns: ``id``, ``prompt`` (chat messages), ``file_name`` (``N.pdf``), ``reference_page`` (page
 numbers), ``data_source``, ``reward_model.ground_truth`` and ``extra_info`` (a struct, or its JSON

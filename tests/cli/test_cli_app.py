@@ -143,6 +143,26 @@ def test_two_modules_fill_the_train_group():
     assert {"sft", "grpo", "value", "ppo"} <= set(train.commands)
 
 
+def test_collect_is_top_level_and_its_old_train_path_is_listed_nowhere():
+    top = runner.invoke(app, ["--help"], terminal_width=200)
+    train = runner.invoke(app, ["train", "--help"], terminal_width=200)
+    assert top.exit_code == 0 and train.exit_code == 0
+    listed = {
+        line.split()[0]
+        for res in (top, train)
+        for line in res.output.split("Commands:", 1)[1].splitlines()
+        if line.startswith("  ") and line[2] != " "
+    }
+    assert "collect" in COMMANDS and "collect" not in load_command("train").commands
+    assert "collect" in top.output.split("Commands:", 1)[1]
+    assert "collect" not in train.output.split("Commands:", 1)[1]
+    assert {"sft", "grpo", "ppo", "collect"} <= listed
+    old = runner.invoke(app, ["train", "collect", "--help"], terminal_width=200)
+    assert old.exit_code == 0, old.output
+    assert old.stdout.startswith("Usage: ddai collect [OPTIONS]")
+    assert old.stderr == "`ddai train collect` is deprecated: use `ddai collect`\n"
+
+
 # What no command's ``--help`` may load: the data and model libraries (50-700 ms each), the
 # backends' pydantic and asyncio, the report's plotly. `ddai X --help` reads X's configs only.
 HELP_FREE = (

@@ -114,9 +114,9 @@ def test_shell_completion_is_offered_and_installs_for_bash(tmp_path, monkeypatch
     assert ".bash_completions/ddai.sh" in (tmp_path / ".bashrc").read_text()
 
 
-@pytest.mark.parametrize("cmd", ["grpo", "ppo", "collect"])
-def test_reward_timeout_help_says_late_groups_are_unscorable_not_zero(cmd):
-    res = runner.invoke(app, ["train", cmd, "--help"], terminal_width=300, env={"COLUMNS": "300"})
+@pytest.mark.parametrize("path", [["train", "grpo"], ["train", "ppo"], ["collect"]])
+def test_reward_timeout_help_says_late_groups_are_unscorable_not_zero(path):
+    res = runner.invoke(app, [*path, "--help"], terminal_width=300, env={"COLUMNS": "300"})
     text = " ".join(res.output.split())
     assert res.exit_code == 0, res.output
     assert "unscorable: reward null in the log" in text and "score 0" not in text

@@ -22,9 +22,9 @@ from ddai.pipelines.ingest_config import IngestConfig
 from ddai.pipelines.pages.image_corpus import CorpusBuildConfig
 from ddai.pipelines.pointer.embed import EmbedConfig
 from ddai.pipelines.pointer.user_set import PointerWorldConfig
+from ddai.trainer.episode.config import EpisodeBackends, EpisodeConfig, RewardOverrides
+from ddai.trainer.episode.evaluate import EvalConfig
 from ddai.trainer.pointer import config as pointer
-from ddai.trainer.search.config import EpisodeBackends, EpisodeConfig, RewardOverrides
-from ddai.trainer.search.evaluate import EvalConfig
 from ddai.trainer.tiny import TinyBuildConfig
 
 

@@ -115,8 +115,8 @@ CHECKED_ELSEWHERE = {
     "train-ppo",  # tests/trainer/ppo/test_dist_ppo_value.py (and the result shape below)
     "train-value",  # tests/cli/test_value_cli.py
     "train-value-sft",  # tests/trainer/value/test_value_sft_run.py
-    "train-collect",  # tests/trainer/search/test_collect.py
-    "eval",  # tests/trainer/search/test_eval.py
+    "collect",  # tests/trainer/episode/test_collect.py
+    "eval",  # tests/trainer/episode/test_eval.py
     "train-plan",  # tests/cli/test_cli_plan.py
     "value-score",  # tests/cli/test_value_cli.py
     "corpus-build",  # tests/pipelines/pages/test_image_corpus.py

@@ -164,6 +164,17 @@ def test_old_flag_spellings_are_rewritten_with_one_notice():
     ]  # fmt: skip
 
 
+def test_an_old_command_path_is_rewritten_with_one_notice():
+    told: list[str] = []
+    args = ["train", "collect", "--model", "m", "--", "train", "collect"]
+    assert rewrite_args(args, told.append) == ["collect", "--model", "m", "--", "train", "collect"]
+    assert told == ["`ddai train collect` is deprecated: use `ddai collect`"]
+    told.clear()
+    for current in (["collect", "--model", "m"], ["train", "grpo"], ["train"], []):
+        assert rewrite_args(current, told.append) == current
+    assert told == []
+
+
 def test_old_out_spelling_still_runs_with_the_notice_on_stderr(world, tmp_path):
     args = [*world["bucket_args"][:-2], "--out", str(tmp_path / "b"), "--json"]
     res = runner.invoke(app, args)

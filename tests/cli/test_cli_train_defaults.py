@@ -18,7 +18,7 @@ COMMANDS = [
     (("train", "sft"), "ddai.trainer.sft.train:SFTRunConfig"),
     (("train", "grpo"), "ddai.trainer.grpo.config:GRPORunConfig"),
     (("train", "ppo"), "ddai.trainer.ppo.config:PPORunConfig"),
-    (("train", "collect"), "ddai.trainer.search.collect:CollectConfig"),
+    (("collect",), "ddai.trainer.episode.collect:CollectConfig"),
     (("train", "value"), "ddai.trainer.value.train:ValueTrainConfig"),
     (("train", "value-sft"), "ddai.trainer.value.sft:ValueSFTConfig"),
     (("value", "score"), "ddai.trainer.value.score:ValueScoreConfig"),
@@ -146,7 +146,7 @@ def test_value_score_progress_flag_reaches_its_config(flags, shown, tmp_path, mo
     assert [c.progress for c in seen] == [shown]
 
 
-EPISODE_COMMANDS = [("train", "grpo"), ("train", "ppo"), ("train", "collect")]
+EPISODE_COMMANDS = [("train", "grpo"), ("train", "ppo"), ("collect",)]
 
 
 @pytest.mark.parametrize("path", EPISODE_COMMANDS, ids=["-".join(p) for p in EPISODE_COMMANDS])
@@ -154,7 +154,7 @@ def test_nested_config_flags_default_to_their_nested_fields(path):
     """The episode, reward and backend flags build ``cfg.episode``/``rewards``/``backends``: each
     such flag of the command has its nested field's default, and every nested field has a flag."""
     from ddai.cli.options import EPISODE_GROUPS
-    from ddai.trainer.search.config import EpisodeBackends, EpisodeConfig, RewardOverrides
+    from ddai.trainer.episode.config import EpisodeBackends, EpisodeConfig, RewardOverrides
 
     classes = {"episode": EpisodeConfig, "rewards": RewardOverrides, "backends": EpisodeBackends}
     params = {p.name: p for p in _command(path).params}
@@ -175,10 +175,10 @@ def test_nested_config_flags_default_to_their_nested_fields(path):
 def test_the_run_configs_hold_the_nested_configs():
     # One episode config per run, nested: no episode field is copied into a run config, and each
     # run gets its own (a default_factory, not one shared instance).
+    from ddai.trainer.episode.collect import CollectConfig
+    from ddai.trainer.episode.config import EpisodeConfig
     from ddai.trainer.grpo.config import GRPORunConfig
     from ddai.trainer.ppo.config import PPORunConfig
-    from ddai.trainer.search.collect import CollectConfig
-    from ddai.trainer.search.config import EpisodeConfig
 
     for cls in (GRPORunConfig, PPORunConfig, CollectConfig):
         names = {f.name for f in dataclasses.fields(cls)}

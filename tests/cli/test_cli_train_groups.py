@@ -103,9 +103,9 @@ def test_train_collect_flags_reach_the_nested_and_own_fields(monkeypatch, inputs
     args, _ = inputs
     cfg = _captured(
         monkeypatch,
-        "ddai.trainer.search.collect",
+        "ddai.trainer.episode.collect",
         "run_collect",
-        ["train", "collect", *args, *EPISODE_FLAGS, "--top-k", "5", "--json"],
+        ["collect", *args, *EPISODE_FLAGS, "--top-k", "5", "--json"],
     )
     _check_nested(cfg)
     assert (cfg.top_k, cfg.n_agent, cfg.progress) == (5, 1, False)
@@ -209,7 +209,7 @@ GROUPED = [
             }
         ),
     ),
-    (("train", "collect"), lambda: PREFLIGHT),
+    (("collect",), lambda: PREFLIGHT),
     (("train", "value"), lambda: _value_helps("ddai.trainer.value.config:ValueTrainConfig")),
     (("train", "value-sft"), lambda: _value_helps("ddai.trainer.value.config:ValueSFTConfig")),
     (("pointer", "train"), _pointer_helps),

@@ -13,16 +13,16 @@ from ddai.cli.app import load_command
 from ddai.cli.fields import field_docs
 
 NESTED = [
-    "ddai.trainer.search.config:EpisodeConfig",
-    "ddai.trainer.search.config:RewardOverrides",
-    "ddai.trainer.search.config:EpisodeBackends",
+    "ddai.trainer.episode.config:EpisodeConfig",
+    "ddai.trainer.episode.config:RewardOverrides",
+    "ddai.trainer.episode.config:EpisodeBackends",
 ]
 LAUNCH = ["ddai.trainer.run_settings:LaunchSettings"]
 COMMANDS = [
     (("train", "sft"), ["ddai.trainer.sft.config:SFTRunConfig", *LAUNCH]),
     (("train", "grpo"), ["ddai.trainer.grpo.config:GRPORunConfig", *NESTED, *LAUNCH]),
     (("train", "ppo"), ["ddai.trainer.ppo.config:PPORunConfig", *NESTED, *LAUNCH]),
-    (("train", "collect"), ["ddai.trainer.search.collect:CollectConfig", *NESTED]),
+    (("train", "collect"), ["ddai.trainer.episode.collect:CollectConfig", *NESTED]),
     (("train", "value"), ["ddai.trainer.value.config:ValueTrainConfig", *LAUNCH]),
     (("train", "value-sft"), ["ddai.trainer.value.config:ValueSFTConfig", *LAUNCH]),
     (("value", "score"), ["ddai.trainer.value.config:ValueScoreConfig"]),

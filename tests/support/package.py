@@ -13,15 +13,22 @@ FOLDERS = {
     "reports": "ddai.reports",
     "sql": "ddai.sql",
 }
+# Deprecated alias packages (old dotted name -> the package it now names), kept for one release:
+# each is an ``__init__`` redirecting imports, no code of its own, so the walks leave it out
+# (counted, it would be a second room for the same modules).
+ALIASES = {"ddai.trainer.search": "ddai.trainer.episode"}  # moves: keep
 
 
 def modules() -> dict[str, Path]:
-    """Every module of the package by dotted name (a package by its ``__init__``), in path order."""
+    """Every module of the package by dotted name (a package by its ``__init__``), in path order;
+    the deprecated ``ALIASES`` left out."""
     out = {}
     for folder, dotted in FOLDERS.items():
         for path in sorted((ROOT / folder).rglob("*.py")):
             parts = list(path.relative_to(ROOT / folder).with_suffix("").parts)
             if parts[-1] == "__init__":
                 parts = parts[:-1]
-            out[".".join([dotted, *parts])] = path
+            name = ".".join([dotted, *parts])
+            if name not in ALIASES:
+                out[name] = path
     return out

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ddai.trainer.search.sampling import SamplingConfig
+from ddai.trainer.episode.sampling import SamplingConfig
 
 
 def recompute_logprobs(

@@ -19,7 +19,7 @@ from cli_schemas import check
 from support.toy_world import make_world, run_fields
 
 from ddai.cli.common import json_shape
-from ddai.trainer.search.config import EpisodeConfig, RewardOverrides
+from ddai.trainer.episode.config import EpisodeConfig, RewardOverrides
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")

@@ -148,12 +148,12 @@ def test_reward_to_go_keeps_outcome_across_observation_span():
     )
 
 
-def test_reinforce_pp_hand_computed():
+def test_reinforcepp_hand_computed():
     # returns at policy positions [0.25, 0.5, 1.0]: mean 0.583333, unbiased std 0.381881;
     # whitened: [-0.872872, -0.218218, 1.091089]
     rewards = torch.tensor([[0.0, 0.0, 0.0, 1.0]], dtype=torch.float64)
     mask = torch.tensor([[1, 0, 1, 1]])
-    adv, ret = A.reinforce_pp_advantages(rewards, mask, gamma=0.5)
+    adv, ret = A.reinforcepp_advantages(rewards, mask, gamma=0.5)
     torch.testing.assert_close(ret, torch.tensor([[0.25, 0.0, 0.5, 1.0]], dtype=torch.float64))
     torch.testing.assert_close(
         adv,
@@ -161,6 +161,16 @@ def test_reinforce_pp_hand_computed():
         atol=1e-6,
         rtol=0,
     )
+
+
+def test_reinforce_pp_spelling_is_a_deprecated_alias():
+    with pytest.warns(DeprecationWarning, match="reinforce_pp_advantages is deprecated") as told:
+        old = A.reinforce_pp_advantages
+    assert old is A.reinforcepp_advantages
+    assert "use reinforcepp_advantages" in str(told[0].message)
+    assert "reinforce_pp_advantages" not in A.__all__
+    with pytest.raises(AttributeError, match="no attribute 'reinforce_pp_nothing'"):
+        A.reinforce_pp_nothing  # noqa: B018
 
 
 def test_outcome_rewards_on_last_policy_token():

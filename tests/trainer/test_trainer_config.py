@@ -15,8 +15,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from ddai.cli.app import app
 from ddai.trainer.common import TrainConfigError, parse_set, split_report_to
+from ddai.trainer.episode.config import RewardOverrides
 from ddai.trainer.grpo.config import GRPORunConfig, grpo_args
-from ddai.trainer.search.config import RewardOverrides
 from ddai.trainer.sft.train import SFTRunConfig, sft_args
 
 reward_spec = RewardOverrides.reward_spec

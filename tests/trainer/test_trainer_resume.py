@@ -8,7 +8,7 @@ import os
 import pytest
 from support.toy_world import run_fields, tiny_on_toy
 
-from ddai.trainer.search.config import EpisodeConfig, RewardOverrides
+from ddai.trainer.episode.config import EpisodeConfig, RewardOverrides
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 

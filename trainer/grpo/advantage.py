@@ -1,6 +1,6 @@
 """GRPO's advantage as training uses it, named here because ddai does not compute it: TRL's
 ``GRPOTrainer`` does, inside ``_generate_and_score_completions``, and the rollout log keeps what it
-computed (``search.logrows``). Under TRL's defaults, which ``grpo.config`` keeps
+computed (``episode.logrows``). Under TRL's defaults, which ``grpo.config`` keeps
 (``scale_rewards="group"``, ``multi_objective_aggregation="sum_then_normalize"``), a rollout's
 advantage is its reward minus its group's mean reward, over the group's Bessel-corrected std plus
 ``ADVANTAGE_EPS``; an unscorable rollout (no reward) is left out of the group's mean and std and

@@ -1,5 +1,5 @@
 """``ddai train grpo``'s settings: the run config (its episode, reward and backend settings nested
-from ``ddai.trainer.search.config``), the optimiser presets, and the TRL ``GRPOConfig``
+from ``ddai.trainer.episode.config``), the optimiser presets, and the TRL ``GRPOConfig``
 built from defaults < preset < config file < flags < ``--set``.
 """
 
@@ -10,8 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ddai.trainer import common
-from ddai.trainer.run_settings import PolicyRun, TrlKnobs
-from ddai.trainer.search.config import (
+from ddai.trainer.episode.config import (
     EpisodeBackends,
     EpisodeConfig,
     EpisodeInputs,
@@ -20,7 +19,8 @@ from ddai.trainer.search.config import (
     PreflightSettings,
     RewardOverrides,
 )
-from ddai.trainer.search.run_result import LoggedRunResult
+from ddai.trainer.episode.run_result import LoggedRunResult
+from ddai.trainer.run_settings import PolicyRun, TrlKnobs
 
 # Seed 000's focused-round optimiser: sequence-level ratio (GSPO), clip 3e-4/4e-4, lr 1e-6, no KL,
 # no entropy bonus, and its mini-batch structure: verl's ``ppo_mini_batch_size=8`` prompts out of a
@@ -215,7 +215,7 @@ def grpo_args(cfg: GRPORunConfig) -> Any:
     args = common.trl_config(GRPOConfig, merged, cfg)
     if args.generation_kwargs:
         # TRL's own generation reads it; ddai's rollout samples with its explicit processors only
-        # (``search.sampling``), and the loss scores the rollouts under those same processors.
+        # (``episode.sampling``), and the loss scores the rollouts under those same processors.
         raise common.TrainConfigError(
             f"generation_kwargs {args.generation_kwargs!r}: ddai samples with explicit knobs "
             "only and would ignore it; set temperature, top_p, top_k, min_p or "

@@ -3,11 +3,11 @@
 TRL runs the optimisation (group advantages, the GRPO/GSPO loss, KL, entropy, checkpoints);
 ddai supplies
 
-- ``SearchRollout`` (``ddai.trainer.search.episodes``): the ``rollout_func``: ``n_agent``
+- ``SearchRollout`` (``ddai.trainer.episode.episodes``): the ``rollout_func``: ``n_agent``
   episodes per prompt in lock-step batches, returning prompt/completion ids, sampling log-probs
   and ``env_mask`` (1 on policy tokens, 0 on every observation token), which TRL multiplies into
   the loss mask (state masking);
-- ``DdaiReward`` (``ddai.trainer.search.scoring``): an async reward function awaiting the
+- ``DdaiReward`` (``ddai.trainer.episode.scoring``): an async reward function awaiting the
   streamed generator/judge calls;
 - ``DdaiGRPOTrainer`` (``ddai.trainer.trl_compat``): a thin subclass that hands the rollout the
   batch's task columns and appends every step's rollouts, with TRL's advantages, to the rollout
@@ -26,10 +26,7 @@ from typing import Any
 
 from ddai.pipelines.store import workspace
 from ddai.trainer import common
-from ddai.trainer.grpo.config import GRPOResult, GRPORunConfig, grpo_args
-from ddai.trainer.runtime import dist
-from ddai.trainer.runtime.clip_stats import no_clip_fields
-from ddai.trainer.search.episodes import (
+from ddai.trainer.episode.episodes import (
     Backends,
     SearchRollout,
     check_reward_backends,
@@ -38,21 +35,24 @@ from ddai.trainer.search.episodes import (
     search_env,
     streaming_scorer,
 )
-from ddai.trainer.search.logrows import RolloutLog
-from ddai.trainer.search.pages import observation_policy, page_images
-from ddai.trainer.search.preflight import (
+from ddai.trainer.episode.logrows import RolloutLog
+from ddai.trainer.episode.pages import observation_policy, page_images
+from ddai.trainer.episode.preflight import (
     check_chat_template,
     check_episodes,
     write_run_config,
 )
-from ddai.trainer.search.preflight_steps import (
+from ddai.trainer.episode.preflight_steps import (
     preflight_slots,
     preflight_status,
     run_static_preflight,
     sampled_episodes,
 )
-from ddai.trainer.search.scoring import DdaiReward
-from ddai.trainer.search.tasks import load_tasks
+from ddai.trainer.episode.scoring import DdaiReward
+from ddai.trainer.episode.tasks import load_tasks
+from ddai.trainer.grpo.config import GRPOResult, GRPORunConfig, grpo_args
+from ddai.trainer.runtime import dist
+from ddai.trainer.runtime.clip_stats import no_clip_fields
 from ddai.trainer.trl_compat import grpo_trainer_class
 
 

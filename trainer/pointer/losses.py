@@ -138,8 +138,9 @@ def clipped_group_advantages(
 def reinforcepp_advantages(
     rewards: Tensor, group_ids: Tensor, *, norm: str = "none", clip: float = 5.0, eps: float = 1e-6
 ) -> Tensor:
-    """REINFORCE++ with a group baseline: ``r − mean_g(r)`` (after the optional per-group
-    normalization), then whitened over the whole batch, clipped to ``[−clip, clip]``."""
+    """REINFORCE++ with a group baseline, one step per query (the per-token estimator is
+    ``ddai.trainer.advantages.reinforcepp_advantages``): ``r − mean_g(r)`` (after the optional
+    per-group normalization), then whitened over the whole batch, clipped to ``[−clip, clip]``."""
     n = group_normalize(rewards, group_ids, norm)
     a = n - group_mean(n, group_ids)
     std = a.std() if a.numel() > 1 else torch.zeros((), dtype=a.dtype)

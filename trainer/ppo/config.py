@@ -1,5 +1,5 @@
 """``ddai train ppo``'s settings: the run config (its episode, reward and backend settings nested
-from ``ddai.trainer.search.config``, as in ``GRPORunConfig``) with its checks, and the result.
+from ``ddai.trainer.episode.config``, as in ``GRPORunConfig``) with its checks, and the result.
 Imports no torch, so the CLI reads its defaults (and the help of most flags) from here.
 """
 
@@ -10,14 +10,14 @@ from pathlib import Path
 from typing import Any
 
 from ddai.trainer.common import TrainConfigError
-from ddai.trainer.run_settings import PolicyRun
-from ddai.trainer.search.config import (
+from ddai.trainer.episode.config import (
     EpisodeInputs,
     EpisodeSettings,
     PageSettings,
     PreflightSettings,
 )
-from ddai.trainer.search.run_result import LoggedRunResult
+from ddai.trainer.episode.run_result import LoggedRunResult
+from ddai.trainer.run_settings import PolicyRun
 
 KL_MODES = ("reward", "loss")
 """Where the reference KL goes: ``reward`` folds ``−β·KL_t`` into the per-token rewards (seed

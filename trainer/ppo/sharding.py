@@ -8,7 +8,7 @@ configs/accelerate/fsdp.yaml``), as ``ddai train grpo`` runs them:
 - ``generation_model``: the policy as TRL's own generation has it
   (``trl.models.unwrap_model_for_generation``: ZeRO-3 parameters gathered, FSDP2's per-layer
   all-gathers in each forward, gradient checkpointing off while sampling). Every rank steps its
-  episodes in lock-step (``search.rollout``), so the all-gathers line up;
+  episodes in lock-step (``episode.rollout``), so the all-gathers line up;
 - ``saveable``: the policy and critic for a save: the modules themselves when unsharded, else
   full copies built on the main process from the trainer's gather (``Accelerator.get_state_dict``,
   a collective every rank calls), so the saved folders hold the trained weights, not one shard;

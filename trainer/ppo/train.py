@@ -24,7 +24,7 @@ One step:
 with the saved policy, critic, optimizer and random states (``ppo.rng``: the steps an uninterrupted
 run would have taken, bit for bit), the same run id and the original reference.
 
-With ``--observation image`` the policy is a VLM (``search.pages.observation_policy``) and the
+With ``--observation image`` the policy is a VLM (``episode.pages.observation_policy``) and the
 critic a value head on its trunk: every pass above (experience micro-batches, training
 mini-batches) carries its rows' page images and the model's 3-D M-RoPE positions
 (``ddai.trainer.vlm_inputs``), so the training pass scores the rollout as it was shown.
@@ -56,6 +56,7 @@ from torch import Tensor
 from ddai.pipelines.store import workspace
 from ddai.trainer.advantages import gae
 from ddai.trainer.common import TrainConfigError
+from ddai.trainer.episode.tasks import Task
 from ddai.trainer.ppo import sharding
 from ddai.trainer.ppo.clip_stats import RATIO_DEV_MAX, ClipStats
 from ddai.trainer.ppo.config import CRITIC_DIR, PPOResult, PPORunConfig
@@ -67,7 +68,6 @@ from ddai.trainer.ppo.terms import (
 )
 from ddai.trainer.rlmath import masked_mean, masked_whiten, selected_logprobs
 from ddai.trainer.runtime.metrics_log import MetricsLog
-from ddai.trainer.search.tasks import Task
 from ddai.trainer.value.critic import (
     Batch,
     ValueModel,
@@ -420,24 +420,24 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
     from ddai.pipelines.pages.corpus import Corpus
     from ddai.pipelines.records.progress import bar
     from ddai.trainer.common import hf_progress, resume_checkpoint
+    from ddai.trainer.episode import preflight as pf
+    from ddai.trainer.episode.episodes import Episodes, default_backends
+    from ddai.trainer.episode.logrows import RolloutLog, take_rows
+    from ddai.trainer.episode.pages import observation_policy, page_images
+    from ddai.trainer.episode.preflight_steps import (
+        preflight_slots,
+        preflight_status,
+        run_static_preflight,
+        sampled_episodes,
+    )
+    from ddai.trainer.episode.tasks import load_tasks
+    from ddai.trainer.episode.vision import vision_batch
     from ddai.trainer.lora_merge import MergeCheckFailed, full_model, merge_lora
     from ddai.trainer.modeling import changed_parameters, parameter_snapshot
     from ddai.trainer.ppo import checkpoint as ck
     from ddai.trainer.runtime import accel
     from ddai.trainer.runtime.save import save_model
     from ddai.trainer.runtime.zero_variance import ZeroVarianceSteps
-    from ddai.trainer.search import preflight as pf
-    from ddai.trainer.search.episodes import Episodes, default_backends
-    from ddai.trainer.search.logrows import RolloutLog, take_rows
-    from ddai.trainer.search.pages import observation_policy, page_images
-    from ddai.trainer.search.preflight_steps import (
-        preflight_slots,
-        preflight_status,
-        run_static_preflight,
-        sampled_episodes,
-    )
-    from ddai.trainer.search.tasks import load_tasks
-    from ddai.trainer.search.vision import vision_batch
     from ddai.trainer.value.critic import save_value_model
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")

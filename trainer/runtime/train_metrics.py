@@ -42,7 +42,7 @@ def side_table_path(logs: str | os.PathLike[str], run_id: str) -> Path:
 
 
 class RunWriter(Protocol):
-    """The run's one writer of the log store (GRPO's ``search.logrows.RolloutLog``): the side
+    """The run's one writer of the log store (GRPO's ``episode.logrows.RolloutLog``): the side
     table goes through it, so its parts are listed in the run's manifest by the run's commits."""
 
     def side_table(self, table: str) -> SideLog: ...

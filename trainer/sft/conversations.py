@@ -11,7 +11,7 @@ from typing import Any
 
 from ddai.pipelines.records.lazy import lazy_module
 from ddai.trainer import common
-from ddai.trainer.search.chat import flatten_messages
+from ddai.trainer.episode.chat import flatten_messages
 
 pq = lazy_module("pyarrow.parquet")
 

@@ -18,9 +18,9 @@ from typing import Any
 
 from ddai.pipelines.records.lazy import lazy_module
 from ddai.trainer import common
+from ddai.trainer.episode.chat import ensure_training_template
 from ddai.trainer.runtime import dist
 from ddai.trainer.runtime.save import save_final, save_lora_final
-from ddai.trainer.search.chat import ensure_training_template
 from ddai.trainer.sft import fit
 from ddai.trainer.sft.config import SFTRunConfig
 from ddai.trainer.sft.conversations import load_conversations, read_rows

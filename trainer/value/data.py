@@ -4,7 +4,7 @@ targets for every rollout, success/failure pairs per prompt, difficulty weights,
 A rollout becomes ``prompt_ids`` (the chat-templated prompt with the assistant header) plus a
 completion of policy tokens (each turn's text and its end-of-turn token, ``mask`` 1) and
 environment tokens (each observation inside the chat template's wrapper, DDAI's forced completion:
-``mask`` 0), the layout ``ddai.trainer.search.rollout`` produces while training. Turn texts come from the
+``mask`` 0), the layout ``ddai.trainer.episode.rollout`` produces while training. Turn texts come from the
 log's parsed ``turns`` (think, separator, action), observations from ``turns[].observation``.
 
 Pairs: for each prompt, successful × failed rollouts, at most ``max_pairs_per_problem`` of them
@@ -171,7 +171,7 @@ def tokenize_rollouts(
     Completions longer than ``max_length − len(prompt)`` are cut; turns past the cut get no start.
     """
     from ddai.pipelines.distill.rebuild import default_system_prompt
-    from ddai.trainer.search.rollout import ObservationFormat, prompt_ids, token_truncator
+    from ddai.trainer.episode.rollout import ObservationFormat, prompt_ids, token_truncator
 
     system = default_system_prompt() if system_prompt is None else system_prompt
     fmt = ObservationFormat.from_tokenizer(tokenizer)
@@ -250,7 +250,7 @@ class Batch:
     """``[B, T]`` 1 on policy tokens (0 on environment tokens and padding)."""
     prompt_len: int
     images: dict[str, Any] | None = None
-    """The rows' page images for a VLM (``search.vision.vision_batch``'s layout: ``pixel_values``
+    """The rows' page images for a VLM (``episode.vision.vision_batch``'s layout: ``pixel_values``
     ``[sum patches, D]``, ``image_grid_thw`` ``[n_images, 3]``, ``num_images`` per row), kept where
     they were made and moved with each pass's rows (``vlm_inputs``); None: no row shows one."""
 

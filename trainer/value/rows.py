@@ -124,7 +124,7 @@ def prompt_messages(data: Path | None) -> dict[str, list[dict[str, str]]] | None
     """uid → chat prompt from a verl-shaped prompt set, or None."""
     if data is None:
         return None
-    from ddai.trainer.search.tasks import load_tasks
+    from ddai.trainer.episode.tasks import load_tasks
 
     return {t.uid: [dict(m) for m in t.messages] for t in load_tasks(data)}
 

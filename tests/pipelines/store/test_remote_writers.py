@@ -16,7 +16,7 @@ from ddai.pipelines import store
 from ddai.pipelines.backends import rejudge as rejudge_mod
 from ddai.pipelines.store import objstore
 from ddai.pipelines.store.side_log import read_rows
-from ddai.trainer.search.logrows import RolloutLog
+from ddai.trainer.episode.logrows import RolloutLog
 
 train_metrics = heavy("ddai.trainer.runtime.train_metrics")
 

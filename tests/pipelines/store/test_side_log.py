@@ -11,7 +11,7 @@ from support.lazy import heavy
 
 from ddai.pipelines import store
 from ddai.pipelines.store.side_log import SideLog, read_rows, side_path
-from ddai.trainer.search.logrows import RolloutLog, logged_steps
+from ddai.trainer.episode.logrows import RolloutLog, logged_steps
 
 train_metrics = heavy("ddai.trainer.runtime.train_metrics")
 

@@ -21,7 +21,7 @@ from ddai.cli.app import app
 from ddai.pipelines import store
 from ddai.pipelines.store import objstore, side_log
 from ddai.reports.sections import training
-from ddai.trainer.search.logrows import RolloutLog
+from ddai.trainer.episode.logrows import RolloutLog
 
 train_metrics = heavy("ddai.trainer.runtime.train_metrics")
 

@@ -20,7 +20,7 @@ from ddai.cli.app import app
 from ddai.pipelines import store
 from ddai.pipelines.backends import rejudge as rejudge_mod
 from ddai.pipelines.ingest import IngestConfig, ingest
-from ddai.trainer.search.logrows import RolloutLog
+from ddai.trainer.episode.logrows import RolloutLog
 
 train_metrics = heavy("ddai.trainer.runtime.train_metrics")
 

@@ -17,8 +17,8 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 from support.backends import ConstantGenerator, RandomJudge
 
 from ddai.trainer import toy
+from ddai.trainer.episode.config import EpisodeConfig, RewardOverrides
 from ddai.trainer.runtime.run_warnings import clip_inert
-from ddai.trainer.search.config import EpisodeConfig, RewardOverrides
 
 
 @pytest.fixture(scope="module")

@@ -11,14 +11,14 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from support.toy_world import run_fields, tiny_on_toy
 
 from ddai.trainer import toy
-from ddai.trainer.search.config import EpisodeConfig, RewardOverrides
+from ddai.trainer.episode.config import EpisodeConfig, RewardOverrides
 
 
 def test_grpo_manifest_lists_each_step_once(tmp_path):
     from ddai.pipelines.backends import get_backend
     from ddai.pipelines.store import read_rollouts, run_manifest
+    from ddai.trainer.episode.logrows import logged_steps
     from ddai.trainer.grpo.train import Backends, GRPORunConfig, run_grpo
-    from ddai.trainer.search.logrows import logged_steps
 
     data = toy.write_toy(tmp_path / "toy")
     tiny = tiny_on_toy(tmp_path / "tiny")

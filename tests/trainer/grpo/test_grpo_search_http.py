@@ -15,7 +15,7 @@ import os
 import pytest
 from support.toy_world import make_world, run_fields
 
-from ddai.trainer.search.config import EpisodeBackends, EpisodeConfig, RewardOverrides
+from ddai.trainer.episode.config import EpisodeBackends, EpisodeConfig, RewardOverrides
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -25,9 +25,9 @@ from support.fakes_search import FakeSearchServer
 from ddai.pipelines.records import metrics
 from ddai.pipelines.store import read_rollouts
 from ddai.trainer import toy
+from ddai.trainer.episode.rollout import Sampler
 from ddai.trainer.grpo import train as grpo
 from ddai.trainer.grpo.train import GRPORunConfig, run_grpo
-from ddai.trainer.search.rollout import Sampler
 
 PAGES = toy.corpus().pages()
 DONE = "<think>enough</think>\n<search_complete>true</search_complete>"
@@ -167,7 +167,7 @@ def test_a_failing_service_gives_system_errors_and_the_step_finishes(
 def test_preflight_refuses_a_failing_service_before_loading_the_model(
     toy_setup, protocol, monkeypatch
 ):
-    from ddai.trainer.search.preflight import PreflightError
+    from ddai.trainer.episode.preflight import PreflightError
 
     root, data, tiny = toy_setup
     with FakeSearchServer(pages=PAGES, script=["500"] * 4) as srv:

@@ -29,8 +29,8 @@ from support.tiny_vlm import build_tiny_vlm
 from ddai.cli.app import app
 from ddai.pipelines.pages.corpus import Corpus
 from ddai.trainer import toy
+from ddai.trainer.episode.rollout import Sampler
 from ddai.trainer.grpo import train as grpo
-from ddai.trainer.search.rollout import Sampler
 
 runner = CliRunner()
 TURNS = [

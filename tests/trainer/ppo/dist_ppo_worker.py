@@ -23,10 +23,10 @@ from support.toy_world import run_fields
 
 from ddai.pipelines.backends import JudgeResult
 from ddai.trainer import toy
+from ddai.trainer.episode.config import EpisodeConfig, RewardOverrides
 from ddai.trainer.ppo import sharding
 from ddai.trainer.ppo import train as ppo
 from ddai.trainer.runtime import dist
-from ddai.trainer.search.config import EpisodeConfig, RewardOverrides
 
 
 class HashJudge:

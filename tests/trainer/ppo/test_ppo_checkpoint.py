@@ -15,7 +15,7 @@ from ddai.cli.app import app
 from ddai.pipelines.store import read_rollouts, write_run
 from ddai.trainer import toy
 from ddai.trainer.common import TrainConfigError
-from ddai.trainer.search.config import EpisodeConfig, RewardOverrides
+from ddai.trainer.episode.config import EpisodeConfig, RewardOverrides
 
 ck = heavy("ddai.trainer.ppo.checkpoint")
 torch = heavy("torch")

@@ -13,7 +13,7 @@ from support.toy_world import make_world, run_fields
 
 from ddai.pipelines.store import read_rollouts
 from ddai.trainer import toy
-from ddai.trainer.search.config import EpisodeConfig, RewardOverrides
+from ddai.trainer.episode.config import EpisodeConfig, RewardOverrides
 
 ck = heavy("ddai.trainer.ppo.checkpoint")
 torch = heavy("torch")

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from ddai.cli.app import app
 from ddai.pipelines.store import read_rollouts
 from ddai.trainer import toy
-from ddai.trainer.search.config import EpisodeConfig, RewardOverrides
+from ddai.trainer.episode.config import EpisodeConfig, RewardOverrides
 from ddai.trainer.tiny import TinySpec, build_tiny
 
 torch = heavy("torch")

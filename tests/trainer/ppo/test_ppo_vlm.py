@@ -19,9 +19,9 @@ from PIL import Image
 from support.lazy import heavy
 from support.tiny_vlm import build_tiny_vlm
 
+from ddai.trainer.episode.vision import VisionObservationFormat, vision_batch
 from ddai.trainer.modeling import load_vision_model
 from ddai.trainer.ppo.config import PPORunConfig
-from ddai.trainer.search.vision import VisionObservationFormat, vision_batch
 from ddai.trainer.trl_compat import disable_dropout
 from ddai.trainer.vlm_inputs import forward_inputs, select_images
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from support.toy_world import run_fields
 
-from ddai.trainer.search.config import EpisodeConfig, RewardOverrides
+from ddai.trainer.episode.config import EpisodeConfig, RewardOverrides
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -25,11 +25,11 @@ import random
 
 from ddai.pipelines.backends import JudgeResult
 from ddai.trainer import toy
+from ddai.trainer.episode import episodes, rollout
+from ddai.trainer.episode.env import SearchEnv
 from ddai.trainer.grpo import train as grpo
 from ddai.trainer.runtime import dist
 from ddai.trainer.runtime import save as saves
-from ddai.trainer.search import episodes, rollout
-from ddai.trainer.search.env import SearchEnv
 
 
 class RandomJudge:

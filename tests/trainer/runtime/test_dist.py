@@ -6,10 +6,10 @@ from __future__ import annotations
 from support.toy_world import tiny_on_toy
 
 from ddai.trainer import toy
+from ddai.trainer.episode.env import EnvConfig, SearchEnv
+from ddai.trainer.episode.rollout import RolloutConfig, Sampler, run_rollouts
+from ddai.trainer.episode.tasks import load_tasks
 from ddai.trainer.runtime import dist
-from ddai.trainer.search.env import EnvConfig, SearchEnv
-from ddai.trainer.search.rollout import RolloutConfig, Sampler, run_rollouts
-from ddai.trainer.search.tasks import load_tasks
 
 
 def test_single_process_is_rank_zero_of_one():

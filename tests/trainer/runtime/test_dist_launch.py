@@ -206,7 +206,7 @@ import trl.generation.vllm_generation as vg
 
 from ddai.trainer import toy
 from ddai.trainer.grpo.train import GRPORunConfig, run_grpo
-from ddai.trainer.search.config import EpisodeConfig, RewardOverrides
+from ddai.trainer.episode.config import EpisodeConfig, RewardOverrides
 
 url, tiny, out, logs, run_id, batch = sys.argv[1:7]
 # vLLM cannot be installed on CPU: lift TRL's import guard; its HTTP client is used as shipped.

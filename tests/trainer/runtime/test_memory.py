@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 from support.lazy import heavy
 
+from ddai.trainer.episode.rollout import HFSampler
 from ddai.trainer.runtime.memory_model import (
     ModelShape,
     RunShape,
@@ -16,7 +17,6 @@ from ddai.trainer.runtime.memory_model import (
     sampler_bytes,
     training_activations,
 )
-from ddai.trainer.search.rollout import HFSampler
 
 torch = heavy("torch")
 memory_meter = heavy("oracles.memory_meter")

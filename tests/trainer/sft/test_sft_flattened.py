@@ -16,7 +16,7 @@ from cli_schemas import check
 from conftest import SHARED
 
 from ddai.cli.app import app
-from ddai.trainer.search.chat import flatten_messages
+from ddai.trainer.episode.chat import flatten_messages
 from ddai.trainer.tiny import build_tiny
 
 VAL1 = SHARED / "ddai-data" / "val1.parquet"

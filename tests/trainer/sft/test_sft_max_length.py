@@ -17,8 +17,8 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 from conftest import SHARED
 
 from ddai.trainer import common
+from ddai.trainer.episode.chat import ensure_training_template
 from ddai.trainer.modeling import load_tokenizer
-from ddai.trainer.search.chat import ensure_training_template
 from ddai.trainer.sft.train import SFTRunConfig, load_conversations, run_sft
 from ddai.trainer.tiny import build_tiny
 

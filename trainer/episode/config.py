@@ -1,0 +1,164 @@
+"""The one definition of a Searcher episode's settings, shared by every room that runs episodes.
+
+``EpisodeConfig`` (turns, search, token budgets), ``RewardOverrides`` (the reward preset and its
+per-field overrides) and ``EpisodeBackends`` (which search/generator/judge backends, and how long to
+wait for a score) are nested in ``GRPORunConfig``, ``PPORunConfig`` and ``CollectConfig`` as
+``cfg.episode``, ``cfg.rewards`` and ``cfg.backends`` (``EpisodeSettings``): every room that runs
+episodes holds the same objects instead of copying their fields, and ``ddai train`` reads every
+flag's default from them (``ddai_cli/options.py``'s option groups). ``EnvConfig`` and ``RolloutConfig`` take their defaults
+from here too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ddai.trainer.episode.rewards import RewardSpec
+
+
+@dataclass(kw_only=True)
+class EpisodeConfig:
+    """How one episode runs (seed 000: at most 7 turns, top-5 search, a forced final turn)."""
+
+    max_turns: int = 7
+    """Turns before the episode ends (with ``force_completion``, DDAI's forced completion turn)."""
+    search_k: int = 5
+    """Pages each ``<search>`` returns."""
+    force_completion: bool = True
+    """At ``max_turns``, append DDAI's forced completion turn (written by the environment)."""
+    restrict_to_doc: bool = False
+    """Search only the pages of the prompt's own document."""
+    max_turn_tokens: int = 256
+    """Most tokens the policy generates in one turn."""
+    max_completion_tokens: int = 1024
+    """Most completion tokens in one episode, observations included (TRL's
+    ``max_completion_length``)."""
+    obs_max_tokens: int = 256
+    """Most tokens of one observation (search results are truncated to it)."""
+
+
+@dataclass(kw_only=True)
+class RewardOverrides:
+    """The reward: a preset (``ddai.trainer.episode.rewards.REWARD_PRESETS``) and the fields set
+    over it (None: the preset's value)."""
+
+    reward: str = "curriculum"
+    """Reward preset: curriculum (0.8 judge + 0.2 NDCG, gated), ddai-phase1 (0.1 + 0.9 NDCG if
+    format passes) or judge-only."""
+    w_judge: float | None = None
+    """Weight of the judge score (overrides the preset's)."""
+    w_ndcg: float | None = None
+    """Weight of NDCG over the golden pages (overrides the preset's)."""
+    w_format: float | None = None
+    """Weight of the format check (overrides the preset's)."""
+    bias: float | None = None
+    """Constant added to the reward (overrides the preset's)."""
+    gate: bool | None = None
+    """A format failure scores 0 (overrides the preset's)."""
+
+    def reward_spec(self) -> RewardSpec:
+        """The preset with this config's overrides applied."""
+        # the reward machinery (threads, metrics) loads here, not with the config (``--help``)
+        from ddai.trainer.episode.rewards import RewardSpec, reward_preset
+
+        base = reward_preset(self.reward)
+        return RewardSpec(
+            w_judge=base.w_judge if self.w_judge is None else self.w_judge,
+            w_ndcg=base.w_ndcg if self.w_ndcg is None else self.w_ndcg,
+            w_format=base.w_format if self.w_format is None else self.w_format,
+            bias=base.bias if self.bias is None else self.bias,
+            gate=base.gate if self.gate is None else self.gate,
+        )
+
+
+@dataclass(kw_only=True)
+class EpisodeBackends:
+    """The backends an episode calls, by ``ddai.toml`` name (None: the configured default)."""
+
+    search: str | None = None
+    """Search backend name from ddai.toml (default: local BM25 over --corpus); a ``search-http``
+    backend queries a retrieval service, one batched request per turn."""
+    generator: str | None = None
+    """Frozen generator backend (answers from the gathered evidence)."""
+    judge: str | None = None
+    """Judge backend (scores the answer)."""
+    reward_timeout: float = 90.0
+    """Seconds a step (or a collection batch) waits for a group's streamed judge results; a late
+    group's rollouts are unscorable: reward null in the log, left out of the advantages (counted
+    as unscorable)."""
+
+
+@dataclass(kw_only=True)
+class EpisodeSettings:
+    """What a run that plays episodes holds, nested (``cfg.episode.max_turns``,
+    ``cfg.rewards.reward_spec()``, ``cfg.backends.judge``): ``GRPORunConfig``, ``PPORunConfig``
+    and ``CollectConfig`` derive from it, so each holds one object of each instead of copies of
+    their fields. Keyword-only, so it comes after a run's required fields."""
+
+    episode: EpisodeConfig = field(default_factory=EpisodeConfig)
+    """Turns, search and token budgets of each episode."""
+    rewards: RewardOverrides = field(default_factory=RewardOverrides)
+    """The reward preset and its overrides."""
+    backends: EpisodeBackends = field(default_factory=EpisodeBackends)
+    """The search, generator and judge backends, and the score timeout."""
+
+
+@dataclass(kw_only=True)
+class PageSettings:
+    """What the policy and the frozen generator see of a page, shared by ``GRPORunConfig``,
+    ``PPORunConfig`` and ``CollectConfig`` (``ddai.trainer.episode.pages`` reads them): one
+    definition of ``--observation``, ``--image-root`` and ``--generator-max-images``."""
+
+    observation: str = "text"
+    """``text``: pages shown as text; ``image``: page images through the model's processor (VLM
+    policies; needs an image corpus or --image-root; <bbox> is in Qwen2.5-VL's pixels of the
+    resized image)."""
+    image_root: Path | None = None
+    """Folder of page images (``{page_id}.jpg``); not needed with an image corpus (``ddai corpus
+    build``). With it (or an image corpus) the generator is sent the pages the episode gathered."""
+    generator_max_images: int = 8
+    """Most images (pages and crops the episode gathered, latest kept) sent to a multimodal
+    generator; 0 sends text only. Text generators ignore images."""
+
+    def check_pages(self) -> None:
+        """Refuse bad page settings before any model loads (``TrainConfigError`` naming the flag)."""
+        from ddai.trainer.common import TrainConfigError
+
+        if self.observation not in ("text", "image"):
+            raise TrainConfigError(f"--observation {self.observation!r}: use text or image")
+        if self.generator_max_images < 0:
+            raise TrainConfigError(
+                f"--generator-max-images {self.generator_max_images}: use 0 or more"
+            )
+
+
+@dataclass(kw_only=True)
+class EpisodeInputs:
+    """What a run that plays episodes reads, shared by ``GRPORunConfig``, ``PPORunConfig`` and
+    ``CollectConfig``: the prompts, the page corpus, how many prompts, and the log store."""
+
+    data: Path
+    """Prompts in verl's RL parquet shape (id, prompt, file_name, reference_page, reward_model,
+    extra_info)."""
+    corpus: Path
+    """pages.parquet (or its folder) to search and crop."""
+    limit: int | None = None
+    """Use only the first N prompts."""
+    logs: Path | None = None
+    """Log store the run's rollouts go to (default: the workspace's)."""
+
+
+@dataclass(kw_only=True)
+class PreflightSettings:
+    """The checks before a run's first episode (``ddai.trainer.episode.preflight``), shared by
+    ``GRPORunConfig``, ``PPORunConfig`` and ``CollectConfig``."""
+
+    skip_preflight: bool = False
+    """Run without the preflight (golden pages in the corpus and returned by search, pages the
+    policy and the generator can read, chat template renders the tags, sampled episodes complete
+    and score); a training run records it in its run_config.json."""
+    preflight_prompts: int = 2
+    """Prompts whose n_agent episodes the preflight samples (4x as many questions are searched)."""

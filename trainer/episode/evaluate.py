@@ -1,0 +1,92 @@
+"""``ddai eval``: a Searcher policy over a test set in DDAI's format, scored by the set's own
+categories.
+
+The rollouts are ``ddai collect``'s (``run_collect``: the same environment, episodes, reward
+and log rows), logged as one run of the log store with each prompt's category values in the row's
+``extra`` (``eval_categories``) so the report's evaluation section can break any eval run down
+again. Greedy by default (``temperature`` 0), one rollout per prompt. A run id already in the
+store is refused unless ``append`` (a second eval into one run would count its prompts twice).
+The breakdown itself is ``ddai.pipelines.analyses.evaluation.breakdown`` (accuracy, judge, NDCG).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ddai.pipelines.analyses import evaluation
+from ddai.pipelines.store import store_read, workspace
+from ddai.trainer.common import TrainConfigError
+from ddai.trainer.episode.collect import CollectConfig, run_collect
+
+
+@dataclass
+class EvalConfig(CollectConfig):
+    """One evaluation run: ``CollectConfig``'s fields (its flags) with evaluation defaults."""
+
+    data: Path
+    """The test set in verl's RL parquet shape, e.g. DDAI's overall_test_crop.parquet (its
+    data_source and *_type fields are the categories)."""
+    run_id: str | None = None
+    """Run id of the rollout log. Default: eval_<timestamp>."""
+
+    temperature: float = 0.0
+    """Sampling temperature (0: greedy, the evaluation default)."""
+    by: list[str] | None = None
+    """Category fields to break the scores down by (default: every one the set carries: `data_source` and each `*_type` field, top-level or in `extra_info`)."""
+    append: bool = False
+    """Add the rollouts to an existing --run-id (else an existing run id is refused)."""
+
+
+@dataclass
+class EvalResult:
+    run_id: str
+    logs: str
+    test_set: str
+    generated_by: str
+    prompts: int
+    rollouts_logged: int
+    categories: list[str]
+    accuracy: float | None
+    judge: float | None
+    judge_missing: int
+    ndcg: float | None
+    by_category: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+
+def run_eval(cfg: EvalConfig, backends: Any | None = None) -> EvalResult:
+    """Roll the policy out over ``cfg.data``, log the run, score it by the set's categories."""
+    logs = workspace.logs_dir(cfg.logs)
+    cfg.run_id = cfg.run_id or f"eval_{time.strftime('%Y%m%d_%H%M%S')}"
+    if not cfg.append and cfg.run_id in store_read.list_runs(logs):
+        raise TrainConfigError(
+            f"--run-id {cfg.run_id}: the log store {logs} already holds this run; pick another "
+            "run id, or pass --append to add these rollouts to it"
+        )
+    rows = evaluation.read_set(cfg.data, cfg.limit)
+    fields, cats = evaluation.set_categories(rows, cfg.by)
+    scored: list[dict[str, Any]] = []
+
+    def annotate(row: dict[str, Any]) -> None:
+        row["extra"][evaluation.CATEGORY_KEY] = cats.get(row["uid"], {})
+        scored.append({**row, "categories": row["extra"][evaluation.CATEGORY_KEY]})
+
+    res = run_collect(cfg, backends, annotate=annotate)
+    table = evaluation.breakdown(scored, fields)
+    overall = table["overall"]
+    return EvalResult(
+        run_id=res.run_id,
+        logs=res.logs,
+        test_set=str(cfg.data),
+        generated_by=res.generated_by,
+        prompts=res.prompts,
+        rollouts_logged=res.rollouts_logged,
+        categories=fields,
+        accuracy=overall["accuracy"],
+        judge=overall["judge"],
+        judge_missing=overall["judge_missing"],
+        ndcg=overall["ndcg"],
+        by_category=table["by_category"],
+    )
