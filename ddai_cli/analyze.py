@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 import typer
 
+from ddai.cli.app import COMMANDS
 from ddai.cli.common import JsonOpt, LogsOpt, RunsOpt, ThresholdOpt, fail, summary
 from ddai.cli.fields import field_opt
 from ddai.cli.flags import config_flags, with_groups
@@ -29,8 +30,7 @@ from ddai.pipelines.store import workspace
 
 analyze_app = typer.Typer(
     name="analyze",
-    help="DDAI's round analyses: why low-scoring prompts fail, reward latency and coverage, "
-    "zero-variance groups and the prompts to drop or keep.",
+    help=COMMANDS["analyze"].help,
     no_args_is_help=True,
     rich_markup_mode=None,
 )

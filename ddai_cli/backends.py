@@ -6,6 +6,7 @@ from typing import Any
 
 import typer
 
+from ddai.cli.app import COMMANDS
 from ddai.cli.common import (
     EXIT_FAILED,
     JsonOpt,
@@ -151,7 +152,7 @@ def judge_cmd(
 def register(app: typer.Typer) -> None:
     """Add this area's commands to the main app."""
     backends_app = typer.Typer(
-        help="Model backends: list, ping, cache stats.", no_args_is_help=True, rich_markup_mode=None
+        help=COMMANDS["backends"].help, no_args_is_help=True, rich_markup_mode=None
     )
     backends_app.command(
         "check", short_help="List the backends and their roles, ping them, show cache stats."

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
+from ddai.cli.app import COMMANDS
 from ddai.cli.common import JsonOpt, fail, summary
 from ddai.cli.fields import field_opt
 from ddai.cli.flags import config_flags, with_groups
@@ -22,7 +23,7 @@ BUILD_FLAGS = config_flags(
 def register(app: typer.Typer) -> None:
     """Add this area's commands to the main app."""
     corpus_app = typer.Typer(
-        help="Page corpora: build one from page images for search, crops and the generator.",
+        help=COMMANDS["corpus"].help,
         no_args_is_help=True,
         rich_markup_mode=None,
     )

@@ -16,6 +16,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
+from ddai.cli.app import COMMANDS
 from ddai.cli.common import (
     JsonOpt,
     LogsOpt,
@@ -50,8 +51,7 @@ T = TypeVar("T")
 
 curate_app = typer.Typer(
     name="curate",
-    help="The curation funnel: bucket prompts by score, verify ground truth, focus the next "
-    "round, plan its rollout budget.",
+    help=COMMANDS["curate"].help,
     no_args_is_help=True,
     rich_markup_mode=None,
 )

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
+from ddai.cli.app import COMMANDS
 from ddai.cli.common import (
     EXIT_FAILED,
     JsonOpt,
@@ -81,10 +82,7 @@ RunOpt = Annotated[
 
 distill_app = typer.Typer(
     name="distill",
-    help="Rare-success SFT distillation: select successful rollouts of hard prompts, rewrite "
-    "their thinks (optional), run the safety post-pass, write train1 or messages Parquet. "
-    "Needs runs with parsed turns (`ddai runs` shows them): DDAI's flash_rm_detail logs carry "
-    "none, so distill refuses them (exit 2); ingest the unified log of the same round instead.",
+    help=COMMANDS["distill"].help,
     rich_markup_mode=None,
 )
 

@@ -6,13 +6,14 @@ from typing import Any
 
 import typer
 
+from ddai.cli.app import COMMANDS
 from ddai.cli.common import JsonOpt, ProgressOpt, bad_input_exits, summary
 from ddai.cli.flags import config_flags, with_groups
 from ddai.pipelines.fixtures import make_world
 from ddai.pipelines.fixtures.world import MakeConfig
 
 fixtures_app = typer.Typer(
-    help="The synthetic world: a page corpus, a prompt set and simulated runs with a truth table.",
+    help=COMMANDS["fixtures"].help,
     no_args_is_help=True,
     rich_markup_mode=None,
 )

@@ -6,6 +6,7 @@ from typing import Any
 
 import typer
 
+from ddai.cli.app import COMMANDS
 from ddai.cli.common import JsonOpt, bad_input_exits, summary
 from ddai.cli.flags import config_flags, with_groups
 from ddai.trainer.tiny import TinyBuildConfig
@@ -25,7 +26,7 @@ TINY_FLAGS = config_flags(
 def register(app: typer.Typer) -> None:
     """Add this area's commands to the main app."""
     model_app = typer.Typer(
-        help="Build tiny local models (nothing is downloaded).",
+        help=COMMANDS["model"].help,
         no_args_is_help=True,
         rich_markup_mode=None,
     )

@@ -16,6 +16,7 @@ from typing import Annotated, Any
 
 import typer
 
+from ddai.cli.app import COMMANDS
 from ddai.cli.common import (
     JsonOpt,
     ProgressOpt,
@@ -43,8 +44,7 @@ from ddai.trainer.pointer.config import (
 )
 
 pointer_app = typer.Typer(
-    help="Pointer selector (seed 002): pick 2 in-context demonstrations out of K with a pointer "
-    "network; RL from beam + temperature + random pointers whose VQA correctness is recorded.",
+    help=COMMANDS["pointer"].help,
     no_args_is_help=True,
     rich_markup_mode=None,
 )

@@ -22,7 +22,7 @@ COMMANDS = [
     (("train", "sft"), ["ddai.trainer.sft.config:SFTRunConfig", *LAUNCH]),
     (("train", "grpo"), ["ddai.trainer.grpo.config:GRPORunConfig", *NESTED, *LAUNCH]),
     (("train", "ppo"), ["ddai.trainer.ppo.config:PPORunConfig", *NESTED, *LAUNCH]),
-    (("train", "collect"), ["ddai.trainer.episode.collect:CollectConfig", *NESTED]),
+    (("collect",), ["ddai.trainer.episode.collect:CollectConfig", *NESTED]),
     (("train", "value"), ["ddai.trainer.value.config:ValueTrainConfig", *LAUNCH]),
     (("train", "value-sft"), ["ddai.trainer.value.config:ValueSFTConfig", *LAUNCH]),
     (("value", "score"), ["ddai.trainer.value.config:ValueScoreConfig"]),
