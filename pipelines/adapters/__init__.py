@@ -27,7 +27,7 @@ Reader = Callable[[Path, ReaderContext], Iterator[SourceRecord]]
 # and DuckDB, which ``ddai ingest --help`` (and a run that reads one format) need not.
 FORMATS: dict[str, str] = {
     "ddai": "native",
-    "ddai-unified": "ddai_unified",
+    "ddai-unified": "unified",
     "ddai-flash": "ddai_flash",
     "ddai-phase1": "ddai_phase1",
     "verl": "verl",

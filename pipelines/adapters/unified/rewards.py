@@ -1,5 +1,5 @@
 """The rewards of the rollouts one columnar batch of DDAI's unified log completed, mapped in
-columns: what ``unified_rows`` did per rollout with ``flash_rollout`` and ``normalize_rollout``.
+columns: what ``rows`` did per rollout with ``flash_rollout`` and ``normalize_rollout``.
 
 The reward lines are parsed by Arrow's JSON reader (the payload's known fields typed, as
 ``flash_columns`` reads the flash log), and the scalar columns and ``extra`` are polars
