@@ -9,17 +9,16 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest import SHARED
+from conftest import FIXTURES, SHARED
 from support.columnar import kinds, same_store
 from support.verl_dump import chat_prompt, write_verl_dump
 
 from ddai.pipelines.adapters import base, line_batches, verl
 from ddai.pipelines.adapters.base import RowBatch, SourceRecord
-from ddai.pipelines.adapters.verl_ids import UID_UNMATCHED
+from ddai.pipelines.adapters.verl.ids import UID_UNMATCHED
 
 # Special tokens, dropped as verl decodes by default (skip_special_tokens)
 _SPECIAL = re.compile(r"<\|[^|>]*\|>")
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 DATASET = FIXTURES / "dataset.parquet"
 DATA = SHARED / "ddai-data"
 PROMPT = chat_prompt([{"role": "system", "content": "Search."}, {"role": "user", "content": "Q?"}])
