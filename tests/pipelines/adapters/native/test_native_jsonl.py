@@ -6,12 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import FIXTURES
 from support.columnar import kinds, same_store
 
 from ddai.pipelines.adapters import line_batches, native
 from ddai.pipelines.adapters.base import ReaderContext, RowBatch, SourceRecord
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 TEMPLATE = json.loads((FIXTURES / "logs" / "curriculum.jsonl").open().readline())
 
 
