@@ -28,7 +28,7 @@ Reader = Callable[[Path, ReaderContext], Iterator[SourceRecord]]
 FORMATS: dict[str, str] = {
     "ddai": "native",
     "ddai-unified": "unified",
-    "ddai-flash": "ddai_flash",
+    "ddai-flash": "flash",
     "ddai-phase1": "ddai_phase1",
     "verl": "verl",
 }

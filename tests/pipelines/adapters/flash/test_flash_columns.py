@@ -11,7 +11,8 @@ from conftest import SHARED
 from support.columnar import kinds, same_store
 
 from ddai.pipelines import store
-from ddai.pipelines.adapters import ddai_flash, line_batches
+from ddai.pipelines.adapters import flash as ddai_flash
+from ddai.pipelines.adapters import line_batches
 from ddai.pipelines.adapters.base import ReaderContext, RowBatch
 from ddai.pipelines.ingest import IngestConfig, ingest
 from ddai.pipelines.store import partitions
