@@ -2,7 +2,6 @@
 columnar reader (``columns``) is held to and the path it falls back to (the package's
 docstring says where).
 
-
 One event per line (``../shared/ddai-formats/README.md``). A rollout is the events sharing
 (``run_id``, ``global_step``, ``sample_idx``): within one training step ``sample_idx`` is the
 rollout's row in the generation batch, so the key never merges rollouts of different steps or runs
