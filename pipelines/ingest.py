@@ -32,7 +32,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeR
 from ddai.pipelines import adapters, store
 from ddai.pipelines.adapters.base import ReaderContext, RowBatch, SourceRecord, error_detail
 from ddai.pipelines.adapters.side import SideTables
-from ddai.pipelines.adapters.verl_ids import UidMapper
+from ddai.pipelines.adapters.verl.ids import UidMapper
 from ddai.pipelines.ingest_config import IngestConfig
 from ddai.pipelines.records.lazy import lazy_module
 from ddai.pipelines.records.row_checks import DUPLICATE_KEY, DuplicateKeys

@@ -22,13 +22,15 @@ from ddai.pipelines.adapters.peek import first_object, head_text
 
 Reader = Callable[[Path, ReaderContext], Iterator[SourceRecord]]
 
-# Each format's adapter module (its ``NAME``, ``sniff`` and ``read``), in sniffing order. A module
-# is imported only when its format is sniffed or read: the columnar readers load pyarrow, polars
-# and DuckDB, which ``ddai ingest --help`` (and a run that reads one format) need not.
+# Each format's adapter (its ``NAME``, ``sniff`` and ``read``): a package whose ``__init__`` is the
+# reader (the columnar path, with the per-row path only where its docstring says), or one module
+# (phase1: one JSON document, read whole), in sniffing order. An adapter is imported only when its
+# format is sniffed or read: the columnar readers load pyarrow, polars and DuckDB, which
+# ``ddai ingest --help`` (and a run that reads one format) need not.
 FORMATS: dict[str, str] = {
     "ddai": "native",
-    "ddai-unified": "ddai_unified",
-    "ddai-flash": "ddai_flash",
+    "ddai-unified": "unified",
+    "ddai-flash": "flash",
     "ddai-phase1": "ddai_phase1",
     "verl": "verl",
 }

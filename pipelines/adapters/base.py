@@ -32,7 +32,7 @@ class ReaderContext:
     run_config: dict[str, dict[str, Any]] = field(default_factory=dict)
     notes: dict[str, Any] = field(default_factory=dict)
     bytes_read: int = 0
-    # verl dumps: maps a line to its dataset id (``verl_ids.UidMapper``); None keeps the sha1 uid
+    # verl dumps: maps a line to its dataset id (``verl.ids.UidMapper``); None keeps the sha1 uid
     uid_mapper: Any = None
     # Readers that can may yield ``RowBatch``es (whole batches of rows, already in the log's
     # schema) besides records; only ``ddai ingest`` asks for them.

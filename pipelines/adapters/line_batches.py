@@ -14,21 +14,25 @@ is read alone.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeVar
 
 from ddai.pipelines.adapters import base
 from ddai.pipelines.adapters.base import (
     SURROGATE_ESCAPE,
     ReaderContext,
     _read_line,
+    iter_json_lines,
     parse_line,
 )
 from ddai.pipelines.records.lazy import lazy_module
 
 np = lazy_module("numpy")
 pa = lazy_module("pyarrow")
+
+T = TypeVar("T")
+ParsedLine = tuple[int, str | None, Any, str | None]  # (line_no, text, obj, reason)
 
 BATCH_BYTES = 8 << 20
 # A line with this many ``[`` / ``{`` bytes may nest deeper than a columnar reader survives (Arrow's
@@ -204,3 +208,27 @@ def iter_batches(
         yield LineBatch(chunk, line_no, pos, _is_clean(chunk, ends), newlines=ends)
         line_no += len(ends)
         pos += len(chunk)
+
+
+def read_lines(
+    fh: BinaryIO,
+    ctx: ReaderContext,
+    columns: Callable[[LineBatch], Iterable[T] | None],
+    rows: Callable[[Iterable[ParsedLine]], Iterable[T]],
+) -> Iterator[T]:
+    """A JSONL file read in columns where it can be: each clean batch that ``columns`` takes (it
+    returns None to decline one), every other batch through ``rows`` over its parsed lines. A
+    fault of ``columns`` declines its batch too: the per-row path contains it row by row. With
+    ``ctx.columnar`` false the whole file goes through ``rows`` (``iter_json_lines``): the
+    reference the columnar readers are held to."""
+    if not ctx.columnar:
+        yield from rows(iter_json_lines(fh, ctx))
+        return
+    for batch in iter_batches(fh, ctx):
+        got = None
+        if batch.clean:
+            try:
+                got = columns(batch)
+            except Exception:
+                got = None
+        yield from rows(batch.records()) if got is None else got

@@ -154,7 +154,7 @@ def test_wrong_types_and_any_fault_of_one_row_are_quarantined(tmp_path, monkeypa
 
     # Any exception while building one row (not just the ones foreseen) stays with that row.
     from ddai.pipelines import ingest as ingest_mod
-    from ddai.pipelines.adapters import native_jsonl_columns
+    from ddai.pipelines.adapters.native import jsonl
 
     real = ingest_mod.normalize_rollout
 
@@ -169,7 +169,7 @@ def test_wrong_types_and_any_fault_of_one_row_are_quarantined(tmp_path, monkeypa
         raise RuntimeError("columnar fault")
 
     # a fault of the columnar reader sends its batch to the per-row path, which contains it by row
-    monkeypatch.setattr(native_jsonl_columns, "to_rows", columns_fault)
+    monkeypatch.setattr(jsonl, "to_rows", columns_fault)
     native = tmp_path / "n.jsonl"
     native.write_text("".join(json.dumps(_row(i)) + "\n" for i in range(3)))
     code, s = _ingest(tmp_path / "logs2", native)

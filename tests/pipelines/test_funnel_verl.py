@@ -13,7 +13,7 @@ from support.funnel_data import ids_of
 from support.verl_dump import write_verl_dump
 
 from ddai.pipelines import store
-from ddai.pipelines.adapters import verl_ids
+from ddai.pipelines.adapters.verl import ids as verl_ids
 from ddai.pipelines.distill.run import DistillConfig, run_distill
 from ddai.pipelines.funnel import run_funnel_demo
 from ddai.pipelines.funnel.demo import RUNS

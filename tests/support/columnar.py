@@ -5,9 +5,11 @@ asserts they hold the same rollouts (every column; ``extra`` compared as parsed 
 columnar readers write numbers as polars does), the same quarantine entries line for line (line,
 reason, detail, raw), the same side tables byte for byte, the same ingest summary and the same
 run manifests but for what differs by time or by file bytes (the ingest id, times, part file names
-and hashes). ``kinds`` lists what a
-reader yields in columns (``RowBatch``, or ``SourceRecord`` for lines read row by row).
-Test scaffolding.
+and hashes). ``kinds`` lists what a reader yields in columns (``RowBatch``, or ``SourceRecord``
+for lines read row by row); ``one_batch_by_rows`` checks that a JSONL reader sends the batch with
+an odd line, and only that batch, through its per-row path, then compares the two paths.
+Every format's tests (``tests/pipelines/adapters/``) hold its columnar reader to its per-row
+reader through these. Test scaffolding.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from ddai.pipelines import store
-from ddai.pipelines.adapters.base import ReaderContext
+from ddai.pipelines.adapters import line_batches
+from ddai.pipelines.adapters.base import ReaderContext, RowBatch
 from ddai.pipelines.ingest import IngestConfig, IngestResult, ingest
 from ddai.pipelines.store import quarantine
 
@@ -92,3 +95,23 @@ def same_store(tmp_path: Path, sources: Path | Iterable[Path], sort: bool = True
 def kinds(read: Callable[[Path, ReaderContext], Iterable[Any]], src: Path, **ctx) -> list[type]:
     """The types a reader yields for ``src`` in columns (``ctx``: ``ReaderContext`` fields)."""
     return [type(r) for r in read(src, ReaderContext(columnar=True, **ctx))]
+
+
+def one_batch_by_rows(
+    tmp_path: Path,
+    read: Callable[[Path, ReaderContext], Iterable[Any]],
+    src: Path,
+    marker: bytes,
+    sort: bool = True,
+) -> Stored:
+    """``src`` (JSONL) holds one odd line, found by ``marker`` in its batch (``b"\\n\\n"`` for a
+    blank line): ``read`` yields every other batch as one ``RowBatch`` and that batch line by
+    line; then both ingest paths agree (``same_store``, whose columnar store it returns)."""
+    with open(src, "rb") as fh:
+        cut = list(line_batches.iter_batches(fh, ReaderContext()))
+    odd = [b for b in cut if marker in b.data]
+    assert len(odd) == 1, f"{len(odd)} batches hold the marker"
+    got = kinds(read, src)
+    assert got.count(RowBatch) == len(cut) - 1  # the batches without the odd line: in columns
+    assert len(got) - len(cut) + 1 == len(list(odd[0].records()))  # its lines: one by one
+    return same_store(tmp_path, src, sort)

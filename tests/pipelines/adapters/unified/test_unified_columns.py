@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import SHARED
+from conftest import ROOT, SHARED
 from support.columnar import kinds, same_store
 
-from ddai.pipelines.adapters import ddai_unified, line_batches
+from ddai.pipelines.adapters import line_batches
+from ddai.pipelines.adapters import unified as ddai_unified
 from ddai.pipelines.adapters.base import ReaderContext, RowBatch, SourceRecord
 
-ROOT = Path(__file__).parents[2]
 FIXTURES = ROOT / "fixtures" / "unified"
 EXAMPLES = SHARED / "ddai-formats" / "examples"
 
@@ -258,7 +258,7 @@ def test_plan_texts_cut_in_columns_as_the_tag_parser():
     import polars as pl
 
     from ddai.pipelines.adapters.ddai_common import executed_action, turn_record
-    from ddai.pipelines.adapters.turn_columns import parse_plans
+    from ddai.pipelines.adapters.unified.turns import parse_plans
     from ddai.pipelines.records import tags
 
     texts = TURN_TEXTS + [
@@ -383,7 +383,7 @@ def test_columnar_ingest_does_not_import_pandas(tmp_path):
 def test_rollout_key_is_one_integer_per_rollout(steps):
     import polars as pl
 
-    from ddai.pipelines.adapters.unified_columns import _rollout_key
+    from ddai.pipelines.adapters.unified.columns import _rollout_key
 
     roll = pl.DataFrame(
         {

@@ -5,11 +5,11 @@ The batch is parsed by Arrow's JSON reader (the fields the join reads typed, so 
 another type or a key given twice makes it refuse the batch); the event join is a polars
 group-by over (``run_id``, ``global_step``, ``sample_idx``). A rollout whose events are not all
 in yet is carried to the next batch as its event lines, so memory stays bounded by the rollouts
-in flight. Plan texts are cut in columns (``turn_columns``); the completed rollouts become rows
-in ``unified_rows``.
+in flight. Plan texts are cut in columns (``turns``); the completed rollouts become rows
+in ``rows``.
 
 It takes a batch only when every rollout it completes is one the event-by-event reader
-(``ddai_unified._Assembler``) completes the same way, at the same event (its own last turn with
+(``assembler.Assembler``) completes the same way, at the same event (its own last turn with
 the reward in, or a newer step of its run, ``HORIZON``); otherwise it returns None and that batch
 goes event by event, with the same rollouts, quarantine and notes. It declines a batch holding:
 
@@ -29,13 +29,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ddai.pipelines.adapters import line_batches, turn_columns
-from ddai.pipelines.adapters import unified_events as du
+from ddai.pipelines.adapters import line_batches
 from ddai.pipelines.adapters.base import RowBatch
 from ddai.pipelines.adapters.line_batches import LineBatch
 from ddai.pipelines.adapters.side import keep_line
-from ddai.pipelines.adapters.unified_rows import KEY, Decline, texts_at
-from ddai.pipelines.adapters.unified_rows import rows as completed_rows
+from ddai.pipelines.adapters.unified import events as du
+from ddai.pipelines.adapters.unified import turns
+from ddai.pipelines.adapters.unified.rows import KEY, Decline, texts_at
+from ddai.pipelines.adapters.unified.rows import rows as completed_rows
 from ddai.pipelines.records.lazy import lazy_module
 
 np = lazy_module("numpy")
@@ -70,7 +71,7 @@ def read_batch(
 ) -> tuple[list[RowBatch], list[tuple[int, str]]] | None:
     """The batch's completed rollouts (one ``RowBatch`` per run) and the event lines of those
     still in flight, or None to read the batch event by event. ``asm`` is the event-by-event
-    assembler (``ddai_unified._Assembler``): its state (newest steps, run configs, counts, side
+    assembler (``assembler.Assembler``): its state (newest steps, run configs, counts, side
     tables) follows an accepted batch and is left untouched by a declined one."""
     try:
         return _read(batch, carry, asm)
@@ -140,7 +141,7 @@ def _read(
     full = roll.filter(~empty)
     pads = roll.filter(empty)
     plans = full.filter(plan)  # in line order, as the events are
-    plans = plans.hstack(turn_columns.parse_plans(plans["text"])).with_columns(
+    plans = plans.hstack(turns.parse_plans(plans["text"])).with_columns(
         ends=(
             (pl.col("is_last_turn") == True)  # noqa: E712 - null is not True
             | (pl.col("final_rollout") == True)  # noqa: E712
@@ -254,7 +255,7 @@ def _read(
     new = ev.filter(pl.col("pos") >= len(carry))
     asm.by_type.update(dict(new["event_type"].value_counts().iter_rows()))
     for st in starts:
-        asm._run_start(st)
+        asm.run_start(st)
     side = rest.filter((pl.col("event_type") != "run.start") & (pl.col("pos") >= len(carry)))
     side_cols = zip(
         side["event_type"].to_list(),

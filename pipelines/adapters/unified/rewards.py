@@ -1,8 +1,8 @@
 """The rewards of the rollouts one columnar batch of DDAI's unified log completed, mapped in
-columns: what ``unified_rows`` did per rollout with ``flash_rollout`` and ``normalize_rollout``.
+columns: what ``rows`` did per rollout with ``flash_rollout`` and ``normalize_rollout``.
 
 The reward lines are parsed by Arrow's JSON reader (the payload's known fields typed, as
-``flash_columns`` reads the flash log), and the scalar columns and ``extra`` are polars
+``flash.columns`` reads the flash log), and the scalar columns and ``extra`` are polars
 expressions over them. ``extra`` holds every reward field but the flash fields and the event's
 key (``run_id``, ``global_step``, ``event_type``), plus what the event-by-event reader adds:
 ``search_results``, ``max_turns``, ``reward_uid`` / ``local_idx`` where they differ, and
@@ -18,7 +18,7 @@ import re
 from collections import Counter
 from typing import Any
 
-from ddai.pipelines.adapters import flash_columns as fc
+from ddai.pipelines.adapters.flash import columns as fc
 from ddai.pipelines.records.lazy import lazy_module
 from ddai.pipelines.records.schema import COLUMNS, INT32_MAX
 

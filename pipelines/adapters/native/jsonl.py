@@ -5,7 +5,7 @@ to int32 only when every value fits), so a value of another type (a string index
 a float step, a turn that is not an object) or a column given twice makes it refuse the batch.
 ``extra`` and ``reward_parts`` (objects whose keys differ row by row) are not parsed by Arrow:
 DuckDB reads each line's key list and its ``extra`` as JSON text, as written. The batch, now in
-``ROLLOUT_SCHEMA``'s types, goes through ``native_columns.to_rows`` (the Parquet path's checks
+``ROLLOUT_SCHEMA``'s types, goes through ``parquet.to_rows`` (the Parquet path's checks
 and derivations), and that returns None for any row the per-row path would refuse or rewrite.
 
 Declined here too (the reader then sends the batch through the per-row path, which quarantines
@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import json
 
-from ddai.pipelines.adapters import native_columns
 from ddai.pipelines.adapters.base import RowBatch, repeated_key
 from ddai.pipelines.adapters.line_batches import LineBatch
+from ddai.pipelines.adapters.native import parquet
 from ddai.pipelines.records.lazy import lazy_module
 from ddai.pipelines.records.row_checks import digest_bytes
 from ddai.pipelines.records.schema import COLUMNS, ROLLOUT_SCHEMA
@@ -124,7 +124,7 @@ def to_rows(batch: LineBatch, run_id: str | None) -> list[RowBatch] | None:
                 return None
     table = pa.RecordBatch.from_arrays(cols, schema=ROLLOUT_SCHEMA)
     raws = batch.raws()
-    got = native_columns.to_rows(table, run_id, batch.first_line, [digest_bytes(r) for r in raws])
+    got = parquet.to_rows(table, run_id, batch.first_line, [digest_bytes(r) for r in raws])
     if got is None:
         return None
     first = batch.first_line

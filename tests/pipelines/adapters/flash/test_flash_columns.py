@@ -8,10 +8,11 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 from conftest import SHARED
-from support.columnar import kinds, same_store
+from support.columnar import kinds, one_batch_by_rows, same_store
 
 from ddai.pipelines import store
-from ddai.pipelines.adapters import ddai_flash, line_batches
+from ddai.pipelines.adapters import flash as ddai_flash
+from ddai.pipelines.adapters import line_batches
 from ddai.pipelines.adapters.base import ReaderContext, RowBatch
 from ddai.pipelines.ingest import IngestConfig, ingest
 from ddai.pipelines.store import partitions
@@ -119,15 +120,9 @@ def test_an_odd_line_falls_back_with_its_batch_only(tmp_path, monkeypatch, odd):
     good = [_line(i) for i in range(60)]
     src = tmp_path / "flash_rm_detail.jsonl"
     src.write_text("\n".join([*good[:30], ODD[odd], *good[30:]]) + "\n")
-    with open(src, "rb") as fh:
-        cut = list(line_batches.iter_batches(fh, ReaderContext()))
     marker = ODD[odd].encode() or b"\n\n"  # the blank line: two newlines in a row
-    odd_batch = next(b for b in cut if marker in b.data)
-    kinds = _batches(src)
-    assert kinds.count(RowBatch) == len(cut) - 1  # the batches without the odd line: in columns
-    assert len(kinds) - len(cut) + 1 == len(list(odd_batch.records()))  # its lines: by rows
-    res, rows, q = _same(tmp_path, src)
-    assert res.rows_in == len(rows) + len(q) == 60 + (ODD[odd] != "")
+    got = one_batch_by_rows(tmp_path, ddai_flash.read, src, marker, sort=False)
+    assert got.result.rows_in == len(got.rows) + len(got.quarantine) == 60 + (ODD[odd] != "")
 
 
 def test_duplicates_in_columns(tmp_path):

@@ -6,14 +6,15 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import FIXTURES
 
 from ddai.pipelines import store
-from ddai.pipelines.adapters import ddai_unified
+from ddai.pipelines.adapters import unified as ddai_unified
+from ddai.pipelines.adapters.unified.events import HORIZON
 from ddai.pipelines.funnel import scores
 from ddai.pipelines.ingest import IngestConfig, ingest
 from ddai.pipelines.store import query
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 RUNS = ("phase1", "curriculum", "focused_r1", "focused_r2")
 RUN = "exp_20260105_101500_a1b2c3d4"
 KEY = ("step", "uid", "rollout_idx")
@@ -376,7 +377,7 @@ def test_reward_beyond_the_horizon_does_not_join(tmp_path):
     res, rows = _run(tmp_path, events)
     assert [(r["step"], r["reward"]) for r in rows] == [(0, None), (2, 0.5)]
     assert dict(res.quarantined) == {"missing turns": 1}
-    assert ddai_unified.HORIZON == 2
+    assert HORIZON == 2
 
 
 def test_odd_values_are_quarantined_not_raised(tmp_path):

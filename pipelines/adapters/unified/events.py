@@ -1,5 +1,5 @@
 """DDAI's unified log: the event names, the rollout key and the helpers both of its readers use
-(``ddai_unified``, event by event; ``unified_columns``, in batches)."""
+(``assembler``, event by event; ``columns``, in batches)."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from conftest import SHARED
+from conftest import ROOT, SHARED
 
 from ddai.pipelines import adapters
 from ddai.pipelines.adapters.ddai_common import (
@@ -111,7 +111,6 @@ def test_detect_by_content(tmp_path, first_line, fmt):
     assert adapters.detect(src) == fmt
 
 
-ROOT = Path(__file__).resolve().parents[2]
 VERL_LINE = (
     '{"input": "<|im_start|>user\\nQ?<|im_end|>", "output": "<think>t</think>'
     '<search_complete>true</search_complete>", "score": 1.0, "step": 1}\n'

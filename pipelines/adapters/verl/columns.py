@@ -5,10 +5,10 @@ and ``data_source`` strings, ``score``, ``judge_score`` and ``ndcg`` numbers, ``
 integer), so a value of another type or a key given twice makes it refuse the batch. Every other
 field goes to ``extra`` as DuckDB reads it from the line (its JSON text as written: objects,
 ``1`` against ``1.0`` and null against absent kept), under ``source_<name>`` when it is named like
-a log column. The group id (sha1 of ``input``, or the dataset id through ``verl_ids.UidMapper``)
+a log column. The group id (sha1 of ``input``, or the dataset id through ``ids.UidMapper``)
 and the question are computed once per distinct prompt; ``rollout_idx`` is the row's order within
 (``step``, ``uid``) over the whole file (``order``, shared with the per-row path). The transcript
-(``output``) is cut into the policy's text, turns and observations by ``verl_transcripts`` (in
+(``output``) is cut into the policy's text, turns and observations by ``transcripts`` (in
 columns where the text has the usual shape, else by ``split_transcript``), which also derives
 ``num_turns``, ``retrieved_pages``, ``terminated`` and ``format_ok`` as ``normalize_rollout`` does.
 
@@ -27,8 +27,8 @@ from typing import Any
 from ddai.pipelines.adapters.base import RowBatch
 from ddai.pipelines.adapters.ddai_common import question_from_prompt
 from ddai.pipelines.adapters.line_batches import LineBatch
-from ddai.pipelines.adapters.verl_ids import UID_UNMATCHED, UidMapper, uid_of
-from ddai.pipelines.adapters.verl_transcripts import transcripts
+from ddai.pipelines.adapters.verl.ids import UID_UNMATCHED, UidMapper, uid_of
+from ddai.pipelines.adapters.verl.transcripts import transcripts
 from ddai.pipelines.records.lazy import lazy_module
 from ddai.pipelines.records.row_checks import digest_bytes
 from ddai.pipelines.records.schema import COLUMNS, INT32_MAX, ROLLOUT_SCHEMA
@@ -52,7 +52,7 @@ _SAFE_KEY = r'^[^"\\\x00-\x1f]+$'
 
 
 def _extra_key(name: str) -> str:
-    """The key a dump field has in ``extra`` (``verl.verl_rollout``: a column name → source_)."""
+    """The key a dump field has in ``extra`` (``rows.verl_rollout``: a column name → source_)."""
     return f"source_{name}" if name in COLUMNS else name
 
 

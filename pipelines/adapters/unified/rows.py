@@ -1,9 +1,9 @@
 """The rollouts one columnar batch of DDAI's unified log completed, as rows of the log.
 
-``unified_columns`` joins and checks the events; here each completed rollout becomes its row as
-``ddai_unified._Assembler`` builds it: tool results placed on their turns (a search shows its first
+``columns`` joins and checks the events; here each completed rollout becomes its row as
+``assembler.Assembler`` builds it: tool results placed on their turns (a search shows its first
 result not shown yet in the rollout, else the top one), the reward mapped in columns
-(``unified_rewards``: the scalar columns and ``extra``), then ``turns`` (from the plans' parsed
+(``rewards``: the scalar columns and ``extra``), then ``turns`` (from the plans' parsed
 turn columns), ``response`` and the turn-derived columns set from columns. Content digests are
 over the rollout's event lines, as the event-by-event reader computes them.
 """
@@ -14,9 +14,9 @@ import json
 from collections import Counter
 from typing import Any
 
-from ddai.pipelines.adapters import unified_events as du
 from ddai.pipelines.adapters.base import RowBatch
-from ddai.pipelines.adapters.unified_rewards import reward_frame
+from ddai.pipelines.adapters.unified import events as du
+from ddai.pipelines.adapters.unified.rewards import reward_frame
 from ddai.pipelines.records.lazy import lazy_module
 from ddai.pipelines.records.schema import ROLLOUT_SCHEMA, TURN_TYPE
 from ddai.pipelines.store import check_run_id
@@ -49,7 +49,7 @@ def rows(
     data_source: dict[Any, str | None],
 ) -> tuple[list[RowBatch], Counter]:
     """The completed rollouts as rows, in the order they completed. ``plans`` holds each plan's
-    parsed turn in columns (``turn_columns.parse_plans``); ``texts`` and ``lines`` are the
+    parsed turn in columns (``turns.parse_plans``); ``texts`` and ``lines`` are the
     batch's lines (each with its newline) by ``pos``, as polars and as Arrow over the read
     bytes."""
     counts: Counter = Counter()

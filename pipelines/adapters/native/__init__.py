@@ -1,7 +1,20 @@
 """ddai's own rollout files: JSONL (one rollout object per line) or Parquet in the log's shape.
 
-Both read in columns where they can (``native_jsonl_columns``, ``native_columns``: batches of
-rows the per-row path would keep as they are), any other batch row by row."""
+The reader reads in columns: JSONL in byte batches of whole lines (``jsonl``), Parquet by record
+batch (``parquet``), each batch checked and derived as ``normalize_rollout`` would per row. It
+reads row by row (each object handed to ingest as it is, where ``normalize_rollout`` reads it)
+only where columns cannot give the per-row result:
+
+- a JSONL batch that is not clean (``line_batches``: a blank or unterminated line, a control byte,
+  a surrogate escape, invalid UTF-8, deep nesting, an integer past float64's precision): each line
+  is parsed, and quarantined, on its own;
+- a batch ``jsonl`` or ``parquet`` declines (their docstrings list when: a column the log lacks or
+  of another type, a row the schema refuses or rewrites, turns to parse from ``response``), or
+  whose columnar read fails: the per-row path contains a fault row by row; a Parquet batch whose
+  row digests cannot be taken in columns;
+- the whole file with ``ReaderContext.columnar`` false (``IngestConfig.columnar``): the reference
+  the equality tests hold the columnar path to (``tests/support/columnar.py``).
+"""
 
 from __future__ import annotations
 
@@ -9,16 +22,15 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines.adapters import native_columns, native_jsonl_columns
 from ddai.pipelines.adapters.base import (
     ReaderContext,
     RowBatch,
     SourceRecord,
     contained,
-    iter_json_lines,
     open_lines,
 )
-from ddai.pipelines.adapters.line_batches import iter_batches
+from ddai.pipelines.adapters.line_batches import LineBatch, read_lines
+from ddai.pipelines.adapters.native import jsonl, parquet
 from ddai.pipelines.adapters.peek import first_object
 from ddai.pipelines.records.lazy import lazy_module
 
@@ -42,20 +54,12 @@ def read(path: Path, ctx: ReaderContext) -> Iterator[SourceRecord | RowBatch]:
     if path.suffix == ".parquet":
         yield from _read_parquet(path, ctx)
         return
+
+    def in_columns(batch: LineBatch) -> list[RowBatch] | None:
+        return jsonl.to_rows(batch, ctx.run_id)
+
     with open_lines(path) as fh:
-        if not ctx.columnar:
-            yield from _records(iter_json_lines(fh, ctx))
-            return
-        # Whole batches in columns where the batch is clean; any other batch line by line.
-        for batch in iter_batches(fh, ctx):
-            try:
-                got = native_jsonl_columns.to_rows(batch, ctx.run_id) if batch.clean else None
-            except Exception:  # a fault of the columnar path: the per-row path contains it by row
-                got = None
-            if got is not None:
-                yield from got
-            else:
-                yield from _records(batch.records())
+        yield from read_lines(fh, ctx, in_columns, _records)
 
 
 def _records(
@@ -81,9 +85,9 @@ def _read_parquet(path: Path, ctx: ReaderContext) -> Iterator[SourceRecord | Row
     line = 0
     for batch in pf.iter_batches(batch_size=PARQUET_BATCH):
         ctx.bytes_read += batch.nbytes
-        digests = native_columns.digests(batch)
+        digests = parquet.digests(batch)
         if ctx.columnar and digests is not None:
-            got = native_columns.to_rows(batch, ctx.run_id, line + 1, digests)
+            got = parquet.to_rows(batch, ctx.run_id, line + 1, digests)
             if got is not None:
                 line += batch.num_rows
                 yield from got

@@ -6,12 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
-from support.columnar import kinds, same_store
+from conftest import FIXTURES
+from support.columnar import kinds, one_batch_by_rows, same_store
 
 from ddai.pipelines.adapters import line_batches, native
 from ddai.pipelines.adapters.base import ReaderContext, RowBatch, SourceRecord
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 TEMPLATE = json.loads((FIXTURES / "logs" / "curriculum.jsonl").open().readline())
 
 
@@ -116,15 +116,9 @@ def test_an_odd_line_falls_back_with_its_batch_only(tmp_path, monkeypatch, odd):
     good = [_line(i) for i in range(40)]
     src = tmp_path / "a.jsonl"
     src.write_text("\n".join([*good[:20], ODD[odd], *good[20:]]) + "\n")
-    with open(src, "rb") as fh:
-        cut = list(line_batches.iter_batches(fh, ReaderContext()))
     marker = ODD[odd].encode() or b"\n\n"  # the blank line: two newlines in a row
-    odd_batch = next(b for b in cut if marker in b.data)
-    kinds = _kinds(src)
-    assert kinds.count(RowBatch) == len(cut) - 1  # the batches without the odd line: in columns
-    assert len(kinds) - len(cut) + 1 == len(list(odd_batch.records()))  # its lines: by rows
-    res, rows, q = _same(tmp_path, src)
-    assert res.rows_in == len(rows) + len(q) == 40 + (ODD[odd] != "")
+    got = one_batch_by_rows(tmp_path, native.read, src, marker)
+    assert got.result.rows_in == len(got.rows) + len(got.quarantine) == 40 + (ODD[odd] != "")
 
 
 def test_duplicates_across_batches(tmp_path, monkeypatch):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from ddai.pipelines.adapters import unified_events as du
+from ddai.pipelines.adapters.unified import events as du
 
 
 def test_rollout_digests_in_columns_equal_one_by_one():

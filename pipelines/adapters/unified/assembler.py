@@ -1,4 +1,6 @@
-"""DDAI's unified trajectory log (``unified_trajectory.jsonl``, ``--input-format ddai-unified``).
+"""DDAI's unified trajectory log read event by event: the assembler, the reference the
+columnar reader (``columns``) is held to and the path it falls back to (the package's
+docstring says where).
 
 One event per line (``../shared/ddai-formats/README.md``). A rollout is the events sharing
 (``run_id``, ``global_step``, ``sample_idx``): within one training step ``sample_idx`` is the
@@ -45,7 +47,7 @@ Mapped fields: ``global_step`` → ``step``; ``rollout_idx`` = ``sample_idx mod 
 counts are in ``ctx.notes[<path>]``.
 
 Longer than 400 lines because the event grammar, the rollout key and the per-event repairs of
-DDAI's unified log are one reader; split, each half would need the other's state.
+DDAI's unified log are one assembler; split, each half would need the other's state.
 """
 
 from __future__ import annotations
@@ -55,27 +57,17 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
-from ddai.pipelines.adapters import line_batches, unified_columns
-from ddai.pipelines.adapters.base import (
-    ReaderContext,
-    RowBatch,
-    SourceRecord,
-    error_detail,
-    iter_json_lines,
-    open_lines,
-)
+from ddai.pipelines.adapters.base import ReaderContext, SourceRecord, error_detail
 from ddai.pipelines.adapters.ddai_common import (
     basename,
     executed_action,
     flash_rollout,
     turn_record,
 )
-from ddai.pipelines.adapters.line_batches import iter_batches
-from ddai.pipelines.adapters.peek import first_object
 from ddai.pipelines.adapters.side import keep_line
-from ddai.pipelines.adapters.unified_events import (
+from ddai.pipelines.adapters.unified.events import (
     BBOX,
     CONTEXT_FIELDS,
     EXTRA_CONTEXT,
@@ -95,15 +87,6 @@ from ddai.pipelines.adapters.unified_events import (
 )
 from ddai.pipelines.records import tags
 from ddai.pipelines.records.schema import TURNS_INCOMPLETE
-
-NAME = "ddai-unified"
-_int, _same_prompt, _key_dict = int_or_none, same_prompt, key_dict
-_EXTRA_CONTEXT, _NO_STEP = EXTRA_CONTEXT, NO_STEP
-
-
-def sniff(path: Path) -> bool:
-    obj = first_object(path)
-    return obj is not None and isinstance(obj.get("event_type"), str)
 
 
 @dataclass
@@ -153,7 +136,7 @@ class _Pending:
         return executed_action(ev.get("text"))[0] == "search_complete"
 
 
-class _Assembler:
+class Assembler:
     """Streams events in, rollouts (and quarantine units) out."""
 
     def __init__(self, path: Path, ctx: ReaderContext):
@@ -174,22 +157,22 @@ class _Assembler:
         run = ev.get("run_id")
         run = run if isinstance(run, str) else None
         if not isinstance(et, str):
-            yield self._bad(line, text, run, "not an event", "no event_type")
+            yield self.bad(line, text, run, "not an event", "no event_type")
             return
         if et == "run.start":
-            self._run_start(ev)
+            self.run_start(ev)
             return
         if et not in ROLLOUT_EVENTS:
             keep_line(self.ctx.side_tables, et, text, ev, run)
             self.side[et] += 1
             return
-        sample_idx, step = _int(ev.get("sample_idx")), ev.get("global_step")
-        if sample_idx is None or not (step is None or _int(step) is not None):
-            yield self._bad(
+        sample_idx, step = int_or_none(ev.get("sample_idx")), ev.get("global_step")
+        if sample_idx is None or not (step is None or int_or_none(step) is not None):
+            yield self.bad(
                 line, text, run, "unjoinable event", f"{et} without integer sample_idx/global_step"
             )
             return
-        if step is not None and step > self.newest_step.get(run, _NO_STEP):
+        if step is not None and step > self.newest_step.get(run, NO_STEP):
             yield from self._advance(run, step)
         if et == PLAN:
             yield from self._plan(ev, line, text, (run, step, sample_idx))
@@ -209,9 +192,9 @@ class _Assembler:
             yield from self._maybe_flush(p)
 
     def _plan(self, ev: dict[str, Any], line: int, text: str, key: Key) -> Iterator[SourceRecord]:
-        turn = _int(ev.get("turn_idx"))
+        turn = int_or_none(ev.get("turn_idx"))
         if turn is None:
-            yield self._bad(line, text, key[0], "unjoinable event", "model.plan without turn_idx")
+            yield self.bad(line, text, key[0], "unjoinable event", "model.plan without turn_idx")
             return
         if not ev.get("text"):
             # DDAI logs an empty plan for every rollout no longer active: padding, unless a
@@ -236,11 +219,11 @@ class _Assembler:
         if p.reward is not None:
             yield from self._maybe_flush(p)
 
-    def _run_start(self, ev: dict[str, Any]) -> None:
+    def run_start(self, ev: dict[str, Any]) -> None:
         run = ev.get("run_id")
         cfg = ev.get("config") if isinstance(ev.get("config"), dict) else {}
         data = cfg.get("data") if isinstance(cfg.get("data"), dict) else {}
-        self.max_turns[run] = _int(cfg.get("max_turns"))
+        self.max_turns[run] = int_or_none(cfg.get("max_turns"))
         ds = data.get("data_source")
         self.data_source[run] = ds if isinstance(ds, str) else None
         entry = {
@@ -285,6 +268,27 @@ class _Assembler:
         for k in list(self.pending):
             yield from self._finish(self.pending.pop(k))
 
+    def read_records(
+        self, records: Iterable[tuple[int, str | None, Any, str | None]]
+    ) -> Iterator[SourceRecord]:
+        """Parsed lines (``(line, text, obj, reason)`` as ``iter_json_lines`` yields) in, rollouts
+        and quarantine units out, event by event."""
+        for line, text, obj, reason in records:
+            if reason is not None:
+                key, _, detail = reason.partition("|")
+                self.quarantined[key] += 1
+                yield SourceRecord(None, line, text, key, detail)
+            elif not isinstance(obj, dict):
+                yield self.bad(line, text, None, "not an event", "a line must be a JSON object")
+            else:
+                try:  # a fault in one event stays with that event's line
+                    out = list(self.feed(obj, line, text))
+                except Exception as e:
+                    out = [
+                        self.bad(line, text, obj.get("run_id"), "unreadable row", error_detail(e))
+                    ]
+                yield from out
+
     # ------------------------------------------------------------------ columnar hand-over
     def restore(self, carry: list[tuple[int, str]]) -> None:
         """Take back the rollouts in flight from a columnar batch: their event lines, re-read in
@@ -327,7 +331,7 @@ class _Assembler:
         if reason is not None:
             self.quarantined[reason] += 1
             raw = json.dumps(
-                {"key": _key_dict(p.key), "events": p.events()}, ensure_ascii=False, default=str
+                {"key": key_dict(p.key), "events": p.events()}, ensure_ascii=False, default=str
             )
             yield SourceRecord(None, p.first_line, raw, reason, detail, run_id=run)
             return
@@ -391,13 +395,13 @@ class _Assembler:
         uids = {ev.get("uid") for ev in plan_evs}
         uid = plan_evs[0].get("uid") if plan_evs else None
         context = p.reward[0] if p.reward else plan_evs[-1]
-        n_agent = _int(context.get("n_agent"))
+        n_agent = int_or_none(context.get("n_agent"))
         rec: dict[str, Any] = {}
         if p.reward is not None:
             payload = {k: v for k, v in p.reward[0].items() if k not in CONTEXT_FIELDS}
             rec = flash_rollout(payload)
             reward_uid = rec.get("uid")
-            if uid is not None and not _same_prompt(uid, reward_uid, sample_idx, n_agent):
+            if uid is not None and not same_prompt(uid, reward_uid, sample_idx, n_agent):
                 rec["reward_uid"] = reward_uid
                 self.n["reward uid differs from plan uid"] += 1
         if len(uids) > 1:
@@ -411,7 +415,7 @@ class _Assembler:
                 self.n["local_idx differs from sample_idx mod n_agent"] += 1
         else:
             rec["rollout_idx"] = local_idx
-        for k in _EXTRA_CONTEXT:
+        for k in EXTRA_CONTEXT:
             if k in context:
                 rec[k] = context[k]
         max_turns = self.max_turns.get(run)
@@ -436,7 +440,7 @@ class _Assembler:
         )
         return rec, leftovers
 
-    def _bad(self, line: int, text: str, run: Any, reason: str, detail: str) -> SourceRecord:
+    def bad(self, line: int, text: str, run: Any, reason: str, detail: str) -> SourceRecord:
         self.quarantined[reason] += 1
         return SourceRecord(
             None, line, text, reason, detail, run_id=run if isinstance(run, str) else None
@@ -530,66 +534,3 @@ def _payload(ev: dict[str, Any]) -> dict[str, Any]:
 def _ts(ev: dict[str, Any]) -> float:
     ts = ev.get("ts")
     return float(ts) if isinstance(ts, int | float) and not isinstance(ts, bool) else 0.0
-
-
-def read(path: Path, ctx: ReaderContext) -> Iterator[SourceRecord | RowBatch]:
-    asm = _Assembler(path, ctx)
-    with open_lines(path) as fh:
-        if ctx.columnar:
-            yield from _read_columns(fh, asm)
-        else:
-            yield from _read_rows(iter_json_lines(fh, ctx), asm)
-    yield from asm.drain()
-    ctx.notes[str(path)] = asm.notes()
-
-
-def _read_columns(fh: BinaryIO, asm: _Assembler) -> Iterator[SourceRecord | RowBatch]:
-    """Clean batches in columns (``unified_columns``), rollouts in flight carried between them as
-    their event lines; a batch the columnar reader declines goes event by event.
-
-    The carried lines are parsed again with each batch, so a batch is read at twice the text in
-    flight at least (a training step of thousands of rollouts logged turn by turn holds tens of
-    MB); a batch still smaller than that (the file's last) goes event by event, its rollouts kept
-    in the assembler until fewer are in flight."""
-    carry: list[tuple[int, str]] | None = []  # None: the rollouts in flight are in ``asm``
-    held = 0  # characters in flight
-
-    def size() -> int:
-        return max(line_batches.BATCH_BYTES, 2 * held)
-
-    for batch in iter_batches(fh, asm.ctx, size):
-        if carry is None and batch.clean and held <= len(batch.data):
-            carry = asm.release()
-        got = None
-        if carry is not None and batch.clean and held <= len(batch.data):
-            got = unified_columns.read_batch(batch, carry, asm)
-        if got is not None:
-            rows, carry = got
-            held = sum(len(t) for _, t in carry)
-            yield from rows
-            continue
-        if carry is not None:
-            asm.restore(carry)
-            carry = None
-        yield from _read_rows(batch.records(), asm)
-        held = asm.in_flight_chars()
-    if carry is not None:
-        asm.restore(carry)
-
-
-def _read_rows(
-    records: Iterable[tuple[int, str | None, Any, str | None]], asm: _Assembler
-) -> Iterator[SourceRecord]:
-    for line, text, obj, reason in records:
-        if reason is not None:
-            key, _, detail = reason.partition("|")
-            asm.quarantined[key] += 1
-            yield SourceRecord(None, line, text, key, detail)
-        elif not isinstance(obj, dict):
-            yield asm._bad(line, text, None, "not an event", "a line must be a JSON object")
-        else:
-            try:  # a fault in one event stays with that event's line
-                out = list(asm.feed(obj, line, text))
-            except Exception as e:
-                out = [asm._bad(line, text, obj.get("run_id"), "unreadable row", error_detail(e))]
-            yield from out

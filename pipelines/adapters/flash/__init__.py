@@ -6,6 +6,19 @@ The line is the streaming reward manager's ``rm.flash.detail`` payload plus ``ti
 ``extra``. The file names neither run nor step: without ``--run-id`` the run id is the file stem
 less ``_flash_rm_detail`` (``round0_flash_rm_detail.jsonl`` → ``round0``), ``step`` stays null, and
 the number of writer processes (``pid``) seen is noted, since DDAI appended runs to one file.
+
+The reader reads byte batches of whole lines in columns (``columns``: the mapping as polars
+expressions); it maps line by line (``flash_rollout``, the reference) only where columns cannot
+give the per-line result:
+
+- a batch that is not clean (``line_batches``: a blank or unterminated line, a control byte, a
+  surrogate escape, invalid UTF-8, deep nesting, an integer past float64's precision): each line
+  is parsed, and quarantined, on its own;
+- a clean batch ``columns`` declines (its docstring lists when: a known field of another type, a
+  field the mapping renames or drops, an unknown field holding objects, a row the schema refuses
+  or flags), or whose columnar read fails: the per-line path contains a fault line by line;
+- the whole file with ``ReaderContext.columnar`` false (``IngestConfig.columnar``): the reference
+  the equality tests hold the columnar path to (``tests/support/columnar.py``).
 """
 
 from __future__ import annotations
@@ -14,17 +27,16 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines.adapters import flash_columns
 from ddai.pipelines.adapters.base import (
     ReaderContext,
     RowBatch,
     SourceRecord,
     contained,
-    iter_json_lines,
     open_lines,
 )
 from ddai.pipelines.adapters.ddai_common import flash_rollout, run_id_from_stem
-from ddai.pipelines.adapters.line_batches import iter_batches
+from ddai.pipelines.adapters.flash import columns
+from ddai.pipelines.adapters.line_batches import LineBatch, read_lines
 from ddai.pipelines.adapters.peek import first_object
 
 NAME = "ddai-flash"
@@ -45,24 +57,19 @@ def read(path: Path, ctx: ReaderContext) -> Iterator[SourceRecord | RowBatch]:
     run = None if ctx.run_id else run_id_from_stem(path.stem, STEM_SUFFIX)
     pids: set = set()
     lines = 0
+
+    def in_columns(batch: LineBatch) -> list[RowBatch] | None:
+        got = columns.to_rows(batch, ctx.run_id or run)
+        if got is None:
+            return None
+        rows, batch_pids = got
+        pids.update(_pid(p) for p in batch_pids)
+        return [rows]
+
     with open_lines(path) as fh:
-        if ctx.columnar:
-            # Whole batches in columns where the batch is clean; any other batch row by row.
-            for batch in iter_batches(fh, ctx):
-                got = flash_columns.to_rows(batch, ctx.run_id or run) if batch.clean else None
-                if got is not None:
-                    rows, batch_pids = got
-                    lines += len(rows.lines)
-                    pids.update(_pid(p) for p in batch_pids)
-                    yield rows
-                    continue
-                for rec in _records(batch.records(), run, pids):
-                    lines += 1
-                    yield rec
-        else:
-            for rec in _records(iter_json_lines(fh, ctx), run, pids):
-                lines += 1
-                yield rec
+        for rec in read_lines(fh, ctx, in_columns, lambda parsed: _records(parsed, run, pids)):
+            lines += len(rec.lines) if isinstance(rec, RowBatch) else 1
+            yield rec
     ctx.notes[str(path)] = {"lines": lines, "writer processes (pid)": len(pids - {None})}
 
 

@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import polars as pl
 import pyarrow as pa
 import pytest
+from conftest import FIXTURES
 from support.verl_dump import episode
 
-from ddai.pipelines.adapters import verl_transcripts
 from ddai.pipelines.adapters.transcript import split_transcript
+from ddai.pipelines.adapters.verl import transcripts as verl_transcripts
 from ddai.pipelines.records import tags
 from ddai.pipelines.records.schema import TURN_TYPE, retrieved_from_turns
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 USER = "<|im_end|>\n<|im_start|>user\n<|vision_start|>[Image Paths: ./img/{}.jpg]<|vision_end|>"
 NEXT = "<|im_end|>\n<|im_start|>assistant\n"
 

@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import FIXTURES
+from support.columnar import kinds, same_store
 
 from ddai.pipelines import store
 from ddai.pipelines.adapters import native
-from ddai.pipelines.adapters.base import ReaderContext, RowBatch
+from ddai.pipelines.adapters.base import RowBatch
 from ddai.pipelines.ingest import IngestConfig, ingest
 from ddai.pipelines.records.schema import ROLLOUT_SCHEMA
-from ddai.pipelines.store import quarantine
-
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 
 
 @pytest.fixture(scope="module")
@@ -32,33 +30,13 @@ def _write(path: Path, rows: list[dict], schema: pa.Schema = ROLLOUT_SCHEMA) -> 
     return path
 
 
-def _ingest(src: Path, logs: Path, columnar: bool, **kw):
-    res = ingest(IngestConfig([src], logs, progress=False, columnar=columnar, **kw))
-    out = store.read_rollouts(logs).to_pylist()
-    for r in out:
-        r["extra"] = json.loads(r["extra"])
-    q = [
-        {k: e[k] for k in ("line", "reason", "detail")}
-        for d in sorted((logs / store.QUARANTINE_DIR).glob("[!._]*/"))
-        for e in map(json.loads, quarantine.read(logs, d.name).splitlines())
-    ]
-    return (
-        res,
-        sorted(out, key=lambda r: (r["run_id"], r["uid"], r["step"] or 0, r["rollout_idx"])),
-        q,
-    )
-
-
 def _same(tmp_path: Path, src: Path, **kw):
-    a = _ingest(src, tmp_path / "columns", True, **kw)
-    b = _ingest(src, tmp_path / "rows", False, **kw)
-    assert a[1] == b[1] and a[2] == b[2]
-    assert a[0].rows_in == b[0].rows_in and a[0].flagged == b[0].flagged
-    return a
+    got = same_store(tmp_path, src, **kw)
+    return got.result, got.rows, got.quarantine
 
 
 def _kinds(src: Path, run_id: str | None = None) -> list[type]:
-    return [type(r) for r in native.read(src, ReaderContext(run_id=run_id, columnar=True))]
+    return kinds(native.read, src, run_id=run_id)
 
 
 def test_store_rows_read_in_columns_as_per_row(tmp_path, rows):
@@ -125,18 +103,18 @@ def test_a_column_the_log_lacks_goes_by_rows(tmp_path, rows):
 
 
 def test_extra_once_per_distinct_pair():
-    from ddai.pipelines.adapters import native_columns
+    from ddai.pipelines.adapters.native import parquet
 
     extra = ['{"a": 1}', None, '{"a": 1}', "", "{}", '{"a": 1}', '{"b":[1, 2]}', None]
     runs = ["x", "x", "y", None, "x", "x", "y", "y"]
     table = pa.table({"extra": pa.array(extra, pa.string()), "run_id": pa.array(runs)})
-    pairs, at = native_columns._distinct_pairs(table["extra"], table["run_id"])
+    pairs, at = parquet._distinct_pairs(table["extra"], table["run_id"])
     assert pairs.num_rows == 7  # ('{"a": 1}', "x") twice
     assert [pairs.slice(i, 1).to_pylist()[0] for i in at.to_pylist()] == [
         {"e": e, "r": r} for e, r in zip(extra, runs, strict=True)
     ]
     # rows whose own run is not --run-id's get source_run_id; DuckDB writes the merged JSON
-    got = native_columns._extra(table, "x").to_pylist()
+    got = parquet._extra(table, "x").to_pylist()
     assert got == [
         '{"a": 1}',
         "{}",
@@ -148,4 +126,4 @@ def test_extra_once_per_distinct_pair():
         '{"source_run_id":"y"}',
     ]
     bad = pa.table({"extra": pa.array(["{}", "[1]"]), "run_id": pa.array(["x", "x"])})
-    assert native_columns._extra(bad, None) is None  # not an object: the batch goes by rows
+    assert parquet._extra(bad, None) is None  # not an object: the batch goes by rows

@@ -9,17 +9,16 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from conftest import SHARED
-from support.columnar import kinds, same_store
+from conftest import FIXTURES, SHARED
+from support.columnar import kinds, one_batch_by_rows, same_store
 from support.verl_dump import chat_prompt, write_verl_dump
 
 from ddai.pipelines.adapters import base, line_batches, verl
 from ddai.pipelines.adapters.base import RowBatch, SourceRecord
-from ddai.pipelines.adapters.verl_ids import UID_UNMATCHED
+from ddai.pipelines.adapters.verl.ids import UID_UNMATCHED
 
 # Special tokens, dropped as verl decodes by default (skip_special_tokens)
 _SPECIAL = re.compile(r"<\|[^|>]*\|>")
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 DATASET = FIXTURES / "dataset.parquet"
 DATA = SHARED / "ddai-data"
 PROMPT = chat_prompt([{"role": "system", "content": "Search."}, {"role": "user", "content": "Q?"}])
@@ -150,14 +149,8 @@ def test_an_odd_line_falls_back_with_its_batch_only(tmp_path, monkeypatch, odd):
     monkeypatch.setattr(line_batches, "BATCH_BYTES", 4096)
     good = [_line(i) for i in range(40)]
     src = _write(tmp_path / "exp" / "3.jsonl", [*good[:20], ODD[odd], *good[20:]])
-    with open(src, "rb") as fh:
-        cut = list(line_batches.iter_batches(fh, base.ReaderContext()))
     marker = ODD[odd].encode() or b"\n\n"  # the blank line: two newlines in a row
-    odd_batch = next(b for b in cut if marker in b.data)
-    got = kinds(verl.read, src)
-    assert got.count(RowBatch) == len(cut) - 1  # the batches without the odd line: in columns
-    assert len(got) - len(cut) + 1 == len(list(odd_batch.records()))  # its lines: by rows
-    res = same_store(tmp_path, src).result
+    res = one_batch_by_rows(tmp_path, verl.read, src, marker).result
     assert res.rows_in == 40 + (ODD[odd] != "")
 
 
