@@ -274,6 +274,41 @@ def test_other_rooms_use_the_value_head_through_its_surface():
     assert inside == []
 
 
+TRAINING_ROOMS = ("grpo", "ppo", "sft", "value", "pointer")
+SURFACES = {"ddai.trainer.value.critic"}
+"""What a training room offers the others (ARCHITECTURE.md: the value head through its critic)."""
+
+
+def test_training_rooms_never_import_each_others_internals():
+    """ARCHITECTURE.md: the training rooms share the floors below them (``episode``,
+    ``runtime``, the loose modules) and reach one another only through a declared surface."""
+
+    def room(module: str) -> str | None:
+        parts = module.split(".")
+        return parts[2] if parts[:2] == ["ddai", "trainer"] and len(parts) > 3 else None
+
+    crossing = sorted(
+        f"{m} -> {d}"
+        for m, deps in GRAPH.items()
+        if room(m) in TRAINING_ROOMS
+        for d in deps
+        if room(d) in TRAINING_ROOMS and room(d) != room(m) and d not in SURFACES
+    )
+    assert crossing == []
+
+
+def test_the_shared_floors_import_no_training_room():
+    """``runtime`` and ``episode`` serve every trainer, so they import none of them."""
+    up = sorted(
+        f"{m} -> {d}"
+        for m, deps in GRAPH.items()
+        if m.startswith(("ddai.trainer.runtime.", "ddai.trainer.episode."))
+        for d in deps
+        if any(d.startswith(f"ddai.trainer.{r}.") for r in TRAINING_ROOMS)
+    )
+    assert up == []
+
+
 def test_reports_take_only_grpos_advantage_from_the_trainer():
     # the explorer's group z is training's (plain Python: no torch behind a page)
     assert {d for _, d in (e.split(" -> ") for e in _reaches("ddai.reports", "ddai.trainer"))} == {
