@@ -182,6 +182,23 @@ def check_floor_bucket(summary: dict, floor_out: Path) -> None:
         assert n == summary[f"bucket {name.upper()}"], (name, n, summary)
 
 
+def funnel_configs(root: Path, logs: Path, out: Path) -> tuple[BucketConfig, FocusConfig]:
+    """``curate bucket`` of run ``RUN`` against ``root/dataset.parquet`` into ``out``, and round 1
+    of ``curate focus`` on its buckets A and 0."""
+    bucket = BucketConfig(
+        dataset=root / "dataset.parquet", out=out, logs=logs, runs=(RUN,), force=True
+    )
+    focus = FocusConfig(
+        out=out / "focused_round1.parquet",
+        logs=logs,
+        runs=(RUN,),
+        bucket_a=out / "curriculum_bucket_a.parquet",
+        bucket_0=out / "curriculum_bucket_0.parquet",
+        force=True,
+    )
+    return bucket, focus
+
+
 def best_of(repeat: int, fn: Callable[[], object]) -> float:
     times = []
     for _ in range(repeat):
@@ -284,17 +301,7 @@ def main() -> None:
         files = [str(f) for f in store.parquet_files(logs, [RUN])]
         con = _duck()
         floor_out = root / "floor"
-        bucket_cfg = BucketConfig(
-            dataset=root / "dataset.parquet", out=out, logs=logs, runs=(RUN,), force=True
-        )
-        focus_cfg = FocusConfig(
-            out=out / "focused_round1.parquet",
-            logs=logs,
-            runs=(RUN,),
-            bucket_a=out / "curriculum_bucket_a.parquet",
-            bucket_0=out / "curriculum_bucket_0.parquet",
-            force=True,
-        )
+        bucket_cfg, focus_cfg = funnel_configs(root, logs, out)
         rows = [
             ("curate bucket", best_of(args.repeat, lambda: run_bucket(bucket_cfg)),
              best_of(args.repeat, lambda: floor_bucket(con, files, bucket_cfg.dataset, floor_out)),

@@ -50,14 +50,15 @@ from bench_funnel import (
     check_floor_bucket,
     floor_bucket,
     floor_focus,
+    funnel_configs,
     in_fresh_process,
     make_dataset,
 )
 from bench_report import make_logs
 
 from ddai.pipelines import store
-from ddai.pipelines.funnel.bucket import BucketConfig, run_bucket
-from ddai.pipelines.funnel.focus import FocusConfig, run_focus
+from ddai.pipelines.funnel.bucket import run_bucket
+from ddai.pipelines.funnel.focus import run_focus
 
 SIZES = {"k": 1_000, "m": 1_000_000}
 DDAI_INPUT = {"bucket": "phase1", "focus": "flash_rm_detail", "distill": "unified_trajectory"}
@@ -266,17 +267,7 @@ def main() -> None:
         con = _duck(memory_limit)
         floor_out = root / "floor"
 
-        bucket_cfg = BucketConfig(
-            dataset=root / "dataset.parquet", out=out, logs=logs, runs=(RUN,), force=True
-        )
-        focus_cfg = FocusConfig(
-            out=out / "focused_round1.parquet",
-            logs=logs,
-            runs=(RUN,),
-            bucket_a=out / "curriculum_bucket_a.parquet",
-            bucket_0=out / "curriculum_bucket_0.parquet",
-            force=True,
-        )
+        bucket_cfg, focus_cfg = funnel_configs(root, logs, out)
         rows: list[tuple[str, float, float, float | None, str]] = []
         t_b = best_of(args.repeat, lambda: run_bucket(bucket_cfg))
         t_bf = best_of(args.repeat, lambda: floor_bucket(con, files, bucket_cfg.dataset, floor_out))

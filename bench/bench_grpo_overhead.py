@@ -190,24 +190,30 @@ class count_tokens:
         self._cls._generate = self._orig
 
 
-def plain_trl(model_dir: Path, data_rows: list[dict], out: Path, args: Any) -> SideRun:
+def train_trl(
+    run: SideRun,
+    model: Any,
+    tok: Any,
+    data_rows: list[dict],
+    out: Path,
+    args: Any,
+    completion: int,
+    generation_kwargs: dict[str, int],
+    **trainer_kwargs: Any,
+) -> SideRun:
+    """TRL's ``GRPOTrainer`` on ``data_rows`` for ``--steps`` + 1 steps, its clock and tokens
+    counted into ``run`` (``completion``: its ``max_completion_length``)."""
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
-    from ddai.trainer.modeling import load_policy
-
-    run = SideRun("plain")
-    model, tok = load_policy(str(model_dir))
-    n = args.max_turns * args.turn_tokens
     cfg = GRPOConfig(
         output_dir=str(out),
         use_cpu=True,
         bf16=False,
         per_device_train_batch_size=args.batch_size,
         num_generations=args.n_agent,
-        max_completion_length=n,
-        # every completion exactly n policy tokens: eos cannot end one early
-        generation_kwargs={"min_new_tokens": n},
+        max_completion_length=completion,
+        generation_kwargs=generation_kwargs,
         max_steps=args.steps + 1,
         loss_type="grpo",
         report_to=[],
@@ -222,10 +228,20 @@ def plain_trl(model_dir: Path, data_rows: list[dict], out: Path, args: Any) -> S
         train_dataset=Dataset.from_list([{"prompt": r["prompt"]} for r in data_rows]),
         processing_class=tok,
         callbacks=[StepClock(run)],
+        **trainer_kwargs,
     )
     with count_tokens(run):
         trainer.train()
     return run
+
+
+def plain_trl(model_dir: Path, data_rows: list[dict], out: Path, args: Any) -> SideRun:
+    from ddai.trainer.modeling import load_policy
+
+    model, tok = load_policy(str(model_dir))
+    n = args.max_turns * args.turn_tokens
+    # every completion exactly n policy tokens: eos cannot end one early
+    return train_trl(SideRun("plain"), model, tok, data_rows, out, args, n, {"min_new_tokens": n})
 
 
 def observation_filler(tok: Any, n: int) -> list[int]:
@@ -246,9 +262,6 @@ def trl_with_observations(model_dir: Path, data_rows: list[dict], out: Path, arg
     rollout of this bench fills it). The loss pass runs over the same sequence length as ddai's;
     what ddai adds beyond this side is its multi-turn machinery: one ``generate`` per turn, the
     observations prefilled into the KV cache, the environment, the reward and the rollout log."""
-    from datasets import Dataset
-    from trl import GRPOConfig, GRPOTrainer
-
     from ddai.trainer.modeling import load_policy
 
     run = SideRun("trl+obs")
@@ -267,34 +280,9 @@ def trl_with_observations(model_dir: Path, data_rows: list[dict], out: Path, arg
             "env_mask": [[1] * len(c) + [0] * len(filler) for c in ids],
         }
 
-    cfg = GRPOConfig(
-        output_dir=str(out),
-        use_cpu=True,
-        bf16=False,
-        per_device_train_batch_size=args.batch_size,
-        num_generations=args.n_agent,
-        max_completion_length=total,
-        # TRL's generation samples exactly n tokens; the observations fill the rest
-        generation_kwargs={"min_new_tokens": n, "max_new_tokens": n},
-        max_steps=args.steps + 1,
-        loss_type="grpo",
-        report_to=[],
-        save_strategy="no",
-        disable_tqdm=True,
-        logging_steps=10_000,
-    )
-    trainer = GRPOTrainer(
-        model=model,
-        reward_funcs=lambda completions, **kw: [float(len(str(c)) % 2) for c in completions],
-        args=cfg,
-        train_dataset=Dataset.from_list([{"prompt": r["prompt"]} for r in data_rows]),
-        processing_class=tok,
-        callbacks=[StepClock(run)],
-        rollout_func=rollout,
-    )
-    with count_tokens(run):
-        trainer.train()
-    return run
+    # TRL's generation samples exactly n tokens; the observations fill the rest
+    gen = {"min_new_tokens": n, "max_new_tokens": n}
+    return train_trl(run, model, tok, data_rows, out, args, total, gen, rollout_func=rollout)
 
 
 def ddai_config(model_dir: Path, data: Path, out: Path, args: Any) -> Any:

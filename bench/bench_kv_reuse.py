@@ -29,16 +29,11 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import torch
 import transformers
-from transformers import Qwen2Config, Qwen2ForCausalLM
+from bench_memory import CUDA, Tok
+from bench_memory import model as qwen2
+from transformers import Qwen2ForCausalLM
 
 from ddai.trainer.episode.rollout import HFSampler
-
-CUDA = torch.cuda.is_available()
-DEV = "cuda" if CUDA else "cpu"
-
-
-class Tok:
-    pad_token_id, eos_token_id = 0, 1
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -56,26 +51,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def build() -> Qwen2ForCausalLM:
-    torch.manual_seed(0)
-    if CUDA:  # Qwen2.5-0.5B's shape
-        cfg = Qwen2Config(
-            vocab_size=151936,
-            hidden_size=896,
-            intermediate_size=4864,
-            num_hidden_layers=24,
-            num_attention_heads=14,
-            num_key_value_heads=2,
-        )
-        return Qwen2ForCausalLM(cfg).to(DEV, torch.bfloat16).eval()
-    cfg = Qwen2Config(
-        vocab_size=4096,
-        hidden_size=256,
-        intermediate_size=512,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-    )
-    return Qwen2ForCausalLM(cfg).eval()
+    """Qwen2.5-0.5B's shape in bfloat16 on a GPU, a small float32 Qwen2 on the CPU."""
+    return qwen2(*((151936, 896, 24, 14, 2, 4864) if CUDA else (4096, 256, 4, 4, 2, 512)))
 
 
 def episode(model, args, *, reuse: bool) -> dict:

@@ -40,7 +40,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_funnel import RUN, make_dataset
+from bench_funnel import RUN, best_of, make_dataset
 from bench_report import make_logs
 
 from ddai.pipelines import store
@@ -52,7 +52,11 @@ GROUP_BY = "SELECT uid, avg(ndcg), count(*), max(judge_score) FROM rollouts GROU
 FULL_SCAN = "SELECT count(*), sum(length(response)) FROM rollouts"
 
 
-def start_moto() -> tuple[subprocess.Popen, str]:
+def open_bucket(bucket: str | None) -> tuple[subprocess.Popen | None, str]:
+    """``(None, bucket)`` for a bucket at ``$AWS_ENDPOINT_URL``; for None, a moto server started on
+    127.0.0.1 (its endpoint and credentials set in the environment) and a fresh bucket on it."""
+    if bucket is not None:
+        return None, bucket
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -62,16 +66,15 @@ def start_moto() -> tuple[subprocess.Popen, str]:
         stderr=subprocess.DEVNULL,
     )
     time.sleep(2.0)
-    return proc, f"http://127.0.0.1:{port}"
-
-
-def best_of(repeat: int, fn: Callable[[], object]) -> float:
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
+    os.environ.update(
+        AWS_ACCESS_KEY_ID="bench",
+        AWS_SECRET_ACCESS_KEY="bench",
+        AWS_DEFAULT_REGION="us-east-1",
+        AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}",
+    )
+    bucket = f"ddai-bench-{uuid.uuid4().hex[:8]}"
+    objstore.fsspec_fs("s3://x").mkdir(bucket)
+    return proc, bucket
 
 
 def with_scan(how: str, fn: Callable[[], object]) -> Callable[[], object]:
@@ -191,19 +194,7 @@ def main() -> None:
     ap.add_argument("--steps", help="step counts (e.g. 50,100,200): the per-step commit bench")
     args = ap.parse_args()
 
-    proc = None
-    if args.bucket is None:
-        proc, endpoint = start_moto()
-        os.environ.update(
-            AWS_ACCESS_KEY_ID="bench",
-            AWS_SECRET_ACCESS_KEY="bench",
-            AWS_DEFAULT_REGION="us-east-1",
-            AWS_ENDPOINT_URL=endpoint,
-        )
-        bucket = f"ddai-bench-{uuid.uuid4().hex[:8]}"
-        objstore.fsspec_fs("s3://x").mkdir(bucket)
-    else:
-        bucket = args.bucket
+    proc, bucket = open_bucket(args.bucket)
     try:
         if args.steps:
             bench_steps([int(c) for c in args.steps.split(",")], f"s3://{bucket}")

@@ -116,12 +116,6 @@ def run_step(step: str, logs: Any, runs: tuple[str, ...], root: Path, out: Path)
     raise ValueError(f"unknown step {step!r}: one of {', '.join(STEPS)}")
 
 
-def start_moto() -> tuple[Any, str]:
-    from bench_objstore import start_moto as start
-
-    return start()
-
-
 def fit(xs: tuple[int, int], ys: tuple[float, float]) -> tuple[float, float]:
     """``(fixed, per_x)`` of the line through two points."""
     per = (ys[1] - ys[0]) / (xs[1] - xs[0])
@@ -153,24 +147,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         return res
 
     from bench_funnel import make_dataset
+    from bench_objstore import open_bucket
     from process_ab import run_once
 
     from ddai.pipelines import store
     from ddai.pipelines.store import objstore, remote_store
 
-    proc = None
-    if args.bucket is None:
-        proc, endpoint = start_moto()
-        os.environ.update(
-            AWS_ACCESS_KEY_ID="bench",
-            AWS_SECRET_ACCESS_KEY="bench",
-            AWS_DEFAULT_REGION="us-east-1",
-            AWS_ENDPOINT_URL=endpoint,
-        )
-        bucket = f"ddai-bench-{uuid.uuid4().hex[:8]}"
-        objstore.fsspec_fs("s3://x").mkdir(bucket)
-    else:
-        bucket = args.bucket
+    proc, bucket = open_bucket(args.bucket)
     results: dict[str, Any] = {}
     try:
         with tempfile.TemporaryDirectory(prefix="ddai-bench-scale-") as tmp:

@@ -115,28 +115,12 @@ def dataset_rows(split: str) -> list[dict[str, Any]]:
     rows = []
     for i, (topic, distractor) in enumerate(split_pairs()[split]):
         q = QUESTION.format(topic=topic, distractor=distractor)
-        golden = page_id(topic)
-        doc, page = golden.split("_")
+        doc, page = page_id(topic).split("_")
+        uid = f"{split}_{topic}_{distractor}"
         rows.append(
-            {
-                "id": f"{split}_{topic}_{distractor}",
-                "file_name": f"{doc}.pdf",
-                "reference_page": [int(page)],
-                "data_source": "learn_task",
-                "prompt": [
-                    {"role": "system", "content": SYSTEM_PROMPT},
-                    {"role": "user", "content": q},
-                ],
-                "reward_model": {"ground_truth": topic, "style": "rule"},
-                "extra_info": {
-                    "answer": topic,
-                    "file_name": f"{doc}.pdf",
-                    "index": i,
-                    "question": q,
-                    "reference_page": [int(page)],
-                    "split": split,
-                },
-            }
+            toy.verl_row(
+                uid, doc, int(page), "learn_task", SYSTEM_PROMPT, q, topic, index=i, split=split
+            )
         )
     return rows
 

@@ -120,31 +120,55 @@ def corpus() -> Corpus:
     return Corpus.from_records(page_records())
 
 
+def verl_row(
+    uid: str,
+    doc: str,
+    page: int,
+    source: str,
+    system: str,
+    question: str,
+    answer: str,
+    *,
+    index: int,
+    split: str,
+) -> dict[str, Any]:
+    """One prompt in verl's RL row shape: ``question`` about page ``page`` of ``{doc}.pdf``."""
+    return {
+        "id": uid,
+        "file_name": f"{doc}.pdf",
+        "reference_page": [page],
+        "data_source": source,
+        "prompt": [
+            {"role": "system", "content": system},
+            {"role": "user", "content": question},
+        ],
+        "reward_model": {"ground_truth": answer, "style": "rule"},
+        "extra_info": {
+            "answer": answer,
+            "file_name": f"{doc}.pdf",
+            "index": index,
+            "question": question,
+            "reference_page": [page],
+            "split": split,
+        },
+    }
+
+
 def dataset_rows() -> list[dict[str, Any]]:
-    rows = []
-    for d, (_, _, _, q, answer, golden) in enumerate(_DECKS, start=1):
-        rows.append(
-            {
-                "id": f"train_{d}",
-                "file_name": f"{d}.pdf",
-                "reference_page": [golden],
-                "data_source": "toy",
-                "prompt": [
-                    {"role": "system", "content": SYSTEM_PROMPT},
-                    {"role": "user", "content": q},
-                ],
-                "reward_model": {"ground_truth": answer, "style": "rule"},
-                "extra_info": {
-                    "answer": answer,
-                    "file_name": f"{d}.pdf",
-                    "index": d - 1,
-                    "question": q,
-                    "reference_page": [golden],
-                    "split": "train",
-                },
-            }
+    return [
+        verl_row(
+            f"train_{d}",
+            str(d),
+            golden,
+            "toy",
+            SYSTEM_PROMPT,
+            q,
+            answer,
+            index=d - 1,
+            split="train",
         )
-    return rows
+        for d, (_, _, _, q, answer, golden) in enumerate(_DECKS, start=1)
+    ]
 
 
 def sft_rows(c: Corpus | None = None) -> list[dict[str, Any]]:

@@ -186,17 +186,13 @@ def _preflight(
     """The model checks of the preflight (the chat template, sampled episodes), raising on
     errors; the static ones ran before the policy loaded."""
     from ddai.trainer.episode import preflight as pf
-    from ddai.trainer.episode.preflight_steps import preflight_slots, sampled_episodes
-
-    tok = episodes.rollout.tok
-    templater = vision.processor if vision is not None else tok
-    pf.check_chat_template(
-        report,
-        lambda msgs: templater.apply_chat_template(msgs, tokenize=False),
-        tok,
-        tasks[0].messages,
+    from ddai.trainer.episode.preflight_steps import (
+        check_policy_template,
+        preflight_slots,
+        sampled_episodes,
     )
-    report.raise_errors()
+
+    check_policy_template(report, episodes.rollout.tok, vision, tasks[0].messages)
     slots = preflight_slots(tasks, cfg.preflight_prompts, cfg.n_agent, cfg.seed)
     pf.check_episodes(
         report,
@@ -237,14 +233,7 @@ def run_collect(
     spec = cfg.rewards.reward_spec()
     backends = backends or default_backends(cfg.backends, corpus, spec)
     image_of = page_images(cfg, corpus)
-    report = run_static_preflight(
-        cfg,
-        tasks,
-        corpus,
-        backends.search,
-        generator=backends.generator if spec.needs_judge else None,
-        has_images=image_of is not None,
-    )
+    report = run_static_preflight(cfg, tasks, corpus, backends, spec, image_of is not None)
     acc = accel.make_accelerator()
     main = acc.is_main_process
     model, tok, sampler, vision, boxes = _policy(cfg, image_of)

@@ -14,6 +14,7 @@ from ddai.trainer.episode.episodes import SearchRollout
 from ddai.trainer.episode.preflight import (
     PreflightReport,
     SampledEpisode,
+    check_chat_template,
     check_golden_pages,
     check_search,
     sample,
@@ -107,19 +108,14 @@ def static_preflight(
 
 
 def run_static_preflight(
-    cfg: Any,
-    tasks: list[Task],
-    corpus: Any,
-    search: Any,
-    *,
-    generator: Any = None,
-    has_images: bool = False,
+    cfg: Any, tasks: list[Task], corpus: Any, backends: Any, spec: Any, has_images: bool
 ) -> PreflightReport:
     """The run's preflight report after ``static_preflight`` and ``check_pages_readable``
     (raising on their errors), or a skipped one; ``cfg``: a GRPO, PPO or collect run config
     (``skip_preflight``, ``corpus``, ``episode``, ``preflight_prompts``, ``seed`` and
-    ``PageSettings``); ``generator``: the reward's generator (None without a judge);
-    ``has_images``: the run has page images (``episode.pages.page_images``)."""
+    ``PageSettings``); ``backends``: the run's (its search, and its generator when ``spec``, the
+    reward, needs a judge); ``has_images``: the run has page images (``page_images``)."""
+    search, generator = backends.search, backends.generator if spec.needs_judge else None
     report = PreflightReport(skipped=cfg.skip_preflight)
     if not cfg.skip_preflight:
         check_pages_readable(
@@ -145,6 +141,20 @@ def run_static_preflight(
         )
         report.raise_errors()
     return report
+
+
+def check_policy_template(
+    report: PreflightReport, tok: Any, vision: Any, prompt: Sequence[dict[str, Any]]
+) -> None:
+    """``check_chat_template`` on the policy's template (a VLM's processor's with ``vision``),
+    raising on its errors; nothing when the preflight is skipped."""
+    if report.skipped:
+        return
+    templater = vision.processor if vision is not None else tok
+    check_chat_template(
+        report, lambda m: templater.apply_chat_template(m, tokenize=False), tok, prompt
+    )
+    report.raise_errors()
 
 
 def sampled_episodes(

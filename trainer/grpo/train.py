@@ -37,12 +37,9 @@ from ddai.trainer.episode.episodes import (
 )
 from ddai.trainer.episode.logrows import RolloutLog
 from ddai.trainer.episode.pages import observation_policy, page_images
-from ddai.trainer.episode.preflight import (
-    check_chat_template,
-    check_episodes,
-    write_run_config,
-)
+from ddai.trainer.episode.preflight import check_episodes, write_run_config
 from ddai.trainer.episode.preflight_steps import (
+    check_policy_template,
     preflight_slots,
     preflight_status,
     run_static_preflight,
@@ -101,14 +98,7 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
     check_reward_backends(backends, spec)
     image_of = page_images(cfg, corpus)
 
-    report = run_static_preflight(
-        cfg,
-        tasks,
-        corpus,
-        backends.search,
-        generator=backends.generator if spec.needs_judge else None,
-        has_images=image_of is not None,
-    )
+    report = run_static_preflight(cfg, tasks, corpus, backends, spec, image_of is not None)
     model, tok, vision, box_convention = observation_policy(cfg, image_of)
     peft_config = None
     if cfg.lora:
@@ -117,15 +107,7 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
         )
     else:
         check_update_precision(model, args.learning_rate)
-    if not cfg.skip_preflight:
-        templater = vision.processor if vision is not None else tok
-        check_chat_template(
-            report,
-            lambda msgs: templater.apply_chat_template(msgs, tokenize=False),
-            tok,
-            tasks[0].messages,
-        )
-        report.raise_errors()
+    check_policy_template(report, tok, vision, tasks[0].messages)
     env = search_env(
         cfg, backends.search, corpus, tok, image_of=image_of, box_convention=box_convention
     )

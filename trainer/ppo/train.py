@@ -425,6 +425,7 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
     from ddai.trainer.episode.logrows import RolloutLog, take_rows
     from ddai.trainer.episode.pages import observation_policy, page_images
     from ddai.trainer.episode.preflight_steps import (
+        check_policy_template,
         preflight_slots,
         preflight_status,
         run_static_preflight,
@@ -458,14 +459,7 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
     backends = backends or default_backends(cfg.backends, corpus, cfg.rewards.reward_spec())
     image_of = page_images(cfg, corpus)
     spec = cfg.rewards.reward_spec()
-    report = run_static_preflight(
-        cfg,
-        tasks,
-        corpus,
-        backends.search,
-        generator=backends.generator if spec.needs_judge else None,
-        has_images=image_of is not None,
-    )
+    report = run_static_preflight(cfg, tasks, corpus, backends, spec, image_of is not None)
     acc = sharding.make_accelerator(gradient_accumulation_steps=cfg.grad_accum)
     main = acc.is_main_process
     torch.manual_seed(cfg.seed)  # the same initial weights on every rank
@@ -474,15 +468,7 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
         cfg, image_of, model=resume_from or cfg.model
     )
     saved_tok = vision.processor if vision is not None else tok  # a VLM's: its image processor too
-    if not cfg.skip_preflight:
-        templater = vision.processor if vision is not None else tok
-        pf.check_chat_template(
-            report,
-            lambda msgs: templater.apply_chat_template(msgs, tokenize=False),
-            tok,
-            tasks[0].messages,
-        )
-        report.raise_errors()
+    check_policy_template(report, tok, vision, tasks[0].messages)
     policy, ref = prepare_policy(policy, cfg)
     if resume_from and isinstance(ref, torch.nn.Module):
         # the reference stays the run's starting policy, not the checkpoint's
