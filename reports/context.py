@@ -63,6 +63,8 @@ class ReportContext:
         ctx = cls(cfg=cfg, con=con, params=cfg.sql_params())
         ctx.execute("report_facts")
         ctx.execute("report_prompts")
+        # the round analyses' views (attribution, drop/keep) read those tables, not the log
+        ctx.execute("report_analysis_sources")
         runs = ctx.frame("report_runs")
         ctx.runs = runs["run_id"].to_list()
         ctx.rollouts = int(runs["rollouts"].sum())

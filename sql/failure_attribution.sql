@@ -27,20 +27,39 @@ CREATE OR REPLACE MACRO is_refusal(a) AS
         '^\s*(unknown|n/?a|none|no answer|not sure)\W*$|cannot|can''t|unable to|not (enough|sufficient|possible|provided|available|visible|shown)|insufficient|i (do not|don''t) know'
     );
 
+-- The rows the attribution reads, one per rollout: score = reward, the judge score where no
+-- reward was logged; golden = a retrieved page is a reference page (list_has_any stops at the
+-- first shared page). The report replaces this view and prompt_texts with ones over its
+-- materialized facts (sql/report_analysis_sources.sql: the same values, no page lists read).
+CREATE OR REPLACE VIEW attribution_rows AS
+SELECT
+    run_id,
+    uid,
+    judge_score,
+    coalesce(reward, judge_score) AS score,
+    format_ok,
+    list_has_any(coalesce(retrieved_pages, []), coalesce(reference_pages, [])) AS golden,
+    answer
+FROM rollouts;
+
+-- grain: one row per prompt of a run (run_id, uid): its question and reference answer (any
+-- rollout's: a prompt's rollouts share them), joined to the per-prompt analyses' rows.
+CREATE OR REPLACE VIEW prompt_texts AS
+SELECT run_id, uid, any_value(question) AS question, any_value(reference_answer) AS reference_answer
+FROM rollouts
+GROUP BY run_id, uid;
+
 CREATE OR REPLACE MACRO failure_attribution_at(score_max, agree_min, threshold) AS TABLE
 WITH r AS (
     SELECT
         run_id,
         uid,
         judge_score,
-        coalesce(reward, judge_score) AS score,
-        -- list_has_any stops at the first shared page (list_intersect built the whole set)
-        list_has_any(coalesce(retrieved_pages, []), coalesce(reference_pages, [])) AS golden,
+        score,
+        golden,
         is_success(judge_score, format_ok, threshold) AS success,
-        answer,
-        question,
-        reference_answer
-    FROM rollouts
+        answer
+    FROM attribution_rows
 ),
 rejected AS (
     SELECT run_id, uid, lower(trim(regexp_replace(answer, '[\s.]+$', ''))) AS ans, count(*) AS n
@@ -67,9 +86,7 @@ p AS (
         count(*) FILTER (WHERE golden AND success) AS golden_successes,
         count(*) FILTER (WHERE golden AND judge_score IS NOT NULL AND NOT success) AS golden_rejected,
         count(*) FILTER (WHERE NOT golden AND judge_score IS NOT NULL AND NOT success)
-            AS failed_without_golden,
-        any_value(question) AS question,
-        any_value(reference_answer) AS reference_answer
+            AS failed_without_golden
     FROM r
     GROUP BY run_id, uid
 ),
@@ -85,10 +102,13 @@ j AS (
         a.agreed_answer,
         coalesce(a.agreed, 0) AS agreed,
         f.verdict AS review_verdict,
-        p.judged > 0 AND p.mean_score <= score_max AS low
+        p.judged > 0 AND p.mean_score <= score_max AS low,
+        t.question,
+        t.reference_answer
     FROM p
     LEFT JOIN agreed AS a USING (run_id, uid)
     LEFT JOIN flags AS f USING (uid)
+    LEFT JOIN prompt_texts AS t USING (run_id, uid)
 )
 SELECT
     run_id,

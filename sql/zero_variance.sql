@@ -6,42 +6,32 @@
 -- reach for now, or a wrong ground truth: verify it), always_full (every rollout scored >= 1:
 -- mastered), constant (every rollout the same score in between). Prompts without a group of two
 -- scored rollouts are left out (nothing to decide on).
+-- zero_variance_group_scores: one row per group of two or more scored rollouts, its scores' count,
+-- range and mean; both views read it (the report replaces it with a table it builds once from its
+-- facts, sql/report_analysis_sources.sql). The texts come from prompt_texts
+-- (sql/failure_attribution.sql).
+CREATE OR REPLACE VIEW zero_variance_group_scores AS
+SELECT
+    run_id,
+    step,
+    uid,
+    count(coalesce(reward, judge_score)) AS scored,
+    min(coalesce(reward, judge_score)) AS lo,
+    max(coalesce(reward, judge_score)) AS hi,
+    avg(coalesce(reward, judge_score)) AS mean
+FROM rollouts
+GROUP BY run_id, step, uid
+HAVING count(coalesce(reward, judge_score)) >= 2;
+
 CREATE OR REPLACE VIEW zero_variance_groups AS
-WITH g AS (
-    SELECT
-        run_id,
-        step,
-        uid,
-        count(coalesce(reward, judge_score)) AS scored,
-        min(coalesce(reward, judge_score)) AS lo,
-        max(coalesce(reward, judge_score)) AS hi,
-        any_value(question) AS question
-    FROM rollouts
-    GROUP BY run_id, step, uid
-    HAVING count(coalesce(reward, judge_score)) >= 2
-)
-SELECT run_id, step, uid, scored, lo AS score, question
-FROM g
-WHERE lo = hi
-ORDER BY run_id, step NULLS FIRST, uid;
+SELECT g.run_id, g.step, g.uid, g.scored, g.lo AS score, t.question
+FROM zero_variance_group_scores AS g
+LEFT JOIN prompt_texts AS t USING (run_id, uid)
+WHERE g.lo = g.hi
+ORDER BY g.run_id, g.step NULLS FIRST, g.uid;
 
 CREATE OR REPLACE VIEW drop_keep AS
-WITH g AS (
-    SELECT
-        run_id,
-        step,
-        uid,
-        count(coalesce(reward, judge_score)) AS scored,
-        min(coalesce(reward, judge_score)) AS lo,
-        max(coalesce(reward, judge_score)) AS hi,
-        avg(coalesce(reward, judge_score)) AS mean,
-        any_value(question) AS question,
-        any_value(reference_answer) AS reference_answer
-    FROM rollouts
-    GROUP BY run_id, step, uid
-    HAVING count(coalesce(reward, judge_score)) >= 2
-),
-p AS (
+WITH p AS (
     SELECT
         run_id,
         uid,
@@ -50,15 +40,13 @@ p AS (
         sum(scored)::BIGINT AS scored,
         sum(mean * scored) / sum(scored) AS mean_score,
         bool_and(lo = hi AND hi <= 0) AS always_zero,
-        bool_and(lo = hi AND lo >= 1) AS always_full,
-        any_value(question) AS question,
-        any_value(reference_answer) AS reference_answer
-    FROM g
+        bool_and(lo = hi AND lo >= 1) AS always_full
+    FROM zero_variance_group_scores
     GROUP BY run_id, uid
 )
 SELECT
-    run_id,
-    uid,
+    p.run_id,
+    p.uid,
     CASE WHEN zero_variance_groups < groups THEN 'keep' ELSE 'drop' END AS decision,
     CASE
         WHEN zero_variance_groups < groups THEN 'reward_variance'
@@ -70,7 +58,8 @@ SELECT
     zero_variance_groups,
     scored,
     mean_score,
-    question,
-    reference_answer
+    t.question,
+    t.reference_answer
 FROM p
-ORDER BY run_id, decision, uid;
+LEFT JOIN prompt_texts AS t USING (run_id, uid)
+ORDER BY p.run_id, decision, p.uid;
