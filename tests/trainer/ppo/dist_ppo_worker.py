@@ -19,6 +19,7 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
+sys.path.insert(0, str(Path(__file__).parents[2]))  # tests/: launched as a script, not by pytest
 from support.toy_world import run_fields
 
 from ddai.pipelines.backends import JudgeResult

@@ -14,6 +14,7 @@ import os
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).parents[2]))  # tests/: launched as a script, not by pytest
 from support.toy_world import run_fields
 
 from ddai.trainer.episode.config import EpisodeConfig, RewardOverrides
