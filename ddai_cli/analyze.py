@@ -8,14 +8,12 @@ rows (CSV, Parquet or JSONL by the file's suffix).
 from __future__ import annotations
 
 import json
-from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 
 from ddai.cli.app import COMMANDS
 from ddai.cli.common import JsonOpt, LogsOpt, RunsOpt, ThresholdOpt, fail, summary
-from ddai.cli.fields import field_opt
 from ddai.cli.flags import config_flags, with_groups
 from ddai.pipelines.analyses import (
     AttributionConfig,
@@ -40,8 +38,7 @@ ATTRIBUTION_FLAGS = config_flags(
     {"score_max": None, "agree_min": None, "flags": {"metavar": "<csv>"}, "truth": None},
 )
 GROUPS_OUT_FLAGS = config_flags(RowsOut, {"groups_out": None})
-# ``-o`` beside ``--out``: a second declaration, which ``config_flags`` does not take (yet)
-OutOpt = Annotated[Path | None, field_opt(RowsOut, "out", "--out", "-o")]
+OUT_FLAGS = config_flags(RowsOut, {"out": ("--out", "-o")})
 
 
 def _runs(runs: list[str] | None) -> list[str] | None:
@@ -62,14 +59,14 @@ def _flatten(result: dict[str, Any]) -> dict[str, Any]:
 @analyze_app.command(
     "attribution", short_help="Why low-scoring prompts fail: search, generator or ground truth."
 )
-@with_groups({"settings": ATTRIBUTION_FLAGS})
+@with_groups({"settings": ATTRIBUTION_FLAGS, "rows": OUT_FLAGS})
 def attribution_cmd(
     *,
     settings: dict[str, Any],
     logs: LogsOpt = None,
     runs: RunsOpt = None,
     threshold: ThresholdOpt = SUCCESS_THRESHOLD,
-    out: OutOpt = None,
+    rows: dict[str, Any],
     as_json: JsonOpt = False,
 ) -> None:
     """Attribute each low-scoring prompt to a search failure (no golden page retrieved), a
@@ -82,7 +79,7 @@ def attribution_cmd(
             if not truth.is_file():
                 raise FileNotFoundError(f"--truth {truth} not found")
             result["truth"] = truth_eval.score(df, json.loads(truth.read_text(encoding="utf-8")))
-        if out is not None:
+        if (out := RowsOut(**rows).out) is not None:
             result["out"] = str(write_rows(out, df))
     except (FileNotFoundError, ValueError) as e:
         raise fail(str(e)) from e
@@ -112,17 +109,19 @@ def _ratio(v: float | None) -> str:
 @analyze_app.command(
     "latency", short_help="Reward latency, judge timeouts and reward coverage per run."
 )
+@with_groups({"rows": OUT_FLAGS})
 def latency_cmd(
+    *,
     logs: LogsOpt = None,
     runs: RunsOpt = None,
-    out: OutOpt = None,
+    rows: dict[str, Any],
     as_json: JsonOpt = False,
 ) -> None:
     """Reward latency (extra.latency_s percentiles), judge timeouts and errors, and reward
     coverage (rollouts with a reward / rollouts) per run; --out writes the per-step rows."""
     try:
         steps, result = reward_latency(workspace.logs_dir(logs), _runs(runs))
-        if out is not None:
+        if (out := RowsOut(**rows).out) is not None:
             result["out"] = str(write_rows(out, steps))
     except (FileNotFoundError, ValueError) as e:
         raise fail(str(e)) from e
@@ -132,13 +131,13 @@ def latency_cmd(
 @analyze_app.command(
     "drop-keep", short_help="Zero-variance GRPO groups and the prompts to drop or keep."
 )
-@with_groups({"to": GROUPS_OUT_FLAGS})
+@with_groups({"to": GROUPS_OUT_FLAGS, "rows": OUT_FLAGS})
 def drop_keep_cmd(
     *,
     to: dict[str, Any],
     logs: LogsOpt = None,
     runs: RunsOpt = None,
-    out: OutOpt = None,
+    rows: dict[str, Any],
     as_json: JsonOpt = False,
 ) -> None:
     """Zero-variance GRPO groups (every rollout scored the same: no learning signal) and per
@@ -146,9 +145,10 @@ def drop_keep_cmd(
     --out writes the decisions."""
     try:
         decisions, groups, result = drop_keep(workspace.logs_dir(logs), _runs(runs))
-        if out is not None:
-            result["out"] = str(write_rows(out, decisions))
-        if (groups_out := RowsOut(**to).groups_out) is not None:
+        files = RowsOut(**to, **rows)
+        if files.out is not None:
+            result["out"] = str(write_rows(files.out, decisions))
+        if (groups_out := files.groups_out) is not None:
             result["groups out"] = str(write_rows(groups_out, groups))
     except (FileNotFoundError, ValueError) as e:
         raise fail(str(e)) from e

@@ -320,10 +320,9 @@ app = typer.Typer(
 )
 
 
-def sub_app(parent: typer.Typer, name: str, help_text: str | None = None) -> typer.Typer:
+def sub_app(parent: typer.Typer, name: str) -> typer.Typer:
     """The sub-app ``name`` of ``parent`` (registered by its own area), else a new one whose help
-    is its ``COMMANDS`` line: one text for ``ddai --help`` and ``ddai NAME --help``, written once
-    (``help_text`` is ignored, kept for callers that still pass one)."""
+    is its ``COMMANDS`` line: one text for ``ddai --help`` and ``ddai NAME --help``, written once."""
     for info in parent.registered_groups:
         if info.name == name and info.typer_instance is not None:
             return info.typer_instance

@@ -50,20 +50,20 @@ def _bool(value: Any, param: Any, ctx: Any) -> Any:
     return value if type(value) is bool else _DECLINE
 
 
-def _int(value: Any, param: Any, ctx: Any) -> Any:
-    if type(value) is int:
-        return value
-    if type(value) is str and _INT.fullmatch(value):
-        return int(value)
-    return _DECLINE
+def _number(kind: type[int] | type[float], digits: re.Pattern[str]) -> Leaf:
+    """A value already of ``kind``, or plain ``digits`` text converted to it."""
+
+    def leaf(value: Any, param: Any, ctx: Any) -> Any:
+        if type(value) is kind:
+            return value
+        if type(value) is str and digits.fullmatch(value):
+            return kind(value)
+        return _DECLINE
+
+    return leaf
 
 
-def _float(value: Any, param: Any, ctx: Any) -> Any:
-    if type(value) is float:
-        return value
-    if type(value) is str and _FLOAT.fullmatch(value):
-        return float(value)
-    return _DECLINE
+_int, _float = _number(int, _INT), _number(float, _FLOAT)
 
 
 def _choice(choices: list[Any], case_sensitive: bool) -> Leaf:

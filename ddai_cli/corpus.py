@@ -2,22 +2,24 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 
 from ddai.cli.app import COMMANDS
 from ddai.cli.common import JsonOpt, fail, summary
-from ddai.cli.fields import field_opt
 from ddai.cli.flags import config_flags, with_groups
 from ddai.pipelines.pages.image_corpus import CorpusBuildConfig
 
 BUILD_FLAGS = config_flags(
     CorpusBuildConfig,
-    {"images_dir": {"argument": True, "metavar": "DIR"}, "text_from": None},
+    {
+        "out": {"decl": ("--out", "-o"), "metavar": "<file>"},
+        "images_dir": {"argument": True, "metavar": "DIR"},
+        "text_from": None,
+    },
 )
-"""``ddai corpus build``'s flags but ``--out`` (its ``-o`` needs a second declaration)."""
+"""``ddai corpus build``'s flags."""
 
 
 def register(app: typer.Typer) -> None:
@@ -32,7 +34,6 @@ def register(app: typer.Typer) -> None:
     @with_groups({"cfg": BUILD_FLAGS})
     def build(
         *,
-        out: Annotated[Path, field_opt(CorpusBuildConfig, "out", "--out", "-o", metavar="<file>")],
         cfg: dict[str, Any],
         as_json: JsonOpt = False,
     ) -> None:
@@ -40,7 +41,7 @@ def register(app: typer.Typer) -> None:
         from ddai.pipelines.pages.image_corpus import CorpusBuildError, run
 
         try:
-            result = run(CorpusBuildConfig(**cfg, out=out))
+            result = run(CorpusBuildConfig(**cfg))
         except CorpusBuildError as e:
             raise fail(str(e)) from e
         summary("ddai corpus build", result.to_dict(), as_json=as_json)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Any, TypeVar
 
 import typer
 
@@ -31,7 +31,6 @@ from ddai.cli.common import (
     print_rows,
     summary,
 )
-from ddai.cli.fields import field_opt
 from ddai.cli.flags import config_flags, default_of, with_groups
 from ddai.pipelines.funnel import configs
 from ddai.pipelines.funnel.configs import BucketConfig, FocusConfig, PlanConfig, VerifyConfig
@@ -60,6 +59,7 @@ curate_app = typer.Typer(
 RUN = {"decl": "--run", "metavar": "<run>", "callback": check_run_ids}
 DECISIONS = {"metavar": "<csv>"}
 OUT_DIR = {"decl": "--out-dir", "metavar": "<dir>"}
+OUT = {"decl": ("--out", "-o"), "metavar": "<file>"}
 
 BUCKET_FLAGS = config_flags(
     BucketConfig,
@@ -98,6 +98,7 @@ VERIFY_FLAGS = config_flags(
 FOCUS_FLAGS = config_flags(
     FocusConfig,
     {
+        "out": OUT,
         "runs": RUN,
         "bucket_a": None,
         "bucket_0": None,
@@ -123,9 +124,7 @@ PLAN_FLAGS = config_flags(
 LINEAGE_FLAGS = config_flags(
     configs.LineageConfig, {"files": {"argument": True, "metavar": "FILE"}, "check": None}
 )
-# ``-o`` beside ``--out``: a second declaration, which ``config_flags`` does not take (yet)
-FocusOutOpt = Annotated[Path, field_opt(FocusConfig, "out", "--out", "-o", metavar="<file>")]
-PlanOutOpt = Annotated[Path | None, field_opt(PlanConfig, "out", "--out", "-o", metavar="<file>")]
+PLAN_OUT_FLAGS = config_flags(PlanConfig, {"out": OUT})
 
 
 def _run(label: str, fn: Callable[[], T], *, spinner: bool = True) -> T:
@@ -184,13 +183,11 @@ def verify_gt_cmd(
 
 @curate_app.command("focus", short_help="Build the next focused round: hard A + verified bucket 0.")
 @with_groups({"flags": FOCUS_FLAGS})
-def focus_cmd(
-    *, out: FocusOutOpt, flags: dict[str, Any], logs: LogsOpt = None, as_json: JsonOpt = False
-) -> None:
+def focus_cmd(*, flags: dict[str, Any], logs: LogsOpt = None, as_json: JsonOpt = False) -> None:
     """Build the next focused round: hard A + verified bucket 0 (round 1), or the previous
     round's low scorers minus flagged prompts (round N+1)."""
     with bad_input_exits():
-        cfg = FocusConfig(**flags, out=out, logs=workspace.logs_dir(logs))
+        cfg = FocusConfig(**flags, logs=workspace.logs_dir(logs))
     result = _run("focusing", lambda: focus.run_focus(cfg))
     summary("ddai curate focus", result.to_dict(), as_json=as_json)
 
@@ -198,13 +195,13 @@ def focus_cmd(
 @curate_app.command(
     "plan", short_help="Estimate mixed GRPO groups, rare successes and cost per bucket."
 )
-@with_groups({"flags": PLAN_FLAGS})
+@with_groups({"flags": PLAN_FLAGS, "to": PLAN_OUT_FLAGS})
 def plan_cmd(
     *,
     flags: dict[str, Any],
     logs: LogsOpt = None,
     success_threshold: ThresholdOpt = default_of(PlanConfig, "success_threshold"),
-    out: PlanOutOpt = None,
+    to: dict[str, Any],
     as_json: JsonOpt = False,
 ) -> None:
     """Estimate, per bucket and n_agent, the share of GRPO groups with mixed outcomes, the
@@ -215,7 +212,7 @@ def plan_cmd(
             **{**flags, "price_per_call": plan.default_price(flags["price_per_call"])},
             logs=workspace.logs_dir(logs),
             success_threshold=success_threshold,
-            out=out,
+            **to,
         )
     result = _run("planning", lambda: plan.run_plan(cfg))
     data = plan.plan_to_json(result, cfg)

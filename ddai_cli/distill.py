@@ -4,7 +4,7 @@ post-pass over an existing SFT file) and ``ddai distill convert`` (train1 ⇄ me
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 
@@ -22,7 +22,6 @@ from ddai.cli.common import (
     fail,
     summary,
 )
-from ddai.cli.fields import field_opt
 from ddai.cli.flags import config_flags, default_of, with_groups
 from ddai.pipelines.distill import (
     CheckConfig,
@@ -70,15 +69,26 @@ RERUN_FLAGS = config_flags(ForceFlag, {"force": None})
 CHECK_FLAGS = config_flags(
     C, {"file": {"argument": True, "metavar": "FILE"}, "original": None, "report": None}
 )
+OUT = {"decl": ("--out", "-o"), "metavar": "<file>"}
+CHECK_OUT_FLAGS = config_flags(C, {"out": OUT})
 CONVERT_FLAGS = config_flags(
-    ConvertConfig, {"file": {"argument": True, "metavar": "FILE"}, "to": None}
+    ConvertConfig, {"file": {"argument": True, "metavar": "FILE"}, "to": None, "out": OUT}
 )
-# ``-o`` beside ``--out``: a second declaration, which ``config_flags`` does not take (yet); --run
-# and --out are required by ``ddai distill`` alone, not by its subcommands (the group's callback)
-OutOpt = Annotated[Path | None, field_opt(D, "out", "--out", "-o", metavar="<file>")]
-RunOpt = Annotated[
-    list[str] | None, field_opt(D, "runs", "--run", metavar="<run>", callback=check_run_ids)
-]
+TARGET_FLAGS = config_flags(
+    D,
+    {
+        "runs": {
+            "decl": "--run",
+            "metavar": "<run>",
+            "callback": check_run_ids,
+            "type": list[str] | None,
+            "default": None,
+        },
+        "out": {**OUT, "type": Path | None, "default": None},
+    },
+)
+"""``--run``, ``--out``: optional flags, as the group's callback runs for the subcommands too;
+``ddai distill`` itself requires them."""
 
 distill_app = typer.Typer(
     name="distill",
@@ -101,7 +111,9 @@ def _run(fn, *args: Any) -> dict[str, Any]:
 
 
 @distill_app.callback(invoke_without_command=True)
-@with_groups({"settings": DISTILL_FLAGS, "drops": DROP_FLAGS, "rerun": RERUN_FLAGS})
+@with_groups(
+    {"settings": DISTILL_FLAGS, "drops": DROP_FLAGS, "rerun": RERUN_FLAGS, "target": TARGET_FLAGS}
+)
 def distill_cmd(
     ctx: typer.Context,
     *,
@@ -109,8 +121,7 @@ def distill_cmd(
     drops: dict[str, Any],
     rerun: dict[str, Any],
     logs: LogsOpt = None,
-    runs: RunOpt = None,
-    out: OutOpt = None,
+    target: dict[str, Any],
     success_threshold: ThresholdOpt = default_of(D, "success_threshold"),
     retry_failed: RetryFailedOpt = default_of(D, "retry_failed"),
     progress: ProgressOpt = default_of(D, "progress"),
@@ -119,18 +130,17 @@ def distill_cmd(
     """Distill rare successes of a run into SFT data (see `ddai distill check` for files)."""
     if ctx.invoked_subcommand is not None:
         return
-    if not runs:
+    if not target["runs"]:
         raise fail("--run is required: name the run to distill (`ddai runs` lists them)")
-    if out is None:
+    if target["out"] is None:
         raise fail("--out is required: the SFT Parquet file to write, e.g. --out sft.parquet")
     with bad_input_exits():
         cfg = DistillConfig(
             **settings,
             **rerun,
             **drops | {"claim_patterns": _claims(drops["claim_patterns"])},
+            **target,
             logs=workspace.logs_dir(logs),
-            runs=runs,
-            out=out,
             success_threshold=success_threshold,
             progress=progress and not as_json,
             retry_failed=retry_failed,
@@ -141,12 +151,12 @@ def distill_cmd(
 
 
 @distill_app.command("check", short_help="Run the safety post-pass over an existing SFT file.")
-@with_groups({"settings": CHECK_FLAGS, "drops": DROP_FLAGS})
+@with_groups({"settings": CHECK_FLAGS, "drops": DROP_FLAGS, "to": CHECK_OUT_FLAGS})
 def check_cmd(
     *,
     settings: dict[str, Any],
     drops: dict[str, Any],
-    out: Annotated[Path | None, field_opt(C, "out", "--out", "-o", metavar="<file>")] = None,
+    to: dict[str, Any],
     progress: ProgressOpt = default_of(C, "progress"),
     as_json: JsonOpt = False,
 ) -> None:
@@ -155,7 +165,7 @@ def check_cmd(
         cfg = CheckConfig(
             **settings,
             **drops | {"claim_patterns": _claims(drops["claim_patterns"])},
-            out=out,
+            **to,
             progress=progress and not as_json,
         )
     summary("ddai distill check", _run(run_check, cfg), as_json=as_json)
@@ -168,11 +178,10 @@ def check_cmd(
 def convert_cmd(
     *,
     settings: dict[str, Any],
-    out: Annotated[Path, field_opt(ConvertConfig, "out", "--out", "-o", metavar="<file>")],
     as_json: JsonOpt = False,
 ) -> None:
     """Convert an SFT file between the train1 and messages shapes, byte for byte."""
-    cfg = ConvertConfig(**settings, out=out)
+    cfg = ConvertConfig(**settings)
     summary("ddai distill convert", _run(convert, cfg.file, cfg.out, cfg.to), as_json=as_json)
 
 

@@ -67,6 +67,6 @@ def distill_vet_command(
 
 def register(app: typer.Typer) -> None:
     """Add ``distill vet`` to the ``distill`` group (built by ``ddai_cli/distill.py``)."""
-    sub_app(app, "distill", "Rare-success SFT distillation.").command(
+    sub_app(app, "distill").command(
         "vet", short_help="Vet SFT trajectories with an LLM judge (DDAI's criteria)."
     )(distill_vet_command)

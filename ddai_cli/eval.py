@@ -12,15 +12,7 @@ import typer
 
 from ddai.cli.common import JsonOpt, LogsOpt, ProgressOpt, summary
 from ddai.cli.flags import config_flags, with_groups
-from ddai.cli.options import (
-    CorpusOpt,
-    GenerateViaOpt,
-    PolicyDtypeOpt,
-    default_of,
-    episode_settings,
-    preflight_flags,
-    require_inputs,
-)
+from ddai.cli.options import PREFLIGHT, default_of, episode_settings, require_inputs
 from ddai.cli.running import run_or_fail
 from ddai.trainer.episode.evaluate import EvalConfig
 
@@ -40,20 +32,19 @@ EVAL_FLAGS = config_flags(
     {
         "run": config_flags(
             EvalConfig,
-            {"model": "--model", "data": "--data", "run_id": "--run-id", "seed": "--seed"},
+            dict.fromkeys(("model", "data", "run_id", "seed", "corpus", "generate_via")),
         ),
+        "policy": config_flags(EvalConfig, {"dtype": None}),
         "nested": episode_settings,
         "settings": EVAL_FLAGS,
-        "preflight": preflight_flags(EvalConfig),
+        "preflight": config_flags(EvalConfig, PREFLIGHT),
     }
 )
 def eval_command(
     *,
     run: dict[str, Any],
-    corpus: CorpusOpt,
-    generate_via: GenerateViaOpt = default_of(EvalConfig, "generate_via"),
     logs: LogsOpt = default_of(EvalConfig, "logs"),
-    dtype: PolicyDtypeOpt = default_of(EvalConfig, "dtype"),
+    policy: dict[str, Any],
     progress: ProgressOpt = default_of(EvalConfig, "progress"),
     as_json: JsonOpt = False,
     settings: dict[str, Any],
@@ -64,16 +55,14 @@ def eval_command(
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from ddai.trainer.episode.evaluate import run_eval
 
-    require_inputs(run["data"], corpus)
+    require_inputs(run["data"], run["corpus"])
     cfg = EvalConfig(
         **run,
-        corpus=corpus,
+        **policy,
         **nested,
         **settings,
         **preflight,
-        generate_via=generate_via,
         logs=logs,
-        dtype=dtype,
         progress=progress and not as_json,
     )
     summary("ddai eval", asdict(run_or_fail(run_eval, cfg)), as_json=as_json)

@@ -17,7 +17,8 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from ddai.cli.fields import field_docs, field_help
+from ddai.cli.common import bad_input_exits
+from ddai.cli.fields import field_help
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -38,32 +39,36 @@ def config_flags(config_cls: type, flags: dict[str, str | dict[str, Any] | None]
     """A group builder (for ``with_groups``) whose parameters are ``config_cls``'s fields named in
     ``flags``: each flag's type and default are the field's, its help the field's docstring.
     ``flags[field]``: None (``--field-name``), the flag's declaration (``"--lr"``,
-    ``"--whiten/--no-whiten"``), or ``typer.Option`` keywords (``{"min": 1}``, with ``"decl"``
-    for the declaration and ``"help"`` for a help shared by several configs, shown as given);
-    ``{"argument": True, ...}`` makes the field a positional ``typer.Argument`` (the other keys
-    are its keywords: ``metavar``); ``"type"`` and ``"default"`` give a flag that the command
-    parses into the field (``--set`` as ``list[str]``). A field without a default is a required
-    flag (argument). The builder returns ``{field: value}`` to pass on to ``config_cls``."""
+    ``"--whiten/--no-whiten"``, or a tuple with short names: ``("--out", "-o")``), or
+    ``typer.Option`` keywords (``{"min": 1}``, with ``"decl"`` for the declaration and ``"help"``
+    for a help shared by several configs, shown as given); ``{"argument": True, ...}`` makes the
+    field a positional ``typer.Argument`` (the other keys are its keywords: ``metavar``).
+    ``"type"`` and ``"default"`` give the flag its own type and default where the text it takes
+    is not the field's value, and ``"parse"`` turns that text into the field's value (a
+    ``ValueError`` exits 2 with its message): ``--temps 0.7,1`` into ``(0.7, 1.0)``. A field
+    without a default is a required flag (argument). The builder returns ``{field: value}`` to
+    pass on to ``config_cls``."""
     hints = typing.get_type_hints(config_cls)
-    docs = field_docs(config_cls)
     params = []
+    parsers: dict[str, Callable[[Any], Any]] = {}
     for name, spec in flags.items():
         if name not in hints:
             raise KeyError(f"{config_cls.__name__} has no field {name!r}")
         opts = dict(spec) if isinstance(spec, dict) else {"decl": spec}
         argument = opts.pop("argument", False)
         decl = opts.pop("decl", None) or f"--{name.replace('_', '-')}"
+        decls = (decl,) if isinstance(decl, str) else tuple(decl)
+        if "parse" in opts:
+            parsers[name] = opts.pop("parse")
         help_text = opts.pop("help", None)
-        if help_text is None:
-            if name not in docs:
-                raise KeyError(f"{config_cls.__name__}.{name} has no docstring (its flag's help)")
-            help_text = docs[name].replace("``", "`")  # reST literals shown as `code`
+        if help_text is None:  # reST literals shown as `code`
+            help_text = field_help(config_cls, name).replace("``", "`")
         annotation = opts.pop("type", hints[name])
         default = opts.pop("default", inspect.Parameter.empty)
         option = (
             typer.Argument(help=help_text, **opts)
             if argument
-            else typer.Option(decl, help=help_text, **opts)
+            else typer.Option(*decls, help=help_text, **opts)
         )
         if default is inspect.Parameter.empty:
             with contextlib.suppress(KeyError):  # no default in the config: a required flag
@@ -78,22 +83,13 @@ def config_flags(config_cls: type, flags: dict[str, str | dict[str, Any] | None]
         )
 
     def build(**values: Any) -> dict[str, Any]:
-        return values
+        with bad_input_exits():
+            return values | {name: parse(values[name]) for name, parse in parsers.items()}
 
     build.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
     build.__annotations__ = {p.name: p.annotation for p in params}
+    build.__parsers__ = parsers  # type: ignore[attr-defined]
     return build
-
-
-def doc_flags(config_cls: type, *names: str, **decls: str) -> dict[str, dict[str, Any]]:
-    """``config_flags`` specs for ``names`` whose help is each field's docstring as it reads
-    (reST literals kept, as ``field_opt`` shows them), for the commands whose flags always read
-    so; ``decls`` gives a field its declaration (``reinforcepp_clip="--x/--no-x"``)."""
-    return {
-        name: {"help": field_help(config_cls, name)}
-        | ({"decl": decls[name]} if name in decls else {})
-        for name in (*names, *(d for d in decls if d not in names))
-    }
 
 
 def with_groups(groups: dict[str, Callable[..., Any]]) -> Callable[[F], F]:
@@ -101,18 +97,21 @@ def with_groups(groups: dict[str, Callable[..., Any]]) -> Callable[[F], F]:
     Typer sees each group's flags in that parameter's place (and of its kind: the groups are the
     command's keyword-only parameters), and the command gets ``group(**its flags)``. The
     command's own source keeps its ``Config(field=param, **group)`` call (the defaults test reads
-    it through ``__wrapped__``, and each group's flags through ``__groups__``)."""
+    it through ``__wrapped__``, each group's flags through ``__groups__`` and the flags whose
+    text is parsed through ``__parsers__``)."""
 
     def decorate(command: F) -> F:
         sig = inspect.signature(command, eval_str=True)
         params: list[inspect.Parameter] = []
         owned: dict[str, list[str]] = {}
+        parsers: dict[str, Callable[[Any], Any]] = {}
         for p in sig.parameters.values():
             if p.name not in groups:
                 params.append(p)
                 continue
             flags = inspect.signature(groups[p.name], eval_str=True).parameters.values()
             owned[p.name] = [f.name for f in flags]
+            parsers |= getattr(groups[p.name], "__parsers__", {})
             params += [f.replace(kind=p.kind) for f in flags]
 
         @functools.wraps(command)
@@ -124,6 +123,7 @@ def with_groups(groups: dict[str, Callable[..., Any]]) -> Callable[[F], F]:
         wrapper.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
         wrapper.__annotations__ = {p.name: p.annotation for p in params}
         wrapper.__groups__ = owned  # type: ignore[attr-defined]
+        wrapper.__parsers__ = parsers  # type: ignore[attr-defined]
         return wrapper  # type: ignore[return-value]
 
     return decorate

@@ -8,16 +8,13 @@ its kind derives (``ddai.trainer.run_settings``, ``EpisodeInputs``, ``PreflightS
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 from ddai.cli.common import check_run_ids, fail
-from ddai.cli.fields import field_opt
 from ddai.cli.flags import config_flags, default_of, with_groups
-from ddai.trainer.episode.collect import CollectConfig
 from ddai.trainer.episode.config import (
     EpisodeBackends,
     EpisodeConfig,
-    EpisodeInputs,
     RewardOverrides,
 )
 from ddai.trainer.run_settings import LaunchSettings
@@ -42,10 +39,6 @@ INPUTS: Spec = {"data": None, "corpus": None, "limit": None, "run_id": {"callbac
 PREFLIGHT: Spec = {"skip_preflight": None, "preflight_prompts": {"min": 1}}
 """``--skip-preflight``, ``--preflight-prompts`` (``PreflightSettings``)."""
 
-CorpusOpt = Annotated[Path, field_opt(EpisodeInputs, "corpus")]
-GenerateViaOpt = Annotated[str | None, field_opt(CollectConfig, "generate_via")]
-PolicyDtypeOpt = Annotated[str, field_opt(CollectConfig, "dtype")]
-
 
 def parse_floats(text: str | None, flag: str) -> list[float]:
     """Comma-separated numbers of a flag (``[]`` when not given); bad text exits 2."""
@@ -64,11 +57,6 @@ def require_inputs(data: Path, corpus: Path) -> None:
     for name, path in (("--data", data), ("--corpus", corpus)):
         if not path.exists():
             raise fail(f"{name} {path} not found; make fixture data with `ddai fixtures make OUT`")
-
-
-def preflight_flags(config_cls: type) -> Any:
-    """The ``PREFLIGHT`` flags as a group over ``config_cls``."""
-    return config_flags(config_cls, PREFLIGHT)
 
 
 device_options = config_flags(

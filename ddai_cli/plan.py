@@ -10,7 +10,7 @@ import typer
 
 from ddai.cli.common import JsonOpt, console, print_rows, summary
 from ddai.cli.flags import config_flags, with_groups
-from ddai.cli.running import TRAIN_HELP, run_or_fail, sub_app
+from ddai.cli.running import run_or_fail, sub_app
 from ddai.trainer.runtime.plan_config import PlanConfig
 
 PLAN_FLAGS = config_flags(
@@ -66,7 +66,7 @@ def _table_rows(strategies: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def register(app: typer.Typer) -> None:
     """Add ``train plan`` to the ``train`` group."""
-    train_app = sub_app(app, "train", TRAIN_HELP)
+    train_app = sub_app(app, "train")
 
     @train_app.command("plan", short_help="Per-rank GPU memory of a training run before it starts.")
     @with_groups({"settings": PLAN_FLAGS})

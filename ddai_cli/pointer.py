@@ -4,15 +4,13 @@ world → embed → train --mode sft → gen → process → train --phases rce:
 
 Each command's flags are its config's fields (``config_flags``; the help is each field's
 docstring); the logic is ``ddai.pipelines.pointer``'s and ``ddai.trainer.pointer``'s. A flag whose
-text is parsed into its field (``--temps``, ``--model NAME=CHECKPOINT``) or that has a second
-declaration (``-o``) reads its field's docstring through ``field_opt``.
+text is parsed into its field (``--temps``, ``--model NAME=CHECKPOINT``) says how (``parse``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 
@@ -26,8 +24,7 @@ from ddai.cli.common import (
     fail,
     summary,
 )
-from ddai.cli.fields import field_opt
-from ddai.cli.flags import config_flags, doc_flags, with_groups
+from ddai.cli.flags import config_flags, with_groups
 from ddai.cli.options import default_of, device_options, parse_floats
 from ddai.cli.running import maybe_relaunch
 from ddai.pipelines.pointer.embed import EmbedConfig
@@ -41,6 +38,7 @@ from ddai.trainer.pointer.config import (
     RewardConfig,
     RLConfig,
     TrainSchedule,
+    parse_models,
 )
 
 pointer_app = typer.Typer(
@@ -72,6 +70,7 @@ def _vqa_summary(title: str, data: dict[str, Any], *, dry_run: bool, as_json: bo
 VQA_FIELDS = ("vqa", "metric", "correct_threshold", "max_cost", "dry_run")
 """``VqaStep``'s flags, the same in ``gen`` and ``eval``."""
 INPUTS = {"store": "--store", "world": "--world"}
+OUT = {"decl": ("--out", "-o"), "metavar": "<file>"}
 
 WORLD_FLAGS = config_flags(
     PointerWorldConfig,
@@ -89,6 +88,7 @@ WORLD_FLAGS = config_flags(
 EMBED_FLAGS = config_flags(
     EmbedConfig,
     {
+        "out": OUT,
         "world": {"argument": True, "metavar": "DIR"},
         "k": "--k",
         **dict.fromkeys(("embedder", "max_cost", "dry_run", "force")),
@@ -96,13 +96,28 @@ EMBED_FLAGS = config_flags(
 )
 GEN_FLAGS = config_flags(
     GenConfig,
-    {**INPUTS, "model": "--model", "split": None, **dict.fromkeys((*VQA_FIELDS, "force"))},
+    {
+        "out": OUT,
+        **INPUTS,
+        "model": "--model",
+        "split": None,
+        **dict.fromkeys((*VQA_FIELDS, "force")),
+    },
 )
 PROPOSAL_FLAGS = config_flags(
-    ProposalConfig, dict.fromkeys(("num_beams", "n_per_temp", "num_random", "seed"))
+    ProposalConfig,
+    {
+        **dict.fromkeys(("num_beams", "n_per_temp", "num_random", "seed")),
+        "temperatures": {
+            "decl": "--temps",
+            "type": str,
+            "default": ",".join(f"{t:g}" for t in default_of(ProposalConfig, "temperatures")),
+            "parse": lambda text: tuple(parse_floats(text, "--temps")),
+        },
+    },
 )
 PROCESS_FLAGS = config_flags(
-    ProcessConfig, {"raw": {"argument": True, "metavar": "FILE"}, "force": None}
+    ProcessConfig, {"out": OUT, "raw": {"argument": True, "metavar": "FILE"}, "force": None}
 )
 REWARD_FLAGS = config_flags(
     RewardConfig,
@@ -135,15 +150,21 @@ SCHEDULE_FLAGS = config_flags(
 )
 RL_FLAGS = config_flags(
     RLConfig,
-    doc_flags(
-        RLConfig,
-        *("norm", "adv_clip", "clip_eps", "kl_coef", "rce_t_start", "rce_t_end", "old_logp"),
-        reinforcepp_clip="--reinforcepp-clip/--no-reinforcepp-clip",
-    ),
+    {
+        **dict.fromkeys(("norm", "adv_clip", "clip_eps", "kl_coef", "rce_t_start", "rce_t_end")),
+        "old_logp": None,
+        "reinforcepp_clip": "--reinforcepp-clip/--no-reinforcepp-clip",
+    },
 )
 EVAL_FLAGS = config_flags(
     EvalConfig,
     {
+        "models": {
+            "decl": "--model",
+            "metavar": "<name=checkpoint>",
+            "type": list[str],
+            "parse": parse_models,
+        },
         **INPUTS,
         **dict.fromkeys(("split", "num_beams", "seed")),
         "out": {"decl": "--out-dir", "metavar": "<dir>"},
@@ -173,7 +194,6 @@ def world_cmd(*, settings: dict[str, Any], as_json: JsonOpt = False) -> None:
 @with_groups({"settings": EMBED_FLAGS})
 def embed_cmd(
     *,
-    out: Annotated[Path, field_opt(EmbedConfig, "out", "--out", "-o", metavar="<file>")],
     settings: dict[str, Any],
     progress: ProgressOpt = default_of(EmbedConfig, "progress"),
     as_json: JsonOpt = False,
@@ -183,7 +203,7 @@ def embed_cmd(
     from ddai.pipelines.pointer.embed import run_embed
 
     with bad_input_exits():
-        cfg = EmbedConfig(**settings, out=out, progress=progress and not as_json)
+        cfg = EmbedConfig(**settings, progress=progress and not as_json)
         try:
             data = run_embed(cfg)
         except EmbedError as e:  # remote calls failed: exit 1 with the reasons, write nothing
@@ -195,12 +215,8 @@ def embed_cmd(
 @with_groups({"settings": GEN_FLAGS, "proposal": PROPOSAL_FLAGS})
 def gen_cmd(
     *,
-    out: Annotated[Path, field_opt(GenConfig, "out", "--out", "-o", metavar="<file>")],
     settings: dict[str, Any],
     proposal: dict[str, Any],
-    temps: Annotated[str, field_opt(ProposalConfig, "temperatures", "--temps")] = ",".join(
-        f"{t:g}" for t in default_of(ProposalConfig, "temperatures")
-    ),
     retry_failed: RetryFailedOpt = False,
     progress: ProgressOpt = default_of(GenConfig, "progress"),
     as_json: JsonOpt = False,
@@ -213,11 +229,9 @@ def gen_cmd(
     from ddai.trainer.pointer.generate import run_gen
 
     with bad_input_exits():
-        taus = tuple(parse_floats(temps, "--temps"))
         cfg = GenConfig(
             **settings,
-            out=out,
-            proposal=ProposalConfig(**proposal, temperatures=taus),
+            proposal=ProposalConfig(**proposal),
             progress=progress and not as_json,
         )
         data = _with_vqa(run_gen, cfg, retry_failed)
@@ -230,7 +244,6 @@ def gen_cmd(
 @with_groups({"settings": PROCESS_FLAGS, "reward": REWARD_FLAGS})
 def process_cmd(
     *,
-    out: Annotated[Path, field_opt(ProcessConfig, "out", "--out", "-o", metavar="<file>")],
     settings: dict[str, Any],
     reward: dict[str, Any],
     as_json: JsonOpt = False,
@@ -243,7 +256,7 @@ def process_cmd(
     from ddai.trainer.pointer.data import run_process
 
     with bad_input_exits():
-        cfg = ProcessConfig(**settings, out=out, reward=RewardConfig(**reward))
+        cfg = ProcessConfig(**settings, reward=RewardConfig(**reward))
         data = run_process(cfg)
     summary("ddai pointer process", data, as_json=as_json)
 
@@ -292,9 +305,6 @@ def train_cmd(
 @with_groups({"settings": EVAL_FLAGS})
 def eval_cmd(
     *,
-    model: Annotated[
-        list[str], field_opt(EvalConfig, "models", "--model", metavar="<name=checkpoint>")
-    ],
     settings: dict[str, Any],
     retry_failed: RetryFailedOpt = False,
     progress: ProgressOpt = default_of(EvalConfig, "progress"),
@@ -305,11 +315,10 @@ def eval_cmd(
     Selectors: each --model's greedy pick, the first model's top beam, the two nearest
     demonstrations, and a random pair.
     """
-    from ddai.trainer.pointer.config import parse_models
     from ddai.trainer.pointer.evaluate import run_eval
 
     with bad_input_exits():
-        cfg = EvalConfig(**settings, models=parse_models(model), progress=progress and not as_json)
+        cfg = EvalConfig(**settings, progress=progress and not as_json)
         data = _with_vqa(run_eval, cfg, retry_failed)
     _vqa_summary("ddai pointer eval", data, dry_run=cfg.dry_run, as_json=as_json)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 
@@ -21,7 +21,6 @@ from ddai.cli.common import (
     print_rows,
     summary,
 )
-from ddai.cli.fields import field_opt
 from ddai.cli.flags import config_flags, with_groups
 from ddai.pipelines.records.lazy import lazy_module
 from ddai.pipelines.store import io, query, query_out, workspace
@@ -38,26 +37,32 @@ QUERY_FLAGS = config_flags(
         "as_json": "--json",
     },
 )
+PARAM_OUT_FLAGS = config_flags(
+    QueryConfig,
+    {
+        "params": {
+            "decl": ("--param", "-p"),
+            "metavar": "<name[:type]=value>",
+            "type": list[str] | None,
+            "default": None,
+            "parse": lambda texts: texts or [],
+        },
+        "out": {"decl": ("--out", "-o"), "metavar": "<file>"},
+    },
+)
 
 
-@with_groups({"settings": QUERY_FLAGS})
+@with_groups({"settings": QUERY_FLAGS, "param_out": PARAM_OUT_FLAGS})
 def query_cmd(
     *,
     settings: dict[str, Any],
     logs: LogsOpt = None,
     runs: RunsOpt = None,
-    # beside the group: ``-p`` and ``-o`` are second declarations
-    params: Annotated[
-        list[str] | None,
-        field_opt(QueryConfig, "params", "--param", "-p", metavar="<name[:type]=value>"),
-    ] = None,
-    out: Annotated[
-        Path | None, field_opt(QueryConfig, "out", "--out", "-o", metavar="<file>")
-    ] = None,
+    param_out: dict[str, Any],
 ) -> None:
     """Run SQL over the rollout-log views and print or save the result."""
-    cfg = QueryConfig(**settings, params=params or [], out=out)
-    sql, fmt, limit, as_json = cfg.sql, cfg.fmt, cfg.limit, cfg.as_json
+    cfg = QueryConfig(**settings, **param_out)
+    sql, fmt, limit, as_json, out = cfg.sql, cfg.fmt, cfg.limit, cfg.as_json, cfg.out
     try:
         params = dict(parse_param(p) for p in cfg.params)
     except ValueError as e:

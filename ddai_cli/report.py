@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 
@@ -18,7 +18,6 @@ from ddai.cli.common import (
     megabytes,
     summary,
 )
-from ddai.cli.fields import field_opt
 from ddai.cli.flags import config_flags, default_of, with_groups
 from ddai.pipelines.store import workspace
 from ddai.reports.config import ReportConfig
@@ -43,21 +42,31 @@ REPORT_FLAGS = config_flags(
         "seed": None,
         "title": None,
         "threads": {"min": 1},
+        "out": {"decl": ("--out", "-o"), "type": Path | None, "default": None},
     },
 )
+COMPARE_FLAGS = config_flags(
+    R,
+    {
+        "compare": {
+            "callback": check_run_ids,
+            "metavar": "<run>",
+            "type": list[str] | None,
+            "default": None,
+            "parse": lambda runs: tuple(runs) if runs else None,
+        }
+    },
+)
+"""``--compare`` beside ``--logs``/``--run``: its list becomes the config's pair."""
 
 
-@with_groups({"settings": REPORT_FLAGS})
+@with_groups({"settings": REPORT_FLAGS, "compare": COMPARE_FLAGS})
 def report_cmd(
     *,
     settings: dict[str, Any],
-    # beside the group: ``-o`` is a second declaration, and --compare's list becomes the pair
-    out: Annotated[Path | None, field_opt(R, "out", "--out", "-o")] = None,
     logs: LogsOpt = None,
     runs: RunsOpt = None,
-    compare: Annotated[
-        list[str] | None, field_opt(R, "compare", callback=check_run_ids, metavar="<run>")
-    ] = None,
+    compare: dict[str, Any],
     threshold: ThresholdOpt = default_of(R, "success_threshold"),
     progress: ProgressOpt = default_of(R, "progress"),
     as_json: JsonOpt = False,
@@ -67,11 +76,10 @@ def report_cmd(
     then failure attribution, reward latency and coverage, and the drop/keep lists."""
     with bad_input_exits():
         cfg = ReportConfig(
-            **settings,
+            **settings | {"out": settings["out"] or workspace.home() / "report.html"},
+            **compare,
             logs=workspace.logs_dir(logs, demo_fallback=True),
-            out=out or workspace.home() / "report.html",
             runs=runs or None,
-            compare=tuple(compare) if compare else None,
             success_threshold=threshold,
             progress=progress and not as_json,
         )

@@ -10,11 +10,8 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from ddai.cli.app import COMMANDS
 from ddai.cli.app import sub_app as sub_app  # where the training commands find their group
 from ddai.cli.common import err_console, fail, markup, summary
-
-TRAIN_HELP = COMMANDS["train"].help  # for callers that still pass it to ``sub_app``
 
 T = TypeVar("T")
 
@@ -110,13 +107,3 @@ def main_summary(title: str, data: dict, *, as_json: bool) -> None:
         for why in (no_signal(data), clip, images_flattened(data)):
             if why is not None:
                 err_console.print(f"[bold yellow]warning:[/] {markup.escape(why)}", soft_wrap=True)
-
-
-def with_evals(result: dict[str, Any]) -> dict[str, Any]:
-    """A value-head training summary with its ``eval_before``/``eval_after`` maps spread into
-    ``before KEY``/``after KEY`` entries (one flat summary, as ``train value`` and ``value-sft``
-    print it)."""
-    flat = {k: v for k, v in result.items() if k not in ("eval_before", "eval_after")}
-    flat.update({f"before {k}": v for k, v in result["eval_before"].items()})
-    flat.update({f"after {k}": v for k, v in result["eval_after"].items()})
-    return flat

@@ -15,8 +15,13 @@ from ddai.cli.common import JsonOpt, LogsOpt, ProgressOpt, RunsOpt, ThresholdOpt
 from ddai.cli.common import summary as print_summary
 from ddai.cli.flags import config_flags, with_groups
 from ddai.cli.options import POLICY, default_of, device_options, parse_floats
-from ddai.cli.running import maybe_relaunch, run_or_fail, sub_app, with_evals
-from ddai.trainer.value.config import ValueScoreConfig, ValueSFTConfig, ValueTrainConfig
+from ddai.cli.running import maybe_relaunch, run_or_fail, sub_app
+from ddai.trainer.value.config import (
+    ValueRowsConfig,
+    ValueScoreConfig,
+    ValueSFTConfig,
+    ValueTrainConfig,
+)
 
 ROWS = dict.fromkeys(("data", "system_prompt", "max_length", "obs_max_tokens", "dtype"))
 """The flags of the fields every value command reads rollouts with (``ValueRowsConfig``)."""
@@ -38,9 +43,25 @@ def bins(cfg: dict[str, Any]) -> dict[str, Any]:
     return cfg | {k: parse_floats(cfg[k], f"--{k.replace('_', '-')}") for k in BINS}
 
 
+def rows_read(
+    *,
+    logs: LogsOpt = default_of(ValueRowsConfig, "logs"),
+    runs: RunsOpt = default_of(ValueRowsConfig, "runs"),
+    success_threshold: ThresholdOpt = default_of(ValueRowsConfig, "success_threshold"),
+) -> dict[str, Any]:
+    """``--logs``, ``--run``, ``--success-threshold``: which rollouts every value command reads
+    (``ValueRowsConfig``), as a group (``with_groups``)."""
+    return {"logs": logs, "runs": runs, "success_threshold": success_threshold}
+
+
 def train_summary(title: str, train: Callable[[Any], Any], cfg: Any, *, as_json: bool) -> None:
-    """Run a value-head training (bad input exits 2) and print its flat summary."""
-    print_summary(title, with_evals(asdict(run_or_fail(train, cfg))), as_json=as_json)
+    """Run a value-head training (bad input exits 2) and print its summary flat: the
+    ``eval_before``/``eval_after`` maps spread into ``before KEY``/``after KEY`` entries."""
+    result = asdict(run_or_fail(train, cfg))
+    flat = {k: v for k, v in result.items() if k not in ("eval_before", "eval_after")}
+    flat |= {f"before {k}": v for k, v in result["eval_before"].items()}
+    flat |= {f"after {k}": v for k, v in result["eval_after"].items()}
+    print_summary(title, flat, as_json=as_json)
 
 
 TRAIN_FLAGS = config_flags(
@@ -48,13 +69,11 @@ TRAIN_FLAGS = config_flags(
 )
 
 
-@with_groups({"cfg": TRAIN_FLAGS, "device": device_options})
+@with_groups({"cfg": TRAIN_FLAGS, "rows": rows_read, "device": device_options})
 def train_value_command(
     *,
     cfg: dict[str, Any],
-    logs: LogsOpt = default_of(ValueTrainConfig, "logs"),
-    runs: RunsOpt = default_of(ValueTrainConfig, "runs"),
-    success_threshold: ThresholdOpt = default_of(ValueTrainConfig, "success_threshold"),
+    rows: dict[str, Any],
     device: dict[str, Any],
     progress: ProgressOpt = default_of(ValueTrainConfig, "progress"),
     as_json: JsonOpt = False,
@@ -64,13 +83,7 @@ def train_value_command(
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from ddai.trainer.value.train import train_value
 
-    config = ValueTrainConfig(
-        **bins(cfg),
-        logs=logs,
-        runs=runs,
-        success_threshold=success_threshold,
-        progress=progress and not as_json,
-    )
+    config = ValueTrainConfig(**bins(cfg), **rows, progress=progress and not as_json)
     train_summary("ddai train value", train_value, config, as_json=as_json)
 
 
@@ -80,13 +93,11 @@ SCORE_FLAGS = config_flags(
 )
 
 
-@with_groups({"cfg": SCORE_FLAGS})
+@with_groups({"cfg": SCORE_FLAGS, "rows": rows_read})
 def value_score_command(
     *,
     cfg: dict[str, Any],
-    logs: LogsOpt = default_of(ValueScoreConfig, "logs"),
-    runs: RunsOpt = default_of(ValueScoreConfig, "runs"),
-    success_threshold: ThresholdOpt = default_of(ValueScoreConfig, "success_threshold"),
+    rows: dict[str, Any],
     progress: ProgressOpt = default_of(ValueScoreConfig, "progress"),
     as_json: JsonOpt = False,
 ) -> None:
@@ -94,13 +105,7 @@ def value_score_command(
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from ddai.trainer.value.score import score_runs
 
-    config = ValueScoreConfig(
-        **cfg,
-        logs=logs,
-        runs=runs,
-        success_threshold=success_threshold,
-        progress=progress and not as_json,
-    )
+    config = ValueScoreConfig(**cfg, **rows, progress=progress and not as_json)
     print_summary("ddai value score", asdict(run_or_fail(score_runs, config)), as_json=as_json)
 
 
@@ -116,13 +121,11 @@ SFT_FLAGS = config_flags(
 )
 
 
-@with_groups({"cfg": SFT_FLAGS, "device": device_options})
+@with_groups({"cfg": SFT_FLAGS, "rows": rows_read, "device": device_options})
 def train_value_sft_command(
     *,
     cfg: dict[str, Any],
-    logs: LogsOpt = default_of(ValueSFTConfig, "logs"),
-    runs: RunsOpt = default_of(ValueSFTConfig, "runs"),
-    success_threshold: ThresholdOpt = default_of(ValueSFTConfig, "success_threshold"),
+    rows: dict[str, Any],
     device: dict[str, Any],
     progress: ProgressOpt = default_of(ValueSFTConfig, "progress"),
     as_json: JsonOpt = False,
@@ -133,13 +136,7 @@ def train_value_sft_command(
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from ddai.trainer.value.sft import train_value_sft
 
-    config = ValueSFTConfig(
-        **bins(cfg),
-        logs=logs,
-        runs=runs,
-        success_threshold=success_threshold,
-        progress=progress and not as_json,
-    )
+    config = ValueSFTConfig(**bins(cfg), **rows, progress=progress and not as_json)
     train_summary("ddai train value-sft", train_value_sft, config, as_json=as_json)
 
 

@@ -1,16 +1,16 @@
-"""Flags read from config dataclasses (``ddai.cli.fields``): help from a field's docstring,
-configs built from a command's flags, and the commands that use them."""
+"""Flags read from config dataclasses (``ddai.cli.fields``, ``ddai.cli.flags``): help from a
+field's docstring, short names and parsed text, and the commands that use them."""
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Annotated
 
 import pytest
 import typer
 from typer.testing import CliRunner
 
-from ddai.cli.fields import attributes_section, field_docs, field_help, field_opt, flags_config
+from ddai.cli.fields import field_docs, field_help
+from ddai.cli.flags import config_flags, with_groups
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -43,61 +43,6 @@ def test_field_docs_read_docstrings_through_the_bases_and_the_override_wins():
         field_help(Base, "quiet")
 
 
-@dataclasses.dataclass
-class Documented:
-    """A config documented in its class docstring.
-
-    Attributes:
-        logs: the log
-            store folder.
-        host, port: where to listen.
-        runs: run ids; None reads every run.
-
-    Something after the section: not a field's text.
-    """
-
-    logs: str = "x"
-    host: str = "h"
-    port: int = 1
-    runs: list | None = None
-    """The attribute docstring wins over the section."""
-
-
-def test_field_docs_read_the_attributes_section():
-    assert field_docs(Documented) == {
-        "logs": "the log store folder.",  # a continuation line folded in
-        "host": "where to listen.",  # one entry, two fields
-        "port": "where to listen.",
-        "runs": "The attribute docstring wins over the section.",
-    }
-    assert attributes_section(Documented.__doc__)["runs"] == "run ids; None reads every run."
-    assert attributes_section("No section here.\n\n    logs: not an entry") == {}
-
-
-def test_field_opt_becomes_the_flag_with_its_help():
-    app = typer.Typer(add_completion=False, rich_markup_mode=None)
-
-    @app.command()
-    def run(
-        steps: Annotated[int, field_opt(Child, "steps")] = 20,
-        lr: Annotated[float, field_opt(Base, "lr", "--rate")] = 1e-3,
-    ) -> None:
-        typer.echo(f"{steps} {lr}")
-
-    res = CliRunner().invoke(app, ["--help"], terminal_width=200)
-    assert "--steps" in res.output and "Steps of the child" in res.output
-    assert "--rate" in res.output and "Learning rate." in res.output
-    assert CliRunner().invoke(app, ["--steps", "3", "--rate", "0.5"]).output == "3 0.5\n"
-
-
-def test_flags_config_fills_fields_from_flags_and_given_wins():
-    flags = {"name": "r", "lr": 0.5, "steps": 3, "as_json": True}  # as_json: not a field
-    cfg = flags_config(Child, flags, steps=4)
-    assert (cfg.name, cfg.lr, cfg.steps, cfg.quiet) == ("r", 0.5, 4, False)
-    with pytest.raises(TypeError, match="no field"):
-        flags_config(Child, flags, nmae="x")
-
-
 def test_value_flags_show_the_config_field_docs():
     from ddai.cli.app import app
     from ddai.trainer.value.config import ValueSFTConfig, ValueTrainConfig
@@ -111,8 +56,6 @@ def test_value_flags_show_the_config_field_docs():
 
 
 def test_config_flags_make_positional_arguments_with_the_field_docstring():
-    from ddai.cli.flags import config_flags, with_groups
-
     app = typer.Typer(rich_markup_mode=None)
 
     @app.command()
@@ -129,3 +72,47 @@ def test_config_flags_make_positional_arguments_with_the_field_docstring():
     assert runner.invoke(app, []).exit_code == 2  # a field without a default is required
     helped = runner.invoke(app, ["--help"], env={"COLUMNS": "200"}).output
     assert "NAME" in helped and "The run's name." in helped and "Learning rate." in helped
+
+
+def _parse_pairs(texts: list[str]) -> tuple[tuple[str, float], ...]:
+    pairs = [t.partition("=") for t in texts]
+    if any(not sep for _, sep, _ in pairs):
+        raise ValueError(f"--pair {texts!r}: write NAME=NUMBER")
+    return tuple((name, float(v)) for name, _, v in pairs)
+
+
+@dataclasses.dataclass
+class Parsed:
+    out: str
+    """Where to write."""
+    pairs: tuple[tuple[str, float], ...] = ()
+    """Named numbers."""
+
+
+def test_config_flags_take_short_names_and_parse_text_into_the_field():
+    # ``-o`` beside ``--out`` (a tuple declaration); ``--pair`` text parsed into the field's tuple
+    flags = config_flags(
+        Parsed,
+        {
+            "out": ("--out", "-o"),
+            "pairs": {"decl": "--pair", "type": list[str], "default": [], "parse": _parse_pairs},
+        },
+    )
+    seen = []
+    app = typer.Typer(rich_markup_mode=None)
+
+    @app.command()
+    @with_groups({"cfg": flags})
+    def cmd(*, cfg: dict) -> None:
+        seen.append(Parsed(**cfg))
+
+    runner = CliRunner()
+    res = runner.invoke(app, ["-o", "f.csv", "--pair", "a=1", "--pair", "b=2.5"])
+    assert res.exit_code == 0, res.output
+    assert runner.invoke(app, ["--out", "g.csv"]).exit_code == 0
+    assert seen == [Parsed("f.csv", (("a", 1.0), ("b", 2.5))), Parsed("g.csv", ())]
+    bad = runner.invoke(app, ["-o", "f.csv", "--pair", "a"])
+    assert bad.exit_code == 2 and "write NAME=NUMBER" in bad.output  # parse's ValueError
+    assert len(seen) == 2  # the command did not run
+    helped = " ".join(runner.invoke(app, ["--help"], env={"COLUMNS": "200"}).output.split())
+    assert "-o, --out" in helped and "Where to write." in helped and "Named numbers." in helped

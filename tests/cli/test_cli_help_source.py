@@ -15,6 +15,7 @@ from ddai.cli import app, common, options
 from ddai.cli.app import load_command
 from ddai.cli.demo import DemoConfig
 from ddai.cli.fields import field_docs
+from ddai.cli.flags import config_flags
 from ddai.pipelines.backends.check import CheckConfig
 from ddai.pipelines.backends.rejudge import RejudgeConfig
 from ddai.pipelines.fixtures.world import MakeConfig
@@ -62,7 +63,7 @@ COMMANDS: dict[tuple[str, ...], tuple[str, tuple[type, ...]]] = {
 """Each converted command: the module under ``ddai.cli`` that declares it, the configs its flags
 read."""
 SHARED_GROUPS: dict[tuple[str, ...], tuple[typing.Any, ...]] = {
-    ("eval",): (options.preflight_flags(EvalConfig),),
+    ("eval",): (config_flags(EvalConfig, options.PREFLIGHT),),
     ("pointer", "train"): (options.device_options,),
 }
 """Groups of ``ddai_cli/options.py`` a command takes whole (their helps written there once)."""

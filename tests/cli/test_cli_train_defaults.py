@@ -47,13 +47,11 @@ def _names(node: ast.AST) -> str | None:
 
 
 def field_of_param(callback, cls_name: str, fields: frozenset[str] = frozenset()) -> dict[str, str]:
-    """``param -> field`` from the command's ``Cls(field=param, …)`` call (its source), or from
-    ``flags_config(Cls, locals(), **given)``: every parameter named like one of ``fields`` that
-    ``given`` does not set. A group of flags (``with_groups``) passed as ``Cls(**group)`` fills
-    the fields its flags are named as (``config_flags`` names a flag as its field)."""
+    """``param -> field`` from the command's ``Cls(field=param, …)`` call (its source). A group of
+    flags (``with_groups``) passed as ``Cls(**group)`` fills the fields its flags are named as
+    (``config_flags`` names a flag as its field)."""
     tree = ast.parse(textwrap.dedent(inspect.getsource(callback)))
     out = {}
-    params = set(inspect.signature(callback).parameters)
     groups = getattr(callback, "__groups__", {})  # group parameter -> its flags
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
@@ -66,9 +64,6 @@ def field_of_param(callback, cls_name: str, fields: frozenset[str] = frozenset()
                     out.update({f: f for f in groups.get(kw.value.id, ()) if f in fields})
                 else:
                     out[kw.value.id] = kw.arg
-        elif _names(node.func) == "flags_config" and node.args and _names(node.args[0]) == cls_name:
-            given = {kw.arg for kw in node.keywords}
-            out.update({p: p for p in params & fields - given})
     return out
 
 
@@ -285,12 +280,13 @@ def test_every_config_command_reads_its_defaults(path, specs):
         fields = frozenset(f.name for f in dataclasses.fields(cls))
         mapping = field_of_param(cmd.callback, cls.__name__, fields)
         defaults = _defaults(cls)
+        parsers = getattr(cmd.callback, "__parsers__", {})  # a flag's text parsed into its field
         for p in cmd.params:
             field = mapping.get(p.name)
             if field is None or field not in defaults or p.required:
                 continue
             compared += 1
-            if p.default != defaults[field]:
+            if parsers.get(p.name, lambda v: v)(p.default) != defaults[field]:
                 differ.append(f"--{p.name}: {p.default!r} != {cls.__name__}.{field}")
     assert compared >= 2  # the mapping found the command's flags
     assert differ == []
@@ -321,36 +317,11 @@ def test_model_tiny_reads_the_tiny_spec_defaults():
     )
 
 
-def test_the_check_sees_a_restated_default_through_flags_config():
-    # the control of the flags_config mapping: a parameter named like a field is compared
-    import typer
-
-    from ddai.cli.fields import flags_config
-
-    @dataclasses.dataclass
-    class Cfg:
-        lr: float = 1e-3
-        steps: int = 10
-        bins: list = dataclasses.field(default_factory=list)
-
-    app = typer.Typer(add_completion=False)
-
-    @app.command()
-    def run(lr: float = 1e-2, steps: int = 10, bins: str = "", as_json: bool = False) -> None:
-        flags_config(Cfg, locals(), bins=[])
-
-    cmd = typer.main.get_command(app)
-    mapping = field_of_param(cmd.callback, "Cfg", frozenset({"lr", "steps", "bins"}))
-    assert mapping == {"lr": "lr", "steps": "steps"}  # bins is given, as_json no field
-    bad = [p.name for p in cmd.params if p.name in mapping and p.default != _defaults(Cfg)[p.name]]
-    assert bad == ["lr"]
-
-
 def test_config_flags_make_a_field_without_default_required_and_keep_given_help():
     import typer
     from typer.testing import CliRunner
 
-    from ddai.cli.flags import config_flags, doc_flags, with_groups
+    from ddai.cli.flags import config_flags, with_groups
 
     @dataclasses.dataclass
     class Cfg:
@@ -359,11 +330,7 @@ def test_config_flags_make_a_field_without_default_required_and_keep_given_help(
         seed: int = 0
         """Seed of the ``sampler``."""
 
-    flags = config_flags(Cfg, {"model": {"help": "Model, as ``given``."}} | doc_flags(Cfg, "seed"))
-    assert doc_flags(Cfg, "seed", model="--policy") == {
-        "seed": {"help": "Seed of the ``sampler``."},
-        "model": {"help": "Starting ``model``.", "decl": "--policy"},
-    }
+    flags = config_flags(Cfg, {"model": {"help": "Model, as ``given``."}, "seed": None})
     seen = []
     app = typer.Typer(add_completion=False)
 
@@ -378,10 +345,9 @@ def test_config_flags_make_a_field_without_default_required_and_keep_given_help(
     assert runner.invoke(app, ["--model", "m", "--seed", "3"]).exit_code == 0
     assert seen == [Cfg("m", 3)]
     out = runner.invoke(app, ["--help"], terminal_width=200).output
-    # help given (here through doc_flags too) is shown as written; only read help is rewritten
-    assert "Model, as ``given``." in out and "Seed of the ``sampler``." in out
-    read = config_flags(Cfg, {"seed": None})
-    assert _group_help(read, "seed") == "Seed of the `sampler`."
+    # help given is shown as written; only read help is rewritten
+    assert "Model, as ``given``." in out and "Seed of the `sampler`." in out
+    assert _group_help(flags, "seed") == "Seed of the `sampler`."
 
 
 def _group_help(group, name: str) -> str:
