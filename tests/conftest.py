@@ -159,3 +159,26 @@ def gs_env(gcs_server: str, monkeypatch: pytest.MonkeyPatch) -> str:
 def store_env(request: pytest.FixtureRequest) -> str:
     """A fresh bucket on each object store the tests cover: ``s3://b`` (moto), ``gs://b``."""
     return request.getfixturevalue(f"{request.param}_env")
+
+
+# ---------------------------------------------------------------- fake model server (SDK tests)
+# One fake OpenAI/Gemini server per test module (support/fakes.py), reset before each test: the
+# backend tests point the real SDKs at ``srv``.
+
+
+@pytest.fixture(scope="module")
+def server():
+    """A fake OpenAI/Gemini server for the test module (``retry-after: 0``)."""
+    from support.fakes import FakeModelServer
+
+    with FakeModelServer(retry_after_s=0.0) as srv:
+        yield srv
+
+
+@pytest.fixture
+def srv(server):
+    """The module's server with its counters cleared, no scripted faults and no latency."""
+    server.reset()
+    server.script = []
+    server.latency_s = 0.0
+    return server

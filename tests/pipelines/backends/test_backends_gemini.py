@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import base64
 
 import pytest
+from support.backends import PNG_1PX, quick_spec
 from support.fakes import FakeModelServer
 
 from ddai.pipelines.backends import (
@@ -18,34 +18,11 @@ from ddai.pipelines.backends import (
 )
 from ddai.pipelines.backends.cache import CallCache
 
-PNG = base64.b64decode(
-    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
-)
-
-
-@pytest.fixture(scope="module")
-def server():
-    with FakeModelServer(retry_after_s=0.0) as srv:
-        yield srv
-
-
-@pytest.fixture
-def srv(server):
-    server.reset()
-    server.script = []
-    server.latency_s = 0.0
-    return server
+PNG = PNG_1PX
 
 
 def spec(srv: FakeModelServer, **kw) -> BackendSpec:
-    base = {
-        "timeout_s": 2.0,
-        "max_retries": 2,
-        "concurrency": 4,
-        "options": {"backoff_base_s": 0.01},
-    }
-    base.update(kw)
-    return BackendSpec(name="flash", kind="gemini", model="gemini-fake", base_url=srv.url, **base)
+    return quick_spec("flash", "gemini", "gemini-fake", srv.url, **kw)
 
 
 @pytest.mark.parametrize("api_version", [None, "v1", "v1beta"])

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support.backends import PNG_1PX, quick_spec
 from support.fakes import FakeModelServer
 
 from ddai.pipelines.backends import (
@@ -26,37 +27,12 @@ from ddai.pipelines.backends import (
 )
 from ddai.pipelines.backends.cache import CallCache
 
-# A 1x1 PNG.
-PNG = base64.b64decode(
-    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
-)
-
-
-@pytest.fixture(scope="module")
-def server():
-    with FakeModelServer(retry_after_s=0.0) as srv:
-        yield srv
-
-
-@pytest.fixture
-def srv(server):
-    server.reset()
-    server.script = []
-    server.latency_s = 0.0
-    return server
+PNG = PNG_1PX
 
 
 def spec(srv: FakeModelServer, api: str = "chat", **kw) -> BackendSpec:
-    base = {
-        "timeout_s": 2.0,
-        "max_retries": 2,
-        "concurrency": 4,
-        "options": {"api": api, "backoff_base_s": 0.01},
-    }
-    base.update(kw)
-    return BackendSpec(
-        name="oai", kind="openai", model="fake-judge", base_url=srv.openai_base_url, **base
-    )
+    kw = {"options": {"api": api, "backoff_base_s": 0.01}} | kw
+    return quick_spec("oai", "openai", "fake-judge", srv.openai_base_url, **kw)
 
 
 @pytest.mark.parametrize("api", ["chat", "responses"])
