@@ -28,6 +28,8 @@ sys.path.insert(0, str(Path(__file__).parent / "pipelines" / "store"))  # test_c
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# TRL's notice on importing its experimental modules, printed once per process.
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 # The suite runs one pytest worker per core; tiny torch models are far slower when each worker
 # also spreads its kernels over every core.
 os.environ.setdefault("OMP_NUM_THREADS", "1")

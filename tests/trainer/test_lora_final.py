@@ -11,23 +11,17 @@ reproduced about a tenth of what training changed in the logits (its logits were
 
 from __future__ import annotations
 
-import os
 import types
 
 import pytest
 from cli_schemas import check
+from support.backends import ConstantGenerator, RandomJudge
+from support.lazy import heavy
 from support.toy_world import make_world, run_fields
 
 from ddai.cli.common import json_shape
-from ddai.trainer.episode.config import EpisodeConfig, RewardOverrides
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-
-from support.backends import ConstantGenerator, RandomJudge
-from support.lazy import heavy
-
 from ddai.trainer import toy
+from ddai.trainer.episode.config import EpisodeConfig, RewardOverrides
 
 torch = heavy("torch")
 lora_reference = heavy("support.lora_reference")

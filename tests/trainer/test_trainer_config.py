@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 from cli_schemas import check
 from support.toy_world import tiny_on_toy
 from typer.testing import CliRunner
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from ddai.cli.app import app
 from ddai.trainer.common import TrainConfigError, parse_set, split_report_to

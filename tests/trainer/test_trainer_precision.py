@@ -4,21 +4,14 @@ the reason, and the changed-parameter count hashes tensors instead of cloning th
 
 from __future__ import annotations
 
-import os
-
 import pytest
-from support.toy_world import make_world, run_fields
-
-from ddai.trainer.episode.config import EpisodeConfig, RewardOverrides
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-
 from support.backends import ConstantGenerator, RandomJudge
 from support.lazy import heavy
+from support.toy_world import make_world, run_fields
 
 from ddai.trainer import modeling, toy
 from ddai.trainer.common import TrainConfigError
+from ddai.trainer.episode.config import EpisodeConfig, RewardOverrides
 from ddai.trainer.grpo.train import Backends, GRPORunConfig, grpo_args, run_grpo
 from ddai.trainer.modeling import (
     changed_parameters,

@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 from support.toy_world import run_fields, tiny_on_toy
 
-from ddai.trainer.episode.config import EpisodeConfig, RewardOverrides
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
 from ddai.trainer import toy
+from ddai.trainer.episode.config import EpisodeConfig, RewardOverrides
 from ddai.trainer.sft.train import SFTRunConfig, run_sft
 
 

@@ -10,14 +10,8 @@ The policies' turns are scripted (search, crop, complete), as in ``test_trainer_
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
-from typer.testing import CliRunner
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-
 from cli_schemas import check
 from support.backends import backend_toml
 from support.fakes import RecordingServer
@@ -25,6 +19,7 @@ from support.fakes_search import FakeSearchServer
 from support.page_images import render_page_images, toy_image_corpus
 from support.tiny_vlm import build_tiny_vlm
 from test_trainer_vlm_grpo import TURNS, Scripted, _decode
+from typer.testing import CliRunner
 
 from ddai.cli.app import app
 from ddai.pipelines.pages.corpus import Corpus

@@ -5,24 +5,18 @@ golden pages), and a run that skips it records so and counts its flat steps."""
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict
 
 import pytest
-from support.toy_world import run_fields, tiny_on_toy
-
-from ddai.trainer.episode.config import EpisodeConfig, RewardOverrides
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-
 from support.backends import ConstantGenerator
+from support.toy_world import run_fields, tiny_on_toy
 from typer.testing import CliRunner
 
 from ddai.cli.app import app
 from ddai.pipelines.backends import JudgeResult
 from ddai.trainer import toy
 from ddai.trainer.episode.chat import CHATML_TEMPLATE
+from ddai.trainer.episode.config import EpisodeConfig, RewardOverrides
 from ddai.trainer.episode.preflight import (
     PreflightError,
     PreflightReport,

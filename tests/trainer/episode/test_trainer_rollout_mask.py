@@ -7,13 +7,7 @@ loss through ``ddai.trainer.trl_compat``'s fence, so a TRL upgrade that breaks m
 
 from __future__ import annotations
 
-import os
-
 import pytest
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-
 from support.lazy import heavy
 from support.trl_loss import grpo_args, loss_grads, loss_inputs, mask_segments
 

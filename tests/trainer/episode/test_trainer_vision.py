@@ -8,13 +8,7 @@ fields reach TRL's private log-prob pass only through ``ddai.trainer.trl_compat`
 
 from __future__ import annotations
 
-import os
-
 import pytest
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-
 from PIL import Image
 from support.lazy import heavy
 from support.tiny_vlm import tiny_vlm

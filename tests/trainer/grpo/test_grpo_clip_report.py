@@ -6,15 +6,9 @@ generation (ratio 1) never count toward the spread."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
-from support.toy_world import make_world, run_fields
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-
 from support.backends import ConstantGenerator, RandomJudge
+from support.toy_world import make_world, run_fields
 
 from ddai.trainer import toy
 from ddai.trainer.episode.config import EpisodeConfig, RewardOverrides

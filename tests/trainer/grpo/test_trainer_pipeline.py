@@ -3,21 +3,14 @@ mask is right, and the GRPO run's rollout log reads back and answers the query v
 
 from __future__ import annotations
 
-import os
-
 import pytest
-from support.toy_world import make_world, run_fields
-
-from ddai.trainer.episode.config import EpisodeConfig, RewardOverrides
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-
 from conftest import SHARED
 from support.backends import ConstantGenerator, RandomJudge
+from support.toy_world import make_world, run_fields
 
 from ddai.trainer import toy
 from ddai.trainer.episode.chat import normalize_messages
+from ddai.trainer.episode.config import EpisodeConfig, RewardOverrides
 from ddai.trainer.grpo.train import Backends, GRPORunConfig, run_grpo
 from ddai.trainer.modeling import load_tokenizer
 from ddai.trainer.sft.train import SFTRunConfig, load_conversations, run_sft

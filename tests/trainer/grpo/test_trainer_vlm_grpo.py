@@ -12,20 +12,15 @@ from __future__ import annotations
 import base64
 import io
 import json
-import os
 
 import pytest
-from PIL import Image
-from typer.testing import CliRunner
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-
 from cli_schemas import check
+from PIL import Image
 from support.backends import backend_toml
 from support.fakes import RecordingServer
 from support.page_images import render_page_images, toy_image_corpus
 from support.tiny_vlm import build_tiny_vlm
+from typer.testing import CliRunner
 
 from ddai.cli.app import app
 from ddai.pipelines.pages.corpus import Corpus
