@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import json
 import random
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -68,3 +69,21 @@ class RandomJudge:
 
         self.calls += len(reqs)
         return [JudgeResult(score=self.rng.random()) for _ in reqs]
+
+
+def judge_then_cancel(make_judge: Callable[[], Any], reqs: Sequence[Any], srv: Any, after: int):
+    """Judge ``reqs`` with ``make_judge()`` (built inside the event loop) and cancel the call once
+    the fake server ``srv`` has received ``after`` requests; the call must end cancelled."""
+    import asyncio
+
+    import pytest
+
+    async def cancel_halfway() -> None:
+        task = asyncio.create_task(make_judge().judge(reqs))
+        while srv.requests < after:
+            await asyncio.sleep(0.005)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(cancel_halfway())

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
-from support.backends import PNG_1PX, quick_spec
+from support.backends import PNG_1PX, judge_then_cancel, quick_spec
 from support.fakes import FakeModelServer
 
 from ddai.pipelines.backends import (
@@ -79,16 +77,9 @@ def test_rerun_makes_zero_requests_and_resume_pays_the_rest(srv, tmp_path):
     path = tmp_path / "c.sqlite"
     reqs = [JudgeRequest(f"question {i}", "x", "x") for i in range(20)]
 
-    async def cancel_halfway():
-        judge = build(spec(srv, concurrency=2), "judge", cache=path)
-        task = asyncio.create_task(judge.judge(reqs))
-        while srv.requests < 10:
-            await asyncio.sleep(0.005)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-
-    asyncio.run(cancel_halfway())
+    judge_then_cancel(
+        lambda: build(spec(srv, concurrency=2), "judge", cache=path), reqs, srv, after=10
+    )
     with CallCache(path) as c:
         cached = c.stats()["entries"]
     assert 8 <= cached <= srv.requests

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import os
 import signal
@@ -12,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from support.backends import PNG_1PX, quick_spec
+from support.backends import PNG_1PX, judge_then_cancel, quick_spec
 from support.fakes import FakeModelServer
 
 from ddai.pipelines.backends import (
@@ -123,16 +122,9 @@ def test_cancel_halfway_then_resume_pays_only_for_the_rest(srv, tmp_path):
     reqs = [JudgeRequest(f"question {i}", "x", "x") for i in range(30)]
     path = tmp_path / "c.sqlite"
 
-    async def cancel_halfway():
-        judge = build(spec(srv, concurrency=3), "judge", cache=path)
-        task = asyncio.create_task(judge.judge(reqs))
-        while srv.requests < 15:
-            await asyncio.sleep(0.005)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-
-    asyncio.run(cancel_halfway())
+    judge_then_cancel(
+        lambda: build(spec(srv, concurrency=3), "judge", cache=path), reqs, srv, after=15
+    )
     paid_first = srv.requests
     with CallCache(path) as c:
         cached = c.stats()["entries"]
