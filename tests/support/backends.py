@@ -87,3 +87,14 @@ def judge_then_cancel(make_judge: Callable[[], Any], reqs: Sequence[Any], srv: A
             await task
 
     asyncio.run(cancel_halfway())
+
+
+def toy_backends(judge: Any = None) -> Any:
+    """The trainers' backends on the toy corpus: local search (no cache), ``ConstantGenerator``
+    and ``judge`` (default: ``RandomJudge`` seed 0)."""
+    from ddai.pipelines.backends import get_backend
+    from ddai.trainer import toy
+    from ddai.trainer.episode.episodes import Backends
+
+    search = get_backend("search", "local", corpus=toy.corpus(), cache=False)
+    return Backends(search=search, generator=ConstantGenerator(), judge=judge or RandomJudge())

@@ -15,7 +15,7 @@ import types
 
 import pytest
 from cli_schemas import check
-from support.backends import ConstantGenerator, RandomJudge
+from support.backends import toy_backends
 from support.lazy import heavy
 from support.toy_world import make_world, run_fields
 
@@ -77,14 +77,8 @@ def _grpo_cfg(world, name, max_steps):
 
 
 def _grpo_backends():
-    from ddai.pipelines.backends import get_backend
-    from ddai.trainer.grpo.train import Backends
 
-    return Backends(
-        search=get_backend("search", "local", corpus=toy.corpus(), cache=False),
-        generator=ConstantGenerator(),
-        judge=RandomJudge(),
-    )
+    return toy_backends()
 
 
 def test_grpo_lora_bf16_at_ddai_lr_saves_the_trained_model(world, monkeypatch):

@@ -8,7 +8,7 @@ processors; knobs ddai cannot sample with exit 2 naming them."""
 from __future__ import annotations
 
 import pytest
-from support.backends import ConstantGenerator, RandomJudge
+from support.backends import toy_backends
 from support.lazy import heavy
 from support.sampling_reference import recompute_logprobs
 from support.toy_world import make_world, run_fields
@@ -114,11 +114,8 @@ def _grpo_cfg(world, name, **over):
 
 
 def _backends():
-    from ddai.pipelines.backends import get_backend
-    from ddai.trainer.grpo.train import Backends
 
-    search = get_backend("search", "local", corpus=toy.corpus(), cache=False)
-    return Backends(search=search, generator=ConstantGenerator(), judge=RandomJudge())
+    return toy_backends()
 
 
 def test_loss_old_logprobs_equal_the_sampled_distribution(world, monkeypatch):

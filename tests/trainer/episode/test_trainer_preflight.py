@@ -8,7 +8,7 @@ import json
 from dataclasses import asdict
 
 import pytest
-from support.backends import ConstantGenerator
+from support.backends import toy_backends
 from support.toy_world import run_fields, tiny_on_toy
 from typer.testing import CliRunner
 
@@ -170,16 +170,11 @@ class CountingJudge:
 
 
 def _grpo(tmp_path, judge, **kw):
-    from ddai.pipelines.backends import get_backend
-    from ddai.trainer.grpo.train import Backends, GRPORunConfig, run_grpo
+    from ddai.trainer.grpo.train import GRPORunConfig, run_grpo
 
     data = toy.write_toy(tmp_path / "toy")
     tiny = tiny_on_toy(tmp_path / "tiny")
-    backends = Backends(
-        search=get_backend("search", "local", corpus=toy.corpus(), cache=False),
-        generator=ConstantGenerator(),
-        judge=judge,
-    )
+    backends = toy_backends(judge)
     cfg = GRPORunConfig(
         **run_fields(tiny, data, tmp_path / "grpo", tmp_path / "logs", "pf"),
         n_agent=2,
