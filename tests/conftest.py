@@ -28,6 +28,8 @@ sys.path.insert(0, str(Path(__file__).parent / "pipelines" / "store"))  # test_c
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# TRL's notice on importing its experimental modules, printed once per process.
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 # The suite runs one pytest worker per core; tiny torch models are far slower when each worker
 # also spreads its kernels over every core.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -159,3 +161,26 @@ def gs_env(gcs_server: str, monkeypatch: pytest.MonkeyPatch) -> str:
 def store_env(request: pytest.FixtureRequest) -> str:
     """A fresh bucket on each object store the tests cover: ``s3://b`` (moto), ``gs://b``."""
     return request.getfixturevalue(f"{request.param}_env")
+
+
+# ---------------------------------------------------------------- fake model server (SDK tests)
+# One fake OpenAI/Gemini server per test module (support/fakes.py), reset before each test: the
+# backend tests point the real SDKs at ``srv``.
+
+
+@pytest.fixture(scope="module")
+def server():
+    """A fake OpenAI/Gemini server for the test module (``retry-after: 0``)."""
+    from support.fakes import FakeModelServer
+
+    with FakeModelServer(retry_after_s=0.0) as srv:
+        yield srv
+
+
+@pytest.fixture
+def srv(server):
+    """The module's server with its counters cleared, no scripted faults and no latency."""
+    server.reset()
+    server.script = []
+    server.latency_s = 0.0
+    return server

@@ -31,6 +31,13 @@ def said(res) -> str:
 SYSTEM = "You are a search agent."
 
 
+def score(ckpt, logs, *args: str):
+    """``ddai value score --checkpoint CKPT --logs LOGS [args]``."""
+    return runner.invoke(
+        app, ["value", "score", "--checkpoint", str(ckpt), "--logs", str(logs), *args]
+    )
+
+
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     root = tmp_path_factory.mktemp("vcli")
@@ -77,26 +84,10 @@ def test_train_value_logs_metrics_and_saves_a_checkpoint(world):
 def test_value_score_writes_turn_values_into_a_new_run(world):
     root, _, ckpt, _ = world
     logs = root / "logs"
-    res = runner.invoke(
-        app,
-        [
-            "value",
-            "score",
-            "--checkpoint",
-            str(ckpt),
-            "--logs",
-            str(logs),
-            "--run",
-            "cur",
-            "--out-run",
-            "cur_v",
-            "--max-length",
-            "256",
-            "--json",
-            "--system-prompt",
-            str(root / "system.txt"),
-        ],
-    )
+    res = score(
+        ckpt, logs, "--run", "cur", "--out-run", "cur_v", "--max-length", "256", "--json",
+        "--system-prompt", str(root / "system.txt"),
+    )  # fmt: skip
     assert res.exit_code == 0, res.output
     summary = json.loads(res.stdout)
     check("value-score", summary)  # docs/schemas/value-score.json
@@ -203,19 +194,7 @@ def test_value_score_bad_input(world, tmp_path):
     root, tiny, ckpt, _ = world
     res = runner.invoke(app, ["value", "score", "--checkpoint", str(tmp_path / "none")])
     assert res.exit_code == 2 and "ddai train value" in said(res)
-    res = runner.invoke(
-        app,
-        [
-            "value",
-            "score",
-            "--checkpoint",
-            str(ckpt),
-            "--logs",
-            str(root / "logs"),
-            "--out-run",
-            "x",
-        ],
-    )
+    res = score(ckpt, root / "logs", "--out-run", "x")
     assert res.exit_code == 2 and "exactly one --run" in said(res)
     res = runner.invoke(
         app, ["value", "score", "--checkpoint", str(tiny), "--logs", str(root / "logs")]

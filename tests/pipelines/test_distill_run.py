@@ -488,18 +488,15 @@ def test_cli_max_cost_failure_exits_1(logs, tmp_path, monkeypatch):
 def test_openai_compatible_rewriter_through_the_sdk(logs, tmp_path, monkeypatch):
     """``--rewriter NAME`` naming an OpenAI-compatible backend, served by the local fake server
     (its default model prefixes every think with "Plan: ")."""
+    from support.backends import backend_toml
     from support.fakes import FakeModelServer
 
     with FakeModelServer() as server:
         monkeypatch.chdir(tmp_path)
-        (tmp_path / "ddai.toml").write_text(
-            "[backends.fake]\n"
-            'kind = "openai"\n'
-            'model = "fake-rewriter"\n'
-            f'base_url = "{server.openai_base_url}"\n'
-            "price_in_per_mtok = 1.0\n"
-            "price_out_per_mtok = 1.0\n"
-        )
+        backend_toml(
+            tmp_path, "fake", server.openai_base_url,
+            model="fake-rewriter", price_in_per_mtok=1.0, price_out_per_mtok=1.0,
+        )  # fmt: skip
         out = tmp_path / "sft.parquet"
         with pytest.raises(DistillError, match="--max-cost"):
             run_distill(cfg(logs, out, rewriter="fake", max_cost=0.0))

@@ -6,7 +6,8 @@ from __future__ import annotations
 import base64
 import csv
 
-from support.fakes import FakeModelServer
+from support.backends import backend_toml
+from support.fakes import RecordingServer
 from support.funnel_data import write_dataset
 from support.page_images import build_image_corpus, render_page_images
 from typer.testing import CliRunner
@@ -15,16 +16,6 @@ from ddai.cli.app import app
 from ddai.pipelines.pages.corpus import Corpus
 
 runner = CliRunner()
-
-
-class RecordingServer(FakeModelServer):
-    def __init__(self, **kw):
-        super().__init__(**kw)
-        self.bodies: list[dict] = []
-
-    def _note_request(self, request, body):
-        super()._note_request(request, body)
-        self.bodies.append(body)
 
 
 def test_verifier_sees_the_reference_page_images(tmp_path, monkeypatch):
@@ -43,12 +34,7 @@ def test_verifier_sees_the_reference_page_images(tmp_path, monkeypatch):
     dataset = write_dataset(tmp_path / "ds.parquet", ["train_1", "train_2"])
     with RecordingServer() as server:
         monkeypatch.chdir(tmp_path)
-        (tmp_path / "ddai.toml").write_text(
-            "[backends.vlm]\n"
-            'kind = "openai"\n'
-            'model = "fake-vlm"\n'
-            f'base_url = "{server.openai_base_url}"\n'
-        )
+        backend_toml(tmp_path, "vlm", server.openai_base_url, model="fake-vlm")
         res = runner.invoke(
             app,
             [

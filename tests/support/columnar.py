@@ -7,7 +7,9 @@ reason, detail, raw), the same side tables byte for byte, the same ingest summar
 run manifests but for what differs by time or by file bytes (the ingest id, times, part file names
 and hashes). ``kinds`` lists what a reader yields in columns (``RowBatch``, or ``SourceRecord``
 for lines read row by row); ``one_batch_by_rows`` checks that a JSONL reader sends the batch with
-an odd line, and only that batch, through its per-row path, then compares the two paths.
+an odd line, and only that batch, through its per-row path, then compares the two paths;
+``odd_line_falls_back`` writes the source for it. ``json_line`` and ``NOT_ROWS`` build each
+format's lines.
 Every format's tests (``tests/pipelines/adapters/``) hold its columnar reader to its per-row
 reader through these. Test scaffolding.
 """
@@ -26,6 +28,8 @@ from ddai.pipelines.adapters.base import ReaderContext, RowBatch
 from ddai.pipelines.ingest import IngestConfig, IngestResult, ingest
 from ddai.pipelines.store import quarantine
 
+# Lines of a JSONL source that hold no JSON object: every format's odd lines include them.
+NOT_ROWS = ("[1, 2]", "{not json", "")
 # Manifest keys that differ between two ingests of the same input.
 _VOLATILE = ("written", "ingest", "wall_time_s", "sha256")
 
@@ -115,3 +119,28 @@ def one_batch_by_rows(
     assert got.count(RowBatch) == len(cut) - 1  # the batches without the odd line: in columns
     assert len(got) - len(cut) + 1 == len(list(odd[0].records()))  # its lines: one by one
     return same_store(tmp_path, src, sort)
+
+
+def odd_line_falls_back(
+    tmp_path: Path,
+    read: Callable[[Path, ReaderContext], Iterable[Any]],
+    src: Path,
+    good: list[str],
+    odd: str,
+    sort: bool = True,
+) -> Stored:
+    """``src`` written as the ``good`` lines with ``odd`` in their middle: only the batch holding
+    it is read line by line (``one_batch_by_rows``), and ingest counts every line, the blank one
+    too. The columnar path's ``Stored``."""
+    src.parent.mkdir(parents=True, exist_ok=True)
+    mid = len(good) // 2
+    src.write_text("\n".join([*good[:mid], odd, *good[mid:]]) + "\n", encoding="utf-8")
+    got = one_batch_by_rows(tmp_path, read, src, odd.encode() or b"\n\n", sort)
+    assert got.result.rows_in == len(good) + (odd != "")
+    return got
+
+
+def json_line(row: dict[str, Any], **over: Any) -> str:
+    """``row`` with ``over`` applied as one JSON line; a key set to ``...`` is left out."""
+    row = {**row, **over}
+    return json.dumps({k: v for k, v in row.items() if v is not ...}, ensure_ascii=False)

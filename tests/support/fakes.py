@@ -546,6 +546,20 @@ class FakeModelServer:
 # ---------------------------------------------------------------- a server in its own process
 
 
+class RecordingServer(FakeModelServer):
+    """The fake server, keeping every model request's JSON body in ``bodies`` (arrival order)."""
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.bodies: list[dict[str, Any]] = []
+
+    def _note_request(
+        self, request: web.Request, body: dict[str, Any], parts: list | None = None
+    ) -> None:
+        super()._note_request(request, body, parts)
+        self.bodies.append(body)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Run a fake server in the foreground; prints ``PORT <n>`` once it listens (for benchmarks,
     which keep the server off the client's interpreter)."""

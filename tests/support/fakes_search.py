@@ -221,3 +221,13 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def search_http_backend(url: str, protocol: str, **table: Any) -> Any:
+    """The ``search-http`` backend ``svc`` at ``url`` speaking ``protocol``, quick to give up (2 s
+    timeout, 10 ms backoff); ``table``: its other config keys."""
+    from ddai.pipelines.backends import get_backend
+
+    svc = {"kind": "search-http", "url": url, "protocol": protocol, "timeout_s": 2}
+    svc |= {"backoff_base_s": 0.01, **table}
+    return get_backend("search", "svc", config={"backends": {"svc": svc}})

@@ -11,23 +11,17 @@ reproduced about a tenth of what training changed in the logits (its logits were
 
 from __future__ import annotations
 
-import os
 import types
 
 import pytest
 from cli_schemas import check
+from support.backends import toy_backends
+from support.lazy import heavy
 from support.toy_world import make_world, run_fields
 
 from ddai.cli.common import json_shape
-from ddai.trainer.episode.config import EpisodeConfig, RewardOverrides
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-
-from support.backends import ConstantGenerator, RandomJudge
-from support.lazy import heavy
-
 from ddai.trainer import toy
+from ddai.trainer.episode.config import EpisodeConfig, RewardOverrides
 
 torch = heavy("torch")
 lora_reference = heavy("support.lora_reference")
@@ -83,14 +77,8 @@ def _grpo_cfg(world, name, max_steps):
 
 
 def _grpo_backends():
-    from ddai.pipelines.backends import get_backend
-    from ddai.trainer.grpo.train import Backends
 
-    return Backends(
-        search=get_backend("search", "local", corpus=toy.corpus(), cache=False),
-        generator=ConstantGenerator(),
-        judge=RandomJudge(),
-    )
+    return toy_backends()
 
 
 def test_grpo_lora_bf16_at_ddai_lr_saves_the_trained_model(world, monkeypatch):

@@ -4,15 +4,9 @@ and the float32 adapter under the ZeRO-3 path of TRL's trainers (``modeling.floa
 
 from __future__ import annotations
 
-import os
 import types
 
 import pytest
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-
-
 from support.lazy import heavy
 
 from ddai.trainer.common import TrainConfigError

@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 from cli_schemas import check
 from support.toy_world import tiny_on_toy
 from typer.testing import CliRunner
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from ddai.cli.app import app
 from ddai.trainer.common import TrainConfigError, parse_set, split_report_to
@@ -122,55 +119,17 @@ def test_cli_help_and_bad_input(tmp_path):
     ):
         res = runner.invoke(app, cmd)
         assert res.exit_code == 0 and "--" in res.output
-    res = runner.invoke(
-        app,
-        [
-            "train",
-            "grpo",
-            "--model",
-            "m",
-            "--data",
-            str(tmp_path / "none.parquet"),
-            "--corpus",
-            str(tmp_path),
-            "--out",
-            str(tmp_path / "o"),
-        ],
-    )
+    out = ["--out", str(tmp_path / "o")]
+    grpo = ["train", "grpo", "--model", "m", "--corpus", str(tmp_path), *out]
+    res = runner.invoke(app, [*grpo, "--data", str(tmp_path / "none.parquet")])
     assert res.exit_code == 2 and "ddai fixtures make" in res.output
     (tmp_path / "d.parquet").write_bytes(b"")
     res = runner.invoke(
-        app,
-        [
-            "train",
-            "grpo",
-            "--model",
-            "m",
-            "--data",
-            str(tmp_path / "d.parquet"),
-            "--corpus",
-            str(tmp_path),
-            "--out",
-            str(tmp_path / "o"),
-            "--set",
-            "bogus_knob=1",
-        ],
+        app, [*grpo, "--data", str(tmp_path / "d.parquet"), "--set", "bogus_knob=1"]
     )
     assert res.exit_code == 2 and "bogus_knob" in res.output
-    res = runner.invoke(
-        app,
-        [
-            "train",
-            "sft",
-            "--model",
-            "m",
-            "--data",
-            str(tmp_path / "x.jsonl"),
-            "--out",
-            str(tmp_path / "o"),
-            "--resume",
-        ],
-    )
+    sft = ["train", "sft", "--model", "m", "--data", str(tmp_path / "x.jsonl"), *out]
+    res = runner.invoke(app, [*sft, "--resume"])
     assert res.exit_code == 2 and "checkpoint" in res.output
 
 

@@ -4,22 +4,15 @@ the reason, and the changed-parameter count hashes tensors instead of cloning th
 
 from __future__ import annotations
 
-import os
-
 import pytest
-from support.toy_world import make_world, run_fields
-
-from ddai.trainer.episode.config import EpisodeConfig, RewardOverrides
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-
-from support.backends import ConstantGenerator, RandomJudge
+from support.backends import toy_backends
 from support.lazy import heavy
+from support.toy_world import make_world, run_fields
 
 from ddai.trainer import modeling, toy
 from ddai.trainer.common import TrainConfigError
-from ddai.trainer.grpo.train import Backends, GRPORunConfig, grpo_args, run_grpo
+from ddai.trainer.episode.config import EpisodeConfig, RewardOverrides
+from ddai.trainer.grpo.train import GRPORunConfig, grpo_args, run_grpo
 from ddai.trainer.modeling import (
     changed_parameters,
     check_update_precision,
@@ -105,13 +98,8 @@ def world(tmp_path_factory):
 
 def _grpo(world, name, **kw):
     root, data, tiny = world
-    from ddai.pipelines.backends import get_backend
 
-    backends = Backends(
-        search=get_backend("search", "local", corpus=toy.corpus(), cache=False),
-        generator=ConstantGenerator(),
-        judge=RandomJudge(),
-    )
+    backends = toy_backends()
     cfg = GRPORunConfig(
         **run_fields(tiny, data, root / name, root / "logs", name),
         n_agent=2,

@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
+from support.backends import toy_backends
 from support.toy_world import run_fields, tiny_on_toy
 
-from ddai.trainer.episode.config import EpisodeConfig, RewardOverrides
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
 from ddai.trainer import toy
+from ddai.trainer.episode.config import EpisodeConfig, RewardOverrides
 from ddai.trainer.sft.train import SFTRunConfig, run_sft
 
 
@@ -61,46 +58,16 @@ def test_resume_without_a_checkpoint_is_a_clear_error(tmp_path):
         run_sft(_cfg(tiny, data, tmp_path / "empty", max_steps=2, resume=True))
 
 
-class _Generator:
-    name = "constant"
-
-    async def generate(self, reqs):
-        from ddai.pipelines.backends import GenerateResult
-
-        return [GenerateResult(answer="2021") for _ in reqs]
-
-
-class _Judge:
-    """Seeded random scores: reward variance inside every group, so every step updates."""
-
-    name = "random"
-
-    def __init__(self):
-        import random
-
-        self.rng = random.Random(0)
-
-    async def judge(self, reqs):
-        from ddai.pipelines.backends import JudgeResult
-
-        return [JudgeResult(score=self.rng.random()) for _ in reqs]
-
-
 @pytest.mark.slow
 def test_grpo_resume_continues_steps_and_appends_to_the_rollout_log(tmp_path):
-    from ddai.pipelines.backends import get_backend
     from ddai.pipelines.store import read_rollouts
-    from ddai.trainer.grpo.train import Backends, GRPORunConfig, run_grpo
+    from ddai.trainer.grpo.train import GRPORunConfig, run_grpo
 
     data = toy.write_toy(tmp_path / "toy")
     tiny = tiny_on_toy(tmp_path / "tiny")
 
     def run(max_steps, resume):
-        backends = Backends(
-            search=get_backend("search", "local", corpus=toy.corpus(), cache=False),
-            generator=_Generator(),
-            judge=_Judge(),
-        )
+        backends = toy_backends()
         cfg = GRPORunConfig(
             **run_fields(tiny, data, tmp_path / "grpo", tmp_path / "logs", "grpo_resume"),
             n_agent=2,

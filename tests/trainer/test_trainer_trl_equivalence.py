@@ -9,14 +9,7 @@ parameter's gradient must agree.
 
 from __future__ import annotations
 
-import os
-
 import pytest
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-
-
 from support.lazy import heavy
 
 from ddai.trainer.tiny import build_tiny

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
-import base64
-
 import pytest
+from support.backends import PNG_1PX, judge_then_cancel, quick_spec
 from support.fakes import FakeModelServer
 
 from ddai.pipelines.backends import (
@@ -18,34 +16,11 @@ from ddai.pipelines.backends import (
 )
 from ddai.pipelines.backends.cache import CallCache
 
-PNG = base64.b64decode(
-    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
-)
-
-
-@pytest.fixture(scope="module")
-def server():
-    with FakeModelServer(retry_after_s=0.0) as srv:
-        yield srv
-
-
-@pytest.fixture
-def srv(server):
-    server.reset()
-    server.script = []
-    server.latency_s = 0.0
-    return server
+PNG = PNG_1PX
 
 
 def spec(srv: FakeModelServer, **kw) -> BackendSpec:
-    base = {
-        "timeout_s": 2.0,
-        "max_retries": 2,
-        "concurrency": 4,
-        "options": {"backoff_base_s": 0.01},
-    }
-    base.update(kw)
-    return BackendSpec(name="flash", kind="gemini", model="gemini-fake", base_url=srv.url, **base)
+    return quick_spec("flash", "gemini", "gemini-fake", srv.url, **kw)
 
 
 @pytest.mark.parametrize("api_version", [None, "v1", "v1beta"])
@@ -102,16 +77,9 @@ def test_rerun_makes_zero_requests_and_resume_pays_the_rest(srv, tmp_path):
     path = tmp_path / "c.sqlite"
     reqs = [JudgeRequest(f"question {i}", "x", "x") for i in range(20)]
 
-    async def cancel_halfway():
-        judge = build(spec(srv, concurrency=2), "judge", cache=path)
-        task = asyncio.create_task(judge.judge(reqs))
-        while srv.requests < 10:
-            await asyncio.sleep(0.005)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-
-    asyncio.run(cancel_halfway())
+    judge_then_cancel(
+        lambda: build(spec(srv, concurrency=2), "judge", cache=path), reqs, srv, after=10
+    )
     with CallCache(path) as c:
         cached = c.stats()["entries"]
     assert 8 <= cached <= srv.requests

@@ -76,19 +76,6 @@ def test_local_default_embeds_the_image_with_the_question(tmp_path):
     assert v[0] @ v[1] > 0.99 and v[0] @ v[2] < v[0] @ v[1] - 0.2
 
 
-@pytest.fixture(scope="module")
-def server():
-    with FakeModelServer() as srv:
-        yield srv
-
-
-@pytest.fixture
-def srv(server):
-    server.reset()
-    server.script = []
-    return server
-
-
 def remote(srv: FakeModelServer, tmp_path, **options):
     spec = BackendSpec(
         name="vlm2vec", kind="openai", model="fake-embed", base_url=srv.openai_base_url,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import os
 import signal
@@ -12,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support.backends import PNG_1PX, judge_then_cancel, quick_spec
 from support.fakes import FakeModelServer
 
 from ddai.pipelines.backends import (
@@ -26,37 +26,12 @@ from ddai.pipelines.backends import (
 )
 from ddai.pipelines.backends.cache import CallCache
 
-# A 1x1 PNG.
-PNG = base64.b64decode(
-    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
-)
-
-
-@pytest.fixture(scope="module")
-def server():
-    with FakeModelServer(retry_after_s=0.0) as srv:
-        yield srv
-
-
-@pytest.fixture
-def srv(server):
-    server.reset()
-    server.script = []
-    server.latency_s = 0.0
-    return server
+PNG = PNG_1PX
 
 
 def spec(srv: FakeModelServer, api: str = "chat", **kw) -> BackendSpec:
-    base = {
-        "timeout_s": 2.0,
-        "max_retries": 2,
-        "concurrency": 4,
-        "options": {"api": api, "backoff_base_s": 0.01},
-    }
-    base.update(kw)
-    return BackendSpec(
-        name="oai", kind="openai", model="fake-judge", base_url=srv.openai_base_url, **base
-    )
+    kw = {"options": {"api": api, "backoff_base_s": 0.01}} | kw
+    return quick_spec("oai", "openai", "fake-judge", srv.openai_base_url, **kw)
 
 
 @pytest.mark.parametrize("api", ["chat", "responses"])
@@ -147,16 +122,9 @@ def test_cancel_halfway_then_resume_pays_only_for_the_rest(srv, tmp_path):
     reqs = [JudgeRequest(f"question {i}", "x", "x") for i in range(30)]
     path = tmp_path / "c.sqlite"
 
-    async def cancel_halfway():
-        judge = build(spec(srv, concurrency=3), "judge", cache=path)
-        task = asyncio.create_task(judge.judge(reqs))
-        while srv.requests < 15:
-            await asyncio.sleep(0.005)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-
-    asyncio.run(cancel_halfway())
+    judge_then_cancel(
+        lambda: build(spec(srv, concurrency=3), "judge", cache=path), reqs, srv, after=15
+    )
     paid_first = srv.requests
     with CallCache(path) as c:
         cached = c.stats()["entries"]

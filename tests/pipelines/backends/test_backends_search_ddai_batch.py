@@ -6,9 +6,9 @@ search restricted to document ``id``, a service that ignores ``id`` an error."""
 from __future__ import annotations
 
 import pytest
-from support.fakes_search import FakeSearchServer, hash_ranker
+from support.fakes_search import FakeSearchServer, hash_ranker, search_http_backend
 
-from ddai.pipelines.backends import SearchError, get_backend
+from ddai.pipelines.backends import SearchError
 from ddai.pipelines.backends.base import run_sync
 from ddai.pipelines.backends.search_http import parse_ddai_batch
 from ddai.pipelines.records.prompt_row import ddai_search_id
@@ -17,19 +17,7 @@ PAGES = [f"{d}_{p}" for d in (10, 11, 12) for p in (1, 2, 3, 4)]
 
 
 def backend(url: str, protocol: str = "ddai-batch", **table):
-    cfg = {
-        "backends": {
-            "svc": {
-                "kind": "search-http",
-                "url": url,
-                "protocol": protocol,
-                "timeout_s": 2,
-                "backoff_base_s": 0.01,
-                **table,
-            }
-        }
-    }
-    return get_backend("search", "svc", config=cfg)
+    return search_http_backend(url, protocol, **table)
 
 
 def test_the_search_id_is_the_uids_trailing_number_as_ddai_derives_it():

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from support.fakes_search import FakeSearchServer, hash_ranker
+from support.fakes_search import FakeSearchServer, hash_ranker, search_http_backend
 from typer.testing import CliRunner
 
 from ddai.cli.app import app
@@ -18,19 +18,7 @@ PAGES = [f"{d}_{p}" for d in (10, 11, 12) for p in (1, 2, 3)]
 
 
 def backend(url: str, protocol: str = "ddai", **table):
-    cfg = {
-        "backends": {
-            "svc": {
-                "kind": "search-http",
-                "url": url,
-                "protocol": protocol,
-                "timeout_s": 2,
-                "backoff_base_s": 0.01,
-                **table,
-            }
-        }
-    }
-    return get_backend("search", "svc", config=cfg)
+    return search_http_backend(url, protocol, **table)
 
 
 @pytest.fixture

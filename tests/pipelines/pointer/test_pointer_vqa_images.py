@@ -14,18 +14,6 @@ from ddai.pipelines.backends.vqa_simulator import VQASimulator
 from ddai.pipelines.pointer.vqa import build_prompt, evaluate, make_request
 
 
-@pytest.fixture(scope="module")
-def server():
-    with FakeModelServer(retry_after_s=0.0) as srv:
-        yield srv
-
-
-@pytest.fixture
-def srv(server):
-    server.reset()
-    return server
-
-
 @pytest.fixture
 def rows(tmp_path):
     """A query and two demonstrations, each with its own image file (distinct bytes)."""

@@ -1,19 +1,19 @@
 """The commands that rewrite or extend a run work on a log store on object storage (moto's S3
 server): ``judge --in-place``, a resumed trainer dropping later steps, the training rollout log
 and its metrics side table. Each commits with the conditional manifest put, only over the version
-it read: a lost race exits 1 naming the run, and nothing is written."""
+it read (the lost races, a run appended to meanwhile, are tested on disk and on object storage by
+``test_store_writers``)."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
-import pytest
 from support.lazy import heavy
+from test_store_writers import _rows
 from typer.testing import CliRunner
 
 from ddai.cli.app import app
 from ddai.pipelines import store
-from ddai.pipelines.backends import rejudge as rejudge_mod
 from ddai.pipelines.store import objstore
 from ddai.pipelines.store.side_log import read_rows
 from ddai.trainer.episode.logrows import RolloutLog
@@ -21,14 +21,6 @@ from ddai.trainer.episode.logrows import RolloutLog
 train_metrics = heavy("ddai.trainer.runtime.train_metrics")
 
 runner = CliRunner()
-
-
-def _rows(n: int, start: int = 0) -> list[dict]:
-    return [
-        {"uid": f"u{i}", "rollout_idx": 0, "step": 1 + i % 3, "question": "q",
-         "reference_answer": "a", "answer": "a", "judge_score": 0.5}
-        for i in range(start, start + n)
-    ]  # fmt: skip
 
 
 def test_judge_in_place_rewrites_a_run_on_object_storage(s3_env):
@@ -42,45 +34,6 @@ def test_judge_in_place_rewrites_a_run_on_object_storage(s3_env):
     # the local judge scores answer "a" against reference "a": every rollout is correct now
     assert t.num_rows == 4 and set(t.column("judge_score").to_pylist()) == {1.0}
     assert store.verify_partition(store.partition_dir(logs, "r")) is None
-
-
-def test_judge_in_place_on_object_storage_refuses_a_run_appended_to_meanwhile(s3_env, monkeypatch):
-    logs = f"{s3_env}/logs"
-    store.write_run(logs, "r", _rows(4))
-    real = rejudge_mod.run_sync
-
-    def judged_while_an_append_commits(coro):
-        out = real(coro)
-        store.write_run(logs, "r", _rows(2, start=4), append=True)
-        return out
-
-    monkeypatch.setattr(rejudge_mod, "run_sync", judged_while_an_append_commits)
-    res = runner.invoke(
-        app, ["judge", "--logs", logs, "--run", "r", "--judge", "local", "--in-place"]
-    )
-    said = " ".join(res.output.split())
-    assert res.exit_code == 1, res.output
-    assert f"run 'r' changed in {logs}" in said and "nothing was written" in said
-    t = store.read_rollouts(logs, ["r"])
-    assert t.num_rows == 6 and set(t.column("judge_score").to_pylist()) == {0.5}
-
-
-def test_a_resumed_trainer_drops_later_steps_of_a_run_on_object_storage(s3_env, monkeypatch):
-    logs = f"{s3_env}/logs"
-    store.write_run(logs, "r", _rows(6))  # steps 1, 2, 3, 1, 2, 3
-    assert RolloutLog(logs, "r").drop_after(2) == 2
-    assert sorted(store.read_rollouts(logs, ["r"]).column("step").to_pylist()) == [1, 1, 2, 2]
-    real = store.read_version
-
-    def read_then_append(logs_, run, columns=None):
-        out = real(logs_, run, columns)
-        store.write_run(logs, "r", _rows(3, start=10), append=True)
-        return out
-
-    monkeypatch.setattr(store, "read_version", read_then_append)
-    with pytest.raises(store.StoreConflict, match="run 'r' changed"):
-        RolloutLog(logs, "r").drop_after(1)
-    assert store.read_rollouts(logs, ["r"]).num_rows == 7
 
 
 def test_the_training_rollout_log_and_metrics_go_to_object_storage(s3_env):

@@ -1,7 +1,8 @@
 """Every writer of a run's data goes through its write lock and the commit protocol: side tables
 (committed with the ingest, listed with their hashes in the manifest), training metrics, and the
 commands that rewrite a run they read first (``judge --in-place``, ``value score`` in place, a
-resumed PPO run), which commit only over the version they read."""
+resumed PPO run), which commit only over the version they read: the last two on local disk and on
+object storage alike."""
 
 from __future__ import annotations
 
@@ -159,8 +160,15 @@ def test_a_rewrite_commits_only_over_the_version_it_read(tmp_path):
     assert store.read_rollouts(logs, ["r"]).num_rows == 3
 
 
-def test_judge_in_place_refuses_a_run_appended_to_while_it_judged(tmp_path, monkeypatch):
-    logs = tmp_path / "logs"
+@pytest.fixture(params=["disk", "s3"])
+def logs(request, tmp_path) -> str:
+    """A log store on local disk, and one on object storage (moto's S3 server)."""
+    if request.param == "s3":
+        return f"{request.getfixturevalue('s3_env')}/logs"
+    return str(tmp_path / "logs")
+
+
+def test_judge_in_place_refuses_a_run_appended_to_while_it_judged(logs, monkeypatch):
     store.write_run(logs, "r", _rows(4))
     real = rejudge_mod.run_sync
 
@@ -171,15 +179,16 @@ def test_judge_in_place_refuses_a_run_appended_to_while_it_judged(tmp_path, monk
 
     monkeypatch.setattr(rejudge_mod, "run_sync", judged_while_an_append_commits)
     res = runner.invoke(
-        app, ["judge", "--logs", str(logs), "--run", "r", "--judge", "local", "--in-place"]
+        app, ["judge", "--logs", logs, "--run", "r", "--judge", "local", "--in-place"]
     )
-    assert res.exit_code == 1 and "changed" in res.output and "nothing was written" in res.output
+    said = " ".join(res.output.split())
+    assert res.exit_code == 1, res.output
+    assert f"run 'r' changed in {logs}" in said and "nothing was written" in said
     t = store.read_rollouts(logs, ["r"])
     assert t.num_rows == 6 and set(t.column("judge_score").to_pylist()) == {0.5}
 
 
-def test_resumed_ppo_drops_later_steps_only_over_the_version_it_read(tmp_path, monkeypatch):
-    logs = tmp_path / "logs"
+def test_resumed_ppo_drops_later_steps_only_over_the_version_it_read(logs, monkeypatch):
     store.write_run(logs, "r", _rows(6))  # steps 1, 2, 3, 1, 2, 3
     assert RolloutLog(logs, "r").drop_after(2) == 2
     assert sorted(store.read_rollouts(logs, ["r"]).column("step").to_pylist()) == [1, 1, 2, 2]
@@ -191,7 +200,7 @@ def test_resumed_ppo_drops_later_steps_only_over_the_version_it_read(tmp_path, m
         return out
 
     monkeypatch.setattr(store, "read_version", read_then_append)
-    with pytest.raises(store.StoreConflict):
+    with pytest.raises(store.StoreConflict, match="run 'r' changed"):
         RolloutLog(logs, "r").drop_after(1)
     assert store.read_rollouts(logs, ["r"]).num_rows == 7
 

@@ -5,17 +5,13 @@ server): the log's rollouts are the server's completions, scored by the same epi
 from __future__ import annotations
 
 import json
-import os
 from types import SimpleNamespace
 
 import pytest
-from typer.testing import CliRunner
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
 from cli_schemas import check
 from support.fake_vllm import FakeVLLMServer
 from test_vllm_server import DONE, SEARCH, responder
+from typer.testing import CliRunner
 
 from ddai.cli.app import app
 from ddai.pipelines.store import read_rollouts

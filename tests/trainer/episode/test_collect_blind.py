@@ -9,12 +9,7 @@ completes, so every rollout makes exactly one search."""
 from __future__ import annotations
 
 import json
-import os
 import socket
-
-from typer.testing import CliRunner
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from cli_schemas import check
 from support.fake_vllm import FakeVLLMServer
@@ -22,6 +17,7 @@ from support.fakes import FakeModelServer
 from test_collect import collect_args
 from test_collect import world as world  # its fixture, shared
 from test_vllm_server import responder
+from typer.testing import CliRunner
 
 from ddai.cli.app import app
 from ddai.pipelines.store import read_rollouts

@@ -4,16 +4,12 @@ scored by the set's own categories, in the summary and in the report's evaluatio
 from __future__ import annotations
 
 import json
-import os
 import re
 
 import pytest
+from cli_schemas import check
 from support.toy_world import tiny_on_toy
 from typer.testing import CliRunner
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
-from cli_schemas import check
 
 from ddai.cli.app import app
 from ddai.pipelines.store import read_rollouts

@@ -6,12 +6,8 @@ allow reuse."""
 from __future__ import annotations
 
 import logging
-import os
 
 import pytest
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
 from support.lazy import heavy
 
 from ddai.pipelines.pages.corpus import Corpus

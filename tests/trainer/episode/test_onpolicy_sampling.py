@@ -7,17 +7,11 @@ processors; knobs ddai cannot sample with exit 2 naming them."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
-from support.toy_world import make_world, run_fields
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-
-from support.backends import ConstantGenerator, RandomJudge
+from support.backends import toy_backends
 from support.lazy import heavy
 from support.sampling_reference import recompute_logprobs
+from support.toy_world import make_world, run_fields
 
 from ddai.trainer import toy
 from ddai.trainer.common import TrainConfigError
@@ -120,11 +114,8 @@ def _grpo_cfg(world, name, **over):
 
 
 def _backends():
-    from ddai.pipelines.backends import get_backend
-    from ddai.trainer.grpo.train import Backends
 
-    search = get_backend("search", "local", corpus=toy.corpus(), cache=False)
-    return Backends(search=search, generator=ConstantGenerator(), judge=RandomJudge())
+    return toy_backends()
 
 
 def test_loss_old_logprobs_equal_the_sampled_distribution(world, monkeypatch):

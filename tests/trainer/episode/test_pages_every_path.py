@@ -10,19 +10,16 @@ The policies' turns are scripted (search, crop, complete), as in ``test_trainer_
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
-from typer.testing import CliRunner
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-
 from cli_schemas import check
+from support.backends import backend_toml
+from support.fakes import RecordingServer
 from support.fakes_search import FakeSearchServer
 from support.page_images import render_page_images, toy_image_corpus
 from support.tiny_vlm import build_tiny_vlm
-from test_trainer_vlm_grpo import TURNS, RecordingServer, Scripted, _decode
+from test_trainer_vlm_grpo import TURNS, Scripted, _decode
+from typer.testing import CliRunner
 
 from ddai.cli.app import app
 from ddai.pipelines.pages.corpus import Corpus
@@ -49,11 +46,7 @@ def scripted(monkeypatch):
 
 
 def generator_toml(tmp_path, server) -> None:
-    (tmp_path / "ddai.toml").write_text(
-        f'[backends.vlmgen]\nkind = "openai"\nmodel = "fake-vlm"\nbase_url = "{server.openai_base_url}"\n'
-        "cache = false\n",
-        encoding="utf-8",
-    )
+    backend_toml(tmp_path, "vlmgen", server.openai_base_url, model="fake-vlm", cache=False)
 
 
 def assert_page_and_crop(bodies, root) -> None:

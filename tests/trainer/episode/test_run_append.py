@@ -7,15 +7,11 @@ from __future__ import annotations
 import os
 
 import pytest
-from typer.testing import CliRunner
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-
 from support.fake_vllm import FakeVLLMServer
 from test_collect import collect_args
 from test_collect import world as world
 from test_vllm_server import responder
+from typer.testing import CliRunner
 
 from ddai.cli.app import app
 from ddai.pipelines.store import read_rollouts

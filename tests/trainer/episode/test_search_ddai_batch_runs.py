@@ -6,14 +6,8 @@
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
-from typer.testing import CliRunner
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-
 from support.fake_vllm import FakeVLLMServer
 from support.fakes_search import FakeSearchServer
 from test_collect import collect_args
@@ -21,6 +15,7 @@ from test_collect import world as world
 from test_grpo_search_http import PAGES, ScriptedSampler, run
 from test_grpo_search_http import toy_setup as toy_setup
 from test_vllm_server import responder
+from typer.testing import CliRunner
 
 from ddai.cli.app import app
 from ddai.pipelines.store import read_rollouts

@@ -5,12 +5,7 @@ log-prob pass on a GPU would fail the same way)."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
-
-os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-
 from support.lazy import heavy
 
 from ddai.trainer import trl_compat

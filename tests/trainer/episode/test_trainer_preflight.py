@@ -5,24 +5,18 @@ golden pages), and a run that skips it records so and counts its flat steps."""
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict
 
 import pytest
+from support.backends import toy_backends
 from support.toy_world import run_fields, tiny_on_toy
-
-from ddai.trainer.episode.config import EpisodeConfig, RewardOverrides
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-
-from support.backends import ConstantGenerator
 from typer.testing import CliRunner
 
 from ddai.cli.app import app
 from ddai.pipelines.backends import JudgeResult
 from ddai.trainer import toy
 from ddai.trainer.episode.chat import CHATML_TEMPLATE
+from ddai.trainer.episode.config import EpisodeConfig, RewardOverrides
 from ddai.trainer.episode.preflight import (
     PreflightError,
     PreflightReport,
@@ -176,16 +170,11 @@ class CountingJudge:
 
 
 def _grpo(tmp_path, judge, **kw):
-    from ddai.pipelines.backends import get_backend
-    from ddai.trainer.grpo.train import Backends, GRPORunConfig, run_grpo
+    from ddai.trainer.grpo.train import GRPORunConfig, run_grpo
 
     data = toy.write_toy(tmp_path / "toy")
     tiny = tiny_on_toy(tmp_path / "tiny")
-    backends = Backends(
-        search=get_backend("search", "local", corpus=toy.corpus(), cache=False),
-        generator=ConstantGenerator(),
-        judge=judge,
-    )
+    backends = toy_backends(judge)
     cfg = GRPORunConfig(
         **run_fields(tiny, data, tmp_path / "grpo", tmp_path / "logs", "pf"),
         n_agent=2,

@@ -7,14 +7,9 @@ loss through ``ddai.trainer.trl_compat``'s fence, so a TRL upgrade that breaks m
 
 from __future__ import annotations
 
-import os
-
 import pytest
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-
 from support.lazy import heavy
+from support.trl_loss import grpo_args, loss_grads, loss_inputs, mask_segments
 
 from ddai.pipelines.pages.corpus import Corpus
 from ddai.pipelines.records import tags
@@ -93,15 +88,6 @@ def world():
     return corpus, task
 
 
-def _segments(ids, mask):
-    segs = []
-    for i, m in zip(ids, mask, strict=True):
-        if not segs or segs[-1][0] != m:
-            segs.append((m, []))
-        segs[-1][1].append(i)
-    return segs
-
-
 def test_env_mask_is_exactly_the_chat_templates_assistant_mask(policy, world):
     _, tok = policy
     corpus, task = world
@@ -133,7 +119,7 @@ def test_env_mask_is_exactly_the_chat_templates_assistant_mask(policy, world):
     expected[-len(forced_ids) :] = [0] * len(forced_ids)
     assert traj.env_mask == expected
 
-    segs = _segments(traj.completion_ids, traj.env_mask)
+    segs = mask_segments(traj.completion_ids, traj.env_mask)
     policy_spans = [s for m, s in segs if m == 1]
     scripted = [[*tok.encode(t, add_special_tokens=False), tok.eos_token_id] for t in TURNS]
     assert policy_spans == scripted  # exactly the sampled ids, nothing else
@@ -156,7 +142,7 @@ def test_unclosed_turn_gets_its_end_token_from_the_environment(policy, world):
         env=env,
         config=RolloutConfig(),
     )
-    segs = _segments(traj.completion_ids, traj.env_mask)
+    segs = mask_segments(traj.completion_ids, traj.env_mask)
     assert segs[0] == (1, tok.encode(TURNS[0], add_special_tokens=False))
     assert segs[1][0] == 0 and segs[1][1][0] == tok.eos_token_id  # closed by the environment
     assert segs[-1][0] == 1 and traj.completion_ids[-1] == tok.eos_token_id
@@ -192,8 +178,7 @@ def test_sampled_logprobs_match_a_teacher_forced_forward(policy, world):
 @pytest.mark.slow
 def test_observation_logprobs_carry_no_gradient_in_trl_loss(policy, world, tmp_path):
     from datasets import Dataset
-    from trl import GRPOConfig, GRPOTrainer
-    from trl.trainer.utils import pad
+    from trl import GRPOTrainer
 
     model, tok = policy
     corpus, task = world
@@ -205,63 +190,22 @@ def test_observation_logprobs_carry_no_gradient_in_trl_loss(policy, world, tmp_p
         env=env,
         config=RolloutConfig(),
     )
-    args = GRPOConfig(
-        output_dir=str(tmp_path),
-        use_cpu=True,
-        bf16=False,
-        per_device_train_batch_size=2,
-        num_generations=2,
-        importance_sampling_level="sequence",
-        loss_type="grpo",
-        beta=0.0,
-        report_to=[],
-    )
     trainer = GRPOTrainer(
         model=model,
         reward_funcs=lambda completions, **kw: [0.0] * len(completions),
-        args=args,
+        args=grpo_args(str(tmp_path)),
         train_dataset=Dataset.from_dict({"prompt": ["a"]}),
         processing_class=tok,
     )
     trainer.current_gradient_accumulation_steps = 1
     model.train()
-    comp = [torch.tensor(t.completion_ids) for t in trajs]
-    inputs = {
-        "prompt_ids": pad([torch.tensor(t.prompt_ids) for t in trajs], tok.pad_token_id, "left"),
-        "prompt_mask": pad(
-            [torch.ones(len(t.prompt_ids), dtype=torch.long) for t in trajs], 0, "left"
-        ),
-        "completion_ids": pad(comp, tok.pad_token_id, "right"),
-        "completion_mask": pad([torch.ones_like(c) for c in comp], 0, "right"),
-        "tool_mask": pad([torch.tensor(t.env_mask) for t in trajs], 1, "right"),
-        "advantages": torch.tensor([1.0, -1.0]),
-    }
+    inputs = loss_inputs(trajs, tok.pad_token_id)
     obs = (inputs["completion_mask"] * (1 - inputs["tool_mask"])).float()
     pol = (inputs["completion_mask"] * inputs["tool_mask"]).float()
     assert obs.sum() > 0
-    original = trainer._get_per_token_logps_and_entropies
-    anchor = next(model.parameters())
-
-    def grads_with(where):
-        def perturbed(*a, **kw):
-            logps, ent, aux = original(*a, **kw)
-            # A parameter-dependent term on the chosen positions: if they reached the loss, the
-            # gradient of `anchor` would change.
-            return (
-                logps + 3.0 * where * anchor.sum() * torch.linspace(0.5, 1.5, logps.shape[1]),
-                ent,
-                aux,
-            )
-
-        trainer._get_per_token_logps_and_entropies = perturbed if where is not None else original
-        model.zero_grad()
-        trainer._compute_loss(model, dict(inputs)).backward()
-        trainer._get_per_token_logps_and_entropies = original
-        return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-
-    base = grads_with(None)
-    on_obs = grads_with(obs)
-    on_policy = grads_with(pol)
+    base = loss_grads(trainer, model, inputs, None)
+    on_obs = loss_grads(trainer, model, inputs, obs)
+    on_policy = loss_grads(trainer, model, inputs, pol)
     assert base.keys() == on_obs.keys()
     for name in base:
         torch.testing.assert_close(on_obs[name], base[name], atol=0, rtol=0, msg=name)

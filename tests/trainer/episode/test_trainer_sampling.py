@@ -5,12 +5,7 @@ sampled; and only ``[N, n]`` log-probs are kept, not ``[N, n, V]`` logits."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
 from support.lazy import heavy
 from support.sampling_reference import recompute_logprobs
 

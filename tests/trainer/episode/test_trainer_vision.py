@@ -8,16 +8,11 @@ fields reach TRL's private log-prob pass only through ``ddai.trainer.trl_compat`
 
 from __future__ import annotations
 
-import os
-
 import pytest
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-
 from PIL import Image
 from support.lazy import heavy
 from support.tiny_vlm import tiny_vlm
+from support.trl_loss import grpo_args, loss_grads, loss_inputs, mask_segments
 
 from ddai.pipelines.pages.corpus import Corpus
 from ddai.trainer.episode.env import EnvConfig, SearchEnv
@@ -168,11 +163,8 @@ def test_image_observation_is_token_exact_against_the_processor(vlm, world):
     # env_mask is 1 exactly on the sampled turns (eos included) and 0 on everything else,
     # image placeholders included.
     policy = [[*tok.encode(t, add_special_tokens=False), tok.eos_token_id] for t in TURNS]
-    segs, mask = [], traj.env_mask
-    for i, m in zip(traj.completion_ids, mask, strict=True):
-        if not segs or segs[-1][0] != m:
-            segs.append((m, []))
-        segs[-1][1].append(i)
+    mask = traj.env_mask
+    segs = mask_segments(traj.completion_ids, mask)
     assert [s for m, s in segs if m == 1] == policy
     assert [m for m, _ in segs] == [1, 0, 1, 0, 1]
     image_id = vision.image_token_id
@@ -236,8 +228,6 @@ def test_crop_and_slicing_helpers(tmp_path):
 
 def test_loss_forward_uses_the_rollout_pixels(vlm, world, tmp_path):
     from datasets import Dataset
-    from trl import GRPOConfig
-    from trl.trainer.utils import pad
 
     from ddai.trainer.episode.episodes import SearchRollout
     from ddai.trainer.episode.rewards import reward_preset
@@ -255,21 +245,10 @@ def test_loss_forward_uses_the_rollout_pixels(vlm, world, tmp_path):
         scorer=None,
         vision=vision,
     )
-    args = GRPOConfig(
-        output_dir=str(tmp_path / "out"),
-        use_cpu=True,
-        bf16=False,
-        per_device_train_batch_size=2,
-        num_generations=2,
-        importance_sampling_level="sequence",
-        loss_type="grpo",
-        beta=0.0,
-        report_to=[],
-    )
     trainer = _trainer_class()(
         model=model,
         reward_funcs=lambda completions, **kw: [0.0] * len(completions),
-        args=args,
+        args=grpo_args(str(tmp_path / "out")),
         train_dataset=Dataset.from_dict({"prompt": ["a"]}),
         processing_class=tok,
         ddai_rollout=rollout,
@@ -279,17 +258,8 @@ def test_loss_forward_uses_the_rollout_pixels(vlm, world, tmp_path):
     model.train()
     comp = [torch.tensor(t.completion_ids) for t in trajs]
     images = [t.images() for t in trajs]
-    inputs = {
-        "prompt_ids": pad([torch.tensor(t.prompt_ids) for t in trajs], tok.pad_token_id, "left"),
-        "prompt_mask": pad(
-            [torch.ones(len(t.prompt_ids), dtype=torch.long) for t in trajs], 0, "left"
-        ),
-        "completion_ids": pad(comp, tok.pad_token_id, "right"),
-        "completion_mask": pad([torch.ones_like(c) for c in comp], 0, "right"),
-        "tool_mask": pad([torch.tensor(t.env_mask) for t in trajs], 1, "right"),
-        "advantages": torch.tensor([1.0, -1.0]),
-        **vision_batch([p for p, _ in images], [g for _, g in images]),
-    }
+    inputs = loss_inputs(trajs, tok.pad_token_id)
+    inputs |= vision_batch([p for p, _ in images], [g for _, g in images])
     ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1)
     att = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1)
     n = comp[0].shape[0]
@@ -331,22 +301,14 @@ def test_loss_forward_uses_the_rollout_pixels(vlm, world, tmp_path):
     assert torch.equal(changed[:, :first_image], seen[:, :first_image])
 
     # In TRL's loss (with the pixels), observation-token log-probs carry no gradient.
-    original = trainer._get_per_token_logps_and_entropies
-    anchor = next(model.parameters())
     obs = (inputs["completion_mask"] * (1 - inputs["tool_mask"])).float()
     policy = (inputs["completion_mask"] * inputs["tool_mask"]).float()
 
-    def grads_with(where):
-        def perturbed(*a, **kw):
-            lp, ent, aux = original(*a, **kw)
-            assert kw["pixel_values"] is not None  # the loss forward gets the rollout's pixels
-            return lp + 3.0 * where * anchor.sum() * torch.linspace(0.5, 1.5, lp.shape[1]), ent, aux
+    def pixels_given(kw):
+        assert kw["pixel_values"] is not None  # the loss forward gets the rollout's pixels
 
-        trainer._get_per_token_logps_and_entropies = perturbed if where is not None else original
-        model.zero_grad()
-        trainer._compute_loss(model, dict(inputs)).backward()
-        trainer._get_per_token_logps_and_entropies = original
-        return {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
+    def grads_with(where):
+        return loss_grads(trainer, model, inputs, where, on_call=pixels_given)
 
     base = grads_with(None)
     assert any(k.startswith("model.visual") for k in base)  # gradient reaches the vision tower

@@ -9,16 +9,11 @@ from __future__ import annotations
 import os
 
 import pytest
+from support.fake_vllm import FakeVLLMServer
 from support.toy_world import run_fields
 
-from ddai.trainer.episode.config import EpisodeConfig, RewardOverrides
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-
-from support.fake_vllm import FakeVLLMServer
-
 from ddai.trainer import toy
+from ddai.trainer.episode.config import EpisodeConfig, RewardOverrides
 from ddai.trainer.episode.env import EnvConfig, SearchEnv
 from ddai.trainer.episode.rollout import (
     RolloutConfig,

@@ -23,7 +23,14 @@ def _bench():
     return mod
 
 
-def test_pairs_alternate_order_abba():
+@pytest.mark.parametrize(
+    ("pairs", "sides", "order"),
+    [
+        (4, "pd", ["p0", "d0", "d1", "p1", "p2", "d2", "d3", "p3"]),
+        (2, "pod", ["p0", "o0", "d0", "d1", "o1", "p1"]),
+    ],
+)
+def test_sides_alternate_order_abba(pairs, sides, order):
     bench = _bench()
     calls: list[str] = []
 
@@ -34,25 +41,9 @@ def test_pairs_alternate_order_abba():
 
         return run
 
-    runs = bench.interleaved(4, side("p"), side("d"))
-    assert calls == ["p0", "d0", "d1", "p1", "p2", "d2", "d3", "p3"]
-    assert [(p.side, d.side) for p, d in runs] == [("p", "d")] * 4
-
-
-def test_three_sides_alternate_order_abba():
-    bench = _bench()
-    calls: list[str] = []
-
-    def side(name):
-        def run(i):
-            calls.append(f"{name}{i}")
-            return bench.SideRun(name)
-
-        return run
-
-    runs = bench.interleaved(2, side("p"), side("o"), side("d"))
-    assert calls == ["p0", "o0", "d0", "d1", "o1", "p1"]
-    assert [tuple(r.side for r in rnd) for rnd in runs] == [("p", "o", "d")] * 2
+    runs = bench.interleaved(pairs, *(side(name) for name in sides))
+    assert calls == order
+    assert [tuple(r.side for r in rnd) for rnd in runs] == [tuple(sides)] * pairs
 
 
 def test_step_clock_counts_the_work_after_a_step_in_that_step(monkeypatch):

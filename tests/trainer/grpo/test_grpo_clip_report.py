@@ -6,17 +6,10 @@ generation (ratio 1) never count toward the spread."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
+from support.backends import toy_backends
 from support.toy_world import make_world, run_fields
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-
-from support.backends import ConstantGenerator, RandomJudge
-
-from ddai.trainer import toy
 from ddai.trainer.episode.config import EpisodeConfig, RewardOverrides
 from ddai.trainer.runtime.run_warnings import clip_inert
 
@@ -29,8 +22,7 @@ def world(tmp_path_factory):
 def _run(world, name, **over):
     from dataclasses import asdict
 
-    from ddai.pipelines.backends import get_backend
-    from ddai.trainer.grpo.train import Backends, GRPORunConfig, run_grpo
+    from ddai.trainer.grpo.train import GRPORunConfig, run_grpo
 
     root, data, tiny = world
     cfg = GRPORunConfig(
@@ -49,8 +41,7 @@ def _run(world, name, **over):
         rewards=RewardOverrides(reward="judge-only"),
         **over,
     )
-    search = get_backend("search", "local", corpus=toy.corpus(), cache=False)
-    backends = Backends(search=search, generator=ConstantGenerator(), judge=RandomJudge())
+    backends = toy_backends()
     return asdict(run_grpo(cfg, backends))
 
 

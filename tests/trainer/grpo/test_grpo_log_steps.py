@@ -4,10 +4,6 @@ several generations (gradient accumulation)."""
 
 from __future__ import annotations
 
-import os
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
 from support.toy_world import run_fields, tiny_on_toy
 
 from ddai.trainer import toy

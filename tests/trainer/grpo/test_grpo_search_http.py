@@ -10,21 +10,15 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 
 import pytest
-from support.toy_world import make_world, run_fields
-
-from ddai.trainer.episode.config import EpisodeBackends, EpisodeConfig, RewardOverrides
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-
 from support.fakes_search import FakeSearchServer
+from support.toy_world import make_world, run_fields
 
 from ddai.pipelines.records import metrics
 from ddai.pipelines.store import read_rollouts
 from ddai.trainer import toy
+from ddai.trainer.episode.config import EpisodeBackends, EpisodeConfig, RewardOverrides
 from ddai.trainer.episode.rollout import Sampler
 from ddai.trainer.grpo import train as grpo
 from ddai.trainer.grpo.train import GRPORunConfig, run_grpo

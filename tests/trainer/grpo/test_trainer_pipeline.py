@@ -3,22 +3,14 @@ mask is right, and the GRPO run's rollout log reads back and answers the query v
 
 from __future__ import annotations
 
-import os
-
 import pytest
+from conftest import SHARED
+from support.backends import RandomJudge, toy_backends
 from support.toy_world import make_world, run_fields
 
-from ddai.trainer.episode.config import EpisodeConfig, RewardOverrides
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-
-from conftest import SHARED
-from support.backends import ConstantGenerator, RandomJudge
-
-from ddai.trainer import toy
 from ddai.trainer.episode.chat import normalize_messages
-from ddai.trainer.grpo.train import Backends, GRPORunConfig, run_grpo
+from ddai.trainer.episode.config import EpisodeConfig, RewardOverrides
+from ddai.trainer.grpo.train import GRPORunConfig, run_grpo
 from ddai.trainer.modeling import load_tokenizer
 from ddai.trainer.sft.train import SFTRunConfig, load_conversations, run_sft
 
@@ -78,14 +70,8 @@ def test_sft_then_grpo_changes_weights_and_logs_rollouts(setup):
         root / "sft" / "metrics.csv"
     ).is_file()
 
-    from ddai.pipelines.backends import get_backend
-
     judge = RandomJudge()
-    backends = Backends(
-        search=get_backend("search", "local", corpus=toy.corpus(), cache=False),
-        generator=ConstantGenerator(),
-        judge=judge,
-    )
+    backends = toy_backends(judge)
     result = run_grpo(
         GRPORunConfig(
             **run_fields(root / "sft", data, root / "grpo", root / "logs", "grpo_test"),
@@ -156,16 +142,11 @@ def test_sft_then_grpo_changes_weights_and_logs_rollouts(setup):
 
 def test_grpo_logs_its_rollouts_and_metrics_to_object_storage(setup, s3_env):
     root, data, tiny = setup
-    from ddai.pipelines.backends import get_backend
     from ddai.pipelines.store import read_rollouts, run_manifest
     from ddai.pipelines.store.side_log import read_rows
 
     logs = f"{s3_env}/logs"
-    backends = Backends(
-        search=get_backend("search", "local", corpus=toy.corpus(), cache=False),
-        generator=ConstantGenerator(),
-        judge=RandomJudge(),
-    )
+    backends = toy_backends()
     result = run_grpo(
         GRPORunConfig(
             model=str(tiny), data=data / "dataset.parquet", corpus=data / "pages.parquet",

@@ -12,19 +12,15 @@ from __future__ import annotations
 import base64
 import io
 import json
-import os
 
 import pytest
-from PIL import Image
-from typer.testing import CliRunner
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-
 from cli_schemas import check
-from support.fakes import FakeModelServer
+from PIL import Image
+from support.backends import backend_toml
+from support.fakes import RecordingServer
 from support.page_images import render_page_images, toy_image_corpus
 from support.tiny_vlm import build_tiny_vlm
+from typer.testing import CliRunner
 
 from ddai.cli.app import app
 from ddai.pipelines.pages.corpus import Corpus
@@ -40,18 +36,6 @@ TURNS = [
     "<think>crop the left half</think>\n<bbox>[0, 0, 28, 28]</bbox>",
     "<think>done</think>\n<search_complete>true</search_complete>",
 ]
-
-
-class RecordingServer(FakeModelServer):
-    """The fake OpenAI-compatible server, keeping every request body."""
-
-    def __init__(self, **kw):
-        super().__init__(**kw)
-        self.bodies: list[dict] = []
-
-    def _note_request(self, request, body):
-        super()._note_request(request, body)
-        self.bodies.append(body)
 
 
 class Scripted(Sampler):
@@ -74,68 +58,45 @@ def _decode(url: str) -> bytes:
     return base64.b64decode(payload)
 
 
-@pytest.mark.slow
-def test_image_corpus_then_vlm_grpo_sends_the_gathered_images(tmp_path, monkeypatch):
-    data, corpus = toy_image_corpus(tmp_path)
-    model = build_tiny_vlm(tmp_path / "vlm", max_pixels=28 * 28 * 4)
+@pytest.fixture
+def scripted(monkeypatch):
+    """The policy plays ``TURNS``."""
     monkeypatch.setattr(
         grpo.SearchRollout, "_sampler", lambda self, trainer, model: Scripted(self.tok)
     )
+
+
+def train_vlm(tmp_path, monkeypatch, ext: str, *flags: str):
+    """``ddai train grpo --observation image`` on a tiny Qwen2-VL over the toy pages drawn as
+    ``ext`` images, with the judge-only reward and the recording server as generator (backend
+    ``vlmgen``); 2 episodes a step of at most 3 turns; ``flags`` add the rest. ``(result,
+    server)``."""
+    data, corpus = toy_image_corpus(tmp_path, ext=ext)
+    model = build_tiny_vlm(tmp_path / "vlm", max_pixels=28 * 28 * 4)
     with RecordingServer() as server:
         monkeypatch.chdir(tmp_path)
-        (tmp_path / "ddai.toml").write_text(
-            "[backends.vlmgen]\n"
-            'kind = "openai"\n'
-            'model = "fake-vlm"\n'
-            f'base_url = "{server.openai_base_url}"\n'
-            "cache = false\n"
-        )
+        backend_toml(tmp_path, "vlmgen", server.openai_base_url, model="fake-vlm", cache=False)
         res = runner.invoke(
             app,
             [
-                "train",
-                "grpo",
-                "--model",
-                str(model),
-                "--data",
-                str(data / "dataset.parquet"),
-                "--corpus",
-                str(corpus),
-                "--out",
-                str(tmp_path / "out"),
-                "--logs",
-                str(tmp_path / "logs"),
-                "--run-id",
-                "vlm",
-                "--observation",
-                "image",
-                "--reward",
-                "judge-only",
-                "--generator",
-                "vlmgen",
-                "--judge",
-                "local",
-                "--generator-max-images",
-                "2",
-                "--n-agent",
-                "2",
-                "--batch-size",
-                "2",
-                "--max-steps",
-                "2",
-                "--max-turns",
-                "3",
-                "--max-turn-tokens",
-                "24",
-                "--max-completion-tokens",
-                "256",
-                "--save-steps",
-                "10",
-                "--report-to",
-                "none",
-                "--json",
+                "train", "grpo", "--model", str(model), "--data", str(data / "dataset.parquet"),
+                "--corpus", str(corpus), "--out", str(tmp_path / "out"),
+                "--logs", str(tmp_path / "logs"), "--observation", "image",
+                "--reward", "judge-only", "--generator", "vlmgen",
+                "--n-agent", "2", "--batch-size", "2", "--max-turns", "3",
+                "--max-turn-tokens", "24", "--report-to", "none", *flags,
             ],
-        )
+        )  # fmt: skip
+    return res, server
+
+
+@pytest.mark.slow
+def test_image_corpus_then_vlm_grpo_sends_the_gathered_images(tmp_path, monkeypatch, scripted):
+    res, server = train_vlm(
+        tmp_path, monkeypatch, "jpg",
+        "--run-id", "vlm", "--judge", "local", "--generator-max-images", "2", "--max-steps", "2",
+        "--max-completion-tokens", "256", "--save-steps", "10", "--json",
+    )  # fmt: skip
     assert res.exit_code == 0, res.output
     # after TRL's live progress: the summary's own brace opens a line (nested ones are indented)
     out = json.loads(res.stdout[res.stdout.rfind("\n{\n") + 1 :])
@@ -156,54 +117,10 @@ def test_image_corpus_then_vlm_grpo_sends_the_gathered_images(tmp_path, monkeypa
 
 
 @pytest.mark.slow
-def test_generator_max_images_zero_sends_text_only(tmp_path, monkeypatch):
-    data, corpus = toy_image_corpus(tmp_path, ext="png")
-    model = build_tiny_vlm(tmp_path / "vlm", max_pixels=28 * 28 * 4)
-    monkeypatch.setattr(
-        grpo.SearchRollout, "_sampler", lambda self, trainer, model: Scripted(self.tok)
+def test_generator_max_images_zero_sends_text_only(tmp_path, monkeypatch, scripted):
+    res, server = train_vlm(
+        tmp_path, monkeypatch, "png", "--generator-max-images", "0", "--max-steps", "1"
     )
-    with RecordingServer() as server:
-        monkeypatch.chdir(tmp_path)
-        (tmp_path / "ddai.toml").write_text(
-            f'[backends.g]\nkind = "openai"\nmodel = "m"\nbase_url = "{server.openai_base_url}"\n'
-        )
-        res = runner.invoke(
-            app,
-            [
-                "train",
-                "grpo",
-                "--model",
-                str(model),
-                "--data",
-                str(data / "dataset.parquet"),
-                "--corpus",
-                str(corpus),
-                "--out",
-                str(tmp_path / "out"),
-                "--logs",
-                str(tmp_path / "logs"),
-                "--observation",
-                "image",
-                "--reward",
-                "judge-only",
-                "--generator",
-                "g",
-                "--generator-max-images",
-                "0",
-                "--n-agent",
-                "2",
-                "--batch-size",
-                "2",
-                "--max-steps",
-                "1",
-                "--max-turns",
-                "3",
-                "--max-turn-tokens",
-                "24",
-                "--report-to",
-                "none",
-            ],
-        )
     assert res.exit_code == 0, res.output
     assert server.bodies and server.images == 0
     assert all(isinstance(b["messages"][-1]["content"], str) for b in server.bodies)

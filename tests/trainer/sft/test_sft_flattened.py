@@ -5,15 +5,11 @@ stderr), counted here independently from the raw rows of DDAI's ``val1.parquet``
 from __future__ import annotations
 
 import json
-import os
 
 import pyarrow.parquet as pq
-from typer.testing import CliRunner
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
 from cli_schemas import check
 from conftest import SHARED
+from typer.testing import CliRunner
 
 from ddai.cli.app import app
 from ddai.trainer.episode.chat import flatten_messages

@@ -7,13 +7,7 @@ training died with ``num_samples should be a positive integer value, but got num
 
 from __future__ import annotations
 
-import os
-
 import pytest
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-
 from conftest import SHARED
 
 from ddai.trainer import common

@@ -5,14 +5,10 @@ observation text nor the image tokens carry any loss (checked on the gradient of
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
 from PIL import Image
 from support.lazy import heavy
 from support.tiny_vlm import build_tiny_vlm

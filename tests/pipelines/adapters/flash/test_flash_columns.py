@@ -8,7 +8,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 from conftest import SHARED
-from support.columnar import kinds, one_batch_by_rows, same_store
+from support.columnar import NOT_ROWS, json_line, kinds, odd_line_falls_back, same_store
 
 from ddai.pipelines import store
 from ddai.pipelines.adapters import flash as ddai_flash
@@ -40,8 +40,7 @@ def _line(i: int, **over) -> str:
         "gemini_raw": '{"score": 1.0}',
         "error": None,
     }
-    row.update(over)
-    return json.dumps({k: v for k, v in row.items() if v is not ...}, ensure_ascii=False)
+    return json_line(row, **over)
 
 
 # Lines the per-row path quarantines or converts; each must fall back (its batch only).
@@ -55,9 +54,7 @@ ODD = [
     '{"local_idx": 2}',
     '{"uid": "", "local_idx": 2}',
     '{"uid": "tab", "local_idx": 0, "query": "a\tb"}',
-    "[1, 2]",
-    "{not json",
-    "",
+    *NOT_ROWS,
     '{"uid": "pages", "local_idx": 0, "reference_basenames": ["1_2", 3]}',
     '{"uid": "obj", "local_idx": 0, "meta": {"a": 1}}',
     '{"uid": "run", "local_idx": 0, "run_id": "other"}',
@@ -117,12 +114,10 @@ def test_mapping_in_columns(tmp_path):
 @pytest.mark.parametrize("odd", range(len(ODD)))
 def test_an_odd_line_falls_back_with_its_batch_only(tmp_path, monkeypatch, odd):
     monkeypatch.setattr(line_batches, "BATCH_BYTES", 4096)
-    good = [_line(i) for i in range(60)]
     src = tmp_path / "flash_rm_detail.jsonl"
-    src.write_text("\n".join([*good[:30], ODD[odd], *good[30:]]) + "\n")
-    marker = ODD[odd].encode() or b"\n\n"  # the blank line: two newlines in a row
-    got = one_batch_by_rows(tmp_path, ddai_flash.read, src, marker, sort=False)
-    assert got.result.rows_in == len(got.rows) + len(got.quarantine) == 60 + (ODD[odd] != "")
+    good = [_line(i) for i in range(60)]
+    got = odd_line_falls_back(tmp_path, ddai_flash.read, src, good, ODD[odd], sort=False)
+    assert got.result.rows_in == len(got.rows) + len(got.quarantine)
 
 
 def test_duplicates_in_columns(tmp_path):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from conftest import FIXTURES
-from support.columnar import kinds, one_batch_by_rows, same_store
+from support.columnar import NOT_ROWS, json_line, kinds, odd_line_falls_back, same_store
 
 from ddai.pipelines.adapters import line_batches, native
 from ddai.pipelines.adapters.base import ReaderContext, RowBatch, SourceRecord
@@ -18,8 +18,7 @@ TEMPLATE = json.loads((FIXTURES / "logs" / "curriculum.jsonl").open().readline()
 def _line(i: int, **over) -> str:
     row = {**TEMPLATE, "uid": f"train_{i // 4}", "rollout_idx": i % 4, "sample_idx": i}
     row["extra"] = {**TEMPLATE["extra"], "n": i, "gone": None, "f": 1e-05}
-    row.update(over)
-    return json.dumps({k: v for k, v in row.items() if v is not ...}, ensure_ascii=False)
+    return json_line(row, **over)
 
 
 # Lines the per-row path quarantines, converts or reads otherwise; each falls back with its batch.
@@ -37,9 +36,7 @@ ODD = [
     '{"run_id": "r", "uid": "", "rollout_idx": 2}',
     '{"run_id": "r", "uid": 7, "rollout_idx": 2}',  # per-row: "7"
     '{"run_id": "r", "uid": "tab", "rollout_idx": 0, "question": "a\tb"}',
-    "[1, 2]",
-    "{not json",
-    "",
+    *NOT_ROWS,
     '{"run_id": "r", "uid": "a", "rollout_idx": 0}{"run_id": "r", "uid": "b", "rollout_idx": 0}',
     '{"run_id": "r", "uid": "pages", "rollout_idx": 0, "reference_pages": ["1_2", 3]}',
     '{"run_id": "r", "uid": "nullpage", "rollout_idx": 0, "reference_pages": ["1_2", null]}',
@@ -114,11 +111,8 @@ def test_mapping_in_columns(tmp_path):
 def test_an_odd_line_falls_back_with_its_batch_only(tmp_path, monkeypatch, odd):
     monkeypatch.setattr(line_batches, "BATCH_BYTES", 8192)
     good = [_line(i) for i in range(40)]
-    src = tmp_path / "a.jsonl"
-    src.write_text("\n".join([*good[:20], ODD[odd], *good[20:]]) + "\n")
-    marker = ODD[odd].encode() or b"\n\n"  # the blank line: two newlines in a row
-    got = one_batch_by_rows(tmp_path, native.read, src, marker)
-    assert got.result.rows_in == len(got.rows) + len(got.quarantine) == 40 + (ODD[odd] != "")
+    got = odd_line_falls_back(tmp_path, native.read, tmp_path / "a.jsonl", good, ODD[odd])
+    assert got.result.rows_in == len(got.rows) + len(got.quarantine)
 
 
 def test_duplicates_across_batches(tmp_path, monkeypatch):

@@ -10,7 +10,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 from conftest import FIXTURES, SHARED
-from support.columnar import kinds, one_batch_by_rows, same_store
+from support.columnar import NOT_ROWS, json_line, kinds, odd_line_falls_back, same_store
 from support.verl_dump import chat_prompt, write_verl_dump
 
 from ddai.pipelines.adapters import base, line_batches, verl
@@ -43,8 +43,7 @@ def _line(i: int, **over) -> str:
         "latency": 1e-05,
         "index": f"train_{i // 4}",
     }
-    row.update(over)
-    return json.dumps({k: v for k, v in row.items() if v is not ...}, ensure_ascii=False)
+    return json_line(row, **over)
 
 
 def _write(path: Path, lines: list[str]) -> Path:
@@ -138,9 +137,7 @@ ODD = [
     '{"input": "p", "output": "a\tb"}',
     '{"input": "p", "output": "o", "x": ' + "[" * 3000 + "]" * 3000 + "}",
     '{"input": "p", "output": "o"}{"input": "q", "output": "o"}',
-    "[1, 2]",
-    "{not json",
-    "",
+    *NOT_ROWS,
 ]
 
 
@@ -148,10 +145,7 @@ ODD = [
 def test_an_odd_line_falls_back_with_its_batch_only(tmp_path, monkeypatch, odd):
     monkeypatch.setattr(line_batches, "BATCH_BYTES", 4096)
     good = [_line(i) for i in range(40)]
-    src = _write(tmp_path / "exp" / "3.jsonl", [*good[:20], ODD[odd], *good[20:]])
-    marker = ODD[odd].encode() or b"\n\n"  # the blank line: two newlines in a row
-    res = one_batch_by_rows(tmp_path, verl.read, src, marker).result
-    assert res.rows_in == 40 + (ODD[odd] != "")
+    odd_line_falls_back(tmp_path, verl.read, tmp_path / "exp" / "3.jsonl", good, ODD[odd])
 
 
 def test_groups_across_batches_and_row_by_row_batches(tmp_path, monkeypatch):
