@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).parent / "cli"))
 for _room in ("episode", "grpo"):
     sys.path.insert(0, str(Path(__file__).parent / "trainer" / _room))
 sys.path.insert(0, str(Path(__file__).parent / "pipelines" / "store"))  # test_crash_consistency
+sys.path.insert(0, str(Path(__file__).parent / "pipelines" / "funnel"))  # test_funnel_verify_gt
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

@@ -373,3 +373,24 @@ def test_pipelines_has_at_most_15_rooms_on_5_floors():
     assert max(floors.values()) <= 5, floors
     assert floors["ddai.pipelines.records"] == 1
     assert floors["ddai.pipelines.store"] == 2
+
+
+def _misplaced_tests(package: str) -> list[str]:
+    """Test files at ``tests/<package>/`` named after one of its rooms (``test_<room>_*.py``)
+    while the room has its own test folder to hold them: tests mirror the package."""
+    rooms = {p.name for p in (ROOT / package).iterdir() if (p / "__init__.py").exists()}
+    return sorted(
+        f.name
+        for f in (ROOT / "tests" / package).glob("test_*.py")
+        if any(f.name.startswith(f"test_{r}_") for r in rooms)
+    )
+
+
+def test_tests_mirror_the_rooms():
+    """Every room of ``pipelines`` and ``trainer`` with tests has its own test folder, and no
+    test of a room is left beside the folders (ARCHITECTURE.md, tests/)."""
+    for package in ("pipelines", "trainer"):
+        rooms = {p.name for p in (ROOT / package).iterdir() if (p / "__init__.py").exists()}
+        folders = {p.name for p in (ROOT / "tests" / package).iterdir() if p.is_dir()}
+        assert rooms - folders - {"prompts", "search"} == set(), package  # no tests of their own
+        assert _misplaced_tests(package) == [], package

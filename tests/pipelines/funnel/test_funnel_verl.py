@@ -19,7 +19,7 @@ from ddai.pipelines.funnel import run_funnel_demo
 from ddai.pipelines.funnel.demo import RUNS
 from ddai.pipelines.ingest import IngestConfig, ingest
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[3] / "fixtures"
 DATASET = FIXTURES / "dataset.parquet"
 KEY = ("step", "uid", "rollout_idx")
 # What the funnel reads of a rollout; all must come back from the dump unchanged.
