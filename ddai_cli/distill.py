@@ -24,15 +24,7 @@ from ddai.cli.common import (
 )
 from ddai.cli.fields import field_opt
 from ddai.cli.flags import config_flags, default_of, with_groups
-from ddai.pipelines.distill import (
-    CheckConfig,
-    DistillConfig,
-    DistillError,
-    convert,
-    run_check,
-    run_distill,
-)
-from ddai.pipelines.distill.check import ConvertConfig
+from ddai.pipelines.distill.configs import CheckConfig, ConvertConfig, DistillConfig, DistillError
 from ddai.pipelines.funnel.configs import ForceFlag
 from ddai.pipelines.store import workspace
 
@@ -135,6 +127,8 @@ def distill_cmd(
             progress=progress and not as_json,
             retry_failed=retry_failed,
         )
+    from ddai.pipelines.distill.run import run_distill
+
     data = _run(run_distill, cfg)
     summary("ddai distill", data, as_json=as_json)
     exit_if_calls_failed(data)
@@ -158,6 +152,8 @@ def check_cmd(
             out=out,
             progress=progress and not as_json,
         )
+    from ddai.pipelines.distill.check import run_check
+
     summary("ddai distill check", _run(run_check, cfg), as_json=as_json)
 
 
@@ -172,6 +168,8 @@ def convert_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Convert an SFT file between the train1 and messages shapes, byte for byte."""
+    from ddai.pipelines.distill.check import convert
+
     cfg = ConvertConfig(**settings, out=out)
     summary("ddai distill convert", _run(convert, cfg.file, cfg.out, cfg.to), as_json=as_json)
 
