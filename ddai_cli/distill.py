@@ -25,7 +25,7 @@ from ddai.cli.common import (
 from ddai.cli.fields import field_opt
 from ddai.cli.flags import config_flags, default_of, with_groups
 from ddai.pipelines.distill.configs import CheckConfig, ConvertConfig, DistillConfig, DistillError
-from ddai.pipelines.funnel.configs import ForceFlag
+from ddai.pipelines.records.rerun import ForceFlag
 from ddai.pipelines.store import workspace
 
 D, C = DistillConfig, CheckConfig

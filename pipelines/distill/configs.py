@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 from ddai.pipelines.distill.rules import ClaimRules
-from ddai.pipelines.distill.safety import Drops
 from ddai.pipelines.distill.select import Rank, SelectConfig
 from ddai.pipelines.records.schema import SUCCESS_THRESHOLD
 from ddai.pipelines.store import workspace
@@ -40,6 +39,18 @@ FORMATS: tuple[str, ...] = tuple(f.value for f in Format)
 
 
 # ---------------------------------------------------------------- distill
+
+
+@dataclass(frozen=True)
+class Drops:
+    """Which optional drops apply."""
+
+    forced: bool = False
+    system_errors: bool = False
+    repeated_queries: bool = False
+    max_system_errors: int | None = None
+    """Drop samples with more user messages holding ``[System Error:`` than this (DDAI's
+    ``build_train1_sft_dataset.py --max-system-errors``); None: no cap."""
 
 
 @dataclass(frozen=True)
@@ -135,7 +146,7 @@ class DistillConfig:
     to resume)."""
     retry_failed: bool = False
     """Call again the rewrites that failed before (else their cached failures are reported)."""
-    force: bool = False  # rerun when nothing changed (its flag: ``funnel.configs.ForceFlag``)
+    force: bool = False  # rerun when nothing changed (its flag: ``records.rerun.ForceFlag``)
     progress: bool = True
     select_cfg: SelectConfig = field(init=False, repr=False)
     claims: ClaimRules = field(init=False, repr=False)
@@ -286,7 +297,7 @@ class VetConfig:
     """Stop before the vetter spends more than this many USD (finished calls are cached: rerun to resume)."""
     retry_failed: bool = False
     """Call again the vettings that failed before (else their cached failures are reported)."""
-    force: bool = False  # rerun when nothing changed (its flag: ``funnel.configs.ForceFlag``)
+    force: bool = False  # rerun when nothing changed (its flag: ``records.rerun.ForceFlag``)
     progress: bool = True
     """Show progress bars."""
 
