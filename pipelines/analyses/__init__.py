@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 __all__ = ["AttributionConfig", "MissingData", "attribute", "drop_keep", "reward_latency"]
 _HOME = {
-    "AttributionConfig": "attribution",
+    "AttributionConfig": "configs",
     "attribute": "attribution",
     "MissingData": "carries",
     "drop_keep": "dropkeep",
@@ -22,8 +22,9 @@ _HOME = {
 }
 
 if TYPE_CHECKING:  # what the names are, for readers and type checkers; loaded lazily below
-    from ddai.pipelines.analyses.attribution import AttributionConfig, attribute
+    from ddai.pipelines.analyses.attribution import attribute
     from ddai.pipelines.analyses.carries import MissingData
+    from ddai.pipelines.analyses.configs import AttributionConfig
     from ddai.pipelines.analyses.dropkeep import drop_keep
     from ddai.pipelines.analyses.latency import reward_latency
 
