@@ -5,8 +5,7 @@ messages → think-only rewrite (optional) → safety post-pass → write the SF
 ``<out>.report.jsonl`` and ``<out>.manifest.json`` as one commit (visible together). A run whose inputs and
 parameters are unchanged is skipped (``force`` reruns it).
 
-Longer than 400 lines because ``DistillConfig`` documents each of its flag fields, whose docstrings
-are ``ddai distill``'s help.
+``DistillConfig`` (its fields are ``ddai distill``'s flags) lives in ``configs``, re-exported here.
 """
 
 from __future__ import annotations
