@@ -15,14 +15,7 @@ import typer
 from ddai.cli.app import COMMANDS
 from ddai.cli.common import JsonOpt, LogsOpt, RunsOpt, ThresholdOpt, fail, summary
 from ddai.cli.flags import config_flags, with_groups
-from ddai.pipelines.analyses import (
-    AttributionConfig,
-    attribute,
-    drop_keep,
-    reward_latency,
-    truth_eval,
-)
-from ddai.pipelines.analyses.export import RowsOut, write_rows
+from ddai.pipelines.analyses.configs import AttributionConfig, RowsOut
 from ddai.pipelines.records.schema import SUCCESS_THRESHOLD
 from ddai.pipelines.store import workspace
 
@@ -72,6 +65,9 @@ def attribution_cmd(
     """Attribute each low-scoring prompt to a search failure (no golden page retrieved), a
     generator bottleneck (golden page retrieved, answer judged wrong) or a likely wrong ground
     truth (review flag, or golden retrieved and rollouts agree on an answer the judge rejects)."""
+    from ddai.pipelines.analyses import attribute, truth_eval
+    from ddai.pipelines.analyses.export import write_rows
+
     try:
         cfg = AttributionConfig(**settings, threshold=threshold)
         df, result = attribute(workspace.logs_dir(logs), _runs(runs), cfg)
@@ -119,6 +115,9 @@ def latency_cmd(
 ) -> None:
     """Reward latency (extra.latency_s percentiles), judge timeouts and errors, and reward
     coverage (rollouts with a reward / rollouts) per run; --out writes the per-step rows."""
+    from ddai.pipelines.analyses import reward_latency
+    from ddai.pipelines.analyses.export import write_rows
+
     try:
         steps, result = reward_latency(workspace.logs_dir(logs), _runs(runs))
         if (out := RowsOut(**rows).out) is not None:
@@ -143,6 +142,9 @@ def drop_keep_cmd(
     """Zero-variance GRPO groups (every rollout scored the same: no learning signal) and per
     prompt the decision: keep (some reward variance) or drop (always zero, always full, constant);
     --out writes the decisions."""
+    from ddai.pipelines.analyses import drop_keep
+    from ddai.pipelines.analyses.export import write_rows
+
     try:
         decisions, groups, result = drop_keep(workspace.logs_dir(logs), _runs(runs))
         files = RowsOut(**to, **rows)

@@ -22,10 +22,9 @@ from ddai.cli.common import (
     summary,
 )
 from ddai.cli.flags import config_flags, with_groups
-from ddai.pipelines.backends.check import CheckConfig, check_backends
 from ddai.pipelines.backends.config import ConfigError
-from ddai.pipelines.backends.rejudge import RejudgeConfig, RejudgeError, rejudge
-from ddai.pipelines.store import StoreConflict, workspace
+from ddai.pipelines.backends.step_configs import CheckConfig, RejudgeConfig, RejudgeError
+from ddai.pipelines.store import workspace
 
 CHECK_FLAGS = config_flags(CheckConfig, {"ping": "--ping/--no-ping", "cache": "--cache"})
 """``ddai backends check``'s flags: ``CheckConfig``'s fields."""
@@ -79,6 +78,8 @@ def _backend_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 @with_groups({"settings": CHECK_FLAGS})
 def check_cmd(*, settings: dict[str, Any], as_json: JsonOpt = False) -> None:
     """List the configured backends and the roles using them, ping them, and show cache stats."""
+    from ddai.pipelines.backends.check import check_backends
+
     try:
         report = check_backends(**settings)
     except (ConfigError, ValueError) as e:
@@ -138,6 +139,9 @@ def judge_cmd(
             progress=progress and not as_json,
             retry_failed=retry_failed,
         )
+    from ddai.pipelines.backends.rejudge import rejudge
+    from ddai.pipelines.store import StoreConflict
+
     try:
         result = rejudge(cfg)
     except (RejudgeError, ConfigError) as e:

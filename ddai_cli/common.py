@@ -67,11 +67,12 @@ LogsOpt = Annotated[
 def check_run_ids(value: Any) -> Any:
     """Typer callback for run-id options: a run id that is not a safe folder name is a usage
     error (exit 2) naming the id and the characters allowed, before anything is read."""
+    given = [v for v in (value if isinstance(value, list | tuple) else [value]) if v is not None]
+    if not given:  # a group's callback runs for its sub-command's --help too: nothing to check
+        return value
     from ddai.pipelines.store.store_read import check_run_id  # the store's modules: not for --help
 
-    for v in value if isinstance(value, list | tuple) else [value]:
-        if v is None:
-            continue
+    for v in given:
         try:
             check_run_id(v)
         except ValueError as e:

@@ -23,16 +23,8 @@ from ddai.cli.common import (
     summary,
 )
 from ddai.cli.flags import config_flags, default_of, with_groups
-from ddai.pipelines.distill import (
-    CheckConfig,
-    DistillConfig,
-    DistillError,
-    convert,
-    run_check,
-    run_distill,
-)
-from ddai.pipelines.distill.check import ConvertConfig
-from ddai.pipelines.funnel.configs import ForceFlag
+from ddai.pipelines.distill.configs import CheckConfig, ConvertConfig, DistillConfig, DistillError
+from ddai.pipelines.records.rerun import ForceFlag
 from ddai.pipelines.store import workspace
 
 D, C = DistillConfig, CheckConfig
@@ -145,6 +137,8 @@ def distill_cmd(
             progress=progress and not as_json,
             retry_failed=retry_failed,
         )
+    from ddai.pipelines.distill.run import run_distill
+
     data = _run(run_distill, cfg)
     summary("ddai distill", data, as_json=as_json)
     exit_if_calls_failed(data)
@@ -168,6 +162,8 @@ def check_cmd(
             **to,
             progress=progress and not as_json,
         )
+    from ddai.pipelines.distill.check import run_check
+
     summary("ddai distill check", _run(run_check, cfg), as_json=as_json)
 
 
@@ -181,6 +177,8 @@ def convert_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Convert an SFT file between the train1 and messages shapes, byte for byte."""
+    from ddai.pipelines.distill.check import convert
+
     cfg = ConvertConfig(**settings)
     summary("ddai distill convert", _run(convert, cfg.file, cfg.out, cfg.to), as_json=as_json)
 

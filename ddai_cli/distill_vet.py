@@ -22,7 +22,7 @@ from ddai.cli.common import (
 from ddai.cli.distill import RERUN_FLAGS
 from ddai.cli.flags import config_flags, default_of, with_groups
 from ddai.cli.running import sub_app
-from ddai.pipelines.distill.vet import VetConfig, VetError, run_vet
+from ddai.pipelines.distill.configs import VetConfig, VetError
 
 VET_FLAGS = config_flags(
     VetConfig,
@@ -57,6 +57,8 @@ def distill_vet_command(
             **settings,
             **rerun,
         )
+        from ddai.pipelines.distill.vet import run_vet
+
         try:
             data = run_vet(cfg)
         except VetError as e:

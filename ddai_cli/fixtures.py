@@ -9,7 +9,6 @@ import typer
 from ddai.cli.app import COMMANDS
 from ddai.cli.common import JsonOpt, ProgressOpt, bad_input_exits, summary
 from ddai.cli.flags import config_flags, with_groups
-from ddai.pipelines.fixtures import make_world
 from ddai.pipelines.fixtures.world import MakeConfig
 
 fixtures_app = typer.Typer(
@@ -20,6 +19,8 @@ fixtures_app = typer.Typer(
 
 
 def _make(cfg: MakeConfig) -> dict:
+    from ddai.pipelines.fixtures import make_world  # the writer and simulated runs: not for --help
+
     if not cfg.progress:
         return make_world(cfg.out, seed=cfg.seed, size=cfg.size)
     # rich's progress and console: loaded when the bar is drawn, not for --help

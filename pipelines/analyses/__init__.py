@@ -4,11 +4,41 @@ reward latency and coverage, and zero-variance GRPO groups with the prompts to d
 Each analysis is a view in ``sql/`` (``failure_attribution``, ``reward_latency``,
 ``zero_variance_groups`` / ``drop_keep``); these modules check that the runs carry what the view
 needs, bind its parameters and summarize its rows for the CLI and the report.
+
+Each name below is loaded from its module at first use (PEP 562): ``ddai eval``, which reads
+``evaluation`` alone, loads none of the analyses.
 """
 
-from ddai.pipelines.analyses.attribution import AttributionConfig, attribute
-from ddai.pipelines.analyses.carries import MissingData
-from ddai.pipelines.analyses.dropkeep import drop_keep
-from ddai.pipelines.analyses.latency import reward_latency
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __all__ = ["AttributionConfig", "MissingData", "attribute", "drop_keep", "reward_latency"]
+_HOME = {
+    "AttributionConfig": "configs",
+    "attribute": "attribution",
+    "MissingData": "carries",
+    "drop_keep": "dropkeep",
+    "reward_latency": "latency",
+}
+
+if TYPE_CHECKING:  # what the names are, for readers and type checkers; loaded lazily below
+    from ddai.pipelines.analyses.attribution import attribute
+    from ddai.pipelines.analyses.carries import MissingData
+    from ddai.pipelines.analyses.configs import AttributionConfig
+    from ddai.pipelines.analyses.dropkeep import drop_keep
+    from ddai.pipelines.analyses.latency import reward_latency
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOME.get(name)
+    if (
+        home is None
+    ):  # a submodule (``from ddai.pipelines.analyses import truth_eval``) imports as usual
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value  # the next read is a plain attribute (and monkeypatch sees it)
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_HOME})

@@ -5,9 +5,9 @@ A CSV's text cells are escaped for spreadsheets (``csv_cells``)."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
+from ddai.pipelines.analyses.configs import RowsOut  # noqa: F401 (re-exported)
 from ddai.pipelines.records import csv_cells
 from ddai.pipelines.records.lazy import lazy_module
 from ddai.pipelines.store import io
@@ -15,17 +15,6 @@ from ddai.pipelines.store import io
 pl = lazy_module("polars")
 
 FORMATS = (".csv", ".parquet", ".jsonl")
-
-
-@dataclass(frozen=True)
-class RowsOut:
-    """Where ``ddai analyze …`` writes its rows (the flags ``--out`` and ``--groups-out``)."""
-
-    out: Path | None = None
-    """Write the per-prompt rows here (.csv, .parquet or .jsonl), atomically."""
-    groups_out: Path | None = None
-    """Write the zero-variance GRPO groups (run, step, uid, score) here (.csv, .parquet or
-    .jsonl)."""
 
 
 def write_rows(path: str | os.PathLike[str], df: pl.DataFrame) -> Path:

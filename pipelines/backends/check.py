@@ -10,7 +10,6 @@ the role, the backend's URL and the failure (an HTTP status as ``http-500``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from ddai.pipelines.backends.base import (
 )
 from ddai.pipelines.backends.cache import CallCache
 from ddai.pipelines.backends.config import KINDS, LOCAL_DEFAULT, backend_name, configured
+from ddai.pipelines.backends.step_configs import CheckConfig  # noqa: F401 (re-exported)
 from ddai.pipelines.records.lazy import lazy_module
 from ddai.pipelines.store import workspace
 
@@ -66,20 +66,6 @@ async def _ping_one(main: Any, probes: list[tuple[str, Any]], url: str) -> dict[
 
 async def _ping_all(pings: list[tuple[Any, list[tuple[str, Any]], str]]) -> list[dict[str, Any]]:
     return list(await asyncio.gather(*(_ping_one(*p) for p in pings)))
-
-
-@dataclass(frozen=True)
-class CheckConfig:
-    """``ddai backends check``'s settings (``check_backends``); ``ddai judge`` reads the same
-    call cache flag."""
-
-    ping: bool = True
-    """Ping every remote backend with a real call: models one small uncached completion per judge
-    or generator role using them (else a metadata call, no tokens); search services their /health
-    route when they have one, then one query."""
-    cache: Path | None = None
-    """Call cache file (SQLite). Default: <workspace>/cache/calls.sqlite, the workspace being
-    $DDAI_HOME or ./ddai-work."""
 
 
 def check_backends(

@@ -30,41 +30,11 @@ from typing import Any
 
 from ddai.pipelines import store
 from ddai.pipelines.backends import JudgeRequest, get_backend, run_sync
+from ddai.pipelines.backends.step_configs import RejudgeConfig, RejudgeError
 from ddai.pipelines.records.lazy import lazy_module
 from ddai.pipelines.store import run_stats
 
 pa = lazy_module("pyarrow")
-
-
-class RejudgeError(ValueError):
-    """Bad input for ``rejudge`` (a missing run, a bad output name); the message says the fix."""
-
-
-@dataclass(frozen=True)
-class RejudgeConfig:
-    """``ddai judge``: rescore ``run``'s answers with a judge backend."""
-
-    logs: Path
-    run: str
-    """The run whose answers to (re)score."""
-    judge: str | None = None
-    """Judge backend name from ddai.toml [backends] (or `local`). Default: $DDAI_JUDGE, then
-    ddai.toml [roles] judge, then local."""
-    out_run: str | None = None
-    """Run id to write the rescored run to. Default: <run>@<judge>."""
-    in_place: bool = False
-    """Write the new scores into --run itself (old ones kept in extra)."""
-    dry_run: bool = False
-    """Count the calls and their estimated cost; call and write nothing."""
-    max_cost: float | None = None
-    """Stop before spending more than this many USD (rerun to resume)."""
-    cache: Path | bool | None = None  # None: the workspace's call cache; False: none
-    progress: bool | None = None
-    retry_failed: bool = False  # call again what failed before (else: the cached failure)
-
-    def __post_init__(self) -> None:
-        if self.in_place and self.out_run:
-            raise ValueError("--in-place and --out-run exclude each other; pick one")
 
 
 @dataclass

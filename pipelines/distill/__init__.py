@@ -14,14 +14,30 @@ faults), ``rewrite`` (think-only rewrite through a backend), ``safety`` (the pos
 ``formats`` (train1 and messages Parquet), ``stream`` (the selected rollouts to samples, batch by
 batch, in bounded memory), ``run`` (the distill step), ``check`` (the post-pass
 over an existing file, shape conversion).
+
+Each name below is loaded from its module at first use (PEP 562): ``ddai distill --help`` reads the
+configs alone and loads neither the step nor its backends, rich progress or store writers.
 """
 
-from ddai.pipelines.distill.check import CheckConfig, convert, run_check
-from ddai.pipelines.distill.formats import FORMATS
-from ddai.pipelines.distill.rules import DEFAULT_CLAIM_PATTERNS, ClaimRules
-from ddai.pipelines.distill.run import DistillConfig, DistillError, run_distill
-from ddai.pipelines.distill.safety import Candidate, Drops, Event, Sample, post_pass
+import importlib
+from typing import TYPE_CHECKING, Any
 
+_HOME = {
+    "CheckConfig": "check",
+    "convert": "check",
+    "run_check": "check",
+    "FORMATS": "formats",
+    "DEFAULT_CLAIM_PATTERNS": "rules",
+    "ClaimRules": "rules",
+    "DistillConfig": "run",
+    "DistillError": "run",
+    "run_distill": "run",
+    "Candidate": "safety",
+    "Drops": "safety",
+    "Event": "safety",
+    "Sample": "safety",
+    "post_pass": "safety",
+}
 __all__ = [
     "DEFAULT_CLAIM_PATTERNS",
     "FORMATS",
@@ -38,3 +54,23 @@ __all__ = [
     "run_check",
     "run_distill",
 ]
+
+if TYPE_CHECKING:  # what the names are, for readers and type checkers; loaded lazily below
+    from ddai.pipelines.distill.check import CheckConfig, convert, run_check
+    from ddai.pipelines.distill.formats import FORMATS
+    from ddai.pipelines.distill.rules import DEFAULT_CLAIM_PATTERNS, ClaimRules
+    from ddai.pipelines.distill.run import DistillConfig, DistillError, run_distill
+    from ddai.pipelines.distill.safety import Candidate, Drops, Event, Sample, post_pass
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOME.get(name)
+    if home is None:  # a submodule (``from ddai.pipelines.distill import fetch``) imports as usual
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value  # the next read is a plain attribute (and monkeypatch sees it)
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_HOME})

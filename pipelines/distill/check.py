@@ -3,55 +3,18 @@ and a file's conversion between the train1 and messages shapes."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from ddai.pipelines.distill import formats
-from ddai.pipelines.distill.rules import ClaimRules
-from ddai.pipelines.distill.run import progress_iter, report_path, write_report
+from ddai.pipelines.distill.configs import CheckConfig, ConvertConfig  # noqa: F401 (re-exported)
+from ddai.pipelines.distill.run import progress_iter, write_report
 from ddai.pipelines.distill.safety import Candidate, Drops, Sample, post_pass, reconcile
-from ddai.pipelines.store import manifest, workspace
+from ddai.pipelines.store import manifest
 
 CHECK_STEP = "distill.check"
 CONVERT_STEP = "distill.convert"
-
-
-@dataclass
-class CheckConfig:
-    """``ddai distill check``: the post-pass over an existing SFT file (the drop flags' help is
-    ``DistillConfig``'s)."""
-
-    file: Path
-    """An SFT Parquet file (train1 or messages shape)."""
-    original: Path | None = None
-    """The same samples before their rewrite: enables the rollback rules (outside-think
-    changes, action tags, new observation claims)."""
-    out: Path | None = None
-    """Write the cleaned file here (same shape as FILE)."""
-    report: Path | None = None
-    """The report JSONL. Default: <out>.report.jsonl; without --out,
-    <workspace>/checks/<FILE name>.report.jsonl (the workspace: $DDAI_HOME or ./ddai-work), so
-    nothing is written beside FILE."""
-    drop_forced: bool = False
-    drop_system_errors: bool = False
-    drop_repeated_queries: bool = False
-    claim_patterns: list[str] | None = None
-    progress: bool = True
-    claims: ClaimRules = field(init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        if self.out is not None and Path(self.out).suffix != ".parquet":
-            raise ValueError(f"--out {self.out}: the SFT file is Parquet; name it *.parquet")
-        self.claims = ClaimRules.of(self.claim_patterns)
-
-    @property
-    def report_file(self) -> Path:
-        if self.report is not None:
-            return self.report
-        if self.out is not None:
-            return report_path(self.out)
-        return report_path(workspace.home() / "checks" / Path(self.file).name)
 
 
 def check_candidates(
@@ -113,18 +76,6 @@ def run_check(cfg: CheckConfig) -> dict[str, Any]:
         manifest.write(cfg.out, record)
         summary["output"] = str(cfg.out)
     return summary
-
-
-@dataclass(frozen=True)
-class ConvertConfig:
-    """``ddai distill convert``: one SFT file in the other shape."""
-
-    file: Path
-    """The SFT Parquet file to convert (train1 or messages shape)."""
-    to: formats.Format
-    """The shape to write."""
-    out: Path
-    """The Parquet file to write."""
 
 
 def convert(file: Path, out: Path, fmt: str) -> dict[str, Any]:

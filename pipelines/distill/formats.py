@@ -17,10 +17,10 @@ import functools
 import json
 import os
 from collections.abc import Sequence
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from ddai.pipelines.distill.configs import FORMATS, Format  # noqa: F401 (re-exported)
 from ddai.pipelines.distill.safety import Sample
 from ddai.pipelines.distill.thinks import Message
 from ddai.pipelines.records.lazy import lazy_module
@@ -30,14 +30,6 @@ pa = lazy_module("pyarrow")
 pq = lazy_module("pyarrow.parquet")
 
 
-class Format(StrEnum):
-    """An SFT file's shape (a flag's choices)."""
-
-    TRAIN1 = "train1"
-    MESSAGES = "messages"
-
-
-FORMATS: tuple[str, ...] = tuple(f.value for f in Format)
 FORMAT_VERSION = "v1"
 
 

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ddai.pipelines.backends import RewriteRequest, RewriteResult, ThinkRewriter, run_sync
+from ddai.pipelines.distill.configs import Chunking
 from ddai.pipelines.distill.safety import Candidate, Event
 from ddai.pipelines.distill.thinks import Message, think_slots
 
@@ -22,22 +23,6 @@ REWRITE_COUNT_MISMATCH = "rewrite-count-mismatch"
 # Failure reasons of the backend layer that mean "stopped by --max-cost" / "wrong think count".
 _MAX_COST = "max-cost"
 _THINK_COUNT = "think-count"
-
-
-@dataclass(frozen=True)
-class Chunking:
-    """At most ``max_thinks`` thinks and about ``max_chars`` characters per request (a single
-    longer think still goes alone)."""
-
-    max_thinks: int = 8
-    max_chars: int = 12_000
-
-    def __post_init__(self) -> None:
-        if self.max_thinks < 1 or self.max_chars < 1:
-            raise ValueError(
-                f"chunking needs max_thinks >= 1 and max_chars >= 1, got {self.max_thinks}, "
-                f"{self.max_chars}"
-            )
 
 
 def chunk(texts: Sequence[str], chunking: Chunking) -> list[tuple[int, int]]:

@@ -5,8 +5,7 @@ messages → think-only rewrite (optional) → safety post-pass → write the SF
 ``<out>.report.jsonl`` and ``<out>.manifest.json`` as one commit (visible together). A run whose inputs and
 parameters are unchanged is skipped (``force`` reruns it).
 
-Longer than 400 lines because ``DistillConfig`` documents each of its flag fields, whose docstrings
-are ``ddai distill``'s help.
+``DistillConfig`` (its fields are ``ddai distill``'s flags) lives in ``configs``, re-exported here.
 """
 
 from __future__ import annotations
@@ -15,8 +14,6 @@ import os
 import shutil
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field, fields
-from enum import StrEnum
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -24,13 +21,18 @@ from rich.progress import Progress, track
 
 from ddai.pipelines import store
 from ddai.pipelines.backends.usage import FAILED_CALLS, failed_calls
-from ddai.pipelines.distill import fetch, formats, rewrite, stream
+from ddai.pipelines.distill import fetch, rewrite, stream
+from ddai.pipelines.distill.configs import (  # noqa: F401 (re-exported)
+    REPORT_SUFFIX,
+    REWRITE_MODES,
+    DistillConfig,
+    DistillError,
+    RewriteMode,
+    report_path,
+)
 from ddai.pipelines.distill.rebuild import load_system_prompt
-from ddai.pipelines.distill.rules import ClaimRules
-from ddai.pipelines.distill.safety import Drops, PostPass, PostPassResult, report_lines
-from ddai.pipelines.distill.select import Rank, SelectConfig
+from ddai.pipelines.distill.safety import PostPass, PostPassResult, report_lines
 from ddai.pipelines.records.lazy import lazy_module
-from ddai.pipelines.records.schema import SUCCESS_THRESHOLD
 from ddai.pipelines.store import capabilities, fileset, io, manifest, objstore, stage
 
 pa = lazy_module("pyarrow")
@@ -38,155 +40,7 @@ pa = lazy_module("pyarrow")
 STEP = "distill"
 
 
-class RewriteMode(StrEnum):
-    """What goes through the rewriter (a flag's choices)."""
-
-    THINK_ONLY = "think-only"
-    NONE = "none"
-
-
-REWRITE_MODES: tuple[str, ...] = tuple(m.value for m in RewriteMode)
-REPORT_SUFFIX = ".report.jsonl"
-
 T = TypeVar("T")
-
-
-class DistillError(RuntimeError):
-    """The step ran but could not finish (e.g. stopped by ``--max-cost``); exit code 1."""
-
-
-def report_path(output: str | os.PathLike[str]) -> Path:
-    return Path(f"{output}{REPORT_SUFFIX}")
-
-
-@dataclass
-class DistillConfig:
-    """One ``ddai distill`` run; each field is a flag (its docstring the flag's help; the
-    post-pass drops are also ``ddai distill check``'s flags)."""
-
-    logs: Path
-    """The log store."""
-    runs: list[str]
-    """Run id to distill (required; repeat to pool several runs). Each run needs parsed turns."""
-    out: Path
-    """The SFT Parquet file to write (required)."""
-    success_rate_max: float = 0.5
-    """Keep prompts whose success rate is > 0 and <= this."""
-    top_k: int = 4
-    """Successful rollouts kept per prompt, best first (see --rank)."""
-    rank: Rank = Rank.DDAI
-    """ddai: DDAI's finalize order (NDCG desc, fewer searches, fewer bboxes, shorter assistant
-    text, then log order); reward: reward desc, NDCG desc, fewer actions, rollout_idx."""
-    success_threshold: float = SUCCESS_THRESHOLD
-    """The success rule's threshold on judge_score (the flag: the commands' shared
-    ``--success-threshold``)."""
-    rewrite: RewriteMode = RewriteMode.THINK_ONLY
-    """think-only: rewrite thinks only; none: no rewriter."""
-    rewriter: str | None = None
-    """Rewriter backend name (ddai.toml [backends.NAME]). Default: $DDAI_REWRITER, ddai.toml
-    [roles] rewriter, else identity (no model)."""
-    fmt: formats.Format = formats.Format.TRAIN1
-    """train1: DDAI's (uid, format_version, messages JSON); messages: TRL's conversational shape
-    for `ddai train sft`."""
-    system_prompt: Path | None = None
-    """System prompt file (used as written) for logs without extra.system_prompt. Default: the
-    bundled DDAI Searcher prompt."""
-    drop_forced: bool = False
-    """Drop samples holding a forced max-turn completion (DDAI's injected 'Maximum turn limit
-    reached' turn or a paraphrase of it)."""
-    drop_system_errors: bool = False
-    """Drop samples with a '[System Error: …]' observation."""
-    drop_repeated_queries: bool = False
-    """Drop samples that send the same search query twice (whitespace and case ignored)."""
-    max_system_errors: int | None = None
-    """Drop samples with more than N '[System Error:' observations (DDAI's train1 build: 1).
-    Default: no cap."""
-    val_ratio: float = 0.0
-    """Share of the samples written to --val-out instead (DDAI's split: round(n·ratio), at least
-    1 of 2 or more, drawn with --seed; DDAI used 0.1). 0: no split."""
-    seed: int = 42
-    """The train/val split's random seed (DDAI's: 42)."""
-    val_out: Path | None = None
-    """The validation Parquet file, beside --out (default: <out>.val.parquet; DDAI's names: --out
-    DIR/train1.parquet --val-out DIR/val1.parquet)."""
-    claim_patterns: list[str] | None = None
-    """Observation-claim regex a rewritten think may not add (repeatable; replaces the built-in
-    list; default: ddai.toml [distill] claim_patterns, else the built-in list)."""
-    max_thinks_per_call: int = 8
-    """Split a trajectory's thinks into requests of at most this many."""
-    max_chars_per_call: int = 12_000
-    dry_run: bool = False
-    """Count rewrite calls and their estimated cost; write nothing, call nothing."""
-    max_cost: float | None = None
-    """Stop before the rewriter spends more than this many USD (finished calls are cached: rerun
-    to resume)."""
-    retry_failed: bool = False
-    """Call again the rewrites that failed before (else their cached failures are reported)."""
-    force: bool = False  # rerun when nothing changed (its flag: ``funnel.configs.ForceFlag``)
-    progress: bool = True
-    select_cfg: SelectConfig = field(init=False, repr=False)
-    claims: ClaimRules = field(init=False, repr=False)
-    chunking: rewrite.Chunking = field(init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        if not self.runs:
-            raise ValueError("name the run(s) to distill with --run (see `ddai runs`)")
-        if self.rewrite not in REWRITE_MODES:
-            raise ValueError(f"--rewrite {self.rewrite!r}: use one of {', '.join(REWRITE_MODES)}")
-        if self.fmt not in formats.FORMATS:
-            raise ValueError(f"--format {self.fmt!r}: use one of {', '.join(formats.FORMATS)}")
-        if Path(self.out).suffix != ".parquet":
-            raise ValueError(f"--out {self.out}: the SFT file is Parquet; name it *.parquet")
-        if self.max_cost is not None and self.max_cost < 0:
-            raise ValueError(f"--max-cost must be >= 0 USD, got {self.max_cost}")
-        if self.max_system_errors is not None and self.max_system_errors < 0:
-            raise ValueError(f"--max-system-errors must be >= 0, got {self.max_system_errors}")
-        if not 0.0 <= self.val_ratio < 1.0:
-            raise ValueError(f"--val-ratio must be in [0, 1), got {self.val_ratio}")
-        if self.val_ratio > 0:
-            if self.val_out is None:
-                self.val_out = Path(self.out).with_suffix(".val.parquet")
-            v, o = Path(self.val_out), Path(self.out)
-            if v.suffix != ".parquet" or v == o or v.parent != o.parent:
-                raise ValueError(
-                    f"--val-out {v}: name a Parquet file other than --out, in its folder "
-                    f"({o.parent}; the files are committed together)"
-                )
-        elif self.val_out is not None:
-            raise ValueError("--val-out needs --val-ratio > 0 (the share of samples it gets)")
-        self.select_cfg = SelectConfig(
-            self.success_threshold, self.success_rate_max, self.top_k, self.rank
-        )
-        self.claims = ClaimRules.of(self.claim_patterns)
-        self.chunking = rewrite.Chunking(self.max_thinks_per_call, self.max_chars_per_call)
-
-    @property
-    def drops(self) -> Drops:
-        return Drops(
-            self.drop_forced,
-            self.drop_system_errors,
-            self.drop_repeated_queries,
-            self.max_system_errors,
-        )
-
-    def params(self, rewriter_name: str | None) -> dict[str, Any]:
-        """What decides the output (the manifest's parameters; a change reruns the step)."""
-        # Not part of the result: where things are, how the run is watched, the spending cap.
-        skip = {"logs", "out", "dry_run", "force", "progress", "max_cost", "retry_failed"}
-        skip |= {"select_cfg", "claims", "chunking", "val_out"}
-        # fields added later enter the parameters only when set, so an earlier run's
-        # manifest stays fresh
-        new = {"max_system_errors": None, "val_ratio": 0.0}
-        p = {
-            f.name: getattr(self, f.name)
-            for f in fields(self)
-            if f.name not in skip and not (f.name in new and getattr(self, f.name) == new[f.name])
-        }
-        if self.val_ratio == 0.0:  # the seed decides nothing without a split
-            p.pop("seed")
-        p["rewriter"] = rewriter_name
-        p["claim_patterns"] = list(self.claims.patterns)
-        return p
 
 
 def progress_iter(items: Sequence[T], on: bool, what: str) -> Iterable[T]:

@@ -25,6 +25,7 @@ from typing import Any
 
 from ddai.pipelines.distill import findings as fnd
 from ddai.pipelines.distill import rules
+from ddai.pipelines.distill.configs import Drops
 from ddai.pipelines.distill.thinks import Message, Slot, split_thinks, think_slots, with_thinks
 
 # Optional drop reasons.
@@ -54,18 +55,6 @@ class Event:
 
     def to_dict(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v is not None}
-
-
-@dataclass(frozen=True)
-class Drops:
-    """Which optional drops apply."""
-
-    forced: bool = False
-    system_errors: bool = False
-    repeated_queries: bool = False
-    max_system_errors: int | None = None
-    """Drop samples with more user messages holding ``[System Error:`` than this (DDAI's
-    ``build_train1_sft_dataset.py --max-system-errors``); None: no cap."""
 
 
 @dataclass

@@ -19,13 +19,20 @@ from __future__ import annotations
 import itertools
 import json
 from collections import Counter
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ddai.pipelines.backends.base import VetRequest, VetResult
 from ddai.pipelines.backends.usage import FAILED_CALLS, failed_calls
 from ddai.pipelines.distill import formats
+from ddai.pipelines.distill.configs import (  # noqa: F401 (re-exported)
+    CRITERIA,
+    ON_ERROR,
+    REPORT_SUFFIX,
+    VetConfig,
+    VetError,
+)
 from ddai.pipelines.distill.findings import is_system_error
 from ddai.pipelines.distill.thinks import Message
 from ddai.pipelines.records.lazy import lazy_module
@@ -36,73 +43,9 @@ pa = lazy_module("pyarrow")
 pq = lazy_module("pyarrow.parquet")
 
 VET_STEP = "distill.vet"
-CRITERIA = ("both", "rollout", "queries")
-ON_ERROR = ("drop", "keep")
-REPORT_SUFFIX = ".report.jsonl"
 CALL_FAILED = "call-failed"
 UNSPECIFIED = "unspecified"
 """The reason of a rollout-set failure whose vetter named no criterion."""
-
-
-class VetError(RuntimeError):
-    """The step ran but could not finish (stopped by ``--max-cost``); exit code 1."""
-
-
-@dataclass
-class VetConfig:
-    """One ``ddai distill vet`` run; each field is a flag."""
-
-    file: Path
-    """The SFT Parquet file to vet (train1 or messages shape; other columns are kept)."""
-    out: Path
-    """The Parquet file of the kept trajectories (the input's rows and columns, unchanged)."""
-    criteria: str = "both"
-    """DDAI's criteria sets: `rollout` (pass/fail: query collapse, repetitive actions, gibberish, evidence mismatch, format violation), `queries` (a label per search query: a gibberish or code query drops the trajectory, drift is kept and labelled), or `both` (dropped when either fails)."""
-    vetter: str | None = None
-    """Vetter backend name (ddai.toml [backends.NAME]). Default: $DDAI_VETTER, ddai.toml [roles] vetter, else `local` (text heuristics, no model)."""
-    max_think_chars: int = 480
-    """Each think is cut to this many characters before it is sent (DDAI's default)."""
-    on_error: str = "drop"
-    """A trajectory whose vetting call failed: `drop` it or `keep` it (counted either way; the command exits 1)."""
-    dry_run: bool = False
-    """Count the vetting calls and their estimated cost; write nothing, call nothing."""
-    max_cost: float | None = None
-    """Stop before the vetter spends more than this many USD (finished calls are cached: rerun to resume)."""
-    retry_failed: bool = False
-    """Call again the vettings that failed before (else their cached failures are reported)."""
-    force: bool = False  # rerun when nothing changed (its flag: ``funnel.configs.ForceFlag``)
-    progress: bool = True
-    """Show progress bars."""
-
-    def __post_init__(self) -> None:
-        if self.criteria not in CRITERIA:
-            raise ValueError(f"--criteria {self.criteria!r}: use one of {', '.join(CRITERIA)}")
-        if self.on_error not in ON_ERROR:
-            raise ValueError(f"--on-error {self.on_error!r}: use one of {', '.join(ON_ERROR)}")
-        if Path(self.out).suffix != ".parquet":
-            raise ValueError(f"--out {self.out}: the SFT file is Parquet; name it *.parquet")
-        if Path(self.out).resolve() == Path(self.file).resolve():
-            raise ValueError(f"--out {self.out} is the input file; write the kept rows elsewhere")
-        if self.max_think_chars < 1:
-            raise ValueError(f"--max-think-chars must be >= 1, got {self.max_think_chars}")
-        if self.max_cost is not None and self.max_cost < 0:
-            raise ValueError(f"--max-cost must be >= 0 USD, got {self.max_cost}")
-
-    @property
-    def sets(self) -> tuple[str, ...]:
-        return ("rollout", "queries") if self.criteria == "both" else (self.criteria,)
-
-    @property
-    def report(self) -> Path:
-        return Path(f"{self.out}{REPORT_SUFFIX}")
-
-    def params(self, vetter_name: str | None) -> dict[str, Any]:
-        skip = {"file", "out", "dry_run", "force", "progress", "max_cost", "retry_failed"}
-        p = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
-        p["vetter"] = vetter_name
-        return p
-
-
 # ---------------------------------------------------------------- a trajectory's requests
 
 

@@ -12,6 +12,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from ddai.pipelines.records.rerun import ForceFlag
 from ddai.pipelines.records.schema import SUCCESS_THRESHOLD
 
 # bucket
@@ -80,14 +81,6 @@ class DatasetFlag:
 
     dataset: Path
     """The prompt set (Parquet with an `id` column)."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class ForceFlag:
-    """A step whose inputs and parameters are unchanged is skipped unless ``force``."""
-
-    force: bool = False
-    """Rerun even when inputs and parameters are unchanged."""
 
 
 @dataclass(frozen=True, kw_only=True)

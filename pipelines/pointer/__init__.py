@@ -8,6 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+DEFAULT_THRESHOLD = 1.0
+"""The default correctness threshold of a VQA answer: full VQAv2 credit, i.e. at least 4 of 10
+annotators gave it (here, not in ``vqa``, so that configs read it without loading the backends)."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class Rerun:

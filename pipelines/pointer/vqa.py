@@ -19,6 +19,7 @@ from typing import Any
 from ddai.pipelines.backends import VQARequest, get_backend, run_sync
 from ddai.pipelines.backends.media import IMAGE_SLOT
 from ddai.pipelines.backends.vqa_simulator import VQASimulator
+from ddai.pipelines.pointer import DEFAULT_THRESHOLD
 from ddai.pipelines.records.metrics import anls, exact_match, vqa_accuracy, vqa_accuracy_symmetric
 from ddai.pipelines.records.progress import bar
 
@@ -28,8 +29,6 @@ SCORERS: dict[str, Callable[[str, list[str]], float]] = {
     "anls": anls,
     "em": exact_match,
 }
-# Default correctness threshold: full VQAv2 credit, i.e. at least 4 of 10 annotators gave it.
-DEFAULT_THRESHOLD = 1.0
 
 
 def scorer(metric: str) -> Callable[[str, list[str]], float]:

@@ -6,8 +6,6 @@ import errno
 import ipaddress
 import os
 import re
-import secrets
-import socket
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -43,6 +41,8 @@ EXIT_CANNOT_LISTEN = 3
 def check_port(host: str, port: int) -> None:
     """Bind ``host:port`` as uvicorn will, then let it go: OSError naming the address and the
     way out when it is taken or not this machine's, before anything slow is loaded."""
+    import socket  # here, not at the top: ``ddai serve --help`` reads this module's config
+
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family=family) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -225,6 +225,8 @@ class ServeConfig:
     def require_token(self) -> str | None:
         """The token in force: a new random one when the host is not loopback and none was given."""
         if self.token is None and not is_loopback(self.host):
+            import secrets  # with hmac, hashlib, random: only when a token is drawn
+
             self.token = secrets.token_urlsafe(24)
         return self.token
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ddai.pipelines.analyses import evaluation
-from ddai.pipelines.store import store_read, workspace
+from ddai.pipelines.store import workspace
 from ddai.trainer.common import TrainConfigError
 from ddai.trainer.episode.collect import CollectConfig, run_collect
 
@@ -58,6 +58,8 @@ class EvalResult:
 
 def run_eval(cfg: EvalConfig, backends: Any | None = None) -> EvalResult:
     """Roll the policy out over ``cfg.data``, log the run, score it by the set's categories."""
+    from ddai.pipelines.store import store_read  # the store's readers: not for ``ddai eval --help``
+
     logs = workspace.logs_dir(cfg.logs)
     cfg.run_id = cfg.run_id or f"eval_{time.strftime('%Y%m%d_%H%M%S')}"
     if not cfg.append and cfg.run_id in store_read.list_runs(logs):

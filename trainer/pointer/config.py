@@ -14,8 +14,7 @@ import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from ddai.pipelines.pointer import Rerun
-from ddai.pipelines.pointer.vqa import DEFAULT_THRESHOLD
+from ddai.pipelines.pointer import DEFAULT_THRESHOLD, Rerun
 
 CORRECTNESS_MODES = ("01", "pm1")
 QUALITY_SOURCES = ("none", "beam", "logprob")

@@ -1,0 +1,94 @@
+"""What each command's ``--help`` costs in modules: every command, with every sub-command's
+``--help`` under it, in a fresh interpreter, adds at most ``HELP_MODULE_BOUND`` modules to those of
+``import typer, rich`` (the floor the help speed is measured against). A config in a heavy module,
+an eager package ``__init__`` or a CLI module importing the step it runs shows up here as the
+command's count jumping (``ddai distill --help`` added 163 modules when its package's ``__init__``
+loaded the step)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from ddai.cli.app import COMMANDS
+
+ROOT = Path(__file__).resolve().parents[2]
+HELP_MODULE_BOUND = 55
+"""Modules one command's help (all its sub-commands' included) may add to ``typer`` and ``rich``
+(about 150). Largest today: ``pointer`` (~50: the pointer configs, the episode configs its flags
+share with the trainers, the embedding store's Parquet paths)."""
+
+
+def _added_modules(name: str, prelude: str = "") -> list[str]:
+    """The modules ``ddai NAME --help`` and every ``ddai NAME SUB… --help`` import, in one fresh
+    interpreter, beyond what ``import typer, rich`` imported there first."""
+    code = (
+        "import contextlib, io, json, sys\n"
+        "import typer, rich\n"
+        "floor = set(sys.modules)\n"
+        "from ddai.cli.app import load_command, main\n"
+        f"{prelude}"
+        "paths = []\n"
+        "def walk(command, words):\n"
+        "    paths.append(words)\n"
+        "    for sub_name, sub in getattr(command, 'commands', {}).items():\n"
+        "        walk(sub, [*words, sub_name])\n"
+        "walk(load_command(sys.argv[1]), [sys.argv[1]])\n"
+        "for words in paths:\n"
+        "    sys.argv = ['ddai', *words, '--help']\n"
+        "    try:\n"
+        "        with contextlib.redirect_stdout(io.StringIO()):\n"
+        "            main()\n"
+        "    except SystemExit as e:\n"
+        "        assert not e.code, (words, e.code)\n"
+        "print('ADDED ' + json.dumps(sorted(set(sys.modules) - floor)))\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code, name], capture_output=True, text=True, cwd=ROOT)
+    assert p.returncode == 0, p.stderr[-2000:]
+    line = next(x for x in p.stdout.splitlines() if x.startswith("ADDED "))
+    return json.loads(line[len("ADDED ") :])
+
+
+def _over_bound(added: dict[str, list[str]]) -> str:
+    """The commands over the bound, worst first, each with the ddai modules it loaded (where a
+    fix starts) and how many others."""
+    over = sorted(
+        ((n, mods) for n, mods in added.items() if len(mods) > HELP_MODULE_BOUND),
+        key=lambda item: -len(item[1]),
+    )
+    lines = []
+    for n, mods in over:
+        ours = [m for m in mods if m.startswith("ddai.")]
+        lines.append(
+            f"ddai {n} --help: +{len(mods)} modules ({len(mods) - len(ours)} outside ddai); "
+            f"ddai's: {', '.join(ours)}"
+        )
+    return "\n".join(lines)
+
+
+def test_every_commands_help_adds_few_modules_to_typer_and_rich():
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        added = dict(zip(COMMANDS, pool.map(_added_modules, COMMANDS), strict=True))
+    assert set(added) == set(COMMANDS) and len(added) > 15
+    # what is measured: the command's own module, not only the registry
+    assert all(f"ddai.cli.{COMMANDS[n].modules[0]}" in mods for n, mods in added.items())
+    assert _over_bound(added) == ""
+
+
+def test_help_cost_check_names_a_command_that_loads_its_step():
+    """The bound can fail: a command whose module loads the step it runs is named, with the
+    modules it pulled in."""
+    prelude = (
+        "import ddai.cli.report as report\n"
+        "def register(app, _register=report.register):\n"
+        "    import ddai.pipelines.distill.run\n"
+        "    return _register(app)\n"
+        "report.register = register\n"
+    )
+    added = {"report": _added_modules("report", prelude), "runs": _added_modules("runs")}
+    message = _over_bound(added)
+    assert message.startswith("ddai report --help: +"), message
+    assert "ddai.pipelines.distill.run" in message and "ddai runs" not in message
