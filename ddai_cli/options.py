@@ -12,14 +12,16 @@ from typing import Any
 
 from ddai.cli.common import check_run_ids, fail
 from ddai.cli.flags import config_flags, default_of, with_groups
+
+# re-exported for the commands that read them here
+from ddai.cli.running import device_options, parse_floats
 from ddai.trainer.episode.config import (
     EpisodeBackends,
     EpisodeConfig,
     RewardOverrides,
 )
-from ddai.trainer.run_settings import LaunchSettings
 
-__all__ = ["default_of"]  # re-exported for the commands that read defaults here
+__all__ = ["default_of", "device_options", "parse_floats"]
 
 Spec = dict[str, Any]
 
@@ -40,29 +42,12 @@ PREFLIGHT: Spec = {"skip_preflight": None, "preflight_prompts": {"min": 1}}
 """``--skip-preflight``, ``--preflight-prompts`` (``PreflightSettings``)."""
 
 
-def parse_floats(text: str | None, flag: str) -> list[float]:
-    """Comma-separated numbers of a flag (``[]`` when not given); bad text exits 2."""
-    if not text:
-        return []
-    try:
-        return [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise fail(
-            f"{flag} {text!r}: expected comma-separated numbers, e.g. {flag} 0.25,0.75"
-        ) from None
-
-
 def require_inputs(data: Path, corpus: Path) -> None:
     """Exit 2 naming ``--data`` or ``--corpus`` when it does not exist."""
     for name, path in (("--data", data), ("--corpus", corpus)):
         if not path.exists():
             raise fail(f"{name} {path} not found; make fixture data with `ddai fixtures make OUT`")
 
-
-device_options = config_flags(
-    LaunchSettings, {"launch": None, "accelerate_config": None}
-)  # fmt: skip
-"""``--launch``, ``--accelerate-config`` as a command's ``device`` (``maybe_relaunch(**device)``)."""
 
 EPISODE_GROUPS: dict[str, Any] = {
     "rewards": config_flags(

@@ -24,9 +24,8 @@ from ddai.cli.common import (
     fail,
     summary,
 )
-from ddai.cli.flags import config_flags, with_groups
-from ddai.cli.options import default_of, device_options, parse_floats
-from ddai.cli.running import maybe_relaunch
+from ddai.cli.flags import config_flags, default_of, with_groups
+from ddai.cli.running import device_options, maybe_relaunch, parse_floats
 from ddai.pipelines.pointer.embed import EmbedConfig
 from ddai.pipelines.pointer.user_set import PointerWorldConfig
 from ddai.trainer.pointer.config import (

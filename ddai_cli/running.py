@@ -12,6 +12,8 @@ import typer
 
 from ddai.cli.app import sub_app as sub_app  # where the training commands find their group
 from ddai.cli.common import err_console, fail, markup, summary
+from ddai.cli.flags import config_flags
+from ddai.trainer.run_settings import LaunchSettings
 
 T = TypeVar("T")
 
@@ -107,3 +109,21 @@ def main_summary(title: str, data: dict, *, as_json: bool) -> None:
         for why in (no_signal(data), clip, images_flattened(data)):
             if why is not None:
                 err_console.print(f"[bold yellow]warning:[/] {markup.escape(why)}", soft_wrap=True)
+
+
+def parse_floats(text: str | None, flag: str) -> list[float]:
+    """Comma-separated numbers of a flag (``[]`` when not given); bad text exits 2."""
+    if not text:
+        return []
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise fail(
+            f"{flag} {text!r}: expected comma-separated numbers, e.g. {flag} 0.25,0.75"
+        ) from None
+
+
+device_options = config_flags(
+    LaunchSettings, {"launch": None, "accelerate_config": None}
+)  # fmt: skip
+"""``--launch``, ``--accelerate-config`` as a command's ``device`` (``maybe_relaunch(**device)``)."""

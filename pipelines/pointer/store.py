@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from ddai.pipelines.records.lazy import lazy_module
-from ddai.pipelines.store import io
+
+io = lazy_module("ddai.pipelines.store.io")  # the writers: not for `pointer --help`
 
 np = lazy_module("numpy")
 pa = lazy_module("pyarrow")
