@@ -235,10 +235,18 @@ def _accept_progress(command: click.Command) -> None:
         command.params.append(_no_bars_flag())
 
 
-def load_command(name: str) -> click.Command:
-    """The real click command ``name``: imports its modules and registers them on a scratch app."""
+# Groups that several modules fill: the module registering each sub-command, so running one loads
+# only its own (``ddai train grpo --help`` imports neither ppo, value nor plan).
+SUBCOMMANDS: dict[str, dict[str, str]] = {
+    "train": {"sft": "train", "grpo": "train", "value": "value", "value-sft": "value", "ppo": "ppo", "plan": "plan"},
+}  # fmt: skip
+
+
+def load_command(name: str, modules: tuple[str, ...] | None = None) -> click.Command:
+    """The real click command ``name``: imports its modules (``modules``: only those, for one
+    sub-command of a group in ``SUBCOMMANDS``) and registers them on a scratch app."""
     scratch = typer.Typer(rich_markup_mode=None)
-    for module in COMMANDS[name].modules:
+    for module in modules or COMMANDS[name].modules:
         importlib.import_module(f"ddai.cli.{module}").register(scratch)
     group = typer.main.get_group(scratch)
     command = group.commands.get(name)
@@ -304,7 +312,8 @@ class LazyGroup(TyperGroup):
     ) -> tuple[str | None, click.Command | None, list[str]]:
         name, command, rest = super().resolve_command(ctx, args)
         if name is not None:
-            command = self.commands[name]
+            own = SUBCOMMANDS.get(name, {}).get(rest[0]) if rest else None
+            command = load_command(name, (own,)) if own else self.commands[name]
         return name, command, rest
 
 
