@@ -9,8 +9,9 @@ Each name below is loaded from its module at first use (PEP 562): ``ddai eval``,
 ``evaluation`` alone, loads none of the analyses.
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ddai.pipelines.records.lazy import lazy_names
 
 __all__ = ["AttributionConfig", "MissingData", "attribute", "drop_keep", "reward_latency"]
 _HOME = {
@@ -29,16 +30,4 @@ if TYPE_CHECKING:  # what the names are, for readers and type checkers; loaded l
     from ddai.pipelines.analyses.latency import reward_latency
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOME.get(name)
-    if (
-        home is None
-    ):  # a submodule (``from ddai.pipelines.analyses import truth_eval``) imports as usual
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
-    globals()[name] = value  # the next read is a plain attribute (and monkeypatch sees it)
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_HOME})
+__getattr__, __dir__ = lazy_names(__name__, _HOME)

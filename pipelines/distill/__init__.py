@@ -19,8 +19,9 @@ Each name below is loaded from its module at first use (PEP 562): ``ddai distill
 configs alone and loads neither the step nor its backends, rich progress or store writers.
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ddai.pipelines.records.lazy import lazy_names
 
 _HOME = {
     "CheckConfig": "check",
@@ -63,14 +64,4 @@ if TYPE_CHECKING:  # what the names are, for readers and type checkers; loaded l
     from ddai.pipelines.distill.safety import Candidate, Drops, Event, Sample, post_pass
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOME.get(name)
-    if home is None:  # a submodule (``from ddai.pipelines.distill import fetch``) imports as usual
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
-    globals()[name] = value  # the next read is a plain attribute (and monkeypatch sees it)
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_HOME})
+__getattr__, __dir__ = lazy_names(__name__, _HOME)

@@ -13,6 +13,8 @@ imports its parent, and it puts a half-made module in ``sys.modules``.
 from __future__ import annotations
 
 import importlib
+import sys
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
@@ -40,3 +42,24 @@ class LazyModule:
 def lazy_module(name: str) -> Any:
     """``name``'s stand-in (typed ``Any``: it reads as the module it stands for)."""
     return LazyModule(name)
+
+
+def lazy_names(
+    package: str, home: dict[str, str]
+) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """A package front's ``__getattr__, __dir__`` (PEP 562): ``name`` is loaded from the submodule
+    ``home[name]`` at its first read, then kept as a plain attribute (so monkeypatch sees it); any
+    other name raises ``AttributeError``, so ``from package import submodule`` imports as usual."""
+
+    def __getattr__(name: str) -> Any:
+        sub = home.get(name)
+        if sub is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(f"{package}.{sub}"), name)
+        setattr(sys.modules[package], name, value)
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted({*vars(sys.modules[package]), *home})
+
+    return __getattr__, __dir__

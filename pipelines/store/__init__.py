@@ -21,8 +21,9 @@ where no name here covers them (``query`` for DuckDB's views, ``capabilities``, 
 
 # No ``from __future__ import annotations`` here: it would bind the package's name
 # ``annotations`` and shadow the submodule of that name in ``from ddai.pipelines.store import``.
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ddai.pipelines.records.lazy import lazy_names
 
 __all__ = [
     "GRACE_ENV",
@@ -129,14 +130,4 @@ if TYPE_CHECKING:  # what the names are, for readers and type checkers; loaded l
     )
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOME.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
-    globals()[name] = value  # the next read is a plain attribute (and monkeypatch sees it)
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_HOME})
+__getattr__, __dir__ = lazy_names(__name__, _HOME)

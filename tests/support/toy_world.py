@@ -4,6 +4,7 @@ needs to run on them."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -49,3 +50,14 @@ def curriculum_world(root: Path, system_prompt: str) -> Path:
     (root / "system.txt").write_text(system_prompt, encoding="utf-8")
     spec = TinySpec(vocab_size=1024, hidden_size=32, num_hidden_layers=2)
     return build_tiny(root / "tiny", texts=read_texts([src]), spec=spec)
+
+
+def run_rank(main: Callable[[], None]) -> None:
+    """A launched worker's ``main``, then its process group closed as ``ddai`` does: a gloo group
+    left to interpreter teardown can abort a finished rank."""
+    from ddai.trainer.runtime import dist
+
+    try:
+        main()
+    finally:
+        dist.shutdown()

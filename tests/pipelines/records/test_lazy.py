@@ -58,3 +58,25 @@ def test_every_format_names_a_module_that_sniffs_and_reads():
         assert callable(module.sniff) and adapters.reader(name) is module.read
         assert getattr(module, "NAME", name) == name
     assert adapters.formats() == ["auto", *adapters.FORMATS]
+
+
+def test_package_fronts_load_each_name_at_first_read_and_keep_it():
+    # a fresh interpreter: the front's import loads none of its names' modules
+    out = _fresh(
+        "import sys\n"
+        "from ddai.pipelines import analyses, distill, store\n"
+        "before = [m in sys.modules for m in ('ddai.pipelines.analyses.latency',"
+        " 'ddai.pipelines.distill.run', 'ddai.pipelines.store.partitions')]\n"
+        "f = analyses.reward_latency\n"
+        "from ddai.pipelines.analyses.latency import reward_latency\n"
+        "print(before, f is reward_latency, 'reward_latency' in vars(analyses),"
+        " 'write_run' in dir(store), 'ddai.pipelines.store.partitions' in sys.modules)\n"
+        "try:\n"
+        "    distill.no_such_name\n"
+        "except AttributeError as e:\n"
+        "    print(e)\n"
+    )
+    assert out.splitlines() == [
+        "[False, False, False] True True True False",
+        "module 'ddai.pipelines.distill' has no attribute 'no_such_name'",
+    ]

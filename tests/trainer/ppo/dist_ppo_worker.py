@@ -20,7 +20,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 sys.path.insert(0, str(Path(__file__).parents[2]))  # tests/: launched as a script, not by pytest
-from support.toy_world import run_fields
+from support.toy_world import run_fields, run_rank
 
 from ddai.pipelines.backends import JudgeResult
 from ddai.trainer import toy
@@ -104,8 +104,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    finally:
-        # as `ddai` does: a gloo group left to interpreter teardown can abort a finished rank
-        dist.shutdown()
+    run_rank(main)

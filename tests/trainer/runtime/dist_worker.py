@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parents[2]))  # tests/: launched as a script, not by pytest
-from support.toy_world import run_fields
+from support.toy_world import run_fields, run_rank
 
 from ddai.trainer.episode.config import EpisodeConfig, RewardOverrides
 
@@ -126,8 +126,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    finally:
-        # as `ddai` does: a gloo group left to interpreter teardown can abort a finished rank
-        dist.shutdown()
+    run_rank(main)
