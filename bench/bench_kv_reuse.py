@@ -21,11 +21,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # One thread: on a few shared cores a small model runs faster without torch's spinning pool.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_memory, loaded by path too
 
 import torch
 import transformers

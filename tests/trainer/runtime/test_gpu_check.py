@@ -12,6 +12,10 @@ BENCH = Path(__file__).parents[3] / "bench"
 
 
 def _load(name: str):
+    """``bench/NAME.py`` as a module, with ``bench/`` on the path as when it runs as a script (the
+    benches import their siblings: ``bench_kv_reuse`` takes its model from ``bench_memory``)."""
+    if str(BENCH) not in sys.path:
+        sys.path.insert(0, str(BENCH))
     spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
