@@ -46,6 +46,16 @@ def literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
+def file_list(n: int) -> str:
+    """SQL for the list of ``n`` files bound as ``$f0`` ... (``file_params``): ``read_parquet``
+    over it numbers each file's rows by its place in the list (``file_index``)."""
+    return "[" + ", ".join(f"$f{i}" for i in range(n)) + "]"
+
+
+def file_params(files: Sequence[str]) -> dict[str, str]:
+    return {f"f{i}": f for i, f in enumerate(files)}
+
+
 def local_copy(path: Path, stack: contextlib.ExitStack) -> str:
     """A local path DuckDB reads ``path`` from: an object-storage file is downloaded into a stage
     folder (removed with ``stack``; a dataset is a prompt set, small beside the logs)."""

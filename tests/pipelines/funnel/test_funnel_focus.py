@@ -5,6 +5,8 @@ from __future__ import annotations
 import csv
 
 import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from support.funnel_data import group, ids_of, write_dataset, write_log
 
@@ -36,6 +38,36 @@ def test_selection_reasons_in_order(tmp_path):
     assert sel.ids == {"flagged uncertain": ["d"], "missing from run": ["e"]}
     assert sel.dropped == {"above 0.3": 1, "flagged uncertain": 1, "missing from run": 1}
     assert list(sel.dropped) == ["missing from run", "above 0.3", "flagged uncertain"]
+
+
+def test_first_rows_per_file_with_repeats_and_null_ids(tmp_path):
+    # an id's first row in each file is its own (a repeat in another file is no repeat here);
+    # null ids are one id: only the first counts as a first row, and it has no score
+    first = tmp_path / "first.parquet"
+    pq.write_table(pa.table({"id": ["a", "b", "a", None, None, "c", "a"]}), first)
+    second = write_dataset(tmp_path / "second.parquet", ["c", "c", "a", "b", "b"])
+    con = duckdb.connect()
+    con.execute(
+        f"CREATE TEMP TABLE {scores.SCORES} AS SELECT * FROM (VALUES ('a', 0.1), ('b', 0.5), "
+        "('c', 0.0)) t(uid, score)"
+    )
+    sel = keys(con, [str(first), str(second)], 0.3)
+    got = con.execute("SELECT _f, _pos, _first, reason FROM _keys ORDER BY _f, _pos").fetchall()
+    assert got == [
+        (0, 0, True, "keep"),
+        (0, 1, True, "above"),
+        (0, 2, False, None),
+        (0, 3, True, "missing from run"),
+        (0, 4, False, None),
+        (0, 5, True, "keep"),
+        (0, 6, False, None),
+        (1, 0, True, None),
+        (1, 1, False, None),
+        (1, 2, True, None),
+        (1, 3, True, None),
+        (1, 4, False, None),
+    ]
+    assert sel.kept == 2 and sel.dropped == {"missing from run": 1, "above 0.3": 1}
 
 
 def test_round1_hard_a_in_a_order_then_bucket0(tmp_path):
