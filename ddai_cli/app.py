@@ -235,11 +235,19 @@ def _accept_progress(command: click.Command) -> None:
         command.params.append(_no_bars_flag())
 
 
-# Groups that several modules fill: the module registering each sub-command, so running one loads
-# only its own (``ddai train grpo --help`` imports neither ppo, value nor plan).
-SUBCOMMANDS: dict[str, dict[str, str]] = {
-    "train": {"sft": "train", "grpo": "train", "value": "value", "value-sft": "value", "ppo": "ppo", "plan": "plan"},
-}  # fmt: skip
+# Groups that several modules fill: the module registering each sub-command and its one-line
+# help, so running one loads only its own module (``ddai train grpo --help`` imports neither ppo,
+# value nor plan) and the group's listing (``ddai train --help``) loads none.
+SUBCOMMANDS: dict[str, dict[str, Entry]] = {
+    "train": {
+        "sft": _e("train", "Supervised fine-tuning on Searcher conversations (TRL)."),
+        "grpo": _e("train", "GRPO over the multi-turn search environment."),
+        "value": _e("value", "Train a value head on terminal outcomes from the rollout log."),
+        "value-sft": _e("value", "Seed 004's joint stage: SFT weighted by the critic's TD error."),
+        "ppo": _e("ppo", "PPO with a value-head critic and GAE over the search environment."),
+        "plan": _e("plan", "Per-rank GPU memory of a training run before it starts."),
+    },
+}
 
 
 def load_command(name: str, modules: tuple[str, ...] | None = None) -> click.Command:
@@ -261,6 +269,16 @@ class _Stub(TyperCommand):
 
     def __init__(self, name: str, entry: Entry) -> None:
         super().__init__(name, help=entry.help, short_help=entry.help)
+
+
+def _listing(name: str) -> click.Group:
+    """The group ``name`` of ``SUBCOMMANDS`` as its ``--help`` shows it, no module loaded."""
+    group = TyperGroup(
+        name=name, help=COMMANDS[name].help, no_args_is_help=True, rich_markup_mode=None
+    )
+    for sub, entry in SUBCOMMANDS[name].items():
+        group.add_command(_Stub(sub, entry))
+    return group
 
 
 class _Commands(dict[str, click.Command]):
@@ -312,8 +330,14 @@ class LazyGroup(TyperGroup):
     ) -> tuple[str | None, click.Command | None, list[str]]:
         name, command, rest = super().resolve_command(ctx, args)
         if name is not None:
-            own = SUBCOMMANDS.get(name, {}).get(rest[0]) if rest else None
-            command = load_command(name, (own,)) if own else self.commands[name]
+            table = SUBCOMMANDS.get(name, {})
+            own = table.get(rest[0]) if rest else None
+            if own is not None:
+                command = load_command(name, own.modules)
+            elif table and (not rest or rest[0] in ctx.help_option_names):
+                command = _listing(name)
+            else:
+                command = self.commands[name]
         return name, command, rest
 
 

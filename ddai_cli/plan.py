@@ -8,6 +8,7 @@ from typing import Any
 
 import typer
 
+from ddai.cli.app import SUBCOMMANDS
 from ddai.cli.common import JsonOpt, console, print_rows, summary
 from ddai.cli.flags import config_flags, with_groups
 from ddai.cli.running import run_or_fail, sub_app
@@ -68,7 +69,7 @@ def register(app: typer.Typer) -> None:
     """Add ``train plan`` to the ``train`` group."""
     train_app = sub_app(app, "train")
 
-    @train_app.command("plan", short_help="Per-rank GPU memory of a training run before it starts.")
+    @train_app.command("plan", short_help=SUBCOMMANDS["train"]["plan"].help)
     @with_groups({"settings": PLAN_FLAGS})
     def train_plan(*, settings: dict[str, Any], as_json: JsonOpt = False) -> None:
         """Per-rank GPU memory of a training run before it starts: the policy built on the meta

@@ -9,6 +9,7 @@ from typing import Any
 
 import typer
 
+from ddai.cli.app import SUBCOMMANDS
 from ddai.cli.common import JsonOpt, LogsOpt, ProgressOpt
 from ddai.cli.flags import config_flags, with_groups
 from ddai.cli.options import (
@@ -79,6 +80,6 @@ def train_ppo_command(
 
 def register(app: typer.Typer) -> None:
     """Add ``train ppo`` to the ``train`` group."""
-    sub_app(app, "train").command(
-        "ppo", short_help="PPO with a value-head critic and GAE over the search environment."
-    )(train_ppo_command)
+    sub_app(app, "train").command("ppo", short_help=SUBCOMMANDS["train"]["ppo"].help)(
+        train_ppo_command
+    )

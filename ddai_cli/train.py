@@ -9,6 +9,7 @@ from typing import Any
 
 import typer
 
+from ddai.cli.app import SUBCOMMANDS
 from ddai.cli.common import JsonOpt, LogsOpt, ProgressOpt
 from ddai.cli.flags import config_flags, with_groups
 from ddai.cli.options import (
@@ -81,7 +82,7 @@ def register(app: typer.Typer) -> None:
     """Add this area's commands to the main app."""
     train_app = sub_app(app, "train")
 
-    @train_app.command("sft", short_help="Supervised fine-tuning on Searcher conversations (TRL).")
+    @train_app.command("sft", short_help=SUBCOMMANDS["train"]["sft"].help)
     @with_groups({"cfg": SFT_FLAGS, "device": device_options})
     def sft(
         *,
@@ -99,7 +100,7 @@ def register(app: typer.Typer) -> None:
         config = SFTRunConfig(**cfg, overrides=sets, progress=progress and not as_json)
         main_summary("ddai train sft", asdict(run(run_sft, config)), as_json=as_json)
 
-    @train_app.command("grpo", short_help="GRPO over the multi-turn search environment.")
+    @train_app.command("grpo", short_help=SUBCOMMANDS["train"]["grpo"].help)
     @with_groups({"cfg": GRPO_FLAGS, "nested": episode_settings, "device": device_options})
     def grpo(
         *,

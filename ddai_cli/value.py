@@ -11,6 +11,7 @@ from typing import Any
 
 import typer
 
+from ddai.cli.app import SUBCOMMANDS
 from ddai.cli.common import JsonOpt, LogsOpt, ProgressOpt, RunsOpt, ThresholdOpt, check_run_ids
 from ddai.cli.common import summary as print_summary
 from ddai.cli.flags import config_flags, with_groups
@@ -144,12 +145,10 @@ def register(app: typer.Typer) -> None:
     """Add ``train value`` and ``train value-sft`` to the ``train`` group, and the ``value``
     group."""
     train_app = sub_app(app, "train")
-    train_app.command(
-        "value", short_help="Train a value head on terminal outcomes from the rollout log."
-    )(train_value_command)
-    train_app.command(
-        "value-sft", short_help="Seed 004's joint stage: SFT weighted by the critic's TD error."
-    )(train_value_sft_command)
+    train_app.command("value", short_help=SUBCOMMANDS["train"]["value"].help)(train_value_command)
+    train_app.command("value-sft", short_help=SUBCOMMANDS["train"]["value-sft"].help)(
+        train_value_sft_command
+    )
     sub_app(app, "value").command(
         "score", short_help="Write per-turn value estimates into the rollout log."
     )(value_score_command)

@@ -7,17 +7,21 @@ import subprocess
 import sys
 
 import pytest
+from typer.testing import CliRunner
 
-from ddai.cli.app import SUBCOMMANDS, load_command
+from ddai.cli import app as app_module
+from ddai.cli.app import SUBCOMMANDS, app, load_command
 
 
 @pytest.mark.parametrize("group", sorted(SUBCOMMANDS))
 def test_the_table_names_the_module_that_registers_each_sub_command(group):
     whole = set(load_command(group).commands)
     assert set(SUBCOMMANDS[group]) == whole  # every sub-command is in the table
-    for module in set(SUBCOMMANDS[group].values()):
-        alone = set(load_command(group, (module,)).commands)
-        assert alone == {c for c, m in SUBCOMMANDS[group].items() if m == module}
+    for modules in {e.modules for e in SUBCOMMANDS[group].values()}:
+        alone = load_command(group, modules).commands
+        assert set(alone) == {c for c, e in SUBCOMMANDS[group].items() if e.modules == modules}
+        for name, command in alone.items():  # the listing's line is the command's own
+            assert command.short_help == SUBCOMMANDS[group][name].help
 
 
 def test_one_sub_commands_help_loads_only_its_module():
@@ -34,3 +38,30 @@ def test_one_sub_commands_help_loads_only_its_module():
     assert "'ddai.cli.train'" in loaded and "--max-steps" in out.stdout
     for other in ("ppo", "value", "plan"):
         assert f"'ddai.cli.{other}'" not in loaded
+
+
+def _loaded(code_argv: list[str]) -> tuple[str, str]:
+    code = (
+        "import sys\n"
+        "from ddai.cli.app import main\n"
+        f"sys.argv = {['ddai', *code_argv]!r}\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in sys.modules if m.startswith('ddai.cli.')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return out.stdout, out.stdout.strip().splitlines()[-1]
+
+
+def test_the_groups_listing_loads_no_module_and_reads_as_the_loaded_group(monkeypatch):
+    text, loaded = _loaded(["train", "--help"])
+    for module in ("train", "ppo", "value", "plan"):
+        assert f"'ddai.cli.{module}'" not in loaded
+    assert all(f"  {name} " in text for name in SUBCOMMANDS["train"])
+    runner = CliRunner()
+    listed = runner.invoke(app, ["train", "--help"], terminal_width=100)
+    load_command("train")  # the modules bound the table's lines at import, before the patch
+    monkeypatch.setattr(app_module, "SUBCOMMANDS", {})  # the old way: load every module
+    loaded_help = runner.invoke(app, ["train", "--help"], terminal_width=100)
+    assert listed.exit_code == loaded_help.exit_code == 0
+    assert listed.output == loaded_help.output
