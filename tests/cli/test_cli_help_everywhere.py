@@ -10,10 +10,9 @@ from __future__ import annotations
 import ast
 import dataclasses
 import sys
-import typing
 from pathlib import Path
 
-import typer
+from test_cli_help import COMMANDS as HELP_TREE
 
 from ddai.cli import app as app_module
 from ddai.cli.fields import field_docs
@@ -22,14 +21,8 @@ CLI = Path(app_module.__file__).parent
 MAX_HAND_WRITTEN = 20
 
 
-def _walk(cmd: typing.Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], typing.Any]]:
-    found = [(path, cmd)]
-    for name in sorted(getattr(cmd, "commands", {})):
-        found += _walk(cmd.commands[name], (*path, name))  # a lookup loads the command
-    return found
-
-
-COMMANDS = [(p, c) for p, c in _walk(typer.main.get_command(app_module.app)) if p]
+# the tree test_cli_help.py walks (every command loaded), less the root group
+COMMANDS = [(p, c) for p, c in HELP_TREE if p]
 
 
 def _field_docs() -> set[str]:
