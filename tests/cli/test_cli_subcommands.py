@@ -24,33 +24,25 @@ def test_the_table_names_the_module_that_registers_each_sub_command(group):
             assert command.short_help == SUBCOMMANDS[group][name].help
 
 
-def test_one_sub_commands_help_loads_only_its_module():
+def _loaded(argv: list[str]) -> tuple[str, str]:
+    """``ddai ARGV`` in a fresh interpreter: what it printed, and the ``ddai.cli`` modules it loaded."""
     code = (
         "import sys\n"
         "from ddai.cli.app import main\n"
-        "sys.argv = ['ddai', 'train', 'grpo', '--help']\n"
-        "try:\n    main()\nexcept SystemExit:\n    pass\n"
-        "print(sorted(m for m in sys.modules if m.startswith('ddai.cli.')))\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    loaded = out.stdout.strip().splitlines()[-1]
-    assert "'ddai.cli.train'" in loaded and "--max-steps" in out.stdout
-    for other in ("ppo", "value", "plan"):
-        assert f"'ddai.cli.{other}'" not in loaded
-
-
-def _loaded(code_argv: list[str]) -> tuple[str, str]:
-    code = (
-        "import sys\n"
-        "from ddai.cli.app import main\n"
-        f"sys.argv = {['ddai', *code_argv]!r}\n"
+        f"sys.argv = {['ddai', *argv]!r}\n"
         "try:\n    main()\nexcept SystemExit:\n    pass\n"
         "print(sorted(m for m in sys.modules if m.startswith('ddai.cli.')))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     return out.stdout, out.stdout.strip().splitlines()[-1]
+
+
+def test_one_sub_commands_help_loads_only_its_module():
+    text, loaded = _loaded(["train", "grpo", "--help"])
+    assert "'ddai.cli.train'" in loaded and "--max-steps" in text
+    for other in ("ppo", "value", "plan"):
+        assert f"'ddai.cli.{other}'" not in loaded
 
 
 def test_the_groups_listing_loads_no_module_and_reads_as_the_loaded_group(monkeypatch):
