@@ -12,16 +12,13 @@ from typing import Any
 
 from ddai.cli.common import check_run_ids, fail
 from ddai.cli.flags import config_flags, default_of, with_groups
-
-# re-exported for the commands that read them here
-from ddai.cli.running import device_options, parse_floats
 from ddai.trainer.episode.config import (
     EpisodeBackends,
     EpisodeConfig,
     RewardOverrides,
 )
 
-__all__ = ["default_of", "device_options", "parse_floats"]
+__all__ = ["default_of"]  # re-exported for the commands that read defaults here
 
 Spec = dict[str, Any]
 

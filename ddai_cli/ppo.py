@@ -18,12 +18,12 @@ from ddai.cli.options import (
     POLICY,
     PREFLIGHT,
     default_of,
-    device_options,
     episode_settings,
     require_inputs,
 )
 from ddai.cli.running import (
     AppendRunOpt,
+    device_options,
     main_summary,
     maybe_relaunch,
     refuse_existing_run,

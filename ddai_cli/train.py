@@ -19,12 +19,12 @@ from ddai.cli.options import (
     PREFLIGHT,
     TRL,
     default_of,
-    device_options,
     episode_settings,
     require_inputs,
 )
 from ddai.cli.running import (
     AppendRunOpt,
+    device_options,
     main_summary,
     maybe_relaunch,
     refuse_existing_run,

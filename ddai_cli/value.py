@@ -15,8 +15,8 @@ from ddai.cli.app import SUBCOMMANDS
 from ddai.cli.common import JsonOpt, LogsOpt, ProgressOpt, RunsOpt, ThresholdOpt, check_run_ids
 from ddai.cli.common import summary as print_summary
 from ddai.cli.flags import config_flags, with_groups
-from ddai.cli.options import POLICY, default_of, device_options, parse_floats
-from ddai.cli.running import maybe_relaunch, run_or_fail, sub_app
+from ddai.cli.options import POLICY, default_of
+from ddai.cli.running import device_options, maybe_relaunch, parse_floats, run_or_fail, sub_app
 from ddai.trainer.value.config import (
     ValueRowsConfig,
     ValueScoreConfig,

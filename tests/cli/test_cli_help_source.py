@@ -11,7 +11,7 @@ import typing
 
 import pytest
 
-from ddai.cli import app, common, options
+from ddai.cli import app, common, options, running
 from ddai.cli.app import load_command
 from ddai.cli.demo import DemoConfig
 from ddai.cli.fields import field_docs
@@ -64,9 +64,10 @@ COMMANDS: dict[tuple[str, ...], tuple[str, tuple[type, ...]]] = {
 read."""
 SHARED_GROUPS: dict[tuple[str, ...], tuple[typing.Any, ...]] = {
     ("eval",): (config_flags(EvalConfig, options.PREFLIGHT),),
-    ("pointer", "train"): (options.device_options,),
+    ("pointer", "train"): (running.device_options,),
 }
-"""Groups of ``ddai_cli/options.py`` a command takes whole (their helps written there once)."""
+"""Shared groups (``ddai_cli/options.py``, ``running.py``) a command takes whole (their helps
+written there once)."""
 
 
 def _group_helps(path: tuple[str, ...]) -> set[str]:
