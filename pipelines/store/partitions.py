@@ -74,25 +74,18 @@ from ddai.pipelines.store import (
     quarantine,
     stage,
 )
-
-# The read side (no pyarrow), re-exported: ``store.snapshot``, ``store.MANIFEST`` as before.
-from ddai.pipelines.store.store_read import (  # noqa: F401
-    LOCK_DIR,
+from ddai.pipelines.store.store_read import (
     LOG_DIR,
     MANIFEST,
     QUARANTINE_DIR,
     SIDE_DIR,
     STATS_DIR,
-    Snapshot,
     _lock_file,
     _read_manifest,
     check_run_id,
     committed_files,
-    list_runs,
     manifest_version,
-    parquet_files,
     partition_dir,
-    partition_manifest,
     run_manifest,
     snapshot,
 )
