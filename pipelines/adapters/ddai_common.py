@@ -13,6 +13,7 @@ import re
 from typing import Any
 
 from ddai.pipelines.records import metrics, tags
+from ddai.pipelines.records.schema import COLUMNS
 
 # DDAI's reward query may keep the chat template's next role header: "...?\nassistant\n".
 _ASSISTANT_TAIL_RE = re.compile(r"\n\s*assistant\b")
@@ -49,27 +50,9 @@ def turn_record(t: tags.Turn) -> dict[str, Any]:
     return {f: getattr(t, f) for f in TURN_FIELDS}
 
 
-# Columns a payload field must not be read as (it is kept under ``source_<name>`` instead).
-_RESERVED = frozenset(
-    {
-        "run_id",
-        "step",
-        "rollout_idx",
-        "data_source",
-        "question",
-        "file_name",
-        "response",
-        "turns",
-        "answer",
-        "format_ok",
-        "reward",
-        "reward_parts",
-        "advantage",
-        "num_turns",
-        "terminated",
-        "extra",
-    }
-)
+# Columns a payload field must not be read as (it is kept under ``source_<name>`` instead): every
+# schema column but the page lists and ``flags``, which a payload key of that name still sets.
+_RESERVED = frozenset(COLUMNS) - {"reference_pages", "retrieved_pages", "flags"}
 
 
 def question_from_query(query: Any) -> Any:

@@ -13,13 +13,28 @@ from ddai.pipelines.adapters.ddai_common import (
     dataset_id_of,
     executed_action,
     file_name_of,
+    flash_rollout,
     question_from_prompt,
     question_from_query,
     run_id_from_stem,
 )
 from ddai.pipelines.ingest import IngestConfig, ingest
+from ddai.pipelines.records.schema import COLUMNS
 
 EXAMPLES = SHARED / "ddai-formats" / "examples"
+
+
+def test_flash_payload_keys_named_like_columns_are_kept_as_source_fields():
+    """A payload key that is a schema column, and not one the mapping takes, is not read as the
+    column: it lands under ``source_<name>``; the page lists and ``flags`` are read as given."""
+    as_given = {"reference_pages", "retrieved_pages", "flags"}
+    mapped = {"uid", "sample_idx", "reference_answer", "judge_score", "ndcg"}
+    payload = {c: f"raw {c}" for c in COLUMNS if c not in mapped}
+    rec = flash_rollout({**payload, "local_idx": 3, "final_score": 0.5})
+    renamed = {c for c in payload if rec.get(f"source_{c}") == f"raw {c}"}
+    assert renamed == set(payload) - as_given
+    assert {c: rec[c] for c in as_given} == {c: f"raw {c}" for c in as_given}
+    assert rec["rollout_idx"] == 3 and rec["reward"] == 0.5
 
 
 def test_question_from_query_and_prompt():
