@@ -44,6 +44,31 @@ def _at_least_one(cfg: object, names: tuple[str, ...]) -> None:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1")
 
 
+@dataclass(frozen=True)
+class TDWeightConfig:
+    """Seed 004's token weights (``sft_math``): the defaults ``ValueSFTConfig``'s flags take."""
+
+    beta: float = 1.0
+    weight_clip_min: float = 0.1
+    weight_clip_max: float = 2.0
+    gamma: float = 1.0
+    lam: float = 1.0
+
+    def check(self) -> None:
+        """Fail on settings the formula cannot use; messages name the flag."""
+        if self.beta <= 0:
+            raise ValueError(f"--beta {self.beta}: the temperature must be > 0")
+        if not 0 <= self.weight_clip_min <= self.weight_clip_max:
+            raise ValueError(
+                f"--weight-clip-min {self.weight_clip_min} / --weight-clip-max "
+                f"{self.weight_clip_max}: need 0 <= min <= max"
+            )
+        for name in ("gamma", "lam"):
+            v = getattr(self, name)
+            if not 0 <= v <= 1:
+                raise ValueError(f"--{name} {v}: must lie in [0, 1]")
+
+
 @dataclass(kw_only=True)
 class ValueRowsConfig:
     """Rollouts from the log store as the value head reads them."""
@@ -181,15 +206,15 @@ class ValueSFTConfig(ValueFitConfig):
     clips at 1.0."""
     value_loss_coef: float = 0.05
     """Scale of the value loss added to the weighted CE."""
-    beta: float = 1.0
+    beta: float = TDWeightConfig.beta
     """Temperature β of w = exp(δ/β)."""
-    weight_clip_min: float = 0.1
+    weight_clip_min: float = TDWeightConfig.weight_clip_min
     """Lower clip of the token weights."""
-    weight_clip_max: float = 2.0
+    weight_clip_max: float = TDWeightConfig.weight_clip_max
     """Upper clip of the token weights."""
-    gamma: float = 1.0
+    gamma: float = TDWeightConfig.gamma
     """Discount γ of the TD error."""
-    lam: float = 1.0
+    lam: float = TDWeightConfig.lam
     """GAE λ of the TD error (1: Monte-Carlo, R − V)."""
     value_trunk_grad: bool = True
     """Let the value loss train the trunk, or only the head (detached hidden states). Seed:
@@ -206,9 +231,7 @@ class ValueSFTConfig(ValueFitConfig):
     critic without one (`train value`'s default, so both stages hold out the same prompts)."""
 
     @property
-    def weights_cfg(self):  # -> sft_math.TDWeightConfig (a torch module: imported when used)
-        from ddai.trainer.value.sft_math import TDWeightConfig
-
+    def weights_cfg(self) -> TDWeightConfig:
         return TDWeightConfig(
             self.beta, self.weight_clip_min, self.weight_clip_max, self.gamma, self.lam
         )

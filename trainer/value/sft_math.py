@@ -18,43 +18,22 @@ the state before completion token ``t``, aligned with the policy's logits for th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from torch import Tensor
 
 from ddai.trainer.advantages import gae, outcome_rewards
+from ddai.trainer.value.config import TDWeightConfig
 
 Metrics = dict[str, float]
 
 
-@dataclass(frozen=True)
-class TDWeightConfig:
-    """Seed 004's constants (``training.beta``, ``weight_clip_*``, ``gamma``, ``lam``)."""
-
-    beta: float = 1.0
-    weight_clip_min: float = 0.1
-    weight_clip_max: float = 2.0
-    gamma: float = 1.0
-    lam: float = 1.0
-
-    def check(self) -> None:
-        """Fail on settings the formula cannot use; messages name the flag."""
-        if self.beta <= 0:
-            raise ValueError(f"--beta {self.beta}: the temperature must be > 0")
-        if not 0 <= self.weight_clip_min <= self.weight_clip_max:
-            raise ValueError(
-                f"--weight-clip-min {self.weight_clip_min} / --weight-clip-max "
-                f"{self.weight_clip_max}: need 0 <= min <= max"
-            )
-        for name in ("gamma", "lam"):
-            v = getattr(self, name)
-            if not 0 <= v <= 1:
-                raise ValueError(f"--{name} {v}: must lie in [0, 1]")
-
-
 def td_errors(
-    values: Tensor, rewards: Tensor, mask: Tensor, *, gamma: float = 1.0, lam: float = 1.0
+    values: Tensor,
+    rewards: Tensor,
+    mask: Tensor,
+    *,
+    gamma: float = TDWeightConfig.gamma,
+    lam: float = TDWeightConfig.lam,
 ) -> Tensor:
     """``[B,T]`` TD(λ) errors of the critic: GAE of the outcome reward over policy tokens.
 

@@ -9,6 +9,7 @@ import inspect
 import pytest
 
 from ddai.trainer.value.config import (
+    TDWeightConfig,
     ValueFitConfig,
     ValueRowsConfig,
     ValueScoreConfig,
@@ -30,6 +31,17 @@ def test_shared_fields_are_declared_once_in_the_bases():
     assert _own_fields(ValueTrainConfig) & fit == set()
     assert _own_fields(ValueSFTConfig) & fit == {"seed", "val_fraction", "split_seed"}
     assert _own_fields(ValueScoreConfig) & {f.name for f in dataclasses.fields(ValueRowsConfig)} == set()  # fmt: skip
+
+
+def test_value_sft_takes_the_td_weight_fields_and_defaults_from_one_definition():
+    sft = ValueSFTConfig(model="m", critic="c", output_dir="o")
+    names = [f.name for f in dataclasses.fields(TDWeightConfig)]
+    assert set(names) <= _own_fields(ValueSFTConfig)  # every weight setting has its flag
+    assert sft.weights_cfg == TDWeightConfig()  # seed 004's β 1, clip [0.1, 2], γ 1, λ 1
+    changed = {n: getattr(TDWeightConfig(), n) / 2 for n in names}
+    assert ValueSFTConfig(model="m", critic="c", output_dir="o", **changed).weights_cfg == (
+        TDWeightConfig(**changed)
+    )
 
 
 def test_each_command_keeps_its_defaults():
