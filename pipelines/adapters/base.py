@@ -99,6 +99,21 @@ def contained(
         return SourceRecord(None, line, text, "unreadable row", error_detail(e), run_id=run_id)
 
 
+def no_object(
+    line: int, text: str | None, obj: Any, reason: str | None, run_id: str | None = None
+) -> SourceRecord | None:
+    """The quarantine unit of a parsed line (as ``iter_json_lines`` yields it) that holds no JSON
+    object: its parse failure (``reason`` is ``key|detail``), or ``wrong type`` for a JSON value
+    that is no object. None for an object: the reader's to read."""
+    if reason is not None:
+        key, _, detail = reason.partition("|")
+        return SourceRecord(None, line, text, key, detail, run_id=run_id)
+    if not isinstance(obj, dict):
+        detail = "a line must be a JSON object"
+        return SourceRecord(None, line, text, "wrong type", detail, run_id=run_id)
+    return None
+
+
 def error_detail(e: BaseException) -> str:
     """``Type: message``, cut short and ASCII-safe (a message may quote the bad text itself)."""
     msg = f"{type(e).__name__}: {e}"

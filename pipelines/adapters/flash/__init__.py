@@ -32,6 +32,7 @@ from ddai.pipelines.adapters.base import (
     RowBatch,
     SourceRecord,
     contained,
+    no_object,
     open_lines,
 )
 from ddai.pipelines.adapters.ddai_common import flash_rollout, run_id_from_stem
@@ -81,13 +82,8 @@ def _records(
     parsed: Iterable[tuple[int, str | None, Any, str | None]], run: str | None, pids: set
 ) -> Iterator[SourceRecord]:
     for line, text, obj, reason in parsed:
-        if reason is not None:
-            key, _, detail = reason.partition("|")
-            yield SourceRecord(None, line, text, key, detail, run_id=run)
-        elif not isinstance(obj, dict):
-            yield SourceRecord(
-                None, line, text, "wrong type", "a line must be a JSON object", run_id=run
-            )
+        if (bad := no_object(line, text, obj, reason, run)) is not None:
+            yield bad
         else:
             pids.add(_pid(obj.get("pid")))
             yield contained(line, text, run, _record, obj, line, text, run)

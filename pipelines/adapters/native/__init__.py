@@ -27,6 +27,7 @@ from ddai.pipelines.adapters.base import (
     RowBatch,
     SourceRecord,
     contained,
+    no_object,
     open_lines,
 )
 from ddai.pipelines.adapters.line_batches import LineBatch, read_lines
@@ -66,11 +67,8 @@ def _records(
     parsed: Iterable[tuple[int, str | None, Any, str | None]],
 ) -> Iterator[SourceRecord]:
     for line, text, obj, reason in parsed:
-        if reason is not None:
-            key, _, detail = reason.partition("|")
-            yield SourceRecord(None, line, text, key, detail)
-        elif not isinstance(obj, dict):
-            yield SourceRecord(None, line, text, "wrong type", "a row must be a JSON object")
+        if (bad := no_object(line, text, obj, reason)) is not None:
+            yield bad
         else:
             yield SourceRecord(obj, line, text, run_id=_run(obj))
 

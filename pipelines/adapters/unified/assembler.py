@@ -59,7 +59,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines.adapters.base import ReaderContext, SourceRecord, error_detail
+from ddai.pipelines.adapters.base import ReaderContext, SourceRecord, error_detail, no_object
 from ddai.pipelines.adapters.ddai_common import (
     basename,
     executed_action,
@@ -274,12 +274,9 @@ class Assembler:
         """Parsed lines (``(line, text, obj, reason)`` as ``iter_json_lines`` yields) in, rollouts
         and quarantine units out, event by event."""
         for line, text, obj, reason in records:
-            if reason is not None:
-                key, _, detail = reason.partition("|")
-                self.quarantined[key] += 1
-                yield SourceRecord(None, line, text, key, detail)
-            elif not isinstance(obj, dict):
-                yield self.bad(line, text, None, "not an event", "a line must be a JSON object")
+            if (bad := no_object(line, text, obj, reason)) is not None:
+                self.quarantined[bad.reason] += 1
+                yield bad
             else:
                 try:  # a fault in one event stays with that event's line
                     out = list(self.feed(obj, line, text))

@@ -9,7 +9,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from ddai.pipelines.adapters.base import ReaderContext, SourceRecord, contained
+from ddai.pipelines.adapters.base import ReaderContext, SourceRecord, contained, no_object
 from ddai.pipelines.adapters.ddai_common import question_from_prompt
 from ddai.pipelines.adapters.transcript import split_transcript
 from ddai.pipelines.adapters.verl.ids import UID_UNMATCHED, uid_of
@@ -56,10 +56,9 @@ def records(
     order: Counter,
 ) -> Iterator[SourceRecord]:
     for line, text, obj, reason in parsed:
-        if reason is not None:
-            key, _, detail = reason.partition("|")
-            yield SourceRecord(None, line, text, key, detail, run_id=run)
-        elif not isinstance(obj, dict) or not isinstance(obj.get("input"), str):
+        if (bad := no_object(line, text, obj, reason, run)) is not None:
+            yield bad
+        elif not isinstance(obj.get("input"), str):
             detail = "a line must be an object with a string input"
             yield SourceRecord(None, line, text, "wrong type", detail, run_id=run)
         else:

@@ -125,7 +125,7 @@ def test_tricky_log_same_rows_quarantine_and_counts(tmp_path, step_batches):
     src = _tricky(tmp_path)
     res, rows, q, _ = _same(tmp_path, src)
     reasons = {e["reason"] for e in q}
-    assert {"malformed JSON", "not an event", "unjoinable event", "missing turns"} <= reasons
+    assert {"malformed JSON", "wrong type", "unjoinable event", "missing turns"} <= reasons
     assert "duplicate rollout" not in reasons  # a repeated event is ignored, not a rollout
     assert any(r["flags"] == ["turns_incomplete"] for r in rows)
     assert res.rows_in == len(rows) + len(q)
