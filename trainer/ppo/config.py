@@ -214,5 +214,5 @@ class PPOResult(LoggedRunResult):
     """Steps in which the clip changed at least one token's loss."""
     ratio_spread: float | None = None
     """The largest ``|π_θ/π_old − 1|`` on a policy token over the whole run."""
-    clip_low: float = 0.2
-    clip_high: float = 0.2
+    clip_low: float = PPORunConfig.clip_low
+    clip_high: float = PPORunConfig.clip_high
