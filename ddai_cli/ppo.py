@@ -3,33 +3,13 @@ environment with a value head as critic (``ddai.trainer.ppo``); flags from ``PPO
 
 from __future__ import annotations
 
-import os
-from dataclasses import asdict
-from typing import Any
-
 import typer
 
 from ddai.cli.app import SUBCOMMANDS
-from ddai.cli.common import JsonOpt, LogsOpt, ProgressOpt
-from ddai.cli.flags import config_flags, with_groups
-from ddai.cli.options import (
-    INPUTS,
-    LORA,
-    POLICY,
-    PREFLIGHT,
-    default_of,
-    episode_settings,
-    require_inputs,
-)
-from ddai.cli.running import (
-    AppendRunOpt,
-    device_options,
-    main_summary,
-    maybe_relaunch,
-    refuse_existing_run,
-    run_or_fail,
-    sub_app,
-)
+from ddai.cli.episode_train import episode_training
+from ddai.cli.flags import config_flags
+from ddai.cli.options import INPUTS, LORA, POLICY, PREFLIGHT
+from ddai.cli.running import sub_app
 from ddai.trainer.ppo.config import PPORunConfig
 
 PPO_FLAGS = config_flags(
@@ -56,26 +36,13 @@ PPO_FLAGS = config_flags(
 are ``options.episode_settings``)."""
 
 
-@with_groups({"cfg": PPO_FLAGS, "nested": episode_settings, "device": device_options})
-def train_ppo_command(
-    *,
-    cfg: dict[str, Any],
-    nested: dict[str, Any],
-    logs: LogsOpt = default_of(PPORunConfig, "logs"),
-    append: AppendRunOpt = False,
-    device: dict[str, Any],
-    progress: ProgressOpt = default_of(PPORunConfig, "progress"),
-    as_json: JsonOpt = False,
-) -> None:
-    """PPO over the multi-turn search environment, with a value head as critic and GAE."""
-    refuse_existing_run("ddai train ppo", logs, cfg["run_id"], append=append, resume=cfg["resume"])
-    maybe_relaunch(**device)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from ddai.trainer.ppo.train import run_ppo
-
-    config = PPORunConfig(**cfg, **nested, logs=logs, progress=progress and not as_json)
-    require_inputs(config.data, config.corpus)
-    main_summary("ddai train ppo", asdict(run_or_fail(run_ppo, config)), as_json=as_json)
+train_ppo_command = episode_training(
+    PPORunConfig,
+    PPO_FLAGS,
+    "ddai train ppo",
+    "ddai.trainer.ppo.train:run_ppo",
+    "PPO over the multi-turn search environment, with a value head as critic and GAE.",
+)
 
 
 def register(app: typer.Typer) -> None:

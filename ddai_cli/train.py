@@ -10,26 +10,11 @@ from typing import Any
 import typer
 
 from ddai.cli.app import SUBCOMMANDS
-from ddai.cli.common import JsonOpt, LogsOpt, ProgressOpt
+from ddai.cli.common import JsonOpt, ProgressOpt
+from ddai.cli.episode_train import episode_training, parsed_sets
 from ddai.cli.flags import config_flags, with_groups
-from ddai.cli.options import (
-    INPUTS,
-    LORA,
-    POLICY,
-    PREFLIGHT,
-    TRL,
-    default_of,
-    episode_settings,
-    require_inputs,
-)
-from ddai.cli.running import (
-    AppendRunOpt,
-    device_options,
-    main_summary,
-    maybe_relaunch,
-    refuse_existing_run,
-    sub_app,
-)
+from ddai.cli.options import INPUTS, LORA, POLICY, PREFLIGHT, TRL, default_of
+from ddai.cli.running import device_options, main_summary, maybe_relaunch, sub_app
 from ddai.cli.running import run_or_fail as run
 from ddai.trainer.grpo.config import GRPORunConfig
 from ddai.trainer.sft.config import SFTRunConfig
@@ -71,13 +56,6 @@ GRPO_FLAGS = config_flags(
 are ``options.episode_settings``)."""
 
 
-def parsed_sets(cfg: dict[str, Any]) -> dict[str, Any]:
-    """``--set``'s ``KEY=VALUE`` texts, taken out of ``cfg`` and parsed (a bad one exits 2)."""
-    from ddai.trainer.common import parse_set
-
-    return run(parse_set, cfg.pop("overrides"))
-
-
 def register(app: typer.Typer) -> None:
     """Add this area's commands to the main app."""
     train_app = sub_app(app, "train")
@@ -100,28 +78,12 @@ def register(app: typer.Typer) -> None:
         config = SFTRunConfig(**cfg, overrides=sets, progress=progress and not as_json)
         main_summary("ddai train sft", asdict(run(run_sft, config)), as_json=as_json)
 
-    @train_app.command("grpo", short_help=SUBCOMMANDS["train"]["grpo"].help)
-    @with_groups({"cfg": GRPO_FLAGS, "nested": episode_settings, "device": device_options})
-    def grpo(
-        *,
-        cfg: dict[str, Any],
-        nested: dict[str, Any],
-        logs: LogsOpt = default_of(GRPORunConfig, "logs"),
-        append: AppendRunOpt = False,
-        device: dict[str, Any],
-        progress: ProgressOpt = default_of(GRPORunConfig, "progress"),
-        as_json: JsonOpt = False,
-    ) -> None:
-        """GRPO over the multi-turn search environment; every step's rollouts go to the rollout log."""
-        refuse_existing_run("ddai train grpo", logs, cfg["run_id"], append=append, resume=cfg["resume"])  # fmt: skip
-        maybe_relaunch(**device)
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        from ddai.trainer.grpo.train import run_grpo
-
-        sets = parsed_sets(cfg)
-        config = GRPORunConfig(
-            **cfg, **nested, overrides=sets, logs=logs, progress=progress and not as_json
+    train_app.command("grpo", short_help=SUBCOMMANDS["train"]["grpo"].help)(
+        episode_training(
+            GRPORunConfig,
+            GRPO_FLAGS,
+            "ddai train grpo",
+            "ddai.trainer.grpo.train:run_grpo",
+            "GRPO over the multi-turn search environment; every step's rollouts go to the rollout log.",
         )
-        require_inputs(config.data, config.corpus)
-        run(config.check)
-        main_summary("ddai train grpo", asdict(run(run_grpo, config)), as_json=as_json)
+    )

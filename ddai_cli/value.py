@@ -55,14 +55,34 @@ def rows_read(
     return {"logs": logs, "runs": runs, "success_threshold": success_threshold}
 
 
-def train_summary(title: str, train: Callable[[Any], Any], cfg: Any, *, as_json: bool) -> None:
-    """Run a value-head training (bad input exits 2) and print its summary flat: the
-    ``eval_before``/``eval_after`` maps spread into ``before KEY``/``after KEY`` entries."""
-    result = asdict(run_or_fail(train, cfg))
-    flat = {k: v for k, v in result.items() if k not in ("eval_before", "eval_after")}
-    flat |= {f"before {k}": v for k, v in result["eval_before"].items()}
-    flat |= {f"after {k}": v for k, v in result["eval_after"].items()}
-    print_summary(title, flat, as_json=as_json)
+def value_training(config_class: type, flags: Callable[..., Any], title: str) -> Callable[..., Any]:
+    """Make ``trainer()`` (its docstring the help; it imports and gives the training function) a
+    value-head training command: after ``--launch``, the ``config_class`` built from ``flags``
+    (the bins parsed) and the rows read is trained (bad input exits 2) and the summary printed
+    flat, the ``eval_before``/``eval_after`` maps spread into ``before KEY``/``after KEY``."""
+
+    def decorate(trainer: Callable[[], Callable[[Any], Any]]) -> Callable[..., None]:
+        def command(
+            *,
+            cfg: dict[str, Any],
+            rows: dict[str, Any],
+            device: dict[str, Any],
+            progress: ProgressOpt = default_of(config_class, "progress"),
+            as_json: JsonOpt = False,
+        ) -> None:
+            maybe_relaunch(**device)
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")
+            config = config_class(**bins(cfg), **rows, progress=progress and not as_json)
+            result = asdict(run_or_fail(trainer(), config))
+            flat = {k: v for k, v in result.items() if k not in ("eval_before", "eval_after")}
+            flat |= {f"before {k}": v for k, v in result["eval_before"].items()}
+            flat |= {f"after {k}": v for k, v in result["eval_after"].items()}
+            print_summary(title, flat, as_json=as_json)
+
+        command.__doc__ = trainer.__doc__
+        return with_groups({"cfg": flags, "rows": rows_read, "device": device_options})(command)
+
+    return decorate
 
 
 TRAIN_FLAGS = config_flags(
@@ -70,22 +90,12 @@ TRAIN_FLAGS = config_flags(
 )
 
 
-@with_groups({"cfg": TRAIN_FLAGS, "rows": rows_read, "device": device_options})
-def train_value_command(
-    *,
-    cfg: dict[str, Any],
-    rows: dict[str, Any],
-    device: dict[str, Any],
-    progress: ProgressOpt = default_of(ValueTrainConfig, "progress"),
-    as_json: JsonOpt = False,
-) -> None:
+@value_training(ValueTrainConfig, TRAIN_FLAGS, "ddai train value")
+def train_value_command() -> Callable[[Any], Any]:
     """Train a value head on terminal outcomes from the rollout log: pairwise ranking + MC MSE."""
-    maybe_relaunch(**device)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from ddai.trainer.value.train import train_value
 
-    config = ValueTrainConfig(**bins(cfg), **rows, progress=progress and not as_json)
-    train_summary("ddai train value", train_value, config, as_json=as_json)
+    return train_value
 
 
 SCORE_FLAGS = config_flags(
@@ -122,23 +132,13 @@ SFT_FLAGS = config_flags(
 )
 
 
-@with_groups({"cfg": SFT_FLAGS, "rows": rows_read, "device": device_options})
-def train_value_sft_command(
-    *,
-    cfg: dict[str, Any],
-    rows: dict[str, Any],
-    device: dict[str, Any],
-    progress: ProgressOpt = default_of(ValueSFTConfig, "progress"),
-    as_json: JsonOpt = False,
-) -> None:
+@value_training(ValueSFTConfig, SFT_FLAGS, "ddai train value-sft")
+def train_value_sft_command() -> Callable[[Any], Any]:
     """Seed 004's joint stage: SFT on correct rollouts, each token weighted by
     clip(exp(δ/β)) from the critic's TD error, trained with the critic's value loss."""
-    maybe_relaunch(**device)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from ddai.trainer.value.sft import train_value_sft
 
-    config = ValueSFTConfig(**bins(cfg), **rows, progress=progress and not as_json)
-    train_summary("ddai train value-sft", train_value_sft, config, as_json=as_json)
+    return train_value_sft
 
 
 def register(app: typer.Typer) -> None:

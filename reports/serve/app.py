@@ -104,6 +104,15 @@ def _error(status: int, message: str, request: Request) -> Response:
     return _html("error.html", status, title=f"error {status}", message=message, nav="")
 
 
+async def _posted_sql(request: Request) -> str | Response:
+    """The ``sql`` text of a request's JSON body, or the 400 answer naming the body expected."""
+    try:
+        sql = (await request.json())["sql"]
+    except (ValueError, KeyError, TypeError):
+        sql = None
+    return sql if isinstance(sql, str) else _error(400, 'send JSON {"sql": "SELECT …"}', request)
+
+
 def empty_store_notice(cfg: ServeConfig) -> str:
     """What to do when the served store (or its --run selection) holds no rollout: every page
     would otherwise be an empty table with no word why."""
@@ -315,26 +324,16 @@ def create_app(cfg: ServeConfig, *, explorer: Explorer | None = None) -> Starlet
         )
 
     async def sql_api(request: Request) -> Response:
-        try:
-            body = await request.json()
-            sql = body["sql"]
-            if not isinstance(sql, str):
-                raise TypeError
-        except (ValueError, KeyError, TypeError):
-            return _error(400, 'send JSON {"sql": "SELECT …"}', request)
+        if isinstance(sql := await _posted_sql(request), Response):
+            return sql
         return await _in_thread(_run_sql, sql)
 
     async def sql_export(request: Request) -> Response:
         fmt = request.path_params["fmt"]
         if fmt not in ("csv", "parquet"):
             return _error(404, f"export as csv or parquet, not {fmt!r}", request)
-        try:
-            body = await request.json()
-            sql = body["sql"]
-            if not isinstance(sql, str):
-                raise TypeError
-        except (ValueError, KeyError, TypeError):
-            return _error(400, 'send JSON {"sql": "SELECT …"}', request)
+        if isinstance(sql := await _posted_sql(request), Response):
+            return sql
         return await _in_thread(_export_sql, sql, fmt)
 
     def _export_sql(sql: str, fmt: str) -> Response:

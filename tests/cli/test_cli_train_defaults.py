@@ -49,14 +49,17 @@ def _names(node: ast.AST) -> str | None:
 def field_of_param(callback, cls_name: str, fields: frozenset[str] = frozenset()) -> dict[str, str]:
     """``param -> field`` from the command's ``Cls(field=param, …)`` call (its source). A group of
     flags (``with_groups``) passed as ``Cls(**group)`` fills the fields its flags are named as
-    (``config_flags`` names a flag as its field)."""
+    (``config_flags`` names a flag as its field). A command a factory made
+    (``ddai_cli/episode_train.py``) calls the class by the factory's parameter that holds it."""
     tree = ast.parse(textwrap.dedent(inspect.getsource(callback)))
     out = {}
     groups = getattr(callback, "__groups__", {})  # group parameter -> its flags
+    held = inspect.getclosurevars(inspect.unwrap(callback)).nonlocals
+    names = {cls_name} | {n for n, v in held.items() if getattr(v, "__name__", None) == cls_name}
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
             continue
-        if _names(node.func) == cls_name:
+        if _names(node.func) in names:
             for kw in node.keywords:
                 if not isinstance(kw.value, ast.Name):
                     continue

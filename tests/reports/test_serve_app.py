@@ -449,6 +449,18 @@ def test_sql_result_exports_as_csv_and_parquet_with_escaped_cells(client):
     assert _post(client, "/api/sql/export.xlsx", "SELECT 1").status_code == 404
 
 
+@pytest.mark.parametrize("path", ["/api/sql", "/api/sql/export.csv"])
+@pytest.mark.parametrize(
+    "body", [b"not json", b'{"query": "SELECT 1"}', b'{"sql": 1}', b'["SELECT 1"]', b'"SELECT 1"']
+)
+def test_both_sql_endpoints_refuse_a_body_without_sql_text(client, path, body):
+    from serve_world import page_token
+
+    headers = {"X-DDAI-Token": page_token(client), "Content-Type": "application/json"}
+    res = client.post(path, headers=headers, content=body)
+    assert res.status_code == 400 and res.json() == {"error": 'send JSON {"sql": "SELECT …"}'}
+
+
 def test_sql_page_keeps_the_query_of_its_url(client):
     html = client.get("/sql?" + urlencode({"q": "SELECT 42 AS <b>"})).text
     assert 'data-autorun="1"' in html and "SELECT 42 AS &lt;b&gt;</textarea>" in html
