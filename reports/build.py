@@ -18,7 +18,7 @@ from ddai.reports.blocks import Section, SectionBuilder
 from ddai.reports.config import ReportConfig
 from ddai.reports.context import ReportContext
 from ddai.reports.render import render_page, warm_plotly_js
-from ddai.reports.sections import SECTIONS, value_joint
+from ddai.reports.sections import LONGEST, SECTIONS, value_joint
 
 duckdb = lazy_module("duckdb")
 
@@ -89,10 +89,12 @@ def _sections(
 
     workers = max(1, min(len(sections), ctx.cfg.threads or os.cpu_count() or 1))
     with ThreadPoolExecutor(workers, thread_name_prefix="report-section") as pool:
-        futures = [pool.submit(one, builder) for _, builder in sections]
-        for f in futures:
+        # the longest first (a stable sort: the rest in page order); results in page order
+        start = sorted(range(len(sections)), key=lambda i: sections[i][0] not in LONGEST)
+        futures = {i: pool.submit(one, sections[i][1]) for i in start}
+        for f in futures.values():
             f.add_done_callback(lambda _: done())
-        return [f.result() for f in futures]
+        return [futures[i].result() for i in range(len(sections))]
 
 
 def _build(

@@ -12,7 +12,7 @@ from report_world import planted_store, random_store
 from ddai.reports import ReportConfig, build_report
 from ddai.reports.blocks import Section, SectionBuilder
 from ddai.reports.context import ReportContext
-from ddai.reports.sections import SECTIONS
+from ddai.reports.sections import LONGEST, SECTIONS
 
 
 def test_sections_overlap_on_two_threads(tmp_path: Path) -> None:
@@ -50,3 +50,25 @@ def test_concurrent_page_is_the_serial_one(tmp_path: Path) -> None:
     assert _page(logs, tmp_path / "two.html", threads=2) == serial
     assert all(f'id="{sid}"' in serial for sid in ("overview", "browser", "attribution"))
     assert len(SECTIONS) == 14
+
+
+def test_longest_sections_start_first(tmp_path: Path) -> None:
+    """The sections named in ``LONGEST`` (real labels of the page) start before the others, and
+    the page still lists every section in page order."""
+    assert set(LONGEST) <= {label for label, _ in SECTIONS}
+    started: list[str] = []
+
+    def section(name: str) -> SectionBuilder:
+        def build(ctx: ReportContext) -> Section:
+            started.append(name)
+            return Section(id=name, title=name, reading="", blocks=[], stats={})
+
+        return build
+
+    labels = ("overview", "failure attribution", "funnel", "trajectory browser")
+    cfg = ReportConfig(
+        logs=planted_store(tmp_path), out=tmp_path / "r.html", progress=False, threads=1
+    )
+    res = build_report(cfg, sections=tuple((name, section(name)) for name in labels))
+    assert started == ["failure attribution", "trajectory browser", "overview", "funnel"]
+    assert res["sections"] == list(labels)
