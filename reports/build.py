@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -15,7 +18,7 @@ from ddai.reports.blocks import Section, SectionBuilder
 from ddai.reports.config import ReportConfig
 from ddai.reports.context import ReportContext
 from ddai.reports.render import render_page, warm_plotly_js
-from ddai.reports.sections import SECTIONS, value_joint
+from ddai.reports.sections import LONGEST, SECTIONS, value_joint
 
 duckdb = lazy_module("duckdb")
 
@@ -65,6 +68,35 @@ def _title(cfg: ReportConfig, runs: list[str]) -> str:
     return f"ddai report: {named}"
 
 
+def _sections(
+    ctx: ReportContext,
+    sections: tuple[tuple[str, SectionBuilder], ...],
+    done: Callable[[], None],
+) -> list[tuple[Section, float]]:
+    """Every section built, each on a cursor of its own, ``--threads`` at once (default: one per
+    core; DuckDB releases the GIL while a query runs, so one section's queries overlap another's
+    Python). Returned in ``sections`` order, the page the same whatever the order they finish
+    in, each with its seconds (overlapping: they do not add up to the stage's wall time).
+    ``done`` is called as each finishes."""
+
+    def one(builder: SectionBuilder) -> tuple[Section, float]:
+        sub = ctx.on_cursor()
+        t0 = time.perf_counter()
+        try:
+            return builder(sub), time.perf_counter() - t0
+        finally:
+            sub.con.close()
+
+    workers = max(1, min(len(sections), ctx.cfg.threads or os.cpu_count() or 1))
+    with ThreadPoolExecutor(workers, thread_name_prefix="report-section") as pool:
+        # the longest first (a stable sort: the rest in page order); results in page order
+        start = sorted(range(len(sections)), key=lambda i: sections[i][0] not in LONGEST)
+        futures = {i: pool.submit(one, sections[i][1]) for i in start}
+        for f in futures.values():
+            f.add_done_callback(lambda _: done())
+        return [futures[i].result() for i in range(len(sections))]
+
+
 def _build(
     cfg: ReportConfig,
     con: duckdb.DuckDBPyConnection,
@@ -86,7 +118,7 @@ def _build(
     with progress:
         task = progress.add_task("reading rollouts", total=len(sections) + 2)
         t0 = time.perf_counter()
-        ctx = ReportContext.open(cfg, con)
+        ctx = ReportContext.open(cfg, con, wide=True)
         timings["facts"] = time.perf_counter() - t0
         if not ctx.runs:
             raise ValueError(
@@ -102,12 +134,10 @@ def _build(
             )
         record = manifest.start(STEP, _params(cfg), _inputs(cfg, ctx.runs))
         progress.advance(task)
-        for label, builder in sections:
-            progress.update(task, description=label)
-            t0 = time.perf_counter()
-            built.append(builder(ctx))
-            timings[built[-1].id] = time.perf_counter() - t0
-            progress.advance(task)
+        progress.update(task, description="sections")
+        for section, seconds in _sections(ctx, sections, lambda: progress.advance(task)):
+            built.append(section)
+            timings[section.id] = seconds
         progress.update(task, description="writing")
         t0 = time.perf_counter()
         packing.join()
@@ -142,7 +172,8 @@ def build_report(
     _check_inputs(cfg)
     # each part's turn facts are computed once and kept; the report reads them from then on
     turn_facts.ensure(cfg.logs, cfg.runs, threads=cfg.threads)
-    con = query.connect(cfg.logs, cfg.runs, threads=cfg.threads, kept_facts=True)
+    # database-wide tables: every section reads them from a cursor of its own (``_sections``)
+    con = query.connect(cfg.logs, cfg.runs, threads=cfg.threads, kept_facts=True, wide=True)
     try:
         built, runs, timings = _build(cfg, con, sections)
     finally:

@@ -54,7 +54,8 @@ class ReportConfig:
     progress: bool = True
     """Show a progress bar while building."""
     threads: int | None = None
-    """DuckDB threads for the report's queries. Default: DuckDB's own (one per core)."""
+    """DuckDB threads for the report's queries, and sections built at once. Default: one per
+    core."""
     flags: list[Path] = field(default_factory=list)
     """Review CSV (uid, verdict, reason) whose wrong/uncertain rows flag a prompt's ground truth
     in the failure attribution; repeat for several."""

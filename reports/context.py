@@ -9,7 +9,9 @@ run comparison) run it once.
 
 from __future__ import annotations
 
+import dataclasses
 import re
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,12 +57,20 @@ class ReportContext:
     """Turns valued by `ddai value score` in the selection (0: the value queries are skipped)."""
     colors: dict[str, str] = field(default_factory=dict)
     """Per selected run: its colour in every chart of the page (``color``)."""
+    wide: bool = False
+    """The tables are database-wide (``query.connect(wide=True)``), so every ``cursor()`` of
+    ``con`` reads them: the sections then run concurrently, one cursor each (``on_cursor``)."""
     _frames: dict[tuple[Any, ...], pl.DataFrame] = field(default_factory=dict, repr=False)
+    _locks: dict[tuple[Any, ...], threading.Lock] = field(default_factory=dict, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @classmethod
-    def open(cls, cfg: ReportConfig, con: duckdb.DuckDBPyConnection) -> ReportContext:
-        """Materialize the report's temp tables on ``con``; note the runs they hold."""
-        ctx = cls(cfg=cfg, con=con, params=cfg.sql_params())
+    def open(
+        cls, cfg: ReportConfig, con: duckdb.DuckDBPyConnection, *, wide: bool = False
+    ) -> ReportContext:
+        """Materialize the report's temp tables on ``con`` (database-wide ones with ``wide``);
+        note the runs they hold."""
+        ctx = cls(cfg=cfg, con=con, params=cfg.sql_params(), wide=wide)
         ctx.execute("report_facts")
         ctx.execute("report_prompts")
         # the round analyses' views (attribution, drop/keep) read those tables, not the log
@@ -72,6 +82,13 @@ class ReportContext:
         ctx.caps = capabilities.for_runs(cfg.logs, ctx.runs)
         ctx.colors = palette.run_colors(ctx.runs)
         return ctx
+
+    def on_cursor(self) -> ReportContext:
+        """This context on a new cursor of its connection, for a section built on another thread
+        (a DuckDB connection runs one query at a time); the named-query frames stay shared."""
+        if not self.wide:
+            raise ValueError("on_cursor needs a context opened with wide=True")
+        return dataclasses.replace(self, con=self.con.cursor())
 
     def color(self, run: str) -> str:
         """``run``'s colour, the same in every chart of the page."""
@@ -111,17 +128,24 @@ class ReportContext:
     def execute(self, name: str, **extra: Any) -> None:
         """Run ``sql/<name>.sql`` for its effect (e.g. a CREATE TABLE)."""
         sql = query.sql_text(name)
+        if self.wide:
+            sql = query.database_wide(sql)
         self.con.execute(sql, bind(sql, {**self.params, **extra}))
 
     def frame(self, name: str, **extra: Any) -> pl.DataFrame:
         """Run ``sql/<name>.sql`` with its parameters bound; the (small) result as polars.
 
         The temp tables the queries read do not change during a build, so a frame asked for
-        twice with the same parameters is the first one (polars frames are immutable)."""
+        twice with the same parameters is the first one (polars frames are immutable); sections
+        built concurrently that ask for the same frame wait for the first to run it."""
         key = (name, *sorted(extra.items()))
-        if key not in self._frames:
-            sql = query.sql_text(name)
-            self._frames[key] = query.run_frame(self.con, sql, bind(sql, {**self.params, **extra}))
+        with self._lock:
+            lock = self._locks.setdefault(key, threading.Lock())
+        with lock:
+            if key not in self._frames:
+                sql = query.sql_text(name)
+                params = bind(sql, {**self.params, **extra})
+                self._frames[key] = query.run_frame(self.con, sql, params)
         return self._frames[key]
 
     def by_run(self, df: pl.DataFrame) -> Iterator[tuple[str, pl.DataFrame]]:

@@ -41,3 +41,8 @@ SECTIONS: tuple[tuple[str, SectionBuilder], ...] = (
     # `ddai eval` runs by their test set's categories (issue 30).
     ("evaluation by category", evaluation.build),
 )
+
+# Started first when sections are built concurrently (``reports/build.py``): the longest at 1M
+# rollouts (bench/README.md, "The report's sections built concurrently"), so that none of them
+# starts last and runs alone while the other core idles.
+LONGEST = ("trajectory browser", "failure attribution", "zero-variance groups: drop or keep")

@@ -1,0 +1,74 @@
+"""The report builds its sections concurrently, one DuckDB cursor each (``reports/build.py``):
+they really overlap, and the page is the one a build of one section at a time writes."""
+
+from __future__ import annotations
+
+import re
+import threading
+from pathlib import Path
+
+from report_world import planted_store, random_store
+
+from ddai.reports import ReportConfig, build_report
+from ddai.reports.blocks import Section, SectionBuilder
+from ddai.reports.context import ReportContext
+from ddai.reports.sections import LONGEST, SECTIONS
+
+
+def test_sections_overlap_on_two_threads(tmp_path: Path) -> None:
+    """Two sections that each wait for the other to start finish only if they run at once, each
+    on its own cursor reading the database-wide facts."""
+    meet = threading.Barrier(2, timeout=10)
+    seen: list[tuple[str, int]] = []
+
+    def section(name: str) -> SectionBuilder:
+        def build(ctx: ReportContext) -> Section:
+            meet.wait()
+            n = ctx.con.execute("SELECT count(*) FROM report_facts").fetchone()[0]
+            seen.append((threading.current_thread().name, n))
+            return Section(id=name, title=name, reading="", blocks=[], stats={"rows": n})
+
+        return build
+
+    cfg = ReportConfig(logs=planted_store(tmp_path), out=tmp_path / "r.html", progress=False)
+    res = build_report(cfg, sections=(("a", section("a")), ("b", section("b"))))
+    assert res["sections"] == ["a", "b"]
+    assert [n for _, n in seen] == [24, 24]  # the planted world's 16 + 8 rollouts
+    assert len({t for t, _ in seen}) == 2
+
+
+def _page(logs: Path, out: Path, threads: int) -> str:
+    build_report(ReportConfig(logs=logs, out=out, progress=False, threads=threads))
+    # the page says when it was made, to the minute
+    return re.sub(r"generated \S+ \S+ UTC", "", out.read_text(encoding="utf-8"))
+
+
+def test_concurrent_page_is_the_serial_one(tmp_path: Path) -> None:
+    """Every section, built two at a time, gives the page byte for byte as built one at a time."""
+    logs = random_store(tmp_path)
+    serial = _page(logs, tmp_path / "one.html", threads=1)
+    assert _page(logs, tmp_path / "two.html", threads=2) == serial
+    assert all(f'id="{sid}"' in serial for sid in ("overview", "browser", "attribution"))
+    assert len(SECTIONS) == 14
+
+
+def test_longest_sections_start_first(tmp_path: Path) -> None:
+    """The sections named in ``LONGEST`` (real labels of the page) start before the others, and
+    the page still lists every section in page order."""
+    assert set(LONGEST) <= {label for label, _ in SECTIONS}
+    started: list[str] = []
+
+    def section(name: str) -> SectionBuilder:
+        def build(ctx: ReportContext) -> Section:
+            started.append(name)
+            return Section(id=name, title=name, reading="", blocks=[], stats={})
+
+        return build
+
+    labels = ("overview", "failure attribution", "funnel", "trajectory browser")
+    cfg = ReportConfig(
+        logs=planted_store(tmp_path), out=tmp_path / "r.html", progress=False, threads=1
+    )
+    res = build_report(cfg, sections=tuple((name, section(name)) for name in labels))
+    assert started == ["failure attribution", "trajectory browser", "overview", "funnel"]
+    assert res["sections"] == list(labels)
