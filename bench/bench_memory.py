@@ -23,7 +23,6 @@ from dataclasses import asdict
 from pathlib import Path
 
 import torch
-from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from ddai.trainer.episode.rollout import HFSampler
 from ddai.trainer.runtime.memory_model import (
@@ -38,6 +37,7 @@ from ddai.trainer.runtime.memory_model import (
 # The CPU meter is test scaffolding under tests/oracles (not part of the package).
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from oracles.memory_meter import TensorMemoryMeter
+from support.sampler_memory import Tok, generate_keeping_logits, qwen2
 
 CUDA = torch.cuda.is_available()
 DEV = "cuda" if CUDA else "cpu"
@@ -69,10 +69,6 @@ def gib(m: MemoryEstimate) -> dict[str, float]:
     return {k: round(v / 1024**3, 1) for k, v in {**asdict(m), "peak": m.peak}.items()}
 
 
-class Tok:
-    pad_token_id, eos_token_id = 0, 1
-
-
 @contextlib.contextmanager
 def peak():
     """Yields a dict whose ``bytes`` is the block's peak added memory."""
@@ -91,34 +87,15 @@ def peak():
 
 
 def model(vocab: int, hidden: int, layers: int, heads: int, kv: int, inter: int):
-    torch.manual_seed(0)
-    cfg = Qwen2Config(
-        vocab_size=vocab,
-        hidden_size=hidden,
-        intermediate_size=inter,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        num_key_value_heads=kv,
-    )
     dtype = torch.bfloat16 if CUDA else torch.float32
-    return Qwen2ForCausalLM(cfg).to(DEV, dtype).eval()
+    return qwen2(vocab, hidden, layers, heads, kv, inter).to(DEV, dtype)
 
 
 def sampler_peak(m, N: int, prompt: int, new: int, baseline: bool) -> int:
     ctx = [[5] * prompt] * N
     with peak() as p:
         if baseline:
-            with torch.no_grad():
-                m.generate(
-                    input_ids=torch.tensor(ctx, device=DEV),
-                    attention_mask=torch.ones(N, prompt, dtype=torch.long, device=DEV),
-                    do_sample=True,
-                    max_new_tokens=new,
-                    min_new_tokens=new,
-                    output_logits=True,
-                    return_dict_in_generate=True,
-                    pad_token_id=0,
-                )
+            generate_keeping_logits(m, ctx, new)
         else:
             HFSampler(m, Tok(), stop_ids=[-1]).sample(ctx, [new] * N)
     return p["bytes"]

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import random
 import re
 import subprocess
 import sys
@@ -44,82 +43,42 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 GIB = 1 << 30
 
+# The toy world's tiny model and the clip run are test scaffolding under tests/support.
+sys.path.insert(0, str(ROOT / "tests"))
+from support.toy_world import gspo_clip_run, tiny_on_toy  # noqa: E402
+
 
 def say(status: str, name: str, text: str) -> None:
     print(f"{status:<4} {name:<14} {text}", flush=True)
 
 
-def tiny_model(root: Path) -> Path:
-    from ddai.trainer import toy
-    from ddai.trainer.tiny import build_tiny
-
-    return build_tiny(root / "tiny", texts=[r["messages"] for r in toy.sft_rows()])
-
-
-class ConstantGenerator:
-    name = "constant"
-
-    async def generate(self, reqs):
-        from ddai.pipelines.backends import GenerateResult
-
-        return [GenerateResult(answer="2021") for _ in reqs]
-
-
-class RandomJudge:
-    """Seeded random scores: reward variance in every group, so every step has a gradient."""
-
-    name = "random"
-
-    def __init__(self) -> None:
-        self.rng = random.Random(0)
-
-    async def judge(self, reqs):
-        from ddai.pipelines.backends import JudgeResult
-
-        return [JudgeResult(score=self.rng.random()) for _ in reqs]
-
-
 def check_clip(root: Path, model: Path, real: bool) -> bool:
-    from dataclasses import asdict
-
-    from ddai.pipelines.backends import get_backend
     from ddai.trainer import toy
-    from ddai.trainer.episode.config import EpisodeConfig, RewardOverrides
-    from ddai.trainer.grpo.train import Backends, GRPORunConfig, run_grpo
+    from ddai.trainer.episode.config import EpisodeConfig
+    from ddai.trainer.grpo.config import TRAIN_PRESETS
 
-    data = toy.write_toy(root / "toy")
-    cfg = GRPORunConfig(
-        model=str(model),
-        data=data / "dataset.parquet",
-        corpus=data / "pages.parquet",
-        output_dir=root / "clip",
-        logs=root / "logs",
-        run_id="gpu_clip",
-        preset="gspo-ddai",  # lr 1e-6, ε 3e-4 / 4e-4, two mini-batches per generation
+    lr = TRAIN_PRESETS["gspo-ddai"]["learning_rate"]
+    t0 = time.perf_counter()
+    r = gspo_clip_run(
+        model,
+        toy.write_toy(root / "toy"),
+        root,
+        "gpu_clip",
         dtype="bfloat16",
         lora=True,
         n_agent=4,
         batch_size=4,
-        max_steps=4,
         save_steps=100,
-        report_to="none",
-        skip_preflight=True,
-        progress=False,
         episode=EpisodeConfig(
             max_turns=2, max_turn_tokens=48, max_completion_tokens=256, obs_max_tokens=32
         ),
-        rewards=RewardOverrides(reward="judge-only"),
     )
-    search = get_backend("search", "local", corpus=toy.corpus(), cache=False)
-    backends = Backends(search=search, generator=ConstantGenerator(), judge=RandomJudge())
-    t0 = time.perf_counter()
-    r = asdict(run_grpo(cfg, backends))
     spread = r.get("ratio_spread")
     inert = r.get("clip_acted_steps") == 0
     say(
         "INFO",
         "clip",
-        f"gspo-ddai lr {cfg.learning_rate or 1e-6:g} on {'real ' if real else 'tiny '}{model.name} "
+        f"gspo-ddai lr {lr:g} on {'real ' if real else 'tiny '}{model.name} "
         f"(bf16 + LoRA, cuda): clip acted in {r.get('clip_acted_steps')}/{r.get('steps')} steps, "
         f"clip_ratio {r.get('clip_ratio')}, ratio spread "
         f"{'-' if spread is None else f'{spread:.2g}'} vs ε {r.get('epsilon_low')}/"
@@ -289,7 +248,7 @@ def main() -> int:
     failed = 0
     with tempfile.TemporaryDirectory(prefix="ddai-gpu-") as tmp:
         root = Path(tmp)
-        tiny = tiny_model(root)
+        tiny = tiny_on_toy(root / "tiny")
         real = bool(args.model) and Path(args.model).is_dir()
         checks = (
             ("clip", lambda: check_clip(root, Path(args.model) if real else tiny, real)),

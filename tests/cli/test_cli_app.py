@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import typer.main
@@ -34,9 +35,7 @@ def _modules_after(*argv: str) -> tuple[int, set[str]]:
         "try:\n    main()\nexcept SystemExit as e:\n    rc = e.code or 0\nelse:\n    rc = 0\n"
         "print('\\nMODULES ' + json.dumps([rc, sorted(sys.modules)]))\n"
     )
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
-    line = next(x for x in p.stdout.splitlines() if x.startswith("MODULES "))
-    rc, mods = json.loads(line[len("MODULES ") :])
+    rc, mods = fresh_json(code, "", "MODULES")
     return rc, set(mods)
 
 
@@ -186,6 +185,27 @@ def _command_paths() -> list[list[str]]:
     return paths
 
 
+# ``ddai WORDS --help``, output swallowed, exit 0 asserted: for a fresh interpreter's loop over paths
+HELP_ONE = (
+    "def ddai_help(words):\n"
+    "    sys.argv = ['ddai', *words, '--help']\n"
+    "    try:\n"
+    "        with contextlib.redirect_stdout(io.StringIO()):\n"
+    "            main()\n"
+    "    except SystemExit as e:\n"
+    "        assert not e.code, (words, e.code)\n"
+)
+
+
+def fresh_json(code: str, arg: str, tag: str) -> Any:
+    """Run ``code`` in a fresh interpreter with ``arg`` as ``sys.argv[1]`` (exit 0 asserted); the
+    JSON it printed on its line starting ``TAG``."""
+    p = subprocess.run([sys.executable, "-c", code, arg], capture_output=True, text=True, cwd=ROOT)
+    assert p.returncode == 0, p.stderr[-2000:]
+    line = next(x for x in p.stdout.splitlines() if x.startswith(f"{tag} "))
+    return json.loads(line[len(tag) + 1 :])
+
+
 def _help_imports(paths: list[list[str]], prelude: str = "") -> dict[str, list[str]]:
     """Run ``ddai P --help`` for each path P, one after the other in one fresh interpreter; what
     each pulled in of ``HELP_FREE`` (a module already loaded by an earlier path counts for that
@@ -195,25 +215,16 @@ def _help_imports(paths: list[list[str]], prelude: str = "") -> dict[str, list[s
         "from ddai.cli.app import main\n"
         f"{prelude}"
         f"free = {HELP_FREE!r}\n"
+        f"{HELP_ONE}"
         "out = {}\n"
         "for words in json.loads(sys.argv[1]):\n"
         "    before = set(sys.modules)\n"
-        "    sys.argv = ['ddai', *words, '--help']\n"
-        "    try:\n"
-        "        with contextlib.redirect_stdout(io.StringIO()):\n"
-        "            main()\n"
-        "    except SystemExit as e:\n"
-        "        assert not e.code, (words, e.code)\n"
+        "    ddai_help(words)\n"
         "    new = set(sys.modules) - before\n"
         "    out[' '.join(words)] = sorted(m for m in new if m.split('.')[0] in free or m in free)\n"
         "print('HELP ' + json.dumps(out))\n"
     )
-    p = subprocess.run(
-        [sys.executable, "-c", code, json.dumps(paths)], capture_output=True, text=True, cwd=ROOT
-    )
-    assert p.returncode == 0, p.stderr[-2000:]
-    line = next(x for x in p.stdout.splitlines() if x.startswith("HELP "))
-    return json.loads(line[len("HELP ") :])
+    return fresh_json(code, json.dumps(paths), "HELP")
 
 
 def test_every_commands_help_imports_no_heavy_module():

@@ -7,15 +7,12 @@ loaded the step)."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
+
+from test_cli_app import HELP_ONE, fresh_json
 
 from ddai.cli.app import COMMANDS
 
-ROOT = Path(__file__).resolve().parents[2]
 HELP_MODULE_BOUND = 55
 """Modules one command's help (all its sub-commands' included) may add to ``typer`` and ``rich``
 (about 150). Largest today: ``pointer`` (~50: the pointer configs, the episode configs its flags
@@ -37,19 +34,12 @@ def _added_modules(name: str, prelude: str = "") -> list[str]:
         "    for sub_name, sub in getattr(command, 'commands', {}).items():\n"
         "        walk(sub, [*words, sub_name])\n"
         "walk(load_command(sys.argv[1]), [sys.argv[1]])\n"
+        f"{HELP_ONE}"
         "for words in paths:\n"
-        "    sys.argv = ['ddai', *words, '--help']\n"
-        "    try:\n"
-        "        with contextlib.redirect_stdout(io.StringIO()):\n"
-        "            main()\n"
-        "    except SystemExit as e:\n"
-        "        assert not e.code, (words, e.code)\n"
+        "    ddai_help(words)\n"
         "print('ADDED ' + json.dumps(sorted(set(sys.modules) - floor)))\n"
     )
-    p = subprocess.run([sys.executable, "-c", code, name], capture_output=True, text=True, cwd=ROOT)
-    assert p.returncode == 0, p.stderr[-2000:]
-    line = next(x for x in p.stdout.splitlines() if x.startswith("ADDED "))
-    return json.loads(line[len("ADDED ") :])
+    return fresh_json(code, name, "ADDED")
 
 
 def _over_bound(added: dict[str, list[str]]) -> str:

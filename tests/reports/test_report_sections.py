@@ -3,21 +3,16 @@
 from __future__ import annotations
 
 import pytest
-from report_world import planted_store
+from test_report_page import built as built  # its fixtures, shared
+from test_report_page import logs as logs
 
 from ddai.pipelines.store import query
 from ddai.reports import ReportConfig, build_report
 
 
 @pytest.fixture(scope="module")
-def logs(tmp_path_factory):
-    return planted_store(tmp_path_factory.mktemp("planted"))
-
-
-@pytest.fixture(scope="module")
-def report(logs, tmp_path_factory):
-    out = tmp_path_factory.mktemp("out") / "report.html"
-    return build_report(ReportConfig(logs=logs, out=out, compare=("base", "new"), progress=False))
+def report(built):
+    return built[0]  # test_report_page's report of the planted world, base vs new
 
 
 def _stats(logs, tmp_path, **kw):

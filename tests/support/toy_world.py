@@ -35,6 +35,35 @@ def run_fields(model: Any, data: Path, out: Path, logs: Path, run_id: str) -> di
     )
 
 
+def gspo_clip_run(model: Any, data: Path, root: Path, name: str, **over: Any) -> dict[str, Any]:
+    """The summary (a dict) of a 4-step gspo-ddai run at its preset lr 1e-6 (ε 3e-4 / 4e-4, two
+    mini-batches per generation) on the toy world in ``data``, with ``toy_backends`` and judge-only
+    rewards, written under ``root / name``: what the clip did. ``over``: config fields that differ
+    (the CPU test's tiny episode by default; the GPU check's larger one, dtype and LoRA)."""
+    from dataclasses import asdict
+
+    from ddai.trainer.episode.config import EpisodeConfig, RewardOverrides
+    from ddai.trainer.grpo.train import GRPORunConfig, run_grpo
+    from support.backends import toy_backends
+
+    fields: dict[str, Any] = dict(
+        preset="gspo-ddai",
+        n_agent=2,
+        batch_size=2,
+        max_steps=4,
+        save_steps=10,
+        report_to="none",
+        skip_preflight=True,
+        progress=False,
+        episode=EpisodeConfig(
+            max_turns=2, max_turn_tokens=12, max_completion_tokens=64, obs_max_tokens=8
+        ),
+        rewards=RewardOverrides(reward="judge-only"),
+    )
+    run = run_fields(model, data, root / name, root / "logs", name)
+    return asdict(run_grpo(GRPORunConfig(**run, **(fields | over)), toy_backends()))
+
+
 def curriculum_world(root: Path, system_prompt: str) -> Path:
     """The repository's curriculum log (``fixtures/logs/curriculum.jsonl``) stored as run ``cur``
     in ``root/logs``, ``system_prompt`` in ``root/system.txt``, and a tiny model whose tokenizer

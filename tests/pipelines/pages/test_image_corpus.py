@@ -95,11 +95,7 @@ def test_text_from_jsonl_text_only(images, tmp_path):
         + "\n"
     )
     out = tmp_path / "pages.parquet"
-    res = runner.invoke(
-        app,
-        ["corpus", "build", str(images / "img"), "--out", str(out), "--text-from", str(texts)],
-        env={"COLUMNS": "200"},
-    )
+    res = build_image_corpus(images / "img", out, texts, env={"COLUMNS": "200"})
     assert res.exit_code == 0, res.output
     corpus = Corpus.load(out)
     assert corpus.text("9_1") == "Cover\nsecond line"
@@ -163,11 +159,7 @@ def test_text_that_names_no_image_exits_2_and_writes_nothing(images, tmp_path, t
     texts = tmp_path / "t.csv"
     texts.write_text(text)
     out = tmp_path / "p.parquet"
-    res = runner.invoke(
-        app,
-        ["corpus", "build", str(images / "img"), "--out", str(out), "--text-from", str(texts)],
-        env={"COLUMNS": "400"},
-    )
+    res = build_image_corpus(images / "img", out, texts, env={"COLUMNS": "400"})
     assert res.exit_code == 2, res.output
     assert message in res.output and str(texts) in res.output
     assert not out.exists() and not manifest.manifest_path(out).exists()

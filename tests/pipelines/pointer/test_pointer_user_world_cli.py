@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from support.backends import backend_toml
 from support.fakes import FakeModelServer
 from typer.testing import CliRunner
 from user_set_data import make_user_set
@@ -73,9 +74,7 @@ def test_remote_vqa_sees_each_pairs_images_in_order(tmp_path, monkeypatch):
          "--world", w)  # fmt: skip
     with FakeModelServer() as srv:
         monkeypatch.chdir(tmp_path)
-        Path("ddai.toml").write_text(
-            f'[backends.vlm]\nkind = "openai"\nmodel = "fake-vlm"\nbase_url = "{srv.openai_base_url}"\n'
-        )
+        backend_toml(tmp_path, "vlm", srv.openai_base_url, model="fake-vlm")
         gen = ddai(
             "gen", "--store", store, "--world", w, "--model", tmp_path / "sft", "--out",
             tmp_path / "raw.jsonl", "--num-beams", 1, "--temps", "1.0", "--n-per-temp", 1,
@@ -119,10 +118,7 @@ def test_embed_through_a_configured_embedding_server(tmp_path, monkeypatch):
     ddai("world", w, "--from", src)
     with FakeModelServer() as srv:
         monkeypatch.chdir(tmp_path)
-        Path("ddai.toml").write_text(
-            f'[backends.vlm2vec]\nkind = "openai"\nmodel = "fake-embed"\n'
-            f'base_url = "{srv.openai_base_url}"\nmax_retries = 0\n'
-        )
+        backend_toml(tmp_path, "vlm2vec", srv.openai_base_url, model="fake-embed", max_retries=0)
         out = ddai("embed", w, "--out", store, "--k", 2, "--embedder", "vlm2vec")
         parts = list(srv.parts)
         srv.script = ["500"] * 20
@@ -163,9 +159,13 @@ def test_embed_dry_run_counts_calls_and_max_cost_stops_them(tmp_path, monkeypatc
     ddai("world", w, "--from", src)
     with FakeModelServer() as srv:
         monkeypatch.chdir(tmp_path)
-        Path("ddai.toml").write_text(
-            f'[backends.vlm2vec]\nkind = "openai"\nmodel = "fake-embed"\n'
-            f'base_url = "{srv.openai_base_url}"\nmax_retries = 0\nprice_in_per_mtok = 1000000\n'
+        backend_toml(
+            tmp_path,
+            "vlm2vec",
+            srv.openai_base_url,
+            model="fake-embed",
+            max_retries=0,
+            price_in_per_mtok=1000000,
         )
         plan = ddai("embed", w, "--out", tmp_path / "s.safetensors", "--k", 2,
                     "--embedder", "vlm2vec", "--dry-run")  # fmt: skip

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from support.turns import render_turns
 
 from ddai.pipelines.records.tags import (
+    ACTIONS,
     FORCED_COMPLETION,
     holds_action_tag,
     is_format_ok,
@@ -145,16 +146,7 @@ def test_never_raises_and_always_renders_back(text):
 _tagsoup = st.lists(
     st.sampled_from(
         [
-            "<think>",
-            "</think>",
-            "<search>",
-            "</search>",
-            "<bbox>",
-            "</bbox>",
-            "<search_complete>",
-            "</search_complete>",
-            "<answer>",
-            "</answer>",
+            *(f"<{end}{tag}>" for tag in ("think", *ACTIONS, "answer") for end in ("", "/")),
             "true",
             "[1,2,3,4]",
             "q",

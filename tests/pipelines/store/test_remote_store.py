@@ -4,6 +4,7 @@ commits, reads."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -241,30 +242,44 @@ def test_overlapping_appends_racing_on_a_local_store_are_caught(tmp_path, monkey
     _overlapping_appends_are_caught(tmp_path / "logs", tmp_path, monkeypatch)
 
 
-def _overlapping_appends_are_caught(logs: Path, tmp_path: Path, monkeypatch) -> None:
-    """Append B reads the stored keys, then append A (same rollouts) commits, then B commits:
-    B's duplicate check must see A's rollouts, as it would had A committed first."""
-    _ingest(_source(tmp_path, "a.jsonl", 1, bad=False), logs)
+def _race(monkeypatch, rival: Callable[[], object]) -> list[str]:
+    """``store.stored_keys`` patched so that the first append to read the stored keys then sees
+    ``rival`` (another append, which reads the keys too) commit first; the list it returns names
+    the run once the rival ran."""
     real = store.stored_keys
-    raced = []
+    raced: list[str] = []
 
     def keys_then_a_rival(where, run, checked):
         yield from real(where, run, checked)
         if not raced:
-            raced.append(run)  # the rival reads the keys too, then commits first
-            # (the same rollouts in another order: the same file would be this very ingest,
-            # recognised as stored already)
-            rival = _source(tmp_path, "rival.jsonl", 3, bad=False)
-            rival.write_text("".join(reversed(rival.read_text().splitlines(keepends=True))))
-            _ingest(rival, logs, append=True)
+            raced.append(run)
+            rival()
 
     monkeypatch.setattr(store, "stored_keys", keys_then_a_rival)
+    return raced
+
+
+def _reversed(tmp_path: Path, name: str, n: int) -> Path:
+    """``_source``'s rollouts with its lines in reverse order: the same rollouts, other bytes."""
+    path = _source(tmp_path, name, n, bad=False)
+    path.write_text("".join(reversed(path.read_text().splitlines(keepends=True))))
+    return path
+
+
+def _overlapping_appends_are_caught(logs: Path, tmp_path: Path, monkeypatch) -> None:
+    """Append B reads the stored keys, then append A (same rollouts) commits, then B commits:
+    B's duplicate check must see A's rollouts, as it would had A committed first."""
+    _ingest(_source(tmp_path, "a.jsonl", 1, bad=False), logs)
+    # the rival: the same rollouts in another order (the same file would be this very ingest,
+    # recognised as stored already)
+    rival = _reversed(tmp_path, "rival.jsonl", 3)
+    raced = _race(monkeypatch, lambda: _ingest(rival, logs, append=True))
     with pytest.raises(store.StoreConflict, match=r"run 'r1': another append committed 8"):
         _ingest(_source(tmp_path, "mine.jsonl", 3, bad=False), logs, append=True)
     assert raced
     assert _count(logs) == (12, 3.0)  # u0 once, u1 and u2 from the rival only
-    # run again: the repeated rollouts are quarantined as stored, nothing is added twice
-    monkeypatch.setattr(store, "stored_keys", real)
+    # run again (the rival does not run twice): the repeated rollouts are quarantined as stored,
+    # nothing is added twice
     res = _ingest(_source(tmp_path, "mine.jsonl", 3, bad=False), logs, append=True)
     assert res.runs["r1"].rollouts_out == 0 and sum(res.runs["r1"].quarantined.values()) == 12
     assert _count(logs) == (12, 3.0)
@@ -273,16 +288,8 @@ def _overlapping_appends_are_caught(logs: Path, tmp_path: Path, monkeypatch) -> 
 def test_non_overlapping_appends_racing_on_a_local_store_both_land(tmp_path, monkeypatch):
     logs = tmp_path / "logs"
     _ingest(_source(tmp_path, "a.jsonl", 1, bad=False), logs)
-    real = store.stored_keys
-    raced = []
-
-    def keys_then_a_rival(where, run, checked):
-        yield from real(where, run, checked)
-        if not raced:
-            raced.append(run)
-            _ingest(_source(tmp_path, "w.jsonl", 2, bad=False, uid="w"), logs, append=True)
-
-    monkeypatch.setattr(store, "stored_keys", keys_then_a_rival)
+    rival = _source(tmp_path, "w.jsonl", 2, bad=False, uid="w")
+    raced = _race(monkeypatch, lambda: _ingest(rival, logs, append=True))
     _ingest(_source(tmp_path, "v.jsonl", 2, bad=False, uid="v"), logs, append=True)
     assert raced and _count(logs) == (4 + 8 + 8, 0.0 + 1.0 + 1.0)
 
@@ -293,16 +300,8 @@ def test_ingest_append_that_lost_a_race_exits_1_naming_the_run(store_env, tmp_pa
     from ddai.cli.app import app
 
     logs = f"{store_env}/logs"
-    real = store.stored_keys
-
-    def keys_then_a_rival(where, run, checked):
-        yield from real(where, run, checked)
-        monkeypatch.setattr(store, "stored_keys", real)
-        rival = _source(tmp_path, "rival.jsonl", 2, bad=False)  # not mine's bytes: reversed
-        rival.write_text("".join(reversed(rival.read_text().splitlines(keepends=True))))
-        _ingest(rival, Path(logs), append=True)
-
-    monkeypatch.setattr(store, "stored_keys", keys_then_a_rival)
+    rival = _reversed(tmp_path, "rival.jsonl", 2)  # not mine's bytes
+    _race(monkeypatch, lambda: _ingest(rival, Path(logs), append=True))
     src = _source(tmp_path, "mine.jsonl", 2, bad=False)
     args = ["ingest", str(src), "--logs", logs, "--run-id", "r1", "--append", "--no-progress"]
     res = CliRunner().invoke(app, args)

@@ -11,25 +11,14 @@ import pytest
 from cli_schemas import check
 from support.fake_vllm import FakeVLLMServer
 from test_vllm_server import DONE, SEARCH, responder
+from test_vllm_server import world as world  # its fixture, shared
 from typer.testing import CliRunner
 
 from ddai.cli.app import app
 from ddai.pipelines.store import read_rollouts
-from ddai.trainer import toy
 from ddai.trainer.episode.openai_sampler import OpenAICompletionsSampler
-from ddai.trainer.modeling import load_tokenizer
-from ddai.trainer.tiny import TinySpec, build_tiny
 
 runner = CliRunner()
-
-
-@pytest.fixture(scope="module")
-def world(tmp_path_factory):
-    root = tmp_path_factory.mktemp("collect")
-    data = toy.write_toy(root / "toy")
-    texts = [r["messages"] for r in toy.sft_rows()] + [SEARCH, DONE]
-    tiny = build_tiny(root / "tiny", texts=texts, spec=TinySpec(hidden_size=32))
-    return root, data, tiny, load_tokenizer(str(tiny))
 
 
 def collect_args(root, data, tiny, run_id):

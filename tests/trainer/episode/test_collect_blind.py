@@ -46,15 +46,22 @@ def dead_search(url: str) -> str:
     )
 
 
-def test_a_dead_search_service_stops_collection_at_the_preflight(world, tmp_path, monkeypatch):
+def _collect_blind(world, tmp_path, monkeypatch, run_id: str, *flags: str):
+    """``ddai collect`` through a search service that is down: result, url, requests to the policy."""
     root, data, tiny, tok = world
     url = f"http://127.0.0.1:{closed_port()}/search"
     with FakeVLLMServer(responder(tok), model="served-policy", decode=tok.decode) as server:
         monkeypatch.chdir(tmp_path)
         write_toml(tmp_path, server.url, dead_search(url))
-        args = [*collect_args(root, data, tiny, "dead_pf"), "--generate-via", "pol"]
+        args = [*collect_args(root, data, tiny, run_id), "--generate-via", "pol", *flags]
         res = runner.invoke(app, [*args, "--search", "dead"], env={"COLUMNS": "300"})
-        assert len(server.requests) == 0  # refused before any rollout
+        return res, url, len(server.requests)
+
+
+def test_a_dead_search_service_stops_collection_at_the_preflight(world, tmp_path, monkeypatch):
+    root = world[0]
+    res, url, policy_calls = _collect_blind(world, tmp_path, monkeypatch, "dead_pf")
+    assert policy_calls == 0  # refused before any rollout
     assert res.exit_code == 2, res.output
     text = " ".join(res.output.split())
     assert "preflight failed" in text and "[search]" in text
@@ -65,15 +72,8 @@ def test_a_dead_search_service_stops_collection_at_the_preflight(world, tmp_path
 def test_every_search_failing_is_counted_and_exits_1_naming_the_service(
     world, tmp_path, monkeypatch
 ):
-    root, data, tiny, tok = world
-    url = f"http://127.0.0.1:{closed_port()}/search"
-    with FakeVLLMServer(responder(tok), model="served-policy", decode=tok.decode) as server:
-        monkeypatch.chdir(tmp_path)
-        write_toml(tmp_path, server.url, dead_search(url))
-        args = [*collect_args(root, data, tiny, "dead"), "--generate-via", "pol"]
-        res = runner.invoke(
-            app, [*args, "--search", "dead", "--skip-preflight"], env={"COLUMNS": "300"}
-        )
+    root = world[0]
+    res, url, _ = _collect_blind(world, tmp_path, monkeypatch, "dead", "--skip-preflight")
     assert res.exit_code == 1, res.output
     summary = json.loads(res.stdout)
     check("collect", summary)

@@ -65,39 +65,28 @@ COMMON = [
 ]  # fmt: skip
 
 
+def run_over_pages(tmp_path, monkeypatch, words, model, data, corpus, run_id):
+    """``ddai WORDS`` on 2 prompts of the image world, its generator ``vlmgen`` on a recording fake
+    server (up to 2 images a request); the result and the server."""
+    args = [
+        "--model", str(model), "--data", str(data / "dataset.parquet"), "--corpus", str(corpus),
+        "--logs", str(tmp_path / "logs"), "--run-id", run_id, "--limit", "2",
+        "--generator-max-images", "2", *COMMON, "--json",
+    ]  # fmt: skip
+    with RecordingServer() as server:
+        monkeypatch.chdir(tmp_path)
+        generator_toml(tmp_path, server)
+        return runner.invoke(app, [*words, *args]), server
+
+
 @pytest.mark.slow
 def test_collect_with_image_observations_sends_the_pages_to_the_vlm_generator(
     image_world, scripted, tmp_path, monkeypatch
 ):
     root, data, corpus = image_world
     model = build_tiny_vlm(tmp_path / "vlm", max_pixels=28 * 28 * 4)
-    with RecordingServer() as server:
-        monkeypatch.chdir(tmp_path)
-        generator_toml(tmp_path, server)
-        res = runner.invoke(
-            app,
-            [
-                "collect",
-                "--model",
-                str(model),
-                "--data",
-                str(data / "dataset.parquet"),
-                "--corpus",
-                str(corpus),
-                "--logs",
-                str(tmp_path / "logs"),
-                "--run-id",
-                "vlm",
-                "--observation",
-                "image",
-                "--generator-max-images",
-                "2",
-                "--limit",
-                "2",
-                *COMMON,
-                "--json",
-            ],
-        )
+    words = ["collect", "--observation", "image"]
+    res, server = run_over_pages(tmp_path, monkeypatch, words, model, data, corpus, "vlm")
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     check("collect", out)
@@ -119,38 +108,9 @@ def test_ppo_over_an_image_corpus_sends_the_pages_to_the_vlm_generator(
         texts=[r["messages"] for r in toy.sft_rows()] + TURNS,
         spec=TinySpec(hidden_size=32),
     )
-    with RecordingServer() as server:
-        monkeypatch.chdir(tmp_path)
-        generator_toml(tmp_path, server)
-        res = runner.invoke(
-            app,
-            [
-                "train",
-                "ppo",
-                "--model",
-                str(tiny),
-                "--data",
-                str(data / "dataset.parquet"),
-                "--corpus",
-                str(corpus),
-                "--out",
-                str(tmp_path / "out"),
-                "--limit",
-                "2",
-                "--logs",
-                str(tmp_path / "logs"),
-                "--run-id",
-                "ppo_img",
-                "--max-steps",
-                "1",
-                "--ppo-epochs",
-                "1",
-                "--generator-max-images",
-                "2",
-                *COMMON,
-                "--json",
-            ],
-        )
+    out = str(tmp_path / "out")
+    words = ["train", "ppo", "--out", out, "--max-steps", "1", "--ppo-epochs", "1"]
+    res, server = run_over_pages(tmp_path, monkeypatch, words, tiny, data, corpus, "ppo_img")
     assert res.exit_code == 0, res.output
     assert len(server.bodies) >= 2 and server.images == 2 * len(server.bodies)
     assert_page_and_crop(server.bodies, root)

@@ -7,10 +7,8 @@ generation (ratio 1) never count toward the spread."""
 from __future__ import annotations
 
 import pytest
-from support.backends import toy_backends
-from support.toy_world import make_world, run_fields
+from support.toy_world import gspo_clip_run, make_world
 
-from ddai.trainer.episode.config import EpisodeConfig, RewardOverrides
 from ddai.trainer.runtime.run_warnings import clip_inert
 
 
@@ -20,29 +18,8 @@ def world(tmp_path_factory):
 
 
 def _run(world, name, **over):
-    from dataclasses import asdict
-
-    from ddai.trainer.grpo.train import GRPORunConfig, run_grpo
-
     root, data, tiny = world
-    cfg = GRPORunConfig(
-        **run_fields(tiny, data, root / name, root / "logs", name),
-        preset="gspo-ddai",  # lr 1e-6, ε 3e-4 / 4e-4, two mini-batches per generation
-        n_agent=2,
-        batch_size=2,
-        max_steps=4,
-        save_steps=10,
-        report_to="none",
-        skip_preflight=True,
-        progress=False,
-        episode=EpisodeConfig(
-            max_turns=2, max_turn_tokens=12, max_completion_tokens=64, obs_max_tokens=8
-        ),
-        rewards=RewardOverrides(reward="judge-only"),
-        **over,
-    )
-    backends = toy_backends()
-    return asdict(run_grpo(cfg, backends))
+    return gspo_clip_run(tiny, data, root, name, **over)
 
 
 def test_gspo_ddai_at_its_own_lr_warns_that_the_clip_never_acted(world):

@@ -168,13 +168,9 @@ def test_process_of_records_with_no_usable_pointer_exits_2_and_writes_nothing(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["raw.jsonl"]
 
 
-def test_rl_training_on_empty_processed_data_names_the_file(tmp_path):
+def test_rl_training_on_empty_processed_data_names_the_file(tmp_path, sft_store):
     # Before: exit 2 with "torch.cat(): expected a non-empty list of Tensors".
-    w, store = tmp_path / "world", tmp_path / "store.safetensors"
-    ddai("world", w, "--queries", 12, "--demos", 20, "--seed", 1)
-    ddai("embed", w, "--out", store, "--k", 4)
-    ddai("train", "--store", store, "--out", tmp_path / "sft", "--mode", "sft", "--epochs", 1,
-         "--world", w)  # fmt: skip
+    store, _ = sft_store
     data = tmp_path / "empty.parquet"
     pl.DataFrame(schema={"query_id": pl.String, "reward": pl.Float64}).write_parquet(data)
     res = runner.invoke(

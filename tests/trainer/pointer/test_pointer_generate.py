@@ -8,6 +8,7 @@ import math
 import re
 
 import pytest
+from support.backends import backend_toml
 from support.fakes import FakeModelServer
 from support.lazy import heavy
 
@@ -203,12 +204,8 @@ def test_pointer_gen_exits_1_when_vqa_calls_failed(tiny, tmp_path, monkeypatch):
 
     from ddai.cli.app import app
 
-    cfg = tmp_path / "ddai.toml"
-    cfg.write_text(
-        '[backends.down]\nkind = "openai"\nmodel = "nobody"\nbase_url = "http://127.0.0.1:9/v1"\n'
-        'api_key_env = "DDAI_PTR_KEY"\nmax_retries = 0\ntimeout_s = 2\n',
-        encoding="utf-8",
-    )
+    down = {"model": "nobody", "api_key_env": "DDAI_PTR_KEY", "max_retries": 0, "timeout_s": 2}
+    cfg = backend_toml(tmp_path, "down", "http://127.0.0.1:9/v1", **down)
     monkeypatch.setenv("DDAI_CONFIG", str(cfg))
     monkeypatch.setenv("DDAI_PTR_KEY", "k")
     monkeypatch.setenv("DDAI_HOME", str(tmp_path / "home"))  # a fresh call cache

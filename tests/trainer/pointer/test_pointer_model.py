@@ -16,12 +16,17 @@ def _inputs(n=4, k=6, d=8, seed=0):
     return torch.randn(n, d, generator=g), torch.randn(n, k, d, generator=g)
 
 
-@pytest.mark.parametrize("scoring", SCORINGS)
-def test_log_probs_match_a_step_by_step_computation(scoring):
+def _model(scoring: str):
+    """A pointer network on ``_inputs``'s 8-d vectors, its weights drawn from seed 0."""
     torch.manual_seed(0)
-    model = pointer_model.PointerSelector(
+    return pointer_model.PointerSelector(
         pointer_model.PointerConfig(d_in=8, d_model=16, scoring=scoring)
     )
+
+
+@pytest.mark.parametrize("scoring", SCORINGS)
+def test_log_probs_match_a_step_by_step_computation(scoring):
+    model = _model(scoring)
     q, c = _inputs()
     ptr = torch.tensor([[0, 1], [5, 2], [3, 0], [2, 4]])
     got = model.step_log_probs(q, c, ptr, temperature=0.7)  # [B, 2]
@@ -41,10 +46,7 @@ def test_log_probs_match_a_step_by_step_computation(scoring):
 
 @pytest.mark.parametrize("scoring", SCORINGS)
 def test_second_step_masks_the_first_pick_and_sums_to_one(scoring):
-    torch.manual_seed(0)
-    model = pointer_model.PointerSelector(
-        pointer_model.PointerConfig(d_in=8, d_model=16, scoring=scoring)
-    )
+    model = _model(scoring)
     q, c = _inputs(n=1, k=5)
     # every ordered pair's probability, summed over all 5·4 pairs, is 1
     pairs = torch.tensor([[i, j] for i in range(5) for j in range(5) if i != j])
@@ -57,10 +59,7 @@ def test_second_step_masks_the_first_pick_and_sums_to_one(scoring):
 
 @pytest.mark.parametrize("scoring", SCORINGS)
 def test_candidates_are_scored_by_content_not_position(scoring):
-    torch.manual_seed(0)
-    model = pointer_model.PointerSelector(
-        pointer_model.PointerConfig(d_in=8, d_model=16, scoring=scoring)
-    )
+    model = _model(scoring)
     q, c = _inputs(n=2, k=6)
     perm = torch.tensor([3, 0, 5, 1, 4, 2])
     state, keys, prior = model.encode(q, c)
@@ -70,10 +69,7 @@ def test_candidates_are_scored_by_content_not_position(scoring):
 
 
 def test_checkpoint_round_trip(tmp_path):
-    torch.manual_seed(0)
-    model = pointer_model.PointerSelector(
-        pointer_model.PointerConfig(d_in=8, d_model=16, scoring="attention")
-    )
+    model = _model("attention")
     pointer_model.save_pointer(model, tmp_path / "ckpt")
     back = pointer_model.load_pointer(tmp_path / "ckpt")
     assert back.cfg == model.cfg

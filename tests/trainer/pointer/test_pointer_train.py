@@ -37,15 +37,19 @@ def test_parse_phases():
         pointer_train.parse_phases("sft:3,clipped-group:1")
 
 
-def test_labels_outside_the_pool_are_dropped():
+def _random_store(query_ids: list[str], n_demos: int, k: int):
+    """A store of seed-0 random 4-d embeddings for ``query_ids`` and demos ``d0``…, ``k`` candidates
+    a query."""
     rng = np.random.default_rng(0)
-    store = build_store(
-        ["q0", "q1"],
-        rng.standard_normal((2, 4)),
-        [f"d{i}" for i in range(6)],
-        rng.standard_normal((6, 4)),
-        3,
-    )
+    demo_ids = [f"d{i}" for i in range(n_demos)]
+    return build_store(
+        query_ids, rng.standard_normal((len(query_ids), 4)), demo_ids,
+        rng.standard_normal((n_demos, 4)), k,
+    )  # fmt: skip
+
+
+def test_labels_outside_the_pool_are_dropped():
+    store = _random_store(["q0", "q1"], 6, 3)
     pool = store.cand_ids[0]
     rows, ptrs, dropped = pointer_data.label_pointers(
         {"q0": [pool[2], pool[0]], "q1": ["d-none", pool[0]]}, store, ["q0", "q1", "q9"]
@@ -137,14 +141,7 @@ def test_rce_then_grpo_and_rce_then_reinforcepp_beat_sft_on_held_out_queries():
 
 
 def test_grouped_rows_keep_groups_contiguous():
-    rng = np.random.default_rng(0)
-    store = build_store(
-        ["a", "b"],
-        rng.standard_normal((2, 4)),
-        [f"d{i}" for i in range(5)],
-        rng.standard_normal((5, 4)),
-        4,
-    )
+    store = _random_store(["a", "b"], 5, 4)
     df = pl.DataFrame(
         {
             "query_id": ["b", "a", "b"],

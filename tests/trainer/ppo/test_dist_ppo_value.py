@@ -79,7 +79,7 @@ def test_ppo_two_processes_log_every_episode_once(toy_world):
         uids = [r["uid"] for r in rows2 if r["step"] == step]
         assert sorted(uids.count(u) for u in set(uids)) == [2, 2, 2, 2]
     out = root / "p2"
-    metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    (metrics,) = _metrics(out)
     assert [m["step"] for m in metrics] == [1, 2]  # one file, one row per step
     assert list(out.glob("*.safetensors")) == [out / "model.safetensors"]
     # one resumable checkpoint (written by the main process after the last step), no leftovers
@@ -111,7 +111,7 @@ def test_value_two_processes_write_one_checkpoint_and_one_metrics_file(value_wor
     assert res.returncode == 0, res.stderr[-3000:]
     summary = json.loads(res.stdout)  # one summary: the output is a single JSON document
     assert summary["steps"] == 3 and "after_value_eval_auc" in summary
-    metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    (metrics,) = _metrics(out)
     assert [m["step"] for m in metrics] == [0, 1, 2, 3]
     assert "value/eval_auc" in metrics[2] and "value/loss" in metrics[1]
     model, _ = value_model.load_value_model(out)
@@ -120,25 +120,32 @@ def test_value_two_processes_write_one_checkpoint_and_one_metrics_file(value_wor
     assert run_cfg["world_size"] == 2 and run_cfg["seeds"] == [0, 1]
 
 
+def _value_args(root, tiny, steps: int) -> list[str]:
+    """``ddai train value`` for ``steps`` steps, evaluated at the last, on the pairwise loss only."""
+    return [
+        "train", "value", "--model", str(tiny), "--logs", str(root / "logs"), "--unfreeze", "1",
+        "--max-steps", str(steps), "--eval-steps", str(steps), "--max-length", "256",
+        "--head-lr", "1e-3", "--mc-coef", "0", "--system-prompt", str(root / "system.txt"), "--json",
+    ]  # fmt: skip
+
+
+def _metrics(*runs: Path) -> list[list[dict]]:
+    """Each run folder's ``metrics.jsonl`` rows."""
+    return [[json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()] for d in runs]
+
+
 @pytest.mark.slow
 def test_value_one_and_two_processes_with_the_same_global_batch_train_alike(value_world):
     """Every step draws one global batch; 2 processes × 2 pairs see the pairs 1 process × 4 sees,
     and DDP's averaged gradient equals the gradient of the mean (pairwise loss: a mean over
     pairs; the token-weighted MC term is off so that the halves weigh the same)."""
     root, tiny = value_world
-    common = [
-        "train", "value", "--model", str(tiny), "--logs", str(root / "logs"), "--unfreeze", "1",
-        "--max-steps", "3", "--eval-steps", "3", "--max-length", "256", "--head-lr", "1e-3",
-        "--mc-coef", "0", "--system-prompt", str(root / "system.txt"), "--json",
-    ]  # fmt: skip
+    common = _value_args(root, tiny, 3)
     one = launch([*common, "--out", str(root / "g1"), "--batch-size", "4"], 1, root)
     assert one.returncode == 0, one.stderr[-3000:]
     two = launch([*common, "--out", str(root / "g2"), "--batch-size", "2"], 2, root)
     assert two.returncode == 0, two.stderr[-3000:]
-    m1, m2 = (
-        [json.loads(x) for x in (root / d / "metrics.jsonl").read_text().splitlines()]
-        for d in ("g1", "g2")
-    )
+    m1, m2 = _metrics(root / "g1", root / "g2")
     for a, b in zip(m1[1:], m2[1:], strict=True):
         assert b["value/loss"] == pytest.approx(a["value/loss"], rel=1e-4)
     v1, _ = value_model.load_value_model(root / "g1")
@@ -159,21 +166,14 @@ def test_value_grad_accum_splits_the_same_pairs_into_micro_batches(value_world):
     from ddai.cli.app import app
 
     root, tiny = value_world
-    common = [
-        "train", "value", "--model", str(tiny), "--logs", str(root / "logs"), "--unfreeze", "1",
-        "--max-steps", "2", "--eval-steps", "2", "--max-length", "256", "--head-lr", "1e-3",
-        "--mc-coef", "0", "--system-prompt", str(root / "system.txt"), "--json",
-    ]  # fmt: skip
+    common = _value_args(root, tiny, 2)
     runner = CliRunner()
     a = runner.invoke(app, [*common, "--out", str(root / "a1"), "--batch-size", "4"])
     b = runner.invoke(
         app, [*common, "--out", str(root / "a2"), "--batch-size", "2", "--grad-accum", "2"]
     )
     assert a.exit_code == 0 and b.exit_code == 0, a.output + b.output
-    m1, m2 = (
-        [json.loads(x) for x in (root / d / "metrics.jsonl").read_text().splitlines()]
-        for d in ("a1", "a2")
-    )
+    m1, m2 = _metrics(root / "a1", root / "a2")
     assert len(m1) == len(m2) == 3
     for x, y in zip(m1[1:], m2[1:], strict=True):
         assert y["value/loss"] == pytest.approx(x["value/loss"], rel=1e-5)

@@ -172,22 +172,6 @@ def test_ppo_bad_flags_exit_2(toy_world, tmp_path):
         res = runner.invoke(app, base + extra)
         assert res.exit_code == 2, res.output
         assert message in said(res)
-    res = runner.invoke(
-        app,
-        [
-            "train",
-            "ppo",
-            "--model",
-            "m",
-            "--data",
-            str(tmp_path / "no.parquet"),
-            "--corpus",
-            str(tmp_path),
-            "--out",
-            str(tmp_path),
-        ],
-    )
-    assert res.exit_code == 2 and "ddai fixtures make" in said(res)
 
 
 def test_critic_from_a_value_checkpoint_must_share_the_policy_tokenizer(toy_world, tmp_path):

@@ -8,6 +8,8 @@ import importlib.util
 import sys
 from pathlib import Path
 
+from support.toy_world import tiny_on_toy
+
 BENCH = Path(__file__).parents[3] / "bench"
 
 
@@ -24,7 +26,7 @@ def _load(name: str):
 
 def test_the_merge_check_passes_on_the_float32_merge(tmp_path, capsys):
     check = _load("gpu_check")
-    tiny = check.tiny_model(tmp_path)
+    tiny = tiny_on_toy(tmp_path / "tiny")
     assert check.check_lora_merge(tmp_path, tiny, device="cpu")
     line = capsys.readouterr().out.strip().splitlines()[-1]
     assert line.startswith("PASS lora_merge") and "saved float32" in line

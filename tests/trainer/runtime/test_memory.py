@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 from support.lazy import heavy
+from support.sampler_memory import Tok, generate_keeping_logits, qwen2
 
 from ddai.trainer.episode.rollout import HFSampler
 from ddai.trainer.runtime.memory_model import (
@@ -25,21 +26,8 @@ transformers = heavy("transformers")
 N, SHORT, LONG = 4, 8, 64
 
 
-class Tok:
-    pad_token_id, eos_token_id = 0, 1
-
-
 def _model(vocab, hidden=32, layers=1, heads=2, kv=1):
-    torch.manual_seed(0)
-    cfg = transformers.Qwen2Config(
-        vocab_size=vocab,
-        hidden_size=hidden,
-        intermediate_size=2 * hidden,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        num_key_value_heads=kv,
-    )
-    return transformers.Qwen2ForCausalLM(cfg).eval()
+    return qwen2(vocab, hidden, layers, heads, kv, 2 * hidden)
 
 
 def _peak(fn):
@@ -70,23 +58,9 @@ def _sampler_growth(vocab):
 
 
 def _logits_growth(vocab):
-    model = _model(vocab)
-    ids, att = torch.full((N, 4), 5), torch.ones(N, 4, dtype=torch.long)
-
-    def gen(n):
-        with torch.no_grad():
-            model.generate(
-                input_ids=ids,
-                attention_mask=att,
-                do_sample=True,
-                max_new_tokens=n,
-                min_new_tokens=n,
-                output_logits=True,
-                return_dict_in_generate=True,
-                pad_token_id=0,
-            )
-
-    return _peak(lambda: gen(LONG)) - _peak(lambda: gen(SHORT))
+    model, ctx = _model(vocab), [[5] * 4] * N
+    long = _peak(lambda: generate_keeping_logits(model, ctx, LONG))
+    return long - _peak(lambda: generate_keeping_logits(model, ctx, SHORT))
 
 
 def test_sampler_memory_grows_with_tokens_not_tokens_times_vocab():
