@@ -12,7 +12,7 @@ import math
 import os
 import re
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -41,10 +41,22 @@ class _Console:
         self._stderr = stderr
         self._console: Console | None = None
 
-    def __getattr__(self, name: str) -> Any:
+    def _real(self) -> Console:
         if self._console is None:
             self._console = rich_console.Console(stderr=self._stderr)
-        return getattr(self._console, name)
+        return self._console
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real(), name)
+
+    def status(self, label: str, **kw: Any) -> Any:
+        """rich's spinner on a terminal; elsewhere (a script's log, a pipe) a context that does
+        nothing, as rich's transient spinner draws nothing there: without loading its live
+        display (~7 ms) or starting its refresh thread."""
+        real = self._real()
+        if not (real.is_terminal or real.is_jupyter):
+            return nullcontext()
+        return real.status(label, **kw)
 
 
 console: Console = _Console(stderr=False)  # type: ignore[assignment]

@@ -120,12 +120,35 @@ def started(
                     True, lambda: manifest.start(step, dict(params), inputs, records=records)
                 )
                 return
-        record = manifest.start(step, dict(params), inputs, records=records)
-        yield Begun(False, lambda: record)
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            provenance = pool.submit(_provenance)
+            record = manifest.start(step, dict(params), inputs, records=records)
+            yield Begun(False, lambda: _after(provenance, record))
         return
     with ThreadPoolExecutor(max_workers=1) as pool:
-        job = pool.submit(manifest.start, step, dict(params), inputs)
+        job = pool.submit(_start_with_provenance, step, dict(params), inputs)
         yield Begun(False, job.result)
+
+
+def _provenance() -> None:
+    """What every manifest records besides the step's own data, looked up once per process
+    (``manifest.git_revision`` runs ``git``: ~10 ms of a fork and exec; the package versions
+    read each package's metadata), here in the step's thread while its queries run."""
+    manifest.git_revision()
+    manifest.package_versions()
+
+
+def _after(job: Any, record: manifest.StepRecord) -> manifest.StepRecord:
+    job.result()  # the provenance looked up (or its error raised) before the record is used
+    return record
+
+
+def _start_with_provenance(
+    step: str, params: dict[str, Any], inputs: list[Path]
+) -> manifest.StepRecord:
+    record = manifest.start(step, params, inputs)
+    _provenance()
+    return record
 
 
 def skipped(step: str, outputs: dict[str, Path]) -> StepResult:

@@ -94,3 +94,31 @@ def test_a_log_partition_is_recorded_from_its_manifest_without_reading_its_parts
         fh.write(b"x")
     assert manifest.input_record(part, rehash=True)["sha256"] != full["sha256"]
     assert sorted(read) == sorted(files)
+
+
+def test_the_provenance_is_looked_up_in_the_steps_thread_and_recorded(tmp_path, monkeypatch):
+    """``git rev-parse`` and the package versions run beside the step's work (a thread), once,
+    and the committed manifests carry them."""
+    import threading
+
+    inputs, outputs = _world(tmp_path)
+    seen: list[str] = []
+    real_git, real_packages = manifest.git_revision, manifest.package_versions
+
+    def git() -> str | None:
+        seen.append(threading.current_thread().name)
+        return real_git()
+
+    monkeypatch.setattr(manifest, "git_revision", git)
+    monkeypatch.setattr(manifest, "package_versions", real_packages)
+    for force in (True, False):
+        seen.clear()
+        for o in outputs:
+            o.unlink(missing_ok=True)
+        with step.started("demo", {"k": 1}, inputs, force=force, outputs=outputs) as begun:
+            _commit(outputs, begun)
+        # looked up in the pool's thread; the manifests' own lookups came after it
+        assert seen and seen[0] != threading.main_thread().name, (force, seen)
+        m = manifest.read(outputs[0])
+        assert m["git_revision"] == real_git() and m["packages"] == real_packages()
+        assert m["packages"]["python"]
