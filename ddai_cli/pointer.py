@@ -26,8 +26,7 @@ from ddai.cli.common import (
 )
 from ddai.cli.flags import config_flags, default_of, with_groups
 from ddai.cli.running import device_options, maybe_relaunch, parse_floats
-from ddai.pipelines.pointer.embed import EmbedConfig
-from ddai.pipelines.pointer.user_set import PointerWorldConfig
+from ddai.pipelines.pointer.configs import EmbedConfig, PointerWorldConfig
 from ddai.trainer.pointer.config import (
     EvalConfig,
     GenConfig,
@@ -184,8 +183,10 @@ def world_cmd(*, settings: dict[str, Any], as_json: JsonOpt = False) -> None:
     rows become queries and demonstrations (--seed, --demos, --test-frac split them when the file
     has no split column); embed them with --embedder local.
     """
+    from ddai.pipelines.pointer.user_set import run_pointer_world
+
     with bad_input_exits():
-        data = PointerWorldConfig(**settings).run()
+        data = run_pointer_world(PointerWorldConfig(**settings))
     summary("ddai pointer world", data, as_json=as_json)
 
 

@@ -11,13 +11,12 @@ summary says the images were left out.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from ddai.pipelines.pointer import Rerun
 from ddai.pipelines.pointer import world as world_mod
-from ddai.pipelines.pointer.store import SUFFIXES, build_store, save_store
+from ddai.pipelines.pointer.configs import WORLD_EMBEDDER, EmbedConfig
+from ddai.pipelines.pointer.store import build_store, save_store
 from ddai.pipelines.records.lazy import lazy_module
 from ddai.pipelines.records.progress import bar
 
@@ -28,35 +27,6 @@ backends_base = lazy_module("ddai.pipelines.backends.base")
 
 if TYPE_CHECKING:
     from ddai.pipelines.backends.base import EmbedItem
-
-WORLD_EMBEDDER = "world"
-
-
-@dataclass(frozen=True)
-class EmbedConfig(Rerun):
-    world: Path
-    """World folder (queries.jsonl, demos.jsonl)."""
-    out: Path
-    """Store to write: .safetensors or .parquet."""
-    k: int = 16
-    """Candidate pool size: each query's K most similar demos."""
-    embedder: str = WORLD_EMBEDDER
-    """'world' (the world's own embeddings) or an Embedder backend name: local (no key), hash, or a
-    [backends.NAME] table (kind openai: an OpenAI-compatible embedding server). Rows with images
-    are embedded as image + question when the backend can."""
-    batch_size: int = 256  # texts per embedder call
-    progress: bool = True
-    dry_run: bool = False
-    """Count the embedder's calls and their cost; call nothing."""
-    max_cost: float | None = None
-    """USD cap on a paid embedder's calls; past it calls fail with reason max-cost and nothing is
-    written (rerun to resume: embedded rows are cached)."""
-
-    def __post_init__(self) -> None:
-        if Path(self.out).suffix not in SUFFIXES:
-            raise ValueError(f"--out {self.out}: the store must end in {' or '.join(SUFFIXES)}")
-        if self.k < 2:
-            raise ValueError(f"--k must be >= 2 (a pointer picks two candidates), got {self.k}")
 
 
 def query_text(query: dict[str, Any]) -> str:

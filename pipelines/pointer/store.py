@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ddai.pipelines.pointer.configs import SUFFIXES
 from ddai.pipelines.records.lazy import lazy_module
 
 io = lazy_module("ddai.pipelines.store.io")  # the writers: not for `pointer --help`
@@ -24,7 +25,6 @@ safetensors_np = lazy_module("safetensors.numpy")
 
 STORE_FORMAT = "ddai.pointer.embedding_store"
 STORE_VERSION = "1"
-SUFFIXES = (".safetensors", ".parquet")
 
 
 @dataclass

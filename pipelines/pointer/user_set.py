@@ -22,13 +22,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ddai.pipelines.pointer.configs import PointerWorldConfig, WorldConfig
 from ddai.pipelines.pointer.world import (
     CONFIG_FILE,
     DEMOS_FILE,
     EMBEDDINGS_FILE,
     LABELS_FILE,
     QUERIES_FILE,
-    WorldConfig,
     run_world,
 )
 from ddai.pipelines.records.lazy import lazy_module
@@ -252,51 +252,25 @@ def build_world(cfg: UserSetConfig) -> dict[str, Any]:
     }
 
 
-@dataclass(frozen=True)
-class PointerWorldConfig:
-    """``ddai pointer world``: a synthetic world (``WorldConfig``) or, with ``from_file``, a world
-    from the user's VQA set (``UserSetConfig``), written into ``out`` (``run``)."""
-
-    out: Path
-    """Folder to write the world into."""
-    seed: int = WorldConfig.seed
-    """Random seed; the world is a pure function of its settings."""
-    from_file: Path | None = None
-    """Build the world from your VQA set instead: .parquet or .jsonl with image (a path, relative
-    to the file), question, answers (the 10 human answers), optional question_id and split (train,
-    test, demo = the demonstration pool)."""
-    n_queries: int = WorldConfig.n_queries
-    """Number of queries (synthetic world)."""
-    n_demos: int | None = None
-    """Demonstration pool size (default 600; with --from and no split column: half the rows)."""
-    dim: int = WorldConfig.dim
-    """Embedding width (synthetic world)."""
-    n_topics: int = WorldConfig.n_topics
-    """Scene topics, 1-8 (synthetic world)."""
-    test_frac: float = WorldConfig.test_frac
-    """Share of queries held out (split 'test')."""
-    clean_rate: float = WorldConfig.clean_rate
-    """Share of demonstrations with a right answer (synthetic world)."""
-
-    def run(self) -> dict[str, Any]:
-        """Make and write the world; its summary."""
-        if self.from_file is not None:
-            return build_world(
-                UserSetConfig(
-                    path=self.from_file,
-                    out=self.out,
-                    seed=self.seed,
-                    n_demos=self.n_demos,
-                    test_frac=self.test_frac,
-                )
+def run_pointer_world(cfg: PointerWorldConfig) -> dict[str, Any]:
+    """``ddai pointer world``: make and write the world (synthetic, or the user's set); its summary."""
+    if cfg.from_file is not None:
+        return build_world(
+            UserSetConfig(
+                path=cfg.from_file,
+                out=cfg.out,
+                seed=cfg.seed,
+                n_demos=cfg.n_demos,
+                test_frac=cfg.test_frac,
             )
-        cfg = WorldConfig(
-            seed=self.seed,
-            n_queries=self.n_queries,
-            n_demos=WorldConfig.n_demos if self.n_demos is None else self.n_demos,
-            dim=self.dim,
-            n_topics=self.n_topics,
-            test_frac=self.test_frac,
-            clean_rate=self.clean_rate,
         )
-        return run_world(cfg, self.out)
+    world = WorldConfig(
+        seed=cfg.seed,
+        n_queries=cfg.n_queries,
+        n_demos=WorldConfig.n_demos if cfg.n_demos is None else cfg.n_demos,
+        dim=cfg.dim,
+        n_topics=cfg.n_topics,
+        test_frac=cfg.test_frac,
+        clean_rate=cfg.clean_rate,
+    )
+    return run_world(world, cfg.out)

@@ -24,26 +24,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ddai.pipelines.pointer.configs import TOPICS, WorldConfig
 from ddai.pipelines.records.lazy import lazy_module
 
-# the writers (the store's commit machinery, ~60 modules) load when a world is written: the
-# configs here are read by `ddai pointer … --help`
+# the writers (the store's commit machinery, ~60 modules) load when a world is written
 io = lazy_module("ddai.pipelines.store.io")
 manifest = lazy_module("ddai.pipelines.store.manifest")
 
 np = lazy_module("numpy")
 safetensors_np = lazy_module("safetensors.numpy")
 
-TOPICS: dict[str, tuple[str, ...]] = {
-    "kitchen": ("cup", "plate", "knife", "bowl"),
-    "street": ("car", "bus", "sign", "bike"),
-    "beach": ("umbrella", "surfboard", "towel", "kite"),
-    "office": ("laptop", "chair", "phone", "book"),
-    "park": ("dog", "bench", "frisbee", "tree"),
-    "farm": ("cow", "horse", "tractor", "sheep"),
-    "airport": ("plane", "suitcase", "truck", "flag"),
-    "stadium": ("ball", "player", "bat", "helmet"),
-}
 ANSWER_TYPES = ("count", "color", "yesno", "object")
 COLORS = ("red", "blue", "green", "white", "black", "yellow", "brown", "gray")
 NUMBER_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
@@ -53,35 +43,6 @@ DEMOS_FILE = "demos.jsonl"
 LABELS_FILE = "sft_labels.jsonl"
 EMBEDDINGS_FILE = "embeddings.safetensors"
 CONFIG_FILE = "world.json"
-
-
-@dataclass(frozen=True)
-class WorldConfig:
-    """Size and geometry of a synthetic world (all defaults are the fixtures')."""
-
-    seed: int = 0
-    n_queries: int = 400  # queries to answer; split into train/test by test_frac
-    n_demos: int = 600  # the demonstration pool every candidate set is drawn from
-    dim: int = 32  # embedding width
-    n_topics: int = 8  # scene topics used (at most len(TOPICS))
-    test_frac: float = 0.3  # share of queries held out for evaluation
-    clean_rate: float = 0.4  # share of demonstrations whose answer is right
-    topic_weight: float = 1.0  # embedding weight of the topic direction
-    type_weight: float = 0.3  # ... of the answer-type direction
-    quality_weight: float = 0.5  # ... of the ±quality direction (demonstrations only)
-    noise: float = 0.6  # norm of the isotropic noise added to every embedding
-
-    def __post_init__(self) -> None:
-        if not 1 <= self.n_topics <= len(TOPICS):
-            raise ValueError(f"n_topics must be in 1..{len(TOPICS)}, got {self.n_topics}")
-        if self.n_queries < 2 or self.n_demos < 2:
-            raise ValueError("a world needs at least 2 queries and 2 demonstrations")
-        if not 0.0 <= self.test_frac < 1.0:
-            raise ValueError(f"test_frac must be in [0, 1), got {self.test_frac}")
-        if not 0.0 <= self.clean_rate <= 1.0:
-            raise ValueError(f"clean_rate must be in [0, 1], got {self.clean_rate}")
-        if self.dim < 2:
-            raise ValueError(f"dim must be >= 2, got {self.dim}")
 
 
 @dataclass

@@ -82,3 +82,12 @@ def test_help_cost_check_names_a_command_that_loads_its_step():
     message = _over_bound(added)
     assert message.startswith("ddai report --help: +"), message
     assert "ddai.pipelines.distill.run" in message and "ddai runs" not in message
+
+
+def test_pointer_help_reads_configs_without_the_steps():
+    """``ddai pointer … --help`` builds its flags from the light config modules: the world's
+    generator, the embedding store, the user-set reader and the embed step stay unloaded."""
+    added = _added_modules("pointer")
+    assert "ddai.pipelines.pointer.configs" in added and "ddai.trainer.pointer.config" in added
+    steps = ("world", "store", "user_set", "embed")
+    assert [m for m in added if m.rsplit(".", 1)[-1] in steps and ".pointer." in m] == []
