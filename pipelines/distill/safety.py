@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ddai.pipelines.distill import findings as fnd
@@ -54,7 +54,11 @@ class Event:
     detail: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if v is not None}
+        # every field is a str, an int or None: a shallow read (``asdict`` deep-copies)
+        return {k: v for k in _EVENT_FIELDS if (v := getattr(self, k)) is not None}
+
+
+_EVENT_FIELDS = tuple(f.name for f in fields(Event))
 
 
 @dataclass
