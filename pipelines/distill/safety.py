@@ -218,11 +218,12 @@ class PostPass:
         events = list(c.events)
         f = f if f is not None else fnd.inspect(c.messages)
         _tally(self.found, f)
-        events.extend(
-            Event(c.uid, "fault", x.kind, x.message, None, x.text, detail=x.detail)
-            for x in f.faults
-        )
-        self.fault_rows.update({x.kind for x in f.faults})
+        if f.faults:
+            events.extend(
+                Event(c.uid, "fault", x.kind, x.message, None, x.text, detail=x.detail)
+                for x in f.faults
+            )
+            self.fault_rows.update({x.kind for x in f.faults})
         sample = None
         if dropped := drop_reason(c.uid, f, self.drops):
             events.extend(dropped)
@@ -238,7 +239,8 @@ class PostPass:
             # keep their bytes.
             raw = c.raw if c.raw is not None and json.loads(c.raw) == messages else None
             sample = Sample(c.uid, messages, raw)
-        self.actions.update((e.action, e.rule) for e in events)
+        if events:
+            self.actions.update((e.action, e.rule) for e in events)
         return sample, events
 
     def counts(self, action: str) -> dict[str, int]:
