@@ -23,13 +23,12 @@ import functools
 import json
 import random
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines.distill import formats, rewrite
+from ddai.pipelines.distill import collector, formats, rewrite
 from ddai.pipelines.distill.findings import Findings, inspect
 from ddai.pipelines.distill.rebuild import (
     RebuildError,
@@ -75,31 +74,6 @@ BUCKET_ROWS = 20_000
 MAX_BUCKETS = 256
 # DuckDB's cap while it finds the keys that repeat across steps (a group-by over keys alone).
 KEYS_MEMORY = "256MB"
-# Allocations between the collector's young-generation passes while pass 1 runs (Python's
-# default is 700): a batch allocates millions of small containers, none of them in a cycle
-# that outlives its row, and each pass would walk the batch's live rows again.
-GC_YOUNG = 50_000
-
-
-@contextmanager
-def _collector_for_batches() -> Iterator[None]:
-    """The cyclic collector tuned for pass 1: what lives before it (modules, the selection) is
-    frozen out of the collector's walks (``gc.freeze``) and young passes run every ``GC_YOUNG``
-    allocations; both undone after (a freeze the host made itself is left as it was). Cycles
-    are still collected, so memory stays bounded."""
-    import gc
-
-    threshold = gc.get_threshold()
-    freeze = gc.get_freeze_count() == 0  # a host that froze objects itself keeps its own freeze
-    if freeze:
-        gc.freeze()
-    gc.set_threshold(GC_YOUNG, *threshold[1:])
-    try:
-        yield
-    finally:
-        gc.set_threshold(*threshold)
-        if freeze:
-            gc.unfreeze()
 
 
 class Spill:
@@ -200,71 +174,50 @@ def build(
     """Pass 1 over ``batches`` (``fetch_batches``'s tables with ``_slot``) into ``spill``.
 
     ``plan_only``: a dry run: collect the rewrite requests of the kept candidates, write nothing."""
-    with _collector_for_batches():
-        return _build(
-            batches,
-            spill,
-            system_prompt=system_prompt,
-            post=post,
-            rewriting=rewriting,
-            advance=advance,
-            plan_only=plan_only,
-        )
-
-
-def _build(
-    batches: Iterable[pa.Table],
-    spill: Spill | None,
-    *,
-    system_prompt: str,
-    post: PostPass,
-    rewriting: Rewriting | None,
-    advance: Callable[[int], None],
-    plan_only: bool = False,
-) -> Built:
     out = Built()
     writer = None if plan_only else spill
-    try:
-        for part in batches:
-            slots = part["_slot"].to_pylist()
-            rows = part.drop_columns(["_slot"]).to_pylist()
-            cols: dict[str, list[Any]] = {n: [] for n in spill_schema().names}
-            cands: list[tuple[int, str, Candidate, Findings]] = []
-            for i, (slot, row) in enumerate(zip(slots, rows, strict=True)):
-                extra = extra_of(row)
-                key = sample_key(row, run_tag(row["run_id"], extra.get("source_run_id")))
-                try:
-                    rb = rebuild(row, system_prompt, extra)
-                except RebuildError as e:
-                    out.failed[e.reason] += 1
-                    line = _lines([_failure_event(key, e.reason, row)])
-                    _append(cols, slot, key, row, False, None, line)
+    with collector.tuned_for_batches():
+        try:
+            for part in batches:
+                slots = part["_slot"].to_pylist()
+                rows = part.drop_columns(["_slot"]).to_pylist()
+                cols: dict[str, list[Any]] = {n: [] for n in spill_schema().names}
+                cands: list[tuple[int, str, Candidate, Findings]] = []
+                for i, (slot, row) in enumerate(zip(slots, rows, strict=True)):
+                    extra = extra_of(row)
+                    key = sample_key(row, run_tag(row["run_id"], extra.get("source_run_id")))
+                    try:
+                        rb = rebuild(row, system_prompt, extra)
+                    except RebuildError as e:
+                        out.failed[e.reason] += 1
+                        line = _lines([_failure_event(key, e.reason, row)])
+                        _append(cols, slot, key, row, False, None, line)
+                        continue
+                    out.unavailable += rb.unavailable
+                    c = Candidate(UID_MARK, rb.messages)
+                    cands.append((i, key, c, inspect(c.messages, rb.turns)))
+                if plan_only:
+                    keep = [c for _, _, c, f in cands if not drop_reason(c.uid, f, post.drops)]
+                    out.to_rewrite += len(keep)
+                    if rewriting is not None:
+                        out.requests += rewrite.plan(keep, rewriting.chunking).requests
+                    advance(len(slots))
                     continue
-                out.unavailable += rb.unavailable
-                c = Candidate(UID_MARK, rb.messages)
-                cands.append((i, key, c, inspect(c.messages, rb.turns)))
-            if plan_only:
-                keep = [c for _, _, c, f in cands if not drop_reason(c.uid, f, post.drops)]
-                out.to_rewrite += len(keep)
                 if rewriting is not None:
-                    out.requests += rewrite.plan(keep, rewriting.chunking).requests
+                    kept = [(c, f) for _, _, c, f in cands if not drop_reason(c.uid, f, post.drops)]
+                    rewriting(kept)
+                for i, key, c, f in cands:
+                    sample, events = post.one(c, f)
+                    payload = None if sample is None else formats.dumps(sample.messages)
+                    out.kept += sample is not None
+                    _append(cols, slots[i], key, rows[i], True, payload, _lines(events))
+                if writer is not None and cols["_slot"]:
+                    writer.add(pa.table(cols, schema=spill_schema()))
+                    out.spilled += len(cols["_slot"])
                 advance(len(slots))
-                continue
-            if rewriting is not None:
-                kept = [(c, f) for _, _, c, f in cands if not drop_reason(c.uid, f, post.drops)]
-                rewriting(kept)
-            for i, key, c, f in cands:
-                sample, events = post.one(c, f)
-                payload = None if sample is None else formats.dumps(sample.messages)
-                out.kept += sample is not None
-                _append(cols, slots[i], key, rows[i], True, payload, _lines(events))
-            if writer is not None and cols["_slot"]:
-                writer.add(pa.table(cols, schema=spill_schema()))
-                out.spilled += len(cols["_slot"])
-            advance(len(slots))
-    finally:
-        if writer is not None:
-            writer.close()
+        finally:
+            if writer is not None:
+                writer.close()
     if rewriting is not None:
         rewriting.close()
         out.applied = rewriting.applied

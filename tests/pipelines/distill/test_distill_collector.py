@@ -1,4 +1,4 @@
-"""Pass 1's collector tuning is undone after it, even when a batch fails."""
+"""The collector tuning around distill's pass 1 is undone after it, even when a batch fails."""
 
 from __future__ import annotations
 
@@ -6,13 +6,13 @@ import gc
 
 import pytest
 
-from ddai.pipelines.distill import stream
+from ddai.pipelines.distill import collector, stream
 
 
 def test_collector_is_tuned_inside_and_restored_after():
     before = gc.get_threshold()
-    with stream._collector_for_batches():
-        assert gc.get_threshold()[0] == stream.GC_YOUNG
+    with collector.tuned_for_batches():
+        assert gc.get_threshold()[0] == collector.GC_YOUNG
         assert gc.get_freeze_count() > 0  # what lived before is out of the collector's walks
     assert gc.get_threshold() == before
     assert gc.get_freeze_count() == 0
