@@ -81,7 +81,7 @@ def normalize_query(q: str) -> str:
     return " ".join(q.split()).casefold()
 
 
-# A record-built turn's fields (think, action, arg, sep): ``rebuild.Fields``.
+# A record-built turn's fields (think, action, arg, sep), as ``rebuild`` hands them over.
 Fields = tuple[str | None, str, str | None, str | None]
 
 

@@ -27,7 +27,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines.distill.findings import SYSTEM_ERROR_RE
+from ddai.pipelines.distill.findings import SYSTEM_ERROR_RE, Fields
 from ddai.pipelines.distill.thinks import Message
 from ddai.pipelines.records.tags import Turn, parse_turns, turn_text
 
@@ -130,10 +130,6 @@ def observation_content(turn: dict[str, Any]) -> tuple[str | list[dict[str, Any]
     if err:
         return (err if SYSTEM_ERROR_RE.match(err) else f"[System Error: {err}]"), True
     return UNAVAILABLE, False
-
-
-# A record-built turn's fields as ``findings.inspect`` reads them (think, action, arg, sep).
-Fields = tuple[str | None, str, str | None, str | None]
 
 
 def _bodies(
