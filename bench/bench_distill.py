@@ -10,6 +10,11 @@ round, so machine load hits both alike), each in a fresh interpreter:
   streamed as Arrow batches, each row rebuilt into train1 messages (``rebuild.rebuild``, the
   Python work any SFT writer of these logs does) and written by a ``pyarrow`` ``ParquetWriter``.
   It names, checks, reports and orders nothing.
+- floor with DDAI's rank (``floor-ddai``): the same, ranking a prompt's successes as ``ddai
+  distill`` does by default (``--rank ddai``: ndcg, then fewer searches, fewer boxes, shorter
+  text, log order; ``FLOOR_DDAI_RANK``), which reads every rollout's ``turns`` for the counts
+  (``fetch.STATS_SQL``): the same selection, so equal work. ``floor`` ranks by reward and reads
+  no turns to select.
 
 Each process's wall time, CPU time (user + system, its ``rusage`` from ``os.wait4``) and peak
 RSS (its ``VmHWM`` at exit) are recorded; the table prints the median and the range of each, the ratio of
@@ -36,7 +41,37 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_funnel import FLOOR_DISTILL, RUN
 from bench_funnel_scale import size_arg
 
+from ddai.pipelines.distill import fetch
+
+# ``FLOOR_DISTILL`` with ``ddai distill``'s default rank (``select.py``, rank "ddai"): the
+# prompts' rates from the scalar columns, then the successes of the open prompts ranked by ndcg
+# and their turns' counts (``fetch.STATS_SQL``: this scan reads ``turns``, the rates' does not).
+_SCAN = "read_parquet($files, filename = true, file_row_number = true)"
+_SUCCESS = "coalesce(judge_score >= 1.0 AND format_ok IS DISTINCT FROM false, false)"
+FLOOR_DDAI_RANK = f"""
+WITH p AS (
+    SELECT run_id, uid, sum({_SUCCESS}::INT) / count(judge_score) AS rate
+    FROM {_SCAN} GROUP BY run_id, uid
+),
+c AS (
+    SELECT s.run_id, s.uid, s.ndcg, s.filename, s.file_row_number, {fetch.STATS_SQL}
+    FROM {_SCAN} AS s JOIN p USING (run_id, uid)
+    WHERE {_SUCCESS} AND rate > 0 AND rate <= 0.5
+),
+ranked AS (
+    SELECT filename, file_row_number FROM c
+    QUALIFY row_number() OVER (
+        PARTITION BY run_id, uid
+        ORDER BY ndcg DESC NULLS LAST, n_search, n_bbox, approx_len, file_row_number
+    ) <= 4
+)
+SELECT {", ".join(f"s.{c}" for c in fetch.REBUILD_COLUMNS)}
+FROM {_SCAN} AS s
+SEMI JOIN ranked USING (filename, file_row_number)
+"""
+
 ROOT = Path(__file__).resolve().parent.parent
+WHO = ("ddai", "floor", "floor-ddai")
 # Each child prints its own peak RSS at exit (``VmHWM``, reset by exec): ``ru_maxrss`` from
 # ``wait4`` starts from the forking parent's peak, which building a store raised.
 PEAK = (
@@ -45,8 +80,8 @@ PEAK = (
 )
 
 
-def floor(logs: str, out: str) -> None:
-    """The floor's work (run in its own interpreter by ``--floor``)."""
+def floor(logs: str, out: str, rank: str = "reward") -> None:
+    """The floor's work (run in its own interpreter), selecting with ``rank``'s order."""
     import duckdb
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -59,7 +94,8 @@ def floor(logs: str, out: str) -> None:
     con = duckdb.connect()
     con.execute("SET enable_progress_bar = false")
     con.execute("SET memory_limit = '1GB'")
-    reader = con.sql(FLOOR_DISTILL, params={"files": files}).to_arrow_reader(4_000)
+    sql = FLOOR_DDAI_RANK if rank == "ddai" else FLOOR_DISTILL
+    reader = con.sql(sql, params={"files": files}).to_arrow_reader(4_000)
     system = default_system_prompt()
     n = 0
     with pq.ParquetWriter(out, formats.TRAIN1_SCHEMA, compression="zstd") as w:
@@ -134,26 +170,33 @@ def bench_size(n: int, args: argparse.Namespace, root: Path) -> dict[str, object
         "--no-progress",
         "--json",
     ]
-    fl = [
-        sys.executable,
-        "-c",
-        PEAK + f"sys.path.insert(0, {str(Path(__file__).parent)!r}); import bench_distill; "
-        "bench_distill.floor(*sys.argv[1:])",
-        str(logs),
-        str(root / f"floor_{n}.parquet"),
-    ]
+
+    def fl(rank: str) -> list[str]:
+        return [
+            sys.executable,
+            "-c",
+            PEAK + f"sys.path.insert(0, {str(Path(__file__).parent)!r}); import bench_distill; "
+            "bench_distill.floor(*sys.argv[1:])",
+            str(logs),
+            str(root / f"floor_{rank}_{n}.parquet"),
+            rank,
+        ]
+
     env_home = root / "home"
     os.environ["DDAI_HOME"] = str(env_home)
-    res: dict[str, list[tuple[float, float, float]]] = {"ddai": [], "floor": []}
+    res: dict[str, list[tuple[float, float, float]]] = {w: [] for w in WHO}
     load0 = _load()
     summary: dict = {}
+    written: dict[str, int] = {}
     for _ in range(args.repeat):
-        for name, cmd in (("ddai", ddai), ("floor", fl)):
+        for name, cmd in (("ddai", ddai), ("floor", fl("reward")), ("floor-ddai", fl("ddai"))):
             wall, cpu, rss, stdout = run_child(cmd)
             res[name].append((wall, cpu, rss))
             if name == "ddai":
                 summary = json.loads(stdout)
-    return {"n": n, "res": res, "load": (load0, _load()), "summary": summary}
+            else:
+                written[name] = json.loads(stdout)["samples_written"]
+    return {"n": n, "res": res, "load": (load0, _load()), "summary": summary, "written": written}
 
 
 def main() -> None:
@@ -169,23 +212,29 @@ def main() -> None:
         root.mkdir(parents=True, exist_ok=True)
         rows = [bench_size(n, args, root) for n in sizes]
     print(
-        f"{'rollouts':>10} {'who':6} {'wall s (range)':>22} {'CPU s (range)':>22} "
+        f"{'rollouts':>10} {'who':10} {'wall s (range)':>22} {'CPU s (range)':>22} "
         f"{'peak MiB (range)':>24}"
     )
     for r in rows:
-        for who in ("ddai", "floor"):
+        for who in WHO:
             xs = r["res"][who]
             print(
-                f"{r['n']:>10,} {who:6} {_stat([x[0] for x in xs]):>22} "
+                f"{r['n']:>10,} {who:10} {_stat([x[0] for x in xs]):>22} "
                 f"{_stat([x[1] for x in xs]):>22} {_stat([x[2] for x in xs]):>24}"
             )
-        d, f = r["res"]["ddai"], r["res"]["floor"]
+        d = r["res"]["ddai"]
         s = r["summary"]
+        for who in WHO[1:]:
+            f = r["res"][who]
+            print(
+                f"{'':>10} ddai / {who}: wall "
+                f"{statistics.median(x[0] for x in d) / statistics.median(x[0] for x in f):.2f}×"
+                f"  CPU {statistics.median(x[1] for x in d) / statistics.median(x[1] for x in f):.2f}×"
+                f"  ({who} wrote {r['written'].get(who, 0):,})"
+            )
         print(
-            f"{'':>10} ratio  wall {statistics.median(x[0] for x in d) / statistics.median(x[0] for x in f):.2f}×"
-            f"  CPU {statistics.median(x[1] for x in d) / statistics.median(x[1] for x in f):.2f}×"
-            f"  (selected {s.get('selected_rollouts', 0):,}, written {s.get('samples_written', 0):,};"
-            f" load {r['load'][0]} → {r['load'][1]})"
+            f"{'':>10} selected {s.get('selected_rollouts', 0):,}, written "
+            f"{s.get('samples_written', 0):,}; load {r['load'][0]} → {r['load'][1]}"
         )
 
 

@@ -18,7 +18,13 @@ from ddai.pipelines.distill.thinks import (
     split_thinks,
     think_slots,
 )
-from ddai.pipelines.records.tags import FORCED_COMPLETION, Turn, holds_action_tag, parse_turns
+from ddai.pipelines.records.tags import (
+    FORCED_COMPLETION,
+    Turn,
+    holds_action_tag,
+    known_forced,
+    parse_turns,
+)
 
 SYSTEM_ERROR_RE = re.compile(r"^\s*\[System Error\b")
 
@@ -63,16 +69,28 @@ class Findings:
 
 
 def is_system_error(content: object) -> bool:
-    return isinstance(content, str) and SYSTEM_ERROR_RE.match(content) is not None
+    # the pattern needs '[System Error': a text without it is told without the regex
+    return (
+        isinstance(content, str)
+        and "[System Error" in content
+        and SYSTEM_ERROR_RE.match(content) is not None
+    )
 
 
 def normalize_query(q: str) -> str:
     return " ".join(q.split()).casefold()
 
 
-def inspect(messages: Sequence[Message], known: Sequence[Turn | None] | None = None) -> Findings:
-    """What ``messages`` hold. ``known``: per message, the one turn its text parses into where
-    the caller knows it (``rebuild.Rebuilt.turns``), so that text is not parsed again; None
+# A record-built turn's fields (think, action, arg, sep), as ``rebuild`` hands them over.
+Fields = tuple[str | None, str, str | None, str | None]
+
+
+def inspect(
+    messages: Sequence[Message], known: Sequence[Turn | Fields | None] | None = None
+) -> Findings:
+    """What ``messages`` hold. ``known``: per message, what the caller knows its text parses
+    into (``rebuild.Rebuilt.turns``): the one valid turn, or the fields the text was written
+    from (``tags.turn_text``), told without the parser where ``tags.known_forced`` can; None
     (or a None entry): parse it."""
     faults: list[Fault] = []
     roles = [m.get("role") for m in messages]
@@ -81,30 +99,51 @@ def inspect(messages: Sequence[Message], known: Sequence[Turn | None] | None = N
 
     forced_turns = system_errors = 0
     queries: list[str] = []
-    last_turn = None
+    # the last turn read: its action, whether forced, and its text (a Turn: its body())
+    last_action: str | None = None
+    last_forced = False
+    last_body: Turn | str | None = None
     merged_at: int | None = None
     # think bodies of assistant text misplaced among the first two messages (a role-order fault)
     slots = think_slots(messages[:2])
     ddai_errors = sum(_ddai_error(m) for m in messages[:2])
-    for i, m in enumerate(messages[2:], start=2):
-        content = m.get("content")
-        if m.get("role") != "assistant":
-            system_errors += is_system_error(content)
-            ddai_errors += _ddai_error(m)
+    n_known = len(known) if known is not None else 0
+    for i in range(2, len(messages)):
+        content = messages[i].get("content")
+        role = roles[i]
+        if role != "assistant":
+            if isinstance(content, str) and "[System Error" in content:
+                system_errors += SYSTEM_ERROR_RE.match(content) is not None
+                ddai_errors += role == "user" and "[System Error:" in content
             if i > 2 and roles[i - 1] != "assistant":
                 faults.append(Fault(i, ROLE_ORDER, "two observations in a row", _text(content)))
             continue
         if not isinstance(content, str):
             faults.append(Fault(i, ROLE_ORDER, "assistant content is not text", _text(content)))
             continue
-        if i > 2 and roles[i - 1] == "assistant" and not _ends_complete(last_turn):
+        if i > 2 and roles[i - 1] == "assistant" and last_action != "search_complete":
             faults.append(Fault(i, MISSING_OBSERVATION, "no observation before this turn", content))
-        if last_turn is not None and last_turn.action == "search_complete" and merged_at is None:
+        if last_action == "search_complete" and merged_at is None:
             merged_at = i
-        t = known[i] if known is not None and i < len(known) else None
-        if t is not None:  # one valid turn, its think the text's only think body
-            turns = [t]
-            slots.append(Slot(i, 0, t.think or "", t.forced))
+        k = known[i] if i < n_known else None
+        if type(k) is tuple:  # the fields the text was written from
+            think, action, arg, sep = k
+            forced = known_forced(think, action, arg, sep)
+            if forced is not None:  # one valid turn: the text is its body, its think the one
+                slots.append(Slot(i, 0, think, forced))
+                if sep == "" and not forced:
+                    faults.append(
+                        Fault(i, NO_SEPARATOR, "nothing between </think> and the action", content)
+                    )
+                forced_turns += forced
+                if action == "search" and arg:
+                    queries.append(normalize_query(arg))
+                last_action, last_forced, last_body = action, forced, content
+                continue
+            k = None
+        if k is not None:  # one valid turn, its think the text's only think body
+            turns = [k]
+            slots.append(Slot(i, 0, k.think or "", k.forced))
         else:
             turns = parse_turns(content)
             forced = len(turns) == 1 and turns[0].forced
@@ -124,7 +163,8 @@ def inspect(messages: Sequence[Message], known: Sequence[Turn | None] | None = N
             if t.action == "search" and t.arg:
                 queries.append(normalize_query(t.arg))
         if turns:
-            last_turn = turns[-1]
+            last = turns[-1]
+            last_action, last_forced, last_body = last.action, last.forced, last
     if merged_at is not None:
         faults.append(
             Fault(
@@ -134,14 +174,16 @@ def inspect(messages: Sequence[Message], known: Sequence[Turn | None] | None = N
                 _text(messages[merged_at].get("content")),
             )
         )
-    if not (roles and roles[-1] == "assistant" and _ends_complete(last_turn)):
+    ends_assistant = bool(roles) and roles[-1] == "assistant"
+    if not (ends_assistant and last_action == "search_complete"):
         faults.append(
             Fault(len(messages) - 1, NO_FINAL_COMPLETE, "the last turn is not search_complete", "")
         )
 
     forced_end = None
-    if roles and roles[-1] == "assistant" and last_turn is not None and last_turn.forced:
-        forced_end = "exact" if last_turn.body() == FORCED_COMPLETION else "paraphrase"
+    if ends_assistant and last_body is not None and last_forced:
+        body = last_body if isinstance(last_body, str) else last_body.body()
+        forced_end = "exact" if body == FORCED_COMPLETION else "paraphrase"
     seen: dict[str, int] = {}
     for q in queries:
         seen[q] = seen.get(q, 0) + 1
@@ -163,10 +205,6 @@ def _ddai_error(m: Message) -> bool:
     """DDAI's system-error count: a user message whose text holds ``[System Error:``."""
     c = m.get("content")
     return m.get("role") == "user" and isinstance(c, str) and "[System Error:" in c
-
-
-def _ends_complete(turn) -> bool:
-    return turn is not None and turn.action == "search_complete"
 
 
 def _text(content: object) -> str:

@@ -27,9 +27,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines.distill.findings import SYSTEM_ERROR_RE
+from ddai.pipelines.distill.findings import SYSTEM_ERROR_RE, Fields
 from ddai.pipelines.distill.thinks import Message
-from ddai.pipelines.records.tags import Turn, known_turn, parse_turns
+from ddai.pipelines.records.tags import Turn, parse_turns, turn_text
 
 UNAVAILABLE = "[observation unavailable]"
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".gif", ".bmp")
@@ -134,11 +134,12 @@ def observation_content(turn: dict[str, Any]) -> tuple[str | list[dict[str, Any]
 
 def _bodies(
     row: dict[str, Any], records: list[dict[str, Any]]
-) -> tuple[list[str], list[Turn | None]]:
+) -> tuple[list[str], list[Turn | Fields]]:
     """Each turn's text: from the raw response when it parses into the logged turns (it keeps
-    the raw text of invalid turns), else from the structured turn records; and, per text, the
-    turn the tag parser reads from it where that is known without parsing it again (a valid
-    parsed turn's body parses back into it; a record's fields: ``tags.known_turn``)."""
+    the raw text of invalid turns), else from the structured turn records; and, per text, what
+    ``findings.inspect`` may read instead of parsing it again: a valid parsed turn (its body
+    parses back into it), or the record's fields (``tags.known_forced`` tells from them alone
+    whether the text is that one turn)."""
     response = row.get("response")
     if response:
         parsed = parse_turns(response)
@@ -146,21 +147,23 @@ def _bodies(
             return [t.body() for t in parsed], [t if t.valid else None for t in parsed]
     out, known = [], []
     for r in records:
-        if r.get("action") == "invalid":
+        action = r.get("action")
+        if action == "invalid":
             raise RebuildError(UNRENDERABLE)
-        t = Turn(r["idx"], r.get("think"), r["action"], r.get("arg"), r.get("sep"))
-        out.append(t.body())
-        known.append(known_turn(0, t.think, t.action, t.arg, t.sep))
+        fields = (r.get("think"), action, r.get("arg"), r.get("sep"))
+        out.append(turn_text(*fields))
+        known.append(fields)
     return out, known
 
 
 @dataclass(frozen=True)
 class Rebuilt:
-    """``turns``: per message, the turn its text parses into where known (None: parse it)."""
+    """``turns``: per message, the turn its text parses into where known, or the record fields
+    it was written from (``Fields``); None: parse it."""
 
     messages: list[Message]
     unavailable: int
-    turns: list[Turn | None] = field(default_factory=list)
+    turns: list[Turn | Fields | None] = field(default_factory=list)
 
 
 def rebuild(
@@ -180,7 +183,7 @@ def rebuild(
         {"role": "system", "content": system if isinstance(system, str) else system_prompt},
         {"role": "user", "content": question},
     ]
-    turns: list[Turn | None] = [None, None]
+    turns: list[Turn | Fields | None] = [None, None]
     unavailable = 0
     for i, (body, rec, t) in enumerate(zip(bodies, records, known, strict=True)):
         messages.append({"role": "assistant", "content": body})

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ddai.pipelines.distill import findings as fnd
@@ -54,7 +54,11 @@ class Event:
     detail: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if v is not None}
+        # every field is a str, an int or None: a shallow read (``asdict`` deep-copies)
+        return {k: v for k in _EVENT_FIELDS if (v := getattr(self, k)) is not None}
+
+
+_EVENT_FIELDS = tuple(f.name for f in fields(Event))
 
 
 @dataclass
@@ -214,11 +218,12 @@ class PostPass:
         events = list(c.events)
         f = f if f is not None else fnd.inspect(c.messages)
         _tally(self.found, f)
-        events.extend(
-            Event(c.uid, "fault", x.kind, x.message, None, x.text, detail=x.detail)
-            for x in f.faults
-        )
-        self.fault_rows.update({x.kind for x in f.faults})
+        if f.faults:
+            events.extend(
+                Event(c.uid, "fault", x.kind, x.message, None, x.text, detail=x.detail)
+                for x in f.faults
+            )
+            self.fault_rows.update({x.kind for x in f.faults})
         sample = None
         if dropped := drop_reason(c.uid, f, self.drops):
             events.extend(dropped)
@@ -234,7 +239,8 @@ class PostPass:
             # keep their bytes.
             raw = c.raw if c.raw is not None and json.loads(c.raw) == messages else None
             sample = Sample(c.uid, messages, raw)
-        self.actions.update((e.action, e.rule) for e in events)
+        if events:
+            self.actions.update((e.action, e.rule) for e in events)
         return sample, events
 
     def counts(self, action: str) -> dict[str, int]:

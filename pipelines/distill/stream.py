@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines.distill import formats, rewrite
+from ddai.pipelines.distill import collector, formats, rewrite
 from ddai.pipelines.distill.findings import Findings, inspect
 from ddai.pipelines.distill.rebuild import (
     RebuildError,
@@ -176,47 +176,48 @@ def build(
     ``plan_only``: a dry run: collect the rewrite requests of the kept candidates, write nothing."""
     out = Built()
     writer = None if plan_only else spill
-    try:
-        for part in batches:
-            slots = part["_slot"].to_pylist()
-            rows = part.drop_columns(["_slot"]).to_pylist()
-            cols: dict[str, list[Any]] = {n: [] for n in spill_schema().names}
-            cands: list[tuple[int, str, Candidate, Findings]] = []
-            for i, (slot, row) in enumerate(zip(slots, rows, strict=True)):
-                extra = extra_of(row)
-                key = sample_key(row, run_tag(row["run_id"], extra.get("source_run_id")))
-                try:
-                    rb = rebuild(row, system_prompt, extra)
-                except RebuildError as e:
-                    out.failed[e.reason] += 1
-                    line = _lines([_failure_event(key, e.reason, row)])
-                    _append(cols, slot, key, row, False, None, line)
+    with collector.tuned_for_batches():
+        try:
+            for part in batches:
+                slots = part["_slot"].to_pylist()
+                rows = part.drop_columns(["_slot"]).to_pylist()
+                cols: dict[str, list[Any]] = {n: [] for n in spill_schema().names}
+                cands: list[tuple[int, str, Candidate, Findings]] = []
+                for i, (slot, row) in enumerate(zip(slots, rows, strict=True)):
+                    extra = extra_of(row)
+                    key = sample_key(row, run_tag(row["run_id"], extra.get("source_run_id")))
+                    try:
+                        rb = rebuild(row, system_prompt, extra)
+                    except RebuildError as e:
+                        out.failed[e.reason] += 1
+                        line = _lines([_failure_event(key, e.reason, row)])
+                        _append(cols, slot, key, row, False, None, line)
+                        continue
+                    out.unavailable += rb.unavailable
+                    c = Candidate(UID_MARK, rb.messages)
+                    cands.append((i, key, c, inspect(c.messages, rb.turns)))
+                if plan_only:
+                    keep = [c for _, _, c, f in cands if not drop_reason(c.uid, f, post.drops)]
+                    out.to_rewrite += len(keep)
+                    if rewriting is not None:
+                        out.requests += rewrite.plan(keep, rewriting.chunking).requests
+                    advance(len(slots))
                     continue
-                out.unavailable += rb.unavailable
-                c = Candidate(UID_MARK, rb.messages)
-                cands.append((i, key, c, inspect(c.messages, rb.turns)))
-            if plan_only:
-                keep = [c for _, _, c, f in cands if not drop_reason(c.uid, f, post.drops)]
-                out.to_rewrite += len(keep)
                 if rewriting is not None:
-                    out.requests += rewrite.plan(keep, rewriting.chunking).requests
+                    kept = [(c, f) for _, _, c, f in cands if not drop_reason(c.uid, f, post.drops)]
+                    rewriting(kept)
+                for i, key, c, f in cands:
+                    sample, events = post.one(c, f)
+                    payload = None if sample is None else formats.dumps(sample.messages)
+                    out.kept += sample is not None
+                    _append(cols, slots[i], key, rows[i], True, payload, _lines(events))
+                if writer is not None and cols["_slot"]:
+                    writer.add(pa.table(cols, schema=spill_schema()))
+                    out.spilled += len(cols["_slot"])
                 advance(len(slots))
-                continue
-            if rewriting is not None:
-                kept = [(c, f) for _, _, c, f in cands if not drop_reason(c.uid, f, post.drops)]
-                rewriting(kept)
-            for i, key, c, f in cands:
-                sample, events = post.one(c, f)
-                payload = None if sample is None else formats.dumps(sample.messages)
-                out.kept += sample is not None
-                _append(cols, slots[i], key, rows[i], True, payload, _lines(events))
-            if writer is not None and cols["_slot"]:
-                writer.add(pa.table(cols, schema=spill_schema()))
-                out.spilled += len(cols["_slot"])
-            advance(len(slots))
-    finally:
-        if writer is not None:
-            writer.close()
+        finally:
+            if writer is not None:
+                writer.close()
     if rewriting is not None:
         rewriting.close()
         out.applied = rewriting.applied

@@ -71,7 +71,7 @@ class Turn:
         """Think + separator + action, without the surrounding residue (what SFT trains on)."""
         if not self.valid:
             return self.raw.strip()
-        return f"<think>{self.think}</think>{self.sep}{self.action_text()}"
+        return turn_text(self.think, self.action, self.arg, self.sep)
 
     def render(self) -> str:
         if not self.valid:
@@ -207,6 +207,30 @@ def _parse_one(idx: int, raw: str) -> Turn:
     )
 
 
+def turn_text(think: str | None, action: str, arg: str | None, sep: str | None) -> str:
+    """A valid turn's canonical text from its fields (``Turn.body()``; no ``Turn`` is built)."""
+    return f"<think>{think}</think>{sep}<{action}>{arg}</{action}>"
+
+
+def known_forced(think: str | None, action: str, arg: str | None, sep: str | None) -> bool | None:
+    """``known_turn``'s verdict without building the turn: None where only the parser can tell,
+    else whether the turn the parser reads from ``turn_text`` of these fields is forced."""
+    if action not in ACTIONS or think is None or arg is None or sep is None:
+        return None
+    if sep and sep.strip():
+        return None
+    # both tag patterns start with '<': text without one holds no tag (most thinks and arguments)
+    if ("<" in think and _TAG_RE.search(think)) or ("<" in arg and _TAG_RE.search(arg)):
+        return None
+    if action == "search":
+        return None if not arg.strip() else False
+    if action == "bbox":
+        return False if _bbox_ok(arg) else None
+    if arg.strip().lower() != "true":
+        return None
+    return FORCED_THINK_RE.search(think) is not None
+
+
 def known_turn(
     idx: int, think: str | None, action: str, arg: str | None, sep: str | None
 ) -> Turn | None:
@@ -215,17 +239,9 @@ def known_turn(
     otherwise): a valid action whose think and argument hold no tag and whose separator is
     whitespace, so the text is one turn, cut the parser's way; the argument checks and the
     forced-completion test are the parser's own."""
-    if action not in ACTIONS or think is None or arg is None or sep is None or sep.strip():
+    forced = known_forced(think, action, arg, sep)
+    if forced is None:
         return None
-    if _TAG_RE.search(think) or _TAG_RE.search(arg):
-        return None
-    if action == "search" and not arg.strip():
-        return None
-    if action == "bbox" and not _bbox_ok(arg):
-        return None
-    if action == "search_complete" and arg.strip().lower() != "true":
-        return None
-    forced = action == "search_complete" and bool(FORCED_THINK_RE.search(think))
     return Turn(idx, think, action, arg, sep, forced=forced)
 
 
@@ -256,7 +272,8 @@ def is_format_ok(turns: list[Turn]) -> bool:
 
 
 def holds_action_tag(text: str | None) -> bool:
-    return bool(text) and ACTION_TAG_TEXT_RE.search(text) is not None
+    # the pattern starts with '<': a text without one is told without the regex
+    return bool(text) and "<" in text and ACTION_TAG_TEXT_RE.search(text) is not None
 
 
 def terminated_from(turns: list[Turn], max_turns: int | None = None) -> str:

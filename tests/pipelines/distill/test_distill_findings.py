@@ -168,3 +168,32 @@ def test_inspect_with_known_turns_finds_what_parsing_finds(shared):
         a, b = fnd.inspect(s.messages, known), fnd.inspect(s.messages)
         assert a == b and a.slots == b.slots and a.error_observations == b.error_observations
     assert given > 1000
+
+
+def test_inspect_with_record_fields_finds_what_parsing_finds():
+    """A rollout rebuilt from its turn records hands ``inspect`` each turn's fields: told from
+    them where ``known_forced`` can, parsed where not; the findings are the parser's own, for
+    every way a field can make the text read otherwise (pairs of turns, so a faulty turn sits
+    before and after a canonical one, as the last turn and mid-trajectory)."""
+    from ddai.pipelines.distill.rebuild import rebuild
+
+    cases = [c for c in _cases() if c[1] != "invalid"]  # an invalid record is not rebuilt
+    cases += [
+        ("Max turn limit hit", "search_complete", "true", "\n"),
+        ("x", "search", "q", "\u2003"),
+    ]
+    told = 0
+    for first in cases:
+        for last in cases:
+            recs = [
+                {"idx": i, "think": t, "action": a, "arg": g, "sep": s, "observation": obs}
+                for i, ((t, a, g, s), obs) in enumerate(
+                    [(first, "[System Error: timeout]"), (last, None)]
+                )
+            ]
+            rb = rebuild({"question": "q?", "turns": recs}, "sys")
+            told += sum(type(k) is tuple for k in rb.turns)
+            a, b = fnd.inspect(rb.messages, rb.turns), fnd.inspect(rb.messages)
+            assert a == b, (first, last)
+            assert a.slots == b.slots and a.error_observations == b.error_observations
+    assert told == 2 * len(cases) ** 2
