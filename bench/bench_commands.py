@@ -14,8 +14,8 @@ min-max spread, CPU seconds, peak RSS, the load average before and after). Suite
   for the step (``ddai_pandas.py``: whole processes; ddai must be at least 10x faster: ratio
   <= 0.1);
 - ``distill``: ``ddai distill --rewrite none`` over the same log against its floor
-  (``bench_distill.floor``: one DuckDB selection query, the rebuild, a ``ParquetWriter``; target
-  2x) and against DDAI's selection script (``ddai_pandas.py distill`` over the unified trajectory
+  (``bench_distill.floor`` with ``ddai distill``'s default rank, ``ddai``: one DuckDB selection
+  query picking the same rollouts, the rebuild, a ``ParquetWriter``; target 2x) and against DDAI's selection script (``ddai_pandas.py distill`` over the unified trajectory
   log: it selects and writes nothing; ddai at least 10x faster: ratio <= 0.1);
 - ``report``: ``ddai report`` over the same log (target: under 3 s), next to a plain DuckDB scan
   (the untimed warm-up run keeps each part's turn facts, ``pipelines/store/turn_facts.py``: every timed
@@ -197,7 +197,7 @@ def funnel_pairs(
 
         sft = work / "sft.parquet"
         distill = ddai("distill", "--logs", str(logs), "--run", RUN, "--out", str(sft), "--rewrite", "none", "--force", "--no-progress")  # fmt: skip
-        floor_distill = [PY, "-c", f"import sys; sys.path.insert(0, {str(HERE)!r}); import bench_distill; bench_distill.floor(*sys.argv[1:])", str(logs), str(work / "floor-sft.parquet")]  # fmt: skip
+        floor_distill = [PY, "-c", f"import sys; sys.path.insert(0, {str(HERE)!r}); import bench_distill; bench_distill.floor(*sys.argv[1:])", str(logs), str(work / "floor-sft.parquet"), "ddai"]  # fmt: skip
         (work / "ddai").mkdir(exist_ok=True)
         unified = write_inputs(json.loads(files), work / "ddai", what=("unified_trajectory",))
         script = [PY, str(HERE / "ddai_pandas.py"), "distill", str(unified["unified_trajectory"])]
