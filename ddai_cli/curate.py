@@ -34,6 +34,7 @@ from ddai.cli.common import (
 from ddai.cli.flags import config_flags, default_of, with_groups
 from ddai.pipelines.funnel import configs
 from ddai.pipelines.funnel.configs import BucketConfig, FocusConfig, PlanConfig, VerifyConfig
+from ddai.pipelines.records.deps import duckdb
 from ddai.pipelines.records.lazy import lazy_module
 from ddai.pipelines.store import workspace
 
@@ -44,7 +45,6 @@ lineage = lazy_module("ddai.pipelines.funnel.lineage")
 plan = lazy_module("ddai.pipelines.funnel.plan")
 verify_gt = lazy_module("ddai.pipelines.funnel.verify_gt")
 
-duckdb = lazy_module("duckdb")
 
 T = TypeVar("T")
 

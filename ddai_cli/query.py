@@ -22,11 +22,9 @@ from ddai.cli.common import (
     summary,
 )
 from ddai.cli.flags import config_flags, with_groups
-from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.records.deps import duckdb
 from ddai.pipelines.store import io, query, query_out, workspace
 from ddai.pipelines.store.query_out import QueryConfig
-
-duckdb = lazy_module("duckdb")
 
 QUERY_FLAGS = config_flags(
     QueryConfig,

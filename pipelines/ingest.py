@@ -34,7 +34,7 @@ from ddai.pipelines.adapters.base import ReaderContext, RowBatch, SourceRecord, 
 from ddai.pipelines.adapters.side import SideTables
 from ddai.pipelines.adapters.verl.ids import UidMapper
 from ddai.pipelines.ingest_config import IngestConfig
-from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.records.deps import pa, pc
 from ddai.pipelines.records.row_checks import DUPLICATE_KEY, DuplicateKeys
 from ddai.pipelines.records.schema import RowError, normalize_rollout
 from ddai.pipelines.store import (
@@ -49,9 +49,6 @@ from ddai.pipelines.store import (
 )
 from ddai.pipelines.store import quarantine as quarantine_log
 from ddai.pipelines.store.capabilities import Capabilities
-
-pa = lazy_module("pyarrow")
-pc = lazy_module("pyarrow.compute")
 
 NO_RUN = "no-run-id"
 

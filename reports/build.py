@@ -12,15 +12,13 @@ from typing import Any
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ddai.pipelines import store
-from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.records.deps import duckdb
 from ddai.pipelines.store import io, manifest, objstore, query, turn_facts
 from ddai.reports.blocks import Section, SectionBuilder
 from ddai.reports.config import ReportConfig
 from ddai.reports.context import ReportContext
 from ddai.reports.render import render_page, warm_plotly_js
 from ddai.reports.sections import LONGEST, SECTIONS, value_joint
-
-duckdb = lazy_module("duckdb")
 
 
 def _check_inputs(cfg: ReportConfig) -> None:

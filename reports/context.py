@@ -16,13 +16,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.records.deps import duckdb, pl
 from ddai.pipelines.store import capabilities, query
 from ddai.reports import palette
 from ddai.reports.config import ReportConfig
-
-duckdb = lazy_module("duckdb")
-pl = lazy_module("polars")
 
 _PARAM_RE = re.compile(r"\$([A-Za-z_]\w*)")
 

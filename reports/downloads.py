@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 from ddai.pipelines.records import csv_cells
-from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.records.deps import pl
 from ddai.reports.blocks import Download
 from ddai.reports.formatting import csv_data_url
-
-pl = lazy_module("polars")
 
 
 def csv_download(label: str, filename: str, df: pl.DataFrame) -> Download:

@@ -17,11 +17,10 @@ from typing import Any
 from markupsafe import Markup
 from plotly.utils import PlotlyJSONEncoder
 
-from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.records.deps import go
 from ddai.reports.blocks import Figure, Note
 from ddai.reports.palette import COLORS
 
-go = lazy_module("plotly.graph_objects")
 _AXIS = {"gridcolor": "#e6e6e6", "zerolinecolor": "#cccccc", "automargin": True}
 HOUSE = go.layout.Template(
     layout={

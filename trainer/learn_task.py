@@ -35,12 +35,10 @@ from typing import Any
 
 from ddai.pipelines.pages.corpus import Corpus
 from ddai.pipelines.records import metrics
-from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.records.deps import pa
 from ddai.pipelines.store import io
 from ddai.trainer import toy
 from ddai.trainer.episode.config import EpisodeConfig, RewardOverrides
-
-pa = lazy_module("pyarrow")
 
 SEARCH_K = 1
 TOPICS = (

@@ -16,10 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from ddai.pipelines.pages.corpus import Corpus
-from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.records.deps import pa
 from ddai.pipelines.store import io
-
-pa = lazy_module("pyarrow")
 
 SYSTEM_PROMPT = (
     "You are a search agent. Begin with <think>...</think>, then write exactly one action: "

@@ -26,10 +26,7 @@ from ddai.pipelines.adapters.base import (
     iter_json_lines,
     parse_line,
 )
-from ddai.pipelines.records.lazy import lazy_module
-
-np = lazy_module("numpy")
-pa = lazy_module("pyarrow")
+from ddai.pipelines.records.deps import np, pa
 
 T = TypeVar("T")
 ParsedLine = tuple[int, str | None, Any, str | None]  # (line_no, text, obj, reason)

@@ -14,11 +14,8 @@ from typing import Any
 from ddai.pipelines.analyses import carries
 from ddai.pipelines.analyses.configs import AttributionConfig
 from ddai.pipelines.analyses.flags import load_flags
-from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.records.deps import duckdb, pl
 from ddai.pipelines.store import query
-
-duckdb = lazy_module("duckdb")
-pl = lazy_module("polars")
 
 CLASSES = ("wrong_gt", "generator_bottleneck", "search_failure")
 

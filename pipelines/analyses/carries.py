@@ -10,10 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.records.deps import duckdb
 from ddai.pipelines.store import capabilities, query
-
-duckdb = lazy_module("duckdb")
 
 
 class MissingData(ValueError):

@@ -12,10 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from ddai.pipelines.analyses import carries
-from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.records.deps import pl
 from ddai.pipelines.store import query
-
-pl = lazy_module("polars")
 
 NEEDS = (carries.SCORES, carries.GROUPS)
 

@@ -9,10 +9,8 @@ from pathlib import Path
 
 from ddai.pipelines.analyses.configs import RowsOut  # noqa: F401 (re-exported)
 from ddai.pipelines.records import csv_cells
-from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.records.deps import pl
 from ddai.pipelines.store import io
-
-pl = lazy_module("polars")
 
 FORMATS = (".csv", ".parquet", ".jsonl")
 

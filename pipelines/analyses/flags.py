@@ -10,10 +10,7 @@ from __future__ import annotations
 import os
 
 from ddai.pipelines.records.decisions import flagged, read_decisions
-from ddai.pipelines.records.lazy import lazy_module
-
-duckdb = lazy_module("duckdb")
-pa = lazy_module("pyarrow")
+from ddai.pipelines.records.deps import duckdb, pa
 
 
 def load_flags(con: duckdb.DuckDBPyConnection, paths: list[str | os.PathLike[str]]) -> int:

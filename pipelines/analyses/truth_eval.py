@@ -13,9 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ddai.pipelines.records.lazy import lazy_module
-
-pl = lazy_module("polars")
+from ddai.pipelines.records.deps import pl
 
 # view class → the truth table's cause
 CAUSE_OF = {

@@ -17,10 +17,10 @@ from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
+from ddai.pipelines.records.deps import np
 from ddai.pipelines.records.lazy import lazy_module
 
 asyncio = lazy_module("asyncio")
-np = lazy_module("numpy")
 
 ROLES = ("judge", "generator", "rewriter", "verifier", "vqa", "search", "embedder", "vetter")
 Verdict = Literal["ok", "wrong", "uncertain"]

@@ -16,9 +16,7 @@ import bm25s
 
 from ddai.pipelines.backends.config import ConfigError
 from ddai.pipelines.backends.local import LocalBackend
-from ddai.pipelines.records.lazy import lazy_module
-
-np = lazy_module("numpy")
+from ddai.pipelines.records.deps import np
 
 
 class BM25Index:

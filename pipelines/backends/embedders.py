@@ -21,9 +21,7 @@ from typing import Any
 from ddai.pipelines.backends import image_features
 from ddai.pipelines.backends.base import EmbedItem
 from ddai.pipelines.backends.local import LocalBackend
-from ddai.pipelines.records.lazy import lazy_module
-
-np = lazy_module("numpy")
+from ddai.pipelines.records.deps import np
 
 DEFAULT_HASH_DIM = 384
 _WORD = re.compile(r"\w+", re.UNICODE)

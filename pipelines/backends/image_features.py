@@ -14,9 +14,7 @@ import io
 from collections.abc import Sequence
 
 from ddai.pipelines.backends import media
-from ddai.pipelines.records.lazy import lazy_module
-
-np = lazy_module("numpy")
+from ddai.pipelines.records.deps import np
 
 SIDE = 8
 IMAGE_DIM = 3 * SIDE * SIDE

@@ -33,9 +33,7 @@ from ddai.pipelines.backends.openai_backend import OpenAIBackend
 from ddai.pipelines.backends.remote import model_engine
 from ddai.pipelines.backends.retry import CallError, Failure
 from ddai.pipelines.backends.usage import Price, TokenUsage
-from ddai.pipelines.records.lazy import lazy_module
-
-np = lazy_module("numpy")
+from ddai.pipelines.records.deps import np
 
 _CHARS_PER_TOKEN = 4
 _TOKENS_PER_IMAGE = 258

@@ -31,10 +31,8 @@ from typing import Any
 from ddai.pipelines import store
 from ddai.pipelines.backends import JudgeRequest, get_backend, run_sync
 from ddai.pipelines.backends.step_configs import RejudgeConfig, RejudgeError
-from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.records.deps import pa
 from ddai.pipelines.store import run_stats
-
-pa = lazy_module("pyarrow")
 
 
 @dataclass

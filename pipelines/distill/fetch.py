@@ -25,13 +25,8 @@ from ddai.pipelines.distill.select import (
     turn_stats,
 )
 from ddai.pipelines.records import schema
-from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.records.deps import duckdb, np, pa, pl
 from ddai.pipelines.store import objstore, query
-
-duckdb = lazy_module("duckdb")
-np = lazy_module("numpy")
-pl = lazy_module("polars")
-pa = lazy_module("pyarrow")
 
 # What selection reads (``select.py``), besides the turn count it needs where num_turns is null.
 COLUMNS = (

@@ -23,12 +23,8 @@ from typing import Any
 from ddai.pipelines.distill.configs import FORMATS, Format  # noqa: F401 (re-exported)
 from ddai.pipelines.distill.safety import Sample
 from ddai.pipelines.distill.thinks import Message
-from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.records.deps import pa, pq
 from ddai.pipelines.store import io
-
-pa = lazy_module("pyarrow")
-pq = lazy_module("pyarrow.parquet")
-
 
 FORMAT_VERSION = "v1"
 

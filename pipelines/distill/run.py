@@ -32,10 +32,7 @@ from ddai.pipelines.distill.configs import (  # noqa: F401 (re-exported)
 )
 from ddai.pipelines.distill.rebuild import load_system_prompt
 from ddai.pipelines.distill.safety import PostPass, PostPassResult, report_lines
-from ddai.pipelines.records.lazy import lazy_module
 from ddai.pipelines.store import capabilities, fileset, io, manifest, objstore, stage
-
-pa = lazy_module("pyarrow")
 
 STEP = "distill"
 

@@ -36,12 +36,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.records.deps import pa, pc, pl
 from ddai.pipelines.records.schema import SUCCESS_THRESHOLD
-
-pl = lazy_module("polars")
-pa = lazy_module("pyarrow")
-pc = lazy_module("pyarrow.compute")
 
 # Drop reasons: stable identifiers (summary and manifest keys, report rules), never prose.
 NO_JUDGED = "prompt_no_judged_rollout"

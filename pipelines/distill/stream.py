@@ -39,14 +39,11 @@ from ddai.pipelines.distill.rebuild import (
     sample_key,
 )
 from ddai.pipelines.distill.safety import Candidate, Event, PostPass, Sample, drop_reason
-from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.records.deps import pa, pc, pq
 
 # The uid of a sample while pass 1 runs (its final uid needs every key: pass 2 puts it in).
 UID_MARK = "\x00uid\x00"
 _MARK_PREFIX = '{"uid": ' + json.dumps(UID_MARK) + ", "
-pa = lazy_module("pyarrow")
-pc = lazy_module("pyarrow.compute")
-pq = lazy_module("pyarrow.parquet")
 
 
 @functools.cache

@@ -35,12 +35,9 @@ from ddai.pipelines.distill.configs import (  # noqa: F401 (re-exported)
 )
 from ddai.pipelines.distill.findings import is_system_error
 from ddai.pipelines.distill.thinks import Message
-from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.records.deps import pa, pq
 from ddai.pipelines.records.tags import parse_turns
 from ddai.pipelines.store import fileset, io, manifest, objstore
-
-pa = lazy_module("pyarrow")
-pq = lazy_module("pyarrow.parquet")
 
 VET_STEP = "distill.vet"
 CALL_FAILED = "call-failed"

@@ -16,10 +16,8 @@ from typing import Any
 
 from ddai.pipelines.funnel import native, scores, step
 from ddai.pipelines.funnel.configs import BUCKETS, BucketConfig, file_name  # noqa: F401 (re-exported)
-from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.records.deps import np
 from ddai.pipelines.store import objstore
-
-np = lazy_module("numpy")
 
 STEP = "curate.bucket"
 LABELS = {"b": "bucket B", "a": "bucket A", "0": "bucket 0"}

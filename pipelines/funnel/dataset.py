@@ -14,16 +14,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.records.deps import np, pa, pc, pq
 
 # The fields of one verl-shaped row: one reader for the funnel and the trainer.
 from ddai.pipelines.records.prompt_row import question_of, reference_of, reference_page_ids
 from ddai.pipelines.store import io, objstore
-
-np = lazy_module("numpy")
-pa = lazy_module("pyarrow")
-pc = lazy_module("pyarrow.compute")
-pq = lazy_module("pyarrow.parquet")
 
 __all__ = ["question_of", "reference_of", "reference_page_ids"]
 

@@ -14,10 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from ddai.pipelines import store
-from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.records.deps import pq
 from ddai.pipelines.store import fileset, manifest, objstore
-
-pq = lazy_module("pyarrow.parquet")
 
 KINDS = ("source", "log", "file", "step", "missing")
 

@@ -34,9 +34,7 @@ from typing import Any
 from ddai.pipelines.funnel import dataset as ds
 from ddai.pipelines.funnel import scores
 from ddai.pipelines.funnel.configs import DEFAULT_N_AGENT, PRIORS, PlanConfig  # noqa: F401 (re-exported)
-from ddai.pipelines.records.lazy import lazy_module
-
-np = lazy_module("numpy")
+from ddai.pipelines.records.deps import np
 
 # Fewer prompts than this in a bucket: fit its prior on all prompts of the run instead.
 MIN_PROMPTS_TO_FIT = 30

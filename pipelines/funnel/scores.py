@@ -19,14 +19,9 @@ from typing import Any
 from ddai.pipelines import store
 from ddai.pipelines.funnel.configs import AGGS, METRICS, check_metric  # noqa: F401 (re-exported)
 from ddai.pipelines.records import csv_cells
-from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.records.deps import np, pa, pc, pl
 from ddai.pipelines.records.schema import SUCCESS_THRESHOLD
 from ddai.pipelines.store import capabilities, objstore, query
-
-np = lazy_module("numpy")
-pl = lazy_module("polars")
-pa = lazy_module("pyarrow")
-pc = lazy_module("pyarrow.compute")
 
 # Decimal places kept before comparing with a threshold: far above float noise (1e-16 relative),
 # far below any meaningful difference in a mean of scores in [0, 1].

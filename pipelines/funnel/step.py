@@ -18,10 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.records.deps import pa
 from ddai.pipelines.store import fileset, io, manifest, objstore
-
-pa = lazy_module("pyarrow")
 
 SUMMARY_KEY = "summary"
 

@@ -30,11 +30,8 @@ from ddai.pipelines.funnel import dataset as ds
 from ddai.pipelines.funnel import review, scores, step
 from ddai.pipelines.funnel.configs import ALL, RULES, VerifyConfig  # noqa: F401 (re-exported)
 from ddai.pipelines.records import decisions as dec
-from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.records.deps import np, pa
 from ddai.pipelines.store import capabilities, fileset, manifest, objstore
-
-np = lazy_module("numpy")
-pa = lazy_module("pyarrow")
 
 STEP = "curate.verify-gt"
 

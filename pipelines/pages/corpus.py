@@ -26,11 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.records.deps import pa, pq
 from ddai.pipelines.store import io
-
-pa = lazy_module("pyarrow")
-pq = lazy_module("pyarrow.parquet")
 
 
 @functools.cache

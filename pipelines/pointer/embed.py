@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any
 from ddai.pipelines.pointer import world as world_mod
 from ddai.pipelines.pointer.configs import WORLD_EMBEDDER, EmbedConfig
 from ddai.pipelines.pointer.store import build_store, save_store
+from ddai.pipelines.records.deps import np
 from ddai.pipelines.records.lazy import lazy_module
 from ddai.pipelines.records.progress import bar
 
-np = lazy_module("numpy")
 # the store's commit machinery and the backends load when embeddings are made, not for --help
 manifest = lazy_module("ddai.pipelines.store.manifest")
 backends_base = lazy_module("ddai.pipelines.backends.base")

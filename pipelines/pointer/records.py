@@ -24,10 +24,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.records.deps import pl
 from ddai.pipelines.store import io
-
-pl = lazy_module("polars")
 
 GEN_METHODS = ("beam", "sample", "random")
 PRIORITY = {"beam": 3, "sample": 2, "random": 1}

@@ -8,10 +8,7 @@ divided by log K (1: every position equally often).
 
 from __future__ import annotations
 
-from ddai.pipelines.records.lazy import lazy_module
-
-np = lazy_module("numpy")
-pl = lazy_module("polars")
+from ddai.pipelines.records.deps import np, pl
 
 
 def index_histogram(pointers: np.ndarray, k: int) -> np.ndarray:

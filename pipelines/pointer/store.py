@@ -14,13 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from ddai.pipelines.pointer.configs import SUFFIXES
+from ddai.pipelines.records.deps import np, pa, pq
 from ddai.pipelines.records.lazy import lazy_module
 
 io = lazy_module("ddai.pipelines.store.io")  # the writers: not for `pointer --help`
 
-np = lazy_module("numpy")
-pa = lazy_module("pyarrow")
-pq = lazy_module("pyarrow.parquet")
 safetensors_np = lazy_module("safetensors.numpy")
 
 STORE_FORMAT = "ddai.pointer.embedding_store"

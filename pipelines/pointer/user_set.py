@@ -31,15 +31,14 @@ from ddai.pipelines.pointer.world import (
     QUERIES_FILE,
     run_world,
 )
+from ddai.pipelines.records.deps import np, pl
 from ddai.pipelines.records.lazy import lazy_module
 from ddai.pipelines.records.metrics import vqa_normalize
 
-np = lazy_module("numpy")
 io = lazy_module(
     "ddai.pipelines.store.io"
 )  # the writers load when a world is written, not for --help
 manifest = lazy_module("ddai.pipelines.store.manifest")
-pl = lazy_module("polars")
 
 SOURCE_FILE = "source.json"
 IMAGE_COLUMNS = ("image", "image_path", "image_file")

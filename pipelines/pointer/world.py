@@ -25,13 +25,13 @@ from pathlib import Path
 from typing import Any
 
 from ddai.pipelines.pointer.configs import TOPICS, WorldConfig
+from ddai.pipelines.records.deps import np
 from ddai.pipelines.records.lazy import lazy_module
 
 # the writers (the store's commit machinery, ~60 modules) load when a world is written
 io = lazy_module("ddai.pipelines.store.io")
 manifest = lazy_module("ddai.pipelines.store.manifest")
 
-np = lazy_module("numpy")
 safetensors_np = lazy_module("safetensors.numpy")
 
 ANSWER_TYPES = ("count", "color", "yesno", "object")

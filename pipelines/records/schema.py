@@ -14,9 +14,7 @@ import math
 from typing import Any
 
 from ddai.pipelines.records import metrics, tags
-from ddai.pipelines.records.lazy import lazy_module
-
-pa = lazy_module("pyarrow")
+from ddai.pipelines.records.deps import pa
 
 # 2: the ``flags`` column (rollouts kept with a known defect, e.g. ``turns_incomplete``).
 # Partitions of version 1 read with ``flags`` null.

@@ -63,7 +63,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from ddai.pipelines.records import schema
-from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.records.deps import pa, pq
 from ddai.pipelines.records.schema import SCHEMA_VERSION, normalize_rollout
 from ddai.pipelines.store import (
     capability_count,
@@ -95,8 +95,6 @@ if TYPE_CHECKING:  # pyarrow.dataset pulls pandas in: imported where a dataset i
 
     from ddai.pipelines.store.rollback import Journal, RemoteUndo
 
-pa = lazy_module("pyarrow")
-pq = lazy_module("pyarrow.parquet")
 
 DEFAULT_BATCH_ROWS = 50_000
 # A row group is written when this many rows (or bytes, for wide rows) are staged.

@@ -14,9 +14,10 @@ from functools import lru_cache
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
+from ddai.pipelines.records.deps import duckdb
+
 # The read side only: ``ddai query`` and ``ddai runs`` start without pyarrow (~0.3 s); the store
 # module (its Arrow schema) is imported where an Arrow table or dataset is built.
-from ddai.pipelines.records.lazy import lazy_module
 from ddai.pipelines.store import objstore, store_read
 from ddai.pipelines.store.store_read import logs_or_fail  # noqa: F401 (its home before store_read)
 
@@ -24,7 +25,6 @@ if TYPE_CHECKING:
     import polars as pl
     import pyarrow as pa
 
-duckdb = lazy_module("duckdb")
 
 # How a store on object storage is scanned: pyarrow's C++ S3 filesystem handed to DuckDB as an
 # Arrow dataset (``arrow``, the default: see bench/bench_objstore.py), or s3fs registered with

@@ -25,10 +25,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from ddai.pipelines.records import csv_cells
-from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.records.deps import duckdb
 from ddai.pipelines.store import io
-
-duckdb = lazy_module("duckdb")
 
 RESULT = "ddai_query_result"
 

@@ -10,15 +10,12 @@ from __future__ import annotations
 
 from ddai.pipelines.analyses import attribution, carries
 from ddai.pipelines.analyses.flags import load_flags
-from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.records.deps import go, pl
 from ddai.reports import figures
 from ddai.reports.blocks import Block, Note, Section, Table
 from ddai.reports.context import ReportContext
 from ddai.reports.downloads import csv_download
 from ddai.reports.formatting import pct
-
-go = lazy_module("plotly.graph_objects")
-pl = lazy_module("polars")
 
 LABELS = {
     "wrong_gt": "likely wrong ground truth",

@@ -7,14 +7,11 @@ from typing import Any
 
 from plotly.subplots import make_subplots
 
-from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.records.deps import go, pl
 from ddai.reports import figures
 from ddai.reports.blocks import Block, Note, Section, Table
 from ddai.reports.context import ReportContext
 from ddai.reports.formatting import num, pct
-
-go = lazy_module("plotly.graph_objects")
-pl = lazy_module("polars")
 
 # (key, label, formatter) of the per-run behaviour table; the comparison section reuses it.
 METRICS: tuple[tuple[str, str, Any], ...] = (

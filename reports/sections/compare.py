@@ -11,15 +11,12 @@ from typing import Any
 
 from plotly.subplots import make_subplots
 
-from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.records.deps import go, pl
 from ddai.reports import figures
 from ddai.reports.blocks import Note, Section, Table
 from ddai.reports.context import ReportContext
 from ddai.reports.formatting import MISSING, num, pct
 from ddai.reports.sections.behaviour import METRICS
-
-go = lazy_module("plotly.graph_objects")
-pl = lazy_module("polars")
 
 OUTCOME_METRICS: tuple[tuple[str, str, Any], ...] = (
     ("prompts", "prompts", num),

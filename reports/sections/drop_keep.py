@@ -6,14 +6,12 @@ group was constant is a drop candidate, with why (``sql/zero_variance.sql``).
 
 from __future__ import annotations
 
-from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.records.deps import pl
 from ddai.pipelines.store import query
 from ddai.reports.blocks import Block, Section, Table
 from ddai.reports.context import ReportContext
 from ddai.reports.downloads import csv_download
 from ddai.reports.formatting import pct
-
-pl = lazy_module("polars")
 
 REASONS = ("always_zero", "always_full", "constant")
 

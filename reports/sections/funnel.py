@@ -12,15 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from ddai.pipelines.funnel.lineage import lineage_graph, lineage_rows
-from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.records.deps import go
 from ddai.pipelines.store import manifest
 from ddai.reports import figures
 from ddai.reports.blocks import Note, Section, Table
 from ddai.reports.config import ReportConfig
 from ddai.reports.context import ReportContext
 from ddai.reports.formatting import num
-
-go = lazy_module("plotly.graph_objects")
 
 TITLE = "Funnel"
 # Lineage node kinds that are prompt datasets; raw log files and log partitions (counted in

@@ -7,13 +7,11 @@ frozen generator's own knowledge). DDAI found about half of such cases were not 
 
 from __future__ import annotations
 
-from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.records.deps import go
 from ddai.reports import figures
 from ddai.reports.blocks import Figure, Note, Section, Table
 from ddai.reports.context import ReportContext
 from ddai.reports.formatting import num, pct
-
-go = lazy_module("plotly.graph_objects")
 
 
 def build(ctx: ReportContext) -> Section:

@@ -12,14 +12,11 @@ import math
 
 from plotly.subplots import make_subplots
 
-from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.records.deps import go, pl
 from ddai.reports import figures
 from ddai.reports.blocks import Note, Section, Table
 from ddai.reports.context import ReportContext
 from ddai.reports.formatting import num, pct
-
-go = lazy_module("plotly.graph_objects")
-pl = lazy_module("polars")
 
 MAX_LEVELS = 11
 """A judge with at most this many distinct scores is charted by its own levels, else in bins."""

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.records.deps import go, pl
 from ddai.reports import figures
 from ddai.reports.blocks import Note, Section, Table
 from ddai.reports.context import ReportContext
 from ddai.reports.formatting import pct
-
-go = lazy_module("plotly.graph_objects")
-pl = lazy_module("polars")
 
 BANDS = ("=0", "(0, 0.3]", "(0.3, 0.5]", "(0.5, 0.7]", "(0.7, 1)", "=1")
 

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.records.deps import go
 from ddai.reports import figures
 from ddai.reports.blocks import Section, Table
 from ddai.reports.context import ReportContext
 from ddai.reports.formatting import num, pct, plural
-
-go = lazy_module("plotly.graph_objects")
 
 TERMINATIONS = {
     "complete": "#2a9d5c",

@@ -6,15 +6,12 @@ of rollouts got a reward. Charts only where the logs carry the numbers; else one
 from __future__ import annotations
 
 from ddai.pipelines.analyses.streaming import step_log
-from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.records.deps import go, pl
 from ddai.pipelines.store import query
 from ddai.reports import figures
 from ddai.reports.blocks import Block, Note, Section, Table
 from ddai.reports.context import ReportContext
 from ddai.reports.formatting import num, pct
-
-go = lazy_module("plotly.graph_objects")
-pl = lazy_module("polars")
 
 
 def _by_step(

@@ -14,14 +14,11 @@ from typing import Any
 
 from plotly.subplots import make_subplots
 
-from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.records.deps import go, pl
 from ddai.reports import figures
 from ddai.reports.blocks import Note, Section, Table
 from ddai.reports.context import ReportContext
 from ddai.reports.formatting import num
-
-go = lazy_module("plotly.graph_objects")
-pl = lazy_module("polars")
 
 TABLE_DIR = Path("_side") / "train_metrics"
 

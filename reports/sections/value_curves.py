@@ -11,15 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.records.deps import go, pl
 from ddai.reports import figures
 from ddai.reports.blocks import Note, Section, Table
 from ddai.reports.context import ReportContext
 from ddai.reports.formatting import num, pct, share
 from ddai.reports.sections import value_joint
-
-go = lazy_module("plotly.graph_objects")
-pl = lazy_module("polars")
 
 LIKELY = 0.5
 """A value at or above this counts as a likely success (values estimate P(success))."""

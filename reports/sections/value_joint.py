@@ -14,13 +14,10 @@ from typing import Any
 
 from plotly.subplots import make_subplots
 
-from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.records.deps import go, pl
 from ddai.reports import figures
 from ddai.reports.blocks import Note, Table
 from ddai.reports.formatting import num, pct
-
-go = lazy_module("plotly.graph_objects")
-pl = lazy_module("polars")
 
 METRICS = "metrics.jsonl"
 RUN_CONFIG = "run_config.json"

@@ -35,6 +35,7 @@ from starlette.routing import Route
 
 from ddai.pipelines import store
 from ddai.pipelines.records import csv_cells
+from ddai.pipelines.records.deps import pq
 from ddai.pipelines.records.lazy import lazy_module
 from ddai.reports.formatting import num, pct
 from ddai.reports.serve import annotate, diff, images, live, queries, review_queue, sqlbox
@@ -56,7 +57,6 @@ from ddai.reports.serve.turns import missing_turns, source_formats, turn_views
 from ddai.reports.transcript import mark_pages
 
 jinja2 = lazy_module("jinja2")
-pq = lazy_module("pyarrow.parquet")
 
 CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "

@@ -22,13 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ddai.pipelines import store
-from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.records.deps import duckdb
 from ddai.pipelines.store import query
 from ddai.reports.serve import queries, sqlbox
 from ddai.reports.serve.config import ServeConfig
 from ddai.reports.serve.live import run_versions, store_version
-
-duckdb = lazy_module("duckdb")
 
 
 def fingerprint(logs: Path, runs: list[str] | None) -> tuple[tuple[str, int, int], ...]:

@@ -8,12 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.records.deps import duckdb
 from ddai.pipelines.store import query
 from ddai.reports.serve.filters import TABLE_COLUMNS, RolloutFilter
 from ddai.trainer.grpo.advantage import group_advantages
-
-duckdb = lazy_module("duckdb")
 
 KEY = ("run_id", "uid", "step", "rollout_idx")
 

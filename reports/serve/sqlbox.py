@@ -18,10 +18,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines.records.lazy import lazy_module
-
-duckdb = lazy_module("duckdb")
-pa = lazy_module("pyarrow")
+from ddai.pipelines.records.deps import duckdb, pa
 
 
 class SqlRejected(ValueError):

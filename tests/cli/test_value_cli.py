@@ -8,14 +8,13 @@ from pathlib import Path
 
 import pytest
 from cli_schemas import check
-from support.lazy import heavy
+from support.lazy import heavy, torch
 from typer.testing import CliRunner
 
 from ddai.cli.app import app
 from ddai.pipelines.store import read_rollouts, run_manifest, write_run
 from ddai.trainer.tiny import TinySpec, build_tiny, read_texts
 
-torch = heavy("torch")
 data = heavy("ddai.trainer.value.data")
 value_model = heavy("ddai.trainer.value.model")
 

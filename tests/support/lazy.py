@@ -27,3 +27,9 @@ class _HeavyModule(LazyModule):
 def heavy(name: str) -> Any:
     """``name``'s stand-in (typed ``Any``: it reads as the module it stands for)."""
     return _HeavyModule(name)
+
+
+# the heavy libraries most test modules use, bound once (``from support.lazy import torch``)
+torch = heavy("torch")
+transformers = heavy("transformers")
+safetensors_torch = heavy("safetensors.torch")

@@ -16,14 +16,13 @@ import types
 import pytest
 from cli_schemas import check
 from support.backends import toy_backends
-from support.lazy import heavy
+from support.lazy import heavy, torch
 from support.toy_world import make_world, run_fields
 
 from ddai.cli.common import json_shape
 from ddai.trainer import toy
 from ddai.trainer.episode.config import EpisodeConfig, RewardOverrides
 
-torch = heavy("torch")
 lora_reference = heavy("support.lora_reference")
 
 pytestmark = pytest.mark.slow

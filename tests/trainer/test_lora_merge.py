@@ -7,7 +7,7 @@ from __future__ import annotations
 import types
 
 import pytest
-from support.lazy import heavy
+from support.lazy import heavy, torch
 
 from ddai.trainer.common import TrainConfigError
 from ddai.trainer.lora_merge import (
@@ -20,7 +20,6 @@ from ddai.trainer.lora_merge import (
 from ddai.trainer.modeling import float32_adapter, load_policy, lora_config
 from ddai.trainer.tiny import build_tiny
 
-torch = heavy("torch")
 lora_reference = heavy("support.lora_reference")
 
 

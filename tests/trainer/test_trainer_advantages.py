@@ -6,9 +6,8 @@ import math
 from collections import defaultdict
 
 import pytest
-from support.lazy import heavy
+from support.lazy import heavy, torch
 
-torch = heavy("torch")
 utils = heavy("trl.trainer.utils")
 A = heavy("ddai.trainer.advantages")
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 import math
 
 import pytest
-from support.lazy import heavy
+from support.lazy import heavy, torch
 
-torch = heavy("torch")
 L = heavy("ddai.trainer.losses")
 
 # ---------------------------------------------------------------------------- references (verl)

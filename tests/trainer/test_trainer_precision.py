@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 from support.backends import toy_backends
-from support.lazy import heavy
+from support.lazy import torch
 from support.toy_world import make_world, run_fields
 
 from ddai.trainer import modeling, toy
@@ -19,8 +19,6 @@ from ddai.trainer.modeling import (
     lost_update_share,
     parameter_snapshot,
 )
-
-torch = heavy("torch")
 
 
 def _linear(values, dtype):

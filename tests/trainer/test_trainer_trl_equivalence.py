@@ -10,13 +10,11 @@ parameter's gradient must agree.
 from __future__ import annotations
 
 import pytest
-from support.lazy import heavy
+from support.lazy import heavy, torch, transformers
 
 from ddai.trainer.tiny import build_tiny
 
-torch = heavy("torch")
 datasets = heavy("datasets")
-transformers = heavy("transformers")
 trl = heavy("trl")
 losses = heavy("ddai.trainer.losses")
 

@@ -14,10 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from ddai.pipelines.records import prompt_row
-from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.records.deps import pq
 from ddai.trainer.episode.chat import normalize_messages
-
-pq = lazy_module("pyarrow.parquet")
 
 
 @dataclass(frozen=True)

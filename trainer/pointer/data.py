@@ -13,13 +13,10 @@ from torch import Tensor
 
 from ddai.pipelines.pointer import records, stats
 from ddai.pipelines.pointer.store import EmbeddingStore
-from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.records.deps import np, pl
 from ddai.pipelines.store import io, manifest
 from ddai.trainer.pointer.config import ProcessConfig, RewardConfig
 from ddai.trainer.pointer.losses import shape_rewards
-
-np = lazy_module("numpy")
-pl = lazy_module("polars")
 
 
 def _col(df: pl.DataFrame, name: str) -> Tensor:

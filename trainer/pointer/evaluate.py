@@ -16,15 +16,12 @@ from ddai.pipelines.pointer import stats
 from ddai.pipelines.pointer import vqa as vqa_eval
 from ddai.pipelines.pointer.store import EmbeddingStore, load_store
 from ddai.pipelines.pointer.world import QUERIES_FILE, load_world
-from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.records.deps import np, pl
 from ddai.pipelines.store import io, manifest
 from ddai.trainer.pointer import decode
 from ddai.trainer.pointer.config import EvalConfig
 from ddai.trainer.pointer.generate import select_queries
 from ddai.trainer.pointer.model import WEIGHTS_FILE, PointerSelector, load_pointer
-
-np = lazy_module("numpy")
-pl = lazy_module("polars")
 
 
 def selections(

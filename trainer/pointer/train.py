@@ -24,7 +24,7 @@ from torch import Tensor
 
 from ddai.pipelines.pointer.store import load_store
 from ddai.pipelines.pointer.world import load_world
-from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.records.deps import pl
 from ddai.pipelines.records.progress import bar
 from ddai.pipelines.store import io, manifest
 from ddai.trainer.pointer import losses
@@ -52,8 +52,6 @@ from ddai.trainer.pointer.model import (
     load_pointer,
     save_pointer,
 )
-
-pl = lazy_module("polars")
 
 log = logging.getLogger(__name__)
 

@@ -9,11 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.records.deps import pq
 from ddai.trainer import common
 from ddai.trainer.episode.chat import flatten_messages
-
-pq = lazy_module("pyarrow.parquet")
 
 
 def read_rows(paths: list[Path]) -> list[dict[str, Any]]:

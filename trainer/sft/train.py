@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines.records.lazy import lazy_module
 from ddai.trainer import common
 from ddai.trainer.episode.chat import ensure_training_template
 from ddai.trainer.runtime import dist
@@ -30,8 +29,6 @@ from ddai.trainer.sft.images import (
     image_conversation,
     vision_dataset,
 )
-
-pq = lazy_module("pyarrow.parquet")
 
 
 @dataclass

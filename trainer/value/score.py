@@ -24,7 +24,7 @@ import torch
 
 from ddai.pipelines import store
 from ddai.pipelines.records import schema
-from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.records.deps import pa
 from ddai.pipelines.store import capabilities, run_stats, workspace
 from ddai.trainer.runtime.metrics_log import device
 from ddai.trainer.value import losses as vl
@@ -33,8 +33,6 @@ from ddai.trainer.value.data import tokenize_rollouts
 from ddai.trainer.value.model import load_value_model
 from ddai.trainer.value.rows import ROLLOUT_COLUMNS, prompt_messages
 from ddai.trainer.value.train import sequence_values
-
-pa = lazy_module("pyarrow")
 
 
 @dataclass

@@ -28,14 +28,9 @@ import re
 from ddai.pipelines.adapters.base import RowBatch
 from ddai.pipelines.adapters.ddai_common import _RESERVED, FLASH_FIELDS
 from ddai.pipelines.adapters.line_batches import LineBatch
-from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.records.deps import pa, pc, pj, pl
 from ddai.pipelines.records.row_checks import digest_bytes
 from ddai.pipelines.records.schema import COLUMNS, INT32_MAX, ROLLOUT_SCHEMA
-
-pl = lazy_module("polars")
-pa = lazy_module("pyarrow")
-pc = lazy_module("pyarrow.compute")
-pj = lazy_module("pyarrow.json")
 
 _STRING = ("uid", "query", "generated_answer", "reference_answer")
 _INT = ("local_idx", "sample_idx")

@@ -33,9 +33,7 @@ from ddai.pipelines.adapters.base import (
 from ddai.pipelines.adapters.line_batches import LineBatch, read_lines
 from ddai.pipelines.adapters.native import jsonl, parquet
 from ddai.pipelines.adapters.peek import first_object
-from ddai.pipelines.records.lazy import lazy_module
-
-pq = lazy_module("pyarrow.parquet")
+from ddai.pipelines.records.deps import pq
 
 PARQUET_BATCH = 16_384
 

@@ -24,14 +24,9 @@ import json
 from ddai.pipelines.adapters.base import RowBatch, repeated_key
 from ddai.pipelines.adapters.line_batches import LineBatch
 from ddai.pipelines.adapters.native import parquet
-from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.records.deps import duckdb, pa, pj, pl
 from ddai.pipelines.records.row_checks import digest_bytes
 from ddai.pipelines.records.schema import COLUMNS, ROLLOUT_SCHEMA
-
-duckdb = lazy_module("duckdb")
-pl = lazy_module("polars")
-pa = lazy_module("pyarrow")
-pj = lazy_module("pyarrow.json")
 
 
 def _wide(t: pa.DataType) -> pa.DataType:

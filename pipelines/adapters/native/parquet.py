@@ -24,15 +24,9 @@ import json
 import threading
 
 from ddai.pipelines.adapters.base import RowBatch
-from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.records.deps import duckdb, np, pa, pc, pl
 from ddai.pipelines.records.schema import ACTION_NAMES, INT32_MAX, ROLLOUT_SCHEMA, TERMINATIONS
 from ddai.pipelines.store import check_run_id
-
-duckdb = lazy_module("duckdb")
-np = lazy_module("numpy")
-pl = lazy_module("polars")
-pa = lazy_module("pyarrow")
-pc = lazy_module("pyarrow.compute")
 
 _FLOATS = ("judge_score", "ndcg", "reward", "advantage")
 _INTS = ("step", "sample_idx", "num_turns")

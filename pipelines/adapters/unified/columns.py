@@ -37,12 +37,7 @@ from ddai.pipelines.adapters.unified import events as du
 from ddai.pipelines.adapters.unified import turns
 from ddai.pipelines.adapters.unified.rows import KEY, Decline, texts_at
 from ddai.pipelines.adapters.unified.rows import rows as completed_rows
-from ddai.pipelines.records.lazy import lazy_module
-
-np = lazy_module("numpy")
-pl = lazy_module("polars")
-pa = lazy_module("pyarrow")
-pj = lazy_module("pyarrow.json")
+from ddai.pipelines.records.deps import np, pa, pj, pl
 
 # The fields the join reads; the reward's other fields are read from its line.
 EVENT_SCHEMA = pa.schema(

@@ -9,10 +9,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from ddai.pipelines.records.lazy import lazy_module
-
-np = lazy_module("numpy")
-pa = lazy_module("pyarrow")
+from ddai.pipelines.records.deps import np, pa
 
 HORIZON = 2
 PLAN = "model.plan"

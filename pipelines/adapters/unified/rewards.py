@@ -19,13 +19,8 @@ from collections import Counter
 from typing import Any
 
 from ddai.pipelines.adapters.flash import columns as fc
-from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.records.deps import pa, pc, pj, pl
 from ddai.pipelines.records.schema import COLUMNS, INT32_MAX
-
-pl = lazy_module("polars")
-pa = lazy_module("pyarrow")
-pc = lazy_module("pyarrow.compute")
-pj = lazy_module("pyarrow.json")
 
 # The event's key and type: not part of the payload, not kept in ``extra``.
 _DROP = ("run_id", "global_step", "event_type")

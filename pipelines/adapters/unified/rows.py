@@ -17,13 +17,9 @@ from typing import Any
 from ddai.pipelines.adapters.base import RowBatch
 from ddai.pipelines.adapters.unified import events as du
 from ddai.pipelines.adapters.unified.rewards import reward_frame
-from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.records.deps import np, pa, pl
 from ddai.pipelines.records.schema import ROLLOUT_SCHEMA, TURN_TYPE
 from ddai.pipelines.store import check_run_id
-
-np = lazy_module("numpy")
-pl = lazy_module("polars")
-pa = lazy_module("pyarrow")
 
 KEY = ("run_id", "global_step", "sample_idx")
 

@@ -13,9 +13,7 @@ from __future__ import annotations
 
 from ddai.pipelines.adapters.ddai_common import executed_action
 from ddai.pipelines.records import tags
-from ddai.pipelines.records.lazy import lazy_module
-
-pl = lazy_module("polars")
+from ddai.pipelines.records.deps import pl
 
 # Python's ``\s`` takes more than ASCII whitespace: other whitespace goes through the parser.
 _WS = r"[ \t\n\r\f\v]"

@@ -29,14 +29,9 @@ from ddai.pipelines.adapters.ddai_common import question_from_prompt
 from ddai.pipelines.adapters.line_batches import LineBatch
 from ddai.pipelines.adapters.verl.ids import UID_UNMATCHED, UidMapper, uid_of
 from ddai.pipelines.adapters.verl.transcripts import transcripts
-from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.records.deps import duckdb, pa, pj, pl
 from ddai.pipelines.records.row_checks import digest_bytes
 from ddai.pipelines.records.schema import COLUMNS, INT32_MAX, ROLLOUT_SCHEMA
-
-duckdb = lazy_module("duckdb")
-pl = lazy_module("polars")
-pa = lazy_module("pyarrow")
-pj = lazy_module("pyarrow.json")
 
 _STRING = ("input", "output", "gts", "data_source")
 _FLOAT = ("score", "judge_score", "ndcg")

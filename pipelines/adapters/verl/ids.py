@@ -25,9 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ddai.pipelines.adapters.ddai_common import last_user_message
-from ddai.pipelines.records.lazy import lazy_module
-
-pl = lazy_module("polars")
+from ddai.pipelines.records.deps import pl
 
 UID_UNMATCHED = "uid_unmatched"
 UID_HEX = 12

@@ -26,11 +26,8 @@ from ddai.pipelines.adapters.transcript import (
     split_transcript,
 )
 from ddai.pipelines.records import tags
-from ddai.pipelines.records.lazy import lazy_module
+from ddai.pipelines.records.deps import pa, pl
 from ddai.pipelines.records.schema import TURN_TYPE
-
-pl = lazy_module("polars")
-pa = lazy_module("pyarrow")
 
 _WS = r"[ \t\n\r\f\v]"  # Python's \s takes more: other whitespace goes row by row
 _RESIDUE = (

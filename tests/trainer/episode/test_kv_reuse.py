@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 
 import pytest
-from support.lazy import heavy
+from support.lazy import torch
 
 from ddai.pipelines.pages.corpus import Corpus
 from ddai.trainer.episode import kv_reuse
@@ -18,8 +18,6 @@ from ddai.trainer.episode.rollout import HFSampler, RolloutConfig, run_rollouts,
 from ddai.trainer.episode.tasks import Task
 from ddai.trainer.modeling import load_policy
 from ddai.trainer.tiny import build_tiny
-
-torch = heavy("torch")
 
 SAMPLED = {"temperature": 0.7, "top_k": 20, "top_p": 0.9, "repetition_penalty": 1.3}
 MODES = {"greedy": {"temperature": 0}, "sampled": SAMPLED}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 from support.backends import toy_backends
-from support.lazy import heavy
+from support.lazy import torch
 from support.sampling_reference import recompute_logprobs
 from support.toy_world import make_world, run_fields
 
@@ -17,8 +17,6 @@ from ddai.trainer import toy
 from ddai.trainer.common import TrainConfigError
 from ddai.trainer.episode.config import EpisodeConfig, RewardOverrides
 from ddai.trainer.episode.sampling import LOGP_FLOOR, SamplingConfig, teacher_forced_logprobs
-
-torch = heavy("torch")
 
 PROCESSED = SamplingConfig(temperature=0.9, top_p=0.9, repetition_penalty=1.2)
 

@@ -6,15 +6,13 @@ log-prob pass on a GPU would fail the same way)."""
 from __future__ import annotations
 
 import pytest
-from support.lazy import heavy
+from support.lazy import torch
 
 from ddai.trainer import trl_compat
 from ddai.trainer.episode import episodes
 from ddai.trainer.episode.episodes import SearchRollout
 from ddai.trainer.episode.sampling import SamplingConfig
 from ddai.trainer.episode.vision import vision_batch
-
-torch = heavy("torch")
 
 IMAGE_ID = 7
 

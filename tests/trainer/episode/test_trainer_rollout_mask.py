@@ -8,7 +8,7 @@ loss through ``ddai.trainer.trl_compat``'s fence, so a TRL upgrade that breaks m
 from __future__ import annotations
 
 import pytest
-from support.lazy import heavy
+from support.lazy import torch
 from support.trl_loss import grpo_args, loss_grads, loss_inputs, mask_segments
 
 from ddai.pipelines.pages.corpus import Corpus
@@ -24,8 +24,6 @@ from ddai.trainer.episode.rollout import (
 from ddai.trainer.episode.tasks import Task
 from ddai.trainer.modeling import load_policy
 from ddai.trainer.tiny import build_tiny
-
-torch = heavy("torch")
 
 TURNS = [
     "<think>find the chart</think>\n<search>revenue year</search>",

@@ -6,15 +6,13 @@ sampled; and only ``[N, n]`` log-probs are kept, not ``[N, n, V]`` logits."""
 from __future__ import annotations
 
 import pytest
-from support.lazy import heavy
+from support.lazy import torch
 from support.sampling_reference import recompute_logprobs
 
 from ddai.trainer.episode.rollout import HFSampler
 from ddai.trainer.episode.sampling import LogprobRecorder, SamplingConfig
 from ddai.trainer.modeling import load_policy
 from ddai.trainer.tiny import build_tiny
-
-torch = heavy("torch")
 
 
 @pytest.fixture(scope="module")

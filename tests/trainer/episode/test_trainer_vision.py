@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 from PIL import Image
-from support.lazy import heavy
+from support.lazy import torch
 from support.tiny_vlm import tiny_vlm
 from support.trl_loss import grpo_args, loss_grads, loss_inputs, mask_segments
 
@@ -25,8 +25,6 @@ from ddai.trainer.episode.vision import (
     slice_vision,
     vision_batch,
 )
-
-torch = heavy("torch")
 
 # ChatML whose user content may be typed blocks; an image is Qwen2-VL's placeholder triple.
 TEMPLATE = (

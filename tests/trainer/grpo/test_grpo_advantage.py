@@ -7,11 +7,10 @@ from __future__ import annotations
 import math
 
 import pytest
-from support.lazy import heavy
+from support.lazy import heavy, torch
 
 from ddai.trainer.grpo.advantage import ADVANTAGE_EPS, group_advantages
 
-torch = heavy("torch")
 utils = heavy("trl.trainer.utils")
 
 

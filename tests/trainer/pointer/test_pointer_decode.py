@@ -6,10 +6,9 @@ import itertools
 import math
 
 import pytest
-from support.lazy import heavy
+from support.lazy import heavy, torch
 
 decode = heavy("ddai.trainer.pointer.decode")
-torch = heavy("torch")
 pointer_model = heavy("ddai.trainer.pointer.model")
 
 K = 6

@@ -10,14 +10,11 @@ import subprocess
 import sys
 
 import pytest
-from support.lazy import heavy
+from support.lazy import safetensors_torch, torch
 from typer.testing import CliRunner
 
 from ddai.cli.app import app
 from ddai.trainer.runtime.launch import free_port
-
-torch = heavy("torch")
-safetensors_torch = heavy("safetensors.torch")
 
 runner = CliRunner()
 

@@ -10,7 +10,7 @@ import re
 import pytest
 from support.backends import backend_toml
 from support.fakes import FakeModelServer
-from support.lazy import heavy
+from support.lazy import heavy, torch
 
 from ddai.pipelines.backends import BackendSpec, VQAResult, build
 from ddai.pipelines.pointer.embed import EmbedConfig, run_embed
@@ -19,7 +19,6 @@ from ddai.pipelines.pointer.store import load_store
 from ddai.pipelines.pointer.world import WorldConfig, make_world, write_world
 from ddai.pipelines.store import manifest
 
-torch = heavy("torch")
 generate = heavy("ddai.trainer.pointer.generate")
 pointer_model = heavy("ddai.trainer.pointer.model")
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 import math
 
 import pytest
-from support.lazy import heavy
+from support.lazy import heavy, torch
 
 losses = heavy("ddai.trainer.pointer.losses")
-torch = heavy("torch")
 
 
 def T(data, **kw):

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from support.lazy import heavy
+from support.lazy import heavy, torch
 
-torch = heavy("torch")
 pointer_model = heavy("ddai.trainer.pointer.model")
 
 SCORINGS = ["bilinear", "attention"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 import pytest
-from support.lazy import heavy
+from support.lazy import heavy, torch
 
 from ddai.pipelines.backends import get_backend
 from ddai.pipelines.backends.vqa_simulator import VQASimulator
@@ -15,7 +15,6 @@ from ddai.pipelines.pointer.store import build_store
 from ddai.pipelines.pointer.world import WorldConfig, make_world
 
 decode = heavy("ddai.trainer.pointer.decode")
-torch = heavy("torch")
 pointer_data = heavy("ddai.trainer.pointer.data")
 generate = heavy("ddai.trainer.pointer.generate")
 pointer_model = heavy("ddai.trainer.pointer.model")

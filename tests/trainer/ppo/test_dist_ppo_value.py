@@ -12,13 +12,12 @@ from pathlib import Path
 
 import pytest
 from cli_schemas import check
-from support.lazy import heavy
+from support.lazy import heavy, torch
 from support.toy_world import curriculum_world, make_world
 
 from ddai.pipelines.store import read_rollouts
 from ddai.trainer.runtime.launch import free_port
 
-torch = heavy("torch")
 value_model = heavy("ddai.trainer.value.model")
 
 

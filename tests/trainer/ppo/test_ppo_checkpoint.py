@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from support.lazy import heavy
+from support.lazy import heavy, safetensors_torch, torch
 from support.toy_world import make_world
 from typer.testing import CliRunner
 
@@ -18,8 +18,6 @@ from ddai.trainer.common import TrainConfigError
 from ddai.trainer.episode.config import EpisodeConfig, RewardOverrides
 
 ck = heavy("ddai.trainer.ppo.checkpoint")
-torch = heavy("torch")
-safetensors_torch = heavy("safetensors.torch")
 train = heavy("ddai.trainer.ppo.train")
 
 runner = CliRunner()

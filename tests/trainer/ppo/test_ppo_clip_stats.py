@@ -8,14 +8,13 @@ import json
 
 import pytest
 from cli_schemas import check
-from support.lazy import heavy
+from support.lazy import heavy, torch
 from support.toy_world import make_world
 from typer.testing import CliRunner
 
 from ddai.cli.app import app
 from ddai.trainer.ppo.clip_stats import ClipStats, clip_never_acted
 
-torch = heavy("torch")
 terms = heavy("ddai.trainer.ppo.terms")
 
 

@@ -8,11 +8,10 @@ from __future__ import annotations
 import copy
 
 import pytest
-from support.lazy import heavy
+from support.lazy import heavy, torch
 
 from ddai.trainer.tiny import TinySpec, build_tiny
 
-torch = heavy("torch")
 train = heavy("ddai.trainer.ppo.train")
 rlmath = heavy("ddai.trainer.rlmath")
 data = heavy("ddai.trainer.value.data")

@@ -13,14 +13,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from support.lazy import heavy
+from support.lazy import heavy, safetensors_torch, torch
 from support.toy_world import make_world
 
 from ddai.pipelines.store import read_rollouts
 from ddai.trainer.runtime.launch import free_port
 
-torch = heavy("torch")
-safetensors_torch = heavy("safetensors.torch")
 model = heavy("ddai.trainer.value.model")
 
 ROOT = Path(__file__).parents[3]

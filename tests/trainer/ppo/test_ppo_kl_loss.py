@@ -6,13 +6,12 @@ against torch autograd of the exact KL; and the estimator default / refusal that
 from __future__ import annotations
 
 import pytest
-from support.lazy import heavy
+from support.lazy import heavy, torch
 from typer.testing import CliRunner
 
 from ddai.cli.app import app
 from ddai.trainer.common import TrainConfigError
 
-torch = heavy("torch")
 terms = heavy("ddai.trainer.ppo.terms")
 train = heavy("ddai.trainer.ppo.train")
 

@@ -7,9 +7,8 @@ from __future__ import annotations
 import math
 
 import pytest
-from support.lazy import heavy
+from support.lazy import heavy, torch
 
-torch = heavy("torch")
 advantages = heavy("ddai.trainer.advantages")
 losses = heavy("ddai.trainer.losses")
 value_losses = heavy("ddai.trainer.value.losses")

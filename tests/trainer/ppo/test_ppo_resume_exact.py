@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from support.lazy import heavy
+from support.lazy import heavy, safetensors_torch, torch
 from support.toy_world import make_world, run_fields
 
 from ddai.pipelines.store import read_rollouts
@@ -16,8 +16,6 @@ from ddai.trainer import toy
 from ddai.trainer.episode.config import EpisodeConfig, RewardOverrides
 
 ck = heavy("ddai.trainer.ppo.checkpoint")
-torch = heavy("torch")
-safetensors_torch = heavy("safetensors.torch")
 rng = heavy("ddai.trainer.ppo.rng")
 train = heavy("ddai.trainer.ppo.train")
 

@@ -8,7 +8,7 @@ import json
 from types import SimpleNamespace
 
 import pytest
-from support.lazy import heavy
+from support.lazy import heavy, torch
 from support.toy_world import make_world, run_fields
 from typer.testing import CliRunner
 
@@ -18,7 +18,6 @@ from ddai.trainer import toy
 from ddai.trainer.episode.config import EpisodeConfig, RewardOverrides
 from ddai.trainer.tiny import TinySpec, build_tiny
 
-torch = heavy("torch")
 ppo = heavy("ddai.trainer.ppo.train")
 value_data = heavy("ddai.trainer.value.data")
 value_model = heavy("ddai.trainer.value.model")

@@ -7,9 +7,8 @@ from __future__ import annotations
 import math
 
 import pytest
-from support.lazy import heavy
+from support.lazy import heavy, torch
 
-torch = heavy("torch")
 ppo = heavy("ddai.trainer.ppo.train")
 terms = heavy("ddai.trainer.ppo.terms")
 vl = heavy("ddai.trainer.value.losses")

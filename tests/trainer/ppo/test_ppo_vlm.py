@@ -16,7 +16,7 @@ import dataclasses
 
 import pytest
 from PIL import Image
-from support.lazy import heavy
+from support.lazy import heavy, torch
 from support.tiny_vlm import build_tiny_vlm
 
 from ddai.trainer.episode.vision import VisionObservationFormat, vision_batch
@@ -25,7 +25,6 @@ from ddai.trainer.ppo.config import PPORunConfig
 from ddai.trainer.trl_compat import disable_dropout
 from ddai.trainer.vlm_inputs import forward_inputs, select_images
 
-torch = heavy("torch")
 ppo = heavy("ddai.trainer.ppo.train")
 data = heavy("ddai.trainer.value.data")
 model = heavy("ddai.trainer.value.model")

@@ -8,10 +8,9 @@ import json
 from types import SimpleNamespace
 
 import pytest
-from support.lazy import heavy
+from support.lazy import heavy, torch
 
 accel = heavy("ddai.trainer.runtime.accel")
-torch = heavy("torch")
 
 
 def rank(i: int, world: int = 2) -> SimpleNamespace:

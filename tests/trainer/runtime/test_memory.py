@@ -7,7 +7,7 @@ sampler, on shapes other than those its constants were measured on)."""
 from __future__ import annotations
 
 import pytest
-from support.lazy import heavy
+from support.lazy import heavy, torch, transformers
 from support.sampler_memory import Tok, generate_keeping_logits, qwen2
 
 from ddai.trainer.episode.rollout import HFSampler
@@ -19,9 +19,7 @@ from ddai.trainer.runtime.memory_model import (
     training_activations,
 )
 
-torch = heavy("torch")
 memory_meter = heavy("oracles.memory_meter")
-transformers = heavy("transformers")
 
 N, SHORT, LONG = 4, 8, 64
 

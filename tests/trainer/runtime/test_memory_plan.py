@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from support.lazy import heavy
+from support.lazy import torch, transformers
 
 from ddai.trainer.runtime.memory_model import (
     ModelShape,
@@ -26,9 +26,6 @@ from ddai.trainer.runtime.memory_plan import (
     plan,
     strategy_of,
 )
-
-torch = heavy("torch")
-transformers = heavy("transformers")
 
 ROOT = Path(__file__).resolve().parents[3]
 QWEN7B = ROOT / "configs" / "models" / "qwen2.5-7b.json"

@@ -10,15 +10,13 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 from PIL import Image
-from support.lazy import heavy
+from support.lazy import torch
 from support.tiny_vlm import build_tiny_vlm
 
 from ddai.trainer.common import TrainConfigError
 from ddai.trainer.modeling import load_processor
 from ddai.trainer.sft.images import MissingImage, image_conversation
 from ddai.trainer.sft.train import SFTRunConfig, build_sft, load_image_conversations, run_sft
-
-torch = heavy("torch")
 
 SYSTEM = "You are a search agent. Begin with <think>...</think>, then exactly one action."
 TURNS = (

@@ -6,12 +6,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from support.lazy import heavy
+from support.lazy import heavy, torch, transformers
 
 from ddai.trainer.tiny import TinySpec, build_tiny
 
-torch = heavy("torch")
-transformers = heavy("transformers")
 trainer_value_model = heavy("ddai.trainer.value.model")
 
 

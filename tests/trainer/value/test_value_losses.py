@@ -6,9 +6,8 @@ from __future__ import annotations
 import math
 
 import pytest
-from support.lazy import heavy
+from support.lazy import heavy, torch
 
-torch = heavy("torch")
 value = heavy("oracles.value")
 losses = heavy("ddai.trainer.value.losses")
 

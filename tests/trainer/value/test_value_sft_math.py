@@ -5,10 +5,9 @@ from __future__ import annotations
 import math
 
 import pytest
-from support.lazy import heavy
+from support.lazy import heavy, torch
 
 vsm = heavy("ddai.trainer.value.sft_math")
-torch = heavy("torch")
 value = heavy("oracles.value")
 
 

@@ -8,14 +8,13 @@ from pathlib import Path
 
 import pytest
 from cli_schemas import check
-from support.lazy import heavy
+from support.lazy import heavy, torch
 from support.toy_world import curriculum_world
 from typer.testing import CliRunner
 
 from ddai.cli.app import app
 
 vs = heavy("ddai.trainer.value.sft")
-torch = heavy("torch")
 value_data = heavy("ddai.trainer.value.data")
 value_model = heavy("ddai.trainer.value.model")
 value_rows = heavy("ddai.trainer.value.rows")
