@@ -37,6 +37,31 @@ def test_sections_overlap_on_two_threads(tmp_path: Path) -> None:
     assert len({t for t, _ in seen}) == 2
 
 
+def test_prompts_built_while_the_facts_build(tmp_path: Path, monkeypatch) -> None:
+    """The per-prompt outcomes (read from the log) and the facts table are built at once, on two
+    cursors: each waits for the other to start; with ``--threads 1`` one after the other."""
+    meet = threading.Barrier(2, timeout=10)
+    order: list[str] = []
+    execute = ReportContext.execute
+
+    def meeting(self: ReportContext, name: str, **extra: object) -> None:
+        if name in ("report_facts", "report_prompts") and self.cfg.threads != 1:
+            meet.wait()
+        order.append(name)
+        execute(self, name, **extra)
+
+    monkeypatch.setattr(ReportContext, "execute", meeting)
+    logs = planted_store(tmp_path)
+    for threads in (2, 1):
+        order.clear()
+        cfg = ReportConfig(logs=logs, out=tmp_path / "r.html", progress=False, threads=threads)
+        res = build_report(cfg, sections=())
+        assert res["rollouts"] is None  # no overview section built
+        assert sorted(order[:2]) == ["report_facts", "report_prompts"]
+        assert order[2] == "report_analysis_sources"
+    assert order[:2] == ["report_facts", "report_prompts"]  # --threads 1: in order
+
+
 def _page(logs: Path, out: Path, threads: int) -> str:
     build_report(ReportConfig(logs=logs, out=out, progress=False, threads=threads))
     # the page says when it was made, to the minute
