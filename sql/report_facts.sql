@@ -60,6 +60,8 @@ WITH base AS (
         t.n_valued,
         t.first_golden_rank,
         t.has_reference,
+        t.has_retrieved,
+        t.latency_s,
         CASE WHEN r.judge_score >= $judge_high THEN t.shares_doc END AS shares_doc,
         t.n_bbox,
         t.n_invalid,
