@@ -14,11 +14,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from ddai.pipelines import store
 from ddai.pipelines.records.deps import duckdb
 from ddai.pipelines.store import io, manifest, objstore, query, turn_facts
+from ddai.reports import value_sft_files
 from ddai.reports.blocks import Section, SectionBuilder
 from ddai.reports.config import ReportConfig
 from ddai.reports.context import ReportContext
 from ddai.reports.render import render_page, warm_plotly_js
-from ddai.reports.sections import LONGEST, SECTIONS, value_joint
 
 
 def _check_inputs(cfg: ReportConfig) -> None:
@@ -37,7 +37,7 @@ def _check_inputs(cfg: ReportConfig) -> None:
         )
     if cfg.datasets_dir is not None and not cfg.datasets_dir.is_dir():
         raise FileNotFoundError(f"--datasets-dir {cfg.datasets_dir} is not a folder")
-    value_joint.check(cfg.value_sft)
+    value_sft_files.check(cfg.value_sft)
 
 
 STEP = "report"
@@ -55,7 +55,7 @@ def _inputs(cfg: ReportConfig, runs: list[str]) -> list[Any]:
         *(store.partition_dir(cfg.logs, r) for r in runs),
         *cfg.datasets,
         *cfg.flags,
-        *value_joint.inputs(cfg.value_sft),
+        *value_sft_files.inputs(cfg.value_sft),
     ]
 
 
@@ -66,10 +66,20 @@ def _title(cfg: ReportConfig, runs: list[str]) -> str:
     return f"ddai report: {named}"
 
 
+def _registered() -> tuple[tuple[tuple[str, SectionBuilder], ...], tuple[str, ...]]:
+    """The registered sections and the longest of them (``reports/sections/__init__.py``). Their
+    modules load plotly and polars (0.3-0.5 s at a command's start): ``_build`` loads them while
+    DuckDB builds the facts, which holds no GIL."""
+    from ddai.reports.sections import LONGEST, SECTIONS
+
+    return SECTIONS, LONGEST
+
+
 def _sections(
     ctx: ReportContext,
     sections: tuple[tuple[str, SectionBuilder], ...],
     done: Callable[[], None],
+    longest: tuple[str, ...],
 ) -> list[tuple[Section, float]]:
     """Every section built, each on a cursor of its own, ``--threads`` at once (default: one per
     core; DuckDB releases the GIL while a query runs, so one section's queries overlap another's
@@ -88,7 +98,7 @@ def _sections(
     workers = max(1, min(len(sections), ctx.cfg.threads or os.cpu_count() or 1))
     with ThreadPoolExecutor(workers, thread_name_prefix="report-section") as pool:
         # the longest first (a stable sort: the rest in page order); results in page order
-        start = sorted(range(len(sections)), key=lambda i: sections[i][0] not in LONGEST)
+        start = sorted(range(len(sections)), key=lambda i: sections[i][0] not in longest)
         futures = {i: pool.submit(one, sections[i][1]) for i in start}
         for f in futures.values():
             f.add_done_callback(lambda _: done())
@@ -98,7 +108,7 @@ def _sections(
 def _build(
     cfg: ReportConfig,
     con: duckdb.DuckDBPyConnection,
-    sections: tuple[tuple[str, SectionBuilder], ...],
+    sections: tuple[tuple[str, SectionBuilder], ...] | None,
 ) -> tuple[list[Section], list[str], dict[str, float]]:
     """Every section, then the page; returns the sections, the runs and seconds per stage."""
     progress = Progress(
@@ -114,10 +124,18 @@ def _build(
     # plotly.js is packed (~0.5 s of gzip) while the queries run, not after them
     packing = warm_plotly_js()
     with progress:
-        task = progress.add_task("reading rollouts", total=len(sections) + 2)
+        task = progress.add_task("reading rollouts", total=None)
         t0 = time.perf_counter()
-        ctx = ReportContext.open(cfg, con, wide=True)
+        with ThreadPoolExecutor(1, thread_name_prefix="report-facts") as pool:
+            opening = pool.submit(ReportContext.open, cfg, con, wide=True)
+            # the section modules load meanwhile (imports hold the GIL, DuckDB's queries do not)
+            registered, longest = _registered()
+            sections = registered if sections is None else sections
+            import polars  # noqa: F401 (loaded here, not by the first frame after the facts)
+
+            ctx = opening.result()
         timings["facts"] = time.perf_counter() - t0
+        progress.update(task, total=len(sections) + 2)
         if not ctx.runs:
             raise ValueError(
                 f"no rollouts in {cfg.logs}"
@@ -133,7 +151,7 @@ def _build(
         record = manifest.start(STEP, _params(cfg), _inputs(cfg, ctx.runs))
         progress.advance(task)
         progress.update(task, description="sections")
-        for section, seconds in _sections(ctx, sections, lambda: progress.advance(task)):
+        for section, seconds in _sections(ctx, sections, lambda: progress.advance(task), longest):
             built.append(section)
             timings[section.id] = seconds
         progress.update(task, description="writing")
@@ -156,9 +174,12 @@ def _build(
 
 
 def build_report(
-    cfg: ReportConfig, *, sections: tuple[tuple[str, SectionBuilder], ...] = SECTIONS
+    cfg: ReportConfig, *, sections: tuple[tuple[str, SectionBuilder], ...] | None = None
 ) -> dict[str, Any]:
     """Build the report ``cfg`` describes and write it to ``cfg.out``; returns a summary.
+
+    ``sections``: the sections to build (default: the registered ones, ``SECTIONS`` of
+    ``reports/sections/__init__.py``, the longest started first).
 
     The summary holds the output path and size, the runs and counts, every section's ``stats``
     (as embedded in the page) and ``timings``: seconds per stage (facts, each section, render).

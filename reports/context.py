@@ -10,9 +10,11 @@ run comparison) run it once.
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,8 +70,16 @@ class ReportContext:
         """Materialize the report's temp tables on ``con`` (database-wide ones with ``wide``);
         note the runs they hold."""
         ctx = cls(cfg=cfg, con=con, params=cfg.sql_params(), wide=wide)
-        ctx.execute("report_facts")
-        ctx.execute("report_prompts")
+        if wide and (cfg.threads or os.cpu_count() or 1) > 1:
+            # the per-prompt outcomes read the log, not the facts: built on a cursor of their
+            # own meanwhile (the facts table's build keeps about one core busy)
+            with ThreadPoolExecutor(1, thread_name_prefix="report-prompts") as pool:
+                prompts = pool.submit(ctx._execute_on_cursor, "report_prompts")
+                ctx.execute("report_facts")
+                prompts.result()
+        else:
+            ctx.execute("report_facts")
+            ctx.execute("report_prompts")
         # the round analyses' views (attribution, drop/keep) read those tables, not the log
         ctx.execute("report_analysis_sources")
         runs = ctx.frame("report_runs")
@@ -86,6 +96,14 @@ class ReportContext:
         if not self.wide:
             raise ValueError("on_cursor needs a context opened with wide=True")
         return dataclasses.replace(self, con=self.con.cursor())
+
+    def _execute_on_cursor(self, name: str) -> None:
+        """``execute(name)`` on a cursor of its own, closed after (for another thread)."""
+        sub = self.on_cursor()
+        try:
+            sub.execute(name)
+        finally:
+            sub.con.close()
 
     def color(self, run: str) -> str:
         """``run``'s colour, the same in every chart of the page."""

@@ -7,10 +7,11 @@
 -- first $browse_max of its stratum can be picked, so each stratum keeps only those (a top-N
 -- aggregate per stratum: no sort or window over every rollout). The top-N carries the facts
 -- row's rowid only, and the few rows kept are looked up by it (carrying each row's key and tags
--- through the aggregate cost more than the rest of the query).
+-- through the aggregate cost more than the rest of the query); their tags are built for them
+-- (report_facts keeps the first, the stratum, sql/report_facts.sql's report_tags the list).
 WITH keyed AS (
     SELECT
-        run_id, outcome, coalesce(tags[1], '') AS stratum, rowid AS rid,
+        run_id, outcome, coalesce(stratum, '') AS stratum, rowid AS rid,
         hash(uid, rollout_idx, step, $seed) AS order_key
     FROM report_facts
 ),
@@ -28,7 +29,11 @@ firsts AS (
 ),
 picked AS (
     SELECT
-        x.run_id, x.step, x.uid, x.rollout_idx, f.outcome, x.tags,
+        x.run_id, x.step, x.uid, x.rollout_idx, f.outcome,
+        report_tags(
+            x.discrepancy, x.hallucination_suspect, x.n_invalid, x.forced, x.n_search,
+            x.duplicate_query
+        ) AS tags,
         f.stratum_rank, f.class_rank, hash(x.run_id, x.uid, x.rollout_idx, x.step, $seed) AS h
     FROM firsts AS f
     JOIN report_facts AS x ON x.rowid = f.rid

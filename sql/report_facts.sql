@@ -11,6 +11,34 @@
 -- and no retrieved page is golden (rollouts with reference pages only).
 -- shares_doc is kept only where judge_score >= $judge_high (the rows both classes read), NULL
 -- elsewhere.
+-- report_tags: a rollout's class tags, most specific first (the browser's and the explorer's
+-- filters); report_stratum: the first of them (NULL: none), the browser's sampling stratum, kept
+-- per rollout instead of the list (building a list per rollout cost more than the rest of the
+-- derived columns; the list is built for the rows shown). The two name the same tags in the same
+-- order (tests/reports/test_report_fast_paths.py holds stratum = tags[1]).
+CREATE OR REPLACE TEMP MACRO report_tags(discrepancy, suspect, n_invalid, forced, n_search, duplicate_query) AS
+    list_filter(
+        [
+            discrepancy,
+            CASE WHEN suspect THEN 'hallucination_suspect' END,
+            CASE WHEN n_invalid > 0 THEN 'invalid_action' END,
+            CASE WHEN forced THEN 'forced_completion' END,
+            CASE WHEN n_search = 0 THEN 'zero_search' END,
+            CASE WHEN duplicate_query THEN 'repeated_query' END
+        ],
+        lambda x: x IS NOT NULL
+    );
+
+CREATE OR REPLACE TEMP MACRO report_stratum(discrepancy, suspect, n_invalid, forced, n_search, duplicate_query) AS
+    coalesce(
+        discrepancy,
+        CASE WHEN suspect THEN 'hallucination_suspect' END,
+        CASE WHEN n_invalid > 0 THEN 'invalid_action' END,
+        CASE WHEN forced THEN 'forced_completion' END,
+        CASE WHEN n_search = 0 THEN 'zero_search' END,
+        CASE WHEN duplicate_query THEN 'repeated_query' END
+    );
+
 CREATE OR REPLACE TEMP TABLE report_facts AS
 WITH base AS (
     SELECT
@@ -32,6 +60,8 @@ WITH base AS (
         t.n_valued,
         t.first_golden_rank,
         t.has_reference,
+        t.has_retrieved,
+        t.latency_s,
         CASE WHEN r.judge_score >= $judge_high THEN t.shares_doc END AS shares_doc,
         t.n_bbox,
         t.n_invalid,
@@ -58,16 +88,6 @@ derived AS (
 )
 SELECT
     *,
-    -- the browser's filter tags, most specific first (the first one is the sampling stratum)
-    list_filter(
-        [
-            discrepancy,
-            CASE WHEN hallucination_suspect THEN 'hallucination_suspect' END,
-            CASE WHEN n_invalid > 0 THEN 'invalid_action' END,
-            CASE WHEN forced THEN 'forced_completion' END,
-            CASE WHEN n_search = 0 THEN 'zero_search' END,
-            CASE WHEN duplicate_query THEN 'repeated_query' END
-        ],
-        lambda x: x IS NOT NULL
-    ) AS tags
+    report_stratum(discrepancy, hallucination_suspect, n_invalid, forced, n_search, duplicate_query)
+        AS stratum
 FROM derived;

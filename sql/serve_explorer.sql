@@ -8,7 +8,11 @@
 -- prompt (per run and uid). The CASEs repeat those files'; tests compare the counts.
 CREATE OR REPLACE TEMP TABLE explorer AS
 SELECT
-    f.*,
+    f.* EXCLUDE (stratum),
+    -- the class tags, most specific first (report_facts keeps the first only)
+    report_tags(
+        f.discrepancy, f.hallucination_suspect, f.n_invalid, f.forced, f.n_search, f.duplicate_query
+    ) AS tags,
     -- the rollout key as one integer: pages sort ties on it, not on four columns of strings
     row_number() OVER (ORDER BY f.run_id, f.uid, f.step, f.rollout_idx) AS rid,
     r.advantage,

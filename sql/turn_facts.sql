@@ -26,6 +26,9 @@ WITH base AS (
             true
         ) AS first_golden_rank,
         len(coalesce(reference_pages, [])) > 0 AS has_reference,
+        len(coalesce(retrieved_pages, [])) > 0 AS has_retrieved,
+        -- the reward call's logged time (DDAI's rm.flash.detail latency_s, kept in extra)
+        TRY_CAST(json_extract_string(extra, '$.latency_s') AS DOUBLE) AS latency_s,
         shares_doc(retrieved_pages, reference_pages) AS shares_doc
     FROM rollouts
 ),

@@ -46,9 +46,12 @@ GROUPS = Need(
 )
 
 
-def carries(con: duckdb.DuckDBPyConnection) -> dict[str, dict[str, int]]:
-    """run id → its carry counts (``sql/analysis_carries.sql``)."""
-    rows = query.run_frame(con, query.sql_text("analysis_carries")).to_dicts()
+def carries(
+    con: duckdb.DuckDBPyConnection, sql: str = "analysis_carries"
+) -> dict[str, dict[str, int]]:
+    """run id → its carry counts (``sql/analysis_carries.sql``, counted over the log; the report
+    passes ``report_carries``, the same counts from its tables)."""
+    rows = query.run_frame(con, query.sql_text(sql)).to_dicts()
     return {r.pop("run_id"): r for r in rows}
 
 

@@ -14,7 +14,7 @@ facts are found whichever run or store lists it, and an edit of the SQL computes
 when every part of its snapshot has its file there (``cached``), else computes it from the turns
 (the view file), as every other connection does: the same rows either way (``ddai serve``'s
 connection, locked to the store's folder, computes them). A store on object storage is not cached (its parts would
-be downloaded to compute them; the view reads them as before). The cache is small (1.6 MB per
+be downloaded to compute them; the view reads them as before). The cache is small (1.7 MB per
 million rollouts) and nothing removes it but deleting the folder.
 """
 

@@ -85,7 +85,7 @@ def _empty(reason: str) -> Section:
 
 def build(ctx: ReportContext) -> Section:
     cfg = attribution.AttributionConfig(threshold=ctx.cfg.success_threshold, flags=ctx.cfg.flags)
-    counts = {r: c for r, c in carries.carries(ctx.con).items() if r in ctx.runs}
+    counts = {r: c for r, c in carries.carries(ctx.con, "report_carries").items() if r in ctx.runs}
     ok = [r for r, c in counts.items() if all(n.test(c) for n in attribution.NEEDS)]
     skipped = sorted(set(counts) - set(ok))
     if not ok:

@@ -18,30 +18,9 @@ from ddai.pipelines.records.deps import go, pl
 from ddai.reports import figures
 from ddai.reports.blocks import Note, Table
 from ddai.reports.formatting import num, pct
+from ddai.reports.value_sft_files import METRICS, RUN_CONFIG
 
-METRICS = "metrics.jsonl"
-RUN_CONFIG = "run_config.json"
 KEYS = ("joint/weight_mean", "joint/clip_low", "joint/clip_high", "joint/weighted_ce")
-
-
-def check(folders: list[Path]) -> None:
-    """Each folder holds a value-sft run's metrics, else a ``FileNotFoundError`` with the fix."""
-    for folder in folders:
-        if not (Path(folder) / METRICS).is_file():
-            raise FileNotFoundError(
-                f"--value-sft {folder}: no {METRICS} there; pass the --out folder of "
-                "`ddai train value-sft`"
-            )
-
-
-def inputs(folders: list[Path]) -> list[Path]:
-    """The files read, for the report's manifest."""
-    out = []
-    for folder in folders:
-        out.append(Path(folder) / METRICS)
-        if (Path(folder) / RUN_CONFIG).is_file():
-            out.append(Path(folder) / RUN_CONFIG)
-    return out
 
 
 def load(folder: Path) -> tuple[pl.DataFrame, dict[str, Any]]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ddai.pipelines.store import query
+from ddai.pipelines.store import query, write_run
 from ddai.reports import ReportConfig
 from ddai.reports.context import ReportContext
 
@@ -59,3 +59,41 @@ def test_report_sources_read_no_page_list_and_drop_keep_no_log(tmp_path: Path) -
         assert "retrieved_pages" not in plan(sql) and "reference_pages" not in plan(sql), sql
     for sql in VIEWS[2:]:  # drop/keep reads the report's tables only
         assert "PARQUET_SCAN" not in plan(sql), sql
+
+
+def test_report_carries_are_the_logs(tmp_path: Path) -> None:
+    """The attribution's up-front check counts from the report's tables (kept turn facts) what
+    sql/analysis_carries.sql counts over the log, run by run."""
+    seen: list[dict] = []
+    # null, empty and filled page lists; a latency that is no number; a rollout alone in its group
+    edge = tmp_path / "edge"
+    pages = [None, [], ["d_1"]]
+    write_run(
+        edge,
+        "e",
+        [
+            {
+                "uid": f"u{i % 4}",
+                "rollout_idx": i,
+                "step": 1,
+                "judge_score": 1.0 if i != 5 else None,
+                "retrieved_pages": pages[i % 3],
+                "reference_pages": pages[(i // 3) % 3],
+                "extra": {"latency_s": "slow" if i % 4 == 1 else i} if i % 2 else None,
+            }
+            for i in range(9)
+        ],
+    )
+    for logs in [*_stores(tmp_path), edge]:
+        plain = query.connect(logs)
+        con = query.connect(logs)
+        ReportContext.open(ReportConfig(logs=logs, out=tmp_path / "r.html", progress=False), con)
+        want = query.run_named(plain, "analysis_carries").to_pylist()
+        assert query.run_named(con, "report_carries").to_pylist() == want, logs
+        seen += want
+    # the counts compared differ from the rollout count somewhere, and latency is logged
+    assert any(r["with_retrieved"] < r["rollouts"] for r in seen), seen
+    assert any(r["with_reference"] < r["rollouts"] for r in seen), seen
+    assert any(0 < r["with_latency"] < r["rollouts"] for r in seen), seen
+    assert any(r["judged"] < r["rollouts"] for r in seen), seen
+    assert all(r["groups"] > 0 for r in seen), seen

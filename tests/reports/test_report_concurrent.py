@@ -37,6 +37,31 @@ def test_sections_overlap_on_two_threads(tmp_path: Path) -> None:
     assert len({t for t, _ in seen}) == 2
 
 
+def test_prompts_built_while_the_facts_build(tmp_path: Path, monkeypatch) -> None:
+    """The per-prompt outcomes (read from the log) and the facts table are built at once, on two
+    cursors: each waits for the other to start; with ``--threads 1`` one after the other."""
+    meet = threading.Barrier(2, timeout=10)
+    order: list[str] = []
+    execute = ReportContext.execute
+
+    def meeting(self: ReportContext, name: str, **extra: object) -> None:
+        if name in ("report_facts", "report_prompts") and self.cfg.threads != 1:
+            meet.wait()
+        order.append(name)
+        execute(self, name, **extra)
+
+    monkeypatch.setattr(ReportContext, "execute", meeting)
+    logs = planted_store(tmp_path)
+    for threads in (2, 1):
+        order.clear()
+        cfg = ReportConfig(logs=logs, out=tmp_path / "r.html", progress=False, threads=threads)
+        res = build_report(cfg, sections=())
+        assert res["rollouts"] is None  # no overview section built
+        assert sorted(order[:2]) == ["report_facts", "report_prompts"]
+        assert order[2] == "report_analysis_sources"
+    assert order[:2] == ["report_facts", "report_prompts"]  # --threads 1: in order
+
+
 def _page(logs: Path, out: Path, threads: int) -> str:
     build_report(ReportConfig(logs=logs, out=out, progress=False, threads=threads))
     # the page says when it was made, to the minute
@@ -72,3 +97,41 @@ def test_longest_sections_start_first(tmp_path: Path) -> None:
     res = build_report(cfg, sections=tuple((name, section(name)) for name in labels))
     assert started == ["failure attribution", "trajectory browser", "overview", "funnel"]
     assert res["sections"] == list(labels)
+
+
+def test_section_modules_load_while_the_facts_build(tmp_path: Path, monkeypatch) -> None:
+    """The section modules (plotly, polars) are loaded by the build, not by importing it, and
+    while DuckDB builds the facts table: the load and the facts each wait for the other."""
+    import subprocess
+    import sys
+
+    from ddai.reports import build
+
+    loaded = subprocess.run(
+        [sys.executable, "-c", "import sys, ddai.reports.build; print(sorted(sys.modules))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "'ddai.reports.build'" in loaded and "'ddai.reports.sections'" not in loaded
+    assert "'plotly.graph_objects'" not in loaded
+
+    meet = threading.Barrier(2, timeout=10)
+    registered = build._registered
+    execute = ReportContext.execute
+
+    def loading() -> tuple:
+        meet.wait()
+        return registered()
+
+    def facts(self: ReportContext, name: str, **extra: object) -> None:
+        if name == "report_facts":
+            meet.wait()
+        execute(self, name, **extra)
+
+    monkeypatch.setattr(build, "_registered", loading)
+    monkeypatch.setattr(ReportContext, "execute", facts)
+    cfg = ReportConfig(logs=planted_store(tmp_path), out=tmp_path / "r.html", progress=False)
+    res = build_report(cfg)
+    # every registered section built, over the planted world's 16 + 8 rollouts
+    assert len(res["sections"]) == len(SECTIONS) and res["rollouts"] == 24

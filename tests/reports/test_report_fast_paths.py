@@ -25,11 +25,14 @@ from analysis_world import planted_store as analysis_store
 from report_world import random_store
 
 # The browser's sample as first written: a row_number per stratum and a dense_rank per class
-# over every rollout (two windows, each a full sort), then the round-robin order.
+# over every rollout (two windows, each a full sort), then the round-robin order; the stratum is
+# the first of the full tag list, not report_facts' stratum column.
 WINDOW_SAMPLE = """
 WITH ranked AS (
     SELECT
-        run_id, step, uid, rollout_idx, outcome, tags,
+        run_id, step, uid, rollout_idx, outcome,
+        report_tags(discrepancy, hallucination_suspect, n_invalid, forced, n_search, duplicate_query)
+            AS tags,
         row_number() OVER (
             PARTITION BY run_id, outcome, coalesce(tags[1], '')
             ORDER BY hash(uid, rollout_idx, step, $seed)
@@ -72,6 +75,33 @@ def test_browser_sample_is_the_window_definitions(world, tmp_path, browse_max, s
         assert got.to_dicts() == want.to_dicts()
         # more than one stratum, so the round-robin order is exercised
         assert got.select("run_id", "outcome").n_unique() > 1 or browse_max == 1
+    finally:
+        con.close()
+
+
+def test_stratum_is_the_first_tag(world, tmp_path):
+    """report_facts keeps each rollout's first tag, not the list: the same tag report_tags puts
+    first, NULL where the list is empty."""
+    _, con = _ctx(world, tmp_path)
+    try:
+        rows = con.sql(
+            "SELECT stratum, report_tags(discrepancy, hallucination_suspect, n_invalid, forced, "
+            "n_search, duplicate_query) AS tags FROM report_facts"
+        ).fetchall()
+        assert len(rows) == 720
+        assert all(stratum == (tags[0] if tags else None) for stratum, tags in rows)
+        firsts = {stratum for stratum, _ in rows}
+        assert None in firsts and len(firsts - {None}) >= 3, firsts
+        # every combination of the six inputs (the store holds few of several tags at once)
+        combos = con.sql(
+            "SELECT report_stratum(d, s, i, f, n, q), report_tags(d, s, i, f, n, q) "
+            "FROM (VALUES (NULL), ('no_reference_doc')) AS a(d), (VALUES (false), (true)) AS b(s), "
+            "(VALUES (0), (2)) AS c(i), (VALUES (false), (true)) AS e(f), "
+            "(VALUES (0), (3)) AS g(n), (VALUES (false), (true)) AS h(q)"
+        ).fetchall()
+        assert len(combos) == 64
+        assert all(stratum == (tags[0] if tags else None) for stratum, tags in combos)
+        assert {len(tags) for _, tags in combos} == set(range(7))
     finally:
         con.close()
 

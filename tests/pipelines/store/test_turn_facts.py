@@ -21,14 +21,16 @@ def _inline(con) -> None:
     con.execute(query.sql_text("turn_facts").replace("OR REPLACE VIEW", "OR REPLACE TEMP VIEW"))
 
 
-def _facts(logs: Path, *, inline: bool) -> list[tuple]:
+def _facts(logs: Path, *, inline: bool) -> list[dict]:
     con = query.connect(logs, kept_facts=True)
     if inline:
         _inline(con)
     sql = query.sql_text("report_facts")
     params = ReportConfig(logs=logs, out=logs / "x.html").sql_params()
     con.execute(sql, bind(sql, params))
-    return con.execute("SELECT * FROM report_facts").fetchall()
+    cur = con.execute("SELECT * FROM report_facts")
+    names = [d[0] for d in cur.description]
+    return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
 
 
 def _store(tmp_path: Path) -> Path:
@@ -67,11 +69,11 @@ def test_kept_facts_are_the_facts_from_the_turns_row_by_row(tmp_path):
         "(FORMAT parquet)"
     )
     Path(planted).replace(kept[0])
-    assert {r[19] for r in _facts(logs, inline=False)} >= {99}
-    assert 99 not in {r[19] for r in from_turns}
+    assert {r["n_bbox"] for r in _facts(logs, inline=False)} >= {99}
+    assert 99 not in {r["n_bbox"] for r in from_turns}
     # rows that differ from each other (a facts file out of line would not compare equal)
-    assert len({tuple(r[-1]) for r in from_turns}) > 3
-    assert len({r[16] for r in from_turns}) > 2  # first_golden_rank
+    assert len({r["stratum"] for r in from_turns}) > 3
+    assert len({r["first_golden_rank"] for r in from_turns}) > 2
 
 
 def test_a_rewritten_run_gets_its_new_parts_facts(tmp_path):
@@ -89,7 +91,7 @@ def test_a_rewritten_run_gets_its_new_parts_facts(tmp_path):
         assert turn_facts.cached(snap) != old
     facts = _facts(logs, inline=False)
     assert facts == _facts(logs, inline=True)
-    assert sum(1 for r in facts if r[0] == "run1") == 7
+    assert sum(1 for r in facts if r["run_id"] == "run1") == 7
 
 
 def test_the_report_keeps_the_facts_and_reads_them(tmp_path):
