@@ -7,10 +7,12 @@ JSON with ``--json`` (snake_case keys, numbers as numbers, lists as lists, paths
 
 from __future__ import annotations
 
+import builtins
 import json
 import math
 import os
 import re
+import sys
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, nullcontext
 from enum import StrEnum
@@ -52,11 +54,62 @@ class _Console:
     def status(self, label: str, **kw: Any) -> Any:
         """rich's spinner on a terminal; elsewhere (a script's log, a pipe) a context that does
         nothing, as rich's transient spinner draws nothing there: without loading its live
-        display (~7 ms) or starting its refresh thread."""
+        display (~7 ms) or starting its refresh thread, nor rich itself (``plain``)."""
+        if self.plain():
+            return nullcontext()
         real = self._real()
         if not (real.is_terminal or real.is_jupyter):
             return nullcontext()
         return real.status(label, **kw)
+
+    def plain(self) -> bool:
+        """Whether rich would write plain text here (no terminal by rich's own rules, no
+        Jupyter, IDLE or Windows console), told without loading rich (~15 ms CPU)."""
+        if self._console is not None:
+            real = self._console
+            return not (real.is_terminal or real.is_jupyter or real.legacy_windows)
+        stream = sys.stderr if self._stderr else sys.stdout
+        return _no_terminal(stream)
+
+
+def _no_terminal(stream: Any) -> bool:
+    """rich's ``Console.is_terminal`` is False for ``stream`` (its checks, in its order), and
+    none of the cases where rich decides more (Jupyter, IDLE, Windows) applies."""
+    if sys.platform == "win32" or "get_ipython" in vars(builtins):
+        return False
+    if getattr(sys.stdin, "__module__", "").startswith("idlelib"):
+        return False
+    tty = os.environ.get("TTY_COMPATIBLE", "")
+    if tty in ("0", "1"):
+        return tty == "0"
+    if (force := os.environ.get("FORCE_COLOR")) is not None:
+        return force == ""
+    isatty = getattr(stream, "isatty", None)
+    try:
+        return isatty is None or not isatty()
+    except ValueError:
+        return True
+
+
+def _rich_width() -> int:
+    """The width rich gives a console that is no terminal (``Console.size``)."""
+    columns = os.environ.get("COLUMNS")
+    if columns is not None and columns.isdigit():
+        return int(columns)
+    for fd in (0, 1, 2):
+        try:
+            return os.get_terminal_size(fd).columns or 80
+        except (AttributeError, ValueError, OSError):
+            continue
+    return 80
+
+
+def _plain_text(title: str, lines: list[str]) -> bool:
+    """The lines print as they are through rich (no terminal): no tab to expand, no control
+    character to strip, no ``:name:`` that could be an emoji code, a title that does not wrap."""
+    if len(title) > _rich_width():
+        return False
+    return all(x.isprintable() and x.count(":") < 2 for x in (title, *lines))
 
 
 console: Console = _Console(stderr=False)  # type: ignore[assignment]
@@ -342,6 +395,11 @@ def summary(title: str, data: dict[str, Any], *, as_json: bool = False) -> None:
     if as_json:
         typer.echo(json.dumps(json_shape(data), indent=2, ensure_ascii=False))
         return
+    lines = kv_lines(data)
+    if console.plain() and _plain_text(title, lines):  # what rich would write, without rich
+        sys.stdout.write("".join(f"{x}\n" for x in (title, *lines)))
+        sys.stdout.flush()
+        return
     console.print(title, style="bold", markup=False, highlight=False)
-    for line in kv_lines(data):
+    for line in lines:
         console.print(line, markup=False, highlight=False, soft_wrap=True)
