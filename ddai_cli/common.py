@@ -7,7 +7,6 @@ JSON with ``--json`` (snake_case keys, numbers as numbers, lists as lists, paths
 
 from __future__ import annotations
 
-import builtins
 import json
 import math
 import os
@@ -21,6 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from ddai.cli import plain_text
 from ddai.pipelines.records.lazy import lazy_module
 
 if TYPE_CHECKING:
@@ -69,47 +69,7 @@ class _Console:
             real = self._console
             return not (real.is_terminal or real.is_jupyter or real.legacy_windows)
         stream = sys.stderr if self._stderr else sys.stdout
-        return _no_terminal(stream)
-
-
-def _no_terminal(stream: Any) -> bool:
-    """rich's ``Console.is_terminal`` is False for ``stream`` (its checks, in its order), and
-    none of the cases where rich decides more (Jupyter, IDLE, Windows) applies."""
-    if sys.platform == "win32" or "get_ipython" in vars(builtins):
-        return False
-    if getattr(sys.stdin, "__module__", "").startswith("idlelib"):
-        return False
-    tty = os.environ.get("TTY_COMPATIBLE", "")
-    if tty in ("0", "1"):
-        return tty == "0"
-    if (force := os.environ.get("FORCE_COLOR")) is not None:
-        return force == ""
-    isatty = getattr(stream, "isatty", None)
-    try:
-        return isatty is None or not isatty()
-    except ValueError:
-        return True
-
-
-def _rich_width() -> int:
-    """The width rich gives a console that is no terminal (``Console.size``)."""
-    columns = os.environ.get("COLUMNS")
-    if columns is not None and columns.isdigit():
-        return int(columns)
-    for fd in (0, 1, 2):
-        try:
-            return os.get_terminal_size(fd).columns or 80
-        except (AttributeError, ValueError, OSError):
-            continue
-    return 80
-
-
-def _plain_text(title: str, lines: list[str]) -> bool:
-    """The lines print as they are through rich (no terminal): no tab to expand, no control
-    character to strip, no ``:name:`` that could be an emoji code, a title that does not wrap."""
-    if len(title) > _rich_width():
-        return False
-    return all(x.isprintable() and x.count(":") < 2 for x in (title, *lines))
+        return plain_text.no_terminal(stream)
 
 
 console: Console = _Console(stderr=False)  # type: ignore[assignment]
@@ -396,7 +356,7 @@ def summary(title: str, data: dict[str, Any], *, as_json: bool = False) -> None:
         typer.echo(json.dumps(json_shape(data), indent=2, ensure_ascii=False))
         return
     lines = kv_lines(data)
-    if console.plain() and _plain_text(title, lines):  # what rich would write, without rich
+    if console.plain() and plain_text.fits(title, lines):  # what rich would write, without rich
         sys.stdout.write("".join(f"{x}\n" for x in (title, *lines)))
         sys.stdout.flush()
         return

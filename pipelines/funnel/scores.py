@@ -20,7 +20,7 @@ from ddai.pipelines import store
 from ddai.pipelines.funnel.configs import AGGS, METRICS, check_metric  # noqa: F401 (re-exported)
 from ddai.pipelines.records import csv_cells
 from ddai.pipelines.records.lazy import lazy_module
-from ddai.pipelines.records.schema import SUCCESS_THRESHOLD
+from ddai.pipelines.records.success import SUCCESS_THRESHOLD
 from ddai.pipelines.store import capabilities, objstore, query
 
 np = lazy_module("numpy")

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from ddai.cli import common
+from ddai.cli import common, plain_text
 
 CASES = [
     {"hard A": 11446, "round 1": 38440, "hard max": 0.2, "skipped (unchanged)": False},
@@ -27,25 +27,25 @@ def test_plain_summary_is_what_rich_writes(data, capsys, monkeypatch):
     assert common.console.plain()  # pytest's captured stdout is no terminal
     common.summary("ddai curate focus", data)
     ours = capsys.readouterr().out
-    monkeypatch.setattr(common, "_plain_text", lambda title, lines: False)
+    monkeypatch.setattr(plain_text, "fits", lambda title, lines: False)
     common.summary("ddai curate focus", data)
     assert ours == capsys.readouterr().out
     assert ours.startswith("ddai curate focus\n")
 
 
 def test_rich_is_kept_where_it_changes_the_text():
-    assert common._plain_text("t", ["  a  1", "  b  /x/y:z"])
-    assert not common._plain_text("t", ["  a  x\ty"])
-    assert not common._plain_text("t", ["  a  x\ry"])
-    assert not common._plain_text("t", ["  a  :smile:"])
-    assert not common._plain_text("x" * 500, ["  a  1"])
+    assert plain_text.fits("t", ["  a  1", "  b  /x/y:z"])
+    assert not plain_text.fits("t", ["  a  x\ty"])
+    assert not plain_text.fits("t", ["  a  x\ry"])
+    assert not plain_text.fits("t", ["  a  :smile:"])
+    assert not plain_text.fits("x" * 500, ["  a  1"])
 
 
 def test_a_forced_terminal_is_no_plain_console(monkeypatch):
     monkeypatch.setenv("FORCE_COLOR", "1")
-    assert not common._no_terminal(sys.stdout)
+    assert not plain_text.no_terminal(sys.stdout)
     monkeypatch.setenv("TTY_COMPATIBLE", "0")
-    assert common._no_terminal(sys.stdout)
+    assert plain_text.no_terminal(sys.stdout)
 
 
 def test_a_plain_summary_loads_no_rich():
