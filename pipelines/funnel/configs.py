@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ddai.pipelines.records.rerun import ForceFlag
-from ddai.pipelines.records.schema import SUCCESS_THRESHOLD
+from ddai.pipelines.records.success import SUCCESS_THRESHOLD
 
 # bucket
 BUCKETS = ("b", "a", "0")

@@ -20,7 +20,7 @@ from ddai.pipelines import store
 from ddai.pipelines.funnel.configs import AGGS, METRICS, check_metric  # noqa: F401 (re-exported)
 from ddai.pipelines.records import csv_cells
 from ddai.pipelines.records.deps import np, pa, pc, pl
-from ddai.pipelines.records.schema import SUCCESS_THRESHOLD
+from ddai.pipelines.records.success import SUCCESS_THRESHOLD
 from ddai.pipelines.store import capabilities, objstore, query
 
 # Decimal places kept before comparing with a threshold: far above float noise (1e-16 relative),

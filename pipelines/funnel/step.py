@@ -130,8 +130,8 @@ def started(
 
 def _provenance() -> None:
     """What every manifest records besides the step's own data, looked up once per process
-    (``manifest.git_revision`` runs ``git``: ~10 ms of a fork and exec; the package versions
-    read each package's metadata), here in the step's thread while its queries run."""
+    (the repository's files and each package's metadata head: ``store/manifest_provenance.py``),
+    here in the step's thread while its queries run."""
     manifest.git_revision()
     manifest.package_versions()
 

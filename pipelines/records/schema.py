@@ -15,6 +15,7 @@ from typing import Any
 
 from ddai.pipelines.records import metrics, tags
 from ddai.pipelines.records.deps import pa
+from ddai.pipelines.records.success import SUCCESS_THRESHOLD, is_success  # noqa: F401 (re-exported)
 
 # 2: the ``flags`` column (rollouts kept with a known defect, e.g. ``turns_incomplete``).
 # Partitions of version 1 read with ``flags`` null.
@@ -35,9 +36,6 @@ COERCED = "coerced_type"
 # nearest float, the exact source integer in ``extra.inexact`` (as text); counted by this flag.
 INEXACT = "inexact_number"
 _EXACT_FLOAT = 2**53
-# DESIGN.md's default success threshold (judge_score >= it, format gate not failed): every config's
-# default reads this; SQL's is the ``success_threshold()`` macro, tested equal.
-SUCCESS_THRESHOLD = 1.0
 
 
 @functools.cache
@@ -390,14 +388,6 @@ def normalize_rollout(
         row["flags"] = sorted({*(row["flags"] or ()), INEXACT})
     row["extra"] = json.dumps(extra, ensure_ascii=False, default=str, sort_keys=True)
     return row
-
-
-def is_success(
-    judge_score: float | None, format_ok: bool | None, threshold: float = SUCCESS_THRESHOLD
-) -> bool:
-    """DESIGN.md's success: judge ≥ threshold and the format gate not failed (the SQL macro
-    ``is_success`` in sql/rollouts.sql is tested against this: tests/pipelines/test_sql_success.py)."""
-    return judge_score is not None and judge_score >= threshold and format_ok is not False
 
 
 def to_table(rows: list[dict[str, Any]]) -> pa.Table:

@@ -19,68 +19,26 @@ from __future__ import annotations
 
 import json
 import os
-import platform
-import subprocess
 import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from ddai.pipelines import store
 from ddai.pipelines.store import fileset, io, objstore
+from ddai.pipelines.store.manifest_provenance import (
+    ddai_version,
+    git_revision,
+    package_versions,
+)
 
 MANIFEST_SUFFIX = ".manifest.json"
-_PACKAGES = (
-    "polars",
-    "duckdb",
-    "pyarrow",
-    "torch",
-    "transformers",
-    "trl",
-    "openai",
-    "google-genai",
-)
 
 
 def manifest_path(output: str | os.PathLike[str]) -> Path:
     return Path(f"{output}{MANIFEST_SUFFIX}")
-
-
-def ddai_version() -> str:
-    try:
-        return metadata.version("ddai")
-    except metadata.PackageNotFoundError:
-        return "0+unknown"
-
-
-@lru_cache(maxsize=1)
-def git_revision() -> str | None:
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=5,
-            cwd=Path(__file__).resolve().parent,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() or None if out.returncode == 0 else None
-
-
-@lru_cache(maxsize=1)
-def package_versions() -> dict[str, str]:
-    out = {"python": platform.python_version()}
-    for name in _PACKAGES:
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-    return out
 
 
 def input_record(path: str | os.PathLike[str], *, rehash: bool = False) -> dict[str, Any]:

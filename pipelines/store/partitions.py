@@ -84,6 +84,7 @@ from ddai.pipelines.store.store_read import (
     _read_manifest,
     check_run_id,
     committed_files,
+    files_digest,
     manifest_version,
     partition_dir,
     run_manifest,
@@ -122,11 +123,6 @@ def run_lock(
 
 class StoreConflict(RuntimeError):
     """A write that read the run first found another write committed meanwhile (nothing written)."""
-
-
-def files_digest(files: list[dict[str, Any]]) -> str:
-    """The digest of a partition's files (``name:sha256`` lines; an input's recorded hash)."""
-    return io.sha256_text("\n".join(f"{f['name']}:{f['sha256']}" for f in files))
 
 
 def _file_record(path: Path, rows: int | None = None) -> dict[str, Any]:

@@ -89,6 +89,12 @@ def _read_manifest(part: str | os.PathLike[str]) -> dict[str, Any] | None:
     return manifest_log.read_state(part).manifest
 
 
+def files_digest(files: list[dict[str, Any]]) -> str:
+    """The digest of a partition's files (``name:sha256`` lines; an input's recorded hash, which a funnel step
+    computes without the writers' imports)."""
+    return io.sha256_text("\n".join(f"{f['name']}:{f['sha256']}" for f in files))
+
+
 def partition_manifest(path: str | os.PathLike[str]) -> dict[str, Any] | None:
     """The committed manifest of ``path`` when it is a run's partition (a folder or URL holding a
     manifest checkpoint or log), else None (any other file or folder)."""
