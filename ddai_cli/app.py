@@ -4,6 +4,9 @@
 (``register(app)``) and its one-line help. ``ddai --help`` lists them from this table alone, so it
 imports no command module (nor DuckDB, pyarrow, polars, torch); ``ddai X …`` imports X's module(s)
 and nothing else. A new command is one line here plus its module's ``register``.
+
+Longer than 400 lines because the registry's tables (``COMMANDS``, ``SUBCOMMANDS``, the deprecated
+spellings) and the lazy group that reads them change together.
 """
 
 from __future__ import annotations
@@ -49,8 +52,8 @@ COMMANDS: dict[str, Entry] = {
     "runs": _e("runs", "List the runs in the log store with counts, mean scores and what their rollouts carry."),
     "fixtures": _e("fixtures", "The synthetic world: a page corpus, a prompt set and simulated runs with a truth table."),
     "corpus": _e("corpus", "Page corpora: build one from page images for search, crops and the generator."),
-    "curate": _e("curate", "The curation funnel: bucket prompts by score, verify ground truth, focus the next round, plan its rollout budget."),
-    "lineage": _e("curate", "Walk the manifests of FILE back to the raw logs and print the funnel."),
+    "curate": _e("curate_bucket curate_verify curate_focus curate_plan", "The curation funnel: bucket prompts by score, verify ground truth, focus the next round, plan its rollout budget."),
+    "lineage": _e("lineage", "Walk the manifests of FILE back to the raw logs and print the funnel."),
     "analyze": _e("analyze", "DDAI's round analyses: why low-scoring prompts fail, reward latency and coverage, zero-variance groups and the prompts to drop or keep."),
     "distill": _e("distill distill_vet", "Rare-success SFT distillation: select successful rollouts of hard prompts, rewrite their thinks (optional), run the safety post-pass; vet SFT trajectories with an LLM."),
     "report": _e("report", "Write one self-contained HTML report of the rollout logs (opens offline)."),
@@ -246,6 +249,16 @@ SUBCOMMANDS: dict[str, dict[str, Entry]] = {
         "value-sft": _e("value", "Seed 004's joint stage: SFT weighted by the critic's TD error."),
         "ppo": _e("ppo", "PPO with a value-head critic and GAE over the search environment."),
         "plan": _e("plan", "Per-rank GPU memory of a training run before it starts."),
+    },
+    "curate": {
+        "bucket": _e(
+            "curate_bucket", "Split a dataset into buckets B / A / 0 by a per-prompt score."
+        ),
+        "verify-gt": _e("curate_verify", "Propose ground-truth errors for review."),
+        "focus": _e("curate_focus", "Build the next focused round: hard A + verified bucket 0."),
+        "plan": _e(
+            "curate_plan", "Estimate mixed GRPO groups, rare successes and cost per bucket."
+        ),
     },
 }
 

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from ddai.pipelines.funnel import native, scores, step
-from ddai.pipelines.funnel.configs import BUCKETS, BucketConfig, file_name  # noqa: F401 (re-exported)
+from ddai.pipelines.funnel.bucket_config import BucketConfig
+from ddai.pipelines.funnel.configs import BUCKETS, file_name  # noqa: F401 (re-exported)
 from ddai.pipelines.records.deps import np
 from ddai.pipelines.store import objstore
 

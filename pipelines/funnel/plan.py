@@ -33,7 +33,8 @@ from typing import Any
 
 from ddai.pipelines.funnel import dataset as ds
 from ddai.pipelines.funnel import scores
-from ddai.pipelines.funnel.configs import DEFAULT_N_AGENT, PRIORS, PlanConfig  # noqa: F401 (re-exported)
+from ddai.pipelines.funnel.configs import DEFAULT_N_AGENT, PRIORS  # noqa: F401 (re-exported)
+from ddai.pipelines.funnel.plan_config import PlanConfig
 from ddai.pipelines.records.deps import np
 
 # Fewer prompts than this in a bucket: fit its prior on all prompts of the run instead.

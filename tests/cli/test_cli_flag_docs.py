@@ -33,7 +33,12 @@ def _configs() -> dict[tuple[str, ...], tuple[type, ...]]:
     from ddai.pipelines.distill import CheckConfig, DistillConfig
     from ddai.pipelines.distill.check import ConvertConfig
     from ddai.pipelines.distill.vet import VetConfig
-    from ddai.pipelines.funnel import configs
+    from ddai.pipelines.funnel.bucket_config import BucketConfig
+    from ddai.pipelines.funnel.focus_config import FocusConfig
+    from ddai.pipelines.funnel.lineage_config import LineageConfig
+    from ddai.pipelines.funnel.plan_config import PlanConfig
+    from ddai.pipelines.funnel.verify_config import VerifyConfig
+    from ddai.pipelines.records.rerun import ForceFlag
     from ddai.pipelines.store.query_out import QueryConfig
     from ddai.reports.config import ReportConfig
     from ddai.reports.serve.config import ServeConfig
@@ -41,19 +46,19 @@ def _configs() -> dict[tuple[str, ...], tuple[type, ...]]:
     return {
         ("serve",): (ServeConfig,),
         ("query",): (QueryConfig,),
-        ("distill",): (DistillConfig, configs.ForceFlag),
+        ("distill",): (DistillConfig, ForceFlag),
         ("distill", "check"): (CheckConfig, DistillConfig),  # the drops: DistillConfig's
         ("distill", "convert"): (ConvertConfig,),
-        ("distill", "vet"): (VetConfig, configs.ForceFlag),
+        ("distill", "vet"): (VetConfig, ForceFlag),
         ("report",): (ReportConfig,),
         ("analyze", "attribution"): (AttributionConfig, RowsOut),
         ("analyze", "latency"): (RowsOut,),
         ("analyze", "drop-keep"): (RowsOut,),
-        ("curate", "bucket"): (configs.BucketConfig,),
-        ("curate", "verify-gt"): (configs.VerifyConfig,),
-        ("curate", "focus"): (configs.FocusConfig,),
-        ("curate", "plan"): (configs.PlanConfig,),
-        ("lineage",): (configs.LineageConfig,),
+        ("curate", "bucket"): (BucketConfig,),
+        ("curate", "verify-gt"): (VerifyConfig,),
+        ("curate", "focus"): (FocusConfig,),
+        ("curate", "plan"): (PlanConfig,),
+        ("lineage",): (LineageConfig,),
     }
 
 

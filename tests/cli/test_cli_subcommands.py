@@ -25,13 +25,14 @@ def test_the_table_names_the_module_that_registers_each_sub_command(group):
 
 
 def _loaded(argv: list[str]) -> tuple[str, str]:
-    """``ddai ARGV`` in a fresh interpreter: what it printed, and the ``ddai.cli`` modules it loaded."""
+    """``ddai ARGV`` in a fresh interpreter: what it printed, and the ``ddai.cli`` and
+    ``ddai.pipelines`` modules it loaded."""
     code = (
         "import sys\n"
         "from ddai.cli.app import main\n"
         f"sys.argv = {['ddai', *argv]!r}\n"
         "try:\n    main()\nexcept SystemExit:\n    pass\n"
-        "print(sorted(m for m in sys.modules if m.startswith('ddai.cli.')))\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('ddai.cli.', 'ddai.pipelines.'))))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
@@ -45,15 +46,38 @@ def test_one_sub_commands_help_loads_only_its_module():
         assert f"'ddai.cli.{other}'" not in loaded
 
 
-def test_the_groups_listing_loads_no_module_and_reads_as_the_loaded_group(monkeypatch):
-    text, loaded = _loaded(["train", "--help"])
-    for module in ("train", "ppo", "value", "plan"):
-        assert f"'ddai.cli.{module}'" not in loaded
-    assert all(f"  {name} " in text for name in SUBCOMMANDS["train"])
+@pytest.mark.parametrize(
+    "argv,own,flag",
+    [
+        (["curate", "focus", "--help"], "curate_focus", "--hard-max"),
+        (["curate", "bucket", "--help"], "curate_bucket", "--mastered"),
+    ],
+)
+def test_one_curate_step_loads_only_its_module_and_config(argv, own, flag):
+    """``ddai curate focus --help`` builds focus's flags alone: the other steps' CLI modules and
+    configs (each built at import) stay unloaded, and so do the steps themselves."""
+    text, loaded = _loaded(argv)
+    assert f"'ddai.cli.{own}'" in loaded and flag in text
+    modules = {e.modules[0] for e in SUBCOMMANDS["curate"].values()} | {"lineage"}
+    assert [m for m in modules - {own} if f"'ddai.cli.{m}'" in loaded] == []
+    step = own.removeprefix("curate_")
+    configs = [f"ddai.pipelines.funnel.{s}_config" for s in ("bucket", "focus", "verify", "plan")]
+    assert f"'ddai.pipelines.funnel.{step}_config'" in loaded
+    assert [c for c in configs if f"'{c}'" in loaded and step not in c] == []
+    assert "'ddai.pipelines.funnel.lineage_config'" not in loaded
+    assert "'ddai.pipelines.funnel.focus'" not in loaded  # the step runs, its --help does not
+
+
+@pytest.mark.parametrize("group", sorted(SUBCOMMANDS))
+def test_the_groups_listing_loads_no_module_and_reads_as_the_loaded_group(group, monkeypatch):
+    text, loaded = _loaded([group, "--help"])
+    for entry in SUBCOMMANDS[group].values():
+        assert f"'ddai.cli.{entry.modules[0]}'" not in loaded
+    assert all(f"  {name} " in text for name in SUBCOMMANDS[group])
     runner = CliRunner()
-    listed = runner.invoke(app, ["train", "--help"], terminal_width=100)
-    load_command("train")  # the modules bound the table's lines at import, before the patch
+    listed = runner.invoke(app, [group, "--help"], terminal_width=100)
+    load_command(group)  # the modules bound the table's lines at import, before the patch
     monkeypatch.setattr(app_module, "SUBCOMMANDS", {})  # the old way: load every module
-    loaded_help = runner.invoke(app, ["train", "--help"], terminal_width=100)
+    loaded_help = runner.invoke(app, [group, "--help"], terminal_width=100)
     assert listed.exit_code == loaded_help.exit_code == 0
     assert listed.output == loaded_help.output

@@ -1,0 +1,50 @@
+"""CLI: ``ddai curate bucket``: split a dataset into buckets B / A / 0 by a per-prompt score."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+
+from ddai.cli.app import SUBCOMMANDS
+from ddai.cli.common import JsonOpt, LogsOpt, bad_input_exits, summary
+from ddai.cli.curate import OUT_DIR, RUN, logs_for_runs, run_step
+from ddai.cli.flags import config_flags, with_groups
+from ddai.cli.running import sub_app
+from ddai.pipelines.funnel.bucket_config import BucketConfig
+from ddai.pipelines.records.lazy import lazy_module
+
+bucket = lazy_module("ddai.pipelines.funnel.bucket")  # the step loads when the command runs
+
+
+BUCKET_FLAGS = config_flags(
+    BucketConfig,
+    {
+        "dataset": None,
+        "out": OUT_DIR,
+        "runs": RUN,
+        "scores": None,
+        "score_col": None,
+        "metric": None,
+        "agg": None,
+        "mastered": None,
+        "floor": None,
+        "force": None,
+    },
+)
+
+
+@with_groups({"flags": BUCKET_FLAGS})
+def bucket_cmd(*, flags: dict[str, Any], logs: LogsOpt = None, as_json: JsonOpt = False) -> None:
+    """Split a dataset into buckets B / A / 0 by a per-prompt score (DDAI's curriculum buckets)."""
+    with bad_input_exits():
+        cfg = BucketConfig(**flags, logs=logs_for_runs(logs, flags["runs"]))
+    result = run_step("bucketing", lambda: bucket.run_bucket(cfg))
+    summary("ddai curate bucket", result.to_dict(), as_json=as_json)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``ddai curate bucket`` to the ``curate`` group."""
+    sub_app(app, "curate").command("bucket", short_help=SUBCOMMANDS["curate"]["bucket"].help)(
+        bucket_cmd
+    )
