@@ -65,7 +65,7 @@ COMMANDS: dict[str, Entry] = {
     "eval": _e("eval", "Evaluate a Searcher policy on a test set (DDAI's format): accuracy, judge and NDCG by the set's own categories."),
     "model": _e("model", "Build tiny local models (nothing is downloaded)."),
     "value": _e("value", "Value heads over the rollout log: per-turn value estimates."),
-    "pointer": _e("pointer", "Pointer selector (seed 002): pick 2 in-context demonstrations out of K with a pointer network."),
+    "pointer": _e("pointer_world pointer_embed pointer_gen pointer_process pointer_train pointer_eval", "Pointer selector (seed 002): pick 2 in-context demonstrations out of K with a pointer network."),
 }  # fmt: skip
 
 
@@ -259,6 +259,18 @@ SUBCOMMANDS: dict[str, dict[str, Entry]] = {
         "plan": _e(
             "curate_plan", "Estimate mixed GRPO groups, rare successes and cost per bucket."
         ),
+    },
+    "pointer": {
+        "world": _e(
+            "pointer_world", "Make (or load) a synthetic VQA world for the pointer selector."
+        ),
+        "embed": _e("pointer_embed", "Export query and candidate embeddings to a store."),
+        "gen": _e("pointer_gen", "Generate pointer candidates and record their VQA answers."),
+        "process": _e(
+            "pointer_process", "Flatten raw records into per-pointer rows with a reward."
+        ),
+        "train": _e("pointer_train", "Train the pointer selector."),
+        "eval": _e("pointer_eval", "Held-out VQA accuracy of each selector's pairs."),
     },
 }
 

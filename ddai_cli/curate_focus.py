@@ -6,11 +6,10 @@ from typing import Any
 
 import typer
 
-from ddai.cli.app import SUBCOMMANDS
+from ddai.cli.app import SUBCOMMANDS, sub_app
 from ddai.cli.common import JsonOpt, LogsOpt, bad_input_exits, summary
 from ddai.cli.curate import DECISIONS, OUT, RUN, run_step
 from ddai.cli.flags import config_flags, with_groups
-from ddai.cli.running import sub_app
 from ddai.pipelines.funnel.focus_config import FocusConfig
 from ddai.pipelines.records.lazy import lazy_module
 from ddai.pipelines.store import workspace

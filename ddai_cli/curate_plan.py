@@ -6,7 +6,7 @@ from typing import Any
 
 import typer
 
-from ddai.cli.app import SUBCOMMANDS
+from ddai.cli.app import SUBCOMMANDS, sub_app
 from ddai.cli.common import (
     JsonOpt,
     LogsOpt,
@@ -17,7 +17,6 @@ from ddai.cli.common import (
 )
 from ddai.cli.curate import OUT, RUN, run_step
 from ddai.cli.flags import config_flags, default_of, with_groups
-from ddai.cli.running import sub_app
 from ddai.pipelines.funnel.plan_config import PlanConfig
 from ddai.pipelines.records.lazy import lazy_module
 from ddai.pipelines.store import workspace

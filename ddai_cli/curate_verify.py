@@ -6,7 +6,7 @@ from typing import Any
 
 import typer
 
-from ddai.cli.app import SUBCOMMANDS
+from ddai.cli.app import SUBCOMMANDS, sub_app
 from ddai.cli.common import (
     JsonOpt,
     LogsOpt,
@@ -19,7 +19,6 @@ from ddai.cli.common import (
 )
 from ddai.cli.curate import DECISIONS, OUT_DIR, RUN, logs_for_runs, run_step
 from ddai.cli.flags import config_flags, default_of, with_groups
-from ddai.cli.running import sub_app
 from ddai.pipelines.funnel.verify_config import VerifyConfig
 from ddai.pipelines.records.lazy import lazy_module
 

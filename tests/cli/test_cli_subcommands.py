@@ -25,14 +25,14 @@ def test_the_table_names_the_module_that_registers_each_sub_command(group):
 
 
 def _loaded(argv: list[str]) -> tuple[str, str]:
-    """``ddai ARGV`` in a fresh interpreter: what it printed, and the ``ddai.cli`` and
-    ``ddai.pipelines`` modules it loaded."""
+    """``ddai ARGV`` in a fresh interpreter: what it printed, and the ``ddai.cli``,
+    ``ddai.pipelines`` and ``ddai.trainer`` modules it loaded."""
     code = (
         "import sys\n"
         "from ddai.cli.app import main\n"
         f"sys.argv = {['ddai', *argv]!r}\n"
         "try:\n    main()\nexcept SystemExit:\n    pass\n"
-        "print(sorted(m for m in sys.modules if m.startswith(('ddai.cli.', 'ddai.pipelines.'))))\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('ddai.cli.', 'ddai.pipelines.', 'ddai.trainer.'))))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
@@ -66,6 +66,28 @@ def test_one_curate_step_loads_only_its_module_and_config(argv, own, flag):
     assert [c for c in configs if f"'{c}'" in loaded and step not in c] == []
     assert "'ddai.pipelines.funnel.lineage_config'" not in loaded
     assert "'ddai.pipelines.funnel.focus'" not in loaded  # the step runs, its --help does not
+
+
+@pytest.mark.parametrize(
+    "argv,own,flag,unloaded",
+    [
+        (
+            ["pointer", "world", "--help"],
+            "pointer_world",
+            "--queries",
+            "ddai.trainer.pointer.config",
+        ),
+        (["pointer", "gen", "--help"], "pointer_gen", "--temps", "ddai.cli.running"),
+    ],
+)
+def test_one_pointer_command_loads_only_its_module(argv, own, flag, unloaded):
+    """``ddai pointer X --help`` loads X's module alone: world's help builds no trainer config,
+    gen's no ``--launch`` flags (``ddai_cli/running.py``)."""
+    text, loaded = _loaded(argv)
+    assert f"'ddai.cli.{own}'" in loaded and flag in text
+    others = {e.modules[0] for e in SUBCOMMANDS["pointer"].values()} - {own}
+    assert [m for m in sorted(others) if f"'ddai.cli.{m}'" in loaded] == []
+    assert f"'{unloaded}'" not in loaded
 
 
 @pytest.mark.parametrize("group", sorted(SUBCOMMANDS))
