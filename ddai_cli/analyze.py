@@ -16,7 +16,7 @@ from ddai.cli.app import COMMANDS
 from ddai.cli.common import JsonOpt, LogsOpt, RunsOpt, ThresholdOpt, fail, summary
 from ddai.cli.flags import config_flags, with_groups
 from ddai.pipelines.analyses.configs import AttributionConfig, RowsOut
-from ddai.pipelines.records.schema import SUCCESS_THRESHOLD
+from ddai.pipelines.records.success import SUCCESS_THRESHOLD
 from ddai.pipelines.store import workspace
 
 analyze_app = typer.Typer(

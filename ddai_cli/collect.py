@@ -14,7 +14,7 @@ from ddai.cli.common import JsonOpt, LogsOpt, ProgressOpt, fail, summary
 from ddai.cli.flags import config_flags, with_groups
 from ddai.cli.options import INPUTS, PREFLIGHT, default_of, episode_settings, require_inputs
 from ddai.cli.running import AppendRunOpt, refuse_existing_run, run_or_fail
-from ddai.trainer.episode.collect import CollectConfig
+from ddai.trainer.episode.collect_config import CollectConfig
 
 COLLECT_FLAGS = config_flags(
     CollectConfig,

@@ -20,7 +20,7 @@ import typer
 
 from ddai.cli.common import EXIT_FAILED, JsonOpt, err_console, summary
 from ddai.cli.flags import config_flags, with_groups
-from ddai.pipelines.fixtures.world import WorldSpec
+from ddai.pipelines.fixtures.world_config import WorldSpec
 from ddai.pipelines.store import workspace
 
 

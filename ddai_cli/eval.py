@@ -14,7 +14,7 @@ from ddai.cli.common import JsonOpt, LogsOpt, ProgressOpt, summary
 from ddai.cli.flags import config_flags, with_groups
 from ddai.cli.options import PREFLIGHT, default_of, episode_settings, require_inputs
 from ddai.cli.running import run_or_fail
-from ddai.trainer.episode.evaluate import EvalConfig
+from ddai.trainer.episode.collect_config import EvalConfig
 
 EVAL_FLAGS = config_flags(
     EvalConfig,

@@ -9,7 +9,7 @@ import typer
 from ddai.cli.app import COMMANDS
 from ddai.cli.common import JsonOpt, ProgressOpt, bad_input_exits, summary
 from ddai.cli.flags import config_flags, with_groups
-from ddai.pipelines.fixtures.world import MakeConfig
+from ddai.pipelines.fixtures.world_config import MakeConfig
 
 fixtures_app = typer.Typer(
     help=COMMANDS["fixtures"].help,

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ddai.pipelines.records.schema import SUCCESS_THRESHOLD
+from ddai.pipelines.records.success import SUCCESS_THRESHOLD
 
 
 @dataclass

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from ddai.pipelines.distill.rules import ClaimRules
-from ddai.pipelines.distill.select import Rank, SelectConfig
-from ddai.pipelines.records.schema import SUCCESS_THRESHOLD
+from ddai.pipelines.distill.select_config import Rank, SelectConfig
+from ddai.pipelines.records.success import SUCCESS_THRESHOLD
 from ddai.pipelines.store import workspace
 
 REPORT_SUFFIX = ".report.jsonl"

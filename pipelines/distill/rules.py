@@ -18,8 +18,6 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ddai.pipelines.records.tags import ACTION_TAG_TEXT_RE
-
 # Rule keys: what manifests count and reports name.
 OUTSIDE_THINK_CHANGED = "outside-think-changed"
 STRUCTURE_CHANGED = "structure-changed"
@@ -79,6 +77,9 @@ def think_violation(original: str, rewritten: str, claims: ClaimRules) -> str | 
     """The first rule a rewritten think breaks (None when it may replace ``original``)."""
     if rewritten == original:
         return None
+    # here, not at import: ``ClaimRules`` is read by ``ddai distill --help`` (the tag grammar is not)
+    from ddai.pipelines.records.tags import ACTION_TAG_TEXT_RE
+
     if THINK_TAG_TEXT_RE.search(rewritten):
         return THINK_TAG_IN_REWRITE
     if ACTION_TAG_TEXT_RE.search(rewritten):

@@ -34,10 +34,11 @@ distilled, since its text is not whole (reason ``flagged_<flag>``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import StrEnum
 
+from ddai.pipelines.distill.select_config import RANKS as RANKS  # re-exported
+from ddai.pipelines.distill.select_config import Rank as Rank  # re-exported
+from ddai.pipelines.distill.select_config import SelectConfig
 from ddai.pipelines.records.deps import pa, pc, pl
-from ddai.pipelines.records.schema import SUCCESS_THRESHOLD
 
 # Drop reasons: stable identifiers (summary and manifest keys, report rules), never prose.
 NO_JUDGED = "prompt_no_judged_rollout"
@@ -50,14 +51,6 @@ FLAGGED = "flagged_"  # + the rollout's first flag
 _SCALARS = ("run_id", "step", "uid", "rollout_idx", "sample_idx", "judge_score", "format_ok")
 
 
-class Rank(StrEnum):
-    """How a prompt's successes are ordered for ``top_k`` (a flag's choices)."""
-
-    DDAI = "ddai"
-    REWARD = "reward"
-
-
-RANKS: tuple[str, ...] = tuple(r.value for r in Rank)
 _KEYS = {
     "reward": ("reward", "ndcg", "n_actions", "rollout_idx", "step", "sample_idx", "_row"),
     "ddai": ("ndcg", "n_search", "n_bbox", "approx_len", "_row"),
@@ -68,22 +61,6 @@ _DESCENDING = {
 }
 STATS = ("n_search", "n_bbox", "approx_len")  # what rank "ddai" reads of the turns
 _GROUP = ("run_id", "uid")
-
-
-@dataclass(frozen=True)
-class SelectConfig:
-    success_threshold: float = SUCCESS_THRESHOLD
-    rate_max: float = 0.5
-    top_k: int = 4
-    rank: str = "reward"
-
-    def __post_init__(self) -> None:
-        if self.rank not in RANKS:
-            raise ValueError(f"--rank {self.rank!r}: use one of {', '.join(RANKS)}")
-        if not 0.0 < self.rate_max <= 1.0:
-            raise ValueError(f"--success-rate-max must be in (0, 1], got {self.rate_max}")
-        if self.top_k < 1:
-            raise ValueError(f"--top-k must be >= 1, got {self.top_k}")
 
 
 @dataclass

@@ -91,3 +91,36 @@ def test_pointer_help_reads_configs_without_the_steps():
     assert "ddai.pipelines.pointer.configs" in added and "ddai.trainer.pointer.config" in added
     steps = ("world", "store", "user_set", "embed")
     assert [m for m in added if m.rsplit(".", 1)[-1] in steps and ".pointer." in m] == []
+
+
+LIGHT_CONFIGS = {
+    "distill": ("ddai.pipelines.distill.select_config", "ddai.pipelines.distill.configs"),
+    "value": ("ddai.trainer.value.config", "ddai.pipelines.records.success"),
+    "fixtures": ("ddai.pipelines.fixtures.world_config",),
+    "demo": ("ddai.pipelines.fixtures.world_config",),
+    "collect": ("ddai.trainer.episode.collect_config",),
+    "eval": ("ddai.trainer.episode.collect_config",),
+}
+"""Each command's config modules, which its ``--help`` reads (so the check below measures it)."""
+NOT_FOR_HELP = {
+    "distill": ("ddai.pipelines.distill.select", "ddai.pipelines.records.schema"),
+    "value": ("ddai.pipelines.records.schema", "ddai.pipelines.records.tags"),
+    "fixtures": ("ddai.pipelines.fixtures.world", "ddai.pipelines.pages.corpus"),
+    "demo": ("ddai.pipelines.fixtures.world", "ddai.pipelines.pages.corpus"),
+    "collect": ("ddai.trainer.episode.collect",),
+    "eval": ("ddai.trainer.episode.evaluate", "ddai.pipelines.analyses.evaluation"),
+}
+"""What each command's config used to pull in with it: the step, the log schema and its tag
+parser, the world's generator and the page corpus (5-25 ms CPU each of a 66 ms floor)."""
+
+
+def test_configs_load_without_their_steps():
+    """``ddai distill/value/fixtures/demo/collect/eval … --help`` read their configs from light
+    modules: the selection's table code, the log schema, the world's generator, the collection
+    loop and the evaluation's breakdown stay unloaded."""
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        added = dict(zip(LIGHT_CONFIGS, pool.map(_added_modules, LIGHT_CONFIGS), strict=True))
+    missing = {n: [m for m in LIGHT_CONFIGS[n] if m not in added[n]] for n in added}
+    loaded = {n: [m for m in NOT_FOR_HELP[n] if m in added[n]] for n in added}
+    assert [(n, m) for n, ms in missing.items() for m in ms] == []
+    assert [(n, m) for n, ms in loaded.items() for m in ms] == []

@@ -13,31 +13,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from ddai.pipelines.analyses import evaluation
 from ddai.pipelines.store import workspace
 from ddai.trainer.common import TrainConfigError
-from ddai.trainer.episode.collect import CollectConfig, run_collect
-
-
-@dataclass
-class EvalConfig(CollectConfig):
-    """One evaluation run: ``CollectConfig``'s fields (its flags) with evaluation defaults."""
-
-    data: Path
-    """The test set in verl's RL parquet shape, e.g. DDAI's overall_test_crop.parquet (its
-    data_source and *_type fields are the categories)."""
-    run_id: str | None = None
-    """Run id of the rollout log. Default: eval_<timestamp>."""
-
-    temperature: float = 0.0
-    """Sampling temperature (0: greedy, the evaluation default)."""
-    by: list[str] | None = None
-    """Category fields to break the scores down by (default: every one the set carries: `data_source` and each `*_type` field, top-level or in `extra_info`)."""
-    append: bool = False
-    """Add the rollouts to an existing --run-id (else an existing run id is refused)."""
+from ddai.trainer.episode.collect import run_collect
+from ddai.trainer.episode.collect_config import EvalConfig
 
 
 @dataclass

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ddai.pipelines.records.schema import SUCCESS_THRESHOLD
+from ddai.pipelines.records.success import SUCCESS_THRESHOLD
 
 TARGETS = ("success", "reward")
 """Monte-Carlo targets of a rollout: success (1/0) or the logged reward."""
