@@ -43,8 +43,8 @@ def _e(modules: str, help_text: str) -> Entry:
 
 
 # One line per command; the order is the order of ``ddai --help``. ``train`` is filled by several
-# modules (``value`` adds ``train value`` and ``train value-sft``, ``ppo`` adds ``train ppo``,
-# ``plan`` adds ``train plan``).
+# modules (``value_train`` adds ``train value``, ``value_sft`` ``train value-sft``, ``ppo``
+# ``train ppo``, ``plan`` ``train plan``).
 COMMANDS: dict[str, Entry] = {
     "demo": _e("demo", "Run the whole loop on the synthetic world: world → ingest → funnel → distill (→ train) → report."),
     "ingest": _e("ingest", "Ingest rollout logs; unreadable rows go to _quarantine/<run>/ with a reason."),
@@ -61,10 +61,10 @@ COMMANDS: dict[str, Entry] = {
     "backends": _e("backends", "Model backends: list, ping, cache stats."),
     "judge": _e("backends", "(Re)score a run's answers with a judge backend; failures stay null with their reason."),
     "collect": _e("collect", "Roll out a policy and log scored episodes, without training."),
-    "train": _e("train value ppo plan", "Train the Searcher: SFT, then GRPO over the search environment."),
+    "train": _e("train value_train value_sft ppo plan", "Train the Searcher: SFT, then GRPO over the search environment."),
     "eval": _e("eval", "Evaluate a Searcher policy on a test set (DDAI's format): accuracy, judge and NDCG by the set's own categories."),
     "model": _e("model", "Build tiny local models (nothing is downloaded)."),
-    "value": _e("value", "Value heads over the rollout log: per-turn value estimates."),
+    "value": _e("value_score", "Value heads over the rollout log: per-turn value estimates."),
     "pointer": _e("pointer_world pointer_embed pointer_gen pointer_process pointer_train pointer_eval", "Pointer selector (seed 002): pick 2 in-context demonstrations out of K with a pointer network."),
 }  # fmt: skip
 
@@ -245,8 +245,10 @@ SUBCOMMANDS: dict[str, dict[str, Entry]] = {
     "train": {
         "sft": _e("train", "Supervised fine-tuning on Searcher conversations (TRL)."),
         "grpo": _e("train", "GRPO over the multi-turn search environment."),
-        "value": _e("value", "Train a value head on terminal outcomes from the rollout log."),
-        "value-sft": _e("value", "Seed 004's joint stage: SFT weighted by the critic's TD error."),
+        "value": _e("value_train", "Train a value head on terminal outcomes from the rollout log."),
+        "value-sft": _e(
+            "value_sft", "Seed 004's joint stage: SFT weighted by the critic's TD error."
+        ),
         "ppo": _e("ppo", "PPO with a value-head critic and GAE over the search environment."),
         "plan": _e("plan", "Per-rank GPU memory of a training run before it starts."),
     },
@@ -259,6 +261,9 @@ SUBCOMMANDS: dict[str, dict[str, Entry]] = {
         "plan": _e(
             "curate_plan", "Estimate mixed GRPO groups, rare successes and cost per bucket."
         ),
+    },
+    "value": {
+        "score": _e("value_score", "Write per-turn value estimates into the rollout log."),
     },
     "pointer": {
         "world": _e(

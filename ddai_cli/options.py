@@ -10,33 +10,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ddai.cli.common import check_run_ids, fail
+from ddai.cli.common import fail
 from ddai.cli.flags import config_flags, default_of, with_groups
+from ddai.cli.run_specs import INPUTS, LORA, POLICY, PREFLIGHT, TRL
 from ddai.trainer.episode.config import (
     EpisodeBackends,
     EpisodeConfig,
     RewardOverrides,
 )
 
-__all__ = ["default_of"]  # re-exported for the commands that read defaults here
-
-Spec = dict[str, Any]
-
-POLICY: Spec = {"model": None, "output_dir": "--out-dir", "dtype": None, "seed": None}
-"""``--model``, ``--out-dir``, ``--dtype``, ``--seed`` (``PolicyRun``, the value configs)."""
-LORA: Spec = dict.fromkeys(("lora", "lora_r", "lora_alpha", "lora_target"))
-"""The LoRA flags of ``train sft``/``grpo``/``ppo`` (``PolicyRun``)."""
-TRL: Spec = {
-    **dict.fromkeys(("max_steps", "report_to", "save_steps", "logging_steps", "resume")),
-    "learning_rate": "--lr",
-    "config_file": "--config",
-    "overrides": {"decl": "--set", "metavar": "<key=value>", "type": list[str] | None, "default": None},
-}  # fmt: skip
-"""TRL's run knobs of ``train sft``/``grpo`` (``TrlKnobs``); ``--set`` is parsed by the command."""
-INPUTS: Spec = {"data": None, "corpus": None, "limit": None, "run_id": {"callback": check_run_ids}}
-"""What an episode run reads (``EpisodeInputs``) and its run id."""
-PREFLIGHT: Spec = {"skip_preflight": None, "preflight_prompts": {"min": 1}}
-"""``--skip-preflight``, ``--preflight-prompts`` (``PreflightSettings``)."""
+# re-exported for the commands that read defaults and the plain specs here
+__all__ = ["INPUTS", "LORA", "POLICY", "PREFLIGHT", "TRL", "default_of"]
 
 
 def require_inputs(data: Path, corpus: Path) -> None:

@@ -103,3 +103,23 @@ def test_the_groups_listing_loads_no_module_and_reads_as_the_loaded_group(group,
     loaded_help = runner.invoke(app, [group, "--help"], terminal_width=100)
     assert listed.exit_code == loaded_help.exit_code == 0
     assert listed.output == loaded_help.output
+
+
+@pytest.mark.parametrize(
+    "argv,own,flag",
+    [
+        (["train", "value", "--help"], "value_train", "--head"),
+        (["train", "value-sft", "--help"], "value_sft", "--critic"),
+        (["value", "score", "--help"], "value_score", "--checkpoint"),
+    ],
+)
+def test_one_value_command_loads_only_its_module(argv, own, flag):
+    """``ddai train value --help`` builds its own config's flags alone: the other value
+    commands' modules stay unloaded, and so do the episode groups' flags (``ddai_cli/options.py``:
+    the value commands take the plain ``POLICY`` spec) and, for ``value score``, ``--launch``'s."""
+    text, loaded = _loaded(argv)
+    assert f"'ddai.cli.{own}'" in loaded and flag in text
+    others = {"value_train", "value_sft", "value_score"} - {own}
+    assert [m for m in sorted(others) if f"'ddai.cli.{m}'" in loaded] == []
+    assert "'ddai.cli.options'" not in loaded and "'ddai.trainer.episode.config'" not in loaded
+    assert ("'ddai.cli.running'" in loaded) == (own != "value_score")

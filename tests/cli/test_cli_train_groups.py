@@ -172,12 +172,12 @@ PREFLIGHT = {
 
 
 def _value_helps(cls_path: str) -> dict[str, str]:
-    """The value trainings' shared flags (``ddai.cli.value.FIT``): help is the field's docstring,
+    """The value trainings' shared flags (``ddai.cli.value_fit.FIT``): help is the field's docstring,
     reST literals shown as `code`."""
     import importlib
 
     from ddai.cli.fields import field_help
-    from ddai.cli.value import FIT
+    from ddai.cli.value_fit import FIT
 
     module, name = cls_path.split(":")
     cls = getattr(importlib.import_module(module), name)
