@@ -43,8 +43,9 @@ def _e(modules: str, help_text: str) -> Entry:
 
 
 # One line per command; the order is the order of ``ddai --help``. ``train`` is filled by several
-# modules (``value_train`` adds ``train value``, ``value_sft`` ``train value-sft``, ``ppo``
-# ``train ppo``, ``plan`` ``train plan``).
+# modules (``train_sft`` adds ``train sft``, ``train`` ``train grpo``, ``value_train``
+# ``train value``, ``value_sft`` ``train value-sft``, ``ppo`` ``train ppo``, ``plan``
+# ``train plan``).
 COMMANDS: dict[str, Entry] = {
     "demo": _e("demo", "Run the whole loop on the synthetic world: world → ingest → funnel → distill (→ train) → report."),
     "ingest": _e("ingest", "Ingest rollout logs; unreadable rows go to _quarantine/<run>/ with a reason."),
@@ -61,7 +62,7 @@ COMMANDS: dict[str, Entry] = {
     "backends": _e("backends", "Model backends: list, ping, cache stats."),
     "judge": _e("backends", "(Re)score a run's answers with a judge backend; failures stay null with their reason."),
     "collect": _e("collect", "Roll out a policy and log scored episodes, without training."),
-    "train": _e("train value_train value_sft ppo plan", "Train the Searcher: SFT, then GRPO over the search environment."),
+    "train": _e("train_sft train value_train value_sft ppo plan", "Train the Searcher: SFT, then GRPO over the search environment."),
     "eval": _e("eval", "Evaluate a Searcher policy on a test set (DDAI's format): accuracy, judge and NDCG by the set's own categories."),
     "model": _e("model", "Build tiny local models (nothing is downloaded)."),
     "value": _e("value_score", "Value heads over the rollout log: per-turn value estimates."),
@@ -243,7 +244,7 @@ def _accept_progress(command: click.Command) -> None:
 # value nor plan) and the group's listing (``ddai train --help``) loads none.
 SUBCOMMANDS: dict[str, dict[str, Entry]] = {
     "train": {
-        "sft": _e("train", "Supervised fine-tuning on Searcher conversations (TRL)."),
+        "sft": _e("train_sft", "Supervised fine-tuning on Searcher conversations (TRL)."),
         "grpo": _e("train", "GRPO over the multi-turn search environment."),
         "value": _e("value_train", "Train a value head on terminal outcomes from the rollout log."),
         "value-sft": _e(

@@ -42,8 +42,17 @@ def _loaded(argv: list[str]) -> tuple[str, str]:
 def test_one_sub_commands_help_loads_only_its_module():
     text, loaded = _loaded(["train", "grpo", "--help"])
     assert "'ddai.cli.train'" in loaded and "--max-steps" in text
-    for other in ("ppo", "value", "plan"):
+    for other in ("ppo", "value", "value_train", "value_sft", "plan", "train_sft"):
         assert f"'ddai.cli.{other}'" not in loaded
+
+
+def test_train_sft_help_builds_no_episode_flags():
+    """``ddai train sft --help`` loads its own module: not ``train grpo``'s, its episode groups'
+    flags (``ddai_cli/options.py``, ``ddai_cli/episode_train.py``) nor GRPO's config."""
+    text, loaded = _loaded(["train", "sft", "--help"])
+    assert "'ddai.cli.train_sft'" in loaded and "--assistant-only-loss" in text
+    unloaded = ("ddai.cli.train", "ddai.cli.options", "ddai.cli.episode_train")
+    assert [m for m in (*unloaded, "ddai.trainer.grpo.config") if f"'{m}'" in loaded] == []
 
 
 @pytest.mark.parametrize(
