@@ -9,6 +9,7 @@ from typing import Any
 
 import typer
 
+from ddai.cli.app import sub_app
 from ddai.cli.common import (
     EXIT_FAILED,
     JsonOpt,
@@ -21,7 +22,6 @@ from ddai.cli.common import (
 )
 from ddai.cli.distill import RERUN_FLAGS
 from ddai.cli.flags import config_flags, default_of, with_groups
-from ddai.cli.running import sub_app
 from ddai.pipelines.distill.configs import VetConfig, VetError
 
 VET_FLAGS = config_flags(

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import typer
 
-from ddai.cli.app import SUBCOMMANDS
+from ddai.cli.app import SUBCOMMANDS, sub_app
 from ddai.cli.episode_train import episode_training
 from ddai.cli.flags import config_flags
 from ddai.cli.options import INPUTS, LORA, POLICY, PREFLIGHT
-from ddai.cli.running import sub_app
 from ddai.trainer.ppo.config import PPORunConfig
 
 PPO_FLAGS = config_flags(

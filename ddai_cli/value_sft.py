@@ -8,9 +8,8 @@ from typing import Any
 
 import typer
 
-from ddai.cli.app import SUBCOMMANDS
+from ddai.cli.app import SUBCOMMANDS, sub_app
 from ddai.cli.flags import config_flags
-from ddai.cli.running import sub_app
 from ddai.cli.value_fit import FIT, value_training
 from ddai.trainer.value.config import ValueSFTConfig
 

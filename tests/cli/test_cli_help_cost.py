@@ -105,7 +105,11 @@ LIGHT_CONFIGS = {
 }
 """Each command's config modules, which its ``--help`` reads (so the check below measures it)."""
 NOT_FOR_HELP = {
-    "distill": ("ddai.pipelines.distill.select", "ddai.pipelines.records.schema"),
+    "distill": (
+        "ddai.pipelines.distill.select",
+        "ddai.pipelines.records.schema",
+        "ddai.cli.running",
+    ),
     "value": ("ddai.pipelines.records.schema", "ddai.pipelines.records.tags"),
     "fixtures": ("ddai.pipelines.fixtures.world", "ddai.pipelines.pages.corpus"),
     "demo": ("ddai.pipelines.fixtures.world", "ddai.pipelines.pages.corpus"),
