@@ -152,7 +152,7 @@ def test_the_checks_catch_a_moved_file_and_a_moved_module():
     trainer_module = ROOT / "trainer" / "grpo" / "train.py"
     # the trainer's old flat files, split into rooms: no longer there
     assert not _path_exists(trainer_module, "trainer/ppo.py")
-    assert not _path_exists(trainer_module, "value_train.py")
+    assert not _path_exists(trainer_module, "grpo_train.py")
     assert not _dotted_exists("ddai.trainer.grpo.run_ppo")
     # and what is there resolves, from the root, the file's folder or its top folder
     assert _path_exists(trainer_module, "trainer/episode/env.py")
