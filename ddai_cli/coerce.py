@@ -8,8 +8,8 @@ the same functions directly for the values that need nothing else:
 
 - ``str``: a ``str`` as it is; ``Enum`` / ``Literal``: Typer's ``coerce_cli_choice``;
 - ``Path``: Typer's ``coerce_cli_path`` (its existence and kind checks included);
-- ``int`` / ``float`` without bounds: plain decimal digits (``-12``, ``0.25``), or a value already
-  of that type; ``bool``: a ``bool``;
+- ``int`` / ``float``: plain decimal digits (``-12``, ``0.25``), or a value already of that type,
+  within the flag's ``min``/``max`` if it has them (not ``clamp``); ``bool``: a ``bool``;
 - ``list[...]`` of these, item by item.
 
 Anything else (another type, a value such as ``1e3`` or ``007``, a ``parser=``, a value the fast
@@ -66,6 +66,19 @@ def _number(kind: type[int] | type[float], digits: re.Pattern[str]) -> Leaf:
 _int, _float = _number(int, _INT), _number(float, _FLOAT)
 
 
+def _within(number: Leaf, low: Any, high: Any) -> Leaf:
+    """``number`` for values in ``[low, high]`` (Typer's bounds are inclusive); a value outside
+    goes to Typer's adapter, which raises its own message."""
+
+    def leaf(value: Any, param: Any, ctx: Any) -> Any:
+        out = number(value, param, ctx)
+        if out is _DECLINE or (low is not None and out < low) or (high is not None and out > high):
+            return _DECLINE
+        return out
+
+    return leaf
+
+
 def _choice(choices: list[Any], case_sensitive: bool) -> Leaf:
     def leaf(value: Any, param: Any, ctx: Any) -> Any:
         return coerce_cli_choice(value, choices=choices, case_sensitive=case_sensitive, ctx=ctx)
@@ -94,9 +107,12 @@ def _leaf(annotation: Any, info: Any) -> Leaf | None:
     if is_literal_type(annotation):
         return _choice(list(literal_values(annotation)), info.case_sensitive)
     if annotation is int or annotation is float:
-        if info.min is not None or info.max is not None or info.clamp:
+        if info.clamp:
             return None
-        return _int if annotation is int else _float
+        number = _int if annotation is int else _float
+        if info.min is None and info.max is None:
+            return number
+        return _within(number, info.min, info.max)
     if annotation is str:
         return _str
     if annotation is bool:

@@ -38,6 +38,8 @@ def _command() -> Any:
         ss: Annotated[list[str] | None, typer.Option()] = None,
         ii: Annotated[list[int] | None, typer.Option()] = None,
         b: Annotated[bool, typer.Option()] = False,
+        bi: Annotated[int | None, typer.Option(min=1)] = None,
+        bf: Annotated[float, typer.Option(min=0.0, max=1.0)] = 0.5,
     ) -> None:
         pass
 
@@ -58,6 +60,8 @@ CASES = [
     ("ss", [("a", "b"), ["x"], "one"]),
     ("ii", [("1", "2"), ("1", "x"), ("007",)]),
     ("b", [True, False, "true", "no"]),
+    ("bi", ["1", "0", "-1", "2", "007", 3, 0]),
+    ("bf", ["0", "1", "0.5", "1.5", "-0.25", "1e-3", 0.0, 2.0]),
 ]
 
 
@@ -102,6 +106,8 @@ def test_plain_values_take_the_fast_path(monkeypatch):
         ("ss", ("a", "b"), ["a", "b"]),
         ("ii", ("1", "2"), [1, 2]),
         ("b", True, True),
+        ("bi", "4", 4),
+        ("bf", "0.25", 0.25),
     ]:
         out = coerce.fast_runtime_param(PARAMS[name])._coerce_value(
             value, param=PARAMS[name], ctx=Context(COMMAND)
@@ -114,7 +120,7 @@ def test_types_without_a_fast_converter_keep_typers():
 
     @demo.command()
     def cmd(
-        bounded: Annotated[int, typer.Option(min=1)] = 1,
+        bounded: Annotated[int, typer.Option(min=1, clamp=True)] = 1,
         parsed: Annotated[int, typer.Option(parser=int)] = 1,
         pair: Annotated[tuple[int, int], typer.Option()] = (1, 2),
     ) -> None:
