@@ -13,7 +13,15 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ddai.pipelines import store
 from ddai.pipelines.records.deps import duckdb
-from ddai.pipelines.store import io, manifest, objstore, query, turn_facts
+from ddai.pipelines.store import (
+    io,
+    kept_report_facts,
+    manifest,
+    objstore,
+    query,
+    store_read,
+    turn_facts,
+)
 from ddai.reports import value_sft_files
 from ddai.reports.blocks import Section, SectionBuilder
 from ddai.reports.config import ReportConfig
@@ -109,8 +117,10 @@ def _build(
     cfg: ReportConfig,
     con: duckdb.DuckDBPyConnection,
     sections: tuple[tuple[str, SectionBuilder], ...] | None,
+    kept: list[str] | None = None,
 ) -> tuple[list[Section], list[str], dict[str, float]]:
-    """Every section, then the page; returns the sections, the runs and seconds per stage."""
+    """Every section, then the page; returns the sections, the runs and seconds per stage.
+    ``kept``: the facts' rows kept per part (``ReportContext.open``)."""
     progress = Progress(
         TextColumn("[bold]report[/] {task.description}"),
         BarColumn(),
@@ -127,7 +137,7 @@ def _build(
         task = progress.add_task("reading rollouts", total=None)
         t0 = time.perf_counter()
         with ThreadPoolExecutor(1, thread_name_prefix="report-facts") as pool:
-            opening = pool.submit(ReportContext.open, cfg, con, wide=True)
+            opening = pool.submit(ReportContext.open, cfg, con, wide=True, kept=kept)
             # the section modules load meanwhile (imports hold the GIL, DuckDB's queries do not)
             registered, longest = _registered()
             sections = registered if sections is None else sections
@@ -191,12 +201,15 @@ def build_report(
     _check_inputs(cfg)
     # each part's turn facts are computed once and kept; the report reads them from then on
     turn_facts.ensure(cfg.logs, cfg.runs, threads=cfg.threads)
-    # database-wide tables: every section reads them from a cursor of its own (``_sections``)
-    con = query.connect(cfg.logs, cfg.runs, threads=cfg.threads, kept_facts=True, wide=True)
-    try:
-        built, runs, timings = _build(cfg, con, sections)
-    finally:
-        con.close()
+    with store_read.snapshot(cfg.logs, cfg.runs) as snap:
+        # and the report's facts, once per part and parameter set (``kept_report_facts``)
+        kept = kept_report_facts.kept(snap, cfg.sql_params(), threads=cfg.threads)
+        # database-wide tables: every section reads them from a cursor of its own
+        con = query.connect(cfg.logs, threads=cfg.threads, kept_facts=True, wide=True, snap=snap)
+        try:
+            built, runs, timings = _build(cfg, con, sections, kept)
+        finally:
+            con.close()
     stats = {s.id: s.stats for s in built}
     total = stats.get("overview", {}).get("total", {})
     return {

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ddai.pipelines.records.deps import duckdb, pl
-from ddai.pipelines.store import capabilities, query
+from ddai.pipelines.store import capabilities, kept_report_facts, query
 from ddai.reports import palette
 from ddai.reports.config import ReportConfig
 
@@ -65,20 +65,27 @@ class ReportContext:
 
     @classmethod
     def open(
-        cls, cfg: ReportConfig, con: duckdb.DuckDBPyConnection, *, wide: bool = False
+        cls,
+        cfg: ReportConfig,
+        con: duckdb.DuckDBPyConnection,
+        *,
+        wide: bool = False,
+        kept: list[str] | None = None,
     ) -> ReportContext:
         """Materialize the report's temp tables on ``con`` (database-wide ones with ``wide``);
-        note the runs they hold."""
+        note the runs they hold. ``kept``: the facts' rows kept per part for these parameters
+        (``kept_report_facts.kept``, the files of every part of ``con``'s snapshot, in order),
+        read instead of computing them."""
         ctx = cls(cfg=cfg, con=con, params=cfg.sql_params(), wide=wide)
         if wide and (cfg.threads or os.cpu_count() or 1) > 1:
             # the per-prompt outcomes read the log, not the facts: built on a cursor of their
             # own meanwhile (the facts table's build keeps about one core busy)
             with ThreadPoolExecutor(1, thread_name_prefix="report-prompts") as pool:
                 prompts = pool.submit(ctx._execute_on_cursor, "report_prompts")
-                ctx.execute("report_facts")
+                ctx._facts(kept)
                 prompts.result()
         else:
-            ctx.execute("report_facts")
+            ctx._facts(kept)
             ctx.execute("report_prompts")
         # the round analyses' views (attribution, drop/keep) read those tables, not the log
         ctx.execute("report_analysis_sources")
@@ -89,6 +96,17 @@ class ReportContext:
         ctx.caps = capabilities.for_runs(cfg.logs, ctx.runs)
         ctx.colors = palette.run_colors(ctx.runs)
         return ctx
+
+    def _facts(self, kept: list[str] | None) -> None:
+        """``report_facts`` from the ``kept`` files, or computed from the log (none, or one
+        unreadable: the same rows either way)."""
+        if kept:
+            try:
+                kept_report_facts.read(self.con, kept, wide=self.wide)
+                return
+            except duckdb.Error:
+                pass
+        self.execute("report_facts")
 
     def on_cursor(self) -> ReportContext:
         """This context on a new cursor of its connection, for a section built on another thread

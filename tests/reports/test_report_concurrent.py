@@ -43,14 +43,23 @@ def test_prompts_built_while_the_facts_build(tmp_path: Path, monkeypatch) -> Non
     meet = threading.Barrier(2, timeout=10)
     order: list[str] = []
     execute = ReportContext.execute
+    facts = ReportContext._facts
 
     def meeting(self: ReportContext, name: str, **extra: object) -> None:
-        if name in ("report_facts", "report_prompts") and self.cfg.threads != 1:
+        if name == "report_prompts" and self.cfg.threads != 1:
             meet.wait()
-        order.append(name)
+        if name != "report_facts":  # counted by ``facts_meeting`` (kept or computed)
+            order.append(name)
         execute(self, name, **extra)
 
+    def facts_meeting(self: ReportContext, kept: list[str] | None) -> None:
+        if self.cfg.threads != 1:
+            meet.wait()
+        order.append("report_facts")
+        facts(self, kept)
+
     monkeypatch.setattr(ReportContext, "execute", meeting)
+    monkeypatch.setattr(ReportContext, "_facts", facts_meeting)
     logs = planted_store(tmp_path)
     for threads in (2, 1):
         order.clear()
@@ -118,19 +127,18 @@ def test_section_modules_load_while_the_facts_build(tmp_path: Path, monkeypatch)
 
     meet = threading.Barrier(2, timeout=10)
     registered = build._registered
-    execute = ReportContext.execute
+    build_facts = ReportContext._facts
 
     def loading() -> tuple:
         meet.wait()
         return registered()
 
-    def facts(self: ReportContext, name: str, **extra: object) -> None:
-        if name == "report_facts":
-            meet.wait()
-        execute(self, name, **extra)
+    def facts(self: ReportContext, kept: list[str] | None) -> None:
+        meet.wait()  # the table kept or computed
+        build_facts(self, kept)
 
     monkeypatch.setattr(build, "_registered", loading)
-    monkeypatch.setattr(ReportContext, "execute", facts)
+    monkeypatch.setattr(ReportContext, "_facts", facts)
     cfg = ReportConfig(logs=planted_store(tmp_path), out=tmp_path / "r.html", progress=False)
     res = build_report(cfg)
     # every registered section built, over the planted world's 16 + 8 rollouts
