@@ -209,3 +209,15 @@ def page_figures(html: str) -> dict[str, dict[str, Any]]:
         html,
     )
     return {fid: json.loads(text) for fid, text in found}
+
+
+def multi_part_store(root: Path) -> Path:
+    """Two runs and three parts (run0 appended to, with its own uids): what is kept per part
+    (turn facts, report facts) must line up part by part."""
+    logs = random_store(root, seed=5, runs=2, prompts=12, n=5)
+    more = random_store(root / "more", seed=6, runs=1, prompts=4, n=5)
+    rows = store.read_rollouts(more).to_pylist()
+    for r in rows:
+        r["uid"] = "extra-" + r["uid"]
+    store.write_run(logs, "run0", rows, append=True, normalize=True)
+    return logs

@@ -7,27 +7,15 @@ from pathlib import Path
 
 import duckdb
 
-from ddai.pipelines import store
 from ddai.pipelines.store import kept_report_facts, query, store_read, turn_facts
 from ddai.reports import ReportConfig, build_report
 from ddai.reports.context import ReportContext, bind
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "reports"))
-from report_world import random_store
+from report_world import multi_part_store
 
 # non-default thresholds and max_turns: the derived columns must follow them
 _ODD = {"success_threshold": 0.5, "judge_high": 0.6, "ndcg_low": 0.4, "max_turns": 3}
-
-
-def _store(tmp_path: Path) -> Path:
-    """Two runs, three parts (run0 appended to)."""
-    logs = random_store(tmp_path, seed=5, runs=2, prompts=12, n=5)
-    more = random_store(tmp_path / "more", seed=6, runs=1, prompts=4, n=5)
-    rows = store.read_rollouts(more).to_pylist()
-    for r in rows:
-        r["uid"] = "extra-" + r["uid"]
-    store.write_run(logs, "run0", rows, append=True, normalize=True)
-    return logs
 
 
 def _table(con: duckdb.DuckDBPyConnection) -> tuple[list, list]:
@@ -53,7 +41,7 @@ def _both(logs: Path, cfg: ReportConfig) -> tuple[tuple, tuple, list[str]]:
 
 
 def test_kept_table_is_the_computed_one_column_type_and_row_order(tmp_path):
-    logs = _store(tmp_path)
+    logs = multi_part_store(tmp_path)
     for kw in ({}, _ODD):
         cfg = ReportConfig(logs=logs, out=tmp_path / "r.html", **kw)
         computed, read, kept = _both(logs, cfg)
@@ -69,7 +57,7 @@ def test_kept_table_is_the_computed_one_column_type_and_row_order(tmp_path):
 
 
 def test_a_changed_parameter_gets_its_own_files(tmp_path):
-    logs = _store(tmp_path)
+    logs = multi_part_store(tmp_path)
     for kw in ({}, _ODD, {"max_turns": 3}, {}):
         with store_read.snapshot(logs) as snap:
             kept_report_facts.kept(
@@ -80,7 +68,7 @@ def test_a_changed_parameter_gets_its_own_files(tmp_path):
 
 
 def test_a_second_report_reads_the_kept_facts_and_does_not_run_their_query(tmp_path, monkeypatch):
-    logs = _store(tmp_path)
+    logs = multi_part_store(tmp_path)
     ran: list[str] = []
     execute = ReportContext.execute
 
@@ -101,7 +89,7 @@ def test_a_second_report_reads_the_kept_facts_and_does_not_run_their_query(tmp_p
 
 
 def test_a_corrupt_or_truncated_file_is_computed_again(tmp_path):
-    logs = _store(tmp_path)
+    logs = multi_part_store(tmp_path)
     cfg = ReportConfig(logs=logs, out=tmp_path / "r.html", **_ODD)
     computed, _, kept = _both(logs, cfg)
     Path(kept[0]).write_bytes(b"not parquet")
@@ -112,7 +100,7 @@ def test_a_corrupt_or_truncated_file_is_computed_again(tmp_path):
 
 
 def test_an_unreadable_kept_file_falls_back_to_computing(tmp_path):
-    logs = _store(tmp_path)
+    logs = multi_part_store(tmp_path)
     cfg = ReportConfig(logs=logs, out=tmp_path / "r.html", progress=False)
     con = query.connect(logs, kept_facts=True)
     ctx = ReportContext.open(cfg, con, kept=[str(tmp_path / "missing.parquet")])

@@ -13,7 +13,7 @@ from ddai.reports import ReportConfig, build_report
 from ddai.reports.context import bind
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "reports"))
-from report_world import random_store
+from report_world import multi_part_store
 
 
 def _inline(con) -> None:
@@ -33,19 +33,8 @@ def _facts(logs: Path, *, inline: bool) -> list[dict]:
     return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
 
 
-def _store(tmp_path: Path) -> Path:
-    logs = random_store(tmp_path, seed=5, runs=2, prompts=12, n=5)
-    # a second part in run0: the kept facts must line up part by part
-    more = random_store(tmp_path / "more", seed=6, runs=1, prompts=4, n=5)
-    rows = store.read_rollouts(more).to_pylist()
-    for r in rows:
-        r["uid"] = "extra-" + r["uid"]
-    store.write_run(logs, "run0", rows, append=True, normalize=True)
-    return logs
-
-
 def test_kept_facts_are_the_facts_from_the_turns_row_by_row(tmp_path):
-    logs = _store(tmp_path)
+    logs = multi_part_store(tmp_path)
     with store_read.snapshot(logs) as snap:
         parts = snap.all_files()
         assert len(parts) == 3 and turn_facts.cached(snap) is None
@@ -77,7 +66,7 @@ def test_kept_facts_are_the_facts_from_the_turns_row_by_row(tmp_path):
 
 
 def test_a_rewritten_run_gets_its_new_parts_facts(tmp_path):
-    logs = _store(tmp_path)
+    logs = multi_part_store(tmp_path)
     turn_facts.ensure(logs, ["run1"])
     with store_read.snapshot(logs, ["run1"]) as snap:
         old = turn_facts.cached(snap)
@@ -95,7 +84,7 @@ def test_a_rewritten_run_gets_its_new_parts_facts(tmp_path):
 
 
 def test_the_report_keeps_the_facts_and_reads_them(tmp_path):
-    logs = _store(tmp_path)
+    logs = multi_part_store(tmp_path)
     out = build_report(ReportConfig(logs=logs, out=tmp_path / "r.html", progress=False))
     with store_read.snapshot(logs) as snap:
         assert turn_facts.cached(snap) is not None
