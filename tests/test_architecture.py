@@ -152,6 +152,15 @@ def test_architecture_md_paths_exist():
     assert missing == []
 
 
+def test_architecture_md_names_every_support_module():
+    # a newcomer finds what each piece of test scaffolding is for without opening it
+    text = (ROOT / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    modules = sorted(p.name for p in (ROOT / "tests" / "support").glob("*.py"))
+    unnamed = [m for m in modules if m != "__init__.py" and f"`tests/support/{m}`" not in text]
+    assert len(modules) > 20
+    assert unnamed == []
+
+
 def test_ppo_and_collect_reach_no_grpo_module_through_any_import():
     # transitively, function-level imports included: the shared scoring store lives in episode/
     def reach(start: str) -> set[str]:
