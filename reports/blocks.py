@@ -58,8 +58,10 @@ class Download:
 
     label: str
     filename: str
-    href: str  # data:text/csv;charset=utf-8;base64,…
+    href: str  # data:text/csv;charset=utf-8;base64,… ("" for a part cut from another download)
     rows: int
+    slice_of: str | None = None  # the download (filename) whose rows after its header hold these
+    span: tuple[int, int] = (0, 0)  # their byte range there, counted after the header line
     kind: str = "download"
 
 

@@ -14,7 +14,7 @@ from ddai.pipelines.records.deps import go, pl
 from ddai.reports import figures
 from ddai.reports.blocks import Block, Note, Section, Table
 from ddai.reports.context import ReportContext
-from ddai.reports.downloads import csv_download
+from ddai.reports.downloads import csv_download_in_parts
 from ddai.reports.formatting import pct
 
 LABELS = {
@@ -138,15 +138,20 @@ def build(ctx: ReportContext) -> Section:
         )
     )
     if n_low:
-        blocks.append(
-            csv_download("All low-scoring prompts with their cause", "failure_attribution.csv", low)
+        # by cause and score, as the table below: the table is the list's first rows, and each
+        # cause's rows are one stretch of it, which its own link cuts out in the page
+        low = low.sort(["class", "mean_score", "uid", "run_id"])
+        blocks += csv_download_in_parts(
+            "All low-scoring prompts with their cause",
+            "failure_attribution.csv",
+            low,
+            "class",
+            {
+                c: (f"Prompts: {label}", f"attribution_{c}.csv")
+                for c, label in sorted(LABELS.items())
+            },
         )
-        present = [c for c in LABELS if totals[c]]
-        for cls, label in LABELS.items():
-            part = low.filter(pl.col("class") == cls)
-            if part.height and len(present) > 1:  # one class alone is the whole list above
-                blocks.append(csv_download(f"Prompts: {label}", f"attribution_{cls}.csv", part))
-        top = low.sort(["class", "mean_score", "uid"]).head(ctx.cfg.top)
+        top = low.head(ctx.cfg.top)
         blocks.append(
             Table(
                 columns=["run", "uid", "cause", "why", "mean score", "question", "reference"],

@@ -265,6 +265,32 @@
     table.dataset.ready = "true";
   }
 
+  // ---- downloads cut from a list the page carries once ----
+  // A part link (data-slice-of) names the whole list's link and the byte range of its rows after
+  // the header; on the first click it gets a blob of the header and those bytes, which the
+  // browser then saves as the link's own file (the click's default action reads the new href).
+  document.querySelectorAll("a[data-slice-of]").forEach(function (a) {
+    a.addEventListener("click", function () {
+      if (a.dataset.ready) {
+        return;
+      }
+      var whole = Array.prototype.find.call(document.querySelectorAll("a[download]"), function (x) {
+        return !x.dataset.sliceOf && x.getAttribute("download") === a.dataset.sliceOf;
+      });
+      var bin = atob(whole.getAttribute("href").split(",", 2)[1]);
+      var bytes = new Uint8Array(bin.length);
+      for (var i = 0; i < bin.length; i += 1) {
+        bytes[i] = bin.charCodeAt(i);
+      }
+      var head = bytes.indexOf(10) + 1;
+      var span = a.dataset.span.split("-").map(Number);
+      var blob = new Blob([bytes.subarray(0, head), bytes.subarray(head + span[0], head + span[1])],
+        { type: "text/csv;charset=utf-8" });
+      a.href = URL.createObjectURL(blob);
+      a.dataset.ready = "true";
+    });
+  });
+
   if (document.getElementById("browser-data")) {
     unpack("browser-data").then(function (text) {
       browser(JSON.parse(text));

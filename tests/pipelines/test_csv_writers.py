@@ -4,7 +4,6 @@ fails when a module writes CSV without ``csv_cells`` or a writer is missing from
 
 from __future__ import annotations
 
-import base64
 import csv
 import io
 import re
@@ -16,6 +15,7 @@ from starlette.testclient import TestClient
 from support.lazy import heavy
 from support.metrics_file import read_metrics
 from support.package import ROOT, modules
+from support.page_data import downloads
 from typer.testing import CliRunner
 
 from ddai.cli.app import app
@@ -111,9 +111,9 @@ def analyze_drop_keep_cli(logs: Path, tmp: Path) -> list[str]:
 def report_downloads(logs: Path, tmp: Path) -> list[str]:
     out = tmp / "r.html"
     build_report(ReportConfig(logs=logs, out=out, progress=False, runs=["r"]))
-    hrefs = re.findall(r'<a download="[^"]+" href="data:text/csv;[^,]*,([^"]+)"', out.read_text())
-    assert len(hrefs) >= 4, hrefs  # the attribution list and the three drop/keep lists
-    return [base64.b64decode(h).decode() for h in hrefs]
+    texts = downloads(out.read_text())
+    assert len(texts) >= 4, texts  # the attribution list and the three drop/keep lists
+    return list(texts.values())
 
 
 def serve_export(logs: Path, tmp: Path) -> list[str]:

@@ -1,12 +1,12 @@
 """The report's round-analysis sections: failure attribution, reward latency, drop/keep lists.
 
 Counts come from the hand-planted store in tests/pipelines/analyses/analysis_world.py; the CSV
-downloads are decoded from their data URLs and read back.
+downloads are decoded from their data URLs (a part from its whole list, as the page cuts it) and
+read back.
 """
 
 from __future__ import annotations
 
-import base64
 import csv
 import io
 import re
@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.page_data import downloads
 
 from ddai.pipelines import store
 from ddai.reports import ReportConfig, build_report
@@ -29,12 +30,10 @@ def _section(html: str, sid: str) -> str:
 
 
 def _downloads(section_html: str) -> dict[str, list[dict]]:
-    out = {}
-    for name, href in re.findall(r'<a download="([^"]+)" href="([^"]+)"', section_html):
-        assert href.startswith("data:text/csv;charset=utf-8;base64,")
-        text = base64.b64decode(href.split(",", 1)[1]).decode()
-        out[name] = list(csv.DictReader(io.StringIO(text)))
-    return out
+    return {
+        name: list(csv.DictReader(io.StringIO(text)))
+        for name, text in downloads(section_html).items()
+    }
 
 
 @pytest.fixture(scope="module")
@@ -64,15 +63,13 @@ def test_sections_and_counts(built):
 def test_prompt_lists_download_as_csv(built):
     _, html = built
     att = _downloads(_section(html, "attribution"))
-    assert [r["uid"] for r in att["failure_attribution.csv"]] == [
-        "p1",
-        "p2",
-        "p3",
-        "p4",
-        "p5",
-        "p7",
-    ]
+    whole = att["failure_attribution.csv"]
+    assert sorted(r["uid"] for r in whole) == ["p1", "p2", "p3", "p4", "p5", "p7"]
+    # by cause, then score: each cause's own list is its stretch of the whole, header included
+    assert [r["class"] for r in whole] == sorted(r["class"] for r in whole)
     assert [r["uid"] for r in att["attribution_wrong_gt.csv"]] == ["p3", "p5"]
+    for cls in ("wrong_gt", "generator_bottleneck", "search_failure"):
+        assert att[f"attribution_{cls}.csv"] == [r for r in whole if r["class"] == cls]
     dk = _downloads(_section(html, "drop-keep"))
     assert sorted(r["uid"] for r in dk["prompts_keep.csv"]) == ["p6", "p7"]
     assert {r["uid"]: r["reason"] for r in dk["prompts_drop.csv"]}["p8"] == "always_full"

@@ -8,19 +8,24 @@ opens a transcript, and that a ``<script>`` planted in a think is shown as text.
 from __future__ import annotations
 
 import asyncio
+import csv
+import io
 import json
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from chromium import chromium, open_page
 from report_world import XSS, XSS_ANSWER, planted_store
+from support.page_data import downloads
 
 from ddai.pipelines.ingest import IngestConfig, ingest
 from ddai.reports import ReportConfig, build_report
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+CAUSES = ("wrong_gt", "generator_bottleneck", "search_failure")
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
@@ -157,3 +162,50 @@ def test_harness_sees_dialogs_and_network_loads(tmp_path):
     got = _open_in_chromium(page, tmp_path / "profile", {})
     assert got["dialogs"] == ["planted"]
     assert "http://127.0.0.1:9/x.js" in got["requests"]
+
+
+CLICK_PARTS = """Array.from(document.querySelectorAll('a[data-slice-of]'), (a) => {
+  a.click();
+  return a.getAttribute('download');
+})"""
+
+
+def test_cause_lists_are_cut_from_the_whole_list_in_the_page(tmp_path):
+    """Each cause's download is its stretch of the whole attribution list, which the page
+    carries once: clicking it in Chromium gives the header and exactly that cause's rows."""
+    sys.path.insert(0, str(Path(__file__).parents[1] / "pipelines" / "analyses"))
+    from analysis_world import planted_store as analyses_store
+
+    logs, flags = analyses_store(tmp_path)
+    out = tmp_path / "report.html"
+    build_report(ReportConfig(logs=logs, out=out, flags=[flags], progress=False))
+    html = out.read_text(encoding="utf-8")
+    assert html.count("data-slice-of=") == 3  # the three causes, no data URL of their own
+
+    saved = tmp_path / "saved"
+    saved.mkdir()
+
+    async def drive(port: int) -> list[str]:
+        async with open_page(port) as page:
+            await page.send("Page.setDownloadBehavior", behavior="allow", downloadPath=str(saved))
+            await page.goto(out.as_uri())
+            names = await page.eval(CLICK_PARTS)
+            for _ in range(100):  # the browser writes each file after the click
+                if all((saved / n).exists() for n in names):
+                    break
+                await asyncio.sleep(0.1)
+            return names
+
+    with chromium(tmp_path / "profile") as port:
+        clicked = asyncio.run(asyncio.wait_for(drive(port), 120))
+    got = {n: (saved / n).read_text(encoding="utf-8") for n in clicked}
+
+    texts = downloads(html)
+    whole = list(csv.DictReader(io.StringIO(texts["failure_attribution.csv"])))
+    assert sorted(got) == [f"attribution_{c}.csv" for c in sorted(CAUSES)]
+    for cls in CAUSES:
+        name = f"attribution_{cls}.csv"
+        assert got[name] == texts[name]  # the page cuts what the Python reading says
+        assert list(csv.DictReader(io.StringIO(got[name]))) == [
+            r for r in whole if r["class"] == cls
+        ]
