@@ -63,3 +63,28 @@ def lazy_names(
         return sorted({*vars(sys.modules[package]), *home})
 
     return __getattr__, __dir__
+
+
+class _Absent:
+    """A ``sys.meta_path`` finder that makes ``names`` (and their submodules) import as if they
+    were not installed: ``ModuleNotFoundError``, the error every optional import expects."""
+
+    def __init__(self, names: frozenset[str]) -> None:
+        self.names = names
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
+        if name.partition(".")[0] in self.names:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+    def __repr__(self) -> str:
+        return f"<absent {sorted(self.names)}>"
+
+
+def run_without(*names: str) -> None:
+    """For the rest of this process, import ``names`` as if they were not installed (a module
+    already imported stays). For commands that never use a library that others import on their
+    first call when it is there: pyarrow, plotly and DuckDB each import pandas then (0.3 s of a
+    command's start), and each works as documented without it."""
+    absent = frozenset(n for n in names if n not in sys.modules)
+    if absent and not any(isinstance(f, _Absent) and f.names >= absent for f in sys.meta_path):
+        sys.meta_path.insert(0, _Absent(absent))

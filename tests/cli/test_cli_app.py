@@ -87,6 +87,31 @@ def test_runs_imports_no_heavy_module(tmp_path):
         assert bad == [], fmt
 
 
+def test_store_commands_run_without_pandas_and_write_the_same_store(tmp_path):
+    # pyarrow imports pandas at its first array when pandas is installed (0.3 s); the store's
+    # commands never use it, so they run as if it were absent, and write what they wrote before
+    src = tmp_path / "in.parquet"
+    seed = tmp_path / "seed"
+    assert runner.invoke(app, ["ingest", str(ROOT / "fixtures/logs/phase1.jsonl"), "--logs", str(seed), "--no-progress"]).exit_code == 0  # fmt: skip
+    import duckdb
+
+    duckdb.sql(f"COPY (SELECT * FROM read_parquet('{seed}/**/*.parquet')) TO '{src}'")
+    rc, mods = _modules_after("ingest", str(src), "--logs", str(tmp_path / "a"), "--no-progress")
+    assert rc == 0 and "pyarrow" in mods and "pandas" not in mods
+    with_pandas = runner.invoke(app, ["ingest", str(src), "--logs", str(tmp_path / "b"), "--no-progress"])  # fmt: skip
+    assert with_pandas.exit_code == 0, with_pandas.output
+    rows = [
+        duckdb.sql(
+            f"SELECT * EXCLUDE (filename) FROM read_parquet('{tmp_path / d}/**/*.parquet', "
+            "filename = true) ORDER BY ALL"
+        ).fetchall()
+        for d in ("a", "b")
+    ]
+    assert rows[0] == rows[1] and len(rows[0]) > 10
+    # the training commands keep pandas: `datasets` needs it
+    assert "train" not in app_module.PANDAS_FREE and "collect" not in app_module.PANDAS_FREE
+
+
 def test_help_lists_every_registry_command_with_its_short_help():
     res = runner.invoke(app, ["--help"], terminal_width=200)
     assert res.exit_code == 0

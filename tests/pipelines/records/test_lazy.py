@@ -80,3 +80,26 @@ def test_package_fronts_load_each_name_at_first_read_and_keep_it():
         "[False, False, False] True True True False",
         "module 'ddai.pipelines.distill' has no attribute 'no_such_name'",
     ]
+
+
+def test_run_without_makes_a_library_import_as_if_not_installed(tmp_path):
+    pkg = tmp_path / "optional_lib"
+    (pkg / "sub.py").parent.mkdir()
+    (pkg / "__init__.py").write_text("X = 1\n")
+    (pkg / "sub.py").write_text("Y = 2\n")
+    out = _fresh(
+        "import sys, json\n"
+        f"sys.path.insert(0, {str(tmp_path)!r})\n"
+        "from ddai.pipelines.records.lazy import run_without\n"
+        "run_without('optional_lib', 'json')\n"  # json is already imported: it stays
+        "run_without('optional_lib')\n"  # a second call adds no second finder
+        "seen = []\n"
+        "for name in ('optional_lib', 'optional_lib.sub'):\n"
+        "    try:\n"
+        "        __import__(name)\n"
+        "    except ModuleNotFoundError as e:\n"
+        "        seen.append(e.name)\n"
+        "import json as j\n"
+        "print(seen, j.dumps(1), sum('absent' in repr(f) for f in sys.meta_path))\n"
+    )
+    assert out == "['optional_lib', 'optional_lib'] 1 1"  # a submodule: its package is absent
