@@ -66,11 +66,16 @@ def _rows() -> list[dict]:
     return rows
 
 
+def stored(tmp_path: Path, rows: list[dict]) -> Path:
+    """``rows`` stored as run ``RUN`` in ``tmp_path / "logs"`` (returned)."""
+    logs = tmp_path / "logs"
+    store.write_run(logs, RUN, rows)
+    return logs
+
+
 @pytest.fixture
 def logs(tmp_path) -> Path:
-    logs = tmp_path / "logs"
-    store.write_run(logs, RUN, _rows())
-    return logs
+    return stored(tmp_path, _rows())
 
 
 def cfg(logs: Path, out: Path, **kw) -> DistillConfig:
