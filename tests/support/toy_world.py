@@ -36,6 +36,12 @@ def run_fields(model: Any, data: Path, out: Path, logs: Path, run_id: str) -> di
     )
 
 
+def run_args(model: Any, data: Path, corpus: Path) -> list[str]:
+    """The command-line twin of ``run_fields``' inputs: ``--model``, ``--data`` (a prompt file)
+    and ``--corpus``."""
+    return ["--model", str(model), "--data", str(data), "--corpus", str(corpus)]
+
+
 def gspo_clip_run(model: Any, data: Path, root: Path, name: str, **over: Any) -> dict[str, Any]:
     """The summary (a dict) of a 4-step gspo-ddai run at its preset lr 1e-6 (ε 3e-4 / 4e-4, two
     mini-batches per generation) on the toy world in ``data``, with ``toy_backends`` and judge-only
