@@ -1,10 +1,14 @@
-"""Number formatting shared by readings and table cells (pure)."""
+"""Number formatting shared by readings and table cells (pure), and the jinja2 environment the
+report and the explorer render their templates through."""
 
 from __future__ import annotations
 
 import base64
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import jinja2
 
 MISSING = "—"
 
@@ -40,3 +44,17 @@ def plural(n: int, word: str, many: str | None = None) -> str:
 def csv_data_url(csv_text: str) -> str:
     """CSV text as a ``data:`` URL (a download link that works in the offline page)."""
     return "data:text/csv;charset=utf-8;base64," + base64.b64encode(csv_text.encode()).decode()
+
+
+def template_env(package: str, **filters: Any) -> jinja2.Environment:
+    """A jinja2 environment over ``package``'s ``templates`` folder, with ``filters``: autoescaping
+    on, and an undefined name an error rather than an empty string."""
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader(package, "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+    )
+    env.filters.update(filters)
+    return env

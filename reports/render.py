@@ -21,7 +21,7 @@ from plotly.offline import get_plotlyjs
 
 from ddai.pipelines.records.lazy import lazy_module
 from ddai.reports.blocks import Section
-from ddai.reports.formatting import num
+from ddai.reports.formatting import num, template_env
 
 jinja2 = lazy_module("jinja2")
 
@@ -32,15 +32,7 @@ def _cell(v: Any) -> str:
 
 @lru_cache(maxsize=1)
 def environment() -> jinja2.Environment:
-    env = jinja2.Environment(
-        loader=jinja2.PackageLoader("ddai.reports", "templates"),
-        autoescape=True,
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=False,
-        lstrip_blocks=False,
-    )
-    env.filters["cell"] = _cell
-    return env
+    return template_env("ddai.reports", cell=_cell)
 
 
 def _asset(name: str) -> str:

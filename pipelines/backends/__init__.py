@@ -103,6 +103,13 @@ def get_backend(
     return build(spec, role, **context)
 
 
+def step_backend(role: str, name: str | None, cfg: Any, call_site: str, **context: Any):
+    """``get_backend`` for a step whose config carries the call flags: ``cfg.max_cost``,
+    ``cfg.progress`` and ``cfg.retry_failed`` (``context``: any other, see ``get_backend``)."""
+    flags = {"max_cost": cfg.max_cost, "progress": cfg.progress, "retry_failed": cfg.retry_failed}
+    return get_backend(role, name, call_site=call_site, **flags, **context)
+
+
 # (kind, role) -> (module, class) where one kind serves a role through another class: an openai
 # embedder talks to the embeddings endpoint, not a prompt.
 _ROLE_BUILDERS: dict[tuple[str, str], tuple[str, str]] = {
@@ -149,4 +156,5 @@ __all__ = [
     "get_backend",
     "resolve",
     "run_sync",
+    "step_backend",
 ]

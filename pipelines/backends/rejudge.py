@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ddai.pipelines import store
-from ddai.pipelines.backends import JudgeRequest, get_backend, run_sync
+from ddai.pipelines.backends import JudgeRequest, run_sync, step_backend
 from ddai.pipelines.backends.step_configs import RejudgeConfig, RejudgeError
 from ddai.pipelines.records.deps import pa
 from ddai.pipelines.store import run_stats
@@ -68,16 +68,7 @@ def rejudge(cfg: RejudgeConfig, *, config: dict[str, Any] | None = None) -> Reju
         table, version = store.read_version(cfg.logs, cfg.run)
     except FileNotFoundError as e:
         raise RejudgeError(str(e)) from e
-    judge = get_backend(
-        "judge",
-        cfg.judge,
-        config=config,
-        call_site="ddai judge",
-        cache=cfg.cache,
-        progress=cfg.progress,
-        max_cost=cfg.max_cost,
-        retry_failed=cfg.retry_failed,
-    )
+    judge = step_backend("judge", cfg.judge, cfg, "ddai judge", config=config, cache=cfg.cache)
     out_run = cfg.run if cfg.in_place else (cfg.out_run or f"{cfg.run}@{judge.name}")
     try:
         store.check_run_id(out_run)

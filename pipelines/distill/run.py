@@ -47,16 +47,9 @@ def progress_iter(items: Sequence[T], on: bool, what: str) -> Iterable[T]:
 
 def build_rewriter(cfg: DistillConfig):
     """The rewriter backend ``cfg`` names, built with this step's call site and cost cap."""
-    from ddai.pipelines.backends import get_backend
+    from ddai.pipelines.backends import step_backend
 
-    return get_backend(
-        "rewriter",
-        cfg.rewriter,
-        call_site="distill",
-        max_cost=cfg.max_cost,
-        progress=cfg.progress,
-        retry_failed=cfg.retry_failed,
-    )
+    return step_backend("rewriter", cfg.rewriter, cfg, "distill")
 
 
 @contextmanager

@@ -171,16 +171,9 @@ def report_row(row: int, uid: str, v: Verdict) -> dict[str, Any]:
 
 
 def build_vetter(cfg: VetConfig):
-    from ddai.pipelines.backends import get_backend
+    from ddai.pipelines.backends import step_backend
 
-    return get_backend(
-        "vetter",
-        cfg.vetter,
-        call_site="distill.vet",
-        max_cost=cfg.max_cost,
-        progress=cfg.progress,
-        retry_failed=cfg.retry_failed,
-    )
+    return step_backend("vetter", cfg.vetter, cfg, "distill.vet")
 
 
 def _read(path: Path) -> tuple[pa.Table, list[tuple[str, list[Message]]], str]:

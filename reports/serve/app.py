@@ -37,7 +37,7 @@ from ddai.pipelines import store
 from ddai.pipelines.records import csv_cells
 from ddai.pipelines.records.deps import pq
 from ddai.pipelines.records.lazy import lazy_module
-from ddai.reports.formatting import num, pct
+from ddai.reports.formatting import num, pct, template_env
 from ddai.reports.serve import annotate, diff, images, live, queries, review_queue, sqlbox
 from ddai.reports.serve.config import ServeConfig
 from ddai.reports.serve.explorer import Explorer
@@ -72,15 +72,7 @@ NO_STORE = {"Cache-Control": "no-store"}
 
 @lru_cache(maxsize=1)
 def _env() -> jinja2.Environment:
-    env = jinja2.Environment(
-        loader=jinja2.PackageLoader("ddai.reports.serve", "templates"),
-        autoescape=True,
-        undefined=jinja2.StrictUndefined,
-    )
-    env.filters["num"] = num
-    env.filters["pct"] = pct
-    env.filters["best_idx"] = diff.best_idx
-    return env
+    return template_env("ddai.reports.serve", num=num, pct=pct, best_idx=diff.best_idx)
 
 
 def _html(

@@ -12,6 +12,7 @@ import pytest
 from PIL import Image
 from report_world import XSS, XSS_ANSWER, planted_rows, planted_store
 from serve_world import local, post_sql
+from support.turns import turn_row
 
 from ddai.pipelines import store
 from ddai.pipelines.pages.corpus import Corpus
@@ -23,18 +24,8 @@ TOKEN = "t" * 24
 
 
 def _turn(idx: int, action: str, arg: str, retrieved: list[str] | None) -> dict:
-    return {
-        "idx": idx,
-        "think": "t",
-        "action": action,
-        "arg": arg,
-        "sep": "\n",
-        "forced": False,
-        "retrieved": retrieved,
-        "observation": None,
-        "error": None,
-        "value": None,
-    }
+    blank = dict.fromkeys(("observation", "error", "value"))
+    return turn_row(idx, action, arg, forced=False, retrieved=retrieved, **blank)
 
 
 @pytest.fixture(scope="module")

@@ -4,6 +4,7 @@ per-turn curves by outcome, and the note for runs without values."""
 from __future__ import annotations
 
 import pytest
+from support.turns import turn_row
 
 from ddai.pipelines.store import query, write_run
 from ddai.reports.blocks import Note
@@ -14,15 +15,7 @@ from ddai.reports.sections import value_curves
 
 def turn(idx, action, value, forced=False):
     arg = {"search": "q", "bbox": "[0, 0, 1, 1]", "search_complete": "true"}[action]
-    return {
-        "idx": idx,
-        "think": "t",
-        "action": action,
-        "arg": arg,
-        "sep": "\n",
-        "forced": forced,
-        "value": value,
-    }
+    return turn_row(idx, action, arg, forced=forced, value=value)
 
 
 def rollout(idx, judge, turns):

@@ -36,6 +36,17 @@ def run_fields(model: Any, data: Path, out: Path, logs: Path, run_id: str) -> di
     )
 
 
+QUIET = dict(save_steps=10, report_to="none", skip_preflight=True, progress=False)
+"""A short test run's quiet settings: no checkpoint before step 10, no metrics report, no
+preflight, no progress bar."""
+
+
+def run_args(model: Any, data: Path, corpus: Path) -> list[str]:
+    """The command-line twin of ``run_fields``' inputs: ``--model``, ``--data`` (a prompt file)
+    and ``--corpus``."""
+    return ["--model", str(model), "--data", str(data), "--corpus", str(corpus)]
+
+
 def gspo_clip_run(model: Any, data: Path, root: Path, name: str, **over: Any) -> dict[str, Any]:
     """The summary (a dict) of a 4-step gspo-ddai run at its preset lr 1e-6 (ε 3e-4 / 4e-4, two
     mini-batches per generation) on the toy world in ``data``, with ``toy_backends`` and judge-only
@@ -52,10 +63,7 @@ def gspo_clip_run(model: Any, data: Path, root: Path, name: str, **over: Any) ->
         n_agent=2,
         batch_size=2,
         max_steps=4,
-        save_steps=10,
-        report_to="none",
-        skip_preflight=True,
-        progress=False,
+        **QUIET,
         episode=EpisodeConfig(
             max_turns=2, max_turn_tokens=12, max_completion_tokens=64, obs_max_tokens=8
         ),

@@ -31,6 +31,19 @@ LR = 1e-6
 EPISODE = EpisodeConfig(
     max_turns=2, max_turn_tokens=12, max_completion_tokens=64, obs_max_tokens=12
 )
+# What the GRPO and PPO runs share: a LoRA policy trained in bfloat16 at DDAI's lr.
+LORA_RUN = dict(
+    n_agent=2,
+    batch_size=4,
+    max_steps=2,
+    learning_rate=LR,
+    lora=True,
+    lora_r=4,
+    dtype="bfloat16",
+    progress=False,
+    skip_preflight=True,
+    episode=EPISODE,
+)
 
 
 @pytest.fixture(scope="module")
@@ -61,16 +74,7 @@ def _grpo_cfg(world, name, max_steps):
     root, data, tiny = world
     return GRPORunConfig(
         **run_fields(tiny, data, root / name, root / "logs", name),
-        n_agent=2,
-        batch_size=4,
-        max_steps=max_steps,
-        skip_preflight=True,
-        lora=True,
-        lora_r=4,
-        dtype="bfloat16",
-        learning_rate=LR,
-        progress=False,
-        episode=EPISODE,
+        **(LORA_RUN | {"max_steps": max_steps}),
         rewards=RewardOverrides(reward="judge-only"),
     )
 
@@ -152,17 +156,8 @@ def test_ppo_lora_bf16_at_ddai_lr_saves_the_trained_model(world, monkeypatch):
     out = root / "ppo"
     cfg = PPORunConfig(
         **run_fields(tiny, data, out, root / "logs", "ppo_lora_final"),
-        n_agent=2,
-        batch_size=4,
+        **LORA_RUN,
         ppo_epochs=1,
-        max_steps=2,
-        learning_rate=LR,
-        lora=True,
-        lora_r=4,
-        dtype="bfloat16",
-        progress=False,
-        skip_preflight=True,
-        episode=EPISODE,
         rewards=RewardOverrides(reward="ddai-phase1"),
     )
     result = run_ppo(cfg, toy.local_backends(toy.corpus()))

@@ -67,6 +67,13 @@ def _trained_adapter(tiny, adapter_dir, *, step=1e-6, seed=0):
     return peft, tok
 
 
+def _merge(tiny, out, tok, **kw):
+    """``merge_lora`` of ``out / "adapter"`` on the tiny base for a bfloat16 run, into ``out``."""
+    return merge_lora(
+        out / "adapter", base=str(tiny), dtype="bfloat16", tokenizer=tok, out_dir=out, **kw
+    )
+
+
 def _captured(peft):
     import copy
 
@@ -80,9 +87,7 @@ def test_merge_lora_keeps_an_update_bf16_rounds_away(tiny, tmp_path):
     out = tmp_path / "out"
     peft, tok = _trained_adapter(tiny, out / "adapter")
     assert {p.dtype for n, p in peft.named_parameters() if "lora_" in n} == {torch.float32}
-    final = merge_lora(
-        out / "adapter", base=str(tiny), dtype="bfloat16", tokenizer=tok, out_dir=out, trained=peft
-    )
+    final = _merge(tiny, out, tok, trained=peft)
     assert (final.artifact, final.dtype, final.run_dtype) == ("merged", "float32", "bfloat16")
     assert saved_dtype(out) == "float32"
     assert final.run_dtype_update_kept < 0.1 and final.update_kept > 0.99
@@ -101,14 +106,7 @@ def test_a_trained_model_that_is_not_base_plus_adapter_writes_no_merged_model(ti
     with torch.no_grad():
         p[0, 0] += 1e-3  # the in-memory model moved on after its adapter was saved
     with pytest.raises(MergeCheckFailed, match=name.replace(".", r"\.")):
-        merge_lora(
-            out / "adapter",
-            base=str(tiny),
-            dtype="bfloat16",
-            tokenizer=tok,
-            out_dir=out,
-            trained=peft,
-        )
+        _merge(tiny, out, tok, trained=peft)
     assert not (out / "model.safetensors").exists()
     assert (out / "adapter" / "adapter_model.safetensors").is_file()
 
@@ -117,14 +115,7 @@ def test_a_merge_outside_the_tolerance_writes_no_merged_model(tiny, tmp_path):
     out = tmp_path / "out"
     _, tok = _trained_adapter(tiny, out / "adapter")
     with pytest.raises(MergeCheckFailed, match=r"tolerance 0\b.*adapter in .*adapter"):
-        merge_lora(
-            out / "adapter",
-            base=str(tiny),
-            dtype="bfloat16",
-            tokenizer=tok,
-            out_dir=out,
-            tolerance=0.0,  # float32 rounding alone exceeds it
-        )
+        _merge(tiny, out, tok, tolerance=0.0)  # float32 rounding alone exceeds it
     assert not (out / "model.safetensors").exists() and not list(out.glob(".final-*"))
 
 
@@ -132,7 +123,7 @@ def test_a_float32_merge_that_loses_the_update_is_refused(tiny, tmp_path):
     out = tmp_path / "out"
     _, tok = _trained_adapter(tiny, out / "adapter", step=1e-13)  # far below float32's spacing
     with pytest.raises(MergeCheckFailed, match=r"float32 merge would keep 0\.0%"):
-        merge_lora(out / "adapter", base=str(tiny), dtype="bfloat16", tokenizer=tok, out_dir=out)
+        _merge(tiny, out, tok)
     assert not (out / "model.safetensors").exists()
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from support.backends import toy_backends
 from support.lazy import torch
-from support.toy_world import make_world, run_fields
+from support.toy_world import make_world, run_args, run_fields
 
 from ddai.trainer import modeling, toy
 from ddai.trainer.common import TrainConfigError
@@ -94,20 +94,26 @@ def world(tmp_path_factory):
     return make_world(tmp_path_factory.mktemp("prec"), hidden_size=32)
 
 
+# What the GRPO and PPO runs share: 2 steps of 4 rollouts, 2 a prompt, on a short episode.
+RUN = dict(
+    n_agent=2,
+    batch_size=4,
+    max_steps=2,
+    skip_preflight=True,
+    episode=EpisodeConfig(
+        max_turns=2, max_turn_tokens=12, max_completion_tokens=64, obs_max_tokens=12
+    ),
+)
+
+
 def _grpo(world, name, **kw):
     root, data, tiny = world
 
     backends = toy_backends()
     cfg = GRPORunConfig(
         **run_fields(tiny, data, root / name, root / "logs", name),
-        n_agent=2,
-        batch_size=4,
-        max_steps=2,
-        skip_preflight=True,
+        **RUN,
         **kw,
-        episode=EpisodeConfig(
-            max_turns=2, max_turn_tokens=12, max_completion_tokens=64, obs_max_tokens=12
-        ),
         rewards=RewardOverrides(reward="judge-only"),
     )
     return run_grpo(cfg, backends)
@@ -148,12 +154,7 @@ def test_cli_pure_bf16_grpo_at_ddai_lr_exits_2_with_the_reason(world):
         [
             "train",
             "grpo",
-            "--model",
-            str(tiny),
-            "--data",
-            str(data / "dataset.parquet"),
-            "--corpus",
-            str(data / "pages.parquet"),
+            *run_args(tiny, data / "dataset.parquet", data / "pages.parquet"),
             "--out",
             str(root / "bf16"),
             "--preset",
@@ -186,19 +187,13 @@ def test_lora_ppo_changes_only_adapter_weights(world, monkeypatch):
     )
     cfg = PPORunConfig(
         **run_fields(tiny, data, root / "ppo", root / "logs", "ppo_lora"),
-        n_agent=2,
-        batch_size=4,
+        **RUN,
         ppo_epochs=1,
-        max_steps=2,
         learning_rate=1e-3,
         kl_coef=0.05,
         lora=True,
         lora_r=4,
         progress=False,
-        skip_preflight=True,
-        episode=EpisodeConfig(
-            max_turns=2, max_turn_tokens=12, max_completion_tokens=64, obs_max_tokens=12
-        ),
         rewards=RewardOverrides(reward="ddai-phase1"),
     )
     result = run_ppo(cfg, toy.local_backends(toy.corpus()))

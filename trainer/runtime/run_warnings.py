@@ -17,19 +17,17 @@ def no_signal(data: dict[str, Any]) -> str | None:
     summary has ``advantage_abs_max``): its advantages are GAE's over the critic's values, non-zero
     with equal rewards, so it warns only when every one of them was 0."""
     steps = data.get("steps") or 0
-    if "advantage_abs_max" in data:  # PPO: its own GAE advantages, not the groups' variance
-        top = data["advantage_abs_max"]
-        if top is None or top != 0 or steps <= 0:
-            return None
+    ppo = "advantage_abs_max" in data  # PPO: its own GAE advantages, not the groups' variance
+    signal = data.get("advantage_abs_max" if ppo else "informative_group_share")
+    if signal is None or signal != 0 or steps <= 0:
+        return None
+    if ppo:
         return (
             f"every GAE advantage of the run's {steps} step(s) was 0 (zero_advantage_steps "
             f"{data.get('zero_advantage_steps', steps)}): the policy learned nothing from its "
             "rewards. Check the reward backends and --reward weights, the critic (--critic) and "
             "--gamma/--lam"
         )
-    share = data.get("informative_group_share")
-    if share is None or share != 0 or steps <= 0:
-        return None
     return (
         f"no group of the run's {steps} step(s) had reward variance "
         f"(zero_variance_steps {data.get('zero_variance_steps', steps)}): every advantage was 0 "

@@ -261,31 +261,14 @@ def _arrow(df: pl.DataFrame) -> pa.Table:
 def _turns_array(t: pl.DataFrame, sizes: np.ndarray) -> pa.Array:
     """The ``turns`` column: one list of turn structs per completed rollout (``sizes``: each
     rollout's number of turns, in the order of ``t``)."""
-    cols = _arrow(
-        t.select(
-            "turn_idx",
-            "think",
-            "action",
-            "arg",
-            "sep",
-            "forced",
-            "retrieved",
-            "observation",
-            "error",
-        )
-    )
-    fields = {
-        "idx": cols["turn_idx"].combine_chunks().cast(pa.int32()),
-        **{
-            c: cols[c].combine_chunks().cast(pa.string()) for c in ("think", "action", "arg", "sep")
-        },
-        "forced": cols["forced"].combine_chunks(),
-        "retrieved": cols["retrieved"].combine_chunks().cast(pa.list_(pa.string())),
-        "observation": cols["observation"].combine_chunks().cast(pa.string()),
-        "error": cols["error"].combine_chunks().cast(pa.string()),
-        "value": pa.nulls(len(t), pa.float64()),
-    }
-    structs = pa.StructArray.from_arrays(list(fields.values()), fields=list(TURN_TYPE))
+    # each field as TURN_TYPE types it; ``value`` (``ddai value score``'s) is never in the log
+    logged = [f.name for f in TURN_TYPE if f.name != "value"]
+    cols = _arrow(t.rename({"turn_idx": "idx"}).select(logged))
+    arrays = [
+        cols[f.name].combine_chunks().cast(f.type) if f.name in logged else pa.nulls(len(t), f.type)
+        for f in TURN_TYPE
+    ]
+    structs = pa.StructArray.from_arrays(arrays, fields=list(TURN_TYPE))
     offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int32)
     return pa.ListArray.from_arrays(
         du.int_array(offsets, np.int32), structs, type=pa.list_(TURN_TYPE)

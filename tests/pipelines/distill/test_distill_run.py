@@ -10,6 +10,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 from support.turns import render_turns
+from test_distill_stream import RUN, stored
 from typer.testing import CliRunner
 
 from ddai.cli.app import app
@@ -21,7 +22,6 @@ from ddai.pipelines.distill.rewrite import REWRITE_COUNT_MISMATCH, REWRITE_FAILE
 from ddai.pipelines.distill.thinks import split_thinks
 from ddai.pipelines.records.tags import FORCED_COMPLETION, parse_turns
 
-RUN = "gspo_focus_20250101_120000_abcdef12"
 TAG = "abcdef12"
 IM_END = "<|im_end|>"
 
@@ -148,9 +148,7 @@ def world_rows() -> list[dict]:
 
 @pytest.fixture
 def logs(tmp_path) -> Path:
-    logs = tmp_path / "logs"
-    store.write_run(logs, RUN, world_rows())
-    return logs
+    return stored(tmp_path, world_rows())
 
 
 class Misbehaving:
@@ -592,9 +590,7 @@ def test_an_empty_selection_is_an_error_that_writes_nothing(logs, tmp_path):
 
 
 def test_a_run_without_judge_scores_is_refused(tmp_path):
-    logs = tmp_path / "logs"
-    rows = [{**r, "judge_score": None} for r in world_rows()[:8]]
-    store.write_run(logs, RUN, rows)
+    logs = stored(tmp_path, [{**r, "judge_score": None} for r in world_rows()[:8]])
     with pytest.raises(ValueError, match="has no judge") as err:
         run_distill(cfg(logs, tmp_path / "o.parquet", rewrite="none"))
     assert "select successes" in str(err.value)

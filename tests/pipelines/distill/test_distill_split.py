@@ -10,9 +10,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from test_distill_stream import RUN, _rows
+from test_distill_stream import RUN, _rows, stored
 
-from ddai.pipelines import store
 from ddai.pipelines.distill import DistillConfig, findings, formats, run_distill
 from ddai.pipelines.distill.safety import TOO_MANY_SYSTEM_ERRORS
 from ddai.pipelines.distill.stream import Split
@@ -59,9 +58,7 @@ def test_ddai_train1_and_val1_hold_what_the_options_make(ddai_sets):
 
 @pytest.fixture
 def logs(tmp_path) -> Path:
-    logs = tmp_path / "logs"
-    store.write_run(logs, RUN, _rows())
-    return logs
+    return stored(tmp_path, _rows())
 
 
 def cfg(logs: Path, out: Path, **kw) -> DistillConfig:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 from support.distill_reference import read_report, reference
+from support.turns import turn_row
 
 from ddai.pipelines import store
 from ddai.pipelines.backends.identity import IdentityRewriter
@@ -20,14 +21,7 @@ RUN = "gspo_focus_20250101_120000_abcdef12"
 
 
 def _turn(idx, think, action, arg, obs=None):
-    return {
-        "idx": idx,
-        "think": think,
-        "action": action,
-        "arg": arg,
-        "sep": "\n",
-        "observation": obs,
-    }
+    return turn_row(idx, action, arg, think=think, observation=obs)
 
 
 def _rows() -> list[dict]:
@@ -66,11 +60,16 @@ def _rows() -> list[dict]:
     return rows
 
 
+def stored(tmp_path: Path, rows: list[dict]) -> Path:
+    """``rows`` stored as run ``RUN`` in ``tmp_path / "logs"`` (returned)."""
+    logs = tmp_path / "logs"
+    store.write_run(logs, RUN, rows)
+    return logs
+
+
 @pytest.fixture
 def logs(tmp_path) -> Path:
-    logs = tmp_path / "logs"
-    store.write_run(logs, RUN, _rows())
-    return logs
+    return stored(tmp_path, _rows())
 
 
 def cfg(logs: Path, out: Path, **kw) -> DistillConfig:

@@ -91,6 +91,12 @@ def bucket0(tmp_path):
     return write_dataset(tmp_path / "curriculum_bucket_0.parquet", ids), ids
 
 
+@pytest.fixture
+def corpus(tmp_path):
+    """Every page ``bucket0``'s prompts name (their decks 1 to 5)."""
+    return _corpus(tmp_path / "pages.parquet", ["1", "2", "3", "4", "5"])
+
+
 def test_proposals_alone_exclude_nothing(tmp_path, bucket0):
     ds, ids = bucket0
     corpus = _corpus(tmp_path / "pages.parquet", ["1", "2", "3"])  # 4 and 5 missing
@@ -116,9 +122,8 @@ def test_proposals_alone_exclude_nothing(tmp_path, bucket0):
     assert "page says 7" in html and "deck 2 page 2: answer 2" in html
 
 
-def test_person_decisions_exclude_and_win_over_proposals(tmp_path, bucket0):
+def test_person_decisions_exclude_and_win_over_proposals(tmp_path, bucket0, corpus):
     ds, _ = bucket0
-    corpus = _corpus(tmp_path / "pages.parquet", ["1", "2", "3", "4", "5"])
     decisions = tmp_path / "review.csv"
     decisions.write_text(
         "uid,verdict,reason\ntrain_2,ok,verified by hand\ntrain_4,uncertain,blurry\n"
@@ -154,9 +159,8 @@ def test_person_decisions_exclude_and_win_over_proposals(tmp_path, bucket0):
     assert m["params"]["verifier"] == {"name": "scripted"}
 
 
-def test_trust_verifier_excludes_wrong_and_uncertain_but_not_failures(tmp_path, bucket0):
+def test_trust_verifier_excludes_wrong_and_uncertain_but_not_failures(tmp_path, bucket0, corpus):
     ds, _ = bucket0
-    corpus = _corpus(tmp_path / "pages.parquet", ["1", "2", "3", "4", "5"])
     v = ScriptedVerifier({"2": ("wrong", "w"), "3": ("uncertain", "u"), "4": (None, "")})
     res = run_verify(
         VerifyConfig(dataset=ds, out=tmp_path / "o", corpus=corpus, trust_verifier=True),
@@ -169,9 +173,8 @@ def test_trust_verifier_excludes_wrong_and_uncertain_but_not_failures(tmp_path, 
     assert sheet["train_4"]["verdict"] == ""  # a failed call decides nothing
 
 
-def test_review_sheet_round_trips_as_decisions(tmp_path, bucket0):
+def test_review_sheet_round_trips_as_decisions(tmp_path, bucket0, corpus):
     ds, _ = bucket0
-    corpus = _corpus(tmp_path / "pages.parquet", ["1", "2", "3", "4", "5"])
     v = ScriptedVerifier({"3": ("wrong", "proposal")})
     first = run_verify(VerifyConfig(dataset=ds, out=tmp_path / "o", corpus=corpus), verifier=v)
     # A reviewer fills in the verdict column of the sheet and hands it back.
@@ -237,9 +240,8 @@ def test_a_run_that_scores_none_of_the_dataset_is_an_error(tmp_path):
     assert not out.exists()
 
 
-def test_dry_run_counts_calls_and_writes_nothing(tmp_path, bucket0, monkeypatch):
+def test_dry_run_counts_calls_and_writes_nothing(tmp_path, bucket0, monkeypatch, corpus):
     ds, _ = bucket0
-    corpus = _corpus(tmp_path / "pages.parquet", ["1", "2", "3", "4", "5"])
     toml = tmp_path / "ddai.toml"
     toml.write_text(
         '[backends.pricey]\nkind = "openai"\nmodel = "m"\nprice_in_per_mtok = 1.0\n'
@@ -313,14 +315,13 @@ def test_manifest_records_backend_usage_and_skips_rerun(tmp_path, bucket0):
 
 
 def test_failed_verifier_calls_exit_1_are_cached_and_retried_only_when_asked(
-    tmp_path, bucket0, monkeypatch
+    tmp_path, bucket0, monkeypatch, corpus
 ):
     from typer.testing import CliRunner
 
     from ddai.cli.app import app
 
     ds, _ = bucket0
-    corpus = _corpus(tmp_path / "pages.parquet", ["1", "2", "3", "4", "5"])
     toml = tmp_path / "ddai.toml"
     toml.write_text(  # nothing listens on port 9: every call fails with a connection error
         '[backends.down]\nkind = "openai"\nmodel = "m"\nbase_url = "http://127.0.0.1:9/v1"\n'
@@ -356,9 +357,8 @@ def test_preflight_refuses_candidates_whose_pages_the_corpus_lacks(tmp_path, buc
     assert not (tmp_path / "o").exists() or not any((tmp_path / "o").iterdir())
 
 
-def test_preflight_passes_and_is_recorded(tmp_path, bucket0):
+def test_preflight_passes_and_is_recorded(tmp_path, bucket0, corpus):
     ds, _ = bucket0
-    corpus = _corpus(tmp_path / "pages.parquet", ["1", "2", "3", "4", "5"])
     res = run_verify(
         VerifyConfig(dataset=ds, out=tmp_path / "o", corpus=corpus), verifier=ScriptedVerifier({})
     )
@@ -372,12 +372,11 @@ def test_preflight_passes_and_is_recorded(tmp_path, bucket0):
 
 @pytest.mark.parametrize("progress", [True, False])
 def test_the_progress_setting_reaches_the_verifier_backend(
-    tmp_path, bucket0, monkeypatch, progress
+    tmp_path, bucket0, monkeypatch, progress, corpus
 ):
     from ddai.pipelines import backends
 
     ds, _ = bucket0
-    corpus = _corpus(tmp_path / "pages.parquet", ["1", "2", "3", "4", "5"])
     seen = []
 
     def fake_backend(role, name=None, **ctx):

@@ -11,7 +11,7 @@ import pytest
 from support.backends import toy_backends
 from support.lazy import torch
 from support.sampling_reference import recompute_logprobs
-from support.toy_world import make_world, run_fields
+from support.toy_world import QUIET, make_world, run_fields
 
 from ddai.trainer import toy
 from ddai.trainer.common import TrainConfigError
@@ -94,10 +94,7 @@ def _grpo_cfg(world, name, **over):
         batch_size=2,
         max_steps=2,
         learning_rate=1e-3,
-        save_steps=10,
-        report_to="none",
-        skip_preflight=True,
-        progress=False,
+        **QUIET,
         temperature=0.9,
         repetition_penalty=1.2,
         # two mini-batches per generation: TRL computes the old log-probs at generation time

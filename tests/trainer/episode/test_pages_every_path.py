@@ -18,6 +18,7 @@ from support.fakes import RecordingServer
 from support.fakes_search import FakeSearchServer
 from support.page_images import render_page_images, toy_image_corpus
 from support.tiny_vlm import build_tiny_vlm
+from support.toy_world import run_args
 from test_trainer_vlm_grpo import TURNS, Scripted, _decode
 from typer.testing import CliRunner
 
@@ -195,12 +196,7 @@ def test_collect_preflight_refuses_the_text_generator_on_an_image_only_corpus(
             app,
             [
                 "collect",
-                "--model",
-                str(tmp_path / "no-model"),
-                "--data",
-                str(data / "dataset.parquet"),
-                "--corpus",
-                str(corpus),
+                *run_args(tmp_path / "no-model", data / "dataset.parquet", corpus),
                 "--search",
                 "svc",
                 "--logs",

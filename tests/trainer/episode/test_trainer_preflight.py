@@ -9,7 +9,7 @@ from dataclasses import asdict
 
 import pytest
 from support.backends import toy_backends
-from support.toy_world import run_fields, tiny_on_toy
+from support.toy_world import run_args, run_fields, tiny_on_toy
 from typer.testing import CliRunner
 
 from ddai.cli.app import app
@@ -139,12 +139,9 @@ def test_cli_grpo_on_slidevqa_with_the_world_corpus_exits_2_naming_missing_pages
         [
             "train",
             "grpo",
-            "--model",
-            str(tiny),
-            "--data",
-            str(shared / "ddai-data" / "slidevqa_train_6667.parquet"),
-            "--corpus",
-            str(world / "pages.parquet"),
+            *run_args(
+                tiny, shared / "ddai-data" / "slidevqa_train_6667.parquet", world / "pages.parquet"
+            ),
             "--out",
             str(out),
         ],

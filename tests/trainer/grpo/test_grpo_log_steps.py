@@ -4,7 +4,7 @@ several generations (gradient accumulation)."""
 
 from __future__ import annotations
 
-from support.toy_world import run_fields, tiny_on_toy
+from support.toy_world import QUIET, run_fields, tiny_on_toy
 
 from ddai.trainer import toy
 from ddai.trainer.episode.config import EpisodeConfig, RewardOverrides
@@ -24,10 +24,7 @@ def test_grpo_manifest_lists_each_step_once(tmp_path):
         batch_size=2,
         max_steps=3,
         learning_rate=1e-3,
-        save_steps=10,
-        report_to="none",
-        skip_preflight=True,
-        progress=False,
+        **QUIET,
         # two micro-batches per optimizer step: two rollout calls that log the same step
         overrides={"gradient_accumulation_steps": 2, "steps_per_generation": 1},
         episode=EpisodeConfig(

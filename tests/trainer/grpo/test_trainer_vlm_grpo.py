@@ -20,6 +20,7 @@ from support.backends import backend_toml
 from support.fakes import RecordingServer
 from support.page_images import render_page_images, toy_image_corpus
 from support.tiny_vlm import build_tiny_vlm
+from support.toy_world import run_args
 from typer.testing import CliRunner
 
 from ddai.cli.app import app
@@ -141,12 +142,7 @@ def test_local_search_over_an_image_corpus_without_text_exits_2(tmp_path):
         [
             "train",
             "grpo",
-            "--model",
-            str(tmp_path / "no-model"),
-            "--data",
-            str(data / "dataset.parquet"),
-            "--corpus",
-            str(corpus),
+            *run_args(tmp_path / "no-model", data / "dataset.parquet", corpus),
             "--out",
             str(tmp_path / "out"),
             "--observation",
