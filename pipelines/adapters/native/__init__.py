@@ -81,9 +81,10 @@ def _read_parquet(path: Path, ctx: ReaderContext) -> Iterator[SourceRecord | Row
     line = 0
     for batch in pf.iter_batches(batch_size=PARQUET_BATCH):
         ctx.bytes_read += batch.nbytes
-        digests = parquet.digests(batch)
+        df = parquet.frame(batch)
+        digests = parquet.digests(df) if df is not None else None
         if ctx.columnar and digests is not None:
-            got = parquet.to_rows(batch, ctx.run_id, line + 1, digests)
+            got = parquet.to_rows(batch, ctx.run_id, line + 1, digests, df)
             if got is not None:
                 line += batch.num_rows
                 yield from got
