@@ -166,3 +166,29 @@ def test_one_row_hash_per_digest(rows):
     assert got == [h.to_bytes(8, "little") for h in want]
     assert got[3] == got[0] and got[4] != got[0] and len(set(got)) == 4
     assert isinstance(df, pl.DataFrame) and df.height == 5
+
+
+def test_batches_decoded_and_digested_ahead_by_a_thread(tmp_path, rows, monkeypatch):
+    """Each batch is framed and digested in the read-ahead thread, checked in the consumer's;
+    the rows and their order are those of the file."""
+    import threading
+
+    from ddai.pipelines.adapters.native import parquet
+
+    framed: list[int] = []
+    frame = parquet.frame
+
+    def spy(batch):
+        framed.append(threading.get_ident())
+        return frame(batch)
+
+    monkeypatch.setattr(parquet, "frame", spy)
+    monkeypatch.setattr(native, "PARQUET_BATCH", 7)
+    src = tmp_path / "rollouts.parquet"
+    pq.write_table(pa.Table.from_pylist(rows[:30], schema=ROLLOUT_SCHEMA), src, row_group_size=4)
+    got = list(native.read(src, native.ReaderContext(columnar=True)))
+    assert {type(b) for b in got} == {RowBatch}
+    assert len(framed) == 5 and threading.get_ident() not in framed
+    lines = [n for b in got for n in b.lines]
+    assert lines == list(range(1, 31))
+    assert [u for b in got for u in b.table["uid"].to_pylist()] == [r["uid"] for r in rows[:30]]
