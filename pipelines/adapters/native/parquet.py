@@ -25,6 +25,7 @@ import threading
 from collections.abc import Callable
 
 from ddai.pipelines.adapters.base import RowBatch
+from ddai.pipelines.adapters.unified.events import int_array
 from ddai.pipelines.records.deps import duckdb, np, pa, pc, pl
 from ddai.pipelines.records.schema import ACTION_NAMES, INT32_MAX, ROLLOUT_SCHEMA, TERMINATIONS
 from ddai.pipelines.store import check_run_id
@@ -109,29 +110,32 @@ def _extra(table: pa.Table, run_id: str | None) -> pa.ChunkedArray | None:
 
 def _distinct_pairs(extra: pa.ChunkedArray, run: pa.ChunkedArray) -> tuple[pa.Table, pa.Array]:
     """The distinct (``e``: extra, ``r``: run id) pairs of the rows, nulls included, as a table
-    of ``u`` rows, and for each of the ``n`` rows its pair's place in it (int64, shape (n,))."""
+    of ``u`` rows, and for each of the ``n`` rows its pair's place in it (int64, shape (n,)).
+
+    The codes are combined in numpy: no Python scalar reaches pyarrow, whose conversion of one
+    imports pandas (0.3 CPU s of the command)."""
     codes = []
     values = []
     for col in (extra, run):
-        d = pc.dictionary_encode(col.combine_chunks())
+        d = pc.dictionary_encode(col.combine_chunks(), null_encoding="encode")  # null: a value
         values.append(d.dictionary)
-        # a null row gets the code past the dictionary's end
-        codes.append(pc.fill_null(d.indices.cast(pa.int64()), len(d.dictionary)))
-    width = len(values[1]) + 1
-    code = pc.add(pc.multiply(codes[0], width), codes[1])
-    uniq = pc.unique(code)
-    at = pc.index_in(code, value_set=uniq)
-
-    def decode(vals: pa.Array, idx: pa.Array) -> pa.Array:
-        return vals.take(pc.if_else(pc.less(idx, len(vals)), idx, None))
-
+        codes.append(_ints(d.indices))
+    width = len(values[1])
+    uniq, at = np.unique(codes[0] * width + codes[1], return_inverse=True)
     pairs = pa.table(
         {
-            "e": decode(values[0], pc.divide(uniq, width)),
-            "r": decode(values[1], pc.subtract(uniq, pc.multiply(pc.divide(uniq, width), width))),
+            "e": values[0].take(int_array(uniq // width)),
+            "r": values[1].take(int_array(uniq % width)),
         }
     )
-    return pairs, at
+    return pairs, int_array(at)
+
+
+def _ints(arr: pa.Array) -> np.ndarray:
+    """A null-free Arrow integer array's values as int64 (read off its buffer: ``to_numpy``
+    imports pandas)."""
+    raw = np.frombuffer(arr.buffers()[1], np.dtype(f"int{arr.type.bit_width}"))
+    return raw[arr.offset : arr.offset + len(arr)].astype(np.int64)
 
 
 def _rows_ok(df: pl.DataFrame, run_given: bool) -> bool:
@@ -199,7 +203,8 @@ def to_rows(
     if not _rows_ok(df, run_id is not None):
         return None
     out = _derive(table, df, run_id)
-    runs = out["run_id"].unique().to_pylist()
+    d = pc.dictionary_encode(out["run_id"].combine_chunks())  # (no null: _rows_ok, run_id)
+    runs = d.dictionary.to_pylist()
     try:
         for r in runs:
             check_run_id(r)
@@ -208,17 +213,17 @@ def to_rows(
     if len(runs) == 1:  # the common case: the batch as it is
         lines = list(range(first_row, first_row + out.num_rows))
         return [RowBatch(out, runs[0], lines, list(row_digests), _raw(table))]
-    lines_at = np.arange(first_row, first_row + out.num_rows)
+    codes = _ints(d.indices)
     batches = []
-    for r in runs:
-        mask = pc.equal(out["run_id"], r)
-        idx = np.flatnonzero(mask.to_numpy(zero_copy_only=False))
+    for j, r in enumerate(runs):  # (in order of first appearance)
+        idx = np.flatnonzero(codes == j)
+        at = int_array(idx)
         rows = RowBatch(
-            out.filter(mask),
+            out.take(at),
             r,
-            lines_at[idx].tolist(),
+            (idx + first_row).tolist(),
             [row_digests[i] for i in idx],
-            _raw(table.take(pa.array(idx))),
+            _raw(table.take(at)),
         )
         batches.append(rows)
     return batches
