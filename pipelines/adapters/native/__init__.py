@@ -1,9 +1,10 @@
 """ddai's own rollout files: JSONL (one rollout object per line) or Parquet in the log's shape.
 
 The reader reads in columns: JSONL in byte batches of whole lines (``jsonl``), Parquet by record
-batch (``parquet``), each batch checked and derived as ``normalize_rollout`` would per row. It
-reads row by row (each object handed to ingest as it is, where ``normalize_rollout`` reads it)
-only where columns cannot give the per-row result:
+batch (``parquet``; the next batch decoded and digested by a thread meanwhile, ``read_ahead``),
+each batch checked and derived as ``normalize_rollout`` would per row. It reads row by row
+(each object handed to ingest as it is, where ``normalize_rollout`` reads it) only where columns
+cannot give the per-row result:
 
 - a JSONL batch that is not clean (``line_batches``: a blank or unterminated line, a control byte,
   a surrogate escape, invalid UTF-8, deep nesting, an integer past float64's precision): each line
