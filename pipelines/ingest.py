@@ -32,9 +32,10 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeR
 from ddai.pipelines import adapters, store
 from ddai.pipelines.adapters.base import ReaderContext, RowBatch, SourceRecord, error_detail
 from ddai.pipelines.adapters.side import SideTables
+from ddai.pipelines.adapters.unified.events import int_array
 from ddai.pipelines.adapters.verl.ids import UidMapper
 from ddai.pipelines.ingest_config import IngestConfig
-from ddai.pipelines.records.deps import pa, pc
+from ddai.pipelines.records.deps import np, pa, pc
 from ddai.pipelines.records.row_checks import DUPLICATE_KEY, DuplicateKeys
 from ddai.pipelines.records.schema import RowError, normalize_rollout
 from ddai.pipelines.store import (
@@ -666,15 +667,12 @@ def _route_batch(b: RowBatch, src: Path, r: _Routing) -> str:
         rec = SourceRecord(None, b.lines[i], b.raw(i), reason, detail, run_id=run)
         r.quarantine.add(run, src, rec, reason, detail)
     if flagged:
-        flags = table["flags"].to_pylist()
-        for i in flagged:
-            flags[i] = sorted({*(flags[i] or ()), DUPLICATE_KEY})
-        table = table.set_column(
-            table.schema.get_field_index("flags"), "flags", pa.array(flags, table["flags"].type)
-        )
+        at = table.schema.get_field_index("flags")
+        table = table.set_column(at, "flags", _with_duplicate_key(table["flags"], flagged))
     if drop:
-        gone = set(drop)
-        table = table.filter(pa.array([i not in gone for i in range(table.num_rows)]))
+        keep = np.ones(table.num_rows, bool)
+        keep[drop] = False
+        table = table.take(int_array(np.flatnonzero(keep)))
     if not table.num_rows:  # as for single rows: no writer for a run that keeps nothing
         return run
     if table["flags"].null_count < table.num_rows:  # the kept rows' flags, as for single rows
@@ -682,3 +680,29 @@ def _route_batch(b: RowBatch, src: Path, r: _Routing) -> str:
     r.writer(run).add_table(table)
     c.rollouts_out += table.num_rows
     return run
+
+
+def _with_duplicate_key(flags: pa.ChunkedArray, rows: list[int]) -> pa.Array:
+    """``flags`` (list<string>, one per row) with ``duplicate_key`` added at ``rows``, each list
+    sorted and without repeats as for single rows. Built from buffers when every row's flags are
+    null (a columnar reader's rows), with no Python object per row; through lists otherwise."""
+    n = len(flags)
+    if flags.null_count < n:
+        lists = flags.to_pylist()
+        for i in rows:
+            lists[i] = sorted({*(lists[i] or ()), DUPLICATE_KEY})
+        return pa.array(lists, flags.type)
+    mark = np.zeros(n, bool)
+    mark[rows] = True
+    k = int(mark.sum())
+    word = DUPLICATE_KEY.encode()
+    values = pa.Array.from_buffers(
+        pa.string(),
+        k,
+        [None, pa.py_buffer(np.arange(k + 1, dtype=np.int32) * len(word)), pa.py_buffer(word * k)],
+    )
+    offsets = np.concatenate([[0], np.cumsum(mark)]).astype(np.int32)
+    valid = np.packbits(mark, bitorder="little")
+    return pa.ListArray.from_buffers(
+        flags.type, n, [pa.py_buffer(valid), pa.py_buffer(offsets)], children=[values]
+    )

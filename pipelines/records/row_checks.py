@@ -19,11 +19,11 @@ quarantine; re-ingest without ``--append`` to replace the run instead.
 Keys are held as the (step, uid, rollout_idx) tuples themselves, in a dict keyed by them: Python
 hashes each key in C and compares keys exactly when two hashes meet, so a hash collision never
 makes two rollouts duplicates. A batch read in columns is checked with set operations on its keys
-(``check_batch``): only the rows whose key meets another go through a Python call. Contents are 16-byte
-digests (the reader's). Memory grows by about 210 bytes per rollout with 36-character uids, the
-content digests aside (the key tuple, its uid string, the dict entry; 16-byte key digests took
-about 100): about 110 MB more at 1M rollouts, for no per-row work. The stored keys of an
-appended-to run take as much each.
+(``check_batch``): only the rows whose key meets another go through a Python call. Contents are
+the reader's digests (16 bytes of a line's hash; 8, one polars row hash, for a Parquet row).
+Memory grows by about 210 bytes per rollout with 36-character uids, the content digests aside
+(the key tuple, its uid string, the dict entry; 16-byte key digests took about 100): about 110 MB
+more at 1M rollouts, for no per-row work. The stored keys of an appended-to run take as much each.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """ddai's own rollout files: JSONL (one rollout object per line) or Parquet in the log's shape.
 
 The reader reads in columns: JSONL in byte batches of whole lines (``jsonl``), Parquet by record
-batch (``parquet``), each batch checked and derived as ``normalize_rollout`` would per row. It
-reads row by row (each object handed to ingest as it is, where ``normalize_rollout`` reads it)
-only where columns cannot give the per-row result:
+batch (``parquet``; the next batch decoded and digested by a thread meanwhile, ``read_ahead``),
+each batch checked and derived as ``normalize_rollout`` would per row. It reads row by row
+(each object handed to ingest as it is, where ``normalize_rollout`` reads it) only where columns
+cannot give the per-row result:
 
 - a JSONL batch that is not clean (``line_batches``: a blank or unterminated line, a control byte,
   a surrogate escape, invalid UTF-8, deep nesting, an integer past float64's precision): each line
@@ -18,6 +19,7 @@ only where columns cannot give the per-row result:
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -33,6 +35,7 @@ from ddai.pipelines.adapters.base import (
 from ddai.pipelines.adapters.line_batches import LineBatch, read_lines
 from ddai.pipelines.adapters.native import jsonl, parquet
 from ddai.pipelines.adapters.peek import first_object
+from ddai.pipelines.adapters.read_ahead import read_ahead
 from ddai.pipelines.records.deps import pq
 
 PARQUET_BATCH = 16_384
@@ -78,12 +81,29 @@ def _run(obj: dict) -> str | None:
 
 def _read_parquet(path: Path, ctx: ReaderContext) -> Iterator[SourceRecord | RowBatch]:
     pf = pq.ParquetFile(path)
+    # Decoded, framed and digested one batch ahead by one thread (pyarrow and polars release the
+    # GIL), while this one checks and routes the batch before; no pyarrow pool per column: on
+    # row groups of a few hundred rows, its threads cost more CPU than they save.
+    batches = pf.iter_batches(batch_size=PARQUET_BATCH, use_threads=False)
+    digested = (_digested(batch) for batch in batches)
+    with contextlib.closing(read_ahead(digested, name=f"read {path.name}")) as ahead:
+        yield from _parquet_batches(ahead, ctx)
+
+
+def _digested(batch: Any) -> tuple[Any, Any, list[bytes] | None]:
+    """The batch, its polars frame (None: a type polars does not take) and row digests."""
+    df = parquet.frame(batch)
+    return batch, df, parquet.digests(df) if df is not None else None
+
+
+def _parquet_batches(
+    batches: Iterator[tuple[Any, Any, list[bytes] | None]], ctx: ReaderContext
+) -> Iterator[SourceRecord | RowBatch]:
     line = 0
-    for batch in pf.iter_batches(batch_size=PARQUET_BATCH):
+    for batch, df, digests in batches:
         ctx.bytes_read += batch.nbytes
-        digests = parquet.digests(batch)
         if ctx.columnar and digests is not None:
-            got = parquet.to_rows(batch, ctx.run_id, line + 1, digests)
+            got = parquet.to_rows(batch, ctx.run_id, line + 1, digests, df)
             if got is not None:
                 line += batch.num_rows
                 yield from got

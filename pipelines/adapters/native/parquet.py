@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 
 from ddai.pipelines.adapters.base import RowBatch
+from ddai.pipelines.adapters.unified.events import int_array
 from ddai.pipelines.records.deps import duckdb, np, pa, pc, pl
 from ddai.pipelines.records.schema import ACTION_NAMES, INT32_MAX, ROLLOUT_SCHEMA, TERMINATIONS
 from ddai.pipelines.store import check_run_id
@@ -32,16 +34,31 @@ _FLOATS = ("judge_score", "ndcg", "reward", "advantage")
 _INTS = ("step", "sample_idx", "num_turns")
 
 
-def digests(batch: pa.RecordBatch) -> list[bytes] | None:
-    """A 16-byte digest per row of the source batch (two seeded row hashes), or None when the
-    batch's types cannot be hashed (the per-row path then digests each row's JSON)."""
+def frame(batch: pa.RecordBatch) -> pl.DataFrame | None:
+    """The batch as a polars frame (read once, for its digests and its checks), or None when
+    polars does not take one of its Arrow types (the per-row path then reads the batch)."""
     try:
-        df = pl.from_arrow(pa.Table.from_batches([batch]))
-        h = np.stack([df.hash_rows(seed=s).to_numpy() for s in (11, 23)], axis=1)
+        return pl.from_arrow(pa.Table.from_batches([batch]))
     except Exception:  # an Arrow type polars does not take
         return None
+
+
+def digests(df: pl.DataFrame) -> list[bytes] | None:
+    """An 8-byte digest per row of the source batch (``frame``: one seeded row hash), or None
+    when its types cannot be hashed (the per-row path then digests each row's JSON).
+
+    Digests are compared only between rows of one run with the same (step, uid, rollout_idx)
+    key (``row_checks``): a collision would quarantine a same-key row of other content as a
+    repeat instead of flagging it. For the hash's random collisions, 64 bits put that at
+    2^-64 (5e-20) per same-key pair; a second seed of the same hash (128 bits, as before) only
+    guards against those, not against the function's own collisions (which repeat under any
+    seed), and cost as much again (0.45 CPU s at 200k rollouts)."""
+    try:
+        h = df.hash_rows(seed=11).to_numpy()
+    except Exception:  # a type polars cannot hash
+        return None
     buf = np.ascontiguousarray(h, dtype="<u8").tobytes()
-    return [buf[i : i + 16] for i in range(0, len(buf), 16)]
+    return [buf[i : i + 8] for i in range(0, len(buf), 8)]
 
 
 def _schema_ok(schema: pa.Schema) -> bool:
@@ -93,29 +110,32 @@ def _extra(table: pa.Table, run_id: str | None) -> pa.ChunkedArray | None:
 
 def _distinct_pairs(extra: pa.ChunkedArray, run: pa.ChunkedArray) -> tuple[pa.Table, pa.Array]:
     """The distinct (``e``: extra, ``r``: run id) pairs of the rows, nulls included, as a table
-    of ``u`` rows, and for each of the ``n`` rows its pair's place in it (int64, shape (n,))."""
+    of ``u`` rows, and for each of the ``n`` rows its pair's place in it (int64, shape (n,)).
+
+    The codes are combined in numpy: no Python scalar reaches pyarrow, whose conversion of one
+    imports pandas (0.3 CPU s of the command)."""
     codes = []
     values = []
     for col in (extra, run):
-        d = pc.dictionary_encode(col.combine_chunks())
+        d = pc.dictionary_encode(col.combine_chunks(), null_encoding="encode")  # null: a value
         values.append(d.dictionary)
-        # a null row gets the code past the dictionary's end
-        codes.append(pc.fill_null(d.indices.cast(pa.int64()), len(d.dictionary)))
-    width = len(values[1]) + 1
-    code = pc.add(pc.multiply(codes[0], width), codes[1])
-    uniq = pc.unique(code)
-    at = pc.index_in(code, value_set=uniq)
-
-    def decode(vals: pa.Array, idx: pa.Array) -> pa.Array:
-        return vals.take(pc.if_else(pc.less(idx, len(vals)), idx, None))
-
+        codes.append(_ints(d.indices))
+    width = len(values[1])
+    uniq, at = np.unique(codes[0] * width + codes[1], return_inverse=True)
     pairs = pa.table(
         {
-            "e": decode(values[0], pc.divide(uniq, width)),
-            "r": decode(values[1], pc.subtract(uniq, pc.multiply(pc.divide(uniq, width), width))),
+            "e": values[0].take(int_array(uniq // width)),
+            "r": values[1].take(int_array(uniq % width)),
         }
     )
-    return pairs, at
+    return pairs, int_array(at)
+
+
+def _ints(arr: pa.Array) -> np.ndarray:
+    """A null-free Arrow integer array's values as int64 (read off its buffer: ``to_numpy``
+    imports pandas)."""
+    raw = np.frombuffer(arr.buffers()[1], np.dtype(f"int{arr.type.bit_width}"))
+    return raw[arr.offset : arr.offset + len(arr)].astype(np.int64)
 
 
 def _rows_ok(df: pl.DataFrame, run_given: bool) -> bool:
@@ -154,12 +174,18 @@ def _rows_ok(df: pl.DataFrame, run_given: bool) -> bool:
 
 
 def to_rows(
-    batch: pa.RecordBatch, run_id: str | None, first_row: int, row_digests: list[bytes]
+    batch: pa.RecordBatch,
+    run_id: str | None,
+    first_row: int,
+    row_digests: list[bytes],
+    df: pl.DataFrame | None = None,
 ) -> list[RowBatch] | None:
-    """The batch's rollouts, one ``RowBatch`` per run, or None to read it per row."""
+    """The batch's rollouts, one ``RowBatch`` per run, or None to read it per row. ``df``: the
+    batch as ``frame`` read it (its checks reuse it instead of converting the batch again)."""
     if not _schema_ok(batch.schema):
         return None
     table = pa.Table.from_batches([batch])
+    whole = len(table.column_names) == len(ROLLOUT_SCHEMA)  # (_schema_ok: no other column)
     for f in ROLLOUT_SCHEMA:
         if f.name not in table.column_names:
             table = table.append_column(f, pa.nulls(table.num_rows, f.type))
@@ -172,9 +198,43 @@ def to_rows(
     if extra is None:
         return None
     table = table.set_column(table.schema.get_field_index("extra"), "extra", extra)
-    df = pl.from_arrow(table)
+    if df is None or not whole:  # (the checks and derivations below read no ``extra``)
+        df = pl.from_arrow(table)
     if not _rows_ok(df, run_id is not None):
         return None
+    out = _derive(table, df, run_id)
+    d = pc.dictionary_encode(out["run_id"].combine_chunks())  # (no null: _rows_ok, run_id)
+    runs = d.dictionary.to_pylist()
+    try:
+        for r in runs:
+            check_run_id(r)
+    except (ValueError, TypeError):
+        return None
+    if len(runs) == 1:  # the common case: the batch as it is
+        lines = list(range(first_row, first_row + out.num_rows))
+        return [RowBatch(out, runs[0], lines, list(row_digests), _raw(table))]
+    codes = _ints(d.indices)
+    batches = []
+    for j, r in enumerate(runs):  # (in order of first appearance)
+        idx = np.flatnonzero(codes == j)
+        at = int_array(idx)
+        rows = RowBatch(
+            out.take(at),
+            r,
+            (idx + first_row).tolist(),
+            [row_digests[i] for i in idx],
+            _raw(table.take(at)),
+        )
+        batches.append(rows)
+    return batches
+
+
+def _derive(table: pa.Table, df: pl.DataFrame, run_id: str | None) -> pa.Table:
+    """``table`` with ``num_turns``, ``terminated`` and ``format_ok`` derived where missing
+    (from the turns, as ``normalize_rollout`` does) and ``run_id`` set to ``run_id`` when given.
+    Only those columns go through polars and back (``df``: the same rows); the others are the
+    source's Arrow arrays as they are (a round trip of every column through polars cost 0.8 CPU
+    s at 200k rollouts)."""
     turns = pl.col("turns")
     last = turns.list.last()
     has = turns.is_not_null()
@@ -199,32 +259,24 @@ def to_rows(
             ),
         ),
     }
-    if run_id is not None:
-        derived["run_id"] = pl.lit(run_id)
-    out = df.with_columns(**derived).to_arrow().cast(ROLLOUT_SCHEMA)
-    runs = out["run_id"].unique().to_pylist()
-    try:
-        for r in runs:
-            check_run_id(r)
-    except (ValueError, TypeError):
-        return None
-    lines = np.arange(first_row, first_row + out.num_rows)
-    batches = []
-    for r in runs:
-        mask = pc.equal(out["run_id"], r) if len(runs) > 1 else None
-        sel = out if mask is None else out.filter(mask)
-        idx = (
-            np.arange(out.num_rows)
-            if mask is None
-            else np.flatnonzero(mask.to_numpy(zero_copy_only=False))
-        )
-        src_rows = table.take(pa.array(idx)) if mask is not None else table
+    if run_id is not None:  # (a literal beside column expressions: one value per row)
+        derived["run_id"] = pl.lit(run_id, pl.String)
+    cols = df.select(**derived).to_arrow()
+    for name in cols.column_names:
+        i = ROLLOUT_SCHEMA.get_field_index(name)
+        f = ROLLOUT_SCHEMA.field(i)
+        table = table.set_column(i, f, cols[name].cast(f.type))
+    return table.cast(ROLLOUT_SCHEMA)
 
-        def raw(i: int, src_rows: pa.Table = src_rows) -> str:
-            row = src_rows.slice(i, 1).to_pylist()[0]
-            if isinstance(row.get("reward_parts"), list):  # as the per-row path reads it
-                row["reward_parts"] = dict(row["reward_parts"])
-            return json.dumps(row, default=str)
 
-        batches.append(RowBatch(sel, r, lines[idx].tolist(), [row_digests[i] for i in idx], raw))
-    return batches
+def _raw(src_rows: pa.Table) -> Callable[[int], str]:
+    """Row ``i`` of ``src_rows`` as the per-row path writes it (for the quarantine entry of a
+    repeat)."""
+
+    def raw(i: int) -> str:
+        row = src_rows.slice(i, 1).to_pylist()[0]
+        if isinstance(row.get("reward_parts"), list):  # as the per-row path reads it
+            row["reward_parts"] = dict(row["reward_parts"])
+        return json.dumps(row, default=str)
+
+    return raw

@@ -127,3 +127,68 @@ def test_extra_once_per_distinct_pair():
     ]
     bad = pa.table({"extra": pa.array(["{}", "[1]"]), "run_id": pa.array(["x", "x"])})
     assert parquet._extra(bad, None) is None  # not an object: the batch goes by rows
+
+
+def test_columns_not_derived_stay_the_source_arrays(rows):
+    """Only the derived columns go through polars: the others are the batch's own Arrow buffers
+    (no copy of the turns, the answers and the pages per batch)."""
+    from ddai.pipelines.adapters.native import parquet
+
+    some = [dict(r) for r in rows[:12]]
+    for r in some[:4]:
+        r.update(num_turns=None, terminated=None)
+    batch = pa.Table.from_pylist(some, schema=ROLLOUT_SCHEMA).combine_chunks().to_batches()[0]
+    df = parquet.frame(batch)
+    (got,) = parquet.to_rows(batch, None, 1, parquet.digests(df), df)
+    for name in ("question", "turns", "answer", "reference_pages", "reward_parts"):
+        src, out = batch.column(name), got.table[name].chunk(0)
+        assert [b.address for b in src.buffers() if b] == [b.address for b in out.buffers() if b]
+    assert got.table["num_turns"].to_pylist()[:4] == [len(r["turns"]) for r in some[:4]]
+    assert got.table["terminated"].null_count == 0
+    assert got.table.schema == ROLLOUT_SCHEMA
+
+
+def test_one_row_hash_per_digest(rows):
+    """Each row's digest is one seeded 64-bit polars row hash (8 bytes): equal rows share it,
+    a row differing in one nested value does not."""
+    import polars as pl
+
+    from ddai.pipelines.adapters.native import parquet
+
+    some = [dict(r) for r in rows[:3]]
+    turns = [dict(t) for t in some[0]["turns"]]
+    turns[-1] = {**turns[-1], "think": (turns[-1]["think"] or "") + "."}
+    some += [dict(some[0]), {**some[0], "turns": turns}]
+    batch = pa.Table.from_pylist(some, schema=ROLLOUT_SCHEMA).to_batches()[0]
+    df = parquet.frame(batch)
+    got = parquet.digests(df)
+    want = df.hash_rows(seed=11).to_list()
+    assert got == [h.to_bytes(8, "little") for h in want]
+    assert got[3] == got[0] and got[4] != got[0] and len(set(got)) == 4
+    assert isinstance(df, pl.DataFrame) and df.height == 5
+
+
+def test_batches_decoded_and_digested_ahead_by_a_thread(tmp_path, rows, monkeypatch):
+    """Each batch is framed and digested in the read-ahead thread, checked in the consumer's;
+    the rows and their order are those of the file."""
+    import threading
+
+    from ddai.pipelines.adapters.native import parquet
+
+    framed: list[int] = []
+    frame = parquet.frame
+
+    def spy(batch):
+        framed.append(threading.get_ident())
+        return frame(batch)
+
+    monkeypatch.setattr(parquet, "frame", spy)
+    monkeypatch.setattr(native, "PARQUET_BATCH", 7)
+    src = tmp_path / "rollouts.parquet"
+    pq.write_table(pa.Table.from_pylist(rows[:30], schema=ROLLOUT_SCHEMA), src, row_group_size=4)
+    got = list(native.read(src, native.ReaderContext(columnar=True)))
+    assert {type(b) for b in got} == {RowBatch}
+    assert len(framed) == 5 and threading.get_ident() not in framed
+    lines = [n for b in got for n in b.lines]
+    assert lines == list(range(1, 31))
+    assert [u for b in got for u in b.table["uid"].to_pylist()] == [r["uid"] for r in rows[:30]]
