@@ -185,3 +185,54 @@ def test_ddai_trainers_loss_gradients_equal_trls_and_skip_the_observations(tmp_p
     for name, g in out["trl"][1].items():
         torch.testing.assert_close(out["ddai"][1][name], g, atol=1e-6, rtol=0, msg=name)
     assert any(g.abs().max() > 0 for g in out["trl"][1].values())
+
+
+def test_old_and_reference_logps_are_zero_off_the_policy_tokens(tmp_path, monkeypatch):
+    """The old and reference log-probs TRL computes while scoring a batch come back 0 off the
+    policy tokens (as the loss pass's are: a ratio ``exp(new - old)`` there stays 1, never an
+    overflow times a zero mask), and unchanged on them."""
+    from datasets import Dataset
+    from support.trl_loss import grpo_args
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+    from trl import GRPOTrainer
+
+    from ddai.trainer.trl_compat import grpo_trainer_class
+
+    _, att, keep = _batch()
+    tool = keep.long() | (att[:, 5:] == 0).long()
+    old = -torch.rand(3, 12) * 90 - 1  # exp(0 - old) overflows float32 at -89 and below
+    scored = {
+        "completion_mask": att[:, 5:],
+        "tool_mask": tool,
+        "old_per_token_logps": old.clone(),
+        "ref_per_token_logps": old.clone() - 1,
+        "advantages": torch.zeros(3),
+    }
+    monkeypatch.setattr(
+        GRPOTrainer, "_generate_and_score_completions", lambda self, inputs: dict(scored)
+    )
+    rollout = _TextRollout()
+    rollout.vision_fields = None
+    rollout.store = SimpleNamespace(group_rewards=lambda keys: {}, pop=lambda key: None)
+    args = grpo_args(str(tmp_path))
+    args.per_device_train_batch_size = args.num_generations = 3
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer(models.WordLevel({f"t{i}": i for i in range(97)}, "t0")),
+        pad_token="t0",
+        eos_token="t1",
+    )
+    trainer = grpo_trainer_class()(
+        model=_model(torch.float32),
+        reward_funcs=lambda completions, **kw: [0.0] * len(completions),
+        args=args,
+        train_dataset=Dataset.from_dict({"prompt": ["a"]}),
+        processing_class=tok,
+        ddai_rollout=rollout,
+        ddai_log=None,
+    )
+    out = trainer._generate_and_score_completions([{"episode_key": k} for k in "abc"])
+    kept = keep & att[:, 5:].bool()
+    for name, want in (("old_per_token_logps", old), ("ref_per_token_logps", old - 1)):
+        assert torch.equal(out[name][kept], want[kept])
+        assert out[name][~kept].abs().max() == 0
