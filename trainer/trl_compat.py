@@ -8,13 +8,13 @@ public lives here, and ``check_trl_internals`` checks it against the installed T
   (``processed_logps``: TRL's fused head divides by the temperature only, which would make a run
   with a repetition penalty or top-p silently off-policy), and feeds the rollouts' images into
   every log-prob pass; ``_compute_loss``: TRL's loss, then the clip's record of the mini-batch,
-  ``ClipStats``, read from the loss pass's log-probs and TRL's logged clipped share). Every
-  log-prob pass scores the policy tokens only (``policy_logps``): observation tokens, masked out
-  of the loss by ``env_mask``, go through the backbone as context but not through the LM head
-  (TRL's fused head is handed labels of -100 there and, on the CPU too, projects only the kept
-  positions, ``compact_fused_head``); their log-probs and entropies are 0 in every pass (old,
-  reference, loss), so the ratios TRL forms there stay finite. The class is built, and TRL
-  checked, on first use.
+  ``ClipStats``, read from the loss pass's log-probs and TRL's logged clipped share). The loss
+  pass of a text policy scores the policy tokens only (``policy_logps``): observation tokens,
+  masked out of the loss by ``env_mask``, go through the backbone as context but not through the
+  LM head (TRL's fused head is handed labels of -100 there and, on the CPU too, projects only the
+  kept positions, ``compact_fused_head``). Their log-probs and entropies are 0 in every pass (the
+  old and reference passes still score them, then are zeroed there), so the ratios TRL forms
+  there stay finite. The class is built, and TRL checked, on first use.
 - ``rollout_inputs`` and ``generation_model``: what the rollout function reads from the trainer
   (the side channel, the group size, TRL's generation context with its private ``_dist``).
   The fence imports nothing of the episode layer (``trainer/episode``): the trainer is handed its
