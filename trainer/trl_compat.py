@@ -8,8 +8,13 @@ public lives here, and ``check_trl_internals`` checks it against the installed T
   (``processed_logps``: TRL's fused head divides by the temperature only, which would make a run
   with a repetition penalty or top-p silently off-policy), and feeds the rollouts' images into
   every log-prob pass; ``_compute_loss``: TRL's loss, then the clip's record of the mini-batch,
-  ``ClipStats``, read from the loss pass's log-probs and TRL's logged clipped share). The class
-  is built, and TRL checked, on first use.
+  ``ClipStats``, read from the loss pass's log-probs and TRL's logged clipped share). The loss
+  pass of a text policy scores the policy tokens only (``policy_logps``): observation tokens,
+  masked out of the loss by ``env_mask``, go through the backbone as context but not through the
+  LM head (TRL's fused head is handed labels of -100 there and, on the CPU too, projects only the
+  kept positions, ``compact_fused_head``). Their log-probs and entropies are 0 in every pass (the
+  old and reference passes still score them, then are zeroed there), so the ratios TRL forms
+  there stay finite. The class is built, and TRL checked, on first use.
 - ``rollout_inputs`` and ``generation_model``: what the rollout function reads from the trainer
   (the side channel, the group size, TRL's generation context with its private ``_dist``).
   The fence imports nothing of the episode layer (``trainer/episode``): the trainer is handed its
@@ -20,6 +25,9 @@ public lives here, and ``check_trl_internals`` checks it against the installed T
   modules the other trainers use (PPO's sampling, GRPO's preflight; PPO's dropout off). Every
   other ``trl`` import in ddai is a name of TRL's public top level (``tests/test_architecture.py``
   checks it).
+
+Longer than 400 lines because it is the one fence: splitting it would make two places that reach
+into TRL's private API.
 
 ``pyproject.toml`` pins ``trl`` to the minor range these were tested with. When TRL changes any
 of them, ``check_trl_internals`` names what changed instead of letting a run fail deep inside a
@@ -56,6 +64,10 @@ GRPO_METHODS: dict[str, tuple[str, ...]] = {
 }
 # Text ``_compute_loss`` must hold: the clipped share ``ClipStats`` reads after each loss.
 CLIP_METRIC = 'self._metrics[mode]["clip_ratio/region_mean"]'
+
+# Text TRL's fused LM head must hold: where it decides to project only the kept positions (on
+# Triton devices) or every position (elsewhere); ``compact_fused_head`` widens it to the CPU.
+COMPACT_SOURCE = "compact = _use_triton(hidden_states.device)"
 
 # Attributes of a built GRPOTrainer the rollout reads: name -> why.
 GRPO_ATTRIBUTES = {
@@ -97,6 +109,12 @@ def _problems(grpo_cls: Any) -> list[str]:
             out.append("trl.distributed.DistributedBackend.summon_full_params is gone")
     if "self._dist =" not in inspect.getsource(grpo_cls.__init__):
         out.append("GRPOTrainer.__init__ no longer sets self._dist (a DistributedBackend)")
+    import trl.trainer.utils as trl_utils
+
+    if not callable(getattr(trl_utils, "_use_triton", None)) or COMPACT_SOURCE not in (
+        inspect.getsource(trl_utils.add_fused_lm_head)
+    ):
+        out.append(f"trl.trainer.utils.add_fused_lm_head no longer holds `{COMPACT_SOURCE}`")
     loss = getattr(grpo_cls, "_compute_loss", None)
     if loss is not None and CLIP_METRIC not in inspect.getsource(loss):
         out.append(f"GRPOTrainer._compute_loss no longer logs {CLIP_METRIC}")
@@ -202,6 +220,72 @@ def processed_logps(
     return logps, ents, None
 
 
+@contextlib.contextmanager
+def compact_fused_head() -> Iterator[None]:
+    """Within the block, TRL's fused LM head projects only the positions whose label is kept on
+    the CPU too (TRL does so on Triton devices and projects every position elsewhere, so that
+    Neuron's tile shapes stay fixed; the CPU has no such shapes). The per-token results are the
+    same; the head's work shrinks to the kept positions."""
+    import trl.trainer.utils as trl_utils
+
+    original = trl_utils._use_triton
+    trl_utils._use_triton = lambda device: device.type == "cpu" or original(device)
+    try:
+        yield
+    finally:
+        trl_utils._use_triton = original
+
+
+def policy_logps(
+    trainer: Any,
+    model: Any,
+    input_ids: Any,
+    attention_mask: Any,
+    logits_to_keep: int,
+    keep: Any,
+    batch_size: int,
+    *,
+    entropy: bool,
+    aux_loss: bool,
+) -> tuple[Any, Any, Any]:
+    """TRL's ``(logps [n, K], entropies [n, K] or None, aux loss or None)`` of the last ``K`` =
+    ``logits_to_keep`` tokens of ``input_ids [n, L]``, scored only where ``keep [n, K]`` (the
+    policy tokens; 0 elsewhere): TRL's own pass (its fused head, its chunks of ``batch_size``
+    rows), with the observation tokens' labels set to -100 so that the head skips them."""
+    import torch
+
+    logps, ents, auxes = [], [], []
+    for start in range(0, input_ids.size(0), batch_size):
+        end = min(start + batch_size, input_ids.size(0))
+        ids, mask = input_ids[start:end], attention_mask[start:end]
+        labels = ids.masked_fill(mask == 0, -100)
+        labels[:, :-logits_to_keep] = -100
+        labels[:, -logits_to_keep:].masked_fill_(~keep[start:end], -100)
+        extra = {"output_router_logits": True} if aux_loss else {}
+        with compact_fused_head(), trainer.accelerator.autocast():
+            out = model(
+                input_ids=ids, attention_mask=mask, labels=labels, fused_lm_head=True, **extra
+            )
+        logps.append(out.log_probs[:, -logits_to_keep:])
+        if entropy:
+            ents.append(out.entropy[:, -logits_to_keep:])
+        if aux_loss:
+            auxes.append(out.aux_loss)
+    return (
+        torch.cat(logps),
+        torch.cat(ents) if entropy else None,
+        torch.stack(auxes).mean() if aux_loss else None,
+    )
+
+
+def zero_outside(x: Any, keep: Any) -> Any:
+    """``x [n, K]`` with 0 where ``keep [n, K]`` is false (``where``, not a product: a -inf there
+    would turn into NaN)."""
+    import torch
+
+    return None if x is None else torch.where(keep, x, torch.zeros((), dtype=x.dtype))
+
+
 def grpo_trainer_class() -> type:
     """``DdaiGRPOTrainer``, built on first use (importing TRL is slow) after
     ``check_trl_internals`` has checked every private method it overrides."""
@@ -226,6 +310,8 @@ def grpo_trainer_class() -> type:
             self.ddai_generated_at = 0
             """The optimizer step count when the batch being trained on was generated."""
             self.ddai_capture: list[Any] | None = None
+            self.ddai_keep: Any = None
+            """The loss pass's policy-token mask ``[n, K]`` (bool) while ``_compute_loss`` runs."""
 
         def _generate_and_score_completions(self, inputs):
             self.ddai_inputs = inputs
@@ -238,6 +324,12 @@ def grpo_trainer_class() -> type:
                 # them back to ``_get_per_token_logps_and_entropies`` in the loss.
                 out.update(self.ddai_rollout.vision_fields)
                 self.ddai_rollout.vision_fields = None
+            if "tool_mask" in out:
+                # The old and reference log-probs, 0 off the policy tokens as the loss pass's are.
+                keep = (out["completion_mask"] * out["tool_mask"]).bool()
+                for name in ("old_per_token_logps", "ref_per_token_logps"):
+                    if out.get(name) is not None:
+                        out[name] = zero_outside(out[name], keep)
             advantages = out["advantages"].detach().float().cpu().tolist()
             step = int(self.state.global_step) + 1
             # TRL gives each rank a contiguous slice of the global batch (``process_slice``), so
@@ -274,6 +366,14 @@ def grpo_trainer_class() -> type:
             """TRL's loss; then the clip's record of this mini-batch (``ClipStats``): its largest
             ``|ratio − 1|`` (from the loss pass's log-probs), TRL's clipped share, and whether an
             optimizer step came since its generation."""
+            if "tool_mask" in inputs:
+                self.ddai_keep = (inputs["completion_mask"] * inputs["tool_mask"]).bool()
+            try:
+                return self._ddai_loss(model, inputs)
+            finally:
+                self.ddai_keep = None
+
+        def _ddai_loss(self, model, inputs):
             if self.ddai_clip is None or not self.model.training:
                 return super()._compute_loss(model, inputs)
             import torch
@@ -308,24 +408,45 @@ def grpo_trainer_class() -> type:
         def _get_per_token_logps_and_entropies(
             self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, **kwargs
         ):
+            keep = self.ddai_keep
             out = self._ddai_logps(
-                model, input_ids, attention_mask, logits_to_keep, batch_size, **kwargs
+                model, input_ids, attention_mask, logits_to_keep, batch_size, keep, **kwargs
             )
+            if keep is not None:
+                out = (zero_outside(out[0], keep), zero_outside(out[1], keep), out[2])
             if self.ddai_capture is not None and kwargs.get("compute_entropy"):
                 self.ddai_capture.append(out[0].detach())  # the loss pass (``_compute_loss``)
             return out
 
         def _ddai_logps(
-            self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, **kwargs
+            self, model, input_ids, attention_mask, logits_to_keep, batch_size, keep, **kwargs
         ):
             """Log-probs of the rollouts as they were sampled: under the sampler's processors
             (``processed_logps``) when it applies more than a temperature, and with the rollout's
             images: those of the batch being scored (old and reference log-probs) or those
-            carried in ``inputs`` (the loss)."""
+            carried in ``inputs`` (the loss). In the loss pass of a text rollout (``keep``, its
+            policy tokens), only those go through the LM head (``policy_logps``)."""
             import torch
 
             sampling = self.ddai_rollout.sampling_config
             processed = not sampling.temperature_only
+            plain = all(
+                v is None
+                for k, v in kwargs.items()
+                if k not in ("compute_entropy", "compute_aux_loss")
+            )
+            if self.ddai_rollout.vision is None and not processed and keep is not None and plain:
+                return policy_logps(
+                    self,
+                    model,
+                    input_ids,
+                    attention_mask,
+                    logits_to_keep,
+                    keep,
+                    batch_size or input_ids.size(0),
+                    entropy=bool(kwargs.get("compute_entropy")),
+                    aux_loss=bool(kwargs.get("compute_aux_loss")),
+                )
             if self.ddai_rollout.vision is None and not processed:
                 # TRL's own path (its fused head divides by the temperature: exact here).
                 return super()._get_per_token_logps_and_entropies(

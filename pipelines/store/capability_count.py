@@ -1,9 +1,11 @@
 """Counting what rollouts carry (turns, pages, judge, NDCG, reward, step, advantages, images).
 
-One definition, ``sql/capabilities.sql``, run by DuckDB over an Arrow table: the store counts every
-batch it writes with it (so a partition's manifest says what its rollouts carry), and
-``ddai.pipelines.store.capabilities`` runs it over a partition whose manifest predates the counts.
-This module imports nothing of the store, so the store can use it.
+One definition, ``sql/capabilities.sql``, run by DuckDB over an Arrow table
+(``count_table``): ``ddai.pipelines.store.capabilities`` runs it over a partition whose manifest
+predates the counts. The store counts every batch it writes (so a partition's manifest says what
+its rollouts carry) with ``count_arrow``, the same counts in Arrow compute: a training step's
+batch of a few rows costs ~14 ms through DuckDB and well under 1 ms this way; a test holds it to
+the SQL on the same rows. This module imports nothing of the store, so the store can use it.
 """
 
 from __future__ import annotations
@@ -75,6 +77,33 @@ def count_table(table: pa.Table) -> dict[str, int]:
         return count_relation(con)
     finally:
         con.close()
+
+
+def count_arrow(table: pa.Table) -> dict[str, int]:
+    """``count_table``'s counts over ``table`` (rollout-log schema), in Arrow compute: ``turns``
+    a non-empty list (a null one is not), ``images`` a turn whose ``retrieved`` is non-empty,
+    the other fields their non-nulls."""
+    import pyarrow.compute as pc
+
+    turns = table.column("turns").combine_chunks()
+    out = {"rollouts": table.num_rows}
+    out["turns"] = int(pc.sum(pc.greater(pc.list_value_length(turns), 0)).as_py() or 0)
+    out["pages"] = table.num_rows - table.column("retrieved_pages").null_count
+    for name, col in (
+        ("judge", "judge_score"),
+        ("ndcg", "ndcg"),
+        ("reward", "reward"),
+        ("step", "step"),
+        ("advantages", "advantage"),
+    ):
+        out[name] = table.num_rows - table.column(col).null_count
+    # A turn with a non-empty ``retrieved`` (a null turn or list counts as none), per rollout.
+    shown = pc.greater(
+        pc.list_value_length(pc.struct_field(pc.list_flatten(turns), "retrieved")), 0
+    )
+    parents = pc.filter(pc.list_parent_indices(turns), pc.fill_null(shown, False))
+    out["images"] = len(pc.unique(parents))
+    return {k: out[k] for k in ("rollouts", *NAMES)}
 
 
 def empty() -> dict[str, int]:

@@ -208,7 +208,7 @@ class PartitionWriter:
         self._writer.write_table(table, row_group_size=max(table.num_rows, 1))
         self.rows += table.num_rows
         self.capabilities = capability_count.add(
-            self.capabilities, capability_count.count_table(table)
+            self.capabilities, capability_count.count_arrow(table)
         )
 
     def _rows_to_table(self) -> None:

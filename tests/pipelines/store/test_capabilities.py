@@ -178,3 +178,57 @@ def test_a_forked_child_counts_with_a_database_of_its_own():
     assert os.WIFEXITED(status), f"child died by signal {os.WTERMSIG(status)}"
     assert os.WEXITSTATUS(status) == 0
     assert count_table(table(4))["rollouts"] == 4  # the parent's database still works
+
+
+def _edge_rows() -> list[dict]:
+    """Rows at every edge of the counts: turns null, empty, with a null turn, with a turn whose
+    ``retrieved`` is null or empty, several turns of which a later one shows a page; the scalar
+    fields null or not in turn."""
+    t = {"idx": 0, "think": "t", "action": "search", "arg": "q"}
+    turn_lists = [
+        None,
+        [],
+        [None],
+        [dict(t, retrieved=None)],
+        [dict(t, retrieved=[])],
+        [dict(t, retrieved=[]), dict(t, idx=1, retrieved=["d_1", "d_2"])],
+        [dict(t, retrieved=["d_1"]), None],
+        [dict(t, retrieved=["d_1"])],
+    ]
+    rows = []
+    for i, turns in enumerate(turn_lists * 3):
+        rows.append(
+            {
+                "uid": f"u{i}",
+                "rollout_idx": i,
+                "turns": turns,
+                "retrieved_pages": [] if i % 3 == 0 else (["d_1"] if i % 3 == 1 else None),
+                "judge_score": 1.0 if i % 2 else None,
+                "ndcg": 0.5 if i % 4 == 1 else None,
+                "reward": None if i % 5 == 0 else 0.2,
+                "step": i if i % 6 else None,
+                "advantage": -1.0 if i % 7 < 3 else None,
+            }
+        )
+    return rows
+
+
+def test_arrow_counts_equal_the_sql_definition_on_the_same_rows():
+    """``count_arrow`` (what the store counts each written batch with) is ``sql/capabilities.sql``
+    on the same rows: the whole table, a slice (offsets into the lists), several chunks."""
+    import pyarrow as pa
+
+    from ddai.pipelines.store.capability_count import count_arrow
+
+    rows = [{c: r.get(c) for c in ROLLOUT_SCHEMA.names} | {"run_id": "r"} for r in _edge_rows()]
+    t = pa.Table.from_pylist(rows, schema=ROLLOUT_SCHEMA)
+    want = count_table(t)
+    assert want["images"] == 9 and want["turns"] == 18 and want["pages"] == 16  # edges hit
+    assert count_arrow(t) == want
+    part = t.slice(5, 11)
+    assert count_arrow(part) == count_table(part)
+    chunked = pa.concat_tables([t.slice(0, 7), t.slice(7)])
+    assert chunked.column("turns").num_chunks == 2
+    assert count_arrow(chunked) == want
+    one = [{c: r.get(c) for c in ROLLOUT_SCHEMA.names} | {"run_id": "r"} for r in _rows()]
+    assert count_arrow(pa.Table.from_pylist(one, schema=ROLLOUT_SCHEMA)) == EXPECTED
