@@ -15,8 +15,11 @@ min-max spread, CPU seconds, peak RSS, the load average before and after). Suite
   <= 0.1);
 - ``distill``: ``ddai distill --rewrite none`` over the same log against its floor
   (``bench_distill.floor`` with ``ddai distill``'s default rank, ``ddai``: one DuckDB selection
-  query picking the same rollouts, the rebuild, a ``ParquetWriter``; target 2x) and against DDAI's selection script (``ddai_pandas.py distill`` over the unified trajectory
-  log: it selects and writes nothing; ddai at least 10x faster: ratio <= 0.1);
+  query picking the same rollouts, the rebuild, a ``ParquetWriter``; target 2x), against DDAI's
+  script at equal work (``ddai_pandas.py distill_export`` over the unified log with its tool
+  events: the selection, every selected rollout's messages, a train1 Parquet; ddai at least 10x
+  faster: ratio <= 0.1) and, without a target, against that script's selection alone
+  (``ddai_pandas.py distill``: it selects and writes nothing; the comparison made before);
 - ``report``: ``ddai report`` over the same log (target: under 3 s), next to a plain DuckDB scan
   (the untimed warm-up run keeps each part's turn facts, ``pipelines/store/turn_facts.py``: every timed
   run reads them, as every report after the first does);
@@ -37,6 +40,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -199,8 +203,9 @@ def funnel_pairs(
         distill = ddai("distill", "--logs", str(logs), "--run", RUN, "--out", str(sft), "--rewrite", "none", "--force", "--no-progress")  # fmt: skip
         floor_distill = [PY, "-c", f"import sys; sys.path.insert(0, {str(HERE)!r}); import bench_distill; bench_distill.floor(*sys.argv[1:])", str(logs), str(work / "floor-sft.parquet"), "ddai"]  # fmt: skip
         (work / "ddai").mkdir(exist_ok=True)
-        unified = write_inputs(json.loads(files), work / "ddai", what=("unified_trajectory",))
-        script = [PY, str(HERE / "ddai_pandas.py"), "distill", str(unified["unified_trajectory"])]
+        events = str(write_inputs(json.loads(files), work / "ddai", what=("unified_events",))["unified_events"])  # fmt: skip
+        script = [PY, str(HERE / "ddai_pandas.py")]
+        export = [*script, "distill_export", events, str(work / "ddai-train1.parquet")]
         pairs += [
             Pair(
                 "distill --rewrite none",
@@ -209,7 +214,18 @@ def funnel_pairs(
                 floor_distill,
                 target=2.0,
             ),
-            Pair("distill vs DDAI", distill, "DDAI's selection script", script, target=0.1),
+            # equal work: DDAI's script selects, builds every selected rollout's messages and
+            # writes them (--export-train1-parquet), as ddai distill does
+            Pair(
+                "distill vs DDAI (equal work)", distill, "DDAI's export script", export, target=0.1
+            ),
+            # the earlier comparison, kept beside it: DDAI's selection alone (writes nothing)
+            Pair(
+                "distill vs DDAI's selection only",
+                distill,
+                "DDAI's selection alone",
+                [*script, "distill", events],
+            ),
         ]
     if "report" in suites:
         report = ddai("report", "--logs", str(logs), "--out", str(work / "report.html"))
@@ -268,6 +284,16 @@ def main() -> None:
             pairs += ingest_pairs(work, args.rollouts)
         load = measure(pairs, args.rounds, env=env, cwd=ROOT)
         print(table(pairs, load))
+        for p in pairs:  # the table's MiB is the command's; DDAI's scripts hold their logs whole
+            if "DDAI" in p.floor_name:
+                cpu = statistics.median(r.cpu for r in p.floor_runs)
+                peak = max(r.peak_mib for r in p.floor_runs)
+                print(f"{p.floor_name}: {cpu:.2f} CPU s, peak {peak:,.0f} MiB")
+        if "distill" in suites:
+            import pyarrow.parquet as pq
+
+            rows = {n: pq.read_metadata(work / n).num_rows for n in ("sft.parquet", "ddai-train1.parquet")}  # fmt: skip
+            print(f"rows written: ddai distill {rows['sft.parquet']:,}, DDAI's export {rows['ddai-train1.parquet']:,}")  # fmt: skip
         if suites - {"help", "runs"}:
             print(f"({args.rollouts:,} rollouts, {args.n_agent} per prompt)")
 

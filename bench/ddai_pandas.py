@@ -15,13 +15,21 @@ Python objects, then groups in Python or pandas:
   successes ranked by score then NDCG, top-k): every event of the unified log loaded into a list,
   grouped by uid, each rollout's reward event and its plan turns (sorted by ``turn_idx``) collected
   per sample, prompts filtered by success rate, top-k rollouts kept with their turns.
+- ``distill_export``: the same script as DDAI runs it to make SFT data
+  (``--export-train1-parquet``): that selection, then every event grouped by (uid, sample_idx)
+  and ordered by time, each selected rollout's chat messages built and checked
+  (``ddai_messages.py``), the rows written by pandas as a train1-shaped Parquet. The equal-work
+  counterpart of ``ddai distill``, which also rebuilds and writes every selected rollout.
 
 Inputs are written from a ddai log store in DDAI's shapes by ``write_inputs`` (DuckDB ``COPY``):
 ``phase1.jsonl`` (one line per step and request, its agents nested, the whole file loaded as the
 script loads its one JSON object), ``flash_rm_detail.jsonl`` (one line per rollout) and
 ``unified_trajectory.jsonl`` (an ``rm.flash.detail`` event per rollout, a ``model.plan`` event per
-turn); ``sample=k`` keeps the prompts whose uid hashes to 0 mod ``k`` (every rollout of about one
-prompt in ``k``), the inputs a memory calibration runs on.
+turn); ``unified_events.jsonl`` is that log as the export reads it (each event's ``ts``, the run
+on the reward event, a ``tool.search.response`` with its results after each search turn that
+showed a page, a ``tool.bbox.result`` after each executed crop); ``sample=k`` keeps the prompts
+whose uid hashes to 0 mod ``k`` (every rollout of about one prompt in ``k``), the inputs a memory
+calibration runs on.
 
 ``python bench/ddai_pandas.py STEP ARGS…`` runs one step in this fresh interpreter and prints
 ``{"seconds", "result", "peak_mib"}`` as JSON (``run_step``), so each step's peak RSS is its own.
@@ -31,6 +39,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -41,8 +50,14 @@ from typing import Any
 
 import duckdb
 import pandas as pd
+from ddai_messages import events_by_rollout, train1_row
 
 _DOC = re.compile(r"(\d+)_\d+")
+# a turn's model.plan text rebuilt from the store's parsed turn (``t``)
+_PLAN_TEXT = (
+    "'<think>' || t.think || '</think>' || t.sep || '<' || t.action || '>' "
+    "|| coalesce(t.arg, '') || '</' || t.action || '>'"
+)
 
 
 def write_inputs(
@@ -58,9 +73,13 @@ def write_inputs(
     con.execute("SET preserve_insertion_order = false")
     where = f"WHERE hash(uid) % {int(sample)} = 0" if sample > 1 else ""
     src = f"(SELECT * FROM read_parquet($files) {where})"
+    turns = (
+        "(SELECT uid, coalesce(sample_idx, rollout_idx) AS sample_idx, unnest(turns) AS t "
+        f"FROM {src})"
+    )
     tag = f".sample{sample}" if sample > 1 else ""
     paths = {w: out / f"{w}{tag}.jsonl" for w in what}
-    jobs = {
+    jobs: dict[str, str | tuple[str, ...]] = {
         "phase1": f"""
             SELECT coalesce(step, 0) AS step, 'req-' || uid AS uuid,
                    list({{'agent_id': rollout_idx + 1,
@@ -79,18 +98,47 @@ def write_inputs(
                        question AS query, reward AS final_score, ndcg, judge_score
                 FROM {src}
                 UNION ALL
-                SELECT uid, coalesce(sample_idx, rollout_idx), 'model.plan', t.idx,
-                       '<think>' || t.think || '</think>' || t.sep || '<' || t.action || '>'
-                           || coalesce(t.arg, '') || '</' || t.action || '>',
+                SELECT uid, coalesce(sample_idx, rollout_idx), 'model.plan', t.idx, {_PLAN_TEXT},
                        NULL, NULL, NULL, NULL
                 FROM (SELECT uid, sample_idx, rollout_idx, unnest(turns) AS t FROM {src})
             )""",
+        # what the train1 export reads besides: each event's time (a turn's plan at 2*idx, its
+        # tool output at 2*idx + 1, the reward after the last turn: the log's order), the run on
+        # the reward event, a search turn's results (the pages it showed, as DDAI's image paths;
+        # the store keeps the shown page, not the engine's whole top-k), an executed crop's path
+        # (the turn's observation, else a path of DDAI's crop-folder shape: the store's
+        # generator keeps none). One query per event type, so a line has its type's keys only
+        # (a UNION would give every line every key, null where not its own)
+        "unified_events": (
+            f"""SELECT uid, coalesce(sample_idx, rollout_idx) AS sample_idx,
+                   'rm.flash.detail' AS event_type, 2.0 * coalesce(len(turns), 0) AS ts, run_id,
+                   question AS query, reward AS final_score, ndcg, judge_score
+            FROM {src}""",
+            f"""SELECT uid, sample_idx, 'model.plan' AS event_type, 2.0 * t.idx AS ts,
+                   t.idx AS turn_idx, {_PLAN_TEXT} AS text
+            FROM {turns}""",
+            f"""SELECT uid, sample_idx, 'tool.search.response' AS event_type, 2.0 * t.idx + 1 AS ts,
+                   list_transform(t.retrieved, lambda p, i: {{'idx': i - 1,
+                       'image_file': './search_engine/corpus/img/' || p || '.jpg'}}) AS results
+            FROM {turns} WHERE t.action = 'search' AND len(t.retrieved) > 0""",
+            f"""SELECT uid, sample_idx, 'tool.bbox.result' AS event_type, 2.0 * t.idx + 1 AS ts,
+                   coalesce(t.observation, './agent_crops/' || uid || '_' || sample_idx || '_'
+                            || t.idx || '.jpg') AS crop_path
+            FROM {turns} WHERE t.action = 'bbox' AND t.error IS NULL""",
+        ),
     }
     for w in what:
         if paths[w].is_file():
             continue
         tmp = paths[w].with_suffix(".jsonl.tmp")
-        con.execute(f"COPY ({jobs[w]}) TO '{tmp}' (FORMAT json)", {"files": files})
+        queries = jobs[w] if isinstance(jobs[w], tuple) else (jobs[w],)
+        with open(tmp, "wb") as into:
+            for q in queries:  # each part written by DuckDB, then appended to the one log
+                part = tmp.with_suffix(".part")
+                con.execute(f"COPY ({q}) TO '{part}' (FORMAT json)", {"files": files})
+                with open(part, "rb") as fh:
+                    shutil.copyfileobj(fh, into)
+                part.unlink()
         tmp.replace(paths[w])
     con.close()
     return paths
@@ -179,16 +227,18 @@ def focus(flash: Path, bucket_a: Path, bucket_0: Path, out: Path, threshold: flo
     return len(merged)
 
 
-def distill(unified: Path, *, min_score: float = 1.0, max_rate: float = 0.5, top_k: int = 4) -> int:
-    """``extract_trajectories``' selection: rare-success prompts' top-k rollouts with their turns;
-    returns the rollouts selected."""
-    lines = _load_lines(unified)
+def _select(
+    lines: list[dict[str, Any]], min_score: float, max_rate: float, top_k: int
+) -> list[tuple[str, int]]:
+    """``extract_trajectories``' selection over the log's events: rare-success prompts' top-k
+    rollouts (with their turns, which the script collects per rollout); (uid, sample_idx) of each
+    selected, by prompt in log order, then by rank."""
     by_uid: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for e in lines:
         if e.get("uid"):
             by_uid[e["uid"]].append(e)
-    picked = 0
-    for events in by_uid.values():
+    picked: list[tuple[str, int]] = []
+    for uid, events in by_uid.items():
         per_sample: dict[int, dict[str, Any]] = defaultdict(lambda: {"rm": None, "plans": []})
         for e in events:
             slot = per_sample[e["sample_idx"]]
@@ -217,11 +267,39 @@ def distill(unified: Path, *, min_score: float = 1.0, max_rate: float = 0.5, top
         rate = len(wins) / len(rollouts)
         if not wins or rate > max_rate:
             continue
-        picked += len(sorted(wins, key=lambda r: (r["score"], r["ndcg"]), reverse=True)[:top_k])
+        ranked = sorted(wins, key=lambda r: (r["score"], r["ndcg"]), reverse=True)[:top_k]
+        picked += [(uid, r["sample_idx"]) for r in ranked]
     return picked
 
 
-STEPS = {"bucket": bucket, "focus": focus, "distill": distill}
+def distill(unified: Path, *, min_score: float = 1.0, max_rate: float = 0.5, top_k: int = 4) -> int:
+    """``extract_trajectories``' selection alone: returns the rollouts selected, writes nothing."""
+    return len(_select(_load_lines(unified), min_score, max_rate, top_k))
+
+
+def distill_export(
+    unified: Path, out: Path, *, min_score: float = 1.0, max_rate: float = 0.5, top_k: int = 4
+) -> dict[str, int]:
+    """``extract_trajectories --export-train1-parquet``: the selection, then every selected
+    rollout's messages built from its events (``ddai_messages``), written to ``out`` as a
+    train1-shaped Parquet (uid, format_version, messages as JSON text) by pandas. Returns the
+    rollouts selected and the rows written (the rest dropped by the message checks); raises, as
+    the script exits, when no row is left."""
+    lines = _load_lines(unified)
+    picked = _select(lines, min_score, max_rate, top_k)
+    events = events_by_rollout(lines)
+    rows = []
+    for uid, sample_idx in picked:
+        if (group := events.get((uid, sample_idx))) and (row := train1_row(uid, sample_idx, group)):
+            rows.append(row)
+    if not rows:
+        raise SystemExit(f"{unified}: none of the {len(picked):,} selected rollouts has messages")
+    frame = pd.DataFrame(rows, columns=["uid", "format_version", "messages"])
+    frame.to_parquet(out, engine="pyarrow", index=False)
+    return {"selected": len(picked), "written": len(rows)}
+
+
+STEPS = {"bucket": bucket, "focus": focus, "distill": distill, "distill_export": distill_export}
 
 
 def _child(step: str, args: list[str]) -> None:
