@@ -65,6 +65,7 @@ def _trainer(monkeypatch, rollout):
     trainer = object.__new__(cls)  # the method under test needs no trainer state but the rollout
     trainer.ddai_rollout = rollout
     trainer.ddai_capture = None  # not inside a loss
+    trainer.ddai_keep = None  # nor its policy-token mask
     return trainer, guard
 
 
