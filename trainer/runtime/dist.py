@@ -148,7 +148,6 @@ def _release_meshes() -> None:
             groups.clear()
 
 
-
 def _release_default_groups() -> None:
     """Point ``torch.distributed.nn.functional``'s ``group=group.WORLD`` defaults, bound to the
     default group of when it was imported, at ``None`` (torch's "the default group", the same
@@ -164,6 +163,7 @@ def _release_default_groups() -> None:
         defaults = getattr(fn, "__defaults__", None)
         if defaults and any(isinstance(d, ProcessGroup) for d in defaults):
             fn.__defaults__ = tuple(None if isinstance(d, ProcessGroup) else d for d in defaults)
+
 
 _END_AT_EXIT: list[bool] = []
 
