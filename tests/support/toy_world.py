@@ -91,13 +91,13 @@ def curriculum_world(root: Path, system_prompt: str) -> Path:
 
 
 def run_rank(main: Callable[[], None]) -> None:
-    """A launched worker's ``main``, then its process group closed as ``ddai`` does: a gloo group
-    left to interpreter teardown can abort a finished rank.
+    """A launched worker's ``main``, then its process group ended and freed as ``ddai`` does
+    (``dist.shutdown``): a gloo group left to interpreter teardown can abort a finished rank.
 
     A rank whose ``main`` finished then leaves without the interpreter's teardown (its results
-    are written by then): under a loaded machine an FSDP rank was seen to abort there once
-    ("terminate called without an active exception") after its group was ended, which these
-    tests, about the run itself, must not read as a failed run."""
+    are written and its streams flushed by then): the tests that launch these workers judge the
+    run, not teardown, so a rare teardown abort cannot fail them. What proves the teardown fix is
+    ``test_shutdown_frees_a_group_that_torch_objects_still_hold`` (tests/trainer/runtime)."""
     import os
 
     from ddai.trainer.runtime import dist

@@ -103,15 +103,66 @@ def allow_fsdp_on_cpu(args: Any) -> bool:
 
 
 def shutdown() -> None:
-    """End this process's group, if one is up (nothing otherwise; safe to call twice).
+    """End this process's groups and free them now, while the interpreter is whole (nothing to do
+    without a group: safe to call twice).
 
-    A gloo group left to interpreter teardown can abort a finished process with "terminate called
-    without an active exception" (SIGABRT), so a launcher would report a run that completed as
-    failed. No barrier first: a rank leaving on an error must not wait for the others."""
+    ``destroy_process_group`` only forgets the groups: FSDP2 shards over a ``DeviceMesh``, a mesh
+    holds its groups, and torch's DTensor caches (sharding propagation, redistribute plans) keep
+    every mesh they saw. So a gloo group and its native threads lived on into interpreter
+    teardown, where a finished FSDP rank could abort ("terminate called without an active
+    exception", SIGABRT) and a launcher report a completed run as failed. The same for
+    ``torch.distributed.nn.functional``: imported while a group is up, its functions keep that
+    group as their default ``group``. Dropping those last references here frees the groups, which
+    joins their threads. No barrier first: a rank leaving on an error must not wait for the
+    others."""
     if _initialized():
         import torch.distributed as td
 
         td.destroy_process_group()
+        _release_meshes()
+        _release_default_groups()
+        import gc
+
+        gc.collect()  # a finished run's objects in reference cycles hold groups too (PPO's do)
+
+
+def _release_meshes() -> None:
+    """Make every live ``DeviceMesh`` drop its process groups (all destroyed by then, so no mesh
+    can use them again)."""
+    import sys
+
+    if "torch.distributed.device_mesh" not in sys.modules:
+        return  # no mesh was ever made: nothing holds a group
+    import gc
+
+    from torch.distributed.device_mesh import DeviceMesh
+
+    for obj in gc.get_objects():  # garbage not yet collected included: no collection needed
+        # The class's MRO, not ``isinstance``: DeviceMesh's metaclass runs Python code (and
+        # attribute look-ups that warn) for every object otherwise.
+        if DeviceMesh not in type(obj).__mro__:
+            continue
+        # ``_pg_registry``: the mesh's name -> group map (recent torch); absent, nothing to drop.
+        groups = getattr(obj, "_pg_registry", None)
+        if groups:
+            groups.clear()
+
+
+def _release_default_groups() -> None:
+    """Point ``torch.distributed.nn.functional``'s ``group=group.WORLD`` defaults, bound to the
+    default group of when it was imported, at ``None`` (torch's "the default group", the same
+    meaning, resolved at call time), so they stop holding a destroyed group."""
+    import sys
+
+    functional = sys.modules.get("torch.distributed.nn.functional")
+    if functional is None:
+        return
+    from torch.distributed import ProcessGroup
+
+    for fn in vars(functional).values():
+        defaults = getattr(fn, "__defaults__", None)
+        if defaults and any(isinstance(d, ProcessGroup) for d in defaults):
+            fn.__defaults__ = tuple(None if isinstance(d, ProcessGroup) else d for d in defaults)
 
 
 _END_AT_EXIT: list[bool] = []

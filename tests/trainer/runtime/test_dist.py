@@ -3,6 +3,9 @@ sampler's collectives) until no rank has a live episode."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import pytest
 from support.toy_world import tiny_on_toy
 
 from ddai.trainer import toy
@@ -30,6 +33,84 @@ def test_shutdown_ends_the_group_and_is_a_no_op_without_one(tmp_path):
         dist.shutdown()
         assert not td.is_initialized()
         dist.shutdown()
+    finally:
+        if td.is_initialized():
+            td.destroy_process_group()
+
+
+def _gloo_threads() -> int:
+    """Native threads of this process that a gloo group runs (its workers, its device's loop)."""
+    import os
+
+    names = []
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/comm") as f:
+                names.append(f.read().strip())
+        except OSError:  # the thread ended meanwhile
+            continue
+    return sum(n.startswith(("pt_gloo", "gloo_")) for n in names)
+
+
+def _gloo_threads_until(done: Callable[[int], bool], deadline_s: float = 10.0) -> int:
+    """The gloo thread count once ``done`` holds for it, or the last count after ``deadline_s``.
+
+    Polls because the kernel's view lags the library's: a new thread carries its creator's name
+    until it renames itself, and a joined thread's ``/proc`` entry can outlive the join for a
+    moment (the join returns when the thread clears its id, before the kernel reaps it)."""
+    import time
+
+    end = time.monotonic() + deadline_s
+    while True:
+        count = _gloo_threads()
+        if done(count) or time.monotonic() > end:
+            return count
+        time.sleep(0.01)
+
+
+def _mesh_holds_the_group() -> object:
+    from torch.distributed.device_mesh import init_device_mesh
+
+    return init_device_mesh("cpu", (1,))  # as torch's DTensor caches keep an FSDP2 run's mesh
+
+
+def _functional_holds_the_group() -> object:
+    import importlib
+    import sys
+
+    # A first import with a group up, as a run's first use of it: its defaults bind that group.
+    # (A reload would leave the package's re-exports, the earlier functions, bound elsewhere.)
+    for name in ("torch.distributed.nn.functional", "torch.distributed.nn"):
+        sys.modules.pop(name, None)
+    return importlib.import_module("torch.distributed.nn")
+
+
+@pytest.mark.parametrize("holder", [_mesh_holds_the_group, _functional_holds_the_group])
+def test_shutdown_frees_a_group_that_torch_objects_still_hold(tmp_path, holder):
+    """FSDP2 shards over a ``DeviceMesh``, a mesh holds its process groups, and torch's DTensor
+    caches keep every mesh they saw; ``torch.distributed.nn.functional`` keeps the group of when
+    it was imported as its functions' default. ``destroy_process_group`` alone left such a gloo
+    group and its threads running into interpreter teardown, where a finished rank aborted;
+    ``shutdown`` frees it while the interpreter is whole: its threads are joined before it
+    returns."""
+    import weakref
+
+    import torch.distributed as td
+
+    before = _gloo_threads()
+    td.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        kept = holder()
+        group = weakref.ref(td.group.WORLD)
+        assert _gloo_threads_until(lambda n: n > before) > before  # the group's threads are up
+        dist.shutdown()
+        assert not td.is_initialized()
+        # No Python object holds the group any more (exact: no timing in it) ...
+        assert group() is None, "something still holds the destroyed group"
+        # ... nor does anything native: its threads are joined (seen once /proc catches up).
+        left = _gloo_threads_until(lambda n: n <= before)
+        assert left <= before, f"{left - before} gloo threads outlived shutdown"
+        assert kept is not None  # the holder itself lives on; only the group was dropped
     finally:
         if td.is_initialized():
             td.destroy_process_group()
