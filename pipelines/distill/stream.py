@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines.distill import collector, formats, rewrite
+from ddai.pipelines.distill import collector, formats, rewrite, sqlrows
 from ddai.pipelines.distill.findings import Findings, inspect
 from ddai.pipelines.distill.rebuild import (
     RebuildError,
@@ -176,6 +176,17 @@ def build(
     with collector.tuned_for_batches():
         try:
             for part in batches:
+                if "_sql" in part.column_names:  # the rows DuckDB built go straight to the spill
+                    if not sqlrows.enabled(rewriting is not None, plan_only):
+                        raise ValueError("rows built in SQL reached a rewrite or a dry run")
+                    done, part = sqlrows.split(part)
+                    if done.num_rows:
+                        table = sqlrows.spill_table(done, spill_schema())
+                        if writer is not None:
+                            writer.add(table)
+                            out.spilled += table.num_rows
+                        out.kept += table.num_rows
+                        out.unavailable += sqlrows.count_into(post, done)
                 slots = part["_slot"].to_pylist()
                 rows = part.drop_columns(["_slot"]).to_pylist()
                 cols: dict[str, list[Any]] = {n: [] for n in spill_schema().names}
