@@ -66,7 +66,7 @@ ENV = "DDAI_DISTILL_SQL_ROWS"
 TURN_FIELDS = ("think", "action", "arg", "sep", "observation", "error")
 COLUMNS = ("uid", "sample_idx", "rollout_idx", "question", "response", "extra", "turns")
 # What the query adds to the fetched columns.
-ADDED = ("_sql", "_payload", "_key_head", "_unavailable", "_repeats", "_forced")
+ADDED = ("_sql", "_failed", "_payload", "_key_head", "_unavailable", "_repeats", "_forced")
 
 _CTRL = r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]"  # control characters other than \t \n \r
 _THINK = r"[^<\x00-\x08\x0b\x0c\x0e-\x1f\x7f]*"  # no '<', no control but tab, newline, CR
@@ -144,21 +144,25 @@ def query(inner: str, build: Build) -> tuple[str, dict[str, str]]:
     ``TURN_FIELDS``) with ``ADDED``, and the big columns of the ``_sql`` rows nulled; and the
     parameters it takes."""
     n = "len(r.turns)"
+    # a query's runs of spaces collapsed only where it has one (the regex costs)
     queries = (
         "list_transform(list_filter(r.turns, lambda t: t.action = 'search'), "
-        "lambda t: lower(regexp_replace(trim(t.arg), ' +', ' ', 'g')))"
+        "lambda t: lower(CASE WHEN contains(t.arg, '  ') "
+        "THEN regexp_replace(trim(t.arg), ' +', ' ', 'g') ELSE trim(t.arg) END))"
     )
     repeats = f"len(list_distinct({queries})) < len({queries})"
-    ok = f"""coalesce(
-        (r.response IS NULL OR r.response = '')
+    # what a row needs for its key and its rebuild to be told in SQL (``rebuild.rebuild``)
+    keyed = f"""(r.response IS NULL OR r.response = '')
         AND r.uid IS NOT NULL
         AND (r.sample_idx IS NOT NULL OR r.rollout_idx IS NOT NULL)
         AND coalesce(r.question, '') <> ''
-        AND NOT regexp_matches(r.question, {_q(_CTRL)})
-        AND NOT contains(r.question, '[System Error')
         AND (r.extra IS NULL OR NOT (contains(r.extra, 'system_prompt')
             OR contains(r.extra, 'source_run_id') OR contains(r.extra, '\\')))
-        AND {n} > 0
+        AND {n} > 0"""
+    ok = f"""coalesce(
+        {keyed}
+        AND NOT regexp_matches(r.question, {_q(_CTRL)})
+        AND NOT contains(r.question, '[System Error')
         AND list_bool_and(list_transform(r.turns, lambda t, i: {_turn_ok(n, build.drop_forced)}))
         {"AND NOT " + repeats if build.drop_repeated_queries else ""}, false)"""
     per_turn = f"""',{{"role":"assistant","content":' || CAST(to_json({_body()}) AS VARCHAR) || '}}'
@@ -175,14 +179,18 @@ def query(inner: str, build: Build) -> tuple[str, dict[str, str]]:
         "ELSE '__r' || CAST(r.rollout_idx AS VARCHAR) END || '__'"
     )
     big = ("question", "response", "extra", "turns")
-    sql = f"""SELECT * REPLACE ({", ".join(f"CASE WHEN _sql THEN NULL ELSE {c} END AS {c}" for c in big)}),
+    nulled = ", ".join(f"CASE WHEN _sql OR _failed THEN NULL ELSE {c} END AS {c}" for c in big)
+    sql = f"""SELECT * REPLACE ({nulled}),
         CASE WHEN _sql THEN {payload} END AS _payload,
         CASE WHEN _sql THEN {key_head} END AS _key_head,
         CASE WHEN _sql THEN {unavailable} ELSE 0 END AS _unavailable,
         CASE WHEN _sql THEN {repeats} ELSE false END AS _repeats,
         CASE WHEN _sql THEN regexp_matches(r.turns[-1].think, {_q(_FORCED)}) ELSE false END
             AS _forced
-    FROM (SELECT *, {ok} AS _sql FROM ({inner}) AS r) AS r"""
+    FROM (SELECT *, {ok} AS _sql, coalesce({keyed}
+            AND list_bool_or(list_transform(r.turns, lambda t: t.action = 'invalid')), false)
+            AS _failed
+        FROM ({inner}) AS r) AS r"""
     return sql, {"system_json": json.dumps(build.system_prompt, ensure_ascii=False)}
 
 
@@ -192,16 +200,39 @@ def enabled(rewrite: bool, plan_only: bool) -> bool:
     return not rewrite and not plan_only and os.environ.get(ENV, "1") != "0"
 
 
-def split(part: pa.Table) -> tuple[pa.Table, pa.Table]:
-    """A fetched batch's rows DuckDB built (``_sql``), and the others without ``ADDED``."""
+def take(
+    part: pa.Table, writer: Any, post: PostPass, schema: Any, per_row: bool
+) -> tuple[pa.Table, list[bool], int, int]:
+    """Spill a fetched batch's rows DuckDB built (``_sql``) through ``writer`` (None: a run
+    that writes nothing) and count them into ``post``; returns the other rows for the Python
+    path, their ``_failed`` (DuckDB found ``rebuild.rebuild`` drops them for an invalid turn
+    with no response to cut it from: their big columns are null; they stay among the Python
+    rows, so the drop counts keep the order Python gives them), the number built and their
+    unavailable observations. ``per_row``: a rewrite or a dry run needs every row in Python."""
+    if per_row:
+        raise ValueError("rows built in SQL reached a rewrite or a dry run")
     done = part.filter(part["_sql"])
-    return done, part.filter(pc.invert(part["_sql"])).drop_columns(list(ADDED))
+    rest = part.filter(pc.invert(part["_sql"])).drop_columns(list(ADDED))
+    table = spill_table(done, schema, post)
+    if writer is not None and table.num_rows:
+        writer.add(table)
+    failed = part["_failed"].filter(pc.invert(part["_sql"])).to_pylist()
+    return rest, failed, table.num_rows, _count(done["_unavailable"])
 
 
-def spill_table(done: pa.Table, schema: Any) -> pa.Table:
+def spill_table(done: pa.Table, schema: Any, post: PostPass) -> pa.Table:
     """``split``'s built rows as ``stream``'s spill rows (``schema``): a kept sample each, with
-    its key (``rebuild.sample_key``: the head DuckDB wrote and the run's tag) and no event."""
+    its key (``rebuild.sample_key``: the head DuckDB wrote and the run's tag) and no event;
+    counted into ``post`` as its ``one`` counts them (no event, no drop; the findings'
+    counters each row creates, repeated queries and paraphrased forced endings)."""
     n = done.num_rows
+    if n:
+        post.rows_in += n
+        tally(post.found, NO_FINDINGS)  # the keys a Python row would add, each by 0
+        post.found[REPEATED_QUERY_ROWS] += _count(done["_repeats"])
+        forced = _count(done["_forced"])  # the last turn, never exact (it has a separator)
+        for k in FORCED_PARAPHRASE_ROWS:
+            post.found[k] += forced
     heads = done["_key_head"].to_pylist()
     runs = done["run_id"].to_pylist()
     keys = [h + run_tag(r) for h, r in zip(heads, runs, strict=True)]
@@ -216,19 +247,6 @@ def spill_table(done: pa.Table, schema: Any) -> pa.Table:
         },
         schema=schema,
     )
-
-
-def count_into(post: PostPass, done: pa.Table) -> int:
-    """Count ``done``'s rows into ``post`` as its ``one`` counts them (no event, no drop; the
-    findings' counters each row creates, repeated queries and paraphrased forced endings);
-    returns their unavailable observations."""
-    post.rows_in += done.num_rows
-    tally(post.found, NO_FINDINGS)  # the keys a Python row would add, each by 0
-    post.found[REPEATED_QUERY_ROWS] += _count(done["_repeats"])
-    forced = _count(done["_forced"])  # the last turn, never exact (it has a separator)
-    for k in FORCED_PARAPHRASE_ROWS:
-        post.found[k] += forced
-    return _count(done["_unavailable"])
 
 
 def _count(values: Any) -> int:

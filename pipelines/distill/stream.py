@@ -1,10 +1,10 @@
 """Distill as a stream: the selected rollouts become samples one batch at a time, in bounded memory.
 
 Pass 1 (``build``) takes ``fetch.fetch_batches``'s Arrow batches as DuckDB streams them (scan
-order), and per batch rebuilds each rollout's messages, inspects them once (``findings.inspect``),
-sends the kept ones' thinks to the rewriter (none for ``--rewrite none``; the identity rewriter's
-answer is known without calling it), runs the post-pass and appends one row per rollout to a local
-*spill* (``Spill``): its place in the selection (``_slot``), its sample key and step, the final
+order), spills the rows DuckDB built (``sqlrows``) as they are, and per batch rebuilds each other
+rollout's messages, inspects them once (``findings.inspect``), sends the kept ones' thinks to the
+rewriter (none for ``--rewrite none``; the identity rewriter's answer is known without calling
+it), runs the post-pass and appends one row per rollout to a local *spill* (``Spill``): its place in the selection (``_slot``), its sample key and step, the final
 messages as JSON (null when dropped) and its report lines. Nothing but counts outlives a batch.
 
 The spill is cut by selection position into buckets of consecutive slots, one Parquet file each,
@@ -31,6 +31,7 @@ from typing import Any
 from ddai.pipelines.distill import collector, formats, rewrite, sqlrows
 from ddai.pipelines.distill.findings import Findings, inspect
 from ddai.pipelines.distill.rebuild import (
+    UNRENDERABLE,
     RebuildError,
     UidCollision,
     extra_of,
@@ -176,17 +177,13 @@ def build(
     with collector.tuned_for_batches():
         try:
             for part in batches:
+                failed = None  # the rebuild's drops DuckDB told (``sqlrows.take``)
                 if "_sql" in part.column_names:  # the rows DuckDB built go straight to the spill
-                    if not sqlrows.enabled(rewriting is not None, plan_only):
-                        raise ValueError("rows built in SQL reached a rewrite or a dry run")
-                    done, part = sqlrows.split(part)
-                    if done.num_rows:
-                        table = sqlrows.spill_table(done, spill_schema())
-                        if writer is not None:
-                            writer.add(table)
-                            out.spilled += table.num_rows
-                        out.kept += table.num_rows
-                        out.unavailable += sqlrows.count_into(post, done)
+                    part, failed, n, unavailable = sqlrows.take(
+                        part, writer, post, spill_schema(), rewriting is not None or plan_only
+                    )
+                    out.kept, out.unavailable = out.kept + n, out.unavailable + unavailable
+                    out.spilled += n if writer is not None else 0
                 slots = part["_slot"].to_pylist()
                 rows = part.drop_columns(["_slot"]).to_pylist()
                 cols: dict[str, list[Any]] = {n: [] for n in spill_schema().names}
@@ -195,6 +192,8 @@ def build(
                     extra = extra_of(row)
                     key = sample_key(row, run_tag(row["run_id"], extra.get("source_run_id")))
                     try:
+                        if failed is not None and failed[i]:
+                            raise RebuildError(UNRENDERABLE)
                         rb = rebuild(row, system_prompt, extra)
                     except RebuildError as e:
                         out.failed[e.reason] += 1

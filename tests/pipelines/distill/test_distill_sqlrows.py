@@ -98,6 +98,13 @@ CASES: dict[str, tuple[list[dict], dict, bool]] = {
     "complete before the end": ([{**END, "observation": "o"}, _t("search", "q"), END], {}, False),
     "no final complete": ([_t("search", "q"), _t("search", "r")], {}, False),
     "invalid turn": ([_t("invalid", None), END], {}, False),
+    "invalid turn, no question": ([_t("invalid", None), END], {"question": ""}, False),
+    "invalid turn, response": ([_t("invalid", None), END], {"response": "<think>x"}, False),
+    "invalid turn, source run": (
+        [_t("invalid", None), END],
+        {"extra": '{"source_run_id": "x_20250101_120000_0123abcd"}'},
+        False,
+    ),
     "only a complete": ([END], {}, True),
     "response to parse": ([_t("search", "q"), END], {"response": "<think>t</think>"}, False),
     "empty response": ([_t("search", "q"), END], {"response": ""}, True),
@@ -152,8 +159,8 @@ def _cfg(logs: Path, out: Path, **kw) -> DistillConfig:
     return DistillConfig(logs=logs, runs=[RUN], out=out, progress=False, rewrite="none", **kw)
 
 
-def _built(logs: Path, **drops) -> dict[str, bool]:
-    """Per case name, whether the fetch marks its row ``_sql``."""
+def _built(logs: Path, col: str = "_sql", **drops) -> dict[str, bool]:
+    """Per prompt uid, whether the fetch marks its selected row ``col``."""
     c = _cfg(logs, logs.parent / "unused.parquet", **drops)
     with store.snapshot(c.logs, c.runs) as snap:
         files = snap.all_files()
@@ -163,7 +170,7 @@ def _built(logs: Path, **drops) -> dict[str, bool]:
         for part in fetch.fetch_batches(
             files, wanted, columns=fetch.REBUILD_COLUMNS, sql_rows=build
         ):
-            for uid, ok in zip(part["uid"].to_pylist(), part["_sql"].to_pylist(), strict=True):
+            for uid, ok in zip(part["uid"].to_pylist(), part[col].to_pylist(), strict=True):
                 out[uid] = ok
     return out
 
@@ -172,6 +179,9 @@ def test_the_sql_takes_exactly_the_rows_it_can_decide(logs):
     marks = _built(logs)
     got = {name: marks.get(f"train_{p}") for p, name in enumerate(CASES)}
     assert got == {name: want for name, (_, _, want) in CASES.items()}
+    # the rebuild's drop of an invalid turn with no response is told in SQL, no other drop
+    failed = {name for p, name in enumerate(CASES) if _built(logs, "_failed")[f"train_{p}"]}
+    assert failed == {"invalid turn"}
     # a row that drops goes to Python, which writes the drop's event
     marks = _built(logs, drop_repeated_queries=True, drop_forced=True)
     names = list(CASES)
@@ -198,7 +208,7 @@ def test_outputs_are_byte_identical_to_the_python_path(logs, tmp_path, fmt, drop
     b.parent.mkdir()
     sa = _run(logs, a, True, monkeypatch, fmt=fmt, **drops)
     sb = _run(logs, b, False, monkeypatch, fmt=fmt, **drops)
-    assert list(sa.items()) == list(sb.items())  # the summary, its keys' order included
+    assert json.dumps(sa) == json.dumps(sb)  # the summary, its keys' order included
     assert a.read_bytes() == b.read_bytes()
     assert read_report(a) == read_report(b)
     assert sa["samples written"] > 40  # most cases are written (not a vacuous comparison)
@@ -220,7 +230,7 @@ def test_only_sql_rows_still_give_every_summary_key(tmp_path, monkeypatch):
     assert set(_built(logs).values()) == {True}
     a, b = tmp_path / "a.parquet", tmp_path / "b.parquet"
     sa, sb = _run(logs, a, True, monkeypatch), _run(logs, b, False, monkeypatch)
-    assert list(sa.items()) == list(sb.items())
+    assert json.dumps(sa) == json.dumps(sb)
     assert sa["findings (rows)"]["rows ending in a paraphrased forced completion"] == 1
     assert a.read_bytes() == b.read_bytes()
 
@@ -296,7 +306,7 @@ def test_ddai_trajectories_are_byte_identical(shared, tmp_path, drops, monkeypat
     a, b = tmp_path / "a.parquet", tmp_path / "b.parquet"
     sa = _run(logs, a, True, monkeypatch, **drops)
     sb = _run(logs, b, False, monkeypatch, **drops)
-    assert list(sa.items()) == list(sb.items())
+    assert json.dumps(sa) == json.dumps(sb)
     assert a.read_bytes() == b.read_bytes()
     assert read_report(a) == read_report(b)
 
