@@ -122,8 +122,13 @@ def run_distill(cfg: DistillConfig, *, rewriter: Any = None) -> dict[str, Any]:
                 turn_fields=fetch.REBUILD_TURN_FIELDS,
                 batch_rows=stream.FETCH_ROWS,
                 # rows DuckDB can build exactly skip Python (only with nothing to rewrite or plan)
-                sql_rows=sqlrows.Build(system_prompt, cfg.drops.repeated_queries, cfg.drops.forced)
-                if sqlrows.enabled(rewriting is not None, cfg.dry_run)
+                sql_rows=sqlrows.Build(
+                    system_prompt,
+                    cfg.drops.repeated_queries,
+                    cfg.drops.forced,
+                    thinks=rewriting is not None,  # the identity rewriter's request count
+                )
+                if sqlrows.enabled(rewriting is not None and not rewriting.identity, cfg.dry_run)
                 else None,
             )
             spill = stream.Spill(Path(tmp_dir), n_selected)

@@ -66,7 +66,16 @@ ENV = "DDAI_DISTILL_SQL_ROWS"
 TURN_FIELDS = ("think", "action", "arg", "sep", "observation", "error")
 COLUMNS = ("uid", "sample_idx", "rollout_idx", "question", "response", "extra", "turns")
 # What the query adds to the fetched columns.
-ADDED = ("_sql", "_failed", "_payload", "_key_head", "_unavailable", "_repeats", "_forced")
+ADDED = (
+    "_sql",
+    "_failed",
+    "_payload",
+    "_key_head",
+    "_unavailable",
+    "_repeats",
+    "_forced",
+    "_thinks",
+)
 
 _CTRL = r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]"  # control characters other than \t \n \r
 _THINK = r"[^<\x00-\x08\x0b\x0c\x0e-\x1f\x7f]*"  # no '<', no control but tab, newline, CR
@@ -137,6 +146,7 @@ class Build:
     system_prompt: str
     drop_repeated_queries: bool
     drop_forced: bool
+    thinks: bool = False  # each built row's thinks (``_thinks``), for the identity rewriter
 
 
 def query(inner: str, build: Build) -> tuple[str, dict[str, str]]:
@@ -186,7 +196,12 @@ def query(inner: str, build: Build) -> tuple[str, dict[str, str]]:
         CASE WHEN _sql THEN {unavailable} ELSE 0 END AS _unavailable,
         CASE WHEN _sql THEN {repeats} ELSE false END AS _repeats,
         CASE WHEN _sql THEN regexp_matches(r.turns[-1].think, {_q(_FORCED)}) ELSE false END
-            AS _forced
+            AS _forced,
+        {
+        "CASE WHEN _sql THEN list_transform(r.turns, lambda t: t.think) END"
+        if build.thinks
+        else "CAST(NULL AS VARCHAR[])"
+    } AS _thinks
     FROM (SELECT *, {ok} AS _sql, coalesce({keyed}
             AND list_bool_or(list_transform(r.turns, lambda t: t.action = 'invalid')), false)
             AS _failed
@@ -201,27 +216,42 @@ def enabled(rewrite: bool, plan_only: bool) -> bool:
 
 
 def take(
-    part: pa.Table, writer: Any, post: PostPass, schema: Any, per_row: bool
-) -> tuple[pa.Table, list[bool], int, int]:
-    """Spill a fetched batch's rows DuckDB built (``_sql``) through ``writer`` (None: a run
-    that writes nothing) and count them into ``post``; returns the other rows for the Python
-    path, their ``_failed`` (DuckDB found ``rebuild.rebuild`` drops them for an invalid turn
-    with no response to cut it from: their big columns are null; they stay among the Python
-    rows, so the drop counts keep the order Python gives them), the number built and their
-    unavailable observations. ``per_row``: a rewrite or a dry run needs every row in Python."""
-    if per_row:
+    part: pa.Table,
+    writer: Any,
+    schema: Any,
+    out: Any,
+    post: PostPass,
+    rewriting: Any,
+    plan_only: bool,
+) -> tuple[pa.Table, list[bool]]:
+    """Spill a fetched batch's rows DuckDB built (``_sql``) through ``writer`` as ``schema``'s
+    rows, counted into ``out`` (``stream.Built``: kept, spilled, unavailable observations) and
+    ``post``. Returns the other rows for the Python path and their ``_failed`` (DuckDB found
+    ``rebuild.rebuild`` drops them for an invalid turn with no response to cut it from: their
+    big columns are null; they stay among the Python rows, so the drop counts keep the order
+    Python gives them). ``rewriting`` (``stream.Rewriting``) may only be the identity
+    rewriter's, given each row's unforced thinks (all but a forced last one) to count the
+    requests it skips: another rewrite, or a dry run (``plan_only``), needs every row in
+    Python (``enabled`` said so)."""
+    if plan_only or (rewriting is not None and not rewriting.identity):
         raise ValueError("rows built in SQL reached a rewrite or a dry run")
     done = part.filter(part["_sql"])
     rest = part.filter(pc.invert(part["_sql"])).drop_columns(list(ADDED))
-    table = spill_table(done, schema, post)
-    if writer is not None and table.num_rows:
+    if done.num_rows:
+        table = spill_table(done, schema, post)
         writer.add(table)
-    failed = part["_failed"].filter(pc.invert(part["_sql"])).to_pylist()
-    return rest, failed, table.num_rows, _count(done["_unavailable"])
+        out.spilled += table.num_rows
+        out.kept += table.num_rows
+        out.unavailable += _count(done["_unavailable"])
+        if rewriting is not None:
+            thinks = done["_thinks"].to_pylist()
+            forced = done["_forced"].to_pylist()
+            rewriting.skip([t[:-1] if f else t for t, f in zip(thinks, forced, strict=True)])
+    return rest, part["_failed"].filter(pc.invert(part["_sql"])).to_pylist()
 
 
 def spill_table(done: pa.Table, schema: Any, post: PostPass) -> pa.Table:
-    """``split``'s built rows as ``stream``'s spill rows (``schema``): a kept sample each, with
+    """``take``'s built rows as ``stream``'s spill rows (``schema``): a kept sample each, with
     its key (``rebuild.sample_key``: the head DuckDB wrote and the run's tag) and no event;
     counted into ``post`` as its ``one`` counts them (no event, no drop; the findings'
     counters each row creates, repeated queries and paraphrased forced endings)."""

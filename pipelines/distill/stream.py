@@ -143,16 +143,19 @@ class Rewriting:
 
     def __call__(self, keep: list[tuple[Candidate, Findings]]) -> None:
         if self.identity:
-            for _, f in keep:
-                texts = [s.text for s in f.slots if not s.forced]
-                n = len(rewrite.chunk(texts, self.chunking))
-                self.skipped_requests += n
-                self.applied.unchanged += n > 0
+            self.skip([[s.text for s in f.slots if not s.forced] for _, f in keep])
             return
         a = rewrite.run(self.backend, [c for c, _ in keep], self.chunking)
         self.applied.rewritten += a.rewritten
         self.applied.unchanged += a.unchanged
         self.applied.over_budget += a.over_budget
+
+    def skip(self, thinks: list[list[str]]) -> None:
+        """The identity rewriter's requests for kept samples of these (unforced) thinks."""
+        for texts in thinks:
+            n = len(rewrite.chunk(texts, self.chunking))
+            self.skipped_requests += n
+            self.applied.unchanged += n > 0
 
     def close(self) -> None:
         if self.identity and self.skipped_requests:
@@ -179,11 +182,9 @@ def build(
             for part in batches:
                 failed = None  # the rebuild's drops DuckDB told (``sqlrows.take``)
                 if "_sql" in part.column_names:  # the rows DuckDB built go straight to the spill
-                    part, failed, n, unavailable = sqlrows.take(
-                        part, writer, post, spill_schema(), rewriting is not None or plan_only
+                    part, failed = sqlrows.take(
+                        part, writer, spill_schema(), out, post, rewriting, plan_only
                     )
-                    out.kept, out.unavailable = out.kept + n, out.unavailable + unavailable
-                    out.spilled += n if writer is not None else 0
                 slots = part["_slot"].to_pylist()
                 rows = part.drop_columns(["_slot"]).to_pylist()
                 cols: dict[str, list[Any]] = {n: [] for n in spill_schema().names}

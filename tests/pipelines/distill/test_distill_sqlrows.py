@@ -319,3 +319,33 @@ def test_to_json_of_every_printable_code_point():
     got = con.execute("SELECT CAST(to_json($s) AS VARCHAR)", {"s": text}).fetchall()[0][0]
     con.close()
     assert got == json.dumps(text, ensure_ascii=False)
+
+
+@pytest.mark.parametrize("chunking", [{}, {"max_thinks_per_call": 1}, {"max_chars_per_call": 3}])
+def test_identity_rewriter_counts_the_same_requests(logs, tmp_path, chunking, monkeypatch):
+    """The identity rewriter (the default): SQL rows count the requests it would have been sent
+    (their unforced thinks, chunked) as the Python path does; nothing is called."""
+    from ddai.pipelines.backends.identity import IdentityRewriter
+
+    async def never(self, reqs):
+        raise AssertionError("the identity rewriter's answer is known: it is never called")
+
+    monkeypatch.setattr(IdentityRewriter, "rewrite", never)
+    usage = []
+    for sql in (True, False):
+        out = tmp_path / f"{sql}" / "sft.parquet"
+        out.parent.mkdir()
+        monkeypatch.setenv(sqlrows.ENV, "1" if sql else "0")
+        c = DistillConfig(
+            logs=logs, runs=[RUN], out=out, progress=False, rewriter="identity", **chunking
+        )
+        s = run_distill(c)
+        man = json.loads(Path(f"{out}.manifest.json").read_text())
+        usage.append(([(k, v) for k, v in s.items() if k not in ("output", "report")], man))
+        usage[-1][1]["backend_calls"] = list(man["backend_calls"].values())
+    (sa, ma), (sb, mb) = usage
+    assert json.dumps(sa) == json.dumps(sb)
+    assert ma["backend_calls"] == mb["backend_calls"] and ma["backend_calls"][0]["calls"] > 40
+    a, b = tmp_path / "True" / "sft.parquet", tmp_path / "False" / "sft.parquet"
+    assert a.read_bytes() == b.read_bytes()
+    assert read_report(a) == read_report(b)
