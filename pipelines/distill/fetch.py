@@ -365,7 +365,10 @@ def _sql_readable(con: duckdb.DuckDBPyConnection, params: dict[str, Any], names:
     if not set(sqlrows.COLUMNS) <= set(types):
         return False
     turn = types["turns"].replace('"', "")  # DuckDB quotes keywords (action)
-    return all(f"{f} VARCHAR" in turn for f in sqlrows.TURN_FIELDS)
+    if not turn.startswith("STRUCT(") or not turn.endswith(")[]"):
+        return False
+    fields = dict(f.strip().split(" ", 1) for f in turn[len("STRUCT(") : -3].split(","))
+    return all(fields.get(f) == "VARCHAR" for f in sqlrows.TURN_FIELDS)
 
 
 def _turn_fields(turns: pa.ChunkedArray, keep: Sequence[str]) -> pa.ChunkedArray:
