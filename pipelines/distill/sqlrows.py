@@ -1,45 +1,46 @@
 """Distill's rebuild in DuckDB, for the selected rollouts SQL can decide byte for byte.
 
 The fetch query (``fetch.fetch_batches`` with ``sql_rows``) marks each selected rollout
-``_sql`` when everything Python would do with it is known from its columns, and then builds in
-DuckDB what Python would have built: ``_payload``, the train1 messages JSON as
-``formats.dumps`` writes it (``rebuild.rebuild`` + the post-pass, which keeps such a row as it
-is), ``_key_head`` (``rebuild.sample_key`` without the run tag, which ``stream`` adds per run)
-``_unavailable`` (observations the log lacks), ``_repeats`` (a search query repeated) and
-``_forced`` (the last turn is a forced completion). Such a row's big columns come back null:
-``stream.build`` spills it as it is, with no Python row, rebuild, findings or post-pass.
+``_sql`` when everything Python would do with it is known from its columns, and builds there
+what Python would have built: ``_payload``, the train1 messages JSON as ``formats.dumps``
+writes it (``rebuild.rebuild`` + the post-pass, which keeps such a row as it is),
+``_key_head`` (``rebuild.sample_key`` without the run tag, added per run), ``_unavailable``
+(observations the log lacks), ``_repeats`` (a search query repeated), ``_forced`` (the last
+turn a paraphrased forced completion) and, for the identity rewriter, ``_thinks``. Such a row's
+big columns come back null and ``take`` spills it as it is: no Python row, rebuild, findings or
+post-pass. ``_failed`` marks the one rebuild drop SQL tells (an invalid turn with no response
+to cut it from); that row stays among the Python rows, its big columns null.
 
-Every other row (``_sql`` false) goes through the Python path unchanged. A row is ``_sql``
-only when all of these hold (anything else, or any doubt, is Python's):
+Every other row goes through the Python path unchanged. A row is ``_sql`` only when all of
+these hold (anything else, or any doubt, is Python's):
 
 - no ``response`` to parse (the bodies come from the turn records), a ``question`` and a
   ``uid``, ``sample_idx`` or ``rollout_idx``, an ``extra`` that cannot name a system prompt or
   a source run (no ``system_prompt``, ``source_run_id`` nor backslash in its text);
 - every turn a valid action with think, argument and separator: the separator one or more of
-  ``[ \\t\\n\\r]`` (``''`` is a grammar fault), the think without ``<`` nor a control
-  character but tab, newline and CR (a ``search_complete``'s think printable ASCII besides: the
-  forced-completion regex's ``\\s`` and case folding are Python's and RE2's alike only there), a ``search`` argument printable ASCII without ``<`` and not blank, a ``bbox``
-  argument four JSON numbers (no exponent, at most 15 integer and 6 fraction digits, so DOUBLE
-  compares them as Python's ints and floats do) forming a box, a ``search_complete`` argument
-  ``true`` (its think a max-turn-limit one, ``tags.FORCED_THINK_RE``: ``_forced``, only when
-  forced completions do not drop the row);
-  ``search_complete`` the last turn and only there; when repeated queries drop a row, none
-  repeated (``_repeats``: lower case, runs of spaces trimmed and collapsed, which is
-  ``findings.normalize_query`` for printable ASCII; otherwise a repeat is only counted);
+  ``[ \\t\\n\\r]`` (``''`` is a grammar fault or DDAI's exact forced completion); the think
+  without ``<`` nor a control character but tab, newline and CR; a ``search`` argument
+  printable ASCII without ``<`` and not blank; a ``bbox`` argument four JSON numbers (no
+  exponent, at most 15 integer and 6 fraction digits, so DOUBLE compares them as Python's ints
+  and floats do) forming a box; ``search_complete`` ``true``, the last turn and only there, its
+  think printable ASCII (there Python's and RE2's ``\\s`` and case folding agree on
+  ``tags.FORCED_THINK_RE``) or holding no ``turn`` in any case (then neither matches);
+- when repeated queries drop a row, no query repeated (``_repeats``: lower case, spaces trimmed
+  and runs collapsed, which is ``findings.normalize_query`` on printable ASCII); when forced
+  completions drop a row, no forced last turn;
 - every observation shown (all turns but the last): absent with no ``error`` (``[observation
   unavailable]``, counted), or text that starts with a printable ASCII character other than
   ``[`` (no JSON blocks, no leading space), holds no control character but tab, newline and CR,
-  nor ``[System Error``; a one-line observation is printable ASCII (an image path by its
-  suffix, as ``rebuild.observation_content`` tells it, or text); the question holds no control
+  nor ``[System Error``; a one-line observation printable ASCII (an image path by its suffix,
+  as ``rebuild.observation_content`` tells it, or text); the question holds no control
   character nor ``[System Error`` either.
 
-Such a rollout has no finding, fault or drop (``findings.inspect``: one valid unforced turn per
-assistant message, alternating roles, one final ``search_complete``, no tag text, no system
-error, no forced completion written exactly as DDAI injects it: that has no separator), so the
-post-pass keeps its messages (a repeated query or a paraphrased forced completion, when it
-does not drop the row, is only counted). DuckDB's ``to_json`` of a
-string equals Python's ``json.dumps(…, ensure_ascii=False)`` except for control characters
-with hex letters (``\\u001F`` against ``\\u001f``), which the tests above exclude.
+Such a rollout has no fault or drop (``findings.inspect``: one valid turn per assistant
+message, alternating roles, one final ``search_complete``, no tag text, no system error), so the
+post-pass keeps its messages; a repeated query or a paraphrased forced ending is only counted.
+DuckDB's ``to_json`` of a string equals Python's ``json.dumps(…, ensure_ascii=False)`` for every
+code point from U+0020 up, but writes ``\\u001F`` where Python writes ``\\u001f`` (control
+characters with hex letters), which the tests above exclude.
 """
 
 from __future__ import annotations
