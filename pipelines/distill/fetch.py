@@ -16,6 +16,7 @@ import os
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from ddai.pipelines.distill import sqlrows
 from ddai.pipelines.distill.select import (
     SelectConfig,
     Selection,
@@ -292,6 +293,7 @@ def fetch_batches(
     batch_rows: int = 10_000,
     threads: int | None = None,
     memory_limit: str | None = FETCH_MEMORY,
+    sql_rows: sqlrows.Build | None = None,
 ) -> Iterator[pa.Table]:
     """The rows ``wanted`` (``locate``'s table) locates, as Arrow tables of at most
     ``batch_rows`` rows in ``ROLLOUT_SCHEMA`` (only ``columns`` when given, and of each turn
@@ -302,7 +304,11 @@ def fetch_batches(
     to the wanted (file, row number) pairs and streams the matches back without ordering them
     (``preserve_insertion_order = false``), so neither DuckDB nor the caller ever holds the
     whole selection; the caller places each row by its ``_slot``. Raises when some wanted row
-    is not in its file."""
+    is not in its file.
+
+    ``sql_rows``: the rows DuckDB can rebuild come built, with their big
+    columns null (``sqlrows.ADDED`` columns after ``_slot``; none when the files lack a column
+    the SQL reads)."""
     if not wanted.num_rows:
         return
     paths = [str(f) for f in files]
@@ -324,11 +330,19 @@ def fetch_batches(
             f"SELECT {cols}, w._slot FROM {SCAN} AS s "
             "JOIN wanted AS w ON s.filename = w._path AND s.file_row_number = w._row"
         )
+        added: tuple[str, ...] = ()
+        if sql_rows is not None and _sql_readable(con, params, names):
+            sql, more = sqlrows.query(sql, sql_rows)
+            params = {**params, **more}
+            added = sqlrows.ADDED
         seen = 0
         for batch in con.sql(sql, params=params).to_arrow_reader(batch_rows):
             part = pa.Table.from_batches([batch])
             seen += part.num_rows
-            part = _conform(part, names).append_column("_slot", part["_slot"])
+            base = _conform(part, names).append_column("_slot", part["_slot"])
+            for c in added:
+                base = base.append_column(c, part[c])
+            part = base
             if turn_fields is not None and "turns" in part.column_names:
                 i = part.schema.get_field_index("turns")
                 part = part.set_column(i, "turns", _turn_fields(part["turns"], turn_fields))
@@ -339,6 +353,22 @@ def fetch_batches(
         raise RuntimeError(
             f"{wanted.num_rows - seen} selected rollouts were not found in their files"
         )
+
+
+def _sql_readable(con: duckdb.DuckDBPyConnection, params: dict[str, Any], names: list[str]) -> bool:
+    """Whether every column and turn field ``sqlrows`` reads is in the files and fetched."""
+    if not set(sqlrows.COLUMNS) <= set(names):
+        return False
+    types = dict(
+        (r[0], str(r[1])) for r in con.execute(f"DESCRIBE SELECT * FROM {SCAN}", params).fetchall()
+    )
+    if not set(sqlrows.COLUMNS) <= set(types):
+        return False
+    turn = types["turns"].replace('"', "")  # DuckDB quotes keywords (action)
+    if not turn.startswith("STRUCT(") or not turn.endswith(")[]"):
+        return False
+    fields = dict(f.strip().split(" ", 1) for f in turn[len("STRUCT(") : -3].split(","))
+    return all(fields.get(f) == "VARCHAR" for f in sqlrows.TURN_FIELDS)
 
 
 def _turn_fields(turns: pa.ChunkedArray, keep: Sequence[str]) -> pa.ChunkedArray:

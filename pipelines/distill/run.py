@@ -21,7 +21,7 @@ from rich.progress import Progress, track
 
 from ddai.pipelines import store
 from ddai.pipelines.backends.usage import FAILED_CALLS, failed_calls
-from ddai.pipelines.distill import fetch, rewrite, stream
+from ddai.pipelines.distill import fetch, rewrite, sqlrows, stream
 from ddai.pipelines.distill.configs import (  # noqa: F401 (re-exported)
     REPORT_SUFFIX,
     REWRITE_MODES,
@@ -121,6 +121,15 @@ def run_distill(cfg: DistillConfig, *, rewriter: Any = None) -> dict[str, Any]:
                 columns=fetch.REBUILD_COLUMNS,
                 turn_fields=fetch.REBUILD_TURN_FIELDS,
                 batch_rows=stream.FETCH_ROWS,
+                # rows DuckDB can build exactly skip Python (only with nothing to rewrite or plan)
+                sql_rows=sqlrows.Build(
+                    system_prompt,
+                    cfg.drops.repeated_queries,
+                    cfg.drops.forced,
+                    thinks=rewriting is not None,  # the identity rewriter's request count
+                )
+                if sqlrows.enabled(rewriting is not None and not rewriting.identity, cfg.dry_run)
+                else None,
             )
             spill = stream.Spill(Path(tmp_dir), n_selected)
             with _progress(cfg.progress, n_selected, "distilling") as advance:

@@ -217,7 +217,7 @@ class PostPass:
         self.rows_in += 1
         events = list(c.events)
         f = f if f is not None else fnd.inspect(c.messages)
-        _tally(self.found, f)
+        tally(self.found, f)
         if f.faults:
             events.extend(
                 Event(c.uid, "fault", x.kind, x.message, None, x.text, detail=x.detail)
@@ -275,13 +275,24 @@ def post_pass(
     return pp.result(out, events)
 
 
-def _tally(found: Counter[str], f: fnd.Findings) -> None:
+REPEATED_QUERY_ROWS = "rows repeating a search query"
+# The findings a row ending in a paraphrased forced completion (its only one) counts.
+FORCED_PARAPHRASE_ROWS = (
+    "rows ending in a forced completion",
+    "rows ending in a paraphrased forced completion",
+    "rows holding a forced completion",
+)
+# A trajectory holding nothing the post-pass counts (what ``sqlrows`` rows hold).
+NO_FINDINGS = fnd.Findings(None, 0, 0, (), (), ())
+
+
+def tally(found: Counter[str], f: fnd.Findings) -> None:
     found["rows ending in a forced completion"] += f.forced_end is not None
     found["rows ending in the exact forced completion"] += f.forced_end == "exact"
     found["rows ending in a paraphrased forced completion"] += f.forced_end == "paraphrase"
     found["rows holding a forced completion"] += f.forced_turns > 0
     found["rows with a system-error observation"] += f.system_errors > 0
-    found["rows repeating a search query"] += bool(f.repeated_queries)
+    found[REPEATED_QUERY_ROWS] += bool(f.repeated_queries)
     found["rows with action-tag text in a think"] += bool(f.tagged_thinks)
 
 

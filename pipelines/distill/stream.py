@@ -1,10 +1,10 @@
 """Distill as a stream: the selected rollouts become samples one batch at a time, in bounded memory.
 
 Pass 1 (``build``) takes ``fetch.fetch_batches``'s Arrow batches as DuckDB streams them (scan
-order), and per batch rebuilds each rollout's messages, inspects them once (``findings.inspect``),
-sends the kept ones' thinks to the rewriter (none for ``--rewrite none``; the identity rewriter's
-answer is known without calling it), runs the post-pass and appends one row per rollout to a local
-*spill* (``Spill``): its place in the selection (``_slot``), its sample key and step, the final
+order), spills the rows DuckDB built (``sqlrows``) as they are, and per batch rebuilds each other
+rollout's messages, inspects them once (``findings.inspect``), sends the kept ones' thinks to the
+rewriter (none for ``--rewrite none``; the identity rewriter's answer is known without calling
+it), runs the post-pass and appends one row per rollout to a local *spill* (``Spill``): its place in the selection (``_slot``), its sample key and step, the final
 messages as JSON (null when dropped) and its report lines. Nothing but counts outlives a batch.
 
 The spill is cut by selection position into buckets of consecutive slots, one Parquet file each,
@@ -28,9 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines.distill import collector, formats, rewrite
+from ddai.pipelines.distill import collector, formats, rewrite, sqlrows
 from ddai.pipelines.distill.findings import Findings, inspect
 from ddai.pipelines.distill.rebuild import (
+    UNRENDERABLE,
     RebuildError,
     UidCollision,
     extra_of,
@@ -142,16 +143,19 @@ class Rewriting:
 
     def __call__(self, keep: list[tuple[Candidate, Findings]]) -> None:
         if self.identity:
-            for _, f in keep:
-                texts = [s.text for s in f.slots if not s.forced]
-                n = len(rewrite.chunk(texts, self.chunking))
-                self.skipped_requests += n
-                self.applied.unchanged += n > 0
+            self.skip([[s.text for s in f.slots if not s.forced] for _, f in keep])
             return
         a = rewrite.run(self.backend, [c for c, _ in keep], self.chunking)
         self.applied.rewritten += a.rewritten
         self.applied.unchanged += a.unchanged
         self.applied.over_budget += a.over_budget
+
+    def skip(self, thinks: list[list[str]]) -> None:
+        """The identity rewriter's requests for kept samples of these (unforced) thinks."""
+        for texts in thinks:
+            n = len(rewrite.chunk(texts, self.chunking))
+            self.skipped_requests += n
+            self.applied.unchanged += n > 0
 
     def close(self) -> None:
         if self.identity and self.skipped_requests:
@@ -176,6 +180,11 @@ def build(
     with collector.tuned_for_batches():
         try:
             for part in batches:
+                failed = None  # the rebuild's drops DuckDB told (``sqlrows.take``)
+                if "_sql" in part.column_names:  # the rows DuckDB built go straight to the spill
+                    part, failed = sqlrows.take(
+                        part, writer, spill_schema(), out, post, rewriting, plan_only
+                    )
                 slots = part["_slot"].to_pylist()
                 rows = part.drop_columns(["_slot"]).to_pylist()
                 cols: dict[str, list[Any]] = {n: [] for n in spill_schema().names}
@@ -184,6 +193,8 @@ def build(
                     extra = extra_of(row)
                     key = sample_key(row, run_tag(row["run_id"], extra.get("source_run_id")))
                     try:
+                        if failed is not None and failed[i]:
+                            raise RebuildError(UNRENDERABLE)
                         rb = rebuild(row, system_prompt, extra)
                     except RebuildError as e:
                         out.failed[e.reason] += 1
