@@ -124,27 +124,35 @@ CASES: dict[str, tuple[list[dict], dict, bool]] = {
 }
 
 
+def _prompt(
+    uid: str, step: int, first_sample: int, question: str, turns: list, fields: dict | None = None
+) -> list[dict]:
+    """A prompt of eight rollouts: the first the only success (selected), with ``turns`` and
+    ``fields``; the others failures of one ending turn."""
+    return [
+        {
+            "step": step,
+            "uid": uid,
+            "rollout_idx": i,
+            "sample_idx": first_sample + i,
+            "question": question,
+            "response": None,
+            "turns": turns if i == 0 else [END],
+            "judge_score": 1.0 if i == 0 else 0.0,
+            "ndcg": 1.0,
+            "reward": 1.0 if i == 0 else 0.0,
+            "format_ok": True,
+            **((fields or {}) if i == 0 else {}),
+        }
+        for i in range(8)
+    ]
+
+
 def _rows() -> list[dict]:
     """Each case its own prompt of eight rollouts, the case the only success (selected)."""
     rows = []
     for p, (turns, fields, _) in enumerate(CASES.values()):
-        for i in range(8):
-            rows.append(
-                {
-                    "step": 1 + p % 2,
-                    "uid": f"train_{p}",
-                    "rollout_idx": i,
-                    "sample_idx": 100 * p + i,
-                    "question": f"q {p}?",
-                    "response": None,
-                    "turns": turns if i == 0 else [END],
-                    "judge_score": 1.0 if i == 0 else 0.0,
-                    "ndcg": 1.0,
-                    "reward": 1.0 if i == 0 else 0.0,
-                    "format_ok": True,
-                    **(fields if i == 0 else {}),
-                }
-            )
+        rows += _prompt(f"train_{p}", 1 + p % 2, 100 * p, f"q {p}?", turns, fields)
     return rows
 
 
@@ -272,22 +280,7 @@ def _real_rows(path: Path) -> list[dict]:
                 obs = obs[0]["image"] if len(obs) == 1 else json.dumps(obs)
             turns.append({**rec, "idx": len(turns), "observation": obs})
         else:
-            for i in range(8):
-                rows.append(
-                    {
-                        "step": 1,
-                        "uid": f"real_{p}",
-                        "rollout_idx": i,
-                        "sample_idx": i,
-                        "question": m[1]["content"],
-                        "response": None,
-                        "turns": turns if i == 0 else [END],
-                        "judge_score": 1.0 if i == 0 else 0.0,
-                        "ndcg": 1.0,
-                        "reward": 1.0 if i == 0 else 0.0,
-                        "format_ok": True,
-                    }
-                )
+            rows += _prompt(f"real_{p}", 1, 0, m[1]["content"], turns)
     return rows
 
 
