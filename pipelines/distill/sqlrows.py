@@ -47,10 +47,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass
 from typing import Any
 
-from ddai.pipelines.distill.rebuild import run_tag
+from ddai.pipelines.distill.rebuild import IMAGE_SUFFIXES, UNAVAILABLE, run_tag
 from ddai.pipelines.distill.safety import (
     FORCED_PARAPHRASE_ROWS,
     NO_FINDINGS,
@@ -59,6 +60,7 @@ from ddai.pipelines.distill.safety import (
     tally,
 )
 from ddai.pipelines.records.deps import pa, pc
+from ddai.pipelines.records.tags import FORCED_THINK_RE
 
 # Environment switch (tests and the bench): "0" sends every row through the Python path.
 ENV = "DDAI_DISTILL_SQL_ROWS"
@@ -85,10 +87,11 @@ _FINAL_THINK = r"[\t\n\r -;=-~]*"
 _SEARCH = r"[ -;=-~]*[!-;=-~][ -;=-~]*"  # printable ASCII, no '<', not blank
 _NUM = r" *-?(0|[1-9][0-9]{0,14})(\.[0-9]{1,6})? *"
 _BBOX = rf"\[{_NUM},{_NUM},{_NUM},{_NUM}\]"
-# ``tags.FORCED_THINK_RE``: on ``_FINAL_THINK``'s alphabet, Python's and RE2's ``\s`` and case
-# folding agree.
-_FORCED = r"(?i)max(imum)?\s+turn\s+limit"
-_IMAGE = r"\.(jpg|jpeg|png|webp|gif|bmp)$"
+# ``tags.FORCED_THINK_RE`` itself: on ``_FINAL_THINK``'s alphabet, Python's and RE2's ``\s`` and
+# case folding agree.
+_FORCED = FORCED_THINK_RE.pattern
+# ``rebuild.observation_content``'s image suffixes (the text lower-cased before the test).
+_IMAGE = r"\.(" + "|".join(re.escape(s.removeprefix(".")) for s in IMAGE_SUFFIXES) + ")$"
 
 
 def _q(pattern: str) -> str:
@@ -127,7 +130,7 @@ def _obs_ok() -> str:
 
 def _obs_json() -> str:
     """Turn ``t``'s observation as message content JSON (``rebuild.observation_content``)."""
-    return f"""CASE WHEN coalesce(t.observation, '') = '' THEN '"[observation unavailable]"'
+    return f"""CASE WHEN coalesce(t.observation, '') = '' THEN {_q(json.dumps(UNAVAILABLE))}
         WHEN NOT contains(t.observation, chr(10))
             AND regexp_matches(lower(rtrim(t.observation)), {_q(_IMAGE)})
         THEN '[{{"image":' || CAST(to_json(t.observation) AS VARCHAR) || '}}]'
