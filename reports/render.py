@@ -14,16 +14,16 @@ import json
 import threading
 from functools import lru_cache
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from markupsafe import Markup
 from plotly.offline import get_plotlyjs
 
-from ddai.pipelines.records.lazy import lazy_module
 from ddai.reports.blocks import Section
 from ddai.reports.formatting import num, template_env
 
-jinja2 = lazy_module("jinja2")
+if TYPE_CHECKING:
+    import jinja2
 
 
 def _cell(v: Any) -> str:

@@ -18,7 +18,7 @@ import threading
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlencode
 
 from starlette.applications import Starlette
@@ -36,7 +36,6 @@ from starlette.routing import Route
 from ddai.pipelines import store
 from ddai.pipelines.records import csv_cells
 from ddai.pipelines.records.deps import pq
-from ddai.pipelines.records.lazy import lazy_module
 from ddai.reports.formatting import num, pct, template_env
 from ddai.reports.serve import annotate, diff, images, live, queries, review_queue, sqlbox
 from ddai.reports.serve.config import ServeConfig
@@ -56,7 +55,8 @@ from ddai.reports.serve.pages import CorpusPages
 from ddai.reports.serve.turns import missing_turns, source_formats, turn_views
 from ddai.reports.transcript import mark_pages
 
-jinja2 = lazy_module("jinja2")
+if TYPE_CHECKING:
+    import jinja2
 
 CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
