@@ -10,10 +10,36 @@ from typing import Any
 
 import torch
 
+from ddai.trainer.value import losses as vl
 from ddai.trainer.value.config import ValueFitConfig
+from ddai.trainer.value.data import TokenRollout
 from ddai.trainer.value.rows import Split
 
 StepLoss = Callable[[Any, Split, list[int], Any, int], tuple[torch.Tensor, dict[str, float]]]
+
+
+def drawn_rows(data: Split, idx: list[int], cfg: ValueFitConfig) -> list[TokenRollout]:
+    """The training rollouts of a step's draw ``idx``: the drawn pairs' successes, then their
+    failures (``losses.stacked_pairs_loss``'s layout), or with ``pairwise_coef`` 0 the drawn
+    rollouts themselves."""
+    if cfg.pairwise_coef > 0:
+        pairs = [data.train_pairs[i] for i in idx]
+        return [data.train[p] for p, _ in pairs] + [data.train[n] for _, n in pairs]
+    return [data.train[i] for i in idx]
+
+
+def fit_value_loss(
+    values: torch.Tensor, mask: torch.Tensor, targets: torch.Tensor, cfg: ValueFitConfig
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The value loss of ``drawn_rows``' values ``[B, T]`` (completion-aligned, ``mask`` the
+    policy tokens) against their MC ``targets[B]``: the hybrid on the stacked pairs, or with
+    ``pairwise_coef`` 0 the tokenwise MC MSE alone, unscaled (``value/loss`` is that MSE)."""
+    if cfg.pairwise_coef > 0:
+        return vl.stacked_pairs_loss(
+            values, mask, targets, pairwise_coef=cfg.pairwise_coef, mc_coef=cfg.mc_coef
+        )
+    loss, metrics = vl.mc_value_loss(values, targets, torch.ones_like(mask), mask)
+    return loss, {**metrics, "value/loss": metrics["value/mc_mse"]}
 
 
 def fit_steps(

@@ -32,11 +32,10 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ddai.trainer.value import losses as vl
 from ddai.trainer.value import sft_math as vsm
 from ddai.trainer.value.config import ValueSFTConfig
 from ddai.trainer.value.data import Batch, collate
-from ddai.trainer.value.loop import fit_with_held_out
+from ddai.trainer.value.loop import drawn_rows, fit_value_loss, fit_with_held_out
 from ddai.trainer.value.model import (
     HEAD_FILE,
     TRUNK_DIR,
@@ -146,11 +145,7 @@ def step_loss(
     """The joint loss on the drawn pairs (or rollouts when ``pairwise_coef`` is 0) ``idx``;
     ``model`` may be DDP-wrapped (the forward goes through it)."""
     dev = next(model.parameters()).device
-    if cfg.pairwise_coef > 0:
-        pairs = [data.train_pairs[i] for i in idx]
-        rows = [data.train[p] for p, _ in pairs] + [data.train[n] for _, n in pairs]
-    else:
-        rows = [data.train[i] for i in idx]
+    rows = drawn_rows(data, idx, cfg)
     batch: Batch = collate(rows, pad_id).to(dev)
     P = batch.prompt_len
     correct = torch.tensor([r.success for r in rows], device=dev)
@@ -158,14 +153,8 @@ def step_loss(
     ce, values = model(batch.input_ids, batch.attention_mask, P, ce_mask)
     values = values[:, P - 1 : -1]
     targets = torch.tensor([r.target for r in rows], device=dev, dtype=values.dtype)
-    if cfg.pairwise_coef > 0:
-        value_loss, metrics = vl.stacked_pairs_loss(
-            values, batch.mask, targets, pairwise_coef=cfg.pairwise_coef, mc_coef=cfg.mc_coef
-        )
-    else:
-        value_loss, metrics = vl.mc_value_loss(
-            values, targets, torch.ones_like(batch.mask), batch.mask
-        )
+    value_loss, metrics = fit_value_loss(values, batch.mask, targets, cfg)
+    if cfg.pairwise_coef == 0:  # the joint loss scales the MC term alone too
         value_loss = cfg.mc_coef * value_loss
         metrics["value/loss"] = float(value_loss.detach())
     w, ce_mask = vsm.td_weights(values, targets, batch.mask, correct, cfg.weights_cfg)

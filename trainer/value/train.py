@@ -22,12 +22,8 @@ import torch
 
 from ddai.trainer.value import losses as vl
 from ddai.trainer.value.config import ValueTrainConfig
-from ddai.trainer.value.data import (
-    Batch,
-    TokenRollout,
-    collate,
-)
-from ddai.trainer.value.loop import fit_with_held_out
+from ddai.trainer.value.data import TokenRollout, collate
+from ddai.trainer.value.loop import drawn_rows, fit_value_loss, fit_with_held_out
 from ddai.trainer.value.model import (
     ValueModel,
     is_value_checkpoint,
@@ -149,36 +145,17 @@ def _load(cfg: ValueTrainConfig) -> tuple[ValueModel, Any]:
     )
 
 
-def _pair_batch(
-    items: Sequence[TokenRollout], pairs: Sequence[tuple[int, int]], pad_id: int
-) -> tuple[Batch, torch.Tensor]:
-    """One padded batch of the pairs' positives then negatives, and their MC targets ``[2P]``."""
-    rows = [items[p] for p, _ in pairs] + [items[n] for _, n in pairs]
-    return collate(rows, pad_id), torch.tensor([r.target for r in rows])
-
-
 def step_loss(
     model: ValueModel, data: Split, idx: list[int], cfg: ValueTrainConfig, pad_id: int
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The loss of one step on the drawn pairs (or rollouts, in MC-only mode) ``idx``. ``model``
     may be DDP-wrapped: values go through its ``forward`` so the wrapper syncs the gradients."""
     dev = next(model.parameters()).device
-
-    def values(b: Batch) -> torch.Tensor:  # [B, T - prompt_len]
-        return model(b.input_ids, b.attention_mask)[:, b.prompt_len - 1 : -1]
-
-    if cfg.pairwise_coef > 0:
-        batch, targets = _pair_batch(data.train, [data.train_pairs[i] for i in idx], pad_id)
-        batch, targets = batch.to(dev), targets.to(dev)
-        return vl.stacked_pairs_loss(
-            values(batch), batch.mask, targets, pairwise_coef=cfg.pairwise_coef, mc_coef=cfg.mc_coef
-        )
-    chunk = [data.train[i] for i in idx]
-    batch = collate(chunk, pad_id).to(dev)
-    v = values(batch)
-    targets = torch.tensor([r.target for r in chunk], device=dev)
-    loss, metrics = vl.mc_value_loss(v, targets, torch.ones_like(batch.mask), batch.mask)
-    return loss, {**metrics, "value/loss": metrics["value/mc_mse"]}
+    rows = drawn_rows(data, idx, cfg)
+    batch = collate(rows, pad_id).to(dev)
+    values = model(batch.input_ids, batch.attention_mask)[:, batch.prompt_len - 1 : -1]
+    targets = torch.tensor([r.target for r in rows], device=dev)
+    return fit_value_loss(values, batch.mask, targets, cfg)
 
 
 def train_value(cfg: ValueTrainConfig) -> ValueTrainResult:
