@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlencode
 
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import (
@@ -34,7 +35,6 @@ from starlette.responses import (
 from starlette.routing import Route
 
 from ddai.pipelines import store
-from ddai.pipelines.records import csv_cells
 from ddai.pipelines.records.deps import pq
 from ddai.reports.formatting import num, pct, template_env
 from ddai.reports.serve import annotate, diff, images, live, queries, review_queue, sqlbox
@@ -57,6 +57,7 @@ from ddai.reports.transcript import mark_pages
 
 if TYPE_CHECKING:
     import jinja2
+    import pyarrow as pa
 
 CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
@@ -119,6 +120,29 @@ def _bad_filter(request: Request, exc: Exception) -> Response:
     """A URL parameter of the rollout view that does not parse: 400 naming it (every route that
     reads a view)."""
     return _error(400, str(exc), request)
+
+
+def _export_format(request: Request) -> str | Response:
+    """The ``{fmt}`` of an export route, or the 404 answer naming the two formats."""
+    fmt = request.path_params["fmt"]
+    if fmt in ("csv", "parquet"):
+        return fmt
+    return _error(404, f"export as csv or parquet, not {fmt!r}", request)
+
+
+def _table_file(
+    table: pa.Table, fmt: str, name: str, headers: dict[str, str] | None = None
+) -> Response:
+    """``table`` as the attachment ``<name>.<fmt>``: CSV through the formula-cell escape
+    (``sqlbox.csv_text``) or zstd parquet, with ``headers`` after the disposition."""
+    if fmt == "csv":
+        data, media = sqlbox.csv_text(table).encode(), "text/csv"
+    else:
+        buf = io.BytesIO()
+        pq.write_table(table, buf, compression="zstd")
+        data, media = buf.getvalue(), "application/vnd.apache.parquet"
+    disposition = {"Content-Disposition": f'attachment; filename="{name}.{fmt}"'}
+    return Response(data, media_type=media, headers={**disposition, **(headers or {})})
 
 
 def _view(request: Request, cfg: ServeConfig) -> RolloutFilter:
@@ -318,15 +342,14 @@ def create_app(cfg: ServeConfig, *, explorer: Explorer | None = None) -> Starlet
     async def sql_api(request: Request) -> Response:
         if isinstance(sql := await _posted_sql(request), Response):
             return sql
-        return await _in_thread(_run_sql, sql)
+        return await run_in_threadpool(_run_sql, sql)
 
     async def sql_export(request: Request) -> Response:
-        fmt = request.path_params["fmt"]
-        if fmt not in ("csv", "parquet"):
-            return _error(404, f"export as csv or parquet, not {fmt!r}", request)
+        if isinstance(fmt := _export_format(request), Response):
+            return fmt
         if isinstance(sql := await _posted_sql(request), Response):
             return sql
-        return await _in_thread(_export_sql, sql, fmt)
+        return await run_in_threadpool(_export_sql, sql, fmt)
 
     def _export_sql(sql: str, fmt: str) -> Response:
         try:
@@ -336,19 +359,9 @@ def create_app(cfg: ServeConfig, *, explorer: Explorer | None = None) -> Starlet
                 )
         except sqlbox.SqlRejected as e:
             return JSONResponse({"error": str(e)}, status_code=400)
-        if fmt == "csv":
-            data, media = sqlbox.csv_text(table).encode(), "text/csv"
-        else:
-            buf = io.BytesIO()
-            pq.write_table(table, buf, compression="zstd")
-            data, media = buf.getvalue(), "application/vnd.apache.parquet"
-        headers = {
-            "Content-Disposition": f'attachment; filename="query.{fmt}"',
-            # a cut export says so: the page tells the reader
-            "X-DDAI-Rows": str(table.num_rows),
-            "X-DDAI-Truncated": "1" if cut else "0",
-        }
-        return Response(data, media_type=media, headers=headers)
+        # a cut export says so: the page tells the reader
+        counts = {"X-DDAI-Rows": str(table.num_rows), "X-DDAI-Truncated": "1" if cut else "0"}
+        return _table_file(table, fmt, "query", counts)
 
     def _run_sql(sql: str) -> Response:
         try:
@@ -361,25 +374,12 @@ def create_app(cfg: ServeConfig, *, explorer: Explorer | None = None) -> Starlet
         return JSONResponse(json.loads(json.dumps(result, default=str)))
 
     def export(request: Request) -> Response:
-        fmt = request.path_params["fmt"]
-        if fmt not in ("csv", "parquet"):
-            return _error(404, f"export as csv or parquet, not {fmt!r}", request)
+        if isinstance(fmt := _export_format(request), Response):
+            return fmt
         view = _view(request, cfg)  # a bad parameter: 400 through _bad_filter
         with ex.connection() as con:
             table = queries.keys(con, view).to_arrow_table()
-        buf = io.BytesIO()
-        if fmt == "csv":
-            rows = zip(*(c.to_pylist() for c in table.columns), strict=True)
-            buf.write(csv_cells.rows_text(table.column_names, rows).encode())
-            media = "text/csv"
-        else:
-            pq.write_table(table, buf, compression="zstd")
-            media = "application/vnd.apache.parquet"
-        return Response(
-            buf.getvalue(),
-            media_type=media,
-            headers={"Content-Disposition": f'attachment; filename="rollouts.{fmt}"'},
-        )
+        return _table_file(table, fmt, "rollouts")
 
     corpus = CorpusPages(cfg.corpus) if cfg.corpus is not None else None
     if corpus is not None:
@@ -493,12 +493,6 @@ def _folder_print(folder: Path | None) -> tuple[tuple[str, int, int], ...]:
             continue
         out.append((f.name, st.st_size, st.st_mtime_ns))
     return tuple(out)
-
-
-async def _in_thread(fn: Any, *args: Any) -> Any:
-    from starlette.concurrency import run_in_threadpool
-
-    return await run_in_threadpool(fn, *args)
 
 
 @lru_cache(maxsize=1)
