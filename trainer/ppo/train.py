@@ -232,20 +232,14 @@ def ppo_update(
     critic_opt: torch.optim.Optimizer,
     cfg: PPORunConfig,
     gen: torch.Generator,
-    accelerator: Any = None,
+    accelerator: Any,
 ) -> dict[str, float]:
     """``ppo_epochs`` passes of shuffled mini-batches; returns this rank's metrics averaged over
     them. ``policy``/``critic``/optimizers may be ``Accelerator.prepare``d: the backward pass, the
-    gradient clip and the step then go through ``accelerator`` (DDP all-reduces the gradients), one
+    gradient clip and the step go through ``accelerator`` (DDP all-reduces the gradients), one
     optimizer step per mini-batch, accumulated over ``grad_accum`` micro-batches (the accelerator
     must have been built with that many accumulation steps). Every rank runs the same number of
     micro-batches (equal per-device batches), so the collectives line up."""
-    if accelerator is None:
-        from accelerate import Accelerator
-
-        accelerator = Accelerator(
-            cpu=not torch.cuda.is_available(), gradient_accumulation_steps=cfg.grad_accum
-        )
     B = exp.batch.input_ids.shape[0]
     mb = cfg.mini_batch_size or B
     seen: list[dict[str, float]] = []

@@ -11,7 +11,6 @@ from ddai.trainer.value.model import (
     build_head,
     load_value_model,
     new_value_model,
-    position_ids,
     save_value_model,
 )
 
@@ -24,7 +23,6 @@ __all__ = [
     "load_value_model",
     "new_value_model",
     "pad_batch",
-    "position_ids",
     "save_value_model",
     "sequence_mean",
 ]

@@ -28,7 +28,7 @@ import torch
 from torch import Tensor, nn
 
 from ddai.pipelines.store import io
-from ddai.trainer.vlm_inputs import forward_inputs, text_positions
+from ddai.trainer.vlm_inputs import forward_inputs
 
 HEAD_TYPES = ("linear", "mlp")
 CONFIG_FILE = "value_config.json"
@@ -92,11 +92,6 @@ def transformer_layers(trunk: nn.Module) -> nn.ModuleList:
         f"cannot find the transformer layers of {type(trunk).__name__} (looked for "
         f"{', '.join(_LAYER_PATHS)}); use --unfreeze 0 with this model"
     )
-
-
-def position_ids(attention_mask: Tensor) -> Tensor:
-    """Positions counted over real tokens only, so left padding does not shift them: ``[B,T]``."""
-    return text_positions(attention_mask)
 
 
 @dataclass(frozen=True)

@@ -41,11 +41,11 @@ from ddai.trainer.value.model import (
     TRUNK_DIR,
     ValueModel,
     build_head,
-    position_ids,
     read_config,
     save_value_model,
 )
 from ddai.trainer.value.rows import Split
+from ddai.trainer.vlm_inputs import text_positions
 
 CRITIC_DIR = "critic"
 
@@ -76,7 +76,7 @@ class JointModel(nn.Module):
         hidden = self.lm.base_model(
             input_ids=input_ids,
             attention_mask=attention_mask,
-            position_ids=position_ids(attention_mask),
+            position_ids=text_positions(attention_mask),  # left padding does not shift them
             use_cache=False,
         ).last_hidden_state
         h = hidden if self.value_trunk_grad else hidden.detach()

@@ -16,6 +16,7 @@ train = heavy("ddai.trainer.ppo.train")
 rlmath = heavy("ddai.trainer.rlmath")
 data = heavy("ddai.trainer.value.data")
 value_model = heavy("ddai.trainer.value.model")
+vlm_inputs = heavy("ddai.trainer.vlm_inputs")
 
 TEMPERATURE = 0.7
 
@@ -57,7 +58,7 @@ def one_shot_logprobs(model, batch) -> torch.Tensor:
     out = model(
         input_ids=batch.input_ids,
         attention_mask=batch.attention_mask,
-        position_ids=value_model.position_ids(batch.attention_mask),
+        position_ids=vlm_inputs.text_positions(batch.attention_mask),
         use_cache=False,
     )
     logits = out.logits[:, P - 1 : -1].float() / TEMPERATURE

@@ -114,7 +114,10 @@ def test_the_training_pass_recomputes_the_rollouts_old_logprobs(world, monkeypat
         torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=1e-3)
         for m in (policy, critic)
     ]
-    ppo.ppo_update(policy, critic, exp, *opts, cfg, torch.Generator().manual_seed(3))
+    from accelerate import Accelerator
+
+    acc = Accelerator(cpu=True, gradient_accumulation_steps=cfg.grad_accum)
+    ppo.ppo_update(policy, critic, exp, *opts, cfg, torch.Generator().manual_seed(3), acc)
     for name in ("actor", "critic"):
         new, old, mask = seen[name]
         assert int(mask.sum()) > 0
