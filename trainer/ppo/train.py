@@ -129,13 +129,6 @@ def token_logprobs_entropy(
     return selected_logprobs(logits, ids, temperature), token_entropy(logits.float() / temperature)
 
 
-def critic_values(critic: ValueModel, batch: Batch) -> Tensor:
-    """``[B,T]`` values of the state before each completion token."""
-    return critic.completion_values(
-        batch.input_ids, batch.attention_mask, batch.prompt_len, batch.images
-    )
-
-
 def select_rows(batch: Batch, idx: Tensor) -> Batch:
     """The rows ``idx`` of a batch (padding kept), with those rows' page images."""
     return Batch(
@@ -171,7 +164,7 @@ def experience_passes(
     ``cfg.experience_micro_batch`` rollouts at a time (the rows keep the batch's padding, so each
     is what one pass over the whole batch gives). ``ref_logp`` is ``old_logp`` without a
     reference."""
-    mask = batch.mask
+    mask, P = batch.mask, batch.prompt_len
     B = mask.shape[0]
     old, refs, vals = [], [], []
     for idx in torch.arange(B, device=mask.device).split(cfg.experience_micro_batch):
@@ -179,7 +172,8 @@ def experience_passes(
         old.append(token_logprobs(policy, part, cfg.temperature))
         if ref is not None:
             refs.append(token_logprobs(ref, part, cfg.temperature))
-        vals.append(critic_values(critic, part).float())
+        v = critic.completion_values(part.input_ids, part.attention_mask, P, part.images)
+        vals.append(v.float())
     old_logp = torch.cat(old) * mask
     ref_logp = torch.cat(refs) * mask if ref is not None else old_logp
     return old_logp, ref_logp, torch.cat(vals) * mask
