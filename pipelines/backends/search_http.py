@@ -55,7 +55,6 @@ the health route are one client's, each a few lines; split, they would be read t
 from __future__ import annotations
 
 import functools
-import os
 import ssl
 import time
 from collections.abc import Sequence
@@ -68,7 +67,7 @@ from ddai.pipelines.backends.base import SearchError, run_sync
 from ddai.pipelines.backends.cache import cache_key
 from ddai.pipelines.backends.config import BackendSpec, ConfigError
 from ddai.pipelines.backends.engine import Engine, EngineSettings, Identity, Job, Outcome
-from ddai.pipelines.backends.retry import Failure, RetryPolicy, http_failure
+from ddai.pipelines.backends.retry import Failure, http_failure
 from ddai.pipelines.backends.usage import TokenUsage
 
 PROTOCOLS = ("ddai", "ddai-batch", "search-r1")
@@ -165,7 +164,7 @@ def _classify(exc: BaseException) -> Failure | None:
     return None
 
 
-class HTTPSearch:
+class HTTPSearch(ctx_mod.Backend):
     """A ``Search`` backend served over HTTP; ``search_batch`` sends many queries at once."""
 
     kind = "search-http"
@@ -184,10 +183,7 @@ class HTTPSearch:
                 f"[backends.{spec.name}] protocol {protocol!r} is unknown; use one of: "
                 f"{', '.join(PROTOCOLS)}"
             )
-        self.spec = spec
-        self.role = role
-        self.name = spec.name
-        self.context = context
+        super().__init__(spec, role, context)
         self.url = str(url)
         self.protocol = protocol
         # The training environment restricts every search to the prompt's document, as
@@ -198,24 +194,12 @@ class HTTPSearch:
         self.cache = context.cache
         self.engine = Engine(
             Identity(spec.name, spec.kind, self.url, role),
-            EngineSettings(
-                concurrency=spec.concurrency,
-                timeout_s=spec.timeout_s,
-                retry=RetryPolicy(
-                    max_retries=spec.max_retries,
-                    base_s=float(opts.get("backoff_base_s", 0.5)),
-                    cap_s=float(opts.get("backoff_cap_s", 30.0)),
-                ),
-            ),
+            EngineSettings.of(spec),
             classify=_classify,
             cache=None,  # cached per query below, not per request
             ledger=context.ledger,
             progress=bool(context.progress),  # one bar per turn would drown a training log
         )
-
-    @classmethod
-    def from_spec(cls, spec: BackendSpec, role: str, **context: Any) -> HTTPSearch:
-        return cls(spec, role, ctx_mod.make(role, use_cache=spec.cache, **context))
 
     # ------------------------------------------------------------------ the Search protocol
     def search(self, query: str, k: int = 5, doc: str | None = None) -> Hits:
@@ -358,12 +342,6 @@ class HTTPSearch:
             f"{health['detail']}",
         }
 
-    def usage(self) -> dict[str, dict[str, Any]]:
-        return self.context.ledger.snapshot()
-
-    async def aclose(self) -> None:
-        return None
-
     # ------------------------------------------------------------------ internals
     def _ask(self, query: str, doc: str | None) -> tuple[str, str | None]:
         """What is sent for ``(query, doc)``: the document goes on the wire only with
@@ -380,8 +358,7 @@ class HTTPSearch:
         )
 
     def _headers(self) -> dict[str, str]:
-        var = self.spec.api_key_env
-        key = os.environ.get(var) if var else None
+        key = self.spec.api_key()
         return {"Authorization": f"Bearer {key}"} if key else {}
 
     def _job(self, client: Any, chunk: list[tuple[str, str | None]], keep: int) -> Job:
