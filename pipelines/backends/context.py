@@ -74,7 +74,7 @@ def load_corpus(corpus: Corpus | str | os.PathLike[str] | None) -> Corpus | None
 
 
 class Backend:
-    """One backend instance serving one role: its spec, its role and the context it was built with."""
+    """One backend serving one role: its spec, role and the context it was built with."""
 
     caches = True
     """Whether ``from_spec`` opens the call cache (when the spec's ``cache`` allows it)."""

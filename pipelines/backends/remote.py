@@ -5,7 +5,7 @@
 A prompted backend supplies ``_complete`` (one attempt: send a rendered prompt and images, return
 the answer's JSON value and token usage, raise on failure), ``_classify`` (map its SDK's
 exceptions to ``Failure``), ``_new_client``/``_close_client`` and ``_ping``. Everything else
-(concurrency, retries, cache, cost, progress, the role methods and the dry-run plan) lives here, once.
+(concurrency, retries, cache, cost, progress, the role methods, the dry run) lives here, once.
 """
 
 from __future__ import annotations

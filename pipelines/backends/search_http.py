@@ -47,9 +47,6 @@ Answers are cached per query (key: url, protocol, top_k, query, and the document
 ``calls``, ``ok``, ``attempts`` and ``failed`` count HTTP requests.
 With ``ddai`` and ``search-r1``, a search restricted to one document (``doc``) keeps the results
 whose page id starts with ``{doc}_``: neither API filters by document.
-
-Longer than 400 lines because the three protocols' requests, answers and restriction rules and
-the health route are one client's, each a few lines; split, they would be read together anyway.
 """
 
 from __future__ import annotations
@@ -87,14 +84,15 @@ def parse_ddai(body: Any, n: int) -> list[Hits]:
     if not isinstance(body, list) or len(body) != n:
         got = f"{len(body)} lists" if isinstance(body, list) else type(body).__name__
         raise ValueError(f"expected a list of {n} result lists (one per query), got {got}")
-    out: list[Hits] = []
     for results in body:
         if not isinstance(results, list):
             raise ValueError(f"expected a result list per query, got {type(results).__name__}")
-        out.append(
-            [(page_id_of(r["image_file"]), 1.0 / (rank + 1)) for rank, r in enumerate(results)]
-        )
-    return out
+    return [_ranked_pages(results) for results in body]
+
+
+def _ranked_pages(results: list[Any]) -> Hits:
+    """DDAI's results for one query → ``[(page_id, 1 / (rank + 1))]`` (the API sends no scores)."""
+    return [(page_id_of(r["image_file"]), 1.0 / (rank + 1)) for rank, r in enumerate(results)]
 
 
 def parse_ddai_batch(body: Any, request_idxs: Sequence[int]) -> list[Hits]:
@@ -114,15 +112,10 @@ def parse_ddai_batch(body: Any, request_idxs: Sequence[int]) -> list[Hits]:
     missing = [i for i in request_idxs if i not in by_idx]
     if missing:
         raise ValueError(f"no answer for request_idx {missing[:5]} ({len(missing)} missing)")
-    out: list[Hits] = []
     for i in request_idxs:
-        results = by_idx[i]
-        if not isinstance(results, list):
-            raise ValueError(f"request_idx {i}: results is {type(results).__name__}, not a list")
-        out.append(
-            [(page_id_of(r["image_file"]), 1.0 / (rank + 1)) for rank, r in enumerate(results)]
-        )
-    return out
+        if not isinstance(by_idx[i], list):
+            raise ValueError(f"request_idx {i}: results is {type(by_idx[i]).__name__}, not a list")
+    return [_ranked_pages(by_idx[i]) for i in request_idxs]
 
 
 def parse_search_r1(body: Any, n: int) -> list[Hits]:
@@ -292,12 +285,8 @@ class HTTPSearch(ctx_mod.Backend):
         if r.status_code in (404, 405):
             return {"ok": True, "route": False, "detail": f"no health route at {url}"}
         if not r.is_success:
-            text = r.text[:200].strip()
-            return {
-                "ok": False,
-                "route": True,
-                "detail": f"GET {url} answered HTTP {r.status_code}: {text}",
-            }
+            detail = f"GET {url} answered HTTP {r.status_code}: {r.text[:200].strip()}"
+            return {"ok": False, "route": True, "detail": detail}
         try:
             body = r.json()
         except ValueError:
@@ -305,16 +294,10 @@ class HTTPSearch(ctx_mod.Backend):
         status = body.get("status") if isinstance(body, dict) else None
         if status is not None and str(status).lower() not in ("healthy", "ok"):
             msg = body.get("message") or body.get("detail") or ""
-            return {
-                "ok": False,
-                "route": True,
-                "detail": f"GET {url} reports status {status!r}: {msg}".rstrip(": "),
-            }
-        return {
-            "ok": True,
-            "route": True,
-            "detail": f"{url}: {status or 'HTTP ' + str(r.status_code)}",
-        }
+            detail = f"GET {url} reports status {status!r}: {msg}".rstrip(": ")
+            return {"ok": False, "route": True, "detail": detail}
+        detail = f"{url}: {status or 'HTTP ' + str(r.status_code)}"
+        return {"ok": True, "route": True, "detail": detail}
 
     def health(self) -> dict[str, Any]:
         """``ahealth`` from synchronous code (the training preflight)."""
@@ -326,11 +309,8 @@ class HTTPSearch(ctx_mod.Backend):
         t0 = time.perf_counter()
         health = await self.ahealth()
         if not health["ok"]:
-            return {
-                "ok": False,
-                "latency_s": round(time.perf_counter() - t0, 3),
-                "detail": health["detail"],
-            }
+            latency = round(time.perf_counter() - t0, 3)
+            return {"ok": False, "latency_s": latency, "detail": health["detail"]}
         (out,) = await self.asearch_batch([("ping", None)], self.top_k or 5)
         latency = round(time.perf_counter() - t0, 3)
         if isinstance(out, SearchError):
