@@ -61,19 +61,9 @@ def chat_response_format(schema: type[BaseModel] | None, mode: str) -> dict[str,
 
 
 def responses_text_format(schema: type[BaseModel] | None, mode: str) -> dict[str, Any] | None:
-    """The Responses API ``text`` parameter for a role's output model."""
-    if schema is None or mode == "none":
-        return None
-    if mode == "json_object":
-        return {"format": {"type": "json_object"}}
-    return {
-        "format": {
-            "type": "json_schema",
-            "name": schema.__name__,
-            "schema": strict_schema(schema),
-            "strict": True,
-        }
-    }
+    """The Responses API ``text`` parameter for a role's output model: the chat format, flat."""
+    fmt = chat_response_format(schema, mode)
+    return None if fmt is None else {"format": {"type": fmt["type"], **fmt.get("json_schema", {})}}
 
 
 class OpenAIClient:
