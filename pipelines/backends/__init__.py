@@ -48,8 +48,11 @@ from ddai.pipelines.backends.base import (
 )
 from ddai.pipelines.backends.config import BackendSpec, ConfigError, resolve
 
-# kind -> (module, class); each class has ``from_spec(spec, role, **context)``.
-_BUILDERS: dict[str, tuple[str, str]] = {
+# kind, or (kind, role) where one kind serves a role through another class (an openai embedder
+# talks to the embeddings endpoint, not a prompt) -> (module, class); each class has
+# ``from_spec(spec, role, **context)``.
+_BUILDERS: dict[str | tuple[str, str], tuple[str, str]] = {
+    ("openai", "embedder"): ("ddai.pipelines.backends.openai_embedder", "OpenAIEmbedder"),
     "openai": ("ddai.pipelines.backends.openai_backend", "OpenAIBackend"),
     "gemini": ("ddai.pipelines.backends.gemini_backend", "GeminiBackend"),
     "local-judge": ("ddai.pipelines.backends.local_judge", "LocalJudge"),
@@ -110,16 +113,9 @@ def step_backend(role: str, name: str | None, cfg: Any, call_site: str, **contex
     return get_backend(role, name, call_site=call_site, **flags, **context)
 
 
-# (kind, role) -> (module, class) where one kind serves a role through another class: an openai
-# embedder talks to the embeddings endpoint, not a prompt.
-_ROLE_BUILDERS: dict[tuple[str, str], tuple[str, str]] = {
-    ("openai", "embedder"): ("ddai.pipelines.backends.openai_embedder", "OpenAIEmbedder"),
-}
-
-
 def build(spec: BackendSpec, role: str, **context: Any):
     """Build a backend from an explicit spec (tests and tools that make specs in code)."""
-    module, cls = _ROLE_BUILDERS.get((spec.kind, role)) or _BUILDERS[spec.kind]
+    module, cls = _BUILDERS.get((spec.kind, role)) or _BUILDERS[spec.kind]
     return getattr(importlib.import_module(module), cls).from_spec(spec, role, **context)
 
 

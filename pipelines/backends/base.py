@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Coroutine, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 from ddai.pipelines.records.deps import np
@@ -32,6 +32,17 @@ T = TypeVar("T")
 # ---------------------------------------------------------------- requests and results
 
 
+class _Result:
+    """What every result record shares: its first field is the value, None when ``error`` is set."""
+
+    error: str | None
+
+    @property
+    def ok(self) -> bool:
+        value = getattr(self, fields(self)[0].name)  # type: ignore[arg-type]
+        return self.error is None and value is not None
+
+
 @dataclass(frozen=True)
 class JudgeRequest:
     """Grade ``answer`` against the ground truth ``reference`` for ``question``."""
@@ -42,16 +53,12 @@ class JudgeRequest:
 
 
 @dataclass(frozen=True)
-class JudgeResult:
+class JudgeResult(_Result):
     """``score`` in [0, 1], or None with ``error`` set when the call failed."""
 
     score: float | None
     reason: str = ""
     error: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None and self.score is not None
 
 
 @dataclass(frozen=True)
@@ -69,13 +76,9 @@ class GenerateRequest:
 
 
 @dataclass(frozen=True)
-class GenerateResult:
+class GenerateResult(_Result):
     answer: str | None
     error: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None and self.answer is not None
 
 
 @dataclass(frozen=True)
@@ -87,15 +90,11 @@ class RewriteRequest:
 
 
 @dataclass(frozen=True)
-class RewriteResult:
+class RewriteResult(_Result):
     """The rewritten thinks, same count and order as the request's, or None with ``error``."""
 
     thinks: list[str] | None
     error: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None and self.thinks is not None
 
 
 @dataclass(frozen=True)
@@ -112,17 +111,13 @@ class VerifyRequest:
 
 
 @dataclass(frozen=True)
-class VerifyResult:
+class VerifyResult(_Result):
     """``ok``: the page supports the reference; ``wrong``: the page contradicts it; else
     ``uncertain``. ``verdict`` is None only when the call failed (``error`` set)."""
 
     verdict: Verdict | None
     reason: str = ""
     error: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None and self.verdict is not None
 
 
 @dataclass(frozen=True)
@@ -141,13 +136,9 @@ class VQARequest:
 
 
 @dataclass(frozen=True)
-class VQAResult:
+class VQAResult(_Result):
     answer: str | None
     error: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None and self.answer is not None
 
 
 # DDAI's two vetting criteria sets (``scripts/vet_sft_rollouts_gpt.py`` and
@@ -182,7 +173,7 @@ class VetRequest:
 
 
 @dataclass(frozen=True)
-class VetResult:
+class VetResult(_Result):
     """What the vetter said: ``keep`` (its own pass/fail), the ``criteria`` it found failed (names
     from ``ROLLOUT_CRITERIA`` for the rollout set), a label per query (``QUERY_LABELS``, the
     queries set) and a short ``reason``; ``keep`` is None only when the call failed (``error``)."""
@@ -192,10 +183,6 @@ class VetResult:
     labels: tuple[str, ...] = ()
     reason: str = ""
     error: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None and self.keep is not None
 
 
 # ---------------------------------------------------------------- protocols

@@ -202,10 +202,7 @@ class CallCache:
         endpoint: str | None = None,
     ) -> None:
         """Queue one answer for the writer thread (returns at once)."""
-        if self._closed:
-            raise RuntimeError(f"call cache {self.path} is closed")
-        if self._error is not None:
-            raise RuntimeError(f"call cache {self.path} cannot be written: {self._error}")
+        self._check_writable()
         blob = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
         with self._pending_lock:
             self._pending[key] = Cached(value, usage)
@@ -236,16 +233,24 @@ class CallCache:
         endpoint: str | None = None,
     ) -> None:
         """Queue one failed call (its reason and detail) for the writer thread."""
-        if self._closed:
-            raise RuntimeError(f"call cache {self.path} is closed")
+        self._check_writable()
         with self._pending_lock:
             self._pending_failures[key] = (reason, detail)
         row = (key, kind, model, role, reason, detail, time.time(), endpoint)
         self._enqueue(_INSERT_FAILURE, row)
 
-    def _enqueue(self, sql: str, row: tuple[Any, ...]) -> None:
+    def _check_writable(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"call cache {self.path} is closed")
+        self._raise_error()
+
+    def _raise_error(self) -> None:
+        """The writer thread's SQLite error, surfaced to the callers of put and flush."""
         if self._error is not None:
             raise RuntimeError(f"call cache {self.path} cannot be written: {self._error}")
+
+    def _enqueue(self, sql: str, row: tuple[Any, ...]) -> None:
+        self._raise_error()
         with self._writer_lock:
             self._queue.put((sql, row))
             if self._writer is None:
@@ -257,8 +262,7 @@ class CallCache:
     def flush(self) -> None:
         """Block until every queued answer is committed."""
         self._queue.join()
-        if self._error is not None:
-            raise RuntimeError(f"call cache {self.path} cannot be written: {self._error}")
+        self._raise_error()
 
     def _write_loop(self) -> None:
         db = _connect(self.path)
@@ -313,18 +317,9 @@ class CallCache:
                 "ORDER BY kind, model, role, endpoint"
             ).fetchall()
             failures = self._db.execute("SELECT COUNT(*) FROM failures").fetchone()[0]
-        groups = [
-            {
-                "kind": k,
-                "model": m,
-                "role": r,
-                "endpoint": e,
-                "entries": n,
-                "input_tokens": ti or 0,
-                "output_tokens": to or 0,
-            }
-            for k, m, r, e, n, ti, to in rows
-        ]
+        # The token columns are NOT NULL, so a group's sums are never NULL.
+        names = ("kind", "model", "role", "endpoint", "entries", "input_tokens", "output_tokens")
+        groups = [dict(zip(names, row, strict=True)) for row in rows]
         size = sum(
             p.stat().st_size for p in self.path.parent.glob(self.path.name + "*") if p.is_file()
         )

@@ -108,16 +108,20 @@ class BackendSpec:
         """A non-model service over the network (e.g. ``search-http``): pinged, never priced."""
         return self.kind in SERVICE_KINDS
 
+    def key_env(self) -> str | None:
+        """The variable the key is read from: ``api_key_env``, else the kind's usual one."""
+        return self.api_key_env or _DEFAULT_API_KEY_ENV.get(self.kind)
+
     def api_key(self) -> str | None:
         """The key from the environment variable this backend names (None when unset)."""
-        var = self.api_key_env or _DEFAULT_API_KEY_ENV.get(self.kind)
+        var = self.key_env()
         return os.environ.get(var) if var else None
 
     def describe(self) -> dict[str, Any]:
         """A printable view: every setting but never a key (only the variable's name)."""
         out = {k: v for k, v in dataclasses.asdict(self).items() if v not in (None, {}, "")}
         if self.remote:
-            out["api_key_env"] = self.api_key_env or _DEFAULT_API_KEY_ENV.get(self.kind)
+            out["api_key_env"] = self.key_env()
             out["api_key_set"] = self.api_key() is not None
         return out
 

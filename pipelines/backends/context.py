@@ -1,4 +1,5 @@
-"""What a backend is built with besides its spec: call site, cache, ledger, corpus, limits."""
+"""What a backend is built with besides its spec (call site, cache, ledger, corpus, limits), and
+``Backend``, the base every backend class builds on."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from ddai.pipelines.backends.usage import Ledger
 from ddai.pipelines.store import workspace
 
 if TYPE_CHECKING:
+    from ddai.pipelines.backends.config import BackendSpec
     from ddai.pipelines.pages.corpus import Corpus
 
 
@@ -69,3 +71,26 @@ def load_corpus(corpus: Corpus | str | os.PathLike[str] | None) -> Corpus | None
     from ddai.pipelines.pages.corpus import Corpus
 
     return Corpus.load(corpus)
+
+
+class Backend:
+    """One backend serving one role: its spec, role and the context it was built with."""
+
+    caches = True
+    """Whether ``from_spec`` opens the call cache (when the spec's ``cache`` allows it)."""
+
+    def __init__(self, spec: BackendSpec, role: str, context: Context) -> None:
+        self.spec = spec
+        self.role = role
+        self.name = spec.name
+        self.context = context
+
+    @classmethod
+    def from_spec(cls, spec: BackendSpec, role: str, **context: Any):
+        return cls(spec, role, make(role, use_cache=cls.caches and spec.cache, **context))
+
+    def usage(self) -> dict[str, dict[str, Any]]:
+        return self.context.ledger.snapshot()
+
+    async def aclose(self) -> None:
+        """Release connections (optional: they are also dropped with the backend)."""

@@ -20,13 +20,16 @@ import asyncio
 import random
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ddai.pipelines.backends.cache import CallCache
 from ddai.pipelines.backends.limits import Budget, TokenBucket
 from ddai.pipelines.backends.progress import Bar
 from ddai.pipelines.backends.retry import CallError, Failure, RetryPolicy
 from ddai.pipelines.backends.usage import Ledger, Price, SiteUsage, TokenUsage
+
+if TYPE_CHECKING:
+    from ddai.pipelines.backends.config import BackendSpec
 
 _DETAIL_MAX = 300
 
@@ -60,6 +63,17 @@ class EngineSettings:
     # so the SDK reports its own timeout first, and a hang the SDK misses is still cut.
     timeout_grace_s: float = 1.0
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+
+    @classmethod
+    def of(cls, spec: BackendSpec, **limits: Any) -> EngineSettings:
+        """A backend's concurrency, timeout and retries (options ``backoff_base_s``,
+        ``backoff_cap_s``); ``limits``: ``rpm``/``tpm`` where the kind honours them."""
+        retry = RetryPolicy(
+            max_retries=spec.max_retries,
+            base_s=float(spec.options.get("backoff_base_s", 0.5)),
+            cap_s=float(spec.options.get("backoff_cap_s", 30.0)),
+        )
+        return cls(concurrency=spec.concurrency, timeout_s=spec.timeout_s, retry=retry, **limits)
 
 
 @dataclass(frozen=True)

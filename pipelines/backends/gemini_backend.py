@@ -10,7 +10,6 @@ Options: ``api_version`` (e.g. ``v1beta``; default: the SDK's), ``params`` (extr
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
@@ -26,40 +25,20 @@ from ddai.pipelines.backends.retry import CallError, Failure, http_failure
 from ddai.pipelines.backends.tasks import parse_structured
 from ddai.pipelines.backends.usage import TokenUsage
 
-_NO_KEY = "no-key"
-
 
 class GeminiBackend(RemoteBackend):
     kind = "gemini"
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._client: genai.Client | None = None
-        self._client_loop: asyncio.AbstractEventLoop | None = None
+    def _new_client(self, key: str) -> genai.Client:
+        http = types.HttpOptions(
+            base_url=self.spec.base_url,
+            api_version=self.spec.options.get("api_version"),
+            timeout=int(self.spec.timeout_s * 1000),
+        )
+        return genai.Client(api_key=key, http_options=http)
 
-    def client(self) -> genai.Client:
-        """The SDK client for the running event loop."""
-        loop = asyncio.get_running_loop()
-        if self._client is None or self._client_loop is not loop:
-            key = self.spec.api_key()
-            if key is None and not self.spec.base_url:
-                var = self.spec.api_key_env or "GEMINI_API_KEY"
-                raise CallError(
-                    Failure("no-key", f"set ${var} (backend {self.name!r} reads its key from it)")
-                )
-            http = types.HttpOptions(
-                base_url=self.spec.base_url,
-                api_version=self.spec.options.get("api_version"),
-                timeout=int(self.spec.timeout_s * 1000),
-            )
-            self._client = genai.Client(api_key=key or _NO_KEY, http_options=http)
-            self._client_loop = loop
-        return self._client
-
-    async def aclose(self) -> None:
-        if self._client is not None and self._client_loop is asyncio.get_running_loop():
-            await self._client.aio.aclose()
-        self._client = None
+    async def _close_client(self, client: genai.Client) -> None:
+        await client.aio.aclose()
 
     def _sdk_params(self) -> dict[str, Any]:
         return {"api_version": self.spec.options.get("api_version")}

@@ -5,23 +5,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ddai.pipelines.backends import context as ctx_mod
 from ddai.pipelines.backends.config import BackendSpec
+from ddai.pipelines.backends.context import Backend, Context
 
 
-class LocalBackend:
+class LocalBackend(Backend):
     """A backend that computes its answers in-process: no key, no network, no cost, no cache."""
 
-    def __init__(self, spec: BackendSpec, role: str, context: ctx_mod.Context) -> None:
-        self.spec = spec
-        self.role = role
-        self.name = spec.name
-        self.context = context
-        self._site = context.ledger.site(context.call_site, spec.name, spec.kind)
+    caches = False
 
-    @classmethod
-    def from_spec(cls, spec: BackendSpec, role: str, **context: Any):
-        return cls(spec, role, ctx_mod.make(role, use_cache=False, **context))
+    def __init__(self, spec: BackendSpec, role: str, context: Context) -> None:
+        super().__init__(spec, role, context)
+        self._site = context.ledger.site(context.call_site, spec.name, spec.kind)
 
     def _count(self, n: int, failed: dict[str, int] | None = None) -> None:
         self._site.items += n
@@ -30,9 +25,6 @@ class LocalBackend:
         self._site.ok += n - bad
         for reason, k in (failed or {}).items():
             self._site.failed[reason] += k
-
-    def usage(self) -> dict[str, dict[str, Any]]:
-        return self.context.ledger.snapshot()
 
     def plan(self, reqs: Sequence[Any]) -> dict[str, Any]:
         return {
@@ -50,6 +42,3 @@ class LocalBackend:
 
     async def ping(self) -> dict[str, Any]:
         return {"ok": True, "latency_s": 0.0, "detail": f"local ({self.spec.kind})"}
-
-    async def aclose(self) -> None:
-        return None

@@ -14,8 +14,8 @@ strict schema on every call, which doubles the client's CPU per request at high 
 
 from __future__ import annotations
 
-import asyncio
 import json
+from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
@@ -24,15 +24,13 @@ import openai
 from pydantic import BaseModel
 
 from ddai.pipelines.backends import media
-from ddai.pipelines.backends.config import ConfigError
+from ddai.pipelines.backends.config import BackendSpec, ConfigError
 from ddai.pipelines.backends.prompts import Rendered
 from ddai.pipelines.backends.remote import RemoteBackend
 from ddai.pipelines.backends.retry import CallError, Failure, http_failure
 from ddai.pipelines.backends.tasks import parse_structured
 from ddai.pipelines.backends.usage import TokenUsage
 
-# A local server needs no key, but the SDK insists on one; this placeholder is never a secret.
-_NO_KEY = "no-key"
 STRUCTURED_MODES = ("json_schema", "json_object", "none")
 
 
@@ -63,22 +61,55 @@ def chat_response_format(schema: type[BaseModel] | None, mode: str) -> dict[str,
 
 
 def responses_text_format(schema: type[BaseModel] | None, mode: str) -> dict[str, Any] | None:
-    """The Responses API ``text`` parameter for a role's output model."""
-    if schema is None or mode == "none":
+    """The Responses API ``text`` parameter for a role's output model: the chat format, flat."""
+    fmt = chat_response_format(schema, mode)
+    return None if fmt is None else {"format": {"type": fmt["type"], **fmt.get("json_schema", {})}}
+
+
+class OpenAIClient:
+    """The ``openai`` SDK's client, error mapping and metadata call, for a ``ModelBackend``."""
+
+    spec: BackendSpec
+    client: Callable[[], openai.AsyncOpenAI]
+
+    def _new_client(self, key: str) -> openai.AsyncOpenAI:
+        conc = self.spec.concurrency
+        return openai.AsyncOpenAI(
+            api_key=key,
+            base_url=self.spec.base_url,
+            timeout=self.spec.timeout_s,
+            max_retries=0,
+            http_client=openai.DefaultAsyncHttpxClient(
+                limits=httpx2.Limits(
+                    max_connections=max(1000, conc), max_keepalive_connections=max(100, conc)
+                )
+            ),
+        )
+
+    async def _close_client(self, client: openai.AsyncOpenAI) -> None:
+        await client.close()
+
+    def _classify(self, exc: BaseException) -> Failure | None:
+        if isinstance(exc, openai.APITimeoutError):
+            return Failure("timeout", "the request timed out", retryable=True)
+        if isinstance(exc, openai.APIConnectionError):
+            return Failure("connection", str(exc), retryable=True)
+        if isinstance(exc, openai.APIStatusError):
+            return http_failure(exc.status_code, _error_message(exc), exc.response.headers)
+        if isinstance(exc, json.JSONDecodeError):
+            return Failure(
+                "malformed-response", f"the server's response is not valid JSON ({exc.msg})"
+            )
         return None
-    if mode == "json_object":
-        return {"format": {"type": "json_object"}}
-    return {
-        "format": {
-            "type": "json_schema",
-            "name": schema.__name__,
-            "schema": strict_schema(schema),
-            "strict": True,
-        }
-    }
+
+    async def _ping(self) -> str:
+        models = await self.client().models.list()
+        ids = [m.id for m in models.data]
+        listed = "listed" if self.spec.model in ids else "not listed"
+        return f"{len(ids)} models; {self.spec.model} {listed}"
 
 
-class OpenAIBackend(RemoteBackend):
+class OpenAIBackend(OpenAIClient, RemoteBackend):
     kind = "openai"
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -94,39 +125,6 @@ class OpenAIBackend(RemoteBackend):
                 f"[backends.{self.name}] structured must be one of {', '.join(STRUCTURED_MODES)}, "
                 f"got {self.structured!r}"
             )
-        self._client: openai.AsyncOpenAI | None = None
-        self._client_loop: asyncio.AbstractEventLoop | None = None
-
-    # ------------------------------------------------------------------ client
-    def client(self) -> openai.AsyncOpenAI:
-        """The SDK client for the running event loop (its connection pool is bound to one loop)."""
-        loop = asyncio.get_running_loop()
-        if self._client is None or self._client_loop is not loop:
-            key = self.spec.api_key()
-            if key is None and not self.spec.base_url:
-                var = self.spec.api_key_env or "OPENAI_API_KEY"
-                raise CallError(
-                    Failure("no-key", f"set ${var} (backend {self.name!r} reads its key from it)")
-                )
-            conc = self.spec.concurrency
-            self._client = openai.AsyncOpenAI(
-                api_key=key or _NO_KEY,
-                base_url=self.spec.base_url,
-                timeout=self.spec.timeout_s,
-                max_retries=0,
-                http_client=openai.DefaultAsyncHttpxClient(
-                    limits=httpx2.Limits(
-                        max_connections=max(1000, conc), max_keepalive_connections=max(100, conc)
-                    )
-                ),
-            )
-            self._client_loop = loop
-        return self._client
-
-    async def aclose(self) -> None:
-        if self._client is not None and self._client_loop is asyncio.get_running_loop():
-            await self._client.close()
-        self._client = None
 
     def _sdk_params(self) -> dict[str, Any]:
         return {"api": self.api, "structured": self.structured}
@@ -207,26 +205,6 @@ class OpenAIBackend(RemoteBackend):
         if extra:
             kwargs["extra_body"] = dict(extra)
         return kwargs
-
-    # ------------------------------------------------------------------ errors and ping
-    def _classify(self, exc: BaseException) -> Failure | None:
-        if isinstance(exc, openai.APITimeoutError):
-            return Failure("timeout", "the request timed out", retryable=True)
-        if isinstance(exc, openai.APIConnectionError):
-            return Failure("connection", str(exc), retryable=True)
-        if isinstance(exc, openai.APIStatusError):
-            return http_failure(exc.status_code, _error_message(exc), exc.response.headers)
-        if isinstance(exc, json.JSONDecodeError):
-            return Failure(
-                "malformed-response", f"the server's response is not valid JSON ({exc.msg})"
-            )
-        return None
-
-    async def _ping(self) -> str:
-        models = await self.client().models.list()
-        ids = [m.id for m in models.data]
-        listed = "listed" if self.spec.model in ids else "not listed"
-        return f"{len(ids)} models; {self.spec.model} {listed}"
 
 
 def _chat_usage(resp: Any) -> TokenUsage:

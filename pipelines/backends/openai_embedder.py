@@ -15,12 +15,9 @@ remote role; the SDK client and error mapping are the OpenAI backend's.
 
 from __future__ import annotations
 
-import asyncio
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any
 
-import openai
 from openai.types import CreateEmbeddingResponse
 
 from ddai.pipelines.backends import context as ctx_mod
@@ -29,39 +26,21 @@ from ddai.pipelines.backends.base import EmbedError, EmbedItem, run_sync
 from ddai.pipelines.backends.cache import cache_key
 from ddai.pipelines.backends.config import BackendSpec
 from ddai.pipelines.backends.engine import Job, Outcome
-from ddai.pipelines.backends.openai_backend import OpenAIBackend
-from ddai.pipelines.backends.remote import model_engine
+from ddai.pipelines.backends.openai_backend import OpenAIClient
+from ddai.pipelines.backends.remote import CHARS_PER_TOKEN, TOKENS_PER_IMAGE, ModelBackend
 from ddai.pipelines.backends.retry import CallError, Failure
-from ddai.pipelines.backends.usage import Price, TokenUsage
+from ddai.pipelines.backends.usage import TokenUsage
 from ddai.pipelines.records.deps import np
 
-_CHARS_PER_TOKEN = 4
-_TOKENS_PER_IMAGE = 258
 
-
-class OpenAIEmbedder:
+class OpenAIEmbedder(OpenAIClient, ModelBackend):
     """Texts, or texts with images, → unit vectors ``float32 [N, dim]`` from a remote model."""
 
     kind = "openai"
-    # The SDK client (bound to the running loop) and the error mapping are the chat backend's.
-    client = OpenAIBackend.client
-    aclose = OpenAIBackend.aclose
-    _classify = OpenAIBackend._classify
 
     def __init__(self, spec: BackendSpec, role: str, context: ctx_mod.Context) -> None:
-        self.spec = spec
-        self.role = role
-        self.name = spec.name
-        self.context = context
+        super().__init__(spec, role, context)
         self.dim = int(spec.options.get("dim", 0))  # 0: learned from the first answer
-        self.price = Price(spec.price_in_per_mtok, spec.price_out_per_mtok)
-        self._client: openai.AsyncOpenAI | None = None
-        self._client_loop: asyncio.AbstractEventLoop | None = None
-        self.engine = model_engine(spec, role, context, self._classify, self.price)
-
-    @classmethod
-    def from_spec(cls, spec: BackendSpec, role: str, **context: Any) -> OpenAIEmbedder:
-        return cls(spec, role, ctx_mod.make(role, use_cache=spec.cache, **context))
 
     # ------------------------------------------------------------------ the role
     def embed(self, texts: Sequence[str]) -> np.ndarray:
@@ -80,21 +59,6 @@ class OpenAIEmbedder:
         np.divide(vecs, norms, out=vecs, where=norms > 0)
         return vecs
 
-    def usage(self) -> dict[str, dict[str, Any]]:
-        return self.context.ledger.snapshot()
-
-    def plan(self, items: Sequence[EmbedItem | str]) -> dict[str, Any]:
-        """A dry run, counted as ``RemoteBackend.plan`` counts (``Engine.plan``); an embedding
-        has no output tokens."""
-        jobs = [self._job_or_failure(EmbedItem(i) if isinstance(i, str) else i) for i in items]
-        return {"backend": self.name, "model": self.spec.model, **self.engine.plan(jobs)}
-
-    async def ping(self) -> dict[str, Any]:
-        return await OpenAIBackend.ping(self)  # type: ignore[arg-type]
-
-    async def _ping(self) -> str:
-        return await OpenAIBackend._ping(self)  # type: ignore[arg-type]
-
     # ------------------------------------------------------------------ internals
     async def _run(self, items: list[EmbedItem]) -> list[Outcome | Failure]:
         jobs = [self._job_or_failure(it) for it in items]
@@ -103,16 +67,9 @@ class OpenAIEmbedder:
         finally:
             await self.aclose()
 
-    def _job_or_failure(self, item: EmbedItem) -> Job:
-        try:
-            return self._job(item)
-        except (OSError, ValueError) as e:  # an unreadable image: this item fails, uncached
-            failure = Failure("bad-input", str(e)[:200])
-
-            async def fail() -> Outcome:
-                raise CallError(failure)
-
-            return Job(key=cache_key(bad_input=repr(item), detail=failure.detail), call=fail)
+    def _requests(self, items: Sequence[EmbedItem | str]) -> list[EmbedItem]:
+        """``plan`` takes texts too; an embedding has no output tokens."""
+        return [EmbedItem(i) if isinstance(i, str) else i for i in items]
 
     def _job(self, item: EmbedItem) -> Job:
         images = list(item.images)
@@ -126,7 +83,7 @@ class OpenAIEmbedder:
             images=[media.fingerprint(i) for i in images],
             params=extra,
         )
-        est = TokenUsage(len(item.text) // _CHARS_PER_TOKEN + _TOKENS_PER_IMAGE * len(images), 0)
+        est = TokenUsage(len(item.text) // CHARS_PER_TOKEN + TOKENS_PER_IMAGE * len(images), 0)
 
         async def call() -> Outcome:
             client = self.client()

@@ -155,18 +155,12 @@ def rejudge(cfg: RejudgeConfig, *, config: dict[str, Any] | None = None) -> Reju
         "written run": out_run,
         "scored": len(ok),
         **failed,
-        **_mixed_summary(mixed, judge.name, in_place=cfg.in_place),
+        **_mixed_summary(mixed, judge.name),
         "mean judge_score": round(sum(ok) / len(ok), 4) if ok else None,
         "usage": usage,
         "wall_s": round(time.time() - t0, 2),
     }
     return RejudgeResult(summary, complete=not n_failed)
-
-
-def _skip_reason(row: dict[str, Any]) -> str:
-    if row.get("answer") is None:
-        return "no answer"
-    return "no reference answer"
 
 
 def _new_scores(
@@ -190,7 +184,8 @@ def _new_scores(
     extras: list[str] = [r["extra"] for r in rows]
     counts = {"scored": 0, "skipped": 0, "failed": 0, "kept_previous": 0}
     why: dict[int, dict[str, Any]] = {
-        i: {"judge_skipped": _skip_reason(r)} for i, r in enumerate(rows)
+        i: {"judge_skipped": "no answer" if r.get("answer") is None else "no reference answer"}
+        for i, r in enumerate(rows)
     }
     for i, res in zip(todo, results, strict=True):
         if res.ok:
@@ -231,13 +226,11 @@ def _new_scores(
     return scores, extras, counts
 
 
-def _mixed_summary(counts: dict[str, int], judge_name: str, *, in_place: bool) -> dict[str, Any]:
-    """The summary lines for rows this judge did not score."""
+def _mixed_summary(counts: dict[str, int], judge_name: str) -> dict[str, Any]:
+    """The summary lines for rows this judge did not score (only in place do rows keep scores)."""
     unscored = counts["skipped"] + counts["failed"]
     if not unscored:
         return {}
-    if not in_place:
-        return {"not scored by this judge (null)": unscored}
     kept = counts["kept_previous"]
     if not kept:
         return {"not scored by this judge (null)": unscored}

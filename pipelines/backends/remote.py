@@ -1,9 +1,11 @@
-"""What the OpenAI and Gemini backends share: prompts, cache keys, the engine, the role methods.
+"""What the remote model backends share: the engine, the SDK client, ping and the dry run
+(``ModelBackend``), and for the prompted roles the prompts, cache keys and role methods
+(``RemoteBackend``, which the OpenAI and Gemini backends build on).
 
-A subclass supplies three things: ``_complete`` (one attempt: send a rendered prompt and images,
-return the answer's JSON value and token usage, raise on failure), ``_classify`` (map its SDK's
-exceptions to ``Failure``) and ``_ping``. Everything else (concurrency, retries, cache, cost,
-progress, the role methods and the dry-run plan) lives here, once.
+A prompted backend supplies ``_complete`` (one attempt: send a rendered prompt and images, return
+the answer's JSON value and token usage, raise on failure), ``_classify`` (map its SDK's
+exceptions to ``Failure``), ``_new_client``/``_close_client`` and ``_ping``. Everything else
+(concurrency, retries, cache, cost, progress, the role methods, the dry run) lives here, once.
 """
 
 from __future__ import annotations
@@ -42,14 +44,16 @@ from ddai.pipelines.backends.engine import (
     Outcome,
 )
 from ddai.pipelines.backends.limits import Budget
-from ddai.pipelines.backends.retry import CallError, Failure, RetryPolicy
+from ddai.pipelines.backends.retry import CallError, Failure
 from ddai.pipelines.backends.tasks import TASKS, Task
 from ddai.pipelines.backends.usage import Price, TokenUsage
 
 # Rough prompt-size estimate for limits and dry runs: ~4 characters per token, a flat
 # allowance per image (a 512-px tile's worth).
-_CHARS_PER_TOKEN = 4
-_TOKENS_PER_IMAGE = 258
+CHARS_PER_TOKEN = 4
+TOKENS_PER_IMAGE = 258
+# A local server needs no key, but the SDKs insist on one; this placeholder is never a secret.
+_NO_KEY = "no-key"
 
 
 def model_engine(
@@ -63,17 +67,7 @@ def model_engine(
     concurrency, timeouts, rate limits and retries, the run's cache, ledger, budget and progress."""
     return Engine(
         Identity(spec.name, spec.kind, spec.model, role, spec.endpoint_label()),
-        EngineSettings(
-            concurrency=spec.concurrency,
-            timeout_s=spec.timeout_s,
-            rpm=spec.rpm,
-            tpm=spec.tpm,
-            retry=RetryPolicy(
-                max_retries=spec.max_retries,
-                base_s=float(spec.options.get("backoff_base_s", 0.5)),
-                cap_s=float(spec.options.get("backoff_cap_s", 30.0)),
-            ),
-        ),
+        EngineSettings.of(spec, rpm=spec.rpm, tpm=spec.tpm),
         classify=classify,
         cache=context.cache if spec.cache else None,
         ledger=context.ledger,
@@ -84,27 +78,105 @@ def model_engine(
     )
 
 
-class RemoteBackend:
-    """A backend served by a remote model; one instance serves one role."""
+class ModelBackend(ctx_mod.Backend):
+    """A backend served by a remote model through the call engine; one instance serves one role.
+
+    A subclass builds each request's ``Job`` (``_job``) and supplies its SDK's client, error
+    mapping and metadata call."""
+
+    def __init__(self, spec: BackendSpec, role: str, context: ctx_mod.Context) -> None:
+        super().__init__(spec, role, context)
+        self.price = Price(spec.price_in_per_mtok, spec.price_out_per_mtok)
+        self.engine = model_engine(spec, role, context, self._classify, self.price)
+        self._client: Any = None
+        self._client_loop: asyncio.AbstractEventLoop | None = None
+
+    def client(self) -> Any:
+        """The SDK client for the running event loop (its connection pool is bound to one loop)."""
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._client_loop is not loop:
+            key = self.spec.api_key()
+            if key is None and not self.spec.base_url:
+                var = self.spec.key_env()
+                raise CallError(
+                    Failure("no-key", f"set ${var} (backend {self.name!r} reads its key from it)")
+                )
+            self._client = self._new_client(key or _NO_KEY)
+            self._client_loop = loop
+        return self._client
+
+    async def aclose(self) -> None:
+        if self._client is not None and self._client_loop is asyncio.get_running_loop():
+            await self._close_client(self._client)
+        self._client = None
+
+    def plan(self, reqs: Sequence[Any]) -> dict[str, Any]:
+        """A dry run: exactly what the run would pay for, counted the way the engine counts
+        (``Engine.plan``: cached, cached failures, repeats in the batch, the distinct calls to
+        make and their estimated tokens and cost)."""
+        jobs = [self._job_or_failure(r) for r in self._requests(reqs)]
+        return {"backend": self.name, "model": self.spec.model, **self.engine.plan(jobs)}
+
+    async def ping(self) -> dict[str, Any]:
+        """A cheap reachability check (model metadata, no tokens): ``{ok, latency_s, detail}``."""
+        t0 = time.perf_counter()
+        try:
+            detail = await asyncio.wait_for(self._ping(), timeout=self.spec.timeout_s)
+        except Exception as e:
+            failure = self.engine.failure_of(e)
+            return {
+                "ok": False,
+                "latency_s": round(time.perf_counter() - t0, 3),
+                "detail": failure.message(),
+            }
+        return {"ok": True, "latency_s": round(time.perf_counter() - t0, 3), "detail": detail}
+
+    def _job_or_failure(self, req: Any) -> Job:
+        """The request's job, or one that fails at once (uncached) when the request cannot be sent
+        (a missing or unreadable image file, a template variable the request lacks)."""
+        try:
+            return self._job(req)
+        except (OSError, ValueError) as e:
+            failure = Failure("bad-input", str(e)[:200])
+
+            async def fail() -> Outcome:
+                raise CallError(failure)
+
+            return Job(key=cache_key(bad_input=repr(req), detail=failure.detail), call=fail)
+
+    # ------------------------------------------------------------------ for subclasses
+    def _requests(self, reqs: Sequence[Any]) -> Sequence[Any]:
+        """The requests as ``_job`` takes them."""
+        return reqs
+
+    def _job(self, req: Any) -> Job:
+        raise NotImplementedError
+
+    def _new_client(self, key: str) -> Any:
+        raise NotImplementedError
+
+    async def _close_client(self, client: Any) -> None:
+        raise NotImplementedError
+
+    def _classify(self, exc: BaseException) -> Failure | None:
+        return None
+
+    async def _ping(self) -> str:
+        raise NotImplementedError
+
+
+class RemoteBackend(ModelBackend):
+    """A model backend answering the prompted roles (``tasks.TASKS``)."""
 
     kind = "remote"
 
     def __init__(self, spec: BackendSpec, role: str, context: ctx_mod.Context) -> None:
         if role not in TASKS:
             raise ConfigError(f"backend {spec.name!r} ({spec.kind}) cannot serve {role!r}")
-        self.spec = spec
-        self.role = role
         self.task: Task = TASKS[role]
-        self.context = context
-        self.name = spec.name
         prompt_file = (spec.options.get("prompts") or {}).get(role) or spec.prompt
         self.prompt = prompts.load(role, prompt_file)
-        self.price = Price(spec.price_in_per_mtok, spec.price_out_per_mtok)
-        self.engine = model_engine(spec, role, context, self._classify, self.price)
-
-    @classmethod
-    def from_spec(cls, spec: BackendSpec, role: str, **context: Any) -> RemoteBackend:
-        return cls(spec, role, ctx_mod.make(role, use_cache=spec.cache, **context))
+        super().__init__(spec, role, context)
 
     # ------------------------------------------------------------------ the role methods
     async def judge(self, reqs: Sequence[JudgeRequest]) -> list[JudgeResult]:
@@ -125,37 +197,6 @@ class RemoteBackend:
     async def vet(self, reqs: Sequence[VetRequest]) -> list[VetResult]:
         return await self._run("vetter", reqs)
 
-    # ------------------------------------------------------------------ accounting and planning
-    def usage(self) -> dict[str, dict[str, Any]]:
-        return self.context.ledger.snapshot()
-
-    def plan(self, reqs: Sequence[Any]) -> dict[str, Any]:
-        """A dry run: exactly what the run would pay for, counted the way the engine counts
-        (``Engine.plan``: cached, cached failures, repeats in the batch, the distinct calls to
-        make and their estimated tokens and cost)."""
-        self._expect(self.role)
-        if self.role == "generator":
-            reqs = [self._with_page_texts(r) for r in reqs]
-        jobs = [self._job_or_failure(r) for r in reqs]
-        return {"backend": self.name, "model": self.spec.model, **self.engine.plan(jobs)}
-
-    async def ping(self) -> dict[str, Any]:
-        """A cheap reachability check (model metadata, no tokens): ``{ok, latency_s, detail}``."""
-        t0 = time.perf_counter()
-        try:
-            detail = await asyncio.wait_for(self._ping(), timeout=self.spec.timeout_s)
-        except Exception as e:
-            failure = self.engine.failure_of(e)
-            return {
-                "ok": False,
-                "latency_s": round(time.perf_counter() - t0, 3),
-                "detail": failure.message(),
-            }
-        return {"ok": True, "latency_s": round(time.perf_counter() - t0, 3), "detail": detail}
-
-    async def aclose(self) -> None:
-        """Release connections (optional: they are also dropped with the backend)."""
-
     # ------------------------------------------------------------------ internals
     def _expect(self, role: str) -> None:
         if role != self.role:
@@ -169,18 +210,9 @@ class RemoteBackend:
             self.task.fail(o) if isinstance(o, Failure) else self.task.decode(o.value) for o in outs
         ]
 
-    def _job_or_failure(self, req: Any) -> Job:
-        """The request's job, or one that fails at once (uncached) when the request cannot be sent
-        (a missing image file, a template variable the request lacks)."""
-        try:
-            return self._job(req)
-        except (OSError, ValueError) as e:
-            failure = Failure("bad-input", str(e)[:200])
-
-            async def fail() -> Outcome:
-                raise CallError(failure)
-
-            return Job(key=cache_key(bad_input=repr(req), detail=failure.detail), call=fail)
+    def _requests(self, reqs: Sequence[Any]) -> Sequence[Any]:
+        self._expect(self.role)
+        return [self._with_page_texts(r) for r in reqs] if self.role == "generator" else reqs
 
     def _job(self, req: Any) -> Job:
         rendered = self.prompt.render(**self.task.variables(req))
@@ -199,7 +231,7 @@ class RemoteBackend:
         )
         est_in = (
             len(rendered.system) + len(rendered.user)
-        ) // _CHARS_PER_TOKEN + _TOKENS_PER_IMAGE * len(images)
+        ) // CHARS_PER_TOKEN + TOKENS_PER_IMAGE * len(images)
         est_out = self.spec.max_tokens or self.task.est_output_tokens(req)
 
         async def call() -> Outcome:
@@ -235,10 +267,4 @@ class RemoteBackend:
     async def _complete(
         self, rendered: prompts.Rendered, images: list[str], schema: type[BaseModel] | None
     ) -> tuple[dict[str, Any], TokenUsage]:
-        raise NotImplementedError
-
-    def _classify(self, exc: BaseException) -> Failure | None:
-        return None
-
-    async def _ping(self) -> str:
         raise NotImplementedError

@@ -47,15 +47,11 @@ Answers are cached per query (key: url, protocol, top_k, query, and the document
 ``calls``, ``ok``, ``attempts`` and ``failed`` count HTTP requests.
 With ``ddai`` and ``search-r1``, a search restricted to one document (``doc``) keeps the results
 whose page id starts with ``{doc}_``: neither API filters by document.
-
-Longer than 400 lines because the three protocols' requests, answers and restriction rules and
-the health route are one client's, each a few lines; split, they would be read together anyway.
 """
 
 from __future__ import annotations
 
 import functools
-import os
 import ssl
 import time
 from collections.abc import Sequence
@@ -68,7 +64,7 @@ from ddai.pipelines.backends.base import SearchError, run_sync
 from ddai.pipelines.backends.cache import cache_key
 from ddai.pipelines.backends.config import BackendSpec, ConfigError
 from ddai.pipelines.backends.engine import Engine, EngineSettings, Identity, Job, Outcome
-from ddai.pipelines.backends.retry import Failure, RetryPolicy, http_failure
+from ddai.pipelines.backends.retry import Failure, http_failure
 from ddai.pipelines.backends.usage import TokenUsage
 
 PROTOCOLS = ("ddai", "ddai-batch", "search-r1")
@@ -88,14 +84,15 @@ def parse_ddai(body: Any, n: int) -> list[Hits]:
     if not isinstance(body, list) or len(body) != n:
         got = f"{len(body)} lists" if isinstance(body, list) else type(body).__name__
         raise ValueError(f"expected a list of {n} result lists (one per query), got {got}")
-    out: list[Hits] = []
     for results in body:
         if not isinstance(results, list):
             raise ValueError(f"expected a result list per query, got {type(results).__name__}")
-        out.append(
-            [(page_id_of(r["image_file"]), 1.0 / (rank + 1)) for rank, r in enumerate(results)]
-        )
-    return out
+    return [_ranked_pages(results) for results in body]
+
+
+def _ranked_pages(results: list[Any]) -> Hits:
+    """DDAI's results for one query → ``[(page_id, 1 / (rank + 1))]`` (the API sends no scores)."""
+    return [(page_id_of(r["image_file"]), 1.0 / (rank + 1)) for rank, r in enumerate(results)]
 
 
 def parse_ddai_batch(body: Any, request_idxs: Sequence[int]) -> list[Hits]:
@@ -115,15 +112,10 @@ def parse_ddai_batch(body: Any, request_idxs: Sequence[int]) -> list[Hits]:
     missing = [i for i in request_idxs if i not in by_idx]
     if missing:
         raise ValueError(f"no answer for request_idx {missing[:5]} ({len(missing)} missing)")
-    out: list[Hits] = []
     for i in request_idxs:
-        results = by_idx[i]
-        if not isinstance(results, list):
-            raise ValueError(f"request_idx {i}: results is {type(results).__name__}, not a list")
-        out.append(
-            [(page_id_of(r["image_file"]), 1.0 / (rank + 1)) for rank, r in enumerate(results)]
-        )
-    return out
+        if not isinstance(by_idx[i], list):
+            raise ValueError(f"request_idx {i}: results is {type(by_idx[i]).__name__}, not a list")
+    return [_ranked_pages(by_idx[i]) for i in request_idxs]
 
 
 def parse_search_r1(body: Any, n: int) -> list[Hits]:
@@ -165,7 +157,7 @@ def _classify(exc: BaseException) -> Failure | None:
     return None
 
 
-class HTTPSearch:
+class HTTPSearch(ctx_mod.Backend):
     """A ``Search`` backend served over HTTP; ``search_batch`` sends many queries at once."""
 
     kind = "search-http"
@@ -184,10 +176,7 @@ class HTTPSearch:
                 f"[backends.{spec.name}] protocol {protocol!r} is unknown; use one of: "
                 f"{', '.join(PROTOCOLS)}"
             )
-        self.spec = spec
-        self.role = role
-        self.name = spec.name
-        self.context = context
+        super().__init__(spec, role, context)
         self.url = str(url)
         self.protocol = protocol
         # The training environment restricts every search to the prompt's document, as
@@ -198,24 +187,12 @@ class HTTPSearch:
         self.cache = context.cache
         self.engine = Engine(
             Identity(spec.name, spec.kind, self.url, role),
-            EngineSettings(
-                concurrency=spec.concurrency,
-                timeout_s=spec.timeout_s,
-                retry=RetryPolicy(
-                    max_retries=spec.max_retries,
-                    base_s=float(opts.get("backoff_base_s", 0.5)),
-                    cap_s=float(opts.get("backoff_cap_s", 30.0)),
-                ),
-            ),
+            EngineSettings.of(spec),
             classify=_classify,
             cache=None,  # cached per query below, not per request
             ledger=context.ledger,
             progress=bool(context.progress),  # one bar per turn would drown a training log
         )
-
-    @classmethod
-    def from_spec(cls, spec: BackendSpec, role: str, **context: Any) -> HTTPSearch:
-        return cls(spec, role, ctx_mod.make(role, use_cache=spec.cache, **context))
 
     # ------------------------------------------------------------------ the Search protocol
     def search(self, query: str, k: int = 5, doc: str | None = None) -> Hits:
@@ -308,12 +285,8 @@ class HTTPSearch:
         if r.status_code in (404, 405):
             return {"ok": True, "route": False, "detail": f"no health route at {url}"}
         if not r.is_success:
-            text = r.text[:200].strip()
-            return {
-                "ok": False,
-                "route": True,
-                "detail": f"GET {url} answered HTTP {r.status_code}: {text}",
-            }
+            detail = f"GET {url} answered HTTP {r.status_code}: {r.text[:200].strip()}"
+            return {"ok": False, "route": True, "detail": detail}
         try:
             body = r.json()
         except ValueError:
@@ -321,16 +294,10 @@ class HTTPSearch:
         status = body.get("status") if isinstance(body, dict) else None
         if status is not None and str(status).lower() not in ("healthy", "ok"):
             msg = body.get("message") or body.get("detail") or ""
-            return {
-                "ok": False,
-                "route": True,
-                "detail": f"GET {url} reports status {status!r}: {msg}".rstrip(": "),
-            }
-        return {
-            "ok": True,
-            "route": True,
-            "detail": f"{url}: {status or 'HTTP ' + str(r.status_code)}",
-        }
+            detail = f"GET {url} reports status {status!r}: {msg}".rstrip(": ")
+            return {"ok": False, "route": True, "detail": detail}
+        detail = f"{url}: {status or 'HTTP ' + str(r.status_code)}"
+        return {"ok": True, "route": True, "detail": detail}
 
     def health(self) -> dict[str, Any]:
         """``ahealth`` from synchronous code (the training preflight)."""
@@ -342,11 +309,8 @@ class HTTPSearch:
         t0 = time.perf_counter()
         health = await self.ahealth()
         if not health["ok"]:
-            return {
-                "ok": False,
-                "latency_s": round(time.perf_counter() - t0, 3),
-                "detail": health["detail"],
-            }
+            latency = round(time.perf_counter() - t0, 3)
+            return {"ok": False, "latency_s": latency, "detail": health["detail"]}
         (out,) = await self.asearch_batch([("ping", None)], self.top_k or 5)
         latency = round(time.perf_counter() - t0, 3)
         if isinstance(out, SearchError):
@@ -357,12 +321,6 @@ class HTTPSearch:
             "detail": f"{self.protocol} search at {self.url}: {len(out)} result(s) for 'ping'; "
             f"{health['detail']}",
         }
-
-    def usage(self) -> dict[str, dict[str, Any]]:
-        return self.context.ledger.snapshot()
-
-    async def aclose(self) -> None:
-        return None
 
     # ------------------------------------------------------------------ internals
     def _ask(self, query: str, doc: str | None) -> tuple[str, str | None]:
@@ -380,8 +338,7 @@ class HTTPSearch:
         )
 
     def _headers(self) -> dict[str, str]:
-        var = self.spec.api_key_env
-        key = os.environ.get(var) if var else None
+        key = self.spec.api_key()
         return {"Authorization": f"Bearer {key}"} if key else {}
 
     def _job(self, client: Any, chunk: list[tuple[str, str | None]], keep: int) -> Job:

@@ -54,25 +54,29 @@ class VetOutput(BaseModel):
     reason: str = ""
 
 
+def _nothing(value: dict[str, Any], req: Any) -> None:
+    return None
+
+
 @dataclass(frozen=True)
 class Task:
     role: str
     schema: type[BaseModel] | None
     variables: Callable[[Any], dict[str, Any]]
-    images: Callable[[Any], Sequence[str]]
-    check: Callable[[dict[str, Any], Any], None]
     decode: Callable[[dict[str, Any]], Any]
-    fail: Callable[[Failure], Any]
+    result: type  # the role's result record, for ``fail``
     # Output tokens to assume for a dry-run estimate when the backend sets no max_tokens.
     est_output_tokens: Callable[[Any], int]
+    images: Callable[[Any], Sequence[str]] = lambda r: ()
+    check: Callable[[dict[str, Any], Any], None] = _nothing
+
+    def fail(self, failure: Failure) -> Any:
+        """The role's result of a failed call: no value, the failure's message as ``error``."""
+        return self.result(None, error=failure.message())
 
 
 def _bad(reason: str, detail: str) -> CallError:
     return CallError(Failure(reason, detail))
-
-
-def _nothing(value: dict[str, Any], req: Any) -> None:
-    return None
 
 
 def _check_score(value: dict[str, Any], req: JudgeRequest) -> None:
@@ -149,10 +153,9 @@ JUDGE = Task(
     role="judge",
     schema=JudgeOutput,
     variables=lambda r: {"question": r.question, "reference": r.reference, "answer": r.answer},
-    images=lambda r: (),
     check=_check_score,
     decode=lambda v: JudgeResult(score=float(v["score"]), reason=v.get("reason", "")),
-    fail=lambda f: JudgeResult(score=None, reason="", error=f.message()),
+    result=JudgeResult,
     est_output_tokens=lambda r: 40,
 )
 GENERATE = Task(
@@ -162,17 +165,16 @@ GENERATE = Task(
     images=lambda r: list(r.images),
     check=_check_text,
     decode=lambda v: GenerateResult(answer=v["text"].strip()),
-    fail=lambda f: GenerateResult(answer=None, error=f.message()),
+    result=GenerateResult,
     est_output_tokens=lambda r: 32,
 )
 REWRITE = Task(
     role="rewriter",
     schema=RewriteOutput,
     variables=lambda r: {"thinks": list(r.thinks), "context": r.context or ""},
-    images=lambda r: (),
     check=_check_thinks,
     decode=lambda v: RewriteResult(thinks=list(v["thinks"])),
-    fail=lambda f: RewriteResult(thinks=None, error=f.message()),
+    result=RewriteResult,
     est_output_tokens=lambda r: 16 + sum(len(t) for t in r.thinks) // 3,
 )
 VERIFY = Task(
@@ -184,9 +186,8 @@ VERIFY = Task(
         "page_text": r.page_text,
     },
     images=lambda r: list(r.images),
-    check=_nothing,
     decode=lambda v: VerifyResult(verdict=v["verdict"], reason=v.get("reason", "")),
-    fail=lambda f: VerifyResult(verdict=None, reason="", error=f.message()),
+    result=VerifyResult,
     est_output_tokens=lambda r: 48,
 )
 VQA = Task(
@@ -196,7 +197,7 @@ VQA = Task(
     images=_vqa_images,
     check=_check_text,
     decode=lambda v: VQAResult(answer=v["text"].strip()),
-    fail=lambda f: VQAResult(answer=None, error=f.message()),
+    result=VQAResult,
     est_output_tokens=lambda r: 16,
 )
 VET = Task(
@@ -206,7 +207,6 @@ VET = Task(
         "criteria": r.criteria,
         "payload": json.dumps(vet_payload(r), ensure_ascii=False, indent=1),
     },
-    images=lambda r: (),
     check=_check_vet,
     decode=lambda v: VetResult(
         keep=bool(v["keep"]),
@@ -214,7 +214,7 @@ VET = Task(
         labels=tuple(v["labels"]),
         reason=v.get("reason", ""),
     ),
-    fail=lambda f: VetResult(keep=None, error=f.message()),
+    result=VetResult,
     est_output_tokens=lambda r: 40 + 12 * len(r.queries),
 )
 TASKS: dict[str, Task] = {t.role: t for t in (JUDGE, GENERATE, REWRITE, VERIFY, VQA, VET)}

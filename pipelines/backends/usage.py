@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 
@@ -54,29 +54,20 @@ class SiteUsage:
     deduplicated: int = 0
     calls: int = 0
     ok: int = 0
-    attempts: int = 0
-    retries: int = 0
     failed: Counter[str] = field(default_factory=Counter)
     cached_failures: int = 0  # of ``failed``: failures handed back from the cache, not called
+    attempts: int = 0
+    retries: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
+        """Every field in order, ``failed`` by reason name and the cost rounded to 1e-6 USD."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
         return {
-            "backend": self.backend,
-            "model": self.model,
-            "items": self.items,
-            "cache_hits": self.cache_hits,
-            "deduplicated": self.deduplicated,
-            "calls": self.calls,
-            "ok": self.ok,
+            **out,
             "failed": dict(sorted(self.failed.items())),
-            "cached_failures": self.cached_failures,
-            "attempts": self.attempts,
-            "retries": self.retries,
-            "input_tokens": self.input_tokens,
-            "output_tokens": self.output_tokens,
             "cost_usd": round(self.cost_usd, 6),
         }
 
