@@ -395,6 +395,18 @@ def sub_app(parent: typer.Typer, name: str) -> typer.Typer:
     return sub
 
 
+def subcommand(group: str, name: str, command: Any) -> Any:
+    """The ``register(app)`` of a module holding one command of a ``SUBCOMMANDS`` group: adds
+    ``command`` as ``ddai GROUP NAME`` with its table line as short help."""
+
+    short_help = SUBCOMMANDS[group][name].help
+
+    def register(app: typer.Typer) -> None:
+        sub_app(app, group).command(name, short_help=short_help)(command)
+
+    return register
+
+
 def _version(value: bool) -> None:
     if value:
         from importlib.metadata import version

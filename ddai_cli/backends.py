@@ -6,7 +6,7 @@ from typing import Any
 
 import typer
 
-from ddai.cli.app import COMMANDS
+from ddai.cli.app import sub_app
 from ddai.cli.common import (
     EXIT_FAILED,
     JsonOpt,
@@ -155,11 +155,7 @@ def judge_cmd(
 
 def register(app: typer.Typer) -> None:
     """Add this area's commands to the main app."""
-    backends_app = typer.Typer(
-        help=COMMANDS["backends"].help, no_args_is_help=True, rich_markup_mode=None
-    )
-    backends_app.command(
+    sub_app(app, "backends").command(
         "check", short_help="List the backends and their roles, ping them, show cache stats."
     )(check_cmd)
-    app.add_typer(backends_app, name="backends")
     app.command("judge")(judge_cmd)

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import typer
-
-from ddai.cli.app import SUBCOMMANDS, sub_app
+from ddai.cli.app import subcommand
 from ddai.cli.common import (
     JsonOpt,
     LogsOpt,
@@ -83,6 +81,4 @@ def plan_cmd(
     summary("ddai curate plan", result.summary(cfg.target))
 
 
-def register(app: typer.Typer) -> None:
-    """Add ``ddai curate plan`` to the ``curate`` group."""
-    sub_app(app, "curate").command("plan", short_help=SUBCOMMANDS["curate"]["plan"].help)(plan_cmd)
+register = subcommand("curate", "plan", plan_cmd)

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import typer
-
-from ddai.cli.app import SUBCOMMANDS, sub_app
+from ddai.cli.app import subcommand
 from ddai.cli.common import (
     JsonOpt,
     LogsOpt,
@@ -72,8 +70,4 @@ def verify_gt_cmd(
     exit_if_calls_failed(result.summary)
 
 
-def register(app: typer.Typer) -> None:
-    """Add ``ddai curate verify-gt`` to the ``curate`` group."""
-    sub_app(app, "curate").command("verify-gt", short_help=SUBCOMMANDS["curate"]["verify-gt"].help)(
-        verify_gt_cmd
-    )
+register = subcommand("curate", "verify-gt", verify_gt_cmd)

@@ -6,12 +6,10 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-import typer
-
-from ddai.cli.app import SUBCOMMANDS
+from ddai.cli.app import subcommand
 from ddai.cli.common import JsonOpt, console, print_rows, summary
 from ddai.cli.flags import config_flags, with_groups
-from ddai.cli.running import run_or_fail, sub_app
+from ddai.cli.running import run_or_fail
 from ddai.trainer.runtime.plan_config import PlanConfig
 
 PLAN_FLAGS = config_flags(
@@ -65,31 +63,29 @@ def _table_rows(strategies: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def register(app: typer.Typer) -> None:
-    """Add ``train plan`` to the ``train`` group."""
-    train_app = sub_app(app, "train")
+@with_groups({"settings": PLAN_FLAGS})
+def train_plan(*, settings: dict[str, Any], as_json: JsonOpt = False) -> None:
+    """Per-rank GPU memory of a training run before it starts: the policy built on the meta
+    device from a model config (configs/models/*.json or a model folder), its weights,
+    gradients, optimizer state, LoRA adapter, activations, loss-pass logits, sampler KV
+    cache and images under each accelerate config, and whether it fits --gpus GPUs of
+    --gpu-memory."""
+    from ddai.trainer.runtime.memory_plan import plan
 
-    @train_app.command("plan", short_help=SUBCOMMANDS["train"]["plan"].help)
-    @with_groups({"settings": PLAN_FLAGS})
-    def train_plan(*, settings: dict[str, Any], as_json: JsonOpt = False) -> None:
-        """Per-rank GPU memory of a training run before it starts: the policy built on the meta
-        device from a model config (configs/models/*.json or a model folder), its weights,
-        gradients, optimizer state, LoRA adapter, activations, loss-pass logits, sampler KV
-        cache and images under each accelerate config, and whether it fits --gpus GPUs of
-        --gpu-memory."""
-        from ddai.trainer.runtime.memory_plan import plan
+    result = asdict(run_or_fail(plan, PlanConfig(**settings)))
+    if as_json:
+        summary("ddai train plan", result, as_json=True)
+        return
+    head = {k: v for k, v in result.items() if k not in ("strategies", "fits")}
+    summary("ddai train plan", head)
+    print_rows("per-rank memory, GiB", _table_rows(result["strategies"]))
+    fits = result["fits"]
+    console.print(
+        f"fits {result['gpus']} × {result['gpu_memory_bytes'] / (1 << 30):.0f} GiB: "
+        + (", ".join(fits) if fits else "none of the planned configs"),
+        markup=False,
+        highlight=False,
+    )
 
-        result = asdict(run_or_fail(plan, PlanConfig(**settings)))
-        if as_json:
-            summary("ddai train plan", result, as_json=True)
-            return
-        head = {k: v for k, v in result.items() if k not in ("strategies", "fits")}
-        summary("ddai train plan", head)
-        print_rows("per-rank memory, GiB", _table_rows(result["strategies"]))
-        fits = result["fits"]
-        console.print(
-            f"fits {result['gpus']} × {result['gpu_memory_bytes'] / (1 << 30):.0f} GiB: "
-            + (", ".join(fits) if fits else "none of the planned configs"),
-            markup=False,
-            highlight=False,
-        )
+
+register = subcommand("train", "plan", train_plan)

@@ -8,13 +8,11 @@ import os
 from dataclasses import asdict
 from typing import Any
 
-import typer
-
-from ddai.cli.app import SUBCOMMANDS
+from ddai.cli.app import subcommand
 from ddai.cli.common import JsonOpt, ProgressOpt
 from ddai.cli.flags import config_flags, default_of, with_groups
 from ddai.cli.run_specs import LORA, POLICY, TRL
-from ddai.cli.running import device_options, main_summary, maybe_relaunch, sub_app
+from ddai.cli.running import device_options, main_summary, maybe_relaunch
 from ddai.cli.running import run_or_fail as run
 from ddai.trainer.sft.config import SFTRunConfig
 
@@ -33,25 +31,23 @@ SFT_FLAGS = config_flags(
 """Every flag of ``train sft`` that fills an ``SFTRunConfig`` field."""
 
 
-def register(app: typer.Typer) -> None:
-    """Add ``train sft`` to the ``train`` group."""
-    train_app = sub_app(app, "train")
+@with_groups({"cfg": SFT_FLAGS, "device": device_options})
+def sft(
+    *,
+    cfg: dict[str, Any],
+    device: dict[str, Any],
+    progress: ProgressOpt = default_of(SFTRunConfig, "progress"),
+    as_json: JsonOpt = False,
+) -> None:
+    """Supervised fine-tuning with TRL's SFTTrainer on Searcher conversations."""
+    maybe_relaunch(**device)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from ddai.cli.episode_train import parsed_sets  # the run's: not for --help
+    from ddai.trainer.sft.train import run_sft
 
-    @train_app.command("sft", short_help=SUBCOMMANDS["train"]["sft"].help)
-    @with_groups({"cfg": SFT_FLAGS, "device": device_options})
-    def sft(
-        *,
-        cfg: dict[str, Any],
-        device: dict[str, Any],
-        progress: ProgressOpt = default_of(SFTRunConfig, "progress"),
-        as_json: JsonOpt = False,
-    ) -> None:
-        """Supervised fine-tuning with TRL's SFTTrainer on Searcher conversations."""
-        maybe_relaunch(**device)
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        from ddai.cli.episode_train import parsed_sets  # the run's: not for --help
-        from ddai.trainer.sft.train import run_sft
+    sets = parsed_sets(cfg)
+    config = SFTRunConfig(**cfg, overrides=sets, progress=progress and not as_json)
+    main_summary("ddai train sft", asdict(run(run_sft, config)), as_json=as_json)
 
-        sets = parsed_sets(cfg)
-        config = SFTRunConfig(**cfg, overrides=sets, progress=progress and not as_json)
-        main_summary("ddai train sft", asdict(run(run_sft, config)), as_json=as_json)
+
+register = subcommand("train", "sft", sft)
