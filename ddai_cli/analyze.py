@@ -13,7 +13,7 @@ from typing import Any
 import typer
 
 from ddai.cli.app import COMMANDS
-from ddai.cli.common import JsonOpt, LogsOpt, RunsOpt, ThresholdOpt, fail, summary
+from ddai.cli.common import JsonOpt, LogsOpt, RunsOpt, ThresholdOpt, bad_input_exits, summary
 from ddai.cli.flags import config_flags, with_groups
 from ddai.pipelines.analyses.configs import AttributionConfig, RowsOut
 from ddai.pipelines.records.success import SUCCESS_THRESHOLD
@@ -68,7 +68,7 @@ def attribution_cmd(
     from ddai.pipelines.analyses import attribute, truth_eval
     from ddai.pipelines.analyses.export import write_rows
 
-    try:
+    with bad_input_exits():
         cfg = AttributionConfig(**settings, threshold=threshold)
         df, result = attribute(workspace.logs_dir(logs), _runs(runs), cfg)
         if (truth := cfg.truth) is not None:
@@ -77,8 +77,6 @@ def attribution_cmd(
             result["truth"] = truth_eval.score(df, json.loads(truth.read_text(encoding="utf-8")))
         if (out := RowsOut(**rows).out) is not None:
             result["out"] = str(write_rows(out, df))
-    except (FileNotFoundError, ValueError) as e:
-        raise fail(str(e)) from e
     if as_json:
         summary("ddai analyze attribution", result, as_json=True)
         return
@@ -118,12 +116,10 @@ def latency_cmd(
     from ddai.pipelines.analyses import reward_latency
     from ddai.pipelines.analyses.export import write_rows
 
-    try:
+    with bad_input_exits():
         steps, result = reward_latency(workspace.logs_dir(logs), _runs(runs))
         if (out := RowsOut(**rows).out) is not None:
             result["out"] = str(write_rows(out, steps))
-    except (FileNotFoundError, ValueError) as e:
-        raise fail(str(e)) from e
     summary("ddai analyze latency", result if as_json else _flatten(result), as_json=as_json)
 
 
@@ -145,15 +141,13 @@ def drop_keep_cmd(
     from ddai.pipelines.analyses import drop_keep
     from ddai.pipelines.analyses.export import write_rows
 
-    try:
+    with bad_input_exits():
         decisions, groups, result = drop_keep(workspace.logs_dir(logs), _runs(runs))
         files = RowsOut(**to, **rows)
         if files.out is not None:
             result["out"] = str(write_rows(files.out, decisions))
         if (groups_out := files.groups_out) is not None:
             result["groups out"] = str(write_rows(groups_out, groups))
-    except (FileNotFoundError, ValueError) as e:
-        raise fail(str(e)) from e
     summary("ddai analyze drop-keep", result if as_json else _flatten(result), as_json=as_json)
 
 
