@@ -395,6 +395,15 @@ def sub_app(parent: typer.Typer, name: str) -> typer.Typer:
     return sub
 
 
+def top_command(name: str, command: Any, **attrs: Any) -> Any:
+    """The ``register(app)`` of a module holding the one top-level command ``name``."""
+
+    def register(app: typer.Typer) -> None:
+        app.command(name, **attrs)(command)
+
+    return register
+
+
 def subcommand(group: str, name: str, command: Any) -> Any:
     """The ``register(app)`` of a module holding one command of a ``SUBCOMMANDS`` group: adds
     ``command`` as ``ddai GROUP NAME`` with its table line as short help."""

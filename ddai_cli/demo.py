@@ -18,6 +18,7 @@ from typing import Any
 
 import typer
 
+from ddai.cli.app import top_command
 from ddai.cli.common import EXIT_FAILED, JsonOpt, err_console, summary
 from ddai.cli.flags import config_flags, with_groups
 from ddai.pipelines.fixtures.world_config import WorldSpec
@@ -239,5 +240,4 @@ def demo_cmd(*, settings: dict[str, Any], as_json: JsonOpt = False) -> None:
         raise typer.Exit(EXIT_FAILED)
 
 
-def register(app: typer.Typer) -> None:
-    app.command("demo")(demo_cmd)
+register = top_command("demo", demo_cmd)

@@ -8,8 +8,7 @@ import os
 from dataclasses import asdict
 from typing import Any
 
-import typer
-
+from ddai.cli.app import top_command
 from ddai.cli.common import JsonOpt, LogsOpt, ProgressOpt, summary
 from ddai.cli.flags import config_flags, with_groups
 from ddai.cli.options import PREFLIGHT, default_of, episode_settings, require_inputs
@@ -68,6 +67,4 @@ def eval_command(
     summary("ddai eval", asdict(run_or_fail(run_eval, cfg)), as_json=as_json)
 
 
-def register(app: typer.Typer) -> None:
-    """Add ``eval``."""
-    app.command("eval")(eval_command)
+register = top_command("eval", eval_command)

@@ -5,8 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import typer
-
+from ddai.cli.app import top_command
 from ddai.cli.common import (
     JsonOpt,
     LogsOpt,
@@ -94,6 +93,4 @@ def report_cmd(
     summary("ddai report", result, as_json=as_json)
 
 
-def register(app: typer.Typer) -> None:
-    """Add this area's commands to the main app."""
-    app.command("report")(report_cmd)
+register = top_command("report", report_cmd)

@@ -5,8 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import typer
-
+from ddai.cli.app import top_command
 from ddai.cli.common import LogsOpt, RunsOpt, ThresholdOpt, console, err_console, fail
 from ddai.cli.flags import config_flags, default_of, with_groups
 from ddai.pipelines.store import workspace
@@ -105,6 +104,4 @@ def serve_cmd(
     )
 
 
-def register(app: typer.Typer) -> None:
-    """Add this area's commands to the main app."""
-    app.command("serve")(serve_cmd)
+register = top_command("serve", serve_cmd)
