@@ -152,5 +152,4 @@ def drop_keep_cmd(
 
 
 def register(app: typer.Typer) -> None:
-    """Add ``ddai analyze …`` to the main app."""
     app.add_typer(analyze_app)

@@ -19,11 +19,9 @@ BUILD_FLAGS = config_flags(
         "text_from": None,
     },
 )
-"""``ddai corpus build``'s flags."""
 
 
 def register(app: typer.Typer) -> None:
-    """Add this area's commands to the main app."""
     corpus_app = sub_app(app, "corpus")
 
     @corpus_app.command("build", short_help="Build a page corpus from page images.")

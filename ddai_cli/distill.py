@@ -184,5 +184,4 @@ def convert_cmd(
 
 
 def register(app: typer.Typer) -> None:
-    """Add this area's commands to the main app."""
     app.add_typer(distill_app, name="distill")

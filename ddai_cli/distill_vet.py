@@ -37,7 +37,6 @@ VET_FLAGS = config_flags(
         "max_cost": None,
     },
 )
-"""The vet flags whose type, default and help are ``VetConfig``'s own."""
 
 
 @with_groups({"settings": VET_FLAGS, "rerun": RERUN_FLAGS})

@@ -24,7 +24,6 @@ EVAL_FLAGS = config_flags(
         "append": None,
     },
 )
-"""The eval flags whose type, default and help are ``EvalConfig``'s own."""
 
 
 @with_groups(

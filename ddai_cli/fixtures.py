@@ -47,7 +47,6 @@ MAKE_FLAGS = config_flags(
     MakeConfig,
     {"out": {"argument": True, "metavar": "DIR"}, "seed": "--seed", "size": "--size"},
 )
-"""``ddai fixtures make``'s flags: ``MakeConfig``'s fields."""
 
 
 @fixtures_app.command(
@@ -65,5 +64,4 @@ def make_cmd(
 
 
 def register(app: typer.Typer) -> None:
-    """Add this area's commands to the main app."""
     app.add_typer(fixtures_app, name="fixtures")

@@ -20,11 +20,9 @@ TINY_FLAGS = config_flags(
         "overwrite": "--overwrite/--no-overwrite",
     },
 )
-"""``ddai model tiny``'s flags: ``TinyBuildConfig``'s fields."""
 
 
 def register(app: typer.Typer) -> None:
-    """Add this area's commands to the main app."""
     model_app = sub_app(app, "model")
 
     @model_app.command(

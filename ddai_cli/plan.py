@@ -35,7 +35,6 @@ PLAN_FLAGS = config_flags(
         "image_max_pixels": None,
     },
 )
-"""Every ``PlanConfig`` field as a flag (type, default and help from the config)."""
 
 GIB_COLUMNS = {
     "weights_bytes": "weights",

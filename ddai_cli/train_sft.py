@@ -1,6 +1,5 @@
 """CLI: ``ddai train sft`` (TRL-based): flags from ``SFTRunConfig`` (``run_specs``' plain specs for
-the fields every run of its kind has), registered through ``SUBCOMMANDS`` apart from
-``ddai train grpo`` (``ddai_cli/train.py``), whose episode groups its ``--help`` does not build."""
+the fields every run of its kind has); its own module, so its ``--help`` builds no episode group."""
 
 from __future__ import annotations
 
@@ -28,7 +27,6 @@ SFT_FLAGS = config_flags(
         **LORA,
     },
 )
-"""Every flag of ``train sft`` that fills an ``SFTRunConfig`` field."""
 
 
 @with_groups({"cfg": SFT_FLAGS, "device": device_options})
