@@ -20,13 +20,7 @@ BUCKET_FLAGS = config_flags(
         "dataset": None,
         "out": OUT_DIR,
         "runs": RUN,
-        "scores": None,
-        "score_col": None,
-        "metric": None,
-        "agg": None,
-        "mastered": None,
-        "floor": None,
-        "force": None,
+        **dict.fromkeys(("scores", "score_col", "metric", "agg", "mastered", "floor", "force")),
     },
 )
 

@@ -20,11 +20,7 @@ FOCUS_FLAGS = config_flags(
     {
         "out": OUT,
         "runs": RUN,
-        "bucket_a": None,
-        "bucket_0": None,
-        "hard_max": None,
-        "prev": None,
-        "score_max": None,
+        **dict.fromkeys(("bucket_a", "bucket_0", "hard_max", "prev", "score_max")),
         "decisions": DECISIONS,
         "force": None,
     },

@@ -27,9 +27,7 @@ PLAN_FLAGS = config_flags(
     {
         "runs": RUN,
         "n_agent": {"metavar": "<n>"},
-        "max_turns": None,
-        "target": None,
-        "prior": None,
+        **dict.fromkeys(("max_turns", "target", "prior")),
         "buckets": {"decl": "--bucket", "metavar": "<file>"},
         "price_per_call": None,
     },

@@ -30,16 +30,9 @@ VERIFY_FLAGS = config_flags(
         "out": OUT_DIR,
         "runs": RUN,
         "select": {"metavar": "<rule>"},
-        "ndcg_min": None,
-        "low_score_max": None,
-        "verifier": None,
-        "corpus": None,
+        **dict.fromkeys(("ndcg_min", "low_score_max", "verifier", "corpus")),
         "decisions": DECISIONS,
-        "trust_verifier": None,
-        "dry_run": None,
-        "max_cost": None,
-        "skip_preflight": None,
-        "force": None,
+        **dict.fromkeys(("trust_verifier", "dry_run", "max_cost", "skip_preflight", "force")),
     },
 )
 

@@ -19,9 +19,7 @@ EVAL_FLAGS = config_flags(
     EvalConfig,
     {
         **{name: None for name in ("n_agent", "batch_size", "temperature", "top_p", "top_k")},
-        "limit": None,
-        "by": None,
-        "append": None,
+        **dict.fromkeys(("limit", "by", "append")),
     },
 )
 

@@ -14,16 +14,10 @@ from ddai.reports.serve.config import ServeConfig  # the standard library only: 
 SERVE_FLAGS = config_flags(
     ServeConfig,
     {
-        "datasets_dir": None,
-        "image_root": None,
-        "corpus": None,
-        "host": None,
-        "port": None,
+        **dict.fromkeys(("datasets_dir", "image_root", "corpus", "host", "port")),
         "allow_hosts": {"decl": "--allow-host", "metavar": "<name>"},
         "token": {"envvar": "DDAI_SERVE_TOKEN"},
-        "page_size": None,
-        "threads": None,
-        "memory_share": None,
+        **dict.fromkeys(("page_size", "threads", "memory_share")),
         "sql_timeout_s": "--sql-timeout",
         "annotate": None,
         "annotator": None,
