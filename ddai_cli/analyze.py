@@ -12,19 +12,14 @@ from typing import Any
 
 import typer
 
-from ddai.cli.app import COMMANDS
+from ddai.cli.app import group_app
 from ddai.cli.common import JsonOpt, LogsOpt, RunsOpt, ThresholdOpt, bad_input_exits, summary
 from ddai.cli.flags import config_flags, with_groups
 from ddai.pipelines.analyses.configs import AttributionConfig, RowsOut
 from ddai.pipelines.records.success import SUCCESS_THRESHOLD
 from ddai.pipelines.store import workspace
 
-analyze_app = typer.Typer(
-    name="analyze",
-    help=COMMANDS["analyze"].help,
-    no_args_is_help=True,
-    rich_markup_mode=None,
-)
+analyze_app = group_app("analyze", name="analyze")
 
 ATTRIBUTION_FLAGS = config_flags(
     AttributionConfig,

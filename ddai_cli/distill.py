@@ -8,7 +8,7 @@ from typing import Any
 
 import typer
 
-from ddai.cli.app import COMMANDS
+from ddai.cli.app import group_app
 from ddai.cli.common import (
     EXIT_FAILED,
     JsonOpt,
@@ -74,11 +74,7 @@ TARGET_FLAGS = config_flags(
 """``--run``, ``--out``: optional flags, as the group's callback runs for the subcommands too;
 ``ddai distill`` itself requires them."""
 
-distill_app = typer.Typer(
-    name="distill",
-    help=COMMANDS["distill"].help,
-    rich_markup_mode=None,
-)
+distill_app = group_app("distill", name="distill", no_args_is_help=False)
 
 
 def _claims(flag: list[str] | None) -> list[str] | None:

@@ -6,16 +6,12 @@ from typing import Any
 
 import typer
 
-from ddai.cli.app import COMMANDS
+from ddai.cli.app import group_app
 from ddai.cli.common import JsonOpt, ProgressOpt, bad_input_exits, summary
 from ddai.cli.flags import config_flags, with_groups
 from ddai.pipelines.fixtures.world_config import MakeConfig
 
-fixtures_app = typer.Typer(
-    help=COMMANDS["fixtures"].help,
-    no_args_is_help=True,
-    rich_markup_mode=None,
-)
+fixtures_app = group_app("fixtures")
 
 
 def _make(cfg: MakeConfig) -> dict:
