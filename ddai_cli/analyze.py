@@ -12,19 +12,14 @@ from typing import Any
 
 import typer
 
-from ddai.cli.app import COMMANDS
-from ddai.cli.common import JsonOpt, LogsOpt, RunsOpt, ThresholdOpt, fail, summary
+from ddai.cli.app import group_app
+from ddai.cli.common import JsonOpt, LogsOpt, RunsOpt, ThresholdOpt, bad_input_exits, summary
 from ddai.cli.flags import config_flags, with_groups
 from ddai.pipelines.analyses.configs import AttributionConfig, RowsOut
 from ddai.pipelines.records.success import SUCCESS_THRESHOLD
 from ddai.pipelines.store import workspace
 
-analyze_app = typer.Typer(
-    name="analyze",
-    help=COMMANDS["analyze"].help,
-    no_args_is_help=True,
-    rich_markup_mode=None,
-)
+analyze_app = group_app("analyze", name="analyze")
 
 ATTRIBUTION_FLAGS = config_flags(
     AttributionConfig,
@@ -68,7 +63,7 @@ def attribution_cmd(
     from ddai.pipelines.analyses import attribute, truth_eval
     from ddai.pipelines.analyses.export import write_rows
 
-    try:
+    with bad_input_exits():
         cfg = AttributionConfig(**settings, threshold=threshold)
         df, result = attribute(workspace.logs_dir(logs), _runs(runs), cfg)
         if (truth := cfg.truth) is not None:
@@ -77,8 +72,6 @@ def attribution_cmd(
             result["truth"] = truth_eval.score(df, json.loads(truth.read_text(encoding="utf-8")))
         if (out := RowsOut(**rows).out) is not None:
             result["out"] = str(write_rows(out, df))
-    except (FileNotFoundError, ValueError) as e:
-        raise fail(str(e)) from e
     if as_json:
         summary("ddai analyze attribution", result, as_json=True)
         return
@@ -118,12 +111,10 @@ def latency_cmd(
     from ddai.pipelines.analyses import reward_latency
     from ddai.pipelines.analyses.export import write_rows
 
-    try:
+    with bad_input_exits():
         steps, result = reward_latency(workspace.logs_dir(logs), _runs(runs))
         if (out := RowsOut(**rows).out) is not None:
             result["out"] = str(write_rows(out, steps))
-    except (FileNotFoundError, ValueError) as e:
-        raise fail(str(e)) from e
     summary("ddai analyze latency", result if as_json else _flatten(result), as_json=as_json)
 
 
@@ -145,18 +136,15 @@ def drop_keep_cmd(
     from ddai.pipelines.analyses import drop_keep
     from ddai.pipelines.analyses.export import write_rows
 
-    try:
+    with bad_input_exits():
         decisions, groups, result = drop_keep(workspace.logs_dir(logs), _runs(runs))
         files = RowsOut(**to, **rows)
         if files.out is not None:
             result["out"] = str(write_rows(files.out, decisions))
         if (groups_out := files.groups_out) is not None:
             result["groups out"] = str(write_rows(groups_out, groups))
-    except (FileNotFoundError, ValueError) as e:
-        raise fail(str(e)) from e
     summary("ddai analyze drop-keep", result if as_json else _flatten(result), as_json=as_json)
 
 
 def register(app: typer.Typer) -> None:
-    """Add ``ddai analyze …`` to the main app."""
     app.add_typer(analyze_app)

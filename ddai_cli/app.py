@@ -384,15 +384,43 @@ app = typer.Typer(
 )
 
 
+def group_app(group: str, **attrs: Any) -> typer.Typer:
+    """The sub-app of ``group``, its help its ``COMMANDS`` line: one text for ``ddai --help`` and
+    ``ddai GROUP --help``, written once."""
+    attrs = {"no_args_is_help": True, **attrs}
+    return typer.Typer(help=COMMANDS[group].help, rich_markup_mode=None, **attrs)
+
+
 def sub_app(parent: typer.Typer, name: str) -> typer.Typer:
-    """The sub-app ``name`` of ``parent`` (registered by its own area), else a new one whose help
-    is its ``COMMANDS`` line: one text for ``ddai --help`` and ``ddai NAME --help``, written once."""
+    """The sub-app ``name`` of ``parent`` (registered by its own area), else a new
+    ``group_app``."""
     for info in parent.registered_groups:
         if info.name == name and info.typer_instance is not None:
             return info.typer_instance
-    sub = typer.Typer(help=COMMANDS[name].help, no_args_is_help=True, rich_markup_mode=None)
+    sub = group_app(name)
     parent.add_typer(sub, name=name)
     return sub
+
+
+def top_command(name: str, command: Any, **attrs: Any) -> Any:
+    """The ``register(app)`` of a module holding the one top-level command ``name``."""
+
+    def register(app: typer.Typer) -> None:
+        app.command(name, **attrs)(command)
+
+    return register
+
+
+def subcommand(group: str, name: str, command: Any) -> Any:
+    """The ``register(app)`` of a module holding one command of a ``SUBCOMMANDS`` group: adds
+    ``command`` as ``ddai GROUP NAME`` with its table line as short help."""
+
+    short_help = SUBCOMMANDS[group][name].help
+
+    def register(app: typer.Typer) -> None:
+        sub_app(app, group).command(name, short_help=short_help)(command)
+
+    return register
 
 
 def _version(value: bool) -> None:

@@ -6,7 +6,7 @@ from typing import Any
 
 import typer
 
-from ddai.cli.app import COMMANDS
+from ddai.cli.app import sub_app
 from ddai.cli.common import (
     EXIT_FAILED,
     JsonOpt,
@@ -27,7 +27,6 @@ from ddai.pipelines.backends.step_configs import CheckConfig, RejudgeConfig, Rej
 from ddai.pipelines.store import workspace
 
 CHECK_FLAGS = config_flags(CheckConfig, {"ping": "--ping/--no-ping", "cache": "--cache"})
-"""``ddai backends check``'s flags: ``CheckConfig``'s fields."""
 CACHE_FLAG = config_flags(CheckConfig, {"cache": "--cache"})
 """The call cache flag, ``ddai judge``'s too."""
 JUDGE_FLAGS = config_flags(
@@ -41,7 +40,6 @@ JUDGE_FLAGS = config_flags(
         "max_cost": {"decl": "--max-cost", "min": 0},
     },
 )
-"""``ddai judge``'s flags read from ``RejudgeConfig``'s fields."""
 
 
 def _backend_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -154,12 +152,7 @@ def judge_cmd(
 
 
 def register(app: typer.Typer) -> None:
-    """Add this area's commands to the main app."""
-    backends_app = typer.Typer(
-        help=COMMANDS["backends"].help, no_args_is_help=True, rich_markup_mode=None
-    )
-    backends_app.command(
+    sub_app(app, "backends").command(
         "check", short_help="List the backends and their roles, ping them, show cache stats."
     )(check_cmd)
-    app.add_typer(backends_app, name="backends")
     app.command("judge")(judge_cmd)

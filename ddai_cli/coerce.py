@@ -41,38 +41,29 @@ _FLOAT = re.compile(r"-?(?:0|[1-9][0-9]{0,14})(?:\.[0-9]{1,15})?")
 Leaf = Callable[[Any, Any, Any], Any]  # (value, param, ctx) -> converted value or _DECLINE
 
 
-def _str(value: Any, param: Any, ctx: Any) -> Any:
-    # exactly ``str``: a str subclass (a StrEnum default) becomes a plain str in Typer's path
-    return value if type(value) is str else _DECLINE
-
-
-def _bool(value: Any, param: Any, ctx: Any) -> Any:
-    return value if type(value) is bool else _DECLINE
-
-
-def _number(kind: type[int] | type[float], digits: re.Pattern[str]) -> Leaf:
-    """A value already of ``kind``, or plain ``digits`` text converted to it."""
+def _exact(kind: type) -> Leaf:
+    """A value of exactly ``kind``: a str subclass (a StrEnum default) becomes a plain str in
+    Typer's path."""
 
     def leaf(value: Any, param: Any, ctx: Any) -> Any:
-        if type(value) is kind:
-            return value
-        if type(value) is str and digits.fullmatch(value):
-            return kind(value)
-        return _DECLINE
+        return value if type(value) is kind else _DECLINE
 
     return leaf
 
 
-_int, _float = _number(int, _INT), _number(float, _FLOAT)
-
-
-def _within(number: Leaf, low: Any, high: Any) -> Leaf:
-    """``number`` for values in ``[low, high]`` (Typer's bounds are inclusive); a value outside
-    goes to Typer's adapter, which raises its own message."""
+def _number(kind: type[int] | type[float], digits: re.Pattern[str], low: Any, high: Any) -> Leaf:
+    """A value already of ``kind``, or plain ``digits`` text converted to it, in ``[low, high]``
+    (Typer's bounds are inclusive; a value outside goes to Typer's adapter, which raises its own
+    message)."""
 
     def leaf(value: Any, param: Any, ctx: Any) -> Any:
-        out = number(value, param, ctx)
-        if out is _DECLINE or (low is not None and out < low) or (high is not None and out > high):
+        if type(value) is kind:
+            out = value
+        elif type(value) is str and digits.fullmatch(value):
+            out = kind(value)
+        else:
+            return _DECLINE
+        if (low is not None and out < low) or (high is not None and out > high):
             return _DECLINE
         return out
 
@@ -109,14 +100,10 @@ def _leaf(annotation: Any, info: Any) -> Leaf | None:
     if annotation is int or annotation is float:
         if info.clamp:
             return None
-        number = _int if annotation is int else _float
-        if info.min is None and info.max is None:
-            return number
-        return _within(number, info.min, info.max)
-    if annotation is str:
-        return _str
-    if annotation is bool:
-        return _bool
+        digits = _INT if annotation is int else _FLOAT
+        return _number(annotation, digits, info.min, info.max)
+    if annotation is str or annotation is bool:
+        return _exact(annotation)
     if lenient_issubclass(annotation, Path) and get_origin(annotation) is None:
         path_type = info.path_type or annotation
         if lenient_issubclass(path_type, Path):

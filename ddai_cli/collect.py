@@ -8,8 +8,7 @@ import os
 from dataclasses import asdict
 from typing import Any
 
-import typer
-
+from ddai.cli.app import top_command
 from ddai.cli.common import JsonOpt, LogsOpt, ProgressOpt, fail, summary
 from ddai.cli.flags import config_flags, with_groups
 from ddai.cli.options import INPUTS, PREFLIGHT, default_of, episode_settings, require_inputs
@@ -55,8 +54,8 @@ def train_collect_command(
         raise fail(result.failure, 1)
 
 
-def register(app: typer.Typer) -> None:
-    """Add ``collect`` (its old path ``ddai train collect`` is rewritten to it by ``app.py``)."""
-    app.command(
-        "collect", short_help="Roll out a policy and log scored episodes, without training."
-    )(train_collect_command)
+register = top_command(
+    "collect",
+    train_collect_command,
+    short_help="Roll out a policy and log scored episodes, without training.",
+)

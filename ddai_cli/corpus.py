@@ -6,7 +6,7 @@ from typing import Any
 
 import typer
 
-from ddai.cli.app import COMMANDS
+from ddai.cli.app import sub_app
 from ddai.cli.common import JsonOpt, fail, summary
 from ddai.cli.flags import config_flags, with_groups
 from ddai.pipelines.pages.image_corpus import CorpusBuildConfig
@@ -19,16 +19,10 @@ BUILD_FLAGS = config_flags(
         "text_from": None,
     },
 )
-"""``ddai corpus build``'s flags."""
 
 
 def register(app: typer.Typer) -> None:
-    """Add this area's commands to the main app."""
-    corpus_app = typer.Typer(
-        help=COMMANDS["corpus"].help,
-        no_args_is_help=True,
-        rich_markup_mode=None,
-    )
+    corpus_app = sub_app(app, "corpus")
 
     @corpus_app.command("build", short_help="Build a page corpus from page images.")
     @with_groups({"cfg": BUILD_FLAGS})
@@ -45,5 +39,3 @@ def register(app: typer.Typer) -> None:
         except CorpusBuildError as e:
             raise fail(str(e)) from e
         summary("ddai corpus build", result.to_dict(), as_json=as_json)
-
-    app.add_typer(corpus_app, name="corpus")

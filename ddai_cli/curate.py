@@ -1,11 +1,6 @@
 """CLI: what ``ddai curate``'s steps share (``ddai_cli/curate_*.py``, one module per step, and
 ``ddai_cli/lineage.py``): the common flag spellings and ``run_step``, which runs a step and turns
-bad input into a clear error.
-
-Each step's command is its own module, registered through ``SUBCOMMANDS`` (``ddai_cli/app.py``),
-so ``ddai curate focus …`` (and its ``--help``) imports focus's module and config alone, not the
-other steps' (their configs and flags are ~1 ms a frozen dataclass, built at import).
-"""
+bad input into a clear error."""
 
 from __future__ import annotations
 

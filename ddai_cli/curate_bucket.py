@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import typer
-
-from ddai.cli.app import SUBCOMMANDS, sub_app
+from ddai.cli.app import subcommand
 from ddai.cli.common import JsonOpt, LogsOpt, bad_input_exits, summary
 from ddai.cli.curate import OUT_DIR, RUN, logs_for_runs, run_step
 from ddai.cli.flags import config_flags, with_groups
@@ -22,13 +20,7 @@ BUCKET_FLAGS = config_flags(
         "dataset": None,
         "out": OUT_DIR,
         "runs": RUN,
-        "scores": None,
-        "score_col": None,
-        "metric": None,
-        "agg": None,
-        "mastered": None,
-        "floor": None,
-        "force": None,
+        **dict.fromkeys(("scores", "score_col", "metric", "agg", "mastered", "floor", "force")),
     },
 )
 
@@ -42,8 +34,4 @@ def bucket_cmd(*, flags: dict[str, Any], logs: LogsOpt = None, as_json: JsonOpt 
     summary("ddai curate bucket", result.to_dict(), as_json=as_json)
 
 
-def register(app: typer.Typer) -> None:
-    """Add ``ddai curate bucket`` to the ``curate`` group."""
-    sub_app(app, "curate").command("bucket", short_help=SUBCOMMANDS["curate"]["bucket"].help)(
-        bucket_cmd
-    )
+register = subcommand("curate", "bucket", bucket_cmd)

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import typer
-
-from ddai.cli.app import SUBCOMMANDS, sub_app
+from ddai.cli.app import subcommand
 from ddai.cli.common import JsonOpt, LogsOpt, bad_input_exits, summary
 from ddai.cli.curate import DECISIONS, OUT, RUN, run_step
 from ddai.cli.flags import config_flags, with_groups
@@ -22,11 +20,7 @@ FOCUS_FLAGS = config_flags(
     {
         "out": OUT,
         "runs": RUN,
-        "bucket_a": None,
-        "bucket_0": None,
-        "hard_max": None,
-        "prev": None,
-        "score_max": None,
+        **dict.fromkeys(("bucket_a", "bucket_0", "hard_max", "prev", "score_max")),
         "decisions": DECISIONS,
         "force": None,
     },
@@ -43,8 +37,4 @@ def focus_cmd(*, flags: dict[str, Any], logs: LogsOpt = None, as_json: JsonOpt =
     summary("ddai curate focus", result.to_dict(), as_json=as_json)
 
 
-def register(app: typer.Typer) -> None:
-    """Add ``ddai curate focus`` to the ``curate`` group."""
-    sub_app(app, "curate").command("focus", short_help=SUBCOMMANDS["curate"]["focus"].help)(
-        focus_cmd
-    )
+register = subcommand("curate", "focus", focus_cmd)

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import typer
-
-from ddai.cli.app import SUBCOMMANDS, sub_app
+from ddai.cli.app import subcommand
 from ddai.cli.common import (
     JsonOpt,
     LogsOpt,
@@ -29,9 +27,7 @@ PLAN_FLAGS = config_flags(
     {
         "runs": RUN,
         "n_agent": {"metavar": "<n>"},
-        "max_turns": None,
-        "target": None,
-        "prior": None,
+        **dict.fromkeys(("max_turns", "target", "prior")),
         "buckets": {"decl": "--bucket", "metavar": "<file>"},
         "price_per_call": None,
     },
@@ -83,6 +79,4 @@ def plan_cmd(
     summary("ddai curate plan", result.summary(cfg.target))
 
 
-def register(app: typer.Typer) -> None:
-    """Add ``ddai curate plan`` to the ``curate`` group."""
-    sub_app(app, "curate").command("plan", short_help=SUBCOMMANDS["curate"]["plan"].help)(plan_cmd)
+register = subcommand("curate", "plan", plan_cmd)

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import typer
-
-from ddai.cli.app import SUBCOMMANDS, sub_app
+from ddai.cli.app import subcommand
 from ddai.cli.common import (
     JsonOpt,
     LogsOpt,
@@ -32,16 +30,9 @@ VERIFY_FLAGS = config_flags(
         "out": OUT_DIR,
         "runs": RUN,
         "select": {"metavar": "<rule>"},
-        "ndcg_min": None,
-        "low_score_max": None,
-        "verifier": None,
-        "corpus": None,
+        **dict.fromkeys(("ndcg_min", "low_score_max", "verifier", "corpus")),
         "decisions": DECISIONS,
-        "trust_verifier": None,
-        "dry_run": None,
-        "max_cost": None,
-        "skip_preflight": None,
-        "force": None,
+        **dict.fromkeys(("trust_verifier", "dry_run", "max_cost", "skip_preflight", "force")),
     },
 )
 
@@ -72,8 +63,4 @@ def verify_gt_cmd(
     exit_if_calls_failed(result.summary)
 
 
-def register(app: typer.Typer) -> None:
-    """Add ``ddai curate verify-gt`` to the ``curate`` group."""
-    sub_app(app, "curate").command("verify-gt", short_help=SUBCOMMANDS["curate"]["verify-gt"].help)(
-        verify_gt_cmd
-    )
+register = subcommand("curate", "verify-gt", verify_gt_cmd)

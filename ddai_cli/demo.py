@@ -18,6 +18,7 @@ from typing import Any
 
 import typer
 
+from ddai.cli.app import top_command
 from ddai.cli.common import EXIT_FAILED, JsonOpt, err_console, summary
 from ddai.cli.flags import config_flags, with_groups
 from ddai.pipelines.fixtures.world_config import WorldSpec
@@ -125,11 +126,8 @@ def step_report(cfg: DemoConfig) -> dict[str, Any]:
 
 
 def step_train(cfg: DemoConfig) -> dict[str, Any]:
-    """A few CPU steps of the trainer on the learning bench's task (``ddai.trainer.learn_task``:
-    the right first query is the topic the question asks about, not the one it rules out): a tiny
-    model, an SFT start that writes the valid format and searches one of the question's topics,
-    then GRPO on the train questions, its rollouts logged as run ``demo_grpo`` beside the world's
-    runs (opt-in: --train). Groups with mixed outcomes are what GRPO learns from; the summary
+    """``--train`` (``DemoConfig.train``): an SFT start that writes the valid format, then GRPO
+    logged as run ``demo_grpo``. Groups with mixed outcomes are what GRPO learns from; the summary
     counts them (``informative_group_share``) and the weights that changed."""
     from ddai.trainer import learn_task
     from ddai.trainer.grpo.train import run_grpo
@@ -217,7 +215,6 @@ DEMO_FLAGS = config_flags(
         "train": "--train/--no-train",
     },
 )
-"""``ddai demo``'s flags: ``DemoConfig``'s fields (the world's from ``WorldSpec``)."""
 
 
 @with_groups({"settings": DEMO_FLAGS})
@@ -239,5 +236,4 @@ def demo_cmd(*, settings: dict[str, Any], as_json: JsonOpt = False) -> None:
         raise typer.Exit(EXIT_FAILED)
 
 
-def register(app: typer.Typer) -> None:
-    app.command("demo")(demo_cmd)
+register = top_command("demo", demo_cmd)

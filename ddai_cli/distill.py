@@ -8,7 +8,7 @@ from typing import Any
 
 import typer
 
-from ddai.cli.app import COMMANDS
+from ddai.cli.app import group_app
 from ddai.cli.common import (
     EXIT_FAILED,
     JsonOpt,
@@ -30,9 +30,7 @@ from ddai.pipelines.store import workspace
 D, C = DistillConfig, CheckConfig
 
 DROPS = {
-    "drop_forced": None,
-    "drop_system_errors": None,
-    "drop_repeated_queries": None,
+    **dict.fromkeys(("drop_forced", "drop_system_errors", "drop_repeated_queries")),
     "claim_patterns": {"decl": "--claim-pattern", "metavar": "<regex>"},
 }
 DROP_FLAGS = config_flags(D, DROPS)
@@ -40,20 +38,14 @@ DROP_FLAGS = config_flags(D, DROPS)
 DISTILL_FLAGS = config_flags(
     D,
     {
-        "success_rate_max": None,
-        "top_k": None,
-        "rank": None,
-        "rewrite": None,
-        "rewriter": None,
+        **dict.fromkeys(("success_rate_max", "top_k", "rank", "rewrite", "rewriter")),
         "fmt": "--format",
         "system_prompt": None,
         "max_system_errors": {"metavar": "<int>"},
         "val_ratio": None,
         "seed": None,
         "val_out": {"metavar": "<file>"},
-        "max_thinks_per_call": None,
-        "dry_run": None,
-        "max_cost": None,
+        **dict.fromkeys(("max_thinks_per_call", "dry_run", "max_cost")),
     },
 )
 RERUN_FLAGS = config_flags(ForceFlag, {"force": None})
@@ -82,11 +74,7 @@ TARGET_FLAGS = config_flags(
 """``--run``, ``--out``: optional flags, as the group's callback runs for the subcommands too;
 ``ddai distill`` itself requires them."""
 
-distill_app = typer.Typer(
-    name="distill",
-    help=COMMANDS["distill"].help,
-    rich_markup_mode=None,
-)
+distill_app = group_app("distill", name="distill", no_args_is_help=False)
 
 
 def _claims(flag: list[str] | None) -> list[str] | None:
@@ -184,5 +172,4 @@ def convert_cmd(
 
 
 def register(app: typer.Typer) -> None:
-    """Add this area's commands to the main app."""
     app.add_typer(distill_app, name="distill")

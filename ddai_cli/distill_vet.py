@@ -32,12 +32,9 @@ VET_FLAGS = config_flags(
         "criteria": None,
         "vetter": None,
         "max_think_chars": {"min": 1},
-        "on_error": None,
-        "dry_run": None,
-        "max_cost": None,
+        **dict.fromkeys(("on_error", "dry_run", "max_cost")),
     },
 )
-"""The vet flags whose type, default and help are ``VetConfig``'s own."""
 
 
 @with_groups({"settings": VET_FLAGS, "rerun": RERUN_FLAGS})

@@ -8,8 +8,7 @@ import os
 from dataclasses import asdict
 from typing import Any
 
-import typer
-
+from ddai.cli.app import top_command
 from ddai.cli.common import JsonOpt, LogsOpt, ProgressOpt, summary
 from ddai.cli.flags import config_flags, with_groups
 from ddai.cli.options import PREFLIGHT, default_of, episode_settings, require_inputs
@@ -20,12 +19,9 @@ EVAL_FLAGS = config_flags(
     EvalConfig,
     {
         **{name: None for name in ("n_agent", "batch_size", "temperature", "top_p", "top_k")},
-        "limit": None,
-        "by": None,
-        "append": None,
+        **dict.fromkeys(("limit", "by", "append")),
     },
 )
-"""The eval flags whose type, default and help are ``EvalConfig``'s own."""
 
 
 @with_groups(
@@ -68,6 +64,4 @@ def eval_command(
     summary("ddai eval", asdict(run_or_fail(run_eval, cfg)), as_json=as_json)
 
 
-def register(app: typer.Typer) -> None:
-    """Add ``eval``."""
-    app.command("eval")(eval_command)
+register = top_command("eval", eval_command)

@@ -22,7 +22,7 @@ import os
 import sys
 from typing import Any
 
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2
 """Bumped when what ``_parse_docs`` keeps changes: a cache of another format is ignored."""
 
 
@@ -49,9 +49,9 @@ def _class_docs(body: list[Any]) -> dict[str, str]:
 
 
 def _parse_docs(source: str, filename: str) -> dict[str, dict[str, str]]:
-    """Every class of a module's source by its qualified name, with its own fields' docstrings,
-    from one parse of the file (what ``inspect.getsource`` would do once per class, with a
-    tokenizer pass on top)."""
+    """Every class of a module's source by its qualified name (``f.<locals>.Cfg`` for one made in
+    a function), with its own fields' docstrings, from one parse of the file (what
+    ``inspect.getsource`` would do once per class, with a tokenizer pass on top)."""
     import ast
 
     classes: dict[str, dict[str, str]] = {}
@@ -61,6 +61,8 @@ def _parse_docs(source: str, filename: str) -> dict[str, dict[str, str]]:
             if isinstance(node, ast.ClassDef):
                 classes[prefix + node.name] = _class_docs(node.body)
                 walk(node.body, f"{prefix}{node.name}.")
+            elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                walk(node.body, f"{prefix}{node.name}.<locals>.")
 
     walk(ast.parse(source, filename).body, "")
     return classes
@@ -128,16 +130,7 @@ def _module_docs(filename: str) -> dict[str, dict[str, str]]:
 def _own_docs(cls: type) -> dict[str, str]:
     """The docstrings of ``cls``'s own fields, from its module's source."""
     filename = getattr(sys.modules.get(cls.__module__), "__file__", None)
-    docs = _module_docs(filename).get(cls.__qualname__) if filename else None
-    if docs is None:  # a class made in a function (tests): its own source
-        import ast
-        import inspect
-        import textwrap
-
-        node = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0]
-        assert isinstance(node, ast.ClassDef), cls
-        docs = _class_docs(node.body)
-    return docs
+    return _module_docs(filename).get(cls.__qualname__, {}) if filename else {}
 
 
 @functools.cache

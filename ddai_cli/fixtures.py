@@ -6,16 +6,12 @@ from typing import Any
 
 import typer
 
-from ddai.cli.app import COMMANDS
+from ddai.cli.app import group_app
 from ddai.cli.common import JsonOpt, ProgressOpt, bad_input_exits, summary
 from ddai.cli.flags import config_flags, with_groups
 from ddai.pipelines.fixtures.world_config import MakeConfig
 
-fixtures_app = typer.Typer(
-    help=COMMANDS["fixtures"].help,
-    no_args_is_help=True,
-    rich_markup_mode=None,
-)
+fixtures_app = group_app("fixtures")
 
 
 def _make(cfg: MakeConfig) -> dict:
@@ -47,7 +43,6 @@ MAKE_FLAGS = config_flags(
     MakeConfig,
     {"out": {"argument": True, "metavar": "DIR"}, "seed": "--seed", "size": "--size"},
 )
-"""``ddai fixtures make``'s flags: ``MakeConfig``'s fields."""
 
 
 @fixtures_app.command(
@@ -65,5 +60,4 @@ def make_cmd(
 
 
 def register(app: typer.Typer) -> None:
-    """Add this area's commands to the main app."""
     app.add_typer(fixtures_app, name="fixtures")

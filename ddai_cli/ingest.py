@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from ddai.cli.app import top_command
 from ddai.cli.common import (
     EXIT_FAILED,
     JsonOpt,
@@ -134,5 +135,4 @@ def _per_file_rows(data: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def register(app: typer.Typer) -> None:
-    app.command("ingest")(ingest_cmd)
+register = top_command("ingest", ingest_cmd)

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import typer
-
+from ddai.cli.app import top_command
 from ddai.cli.common import JsonOpt, fail, print_rows, summary
 from ddai.cli.curate import run_step
 from ddai.cli.flags import config_flags, with_groups
@@ -94,6 +93,4 @@ def _fail_mismatch(bad: list[dict[str, Any]]) -> None:
         )
 
 
-def register(app: typer.Typer) -> None:
-    """Add ``ddai lineage`` to the main app."""
-    app.command("lineage")(lineage_cmd)
+register = top_command("lineage", lineage_cmd)

@@ -6,7 +6,7 @@ from typing import Any
 
 import typer
 
-from ddai.cli.app import COMMANDS
+from ddai.cli.app import sub_app
 from ddai.cli.common import JsonOpt, bad_input_exits, summary
 from ddai.cli.flags import config_flags, with_groups
 from ddai.trainer.tiny import TinyBuildConfig
@@ -20,16 +20,10 @@ TINY_FLAGS = config_flags(
         "overwrite": "--overwrite/--no-overwrite",
     },
 )
-"""``ddai model tiny``'s flags: ``TinyBuildConfig``'s fields."""
 
 
 def register(app: typer.Typer) -> None:
-    """Add this area's commands to the main app."""
-    model_app = typer.Typer(
-        help=COMMANDS["model"].help,
-        no_args_is_help=True,
-        rich_markup_mode=None,
-    )
+    model_app = sub_app(app, "model")
 
     @model_app.command(
         "tiny", short_help="Build a tiny Qwen2-architecture causal LM and its tokenizer."
@@ -59,5 +53,3 @@ def register(app: typer.Typer) -> None:
             },
             as_json=as_json,
         )
-
-    app.add_typer(model_app, name="model")

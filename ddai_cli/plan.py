@@ -6,12 +6,10 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-import typer
-
-from ddai.cli.app import SUBCOMMANDS
+from ddai.cli.app import subcommand
 from ddai.cli.common import JsonOpt, console, print_rows, summary
 from ddai.cli.flags import config_flags, with_groups
-from ddai.cli.running import run_or_fail, sub_app
+from ddai.cli.running import run_or_fail
 from ddai.trainer.runtime.plan_config import PlanConfig
 
 PLAN_FLAGS = config_flags(
@@ -20,24 +18,14 @@ PLAN_FLAGS = config_flags(
         "model": None,
         "dtype": None,
         "lora": "--lora/--no-lora",
-        "lora_r": None,
-        "lora_target": None,
-        "accelerate": None,
-        "gpus": None,
-        "gpu_memory": None,
-        "batch_size": None,
-        "micro_batch": None,
-        "max_prompt_length": None,
-        "max_completion_length": None,
+        **dict.fromkeys(("lora_r", "lora_target", "accelerate", "gpus", "gpu_memory")),
+        **dict.fromkeys(("batch_size", "micro_batch", "max_prompt_length")),
+        **dict.fromkeys(("max_completion_length",)),
         "gradient_checkpointing": "--gradient-checkpointing/--no-gradient-checkpointing",
         "attention_scores": "--attention-scores/--no-attention-scores",
-        "logits_chunk": None,
-        "images": None,
-        "image_size": None,
-        "image_max_pixels": None,
+        **dict.fromkeys(("logits_chunk", "images", "image_size", "image_max_pixels")),
     },
 )
-"""Every ``PlanConfig`` field as a flag (type, default and help from the config)."""
 
 GIB_COLUMNS = {
     "weights_bytes": "weights",
@@ -65,31 +53,29 @@ def _table_rows(strategies: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def register(app: typer.Typer) -> None:
-    """Add ``train plan`` to the ``train`` group."""
-    train_app = sub_app(app, "train")
+@with_groups({"settings": PLAN_FLAGS})
+def train_plan(*, settings: dict[str, Any], as_json: JsonOpt = False) -> None:
+    """Per-rank GPU memory of a training run before it starts: the policy built on the meta
+    device from a model config (configs/models/*.json or a model folder), its weights,
+    gradients, optimizer state, LoRA adapter, activations, loss-pass logits, sampler KV
+    cache and images under each accelerate config, and whether it fits --gpus GPUs of
+    --gpu-memory."""
+    from ddai.trainer.runtime.memory_plan import plan
 
-    @train_app.command("plan", short_help=SUBCOMMANDS["train"]["plan"].help)
-    @with_groups({"settings": PLAN_FLAGS})
-    def train_plan(*, settings: dict[str, Any], as_json: JsonOpt = False) -> None:
-        """Per-rank GPU memory of a training run before it starts: the policy built on the meta
-        device from a model config (configs/models/*.json or a model folder), its weights,
-        gradients, optimizer state, LoRA adapter, activations, loss-pass logits, sampler KV
-        cache and images under each accelerate config, and whether it fits --gpus GPUs of
-        --gpu-memory."""
-        from ddai.trainer.runtime.memory_plan import plan
+    result = asdict(run_or_fail(plan, PlanConfig(**settings)))
+    if as_json:
+        summary("ddai train plan", result, as_json=True)
+        return
+    head = {k: v for k, v in result.items() if k not in ("strategies", "fits")}
+    summary("ddai train plan", head)
+    print_rows("per-rank memory, GiB", _table_rows(result["strategies"]))
+    fits = result["fits"]
+    console.print(
+        f"fits {result['gpus']} × {result['gpu_memory_bytes'] / (1 << 30):.0f} GiB: "
+        + (", ".join(fits) if fits else "none of the planned configs"),
+        markup=False,
+        highlight=False,
+    )
 
-        result = asdict(run_or_fail(plan, PlanConfig(**settings)))
-        if as_json:
-            summary("ddai train plan", result, as_json=True)
-            return
-        head = {k: v for k, v in result.items() if k not in ("strategies", "fits")}
-        summary("ddai train plan", head)
-        print_rows("per-rank memory, GiB", _table_rows(result["strategies"]))
-        fits = result["fits"]
-        console.print(
-            f"fits {result['gpus']} × {result['gpu_memory_bytes'] / (1 << 30):.0f} GiB: "
-            + (", ".join(fits) if fits else "none of the planned configs"),
-            markup=False,
-            highlight=False,
-        )
+
+register = subcommand("train", "plan", train_plan)

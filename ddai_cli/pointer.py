@@ -3,12 +3,8 @@ command): the pointer selector (seed 002), from a synthetic world to evaluation.
 
 world → embed → train --mode sft → gen → process → train --phases rce:3,clipped-group:30 → eval
 
-Each command's flags are its config's fields (``config_flags``; the help is each field's
-docstring); the logic is ``ddai.pipelines.pointer``'s and ``ddai.trainer.pointer``'s. A flag whose
-text is parsed into its field (``--temps``, ``--model NAME=CHECKPOINT``) says how (``parse``).
-Each command is its own module, registered through ``SUBCOMMANDS`` (``ddai_cli/app.py``), so
-``ddai pointer X`` (and its ``--help``) builds X's configs and flags alone (~1 ms a frozen
-dataclass, built at import).
+The logic is ``ddai.pipelines.pointer``'s and ``ddai.trainer.pointer``'s; a flag whose text is
+parsed into its field (``--temps``, ``--model NAME=CHECKPOINT``) says how (``parse``).
 """
 
 from __future__ import annotations

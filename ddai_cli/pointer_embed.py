@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import typer
-
-from ddai.cli.app import SUBCOMMANDS, sub_app
+from ddai.cli.app import subcommand
 from ddai.cli.common import JsonOpt, ProgressOpt, bad_input_exits, fail, summary
 from ddai.cli.flags import config_flags, default_of, with_groups
 from ddai.cli.pointer import OUT
@@ -43,8 +41,4 @@ def embed_cmd(
     summary("ddai pointer embed" + (" (dry run)" if cfg.dry_run else ""), data, as_json=as_json)
 
 
-def register(app: typer.Typer) -> None:
-    """Add ``ddai pointer embed`` to the ``pointer`` group."""
-    sub_app(app, "pointer").command("embed", short_help=SUBCOMMANDS["pointer"]["embed"].help)(
-        embed_cmd
-    )
+register = subcommand("pointer", "embed", embed_cmd)

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import typer
-
-from ddai.cli.app import SUBCOMMANDS, sub_app
+from ddai.cli.app import subcommand
 from ddai.cli.common import JsonOpt, ProgressOpt, RetryFailedOpt, bad_input_exits
 from ddai.cli.flags import config_flags, default_of, with_groups
 from ddai.cli.pointer import INPUTS, VQA_FIELDS, vqa_summary, with_vqa
@@ -50,8 +48,4 @@ def eval_cmd(
     vqa_summary("ddai pointer eval", data, dry_run=cfg.dry_run, as_json=as_json)
 
 
-def register(app: typer.Typer) -> None:
-    """Add ``ddai pointer eval`` to the ``pointer`` group."""
-    sub_app(app, "pointer").command("eval", short_help=SUBCOMMANDS["pointer"]["eval"].help)(
-        eval_cmd
-    )
+register = subcommand("pointer", "eval", eval_cmd)

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import typer
-
-from ddai.cli.app import SUBCOMMANDS, sub_app
+from ddai.cli.app import subcommand
 from ddai.cli.common import JsonOpt, ProgressOpt, RetryFailedOpt, bad_input_exits
 from ddai.cli.flags import config_flags, default_of, with_groups
 from ddai.cli.pointer import INPUTS, OUT, VQA_FIELDS, vqa_summary, with_vqa
@@ -70,6 +68,4 @@ def gen_cmd(
     vqa_summary("ddai pointer gen", data, dry_run=cfg.dry_run, as_json=as_json)
 
 
-def register(app: typer.Typer) -> None:
-    """Add ``ddai pointer gen`` to the ``pointer`` group."""
-    sub_app(app, "pointer").command("gen", short_help=SUBCOMMANDS["pointer"]["gen"].help)(gen_cmd)
+register = subcommand("pointer", "gen", gen_cmd)

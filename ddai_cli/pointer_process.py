@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import typer
-
-from ddai.cli.app import SUBCOMMANDS, sub_app
+from ddai.cli.app import subcommand
 from ddai.cli.common import JsonOpt, bad_input_exits, summary
 from ddai.cli.flags import config_flags, with_groups
 from ddai.cli.pointer import OUT
@@ -48,8 +46,4 @@ def process_cmd(
     summary("ddai pointer process", data, as_json=as_json)
 
 
-def register(app: typer.Typer) -> None:
-    """Add ``ddai pointer process`` to the ``pointer`` group."""
-    sub_app(app, "pointer").command("process", short_help=SUBCOMMANDS["pointer"]["process"].help)(
-        process_cmd
-    )
+register = subcommand("pointer", "process", process_cmd)

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import typer
-
-from ddai.cli.app import SUBCOMMANDS, sub_app
+from ddai.cli.app import subcommand
 from ddai.cli.common import JsonOpt, ProgressOpt, bad_input_exits, summary
 from ddai.cli.flags import config_flags, default_of, with_groups
 from ddai.cli.running import device_options, maybe_relaunch
@@ -79,8 +77,4 @@ def train_cmd(
     summary("ddai pointer train", result, as_json=as_json)
 
 
-def register(app: typer.Typer) -> None:
-    """Add ``ddai pointer train`` to the ``pointer`` group."""
-    sub_app(app, "pointer").command("train", short_help=SUBCOMMANDS["pointer"]["train"].help)(
-        train_cmd
-    )
+register = subcommand("pointer", "train", train_cmd)

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import typer
-
-from ddai.cli.app import SUBCOMMANDS, sub_app
+from ddai.cli.app import subcommand
 from ddai.cli.common import JsonOpt, bad_input_exits, summary
 from ddai.cli.flags import config_flags, with_groups
 from ddai.pipelines.pointer.configs import PointerWorldConfig
@@ -42,8 +40,4 @@ def world_cmd(*, settings: dict[str, Any], as_json: JsonOpt = False) -> None:
     summary("ddai pointer world", data, as_json=as_json)
 
 
-def register(app: typer.Typer) -> None:
-    """Add ``ddai pointer world`` to the ``pointer`` group."""
-    sub_app(app, "pointer").command("world", short_help=SUBCOMMANDS["pointer"]["world"].help)(
-        world_cmd
-    )
+register = subcommand("pointer", "world", world_cmd)

@@ -3,9 +3,7 @@ environment with a value head as critic (``ddai.trainer.ppo``); flags from ``PPO
 
 from __future__ import annotations
 
-import typer
-
-from ddai.cli.app import SUBCOMMANDS, sub_app
+from ddai.cli.app import subcommand
 from ddai.cli.episode_train import episode_training
 from ddai.cli.flags import config_flags
 from ddai.cli.options import INPUTS, LORA, POLICY, PREFLIGHT
@@ -35,17 +33,14 @@ PPO_FLAGS = config_flags(
 are ``options.episode_settings``)."""
 
 
-train_ppo_command = episode_training(
-    PPORunConfig,
-    PPO_FLAGS,
-    "ddai train ppo",
-    "ddai.trainer.ppo.train:run_ppo",
-    "PPO over the multi-turn search environment, with a value head as critic and GAE.",
+register = subcommand(
+    "train",
+    "ppo",
+    episode_training(
+        PPORunConfig,
+        PPO_FLAGS,
+        "ddai train ppo",
+        "ddai.trainer.ppo.train:run_ppo",
+        "PPO over the multi-turn search environment, with a value head as critic and GAE.",
+    ),
 )
-
-
-def register(app: typer.Typer) -> None:
-    """Add ``train ppo`` to the ``train`` group."""
-    sub_app(app, "train").command("ppo", short_help=SUBCOMMANDS["train"]["ppo"].help)(
-        train_ppo_command
-    )

@@ -10,8 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import typer
-
+from ddai.cli.app import top_command
 from ddai.cli.common import (
     LogsOpt,
     RunsOpt,
@@ -193,5 +192,4 @@ def parse_param(text: str) -> tuple[str, str | int | float | bool]:
     return name, out
 
 
-def register(app: typer.Typer) -> None:
-    app.command("query")(query_cmd)
+register = top_command("query", query_cmd)

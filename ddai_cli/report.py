@@ -5,8 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import typer
-
+from ddai.cli.app import top_command
 from ddai.cli.common import (
     JsonOpt,
     LogsOpt,
@@ -30,14 +29,8 @@ REPORT_FLAGS = config_flags(
         "datasets": {"metavar": "<file>"},
         "datasets_dir": None,
         "flags": {"metavar": "<csv>"},
-        "judge_high": None,
-        "ndcg_low": None,
-        "judge_low": None,
-        "ndcg_high": None,
-        "max_turns": None,
-        "browse_max": None,
-        "text_max": None,
-        "top": None,
+        **dict.fromkeys(("judge_high", "ndcg_low", "judge_low", "ndcg_high", "max_turns")),
+        **dict.fromkeys(("browse_max", "text_max", "top")),
         "value_sft": {"metavar": "<dir>"},
         "seed": None,
         "title": None,
@@ -94,6 +87,4 @@ def report_cmd(
     summary("ddai report", result, as_json=as_json)
 
 
-def register(app: typer.Typer) -> None:
-    """Add this area's commands to the main app."""
-    app.command("report")(report_cmd)
+register = top_command("report", report_cmd)

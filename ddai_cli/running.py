@@ -10,7 +10,6 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from ddai.cli.app import sub_app as sub_app  # where the training commands find their group
 from ddai.cli.common import err_console, fail, markup, summary
 from ddai.cli.flags import config_flags
 from ddai.trainer.run_settings import LaunchSettings

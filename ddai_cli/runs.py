@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import typer
-
+from ddai.cli.app import top_command
 from ddai.cli.common import JsonOpt, LogsOpt, console, fail, print_rows, summary
 from ddai.pipelines.store import capabilities, run_stats, store_read, workspace
 
@@ -88,5 +87,4 @@ def _run_row(r: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def register(app: typer.Typer) -> None:
-    app.command("runs")(runs_cmd)
+register = top_command("runs", runs_cmd)

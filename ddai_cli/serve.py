@@ -5,8 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import typer
-
+from ddai.cli.app import top_command
 from ddai.cli.common import LogsOpt, RunsOpt, ThresholdOpt, console, err_console, fail
 from ddai.cli.flags import config_flags, default_of, with_groups
 from ddai.pipelines.store import workspace
@@ -15,16 +14,10 @@ from ddai.reports.serve.config import ServeConfig  # the standard library only: 
 SERVE_FLAGS = config_flags(
     ServeConfig,
     {
-        "datasets_dir": None,
-        "image_root": None,
-        "corpus": None,
-        "host": None,
-        "port": None,
+        **dict.fromkeys(("datasets_dir", "image_root", "corpus", "host", "port")),
         "allow_hosts": {"decl": "--allow-host", "metavar": "<name>"},
         "token": {"envvar": "DDAI_SERVE_TOKEN"},
-        "page_size": None,
-        "threads": None,
-        "memory_share": None,
+        **dict.fromkeys(("page_size", "threads", "memory_share")),
         "sql_timeout_s": "--sql-timeout",
         "annotate": None,
         "annotator": None,
@@ -105,6 +98,4 @@ def serve_cmd(
     )
 
 
-def register(app: typer.Typer) -> None:
-    """Add this area's commands to the main app."""
-    app.command("serve")(serve_cmd)
+register = top_command("serve", serve_cmd)

@@ -3,9 +3,7 @@ for the fields every run of its kind has). ``ddai train sft`` is ``ddai_cli/trai
 
 from __future__ import annotations
 
-import typer
-
-from ddai.cli.app import SUBCOMMANDS, sub_app
+from ddai.cli.app import subcommand
 from ddai.cli.episode_train import episode_training
 from ddai.cli.flags import config_flags
 from ddai.cli.options import INPUTS, LORA, POLICY, PREFLIGHT, TRL
@@ -34,16 +32,14 @@ GRPO_FLAGS = config_flags(
 are ``options.episode_settings``)."""
 
 
-def register(app: typer.Typer) -> None:
-    """Add ``train grpo`` to the ``train`` group."""
-    train_app = sub_app(app, "train")
-
-    train_app.command("grpo", short_help=SUBCOMMANDS["train"]["grpo"].help)(
-        episode_training(
-            GRPORunConfig,
-            GRPO_FLAGS,
-            "ddai train grpo",
-            "ddai.trainer.grpo.train:run_grpo",
-            "GRPO over the multi-turn search environment; every step's rollouts go to the rollout log.",
-        )
-    )
+register = subcommand(
+    "train",
+    "grpo",
+    episode_training(
+        GRPORunConfig,
+        GRPO_FLAGS,
+        "ddai train grpo",
+        "ddai.trainer.grpo.train:run_grpo",
+        "GRPO over the multi-turn search environment; every step's rollouts go to the rollout log.",
+    ),
+)

@@ -1,6 +1,5 @@
 """CLI: ``ddai train sft`` (TRL-based): flags from ``SFTRunConfig`` (``run_specs``' plain specs for
-the fields every run of its kind has), registered through ``SUBCOMMANDS`` apart from
-``ddai train grpo`` (``ddai_cli/train.py``), whose episode groups its ``--help`` does not build."""
+the fields every run of its kind has); its own module, so its ``--help`` builds no episode group."""
 
 from __future__ import annotations
 
@@ -8,13 +7,11 @@ import os
 from dataclasses import asdict
 from typing import Any
 
-import typer
-
-from ddai.cli.app import SUBCOMMANDS
+from ddai.cli.app import subcommand
 from ddai.cli.common import JsonOpt, ProgressOpt
 from ddai.cli.flags import config_flags, default_of, with_groups
 from ddai.cli.run_specs import LORA, POLICY, TRL
-from ddai.cli.running import device_options, main_summary, maybe_relaunch, sub_app
+from ddai.cli.running import device_options, main_summary, maybe_relaunch
 from ddai.cli.running import run_or_fail as run
 from ddai.trainer.sft.config import SFTRunConfig
 
@@ -30,28 +27,25 @@ SFT_FLAGS = config_flags(
         **LORA,
     },
 )
-"""Every flag of ``train sft`` that fills an ``SFTRunConfig`` field."""
 
 
-def register(app: typer.Typer) -> None:
-    """Add ``train sft`` to the ``train`` group."""
-    train_app = sub_app(app, "train")
+@with_groups({"cfg": SFT_FLAGS, "device": device_options})
+def sft(
+    *,
+    cfg: dict[str, Any],
+    device: dict[str, Any],
+    progress: ProgressOpt = default_of(SFTRunConfig, "progress"),
+    as_json: JsonOpt = False,
+) -> None:
+    """Supervised fine-tuning with TRL's SFTTrainer on Searcher conversations."""
+    maybe_relaunch(**device)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from ddai.cli.episode_train import parsed_sets  # the run's: not for --help
+    from ddai.trainer.sft.train import run_sft
 
-    @train_app.command("sft", short_help=SUBCOMMANDS["train"]["sft"].help)
-    @with_groups({"cfg": SFT_FLAGS, "device": device_options})
-    def sft(
-        *,
-        cfg: dict[str, Any],
-        device: dict[str, Any],
-        progress: ProgressOpt = default_of(SFTRunConfig, "progress"),
-        as_json: JsonOpt = False,
-    ) -> None:
-        """Supervised fine-tuning with TRL's SFTTrainer on Searcher conversations."""
-        maybe_relaunch(**device)
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        from ddai.cli.episode_train import parsed_sets  # the run's: not for --help
-        from ddai.trainer.sft.train import run_sft
+    sets = parsed_sets(cfg)
+    config = SFTRunConfig(**cfg, overrides=sets, progress=progress and not as_json)
+    main_summary("ddai train sft", asdict(run(run_sft, config)), as_json=as_json)
 
-        sets = parsed_sets(cfg)
-        config = SFTRunConfig(**cfg, overrides=sets, progress=progress and not as_json)
-        main_summary("ddai train sft", asdict(run(run_sft, config)), as_json=as_json)
+
+register = subcommand("train", "sft", sft)

@@ -1,9 +1,7 @@
 """CLI: what the value-head commands share (``ddai_cli/value_*.py``, one module per command:
 ``ddai train value``, ``ddai train value-sft``, ``ddai value score``): the flags of the rollouts
 every value command reads (``ValueRowsConfig``). The two trainings' shared flags are
-``ddai_cli/value_fit.py``'s. Each command is its own module, registered through ``SUBCOMMANDS``
-(``ddai_cli/app.py``), so ``ddai train value`` (and its ``--help``) builds its own config's flags
-alone."""
+``ddai_cli/value_fit.py``'s."""
 
 from __future__ import annotations
 

@@ -6,9 +6,7 @@ import os
 from dataclasses import asdict
 from typing import Any
 
-import typer
-
-from ddai.cli.app import SUBCOMMANDS, sub_app
+from ddai.cli.app import subcommand
 from ddai.cli.common import JsonOpt, ProgressOpt, check_run_ids
 from ddai.cli.common import summary as print_summary
 from ddai.cli.flags import config_flags, default_of, with_groups
@@ -38,8 +36,4 @@ def value_score_command(
     print_summary("ddai value score", asdict(run_or_fail(score_runs, config)), as_json=as_json)
 
 
-def register(app: typer.Typer) -> None:
-    """Add ``score`` to the ``value`` group."""
-    sub_app(app, "value").command("score", short_help=SUBCOMMANDS["value"]["score"].help)(
-        value_score_command
-    )
+register = subcommand("value", "score", value_score_command)

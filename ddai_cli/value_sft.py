@@ -6,9 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import typer
-
-from ddai.cli.app import SUBCOMMANDS, sub_app
+from ddai.cli.app import subcommand
 from ddai.cli.flags import config_flags
 from ddai.cli.value_fit import FIT, value_training
 from ddai.trainer.value.config import ValueSFTConfig
@@ -34,8 +32,4 @@ def train_value_sft_command() -> Callable[[Any], Any]:
     return train_value_sft
 
 
-def register(app: typer.Typer) -> None:
-    """Add ``train value-sft`` to the ``train`` group."""
-    sub_app(app, "train").command("value-sft", short_help=SUBCOMMANDS["train"]["value-sft"].help)(
-        train_value_sft_command
-    )
+register = subcommand("train", "value-sft", train_value_sft_command)

@@ -6,9 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import typer
-
-from ddai.cli.app import SUBCOMMANDS, sub_app
+from ddai.cli.app import subcommand
 from ddai.cli.flags import config_flags
 from ddai.cli.value_fit import FIT, value_training
 from ddai.trainer.value.config import ValueTrainConfig
@@ -26,7 +24,4 @@ def train_value_command() -> Callable[[Any], Any]:
     return train_value
 
 
-def register(app: typer.Typer) -> None:
-    """Add ``train value`` to the ``train`` group."""
-    train_app = sub_app(app, "train")
-    train_app.command("value", short_help=SUBCOMMANDS["train"]["value"].help)(train_value_command)
+register = subcommand("train", "value", train_value_command)

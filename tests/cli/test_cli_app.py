@@ -142,7 +142,7 @@ def test_every_module_with_register_is_in_the_registry():
     defined = {
         p.stem
         for p in (ROOT / "ddai_cli").glob("*.py")
-        if "\ndef register(" in p.read_text(encoding="utf-8")
+        if any(d in p.read_text(encoding="utf-8") for d in ("\ndef register(", "\nregister = "))
     }
     used = {m for e in COMMANDS.values() for m in e.modules}
     assert defined == used

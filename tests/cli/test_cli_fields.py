@@ -43,6 +43,28 @@ def test_field_docs_read_docstrings_through_the_bases_and_the_override_wins():
         field_help(Base, "quiet")
 
 
+def test_field_docs_of_classes_made_in_functions_come_from_the_module_parse():
+    """A config made in a function (here, in its method too) is found by its qualified name
+    (``f.<locals>.Cfg``) in the one parse of its module."""
+
+    @dataclasses.dataclass
+    class Local:
+        depth: int = 2
+        """How
+        deep."""
+
+        def inner(self) -> type:
+            @dataclasses.dataclass
+            class Nested:
+                width: int = 1
+                """How wide."""
+
+            return Nested
+
+    assert field_docs(Local) == {"depth": "How deep."}
+    assert field_docs(Local().inner()) == {"width": "How wide."}
+
+
 def test_value_flags_show_the_config_field_docs():
     from ddai.cli.app import app
     from ddai.trainer.value.config import ValueSFTConfig, ValueTrainConfig
