@@ -277,7 +277,7 @@ def run_verify(cfg: VerifyConfig, *, verifier: Any = None) -> step.StepResult:
     )
     line = f"{len(cand)} candidates, {len(ask)} sent to the verifier, {len(excluded_ids)} excluded"
     html = review.to_html(sheet, title=f"GT review: {Path(cfg.dataset).name}", counts=line)
-    step.commit(  # the four outputs with their manifests, visible together
+    manifest.commit_set(  # the four outputs with their manifests, visible together
         [
             filtered_out,
             excluded_out,
@@ -392,12 +392,7 @@ def _propose(
     from ddai.pipelines import backends
 
     if verifier is None:
-        ctx: dict[str, Any] = {"call_site": STEP, "ledger": ledger, "progress": cfg.progress}
-        if cfg.max_cost is not None:
-            ctx["max_cost"] = cfg.max_cost
-        if cfg.retry_failed:
-            ctx["retry_failed"] = True
-        verifier = backends.get_backend("verifier", cfg.verifier, **ctx)
+        verifier = backends.step_backend("verifier", cfg.verifier, cfg, STEP, ledger=ledger)
     reqs = [
         backends.VerifyRequest(
             ds.question_of(by_id[u]),
