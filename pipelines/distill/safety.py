@@ -110,10 +110,6 @@ class PostPassResult:
     def discards(self) -> dict[str, int]:
         return self.counts("discard")
 
-    @property
-    def faults(self) -> dict[str, int]:
-        return self.counts("fault")
-
 
 def drop_reason(uid: str, f: fnd.Findings, drops: Drops) -> list[Event]:
     """The events that drop a sample (empty: keep it); the first one is the counted reason."""
