@@ -22,14 +22,7 @@ from rich.progress import Progress, track
 from ddai.pipelines import store
 from ddai.pipelines.backends.usage import FAILED_CALLS, failed_calls
 from ddai.pipelines.distill import fetch, rewrite, sqlrows, stream
-from ddai.pipelines.distill.configs import (  # noqa: F401 (re-exported)
-    REPORT_SUFFIX,
-    REWRITE_MODES,
-    DistillConfig,
-    DistillError,
-    RewriteMode,
-    report_path,
-)
+from ddai.pipelines.distill.configs import DistillConfig, DistillError, report_path
 from ddai.pipelines.distill.rebuild import load_system_prompt
 from ddai.pipelines.distill.safety import PostPass, PostPassResult, report_lines
 from ddai.pipelines.store import capabilities, fileset, io, manifest, objstore, stage

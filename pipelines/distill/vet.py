@@ -25,13 +25,7 @@ from typing import Any
 
 from ddai.pipelines.backends.base import VetRequest, VetResult
 from ddai.pipelines.distill import formats
-from ddai.pipelines.distill.configs import (  # noqa: F401 (re-exported)
-    CRITERIA,
-    ON_ERROR,
-    REPORT_SUFFIX,
-    VetConfig,
-    VetError,
-)
+from ddai.pipelines.distill.configs import VetConfig, VetError
 from ddai.pipelines.distill.findings import is_system_error
 from ddai.pipelines.distill.run import record_calls, unchanged
 from ddai.pipelines.distill.thinks import Message

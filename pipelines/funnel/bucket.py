@@ -16,7 +16,7 @@ from typing import Any
 
 from ddai.pipelines.funnel import native, scores, step
 from ddai.pipelines.funnel.bucket_config import BucketConfig
-from ddai.pipelines.funnel.configs import BUCKETS, file_name  # noqa: F401 (re-exported)
+from ddai.pipelines.funnel.configs import BUCKETS
 from ddai.pipelines.records.deps import np
 from ddai.pipelines.store import manifest, objstore
 

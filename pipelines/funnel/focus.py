@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from ddai.pipelines.funnel import native, scores, step
-from ddai.pipelines.funnel.configs import STEP_NEXT, STEP_ROUND1  # noqa: F401 (re-exported)
 from ddai.pipelines.funnel.focus_config import FocusConfig
 from ddai.pipelines.records import decisions as dec
 from ddai.pipelines.store import manifest, objstore

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ddai.pipelines import store
-from ddai.pipelines.funnel.configs import AGGS, METRICS, check_metric  # noqa: F401 (re-exported)
+from ddai.pipelines.funnel.configs import check_metric
 from ddai.pipelines.records import csv_cells
 from ddai.pipelines.records.deps import np, pa, pc, pl
 from ddai.pipelines.records.success import SUCCESS_THRESHOLD

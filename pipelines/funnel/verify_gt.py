@@ -28,7 +28,7 @@ from ddai.pipelines.backends import gt_check
 from ddai.pipelines.backends.usage import FAILED_CALLS, failed_calls
 from ddai.pipelines.funnel import dataset as ds
 from ddai.pipelines.funnel import review, scores, step
-from ddai.pipelines.funnel.configs import ALL, RULES  # noqa: F401 (re-exported)
+from ddai.pipelines.funnel.configs import ALL
 from ddai.pipelines.funnel.verify_config import VerifyConfig
 from ddai.pipelines.records import decisions as dec
 from ddai.pipelines.records.deps import np, pa
