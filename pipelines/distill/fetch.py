@@ -18,6 +18,7 @@ from typing import Any
 
 from ddai.pipelines.distill import sqlrows
 from ddai.pipelines.distill.select import (
+    ROLLOUT_KEY,
     SelectConfig,
     Selection,
     choose,
@@ -30,33 +31,11 @@ from ddai.pipelines.records.deps import duckdb, np, pa, pl
 from ddai.pipelines.store import objstore, query
 
 # What selection reads (``select.py``), besides the turn count it needs where num_turns is null.
-COLUMNS = (
-    "run_id",
-    "step",
-    "uid",
-    "rollout_idx",
-    "sample_idx",
-    "judge_score",
-    "format_ok",
-    "reward",
-    "ndcg",
-    "num_turns",
-    "flags",
-)
+COLUMNS = (*ROLLOUT_KEY, "judge_score", "format_ok", "reward", "ndcg", "num_turns", "flags")
 FILE, FILE_ROW = "_file", "_file_row"
 # What rebuilding SFT messages reads of a selected rollout (``rebuild.py``, ``run._candidates``):
 # the rest (pages, reward parts, flags) would only be turned into Python objects and dropped.
-REBUILD_COLUMNS = (
-    "run_id",
-    "step",
-    "uid",
-    "rollout_idx",
-    "sample_idx",
-    "question",
-    "response",
-    "turns",
-    "extra",
-)
+REBUILD_COLUMNS = (*ROLLOUT_KEY, "question", "response", "turns", "extra")
 # What the rebuild reads of a turn (not ``forced``, ``retrieved`` or ``value``).
 REBUILD_TURN_FIELDS = ("idx", "think", "action", "arg", "sep", "observation", "error")
 # DuckDB's cap for the fetch: the join's build side is the selection's locators (three small
