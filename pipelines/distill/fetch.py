@@ -18,6 +18,7 @@ from typing import Any
 
 from ddai.pipelines.distill import sqlrows
 from ddai.pipelines.distill.select import (
+    ROLLOUT_KEY,
     SelectConfig,
     Selection,
     choose,
@@ -30,33 +31,11 @@ from ddai.pipelines.records.deps import duckdb, np, pa, pl
 from ddai.pipelines.store import objstore, query
 
 # What selection reads (``select.py``), besides the turn count it needs where num_turns is null.
-COLUMNS = (
-    "run_id",
-    "step",
-    "uid",
-    "rollout_idx",
-    "sample_idx",
-    "judge_score",
-    "format_ok",
-    "reward",
-    "ndcg",
-    "num_turns",
-    "flags",
-)
+COLUMNS = (*ROLLOUT_KEY, "judge_score", "format_ok", "reward", "ndcg", "num_turns", "flags")
 FILE, FILE_ROW = "_file", "_file_row"
 # What rebuilding SFT messages reads of a selected rollout (``rebuild.py``, ``run._candidates``):
 # the rest (pages, reward parts, flags) would only be turned into Python objects and dropped.
-REBUILD_COLUMNS = (
-    "run_id",
-    "step",
-    "uid",
-    "rollout_idx",
-    "sample_idx",
-    "question",
-    "response",
-    "turns",
-    "extra",
-)
+REBUILD_COLUMNS = (*ROLLOUT_KEY, "question", "response", "turns", "extra")
 # What the rebuild reads of a turn (not ``forced``, ``retrieved`` or ``value``).
 REBUILD_TURN_FIELDS = ("idx", "think", "action", "arg", "sep", "observation", "error")
 # DuckDB's cap for the fetch: the join's build side is the selection's locators (three small
@@ -93,13 +72,9 @@ def selection_columns(
         )
     if objstore.is_url(paths[0]) and objstore.scan() == "arrow":
         return _remote_selection_columns(paths, stats)
-    con = duckdb.connect()
-    con.execute("SET enable_progress_bar = false")
-    objstore.register(con, paths)  # object-storage URLs read through fsspec
-    if threads:
-        con.execute(f"SET threads = {int(threads)}")
+    con = _connect(paths, threads)
     params = {"files": paths}
-    have = {r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {SCAN}", params).fetchall()}
+    have = _types(con, params)
     # A column no file carries (``flags`` before schema 2) reads as typed nulls.
     cols = [c if c in have else f"CAST(NULL AS {_duck_type(c)}) AS {c}" for c in COLUMNS]
     sql = (
@@ -140,8 +115,9 @@ def scan_select(
         return sel, locate(paths, keys, sel.rows), keys.num_rows
     con = _connect(paths, threads)
     try:
+        con.execute(query.success_macros())  # the one success rule (sql/rollouts.sql)
         params: dict[str, Any] = {"files": paths}
-        have = {r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {SCAN}", params).fetchall()}
+        have = _types(con, params)
         # each file's first log position (files in the order given, rows in file order)
         sizes = dict(
             con.execute(f"SELECT filename, count(*) FROM {SCAN} GROUP BY ALL", params).fetchall()
@@ -213,14 +189,22 @@ def scan_select(
     return sel, wanted, n_read
 
 
-def _connect(paths: list[str], threads: int | None) -> duckdb.DuckDBPyConnection:
+def _connect(paths: list[str], threads: int | None, *settings: str) -> duckdb.DuckDBPyConnection:
+    """A connection that reads ``paths`` (object-storage URLs through fsspec), with ``settings``
+    (``SET`` statements' bodies)."""
     con = duckdb.connect()
-    con.execute("SET enable_progress_bar = false")
-    con.execute(query.success_macros())  # the one success rule (sql/rollouts.sql)
-    objstore.register(con, paths)  # object-storage URLs read through fsspec
+    for s in ("enable_progress_bar = false", *settings):
+        con.execute(f"SET {s}")
+    objstore.register(con, paths)
     if threads:
         con.execute(f"SET threads = {int(threads)}")
     return con
+
+
+def _types(con: duckdb.DuckDBPyConnection, params: dict[str, Any]) -> dict[str, str]:
+    """The scan's columns (``SCAN`` over ``$files``) and their DuckDB types."""
+    rows = con.execute(f"DESCRIBE SELECT * FROM {SCAN}", params).fetchall()
+    return {r[0]: str(r[1]) for r in rows}
 
 
 def _remote_selection_columns(urls: list[str], stats: bool = False) -> pa.Table:
@@ -313,25 +297,19 @@ def fetch_batches(
         return
     paths = [str(f) for f in files]
     names = [f.name for f in schema.ROLLOUT_SCHEMA if columns is None or f.name in columns]
-    con = duckdb.connect()
+    limit = [f"memory_limit = '{memory_limit}'"] if memory_limit else []
+    con = _connect(paths, threads, "preserve_insertion_order = false", *limit)
     try:
-        con.execute("SET enable_progress_bar = false")
-        con.execute("SET preserve_insertion_order = false")
-        if memory_limit:
-            con.execute(f"SET memory_limit = '{memory_limit}'")
-        if threads:
-            con.execute(f"SET threads = {int(threads)}")
-        objstore.register(con, paths)
         con.register("wanted", wanted)
         params = {"files": paths}
-        have = {r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {SCAN}", params).fetchall()}
+        have = _types(con, params)
         cols = ", ".join(f"s.{c}" for c in names if c in have)
         sql = (
             f"SELECT {cols}, w._slot FROM {SCAN} AS s "
             "JOIN wanted AS w ON s.filename = w._path AND s.file_row_number = w._row"
         )
         added: tuple[str, ...] = ()
-        if sql_rows is not None and _sql_readable(con, params, names):
+        if sql_rows is not None and _sql_readable(have, names):
             sql, more = sqlrows.query(sql, sql_rows)
             params = {**params, **more}
             added = sqlrows.ADDED
@@ -355,13 +333,11 @@ def fetch_batches(
         )
 
 
-def _sql_readable(con: duckdb.DuckDBPyConnection, params: dict[str, Any], names: list[str]) -> bool:
-    """Whether every column and turn field ``sqlrows`` reads is in the files and fetched."""
+def _sql_readable(types: dict[str, str], names: list[str]) -> bool:
+    """Whether every column and turn field ``sqlrows`` reads is in the files (``types``: the
+    scan's) and fetched (``names``)."""
     if not set(sqlrows.COLUMNS) <= set(names):
         return False
-    types = dict(
-        (r[0], str(r[1])) for r in con.execute(f"DESCRIBE SELECT * FROM {SCAN}", params).fetchall()
-    )
     if not set(sqlrows.COLUMNS) <= set(types):
         return False
     turn = types["turns"].replace('"', "")  # DuckDB quotes keywords (action)

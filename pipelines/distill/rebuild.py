@@ -20,8 +20,6 @@ import hashlib
 import json
 import os
 import re
-from collections import Counter, defaultdict
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -88,24 +86,6 @@ def sample_key(row: dict[str, Any], tag: str) -> str:
 
 class UidCollision(ValueError):
     pass
-
-
-def assign_uids(keys: Sequence[str], steps: Sequence[int | None]) -> list[str]:
-    """Add ``__t{step}`` to keys that repeat across steps; any uid still repeated is an error."""
-    seen_steps: dict[str, set[int | None]] = defaultdict(set)
-    for k, s in zip(keys, steps, strict=True):
-        seen_steps[k].add(s)
-    uids = [
-        f"{k}__t{s}" if len(seen_steps[k]) > 1 and s is not None else k
-        for k, s in zip(keys, steps, strict=True)
-    ]
-    dup = [u for u, n in Counter(uids).items() if n > 1]
-    if dup:
-        raise UidCollision(
-            f"{len(dup)} sample uid(s) repeat, e.g. {dup[0]!r}: the log holds the same rollout "
-            "twice (re-ingested with --append?); re-ingest the run without --append"
-        )
-    return uids
 
 
 def _is_image_path(text: str) -> bool:

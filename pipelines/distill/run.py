@@ -22,14 +22,7 @@ from rich.progress import Progress, track
 from ddai.pipelines import store
 from ddai.pipelines.backends.usage import FAILED_CALLS, failed_calls
 from ddai.pipelines.distill import fetch, rewrite, sqlrows, stream
-from ddai.pipelines.distill.configs import (  # noqa: F401 (re-exported)
-    REPORT_SUFFIX,
-    REWRITE_MODES,
-    DistillConfig,
-    DistillError,
-    RewriteMode,
-    report_path,
-)
+from ddai.pipelines.distill.configs import DistillConfig, DistillError, report_path
 from ddai.pipelines.distill.rebuild import load_system_prompt
 from ddai.pipelines.distill.safety import PostPass, PostPassResult, report_lines
 from ddai.pipelines.store import capabilities, fileset, io, manifest, objstore, stage
@@ -89,17 +82,8 @@ def run_distill(cfg: DistillConfig, *, rewriter: Any = None) -> dict[str, Any]:
     if cfg.rewrite == "think-only":
         backend = rewriter if rewriter is not None else build_rewriter(cfg)
     params = cfg.params(getattr(backend, "name", None))
-    # --retry-failed reruns: the output was written without the calls that failed.
-    rerun = cfg.dry_run or cfg.force or cfg.retry_failed
-    if not cfg.dry_run:  # a killed write of this output: finished, or its staged files removed
-        fileset.settle_for(cfg.out, clean=True)
-    if not rerun and manifest.is_fresh(cfg.out, STEP, params, inputs):
-        notes = (manifest.read(cfg.out) or {}).get("notes") or {}
-        return {
-            "output": objstore.display(cfg.out),
-            "skipped": "inputs and parameters unchanged (--force reruns)",
-            **({FAILED_CALLS: notes[FAILED_CALLS]} if notes.get(FAILED_CALLS) else {}),
-        }
+    if (skipped := unchanged(cfg, STEP, params, inputs, "inputs")) is not None:
+        return skipped
 
     record = manifest.start(STEP, params, inputs)
     system_prompt = load_system_prompt(cfg.system_prompt)
@@ -190,10 +174,7 @@ def run_distill(cfg: DistillConfig, *, rewriter: Any = None) -> dict[str, Any]:
                 "val output": objstore.display(cfg.val_out),
                 "seed": cfg.seed,
             }
-        if backend is not None and hasattr(backend, "usage"):
-            record.backend_calls = backend.usage()
-            if failed := failed_calls(record.backend_calls):
-                summary[FAILED_CALLS] = failed  # those samples keep their original thinks
+        record_calls(record, backend, summary)  # failed rewrites keep their original thinks
         record.notes = {k: v for k, v in summary.items() if k not in ("output", "dropped")}
         report_tmp = Path(tmp_dir) / "report.jsonl"
 
@@ -228,6 +209,34 @@ def run_distill(cfg: DistillConfig, *, rewriter: Any = None) -> dict[str, Any]:
     return summary
 
 
+def unchanged(
+    cfg: Any, step: str, params: dict[str, Any], inputs: list[Any], what: str
+) -> dict[str, Any] | None:
+    """The summary of a step (``distill``, ``distill vet``) whose ``cfg.out`` is fresh, None
+    when it runs (``--dry-run``, ``--force``, ``--retry-failed``: the output was written without
+    the calls that failed, or a change); a killed write of ``cfg.out`` is first finished, or its
+    staged files removed. ``what``: how the summary names the inputs."""
+    if not cfg.dry_run:
+        fileset.settle_for(cfg.out, clean=True)
+    rerun = cfg.dry_run or cfg.force or cfg.retry_failed
+    if rerun or not manifest.is_fresh(cfg.out, step, params, inputs):
+        return None
+    notes = (manifest.read(cfg.out) or {}).get("notes") or {}
+    return {
+        "output": objstore.display(cfg.out),
+        "skipped": f"{what} and parameters unchanged (--force reruns)",
+        **({FAILED_CALLS: notes[FAILED_CALLS]} if notes.get(FAILED_CALLS) else {}),
+    }
+
+
+def record_calls(record: manifest.StepRecord, backend: Any, summary: dict[str, Any]) -> None:
+    """The backend's call counts into ``record``, its failed calls into ``summary``."""
+    if hasattr(backend, "usage"):
+        record.backend_calls = backend.usage()
+        if failed := failed_calls(record.backend_calls):
+            summary[FAILED_CALLS] = failed
+
+
 def _unchanged(applied: rewrite.Applied | None) -> dict[str, Any]:
     """The trajectories the rewriter gave back as they were; when that is all of them, a note
     (the default local rewriter is the identity: the output keeps the rollouts' own thinks,
@@ -257,12 +266,7 @@ def _plan(backend: Any, built: stream.Built) -> dict[str, Any]:
 
 def write_report(path: Path, result: PostPassResult) -> None:
     """The post-pass report (one JSON object per event), written atomically."""
-    with io.atomic_path(path) as tmp:
-        _report_into(tmp, result)
-
-
-def _report_into(path: Path, result: PostPassResult) -> None:
-    with open(path, "w", encoding="utf-8") as fh:
+    with io.atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as fh:
         fh.writelines(report_lines(result.events))
 
 

@@ -90,7 +90,8 @@ class Sample:
 @dataclass
 class PostPassResult:
     """``dropped``: samples removed, by their first reason; ``fault_rows``: samples with a
-    grammar fault, by kind; ``findings``: samples holding what the optional drops look for."""
+    grammar fault, by kind; ``findings``: samples holding what the optional drops look for;
+    ``rollbacks``, ``discards``: those events by rule."""
 
     samples: list[Sample]
     events: list[Event]
@@ -98,21 +99,8 @@ class PostPassResult:
     dropped: dict[str, int]
     fault_rows: dict[str, int]
     findings: dict[str, int]
-
-    def counts(self, action: str) -> dict[str, int]:
-        return dict(sorted(Counter(e.rule for e in self.events if e.action == action).items()))
-
-    @property
-    def rollbacks(self) -> dict[str, int]:
-        return self.counts("rollback")
-
-    @property
-    def discards(self) -> dict[str, int]:
-        return self.counts("discard")
-
-    @property
-    def faults(self) -> dict[str, int]:
-        return self.counts("fault")
+    rollbacks: dict[str, int]
+    discards: dict[str, int]
 
 
 def drop_reason(uid: str, f: fnd.Findings, drops: Drops) -> list[Event]:
@@ -254,6 +242,8 @@ class PostPass:
             _sorted(self.dropped),
             _sorted(self.fault_rows),
             dict(self.found),
+            self.counts("rollback"),
+            self.counts("discard"),
         )
 
 

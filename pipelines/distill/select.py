@@ -48,7 +48,9 @@ NOT_SUCCESS = "not_success"
 BEYOND_TOP_K = "beyond_top_k"
 FLAGGED = "flagged_"  # + the rollout's first flag
 
-_SCALARS = ("run_id", "step", "uid", "rollout_idx", "sample_idx", "judge_score", "format_ok")
+# What names a rollout in the log (and its sample: ``rebuild.sample_key``).
+ROLLOUT_KEY = ("run_id", "step", "uid", "rollout_idx", "sample_idx")
+_SCALARS = (*ROLLOUT_KEY, "judge_score", "format_ok")
 
 
 _KEYS = {

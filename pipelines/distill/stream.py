@@ -9,8 +9,8 @@ messages as JSON (null when dropped) and its report lines. Nothing but counts ou
 
 The spill is cut by selection position into buckets of consecutive slots, one Parquet file each,
 so pass 2 (``write``) restores selection order one bucket at a time: it reads a bucket, sorts its
-rows by slot, names each sample (``rebuild.assign_uids``'s rule: ``__t{step}`` where a key repeats
-across steps, found over the whole spill by one DuckDB group-by) and writes the samples through a
+rows by slot, names each sample (``rebuild``'s rule: ``__t{step}`` where a key repeats across
+steps, found over the whole spill by one DuckDB group-by) and writes the samples through a
 ``pyarrow.parquet.ParquetWriter`` in row groups, and every report line, to the temp paths the
 caller's commit renames. Memory holds a fetch batch, then a bucket: never the selection. Every
 rollout the rebuild or the post-pass dropped has a report line with its reason, so the report
@@ -314,8 +314,8 @@ def write(
 
 def _repeated_keys(files: list[str], tmp_dir: Path) -> set[str]:
     """The sample keys that repeat across steps (they take ``__t{step}``); raises
-    ``UidCollision`` when a uid would still repeat (``rebuild.assign_uids``'s rules, in DuckDB
-    over the spill's keys)."""
+    ``UidCollision`` when a uid would still repeat (``rebuild``'s rule, in DuckDB over the spill's
+    keys)."""
     import duckdb
 
     if not files:

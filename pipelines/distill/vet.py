@@ -24,20 +24,14 @@ from pathlib import Path
 from typing import Any
 
 from ddai.pipelines.backends.base import VetRequest, VetResult
-from ddai.pipelines.backends.usage import FAILED_CALLS, failed_calls
 from ddai.pipelines.distill import formats
-from ddai.pipelines.distill.configs import (  # noqa: F401 (re-exported)
-    CRITERIA,
-    ON_ERROR,
-    REPORT_SUFFIX,
-    VetConfig,
-    VetError,
-)
+from ddai.pipelines.distill.configs import VetConfig, VetError
 from ddai.pipelines.distill.findings import is_system_error
+from ddai.pipelines.distill.run import record_calls, unchanged
 from ddai.pipelines.distill.thinks import Message
 from ddai.pipelines.records.deps import pa, pq
 from ddai.pipelines.records.tags import parse_turns
-from ddai.pipelines.store import fileset, io, manifest, objstore
+from ddai.pipelines.store import io, manifest, objstore
 
 VET_STEP = "distill.vet"
 CALL_FAILED = "call-failed"
@@ -196,16 +190,8 @@ def run_vet(cfg: VetConfig, *, vetter: Any = None) -> dict[str, Any]:
     table, rows, fmt = _read(Path(cfg.file))
     backend = vetter if vetter is not None else build_vetter(cfg)
     params = cfg.params(getattr(backend, "name", None))
-    if not cfg.dry_run:
-        fileset.settle_for(cfg.out, clean=True)
-    rerun = cfg.dry_run or cfg.force or cfg.retry_failed
-    if not rerun and manifest.is_fresh(cfg.out, VET_STEP, params, [cfg.file]):
-        notes = (manifest.read(cfg.out) or {}).get("notes") or {}
-        return {
-            "output": objstore.display(cfg.out),
-            "skipped": "input and parameters unchanged (--force reruns)",
-            **({FAILED_CALLS: notes[FAILED_CALLS]} if notes.get(FAILED_CALLS) else {}),
-        }
+    if (skipped := unchanged(cfg, VET_STEP, params, [cfg.file], "input")) is not None:
+        return skipped
     sets = cfg.sets
     reqs = [r for _, msgs in rows for r in requests_of(msgs, sets, cfg.max_think_chars)]
     if cfg.dry_run:
@@ -254,10 +240,7 @@ def run_vet(cfg: VetConfig, *, vetter: Any = None) -> dict[str, Any]:
             "is word overlap with the question); name an LLM with --vetter NAME (ddai.toml "
             "[backends])"
         )
-    if hasattr(backend, "usage"):
-        record.backend_calls = backend.usage()
-        if failed := failed_calls(record.backend_calls):
-            summary[FAILED_CALLS] = failed
+    record_calls(record, backend, summary)
     record.rows_in, record.rows_out = len(rows), kept.num_rows
     for reason, k in by_reason.items():
         record.drop(reason, k)

@@ -8,8 +8,7 @@ from per-prompt success probabilities), ``lineage`` (manifests back to the raw l
 ``decisions`` (review CSVs), ``review`` (the sheet), ``step`` (manifests and skipping).
 """
 
-import importlib
-from typing import Any
+from ddai.pipelines.records.lazy import lazy_names
 
 # Where each public name lives: loaded on first use (PEP 562), so importing one step (or the
 # configs, for `ddai curate --help`) does not import every step and its backends.
@@ -28,9 +27,4 @@ _HOMES = {
 }
 
 __all__ = sorted(_HOMES)
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _HOMES:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)
+__getattr__, __dir__ = lazy_names(__name__, _HOMES)

@@ -16,9 +16,9 @@ from typing import Any
 
 from ddai.pipelines.funnel import native, scores, step
 from ddai.pipelines.funnel.bucket_config import BucketConfig
-from ddai.pipelines.funnel.configs import BUCKETS, file_name  # noqa: F401 (re-exported)
+from ddai.pipelines.funnel.configs import BUCKETS
 from ddai.pipelines.records.deps import np
-from ddai.pipelines.store import objstore
+from ddai.pipelines.store import manifest, objstore
 
 STEP = "curate.bucket"
 LABELS = {"b": "bucket B", "a": "bucket A", "0": "bucket 0"}
@@ -130,8 +130,8 @@ def _bucket_in(
         # three empty buckets would look like a finished step: the scores name other prompts
         raise ValueError(_no_match(cfg, con, n_first))
     counts = {"b": n_b, "a": n_a, "0": n_0}
-    unscored = _ids(con, "_first AND score IS NULL")
-    dups = _ids(con, "NOT _first")
+    unscored = native.ids(con, "_first AND score IS NULL")
+    dups = native.ids(con, "NOT _first")
     summary = {
         "dataset": objstore.display(inputs[0]),
         "score": cfg.column,
@@ -172,21 +172,14 @@ def _bucket_in(
             "ON d.file_row_number = k._pos ORDER BY k._snap DESC, k._pos"
         )
         members.append(
-            step.query_output(
+            manifest.Member(
                 outputs[b],
                 lambda tmp, q=query: native.write_rows(con, q, {"file": file}, tmp, meta),
                 record,
             )
         )
-    step.commit(members)  # B, A and 0 with their manifests, visible together
+    manifest.commit_set(members)  # B, A and 0 with their manifests, visible together
     return step.StepResult(STEP, outputs, summary)
-
-
-def _ids(con: Any, where: str) -> list[str]:
-    """The ids of the key rows matching ``where``, in dataset order."""
-    return [
-        r[0] for r in con.execute(f"SELECT id FROM _keys WHERE {where} ORDER BY _pos").fetchall()
-    ]
 
 
 def _no_match(cfg: BucketConfig, con: Any, n_ids: int) -> str:
@@ -195,7 +188,5 @@ def _no_match(cfg: BucketConfig, con: Any, n_ids: int) -> str:
         if cfg.scores is not None
         else f"the {cfg.metric} of run(s) {', '.join(cfg.runs)}"
     )
-    ours = native.head(con, "SELECT id FROM _keys WHERE _first ORDER BY _pos")
-    n_scores = con.execute(f"SELECT count(*) FROM {scores.SCORES}").fetchall()[0][0]
-    theirs = native.head(con, f"SELECT uid FROM {scores.SCORES}")
-    return scores.no_overlap(objstore.display(cfg.dataset), (n_ids, ours), src, (n_scores, theirs))
+    ours = "SELECT id FROM _keys WHERE _first ORDER BY _pos"
+    return scores.no_overlap_in(con, objstore.display(cfg.dataset), n_ids, ours, src)

@@ -1,4 +1,4 @@
-"""Datasets in their own shape: read, de-duplicate by ``id``, select rows, add a field, write.
+"""Datasets in their own shape: read, de-duplicate by ``id``, select rows, add a field.
 
 Funnel outputs keep the input dataset's columns and types exactly (verl's RL parquet shape for
 SlideVQA: ``id``, ``file_name``, ``reference_page``, ``data_source``, ``prompt``, ``reward_model``,
@@ -18,7 +18,7 @@ from ddai.pipelines.records.deps import np, pa, pc, pq
 
 # The fields of one verl-shaped row: one reader for the funnel and the trainer.
 from ddai.pipelines.records.prompt_row import question_of, reference_of, reference_page_ids
-from ddai.pipelines.store import io, objstore
+from ddai.pipelines.store import objstore
 
 __all__ = ["question_of", "reference_of", "reference_page_ids"]
 
@@ -120,8 +120,3 @@ def hf_metadata(meta: dict[bytes, bytes] | None, name: str, typ: pa.DataType | s
     except (ValueError, KeyError, TypeError, AttributeError):
         del out[_HF_KEY]
     return out
-
-
-def write_dataset(path: str | os.PathLike[str], table: pa.Table) -> None:
-    """Write atomically (zstd Parquet), schema and metadata as given."""
-    io.write_parquet(path, table)

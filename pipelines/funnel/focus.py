@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from ddai.pipelines.funnel import native, scores, step
-from ddai.pipelines.funnel.configs import STEP_NEXT, STEP_ROUND1  # noqa: F401 (re-exported)
 from ddai.pipelines.funnel.focus_config import FocusConfig
 from ddai.pipelines.records import decisions as dec
 from ddai.pipelines.store import manifest, objstore
@@ -130,7 +129,7 @@ def run_focus(cfg: FocusConfig) -> step.StepResult:
             _require_scored(con, sel, objstore.display(inputs[0]), cfg)
             write = _writer(con, files)
             # the file and its manifest at once
-            step.commit([step.query_output(out, write, record)])
+            manifest.commit_set([manifest.Member(out, write, record)])
     return step.StepResult(cfg.step, {"focus": out}, summary)
 
 
@@ -154,13 +153,6 @@ def _writer(con: Any, files: list[str]) -> Callable[[Path], None]:
     return lambda tmp: native.write_rows(con, query, params, tmp, meta)
 
 
-def _ids(con: Any, where: str) -> list[str]:
-    return [
-        r[0]
-        for r in con.execute(f"SELECT id FROM _keys k WHERE {where} ORDER BY _f, _pos").fetchall()
-    ]
-
-
 def _round1(
     cfg: FocusConfig,
     inputs: list[Path],
@@ -177,9 +169,9 @@ def _round1(
     rows_in, merged = con.execute(
         "SELECT (SELECT count(*) FROM _keys), (SELECT count(*) FROM _take)"
     ).fetchall()[0]
-    dups_a = _ids(con, "_f = 0 AND NOT _first")
-    dups_0 = _ids(con, "_f = 1 AND NOT _first")
-    dups_merged = _ids(
+    dups_a = native.ids(con, "_f = 0 AND NOT _first")
+    dups_0 = native.ids(con, "_f = 1 AND NOT _first")
+    dups_merged = native.ids(
         con,
         "_f = 1 AND _first AND NOT EXISTS (SELECT 1 FROM _take t WHERE t._f = 1 AND t._pos = k._pos)",
     )
@@ -227,7 +219,7 @@ def _next_round(
     rows_in, n_prev = con.execute(
         "SELECT count(*), count(*) FILTER (_first) FROM _keys"
     ).fetchall()[0]
-    dups = _ids(con, "NOT _first")
+    dups = native.ids(con, "NOT _first")
     dropped = dict(sel.dropped)
     flagged_n = sum(v for r, v in dropped.items() if r.startswith("flagged"))
     missing = sel.ids.get("missing from run", [])
@@ -261,7 +253,5 @@ def _require_scored(con: Any, sel: Selection, what: str, cfg: FocusConfig) -> No
     (n_first,) = con.execute("SELECT count(*) FROM _keys WHERE _f = 0 AND _first").fetchall()[0]
     if n_first and sel.dropped.get("missing from run", 0) == n_first:
         src = f"the mean reward of run(s) {', '.join(cfg.runs)}"
-        ours = native.head(con, "SELECT id FROM _keys WHERE _f = 0 AND _first ORDER BY _pos")
-        (n_scores,) = con.execute(f"SELECT count(*) FROM {scores.SCORES}").fetchall()[0]
-        theirs = native.head(con, f"SELECT uid FROM {scores.SCORES}")
-        raise ValueError(scores.no_overlap(what, (n_first, ours), src, (n_scores, theirs)))
+        ours = "SELECT id FROM _keys WHERE _f = 0 AND _first ORDER BY _pos"
+        raise ValueError(scores.no_overlap_in(con, what, n_first, ours, src))

@@ -154,3 +154,10 @@ def score_table(con: Any, name: str, sql: str, params: dict[str, Any] | None = N
 
 def head(con: Any, sql: str, params: dict[str, Any] | None = None, n: int = 3) -> list[Any]:
     return [r[0] for r in con.execute(f"SELECT * FROM ({sql}) LIMIT {n}", params).fetchall()]
+
+
+def ids(con: Any, where: str) -> list[str]:
+    """The ids of the temp table ``_keys``'s rows (alias ``k``) matching ``where``, by ``_pos``
+    (the steps' ``where`` picks rows of one file)."""
+    sql = f"SELECT id FROM _keys k WHERE {where} ORDER BY _pos"
+    return [r[0] for r in con.execute(sql).fetchall()]

@@ -33,7 +33,7 @@ from typing import Any
 
 from ddai.pipelines.funnel import dataset as ds
 from ddai.pipelines.funnel import scores
-from ddai.pipelines.funnel.configs import DEFAULT_N_AGENT, PRIORS  # noqa: F401 (re-exported)
+from ddai.pipelines.funnel.configs import PRIORS
 from ddai.pipelines.funnel.plan_config import PlanConfig
 from ddai.pipelines.records.deps import np
 

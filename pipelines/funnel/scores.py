@@ -3,7 +3,7 @@
 Scores come back as a two-column table (``uid``, ``score``); a prompt with no rollouts (or a null
 score in the table) is simply absent, and the steps count and list it. ``as_dict`` turns it into
 ``{uid: score}``; bucket and focus keep it in DuckDB (``log_scores_table``). Comparisons against
-thresholds use ``at_most`` / ``snap`` (in SQL: ``native.snap``) so that a mean of values equal to a
+thresholds use ``snap`` (in SQL: ``native.snap``) so that a mean of values equal to a
 threshold, summed in floating point, still counts as equal to it (``mean([0.2] * 8)`` is not
 exactly ``0.2``).
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ddai.pipelines import store
-from ddai.pipelines.funnel.configs import AGGS, METRICS, check_metric  # noqa: F401 (re-exported)
+from ddai.pipelines.funnel.configs import check_metric
 from ddai.pipelines.records import csv_cells
 from ddai.pipelines.records.deps import np, pa, pc, pl
 from ddai.pipelines.records.success import SUCCESS_THRESHOLD
@@ -33,10 +33,6 @@ def snap(x: np.ndarray | float) -> np.ndarray | float:
     if isinstance(x, np.ndarray):
         return np.round(x, BOUNDARY_DECIMALS)
     return round(float(x), BOUNDARY_DECIMALS)
-
-
-def at_most(x: np.ndarray | float, threshold: float) -> np.ndarray | bool:
-    return snap(x) <= threshold
 
 
 def _connect(logs: str | os.PathLike[str], runs: Sequence[str], name: str):
@@ -146,6 +142,17 @@ def no_overlap(what: str, ids: Any, src: str, scored: Any) -> str:
         f"{', '.join(map(str, theirs)) or 'none'}) have none in common (nulls count as no "
         "score). Check that the scores belong to these prompts; nothing was written."
     )
+
+
+def no_overlap_in(con: Any, what: str, n_ids: int, ours: str, src: str) -> str:
+    """``no_overlap`` on a connection holding ``SCORES``; ``ours``: SQL for the prompts' ids."""
+    from ddai.pipelines.funnel import native
+
+    scored = (
+        con.execute(f"SELECT count(*) FROM {SCORES}").fetchall()[0][0],
+        native.head(con, f"SELECT uid FROM {SCORES}"),
+    )
+    return no_overlap(what, (n_ids, native.head(con, ours)), src, scored)
 
 
 def _count_and_head(ids: Any) -> tuple[int, list[Any]]:

@@ -1,7 +1,7 @@
 """What every funnel step shares: freshness checks, writing outputs with their manifests, results.
 
 A step is a pure transform plus a ``run`` that reads its inputs and commits its outputs with their
-manifests (``<file>.manifest.json``) as one set (``commit``): a kill leaves the old set or the new
+manifests (``<file>.manifest.json``) as one set (``manifest.commit_set``): a kill leaves the old set or the new
 one, never a mix, and an input assembled from two invocations' files is refused (``require``). A step whose outputs all have manifests matching its
 step name, parameters and input hashes is skipped and returns the summary it recorded.
 """
@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,6 @@ class StepResult:
     outputs: dict[str, Path]
     summary: dict[str, Any]
     skipped: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -180,18 +179,5 @@ def table_output(path: Path, table: pa.Table, record: manifest.StepRecord) -> ma
     return manifest.Member(path, lambda tmp: io.parquet_into(tmp, table), record)
 
 
-def query_output(
-    path: Path, write: Callable[[Path], None], record: manifest.StepRecord
-) -> manifest.Member:
-    """A dataset output written by ``write`` (a DuckDB ``COPY`` into the path it is given)."""
-    return manifest.Member(path, write, record)
-
-
 def text_output(path: Path, text: str, record: manifest.StepRecord) -> manifest.Member:
     return manifest.Member(path, lambda tmp: tmp.write_text(text, encoding="utf-8"), record)
-
-
-def commit(members: list[manifest.Member]) -> str:
-    """Write a step's outputs and their manifests as one commit (visible together); returns
-    the invocation's step id, which every manifest of the set records."""
-    return manifest.commit_set(members)

@@ -28,7 +28,7 @@ from ddai.pipelines.backends import gt_check
 from ddai.pipelines.backends.usage import FAILED_CALLS, failed_calls
 from ddai.pipelines.funnel import dataset as ds
 from ddai.pipelines.funnel import review, scores, step
-from ddai.pipelines.funnel.configs import ALL, RULES  # noqa: F401 (re-exported)
+from ddai.pipelines.funnel.configs import ALL
 from ddai.pipelines.funnel.verify_config import VerifyConfig
 from ddai.pipelines.records import decisions as dec
 from ddai.pipelines.records.deps import np, pa
@@ -199,19 +199,27 @@ def run_verify(cfg: VerifyConfig, *, verifier: Any = None) -> step.StepResult:
     base.backend_calls = ledger.snapshot()
 
     filtered, excluded, excluded_ids = split_by_decision(table, ids, final)
-    sheet = [
-        _review_row(
-            uid,
-            by_id[uid],
-            cand.get(uid, []),
-            proposals.get(uid),
-            final.get(uid),
-            score_of.get(uid),
-            ndcg_of.get(uid),
-            texts.get(uid, ("", 0))[0],
+    sheet = []
+    for uid in shown:
+        row, prop = by_id[uid], proposals.get(uid)
+        verdict, reason, by = final.get(uid) or ("", "", "")
+        sheet.append(
+            review.ReviewRow(
+                uid=uid,
+                verdict=verdict,
+                reason=reason,
+                decided_by=by,
+                proposed_verdict=prop.verdict if prop else "",
+                proposed_reason=prop.reason if prop else "",
+                rules="; ".join(cand.get(uid, [])),
+                score=score_of.get(uid),
+                ndcg=ndcg_of.get(uid),
+                question=ds.question_of(row),
+                reference=ds.reference_of(row),
+                pages="; ".join(ds.reference_page_ids(row)),
+                page_text=texts.get(uid, ("", 0))[0],
+            )
         )
-        for uid in shown
-    ]
     verdicts = Counter(final[u][0] for u in excluded_ids)
     summary = {
         "prompts": len(ids),
@@ -250,37 +258,32 @@ def run_verify(cfg: VerifyConfig, *, verifier: Any = None) -> step.StepResult:
     }
     src, n_in = str(inputs[0]), raw.num_rows
     dup = {"duplicate id": len(dups)}
-    filtered_out = step.table_output(
-        outputs["filtered"],
-        filtered,
-        step.record_for(
-            base,
-            rows_in=n_in,
-            rows_out=filtered.num_rows,
-            dropped={**{f"excluded {v}": n for v, n in verdicts.items()}, **dup},
-            notes={**notes, "contributions": {src: filtered.num_rows}},
-        ),
+    parts = (
+        ("filtered", filtered, {f"excluded {v}": n for v, n in verdicts.items()}),
+        ("excluded", excluded, {"kept": filtered.num_rows}),
     )
-    excluded_out = step.table_output(
-        outputs["excluded"],
-        excluded,
-        step.record_for(
-            base,
-            rows_in=n_in,
-            rows_out=excluded.num_rows,
-            dropped={"kept": filtered.num_rows, **dup},
-            notes={**notes, "contributions": {src: excluded.num_rows}},
-        ),
-    )
+    members = [
+        step.table_output(
+            outputs[name],
+            part,
+            step.record_for(
+                base,
+                rows_in=n_in,
+                rows_out=part.num_rows,
+                dropped={**dropped, **dup},
+                notes={**notes, "contributions": {src: part.num_rows}},
+            ),
+        )
+        for name, part, dropped in parts
+    ]
     sheet_rec = step.record_for(
         base, rows_in=n_in, rows_out=len(sheet), notes={step.SUMMARY_KEY: summary}
     )
     line = f"{len(cand)} candidates, {len(ask)} sent to the verifier, {len(excluded_ids)} excluded"
     html = review.to_html(sheet, title=f"GT review: {Path(cfg.dataset).name}", counts=line)
-    step.commit(  # the four outputs with their manifests, visible together
+    manifest.commit_set(  # the four outputs with their manifests, visible together
         [
-            filtered_out,
-            excluded_out,
+            *members,
             step.text_output(outputs["review.csv"], review.sheet_csv(sheet), sheet_rec),
             step.text_output(outputs["review.html"], html, sheet_rec),
         ]
@@ -392,12 +395,7 @@ def _propose(
     from ddai.pipelines import backends
 
     if verifier is None:
-        ctx: dict[str, Any] = {"call_site": STEP, "ledger": ledger, "progress": cfg.progress}
-        if cfg.max_cost is not None:
-            ctx["max_cost"] = cfg.max_cost
-        if cfg.retry_failed:
-            ctx["retry_failed"] = True
-        verifier = backends.get_backend("verifier", cfg.verifier, **ctx)
+        verifier = backends.step_backend("verifier", cfg.verifier, cfg, STEP, ledger=ledger)
     reqs = [
         backends.VerifyRequest(
             ds.question_of(by_id[u]),
@@ -433,34 +431,6 @@ def _blind(
         prop = proposals.get(u)
         n += not images or (prop is not None and prop.reason == gt_check.NO_TEXT)
     return n
-
-
-def _review_row(
-    uid: str,
-    row: dict[str, Any],
-    rules: list[str],
-    prop: Proposal | None,
-    final: Final | None,
-    score: float | None,
-    ndcg: float | None,
-    page_text: str,
-) -> review.ReviewRow:
-    verdict, reason, by = final or ("", "", "")
-    return review.ReviewRow(
-        uid=uid,
-        verdict=verdict,
-        reason=reason,
-        decided_by=by,
-        proposed_verdict=prop.verdict if prop else "",
-        proposed_reason=prop.reason if prop else "",
-        rules="; ".join(rules),
-        score=score,
-        ndcg=ndcg,
-        question=ds.question_of(row),
-        reference=ds.reference_of(row),
-        pages="; ".join(ds.reference_page_ids(row)),
-        page_text=page_text,
-    )
 
 
 def _estimate_cost(

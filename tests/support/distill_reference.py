@@ -5,6 +5,8 @@ package's own; only the order of work differs, so the outputs must be equal."""
 
 from __future__ import annotations
 
+from collections import Counter, defaultdict
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +16,7 @@ from ddai.pipelines import store
 from ddai.pipelines.distill import fetch, formats
 from ddai.pipelines.distill.rebuild import (
     RebuildError,
-    assign_uids,
+    UidCollision,
     extra_of,
     load_system_prompt,
     rebuild,
@@ -54,6 +56,24 @@ def reference(cfg: DistillConfig) -> tuple[pa.Table, list[str]]:
     table = formats.to_table(result.samples, cfg.fmt)
     table = table.replace_schema_metadata({"ddai.format": cfg.fmt})
     return table, list(report_lines(result.events))
+
+
+def assign_uids(keys: Sequence[str], steps: Sequence[int | None]) -> list[str]:
+    """The samples' uids the plain way (``stream.write`` finds them in DuckDB): add ``__t{step}`` to keys that repeat across steps; any uid still repeated is an error."""
+    seen_steps: dict[str, set[int | None]] = defaultdict(set)
+    for k, s in zip(keys, steps, strict=True):
+        seen_steps[k].add(s)
+    uids = [
+        f"{k}__t{s}" if len(seen_steps[k]) > 1 and s is not None else k
+        for k, s in zip(keys, steps, strict=True)
+    ]
+    dup = [u for u, n in Counter(uids).items() if n > 1]
+    if dup:
+        raise UidCollision(
+            f"{len(dup)} sample uid(s) repeat, e.g. {dup[0]!r}: the log holds the same rollout "
+            "twice (re-ingested with --append?); re-ingest the run without --append"
+        )
+    return uids
 
 
 def read_report(out: Path) -> list[str]:

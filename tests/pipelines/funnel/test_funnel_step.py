@@ -23,7 +23,9 @@ def _world(tmp_path):
 
 
 def _commit(outputs, begun):
-    step.commit([step.table_output(o, pa.table({"id": ["x"]}), begun.record()) for o in outputs])
+    manifest.commit_set(
+        [step.table_output(o, pa.table({"id": ["x"]}), begun.record()) for o in outputs]
+    )
 
 
 def test_forced_start_records_the_inputs_hashes(tmp_path):
