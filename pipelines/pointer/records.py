@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ddai.pipelines.pointer import one_of
 from ddai.pipelines.records.deps import pl
 from ddai.pipelines.store import io
 
@@ -50,10 +51,7 @@ class PointerCandidate:
     gen_logprob: float | None = None
 
     def __post_init__(self) -> None:
-        if self.gen_method not in PRIORITY:
-            raise ValueError(
-                f"unknown gen_method {self.gen_method!r}; known: {', '.join(GEN_METHODS)}"
-            )
+        one_of(self.gen_method, GEN_METHODS, "gen_method")
         if len(self.pointer) != 2 or self.pointer[0] == self.pointer[1]:
             raise ValueError(f"a pointer is two distinct indices, got {self.pointer}")
 

@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from ddai.pipelines.pointer import DEFAULT_THRESHOLD, Rerun
+from ddai.pipelines.pointer import DEFAULT_THRESHOLD, Rerun, one_of
 
 CORRECTNESS_MODES = ("01", "pm1")
 QUALITY_SOURCES = ("none", "beam", "logprob")
@@ -140,14 +140,8 @@ class RewardConfig:
     """Rewards are clipped to [-clip, clip]."""
 
     def __post_init__(self) -> None:
-        if self.correctness_mode not in CORRECTNESS_MODES:
-            raise ValueError(
-                f"unknown correctness mode {self.correctness_mode!r}; known: {', '.join(CORRECTNESS_MODES)}"
-            )
-        if self.quality not in QUALITY_SOURCES:
-            raise ValueError(
-                f"unknown quality source {self.quality!r}; known: {', '.join(QUALITY_SOURCES)}"
-            )
+        one_of(self.correctness_mode, CORRECTNESS_MODES, "correctness mode")
+        one_of(self.quality, QUALITY_SOURCES, "quality source")
         if self.clip <= 0:
             raise ValueError(f"reward clip must be > 0, got {self.clip}")
 
@@ -265,14 +259,8 @@ class RLConfig:
     """REINFORCE++ with the clipped ratio (else plain -A·log π)."""
 
     def __post_init__(self) -> None:
-        if self.norm not in NORMALIZERS:
-            raise ValueError(
-                f"unknown normalization {self.norm!r}; known: {', '.join(NORMALIZERS)}"
-            )
-        if self.old_logp not in OLD_LOGP_SOURCES:
-            raise ValueError(
-                f"unknown old_logp source {self.old_logp!r}; known: {', '.join(OLD_LOGP_SOURCES)}"
-            )
+        one_of(self.norm, NORMALIZERS, "normalization")
+        one_of(self.old_logp, OLD_LOGP_SOURCES, "old_logp source")
 
 
 @dataclass(frozen=True)

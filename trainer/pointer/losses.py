@@ -10,23 +10,16 @@ looked up by name (``get_advantage``, ``NORMALIZERS``); an unknown name fails wi
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import torch
 from torch import Tensor
 
+from ddai.pipelines.pointer import one_of
 from ddai.trainer import rlmath
 from ddai.trainer.pointer import config
 from ddai.trainer.pointer.config import CORRECTNESS_MODES
 
 Metrics = dict[str, float]
-
-
-def _lookup(table: dict[str, Any], name: str, what: str) -> Any:
-    try:
-        return table[name]
-    except KeyError:
-        raise ValueError(f"unknown {what} {name!r}; known: {', '.join(table)}") from None
 
 
 # ---------------------------------------------------------------- groups
@@ -83,7 +76,7 @@ assert tuple(NORMALIZERS) == config.NORMALIZERS  # the names the config accepts,
 
 def group_normalize(rewards: Tensor, group_ids: Tensor, method: str = "zscore") -> Tensor:
     """Normalize ``rewards [B]`` within each group: ``zscore``, ``minmax`` or ``none``."""
-    return _lookup(NORMALIZERS, method, "reward normalization")(rewards, group_ids)
+    return NORMALIZERS[one_of(method, NORMALIZERS, "reward normalization")](rewards, group_ids)
 
 
 # ---------------------------------------------------------------- rewards
@@ -109,12 +102,9 @@ def shape_rewards(
     (higher is better, as the seed's comment says; its snippet negates it, which would reward the
     model's least likely picks), ``none`` → 0; a missing (NaN) quality counts 0, as in the seed.
     """
-    _lookup(dict.fromkeys(CORRECTNESS_MODES), correctness_mode, "correctness mode")
-    source = _lookup(
-        {"none": torch.zeros_like(correct), "beam": beam_score, "logprob": logprob},
-        quality,
-        "quality source",
-    )
+    one_of(correctness_mode, CORRECTNESS_MODES, "correctness mode")
+    sources = {"none": torch.zeros_like(correct), "beam": beam_score, "logprob": logprob}
+    source = sources[one_of(quality, sources, "quality source")]
     c = (acc_score if use_acc_score else correct).to(torch.float64)
     c = c if correctness_mode == "01" else 2.0 * c - 1.0
     q = torch.nan_to_num(source.to(torch.float64), nan=0.0)
@@ -154,7 +144,7 @@ ADVANTAGES: dict[str, Callable[..., Tensor]] = {
 
 
 def get_advantage(name: str) -> Callable[..., Tensor]:
-    return _lookup(ADVANTAGES, name, "advantage estimator")
+    return ADVANTAGES[one_of(name, ADVANTAGES, "advantage estimator")]
 
 
 # ---------------------------------------------------------------- losses
