@@ -18,15 +18,12 @@ for beams, which are not sampled). ``vqa_correct`` is always present; it is null
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 from ddai.pipelines.pointer import one_of
 from ddai.pipelines.records.deps import pl
-from ddai.pipelines.store import io
 
 GEN_METHODS = ("beam", "sample", "random")
 PRIORITY = {"beam": 3, "sample": 2, "random": 1}
@@ -86,21 +83,6 @@ def query_record(
         "candidate_pool": {"candidate_ids": list(pool_ids), "size": len(pool_ids)},
         "pointer_candidates": [asdict(c) for c in candidates],
     }
-
-
-def write_raw(path: str | Path, records: Iterable[dict[str, Any]]) -> int:
-    """Write records as JSONL atomically; returns the number written."""
-    n = 0
-    with io.atomic_open(path, "w", encoding="utf-8") as fh:
-        for r in records:
-            fh.write(json.dumps(r, ensure_ascii=False) + "\n")
-            n += 1
-    return n
-
-
-def read_raw(path: str | Path) -> list[dict[str, Any]]:
-    with open(path, encoding="utf-8") as fh:
-        return [json.loads(line) for line in fh if line.strip()]
 
 
 FLAT_SCHEMA = {

@@ -29,6 +29,7 @@ from ddai.pipelines.pointer.world import (
     EMBEDDINGS_FILE,
     LABELS_FILE,
     QUERIES_FILE,
+    jsonl,
     run_world,
 )
 from ddai.pipelines.records.deps import np, pl
@@ -175,10 +176,6 @@ def _assign(rows: list[dict[str, Any]], cfg: UserSetConfig) -> None:
         )
 
 
-def _jsonl(rows: list[dict[str, Any]]) -> str:
-    return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
-
-
 def build_world(cfg: UserSetConfig) -> dict[str, Any]:
     """Check the file, then write ``queries.jsonl``, ``demos.jsonl`` and ``source.json`` into
     ``cfg.out`` atomically, each with its manifest; returns the summary."""
@@ -230,8 +227,8 @@ def build_world(cfg: UserSetConfig) -> dict[str, Any]:
     n_test = sum(q["split"] == "test" for q in queries)
     source = {"from": str(cfg.path.resolve()), **params, "rows": len(rows)}
     for name, text, n in (
-        (QUERIES_FILE, _jsonl(queries), len(queries)),
-        (DEMOS_FILE, _jsonl(demos), len(demos)),
+        (QUERIES_FILE, jsonl(queries), len(queries)),
+        (DEMOS_FILE, jsonl(demos), len(demos)),
         (SOURCE_FILE, json.dumps(source, indent=2) + "\n", 1),
     ):
         io.write_text(out / name, text)

@@ -218,7 +218,8 @@ def make_world(cfg: WorldConfig) -> World:
 # ---------------------------------------------------------------- files
 
 
-def _jsonl(rows: list[dict[str, Any]]) -> str:
+def jsonl(rows: list[dict[str, Any]]) -> str:
+    """``rows`` as JSON Lines, non-ASCII kept as is (read back with ``read_jsonl``)."""
     return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
 
 
@@ -233,11 +234,11 @@ def write_world(world: World, out: str | Path) -> dict[str, Path]:
         "config": out / CONFIG_FILE,
     }
     record = manifest.start("pointer.world", asdict(world.config), [], seed=world.config.seed)
-    io.write_text(paths["queries"], _jsonl(world.queries))
-    io.write_text(paths["demos"], _jsonl(world.demos))
+    io.write_text(paths["queries"], jsonl(world.queries))
+    io.write_text(paths["demos"], jsonl(world.demos))
     io.write_text(
         paths["labels"],
-        _jsonl([{"query_id": k, "demo_ids": v} for k, v in world.labels.items()]),
+        jsonl([{"query_id": k, "demo_ids": v} for k, v in world.labels.items()]),
     )
     meta = {
         "query_ids": json.dumps([q["query_id"] for q in world.queries]),

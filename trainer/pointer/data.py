@@ -13,6 +13,7 @@ from torch import Tensor
 
 from ddai.pipelines.pointer import records, stats
 from ddai.pipelines.pointer.store import EmbeddingStore
+from ddai.pipelines.pointer.world import read_jsonl
 from ddai.pipelines.records.deps import np, pl
 from ddai.pipelines.store import io, manifest
 from ddai.trainer.pointer.config import ProcessConfig, RewardConfig
@@ -62,7 +63,7 @@ def run_process(cfg: ProcessConfig) -> dict[str, Any]:
     if not cfg.force and manifest.is_fresh(cfg.out, "pointer.process", params, [cfg.raw]):
         return {"out": str(cfg.out), "skipped": "inputs and parameters unchanged (--force reruns)"}
     record = manifest.start("pointer.process", params, [cfg.raw])
-    raw = records.read_raw(cfg.raw)
+    raw = read_jsonl(cfg.raw)
     k = max((r["candidate_pool"]["size"] for r in raw), default=2)
     df, dropped = process_records(raw, cfg.reward)
     _check_usable(cfg.raw, len(raw), df.height, dropped)

@@ -19,8 +19,8 @@ from ddai.pipelines.pointer import records
 from ddai.pipelines.pointer import vqa as vqa_eval
 from ddai.pipelines.pointer.records import PointerCandidate
 from ddai.pipelines.pointer.store import EmbeddingStore, load_store
-from ddai.pipelines.pointer.world import DEMOS_FILE, QUERIES_FILE, load_world
-from ddai.pipelines.store import manifest
+from ddai.pipelines.pointer.world import DEMOS_FILE, QUERIES_FILE, jsonl, load_world
+from ddai.pipelines.store import io, manifest
 from ddai.trainer.pointer import decode
 from ddai.trainer.pointer.config import GenConfig, ProposalConfig
 from ddai.trainer.pointer.model import WEIGHTS_FILE, PointerSelector, load_pointer
@@ -152,7 +152,7 @@ def run_gen(cfg: GenConfig, *, vqa_model: Any = None) -> dict[str, Any]:
         records.query_record(q, pool, cs)
         for q, pool, cs in zip(queries, sub.cand_ids, cands, strict=True)
     ]
-    records.write_raw(cfg.out, raw)
+    io.write_text(cfg.out, jsonl(raw))
     methods = Counter(c.gen_method for cs in cands for c in cs)
     failed = Counter(c.eval_error for cs in cands for c in cs if c.eval_failed)
     record.rows_in, record.rows_out = len(queries), len(raw)
