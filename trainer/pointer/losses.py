@@ -193,7 +193,10 @@ def rce_loss(
     }
 
 
-def _ratio_terms(logp: Tensor, old_logp: Tensor, adv: Tensor, clip_eps: float, kl_coef: float):
+def _ratio_loss(
+    prefix: str, logp: Tensor, old_logp: Tensor, adv: Tensor, clip_eps: float, kl_coef: float
+) -> tuple[Tensor, Metrics]:
+    """The clipped ratio objective with its KL term; metrics under ``prefix/``."""
     log_ratio = logp - old_logp
     ratio = log_ratio.exp()
     surr1 = ratio * adv
@@ -202,7 +205,12 @@ def _ratio_terms(logp: Tensor, old_logp: Tensor, adv: Tensor, clip_eps: float, k
     kl = (ratio - 1.0 - log_ratio).mean()  # k3 estimator of KL(π_old ‖ π), ≥ 0
     loss = policy + kl_coef * kl
     clipped = ((ratio - 1.0).abs() > clip_eps).to(logp.dtype).mean()
-    return loss, policy, kl, ratio, clipped
+    return loss, {
+        f"{prefix}/policy_loss": float(policy.detach()),
+        f"{prefix}/kl": float(kl.detach()),
+        f"{prefix}/ratio_mean": float(ratio.detach().mean()),
+        f"{prefix}/clip_frac": float(clipped.detach()),
+    }
 
 
 def grpo_loss(
@@ -213,13 +221,7 @@ def grpo_loss(
     ratio = exp(logp − old_logp); loss = −mean(min(ratio·A, clip(ratio, 1±eps)·A))
     + kl_coef · mean(ratio − 1 − log ratio).
     """
-    loss, policy, kl, ratio, clipped = _ratio_terms(logp, old_logp, adv, clip_eps, kl_coef)
-    return loss, {
-        "grpo/policy_loss": float(policy.detach()),
-        "grpo/kl": float(kl.detach()),
-        "grpo/ratio_mean": float(ratio.detach().mean()),
-        "grpo/clip_frac": float(clipped.detach()),
-    }
+    return _ratio_loss("grpo", logp, old_logp, adv, clip_eps, kl_coef)
 
 
 def reinforcepp_loss(
@@ -235,10 +237,4 @@ def reinforcepp_loss(
     if old_logp is None or clip_eps is None:
         loss = -(adv * logp).mean()
         return loss, {"reinforcepp/policy_loss": float(loss.detach())}
-    loss, policy, kl, ratio, clipped = _ratio_terms(logp, old_logp, adv, clip_eps, kl_coef)
-    return loss, {
-        "reinforcepp/policy_loss": float(policy.detach()),
-        "reinforcepp/kl": float(kl.detach()),
-        "reinforcepp/ratio_mean": float(ratio.detach().mean()),
-        "reinforcepp/clip_frac": float(clipped.detach()),
-    }
+    return _ratio_loss("reinforcepp", logp, old_logp, adv, clip_eps, kl_coef)
