@@ -85,7 +85,7 @@ def run_process(cfg: ProcessConfig) -> dict[str, Any]:
         "dropped": sum(dropped.values()),
         "mean reward": round(float(df["reward"].mean()), 4) if df.height else None,
         **{
-            f"{key}/{r['gen_method']}": _round(r[col]) if col != "n" else r["n"]
+            f"{key}/{r['gen_method']}": rounded(r[col]) if col != "n" else r["n"]
             for r in table.iter_rows(named=True)
             for key, col in (("n", "n"), ("correct", "mean_correct"), ("top2_share", "top2_share"))
         },
@@ -124,7 +124,8 @@ def check_rows(df: pl.DataFrame, path: Path) -> pl.DataFrame:
     return df
 
 
-def _round(x: float | None) -> float | None:
+def rounded(x: float | None) -> float | None:
+    """A summary's number: 4 decimals (None stays None)."""
     return None if x is None else round(float(x), 4)
 
 
