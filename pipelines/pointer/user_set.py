@@ -192,26 +192,17 @@ def build_world(cfg: UserSetConfig) -> dict[str, Any]:
     _assign(rows, cfg)
     queries, demos = [], []
     for r in rows:
+        seen = {"image_id": r["id"], "image": r["image"], "question": r["question"]}
+        answer, answers = majority(r["answers"]), r["answers"]
         if r["split"] == "demo":
-            demos.append(
-                {
-                    "demo_id": f"d-{r['id']}",
-                    "image_id": r["id"],
-                    "image": r["image"],
-                    "question": r["question"],
-                    "answer": majority(r["answers"]),
-                    "answers": r["answers"],
-                }
-            )
+            demos.append({"demo_id": f"d-{r['id']}", **seen, "answer": answer, "answers": answers})
         else:
             queries.append(
                 {
                     "query_id": f"q-{r['id']}",
-                    "image_id": r["id"],
-                    "image": r["image"],
-                    "question": r["question"],
-                    "answers": r["answers"],
-                    "answer": majority(r["answers"]),
+                    **seen,
+                    "answers": answers,
+                    "answer": answer,
                     "split": r["split"],
                 }
             )

@@ -21,6 +21,7 @@ from ddai.trainer.pointer.losses import shape_rewards
 
 
 def _col(df: pl.DataFrame, name: str) -> Tensor:
+    """Column ``name`` as float64 ``[rows]``, a missing value as NaN."""
     return torch.from_numpy(df[name].cast(pl.Float64).fill_null(float("nan")).to_numpy().copy())
 
 
@@ -173,12 +174,11 @@ def grouped_rows(df: pl.DataFrame, store: EmbeddingStore) -> GroupedRows:
     _, group = torch.unique_consecutive(row, return_inverse=True)
     counts = torch.bincount(group)
     starts = torch.cat([torch.zeros(1, dtype=torch.long), counts.cumsum(0)])
-    old = df["logprob_score"].cast(pl.Float64).fill_null(float("nan")).to_numpy()
     return GroupedRows(
         store_row=row,
         pointers=torch.from_numpy(np.array(df["pointer"].to_list(), dtype=np.int64).reshape(-1, 2)),
-        rewards=torch.from_numpy(df["reward"].cast(pl.Float64).to_numpy().copy()).float(),
-        old_logp=torch.from_numpy(old.copy()).float(),
+        rewards=_col(df, "reward").float(),
+        old_logp=_col(df, "logprob_score").float(),
         group=group,
         starts=starts,
     )
