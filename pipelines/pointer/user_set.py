@@ -251,13 +251,7 @@ def run_pointer_world(cfg: PointerWorldConfig) -> dict[str, Any]:
                 test_frac=cfg.test_frac,
             )
         )
-    world = WorldConfig(
-        seed=cfg.seed,
-        n_queries=cfg.n_queries,
-        n_demos=WorldConfig.n_demos if cfg.n_demos is None else cfg.n_demos,
-        dim=cfg.dim,
-        n_topics=cfg.n_topics,
-        test_frac=cfg.test_frac,
-        clean_rate=cfg.clean_rate,
-    )
+    same = ("seed", "n_queries", "dim", "n_topics", "test_frac", "clean_rate")
+    n_demos = WorldConfig.n_demos if cfg.n_demos is None else cfg.n_demos
+    world = WorldConfig(n_demos=n_demos, **{name: getattr(cfg, name) for name in same})
     return run_world(world, cfg.out)
