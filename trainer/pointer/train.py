@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from ddai.pipelines.pointer.store import load_store
-from ddai.pipelines.pointer.world import load_world
+from ddai.pipelines.pointer.world import LABELS_FILE, load_world
 from ddai.pipelines.records.deps import pl
 from ddai.pipelines.records.progress import bar
 from ddai.pipelines.store import io, manifest
@@ -275,8 +275,8 @@ def run_train(cfg: PointerTrainConfig) -> dict[str, Any]:
     if cfg.is_sft:
         world = load_world(cfg.world, embeddings=False)
         labels = world.labels
-        if (cfg.world / "sft_labels.jsonl").is_file():
-            inputs.append(cfg.world / "sft_labels.jsonl")
+        if (cfg.world / LABELS_FILE).is_file():
+            inputs.append(cfg.world / LABELS_FILE)
         else:  # a user's VQA set (`pointer world --from`) has no labels: learn the nearest two
             labels = nearest_labels(store)
             summary["labels"] = "each query's two nearest candidates (the world has none)"
