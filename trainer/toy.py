@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ddai.pipelines.fixtures.dataset import verl_row as verl_row  # re-exported: learn_task
 from ddai.pipelines.pages.corpus import Corpus
 from ddai.pipelines.records.deps import pa
 from ddai.pipelines.store import io
@@ -116,40 +117,6 @@ def page_records() -> list[dict[str, Any]]:
 
 def corpus() -> Corpus:
     return Corpus.from_records(page_records())
-
-
-def verl_row(
-    uid: str,
-    doc: str,
-    page: int,
-    source: str,
-    system: str,
-    question: str,
-    answer: str,
-    *,
-    index: int,
-    split: str,
-) -> dict[str, Any]:
-    """One prompt in verl's RL row shape: ``question`` about page ``page`` of ``{doc}.pdf``."""
-    return {
-        "id": uid,
-        "file_name": f"{doc}.pdf",
-        "reference_page": [page],
-        "data_source": source,
-        "prompt": [
-            {"role": "system", "content": system},
-            {"role": "user", "content": question},
-        ],
-        "reward_model": {"ground_truth": answer, "style": "rule"},
-        "extra_info": {
-            "answer": answer,
-            "file_name": f"{doc}.pdf",
-            "index": index,
-            "question": question,
-            "reference_page": [page],
-            "split": split,
-        },
-    }
 
 
 def dataset_rows() -> list[dict[str, Any]]:

@@ -6,11 +6,19 @@ The model, decoding, losses and training live in ``ddai.trainer.pointer``.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 DEFAULT_THRESHOLD = 1.0
 """The default correctness threshold of a VQA answer: full VQAv2 credit, i.e. at least 4 of 10
 annotators gave it (here, not in ``vqa``, so that configs read it without loading the backends)."""
+
+
+def one_of(value: str, known: Collection[str], what: str) -> str:
+    """``value`` if it is one of ``known``, else a ``ValueError`` naming every known one."""
+    if value not in known:
+        raise ValueError(f"unknown {what} {value!r}; known: {', '.join(known)}")
+    return value
 
 
 @dataclass(frozen=True, kw_only=True)

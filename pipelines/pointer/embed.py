@@ -29,27 +29,11 @@ if TYPE_CHECKING:
     from ddai.pipelines.backends.base import EmbedItem
 
 
-def query_text(query: dict[str, Any]) -> str:
-    return str(query.get("question", ""))
-
-
-def demo_text(demo: dict[str, Any]) -> str:
-    return f"{demo.get('question', '')} {demo.get('answer', '')}".strip()
-
-
-def embed_texts(embedder: Any, texts: list[str], batch_size: int, progress: bool) -> np.ndarray:
-    """``[len(texts), dim]`` float32 from an ``Embedder`` backend, in batches."""
-    return _batched(embedder.embed, texts, batch_size, progress)
-
-
-def embed_items(
-    embedder: Any, items: list[EmbedItem], batch_size: int, progress: bool
+def _batched(
+    fn: Any, xs: list[str] | list[EmbedItem], batch_size: int, progress: bool
 ) -> np.ndarray:
-    """``[len(items), dim']`` float32 from a ``MultimodalEmbedder`` (text with images)."""
-    return _batched(embedder.embed_items, items, batch_size, progress)
-
-
-def _batched(fn: Any, xs: list[Any], batch_size: int, progress: bool) -> np.ndarray:
+    """``[len(xs), dim]`` float32 from ``fn`` (an ``Embedder``'s ``embed`` of texts or a
+    ``MultimodalEmbedder``'s ``embed_items``), called ``batch_size`` rows at a time."""
     out = []
     with bar("embedding", len(xs), enabled=progress) as advance:
         for i in range(0, len(xs), batch_size):
@@ -101,7 +85,10 @@ def run_embed(cfg: EmbedConfig, *, embedder: Any = None) -> dict[str, Any]:
             embedder = get_backend(
                 "embedder", cfg.embedder, call_site="pointer.embed", max_cost=cfg.max_cost
             )
-        texts = [query_text(q) for q in w.queries] + [demo_text(d) for d in w.demos]
+        # a query is embedded as its question, a demonstration as its question and answer
+        texts = [str(q.get("question", "")) for q in w.queries] + [
+            f"{d.get('question', '')} {d.get('answer', '')}".strip() for d in w.demos
+        ]
         images = [row_images(r) for r in (*w.queries, *w.demos)]
         n_images = sum(map(len, images))
         with_images = bool(n_images and hasattr(embedder, "embed_items"))
@@ -112,11 +99,9 @@ def run_embed(cfg: EmbedConfig, *, embedder: Any = None) -> dict[str, Any]:
         if cfg.dry_run:
             plan = embedder.plan(items) if hasattr(embedder, "plan") else {"to_call": len(items)}
             return {"world": str(cfg.world), "embedder": cfg.embedder, **plan}
-        if with_images:
-            vecs = embed_items(embedder, items, cfg.batch_size, cfg.progress)
-            embedded_images = n_images
-        else:
-            vecs = embed_texts(embedder, texts, cfg.batch_size, cfg.progress)
+        fn, xs = (embedder.embed_items, items) if with_images else (embedder.embed, texts)
+        vecs = _batched(fn, xs, cfg.batch_size, cfg.progress)
+        embedded_images = n_images if with_images else 0
         q_emb, d_emb = vecs[: len(w.queries)], vecs[len(w.queries) :]
     record = manifest.start("pointer.embed", params, inputs)
     store = build_store(

@@ -18,14 +18,12 @@ for beams, which are not sampled). ``vqa_correct`` is always present; it is null
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
+from ddai.pipelines.pointer import one_of
 from ddai.pipelines.records.deps import pl
-from ddai.pipelines.store import io
 
 GEN_METHODS = ("beam", "sample", "random")
 PRIORITY = {"beam": 3, "sample": 2, "random": 1}
@@ -50,10 +48,7 @@ class PointerCandidate:
     gen_logprob: float | None = None
 
     def __post_init__(self) -> None:
-        if self.gen_method not in PRIORITY:
-            raise ValueError(
-                f"unknown gen_method {self.gen_method!r}; known: {', '.join(GEN_METHODS)}"
-            )
+        one_of(self.gen_method, GEN_METHODS, "gen_method")
         if len(self.pointer) != 2 or self.pointer[0] == self.pointer[1]:
             raise ValueError(f"a pointer is two distinct indices, got {self.pointer}")
 
@@ -88,21 +83,6 @@ def query_record(
         "candidate_pool": {"candidate_ids": list(pool_ids), "size": len(pool_ids)},
         "pointer_candidates": [asdict(c) for c in candidates],
     }
-
-
-def write_raw(path: str | Path, records: Iterable[dict[str, Any]]) -> int:
-    """Write records as JSONL atomically; returns the number written."""
-    n = 0
-    with io.atomic_open(path, "w", encoding="utf-8") as fh:
-        for r in records:
-            fh.write(json.dumps(r, ensure_ascii=False) + "\n")
-            n += 1
-    return n
-
-
-def read_raw(path: str | Path) -> list[dict[str, Any]]:
-    with open(path, encoding="utf-8") as fh:
-        return [json.loads(line) for line in fh if line.strip()]
 
 
 FLAT_SCHEMA = {

@@ -29,6 +29,7 @@ from ddai.pipelines.pointer.world import (
     EMBEDDINGS_FILE,
     LABELS_FILE,
     QUERIES_FILE,
+    jsonl,
     run_world,
 )
 from ddai.pipelines.records.deps import np, pl
@@ -175,10 +176,6 @@ def _assign(rows: list[dict[str, Any]], cfg: UserSetConfig) -> None:
         )
 
 
-def _jsonl(rows: list[dict[str, Any]]) -> str:
-    return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
-
-
 def build_world(cfg: UserSetConfig) -> dict[str, Any]:
     """Check the file, then write ``queries.jsonl``, ``demos.jsonl`` and ``source.json`` into
     ``cfg.out`` atomically, each with its manifest; returns the summary."""
@@ -195,26 +192,17 @@ def build_world(cfg: UserSetConfig) -> dict[str, Any]:
     _assign(rows, cfg)
     queries, demos = [], []
     for r in rows:
+        seen = {"image_id": r["id"], "image": r["image"], "question": r["question"]}
+        answer, answers = majority(r["answers"]), r["answers"]
         if r["split"] == "demo":
-            demos.append(
-                {
-                    "demo_id": f"d-{r['id']}",
-                    "image_id": r["id"],
-                    "image": r["image"],
-                    "question": r["question"],
-                    "answer": majority(r["answers"]),
-                    "answers": r["answers"],
-                }
-            )
+            demos.append({"demo_id": f"d-{r['id']}", **seen, "answer": answer, "answers": answers})
         else:
             queries.append(
                 {
                     "query_id": f"q-{r['id']}",
-                    "image_id": r["id"],
-                    "image": r["image"],
-                    "question": r["question"],
-                    "answers": r["answers"],
-                    "answer": majority(r["answers"]),
+                    **seen,
+                    "answers": answers,
+                    "answer": answer,
                     "split": r["split"],
                 }
             )
@@ -230,8 +218,8 @@ def build_world(cfg: UserSetConfig) -> dict[str, Any]:
     n_test = sum(q["split"] == "test" for q in queries)
     source = {"from": str(cfg.path.resolve()), **params, "rows": len(rows)}
     for name, text, n in (
-        (QUERIES_FILE, _jsonl(queries), len(queries)),
-        (DEMOS_FILE, _jsonl(demos), len(demos)),
+        (QUERIES_FILE, jsonl(queries), len(queries)),
+        (DEMOS_FILE, jsonl(demos), len(demos)),
         (SOURCE_FILE, json.dumps(source, indent=2) + "\n", 1),
     ):
         io.write_text(out / name, text)
@@ -263,13 +251,7 @@ def run_pointer_world(cfg: PointerWorldConfig) -> dict[str, Any]:
                 test_frac=cfg.test_frac,
             )
         )
-    world = WorldConfig(
-        seed=cfg.seed,
-        n_queries=cfg.n_queries,
-        n_demos=WorldConfig.n_demos if cfg.n_demos is None else cfg.n_demos,
-        dim=cfg.dim,
-        n_topics=cfg.n_topics,
-        test_frac=cfg.test_frac,
-        clean_rate=cfg.clean_rate,
-    )
+    same = ("seed", "n_queries", "dim", "n_topics", "test_frac", "clean_rate")
+    n_demos = WorldConfig.n_demos if cfg.n_demos is None else cfg.n_demos
+    world = WorldConfig(n_demos=n_demos, **{name: getattr(cfg, name) for name in same})
     return run_world(world, cfg.out)

@@ -19,7 +19,7 @@ from typing import Any
 from ddai.pipelines.backends import VQARequest, get_backend, run_sync
 from ddai.pipelines.backends.media import IMAGE_SLOT
 from ddai.pipelines.backends.vqa_simulator import VQASimulator
-from ddai.pipelines.pointer import DEFAULT_THRESHOLD
+from ddai.pipelines.pointer import DEFAULT_THRESHOLD, one_of
 from ddai.pipelines.records.metrics import anls, exact_match, vqa_accuracy, vqa_accuracy_symmetric
 from ddai.pipelines.records.progress import bar
 
@@ -32,10 +32,7 @@ SCORERS: dict[str, Callable[[str, list[str]], float]] = {
 
 
 def scorer(metric: str) -> Callable[[str, list[str]], float]:
-    try:
-        return SCORERS[metric]
-    except KeyError:
-        raise ValueError(f"unknown answer metric {metric!r}; known: {', '.join(SCORERS)}") from None
+    return SCORERS[one_of(metric, SCORERS, "answer metric")]
 
 
 @dataclass(frozen=True)

@@ -218,46 +218,39 @@ def make_world(cfg: WorldConfig) -> World:
 # ---------------------------------------------------------------- files
 
 
-def _jsonl(rows: list[dict[str, Any]]) -> str:
+def jsonl(rows: list[dict[str, Any]]) -> str:
+    """``rows`` as JSON Lines, non-ASCII kept as is (read back with ``read_jsonl``)."""
     return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
 
 
 def write_world(world: World, out: str | Path) -> dict[str, Path]:
     """Write the world's files into ``out`` atomically, each with its manifest."""
     out = Path(out)
-    paths = {
-        "queries": out / QUERIES_FILE,
-        "demos": out / DEMOS_FILE,
-        "labels": out / LABELS_FILE,
-        "embeddings": out / EMBEDDINGS_FILE,
-        "config": out / CONFIG_FILE,
-    }
     record = manifest.start("pointer.world", asdict(world.config), [], seed=world.config.seed)
-    io.write_text(paths["queries"], _jsonl(world.queries))
-    io.write_text(paths["demos"], _jsonl(world.demos))
-    io.write_text(
-        paths["labels"],
-        _jsonl([{"query_id": k, "demo_ids": v} for k, v in world.labels.items()]),
-    )
+    io.write_text(out / QUERIES_FILE, jsonl(world.queries))
+    io.write_text(out / DEMOS_FILE, jsonl(world.demos))
+    labels = [{"query_id": k, "demo_ids": v} for k, v in world.labels.items()]
+    io.write_text(out / LABELS_FILE, jsonl(labels))
     meta = {
         "query_ids": json.dumps([q["query_id"] for q in world.queries]),
         "demo_ids": json.dumps([d["demo_id"] for d in world.demos]),
     }
-    with io.atomic_path(paths["embeddings"]) as tmp:
+    with io.atomic_path(out / EMBEDDINGS_FILE) as tmp:
         safetensors_np.save_file(
             {"query_emb": world.query_emb, "demo_emb": world.demo_emb}, str(tmp), metadata=meta
         )
-    io.write_json(paths["config"], asdict(world.config))
-    counts = {
-        "queries": len(world.queries),
-        "demos": len(world.demos),
-        "labels": len(world.labels),
-        "embeddings": len(world.queries) + len(world.demos),
-        "config": 1,
-    }
-    for key, path in paths.items():
-        record.rows_out = counts[key]
-        manifest.write(path, record)
+    io.write_json(out / CONFIG_FILE, asdict(world.config))
+    paths = {}
+    for key, name, rows in (
+        ("queries", QUERIES_FILE, len(world.queries)),
+        ("demos", DEMOS_FILE, len(world.demos)),
+        ("labels", LABELS_FILE, len(world.labels)),
+        ("embeddings", EMBEDDINGS_FILE, len(world.queries) + len(world.demos)),
+        ("config", CONFIG_FILE, 1),
+    ):
+        record.rows_out = rows
+        manifest.write(out / name, record)
+        paths[key] = out / name
     return paths
 
 

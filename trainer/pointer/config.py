@@ -4,8 +4,8 @@ One definition of each setting: each field's docstring is its ``ddai pointer`` f
 its default the flag's default (``ddai_cli/pointer.py`` reads both), and every check of a
 setting lives in its config (``__post_init__`` or ``check``), so the library refuses what the CLI
 refuses. The phase-dependent optimiser defaults (SFT learns faster than the RL phases) are
-``SFT_OPTIM`` / ``RL_OPTIM``, resolved by ``optim_for``. Torch-free, so that the CLI can read these
-without loading torch.
+``SFT_OPTIM`` / ``RL_OPTIM``, resolved by ``TrainSchedule.optim``. Torch-free, so that the CLI
+can read these without loading torch.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from ddai.pipelines.pointer import DEFAULT_THRESHOLD, Rerun
+from ddai.pipelines.pointer import DEFAULT_THRESHOLD, Rerun, one_of
 
 CORRECTNESS_MODES = ("01", "pm1")
 QUALITY_SOURCES = ("none", "beam", "logprob")
@@ -140,14 +140,8 @@ class RewardConfig:
     """Rewards are clipped to [-clip, clip]."""
 
     def __post_init__(self) -> None:
-        if self.correctness_mode not in CORRECTNESS_MODES:
-            raise ValueError(
-                f"unknown correctness mode {self.correctness_mode!r}; known: {', '.join(CORRECTNESS_MODES)}"
-            )
-        if self.quality not in QUALITY_SOURCES:
-            raise ValueError(
-                f"unknown quality source {self.quality!r}; known: {', '.join(QUALITY_SOURCES)}"
-            )
+        one_of(self.correctness_mode, CORRECTNESS_MODES, "correctness mode")
+        one_of(self.quality, QUALITY_SOURCES, "quality source")
         if self.clip <= 0:
             raise ValueError(f"reward clip must be > 0, got {self.clip}")
 
@@ -193,22 +187,6 @@ SFT_EPOCHS, RL_EPOCHS = 20, 30
 """Epochs of a single ``--mode`` run without ``--epochs``."""
 
 
-def plan_phases(
-    mode: str | None, epochs: int | None, phases: str | None
-) -> tuple[tuple[str, int], ...]:
-    """The phases of a run given as ``--mode`` (with optional ``--epochs``: default sft 20, RL
-    30) or as ``--phases``; exactly one of the two."""
-    if (mode is None) == (phases is None):
-        raise ValueError(
-            "give exactly one of --mode (with --epochs) or --phases, e.g. --phases "
-            "rce:3,clipped-group:30"
-        )
-    if phases is not None:
-        return tuple(parse_phases(phases))
-    mode = mode_name(mode)
-    return tuple(parse_phases(f"{mode}:{epochs or (SFT_EPOCHS if mode == 'sft' else RL_EPOCHS)}"))
-
-
 @dataclass(frozen=True)
 class OptimConfig:
     lr: float = 1e-3
@@ -224,21 +202,6 @@ class OptimConfig:
 
 SFT_OPTIM = OptimConfig(lr=3e-3, weight_decay=0.0, batch_queries=32)
 RL_OPTIM = OptimConfig(lr=1e-3, weight_decay=1e-2, batch_queries=8)
-
-
-def optim_for(
-    phases: tuple[tuple[str, int], ...],
-    *,
-    lr: float | None = None,
-    weight_decay: float | None = None,
-    batch_queries: int | None = None,
-    seed: int = OptimConfig.seed,
-) -> OptimConfig:
-    """The optimiser of a run: ``SFT_OPTIM`` or ``RL_OPTIM`` by its first phase, with the given
-    settings (not None) replacing their defaults."""
-    base = SFT_OPTIM if phases[0][0] == "sft" else RL_OPTIM
-    given = {"lr": lr, "weight_decay": weight_decay, "batch_queries": batch_queries}
-    return replace(base, seed=seed, **{k: v for k, v in given.items() if v is not None})
 
 
 @dataclass(frozen=True)
@@ -265,14 +228,8 @@ class RLConfig:
     """REINFORCE++ with the clipped ratio (else plain -A·log π)."""
 
     def __post_init__(self) -> None:
-        if self.norm not in NORMALIZERS:
-            raise ValueError(
-                f"unknown normalization {self.norm!r}; known: {', '.join(NORMALIZERS)}"
-            )
-        if self.old_logp not in OLD_LOGP_SOURCES:
-            raise ValueError(
-                f"unknown old_logp source {self.old_logp!r}; known: {', '.join(OLD_LOGP_SOURCES)}"
-            )
+        one_of(self.norm, NORMALIZERS, "normalization")
+        one_of(self.old_logp, OLD_LOGP_SOURCES, "old_logp source")
 
 
 @dataclass(frozen=True)
@@ -316,8 +273,8 @@ class PointerTrainConfig(StoreInput):
 @dataclass(frozen=True)
 class TrainSchedule:
     """``ddai pointer train``'s phases and optimiser as given: ``--mode`` (with ``--epochs``) or
-    ``--phases`` (``plan_phases``), and the optimiser settings that replace the first phase's
-    defaults, ``SFT_OPTIM`` or ``RL_OPTIM`` (``optim_for``)."""
+    ``--phases`` (``plan``), and the optimiser settings that replace the first phase's
+    defaults, ``SFT_OPTIM`` or ``RL_OPTIM`` (``optim``)."""
 
     mode: str | None = None
     """One phase: sft, rce, clipped-group or reinforcepp (with --epochs)."""
@@ -335,18 +292,29 @@ class TrainSchedule:
     """Seed of initialization and batch order."""
 
     def plan(self) -> tuple[tuple[str, int], ...]:
-        """The run's phases (``ValueError`` unless exactly one of mode and phases is given)."""
-        return plan_phases(self.mode, self.epochs, self.phases)
+        """The run's phases: ``--phases``, or ``--mode`` for ``--epochs`` (default ``SFT_EPOCHS``
+        or ``RL_EPOCHS``); ``ValueError`` unless exactly one of mode and phases is given."""
+        if (self.mode is None) == (self.phases is None):
+            raise ValueError(
+                "give exactly one of --mode (with --epochs) or --phases, e.g. --phases "
+                "rce:3,clipped-group:30"
+            )
+        if self.phases is not None:
+            return tuple(parse_phases(self.phases))
+        mode = mode_name(self.mode)
+        default = SFT_EPOCHS if mode == "sft" else RL_EPOCHS
+        return tuple(parse_phases(f"{mode}:{self.epochs or default}"))
 
     def optim(self, phases: tuple[tuple[str, int], ...]) -> OptimConfig:
-        """The optimiser of a run of ``phases``."""
-        return optim_for(
-            phases,
-            lr=self.lr,
-            weight_decay=self.weight_decay,
-            batch_queries=self.batch_queries,
-            seed=self.seed,
-        )
+        """The optimiser of a run of ``phases``: ``SFT_OPTIM`` or ``RL_OPTIM`` by its first
+        phase, with the settings given here (not None) replacing their defaults."""
+        base = SFT_OPTIM if phases[0][0] == "sft" else RL_OPTIM
+        given = {
+            "lr": self.lr,
+            "weight_decay": self.weight_decay,
+            "batch_queries": self.batch_queries,
+        }
+        return replace(base, seed=self.seed, **{k: v for k, v in given.items() if v is not None})
 
 
 # ---------------------------------------------------------------- ddai pointer eval

@@ -13,6 +13,7 @@ from torch import Tensor
 
 from ddai.pipelines.pointer import records, stats
 from ddai.pipelines.pointer.store import EmbeddingStore
+from ddai.pipelines.pointer.world import read_jsonl
 from ddai.pipelines.records.deps import np, pl
 from ddai.pipelines.store import io, manifest
 from ddai.trainer.pointer.config import ProcessConfig, RewardConfig
@@ -20,6 +21,7 @@ from ddai.trainer.pointer.losses import shape_rewards
 
 
 def _col(df: pl.DataFrame, name: str) -> Tensor:
+    """Column ``name`` as float64 ``[rows]``, a missing value as NaN."""
     return torch.from_numpy(df[name].cast(pl.Float64).fill_null(float("nan")).to_numpy().copy())
 
 
@@ -62,7 +64,7 @@ def run_process(cfg: ProcessConfig) -> dict[str, Any]:
     if not cfg.force and manifest.is_fresh(cfg.out, "pointer.process", params, [cfg.raw]):
         return {"out": str(cfg.out), "skipped": "inputs and parameters unchanged (--force reruns)"}
     record = manifest.start("pointer.process", params, [cfg.raw])
-    raw = records.read_raw(cfg.raw)
+    raw = read_jsonl(cfg.raw)
     k = max((r["candidate_pool"]["size"] for r in raw), default=2)
     df, dropped = process_records(raw, cfg.reward)
     _check_usable(cfg.raw, len(raw), df.height, dropped)
@@ -84,7 +86,7 @@ def run_process(cfg: ProcessConfig) -> dict[str, Any]:
         "dropped": sum(dropped.values()),
         "mean reward": round(float(df["reward"].mean()), 4) if df.height else None,
         **{
-            f"{key}/{r['gen_method']}": _round(r[col]) if col != "n" else r["n"]
+            f"{key}/{r['gen_method']}": rounded(r[col]) if col != "n" else r["n"]
             for r in table.iter_rows(named=True)
             for key, col in (("n", "n"), ("correct", "mean_correct"), ("top2_share", "top2_share"))
         },
@@ -123,7 +125,8 @@ def check_rows(df: pl.DataFrame, path: Path) -> pl.DataFrame:
     return df
 
 
-def _round(x: float | None) -> float | None:
+def rounded(x: float | None) -> float | None:
+    """A summary's number: 4 decimals (None stays None)."""
     return None if x is None else round(float(x), 4)
 
 
@@ -171,12 +174,11 @@ def grouped_rows(df: pl.DataFrame, store: EmbeddingStore) -> GroupedRows:
     _, group = torch.unique_consecutive(row, return_inverse=True)
     counts = torch.bincount(group)
     starts = torch.cat([torch.zeros(1, dtype=torch.long), counts.cumsum(0)])
-    old = df["logprob_score"].cast(pl.Float64).fill_null(float("nan")).to_numpy()
     return GroupedRows(
         store_row=row,
         pointers=torch.from_numpy(np.array(df["pointer"].to_list(), dtype=np.int64).reshape(-1, 2)),
-        rewards=torch.from_numpy(df["reward"].cast(pl.Float64).to_numpy().copy()).float(),
-        old_logp=torch.from_numpy(old.copy()).float(),
+        rewards=_col(df, "reward").float(),
+        old_logp=_col(df, "logprob_score").float(),
         group=group,
         starts=starts,
     )

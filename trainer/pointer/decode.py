@@ -15,14 +15,25 @@ from torch import Tensor
 from ddai.trainer.pointer.model import PointerSelector
 
 
+def _second_logits(
+    model: PointerSelector, state: Tensor, keys: Tensor, prior: Tensor, first: Tensor
+) -> Tensor:
+    """Step-2 logits ``[R, K]`` after the picks ``first [R]``, which are masked out."""
+    picked = torch.zeros(keys.shape[:2], dtype=torch.bool).scatter(1, first[:, None], True)
+    return model.step_logits(model.advance(state, keys, first), keys, prior, picked)
+
+
+def _repeat(n: int, *xs: Tensor) -> tuple[Tensor, ...]:
+    """Each of ``xs`` with every row repeated ``n`` times in place (``[N, ...]`` → ``[N*n, ...]``)."""
+    return tuple(x.repeat_interleave(n, dim=0) for x in xs)
+
+
 @torch.no_grad()
 def greedy(model: PointerSelector, query_emb: Tensor, cand_emb: Tensor) -> Tensor:
     """The argmax pick at each step ``[N, 2]``."""
     state, keys, prior = model.encode(query_emb, cand_emb)
-    n, k = keys.shape[:2]
     first = model.step_logits(state, keys, prior).argmax(-1)
-    picked = torch.zeros(n, k, dtype=torch.bool).scatter(1, first[:, None], True)
-    second = model.step_logits(model.advance(state, keys, first), keys, prior, picked).argmax(-1)
+    second = _second_logits(model, state, keys, prior, first).argmax(-1)
     return torch.stack([first, second], dim=1)
 
 
@@ -42,12 +53,8 @@ def beam_search(
     b = min(num_beams, k)
     logp1 = torch.log_softmax(model.step_logits(state, keys, prior), dim=-1)  # [N, K]
     lp1, first = logp1.topk(b, dim=-1)  # [N, b]
-    keys_b = keys.repeat_interleave(b, dim=0)  # [N*b, K, h]
-    state_b, prior_b = state.repeat_interleave(b, dim=0), prior.repeat_interleave(b, dim=0)
-    first_flat = first.reshape(-1)
-    picked = torch.zeros(n * b, k, dtype=torch.bool).scatter(1, first_flat[:, None], True)
-    state2 = model.advance(state_b, keys_b, first_flat)
-    logits2 = model.step_logits(state2, keys_b, prior_b, picked)
+    state_b, keys_b, prior_b = _repeat(b, state, keys, prior)  # keys_b [N*b, K, h]
+    logits2 = _second_logits(model, state_b, keys_b, prior_b, first.reshape(-1))
     total = lp1[..., None] + torch.log_softmax(logits2, dim=-1).reshape(n, b, k)  # [N, b, K]
     width = min(b, b * (k - 1))
     scores, flat = total.reshape(n, b * k).topk(width, dim=-1)  # [N, width]
@@ -74,16 +81,11 @@ def sample(
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
     state, keys, prior = model.encode(query_emb, cand_emb)
-    m, k = keys.shape[:2]
-    keys = keys.repeat_interleave(n, dim=0)  # [N*n, K, h]
-    state, prior = state.repeat_interleave(n, dim=0), prior.repeat_interleave(n, dim=0)
+    m = keys.shape[0]
+    state, keys, prior = _repeat(n, state, keys, prior)  # keys [N*n, K, h]
     logp1 = torch.log_softmax(model.step_logits(state, keys, prior) / temperature, dim=-1)
     first = torch.multinomial(logp1.exp(), 1, generator=generator).squeeze(1)  # [N*n]
-    picked = torch.zeros(m * n, k, dtype=torch.bool).scatter(1, first[:, None], True)
-    logits2 = (
-        model.step_logits(model.advance(state, keys, first), keys, prior, picked) / temperature
-    )
-    logp2 = torch.log_softmax(logits2, dim=-1)
+    logp2 = torch.log_softmax(_second_logits(model, state, keys, prior, first) / temperature, -1)
     second = torch.multinomial(logp2.exp(), 1, generator=generator).squeeze(1)
     rows = torch.arange(m * n)
     logp = logp1[rows, first] + logp2[rows, second]

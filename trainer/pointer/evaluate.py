@@ -14,13 +14,14 @@ import torch
 
 from ddai.pipelines.pointer import stats
 from ddai.pipelines.pointer import vqa as vqa_eval
-from ddai.pipelines.pointer.store import EmbeddingStore, load_store
-from ddai.pipelines.pointer.world import QUERIES_FILE, load_world
+from ddai.pipelines.pointer.store import EmbeddingStore
+from ddai.pipelines.pointer.world import QUERIES_FILE
 from ddai.pipelines.records.deps import np, pl
 from ddai.pipelines.store import io, manifest
 from ddai.trainer.pointer import decode
 from ddai.trainer.pointer.config import EvalConfig
-from ddai.trainer.pointer.generate import select_queries
+from ddai.trainer.pointer.data import rounded
+from ddai.trainer.pointer.generate import split_inputs
 from ddai.trainer.pointer.model import WEIGHTS_FILE, PointerSelector, load_pointer
 
 
@@ -127,16 +128,9 @@ def run_eval(cfg: EvalConfig, *, vqa_model: Any = None) -> tuple[pl.DataFrame, d
     names = [n for n, _ in cfg.models]
     if len(set(names)) != len(names):
         raise ValueError(f"model names must be unique, got {names}")
-    store, world = load_store(cfg.store), load_world(cfg.world, embeddings=False)
-    queries = select_queries(store, world.queries, cfg.split)
-    if not queries:
-        raise ValueError(
-            f"no query of split {cfg.split!r} is both in {cfg.world} and in {cfg.store}"
-        )
-    sub = store.subset([q["query_id"] for q in queries])
+    sub, queries, demos = split_inputs(cfg, cfg.split)
     models = {name: load_pointer(path) for name, path in cfg.models}
     sel = selections(models, sub, num_beams=cfg.num_beams, seed=cfg.seed)
-    demos = {d["demo_id"]: d for d in world.demos}
     model_vqa = vqa_model if vqa_model is not None else vqa_eval.resolve_vqa(cfg.vqa)
     source = vqa_eval.vqa_source(model_vqa)
     if cfg.dry_run:
@@ -177,7 +171,7 @@ def run_eval(cfg: EvalConfig, *, vqa_model: Any = None) -> tuple[pl.DataFrame, d
         "split": cfg.split,
         "queries": len(queries),
         **{
-            f"{r['selector']}/{key}": _r(r[col])
+            f"{r['selector']}/{key}": rounded(r[col])
             for r in table.iter_rows(named=True)
             for key, col in (
                 ("vqa_acc", "vqa_acc"),
@@ -191,7 +185,3 @@ def run_eval(cfg: EvalConfig, *, vqa_model: Any = None) -> tuple[pl.DataFrame, d
     if cfg.out is not None:
         result["out"] = str(cfg.out)
     return table, result
-
-
-def _r(x: float | None) -> float | None:
-    return None if x is None else round(float(x), 4)

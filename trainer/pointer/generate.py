@@ -19,10 +19,10 @@ from ddai.pipelines.pointer import records
 from ddai.pipelines.pointer import vqa as vqa_eval
 from ddai.pipelines.pointer.records import PointerCandidate
 from ddai.pipelines.pointer.store import EmbeddingStore, load_store
-from ddai.pipelines.pointer.world import DEMOS_FILE, QUERIES_FILE, load_world
-from ddai.pipelines.store import manifest
+from ddai.pipelines.pointer.world import DEMOS_FILE, QUERIES_FILE, jsonl, load_world
+from ddai.pipelines.store import io, manifest
 from ddai.trainer.pointer import decode
-from ddai.trainer.pointer.config import GenConfig, ProposalConfig
+from ddai.trainer.pointer.config import GenConfig, ProposalConfig, VqaStep
 from ddai.trainer.pointer.model import WEIGHTS_FILE, PointerSelector, load_pointer
 
 
@@ -84,13 +84,20 @@ def propose(
     return [records.dedupe_candidates(c) for c in out]
 
 
-def select_queries(
-    store: EmbeddingStore, world_queries: list[dict], split: str | None
-) -> list[dict]:
-    """World query rows of ``split`` that the store holds, in store order."""
-    by_id = {q["query_id"]: q for q in world_queries}
+def split_inputs(
+    cfg: VqaStep, split: str | None
+) -> tuple[EmbeddingStore, list[dict], dict[str, dict]]:
+    """What ``gen`` and ``eval`` read: the store cut to the world's queries of ``split`` (all
+    when None) that it holds, in store order; those query rows; the demonstrations by id. An
+    empty selection is refused."""
+    store, world = load_store(cfg.store), load_world(cfg.world, embeddings=False)
+    by_id = {q["query_id"]: q for q in world.queries}
     rows = [by_id[qid] for qid in store.query_ids if qid in by_id]
-    return [q for q in rows if split is None or q.get("split") == split]
+    queries = [q for q in rows if split is None or q.get("split") == split]
+    if not queries:
+        raise ValueError(f"no query of split {split!r} is both in {cfg.world} and in {cfg.store}")
+    sub = store.subset([q["query_id"] for q in queries])
+    return sub, queries, {d["demo_id"]: d for d in world.demos}
 
 
 def run_gen(cfg: GenConfig, *, vqa_model: Any = None) -> dict[str, Any]:
@@ -110,24 +117,15 @@ def run_gen(cfg: GenConfig, *, vqa_model: Any = None) -> dict[str, Any]:
         and manifest.is_fresh(cfg.out, "pointer.gen", params, inputs)
     ):
         return {"out": str(cfg.out), "skipped": "inputs and parameters unchanged (--force reruns)"}
-    store, world = load_store(cfg.store), load_world(cfg.world, embeddings=False)
+    sub, queries, demos = split_inputs(cfg, cfg.split)
     model = load_pointer(cfg.model)
-    if model.cfg.d_in != store.dim:
-        raise ValueError(
-            f"model {cfg.model} expects d={model.cfg.d_in}, the store has d={store.dim}"
-        )
-    queries = select_queries(store, world.queries, cfg.split)
-    if not queries:
-        raise ValueError(
-            f"no query of split {cfg.split!r} is both in {cfg.world} and in {cfg.store}"
-        )
+    if model.cfg.d_in != sub.dim:
+        raise ValueError(f"model {cfg.model} expects d={model.cfg.d_in}, the store has d={sub.dim}")
     record = manifest.start("pointer.gen", params, inputs, seed=cfg.proposal.seed)
-    sub = store.subset([q["query_id"] for q in queries])
     cands = propose(
         model, torch.from_numpy(sub.query_emb), torch.from_numpy(sub.cand_emb), cfg.proposal
     )
 
-    demos = {d["demo_id"]: d for d in world.demos}
     items = [
         (q, [demos[pool[c.pointer[0]]], demos[pool[c.pointer[1]]]])
         for q, pool, cs in zip(queries, sub.cand_ids, cands, strict=True)
@@ -152,7 +150,7 @@ def run_gen(cfg: GenConfig, *, vqa_model: Any = None) -> dict[str, Any]:
         records.query_record(q, pool, cs)
         for q, pool, cs in zip(queries, sub.cand_ids, cands, strict=True)
     ]
-    records.write_raw(cfg.out, raw)
+    io.write_text(cfg.out, jsonl(raw))
     methods = Counter(c.gen_method for cs in cands for c in cs)
     failed = Counter(c.eval_error for cs in cands for c in cs if c.eval_failed)
     record.rows_in, record.rows_out = len(queries), len(raw)

@@ -10,23 +10,16 @@ looked up by name (``get_advantage``, ``NORMALIZERS``); an unknown name fails wi
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import torch
 from torch import Tensor
 
+from ddai.pipelines.pointer import one_of
 from ddai.trainer import rlmath
 from ddai.trainer.pointer import config
 from ddai.trainer.pointer.config import CORRECTNESS_MODES
 
 Metrics = dict[str, float]
-
-
-def _lookup(table: dict[str, Any], name: str, what: str) -> Any:
-    try:
-        return table[name]
-    except KeyError:
-        raise ValueError(f"unknown {what} {name!r}; known: {', '.join(table)}") from None
 
 
 # ---------------------------------------------------------------- groups
@@ -83,7 +76,7 @@ assert tuple(NORMALIZERS) == config.NORMALIZERS  # the names the config accepts,
 
 def group_normalize(rewards: Tensor, group_ids: Tensor, method: str = "zscore") -> Tensor:
     """Normalize ``rewards [B]`` within each group: ``zscore``, ``minmax`` or ``none``."""
-    return _lookup(NORMALIZERS, method, "reward normalization")(rewards, group_ids)
+    return NORMALIZERS[one_of(method, NORMALIZERS, "reward normalization")](rewards, group_ids)
 
 
 # ---------------------------------------------------------------- rewards
@@ -109,12 +102,9 @@ def shape_rewards(
     (higher is better, as the seed's comment says; its snippet negates it, which would reward the
     model's least likely picks), ``none`` → 0; a missing (NaN) quality counts 0, as in the seed.
     """
-    _lookup(dict.fromkeys(CORRECTNESS_MODES), correctness_mode, "correctness mode")
-    source = _lookup(
-        {"none": torch.zeros_like(correct), "beam": beam_score, "logprob": logprob},
-        quality,
-        "quality source",
-    )
+    one_of(correctness_mode, CORRECTNESS_MODES, "correctness mode")
+    sources = {"none": torch.zeros_like(correct), "beam": beam_score, "logprob": logprob}
+    source = sources[one_of(quality, sources, "quality source")]
     c = (acc_score if use_acc_score else correct).to(torch.float64)
     c = c if correctness_mode == "01" else 2.0 * c - 1.0
     q = torch.nan_to_num(source.to(torch.float64), nan=0.0)
@@ -154,7 +144,7 @@ ADVANTAGES: dict[str, Callable[..., Tensor]] = {
 
 
 def get_advantage(name: str) -> Callable[..., Tensor]:
-    return _lookup(ADVANTAGES, name, "advantage estimator")
+    return ADVANTAGES[one_of(name, ADVANTAGES, "advantage estimator")]
 
 
 # ---------------------------------------------------------------- losses
@@ -203,7 +193,10 @@ def rce_loss(
     }
 
 
-def _ratio_terms(logp: Tensor, old_logp: Tensor, adv: Tensor, clip_eps: float, kl_coef: float):
+def _ratio_loss(
+    prefix: str, logp: Tensor, old_logp: Tensor, adv: Tensor, clip_eps: float, kl_coef: float
+) -> tuple[Tensor, Metrics]:
+    """The clipped ratio objective with its KL term; metrics under ``prefix/``."""
     log_ratio = logp - old_logp
     ratio = log_ratio.exp()
     surr1 = ratio * adv
@@ -212,7 +205,12 @@ def _ratio_terms(logp: Tensor, old_logp: Tensor, adv: Tensor, clip_eps: float, k
     kl = (ratio - 1.0 - log_ratio).mean()  # k3 estimator of KL(π_old ‖ π), ≥ 0
     loss = policy + kl_coef * kl
     clipped = ((ratio - 1.0).abs() > clip_eps).to(logp.dtype).mean()
-    return loss, policy, kl, ratio, clipped
+    return loss, {
+        f"{prefix}/policy_loss": float(policy.detach()),
+        f"{prefix}/kl": float(kl.detach()),
+        f"{prefix}/ratio_mean": float(ratio.detach().mean()),
+        f"{prefix}/clip_frac": float(clipped.detach()),
+    }
 
 
 def grpo_loss(
@@ -223,13 +221,7 @@ def grpo_loss(
     ratio = exp(logp − old_logp); loss = −mean(min(ratio·A, clip(ratio, 1±eps)·A))
     + kl_coef · mean(ratio − 1 − log ratio).
     """
-    loss, policy, kl, ratio, clipped = _ratio_terms(logp, old_logp, adv, clip_eps, kl_coef)
-    return loss, {
-        "grpo/policy_loss": float(policy.detach()),
-        "grpo/kl": float(kl.detach()),
-        "grpo/ratio_mean": float(ratio.detach().mean()),
-        "grpo/clip_frac": float(clipped.detach()),
-    }
+    return _ratio_loss("grpo", logp, old_logp, adv, clip_eps, kl_coef)
 
 
 def reinforcepp_loss(
@@ -245,10 +237,4 @@ def reinforcepp_loss(
     if old_logp is None or clip_eps is None:
         loss = -(adv * logp).mean()
         return loss, {"reinforcepp/policy_loss": float(loss.detach())}
-    loss, policy, kl, ratio, clipped = _ratio_terms(logp, old_logp, adv, clip_eps, kl_coef)
-    return loss, {
-        "reinforcepp/policy_loss": float(policy.detach()),
-        "reinforcepp/kl": float(kl.detach()),
-        "reinforcepp/ratio_mean": float(ratio.detach().mean()),
-        "reinforcepp/clip_frac": float(clipped.detach()),
-    }
+    return _ratio_loss("reinforcepp", logp, old_logp, adv, clip_eps, kl_coef)

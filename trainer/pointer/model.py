@@ -24,6 +24,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
+from ddai.pipelines.pointer import one_of
 from ddai.pipelines.store import io
 
 SCORERS = ("bilinear", "attention")
@@ -39,8 +40,7 @@ class PointerConfig:
     scoring: str = "bilinear"  # "bilinear" or "attention"
 
     def __post_init__(self) -> None:
-        if self.scoring not in SCORERS:
-            raise ValueError(f"unknown scoring {self.scoring!r}; known: {', '.join(SCORERS)}")
+        one_of(self.scoring, SCORERS, "scoring")
         if self.d_in < 1 or self.d_model < 1:
             raise ValueError("d_in and d_model must be positive")
 

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from ddai.pipelines.pointer.store import load_store
-from ddai.pipelines.pointer.world import load_world
+from ddai.pipelines.pointer.world import LABELS_FILE, load_world
 from ddai.pipelines.records.deps import pl
 from ddai.pipelines.records.progress import bar
 from ddai.pipelines.store import io, manifest
@@ -85,29 +85,21 @@ def _shard(items: Tensor, acc: Any) -> tuple[Tensor, float]:
     return mine, mine.numel() * world / items.numel()
 
 
-def _prepare(model: PointerSelector, opt: torch.optim.Optimizer, acc: Any) -> tuple[Any, Any]:
-    """DDP-wrap the model and optimizer across processes; unchanged on one process."""
+def _prepare(model: PointerSelector, optim: OptimConfig, acc: Any) -> tuple[Any, Any]:
+    """The model and its Adam optimizer, DDP-wrapped across processes (unchanged on one)."""
+    opt = torch.optim.Adam(model.parameters(), lr=optim.lr, weight_decay=optim.weight_decay)
     if acc is None or acc.num_processes == 1:
         return model, opt
     return acc.prepare(model, opt)
 
 
 def _epoch_metrics(seen: list[dict[str, float]], acc: Any) -> dict[str, float]:
+    """Each metric's mean over the epoch's steps that report it, then over the ranks."""
     from ddai.trainer.runtime import accel
 
-    mean = _mean_metrics(seen)
+    keys = sorted({k for m in seen for k in m})
+    mean = {k: sum(m[k] for m in seen if k in m) / sum(k in m for m in seen) for k in keys}
     return mean if acc is None else accel.mean_metrics(mean, acc)
-
-
-def _mean_metrics(items: list[dict[str, float]]) -> dict[str, float]:
-    keys = {k for m in items for k in m}
-    return {
-        k: sum(m[k] for m in items if k in m) / sum(k in m for m in items) for k in sorted(keys)
-    }
-
-
-def _optimizer(model: PointerSelector, optim: OptimConfig) -> torch.optim.Optimizer:
-    return torch.optim.Adam(model.parameters(), lr=optim.lr, weight_decay=optim.weight_decay)
 
 
 def fit_sft(
@@ -128,7 +120,7 @@ def fit_sft(
     trains on its share of each (DDP averages the gradients)."""
     gen = torch.Generator().manual_seed(optim.seed)
     acc = accelerator
-    train, opt = _prepare(model, _optimizer(model, optim), acc)
+    train, opt = _prepare(model, optim, acc)
     n, bs = store_row.numel(), optim.batch_queries
     history = []
     model.train()
@@ -175,7 +167,7 @@ def fit_rl(
     groups (whole groups, so group-relative quantities stay exact)."""
     gen = torch.Generator().manual_seed(optim.seed)
     acc = accelerator
-    train, opt = _prepare(model, _optimizer(model, optim), acc)
+    train, opt = _prepare(model, optim, acc)
     g, bs = data.n_groups, optim.batch_queries
     steps_per_epoch = (g + bs - 1) // bs
     groups_rows = [torch.arange(int(data.starts[i]), int(data.starts[i + 1])) for i in range(g)]
@@ -283,13 +275,14 @@ def run_train(cfg: PointerTrainConfig) -> dict[str, Any]:
     if cfg.is_sft:
         world = load_world(cfg.world, embeddings=False)
         labels = world.labels
-        if (cfg.world / "sft_labels.jsonl").is_file():
-            inputs.append(cfg.world / "sft_labels.jsonl")
+        if (cfg.world / LABELS_FILE).is_file():
+            inputs.append(cfg.world / LABELS_FILE)
         else:  # a user's VQA set (`pointer world --from`) has no labels: learn the nearest two
             labels = nearest_labels(store)
             summary["labels"] = "each query's two nearest candidates (the world has none)"
         record = manifest.start("pointer.train", params, inputs, seed=cfg.optim.seed)
-        rows, ptrs, dropped = label_pointers(labels, store, _split_ids(world.queries, cfg.split))
+        ids = [q["query_id"] for q in world.queries if q.get("split") == cfg.split]
+        rows, ptrs, dropped = label_pointers(labels, store, ids)
         if rows.numel() == 0:
             raise ValueError(
                 f"no labeled {cfg.split!r} query has both labeled demonstrations in its pool"
@@ -354,7 +347,3 @@ def run_train(cfg: PointerTrainConfig) -> dict[str, Any]:
         "tensors changed": changed,
         **{k: round(v, 4) for k, v in last.items() if isinstance(v, float)},
     }
-
-
-def _split_ids(queries: list[dict[str, Any]], split: str) -> list[str]:
-    return [q["query_id"] for q in queries if q.get("split") == split]

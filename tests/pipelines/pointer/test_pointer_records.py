@@ -12,10 +12,9 @@ from ddai.pipelines.pointer.records import (
     dedupe_candidates,
     flatten,
     query_record,
-    read_raw,
-    write_raw,
 )
 from ddai.pipelines.pointer.stats import gen_method_stats, index_stats, total_variation
+from ddai.pipelines.pointer.world import jsonl, read_jsonl
 
 
 def c(a, b, method, **kw):
@@ -87,10 +86,10 @@ def test_raw_record_has_the_seed_shape_and_round_trips(tmp_path):
         "vqa_pred_answer", "vqa_correct", "vqa_acc_score",
     ]  # fmt: skip
     path = tmp_path / "raw.jsonl"
-    assert write_raw(path, [rec, rec]) == 2
-    assert read_raw(path) == [rec, rec]
+    path.write_text(jsonl([rec, rec]), encoding="utf-8")
+    assert read_jsonl(path) == [rec, rec]
 
-    flat = flatten(read_raw(path))
+    flat = flatten(read_jsonl(path))
     assert flat.height == 4
     row = flat.row(1, named=True)
     assert row["query_id"] == "q7" and row["pointer"] == [2, 3] and row["eval_failed"]

@@ -14,9 +14,8 @@ from typer.testing import CliRunner
 from user_set_data import make_user_set
 
 from ddai.cli.app import app
-from ddai.pipelines.pointer.records import read_raw
 from ddai.pipelines.pointer.store import load_store
-from ddai.pipelines.pointer.world import load_world
+from ddai.pipelines.pointer.world import load_world, read_jsonl
 
 runner = CliRunner()
 
@@ -90,7 +89,7 @@ def test_remote_vqa_sees_each_pairs_images_in_order(tmp_path, monkeypatch):
         for r in world.queries + world.demos
     }
     expected = []
-    for rec in read_raw(tmp_path / "raw.jsonl"):
+    for rec in read_jsonl(tmp_path / "raw.jsonl"):
         pool = st.cand_ids[st.row(rec["query_id"])]
         expected += [
             [sha[pool[c["pointer"][0]]], sha[pool[c["pointer"][1]]], sha[rec["query_id"]]]

@@ -10,7 +10,7 @@ from cli_schemas import check
 from typer.testing import CliRunner
 
 from ddai.cli.app import app
-from ddai.pipelines.pointer.records import read_raw
+from ddai.pipelines.pointer.world import read_jsonl
 from ddai.pipelines.store import manifest
 
 runner = CliRunner()
@@ -55,7 +55,7 @@ def test_world_to_eval(tmp_path):
     assert gen["vqa"] == "simulated" and "simulator" in gen["vqa_note"]
     assert all(
         "vqa_correct" in c
-        for r in read_raw(tmp_path / "raw.jsonl")
+        for r in read_jsonl(tmp_path / "raw.jsonl")
         for c in r["pointer_candidates"]
     )
     proc = ddai(

@@ -17,35 +17,39 @@ from ddai.trainer.pointer.config import (
     PointerTrainConfig,
     RLConfig,
     TrainSchedule,
-    optim_for,
     parse_models,
     parse_phases,
-    plan_phases,
 )
 
 losses = heavy("ddai.trainer.pointer.losses")
 
 
 def test_a_mode_without_epochs_gets_its_phase_default():
-    assert plan_phases("sft", None, None) == (("sft", SFT_EPOCHS),) == (("sft", 20),)
-    assert plan_phases("clipped-group", None, None) == (("clipped-group", RL_EPOCHS),)
+    assert TrainSchedule(mode="sft").plan() == (("sft", SFT_EPOCHS),) == (("sft", 20),)
+    assert TrainSchedule(mode="clipped-group").plan() == (("clipped-group", RL_EPOCHS),)
     assert RL_EPOCHS == 30
-    assert plan_phases("rce", 2, None) == (("rce", 2),)
-    assert plan_phases(None, None, "rce:3,clipped-group:30") == (("rce", 3), ("clipped-group", 30))
+    assert TrainSchedule(mode="rce", epochs=2).plan() == (("rce", 2),)
+    assert TrainSchedule(phases="rce:3,clipped-group:30").plan() == (
+        ("rce", 3),
+        ("clipped-group", 30),
+    )
 
 
 @pytest.mark.parametrize(("mode", "phases"), [(None, None), ("sft", "rce:1")])
 def test_exactly_one_of_mode_and_phases(mode, phases):
     with pytest.raises(ValueError, match="exactly one of --mode"):
-        plan_phases(mode, None, phases)
+        TrainSchedule(mode=mode, phases=phases).plan()
 
 
 def test_the_optimiser_defaults_follow_the_first_phase_and_given_values_win():
-    sft, rl = optim_for((("sft", 1),)), optim_for((("rce", 1), ("clipped-group", 2)), seed=3)
+    sft, rl = (
+        TrainSchedule().optim((("sft", 1),)),
+        TrainSchedule(seed=3).optim((("rce", 1), ("clipped-group", 2))),
+    )
     assert (sft.lr, sft.batch_queries, sft.weight_decay) == (3e-3, 32, 0.0)
     assert (rl.lr, rl.batch_queries, rl.weight_decay, rl.seed) == (1e-3, 8, 1e-2, 3)
     assert (SFT_OPTIM.lr, RL_OPTIM.lr) == (sft.lr, rl.lr)
-    mixed = optim_for((("clipped-group", 1),), lr=5e-4, weight_decay=0.0)
+    mixed = TrainSchedule(lr=5e-4, weight_decay=0.0).optim((("clipped-group", 1),))
     assert (mixed.lr, mixed.weight_decay, mixed.batch_queries) == (5e-4, 0.0, 8)
 
 
@@ -68,7 +72,7 @@ def test_grpo_is_read_as_clipped_group_with_a_one_line_note(capsys):
     assert parse_phases("rce:1,grpo:3") == [("rce", 1), ("clipped-group", 3)]
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "'grpo' is now 'clipped-group'" in err
-    assert plan_phases("grpo", None, None) == (("clipped-group", RL_EPOCHS),)
+    assert TrainSchedule(mode="grpo").plan() == (("clipped-group", RL_EPOCHS),)
     assert capsys.readouterr().err.count("'grpo' is now") == 1  # once, not once per parse
     cfg = PointerTrainConfig(store=Path("s"), out=Path("o"), phases=(("grpo", 2),))
     assert cfg.phases == (("clipped-group", 2),)  # a config built in code reads it too
@@ -80,7 +84,7 @@ def test_grpo_is_read_as_clipped_group_with_a_one_line_note(capsys):
     assert capsys.readouterr().err == ""
 
 
-def test_schedule_help_says_the_phase_defaults_it_leaves_to_optim_for():
+def test_schedule_help_says_the_phase_defaults_it_leaves_to_its_optim():
     """The optimiser and epoch flags' docstrings write the phase defaults out: they must be
     ``SFT_OPTIM``'s, ``RL_OPTIM``'s and the epochs of a bare ``--mode``."""
     from ddai.cli.fields import field_docs

@@ -14,9 +14,8 @@ from support.lazy import heavy, torch
 
 from ddai.pipelines.backends import BackendSpec, VQAResult, build
 from ddai.pipelines.pointer.embed import EmbedConfig, run_embed
-from ddai.pipelines.pointer.records import read_raw
 from ddai.pipelines.pointer.store import load_store
-from ddai.pipelines.pointer.world import WorldConfig, make_world, write_world
+from ddai.pipelines.pointer.world import WorldConfig, make_world, read_jsonl, write_world
 from ddai.pipelines.store import manifest
 
 generate = heavy("ddai.trainer.pointer.generate")
@@ -124,7 +123,7 @@ def _gen_cfg(root, out, **kw):
 def test_run_gen_records_correctness_for_every_candidate(tiny, tmp_path):
     out = tmp_path / "raw.jsonl"
     info = generate.run_gen(_gen_cfg(tiny, out))
-    raw = read_raw(out)
+    raw = read_jsonl(out)
     queries = {
         json.loads(x)["query_id"]: json.loads(x)
         for x in (tiny / "world" / "queries.jsonl").read_text().splitlines()
@@ -165,7 +164,7 @@ def test_run_gen_through_an_openai_compatible_server(tiny, tmp_path):
         )
         calls = srv.requests
     assert info["vqa"] == "vlm" and "vqa_note" not in info
-    raw = read_raw(out)
+    raw = read_jsonl(out)
     demos = {
         json.loads(x)["demo_id"]: json.loads(x)
         for x in (tiny / "world" / "demos.jsonl").read_text().splitlines()
@@ -190,7 +189,7 @@ def test_failed_calls_are_kept_with_a_reason(tiny, tmp_path):
 
     out = tmp_path / "raw.jsonl"
     info = generate.run_gen(_gen_cfg(tiny, out), vqa_model=Flaky())
-    cands = [c for rec in read_raw(out) for c in rec["pointer_candidates"]]
+    cands = [c for rec in read_jsonl(out) for c in rec["pointer_candidates"]]
     failed = [c for c in cands if c["eval_failed"]]
     assert info["eval_failed"] == len(failed) == len(cands) // 2
     assert all(c["eval_error"] == "http 503" and c["vqa_correct"] is None for c in failed)
@@ -220,5 +219,5 @@ def test_pointer_gen_exits_1_when_vqa_calls_failed(tiny, tmp_path, monkeypatch):
     data = json.loads(res.stdout)
     failed = data["failed_calls"]
     assert failed and sum(failed.values()) == data["eval_failed"] > 0
-    cands = [c for rec in read_raw(out) for c in rec["pointer_candidates"]]
+    cands = [c for rec in read_jsonl(out) for c in rec["pointer_candidates"]]
     assert all(c["eval_failed"] and c["vqa_correct"] is None for c in cands)
