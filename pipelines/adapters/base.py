@@ -142,13 +142,14 @@ def open_lines(path: str | os.PathLike[str]) -> BinaryIO:
     return fh
 
 
-def _read_line(fh: BinaryIO) -> tuple[bytes, int]:
-    """The next line (up to ``MAX_LINE_BYTES``) and its full length in bytes.
+def _read_line(fh: BinaryIO, limit: int | None = None) -> tuple[bytes, int]:
+    """The next line (up to ``limit`` bytes, default ``MAX_LINE_BYTES``) and its full length.
 
     A longer line is consumed in chunks (memory stays bounded) and only its prefix returned.
     """
-    raw = fh.readline(MAX_LINE_BYTES + 1)
-    if len(raw) <= MAX_LINE_BYTES or raw.endswith(b"\n"):
+    limit = MAX_LINE_BYTES if limit is None else limit
+    raw = fh.readline(limit + 1)
+    if len(raw) <= limit or raw.endswith(b"\n"):
         return raw, len(raw)
     size = len(raw)
     head = raw[:RAW_PREFIX_BYTES]

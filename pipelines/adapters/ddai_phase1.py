@@ -148,6 +148,7 @@ def read(path: Path, ctx: ReaderContext) -> Iterator[SourceRecord]:
             uid = _prompt_uid(agents)
             if uid is None:
                 notes["prompts without a reference document (uid = prompt uuid)"] += 1
+            ids = {"step": step, "uid": uid or uuid, "prompt_uuid": uuid}
             for agent in agents:
                 unit += 1
                 if not isinstance(agent, dict):
@@ -156,34 +157,20 @@ def read(path: Path, ctx: ReaderContext) -> Iterator[SourceRecord]:
                 if surrogates and lone_surrogate([step_key, uuid, entry.get("prompt"), agent]):
                     yield _bad(unit, agent, "lone surrogate", SURROGATE_DETAIL, run)
                     continue
-                yield contained(
-                    unit,
-                    None,
-                    run,
-                    _record,
-                    agent,
-                    step,
-                    uid or uuid,
-                    uuid,
-                    entry,
-                    step_key,
-                    unit,
-                    run,
-                )
+                yield contained(unit, None, run, _record, agent, ids, entry, step_key, unit, run)
     notes["units"] = unit
 
 
 def _record(
     agent: dict[str, Any],
-    step: int | None,
-    uid: str,
-    uuid: str,
+    ids: dict[str, Any],
     entry: dict[str, Any],
     step_key: str,
     unit: int,
     run: str | None,
 ) -> SourceRecord:
-    rec = agent_rollout(agent, step=step, uid=uid, prompt_uuid=uuid, prompt=entry.get("prompt"))
+    """``ids``: the step, uid and prompt uuid ``agent_rollout`` takes; ``entry``: the prompt's."""
+    rec = agent_rollout(agent, prompt=entry.get("prompt"), **ids)
     rec["step_key"] = step_key
     if run is not None:
         rec["run_id"] = run

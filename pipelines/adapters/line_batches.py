@@ -10,10 +10,16 @@ columnar reader then still refuses (a line that is not an object, a key given tw
 another type) sends the batch, and only that batch, through ``LineBatch.records``: the per-line
 parser, with the same reasons and line numbers as ``iter_json_lines``. A line longer than a batch
 is read alone.
+
+What the columnar readers share lives here too: Arrow's parse of a batch (``read_json``), a
+table in the log's schema (``rollout_table``), a ``RowBatch`` of a batch's lines
+(``LineBatch.row_batch``), JSON text from fragments (``json_object``), the columns derived from
+the turns (``from_turns``), a DuckDB connection per thread (``duck``).
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, TypeVar
@@ -22,11 +28,14 @@ from ddai.pipelines.adapters import base
 from ddai.pipelines.adapters.base import (
     SURROGATE_ESCAPE,
     ReaderContext,
+    RowBatch,
     _read_line,
     iter_json_lines,
     parse_line,
 )
-from ddai.pipelines.records.deps import np, pa
+from ddai.pipelines.records.deps import duckdb, np, pa, pj, pl
+from ddai.pipelines.records.row_checks import digest_bytes
+from ddai.pipelines.records.schema import ROLLOUT_SCHEMA
 
 T = TypeVar("T")
 ParsedLine = tuple[int, str | None, Any, str | None]  # (line_no, text, obj, reason)
@@ -71,6 +80,18 @@ class LineBatch:
         """Each line's bytes without its newline."""
         return self.data.split(b"\n")[:-1]
 
+    def row_batch(self, table: pa.Table, run_id: str) -> RowBatch:
+        """``table`` (one row per line, in order) as the ``RowBatch`` of run ``run_id``: each
+        row's line number, the digest of its line and its line as the per-row path keeps it."""
+        raws = self.raws()
+        return RowBatch(
+            table,
+            run_id,
+            list(range(self.first_line, self.first_line + len(raws))),
+            [digest_bytes(r) for r in raws],
+            lambda i: (raws[i] + b"\n").decode("utf-8"),
+        )
+
     def records(self) -> Iterator[tuple[int, str | None, Any, str | None]]:
         """The per-line path: ``(line_no, text, obj, reason)`` as ``iter_json_lines`` yields."""
         if self.size is not None:
@@ -89,6 +110,66 @@ class LineBatch:
                 out = parse_line(self.first_line + i, raw + b"\n")
             if out is not None:
                 yield out
+
+
+_READ = pj.ReadOptions(block_size=2 << 20)
+_local = threading.local()
+
+
+def duck() -> duckdb.DuckDBPyConnection:
+    """This thread's in-memory DuckDB connection, for the JSON work of the columnar readers (one
+    costs about 16 ms to open: one per batch was 5% of an ingest). Unregister what you register."""
+    con = getattr(_local, "con", None)
+    if con is None:
+        con = _local.con = duckdb.connect()
+        con.execute("SET enable_progress_bar = false")  # no bar drawn over the command's
+    return con
+
+
+def read_json(data: bytes, parse: pj.ParseOptions, lines: int) -> pa.Table | None:
+    """``data`` (``lines`` whole JSON lines) parsed by Arrow's JSON reader, or None when it
+    refuses them or reads another number of rows (e.g. two objects on one line): the per-row path
+    then says why, row by row."""
+    try:
+        parsed = pj.read_json(pa.py_buffer(data), read_options=_READ, parse_options=parse)
+    except (pa.ArrowException, ValueError):
+        return None
+    return parsed if parsed.num_rows == lines else None
+
+
+def rollout_table(cols: dict[str, Any], n: int) -> pa.Table:
+    """``n`` rows in ``ROLLOUT_SCHEMA``: each column of ``cols`` cast to its type, the others
+    null."""
+    return pa.table(
+        [
+            cols[f.name].cast(f.type) if f.name in cols else pa.nulls(n, f.type)
+            for f in ROLLOUT_SCHEMA
+        ],
+        schema=ROLLOUT_SCHEMA,
+    )
+
+
+def json_object(parts: list[pl.Expr]) -> pl.Expr:
+    """A JSON object's text from its ``"key":value`` fragments (null ones left out)."""
+    return pl.concat_str(
+        [pl.lit("{"), pl.concat_str(parts, separator=",", ignore_nulls=True), pl.lit("}")]
+    )
+
+
+def from_turns(turns: pl.Expr) -> dict[str, pl.Expr]:
+    """``num_turns``, ``terminated`` and ``format_ok`` from a ``list<TURN_TYPE>`` column, as
+    ``normalize_rollout`` derives them (``tags.terminated_from`` without ``max_turns``); null
+    where ``turns`` is."""
+    has, n = turns.is_not_null(), turns.list.len()
+    last = turns.list.last().struct
+    done = last.field("action") == "search_complete"
+    forced = pl.when(last.field("forced")).then(pl.lit("max_turns")).otherwise(pl.lit("complete"))
+    valid = turns.list.eval(pl.element().struct.field("action") != "invalid").list.all()
+    return {
+        "num_turns": pl.when(has).then(n.cast(pl.Int32)),
+        "terminated": pl.when(has & done).then(forced).when(has).then(pl.lit("invalid")),
+        "format_ok": pl.when(has & (n > 0)).then(valid & done),
+    }
 
 
 def _newlines(arr: np.ndarray) -> np.ndarray:
@@ -217,7 +298,7 @@ def read_lines(
     returns None to decline one), every other batch through ``rows`` over its parsed lines. A
     fault of ``columns`` declines its batch too: the per-row path contains it row by row. With
     ``ctx.columnar`` false the whole file goes through ``rows`` (``iter_json_lines``): the
-    reference the columnar readers are held to."""
+    reference the columnar readers are held to (``tests/support/columnar.py``)."""
     if not ctx.columnar:
         yield from rows(iter_json_lines(fh, ctx))
         return

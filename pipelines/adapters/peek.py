@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ddai.pipelines.adapters.base import open_lines
+from ddai.pipelines.adapters.base import _read_line, open_lines
 
 # A first line up to this size is parsed whole (a rollout with a huge response is still a rollout);
 # a longer one, a blank one or one that is not a JSON object is passed over for the next, for up
@@ -16,7 +16,6 @@ from ddai.pipelines.adapters.base import open_lines
 # fragments) does not hide the file's format, and the reader quarantines each such line.
 PEEK_LINE_BYTES = 64 << 20
 PEEK_SKIP_BYTES = 64 << 20
-_CHUNK = 1 << 20
 
 
 def first_object(path: Path) -> dict[str, Any] | None:
@@ -39,12 +38,10 @@ def _first_object(path: str, size: int, mtime_ns: int) -> dict[str, Any] | None:
     try:
         with open_lines(path) as fh:
             while fh.tell() <= PEEK_SKIP_BYTES:
-                line = fh.readline(PEEK_LINE_BYTES + 1)
-                if not line:
+                line, size = _read_line(fh, PEEK_LINE_BYTES)
+                if not size:
                     return None
-                if len(line) > PEEK_LINE_BYTES and not line.endswith(b"\n"):
-                    while (chunk := fh.readline(_CHUNK)) and not chunk.endswith(b"\n"):
-                        pass
+                if size != len(line):  # longer than PEEK_LINE_BYTES: passed over
                     continue
                 if not line.lstrip().startswith(b"{"):  # blank, or no object: passed over
                     continue

@@ -68,9 +68,6 @@ class SideTables(dict):
         self.run_id = run_id
         self.fallback_run = fallback_run
 
-    def run_of(self, row: dict[str, Any]) -> str:
-        return self.run_for(row.get("run_id"))
-
     def run_for(self, run: Any) -> str:
         """The run a row whose ``run_id`` is ``run`` goes to."""
         if self.run_id:

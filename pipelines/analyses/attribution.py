@@ -74,14 +74,10 @@ def attribute(
     and a ValueError when ``cfg.flags`` flag uids none of which is a prompt of these runs (a review
     of other runs: every flag would be silently unused).
     """
-    con = query.connect(query.logs_or_fail(Path(logs)), runs)
-    try:
-        ok, lacking = carries.check(con, "failure attribution", NEEDS, strict=bool(runs))
+    with carries.checked(logs, runs, "failure attribution", NEEDS) as (con, ok, lacking):
         n_flags = load_flags(con, cfg.flags)
         flagged = flagged_uids(con)
         df = rows(con, cfg).filter(pl.col("run_id").is_in(ok))
-    finally:
-        con.close()
     matched = len(flagged & set(df["uid"].to_list()))
     unmatched = unmatched_flags(flagged, df, cfg.flags)
     if unmatched:
@@ -95,7 +91,6 @@ def attribute(
             "agree_min": cfg.agree_min,
             "success_threshold": cfg.threshold,
         },
+        **carries.skipped(lacking),
     }
-    if lacking:
-        summary["skipped"] = {r: f"no {', no '.join(w)}" for r, w in lacking.items()}
     return df, summary

@@ -7,8 +7,12 @@ ValueError, so the CLI exits 2) naming the run, what is missing and what would s
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import os
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from ddai.pipelines.records.deps import duckdb
 from ddai.pipelines.store import capabilities, query
@@ -81,3 +85,21 @@ def check(
         how = "; ".join(f"for {w}: {f}" for w, f in fixes.items())
         raise MissingData(f"{analysis} needs what these runs lack: {named}. To supply it: {how}")
     return ok, lacking
+
+
+@contextlib.contextmanager
+def checked(
+    logs: str | os.PathLike[str], runs: list[str] | None, analysis: str, needs: tuple[Need, ...]
+) -> Iterator[tuple[duckdb.DuckDBPyConnection, list[str], dict[str, list[str]]]]:
+    """A connection to the store's ``runs`` (None: all), with ``check``'s runs that carry every
+    need and run → what it lacks; strict when the user named the runs. Closed on exit."""
+    con = query.connect(query.logs_or_fail(Path(logs)), runs)
+    try:
+        yield con, *check(con, analysis, needs, strict=bool(runs))
+    finally:
+        con.close()
+
+
+def skipped(lacking: dict[str, list[str]]) -> dict[str, Any]:
+    """A summary's ``skipped`` entry (run → what it lacks), or nothing when no run was skipped."""
+    return {"skipped": {r: f"no {', no '.join(w)}" for r, w in lacking.items()}} if lacking else {}

@@ -8,7 +8,6 @@ one with any reward variance is kept.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
 from ddai.pipelines.analyses import carries
@@ -25,13 +24,9 @@ def drop_keep(
 
     Raises MissingData when a named run, or every run, has no group of two scored rollouts.
     """
-    con = query.connect(query.logs_or_fail(Path(logs)), runs)
-    try:
-        ok, lacking = carries.check(con, "drop/keep", NEEDS, strict=bool(runs))
+    with carries.checked(logs, runs, "drop/keep", NEEDS) as (con, ok, lacking):
         decisions = query.run_frame(con, "SELECT * FROM drop_keep")
         groups = query.run_frame(con, "SELECT * FROM zero_variance_groups")
-    finally:
-        con.close()
     decisions = decisions.filter(pl.col("run_id").is_in(ok))
     groups = groups.filter(pl.col("run_id").is_in(ok))
     per_run: dict[str, Any] = {}
@@ -47,7 +42,4 @@ def drop_keep(
                 for reason in ("always_zero", "always_full", "constant")
             },
         }
-    summary: dict[str, Any] = {"runs": per_run}
-    if lacking:
-        summary["skipped"] = {r: f"no {', no '.join(w)}" for r, w in lacking.items()}
-    return decisions, groups, summary
+    return decisions, groups, {"runs": per_run, **carries.skipped(lacking)}

@@ -31,24 +31,17 @@ def reward_latency(
 
     Raises MissingData when a named run, or every run, has neither rewards nor judge scores.
     """
-    con = query.connect(query.logs_or_fail(Path(logs)), runs)
-    try:
-        ok, lacking = carries.check(con, "reward latency", NEEDS, strict=bool(runs))
+    with carries.checked(logs, runs, "reward latency", NEEDS) as (con, ok, lacking):
         steps = query.run_frame(con, "SELECT * FROM reward_latency").filter(
             pl.col("run_id").is_in(ok)
         )
         totals = _run_totals(con, ok)
-    finally:
-        con.close()
     per_run = {r.pop("run_id"): r for r in totals.to_dicts()}
     for r in per_run.values():
         if not r["with_latency"]:
             r["note"] = "no reward latency logged (extra.latency_s)"
     steps = _with_step_log(Path(logs), steps, per_run)
-    summary: dict[str, Any] = {"runs": per_run}
-    if lacking:
-        summary["skipped"] = {r: f"no {', no '.join(w)}" for r, w in lacking.items()}
-    return steps, summary
+    return steps, {"runs": per_run, **carries.skipped(lacking)}
 
 
 def _with_step_log(logs: Path, steps: pl.DataFrame, per_run: dict[str, Any]) -> pl.DataFrame:

@@ -143,17 +143,9 @@ def _lines(row: dict[str, Any], size: tuple[int, int]) -> list[dict[str, Any]] |
         return None
     sx = size[0] / float(row.get("width") or size[0])
     sy = size[1] / float(row.get("height") or size[1])
+    scale = (sx, sy, sx, sy)
     return [
-        {
-            "text": ln["text"],
-            "bbox": [
-                ln["bbox"][0] * sx,
-                ln["bbox"][1] * sy,
-                ln["bbox"][2] * sx,
-                ln["bbox"][3] * sy,
-            ],
-        }
-        for ln in lines
+        {"text": ln["text"], "bbox": [ln["bbox"][i] * scale[i] for i in range(4)]} for ln in lines
     ]
 
 

@@ -9,16 +9,9 @@ the number of writer processes (``pid``) seen is noted, since DDAI appended runs
 
 The reader reads byte batches of whole lines in columns (``columns``: the mapping as polars
 expressions); it maps line by line (``flash_rollout``, the reference) only where columns cannot
-give the per-line result:
-
-- a batch that is not clean (``line_batches``: a blank or unterminated line, a control byte, a
-  surrogate escape, invalid UTF-8, deep nesting, an integer past float64's precision): each line
-  is parsed, and quarantined, on its own;
-- a clean batch ``columns`` declines (its docstring lists when: a known field of another type, a
-  field the mapping renames or drops, an unknown field holding objects, a row the schema refuses
-  or flags), or whose columnar read fails: the per-line path contains a fault line by line;
-- the whole file with ``ReaderContext.columnar`` false (``IngestConfig.columnar``): the reference
-  the equality tests hold the columnar path to (``tests/support/columnar.py``).
+give the per-line result: the batches ``line_batches.read_lines`` reads by lines (not clean, or
+every one with ``ReaderContext.columnar`` false) and a clean batch ``columns`` declines (its
+docstring lists when) or whose columnar read fails.
 """
 
 from __future__ import annotations

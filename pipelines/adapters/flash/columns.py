@@ -27,10 +27,9 @@ import re
 
 from ddai.pipelines.adapters.base import RowBatch
 from ddai.pipelines.adapters.ddai_common import _RESERVED, FLASH_FIELDS
-from ddai.pipelines.adapters.line_batches import LineBatch
+from ddai.pipelines.adapters.line_batches import LineBatch, json_object, read_json, rollout_table
 from ddai.pipelines.records.deps import pa, pc, pj, pl
-from ddai.pipelines.records.row_checks import digest_bytes
-from ddai.pipelines.records.schema import COLUMNS, INT32_MAX, ROLLOUT_SCHEMA
+from ddai.pipelines.records.schema import COLUMNS, INT32_MAX
 
 _STRING = ("uid", "query", "generated_answer", "reference_answer")
 _INT = ("local_idx", "sample_idx")
@@ -51,7 +50,6 @@ _DECLINE = (_RESERVED | set(COLUMNS) | {"event_type"}) - KNOWN - set(FLASH_FIELD
 # Python's \s also takes \x1c-\x1f, Rust's does not).
 _ASSISTANT_TAIL = r"\n[\s\x1c-\x1f]*assistant\b(?s:.*)"
 _PARSE = pj.ParseOptions(explicit_schema=KNOWN_SCHEMA, unexpected_field_behavior="infer")
-_READ = pj.ReadOptions(block_size=2 << 20)
 
 
 def _plain(t: pa.DataType) -> bool:
@@ -87,73 +85,60 @@ def _rows_ok(df: pl.DataFrame) -> bool:
     return bool(df.select(pl.all_horizontal(checks)).item())
 
 
+def field_json(df: pl.DataFrame, c: str, lines: pl.Series) -> pl.Expr:
+    """Field ``c`` as ``"c":value`` for ``extra``; a null kept when the line names the key (a
+    nested key of that name counts too), else left out. ``lines``: the rows' lines."""
+    frag = pl.struct(c).struct.json_encode().str.slice(1).str.strip_suffix("}")
+    if df[c].null_count():
+        named = lines.str.contains(f'"{re.escape(c)}"\\s*:')
+        frag = pl.when(pl.col(c).is_not_null() | pl.lit(named)).then(frag)
+    return frag
+
+
 def _extra(df: pl.DataFrame, lines: pl.Series) -> pl.Expr:
     """``extra`` as JSON text: the unknown fields, keys sorted, each as ``"key":value``."""
-    parts = []
-    for c in sorted(c for c in df.columns if c not in KNOWN):
-        frag = pl.struct(c).struct.json_encode().str.slice(1).str.strip_suffix("}")
-        if df[c].null_count():
-            # null: kept when the line names the key (a nested key of that name counts too)
-            named = lines.str.contains(f'"{re.escape(c)}"\\s*:')
-            frag = pl.when(pl.col(c).is_not_null() | pl.lit(named)).then(frag)
-        parts.append(frag)
-    if not parts:
-        return pl.lit("{}")
-    return pl.concat_str(
-        [pl.lit("{"), pl.concat_str(parts, separator=",", ignore_nulls=True), pl.lit("}")]
-    )
+    parts = [field_json(df, c, lines) for c in sorted(c for c in df.columns if c not in KNOWN)]
+    return json_object(parts) if parts else pl.lit("{}")
+
+
+def mapped() -> dict[str, pl.Expr]:
+    """The rollout columns ``flash_rollout`` maps from a payload's fields, as expressions (those
+    a unified log's reward gives alike)."""
+    first = pl.col("reference_basenames").list.first()
+    return {
+        "question": pl.col("query").str.replace(_ASSISTANT_TAIL, ""),
+        "reference_answer": pl.col("reference_answer"),
+        "file_name": pl.when(first.str.contains("_", literal=True)).then(
+            first.str.replace(r"_[^_]*$", "") + ".pdf"
+        ),
+        "reference_pages": pl.col("reference_basenames"),
+        "answer": pl.col("generated_answer"),
+        "judge_score": pl.col("judge_score"),
+        "ndcg": pl.col("ndcg"),
+        "reward": pl.col("final_score"),
+    }
 
 
 def to_rows(batch: LineBatch, run_id: str) -> tuple[RowBatch, list] | None:
     """The batch's rollouts (and the distinct ``pid``s it names), or None to read it per row."""
-    try:
-        parsed = pj.read_json(pa.py_buffer(batch.data), read_options=_READ, parse_options=_PARSE)
-    except (pa.ArrowException, ValueError):  # any refusal: the per-row path says why, row by row
-        return None
     lines = batch.lines()
-    if parsed.num_rows != len(lines) or not _schema_ok(parsed.schema):
+    parsed = read_json(batch.data, _PARSE, len(lines))
+    if parsed is None or not _schema_ok(parsed.schema):
         return None
     if any(pc.list_flatten(parsed[c]).null_count for c in _PAGES):  # a null page name
         return None
     df = pl.from_arrow(parsed)
     if not _rows_ok(df):
         return None
-    first = pl.col("reference_basenames").list.first()
     out = df.select(
         uid=pl.col("uid"),
         rollout_idx=pl.col("local_idx").cast(pl.Int32),
         sample_idx=pl.col("sample_idx").cast(pl.Int32),
-        question=pl.col("query").str.replace(_ASSISTANT_TAIL, ""),
-        reference_answer=pl.col("reference_answer"),
-        file_name=pl.when(first.str.contains("_", literal=True)).then(
-            first.str.replace(r"_[^_]*$", "") + ".pdf"
-        ),
-        reference_pages=pl.col("reference_basenames"),
         retrieved_pages=pl.col("retrieved_basenames"),
-        answer=pl.col("generated_answer"),
-        judge_score=pl.col("judge_score"),
-        ndcg=pl.col("ndcg"),
-        reward=pl.col("final_score"),
         extra=_extra(df, pl.Series(lines)),
+        **mapped(),
     ).to_arrow()
-    n = df.height
-    cols = {}
-    for f in ROLLOUT_SCHEMA:
-        if f.name == "run_id":
-            cols[f.name] = pa.array([run_id] * n, f.type)
-        elif f.name in out.column_names:
-            cols[f.name] = out[f.name].cast(f.type)
-        else:
-            cols[f.name] = pa.nulls(n, f.type)
-    table = pa.table(cols, schema=ROLLOUT_SCHEMA)
+    cols = {c: out[c] for c in out.column_names}
+    cols["run_id"] = pa.array([run_id] * df.height, pa.string())
     pids = df["pid"].unique().to_list() if "pid" in df.columns else [None]
-    first_line = batch.first_line
-    raws = batch.raws()
-    rows = RowBatch(
-        table,
-        run_id,
-        list(range(first_line, first_line + n)),
-        [digest_bytes(r) for r in raws],
-        lambda i: (raws[i] + b"\n").decode("utf-8"),  # as the per-row path keeps it
-    )
-    return rows, pids
+    return batch.row_batch(rollout_table(cols, df.height), run_id), pids

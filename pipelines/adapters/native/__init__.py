@@ -4,17 +4,10 @@ The reader reads in columns: JSONL in byte batches of whole lines (``jsonl``), P
 batch (``parquet``; the next batch decoded and digested by a thread meanwhile, ``read_ahead``),
 each batch checked and derived as ``normalize_rollout`` would per row. It reads row by row
 (each object handed to ingest as it is, where ``normalize_rollout`` reads it) only where columns
-cannot give the per-row result:
-
-- a JSONL batch that is not clean (``line_batches``: a blank or unterminated line, a control byte,
-  a surrogate escape, invalid UTF-8, deep nesting, an integer past float64's precision): each line
-  is parsed, and quarantined, on its own;
-- a batch ``jsonl`` or ``parquet`` declines (their docstrings list when: a column the log lacks or
-  of another type, a row the schema refuses or rewrites, turns to parse from ``response``), or
-  whose columnar read fails: the per-row path contains a fault row by row; a Parquet batch whose
-  row digests cannot be taken in columns;
-- the whole file with ``ReaderContext.columnar`` false (``IngestConfig.columnar``): the reference
-  the equality tests hold the columnar path to (``tests/support/columnar.py``).
+cannot give the per-row result: the JSONL batches ``line_batches.read_lines`` reads by lines (not
+clean, or every one with ``ReaderContext.columnar`` false, as every Parquet batch then), a batch
+``jsonl`` or ``parquet`` declines (their docstrings list when) or whose columnar read fails, and a
+Parquet batch whose row digests cannot be taken in columns.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 
 from ddai.pipelines.adapters.base import RowBatch, repeated_key
-from ddai.pipelines.adapters.line_batches import LineBatch
+from ddai.pipelines.adapters.line_batches import LineBatch, duck, read_json
 from ddai.pipelines.adapters.native import parquet
 from ddai.pipelines.records.deps import duckdb, pa, pj, pl
 from ddai.pipelines.records.row_checks import digest_bytes
@@ -46,14 +46,12 @@ JSON_SCHEMA = pa.schema(
     [(f.name, _wide(f.type)) for f in ROLLOUT_SCHEMA if f.name not in _BY_DUCKDB]
 )
 _PARSE = pj.ParseOptions(explicit_schema=JSON_SCHEMA, unexpected_field_behavior="ignore")
-_READ = pj.ReadOptions(block_size=2 << 20)
 
 
 def _extra(lines: pa.LargeStringArray) -> pa.Array | None:
     """Each line's ``extra`` as the per-row path reads it, before ``normalize_rollout``: an
     object's JSON text, a string as is, null when absent or null; None to decline the batch."""
-    con = duckdb.connect()
-    con.execute("SET enable_progress_bar = false")  # no bar drawn over the command's
+    con = duck()
     try:
         con.register("b", pa.table({"l": lines}))
         # one parse per line: its keys and both objects' JSON text (NULL when absent)
@@ -66,7 +64,7 @@ def _extra(lines: pa.LargeStringArray) -> pa.Array | None:
     except duckdb.Error:
         return None
     finally:
-        con.close()
+        con.unregister("b")
     assert isinstance(df, pl.DataFrame)
     e = pl.col("e")
     ok = df.select(
@@ -96,15 +94,10 @@ def nested_repeat(texts: list[str]) -> bool:
 
 def to_rows(batch: LineBatch, run_id: str | None) -> list[RowBatch] | None:
     """The batch's rollouts, one ``RowBatch`` per run, or None to read it per row."""
-    try:
-        parsed = pj.read_json(pa.py_buffer(batch.data), read_options=_READ, parse_options=_PARSE)
-    except (pa.ArrowException, ValueError):  # any refusal: the per-row path says why, row by row
-        return None
     lines = batch.lines()
-    if parsed.num_rows != len(lines):  # e.g. two objects on one line
-        return None
-    extra = _extra(lines)
-    if extra is None:
+    parsed = read_json(batch.data, _PARSE, len(lines))
+    extra = _extra(lines) if parsed is not None else None
+    if parsed is None or extra is None:
         return None
     cols = []
     for f in ROLLOUT_SCHEMA:

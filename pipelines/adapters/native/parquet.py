@@ -21,10 +21,10 @@ computed for every batch whichever path reads it.
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Callable
 
 from ddai.pipelines.adapters.base import RowBatch
+from ddai.pipelines.adapters.line_batches import duck, from_turns
 from ddai.pipelines.adapters.unified.events import int_array
 from ddai.pipelines.records.deps import duckdb, np, pa, pc, pl
 from ddai.pipelines.records.schema import ACTION_NAMES, INT32_MAX, ROLLOUT_SCHEMA, TERMINATIONS
@@ -69,19 +69,6 @@ def _schema_ok(schema: pa.Schema) -> bool:
     } <= set(schema.names)
 
 
-_local = threading.local()
-
-
-def _connection() -> duckdb.DuckDBPyConnection:
-    """This thread's in-memory DuckDB connection for ``_extra`` (a connection costs about 16 ms
-    to open: one per batch was 5% of an ingest)."""
-    con = getattr(_local, "con", None)
-    if con is None:
-        con = _local.con = duckdb.connect()
-        con.execute("SET enable_progress_bar = false")  # no bar drawn over the command's
-    return con
-
-
 def _extra(table: pa.Table, run_id: str | None) -> pa.ChunkedArray | None:
     """``extra`` as ``normalize_rollout`` leaves it: ``{}`` for none, a JSON object as written,
     ``source_run_id`` set where ``--run-id`` overrides the row's own; None when some ``extra`` is
@@ -89,7 +76,7 @@ def _extra(table: pa.Table, run_id: str | None) -> pa.ChunkedArray | None:
     # The JSON work runs once per distinct (extra, run id) pair, then is spread back over the
     # rows: a batch repeats few pairs (``{}``, one run), and the values stay DuckDB's own.
     pairs, at = _distinct_pairs(table["extra"], table["run_id"])
-    con = _connection()
+    con = duck()
     try:
         con.register("b", pairs)
         own = "coalesce(nullif(e, ''), '{}')"
@@ -235,30 +222,7 @@ def _derive(table: pa.Table, df: pl.DataFrame, run_id: str | None) -> pa.Table:
     Only those columns go through polars and back (``df``: the same rows); the others are the
     source's Arrow arrays as they are (a round trip of every column through polars cost 0.8 CPU
     s at 200k rollouts)."""
-    turns = pl.col("turns")
-    last = turns.list.last()
-    has = turns.is_not_null()
-    derived = {
-        "num_turns": pl.coalesce("num_turns", pl.when(has).then(turns.list.len().cast(pl.Int32))),
-        "terminated": pl.coalesce(
-            "terminated",
-            pl.when(has & (last.struct.field("action") == "search_complete"))
-            .then(
-                pl.when(last.struct.field("forced"))
-                .then(pl.lit("max_turns"))
-                .otherwise(pl.lit("complete"))
-            )
-            .when(has)
-            .then(pl.lit("invalid")),
-        ),
-        "format_ok": pl.coalesce(
-            "format_ok",
-            pl.when(has & (turns.list.len() > 0)).then(
-                turns.list.eval(pl.element().struct.field("action") != "invalid").list.all()
-                & (last.struct.field("action") == "search_complete")
-            ),
-        ),
-    }
+    derived = {k: pl.coalesce(k, v) for k, v in from_turns(pl.col("turns")).items()}
     if run_id is not None:  # (a literal beside column expressions: one value per row)
         derived["run_id"] = pl.lit(run_id, pl.String)
     cols = df.select(**derived).to_arrow()

@@ -12,13 +12,10 @@ texts cut by ``turns``), rollouts still in flight at a batch's end carried to th
 event lines. It reads event by event (``assembler.Assembler``) only where columns cannot give the
 assembler's result:
 
-- a batch that is not clean (``line_batches``: a blank or unterminated line, a control byte, a
-  surrogate escape, invalid UTF-8, deep nesting, an integer past float64's precision): each line
-  is parsed, and quarantined, on its own;
-- a clean batch ``columns`` declines (its docstring lists when): plans out of turn order or with
-  gaps, a tool event off the turn logged before it, a second reward, a rollout a newer step
-  closes without its reward, a late ``run.start``, a row the schema refuses or flags: the
-  assembler's per-event repairs and quarantine reasons;
+- a batch that is not clean (``line_batches`` says when): each line is parsed, and quarantined,
+  on its own;
+- a clean batch ``columns`` declines (its docstring lists when: the assembler's per-event
+  repairs and quarantine reasons);
 - a batch smaller than twice the text in flight (mostly the file's last): re-parsing the carried
   lines would cost more than the batch; its rollouts stay in the assembler until a clean batch
   large enough takes them back;

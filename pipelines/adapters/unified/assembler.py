@@ -43,9 +43,6 @@ Mapped fields: ``global_step`` → ``step``; ``rollout_idx`` = ``sample_idx mod 
 ``config.data.data_source`` when the run names one. ``extra`` holds the reward event's other fields,
 ``max_turns`` and ``search_results`` (per executed search, the result basenames).
 
-"Rows in" for this format are the units yielded: rollouts assembled plus units quarantined. Event
-counts are in ``ctx.notes[<path>]``.
-
 Longer than 400 lines because the event grammar, the rollout key and the per-event repairs of
 DDAI's unified log are one assembler; split, each half would need the other's state.
 """
@@ -80,9 +77,9 @@ from ddai.pipelines.adapters.unified.events import (
     SEARCH_RESPONSE,
     Key,
     int_or_none,
-    key_dict,
     rollout_digest,
     rollout_raw,
+    run_config,
     same_prompt,
 )
 from ddai.pipelines.records import tags
@@ -112,12 +109,16 @@ class _Pending:
             evs.append((self.reward[1], self.reward[0]))
         return [ev for _, ev in sorted(evs, key=lambda x: x[0])]
 
+    def logged(self) -> list[int]:
+        """Turn indices with a plan, or with padding before the last plan, in order."""
+        last = max(self.plans)
+        return sorted(set(self.plans) | {i for i in self.empty if i < last})
+
     def sequence(self) -> list[int] | None:
-        """Turn indices in order, or None when turn 0 is missing or there is a gap."""
+        """``logged``, or None when turn 0 is missing or there is a gap."""
         if not self.plans:
             return None
-        last = max(self.plans)
-        seq = sorted(set(self.plans) | {i for i in self.empty if i < last})
+        seq = self.logged()
         return seq if seq == list(range(len(seq))) else None
 
     def missing(self) -> list[int]:
@@ -199,7 +200,7 @@ class Assembler:
         if not ev.get("text"):
             # DDAI logs an empty plan for every rollout no longer active: padding, unless a
             # later turn of a rollout still being read follows it.
-            p = self._find(key)
+            p = self.pending.get(key)
             if p is None:
                 self.n["empty plans ignored"] += 1
             else:
@@ -221,11 +222,7 @@ class Assembler:
 
     def run_start(self, ev: dict[str, Any]) -> None:
         run = ev.get("run_id")
-        cfg = ev.get("config") if isinstance(ev.get("config"), dict) else {}
-        data = cfg.get("data") if isinstance(cfg.get("data"), dict) else {}
-        self.max_turns[run] = int_or_none(cfg.get("max_turns"))
-        ds = data.get("data_source")
-        self.data_source[run] = ds if isinstance(ds, str) else None
+        cfg, self.max_turns[run], self.data_source[run] = run_config(ev)
         entry = {
             "source_run_id": run,
             "experiment_name": ev.get("experiment_name"),
@@ -243,9 +240,6 @@ class Assembler:
         self.n["runs started"] += 1
 
     # ------------------------------------------------------------------ bookkeeping
-    def _find(self, key: Key) -> _Pending | None:
-        return self.pending.get(key)
-
     def _get(self, key: Key, line: int) -> _Pending:
         p = self.pending.get(key)
         if p is None:
@@ -314,9 +308,7 @@ class Assembler:
         if p.conflict:
             reason, detail = "conflicting events", p.conflict
         elif seq is None and p.reward is not None and p.plans:
-            # a lost plan event: the scores are whole, the text is not
-            last = max(p.plans)
-            seq = sorted(set(p.plans) | {i for i in p.empty if i < last})
+            seq = p.logged()  # a lost plan event: the scores are whole, the text is not
         elif seq is None and p.reward is not None:
             got = sorted(p.plans)
             reason, detail = "missing turns", f"rm.flash.detail with model.plan turns {got}"
@@ -327,9 +319,7 @@ class Assembler:
             )
         if reason is not None:
             self.quarantined[reason] += 1
-            raw = json.dumps(
-                {"key": key_dict(p.key), "events": p.events()}, ensure_ascii=False, default=str
-            )
+            raw = rollout_raw(p.key, p.events())
             yield SourceRecord(None, p.first_line, raw, reason, detail, run_id=run)
             return
         row, leftovers = self._assemble(p, seq)

@@ -56,7 +56,6 @@ EVENT_SCHEMA = pa.schema(
     ]
 )
 _PARSE = pj.ParseOptions(explicit_schema=EVENT_SCHEMA, unexpected_field_behavior="ignore")
-_READ = pj.ReadOptions(block_size=2 << 20)
 _KIND = {du.SEARCH_RESPONSE: "search", du.BBOX: "bbox"}
 _BIG = 2**62
 
@@ -79,20 +78,17 @@ def _read(
 ) -> tuple[list[RowBatch], list[tuple[int, str]]]:
     head = "".join(t + "\n" for _, t in carry).encode("utf-8")
     buf = head + batch.data
-    try:
-        parsed = pj.read_json(pa.py_buffer(buf), read_options=_READ, parse_options=_PARSE)
-    except (pa.ArrowException, ValueError) as e:
-        raise Decline from e
     # each line's text with its newline: one Arrow array over the parsed bytes (no copy)
     ends = np.concatenate([line_batches.newlines(head), batch.ends + len(head)])
+    parsed = line_batches.read_json(buf, _PARSE, len(ends))
+    if parsed is None:
+        raise Decline
     lines_arr = pa.LargeStringArray.from_buffers(
         len(ends), pa.py_buffer(np.concatenate([[0], ends + 1])), pa.py_buffer(buf)
     )
     texts = pl.from_arrow(lines_arr).cast(pl.String)
     assert isinstance(texts, pl.Series)
     n_new = len(texts) - len(carry)
-    if parsed.num_rows != len(texts):
-        raise Decline
     lines = np.concatenate(
         [np.array([ln for ln, _ in carry], np.int64), np.arange(n_new) + batch.first_line]
     )
@@ -126,11 +122,7 @@ def _read(
         run = ev_start.get("run_id")
         if run in first_of_run and first_of_run[run] < line:
             raise Decline
-        cfg = ev_start.get("config") if isinstance(ev_start.get("config"), dict) else {}
-        data = cfg.get("data") if isinstance(cfg.get("data"), dict) else {}
-        max_turns[run] = du.int_or_none(cfg.get("max_turns"))
-        ds = data.get("data_source")
-        data_source[run] = ds if isinstance(ds, str) else None
+        _, max_turns[run], data_source[run] = du.run_config(ev_start)
 
     empty = plan & (pl.col("text").is_null() | (pl.col("text") == ""))
     full = roll.filter(~empty)

@@ -42,6 +42,15 @@ def int_or_none(v: Any) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
+def run_config(ev: dict[str, Any]) -> tuple[dict[str, Any], int | None, str | None]:
+    """A ``run.start`` event's ``config`` (``{}`` unless an object), its ``max_turns`` and its
+    ``data.data_source`` (each None unless an integer / a string)."""
+    cfg = ev.get("config") if isinstance(ev.get("config"), dict) else {}
+    data = cfg.get("data") if isinstance(cfg.get("data"), dict) else {}
+    ds = data.get("data_source")
+    return cfg, int_or_none(cfg.get("max_turns")), ds if isinstance(ds, str) else None
+
+
 def same_prompt(uid: Any, reward_uid: Any, sample_idx: int, n_agent: int | None) -> bool:
     if reward_uid is None or reward_uid == uid:
         return True
@@ -54,12 +63,7 @@ def key_dict(key: Key) -> dict[str, Any]:
 
 def rollout_digest(texts: Iterable[str]) -> bytes:
     """A rollout's content digest: its event lines (each without its newline), in file order."""
-    return rollout_digest_of("".join(t + "\n" for t in texts))
-
-
-def rollout_digest_of(lines: str) -> bytes:
-    """``rollout_digest`` of the event lines joined, each ending in a newline."""
-    return _digest(lines.encode("utf-8", "surrogatepass"))
+    return _digest("".join(t + "\n" for t in texts).encode("utf-8", "surrogatepass"))
 
 
 def rollout_digests(

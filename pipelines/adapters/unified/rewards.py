@@ -14,11 +14,11 @@ flag (no uid, a negative or past-int32 index, a non-finite score).
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from typing import Any
 
 from ddai.pipelines.adapters.flash import columns as fc
+from ddai.pipelines.adapters.line_batches import json_object, read_json
 from ddai.pipelines.records.deps import pa, pc, pj, pl
 from ddai.pipelines.records.schema import COLUMNS, INT32_MAX
 
@@ -28,7 +28,6 @@ _DROP = ("run_id", "global_step", "event_type")
 _ADDED = frozenset({"search_results", "max_turns", "reward_uid", "source_run_id", "nonfinite"})
 _SCHEMA = pa.schema([*fc.KNOWN_SCHEMA, ("n_agent", pa.int64())])
 _PARSE = pj.ParseOptions(explicit_schema=_SCHEMA, unexpected_field_behavior="infer")
-_READ = pj.ReadOptions(block_size=2 << 20)
 
 
 def reward_frame(
@@ -45,12 +44,8 @@ def reward_frame(
     key give, ``extra`` as JSON text; and the reader's counts. ``reward_lines``: the reward
     lines (each with its newline), ``reward_data`` the same as one run of bytes. None: the batch
     goes event by event."""
-    try:
-        parsed = pj.read_json(pa.py_buffer(reward_data), read_options=_READ, parse_options=_PARSE)
-    except (pa.ArrowException, ValueError):
-        return None
-    names = set(parsed.schema.names) - set(_DROP)
-    if parsed.num_rows != len(done) or names & _ADDED:
+    parsed = read_json(reward_data, _PARSE, len(done))
+    if parsed is None or set(parsed.schema.names) & _ADDED:
         return None
     parsed = parsed.drop_columns([c for c in _DROP if c in parsed.schema.names])
     if not fc._schema_ok(parsed.schema):
@@ -119,24 +114,15 @@ def reward_frame(
             else pl.lit(None, pl.String)
         ),
     }
-    lines = reward_lines
     parts = []
     for c in sorted([*extra_cols, *added]):
         if c in added:
             # added only where it applies (``max_turns`` where the run's config names it)
             frag = pl.struct(added[c].alias(c)).struct.json_encode().str.slice(1)
             parts.append(pl.when(added[c].is_not_null()).then(frag.str.strip_suffix("}")))
-            continue
-        frag = pl.struct(c).struct.json_encode().str.slice(1).str.strip_suffix("}")
-        if df[c].null_count():
-            named = lines.str.contains(f'"{re.escape(c)}"\\s*:')
-            frag = pl.when(pl.col(c).is_not_null() | pl.lit(named)).then(frag)
-        parts.append(frag)
-    extra = pl.concat_str(
-        [pl.lit("{"), pl.concat_str(parts, separator=",", ignore_nulls=True), pl.lit("}")]
-    )
+        else:
+            parts.append(fc.field_json(df, c, reward_lines))
     shown = pl.col("_shown").list.unique(maintain_order=True)
-    first = pl.col("reference_basenames").list.first()
     out = df.select(
         run_id="_run_out",
         uid="_uid",
@@ -144,20 +130,11 @@ def reward_frame(
         step=pl.col("_step").cast(pl.Int32),
         sample_idx=pl.col("_sidx").cast(pl.Int32),
         data_source="_ds",
-        question=pl.col("query").str.replace(fc._ASSISTANT_TAIL, ""),
-        reference_answer=pl.col("reference_answer"),
-        file_name=pl.when(first.str.contains("_", literal=True)).then(
-            first.str.replace(r"_[^_]*$", "") + ".pdf"
-        ),
-        reference_pages=pl.col("reference_basenames"),
         retrieved_pages=pl.coalesce(
             "retrieved_basenames", pl.when(pl.col("_shown").list.len() > 0).then(shown)
         ),
-        answer=pl.col("generated_answer"),
-        judge_score=pl.col("judge_score"),
-        ndcg=pl.col("ndcg"),
-        reward=pl.col("final_score"),
-        extra=extra,
+        extra=json_object(parts),
+        **fc.mapped(),
     )
     assert set(out.columns) <= set(COLUMNS)
     return out, counts

@@ -15,10 +15,11 @@ from collections import Counter
 from typing import Any
 
 from ddai.pipelines.adapters.base import RowBatch
+from ddai.pipelines.adapters.line_batches import rollout_table
 from ddai.pipelines.adapters.unified import events as du
 from ddai.pipelines.adapters.unified.rewards import reward_frame
 from ddai.pipelines.records.deps import np, pa, pl
-from ddai.pipelines.records.schema import ROLLOUT_SCHEMA, TURN_TYPE
+from ddai.pipelines.records.schema import TURN_TYPE
 from ddai.pipelines.store import check_run_id
 
 KEY = ("run_id", "global_step", "sample_idx")
@@ -133,13 +134,7 @@ def rows(
     built = {c: col.chunk(0) for c, col in zip(out.columns, _arrow(out).columns, strict=True)}
     built["turns"] = _turns_array(t, sizes)
     built["response"] = _arrow(done.select("response"))["response"].chunk(0)
-    table = pa.table(
-        {
-            f.name: built[f.name].cast(f.type) if f.name in built else pa.nulls(n, f.type)
-            for f in ROLLOUT_SCHEMA
-        },
-        schema=ROLLOUT_SCHEMA,
-    )
+    table = rollout_table(built, n)
     # content digests and source text, as the event-by-event reader makes them
     events = (
         members.join(done.select("k", "o", "close"), on="k")

@@ -18,17 +18,9 @@ uid and the flag ``uid_unmatched``. ``rollout_idx`` is the order within (``step`
 
 The reader reads byte batches of whole lines in columns (``columns``, transcripts cut by
 ``transcripts``); it reads row by row (``rows``, the same rows, counts and quarantine) only where
-columns cannot give the per-row result:
-
-- a batch that is not clean (``line_batches``: a blank or unterminated line, a control byte, a
-  surrogate escape, invalid UTF-8, deep nesting, an integer past float64's precision): each line
-  is parsed, and quarantined, on its own;
-- a clean batch ``columns`` declines (its docstring lists when): a value of another type, a row
-  without a string ``input``, a step out of range, a non-finite score, a ``source_*`` field, a
-  key DuckDB cannot address, a uid mapping it cannot apply in columns; or a batch whose columnar
-  read fails: the per-row path contains a fault row by row;
-- the whole file with ``ReaderContext.columnar`` false (``IngestConfig.columnar``): the reference
-  the equality tests hold the columnar path to (``tests/support/columnar.py``).
+columns cannot give the per-row result: the batches ``line_batches.read_lines`` reads by lines
+(not clean, or every one with ``ReaderContext.columnar`` false) and a clean batch ``columns``
+declines (its docstring lists when) or whose columnar read fails.
 """
 
 from __future__ import annotations

@@ -22,16 +22,22 @@ dotted path or holds numbers that are not integers.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from ddai.pipelines.adapters.base import RowBatch
 from ddai.pipelines.adapters.ddai_common import question_from_prompt
-from ddai.pipelines.adapters.line_batches import LineBatch
+from ddai.pipelines.adapters.line_batches import (
+    LineBatch,
+    duck,
+    json_object,
+    read_json,
+    rollout_table,
+)
 from ddai.pipelines.adapters.verl.ids import UID_UNMATCHED, UidMapper, uid_of
 from ddai.pipelines.adapters.verl.transcripts import transcripts
 from ddai.pipelines.records.deps import duckdb, pa, pj, pl
-from ddai.pipelines.records.row_checks import digest_bytes
-from ddai.pipelines.records.schema import COLUMNS, INT32_MAX, ROLLOUT_SCHEMA
+from ddai.pipelines.records.schema import COLUMNS, INT32_MAX
 
 _STRING = ("input", "output", "gts", "data_source")
 _FLOAT = ("score", "judge_score", "ndcg")
@@ -41,7 +47,6 @@ KNOWN_SCHEMA = pa.schema(
     + [("step", pa.int64())]
 )
 _PARSE = pj.ParseOptions(explicit_schema=KNOWN_SCHEMA, unexpected_field_behavior="infer")
-_READ = pj.ReadOptions(block_size=2 << 20)
 # A key quoted into a DuckDB JSON path: no quote, backslash or control character.
 _SAFE_KEY = r'^[^"\\\x00-\x1f]+$'
 
@@ -53,8 +58,7 @@ def _extra_key(name: str) -> str:
 
 def _field_texts(lines: pa.LargeStringArray, names: list[str]) -> pl.DataFrame | None:
     """Per line, each named field's JSON text as written (null where the line lacks it)."""
-    con = duckdb.connect()
-    con.execute("SET enable_progress_bar = false")  # no bar drawn over the command's
+    con = duck()
     try:
         con.register("b", pa.table({"l": lines}))
         paths = "[" + ", ".join(f"'$.\"{n}\"'" for n in names) + "]"
@@ -62,7 +66,7 @@ def _field_texts(lines: pa.LargeStringArray, names: list[str]) -> pl.DataFrame |
     except duckdb.Error:
         return None
     finally:
-        con.close()
+        con.unregister("b")
     df = pl.from_arrow(got)
     assert isinstance(df, pl.DataFrame)
     return df.select(pl.col("x").list.get(i).alias(n) for i, n in enumerate(names))
@@ -79,19 +83,12 @@ def _extra(texts: pl.DataFrame, output_kept: pl.Series) -> pl.Series:
                 pl.lit('"output":') + pl.col(name).fill_null("null")
             )
         parts.append(frag)
-    return texts.select(
-        pl.concat_str(
-            [pl.lit("{"), pl.concat_str(parts, separator=",", ignore_nulls=True), pl.lit("}")]
-        )
-    ).to_series()
+    return texts.select(json_object(parts)).to_series()
 
 
 def _uids(df: pl.DataFrame, mapper: UidMapper | None) -> tuple[pl.Series, list, Counter] | None:
     """Per row: uid, flags, and the mapping counts to add; None to decline the batch."""
-    prompts = df["input"].unique()
-    sha = [uid_of(p) for p in prompts.to_list()]
-    own = df.select(pl.col("input").replace_strict(prompts, pl.Series(sha, dtype=pl.String)))
-    own_uid = own.to_series()
+    own_uid = _per_prompt(df["input"], uid_of)
     if mapper is None:
         return own_uid, [None] * df.height, Counter()
     field = mapper.uid_field
@@ -114,13 +111,10 @@ def to_rows(
 ) -> RowBatch | None:
     """The batch's rollouts, or None to read it per row. ``order`` ((step, uid) → rows seen) and
     ``mapper``'s counts are updated only when the batch is taken."""
-    try:
-        parsed = pj.read_json(pa.py_buffer(batch.data), read_options=_READ, parse_options=_PARSE)
-    except (pa.ArrowException, ValueError):  # any refusal: the per-row path says why, row by row
-        return None
     lines = batch.lines()
-    n = parsed.num_rows
-    if n != len(lines):
+    n = len(lines)
+    parsed = read_json(batch.data, _PARSE, n)
+    if parsed is None:
         return None
     others = [c for c in parsed.column_names if c not in KNOWN_SCHEMA.names]
     if any(c.startswith("source_") for c in others):
@@ -163,7 +157,7 @@ def to_rows(
         "uid": uid.to_arrow(),
         "rollout_idx": rollout_idx.to_arrow(),
         "data_source": df["data_source"].to_arrow(),
-        "question": _questions(df["input"]).to_arrow(),
+        "question": _per_prompt(df["input"], question_from_prompt).to_arrow(),
         "reference_answer": df["gts"].to_arrow(),
         "response": tr["response"].to_arrow(),
         "turns": tr["turns"].to_arrow(),
@@ -177,29 +171,16 @@ def to_rows(
         "extra": _extra(texts, tr["output_kept"]).to_arrow(),
         "flags": pa.array(flags, pa.list_(pa.string())),
     }
-    table = pa.table(
-        [
-            cols[f.name].cast(f.type) if f.name in cols else pa.nulls(n, f.type)
-            for f in ROLLOUT_SCHEMA
-        ],
-        schema=ROLLOUT_SCHEMA,
-    )
+    table = rollout_table(cols, n)
     # taken: the file's group counts and the mapping's counts move on
     order.update(dict(zip(keys, groups["len"].to_list(), strict=True)))
     if mapper is not None:
         mapper.counts.update(counts)
-    raws = batch.raws()
-    return RowBatch(
-        table,
-        run_id,
-        list(range(batch.first_line, batch.first_line + n)),
-        [digest_bytes(r) for r in raws],
-        lambda i: (raws[i] + b"\n").decode("utf-8"),  # as the per-row path keeps it
-    )
+    return batch.row_batch(table, run_id)
 
 
-def _questions(prompts: pl.Series) -> pl.Series:
-    """``question_from_prompt`` once per distinct prompt."""
+def _per_prompt(prompts: pl.Series, fn: Callable[[str], str | None]) -> pl.Series:
+    """``fn`` of each row's prompt, called once per distinct prompt."""
     uniq = prompts.unique()
-    qs = pl.Series([question_from_prompt(p) for p in uniq.to_list()], dtype=pl.String)
-    return prompts.replace_strict(uniq, qs, return_dtype=pl.String)
+    got = pl.Series([fn(p) for p in uniq.to_list()], dtype=pl.String)
+    return prompts.replace_strict(uniq, got, return_dtype=pl.String)

@@ -150,14 +150,7 @@ class UidMapper:
 
     def uid(self, obj: dict[str, Any]) -> str | None:
         """The row's dataset id, or None (the caller keeps the sha1 uid and flags the row)."""
-        if self.uid_field:
-            v = field_value(obj, self.uid_field)
-            if _id_value(v):
-                self.counts[f"uid from field {self.uid_field}"] += 1
-                return str(v)
-        got, how = self._by_prompt(obj.get("input"))
-        if how:
-            self.counts[how] += 1
-        if got is None:
-            self.counts[UID_UNMATCHED] += 1
+        v = field_value(obj, self.uid_field) if self.uid_field else None
+        (got,), counts = self.uid_batch([obj["input"]], [v])
+        self.counts.update(counts)
         return got

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ddai.pipelines.adapters.line_batches import from_turns
 from ddai.pipelines.adapters.transcript import (
     _EOS_TOKEN_RE,
     _OBS_FIND_RE,
@@ -274,9 +275,6 @@ def transcripts(outputs: pl.Series) -> pl.DataFrame:
     )
     both = pl.concat([fast, slow]).sort("row")
     t = pl.col("turns")
-    n = t.list.len()
-    last = t.list.last().struct
-    done = last.field("action") == "search_complete"
     pages = t.list.eval(
         pl.element().struct.field("retrieved").explode().drop_nulls().unique(maintain_order=True)
     )
@@ -284,14 +282,6 @@ def transcripts(outputs: pl.Series) -> pl.DataFrame:
         "response",
         "output_kept",
         "turns",
-        num_turns=n.cast(pl.Int32),
         retrieved_pages=pl.when(pages.list.len() > 0).then(pages),
-        terminated=pl.when(n == 0)
-        .then(pl.lit("invalid"))
-        .when(done)
-        .then(pl.when(last.field("forced")).then(pl.lit("max_turns")).otherwise(pl.lit("complete")))
-        .otherwise(pl.lit("invalid")),
-        format_ok=pl.when(n > 0).then(
-            t.list.eval(pl.element().struct.field("action") != "invalid").list.all() & done
-        ),
+        **from_turns(t),
     )
