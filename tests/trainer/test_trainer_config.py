@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -11,7 +12,7 @@ from support.toy_world import tiny_on_toy
 from typer.testing import CliRunner
 
 from ddai.cli.app import app
-from ddai.trainer.common import TrainConfigError, parse_set, split_report_to
+from ddai.trainer.common import TrainConfigError, jsonable, parse_set, split_report_to
 from ddai.trainer.episode.config import RewardOverrides
 from ddai.trainer.grpo.config import GRPORunConfig, grpo_args
 from ddai.trainer.sft.train import SFTRunConfig, sft_args
@@ -199,3 +200,23 @@ def test_no_progress_silences_the_hugging_face_bars(progress, tmp_path, monkeypa
     finally:
         datasets.enable_progress_bars()
         transformers.utils.logging.enable_progress_bar()
+
+
+def test_jsonable_turns_a_run_config_into_json_types():
+    @dataclasses.dataclass
+    class Inner:
+        where: Path
+        pair: tuple[int, int]
+
+    @dataclasses.dataclass
+    class Outer:
+        inner: Inner
+        table: dict
+        odd: object
+
+    value = Outer(Inner(Path("a/b"), (1, 2)), {3: [Path("c")]}, complex(1, 2))
+    assert jsonable(value) == {
+        "inner": {"where": "a/b", "pair": [1, 2]},
+        "table": {"3": ["c"]},
+        "odd": "(1+2j)",
+    }
