@@ -79,6 +79,9 @@ def test_reward_flags_override_preset(tmp_path):
     rewards = RewardOverrides(reward="ddai-phase1", gate=False, w_judge=0.5)
     spec = reward_spec(_cfg(tmp_path, rewards=rewards).rewards)
     assert (spec.bias, spec.w_ndcg, spec.w_judge, spec.gate) == (0.1, 0.9, 0.5, False)
+    # a falsy override (0.0) still wins over the preset; only None means "the preset's"
+    spec = RewardOverrides(reward="ddai-phase1", bias=0.0, w_format=0.25).reward_spec()
+    assert (spec.bias, spec.w_ndcg, spec.w_format, spec.gate) == (0.0, 0.9, 0.25, True)
 
 
 def test_progress_flag_sets_trl_disable_tqdm(tmp_path):
