@@ -59,14 +59,6 @@ def _flatten(content: Any) -> tuple[str, int]:
     return "\n".join(parts), images
 
 
-def observation_text(content: Any) -> str:
-    """Flatten a message content (a string, or DDAI's ``[{"image": path}]`` / typed blocks) to text.
-
-    Images become ``[image: path]`` so a text policy still sees which page it was shown.
-    """
-    return _flatten(content)[0]
-
-
 def normalize_messages(messages: Any) -> list[dict[str, str]]:
     """``[{role, content}]`` with text content, from a list or its JSON text (DDAI ``train1``)."""
     return flatten_messages(messages)[0]

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from ddai.trainer.episode.chat import observation_text
+from ddai.trainer.episode.chat import flatten_messages
+
+
+def observation_text(content):
+    """One message's content as ``flatten_messages`` flattens it (images as ``[image: path]``)."""
+    return flatten_messages([{"role": "user", "content": content}])[0][0]["content"]
 
 
 def test_image_block_read_back_from_parquet_keeps_its_path():
