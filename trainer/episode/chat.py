@@ -78,12 +78,6 @@ def flatten_messages(messages: Any) -> tuple[list[dict[str, str]], int]:
     return out, flattened
 
 
-def has_generation_markers(template: str | None) -> bool:
-    return bool(template) and "{% generation %}" in template.replace(
-        "{%- generation %}", "{% generation %}"
-    )
-
-
 def ensure_training_template(tokenizer: Any) -> str:
     """Give ``tokenizer`` a chat template with generation markers (returns the one it now has).
 
@@ -91,7 +85,7 @@ def ensure_training_template(tokenizer: Any) -> str:
     else, for a ChatML tokenizer or one with no template at all, ``CHATML_TEMPLATE``.
     """
     current = getattr(tokenizer, "chat_template", None)
-    if has_generation_markers(current):
+    if current and "{% generation %}" in current.replace("{%- generation %}", "{% generation %}"):
         return current
     if current:
         try:
