@@ -100,11 +100,7 @@ class PreflightReport:
             )
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "skipped": self.skipped,
-            "checks": self.checks,
-            "findings": [asdict(f) for f in self.findings],
-        }
+        return asdict(self)
 
 
 def sample(tasks: Sequence[Task], n: int, seed: int, *, need_golden: bool = False) -> list[Task]:
