@@ -47,6 +47,22 @@ def load_config_file(path: str | os.PathLike[str] | None) -> dict[str, Any]:
     return dict(data.get("trl", {}), **{k: v for k, v in data.items() if k != "trl"})
 
 
+def jsonable(value: Any) -> Any:
+    """``value`` as JSON types, for a run's ``run_config.json``: dataclasses and dicts as objects
+    (keys as text), lists and tuples as lists, paths as text, anything else as its ``repr``."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {k: jsonable(v) for k, v in dataclasses.asdict(value).items()}
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonable(v) for v in value]
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    return repr(value)
+
+
 def parse_set(items: list[str] | None) -> dict[str, Any]:
     """``["k=v", ...]`` → dict; values parse as JSON when they can (numbers, bools, lists), else text."""
     out: dict[str, Any] = {}

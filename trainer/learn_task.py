@@ -177,14 +177,6 @@ def backends() -> Any:
     return toy.local_backends(corpus())
 
 
-def tiny_spec(seed: int = 0) -> Any:
-    """The start's model: twice the default tiny width (about 0.3 M parameters); the default one
-    does not learn to copy a word of the question into its query within a few thousand steps."""
-    from ddai.trainer.tiny import TinySpec
-
-    return TinySpec(hidden_size=128, intermediate_size=256, seed=seed)
-
-
 def start(
     root: str | os.PathLike[str],
     *,
@@ -197,12 +189,15 @@ def start(
     The tokenizer is trained on the train trajectories only (held-out questions reuse their
     words, in pairs never seen together)."""
     from ddai.trainer.sft.train import SFTRunConfig, run_sft
-    from ddai.trainer.tiny import build_tiny
+    from ddai.trainer.tiny import TinySpec, build_tiny
 
     root = Path(root)
     data = write_task(root / "task")
     texts = [r["messages"] for r in sft_rows()]
-    tiny = build_tiny(root / "tiny", texts=texts, spec=tiny_spec(seed), overwrite=True)
+    # Twice the default tiny width (about 0.3 M parameters): the default one does not learn to
+    # copy a word of the question into its query within a few thousand steps.
+    spec = TinySpec(hidden_size=128, intermediate_size=256, seed=seed)
+    tiny = build_tiny(root / "tiny", texts=texts, spec=spec, overwrite=True)
     run_sft(
         SFTRunConfig(
             model=str(tiny),

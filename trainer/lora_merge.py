@@ -151,11 +151,6 @@ def load_base(name_or_path: str, dtype: str) -> Any:
     return load_policy(name_or_path, dtype=dtype)[0]
 
 
-def weight_dtype(model: Any) -> Any:
-    """The dtype of the model's floating-point weights (the first one's)."""
-    return next(p.dtype for p in model.parameters() if p.is_floating_point())
-
-
 def sharded(trainer: Any) -> bool:
     """True when a trainer's weights are split across ranks (FSDP or DeepSpeed ZeRO-3): no
     process holds the trained model whole."""
@@ -230,7 +225,7 @@ def merge_lora(
     from ddai.trainer.modeling import LOST_UPDATE_LIMIT
 
     base_model = load_base(base, dtype)
-    run_dtype = weight_dtype(base_model)
+    run_dtype = next(p.dtype for p in base_model.parameters() if p.is_floating_point())
     model = PeftModel.from_pretrained(base_model.float(), str(adapter_dir)).eval()
     if trained is not None:
         check_same_weights(trained, model)

@@ -70,10 +70,6 @@ def group_index(group_ids: Sequence[Any] | Tensor) -> Tensor:
 # ---------------------------------------------------------------------------- aggregation
 
 
-def _token_mean(loss: Tensor, mask: Tensor) -> Tensor:
-    return masked_mean(loss, mask)
-
-
 def _seq_mean_token_mean(loss: Tensor, mask: Tensor) -> Tensor:
     m = mask.to(loss.dtype)
     per_seq = (loss * m).sum(-1) / m.sum(-1).clamp(min=1)  # [B]
@@ -85,7 +81,7 @@ def _seq_mean_token_sum(loss: Tensor, mask: Tensor) -> Tensor:
 
 
 AGG_MODES: dict[str, Callable[[Tensor, Tensor], Tensor]] = {
-    "token-mean": _token_mean,
+    "token-mean": masked_mean,
     "seq-mean-token-mean": _seq_mean_token_mean,
     "seq-mean-token-sum": _seq_mean_token_sum,
 }

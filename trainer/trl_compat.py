@@ -430,6 +430,10 @@ def grpo_trainer_class() -> type:
 
             sampling = self.ddai_rollout.sampling_config
             processed = not sampling.temperature_only
+            wanted = {
+                "entropy": bool(kwargs.get("compute_entropy")),
+                "aux_loss": bool(kwargs.get("compute_aux_loss")),
+            }
             plain = all(
                 v is None
                 for k, v in kwargs.items()
@@ -444,13 +448,7 @@ def grpo_trainer_class() -> type:
                     logits_to_keep,
                     keep,
                     batch_size or input_ids.size(0),
-                    entropy=bool(kwargs.get("compute_entropy")),
-                    aux_loss=bool(kwargs.get("compute_aux_loss")),
-                )
-            if self.ddai_rollout.vision is None and not processed:
-                # TRL's own path (its fused head divides by the temperature: exact here).
-                return super()._get_per_token_logps_and_entropies(
-                    model, input_ids, attention_mask, logits_to_keep, batch_size, **kwargs
+                    **wanted,
                 )
             fields = None
             if self.ddai_rollout.vision is not None:
@@ -460,6 +458,7 @@ def grpo_trainer_class() -> type:
                 if fields["pixel_values"] is None:
                     fields = self.ddai_rollout.vision_fields
             if fields is None and not processed:
+                # TRL's own path (its fused head divides by the temperature: exact here).
                 return super()._get_per_token_logps_and_entropies(
                     model, input_ids, attention_mask, logits_to_keep, batch_size, **kwargs
                 )
@@ -486,8 +485,7 @@ def grpo_trainer_class() -> type:
                             attention_mask[start:end],
                             logits_to_keep,
                             chunk,
-                            entropy=bool(kwargs.get("compute_entropy")),
-                            aux_loss=bool(kwargs.get("compute_aux_loss")),
+                            **wanted,
                         )
                     )
                     continue

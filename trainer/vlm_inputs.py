@@ -16,6 +16,7 @@ so each row's slice is found by its images' patch counts (``t·h·w`` per image)
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import accumulate
 from typing import Any
 
 
@@ -60,12 +61,8 @@ def select_images(images: dict[str, Any] | None, rows: Sequence[int] | Any) -> d
     num = images["num_images"]
     grid = images["image_grid_thw"]
     patches = grid.prod(-1).tolist()  # per image
-    first_image = [0]
-    for n in num:
-        first_image.append(first_image[-1] + n)
-    first_patch = [0]
-    for p in patches:
-        first_patch.append(first_patch[-1] + int(p))
+    first_image = [0, *accumulate(num)]
+    first_patch = [0, *accumulate(int(p) for p in patches)]
     picked = [r for r in rows if num[r]]
     if not picked:
         return None

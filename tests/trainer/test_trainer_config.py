@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -11,7 +12,7 @@ from support.toy_world import tiny_on_toy
 from typer.testing import CliRunner
 
 from ddai.cli.app import app
-from ddai.trainer.common import TrainConfigError, parse_set, split_report_to
+from ddai.trainer.common import TrainConfigError, jsonable, parse_set, split_report_to
 from ddai.trainer.episode.config import RewardOverrides
 from ddai.trainer.grpo.config import GRPORunConfig, grpo_args
 from ddai.trainer.sft.train import SFTRunConfig, sft_args
@@ -78,6 +79,9 @@ def test_reward_flags_override_preset(tmp_path):
     rewards = RewardOverrides(reward="ddai-phase1", gate=False, w_judge=0.5)
     spec = reward_spec(_cfg(tmp_path, rewards=rewards).rewards)
     assert (spec.bias, spec.w_ndcg, spec.w_judge, spec.gate) == (0.1, 0.9, 0.5, False)
+    # a falsy override (0.0) still wins over the preset; only None means "the preset's"
+    spec = RewardOverrides(reward="ddai-phase1", bias=0.0, w_format=0.25).reward_spec()
+    assert (spec.bias, spec.w_ndcg, spec.w_format, spec.gate) == (0.0, 0.9, 0.25, True)
 
 
 def test_progress_flag_sets_trl_disable_tqdm(tmp_path):
@@ -199,3 +203,23 @@ def test_no_progress_silences_the_hugging_face_bars(progress, tmp_path, monkeypa
     finally:
         datasets.enable_progress_bars()
         transformers.utils.logging.enable_progress_bar()
+
+
+def test_jsonable_turns_a_run_config_into_json_types():
+    @dataclasses.dataclass
+    class Inner:
+        where: Path
+        pair: tuple[int, int]
+
+    @dataclasses.dataclass
+    class Outer:
+        inner: Inner
+        table: dict
+        odd: object
+
+    value = Outer(Inner(Path("a/b"), (1, 2)), {3: [Path("c")]}, complex(1, 2))
+    assert jsonable(value) == {
+        "inner": {"where": "a/b", "pair": [1, 2]},
+        "table": {"3": ["c"]},
+        "odd": "(1+2j)",
+    }

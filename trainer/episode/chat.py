@@ -59,14 +59,6 @@ def _flatten(content: Any) -> tuple[str, int]:
     return "\n".join(parts), images
 
 
-def observation_text(content: Any) -> str:
-    """Flatten a message content (a string, or DDAI's ``[{"image": path}]`` / typed blocks) to text.
-
-    Images become ``[image: path]`` so a text policy still sees which page it was shown.
-    """
-    return _flatten(content)[0]
-
-
 def normalize_messages(messages: Any) -> list[dict[str, str]]:
     """``[{role, content}]`` with text content, from a list or its JSON text (DDAI ``train1``)."""
     return flatten_messages(messages)[0]
@@ -86,12 +78,6 @@ def flatten_messages(messages: Any) -> tuple[list[dict[str, str]], int]:
     return out, flattened
 
 
-def has_generation_markers(template: str | None) -> bool:
-    return bool(template) and "{% generation %}" in template.replace(
-        "{%- generation %}", "{% generation %}"
-    )
-
-
 def ensure_training_template(tokenizer: Any) -> str:
     """Give ``tokenizer`` a chat template with generation markers (returns the one it now has).
 
@@ -99,7 +85,7 @@ def ensure_training_template(tokenizer: Any) -> str:
     else, for a ChatML tokenizer or one with no template at all, ``CHATML_TEMPLATE``.
     """
     current = getattr(tokenizer, "chat_template", None)
-    if has_generation_markers(current):
+    if current and "{% generation %}" in current.replace("{%- generation %}", "{% generation %}"):
         return current
     if current:
         try:

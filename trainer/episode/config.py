@@ -11,6 +11,7 @@ from here too.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -64,13 +65,9 @@ class RewardOverrides:
         # the reward machinery (threads, metrics) loads here, not with the config (``--help``)
         from ddai.trainer.episode.rewards import RewardSpec, reward_preset
 
-        base = reward_preset(self.reward)
-        return RewardSpec(
-            w_judge=base.w_judge if self.w_judge is None else self.w_judge,
-            w_ndcg=base.w_ndcg if self.w_ndcg is None else self.w_ndcg,
-            w_format=base.w_format if self.w_format is None else self.w_format,
-            bias=base.bias if self.bias is None else self.bias,
-            gate=base.gate if self.gate is None else self.gate,
+        given = {f.name: getattr(self, f.name) for f in dataclasses.fields(RewardSpec)}
+        return dataclasses.replace(
+            reward_preset(self.reward), **{k: v for k, v in given.items() if v is not None}
         )
 
 

@@ -200,10 +200,8 @@ class SearchRollout:
         slots = [(Task.from_row(inp), i // G, i % G) for i, inp in enumerate(inputs)]
         with trl_compat.generation_model(trainer) as model:
             trajs = self.run(slots, trainer, model)
-        self.vision_fields = vision_batch(
-            [im[0] if (im := t.images()) else None for t in trajs],
-            [im[1] if (im := t.images()) else None for t in trajs],
-        )
+        shown = [t.images() or (None, None) for t in trajs]
+        self.vision_fields = vision_batch([p for p, _ in shown], [g for _, g in shown])
         return {
             "prompt_ids": [t.prompt_ids for t in trajs],
             "completion_ids": [t.completion_ids for t in trajs],

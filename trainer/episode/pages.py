@@ -19,17 +19,6 @@ from ddai.trainer.common import TrainConfigError
 from ddai.trainer.episode.vision import ResizedPixels, VisionObservationFormat, page_image_path
 
 
-def load_vision_policy(
-    name_or_path: str, *, dtype: str = "float32"
-) -> tuple[Any, Any, VisionObservationFormat]:
-    """A VLM policy, its tokenizer and its processor's observation format (needs torchvision for
-    real checkpoints' processors)."""
-    from ddai.trainer.modeling import load_vision_model
-
-    model, processor = load_vision_model(name_or_path, dtype=dtype)
-    return model, processor.tokenizer, VisionObservationFormat.from_processor(processor)
-
-
 def page_images(cfg: Any, corpus: Any) -> Any:
     """``image_of(page_id)`` for the run's page images, or None when it has none: the corpus's own
     image (an image corpus), else ``{page_id}.jpg`` under ``cfg.image_root`` (a search service may
@@ -56,9 +45,9 @@ def observation_policy(
 ) -> tuple[Any, Any, VisionObservationFormat | None, ResizedPixels | None]:
     """``(model, tokenizer, vision, box_convention)`` for ``cfg.observation``: a text policy
     (``vision`` and ``box_convention`` None), or a VLM whose processor renders the page images
-    (``--observation image``, which needs ``image_of``). ``model``: load this instead of
-    ``cfg.model`` (a checkpoint to resume from)."""
-    from ddai.trainer.modeling import load_policy
+    (``--observation image``, which needs ``image_of``; real checkpoints' processors need
+    torchvision). ``model``: load this instead of ``cfg.model`` (a checkpoint to resume from)."""
+    from ddai.trainer.modeling import load_policy, load_vision_model
 
     name = model or cfg.model
     if cfg.observation == "text":
@@ -71,5 +60,7 @@ def observation_policy(
             f"--image-root {cfg.image_root}: not a folder; point it at the page images, or "
             "build an image corpus with `ddai corpus build` (image observations need them)"
         )
-    policy, tok, vision = load_vision_policy(name, dtype=cfg.dtype)
-    return policy, tok, vision, ResizedPixels.from_image_processor(vision.processor.image_processor)
+    policy, processor = load_vision_model(name, dtype=cfg.dtype)
+    vision = VisionObservationFormat.from_processor(processor)
+    boxes = ResizedPixels.from_image_processor(processor.image_processor)
+    return policy, processor.tokenizer, vision, boxes

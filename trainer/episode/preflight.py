@@ -27,17 +27,16 @@ all had zero reward variance (GRPO learns nothing from them) and warns about eac
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, is_dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ddai.pipelines.records import golden, tags
 from ddai.pipelines.store import io
-from ddai.trainer.common import TrainConfigError
+from ddai.trainer.common import TrainConfigError, jsonable
 from ddai.trainer.episode.env import search_doc
 from ddai.trainer.episode.tasks import Task
 from ddai.trainer.runtime.zero_variance import zero_variance
@@ -101,11 +100,7 @@ class PreflightReport:
             )
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "skipped": self.skipped,
-            "checks": self.checks,
-            "findings": [asdict(f) for f in self.findings],
-        }
+        return asdict(self)
 
 
 def sample(tasks: Sequence[Task], n: int, seed: int, *, need_golden: bool = False) -> list[Task]:
@@ -291,20 +286,6 @@ def check_episodes(report: PreflightReport, episodes: Sequence[SampledEpisode]) 
 # ---------------------------------------------------------------------------- run config
 
 
-def _plain(value: Any) -> Any:
-    if is_dataclass(value) and not isinstance(value, type):
-        return {k: _plain(v) for k, v in asdict(value).items()}
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    if isinstance(value, Path):
-        return str(value)
-    if value is None or isinstance(value, bool | int | float | str):
-        return value
-    return repr(value)
-
-
 def write_run_config(
     output_dir: str | Path,
     command: str,
@@ -319,10 +300,10 @@ def write_run_config(
     path.parent.mkdir(parents=True, exist_ok=True)
     body = {
         "command": command,
-        "config": _plain(config),
+        "config": jsonable(config),
         "skip_preflight": report.skipped,
         "preflight": report.to_dict(),
         **(extra or {}),
     }
-    io.write_text(path, json.dumps(body, indent=2, ensure_ascii=False) + "\n")
+    io.write_json(path, body)
     return path

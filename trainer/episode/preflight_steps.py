@@ -87,34 +87,16 @@ def check_pages_readable(
         )
 
 
-def static_preflight(
-    report: PreflightReport,
-    tasks: list[Task],
-    corpus: Any,
-    corpus_name: str,
-    search: Any,
-    *,
-    k: int,
-    restrict_to_doc: bool,
-    prompts: int,
-    seed: int,
-) -> None:
-    """The checks that need no model: golden pages in the corpus, then search over a sample of
-    questions (skipped when the pages are missing: the search could not find them anyway)."""
-    cov = check_golden_pages(report, tasks, corpus, corpus_name)
-    if cov.ok:
-        picked = sample(tasks, 4 * prompts, seed, need_golden=True)
-        check_search(report, picked, search, k=k, restrict_to_doc=restrict_to_doc)
-
-
 def run_static_preflight(
     cfg: Any, tasks: list[Task], corpus: Any, backends: Any, spec: Any, has_images: bool
 ) -> PreflightReport:
-    """The run's preflight report after ``static_preflight`` and ``check_pages_readable``
-    (raising on their errors), or a skipped one; ``cfg``: a GRPO, PPO or collect run config
-    (``skip_preflight``, ``corpus``, ``episode``, ``preflight_prompts``, ``seed`` and
-    ``PageSettings``); ``backends``: the run's (its search, and its generator when ``spec``, the
-    reward, needs a judge); ``has_images``: the run has page images (``page_images``)."""
+    """The run's preflight report after the checks that need no model (raising on their errors),
+    or a skipped one: ``check_pages_readable``, golden pages in the corpus, then search over a
+    sample of questions (skipped when the pages are missing: the search could not find them
+    anyway). ``cfg``: a GRPO, PPO or collect run config (``skip_preflight``, ``corpus``,
+    ``episode``, ``preflight_prompts``, ``seed`` and ``PageSettings``); ``backends``: the run's
+    (its search, and its generator when ``spec``, the reward, needs a judge); ``has_images``: the
+    run has page images (``page_images``)."""
     search, generator = backends.search, backends.generator if spec.needs_judge else None
     report = PreflightReport(skipped=cfg.skip_preflight)
     if not cfg.skip_preflight:
@@ -128,17 +110,10 @@ def run_static_preflight(
             max_images=cfg.generator_max_images,
             has_images=has_images,
         )
-        static_preflight(
-            report,
-            tasks,
-            corpus,
-            str(cfg.corpus),
-            search,
-            k=cfg.episode.search_k,
-            restrict_to_doc=cfg.episode.restrict_to_doc,
-            prompts=cfg.preflight_prompts,
-            seed=cfg.seed,
-        )
+        if check_golden_pages(report, tasks, corpus, str(cfg.corpus)).ok:
+            picked = sample(tasks, 4 * cfg.preflight_prompts, cfg.seed, need_golden=True)
+            ep = cfg.episode
+            check_search(report, picked, search, k=ep.search_k, restrict_to_doc=ep.restrict_to_doc)
         report.raise_errors()
     return report
 

@@ -10,11 +10,6 @@ come from a distribution the returned log-probs do not describe. ``HFSampler`` i
 teacher-forced (``tests/support/sampling_reference.py``) and check the sampler's log-probs
 against it.
 
-``LogprobRecorder`` is the last processor of the list: it keeps one step's normalized log-probs
-(``[N, V]``) until the next step shows which token was drawn, then keeps that token's log-prob
-only. A turn of ``n`` tokens thus holds ``N × n`` floats, not the ``N × n × V`` of
-``output_logits`` (20 GB per turn at 128 rollouts × 256 tokens × 152k vocabulary).
-
 ``teacher_forced_logprobs`` is the training side of the same rule: the loss's log-probs (old,
 reference and current) of a sampled sequence under the very processors it was sampled with, so
 a run with a repetition penalty, top-k, top-p or min-p trains the distribution it sampled from
@@ -99,7 +94,8 @@ class LogprobRecorder:
     Step ``k`` sees ``scores [N, V]`` (the final processed logits) and ``input_ids [N, width+k]``
     whose last column is the token drawn at step ``k-1``; it gathers that token's log-prob from
     the kept ``[N, V]`` log-probs of step ``k-1`` and keeps step ``k``'s. ``finish`` gathers the
-    last drawn token. Memory: one ``[N, V]`` step plus ``[N, n]`` log-probs.
+    last drawn token. Memory: one ``[N, V]`` step plus ``[N, n]`` log-probs, not the ``[N, n, V]``
+    of ``output_logits`` (20 GB per turn at 128 rollouts × 256 tokens × 152k vocabulary).
     """
 
     def __init__(self) -> None:

@@ -18,7 +18,6 @@ check it (``main_only`` reads better at call sites that do several).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import random
@@ -27,6 +26,7 @@ from typing import Any
 
 import torch
 
+from ddai.trainer.common import jsonable
 from ddai.trainer.runtime import dist
 
 RUN_CONFIG_FILE = "run_config.json"
@@ -80,18 +80,6 @@ def mean_metrics(metrics: dict[str, float], accelerator: Any) -> dict[str, float
     return out
 
 
-def _jsonable(value: Any) -> Any:
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, os.PathLike):
-        return str(value)
-    return value
-
-
 def run_info(seed: int | None, accelerator: Any) -> dict[str, Any]:
     """What a run config records about the launch: world size, backend, each rank's seed."""
     return {
@@ -112,7 +100,7 @@ def write_run_config(
         seed = getattr(config, "seed", None)
         if seed is None and isinstance(config, dict):
             seed = config.get("seed")
-        doc = {"command": command, "config": _jsonable(config), **run_info(seed, accelerator)}
+        doc = {"command": command, "config": jsonable(config), **run_info(seed, accelerator)}
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text(json.dumps(doc, indent=2, default=str) + "\n", encoding="utf-8")

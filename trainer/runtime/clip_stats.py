@@ -60,14 +60,5 @@ class ClipStats:
 
 
 def no_clip_fields() -> dict[str, Any]:
-    """The clip fields of a run whose loss has no clip (or that trained no step)."""
-    return dict.fromkeys(
-        (
-            "clip_acted_steps",
-            "ratio_spread",
-            "minibatches_after_update",
-            "minibatches_first",
-            "epsilon_low",
-            "epsilon_high",
-        )
-    )
+    """The clip fields of a run whose loss has no clip (or that trained no step): all None."""
+    return dict.fromkeys(ClipStats(0.0, 0.0).result_fields())

@@ -43,12 +43,6 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _has_cuda() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
-
-
 def launch_command(
     args: Sequence[str],
     num_processes: int,
@@ -57,6 +51,8 @@ def launch_command(
     port: int | None = None,
 ) -> list[str]:
     """The ``accelerate launch`` command that runs ``ddai ARGS`` on ``num_processes`` ranks."""
+    import torch
+
     if num_processes < 1:
         raise ValueError(f"--launch {num_processes}: give a number of processes ≥ 1")
     cmd = [sys.executable, "-m", "accelerate.commands.launch"]
@@ -68,7 +64,7 @@ def launch_command(
         cmd += ["--config_file", str(config_file)]
     else:
         cmd += ["--multi_gpu"]
-    if not _has_cuda():
+    if not torch.cuda.is_available():
         # CPU training is float32 (as ``common.device_defaults``), whatever a GPU config says.
         cmd += ["--mixed_precision", "no"]
     cmd += [

@@ -28,7 +28,10 @@ class MetricsFileCallback(TrainerCallback):
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not logs or not state.is_world_process_zero:
             return
-        row = {"step": state.global_step, "epoch": state.epoch, **_scalars(logs)}
+        scalars = {
+            k: v for k, v in logs.items() if isinstance(v, int | float | str | bool) or v is None
+        }
+        row = {"step": state.global_step, "epoch": state.epoch, **scalars}
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if self.kind == "jsonl":
             with self.path.open("a", encoding="utf-8") as fh:
@@ -41,10 +44,6 @@ class MetricsFileCallback(TrainerCallback):
             # a logged string (a note, a sample) is text a spreadsheet could run: escaped
             csv_cells.write_rows(fh, keys, ([r.get(k) for k in keys] for r in self._rows))
         os.replace(tmp, self.path)
-
-
-def _scalars(logs: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in logs.items() if isinstance(v, int | float | str | bool) or v is None}
 
 
 def build_callbacks(

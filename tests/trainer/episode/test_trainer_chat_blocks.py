@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from ddai.trainer.episode.chat import observation_text
+from ddai.trainer.episode.chat import flatten_messages
+
+
+def observation_text(content):
+    """One message's content as ``flatten_messages`` flattens it (images as ``[image: path]``)."""
+    return flatten_messages([{"role": "user", "content": content}])[0][0]["content"]
 
 
 def test_image_block_read_back_from_parquet_keeps_its_path():
@@ -18,3 +23,18 @@ def test_text_blocks_and_strings():
     assert observation_text([{"text": "raw"}]) == "raw"
     assert observation_text(["a", {"type": "text", "text": "b"}]) == "a\nb"
     assert observation_text(None) == "" and observation_text("s") == "s"
+
+
+def test_a_template_with_generation_markers_is_kept_in_either_spelling():
+    from types import SimpleNamespace
+
+    from ddai.trainer.episode.chat import CHATML_TEMPLATE, ensure_training_template
+
+    for marked in (
+        "{% generation %}x{% endgeneration %}",
+        "{%- generation %}x{%- endgeneration %}",
+    ):
+        tok = SimpleNamespace(chat_template=marked)
+        assert ensure_training_template(tok) == marked and tok.chat_template == marked
+    bare = SimpleNamespace(chat_template=None)
+    assert ensure_training_template(bare) == CHATML_TEMPLATE == bare.chat_template

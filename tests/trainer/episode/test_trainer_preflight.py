@@ -208,3 +208,24 @@ def test_skipped_preflight_is_recorded_and_flat_steps_are_counted(tmp_path):
     run_config = json.loads((tmp_path / "grpo" / "run_config.json").read_text("utf-8"))
     assert run_config["skip_preflight"] is True and run_config["config"]["skip_preflight"]
     assert run_config["command"] == "train grpo" and run_config["preflight"]["checks"] == {}
+
+
+def test_a_report_as_recorded_in_run_config():
+    report = PreflightReport()
+    report.checks["search"] = {"questions": 2, "with_golden_hit": 0, "empty": 2}
+    report.add("search", "error", "returned nothing", "index the corpus")
+    report.add("episodes", "warning", "flat")
+    assert report.to_dict() == {
+        "skipped": False,
+        "checks": {"search": {"questions": 2, "with_golden_hit": 0, "empty": 2}},
+        "findings": [
+            {
+                "check": "search",
+                "level": "error",
+                "message": "returned nothing",
+                "fix": "index the corpus",
+            },
+            {"check": "episodes", "level": "warning", "message": "flat", "fix": ""},
+        ],
+    }
+    assert list(report.to_dict()) == ["skipped", "checks", "findings"]
