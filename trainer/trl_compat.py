@@ -12,9 +12,10 @@ public lives here, and ``check_trl_internals`` checks it against the installed T
   pass of a text policy scores the policy tokens only (``policy_logps``): observation tokens,
   masked out of the loss by ``env_mask``, go through the backbone as context but not through the
   LM head (TRL's fused head is handed labels of -100 there and, on the CPU too, projects only the
-  kept positions, ``compact_fused_head``). Their log-probs and entropies are 0 in every pass (the
-  old and reference passes still score them, then are zeroed there), so the ratios TRL forms
-  there stay finite. The class is built, and TRL checked, on first use.
+  kept positions, ``compact_fused_head``); so do the old and reference passes TRL runs while it
+  scores a generated batch (``scoring_keep``: the rollouts' ``env_mask``). Their log-probs and
+  entropies are 0 in every pass, so the ratios TRL forms there stay finite. The class is built,
+  and TRL checked, on first use.
 - ``rollout_inputs`` and ``generation_model``: what the rollout function reads from the trainer
   (the side channel, the group size, TRL's generation context with its private ``_dist``).
   The fence imports nothing of the episode layer (``trainer/episode``): the trainer is handed its
@@ -286,6 +287,27 @@ def zero_outside(x: Any, keep: Any) -> Any:
     return None if x is None else torch.where(keep, x, torch.zeros((), dtype=x.dtype))
 
 
+def scoring_keep(rollout: Any, input_ids: Any, logits_to_keep: int) -> Any:
+    """While TRL scores the batch it just generated (the old and reference log-prob passes), the
+    rollouts' policy tokens ``[n, logits_to_keep]`` (bool) of ``input_ids [n, L]``, from their
+    ``env_mask``, padded
+    with 0 as TRL pads the completions; None when the rollout kept none or the shapes are not
+    that batch's (TRL's own pass then scores every completion token).
+
+    A superset of the loss's mask (TRL also zeroes a truncated completion's), which is applied
+    once the batch is scored: the kept positions' log-probs are TRL's own, the others 0."""
+    import torch
+
+    masks = getattr(rollout, "env_masks", None)
+    rows = input_ids.size(0)
+    if masks is None or len(masks) != rows or any(len(m) > logits_to_keep for m in masks):
+        return None
+    keep = torch.zeros(rows, logits_to_keep, dtype=torch.bool)
+    for i, mask in enumerate(masks):
+        keep[i, : len(mask)] = torch.tensor(mask, dtype=torch.bool)
+    return keep.to(input_ids.device)
+
+
 def grpo_trainer_class() -> type:
     """``DdaiGRPOTrainer``, built on first use (importing TRL is slow) after
     ``check_trl_internals`` has checked every private method it overrides."""
@@ -318,7 +340,11 @@ def grpo_trainer_class() -> type:
             if self.model.training:
                 self.ddai_generated_at = int(self.state.global_step)
             self.ddai_rollout.vision_fields = None
-            out = super()._generate_and_score_completions(inputs)
+            self.ddai_rollout.env_masks = None
+            try:
+                out = super()._generate_and_score_completions(inputs)
+            finally:
+                self.ddai_rollout.env_masks = None  # the loss pass has its own (``ddai_keep``)
             if self.ddai_rollout.vision_fields is not None:
                 # TRL shuffles, splits and re-joins these per rollout (``num_images``), then hands
                 # them back to ``_get_per_token_logps_and_entropies`` in the loss.
@@ -409,6 +435,8 @@ def grpo_trainer_class() -> type:
             self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, **kwargs
         ):
             keep = self.ddai_keep
+            if keep is None:
+                keep = scoring_keep(self.ddai_rollout, input_ids, logits_to_keep)
             out = self._ddai_logps(
                 model, input_ids, attention_mask, logits_to_keep, batch_size, keep, **kwargs
             )
@@ -424,7 +452,7 @@ def grpo_trainer_class() -> type:
             """Log-probs of the rollouts as they were sampled: under the sampler's processors
             (``processed_logps``) when it applies more than a temperature, and with the rollout's
             images: those of the batch being scored (old and reference log-probs) or those
-            carried in ``inputs`` (the loss). In the loss pass of a text rollout (``keep``, its
+            carried in ``inputs`` (the loss). In every pass over a text rollout with ``keep`` (its
             policy tokens), only those go through the LM head (``policy_logps``)."""
             import torch
 

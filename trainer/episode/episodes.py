@@ -138,6 +138,9 @@ class SearchRollout:
         self.vision = vision
         self.vision_fields: dict[str, Any] | None = None
         """The last batch's images in TRL's layout (``vision_batch``), rows in batch order."""
+        self.env_masks: list[list[int]] | None = None
+        """The last batch's ``env_mask`` per rollout (1: a policy token), the rows TRL scores
+        next: its old and reference log-prob passes run the LM head over those tokens only."""
         self.rollout = rollout
         self.store = ScoreStore(spec, scorer)
         self.sampling = {
@@ -202,6 +205,7 @@ class SearchRollout:
             trajs = self.run(slots, trainer, model)
         shown = [t.images() or (None, None) for t in trajs]
         self.vision_fields = vision_batch([p for p, _ in shown], [g for _, g in shown])
+        self.env_masks = [t.env_mask for t in trajs]
         return {
             "prompt_ids": [t.prompt_ids for t in trajs],
             "completion_ids": [t.completion_ids for t in trajs],

@@ -165,6 +165,61 @@ def test_loss_old_logprobs_equal_the_sampled_distribution(world, monkeypatch):
     assert (seen[1]["logps"] - seen[1]["old"])[seen[1]["mask"]].abs().max() > 1e-4
 
 
+def test_old_and_reference_passes_of_a_temperature_only_run_score_the_policy_tokens(
+    world, monkeypatch
+):
+    """Temperature only, two mini-batches per generation and a KL term: TRL's old and reference
+    passes (``policy_logps`` over the rollouts' policy tokens) give the sampled log-probs on every
+    policy token within 1e-5 and 0 elsewhere, and their LM head projects the policy tokens only."""
+    import trl.trainer.utils as trl_utils
+
+    from ddai.trainer.grpo import train as grpo_train
+    from ddai.trainer.trl_compat import grpo_trainer_class
+
+    head_rows: list[int] = []
+    original = trl_utils._ChunkedLogProbFunction.apply
+
+    class Counted:
+        @staticmethod
+        def apply(hidden, *a):
+            head_rows.append(hidden.shape[0])
+            return original(hidden, *a)
+
+    monkeypatch.setattr(trl_utils, "_ChunkedLogProbFunction", Counted)
+    seen: list[dict] = []
+
+    def recording_class():
+        class Recording(grpo_trainer_class()):
+            def _generate_and_score_completions(self, inputs):
+                head_rows.clear()
+                out = super()._generate_and_score_completions(inputs)
+                mask = (out["completion_mask"] * out["tool_mask"]).bool()
+                seen.append({**out, "mask": mask, "head_rows": sum(head_rows)})
+                return out
+
+        return Recording
+
+    monkeypatch.setattr(grpo_train, "grpo_trainer_class", recording_class)
+    cfg = _grpo_cfg(
+        world,
+        "grpo_scoring_keep",
+        repetition_penalty=1.0,
+        beta=0.04,
+        overrides={"steps_per_generation": 2},
+    )
+    grpo_train.run_grpo(cfg, _backends())
+    assert seen
+    for out in seen:
+        mask = out["mask"]
+        assert out["head_rows"] == 2 * int(mask.sum())  # old + reference, policy tokens only
+        assert mask.sum() < out["completion_mask"].sum()  # the batch carries observations
+        for name in ("old_per_token_logps", "ref_per_token_logps"):
+            got = out[name]
+            gap = (got - out["sampling_per_token_logps"])[mask].abs().max().item()
+            assert gap < 1e-5, f"{name} is {gap:.3g} nats off the sampled log-probs"
+            assert got[~mask].abs().max() == 0
+
+
 def test_generation_kwargs_are_refused_naming_the_knob(world):
     from ddai.trainer.grpo.config import grpo_args
 

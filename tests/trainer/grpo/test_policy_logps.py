@@ -236,3 +236,78 @@ def test_old_and_reference_logps_are_zero_off_the_policy_tokens(tmp_path, monkey
     for name, want in (("old_per_token_logps", old), ("ref_per_token_logps", old - 1)):
         assert torch.equal(out[name][kept], want[kept])
         assert out[name][~kept].abs().max() == 0
+
+
+def test_old_and_reference_passes_project_only_the_policy_tokens(tmp_path, monkeypatch):
+    """While TRL scores the batch it generated (its old and reference log-prob passes), the LM
+    head sees the rollouts' policy tokens only (their ``env_mask``): log-probs equal TRL's own
+    pass there, 0 elsewhere; once the batch is scored the masks are gone, so a later pass over
+    other rows is TRL's own again."""
+    import trl.trainer.utils as trl_utils
+    from datasets import Dataset
+    from support.trl_loss import grpo_args
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+    from trl import GRPOTrainer
+
+    from ddai.trainer.trl_compat import grpo_trainer_class
+
+    model = _model(torch.float32)
+    ids, att, keep = _batch()
+    lengths = att[:, 5:].sum(-1).tolist()  # each completion's own length (row 2: 9)
+    env_masks = [keep[i, :n].long().tolist() for i, n in enumerate(lengths)]
+    rows = []
+    original = trl_utils._ChunkedLogProbFunction.apply
+    counted = SimpleNamespace(apply=lambda h, *a: rows.append(h.shape[0]) or original(h, *a))
+    monkeypatch.setattr(trl_utils, "_ChunkedLogProbFunction", counted)
+    rollout = _TextRollout()
+    rollout.vision_fields = None
+    rollout.store = SimpleNamespace(group_rewards=lambda keys: {}, pop=lambda key: None)
+    scored = {}
+
+    def generate_and_score(self, inputs):
+        rollout.env_masks = env_masks  # what the rollout leaves when TRL calls it
+        with torch.no_grad():
+            scored["old"] = self._get_per_token_logps_and_entropies(model, ids, att, 12, 2)[0]
+        return {"completion_mask": att[:, 5:], "advantages": torch.zeros(3)}
+
+    monkeypatch.setattr(GRPOTrainer, "_generate_and_score_completions", generate_and_score)
+    args = grpo_args(str(tmp_path))
+    args.per_device_train_batch_size = args.num_generations = 3
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer(models.WordLevel({f"t{i}": i for i in range(97)}, "t0")),
+        pad_token="t0",
+        eos_token="t1",
+    )
+    trainer = grpo_trainer_class()(
+        model=model,
+        reward_funcs=lambda completions, **kw: [0.0] * len(completions),
+        args=args,
+        train_dataset=Dataset.from_dict({"prompt": ["a"]}),
+        processing_class=tok,
+        ddai_rollout=rollout,
+        ddai_log=None,
+    )
+    trainer._generate_and_score_completions([{"episode_key": k} for k in "abc"])
+    assert rollout.env_masks is None
+    assert rows == [int(keep[:2].sum()), int(keep[2:].sum())]  # TRL's chunks of 2 rows
+    with torch.no_grad():
+        trl_logps = GRPOTrainer._get_per_token_logps_and_entropies(trainer, model, ids, att, 12, 2)
+        after = trainer._get_per_token_logps_and_entropies(model, ids, att, 12, 2)[0]
+    assert rows[2:] == [2 * 16, 16, 2 * 16, 16]  # without masks: every position, as TRL does
+    assert torch.equal(scored["old"][keep], trl_logps[0][keep])
+    assert scored["old"][~keep].abs().max() == 0
+    assert torch.equal(after, trl_logps[0])
+
+
+def test_scoring_keep_refuses_what_is_not_the_scored_batch():
+    """``scoring_keep`` gives no mask (TRL scores every completion token) when the rollout kept
+    none, or its masks do not fit the rows being scored."""
+    from ddai.trainer.trl_compat import scoring_keep
+
+    ids = torch.zeros(2, 9, dtype=torch.long)
+    assert scoring_keep(SimpleNamespace(env_masks=None), ids, 4) is None
+    assert scoring_keep(SimpleNamespace(env_masks=[[1, 0]]), ids, 4) is None  # 1 mask, 2 rows
+    assert scoring_keep(SimpleNamespace(env_masks=[[1] * 5, [1]]), ids, 4) is None  # too long
+    keep = scoring_keep(SimpleNamespace(env_masks=[[1, 0, 1], [0, 1]]), ids, 4)
+    assert keep.tolist() == [[True, False, True, False], [False, True, False, False]]
