@@ -115,7 +115,6 @@ def scan_select(
         return sel, locate(paths, keys, sel.rows), keys.num_rows
     con = _connect(paths, threads)
     try:
-        con.execute(query.success_macros())  # the one success rule (sql/rollouts.sql)
         params: dict[str, Any] = {"files": paths}
         have = _types(con, params)
         # each file's first log position (files in the order given, rows in file order)
@@ -191,10 +190,11 @@ def scan_select(
 
 def _connect(paths: list[str], threads: int | None, *settings: str) -> duckdb.DuckDBPyConnection:
     """A connection that reads ``paths`` (object-storage URLs through fsspec), with ``settings``
-    (``SET`` statements' bodies)."""
+    (``SET`` statements' bodies) and the one success rule (``is_success``, sql/rollouts.sql)."""
     con = duckdb.connect()
     for s in ("enable_progress_bar = false", *settings):
         con.execute(f"SET {s}")
+    con.execute(query.success_macros())
     objstore.register(con, paths)
     if threads:
         con.execute(f"SET threads = {int(threads)}")

@@ -193,7 +193,7 @@ WRITERS = {
         "pipelines/analyses/export.py",
     ),
     "report CSV downloads": (report_downloads, "reports/downloads.py"),
-    "ddai serve /export.csv": (serve_export, "reports/serve/app.py"),
+    "ddai serve /export.csv": (serve_export, "reports/serve/sqlbox.py"),
     "ddai serve SQL box CSV export": (serve_sql_export, "reports/serve/sqlbox.py"),
     "ddai serve review decisions": (serve_review_decisions, "reports/serve/review_queue.py"),
     "curate verify-gt review.csv": (verify_gt_review_sheet, "pipelines/funnel/review.py"),
