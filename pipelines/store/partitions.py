@@ -152,9 +152,9 @@ class PartitionWriter:
         batch_rows: int = DEFAULT_BATCH_ROWS,
     ) -> None:
         self.remote = objstore.url_of(logs)
-        self._staging: Stage | None = None
+        self._staging: stage.Stage | None = None
         if self.remote is not None:  # no rename there: stage locally, publish at commit
-            self._staging = stage_dir()
+            self._staging = stage.stage_dir()
             logs = Path(self._staging.name) / "logs"
         self.logs = Path(logs)
         self.run_id = run_id
@@ -473,7 +473,7 @@ def clean_leftovers(logs: str | os.PathLike[str]) -> list[str]:
                 else:
                     entry.unlink(missing_ok=True)
                 removed.append(name)
-    removed += clean_stages()
+    removed += stage.clean_stages()
     return removed
 
 
@@ -671,26 +671,11 @@ def read_version(
         return table, manifest_version(snap.manifests[run])
 
 
-def quarantine_path(logs: str | os.PathLike[str], run_id: str) -> Path:
-    """The one quarantine file of a store written before parts (``ddai.pipelines.store.quarantine``)."""
-    return Path(logs) / QUARANTINE_DIR / f"{check_run_id(run_id)}.jsonl"
-
-
-# Staging folders of object-storage writes: ``ddai.pipelines.store.stage`` (re-exported here).
-STAGE_DIR, Stage, clean_stages, stage_dir = (
-    stage.STAGE_DIR,
-    stage.Stage,
-    stage.clean_stages,
-    stage.stage_dir,
-)
-
-
 # ------------------------------------------------------------------ committing to object storage
 # Object stores have no rename and no locks: the staged run's parts go up under unique names
 # (invisible until a manifest lists them), then the manifest log's next delta is created with a
 # conditional put (S3 ``If-None-Match: *``, GCS ``ifGenerationMatch=0``): the commit.
 
-GRACE_ENV = objstore.GRACE_ENV
 _REMOTE_RETRIES = 8
 _OWN = ("history", "rollouts_total", "capabilities", "files", "sha256")
 
