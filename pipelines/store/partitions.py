@@ -525,34 +525,21 @@ def verify_partition(part: str | os.PathLike[str]) -> str | None:
     bad = []
     url = objstore.url_of(part)
     for f in man["files"]:
-        fp: Any = objstore.join(url, f["name"]) if url else p / f["name"]
-        if not objstore.any_isfile(fp):
-            bad.append(f"{f['name']} missing")
-        elif io.sha256_file(fp) != f["sha256"]:
-            bad.append(f"{f['name']} changed")
+        if why := io.differs(objstore.join(url, f["name"]) if url else p / f["name"], f["sha256"]):
+            bad.append(f"{f['name']} {why}")
     # side tables the committed ingest wrote (a kill between them and the manifest, or an edit)
     run = man.get("run_id") or p.name.split("=", 1)[-1]
+    root: Any = url.rsplit("/", 1)[0] if url else p.parent
     for table, rec in sorted((man.get("side_tables") or {}).items()):
-        base: Any = p.parent / SIDE_DIR / table
-        if url:
-            base = objstore.join(url.rsplit("/", 1)[0], SIDE_DIR, table)
-        if "parts" not in rec:  # one file (a local store, an ingest before parts)
-            fp = objstore.join(base, f"{run}.jsonl") if url else base / f"{run}.jsonl"
-            if not objstore.any_isfile(fp):
-                bad.append(f"side table {table} missing")
-            elif io.sha256_file(fp) != rec["sha256"]:
-                bad.append(f"side table {table} changed")
-            continue
-        for part in rec["parts"]:  # appended per step on object storage: one object each
-            fp = objstore.join(base, *part["name"].split("/")) if url else base / part["name"]
-            if not objstore.any_isfile(fp):
-                bad.append(f"side table {table} part {part['name']} missing")
-            elif io.sha256_file(fp) != part["sha256"]:
-                bad.append(f"side table {table} part {part['name']} changed")
-    if url:
-        bad += quarantine.verify(url.rsplit("/", 1)[0], run, man)
-    else:
-        bad += quarantine.verify(p.parent, run, man)
+        base = objstore.join(root, SIDE_DIR, table) if url else root / SIDE_DIR / table
+        # one file (a local store, an ingest before parts), or parts appended per step on
+        # object storage: one object each
+        for sp in side_parts(rec, run):
+            fp = objstore.join(base, *sp["name"].split("/")) if url else base / sp["name"]
+            what = f"side table {table}" + (f" part {sp['name']}" if "parts" in rec else "")
+            if why := io.differs(fp, sp["sha256"]):
+                bad.append(f"{what} {why}")
+    bad += quarantine.verify(root, run, man)
     return "; ".join(bad) or None
 
 

@@ -137,10 +137,8 @@ def verify(logs: str | os.PathLike[str], run: str, man: dict[str, Any]) -> list[
     bad = []
     for p in (man.get(KEY) or {}).get("parts") or []:
         fp = objstore.join(base, p["name"]) if url else base / p["name"]
-        if not objstore.any_isfile(fp):
-            bad.append(f"quarantine part {p['name']} missing")
-        elif io.sha256_file(fp) != p["sha256"]:
-            bad.append(f"quarantine part {p['name']} changed")
+        if why := io.differs(fp, p["sha256"]):
+            bad.append(f"quarantine part {p['name']} {why}")
     return bad
 
 
