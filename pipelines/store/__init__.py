@@ -82,6 +82,7 @@ _READ = {  # from ``store_read`` (no pyarrow)
     "partition_dir",
     "partition_manifest",
     "run_manifest",
+    "side_parts_record",
     "snapshot",
 }
 _ELSEWHERE = {"GRACE_ENV": "objstore", "STAGE_DIR": "stage", "Stage": "stage"}
@@ -104,7 +105,6 @@ if TYPE_CHECKING:  # what the names are, for readers and type checkers; loaded l
         read_version,
         run_lock,
         side_parts,
-        side_parts_record,
         stored_keys,
         verify_partition,
         write_run,
@@ -127,6 +127,7 @@ if TYPE_CHECKING:  # what the names are, for readers and type checkers; loaded l
         partition_dir,
         partition_manifest,
         run_manifest,
+        side_parts_record,
         snapshot,
     )
 

@@ -88,6 +88,7 @@ from ddai.pipelines.store.store_read import (
     manifest_version,
     partition_dir,
     run_manifest,
+    side_parts_record,
     snapshot,
 )
 
@@ -549,11 +550,6 @@ def side_parts(rec: dict[str, Any], run: str) -> list[dict[str, Any]]:
     if "parts" in rec:
         return list(rec["parts"])
     return [{"name": f"{run}.jsonl", "rows": rec["rows"], "sha256": rec["sha256"]}]
-
-
-def side_parts_record(parts: list[dict[str, Any]]) -> dict[str, Any]:
-    """A side table's manifest record over ``parts``: total rows, the digest over the parts."""
-    return {"rows": sum(p["rows"] for p in parts), "sha256": files_digest(parts), "parts": parts}
 
 
 # Partition-wide fields the new manifest carries up to date: a history entry keeps only what its own
