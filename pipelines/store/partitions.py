@@ -33,14 +33,11 @@ write (abandoned ``.tmp-*`` folders, ``.old-*`` folders of older versions, a par
 whose name starts with ``_`` or ``.``.
 
 On object storage (``logs`` an ``s3://`` / ``gs://`` URL) the same layout holds; every write
-(``PartitionWriter``, ingest's included) is staged locally and published by
-``commit_remote`` (parts first, then one conditional create of the manifest log's next delta:
-the commit, also
-where ``if_unchanged`` and the duplicate check are decided; an ingest's side tables and
-quarantine part go first, unlisted, ``ddai.pipelines.store.remote_store``; staged in the workspace,
-``Stage``), readers read the
-files the manifest lists through the object store (no locks there: superseded parts are removed
-only after a grace period).
+(ingest's included) is staged in the workspace (``Stage``) and published by ``commit_remote``:
+parts first, then one conditional create of the manifest log's next delta, the commit, where
+``if_unchanged`` and the duplicate check are decided (an ingest's side tables and quarantine
+part go first, unlisted: ``remote_store``). Readers read the listed files through the object
+store; with no locks there, superseded parts are removed only after a grace period.
 
 ``--append``'s duplicate check reads a run's stored keys while the ingest streams (outside the
 lock, which a long ingest must not hold); the commit then checks this write's keys against the
@@ -136,12 +133,9 @@ class PartitionWriter:
     """Stream rollout rows of one run into Parquet parts with bounded memory.
 
     Rows are buffered up to ``batch_rows`` and flushed as row groups into a claimed temp folder;
-    ``commit`` (under the run's write lock) moves the part in and writes ``_manifest.json`` last.
-    ``abort`` leaves the store as it was.
-
-    On object storage (``logs`` a URL) the part is written into a local staging store and
-    ``commit`` publishes it (``commit_remote``: parts, then a conditional put of the manifest),
-    so every writer of runs works on a URL store the way ingest does.
+    ``commit`` (under the run's write lock) moves the part in and commits the manifest last.
+    ``abort`` leaves the store as it was. On object storage (``logs`` a URL) the part is written
+    into a local staging store that ``commit`` publishes (``commit_remote``).
     """
 
     def __init__(
