@@ -705,9 +705,7 @@ def commit_remote(
         elif side is not None:
             kept = (old or {}).get("side_tables") or {} if append else {}
             record["side_tables"] = {**kept, **_merge_side(kept, side, run)}
-        elif "side_tables" in new:
-            kept = (old or {}).get("side_tables") or {} if append else {}
-            record["side_tables"] = {**kept, **new["side_tables"]}
+        # else: no side tables before, the staged ones (if any) as ``new`` lists them
         # quarantine parts accumulate (a replace's too); this write's (put already) listed here
         q = quarantine.merged(quarantine.adopted(url, run, old), new.get(quarantine.KEY))
         record.pop(quarantine.KEY, None)
