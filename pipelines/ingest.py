@@ -91,17 +91,11 @@ class IngestResult:
 
     @property
     def quarantined(self) -> Counter:
-        total: Counter = Counter()
-        for c in self.runs.values():
-            total.update(c.quarantined)
-        return total
+        return sum((c.quarantined for c in self.runs.values()), Counter())
 
     @property
     def flagged(self) -> Counter:
-        total: Counter = Counter()
-        for c in self.runs.values():
-            total.update(c.flagged)
-        return total
+        return sum((c.flagged for c in self.runs.values()), Counter())
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -213,19 +207,13 @@ class _Quarantine:
             "sources": sorted(hashes),
         }
 
-    def discard(self, run: str) -> None:
-        """Drop ``run``'s entries (an ``--append`` of sources already stored adds nothing)."""
-        for key in ((run, False), (run, True)):
-            if key in self.spools:
-                spool, fh = self.spools.pop(key)
-                fh.close()
-                spool.unlink(missing_ok=True)
-
-    def abort(self) -> None:
-        for spool, fh in self.spools.values():
+    def discard(self, run: str | None = None) -> None:
+        """Drop ``run``'s entries (an ``--append`` of sources already stored adds nothing);
+        without ``run``, every run's (an ingest that fails)."""
+        for key in [k for k in self.spools if run is None or k[0] == run]:
+            spool, fh = self.spools.pop(key)
             fh.close()
             spool.unlink(missing_ok=True)
-        self.spools.clear()
 
 
 class _Orphans:
@@ -313,9 +301,8 @@ def ingest(cfg: IngestConfig) -> IngestResult:
     # on --append, keys already committed in a run are duplicates too (read once per run; the
     # commit checks the files committed since, under the run's lock)
     checked: dict[str, set[str]] = {}
-    dups = DuplicateKeys(
-        _stored_keys(cfg.stored_keys_from or cfg.logs, checked) if cfg.append else None
-    )
+    where = cfg.stored_keys_from or cfg.logs  # a staged object-storage ingest: the remote store
+    dups = DuplicateKeys((lambda r: store.stored_keys(where, r, checked)) if cfg.append else None)
     started = time.time()
     qfiles: list[str] = []
     caps: dict[str, Capabilities] = {}
@@ -379,8 +366,6 @@ def ingest(cfg: IngestConfig) -> IngestResult:
                 for i, run in enumerate(runs):
                     if i:
                         journal.done(runs[i - 1])
-                    # (a staged object-storage ingest asks the remote store)
-                    where = cfg.stored_keys_from or cfg.logs
                     hashes = [s["sha256"] for s in sources_of.get(run, [])]
                     # its quarantine part and side tables (unlisted), then the commit that
                     # lists them with its rows: the run's manifest, naming this ingest and
@@ -442,7 +427,7 @@ def ingest(cfg: IngestConfig) -> IngestResult:
     except BaseException:
         for w in writers.values():
             w.abort()
-        quarantine.abort()
+        quarantine.discard()
         side.abort()
         raise
     if cfg.stored_keys_from is None:  # (a staged object-storage ingest: no local store to keep)
@@ -547,16 +532,6 @@ def _naming_input(src: Path, records: Iterator[Any]) -> Iterator[Any]:
 def _inputs(sources_of: dict[str, list[dict[str, Any]]], run: str) -> list[str]:
     """The inputs that fed ``run`` (for a message naming them)."""
     return [s["path"] for s in sources_of.get(run, [])]
-
-
-def _stored_keys(logs: Path | str, checked: dict[str, set[str]]) -> Any:
-    """run → its committed (step, uid, rollout_idx) keys, read as three columns (none when the
-    run is not in the store yet); ``checked`` records the files read."""
-
-    def keys(run: str) -> Iterator[tuple[Any, ...]]:
-        return store.stored_keys(logs, run, checked)
-
-    return keys
 
 
 def _side_record(

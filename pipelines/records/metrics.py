@@ -14,13 +14,7 @@ from collections import Counter
 
 def dedupe(items: list[str] | None) -> list[str]:
     """Distinct items in first-seen order."""
-    seen: set[str] = set()
-    out: list[str] = []
-    for x in items or []:
-        if x not in seen:
-            seen.add(x)
-            out.append(x)
-    return out
+    return list(dict.fromkeys(items or []))
 
 
 def ndcg(retrieved: list[str], golden: list[str]) -> float:

@@ -28,10 +28,7 @@ QUESTION_PREFIX = "Question: "
 
 def extra_info(row: dict[str, Any]) -> dict[str, Any]:
     """``extra_info`` as a dict (a struct column, its JSON text, or missing)."""
-    extra = row.get("extra_info") or {}
-    if isinstance(extra, str):
-        extra = json.loads(extra) if extra.strip() else {}
-    return extra if isinstance(extra, dict) else {}
+    return _json_field(row, "extra_info")
 
 
 def _json_field(row: dict[str, Any], name: str) -> dict[str, Any]:

@@ -56,35 +56,50 @@ def _turn_type() -> pa.DataType:
     )
 
 
+# The rollout log's columns, in order, with their Arrow types by name (``_ARROW_TYPES``): the
+# names read without pyarrow, which loads when the schema is first built.
+_COLUMN_TYPES = {
+    "run_id": "string",
+    "step": "int32",
+    "uid": "string",
+    "rollout_idx": "int32",
+    "sample_idx": "int32",
+    "data_source": "string",
+    "question": "string",
+    "reference_answer": "string",
+    "file_name": "string",
+    "reference_pages": "strings",
+    "response": "string",
+    "turns": "turns",
+    "retrieved_pages": "strings",
+    "answer": "string",
+    "judge_score": "float64",
+    "ndcg": "float64",
+    "format_ok": "bool",
+    "reward": "float64",
+    "reward_parts": "scores",
+    "advantage": "float64",
+    "num_turns": "int32",
+    "terminated": "string",
+    "extra": "string",
+    "flags": "strings",
+}
+COLUMNS = tuple(_COLUMN_TYPES)
+
+
 @functools.cache
 def _rollout_schema() -> pa.Schema:
+    types = {
+        "string": pa.string(),
+        "int32": pa.int32(),
+        "float64": pa.float64(),
+        "bool": pa.bool_(),
+        "strings": pa.list_(pa.string()),
+        "turns": pa.list_(_turn_type()),
+        "scores": pa.map_(pa.string(), pa.float64()),
+    }
     return pa.schema(
-        [
-            ("run_id", pa.string()),
-            ("step", pa.int32()),
-            ("uid", pa.string()),
-            ("rollout_idx", pa.int32()),
-            ("sample_idx", pa.int32()),
-            ("data_source", pa.string()),
-            ("question", pa.string()),
-            ("reference_answer", pa.string()),
-            ("file_name", pa.string()),
-            ("reference_pages", pa.list_(pa.string())),
-            ("response", pa.string()),
-            ("turns", pa.list_(_turn_type())),
-            ("retrieved_pages", pa.list_(pa.string())),
-            ("answer", pa.string()),
-            ("judge_score", pa.float64()),
-            ("ndcg", pa.float64()),
-            ("format_ok", pa.bool_()),
-            ("reward", pa.float64()),
-            ("reward_parts", pa.map_(pa.string(), pa.float64())),
-            ("advantage", pa.float64()),
-            ("num_turns", pa.int32()),
-            ("terminated", pa.string()),
-            ("extra", pa.string()),
-            ("flags", pa.list_(pa.string())),
-        ],
+        [(c, types[t]) for c, t in _COLUMN_TYPES.items()],
         metadata={b"schema_version": SCHEMA_VERSION.encode()},
     )
 
@@ -101,45 +116,10 @@ def __getattr__(name: str) -> Any:
     return build()
 
 
-COLUMNS = (
-    "run_id",
-    "step",
-    "uid",
-    "rollout_idx",
-    "sample_idx",
-    "data_source",
-    "question",
-    "reference_answer",
-    "file_name",
-    "reference_pages",
-    "response",
-    "turns",
-    "retrieved_pages",
-    "answer",
-    "judge_score",
-    "ndcg",
-    "format_ok",
-    "reward",
-    "reward_parts",
-    "advantage",
-    "num_turns",
-    "terminated",
-    "extra",
-    "flags",
-)
-_FLOAT_COLS = ("judge_score", "ndcg", "reward", "advantage")
-_STR_COLS = (
-    "run_id",
-    "uid",
-    "data_source",
-    "question",
-    "reference_answer",
-    "file_name",
-    "response",
-    "answer",
-    "terminated",
-)
-_STRLIST_COLS = ("reference_pages", "retrieved_pages", "flags")
+_FLOAT_COLS = tuple(c for c, t in _COLUMN_TYPES.items() if t == "float64")
+# ``extra`` is built from the record's unknown keys, not read as a string column
+_STR_COLS = tuple(c for c, t in _COLUMN_TYPES.items() if t == "string" and c != "extra")
+_STRLIST_COLS = tuple(c for c, t in _COLUMN_TYPES.items() if t == "strings")
 INT32_MAX = 2**31 - 1
 
 
@@ -377,15 +357,14 @@ def normalize_rollout(
         row["terminated"] = "error"
         if "terminated" in coerced:  # a number: what it became is "error", not its text
             coerced["terminated"]["stored"] = "error"
-    if nonfinite:
-        extra["nonfinite"] = nonfinite
-        row["flags"] = sorted({*(row["flags"] or ()), NONFINITE})
-    if coerced:
-        extra["coerced"] = coerced
-        row["flags"] = sorted({*(row["flags"] or ()), COERCED})
-    if inexact:
-        extra["inexact"] = inexact
-        row["flags"] = sorted({*(row["flags"] or ()), INEXACT})
+    for key, found, flag in (
+        ("nonfinite", nonfinite, NONFINITE),
+        ("coerced", coerced, COERCED),
+        ("inexact", inexact, INEXACT),
+    ):
+        if found:
+            extra[key] = found
+            row["flags"] = sorted({*(row["flags"] or ()), flag})
     row["extra"] = json.dumps(extra, ensure_ascii=False, default=str, sort_keys=True)
     return row
 

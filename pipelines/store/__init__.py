@@ -82,16 +82,16 @@ _READ = {  # from ``store_read`` (no pyarrow)
     "partition_dir",
     "partition_manifest",
     "run_manifest",
+    "side_parts_record",
     "snapshot",
 }
-_HOME = {n: "store_read" if n in _READ else "partitions" for n in __all__}
+_ELSEWHERE = {"GRACE_ENV": "objstore", "STAGE_DIR": "stage", "Stage": "stage"}
+_HOME = {n: _ELSEWHERE.get(n, "store_read" if n in _READ else "partitions") for n in __all__}
 
 if TYPE_CHECKING:  # what the names are, for readers and type checkers; loaded lazily below
+    from ddai.pipelines.store.objstore import GRACE_ENV
     from ddai.pipelines.store.partitions import (
-        GRACE_ENV,
-        STAGE_DIR,
         PartitionWriter,
-        Stage,
         StoreConflict,
         arrow_dataset,
         check_remote,
@@ -105,11 +105,11 @@ if TYPE_CHECKING:  # what the names are, for readers and type checkers; loaded l
         read_version,
         run_lock,
         side_parts,
-        side_parts_record,
         stored_keys,
         verify_partition,
         write_run,
     )
+    from ddai.pipelines.store.stage import STAGE_DIR, Stage
     from ddai.pipelines.store.store_read import (
         LOCK_DIR,
         LOG_DIR,
@@ -127,6 +127,7 @@ if TYPE_CHECKING:  # what the names are, for readers and type checkers; loaded l
         partition_dir,
         partition_manifest,
         run_manifest,
+        side_parts_record,
         snapshot,
     )
 

@@ -1,21 +1,20 @@
 """Counting what rollouts carry (turns, pages, judge, NDCG, reward, step, advantages, images).
 
-One definition, ``sql/capabilities.sql``, run by DuckDB over an Arrow table
-(``count_table``): ``ddai.pipelines.store.capabilities`` runs it over a partition whose manifest
-predates the counts. The store counts every batch it writes (so a partition's manifest says what
-its rollouts carry) with ``count_arrow``, the same counts in Arrow compute: a training step's
-batch of a few rows costs ~14 ms through DuckDB and well under 1 ms this way; a test holds it to
-the SQL on the same rows. This module imports nothing of the store, so the store can use it.
+One definition, ``sql/capabilities.sql``, run by DuckDB (``count_relation``):
+``ddai.pipelines.store.capabilities`` runs it over a partition whose manifest predates the counts.
+The store counts every batch it writes (so a partition's manifest says what its rollouts carry)
+with ``count_arrow``, the same counts in Arrow compute: a training step's batch of a few rows
+costs ~14 ms through DuckDB and well under 1 ms this way; a test holds it to the SQL on the same
+rows (``tests/oracles/capability_sql.py``). This module imports nothing of the store, so the
+store can use it.
 """
 
 from __future__ import annotations
 
-import os
-import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # a table or connection is handed in: DuckDB is imported to count a table
+if TYPE_CHECKING:  # a table or connection is handed in
     import duckdb
     import pyarrow as pa
 
@@ -35,52 +34,8 @@ def count_relation(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
     return {c: int(v or 0) for c, v in zip(rel.columns, rel.fetchall()[0], strict=True)}
 
 
-_DB: dict[int, duckdb.DuckDBPyConnection] = {}
-"""One in-memory database per process (pid → connection): opening one costs ~25 ms, more than
-counting a training step's rows, and every commit of a run counts its batches."""
-_DB_LOCK = threading.Lock()
-_INHERITED: list[duckdb.DuckDBPyConnection] = []
-"""A parent's connections as a forked child sees them: kept referenced and never used or closed
-(closing one in the child runs DuckDB's teardown on state the child does not own: a segfault)."""
-
-
-def _after_fork_in_child() -> None:
-    global _DB_LOCK
-    _INHERITED.extend(_DB.values())
-    _DB.clear()
-    _DB_LOCK = threading.Lock()  # the parent's may have been held by another thread at the fork
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-def _cursor() -> duckdb.DuckDBPyConnection:
-    """A connection of its own to the process's database: threads may count at once, and a
-    table registered on it (a temporary view) is seen by no other cursor."""
-    import duckdb
-
-    pid = os.getpid()  # a forked child opens its own: a parent's connection is not fork-safe
-    with _DB_LOCK:
-        if pid not in _DB:
-            _INHERITED.extend(_DB.values())
-            _DB.clear()
-            _DB[pid] = duckdb.connect()
-            _DB[pid].execute("SET enable_progress_bar = false")  # no bar over the command's
-        return _DB[pid].cursor()
-
-
-def count_table(table: pa.Table) -> dict[str, int]:
-    """The counts over ``table`` (rollout-log schema)."""
-    con = _cursor()
-    try:
-        con.register("rollouts_src", table)
-        return count_relation(con)
-    finally:
-        con.close()
-
-
 def count_arrow(table: pa.Table) -> dict[str, int]:
-    """``count_table``'s counts over ``table`` (rollout-log schema), in Arrow compute: ``turns``
+    """The SQL's counts over ``table`` (rollout-log schema), in Arrow compute: ``turns``
     a non-empty list (a null one is not), ``images`` a turn whose ``retrieved`` is non-empty,
     the other fields their non-nulls."""
     import pyarrow.compute as pc

@@ -161,6 +161,14 @@ def sha256_file(path: str | os.PathLike[str], chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
+def differs(location: str | os.PathLike[str], sha256: str) -> str | None:
+    """Why the file at ``location`` (a path or a URL) is not the one a manifest lists with
+    ``sha256``: ``"missing"``, ``"changed"``, or None when it is that file."""
+    if not objstore.any_isfile(location):
+        return "missing"
+    return "changed" if sha256_file(location) != sha256 else None
+
+
 def sha256_text(text: str) -> str:
     return sha256_bytes(text.encode("utf-8"))
 

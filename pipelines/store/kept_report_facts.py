@@ -20,12 +20,9 @@ and parameter set).
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
-import os
 import re
-import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -129,14 +126,13 @@ def read(con: Any, files: list[str], *, wide: bool) -> None:
 def _compute(
     part: Path, digest: str, path: Path, params: Mapping[str, Any], threads: int | None
 ) -> None:
-    """One part's ``report_facts`` rows into ``path`` (under a temp name, then renamed: a reader
-    never sees half a file), its turn facts read from their kept file when there is one."""
+    """One part's ``report_facts`` rows into ``path`` (``turn_facts.copy_parquet``), its turn
+    facts read from their kept file when there is one."""
     import duckdb
 
     sql = query.sql_text(TABLE)
     facts = turn_facts._path(digest)
     con = duckdb.connect()
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
     try:
         con.execute("SET enable_progress_bar = false")
         if threads:
@@ -150,10 +146,6 @@ def _compute(
             con, query.views_for(sql), facts=[str(facts)] if facts.is_file() else None
         )
         con.execute(sql, _params(sql, params))
-        where = "'" + tmp.as_posix().replace("'", "''") + "'"
-        con.execute(f"COPY {TABLE} TO {where} (FORMAT parquet, COMPRESSION zstd)")
-        os.replace(tmp, path)
+        turn_facts.copy_parquet(con, TABLE, path)
     finally:
         con.close()
-        with contextlib.suppress(OSError):
-            tmp.unlink()

@@ -114,10 +114,8 @@ def claimed_dir(path: str | os.PathLike[str]) -> IO[str]:
             except OSError:
                 fh.close()
                 raise
-        except (
-            FileNotFoundError,
-            BlockingIOError,
-        ):  # a cleaner took the unclaimed folder in that instant
+        except (FileNotFoundError, BlockingIOError):
+            # a cleaner took the unclaimed folder in that instant
             shutil.rmtree(private, ignore_errors=True)
             if attempt == 2:
                 raise
@@ -151,10 +149,8 @@ def claimed_file(path: str | os.PathLike[str], *, binary: bool = False) -> IO[An
                 os.rename(private, p)
             else:
                 private.unlink()
-        except (
-            FileNotFoundError,
-            BlockingIOError,
-        ):  # a cleaner took the unclaimed file in that instant
+        except (FileNotFoundError, BlockingIOError):
+            # a cleaner took the unclaimed file in that instant
             fh.close()
             if attempt == 2:
                 raise

@@ -37,6 +37,7 @@ the other writes, and splitting them would put the format's two halves in differ
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import tempfile
@@ -154,10 +155,6 @@ def delta_name(seq: int) -> str:
 
 def seq_of(name: str) -> int | None:
     """The commit number of delta file ``name`` (None: not a delta)."""
-    return _seq_of(name)
-
-
-def _seq_of(name: str) -> int | None:
     stem, dot, ext = name.partition(".")
     return int(stem) if dot and ext == "json" and len(stem) == _WIDTH and stem.isdigit() else None
 
@@ -205,7 +202,7 @@ def _read_once(part: str | os.PathLike[str]) -> LogState:
         ck_id = _file_id(p / MANIFEST)
         log = p / LOG_DIR
         names = os.listdir(log) if log.is_dir() else []
-        ids = {s: None for s in map(_seq_of, names) if s is not None}
+        ids = {s: None for s in map(seq_of, names) if s is not None}
         key = os.path.abspath(p)
         cached = _FOLDED.get(key)
         if cached is not None and _still(cached, ck_id, ids, part, url):
@@ -235,7 +232,7 @@ def _read_once(part: str | os.PathLike[str]) -> LogState:
         _FOLDED.clear()
     last = _delta_id(part, url, ids, state.seq) if state.seq > 0 else None
     text = json.dumps(state.manifest, ensure_ascii=False) if state.manifest is not None else None
-    _FOLDED[key] = _Folded(ck_id, last, text, LogState(None, *_numbers(state)))
+    _FOLDED[key] = _Folded(ck_id, last, text, dataclasses.replace(state, manifest=None))
     return state
 
 
@@ -255,27 +252,14 @@ def _read_remote(url: str) -> tuple[LogState, dict[int, Any], Any, str]:
 
 
 def _from(cached: _Folded, tag: Any) -> LogState:
-    base = cached.state
-    return LogState(
-        json.loads(cached.text) if cached.text is not None else None,
-        base.seq, base.checkpoint_seq, base.checkpoint_bytes, base.delta_bytes, tag,
-    )  # fmt: skip
+    man = json.loads(cached.text) if cached.text is not None else None
+    return dataclasses.replace(cached.state, manifest=man, checkpoint_tag=tag)
 
 
 def _from_checkpoint(raw: bytes | None, tag: Any) -> LogState:
     man = json.loads(raw) if raw is not None else None
     cseq = int(man.pop(SEQ_KEY, 0)) if man is not None else 0
     return LogState(man, cseq, cseq, len(raw) if raw is not None else 0, 0, tag)
-
-
-def _numbers(state: LogState) -> tuple[int, int, int, int, str | None]:
-    return (
-        state.seq,
-        state.checkpoint_seq,
-        state.checkpoint_bytes,
-        state.delta_bytes,
-        state.checkpoint_tag,
-    )
 
 
 def _still(
@@ -337,7 +321,7 @@ def _list_ids(url: str, after: int = 0) -> dict[int, Any]:
         while True:
             resp = fs.call_s3("list_objects_v2", **kw)
             for obj in resp.get("Contents", []):
-                seq = _seq_of(obj["Key"].rsplit("/", 1)[-1])
+                seq = seq_of(obj["Key"].rsplit("/", 1)[-1])
                 if seq is not None and seq > after:
                     out[seq] = obj.get("ETag")
             if not resp.get("IsTruncated"):
@@ -348,7 +332,7 @@ def _list_ids(url: str, after: int = 0) -> dict[int, Any]:
     except FileNotFoundError:
         return {}
     for e in entries:
-        seq = _seq_of(str(e["name"]).rstrip("/").rsplit("/", 1)[-1])
+        seq = seq_of(str(e["name"]).rstrip("/").rsplit("/", 1)[-1])
         if seq is not None and seq > after:
             out[seq] = e.get("ETag") or e.get("etag") or e.get("generation") or e.get("md5Hash")
     return out
@@ -381,12 +365,12 @@ def is_committed(part: str | os.PathLike[str]) -> bool:
     if url is not None:
         if objstore.isfile(objstore.join(url, MANIFEST)):
             return True
-        return any(_seq_of(n) is not None for n in listdir_fresh(objstore.join(url, LOG_DIR)))
+        return any(seq_of(n) is not None for n in listdir_fresh(objstore.join(url, LOG_DIR)))
     p = Path(part)
     if (p / MANIFEST).is_file():
         return True
     log = p / LOG_DIR
-    return log.is_dir() and any(_seq_of(n) is not None for n in os.listdir(log))
+    return log.is_dir() and any(seq_of(n) is not None for n in os.listdir(log))
 
 
 # ------------------------------------------------------------------------------ committing

@@ -33,14 +33,11 @@ write (abandoned ``.tmp-*`` folders, ``.old-*`` folders of older versions, a par
 whose name starts with ``_`` or ``.``.
 
 On object storage (``logs`` an ``s3://`` / ``gs://`` URL) the same layout holds; every write
-(``PartitionWriter``, ingest's included) is staged locally and published by
-``commit_remote`` (parts first, then one conditional create of the manifest log's next delta:
-the commit, also
-where ``if_unchanged`` and the duplicate check are decided; an ingest's side tables and
-quarantine part go first, unlisted, ``ddai.pipelines.store.remote_store``; staged in the workspace,
-``Stage``), readers read the
-files the manifest lists through the object store (no locks there: superseded parts are removed
-only after a grace period).
+(ingest's included) is staged in the workspace (``Stage``) and published by ``commit_remote``:
+parts first, then one conditional create of the manifest log's next delta, the commit, where
+``if_unchanged`` and the duplicate check are decided (an ingest's side tables and quarantine
+part go first, unlisted: ``remote_store``). Readers read the listed files through the object
+store; with no locks there, superseded parts are removed only after a grace period.
 
 ``--append``'s duplicate check reads a run's stored keys while the ingest streams (outside the
 lock, which a long ingest must not hold); the commit then checks this write's keys against the
@@ -88,6 +85,7 @@ from ddai.pipelines.store.store_read import (
     manifest_version,
     partition_dir,
     run_manifest,
+    side_parts_record,
     snapshot,
 )
 
@@ -135,12 +133,9 @@ class PartitionWriter:
     """Stream rollout rows of one run into Parquet parts with bounded memory.
 
     Rows are buffered up to ``batch_rows`` and flushed as row groups into a claimed temp folder;
-    ``commit`` (under the run's write lock) moves the part in and writes ``_manifest.json`` last.
-    ``abort`` leaves the store as it was.
-
-    On object storage (``logs`` a URL) the part is written into a local staging store and
-    ``commit`` publishes it (``commit_remote``: parts, then a conditional put of the manifest),
-    so every writer of runs works on a URL store the way ingest does.
+    ``commit`` (under the run's write lock) moves the part in and commits the manifest last.
+    ``abort`` leaves the store as it was. On object storage (``logs`` a URL) the part is written
+    into a local staging store that ``commit`` publishes (``commit_remote``).
     """
 
     def __init__(
@@ -152,9 +147,9 @@ class PartitionWriter:
         batch_rows: int = DEFAULT_BATCH_ROWS,
     ) -> None:
         self.remote = objstore.url_of(logs)
-        self._staging: Stage | None = None
+        self._staging: stage.Stage | None = None
         if self.remote is not None:  # no rename there: stage locally, publish at commit
-            self._staging = stage_dir()
+            self._staging = stage.stage_dir()
             logs = Path(self._staging.name) / "logs"
         self.logs = Path(logs)
         self.run_id = run_id
@@ -473,7 +468,7 @@ def clean_leftovers(logs: str | os.PathLike[str]) -> list[str]:
                 else:
                     entry.unlink(missing_ok=True)
                 removed.append(name)
-    removed += clean_stages()
+    removed += stage.clean_stages()
     return removed
 
 
@@ -525,34 +520,21 @@ def verify_partition(part: str | os.PathLike[str]) -> str | None:
     bad = []
     url = objstore.url_of(part)
     for f in man["files"]:
-        fp: Any = objstore.join(url, f["name"]) if url else p / f["name"]
-        if not objstore.any_isfile(fp):
-            bad.append(f"{f['name']} missing")
-        elif io.sha256_file(fp) != f["sha256"]:
-            bad.append(f"{f['name']} changed")
+        if why := io.differs(objstore.join(url, f["name"]) if url else p / f["name"], f["sha256"]):
+            bad.append(f"{f['name']} {why}")
     # side tables the committed ingest wrote (a kill between them and the manifest, or an edit)
     run = man.get("run_id") or p.name.split("=", 1)[-1]
+    root: Any = url.rsplit("/", 1)[0] if url else p.parent
     for table, rec in sorted((man.get("side_tables") or {}).items()):
-        base: Any = p.parent / SIDE_DIR / table
-        if url:
-            base = objstore.join(url.rsplit("/", 1)[0], SIDE_DIR, table)
-        if "parts" not in rec:  # one file (a local store, an ingest before parts)
-            fp = objstore.join(base, f"{run}.jsonl") if url else base / f"{run}.jsonl"
-            if not objstore.any_isfile(fp):
-                bad.append(f"side table {table} missing")
-            elif io.sha256_file(fp) != rec["sha256"]:
-                bad.append(f"side table {table} changed")
-            continue
-        for part in rec["parts"]:  # appended per step on object storage: one object each
-            fp = objstore.join(base, *part["name"].split("/")) if url else base / part["name"]
-            if not objstore.any_isfile(fp):
-                bad.append(f"side table {table} part {part['name']} missing")
-            elif io.sha256_file(fp) != part["sha256"]:
-                bad.append(f"side table {table} part {part['name']} changed")
-    if url:
-        bad += quarantine.verify(url.rsplit("/", 1)[0], run, man)
-    else:
-        bad += quarantine.verify(p.parent, run, man)
+        base = objstore.join(root, SIDE_DIR, table) if url else root / SIDE_DIR / table
+        # one file (a local store, an ingest before parts), or parts appended per step on
+        # object storage: one object each
+        for sp in side_parts(rec, run):
+            fp = objstore.join(base, *sp["name"].split("/")) if url else base / sp["name"]
+            what = f"side table {table}" + (f" part {sp['name']}" if "parts" in rec else "")
+            if why := io.differs(fp, sp["sha256"]):
+                bad.append(f"{what} {why}")
+    bad += quarantine.verify(root, run, man)
     return "; ".join(bad) or None
 
 
@@ -562,11 +544,6 @@ def side_parts(rec: dict[str, Any], run: str) -> list[dict[str, Any]]:
     if "parts" in rec:
         return list(rec["parts"])
     return [{"name": f"{run}.jsonl", "rows": rec["rows"], "sha256": rec["sha256"]}]
-
-
-def side_parts_record(parts: list[dict[str, Any]]) -> dict[str, Any]:
-    """A side table's manifest record over ``parts``: total rows, the digest over the parts."""
-    return {"rows": sum(p["rows"] for p in parts), "sha256": files_digest(parts), "parts": parts}
 
 
 # Partition-wide fields the new manifest carries up to date: a history entry keeps only what its own
@@ -671,26 +648,11 @@ def read_version(
         return table, manifest_version(snap.manifests[run])
 
 
-def quarantine_path(logs: str | os.PathLike[str], run_id: str) -> Path:
-    """The one quarantine file of a store written before parts (``ddai.pipelines.store.quarantine``)."""
-    return Path(logs) / QUARANTINE_DIR / f"{check_run_id(run_id)}.jsonl"
-
-
-# Staging folders of object-storage writes: ``ddai.pipelines.store.stage`` (re-exported here).
-STAGE_DIR, Stage, clean_stages, stage_dir = (
-    stage.STAGE_DIR,
-    stage.Stage,
-    stage.clean_stages,
-    stage.stage_dir,
-)
-
-
 # ------------------------------------------------------------------ committing to object storage
 # Object stores have no rename and no locks: the staged run's parts go up under unique names
 # (invisible until a manifest lists them), then the manifest log's next delta is created with a
 # conditional put (S3 ``If-None-Match: *``, GCS ``ifGenerationMatch=0``): the commit.
 
-GRACE_ENV = objstore.GRACE_ENV
 _REMOTE_RETRIES = 8
 _OWN = ("history", "rollouts_total", "capabilities", "files", "sha256")
 
@@ -743,9 +705,7 @@ def commit_remote(
         elif side is not None:
             kept = (old or {}).get("side_tables") or {} if append else {}
             record["side_tables"] = {**kept, **_merge_side(kept, side, run)}
-        elif "side_tables" in new:
-            kept = (old or {}).get("side_tables") or {} if append else {}
-            record["side_tables"] = {**kept, **new["side_tables"]}
+        # else: no side tables before, the staged ones (if any) as ``new`` lists them
         # quarantine parts accumulate (a replace's too); this write's (put already) listed here
         q = quarantine.merged(quarantine.adopted(url, run, old), new.get(quarantine.KEY))
         record.pop(quarantine.KEY, None)

@@ -30,7 +30,12 @@ from pathlib import Path
 from typing import Any
 
 from ddai.pipelines.store import io, locks, manifest_log, objstore
-from ddai.pipelines.store.store_read import QUARANTINE_DIR, check_run_id, run_manifest
+from ddai.pipelines.store.store_read import (
+    QUARANTINE_DIR,
+    check_run_id,
+    run_manifest,
+    side_parts_record,
+)
 
 KEY = "quarantine"
 
@@ -56,12 +61,6 @@ def legacy_path(logs: str | os.PathLike[str], run: str) -> Any:
     return Path(logs) / QUARANTINE_DIR / f"{check_run_id(run)}.jsonl"
 
 
-def record(parts: list[dict[str, Any]]) -> dict[str, Any]:
-    """A listing (manifest value under ``quarantine``) of ``parts``: rows, digest, parts."""
-    digest = io.sha256_text("\n".join(f"{p['name']}:{p['sha256']}" for p in parts))
-    return {"rows": sum(p["rows"] for p in parts), "sha256": digest, "parts": parts}
-
-
 def merged(old: dict[str, Any] | None, new: dict[str, Any] | None) -> dict[str, Any] | None:
     """The listing after a commit: ``old``'s parts (what was listed), then ``new``'s."""
     before = list((old or {}).get("parts") or [])
@@ -69,7 +68,7 @@ def merged(old: dict[str, Any] | None, new: dict[str, Any] | None) -> dict[str, 
     added = [p for p in (new or {}).get("parts") or [] if p["name"] not in names]
     if not before and not added:
         return old
-    return record([*before, *added])
+    return side_parts_record([*before, *added])
 
 
 def listed(logs: str | os.PathLike[str], run: str) -> list[dict[str, Any]]:
@@ -104,7 +103,7 @@ def adopted(
             data = objstore.read_bytes(objstore.join(base, name))
             rows = data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
             parts.append({"name": name, "rows": rows, "sha256": io.sha256_bytes(data)})
-    return record(parts) if parts else None
+    return side_parts_record(parts) if parts else None
 
 
 def read(logs: str | os.PathLike[str], run: str) -> bytes:
@@ -137,10 +136,8 @@ def verify(logs: str | os.PathLike[str], run: str, man: dict[str, Any]) -> list[
     bad = []
     for p in (man.get(KEY) or {}).get("parts") or []:
         fp = objstore.join(base, p["name"]) if url else base / p["name"]
-        if not objstore.any_isfile(fp):
-            bad.append(f"quarantine part {p['name']} missing")
-        elif io.sha256_file(fp) != p["sha256"]:
-            bad.append(f"quarantine part {p['name']} changed")
+        if why := io.differs(fp, p["sha256"]):
+            bad.append(f"quarantine part {p['name']} {why}")
     return bad
 
 
@@ -162,7 +159,7 @@ def commit_log(
         state = manifest_log.read_state(base)
         old = state.manifest
         before = (old or {}).get(KEY) if old else adopted(logs, run, run_manifest(logs, run))
-        new = {"run_id": run, KEY: merged(before, record(parts))}
+        new = {"run_id": run, KEY: merged(before, side_parts_record(parts))}
         try:
             done = manifest_log.commit(base, new, state, journal=journal)
         except objstore.ConflictError:

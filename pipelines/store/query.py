@@ -26,10 +26,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 
-# How a store on object storage is scanned: pyarrow's C++ S3 filesystem handed to DuckDB as an
-# Arrow dataset (``arrow``, the default: see bench/bench_objstore.py), or s3fs registered with
-# DuckDB so its own Parquet reader pulls the bytes through Python (``fsspec``).
-SCAN_ENV = objstore.SCAN_ENV
+SCAN_ENV = objstore.SCAN_ENV  # how a store on object storage is scanned (``objstore.scan``)
 
 # Creation order matters: later views read earlier ones.
 VIEWS = (

@@ -39,10 +39,6 @@ from typing import Any
 from ddai.pipelines import store
 from ddai.pipelines.store import objstore, quarantine, rollback, side_log
 
-GRACE_ENV = store.GRACE_ENV
-# the commit and its garbage collection live in ``store`` (every writer of runs commits there)
-collect_garbage = store.collect_remote_garbage
-
 
 def ingest(cfg: Any, local_ingest: Callable[[Any], Any]) -> Any:
     """``local_ingest`` (``ddai.pipelines.ingest.ingest``, which dispatches here: passed in, so

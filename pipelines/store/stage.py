@@ -16,9 +16,8 @@ _STAGE_PREFIX = ".tmp-stage-"
 
 
 class Stage:
-    """A local staging folder of one object-storage write, under the workspace
-    (``<home>/stage/.tmp-stage-<id>``), claimed while it lives: a kill leaves it abandoned and
-    the next write removes it (``clean_stages``), so no staged Parquet piles up in ``/tmp``."""
+    """The staging folder of one object-storage write (see the module docstring); a context
+    manager yielding its path."""
 
     def __init__(self) -> None:
         root = workspace.home() / STAGE_DIR

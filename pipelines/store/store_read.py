@@ -95,6 +95,12 @@ def files_digest(files: list[dict[str, Any]]) -> str:
     return io.sha256_text("\n".join(f"{f['name']}:{f['sha256']}" for f in files))
 
 
+def side_parts_record(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """The manifest record listing ``parts`` (a side table's, a run's quarantine's): total rows,
+    the digest over the parts, the parts."""
+    return {"rows": sum(p["rows"] for p in parts), "sha256": files_digest(parts), "parts": parts}
+
+
 def partition_manifest(path: str | os.PathLike[str]) -> dict[str, Any] | None:
     """The committed manifest of ``path`` when it is a run's partition (a folder or URL holding a
     manifest checkpoint or log), else None (any other file or folder)."""

@@ -118,16 +118,23 @@ def ensure(
 
 
 def _compute(con: Any, part: Path, path: Path) -> None:
-    """One part's facts into ``path``, written under a temp name and renamed (a reader never sees
-    half a file; two writers of the same part write the same rows)."""
+    """One part's facts into ``path`` (two writers of the same part write the same rows)."""
     con.register("rollouts", con.read_parquet(str(part)))
     con.execute(_sql(VIEW).replace("CREATE OR REPLACE VIEW", "CREATE OR REPLACE TEMP VIEW"))
+    try:
+        copy_parquet(con, VIEW, path)
+    finally:
+        con.unregister("rollouts")
+
+
+def copy_parquet(con: Any, table: str, path: Path) -> None:
+    """``table``'s rows on ``con`` as a zstd Parquet file at ``path``, written under a temp name
+    and renamed (a reader never sees half a file)."""
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
     try:
         where = "'" + tmp.as_posix().replace("'", "''") + "'"
-        con.execute(f"COPY (SELECT * FROM {VIEW}) TO {where} (FORMAT parquet, COMPRESSION zstd)")
+        con.execute(f"COPY (SELECT * FROM {table}) TO {where} (FORMAT parquet, COMPRESSION zstd)")
         os.replace(tmp, path)
     finally:
         with contextlib.suppress(OSError):
             tmp.unlink()
-        con.unregister("rollouts")

@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 
 import pytest
+from oracles.capability_sql import count_table
 
 from ddai.pipelines import store
 from ddai.pipelines.funnel import scores
 from ddai.pipelines.records.schema import ROLLOUT_SCHEMA
 from ddai.pipelines.store import capabilities
-from ddai.pipelines.store.capability_count import count_table
 
 SEARCH = "<think>look</think>\n<search>revenue 2019</search>"
 
@@ -133,8 +133,8 @@ def test_curate_bucket_on_a_run_without_the_metric_names_its_scores_flag(tmp_pat
 
 
 def test_counting_reuses_one_database_and_threads_count_their_own_tables(monkeypatch):
-    """Every commit counts its batches: opening a database per count cost ~25 ms a training
-    step. One database per process, a cursor per count; concurrent counts see their own rows."""
+    """The SQL reference opens one database per process (~25 ms each), a cursor per count;
+    concurrent counts see their own rows."""
     from concurrent.futures import ThreadPoolExecutor
 
     import duckdb
@@ -159,8 +159,8 @@ def test_counting_reuses_one_database_and_threads_count_their_own_tables(monkeyp
 
 
 def test_a_forked_child_counts_with_a_database_of_its_own():
-    """The kill -9 sweeps fork an ingest after the parent has counted: the child must neither use
-    nor close the parent's connection (closing it in the child crashed the child: SIGSEGV)."""
+    """A child forked after the parent counted by the SQL reference must neither use nor close
+    the parent's connection (closing it in the child crashed the child: SIGSEGV)."""
     import os
 
     import pyarrow as pa

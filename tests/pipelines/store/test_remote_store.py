@@ -12,7 +12,7 @@ from support.fetch_rows import fetch_rows
 
 from ddai.pipelines import store
 from ddai.pipelines.ingest import IngestConfig, ingest
-from ddai.pipelines.store import objstore, quarantine, query, remote_store, side_log
+from ddai.pipelines.store import objstore, quarantine, query, side_log
 
 RESP = "<think>t</think>\n<search>q</search><think>d</think><search_complete>true</search_complete>"
 
@@ -90,9 +90,9 @@ def test_replace_keeps_old_parts_through_the_grace_period(store_env, tmp_path, m
     names = objstore.listdir(f"{store_env}/logs/run_id=r1")
     assert first in names  # a reader that listed it a moment ago still finds it
     assert _count(logs) == (8, 1.0)  # but only the new version is read
-    monkeypatch.setenv(remote_store.GRACE_ENV, "0")
+    monkeypatch.setenv(store.GRACE_ENV, "0")
     man = store.run_manifest(logs, "r1")
-    assert remote_store.collect_garbage(f"{store_env}/logs/run_id=r1", man) == [first]
+    assert store.collect_remote_garbage(f"{store_env}/logs/run_id=r1", man) == [first]
     assert objstore.listdir(f"{store_env}/logs/run_id=r1") == sorted(
         [store.MANIFEST, store.LOG_DIR, man["files"][0]["name"]]
     )
