@@ -132,54 +132,6 @@ def test_curate_bucket_on_a_run_without_the_metric_names_its_scores_flag(tmp_pat
     assert "or pass a per-prompt score table instead of --run (`--scores FILE --score-col" in said
 
 
-def test_counting_reuses_one_database_and_threads_count_their_own_tables(monkeypatch):
-    """The SQL reference opens one database per process (~25 ms each), a cursor per count;
-    concurrent counts see their own rows."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    import duckdb
-    import pyarrow as pa
-
-    def table(n: int) -> pa.Table:
-        rows = [
-            {c: None for c in ROLLOUT_SCHEMA.names} | {"uid": f"u{i}", "run_id": "r"}
-            for i in range(n)
-        ]
-        return pa.Table.from_pylist(rows, schema=ROLLOUT_SCHEMA)
-
-    count_table(table(1))  # the process's database exists
-    opened = []
-    real = duckdb.connect
-    monkeypatch.setattr(duckdb, "connect", lambda *a, **k: opened.append(a) or real(*a, **k))
-    sizes = [1, 2, 3, 4, 5, 6, 7, 8] * 4
-    with ThreadPoolExecutor(4) as pool:
-        counts = list(pool.map(lambda n: count_table(table(n))["rollouts"], sizes))
-    assert counts == sizes
-    assert opened == []
-
-
-def test_a_forked_child_counts_with_a_database_of_its_own():
-    """A child forked after the parent counted by the SQL reference must neither use nor close
-    the parent's connection (closing it in the child crashed the child: SIGSEGV)."""
-    import os
-
-    import pyarrow as pa
-
-    def table(n: int) -> pa.Table:
-        rows = [{c: None for c in ROLLOUT_SCHEMA.names} | {"uid": f"u{i}"} for i in range(n)]
-        return pa.Table.from_pylist(rows, schema=ROLLOUT_SCHEMA)
-
-    assert count_table(table(2))["rollouts"] == 2  # the parent's database exists
-    pid = os.fork()
-    if pid == 0:  # the child: count, then leave without running the parent's atexit handlers
-        ok = count_table(table(3))["rollouts"] == 3
-        os._exit(0 if ok else 1)
-    _, status = os.waitpid(pid, 0)
-    assert os.WIFEXITED(status), f"child died by signal {os.WTERMSIG(status)}"
-    assert os.WEXITSTATUS(status) == 0
-    assert count_table(table(4))["rollouts"] == 4  # the parent's database still works
-
-
 def _edge_rows() -> list[dict]:
     """Rows at every edge of the counts: turns null, empty, with a null turn, with a turn whose
     ``retrieved`` is null or empty, several turns of which a later one shows a page; the scalar
