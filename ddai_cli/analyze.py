@@ -12,7 +12,7 @@ from typing import Any
 
 import typer
 
-from ddai.cli.app import group_app
+from ddai.cli.app import group_app, group_command
 from ddai.cli.common import JsonOpt, LogsOpt, RunsOpt, ThresholdOpt, bad_input_exits, summary
 from ddai.cli.flags import config_flags, with_groups
 from ddai.pipelines.analyses.configs import AttributionConfig, RowsOut
@@ -44,9 +44,7 @@ def _flatten(result: dict[str, Any]) -> dict[str, Any]:
     return flat
 
 
-@analyze_app.command(
-    "attribution", short_help="Why low-scoring prompts fail: search, generator or ground truth."
-)
+@group_command(analyze_app, "analyze", "attribution")
 @with_groups({"settings": ATTRIBUTION_FLAGS, "rows": OUT_FLAGS})
 def attribution_cmd(
     *,
@@ -95,9 +93,7 @@ def _ratio(v: float | None) -> str:
     return "n/a" if v is None else f"{v:.3f}"
 
 
-@analyze_app.command(
-    "latency", short_help="Reward latency, judge timeouts and reward coverage per run."
-)
+@group_command(analyze_app, "analyze", "latency")
 @with_groups({"rows": OUT_FLAGS})
 def latency_cmd(
     *,
@@ -118,9 +114,7 @@ def latency_cmd(
     summary("ddai analyze latency", result if as_json else _flatten(result), as_json=as_json)
 
 
-@analyze_app.command(
-    "drop-keep", short_help="Zero-variance GRPO groups and the prompts to drop or keep."
-)
+@group_command(analyze_app, "analyze", "drop-keep")
 @with_groups({"to": GROUPS_OUT_FLAGS, "rows": OUT_FLAGS})
 def drop_keep_cmd(
     *,

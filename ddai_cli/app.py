@@ -281,6 +281,26 @@ SUBCOMMANDS: dict[str, dict[str, Entry]] = {
 }
 
 
+# Groups one module registers whole (``ddai distill`` runs itself, the others list their
+# commands from the module's own group): each sub-command's one-line help, beside its siblings'.
+GROUP_COMMANDS: dict[str, dict[str, str]] = {
+    "analyze": {
+        "attribution": "Why low-scoring prompts fail: search, generator or ground truth.",
+        "latency": "Reward latency, judge timeouts and reward coverage per run.",
+        "drop-keep": "Zero-variance GRPO groups and the prompts to drop or keep.",
+    },
+    "distill": {
+        "check": "Run the safety post-pass over an existing SFT file.",
+        "convert": "Convert an SFT file between the train1 and messages shapes.",
+        "vet": "Vet SFT trajectories with an LLM judge (DDAI's criteria).",
+    },
+    "fixtures": {"make": "Write the synthetic world: pages, prompts, runs, truth table."},
+    "backends": {"check": "List the backends and their roles, ping them, show cache stats."},
+    "corpus": {"build": "Build a page corpus from page images."},
+    "model": {"tiny": "Build a tiny Qwen2-architecture causal LM and its tokenizer."},
+}
+
+
 def load_command(name: str, modules: tuple[str, ...] | None = None) -> click.Command:
     """The real click command ``name``: imports its modules (``modules``: only those, for one
     sub-command of a group in ``SUBCOMMANDS``) and registers them on a scratch app."""
@@ -403,12 +423,19 @@ def sub_app(parent: typer.Typer, name: str) -> typer.Typer:
 
 
 def top_command(name: str, command: Any, **attrs: Any) -> Any:
-    """The ``register(app)`` of a module holding the one top-level command ``name``."""
+    """The ``register(app)`` of a module holding the one top-level command ``name``; its short
+    help is its ``COMMANDS`` line, as ``ddai --help`` lists it before it is loaded."""
+    attrs = {"short_help": COMMANDS[name].help, **attrs}
 
     def register(app: typer.Typer) -> None:
         app.command(name, **attrs)(command)
 
     return register
+
+
+def group_command(group_app: typer.Typer, group: str, name: str) -> Any:
+    """``group_app.command(name)`` with its line of ``GROUP_COMMANDS`` as short help."""
+    return group_app.command(name, short_help=GROUP_COMMANDS[group][name])
 
 
 def subcommand(group: str, name: str, command: Any) -> Any:

@@ -6,7 +6,7 @@ from typing import Any
 
 import typer
 
-from ddai.cli.app import sub_app
+from ddai.cli.app import group_command, sub_app
 from ddai.cli.common import (
     EXIT_FAILED,
     JsonOpt,
@@ -152,7 +152,5 @@ def judge_cmd(
 
 
 def register(app: typer.Typer) -> None:
-    sub_app(app, "backends").command(
-        "check", short_help="List the backends and their roles, ping them, show cache stats."
-    )(check_cmd)
+    group_command(sub_app(app, "backends"), "backends", "check")(check_cmd)
     app.command("judge")(judge_cmd)

@@ -54,8 +54,4 @@ def train_collect_command(
         raise fail(result.failure, 1)
 
 
-register = top_command(
-    "collect",
-    train_collect_command,
-    short_help="Roll out a policy and log scored episodes, without training.",
-)
+register = top_command("collect", train_collect_command)

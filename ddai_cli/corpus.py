@@ -6,7 +6,7 @@ from typing import Any
 
 import typer
 
-from ddai.cli.app import sub_app
+from ddai.cli.app import group_command, sub_app
 from ddai.cli.common import JsonOpt, fail, summary
 from ddai.cli.flags import config_flags, with_groups
 from ddai.pipelines.pages.image_corpus import CorpusBuildConfig
@@ -24,7 +24,7 @@ BUILD_FLAGS = config_flags(
 def register(app: typer.Typer) -> None:
     corpus_app = sub_app(app, "corpus")
 
-    @corpus_app.command("build", short_help="Build a page corpus from page images.")
+    @group_command(corpus_app, "corpus", "build")
     @with_groups({"cfg": BUILD_FLAGS})
     def build(
         *,

@@ -8,7 +8,7 @@ from typing import Any
 
 import typer
 
-from ddai.cli.app import group_app
+from ddai.cli.app import group_app, group_command
 from ddai.cli.common import (
     EXIT_FAILED,
     JsonOpt,
@@ -132,7 +132,7 @@ def distill_cmd(
     exit_if_calls_failed(data)
 
 
-@distill_app.command("check", short_help="Run the safety post-pass over an existing SFT file.")
+@group_command(distill_app, "distill", "check")
 @with_groups({"settings": CHECK_FLAGS, "drops": DROP_FLAGS, "to": CHECK_OUT_FLAGS})
 def check_cmd(
     *,
@@ -155,9 +155,7 @@ def check_cmd(
     summary("ddai distill check", _run(run_check, cfg), as_json=as_json)
 
 
-@distill_app.command(
-    "convert", short_help="Convert an SFT file between the train1 and messages shapes."
-)
+@group_command(distill_app, "distill", "convert")
 @with_groups({"settings": CONVERT_FLAGS})
 def convert_cmd(
     *,

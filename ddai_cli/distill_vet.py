@@ -9,7 +9,7 @@ from typing import Any
 
 import typer
 
-from ddai.cli.app import sub_app
+from ddai.cli.app import group_command, sub_app
 from ddai.cli.common import (
     EXIT_FAILED,
     JsonOpt,
@@ -66,6 +66,4 @@ def distill_vet_command(
 
 def register(app: typer.Typer) -> None:
     """Add ``distill vet`` to the ``distill`` group (built by ``ddai_cli/distill.py``)."""
-    sub_app(app, "distill").command(
-        "vet", short_help="Vet SFT trajectories with an LLM judge (DDAI's criteria)."
-    )(distill_vet_command)
+    group_command(sub_app(app, "distill"), "distill", "vet")(distill_vet_command)

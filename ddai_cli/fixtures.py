@@ -6,7 +6,7 @@ from typing import Any
 
 import typer
 
-from ddai.cli.app import group_app
+from ddai.cli.app import group_app, group_command
 from ddai.cli.common import JsonOpt, ProgressOpt, bad_input_exits, summary
 from ddai.cli.flags import config_flags, with_groups
 from ddai.pipelines.fixtures.world_config import MakeConfig
@@ -45,9 +45,7 @@ MAKE_FLAGS = config_flags(
 )
 
 
-@fixtures_app.command(
-    "make", short_help="Write the synthetic world: pages, prompts, runs, truth table."
-)
+@group_command(fixtures_app, "fixtures", "make")
 @with_groups({"settings": MAKE_FLAGS})
 def make_cmd(
     *, settings: dict[str, Any], progress: ProgressOpt = True, as_json: JsonOpt = False

@@ -6,7 +6,7 @@ from typing import Any
 
 import typer
 
-from ddai.cli.app import sub_app
+from ddai.cli.app import group_command, sub_app
 from ddai.cli.common import JsonOpt, bad_input_exits, summary
 from ddai.cli.flags import config_flags, with_groups
 from ddai.trainer.tiny import TinyBuildConfig
@@ -25,9 +25,7 @@ TINY_FLAGS = config_flags(
 def register(app: typer.Typer) -> None:
     model_app = sub_app(app, "model")
 
-    @model_app.command(
-        "tiny", short_help="Build a tiny Qwen2-architecture causal LM and its tokenizer."
-    )
+    @group_command(model_app, "model", "tiny")
     @with_groups({"settings": TINY_FLAGS})
     def tiny(*, settings: dict[str, Any], as_json: JsonOpt = False) -> None:
         """Build a tiny Qwen2-architecture causal LM with a freshly trained BPE tokenizer and a ChatML

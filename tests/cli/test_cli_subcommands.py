@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from ddai.cli import app as app_module
-from ddai.cli.app import SUBCOMMANDS, app, load_command
+from ddai.cli.app import COMMANDS, GROUP_COMMANDS, SUBCOMMANDS, app, load_command
 
 
 @pytest.mark.parametrize("group", sorted(SUBCOMMANDS))
@@ -22,6 +22,22 @@ def test_the_table_names_the_module_that_registers_each_sub_command(group):
         assert set(alone) == {c for c, e in SUBCOMMANDS[group].items() if e.modules == modules}
         for name, command in alone.items():  # the listing's line is the command's own
             assert command.short_help == SUBCOMMANDS[group][name].help
+
+
+@pytest.mark.parametrize("group", sorted(GROUP_COMMANDS))
+def test_a_group_one_module_registers_lists_its_table_lines(group):
+    """``GROUP_COMMANDS`` names every sub-command of the group, each with its own line."""
+    assert group not in SUBCOMMANDS
+    commands = load_command(group).commands
+    assert set(commands) == set(GROUP_COMMANDS[group])
+    for name, command in commands.items():
+        assert command.short_help == GROUP_COMMANDS[group][name]
+
+
+def test_a_loaded_top_level_command_lists_its_registry_line():
+    """Once loaded, a one-command module's command keeps the line ``ddai --help`` shows."""
+    for name in ("collect", "ingest", "runs"):
+        assert load_command(name).short_help == COMMANDS[name].help
 
 
 def _loaded(argv: list[str]) -> tuple[str, str]:
