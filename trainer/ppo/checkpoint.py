@@ -20,11 +20,11 @@ from typing import Any
 import torch
 
 from ddai.trainer.common import TrainConfigError
+from ddai.trainer.ppo.config import CRITIC_DIR
 
 STATE_FILE = "ppo_state.json"
 OPTIM_FILE = "optimizers.pt"
 RNG_FILE = "rng_state.pt"
-CRITIC_DIR = "critic"
 
 
 @dataclass
