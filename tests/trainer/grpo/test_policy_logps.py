@@ -52,6 +52,53 @@ def _trainer():
     return SimpleNamespace(accelerator=Accelerator(cpu=True))
 
 
+def _head_rows(monkeypatch) -> list[int]:
+    """The rows of every call of TRL's chunked LM head from now on, in call order."""
+    import trl.trainer.utils as trl_utils
+
+    rows: list[int] = []
+    original = trl_utils._ChunkedLogProbFunction.apply
+    counted = SimpleNamespace(apply=lambda h, *a: rows.append(h.shape[0]) or original(h, *a))
+    monkeypatch.setattr(trl_utils, "_ChunkedLogProbFunction", counted)
+    return rows
+
+
+def _tokenizer():
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+
+    return PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer(models.WordLevel({f"t{i}": i for i in range(97)}, "t0")),
+        pad_token="t0",
+        eos_token="t1",
+    )
+
+
+def _grpo_trainer(cls, tmp_path, model, **extra):
+    """``cls`` (TRL's ``GRPOTrainer`` or ddai's) over ``model``: one group of 3, no generation."""
+    from datasets import Dataset
+    from support.trl_loss import grpo_args
+
+    args = grpo_args(str(tmp_path))
+    args.per_device_train_batch_size = args.num_generations = 3
+    return cls(
+        model=model,
+        reward_funcs=lambda completions, **kw: [0.0] * len(completions),
+        args=args,
+        train_dataset=Dataset.from_dict({"prompt": ["a"]}),
+        processing_class=_tokenizer(),
+        **extra,
+    )
+
+
+def _scoring_rollout():
+    """A text rollout as ``_generate_and_score_completions`` reads it after generating."""
+    rollout = _TextRollout()
+    rollout.vision_fields = None
+    rollout.store = SimpleNamespace(group_rewards=lambda keys: {}, pop=lambda key: None)
+    return rollout
+
+
 def _both(dtype):
     from trl import GRPOTrainer
 
@@ -103,10 +150,7 @@ def test_the_lm_head_projects_only_the_policy_tokens(monkeypatch):
 
     from ddai.trainer.trl_compat import policy_logps
 
-    rows = []
-    original = trl_utils._ChunkedLogProbFunction.apply
-    counted = SimpleNamespace(apply=lambda h, *a: rows.append(h.shape[0]) or original(h, *a))
-    monkeypatch.setattr(trl_utils, "_ChunkedLogProbFunction", counted)
+    rows = _head_rows(monkeypatch)
     use_triton = trl_utils._use_triton
     model = _model(torch.float32)
     ids, att, keep = _batch()
@@ -132,11 +176,6 @@ def test_ddai_trainers_loss_gradients_equal_trls_and_skip_the_observations(tmp_p
     """``DdaiGRPOTrainer._compute_loss`` over a batch with observation tokens: the same loss and
     gradients as TRL's ``GRPOTrainer`` on the same model and batch (float32), with the LM head
     run over the policy tokens only."""
-    import trl.trainer.utils as trl_utils
-    from datasets import Dataset
-    from support.trl_loss import grpo_args
-    from tokenizers import Tokenizer, models
-    from transformers import PreTrainedTokenizerFast
     from trl import GRPOTrainer
 
     from ddai.trainer.trl_compat import grpo_trainer_class
@@ -151,29 +190,13 @@ def test_ddai_trainers_loss_gradients_equal_trls_and_skip_the_observations(tmp_p
         "tool_mask": keep.long() | (att[:, 5:] == 0).long(),  # TRL pads it with 1
         "advantages": torch.tensor([1.0, -0.5, -0.5]),
     }
-    args = grpo_args(str(tmp_path))
-    args.per_device_train_batch_size = args.num_generations = 3
-    common = {
-        "model": model,
-        "reward_funcs": lambda completions, **kw: [0.0] * len(completions),
-        "args": args,
-        "train_dataset": Dataset.from_dict({"prompt": ["a"]}),
-    }
-    tok = PreTrainedTokenizerFast(
-        tokenizer_object=Tokenizer(models.WordLevel({f"t{i}": i for i in range(97)}, "t0")),
-        pad_token="t0",
-        eos_token="t1",
-    )
     out = {}
-    rows = []
-    original = trl_utils._ChunkedLogProbFunction.apply
-    counted = SimpleNamespace(apply=lambda h, *a: rows.append(h.shape[0]) or original(h, *a))
-    monkeypatch.setattr(trl_utils, "_ChunkedLogProbFunction", counted)
+    rows = _head_rows(monkeypatch)
     for name, cls, extra in (
         ("trl", GRPOTrainer, {}),
         ("ddai", grpo_trainer_class(), {"ddai_rollout": _TextRollout(), "ddai_log": None}),
     ):
-        trainer = cls(processing_class=tok, **common, **extra)
+        trainer = _grpo_trainer(cls, tmp_path, model, **extra)
         trainer.current_gradient_accumulation_steps = 1
         model.train()
         model.zero_grad()
@@ -191,10 +214,6 @@ def test_old_and_reference_logps_are_zero_off_the_policy_tokens(tmp_path, monkey
     """The old and reference log-probs TRL computes while scoring a batch come back 0 off the
     policy tokens (as the loss pass's are: a ratio ``exp(new - old)`` there stays 1, never an
     overflow times a zero mask), and unchanged on them."""
-    from datasets import Dataset
-    from support.trl_loss import grpo_args
-    from tokenizers import Tokenizer, models
-    from transformers import PreTrainedTokenizerFast
     from trl import GRPOTrainer
 
     from ddai.trainer.trl_compat import grpo_trainer_class
@@ -212,23 +231,11 @@ def test_old_and_reference_logps_are_zero_off_the_policy_tokens(tmp_path, monkey
     monkeypatch.setattr(
         GRPOTrainer, "_generate_and_score_completions", lambda self, inputs: dict(scored)
     )
-    rollout = _TextRollout()
-    rollout.vision_fields = None
-    rollout.store = SimpleNamespace(group_rewards=lambda keys: {}, pop=lambda key: None)
-    args = grpo_args(str(tmp_path))
-    args.per_device_train_batch_size = args.num_generations = 3
-    tok = PreTrainedTokenizerFast(
-        tokenizer_object=Tokenizer(models.WordLevel({f"t{i}": i for i in range(97)}, "t0")),
-        pad_token="t0",
-        eos_token="t1",
-    )
-    trainer = grpo_trainer_class()(
-        model=_model(torch.float32),
-        reward_funcs=lambda completions, **kw: [0.0] * len(completions),
-        args=args,
-        train_dataset=Dataset.from_dict({"prompt": ["a"]}),
-        processing_class=tok,
-        ddai_rollout=rollout,
+    trainer = _grpo_trainer(
+        grpo_trainer_class(),
+        tmp_path,
+        _model(torch.float32),
+        ddai_rollout=_scoring_rollout(),
         ddai_log=None,
     )
     out = trainer._generate_and_score_completions([{"episode_key": k} for k in "abc"])
@@ -243,11 +250,6 @@ def test_old_and_reference_passes_project_only_the_policy_tokens(tmp_path, monke
     head sees the rollouts' policy tokens only (their ``env_mask``): log-probs equal TRL's own
     pass there, 0 elsewhere; once the batch is scored the masks are gone, so a later pass over
     other rows is TRL's own again."""
-    import trl.trainer.utils as trl_utils
-    from datasets import Dataset
-    from support.trl_loss import grpo_args
-    from tokenizers import Tokenizer, models
-    from transformers import PreTrainedTokenizerFast
     from trl import GRPOTrainer
 
     from ddai.trainer.trl_compat import grpo_trainer_class
@@ -256,13 +258,8 @@ def test_old_and_reference_passes_project_only_the_policy_tokens(tmp_path, monke
     ids, att, keep = _batch()
     lengths = att[:, 5:].sum(-1).tolist()  # each completion's own length (row 2: 9)
     env_masks = [keep[i, :n].long().tolist() for i, n in enumerate(lengths)]
-    rows = []
-    original = trl_utils._ChunkedLogProbFunction.apply
-    counted = SimpleNamespace(apply=lambda h, *a: rows.append(h.shape[0]) or original(h, *a))
-    monkeypatch.setattr(trl_utils, "_ChunkedLogProbFunction", counted)
-    rollout = _TextRollout()
-    rollout.vision_fields = None
-    rollout.store = SimpleNamespace(group_rewards=lambda keys: {}, pop=lambda key: None)
+    rows = _head_rows(monkeypatch)
+    rollout = _scoring_rollout()
     scored = {}
 
     def generate_and_score(self, inputs):
@@ -272,21 +269,8 @@ def test_old_and_reference_passes_project_only_the_policy_tokens(tmp_path, monke
         return {"completion_mask": att[:, 5:], "advantages": torch.zeros(3)}
 
     monkeypatch.setattr(GRPOTrainer, "_generate_and_score_completions", generate_and_score)
-    args = grpo_args(str(tmp_path))
-    args.per_device_train_batch_size = args.num_generations = 3
-    tok = PreTrainedTokenizerFast(
-        tokenizer_object=Tokenizer(models.WordLevel({f"t{i}": i for i in range(97)}, "t0")),
-        pad_token="t0",
-        eos_token="t1",
-    )
-    trainer = grpo_trainer_class()(
-        model=model,
-        reward_funcs=lambda completions, **kw: [0.0] * len(completions),
-        args=args,
-        train_dataset=Dataset.from_dict({"prompt": ["a"]}),
-        processing_class=tok,
-        ddai_rollout=rollout,
-        ddai_log=None,
+    trainer = _grpo_trainer(
+        grpo_trainer_class(), tmp_path, model, ddai_rollout=rollout, ddai_log=None
     )
     trainer._generate_and_score_completions([{"episode_key": k} for k in "abc"])
     assert rollout.env_masks is None
