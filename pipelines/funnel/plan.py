@@ -223,7 +223,8 @@ def run_plan(cfg: PlanConfig) -> Plan:
             mastered=cfg.mastered,
             floor=cfg.floor,
         )
-    groups["all"] = [u for g in groups.values() for u in g]
+    # bucket files may overlap (round 2 is a subset of round 1): each prompt counts once in "all"
+    groups["all"] = list(dict.fromkeys(u for g in groups.values() for u in g))
     s_all = np.array([succ[u] for u in uids], dtype=np.float64)
     m_all = np.array([judged[u] for u in uids], dtype=np.float64)
     notes["prompts without judged rollouts"] = int((m_all == 0).sum())
