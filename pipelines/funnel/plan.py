@@ -217,6 +217,17 @@ def run_plan(cfg: PlanConfig) -> Plan:
                 "prompt set"
             )
     else:
+        # A missing NDCG counts 0 in the SQL: a run without it would put every prompt in bucket 0.
+        from ddai.pipelines.store import capabilities
+
+        capabilities.require_runs(
+            cfg.logs,
+            cfg.runs,
+            "ndcg",
+            needed_by="`ddai curate plan` without --bucket",
+            why="to split prompts into buckets B / A / 0 by their mean ndcg",
+            fix=capabilities.SUPPLY["ndcg"] + ", or name the buckets with --bucket FILE",
+        )
         groups = bucket_prompts(
             uids,
             scores.as_dict(scores.column(tbl, "ndcg_mean")),

@@ -193,3 +193,19 @@ def test_all_counts_each_prompt_once_when_bucket_files_overlap(tmp_path):
     assert rows_by["all"]["calls"] == 2 * 4 * 4
     # p = 1/2 for each prompt: E[K] = 2 per group of 4, four prompts
     assert rows_by["all"]["expected_successes"] == pytest.approx(8.0)
+
+
+def test_default_buckets_refuse_a_run_without_ndcg(tmp_path):
+    logs = tmp_path / "logs"
+    rows = []
+    for i in range(4):
+        rows += group(f"train_{i}", "judge_score", [1.0, 0.0])
+    write_log(logs, "judged", rows)
+    # no NDCG: the default B / A / 0 split would put every prompt in bucket 0 (missing NDCG
+    # counting 0); it is refused, naming --bucket
+    with pytest.raises(ValueError, match=r"(?s)judged has no ndcg.*--bucket"):
+        plan.run_plan(plan.PlanConfig(logs=logs, runs=("judged",), n_agent=(4,)))
+    # with bucket files the plan needs no NDCG
+    b = write_dataset(tmp_path / "hard.parquet", [f"train_{i}" for i in range(4)])
+    res = plan.run_plan(plan.PlanConfig(logs=logs, runs=("judged",), n_agent=(4,), buckets=(b,)))
+    assert [r["prompts"] for r in res.rows] == [4, 4]
