@@ -46,7 +46,8 @@ class RowsOut:
     """Where ``ddai analyze …`` writes its rows (the flags ``--out`` and ``--groups-out``)."""
 
     out: Path | None = None
-    """Write the per-prompt rows here (.csv, .parquet or .jsonl), atomically."""
+    """Write the rows here (.csv, .parquet or .jsonl), atomically: one per prompt (attribution,
+    drop-keep) or per run and step (latency)."""
     groups_out: Path | None = None
     """Write the zero-variance GRPO groups (run, step, uid, score) here (.csv, .parquet or
     .jsonl)."""

@@ -217,13 +217,25 @@ def run_plan(cfg: PlanConfig) -> Plan:
                 "prompt set"
             )
     else:
+        # A missing NDCG counts 0 in the SQL: a run without it would put every prompt in bucket 0.
+        from ddai.pipelines.store import capabilities
+
+        capabilities.require_runs(
+            cfg.logs,
+            cfg.runs,
+            "ndcg",
+            needed_by="`ddai curate plan` without --bucket",
+            why="to split prompts into buckets B / A / 0 by their mean ndcg",
+            fix=capabilities.SUPPLY["ndcg"] + ", or name the buckets with --bucket FILE",
+        )
         groups = bucket_prompts(
             uids,
             scores.as_dict(scores.column(tbl, "ndcg_mean")),
             mastered=cfg.mastered,
             floor=cfg.floor,
         )
-    groups["all"] = [u for g in groups.values() for u in g]
+    # bucket files may overlap (round 2 is a subset of round 1): each prompt counts once in "all"
+    groups["all"] = list(dict.fromkeys(u for g in groups.values() for u in g))
     s_all = np.array([succ[u] for u in uids], dtype=np.float64)
     m_all = np.array([judged[u] for u in uids], dtype=np.float64)
     notes["prompts without judged rollouts"] = int((m_all == 0).sum())

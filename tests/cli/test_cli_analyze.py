@@ -136,3 +136,12 @@ def test_flags_naming_none_of_the_runs_prompts_exit_2(tmp_path):
     said = " ".join(res.output.split())
     assert f"--flags {other}: none of its 2 flagged uids (first: 'train_901')" in said
     assert "is a prompt of run r" in said and not out.exists()
+
+
+def test_out_help_says_which_rows_each_command_writes(tmp_path):
+    # latency's --out file holds one row per run and step (test_latency_out_parquet), not per prompt
+    for cmd, grain in (("latency", "per run and step"), ("attribution", "per prompt")):
+        res = _run(cmd, "--help")
+        text = " ".join(res.output.split())
+        assert "per-prompt rows" not in text
+        assert grain in text[text.index("--out") :], cmd

@@ -71,7 +71,8 @@ def test_bucket_focus_lineage_plan(tmp_path):
     r = runner.invoke(
         app,
         ["curate", "plan", "--logs", str(logs), "--run", "cur", "--n-agent", "4",
-         "--prior", "none", "--price-per-call", "0.5", "--json"],
+         "--prior", "none", "--price-per-call", "0.5", "--bucket", str(out / "r1.parquet"),
+         "--json"],
     )  # fmt: skip
     assert r.exit_code == 0, r.output
     plan = json.loads(r.stdout)

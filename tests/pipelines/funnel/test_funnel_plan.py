@@ -175,3 +175,37 @@ def test_default_price_precedence(monkeypatch, tmp_path):
     # none set: unknown, not free (before: 0, and the plan printed "cost $ 0.00" for every row)
     monkeypatch.setenv("DDAI_CONFIG", str(tmp_path / "none.toml"))
     assert plan.default_price(None) is None
+
+
+def test_all_counts_each_prompt_once_when_bucket_files_overlap(tmp_path):
+    logs = tmp_path / "logs"
+    rows = []
+    for i in range(4):
+        rows += group(f"train_{i}", "judge_score", [1.0, 0.0], ndcg=0.5)
+    write_log(logs, "r", rows)
+    # round 2 is a subset of round 1, as the funnel makes it: "all" is the run's 4 prompts, not 6
+    r1 = write_dataset(tmp_path / "round1.parquet", [f"train_{i}" for i in range(4)])
+    r2 = write_dataset(tmp_path / "round2.parquet", ["train_0", "train_1"])
+    cfg = plan.PlanConfig(logs=logs, runs=("r",), n_agent=(4,), buckets=(r1, r2), prior="none")
+    rows_by = {r["bucket"]: r for r in plan.run_plan(cfg).rows}
+    assert (rows_by["round1"]["prompts"], rows_by["round2"]["prompts"]) == (4, 2)
+    assert rows_by["all"]["prompts"] == 4
+    assert rows_by["all"]["calls"] == 2 * 4 * 4
+    # p = 1/2 for each prompt: E[K] = 2 per group of 4, four prompts
+    assert rows_by["all"]["expected_successes"] == pytest.approx(8.0)
+
+
+def test_default_buckets_refuse_a_run_without_ndcg(tmp_path):
+    logs = tmp_path / "logs"
+    rows = []
+    for i in range(4):
+        rows += group(f"train_{i}", "judge_score", [1.0, 0.0])
+    write_log(logs, "judged", rows)
+    # no NDCG: the default B / A / 0 split would put every prompt in bucket 0 (missing NDCG
+    # counting 0); it is refused, naming --bucket
+    with pytest.raises(ValueError, match=r"(?s)judged has no ndcg.*--bucket"):
+        plan.run_plan(plan.PlanConfig(logs=logs, runs=("judged",), n_agent=(4,)))
+    # with bucket files the plan needs no NDCG
+    b = write_dataset(tmp_path / "hard.parquet", [f"train_{i}" for i in range(4)])
+    res = plan.run_plan(plan.PlanConfig(logs=logs, runs=("judged",), n_agent=(4,), buckets=(b,)))
+    assert [r["prompts"] for r in res.rows] == [4, 4]
