@@ -25,7 +25,9 @@ def with_vqa(run: Callable[..., Any], cfg: Any, retry_failed: bool) -> dict[str,
     if retry_failed and getattr(cfg, "force", True) is False:
         # an unchanged output holds the failed calls' items: the retry must rewrite it
         cfg = dataclasses.replace(cfg, force=True)
-    model = resolve_vqa(cfg.vqa, max_cost=cfg.max_cost, retry_failed=retry_failed)
+    model = resolve_vqa(
+        cfg.vqa, max_cost=cfg.max_cost, retry_failed=retry_failed, needs_key=not cfg.dry_run
+    )
     out = run(cfg, vqa_model=model)
     data = out[1] if isinstance(out, tuple) else out
     failed = failed_calls(model.usage()) if hasattr(model, "usage") else {}

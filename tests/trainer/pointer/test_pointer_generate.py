@@ -261,3 +261,35 @@ def test_rerun_after_failed_vqa_calls_reports_them_and_retry_failed_calls_again(
     calls = manifest.read(out)["backend_calls"]["pointer.vqa"]
     assert calls["cached_failures"] == 0 and calls["attempts"] == sum(failed.values())
     assert manifest.read(out)["created"] >= written
+
+
+def test_pointer_gen_with_a_keyless_remote_vqa_exits_2_naming_the_key_and_the_local_default(
+    tiny, tmp_path, monkeypatch
+):
+    """A remote VQA backend whose key variable is unset fails every call: the command refuses
+    it up front (exit 2) naming the variable and the local default, and writes nothing; its
+    dry run, which calls nothing, still counts."""
+    from typer.testing import CliRunner
+
+    from ddai.cli.app import app
+
+    cfg = tmp_path / "ddai.toml"
+    cfg.write_text(
+        '[backends.oai]\nkind = "openai"\nmodel = "gpt-x"\napi_key_env = "DDAI_PTR_UNSET_KEY"\n'
+    )
+    monkeypatch.setenv("DDAI_CONFIG", str(cfg))
+    monkeypatch.delenv("DDAI_PTR_UNSET_KEY", raising=False)
+    monkeypatch.setenv("DDAI_HOME", str(tmp_path / "home"))
+    out = tmp_path / "raw.jsonl"
+    args = ["pointer", "gen", "--store", str(tiny / "store.safetensors"), "--world",
+            str(tiny / "world"), "--model", str(tiny / "sft"), "--out", str(out), "--split",
+            "test", "--num-beams", "1", "--temps", "1.0", "--n-per-temp", "1", "--num-random",
+            "1", "--vqa", "oai", "--no-progress"]  # fmt: skip
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 2, res.output
+    text = " ".join(res.output.split())
+    assert "$DDAI_PTR_UNSET_KEY" in text and "--vqa local" in text, text
+    assert not out.exists()
+    dry = CliRunner().invoke(app, [*args, "--dry-run", "--json"])
+    assert dry.exit_code == 0, dry.output
+    assert json.loads(dry.stdout)["to_call"] > 0
