@@ -9,6 +9,7 @@ parsed into its field (``--temps``, ``--model NAME=CHECKPOINT``) says how (``par
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -21,7 +22,12 @@ def with_vqa(run: Callable[..., Any], cfg: Any, retry_failed: bool) -> dict[str,
     from ddai.pipelines.backends.usage import FAILED_CALLS, failed_calls
     from ddai.pipelines.pointer.vqa import resolve_vqa
 
-    model = resolve_vqa(cfg.vqa, max_cost=cfg.max_cost, retry_failed=retry_failed)
+    if retry_failed and getattr(cfg, "force", True) is False:
+        # an unchanged output holds the failed calls' items: the retry must rewrite it
+        cfg = dataclasses.replace(cfg, force=True)
+    model = resolve_vqa(
+        cfg.vqa, max_cost=cfg.max_cost, retry_failed=retry_failed, needs_key=not cfg.dry_run
+    )
     out = run(cfg, vqa_model=model)
     data = out[1] if isinstance(out, tuple) else out
     failed = failed_calls(model.usage()) if hasattr(model, "usage") else {}

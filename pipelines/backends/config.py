@@ -221,6 +221,18 @@ def resolve(
     return spec
 
 
+def require_key(spec: BackendSpec, role: str, flag: str) -> None:
+    """Refuse a remote backend whose key variable is unset (and that names no ``base_url``, a
+    server that may need none) before any work: every call of it would fail with ``no-key``.
+    ``flag``: the option that chooses the role's backend (``--vqa``), to name the local default."""
+    if spec.remote and not spec.base_url and spec.api_key() is None:
+        raise ConfigError(
+            f"backend {spec.name!r} ({role}) reads its key from ${spec.key_env()}, which is not "
+            f"set: set it, or use the local default, {flag} local ({LOCAL_DEFAULT[role]}: no "
+            "key, no network)"
+        )
+
+
 def _check_role(role: str) -> None:
     if role not in ROLES:
         raise ConfigError(f"unknown role {role!r}; roles are: {', '.join(ROLES)}")

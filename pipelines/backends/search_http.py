@@ -305,7 +305,7 @@ class HTTPSearch(ctx_mod.Backend):
 
     async def ping(self) -> dict[str, Any]:
         """The health route when the service has one, then one real query:
-        ``{ok, latency_s, detail}`` (``ok`` False when either failed)."""
+        ``{ok, latency_s, detail}`` (``ok`` False when either failed or the query got no page)."""
         t0 = time.perf_counter()
         health = await self.ahealth()
         if not health["ok"]:
@@ -315,6 +315,12 @@ class HTTPSearch(ctx_mod.Backend):
         latency = round(time.perf_counter() - t0, 3)
         if isinstance(out, SearchError):
             return {"ok": False, "latency_s": latency, "detail": f"{self.url}: {out}"}
+        if not out:  # a retriever over a loaded index always ranks some page
+            detail = (
+                f"{self.url} answered no page for the query 'ping': is its index empty? (every "
+                "search of a run would come back empty)"
+            )
+            return {"ok": False, "latency_s": latency, "detail": detail}
         return {
             "ok": True,
             "latency_s": latency,

@@ -16,7 +16,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ddai.pipelines.backends import VQARequest, get_backend, run_sync
+from ddai.pipelines.backends import VQARequest, build, run_sync
+from ddai.pipelines.backends.config import require_key, resolve
 from ddai.pipelines.backends.media import IMAGE_SLOT
 from ddai.pipelines.backends.vqa_simulator import VQASimulator
 from ddai.pipelines.pointer import DEFAULT_THRESHOLD, one_of
@@ -99,13 +100,18 @@ def resolve_vqa(
     simulator: VQASimulator | None = None,
     max_cost: float | None = None,
     retry_failed: bool = False,
+    needs_key: bool = False,
 ) -> Any:
     """The ``VQAModel`` for ``--vqa NAME`` (None: ``$DDAI_VQA``, ``ddai.toml``, else ``local``, the
     world's simulator); ``max_cost`` caps a paid backend's spend in USD; ``retry_failed`` calls
-    again what failed before instead of reporting the cached failure."""
-    return get_backend(
+    again what failed before instead of reporting the cached failure; ``needs_key``: a remote
+    backend without its key is refused (``ConfigError``) rather than failing every call."""
+    spec = resolve("vqa", name)
+    if needs_key:
+        require_key(spec, "vqa", "--vqa")
+    return build(
+        spec,
         "vqa",
-        name,
         call_site="pointer.vqa",
         simulator=simulator or VQASimulator(),
         max_cost=max_cost,

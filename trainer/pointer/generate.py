@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ddai.pipelines.backends.usage import FAILED_CALLS, failed_calls
 from ddai.pipelines.pointer import records
 from ddai.pipelines.pointer import vqa as vqa_eval
 from ddai.pipelines.pointer.records import PointerCandidate
@@ -116,7 +117,13 @@ def run_gen(cfg: GenConfig, *, vqa_model: Any = None) -> dict[str, Any]:
         and not cfg.dry_run
         and manifest.is_fresh(cfg.out, "pointer.gen", params, inputs)
     ):
-        return {"out": str(cfg.out), "skipped": "inputs and parameters unchanged (--force reruns)"}
+        # an output written without the calls that failed says so again (the command exits 1)
+        old = failed_calls((manifest.read(cfg.out) or {}).get("backend_calls") or {})
+        return {
+            "out": str(cfg.out),
+            "skipped": "inputs and parameters unchanged (--force reruns)",
+            **({FAILED_CALLS: old} if old else {}),
+        }
     sub, queries, demos = split_inputs(cfg, cfg.split)
     model = load_pointer(cfg.model)
     if model.cfg.d_in != sub.dim:

@@ -3,6 +3,7 @@ batching, retries, failures as ``SearchError``, the opt-in cache, config errors 
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -174,3 +175,13 @@ search = "svc"
     assert res.exit_code == 1, res.output
     s = json.loads(res.output)
     assert s["unreachable"] == ["gone"] and s["roles"]["search"] == "svc"
+
+
+@pytest.mark.parametrize("protocol", ["ddai", "ddai-batch", "search-r1"])
+def test_a_service_that_answers_no_page_fails_the_ping(protocol):
+    """A service up with an empty index answers every query with no page: its ping is not "ok"
+    (a training run's every search would come back empty)."""
+    with FakeSearchServer(ranker=lambda q: []) as srv:
+        url = srv.search_r1_url if protocol == "search-r1" else srv.ddai_url
+        out = asyncio.run(backend(url, protocol).ping())
+    assert out["ok"] is False and "no page" in out["detail"] and url in out["detail"]

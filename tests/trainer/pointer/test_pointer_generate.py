@@ -221,3 +221,75 @@ def test_pointer_gen_exits_1_when_vqa_calls_failed(tiny, tmp_path, monkeypatch):
     assert failed and sum(failed.values()) == data["eval_failed"] > 0
     cands = [c for rec in read_jsonl(out) for c in rec["pointer_candidates"]]
     assert all(c["eval_failed"] and c["vqa_correct"] is None for c in cands)
+
+
+def test_rerun_after_failed_vqa_calls_reports_them_and_retry_failed_calls_again(
+    tiny, tmp_path, monkeypatch
+):
+    """An output written with failed calls is not a clean skip: the rerun repeats the failures
+    (exit 1), and ``--retry-failed``, which the error message tells the user to use, calls the
+    model again instead of skipping the unchanged output."""
+    from typer.testing import CliRunner
+
+    from ddai.cli.app import app
+
+    down = {"model": "nobody", "api_key_env": "DDAI_PTR_KEY", "max_retries": 0, "timeout_s": 2}
+    monkeypatch.setenv(
+        "DDAI_CONFIG", str(backend_toml(tmp_path, "down", "http://127.0.0.1:9/v1", **down))
+    )
+    monkeypatch.setenv("DDAI_PTR_KEY", "k")
+    monkeypatch.setenv("DDAI_HOME", str(tmp_path / "home"))
+    out = tmp_path / "raw.jsonl"
+    args = ["pointer", "gen", "--store", str(tiny / "store.safetensors"), "--world",
+            str(tiny / "world"), "--model", str(tiny / "sft"), "--out", str(out), "--split",
+            "test", "--num-beams", "1", "--temps", "1.0", "--n-per-temp", "1", "--num-random",
+            "1", "--vqa", "down", "--no-progress", "--json"]  # fmt: skip
+    first = CliRunner().invoke(app, args)
+    assert first.exit_code == 1, first.output
+    failed = json.loads(first.stdout)["failed_calls"]
+    written = manifest.read(out)["created"]
+
+    again = CliRunner().invoke(app, args)
+    assert again.exit_code == 1, again.output
+    data = json.loads(again.stdout)
+    assert "skipped" in data and data["failed_calls"] == failed
+
+    retried = CliRunner().invoke(app, [*args, "--retry-failed"])
+    assert retried.exit_code == 1, retried.output
+    data = json.loads(retried.stdout)
+    assert "skipped" not in data and data["failed_calls"] == failed
+    calls = manifest.read(out)["backend_calls"]["pointer.vqa"]
+    assert calls["cached_failures"] == 0 and calls["attempts"] == sum(failed.values())
+    assert manifest.read(out)["created"] >= written
+
+
+def test_pointer_gen_with_a_keyless_remote_vqa_exits_2_naming_the_key_and_the_local_default(
+    tiny, tmp_path, monkeypatch
+):
+    """A remote VQA backend whose key variable is unset fails every call: the command refuses
+    it up front (exit 2) naming the variable and the local default, and writes nothing; its
+    dry run, which calls nothing, still counts."""
+    from typer.testing import CliRunner
+
+    from ddai.cli.app import app
+
+    cfg = tmp_path / "ddai.toml"
+    cfg.write_text(
+        '[backends.oai]\nkind = "openai"\nmodel = "gpt-x"\napi_key_env = "DDAI_PTR_UNSET_KEY"\n'
+    )
+    monkeypatch.setenv("DDAI_CONFIG", str(cfg))
+    monkeypatch.delenv("DDAI_PTR_UNSET_KEY", raising=False)
+    monkeypatch.setenv("DDAI_HOME", str(tmp_path / "home"))
+    out = tmp_path / "raw.jsonl"
+    args = ["pointer", "gen", "--store", str(tiny / "store.safetensors"), "--world",
+            str(tiny / "world"), "--model", str(tiny / "sft"), "--out", str(out), "--split",
+            "test", "--num-beams", "1", "--temps", "1.0", "--n-per-temp", "1", "--num-random",
+            "1", "--vqa", "oai", "--no-progress"]  # fmt: skip
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 2, res.output
+    text = " ".join(res.output.split())
+    assert "$DDAI_PTR_UNSET_KEY" in text and "--vqa local" in text, text
+    assert not out.exists()
+    dry = CliRunner().invoke(app, [*args, "--dry-run", "--json"])
+    assert dry.exit_code == 0, dry.output
+    assert json.loads(dry.stdout)["to_call"] > 0
