@@ -82,7 +82,7 @@ def run_distill(cfg: DistillConfig, *, rewriter: Any = None) -> dict[str, Any]:
     if cfg.rewrite == "think-only":
         backend = rewriter if rewriter is not None else build_rewriter(cfg)
     params = cfg.params(getattr(backend, "name", None))
-    if (skipped := unchanged(cfg, STEP, params, inputs, "inputs")) is not None:
+    if _val_in_place(cfg) and (skipped := unchanged(cfg, STEP, params, inputs, "inputs")):
         return skipped
 
     record = manifest.start(STEP, params, inputs)
@@ -204,9 +204,51 @@ def run_distill(cfg: DistillConfig, *, rewriter: Any = None) -> dict[str, Any]:
             members.append(
                 manifest.Member(cfg.val_out, lambda tmp: shutil.move(val_tmp, tmp), val_record)
             )
+        stale = _previous_val(cfg)
         # the SFT file(s), the report and the manifests, visible together
         manifest.commit_set(members)
+        if stale is not None:
+            _remove_output(stale)
+            summary["removed"] = (
+                f"{objstore.display(stale)}: the validation file of this output's previous "
+                "split (its rows are in the new SFT file)"
+            )
     return summary
+
+
+def _val_in_place(cfg: DistillConfig) -> bool:
+    """Whether the validation file this write asks for is the one the previous write left
+    (``--val-out`` is not among the parameters: a new name, or a removed file, reruns)."""
+    if cfg.val_out is None:
+        return True
+    old = ((manifest.read(cfg.out) or {}).get("notes") or {}).get("split") or {}
+    want = objstore.display(cfg.val_out)
+    return old.get("val output") == want and objstore.any_isfile(want)
+
+
+def _previous_val(cfg: DistillConfig) -> str | None:
+    """The validation file the previous write of ``cfg.out`` split off, when this write does
+    not write it again (no split, or another ``--val-out``): left beside the new SFT file, which
+    now holds its rows, it would turn validation into training data."""
+    old = ((manifest.read(cfg.out) or {}).get("notes") or {}).get("split") or {}
+    path = old.get("val output")
+    if not path or (cfg.val_out is not None and objstore.display(cfg.val_out) == path):
+        return None
+    was = manifest.read(path) or {}
+    # only a file this step wrote as the set of cfg.out (a file of the user's is left alone)
+    if was.get("step") != STEP or fileset.folder_of(path) != fileset.folder_of(cfg.out):
+        return None
+    return path
+
+
+def _remove_output(path: str) -> None:
+    """Remove an output and its manifest (local or object storage); its manifest goes last, so
+    an interrupted removal leaves a file ``ddai lineage`` still explains."""
+    for p in (path, manifest.manifest_path(path)):
+        if (url := objstore.url_of(p)) is not None:
+            objstore.remove(url)
+        else:
+            Path(p).unlink(missing_ok=True)
 
 
 def unchanged(

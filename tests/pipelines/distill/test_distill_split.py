@@ -107,3 +107,27 @@ def test_split_options_refuse_bad_input(logs, tmp_path):
     with pytest.raises(ValueError, match="--max-system-errors"):
         cfg(logs, tmp_path / "o.parquet", max_system_errors=-1)
     assert cfg(logs, tmp_path / "o.parquet", val_ratio=0.1).val_out == tmp_path / "o.val.parquet"
+
+
+def test_a_rewrite_without_the_split_removes_the_previous_val_file(logs, tmp_path):
+    """The previous write's validation file goes when a rewrite of --out does not split (its rows
+    are now in the SFT file: left beside it, validation would be on training data) or splits
+    into another file; a file of that name that distill did not write stays."""
+    out, val = tmp_path / "train1.parquet", tmp_path / "val1.parquet"
+    run_distill(cfg(logs, out, val_ratio=0.5, seed=3, val_out=val))
+    assert val.exists()
+    s = run_distill(cfg(logs, out))
+    assert pq.read_table(out).num_rows == 4
+    assert not val.exists() and not Path(f"{val}.manifest.json").exists()
+    assert s["removed"].startswith(str(val))
+    other = tmp_path / "val2.parquet"
+    run_distill(cfg(logs, out, val_ratio=0.5, seed=3, val_out=val))
+    s = run_distill(cfg(logs, out, val_ratio=0.5, seed=3, val_out=other))
+    assert other.exists() and not val.exists() and s["removed"].startswith(str(val))
+    s = run_distill(cfg(logs, out, val_ratio=0.5, seed=3, val_out=other))  # unchanged: skipped
+    assert other.exists() and "removed" not in s
+    mine = tmp_path / "mine.parquet"
+    run_distill(cfg(logs, out, val_ratio=0.5, seed=3, val_out=mine))
+    Path(f"{mine}.manifest.json").unlink()  # now a file distill cannot claim
+    s = run_distill(cfg(logs, out))
+    assert mine.exists() and "removed" not in s
