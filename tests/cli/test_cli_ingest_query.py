@@ -242,3 +242,19 @@ def test_an_aggregate_over_an_empty_store_notes_the_store(tmp_path):
     )
     res = runner.invoke(app, ["query", sql, "--logs", str(logs), "--json"])
     assert json.loads(res.stdout)["note"] is None and "note" not in res.stderr
+
+
+def test_a_log_store_that_is_a_file_is_refused_naming_it(tmp_path):
+    # Before: runs said "no runs in the log store" and exited 0, query answered over nothing,
+    # and ingest failed with "[Errno 17] File exists".
+    f = tmp_path / "rollouts.parquet"
+    f.write_bytes(b"PAR1")
+    want = f"log store {f} is a file, not a folder"
+    for args in (["runs"], ["query", "SELECT count(*) FROM rollouts"]):
+        res = runner.invoke(app, [*args, "--logs", str(f)])
+        assert res.exit_code == 2, (args, res.output)
+        assert want in " ".join(res.stderr.split())
+    src = _src(tmp_path, _rows())
+    res = runner.invoke(app, ["ingest", str(src), "--run-id", "r1", "--logs", str(f)])
+    assert res.exit_code == 2 and want in " ".join(res.stderr.split())
+    assert f.read_bytes() == b"PAR1"
