@@ -85,7 +85,8 @@ def query_cmd(
                 _write(con, result, fmt, out)
     except (FileNotFoundError, ValueError, duckdb.Error) as e:
         raise fail(str(e)) from e
-    empty = _empty_store(root, runs) if n == 0 else None
+    # also with rows: `count(*)` over an empty store is one row of 0, which hides a wrong --logs
+    empty = _empty_store(root, runs)
     if as_json:
         # values as lists under the column names: no JSON key is built from the data
         shown = [] if out is not None else query_out.rows(con, result, limit)
@@ -97,7 +98,7 @@ def query_cmd(
         console.print(f"wrote {n:,} rows to {out}", style="dim", markup=False, soft_wrap=True)
     elif fmt == "table":
         _show(con, result, limit, empty)
-    if empty and (out is not None or fmt != "table"):
+    if empty and (out is not None or fmt != "table" or n > 0):
         err_console.print(f"note: {empty}", markup=False, soft_wrap=True)
 
 
@@ -109,8 +110,8 @@ def _json_value(v: object) -> object:
 
 
 def _empty_store(root: Path, runs: list[str] | None) -> str | None:
-    """Why a query found no rows when the store itself is empty (no run, or runs of no rows):
-    "matched nothing" would blame the query."""
+    """The note when the store itself is empty (no run, or runs of no rows): with no result row
+    "matched nothing" would blame the query, with some (a count of 0) the 0 would pass as data."""
     from ddai.pipelines.store import store_read
 
     listed = runs or store_read.list_runs(root)

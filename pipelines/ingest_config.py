@@ -43,6 +43,12 @@ class IngestConfig:
 
     def __post_init__(self) -> None:
         from ddai.pipelines import adapters
+        from ddai.pipelines.store.store_read import refuse_file_store
+
+        try:
+            refuse_file_store(self.logs)
+        except FileNotFoundError as e:
+            raise ValueError(str(e)) from None
 
         if self.fmt not in adapters.formats():
             raise ValueError(

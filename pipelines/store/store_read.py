@@ -52,8 +52,18 @@ def manifest_version(man: dict[str, Any]) -> str:
     return io.sha256_text(json.dumps(man, sort_keys=True, ensure_ascii=False, default=str))
 
 
+def refuse_file_store(logs: str | os.PathLike[str]) -> None:
+    """FileNotFoundError when a local ``logs`` is a file: a store is a folder, and a file read as
+    one would answer "no runs" (a reader) or fail on its first mkdir (a writer)."""
+    if objstore.url_of(logs) is None and os.path.isfile(logs):
+        raise FileNotFoundError(
+            f"log store {logs} is a file, not a folder: pass the log store's folder as --logs"
+        )
+
+
 def logs_or_fail(logs: Path) -> Path:
     """``logs`` when the log store exists, else FileNotFoundError saying how to make one."""
+    refuse_file_store(logs)
     if not objstore.any_exists(logs):
         where = objstore.display(logs)
         raise FileNotFoundError(

@@ -377,6 +377,12 @@ def create_app(cfg: ServeConfig, *, explorer: Explorer | None = None) -> Starlet
         if isinstance(fmt := _export_format(request), Response):
             return fmt
         view = _view(request, cfg)  # a bad parameter: 400 through _bad_filter
+        if missing := [r for r in view.runs if r not in ex.meta["runs"]]:
+            # a file of no ids would read as "nothing matched"; the page says so in a notice
+            known = ", ".join(ex.meta["runs"]) or "none"
+            return _error(
+                400, f"run(s) {', '.join(missing)} not in {cfg.logs} (known runs: {known})", request
+            )
         with ex.connection() as con:
             table = queries.keys(con, view).to_arrow_table()
         return _table_file(table, fmt, "rollouts")

@@ -219,3 +219,42 @@ def test_an_ingest_that_stores_no_rollout_says_why_on_stderr(tmp_path):
     res = runner.invoke(app, ["ingest", str(side), "--logs", str(logs), "--json"])
     assert res.exit_code == 1
     assert json.loads(res.stdout)["error"].startswith("the input holds no rollout rows")
+
+
+def test_an_aggregate_over_an_empty_store_notes_the_store(tmp_path):
+    # Before: `count(*)` over a folder with no rollouts printed 0 and exited 0 with no word that
+    # the store is empty (the note came only with zero result rows): a wrong --logs read as "0".
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    sql = "SELECT count(*) AS n FROM rollouts"
+    res = runner.invoke(app, ["query", sql, "--logs", str(empty)])
+    assert res.exit_code == 0
+    assert "0" in res.stdout
+    assert f"note: the log store {empty} holds no rollouts" in " ".join(res.stderr.split())
+    res = runner.invoke(app, ["query", sql, "--logs", str(empty), "--json"])
+    got = json.loads(res.stdout)
+    assert (got["rows"], got["data"]) == (1, [[0]])
+    assert got["note"].startswith(f"the log store {empty} holds no rollouts")
+    # a store with rollouts: no note
+    logs = tmp_path / "logs"
+    runner.invoke(
+        app, ["ingest", str(_src(tmp_path, _rows())), "--run-id", "r1", "--logs", str(logs)]
+    )
+    res = runner.invoke(app, ["query", sql, "--logs", str(logs), "--json"])
+    assert json.loads(res.stdout)["note"] is None and "note" not in res.stderr
+
+
+def test_a_log_store_that_is_a_file_is_refused_naming_it(tmp_path):
+    # Before: runs said "no runs in the log store" and exited 0, query answered over nothing,
+    # and ingest failed with "[Errno 17] File exists".
+    f = tmp_path / "rollouts.parquet"
+    f.write_bytes(b"PAR1")
+    want = f"log store {f} is a file, not a folder"
+    for args in (["runs"], ["query", "SELECT count(*) FROM rollouts"]):
+        res = runner.invoke(app, [*args, "--logs", str(f)])
+        assert res.exit_code == 2, (args, res.output)
+        assert want in " ".join(res.stderr.split())
+    src = _src(tmp_path, _rows())
+    res = runner.invoke(app, ["ingest", str(src), "--run-id", "r1", "--logs", str(f)])
+    assert res.exit_code == 2 and want in " ".join(res.stderr.split())
+    assert f.read_bytes() == b"PAR1"

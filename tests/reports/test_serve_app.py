@@ -182,6 +182,17 @@ def test_export_writes_the_filters_ids(client):
     ]
 
 
+def test_export_of_a_run_not_in_the_store_is_refused(client):
+    # Before: 200 and a header-only file, so a script exporting a mistyped run got an empty id
+    # list with no word (the rollouts page says "No run ... in this store"; the CLI exits 2).
+    for fmt in ("csv", "parquet"):
+        res = client.get(f"/export.{fmt}?run=new&run=nosuchrun")
+        assert res.status_code == 400
+        assert "run(s) nosuchrun not in" in unescape(res.text)
+        assert "known runs: base, new, pages" in unescape(res.text)
+    assert client.get("/export.csv?run=new").status_code == 200
+
+
 def test_sql_api_answers_selects_and_refuses_the_rest(client):
     ok = post_sql(client, json={"sql": "SELECT count(*) AS n FROM explorer"})
     assert ok.status_code == 200 and ok.json()["rows"] == [[25]]  # 24 planted + 1 with pages

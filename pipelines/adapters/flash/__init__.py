@@ -68,7 +68,8 @@ def read(path: Path, ctx: ReaderContext) -> Iterator[SourceRecord | RowBatch]:
 
 
 def _pid(pid: Any) -> Any:
-    return pid if isinstance(pid, int | str) else repr(pid)
+    """A hashable key of one line's ``pid``; None (no pid) stays None, so it counts no writer."""
+    return pid if pid is None or isinstance(pid, int | str) else repr(pid)
 
 
 def _records(

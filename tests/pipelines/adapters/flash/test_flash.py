@@ -101,3 +101,21 @@ def test_query_cut_at_assistant_and_run_id_flag(tmp_path):
     ingest(IngestConfig([src], tmp_path / "b", run_id="mine", progress=False))
     (r, _) = store.read_rollouts(tmp_path / "b").to_pylist()
     assert r["run_id"] == "mine" and "source_run_id" not in json.loads(r["extra"])
+
+
+@pytest.mark.parametrize("columnar", [True, False])
+def test_writer_processes_count_no_missing_pid(tmp_path, columnar):
+    """A line without ``pid`` names no writer process: one pid plus pid-less lines count 1."""
+    lines = [
+        '{"uid": "a", "local_idx": 0, "judge_score": 1, "pid": 4242}',
+        '{"uid": "a", "local_idx": 1, "judge_score": 0, "pid": 4242}',
+        '{"uid": "b", "local_idx": 0, "judge_score": 1}',
+    ]
+    src = tmp_path / "x_flash_rm_detail.jsonl"
+    src.write_text("\n".join(lines) + "\n")
+    res = ingest(IngestConfig([src], tmp_path / "logs", progress=False, columnar=columnar))
+    assert res.notes[str(src)] == {"lines": 3, "writer processes (pid)": 1}
+    none = tmp_path / "none_flash_rm_detail.jsonl"
+    none.write_text('{"uid": "a", "local_idx": 0, "judge_score": 1}\n')
+    res = ingest(IngestConfig([none], tmp_path / "logs2", progress=False, columnar=columnar))
+    assert res.notes[str(none)] == {"lines": 1, "writer processes (pid)": 0}
