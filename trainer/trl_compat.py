@@ -385,7 +385,10 @@ def grpo_trainer_class() -> type:
                 # A step is flat when every group on every rank is (collective).
                 all_groups = dist.gather_objects(list(groups.values()))
                 if self.accelerator.is_main_process:
-                    self.ddai_zero_variance.observe(step, all_groups)
+                    # One generation trains ``steps_per_generation`` optimizer steps (the run's
+                    # last generation only those left before ``max_steps``).
+                    span = min(self.args.steps_per_generation, self.state.max_steps - step + 1)
+                    self.ddai_zero_variance.observe(step, all_groups, span)
             return out
 
         def _compute_loss(self, model, inputs):

@@ -107,3 +107,32 @@ def test_the_summary_warns_when_the_clip_never_acted(capsys):
     out, err = capsys.readouterr()
     assert json.loads(out)["clip_acted_steps"] == 0
     assert "warning:" in err and "never acted" in err and "no group" not in err
+
+
+def _options(*path: str) -> set[str]:
+    import typer
+
+    from ddai.cli.app import app
+
+    cmd = typer.main.get_command(app)
+    for name in path:
+        cmd = cmd.commands[name]
+    return {opt for p in cmd.params for opt in (*p.opts, *p.secondary_opts)}
+
+
+def test_every_flag_a_run_warning_names_is_a_flag_of_its_command():
+    import re
+
+    grpo, ppo = _options("train", "grpo"), _options("train", "ppo")
+    flat = {"steps": 2, "zero_variance_steps": 2, "informative_group_share": 0.0}
+    said = {
+        "grpo clip, spread inside ε": (clip_inert(_clip()), grpo),
+        "grpo clip, ratio 1": (clip_inert(_clip(minibatches_after_update=0)), grpo),
+        "grpo no signal": (no_signal(flat), grpo),
+        "ppo no signal": (no_signal({**flat, "advantage_abs_max": 0.0}), ppo),
+    }
+    for what, (why, options) in said.items():
+        assert why is not None, what
+        named = set(re.findall(r"--[a-z][a-z-]*", why))
+        assert named, what
+        assert named <= options, f"{what}: {sorted(named - options)} are not flags: {why}"

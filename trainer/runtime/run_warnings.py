@@ -78,5 +78,5 @@ def clip_inert(data: dict[str, Any]) -> str | None:
         f"generation, the largest |ratio − 1| was {spread:.2g}, inside ε; the {first} "
         "mini-batch(es) trained first after their generation (ratio 1, no clip can act) are not "
         "counted. The update was an unclipped policy gradient: if a trust region is meant, raise "
-        "--learning-rate or lower --epsilon/--epsilon-high"
+        "--lr or lower --clip-low/--clip-high"
     )

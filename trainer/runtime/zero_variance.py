@@ -28,13 +28,16 @@ class ZeroVarianceSteps:
     informative: int = 0
     """Groups with reward variance (mixed outcomes: the only ones with a learning signal)."""
 
-    def observe(self, step: int, groups: Sequence[Sequence[float]]) -> bool:
-        """Record one batch of ``step``; True when all its groups are flat."""
+    def observe(self, step: int, groups: Sequence[Sequence[float]], span: int = 1) -> bool:
+        """Record one batch of ``step``; True when all its groups are flat. ``span``: the optimizer
+        steps the batch trains, ``step`` on (GRPO's ``steps_per_generation``, at most the steps
+        left in the run): a flat generation leaves each of them without a signal."""
         flat = bool(groups) and all(zero_variance(g) for g in groups)
         self.groups += len(groups)
         self.informative += sum(not zero_variance(g) for g in groups)
         first = step not in self.steps
-        self.steps[step] = flat and self.steps.get(step, True)
+        for s in range(step, step + max(span, 1)):
+            self.steps[s] = flat and self.steps.get(s, True)
         if flat and first:
             log.warning(
                 "step %d: all %d groups have zero reward variance (rewards %s): no learning signal",

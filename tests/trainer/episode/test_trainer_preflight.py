@@ -126,6 +126,11 @@ def test_zero_variance_steps_count_steps_whose_groups_are_all_flat():
     # 6 groups seen, of which [0, 0.5] and [0.2, 0.7] are mixed.
     assert z.groups == 6 and z.informative_share == pytest.approx(2 / 6)
     assert ZeroVarianceSteps().informative_share is None
+    # A generation trained over two optimizer steps: a flat one leaves both without a signal.
+    two = ZeroVarianceSteps()
+    assert two.observe(1, [[0.0, 0.0]], span=2) is True
+    assert two.observe(3, [[0.0, 1.0]], span=2) is False
+    assert two.count == 2 and sorted(two.steps) == [1, 2, 3, 4]
 
 
 def test_cli_grpo_on_slidevqa_with_the_world_corpus_exits_2_naming_missing_pages(shared, tmp_path):
@@ -175,9 +180,7 @@ def _grpo(tmp_path, judge, **kw):
     cfg = GRPORunConfig(
         **run_fields(tiny, data, tmp_path / "grpo", tmp_path / "logs", "pf"),
         n_agent=2,
-        batch_size=4,
-        max_steps=1,
-        **kw,
+        **{"batch_size": 4, "max_steps": 1, **kw},
         episode=EpisodeConfig(
             max_turns=2, max_turn_tokens=8, max_completion_tokens=48, obs_max_tokens=8
         ),
@@ -208,6 +211,19 @@ def test_skipped_preflight_is_recorded_and_flat_steps_are_counted(tmp_path):
     run_config = json.loads((tmp_path / "grpo" / "run_config.json").read_text("utf-8"))
     assert run_config["skip_preflight"] is True and run_config["config"]["skip_preflight"]
     assert run_config["command"] == "train grpo" and run_config["preflight"]["checks"] == {}
+
+
+@pytest.mark.slow
+def test_flat_steps_count_every_optimizer_step_of_a_generation(tmp_path):
+    # gspo-ddai trains each generation in two optimizer steps: 3 steps are generations at steps
+    # 1 (steps 1, 2) and 3 (step 3; its step 4 never runs), every group flat.
+    judge = CountingJudge(score=1.0)
+    result = _grpo(
+        tmp_path, judge, skip_preflight=True, preset="gspo-ddai", batch_size=2, max_steps=3
+    )
+    assert judge.calls == 8 and result.steps == 3
+    assert result.zero_variance_steps == 3
+    assert "(zero_variance_steps 3)" in (no_signal(asdict(result)) or "")
 
 
 def test_a_report_as_recorded_in_run_config():
