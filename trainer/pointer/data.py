@@ -90,6 +90,30 @@ def run_process(cfg: ProcessConfig) -> dict[str, Any]:
             for r in table.iter_rows(named=True)
             for key, col in (("n", "n"), ("correct", "mean_correct"), ("top2_share", "top2_share"))
         },
+        **quality_gaps(df, cfg.reward.quality),
+    }
+
+
+def quality_gaps(df: pl.DataFrame, quality: str) -> dict[str, Any]:
+    """The rows without the score ``--quality`` names, and what that does to their reward.
+
+    Seed 002 counts a missing quality as 0. The scores are log-probabilities (at most 0), so a
+    row without one (only beam search gives ``beam_score``) gets a reward above every row that
+    has one: under ``--quality beam`` sampled and random pointers outrank the beams."""
+    col = {"beam": "beam_score", "logprob": "logprob_score"}.get(quality)
+    if col is None or not df.height:
+        return {}
+    missing = int(df[col].cast(pl.Float64).fill_nan(None).is_null().sum())
+    if not missing:
+        return {}
+    return {
+        "quality missing": missing,
+        "note": (
+            f"{missing:,} of {df.height:,} rows have no {col} (--quality {quality}): they count "
+            "quality 0, as in seed 002, while the scores the others have are log-probabilities "
+            "(at most 0), so those rows get the higher rewards. Use --quality logprob (every "
+            "pointer has one) or none, or generate beam candidates only"
+        ),
     }
 
 

@@ -165,3 +165,26 @@ def test_grouped_rows_keep_groups_contiguous():
         )
     with pytest.raises(ValueError, match="not in the embedding store"):
         pointer_data.grouped_rows(df.with_columns(pl.lit("zz").alias("query_id")), store)
+
+
+def test_beam_quality_names_the_rows_without_a_beam_score():
+    """``--quality beam``: a sampled pointer (no ``beam_score``) counts quality 0, above every
+    beam's log-probability; the summary counts such rows and says why their reward is higher."""
+    from ddai.trainer.pointer import data as pointer_data
+    from ddai.trainer.pointer.config import RewardConfig
+
+    df = pl.DataFrame(
+        {
+            "vqa_correct": [1, 1, 1],
+            "vqa_acc_score": [1.0, 1.0, 1.0],
+            "beam_score": [-2.0, -0.5, None],
+            "logprob_score": [-2.0, -0.5, -3.0],
+        }
+    )
+    beam = pointer_data.add_rewards(df, RewardConfig(quality="beam", alpha=0.2, beta=1.0))
+    # 0.2·q + 1·(2·1 − 1): the sampled row's missing score counts 0, the highest reward
+    assert beam["reward"].to_list() == pytest.approx([0.6, 0.9, 1.0], abs=1e-12)
+    gaps = pointer_data.quality_gaps(df, "beam")
+    assert gaps["quality missing"] == 1 and "1 of 3 rows have no beam_score" in gaps["note"]
+    assert pointer_data.quality_gaps(df, "logprob") == {}
+    assert pointer_data.quality_gaps(df, "none") == {}
