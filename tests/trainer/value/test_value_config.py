@@ -94,3 +94,33 @@ def test_value_score_refuses_a_missing_checkpoint_on_the_library_entry(tmp_path)
 
     with pytest.raises(FileNotFoundError, match=r"--checkpoint .* not found; train one"):
         score_runs(ValueScoreConfig(checkpoint=tmp_path / "none", logs=tmp_path))
+
+
+def test_seed_004_mc_hybrid_defaults():
+    """Seed 004's ``verifiable_mc_hybrid.yaml``, value by value, where ddai takes it over: the
+    value head (``type: linear``, ``num_unfrozen_layers: 2``), the learning rates, the hybrid's
+    coefficients (``pairwise_coef: 1.0``, ``mc_mse_coef: 0.5``), ``value_loss_coef: 0.05``,
+    ``max_grad_norm: 0.5``, ``data_sampling.seed: 42``, ``max_pairs_per_problem: 25`` and the
+    TD weights (β 1, clip [0.1, 2], γ = λ = 1: Monte Carlo)."""
+    from ddai.trainer.ppo.config import PPORunConfig
+    from ddai.trainer.value.model import new_value_model
+
+    train = ValueTrainConfig(model="m", output_dir="o")
+    sft = ValueSFTConfig(model="m", critic="c", output_dir="o")
+    for cfg in (train, sft):
+        assert (cfg.trunk_lr, cfg.head_lr) == (1e-5, 1e-4)
+        assert (cfg.pairwise_coef, cfg.mc_coef) == (1.0, 0.5)
+        assert cfg.max_pairs_per_problem == 25
+        assert cfg.target == "success"  # terminal reward: correct 1, incorrect 0
+    assert (sft.value_loss_coef, sft.max_grad_norm, sft.seed) == (0.05, 0.5, 42)
+    assert (sft.beta, sft.weight_clip_min, sft.weight_clip_max, sft.gamma, sft.lam) == (
+        1.0, 0.1, 2.0, 1.0, 1.0,
+    )  # fmt: skip
+    assert sft.value_trunk_grad  # num_unfrozen_layers 2 > 0: the value loss reaches the trunk
+    # The head: `train value` without --head makes a linear one on 2 unfrozen layers, as does a
+    # fresh PPO critic.
+    assert (train.head, train.unfreeze) == (None, 2)
+    params = inspect.signature(new_value_model).parameters
+    assert (params["head_type"].default, params["unfreeze"].default) == ("linear", 2)
+    ppo = PPORunConfig(model="m", output_dir="o", data="d", corpus="c")
+    assert (ppo.critic_head, ppo.critic_unfreeze) == ("linear", None)  # None: 2 when fresh
