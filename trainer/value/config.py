@@ -191,8 +191,21 @@ class ValueTrainConfig(ValueFitConfig):
 
 @dataclass
 class ValueSFTConfig(ValueFitConfig):
-    """One joint-stage run; every field has a flag in ``ddai train value-sft``. Defaults are
-    seed 004's ``verifiable_mc_hybrid.yaml``."""
+    """One joint-stage run; every field has a flag in ``ddai train value-sft``.
+
+    Seed 004's ``verifiable_mc_hybrid.yaml`` gives the defaults of the loss and the optimiser:
+    the TD weights (β, clip bounds, γ, λ), ``value_loss_coef``, the hybrid's coefficients, the
+    learning rates, ``max_grad_norm``, ``seed`` and ``max_pairs_per_problem``. Its run length and
+    sampling sizes are not taken over, because they describe one CodeContests run on a multi-GPU
+    node and not a search log: ``batch_size`` is 8 pairs per process (the seed's 32),
+    ``max_steps`` counts optimizer steps (the seed's ``n_epochs: 2.0`` over ``n_samples:
+    100000`` drawn pairs), the held-out set is a share of prompts (``val_fraction``; the seed's
+    ``val_n_samples: 500``), and difficulty bins are by success rate (the seed's are
+    CodeContests levels).
+
+    The seed labels ``value_loss_coef: 0.05`` "CE loss 계수" (CE coefficient) while its name
+    says value loss; ddai reads it by its name: ``weighted_ce + value_loss_coef · value_loss``
+    (``sft_math.joint_loss``), so the CE keeps weight 1 and the critic's loss is scaled down."""
 
     model: str
     """The policy: a causal LM folder or hub id."""

@@ -10,7 +10,9 @@ The policy's token loss is weighted by the critic's TD error, on correct rollout
   The weights carry no gradient (the critic is trained by its own loss, not through the CE).
 - weighted CE: ``Σ w_t · ce_t / Σ m_t`` over the policy tokens ``m`` of the correct rollouts (a
   token mean in which each token counts ``w_t`` times; ``w ≡ 1`` is plain SFT on them).
-- total: ``weighted_ce + value_loss_coef · value_loss``.
+- total: ``weighted_ce + value_loss_coef · value_loss`` (the seed's yaml comments
+  ``value_loss_coef: 0.05`` as "CE loss 계수"; ddai reads the key by its name, see
+  ``ValueSFTConfig``).
 
 Shapes: ``B`` rollouts, ``T`` completion positions; ``values[:, t]`` is the critic's estimate of
 the state before completion token ``t``, aligned with the policy's logits for that token.
