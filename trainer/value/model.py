@@ -9,6 +9,13 @@ checkpoints that record the head type.
 every other trunk parameter is frozen. ``param_groups`` gives trunk and head their own learning
 rates.
 
+Seed 004 says two things of ``num_unfrozen_layers: 2``: its intent is "the top 2 layers
+(``layers[-2:]``) get gradients", its code only chooses whether the value head reads
+``hidden_states`` or ``hidden_states.detach()`` (every trunk layer then gets the value loss's
+gradient, because the joint stage trains the whole trunk anyway). ``ddai train value`` follows the
+intent (exactly the top N layers train); ``ddai train value-sft`` follows the code
+(``--value-trunk-grad/--value-head-only``, the detach toggle on a trunk the CE trains whole).
+
 A checkpoint folder holds ``value_config.json`` (head type, sizes, unfreeze, where the trunk is),
 ``value_head.safetensors``, the tokenizer, and ``trunk/`` when the trunk was trained (an untouched
 trunk is referenced by its source path or hub id instead of being copied).
