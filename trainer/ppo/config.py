@@ -1,6 +1,17 @@
 """``ddai train ppo``'s settings: the run config (its episode, reward and backend settings nested
 from ``ddai.trainer.episode.config``, as in ``GRPORunConfig``) with its checks, and the result.
 Imports no torch, so the CLI reads its defaults (and the help of most flags) from here.
+
+Seed 003's PPO pseudocode sets ``ppo_eps = 0.2`` (``clip_low``/``clip_high`` here),
+``critic_weight = 0.5`` (the ½ of ``clipped_value_loss``; ``--vf-clip 0`` is its plain form) and
+``kl_beta = 0.1``, and reduces the loss per sequence then over the batch
+(``seq-mean-token-mean``), saying that many reductions exist. ddai's defaults differ on two: the
+KL coefficient is 0.05 (``kl_coef``; ``--kl 0.1`` is the seed's), and the policy and value losses
+are token means over the batch's policy tokens (``token-mean``: every policy token weighs the same
+whatever its rollout's length, which a multi-turn search episode varies widely), with no flag.
+Advantage whitening is verl's ``masked_whiten`` (``(A − mean)·rsqrt(var + 1e-8)`` over policy
+tokens), not the seed's ``whiten`` (``/(std + 1e-8)``, which ``--reward-norm`` uses): the two
+agree on a batch with spread, and verl's damps one whose advantages are all about 0.
 """
 
 from __future__ import annotations

@@ -182,3 +182,31 @@ def test_bad_option_values_name_the_flag():
             continue
         with pytest.raises(TrainConfigError, match=flag):
             cfg.check()
+
+
+def test_advantage_whitening_is_verls_masked_whiten_not_the_seeds_whiten(monkeypatch):
+    """Seed 003's ``whiten`` divides by ``std + 1e-8``; PPO's advantages are whitened by
+    ``masked_whiten``, ``(A − mean)·rsqrt(var + 1e-8)`` (verl's), which agrees on a batch with
+    spread and damps one whose advantages are all about 0 instead of blowing them up to std 1."""
+    from ddai.trainer.ppo import train as ppo
+
+    batch = data.pad_batch([[1], [1]], [[2], [3]], [[1], [1]], pad_id=0)
+    monkeypatch.setattr(ppo, "token_logprobs", lambda model, b, temperature=1.0: torch.zeros(2, 1))
+
+    def advantages(values):
+        cfg = _cfg(kl_coef=0.0, whiten_advantages=True)
+        exp = ppo.make_experience(
+            "policy", None, StubCritic(torch.tensor(values)), batch, torch.zeros(2), cfg
+        )
+        return exp.advantages
+
+    # A = R − V = ∓1: mean 0, unbiased var 2 → ∓1/√2 both ways (the eps is negligible).
+    spread = advantages([[1.0], [-1.0]])
+    assert torch.allclose(spread, torch.tensor([[-(0.5**0.5)], [0.5**0.5]]), atol=1e-6)
+    assert torch.allclose(terms.whiten(torch.tensor([-1.0, 1.0])), spread.flatten(), atol=1e-6)
+    # A = ∓1e-4: var 2e-8, so rsqrt(2e-8 + 1e-8) gives ∓1e-4·√(1/3e-8) = ∓1/√3, where the
+    # seed's whiten gives ∓1e-4 / (√2e-8 + 1e-8) ≈ ∓0.70706.
+    flat = advantages([[1e-4], [-1e-4]])
+    assert torch.allclose(flat, torch.tensor([[-((1 / 3) ** 0.5)], [(1 / 3) ** 0.5]]), atol=1e-5)
+    seed = terms.whiten(torch.tensor([-1e-4, 1e-4]))
+    assert seed[1].item() == pytest.approx(1e-4 / (2e-8**0.5 + 1e-8), rel=1e-5)
