@@ -14,7 +14,8 @@ is read alone.
 What the columnar readers share lives here too: Arrow's parse of a batch (``read_json``), a
 table in the log's schema (``rollout_table``), a ``RowBatch`` of a batch's lines
 (``LineBatch.row_batch``), JSON text from fragments (``json_object``), the columns derived from
-the turns (``from_turns``), a DuckDB connection per thread (``duck``).
+the turns (``from_turns``), the range check of the bounded scores (``scores_in_range``), a DuckDB
+connection per thread (``duck``).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from ddai.pipelines.adapters.base import (
 )
 from ddai.pipelines.records.deps import duckdb, np, pa, pj, pl
 from ddai.pipelines.records.row_checks import digest_bytes
-from ddai.pipelines.records.schema import ROLLOUT_SCHEMA
+from ddai.pipelines.records.schema import ROLLOUT_SCHEMA, SCORE_RANGES
 
 T = TypeVar("T")
 ParsedLine = tuple[int, str | None, Any, str | None]  # (line_no, text, obj, reason)
@@ -154,6 +155,17 @@ def json_object(parts: list[pl.Expr]) -> pl.Expr:
     return pl.concat_str(
         [pl.lit("{"), pl.concat_str(parts, separator=",", ignore_nulls=True), pl.lit("}")]
     )
+
+
+def scores_in_range() -> list[pl.Expr]:
+    """Per bounded score (``schema.SCORE_RANGES``; its column named as in the log): whether every
+    value of the frame is null or in range, one boolean each (named ``<column>_in_range``, so a
+    ``select`` may hold them beside other checks of the column). A batch where one is false goes
+    by rows, where ``normalize_rollout`` quarantines the row as ``score out of range``."""
+    return [
+        (pl.col(c).is_null() | pl.col(c).is_between(lo, hi)).all().alias(f"{c}_in_range")
+        for c, (lo, hi) in SCORE_RANGES.items()
+    ]
 
 
 def from_turns(turns: pl.Expr) -> dict[str, pl.Expr]:

@@ -85,6 +85,14 @@ _COLUMN_TYPES = {
     "flags": "strings",
 }
 COLUMNS = tuple(_COLUMN_TYPES)
+# The scores the log bounds (DESIGN.md, "The rollout log"), as (low, high), both included. A finite
+# value outside its range cannot be a judge's score or an NDCG (a scale mistake, a corrupt field):
+# the row is refused as ``score out of range`` and quarantined, so it never skews a per-prompt mean
+# or a success count. NaN/inf stays the ``nonfinite_score`` flag; ``reward``, ``advantage`` and
+# the turns' values are unbounded. The columnar readers decline a batch holding one
+# (``line_batches.scores_in_range``), so the per-row path quarantines it.
+SCORE_RANGES: dict[str, tuple[float, float]] = {"judge_score": (0.0, 1.0), "ndcg": (0.0, 1.0)}
+OUT_OF_RANGE = "score out of range"
 
 
 @functools.cache
@@ -263,8 +271,9 @@ def normalize_rollout(
     """Type-check and complete one rollout record; unknown keys go to ``extra`` (JSON text).
 
     ``run_id`` (from ``--run-id``) wins over the record's own; the record's differing one is kept
-    as ``extra.source_run_id``. Raises ``RowError`` for missing required keys, wrong types and
-    negative indexes (``negative index``). A NaN/inf score is stored null, its source value in
+    as ``extra.source_run_id``. Raises ``RowError`` for missing required keys, wrong types,
+    negative indexes (``negative index``) and a finite score outside its ``SCORE_RANGES`` range
+    (``score out of range``, each such field and value in the detail). A NaN/inf score is stored null, its source value in
     ``extra.nonfinite``, and the row flagged ``nonfinite_score``. A value converted from another
     JSON type (a number for a string column, a string for a number, a non-boolean ``forced``) is
     listed in ``extra.coerced`` (source and stored value) and the row flagged ``coerced_type``; an
@@ -307,6 +316,13 @@ def normalize_rollout(
             row[c] = _str(c, rec.get(c), coerced=coerced)
     for c in _FLOAT_COLS:
         row[c] = _float(c, rec.get(c), nonfinite, coerced, inexact)
+    out_of_range = [
+        f"{c} = {row[c]!r} is outside {lo:g}..{hi:g}"
+        for c, (lo, hi) in SCORE_RANGES.items()
+        if row[c] is not None and not lo <= row[c] <= hi
+    ]
+    if out_of_range:
+        raise RowError(OUT_OF_RANGE, "; ".join(out_of_range))
     for c in _STRLIST_COLS:
         row[c] = _strlist(c, rec.get(c))
     row["flags"] = sorted(set(row["flags"])) if row["flags"] else None

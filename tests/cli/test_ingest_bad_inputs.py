@@ -97,15 +97,38 @@ def test_an_integer_past_float_precision_is_flagged_or_kept_exact(tmp_path):
     src = tmp_path / "round0_flash_rm_detail.jsonl"
     big = 2**70 + 1
     lines = [json.dumps(_flash(i)) for i in range(4)]
-    lines[1] = json.dumps(_flash(1, judge_score=big))  # a score column: float64
+    lines[1] = json.dumps(_flash(1, final_score=big))  # a score column (reward): float64
     lines[2] = json.dumps(_flash(2, counter=big))  # an unknown field: extra
     _write(src, lines)
     got = same_store(tmp_path, src)
     rows = {r["rollout_idx"]: r for r in got.rows}
     assert rows[1]["flags"] == ["inexact_number"]
-    assert rows[1]["extra"]["inexact"] == {"judge_score": str(big)}
+    assert rows[1]["extra"]["inexact"] == {"reward": str(big)}
     assert rows[2]["extra"]["counter"] == big and rows[2]["flags"] is None  # exact, not 1.18e21
     assert got.result.flagged == {"inexact_number": 1}
+
+
+def test_a_flash_ndcg_out_of_its_range_is_quarantined_with_field_and_value(tmp_path):
+    # DESIGN.md bounds judge_score and ndcg to 0..1: an NDCG of 7.5 would lift its prompt's mean
+    # (the funnel's bucket) and a judge score of 2 pass any success threshold
+    src = tmp_path / "round0_flash_rm_detail.jsonl"
+    lines = [json.dumps(_flash(i)) for i in range(8)]
+    lines[2] = json.dumps(_flash(2, ndcg=7.5))
+    lines[5] = json.dumps(_flash(5, judge_score=2, ndcg=-0.1))
+    _write(src, lines)
+    code, s = _ingest(tmp_path / "logs", src)
+    assert code == 0, s
+    assert (s["rows_in"], s["rollouts_out"], s["quarantined"]) == (8, 6, 2)
+    assert s["quarantined_by_reason"] == {"score out of range": 2}
+    assert [
+        (q["line"], q["reason"], q["detail"]) for q in _quarantine(tmp_path / "logs", "round0")
+    ] == [
+        (3, "score out of range", "ndcg = 7.5 is outside 0..1"),
+        (6, "score out of range", "judge_score = 2.0 is outside 0..1; ndcg = -0.1 is outside 0..1"),
+    ]
+    rows = _rows(tmp_path / "logs", "round0")
+    assert {r["ndcg"] for r in rows} == {r["judge_score"] for r in rows} == {1.0}
+    assert {r["sample_idx"] for r in rows} == {0, 1, 3, 4, 6, 7}
 
 
 def test_each_coercion_is_flagged_with_the_value_given(tmp_path):

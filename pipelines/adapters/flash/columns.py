@@ -13,7 +13,8 @@ before. It declines:
   or an unknown field holding objects (their keys differ row by row, which a column cannot keep)
   or strings Arrow reads as timestamps;
 - a row the schema would refuse or flag: no ``uid`` or an empty one, no ``local_idx``, a
-  negative or past-int32 index, a null inside a page list, a non-finite score.
+  negative or past-int32 index, a null inside a page list, a non-finite score, a ``judge_score``
+  or ``ndcg`` outside its range (``schema.SCORE_RANGES``: quarantined by the per-row path).
 
 ``extra`` holds the unknown fields, keys sorted, as ``normalize_rollout`` writes it; a field that
 is null in a row is kept as ``null`` when the line names it (``"error": null``) and left out when
@@ -27,7 +28,13 @@ import re
 
 from ddai.pipelines.adapters.base import RowBatch
 from ddai.pipelines.adapters.ddai_common import _RESERVED, FLASH_FIELDS
-from ddai.pipelines.adapters.line_batches import LineBatch, json_object, read_json, rollout_table
+from ddai.pipelines.adapters.line_batches import (
+    LineBatch,
+    json_object,
+    read_json,
+    rollout_table,
+    scores_in_range,
+)
 from ddai.pipelines.records.deps import pa, pc, pj, pl
 from ddai.pipelines.records.schema import COLUMNS, INT32_MAX
 
@@ -81,6 +88,7 @@ def _rows_ok(df: pl.DataFrame) -> bool:
         pl.col("local_idx").is_between(0, INT32_MAX).fill_null(False).all(),
         (pl.col("sample_idx").is_null() | pl.col("sample_idx").is_between(0, INT32_MAX)).all(),
         *[(pl.col(c).is_null() | pl.col(c).is_finite()).all() for c in _FLOAT],
+        *scores_in_range(),  # (judge_score and ndcg: named in the payload as in the log)
     ]
     return bool(df.select(pl.all_horizontal(checks)).item())
 

@@ -7,7 +7,8 @@ returns None otherwise, so that batch goes through the per-row path. It declines
 
 - a column the log does not have (it would go to ``extra``) or of another type;
 - a row the schema refuses or rewrites: no run, ``uid`` or ``rollout_idx``, a negative index, a
-  non-finite score (flagged per row), a null inside a string list, ``flags`` set, a turn with no
+  non-finite score (flagged per row), a ``judge_score`` or ``ndcg`` out of its range
+  (``schema.SCORE_RANGES``: quarantined per row), a null inside a string list, ``flags`` set, a turn with no
   ``idx``, ``forced`` or known ``action``, an unknown ``terminated``, an ``extra`` that is not a
   JSON object (``normalize_rollout`` wraps it), turns to parse from ``response`` (the tag parser
   runs per row) or ``retrieved_pages`` to derive from the turns.
@@ -24,7 +25,7 @@ import json
 from collections.abc import Callable
 
 from ddai.pipelines.adapters.base import RowBatch
-from ddai.pipelines.adapters.line_batches import duck, from_turns
+from ddai.pipelines.adapters.line_batches import duck, from_turns, scores_in_range
 from ddai.pipelines.adapters.unified.events import int_array
 from ddai.pipelines.records.deps import duckdb, np, pa, pc, pl
 from ddai.pipelines.records.schema import ACTION_NAMES, INT32_MAX, ROLLOUT_SCHEMA, TERMINATIONS
@@ -131,6 +132,7 @@ def _rows_ok(df: pl.DataFrame, run_given: bool) -> bool:
         pl.col("rollout_idx").is_between(0, INT32_MAX).fill_null(False).all(),
         *[(pl.col(c).is_null() | (pl.col(c) >= 0)).all() for c in _INTS],
         *[(pl.col(c).is_null() | pl.col(c).is_finite()).all() for c in _FLOATS],
+        *scores_in_range(),
         pl.col("flags").is_null().all(),
         (pl.col("terminated").is_null() | pl.col("terminated").is_in(TERMINATIONS)).all(),
         # turns to parse, or pages to derive from turns: the per-row path

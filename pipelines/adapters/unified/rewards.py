@@ -9,7 +9,8 @@ key (``run_id``, ``global_step``, ``event_type``), plus what the event-by-event 
 ``source_run_id`` under ``--run-id``. It returns None (the batch goes event by event) for a
 reward the parser refuses (a known field of another type), a field the per-row mapping renames
 or that would collide with what it adds, an object field, or a row the schema would refuse or
-flag (no uid, a negative or past-int32 index, a non-finite score).
+flag (no uid, a negative or past-int32 index, a non-finite score, a ``judge_score`` or ``ndcg``
+out of its range).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from collections import Counter
 from typing import Any
 
 from ddai.pipelines.adapters.flash import columns as fc
-from ddai.pipelines.adapters.line_batches import json_object, read_json
+from ddai.pipelines.adapters.line_batches import json_object, read_json, scores_in_range
 from ddai.pipelines.records.deps import pa, pc, pj, pl
 from ddai.pipelines.records.schema import COLUMNS, INT32_MAX
 
@@ -93,6 +94,7 @@ def reward_frame(
         pl.col("_step").is_between(0, INT32_MAX).fill_null(False).all(),
         pl.col("_sidx").is_between(0, INT32_MAX).fill_null(False).all(),
         *[(pl.col(c).is_null() | pl.col(c).is_finite()).all() for c in fc._FLOAT],
+        *scores_in_range(),
     ).row(0)
     if not all(checks):
         return None

@@ -14,7 +14,8 @@ columns where the text has the usual shape, else by ``split_transcript``), which
 
 It returns None (and the reader reads the batch row by row, quarantining or converting each line
 exactly as before) for a batch the parser refuses, a row without a string ``input``, a ``step``
-negative or past int32, a non-finite score, a field named ``source_*`` (it could collide with a
+negative or past int32, a non-finite score, a ``judge_score`` or ``ndcg`` out of its range
+(``schema.SCORE_RANGES``), a field named ``source_*`` (it could collide with a
 renamed one) or a key DuckDB cannot address, and, with a uid mapping, a ``--uid-field`` that is a
 dotted path or holds numbers that are not integers.
 """
@@ -33,6 +34,7 @@ from ddai.pipelines.adapters.line_batches import (
     json_object,
     read_json,
     rollout_table,
+    scores_in_range,
 )
 from ddai.pipelines.adapters.verl.ids import UID_UNMATCHED, UidMapper, uid_of
 from ddai.pipelines.adapters.verl.transcripts import transcripts
@@ -125,6 +127,7 @@ def to_rows(
         pl.col("input").is_not_null().all()
         & (pl.col("step").is_null() | pl.col("step").is_between(0, INT32_MAX)).all()
         & pl.all_horizontal((pl.col(c).is_null() | pl.col(c).is_finite()).all() for c in _FLOAT)
+        & pl.all_horizontal(scores_in_range())
     ).item()
     if not ok:
         return None

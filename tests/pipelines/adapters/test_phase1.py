@@ -61,3 +61,16 @@ def test_prompt_without_reference_keeps_its_uuid_and_bad_document_is_quarantined
     src.write_text(json.dumps(doc)[:-7])  # caught mid-rewrite
     res = ingest(IngestConfig([src], tmp_path / "b", progress=False))
     assert dict(res.quarantined) == {"malformed JSON": 1} and res.rows_in == 1
+
+
+def test_an_agent_ndcg_out_of_range_is_quarantined(tmp_path):
+    doc = json.loads(EXAMPLE.read_text())
+    agents = next(iter(next(iter(doc.values())).values()))["agents"]
+    agents[1]["scores"]["ndcg_value"] = 7.5  # the phase-1 name of ``ndcg``
+    src = tmp_path / "gspo_phase1.json"
+    src.write_text(json.dumps(doc))
+    res = ingest(IngestConfig([src], tmp_path / "logs", progress=False))
+    assert (res.rows_in, res.rollouts_out) == (3, 2)
+    assert res.summary()["quarantined by reason"] == {"score out of range": 1}
+    rows = store.read_rollouts(tmp_path / "logs").to_pylist()
+    assert sorted(r["ndcg"] for r in rows) == [0.0, 1.0]

@@ -61,6 +61,8 @@ ODD = [
     '{"uid": "huge", "local_idx": 0, "final_score": 1e400}',
     '{"uid": "date", "local_idx": 0, "when": "2026-01-01"}',  # Arrow would read a timestamp
     '{"uid": "twice", "local_idx": 0, "local_idx": 1}',  # Python keeps the last
+    '{"uid": "range", "local_idx": 0, "ndcg": 7.5}',  # out of 0..1: quarantined
+    '{"uid": "judge", "local_idx": 0, "judge_score": -0.5}',
 ]
 
 
@@ -118,6 +120,23 @@ def test_an_odd_line_falls_back_with_its_batch_only(tmp_path, monkeypatch, odd):
     good = [_line(i) for i in range(60)]
     got = odd_line_falls_back(tmp_path, ddai_flash.read, src, good, ODD[odd], sort=False)
     assert got.result.rows_in == len(got.rows) + len(got.quarantine)
+
+
+def test_a_score_out_of_range_is_quarantined_and_the_rest_stored(tmp_path, monkeypatch):
+    monkeypatch.setattr(line_batches, "BATCH_BYTES", 4096)
+    src = tmp_path / "r_flash_rm_detail.jsonl"
+    good = [_line(i) for i in range(60)]
+    got = odd_line_falls_back(tmp_path, ddai_flash.read, src, good, _line(99, ndcg=7.5), False)
+    assert [(e["line"], e["reason"], e["detail"]) for e in got.quarantine] == [
+        (31, "score out of range", "ndcg = 7.5 is outside 0..1")
+    ]
+    assert len(got.rows) == 60 and all(r["ndcg"] == 0.5 for r in got.rows)
+    s = got.result.summary()
+    assert (s["rows in"], s["rollouts out"], s["quarantined by reason"]) == (
+        61,
+        60,
+        {"score out of range": 1},
+    )
 
 
 def test_duplicates_in_columns(tmp_path):

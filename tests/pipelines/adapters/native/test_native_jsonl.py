@@ -56,6 +56,8 @@ ODD = [
     '{"run_id": "r", "uid": "fmt", "rollout_idx": 0, "format_ok": 1}',
     '{"run_id": "r", "uid": "resp", "rollout_idx": 0, "response": "<search>q</search>"}',
     '{"run_id": "bad id/x", "uid": "rid", "rollout_idx": 0}',
+    '{"run_id": "r", "uid": "range", "rollout_idx": 0, "ndcg": 7.5}',  # out of 0..1: quarantined
+    '{"run_id": "r", "uid": "judge", "rollout_idx": 0, "judge_score": 1.5}',
 ]
 
 
@@ -115,6 +117,23 @@ def test_an_odd_line_falls_back_with_its_batch_only(tmp_path, monkeypatch, odd):
     assert got.result.rows_in == len(got.rows) + len(got.quarantine)
 
 
+def test_a_score_out_of_range_is_quarantined_and_the_rest_stored(tmp_path, monkeypatch):
+    monkeypatch.setattr(line_batches, "BATCH_BYTES", 8192)
+    good = [_line(i) for i in range(40)]
+    odd = _line(99, judge_score=-0.5)
+    got = odd_line_falls_back(tmp_path, native.read, tmp_path / "a.jsonl", good, odd)
+    assert [(e["line"], e["reason"], e["detail"]) for e in got.quarantine] == [
+        (21, "score out of range", "judge_score = -0.5 is outside 0..1")
+    ]
+    assert len(got.rows) == 40 and {r["judge_score"] for r in got.rows} == {0.0}
+    s = got.result.summary()
+    assert (s["rows in"], s["rollouts out"], s["quarantined by reason"]) == (
+        41,
+        40,
+        {"score out of range": 1},
+    )
+
+
 def test_duplicates_across_batches(tmp_path, monkeypatch):
     monkeypatch.setattr(line_batches, "BATCH_BYTES", 4096)  # a line or two per batch
     src = tmp_path / "a.jsonl"
@@ -162,15 +181,14 @@ def test_extra_as_text_in_columns(tmp_path):
 
 def test_an_integer_past_float_precision_is_read_by_rows_and_kept_exact(tmp_path):
     # Arrow's reader would round 2**70 + 1 to a double; the batch goes row by row instead, where
-    # extra keeps it exact and a score column flags it with its exact text
+    # extra keeps it exact and a score column flags it with its exact text (``reward``: an
+    # unbounded score; a ``judge_score`` that large is out of its range, quarantined)
     src = tmp_path / "a.jsonl"
-    src.write_text(
-        _line(0, extra={"big": 2**70 + 1}) + "\n" + _line(1, judge_score=2**70 + 1) + "\n"
-    )
+    src.write_text(_line(0, extra={"big": 2**70 + 1}) + "\n" + _line(1, reward=2**70 + 1) + "\n")
     assert RowBatch not in _kinds(src)
     _, rows, _ = _same(tmp_path, src)
     assert rows[0]["extra"]["big"] == 2**70 + 1 and rows[0]["flags"] is None
-    assert rows[1]["extra"]["inexact"] == {"judge_score": str(2**70 + 1)}
+    assert rows[1]["extra"]["inexact"] == {"reward": str(2**70 + 1)}
     assert rows[1]["flags"] == ["inexact_number"]
 
 

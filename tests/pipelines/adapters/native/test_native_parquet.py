@@ -80,6 +80,8 @@ ODD = {
     "flags": {"flags": ["b", "a", "b"]},
     "terminated": {"terminated": "stopped"},
     "null page": {"reference_pages": ["a", None]},
+    "ndcg out of range": {"ndcg": 7.5},
+    "judge out of range": {"judge_score": -1.0},
 }
 
 
@@ -91,6 +93,24 @@ def test_an_odd_row_sends_its_batch_by_rows(tmp_path, rows, name):
     assert RowBatch not in _kinds(src)
     res, out, q = _same(tmp_path, src)
     assert res.rows_in == len(out) + len(q) == 10
+
+
+def test_a_score_out_of_range_is_quarantined_and_the_rest_stored(tmp_path, rows):
+    some = [dict(r) for r in rows[:10]]
+    some[4]["ndcg"] = 7.5
+    src = _write(tmp_path / "rollouts.parquet", some)
+    assert RowBatch not in _kinds(src)  # the batch goes by rows, where the row is refused
+    res, out, q = _same(tmp_path, src)
+    assert [(e["line"], e["reason"], e["detail"]) for e in q] == [
+        (5, "score out of range", "ndcg = 7.5 is outside 0..1")
+    ]
+    assert len(out) == 9 and all(0 <= r["ndcg"] <= 1 for r in out if r["ndcg"] is not None)
+    s = res.summary()
+    assert (s["rows in"], s["rollouts out"], s["quarantined by reason"]) == (
+        10,
+        9,
+        {"score out of range": 1},
+    )
 
 
 def test_a_column_the_log_lacks_goes_by_rows(tmp_path, rows):

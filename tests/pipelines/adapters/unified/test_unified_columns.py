@@ -336,6 +336,29 @@ def test_odd_but_valid_rewards_stay_in_columns(tmp_path):
     assert "reward uid differs from plan uid" in json.dumps(notes)
 
 
+@pytest.mark.parametrize("field", ["ndcg", "judge_score"])
+def test_a_reward_out_of_range_quarantines_its_rollout_only(tmp_path, field):
+    """A reward whose ``ndcg`` (or ``judge_score``) lies outside 0..1: its batch goes event by
+    event, where the rollout is quarantined with the field and value; the others are stored."""
+    evs = [
+        json.loads(x)
+        for x in (FIXTURES / "focused_r1" / "unified_trajectory.jsonl").read_text().splitlines()
+    ]
+    at = [i for i, e in enumerate(evs) if e["event_type"] == "rm.flash.detail"][10]
+    evs[at][field] = 7.5
+    src = tmp_path / "unified_trajectory.jsonl"
+    src.write_text("".join(json.dumps(e, ensure_ascii=False) + "\n" for e in evs))
+    assert RowBatch not in kinds(ddai_unified.read, src)  # one batch: by events
+    res, rows, q, _ = _same(tmp_path, src)
+    assert [(e["line"], e["reason"], e["detail"]) for e in q] == [
+        (at + 1, "score out of range", f"{field} = 7.5 is outside 0..1")
+    ]
+    assert len(rows) == 143 and all(r[field] <= 1 for r in rows)
+    s = res.summary()
+    assert (s["rollouts out"], s["quarantined by reason"]) == (143, {"score out of range": 1})
+    assert s["rows in"] == 144
+
+
 def test_side_events_kept_as_logged(tmp_path, small_batches):
     """Side events are written as their source lines (no parse and re-encode), by both readers:
     compact separators, escaped non-ASCII and exponents stay as DDAI wrote them."""

@@ -75,6 +75,29 @@ def test_the_world_as_verl_dumps_reads_in_columns(tmp_path):
         )
 
 
+def test_a_score_out_of_range_is_quarantined_and_the_rest_stored(tmp_path, monkeypatch):
+    monkeypatch.setattr(line_batches, "BATCH_BYTES", 4096)
+    good = [_line(i) for i in range(40)]
+    odd = _line(99, ndcg=7.5, judge_score=1.25)
+    got = odd_line_falls_back(tmp_path, verl.read, tmp_path / "exp" / "3.jsonl", good, odd, False)
+    assert [(e["line"], e["reason"], e["detail"]) for e in got.quarantine] == [
+        (
+            21,
+            "score out of range",
+            "judge_score = 1.25 is outside 0..1; ndcg = 7.5 is outside 0..1",
+        )
+    ]
+    assert len(got.rows) == 40 and {(r["judge_score"], r["ndcg"]) for r in got.rows} == {
+        (1.0, 0.25)
+    }
+    s = got.result.summary()
+    assert (s["rows in"], s["rollouts out"], s["quarantined by reason"]) == (
+        41,
+        40,
+        {"score out of range": 1},
+    )
+
+
 def test_mapping_in_columns(tmp_path):
     lines = [_line(i) for i in range(6)]
     lines[1] = _line(1, output="<think>a</think><search>x</search>", acc=None, latency=...)
