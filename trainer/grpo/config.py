@@ -212,6 +212,8 @@ def grpo_args(cfg: GRPORunConfig) -> Any:
             f"--batch-size {batch} must be a multiple of --n-agent {group} "
             "(rollouts per step = prompts × n_agent)"
         )
+    for key, flag in (("loss_type", "--loss-type"), ("importance_sampling_level", "--ratio-level")):
+        _check_choice(key, flag, merged, file_layer, overrides, cfg)
     args = common.trl_config(GRPOConfig, merged, cfg)
     if args.generation_kwargs:
         # TRL's own generation reads it; ddai's rollout samples with its explicit processors only
@@ -222,3 +224,27 @@ def grpo_args(cfg: GRPORunConfig) -> Any:
             "repetition_penalty instead (--set top_p=0.9, --repetition-penalty 1.1)"
         )
     return args
+
+
+def _check_choice(
+    key: str,
+    flag: str,
+    merged: dict[str, Any],
+    file_layer: dict[str, Any],
+    overrides: dict[str, Any],
+    cfg: GRPORunConfig,
+) -> None:
+    """Refuse a ``key`` TRL would take and fail on only inside its loss, a step into the run;
+    the message names the layer that set it (``--set``, the config file or ``flag``)."""
+    from ddai.trainer.trl_compat import CHOICES
+
+    value, allowed = merged.get(key), CHOICES[key]
+    if value is None or value in allowed:
+        return
+    if key in overrides:
+        where = f"--set {key}={value!r}"
+    elif key in file_layer:
+        where = f"{cfg.config_file}: {key}={value!r}"
+    else:
+        where = f"{flag} {value!r}"
+    raise common.TrainConfigError(f"{where} is not supported; use one of: {', '.join(allowed)}")
