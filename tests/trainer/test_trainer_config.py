@@ -235,6 +235,8 @@ def test_a_bad_loss_type_or_ratio_level_is_refused_naming_where_it_came_from(
 ):
     # TRL takes any string here and fails on it only inside the loss, a whole step into the run
     with pytest.raises(TrainConfigError, match=f"{flag} 'bogus'.*{allowed}"):
+        _cfg(tmp_path, **{field: "bogus"}).check()  # the CLI's check, before TRL is imported
+    with pytest.raises(TrainConfigError, match=f"{flag} 'bogus'.*{allowed}"):
         grpo_args(_cfg(tmp_path, **{field: "bogus"}))
     with pytest.raises(TrainConfigError, match=f"--set {field}='bogus'.*{allowed}"):
         grpo_args(_cfg(tmp_path, overrides={field: "bogus"}))
