@@ -22,6 +22,9 @@ public lives here, and ``check_trl_internals`` checks it against the installed T
   rollout (``ddai_rollout``, a ``SearchRollout``) and asks it for the episode layer's pieces
   (``take_rows``, ``vision_chunk``, ``teacher_forced_logprobs``), so the episode layer may import
   the fence and not the other way round.
+- ``GRPO_LOSS_TYPES`` and ``RATIO_LEVELS``: the ``loss_type`` and ``importance_sampling_level``
+  values ddai accepts; TRL names its own only in ``GRPOConfig``'s help (``trl_choices``) and
+  rejects others only inside its loss, so the check holds the two lists equal.
 - ``unwrap_model_for_generation`` and ``disable_dropout``: the two helpers of TRL's non-top-level
   modules the other trainers use (PPO's sampling, GRPO's preflight; PPO's dropout off). Every
   other ``trl`` import in ddai is a name of TRL's public top level (``tests/test_architecture.py``
@@ -40,6 +43,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -69,6 +73,14 @@ CLIP_METRIC = 'self._metrics[mode]["clip_ratio/region_mean"]'
 # Text TRL's fused LM head must hold: where it decides to project only the kept positions (on
 # Triton devices) or every position (elsewhere); ``compact_fused_head`` widens it to the CPU.
 COMPACT_SOURCE = "compact = _use_triton(hidden_states.device)"
+
+# ``GRPOConfig`` knobs TRL takes as any string and checks only inside its loss, a whole step into
+# a run: the values ddai accepts (``grpo.config.grpo_args`` refuses others up front), each set
+# equal to the values TRL's help for the field names (``trl_choices``).
+GRPO_LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo")
+RATIO_LEVELS = ("token", "sequence")
+CHOICES = {"loss_type": GRPO_LOSS_TYPES, "importance_sampling_level": RATIO_LEVELS}
+CHOICE_NAMES = {"loss_type": "GRPO_LOSS_TYPES", "importance_sampling_level": "RATIO_LEVELS"}
 
 # Attributes of a built GRPOTrainer the rollout reads: name -> why.
 GRPO_ATTRIBUTES = {
@@ -122,13 +134,40 @@ def _problems(grpo_cls: Any) -> list[str]:
     return out
 
 
-def check_trl_internals(grpo_cls: Any | None = None) -> None:
-    """Raise ``TRLInternalsChanged`` naming every TRL internal that changed."""
+def trl_choices(config_cls: Any, name: str) -> set[str]:
+    """The values TRL's help for ``config_cls.<name>`` names: the quoted names of its first
+    sentence that quotes any ("Supported values are 'grpo', 'dr_grpo', ..."; "at the `'token'`
+    or `'sequence'` level"). TRL keeps no public list of them."""
+    text = config_cls.__dataclass_fields__[name].metadata.get("help", "")
+    for sentence in re.split(r"\.\s", text):
+        if names := re.findall(r"'(\w+)'", sentence):
+            return set(names)
+    return set()
+
+
+def _choice_problems(config_cls: Any) -> list[str]:
+    out = []
+    for name, ours in CHOICES.items():
+        trls = trl_choices(config_cls, name)
+        if trls != set(ours):
+            out.append(
+                f"GRPOConfig.{name} now names {sorted(trls)} (ddai's {CHOICE_NAMES[name]}: "
+                f"{list(ours)}; TRL adds {sorted(trls - set(ours))}, drops "
+                f"{sorted(set(ours) - trls)})"
+            )
+    return out
+
+
+def check_trl_internals(grpo_cls: Any | None = None, config_cls: Any | None = None) -> None:
+    """Raise ``TRLInternalsChanged`` naming every TRL internal that changed (``config_cls``:
+    TRL's ``GRPOConfig`` unless given)."""
     import trl
 
     if grpo_cls is None:
         from trl import GRPOTrainer as grpo_cls
-    problems = _problems(grpo_cls)
+    if config_cls is None:
+        from trl import GRPOConfig as config_cls
+    problems = _problems(grpo_cls) + _choice_problems(config_cls)
     if problems:
         raise TRLInternalsChanged(
             f"trl {trl.__version__} changed internals ddai's GRPO trainer overrides "

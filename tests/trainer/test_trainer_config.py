@@ -223,3 +223,63 @@ def test_jsonable_turns_a_run_config_into_json_types():
         "table": {"3": ["c"]},
         "odd": "(1+2j)",
     }
+
+
+@pytest.mark.parametrize(
+    ("field", "flag", "allowed"),
+    [("loss_type", "--loss-type", "grpo, dr_grpo, dapo"), ("importance_sampling_level",
+     "--ratio-level", "token, sequence")],
+)  # fmt: skip
+def test_a_bad_loss_type_or_ratio_level_is_refused_naming_where_it_came_from(
+    tmp_path, field, flag, allowed
+):
+    # TRL takes any string here and fails on it only inside the loss, a whole step into the run
+    with pytest.raises(TrainConfigError, match=f"{flag} 'bogus'.*{allowed}"):
+        _cfg(tmp_path, **{field: "bogus"}).check()  # the CLI's check, before TRL is imported
+    with pytest.raises(TrainConfigError, match=f"{flag} 'bogus'.*{allowed}"):
+        grpo_args(_cfg(tmp_path, **{field: "bogus"}))
+    with pytest.raises(TrainConfigError, match=f"--set {field}='bogus'.*{allowed}"):
+        grpo_args(_cfg(tmp_path, overrides={field: "bogus"}))
+    (tmp_path / "c.yaml").write_text(f"{field}: bogus\n")
+    with pytest.raises(TrainConfigError, match=rf"c\.yaml: {field}='bogus'.*{allowed}"):
+        grpo_args(_cfg(tmp_path, config_file=tmp_path / "c.yaml"))
+
+
+def test_every_loss_type_and_ratio_level_ddai_lists_is_accepted(tmp_path):
+    from ddai.trainer.trl_compat import GRPO_LOSS_TYPES, RATIO_LEVELS
+
+    for loss in GRPO_LOSS_TYPES:
+        assert grpo_args(_cfg(tmp_path, loss_type=loss)).loss_type == loss
+    for level in RATIO_LEVELS:
+        args = grpo_args(_cfg(tmp_path, importance_sampling_level=level))
+        assert args.importance_sampling_level == level
+
+
+@pytest.mark.parametrize(
+    ("flag", "message"),
+    [("--ratio-level", "--ratio-level 'bogus'"), ("--loss-type", "--loss-type 'bogus'")],
+)
+def test_cli_refuses_a_bad_loss_type_or_ratio_level_before_loading_or_logging(
+    tmp_path, monkeypatch, flag, message
+):
+    # It loaded the model, logged a step of rollouts and wrote run_config.json, then failed in
+    # TRL's loss; the run id was then taken ("already exists") by a run that never trained.
+    import ddai.trainer.grpo.train as grpo_train
+    from ddai.trainer import toy
+
+    def no_model(*a, **k):
+        raise AssertionError("the policy model was loaded")
+
+    monkeypatch.setattr(grpo_train, "observation_policy", no_model)
+    data = toy.write_toy(tmp_path / "toy")
+    logs, out = tmp_path / "logs", tmp_path / "o"
+    res = runner.invoke(
+        app,
+        ["train", "grpo", "--model", "m", "--data", str(data / "dataset.parquet"),
+         "--corpus", str(data / "pages.parquet"), "--logs", str(logs), "--run-id", "bad4",
+         "--out-dir", str(out), flag, "bogus", "--no-progress"],
+    )  # fmt: skip
+    assert res.exit_code == 2, res.output
+    assert message in res.output and "use one of" in res.output
+    assert not (out / "run_config.json").exists()
+    assert not (logs / "run_id=bad4").exists()

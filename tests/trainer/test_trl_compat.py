@@ -64,3 +64,40 @@ def test_disable_dropout_zeroes_every_dropout_and_the_attention_dropout():
     disable_dropout(model)
     assert [m.p for m in model.modules() if isinstance(m, torch.nn.Dropout)] == [0.0, 0.0]
     assert model[1].attention_dropout == 0.0
+
+
+def test_ddais_loss_types_and_ratio_levels_are_the_ones_trl_names():
+    from trl import GRPOConfig
+
+    from ddai.trainer.trl_compat import GRPO_LOSS_TYPES, RATIO_LEVELS, trl_choices
+
+    # Hand-read from trl 1.16's GRPOConfig help ("Supported values are 'grpo', 'dr_grpo', ...").
+    assert trl_choices(GRPOConfig, "loss_type") == {
+        "grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo",
+    }  # fmt: skip
+    assert trl_choices(GRPOConfig, "loss_type") == set(GRPO_LOSS_TYPES)
+    assert trl_choices(GRPOConfig, "importance_sampling_level") == {"token", "sequence"}
+    assert set(RATIO_LEVELS) == {"token", "sequence"}
+
+
+def test_a_trl_that_adds_or_drops_a_loss_type_fails_the_check_by_name():
+    import dataclasses
+
+    from trl import GRPOConfig
+
+    @dataclasses.dataclass
+    class Upgraded(GRPOConfig):
+        loss_type: str = dataclasses.field(
+            default="dapo",
+            metadata={
+                "help": "Specifies the loss. Supported values are 'grpo', 'dr_grpo', 'dapo', "
+                "'bnpo', 'cispo', 'sapo', 'vespo' and 'newpo'. 'grpo': Aggregates token-level "
+                "losses. 'luspo' is gone: it requires importance_sampling_level='sequence'."
+            },
+        )
+
+    with pytest.raises(TRLInternalsChanged) as e:
+        check_trl_internals(config_cls=Upgraded)
+    msg = str(e.value)
+    assert "loss_type" in msg and "'newpo'" in msg and "'luspo'" in msg
+    assert "GRPO_LOSS_TYPES" in msg and "importance_sampling_level" not in msg

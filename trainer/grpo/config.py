@@ -44,6 +44,10 @@ TRAIN_PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
+CHOICE_FLAGS = {"loss_type": "--loss-type", "importance_sampling_level": "--ratio-level"}
+"""TRL knobs with a fixed set of values (``trl_compat.CHOICES``) -> the flag that sets each."""
+
+
 def train_preset(name: str | None) -> dict[str, Any]:
     if name is None:
         return {}
@@ -105,6 +109,8 @@ class GRPORunConfig(
     def check(self) -> None:
         """Fail on bad settings before any model is loaded; messages name the flag."""
         self.check_pages()
+        for key, flag in CHOICE_FLAGS.items():
+            _check_choice(key, getattr(self, key), f"{flag} ")
 
 
 @dataclass
@@ -212,6 +218,14 @@ def grpo_args(cfg: GRPORunConfig) -> Any:
             f"--batch-size {batch} must be a multiple of --n-agent {group} "
             "(rollouts per step = prompts × n_agent)"
         )
+    for key, flag in CHOICE_FLAGS.items():
+        if key in overrides:
+            where = f"--set {key}="
+        elif key in file_layer:
+            where = f"{cfg.config_file}: {key}="
+        else:
+            where = f"{flag} "
+        _check_choice(key, merged.get(key), where)
     args = common.trl_config(GRPOConfig, merged, cfg)
     if args.generation_kwargs:
         # TRL's own generation reads it; ddai's rollout samples with its explicit processors only
@@ -222,3 +236,14 @@ def grpo_args(cfg: GRPORunConfig) -> Any:
             "repetition_penalty instead (--set top_p=0.9, --repetition-penalty 1.1)"
         )
     return args
+
+
+def _check_choice(key: str, value: Any, where: str) -> None:
+    """Refuse a ``key`` value TRL would take and fail on only inside its loss, a step into the
+    run; ``where``: the flag or layer that set it (``"--loss-type "``, ``"--set loss_type="``)."""
+    from ddai.trainer.trl_compat import CHOICES
+
+    if value is not None and value not in CHOICES[key]:
+        raise common.TrainConfigError(
+            f"{where}{value!r} is not supported; use one of: {', '.join(CHOICES[key])}"
+        )
