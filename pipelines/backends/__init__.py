@@ -46,7 +46,7 @@ from ddai.pipelines.backends.base import (
     VQAResult,
     run_sync,
 )
-from ddai.pipelines.backends.config import BackendSpec, ConfigError, resolve
+from ddai.pipelines.backends.config import BackendSpec, ConfigError, require_key, resolve
 
 # kind, or (kind, role) where one kind serves a role through another class (an openai embedder
 # talks to the embeddings endpoint, not a prompt) -> (module, class); each class has
@@ -106,11 +106,26 @@ def get_backend(
     return build(spec, role, **context)
 
 
-def step_backend(role: str, name: str | None, cfg: Any, call_site: str, **context: Any):
+def step_backend(
+    role: str,
+    name: str | None,
+    cfg: Any,
+    call_site: str,
+    *,
+    config: dict[str, Any] | None = None,
+    **context: Any,
+):
     """``get_backend`` for a step whose config carries the call flags: ``cfg.max_cost``,
-    ``cfg.progress`` and ``cfg.retry_failed`` (``context``: any other, see ``get_backend``)."""
+    ``cfg.progress`` and ``cfg.retry_failed`` (``context``: any other, see ``get_backend``).
+
+    A remote backend without its key is refused (``ConfigError``, naming the variable and the
+    role's flag ``--<role>``) unless the step is a dry run (``cfg.dry_run``), which calls nothing:
+    every call would fail ``no-key``."""
+    spec = resolve(role, name, config)
+    if not getattr(cfg, "dry_run", False):
+        require_key(spec, role, f"--{role}")
     flags = {"max_cost": cfg.max_cost, "progress": cfg.progress, "retry_failed": cfg.retry_failed}
-    return get_backend(role, name, call_site=call_site, **flags, **context)
+    return get_backend(role, name, config=config, call_site=call_site, **flags, **context)
 
 
 def build(spec: BackendSpec, role: str, **context: Any):

@@ -6,9 +6,11 @@ and a spending cap, with a per-attempt timeout and retries with backoff; each an
 moment it arrives. Failures come back as ``Failure`` values in the job's slot, never as a made-up
 score, and everything is accounted in the ledger under the caller's call site.
 
-A call that fails for good is cached with its reason (never a spending-cap stop, which is no call):
-a rerun hands the same failure back without paying again, marked ``cached``, unless the engine was
-built with ``retry_failed`` (``--retry-failed``), which sends those calls once more.
+A call that fails for good is cached with its reason (never a spending-cap stop, which is no call,
+nor a failure of the caller's setup, ``retry.SETUP_FAILURES``: no key, a rejected key, a request
+that could not be built): a rerun hands the same failure back without paying again, marked
+``cached``, unless the engine was built with ``retry_failed`` (``--retry-failed``), which sends
+those calls once more.
 
 A batch runs on ``min(concurrency, misses)`` worker coroutines pulling from one iterator, so memory
 stays proportional to the concurrency, not to the batch.
@@ -25,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from ddai.pipelines.backends.cache import CallCache
 from ddai.pipelines.backends.limits import Budget, TokenBucket
 from ddai.pipelines.backends.progress import Bar
-from ddai.pipelines.backends.retry import CallError, Failure, RetryPolicy
+from ddai.pipelines.backends.retry import SETUP_FAILURES, CallError, Failure, RetryPolicy
 from ddai.pipelines.backends.usage import Ledger, Price, SiteUsage, TokenUsage
 
 if TYPE_CHECKING:
@@ -149,7 +151,7 @@ class Engine:
                 pending.setdefault(job.key, []).append(i)
         n_hits = sum(1 for r in results if r is not None)  # true cache hits, repeats included
         if self.cache is not None and pending and not self.retry_failed:
-            for key, (reason, detail) in self.cache.get_failures(pending).items():
+            for key, (reason, detail) in self._cached_failures(pending).items():
                 failure = Failure(reason, detail, cached=True)
                 for i in pending.pop(key):
                     results[i] = failure
@@ -194,7 +196,7 @@ class Engine:
         todo = {j.key: j.estimate for j in jobs if j.key not in hits}
         failed: set[str] = set()
         if self.cache is not None and todo and not self.retry_failed:
-            failed = set(self.cache.get_failures(todo))
+            failed = set(self._cached_failures(todo))
             todo = {k: v for k, v in todo.items() if k not in failed}
         est = sum(todo.values(), TokenUsage())
         cached = sum(1 for j in jobs if j.key in hits)
@@ -258,11 +260,18 @@ class Engine:
                 attempt += 1
                 continue
             site.failed[failure.reason] += 1
-            if self.cache is not None:
+            if self.cache is not None and failure.reason not in SETUP_FAILURES:
                 self.cache.put_failure(
                     job.key, failure.reason, failure.detail, **self._cache_tags()
                 )
             return failure
+
+    def _cached_failures(self, keys: Any) -> dict[str, tuple[str, str]]:
+        """The cache's failures among ``keys`` (key → reason, detail), less those of the caller's
+        setup an older version cached: they are called again."""
+        assert self.cache is not None
+        found = self.cache.get_failures(keys)
+        return {k: v for k, v in found.items() if v[0] not in SETUP_FAILURES}
 
     def _cache_tags(self) -> dict[str, Any]:
         """What a cached answer or failure records of the backend that made it."""

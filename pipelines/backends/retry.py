@@ -18,6 +18,12 @@ from dataclasses import dataclass
 from ddai.pipelines.backends.usage import TokenUsage
 
 RETRY_STATUSES = frozenset({408, 409, 429})
+# Failures of the caller's setup, not of the model's answer: no key (``no-key``), a key the server
+# rejects (401, 403), a request that could not be built (``bad-input``: e.g. a missing image
+# file). The key and the files are no part of the cache key, so a cached one would be handed back
+# after the fix; the engine never caches them (nor serves one an older version cached). A spending
+# cap stop (``max-cost``) is no call and is never cached either.
+SETUP_FAILURES = frozenset({"no-key", "http-401", "http-403", "bad-input"})
 
 
 @dataclass(frozen=True)

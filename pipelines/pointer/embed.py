@@ -80,11 +80,13 @@ def run_embed(cfg: EmbedConfig, *, embedder: Any = None) -> dict[str, Any]:
         q_emb, d_emb = w.query_emb, w.demo_emb
     else:
         if embedder is None:
-            from ddai.pipelines.backends import get_backend
+            from ddai.pipelines.backends import build, resolve
+            from ddai.pipelines.backends.config import require_key
 
-            embedder = get_backend(
-                "embedder", cfg.embedder, call_site="pointer.embed", max_cost=cfg.max_cost
-            )
+            spec = resolve("embedder", cfg.embedder)
+            if not cfg.dry_run:  # a remote embedder without its key: refused, not 90 × no-key
+                require_key(spec, "embedder", "--embedder")
+            embedder = build(spec, "embedder", call_site="pointer.embed", max_cost=cfg.max_cost)
         # a query is embedded as its question, a demonstration as its question and answer
         texts = [str(q.get("question", "")) for q in w.queries] + [
             f"{d.get('question', '')} {d.get('answer', '')}".strip() for d in w.demos

@@ -100,11 +100,17 @@ def streaming_scorer(cfg: Any, backends: Backends, spec: RewardSpec) -> Streamin
 
 
 def default_backends(cfg: EpisodeBackends, corpus: Any, spec: RewardSpec) -> Backends:
+    """The search backend, and the generator and judge when the reward uses the judge. A remote
+    generator or judge without its key is refused (``ConfigError``, exit 2) before any model
+    loads: every reward call would fail ``no-key``."""
     from ddai.pipelines.backends import get_backend
+    from ddai.pipelines.backends.config import require_key, resolve
 
     search = get_backend("search", cfg.search, corpus=corpus)
     if not spec.needs_judge:
         return Backends(search=search)
+    for role, name in (("generator", cfg.generator), ("judge", cfg.judge)):
+        require_key(resolve(role, name), role, f"--{role}")
     # Training always calls again what failed before: an outage in an earlier run must not
     # turn into cached failures (null rewards) for this one.
     generator = get_backend(

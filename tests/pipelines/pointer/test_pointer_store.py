@@ -89,3 +89,36 @@ def test_embed_with_an_embedder_backend(world_dir, tmp_path):
     store = load_store(out)
     assert store.k == 4 and store.meta["embedder"] == "hash"
     assert np.allclose(np.linalg.norm(store.query_emb, axis=1), 1.0, atol=1e-4)
+
+
+def test_embed_with_a_keyless_remote_embedder_is_refused_before_any_work(
+    world_dir, tmp_path, monkeypatch
+):
+    """An OpenAI embedder whose key variable is unset (no ``base_url``): exit 2 naming the variable
+    and ``--embedder local``, no store, no call cache; ``--dry-run`` (no call) still plans."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from ddai.cli.app import app
+
+    var = "DDAI_TEST_UNSET_EMBED_KEY"
+    monkeypatch.delenv(var, raising=False)
+    cfg = tmp_path / "ddai.toml"
+    cfg.write_text(
+        f'[backends.oai]\nkind = "openai"\nmodel = "emb"\napi_key_env = "{var}"\n',
+        encoding="utf-8",
+    )
+    monkeypatch.setenv("DDAI_CONFIG", str(cfg))
+    monkeypatch.setenv("DDAI_HOME", str(tmp_path / "home"))
+    before = sorted(tmp_path.rglob("*"))
+    args = ["pointer", "embed", str(world_dir), "--out", str(tmp_path / "s.parquet")]
+    res = CliRunner().invoke(app, [*args, "--embedder", "oai"])
+    text = " ".join(res.output.split())
+    assert res.exit_code == 2, res.output
+    assert f"${var}" in text and "--embedder local (minilm" in text, text
+    assert sorted(tmp_path.rglob("*")) == before
+    res = CliRunner().invoke(app, [*args, "--embedder", "oai", "--dry-run", "--json"])
+    assert res.exit_code == 0, res.output
+    plan = json.loads(res.stdout)  # 30 queries + 60 demonstrations, repeated texts sent once
+    assert plan["items"] == 90 and plan["to_call"] + plan["duplicates"] == 90
