@@ -50,7 +50,8 @@ def lineage_cmd(*, flags: dict[str, Any], as_json: JsonOpt = False) -> None:
             ),
             "dropped": [f"{k} {v:,}" for k, v in r["dropped"].items()],
             "from": list(r["inputs"]),
-            **({"check": r["mismatch"] or "ok"} if check else {}),
+            **({"check": r["mismatch"] or _unchecked(r)} if check else {}),
+            **({"note": r["replaced"]} if r["replaced"] else {}),
         }
         for r in rows
     ]
@@ -63,11 +64,19 @@ def lineage_cmd(*, flags: dict[str, Any], as_json: JsonOpt = False) -> None:
             "log partitions": sum(n["kind"] == "log" for n in graph["nodes"]),
             "raw sources": sum(n["kind"] == "source" for n in graph["nodes"]),
             "missing": sum(n["kind"] == "missing" for n in graph["nodes"]),
+            "log partitions re-ingested since use": sum(
+                bool(n["replaced"]) for n in graph["nodes"]
+            ),
             **({"inputs changed since use": changed} if check else {}),
             **({"outputs not matching their manifest": len(bad)} if check else {}),
         },
     )
     _fail_mismatch(bad)
+
+
+def _unchecked(row: dict[str, Any]) -> str:
+    """``ok``, or why nothing was re-hashed (an earlier version of a partition)."""
+    return "not checked: an earlier version of the run" if row["replaced"] else "ok"
 
 
 def _fail_untraceable(graph: dict[str, Any]) -> None:

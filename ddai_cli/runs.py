@@ -39,7 +39,7 @@ def runs_cmd(logs: LogsOpt = None, as_json: JsonOpt = False) -> None:
         return
     caps = capabilities.for_runs(root, [r["run_id"] for r in found])
     if as_json:
-        rows = [{**r, "capabilities": caps[r["run_id"]].to_dict()} for r in found]
+        rows = [{**r, **_steps(r), "capabilities": caps[r["run_id"]].to_dict()} for r in found]
         summary("runs", {"runs": rows}, as_json=True)
         return
     rows = [_run_row(r) for r in found]
@@ -56,6 +56,12 @@ def runs_cmd(logs: LogsOpt = None, as_json: JsonOpt = False) -> None:
     ]
     print_rows("runs (all digits: --json)", rows)
     print_rows("steps, turns, format fails and what each run lacks", lacks)
+
+
+def _steps(r: dict[str, Any]) -> dict[str, Any]:
+    """``steps`` null (as the table's ``UNKNOWN``) for a run none of whose rollouts has a step:
+    the view counts no distinct step as 0, which reads as a run with zero training steps."""
+    return {"steps": None} if r.get("first_step") is None else {}
 
 
 def _partly(c: capabilities.Capabilities) -> str:

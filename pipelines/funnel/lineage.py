@@ -39,10 +39,15 @@ def lineage_graph(
       step's parameters; ``created`` its manifest's time; ``run_id`` a partition's run;
       ``mismatch`` (only with ``check_hashes``) why the output is not what its manifest committed
       (re-hashed: a crash between writing it and its manifest, or an edit), else None;
+      ``replaced`` (a partition a step read, re-ingested or appended to since: its digest in the
+      partition's manifest differs from the step's record, compared without ``check_hashes``) why
+      the node stands for an earlier version of the run (id ``<path>@<sha256 prefix>``, name
+      ``run_id=R (earlier version)``, no rows, no inputs: its sources are not traced), else None;
     - an edge is ``{"source": id, "target": id, "rows": int | None, "changed": bool | None}``:
       ``rows`` how many of the target's rows came from the source (None where the source is not
       a set of prompts, e.g. a log partition that scored them); ``changed`` whether the source's
-      current sha256 differs from the one recorded (None unless ``check_hashes``).
+      current sha256 differs from the one recorded (None unless ``check_hashes``; True for an
+      edge from a ``replaced`` partition).
 
     The nodes come in a topological order (every node after all of its inputs), so a renderer can
     draw them left to right; the counts feed a Sankey diagram directly.
@@ -70,6 +75,7 @@ def _node(path: Path, kind: str, **kw: Any) -> dict[str, Any]:
         "created": None,
         "run_id": None,
         "mismatch": None,
+        "replaced": None,
     }
     base.update(kw)
     return base
@@ -93,8 +99,12 @@ def _visit(
         contributions = m.get("notes", {}).get("contributions", {})
         for inp in m.get("inputs", []):
             src = Path(inp["path"])
+            rows_from = contributions.get(inp["path"])
+            if (earlier := _earlier_run(src, inp, nodes)) is not None:
+                edges.append({"source": earlier, "target": key, "rows": rows_from, "changed": True})
+                continue
             _visit(src, nodes, edges, check)
-            edges.append(_edge(src, path, contributions.get(inp["path"]), inp, check))
+            edges.append(_edge(src, path, rows_from, inp, check))
         del nodes[key]
         rows = m.get("rows", {})
         nodes[key] = _node(
@@ -131,6 +141,44 @@ def _visit(
     else:
         there = objstore.any_exists(path)
         nodes[key] = _node(path, "file" if there else "missing", rows=_row_count(path))
+
+
+def _earlier_run(
+    src: Path, recorded: dict[str, Any], nodes: dict[str, dict[str, Any]]
+) -> str | None:
+    """The id of a node standing for the version of log partition ``src`` that a step read, when
+    the run was re-ingested (or appended to) since: its digest, from the partition's manifest (no
+    part is read), differs from the one the step recorded. The walk stops there: the partition's
+    current sources are not what the step read. None when ``src`` is not a partition, is the
+    version recorded, or its manifest cannot tell cheaply (no file hashes: ``--check`` rehashes)."""
+    part = store.partition_manifest(src) or {}
+    files = part.get("files")
+    if not recorded.get("sha256") or not files or not all("sha256" in f for f in files):
+        return None
+    now = manifest.input_record(src)["sha256"]
+    if now == recorded["sha256"]:
+        return None
+    run = part.get("run_id") or src.name.split("=", 1)[-1]
+    key = f"{_where(src)}@{recorded['sha256'][:12]}"
+    nodes.setdefault(
+        key,
+        _node(
+            src,
+            "log",
+            id=key,
+            name=f"{src.name} (earlier version)",
+            step="ingest",
+            unit="rollouts",
+            run_id=run,
+            replaced=(
+                f"re-ingested since: the output was built from an earlier version of run {run} "
+                f"(sha256 {recorded['sha256'][:12]}…, now {now[:12]}…); the run's current "
+                "sources are not what it read, so the walk stops here: rebuild the output to "
+                "trace it to the run as it is now"
+            ),
+        ),
+    )
+    return key
 
 
 def _step_mismatch(path: Path, m: dict[str, Any]) -> str | None:
@@ -171,7 +219,8 @@ def lineage_rows(graph: dict[str, Any]) -> list[dict[str, Any]]:
     """The graph as a funnel table, one row per node, inputs first: ``step`` (``raw log``,
     ``input``, ``ingest (<run>)`` or the step's name), ``output``, ``rows in``, ``rows out``,
     ``unit``, ``dropped`` (reason → count), ``inputs`` (names, with the rows each contributed
-    where that is only part of the input) and ``mismatch`` (see ``lineage_graph``)."""
+    where that is only part of the input), ``mismatch`` and ``replaced`` (see
+    ``lineage_graph``)."""
     rows_of = {n["id"]: n["rows"] for n in graph["nodes"]}
     names = {n["id"]: n["name"] for n in graph["nodes"]}
     into: dict[str, list[str]] = {}
@@ -201,6 +250,7 @@ def lineage_rows(graph: dict[str, Any]) -> list[dict[str, Any]]:
                 "dropped": dict(n["dropped"]),
                 "inputs": into.get(n["id"], []),
                 "mismatch": n.get("mismatch"),
+                "replaced": n.get("replaced"),
             }
         )
     return out

@@ -325,7 +325,8 @@ def create_app(cfg: ServeConfig, *, explorer: Explorer | None = None) -> Starlet
             return _error(404, f"no run {run!r} in this store", request)
         with ex.connection() as con:
             tail = live.run_tail(con, run)
-        body = {"version": ex.version, "same": False, "run": run, **tail}
+        steps = live.step_source(cfg.logs, run)
+        body = {"version": ex.version, "same": False, "run": run, **tail, "step_source": steps}
         return JSONResponse(json.loads(json.dumps(body, default=str)), headers=NO_STORE)
 
     def sql_page(request: Request) -> Response:

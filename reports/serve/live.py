@@ -16,10 +16,15 @@ from typing import Any
 import duckdb
 
 from ddai.pipelines import store
-from ddai.pipelines.store import io
+from ddai.pipelines.store import capabilities, io
 
 # How many of the newest groups (run, step, prompt) the page lists.
 NEWEST_GROUPS = 12
+
+# Source formats that never record a training step, with the name the page gives them: DDAI's
+# flash_rm_detail log names neither run nor step (``ddai.pipelines.adapters.flash``). Every other
+# format can carry one (``capabilities.SUPPLY["step"]``).
+STEPLESS_FORMATS = {"ddai-flash": "flash"}
 
 
 def run_versions(logs: Path, runs: list[str] | None) -> dict[str, str]:
@@ -79,3 +84,15 @@ def run_tail(
     steps = con.sql(STEPS_SQL, params={"run": run}).to_arrow_table().to_pylist()
     groups = con.sql(GROUPS_SQL, params={"run": run, "top": top}).to_arrow_table().to_pylist()
     return {"steps": steps, "groups": groups, "rollouts": sum(s["rollouts"] for s in steps)}
+
+
+def step_source(logs: Path, run: str) -> dict[str, Any]:
+    """Whether ``run``'s source formats can carry a training step: ``{"can_carry_steps": bool,
+    "stepless_formats": [names]}``. False only when every format it was ingested from is
+    step-less (a run with no recorded format, e.g. one training writes, can)."""
+    formats = capabilities.run_capabilities(logs, run).formats
+    stepless = [STEPLESS_FORMATS[f] for f in formats if f in STEPLESS_FORMATS]
+    return {
+        "can_carry_steps": not formats or len(stepless) < len(formats),
+        "stepless_formats": stepless,
+    }

@@ -19,8 +19,8 @@ from ddai.reports.transcript import mark_pages
 
 # Ingest formats whose rows carry no turns: what each keeps instead.
 TURNLESS_FORMATS = {
-    "ddai-flash": "a DDAI flash log (flash_rm_detail.jsonl) keeps the question, the final answer, "
-    "the pages retrieved and the scores of each rollout, not its turns",
+    "ddai-flash": "a DDAI flash log (flash_rm_detail.jsonl), which keeps the question, the final "
+    "answer, the pages retrieved and the scores of each rollout, not its turns",
 }
 
 

@@ -7,6 +7,7 @@ import json
 import re
 
 import pytest
+from cli_schemas import check
 from conftest import SHARED
 from typer.testing import CliRunner
 
@@ -44,6 +45,13 @@ def test_runs_show_no_turns(logs):
     # flash rows log no format gate: the fail rate is unknown, never 0
     rates = {r["run_id"]: r["format_fail_rate"] for r in json.loads(res.stdout)["runs"]}
     assert rates == {"round0": None, "round1": None}
+    # no rollout has a step: the count is unknown as the table's "—" says, never 0
+    steps = {
+        r["run_id"]: (r["steps"], r["first_step"], r["last_step"])
+        for r in json.loads(res.stdout)["runs"]
+    }
+    assert steps == {"round0": (None, None, None), "round1": (None, None, None)}
+    check("runs", json.loads(res.stdout))
     table = runner.invoke(app, ["runs", "--logs", str(logs)], terminal_width=200)
     # steps, turns and format fails unknown: "—", never 0 or blank
     assert re.search(r"round1\s+—\s+—\s+—\s+turns, step, advantages, images", table.stdout)

@@ -6,10 +6,13 @@ import json
 
 import polars as pl
 import pytest
+from cli_schemas import check
 from support.funnel_data import group, write_dataset, write_log
 from typer.testing import CliRunner
 
 from ddai.cli.app import app
+from ddai.pipelines import store
+from ddai.pipelines.store import io
 
 runner = CliRunner()
 
@@ -147,3 +150,46 @@ def test_verify_gt_progress_flag_reaches_its_config(flags, shown, tmp_path, monk
     res = runner.invoke(app, [*args, "--out-dir", str(tmp_path), "--corpus", str(tmp_path), *flags])
     assert res.exit_code == 2 and "stopped after reading the config" in res.output
     assert [c.progress for c in seen] == [shown]
+
+
+def test_lineage_stops_at_a_run_reingested_since_the_output_was_built(tmp_path):
+    """An output built from run ``cur`` before ``cur`` was re-ingested from another file: the run's
+    current source is not what the output was built from, so lineage marks the partition as an
+    earlier version (without --check: the digest comes from the manifests) and walks no further.
+    """
+    ds, scores, logs = _inputs(tmp_path)
+    out = tmp_path / "out"
+    args = ["curate", "bucket", "--dataset", str(ds), "--scores", str(scores), "--score-col",
+            "p1", "--out-dir", str(out)]  # fmt: skip
+    assert runner.invoke(app, args).exit_code == 0
+    args = ["curate", "focus", "--bucket-a", str(out / "curriculum_bucket_a.parquet"),
+            "--bucket-0", str(out / "curriculum_bucket_0.parquet"), "--logs", str(logs), "--run",
+            "cur", "--out", str(out / "r1.parquet")]  # fmt: skip
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.output
+    raw = tmp_path / "head.jsonl"  # the run replaced by a 1-row file
+    rows = group("train_2", "reward", [1.0], judge_score=1.0)
+    raw.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    src = {"path": str(raw), "sha256": io.sha256_file(raw), "format": "ddai"}
+    store.write_run(logs, "cur", rows, sources=[src], manifest={"rows_in": 1})
+
+    r = runner.invoke(app, ["lineage", str(out / "r1.parquet")])
+    assert r.exit_code == 0, r.output
+    assert "head.jsonl" not in r.stdout and "cur.raw.jsonl" not in r.stdout
+    assert "run_id=cur (earlier version)" in r.stdout
+    assert "re-ingested since" in r.stdout and "log partitions re-ingested since use  1" in r.stdout
+
+    graph = json.loads(runner.invoke(app, ["lineage", str(out / "r1.parquet"), "--json"]).stdout)
+    check("lineage", graph)
+    [old] = [n for n in graph["nodes"] if n["kind"] == "log"]
+    assert (
+        old["run_id"] == "cur" and old["rows"] is None and old["path"] == str(logs / "run_id=cur")
+    )
+    assert "earlier version of run cur" in old["replaced"]
+    assert not [n for n in graph["nodes"] if n["kind"] == "source"]
+    [edge] = [e for e in graph["edges"] if e["source"] == old["id"]]
+    assert edge["changed"] is True and edge["target"] == str(out / "r1.parquet")
+    # the run as it is now is traced to its current source, unmarked
+    now = json.loads(runner.invoke(app, ["lineage", str(logs / "run_id=cur"), "--json"]).stdout)
+    assert [n["name"] for n in now["nodes"] if n["kind"] == "source"] == ["head.jsonl"]
+    assert all(n["replaced"] is None for n in now["nodes"])

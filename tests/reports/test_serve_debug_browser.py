@@ -1,11 +1,12 @@
 """The explorer as a debugging tool, driven by Playwright in the system Chromium.
 
 Over the synthetic world (``--size small``) with page images drawn from its corpus, 22 one-row
-runs (a run list longer than any native select shows) and a run ``train`` that the test appends
-training steps to while the live page is open: keyboard navigation on the table and transcripts,
-previous / next rollout in the filter, the ``<bbox>`` drawn where it points on its page, zoom,
-the raw-text toggle, placeholders for pages without an image, the searchable run list and filter
-chips, the SQL box's URL and transcript links, and the live tail. With ``DDAI_SCREENSHOTS=DIR``
+runs (a run list longer than any native select shows), a run ``flash`` of six lines of DDAI's
+flash log (a format without steps) and a run ``train`` that the test appends training steps to
+while the live page is open: keyboard navigation on the table and transcripts, previous / next
+rollout in the filter, the ``<bbox>`` drawn where it points on its page, zoom, the raw-text
+toggle, placeholders for pages without an image, the searchable run list and filter chips, the
+SQL box's URL and transcript links, and the live tail. With ``DDAI_SCREENSHOTS=DIR``
 it saves ``serve-transcript-raw.png`` and ``serve-live.png`` into DIR.
 """
 
@@ -17,11 +18,13 @@ from typing import Any
 from urllib.parse import parse_qs, urlencode, urlparse
 
 import pytest
+from conftest import SHARED
 from playwright_browser import browser, new_page, wait_for
 from report_world import planted_rows
 from serve_world import served, world_store
 
 from ddai.pipelines import store
+from ddai.pipelines.ingest import IngestConfig, ingest
 from ddai.pipelines.records import schema, tags
 from ddai.pipelines.store import query
 from ddai.reports.serve import ServeConfig
@@ -60,6 +63,11 @@ def world(tmp_path_factory) -> dict[str, Any]:
     world, logs = world_store(root, "small")
     for run in RUNS:
         store.write_run(logs, run, planted_rows()["base"][:1])
+    # a run ingested from six lines of DDAI's flash log: a format that never records a step
+    head = root / "round0_flash_rm_detail.jsonl"
+    with open(SHARED / "ddai-data" / "reconstructed" / head.name, encoding="utf-8") as fh:
+        head.write_text("".join(next(fh) for _ in range(6)), encoding="utf-8")
+    ingest(IngestConfig([head], logs, run_id="flash", progress=False))
     con = query.connect(logs)
     _append_step(logs, _train_rows(con, 1), 1)
     step2 = _train_rows(con, 2)
@@ -117,7 +125,7 @@ def test_debugging_walk_in_chromium(world):
         assert head.inner_text() == "question"
         box = head.bounding_box()
         assert box is not None and box["x"] + box["width"] <= 1400
-        assert page.locator("#run-picker .run-option").count() == len(RUNS) + 6
+        assert page.locator("#run-picker .run-option").count() == len(RUNS) + 7
         page.locator("#run-picker summary").click()
         page.fill("#run-search", "many_1")
         assert page.locator("#run-picker .run-option:visible").count() == 10  # many_10 … many_19
@@ -231,6 +239,13 @@ def test_debugging_walk_in_chromium(world):
         assert page.evaluate("document.getElementById('live-chart').data[0].x") == [1, 2]
         assert page.locator("#live-groups tbody tr td").first.inner_text() == "2"
         _shot(page, "serve-live")
+        # a flash run can never have a step: the page says its format records none
+        page.goto(f"{base}/live?run=flash")
+        wait_for(page, "document.getElementById('live-rollouts').textContent === '6 rollouts'")
+        assert page.locator("#live-chart").inner_text() == (
+            "This run's log format (flash) records no training steps: there is no curve over "
+            "steps to draw."
+        )
 
         # no script error anywhere (the planted pages' image 404s are the only failed loads)
         errors = [e for e in page.errors if "Failed to load resource" not in e]

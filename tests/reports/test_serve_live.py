@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from conftest import SHARED
 from report_world import planted_rows
 from serve_world import local
 
 from ddai.pipelines import store
+from ddai.pipelines.ingest import IngestConfig, ingest
 from ddai.reports.serve import ServeConfig
 from ddai.reports.serve.app import create_app
 from ddai.reports.serve.live import newest_run, run_versions, store_version
@@ -73,3 +75,19 @@ def test_live_page_follows_the_newest_run_by_default(logs):
     assert 'data-run="old"' in c.get("/live?run=old").text
     res = c.get("/live?run=nosuchrun")
     assert res.status_code == 404 and "no run &#39;nosuchrun&#39;" in res.text
+
+
+def test_live_api_says_whether_the_runs_format_can_carry_steps(logs, tmp_path):
+    """A run ingested from DDAI's flash log never has a step: /api/live says so (the page then
+    says its format records none, not that the curve comes with the first step); a run written
+    by training (ddai's format) can, and one with no steps yet is just waiting for them."""
+    head = tmp_path / "round0_flash_rm_detail.jsonl"
+    with open(SHARED / "ddai-data" / "reconstructed" / head.name, encoding="utf-8") as fh:
+        head.write_text("".join(next(fh) for _ in range(6)), encoding="utf-8")
+    ingest(IngestConfig([head], logs, run_id="flash", progress=False))
+    c = local(create_app(ServeConfig(logs=logs)))
+    flash = c.get("/api/live?run=flash").json()
+    assert flash["rollouts"] == 6 and [s["step"] for s in flash["steps"]] == [None]
+    assert flash["step_source"] == {"can_carry_steps": False, "stepless_formats": ["flash"]}
+    train = c.get("/api/live?run=train").json()
+    assert train["step_source"] == {"can_carry_steps": True, "stepless_formats": []}

@@ -68,8 +68,11 @@ def test_missing_turns_says_why():
     assert source_formats(None) == []
     row = {"run_id": "round0", "turns": [], "response": None}
     said = missing_turns(row, ["ddai-flash"])
-    assert said.startswith("No turns: run round0 was ingested from a DDAI flash log")
-    assert "not its turns" in said
+    assert said == (
+        "No turns: run round0 was ingested from a DDAI flash log (flash_rm_detail.jsonl), which "
+        "keeps the question, the final answer, the pages retrieved and the scores of each "
+        "rollout, not its turns."
+    )
     assert "response text (below)" in missing_turns({**row, "response": "hi"}, [])
     assert missing_turns(row, ["verl"]).endswith("(ingested as verl).")
     assert missing_turns(_row(), ["ddai-flash"]) is None

@@ -126,6 +126,9 @@ def test_diff_label_and_review_in_the_browser(world):
         # the review queue: reference pages as images, one key decides
         page.goto(f"{url}/review")
         assert page.inner_text("#review-uid") == world["prompts"][0]
+        # the bare /review shows the first undecided prompt: the URL names it (a reload or a
+        # shared link shows this prompt, not whichever is first undecided by then)
+        assert page.evaluate("location.search") == f"?uid={world['prompts'][0]}"
         assert wait_for(page, IMAGES_LOADED, "#review .pages img")
         with page.expect_navigation():
             page.keyboard.press("u")
@@ -134,4 +137,7 @@ def test_diff_label_and_review_in_the_browser(world):
         page.keyboard.press("p")  # back to the first: its decision shown
         page.wait_for_url(f"**/review?uid={world['prompts'][0]}")
         assert "decided uncertain by ann" in page.inner_text("#review-decision")
+        # read in the page: Playwright's page.url is only updated when its client handles events
+        assert page.evaluate("location.search") == f"?uid={world['prompts'][0]}"
+        assert page.inner_text("#review-uid") == world["prompts"][0]
         assert page.errors == []

@@ -314,7 +314,12 @@ function drawLive(el, data) {
       legend: {orientation: "h", y: -0.3},
     }, {displayModeBar: false, responsive: true});
   } else if (!steps.length) {
-    chart.textContent = "No training steps in this run yet: the curve appears with its first step.";
+    const source = data.step_source || {};
+    chart.textContent = source.can_carry_steps === false
+      // a flash log never records a step: "yet" would promise a curve that cannot come
+      ? `This run's log format (${source.stepless_formats.join(", ")}) records no training steps: ` +
+        "there is no curve over steps to draw."
+      : "No training steps in this run yet: the curve appears with its first step.";
   }
   const body = document.querySelector("#live-groups tbody");
   body.replaceChildren();

@@ -54,6 +54,13 @@ function setupAnnotate(form) {
 function setupReview(box) {
   const status = document.getElementById("review-status");
   const reason = document.querySelector('#review-form input[name="reason"]');
+  // The bare /review shows the first undecided prompt: name it in the URL, so a reload or a
+  // shared link shows this prompt, not whichever is first undecided by then.
+  const here = new URL(location.href);
+  if (here.searchParams.get("uid") !== box.dataset.uid) {
+    here.searchParams.set("uid", box.dataset.uid);
+    history.replaceState(null, "", here);
+  }
   let busy = false;
   async function decide(verdict) {
     if (busy || box.dataset.annotate !== "1") return;
