@@ -7,18 +7,47 @@ local cache, so nothing is downloaded behind the user's back.
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
+@contextlib.contextmanager
+def found_model(name_or_path: str) -> Iterator[None]:
+    """Within the block, a model ``transformers`` cannot find (``OSError``: no such folder, a
+    folder without ``config.json``, a hub id not in the local cache while offline) is bad input
+    (``ValueError``, the CLI's exit 2) naming it and the fix, not a traceback."""
+    try:
+        yield
+    except OSError as e:
+        if Path(name_or_path).exists():
+            where = "not a model folder (config.json and weights)"
+        elif name_or_path[:1] in "/.~" or name_or_path.count("/") > 1:
+            where = "no such folder"
+        else:  # ``name`` or ``namespace/name``: a folder, or a hub id
+            where = "no such folder, nor a hub id in the local cache"
+            if _offline():
+                where += " (HF_HUB_OFFLINE=1: nothing is downloaded)"
+        raise ValueError(
+            f"model {name_or_path!r}: {where}. Pass a folder written by save_pretrained "
+            f"(`ddai model tiny OUT` builds a tiny one) or a cached hub id. ({e})"
+        ) from e
+
+
+def _offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
+
+
 def load_tokenizer(name_or_path: str) -> Any:
     """The tokenizer, with a pad token (the eos token when it has none)."""
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(name_or_path)
+    with found_model(name_or_path):
+        tok = AutoTokenizer.from_pretrained(name_or_path)
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     return tok
@@ -37,7 +66,8 @@ def load_policy(name_or_path: str, *, dtype: str = "float32") -> tuple[Any, Any]
         raise ValueError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     torch_dtype = "auto" if dtype == "auto" else getattr(torch, dtype)
-    model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=torch_dtype)
+    with found_model(name_or_path):
+        model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=torch_dtype)
     return model, load_tokenizer(name_or_path)
 
 
@@ -228,13 +258,15 @@ def load_vision_model(name_or_path: str, *, dtype: str = "float32") -> tuple[Any
 
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}")
-    processor = load_processor(name_or_path)
+    with found_model(name_or_path):
+        processor = load_processor(name_or_path)
     if processor is None:
         raise ValueError(f"{name_or_path}: no image processor; not a vision-language model")
     if processor.tokenizer.pad_token is None:
         processor.tokenizer.pad_token = processor.tokenizer.eos_token
     torch_dtype = "auto" if dtype == "auto" else getattr(torch, dtype)
-    model = AutoModelForImageTextToText.from_pretrained(name_or_path, dtype=torch_dtype)
+    with found_model(name_or_path):
+        model = AutoModelForImageTextToText.from_pretrained(name_or_path, dtype=torch_dtype)
     return model, processor
 
 

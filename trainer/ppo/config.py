@@ -189,6 +189,12 @@ class PPORunConfig(PreflightSettings, EpisodeSettings, PageSettings, EpisodeInpu
             )
         if self.entropy_coef < 0 or self.save_steps < 0:
             raise TrainConfigError("--entropy-coef and --save-steps must be >= 0")
+        from ddai.trainer.value.model import HEAD_TYPES
+
+        if self.critic is None and self.critic_head not in HEAD_TYPES:
+            raise TrainConfigError(
+                f"--critic-head {self.critic_head!r}: use one of {', '.join(HEAD_TYPES)}"
+            )
         if self.vf_clip is not None and self.vf_clip < 0:
             raise TrainConfigError(f"--vf-clip must be >= 0 (0: unclipped), got {self.vf_clip}")
 

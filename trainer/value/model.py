@@ -195,13 +195,14 @@ class ValueModel(nn.Module):
 def _load_trunk(name_or_path: str, dtype: str) -> nn.Module:
     from transformers import AutoModel
 
-    from ddai.trainer.modeling import DTYPES
+    from ddai.trainer.modeling import DTYPES, found_model
 
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     torch_dtype = "auto" if dtype == "auto" else getattr(torch, dtype)
-    return AutoModel.from_pretrained(name_or_path, dtype=torch_dtype)
+    with found_model(name_or_path):
+        return AutoModel.from_pretrained(name_or_path, dtype=torch_dtype)
 
 
 def new_value_model(

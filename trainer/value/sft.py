@@ -110,14 +110,15 @@ def load_joint(cfg: ValueSFTConfig) -> tuple[JointModel, Any]:
     from safetensors.torch import load_file
     from transformers import AutoModel, AutoModelForCausalLM
 
-    from ddai.trainer.modeling import DTYPES, load_tokenizer
+    from ddai.trainer.modeling import DTYPES, found_model, load_tokenizer
 
     if cfg.dtype not in DTYPES:
         raise ValueError(f"--dtype {cfg.dtype!r}: use one of {', '.join(DTYPES)}")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     crit = read_config(cfg.critic)
     torch_dtype = "auto" if cfg.dtype == "auto" else getattr(torch, cfg.dtype)
-    lm = AutoModelForCausalLM.from_pretrained(cfg.model, dtype=torch_dtype)
+    with found_model(cfg.model):
+        lm = AutoModelForCausalLM.from_pretrained(cfg.model, dtype=torch_dtype)
     hidden = int(lm.config.hidden_size)
     if hidden != crit.hidden_size:
         raise ValueError(
