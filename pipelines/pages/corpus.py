@@ -157,7 +157,13 @@ class Corpus:
             p = p / "pages.parquet"
         if not p.is_file():
             raise FileNotFoundError(f"{p}: no corpus here; make one with `ddai fixtures make OUT`")
-        return cls.from_records(pq.read_table(p).to_pylist(), root=p.parent)
+        table = pq.read_table(p)
+        if not table.num_rows:  # every search over it would come back empty
+            raise ValueError(
+                f"{p}: the corpus holds no pages; build it with `ddai corpus build` (page images) "
+                "or `ddai fixtures make OUT`"
+            )
+        return cls.from_records(table.to_pylist(), root=p.parent)
 
     def to_table(self) -> pa.Table:
         schema = pages_schema(self.has_images)

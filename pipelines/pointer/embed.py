@@ -118,17 +118,27 @@ def run_embed(cfg: EmbedConfig, *, embedder: Any = None) -> dict[str, Any]:
     record.rows_in = len(w.queries) + len(w.demos)
     record.rows_out = len(store)
     manifest.write(cfg.out, record)
-    return {
-        "store": str(cfg.out),
-        "queries": len(store),
-        "k": store.k,
-        "dim": store.dim,
-        "embedder": cfg.embedder,
-        "mean cosine of pool": round(float(store.cand_sim.mean()), 4),
-    } | (
-        {"images embedded": embedded_images}
-        if embedded_images
-        else {"images left out": f"{n_images} (embedder {cfg.embedder!r} embeds text only)"}
-        if n_images
-        else {}
+    return (
+        {
+            "store": str(cfg.out),
+            "queries": len(store),
+            "k": store.k,
+            "dim": store.dim,
+            "embedder": cfg.embedder,
+            "mean cosine of pool": round(float(store.cand_sim.mean()), 4),
+        }
+        | (
+            {
+                "note": f"--k {cfg.k} is more than the world's {len(w.demos)} demonstrations: k {store.k}"
+            }
+            if cfg.k > len(w.demos)
+            else {}
+        )
+        | (
+            {"images embedded": embedded_images}
+            if embedded_images
+            else {"images left out": f"{n_images} (embedder {cfg.embedder!r} embeds text only)"}
+            if n_images
+            else {}
+        )
     )

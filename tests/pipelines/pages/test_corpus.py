@@ -95,3 +95,12 @@ def test_bad_input_names_the_problem(tmp_path):
         Corpus.from_records([{"doc_id": "1", "page": 1, "lines": [{"text": "a", "bbox": [1, 2]}]}])
     with pytest.raises(FileNotFoundError, match="ddai fixtures make"):
         Corpus.load(tmp_path / "nowhere.parquet")
+
+
+def test_a_corpus_file_without_pages_is_refused_naming_it(tmp_path):
+    """An empty ``pages.parquet`` (every search over it would come back empty) is refused where it
+    is read, naming the file and how to build one."""
+    path = tmp_path / "pages.parquet"
+    pq.write_table(pages_schema(False).empty_table(), path)
+    with pytest.raises(ValueError, match=r"pages\.parquet: the corpus holds no pages"):
+        Corpus.load(tmp_path)

@@ -122,3 +122,13 @@ def test_embed_with_a_keyless_remote_embedder_is_refused_before_any_work(
     assert res.exit_code == 0, res.output
     plan = json.loads(res.stdout)  # 30 queries + 60 demonstrations, repeated texts sent once
     assert plan["items"] == 90 and plan["to_call"] + plan["duplicates"] == 90
+
+
+def test_a_k_above_the_demonstrations_is_capped_with_a_note(world_dir, tmp_path):
+    info = run_embed(
+        EmbedConfig(world=world_dir, out=tmp_path / "s.parquet", k=300, progress=False)
+    )
+    assert info["k"] == 60
+    assert info["note"] == "--k 300 is more than the world's 60 demonstrations: k 60"
+    info = run_embed(EmbedConfig(world=world_dir, out=tmp_path / "t.parquet", k=8, progress=False))
+    assert "note" not in info
