@@ -48,8 +48,9 @@ class RewardOverrides:
     over it (None: the preset's value)."""
 
     reward: str = "curriculum"
-    """Reward preset: curriculum (0.8 judge + 0.2 NDCG, gated), ddai-phase1 (0.1 + 0.9 NDCG if
-    format passes) or judge-only."""
+    """Reward preset: curriculum (0.8 judge + 0.2 NDCG, gated; DDAI's curriculum run had no gate:
+    add --no-gate), ddai-phase1 (0.1 + 0.9 NDCG if format passes) or judge-only (DDAI's focused
+    rounds)."""
     w_judge: float | None = None
     """Weight of the judge score (overrides the preset's)."""
     w_ndcg: float | None = None
