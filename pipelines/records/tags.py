@@ -267,7 +267,12 @@ def parse_turn(text: str) -> Turn:
 
 
 def is_format_ok(turns: list[Turn]) -> bool:
-    """DDAI's format gate: every turn valid and the last action is ``search_complete``."""
+    """DDAI's format gate: every turn valid and the last action is ``search_complete``.
+
+    Stricter than DDAI's checker (``lsm_tmp/simple_format_checker.py``) where the grammar is: a
+    bbox must be ordered (x1 < x2, y1 < y2; DDAI took any four numbers) and nothing may follow the
+    action (DDAI only counted action tags), so such a rollout is gated to 0 here and was not in
+    DDAI's phase 1. DESIGN.md's grammar is the contract; the difference is kept on purpose."""
     return bool(turns) and all(t.valid for t in turns) and turns[-1].action == "search_complete"
 
 

@@ -25,11 +25,12 @@ class EpisodeConfig:
     """How one episode runs (seed 000: at most 7 turns, top-5 search, a forced final turn)."""
 
     max_turns: int = 7
-    """Turns before the episode ends (with ``force_completion``, DDAI's forced completion turn)."""
+    """Turns of an episode; with ``force_completion`` the last is DDAI's forced completion, so the
+    policy writes at most max_turns − 1 (DDAI's loop)."""
     search_k: int = 5
     """Pages each ``<search>`` returns."""
     force_completion: bool = True
-    """At ``max_turns``, append DDAI's forced completion turn (written by the environment)."""
+    """The max_turns-th turn is DDAI's forced completion (written by the environment)."""
     restrict_to_doc: bool = False
     """Search only the pages of the prompt's own document."""
     max_turn_tokens: int = 256
@@ -47,8 +48,9 @@ class RewardOverrides:
     over it (None: the preset's value)."""
 
     reward: str = "curriculum"
-    """Reward preset: curriculum (0.8 judge + 0.2 NDCG, gated), ddai-phase1 (0.1 + 0.9 NDCG if
-    format passes) or judge-only."""
+    """Reward preset: curriculum (0.8 judge + 0.2 NDCG, gated; DDAI's curriculum run had no gate:
+    add --no-gate), ddai-phase1 (0.1 + 0.9 NDCG if format passes) or judge-only (DDAI's focused
+    rounds)."""
     w_judge: float | None = None
     """Weight of the judge score (overrides the preset's)."""
     w_ndcg: float | None = None

@@ -8,8 +8,11 @@ Each turn the policy writes ``<think>…</think>`` + one action, parsed by the p
   text, truncated to a token budget.
 - ``<bbox>[x1,y1,x2,y2]</bbox>``: a crop of the last page shown: for text pages, the lines of the
   page's layout that the box touches (``Corpus.crop``).
-- ``<search_complete>true</search_complete>`` ends the episode; so does reaching ``max_turns``,
-  optionally with DDAI's forced completion injected as a final (environment-written) turn.
+- ``<search_complete>true</search_complete>`` ends the episode; so does reaching ``max_turns``.
+  With ``force_completion`` (DDAI's loop) the last of the ``max_turns`` turns is DDAI's forced
+  completion, written by the environment: the policy writes at most ``max_turns − 1`` turns, the
+  last one's observation is shown, then the forced turn ends the episode (``max_turns`` turns in
+  all, as in DDAI's logs). Without it the policy writes all ``max_turns`` turns.
 - Anything invalid gets a corrective observation, never an exception. So does a search that
   failed (a service's 5xx or timeout after the engine's retries, raised as ``SearchError``):
   ``[System Error: Search failed (…)]``, counted in ``Episode.search_errors``.
@@ -86,11 +89,11 @@ class EnvConfig:
     """Episode rules."""
 
     max_turns: int = EpisodeConfig.max_turns
-    """Turns before the episode is cut (DDAI: 7 in round 1, 15 later)."""
+    """Turns of an episode, the forced completion included (DDAI: 7 in round 1, 15 later)."""
     search_k: int = EpisodeConfig.search_k
     """Results asked of the search backend per query."""
     force_completion: bool = EpisodeConfig.force_completion
-    """At ``max_turns``, append DDAI's forced completion turn (written by the environment)."""
+    """The ``max_turns``-th turn is DDAI's forced completion (written by the environment)."""
     restrict_to_doc: bool = EpisodeConfig.restrict_to_doc
     """Search only the question's own document (when the task names one)."""
     observation: str = "text"
@@ -99,6 +102,15 @@ class EnvConfig:
     def __post_init__(self) -> None:
         if self.observation not in ("text", "image"):
             raise ValueError(f"observation {self.observation!r}: use `text` or `image`")
+        least = 2 if self.force_completion else 1
+        if self.max_turns < least:
+            why = " (the forced completion takes the last turn)" if self.force_completion else ""
+            raise ValueError(f"max_turns {self.max_turns}{why}: use at least {least}")
+
+    @property
+    def policy_turns(self) -> int:
+        """Most turns the policy writes: the forced completion, when on, takes the last one."""
+        return self.max_turns - 1 if self.force_completion else self.max_turns
 
 
 @dataclass
@@ -214,7 +226,7 @@ class SearchEnv:
         else:
             obs = INVALID_ACTION.format(reason=turn.error or "unparseable turn")
         turn.observation = obs
-        if len(ep.turns) >= self.config.max_turns:
+        if len(ep.turns) >= self.config.policy_turns:
             return self._cut(ep, obs, images)
         return StepResult(obs, False, images=images)
 

@@ -5,7 +5,11 @@ when the format check passes (or the gate is off), else 0. Presets:
 
 - ``ddai-phase1``: ``0.1 + 0.9·NDCG`` if the format passes, else 0 (no judge);
 - ``judge-only``: the judge score alone (DDAI's focused rounds);
-- ``curriculum`` (default): ``0.8·judge + 0.2·NDCG``, gated.
+- ``curriculum`` (default): ``0.8·judge + 0.2·NDCG``, gated. DDAI's curriculum run
+  (``gspo_phase2_gemini_flash.sh``) had no gate: its ``RM_FORMAT_COEF`` was unset (0, which turns
+  the gate off) and its streaming reward could not gate; ``--no-gate`` reproduces it. ddai gates
+  by default because the seed (3.3, 9.4.1) names the gate as the guard against format collapse and
+  leaves its use open ("plus gating if used").
 
 NDCG is ``ddai.pipelines.records.metrics.ndcg`` (binary relevance, retrieval order, ideal = all golden
 pages). The judge grades the frozen generator's answer from the episode's evidence; the answer is

@@ -61,7 +61,7 @@ def assert_page_and_crop(bodies, root) -> None:
 
 COMMON = [
     "--reward", "judge-only", "--generator", "vlmgen", "--judge", "local",
-    "--n-agent", "2", "--batch-size", "2", "--max-turns", "3", "--max-turn-tokens", "24",
+    "--n-agent", "2", "--batch-size", "2", "--max-turns", "4", "--max-turn-tokens", "24",
     "--max-completion-tokens", "256",
 ]  # fmt: skip
 

@@ -104,17 +104,35 @@ def test_complete_ends_episode(corpus):
 
 @pytest.mark.parametrize("force", [True, False])
 def test_max_turns_with_and_without_forced_completion(corpus, force):
-    env = SearchEnv(ListSearch(["7_1"]), corpus, EnvConfig(max_turns=2, force_completion=force))
+    # DDAI's loop (vrag_agent/generation.py) runs max_turns steps and writes the forced completion
+    # *as* the last one: with max_turns 3 the policy writes 2 turns, then the forced turn is the
+    # 3rd (its published distilled rows of a 15-turn round hold at most 15 assistant turns).
+    env = SearchEnv(ListSearch(["7_1"]), corpus, EnvConfig(max_turns=3, force_completion=force))
     ep = env.reset("q")
     assert not env.step(ep, turn("search", "a")).done
     r = env.step(ep, turn("search", "b"))
-    assert r.done and ep.terminated == "max_turns"
     if force:
+        assert r.done and ep.terminated == "max_turns"
         assert r.forced == tags.FORCED_COMPLETION
+        assert r.observation is not None  # the 2nd search's page is shown before the forced turn
         assert ep.turns[-1].forced and ep.format_ok  # DDAI counts the forced completion as valid
-        assert len(ep.turns) == 3
+        assert len(ep.turns) == 3 and [t.action for t in ep.turns[:2]] == ["search", "search"]
     else:
-        assert r.forced is None and not ep.format_ok and len(ep.turns) == 2
+        assert not r.done  # without the forced turn the policy writes all max_turns turns
+        r = env.step(ep, turn("search", "c"))
+        assert r.done and ep.terminated == "max_turns"
+        assert r.forced is None and not ep.format_ok and len(ep.turns) == 3
+
+
+def test_forced_completion_needs_a_turn_for_the_policy():
+    with pytest.raises(
+        ValueError,
+        match=r"max_turns 1 \(the forced completion takes the last turn\): use at least 2",
+    ):
+        EnvConfig(max_turns=1, force_completion=True)
+    with pytest.raises(ValueError, match="max_turns 0: use at least 1"):
+        EnvConfig(max_turns=0, force_completion=False)
+    assert EnvConfig(max_turns=1, force_completion=False).max_turns == 1
 
 
 def test_truncate_and_restrict_to_doc(corpus):

@@ -43,6 +43,17 @@ def test_judge_only_and_curriculum_presets():
         reward_preset("phase9")
 
 
+def test_curriculum_without_the_gate_is_ddai_curriculum_run():
+    # DDAI's curriculum run (RM_FORMAT_COEF unset) scored a format failure 0.8·judge + 0.2·NDCG;
+    # ddai's preset gates it to 0, and --no-gate gives DDAI's number back.
+    from ddai.trainer.episode.config import RewardOverrides
+
+    kw = dict(format_ok=False, retrieved=["x", "a"], golden=["a"], judge=1.0)
+    assert compute_reward(RewardOverrides(reward="curriculum").reward_spec(), **kw).reward == 0.0
+    ungated = RewardOverrides(reward="curriculum", gate=False).reward_spec()
+    assert compute_reward(ungated, **kw).reward == pytest.approx(0.8 + 0.2 / math.log2(3))
+
+
 def test_custom_weights_missing_judge_counts_zero():
     spec = RewardSpec(w_judge=0.5, w_ndcg=0.0, w_format=0.25, bias=0.0, gate=False)
     r = compute_reward(spec, format_ok=True, retrieved=[], golden=[], judge=None)

@@ -89,7 +89,7 @@ def world():
 def test_env_mask_is_exactly_the_chat_templates_assistant_mask(policy, world):
     _, tok = policy
     corpus, task = world
-    env = SearchEnv(TopSearch(), corpus, EnvConfig(max_turns=3), truncate=token_truncator(tok, 12))
+    env = SearchEnv(TopSearch(), corpus, EnvConfig(max_turns=4), truncate=token_truncator(tok, 12))
     (traj,) = run_rollouts(
         [(task, 0, 0)], sampler=Scripted(tok, TURNS), tokenizer=tok, env=env, config=RolloutConfig()
     )
@@ -180,7 +180,7 @@ def test_observation_logprobs_carry_no_gradient_in_trl_loss(policy, world, tmp_p
 
     model, tok = policy
     corpus, task = world
-    env = SearchEnv(TopSearch(), corpus, EnvConfig(max_turns=3))
+    env = SearchEnv(TopSearch(), corpus, EnvConfig(max_turns=4))
     trajs = run_rollouts(
         [(task, 0, 0), (task, 0, 1)],
         sampler=Scripted(tok, TURNS),

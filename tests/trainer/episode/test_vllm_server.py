@@ -180,8 +180,9 @@ url, data, tiny, out = sys.argv[1:5]
 vc.is_vllm_available = lambda *a, **k: True
 acc = Accelerator(cpu=True)
 tok = load_tokenizer(tiny)
-# Rank 0 gets one turn (then the forced completion), rank 1 needs two: they run unequal turns.
-max_turns = 1 if acc.process_index == 0 else 3
+# Rank 0 gets one policy turn (then the forced completion takes its 2nd and last), rank 1 needs
+# two of its three: they run unequal turns.
+max_turns = 2 if acc.process_index == 0 else 3
 env = SearchEnv(toy.local_backends(toy.corpus()).search, toy.corpus(), EnvConfig(max_turns=max_turns),
                 truncate=token_truncator(tok, 12))
 client = vc.VLLMClient(base_url=url) if acc.is_main_process else None

@@ -84,7 +84,7 @@ def train_vlm(tmp_path, monkeypatch, ext: str, *flags: str):
                 "--corpus", str(corpus), "--out", str(tmp_path / "out"),
                 "--logs", str(tmp_path / "logs"), "--observation", "image",
                 "--reward", "judge-only", "--generator", "vlmgen",
-                "--n-agent", "2", "--batch-size", "2", "--max-turns", "3",
+                "--n-agent", "2", "--batch-size", "2", "--max-turns", "4",
                 "--max-turn-tokens", "24", "--report-to", "none", *flags,
             ],
         )  # fmt: skip
