@@ -303,7 +303,7 @@ def ddai_config(model_dir: Path, data: Path, out: Path, args: Any) -> Any:
         save_steps=10_000,
         report_to="none",
         episode=EpisodeConfig(
-            max_turns=args.max_turns,
+            max_turns=args.max_turns + 1,  # the last turn is DDAI's forced completion
             max_turn_tokens=args.turn_tokens,
             max_completion_tokens=args.max_turns * (args.turn_tokens + OBS_ROOM),
             obs_max_tokens=args.obs_max_tokens,
@@ -464,7 +464,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--pairs", type=int, default=5, help="interleaved (plain, ddai) pairs")
     ap.add_argument("--steps", type=int, default=2, help="timed steps per side run (+1 warm-up)")
     ap.add_argument("--turn-tokens", type=int, default=32, help="policy tokens per ddai turn")
-    ap.add_argument("--max-turns", type=int, default=4, help="turns per ddai episode")
+    ap.add_argument(
+        "--max-turns",
+        type=int,
+        default=4,
+        help="policy turns per ddai episode (then the forced one)",
+    )
     ap.add_argument("--obs-max-tokens", type=int, default=24, help="ddai observation budget")
     ap.add_argument("--batch-size", type=int, default=8, help="rollouts per step")
     ap.add_argument("--n-agent", type=int, default=4, help="rollouts per prompt")

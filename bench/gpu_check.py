@@ -70,7 +70,7 @@ def check_clip(root: Path, model: Path, real: bool) -> bool:
         batch_size=4,
         save_steps=100,
         episode=EpisodeConfig(
-            max_turns=2, max_turn_tokens=48, max_completion_tokens=256, obs_max_tokens=32
+            max_turns=3, max_turn_tokens=48, max_completion_tokens=256, obs_max_tokens=32
         ),
     )
     spread = r.get("ratio_spread")

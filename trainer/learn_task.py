@@ -217,7 +217,7 @@ def start(
 
 
 EPISODE = EpisodeConfig(
-    max_turns=2, search_k=SEARCH_K, max_turn_tokens=24, max_completion_tokens=96, obs_max_tokens=32
+    max_turns=3, search_k=SEARCH_K, max_turn_tokens=24, max_completion_tokens=96, obs_max_tokens=32
 )
 """One search, then ``search_complete`` (a second search meets the forced completion); a page's
 observation fits ``obs_max_tokens`` whole, as the SFT start saw it."""

@@ -280,7 +280,7 @@ def plan_row(
         "rollouts": n * prompts,
         "calls": calls,
         "cost_usd": None if cfg.price_per_call is None else round(calls * cfg.price_per_call, 6),
-        "max_policy_turns": n * prompts * cfg.max_turns,
+        "max_policy_turns": n * prompts * (cfg.max_turns - 1),  # the last is the forced one
     }
 
 

@@ -17,7 +17,8 @@ class PlanConfig(RunsFlag):
     n_agent: list[int] = field(default_factory=lambda: list(DEFAULT_N_AGENT))
     """Proposed rollouts per prompt; repeatable."""
     max_turns: int = 7
-    """Turn limit per rollout (bounds the policy's turn budget)."""
+    """Turn limit per rollout, DDAI's forced completion included: the policy writes at most
+    max_turns − 1 (the bound on its turn budget)."""
     target: float = 0.5
     """Wanted share of GRPO groups with mixed outcomes (learning signal)."""
     prior: Prior = Prior.EMPIRICAL
@@ -41,8 +42,10 @@ class PlanConfig(RunsFlag):
         bad = [n for n in self.n_agent if n < 1]
         if not self.n_agent or bad:
             raise ValueError(f"--n-agent values must be >= 1, got {list(self.n_agent)}")
-        if self.max_turns < 1:
-            raise ValueError(f"--max-turns must be >= 1, got {self.max_turns}")
+        if self.max_turns < 2:
+            raise ValueError(
+                f"--max-turns must be >= 2 (the forced completion takes the last), got {self.max_turns}"
+            )
         if not 0.0 < self.target <= 1.0:
             raise ValueError(f"--target must be in (0, 1], got {self.target}")
         if self.prior not in PRIORS:

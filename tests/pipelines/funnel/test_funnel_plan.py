@@ -120,7 +120,7 @@ def test_run_plan_on_a_log(tmp_path):
     assert r2["mixed_share"] == pytest.approx(0.1875)
     assert r2["expected_successes"] == pytest.approx(2.0)
     assert r2["calls"] == 2 * 2 * 8 and r2["cost_usd"] == pytest.approx(0.32)
-    assert r2["max_policy_turns"] == 2 * 8 * 7
+    assert r2["max_policy_turns"] == 2 * 8 * 6  # 7 turns, the last one forced
     # n = 64: mixed ≈ 1 - 0.75^64 ≈ 1 for four prompts → 0.5 ≥ 0.4: recommended.
     assert rows_by[("hard", 64)]["mixed_share"] == pytest.approx(0.5 * (1 - 0.75**64 - 0.25**64))
     assert res.recommend["hard"] == 64
