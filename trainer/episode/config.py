@@ -22,7 +22,8 @@ if TYPE_CHECKING:
 
 @dataclass(kw_only=True)
 class EpisodeConfig:
-    """How one episode runs (seed 000: at most 7 turns, top-5 search, a forced final turn)."""
+    """How one episode runs (seed 000: 7 turns in round 1, the last one DDAI's forced completion;
+    the number of pages a search returns is the search service's in DDAI, 5 here)."""
 
     max_turns: int = 7
     """Turns of an episode; with ``force_completion`` the last is DDAI's forced completion, so the
@@ -37,7 +38,7 @@ class EpisodeConfig:
     """Most tokens the policy generates in one turn."""
     max_completion_tokens: int = 1024
     """Most completion tokens in one episode, observations included (TRL's
-    ``max_completion_length``)."""
+    ``max_completion_length``; DDAI's runs: max_response_length 2048)."""
     obs_max_tokens: int = 256
     """Most tokens of one observation (search results are truncated to it)."""
 
