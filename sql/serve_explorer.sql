@@ -1,7 +1,8 @@
 -- grain: one row per rollout (run_id, step, uid, rollout_idx): the explorer's table, built once
 -- per `ddai serve` start from report_facts (outcome, class tags, search counts) plus the columns
 -- the table shows (advantage, the question's first 200 characters) and its GRPO group's size and
--- reward range (group = run, step, uid; zero variance = min equals max), so every page is one
+-- score range (group = run, step, uid; score = reward, else judge, as report_zero_variance: zero
+-- variance = two or more scored rollouts whose min equals max), so every page is one
 -- scan of this table. The report's cells are columns too, so each count links to its rollouts:
 -- judge_level and ndcg_band are report_judge_ndcg_grid's (null unless both scores are known;
 -- $judge_bins as the report picks it), score_band is report_score_bands' band of the rollout's
@@ -17,9 +18,9 @@ SELECT
     row_number() OVER (ORDER BY f.run_id, f.uid, f.step, f.rollout_idx) AS rid,
     r.advantage,
     left(r.question, 200) AS question,
-    count(*) OVER g AS group_n,
-    min(f.reward) OVER g AS group_min_reward,
-    max(f.reward) OVER g AS group_max_reward,
+    count(f.score) OVER g AS group_scored,
+    min(f.score) OVER g AS group_min_score,
+    max(f.score) OVER g AS group_max_score,
     CASE
         WHEN f.judge_score IS NULL OR f.ndcg IS NULL THEN NULL
         WHEN $judge_bins = 0 THEN round(f.judge_score, 6)

@@ -210,6 +210,12 @@ def build(ctx: ReportContext) -> Section:
         f"from elsewhere: look at them). {num(tot['retrieval_ok_answer_wrong'])} were judged wrong "
         f"(≤ {cfg.judge_low:g}) although retrieval was perfect (NDCG ≥ {cfg.ndcg_high:g})."
     )
+    if not c["scored"]:
+        # nothing counted: say so once rather than recite the counts above as zeros
+        reading = reading.split(" Of the heatmap's")[0] + (
+            " None of these runs' rollouts has both a judge score and NDCG, so none is counted "
+            "here."
+        )
     if not tot["scored"]:
         empty_classes = (
             "No rollout of these runs has both a judge score and NDCG: no discrepancy class to "
@@ -252,7 +258,7 @@ def build(ctx: ReportContext) -> Section:
                 empty=empty_classes,
             ),
             *(Note(t) for t in ctx.lack_notes(("judge", "ndcg"), "judge vs NDCG")),
-            table,
+            *([table] if per_run else []),
         ],
         stats={
             "thresholds": {

@@ -89,8 +89,8 @@ class RolloutFilter:
     """Which rollouts, in which order, which page.
 
     ``runs`` / ``outcomes`` match any of their values; ``tag`` is a class (a report_facts tag such
-    as ``same_doc_success``); ``group`` keeps rollouts of zero-variance or mixed-reward GRPO
-    groups; ``ranges`` maps a RANGES name to an inclusive (min, max), either side None; ``q`` is a
+    as ``same_doc_success``); ``group`` keeps rollouts of zero-variance or mixed-score GRPO
+    groups (two or more rollouts scored by reward, else judge, as the report's); ``ranges`` maps a RANGES name to an inclusive (min, max), either side None; ``q`` is a
     case-insensitive substring of the question, the answer or the response (thinks and queries).
     ``judge_level`` / ``ndcg_band`` pick one cell of the report's judge-vs-NDCG grid and
     ``score_band`` one of its score bands (the band of the rollout's prompt), so a count of the
@@ -196,9 +196,9 @@ class RolloutFilter:
             conds.append("e.uid = $uid")
             params["uid"] = self.uid
         if self.group == "zero_variance":
-            conds.append("e.group_n > 1 AND e.group_min_reward = e.group_max_reward")
+            conds.append("e.group_scored > 1 AND e.group_min_score = e.group_max_score")
         elif self.group == "mixed":
-            conds.append("e.group_min_reward < e.group_max_reward")
+            conds.append("e.group_min_score < e.group_max_score")
         for name, lo, hi in self.ranges:
             col = RANGES[name]
             if lo is not None:

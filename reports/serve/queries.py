@@ -121,6 +121,7 @@ def tags(con: duckdb.DuckDBPyConnection) -> list[str]:
 GROUP_SQL = """
 SELECT
     r.run_id, r.step, r.uid, r.rollout_idx, e.outcome, e.tags, r.judge_score, r.ndcg, r.reward,
+    e.score,
     r.advantage, r.num_turns, r.terminated, r.answer, r.retrieved_pages, r.reference_pages,
     list_transform(r.turns, lambda t: struct_pack(action := t.action, arg := t.arg)) AS actions
 FROM rollouts AS r
@@ -164,7 +165,9 @@ def group(
             if rewards
             else None
         )
-        g["zero_variance"] = len(rewards) > 1 and min(rewards) == max(rewards)
+        # as the sections' count and the group filter: scored by reward, else judge
+        scores = [r["score"] for r in g["rollouts"] if r["score"] is not None]
+        g["zero_variance"] = len(scores) > 1 and min(scores) == max(scores)
         zs = group_advantages([r["reward"] for r in g["rollouts"]])
         for r, z in zip(g["rollouts"], zs, strict=True):
             r["advantage_z"] = z
@@ -219,15 +222,15 @@ def sections(con: duckdb.DuckDBPyConnection, *, top: int = 25) -> dict[str, Any]
     )
     groups = _dicts(
         con,
+        # the report's groups (report_zero_variance): two or more rollouts scored by reward,
+        # else judge; BIGINT sums so the page prints them with separators
         """SELECT run_id, count(*) AS groups,
-               count(*) FILTER (WHERE zero_var) AS zero_variance,
-               coalesce(sum(n) FILTER (WHERE zero_var), 0) AS zero_variance_rollouts,
-               count(*) FILTER (WHERE mixed) AS mixed,
-               coalesce(sum(n) FILTER (WHERE mixed), 0) AS mixed_rollouts
-           FROM (SELECT run_id, step, uid, count(*) AS n,
-                        count(*) > 1 AND min(reward) = max(reward) AS zero_var,
-                        min(reward) < max(reward) AS mixed
-                 FROM explorer GROUP BY ALL)
+               count(*) FILTER (WHERE lo = hi) AS zero_variance,
+               coalesce(sum(n) FILTER (WHERE lo = hi), 0)::BIGINT AS zero_variance_rollouts,
+               count(*) FILTER (WHERE lo < hi) AS mixed,
+               coalesce(sum(n) FILTER (WHERE lo < hi), 0)::BIGINT AS mixed_rollouts
+           FROM (SELECT run_id, step, uid, count(*) AS n, min(score) AS lo, max(score) AS hi
+                 FROM explorer GROUP BY ALL HAVING count(score) >= 2)
            GROUP BY run_id ORDER BY run_id""",
         {},
     )

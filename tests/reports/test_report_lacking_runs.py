@@ -119,3 +119,17 @@ def test_the_overview_of_runs_with_turns_has_no_unknown_clause(page):
     text = _section(page, "overview")
     assert "turns per rollout. Of all rollouts," in text
     assert "ended is unknown" not in text
+
+
+def test_judge_vs_ndcg_without_a_rollout_with_both_scores_says_so_not_a_row_of_zeros(tmp_path):
+    # judge scores but no NDCG anywhere: nothing to count, so the reading does not recite zeros
+    # and no header-only table stands in for the counts
+    logs = tmp_path / "logs"
+    store.write_run(logs, "nondcg", [{**r, "ndcg": None} for r in _rows()])
+    build_report(ReportConfig(logs=logs, out=tmp_path / "r.html", progress=False))
+    page = (tmp_path / "r.html").read_text(encoding="utf-8")
+    text = _section(page, "judge-ndcg")
+    assert "heatmap's 0 rollouts" not in text and "the other 0" not in text
+    assert "None of these runs' rollouts has both a judge score and NDCG" in text
+    sec = re.search(r'<section id="judge-ndcg">(.*?)</section>', page, re.S).group(1)
+    assert "<table" not in sec

@@ -524,3 +524,22 @@ def test_sections_show_an_unjudged_run_s_success_rate_as_unknown(tmp_path):
     html = local(create_app(ServeConfig(logs=logs))).get("/sections").text
     row = html.split("<td>unjudged</td>")[1].split("</tr>")[0]
     assert "0.0%" not in row and "<td>—</td>" in row
+
+
+def test_sections_say_why_a_table_has_nothing_to_show(tmp_path):
+    # a run with neither judge, NDCG nor reward: no class, no grid cell, no band, no scored
+    # group, no suspect; each section says so instead of a header-only table or a bare heading
+    logs = tmp_path / "logs"
+    store.write_run(logs, "bare", [{"uid": "x", "rollout_idx": i} for i in range(3)])
+    html = local(create_app(ServeConfig(logs=logs))).get("/sections").text
+    expected = {
+        "classes": "No rollout falls in a class",
+        "judge-ndcg": "No rollout has both a judge score and NDCG",
+        "bands": "No prompt has a score",
+        "groups": "No GRPO group has two or more scored rollouts",
+        "suspects": "No hallucination suspect",
+    }
+    for sid, says in expected.items():
+        sec = html.split(f'<section id="{sid}">')[1].split("</section>")[0]
+        assert says in unescape(sec), sid
+        assert "<table" not in sec, sid

@@ -259,3 +259,42 @@ def test_success_rate_is_over_judged_rollouts_and_unknown_without_one(tmp_path):
     finally:
         con.close()
     assert rates == {"base": 0.5, "new": 0.5, "unjudged": None}
+
+
+def test_grpo_groups_are_the_reports_groups_scored_by_reward_else_judge(tmp_path):
+    # a judge-only log (no reward column): the report scores its groups by the judge, so the
+    # explorer must too. Groups: g1 judge 1, 1 (zero variance), g2 0, 1 (mixed), g3 one rollout,
+    # g4 two unjudged rollouts: the report's 2 groups of two or more scored rollouts.
+    rows = [
+        {"uid": uid, "rollout_idx": i, "judge_score": j}
+        for uid, judges in (
+            ("g1", [1.0, 1.0]),
+            ("g2", [0.0, 1.0]),
+            ("g3", [1.0]),
+            ("g4", [None, None]),
+        )
+        for i, j in enumerate(judges)
+    ]
+    logs = tmp_path / "logs"
+    store.write_run(logs, "judged", rows)
+    con = query.connect(logs)
+    queries.open_explorer(con, PARAMS)
+    try:
+        groups = queries.sections(con)["groups"]
+        zero = queries.count(con, view(group="zero_variance"))
+        mixed = queries.count(con, view(group="mixed"))
+        page = queries.group(con, "g1")["groups"][0]
+    finally:
+        con.close()
+    assert groups == [
+        {
+            "run_id": "judged",
+            "groups": 2,
+            "zero_variance": 1,
+            "zero_variance_rollouts": 2,
+            "mixed": 1,
+            "mixed_rollouts": 2,
+        }
+    ]
+    assert (zero, mixed) == (2, 2)
+    assert page["zero_variance"]
