@@ -111,6 +111,12 @@ def test_bad_input_exits_2_with_the_fix(tmp_path):
           "--out-dir", str(tmp_path)], "pass the score column with --score-col"),
         (["curate", "focus", "--prev", str(ds), "--logs", str(logs), "--run", "typo", "--out",
           str(tmp_path / "x.parquet")], "known runs: cur"),
+        # a threshold of the other round (before: accepted and ignored, exit 0)
+        (["curate", "focus", "--prev", str(ds), "--logs", str(logs), "--run", "cur",
+          "--hard-max", "0.5", "--out", str(tmp_path / "x.parquet")], "--hard-max applies to round 1"),
+        (["curate", "focus", "--bucket-a", str(ds), "--bucket-0", str(ds), "--logs", str(logs),
+          "--run", "cur", "--score-max", "0.5", "--out", str(tmp_path / "x.parquet")],
+         "--score-max applies to round N+1"),
         (["curate", "verify-gt", "--dataset", str(ds), "--out-dir", str(tmp_path)], "--corpus"),
         (["curate", "verify-gt", "--dataset", str(ds), "--corpus", str(ds), "--verifier", "nope",
           "--out-dir", str(tmp_path)], "no backend named 'nope'"),
