@@ -111,6 +111,11 @@ def test_bad_input_exits_2_with_the_fix(tmp_path):
           "--out-dir", str(tmp_path)], "pass the score column with --score-col"),
         (["curate", "focus", "--prev", str(ds), "--logs", str(logs), "--run", "typo", "--out",
           str(tmp_path / "x.parquet")], "known runs: cur"),
+        # --metric / --agg aggregate rollouts: with --scores they were accepted and ignored
+        (["curate", "bucket", "--dataset", str(ds), "--scores", str(scores), "--score-col", "p1",
+          "--metric", "judge", "--out-dir", str(tmp_path)], "--metric aggregates a run's rollouts"),
+        (["curate", "bucket", "--dataset", str(ds), "--scores", str(scores), "--score-col", "p1",
+          "--agg", "max", "--out-dir", str(tmp_path)], "--agg aggregates a run's rollouts"),
         # a threshold of the other round (before: accepted and ignored, exit 0)
         (["curate", "focus", "--prev", str(ds), "--logs", str(logs), "--run", "cur",
           "--hard-max", "0.5", "--out", str(tmp_path / "x.parquet")], "--hard-max applies to round 1"),
