@@ -125,6 +125,13 @@ def test_bad_input_exits_2_with_the_fix(tmp_path):
         (["curate", "verify-gt", "--dataset", str(ds), "--out-dir", str(tmp_path)], "--corpus"),
         (["curate", "verify-gt", "--dataset", str(ds), "--corpus", str(ds), "--verifier", "nope",
           "--out-dir", str(tmp_path)], "no backend named 'nope'"),
+        # thresholds of the candidate rules: without --run, or a rule that reads them, they were
+        # accepted and ignored
+        (["curate", "verify-gt", "--dataset", str(ds), "--corpus", str(ds), "--ndcg-min", "0.9",
+          "--out-dir", str(tmp_path)], "--ndcg-min is a threshold of the candidate rules"),
+        (["curate", "verify-gt", "--dataset", str(ds), "--corpus", str(ds), "--logs", str(logs),
+          "--run", "cur", "--select", "zero-score", "--low-score-max", "0.5",
+          "--out-dir", str(tmp_path)], "--low-score-max is a threshold of the low-score rule"),
         (["curate", "plan", "--logs", str(logs), "--run", "cur", "--target", "0"], "--target"),
         (["lineage", str(tmp_path / "missing.parquet")], "not found"),
         # a file ddai did not write (before: a one-row funnel of the file itself, exit 0)
