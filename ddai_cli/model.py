@@ -7,7 +7,7 @@ from typing import Any
 import typer
 
 from ddai.cli.app import group_command, sub_app
-from ddai.cli.common import JsonOpt, bad_input_exits, summary
+from ddai.cli.common import JsonOpt, ProgressOpt, bad_input_exits, summary
 from ddai.cli.flags import config_flags, with_groups
 from ddai.trainer.tiny import TinyBuildConfig
 
@@ -27,10 +27,15 @@ def register(app: typer.Typer) -> None:
 
     @group_command(model_app, "model", "tiny")
     @with_groups({"settings": TINY_FLAGS})
-    def tiny(*, settings: dict[str, Any], as_json: JsonOpt = False) -> None:
+    def tiny(
+        *, settings: dict[str, Any], progress: ProgressOpt = True, as_json: JsonOpt = False
+    ) -> None:
         """Build a tiny Qwen2-architecture causal LM with a freshly trained BPE tokenizer and a ChatML
         chat template (generation markers included): loadable with ``from_pretrained``."""
+        from ddai.trainer.common import hf_progress
         from ddai.trainer.tiny import build_tiny, read_texts
+
+        hf_progress(progress and not as_json)  # transformers' shard-write and weight-load bars
 
         with bad_input_exits():
             cfg = TinyBuildConfig(**settings)

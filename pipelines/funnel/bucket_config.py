@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +49,14 @@ class BucketConfig(DatasetFlag, RunsFlag, ForceFlag):
             )
         if self.runs and self.logs is None:
             raise ValueError("--run needs the log store (--logs DIR)")
+        if self.scores:  # the table's score is used as it is: nothing to aggregate
+            defaults = {f.name: f.default for f in fields(self)}
+            for name in ("metric", "agg"):
+                if getattr(self, name) != defaults[name]:
+                    raise ValueError(
+                        f"--{name} aggregates a run's rollouts (--run); --scores gives each "
+                        "prompt's score already: drop it, or pick the column with --score-col"
+                    )
         check_metric(self.metric, self.agg)
         for name in ("mastered", "floor"):
             v = getattr(self, name)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,12 @@ class FocusConfig(RunsFlag, DecisionsFlag, ForceFlag):
             )
         if not self.runs:
             raise ValueError("name the run that scored these prompts with --run RUN")
+        # each round reads one threshold: the other one, given, would be accepted and ignored
+        other = ("score_max", "round N+1 (--prev)") if round1 else ("hard_max", "round 1")
+        if getattr(self, other[0]) != _DEFAULTS[other[0]]:
+            flag = f"--{other[0].replace('_', '-')}"
+            keep = "--hard-max" if round1 else "--score-max"
+            raise ValueError(f"{flag} applies to {other[1]}; this round keeps prompts by {keep}")
         for name in ("hard_max", "score_max"):
             v = getattr(self, name)
             if not math.isfinite(v):
@@ -63,3 +69,7 @@ class FocusConfig(RunsFlag, DecisionsFlag, ForceFlag):
         if self.round1:
             return {**common, "hard_max": self.hard_max}
         return {**common, "score_max": self.score_max}
+
+
+_DEFAULTS = {f.name: f.default for f in fields(FocusConfig)}
+"""Each field's default: a round's unused threshold must stay at it."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +56,18 @@ class VerifyConfig(DatasetFlag, RunsFlag, DecisionsFlag, ForceFlag):
             )
         if self.select and not self.runs:
             raise ValueError("--select rules read a run's scores: add --logs DIR --run RUN")
+        # a threshold no selected rule reads would be accepted and ignored
+        defaults = {f.name: f.default for f in fields(self)}
+        if not self.runs and self.ndcg_min != defaults["ndcg_min"]:
+            raise ValueError(
+                "--ndcg-min is a threshold of the candidate rules, which read a run's scores: "
+                "add --logs DIR --run RUN"
+            )
+        if self.low_score_max != defaults["low_score_max"] and "low-score" not in self.rules:
+            raise ValueError(
+                "--low-score-max is a threshold of the low-score rule: add --run RUN (and "
+                "--select low-score when selecting rules)"
+            )
         if self.runs and self.logs is None:
             raise ValueError("--run needs the log store (--logs DIR)")
         if self.decisions and self.trust_verifier:

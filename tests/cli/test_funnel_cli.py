@@ -111,9 +111,27 @@ def test_bad_input_exits_2_with_the_fix(tmp_path):
           "--out-dir", str(tmp_path)], "pass the score column with --score-col"),
         (["curate", "focus", "--prev", str(ds), "--logs", str(logs), "--run", "typo", "--out",
           str(tmp_path / "x.parquet")], "known runs: cur"),
+        # --metric / --agg aggregate rollouts: with --scores they were accepted and ignored
+        (["curate", "bucket", "--dataset", str(ds), "--scores", str(scores), "--score-col", "p1",
+          "--metric", "judge", "--out-dir", str(tmp_path)], "--metric aggregates a run's rollouts"),
+        (["curate", "bucket", "--dataset", str(ds), "--scores", str(scores), "--score-col", "p1",
+          "--agg", "max", "--out-dir", str(tmp_path)], "--agg aggregates a run's rollouts"),
+        # a threshold of the other round (before: accepted and ignored, exit 0)
+        (["curate", "focus", "--prev", str(ds), "--logs", str(logs), "--run", "cur",
+          "--hard-max", "0.5", "--out", str(tmp_path / "x.parquet")], "--hard-max applies to round 1"),
+        (["curate", "focus", "--bucket-a", str(ds), "--bucket-0", str(ds), "--logs", str(logs),
+          "--run", "cur", "--score-max", "0.5", "--out", str(tmp_path / "x.parquet")],
+         "--score-max applies to round N+1"),
         (["curate", "verify-gt", "--dataset", str(ds), "--out-dir", str(tmp_path)], "--corpus"),
         (["curate", "verify-gt", "--dataset", str(ds), "--corpus", str(ds), "--verifier", "nope",
           "--out-dir", str(tmp_path)], "no backend named 'nope'"),
+        # thresholds of the candidate rules: without --run, or a rule that reads them, they were
+        # accepted and ignored
+        (["curate", "verify-gt", "--dataset", str(ds), "--corpus", str(ds), "--ndcg-min", "0.9",
+          "--out-dir", str(tmp_path)], "--ndcg-min is a threshold of the candidate rules"),
+        (["curate", "verify-gt", "--dataset", str(ds), "--corpus", str(ds), "--logs", str(logs),
+          "--run", "cur", "--select", "zero-score", "--low-score-max", "0.5",
+          "--out-dir", str(tmp_path)], "--low-score-max is a threshold of the low-score rule"),
         (["curate", "plan", "--logs", str(logs), "--run", "cur", "--target", "0"], "--target"),
         (["lineage", str(tmp_path / "missing.parquet")], "not found"),
         # a file ddai did not write (before: a one-row funnel of the file itself, exit 0)

@@ -148,6 +148,21 @@ def test_cli_model_tiny(tmp_path):
     assert res.exit_code == 2 and "--heads" in res.output
 
 
+def test_cli_model_tiny_no_progress_silences_the_hf_bars(tmp_path):
+    # transformers draws its own bars (shard writes, weight loads) on stderr: --no-progress and
+    # --json turn them off, and --help does not claim the command draws none
+    bars = ("Writing model shards", "Loading weights")
+    res = runner.invoke(app, ["model", "tiny", str(tmp_path / "a"), "--progress"])
+    assert res.exit_code == 0, res.output
+    assert all(b in res.stderr for b in bars), res.stderr
+    for flag in ("--no-progress", "--json"):
+        res = runner.invoke(app, ["model", "tiny", str(tmp_path / flag.strip("-")), flag])
+        assert res.exit_code == 0, res.output
+        assert not any(b in res.stderr for b in bars), res.stderr
+    res = runner.invoke(app, ["model", "tiny", "--help"])
+    assert "draws none" not in res.output
+
+
 def test_train_sft_json_is_one_document_that_matches_its_schema(tmp_path):
     # With --json TRL's rich display stays off: it draws on stdout, where the summary goes.
     from ddai.trainer import toy

@@ -11,7 +11,7 @@ can read these without loading torch.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from ddai.pipelines.pointer import DEFAULT_THRESHOLD, Rerun, one_of
@@ -267,6 +267,22 @@ class PointerTrainConfig(StoreInput):
         if not self.is_sft and (self.data is None or self.init is None):
             raise ValueError(
                 "RL phases need --data (from `ddai pointer process`) and --init (the SFT checkpoint)"
+            )
+        # settings this run would not read: refused rather than ignored (and kept in the manifest)
+        default = {f.name: f.default for f in fields(self)}
+        new_model = ("d_model", "scoring")
+        if self.init is not None and any(getattr(self, n) != default[n] for n in new_model):
+            raise ValueError(
+                "--d-model and --scoring shape a new model; --init loads one with its own: drop them"
+            )
+        if self.is_sft and self.rl != RLConfig():
+            raise ValueError(
+                "--norm, --adv-clip, --clip-eps, --kl-coef, --rce-t-*, --old-logp and "
+                "--reinforcepp-clip are RL settings; --mode sft does not read them: drop them"
+            )
+        if not self.is_sft and self.split != default["split"]:
+            raise ValueError(
+                "--split picks the sft queries; RL phases train on every row of --data: drop it"
             )
 
 
