@@ -1,10 +1,12 @@
 """The command lines the docs show (README.md and docs/*.md, in code blocks) parse as written: each
 names a real command, every flag exists on it under its current spelling (an old spelling only in
 the example that shows its notice), every choice is one the flag offers, and no stray word is left
-as an extra argument."""
+as an extra argument. An indented example block ends at a blank line, or the prose after it joins
+the last command line (Markdown renders it inside the code, and a copied line carries it)."""
 
 from __future__ import annotations
 
+import itertools
 import re
 import shlex
 from pathlib import Path
@@ -101,3 +103,16 @@ def test_every_example_parses(page: Path, line: int, command: str, after: str | 
             pytest.fail(f"{page.name}:{line} {command!r}: {e.format_message()}")
     except click.exceptions.Exit:
         pass
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[p.name for p in PAGES])
+def test_indented_examples_end_at_a_blank_line(page: Path) -> None:
+    """Prose right under an indented example (no blank line between) renders as part of it."""
+    lines = page.read_text(encoding="utf-8").splitlines()
+    joined = [
+        f"{page.name}:{i + 2}: {after!r}"
+        for i, (line, after) in enumerate(itertools.pairwise(lines))
+        if _COMMAND.match(line) and line.startswith("    ") and after.strip()
+        if not after.startswith(("    ", "```"))
+    ]
+    assert joined == []
