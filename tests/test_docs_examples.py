@@ -116,3 +116,16 @@ def test_indented_examples_end_at_a_blank_line(page: Path) -> None:
         if not after.startswith(("    ", "```"))
     ]
     assert joined == []
+
+
+def test_cli_page_quotes_the_old_command_notices() -> None:
+    """docs/cli.md names each old command path and quotes the notice it prints, as printed."""
+    from ddai.cli.app import rewrite_args
+
+    text = re.sub(r"\s+", " ", (ROOT / "docs" / "cli.md").read_text(encoding="utf-8"))
+    for old in DEPRECATED_COMMANDS:
+        notices: list[str] = []
+        rewrite_args([*old, "--help"], notice=notices.append)
+        assert notices, old
+        for notice in notices:
+            assert f"`` {notice} ``" in text, notice
