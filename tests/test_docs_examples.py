@@ -129,3 +129,29 @@ def test_cli_page_quotes_the_old_command_notices() -> None:
         assert notices, old
         for notice in notices:
             assert f"`` {notice} ``" in text, notice
+
+
+ROLE_FLAGS = (
+    "--judge",
+    "--generator",
+    "--rewriter",
+    "--verifier",
+    "--vqa",
+    "--embedder",
+    "--search",
+    "--vetter",
+)
+
+
+def test_example_backends_are_defined_in_the_docs() -> None:
+    """A role flag in an example names ``local`` or a backend whose ``[backends.NAME]`` table the
+    docs show: any other name exits 2 (``no backend named …``) for a reader who copies it."""
+    text = "\n".join(page.read_text(encoding="utf-8") for page in PAGES)
+    defined = {"local", *re.findall(r"\[backends\.([A-Za-z0-9_-]+)\]", text)}
+    unknown = []
+    for page, line, command, _ in EXAMPLES:
+        words = shlex.split(command, comments=True)
+        for flag, value in itertools.pairwise(words):
+            if flag in ROLE_FLAGS and value not in defined:
+                unknown.append(f"{page.name}:{line} {flag} {value}")
+    assert unknown == []
