@@ -29,6 +29,7 @@ EXTERNAL = {
     "search_engine_api.py",  # DDAI's search service (the POST contract its trainer speaks)
     "build_train1_sft_dataset.py",  # DDAI's train1 build (system-error cap, train/val split)
     "finalize_success_only_sft_dataset.py",  # DDAI's finalize ranking of SFT trajectories
+    "lsm_tmp/simple_format_checker.py",  # DDAI's phase-1 format gate
 }
 _PATH = re.compile(r"(?<![\w./-])((?:[\w.-]+/)*[\w-]+\.(?:py|sql))\b")
 _DOTTED = re.compile(r"(?<![\w.])ddai(?:\.[A-Za-z_]\w*)+")

@@ -189,7 +189,7 @@ class PPORunConfig(PreflightSettings, EpisodeSettings, PageSettings, EpisodeInpu
             )
         if self.entropy_coef < 0 or self.save_steps < 0:
             raise TrainConfigError("--entropy-coef and --save-steps must be >= 0")
-        from ddai.trainer.value.model import HEAD_TYPES
+        from ddai.trainer.value.critic import HEAD_TYPES
 
         if self.critic is None and self.critic_head not in HEAD_TYPES:
             raise TrainConfigError(

@@ -7,6 +7,7 @@ from __future__ import annotations
 from ddai.trainer.value.data import Batch, pad_batch
 from ddai.trainer.value.losses import clipped_value_loss, kl_penalized_rewards, sequence_mean
 from ddai.trainer.value.model import (
+    HEAD_TYPES,
     ValueModel,
     build_head,
     load_value_model,
@@ -15,6 +16,7 @@ from ddai.trainer.value.model import (
 )
 
 __all__ = [
+    "HEAD_TYPES",
     "Batch",
     "ValueModel",
     "build_head",
