@@ -103,6 +103,10 @@ def _sections(
         finally:
             sub.con.close()
 
+    # plotly imports numpy on a figure's first encoding, and two sections doing that at once can
+    # see a half-initialised module (AttributeError on numpy.ndarray): it is loaded here, once.
+    import numpy  # noqa: F401
+
     workers = max(1, min(len(sections), ctx.cfg.threads or os.cpu_count() or 1))
     with ThreadPoolExecutor(workers, thread_name_prefix="report-section") as pool:
         # the longest first (a stable sort: the rest in page order); results in page order

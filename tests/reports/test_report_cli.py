@@ -137,3 +137,32 @@ def test_people_read_the_page_size_in_mb_under_its_own_label(logs, tmp_path):
     line = next(x for x in res.output.splitlines() if x.strip().startswith("page size"))
     assert line.split()[-2:] == [f"{out.stat().st_size / 1e6:,.1f}", "MB"]
     assert not any(x.split()[:1] == ["bytes"] for x in res.output.splitlines())
+
+
+def test_sections_start_with_numpy_loaded():
+    """The sections run in threads and plotly imports numpy on a figure's first encoding; two
+    sections importing it at once saw a half-initialised module (``AttributeError: partially
+    initialized module 'numpy' has no attribute 'ndarray'``, about half the runs under load).
+    ``_sections`` loads it before the pool starts (checked in a fresh interpreter, where nothing
+    has loaded numpy yet)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from types import SimpleNamespace\n"
+        "from ddai.reports import build\n"
+        "assert 'numpy' not in sys.modules, 'loaded at import: the check below proves nothing'\n"
+        "seen = []\n"
+        "class Con:\n"
+        "    def close(self): pass\n"
+        "ctx = SimpleNamespace(cfg=SimpleNamespace(threads=2),\n"
+        "                      on_cursor=lambda: SimpleNamespace(con=Con()))\n"
+        "def section(sub):\n"
+        "    seen.append('numpy' in sys.modules)\n"
+        "    return 'x'\n"
+        "build._sections(ctx, (('a', section), ('b', section)), lambda: None, ())\n"
+        "print(seen)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[True, True]"
