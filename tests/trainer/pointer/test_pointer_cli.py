@@ -130,6 +130,11 @@ def _rl(*args: str) -> list[str]:
         ),
         (["eval", "--store", "s.safetensors", "--world", "w", "--model", "sft"], "NAME=CHECKPOINT"),
         (["embed", "nowhere", "--out", "s.safetensors"], "ddai pointer world"),
+        # before: accepted and ignored (the world's own embeddings cost no call to cap)
+        (
+            ["embed", "nowhere", "--out", "s.safetensors", "--max-cost", "1"],
+            "--embedder world calls no embedder",
+        ),
         (
             ["gen", "--store", "s", "--world", "w", "--model", "m", "--out", "o", "--temps", "hot"],
             "comma-separated",
