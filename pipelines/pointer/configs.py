@@ -84,6 +84,11 @@ class EmbedConfig(Rerun):
             raise ValueError(f"--out {self.out}: the store must end in {' or '.join(SUFFIXES)}")
         if self.k < 2:
             raise ValueError(f"--k must be >= 2 (a pointer picks two candidates), got {self.k}")
+        if self.embedder == WORLD_EMBEDDER and self.max_cost is not None:
+            raise ValueError(
+                "--max-cost caps a paid embedder's calls; --embedder world calls no embedder (the "
+                "world's own embeddings): drop --max-cost or name an embedder"
+            )
 
 
 @dataclass(frozen=True)

@@ -179,6 +179,11 @@ class ServeConfig:
             from ddai.pipelines.store.annotations import annotator_name
 
             self.annotator = annotator_name(self.annotator)
+        elif self.annotator is not None:
+            raise ValueError(
+                "--annotator names who writes labels and decisions; without --annotate the "
+                "explorer writes nothing: add --annotate"
+            )
         if self.review is None:
             if self.decisions_out is not None:
                 raise ValueError("--decisions-out is where --review's decisions go: add --review")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlencode
 
@@ -112,6 +112,8 @@ class RolloutFilter:
     desc: bool = False
     page: int = 1
     size: int = 50
+    default_size: int = field(default=50, compare=False)
+    # the page size a URL without size= gets (`ddai serve --page-size`)
 
     @classmethod
     def from_params(cls, params: Mapping[str, Sequence[str]], *, size: int = 50) -> RolloutFilter:
@@ -171,6 +173,7 @@ class RolloutFilter:
             desc=direction == "desc",
             page=whole("page", one("page") or "1", 1, MAX_PAGE),
             size=page_size,
+            default_size=size,
         )
 
     def where(self) -> tuple[str, dict[str, Any]]:
@@ -255,7 +258,7 @@ class RolloutFilter:
             out["dir"] = "desc"
         if view.page != 1:
             out["page"] = view.page
-        if view.size != 50:
+        if not view.size == view.default_size == 50:  # a URL without size= gets default_size
             out["size"] = view.size
         return out
 

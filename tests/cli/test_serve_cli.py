@@ -116,6 +116,8 @@ def test_another_host_gets_a_token(logs, started):
         (["--memory-share", "0"], "--memory-share"),
         (["--memory-share", "1.5"], "--memory-share"),
         (["--sql-timeout", "0"], "--sql-timeout"),
+        # before: accepted and ignored (without --annotate nothing is written under any name)
+        (["--annotator", "kim"], "--annotator names who writes labels and decisions"),
     ],
 )
 def test_bad_input_exits_2_naming_it(logs, started, args, message):

@@ -543,3 +543,17 @@ def test_sections_say_why_a_table_has_nothing_to_show(tmp_path):
         sec = html.split(f'<section id="{sid}">')[1].split("</section>")[0]
         assert says in unescape(sec), sid
         assert "<table" not in sec, sid
+
+
+def test_links_keep_a_chosen_page_size_that_is_not_the_served_default(logs):
+    # Before: with --page-size 4, a table at size=50 linked its sort headers and pages without
+    # size (50 was taken as everyone's default), so the next click showed pages of 4 rows.
+    c = local(create_app(ServeConfig(logs=logs, page_size=4)))
+    assert '<span id="total">' in c.get("/").text
+    html = c.get("/?size=50").text.replace("&amp;", "&")
+    sort = html.split('data-col="reward" href="/?')[1].split('"')[0]
+    assert parse_qs(sort)["size"] == ["50"]
+    html = c.get("/?page=2").text.replace("&amp;", "&")
+    prev = html.split('id="prev" href="/?')[1].split('"')[0]
+    assert parse_qs(prev)["size"] == ["4"]
+    assert len(c.get("/api/rollouts").json()["rows"]) == 4

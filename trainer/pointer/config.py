@@ -5,7 +5,9 @@ its default the flag's default (``ddai_cli/pointer.py`` reads both), and every c
 setting lives in its config (``__post_init__`` or ``check``), so the library refuses what the CLI
 refuses. The phase-dependent optimiser defaults (SFT learns faster than the RL phases) are
 ``SFT_OPTIM`` / ``RL_OPTIM``, resolved by ``TrainSchedule.optim``. Torch-free, so that the CLI
-can read these without loading torch.
+can read these without loading torch. Which RL settings each phase reads is ``PHASE_READS``.
+Longer than 400 lines because every pointer step's settings live here, the one torch-free place
+the CLI reads them from.
 """
 
 from __future__ import annotations
@@ -232,6 +234,41 @@ class RLConfig:
         one_of(self.old_logp, OLD_LOGP_SOURCES, "old_logp source")
 
 
+PHASE_READS: dict[str, tuple[str, ...]] = {
+    "rce": ("norm", "rce_t_start", "rce_t_end"),
+    CLIPPED_GROUP: ("norm", "adv_clip", "clip_eps", "kl_coef", "old_logp"),
+    "reinforcepp": ("norm", "adv_clip", "reinforcepp_clip", "clip_eps", "kl_coef", "old_logp"),
+}
+"""The ``RLConfig`` settings each RL phase reads (``train.fit_rl``); ``sft`` reads none. A setting
+set away from its default that no chosen phase reads is refused (``PointerTrainConfig.check``)."""
+RATIO_SETTINGS = ("clip_eps", "kl_coef", "old_logp")
+"""Settings of the clipped ratio, which reinforcepp reads only with ``reinforcepp_clip``."""
+
+
+def phase_reads(mode: str, rl: RLConfig) -> tuple[str, ...]:
+    """The ``RLConfig`` settings phase ``mode`` reads under ``rl`` (``PHASE_READS``, less
+    ``RATIO_SETTINGS`` for a reinforcepp without its clipped ratio)."""
+    reads = PHASE_READS.get(mode, ())
+    if mode == "reinforcepp" and not rl.reinforcepp_clip:
+        reads = tuple(n for n in reads if n not in RATIO_SETTINGS)
+    return reads
+
+
+def unread_rl_settings(phases: tuple[tuple[str, int], ...], rl: RLConfig) -> list[str]:
+    """Each ``RLConfig`` setting away from its default that none of ``phases`` reads, as its flag
+    and the phases that would read it, e.g. ``--clip-eps (read by clipped-group, reinforcepp)``."""
+    read = {n for m, _ in phases for n in phase_reads(m, rl)}
+    unread = []
+    for f in fields(RLConfig):
+        value = getattr(rl, f.name)
+        if value != f.default and f.name not in read:
+            flag = ("--no-" if value is False else "--") + f.name.replace("_", "-")
+            by = [m for m, reads in PHASE_READS.items() if f.name in reads]
+            clip = " with --reinforcepp-clip" if f.name in RATIO_SETTINGS else ""
+            unread.append(f"{flag} (read by {', '.join(by)}{clip})")
+    return unread
+
+
 @dataclass(frozen=True)
 class PointerTrainConfig(StoreInput):
     out: Path
@@ -279,6 +316,13 @@ class PointerTrainConfig(StoreInput):
             raise ValueError(
                 "--norm, --adv-clip, --clip-eps, --kl-coef, --rce-t-*, --old-logp and "
                 "--reinforcepp-clip are RL settings; --mode sft does not read them: drop them"
+            )
+        unread = [] if self.is_sft else unread_rl_settings(self.phases, self.rl)
+        if unread:
+            chosen = ",".join(m for m, _ in self.phases)
+            raise ValueError(
+                f"phases {chosen} do not read {', '.join(unread)}: drop it or add a phase that "
+                "reads it"
             )
         if not self.is_sft and self.split != default["split"]:
             raise ValueError(

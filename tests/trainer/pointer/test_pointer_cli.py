@@ -102,6 +102,11 @@ def test_train_reads_the_old_grpo_mode_with_a_note(tmp_path):
     assert "RL phases need --data" in " ".join(res.output.split())
 
 
+def _rl(*args: str) -> list[str]:
+    """``pointer train`` of RL phases with ``args`` (paths that need not exist: checks come first)."""
+    return ["train", "--store", "s", "--out", "o", "--data", "d", "--init", "m", *args]
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -125,6 +130,11 @@ def test_train_reads_the_old_grpo_mode_with_a_note(tmp_path):
         ),
         (["eval", "--store", "s.safetensors", "--world", "w", "--model", "sft"], "NAME=CHECKPOINT"),
         (["embed", "nowhere", "--out", "s.safetensors"], "ddai pointer world"),
+        # before: accepted and ignored (the world's own embeddings cost no call to cap)
+        (
+            ["embed", "nowhere", "--out", "s.safetensors", "--max-cost", "1"],
+            "--embedder world calls no embedder",
+        ),
         (
             ["gen", "--store", "s", "--world", "w", "--model", "m", "--out", "o", "--temps", "hot"],
             "comma-separated",
@@ -182,6 +192,28 @@ def test_train_reads_the_old_grpo_mode_with_a_note(tmp_path):
                 "test",
             ],
             "--split picks the sft queries",
+        ),
+        # RL settings no chosen phase reads (before: accepted, ignored, written to the manifest)
+        (
+            _rl("--mode", "rce", "--clip-eps", "0.1"),
+            "phases rce do not read --clip-eps (read by clipped-group, reinforcepp with "
+            "--reinforcepp-clip)",
+        ),
+        (
+            _rl("--phases", "rce:1,clipped-group:2", "--no-reinforcepp-clip"),
+            "phases rce,clipped-group do not read --no-reinforcepp-clip (read by reinforcepp)",
+        ),
+        (
+            _rl("--mode", "clipped-group", "--rce-t-start", "3", "--rce-t-end", "0.1"),
+            "do not read --rce-t-start (read by rce), --rce-t-end (read by rce)",
+        ),
+        (
+            _rl("--mode", "reinforcepp", "--no-reinforcepp-clip", "--kl-coef", "0.1"),
+            "phases reinforcepp do not read --kl-coef",
+        ),
+        (
+            _rl("--mode", "rce", "--old-logp", "stored", "--adv-clip", "2"),
+            "do not read --adv-clip (read by clipped-group, reinforcepp), --old-logp",
         ),
     ],
 )

@@ -96,3 +96,34 @@ def test_schedule_help_says_the_phase_defaults_it_leaves_to_its_optim():
     assert docs["epochs"].endswith(f"(default: sft {SFT_EPOCHS}, RL {RL_EPOCHS}).")
     plan = TrainSchedule(mode="sft")
     assert plan.optim(plan.plan()) == SFT_OPTIM
+
+
+def _rl_cfg(phases: str, **rl) -> PointerTrainConfig:
+    return PointerTrainConfig(
+        store=Path("s"), out=Path("o"), data=Path("d"), init=Path("m"),
+        phases=tuple(parse_phases(phases)), rl=RLConfig(**rl),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("phases", "rl"),
+    [
+        ("rce:1,clipped-group:2", {"rce_t_start": 3.0, "clip_eps": 0.1, "old_logp": "stored"}),
+        ("reinforcepp", {"clip_eps": 0.1, "kl_coef": 0.1, "adv_clip": 2.0, "norm": "minmax"}),
+        ("reinforcepp", {"reinforcepp_clip": False, "adv_clip": 2.0}),
+        ("rce:1,reinforcepp:1", {"reinforcepp_clip": False, "rce_t_end": 0.1}),
+    ],
+)
+def test_rl_settings_a_chosen_phase_reads_are_accepted(phases, rl):
+    _rl_cfg(phases, **rl).check()
+
+
+def test_every_rl_setting_is_read_by_some_phase_and_every_rl_phase_is_in_the_table():
+    from dataclasses import fields
+
+    from ddai.trainer.pointer.config import PHASE_READS, RL_MODES
+
+    assert set(PHASE_READS) == set(RL_MODES)
+    assert {n for reads in PHASE_READS.values() for n in reads} == {
+        f.name for f in fields(RLConfig)
+    }

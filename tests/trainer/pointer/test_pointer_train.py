@@ -188,3 +188,60 @@ def test_beam_quality_names_the_rows_without_a_beam_score():
     assert gaps["quality missing"] == 1 and "1 of 3 rows have no beam_score" in gaps["note"]
     assert pointer_data.quality_gaps(df, "logprob") == {}
     assert pointer_data.quality_gaps(df, "none") == {}
+
+
+RL_ALTERNATIVES = {
+    "norm": "minmax",
+    "adv_clip": 0.05,
+    "clip_eps": 0.01,
+    "kl_coef": 5.0,
+    "rce_t_start": 9.0,
+    "rce_t_end": 0.05,
+    "old_logp": "stored",
+    "reinforcepp_clip": False,
+}
+
+
+def test_each_rl_phase_reads_exactly_the_settings_its_table_row_names():
+    # PHASE_READS is what PointerTrainConfig.check refuses by: a setting it leaves out must not
+    # move the weights, and one it names must.
+    from dataclasses import fields, replace
+
+    from ddai.trainer.pointer.config import PHASE_READS, RL_MODES, phase_reads
+
+    assert set(RL_ALTERNATIVES) == {f.name for f in fields(pointer_train.RLConfig)}
+    ids = ["a", "b", "c", "e"]
+    store = _random_store(ids, 5, 4)
+    rng = np.random.default_rng(1)
+    df = pl.DataFrame(
+        {
+            "query_id": [q for q in ids for _ in range(3)],
+            "pointer": [[0, 1], [1, 2], [2, 3]] * len(ids),
+            "reward": rng.standard_normal(3 * len(ids)).tolist(),
+            "logprob_score": (rng.standard_normal(3 * len(ids)) - 3.0).tolist(),
+        }
+    )
+    data = pointer_data.grouped_rows(df, store)
+
+    def trained(mode: str, rl) -> dict:
+        torch.manual_seed(0)
+        model = pointer_model.PointerSelector(pointer_model.PointerConfig(d_in=4, d_model=8))
+        pointer_train.fit_rl(
+            model, torch.from_numpy(store.query_emb), torch.from_numpy(store.cand_emb), data,
+            [(mode, 3)], optim=pointer_train.OptimConfig(lr=0.1, batch_queries=1),
+            rl=rl,
+        )  # fmt: skip
+        return model.state_dict()
+
+    for mode in RL_MODES:
+        for base in (pointer_train.RLConfig(), pointer_train.RLConfig(reinforcepp_clip=False)):
+            ref = trained(mode, base)
+            for name, value in RL_ALTERNATIVES.items():
+                if name == "reinforcepp_clip" and not base.reinforcepp_clip:
+                    continue
+                moved = trained(mode, replace(base, **{name: value}))
+                changed = any(not torch.equal(ref[k], moved[k]) for k in ref)
+                assert changed == (name in phase_reads(mode, base)), (mode, base, name)
+    assert set(phase_reads("reinforcepp", pointer_train.RLConfig())) == set(
+        PHASE_READS["reinforcepp"]
+    )
