@@ -133,3 +133,24 @@ def test_judge_vs_ndcg_without_a_rollout_with_both_scores_says_so_not_a_row_of_z
     assert "None of these runs' rollouts has both a judge score and NDCG" in text
     sec = re.search(r'<section id="judge-ndcg">(.*?)</section>', page, re.S).group(1)
     assert "<table" not in sec
+
+
+def _unscored_page(tmp_path, **blank) -> str:
+    logs = tmp_path / "logs"
+    store.write_run(logs, "blank", [{**r, **blank} for r in _rows()])
+    build_report(ReportConfig(logs=logs, out=tmp_path / "r.html", progress=False))
+    return (tmp_path / "r.html").read_text(encoding="utf-8")
+
+
+def _section_html(page: str, sid: str) -> str:
+    return re.search(rf'<section id="{sid}">(.*?)</section>', page, re.S).group(1)
+
+
+def test_outcomes_with_no_score_say_so_once_not_a_sentence_of_zeros(tmp_path):
+    # Before: "of 0 prompt-runs, 0 scored exactly 0 and 0 exactly 1" and the zero-variance
+    # table's header with no row, under the notes that say no run carries a score
+    page = _unscored_page(tmp_path, judge_score=None, reward=None)
+    text = _section(page, "outcomes")
+    assert "of 0 prompt-runs" not in text and "0 scored exactly 0" not in text
+    assert "No prompt of these runs has a score (reward or judge), so none is banded." in text
+    assert "<table" not in _section_html(page, "outcomes")
