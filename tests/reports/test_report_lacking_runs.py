@@ -154,3 +154,21 @@ def test_outcomes_with_no_score_say_so_once_not_a_sentence_of_zeros(tmp_path):
     assert "of 0 prompt-runs" not in text and "0 scored exactly 0" not in text
     assert "No prompt of these runs has a score (reward or judge), so none is banded." in text
     assert "<table" not in _section_html(page, "outcomes")
+
+
+def test_hallucination_with_no_judge_says_so_once_not_zeros(tmp_path):
+    # Before: "0 of 0 correct rollouts with reference pages are suspects (—); 0 of them ..." and a
+    # table row of zeros for the run the note says carries no judge score
+    page = _unscored_page(tmp_path, judge_score=None)
+    text = _section(page, "hallucination")
+    assert "0 of 0 correct" not in text and "0 of them" not in text
+    assert "No rollout of these runs has a judge score, so none is counted here." in text
+    assert "<table" not in _section_html(page, "hallucination")
+
+
+def test_hallucination_table_leaves_out_the_runs_without_judge(page):
+    # the run the note names as lacking judge scores had a row "nojudge 0 0 0 0 — —"
+    sec = _section_html(page, "hallucination")
+    first = re.search(r"<table.*?</table>", sec, re.S).group(0)
+    cells = re.findall(r"<td[^>]*>(.*?)</td>", first, re.S)
+    assert "nojudge" not in cells and "full" in cells
