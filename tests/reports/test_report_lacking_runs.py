@@ -172,3 +172,21 @@ def test_hallucination_table_leaves_out_the_runs_without_judge(page):
     first = re.search(r"<table.*?</table>", sec, re.S).group(0)
     cells = re.findall(r"<td[^>]*>(.*?)</td>", first, re.S)
     assert "nojudge" not in cells and "full" in cells
+
+
+@pytest.mark.parametrize(
+    ("blank", "said"),
+    [
+        ({"judge_score": None}, "No rollout is judged (no success rate or mean judge score); the "
+         "mean NDCG is 0.377, with 4.1 turns per rollout."),
+        ({"judge_score": None, "ndcg": None}, "No rollout is judged (no success rate or mean "
+         "judge score) and none carries NDCG, with 4.1 turns per rollout."),
+        ({"ndcg": None}, "20.1% of the 144 judged rollouts succeeded; the mean judge score is "
+         "0.257 and no rollout carries NDCG, with 4.1 turns per rollout."),
+    ],
+)  # fmt: skip
+def test_the_overview_says_what_is_not_scored_instead_of_dashes_over_zero(tmp_path, blank, said):
+    # Before: "— of the 0 judged rollouts succeeded; the mean judge score is — and the mean NDCG —"
+    text = _section(_unscored_page(tmp_path, **blank), "overview")
+    assert "of the 0 judged" not in text and "is —" not in text and "NDCG —" not in text
+    assert said in text
