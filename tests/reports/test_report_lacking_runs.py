@@ -190,3 +190,18 @@ def test_the_overview_says_what_is_not_scored_instead_of_dashes_over_zero(tmp_pa
     text = _section(_unscored_page(tmp_path, **blank), "overview")
     assert "of the 0 judged" not in text and "is —" not in text and "NDCG —" not in text
     assert said in text
+
+
+def test_latency_names_a_run_with_neither_reward_nor_judge(tmp_path):
+    # Before: the run was left out without a word, and the reading's coverage ("144 of 144
+    # rollouts got a reward") read as if every selected run had been counted
+    logs = tmp_path / "logs"
+    store.write_run(logs, "full", _rows())
+    store.write_run(logs, "noscore", [{**r, "judge_score": None, "reward": None} for r in _rows()])
+    build_report(ReportConfig(logs=logs, out=tmp_path / "r.html", progress=False))
+    text = _section((tmp_path / "r.html").read_text(encoding="utf-8"), "latency")
+    assert "144 of 144 rollouts got a reward" in text  # full's, as before
+    assert (
+        "Run noscore has no reward and no judge score, so reward latency and coverage cannot be "
+        "shown for it. To fill it: ingest a log with the reward manager's scores" in text
+    )
