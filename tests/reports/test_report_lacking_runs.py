@@ -205,3 +205,11 @@ def test_latency_names_a_run_with_neither_reward_nor_judge(tmp_path):
         "Run noscore has no reward and no judge score, so reward latency and coverage cannot be "
         "shown for it. To fill it: ingest a log with the reward manager's scores" in text
     )
+
+
+def test_drop_keep_names_the_runs_it_leaves_out(page):
+    # Before: run single (one rollout per prompt: no group) was missing from the table and the
+    # counts without a word
+    text = _section(page, "drop-keep")
+    assert "Run single has no GRPO group of two or more scored rollouts" in text
+    assert "so drop/keep decisions cannot be shown for it" in text
