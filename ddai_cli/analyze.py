@@ -8,6 +8,8 @@ rows (CSV, Parquet or JSONL by the file's suffix).
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -44,6 +46,33 @@ def _flatten(result: dict[str, Any]) -> dict[str, Any]:
     return flat
 
 
+def _commit(
+    name: str,
+    logs: Any,
+    params: dict[str, Any],
+    frames: dict[str, Any],
+    files: RowsOut,
+    result: dict[str, Any],
+    extra_inputs: Sequence[Path] = (),
+) -> None:
+    """Write the requested ``frames`` (label → rows; a label is a ``RowsOut`` field with its
+    underscore as a space) with their manifests, step ``analyze.<name>``: the runs the rows come
+    from (``result["runs"]``) are the inputs and a parameter; their paths go into ``result``."""
+    from ddai.pipelines.analyses import export
+    from ddai.pipelines.store import manifest
+
+    wanted = {k: v for k, v in frames.items() if getattr(files, k.replace(" ", "_")) is not None}
+    if not wanted:
+        return
+    runs = list(result["runs"])
+    inputs, rollouts = export.run_inputs(workspace.logs_dir(logs), runs)
+    inputs += [manifest.input_record(p) for p in extra_inputs]
+    outputs = {k: (getattr(files, k.replace(" ", "_")), df) for k, df in wanted.items()}
+    step, params = f"analyze.{name}", {**params, "runs": runs}
+    paths = export.commit_rows(step, params, inputs, rollouts, outputs, result)
+    result.update({k: str(p) for k, p in paths.items()})
+
+
 @group_command(analyze_app, "analyze", "attribution")
 @with_groups({"settings": ATTRIBUTION_FLAGS, "rows": OUT_FLAGS})
 def attribution_cmd(
@@ -59,7 +88,6 @@ def attribution_cmd(
     generator bottleneck (golden page retrieved, answer judged wrong) or a likely wrong ground
     truth (review flag, or golden retrieved and rollouts agree on an answer the judge rejects)."""
     from ddai.pipelines.analyses import attribute, truth_eval
-    from ddai.pipelines.analyses.export import write_rows
 
     with bad_input_exits():
         cfg = AttributionConfig(**settings, threshold=threshold)
@@ -68,8 +96,14 @@ def attribution_cmd(
             if not truth.is_file():
                 raise FileNotFoundError(f"--truth {truth} not found")
             result["truth"] = truth_eval.score(df, json.loads(truth.read_text(encoding="utf-8")))
-        if (out := RowsOut(**rows).out) is not None:
-            result["out"] = str(write_rows(out, df))
+        flags = [p.resolve() for p in cfg.flags]
+        params = {
+            "score_max": cfg.score_max,
+            "agree_min": cfg.agree_min,
+            "threshold": cfg.threshold,
+            "flags": [str(p) for p in flags],
+        }
+        _commit("attribution", logs, params, {"out": df}, RowsOut(**rows), result, flags)
     if as_json:
         summary("ddai analyze attribution", result, as_json=True)
         return
@@ -105,12 +139,10 @@ def latency_cmd(
     """Reward latency (extra.latency_s percentiles), judge timeouts and errors, and reward
     coverage (rollouts with a reward / rollouts) per run; --out writes the per-step rows."""
     from ddai.pipelines.analyses import reward_latency
-    from ddai.pipelines.analyses.export import write_rows
 
     with bad_input_exits():
         steps, result = reward_latency(workspace.logs_dir(logs), _runs(runs))
-        if (out := RowsOut(**rows).out) is not None:
-            result["out"] = str(write_rows(out, steps))
+        _commit("latency", logs, {}, {"out": steps}, RowsOut(**rows), result)
     summary("ddai analyze latency", result if as_json else _flatten(result), as_json=as_json)
 
 
@@ -128,15 +160,11 @@ def drop_keep_cmd(
     prompt the decision: keep (some reward variance) or drop (always zero, always full, constant);
     --out writes the decisions."""
     from ddai.pipelines.analyses import drop_keep
-    from ddai.pipelines.analyses.export import write_rows
 
     with bad_input_exits():
         decisions, groups, result = drop_keep(workspace.logs_dir(logs), _runs(runs))
-        files = RowsOut(**to, **rows)
-        if files.out is not None:
-            result["out"] = str(write_rows(files.out, decisions))
-        if (groups_out := files.groups_out) is not None:
-            result["groups out"] = str(write_rows(groups_out, groups))
+        frames = {"out": decisions, "groups out": groups}
+        _commit("drop-keep", logs, {}, frames, RowsOut(**to, **rows), result)
     summary("ddai analyze drop-keep", result if as_json else _flatten(result), as_json=as_json)
 
 

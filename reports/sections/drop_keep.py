@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ddai.pipelines.records.deps import pl
 from ddai.pipelines.store import query
-from ddai.reports.blocks import Block, Section, Table
+from ddai.reports.blocks import Block, Note, Section, Table
 from ddai.reports.context import ReportContext
 from ddai.reports.downloads import csv_download
 from ddai.reports.formatting import pct
@@ -71,6 +71,14 @@ def build(ctx: ReportContext) -> Section:
             "Zero-variance groups (run, step, uid, score)", "zero_variance_groups.csv", groups
         ),
     ]
+    if left_out := [r for r in ctx.runs if r not in per_run]:
+        # left out of the table and the counts: named, as the outcomes section does
+        why = (
+            "no GRPO group of two or more scored rollouts (one prompt's rollouts at one step, "
+            "scored by reward or judge)"
+        )
+        fix = "log every rollout of each group (n_agent per prompt) with its reward"
+        blocks.insert(1, Note(ctx.runs_note(left_out, why, "drop/keep decisions", fix)))
     zero = drop.filter(pl.col("reason") == "always_zero").height
     reading = (
         f"Of {decisions.height:,} prompt-runs with a GRPO group of two or more scored rollouts, "

@@ -17,25 +17,21 @@ from ddai.reports.formatting import num, pct
 def build(ctx: ReportContext) -> Section:
     cfg = ctx.cfg
     per_run = {r["run_id"]: r for r in ctx.frame("report_hallucination_runs").to_dicts()}
+    # a run without judge scores has nothing counted: named by the lack note, not a row of zeros
+    judged = {run: r for run, r in per_run.items() if r["judged"]}
     ranked = ctx.frame("report_hallucination_prompts").to_dicts()
     fig = go.Figure(
         [
             go.Bar(
                 name="no page of the reference document",
-                x=[figures.label(run) for run in per_run],
-                y=[
-                    (r["suspects"] - r["suspects_same_doc"]) / r["judged"] if r["judged"] else 0
-                    for r in per_run.values()
-                ],
+                x=[figures.label(run) for run in judged],
+                y=[(r["suspects"] - r["suspects_same_doc"]) / r["judged"] for r in judged.values()],
                 marker_color=figures.color(3),
             ),
             go.Bar(
                 name="another page of the reference document",
-                x=[figures.label(run) for run in per_run],
-                y=[
-                    r["suspects_same_doc"] / r["judged"] if r["judged"] else 0
-                    for r in per_run.values()
-                ],
+                x=[figures.label(run) for run in judged],
+                y=[r["suspects_same_doc"] / r["judged"] for r in judged.values()],
                 marker_color=figures.color(0),
             ),
         ]
@@ -66,19 +62,19 @@ def build(ctx: ReportContext) -> Section:
                 pct(r["share_of_judged"]),
                 pct(r["share_of_correct"]),
             ]
-            for run, r in per_run.items()
+            for run, r in judged.items()
         ],
     )
     none = (
         "No hallucination suspect in these runs (every answer judged correct retrieved a golden "
         "page, or no rollout has reference pages): nothing to chart."
     )
-    if not sum(r["judged"] for r in per_run.values()):
+    if not judged:
         none = "No rollout of these runs has a judge score: no suspect to chart."
     blocks: list = [
         figures.chart_or_note(fig, "fig-hallucination-share", empty=none),
         *(Note(t) for t in ctx.lack_notes(("judge", "pages"), "hallucination suspects")),
-        runs_table,
+        *([runs_table] if judged else []),
     ]
     if ranked:
         blocks.append(
@@ -118,11 +114,16 @@ def build(ctx: ReportContext) -> Section:
     reading = (
         f"A rollout is a suspect when the judge accepted its answer (≥ {cfg.judge_high:g}) although "
         "none of the pages it retrieved is a golden page: the generator may have answered from its "
-        f"own knowledge, and a judge-only reward pays for it. {num(n)} of {num(correct)} correct "
-        f"rollouts with reference pages are suspects ({pct(n / correct) if correct else '—'}); "
-        f"{num(same)} of them retrieved another page of the reference document, which often holds "
-        "the same fact, so the rest are the ones to read first. The list ranks prompts by how "
-        "often this happened."
+        "own knowledge, and a judge-only reward pays for it. "
+        + (
+            f"{num(n)} of {num(correct)} correct rollouts with reference pages are suspects "
+            f"({pct(n / correct) if correct else '—'}); {num(same)} of them retrieved another page "
+            "of the reference document, which often holds the same fact, so the rest are the ones "
+            "to read first. The list ranks prompts by how often this happened."
+            if judged
+            # nothing counted: say so once rather than recite the counts as zeros
+            else "No rollout of these runs has a judge score, so none is counted here."
+        )
     )
     return Section(
         id="hallucination",

@@ -194,10 +194,15 @@ def build(ctx: ReportContext) -> Section:
         "Each prompt is scored by the share of its rollouts that succeeded; the histogram shows how "
         "those rates spread per run (as shares of each run's prompts when the runs differ in "
         "size). Prompts at 0 are out of reach for now, prompts at 1 are "
-        "mastered, and the ones in between are where GRPO learns. The bands group prompts by mean "
-        f"score: of {n_prompts:,} prompt-runs, {all_bands['=0']:,} scored exactly 0 and "
-        f"{all_bands['=1']:,} exactly 1. A GRPO group whose rollouts all scored the same has zero "
-        "advantage and teaches nothing: "
+        "mastered, and the ones in between are where GRPO learns. "
+        + (
+            f"The bands group prompts by mean score: of {n_prompts:,} prompt-runs, "
+            f"{all_bands['=0']:,} scored exactly 0 and {all_bands['=1']:,} exactly 1. "
+            if n_prompts
+            # nothing counted: say so once rather than recite the counts as zeros
+            else "No prompt of these runs has a score (reward or judge), so none is banded. "
+        )
+        + "A GRPO group whose rollouts all scored the same has zero advantage and teaches nothing: "
         + (
             f"{tot_zero:,} of {tot_groups:,} groups ({pct(tot_zero / tot_groups)}) had no "
             "learning signal."
@@ -230,7 +235,7 @@ def build(ctx: ReportContext) -> Section:
                 empty="No group of these runs has scored rollouts: no variance to chart.",
             ),
             *_no_groups_note(ctx, zv_stats),
-            table,
+            *([table] if zv_stats else []),
         ],
         stats={
             "success_hist": {run: {str(k): v for k, v in c.items()} for run, c in rates.items()},

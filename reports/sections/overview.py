@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ddai.pipelines.records.deps import go
 from ddai.reports import figures
 from ddai.reports.blocks import Section, Table
@@ -15,6 +17,26 @@ TERMINATIONS = {
     "error": "#c0392b",
     "unknown": "#7f8c8d",
 }
+
+
+def _scores(total: dict[str, Any]) -> str:
+    """The reading's success and score clause; what no rollout carries is said, not shown as a
+    dash over a count of 0."""
+    ndcg = total["mean_ndcg"]
+    if not total["judged"]:
+        if ndcg is None:
+            return (
+                "No rollout is judged (no success rate or mean judge score) and none carries NDCG, "
+            )
+        return (
+            "No rollout is judged (no success rate or mean judge score); the mean NDCG is "
+            f"{num(ndcg)}, "
+        )
+    return (
+        f"{pct(total['success_rate'])} of the {num(total['judged'])} judged rollouts succeeded; "
+        f"the mean judge score is {num(total['mean_judge'])} and "
+        + ("no rollout carries NDCG, " if ndcg is None else f"the mean NDCG {num(ndcg)}, ")
+    )
 
 
 def build(ctx: ReportContext) -> Section:
@@ -77,9 +99,8 @@ def build(ctx: ReportContext) -> Section:
     cost = total["cost_usd"]
     reading = (
         f"{plural(len(per_run), 'run')}, {plural(total['prompts'], 'distinct prompt')} and "
-        f"{plural(total['rollouts'], 'rollout')}. {pct(total['success_rate'])} of the "
-        f"{num(total['judged'])} judged rollouts succeeded; the mean judge score is "
-        f"{num(total['mean_judge'])} and the mean NDCG {num(total['mean_ndcg'])}, "
+        f"{plural(total['rollouts'], 'rollout')}. "
+        + _scores(total)
         + (
             f"with {num(total['mean_turns'], 1)} turns per rollout. "
             if total["mean_turns"] is not None

@@ -5,6 +5,7 @@ of rollouts got a reward. Charts only where the logs carry the numbers; else one
 
 from __future__ import annotations
 
+from ddai.pipelines.analyses import carries
 from ddai.pipelines.analyses.streaming import step_log
 from ddai.pipelines.records.deps import go, pl
 from ddai.pipelines.store import query
@@ -115,6 +116,11 @@ def build(ctx: ReportContext) -> Section:
             )
         )
     blocks += _left_out(ctx, per_run, stepped)
+    if unscored := [r for r in runs["run_id"].to_list() if r not in per_run]:
+        # left out of the counts and the table: named, or the coverage reads as every run's
+        why = "no reward and no judge score"
+        what = "reward latency and coverage"
+        blocks.append(Note(ctx.runs_note(unscored, why, what, carries.SCORES.fix)))
     blocks.append(
         Table(
             columns=[

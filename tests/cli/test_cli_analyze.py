@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import signal
+import subprocess
 import sys
 from pathlib import Path
 
 import polars as pl
+import pytest
 from conftest import FIXTURES
 from typer.testing import CliRunner
 
 from ddai.cli.app import app
 from ddai.pipelines import store
+from ddai.pipelines.store import io, manifest
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "pipelines" / "analyses"))
 from analysis_world import planted_store
@@ -145,3 +150,100 @@ def test_out_help_says_which_rows_each_command_writes(tmp_path):
         text = " ".join(res.output.split())
         assert "per-prompt rows" not in text
         assert grain in text[text.index("--out") :], cmd
+
+
+def _ingested(tmp_path):
+    """The focused round-1 fixture log ingested as run ``r1`` (judge, pages, rewards, groups)."""
+    logs = tmp_path / "logs"
+    raw = FIXTURES / "logs" / "focused_r1.jsonl"
+    res = runner.invoke(app, ["ingest", str(raw), "--logs", str(logs), "--run-id", "r1"])
+    assert res.exit_code == 0, res.output
+    return logs, raw
+
+
+def _lineage(path):
+    res = runner.invoke(app, ["lineage", str(path), "--json"])
+    assert res.exit_code == 0, res.output
+    return json.loads(res.stdout)
+
+
+@pytest.mark.parametrize(
+    ("command", "extra", "step", "params"),
+    [
+        ("attribution", ["--score-max", "0.4"], "analyze.attribution",
+         {"score_max": 0.4, "agree_min": 3, "threshold": 1.0, "flags": [], "runs": ["r1"]}),
+        ("latency", [], "analyze.latency", {"runs": ["r1"]}),
+        ("drop-keep", [], "analyze.drop-keep", {"runs": ["r1"]}),
+    ],
+)  # fmt: skip
+def test_each_output_has_a_manifest_lineage_walks_to_the_raw_log(
+    tmp_path, command, extra, step, params
+):
+    """Before: rows written without a manifest, so ``ddai lineage`` called the file foreign."""
+    logs, raw = _ingested(tmp_path)
+    out = tmp_path / "o" / "rows.parquet"
+    res = _run(command, "--logs", logs, "--run", "r1", *extra, "--out", out, "--json")
+    assert res.exit_code == 0, res.output
+    m = manifest.read(out)
+    assert m is not None, "no manifest beside the output"
+    assert m["step"] == step and m["params"] == params
+    assert m["rows"]["out"] == pl.read_parquet(out).height > 0
+    assert m["rows"]["in"] == 144  # the run's rollouts
+    assert manifest.verify(out) is None
+    graph = _lineage(out)
+    [log] = [n for n in graph["nodes"] if n["kind"] == "log"]
+    assert log["run_id"] == "r1" and log["path"] == str((logs / "run_id=r1").resolve())
+    [src] = [n for n in graph["nodes"] if n["kind"] == "source"]
+    assert src["name"] == raw.name
+
+
+def test_drop_keep_out_and_groups_out_are_one_set(tmp_path):
+    logs, _ = _ingested(tmp_path)
+    out, groups = tmp_path / "dk.csv", tmp_path / "zv.jsonl"
+    res = _run("drop-keep", "--logs", logs, "--out", out, "--groups-out", groups, "--json")
+    assert res.exit_code == 0, res.output
+    mo, mg = manifest.read(out), manifest.read(groups)
+    assert mo and mg and mo["step_id"] == mg["step_id"]
+    assert set(mo["set"]) == {"zv.jsonl"} and set(mg["set"]) == {"dk.csv"}
+    assert mo["rows"]["out"] == pl.read_csv(out).height
+    assert mg["rows"]["out"] == len(groups.read_text().splitlines())
+    assert manifest.verify(out) is None and manifest.verify(groups) is None
+
+
+def test_a_kill_mid_write_leaves_neither_file_nor_manifest(tmp_path):
+    logs, _ = _ingested(tmp_path)
+    out, groups = tmp_path / "dk.csv", tmp_path / "zv.csv"
+    env = {**os.environ, "DDAI_TEST_CRASH_AT": "manifest:zv.csv"}
+    code = "import sys; from ddai.cli.app import main; sys.argv = ['ddai', *sys.argv[1:]]; main()"
+    args = ["analyze", "drop-keep", "--logs", str(logs), "--out", str(out), "--groups-out"]
+    res = subprocess.run(
+        [sys.executable, "-c", code, *args, str(groups)],
+        env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert res.returncode == -signal.SIGKILL, res.stderr[-2000:]
+    for p in (out, groups):
+        assert not p.exists() and not manifest.manifest_path(p).exists()
+
+
+def test_attribution_manifest_records_the_flags_it_read(tmp_path):
+    logs, flags = planted_store(tmp_path)
+    out = tmp_path / "attr.jsonl"
+    res = _run("attribution", "--logs", logs, "--flags", flags, "--out", out)
+    assert res.exit_code == 0, res.output
+    m = manifest.read(out)
+    assert m["params"]["flags"] == [str(Path(flags).resolve())]
+    assert [i["path"] for i in m["inputs"]] == [
+        str((logs / "run_id=r").resolve()),
+        str(Path(flags).resolve()),
+    ]
+    assert m["inputs"][1]["sha256"] == io.sha256_file(flags)
+    assert m["rows"]["out"] == 8 and m["notes"]["summary"]["runs"]["r"]["low"] == 6
+
+
+def test_outputs_in_two_folders_each_get_their_manifest(tmp_path):
+    logs, _ = planted_store(tmp_path)
+    out, groups = tmp_path / "a" / "dk.csv", tmp_path / "b" / "zv.csv"
+    res = _run("drop-keep", "--logs", logs, "--out", out, "--groups-out", groups)
+    assert res.exit_code == 0, res.output
+    assert manifest.verify(out) is None and manifest.verify(groups) is None
+    assert manifest.read(groups)["rows"]["out"] == 6

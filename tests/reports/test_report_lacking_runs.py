@@ -133,3 +133,83 @@ def test_judge_vs_ndcg_without_a_rollout_with_both_scores_says_so_not_a_row_of_z
     assert "None of these runs' rollouts has both a judge score and NDCG" in text
     sec = re.search(r'<section id="judge-ndcg">(.*?)</section>', page, re.S).group(1)
     assert "<table" not in sec
+
+
+def _unscored_page(tmp_path, **blank) -> str:
+    logs = tmp_path / "logs"
+    store.write_run(logs, "blank", [{**r, **blank} for r in _rows()])
+    build_report(ReportConfig(logs=logs, out=tmp_path / "r.html", progress=False))
+    return (tmp_path / "r.html").read_text(encoding="utf-8")
+
+
+def _section_html(page: str, sid: str) -> str:
+    return re.search(rf'<section id="{sid}">(.*?)</section>', page, re.S).group(1)
+
+
+def test_outcomes_with_no_score_say_so_once_not_a_sentence_of_zeros(tmp_path):
+    # Before: "of 0 prompt-runs, 0 scored exactly 0 and 0 exactly 1" and the zero-variance
+    # table's header with no row, under the notes that say no run carries a score
+    page = _unscored_page(tmp_path, judge_score=None, reward=None)
+    text = _section(page, "outcomes")
+    assert "of 0 prompt-runs" not in text and "0 scored exactly 0" not in text
+    assert "No prompt of these runs has a score (reward or judge), so none is banded." in text
+    assert "<table" not in _section_html(page, "outcomes")
+
+
+def test_hallucination_with_no_judge_says_so_once_not_zeros(tmp_path):
+    # Before: "0 of 0 correct rollouts with reference pages are suspects (—); 0 of them ..." and a
+    # table row of zeros for the run the note says carries no judge score
+    page = _unscored_page(tmp_path, judge_score=None)
+    text = _section(page, "hallucination")
+    assert "0 of 0 correct" not in text and "0 of them" not in text
+    assert "No rollout of these runs has a judge score, so none is counted here." in text
+    assert "<table" not in _section_html(page, "hallucination")
+
+
+def test_hallucination_table_leaves_out_the_runs_without_judge(page):
+    # the run the note names as lacking judge scores had a row "nojudge 0 0 0 0 — —"
+    sec = _section_html(page, "hallucination")
+    first = re.search(r"<table.*?</table>", sec, re.S).group(0)
+    cells = re.findall(r"<td[^>]*>(.*?)</td>", first, re.S)
+    assert "nojudge" not in cells and "full" in cells
+
+
+@pytest.mark.parametrize(
+    ("blank", "said"),
+    [
+        ({"judge_score": None}, "No rollout is judged (no success rate or mean judge score); the "
+         "mean NDCG is 0.377, with 4.1 turns per rollout."),
+        ({"judge_score": None, "ndcg": None}, "No rollout is judged (no success rate or mean "
+         "judge score) and none carries NDCG, with 4.1 turns per rollout."),
+        ({"ndcg": None}, "20.1% of the 144 judged rollouts succeeded; the mean judge score is "
+         "0.257 and no rollout carries NDCG, with 4.1 turns per rollout."),
+    ],
+)  # fmt: skip
+def test_the_overview_says_what_is_not_scored_instead_of_dashes_over_zero(tmp_path, blank, said):
+    # Before: "— of the 0 judged rollouts succeeded; the mean judge score is — and the mean NDCG —"
+    text = _section(_unscored_page(tmp_path, **blank), "overview")
+    assert "of the 0 judged" not in text and "is —" not in text and "NDCG —" not in text
+    assert said in text
+
+
+def test_latency_names_a_run_with_neither_reward_nor_judge(tmp_path):
+    # Before: the run was left out without a word, and the reading's coverage ("144 of 144
+    # rollouts got a reward") read as if every selected run had been counted
+    logs = tmp_path / "logs"
+    store.write_run(logs, "full", _rows())
+    store.write_run(logs, "noscore", [{**r, "judge_score": None, "reward": None} for r in _rows()])
+    build_report(ReportConfig(logs=logs, out=tmp_path / "r.html", progress=False))
+    text = _section((tmp_path / "r.html").read_text(encoding="utf-8"), "latency")
+    assert "144 of 144 rollouts got a reward" in text  # full's, as before
+    assert (
+        "Run noscore has no reward and no judge score, so reward latency and coverage cannot be "
+        "shown for it. To fill it: ingest a log with the reward manager's scores" in text
+    )
+
+
+def test_drop_keep_names_the_runs_it_leaves_out(page):
+    # Before: run single (one rollout per prompt: no group) was missing from the table and the
+    # counts without a word
+    text = _section(page, "drop-keep")
+    assert "Run single has no GRPO group of two or more scored rollouts" in text
+    assert "so drop/keep decisions cannot be shown for it" in text
