@@ -11,7 +11,8 @@
 4. Only a person's decisions (``--decisions``), or the proposals under ``--trust-verifier``,
    exclude: ``wrong`` and ``uncertain`` are flagged. Outputs ``<dataset>_filtered.parquet`` and
    ``<dataset>_excluded.parquet`` (with ``extra_info.gt_verdict`` / ``gt_reason``), both in the
-   dataset's shape and order.
+   dataset's shape and order. A rerun with the review sheet as ``--decisions`` keeps the
+   proposals it carries for the prompts it does not ask the verifier about.
 
 Longer than 400 lines because candidate selection, the judge call, the re-judging of disagreements
 and the decision file are one step with one manifest.
@@ -195,13 +196,19 @@ def run_verify(cfg: VerifyConfig, *, verifier: Any = None) -> step.StepResult:
 
     ledger = Ledger()
     proposals = _propose(ask, by_id, texts, verifier, cfg, ledger)
+    # what the verifier said before (the sheet handed back as --decisions), where not asked now
+    carried = {
+        u: Proposal(*p)
+        for u, p in dec.read_proposals(cfg.decisions).items()
+        if u in by_id and u not in proposals
+    }
     final = settle(ids, decided, proposals, trust_verifier=cfg.trust_verifier)
     base.backend_calls = ledger.snapshot()
 
     filtered, excluded, excluded_ids = split_by_decision(table, ids, final)
     sheet = []
     for uid in shown:
-        row, prop = by_id[uid], proposals.get(uid)
+        row, prop = by_id[uid], proposals.get(uid) or carried.get(uid)
         verdict, reason, by = final.get(uid) or ("", "", "")
         sheet.append(
             review.ReviewRow(
@@ -237,6 +244,8 @@ def run_verify(cfg: VerifyConfig, *, verifier: Any = None) -> step.StepResult:
         "duplicate ids": len(dups),
         "preflight": preflight,
     }
+    if n_carried := sum(u in carried for u in shown):
+        summary["proposals carried"] = n_carried  # from --decisions, not asked again
     if failed := failed_calls(base.backend_calls):
         summary[FAILED_CALLS] = failed  # their candidates are proposed as "error", undecided
     missing_pages = sum(texts[u][1] for u in ask if u in texts)
