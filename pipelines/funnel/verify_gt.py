@@ -187,6 +187,7 @@ def run_verify(cfg: VerifyConfig, *, verifier: Any = None) -> step.StepResult:
             "decided by a person": sum(u in decided for u in cand),
             "verifier calls": len(ask),
             "estimated cost (USD)": _estimate_cost(spec, [by_id[u] for u in ask], texts),
+            **({"cost note": spec.price_note()} if spec and spec.price() is None else {}),
             "preflight": preflight,
             "dry run": True,
         }
@@ -446,14 +447,16 @@ def _estimate_cost(
     spec: Any, rows: list[dict[str, Any]], texts: dict[str, tuple[str, int, list[str]]]
 ) -> float | None:
     """A rough price of the verifier calls: about 4 characters per input token plus the prompt
-    template, a short JSON answer out. None when no configured backend's price is known."""
-    if spec is None:
+    template, a short JSON answer out. None when no configured backend's price is known (an
+    injected verifier, a remote backend with no price set); 0 for a local verifier."""
+    price = spec.price() if spec is not None else None
+    if price is None:
         return None
-    from ddai.pipelines.backends.usage import Price, TokenUsage
+    from ddai.pipelines.backends.usage import TokenUsage
 
     chars = sum(
         len(ds.question_of(r)) + len(ds.reference_of(r)) + len(texts.get(r[ds.ID], ("", 0))[0])
         for r in rows
     )
     usage = TokenUsage(input_tokens=chars // 4 + 200 * len(rows), output_tokens=40 * len(rows))
-    return round(Price(spec.price_in_per_mtok, spec.price_out_per_mtok).cost(usage), 6)
+    return round(price.cost(usage), 6)
