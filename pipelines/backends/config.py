@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ddai.pipelines.backends.base import ROLES
+from ddai.pipelines.backends.usage import Price
 from ddai.pipelines.store import workspace
 
 # kind -> the roles it can serve.
@@ -91,8 +92,8 @@ class BackendSpec:
     max_retries: int = 4
     rpm: float | None = None
     tpm: float | None = None
-    price_in_per_mtok: float = 0.0
-    price_out_per_mtok: float = 0.0
+    price_in_per_mtok: float | None = None  # USD per million tokens; None: not set
+    price_out_per_mtok: float | None = None
     prompt: str | None = None
     temperature: float = 0.0
     max_tokens: int | None = None
@@ -107,6 +108,23 @@ class BackendSpec:
     def service(self) -> bool:
         """A non-model service over the network (e.g. ``search-http``): pinged, never priced."""
         return self.kind in SERVICE_KINDS
+
+    def price(self) -> Price | None:
+        """What its tokens cost: local kinds are free; a remote model backend that sets neither
+        price field is not priced (None: its cost is unknown, which a 0 would hide)."""
+        if not self.remote:
+            return Price()
+        if self.price_in_per_mtok is None and self.price_out_per_mtok is None:
+            return None
+        return Price(self.price_in_per_mtok or 0.0, self.price_out_per_mtok or 0.0)
+
+    def price_note(self) -> str:
+        """Why a cost estimate is missing and how to give one (for an unpriced backend)."""
+        return (
+            f"not priced: backend {self.name!r} sets no price; add price_in_per_mtok and "
+            f"price_out_per_mtok (USD per million tokens, 0 for a free server) to its "
+            f"[backends.{self.name}] table in ddai.toml"
+        )
 
     def key_env(self) -> str | None:
         """The variable the key is read from: ``api_key_env``, else the kind's usual one."""

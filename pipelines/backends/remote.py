@@ -86,8 +86,8 @@ class ModelBackend(ctx_mod.Backend):
 
     def __init__(self, spec: BackendSpec, role: str, context: ctx_mod.Context) -> None:
         super().__init__(spec, role, context)
-        self.price = Price(spec.price_in_per_mtok, spec.price_out_per_mtok)
-        self.engine = model_engine(spec, role, context, self._classify, self.price)
+        self.price = spec.price()  # None: not priced (its calls are counted at $0)
+        self.engine = model_engine(spec, role, context, self._classify, self.price or Price())
         self._client: Any = None
         self._client_loop: asyncio.AbstractEventLoop | None = None
 
@@ -113,9 +113,13 @@ class ModelBackend(ctx_mod.Backend):
     def plan(self, reqs: Sequence[Any]) -> dict[str, Any]:
         """A dry run: exactly what the run would pay for, counted the way the engine counts
         (``Engine.plan``: cached, cached failures, repeats in the batch, the distinct calls to
-        make and their estimated tokens and cost)."""
+        make and their estimated tokens and cost). Unpriced (``spec.price()`` None): the cost is
+        None with a ``cost_note`` naming the price fields, not a $0 that reads as free."""
         jobs = [self._job_or_failure(r) for r in self._requests(reqs)]
-        return {"backend": self.name, "model": self.spec.model, **self.engine.plan(jobs)}
+        plan = {"backend": self.name, "model": self.spec.model, **self.engine.plan(jobs)}
+        if self.price is None:
+            plan.update(est_cost_usd=None, cost_note=self.spec.price_note())
+        return plan
 
     async def ping(self) -> dict[str, Any]:
         """A cheap reachability check (model metadata, no tokens): ``{ok, latency_s, detail}``."""

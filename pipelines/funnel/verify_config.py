@@ -73,7 +73,9 @@ class VerifyConfig(DatasetFlag, RunsFlag, DecisionsFlag, ForceFlag):
         if self.decisions and self.trust_verifier:
             raise ValueError(
                 "choose one: --decisions CSV (a person's review) or --trust-verifier (accept "
-                "the verifier's proposals)"
+                "the verifier's proposals); to accept the proposals a review sheet records, "
+                "rerun with --trust-verifier --corpus and without --decisions (the call cache "
+                "answers what was asked before)"
             )
         if self.uses_verifier and self.corpus is None:
             raise ValueError(

@@ -11,7 +11,8 @@
 4. Only a person's decisions (``--decisions``), or the proposals under ``--trust-verifier``,
    exclude: ``wrong`` and ``uncertain`` are flagged. Outputs ``<dataset>_filtered.parquet`` and
    ``<dataset>_excluded.parquet`` (with ``extra_info.gt_verdict`` / ``gt_reason``), both in the
-   dataset's shape and order.
+   dataset's shape and order. A rerun with the review sheet as ``--decisions`` keeps the
+   proposals it carries for the prompts it does not ask the verifier about.
 
 Longer than 400 lines because candidate selection, the judge call, the re-judging of disagreements
 and the decision file are one step with one manifest.
@@ -186,6 +187,7 @@ def run_verify(cfg: VerifyConfig, *, verifier: Any = None) -> step.StepResult:
             "decided by a person": sum(u in decided for u in cand),
             "verifier calls": len(ask),
             "estimated cost (USD)": _estimate_cost(spec, [by_id[u] for u in ask], texts),
+            **({"cost note": spec.price_note()} if spec and spec.price() is None else {}),
             "preflight": preflight,
             "dry run": True,
         }
@@ -195,13 +197,19 @@ def run_verify(cfg: VerifyConfig, *, verifier: Any = None) -> step.StepResult:
 
     ledger = Ledger()
     proposals = _propose(ask, by_id, texts, verifier, cfg, ledger)
+    # what the verifier said before (the sheet handed back as --decisions), where not asked now
+    carried = {
+        u: Proposal(*p)
+        for u, p in dec.read_proposals(cfg.decisions).items()
+        if u in by_id and u not in proposals
+    }
     final = settle(ids, decided, proposals, trust_verifier=cfg.trust_verifier)
     base.backend_calls = ledger.snapshot()
 
     filtered, excluded, excluded_ids = split_by_decision(table, ids, final)
     sheet = []
     for uid in shown:
-        row, prop = by_id[uid], proposals.get(uid)
+        row, prop = by_id[uid], proposals.get(uid) or carried.get(uid)
         verdict, reason, by = final.get(uid) or ("", "", "")
         sheet.append(
             review.ReviewRow(
@@ -237,6 +245,8 @@ def run_verify(cfg: VerifyConfig, *, verifier: Any = None) -> step.StepResult:
         "duplicate ids": len(dups),
         "preflight": preflight,
     }
+    if n_carried := sum(u in carried for u in shown):
+        summary["proposals carried"] = n_carried  # from --decisions, not asked again
     if failed := failed_calls(base.backend_calls):
         summary[FAILED_CALLS] = failed  # their candidates are proposed as "error", undecided
     missing_pages = sum(texts[u][1] for u in ask if u in texts)
@@ -437,14 +447,16 @@ def _estimate_cost(
     spec: Any, rows: list[dict[str, Any]], texts: dict[str, tuple[str, int, list[str]]]
 ) -> float | None:
     """A rough price of the verifier calls: about 4 characters per input token plus the prompt
-    template, a short JSON answer out. None when no configured backend's price is known."""
-    if spec is None:
+    template, a short JSON answer out. None when no configured backend's price is known (an
+    injected verifier, a remote backend with no price set); 0 for a local verifier."""
+    price = spec.price() if spec is not None else None
+    if price is None:
         return None
-    from ddai.pipelines.backends.usage import Price, TokenUsage
+    from ddai.pipelines.backends.usage import TokenUsage
 
     chars = sum(
         len(ds.question_of(r)) + len(ds.reference_of(r)) + len(texts.get(r[ds.ID], ("", 0))[0])
         for r in rows
     )
     usage = TokenUsage(input_tokens=chars // 4 + 200 * len(rows), output_tokens=40 * len(rows))
-    return round(Price(spec.price_in_per_mtok, spec.price_out_per_mtok).cost(usage), 6)
+    return round(price.cost(usage), 6)

@@ -3,12 +3,18 @@
 ``verdict`` is ``ok`` (keep), ``wrong`` or ``uncertain`` (both flag the prompt: it is excluded);
 an empty verdict means not decided yet. Several files merge in the order given, a later file's
 decision on a uid replacing an earlier one, so a follow-up review can overturn a first pass.
+
+A review sheet (``review.csv`` of ``ddai curate verify-gt``) also carries the verifier's proposals
+(``proposed_verdict``, ``proposed_reason``): ``read_proposals`` reads them back, so a rerun that
+does not ask the verifier keeps the record of what it said. Files without those columns (DDAI's
+``uid, verdict, reason``) carry none.
 """
 
 from __future__ import annotations
 
 import csv
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +22,7 @@ from ddai.pipelines.records import csv_cells
 
 VERDICTS = ("ok", "wrong", "uncertain")
 FLAGGING = ("wrong", "uncertain")
+PROPOSALS = (*VERDICTS, "error")  # a verifier's proposal; "error": its call failed
 
 
 @dataclass(frozen=True)
@@ -30,39 +37,45 @@ class Decision:
         return self.verdict in FLAGGING
 
 
+def _rows(p: Path) -> Iterator[tuple[int, dict[str, str]]]:
+    """(line number, row with lower-cased column names and unescaped cells) of the CSV at ``p``."""
+    if not p.is_file():
+        raise FileNotFoundError(f"decisions file {p} not found")
+    with open(p, newline="", encoding="utf-8-sig") as fh:
+        reader = csv.DictReader(fh)
+        cols = [csv_cells.unescape(c).strip().lower() for c in reader.fieldnames or []]
+        if "uid" not in cols or "verdict" not in cols:
+            raise ValueError(
+                f"{p}: a decisions CSV needs the columns uid, verdict[, reason]; "
+                f"found {', '.join(cols) or 'none'}"
+            )
+        reader.fieldnames = cols
+        for line, row in enumerate(reader, start=2):
+            yield (
+                line,
+                {k: csv_cells.unescape(v) if isinstance(v, str) else v for k, v in row.items()},
+            )
+
+
 def read_decisions(paths: list[str | os.PathLike[str]] | tuple) -> dict[str, Decision]:
     """uid → its last decision across ``paths``; undecided rows (empty verdict) are skipped."""
     out: dict[str, Decision] = {}
     for path in paths:
         p = Path(path)
-        if not p.is_file():
-            raise FileNotFoundError(f"decisions file {p} not found")
-        with open(p, newline="", encoding="utf-8-sig") as fh:
-            reader = csv.DictReader(fh)
-            cols = [csv_cells.unescape(c).strip().lower() for c in reader.fieldnames or []]
-            if "uid" not in cols or "verdict" not in cols:
+        rows = decided = 0
+        for line, row in _rows(p):
+            uid = (row.get("uid") or "").strip()
+            verdict = (row.get("verdict") or "").strip().lower()
+            rows += bool(uid)
+            if not uid or not verdict:
+                continue
+            decided += 1
+            if verdict not in VERDICTS:
                 raise ValueError(
-                    f"{p}: a decisions CSV needs the columns uid, verdict[, reason]; "
-                    f"found {', '.join(cols) or 'none'}"
+                    f"{p}:{line}: verdict {verdict!r} for {uid}; use one of "
+                    f"{', '.join(VERDICTS)} (or leave it empty for undecided)"
                 )
-            reader.fieldnames = cols
-            rows = decided = 0
-            for line, row in enumerate(reader, start=2):
-                row = {
-                    k: csv_cells.unescape(v) if isinstance(v, str) else v for k, v in row.items()
-                }
-                uid = (row.get("uid") or "").strip()
-                verdict = (row.get("verdict") or "").strip().lower()
-                rows += bool(uid)
-                if not uid or not verdict:
-                    continue
-                decided += 1
-                if verdict not in VERDICTS:
-                    raise ValueError(
-                        f"{p}:{line}: verdict {verdict!r} for {uid}; use one of "
-                        f"{', '.join(VERDICTS)} (or leave it empty for undecided)"
-                    )
-                out[uid] = Decision(uid, verdict, (row.get("reason") or "").strip(), str(p))
+            out[uid] = Decision(uid, verdict, (row.get("reason") or "").strip(), str(p))
         if rows and not decided:
             # the review sheet as written, before a person filled it in: applying it would
             # decide nothing and look like a review that found nothing wrong
@@ -71,6 +84,27 @@ def read_decisions(paths: list[str | os.PathLike[str]] | tuple) -> dict[str, Dec
                 "yet?); write ok, wrong or uncertain in the verdict column of the rows you "
                 "reviewed, or leave this file out"
             )
+    return out
+
+
+def read_proposals(paths: list[str | os.PathLike[str]] | tuple) -> dict[str, tuple[str, str]]:
+    """uid → (proposed verdict, proposed reason) the review sheets at ``paths`` carry, a later
+    file's replacing an earlier one's; rows with no proposal and files without a
+    ``proposed_verdict`` column carry none."""
+    out: dict[str, tuple[str, str]] = {}
+    for path in paths:
+        p = Path(path)
+        for line, row in _rows(p):
+            uid = (row.get("uid") or "").strip()
+            verdict = (row.get("proposed_verdict") or "").strip().lower()
+            if not uid or not verdict:
+                continue
+            if verdict not in PROPOSALS:
+                raise ValueError(
+                    f"{p}:{line}: proposed_verdict {verdict!r} for {uid} is none a verifier "
+                    f"gives ({', '.join(PROPOSALS)}); restore the sheet's value or empty the cell"
+                )
+            out[uid] = (verdict, (row.get("proposed_reason") or "").strip())
     return out
 
 
