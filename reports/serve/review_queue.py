@@ -7,7 +7,9 @@ decides ``ok``, ``wrong`` or ``uncertain`` with one key (``o`` / ``w`` / ``u``).
 is ``POST /api/review`` (JSON and the page token; ``--annotate`` only) and rewrites the decisions
 file atomically: a decisions CSV (``uid, verdict, reason``, as DDAI's review sheets, plus
 ``annotator`` and ``decided_at``) that ``curate verify-gt --decisions`` and ``curate focus
---decisions`` read as it is. A restarted server resumes from the file.
+--decisions`` read as it is. A restarted server resumes from the file; two explorers (two
+reviewers) may share it: each write holds a lock and starts from the file as it is, and a page
+shows the decisions made elsewhere, so the last decision on a prompt stands, once.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from starlette.routing import Route
 
 from ddai.pipelines.records import csv_cells
 from ddai.pipelines.records.decisions import VERDICTS
-from ddai.pipelines.store import io
+from ddai.pipelines.store import io, locks
 from ddai.reports.serve import queries
 from ddai.reports.serve.config import ServeConfig
 from ddai.reports.serve.explorer import Explorer
@@ -59,11 +61,37 @@ class ReviewQueue:
             raise ValueError(f"--review {sheet} lists no prompt to review")
         self.index = {r["uid"]: i for i, r in enumerate(self.rows)}
         self.decided: dict[str, dict[str, str]] = {}
+        # rows of the file on prompts this sheet does not list, written back as they were
+        self.others: list[dict[str, str]] = []
         self.lock = threading.Lock()
-        if decisions.is_file():  # a restarted review goes on where it stopped
-            for d in _read_csv(decisions):
+        self._seen: tuple[int, int, int] | None = None
+        # another explorer (a second reviewer) may write the same file: every write holds this
+        # lock and starts from the file as it is, so no one's decision is lost
+        self.file_lock = decisions.with_name(f".{decisions.name}.lock")
+        self.refresh()  # a restarted review goes on where it stopped
+
+    def _stat(self) -> tuple[int, int, int] | None:
+        # each write replaces the file (a new inode), so a change shows even within one mtime tick
+        try:
+            st = self.path.stat()
+        except FileNotFoundError:
+            return None
+        return st.st_ino, st.st_mtime_ns, st.st_size
+
+    def refresh(self) -> None:
+        """Read the decisions file again when it changed since last read (another explorer
+        decided meanwhile): its decisions are the ones in force."""
+        with self.lock:
+            seen = self._stat()
+            if seen == self._seen:
+                return
+            decided, others = {}, []
+            for d in _read_csv(self.path) if seen else []:
                 if d.get("uid") in self.index and d.get("verdict") in VERDICTS:
-                    self.decided[d["uid"]] = {c: d.get(c, "") for c in COLUMNS}
+                    decided[d["uid"]] = {c: d.get(c, "") for c in COLUMNS}
+                elif d.get("uid"):
+                    others.append({c: d.get(c, "") for c in COLUMNS})
+            self.decided, self.others, self._seen = decided, others, seen
 
     @property
     def total(self) -> int:
@@ -92,11 +120,14 @@ class ReviewQueue:
         now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
         rec = {"uid": uid, "verdict": verdict, "reason": reason.strip(), "annotator": annotator,
                "decided_at": now}  # fmt: skip
-        with self.lock:
-            self.decided[uid] = rec
-            ordered = [self.decided[r["uid"]] for r in self.rows if r["uid"] in self.decided]
-            text = csv_cells.rows_text(list(COLUMNS), ([d[c] for c in COLUMNS] for d in ordered))
-            io.write_text(self.path, text)
+        with locks.exclusive(self.file_lock, f"the decisions file {self.path}", on_wait=None):
+            self.refresh()
+            with self.lock:
+                self.decided[uid] = rec
+                ordered = [self.decided[r["uid"]] for r in self.rows if r["uid"] in self.decided]
+                cells = ([d[c] for c in COLUMNS] for d in [*ordered, *self.others])
+                io.write_text(self.path, csv_cells.rows_text(list(COLUMNS), cells))
+                self._seen = self._stat()
         return rec
 
 
@@ -124,6 +155,7 @@ def routes(cfg: ServeConfig, ex: Explorer, html: Render, error: Render) -> list[
     def page(request: Request) -> Response:
         if queue is None:
             return error(404, none, request)
+        queue.refresh()
         uid = request.query_params.get("uid") or queue.next_undecided()
         if uid is None:  # every prompt decided
             return html("review.html", title="GT review", nav="review", q=queue, item=None,

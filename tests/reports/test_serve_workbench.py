@@ -182,3 +182,28 @@ def test_review_of_a_sheet_with_only_uid_verdict_reason_shows_the_prompt_from_th
     res = client.get("/review?uid=nowhere")
     assert res.status_code == 200, res.text
     assert "not in the sheet and no rollout of it in the store" in unescape(res.text)
+
+
+def test_two_reviewers_on_one_decisions_file_keep_each_others_decisions(logs, tmp_path):
+    """Two researchers, each with an explorer of their own (--annotator kim, --annotator lee) over
+    one sheet and one decisions file: before, each server rewrote the file from what it had
+    decided itself, so lee's first decision erased every one of kim's."""
+    sheet = _sheet(tmp_path / "review.csv", ["u1", "u2", "u3", "u4"])
+    kim = local(create_app(ServeConfig(logs, annotate=True, annotator="kim", review=sheet)))
+    lee = local(create_app(ServeConfig(logs, annotate=True, annotator="lee", review=sheet)))
+    assert _post(kim, "/api/review", {"uid": "u1", "verdict": "wrong", "reason": "a"}).is_success
+    r = _post(lee, "/api/review", {"uid": "u2", "verdict": "ok"})
+    assert r.json()["decided"] == 2 and r.json()["next"] == "u3"  # kim's u1 counts
+    assert _post(kim, "/api/review", {"uid": "u3", "verdict": "uncertain"}).json()["decided"] == 3
+    # lee re-decides kim's u1: the last decision stands, once, attributed to lee
+    assert _post(lee, "/api/review", {"uid": "u1", "verdict": "ok", "reason": "b"}).is_success
+    with open(tmp_path / "review_decisions.csv", newline="") as fh:
+        rows = [(r["uid"], r["verdict"], r["reason"], r["annotator"]) for r in csv.DictReader(fh)]
+    assert rows == [
+        ("u1", "ok", "b", "lee"),
+        ("u2", "ok", "", "lee"),
+        ("u3", "uncertain", "", "kim"),
+    ]
+    # each page shows the other's decisions (progress and the next undecided prompt)
+    page = unescape(kim.get("/review").text)
+    assert "3 of 4 decided" in page and 'id="review-uid">u4<' in page
