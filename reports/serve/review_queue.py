@@ -38,6 +38,16 @@ COLUMNS = ("uid", "verdict", "reason", "annotator", "decided_at")
 KEYS = {"o": "ok", "w": "wrong", "u": "uncertain"}
 
 
+class Superseded(ValueError):
+    """The prompt was decided elsewhere after the deciding page showed it (HTTP 409)."""
+
+
+def seen_key(decision: dict[str, str] | None) -> str:
+    """What a page shows of a prompt's decision, sent back with a verdict: ``annotator
+    decided_at``, empty when undecided."""
+    return f"{decision['annotator']} {decision['decided_at']}" if decision else ""
+
+
 def _read_csv(path: Path) -> list[dict[str, str]]:
     with open(path, newline="", encoding="utf-8-sig") as fh:
         reader = csv.DictReader(fh)
@@ -111,8 +121,14 @@ class ReviewQueue:
                 return uid
         return None
 
-    def decide(self, uid: str, verdict: str, reason: str, annotator: str) -> dict[str, str]:
-        """Record the decision on ``uid`` (replacing an earlier one) and rewrite the file."""
+    def decide(
+        self, uid: str, verdict: str, reason: str, annotator: str, seen: str | None = None
+    ) -> dict[str, str]:
+        """Record the decision on ``uid`` (replacing an earlier one) and rewrite the file.
+
+        ``seen``: the decision the deciding page showed (``seen_key``); when another one was
+        made since (another reviewer), ``Superseded`` is raised and nothing written, so no one
+        replaces a decision they have not seen."""
         if uid not in self.index:
             raise KeyError(f"uid {uid!r} is not in the review sheet {self.sheet}")
         if verdict not in VERDICTS:
@@ -123,6 +139,15 @@ class ReviewQueue:
         with locks.exclusive(self.file_lock, f"the decisions file {self.path}", on_wait=None):
             self.refresh()
             with self.lock:
+                now_in_force = self.decided.get(uid)
+                if seen is not None and seen_key(now_in_force) != seen:
+                    d = now_in_force or {}
+                    raise Superseded(
+                        f"{d.get('annotator') or 'someone'} decided {uid} "
+                        f"{d.get('verdict') or '(cleared)'} at {d.get('decided_at') or '?'} "
+                        "after this page showed it; reload the page to see that decision, then "
+                        "decide again to replace it"
+                    )
                 self.decided[uid] = rec
                 ordered = [self.decided[r["uid"]] for r in self.rows if r["uid"] in self.decided]
                 cells = ([d[c] for c in COLUMNS] for d in [*ordered, *self.others])
@@ -175,6 +200,7 @@ def routes(cfg: ServeConfig, ex: Explorer, html: Render, error: Render) -> list[
             item=item,
             pages=[p.strip() for p in (item.get("pages") or "").split(";") if p.strip()],
             decision=queue.decided.get(uid),
+            seen=seen_key(queue.decided.get(uid)),
             groups=groups,
             pos=pos,
             prev_uid=queue.rows[pos - 1]["uid"] if pos > 0 else None,
@@ -192,14 +218,19 @@ def routes(cfg: ServeConfig, ex: Explorer, html: Render, error: Render) -> list[
             body = await request.json()
             uid, verdict = body["uid"], body["verdict"]
             reason = body.get("reason") or ""
+            seen = body.get("seen")  # the decision the page showed; absent: not checked
             if not all(isinstance(v, str) for v in (uid, verdict, reason)):
+                raise TypeError
+            if seen is not None and not isinstance(seen, str):
                 raise TypeError
         except (ValueError, KeyError, TypeError, AttributeError):
             return error(400, 'send JSON {"uid": UID, "verdict": "ok|wrong|uncertain"}', request)
         try:
-            rec = queue.decide(uid, verdict, reason, cfg.annotator or "")
+            rec = queue.decide(uid, verdict, reason, cfg.annotator or "", seen)
         except KeyError as e:
             return error(404, str(e.args[0]), request)
+        except Superseded as e:
+            return error(409, str(e), request)
         except ValueError as e:
             return error(400, str(e), request)
         return JSONResponse(

@@ -207,3 +207,29 @@ def test_two_reviewers_on_one_decisions_file_keep_each_others_decisions(logs, tm
     # each page shows the other's decisions (progress and the next undecided prompt)
     page = unescape(kim.get("/review").text)
     assert "3 of 4 decided" in page and 'id="review-uid">u4<' in page
+
+
+def test_a_decision_made_elsewhere_since_the_page_loaded_is_not_overwritten_unseen(logs, tmp_path):
+    """Both reviewers' pages open on the first undecided prompt; kim decides it, then lee (whose
+    page still says undecided) presses a key: before, lee's verdict silently replaced kim's.
+    The page sends the decision it showed (``seen``); one made since is refused (409) naming who
+    decided what, and lee, having seen it, can still overturn it."""
+    sheet = _sheet(tmp_path / "review.csv", ["u1", "u2"])
+    kim = local(create_app(ServeConfig(logs, annotate=True, annotator="kim", review=sheet)))
+    lee = local(create_app(ServeConfig(logs, annotate=True, annotator="lee", review=sheet)))
+    shown = unescape(lee.get("/review").text)
+    assert 'data-seen=""' in shown  # lee's page: u1 undecided
+    assert _post(kim, "/api/review", {"uid": "u1", "verdict": "wrong", "seen": ""}).is_success
+    r = _post(lee, "/api/review", {"uid": "u1", "verdict": "ok", "seen": ""})
+    assert r.status_code == 409, r.text
+    assert "kim decided u1 wrong" in r.json()["error"] and "reload" in r.json()["error"]
+    assert read_decisions([tmp_path / "review_decisions.csv"])["u1"].verdict == "wrong"
+    # the reloaded page shows kim's decision; deciding from it overturns it, attributed to lee
+    page = lee.get("/review?uid=u1").text
+    seen = page.split('data-seen="', 1)[1].split('"', 1)[0]
+    assert seen.startswith("kim ")
+    assert _post(
+        lee, "/api/review", {"uid": "u1", "verdict": "ok", "seen": unescape(seen)}
+    ).is_success
+    got = read_decisions([tmp_path / "review_decisions.csv"])
+    assert got["u1"].verdict == "ok"
