@@ -233,3 +233,17 @@ def test_a_decision_made_elsewhere_since_the_page_loaded_is_not_overwritten_unse
     ).is_success
     got = read_decisions([tmp_path / "review_decisions.csv"])
     assert got["u1"].verdict == "ok"
+
+
+def test_decisions_on_prompts_outside_the_sheet_are_kept_in_the_file(logs, tmp_path):
+    # a decisions file shared with another sheet's review (or extended by hand): before, the
+    # first decision here rewrote it with this sheet's prompts only, dropping the rest
+    sheet = _sheet(tmp_path / "review.csv", ["u1", "u2"])
+    out = tmp_path / "review_decisions.csv"
+    out.write_text("uid,verdict,reason,annotator,decided_at\nzz,wrong,other sheet,ann,T\n")
+    client = local(create_app(ServeConfig(logs, annotate=True, annotator="kim", review=sheet)))
+    assert "0 of 2 decided" in unescape(client.get("/review").text)
+    assert _post(client, "/api/review", {"uid": "u1", "verdict": "ok"}).is_success
+    got = read_decisions([out])
+    assert {u: d.verdict for u, d in got.items()} == {"u1": "ok", "zz": "wrong"}
+    assert got["zz"].reason == "other sheet"
