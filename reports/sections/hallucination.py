@@ -13,12 +13,23 @@ from ddai.reports.blocks import Figure, Note, Section, Table
 from ddai.reports.context import ReportContext
 from ddai.reports.formatting import num, pct
 
+_NO_REFERENCE = "not counted: no reference pages"
+_WHY = "no judged rollout with reference pages (no retrieved page can be golden)"
+_FIX = (
+    "ingest a log that names each prompt's reference pages (DDAI's `reference_basenames`, or a "
+    "`reference_pages` column)"
+)
+
 
 def build(ctx: ReportContext) -> Section:
     cfg = ctx.cfg
     per_run = {r["run_id"]: r for r in ctx.frame("report_hallucination_runs").to_dicts()}
     # a run without judge scores has nothing counted: named by the lack note, not a row of zeros
-    judged = {run: r for run, r in per_run.items() if r["judged"]}
+    scored = {run: r for run, r in per_run.items() if r["judged"]}
+    # nor one whose judged rollouts carry no reference pages (no page can be golden): its row
+    # says "not counted" and a note names it, rather than "0 suspects, 0.0%"
+    unreferenced = [run for run, r in scored.items() if not r["judged_with_reference"]]
+    judged = {run: r for run, r in scored.items() if run not in unreferenced}
     ranked = ctx.frame("report_hallucination_prompts").to_dicts()
     fig = go.Figure(
         [
@@ -62,19 +73,28 @@ def build(ctx: ReportContext) -> Section:
                 pct(r["share_of_judged"]),
                 pct(r["share_of_correct"]),
             ]
-            for run, r in judged.items()
+            if run in judged
+            else [run, r["judged"], *[_NO_REFERENCE] * 5]
+            for run, r in scored.items()
         ],
     )
     none = (
         "No hallucination suspect in these runs (every answer judged correct retrieved a golden "
         "page, or no rollout has reference pages): nothing to chart."
     )
-    if not judged:
+    if not scored:
         none = "No rollout of these runs has a judge score: no suspect to chart."
+    elif not judged:
+        none = "No judged rollout of these runs has reference pages: no suspect to chart."
     blocks: list = [
         figures.chart_or_note(fig, "fig-hallucination-share", empty=none),
         *(Note(t) for t in ctx.lack_notes(("judge", "pages"), "hallucination suspects")),
-        *([runs_table] if judged else []),
+        *(
+            [Note(ctx.runs_note(unreferenced, _WHY, "hallucination suspects", _FIX))]
+            if unreferenced
+            else []
+        ),
+        *([runs_table] if scored else []),
     ]
     if ranked:
         blocks.append(
@@ -122,6 +142,9 @@ def build(ctx: ReportContext) -> Section:
             "to read first. The list ranks prompts by how often this happened."
             if judged
             # nothing counted: say so once rather than recite the counts as zeros
+            else "No judged rollout of these runs has reference pages, so no suspect is counted "
+            "here."
+            if scored
             else "No rollout of these runs has a judge score, so none is counted here."
         )
     )

@@ -7,7 +7,9 @@ decides ``ok``, ``wrong`` or ``uncertain`` with one key (``o`` / ``w`` / ``u``).
 is ``POST /api/review`` (JSON and the page token; ``--annotate`` only) and rewrites the decisions
 file atomically: a decisions CSV (``uid, verdict, reason``, as DDAI's review sheets, plus
 ``annotator`` and ``decided_at``) that ``curate verify-gt --decisions`` and ``curate focus
---decisions`` read as it is. A restarted server resumes from the file.
+--decisions`` read as it is. A restarted server resumes from the file; two explorers (two
+reviewers) may share it: each write holds a lock and starts from the file as it is, and a page
+shows the decisions made elsewhere, so the last decision on a prompt stands, once.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from starlette.routing import Route
 
 from ddai.pipelines.records import csv_cells
 from ddai.pipelines.records.decisions import VERDICTS
-from ddai.pipelines.store import io
+from ddai.pipelines.store import io, locks
 from ddai.reports.serve import queries
 from ddai.reports.serve.config import ServeConfig
 from ddai.reports.serve.explorer import Explorer
@@ -34,6 +36,16 @@ from ddai.reports.serve.guard import READ_ONLY
 Render = Callable[..., Response]
 COLUMNS = ("uid", "verdict", "reason", "annotator", "decided_at")
 KEYS = {"o": "ok", "w": "wrong", "u": "uncertain"}
+
+
+class Superseded(ValueError):
+    """The prompt was decided elsewhere after the deciding page showed it (HTTP 409)."""
+
+
+def seen_key(decision: dict[str, str] | None) -> str:
+    """What a page shows of a prompt's decision, sent back with a verdict: ``annotator
+    decided_at``, empty when undecided."""
+    return f"{decision['annotator']} {decision['decided_at']}" if decision else ""
 
 
 def _read_csv(path: Path) -> list[dict[str, str]]:
@@ -59,11 +71,37 @@ class ReviewQueue:
             raise ValueError(f"--review {sheet} lists no prompt to review")
         self.index = {r["uid"]: i for i, r in enumerate(self.rows)}
         self.decided: dict[str, dict[str, str]] = {}
+        # rows of the file on prompts this sheet does not list, written back as they were
+        self.others: list[dict[str, str]] = []
         self.lock = threading.Lock()
-        if decisions.is_file():  # a restarted review goes on where it stopped
-            for d in _read_csv(decisions):
+        self._seen: tuple[int, int, int] | None = None
+        # another explorer (a second reviewer) may write the same file: every write holds this
+        # lock and starts from the file as it is, so no one's decision is lost
+        self.file_lock = decisions.with_name(f".{decisions.name}.lock")
+        self.refresh()  # a restarted review goes on where it stopped
+
+    def _stat(self) -> tuple[int, int, int] | None:
+        # each write replaces the file (a new inode), so a change shows even within one mtime tick
+        try:
+            st = self.path.stat()
+        except FileNotFoundError:
+            return None
+        return st.st_ino, st.st_mtime_ns, st.st_size
+
+    def refresh(self) -> None:
+        """Read the decisions file again when it changed since last read (another explorer
+        decided meanwhile): its decisions are the ones in force."""
+        with self.lock:
+            seen = self._stat()
+            if seen == self._seen:
+                return
+            decided, others = {}, []
+            for d in _read_csv(self.path) if seen else []:
                 if d.get("uid") in self.index and d.get("verdict") in VERDICTS:
-                    self.decided[d["uid"]] = {c: d.get(c, "") for c in COLUMNS}
+                    decided[d["uid"]] = {c: d.get(c, "") for c in COLUMNS}
+                elif d.get("uid"):
+                    others.append({c: d.get(c, "") for c in COLUMNS})
+            self.decided, self.others, self._seen = decided, others, seen
 
     @property
     def total(self) -> int:
@@ -83,8 +121,14 @@ class ReviewQueue:
                 return uid
         return None
 
-    def decide(self, uid: str, verdict: str, reason: str, annotator: str) -> dict[str, str]:
-        """Record the decision on ``uid`` (replacing an earlier one) and rewrite the file."""
+    def decide(
+        self, uid: str, verdict: str, reason: str, annotator: str, seen: str | None = None
+    ) -> dict[str, str]:
+        """Record the decision on ``uid`` (replacing an earlier one) and rewrite the file.
+
+        ``seen``: the decision the deciding page showed (``seen_key``); when another one was
+        made since (another reviewer), ``Superseded`` is raised and nothing written, so no one
+        replaces a decision they have not seen."""
         if uid not in self.index:
             raise KeyError(f"uid {uid!r} is not in the review sheet {self.sheet}")
         if verdict not in VERDICTS:
@@ -92,11 +136,23 @@ class ReviewQueue:
         now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
         rec = {"uid": uid, "verdict": verdict, "reason": reason.strip(), "annotator": annotator,
                "decided_at": now}  # fmt: skip
-        with self.lock:
-            self.decided[uid] = rec
-            ordered = [self.decided[r["uid"]] for r in self.rows if r["uid"] in self.decided]
-            text = csv_cells.rows_text(list(COLUMNS), ([d[c] for c in COLUMNS] for d in ordered))
-            io.write_text(self.path, text)
+        with locks.exclusive(self.file_lock, f"the decisions file {self.path}", on_wait=None):
+            self.refresh()
+            with self.lock:
+                now_in_force = self.decided.get(uid)
+                if seen is not None and seen_key(now_in_force) != seen:
+                    d = now_in_force or {}
+                    raise Superseded(
+                        f"{d.get('annotator') or 'someone'} decided {uid} "
+                        f"{d.get('verdict') or '(cleared)'} at {d.get('decided_at') or '?'} "
+                        "after this page showed it; reload the page to see that decision, then "
+                        "decide again to replace it"
+                    )
+                self.decided[uid] = rec
+                ordered = [self.decided[r["uid"]] for r in self.rows if r["uid"] in self.decided]
+                cells = ([d[c] for c in COLUMNS] for d in [*ordered, *self.others])
+                io.write_text(self.path, csv_cells.rows_text(list(COLUMNS), cells))
+                self._seen = self._stat()
         return rec
 
 
@@ -124,6 +180,7 @@ def routes(cfg: ServeConfig, ex: Explorer, html: Render, error: Render) -> list[
     def page(request: Request) -> Response:
         if queue is None:
             return error(404, none, request)
+        queue.refresh()
         uid = request.query_params.get("uid") or queue.next_undecided()
         if uid is None:  # every prompt decided
             return html("review.html", title="GT review", nav="review", q=queue, item=None,
@@ -143,6 +200,7 @@ def routes(cfg: ServeConfig, ex: Explorer, html: Render, error: Render) -> list[
             item=item,
             pages=[p.strip() for p in (item.get("pages") or "").split(";") if p.strip()],
             decision=queue.decided.get(uid),
+            seen=seen_key(queue.decided.get(uid)),
             groups=groups,
             pos=pos,
             prev_uid=queue.rows[pos - 1]["uid"] if pos > 0 else None,
@@ -160,14 +218,19 @@ def routes(cfg: ServeConfig, ex: Explorer, html: Render, error: Render) -> list[
             body = await request.json()
             uid, verdict = body["uid"], body["verdict"]
             reason = body.get("reason") or ""
+            seen = body.get("seen")  # the decision the page showed; absent: not checked
             if not all(isinstance(v, str) for v in (uid, verdict, reason)):
+                raise TypeError
+            if seen is not None and not isinstance(seen, str):
                 raise TypeError
         except (ValueError, KeyError, TypeError, AttributeError):
             return error(400, 'send JSON {"uid": UID, "verdict": "ok|wrong|uncertain"}', request)
         try:
-            rec = queue.decide(uid, verdict, reason, cfg.annotator or "")
+            rec = queue.decide(uid, verdict, reason, cfg.annotator or "", seen)
         except KeyError as e:
             return error(404, str(e.args[0]), request)
+        except Superseded as e:
+            return error(409, str(e), request)
         except ValueError as e:
             return error(400, str(e), request)
         return JSONResponse(

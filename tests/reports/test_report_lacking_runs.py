@@ -213,3 +213,45 @@ def test_drop_keep_names_the_runs_it_leaves_out(page):
     text = _section(page, "drop-keep")
     assert "Run single has no GRPO group of two or more scored rollouts" in text
     assert "so drop/keep decisions cannot be shown for it" in text
+
+
+def _hallucination(tmp_path, runs: dict[str, list[dict]]) -> tuple[str, str]:
+    logs = tmp_path / "logs"
+    for run, rows in runs.items():
+        store.write_run(logs, run, rows)
+    build_report(ReportConfig(logs=logs, out=tmp_path / "r.html", progress=False))
+    page = (tmp_path / "r.html").read_text(encoding="utf-8")
+    return _section(page, "hallucination"), _section_html(page, "hallucination")
+
+
+def test_a_judged_run_without_reference_pages_is_not_counted_as_zero_suspects(tmp_path):
+    # Before: run noref's row read "noref 144 0 0 0 0.0% —", the same as a judged run that truly
+    # has no suspect, and no note said its rollouts carry no reference pages
+    text, sec = _hallucination(
+        tmp_path, {"full": _rows(), "noref": [{**r, "reference_pages": None} for r in _rows()]}
+    )
+    first = re.search(r"<table.*?</table>", sec, re.S).group(0)
+    rows = {
+        cells[0]: cells
+        for cells in (
+            [" ".join(re.sub(r"<[^>]+>", " ", c).split()) for c in re.findall(r"<td[^>]*>(.*?)</td>", tr, re.S)]
+            for tr in re.findall(r"<tr>(.*?)</tr>", first, re.S)
+        )
+        if cells
+    }  # fmt: skip
+    assert rows["full"] == ["full", "144", "38", "5", "5", "3.5%", "13.2%"]
+    assert rows["noref"][:2] == ["noref", "144"]
+    assert set(rows["noref"][2:]) == {"not counted: no reference pages"}
+    assert "Run noref has no judged rollout with reference pages (no retrieved page can be" in text
+    assert "To fill it: ingest a log that names each prompt's reference pages" in text
+    assert "5 of 38 correct rollouts with reference pages are suspects (13.2%)" in text
+
+
+def test_hallucination_with_no_reference_pages_at_all_says_so_not_zeros(tmp_path):
+    # Before: "0 of 0 correct rollouts with reference pages are suspects (—)", a chart note that
+    # every correct answer retrieved a golden page, and a row of zeros
+    text, _ = _hallucination(tmp_path, {"noref": [{**r, "reference_pages": None} for r in _rows()]})
+    assert "0 of 0 correct" not in text and "0 of them" not in text
+    assert "every answer judged correct retrieved a golden page" not in text
+    assert "No judged rollout of these runs has reference pages, so no suspect is counted" in text
+    assert "not counted: no reference pages" in text

@@ -182,3 +182,68 @@ def test_review_of_a_sheet_with_only_uid_verdict_reason_shows_the_prompt_from_th
     res = client.get("/review?uid=nowhere")
     assert res.status_code == 200, res.text
     assert "not in the sheet and no rollout of it in the store" in unescape(res.text)
+
+
+def test_two_reviewers_on_one_decisions_file_keep_each_others_decisions(logs, tmp_path):
+    """Two researchers, each with an explorer of their own (--annotator kim, --annotator lee) over
+    one sheet and one decisions file: before, each server rewrote the file from what it had
+    decided itself, so lee's first decision erased every one of kim's."""
+    sheet = _sheet(tmp_path / "review.csv", ["u1", "u2", "u3", "u4"])
+    kim = local(create_app(ServeConfig(logs, annotate=True, annotator="kim", review=sheet)))
+    lee = local(create_app(ServeConfig(logs, annotate=True, annotator="lee", review=sheet)))
+    assert _post(kim, "/api/review", {"uid": "u1", "verdict": "wrong", "reason": "a"}).is_success
+    r = _post(lee, "/api/review", {"uid": "u2", "verdict": "ok"})
+    assert r.json()["decided"] == 2 and r.json()["next"] == "u3"  # kim's u1 counts
+    assert _post(kim, "/api/review", {"uid": "u3", "verdict": "uncertain"}).json()["decided"] == 3
+    # lee re-decides kim's u1: the last decision stands, once, attributed to lee
+    assert _post(lee, "/api/review", {"uid": "u1", "verdict": "ok", "reason": "b"}).is_success
+    with open(tmp_path / "review_decisions.csv", newline="") as fh:
+        rows = [(r["uid"], r["verdict"], r["reason"], r["annotator"]) for r in csv.DictReader(fh)]
+    assert rows == [
+        ("u1", "ok", "b", "lee"),
+        ("u2", "ok", "", "lee"),
+        ("u3", "uncertain", "", "kim"),
+    ]
+    # each page shows the other's decisions (progress and the next undecided prompt)
+    page = unescape(kim.get("/review").text)
+    assert "3 of 4 decided" in page and 'id="review-uid">u4<' in page
+
+
+def test_a_decision_made_elsewhere_since_the_page_loaded_is_not_overwritten_unseen(logs, tmp_path):
+    """Both reviewers' pages open on the first undecided prompt; kim decides it, then lee (whose
+    page still says undecided) presses a key: before, lee's verdict silently replaced kim's.
+    The page sends the decision it showed (``seen``); one made since is refused (409) naming who
+    decided what, and lee, having seen it, can still overturn it."""
+    sheet = _sheet(tmp_path / "review.csv", ["u1", "u2"])
+    kim = local(create_app(ServeConfig(logs, annotate=True, annotator="kim", review=sheet)))
+    lee = local(create_app(ServeConfig(logs, annotate=True, annotator="lee", review=sheet)))
+    shown = unescape(lee.get("/review").text)
+    assert 'data-seen=""' in shown  # lee's page: u1 undecided
+    assert _post(kim, "/api/review", {"uid": "u1", "verdict": "wrong", "seen": ""}).is_success
+    r = _post(lee, "/api/review", {"uid": "u1", "verdict": "ok", "seen": ""})
+    assert r.status_code == 409, r.text
+    assert "kim decided u1 wrong" in r.json()["error"] and "reload" in r.json()["error"]
+    assert read_decisions([tmp_path / "review_decisions.csv"])["u1"].verdict == "wrong"
+    # the reloaded page shows kim's decision; deciding from it overturns it, attributed to lee
+    page = lee.get("/review?uid=u1").text
+    seen = page.split('data-seen="', 1)[1].split('"', 1)[0]
+    assert seen.startswith("kim ")
+    assert _post(
+        lee, "/api/review", {"uid": "u1", "verdict": "ok", "seen": unescape(seen)}
+    ).is_success
+    got = read_decisions([tmp_path / "review_decisions.csv"])
+    assert got["u1"].verdict == "ok"
+
+
+def test_decisions_on_prompts_outside_the_sheet_are_kept_in_the_file(logs, tmp_path):
+    # a decisions file shared with another sheet's review (or extended by hand): before, the
+    # first decision here rewrote it with this sheet's prompts only, dropping the rest
+    sheet = _sheet(tmp_path / "review.csv", ["u1", "u2"])
+    out = tmp_path / "review_decisions.csv"
+    out.write_text("uid,verdict,reason,annotator,decided_at\nzz,wrong,other sheet,ann,T\n")
+    client = local(create_app(ServeConfig(logs, annotate=True, annotator="kim", review=sheet)))
+    assert "0 of 2 decided" in unescape(client.get("/review").text)
+    assert _post(client, "/api/review", {"uid": "u1", "verdict": "ok"}).is_success
+    got = read_decisions([out])
+    assert {u: d.verdict for u, d in got.items()} == {"u1": "ok", "zz": "wrong"}
+    assert got["zz"].reason == "other sheet"

@@ -67,8 +67,9 @@ function setupReview(box) {
     busy = true;
     status.textContent = "saving " + verdict + "…";
     try {
+      // seen: the decision this page shows, so one made elsewhere since is not replaced unseen
       const res = await ddaiPost("/api/review", {uid: box.dataset.uid, verdict: verdict,
-                                                 reason: reason.value});
+                                                 reason: reason.value, seen: box.dataset.seen});
       location.assign(res.next === null ? "/review" : "/review?uid=" + encodeURIComponent(res.next));
     } catch (e) {
       status.textContent = e.message;
