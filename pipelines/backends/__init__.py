@@ -46,7 +46,13 @@ from ddai.pipelines.backends.base import (
     VQAResult,
     run_sync,
 )
-from ddai.pipelines.backends.config import BackendSpec, ConfigError, require_key, resolve
+from ddai.pipelines.backends.config import (
+    BackendSpec,
+    ConfigError,
+    require_key,
+    require_price,
+    resolve,
+)
 
 # kind, or (kind, role) where one kind serves a role through another class (an openai embedder
 # talks to the embeddings endpoint, not a prompt) -> (module, class); each class has
@@ -129,7 +135,10 @@ def step_backend(
 
 
 def build(spec: BackendSpec, role: str, **context: Any):
-    """Build a backend from an explicit spec (tests and tools that make specs in code)."""
+    """Build a backend from an explicit spec (tests and tools that make specs in code). A
+    ``max_cost`` on a remote backend with no price is refused (``ConfigError``): it could not
+    stop anything."""
+    require_price(spec, context.get("max_cost"))
     module, cls = _BUILDERS.get((spec.kind, role)) or _BUILDERS[spec.kind]
     return getattr(importlib.import_module(module), cls).from_spec(spec, role, **context)
 

@@ -251,6 +251,16 @@ def require_key(spec: BackendSpec, role: str, flag: str) -> None:
         )
 
 
+def require_price(spec: BackendSpec, max_cost: float | None) -> None:
+    """Refuse a spending cap on a backend whose calls have no price (``spec.price()`` None)
+    before any work: every call would count $0 against it, so the cap would never stop one."""
+    if max_cost is not None and spec.price() is None:
+        raise ConfigError(
+            f"--max-cost {max_cost:g} USD cannot cap backend {spec.name!r}: {spec.price_note()}; "
+            "or run without --max-cost"
+        )
+
+
 def _check_role(role: str) -> None:
     if role not in ROLES:
         raise ConfigError(f"unknown role {role!r}; roles are: {', '.join(ROLES)}")

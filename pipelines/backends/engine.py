@@ -28,7 +28,7 @@ from ddai.pipelines.backends.cache import CallCache
 from ddai.pipelines.backends.limits import Budget, TokenBucket
 from ddai.pipelines.backends.progress import Bar
 from ddai.pipelines.backends.retry import SETUP_FAILURES, CallError, Failure, RetryPolicy
-from ddai.pipelines.backends.usage import Ledger, Price, SiteUsage, TokenUsage
+from ddai.pipelines.backends.usage import FREE, Ledger, Price, SiteUsage, TokenUsage
 
 if TYPE_CHECKING:
     from ddai.pipelines.backends.config import BackendSpec
@@ -111,7 +111,7 @@ class Engine:
         classify: Classifier,
         cache: CallCache | None = None,
         ledger: Ledger | None = None,
-        price: Price | None = None,
+        price: Price | None = FREE,
         budget: Budget | None = None,
         progress: bool | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
@@ -122,7 +122,8 @@ class Engine:
         self.settings = settings
         self.cache = cache
         self.ledger = ledger if ledger is not None else Ledger()
-        self.price = price or Price()
+        # None: a remote backend with no price; its calls' cost is unknown (null), never $0.
+        self.price = price
         self.budget = budget
         self.progress = progress
         self._classify = classify
@@ -209,13 +210,13 @@ class Engine:
             "to_call": len(todo),
             "est_input_tokens": est.input_tokens,
             "est_output_tokens": est.output_tokens,
-            "est_cost_usd": round(self.price.cost(est), 6),
+            "est_cost_usd": None if self.price is None else round(self.price.cost(est), 6),
         }
 
     # ------------------------------------------------------------------ one job
     async def _call(self, job: Job, site: SiteUsage) -> Outcome | Failure:
         assert self._sem is not None
-        est_cost = self.price.cost(job.estimate)
+        est_cost = self.price.cost(job.estimate) if self.price is not None else 0.0
         attempt = 0
         while True:
             if self.budget is not None and not self.budget.reserve(est_cost):
@@ -291,10 +292,13 @@ class Engine:
         *,
         estimate: TokenUsage | None = None,
     ) -> None:
-        cost = self.price.cost(used)
+        cost = self.price.cost(used) if self.price is not None else 0.0
         site.input_tokens += used.input_tokens
         site.output_tokens += used.output_tokens
-        site.cost_usd += cost
+        if self.price is None:
+            site.cost_usd = None  # an attempt was paid for at an unknown price
+        elif site.cost_usd is not None:
+            site.cost_usd += cost
         if self.budget is not None:
             self.budget.settle(est_cost, cost)
         if self._tpm is not None and estimate is not None:

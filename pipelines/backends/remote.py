@@ -61,7 +61,7 @@ def model_engine(
     role: str,
     context: ctx_mod.Context,
     classify: Classifier,
-    price: Price,
+    price: Price | None,
 ) -> Engine:
     """The call engine of a model backend (SDK-served roles and embedders): the spec's
     concurrency, timeouts, rate limits and retries, the run's cache, ledger, budget and progress."""
@@ -86,8 +86,8 @@ class ModelBackend(ctx_mod.Backend):
 
     def __init__(self, spec: BackendSpec, role: str, context: ctx_mod.Context) -> None:
         super().__init__(spec, role, context)
-        self.price = spec.price()  # None: not priced (its calls are counted at $0)
-        self.engine = model_engine(spec, role, context, self._classify, self.price or Price())
+        self.price = spec.price()  # None: not priced (the usage's cost is null, not $0)
+        self.engine = model_engine(spec, role, context, self._classify, self.price)
         self._client: Any = None
         self._client_loop: asyncio.AbstractEventLoop | None = None
 

@@ -36,6 +36,10 @@ class Price:
         ) / 1e6
 
 
+FREE = Price()
+"""The price of a backend that costs nothing per token (local kinds, services)."""
+
+
 @dataclass
 class SiteUsage:
     """What one (call site, backend) pair did.
@@ -60,7 +64,7 @@ class SiteUsage:
     retries: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
-    cost_usd: float = 0.0
+    cost_usd: float | None = 0.0  # None: a backend with no price was called (cost unknown)
 
     def to_dict(self) -> dict[str, Any]:
         """Every field in order, ``failed`` by reason name and the cost rounded to 1e-6 USD."""
@@ -68,7 +72,7 @@ class SiteUsage:
         return {
             **out,
             "failed": dict(sorted(self.failed.items())),
-            "cost_usd": round(self.cost_usd, 6),
+            "cost_usd": None if self.cost_usd is None else round(self.cost_usd, 6),
         }
 
 

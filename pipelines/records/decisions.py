@@ -7,7 +7,11 @@ decision on a uid replacing an earlier one, so a follow-up review can overturn a
 A review sheet (``review.csv`` of ``ddai curate verify-gt``) also carries the verifier's proposals
 (``proposed_verdict``, ``proposed_reason``): ``read_proposals`` reads them back, so a rerun that
 does not ask the verifier keeps the record of what it said. Files without those columns (DDAI's
-``uid, verdict, reason``) carry none.
+``uid, verdict, reason``) carry none. A sheet row whose verdict is the verifier's own
+(``decided_by = verifier``, the verdict its proposal: written under ``--trust-verifier``) is no
+person's decision: ``read_decisions`` leaves it to ``read_proposals``, so only ``--trust-verifier``
+applies it again; a person who changes that verdict, or writes ``person`` in ``decided_by``,
+decides it.
 """
 
 from __future__ import annotations
@@ -58,16 +62,20 @@ def _rows(p: Path) -> Iterator[tuple[int, dict[str, str]]]:
 
 
 def read_decisions(paths: list[str | os.PathLike[str]] | tuple) -> dict[str, Decision]:
-    """uid → its last decision across ``paths``; undecided rows (empty verdict) are skipped."""
+    """uid → its last decision across ``paths``; undecided rows (empty verdict) and the
+    verifier's own verdicts (``_verifiers``) are skipped."""
     out: dict[str, Decision] = {}
     for path in paths:
         p = Path(path)
-        rows = decided = 0
+        rows = decided = verifiers = 0
         for line, row in _rows(p):
             uid = (row.get("uid") or "").strip()
             verdict = (row.get("verdict") or "").strip().lower()
             rows += bool(uid)
             if not uid or not verdict:
+                continue
+            if _verifiers(row, verdict):
+                verifiers += 1
                 continue
             decided += 1
             if verdict not in VERDICTS:
@@ -79,12 +87,26 @@ def read_decisions(paths: list[str | os.PathLike[str]] | tuple) -> dict[str, Dec
         if rows and not decided:
             # the review sheet as written, before a person filled it in: applying it would
             # decide nothing and look like a review that found nothing wrong
+            theirs = (
+                f" of a person ({verifiers:,} carry the verifier's verdict, decided_by verifier: proposals, "
+                "which only --trust-verifier applies; write person in decided_by of those you "
+                "confirm)"
+                if verifiers
+                else ""
+            )
             raise ValueError(
-                f"{p}: none of its {rows:,} rows has a verdict (a review sheet not filled in "
-                "yet?); write ok, wrong or uncertain in the verdict column of the rows you "
-                "reviewed, or leave this file out"
+                f"{p}: none of its {rows:,} rows has a verdict{theirs} (a review sheet "
+                "not filled in yet?); write ok, wrong or uncertain in the verdict column of the "
+                "rows you reviewed, or leave this file out"
             )
     return out
+
+
+def _verifiers(row: dict[str, str], verdict: str) -> bool:
+    """Whether a sheet row's verdict is the verifier's own: marked ``decided_by = verifier`` and
+    equal to its proposal (a person who changed it decided it)."""
+    by = (row.get("decided_by") or "").strip().lower()
+    return by == "verifier" and verdict == (row.get("proposed_verdict") or "").strip().lower()
 
 
 def read_proposals(paths: list[str | os.PathLike[str]] | tuple) -> dict[str, tuple[str, str]]:

@@ -62,6 +62,10 @@ def validated(tmp_path_factory) -> set[str]:
               "--decisions", str(WORLD / "reviews" / "gt_review_bucket0.csv"),
               "--out-dir", str(funnel)]  # fmt: skip
     c("curate-verify-gt", verify)
+    dry = ["curate", "verify-gt", "--dataset", str(funnel / "curriculum_bucket_0.parquet"),
+           "--corpus", str(WORLD / "pages.parquet"), "--out-dir", str(tmp / "vd"), "--dry-run"]  # fmt: skip
+    planned = c("curate-verify-gt", dry)
+    assert planned["dry_run"] and planned["verifier_calls"] == planned["candidates"] > 0
     r1 = funnel / "focused_round1.parquet"
     c("curate-focus", ["curate", "focus", "--bucket-a", str(funnel / "curriculum_bucket_a.parquet"),
                        "--bucket-0", str(funnel / "curriculum_bucket_0_filtered.parquet"),

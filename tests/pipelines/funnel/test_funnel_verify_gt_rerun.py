@@ -144,3 +144,62 @@ def test_a_proposal_no_verifier_gives_names_file_and_line(tmp_path):
     )
     with pytest.raises(ValueError, match=r"review\.csv:3: proposed_verdict 'maybe' for train_2"):
         dec.read_proposals([bad])
+
+
+def _trusted(tmp_path):
+    """A first run under --trust-verifier: its sheet's verdicts are the verifier's."""
+    ids = [f"train_{d}" for d in PROPOSED]
+    ds = write_dataset(tmp_path / "curriculum_bucket_0.parquet", ids)
+    corpus = tmp_path / "pages.parquet"
+    Corpus.from_records(
+        [{"doc_id": d, "page": 2, "text": f"deck {d}: answer {d}"} for d in PROPOSED]
+    ).save(corpus)
+    out = tmp_path / "data"
+    cfg = VerifyConfig(dataset=ds, out=out, corpus=corpus, trust_verifier=True)
+    res = run_verify(cfg, verifier=DeckVerifier())
+    assert res.summary["decided by a person"] == 0
+    assert ids_of(res.outputs["excluded"]) == ["train_2", "train_3"]
+    return ds, out, _sheet(out / "review.csv")
+
+
+def test_the_verifiers_verdicts_on_a_handed_back_sheet_stay_proposals(tmp_path):
+    """A sheet row decided_by=verifier is the verifier's verdict, not a person's: the rerun with
+    the sheet as --decisions reads it as a proposal (only --trust-verifier applies those), while a
+    verdict the person changed, or marked decided_by=person, is the person's."""
+    ds, out, rows = _trusted(tmp_path)
+    assert [(r["verdict"], r["decided_by"]) for r in rows] == [
+        ("ok", "verifier"),
+        ("wrong", "verifier"),
+        ("uncertain", "verifier"),
+        ("", ""),
+        ("ok", "verifier"),
+    ]
+    by_uid = {r["uid"]: r for r in rows}
+    by_uid["train_1"].update(verdict="wrong", reason="the slide says 7")  # overruled, label left
+    by_uid["train_2"].update(decided_by="person")  # confirmed
+    _write(out / "review.csv", rows)
+
+    decided = dec.read_decisions([out / "review.csv"])
+    assert {u: (d.verdict, d.reason) for u, d in decided.items()} == {
+        "train_1": ("wrong", "the slide says 7"),
+        "train_2": ("wrong", "=the page says 7"),  # the sheet's escape removed on read
+    }
+    second = run_verify(VerifyConfig(dataset=ds, out=out, decisions=(out / "review.csv",)))
+    assert second.summary["decided by a person"] == 2
+    assert second.summary["proposals carried"] == 5
+    assert ids_of(second.outputs["excluded"]) == ["train_1", "train_2"]
+    again = _sheet(out / "review.csv")
+    assert [(r["uid"], r["verdict"], r["decided_by"], r["proposed_verdict"]) for r in again] == [
+        ("train_1", "wrong", "person", "ok"),
+        ("train_2", "wrong", "person", "wrong"),
+        ("train_3", "", "", "uncertain"),
+        ("train_4", "", "", "error"),
+        ("train_5", "", "", "ok"),
+    ]
+
+
+def test_a_sheet_handed_back_with_only_the_verifiers_verdicts_is_refused(tmp_path):
+    ds, out, _rows = _trusted(tmp_path)
+    with pytest.raises(ValueError, match="4 carry the verifier's verdict") as e:
+        run_verify(VerifyConfig(dataset=ds, out=out, decisions=(out / "review.csv",)))
+    assert "--trust-verifier" in str(e.value) and "none of its 5 rows has a verdict" in str(e.value)
