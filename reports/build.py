@@ -103,9 +103,12 @@ def _sections(
         finally:
             sub.con.close()
 
-    # plotly imports numpy on a figure's first encoding, and two sections doing that at once can
-    # see a half-initialised module (AttributeError on numpy.ndarray): it is loaded here, once.
-    import numpy  # noqa: F401
+    if ctx.cfg.datasets or ctx.cfg.datasets_dir is not None:
+        # The funnel section reads the datasets' Parquet footers through pyarrow, which imports
+        # numpy; plotly's encoder in another section then finds a half-initialised numpy in
+        # sys.modules (AttributeError on numpy.ndarray). Loaded here, before the threads; a
+        # report without datasets imports neither.
+        import pyarrow.parquet  # noqa: F401
 
     workers = max(1, min(len(sections), ctx.cfg.threads or os.cpu_count() or 1))
     with ThreadPoolExecutor(workers, thread_name_prefix="report-section") as pool:

@@ -139,15 +139,18 @@ def test_people_read_the_page_size_in_mb_under_its_own_label(logs, tmp_path):
     assert not any(x.split()[:1] == ["bytes"] for x in res.output.splitlines())
 
 
-def test_sections_start_with_numpy_loaded():
-    """The sections run in threads and plotly imports numpy on a figure's first encoding; two
-    sections importing it at once saw a half-initialised module (``AttributeError: partially
-    initialized module 'numpy' has no attribute 'ndarray'``, about half the runs under load).
-    ``_sections`` loads it before the pool starts (checked in a fresh interpreter, where nothing
-    has loaded numpy yet)."""
+@pytest.mark.parametrize(("datasets", "loaded"), [(False, False), (True, True)])
+def test_sections_start_with_pyarrow_loaded_when_the_funnel_reads_datasets(datasets, loaded):
+    """The sections run in threads. With datasets to trace, the funnel section reads Parquet
+    footers through pyarrow, which imports numpy, while another section's plotly encoder looked
+    numpy up in sys.modules and found it half-initialised (``AttributeError: partially
+    initialized module 'numpy' has no attribute 'ndarray'``: about half the comparison reports
+    of docs/report.md under load). ``_sections`` loads pyarrow before the pool then, and only
+    then (a report without datasets imports neither: checked in a fresh interpreter)."""
     import subprocess
     import sys
 
+    where = "d" if datasets else None
     code = (
         "import sys\n"
         "from types import SimpleNamespace\n"
@@ -156,13 +159,13 @@ def test_sections_start_with_numpy_loaded():
         "seen = []\n"
         "class Con:\n"
         "    def close(self): pass\n"
-        "ctx = SimpleNamespace(cfg=SimpleNamespace(threads=2),\n"
-        "                      on_cursor=lambda: SimpleNamespace(con=Con()))\n"
+        f"cfg = SimpleNamespace(threads=2, datasets=[], datasets_dir={where!r})\n"
+        "ctx = SimpleNamespace(cfg=cfg, on_cursor=lambda: SimpleNamespace(con=Con()))\n"
         "def section(sub):\n"
-        "    seen.append('numpy' in sys.modules)\n"
+        "    seen.append('numpy' in sys.modules and 'pyarrow.parquet' in sys.modules)\n"
         "    return 'x'\n"
         "build._sections(ctx, (('a', section), ('b', section)), lambda: None, ())\n"
         "print(seen)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[True, True]"
+    assert out.stdout.strip() == str([loaded, loaded])
