@@ -59,7 +59,7 @@ def _commit(
     underscore as a space) with their manifests, step ``analyze.<name>``: the runs the rows come
     from (``result["runs"]``) are the inputs and a parameter; their paths go into ``result``."""
     from ddai.pipelines.analyses import export
-    from ddai.pipelines.store import manifest
+    from ddai.pipelines.store import manifest, objstore
 
     wanted = {k: v for k, v in frames.items() if getattr(files, k.replace(" ", "_")) is not None}
     if not wanted:
@@ -70,7 +70,7 @@ def _commit(
     outputs = {k: (getattr(files, k.replace(" ", "_")), df) for k, df in wanted.items()}
     step, params = f"analyze.{name}", {**params, "runs": runs}
     paths = export.commit_rows(step, params, inputs, rollouts, outputs, result)
-    result.update({k: str(p) for k, p in paths.items()})
+    result.update({k: objstore.display(p) for k, p in paths.items()})
 
 
 @group_command(analyze_app, "analyze", "attribution")
