@@ -121,9 +121,9 @@ def run_focus(cfg: FocusConfig) -> step.StepResult:
                 sel = keys(con, files, cfg.hard_max)
                 record, summary = _round1(cfg, inputs, con, sel, begun.record)
             else:
-                flags = {
-                    u: d.verdict for u, d in dec.flagged(dec.read_decisions(cfg.decisions)).items()
-                }
+                sheets = [objstore.display(d) for d in cfg.decisions]
+                decided = dec.read_decisions(sheets, objstore.any_read_text)
+                flags = {u: d.verdict for u, d in dec.flagged(decided).items()}
                 sel = keys(con, files, cfg.score_max, flagged=flags)
                 record, summary = _next_round(cfg, inputs, con, sel, begun.record)
             _require_scored(con, sel, objstore.display(inputs[0]), cfg)

@@ -150,7 +150,9 @@ def run_verify(cfg: VerifyConfig, *, verifier: Any = None) -> step.StepResult:
     rows = table.to_pylist()
     ids = [r[ds.ID] for r in rows]
     by_id = dict(zip(ids, rows, strict=True))
-    decided = dec.read_decisions(cfg.decisions)
+    decided = dec.read_decisions(
+        [objstore.display(d) for d in cfg.decisions], objstore.any_read_text
+    )
     _check_decided(cfg, decided, table[ds.ID])
     score_of, ndcg_of = _run_scores(cfg)
     cand, not_in_run = select_candidates(

@@ -3,12 +3,16 @@
 ``verdict`` is ``ok`` (keep), ``wrong`` or ``uncertain`` (both flag the prompt: it is excluded);
 an empty verdict means not decided yet. Several files merge in the order given, a later file's
 decision on a uid replacing an earlier one, so a follow-up review can overturn a first pass.
+A file on object storage is read through the reader its caller passes (this floor imports no
+store).
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,14 +34,28 @@ class Decision:
         return self.verdict in FLAGGING
 
 
-def read_decisions(paths: list[str | os.PathLike[str]] | tuple) -> dict[str, Decision]:
-    """uid → its last decision across ``paths``; undecided rows (empty verdict) are skipped."""
+def _read_local(path: str | os.PathLike[str]) -> str:
+    if not Path(path).is_file():
+        raise FileNotFoundError(path)
+    with open(path, newline="", encoding="utf-8-sig") as fh:
+        return fh.read()
+
+
+def read_decisions(
+    paths: list[str | os.PathLike[str]] | tuple,
+    read_text: Callable[[str | os.PathLike[str]], str] = _read_local,
+) -> dict[str, Decision]:
+    """uid → its last decision across ``paths``; undecided rows (empty verdict) are skipped.
+    ``read_text``: one file's text, FileNotFoundError when it is missing (callers pass the
+    store's reader, which takes ``s3://``/``gs://`` URLs too; default: local files only)."""
     out: dict[str, Decision] = {}
     for path in paths:
-        p = Path(path)
-        if not p.is_file():
-            raise FileNotFoundError(f"decisions file {p} not found")
-        with open(p, newline="", encoding="utf-8-sig") as fh:
+        p = os.fspath(path)
+        try:
+            text = read_text(path).removeprefix("\ufeff")
+        except (FileNotFoundError, IsADirectoryError):
+            raise FileNotFoundError(f"decisions file {p} not found") from None
+        with io.StringIO(text, newline="") as fh:
             reader = csv.DictReader(fh)
             cols = [csv_cells.unescape(c).strip().lower() for c in reader.fieldnames or []]
             if "uid" not in cols or "verdict" not in cols:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
@@ -47,3 +48,45 @@ def test_analyze_out_on_s3_writes_the_object_not_a_local_folder(s3_store, tmp_pa
     _ddai("ingest", str(FIX / "logs" / "focused_r1.jsonl"), "--logs", str(local / "logs"))
     _ddai("analyze", "drop-keep", "--logs", str(local / "logs"), "-o", str(local / "dk.csv"))
     assert body == (local / "dk.csv").read_text(encoding="utf-8")
+
+
+def test_review_csvs_on_s3_are_read_by_focus_and_attribution(s3_store, tmp_path):
+    s3 = s3_store
+    objstore.put_file(REVIEW, f"{s3}/reviews/round1.csv")
+    prev = pq.read_table(FIX / "dataset.parquet")
+    pq.write_table(prev, tmp_path / "prev.parquet")
+    objstore.put_file(tmp_path / "prev.parquet", f"{s3}/prev.parquet")
+
+    args = ["curate", "focus", "--logs", f"{s3}/logs", "--run", "focused_r1", "--score-max", "0.5"]
+    remote = _ddai(*args, "--prev", f"{s3}/prev.parquet", "--decisions", f"{s3}/reviews/round1.csv",
+                   "--out", f"{s3}/r2.parquet")  # fmt: skip
+    here = _ddai(*args, "--prev", str(tmp_path / "prev.parquet"), "--decisions", str(REVIEW),
+                 "--out", str(tmp_path / "r2.parquet"))  # fmt: skip
+    assert remote["flagged"] == here["flagged"] > 0
+    assert remote["next_round"] == here["next_round"]
+
+    att = ["analyze", "attribution", "--logs", f"{s3}/logs", "--run", "focused_r1"]
+    a_remote = _ddai(*att, "--flags", f"{s3}/reviews/round1.csv")
+    a_here = _ddai(*att, "--flags", str(REVIEW))
+    assert a_remote["flags_loaded"] == a_here["flags_loaded"] > 0
+    assert a_remote["runs"] == a_here["runs"]
+
+
+def test_a_missing_review_csv_on_s3_names_the_url(s3_store):
+    res = runner.invoke(
+        app,
+        ["analyze", "attribution", "--logs", f"{s3_store}/logs", "--flags", f"{s3_store}/no.csv"],
+    )
+    assert res.exit_code == 2
+    assert f"{s3_store}/no.csv not found" in res.output
+
+
+def test_verify_gt_reads_its_decisions_from_s3(s3_env, tmp_path):
+    s3 = s3_env
+    objstore.put_file(REVIEW, f"{s3}/reviews/round1.csv")
+    objstore.put_file(FIX / "dataset.parquet", f"{s3}/dataset.parquet")
+    remote = _ddai("curate", "verify-gt", "--dataset", f"{s3}/dataset.parquet",
+                   "--decisions", f"{s3}/reviews/round1.csv", "--out-dir", f"{s3}/vg")  # fmt: skip
+    here = _ddai("curate", "verify-gt", "--dataset", str(FIX / "dataset.parquet"),
+                 "--decisions", str(REVIEW), "--out-dir", str(tmp_path / "vg"))  # fmt: skip
+    assert remote["excluded"] == here["excluded"] > 0 and remote["kept"] == here["kept"]
