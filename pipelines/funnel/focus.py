@@ -197,7 +197,10 @@ def _round1(
             "duplicate id": len(dups),
         },
         notes={
-            "contributions": {str(inputs[0]): sel.kept, str(inputs[1]): n_zero},
+            "contributions": {
+                objstore.display(inputs[0]): sel.kept,
+                objstore.display(inputs[1]): n_zero,
+            },
             "missing_ids": missing,
             "duplicate_ids": dups,
             step.SUMMARY_KEY: summary,
@@ -238,7 +241,7 @@ def _next_round(
         rows_out=sel.kept,
         dropped={**dropped, "duplicate id": len(dups)},
         notes={
-            "contributions": {str(inputs[0]): sel.kept},
+            "contributions": {objstore.display(inputs[0]): sel.kept},
             "missing_ids": missing,
             "flagged_ids": {r: v for r, v in sel.ids.items() if r.startswith("flagged")},
             "duplicate_ids": dups,

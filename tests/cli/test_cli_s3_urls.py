@@ -90,3 +90,21 @@ def test_verify_gt_reads_its_decisions_from_s3(s3_env, tmp_path):
     here = _ddai("curate", "verify-gt", "--dataset", str(FIX / "dataset.parquet"),
                  "--decisions", str(REVIEW), "--out-dir", str(tmp_path / "vg"))  # fmt: skip
     assert remote["excluded"] == here["excluded"] > 0 and remote["kept"] == here["kept"]
+
+
+def test_lineage_over_s3_keeps_the_rows_each_input_gave(s3_env):
+    s3 = s3_env
+    objstore.put_file(FIX / "dataset.parquet", f"{s3}/dataset.parquet")
+    logs = f"{s3}/logs"
+    for run in ("phase1", "focused_r1"):
+        _ddai("ingest", str(FIX / "logs" / f"{run}.jsonl"), "--logs", logs, "--no-progress")
+    _ddai("curate", "bucket", "--dataset", f"{s3}/dataset.parquet", "--logs", logs,
+          "--run", "phase1", "--out-dir", f"{s3}/cur")  # fmt: skip
+    a, zero = f"{s3}/cur/curriculum_bucket_a.parquet", f"{s3}/cur/curriculum_bucket_0.parquet"
+    f = _ddai("curate", "focus", "--bucket-a", a, "--bucket-0", zero, "--logs", logs,
+              "--run", "focused_r1", "--out", f"{s3}/r1.parquet")  # fmt: skip
+    graph = _ddai("lineage", f"{s3}/r1.parquet", "--check")
+    rows = {(e["source"], e["target"]): e["rows"] for e in graph["edges"]}
+    # was None: the manifest keyed its contributions by pathlib's `s3:/…`
+    assert rows[(a, f"{s3}/r1.parquet")] == f["hard_a"]
+    assert rows[(zero, f"{s3}/r1.parquet")] == f["round_1"] - f["hard_a"]
