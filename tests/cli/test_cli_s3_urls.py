@@ -108,3 +108,13 @@ def test_lineage_over_s3_keeps_the_rows_each_input_gave(s3_env):
     # was None: the manifest keyed its contributions by pathlib's `s3:/…`
     assert rows[(a, f"{s3}/r1.parquet")] == f["hard_a"]
     assert rows[(zero, f"{s3}/r1.parquet")] == f["round_1"] - f["hard_a"]
+
+
+def test_query_out_on_s3_reports_the_url(s3_store):
+    url = f"{s3_store}/out/q.csv"
+    sql = "SELECT count(*) AS n FROM rollouts"
+    got = _ddai("query", sql, "--logs", f"{s3_store}/logs", "--format", "csv", "-o", url)
+    assert got["out"] == url  # was 's3:/…'
+    assert objstore.read_text(url).splitlines() == ["n", "144"]
+    res = runner.invoke(app, ["query", sql, "--logs", f"{s3_store}/logs", "-o", url])
+    assert res.exit_code == 0 and f"wrote 1 rows to {url}" in res.output
