@@ -118,3 +118,25 @@ def test_query_out_on_s3_reports_the_url(s3_store):
     assert objstore.read_text(url).splitlines() == ["n", "144"]
     res = runner.invoke(app, ["query", sql, "--logs", f"{s3_store}/logs", "-o", url])
     assert res.exit_code == 0 and f"wrote 1 rows to {url}" in res.output
+
+
+def test_an_unreachable_endpoint_is_a_usage_error_naming_the_setting(s3_env, monkeypatch):
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # discard port: nothing listens
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    src = str(FIX / "logs" / "phase1.jsonl")
+    for args in (["runs", "--logs", f"{s3_env}/logs"],
+                 ["ingest", src, "--logs", f"{s3_env}/logs", "--no-progress"]):  # fmt: skip
+        res = runner.invoke(app, args)
+        assert res.exit_code == 2, res.output  # was: a botocore traceback, exit 1
+        assert "http://127.0.0.1:9" in res.output and "AWS_ENDPOINT_URL" in res.output
+
+
+def test_missing_credentials_are_a_usage_error_naming_the_variables(s3_env, monkeypatch, tmp_path):
+    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    res = runner.invoke(app, ["runs", "--logs", f"{s3_env}/logs"])
+    assert res.exit_code == 2, res.output
+    assert "AWS_ACCESS_KEY_ID" in res.output and "AWS_SECRET_ACCESS_KEY" in res.output
