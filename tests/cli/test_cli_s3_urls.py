@@ -131,12 +131,26 @@ def test_an_unreachable_endpoint_is_a_usage_error_naming_the_setting(s3_env, mon
         assert "http://127.0.0.1:9" in res.output and "AWS_ENDPOINT_URL" in res.output
 
 
-def test_missing_credentials_are_a_usage_error_naming_the_variables(s3_env, monkeypatch, tmp_path):
+def _fresh_clients() -> None:
+    import s3fs
+
+    objstore._fsspec_fs.cache_clear()
+    objstore._arrow_fs.cache_clear()
+    s3fs.S3FileSystem.clear_instance_cache()
+
+
+def test_missing_credentials_are_a_usage_error_naming_the_variables(
+    s3_env, monkeypatch, tmp_path, request
+):
     for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    # a new process has no client yet: drop the ones made with credentials, and after the test
+    # the ones made without
+    _fresh_clients()
+    request.addfinalizer(_fresh_clients)
     res = runner.invoke(app, ["runs", "--logs", f"{s3_env}/logs"])
     assert res.exit_code == 2, res.output
     assert "AWS_ACCESS_KEY_ID" in res.output and "AWS_SECRET_ACCESS_KEY" in res.output
