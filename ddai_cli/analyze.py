@@ -59,7 +59,7 @@ def _commit(
     underscore as a space) with their manifests, step ``analyze.<name>``: the runs the rows come
     from (``result["runs"]``) are the inputs and a parameter; their paths go into ``result``."""
     from ddai.pipelines.analyses import export
-    from ddai.pipelines.store import manifest
+    from ddai.pipelines.store import manifest, objstore
 
     wanted = {k: v for k, v in frames.items() if getattr(files, k.replace(" ", "_")) is not None}
     if not wanted:
@@ -70,7 +70,7 @@ def _commit(
     outputs = {k: (getattr(files, k.replace(" ", "_")), df) for k, df in wanted.items()}
     step, params = f"analyze.{name}", {**params, "runs": runs}
     paths = export.commit_rows(step, params, inputs, rollouts, outputs, result)
-    result.update({k: str(p) for k, p in paths.items()})
+    result.update({k: objstore.display(p) for k, p in paths.items()})
 
 
 @group_command(analyze_app, "analyze", "attribution")
@@ -88,6 +88,7 @@ def attribution_cmd(
     generator bottleneck (golden page retrieved, answer judged wrong) or a likely wrong ground
     truth (review flag, or golden retrieved and rollouts agree on an answer the judge rejects)."""
     from ddai.pipelines.analyses import attribute, truth_eval
+    from ddai.pipelines.store import objstore
 
     with bad_input_exits():
         cfg = AttributionConfig(**settings, threshold=threshold)
@@ -96,12 +97,12 @@ def attribution_cmd(
             if not truth.is_file():
                 raise FileNotFoundError(f"--truth {truth} not found")
             result["truth"] = truth_eval.score(df, json.loads(truth.read_text(encoding="utf-8")))
-        flags = [p.resolve() for p in cfg.flags]
+        flags = [p if objstore.is_url(p) else p.resolve() for p in cfg.flags]
         params = {
             "score_max": cfg.score_max,
             "agree_min": cfg.agree_min,
             "threshold": cfg.threshold,
-            "flags": [str(p) for p in flags],
+            "flags": [objstore.display(p) for p in flags],
         }
         _commit("attribution", logs, params, {"out": df}, RowsOut(**rows), result, flags)
     if as_json:

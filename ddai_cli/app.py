@@ -375,6 +375,13 @@ class LazyGroup(TyperGroup):
         except BadOptionUsage as e:
             _hint_for_missing_value(e, _find_command(self, ctx.meta.get("ddai.args", [])))
             raise
+        except Exception as e:  # an unreachable S3 endpoint or no credentials: say what to set
+            from ddai.cli.common import fail
+            from ddai.pipelines.store.objstore import setup_error
+
+            if (why := setup_error(e)) is None:
+                raise
+            raise fail(why) from e
 
     def resolve_command(
         self, ctx: click.Context, args: list[str]

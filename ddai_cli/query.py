@@ -22,7 +22,7 @@ from ddai.cli.common import (
 )
 from ddai.cli.flags import config_flags, with_groups
 from ddai.pipelines.records.deps import duckdb
-from ddai.pipelines.store import io, query, query_out, workspace
+from ddai.pipelines.store import io, objstore, query, query_out, workspace
 from ddai.pipelines.store.query_out import QueryConfig
 
 QUERY_FLAGS = config_flags(
@@ -91,11 +91,13 @@ def query_cmd(
         # values as lists under the column names: no JSON key is built from the data
         shown = [] if out is not None else query_out.rows(con, result, limit)
         data = {"rows": n, "columns": list(rel.columns) if rel is not None else []}
-        data |= {"data": [[_json_value(v) for v in r] for r in shown], "out": out}
+        shown_out = objstore.display(out) if out is not None else None  # a URL as given
+        data |= {"data": [[_json_value(v) for v in r] for r in shown], "out": shown_out}
         summary("query", {**data, "format": fmt, "note": empty}, as_json=True)
         return
     if out is not None:
-        console.print(f"wrote {n:,} rows to {out}", style="dim", markup=False, soft_wrap=True)
+        where = objstore.display(out)
+        console.print(f"wrote {n:,} rows to {where}", style="dim", markup=False, soft_wrap=True)
     elif fmt == "table":
         _show(con, result, limit, empty)
     if empty and (out is not None or fmt != "table" or n > 0):

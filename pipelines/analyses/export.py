@@ -72,7 +72,10 @@ def commit_rows(
     base.notes = {"summary": dict(summary)}
     by_folder: dict[str, list[manifest.Member]] = {}
     for label, (_, df) in outputs.items():
-        path = paths[label].expanduser().resolve()
+        # a URL stays one (pathlib's resolve would make ``s3:/b/k`` a folder `s3:` in the cwd)
+        path = (
+            paths[label] if objstore.is_url(paths[label]) else paths[label].expanduser().resolve()
+        )
         record = dataclasses.replace(base, rows_out=df.height)
         write = lambda tmp, d=df, s=path.suffix.lower(): _write(d, s, tmp)  # noqa: E731
         member = manifest.Member(path, write, record)

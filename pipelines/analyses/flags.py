@@ -11,6 +11,7 @@ import os
 
 from ddai.pipelines.records.decisions import flagged, read_decisions
 from ddai.pipelines.records.deps import duckdb, pa
+from ddai.pipelines.store import objstore
 
 
 def load_flags(con: duckdb.DuckDBPyConnection, paths: list[str | os.PathLike[str]]) -> int:
@@ -19,7 +20,7 @@ def load_flags(con: duckdb.DuckDBPyConnection, paths: list[str | os.PathLike[str
         # no sheet, no Arrow table: pyarrow's table() imports pandas (~0.3 s) to check its input
         con.execute("DELETE FROM review_flags")
         return 0
-    rows = flagged(read_decisions(list(paths)))
+    rows = flagged(read_decisions([objstore.display(p) for p in paths], objstore.any_read_text))
     table = pa.table(
         {
             "uid": [d.uid for d in rows.values()],

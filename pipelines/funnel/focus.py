@@ -121,9 +121,9 @@ def run_focus(cfg: FocusConfig) -> step.StepResult:
                 sel = keys(con, files, cfg.hard_max)
                 record, summary = _round1(cfg, inputs, con, sel, begun.record)
             else:
-                flags = {
-                    u: d.verdict for u, d in dec.flagged(dec.read_decisions(cfg.decisions)).items()
-                }
+                sheets = [objstore.display(d) for d in cfg.decisions]
+                decided = dec.read_decisions(sheets, objstore.any_read_text)
+                flags = {u: d.verdict for u, d in dec.flagged(decided).items()}
                 sel = keys(con, files, cfg.score_max, flagged=flags)
                 record, summary = _next_round(cfg, inputs, con, sel, begun.record)
             _require_scored(con, sel, objstore.display(inputs[0]), cfg)
@@ -197,7 +197,10 @@ def _round1(
             "duplicate id": len(dups),
         },
         notes={
-            "contributions": {str(inputs[0]): sel.kept, str(inputs[1]): n_zero},
+            "contributions": {
+                objstore.display(inputs[0]): sel.kept,
+                objstore.display(inputs[1]): n_zero,
+            },
             "missing_ids": missing,
             "duplicate_ids": dups,
             step.SUMMARY_KEY: summary,
@@ -238,7 +241,7 @@ def _next_round(
         rows_out=sel.kept,
         dropped={**dropped, "duplicate id": len(dups)},
         notes={
-            "contributions": {str(inputs[0]): sel.kept},
+            "contributions": {objstore.display(inputs[0]): sel.kept},
             "missing_ids": missing,
             "flagged_ids": {r: v for r, v in sel.ids.items() if r.startswith("flagged")},
             "duplicate_ids": dups,

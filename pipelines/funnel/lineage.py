@@ -96,10 +96,13 @@ def _visit(
         # Inputs first, so each node follows its inputs (topological order); the placeholder
         # stops a (corrupt) cyclic manifest chain from recursing forever.
         nodes[key] = {}
-        contributions = m.get("notes", {}).get("contributions", {})
+        # keyed by the input's URL (a manifest written before this was fixed: pathlib's `s3:/…`)
+        contributions = {
+            objstore.display(k): v for k, v in m.get("notes", {}).get("contributions", {}).items()
+        }
         for inp in m.get("inputs", []):
             src = Path(inp["path"])
-            rows_from = contributions.get(inp["path"])
+            rows_from = contributions.get(objstore.display(inp["path"]))
             if (earlier := _earlier_run(src, inp, nodes)) is not None:
                 edges.append({"source": earlier, "target": key, "rows": rows_from, "changed": True})
                 continue

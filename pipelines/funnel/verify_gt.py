@@ -151,7 +151,9 @@ def run_verify(cfg: VerifyConfig, *, verifier: Any = None) -> step.StepResult:
     rows = table.to_pylist()
     ids = [r[ds.ID] for r in rows]
     by_id = dict(zip(ids, rows, strict=True))
-    decided = dec.read_decisions(cfg.decisions)
+    decided = dec.read_decisions(
+        [objstore.display(d) for d in cfg.decisions], objstore.any_read_text
+    )
     _check_decided(cfg, decided, table[ds.ID])
     score_of, ndcg_of = _run_scores(cfg)
     cand, not_in_run = select_candidates(
@@ -200,7 +202,9 @@ def run_verify(cfg: VerifyConfig, *, verifier: Any = None) -> step.StepResult:
     # what the verifier said before (the sheet handed back as --decisions), where not asked now
     carried = {
         u: Proposal(*p)
-        for u, p in dec.read_proposals(cfg.decisions).items()
+        for u, p in dec.read_proposals(
+            [objstore.display(d) for d in cfg.decisions], objstore.any_read_text
+        ).items()
         if u in by_id and u not in proposals
     }
     final = settle(ids, decided, proposals, trust_verifier=cfg.trust_verifier)

@@ -12,13 +12,17 @@ does not ask the verifier keeps the record of what it said. Files without those 
 person's decision: ``read_decisions`` leaves it to ``read_proposals``, so only ``--trust-verifier``
 applies it again; a person who changes that verdict, or writes ``person`` in ``decided_by``,
 decides it.
+
+A file on object storage is read through the reader its caller passes (this floor imports no
+store).
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,11 +45,26 @@ class Decision:
         return self.verdict in FLAGGING
 
 
-def _rows(p: Path) -> Iterator[tuple[int, dict[str, str]]]:
-    """(line number, row with lower-cased column names and unescaped cells) of the CSV at ``p``."""
-    if not p.is_file():
-        raise FileNotFoundError(f"decisions file {p} not found")
-    with open(p, newline="", encoding="utf-8-sig") as fh:
+Reader = Callable[[str | os.PathLike[str]], str]
+"""One file's text, FileNotFoundError when it is missing."""
+
+
+def _read_local(path: str | os.PathLike[str]) -> str:
+    if not Path(path).is_file():
+        raise FileNotFoundError(path)
+    with open(path, newline="", encoding="utf-8-sig") as fh:
+        return fh.read()
+
+
+def _rows(path: str | os.PathLike[str], read_text: Reader) -> Iterator[tuple[int, dict[str, str]]]:
+    """(line number, row with lower-cased column names and unescaped cells) of the CSV at
+    ``path``, read through ``read_text``."""
+    p = os.fspath(path)
+    try:
+        text = read_text(path).removeprefix("\ufeff")
+    except (FileNotFoundError, IsADirectoryError):
+        raise FileNotFoundError(f"decisions file {p} not found") from None
+    with io.StringIO(text, newline="") as fh:
         reader = csv.DictReader(fh)
         cols = [csv_cells.unescape(c).strip().lower() for c in reader.fieldnames or []]
         if "uid" not in cols or "verdict" not in cols:
@@ -61,14 +80,17 @@ def _rows(p: Path) -> Iterator[tuple[int, dict[str, str]]]:
             )
 
 
-def read_decisions(paths: list[str | os.PathLike[str]] | tuple) -> dict[str, Decision]:
+def read_decisions(
+    paths: list[str | os.PathLike[str]] | tuple, read_text: Reader = _read_local
+) -> dict[str, Decision]:
     """uid → its last decision across ``paths``; undecided rows (empty verdict) and the
-    verifier's own verdicts (``_verifiers``) are skipped."""
+    verifier's own verdicts (``_verifiers``) are skipped. ``read_text``: callers pass the
+    store's reader, which takes ``s3://``/``gs://`` URLs too (default: local files only)."""
     out: dict[str, Decision] = {}
     for path in paths:
-        p = Path(path)
+        p = os.fspath(path)
         rows = decided = verifiers = 0
-        for line, row in _rows(p):
+        for line, row in _rows(path, read_text):
             uid = (row.get("uid") or "").strip()
             verdict = (row.get("verdict") or "").strip().lower()
             rows += bool(uid)
@@ -109,14 +131,16 @@ def _verifiers(row: dict[str, str], verdict: str) -> bool:
     return by == "verifier" and verdict == (row.get("proposed_verdict") or "").strip().lower()
 
 
-def read_proposals(paths: list[str | os.PathLike[str]] | tuple) -> dict[str, tuple[str, str]]:
+def read_proposals(
+    paths: list[str | os.PathLike[str]] | tuple, read_text: Reader = _read_local
+) -> dict[str, tuple[str, str]]:
     """uid → (proposed verdict, proposed reason) the review sheets at ``paths`` carry, a later
     file's replacing an earlier one's; rows with no proposal and files without a
     ``proposed_verdict`` column carry none."""
     out: dict[str, tuple[str, str]] = {}
     for path in paths:
-        p = Path(path)
-        for line, row in _rows(p):
+        p = os.fspath(path)
+        for line, row in _rows(path, read_text):
             uid = (row.get("uid") or "").strip()
             verdict = (row.get("proposed_verdict") or "").strip().lower()
             if not uid or not verdict:

@@ -107,6 +107,27 @@ def endpoint(sch: str = "s3") -> str | None:
     return os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or None
 
 
+def setup_error(e: BaseException) -> str | None:
+    """What to fix when ``e`` (or an exception it came from) says S3 could not be reached or no
+    credentials were found; None for any other failure."""
+    seen: set[int] = set()
+    while e is not None and id(e) not in seen and not seen.add(id(e)):
+        name = type(e).__name__ if type(e).__module__.startswith("botocore") else ""
+        if name in ("NoCredentialsError", "PartialCredentialsError"):
+            return (
+                "no S3 credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and "
+                "AWS_SESSION_TOKEN for temporary ones) in the environment"
+            )
+        if name in ("EndpointConnectionError", "ConnectTimeoutError"):
+            where = endpoint("s3") or getattr(e, "kwargs", {}).get("endpoint_url")
+            return (
+                f"cannot reach the S3 endpoint {where}: check AWS_ENDPOINT_URL (or "
+                "AWS_ENDPOINT_URL_S3) and that the server is running"
+            )
+        e = e.__cause__ or e.__context__  # type: ignore[assignment]
+    return None
+
+
 def fsspec_fs(url: str) -> fsspec.AbstractFileSystem:
     """The fsspec filesystem for ``url``'s scheme (credentials and endpoint from the environment)."""
     sch = scheme(url)
