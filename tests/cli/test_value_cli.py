@@ -242,6 +242,22 @@ def test_value_score_on_a_run_without_turns_exits_2_and_writes_nothing(world, tm
     assert "value_scored" not in run_manifest(logs, "flash")
 
 
+def test_value_score_no_progress_silences_the_weight_load_bar(world, tmp_path):
+    # --no-progress and --json left transformers' "Loading weights" bar (the trunk's load) on
+    # stderr; --progress keeps it
+    import transformers
+
+    transformers.utils.logging.enable_progress_bar()  # an earlier test may have turned it off
+    root, _, ckpt, _ = world
+    logs = tmp_path / "logs"
+    write_run(logs, "one", read_rollouts(root / "logs", ["cur"]).to_pylist()[:2])
+    for flag in ("--no-progress", "--json", "--progress"):
+        res = score(ckpt, logs, "--max-length", "256", "--system-prompt", str(root / "system.txt"),
+                    flag)  # fmt: skip
+        assert res.exit_code == 0, res.output
+        assert ("Loading weights" in res.stderr) == (flag == "--progress"), (flag, res.stderr)
+
+
 def test_value_score_of_every_run_skips_and_lists_a_run_without_turns(world, tmp_path):
     root, _, ckpt, _ = world
     logs = tmp_path / "logs"
