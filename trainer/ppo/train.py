@@ -294,6 +294,15 @@ def _step(
 
 def _load_critic(cfg: PPORunConfig, tok: Any) -> tuple[ValueModel, str]:
     """The critic and where its trunk came from; a checkpoint must share the policy's tokenizer."""
+    try:
+        return _critic(cfg, tok)
+    except ValueError as e:  # the value head's own check names its own command's flag
+        if str(e).startswith("--unfreeze "):
+            raise TrainConfigError(f"--critic-{str(e)[2:]}") from e
+        raise
+
+
+def _critic(cfg: PPORunConfig, tok: Any) -> tuple[ValueModel, str]:
     from ddai.trainer.value.critic import load_value_model, new_value_model
 
     if cfg.critic is not None:

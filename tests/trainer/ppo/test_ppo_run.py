@@ -191,3 +191,20 @@ def test_critic_from_a_value_checkpoint_must_share_the_policy_tokenizer(toy_worl
     )
     with pytest.raises(TrainConfigError, match="another tokenizer"):
         ppo._load_critic(cfg, load_tokenizer(str(other)))
+
+
+def test_critic_unfreeze_past_the_trunk_names_the_ppo_flag(toy_world, tmp_path):
+    # the error named --unfreeze, a flag `train ppo` does not have; it is --critic-unfreeze here
+    from ddai.trainer.common import TrainConfigError
+    from ddai.trainer.modeling import load_tokenizer
+    from ddai.trainer.value.model import new_value_model, save_value_model
+
+    _, _, tiny = toy_world
+    model, tok = new_value_model(str(tiny), head_type="linear", unfreeze=0)
+    ckpt = save_value_model(model, tok, tmp_path / "v", source=str(tiny))
+    for critic in (None, str(ckpt)):  # a fresh critic, then a checkpoint
+        cfg = ppo.PPORunConfig(
+            model=str(tiny), data="d", corpus="c", output_dir="o", critic=critic, critic_unfreeze=9
+        )
+        with pytest.raises(TrainConfigError, match=r"^--critic-unfreeze 9: the trunk has 2 layers"):
+            ppo._load_critic(cfg, load_tokenizer(str(tiny)))
