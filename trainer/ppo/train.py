@@ -314,10 +314,16 @@ def _critic(cfg: PPORunConfig, tok: Any) -> tuple[ValueModel, str]:
                 f"--critic {cfg.critic} uses another tokenizer than --model {cfg.model}; train the "
                 "value head on this policy's model (ddai train value --model ...)"
             )
+        if cfg.critic_head is not None and cfg.critic_head != critic.head_type:
+            raise TrainConfigError(
+                f"--critic-head {cfg.critic_head}: --critic {cfg.critic} holds a "
+                f"{critic.head_type} head; drop --critic-head to use it, or drop --critic for a "
+                "fresh head"
+            )
         return critic, cfg.critic
     critic, _ = new_value_model(
         cfg.model,
-        head_type=cfg.critic_head,
+        head_type=cfg.critic_head or "linear",
         unfreeze=2 if cfg.critic_unfreeze is None else cfg.critic_unfreeze,
         dtype=cfg.dtype,
         seed=cfg.seed,

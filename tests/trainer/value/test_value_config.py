@@ -123,4 +123,4 @@ def test_seed_004_mc_hybrid_defaults():
     params = inspect.signature(new_value_model).parameters
     assert (params["head_type"].default, params["unfreeze"].default) == ("linear", 2)
     ppo = PPORunConfig(model="m", output_dir="o", data="d", corpus="c")
-    assert (ppo.critic_head, ppo.critic_unfreeze) == ("linear", None)  # None: 2 when fresh
+    assert (ppo.critic_head, ppo.critic_unfreeze) == (None, None)  # None: linear, 2 when fresh
