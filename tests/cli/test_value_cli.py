@@ -224,6 +224,28 @@ def test_train_value_continues_a_checkpoint_with_its_head(world, tmp_path):
     assert res.exit_code == 2 and "holds a head of type mlp" in said(res)
 
 
+def test_train_value_dropout_reaches_the_head_or_is_refused(world, tmp_path):
+    # --dropout was accepted and ignored with a linear head (it has no dropout) and with a
+    # checkpoint (whose own dropout was used)
+    root, tiny, ckpt, _ = world
+    base = ["train", "value", "--logs", str(root / "logs"), "--max-length", "128"]
+    base += ["--system-prompt", str(root / "system.txt"), "--max-steps", "1", "--val-fraction", "0"]
+    fresh = [*base, "--model", str(tiny), "--unfreeze", "0"]
+    for head in ([], ["--head", "linear"]):
+        res = runner.invoke(app, [*fresh, *head, "--out", str(tmp_path / "l"), "--dropout", "0.3"])
+        assert res.exit_code == 2 and "--dropout 0.3: a linear head has no dropout" in said(res)
+    assert not (tmp_path / "l").exists()
+    res = runner.invoke(
+        app, [*fresh, "--head", "mlp", "--dropout", "0.3", "--out", str(tmp_path / "m"), "--json"]
+    )
+    assert res.exit_code == 0, res.output
+    assert value_model.load_value_model(tmp_path / "m")[0].dropout == pytest.approx(0.3)
+    assert value_model.read_config(ckpt).dropout == pytest.approx(0.1)
+    res = runner.invoke(app, [*base, "--model", str(ckpt), "--out", str(tmp_path / "c"),
+                              "--dropout", "0.3"])  # fmt: skip
+    assert res.exit_code == 2 and "holds an mlp head with dropout 0.1" in said(res)
+
+
 def test_value_score_on_a_run_without_turns_exits_2_and_writes_nothing(world, tmp_path):
     # A flash reward log carries scores but no trajectory. Before: run `flash_v` written with
     # "rollouts 0, turns_valued 0, dropped: no turns", exit 0.

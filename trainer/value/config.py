@@ -176,8 +176,8 @@ class ValueTrainConfig(ValueFitConfig):
     or the checkpoint's."""
     unfreeze: int = 2
     """Top trunk layers that train; 0: the head alone, on detached hidden states."""
-    dropout: float = 0.1
-    """Dropout of the mlp head."""
+    dropout: float | None = None
+    """Dropout of the mlp head (a linear head has none). Default: 0.1, or the checkpoint's."""
     grad_clip: float = 1.0
     """Max gradient norm (0: off)."""
 
@@ -187,6 +187,8 @@ class ValueTrainConfig(ValueFitConfig):
             raise ValueError(f"--head {self.head!r}: use linear or mlp")
         if self.unfreeze < 0:
             raise ValueError(f"--unfreeze {self.unfreeze}: must be >= 0")
+        if self.dropout is not None and not 0 <= self.dropout < 1:
+            raise ValueError(f"--dropout {self.dropout}: must be in [0, 1)")
 
 
 @dataclass
