@@ -169,6 +169,7 @@ def test_value_score_in_place_on_object_storage(world, s3_env):
         (["--pairwise-coef", "0", "--mc-coef", "0"], "not both 0"),
         (["--success-threshold", "2"], "no pairs"),
         (["--max-length", "8"], "raise --max-length"),
+        (["--dtype", "float99"], "--dtype 'float99': use one of auto, float32"),
     ],
 )
 def test_train_value_bad_input_exits_2_naming_the_flag(world, tmp_path, args, message):
@@ -199,6 +200,8 @@ def test_value_score_bad_input(world, tmp_path):
         app, ["value", "score", "--checkpoint", str(tiny), "--logs", str(root / "logs")]
     )
     assert res.exit_code == 2 and "not a value checkpoint" in said(res)
+    res = score(ckpt, root / "logs", "--dtype", "float99")
+    assert res.exit_code == 2 and "--dtype 'float99': use one of" in said(res)
 
 
 def test_train_value_continues_a_checkpoint_with_its_head(world, tmp_path):

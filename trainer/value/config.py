@@ -101,6 +101,10 @@ class ValueRowsConfig:
         if self.system_prompt is not None and not Path(self.system_prompt).is_file():
             raise FileNotFoundError(f"--system-prompt {self.system_prompt}: no such text file")
         _at_least_one(self, ("max_length",))
+        from ddai.trainer.modeling import DTYPES  # torch-free
+
+        if self.dtype not in DTYPES:  # before the log is read and a model loads
+            raise ValueError(f"--dtype {self.dtype!r}: use one of {', '.join(DTYPES)}")
 
 
 @dataclass(kw_only=True)

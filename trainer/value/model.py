@@ -198,7 +198,7 @@ def _load_trunk(name_or_path: str, dtype: str) -> nn.Module:
     from ddai.trainer.modeling import DTYPES, found_model
 
     if dtype not in DTYPES:
-        raise ValueError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}")
+        raise ValueError(f"--dtype {dtype!r}: use one of {', '.join(DTYPES)}")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     torch_dtype = "auto" if dtype == "auto" else getattr(torch, dtype)
     with found_model(name_or_path):
