@@ -225,6 +225,12 @@ def test_train_value_continues_a_checkpoint_with_its_head(world, tmp_path):
     assert (tmp_path / "more" / "trunk").is_dir()
     res = runner.invoke(app, [*base, "--out", str(tmp_path / "x"), "--head", "linear"])
     assert res.exit_code == 2 and "holds a head of type mlp" in said(res)
+    # Without --unfreeze the checkpoint's setting carries on (it was the flag's default, 2)
+    res = runner.invoke(app, [*base[:3], str(tmp_path / "more"), *base[4:], "--out",
+                              str(tmp_path / "again"), "--json"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["unfreeze"] == 0
+    assert value_model.load_value_model(tmp_path / "again")[0].unfreeze == 0
 
 
 def test_train_value_dropout_reaches_the_head_or_is_refused(world, tmp_path):

@@ -178,8 +178,9 @@ class ValueTrainConfig(ValueFitConfig):
     head: str | None = None
     """Value head: linear (hidden → 1) or mlp (hidden → 512 → 256 → 1, dropout). Default: linear,
     or the checkpoint's."""
-    unfreeze: int = 2
-    """Top trunk layers that train; 0: the head alone, on detached hidden states."""
+    unfreeze: int | None = None
+    """Top trunk layers that train; 0: the head alone, on detached hidden states. Default: 2, or
+    the checkpoint's."""
     dropout: float | None = None
     """Dropout of the mlp head (a linear head has none). Default: 0.1, or the checkpoint's."""
     grad_clip: float = 1.0
@@ -189,7 +190,7 @@ class ValueTrainConfig(ValueFitConfig):
         super().check()
         if self.head is not None and self.head not in ("linear", "mlp"):
             raise ValueError(f"--head {self.head!r}: use linear or mlp")
-        if self.unfreeze < 0:
+        if self.unfreeze is not None and self.unfreeze < 0:
             raise ValueError(f"--unfreeze {self.unfreeze}: must be >= 0")
         if self.dropout is not None and not 0 <= self.dropout < 1:
             raise ValueError(f"--dropout {self.dropout}: must be in [0, 1)")

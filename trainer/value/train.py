@@ -151,7 +151,7 @@ def _load(cfg: ValueTrainConfig) -> tuple[ValueModel, Any]:
     return new_value_model(
         cfg.model,
         head_type=head,
-        unfreeze=cfg.unfreeze,
+        unfreeze=2 if cfg.unfreeze is None else cfg.unfreeze,
         dropout=0.1 if cfg.dropout is None else cfg.dropout,
         dtype=cfg.dtype,
         seed=cfg.seed,
