@@ -255,6 +255,30 @@ def test_train_value_dropout_reaches_the_head_or_is_refused(world, tmp_path):
     assert res.exit_code == 2 and "holds an mlp head with dropout 0.1" in said(res)
 
 
+def test_a_checkpoint_whose_referenced_trunk_is_gone_names_the_checkpoint(world, tmp_path):
+    # a head-only checkpoint refers to its base model by path; with that model moved away the
+    # error named only the base path and advised `ddai model tiny`
+    import shutil
+
+    root, tiny, _, _ = world
+    base = tmp_path / "base"
+    shutil.copytree(tiny, base)
+    res = runner.invoke(
+        app,
+        ["train", "value", "--model", str(base), "--out", str(tmp_path / "v"), "--logs",
+         str(root / "logs"), "--unfreeze", "0", "--max-steps", "1", "--max-length", "256",
+         "--system-prompt", str(root / "system.txt"), "--val-fraction", "0", "--json"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    shutil.rmtree(base)
+    res = score(tmp_path / "v", root / "logs", "--run", "cur", "--out-run", "cur_gone")
+    assert res.exit_code == 2, res.output
+    assert (
+        f"value checkpoint {tmp_path / 'v'}: its trunk {base} (value_config.json trunk, "
+        "not copied into the checkpoint) is not there"
+    ) in said(res)
+
+
 def test_value_score_on_a_run_without_turns_exits_2_and_writes_nothing(world, tmp_path):
     # A flash reward log carries scores but no trajectory. Before: run `flash_v` written with
     # "rollouts 0, turns_valued 0, dropped: no turns", exit 0.

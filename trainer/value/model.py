@@ -301,7 +301,16 @@ def load_value_model(
     root = Path(path)
     cfg = read_config(root)
     trunk_src = str(root / TRUNK_DIR) if cfg.trunk == TRUNK_DIR else cfg.trunk
-    trunk = _load_trunk(trunk_src, dtype)
+    try:
+        trunk = _load_trunk(trunk_src, dtype)
+    except ValueError as e:
+        if cfg.trunk == TRUNK_DIR or str(e).startswith("--dtype"):
+            raise
+        raise ValueError(  # a path the user never typed: say whose it is and the fix
+            f"value checkpoint {path}: its trunk {cfg.trunk} (value_config.json trunk, not copied "
+            "into the checkpoint) is not there; put that model back, or set trunk in "
+            f"{CONFIG_FILE} to where it is now ({e})"
+        ) from e
     head = build_head(cfg.head_type, cfg.hidden_size, dropout=cfg.dropout)
     head.load_state_dict(load_file(str(root / HEAD_FILE)))
     model = ValueModel(
