@@ -279,6 +279,23 @@ def test_a_checkpoint_whose_referenced_trunk_is_gone_names_the_checkpoint(world,
     ) in said(res)
 
 
+def test_train_value_names_the_rollouts_a_prompt_set_lacks(world, tmp_path):
+    # --data without most of the log's uids: those rollouts were tokenized with the bundled
+    # system prompt (not what the policy saw); now they are left out and counted
+    from ddai.trainer import toy
+
+    root, tiny, _, _ = world
+    data = toy.write_toy(tmp_path / "toy") / "dataset.parquet"
+    res = runner.invoke(
+        app,
+        ["train", "value", "--model", str(tiny), "--out", str(tmp_path / "v"), "--logs",
+         str(root / "logs"), "--run", "cur", "--max-steps", "1", "--max-length", "256",
+         "--data", str(data)],
+    )  # fmt: skip
+    assert res.exit_code == 2, res.output
+    assert "(4 rollout(s) kept; left out before pairing: uid not in --data 68)" in said(res)
+
+
 def test_value_score_on_a_run_without_turns_exits_2_and_writes_nothing(world, tmp_path):
     # A flash reward log carries scores but no trajectory. Before: run `flash_v` written with
     # "rollouts 0, turns_valued 0, dropped: no turns", exit 0.

@@ -230,7 +230,7 @@ def train_value_sft(cfg: ValueSFTConfig) -> ValueSFTResult:
             f"no rollout left to learn from (dropped: {tokenized.dropped}); raise --max-length"
         )
     split = resolve_split(tokenized.rollouts, cfg, critic=cfg.critic)
-    data = split_data(tokenized.rollouts, cfg, split)
+    data = split_data(tokenized.rollouts, cfg, split, tokenized.dropped)
     if not any(r.success for r in data.train):
         raise ValueError(
             "no correct rollout among the training prompts, so the weighted CE has nothing to "

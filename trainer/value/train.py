@@ -198,7 +198,7 @@ def train_value(cfg: ValueTrainConfig) -> ValueTrainResult:
             "pass a shorter --system-prompt"
         )
     split = resolve_split(tokenized.rollouts, cfg)
-    data = split_data(tokenized.rollouts, cfg, split)
+    data = split_data(tokenized.rollouts, cfg, split, tokenized.dropped)
     bare, eval_before, history, eval_after = fit_with_held_out(
         model=model,
         acc=acc,
