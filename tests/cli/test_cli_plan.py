@@ -41,3 +41,11 @@ def test_plan_prints_a_table_and_whether_it_fits():
 def test_bad_gpu_memory_exits_2_naming_the_flag():
     res = runner.invoke(app, [*ARGS, "--gpu-memory", "plenty"])
     assert res.exit_code == 2 and "--gpu-memory" in res.output
+
+
+def test_a_model_that_is_not_there_exits_2_naming_it(tmp_path):
+    # a missing folder or an uncached hub id was an OSError traceback, exit 1
+    for model in (str(tmp_path / "nosuch"), "no-such-org/no-such-model"):
+        res = runner.invoke(app, ["train", "plan", "--model", model, "--accelerate", "single"])
+        assert res.exit_code == 2, res.output
+        assert f"--model {model}: no such file or folder" in " ".join(res.output.split())

@@ -169,6 +169,7 @@ def test_value_score_in_place_on_object_storage(world, s3_env):
         (["--pairwise-coef", "0", "--mc-coef", "0"], "not both 0"),
         (["--success-threshold", "2"], "no pairs"),
         (["--max-length", "8"], "raise --max-length"),
+        (["--dtype", "float99"], "--dtype 'float99': use one of auto, float32"),
     ],
 )
 def test_train_value_bad_input_exits_2_naming_the_flag(world, tmp_path, args, message):
@@ -199,6 +200,8 @@ def test_value_score_bad_input(world, tmp_path):
         app, ["value", "score", "--checkpoint", str(tiny), "--logs", str(root / "logs")]
     )
     assert res.exit_code == 2 and "not a value checkpoint" in said(res)
+    res = score(ckpt, root / "logs", "--dtype", "float99")
+    assert res.exit_code == 2 and "--dtype 'float99': use one of" in said(res)
 
 
 def test_train_value_continues_a_checkpoint_with_its_head(world, tmp_path):
@@ -222,6 +225,75 @@ def test_train_value_continues_a_checkpoint_with_its_head(world, tmp_path):
     assert (tmp_path / "more" / "trunk").is_dir()
     res = runner.invoke(app, [*base, "--out", str(tmp_path / "x"), "--head", "linear"])
     assert res.exit_code == 2 and "holds a head of type mlp" in said(res)
+    # Without --unfreeze the checkpoint's setting carries on (it was the flag's default, 2)
+    res = runner.invoke(app, [*base[:3], str(tmp_path / "more"), *base[4:], "--out",
+                              str(tmp_path / "again"), "--json"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["unfreeze"] == 0
+    assert value_model.load_value_model(tmp_path / "again")[0].unfreeze == 0
+
+
+def test_train_value_dropout_reaches_the_head_or_is_refused(world, tmp_path):
+    # --dropout was accepted and ignored with a linear head (it has no dropout) and with a
+    # checkpoint (whose own dropout was used)
+    root, tiny, ckpt, _ = world
+    base = ["train", "value", "--logs", str(root / "logs"), "--max-length", "128"]
+    base += ["--system-prompt", str(root / "system.txt"), "--max-steps", "1", "--val-fraction", "0"]
+    fresh = [*base, "--model", str(tiny), "--unfreeze", "0"]
+    for head in ([], ["--head", "linear"]):
+        res = runner.invoke(app, [*fresh, *head, "--out", str(tmp_path / "l"), "--dropout", "0.3"])
+        assert res.exit_code == 2 and "--dropout 0.3: a linear head has no dropout" in said(res)
+    assert not (tmp_path / "l").exists()
+    res = runner.invoke(
+        app, [*fresh, "--head", "mlp", "--dropout", "0.3", "--out", str(tmp_path / "m"), "--json"]
+    )
+    assert res.exit_code == 0, res.output
+    assert value_model.load_value_model(tmp_path / "m")[0].dropout == pytest.approx(0.3)
+    assert value_model.read_config(ckpt).dropout == pytest.approx(0.1)
+    res = runner.invoke(app, [*base, "--model", str(ckpt), "--out", str(tmp_path / "c"),
+                              "--dropout", "0.3"])  # fmt: skip
+    assert res.exit_code == 2 and "holds an mlp head with dropout 0.1" in said(res)
+
+
+def test_a_checkpoint_whose_referenced_trunk_is_gone_names_the_checkpoint(world, tmp_path):
+    # a head-only checkpoint refers to its base model by path; with that model moved away the
+    # error named only the base path and advised `ddai model tiny`
+    import shutil
+
+    root, tiny, _, _ = world
+    base = tmp_path / "base"
+    shutil.copytree(tiny, base)
+    res = runner.invoke(
+        app,
+        ["train", "value", "--model", str(base), "--out", str(tmp_path / "v"), "--logs",
+         str(root / "logs"), "--unfreeze", "0", "--max-steps", "1", "--max-length", "256",
+         "--system-prompt", str(root / "system.txt"), "--val-fraction", "0", "--json"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    shutil.rmtree(base)
+    res = score(tmp_path / "v", root / "logs", "--run", "cur", "--out-run", "cur_gone")
+    assert res.exit_code == 2, res.output
+    assert (
+        f"value checkpoint {tmp_path / 'v'}: its trunk {base} (value_config.json trunk, "
+        "not copied into the checkpoint) is not there"
+    ) in said(res)
+
+
+def test_train_value_names_the_rollouts_a_prompt_set_lacks(world, tmp_path):
+    # --data without most of the log's uids: those rollouts were tokenized with the bundled
+    # system prompt (not what the policy saw); now they are left out and counted
+    from ddai.trainer import toy
+
+    root, tiny, _, _ = world
+    data = toy.write_toy(tmp_path / "toy") / "dataset.parquet"
+    res = runner.invoke(
+        app,
+        ["train", "value", "--model", str(tiny), "--out", str(tmp_path / "v"), "--logs",
+         str(root / "logs"), "--run", "cur", "--max-steps", "1", "--max-length", "256",
+         "--data", str(data)],
+    )  # fmt: skip
+    assert res.exit_code == 2, res.output
+    assert "(4 rollout(s) kept; left out before pairing: uid not in --data 68)" in said(res)
 
 
 def test_value_score_on_a_run_without_turns_exits_2_and_writes_nothing(world, tmp_path):
@@ -240,6 +312,22 @@ def test_value_score_on_a_run_without_turns_exits_2_and_writes_nothing(world, tm
         "run_id=flash"
     ]
     assert "value_scored" not in run_manifest(logs, "flash")
+
+
+def test_value_score_no_progress_silences_the_weight_load_bar(world, tmp_path):
+    # --no-progress and --json left transformers' "Loading weights" bar (the trunk's load) on
+    # stderr; --progress keeps it
+    import transformers
+
+    transformers.utils.logging.enable_progress_bar()  # an earlier test may have turned it off
+    root, _, ckpt, _ = world
+    logs = tmp_path / "logs"
+    write_run(logs, "one", read_rollouts(root / "logs", ["cur"]).to_pylist()[:2])
+    for flag in ("--no-progress", "--json", "--progress"):
+        res = score(ckpt, logs, "--max-length", "256", "--system-prompt", str(root / "system.txt"),
+                    flag)  # fmt: skip
+        assert res.exit_code == 0, res.output
+        assert ("Loading weights" in res.stderr) == (flag == "--progress"), (flag, res.stderr)
 
 
 def test_value_score_of_every_run_skips_and_lists_a_run_without_turns(world, tmp_path):

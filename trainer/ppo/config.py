@@ -64,8 +64,9 @@ class PPORunConfig(PreflightSettings, EpisodeSettings, PageSettings, EpisodeInpu
     """Random seed (sampling, split, head init)."""
     critic: str | None = None
     """A value checkpoint (``ddai train value``); None: a fresh head on the policy's trunk."""
-    critic_head: str = "linear"
-    """Head of a fresh critic: ``linear`` or ``mlp``."""
+    critic_head: str | None = None
+    """Head of the critic: ``linear`` or ``mlp``. Default: linear, or the checkpoint's (a
+    different one with --critic is refused)."""
     critic_unfreeze: int | None = None
     """Top critic trunk layers that train; None: the checkpoint's setting, or 2 for a fresh critic."""
     run_id: str | None = None
@@ -191,7 +192,7 @@ class PPORunConfig(PreflightSettings, EpisodeSettings, PageSettings, EpisodeInpu
             raise TrainConfigError("--entropy-coef and --save-steps must be >= 0")
         from ddai.trainer.value.critic import HEAD_TYPES
 
-        if self.critic is None and self.critic_head not in HEAD_TYPES:
+        if self.critic_head is not None and self.critic_head not in HEAD_TYPES:
             raise TrainConfigError(
                 f"--critic-head {self.critic_head!r}: use one of {', '.join(HEAD_TYPES)}"
             )

@@ -294,6 +294,15 @@ def _step(
 
 def _load_critic(cfg: PPORunConfig, tok: Any) -> tuple[ValueModel, str]:
     """The critic and where its trunk came from; a checkpoint must share the policy's tokenizer."""
+    try:
+        return _critic(cfg, tok)
+    except ValueError as e:  # the value head's own check names its own command's flag
+        if str(e).startswith("--unfreeze "):
+            raise TrainConfigError(f"--critic-{str(e)[2:]}") from e
+        raise
+
+
+def _critic(cfg: PPORunConfig, tok: Any) -> tuple[ValueModel, str]:
     from ddai.trainer.value.critic import load_value_model, new_value_model
 
     if cfg.critic is not None:
@@ -305,10 +314,16 @@ def _load_critic(cfg: PPORunConfig, tok: Any) -> tuple[ValueModel, str]:
                 f"--critic {cfg.critic} uses another tokenizer than --model {cfg.model}; train the "
                 "value head on this policy's model (ddai train value --model ...)"
             )
+        if cfg.critic_head is not None and cfg.critic_head != critic.head_type:
+            raise TrainConfigError(
+                f"--critic-head {cfg.critic_head}: --critic {cfg.critic} holds a "
+                f"{critic.head_type} head; drop --critic-head to use it, or drop --critic for a "
+                "fresh head"
+            )
         return critic, cfg.critic
     critic, _ = new_value_model(
         cfg.model,
-        head_type=cfg.critic_head,
+        head_type=cfg.critic_head or "linear",
         unfreeze=2 if cfg.critic_unfreeze is None else cfg.critic_unfreeze,
         dtype=cfg.dtype,
         seed=cfg.seed,

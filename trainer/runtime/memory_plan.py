@@ -63,7 +63,13 @@ def load_config(model: str) -> Any:
         return AutoConfig.for_model(**doc)
     if path.is_dir() and not (path / "config.json").is_file():
         raise ValueError(f"--model {model}: no config.json in this folder")
-    return AutoConfig.from_pretrained(model)
+    try:
+        return AutoConfig.from_pretrained(model)
+    except OSError as e:  # no such path, nor a hub id in the local cache
+        raise ValueError(
+            f"--model {model}: no such file or folder, nor a hub id in the local cache (nothing "
+            "is downloaded); pass a model config (configs/models/*.json) or a model folder"
+        ) from e
 
 
 def meta_model(config: Any, *, dtype: str, lora: bool, lora_r: int, lora_target: str) -> Any:

@@ -101,6 +101,10 @@ class ValueRowsConfig:
         if self.system_prompt is not None and not Path(self.system_prompt).is_file():
             raise FileNotFoundError(f"--system-prompt {self.system_prompt}: no such text file")
         _at_least_one(self, ("max_length",))
+        from ddai.trainer.modeling import DTYPES  # torch-free
+
+        if self.dtype not in DTYPES:  # before the log is read and a model loads
+            raise ValueError(f"--dtype {self.dtype!r}: use one of {', '.join(DTYPES)}")
 
 
 @dataclass(kw_only=True)
@@ -174,10 +178,11 @@ class ValueTrainConfig(ValueFitConfig):
     head: str | None = None
     """Value head: linear (hidden → 1) or mlp (hidden → 512 → 256 → 1, dropout). Default: linear,
     or the checkpoint's."""
-    unfreeze: int = 2
-    """Top trunk layers that train; 0: the head alone, on detached hidden states."""
-    dropout: float = 0.1
-    """Dropout of the mlp head."""
+    unfreeze: int | None = None
+    """Top trunk layers that train; 0: the head alone, on detached hidden states. Default: 2, or
+    the checkpoint's."""
+    dropout: float | None = None
+    """Dropout of the mlp head (a linear head has none). Default: 0.1, or the checkpoint's."""
     grad_clip: float = 1.0
     """Max gradient norm (0: off)."""
 
@@ -185,8 +190,10 @@ class ValueTrainConfig(ValueFitConfig):
         super().check()
         if self.head is not None and self.head not in ("linear", "mlp"):
             raise ValueError(f"--head {self.head!r}: use linear or mlp")
-        if self.unfreeze < 0:
+        if self.unfreeze is not None and self.unfreeze < 0:
             raise ValueError(f"--unfreeze {self.unfreeze}: must be >= 0")
+        if self.dropout is not None and not 0 <= self.dropout < 1:
+            raise ValueError(f"--dropout {self.dropout}: must be in [0, 1)")
 
 
 @dataclass

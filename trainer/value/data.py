@@ -34,6 +34,8 @@ from ddai.trainer.value.config import TARGETS, parse_bins
 NO_TURNS = "no turns"
 PROMPT_TOO_LONG = "prompt longer than max_length"
 NO_POLICY_TOKENS = "no policy tokens"
+NOT_IN_DATA = "uid not in --data"
+"""A rollout whose prompt the prompt set (``--data``) lacks: its prompt cannot be rebuilt."""
 
 
 @dataclass(frozen=True)
@@ -166,8 +168,9 @@ def tokenize_rollouts(
 ) -> RolloutSet:
     """Tokenize rollout-log rows as the policy saw them.
 
-    The prompt is ``prompts[uid]`` (chat messages, e.g. from the training dataset) when given,
-    else ``system_prompt`` (default: the bundled Searcher prompt) and the row's question.
+    The prompt is ``prompts[uid]`` (chat messages, e.g. from the training dataset) when given (a
+    uid it lacks is dropped, ``NOT_IN_DATA``), else ``system_prompt`` (default: the bundled
+    Searcher prompt) and the row's question.
     Completions longer than ``max_length − len(prompt)`` are cut; turns past the cut get no start.
     """
     from ddai.pipelines.distill.rebuild import default_system_prompt
@@ -194,6 +197,9 @@ def tokenize_rollouts(
             drop(NO_TURNS)
             continue
         uid = str(row["uid"])
+        if prompts is not None and uid not in prompts:
+            drop(NOT_IN_DATA)  # the bundled prompt in its place is not what the policy saw
+            continue
         messages = (prompts or {}).get(uid) or [
             {"role": "system", "content": system},
             {"role": "user", "content": row.get("question") or ""},

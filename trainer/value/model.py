@@ -198,7 +198,7 @@ def _load_trunk(name_or_path: str, dtype: str) -> nn.Module:
     from ddai.trainer.modeling import DTYPES, found_model
 
     if dtype not in DTYPES:
-        raise ValueError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}")
+        raise ValueError(f"--dtype {dtype!r}: use one of {', '.join(DTYPES)}")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     torch_dtype = "auto" if dtype == "auto" else getattr(torch, dtype)
     with found_model(name_or_path):
@@ -301,7 +301,16 @@ def load_value_model(
     root = Path(path)
     cfg = read_config(root)
     trunk_src = str(root / TRUNK_DIR) if cfg.trunk == TRUNK_DIR else cfg.trunk
-    trunk = _load_trunk(trunk_src, dtype)
+    try:
+        trunk = _load_trunk(trunk_src, dtype)
+    except ValueError as e:
+        if cfg.trunk == TRUNK_DIR or str(e).startswith("--dtype"):
+            raise
+        raise ValueError(  # a path the user never typed: say whose it is and the fix
+            f"value checkpoint {path}: its trunk {cfg.trunk} (value_config.json trunk, not copied "
+            "into the checkpoint) is not there; put that model back, or set trunk in "
+            f"{CONFIG_FILE} to where it is now ({e})"
+        ) from e
     head = build_head(cfg.head_type, cfg.hidden_size, dropout=cfg.dropout)
     head.load_state_dict(load_file(str(root / HEAD_FILE)))
     model = ValueModel(

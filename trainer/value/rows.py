@@ -226,9 +226,15 @@ def resolve_split(items: list[TokenRollout], cfg: Any, critic: str | None = None
     )
 
 
-def split_data(items: list[TokenRollout], cfg: Any, split: PromptSplit | None = None) -> Split:
+def split_data(
+    items: list[TokenRollout],
+    cfg: Any,
+    split: PromptSplit | None = None,
+    dropped: dict[str, int] | None = None,
+) -> Split:
     """Hold out ``split``'s prompts (default: ``resolve_split`` without a critic), pair each side,
-    weight pairs."""
+    weight pairs. ``dropped``: the rollouts left out before (by reason), named when no pair is
+    left."""
     rates = success_rates([r.uid for r in items], [r.success for r in items])
     held = set((split or resolve_split(items, cfg)).held_out)
     train = [r for r in items if r.uid not in held]
@@ -249,6 +255,13 @@ def split_data(items: list[TokenRollout], cfg: Any, split: PromptSplit | None = 
         raise ValueError(
             "no training prompt has both a successful and a failed rollout, so there are no pairs; "
             "add runs, change --success-threshold, or fit MC targets alone with --pairwise-coef 0"
+            + (
+                f" ({len(items)} rollout(s) kept; left out before pairing: "
+                + ", ".join(f"{k} {v}" for k, v in sorted(dropped.items()))
+                + ")"
+                if dropped
+                else ""
+            )
         )
     if cfg.pairwise_coef > 0 and cfg.bin_edges:
         pair_rates = [rates[train[p].uid] for p, _ in train_pairs]

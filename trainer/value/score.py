@@ -120,8 +120,10 @@ def score_runs(cfg: ValueScoreConfig) -> ValueScoreResult:
     """Score every selected run and write each back as a new version of its partition."""
     from ddai.pipelines.distill.rebuild import load_system_prompt
     from ddai.pipelines.records.progress import bar
+    from ddai.trainer.common import hf_progress
 
     cfg.check()
+    hf_progress(cfg.progress)  # transformers' weight-load bar follows --progress too
     system_prompt = load_system_prompt(cfg.system_prompt)
     logs = workspace.logs_dir(cfg.logs)
     runs = cfg.runs or store.list_runs(logs)

@@ -125,6 +125,12 @@ def load_joint(cfg: ValueSFTConfig) -> tuple[JointModel, Any]:
             f"--critic {cfg.critic} has hidden size {crit.hidden_size} but --model {cfg.model} has "
             f"{hidden}; train the critic on this policy's trunk (`ddai train value --model ...`)"
         )
+    tok = load_tokenizer(cfg.model)
+    if load_tokenizer(cfg.critic).get_vocab() != tok.get_vocab():
+        raise ValueError(
+            f"--critic {cfg.critic} uses another tokenizer than --model {cfg.model}; train the "
+            "critic on this policy's model (`ddai train value --model ...`)"
+        )
     if crit.trunk == TRUNK_DIR:
         trunk = AutoModel.from_pretrained(str(Path(cfg.critic) / TRUNK_DIR), dtype=torch_dtype)
         lm.base_model.load_state_dict(trunk.state_dict())
@@ -137,7 +143,7 @@ def load_joint(cfg: ValueSFTConfig) -> tuple[JointModel, Any]:
         dropout=crit.dropout,
         value_trunk_grad=cfg.value_trunk_grad,
     )
-    return model, load_tokenizer(cfg.model)
+    return model, tok
 
 
 def step_loss(
@@ -224,7 +230,7 @@ def train_value_sft(cfg: ValueSFTConfig) -> ValueSFTResult:
             f"no rollout left to learn from (dropped: {tokenized.dropped}); raise --max-length"
         )
     split = resolve_split(tokenized.rollouts, cfg, critic=cfg.critic)
-    data = split_data(tokenized.rollouts, cfg, split)
+    data = split_data(tokenized.rollouts, cfg, split, tokenized.dropped)
     if not any(r.success for r in data.train):
         raise ValueError(
             "no correct rollout among the training prompts, so the weighted CE has nothing to "

@@ -134,12 +134,25 @@ def _load(cfg: ValueTrainConfig) -> tuple[ValueModel, Any]:
                 f"--head {cfg.head}: {cfg.model} holds a head of type {model.head_type}; drop --head to "
                 "continue it, or start from the base model for a new head"
             )
+        if cfg.dropout is not None and (model.head_type != "mlp" or cfg.dropout != model.dropout):
+            held = (
+                f"an mlp head with dropout {model.dropout:g}"
+                if model.head_type == "mlp"
+                else "a linear head, which has no dropout"
+            )
+            raise ValueError(
+                f"--dropout {cfg.dropout:g}: {cfg.model} holds {held}; drop --dropout to "
+                "continue it, or start from the base model for a new head"
+            )
         return model, tok
+    head = cfg.head or "linear"
+    if cfg.dropout is not None and head == "linear":
+        raise ValueError(f"--dropout {cfg.dropout:g}: a linear head has no dropout; drop it")
     return new_value_model(
         cfg.model,
-        head_type=cfg.head or "linear",
-        unfreeze=cfg.unfreeze,
-        dropout=cfg.dropout,
+        head_type=head,
+        unfreeze=2 if cfg.unfreeze is None else cfg.unfreeze,
+        dropout=0.1 if cfg.dropout is None else cfg.dropout,
         dtype=cfg.dtype,
         seed=cfg.seed,
     )
@@ -185,7 +198,7 @@ def train_value(cfg: ValueTrainConfig) -> ValueTrainResult:
             "pass a shorter --system-prompt"
         )
     split = resolve_split(tokenized.rollouts, cfg)
-    data = split_data(tokenized.rollouts, cfg, split)
+    data = split_data(tokenized.rollouts, cfg, split, tokenized.dropped)
     bare, eval_before, history, eval_after = fit_with_held_out(
         model=model,
         acc=acc,

@@ -6,6 +6,7 @@ import json
 
 import pyarrow.compute as pc
 import pytest
+from cli_schemas import check
 from support.fakes import FakeModelServer
 from typer.testing import CliRunner
 
@@ -110,6 +111,28 @@ def test_judge_local_writes_a_new_run_with_scores_and_reasons(logs):
     assert pc.sum(store.read_rollouts(logs, ["r1"]).column("judge_score")).as_py() == pytest.approx(
         3.0
     )
+
+
+def test_judge_cache_with_a_backend_that_keeps_none_says_it_has_no_effect(
+    logs, configured, tmp_path
+):
+    # --cache with the local judge was accepted and silently unused (the local judge caches
+    # nothing): the summary now says so, on a dry run too; a caching judge gets no such note
+    cache = str(tmp_path / "mine.sqlite")
+    base = ["judge", "--logs", str(logs), "--run", "r1", "--cache", cache]
+    note = "the local judge is not cached: --cache has no effect"
+    for extra in (["--dry-run"], []):
+        res = runner.invoke(app, [*base, "--judge", "local", "--out-run", "loc", "--json", *extra])
+        assert res.exit_code == 0, res.output
+        s = json.loads(res.output)
+        check("judge", s)  # docs/schemas/judge.json
+        assert s["cache_note"] == note
+    res = runner.invoke(app, [*base, "--judge", "local", "--out-run", "loc2"])
+    assert res.exit_code == 0 and note in " ".join(res.output.split())
+    assert not (tmp_path / "mine.sqlite").exists()
+    res = runner.invoke(app, [*base, "--json"])  # the configured remote judge, which caches
+    assert res.exit_code == 0, res.output
+    assert "cache_note" not in json.loads(res.output) and (tmp_path / "mine.sqlite").is_file()
 
 
 def test_judge_dry_run_counts_and_writes_nothing(logs, configured):

@@ -152,6 +152,21 @@ def test_local_embedder_embeds_images_by_default(tmp_path):
     assert plain["dim"] == 384 and "images embedded" not in plain
 
 
+def test_local_embedder_load_bar_follows_no_progress(tmp_path):
+    # --no-progress (and --json) drew transformers' "Loading weights" bar of the packaged MiniLM
+    # on stderr anyway; --progress keeps it
+    import transformers
+
+    transformers.utils.logging.enable_progress_bar()  # an earlier test may have turned it off
+    ddai("world", tmp_path / "w", "--queries", 4, "--demos", 4)
+    for n, flag in enumerate(("--no-progress", "--progress")):
+        out = str(tmp_path / f"{n}.safetensors")
+        args = ["pointer", "embed", str(tmp_path / "w"), "--out", out, "--embedder", "local", flag]
+        res = runner.invoke(app, args)
+        assert res.exit_code == 0, res.output
+        assert ("Loading weights" in res.stderr) == (flag == "--progress"), res.stderr
+
+
 def test_embed_dry_run_counts_calls_and_max_cost_stops_them(tmp_path, monkeypatch):
     src = make_user_set(tmp_path / "src", 6, split=True)
     w = tmp_path / "w"

@@ -136,8 +136,10 @@ def test_cli_kl_loss_with_k1_exits_2_naming_k3_and_the_default_is_k3(tmp_path, m
 
 def test_an_unknown_critic_head_is_refused_before_any_model_loads():
     """A fresh critic's ``--critic-head`` is checked with the other flags (it was first read when
-    the critic was built, after the policy had loaded); a checkpoint's own head is not."""
+    the critic was built, after the policy had loaded), with a checkpoint too."""
     _cfg(critic_head="mlp").check()
     with pytest.raises(TrainConfigError, match=r"--critic-head 'mpl': use one of linear, mlp"):
         _cfg(critic_head="mpl").check()
-    _cfg(critic="critic_dir", critic_head="mpl").check()  # the checkpoint names its head
+    with pytest.raises(TrainConfigError, match=r"--critic-head 'mpl'"):  # with --critic too
+        _cfg(critic="critic_dir", critic_head="mpl").check()
+    _cfg(critic="critic_dir").check()  # the checkpoint names its head

@@ -191,3 +191,40 @@ def test_critic_from_a_value_checkpoint_must_share_the_policy_tokenizer(toy_worl
     )
     with pytest.raises(TrainConfigError, match="another tokenizer"):
         ppo._load_critic(cfg, load_tokenizer(str(other)))
+
+
+def test_critic_unfreeze_past_the_trunk_names_the_ppo_flag(toy_world, tmp_path):
+    # the error named --unfreeze, a flag `train ppo` does not have; it is --critic-unfreeze here
+    from ddai.trainer.common import TrainConfigError
+    from ddai.trainer.modeling import load_tokenizer
+    from ddai.trainer.value.model import new_value_model, save_value_model
+
+    _, _, tiny = toy_world
+    model, tok = new_value_model(str(tiny), head_type="linear", unfreeze=0)
+    ckpt = save_value_model(model, tok, tmp_path / "v", source=str(tiny))
+    for critic in (None, str(ckpt)):  # a fresh critic, then a checkpoint
+        cfg = ppo.PPORunConfig(
+            model=str(tiny), data="d", corpus="c", output_dir="o", critic=critic, critic_unfreeze=9
+        )
+        with pytest.raises(TrainConfigError, match=r"^--critic-unfreeze 9: the trunk has 2 layers"):
+            ppo._load_critic(cfg, load_tokenizer(str(tiny)))
+
+
+def test_critic_head_that_differs_from_the_checkpoints_is_refused(toy_world, tmp_path):
+    # --critic-head mlp with a linear --critic was accepted and ignored (the critic stayed linear)
+    from ddai.trainer.common import TrainConfigError
+    from ddai.trainer.modeling import load_tokenizer
+    from ddai.trainer.value.model import new_value_model, save_value_model
+
+    _, _, tiny = toy_world
+    model, tok = new_value_model(str(tiny), head_type="linear", unfreeze=0)
+    ckpt = save_value_model(model, tok, tmp_path / "v", source=str(tiny))
+    common = {"model": str(tiny), "data": "d", "corpus": "c", "output_dir": "o"}
+    cfg = ppo.PPORunConfig(**common, critic=str(ckpt), critic_head="mlp")
+    with pytest.raises(TrainConfigError, match=r"--critic-head mlp: .* holds a linear head"):
+        ppo._load_critic(cfg, load_tokenizer(str(tiny)))
+    for head in (None, "linear"):  # not given, or the checkpoint's own: the checkpoint's head
+        cfg = ppo.PPORunConfig(**common, critic=str(ckpt), critic_head=head)
+        assert ppo._load_critic(cfg, load_tokenizer(str(tiny)))[0].head_type == "linear"
+    fresh = ppo.PPORunConfig(**common)  # a fresh critic is linear unless --critic-head says
+    assert ppo._load_critic(fresh, load_tokenizer(str(tiny)))[0].head_type == "linear"

@@ -119,8 +119,8 @@ def test_seed_004_mc_hybrid_defaults():
     assert sft.value_trunk_grad  # num_unfrozen_layers 2 > 0: the value loss reaches the trunk
     # The head: `train value` without --head makes a linear one on 2 unfrozen layers, as does a
     # fresh PPO critic.
-    assert (train.head, train.unfreeze) == (None, 2)
+    assert (train.head, train.unfreeze) == (None, None)  # None: linear on 2, or the checkpoint's
     params = inspect.signature(new_value_model).parameters
     assert (params["head_type"].default, params["unfreeze"].default) == ("linear", 2)
     ppo = PPORunConfig(model="m", output_dir="o", data="d", corpus="c")
-    assert (ppo.critic_head, ppo.critic_unfreeze) == ("linear", None)  # None: 2 when fresh
+    assert (ppo.critic_head, ppo.critic_unfreeze) == (None, None)  # None: linear, 2 when fresh

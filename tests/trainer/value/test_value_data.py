@@ -145,6 +145,19 @@ def test_reward_target_and_dataset_prompts(tok):
         value_data.tokenize_rollouts([row([T3])], tok, target="ndcg")
 
 
+def test_a_rollout_whose_uid_is_not_in_the_prompt_set_is_dropped_and_counted(tok):
+    # it was tokenized with the bundled system prompt instead, which the policy never saw, and
+    # nothing said so
+    prompts = {"u1": [{"role": "user", "content": "exact prompt"}]}
+    data = value_data.tokenize_rollouts(
+        [row([T3]), row([T3], uid="u2", idx=1)], tok, prompts=prompts, system_prompt=SYSTEM
+    )
+    assert [r.uid for r in data.rollouts] == ["u1"]
+    assert data.dropped == {value_data.NOT_IN_DATA: 1}
+    without = value_data.tokenize_rollouts([row([T3], uid="u2")], tok, system_prompt=SYSTEM)
+    assert len(without.rollouts) == 1 and not without.dropped  # no --data: the question rebuilds
+
+
 def test_collate_left_pads_prompts_and_right_pads_completions():
     class R:
         def __init__(self, p, c, m):

@@ -180,6 +180,27 @@ def test_a_plain_model_as_critic_is_refused(world, tmp_path):
     assert res.exit_code == 2 and "not a value checkpoint" in said(res)
 
 
+def test_a_critic_of_another_policy_is_refused_naming_both(world, tmp_path):
+    # A critic trained on a model with another tokenizer: with its trunk inside, a traceback
+    # (state_dict size mismatch, exit 1); without, its head was silently put on this policy
+    from ddai.trainer.tiny import TinySpec, build_tiny
+    from ddai.trainer.value.model import new_value_model, save_value_model
+
+    root, tiny, critic = world
+    other = build_tiny(
+        tmp_path / "other",
+        texts=["a different corpus of words"],
+        spec=TinySpec(vocab_size=1024, hidden_size=32, num_hidden_layers=2),
+    )
+    model, tok = new_value_model(str(other), head_type="linear", unfreeze=0)
+    bare = save_value_model(model, tok, tmp_path / "bare", source=str(other))  # no trunk inside
+    for policy, crit in ((other, critic), (tiny, bare)):
+        res = runner.invoke(app, base_args(root, policy, crit, tmp_path / "o"))
+        assert res.exit_code == 2, res.output
+        assert f"--critic {crit} uses another tokenizer than --model {policy}" in said(res)
+    assert not (tmp_path / "o").exists()
+
+
 def test_mc_only_value_loss_is_the_scaled_mse(world, tmp_path):
     cfg = _cfg(world, tmp_path, pairwise_coef=0.0, mc_coef=0.5)
     model, tok, data = _fixed_batch(world, cfg)
