@@ -36,6 +36,7 @@ from starlette.routing import Route
 
 from ddai.pipelines import store
 from ddai.pipelines.records.deps import pq
+from ddai.pipelines.store import objstore
 from ddai.reports.formatting import num, pct, template_env
 from ddai.reports.serve import annotate, diff, images, live, queries, review_queue, sqlbox
 from ddai.reports.serve.config import ServeConfig
@@ -110,9 +111,10 @@ def empty_store_notice(cfg: ServeConfig) -> str:
     """What to do when the served store (or its --run selection) holds no rollout: every page
     would otherwise be an empty table with no word why."""
     runs = f" of run {', '.join(cfg.runs)}" if cfg.runs else ""
+    logs = objstore.display(cfg.logs)  # a URL, not pathlib's s3:/…
     return (
-        f"The log store {cfg.logs} holds no rollouts{runs} yet: ingest logs with `ddai ingest "
-        f"FILE --logs {cfg.logs}`; the explorer shows them on the next page load."
+        f"The log store {logs} holds no rollouts{runs} yet: ingest logs with `ddai ingest "
+        f"FILE --logs {logs}`; the explorer shows them on the next page load."
     )
 
 
