@@ -109,6 +109,10 @@ def _sections(
         # sys.modules (AttributeError on numpy.ndarray). Loaded here, before the threads; a
         # report without datasets imports neither.
         import pyarrow.parquet  # noqa: F401
+    if ctx.cfg.flags:
+        # The attribution section's flags table (``pa.table``) imports pandas, which plotly's
+        # validators look up in sys.modules from the other threads: loaded here too.
+        import pandas  # noqa: F401
 
     workers = max(1, min(len(sections), ctx.cfg.threads or os.cpu_count() or 1))
     with ThreadPoolExecutor(workers, thread_name_prefix="report-section") as pool:
