@@ -31,20 +31,22 @@ from ddai.reports.render import render_page, warm_plotly_js
 
 def _check_inputs(cfg: ReportConfig) -> None:
     query.logs_or_fail(cfg.logs)
-    missing = [str(p) for p in cfg.datasets if not p.is_file()]
+    # object storage through objstore: a URL stays a URL (pathlib would print s3:/…)
+    missing = [objstore.display(p) for p in cfg.datasets if not objstore.any_isfile(p)]
     if missing:
         raise FileNotFoundError(
             f"--datasets file(s) not found: {', '.join(missing)}; pass curated dataset files "
             "(outputs of ddai curate)"
         )
-    missing_flags = [str(p) for p in cfg.flags if not p.is_file()]
+    missing_flags = [objstore.display(p) for p in cfg.flags if not objstore.any_isfile(p)]
     if missing_flags:
         raise FileNotFoundError(
             f"--flags file(s) not found: {', '.join(missing_flags)}; pass review CSVs "
             "(uid, verdict, reason)"
         )
-    if cfg.datasets_dir is not None and not cfg.datasets_dir.is_dir():
-        raise FileNotFoundError(f"--datasets-dir {cfg.datasets_dir} is not a folder")
+    if cfg.datasets_dir is not None and not objstore.any_isdir(cfg.datasets_dir):
+        where = objstore.display(cfg.datasets_dir)
+        raise FileNotFoundError(f"--datasets-dir {where} is not a folder")
     value_sft_files.check(cfg.value_sft)
 
 

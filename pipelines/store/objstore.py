@@ -24,6 +24,10 @@ one), so an output is written to a local temp file and put once; a conditional P
 (S3's ``If-None-Match: *`` / ``If-Match: <etag>``, GCS's ``ifGenerationMatch=0`` /
 ``ifGenerationMatch=<generation>``) commits a manifest only over the version the writer read, so
 two writers never lose each other's commit.
+
+Longer than 400 lines because it is the one boundary to object storage: every operation the
+store, the funnel and the reports make on an object (reads, puts, conditional puts on two
+clouds, listings) lies here; only the manifest log calls the client it returns, for listings.
 """
 
 from __future__ import annotations
@@ -220,6 +224,22 @@ def listdir(url: str) -> list[str]:
     except FileNotFoundError:
         return []
     return sorted(e.rstrip("/").rsplit("/", 1)[-1] for e in entries)
+
+
+def find(url: str) -> dict[str, str | None]:
+    """Every object under ``url/``, at any depth: its URL → its version (as ``etag`` gives it),
+    sorted by URL; empty when nothing is there. One listing, no request per object."""
+    fs = fsspec_fs(url)
+    try:
+        found = fs.find(key_of(url), detail=True)
+    except FileNotFoundError:
+        return {}
+    gs = scheme(url) == "gs"
+    out = {}
+    for key, info in sorted(found.items()):
+        tag = info.get("generation") if gs else info.get("ETag") or info.get("etag")
+        out[f"{scheme(url)}://{key}"] = str(tag) if tag else None
+    return out
 
 
 def read_bytes(url: str) -> bytes:

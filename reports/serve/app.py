@@ -490,10 +490,13 @@ def _build_report(cfg: ServeConfig) -> str:
         return out.read_text(encoding="utf-8")
 
 
-def _folder_print(folder: Path | None) -> tuple[tuple[str, int, int], ...]:
-    """(name, size, mtime_ns) of each file in ``folder`` (the report's datasets), sorted."""
+def _folder_print(folder: Path | None) -> tuple[tuple[str, int, int | str], ...]:
+    """(name, size, mtime_ns) of each file in ``folder`` (the report's datasets), sorted; on
+    object storage (URL, 0, version) of each object under it."""
     if folder is None:
         return ()
+    if url := objstore.url_of(folder):  # object storage: each object's version, one listing
+        return tuple((name, 0, tag or "") for name, tag in objstore.find(url).items())
     out = []
     for f in sorted(Path(folder).iterdir()):
         try:

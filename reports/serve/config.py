@@ -164,8 +164,13 @@ class ServeConfig:
                     f"--corpus {self.corpus}: no pages.parquet there; give the corpus file "
                     "(ddai fixtures make writes one) or its folder"
                 )
-        if self.datasets_dir is not None and not Path(self.datasets_dir).is_dir():
-            raise FileNotFoundError(f"--datasets-dir {self.datasets_dir} is not a folder")
+        if self.datasets_dir is not None:
+            from ddai.pipelines.store import objstore  # the standard library only, at import
+
+            self.datasets_dir = Path(self.datasets_dir)
+            if not objstore.any_isdir(self.datasets_dir):
+                where = objstore.display(self.datasets_dir)
+                raise FileNotFoundError(f"--datasets-dir {where} is not a folder")
         if not 0 < self.port < 65536:
             raise ValueError(f"--port must be in 1..65535, got {self.port}")
         if not 1 <= self.page_size <= 500:
