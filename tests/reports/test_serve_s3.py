@@ -82,3 +82,17 @@ def test_the_empty_store_notice_names_the_url(s3_env):
     s3 = f"{s3_env}/logs"
     notice = empty_store_notice(ServeConfig(logs=Path(s3)))  # the CLI hands a Path
     assert f"The log store {s3} holds" in notice and f"--logs {s3}`" in notice  # was s3:/…
+
+
+def test_the_live_page_follows_the_run_committed_last_on_s3(s3_env):
+    # was: the run whose name sorts last (no file times on object storage), here "zz"
+    import time
+
+    from ddai.reports.serve.live import newest_run
+
+    s3 = f"{s3_env}/logs"
+    ingest(IngestConfig([FIX], Path(s3), run_id="zz", progress=False))
+    time.sleep(1.1)  # S3 keeps modification times to the second
+    ingest(IngestConfig([FIX], Path(s3), run_id="aa", progress=False))
+    assert newest_run(Path(s3), ["aa", "zz"]) == "aa"
+    assert 'data-run="aa"' in _client(s3).get("/live").text
