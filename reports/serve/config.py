@@ -130,7 +130,8 @@ class ServeConfig:
     / uncertain, one key each)."""
     decisions_out: Path | None = None
     """Where /review's decisions go (uid, verdict, reason, annotator, decided_at: what verify-gt
-    and focus --decisions read). Default: review_decisions.csv beside --review."""
+    and focus --decisions read), a local file. Default: review_decisions.csv beside --review
+    (a --review on object storage needs one named)."""
 
     def __post_init__(self) -> None:
         self.logs = Path(self.logs)
@@ -193,15 +194,26 @@ class ServeConfig:
             if self.decisions_out is not None:
                 raise ValueError("--decisions-out is where --review's decisions go: add --review")
             return
+        from ddai.pipelines.store import objstore  # the standard library only, at import
+
         self.review = Path(self.review)
-        if not self.review.is_file():
+        if not objstore.any_isfile(self.review):
             raise FileNotFoundError(
-                f"--review {self.review} is not a file; give the review.csv `ddai curate "
-                "verify-gt` wrote"
+                f"--review {objstore.display(self.review)} is not a file; give the review.csv "
+                "`ddai curate verify-gt` wrote"
             )
         if self.decisions_out is None:
             self.decisions_out = self.review.with_name("review_decisions.csv")
         self.decisions_out = Path(self.decisions_out)
+        if objstore.is_url(self.decisions_out):
+            # each decision rewrites the file under a lock shared with other reviewers, which
+            # object storage cannot hold (pathlib would write a local folder named "s3:")
+            given = "" if objstore.is_url(self.review) else "--decisions-out "
+            raise ValueError(
+                f"{given}{objstore.display(self.decisions_out)}: /review's decisions are "
+                "written to a local file; give a local --decisions-out FILE"
+                + (" for a --review sheet on object storage" if not given else "")
+            )
         if self.decisions_out.resolve() == self.review.resolve():
             raise ValueError(
                 "--decisions-out must not be the review sheet itself (verify-gt rewrites it); "

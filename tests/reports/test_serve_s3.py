@@ -96,3 +96,41 @@ def test_the_live_page_follows_the_run_committed_last_on_s3(s3_env):
     ingest(IngestConfig([FIX], Path(s3), run_id="aa", progress=False))
     assert newest_run(Path(s3), ["aa", "zz"]) == "aa"
     assert 'data-run="aa"' in _client(s3).get("/live").text
+
+
+def _review_sheet(path: Path) -> Path:
+    from ddai.pipelines.funnel import review
+
+    row = review.ReviewRow(
+        uid="train_328", verdict="", reason="", decided_by="", proposed_verdict="wrong",
+        proposed_reason="page contradicts", rules="all", score=None, ndcg=None,
+        question="q?", reference="a", pages="1_3",
+    )  # fmt: skip
+    path.write_text(review.sheet_csv([row]), encoding="utf-8")
+    return path
+
+
+def test_a_review_sheet_on_s3_is_decided_into_a_local_file(s3_env, tmp_path, monkeypatch):
+    # was: "--review s3:/… is not a file"; and --decisions-out s3://… was taken as a local path,
+    # each decision written under a folder named "s3:" in the working directory
+    monkeypatch.chdir(tmp_path)
+    s3 = f"{s3_env}/logs"
+    ingest(IngestConfig([FIX], Path(s3), progress=False))
+    sheet = f"{s3_env}/review.csv"
+    objstore.put_file(_review_sheet(tmp_path / "review.csv"), sheet)
+    for out in (None, f"{s3_env}/decisions.csv"):
+        with pytest.raises(ValueError, match="local --decisions-out") as e:
+            ServeConfig(
+                logs=Path(s3), review=Path(sheet), decisions_out=out, annotate=True, annotator="kim"
+            )
+        assert "s3:/" not in str(e.value).replace("s3://", "")
+    assert not (tmp_path / "s3:").exists()
+    decided = tmp_path / "decided.csv"
+    cfg = ServeConfig(
+        logs=Path(s3), review=Path(sheet), decisions_out=decided, annotate=True, annotator="kim"
+    )
+    client = local(create_app(cfg))
+    body = {"uid": "train_328", "verdict": "wrong", "reason": "chart says 3"}
+    r = client.post("/api/review", json=body, headers={"X-DDAI-Token": page_token(client)})
+    assert r.status_code == 200, r.text
+    assert "train_328,wrong,chart says 3" in decided.read_text(encoding="utf-8")
