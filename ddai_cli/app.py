@@ -375,6 +375,8 @@ class LazyGroup(TyperGroup):
         except BadOptionUsage as e:
             _hint_for_missing_value(e, _find_command(self, ctx.meta.get("ddai.args", [])))
             raise
+        except typer.Exit:  # the command said why (``fail``): said once
+            raise
         except Exception as e:  # an unreachable S3 endpoint or no credentials: say what to set
             from ddai.cli.common import fail
             from ddai.pipelines.store.objstore import setup_error

@@ -146,7 +146,17 @@ def choices(name: str, values: Iterable[str]) -> type[StrEnum]:
 
 
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:
-    """Print a clear error and return the Exit to raise (``raise fail(...)``)."""
+    """Print a clear error and return the Exit to raise (``raise fail(...)``).
+
+    Called while an exception is handled (``except …: raise fail(str(e))``), an object store's
+    setup fault in its chain (a missing bucket, no credentials, an unreachable endpoint) is said
+    as what to fix instead of the client's own words (``objstore.setup_error``), a usage error
+    (exit 2) whatever ``code`` the command gave the failure."""
+    if (handled := sys.exception()) is not None:
+        from ddai.pipelines.store.objstore import setup_error
+
+        if (why := setup_error(handled)) is not None:
+            message, code = why, EXIT_BAD_INPUT
     err_console.print(f"[bold red]error:[/] {markup.escape(message)}", soft_wrap=True)
     return typer.Exit(code)
 

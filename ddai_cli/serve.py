@@ -8,7 +8,7 @@ from typing import Any
 from ddai.cli.app import top_command
 from ddai.cli.common import LogsOpt, RunsOpt, ThresholdOpt, console, err_console, fail
 from ddai.cli.flags import config_flags, default_of, with_groups
-from ddai.pipelines.store import workspace
+from ddai.pipelines.store import objstore, workspace
 from ddai.reports.serve.config import ServeConfig  # the standard library only: --help stays light
 
 SERVE_FLAGS = config_flags(
@@ -78,7 +78,7 @@ def serve_cmd(
     limit = cfg.memory_limit()
     memory = f"{limit / 2**30:.1f} GiB" if limit else "DuckDB's default (memory size unknown)"
     console.print(
-        f"ddai serve: {n:,} rollouts from {cfg.logs} at {url}  (Ctrl-C stops)\n"
+        f"ddai serve: {n:,} rollouts from {objstore.display(cfg.logs)} at {url}  (Ctrl-C stops)\n"
         f"  answers Host {', '.join(cfg.hosts())}; DuckDB holds at most {memory}\n"
         + (
             f"  writes labels and decisions as {cfg.annotator} (--annotate)"

@@ -31,20 +31,22 @@ from ddai.reports.render import render_page, warm_plotly_js
 
 def _check_inputs(cfg: ReportConfig) -> None:
     query.logs_or_fail(cfg.logs)
-    missing = [str(p) for p in cfg.datasets if not p.is_file()]
+    # object storage through objstore: a URL stays a URL (pathlib would print s3:/…)
+    missing = [objstore.display(p) for p in cfg.datasets if not objstore.any_isfile(p)]
     if missing:
         raise FileNotFoundError(
             f"--datasets file(s) not found: {', '.join(missing)}; pass curated dataset files "
             "(outputs of ddai curate)"
         )
-    missing_flags = [str(p) for p in cfg.flags if not p.is_file()]
+    missing_flags = [objstore.display(p) for p in cfg.flags if not objstore.any_isfile(p)]
     if missing_flags:
         raise FileNotFoundError(
             f"--flags file(s) not found: {', '.join(missing_flags)}; pass review CSVs "
             "(uid, verdict, reason)"
         )
-    if cfg.datasets_dir is not None and not cfg.datasets_dir.is_dir():
-        raise FileNotFoundError(f"--datasets-dir {cfg.datasets_dir} is not a folder")
+    if cfg.datasets_dir is not None and not objstore.any_isdir(cfg.datasets_dir):
+        where = objstore.display(cfg.datasets_dir)
+        raise FileNotFoundError(f"--datasets-dir {where} is not a folder")
     value_sft_files.check(cfg.value_sft)
 
 
@@ -109,6 +111,10 @@ def _sections(
         # sys.modules (AttributeError on numpy.ndarray). Loaded here, before the threads; a
         # report without datasets imports neither.
         import pyarrow.parquet  # noqa: F401
+    if ctx.cfg.flags:
+        # The attribution section's flags table (``pa.table``) imports pandas, which plotly's
+        # validators look up in sys.modules from the other threads: loaded here too.
+        import pandas  # noqa: F401
 
     workers = max(1, min(len(sections), ctx.cfg.threads or os.cpu_count() or 1))
     with ThreadPoolExecutor(workers, thread_name_prefix="report-section") as pool:

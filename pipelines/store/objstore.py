@@ -24,6 +24,10 @@ one), so an output is written to a local temp file and put once; a conditional P
 (S3's ``If-None-Match: *`` / ``If-Match: <etag>``, GCS's ``ifGenerationMatch=0`` /
 ``ifGenerationMatch=<generation>``) commits a manifest only over the version the writer read, so
 two writers never lose each other's commit.
+
+Longer than 400 lines because it is the one boundary to object storage: every operation the
+store, the funnel and the reports make on an object (reads, puts, conditional puts on two
+clouds, listings) lies here; only the manifest log calls the client it returns, for listings.
 """
 
 from __future__ import annotations
@@ -124,8 +128,49 @@ def setup_error(e: BaseException) -> str | None:
                 f"cannot reach the S3 endpoint {where}: check AWS_ENDPOINT_URL (or "
                 "AWS_ENDPOINT_URL_S3) and that the server is running"
             )
+        err = (getattr(e, "response", None) or {}).get("Error") or {}
+        if name and err.get("Code") == "NoSuchBucket":  # a ClientError (errorfactory class)
+            return missing_bucket_message("s3", err.get("BucketName"))
         e = e.__cause__ or e.__context__  # type: ignore[assignment]
     return None
+
+
+def missing_bucket_message(sch: str, bucket: str | None) -> str:
+    """A missing bucket named, with the command that creates it."""
+    ep = endpoint(sch)
+    name = f"{sch}://{bucket}" if bucket else f"the {sch}:// bucket"
+    where = f" at {ep}" if ep else ""
+    if sch == "gs":
+        make = f"gcloud storage buckets create {name}"
+    else:
+        make = f"aws s3 mb {name}" + (f" --endpoint-url {ep}" if ep else "")
+    return (
+        f"bucket {name} does not exist{where}: create it (`{make}`) or check the URL's bucket name"
+    )
+
+
+_BUCKETS_FOUND: set[tuple[str, str | None, str]] = set()
+
+
+def require_bucket(url: str) -> None:
+    """FileNotFoundError naming ``url``'s bucket and how to create it when the server says it
+    does not exist (a bucket found is remembered for the process; a refused look, e.g. no
+    permission to look at the bucket itself, is not taken for a missing bucket)."""
+    sch, bucket = scheme(url), key_of(url).split("/", 1)[0]
+    seen = (sch, endpoint(sch), bucket)
+    if seen in _BUCKETS_FOUND:
+        return
+    fs = fsspec_fs(url)
+    try:
+        if sch == "s3":
+            fs.call_s3("head_bucket", Bucket=bucket)
+        else:
+            fs.info(bucket)
+    except FileNotFoundError:
+        raise FileNotFoundError(missing_bucket_message(sch, bucket)) from None
+    except OSError:
+        return
+    _BUCKETS_FOUND.add(seen)
 
 
 def fsspec_fs(url: str) -> fsspec.AbstractFileSystem:
@@ -220,6 +265,22 @@ def listdir(url: str) -> list[str]:
     except FileNotFoundError:
         return []
     return sorted(e.rstrip("/").rsplit("/", 1)[-1] for e in entries)
+
+
+def find(url: str) -> dict[str, str | None]:
+    """Every object under ``url/``, at any depth: its URL → its version (as ``etag`` gives it),
+    sorted by URL; empty when nothing is there. One listing, no request per object."""
+    fs = fsspec_fs(url)
+    try:
+        found = fs.find(key_of(url), detail=True)
+    except FileNotFoundError:
+        return {}
+    gs = scheme(url) == "gs"
+    out = {}
+    for key, info in sorted(found.items()):
+        tag = info.get("generation") if gs else info.get("ETag") or info.get("etag")
+        out[f"{scheme(url)}://{key}"] = str(tag) if tag else None
+    return out
 
 
 def read_bytes(url: str) -> bytes:

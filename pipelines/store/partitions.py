@@ -149,6 +149,7 @@ class PartitionWriter:
         self.remote = objstore.url_of(logs)
         self._staging: stage.Stage | None = None
         if self.remote is not None:  # no rename there: stage locally, publish at commit
+            objstore.require_bucket(self.remote)  # now, not at the commit after the rows
             self._staging = stage.stage_dir()
             logs = Path(self._staging.name) / "logs"
         self.logs = Path(logs)

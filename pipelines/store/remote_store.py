@@ -47,6 +47,7 @@ def ingest(cfg: Any, local_ingest: Callable[[Any], Any]) -> Any:
     Source files given as URLs are downloaded first (their manifest entries keep the URL)."""
     url = objstore.url_of(cfg.logs)
     assert url is not None
+    objstore.require_bucket(url)  # before the sources are read, not at the commit after them
     with store.Stage() as d:  # under the workspace: a killed write's is removed by the next
         stage = Path(d) / "logs"
         sources, names = _local_sources(cfg.sources, Path(d) / "sources")

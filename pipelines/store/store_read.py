@@ -65,6 +65,8 @@ def logs_or_fail(logs: Path) -> Path:
     """``logs`` when the log store exists, else FileNotFoundError saying how to make one."""
     refuse_file_store(logs)
     if not objstore.any_exists(logs):
+        if url := objstore.url_of(logs):  # a missing bucket, not a store to ingest into
+            objstore.require_bucket(url)
         where = objstore.display(logs)
         raise FileNotFoundError(
             f"log store {where} does not exist; ingest logs first (`ddai ingest FILE --logs {where}`) "

@@ -13,7 +13,7 @@ from typing import Any
 
 from ddai.pipelines.funnel.lineage import lineage_graph, lineage_rows
 from ddai.pipelines.records.deps import go
-from ddai.pipelines.store import manifest
+from ddai.pipelines.store import manifest, objstore
 from ddai.reports import figures
 from ddai.reports.blocks import Note, Section, Table
 from ddai.reports.config import ReportConfig
@@ -31,9 +31,15 @@ def dataset_paths(cfg: ReportConfig) -> list[Path]:
     paths = list(cfg.datasets)
     if cfg.datasets_dir is not None:
         suffix = manifest.MANIFEST_SUFFIX
-        for m in sorted(cfg.datasets_dir.rglob(f"*{suffix}")):
+        url = objstore.url_of(cfg.datasets_dir)
+        found = (
+            [Path(u) for u in objstore.find(url) if u.endswith(suffix)]
+            if url
+            else cfg.datasets_dir.rglob(f"*{suffix}")
+        )
+        for m in sorted(found):
             out = m.with_name(m.name[: -len(suffix)])
-            if out.is_file() and out not in paths:
+            if objstore.any_isfile(out) and out not in paths:
                 paths.append(out)
     return paths
 
@@ -200,7 +206,7 @@ def _no_funnel(cfg: ReportConfig, plain: list[Path]) -> str:
     parts = [_not_ddai(plain)] if plain else []
     if cfg.datasets_dir is not None:
         parts.append(
-            f"--datasets-dir {cfg.datasets_dir} holds no curated dataset (a file with a "
+            f"--datasets-dir {objstore.display(cfg.datasets_dir)} holds no curated dataset (a file with a "
             "<file>.manifest.json beside it, as ddai curate writes); pass the folder of ddai "
             "curate's --out-dir."
         )
@@ -212,7 +218,7 @@ def _no_funnel(cfg: ReportConfig, plain: list[Path]) -> str:
 
 def build(ctx: ReportContext) -> Section:
     paths = dataset_paths(ctx.cfg)
-    plain = [p for p in ctx.cfg.datasets if not manifest.manifest_path(p).is_file()]
+    plain = [p for p in ctx.cfg.datasets if not objstore.any_isfile(manifest.manifest_path(p))]
     if not paths or len(plain) == len(paths):
         return Section(
             id="funnel",

@@ -36,6 +36,7 @@ from starlette.routing import Route
 
 from ddai.pipelines import store
 from ddai.pipelines.records.deps import pq
+from ddai.pipelines.store import objstore
 from ddai.reports.formatting import num, pct, template_env
 from ddai.reports.serve import annotate, diff, images, live, queries, review_queue, sqlbox
 from ddai.reports.serve.config import ServeConfig
@@ -110,9 +111,10 @@ def empty_store_notice(cfg: ServeConfig) -> str:
     """What to do when the served store (or its --run selection) holds no rollout: every page
     would otherwise be an empty table with no word why."""
     runs = f" of run {', '.join(cfg.runs)}" if cfg.runs else ""
+    logs = objstore.display(cfg.logs)  # a URL, not pathlib's s3:/…
     return (
-        f"The log store {cfg.logs} holds no rollouts{runs} yet: ingest logs with `ddai ingest "
-        f"FILE --logs {cfg.logs}`; the explorer shows them on the next page load."
+        f"The log store {logs} holds no rollouts{runs} yet: ingest logs with `ddai ingest "
+        f"FILE --logs {logs}`; the explorer shows them on the next page load."
     )
 
 
@@ -488,10 +490,13 @@ def _build_report(cfg: ServeConfig) -> str:
         return out.read_text(encoding="utf-8")
 
 
-def _folder_print(folder: Path | None) -> tuple[tuple[str, int, int], ...]:
-    """(name, size, mtime_ns) of each file in ``folder`` (the report's datasets), sorted."""
+def _folder_print(folder: Path | None) -> tuple[tuple[str, int, int | str], ...]:
+    """(name, size, mtime_ns) of each file in ``folder`` (the report's datasets), sorted; on
+    object storage (URL, 0, version) of each object under it."""
     if folder is None:
         return ()
+    if url := objstore.url_of(folder):  # object storage: each object's version, one listing
+        return tuple((name, 0, tag or "") for name, tag in objstore.find(url).items())
     out = []
     for f in sorted(Path(folder).iterdir()):
         try:

@@ -130,7 +130,8 @@ class ServeConfig:
     / uncertain, one key each)."""
     decisions_out: Path | None = None
     """Where /review's decisions go (uid, verdict, reason, annotator, decided_at: what verify-gt
-    and focus --decisions read). Default: review_decisions.csv beside --review."""
+    and focus --decisions read), a local file. Default: review_decisions.csv beside --review
+    (a --review on object storage needs one named)."""
 
     def __post_init__(self) -> None:
         self.logs = Path(self.logs)
@@ -164,8 +165,13 @@ class ServeConfig:
                     f"--corpus {self.corpus}: no pages.parquet there; give the corpus file "
                     "(ddai fixtures make writes one) or its folder"
                 )
-        if self.datasets_dir is not None and not Path(self.datasets_dir).is_dir():
-            raise FileNotFoundError(f"--datasets-dir {self.datasets_dir} is not a folder")
+        if self.datasets_dir is not None:
+            from ddai.pipelines.store import objstore  # the standard library only, at import
+
+            self.datasets_dir = Path(self.datasets_dir)
+            if not objstore.any_isdir(self.datasets_dir):
+                where = objstore.display(self.datasets_dir)
+                raise FileNotFoundError(f"--datasets-dir {where} is not a folder")
         if not 0 < self.port < 65536:
             raise ValueError(f"--port must be in 1..65535, got {self.port}")
         if not 1 <= self.page_size <= 500:
@@ -188,15 +194,26 @@ class ServeConfig:
             if self.decisions_out is not None:
                 raise ValueError("--decisions-out is where --review's decisions go: add --review")
             return
+        from ddai.pipelines.store import objstore  # the standard library only, at import
+
         self.review = Path(self.review)
-        if not self.review.is_file():
+        if not objstore.any_isfile(self.review):
             raise FileNotFoundError(
-                f"--review {self.review} is not a file; give the review.csv `ddai curate "
-                "verify-gt` wrote"
+                f"--review {objstore.display(self.review)} is not a file; give the review.csv "
+                "`ddai curate verify-gt` wrote"
             )
         if self.decisions_out is None:
             self.decisions_out = self.review.with_name("review_decisions.csv")
         self.decisions_out = Path(self.decisions_out)
+        if objstore.is_url(self.decisions_out):
+            # each decision rewrites the file under a lock shared with other reviewers, which
+            # object storage cannot hold (pathlib would write a local folder named "s3:")
+            given = "" if objstore.is_url(self.review) else "--decisions-out "
+            raise ValueError(
+                f"{given}{objstore.display(self.decisions_out)}: /review's decisions are "
+                "written to a local file; give a local --decisions-out FILE"
+                + (" for a --review sheet on object storage" if not given else "")
+            )
         if self.decisions_out.resolve() == self.review.resolve():
             raise ValueError(
                 "--decisions-out must not be the review sheet itself (verify-gt rewrites it); "

@@ -23,14 +23,18 @@ from pathlib import Path
 
 from ddai.pipelines import store
 from ddai.pipelines.records.deps import duckdb
-from ddai.pipelines.store import query
+from ddai.pipelines.store import objstore, query
 from ddai.reports.serve import queries, sqlbox
 from ddai.reports.serve.config import ServeConfig
 from ddai.reports.serve.live import run_versions, store_version
 
 
-def fingerprint(logs: Path, runs: list[str] | None) -> tuple[tuple[str, int, int], ...]:
-    """(path, size, mtime_ns) of every Parquet file and manifest the explorer reads."""
+def fingerprint(logs: Path, runs: list[str] | None) -> tuple[tuple[str, str | int, int], ...]:
+    """(path, size, mtime_ns) of every Parquet file and manifest the explorer reads; on object
+    storage (no mtimes, objects never rewritten in place) (run, manifest version, 0) of each
+    served run: every commit adds a delta to the run's manifest log, which moves its version."""
+    if objstore.is_url(logs):
+        return tuple((run, v, 0) for run, v in sorted(run_versions(logs, runs).items()))
     files = list(store.parquet_files(logs, runs)) if store.list_runs(logs) else []
     # the checkpoint, and the manifest log's folder (a commit adds a file there: its mtime moves)
     files += sorted(Path(logs).glob(f"run_id=*/{store.MANIFEST}"))
@@ -68,7 +72,7 @@ class Explorer:
         self.lock = threading.Lock()  # guards current / users / cursor(): microseconds each
         self.building = threading.Lock()  # one build at a time; requests never wait on it
         self.current: Build | None = None
-        self.print: tuple[tuple[str, int, int], ...] = ()
+        self.print: tuple[tuple[str, str | int, int], ...] = ()
         self.checked = 0.0
         self.builds = 0
         self.meta: dict[str, list[str]] = {"runs": [], "tags": []}

@@ -16,7 +16,7 @@ from typing import Any
 import duckdb
 
 from ddai.pipelines import store
-from ddai.pipelines.store import capabilities, io
+from ddai.pipelines.store import capabilities, io, objstore
 
 # How many of the newest groups (run, step, prompt) the page lists.
 NEWEST_GROUPS = 12
@@ -43,13 +43,24 @@ def newest_run(logs: Path, runs: list[str]) -> str | None:
     """The run of ``runs`` committed last (its manifest checkpoint or log changed last): the one
     a training is most likely appending to; None for no runs."""
 
+    url = objstore.url_of(logs)
+
+    def changed_remote(run: str) -> float:
+        # the last delta of the run's manifest log (names sort by sequence), else its checkpoint
+        part = objstore.join(url, f"run_id={run}")
+        deltas = [n for n in objstore.listdir(objstore.join(part, store.LOG_DIR)) if n[0].isdigit()]
+        last = objstore.join(part, store.LOG_DIR, deltas[-1]) if deltas else None
+        return objstore.modified(last or objstore.join(part, store.MANIFEST)) or 0.0
+
     def changed(run: str) -> float:
+        if url is not None:  # object storage: no folder times, the objects' own
+            return changed_remote(run)
         part = store.partition_dir(logs, run)
         times = []
         for f in (part / store.MANIFEST, part / store.LOG_DIR):
             try:
                 times.append(f.stat().st_mtime)
-            except OSError:  # an object-store run or a checkpoint not written yet
+            except OSError:  # a checkpoint not written yet
                 continue
         return max(times, default=0.0)
 

@@ -18,7 +18,8 @@ import csv
 import datetime as dt
 import threading
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from io import StringIO
 from pathlib import Path
 
 from starlette.requests import Request
@@ -27,7 +28,7 @@ from starlette.routing import Route
 
 from ddai.pipelines.records import csv_cells
 from ddai.pipelines.records.decisions import VERDICTS
-from ddai.pipelines.store import io, locks
+from ddai.pipelines.store import io, locks, objstore
 from ddai.reports.serve import queries
 from ddai.reports.serve.config import ServeConfig
 from ddai.reports.serve.explorer import Explorer
@@ -49,13 +50,19 @@ def seen_key(decision: dict[str, str] | None) -> str:
 
 
 def _read_csv(path: Path) -> list[dict[str, str]]:
+    if url := objstore.url_of(path):  # a review sheet on object storage (decisions stay local)
+        return _rows(StringIO(objstore.read_text(url).removeprefix("\ufeff"), newline=""))
     with open(path, newline="", encoding="utf-8-sig") as fh:
-        reader = csv.DictReader(fh)
-        reader.fieldnames = [csv_cells.unescape(c).strip().lower() for c in reader.fieldnames or []]
-        return [
-            {k: csv_cells.unescape(v) if isinstance(v, str) else "" for k, v in row.items()}
-            for row in reader
-        ]
+        return _rows(fh)
+
+
+def _rows(fh: Iterable[str]) -> list[dict[str, str]]:
+    reader = csv.DictReader(fh)
+    reader.fieldnames = [csv_cells.unescape(c).strip().lower() for c in reader.fieldnames or []]
+    return [
+        {k: csv_cells.unescape(v) if isinstance(v, str) else "" for k, v in row.items()}
+        for row in reader
+    ]
 
 
 class ReviewQueue:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ddai.pipelines.records.deps import duckdb, pa
+from ddai.pipelines.store import objstore
 
 
 class SqlRejected(ValueError):
@@ -27,11 +28,13 @@ class SqlRejected(ValueError):
 
 def spill_to(con: duckdb.DuckDBPyConnection, folder: Path, store: Path) -> None:
     """Spill ``con``'s database into ``folder`` (a fresh private folder holding nothing else);
-    before its first query that spills. Raises ValueError if ``folder`` and ``store`` overlap."""
-    folder, store = Path(folder).resolve(), Path(store).resolve()
-    if folder.is_relative_to(store) or store.is_relative_to(folder):
+    before its first query that spills. Raises ValueError if ``folder`` and ``store`` overlap
+    (a store on object storage never does)."""
+    folder = Path(folder).resolve()
+    local = None if objstore.is_url(store) else Path(store).resolve()
+    if local is not None and (folder.is_relative_to(local) or local.is_relative_to(folder)):
         raise ValueError(
-            f"DuckDB's temp folder {folder} overlaps the store {store}: set TMPDIR to a folder "
+            f"DuckDB's temp folder {folder} overlaps the store {local}: set TMPDIR to a folder "
             "outside the store"
         )
     con.execute("SET temp_directory = $dir", {"dir": str(folder)})
@@ -51,7 +54,11 @@ def lock_down(
     temp = con.sql("SELECT current_setting('temp_directory')").fetchall()[0][0]
     if temp and not Path(temp).is_absolute():
         con.execute("SET temp_directory = ''")
-    con.execute("SET allowed_directories = $dirs", {"dirs": [str(Path(store).resolve())]})
+    # a store on object storage stays its URL (DuckDB matches the prefix), read through the
+    # filesystem ``objstore.register`` gave the database
+    url = objstore.url_of(store)
+    allowed = url.rstrip("/") + "/" if url else str(Path(store).resolve())
+    con.execute("SET allowed_directories = $dirs", {"dirs": [allowed]})
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")
 

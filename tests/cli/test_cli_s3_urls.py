@@ -154,3 +154,21 @@ def test_missing_credentials_are_a_usage_error_naming_the_variables(
     res = runner.invoke(app, ["runs", "--logs", f"{s3_env}/logs"])
     assert res.exit_code == 2, res.output
     assert "AWS_ACCESS_KEY_ID" in res.output and "AWS_SECRET_ACCESS_KEY" in res.output
+
+
+def test_a_missing_bucket_is_named_with_how_to_create_it(s3_env, tmp_path):
+    # was: ingest "run 'x' … was refused: The specified bucket does not exist", runs "ingest
+    # logs first", an output put there the client's bare "The specified bucket does not exist"
+    gone = "s3://nobucket-ddai"
+    src = str(FIX / "logs" / "phase1.jsonl")
+    here = str(tmp_path / "logs")
+    _ddai("ingest", src, "--logs", here, "--no-progress")
+    for args in (["runs", "--logs", f"{gone}/logs"],
+                 ["ingest", src, "--logs", f"{gone}/logs", "--no-progress"],
+                 ["query", "SELECT 1", "--logs", f"{gone}/logs"],
+                 ["query", "SELECT 1 AS n", "--logs", here, "-o", f"{gone}/q.csv"]):  # fmt: skip
+        res = runner.invoke(app, args)
+        assert res.exit_code == 2, res.output
+        out = " ".join(res.output.split())
+        assert out.count(f"bucket {gone} does not exist") == 1, out  # said once
+        assert f"aws s3 mb {gone} --endpoint-url" in out and "ingest logs first" not in out

@@ -159,10 +159,40 @@ def test_sections_start_with_pyarrow_loaded_when_the_funnel_reads_datasets(datas
         "seen = []\n"
         "class Con:\n"
         "    def close(self): pass\n"
-        f"cfg = SimpleNamespace(threads=2, datasets=[], datasets_dir={where!r})\n"
+        f"cfg = SimpleNamespace(threads=2, datasets=[], datasets_dir={where!r}, flags=[])\n"
         "ctx = SimpleNamespace(cfg=cfg, on_cursor=lambda: SimpleNamespace(con=Con()))\n"
         "def section(sub):\n"
         "    seen.append('numpy' in sys.modules and 'pyarrow.parquet' in sys.modules)\n"
+        "    return 'x'\n"
+        "build._sections(ctx, (('a', section), ('b', section)), lambda: None, ())\n"
+        "print(seen)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == str([loaded, loaded])
+
+
+@pytest.mark.parametrize(("flags", "loaded"), [([], False), (["f.csv"], True)])
+def test_sections_start_with_pandas_loaded_when_attribution_reads_flags(flags, loaded):
+    """With --flags, the attribution section builds its flags table with ``pa.table``, which
+    imports pandas, while another section's plotly validator looked pandas up in sys.modules and
+    found it half-initialised (``AttributeError: partially initialized module 'pandas' has no
+    attribute 'Series'``: two report runs in three with --flags on this machine). ``_sections``
+    loads pandas before the pool then, and only then (checked in a fresh interpreter)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from types import SimpleNamespace\n"
+        "from ddai.reports import build\n"
+        "assert 'pandas' not in sys.modules, 'loaded at import: the check below proves nothing'\n"
+        "seen = []\n"
+        "class Con:\n"
+        "    def close(self): pass\n"
+        f"cfg = SimpleNamespace(threads=2, datasets=[], datasets_dir=None, flags={flags!r})\n"
+        "ctx = SimpleNamespace(cfg=cfg, on_cursor=lambda: SimpleNamespace(con=Con()))\n"
+        "def section(sub):\n"
+        "    seen.append('pandas' in sys.modules)\n"
         "    return 'x'\n"
         "build._sections(ctx, (('a', section), ('b', section)), lambda: None, ())\n"
         "print(seen)\n"
