@@ -37,6 +37,33 @@ class PolicyRun:
     lora_target: str = "all-linear"
     """LoRA target modules (peft syntax)."""
 
+    def check_lora(self) -> None:
+        """Refuse LoRA settings given without --lora: they shape an adapter no run trains, so
+        they would be parsed and ignored."""
+        if not self.lora:
+            refuse_lora_settings(self)
+
+
+LORA_FLAGS = ("lora_r", "lora_alpha", "lora_target")
+"""The settings that shape a LoRA adapter, each a flag of the commands that have --lora."""
+
+
+def refuse_lora_settings(cfg: Any) -> None:
+    """``TrainConfigError`` naming the ``LORA_FLAGS`` of ``cfg`` set away from their defaults."""
+    from dataclasses import fields
+
+    changed = [
+        f.name for f in fields(cfg) if f.name in LORA_FLAGS and getattr(cfg, f.name) != f.default
+    ]
+    if changed:
+        from ddai.trainer.common import TrainConfigError
+
+        flags = ", ".join("--" + name.replace("_", "-") for name in changed)
+        raise TrainConfigError(
+            f"{flags} without --lora: they shape a LoRA adapter, which only --lora trains; "
+            "add --lora or drop them"
+        )
+
 
 @dataclass(kw_only=True)
 class TrlKnobs:

@@ -90,13 +90,14 @@ def test_train_ppo_flags_reach_the_nested_and_own_fields(monkeypatch, inputs):
             "--no-whiten",
             "--lr",
             "2e-6",
+            "--lora",
             "--lora-target",
             "q_proj",
         ],
     )
     _check_nested(cfg)
     assert (cfg.kl_coef, cfg.whiten_advantages, cfg.learning_rate) == (0.3, False, 2e-6)
-    assert (cfg.lora, cfg.lora_target, cfg.ppo_epochs) == (False, "q_proj", 4)
+    assert (cfg.lora, cfg.lora_target, cfg.ppo_epochs) == (True, "q_proj", 4)
 
 
 def test_train_collect_flags_reach_the_nested_and_own_fields(monkeypatch, inputs):

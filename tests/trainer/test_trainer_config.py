@@ -298,3 +298,34 @@ def test_cli_refuses_a_bad_loss_type_or_ratio_level_before_loading_or_logging(
     assert message in res.output and "use one of" in res.output
     assert not (out / "run_config.json").exists()
     assert not (logs / "run_id=bad4").exists()
+
+
+def test_lora_settings_without_lora_are_refused_in_every_command_that_has_them(tmp_path):
+    """--lora-r, --lora-alpha and --lora-target shape an adapter that only --lora trains: given
+    without it (train grpo, ppo, sft, plan) they were parsed and ignored; now the run refuses
+    before any model loads, naming them. With --lora, or at their defaults, they pass."""
+    from ddai.trainer.ppo.config import PPORunConfig
+    from ddai.trainer.runtime.plan_config import PlanConfig
+    from ddai.trainer.sft.train import run_sft
+
+    corpus = tmp_path / "pages.parquet"
+    corpus.write_bytes(b"")
+    for make in (
+        lambda **kw: GRPORunConfig(
+            model="m", data=tmp_path / "d.parquet", corpus=corpus, output_dir=tmp_path, **kw
+        ),
+        lambda **kw: PPORunConfig(
+            model="m", data=tmp_path / "d.parquet", corpus=corpus, output_dir=tmp_path, **kw
+        ),
+        lambda **kw: PlanConfig(model="m", **kw),  # no --lora-alpha: a plan does not need it
+    ):
+        with pytest.raises(TrainConfigError, match=r"^--lora-r, --lora-target without --lora"):
+            make(lora_r=8, lora_target="q_proj").check()
+        make(lora=True, lora_r=8, lora_target="q_proj").check()
+    with pytest.raises(TrainConfigError, match=r"^--lora-alpha without --lora"):
+        _cfg(tmp_path, lora_alpha=64).check_lora()
+    sft = SFTRunConfig(model="/no/such/model", output_dir=tmp_path / "o", data=[], lora_r=4)
+    with pytest.raises(TrainConfigError, match=r"^--lora-r without --lora"):
+        run_sft(sft)  # refused before the (missing) model is looked for
+    _cfg(tmp_path, lora=True, lora_r=8).check_lora()
+    _cfg(tmp_path).check_lora()

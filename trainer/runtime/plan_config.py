@@ -79,6 +79,10 @@ class PlanConfig:
 
     def check(self) -> None:
         """Refuse bad settings, naming the flag."""
+        if not self.lora:
+            from ddai.trainer.run_settings import refuse_lora_settings
+
+            refuse_lora_settings(self)
         if self.dtype not in WEIGHT_BYTES:
             raise ValueError(f"--dtype {self.dtype!r}: use one of {', '.join(WEIGHT_BYTES)}")
         for name in ("gpus", "batch_size", "lora_r", "max_prompt_length", "image_size",

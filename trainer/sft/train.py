@@ -219,6 +219,7 @@ def run_sft(cfg: SFTRunConfig) -> SFTResult:
     from ddai.trainer.lora_merge import full_model
     from ddai.trainer.modeling import changed_parameters
 
+    cfg.check_lora()
     common.hf_progress(cfg.progress)
     resume_from = common.resume_checkpoint(cfg.output_dir, cfg.resume)
     setup = build_sft(cfg)
