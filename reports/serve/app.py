@@ -294,6 +294,7 @@ def create_app(cfg: ServeConfig, *, explorer: Explorer | None = None) -> Starlet
             terminated=data["terminated"],
             groups=data["groups"],
             suspects=data["suspects"],
+            suspect_basis=data["suspect_basis"],
             runs=runs,
             a=a,
             b=b,

@@ -198,7 +198,9 @@ def sections(con: duckdb.DuckDBPyConnection, *, top: int = 25) -> dict[str, Any]
 
     ``outcomes`` / ``tags`` / ``terminated``: ``{run: {value: n}}``; ``groups``: per run the
     GRPO groups, zero-variance and mixed ones, and the rollouts in each; ``suspects``: the
-    prompts with most hallucination suspects (run, uid, n); ``totals``: per run rollouts,
+    prompts with most hallucination suspects (run, uid, n); ``suspect_basis``: the judged
+    rollouts and those of them with reference pages (no suspect can be counted without
+    both, so an empty ``suspects`` says which case it is); ``totals``: per run rollouts,
     prompts, success rate (over judged rollouts, None without one) and judge / NDCG / reward
     means; ``grid`` and ``bands``: the report's
     judge-vs-NDCG cells and score bands (``judge_ndcg_grid``, ``score_bands``).
@@ -240,6 +242,14 @@ def sections(con: duckdb.DuckDBPyConnection, *, top: int = 25) -> dict[str, Any]
            GROUP BY ALL ORDER BY n DESC, run_id, uid LIMIT $top""",
         {"top": top},
     )
+    # report_hallucination_runs' judged and judged_with_reference, over every run
+    [suspect_basis] = _dicts(
+        con,
+        """SELECT count(judge_score) AS judged,
+               count(judge_score) FILTER (WHERE has_reference) AS judged_with_reference
+           FROM explorer""",
+        {},
+    )
     return {
         "totals": totals,
         "grid": judge_ndcg_grid(con),
@@ -257,6 +267,7 @@ def sections(con: duckdb.DuckDBPyConnection, *, top: int = 25) -> dict[str, Any]
         ),
         "groups": groups,
         "suspects": suspects,
+        "suspect_basis": suspect_basis,
     }
 
 

@@ -537,7 +537,7 @@ def test_sections_say_why_a_table_has_nothing_to_show(tmp_path):
         "judge-ndcg": "No rollout has both a judge score and NDCG",
         "bands": "No prompt has a score",
         "groups": "No GRPO group has two or more scored rollouts",
-        "suspects": "No hallucination suspect",
+        "suspects": "No rollout is judged: no hallucination suspect can be counted",
     }
     for sid, says in expected.items():
         sec = html.split(f'<section id="{sid}">')[1].split("</section>")[0]
@@ -557,3 +557,30 @@ def test_links_keep_a_chosen_page_size_that_is_not_the_served_default(logs):
     prev = html.split('id="prev" href="/?')[1].split('"')[0]
     assert parse_qs(prev)["size"] == ["4"]
     assert len(c.get("/api/rollouts").json()["rows"]) == 4
+
+
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [
+        ({}, "No rollout is judged: no hallucination suspect can be counted"),
+        (
+            {"judge_score": 1.0},
+            "No judged rollout has reference pages: no hallucination suspect can be counted",
+        ),
+        (
+            {"judge_score": 0.2, "reference_pages": ["x_1"]},
+            "No hallucination suspect among 3 judged rollouts with reference pages",
+        ),
+    ],
+)
+def test_sections_say_why_no_rollout_is_a_hallucination_suspect(tmp_path, extra, says):
+    # before: all three read "no rollout with reference pages was judged correct without a
+    # golden page", as if suspects were counted where nothing could be
+    logs = tmp_path / "logs"
+    store.write_run(logs, "r", [{"uid": "x", "rollout_idx": i, **extra} for i in range(3)])
+    html = local(create_app(ServeConfig(logs=logs))).get("/sections").text
+    sec = " ".join(
+        unescape(html.split('<section id="suspects">')[1].split("</section>")[0]).split()
+    )
+    assert says in sec
+    assert "<table" not in sec
