@@ -197,6 +197,16 @@ class RolloutLog:
 
         return logged_steps(run_manifest(self.logs, self.run_id))
 
+    def count_kept(self) -> int:
+        """Count the run's rows already in the store into ``rows`` (a resumed run's earlier
+        steps), so ``rollouts_logged`` is the run's total in the log; returns that count."""
+        from ddai.pipelines.store import list_runs, read_rollouts
+
+        self.flush()
+        if self.run_id in list_runs(self.logs):
+            self.rows = read_rollouts(self.logs, [self.run_id], ["step"]).num_rows
+        return self.rows
+
     def drop_after(self, step: int) -> int:
         """Remove the run's logged rollouts of steps ``> step`` (those a crashed run logged after
         its last checkpoint; the resumed run logs them anew); returns how many were dropped. The

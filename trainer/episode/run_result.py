@@ -15,7 +15,8 @@ class LoggedRunResult:
     run_id: str
     logs: str
     rollouts_logged: int
-    """Rows the run committed (the main process's count: it alone writes)."""
+    """Rows the run committed (the main process's count: it alone writes); a PPO run resumed
+    from step N counts the rows of steps 1..N kept in the log too (the run's total)."""
     reward_first: float | None
     """Mean reward of the first logged step."""
     reward_last: float | None

@@ -534,6 +534,7 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
     log = RolloutLog(workspace.logs_dir(cfg.logs), run_id)
     if start and main:
         log.drop_after(start)
+        log.count_kept()  # rollouts_logged: the run's total, steps 1..start included
     kept = ck.keep_metrics_until(out / "metrics.jsonl", start) if main and start else []
     metrics_log = MetricsLog(out / "metrics.jsonl") if main else None
     if kept:

@@ -76,7 +76,8 @@ def test_resume_continues_steps(toy_world):
     # No run id given: the checkpoint's is kept.
     second = train.run_ppo(_cfg(root, data, tiny, max_steps=3, resume=True), backends)
     assert second.resumed_from == 2 and second.run_id == "ppo_resume"
-    assert second.rollouts_logged == 4  # step 3 only
+    # the run's rollouts in the log (steps 1-3), not the resumed step's 4 only
+    assert second.rollouts_logged == 12
     assert (root / "out" / "checkpoint-3").is_dir() and not ckpt.exists()
     adam = torch.load(root / "out" / "checkpoint-3" / ck.OPTIM_FILE, weights_only=True)
     assert all(int(s["step"]) == 3 for s in adam["policy"]["state"].values())  # Adam continued
