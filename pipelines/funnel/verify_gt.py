@@ -323,7 +323,10 @@ def split_by_decision(
 
 
 def _verifier_identity(cfg: VerifyConfig, verifier: Any) -> tuple[Any, dict[str, Any] | None]:
-    """The backend spec (None for an injected verifier) and how the manifest names it."""
+    """The backend spec (None for an injected verifier) and how the manifest names it. A spec
+    that could not serve the run is refused here, before any input is read (``ConfigError``):
+    ``--max-cost`` on an unpriced backend (every call would count $0 against the cap) and,
+    unless ``--dry-run`` (which calls nothing), a remote backend whose key is unset."""
     if not cfg.uses_verifier:
         return None, None
     if verifier is not None:
@@ -331,6 +334,9 @@ def _verifier_identity(cfg: VerifyConfig, verifier: Any) -> tuple[Any, dict[str,
     from ddai.pipelines import backends
 
     spec = backends.resolve("verifier", cfg.verifier)
+    backends.require_price(spec, cfg.max_cost)
+    if not cfg.dry_run:
+        backends.require_key(spec, "verifier", "--verifier")
     return spec, {"name": spec.name, "kind": spec.kind, "model": spec.model}
 
 

@@ -211,3 +211,33 @@ def test_lineage_stops_at_a_run_reingested_since_the_output_was_built(tmp_path):
     now = json.loads(runner.invoke(app, ["lineage", str(logs / "run_id=cur"), "--json"]).stdout)
     assert [n["name"] for n in now["nodes"] if n["kind"] == "source"] == ["head.jsonl"]
     assert all(n["replaced"] is None for n in now["nodes"])
+
+
+def test_verify_gt_refuses_an_unusable_verifier_before_reading_anything(tmp_path, monkeypatch):
+    # before: the dataset was read and the preflight run before the verifier was built, so a
+    # missing dataset was reported instead (and with a dataset, the work was done for nothing)
+    toml = tmp_path / "ddai.toml"
+    toml.write_text(
+        '[backends.unpriced]\nkind = "openai"\nmodel = "m"\nbase_url = "http://127.0.0.1:9/v1"\n'
+        '[backends.keyless]\nkind = "openai"\nmodel = "m"\napi_key_env = "DDAI_TEST_UNSET_KEY"\n',
+        encoding="utf-8",
+    )
+    monkeypatch.setenv("DDAI_CONFIG", str(toml))
+    monkeypatch.delenv("DDAI_TEST_UNSET_KEY", raising=False)
+    missing = tmp_path / "missing.parquet"
+    base = ["curate", "verify-gt", "--dataset", str(missing), "--corpus", str(missing)]
+    base += ["--out-dir", str(tmp_path / "o")]
+    cases = [
+        (["--verifier", "unpriced", "--max-cost", "1"], "--max-cost 1 USD cannot cap backend"),
+        (["--verifier", "unpriced", "--max-cost", "1", "--dry-run"], "cannot cap backend"),
+        (["--verifier", "keyless"], "reads its key from $DDAI_TEST_UNSET_KEY"),
+    ]
+    for extra, message in cases:
+        r = runner.invoke(app, [*base, *extra])
+        assert r.exit_code == 2, (extra, r.output)
+        said = " ".join(r.output.split())
+        assert message in said and "missing.parquet" not in said, (extra, r.output)
+    # a dry run calls nothing: a missing key is not a reason to refuse it (the file is)
+    r = runner.invoke(app, [*base, "--verifier", "keyless", "--dry-run"])
+    assert r.exit_code == 2 and "missing.parquet" in " ".join(r.output.split()), r.output
+    assert not (tmp_path / "o").exists()
