@@ -396,13 +396,13 @@ def ingest(cfg: IngestConfig) -> IngestResult:
                     record = w.commit(
                         {
                             "ingest": ingest_id,
-                            "sources": sources_of.get(run, []),
+                            "sources": [_recorded(s) for s in sources_of.get(run, [])],
                             "rows_in": c.rows_in,
                             "quarantined": dict(c.quarantined),
                             "flagged": dict(sorted(c.flagged.items())),
                             "run_config": ctx.run_config.get(run, {}),
                             "notes": {
-                                s["path"]: ctx.notes[s["path"]]
+                                _recorded(s)["path"]: ctx.notes[s["path"]]
                                 for s in sources_of.get(run, [])
                                 if s["path"] in ctx.notes
                             },
@@ -527,6 +527,13 @@ def _naming_input(src: Path, records: Iterator[Any]) -> Iterator[Any]:
         except TypeError:
             err = ValueError(msg)
         raise err from e
+
+
+def _recorded(src_info: dict[str, Any]) -> dict[str, Any]:
+    """A source's manifest entry: its path made absolute (``os.path.abspath``: symlinks kept as
+    the user named them), so lineage run from any folder finds the file; the rest of the ingest
+    (notes, quarantine, messages) keeps the path as typed."""
+    return {**src_info, "path": os.path.abspath(src_info["path"])}
 
 
 def _inputs(sources_of: dict[str, list[dict[str, Any]]], run: str) -> list[str]:

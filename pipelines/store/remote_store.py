@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -103,7 +104,7 @@ def _local_sources(sources: list[Any], into: Path) -> tuple[list[Path], dict[str
         local.parent.mkdir(parents=True, exist_ok=True)
         objstore.download(url, local)
         out.append(local)
-        names[str(local)] = url
+        names[os.path.abspath(local)] = url  # as the staged manifest records a local source
     return out, names
 
 

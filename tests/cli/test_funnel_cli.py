@@ -241,3 +241,42 @@ def test_verify_gt_refuses_an_unusable_verifier_before_reading_anything(tmp_path
     r = runner.invoke(app, [*base, "--verifier", "keyless", "--dry-run"])
     assert r.exit_code == 2 and "missing.parquet" in " ".join(r.output.split()), r.output
     assert not (tmp_path / "o").exists()
+
+
+def test_lineage_from_another_folder_finds_a_source_ingested_by_a_relative_path(
+    tmp_path, monkeypatch
+):
+    """``ddai ingest logs/r0.jsonl`` run in one folder records the source's absolute path (as
+    typed, symlinks kept), so ``ddai lineage`` run in another folder walks to that file, not to
+    a missing one nor to a file of the same relative name there."""
+    ds = write_dataset(tmp_path / "set.parquet", ["train_1", "train_2", "train_3"])
+    scores = tmp_path / "s.csv"
+    pl.DataFrame({"id": ["train_1", "train_2", "train_3"], "p1": [0.9, 0.5, 0.0]}).write_csv(scores)
+    here, there = tmp_path / "a", tmp_path / "b"
+    text = "".join(
+        json.dumps(r) + "\n"
+        for r in group("train_2", "reward", [0.1, 0.2], judge_score=1.0)
+        + group("train_3", "reward", [0.0, 0.0], judge_score=0.0)
+    )
+    for d in (here, there):  # the same relative name in both folders: only one was ingested
+        (d / "logs").mkdir(parents=True)
+        (d / "logs" / "r0.jsonl").write_text(text, encoding="utf-8")
+    logs, out = tmp_path / "store", tmp_path / "out"
+    monkeypatch.chdir(here)
+    r = runner.invoke(app, ["ingest", "logs/r0.jsonl", "--logs", str(logs), "--run-id", "cur"])
+    assert r.exit_code == 0, r.output
+    [src] = store.run_manifest(logs, "cur")["sources"]
+    assert src["path"] == str(here / "logs" / "r0.jsonl")
+    args = ["curate", "bucket", "--dataset", str(ds), "--scores", str(scores), "--score-col",
+            "p1", "--out-dir", str(out)]  # fmt: skip
+    assert runner.invoke(app, args).exit_code == 0
+    args = ["curate", "focus", "--bucket-a", str(out / "curriculum_bucket_a.parquet"),
+            "--bucket-0", str(out / "curriculum_bucket_0.parquet"), "--logs", str(logs), "--run",
+            "cur", "--out", str(out / "r1.parquet")]  # fmt: skip
+    assert runner.invoke(app, args).exit_code == 0
+
+    monkeypatch.chdir(there)
+    r = runner.invoke(app, ["lineage", str(out / "r1.parquet"), "--json"])
+    assert r.exit_code == 0, r.output
+    [raw] = [n for n in json.loads(r.stdout)["nodes"] if n["name"] == "r0.jsonl"]
+    assert (raw["kind"], raw["path"]) == ("source", str(here / "logs" / "r0.jsonl"))

@@ -140,6 +140,19 @@ def test_source_urls_are_read_and_named_in_the_manifest(store_env, tmp_path):
     assert _count(f"{store_env}/logs") == (8, 1.0)
 
 
+def test_a_source_url_stays_a_url_with_a_relative_workspace(store_env, tmp_path, monkeypatch):
+    """Local sources are recorded by their absolute path; a downloaded one, staged under a
+    relative ``DDAI_HOME``, is still named by its URL (not the absolute path of its copy)."""
+    src = _source(tmp_path, "a.jsonl", 2, bad=False)
+    url = f"{store_env}/raw/a.jsonl"
+    objstore.put_file(src, url)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DDAI_HOME", "home")
+    _ingest(Path(url), Path(f"{store_env}/logs"))
+    man = store.run_manifest(f"{store_env}/logs", "r1")
+    assert [s["path"] for s in man["sources"]] == [url]
+
+
 def test_a_missing_run_is_named_with_the_known_ones(store_env, tmp_path):
     _ingest(_source(tmp_path, "a.jsonl", 1, bad=False), Path(f"{store_env}/logs"))
     with pytest.raises(FileNotFoundError, match=r"nope not in (s3|gs)://.*known runs: r1"):
