@@ -191,6 +191,15 @@ def resume_checkpoint(output_dir: str | os.PathLike[str], resume: bool) -> str |
     return last
 
 
+def checkpoint_step(checkpoint: str | os.PathLike[str]) -> int:
+    """The optimizer step a ``checkpoint-N`` folder was saved at (its ``trainer_state.json``'s
+    ``global_step``, else the N of its name)."""
+    state = Path(checkpoint) / "trainer_state.json"
+    if state.is_file():
+        return int(json.loads(state.read_text("utf-8"))["global_step"])
+    return int(Path(checkpoint).name.rsplit("-", 1)[-1])
+
+
 def finish_trainer_setup(trainer: Any) -> None:
     """Drop transformers' tqdm progress printer in favour of TRL's rich one."""
     from transformers.trainer_callback import PrinterCallback, ProgressCallback

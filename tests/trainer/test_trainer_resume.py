@@ -90,3 +90,12 @@ def test_grpo_resume_continues_steps_and_appends_to_the_rollout_log(tmp_path):
     steps = sorted(r["step"] for r in read_rollouts(tmp_path / "logs", ["grpo_resume"]).to_pylist())
     # step 1 from the first run, step 2 from the resumed one: nothing trained or logged twice
     assert steps == [1] * 4 + [2] * 4
+    # A run that crashed after logging step 2 but before saving checkpoint-2 resumes from
+    # checkpoint-1 and trains step 2 again: its earlier step-2 rows are dropped, not doubled.
+    import shutil
+
+    shutil.rmtree(tmp_path / "grpo" / "checkpoint-2")
+    third = run(2, resume=True)
+    steps = sorted(r["step"] for r in read_rollouts(tmp_path / "logs", ["grpo_resume"]).to_pylist())
+    assert steps == [1] * 4 + [2] * 4
+    assert third.rollouts_logged == 8  # the run's total in the log, step 1 included

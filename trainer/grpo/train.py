@@ -145,6 +145,11 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
         ddai_log=log,
     )
     common.finish_trainer_setup(trainer)
+    if resume_from is not None and trainer.accelerator.is_main_process:
+        # Rows a crashed run logged after its last checkpoint are trained and logged again from
+        # it: the earlier ones go first (as PPO's resume does), so no step is in the log twice.
+        log.drop_after(common.checkpoint_step(resume_from))
+        log.count_kept()  # rollouts_logged: the run's total, its earlier steps included
     if cfg.lora:
         float32_adapter(trainer.model)  # TRL leaves it in the weights' dtype under ZeRO-3
         check_update_precision(trainer.model, args.learning_rate)
