@@ -33,12 +33,16 @@ def _check_inputs(cfg: ReportConfig) -> None:
     query.logs_or_fail(cfg.logs)
     # object storage through objstore: a URL stays a URL (pathlib would print s3:/…)
     missing = [objstore.display(p) for p in cfg.datasets if not objstore.any_isfile(p)]
+    for p in missing:  # a missing bucket named as that, not as missing files
+        objstore.require_bucket_of(p)
     if missing:
         raise FileNotFoundError(
             f"--datasets file(s) not found: {', '.join(missing)}; pass curated dataset files "
             "(outputs of ddai curate)"
         )
     missing_flags = [objstore.display(p) for p in cfg.flags if not objstore.any_isfile(p)]
+    for p in missing_flags:
+        objstore.require_bucket_of(p)
     if missing_flags:
         raise FileNotFoundError(
             f"--flags file(s) not found: {', '.join(missing_flags)}; pass review CSVs "

@@ -32,6 +32,7 @@ def read_dataset(path: str | os.PathLike[str]) -> pa.Table:
     p = Path(path)
     url = objstore.url_of(p)
     if not objstore.any_isfile(p):
+        objstore.require_bucket_of(p)
         raise FileNotFoundError(
             f"dataset {objstore.display(p)} not found; pass a Parquet file with an `id` column"
         )

@@ -217,6 +217,7 @@ def read_score_table(path: str | os.PathLike[str], column: str) -> pa.Table:
 def _read_frame(p: Path) -> pl.DataFrame:
     url = objstore.url_of(p)
     if not objstore.any_isfile(p):
+        objstore.require_bucket_of(p)
         raise FileNotFoundError(f"score table {objstore.display(p)} not found")
     suffix = p.suffix.lower()
     # a score table is one value per prompt: small enough to fetch whole from object storage

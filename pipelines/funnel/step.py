@@ -58,6 +58,7 @@ def require(path: str | os.PathLike[str], what: str) -> Path:
     p = resolve(path)
     fileset.settle_for(p)
     if not objstore.any_exists(p):
+        objstore.require_bucket_of(p)
         raise FileNotFoundError(f"{what} {objstore.display(p)} not found")
     if (why := manifest.set_mismatch(p)) is not None:
         raise ValueError(f"{what} {objstore.display(p)}: {why}")

@@ -173,6 +173,14 @@ def require_bucket(url: str) -> None:
     _BUCKETS_FOUND.add(seen)
 
 
+def require_bucket_of(location: str | os.PathLike[str]) -> None:
+    """For an input found missing: ``require_bucket`` when ``location`` is a URL (its bucket
+    named when that is what is missing, not the object), nothing for a local path."""
+    url = url_of(location)
+    if url is not None:
+        require_bucket(url)
+
+
 def fsspec_fs(url: str) -> fsspec.AbstractFileSystem:
     """The fsspec filesystem for ``url``'s scheme (credentials and endpoint from the environment)."""
     sch = scheme(url)

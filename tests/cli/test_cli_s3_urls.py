@@ -172,3 +172,33 @@ def test_a_missing_bucket_is_named_with_how_to_create_it(s3_env, tmp_path):
         out = " ".join(res.output.split())
         assert out.count(f"bucket {gone} does not exist") == 1, out  # said once
         assert f"aws s3 mb {gone} --endpoint-url" in out and "ingest logs first" not in out
+
+
+def test_an_input_in_a_missing_bucket_names_the_bucket(s3_store, tmp_path):
+    # was: "dataset s3://nobucket-ddai/d.parquet not found", as if only the object were missing
+    gone = "s3://nobucket-ddai"
+    s3 = s3_store
+    logs = ["--logs", f"{s3}/logs"]
+    objstore.put_file(FIX / "dataset.parquet", f"{s3}/dataset.parquet")
+    for args in (
+        ["curate", "bucket", *logs, "--run", "focused_r1", "--dataset", f"{gone}/d.parquet",
+         "--out-dir", str(tmp_path / "b")],
+        ["curate", "bucket", "--dataset", f"{s3}/dataset.parquet", "--scores",
+         f"{gone}/s.csv", "--score-col", "s", "--out-dir", str(tmp_path / "b")],
+        ["curate", "focus", *logs, "--run", "focused_r1", "--score-max", "0.5",
+         "--prev", f"{gone}/prev.parquet", "--out", str(tmp_path / "r2.parquet")],
+        ["curate", "verify-gt", "--dataset", f"{gone}/d.parquet", "--decisions", str(REVIEW),
+         "--out-dir", str(tmp_path / "vg")],
+        ["report", *logs, "--datasets", f"{gone}/d.parquet", "-o", str(tmp_path / "r.html")],
+        ["report", *logs, "--flags", f"{gone}/f.csv", "-o", str(tmp_path / "r.html")],
+    ):  # fmt: skip
+        res = runner.invoke(app, args)
+        out = " ".join(res.output.split())
+        assert res.exit_code == 2, out
+        assert out.count(f"bucket {gone} does not exist") == 1, out
+        assert f"aws s3 mb {gone} --endpoint-url" in out, out
+    # a missing object in a bucket that exists is still just "not found"
+    res = runner.invoke(app, ["curate", "verify-gt", "--dataset", f"{s3}/no.parquet",
+                              "--decisions", str(REVIEW), "--out-dir", str(tmp_path / "vg")])  # fmt: skip
+    assert res.exit_code == 2 and f"{s3}/no.parquet not found" in " ".join(res.output.split())
+    assert "does not exist" not in res.output
