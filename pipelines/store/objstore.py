@@ -35,11 +35,12 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import time
 from collections.abc import Iterable
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 if TYPE_CHECKING:
     import duckdb
@@ -112,8 +113,8 @@ def endpoint(sch: str = "s3") -> str | None:
 
 
 def setup_error(e: BaseException) -> str | None:
-    """What to fix when ``e`` (or an exception it came from) says S3 could not be reached or no
-    credentials were found; None for any other failure."""
+    """What to fix when ``e`` (or an exception it came from) says S3 could not be reached, no
+    credentials were found, or an S3 or GCS bucket does not exist; None for any other failure."""
     seen: set[int] = set()
     while e is not None and id(e) not in seen and not seen.add(id(e)):
         name = type(e).__name__ if type(e).__module__.startswith("botocore") else ""
@@ -131,8 +132,23 @@ def setup_error(e: BaseException) -> str | None:
         err = (getattr(e, "response", None) or {}).get("Error") or {}
         if name and err.get("Code") == "NoSuchBucket":  # a ClientError (errorfactory class)
             return missing_bucket_message("s3", err.get("BucketName"))
+        if (bucket := _gcs_missing_bucket(e)) is not None:
+            return missing_bucket_message("gs", bucket)
         e = e.__cause__ or e.__context__  # type: ignore[assignment]
     return None
+
+
+# A 404 on a bucket's object collection (an upload, a listing): only the bucket can be missing.
+_GCS_BUCKET_404 = re.compile(r"^https?://[^/]+(?:/upload)?/storage/v1/b/([^/?]+)/o/?(?:\?.*)?$")
+
+
+def _gcs_missing_bucket(e: BaseException) -> str | None:
+    """The bucket ``e`` says is missing when it is gcsfs's 404 (``FileNotFoundError(<request
+    URL>)``: gcsfs drops GCS's own "bucket does not exist") on a bucket-level request."""
+    if type(e) is not FileNotFoundError or len(e.args) != 1 or not isinstance(e.args[0], str):
+        return None
+    m = _GCS_BUCKET_404.match(e.args[0])
+    return unquote(m.group(1)) if m else None
 
 
 def missing_bucket_message(sch: str, bucket: str | None) -> str:

@@ -202,3 +202,16 @@ def test_an_input_in_a_missing_bucket_names_the_bucket(s3_store, tmp_path):
                               "--decisions", str(REVIEW), "--out-dir", str(tmp_path / "vg")])  # fmt: skip
     assert res.exit_code == 2 and f"{s3}/no.parquet not found" in " ".join(res.output.split())
     assert "does not exist" not in res.output
+
+
+def test_an_output_in_a_missing_gcs_bucket_is_named_with_how_to_create_it(gs_env, tmp_path):
+    # was: "error: http://127.0.0.1:…/upload/storage/v1/b/nobucket-ddai/o" (gcsfs's 404)
+    here = str(tmp_path / "logs")
+    _ddai("ingest", str(FIX / "logs" / "phase1.jsonl"), "--logs", here, "--no-progress")
+    res = runner.invoke(
+        app, ["query", "SELECT 1 AS n", "--logs", here, "-o", "gs://nobucket-ddai/q.csv"]
+    )
+    out = " ".join(res.output.split())
+    assert res.exit_code == 2, out
+    assert out.count("bucket gs://nobucket-ddai does not exist") == 1, out
+    assert "`gcloud storage buckets create gs://nobucket-ddai`" in out and "/upload/" not in out

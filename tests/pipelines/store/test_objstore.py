@@ -95,3 +95,27 @@ def test_the_fake_gcs_server_takes_resumable_uploads_as_gcs_does(gs_env, tmp_pat
     objstore.fsspec_fs(url).put_file(str(src), objstore.key_of(url), chunksize=1 << 18)
     assert objstore.read_bytes(url) == data
     assert objstore.fsspec_fs(url).cat_file(objstore.key_of(url), start=10, end=20) == data[10:20]
+
+
+def test_a_missing_gcs_bucket_is_named_by_setup_error():
+    # gcsfs turns every 404 into FileNotFoundError(<request URL>), dropping GCS's "bucket does
+    # not exist": a 404 on a bucket's object collection (an upload, a listing) is that bucket
+    from gcsfs.retry import validate_response
+
+    api = "https://storage.googleapis.com"
+
+    def raised(path: str, *args: str) -> BaseException:
+        with pytest.raises(FileNotFoundError) as info:
+            validate_response(404, b'{"error": {"code": 404}}', path, args)
+        return info.value
+
+    for path, args in (
+        (f"{api}/upload/storage/v1/b/gone-b/o", ()),
+        (f"{api}/storage/v1/b/{{}}/o", ("gone-b",)),
+    ):
+        why = objstore.setup_error(raised(path, *args))
+        assert why is not None and why.startswith("bucket gs://gone-b does not exist:"), why
+        assert "`gcloud storage buckets create gs://gone-b`" in why
+    # an object's 404 may be the object alone, and a local file's is no bucket at all
+    assert objstore.setup_error(raised(f"{api}/storage/v1/b/{{}}/o/{{}}", "b", "k/o")) is None
+    assert objstore.setup_error(FileNotFoundError("/tmp/storage/v1/b/x/o")) is None
