@@ -60,7 +60,7 @@ def test_resume_without_a_checkpoint_is_a_clear_error(tmp_path):
 
 @pytest.mark.slow
 def test_grpo_resume_continues_steps_and_appends_to_the_rollout_log(tmp_path):
-    from ddai.pipelines.store import read_rollouts
+    from ddai.pipelines.store import read_rollouts, write_run
     from ddai.trainer.grpo.train import GRPORunConfig, run_grpo
 
     data = toy.write_toy(tmp_path / "toy")
@@ -85,6 +85,11 @@ def test_grpo_resume_continues_steps_and_appends_to_the_rollout_log(tmp_path):
 
     first = run(1, resume=False)
     assert first.steps == 1 and (tmp_path / "grpo" / "checkpoint-1").is_dir()
+    # Step 1's rewards marked in the log, so its mean differs from any step a resume trains.
+    logged = read_rollouts(tmp_path / "logs", ["grpo_resume"]).to_pylist()
+    for i, r in enumerate(logged):
+        r["reward"] = 0.31 + 0.01 * i
+    write_run(tmp_path / "logs", "grpo_resume", logged, normalize=False, manifest={"steps": [1]})
     second = run(2, resume=True)
     assert second.steps == 2 and (tmp_path / "grpo" / "checkpoint-2").is_dir()
     steps = sorted(r["step"] for r in read_rollouts(tmp_path / "logs", ["grpo_resume"]).to_pylist())
@@ -99,3 +104,12 @@ def test_grpo_resume_continues_steps_and_appends_to_the_rollout_log(tmp_path):
     steps = sorted(r["step"] for r in read_rollouts(tmp_path / "logs", ["grpo_resume"]).to_pylist())
     assert steps == [1] * 4 + [2] * 4
     assert third.rollouts_logged == 8  # the run's total in the log, step 1 included
+    rows = read_rollouts(tmp_path / "logs", ["grpo_resume"]).to_pylist()
+
+    def step_mean(step):
+        rewards = [r["reward"] for r in rows if r["step"] == step and r["reward"] is not None]
+        return sum(rewards) / len(rewards)
+
+    # reward_first is step 1's (logged by the first run), reward_last step 2's
+    assert third.reward_first == pytest.approx(step_mean(1), abs=1e-12)
+    assert third.reward_last == pytest.approx(step_mean(2), abs=1e-12)

@@ -199,12 +199,19 @@ class RolloutLog:
 
     def count_kept(self) -> int:
         """Count the run's rows already in the store into ``rows`` (a resumed run's earlier
-        steps), so ``rollouts_logged`` is the run's total in the log; returns that count."""
+        steps), so ``rollouts_logged`` is the run's total in the log, and take their steps' mean
+        rewards into ``rewards`` (by step), so ``reward_first`` is step 1's; returns the count."""
         from ddai.pipelines.store import list_runs, read_rollouts
 
         self.flush()
         if self.run_id in list_runs(self.logs):
-            self.rows = read_rollouts(self.logs, [self.run_id], ["step"]).num_rows
+            kept = read_rollouts(self.logs, [self.run_id], ["step", "reward"]).to_pylist()
+            self.rows = len(kept)
+            by_step: dict[int, list[float]] = {}
+            for r in kept:
+                if r["step"] is not None and r["reward"] is not None:
+                    by_step.setdefault(r["step"], []).append(r["reward"])
+            self.rewards = [sum(v) / len(v) for _, v in sorted(by_step.items())]
         return self.rows
 
     def drop_after(self, step: int) -> int:

@@ -18,7 +18,8 @@ intent (exactly the top N layers train); ``ddai train value-sft`` follows the co
 
 A checkpoint folder holds ``value_config.json`` (head type, sizes, unfreeze, where the trunk is),
 ``value_head.safetensors``, the tokenizer, and ``trunk/`` when the trunk was trained (an untouched
-trunk is referenced by its source path or hub id instead of being copied).
+trunk is referenced by its source path or hub id instead of being copied; a source folder above the
+checkpoint, as value-sft's policy above its ``critic/``, as ``..`` parts so both move together).
 """
 
 from __future__ import annotations
@@ -110,7 +111,8 @@ class ValueHeadConfig:
     dropout: float
     unfreeze: int
     trunk: str
-    """Where the trunk's weights are: ``trunk`` (inside the checkpoint) or a path / hub id."""
+    """Where the trunk's weights are: ``trunk`` (inside the checkpoint), ``..`` parts (a folder
+    above it), or a path / hub id."""
 
 
 class ValueModel(nn.Module):
@@ -257,7 +259,7 @@ def save_value_model(
                 shutil.rmtree(tmp)
         trunk_ref = TRUNK_DIR
     else:
-        trunk_ref = src_cfg.trunk if src_cfg is not None else _absolute(source)
+        trunk_ref = _trunk_ref(root, trunk_location(source, src_cfg) if src_cfg else source)
     with tempfile.TemporaryDirectory(prefix=".tok.", dir=root) as tmp:
         tokenizer.save_pretrained(tmp)
         for f in Path(tmp).iterdir():
@@ -270,10 +272,25 @@ def save_value_model(
     return root
 
 
-def _absolute(source: str) -> str:
-    """A local path made absolute (so the checkpoint works from any folder); hub ids as given."""
+def _trunk_ref(root: Path, source: str) -> str:
+    """How ``root``'s config names its trunk ``source``: a folder above ``root`` (value-sft's
+    policy folder holding ``critic/``) as ``..`` parts, so the pair can move together; another
+    local path made absolute (so the checkpoint works from any folder); hub ids as given."""
     p = Path(source)
-    return str(p.resolve()) if p.exists() else source
+    if not p.exists():
+        return source
+    p, here = p.resolve(), root.resolve()
+    return os.path.relpath(p, here) if p in here.parents else str(p)
+
+
+def trunk_location(path: str | os.PathLike[str], cfg: ValueHeadConfig) -> str:
+    """Where checkpoint ``path``'s trunk is: its ``trunk/``, a folder above it (recorded as
+    ``..`` parts), or the recorded path / hub id (older checkpoints: absolute paths)."""
+    if cfg.trunk == TRUNK_DIR:
+        return str(Path(path) / TRUNK_DIR)
+    if set(Path(cfg.trunk).parts) == {".."}:
+        return os.path.normpath(Path(path).resolve() / cfg.trunk)
+    return cfg.trunk
 
 
 def read_config(path: str | os.PathLike[str]) -> ValueHeadConfig:
@@ -300,14 +317,14 @@ def load_value_model(
 
     root = Path(path)
     cfg = read_config(root)
-    trunk_src = str(root / TRUNK_DIR) if cfg.trunk == TRUNK_DIR else cfg.trunk
+    trunk_src = trunk_location(root, cfg)
     try:
         trunk = _load_trunk(trunk_src, dtype)
     except ValueError as e:
         if cfg.trunk == TRUNK_DIR or str(e).startswith("--dtype"):
             raise
         raise ValueError(  # a path the user never typed: say whose it is and the fix
-            f"value checkpoint {path}: its trunk {cfg.trunk} (value_config.json trunk, not copied "
+            f"value checkpoint {path}: its trunk {trunk_src} (value_config.json trunk, not copied "
             "into the checkpoint) is not there; put that model back, or set trunk in "
             f"{CONFIG_FILE} to where it is now ({e})"
         ) from e

@@ -53,6 +53,21 @@ def _cfg(root, data, tiny, **kw) -> train.PPORunConfig:
     return train.PPORunConfig(**{**base, **kw})
 
 
+def _mark_step_rewards(logs, run_id: str, step: int) -> None:
+    """Rewrite the run's ``step`` rows with rewards 0.31, 0.32, ... (mean ≠ a toy step's)."""
+    rows = read_rollouts(logs, [run_id]).to_pylist()
+    marked = [r for r in rows if r["step"] == step]
+    for i, r in enumerate(marked):
+        r["reward"] = 0.31 + 0.01 * i
+    steps = sorted({r["step"] for r in rows})
+    write_run(logs, run_id, rows, normalize=False, manifest={"steps": steps})
+
+
+def _step_mean(rows: list[dict], step: int) -> float:
+    rewards = [r["reward"] for r in rows if r["step"] == step and r["reward"] is not None]
+    return sum(rewards) / len(rewards)
+
+
 @pytest.mark.slow
 def test_resume_continues_steps(toy_world):
     root, data, tiny = toy_world
@@ -65,6 +80,8 @@ def test_resume_continues_steps(toy_world):
     adam = torch.load(ckpt / ck.OPTIM_FILE, weights_only=True)["policy"]["state"]
     assert adam and all(int(s["step"]) == 2 for s in adam.values())  # one step per PPO step
 
+    # Step 1's rewards marked in the log, so its mean differs from any step the resume trains.
+    _mark_step_rewards(root / "logs", "ppo_resume", 1)
     # A crash after step 3 was logged but before its checkpoint: its rows and metrics are redone.
     step2 = [r for r in read_rollouts(root / "logs", ["ppo_resume"]).to_pylist() if r["step"] == 2]
     write_run(
@@ -90,6 +107,9 @@ def test_resume_continues_steps(toy_world):
     assert all("actor/kl_loss" in m and "actor/entropy" in m for m in metrics)
     rows = read_rollouts(root / "logs", ["ppo_resume"]).to_pylist()
     assert sorted(r["step"] for r in rows) == [1] * 4 + [2] * 4 + [3] * 4
+    # reward_first is the run's step 1 (logged before the resume), reward_last its step 3
+    assert second.reward_first == pytest.approx(_step_mean(rows, 1), abs=1e-12)
+    assert second.reward_last == pytest.approx(_step_mean(rows, 3), abs=1e-12)
 
     with pytest.raises(TrainConfigError, match="raise --max-steps"):
         train.run_ppo(_cfg(root, data, tiny, max_steps=3, resume=True), backends)

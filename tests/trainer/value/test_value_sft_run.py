@@ -290,3 +290,32 @@ def test_a_split_other_than_the_critics_is_refused(world, tmp_path):
     )
     res = runner.invoke(app, [*args, "--val-fraction", "0.5"])
     assert res.exit_code == 2 and "--val-fraction 0.5" in said(res)
+
+
+def test_the_critic_loads_after_its_output_folder_moved(world, tmp_path):
+    # critic/value_config.json recorded the policy folder (its trunk) as an absolute path: a moved
+    # output folder left the critic pointing at where it was. Now it is the critic folder's parent.
+    import shutil
+
+    root, tiny, critic = world
+    out = tmp_path / "joint"
+    res = runner.invoke(
+        app, [*base_args(root, tiny, critic, out), "--max-steps", "1", "--batch-size", "2"]
+    )
+    assert res.exit_code == 0, res.output
+    assert value_model.read_config(out / vs.CRITIC_DIR).trunk == ".."
+    moved = tmp_path / "elsewhere" / "joint"
+    moved.parent.mkdir()
+    shutil.move(out, moved)
+    crit, _ = value_model.load_value_model(moved / vs.CRITIC_DIR)
+    from transformers import AutoModelForCausalLM
+
+    lm = AutoModelForCausalLM.from_pretrained(moved)  # the critic's trunk is the moved policy's
+    for name, p in lm.base_model.state_dict().items():
+        assert torch.equal(crit.trunk.state_dict()[name], p), name
+    assert crit.head_type == "linear"
+    # A checkpoint of before (absolute trunk path) still loads.
+    cfg_file = moved / vs.CRITIC_DIR / value_model.CONFIG_FILE
+    cfg = json.loads(cfg_file.read_text())
+    cfg_file.write_text(json.dumps({**cfg, "trunk": str(moved.resolve())}))
+    assert value_model.load_value_model(moved / vs.CRITIC_DIR)[0].head_type == "linear"
