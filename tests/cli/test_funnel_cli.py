@@ -31,6 +31,20 @@ def _inputs(tmp_path):
     return ds, scores, logs
 
 
+def _bucket_then_focus(ds, scores, logs, out) -> None:
+    """``curate bucket`` of ``ds`` by ``scores``, then round 1's ``curate focus`` over run ``cur``
+    into ``out/r1.parquet``."""
+    args = ["curate", "bucket", "--dataset", str(ds), "--scores", str(scores), "--score-col",
+            "p1", "--out-dir", str(out)]  # fmt: skip
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.output
+    args = ["curate", "focus", "--bucket-a", str(out / "curriculum_bucket_a.parquet"),
+            "--bucket-0", str(out / "curriculum_bucket_0.parquet"), "--logs", str(logs), "--run",
+            "cur", "--out", str(out / "r1.parquet")]  # fmt: skip
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.output
+
+
 def test_bucket_focus_lineage_plan(tmp_path):
     ds, scores, logs = _inputs(tmp_path)
     out = tmp_path / "out"
@@ -177,14 +191,7 @@ def test_lineage_stops_at_a_run_reingested_since_the_output_was_built(tmp_path):
     """
     ds, scores, logs = _inputs(tmp_path)
     out = tmp_path / "out"
-    args = ["curate", "bucket", "--dataset", str(ds), "--scores", str(scores), "--score-col",
-            "p1", "--out-dir", str(out)]  # fmt: skip
-    assert runner.invoke(app, args).exit_code == 0
-    args = ["curate", "focus", "--bucket-a", str(out / "curriculum_bucket_a.parquet"),
-            "--bucket-0", str(out / "curriculum_bucket_0.parquet"), "--logs", str(logs), "--run",
-            "cur", "--out", str(out / "r1.parquet")]  # fmt: skip
-    r = runner.invoke(app, args)
-    assert r.exit_code == 0, r.output
+    _bucket_then_focus(ds, scores, logs, out)
     raw = tmp_path / "head.jsonl"  # the run replaced by a 1-row file
     rows = group("train_2", "reward", [1.0], judge_score=1.0)
     raw.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
@@ -267,13 +274,7 @@ def test_lineage_from_another_folder_finds_a_source_ingested_by_a_relative_path(
     assert r.exit_code == 0, r.output
     [src] = store.run_manifest(logs, "cur")["sources"]
     assert src["path"] == str(here / "logs" / "r0.jsonl")
-    args = ["curate", "bucket", "--dataset", str(ds), "--scores", str(scores), "--score-col",
-            "p1", "--out-dir", str(out)]  # fmt: skip
-    assert runner.invoke(app, args).exit_code == 0
-    args = ["curate", "focus", "--bucket-a", str(out / "curriculum_bucket_a.parquet"),
-            "--bucket-0", str(out / "curriculum_bucket_0.parquet"), "--logs", str(logs), "--run",
-            "cur", "--out", str(out / "r1.parquet")]  # fmt: skip
-    assert runner.invoke(app, args).exit_code == 0
+    _bucket_then_focus(ds, scores, logs, out)
 
     monkeypatch.chdir(there)
     r = runner.invoke(app, ["lineage", str(out / "r1.parquet"), "--json"])

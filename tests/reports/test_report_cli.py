@@ -139,6 +139,34 @@ def test_people_read_the_page_size_in_mb_under_its_own_label(logs, tmp_path):
     assert not any(x.split()[:1] == ["bytes"] for x in res.output.splitlines())
 
 
+def _loaded_in_sections(cfg: str, module: str) -> list[bool]:
+    """In a fresh interpreter (where nothing has loaded ``module`` yet), whether each of two
+    sections ``build._sections`` runs in its threads sees ``module`` loaded, the report's config
+    being ``SimpleNamespace(threads=2, <cfg>)``."""
+    import ast
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from types import SimpleNamespace\n"
+        "from ddai.reports import build\n"
+        f"assert {module!r} not in sys.modules, 'loaded at import: the check proves nothing'\n"
+        "seen = []\n"
+        "class Con:\n"
+        "    def close(self): pass\n"
+        f"cfg = SimpleNamespace(threads=2, {cfg})\n"
+        "ctx = SimpleNamespace(cfg=cfg, on_cursor=lambda: SimpleNamespace(con=Con()))\n"
+        "def section(sub):\n"
+        f"    seen.append({module!r} in sys.modules)\n"
+        "    return 'x'\n"
+        "build._sections(ctx, (('a', section), ('b', section)), lambda: None, ())\n"
+        "print(seen)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return ast.literal_eval(out.stdout.strip())
+
+
 @pytest.mark.parametrize(("datasets", "loaded"), [(False, False), (True, True)])
 def test_sections_start_with_pyarrow_loaded_when_the_funnel_reads_datasets(datasets, loaded):
     """The sections run in threads. With datasets to trace, the funnel section reads Parquet
@@ -146,29 +174,11 @@ def test_sections_start_with_pyarrow_loaded_when_the_funnel_reads_datasets(datas
     numpy up in sys.modules and found it half-initialised (``AttributeError: partially
     initialized module 'numpy' has no attribute 'ndarray'``: about half the comparison reports
     of docs/report.md under load). ``_sections`` loads pyarrow before the pool then, and only
-    then (a report without datasets imports neither: checked in a fresh interpreter)."""
-    import subprocess
-    import sys
-
+    then (a report without datasets imports neither)."""
     where = "d" if datasets else None
-    code = (
-        "import sys\n"
-        "from types import SimpleNamespace\n"
-        "from ddai.reports import build\n"
-        "assert 'numpy' not in sys.modules, 'loaded at import: the check below proves nothing'\n"
-        "seen = []\n"
-        "class Con:\n"
-        "    def close(self): pass\n"
-        f"cfg = SimpleNamespace(threads=2, datasets=[], datasets_dir={where!r}, flags=[])\n"
-        "ctx = SimpleNamespace(cfg=cfg, on_cursor=lambda: SimpleNamespace(con=Con()))\n"
-        "def section(sub):\n"
-        "    seen.append('numpy' in sys.modules and 'pyarrow.parquet' in sys.modules)\n"
-        "    return 'x'\n"
-        "build._sections(ctx, (('a', section), ('b', section)), lambda: None, ())\n"
-        "print(seen)\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == str([loaded, loaded])
+    cfg = f"datasets=[], datasets_dir={where!r}, flags=[]"
+    assert _loaded_in_sections(cfg, "numpy") == [loaded, loaded]
+    assert _loaded_in_sections(cfg, "pyarrow.parquet") == [loaded, loaded]
 
 
 @pytest.mark.parametrize(("flags", "loaded"), [([], False), (["f.csv"], True)])
@@ -177,25 +187,6 @@ def test_sections_start_with_pandas_loaded_when_attribution_reads_flags(flags, l
     imports pandas, while another section's plotly validator looked pandas up in sys.modules and
     found it half-initialised (``AttributeError: partially initialized module 'pandas' has no
     attribute 'Series'``: two report runs in three with --flags on this machine). ``_sections``
-    loads pandas before the pool then, and only then (checked in a fresh interpreter)."""
-    import subprocess
-    import sys
-
-    code = (
-        "import sys\n"
-        "from types import SimpleNamespace\n"
-        "from ddai.reports import build\n"
-        "assert 'pandas' not in sys.modules, 'loaded at import: the check below proves nothing'\n"
-        "seen = []\n"
-        "class Con:\n"
-        "    def close(self): pass\n"
-        f"cfg = SimpleNamespace(threads=2, datasets=[], datasets_dir=None, flags={flags!r})\n"
-        "ctx = SimpleNamespace(cfg=cfg, on_cursor=lambda: SimpleNamespace(con=Con()))\n"
-        "def section(sub):\n"
-        "    seen.append('pandas' in sys.modules)\n"
-        "    return 'x'\n"
-        "build._sections(ctx, (('a', section), ('b', section)), lambda: None, ())\n"
-        "print(seen)\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == str([loaded, loaded])
+    loads pandas before the pool then, and only then."""
+    cfg = f"datasets=[], datasets_dir=None, flags={flags!r}"
+    assert _loaded_in_sections(cfg, "pandas") == [loaded, loaded]

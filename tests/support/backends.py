@@ -98,3 +98,19 @@ def toy_backends(judge: Any = None) -> Any:
 
     search = get_backend("search", "local", corpus=toy.corpus(), cache=False)
     return Backends(search=search, generator=ConstantGenerator(), judge=judge or RandomJudge())
+
+
+def keyless_backend(
+    tmp_path: Path, monkeypatch: Any, name: str, kind: str, model: str, var: str
+) -> None:
+    """A ``ddai.toml`` in ``tmp_path`` with one remote backend ``name`` whose key variable
+    ``var`` is unset, in effect (``DDAI_CONFIG``), with the workspace (call cache) under
+    ``tmp_path/home``."""
+    monkeypatch.delenv(var, raising=False)
+    cfg = tmp_path / "ddai.toml"
+    cfg.write_text(
+        f'[backends.{name}]\nkind = "{kind}"\nmodel = "{model}"\napi_key_env = "{var}"\n',
+        encoding="utf-8",
+    )
+    monkeypatch.setenv("DDAI_CONFIG", str(cfg))
+    monkeypatch.setenv("DDAI_HOME", str(tmp_path / "home"))

@@ -10,6 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from support.backends import keyless_backend
 from typer.testing import CliRunner
 
 from ddai.cli.app import app
@@ -26,14 +27,7 @@ FIXTURES = Path(__file__).resolve().parents[3] / "fixtures"
 def keyless(tmp_path, monkeypatch) -> Path:
     """A ``ddai.toml`` with one Gemini backend ``flash`` whose key variable is unset; the
     workspace (call cache) under ``tmp_path/home``; the working directory ``tmp_path/work``."""
-    monkeypatch.delenv(VAR, raising=False)
-    cfg = tmp_path / "ddai.toml"
-    cfg.write_text(
-        f'[backends.flash]\nkind = "gemini"\nmodel = "gemini-x"\napi_key_env = "{VAR}"\n',
-        encoding="utf-8",
-    )
-    monkeypatch.setenv("DDAI_CONFIG", str(cfg))
-    monkeypatch.setenv("DDAI_HOME", str(tmp_path / "home"))
+    keyless_backend(tmp_path, monkeypatch, "flash", "gemini", "gemini-x", VAR)
     work = tmp_path / "work"
     work.mkdir()
     monkeypatch.chdir(work)

@@ -54,9 +54,9 @@ def _write(path, rows):
         w.writerows(rows)
 
 
-@pytest.fixture
-def first(tmp_path):
-    """The first run's dataset, out folder and review sheet rows."""
+def _first_run(tmp_path, **kw):
+    """A first run with the verifier (``kw``: more VerifyConfig fields): its dataset, out folder
+    and result."""
     ids = [f"train_{d}" for d in PROPOSED]
     ds = write_dataset(tmp_path / "curriculum_bucket_0.parquet", ids)
     corpus = tmp_path / "pages.parquet"
@@ -64,7 +64,16 @@ def first(tmp_path):
         [{"doc_id": d, "page": 2, "text": f"deck {d}: answer {d}"} for d in PROPOSED]
     ).save(corpus)
     out = tmp_path / "data"
-    run_verify(VerifyConfig(dataset=ds, out=out, corpus=corpus), verifier=DeckVerifier())
+    res = run_verify(
+        VerifyConfig(dataset=ds, out=out, corpus=corpus, **kw), verifier=DeckVerifier()
+    )
+    return ds, out, res
+
+
+@pytest.fixture
+def first(tmp_path):
+    """The first run's dataset, out folder and review sheet rows."""
+    ds, out, _ = _first_run(tmp_path)
     return ds, out, _sheet(out / "review.csv")
 
 
@@ -148,15 +157,7 @@ def test_a_proposal_no_verifier_gives_names_file_and_line(tmp_path):
 
 def _trusted(tmp_path):
     """A first run under --trust-verifier: its sheet's verdicts are the verifier's."""
-    ids = [f"train_{d}" for d in PROPOSED]
-    ds = write_dataset(tmp_path / "curriculum_bucket_0.parquet", ids)
-    corpus = tmp_path / "pages.parquet"
-    Corpus.from_records(
-        [{"doc_id": d, "page": 2, "text": f"deck {d}: answer {d}"} for d in PROPOSED]
-    ).save(corpus)
-    out = tmp_path / "data"
-    cfg = VerifyConfig(dataset=ds, out=out, corpus=corpus, trust_verifier=True)
-    res = run_verify(cfg, verifier=DeckVerifier())
+    ds, out, res = _first_run(tmp_path, trust_verifier=True)
     assert res.summary["decided by a person"] == 0
     assert ids_of(res.outputs["excluded"]) == ["train_2", "train_3"]
     return ds, out, _sheet(out / "review.csv")

@@ -98,19 +98,13 @@ def test_embed_with_a_keyless_remote_embedder_is_refused_before_any_work(
     and ``--embedder local``, no store, no call cache; ``--dry-run`` (no call) still plans."""
     import json
 
+    from support.backends import keyless_backend
     from typer.testing import CliRunner
 
     from ddai.cli.app import app
 
     var = "DDAI_TEST_UNSET_EMBED_KEY"
-    monkeypatch.delenv(var, raising=False)
-    cfg = tmp_path / "ddai.toml"
-    cfg.write_text(
-        f'[backends.oai]\nkind = "openai"\nmodel = "emb"\napi_key_env = "{var}"\n',
-        encoding="utf-8",
-    )
-    monkeypatch.setenv("DDAI_CONFIG", str(cfg))
-    monkeypatch.setenv("DDAI_HOME", str(tmp_path / "home"))
+    keyless_backend(tmp_path, monkeypatch, "oai", "openai", "emb", var)
     before = sorted(tmp_path.rglob("*"))
     args = ["pointer", "embed", str(world_dir), "--out", str(tmp_path / "s.parquet")]
     res = CliRunner().invoke(app, [*args, "--embedder", "oai"])

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from support.backends import keyless_backend
 from typer.testing import CliRunner
 
 from ddai.cli.app import app
@@ -22,14 +23,7 @@ FIXTURES = Path(__file__).resolve().parents[3] / "fixtures"
 def test_a_keyless_remote_reward_backend_is_refused_before_the_model_loads(
     tmp_path, monkeypatch, flag, local
 ):
-    monkeypatch.delenv(VAR, raising=False)
-    cfg = tmp_path / "ddai.toml"
-    cfg.write_text(
-        f'[backends.flash]\nkind = "gemini"\nmodel = "gemini-x"\napi_key_env = "{VAR}"\n',
-        encoding="utf-8",
-    )
-    monkeypatch.setenv("DDAI_CONFIG", str(cfg))
-    monkeypatch.setenv("DDAI_HOME", str(tmp_path / "home"))
+    keyless_backend(tmp_path, monkeypatch, "flash", "gemini", "gemini-x", VAR)
     monkeypatch.chdir(tmp_path)
     before = sorted(tmp_path.rglob("*"))
     # the model does not exist: loading it would fail differently, so exit 2 here is the refusal

@@ -102,9 +102,14 @@ def test_train_reads_the_old_grpo_mode_with_a_note(tmp_path):
     assert "RL phases need --data" in " ".join(res.output.split())
 
 
+def _train(*args: str) -> list[str]:
+    """``pointer train`` with ``args`` (paths that need not exist: checks come first)."""
+    return ["train", "--store", "s", "--out", "o", *args]
+
+
 def _rl(*args: str) -> list[str]:
-    """``pointer train`` of RL phases with ``args`` (paths that need not exist: checks come first)."""
-    return ["train", "--store", "s", "--out", "o", "--data", "d", "--init", "m", *args]
+    """``pointer train`` of RL phases with ``args``."""
+    return _train("--data", "d", "--init", "m", *args)
 
 
 @pytest.mark.parametrize(
@@ -141,58 +146,12 @@ def _rl(*args: str) -> list[str]:
         ),
         (["world", "w", "--topics", "12"], "n_topics"),
         # flags the run would not read (before: accepted, ignored and written to the manifest)
+        (_train("--mode", "sft", "--world", "w", "--clip-eps", "0.1"), "RL settings"),
         (
-            [
-                "train",
-                "--store",
-                "s",
-                "--out",
-                "o",
-                "--mode",
-                "sft",
-                "--world",
-                "w",
-                "--clip-eps",
-                "0.1",
-            ],
-            "RL settings",
-        ),
-        (
-            [
-                "train",
-                "--store",
-                "s",
-                "--out",
-                "o",
-                "--mode",
-                "sft",
-                "--world",
-                "w",
-                "--init",
-                "m",
-                "--d-model",
-                "32",
-            ],
+            _train("--mode", "sft", "--world", "w", "--init", "m", "--d-model", "32"),
             "--d-model and --scoring shape a new model",
         ),
-        (
-            [
-                "train",
-                "--store",
-                "s",
-                "--out",
-                "o",
-                "--mode",
-                "rce",
-                "--data",
-                "d",
-                "--init",
-                "m",
-                "--split",
-                "test",
-            ],
-            "--split picks the sft queries",
-        ),
+        (_rl("--mode", "rce", "--split", "test"), "--split picks the sft queries"),
         # RL settings no chosen phase reads (before: accepted, ignored, written to the manifest)
         (
             _rl("--mode", "rce", "--clip-eps", "0.1"),
