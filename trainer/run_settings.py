@@ -50,15 +50,12 @@ LORA_FLAGS = ("lora_r", "lora_alpha", "lora_target")
 
 def refuse_lora_settings(cfg: Any) -> None:
     """``TrainConfigError`` naming the ``LORA_FLAGS`` of ``cfg`` set away from their defaults."""
-    from dataclasses import fields
+    from ddai.pipelines.records.defaults import changed
 
-    changed = [
-        f.name for f in fields(cfg) if f.name in LORA_FLAGS and getattr(cfg, f.name) != f.default
-    ]
-    if changed:
+    if names := changed(cfg, LORA_FLAGS):
         from ddai.trainer.common import TrainConfigError
 
-        flags = ", ".join("--" + name.replace("_", "-") for name in changed)
+        flags = ", ".join("--" + name.replace("_", "-") for name in names)
         raise TrainConfigError(
             f"{flags} without --lora: they shape a LoRA adapter, which only --lora trains; "
             "add --lora or drop them"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +16,7 @@ from ddai.pipelines.funnel.configs import (
     check_metric,
     file_name,
 )
+from ddai.pipelines.records.defaults import changed
 from ddai.pipelines.records.rerun import ForceFlag
 
 
@@ -50,13 +51,11 @@ class BucketConfig(DatasetFlag, RunsFlag, ForceFlag):
         if self.runs and self.logs is None:
             raise ValueError("--run needs the log store (--logs DIR)")
         if self.scores:  # the table's score is used as it is: nothing to aggregate
-            defaults = {f.name: f.default for f in fields(self)}
-            for name in ("metric", "agg"):
-                if getattr(self, name) != defaults[name]:
-                    raise ValueError(
-                        f"--{name} aggregates a run's rollouts (--run); --scores gives each "
-                        "prompt's score already: drop it, or pick the column with --score-col"
-                    )
+            for name in changed(self, ("metric", "agg")):
+                raise ValueError(
+                    f"--{name} aggregates a run's rollouts (--run); --scores gives each "
+                    "prompt's score already: drop it, or pick the column with --score-col"
+                )
         check_metric(self.metric, self.agg)
         for name in ("mastered", "floor"):
             v = getattr(self, name)

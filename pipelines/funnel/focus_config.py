@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ddai.pipelines.funnel.configs import STEP_NEXT, STEP_ROUND1, DecisionsFlag, RunsFlag
+from ddai.pipelines.records.defaults import changed
 from ddai.pipelines.records.rerun import ForceFlag
 
 
@@ -47,7 +48,7 @@ class FocusConfig(RunsFlag, DecisionsFlag, ForceFlag):
             raise ValueError("name the run that scored these prompts with --run RUN")
         # each round reads one threshold: the other one, given, would be accepted and ignored
         other = ("score_max", "round N+1 (--prev)") if round1 else ("hard_max", "round 1")
-        if getattr(self, other[0]) != _DEFAULTS[other[0]]:
+        if changed(self, [other[0]]):
             flag = f"--{other[0].replace('_', '-')}"
             keep = "--hard-max" if round1 else "--score-max"
             raise ValueError(f"{flag} applies to {other[1]}; this round keeps prompts by {keep}")
@@ -69,7 +70,3 @@ class FocusConfig(RunsFlag, DecisionsFlag, ForceFlag):
         if self.round1:
             return {**common, "hard_max": self.hard_max}
         return {**common, "score_max": self.score_max}
-
-
-_DEFAULTS = {f.name: f.default for f in fields(FocusConfig)}
-"""Each field's default: a round's unused threshold must stay at it."""

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ddai.pipelines.funnel.configs import ALL, RULES, DatasetFlag, DecisionsFlag, RunsFlag
+from ddai.pipelines.records.defaults import changed
 from ddai.pipelines.records.rerun import ForceFlag
 
 
@@ -57,13 +58,12 @@ class VerifyConfig(DatasetFlag, RunsFlag, DecisionsFlag, ForceFlag):
         if self.select and not self.runs:
             raise ValueError("--select rules read a run's scores: add --logs DIR --run RUN")
         # a threshold no selected rule reads would be accepted and ignored
-        defaults = {f.name: f.default for f in fields(self)}
-        if not self.runs and self.ndcg_min != defaults["ndcg_min"]:
+        if not self.runs and changed(self, ["ndcg_min"]):
             raise ValueError(
                 "--ndcg-min is a threshold of the candidate rules, which read a run's scores: "
                 "add --logs DIR --run RUN"
             )
-        if self.low_score_max != defaults["low_score_max"] and "low-score" not in self.rules:
+        if changed(self, ["low_score_max"]) and "low-score" not in self.rules:
             raise ValueError(
                 "--low-score-max is a threshold of the low-score rule: add --run RUN (and "
                 "--select low-score when selecting rules)"

@@ -13,10 +13,11 @@ the CLI reads them from.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ddai.pipelines.pointer import DEFAULT_THRESHOLD, Rerun, one_of
+from ddai.pipelines.records.defaults import changed
 
 CORRECTNESS_MODES = ("01", "pm1")
 QUALITY_SOURCES = ("none", "beam", "logprob")
@@ -259,12 +260,11 @@ def unread_rl_settings(phases: tuple[tuple[str, int], ...], rl: RLConfig) -> lis
     and the phases that would read it, e.g. ``--clip-eps (read by clipped-group, reinforcepp)``."""
     read = {n for m, _ in phases for n in phase_reads(m, rl)}
     unread = []
-    for f in fields(RLConfig):
-        value = getattr(rl, f.name)
-        if value != f.default and f.name not in read:
-            flag = ("--no-" if value is False else "--") + f.name.replace("_", "-")
-            by = [m for m, reads in PHASE_READS.items() if f.name in reads]
-            clip = " with --reinforcepp-clip" if f.name in RATIO_SETTINGS else ""
+    for name in changed(rl):
+        if name not in read:
+            flag = ("--no-" if getattr(rl, name) is False else "--") + name.replace("_", "-")
+            by = [m for m, reads in PHASE_READS.items() if name in reads]
+            clip = " with --reinforcepp-clip" if name in RATIO_SETTINGS else ""
             unread.append(f"{flag} (read by {', '.join(by)}{clip})")
     return unread
 
@@ -306,9 +306,7 @@ class PointerTrainConfig(StoreInput):
                 "RL phases need --data (from `ddai pointer process`) and --init (the SFT checkpoint)"
             )
         # settings this run would not read: refused rather than ignored (and kept in the manifest)
-        default = {f.name: f.default for f in fields(self)}
-        new_model = ("d_model", "scoring")
-        if self.init is not None and any(getattr(self, n) != default[n] for n in new_model):
+        if self.init is not None and changed(self, ("d_model", "scoring")):
             raise ValueError(
                 "--d-model and --scoring shape a new model; --init loads one with its own: drop them"
             )
@@ -324,7 +322,7 @@ class PointerTrainConfig(StoreInput):
                 f"phases {chosen} do not read {', '.join(unread)}: drop it or add a phase that "
                 "reads it"
             )
-        if not self.is_sft and self.split != default["split"]:
+        if not self.is_sft and changed(self, ["split"]):
             raise ValueError(
                 "--split picks the sft queries; RL phases train on every row of --data: drop it"
             )
