@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import time
@@ -117,8 +118,10 @@ def _sections(
         import pyarrow.parquet  # noqa: F401
     if ctx.cfg.flags:
         # The attribution section's flags table (``pa.table``) imports pandas, which plotly's
-        # validators look up in sys.modules from the other threads: loaded here too.
-        import pandas  # noqa: F401
+        # validators look up in sys.modules from the other threads: loaded here too. `ddai
+        # report` itself runs without pandas (``lazy.run_without``): then nothing imports it.
+        with contextlib.suppress(ModuleNotFoundError):
+            import pandas  # noqa: F401
 
     workers = max(1, min(len(sections), ctx.cfg.threads or os.cpu_count() or 1))
     with ThreadPoolExecutor(workers, thread_name_prefix="report-section") as pool:

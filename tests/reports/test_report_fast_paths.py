@@ -206,3 +206,29 @@ def test_report_command_imports_no_pyarrow(world, tmp_path):
     rc, mods = json.loads(line[0][len("MODULES ") :])
     assert rc == 0 and out.stat().st_size > 0
     assert [m for m in ("pyarrow", "numpy", "pandas") if m in mods] == []
+
+
+def test_report_command_with_flags_runs_without_pandas(world, tmp_path):
+    """`ddai report --flags FILE` as a command (``main``: the store's commands run without
+    pandas): the report is written, exit 0, and pandas is never imported (the section threads'
+    preload of it must not ask for a module the command has made absent)."""
+    import json
+    import subprocess
+
+    flags = tmp_path / "flags.csv"
+    flags.write_text("uid,verdict,reason\ntrain_1,wrong,x\n", encoding="utf-8")
+    out = tmp_path / "r.html"
+    code = (
+        "import json, sys\n"
+        f"sys.argv = ['ddai', 'report', '--logs', {str(world)!r}, '--flags', {str(flags)!r}, "
+        f"'--out', {str(out)!r}, '--no-progress']\n"
+        "from ddai.cli.app import main\n"
+        "try:\n    main()\nexcept SystemExit as e:\n    rc = e.code or 0\nelse:\n    rc = 0\n"
+        "print('\\nMODULES ' + json.dumps([rc, sorted(sys.modules)]))\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    line = next((x for x in p.stdout.splitlines() if x.startswith("MODULES ")), None)
+    assert line is not None, p.stderr
+    rc, mods = json.loads(line[len("MODULES ") :])
+    assert rc == 0 and out.stat().st_size > 0, p.stderr
+    assert "pandas" not in mods
