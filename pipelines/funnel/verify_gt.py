@@ -147,6 +147,11 @@ def run_verify(cfg: VerifyConfig, *, verifier: Any = None) -> step.StepResult:
     base = None if cfg.dry_run else manifest.start(STEP, params, inputs)
 
     raw = ds.read_dataset(cfg.dataset)
+    if not raw.num_rows:  # empty outputs with exit 0 would read as a review that found nothing
+        raise ValueError(
+            f"--dataset {objstore.display(cfg.dataset)} holds no prompts (an empty bucket?): "
+            "nothing to verify; check the step that wrote it (`ddai lineage FILE`)"
+        )
     table, dups = ds.first_occurrences(raw)
     rows = table.to_pylist()
     ids = [r[ds.ID] for r in rows]

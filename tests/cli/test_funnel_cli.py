@@ -117,7 +117,12 @@ def test_rerun_reports_skip(tmp_path):
 
 def test_bad_input_exits_2_with_the_fix(tmp_path):
     ds, scores, logs = _inputs(tmp_path)
+    empty = write_dataset(tmp_path / "empty.parquet", [])
+    (tmp_path / "d.csv").write_text("uid,verdict,reason\ntrain_1,ok,\n", encoding="utf-8")
     cases = [
+        # an empty bucket: exit 0 with empty outputs read as a review that found nothing
+        (["curate", "verify-gt", "--dataset", str(empty), "--decisions", str(tmp_path / "d.csv"),
+          "--out-dir", str(tmp_path / "v")], "holds no prompts"),
         (["curate", "bucket", "--dataset", str(ds), "--out-dir", str(tmp_path)], "give one score source"),
         (["curate", "bucket", "--dataset", str(tmp_path / "none.parquet"), "--scores", str(scores),
           "--score-col", "p1", "--out-dir", str(tmp_path)], "not found"),
