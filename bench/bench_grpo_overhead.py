@@ -1,4 +1,4 @@
-"""Benchmark: ddai's multi-turn GRPO step against plain TRL GRPO, at equal policy tokens.
+"""Benchmark: ddai's multi-turn GRPO step against TRL's GRPO, at equal policy tokens.
 
 Both sides train the same tiny model on the same prompts and batch (``--batch-size`` rollouts,
 ``--n-agent`` per prompt). The work is made equal in policy tokens (the tokens the policy samples
@@ -13,31 +13,35 @@ and the loss trains on), the unit both sides spend generation and gradient on:
   policy samples up to the same ``P`` tokens per rollout (fewer when a turn samples the
   end-of-turn token early: the environment then answers with a corrective observation).
 
-A third side separates what carrying observations costs from what ddai's machinery costs:
+A third side is plain TRL doing ddai's whole work, the same multi-turn episode through TRL's own
+tool loop (``GRPOTrainer(tools=[search])``):
 
-- TRL + observations: plain TRL's own single-call generation of exactly ``P`` tokens, then the
-  observation tokens appended (masked out of the loss through ``env_mask``, as ddai's are) up to
-  ddai's completion budget ``S`` (which every ddai rollout of this bench fills: the tiny random
-  policy's every action is invalid and its corrective observation fills the room left for it).
-  Its loss pass runs over the same sequence as ddai's.
+- TRL's tool loop: each rollout's turns of exactly ``--turn-tokens`` sampled tokens (``min_new_tokens
+  = max_new_tokens``), every turn read as a ``search`` call (the tokenizer's response template
+  takes a turn's text as the query, as ddai's environment takes the text in ``<search>``), the
+  tool answering with the same corrective observation text ddai's environment gives this bench's
+  random policy, sized so the rollout's sequence is ddai's (``S`` tokens: ``--max-turns`` turns,
+  ``--max-turns - 1`` observations), and ``--max-turns - 1`` tool calls per rollout
+  (``max_tool_calling_iterations``). TRL masks the observations out of the loss with its
+  ``tool_mask``; its loss pass runs over the same sequence as ddai's.
 
-So TRL + observations / plain TRL is the cost of the observations in the loss pass (the work
-plain TRL never does), and ddai / TRL + observations is ddai's multi-turn machinery at equal
-sequence: one ``generate`` per turn with the observations prefilled into the KV cache (the
-prefill itself is the observations' cost too, which this side cannot have), the environment, the
-reward, the rollout log's commit per step and the per-step metrics.
+So ddai / TRL's tool loop is ddai's overhead at equal work (equal policy tokens and equal
+observation tokens, both sides a multi-turn search episode; the figure held to the target), and
+TRL's tool loop / plain TRL is what carrying observations costs TRL itself: the work single-turn
+plain TRL never does. ddai / plain TRL, the product of the two, is printed as well.
 
 Policy tokens are counted the same way on every side, from what TRL's ``_generate`` returns:
-a rollout's ``env_mask`` ones (ddai, TRL + observations) or its completion length (plain TRL),
+a rollout's ``env_mask`` or ``tool_mask`` ones (ddai, TRL's tool loop) or its completion length
+(plain TRL),
 per step. The primary figure is wall seconds per policy token over the timed steps (each side
 run: one warm-up step, then ``--steps``); a step is timed from its ``on_step_begin`` to the next
 one's, so the work of callbacks after a step (ddai's commit of the step's rollouts, its metrics)
 counts. Seconds per step and CPU seconds per policy token are shown beside it. The sides take
 turns over ``--pairs`` rounds in ABBA order (plain first in even rounds, ddai first in odd ones),
 so load changes fall on all alike; the machine's load average is recorded before and after each
-side run. Printed: per round the rates and ratios, then the median ratio ddai / plain with its
-min-max and interquartile range, against the 1.15 target, the ratio per completion token
-(observations included), and the two ratios through TRL + observations.
+side run. Printed: per round the rates and ratios, then the median ratio ddai / TRL's tool loop with its
+min-max and interquartile range, against the 1.15 target, and ddai / plain TRL and TRL's tool
+loop / plain TRL likewise, with the ratios per completion token (observations included).
 
     python bench/bench_grpo_overhead.py
     python bench/bench_grpo_overhead.py --pairs 7 --steps 3
@@ -63,7 +67,8 @@ from transformers import TrainerCallback
 from ddai.trainer.episode.config import EpisodeConfig, RewardOverrides
 
 TARGET = 1.15
-"""ddai's wall seconds per policy token may be at most this multiple of plain TRL's."""
+"""ddai's wall seconds per policy token may be at most this multiple of TRL's at equal work
+(its tool loop on the same episodes)."""
 OBS_ROOM = 64
 """Completion tokens per ddai turn kept for its observation (``--obs-max-tokens`` of text, the
 chat template's turn markers, the environment's forced completion after the last turn)."""
@@ -199,6 +204,7 @@ def train_trl(
     args: Any,
     completion: int,
     generation_kwargs: dict[str, int],
+    config: dict[str, Any] | None = None,
     **trainer_kwargs: Any,
 ) -> SideRun:
     """TRL's ``GRPOTrainer`` on ``data_rows`` for ``--steps`` + 1 steps, its clock and tokens
@@ -220,6 +226,7 @@ def train_trl(
         save_strategy="no",
         disable_tqdm=True,
         logging_steps=10_000,
+        **(config or {}),
     )
     trainer = GRPOTrainer(
         model=model,
@@ -244,6 +251,41 @@ def plain_trl(model_dir: Path, data_rows: list[dict], out: Path, args: Any) -> S
     return train_trl(SideRun("plain"), model, tok, data_rows, out, args, n, {"min_new_tokens": n})
 
 
+TOOL_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{%- if message['role'] == 'assistant' %}"
+    "{{- '<|im_start|>assistant\\n' + (message['content'] or '') }}"
+    "{%- for call in message.get('tool_calls', []) %}"
+    "{{- '<search>' + (call['function'] | tojson) + '</search>' }}"
+    "{%- endfor %}"
+    "{{- '<|im_end|>\\n' }}"
+    "{%- else %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+"""The tiny model's ChatML with tool calls (rendered as the Searcher's ``<search>`` tag) and tool
+turns, which TRL's tool loop needs; like ddai's prompt, it spells out no tool schema."""
+EVERY_TURN_SEARCHES = {
+    "start_anchor": "<|im_start|>assistant\n",
+    "defaults": {"role": "assistant"},
+    "fields": {
+        "tool_calls": {
+            "content": "text",
+            "transform": [
+                {
+                    "type": "function",
+                    "function": {"name": "search", "arguments": {"query": "{content}"}},
+                }
+            ],
+        }
+    },
+}
+"""A response template (transformers' ``parse_response``) reading a whole turn as one ``search``
+call with the turn's text as its query: the random policy's every turn is a tool call."""
+
+
 def observation_filler(tok: Any, n: int) -> list[int]:
     """``n`` token ids of the environment's corrective observation text, repeated: what a ddai
     rollout of this bench carries between its turns (no end-of-sequence token among them)."""
@@ -255,34 +297,63 @@ def observation_filler(tok: Any, n: int) -> list[int]:
     return (ids * (n // len(ids) + 1))[:n]
 
 
-def trl_with_observations(model_dir: Path, data_rows: list[dict], out: Path, args: Any) -> SideRun:
-    """Plain TRL's work plus ddai's observation tokens: TRL's own single-call generation of
-    exactly ``P`` tokens per rollout, then ``S - P`` observation tokens appended, masked out of
-    the loss (``env_mask`` 0) as ddai's are, ``S`` being ddai's completion budget (every ddai
-    rollout of this bench fills it). The loss pass runs over the same sequence length as ddai's;
-    what ddai adds beyond this side is its multi-turn machinery: one ``generate`` per turn, the
-    observations prefilled into the KV cache, the environment, the reward and the rollout log."""
+def tool_suffix(tok: Any, content: str) -> list[int]:
+    """The tokens TRL's tool loop appends for one ``search`` answer: the chat template's tool turn
+    and the next assistant header, after the end of the calling turn (as TRL cuts them)."""
+    call = [{"type": "function", "function": {"name": "search", "arguments": {"query": "q"}}}]
+    turn = [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": "", "tool_calls": call},
+    ]
+    answer = {"role": "tool", "name": "search", "content": content}
+    before = tok.apply_chat_template(turn, tokenize=True, return_dict=False)
+    full = tok.apply_chat_template(
+        [*turn, answer], tokenize=True, return_dict=False, add_generation_prompt=True
+    )
+    end = max(i for i, t in enumerate(before) if t == tok.eos_token_id)
+    return full[end + 1 :]
+
+
+def observation_text(tok: Any, n: int) -> str:
+    """Corrective observation text whose tool answer (``tool_suffix``) is ``n`` tokens, or the
+    longest one under ``n`` when no filler length lands on it exactly."""
+    best = ""
+    for k in range(1, n + 1):
+        text = tok.decode(observation_filler(tok, k))
+        size = len(tool_suffix(tok, text))
+        if size > n:
+            break
+        best = text
+    return best
+
+
+def trl_tool_loop(model_dir: Path, data_rows: list[dict], out: Path, args: Any) -> SideRun:
+    """ddai's episode run by TRL's own tool loop: ``--max-turns`` turns of exactly
+    ``--turn-tokens`` sampled tokens, each read as a ``search`` call (``EVERY_TURN_SEARCHES``),
+    the first ``--max-turns - 1`` answered with an observation sized so the rollout fills ddai's
+    completion budget ``S``; the observations are masked out of the loss (TRL's ``tool_mask``)."""
     from ddai.trainer.modeling import load_policy
 
-    run = SideRun("trl+obs")
     model, tok = load_policy(str(model_dir))
+    tok.chat_template = TOOL_TEMPLATE
+    tok.response_template = EVERY_TURN_SEARCHES
     n = args.max_turns * args.turn_tokens
     total = args.max_turns * (args.turn_tokens + OBS_ROOM)
-    filler = observation_filler(tok, total - n)
+    answer = observation_text(tok, (total - n) // max(1, args.max_turns - 1))
 
-    def rollout(prompts: list, trainer: Any) -> dict[str, list]:
-        prompt_ids, _, _ = trainer._tokenize_prompts(prompts)
-        ids, _ = trainer._generate_single_turn(prompt_ids, None, {}, trainer.num_generations)
-        return {
-            "prompt_ids": prompt_ids,
-            "completion_ids": [c + filler for c in ids],
-            "logprobs": None,
-            "env_mask": [[1] * len(c) + [0] * len(filler) for c in ids],
-        }
+    def search(query: str) -> str:
+        """Search the corpus.
 
-    # TRL's generation samples exactly n tokens; the observations fill the rest
-    gen = {"min_new_tokens": n, "max_new_tokens": n}
-    return train_trl(run, model, tok, data_rows, out, args, total, gen, rollout_func=rollout)
+        Args:
+            query: what to look for
+        """
+        return answer
+
+    gen = {"min_new_tokens": args.turn_tokens, "max_new_tokens": args.turn_tokens}
+    cfg = {"max_tool_calling_iterations": args.max_turns - 1}
+    return train_trl(
+        SideRun("trl-tools"), model, tok, data_rows, out, args, total, gen, cfg, tools=[search]
+    )
 
 
 def ddai_config(model_dir: Path, data: Path, out: Path, args: Any) -> Any:
@@ -389,21 +460,21 @@ def _line(name: str, f: dict[str, Spread]) -> str:
 
 def report(runs: list[tuple[SideRun, ...]], args: Any) -> dict[str, Any]:
     """Print the per-round table and the summary; return the figures. Each round is (plain,
-    ddai) or (plain, TRL + observations, ddai)."""
+    ddai) or (plain, TRL's tool loop, ddai); with the tool loop, the target is held to ddai / it."""
     n = args.max_turns * args.turn_tokens
     print(
         f"{args.batch_size} rollouts per step ({args.n_agent} per prompt), {args.steps} timed steps "
         f"per side run after one warm-up; plain TRL: {n} policy tokens per rollout; ddai: "
         f"{args.max_turns} turns of at most {args.turn_tokens}"
     )
-    obs = len(runs[0]) == 3
+    tools = len(runs[0]) == 3
     head = (
         f"{'pair':>4} {'order':>6} {'plain ms/tok':>13} {'ddai ms/tok':>12} {'ratio':>6}"
         f" {'cpu ratio':>9} {'plain tok/ro':>12} {'ddai tok/ro':>11} {'plain s/step':>12}"
         f" {'ddai s/step':>11} {'ddai seq/ro':>11}"
     )
-    if obs:
-        head += f" {'+obs ms/tok':>11} {'+obs seq/ro':>11} {'ddai/+obs':>9}"
+    if tools:
+        head += f" {'tools ms/tok':>12} {'tools seq/ro':>12} {'ddai/tools':>10}"
     print(head + f" {'load':>10}")
     for i, r in enumerate(runs):
         p, d = r[0], r[-1]
@@ -415,20 +486,19 @@ def report(runs: list[tuple[SideRun, ...]], args: Any) -> dict[str, Any]:
             f" {d.tokens_per_rollout:>11.1f} {p.s_per_step:>12.2f} {d.s_per_step:>11.2f}"
             f" {d.sequence_per_rollout:>11.1f}"
         )
-        if obs:
+        if tools:
             o = r[1]
             line += (
-                f" {o.s_per_token * 1e3:>11.2f} {o.sequence_per_rollout:>11.1f}"
-                f" {d.s_per_token / o.s_per_token:>9.3f}"
+                f" {o.s_per_token * 1e3:>12.2f} {o.sequence_per_rollout:>12.1f}"
+                f" {d.s_per_token / o.s_per_token:>10.3f}"
             )
         print(line + f" {min(loads):>4.1f}-{max(loads):<4.1f}")
     out: dict[str, Any] = {**_ratios(runs, 0, len(runs[0]) - 1), "runs": runs}
     s, step, seq = out["ratio"], out["step_ratio"], out["sequence_ratio"]
-    verdict = "within" if s.median <= TARGET else "ABOVE"
     print(
         f"\nddai / plain TRL, wall s per policy token: median {s.median:.3f} "
-        f"(min-max {s.lo:.3f}-{s.hi:.3f}, IQR {s.q1:.3f}-{s.q3:.3f}) over {len(runs)} pairs; "
-        f"{verdict} the {TARGET} target"
+        f"(min-max {s.lo:.3f}-{s.hi:.3f}, IQR {s.q1:.3f}-{s.q3:.3f}) over {len(runs)} pairs"
+        + ("" if tools else f"; {'within' if s.median <= TARGET else 'ABOVE'} the {TARGET} target")
     )
     c = out["cpu_ratio"]
     print(
@@ -437,21 +507,19 @@ def report(runs: list[tuple[SideRun, ...]], args: Any) -> dict[str, Any]:
         f"s per completion token (observations included): median {seq.median:.3f} "
         f"(min-max {seq.lo:.3f}-{seq.hi:.3f})"
     )
-    if obs:
+    if tools:
         out["observations"] = _ratios(runs, 0, 1)
-        out["machinery"] = _ratios(runs, 1, 2)
-        print(_line("TRL + observations / plain TRL (the observations' cost)", out["observations"]))
-        m = out["machinery"]["ratio"].median
+        out["overhead"] = _ratios(runs, 1, 2)
+        print(_line("TRL's tool loop / plain TRL (the observations' cost)", out["observations"]))
+        m = out["overhead"]["ratio"].median
         print(
-            _line(
-                "ddai / TRL + observations (ddai's machinery at equal sequence)", out["machinery"]
-            )
-            + f"; {'within' if m <= TARGET else 'ABOVE'} {TARGET}"
+            _line("ddai / TRL's tool loop (ddai's overhead at equal work)", out["overhead"])
+            + f"; {'within' if m <= TARGET else 'ABOVE'} the {TARGET} target"
         )
     loads = [x for r in runs for side in r for x in side.load]
     print(
         f"load average (1 min) over the runs: {min(loads):.1f}-{max(loads):.1f}; torch threads "
-        f"{args.threads}; ddai seq/ro: completion tokens per ddai rollout, observations included "
+        f"{args.threads}; seq/ro: completion tokens per rollout, observations included "
         "(plain TRL's are its policy tokens)"
     )
     return out
@@ -461,7 +529,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--pairs", type=int, default=5, help="interleaved (plain, ddai) pairs")
+    ap.add_argument("--pairs", type=int, default=5, help="interleaved rounds of the three sides")
     ap.add_argument("--steps", type=int, default=2, help="timed steps per side run (+1 warm-up)")
     ap.add_argument("--turn-tokens", type=int, default=32, help="policy tokens per ddai turn")
     ap.add_argument(
@@ -502,7 +570,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         runs = interleaved(
             args.pairs,
             lambda i: plain_trl(model_dir, rows, root / f"plain{i}", args),
-            lambda i: trl_with_observations(model_dir, rows, root / f"obs{i}", args),
+            lambda i: trl_tool_loop(model_dir, rows, root / f"tools{i}", args),
             lambda i: ddai_multiturn(model_dir, data, root / f"ddai{i}", args),
         )
         return report(runs, args)

@@ -1,6 +1,7 @@
 """The GRPO overhead bench's accounting (not its timing claim, which needs the full run): one
-pair on a tiny model, the policy tokens it counts on each side against what each side produced
-(plain TRL's fixed length, ddai's rollout log), the ABBA order and the ratio's arithmetic."""
+round on a tiny model, the policy tokens it counts on each side against what each side produced
+(plain TRL's fixed length, TRL's tool loop's turns and answers, ddai's rollout log), the ABBA
+order and the ratio's arithmetic."""
 
 from __future__ import annotations
 
@@ -102,7 +103,7 @@ def test_one_pair_counts_the_policy_tokens_each_side_produced(tmp_path, capsys):
     data = toy.write_toy(tmp_path / "toy")
     model = tiny_on_toy(tmp_path / "tiny")
     plain = bench.plain_trl(model, toy.dataset_rows(), tmp_path / "plain", args)
-    obs = bench.trl_with_observations(model, toy.dataset_rows(), tmp_path / "obs", args)
+    tools = bench.trl_tool_loop(model, toy.dataset_rows(), tmp_path / "tools", args)
     ddai = bench.ddai_multiturn(model, data, tmp_path / "ddai", args)
 
     # plain TRL: eos cannot end a completion early, so every rollout is exactly P = 2 × 8 tokens
@@ -124,23 +125,29 @@ def test_one_pair_counts_the_policy_tokens_each_side_produced(tmp_path, capsys):
     assert all(0 < t <= 4 * 16 for t in ddai.tokens)
     assert all(s > t for s, t in zip(ddai.sequence, ddai.tokens, strict=True))
 
-    # TRL + observations: plain TRL's P policy tokens, the sequence filled to ddai's budget
-    # S = 2 × (8 + OBS_ROOM) with observation tokens the loss masks out
+    # TRL's tool loop: P policy tokens (2 turns of exactly 8), one tool answer between them,
+    # masked out of the loss, sized to fill ddai's budget S = 2 × (8 + OBS_ROOM)
+    from ddai.trainer.modeling import load_policy
+
+    _, tok = load_policy(str(model))
+    tok.chat_template = bench.TOOL_TEMPLATE
     budget = 2 * (8 + bench.OBS_ROOM)
-    assert obs.tokens == [4 * 16, 4 * 16] and obs.rollouts == [4, 4]
-    assert obs.sequence == [4 * budget, 4 * budget]
+    answer = bench.tool_suffix(tok, bench.observation_text(tok, budget - 16))
+    assert budget - 3 <= 16 + len(answer) <= budget
+    assert tools.tokens == [4 * 16, 4 * 16] and tools.rollouts == [4, 4]
+    assert tools.sequence == [4 * (16 + len(answer))] * 2
     assert all(s <= 4 * budget for s in ddai.sequence)
 
-    three = bench.report([(plain, obs, ddai)], args)
+    three = bench.report([(plain, tools, ddai)], args)
     text = capsys.readouterr().out
-    machinery = ddai.s_per_token / obs.s_per_token
-    assert three["machinery"]["ratio"].median == pytest.approx(machinery)
+    overhead = ddai.s_per_token / tools.s_per_token
+    assert three["overhead"]["ratio"].median == pytest.approx(overhead)
     assert three["observations"]["ratio"].median == pytest.approx(
-        obs.s_per_token / plain.s_per_token
+        tools.s_per_token / plain.s_per_token
     )
     assert (
-        f"ddai / TRL + observations (ddai's machinery at equal sequence): wall s per "
-        f"policy token median {machinery:.3f}" in text
+        f"ddai / TRL's tool loop (ddai's overhead at equal work): wall s per "
+        f"policy token median {overhead:.3f}" in text
     )
 
     out = bench.report([(plain, ddai)], args)
@@ -151,3 +158,27 @@ def test_one_pair_counts_the_policy_tokens_each_side_produced(tmp_path, capsys):
     assert out["sequence_ratio"].median == pytest.approx(seq_ratio)
     assert f"median {ratio:.3f}" in text
     assert "16 policy tokens per rollout" in text
+
+
+def test_tool_loop_reads_every_turn_as_one_search_call(tmp_path):
+    """The tool-loop side's response template: any sampled text is one ``search`` call whose
+    query is that text (the tiny random policy writes no tool-call syntax), and TRL accepts the
+    side's chat template for tool calling."""
+    from trl.chat_template_utils import is_chat_template_prefix_preserving, supports_tool_calling
+
+    from ddai.trainer.modeling import load_policy
+
+    bench = _bench()
+    _, tok = load_policy(str(tiny_on_toy(tmp_path / "tiny")))
+    tok.chat_template = bench.TOOL_TEMPLATE
+    tok.response_template = bench.EVERY_TURN_SEARCHES
+    assert supports_tool_calling(tok) and is_chat_template_prefix_preserving(tok)
+    prefix = tok.apply_chat_template(
+        [{"role": "user", "content": "q"}],
+        tokenize=True,
+        return_dict=False,
+        add_generation_prompt=True,
+    )
+    parsed = tok.parse_response(tok.encode("revenue 2019 chart"), prefix=prefix)
+    call = {"name": "search", "arguments": {"query": "revenue 2019 chart"}}
+    assert parsed == {"role": "assistant", "tool_calls": [{"type": "function", "function": call}]}
