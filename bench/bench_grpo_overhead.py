@@ -41,7 +41,9 @@ turns over ``--pairs`` rounds in ABBA order (plain first in even rounds, ddai fi
 so load changes fall on all alike; the machine's load average is recorded before and after each
 side run. Printed: per round the rates and ratios, then the median ratio ddai / TRL's tool loop with its
 min-max and interquartile range, against the 1.15 target, and ddai / plain TRL and TRL's tool
-loop / plain TRL likewise, with the ratios per completion token (observations included).
+loop / plain TRL likewise, with the ratios per completion token (observations included). Last, a
+table of each side's wall ms per timed step by phase (``PHASES``: the rollout with its generation
+and ddai's observation prefill inside it, the loss pass's forward, the backward, the rest).
 
     python bench/bench_grpo_overhead.py
     python bench/bench_grpo_overhead.py --pairs 7 --steps 3
@@ -87,6 +89,8 @@ class SideRun:
     sequence: list[int] = field(default_factory=list)
     """Completion tokens per step, observations included (what the loss pass runs over)."""
     load: tuple[float, float] = (0.0, 0.0)
+    phases: list[dict[str, float]] = field(default_factory=list)
+    """Per step, wall seconds inside each of ``PHASES`` (the first step is the warm-up)."""
 
     def timed(self) -> tuple[float, float, int, int]:
         """Wall s, CPU s, policy tokens and rollouts of the timed steps (warm-up dropped)."""
@@ -151,6 +155,7 @@ class StepClock(TrainerCallback):
 
     def on_step_begin(self, args, state, control, **kwargs):
         self._close()
+        self.run.phases.append(dict.fromkeys(PHASES, 0.0))
         self._t, self._c = time.perf_counter(), time.process_time()
 
     def on_epoch_end(self, args, state, control, **kwargs):
@@ -168,18 +173,41 @@ def policy_tokens(completion_ids: list[list[int]], tool_mask: list[list[int]] | 
     return sum(len(ids) for ids in completion_ids)
 
 
+PHASES = ("rollout", "generate", "prefill", "loss", "backward")
+"""What a step's wall time is split into: TRL's ``_generate`` (the whole rollout: generation,
+environment or tools, tokenizing), inside it HF ``generate`` and ddai's KV-cache prefill of the
+observations (``TurnCache.prepare``), then TRL's ``compute_loss`` (the loss pass's forward) and
+the backward pass; the rest of the step is the optimizer, logging and callbacks."""
+
+
+def _timed(run: SideRun, key: str, fn: Any) -> Any:
+    def wrapper(*a: Any, **kw: Any) -> Any:
+        t = time.perf_counter()
+        try:
+            return fn(*a, **kw)
+        finally:
+            if run.phases:
+                run.phases[-1][key] += time.perf_counter() - t
+
+    return wrapper
+
+
 class count_tokens:
     """Within the block, every ``GRPOTrainer._generate`` (plain TRL's and ddai's subclass alike)
-    adds its batch's policy tokens and rollouts to ``run``."""
+    adds its batch's policy tokens and rollouts to ``run``, and each of ``PHASES`` its wall time
+    to the current step's."""
 
     def __init__(self, run: SideRun) -> None:
         self.run = run
 
     def __enter__(self) -> None:
+        from accelerate import Accelerator
+        from transformers.generation.utils import GenerationMixin
         from trl import GRPOTrainer
 
-        self._cls, self._orig = GRPOTrainer, GRPOTrainer._generate
-        run, orig = self.run, self._orig
+        from ddai.trainer.episode.kv_reuse import TurnCache
+
+        run, orig = self.run, GRPOTrainer._generate
 
         def counted(trainer: Any, prompts: list) -> Any:
             out = orig(trainer, prompts)
@@ -189,10 +217,48 @@ class count_tokens:
             run.sequence.append(sum(len(ids) for ids in completion_ids))
             return out
 
-        GRPOTrainer._generate = counted
+        self._saved = [
+            (GRPOTrainer, "_generate", orig, counted, "rollout"),
+            (GenerationMixin, "generate", GenerationMixin.generate, None, "generate"),
+            (TurnCache, "prepare", TurnCache.prepare, None, "prefill"),
+            (GRPOTrainer, "compute_loss", GRPOTrainer.compute_loss, None, "loss"),
+            (Accelerator, "backward", Accelerator.backward, None, "backward"),
+        ]
+        for owner, name, original, inner, key in self._saved:
+            setattr(owner, name, _timed(run, key, inner or original))
 
     def __exit__(self, *exc: object) -> None:
-        self._cls._generate = self._orig
+        for owner, name, original, _, _ in self._saved:
+            setattr(owner, name, original)
+
+
+def phase_ms(run: SideRun) -> dict[str, float]:
+    """Mean wall milliseconds per timed step: the step, each of ``PHASES`` (``rollout`` less the
+    generation and prefill inside it) and the rest of the step."""
+    steps, phases = run.wall[1:], run.phases[1 : len(run.wall)]
+    mean = {k: 1e3 * statistics.fmean(p[k] for p in phases) for k in PHASES}
+    step = 1e3 * statistics.fmean(steps)
+    return {
+        "step": step,
+        "generate": mean["generate"],
+        "prefill": mean["prefill"],
+        "rest of rollout": mean["rollout"] - mean["generate"] - mean["prefill"],
+        "loss forward": mean["loss"],
+        "backward": mean["backward"],
+        "rest of step": step - mean["rollout"] - mean["loss"] - mean["backward"],
+    }
+
+
+def print_phases(runs: list[tuple[SideRun, ...]]) -> None:
+    """Each side's ``phase_ms`` averaged over the rounds, one row a side."""
+    names = ["step", "generate", "prefill", "rest of rollout", "loss forward", "backward"]
+    names.append("rest of step")
+    print("\nwall ms per timed step, by phase (mean over the rounds):")
+    print(f"{'side':>10} " + " ".join(f"{n:>15}" for n in names))
+    for k in range(len(runs[0])):
+        per = [phase_ms(r[k]) for r in runs]
+        cells = " ".join(f"{statistics.fmean(p[n] for p in per):>15.1f}" for n in names)
+        print(f"{runs[0][k].side:>10} {cells}")
 
 
 def train_trl(
@@ -516,6 +582,7 @@ def report(runs: list[tuple[SideRun, ...]], args: Any) -> dict[str, Any]:
             _line("ddai / TRL's tool loop (ddai's overhead at equal work)", out["overhead"])
             + f"; {'within' if m <= TARGET else 'ABOVE'} the {TARGET} target"
         )
+    print_phases(runs)
     loads = [x for r in runs for side in r for x in side.load]
     print(
         f"load average (1 min) over the runs: {min(loads):.1f}-{max(loads):.1f}; torch threads "

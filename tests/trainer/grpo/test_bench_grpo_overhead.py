@@ -138,6 +138,15 @@ def test_one_pair_counts_the_policy_tokens_each_side_produced(tmp_path, capsys):
     assert tools.sequence == [4 * (16 + len(answer))] * 2
     assert all(s <= 4 * budget for s in ddai.sequence)
 
+    # every step's phases are clocked: the rollout holds the generation (and ddai's prefill)
+    for side in (plain, tools, ddai):
+        assert len(side.phases) == len(side.wall)
+        for p in side.phases:
+            assert 0 < p["generate"] + p["prefill"] <= p["rollout"] and p["loss"] > 0
+            assert p["backward"] > 0
+    assert all(p["prefill"] == 0 for p in plain.phases + tools.phases)
+    assert all(p["prefill"] > 0 for p in ddai.phases)
+
     three = bench.report([(plain, tools, ddai)], args)
     text = capsys.readouterr().out
     overhead = ddai.s_per_token / tools.s_per_token
@@ -182,3 +191,19 @@ def test_tool_loop_reads_every_turn_as_one_search_call(tmp_path):
     parsed = tok.parse_response(tok.encode("revenue 2019 chart"), prefix=prefix)
     call = {"name": "search", "arguments": {"query": "revenue 2019 chart"}}
     assert parsed == {"role": "assistant", "tool_calls": [{"type": "function", "function": call}]}
+
+
+def test_phase_ms_splits_each_timed_step():
+    """Mean ms per timed step (warm-up dropped): the rollout less what generate and the prefill
+    took inside it, and the step less the rollout, the loss pass and the backward."""
+    bench = _bench()
+    warm = dict(rollout=9.0, generate=8.0, prefill=0.5, loss=0.1, backward=0.1)
+    one = dict(rollout=0.6, generate=0.4, prefill=0.1, loss=0.1, backward=0.2)
+    two = dict(rollout=0.8, generate=0.6, prefill=0.1, loss=0.1, backward=0.2)
+    run = bench.SideRun("ddai", wall=[10.0, 1.0, 1.2], phases=[warm, one, two])
+    ms = bench.phase_ms(run)
+    assert ms["step"] == pytest.approx(1100.0)
+    assert ms["generate"] == pytest.approx(500.0) and ms["prefill"] == pytest.approx(100.0)
+    assert ms["rest of rollout"] == pytest.approx(700.0 - 500.0 - 100.0)
+    assert ms["loss forward"] == pytest.approx(100.0) and ms["backward"] == pytest.approx(200.0)
+    assert ms["rest of step"] == pytest.approx(1100.0 - 700.0 - 100.0 - 200.0)
