@@ -127,3 +127,43 @@ def test_gen_method_stats_by_hand():
     assert table["beam"]["top2_share"] == pytest.approx(3 / 4)  # picks 0,1,0,2
     # the failed evaluation is counted and left out of the means
     assert table["random"]["eval_failed"] == 1 and table["random"]["mean_correct"] == 1.0
+
+
+SEED_RECORD = {  # seed 002 §2.1's example record, verbatim: no eval_failed / eval_error fields
+    "query_id": "12345",
+    "meta": {"image_id": "COCO_000001", "question": "What is the man holding?", "split": "train"},
+    "candidate_pool": {"candidate_ids": list(range(101, 133)), "size": 32},
+    "pointer_candidates": [
+        {"pointer": [7, 22], "gen_method": "beam", "beam_rank": 0, "beam_score": 2.13,
+         "logprob_score": -1.56, "temperature": None, "vqa_pred_answer": "a book",
+         "vqa_correct": 1, "vqa_acc_score": 1.0},
+        {"pointer": [5, 18], "gen_method": "sample", "beam_rank": None, "beam_score": None,
+         "logprob_score": -2.03, "temperature": 1.0, "vqa_pred_answer": "a notebook",
+         "vqa_correct": 1, "vqa_acc_score": 0.9},
+        {"pointer": [3, 9], "gen_method": "random", "beam_rank": None, "beam_score": None,
+         "logprob_score": None, "temperature": None, "vqa_pred_answer": "a phone",
+         "vqa_correct": 0, "vqa_acc_score": 0.0},
+    ],
+}  # fmt: skip
+
+
+def test_a_record_in_the_seeds_own_schema_is_read_as_evaluated():
+    """eval_failed / eval_error are ddai's additions: a record without them (seed 002 §2.1) was
+    evaluated wherever it has the mandatory vqa_correct; one without vqa_correct is a failed
+    evaluation with that reason, not a row that silently vanishes from every count."""
+    flat = flatten([SEED_RECORD])
+    assert flat["eval_failed"].to_list() == [False, False, False]
+    assert flat["eval_error"].to_list() == [None, None, None]
+    assert flat["vqa_correct"].to_list() == [1, 1, 0]
+    table = {r["gen_method"]: r for r in gen_method_stats(flat, 32).iter_rows(named=True)}
+    assert table["beam"]["eval_failed"] == 0 and table["beam"]["mean_correct"] == 1.0
+    assert table["random"]["mean_correct"] == 0.0
+
+    no_correct = {**SEED_RECORD["pointer_candidates"][2], "vqa_correct": None}
+    flat = flatten([{**SEED_RECORD, "pointer_candidates": [no_correct]}])
+    assert flat["eval_failed"].to_list() == [True]
+    assert flat["eval_error"].to_list() == ["no vqa_correct"]
+    # ddai's own fields win where present: a recorded failure keeps its reason
+    failed = {**no_correct, "eval_failed": True, "eval_error": "timeout"}
+    flat = flatten([{**SEED_RECORD, "pointer_candidates": [failed]}])
+    assert flat["eval_error"].to_list() == ["timeout"]
