@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+from support.pointer_seed002 import SEED_RECORD
 
 from ddai.pipelines.pointer.records import (
     PointerCandidate,
@@ -127,24 +128,6 @@ def test_gen_method_stats_by_hand():
     assert table["beam"]["top2_share"] == pytest.approx(3 / 4)  # picks 0,1,0,2
     # the failed evaluation is counted and left out of the means
     assert table["random"]["eval_failed"] == 1 and table["random"]["mean_correct"] == 1.0
-
-
-SEED_RECORD = {  # seed 002 §2.1's example record, verbatim: no eval_failed / eval_error fields
-    "query_id": "12345",
-    "meta": {"image_id": "COCO_000001", "question": "What is the man holding?", "split": "train"},
-    "candidate_pool": {"candidate_ids": list(range(101, 133)), "size": 32},
-    "pointer_candidates": [
-        {"pointer": [7, 22], "gen_method": "beam", "beam_rank": 0, "beam_score": 2.13,
-         "logprob_score": -1.56, "temperature": None, "vqa_pred_answer": "a book",
-         "vqa_correct": 1, "vqa_acc_score": 1.0},
-        {"pointer": [5, 18], "gen_method": "sample", "beam_rank": None, "beam_score": None,
-         "logprob_score": -2.03, "temperature": 1.0, "vqa_pred_answer": "a notebook",
-         "vqa_correct": 1, "vqa_acc_score": 0.9},
-        {"pointer": [3, 9], "gen_method": "random", "beam_rank": None, "beam_score": None,
-         "logprob_score": None, "temperature": None, "vqa_pred_answer": "a phone",
-         "vqa_correct": 0, "vqa_acc_score": 0.0},
-    ],
-}  # fmt: skip
 
 
 def test_a_record_in_the_seeds_own_schema_is_read_as_evaluated():

@@ -1,0 +1,49 @@
+"""Seed 002's example record (§2.1) through ``pointer process`` and the RL advantages, against
+values computed by hand from the seed's own formulas (§3.4 reward, §4.4.1 advantage)."""
+
+from __future__ import annotations
+
+import pytest
+from support.lazy import heavy, torch
+from support.pointer_seed002 import SEED_RECORD
+
+losses = heavy("ddai.trainer.pointer.losses")
+pointer_data = heavy("ddai.trainer.pointer.data")
+config = heavy("ddai.trainer.pointer.config")
+
+# §3.4 with its defaults (alpha 0.2, beta 1, pm1, use_logprob False: quality = beam_score where
+# there is one, else 0): beam 0.2·2.13 + 1 = 1.426, sample 0 + 1 = 1, random 0 − 1 = −1
+SEED_REWARDS = [1.426, 1.0, -1.0]
+
+
+def _rewards(**reward):
+    df, dropped = pointer_data.process_records([SEED_RECORD], config.RewardConfig(**reward))
+    assert dropped == {}
+    return df
+
+
+def test_the_seeds_example_gets_the_seeds_rewards():
+    df = _rewards(quality="beam")
+    assert df["gen_method"].to_list() == ["beam", "sample", "random"]
+    assert df["reward"].to_list() == pytest.approx(SEED_REWARDS, abs=1e-12)
+    # soft correctness (vqa_acc_score, pm1): the sample's 0.9 counts 2·0.9 − 1 = 0.8
+    soft = _rewards(quality="beam", use_acc_score=True)
+    assert soft["reward"].to_list() == pytest.approx([1.426, 0.8, -1.0], abs=1e-12)
+    # 01 correctness without quality: the correctness itself
+    assert _rewards(correctness_mode="01")["reward"].to_list() == [1.0, 1.0, 0.0]
+
+
+def test_the_seeds_example_gets_the_seeds_group_advantages():
+    r, g = torch.tensor(SEED_REWARDS, dtype=torch.float64), torch.zeros(3, dtype=torch.long)
+    # z-score: mean 1.426/3 = 0.475333, unbiased std sqrt(3.355651/2) = 1.295309;
+    # minus the group mean of z (0), within the ±5 clip
+    adv = losses.clipped_group_advantages(r, g, norm="zscore", clip=5.0)
+    assert adv.tolist() == pytest.approx([0.733930, 0.405051, -1.138982], abs=1e-5)
+    # min-max: (r − (−1)) / 2.426 = 1, 0.824402, 0; minus their mean 0.608134
+    adv = losses.clipped_group_advantages(r, g, norm="minmax", clip=5.0)
+    assert adv.tolist() == pytest.approx([0.391866, 0.216268, -0.608134], abs=1e-5)
+    # RCE's weights at the warm-up's first temperature (2.0) on the z-scored rewards:
+    # softmax(z / 2) = 0.446352, 0.378671, 0.174977
+    z = losses.group_normalize(r, g, "zscore")
+    w = losses.group_softmax(z / 2.0, g)
+    assert w.tolist() == pytest.approx([0.446352, 0.378671, 0.174977], abs=1e-5)
