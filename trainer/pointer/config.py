@@ -87,7 +87,9 @@ class VqaStep(StoreInput):
 
 @dataclass(frozen=True)
 class ProposalConfig:
-    """How many pointers of each kind to draw per query (before de-duplication)."""
+    """How many pointers of each kind to draw per query (before de-duplication). The defaults
+    draw 12, within seed 002 §1.4's 8~12 a query: 5 beams, 2 samples at each of τ 0.7, 1.0, 1.3
+    (§1.2.1; §3.2's call samples only 1.0 and 1.3), 1 random pair (§3.2)."""
 
     num_beams: int = 5
     """Beam-search sequences per query."""
@@ -95,7 +97,7 @@ class ProposalConfig:
     """Sampling temperatures, comma-separated."""
     n_per_temp: int = 2
     """Samples per temperature per query."""
-    num_random: int = 2
+    num_random: int = 1
     """Uniform random pairs per query."""
     seed: int = 0
     """Seed of sampling and random pairs."""
