@@ -3,12 +3,18 @@ values computed by hand from the seed's own formulas (§3.4 reward, §4.4.1 adva
 
 from __future__ import annotations
 
+import numpy as np
+import polars as pl
 import pytest
 from support.lazy import heavy, torch
 from support.pointer_seed002 import SEED_RECORD
 
+from ddai.pipelines.pointer.store import build_store
+
 losses = heavy("ddai.trainer.pointer.losses")
 pointer_data = heavy("ddai.trainer.pointer.data")
+pointer_model = heavy("ddai.trainer.pointer.model")
+pointer_train = heavy("ddai.trainer.pointer.train")
 config = heavy("ddai.trainer.pointer.config")
 
 # §3.4 with its defaults (alpha 0.2, beta 1, pm1, use_logprob False: quality = beam_score where
@@ -47,3 +53,35 @@ def test_the_seeds_example_gets_the_seeds_group_advantages():
     z = losses.group_normalize(r, g, "zscore")
     w = losses.group_softmax(z / 2.0, g)
     assert w.tolist() == pytest.approx([0.446352, 0.378671, 0.174977], abs=1e-5)
+
+
+def test_the_rce_warm_up_cools_from_2_to_half_across_the_whole_phase():
+    """Seed 002 §4.3: rce_temperature falls linearly from 2.0 to 0.5 over the warm-up. Three
+    epochs of two steps (two queries a step, four queries): the steps' temperatures are
+    2.0, 1.7, 1.4, 1.1, 0.8, 0.5, so the epochs' means are 1.85, 1.25, 0.65."""
+    rng = np.random.default_rng(0)
+    ids = ["a", "b", "c", "d"]
+    store = build_store(
+        ids, rng.standard_normal((4, 4)), [f"d{i}" for i in range(6)],
+        rng.standard_normal((6, 4)), 4,
+    )  # fmt: skip
+    df = pl.DataFrame(
+        {
+            "query_id": [q for q in ids for _ in range(2)],
+            "pointer": [[0, 1], [2, 3]] * 4,
+            "reward": [1.0, -1.0] * 4,
+            "logprob_score": [-1.0, -2.0] * 4,
+        }
+    )
+    data = pointer_data.grouped_rows(df, store)
+    history = pointer_train.fit_rl(
+        pointer_model.PointerSelector(pointer_model.PointerConfig(d_in=4)),
+        torch.from_numpy(store.query_emb),
+        torch.from_numpy(store.cand_emb),
+        data,
+        [("rce", 3)],
+        optim=config.OptimConfig(batch_queries=2),
+        rl=config.RLConfig(),
+    )
+    temps = [h["rce/temperature"] for h in history]
+    assert temps == pytest.approx([1.85, 1.25, 0.65], abs=1e-9)
