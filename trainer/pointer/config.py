@@ -138,7 +138,8 @@ class RewardConfig:
     correctness_mode: str = "pm1"
     """Correctness as '01' (0/1) or 'pm1' (-1/+1)."""
     quality: str = "none"
-    """Quality term: none, beam (beam_score) or logprob (logprob_score)."""
+    """Quality term: none, beam (beam_score) or logprob (logprob_score, higher is better). Seed
+    002's default is beam where a row has one (docs/pointer.md says why ddai's is none)."""
     use_acc_score: bool = False
     """Correctness from vqa_acc_score (soft) instead of vqa_correct."""
     clip: float = 5.0
