@@ -30,6 +30,15 @@ def _rewards(**reward):
 
 def test_the_seeds_example_gets_the_seeds_rewards():
     df = _rewards(quality="beam")
+    # §2.2's processed row: every field it names, the seed's values carried through
+    seed_fields = ["query_id", "pointer", "gen_method", "beam_score", "logprob_score",
+                   "vqa_correct", "vqa_acc_score", "reward"]  # fmt: skip
+    assert set(seed_fields) <= set(df.columns)
+    beam = {k: v for k, v in df.row(0, named=True).items() if k in seed_fields[:-1]}
+    assert beam == {
+        "query_id": "12345", "pointer": [7, 22], "gen_method": "beam", "beam_score": 2.13,
+        "logprob_score": -1.56, "vqa_correct": 1, "vqa_acc_score": 1.0,
+    }  # fmt: skip
     assert df["gen_method"].to_list() == ["beam", "sample", "random"]
     assert df["reward"].to_list() == pytest.approx(SEED_REWARDS, abs=1e-12)
     # soft correctness (vqa_acc_score, pm1): the sample's 0.9 counts 2·0.9 − 1 = 0.8
