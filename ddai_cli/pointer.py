@@ -1,7 +1,7 @@
 """CLI: what ``ddai pointer``'s commands share (``ddai_cli/pointer_*.py``, one module per
 command): the pointer selector (seed 002), from a synthetic world to evaluation.
 
-world → embed → train --mode sft → gen → process → train --phases rce:3,clipped-group:30 → eval
+world → embed → train --mode sft → gen → process → train --phases rce:2,clipped-group:30 → eval
 
 The logic is ``ddai.pipelines.pointer``'s and ``ddai.trainer.pointer``'s; a flag whose text is
 parsed into its field (``--temps``, ``--model NAME=CHECKPOINT``) says how (``parse``).

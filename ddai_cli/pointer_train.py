@@ -57,7 +57,7 @@ def train_cmd(
 ) -> None:
     """Train the pointer selector: SFT from labels, or RL phases on generated data.
 
-    --mode sft learns the labels; --phases rce:3,clipped-group:30 runs an RCE warm-up, then the
+    --mode sft learns the labels; --phases rce:2,clipped-group:30 runs an RCE warm-up, then the
     clipped group advantage (or REINFORCE++) from the SFT checkpoint given with --init.
     """
     maybe_relaunch(**device)

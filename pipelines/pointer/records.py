@@ -104,8 +104,18 @@ FLAT_SCHEMA = {
 }
 
 
+NO_CORRECT = "no vqa_correct"
+"""``eval_error`` of a candidate that has neither ``eval_failed`` nor the mandatory ``vqa_correct``."""
+
+
 def flatten(records: Iterable[dict[str, Any]]) -> pl.DataFrame:
-    """One row per pointer candidate (seed 002 §2.2, before rewards), in record order."""
+    """One row per pointer candidate (seed 002 §2.2, before rewards), in record order.
+
+    ``eval_failed`` and ``eval_error`` are ddai's additions to the seed's §2.1 record: where a
+    candidate lacks them (a record written to the seed's schema) it was evaluated if it has the
+    mandatory ``vqa_correct``, and is a failed evaluation (``eval_error`` ``NO_CORRECT``)
+    otherwise, so it is counted where failures are rather than read as neither.
+    """
     rows = []
     for r in records:
         split = (r.get("meta") or {}).get("split")
@@ -119,4 +129,13 @@ def flatten(records: Iterable[dict[str, Any]]) -> pl.DataFrame:
                     "pool_size": size,
                 }
             )
-    return pl.DataFrame(rows, schema=FLAT_SCHEMA) if rows else pl.DataFrame(schema=FLAT_SCHEMA)
+    if not rows:
+        return pl.DataFrame(schema=FLAT_SCHEMA)
+    missing = pl.col("eval_failed").is_null() & pl.col("vqa_correct").is_null()
+    return pl.DataFrame(rows, schema=FLAT_SCHEMA).with_columns(
+        pl.when(missing)
+        .then(pl.lit(NO_CORRECT))
+        .otherwise(pl.col("eval_error"))
+        .alias("eval_error"),
+        pl.col("eval_failed").fill_null(pl.col("vqa_correct").is_null()),
+    )

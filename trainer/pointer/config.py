@@ -87,7 +87,9 @@ class VqaStep(StoreInput):
 
 @dataclass(frozen=True)
 class ProposalConfig:
-    """How many pointers of each kind to draw per query (before de-duplication)."""
+    """How many pointers of each kind to draw per query (before de-duplication). The defaults
+    draw 12, within seed 002 §1.4's 8~12 a query: 5 beams, 2 samples at each of τ 0.7, 1.0, 1.3
+    (§1.2.1; §3.2's call samples only 1.0 and 1.3), 1 random pair (§3.2)."""
 
     num_beams: int = 5
     """Beam-search sequences per query."""
@@ -95,7 +97,7 @@ class ProposalConfig:
     """Sampling temperatures, comma-separated."""
     n_per_temp: int = 2
     """Samples per temperature per query."""
-    num_random: int = 2
+    num_random: int = 1
     """Uniform random pairs per query."""
     seed: int = 0
     """Seed of sampling and random pairs."""
@@ -136,7 +138,8 @@ class RewardConfig:
     correctness_mode: str = "pm1"
     """Correctness as '01' (0/1) or 'pm1' (-1/+1)."""
     quality: str = "none"
-    """Quality term: none, beam (beam_score) or logprob (logprob_score)."""
+    """Quality term: none, beam (beam_score) or logprob (logprob_score, higher is better). Seed
+    002's default is beam where a row has one (docs/pointer.md says why ddai's is none)."""
     use_acc_score: bool = False
     """Correctness from vqa_acc_score (soft) instead of vqa_correct."""
     clip: float = 5.0
@@ -186,8 +189,9 @@ def parse_phases(text: str) -> list[tuple[str, int]]:
     return phases
 
 
-SFT_EPOCHS, RL_EPOCHS = 20, 30
-"""Epochs of a single ``--mode`` run without ``--epochs``."""
+SFT_EPOCHS, RCE_EPOCHS, RL_EPOCHS = 20, 2, 30
+"""Epochs of a single ``--mode`` run without ``--epochs``: sft, rce (seed 002 §4.3's warm-up,
+``rce_epochs = 1~2``), the other RL modes."""
 
 
 @dataclass(frozen=True)
@@ -337,9 +341,9 @@ class TrainSchedule:
     mode: str | None = None
     """One phase: sft, rce, clipped-group or reinforcepp (with --epochs)."""
     epochs: int | None = None
-    """Epochs of --mode (default: sft 20, RL 30)."""
+    """Epochs of --mode (default: sft 20, rce 2, other RL 30)."""
     phases: str | None = None
-    """RL phases in order, e.g. rce:3,clipped-group:30 (instead of --mode)."""
+    """RL phases in order, e.g. rce:2,clipped-group:30 (instead of --mode)."""
     lr: float | None = None
     """Adam learning rate (seed 002: RL 3-10x below SFT). Default: sft 0.003, RL 0.001."""
     batch_queries: int | None = None
@@ -350,17 +354,18 @@ class TrainSchedule:
     """Seed of initialization and batch order."""
 
     def plan(self) -> tuple[tuple[str, int], ...]:
-        """The run's phases: ``--phases``, or ``--mode`` for ``--epochs`` (default ``SFT_EPOCHS``
-        or ``RL_EPOCHS``); ``ValueError`` unless exactly one of mode and phases is given."""
+        """The run's phases: ``--phases``, or ``--mode`` for ``--epochs`` (default ``SFT_EPOCHS``,
+        ``RCE_EPOCHS`` or ``RL_EPOCHS``); ``ValueError`` unless exactly one of mode and phases is
+        given."""
         if (self.mode is None) == (self.phases is None):
             raise ValueError(
                 "give exactly one of --mode (with --epochs) or --phases, e.g. --phases "
-                "rce:3,clipped-group:30"
+                "rce:2,clipped-group:30"
             )
         if self.phases is not None:
             return tuple(parse_phases(self.phases))
         mode = mode_name(self.mode)
-        default = SFT_EPOCHS if mode == "sft" else RL_EPOCHS
+        default = {"sft": SFT_EPOCHS, "rce": RCE_EPOCHS}.get(mode, RL_EPOCHS)
         return tuple(parse_phases(f"{mode}:{self.epochs or default}"))
 
     def optim(self, phases: tuple[tuple[str, int], ...]) -> OptimConfig:

@@ -179,6 +179,8 @@ def rce_loss(
 
     Within each group, w = softmax(rewards / temperature); loss = −(1/G) Σ_g Σ_{i∈g} w_i·logp_i.
     A high temperature spreads the weight over the group; a low one concentrates it on the best.
+    The seed gives no formula, only that low rewards are "suppressed, or even negative": these
+    weights press them towards 0 and are never negative, so RCE never pushes a pair down.
     """
     if temperature <= 0:
         raise ValueError(f"RCE temperature must be > 0, got {temperature}")

@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+from support.pointer_seed002 import SEED_RECORD
 
 from ddai.pipelines.pointer.records import (
     PointerCandidate,
@@ -127,3 +128,25 @@ def test_gen_method_stats_by_hand():
     assert table["beam"]["top2_share"] == pytest.approx(3 / 4)  # picks 0,1,0,2
     # the failed evaluation is counted and left out of the means
     assert table["random"]["eval_failed"] == 1 and table["random"]["mean_correct"] == 1.0
+
+
+def test_a_record_in_the_seeds_own_schema_is_read_as_evaluated():
+    """eval_failed / eval_error are ddai's additions: a record without them (seed 002 §2.1) was
+    evaluated wherever it has the mandatory vqa_correct; one without vqa_correct is a failed
+    evaluation with that reason, not a row that silently vanishes from every count."""
+    flat = flatten([SEED_RECORD])
+    assert flat["eval_failed"].to_list() == [False, False, False]
+    assert flat["eval_error"].to_list() == [None, None, None]
+    assert flat["vqa_correct"].to_list() == [1, 1, 0]
+    table = {r["gen_method"]: r for r in gen_method_stats(flat, 32).iter_rows(named=True)}
+    assert table["beam"]["eval_failed"] == 0 and table["beam"]["mean_correct"] == 1.0
+    assert table["random"]["mean_correct"] == 0.0
+
+    no_correct = {**SEED_RECORD["pointer_candidates"][2], "vqa_correct": None}
+    flat = flatten([{**SEED_RECORD, "pointer_candidates": [no_correct]}])
+    assert flat["eval_failed"].to_list() == [True]
+    assert flat["eval_error"].to_list() == ["no vqa_correct"]
+    # ddai's own fields win where present: a recorded failure keeps its reason
+    failed = {**no_correct, "eval_failed": True, "eval_error": "timeout"}
+    flat = flatten([{**SEED_RECORD, "pointer_candidates": [failed]}])
+    assert flat["eval_error"].to_list() == ["timeout"]

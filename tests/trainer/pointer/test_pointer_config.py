@@ -10,6 +10,7 @@ from support.lazy import heavy
 
 from ddai.trainer.pointer.config import (
     NORMALIZERS,
+    RCE_EPOCHS,
     RL_EPOCHS,
     RL_OPTIM,
     SFT_EPOCHS,
@@ -28,9 +29,11 @@ def test_a_mode_without_epochs_gets_its_phase_default():
     assert TrainSchedule(mode="sft").plan() == (("sft", SFT_EPOCHS),) == (("sft", 20),)
     assert TrainSchedule(mode="clipped-group").plan() == (("clipped-group", RL_EPOCHS),)
     assert RL_EPOCHS == 30
-    assert TrainSchedule(mode="rce", epochs=2).plan() == (("rce", 2),)
-    assert TrainSchedule(phases="rce:3,clipped-group:30").plan() == (
-        ("rce", 3),
+    assert TrainSchedule(mode="rce", epochs=5).plan() == (("rce", 5),)
+    # seed 002 §4.3: the RCE warm-up runs rce_epochs = 1~2, not the RL phases' 30
+    assert TrainSchedule(mode="rce").plan() == (("rce", RCE_EPOCHS),) == (("rce", 2),)
+    assert TrainSchedule(phases="rce:2,clipped-group:30").plan() == (
+        ("rce", 2),
         ("clipped-group", 30),
     )
 
@@ -93,7 +96,9 @@ def test_schedule_help_says_the_phase_defaults_it_leaves_to_its_optim():
     for name in ("lr", "batch_queries", "weight_decay"):
         said = f"Default: sft {getattr(SFT_OPTIM, name):g}, RL {getattr(RL_OPTIM, name):g}."
         assert docs[name].endswith(said), name
-    assert docs["epochs"].endswith(f"(default: sft {SFT_EPOCHS}, RL {RL_EPOCHS}).")
+    assert docs["epochs"].endswith(
+        f"(default: sft {SFT_EPOCHS}, rce {RCE_EPOCHS}, other RL {RL_EPOCHS})."
+    )
     plan = TrainSchedule(mode="sft")
     assert plan.optim(plan.plan()) == SFT_OPTIM
 

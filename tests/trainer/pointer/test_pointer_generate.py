@@ -293,3 +293,23 @@ def test_pointer_gen_with_a_keyless_remote_vqa_exits_2_naming_the_key_and_the_lo
     dry = CliRunner().invoke(app, [*args, "--dry-run", "--json"])
     assert dry.exit_code == 0, dry.output
     assert json.loads(dry.stdout)["to_call"] > 0
+
+
+def test_the_default_proposal_draws_the_seeds_8_to_12_pointers_per_query():
+    """Seed 002 §1.4: 3~5 beams, 2~3 samples per temperature, 1~2 random pairs, "8~12 pointer
+    sequences per query in all"; §1.2.1 and §6 sample at τ 0.7, 1.0, 1.3, §3.2's call draws
+    5 beams, 2 per temperature and 1 random pair."""
+    cfg = generate.ProposalConfig()
+    assert (cfg.num_beams, cfg.temperatures, cfg.n_per_temp, cfg.num_random) == (
+        5, (0.7, 1.0, 1.3), 2, 1,
+    )  # fmt: skip
+    drawn = cfg.num_beams + len(cfg.temperatures) * cfg.n_per_temp + cfg.num_random
+    assert 8 <= drawn <= 12
+    # propose draws exactly that many per query before de-duplication (a uniform policy over
+    # 60 candidates rarely repeats a pair)
+    model = _model()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+    out = generate.propose(model, *_inputs(20, 60), cfg)
+    assert max(len(cands) for cands in out) == drawn
