@@ -209,6 +209,7 @@ _IDENT = re.compile(r"[A-Za-z0-9_.:+@=\-]+")  # run ids (letters, digits, . _ - 
 # summary and in _quarantine/<run>/). Named by the map's own (snake_case) key.
 DATA_MAPS = frozenset(
     {"failed_calls", "dropped", "formats", "notes", "usage", "proposals", "gt_proposals"}
+    | {"recommend"}  # curate plan's, by bucket name: the names its rows' `bucket` holds
 )
 DATA_MAP_SUFFIXES = ("by_reason", "by_verdict")
 

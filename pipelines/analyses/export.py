@@ -71,11 +71,15 @@ def commit_rows(
     base.rows_in = rows_in
     base.notes = {"summary": dict(summary)}
     by_folder: dict[str, list[manifest.Member]] = {}
+    named: dict[Path, str] = {}
     for label, (_, df) in outputs.items():
         # a URL stays one (pathlib's resolve would make ``s3:/b/k`` a folder `s3:` in the cwd)
         path = (
             paths[label] if objstore.is_url(paths[label]) else paths[label].expanduser().resolve()
         )
+        if (other := named.setdefault(path, label)) != label:
+            flags = " and ".join(f"--{x.replace(' ', '-')}" for x in (other, label))
+            raise ValueError(f"{flags} both name {paths[label]}: give each its own file")
         record = dataclasses.replace(base, rows_out=df.height)
         write = lambda tmp, d=df, s=path.suffix.lower(): _write(d, s, tmp)  # noqa: E731
         member = manifest.Member(path, write, record)

@@ -7,12 +7,13 @@ and model answers, uids and log fields can hold anything. ``escape`` prefixes su
 
 Only text is escaped. A typed number (``int``, ``float``, ``Decimal``, ``bool``: a score, a step,
 ``-1.5``) is written as the number it is, so it stays a number in a spreadsheet and when read
-back; a number carries no formula (a float ``-inf`` or ``nan`` is written as such). A text that is
-exactly a plain decimal number (``-0.5``, ``+3``, ``-1e-3``: ASCII digits, one optional sign,
-point and exponent) is left alone too, since a spreadsheet reads it as that number; ``-1+2``,
-``-inf``, ``+1_0``, ``-1 `` and ``\\t1`` are escaped. Any other value (a date, a map) is written as
-its text and escaped by the same rule. Header cells (column names, which a query's ``PIVOT`` takes
-from data) are escaped like any cell.
+back; a number carries no formula (a float ``-inf`` or NaN is written as such, spelled ``-inf`` and
+``NaN`` by both writers: polars reads ``nan`` as text, which made a whole column strings). A
+text that is exactly a plain decimal number (``-0.5``, ``+3``, ``-1e-3``: ASCII digits, one
+optional sign, point and exponent) is left alone too, since a spreadsheet reads it as that
+number; ``-1+2``, ``-inf``, ``+1_0``, ``-1 `` and ``\\t1`` are escaped. Any other value (a date, a
+map) is written as its text and escaped by the same rule. Header cells (column names, which a
+query's ``PIVOT`` takes from data) are escaped like any cell.
 
 A text that already starts with ``'`` before one of those characters gets a second ``'``, so
 ``unescape`` restores every value exactly: ddai reads its own sheets back (``review.csv`` as
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import os
 import re
 from collections.abc import Iterable, Sequence
@@ -64,6 +66,13 @@ def unescape(value: str) -> str:
     return value
 
 
+_NAN = "NaN"  # polars' spelling; the csv module writes str(float("nan")), "nan"
+
+
+def _is_nan(v: Any) -> bool:
+    return isinstance(v, float) and math.isnan(v)
+
+
 def write_rows(fh: IO[str], header: Sequence[Any], rows: Iterable[Sequence[Any]]) -> int:
     """``header`` then ``rows`` as CSV to ``fh`` (open with ``newline=""``), every cell through
     ``escape`` and ``None`` as an empty cell; returns the rows written.
@@ -74,7 +83,7 @@ def write_rows(fh: IO[str], header: Sequence[Any], rows: Iterable[Sequence[Any]]
     w.writerow([escape(h) for h in header])
     n = 0
     for r in rows:
-        w.writerow(["" if v is None else escape(v) for v in r])
+        w.writerow(["" if v is None else _NAN if _is_nan(v) else escape(v) for v in r])
         n += 1
     return n
 

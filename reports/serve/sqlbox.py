@@ -14,6 +14,7 @@ database still on the default, so the SQL box reads no folder but the store and 
 from __future__ import annotations
 
 import json
+import math
 import threading
 from pathlib import Path
 from typing import Any
@@ -106,12 +107,24 @@ def select_table(
     return table.slice(0, max_rows), table.num_rows > max_rows
 
 
+def _json_cell(v: Any) -> Any:
+    """``v`` with every non-finite float (also inside a list or struct) as its CSV text."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return "NaN" if math.isnan(v) else ("inf" if v > 0 else "-inf")
+    if isinstance(v, list):
+        return [_json_cell(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _json_cell(x) for k, x in v.items()}
+    return v
+
+
 def run_select(
     con: duckdb.DuckDBPyConnection, sql: str, *, max_rows: int, timeout_s: float = 30.0
 ) -> dict[str, Any]:
-    """``select_table`` as ``{"columns", "rows" (lists), "truncated"}`` for the page."""
+    """``select_table`` as ``{"columns", "rows" (lists), "truncated"}`` for the page; a NaN or
+    infinity (``ln(0)``, ``0.0 / 0.0``), which JSON cannot carry, as the CSV export spells it."""
     table, truncated = select_table(con, sql, max_rows=max_rows, timeout_s=timeout_s)
-    rows = [list(r.values()) for r in table.to_pylist()]
+    rows = [[_json_cell(v) for v in r.values()] for r in table.to_pylist()]
     return {"columns": table.column_names, "rows": rows, "truncated": truncated}
 
 

@@ -210,6 +210,17 @@ def test_drop_keep_out_and_groups_out_are_one_set(tmp_path):
     assert manifest.verify(out) is None and manifest.verify(groups) is None
 
 
+def test_drop_keep_out_and_groups_out_naming_one_file_is_refused_by_its_flags(tmp_path):
+    logs, _ = _ingested(tmp_path)
+    same = tmp_path / "dk.csv"
+    res = _run(
+        "drop-keep", "--logs", logs, "--out", same, "--groups-out", tmp_path / "." / "dk.csv"
+    )
+    assert res.exit_code == 2
+    assert f"--out and --groups-out both name {same}: give each its own file" in res.output
+    assert not same.exists() and not manifest.manifest_path(same).exists()
+
+
 def test_a_kill_mid_write_leaves_neither_file_nor_manifest(tmp_path):
     logs, _ = _ingested(tmp_path)
     out, groups = tmp_path / "dk.csv", tmp_path / "zv.csv"

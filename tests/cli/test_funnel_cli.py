@@ -286,3 +286,24 @@ def test_lineage_from_another_folder_finds_a_source_ingested_by_a_relative_path(
     assert r.exit_code == 0, r.output
     [raw] = [n for n in json.loads(r.stdout)["nodes"] if n["name"] == "r0.jsonl"]
     assert (raw["kind"], raw["path"]) == ("source", str(here / "logs" / "r0.jsonl"))
+
+
+def test_plan_out_file_and_json_name_buckets_as_the_rows_do(tmp_path):
+    """Without --bucket the buckets are named ``bucket B/A/0``: ``recommend`` is keyed by those
+    names in --json as in the --out file (the rows' ``bucket``), so one reads the other."""
+    logs = tmp_path / "logs"
+    write_log(
+        logs,
+        "r",
+        group("train_1", "ndcg", [1.0, 1.0], judge_score=1.0)
+        + group("train_2", "ndcg", [0.5, 0.5], judge_score=0.0),
+    )
+    out = tmp_path / "plan.json"
+    args = ["curate", "plan", "--logs", str(logs), "--run", "r", "--n-agent", "4",
+            "--out", str(out), "--json"]  # fmt: skip
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.output
+    printed, written = json.loads(r.stdout), json.loads(out.read_text(encoding="utf-8"))
+    assert printed == written
+    assert set(printed["recommend"]) == {x["bucket"] for x in printed["rows"]} | {"all"}
+    assert "bucket B" in printed["recommend"]

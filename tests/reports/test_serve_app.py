@@ -207,6 +207,18 @@ def test_sql_api_answers_selects_and_refuses_the_rest(client):
     assert bad.status_code == 400 and "send JSON" in bad.json()["error"]
 
 
+def test_sql_api_shows_non_finite_numbers_as_the_csv_export_spells_them(client):
+    """``ln(0)``, ``1.0 / 0.0`` and ``0.0 / 0.0`` are -inf, inf and NaN in DuckDB; JSON has no
+    such numbers, and the answer was a 500 (Starlette refuses them) instead of the result."""
+    sql = "SELECT ln(0.0) AS a, 1.0 / 0.0 AS b, 0.0 / 0.0 AS c, [0.0 / 0.0, 1.5] AS l, 2.5::DOUBLE AS d"
+    res = post_sql(client, json={"sql": sql})
+    assert res.status_code == 200, res.text
+    assert res.json()["rows"] == [["-inf", "inf", "NaN", ["NaN", 1.5], 2.5]]
+    assert (
+        _post(client, "/api/sql/export.csv", sql).text.splitlines()[1].startswith("-inf,inf,NaN,")
+    )
+
+
 def test_sections_and_static_assets(client):
     html = client.get("/sections").text
     assert 'href="/?run=base&amp;outcome=success">8<' in html

@@ -117,3 +117,16 @@ def test_escape_frame_matches_escape_cell_by_cell():
     assert out.columns == ["'=t", "n"]
     assert out["'=t"].to_list() == [None if t is None else csv_cells.escape(t) for t in texts]
     assert out["'=t"].to_list()[:12] == [None, "", "-1", "-1.5", "+3", "-1e-3", "'-1+2", "'-inf", "'+1_0", "'-1 ", "'\t1", "''=x"]  # fmt: skip
+
+
+def test_both_writers_spell_non_finite_floats_alike_and_read_back_as_numbers():
+    """A NaN score (a loss that diverged, a NaN in a query's result) is one cell in every CSV
+    ddai writes: ``rows_text`` (the csv module) spelled it ``nan``, which polars' reader takes
+    for text, turning the whole column into strings, while polars' writer spells it ``NaN``."""
+    values = [1.5, float("nan"), float("inf"), float("-inf"), None]
+    by_rows = rows_text(["i", "x"], list(enumerate(values))).replace("\r\n", "\n")
+    frame = pl.DataFrame({"i": range(5), "x": values}, schema={"i": pl.Int64, "x": pl.Float64})
+    assert by_rows == write_frame(frame) == "i,x\n0,1.5\n1,NaN\n2,inf\n3,-inf\n4,\n"
+    back = pl.read_csv(io.StringIO(by_rows))
+    assert back.schema["x"] == pl.Float64
+    assert math.isnan(back["x"][1]) and back["x"][2] == math.inf and back["x"][4] is None
