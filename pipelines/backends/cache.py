@@ -144,11 +144,12 @@ class CallCache:
         self._read_lock = threading.Lock()
         try:
             self._db = _connect(self.path)
-        except sqlite3.DatabaseError as e:  # cut short by a full disk or a copy, or not SQLite
-            raise CacheError(
-                f"call cache {self.path} cannot be read ({e}): move it aside and rerun (the "
-                "calls it answered are paid again)"
-            ) from e
+        except sqlite3.DatabaseError as e:
+            if getattr(e, "sqlite_errorname", "") in ("SQLITE_CORRUPT", "SQLITE_NOTADB"):
+                fix = "move it aside and rerun (the calls it answered are paid again)"
+            else:  # a full disk, no permission: the file itself may be whole
+                fix = "free space or fix its folder's permissions and rerun"
+            raise CacheError(f"call cache {self.path} cannot be opened ({e}): {fix}") from e
         self._pending: dict[str, Cached] = {}
         self._pending_failures: dict[str, tuple[str, str]] = {}
         self._pending_lock = threading.Lock()
@@ -259,7 +260,11 @@ class CallCache:
     def _raise_error(self) -> None:
         """The writer thread's SQLite error, surfaced to the callers of put and flush."""
         if self._error is not None:
-            raise RuntimeError(f"call cache {self.path} cannot be written: {self._error}")
+            raise CacheError(
+                f"call cache {self.path} cannot be written ({self._error}): free space (or fix "
+                "its folder) and rerun; the answers committed before are kept, so the rerun pays "
+                "only for the rest"
+            )
 
     def _enqueue(self, sql: str, row: tuple[Any, ...]) -> None:
         self._raise_error()

@@ -140,3 +140,19 @@ def test_judge_and_backends_check_with_a_damaged_cache_exit_2_naming_it(tmp_path
         res = runner.invoke(app, args)
         assert res.exit_code == 2, (args, res.output, res.exception)
         assert "move it aside" in res.output, res.output
+
+
+def test_a_cache_on_a_full_disk_is_not_called_damaged(tmp_path, monkeypatch):
+    import sqlite3
+
+    from ddai.pipelines.backends import cache
+
+    def full(path):
+        e = sqlite3.OperationalError("database or disk is full")
+        e.sqlite_errorname = "SQLITE_FULL"
+        raise e
+
+    monkeypatch.setattr(cache, "_connect", full)
+    with pytest.raises(CacheError) as e:
+        CallCache(tmp_path / "c.sqlite")
+    assert "free space" in str(e.value) and "move it aside" not in str(e.value)
