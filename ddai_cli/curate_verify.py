@@ -6,6 +6,7 @@ from typing import Any
 
 from ddai.cli.app import subcommand
 from ddai.cli.common import (
+    EXIT_FAILED,
     JsonOpt,
     LogsOpt,
     ProgressOpt,
@@ -13,6 +14,7 @@ from ddai.cli.common import (
     bad_input_exits,
     err_console,
     exit_if_calls_failed,
+    fail,
     summary,
 )
 from ddai.cli.curate import DECISIONS, OUT_DIR, RUN, logs_for_runs, run_step
@@ -56,7 +58,14 @@ def verify_gt_cmd(
             progress=progress and not as_json,
         )
     # No spinner here: the verifier backend shows its own progress bar.
-    result = run_step("verifying", lambda: verify_gt.run_verify(cfg), spinner=False)
+    try:
+        result = run_step("verifying", lambda: verify_gt.run_verify(cfg), spinner=False)
+    except OSError as e:  # a full disk, say: the outputs are committed together, so none landed
+        raise fail(
+            f"{cfg.out}: {e}; no output was committed there (fix the cause and rerun: the "
+            "verifier's answers are cached)",
+            EXIT_FAILED,
+        ) from e
     summary("ddai curate verify-gt", result.to_dict(), as_json=as_json)
     if note := result.summary.get("verifier note"):
         err_console.print(f"warning: {note}", markup=False, soft_wrap=True)

@@ -60,6 +60,14 @@ def distill_vet_command(
             data = run_vet(cfg)
         except VetError as e:
             raise fail(str(e), EXIT_FAILED) from e
+        except (FileNotFoundError, FileExistsError):
+            raise  # bad input: said by bad_input_exits (exit 2)
+        except OSError as e:  # a full disk, say: the kept rows and the report land together
+            raise fail(
+                f"{cfg.out}: {e}; neither it nor its report was committed (fix the cause and "
+                "rerun: the vetter's answers are cached)",
+                EXIT_FAILED,
+            ) from e
     summary("ddai distill vet", data, as_json=as_json)
     exit_if_calls_failed(data)
 

@@ -20,7 +20,8 @@ transaction (group commit): the event loop never waits on SQLite, and sqlite rel
 it writes. An answer is committed within milliseconds of arriving, so a killed process loses about
 what it had in flight; ``flush`` waits until everything queued is committed, and answers still
 queued are visible to ``get_many`` meanwhile. The file is in WAL mode with a busy timeout, so
-several processes can share it.
+several processes can share it. A file SQLite cannot read (cut short by a full disk or a copy, or
+not a database) is refused with its path and the fix (``CacheError``, a ``ConfigError``: exit 2).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ddai.pipelines.backends.config import ConfigError
 from ddai.pipelines.backends.usage import TokenUsage
 
 CACHE_VERSION = 1
@@ -98,6 +100,10 @@ def cache_key(**identity: Any) -> str:
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
+class CacheError(ConfigError):
+    """A cache file SQLite cannot read (cut short, or not a database); the message names it."""
+
+
 @dataclass(frozen=True)
 class Cached:
     value: Any
@@ -136,7 +142,14 @@ class CallCache:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._read_lock = threading.Lock()
-        self._db = _connect(self.path)
+        try:
+            self._db = _connect(self.path)
+        except sqlite3.DatabaseError as e:
+            if getattr(e, "sqlite_errorname", "") in ("SQLITE_CORRUPT", "SQLITE_NOTADB"):
+                fix = "move it aside and rerun (the calls it answered are paid again)"
+            else:  # a full disk, no permission: the file itself may be whole
+                fix = "free space or fix its folder's permissions and rerun"
+            raise CacheError(f"call cache {self.path} cannot be opened ({e}): {fix}") from e
         self._pending: dict[str, Cached] = {}
         self._pending_failures: dict[str, tuple[str, str]] = {}
         self._pending_lock = threading.Lock()
@@ -247,7 +260,11 @@ class CallCache:
     def _raise_error(self) -> None:
         """The writer thread's SQLite error, surfaced to the callers of put and flush."""
         if self._error is not None:
-            raise RuntimeError(f"call cache {self.path} cannot be written: {self._error}")
+            raise CacheError(
+                f"call cache {self.path} cannot be written ({self._error}): free space (or fix "
+                "its folder) and rerun; the answers committed before are kept, so the rerun pays "
+                "only for the rest"
+            )
 
     def _enqueue(self, sql: str, row: tuple[Any, ...]) -> None:
         self._raise_error()

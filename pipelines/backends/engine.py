@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ddai.pipelines.backends.cache import CallCache
+from ddai.pipelines.backends.cache import CacheError, CallCache
 from ddai.pipelines.backends.limits import Budget, TokenBucket
 from ddai.pipelines.backends.progress import Bar
 from ddai.pipelines.backends.retry import SETUP_FAILURES, CallError, Failure, RetryPolicy
@@ -177,9 +177,12 @@ class Engine:
                     # Repeats of a key inside the batch ride on its one call, like cache hits.
                     bar.advance(len(idxs), hits=len(idxs) - 1, failed=isinstance(out, Failure))
 
-            async with asyncio.TaskGroup() as tg:
-                for _ in range(min(self.settings.concurrency, len(pending))):
-                    tg.create_task(worker())
+            try:
+                async with asyncio.TaskGroup() as tg:
+                    for _ in range(min(self.settings.concurrency, len(pending))):
+                        tg.create_task(worker())
+            except* CacheError as group:  # the cache stopped taking answers: one error, not N
+                raise group.exceptions[0] from None
         if self.cache is not None and pending:
             # Durable when ``run`` returns: the writer thread has committed every answer.
             await asyncio.to_thread(self.cache.flush)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import threading
 
-from ddai.pipelines.backends.cache import CallCache, cache_key
+import pytest
+
+from ddai.pipelines.backends.cache import CacheError, CallCache, cache_key
 from ddai.pipelines.backends.usage import TokenUsage
 
 
@@ -90,3 +92,67 @@ def test_idle_writer_exits_and_a_later_put_restarts_it(tmp_path, monkeypatch):
         c.flush()
     with CallCache(tmp_path / "c.sqlite") as c:
         assert {k: v.value for k, v in c.get_many(["a", "b"]).items()} == {"a": 1, "b": 2}
+
+
+def _damaged(tmp_path, how: str):
+    """A cache file cut in half (a copy or a disk that filled up mid-write) or not SQLite."""
+    path = tmp_path / "calls.sqlite"
+    with CallCache(path) as c:
+        for i in range(300):
+            put(c, f"k{i}", {"score": i, "reason": "x" * 200})
+    if how == "truncated":
+        data = path.read_bytes()
+        path.write_bytes(data[: len(data) // 2])
+    else:
+        path.write_bytes(b"not a database at all\n" * 100)
+    return path
+
+
+@pytest.mark.parametrize("how", ["truncated", "garbage"])
+def test_a_damaged_cache_file_is_named_with_the_fix(tmp_path, how):
+    path = _damaged(tmp_path, how)
+    with pytest.raises(CacheError) as e:
+        CallCache(path)
+    msg = str(e.value)
+    assert str(path) in msg and "move it aside" in msg and "paid again" in msg
+    assert isinstance(e.value, ValueError)  # the commands' bad-input exit (2)
+
+
+def test_judge_and_backends_check_with_a_damaged_cache_exit_2_naming_it(tmp_path, monkeypatch):
+    from support.backends import backend_toml
+    from typer.testing import CliRunner
+
+    from ddai.cli.app import app
+    from ddai.pipelines import store
+
+    path = _damaged(tmp_path, "truncated")
+    monkeypatch.setenv("DDAI_HOME", str(tmp_path / "home"))
+    toml = backend_toml(tmp_path, "fake", "http://127.0.0.1:9/v1", model="m", api_key_env="K")
+    monkeypatch.setenv("DDAI_CONFIG", str(toml))
+    monkeypatch.setenv("K", "k")
+    logs = tmp_path / "logs"
+    store.write_run(logs, "r1", [{"uid": "u0", "rollout_idx": 0, "answer": "a", "gt": "a"}])
+    runner = CliRunner()
+    for args in (
+        ["backends", "check", "--no-ping", "--cache", str(path)],
+        ["judge", "--logs", str(logs), "--run", "r1", "--judge", "fake", "--cache", str(path)],
+    ):
+        res = runner.invoke(app, args)
+        assert res.exit_code == 2, (args, res.output, res.exception)
+        assert "move it aside" in res.output, res.output
+
+
+def test_a_cache_on_a_full_disk_is_not_called_damaged(tmp_path, monkeypatch):
+    import sqlite3
+
+    from ddai.pipelines.backends import cache
+
+    def full(path):
+        e = sqlite3.OperationalError("database or disk is full")
+        e.sqlite_errorname = "SQLITE_FULL"
+        raise e
+
+    monkeypatch.setattr(cache, "_connect", full)
+    with pytest.raises(CacheError) as e:
+        CallCache(tmp_path / "c.sqlite")
+    assert "free space" in str(e.value) and "move it aside" not in str(e.value)

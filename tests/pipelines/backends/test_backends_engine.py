@@ -256,3 +256,44 @@ def test_plan_counts_a_batch_as_run_would_without_calling(tmp_path):
     retry, _ = engine(cache=cache, price=Price(1.0, 10.0), retry_failed=True)
     assert (retry.plan(jobs)["cached_failures"], retry.plan(jobs)["to_call"]) == (0, 3)
     cache.close()
+
+
+class FullDisk:
+    """A SQLite connection on a disk that filled up: every write fails as SQLite says it."""
+
+    def __init__(self, db) -> None:
+        self.db = db
+
+    def execute(self, sql, *args):
+        if sql.lstrip().upper().startswith(("INSERT", "DELETE")):
+            import sqlite3
+
+            e = sqlite3.OperationalError("database or disk is full")
+            e.sqlite_errorname = "SQLITE_FULL"
+            raise e
+        return self.db.execute(sql, *args)
+
+    def __getattr__(self, name):
+        return getattr(self.db, name)
+
+
+def full_disk_cache(path, monkeypatch) -> CallCache:
+    """A cache that opens, then cannot write (its writer thread's connection is on a full disk)."""
+    from ddai.pipelines.backends import cache as cache_mod
+
+    c = CallCache(path)
+    real = cache_mod._connect
+    monkeypatch.setattr(cache_mod, "_connect", lambda p: FullDisk(real(p)))
+    return c
+
+
+def test_a_cache_that_fills_up_mid_run_stops_it_with_one_clear_error(tmp_path, monkeypatch):
+    from ddai.pipelines.backends.cache import CacheError
+
+    cache = full_disk_cache(tmp_path / "c.sqlite", monkeypatch)
+    script = Script(delay=0.01)
+    eng, _ = engine(cache=cache, settings=EngineSettings(concurrency=2, timeout_s=5.0))
+    with pytest.raises(CacheError) as e:  # one error, not a group of the workers' tracebacks
+        asyncio.run(eng.run([script.job(f"k{i}") for i in range(8)], call_site="t"))
+    msg = str(e.value)
+    assert str(tmp_path / "c.sqlite") in msg and "disk is full" in msg and "free space" in msg

@@ -1,0 +1,46 @@
+"""A disk that fills up while a paid step writes its outputs: one clear error naming where it was
+writing (exit 1), not a pyarrow traceback, and nothing left there."""
+
+from __future__ import annotations
+
+import errno
+
+import pyarrow.parquet as pq
+import pytest
+from support.funnel_data import write_dataset
+from typer.testing import CliRunner
+
+from ddai.cli.app import app
+
+runner = CliRunner()
+
+
+def _full(*_a, **_kw):
+    raise OSError(errno.ENOSPC, "Error writing bytes to file. No space left on device")
+
+
+def _vet(tmp_path, shared):
+    src = tmp_path / "sft.parquet"
+    pq.write_table(pq.read_table(shared / "ddai-data" / "train1.parquet").slice(0, 2), src)
+    out = tmp_path / "out" / "kept.parquet"
+    return ["distill", "vet", str(src), "--out", str(out), "--vetter", "local"], out.parent
+
+
+def _verify(tmp_path, shared):
+    ds = write_dataset(tmp_path / "set.parquet", ["train_1", "train_2"])
+    (tmp_path / "d.csv").write_text("uid,verdict,reason\n", encoding="utf-8")
+    out = tmp_path / "out"
+    args = ["curate", "verify-gt", "--dataset", str(ds), "--decisions", str(tmp_path / "d.csv")]
+    return [*args, "--out-dir", str(out)], out
+
+
+@pytest.mark.parametrize("command", [_vet, _verify], ids=["distill-vet", "verify-gt"])
+def test_a_full_disk_under_the_outputs_is_one_clear_error(command, tmp_path, monkeypatch, shared):
+    monkeypatch.setenv("DDAI_HOME", str(tmp_path / "home"))
+    args, out = command(tmp_path, shared)
+    monkeypatch.setattr(pq, "write_table", _full)
+    res = runner.invoke(app, [*args, "--no-progress"])
+    assert res.exit_code == 1, (res.output, res.exception)
+    assert isinstance(res.exception, SystemExit)  # no traceback
+    assert "No space left on device" in res.output and str(out) in res.output, res.output
+    assert not [p for p in out.rglob("*") if p.is_file() and not p.name.startswith(".")]
