@@ -32,7 +32,8 @@ Assembly streams with memory bounded by the rollouts in flight:
   quarantined as ``incomplete rollout``. A bad line or an event without ``sample_idx`` is
   quarantined on its own.
 - ``run.start`` goes to the run's manifest (``run_config``: ``max_turns``, ``n_agent``, the whole
-  ``config``). Every other event type (batch-mode ``rm.batch.summary`` / ``rm.phase1.detail``, whose
+  ``config``; a ``run.start`` logged twice is counted as a duplicate event, not as a run more).
+  Every other event type (batch-mode ``rm.batch.summary`` / ``rm.phase1.detail``, whose
   ``uid`` is a per-prompt uuid, ``frozen.response``, metrics, debug) is kept whole as a side table
   (its source line as it was logged).
 
@@ -234,7 +235,15 @@ class Assembler:
         if target is None:
             return
         if target in self.ctx.run_config:  # several source runs under one --run-id
-            self.ctx.run_config[target].setdefault("more_runs", []).append(entry)
+            first = self.ctx.run_config[target]
+            seen = [
+                {k: v for k, v in first.items() if k != "more_runs"},
+                *first.get("more_runs", []),
+            ]
+            if entry in seen:  # the same line logged again: no run more
+                self.n["duplicate events ignored"] += 1
+                return
+            first.setdefault("more_runs", []).append(entry)
         else:
             self.ctx.run_config[target] = entry
         self.n["runs started"] += 1

@@ -403,3 +403,17 @@ def test_side_table_names_from_the_log_stay_inside_the_store(tmp_path):
     assert res.side_tables == {"_.._escape": 1}
     assert (tmp_path / "logs" / "_side" / "_.._escape" / f"{RUN}.jsonl").is_file()
     assert not (tmp_path / "escape").exists()
+
+
+@pytest.mark.parametrize("columnar", [True, False])
+def test_a_run_start_logged_twice_is_one_run_not_two(tmp_path, columnar):
+    """A duplicated ``run.start`` line (a log copied twice over) is a duplicate event: the run's
+    config is recorded once, not again under ``more_runs`` as if a second run had started."""
+    lines = _events()
+    assert json.loads(lines[0])["event_type"] == "run.start"
+    src = _write(tmp_path / "unified_trajectory.jsonl", [lines[0], *lines])
+    res, _ = _ingest(tmp_path / "logs", src, run_id="curriculum", columnar=columnar)
+    man = store.run_manifest(tmp_path / "logs", "curriculum")
+    assert "more_runs" not in man["run_config"]
+    notes = res.notes[str(src)]
+    assert notes["runs started"] == 1 and notes["duplicate events ignored"] == 1
