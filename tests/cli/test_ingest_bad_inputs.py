@@ -216,3 +216,19 @@ def test_a_key_twice_inside_extra_of_ddai_jsonl_is_quarantined_on_both_paths(tmp
     assert [(e["line"], e["reason"]) for e in got.quarantine] == [(3, "duplicate JSON key")]
     assert '"a" given 2 times: 1, 2' in got.quarantine[0]["detail"]
     assert len(got.rows) == 3
+
+
+def test_a_truncated_parquet_file_is_named_as_one_not_as_an_unknown_format(tmp_path):
+    """A Parquet file cut short (a copy interrupted) has no footer: telling the user to pick
+    --input-format sends them the wrong way; the message says it is damaged Parquet."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    whole, cut = tmp_path / "whole.parquet", tmp_path / "rollouts.parquet"
+    pq.write_table(pa.table({"run_id": ["r"], "uid": ["u"], "rollout_idx": [0]}), whole)
+    cut.write_bytes(whole.read_bytes()[:-20])
+    code, out = _ingest(tmp_path / "logs", cut)
+    assert code == 2
+    assert f"{cut}: a Parquet file that cannot be read (truncated or corrupt:" in out
+    assert "not recognised" not in out and "--input-format" not in out
+    assert not (tmp_path / "logs").exists() or store.list_runs(tmp_path / "logs") == []
