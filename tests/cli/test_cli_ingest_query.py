@@ -258,3 +258,23 @@ def test_a_log_store_that_is_a_file_is_refused_naming_it(tmp_path):
     res = runner.invoke(app, ["ingest", str(src), "--run-id", "r1", "--logs", str(f)])
     assert res.exit_code == 2 and want in " ".join(res.stderr.split())
     assert f.read_bytes() == b"PAR1"
+
+
+def test_query_out_naming_a_directory_is_refused_naming_it(tmp_path):
+    """``--out`` a folder ended in IsADirectoryError's traceback (exit 1), after the query ran."""
+    logs = tmp_path / "logs"
+    src = _src(tmp_path, _rows())
+    assert (
+        runner.invoke(app, ["ingest", str(src), "--run-id", "r1", "--logs", str(logs)]).exit_code
+        == 0
+    )
+    folder = tmp_path / "results"
+    folder.mkdir()
+    for fmt in ("csv", "json", "parquet", "table"):
+        args = ["query", "SELECT uid FROM rollouts", "--logs", str(logs), "--out", str(folder)]
+        res = runner.invoke(app, [*args, "--format", fmt])
+        assert res.exit_code == 2, (fmt, res.output)
+        said = " ".join(res.output.split())
+        assert f"--out {folder} is a folder: name a file in it" in said, said
+        assert res.exception is None or isinstance(res.exception, SystemExit)
+    assert list(folder.iterdir()) == [] and not list(tmp_path.glob(".results*"))
