@@ -269,7 +269,14 @@ class Assembler:
 
     def drain(self) -> Iterator[SourceRecord]:
         for k in list(self.pending):
-            yield from self._finish(self.pending.pop(k))
+            p = self.pending.pop(k)
+            try:  # a fault in one rollout stays with that rollout, as in read_records
+                out = list(self._finish(p))
+            except Exception as e:
+                run = k[0] if isinstance(k[0], str) else None
+                raw = rollout_raw(k, p.events())
+                out = [self.bad(p.first_line, raw, run, "unreadable row", error_detail(e))]
+            yield from out
 
     def read_records(
         self, records: Iterable[tuple[int, str | None, Any, str | None]]
@@ -388,7 +395,7 @@ class Assembler:
                 rec["observation"] = got[BBOX].get("crop_path")
 
         plan_evs = [p.plans[i][0] for i in seq if i in p.plans]
-        uids = {ev.get("uid") for ev in plan_evs}
+        uids = {repr(ev.get("uid")) for ev in plan_evs}  # a uid may be any JSON value
         uid = plan_evs[0].get("uid") if plan_evs else None
         context = p.reward[0] if p.reward else plan_evs[-1]
         n_agent = int_or_none(context.get("n_agent"))
