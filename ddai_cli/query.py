@@ -66,6 +66,11 @@ def query_cmd(
         raise fail(str(e)) from e
     if fmt == "parquet" and out is None:
         raise fail("--format parquet needs --out FILE")
+    if out is not None and not objstore.is_url(out) and Path(out).is_dir():
+        ext = {"json": "jsonl", "parquet": "parquet"}.get(fmt, "csv")
+        raise fail(
+            f"--out {out} is a folder: name a file in it (e.g. {Path(out) / f'result.{ext}'})"
+        )
     if as_json and fmt != "table" and out is None:
         raise fail(
             f"--json and --format {fmt} both print to stdout: drop --json, or write the "

@@ -25,7 +25,7 @@ def runs_cmd(logs: LogsOpt = None, as_json: JsonOpt = False) -> None:
     try:
         root = store_read.logs_or_fail(workspace.logs_dir(logs, demo_fallback=True))
         found = run_stats.runs_rows(root)
-    except FileNotFoundError as e:
+    except (FileNotFoundError, ValueError) as e:  # ValueError: a damaged manifest, named
         raise fail(str(e)) from e
     if not found:
         if as_json:

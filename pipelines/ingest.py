@@ -35,7 +35,7 @@ from ddai.pipelines.adapters.side import SideTables
 from ddai.pipelines.adapters.unified.events import int_array
 from ddai.pipelines.adapters.verl.ids import UidMapper
 from ddai.pipelines.ingest_config import IngestConfig
-from ddai.pipelines.records.deps import np, pa, pc
+from ddai.pipelines.records.deps import np, pa, pc, pq
 from ddai.pipelines.records.row_checks import DUPLICATE_KEY, DuplicateKeys
 from ddai.pipelines.records.schema import RowError, normalize_rollout
 from ddai.pipelines.store import (
@@ -292,7 +292,7 @@ def ingest(cfg: IngestConfig) -> IngestResult:
         columnar=cfg.columnar,
     )
     for src in empty:  # skipped, said in the summary's notes (never a silent nothing)
-        ctx.notes[src] = EMPTY_NOTE
+        ctx.notes[src] = EMPTY_PARQUET_NOTE if _rows_of_parquet(src) == 0 else EMPTY_NOTE
     writers: dict[str, PartitionWriter] = {}
     counts: dict[str, RunCounts] = {}
     sources_of: dict[str, list[dict[str, Any]]] = {}
@@ -488,26 +488,43 @@ def _commit_quarantine_only(
 
 EMPTY_FORMAT = "empty (skipped)"  # a source's "format" in the summary when it held no line
 EMPTY_NOTE = "skipped: an empty file (no line to read); the other sources were ingested"
+EMPTY_PARQUET_NOTE = "skipped: a Parquet file with no row; the other sources were ingested"
 _EMPTY_PEEK = 1 << 16
 
 
 def _empty_sources(sources: list[Path]) -> list[str]:
-    """The sources holding no line to read (no byte, or only blank lines), to be skipped with a
-    note while the others ingest; raises ValueError when every source is empty."""
+    """The sources holding no line to read (no byte, or only blank lines) or no row (a Parquet
+    file of zero rows), to be skipped with a note while the others ingest; raises ValueError
+    when every source is empty."""
     empty = []
     for src in sources:
         size = os.path.getsize(src)
-        if size <= _EMPTY_PEEK:
+        if _rows_of_parquet(src) == 0:
+            empty.append(str(src))
+        elif size <= _EMPTY_PEEK:
             with open(src, "rb") as fh:
                 text = fh.read()
             if not text.removeprefix(b"\xef\xbb\xbf").strip():
                 empty.append(str(src))
     if empty and len(empty) == len(sources):
+        what = "no row" if all(_rows_of_parquet(s) == 0 for s in empty) else "no line"
         raise ValueError(
-            f"{', '.join(empty)}: empty (no line to read); nothing to ingest: pass a file that "
+            f"{', '.join(empty)}: empty ({what} to read); nothing to ingest: pass a file that "
             "holds rollouts"
         )
     return empty
+
+
+def _rows_of_parquet(src: str | Path) -> int | None:
+    """A Parquet file's row count from its footer; None for any other file (or an unreadable
+    footer, which the format's detection names)."""
+    with open(src, "rb") as fh:
+        if fh.read(4) != b"PAR1":
+            return None
+    try:
+        return pq.read_metadata(src).num_rows
+    except Exception:
+        return None
 
 
 def _naming_input(src: Path, records: Iterator[Any]) -> Iterator[Any]:

@@ -151,13 +151,21 @@ def refuse_compressed(path: Path) -> None:
 
 
 def _parquet_columns(path: Path) -> dict[str, Any] | None:
-    """A Parquet file's column names as the keys of an object (what ``NOT_ROLLOUTS`` tests)."""
+    """A Parquet file's column names as the keys of an object (what ``NOT_ROLLOUTS`` tests).
+    Raises ValueError for a file that starts as Parquet but whose footer cannot be read (a copy
+    cut short): no --input-format would read it."""
     import pyarrow.parquet as pq
 
     try:
         return dict.fromkeys(pq.read_schema(path).names)
-    except Exception:  # not Parquet after all: refused as not recognised
-        return None
+    except Exception as e:
+        with open(path, "rb") as fh:
+            if fh.read(4) == b"PAR1":
+                raise ValueError(
+                    f"{path}: a Parquet file that cannot be read (truncated or corrupt: {e}); "
+                    "copy or write it again whole"
+                ) from e
+        return None  # not Parquet after all: refused as not recognised
 
 
 def _json_head(path: Path) -> dict[str, Any] | None:

@@ -70,6 +70,11 @@ class ManifestLogGap(RuntimeError):
     """A run's manifest log misses a commit between its checkpoint and a later delta."""
 
 
+class ManifestDamaged(ManifestLogGap, ValueError):
+    """A run's manifest checkpoint or log delta is not a JSON object (a file cut or overwritten);
+    a ValueError too, so the commands refuse it as a bad input that names the file."""
+
+
 # ------------------------------------------------------------------------------ the delta
 
 
@@ -209,7 +214,7 @@ def _read_once(part: str | os.PathLike[str]) -> LogState:
             state = _from(cached, None)
         else:
             raw = _read_checkpoint(part, url, ck_id)
-            state = _from_checkpoint(raw, None)
+            state = _from_checkpoint(raw, None, part)
         base = state.checkpoint_seq  # the whole log is listed: every number after it is checked
     seqs = sorted(s for s in ids if s > base)
     if seqs and seqs != list(range(base + 1, base + 1 + len(seqs))):
@@ -222,7 +227,7 @@ def _read_once(part: str | os.PathLike[str]) -> LogState:
         )
     todo = [s for s in seqs if s > state.seq]
     for seq, body in zip(todo, _read_deltas(part, url, todo), strict=True):
-        delta = json.loads(body)
+        delta = _parsed(body, part, f"{LOG_DIR}/{delta_name(seq)}")
         if delta.get("seq") != seq:
             raise ManifestLogGap(f"run {_run_of(part)!r}: {delta_name(seq)} holds another commit")
         state.manifest = apply(state.manifest or {}, delta)
@@ -247,7 +252,7 @@ def _read_remote(url: str) -> tuple[LogState, dict[int, Any], Any, str]:
             # it (deltas are never removed, so no newer checkpoint is needed)
             return _from(known, known.checkpoint_id), ids, known.checkpoint_id, url
     ck_id = objstore.etag(objstore.join(url, MANIFEST))
-    state = _from_checkpoint(_read_checkpoint(url, url, ck_id), ck_id)
+    state = _from_checkpoint(_read_checkpoint(url, url, ck_id), ck_id, url)
     return state, _list_ids(log, after=state.seq), ck_id, url
 
 
@@ -256,10 +261,34 @@ def _from(cached: _Folded, tag: Any) -> LogState:
     return dataclasses.replace(cached.state, manifest=man, checkpoint_tag=tag)
 
 
-def _from_checkpoint(raw: bytes | None, tag: Any) -> LogState:
-    man = json.loads(raw) if raw is not None else None
+def _from_checkpoint(raw: bytes | None, tag: Any, part: str | os.PathLike[str]) -> LogState:
+    man = _parsed(raw, part, MANIFEST) if raw is not None else None
     cseq = int(man.pop(SEQ_KEY, 0)) if man is not None else 0
     return LogState(man, cseq, cseq, len(raw) if raw is not None else 0, 0, tag)
+
+
+def _parsed(raw: bytes, part: str | os.PathLike[str], name: str) -> dict[str, Any]:
+    """A manifest file's JSON object; a file that is not one (cut short, overwritten) raises
+    ``ManifestDamaged`` naming it, where a bare JSON error would name no file."""
+    try:
+        obj = json.loads(raw)
+    except ValueError as e:
+        obj, why = None, f"is not valid JSON ({e})"
+    else:
+        why = None if isinstance(obj, dict) else f"holds a JSON {type(obj).__name__}, not an object"
+    if why is not None:
+        where = objstore.display(part) if objstore.url_of(part) else os.fspath(part)
+        fix = (
+            f"remove it: it only checkpoints the commits in {where}/{LOG_DIR}, which are read "
+            "instead"
+            if name == MANIFEST
+            else f"restore it from a backup, or remove {where} and ingest the run again"
+        )
+        raise ManifestDamaged(
+            f"run {_run_of(part)!r}: its manifest file {where}/{name} {why}; the store is "
+            f"damaged: {fix}"
+        )
+    return obj
 
 
 def _still(

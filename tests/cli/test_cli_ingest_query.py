@@ -258,3 +258,54 @@ def test_a_log_store_that_is_a_file_is_refused_naming_it(tmp_path):
     res = runner.invoke(app, ["ingest", str(src), "--run-id", "r1", "--logs", str(f)])
     assert res.exit_code == 2 and want in " ".join(res.stderr.split())
     assert f.read_bytes() == b"PAR1"
+
+
+def test_query_out_naming_a_directory_is_refused_naming_it(tmp_path):
+    """``--out`` a folder ended in IsADirectoryError's traceback (exit 1), after the query ran."""
+    logs = tmp_path / "logs"
+    src = _src(tmp_path, _rows())
+    assert (
+        runner.invoke(app, ["ingest", str(src), "--run-id", "r1", "--logs", str(logs)]).exit_code
+        == 0
+    )
+    folder = tmp_path / "results"
+    folder.mkdir()
+    for fmt in ("csv", "json", "parquet", "table"):
+        args = ["query", "SELECT uid FROM rollouts", "--logs", str(logs), "--out", str(folder)]
+        res = runner.invoke(app, [*args, "--format", fmt])
+        assert res.exit_code == 2, (fmt, res.output)
+        said = " ".join(res.output.split())
+        assert f"--out {folder} is a folder: name a file in it" in said, said
+        assert res.exception is None or isinstance(res.exception, SystemExit)
+    assert list(folder.iterdir()) == [] and not list(tmp_path.glob(".results*"))
+
+
+def test_a_cut_manifest_file_is_named_by_runs_query_and_lineage(tmp_path):
+    """A run's ``_manifest.json`` cut short made ``ddai runs`` end in a JSONDecodeError traceback
+    and ``query``/``lineage`` print the bare JSON error, naming no file; now each exits 2 naming
+    the file and the fix, and the fix (remove the checkpoint: the log holds the commits) works."""
+    logs = tmp_path / "logs"
+    src = _src(tmp_path, _rows())
+    assert (
+        runner.invoke(app, ["ingest", str(src), "--run-id", "r1", "--logs", str(logs)]).exit_code
+        == 0
+    )
+    part = logs / "run_id=r1"
+    ck = part / "_manifest.json"
+    ck.write_bytes(ck.read_bytes()[:50])
+    calls = {
+        "runs": ["runs", "--logs", str(logs)],
+        "query": ["query", "SELECT count(*) AS n FROM rollouts", "--logs", str(logs)],
+        "lineage": ["lineage", str(part)],
+    }
+    for name, args in calls.items():
+        res = runner.invoke(app, args)
+        said = " ".join(res.output.split())
+        assert res.exit_code == 2, (name, res.output, res.exception)
+        assert f"run 'r1': its manifest file {ck} is not valid JSON" in said, (name, said)
+        assert "remove it: it only checkpoints the commits in" in said, (name, said)
+    ck.unlink()
+    res = runner.invoke(
+        app, ["query", "SELECT count(*) AS n FROM rollouts", "--logs", str(logs), "--json"]
+    )
+    assert res.exit_code == 0 and json.loads(res.output)["data"] == [[12]]

@@ -216,3 +216,43 @@ def test_a_key_twice_inside_extra_of_ddai_jsonl_is_quarantined_on_both_paths(tmp
     assert [(e["line"], e["reason"]) for e in got.quarantine] == [(3, "duplicate JSON key")]
     assert '"a" given 2 times: 1, 2' in got.quarantine[0]["detail"]
     assert len(got.rows) == 3
+
+
+def test_a_truncated_parquet_file_is_named_as_one_not_as_an_unknown_format(tmp_path):
+    """A Parquet file cut short (a copy interrupted) has no footer: telling the user to pick
+    --input-format sends them the wrong way; the message says it is damaged Parquet."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    whole, cut = tmp_path / "whole.parquet", tmp_path / "rollouts.parquet"
+    pq.write_table(pa.table({"run_id": ["r"], "uid": ["u"], "rollout_idx": [0]}), whole)
+    cut.write_bytes(whole.read_bytes()[:-20])
+    code, out = _ingest(tmp_path / "logs", cut)
+    assert code == 2
+    assert f"{cut}: a Parquet file that cannot be read (truncated or corrupt:" in out
+    assert "not recognised" not in out and "--input-format" not in out
+    assert not (tmp_path / "logs").exists() or store.list_runs(tmp_path / "logs") == []
+
+
+def test_a_parquet_file_with_no_row_is_an_empty_file_like_an_empty_jsonl(tmp_path):
+    """A Parquet export of nothing (the log's columns, zero rows) among other sources was listed
+    as read with no word of it; alone it exited 1 as a failure. It is an empty input: skipped
+    with a note among others, refused with exit 2 alone."""
+    import pyarrow.parquet as pq
+
+    from ddai.pipelines.records.schema import ROLLOUT_SCHEMA
+
+    good = tmp_path / "round0_flash_rm_detail.jsonl"
+    _write(good, [json.dumps(_flash(i)) for i in range(4)])
+    none = tmp_path / "export.parquet"
+    pq.write_table(ROLLOUT_SCHEMA.empty_table(), none)
+    code, s = _ingest(tmp_path / "logs", good, none)
+    assert code == 0, s
+    assert s["rollouts_out"] == 4 and s["runs"] == {"round0": 4}
+    assert s["formats"][str(none)] == "empty (skipped)"
+    assert (
+        s["notes"][str(none)]
+        == "skipped: a Parquet file with no row; the other sources were ingested"
+    )
+    code, out = _ingest(tmp_path / "logs2", none)  # alone: nothing to ingest, said so
+    assert code == 2 and f"{none}: empty (no row to read); nothing to ingest" in out

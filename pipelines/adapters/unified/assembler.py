@@ -32,7 +32,8 @@ Assembly streams with memory bounded by the rollouts in flight:
   quarantined as ``incomplete rollout``. A bad line or an event without ``sample_idx`` is
   quarantined on its own.
 - ``run.start`` goes to the run's manifest (``run_config``: ``max_turns``, ``n_agent``, the whole
-  ``config``). Every other event type (batch-mode ``rm.batch.summary`` / ``rm.phase1.detail``, whose
+  ``config``; a ``run.start`` logged twice is counted as a duplicate event, not as a run more).
+  Every other event type (batch-mode ``rm.batch.summary`` / ``rm.phase1.detail``, whose
   ``uid`` is a per-prompt uuid, ``frozen.response``, metrics, debug) is kept whole as a side table
   (its source line as it was logged).
 
@@ -234,7 +235,15 @@ class Assembler:
         if target is None:
             return
         if target in self.ctx.run_config:  # several source runs under one --run-id
-            self.ctx.run_config[target].setdefault("more_runs", []).append(entry)
+            first = self.ctx.run_config[target]
+            seen = [
+                {k: v for k, v in first.items() if k != "more_runs"},
+                *first.get("more_runs", []),
+            ]
+            if entry in seen:  # the same line logged again: no run more
+                self.n["duplicate events ignored"] += 1
+                return
+            first.setdefault("more_runs", []).append(entry)
         else:
             self.ctx.run_config[target] = entry
         self.n["runs started"] += 1
@@ -260,7 +269,14 @@ class Assembler:
 
     def drain(self) -> Iterator[SourceRecord]:
         for k in list(self.pending):
-            yield from self._finish(self.pending.pop(k))
+            p = self.pending.pop(k)
+            try:  # a fault in one rollout stays with that rollout, as in read_records
+                out = list(self._finish(p))
+            except Exception as e:
+                run = k[0] if isinstance(k[0], str) else None
+                raw = rollout_raw(k, p.events())
+                out = [self.bad(p.first_line, raw, run, "unreadable row", error_detail(e))]
+            yield from out
 
     def read_records(
         self, records: Iterable[tuple[int, str | None, Any, str | None]]
@@ -379,7 +395,7 @@ class Assembler:
                 rec["observation"] = got[BBOX].get("crop_path")
 
         plan_evs = [p.plans[i][0] for i in seq if i in p.plans]
-        uids = {ev.get("uid") for ev in plan_evs}
+        uids = {repr(ev.get("uid")) for ev in plan_evs}  # a uid may be any JSON value
         uid = plan_evs[0].get("uid") if plan_evs else None
         context = p.reward[0] if p.reward else plan_evs[-1]
         n_agent = int_or_none(context.get("n_agent"))

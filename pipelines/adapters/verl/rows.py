@@ -20,7 +20,8 @@ _OWN = ("input", "output", "gts", "score", "step")
 
 
 def verl_rollout(obj: dict[str, Any], rollout_idx: int) -> dict[str, Any]:
-    """One dump line as a loose rollout record (``obj["input"]`` must be a string)."""
+    """One dump line as a loose rollout record (``obj["input"]`` must be a string, ``output`` a
+    string or null)."""
     prompt, output = obj["input"], obj.get("output")
     tr = split_transcript(output if isinstance(output, str) else None)
     gts = obj.get("gts")
@@ -60,6 +61,10 @@ def records(
             yield bad
         elif not isinstance(obj.get("input"), str):
             detail = "a line must be an object with a string input"
+            yield SourceRecord(None, line, text, "wrong type", detail, run_id=run)
+        elif (out := obj.get("output")) is not None and not isinstance(out, str):
+            # the decoded response: anything else would be stored as an empty, turnless rollout
+            detail = f"output must be a string (the decoded response), not {type(out).__name__}"
             yield SourceRecord(None, line, text, "wrong type", detail, run_id=run)
         else:
             yield contained(line, text, run, _record, obj, line, text, run, ctx, order)

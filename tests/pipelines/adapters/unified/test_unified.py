@@ -403,3 +403,47 @@ def test_side_table_names_from_the_log_stay_inside_the_store(tmp_path):
     assert res.side_tables == {"_.._escape": 1}
     assert (tmp_path / "logs" / "_side" / "_.._escape" / f"{RUN}.jsonl").is_file()
     assert not (tmp_path / "escape").exists()
+
+
+@pytest.mark.parametrize("columnar", [True, False])
+def test_a_run_start_logged_twice_is_one_run_not_two(tmp_path, columnar):
+    """A duplicated ``run.start`` line (a log copied twice over) is a duplicate event: the run's
+    config is recorded once, not again under ``more_runs`` as if a second run had started."""
+    lines = _events()
+    assert json.loads(lines[0])["event_type"] == "run.start"
+    src = _write(tmp_path / "unified_trajectory.jsonl", [lines[0], *lines])
+    res, _ = _ingest(tmp_path / "logs", src, run_id="curriculum", columnar=columnar)
+    man = store.run_manifest(tmp_path / "logs", "curriculum")
+    assert "more_runs" not in man["run_config"]
+    notes = res.notes[str(src)]
+    assert notes["runs started"] == 1 and notes["duplicate events ignored"] == 1
+
+
+@pytest.mark.parametrize("bad", [[1], {"id": "train_1"}])
+@pytest.mark.parametrize("rewarded", [True, False])
+def test_a_plan_uid_that_is_not_text_quarantines_its_rollout_not_the_ingest(
+    tmp_path, bad, rewarded
+):
+    """A ``model.plan`` whose ``uid`` is a list or an object ended the ingest in a TypeError
+    (unhashable) traceback when its rollout was written at the end of the file (no reward
+    event); its rollout is now quarantined as wrong type, wherever it is written, and the rest
+    stored."""
+    lines = _events()
+    evs = [json.loads(x) for x in lines]
+    i = next(k for k, e in enumerate(evs) if e["event_type"] == "model.plan")
+    key = (evs[i]["global_step"], evs[i]["sample_idx"])
+    lines[i] = json.dumps({**evs[i], "uid": bad})
+    if not rewarded:  # no reward: the rollout is written when the file ends
+        lines = [
+            x
+            for x, e in zip(lines, evs, strict=True)
+            if not (
+                e["event_type"] == "rm.flash.detail"
+                and (e.get("global_step"), e.get("sample_idx")) == key
+            )
+        ]
+    _, want = _ingest(tmp_path / "a", _write(tmp_path / "a.jsonl", _events()), run_id="curriculum")
+    res, got = _ingest(tmp_path / "b", _write(tmp_path / "b.jsonl", lines), run_id="curriculum")
+    assert dict(res.quarantined) == {"wrong type": 1}
+    assert len(got) == len(want) - 1
+    assert key not in {(r["step"], r["sample_idx"]) for r in got}

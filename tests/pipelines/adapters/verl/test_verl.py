@@ -114,3 +114,26 @@ def test_an_observation_after_text_after_the_action_is_still_cut():
     # a bare "user" inside the policy's own sentence is no observation
     plain = "<think>a</think>\n<search>q</search> for the user\n<think>b</think>"
     assert split_transcript(plain).observations == 0
+
+
+def test_an_output_that_is_not_text_is_quarantined_not_stored_as_an_empty_rollout(tmp_path):
+    """verl dumps ``output`` as the decoded response: a list, an object or a number there is a
+    damaged line, not a rollout with an empty response and no turns (null stays: a rollout
+    whose output was not kept)."""
+    from ddai.pipelines.store import quarantine
+
+    src = tmp_path / "exp" / "7.jsonl"
+    src.parent.mkdir()
+    bad = [[1], {"x": 1}, 3, True]
+    lines = [_line(PROMPT_A, 1.0)] + [_line(PROMPT_B, 0.5, output=v) for v in bad]
+    src.write_text("\n".join(lines) + "\n")
+    for columnar in (True, False):
+        logs = tmp_path / f"logs{columnar}"
+        res = ingest(IngestConfig([src], logs, progress=False, columnar=columnar))
+        assert (res.rows_in, res.rollouts_out, dict(res.quarantined)) == (5, 1, {"wrong type": 4})
+        q = [json.loads(x) for x in quarantine.read(logs, "exp").decode().splitlines()]
+        assert [x["line"] for x in q] == [2, 3, 4, 5]
+        assert [x["detail"] for x in q] == [
+            f"output must be a string (the decoded response), not {t}"
+            for t in ("list", "dict", "int", "bool")
+        ]
