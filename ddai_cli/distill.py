@@ -81,13 +81,17 @@ def _claims(flag: list[str] | None) -> list[str] | None:
     return flag or workspace.setting("distill", "claim_patterns")
 
 
-def _run(fn, *args: Any) -> dict[str, Any]:
+def _run(fn, *args: Any, out: Path | None = None, unwritten: str = "") -> dict[str, Any]:
+    """``fn(*args)``, its errors said in one line; an ``OSError`` (a full disk, say) names
+    ``out`` and what was left uncommitted (``unwritten``)."""
     try:
         return fn(*args)
     except (ValueError, FileNotFoundError) as e:
         raise fail(str(e)) from e
-    except (DistillError, OSError) as e:
+    except DistillError as e:
         raise fail(str(e), EXIT_FAILED) from e
+    except OSError as e:
+        raise fail(str(e) if out is None else f"{out}: {e}; {unwritten}", EXIT_FAILED) from e
 
 
 @distill_app.callback(invoke_without_command=True)
@@ -127,7 +131,16 @@ def distill_cmd(
         )
     from ddai.pipelines.distill.run import run_distill
 
-    data = _run(run_distill, cfg)
+    # the SFT file, its report (and validation file) and manifests are committed together
+    unwritten = (
+        "none of it, its report and its validation file was committed"
+        if cfg.val_ratio > 0
+        else "neither it nor its report was committed"
+    )
+    cached = ": the rewriter's cached calls are not paid again" if cfg.rewrite != "none" else ""
+    data = _run(
+        run_distill, cfg, out=cfg.out, unwritten=f"{unwritten} (fix the cause and rerun{cached})"
+    )
     summary("ddai distill", data, as_json=as_json)
     exit_if_calls_failed(data)
 

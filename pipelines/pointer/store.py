@@ -143,6 +143,7 @@ def save_store(store: EmbeddingStore, path: str | Path) -> None:
         }
         with io.atomic_path(path) as tmp:
             safetensors_np.save_file(tensors, str(tmp), metadata=meta)
+            _sort_metadata(tmp)
     elif path.suffix == ".parquet":
         n, k, d = store.cand_emb.shape
         table = pa.table(
@@ -159,6 +160,27 @@ def save_store(store: EmbeddingStore, path: str | Path) -> None:
         io.write_parquet(path, table, metadata=meta)
     else:
         raise ValueError(f"{path}: an embedding store ends in {' or '.join(SUFFIXES)}")
+
+
+def _sort_metadata(path: Path) -> None:
+    """Rewrite a safetensors header with its ``__metadata__`` keys sorted, so that the same store
+    is the same bytes (and sha256) on every save.
+
+    safetensors (0.8 included) writes the metadata keys in a hash map's random order, a new one
+    each save (upstream issue #584). The format reads a header whose JSON keys come in any order
+    and is padded with trailing spaces, and its data offsets count from the end of the header.
+    Python's compact JSON is the shortest spelling of the header (only the escapes JSON
+    requires), so the sorted header fits over the one safetensors wrote and is written in place.
+    """
+    with open(path, "r+b") as fh:
+        size = int.from_bytes(fh.read(8), "little")
+        header = json.loads(fh.read(size))
+        header["__metadata__"] = dict(sorted(header.get("__metadata__", {}).items()))
+        text = json.dumps(header, ensure_ascii=False, separators=(",", ":")).encode()
+        if len(text) > size:  # never seen; a guard, as writing it would overrun the tensors
+            raise RuntimeError(f"{path}: the sorted safetensors header outgrew the original")
+        fh.seek(8)
+        fh.write(text.ljust(size))
 
 
 def _fixed(x: np.ndarray, width: int) -> pa.FixedSizeListArray:

@@ -44,3 +44,67 @@ def test_a_full_disk_under_the_outputs_is_one_clear_error(command, tmp_path, mon
     assert isinstance(res.exception, SystemExit)  # no traceback
     assert "No space left on device" in res.output and str(out) in res.output, res.output
     assert not [p for p in out.rglob("*") if p.is_file() and not p.name.startswith(".")]
+
+
+@pytest.mark.parametrize("suffix", [".safetensors", ".parquet"])
+@pytest.mark.parametrize("embedder", ["world", "hash"])
+def test_pointer_embed_on_a_full_disk_is_one_clear_error(suffix, embedder, tmp_path, monkeypatch):
+    import safetensors.numpy
+    from safetensors import SafetensorError
+
+    from ddai.pipelines.pointer.world import WorldConfig, make_world, write_world
+
+    def full_st(*_a, **_kw):  # what safetensors raises when the disk fills up under it
+        raise SafetensorError(
+            "Error while serializing: I/O error: No space left on device (os error 28)"
+        )
+
+    monkeypatch.setenv("DDAI_HOME", str(tmp_path / "home"))
+    write_world(make_world(WorldConfig(seed=1, n_queries=6, n_demos=12)), tmp_path / "w")
+    out = tmp_path / "out" / f"store{suffix}"
+    monkeypatch.setattr(pq, "write_table", _full)
+    monkeypatch.setattr(safetensors.numpy, "save_file", full_st)
+    args = ["pointer", "embed", str(tmp_path / "w"), "--out", str(out), "--k", "4"]
+    res = runner.invoke(app, [*args, "--embedder", embedder, "--no-progress"])
+    assert res.exit_code == 1, (res.output, res.exception)
+    assert isinstance(res.exception, SystemExit)  # no traceback
+    text = " ".join(res.output.split())
+    assert "No space left on device" in text and str(out) in text, text
+    assert "no store was committed" in text, text
+    assert ("cached calls are not paid again" in text) == (embedder == "hash"), text
+    assert not [p for p in out.parent.rglob("*") if p.is_file() and not p.name.startswith(".")]
+
+
+@pytest.mark.parametrize(
+    ("rewrite", "split", "unwritten"),
+    [
+        ("none", [], "neither it nor its report was committed"),
+        ("think-only", ["--val-ratio", "0.25"], "none of it, its report and its validation file"),
+    ],
+)
+def test_distill_on_a_full_disk_names_its_output(rewrite, split, unwritten, tmp_path, monkeypatch):
+    from conftest import FIXTURES
+
+    from ddai.pipelines.ingest import IngestConfig, ingest
+
+    monkeypatch.setenv("DDAI_HOME", str(tmp_path / "home"))
+    logs = tmp_path / "logs"
+    ingest(IngestConfig([FIXTURES / "logs" / "focused_r1.jsonl"], logs, progress=False))
+    out = tmp_path / "out" / "sft.parquet"
+
+    class FullWriter:  # the rows written (spilled or to the SFT file) hit a full disk
+        def __init__(self, *_a, **_kw):
+            pass
+
+        write_table = close = _full
+
+    monkeypatch.setattr(pq, "ParquetWriter", FullWriter)
+    args = ["distill", "--logs", str(logs), "--run", "focused_r1", "--out", str(out)]
+    res = runner.invoke(app, [*args, "--rewrite", rewrite, *split, "--no-progress"])
+    assert res.exit_code == 1, (res.output, res.exception)
+    assert isinstance(res.exception, SystemExit)  # no traceback
+    text = " ".join(res.output.split())
+    assert "No space left on device" in text and str(out) in text, text
+    assert unwritten in text, text
+    assert ("cached calls are not paid again" in text) == (rewrite != "none"), text
+    assert not [p for p in out.parent.rglob("*") if p.is_file() and not p.name.startswith(".")]

@@ -126,3 +126,33 @@ def test_a_k_above_the_demonstrations_is_capped_with_a_note(world_dir, tmp_path)
     assert info["note"] == "--k 300 is more than the world's 60 demonstrations: k 60"
     info = run_embed(EmbedConfig(world=world_dir, out=tmp_path / "t.parquet", k=8, progress=False))
     assert "note" not in info
+
+
+_SAVE = """
+import sys
+import numpy as np
+from ddai.pipelines.pointer.store import build_store, save_store
+rng = np.random.default_rng(0)
+q, d = rng.standard_normal((5, 8)), rng.standard_normal((12, 8))
+ids = [f"d{i}" for i in range(12)]
+meta = {"embedder": "t", "world": "/w", "z": "1", "a": "2", "m": "é\\n\\\\"}
+save_store(build_store([f"q{i}" for i in range(5)], q, ids, d, 4, meta=meta), sys.argv[1])
+"""
+
+
+@pytest.mark.parametrize("suffix", [".safetensors", ".parquet"])
+def test_the_same_store_saved_twice_is_byte_identical(tmp_path, suffix):
+    """Two processes (each with its own hash seeds) save the same store: the same bytes, so the
+    store's sha256 in a manifest or lineage stays put on a re-embed of the same inputs."""
+    import os
+    import subprocess
+    import sys
+
+    paths = [tmp_path / f"{i}{suffix}" for i in range(2)]
+    for seed, path in enumerate(paths):
+        env = {**os.environ, "PYTHONHASHSEED": str(seed + 1)}
+        subprocess.run([sys.executable, "-c", _SAVE, str(path)], check=True, env=env)
+    assert paths[0].read_bytes() == paths[1].read_bytes()
+    back = load_store(paths[0])
+    assert back.meta["m"] == "é\n\\" and back.meta["z"] == "1" and back.k == 4
+    assert back.cand_ids == load_store(paths[1]).cand_ids
