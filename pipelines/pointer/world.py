@@ -272,8 +272,24 @@ def run_world(cfg: WorldConfig, out: str | Path) -> dict[str, Any]:
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    """The objects of a JSONL file; a line that is not a JSON object is a ``ValueError`` naming
+    the file and line."""
+    rows = []
     with open(path, encoding="utf-8") as fh:
-        return [json.loads(line) for line in fh if line.strip()]
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{n}: not a JSON line ({e.msg}); {_REBUILD}") from e
+            if not isinstance(row, dict):
+                raise ValueError(f"{path}:{n}: not a JSON object; {_REBUILD}")
+            rows.append(row)
+    return rows
+
+
+_REBUILD = "fix it, or make the world again with `ddai pointer world`"
 
 
 def require_world(folder: str | Path) -> Path:
@@ -300,6 +316,18 @@ def load_world(folder: str | Path, *, embeddings: bool = True) -> World:
     q_emb = np.zeros((len(queries), 0), np.float32)
     d_emb = np.zeros((len(demos), 0), np.float32)
     if embeddings and (folder / EMBEDDINGS_FILE).is_file():
-        tensors = safetensors_np.load_file(str(folder / EMBEDDINGS_FILE))
-        q_emb, d_emb = tensors["query_emb"], tensors["demo_emb"]
+        q_emb, d_emb = _world_embeddings(folder / EMBEDDINGS_FILE)
     return World(cfg, queries, demos, q_emb, d_emb, labels)
+
+
+def _world_embeddings(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """``(query_emb, demo_emb)`` of a world's embeddings file; one that safetensors cannot read
+    or that lacks either tensor is a ``ValueError`` naming it."""
+    try:
+        tensors = safetensors_np.load_file(str(path))
+    except Exception as e:  # safetensors' own error type is not an OSError or ValueError
+        raise ValueError(f"{path}: not a readable safetensors file ({e}); {_REBUILD}") from e
+    missing = [k for k in ("query_emb", "demo_emb") if k not in tensors]
+    if missing:
+        raise ValueError(f"{path}: no {' or '.join(missing)} tensor; {_REBUILD}")
+    return tensors["query_emb"], tensors["demo_emb"]

@@ -97,6 +97,33 @@ def test_load_world_names_the_fix(tmp_path):
         load_world(tmp_path)
 
 
+@pytest.mark.parametrize(
+    ("name", "damage", "said"),
+    [
+        ("embeddings.safetensors", b"garbage", "not a readable safetensors file"),
+        ("queries.jsonl", b'{"query_id": "q0"}\n{bad\n', "queries.jsonl:2: not a JSON line"),
+        ("demos.jsonl", b'["a list"]\n', "demos.jsonl:1: not a JSON object"),
+    ],
+)
+def test_a_damaged_world_file_is_named_with_the_fix(world, tmp_path, name, damage, said):
+    """A world file cut or overwritten is a ValueError naming the file (and line), not
+    safetensors' or json's bare error."""
+    write_world(world, tmp_path / "w")
+    (tmp_path / "w" / name).write_bytes(damage)
+    with pytest.raises(ValueError, match="ddai pointer world") as err:
+        load_world(tmp_path / "w")
+    assert said in str(err.value) and str(tmp_path / "w" / name) in str(err.value)
+
+
+def test_world_embeddings_without_a_tensor_are_named(world, tmp_path):
+    from safetensors.numpy import save_file
+
+    write_world(world, tmp_path / "w")
+    save_file({"query_emb": world.query_emb}, str(tmp_path / "w" / "embeddings.safetensors"))
+    with pytest.raises(ValueError, match="no demo_emb tensor"):
+        load_world(tmp_path / "w")
+
+
 def test_bad_config_is_refused():
     with pytest.raises(ValueError, match="n_topics"):
         WorldConfig(n_topics=99)
