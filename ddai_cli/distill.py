@@ -165,7 +165,14 @@ def check_cmd(
         )
     from ddai.pipelines.distill.check import run_check
 
-    summary("ddai distill check", _run(run_check, cfg), as_json=as_json)
+    # the report is written first, then --out: a failure may leave the report alone
+    out, unwritten = (
+        (cfg.report_file, "it was not written")
+        if cfg.out is None
+        else (cfg.out, "it was not committed (its report may have been)")
+    )
+    data = _run(run_check, cfg, out=out, unwritten=f"{unwritten}; fix the cause and rerun")
+    summary("ddai distill check", data, as_json=as_json)
 
 
 @group_command(distill_app, "distill", "convert")
@@ -179,7 +186,15 @@ def convert_cmd(
     from ddai.pipelines.distill.check import convert
 
     cfg = ConvertConfig(**settings)
-    summary("ddai distill convert", _run(convert, cfg.file, cfg.out, cfg.to), as_json=as_json)
+    data = _run(
+        convert,
+        cfg.file,
+        cfg.out,
+        cfg.to,
+        out=cfg.out,
+        unwritten="it was not written; fix the cause and rerun",
+    )
+    summary("ddai distill convert", data, as_json=as_json)
 
 
 def register(app: typer.Typer) -> None:

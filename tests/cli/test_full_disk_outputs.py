@@ -108,3 +108,29 @@ def test_distill_on_a_full_disk_names_its_output(rewrite, split, unwritten, tmp_
     assert unwritten in text, text
     assert ("cached calls are not paid again" in text) == (rewrite != "none"), text
     assert not [p for p in out.parent.rglob("*") if p.is_file() and not p.name.startswith(".")]
+
+
+@pytest.mark.parametrize("step", ["check", "check-out", "convert"])
+def test_distill_check_and_convert_on_a_full_disk_name_their_output(step, tmp_path, shared):
+    """distill check writes its report, then --out; convert its one file: each names the file it
+    was writing when the disk filled up (it said only pyarrow's '[Errno 28] Error writing ...')."""
+    from unittest import mock
+
+    src = tmp_path / "sft.parquet"
+    pq.write_table(pq.read_table(shared / "ddai-data" / "train1.parquet").slice(0, 2), src)
+    out, report = tmp_path / "out" / "x.parquet", tmp_path / "out" / "check.jsonl"
+    args = {
+        "check": ["check", str(src), "--report", str(report)],
+        "check-out": ["check", str(src), "--report", str(report), "--out", str(out)],
+        "convert": ["convert", str(src), "--to", "messages", "--out", str(out)],
+    }[step]
+    named = report if step == "check" else out
+    patch = "write_report" if step == "check" else "formats.write"
+    target = f"ddai.pipelines.distill.check.{patch}"
+    with mock.patch(target, side_effect=_full):
+        res = runner.invoke(app, ["distill", *args])
+    assert res.exit_code == 1, (res.output, res.exception)
+    assert isinstance(res.exception, SystemExit)  # no traceback
+    text = " ".join(res.output.split())
+    assert "No space left on device" in text and str(named) in text, text
+    assert "fix the cause and rerun" in text
