@@ -59,7 +59,7 @@ COMMANDS: dict[str, Entry] = {
     "distill": _e("distill distill_vet", "Rare-success SFT distillation: select successful rollouts of hard prompts, rewrite their thinks (optional), run the safety post-pass; vet SFT trajectories with an LLM."),
     "report": _e("report", "Write one self-contained HTML report of the rollout logs (opens offline)."),
     "serve": _e("serve", "Serve a local, read-only web explorer over every rollout of the log store."),
-    "backends": _e("backends", "Model backends: list, ping, cache stats."),
+    "backends": _e("backends", "Model backends: `check` lists them with their roles, pings them, shows cache stats."),
     "judge": _e("backends", "(Re)score a run's answers with a judge backend; failures stay null with their reason."),
     "collect": _e("collect", "Roll out a policy and log scored episodes, without training."),
     "train": _e("train_sft train value_train value_sft ppo plan", "Train the Searcher: SFT, then GRPO over the search environment."),
