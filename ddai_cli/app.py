@@ -59,7 +59,7 @@ COMMANDS: dict[str, Entry] = {
     "distill": _e("distill distill_vet", "Rare-success SFT distillation: select successful rollouts of hard prompts, rewrite their thinks (optional), run the safety post-pass; vet SFT trajectories with an LLM."),
     "report": _e("report", "Write one self-contained HTML report of the rollout logs (opens offline)."),
     "serve": _e("serve", "Serve a local, read-only web explorer over every rollout of the log store."),
-    "backends": _e("backends", "Model backends: list, ping, cache stats."),
+    "backends": _e("backends", "Model backends: `check` lists them with their roles, pings them, shows cache stats."),
     "judge": _e("backends", "(Re)score a run's answers with a judge backend; failures stay null with their reason."),
     "collect": _e("collect", "Roll out a policy and log scored episodes, without training."),
     "train": _e("train_sft train value_train value_sft ppo plan", "Train the Searcher: SFT, then GRPO over the search environment."),
@@ -181,9 +181,27 @@ def _choices(param: Any) -> list[str]:
     return [str(c) for c in getattr(getattr(param, "type", None), "choices", None) or []]
 
 
-def _hint_for_missing_value(e: BadOptionUsage, command: click.Command) -> None:
+# Commands that read the demo's store while ``<home>/logs`` does not exist (``logs_dir``'s
+# ``demo_fallback``): their ``--run`` hint lists the demo's runs then.
+DEMO_READERS = frozenset({"report", "serve", "query", "runs"})
+
+
+def _logs_flag(args: list[str]) -> str | None:
+    """The ``--logs`` value on the command line (``--logs DIR`` or ``--logs=DIR``), if any."""
+    for i, arg in enumerate(args):
+        if arg == "--logs" and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith("--logs="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def _hint_for_missing_value(
+    e: BadOptionUsage, command: click.Command, args: list[str] | None = None
+) -> None:
     """Add "did you mean" to click's "Option '--x' requires an argument.": the choices of the
-    option, the runs in the default log store for ``--run``, else the option's placeholder."""
+    option, for ``--run`` the runs of the store the command would read (its ``--logs``, else the
+    default store, or the demo's for a ``DEMO_READERS`` command), else the option's placeholder."""
     name = e.option_name
     if not name or "requires" not in e.message:
         return
@@ -198,8 +216,11 @@ def _hint_for_missing_value(e: BadOptionUsage, command: click.Command) -> None:
         from ddai.pipelines import store
         from ddai.pipelines.store import workspace
 
+        args = args or []
+        reader = bool(args) and args[0] in DEMO_READERS
         try:
-            runs = store.list_runs(workspace.logs_dir(None))
+            logs = workspace.logs_dir(_logs_flag(args), demo_fallback=reader, note=False)
+            runs = store.list_runs(logs)
         except Exception:  # no store yet: fall back to the placeholder
             runs = []
         if runs:
@@ -373,7 +394,8 @@ class LazyGroup(TyperGroup):
         try:
             return super().invoke(ctx)
         except BadOptionUsage as e:
-            _hint_for_missing_value(e, _find_command(self, ctx.meta.get("ddai.args", [])))
+            args = ctx.meta.get("ddai.args", [])
+            _hint_for_missing_value(e, _find_command(self, args), args)
             raise
         except typer.Exit:  # the command said why (``fail``): said once
             raise

@@ -5,6 +5,7 @@ old flag spellings rewritten with a notice, "did you mean" for a missing value."
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -196,6 +197,25 @@ def test_a_missing_value_says_what_to_give(world, monkeypatch):
     )
     res = runner.invoke(app, ["curate", "bucket", "--out-dir"])
     assert res.exit_code == 2 and "Give it a value: --out-dir <dir>." in res.output
+
+
+def test_a_missing_run_lists_the_runs_of_the_store_the_command_would_read(world, tmp_path):
+    """`--run` with no value names the runs of the store the command reads: the one its own
+    `--logs` names, or, for a command that falls back to the demo's store (report, serve, query,
+    runs), the demo's while `<home>/logs` does not exist; not the runs of the default store only."""
+    runs = "Did you mean --run <run>, one of: curriculum, focused_r1, focused_r2, phase1?"
+    for args in (["distill", "--logs", str(world["logs"]), "--run"],
+                 ["report", f"--logs={world['logs']}", "--run"]):  # fmt: skip
+        res = runner.invoke(app, args)
+        assert res.exit_code == 2 and runs in " ".join(res.output.split()), (args, res.output)
+    demo = Path(os.environ["DDAI_HOME"]) / "demo"
+    demo.mkdir(parents=True)
+    (demo / "logs").symlink_to(world["logs"], target_is_directory=True)
+    res = runner.invoke(app, ["report", "--run"])
+    assert res.exit_code == 2 and runs in " ".join(res.output.split()), res.output
+    # a writer keeps <home>/logs (it would not find the demo's runs without --logs)
+    res = runner.invoke(app, ["distill", "--out", "x.parquet", "--run"])
+    assert res.exit_code == 2 and "Give it a value: --run <run>." in res.output, res.output
 
 
 def test_table_values_and_headers_print_as_they_are(world):
