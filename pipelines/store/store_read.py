@@ -195,12 +195,17 @@ def snapshot(logs: str | os.PathLike[str], runs: list[str] | None = None) -> Sna
     remote = objstore.is_url(logs)
     try:
         for r in wanted:
+            part = partition_dir(root, r)
+            if not remote and not part.is_dir():
+                # not committed: no lock to take, and a reader never makes the store's folders
+                # (a failed read would leave a store of locks that `runs` takes for an empty one)
+                missing.append(r)
+                continue
             # a read-only store: nobody writes it, nothing to lock against (object storage has
             # no locks: its superseded parts outlive readers by a grace period instead)
             with contextlib.suppress(OSError):
                 if not remote:
                     snap._held.append(locks.Shared(_lock_file(root, r, "readers")))
-            part = partition_dir(root, r)
             man = _read_manifest(part)
             if man is None:
                 missing.append(r)
