@@ -73,6 +73,25 @@ def test_a_live_writers_staged_file_is_never_cleaned(tmp_path):
     assert not mine.exists()
 
 
+def test_the_next_commit_removes_a_dead_writers_claims_and_journal_temps(tmp_path):
+    """A writer killed while claiming a staged member (``.claiming-*``, see ``locks``) or while
+    writing its journal (``..ddai-set-<id>.json.<x>.tmp``) left them in the output folder run
+    after run; the next commit removes them, never what a live writer holds."""
+    _commit(tmp_path, {n: "old" for n in NAMES})
+    dead = [f"{locks.CLAIMING}{'a' * 32}", f".{fileset.JOURNAL_PREFIX}{'b' * 32}.json.1234abcd.tmp"]
+    live = [f"{locks.CLAIMING}{'c' * 32}", f".{fileset.JOURNAL_PREFIX}{'d' * 32}.json.5678abcd.tmp"]
+    for n in dead:
+        locks.claimed_file(tmp_path / n).close()  # its writer is gone: the claim is free
+    claims = [locks.claimed_file(tmp_path / n) for n in live]
+    _commit(tmp_path, {n: "new" for n in NAMES})
+    assert _read(tmp_path, NAMES) == ["new"] * 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*NAMES, fileset.LOCK, *live])
+    for c in claims:
+        c.close()
+    _commit(tmp_path, {n: "newer" for n in NAMES})
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*NAMES, fileset.LOCK])
+
+
 def test_outputs_in_two_folders_are_refused(tmp_path):
     with (
         pytest.raises(ValueError, match="share one folder"),
