@@ -317,7 +317,7 @@ def ingest(cfg: IngestConfig) -> IngestResult:
                 fmt = fmt_of[str(src)]
                 size = os.path.getsize(src)
                 task = bar.add_task(src.name, total=size)
-                before = ctx.bytes_read
+                before, blank_before = ctx.bytes_read, ctx.blank_lines
                 src_info = {"path": str(src), "sha256": io.sha256_file(src), "format": fmt}
                 # Lines that could not even be parsed carry no run id: they are charged to the
                 # run this source feeds (its first run), once the source is read.
@@ -340,6 +340,8 @@ def ingest(cfg: IngestConfig) -> IngestResult:
                 for rec in orphans.drain(first_run):
                     _route(rec, src, route)
                 quarantine.late = False
+                if blank := ctx.blank_lines - blank_before:  # neither rows in nor quarantined
+                    ctx.notes[str(src)] = {**ctx.notes.get(str(src), {}), BLANK_NOTE: blank}
         runs = sorted(set(counts) | side.runs())
         # All or nothing: the write locks of every run (in one order: no deadlock), every run's
         # check, and only then the commits, journaled so that a late failure rolls back the
@@ -489,6 +491,7 @@ def _commit_quarantine_only(
 EMPTY_FORMAT = "empty (skipped)"  # a source's "format" in the summary when it held no line
 EMPTY_NOTE = "skipped: an empty file (no line to read); the other sources were ingested"
 EMPTY_PARQUET_NOTE = "skipped: a Parquet file with no row; the other sources were ingested"
+BLANK_NOTE = "blank lines skipped"  # a line-based source's note: not rows, not quarantined
 _EMPTY_PEEK = 1 << 16
 
 

@@ -32,6 +32,9 @@ class ReaderContext:
     run_config: dict[str, dict[str, Any]] = field(default_factory=dict)
     notes: dict[str, Any] = field(default_factory=dict)
     bytes_read: int = 0
+    # blank lines skipped so far, over every source (ingest notes each source's): counted where
+    # the per-line parser meets them (a columnar batch holds none: ``line_batches``)
+    blank_lines: int = 0
     # verl dumps: maps a line to its dataset id (``verl.ids.UidMapper``); None keeps the sha1 uid
     uid_mapper: Any = None
     # Readers that can may yield ``RowBatch``es (whole batches of rows, already in the log's
@@ -171,7 +174,8 @@ def iter_json_lines(
     pair, e.g. a truncated emoji: not storable as UTF-8), ``line too long`` (over
     ``MAX_LINE_BYTES``; the raw text kept is the line's first bytes), ``duplicate JSON key`` (an
     object naming a key twice, at any depth: a parser keeps one value silently, so the line is
-    quarantined with every value in its detail). Blank lines are skipped.
+    quarantined with every value in its detail). Blank lines are skipped, counted in
+    ``ctx.blank_lines``.
     """
     line_no = 0
     offset = 0
@@ -183,7 +187,9 @@ def iter_json_lines(
         ctx.bytes_read += size
         start, offset = offset, offset + size
         out = parse_line(line_no, raw, size, start)
-        if out is not None:
+        if out is None:
+            ctx.blank_lines += 1
+        else:
             yield out
 
 

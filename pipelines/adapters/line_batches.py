@@ -93,12 +93,17 @@ class LineBatch:
             lambda i: (raws[i] + b"\n").decode("utf-8"),
         )
 
-    def records(self) -> Iterator[tuple[int, str | None, Any, str | None]]:
-        """The per-line path: ``(line_no, text, obj, reason)`` as ``iter_json_lines`` yields."""
+    def records(
+        self, ctx: ReaderContext | None = None
+    ) -> Iterator[tuple[int, str | None, Any, str | None]]:
+        """The per-line path: ``(line_no, text, obj, reason)`` as ``iter_json_lines`` yields,
+        blank lines skipped and counted in ``ctx.blank_lines`` (a reader passes its context)."""
         if self.size is not None:
             out = parse_line(self.first_line, self.data, self.size, self.start)
             if out is not None:
                 yield out
+            elif ctx is not None:
+                ctx.blank_lines += 1
             return
         pieces = self.data.split(b"\n")
         last = len(pieces) - 1
@@ -111,6 +116,8 @@ class LineBatch:
                 out = parse_line(self.first_line + i, raw + b"\n")
             if out is not None:
                 yield out
+            elif ctx is not None:
+                ctx.blank_lines += 1
 
 
 _READ = pj.ReadOptions(block_size=2 << 20)
@@ -321,4 +328,4 @@ def read_lines(
                 got = columns(batch)
             except Exception:
                 got = None
-        yield from rows(batch.records()) if got is None else got
+        yield from rows(batch.records(ctx)) if got is None else got

@@ -8,8 +8,9 @@ passed. Here the members are written to staged files beside their final names
 is committed (``.ddai-set-<id>.json``, itself renamed into place or put as one object): that is
 the commit point. The staged files are then renamed over the finals and the journal removed.
 
-- Killed before the journal: the old set stands; the staged files are abandoned, and the next
-  write of the folder removes them.
+- Killed before the journal: the old set stands; the staged files (and a journal temp, or a
+  claim half taken, ``locks.CLAIMING``) are abandoned, and the next write of the folder removes
+  them.
 - Killed after it: the new set is committed; whoever next touches the folder (``settle``: the
   next write, a reader of a funnel output, ``ddai lineage``) finishes the renames first. Renames
   and roll-forwards of a folder hold its lock (``.ddai-set.lock``), so a reader never sees a set
@@ -26,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -131,23 +133,40 @@ def _roll_forward(d: Path, journal: Path) -> list[str]:
 
 def settle(folder: str | os.PathLike[str], *, clean: bool = False) -> list[str]:
     """Finish the commit of every set journalled in ``folder`` (a writer killed after its
-    commit point); with ``clean`` (a writer about to write) also remove staged members no
-    journal names whose writer is gone. Returns the names rolled forward."""
+    commit point); with ``clean`` (a writer about to write) also remove, under the folder's
+    lock, staged members no journal names, journal temps and half-taken claims whose writer is
+    gone. Returns the names rolled forward."""
     if objstore.is_url(folder):
         return _settle_remote(objstore.display(folder), clean=clean)
     d = Path(folder)
     if not d.is_dir():
         return []
     done: list[str] = []
-    if any(d.glob(f"{JOURNAL_PREFIX}*.json")):
+    if clean or any(d.glob(f"{JOURNAL_PREFIX}*.json")):
+        # one hold: a staged member a journal names is rolled forward before any clean
         with locks.exclusive(d / LOCK, f"the step outputs in {d}"):
             for j in sorted(d.glob(f"{JOURNAL_PREFIX}*.json")):  # a live writer has finished
                 done += _roll_forward(d, j)
-    if clean:
-        for p in d.glob(f".*{STAGED}"):
-            if locks.is_abandoned(p):
-                p.unlink(missing_ok=True)
+            if clean:
+                _clean(d)
     return done
+
+
+def _clean(d: Path) -> None:
+    """Remove what writers killed in ``d`` left: staged members and journal temps whose claim
+    is free, and claims a kill left half taken (``.claiming-*``). A live writer's stay: each is
+    claimed from the moment it appears (``locks``)."""
+    for p in d.iterdir():
+        n = p.name
+        temp = n.endswith(STAGED) or (n.startswith(f".{JOURNAL_PREFIX}") and n.endswith(".tmp"))
+        if n.startswith(locks.CLAIMING):
+            if locks.is_stale_claiming(p):
+                if p.is_dir():
+                    shutil.rmtree(p, ignore_errors=True)
+                else:
+                    p.unlink(missing_ok=True)
+        elif n.startswith(".") and temp and locks.is_abandoned(p):
+            p.unlink(missing_ok=True)
 
 
 def settle_for(path: str | os.PathLike[str], *, clean: bool = False) -> list[str]:

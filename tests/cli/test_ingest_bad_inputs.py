@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 
+from cli_schemas import check
 from support.columnar import same_store
 from typer.testing import CliRunner
 
@@ -180,6 +181,21 @@ def test_an_empty_file_among_others_is_skipped_with_a_note(tmp_path):
     assert s["notes"][str(empty)].startswith("skipped: an empty file")
     code, out = _ingest(tmp_path / "logs2", empty)  # alone: nothing to ingest, said so
     assert code == 2 and "empty (no line to read); nothing to ingest" in out
+
+
+def test_blank_lines_are_skipped_and_counted_in_the_notes(tmp_path):
+    """A 42-line file with 2 blank lines read 40 rows and said nothing of the other 2."""
+    src = tmp_path / "round0_flash_rm_detail.jsonl"
+    lines = [json.dumps(_flash(i)) for i in range(40)]
+    _write(src, [*lines[:10], "", *lines[10:30], "   ", *lines[30:]])
+    assert len(src.read_text().splitlines()) == 42
+    code, s = _ingest(tmp_path / "logs", src)
+    assert code == 0, s
+    check("ingest", s)
+    assert (s["rows_in"], s["rollouts_out"], s["quarantined"]) == (40, 40, 0)
+    assert s["notes"][str(src)]["blank_lines_skipped"] == 2
+    res = runner.invoke(app, ["ingest", str(src), "--logs", str(tmp_path / "logs2")])
+    assert res.exit_code == 0 and "blank lines skipped" in res.output, res.output
 
 
 def test_format_sniffing_reads_past_leading_garbage(tmp_path):

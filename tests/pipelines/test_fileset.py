@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 from support.funnel_data import write_dataset
+from support.kill_sweep import count_ops, killed_at_op
 from test_funnel_verify_gt import ScriptedVerifier, _corpus
 
 from ddai.pipelines.funnel import lineage
@@ -71,6 +72,41 @@ def test_a_live_writers_staged_file_is_never_cleaned(tmp_path):
     claim.close()  # the writer is gone
     fileset.settle(tmp_path, clean=True)
     assert not mine.exists()
+
+
+def test_the_next_commit_removes_a_dead_writers_claims_and_journal_temps(tmp_path):
+    """A writer killed while claiming a staged member (``.claiming-*``, see ``locks``) or while
+    writing its journal (``..ddai-set-<id>.json.<x>.tmp``) left them in the output folder run
+    after run; the next commit removes them, never what a live writer holds."""
+    _commit(tmp_path, {n: "old" for n in NAMES})
+    dead = [f"{locks.CLAIMING}{'a' * 32}", f".{fileset.JOURNAL_PREFIX}{'b' * 32}.json.1234abcd.tmp"]
+    live = [f"{locks.CLAIMING}{'c' * 32}", f".{fileset.JOURNAL_PREFIX}{'d' * 32}.json.5678abcd.tmp"]
+    for n in dead:
+        locks.claimed_file(tmp_path / n).close()  # its writer is gone: the claim is free
+    claims = [locks.claimed_file(tmp_path / n) for n in live]
+    _commit(tmp_path, {n: "new" for n in NAMES})
+    assert _read(tmp_path, NAMES) == ["new"] * 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*NAMES, fileset.LOCK, *live])
+    for c in claims:
+        c.close()
+    _commit(tmp_path, {n: "newer" for n in NAMES})
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*NAMES, fileset.LOCK])
+
+
+def test_a_commit_killed_at_any_operation_then_rerun_leaves_only_the_set(tmp_path):
+    """kill -9 before and after each rename, link and unlink of a commit, then the same commit
+    again: the folder holds the new set and its lock, nothing else (claims half taken and
+    journal temps stayed there, run after run)."""
+    n = count_ops(lambda: _commit(tmp_path / "count", {k: "new" for k in NAMES}))
+    assert n >= 9
+    for i in range(1, n + 1):
+        for when in ("before", "after"):
+            d = tmp_path / f"{i}-{when}"
+            _commit(d, {k: "old" for k in NAMES})
+            killed_at_op(lambda d=d: _commit(d, {k: "new" for k in NAMES}), i, when)
+            _commit(d, {k: "new" for k in NAMES})
+            assert _read(d, NAMES) == ["new"] * 3
+            assert sorted(p.name for p in d.iterdir()) == sorted([*NAMES, fileset.LOCK]), (i, when)
 
 
 def test_outputs_in_two_folders_are_refused(tmp_path):

@@ -91,7 +91,7 @@ def _read_columns(fh: BinaryIO, asm: Assembler) -> Iterator[SourceRecord | RowBa
         if carry is not None:
             asm.restore(carry)
             carry = None
-        yield from asm.read_records(batch.records())
+        yield from asm.read_records(batch.records(asm.ctx))
         held = asm.in_flight_chars()
     if carry is not None:
         asm.restore(carry)
