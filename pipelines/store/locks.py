@@ -181,12 +181,16 @@ CLAIMING_GRACE_S = 60.0
 
 
 def is_stale_claiming(path: str | os.PathLike[str]) -> bool:
-    """Whether ``path`` (a ``.claiming-*`` entry) is what a killed write left: a file, or a
-    folder holding its claim file, nobody holds; a folder without one once it is old."""
+    """Whether ``path`` (a ``.claiming-*`` entry) is what a killed write left: a file nobody
+    holds; a folder nobody holds once it is old. A young folder is left whatever its claim file
+    says: between ``claim``'s open of the file and its lock, the file is there and free, and a
+    cleaner's ``rmtree`` (the claim file first, then the folder) could lose the race with
+    ``claimed_dir``'s rename, leaving the writer's folder renamed into place without its claim
+    file, which the next clean takes for abandoned (a live write's staged part vanished)."""
     p = Path(path)
     try:
-        if p.is_dir() and not (p / CLAIM).exists():
-            return time.time() - p.stat().st_mtime > CLAIMING_GRACE_S
+        if p.is_dir() and time.time() - p.stat().st_mtime <= CLAIMING_GRACE_S:
+            return False
     except FileNotFoundError:
         return False
     return is_abandoned(p)

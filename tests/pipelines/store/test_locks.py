@@ -84,3 +84,43 @@ def test_an_atomic_write_is_claimed_as_its_temp_appears(tmp_path, monkeypatch):
     assert seen == [[]]  # the cleaner ran once, as the temp appeared, and removed nothing
     assert json.loads(out.read_text(encoding="utf-8")) == {"a": 1}
     assert [p.name for p in tmp_path.iterdir()] == ["out.json"]
+
+
+def test_a_folder_being_claimed_is_not_cleaned_in_the_instant_before_its_lock(tmp_path):
+    """claimed_dir makes ``.claiming-<id>/``, opens its claim file, then locks it: in between the
+    claim file is there and free. A cleaner that removed the folder then (its claim file first)
+    could lose the race with claimed_dir's rename, leaving the write's folder in place without a
+    claim file, which the next clean removed under a live writer (a concurrent ingest's staged
+    part vanished). A young claiming folder is left; an old free one is a killed claim's."""
+    private = tmp_path / f"{locks.CLAIMING}{'e' * 32}"
+    private.mkdir()
+    (private / locks.CLAIM).write_text("", encoding="utf-8")  # opened, not locked yet
+    assert store.clean_leftovers(tmp_path) == [] and private.is_dir()
+    old = private.stat().st_mtime - locks.CLAIMING_GRACE_S - 1
+    os.utime(private, (old, old))  # a claim killed long ago between its open and its lock
+    assert store.clean_leftovers(tmp_path) == [private.name] and not private.exists()
+
+
+def test_claimed_dir_survives_a_cleaner_at_every_step_of_its_claim(tmp_path, monkeypatch):
+    """Run a clean at each step of claimed_dir (after the mkdir, after the claim file opens,
+    after the lock, after the rename): the folder ends claimed, in place, and not abandoned."""
+    steps: list[str] = []
+    real_claim, real_rename = locks.claim, os.rename
+
+    def claim(path):
+        steps.append(f"mkdir {sorted(store.clean_leftovers(tmp_path))}")
+        fh = real_claim(path)
+        steps.append(f"locked {sorted(store.clean_leftovers(tmp_path))}")
+        return fh
+
+    def rename(src, dst):
+        real_rename(src, dst)
+        steps.append(f"renamed {sorted(store.clean_leftovers(tmp_path))}")
+
+    monkeypatch.setattr(locks, "claim", claim)
+    monkeypatch.setattr(locks.os, "rename", rename)
+    fh = locks.claimed_dir(tmp_path / ".tmp-r-2")
+    assert steps == ["mkdir []", "locked []", "renamed []"]
+    assert (tmp_path / ".tmp-r-2" / locks.CLAIM).is_file()
+    assert not locks.is_abandoned(tmp_path / ".tmp-r-2")
+    fh.close()
