@@ -215,15 +215,16 @@ def _ratio_loss(
     }
 
 
-def grpo_loss(
+def clipped_group_loss(
     logp: Tensor, old_logp: Tensor, adv: Tensor, *, clip_eps: float = 0.2, kl_coef: float = 0.0
 ) -> tuple[Tensor, Metrics]:
-    """PPO-clip on pointer sequences (seed 002 §4.4.2), all ``[B]``.
+    """PPO-clip on pointer sequences (seed 002 §4.4.2, its "GRPO"), all ``[B]``; metrics under
+    ``clipped_group/``, the phase's name in a metric key's spelling.
 
     ratio = exp(logp − old_logp); loss = −mean(min(ratio·A, clip(ratio, 1±eps)·A))
     + kl_coef · mean(ratio − 1 − log ratio).
     """
-    return _ratio_loss("grpo", logp, old_logp, adv, clip_eps, kl_coef)
+    return _ratio_loss("clipped_group", logp, old_logp, adv, clip_eps, kl_coef)
 
 
 def reinforcepp_loss(
@@ -235,7 +236,7 @@ def reinforcepp_loss(
     kl_coef: float = 0.0,
 ) -> tuple[Tensor, Metrics]:
     """REINFORCE++ (seed 002 §4.4.3): −mean(A · logp); with ``old_logp`` and ``clip_eps`` the
-    "light PPO" form, the clipped ratio objective of ``grpo_loss`` (and its KL term)."""
+    "light PPO" form, the clipped ratio objective of ``clipped_group_loss`` (and its KL term)."""
     if old_logp is None or clip_eps is None:
         loss = -(adv * logp).mean()
         return loss, {"reinforcepp/policy_loss": float(loss.detach())}

@@ -208,7 +208,7 @@ def fit_rl(
                             logp, normed[rows], data.group[rows], temperature=t
                         )
                     elif mode == CLIPPED_GROUP:
-                        loss, metrics = losses.grpo_loss(
+                        loss, metrics = losses.clipped_group_loss(
                             logp, old[rows], adv[rows], clip_eps=rl.clip_eps, kl_coef=rl.kl_coef
                         )
                     else:

@@ -281,5 +281,8 @@ def test_rl_training_with_some_flat_queries_warns_and_records_the_share(tmp_path
     assert s["rl/flat_group_share"] == 0.75
     history = [json.loads(x) for x in (tmp_path / "rl" / "history.jsonl").read_text().splitlines()]
     assert [h["rl/flat_group_share"] for h in history] == [0.75, 0.75]
+    # the phase's metrics go by its name (they went under grpo/, train grpo's algorithm's)
+    assert all(h["mode"] == "clipped-group" and "clipped_group/clip_frac" in h for h in history)
+    assert not [k for h in history for k in h if k.startswith("grpo/")]
     notes = json.loads((tmp_path / "rl" / "model.safetensors.manifest.json").read_text())["notes"]
     assert notes["flat_groups"] == {"groups": 4, "flat": 3, "one_candidate": 3, "same_reward": 0}

@@ -93,20 +93,20 @@ def test_rce_temperature_schedule():
     assert losses.rce_temperature(0, 1) == 2.0
 
 
-def test_grpo_loss_by_hand():
+def test_clipped_group_loss_by_hand():
     logp = T([math.log(1.5), math.log(0.5), math.log(1.1)], requires_grad=True)
     old, adv = torch.zeros(3), T([1.0, -1.0, 1.0])
-    loss, m = losses.grpo_loss(logp, old, adv, clip_eps=0.2, kl_coef=0.0)
+    loss, m = losses.clipped_group_loss(logp, old, adv, clip_eps=0.2, kl_coef=0.0)
     # ratios 1.5, 0.5, 1.1: min(1.5, 1.2)·1 = 1.2; min(-0.5, -0.8) = -0.8; 1.1 -> mean 1.5/3
     assert loss.item() == pytest.approx(-(1.2 - 0.8 + 1.1) / 3, abs=1e-6)
-    assert m["grpo/clip_frac"] == pytest.approx(2 / 3)
+    assert m["clipped_group/clip_frac"] == pytest.approx(2 / 3)
     loss.backward()
     # clipped rows get no gradient; the unclipped one gets -ratio·A/3
     assert logp.grad.tolist() == pytest.approx([0.0, 0.0, -1.1 / 3], abs=1e-6)
     # k3 KL: mean(r - 1 - log r)
     kl = ((0.5 - math.log(1.5)) + (-0.5 - math.log(0.5)) + (0.1 - math.log(1.1))) / 3
-    loss_kl, m = losses.grpo_loss(logp.detach(), old, adv, clip_eps=0.2, kl_coef=0.5)
-    assert m["grpo/kl"] == pytest.approx(kl, abs=1e-6)
+    loss_kl, m = losses.clipped_group_loss(logp.detach(), old, adv, clip_eps=0.2, kl_coef=0.5)
+    assert m["clipped_group/kl"] == pytest.approx(kl, abs=1e-6)
     assert loss_kl.item() == pytest.approx(-(1.2 - 0.8 + 1.1) / 3 + 0.5 * kl, abs=1e-6)
 
 
