@@ -334,6 +334,8 @@ def create_app(cfg: ServeConfig, *, explorer: Explorer | None = None) -> Starlet
 
     def sql_page(request: Request) -> Response:
         # q: the query of a shared URL, run as the page opens
+        with ex.connection() as con:
+            views = sqlbox.relations(con)
         return html(
             "sql.html",
             title="SQL",
@@ -341,6 +343,7 @@ def create_app(cfg: ServeConfig, *, explorer: Explorer | None = None) -> Starlet
             max_rows=cfg.sql_max_rows,
             export_rows=sqlbox.EXPORT_MAX_ROWS,
             sql=request.query_params.get("q", ""),
+            views=views,
         )
 
     async def sql_api(request: Request) -> Response:

@@ -118,6 +118,15 @@ def _json_cell(v: Any) -> Any:
     return v
 
 
+def relations(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """The views and tables a SELECT in the box can read, by name: what the page lists, so the
+    list is the build's own (a hand-written one left out the analyses' and labels' views)."""
+    rows = con.sql(
+        "SELECT DISTINCT table_name FROM information_schema.tables ORDER BY table_name"
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
 def run_select(
     con: duckdb.DuckDBPyConnection, sql: str, *, max_rows: int, timeout_s: float = 30.0
 ) -> dict[str, Any]:

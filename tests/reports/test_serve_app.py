@@ -481,6 +481,20 @@ def test_sql_page_keeps_the_query_of_its_url(client):
     assert 'data-autorun=""' in client.get("/sql").text
 
 
+def test_sql_page_lists_every_relation_a_select_can_read(client):
+    """The page's list is the build's own: it named six views by hand and left out the
+    analyses' views and annotations, which the docs list and a SELECT reads."""
+    import re
+
+    html = client.get("/sql").text
+    listed = re.findall(r"<code>(\w+)</code>", html.split('id="sql-views">')[1].split("</span>")[0])
+    for name in ("explorer", "rollouts", "turns", "annotations", "failure_attribution"):
+        assert name in listed, listed
+    for name in listed:
+        res = post_sql(client, json={"sql": f"SELECT count(*) AS n FROM {name}"})
+        assert res.status_code == 200, (name, res.text)
+
+
 def test_report_is_built_once_per_store_version(tmp_path):
     logs = tmp_path / "logs"
     store.write_run(logs, "base", planted_rows()["base"])
