@@ -24,7 +24,7 @@ from ddai.pipelines.store import (
     turn_facts,
 )
 from ddai.reports import value_sft_files
-from ddai.reports.blocks import Section, SectionBuilder
+from ddai.reports.blocks import Download, Note, Section, SectionBuilder
 from ddai.reports.config import ReportConfig
 from ddai.reports.context import ReportContext
 from ddai.reports.render import render_page, warm_plotly_js
@@ -203,6 +203,16 @@ def _build(
     return built, ctx.runs, timings
 
 
+def _is_empty(section: Section) -> bool:
+    """A section of notes alone: no figure, table or partial drawn from data."""
+    return all(isinstance(b, Note | Download) for b in section.blocks)
+
+
+def _why_empty(section: Section) -> str:
+    """What the page says of an empty section: its notes, else its reading."""
+    return " ".join(b.text for b in section.blocks if isinstance(b, Note)) or section.reading
+
+
 def build_report(
     cfg: ReportConfig, *, sections: tuple[tuple[str, SectionBuilder], ...] | None = None
 ) -> dict[str, Any]:
@@ -239,6 +249,8 @@ def build_report(
         "prompts": total.get("prompts"),
         "rollouts": total.get("rollouts"),
         "sections": [s.id for s in built],
+        # drawn from nothing: each says why (its notes) and which input would fill it
+        "sections without data": {s.id: _why_empty(s) for s in built if _is_empty(s)},
         "browser rows": stats.get("browser", {}).get("shown"),
         "seconds": round(time.perf_counter() - started, 2),
         "stats": stats,

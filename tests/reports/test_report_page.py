@@ -239,3 +239,8 @@ def test_rows_with_only_ids_still_make_every_section(tmp_path):
     assert st["behaviour"]["runs"]["bare"]["rollouts"] == 0  # no parsed turns to measure
     assert st["outcomes"]["success_hist"] == {} and st["judge-ndcg"]["discrepancies"] == {}
     assert st["browser"]["shown"] == 6
+    # the summary names what was drawn from nothing, with what the page says of it
+    empty = res["sections without data"]
+    assert "value" in empty and "ddai train value" in empty["value"]
+    assert "evaluation" in empty and "ddai eval" in empty["evaluation"]
+    assert "browser" not in empty and "overview" not in empty
