@@ -74,12 +74,13 @@ def _field(text: str, label: str) -> str | None:
 def default_responder(text: str) -> str:
     """Answer as each default prompt asks, deterministically.
 
-    Judge: ``{"score": 1.0}`` when the candidate equals the reference after normalization, else
+    Judge: ``{"score": 1.0}`` when the generated answer equals the reference after normalization, else
     0.0. Verifier: ``ok`` when the ground truth occurs in the page text, else ``wrong``. Rewriter:
     every think prefixed with ``Plan:``. Anything else: the first word after ``Question:``
     reversed, a stand-in answer.
     """
-    ref, cand = _field(text, "Reference answer"), _field(text, "Candidate answer")
+    ref = _field(text, "Reference answer")
+    cand = _field(text, "Generated answer")
     if ref is not None and cand is not None:
         same = metrics.normalize_answer(ref) == metrics.normalize_answer(cand)
         return json.dumps({"score": 1.0 if same else 0.0, "reason": "match" if same else "differs"})

@@ -52,3 +52,18 @@ def test_prompt_file_path(tmp_path):
     assert prompts.load("judge", p).sha256 == prompts.parse(TEXT).sha256
     with pytest.raises(FileNotFoundError, match="does not exist"):
         prompts.load("judge", tmp_path / "missing.txt")
+
+
+def test_default_judge_prompt_grades_on_ddais_rubric():
+    """DDAI's judge (verl/workers/reward_manager/rm_phase2.py, LLM_JUDGE_PROMPT) scores semantic
+    equivalence with partial credit: 1.0 equivalent, 0.5-0.9 partly correct, 0.0 wrong; a default
+    that grades 0/1 (partial credit for lists only) gives other rewards to the same answers."""
+    r = prompts.load("judge").render(
+        question="What was the revenue?", reference="$4.5B", answer="4.5 billion dollars"
+    )
+    text = f"{r.system}\n{r.user}"
+    for needle in ("What was the revenue?", "$4.5B", "4.5 billion dollars"):
+        assert needle in r.user
+    assert "0.5" in text and "0.9" in text and "partially correct" in text.lower()
+    assert "semantic" in text.lower() and "1.0" in text and "0.0" in text
+    assert '"score"' in text
