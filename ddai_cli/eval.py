@@ -11,7 +11,7 @@ from typing import Any
 from ddai.cli.app import top_command
 from ddai.cli.common import JsonOpt, LogsOpt, ProgressOpt, summary
 from ddai.cli.flags import config_flags, with_groups
-from ddai.cli.options import PREFLIGHT, default_of, episode_settings, require_inputs
+from ddai.cli.options import PREFLIGHT, default_of, episode_groups, nested_configs, require_inputs
 from ddai.cli.running import run_or_fail
 from ddai.trainer.episode.collect_config import EvalConfig
 
@@ -31,7 +31,10 @@ EVAL_FLAGS = config_flags(
             dict.fromkeys(("model", "data", "run_id", "seed", "corpus", "generate_via")),
         ),
         "policy": config_flags(EvalConfig, {"dtype": None}),
-        "nested": episode_settings,
+        # the episode flags, --crop-pad with eval's own default (DDAI's evaluation's)
+        "nested": with_groups(episode_groups(crop_pad=default_of(EvalConfig, "episode").crop_pad))(
+            nested_configs
+        ),
         "settings": EVAL_FLAGS,
         "preflight": config_flags(EvalConfig, PREFLIGHT),
     }

@@ -30,30 +30,43 @@ def require_inputs(data: Path, corpus: Path) -> None:
             raise fail(f"{name} {path} not found; make fixture data with `ddai fixtures make OUT`")
 
 
-EPISODE_GROUPS: dict[str, Any] = {
-    "rewards": config_flags(
-        RewardOverrides,
-        dict.fromkeys(("reward", "w_judge", "w_ndcg", "w_format"))
-        | {"bias": "--reward-bias", "gate": "--gate/--no-gate"},
-    ),
-    "episode": config_flags(
-        EpisodeConfig,
-        dict.fromkeys(("max_turns", "search_k", "max_turn_tokens", "max_completion_tokens"))
-        | {
-            "force_completion": "--force-completion/--no-force-completion",
-            "restrict_to_doc": "--restrict-to-doc/--no-restrict-to-doc",
-            "obs_max_tokens": None,
-        },
-    ),
-    "backends": config_flags(
-        EpisodeBackends, dict.fromkeys(("search", "generator", "judge", "reward_timeout"))
-    ),
+EPISODE_FLAGS: dict[str, Any] = dict.fromkeys(
+    ("max_turns", "search_k", "max_turn_tokens", "max_completion_tokens")
+) | {
+    "force_completion": "--force-completion/--no-force-completion",
+    "restrict_to_doc": "--restrict-to-doc/--no-restrict-to-doc",
+    "obs_max_tokens": None,
+    "crop_pad": None,
 }
+"""The episode group's flags (``config_flags`` specs of ``EpisodeConfig``'s fields)."""
+
+
+def episode_groups(**defaults: Any) -> dict[str, Any]:
+    """The episode commands' groups, by the run-config field (a nested config) each fills;
+    ``defaults``: episode fields whose flags take the command's own default (``ddai eval``'s
+    ``crop_pad``, DDAI's evaluation's), every other default the field's."""
+    episode = {
+        name: {"decl": spec, "default": defaults[name]} if name in defaults else spec
+        for name, spec in EPISODE_FLAGS.items()
+    }
+    return {
+        "rewards": config_flags(
+            RewardOverrides,
+            dict.fromkeys(("reward", "w_judge", "w_ndcg", "w_format"))
+            | {"bias": "--reward-bias", "gate": "--gate/--no-gate"},
+        ),
+        "episode": config_flags(EpisodeConfig, episode),
+        "backends": config_flags(
+            EpisodeBackends, dict.fromkeys(("search", "generator", "judge", "reward_timeout"))
+        ),
+    }
+
+
+EPISODE_GROUPS: dict[str, Any] = episode_groups()
 """The episode commands' groups, by the run-config field (a nested config) each fills."""
 
 
-@with_groups(EPISODE_GROUPS)
-def episode_settings(
+def nested_configs(
     *, rewards: dict[str, Any], episode: dict[str, Any], backends: dict[str, Any]
 ) -> dict[str, Any]:
     """The three groups as one: a run config's nested settings, as keywords (``**nested``)."""
@@ -62,3 +75,7 @@ def episode_settings(
         "rewards": RewardOverrides(**rewards),
         "backends": EpisodeBackends(**backends),
     }
+
+
+episode_settings = with_groups(EPISODE_GROUPS)(nested_configs)
+"""``nested_configs`` over the episode flags, each with its field's default."""

@@ -209,7 +209,9 @@ def run_collect(
             raise
     run_id = cfg.run_id or f"collect_{time.strftime('%Y%m%d_%H%M%S')}"
     run_id = accel.gather_rows([run_id], acc)[0]
-    log = RolloutLog(workspace.logs_dir(cfg.logs), run_id)
+    log = RolloutLog(
+        workspace.logs_dir(cfg.logs), run_id, record={"crop_pad": cfg.episode.crop_pad}
+    )
     per_batch = (cfg.batch_size // cfg.n_agent) * acc.num_processes
     batches = [tasks[i : i + per_batch] for i in range(0, len(tasks), per_batch)]
     first = log.next_sample_idx() if main else 0  # --append: keys after the run's own

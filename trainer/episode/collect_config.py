@@ -4,11 +4,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ddai.trainer.common import TrainConfigError
 from ddai.trainer.episode.config import (
+    EpisodeConfig,
     EpisodeInputs,
     EpisodeSettings,
     PageSettings,
@@ -49,6 +50,8 @@ class CollectConfig(PreflightSettings, EpisodeSettings, PageSettings, EpisodeInp
 
     def check(self) -> None:
         self.check_pages()
+        if self.episode.crop_pad < 0:
+            raise TrainConfigError(f"--crop-pad {self.episode.crop_pad}: use 0 or more pixels")
         if self.observation == "image" and self.generate_via is not None:
             raise TrainConfigError(
                 "--observation image with --generate-via: the server is sent token ids, not page "
@@ -61,9 +64,19 @@ class CollectConfig(PreflightSettings, EpisodeSettings, PageSettings, EpisodeInp
             )
 
 
+EVAL_CROP_PAD = 28
+"""Pixels DDAI's evaluation adds to each side of a ``<bbox>`` (vrag_agent/generation.py,
+``_process_bbox_single``, its ``is_validation`` branch); its training adds none."""
+
+
 @dataclass
 class EvalConfig(CollectConfig):
     """One evaluation run: ``CollectConfig``'s fields (its flags) with evaluation defaults."""
+
+    episode: EpisodeConfig = field(
+        default_factory=lambda: EpisodeConfig(crop_pad=EVAL_CROP_PAD), kw_only=True
+    )
+    """Turns, search and token budgets of each episode; crops widened as DDAI's evaluation's."""
 
     data: Path
     """The test set in verl's RL parquet shape, e.g. DDAI's overall_test_crop.parquet (its

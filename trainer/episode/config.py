@@ -41,6 +41,11 @@ class EpisodeConfig:
     ``max_completion_length``; DDAI's runs: max_response_length 2048)."""
     obs_max_tokens: int = 256
     """Most tokens of one observation (search results are truncated to it)."""
+    crop_pad: int = 0
+    """Pixels added to each side of a <bbox> before the page is cropped, in the box's own pixels
+    (for image observations the resized image the model saw: DDAI widens the box before scaling
+    it to the page), the widened box clamped to the page. 0: the box as written (DDAI's
+    training); ddai eval uses DDAI's evaluation's 28."""
 
 
 @dataclass(kw_only=True)

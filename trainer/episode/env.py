@@ -7,7 +7,8 @@ Each turn the policy writes ``<think>…</think>`` + one action, parsed by the p
   yet seen in this episode, else the top one (DDAI's rule). The observation is the page id and its
   text, truncated to a token budget.
 - ``<bbox>[x1,y1,x2,y2]</bbox>``: a crop of the last page shown: for text pages, the lines of the
-  page's layout that the box touches (``Corpus.crop``).
+  page's layout that the box touches (``Corpus.crop``). ``EnvConfig.crop_pad`` widens the box on
+  each side first, in its own pixels (DDAI's evaluation: 28; its training and the default: 0).
 - ``<search_complete>true</search_complete>`` ends the episode; so does reaching ``max_turns``.
   With ``force_completion`` (DDAI's loop) the last of the ``max_turns`` turns is DDAI's forced
   completion, written by the environment: the policy writes at most ``max_turns − 1`` turns, the
@@ -98,8 +99,13 @@ class EnvConfig:
     """Search only the question's own document (when the task names one)."""
     observation: str = "text"
     """``text``: pages are shown as text; ``image``: as page images (VLM policies)."""
+    crop_pad: int = EpisodeConfig.crop_pad
+    """Pixels added to each side of a ``<bbox>``, in the box's own pixels, before it is scaled to
+    the page and cropped (``vision.pad_box``)."""
 
     def __post_init__(self) -> None:
+        if self.crop_pad < 0:
+            raise ValueError(f"crop_pad {self.crop_pad}: use 0 or more pixels")
         if self.observation not in ("text", "image"):
             raise ValueError(f"observation {self.observation!r}: use `text` or `image`")
         least = 2 if self.force_completion else 1
@@ -278,7 +284,10 @@ class SearchEnv:
         if ep.last_page is None:
             turn.error = "no page to crop yet"
             return BBOX_FAILED, []
-        box = json.loads(turn.arg)
+        from ddai.trainer.episode.vision import pad_box
+
+        # widened in the policy's own pixels, before the convention's scaling (DDAI's evaluation)
+        box = pad_box(json.loads(turn.arg), self.config.crop_pad)
         label = f"[crop of {ep.last_page} {turn.arg.strip()}]"
         crop = None
         if self.image_of is not None:

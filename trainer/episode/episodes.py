@@ -42,7 +42,12 @@ from ddai.trainer.runtime import dist
 def env_config(cfg: EpisodeConfig, observation: str = "text") -> EnvConfig:
     """The environment's rules for ``cfg``'s episodes."""
     return EnvConfig(
-        cfg.max_turns, cfg.search_k, cfg.force_completion, cfg.restrict_to_doc, observation
+        cfg.max_turns,
+        cfg.search_k,
+        cfg.force_completion,
+        cfg.restrict_to_doc,
+        observation,
+        crop_pad=cfg.crop_pad,
     )
 
 

@@ -35,6 +35,9 @@ class EvalResult:
     judge: float | None
     judge_missing: int
     ndcg: float | None
+    crop_pad: int
+    """Pixels each ``<bbox>`` was widened by on each side before its crop (DDAI's evaluation:
+    28; 0: the box as written); also in the run's manifest."""
     by_category: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
 
@@ -72,5 +75,6 @@ def run_eval(cfg: EvalConfig, backends: Any | None = None) -> EvalResult:
         judge=overall["judge"],
         judge_missing=overall["judge_missing"],
         ndcg=overall["ndcg"],
+        crop_pad=cfg.episode.crop_pad,
         by_category=table["by_category"],
     )

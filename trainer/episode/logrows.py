@@ -127,6 +127,9 @@ class RolloutLog:
     """Mean reward of each committed step."""
     search_errors: int = 0
     unscorable: int = 0
+    record: dict[str, Any] = field(default_factory=dict)
+    """Settings written into every commit's manifest record (``ddai collect``/``eval``: the
+    episode's ``crop_pad``), so the run says which rules made its rows."""
     _pending: list[dict[str, Any]] = field(default_factory=list, repr=False)
     _step: int | None = None
     _side: dict[str, SideLog] = field(default_factory=dict, repr=False)
@@ -154,7 +157,9 @@ class RolloutLog:
         rows, self._pending = self._pending, []
         if not rows:
             return
-        info: dict[str, Any] = {} if self._step is None else {"step": self._step}
+        info: dict[str, Any] = dict(self.record)
+        if self._step is not None:
+            info["step"] = self._step
         # side tables written before the run had a manifest are listed by its first commit
         listed = {t: s.pending for t, s in self._side.items() if s.pending is not None}
         if listed:

@@ -86,6 +86,18 @@ def open_image(image: Any) -> Any:
     return image if isinstance(image, Image.Image) else Image.open(image)
 
 
+def pad_box(bbox: Sequence[float], pad: int) -> Sequence[float]:
+    """``[x1, y1, x2, y2]`` widened by ``pad`` on each side, in the box's own pixels (``bbox``
+    itself when ``pad`` is 0). DDAI's evaluation widens every box by 28 of the pixels the model
+    saw before scaling it to the page (vrag_agent/generation.py, ``_process_bbox_single``, its
+    ``is_validation`` branch; its training crops the box as written); the crop clamps the
+    widened box to the page (``crop_image``)."""
+    if not pad:
+        return bbox
+    x1, y1, x2, y2 = (float(v) for v in bbox)
+    return [x1 - pad, y1 - pad, x2 + pad, y2 + pad]
+
+
 def crop_image(
     image: Any, bbox: Sequence[float], convention: ResizedPixels | None = None
 ) -> Any | None:
