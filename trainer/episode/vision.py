@@ -103,17 +103,13 @@ def crop_image(
 ) -> Any | None:
     """The ``[x1, y1, x2, y2]`` box of ``image`` (a path or PIL image), clamped to the page;
     None when the clamped box is empty. ``convention``: the box is in the model's resized-image
-    pixels (else in the page's own pixels)."""
+    pixels (else in the page's own pixels). Every edge is cast with ``int()`` after the scaling,
+    as DDAI's crop does (vrag_agent/generation.py, ``_process_bbox_single``)."""
     page = open_image(image)
     if convention is not None:
         bbox = convention.to_page(bbox, page.width, page.height)
-    x1, y1, x2, y2 = (float(v) for v in bbox)
-    box = (
-        max(0, int(x1)),
-        max(0, int(y1)),
-        min(page.width, round(x2)),
-        min(page.height, round(y2)),
-    )
+    x1, y1, x2, y2 = (int(float(v)) for v in bbox)
+    box = (max(0, x1), max(0, y1), min(page.width, x2), min(page.height, y2))
     if box[2] <= box[0] or box[3] <= box[1]:
         return None
     return page.convert("RGB").crop(box)

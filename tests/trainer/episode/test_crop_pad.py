@@ -208,3 +208,16 @@ def test_eval_refuses_a_negative_padding(world, tmp_path):
             str(data / "pages.parquet"), "--logs", str(tmp_path / "logs"), "--crop-pad", "-3"]  # fmt: skip
     res = runner.invoke(app, args)
     assert res.exit_code == 2 and "--crop-pad -3: use 0 or more pixels" in res.output
+
+
+def test_scaled_edges_are_truncated_as_ddais(tmp_path):
+    # DDAI casts every scaled edge with int() (its _process_bbox_single): a 100x50 page is seen
+    # as 112x56, so model [0, 0, 57, 29] is page [0, 0, 50.89, 25.89], cropped to [0, 0, 50, 25]
+    im = Image.new("RGB", (100, 50))
+    im.putdata([(x, y, 0) for y in range(50) for x in range(100)])
+    im.save(tmp_path / "p.png")
+    conv = ResizedPixels(factor=28, min_pixels=56 * 56, max_pixels=28 * 28 * 1280)
+    assert conv.resized(100, 50) == (112, 56)
+    crop = crop_image(tmp_path / "p.png", [0, 0, 57, 29], conv)
+    assert crop.size == (50, 25)
+    assert crop.getpixel((49, 24)) == (49, 24, 0)
