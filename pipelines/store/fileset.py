@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -142,7 +141,9 @@ def settle(folder: str | os.PathLike[str], *, clean: bool = False) -> list[str]:
     if not d.is_dir():
         return []
     done: list[str] = []
-    if clean or any(d.glob(f"{JOURNAL_PREFIX}*.json")):
+    # the lock only when there is something to finish or to look at: a folder with neither is
+    # left untouched (a rerun that writes nothing rewrites nothing, its lock file included)
+    if any(d.glob(f"{JOURNAL_PREFIX}*.json")) or (clean and _leftovers(d)):
         # one hold: a staged member a journal names is rolled forward before any clean
         with locks.exclusive(d / LOCK, f"the step outputs in {d}"):
             for j in sorted(d.glob(f"{JOURNAL_PREFIX}*.json")):  # a live writer has finished
@@ -152,20 +153,26 @@ def settle(folder: str | os.PathLike[str], *, clean: bool = False) -> list[str]:
     return done
 
 
+def _leftovers(d: Path) -> list[Path]:
+    """What a killed writer may have left in ``d``: staged members, journal temps and claims
+    half taken (``.claiming-*``), live or not."""
+    return [
+        p
+        for p in d.iterdir()
+        if p.name.startswith(locks.CLAIMING)
+        or p.name.endswith(STAGED)
+        or (p.name.startswith(f".{JOURNAL_PREFIX}") and p.name.endswith(".tmp"))
+    ]
+
+
 def _clean(d: Path) -> None:
     """Remove what writers killed in ``d`` left: staged members and journal temps whose claim
     is free, and claims a kill left half taken (``.claiming-*``). A live writer's stay: each is
     claimed from the moment it appears (``locks``)."""
-    for p in d.iterdir():
-        n = p.name
-        temp = n.endswith(STAGED) or (n.startswith(f".{JOURNAL_PREFIX}") and n.endswith(".tmp"))
-        if n.startswith(locks.CLAIMING):
-            if locks.is_stale_claiming(p):
-                if p.is_dir():
-                    shutil.rmtree(p, ignore_errors=True)
-                else:
-                    p.unlink(missing_ok=True)
-        elif n.startswith(".") and temp and locks.is_abandoned(p):
+    for p in _leftovers(d):
+        if p.name.startswith(locks.CLAIMING):
+            locks.remove_claiming(p)
+        elif p.name.startswith(".") and locks.is_abandoned(p):
             p.unlink(missing_ok=True)
 
 

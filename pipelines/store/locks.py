@@ -148,7 +148,7 @@ def claimed_file(path: str | os.PathLike[str], *, binary: bool = False) -> IO[An
             except OSError:  # a filesystem without hard links: the names are unique anyway
                 os.rename(private, p)
             else:
-                private.unlink()
+                private.unlink(missing_ok=True)  # a cleaner may have taken the name meanwhile
         except (FileNotFoundError, BlockingIOError):
             # a cleaner took the unclaimed file in that instant
             fh.close()
@@ -181,19 +181,38 @@ CLAIMING_GRACE_S = 60.0
 
 
 def is_stale_claiming(path: str | os.PathLike[str]) -> bool:
-    """Whether ``path`` (a ``.claiming-*`` entry) is what a killed write left: a file nobody
-    holds; a folder nobody holds once it is old. A young folder is left whatever its claim file
-    says: between ``claim``'s open of the file and its lock, the file is there and free, and a
-    cleaner's ``rmtree`` (the claim file first, then the folder) could lose the race with
-    ``claimed_dir``'s rename, leaving the writer's folder renamed into place without its claim
-    file, which the next clean takes for abandoned (a live write's staged part vanished)."""
+    """Whether ``path`` (a ``.claiming-*`` entry) is what a killed write left: a file, or a
+    folder holding its claim file, nobody holds; a folder without one once it is old. Remove it
+    with ``remove_claiming``, never ``rmtree`` in place."""
     p = Path(path)
     try:
-        if p.is_dir() and time.time() - p.stat().st_mtime <= CLAIMING_GRACE_S:
-            return False
+        if p.is_dir() and not (p / CLAIM).exists():
+            return time.time() - p.stat().st_mtime > CLAIMING_GRACE_S
     except FileNotFoundError:
         return False
     return is_abandoned(p)
+
+
+def remove_claiming(path: str | os.PathLike[str]) -> bool:
+    """Remove ``path``, a ``.claiming-*`` entry a killed write left (``is_stale_claiming``);
+    True when removed. A folder is first renamed to a name of its own, then removed: between
+    ``claim``'s open of the claim file and its lock the folder looks abandoned, and an ``rmtree``
+    in place (the claim file, then the folder) could lose the race with ``claimed_dir``'s rename,
+    leaving the write's folder in place without its claim file for the next clean to remove
+    under the live writer. Renamed away, the writer's own rename fails and it claims anew."""
+    p = Path(path)
+    if not is_stale_claiming(p):
+        return False
+    if not p.is_dir():
+        p.unlink(missing_ok=True)
+        return True
+    gone = p.with_name(f"{CLAIMING}removed-{uuid.uuid4().hex}")
+    try:
+        os.rename(p, gone)
+    except FileNotFoundError:
+        return False  # its writer renamed it into place first: it holds the claim
+    shutil.rmtree(gone, ignore_errors=True)
+    return True
 
 
 def is_abandoned(path: str | os.PathLike[str]) -> bool:

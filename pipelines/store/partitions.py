@@ -458,11 +458,11 @@ def clean_leftovers(logs: str | os.PathLike[str]) -> list[str]:
             temp = name.startswith(".tmp-") or (
                 name.startswith(".") and name.endswith(".tmp")  # an atomic write's (io)
             )
-            stale = (
-                name.startswith(".old-")
-                or (temp and locks.is_abandoned(entry))
-                or (name.startswith(locks.CLAIMING) and locks.is_stale_claiming(entry))
-            )
+            if name.startswith(locks.CLAIMING):
+                if locks.remove_claiming(entry):
+                    removed.append(name)
+                continue
+            stale = name.startswith(".old-") or (temp and locks.is_abandoned(entry))
             if stale:
                 if entry.is_dir():
                     shutil.rmtree(entry, ignore_errors=True)

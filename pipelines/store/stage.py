@@ -48,9 +48,10 @@ def clean_stages() -> list[str]:
     root = workspace.home() / STAGE_DIR
     removed = []
     for entry in root.iterdir() if root.is_dir() else []:
-        if (entry.name.startswith(_STAGE_PREFIX) and locks.is_abandoned(entry)) or (
-            entry.name.startswith(locks.CLAIMING) and locks.is_stale_claiming(entry)
-        ):
+        if entry.name.startswith(locks.CLAIMING):
+            if locks.remove_claiming(entry):
+                removed.append(entry.name)
+        elif entry.name.startswith(_STAGE_PREFIX) and locks.is_abandoned(entry):
             shutil.rmtree(entry, ignore_errors=True)
             removed.append(entry.name)
     return removed

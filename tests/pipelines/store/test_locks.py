@@ -86,19 +86,46 @@ def test_an_atomic_write_is_claimed_as_its_temp_appears(tmp_path, monkeypatch):
     assert [p.name for p in tmp_path.iterdir()] == ["out.json"]
 
 
-def test_a_folder_being_claimed_is_not_cleaned_in_the_instant_before_its_lock(tmp_path):
+def test_a_cleaner_that_judged_a_claim_free_just_before_its_lock_cannot_strip_it(
+    tmp_path, monkeypatch
+):
     """claimed_dir makes ``.claiming-<id>/``, opens its claim file, then locks it: in between the
-    claim file is there and free. A cleaner that removed the folder then (its claim file first)
-    could lose the race with claimed_dir's rename, leaving the write's folder in place without a
-    claim file, which the next clean removed under a live writer (a concurrent ingest's staged
-    part vanished). A young claiming folder is left; an old free one is a killed claim's."""
-    private = tmp_path / f"{locks.CLAIMING}{'e' * 32}"
-    private.mkdir()
-    (private / locks.CLAIM).write_text("", encoding="utf-8")  # opened, not locked yet
-    assert store.clean_leftovers(tmp_path) == [] and private.is_dir()
-    old = private.stat().st_mtime - locks.CLAIMING_GRACE_S - 1
-    os.utime(private, (old, old))  # a claim killed long ago between its open and its lock
-    assert store.clean_leftovers(tmp_path) == [private.name] and not private.exists()
+    claim file is there and free, so a cleaner may judge it a killed claim. Removed in place
+    (the claim file, then the folder), the writer's rename could slip between the two and leave
+    the write's folder without a claim file, which the next clean removed under the live writer
+    (a concurrent ingest's staged part vanished). The cleaner renames the folder away first: the
+    writer's rename fails and it claims anew, ending claimed."""
+    real_claim = locks.claim
+    cleaned: list[bool] = []
+
+    def claim(path):
+        fh = real_claim(path)  # opened and locked; the cleaner judged it free just before
+        if not cleaned:  # the first attempt only
+            with monkeypatch.context() as m:
+                m.setattr(locks, "is_stale_claiming", lambda p: True)
+                cleaned.append(locks.remove_claiming(path))
+        return fh
+
+    monkeypatch.setattr(locks, "claim", claim)
+    fh = locks.claimed_dir(tmp_path / ".tmp-r-3")
+    assert cleaned[0] is True  # the first claim's folder was taken; claimed_dir tried again
+    assert (tmp_path / ".tmp-r-3" / locks.CLAIM).is_file()
+    assert not locks.is_abandoned(tmp_path / ".tmp-r-3")
+    assert store.clean_leftovers(tmp_path) == [] and (tmp_path / ".tmp-r-3").is_dir()
+    fh.close()
+
+
+def test_remove_claiming_takes_a_free_claim_and_leaves_a_held_one(tmp_path):
+    free = tmp_path / f"{locks.CLAIMING}{'f' * 32}"
+    free.mkdir()
+    (free / locks.CLAIM).write_text("", encoding="utf-8")  # a claim killed before its lock
+    held = tmp_path / f"{locks.CLAIMING}{'h' * 32}"
+    held.mkdir()
+    fh = locks.claim(held)
+    assert locks.remove_claiming(free) and not free.exists()
+    assert not locks.remove_claiming(held) and (held / locks.CLAIM).is_file()
+    fh.close()
+    assert store.clean_leftovers(tmp_path) == [held.name] and not list(tmp_path.iterdir())
 
 
 def test_claimed_dir_survives_a_cleaner_at_every_step_of_its_claim(tmp_path, monkeypatch):
