@@ -22,6 +22,10 @@ what it had in flight; ``flush`` waits until everything queued is committed, and
 queued are visible to ``get_many`` meanwhile. The file is in WAL mode with a busy timeout, so
 several processes can share it. A file SQLite cannot read (cut short by a full disk or a copy, or
 not a database) is refused with its path and the fix (``CacheError``, a ``ConfigError``: exit 2).
+
+Calls in flight are claimed across processes (``claims.py``, ``<cache>.claims``): the engine claims
+a key before paying, ``release_claim`` lets it go once the writer has committed what the call left,
+so a process waiting on the claim finds the answer in the file when it gets the claim.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ddai.pipelines.backends.claims import Claims
 from ddai.pipelines.backends.config import ConfigError
 from ddai.pipelines.backends.usage import TokenUsage
 
@@ -85,6 +90,7 @@ _MAX_BATCH = 1024
 # caches hold no thread.
 _IDLE_S = 2.0
 _STOP = object()
+_RELEASE = None  # the "sql" of a queued claim release: done once the rows before it are committed
 _OPEN: weakref.WeakSet[CallCache] = weakref.WeakSet()
 
 
@@ -158,6 +164,7 @@ class CallCache:
         self._writer_lock = threading.Lock()
         self._error: BaseException | None = None
         self._closed = False
+        self.claims = Claims(self.path.with_name(self.path.name + ".claims"))
         _OPEN.add(self)
 
     # ------------------------------------------------------------------ reads
@@ -252,6 +259,16 @@ class CallCache:
         row = (key, kind, model, role, reason, detail, time.time(), endpoint)
         self._enqueue(_INSERT_FAILURE, row)
 
+    def release_claim(self, key: str) -> None:
+        """Let ``key``'s claim go once everything queued before is committed (at once when the
+        writer can no longer commit: a waiting process then pays)."""
+        if self._closed or self._error is not None:
+            return self.claims.release(key)
+        try:
+            self._enqueue(_RELEASE, (key,))
+        except CacheError:  # the writer failed meanwhile: nothing more will be committed
+            self.claims.release(key)
+
     def _check_writable(self) -> None:
         if self._closed:
             raise RuntimeError(f"call cache {self.path} is closed")
@@ -266,7 +283,7 @@ class CallCache:
                 "only for the rest"
             )
 
-    def _enqueue(self, sql: str, row: tuple[Any, ...]) -> None:
+    def _enqueue(self, sql: str | None, row: tuple[Any, ...]) -> None:
         self._raise_error()
         with self._writer_lock:
             self._queue.put((sql, row))
@@ -303,7 +320,8 @@ class CallCache:
                 try:
                     if rows and self._error is None:
                         for sql, row in rows:  # in order: a later answer forgets a failure
-                            db.execute(sql, row)
+                            if sql is not _RELEASE:
+                                db.execute(sql, row)
                         db.commit()
                 except sqlite3.Error as e:  # surfaced to put/flush callers
                     self._error = e
@@ -314,6 +332,9 @@ class CallCache:
                                 self._pending.pop(row[0], None)
                             elif sql == _INSERT_FAILURE:
                                 self._pending_failures.pop(row[0], None)
+                    for sql, row in rows:  # committed (or never to be): waiters may go on
+                        if sql is _RELEASE:
+                            self.claims.release(row[0])
                     for _ in batch:
                         self._queue.task_done()
                 if len(rows) != len(batch):
@@ -361,6 +382,7 @@ class CallCache:
         if writer is not None:
             writer.join()
             self._writer = None
+        self.claims.close()
         with self._read_lock:
             self._db.close()
 

@@ -14,17 +14,27 @@ those calls once more.
 
 A batch runs on ``min(concurrency, misses)`` worker coroutines pulling from one iterator, so memory
 stays proportional to the concurrency, not to the batch.
+
+Two processes on one cache pay for a key once: a worker claims the key across processes before
+paying (``CallCache.claims``), looks in the cache again once it holds the claim, and lets the claim
+go only after what the call left is committed. A key another process holds is put aside while the
+rest of the batch goes on; once the batch is through, the workers wait for those, polling the cache
+with a growing pause, and hand back the other process's answer (``concurrent_answers``, not paid)
+or, when its claim is let go without one (it failed for its own reasons, or was killed: the kernel
+drops a dead process's claims), claim the key and pay.
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ddai.pipelines.backends.cache import CacheError, CallCache
+from ddai.pipelines.backends.claims import HELD, claim_or_answer
 from ddai.pipelines.backends.limits import Budget, TokenBucket
 from ddai.pipelines.backends.progress import Bar
 from ddai.pipelines.backends.retry import SETUP_FAILURES, CallError, Failure, RetryPolicy
@@ -167,15 +177,48 @@ class Engine:
             if n_old:
                 bar.advance(n_old, failed=n_old)
             work = iter(pending.items())
+            held: deque[tuple[str, list[int]]] = deque()  # keys another process has in flight
+
+            async def answer(key: str, idxs: list[int], *, wait: bool) -> bool:
+                """Fill ``idxs`` with the key's answer; False (nothing done) when another process
+                holds the key and ``wait`` is off."""
+                job = jobs[idxs[0]]
+                if self.cache is None:
+                    out = await self._call(job, site)
+                    concurrent = False
+                else:
+                    found = await claim_or_answer(
+                        self.cache.claims, key, self._answered, wait=wait, rng=self._rng
+                    )
+                    if found is HELD:
+                        return False
+                    concurrent = found is not None
+                    if concurrent:
+                        out = found
+                        site.concurrent_answers += 1
+                        if isinstance(out, Failure):
+                            site.failed[out.reason] += 1
+                    else:
+                        try:
+                            out = await self._call(job, site)
+                        finally:  # after the answer's commit: a waiting process finds it
+                            self.cache.release_claim(key)
+                for i in idxs:
+                    results[i] = out
+                # Repeats of a key inside the batch ride on its one call, like cache hits.
+                hits = len(idxs) if concurrent and isinstance(out, Outcome) else len(idxs) - 1
+                bar.advance(len(idxs), hits=hits, failed=isinstance(out, Failure))
+                return True
 
             async def worker() -> None:
                 # One shared iterator: ``next`` never awaits, so workers never take the same item.
-                for _key, idxs in work:
-                    out = await self._call(jobs[idxs[0]], site)
-                    for i in idxs:
-                        results[i] = out
-                    # Repeats of a key inside the batch ride on its one call, like cache hits.
-                    bar.advance(len(idxs), hits=len(idxs) - 1, failed=isinstance(out, Failure))
+                for key, idxs in work:
+                    if not await answer(key, idxs, wait=False):
+                        held.append((key, idxs))
+                # Whoever put a key aside is still here to take it: none is left behind.
+                while held:
+                    key, idxs = held.popleft()
+                    await answer(key, idxs, wait=True)
 
             try:
                 async with asyncio.TaskGroup() as tg:
@@ -215,6 +258,19 @@ class Engine:
             "est_output_tokens": est.output_tokens,
             "est_cost_usd": None if self.price is None else round(self.price.cost(est), 6),
         }
+
+    # ------------------------------------------------------------------ claims
+    def _answered(self, key: str) -> Outcome | Failure | None:
+        """The cache's answer for ``key`` (a cached failure unless retrying them), as ``run`` hands
+        it back; None when it has none."""
+        assert self.cache is not None
+        hit = self.cache.get(key)
+        if hit is not None:
+            return Outcome(hit.value, hit.usage, cached=True)
+        if not self.retry_failed:
+            for reason, detail in self._cached_failures([key]).values():
+                return Failure(reason, detail, cached=True)
+        return None
 
     # ------------------------------------------------------------------ one job
     async def _call(self, job: Job, site: SiteUsage) -> Outcome | Failure:

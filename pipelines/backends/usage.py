@@ -46,9 +46,13 @@ class SiteUsage:
 
     ``items``: results handed back; ``cache_hits``: of those, answered from the cache;
     ``deduplicated``: repeats of a request already in the same batch, answered by its one call
-    (free, but not a cache hit: a dry run counts them apart); ``calls``: items the model was asked
-    for; ``attempts``: requests sent, retries included; ``failed``: items that failed for good, by
-    reason. ``items == cache_hits + deduplicated + calls`` for the model-backed engine.
+    (free, but not a cache hit: a dry run counts them apart); ``concurrent_answers``: requests
+    another process on the same cache had in flight, answered (or failed) by its call while this
+    one waited (free: not paid here); ``calls``: items the model was asked for; ``attempts``:
+    requests sent, retries included; ``failed``: items that failed for good, by reason (of them
+    ``cached_failures`` handed back from the cache). ``items == cache_hits + cached_failures +
+    deduplicated + concurrent_answers + calls`` for the model-backed engine, a spending-cap stop
+    aside.
     """
 
     backend: str
@@ -56,6 +60,7 @@ class SiteUsage:
     items: int = 0
     cache_hits: int = 0
     deduplicated: int = 0
+    concurrent_answers: int = 0
     calls: int = 0
     ok: int = 0
     failed: Counter[str] = field(default_factory=Counter)
