@@ -73,18 +73,23 @@ class RandomJudge:
 
 def judge_then_cancel(make_judge: Callable[[], Any], reqs: Sequence[Any], srv: Any, after: int):
     """Judge ``reqs`` with ``make_judge()`` (built inside the event loop) and cancel the call once
-    the fake server ``srv`` has received ``after`` requests; the call must end cancelled."""
+    the fake server ``srv`` has received ``after`` requests; the call must end cancelled, and its
+    cache is closed after (its answers committed)."""
     import asyncio
 
     import pytest
 
     async def cancel_halfway() -> None:
-        task = asyncio.create_task(make_judge().judge(reqs))
+        judge = make_judge()
+        task = asyncio.create_task(judge.judge(reqs))
         while srv.requests < after:
             await asyncio.sleep(0.005)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
+        # as a command ends: the cache's writer commits what it holds before anyone counts it
+        if (cache := getattr(judge.context, "cache", None)) is not None:
+            cache.close()
 
     asyncio.run(cancel_halfway())
 
