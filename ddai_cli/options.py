@@ -37,6 +37,8 @@ EPISODE_FLAGS: dict[str, Any] = dict.fromkeys(
     "restrict_to_doc": "--restrict-to-doc/--no-restrict-to-doc",
     "obs_max_tokens": None,
     "crop_pad": None,
+    "obs_image_max_pixels": None,
+    "obs_image_min_pixels": None,
 }
 """The episode group's flags (``config_flags`` specs of ``EpisodeConfig``'s fields)."""
 

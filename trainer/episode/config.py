@@ -46,6 +46,14 @@ class EpisodeConfig:
     (for image observations the resized image the model saw: DDAI widens the box before scaling
     it to the page), the widened box clamped to the page. 0: the box as written (DDAI's
     training); ddai eval uses DDAI's evaluation's 28."""
+    obs_image_max_pixels: int = 512 * 28 * 28
+    """Image observations: a page image or <bbox> crop of more pixels than this is scaled down,
+    aspect kept, before the processor sees it (DDAI's 512*28*28 = 401408); a <bbox> is then in
+    the pixels of the resized image. Crops sent to the generator are resized the same way. 0: no
+    bound but the processor's."""
+    obs_image_min_pixels: int = 256 * 28 * 28
+    """Image observations: a page image or <bbox> crop of fewer pixels than this (a small crop)
+    is scaled up, aspect kept (DDAI's 256*28*28 = 200704). 0: no bound but the processor's."""
 
 
 @dataclass(kw_only=True)

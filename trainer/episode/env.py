@@ -34,6 +34,12 @@ CPU with a tiny Qwen2-VL and its PIL image processor; real VLM processors need t
 GPU machine). ``box_convention`` says what a ``<bbox>``'s numbers mean (``ResizedPixels``:
 Qwen2.5-VL's absolute pixels on the smart-resized image; None: the page's own pixels).
 
+As DDAI, every page image and crop shown is first resized to ``EnvConfig.obs_image_max_pixels``
+/ ``obs_image_min_pixels`` (``vision.shown_size``: DDAI's 401408 / 200704 pixels, aspect kept),
+and a ``<bbox>`` of an image policy is then in the pixels of the resized page (DDAI scales the
+box by the page's size over that one); every crop is resized so, the one the generator gets
+included. Both 0: the processor's own resize only (``box_convention`` as above).
+
 Whenever ``image_of`` is given (image observations, or a text policy over an image corpus), the
 episode also records the images it gathered (``Episode.images``: each page the first time it is
 shown, and every crop, in order) as file paths or ``data:`` URLs, for a generator that sees them.
@@ -102,10 +108,22 @@ class EnvConfig:
     crop_pad: int = EpisodeConfig.crop_pad
     """Pixels added to each side of a ``<bbox>``, in the box's own pixels, before it is scaled to
     the page and cropped (``vision.pad_box``)."""
+    obs_image_max_pixels: int = EpisodeConfig.obs_image_max_pixels
+    """Most pixels of a page image or crop shown (``vision.shown_size``; 0: no bound)."""
+    obs_image_min_pixels: int = EpisodeConfig.obs_image_min_pixels
+    """Fewest pixels of a page image or crop shown (``vision.shown_size``; 0: no bound)."""
 
     def __post_init__(self) -> None:
         if self.crop_pad < 0:
             raise ValueError(f"crop_pad {self.crop_pad}: use 0 or more pixels")
+        for flag, px in (("max", self.obs_image_max_pixels), ("min", self.obs_image_min_pixels)):
+            if px < 0:
+                raise ValueError(f"--obs-image-{flag}-pixels {px}: use 0 (no bound) or more")
+        if 0 < self.obs_image_max_pixels < self.obs_image_min_pixels:
+            raise ValueError(
+                f"--obs-image-max-pixels {self.obs_image_max_pixels} is below "
+                f"--obs-image-min-pixels {self.obs_image_min_pixels}: raise the max or lower the min"
+            )
         if self.observation not in ("text", "image"):
             raise ValueError(f"observation {self.observation!r}: use `text` or `image`")
         least = 2 if self.force_completion else 1
@@ -187,6 +205,9 @@ class SearchEnv:
             raise ValueError("image observations need image_of(page_id) to locate page images")
         self.image_of = image_of
         self.box_convention = box_convention
+        from ddai.trainer.episode.vision import ShownImage
+
+        self.shown = ShownImage(self.config.obs_image_max_pixels, self.config.obs_image_min_pixels)
         self._prefetched: dict[tuple[str, str | None], Any] = {}
 
     def prefetch(self, batch: list[tuple[Episode, str]]) -> int:
@@ -277,7 +298,8 @@ class SearchEnv:
             if ref not in ep.images:
                 ep.images.append(ref)
         if self.config.observation == "image":
-            return f"[page {shown}]", [self.image_of(shown)]
+            page = self.image_of(shown)
+            return f"[page {shown}]", [self.shown.apply(page) if self.shown.active else page]
         return self.truncate(f"[page {shown}]\n{text}"), []
 
     def _bbox(self, ep: Episode, turn: tags.Turn) -> tuple[str, list[Any]]:
@@ -294,9 +316,14 @@ class SearchEnv:
             from ddai.trainer.episode.vision import crop_image, open_image
 
             page = open_image(self.image_of(ep.last_page))
-            if self.box_convention is not None:  # the model's pixels -> the page's
-                box = self.box_convention.to_page(box, page.width, page.height)
+            convention = self.box_convention
+            if convention is not None and self.shown.active:
+                convention = self.shown  # the page was shown resized: DDAI scales from that size
+            if convention is not None:  # the model's pixels -> the page's
+                box = convention.to_page(box, page.width, page.height)
             crop = crop_image(page, box)
+            if crop is not None and self.shown.active:  # DDAI resizes every crop it makes
+                crop = self.shown.apply(crop)
         try:
             text = self.pages.crop(ep.last_page, box)
         except KeyError:  # a page the search service knows and the text corpus lacks

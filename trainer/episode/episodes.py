@@ -48,6 +48,8 @@ def env_config(cfg: EpisodeConfig, observation: str = "text") -> EnvConfig:
         cfg.restrict_to_doc,
         observation,
         crop_pad=cfg.crop_pad,
+        obs_image_max_pixels=cfg.obs_image_max_pixels,
+        obs_image_min_pixels=cfg.obs_image_min_pixels,
     )
 
 

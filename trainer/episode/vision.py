@@ -14,6 +14,7 @@ lent GPU machine. Kept small on purpose: one image family (``pixel_values`` + ``
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,6 +78,71 @@ class ResizedPixels:
         sx, sy = width / rw, height / rh
         x1, y1, x2, y2 = (float(v) for v in bbox)
         return [x1 * sx, y1 * sy, x2 * sx, y2 * sy]
+
+
+DDAI_MAX_PIXELS = 512 * 28 * 28
+"""DDAI's upper bound on the pixels of an image it shows the policy (401408)."""
+DDAI_MIN_PIXELS = 256 * 28 * 28
+"""DDAI's lower bound on the pixels of an image it shows the policy (200704)."""
+
+
+def shown_size(width: int, height: int, max_pixels: int, min_pixels: int) -> tuple[int, int]:
+    """``(width, height)`` of a ``width x height`` image as DDAI shows it to the policy.
+
+    DDAI resizes every page image a search shows and every ``<bbox>`` crop before its processor
+    sees them (vrag_agent/generation.py, ``process_image`` with 512*28*28 and 256*28*28 on both
+    paths): an image of more than ``max_pixels`` pixels is scaled by the square root of
+    ``max_pixels`` over its area, the aspect kept; then one of fewer than ``min_pixels`` (a small
+    crop) is scaled up by the square root of ``min_pixels`` over its (current) area. Each scaled
+    side is cast down to a whole pixel; nothing is rounded to a multiple of 28 here (the
+    processor's smart resize does that after). A bound of 0 is no bound. A side never falls
+    below 1 pixel (DDAI would fail on such a sliver; no page gets there).
+    """
+    w, h = int(width), int(height)
+    if w < 1 or h < 1:
+        raise ValueError(f"image of {w}x{h} pixels: nothing to show")
+    if max_pixels and w * h > max_pixels:
+        scale = math.sqrt(max_pixels / (w * h))
+        w, h = max(1, int(w * scale)), max(1, int(h * scale))
+    if min_pixels and w * h < min_pixels:
+        scale = math.sqrt(min_pixels / (w * h))
+        w, h = max(1, int(w * scale)), max(1, int(h * scale))
+    return w, h
+
+
+@dataclass(frozen=True)
+class ShownImage:
+    """The resize of every image shown to the policy (``shown_size``), DDAI's bounds by default;
+    both 0: images go to the processor as they are (its own smart resize only)."""
+
+    max_pixels: int = DDAI_MAX_PIXELS
+    min_pixels: int = DDAI_MIN_PIXELS
+
+    @property
+    def active(self) -> bool:
+        return bool(self.max_pixels or self.min_pixels)
+
+    def size(self, width: int, height: int) -> tuple[int, int]:
+        """``(width, height)`` of a ``width x height`` image as shown."""
+        return shown_size(width, height, self.max_pixels, self.min_pixels)
+
+    def apply(self, image: Any) -> Any:
+        """``image`` (a path or PIL image) as shown: resized to ``size`` (Pillow's default
+        filter, as DDAI's ``Image.resize`` call), then RGB. Not resized when inactive."""
+        im = open_image(image)
+        if self.active:
+            size = self.size(im.width, im.height)
+            if size != im.size:
+                im = im.resize(size)
+        return im.convert("RGB")
+
+    def to_page(self, bbox: Sequence[float], width: int, height: int) -> list[float]:
+        """A box in the shown image's pixels as a box in the ``width x height`` page's pixels:
+        DDAI scales a ``<bbox>`` by the page's size over the shown image's size."""
+        sw, sh = self.size(width, height)
+        x1, y1, x2, y2 = (float(v) for v in bbox)
+        # page size times box over shown size, in DDAI's order (exact where the ratio is not)
+        return [width * x1 / sw, height * y1 / sh, width * x2 / sw, height * y2 / sh]
 
 
 def open_image(image: Any) -> Any:

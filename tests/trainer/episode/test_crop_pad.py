@@ -28,6 +28,8 @@ runner = CliRunner()
 RED, WHITE = (255, 0, 0), (255, 255, 255)
 # a 560x280 page seen by the model as 280x140: one model pixel is two page pixels
 HALF = ResizedPixels(factor=28, min_pixels=56 * 56, max_pixels=280 * 140)
+# images handed to the processor as they are (no DDAI resize), so HALF is the whole convention
+RAW = {"obs_image_max_pixels": 0, "obs_image_min_pixels": 0}
 
 
 def _page(path):
@@ -111,7 +113,7 @@ def _corpus(page):
 def test_the_environment_crops_with_the_episodes_padding(tmp_path, pad, size):
     page = _page(tmp_path / "1_1.png")
     corpus = _corpus(page)
-    cfg = env_config(EpisodeConfig(max_turns=4, crop_pad=pad), "image")
+    cfg = env_config(EpisodeConfig(max_turns=4, crop_pad=pad, **RAW), "image")
     assert cfg.crop_pad == pad
     env = SearchEnv(_One(), corpus, cfg, image_of=corpus.image_file, box_convention=HALF)
     ep = env.reset("q")

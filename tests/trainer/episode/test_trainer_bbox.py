@@ -87,7 +87,10 @@ def _env(tmp_path, observation):
     return SearchEnv(
         _Top(),
         corpus,
-        EnvConfig(max_turns=6, observation=observation),
+        # the processor's resize only (no DDAI resize): ``conv`` is the whole convention
+        EnvConfig(
+            max_turns=6, observation=observation, obs_image_max_pixels=0, obs_image_min_pixels=0
+        ),
         image_of=corpus.image_file,
         box_convention=conv if observation == "image" else None,
     ), page

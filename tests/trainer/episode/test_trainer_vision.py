@@ -93,7 +93,8 @@ def world(tmp_path):
     env = SearchEnv(
         TopSearch(),
         corpus,
-        EnvConfig(max_turns=5, observation="image"),
+        # images handed to the processor as they are (the reference renders them so)
+        EnvConfig(max_turns=5, observation="image", obs_image_max_pixels=0, obs_image_min_pixels=0),
         image_of=lambda pid: page_image_path(tmp_path, corpus.image_path(pid)),
     )
     task = Task(
