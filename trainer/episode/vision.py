@@ -75,9 +75,10 @@ class ResizedPixels:
     def to_page(self, bbox: Sequence[float], width: int, height: int) -> list[float]:
         """A box in resized-image pixels as a box in the ``width x height`` page's pixels."""
         rw, rh = self.resized(width, height)
-        sx, sy = width / rw, height / rh
         x1, y1, x2, y2 = (float(v) for v in bbox)
-        return [x1 * sx, y1 * sy, x2 * sx, y2 * sy]
+        # page size times box over resized size, DDAI's order: the ratio first loses the last
+        # bit (574 * (2000 / 1148) = 999.99..., cast to 999 where DDAI's int() gives 1000)
+        return [width * x1 / rw, height * y1 / rh, width * x2 / rw, height * y2 / rh]
 
 
 DDAI_MAX_PIXELS = 512 * 28 * 28

@@ -100,10 +100,10 @@ def test_zero_leaves_the_images_to_the_processor(tmp_path):
     ep = env.reset("q")
     page = env.step(ep, "<think>a</think><search>x</search>").images[0]
     assert page == tmp_path / "1_1.png"  # the file as it is
-    # the processor's convention (2000x1500 smart-resized to 1148x840): the crop handed over as
-    # cut, about page [0, 0, 1000, 750], not resized
+    # the processor's convention: 2000x1500 is smart-resized to 1148x840, so [0, 0, 574, 420]
+    # is page [0, 0, 2000 * 574 / 1148, 1500 * 420 / 840] = [0, 0, 1000, 750], handed over as cut
     crop = env.step(ep, "<think>b</think><bbox>[0, 0, 574, 420]</bbox>").images[0]
-    assert crop.size[1] == 750 and crop.size[0] in (999, 1000)
+    assert crop.size == (1000, 750)
 
 
 def test_the_processor_sees_fewer_image_tokens_than_without_the_resize(tmp_path):

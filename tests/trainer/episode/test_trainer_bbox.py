@@ -36,6 +36,13 @@ def test_resized_size_by_hand():
     assert conv.to_page([56, 0, 112, 28], 100, 50) == pytest.approx([50, 0, 100, 25])
 
 
+def test_box_scaled_in_ddais_order():
+    # DDAI: int(page_width * x / resized_width); 574 * (2000 / 1148) would be 999.99... -> 999
+    conv = ResizedPixels(factor=28, min_pixels=56 * 56, max_pixels=28 * 28 * 1280)
+    assert conv.resized(2000, 1500) == (1148, 840)
+    assert conv.to_page([574, 0, 1148, 840], 2000, 1500) == [1000.0, 0.0, 2000.0, 1500.0]
+
+
 def test_crop_in_model_pixels_is_the_pages_quarter(tmp_path):
     page = _quarters(tmp_path / "p.png")
     conv = ResizedPixels(factor=28, min_pixels=56 * 56, max_pixels=280 * 140)
