@@ -329,3 +329,34 @@ def test_lora_settings_without_lora_are_refused_in_every_command_that_has_them(t
         run_sft(sft)  # refused before the (missing) model is looked for
     _cfg(tmp_path, lora=True, lora_r=8).check_lora()
     _cfg(tmp_path).check_lora()
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--crop-pad", "-1"], "--crop-pad -1: use 0 or more pixels"),
+        (["--obs-image-max-pixels", "-5"], "--obs-image-max-pixels -5: use 0 (no bound)"),
+        (
+            ["--obs-image-max-pixels", "100", "--obs-image-min-pixels", "200"],
+            "--obs-image-max-pixels 100 is below --obs-image-min-pixels 200",
+        ),
+    ],
+)
+@pytest.mark.parametrize("command", [["train", "grpo"], ["train", "ppo"], ["collect"]])
+def test_bad_crop_and_image_bounds_are_refused_before_a_model_loads(
+    tmp_path, command, flags, message
+):
+    """They were refused only when the environment was built, after the policy had loaded."""
+    from ddai.trainer import toy
+
+    data = toy.write_toy(tmp_path / "toy")
+    out = ["--out-dir", str(tmp_path / "o")] if command[0] == "train" else []
+    res = runner.invoke(
+        app,
+        [*command, "--model", str(tmp_path / "no-model"), "--data", str(data / "dataset.parquet"),
+         "--corpus", str(data / "pages.parquet"), "--logs", str(tmp_path / "logs"), *out,
+         *flags, "--no-progress"],
+    )  # fmt: skip
+    assert res.exit_code == 2, res.output
+    said = " ".join(res.output.split())
+    assert message in said and "no-model" not in said  # the setting, not the missing model

@@ -50,8 +50,7 @@ class CollectConfig(PreflightSettings, EpisodeSettings, PageSettings, EpisodeInp
 
     def check(self) -> None:
         self.check_pages()
-        if self.episode.crop_pad < 0:
-            raise TrainConfigError(f"--crop-pad {self.episode.crop_pad}: use 0 or more pixels")
+        self.check_episode()
         if self.observation == "image" and self.generate_via is not None:
             raise TrainConfigError(
                 "--observation image with --generate-via: the server is sent token ids, not page "

@@ -118,6 +118,17 @@ class EpisodeSettings:
     backends: EpisodeBackends = field(default_factory=EpisodeBackends)
     """The search, generator and judge backends, and the score timeout."""
 
+    def check_episode(self) -> None:
+        """Refuse a bad crop padding or shown-image bound before any model loads
+        (``TrainConfigError`` naming the flag; the environment would refuse it only once built)."""
+        from ddai.trainer.common import TrainConfigError
+
+        ep = self.episode
+        if error := shown_image_error(
+            ep.crop_pad, ep.obs_image_max_pixels, ep.obs_image_min_pixels
+        ):
+            raise TrainConfigError(error)
+
 
 @dataclass(kw_only=True)
 class PageSettings:
@@ -146,6 +157,22 @@ class PageSettings:
             raise TrainConfigError(
                 f"--generator-max-images {self.generator_max_images}: use 0 or more"
             )
+
+
+def shown_image_error(crop_pad: int, max_pixels: int, min_pixels: int) -> str | None:
+    """What is wrong with the crop padding and the shown images' pixel bounds, naming the flag;
+    None when they are usable."""
+    if crop_pad < 0:
+        return f"--crop-pad {crop_pad}: use 0 or more pixels"
+    for flag, px in (("max", max_pixels), ("min", min_pixels)):
+        if px < 0:
+            return f"--obs-image-{flag}-pixels {px}: use 0 (no bound) or more"
+    if 0 < max_pixels < min_pixels:
+        return (
+            f"--obs-image-max-pixels {max_pixels} is below --obs-image-min-pixels {min_pixels}: "
+            "raise the max or lower the min"
+        )
+    return None
 
 
 @dataclass(kw_only=True)

@@ -55,7 +55,7 @@ from typing import Any, Protocol
 from ddai.pipelines.backends.base import SearchError
 from ddai.pipelines.records import metrics, tags
 from ddai.pipelines.records.prompt_row import ddai_search_id
-from ddai.trainer.episode.config import EpisodeConfig
+from ddai.trainer.episode.config import EpisodeConfig, shown_image_error
 
 SEARCH_EMPTY = "[System Error: Search did not return an image. Please try a different query.]"
 SEARCH_FAILED = (
@@ -114,16 +114,10 @@ class EnvConfig:
     """Fewest pixels of a page image or crop shown (``vision.shown_size``; 0: no bound)."""
 
     def __post_init__(self) -> None:
-        if self.crop_pad < 0:
-            raise ValueError(f"crop_pad {self.crop_pad}: use 0 or more pixels")
-        for flag, px in (("max", self.obs_image_max_pixels), ("min", self.obs_image_min_pixels)):
-            if px < 0:
-                raise ValueError(f"--obs-image-{flag}-pixels {px}: use 0 (no bound) or more")
-        if 0 < self.obs_image_max_pixels < self.obs_image_min_pixels:
-            raise ValueError(
-                f"--obs-image-max-pixels {self.obs_image_max_pixels} is below "
-                f"--obs-image-min-pixels {self.obs_image_min_pixels}: raise the max or lower the min"
-            )
+        if error := shown_image_error(
+            self.crop_pad, self.obs_image_max_pixels, self.obs_image_min_pixels
+        ):
+            raise ValueError(error)
         if self.observation not in ("text", "image"):
             raise ValueError(f"observation {self.observation!r}: use `text` or `image`")
         least = 2 if self.force_completion else 1

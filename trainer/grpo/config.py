@@ -109,6 +109,7 @@ class GRPORunConfig(
     def check(self) -> None:
         """Fail on bad settings before any model is loaded; messages name the flag."""
         self.check_pages()
+        self.check_episode()
         self.check_lora()
         for key, flag in CHOICE_FLAGS.items():
             _check_choice(key, getattr(self, key), f"{flag} ")

@@ -140,6 +140,7 @@ class PPORunConfig(PreflightSettings, EpisodeSettings, PageSettings, EpisodeInpu
     def check(self) -> None:
         """Fail on bad settings before any model is loaded; messages name the flag."""
         self.check_pages()
+        self.check_episode()
         self.check_lora()
         if self.n_agent < 1 or self.batch_size < 1 or self.batch_size % self.n_agent:
             raise TrainConfigError(
