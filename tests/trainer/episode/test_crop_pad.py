@@ -140,7 +140,7 @@ def test_eval_pads_by_default_training_and_collect_do_not(tmp_path):
     assert EvalConfig(**paths).episode.crop_pad == 28
     assert CollectConfig(**paths).episode.crop_pad == 0
     assert EpisodeConfig().crop_pad == 0 and EnvConfig().crop_pad == 0
-    with pytest.raises(ValueError, match="crop_pad -1"):
+    with pytest.raises(ValueError, match="--crop-pad -1: use 0 or more"):
         EnvConfig(crop_pad=-1)
 
 
