@@ -76,6 +76,18 @@ def episode_rules(cfg: Any, sampling: dict[str, Any] | None = None) -> dict[str,
     return rules
 
 
+def sampling_rules(args: Any) -> dict[str, Any]:
+    """The policy's sampling as a TRL config (``GRPOConfig``) applies it, unset fields as the
+    values they mean."""
+    return {
+        "temperature": args.temperature,
+        "top_p": args.top_p,
+        "top_k": args.top_k or 0,
+        "min_p": args.min_p or 0.0,
+        "repetition_penalty": args.repetition_penalty,
+    }
+
+
 def _flag(key: str) -> str:
     return "--" + key.replace("_", "-")
 

@@ -169,3 +169,28 @@ def test_eval_append_with_another_crop_pad_exits_2(existing):
     again = runner.invoke(app, [*args, "--append"])
     assert again.exit_code == 0, again.output
     assert read_rollouts(logs, ["ev"]).num_rows == 2
+
+
+@pytest.mark.parametrize("cmd", ["grpo", "ppo"])
+def test_train_append_or_resume_under_other_episode_rules_exits_2(existing, tmp_path, cmd):
+    """``train grpo/ppo --append`` into a run of other rules, and a ``--resume`` under other rules
+    than the checkpointed run's ``run_config.json``, are refused before any model loads."""
+    import json
+
+    logs, _, (_, data, tiny) = existing
+    base = ["train", cmd, "--model", str(tiny), "--data", str(data / "dataset.parquet"),
+            "--corpus", str(data / "pages.parquet"), "--logs", str(logs)]  # fmt: skip
+    res = runner.invoke(app, [*base, "--run-id", "seen", "--append", "--max-turns", "4",
+                              "--out-dir", str(tmp_path / "a")])  # fmt: skip
+    assert res.exit_code == 2, res.output
+    out = " ".join(res.output.split())
+    assert "run 'seen' was made with --max-turns 3" in out and "this run's is 4" in out
+    run = tmp_path / "r"
+    (run / "checkpoint-1").mkdir(parents=True)
+    (run / "run_config.json").write_text(json.dumps({"rules": {"max_turns": 3}}), "utf-8")
+    res = runner.invoke(app, [*base, "--run-id", "r", "--resume", "--max-turns", "4",
+                              "--out-dir", str(run)])  # fmt: skip
+    assert res.exit_code == 2, res.output
+    out = " ".join(res.output.split())
+    assert f"the run in {run} was made with --max-turns 3" in out and "this run's is 4" in out
+    assert "Resume with the run's own --max-turns 3" in out
