@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from ddai.pipelines.store import workspace
 from ddai.trainer.common import TrainConfigError
-from ddai.trainer.episode.collect_config import CollectConfig
+from ddai.trainer.episode.collect_config import CollectConfig, EvalConfig
 
 
 @dataclass
@@ -170,12 +171,18 @@ def run_collect(
     from ddai.trainer.episode.logrows import RolloutLog, take_rows
     from ddai.trainer.episode.pages import page_images
     from ddai.trainer.episode.preflight_steps import preflight_status, run_static_preflight
+    from ddai.trainer.episode.run_rules import RULES_KEY, check_append, episode_rules
     from ddai.trainer.episode.tasks import load_tasks
     from ddai.trainer.runtime import accel
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     hf_progress(cfg.progress)
     cfg.check()
+    rules = episode_rules(cfg)
+    command = "ddai eval" if isinstance(cfg, EvalConfig) else "ddai collect"
+    note = check_append(workspace.logs_dir(cfg.logs), cfg.run_id, rules, command)
+    if note is not None:
+        warnings.warn(f"{command} --append: {note}", stacklevel=2)
     tasks = load_tasks(cfg.data, cfg.limit)
     if not tasks:
         raise TrainConfigError(f"--data {cfg.data}: no prompts")
@@ -210,7 +217,9 @@ def run_collect(
     run_id = cfg.run_id or f"collect_{time.strftime('%Y%m%d_%H%M%S')}"
     run_id = accel.gather_rows([run_id], acc)[0]
     log = RolloutLog(
-        workspace.logs_dir(cfg.logs), run_id, record={"crop_pad": cfg.episode.crop_pad}
+        workspace.logs_dir(cfg.logs),
+        run_id,
+        record={"crop_pad": cfg.episode.crop_pad, RULES_KEY: rules},
     )
     per_batch = (cfg.batch_size // cfg.n_agent) * acc.num_processes
     batches = [tasks[i : i + per_batch] for i in range(0, len(tasks), per_batch)]

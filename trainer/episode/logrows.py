@@ -128,8 +128,10 @@ class RolloutLog:
     search_errors: int = 0
     unscorable: int = 0
     record: dict[str, Any] = field(default_factory=dict)
-    """Settings written into every commit's manifest record (``ddai collect``/``eval``: the
-    episode's ``crop_pad``), so the run says which rules made its rows."""
+    """Settings written into every commit's manifest record (and the resume's rewrite): the run's
+    ``rules`` (``run_rules.episode_rules``; ``ddai collect``/``eval`` also the episode's
+    ``crop_pad``), so the run says which rules made its rows and an append is checked against
+    them."""
     _pending: list[dict[str, Any]] = field(default_factory=list, repr=False)
     _step: int | None = None
     _side: dict[str, SideLog] = field(default_factory=dict, repr=False)
@@ -243,6 +245,6 @@ class RolloutLog:
                 kept,
                 normalize=False,
                 if_unchanged=version,
-                manifest={"steps": steps},
+                manifest={**self.record, "steps": steps},  # a replace: the rules again
             )
         return dropped

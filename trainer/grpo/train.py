@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 from typing import Any
 
 from ddai.pipelines.store import workspace
 from ddai.trainer import common
+from ddai.trainer.episode import run_rules
 from ddai.trainer.episode.episodes import (
     Backends,
     SearchRollout,
@@ -89,6 +91,16 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
     dist.allow_fsdp_on_cpu(args)
     dist.end_group_at_exit()
     resume_from = common.resume_checkpoint(cfg.output_dir, cfg.resume)
+    rules = run_rules.episode_rules(cfg, run_rules.sampling_rules(args))
+    note = (
+        run_rules.check_resume(cfg.output_dir, rules, "ddai train grpo")
+        if resume_from is not None
+        else run_rules.check_append(
+            workspace.logs_dir(cfg.logs), cfg.run_id, rules, "ddai train grpo"
+        )
+    )
+    if note is not None:
+        warnings.warn(f"ddai train grpo: {note}", stacklevel=2)
     spec = cfg.rewards.reward_spec()
     tasks = load_tasks(cfg.data, cfg.limit)
     if not tasks:
@@ -126,7 +138,7 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
         vision=vision,
     )
     run_id = cfg.run_id or f"grpo_{time.strftime('%Y%m%d_%H%M%S')}"
-    log = RolloutLog(workspace.logs_dir(cfg.logs), run_id)
+    log = RolloutLog(workspace.logs_dir(cfg.logs), run_id, record={run_rules.RULES_KEY: rules})
     _, metrics_file = common.split_report_to(cfg.report_to)
     step_metrics = TrainMetricsLog(log.logs, run_id, writer=log)
     trainer = grpo_trainer_class()(
@@ -165,7 +177,9 @@ def run_grpo(cfg: GRPORunConfig, backends: Backends | None = None) -> GRPOResult
                 )
             report.raise_errors()
         if trainer.accelerator.is_main_process:
-            write_run_config(cfg.output_dir, "train grpo", cfg, report)
+            write_run_config(
+                cfg.output_dir, "train grpo", cfg, report, extra={run_rules.RULES_KEY: rules}
+            )
     except BaseException:
         if scorer is not None:
             scorer.close()

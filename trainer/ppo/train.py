@@ -46,6 +46,7 @@ import dataclasses
 import json
 import os
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -424,6 +425,7 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
     from ddai.pipelines.records.progress import bar
     from ddai.trainer.common import hf_progress, resume_checkpoint
     from ddai.trainer.episode import preflight as pf
+    from ddai.trainer.episode import run_rules
     from ddai.trainer.episode.episodes import Episodes, default_backends
     from ddai.trainer.episode.logrows import RolloutLog, take_rows
     from ddai.trainer.episode.pages import observation_policy, page_images
@@ -451,6 +453,16 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
     if not tasks:
         raise TrainConfigError(f"--data {cfg.data}: no prompts")
     resume_from = resume_checkpoint(cfg.output_dir, cfg.resume)
+    rules = run_rules.episode_rules(cfg)
+    note = (
+        run_rules.check_resume(cfg.output_dir, rules, "ddai train ppo")
+        if resume_from
+        else run_rules.check_append(
+            workspace.logs_dir(cfg.logs), cfg.run_id, rules, "ddai train ppo"
+        )
+    )
+    if note is not None:
+        warnings.warn(f"ddai train ppo: {note}", stacklevel=2)
     state = ck.read_state(resume_from) if resume_from else None
     start = state.step if state else 0
     if start >= cfg.max_steps:
@@ -524,14 +536,15 @@ def run_ppo(cfg: PPORunConfig, backends: Any | None = None) -> PPOResult:
             pf.check_episodes(report, sampled)
             report.raise_errors()
         if main:
-            pf.write_run_config(out, "train ppo", cfg, report, extra=accel.run_info(cfg.seed, acc))
+            extra = {**accel.run_info(cfg.seed, acc), run_rules.RULES_KEY: rules}
+            pf.write_run_config(out, "train ppo", cfg, report, extra=extra)
     except BaseException:
         episodes.close()
         raise
     zero_variance = ZeroVarianceSteps()
     run_id = cfg.run_id or (state.run_id if state else f"ppo_{time.strftime('%Y%m%d_%H%M%S')}")
     run_id = accel.gather_rows([run_id], acc)[0]  # rank 0's timestamp names the run
-    log = RolloutLog(workspace.logs_dir(cfg.logs), run_id)
+    log = RolloutLog(workspace.logs_dir(cfg.logs), run_id, record={run_rules.RULES_KEY: rules})
     if start and main:
         log.drop_after(start)
         log.count_kept()  # rollouts_logged: the run's total, steps 1..start included

@@ -73,3 +73,21 @@ def test_a_resumed_run_keeps_one_list_of_its_steps(tmp_path):
     assert resumed.steps() == [1, 2, 3, 4, 5]
     steps = store.read_rollouts(tmp_path, ["train"]).column("step").to_pylist()
     assert sorted(steps) == [1, 1, 2, 2, 3, 3, 4, 4, 5, 5]
+
+
+def test_a_resumed_runs_rewrite_keeps_its_rules_recorded(tmp_path):
+    """The resume's rewrite replaces the run's manifest: it records the run's rules again, so a
+    later --append still finds every commit's rules (not a run that recorded none)."""
+    from ddai.trainer.episode.run_rules import check_append, recorded
+
+    rules = {"max_turns": 3, "crop_pad": 0}
+    log = RolloutLog(tmp_path, "train", record={"rules": rules})
+    for step in (1, 2):
+        log.append(_rows(step), step)
+    log.flush()
+    resumed = RolloutLog(tmp_path, "train", record={"rules": rules})
+    assert resumed.drop_after(1) == 2
+    resumed.append(_rows(2), 2)
+    resumed.flush()
+    assert all(c == rules for c in recorded(store.run_manifest(tmp_path, "train")))
+    assert check_append(tmp_path, "train", rules, "ddai train grpo") is None
