@@ -97,6 +97,8 @@ def test_image_corpus_then_vlm_grpo_sends_the_gathered_images(tmp_path, monkeypa
         tmp_path, monkeypatch, "jpg",
         "--run-id", "vlm", "--judge", "local", "--generator-max-images", "2", "--max-steps", "2",
         "--max-completion-tokens", "256", "--save-steps", "10", "--json",
+        # the box in the processor's pixels (TURNS): no DDAI resize of the shown page first
+        "--obs-image-max-pixels", "0", "--obs-image-min-pixels", "0",
     )  # fmt: skip
     assert res.exit_code == 0, res.output
     # after TRL's live progress: the summary's own brace opens a line (nested ones are indented)
