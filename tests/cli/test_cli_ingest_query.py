@@ -21,6 +21,15 @@ def _src(tmp_path, rows):
     return p
 
 
+def _ingested(tmp_path):
+    """A store at ``tmp_path/logs`` holding ``_rows()`` as run r1."""
+    logs = tmp_path / "logs"
+    src = _src(tmp_path, _rows())
+    res = runner.invoke(app, ["ingest", str(src), "--run-id", "r1", "--logs", str(logs)])
+    assert res.exit_code == 0, res.output
+    return logs
+
+
 def _rows():
     return [
         {"uid": f"u{u}", "rollout_idx": i, "response": RESP, "judge_score": float(i < u)}
@@ -262,12 +271,7 @@ def test_a_log_store_that_is_a_file_is_refused_naming_it(tmp_path):
 
 def test_query_out_naming_a_directory_is_refused_naming_it(tmp_path):
     """``--out`` a folder ended in IsADirectoryError's traceback (exit 1), after the query ran."""
-    logs = tmp_path / "logs"
-    src = _src(tmp_path, _rows())
-    assert (
-        runner.invoke(app, ["ingest", str(src), "--run-id", "r1", "--logs", str(logs)]).exit_code
-        == 0
-    )
+    logs = _ingested(tmp_path)
     folder = tmp_path / "results"
     folder.mkdir()
     for fmt in ("csv", "json", "parquet", "table"):
@@ -284,12 +288,7 @@ def test_a_cut_manifest_file_is_named_by_runs_query_and_lineage(tmp_path):
     """A run's ``_manifest.json`` cut short made ``ddai runs`` end in a JSONDecodeError traceback
     and ``query``/``lineage`` print the bare JSON error, naming no file; now each exits 2 naming
     the file and the fix, and the fix (remove the checkpoint: the log holds the commits) works."""
-    logs = tmp_path / "logs"
-    src = _src(tmp_path, _rows())
-    assert (
-        runner.invoke(app, ["ingest", str(src), "--run-id", "r1", "--logs", str(logs)]).exit_code
-        == 0
-    )
+    logs = _ingested(tmp_path)
     part = logs / "run_id=r1"
     ck = part / "_manifest.json"
     ck.write_bytes(ck.read_bytes()[:50])
